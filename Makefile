@@ -1,0 +1,54 @@
+# Set-up is part of every entry point: `make run` and `make test` work on a fresh machine
+# (Python 3.11, Java 17, root) and are fast no-ops when nothing changed.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CONFIG ?= config.example.toml
+PYTEST_ARGS ?=
+
+.PHONY: setup run test test-fast bench lint demo clean protos
+
+setup: $(STAMP) jdbc java
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@# libp2p pulls in trio-typing, whose stale trio-stubs hide trio's own inline types from
+	@# mypy (no trio.TaskStatus, old to_thread signature); the runtime never imports them.
+	rm -rf $(VENV)/lib/python*/site-packages/trio-stubs
+	touch $(STAMP)
+
+.PHONY: jdbc java
+jdbc:
+	@bash scripts/setup_jdbc.sh
+
+java:
+	@bash scripts/check_java.sh
+
+run: setup
+	$(VENV)/bin/syncnode run --config $(CONFIG)
+
+# pytest exits 5 when it collected nothing: that must never pass silently.
+test: setup
+	@$(PY) -m pytest -m "not bench" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: setup
+	@bash scripts/bench/run_all.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy node sync storage spark_jobs scripts
+
+protos: setup
+	$(PY) scripts/gen_protos.py
+
+demo: setup
+	@bash scripts/demo.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,186 @@
+"""The ``syncnode`` command: ``run`` starts a node; the other subcommands talk to its local API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+import trio
+
+from node import cli_records
+from node.config import Config, ConfigError, load_config
+from node.logs import configure_logging
+from node.runtime import package_version
+
+__all__ = ["ApiClient", "CliError", "build_parser", "main"]
+
+EXTENSIONS: list[Callable[[Any], None]] = [cli_records.register]
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one ``error:`` line, exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+def _config_from(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Config:
+    try:
+        return load_config(getattr(args, "config", None), overrides=overrides)
+    except ConfigError as exc:
+        raise CliError(str(exc), code=2) from None
+
+
+class ApiClient:
+    """Synchronous JSON client of a node's local API with one-line errors."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise CliError(
+                f"no node answering at {self.base_url} ({exc.__class__.__name__}); "
+                "is `syncnode run` running, and is --api right?"
+            ) from None
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error", response.text)
+            except ValueError:
+                message = response.text
+            raise CliError(f"{method} {path}: HTTP {response.status_code}: {message}")
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self.request("POST", path, **kwargs)
+
+
+def client_for(args: argparse.Namespace) -> ApiClient:
+    if args.api:
+        url = args.api if "://" in args.api else f"http://{args.api}"
+    else:
+        url = f"http://{_config_from(args).api.listen}"
+    return ApiClient(url)
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api", metavar="URL", help="node API (default: api.listen of --config)")
+    parser.add_argument("--config", metavar="FILE", help="config file to read the API address from")
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.data_dir:
+        overrides["node.data_dir"] = args.data_dir
+    if args.api:
+        overrides["api.listen"] = args.api
+    if args.listen:
+        overrides["p2p.listen"] = args.listen
+    if args.bootstrap:
+        overrides["p2p.bootstrap"] = args.bootstrap
+    config = _config_from(args, overrides)
+    configure_logging(config.node.log_level, config.node.log_format)
+    return trio.run(_run_node, config)
+
+
+async def _run_node(config: Config) -> int:
+    from node.daemon import serve  # imported late: keeps client commands free of libp2p
+
+    shutdown = trio.Event()
+
+    async def watch_signals() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                shutdown.set()
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_signals)
+        info = await nursery.start(serve, config, shutdown)
+        print(f"syncnode {package_version()} running", flush=True)
+        print(f"peer id:   {info.peer_id}")
+        for addr in info.listen_addrs:
+            print(f"listening: {addr}")
+        print(f"api:       {info.api_url}", flush=True)
+        await shutdown.wait()
+        nursery.cancel_scope.cancel()
+    print("stopped", flush=True)
+    return 0
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    status = client_for(args).get("/v1/status")
+    if args.json:
+        print_json(status)
+        return 0
+    width = max(len(k) for k in status)
+    for key, value in status.items():
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        print(f"{key:<{width}}  {shown}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="syncnode", description="Peer-to-peer sync daemon for append-only event logs."
+    )
+    parser.add_argument("--version", action="version", version=f"syncnode {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a node in the foreground")
+    run.add_argument("--config", metavar="FILE", help="TOML config (see config.example.toml)")
+    run.add_argument("--data-dir", metavar="DIR", help="override node.data_dir")
+    run.add_argument("--api", metavar="HOST:PORT", help="override api.listen")
+    run.add_argument("--listen", metavar="MULTIADDR", action="append", help="override p2p.listen")
+    run.add_argument("--bootstrap", metavar="MULTIADDR", action="append",
+                     help="peer to dial at start-up (repeatable)")
+    run.set_defaults(func=_cmd_run)
+
+    status = sub.add_parser("status", help="show a running node's status")
+    add_client_options(status)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=_cmd_status)
+
+    for register in EXTENSIONS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,238 @@
+"""Configuration: a TOML file, then ``SYNCNODE_<SECTION>_<KEY>`` variables, then CLI flags.
+
+Every key is declared once, here, with its type, default and check; ``config.example.toml`` shows
+them all. Anything wrong is a ``ConfigError`` naming the key, which the CLI prints on one line
+before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ApiConfig",
+    "Config",
+    "ConfigError",
+    "NodeConfig",
+    "P2PSection",
+    "StorageConfig",
+    "load_config",
+    "parse_host_port",
+]
+
+ENV_PREFIX = "SYNCNODE_"
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type or impossible."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"config error: {key}: {message}")
+
+
+Check = Callable[[Any], str | None]
+
+
+def _opt(default: Any, check: Check | None = None) -> Any:
+    return field(default=default, metadata={"check": check} if check else {})
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _one_of(*allowed: str) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v in allowed else f"must be one of {', '.join(allowed)}"
+
+    return check
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _host_port(v: Any) -> str | None:
+    try:
+        parse_host_port(v)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _multiaddrs(v: Any) -> str | None:
+    bad = [a for a in v if not a.startswith("/")]
+    return f"not a multiaddr: {bad[0]!r}" if bad else None
+
+
+def _nonempty_names(v: Any) -> str | None:
+    if not v:
+        return "at least one channel is required"
+    bad = [c for c in v if not c or len(c) > 128 or not c.isprintable()]
+    return f"invalid channel name {bad[0]!r}" if bad else None
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    data_dir: str = _opt("./data")
+    network_id: int = _opt(1, _non_negative)
+    log_level: str = _opt("info", _one_of("debug", "info", "warning", "error"))
+    log_format: str = _opt("text", _one_of("text", "json"))
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    listen: str = _opt("127.0.0.1:8700", _host_port)
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    url: str = _opt("")
+    sqlite_synchronous: str = _opt("FULL", _one_of("NORMAL", "FULL"))
+    batch_max_events: int = _opt(512, _positive)
+    batch_max_delay_ms: int = _opt(5, _non_negative)
+
+
+@dataclass(frozen=True)
+class P2PSection:
+    listen: tuple[str, ...] = _opt(("/ip4/127.0.0.1/tcp/4001",), _multiaddrs)
+    bootstrap: tuple[str, ...] = _opt((), _multiaddrs)
+    allowed_peers: tuple[str, ...] = _opt(())
+    channels: tuple[str, ...] = _opt(("general",), _nonempty_names)
+    dial_timeout_s: float = _opt(10.0, _positive)
+    max_frame_bytes: int = _opt(4 * 1024 * 1024, _positive)
+
+
+@dataclass(frozen=True)
+class Config:
+    node: NodeConfig = field(default_factory=NodeConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    p2p: P2PSection = field(default_factory=P2PSection)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.node.data_dir).expanduser()
+
+    @property
+    def database_url(self) -> str:
+        if self.storage.url:
+            return self.storage.url
+        return f"sqlite:///{(self.data_path / 'syncnode.db').resolve()}"
+
+
+def _sections() -> dict[str, type[Any]]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
+    origin = typing.get_origin(expected)
+    if origin is tuple:
+        if from_text:
+            value = [p.strip() for p in str(value).split(",") if p.strip()]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(key, f"expected a list of strings, got {value!r}")
+        return tuple(value)
+    if expected is bool:
+        if from_text:
+            low = str(value).lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {value!r}")
+        return value
+    if expected is int:
+        if from_text:
+            try:
+                value = int(str(value), 0)
+            except ValueError:
+                raise ConfigError(key, f"expected an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if expected is float:
+        if from_text:
+            try:
+                value = float(str(value))
+            except ValueError:
+                raise ConfigError(key, f"expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected a string, got {value!r}")
+    return value
+
+
+def _build_section(name: str, cls: type[Any], values: Mapping[str, tuple[Any, bool]]) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, (raw, from_text) in values.items():
+        dotted = f"{name}.{key}"
+        if key not in known:
+            raise ConfigError(dotted, "unknown key")
+        value = _coerce(dotted, hints[key], raw, from_text=from_text)
+        check = known[key].metadata.get("check")
+        problem = check(value) if check else None
+        if problem:
+            raise ConfigError(dotted, f"{problem} (got {value!r})")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Load and validate configuration; ``overrides`` maps ``"section.key"`` to CLI values."""
+    sections = _sections()
+    merged: dict[str, dict[str, tuple[Any, bool]]] = {name: {} for name in sections}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError("--config", f"file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("--config", f"invalid TOML in {path}: {exc}") from None
+        for section, table in data.items():
+            if section not in sections:
+                raise ConfigError(section, "unknown section")
+            if not isinstance(table, dict):
+                raise ConfigError(section, "expected a table")
+            for key, value in table.items():
+                merged[section][key] = (value, False)
+    for name, value in (os.environ if env is None else env).items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section, _, key = rest.partition("_")
+        if section in sections and key:
+            merged[section][key] = (value, True)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in sections:
+            raise ConfigError(dotted, "unknown section")
+        merged[section][key] = (value, isinstance(value, str))
+    built = {name: _build_section(name, cls, merged[name]) for name, cls in sections.items()}
+    return Config(**built)

@@ -1,0 +1,542 @@
+"""The p2p layer of syncnode: a hardened wrapper around py-libp2p 0.8.1.
+
+Only ``node/p2p*.py`` import libp2p. Everything above (the daemon) sees peer ids as ``str``,
+payloads as ``bytes``, trio channels, and the errors of :mod:`node.p2p_frames`.
+
+Usage::
+
+    async with open_host(key, P2PConfig()) as host:
+        host.set_stream_handler("/syncnode/recon/1.0.0", handle)
+        peer = await host.connect("/ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...")
+        async with await host.open_stream(peer, "/syncnode/recon/1.0.0") as stream:
+            await stream.send(b"hello")
+            reply = await stream.receive()
+        messages = await host.subscribe("channel-a")
+        await host.publish("channel-a", b"event")
+
+Design notes, wire formats and measured figures: docs/p2p.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import TypeVar
+
+import multiaddr
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.custom_types import TProtocol
+from libp2p.host.ping import ID as PING_PROTOCOL_ID
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.tools.anyio_service import background_trio_service
+
+from node.p2p_frames import (
+    DialError,
+    FramedStream,
+    FrameError,
+    P2PError,
+    P2PTimeoutError,
+    PeerRefusedError,
+    StreamClosedError,
+    StreamOpenError,
+)
+from node.p2p_setup import (
+    build_host,
+    build_pubsub,
+    check_libp2p_version,
+    key_pair_from,
+    tame_libp2p_logging,
+)
+from node.p2p_types import ConnectedPeer, GossipMessage, P2PConfig, P2PStats, PeerEvent
+
+__all__ = [
+    "ConnectedPeer",
+    "DialError",
+    "FrameError",
+    "FramedStream",
+    "GossipMessage",
+    "P2PConfig",
+    "P2PError",
+    "P2PHost",
+    "P2PStats",
+    "P2PTimeoutError",
+    "PeerEvent",
+    "PeerRefusedError",
+    "StreamClosedError",
+    "StreamHandler",
+    "StreamOpenError",
+    "open_host",
+]
+
+logger = logging.getLogger("node.p2p")
+
+StreamHandler = Callable[[FramedStream], Awaitable[None]]
+_T = TypeVar("_T")
+_PING_BYTES = 32
+_SHUTDOWN_GRACE_S = 5.0
+
+
+class _PeerNotifee(INotifee):
+    """Forwards libp2p connection events to the owning :class:`P2PHost` (never blocks)."""
+
+    def __init__(self, owner: P2PHost) -> None:
+        self._owner = owner
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self._owner._on_connected(conn)
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        self._owner._on_disconnected(conn)
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+
+class P2PHost:
+    """A running libp2p host. Obtain one from :func:`open_host`; do not construct directly."""
+
+    def __init__(
+        self,
+        *,
+        host: IHost,
+        pubsub: Pubsub,
+        router: GossipSub,
+        config: P2PConfig,
+        peer_id: str,
+        stats: P2PStats,
+        nursery: trio.Nursery,
+    ) -> None:
+        self._host = host
+        self._pubsub = pubsub
+        self._router = router
+        self.config = config
+        self.peer_id = peer_id
+        self.stats = stats
+        self._nursery = nursery
+        self._peers: dict[str, ConnectedPeer] = {}
+        self._conn_count: dict[str, int] = {}
+        self._event_sinks: list[trio.MemorySendChannel[PeerEvent]] = []
+        self._topic_sinks: dict[str, list[trio.MemorySendChannel[GossipMessage]]] = {}
+        self._drop_rng = random.Random(config.drop_seed)
+        self._closing = False
+
+    # -- addresses and connections --------------------------------------------------------
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        """Full multiaddrs we listen on, with actual bound ports and ``/p2p/<peer id>``."""
+        return [str(a) for a in self._host.get_addrs()]
+
+    async def connect(self, address: str) -> str:
+        """Connect to ``/ip4/.../tcp/.../p2p/<peer id>``; returns the peer id.
+
+        :raises PeerRefusedError: the peer is outside ``allowed_peers``.
+        :raises DialError: bad address, unreachable, handshake failure, or ``dial_timeout``.
+        """
+        try:
+            info = info_from_p2p_addr(multiaddr.Multiaddr(address))
+        except Exception as exc:
+            raise DialError(f"not a dialable /p2p multiaddr: {address!r} ({exc})") from exc
+        peer = info.peer_id.to_base58()
+        if peer == self.peer_id:
+            raise DialError(f"refusing to dial ourselves at {address}")
+        allowed = self.config.allowed_peers
+        if allowed is not None and peer not in allowed:
+            self._record_refused(peer, "outbound")
+            raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
+        if peer in self._peers:
+            return peer
+        # libp2p remembers failed peers for 60 s and refuses to redial them; the daemon runs
+        # its own back-off, so an explicit connect always gets a real attempt.
+        unblock = getattr(self._host.get_network(), "unblock_peer", None)
+        if unblock is not None:
+            unblock(info.peer_id)
+        try:
+            with trio.fail_after(self.config.dial_timeout):
+                await self._host.connect(info)
+        except trio.TooSlowError as exc:
+            self.stats.dial_failures += 1
+            raise DialError(f"dial to {address} timed out after {self.config.dial_timeout}s") from exc
+        except Exception as exc:
+            self.stats.dial_failures += 1
+            raise DialError(
+                f"dial to {address} failed: {exc} (if the peer runs a closed group, it may not "
+                "admit our peer id)"
+            ) from exc
+        if not self._host.get_network().get_connections(info.peer_id):
+            self.stats.dial_failures += 1
+            raise DialError(f"connection to {peer} closed right after it opened (refused?)")
+        return peer
+
+    async def disconnect(self, peer_id: str) -> None:
+        """Close every connection to ``peer_id`` (no error if there is none)."""
+        try:
+            await self._host.disconnect(ID.from_base58(peer_id))
+        except Exception:
+            logger.debug("disconnect from %s failed", peer_id, exc_info=True)
+
+    def connected_peers(self) -> list[str]:
+        return sorted(self._peers)
+
+    def peer_info(self, peer_id: str) -> ConnectedPeer | None:
+        return self._peers.get(peer_id)
+
+    def peers(self) -> list[ConnectedPeer]:
+        return [self._peers[p] for p in sorted(self._peers)]
+
+    def peer_events(self) -> trio.MemoryReceiveChannel[PeerEvent]:
+        """A new channel of connect/disconnect events from now on (one per listener).
+
+        If the listener falls ``peer_event_queue_size`` events behind, further events are
+        dropped and counted in ``stats.peer_events_dropped``. Closed when the host stops.
+        """
+        send, receive = trio.open_memory_channel[PeerEvent](self.config.peer_event_queue_size)
+        self._event_sinks.append(send)
+        return receive
+
+    async def ping(self, peer_id: str) -> float:
+        """Round-trip time to a connected peer with libp2p's ping protocol, in seconds."""
+        payload = os.urandom(_PING_BYTES)
+        stream = await self._open_raw(peer_id, PING_PROTOCOL_ID)
+        try:
+            with trio.fail_after(self.config.stream_open_timeout):
+                start = trio.current_time()
+                await stream.write(payload)
+                echoed = b""
+                while len(echoed) < _PING_BYTES:
+                    chunk = await stream.read(_PING_BYTES - len(echoed))
+                    if not chunk:
+                        raise P2PError(f"ping stream to {peer_id} closed early")
+                    echoed += chunk
+                rtt = trio.current_time() - start
+        except trio.TooSlowError as exc:
+            raise P2PTimeoutError(f"ping to {peer_id} timed out") from exc
+        except P2PError:
+            raise
+        except Exception as exc:
+            raise P2PError(f"ping to {peer_id} failed: {exc!r}") from exc
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                try:
+                    await stream.close()
+                except Exception:
+                    logger.debug("closing ping stream failed", exc_info=True)
+        if echoed != payload:
+            raise P2PError(f"ping reply from {peer_id} does not match")
+        if peer_id in self._peers:
+            self._peers[peer_id] = replace(self._peers[peer_id], latency_s=rtt)
+        return rtt
+
+    # -- streams --------------------------------------------------------------------------
+
+    def set_stream_handler(self, protocol_id: str, handler: StreamHandler) -> None:
+        """Serve ``protocol_id``: each inbound stream runs ``handler(FramedStream)``.
+
+        The stream is closed when the handler returns and reset if it raises. An exception is
+        logged and counted in ``stats.handler_errors``; it never reaches libp2p or the host.
+        """
+
+        async def run_handler(raw: INetStream) -> None:
+            framed = self._wrap(raw, protocol_id)
+            self.stats.streams_accepted += 1
+            try:
+                await handler(framed)
+            except FrameError as exc:
+                self.stats.handler_errors += 1
+                logger.warning("handler %s: %s", protocol_id, exc)
+                await framed.reset()
+            except P2PError as exc:
+                self.stats.handler_errors += 1
+                logger.info("handler %s for %s ended: %s", protocol_id, framed.peer_id, exc)
+                await framed.reset()
+            except Exception:
+                self.stats.handler_errors += 1
+                logger.exception("handler %s for %s raised", protocol_id, framed.peer_id)
+                await framed.reset()
+            else:
+                await framed.close()
+
+        self._host.set_stream_handler(TProtocol(protocol_id), run_handler)
+
+    def remove_stream_handler(self, protocol_id: str) -> None:
+        self._host.remove_stream_handler(TProtocol(protocol_id))
+
+    async def open_stream(self, peer_id: str, protocol_id: str) -> FramedStream:
+        """Open a framed stream to a connected peer; use it with ``async with``.
+
+        :raises StreamOpenError: not connected, protocol refused, or ``stream_open_timeout``.
+        """
+        raw = await self._open_raw(peer_id, TProtocol(protocol_id))
+        self.stats.streams_opened += 1
+        return self._wrap(raw, protocol_id)
+
+    async def _open_raw(self, peer_id: str, protocol_id: TProtocol) -> INetStream:
+        if peer_id not in self._peers:
+            self.stats.stream_open_failures += 1
+            raise StreamOpenError(f"not connected to {peer_id}")
+        try:
+            with trio.fail_after(self.config.stream_open_timeout):
+                return await self._host.new_stream(ID.from_base58(peer_id), [protocol_id])
+        except trio.TooSlowError as exc:
+            self.stats.stream_open_failures += 1
+            raise StreamOpenError(
+                f"opening {protocol_id} to {peer_id} timed out after "
+                f"{self.config.stream_open_timeout}s"
+            ) from exc
+        except Exception as exc:
+            self.stats.stream_open_failures += 1
+            raise StreamOpenError(f"opening {protocol_id} to {peer_id} failed: {exc}") from exc
+
+    def _wrap(self, raw: INetStream, protocol_id: str) -> FramedStream:
+        def count_frame_error() -> None:
+            self.stats.frame_errors += 1
+
+        def count_timeout() -> None:
+            self.stats.timeouts += 1
+
+        return FramedStream(
+            raw,
+            peer_id=raw.muxed_conn.peer_id.to_base58(),
+            protocol_id=protocol_id,
+            max_frame_bytes=self.config.max_frame_bytes,
+            read_timeout=self.config.read_timeout,
+            write_timeout=self.config.write_timeout,
+            on_frame_error=count_frame_error,
+            on_timeout=count_timeout,
+        )
+
+    # -- gossipsub ------------------------------------------------------------------------
+
+    async def subscribe(self, topic: str) -> trio.MemoryReceiveChannel[GossipMessage]:
+        """A new channel receiving every message on ``topic`` (one channel per call).
+
+        Messages are moved from libp2p's subscription into this channel as they arrive; if a
+        consumer falls ``gossip_queue_size`` messages behind, the overflow is dropped and
+        counted in ``stats.gossip_dropped_overflow``. Closed when the host stops or on
+        :meth:`unsubscribe`.
+        """
+        send, receive = trio.open_memory_channel[GossipMessage](self.config.gossip_queue_size)
+        sinks = self._topic_sinks.get(topic)
+        if sinks is None:
+            sinks = self._topic_sinks[topic] = []
+            subscription = await self._pubsub.subscribe(topic)
+            self._nursery.start_soon(self._drain, topic, subscription.receive_channel)
+        sinks.append(send)
+        return receive
+
+    async def unsubscribe(self, topic: str) -> None:
+        """Leave ``topic`` and close every channel :meth:`subscribe` returned for it."""
+        sinks = self._topic_sinks.pop(topic, None)
+        if sinks is None:
+            return
+        for sink in sinks:
+            sink.close()
+        await self._pubsub.unsubscribe(topic)
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        """Sign and broadcast ``data`` on ``topic`` (need not be subscribed)."""
+        if len(data) > self.config.gossip_max_message_bytes:
+            raise P2PError(
+                f"gossip message of {len(data)} bytes exceeds gossip_max_message_bytes="
+                f"{self.config.gossip_max_message_bytes}"
+            )
+        await self._pubsub.publish(topic, bytes(data))
+        self.stats.gossip_published += 1
+
+    def gossip_peers(self, topic: str) -> list[str]:
+        """Connected peers known to be subscribed to ``topic``."""
+        return sorted(p.to_base58() for p in self._pubsub.peer_topics.get(topic, ()))
+
+    def mesh_peers(self, topic: str) -> list[str]:
+        """Peers in our GossipSub mesh for ``topic`` (they get full messages, not gossip)."""
+        return sorted(p.to_base58() for p in self._router.mesh.get(topic, ()))
+
+    async def _drain(
+        self, topic: str, source: trio.MemoryReceiveChannel[rpc_pb2.Message]
+    ) -> None:
+        fraction = self.config.drop_incoming_gossip_fraction
+        async for msg in source:
+            from_peer = ID(msg.from_id).to_base58()
+            if from_peer == self.peer_id and not self.config.deliver_own_messages:
+                continue
+            if fraction and self._drop_rng.random() < fraction:
+                self.stats.gossip_dropped_test += 1
+                continue
+            item = GossipMessage(
+                topic=topic,
+                from_peer=from_peer,
+                data=bytes(msg.data),
+                seqno=int.from_bytes(msg.seqno, "big"),
+            )
+            self.stats.gossip_received += 1
+            self._fan_out(self._topic_sinks.get(topic, []), item, "gossip_dropped_overflow")
+
+    def _fan_out(self, sinks: list[trio.MemorySendChannel[_T]], item: _T, counter: str) -> None:
+        for sink in list(sinks):
+            try:
+                sink.send_nowait(item)
+            except trio.WouldBlock:
+                setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                sinks.remove(sink)
+
+    # -- connection bookkeeping (called from the libp2p notifee) --------------------------
+
+    def _on_connected(self, conn: INetConn) -> None:
+        peer = conn.muxed_conn.peer_id.to_base58()
+        self.stats.connections_opened += 1
+        count = self._conn_count.get(peer, 0) + 1
+        self._conn_count[peer] = count
+        if count > 1 or self._closing:
+            return
+        address = _remote_address(conn)
+        direction = _direction(conn)
+        self._peers[peer] = ConnectedPeer(
+            peer_id=peer, address=address, direction=direction, connected_since=time.time()
+        )
+        logger.info("connected to %s (%s, %s)", peer, direction, address)
+        self._fan_out(
+            self._event_sinks,
+            PeerEvent("connected", peer, address=address, direction=direction),
+            "peer_events_dropped",
+        )
+        if self.config.ping_on_connect:
+            self._nursery.start_soon(self._measure_latency, peer)
+
+    def _on_disconnected(self, conn: INetConn) -> None:
+        peer = conn.muxed_conn.peer_id.to_base58()
+        self.stats.connections_closed += 1
+        count = self._conn_count.get(peer, 0) - 1
+        if count > 0:
+            self._conn_count[peer] = count
+            return
+        self._conn_count.pop(peer, None)
+        if self._peers.pop(peer, None) is None:
+            return
+        logger.info("disconnected from %s", peer)
+        self._fan_out(self._event_sinks, PeerEvent("disconnected", peer), "peer_events_dropped")
+
+    def _record_refused(self, peer: str, direction: str) -> None:
+        self.stats.refused_connections += 1
+        logger.warning("refused %s connection with %s: not in allowed_peers", direction, peer)
+
+    async def _measure_latency(self, peer: str) -> None:
+        try:
+            await self.ping(peer)
+        except P2PError as exc:
+            logger.debug("latency probe to %s failed: %s", peer, exc)
+
+    def _close_channels(self) -> None:
+        self._closing = True
+        for sink in self._event_sinks:
+            sink.close()
+        for sinks in self._topic_sinks.values():
+            for sink in sinks:
+                sink.close()
+        self._event_sinks.clear()
+
+
+def _remote_address(conn: INetConn) -> str | None:
+    try:
+        addrs = conn.get_transport_addresses()
+    except Exception:
+        return None
+    return str(addrs[0]) if addrs else None
+
+
+def _direction(conn: INetConn) -> str:
+    value = getattr(conn, "direction", None)
+    name = str(getattr(value, "name", value)).lower()
+    return name if name in ("inbound", "outbound") else "unknown"
+
+
+@asynccontextmanager
+async def open_host(
+    private_key: Ed25519PrivateKey, config: P2PConfig | None = None
+) -> AsyncIterator[P2PHost]:
+    """Start a host with ``private_key``'s identity; stop it, releasing every socket, on exit.
+
+    The host's background tasks run in a nursery owned by this context manager.
+    """
+    config = config or P2PConfig()
+    check_libp2p_version()
+    tame_libp2p_logging(config.libp2p_log_level)
+    key_pair, peer_id = key_pair_from(private_key)
+    stats = P2PStats()
+    owner: list[P2PHost] = []
+
+    def on_refused(peer: str, direction: str) -> None:
+        if owner:
+            owner[0]._record_refused(peer, direction)
+        else:
+            stats.refused_connections += 1
+
+    host = build_host(key_pair, config, on_refused)
+    pubsub, router = build_pubsub(host, config)
+    try:
+        async with host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs]):
+            try:
+                await _stop_auto_connector(host)
+                async with (
+                    background_trio_service(pubsub),
+                    background_trio_service(router),
+                    trio.open_nursery() as nursery,
+                ):
+                    p2p = P2PHost(
+                        host=host,
+                        pubsub=pubsub,
+                        router=router,
+                        config=config,
+                        peer_id=peer_id,
+                        stats=stats,
+                        nursery=nursery,
+                    )
+                    owner.append(p2p)
+                    host.get_network().register_notifee(_PeerNotifee(p2p))
+                    try:
+                        yield p2p
+                    finally:
+                        p2p._close_channels()
+                        nursery.cancel_scope.cancel()
+                        # Hosts close before the pubsub services stop (see module docs).
+                        await _close_host(host)
+            finally:
+                await _close_host(host)
+    finally:
+        pubsub.seen_messages.stop()
+
+
+async def _stop_auto_connector(host: IHost) -> None:
+    # libp2p would redial peerstore entries on its own to reach 150 connections; the daemon
+    # decides whom to dial (allowed_peers, remembered peers, back-off).
+    connector = getattr(host.get_network(), "auto_connector", None)
+    if connector is not None:
+        await connector.stop()
+
+
+async def _close_host(host: IHost) -> None:
+    with trio.CancelScope(shield=True), trio.move_on_after(_SHUTDOWN_GRACE_S):
+        try:
+            await host.close()
+        except Exception:
+            logger.warning("closing the libp2p host failed", exc_info=True)

@@ -1,0 +1,226 @@
+"""Building a hardened py-libp2p 0.8.1 host: identity, security, muxer, GossipSub tuning.
+
+Why each choice (measured on 0.8.1, see docs/p2p.md):
+
+* The library's default security list also accepts plaintext and SECIO dialers, so we pass
+  our own: Noise only, wrapped in an admission gate that enforces ``allowed_peers`` right
+  after the handshake has authenticated the remote peer id (before any stream can open).
+* Yamux only, and ``max_connections_per_peer=1`` (otherwise every connect waits ~250 ms).
+* GossipSub's defaults drop silently: spam protection (10 msg/s per peer and topic, applied
+  even to our own publishes), adaptive gossip (stretches the heartbeat to 30-60 s), a 32-slot
+  per-peer outbound queue and 32-slot subscription channels. The first two are constructor
+  arguments; the two queue sizes are module constants, patched here under a version check.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+from collections.abc import Callable
+
+import libp2p
+import libp2p.network.connection.swarm_connection as _swarm_connection_module
+import libp2p.pubsub.pubsub as _pubsub_module
+import multiaddr
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+)
+from libp2p.abc import IHost, IRawConnection, ISecureConn, ISecureTransport
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.keys import KeyPair
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.network.config import ConnectionConfig
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
+from libp2p.security.exceptions import HandshakeFailure
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+from node.p2p_frames import P2PError
+from node.p2p_types import P2PConfig
+from sync.identity import peer_id_of
+
+__all__ = [
+    "SUPPORTED_LIBP2P_VERSION",
+    "build_host",
+    "build_pubsub",
+    "check_libp2p_version",
+    "key_pair_from",
+    "tame_libp2p_logging",
+]
+
+SUPPORTED_LIBP2P_VERSION = "0.8.1"
+# libp2p's own subscription channel only feeds our drain task, which never blocks, so it can be
+# generous; drops are then visible only in our own bounded queues, where they are counted.
+_LIBP2P_SUBSCRIPTION_BUFFER = 1_000_000
+
+logger = logging.getLogger("node.p2p")
+
+
+def check_libp2p_version() -> None:
+    """Refuse to run (and to patch internals) against any py-libp2p but the one we studied."""
+    installed = importlib.metadata.version("libp2p")
+    module_version = getattr(libp2p, "__version__", installed)
+    if installed != SUPPORTED_LIBP2P_VERSION or module_version != SUPPORTED_LIBP2P_VERSION:
+        raise P2PError(
+            f"node.p2p supports py-libp2p {SUPPORTED_LIBP2P_VERSION} only (found {installed}): "
+            "it tunes GossipSub internals whose names and defaults change between releases; "
+            "re-check docs/p2p.md section 'Library patches' before changing the pin"
+        )
+
+
+class _RoomyRpcQueue(RpcQueue):
+    """``RpcQueue`` whose default capacity is ours, not libp2p's 32."""
+
+    default_max_size = 32
+
+    def __init__(
+        self, max_size: int | None = None, max_message_size: int = DefaultMaxMessageSize
+    ) -> None:
+        super().__init__(max_size or type(self).default_max_size, max_message_size)
+
+
+def _patch_gossip_queues(peer_queue_size: int) -> None:
+    # Pubsub builds each per-peer queue as ``RpcQueue()`` and each subscription channel with
+    # ``SUBSCRIPTION_CHANNEL_SIZE``, both looked up in the pubsub module at call time.
+    check_libp2p_version()
+    for name in ("RpcQueue", "SUBSCRIPTION_CHANNEL_SIZE"):
+        if not hasattr(_pubsub_module, name):
+            raise P2PError(f"libp2p.pubsub.pubsub.{name} is gone: cannot tune GossipSub queues")
+    # Process-wide (module globals): keep the largest size any host asked for.
+    _RoomyRpcQueue.default_max_size = max(_RoomyRpcQueue.default_max_size, peer_queue_size)
+    _pubsub_module.RpcQueue = _RoomyRpcQueue  # type: ignore[misc]
+    _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = _LIBP2P_SUBSCRIPTION_BUFFER
+
+
+class _NamedLoggingShim:
+    """Stands in for the ``logging`` module inside a libp2p module that logs on the root logger.
+
+    ``logging.debug(...)`` on a root logger without handlers runs ``logging.basicConfig()``,
+    which would install a stderr handler and make the daemon's own logging setup a no-op.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._logger = logging.getLogger(name)
+
+    def __getattr__(self, attr: str) -> object:
+        if attr in ("debug", "info", "warning", "error", "exception", "critical", "log"):
+            return getattr(self._logger, attr)
+        return getattr(logging, attr)
+
+
+def tame_libp2p_logging(level: str) -> None:
+    """Route libp2p's records through normal logging at ``level``, unless LIBP2P_DEBUG is set."""
+    if os.environ.get("LIBP2P_DEBUG"):
+        return
+    check_libp2p_version()
+    _swarm_connection_module.logging = _NamedLoggingShim(  # type: ignore[assignment]
+        _swarm_connection_module.__name__
+    )
+    numeric = logging.getLevelName(level.upper())
+    root = logging.getLogger("libp2p")
+    root.setLevel(numeric)
+    root.propagate = True
+    # Some modules pin their own level (auto_connector logs INFO every 30 s): lift them too.
+    for name, item in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("libp2p.") and isinstance(item, logging.Logger) and item.level:
+            item.setLevel(max(item.level, numeric))
+
+
+def key_pair_from(private_key: Ed25519PrivateKey) -> tuple[KeyPair, str]:
+    """The libp2p ``KeyPair`` of our Ed25519 key, built from its raw 32-byte seed."""
+    seed = private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    key_pair = create_new_key_pair(seed)
+    peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
+    expected = peer_id_of(private_key)
+    if peer_id != expected:
+        raise P2PError(f"libp2p derived peer id {peer_id}, sync.identity says {expected}")
+    return key_pair, peer_id
+
+
+class _AdmissionGate(ISecureTransport):
+    """Noise, plus a closed-group check on the authenticated remote peer id."""
+
+    def __init__(
+        self,
+        inner: ISecureTransport,
+        allowed: frozenset[str] | None,
+        on_refused: Callable[[str, str], None],
+    ) -> None:
+        self._inner = inner
+        self._allowed = allowed
+        self._on_refused = on_refused
+
+    def _admits(self, peer_id: ID) -> bool:
+        return self._allowed is None or peer_id.to_base58() in self._allowed
+
+    async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
+        secure = await self._inner.secure_inbound(conn)
+        remote = secure.get_remote_peer()
+        if not self._admits(remote):
+            self._on_refused(remote.to_base58(), "inbound")
+            await secure.close()
+            raise HandshakeFailure(f"peer {remote} is not in allowed_peers")
+        return secure
+
+    async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
+        if not self._admits(peer_id):
+            self._on_refused(peer_id.to_base58(), "outbound")
+            raise HandshakeFailure(f"peer {peer_id} is not in allowed_peers")
+        return await self._inner.secure_outbound(conn, peer_id)
+
+
+def build_host(
+    key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str], None]
+) -> IHost:
+    noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    gate = _AdmissionGate(noise, config.allowed_peers, on_refused)
+    connection_config = ConnectionConfig(
+        max_connections_per_peer=1,
+        dial_timeout=config.dial_timeout,
+        outbound_upgrade_timeout=config.dial_timeout,
+        inbound_upgrade_timeout=config.dial_timeout,
+        outbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
+        inbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
+    )
+    return libp2p.new_host(
+        key_pair=key_pair,
+        sec_opt={NOISE_PROTOCOL_ID: gate},
+        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
+        listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs],
+        connection_config=connection_config,
+        enable_mDNS=False,
+        enable_upnp=False,
+    )
+
+
+def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
+    _patch_gossip_queues(config.gossip_peer_queue_size)
+    router = GossipSub(
+        protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+        degree=config.gossip_degree,
+        degree_low=config.gossip_degree_low,
+        degree_high=config.gossip_degree_high,
+        heartbeat_interval=config.gossip_heartbeat_interval,  # type: ignore[arg-type]
+        gossip_window=3,
+        gossip_history=10,
+        spam_protection_enabled=False,
+        adaptive_gossip_enabled=False,
+        # Closed groups on few hosts (often one IP): IP diversity is not a signal there.
+        eclipse_protection_enabled=False,
+        max_pending_messages_per_peer=config.gossip_peer_queue_size,
+    )
+    # IHAVE/IWANT are the repair path for what the mesh missed; 10/s per peer starves it.
+    router.max_iwant_requests_per_second = 10_000.0
+    router.max_ihave_messages_per_second = 10_000.0
+    pubsub = Pubsub(host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=True)
+    return pubsub, router

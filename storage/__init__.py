@@ -1,0 +1,60 @@
+"""SQL storage (SQLAlchemy Core): schema, engine, migrations, repositories.
+
+The only package that issues SQL. Repository functions take a ``Connection`` and return frozen
+dataclasses; the daemon runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+from storage.engine import make_engine, redacted_url
+from storage.events import (
+    AppendResult,
+    EventRecord,
+    StoredEvent,
+    append_events,
+    count_events,
+    events_by_keys,
+    events_by_message_ids,
+    existing_keys,
+    key_at,
+    keys_in_range,
+    max_seq,
+    range_hash,
+    read_channel,
+    read_channel_ordered,
+    read_events_after,
+)
+from storage.migrate import current_revision, head_revision, upgrade
+from storage.schema import LANE_COLUMNS, events, metadata, node_state
+from storage.state import delete_state, get_state, list_state, put_state
+
+__all__ = [
+    "LANE_COLUMNS",
+    "AppendResult",
+    "EventRecord",
+    "StoredEvent",
+    "append_events",
+    "count_events",
+    "current_revision",
+    "delete_state",
+    "events",
+    "events_by_keys",
+    "events_by_message_ids",
+    "existing_keys",
+    "get_state",
+    "head_revision",
+    "key_at",
+    "keys_in_range",
+    "list_state",
+    "make_engine",
+    "max_seq",
+    "metadata",
+    "node_state",
+    "put_state",
+    "range_hash",
+    "read_channel",
+    "read_channel_ordered",
+    "read_events_after",
+    "redacted_url",
+    "upgrade",
+]

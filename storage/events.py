@@ -1,0 +1,231 @@
+"""Repository functions for the event log. Each takes a ``Connection`` inside a transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Select, func, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnElement
+
+from storage.schema import LANE_COLUMNS, events
+from sync.recon.sha256a import Sha256a, lanes_of
+
+__all__ = [
+    "AppendResult",
+    "EventRecord",
+    "StoredEvent",
+    "append_events",
+    "count_events",
+    "events_by_keys",
+    "events_by_message_ids",
+    "existing_keys",
+    "key_at",
+    "keys_in_range",
+    "max_seq",
+    "range_hash",
+    "read_channel",
+    "read_channel_ordered",
+    "read_events_after",
+]
+
+_MOD32 = 4294967296
+# Keep each INSERT's bound-parameter count well under SQLite's 32,766 limit.
+_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """An event validated by the caller and ready to store."""
+
+    recon_key: bytes
+    message_id: str
+    channel: str
+    sender: str
+    lamport: int
+    wire: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    recon_key: bytes
+    message_id: str
+    channel: str
+    sender: str
+    lamport: int
+    wire: bytes
+    received_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Which events of a batch were new (with their sequence numbers) and which were stored."""
+
+    inserted: tuple[tuple[int, str], ...]
+    duplicates: tuple[str, ...]
+
+
+_COLUMNS = (
+    events.c.seq,
+    events.c.recon_key,
+    events.c.message_id,
+    events.c.channel,
+    events.c.sender,
+    events.c.lamport,
+    events.c.wire,
+    events.c.received_at,
+)
+
+
+def _stored(row: Sequence[object]) -> StoredEvent:
+    return StoredEvent(*row)  # type: ignore[arg-type]
+
+
+def append_events(
+    conn: Connection, batch: Sequence[EventRecord], received_at: int
+) -> AppendResult:
+    """Insert a batch idempotently: an event already stored (same id or key) is a no-op."""
+    unique: dict[str, EventRecord] = {}
+    repeated: list[str] = []
+    for record in batch:
+        if record.message_id in unique:
+            repeated.append(record.message_id)
+        else:
+            unique[record.message_id] = record
+    rows = []
+    for r in unique.values():
+        row: dict[str, object] = {
+            "recon_key": r.recon_key,
+            "message_id": r.message_id,
+            "channel": r.channel,
+            "sender": r.sender,
+            "lamport": r.lamport,
+            "wire": r.wire,
+            "received_at": received_at,
+        }
+        row.update(zip(LANE_COLUMNS, lanes_of(r.recon_key), strict=True))
+        rows.append(row)
+    inserted: list[tuple[int, str]] = []
+    dialect = conn.dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start : start + _CHUNK]
+        stmt = (
+            insert(events)
+            .values(chunk)
+            .on_conflict_do_nothing()
+            .returning(events.c.seq, events.c.message_id)
+        )
+        inserted.extend((int(s), str(m)) for s, m in conn.execute(stmt))
+    inserted.sort()
+    new_ids = {m for _, m in inserted}
+    duplicates = [m for m in unique if m not in new_ids] + repeated
+    return AppendResult(tuple(inserted), tuple(duplicates))
+
+
+def read_channel(
+    conn: Connection, channel: str, after_seq: int = 0, limit: int = 1000
+) -> list[StoredEvent]:
+    """Events of ``channel`` stored after the cursor ``after_seq``, in local storage order."""
+    stmt = (
+        select(*_COLUMNS)
+        .where(events.c.channel == channel, events.c.seq > after_seq)
+        .order_by(events.c.seq)
+        .limit(limit)
+    )
+    return [_stored(r) for r in conn.execute(stmt)]
+
+
+def read_channel_ordered(
+    conn: Connection,
+    channel: str,
+    after: tuple[int, str] | None = None,
+    limit: int = 1000,
+) -> list[StoredEvent]:
+    """Events of ``channel`` in log order (lamport, message_id): the same on every node."""
+    stmt = select(*_COLUMNS).where(events.c.channel == channel)
+    if after is not None:
+        stmt = stmt.where(tuple_(events.c.lamport, events.c.message_id) > tuple_(*after))
+    stmt = stmt.order_by(events.c.lamport, events.c.message_id).limit(limit)
+    return [_stored(r) for r in conn.execute(stmt)]
+
+
+def read_events_after(conn: Connection, after_seq: int, limit: int = 1000) -> list[StoredEvent]:
+    """Events of every channel after ``after_seq`` in storage order."""
+    stmt = select(*_COLUMNS).where(events.c.seq > after_seq).order_by(events.c.seq).limit(limit)
+    return [_stored(r) for r in conn.execute(stmt)]
+
+
+def count_events(conn: Connection, channel: str | None = None) -> int:
+    stmt = select(func.count()).select_from(events)
+    if channel is not None:
+        stmt = stmt.where(events.c.channel == channel)
+    return int(conn.execute(stmt).scalar_one())
+
+
+def max_seq(conn: Connection) -> int:
+    return int(conn.execute(select(func.coalesce(func.max(events.c.seq), 0))).scalar_one())
+
+
+def _in_range(stmt: Select[Any], lo: bytes, hi: bytes | None) -> Select[Any]:
+    cond: list[ColumnElement[bool]] = [events.c.recon_key >= lo]
+    if hi is not None:
+        cond.append(events.c.recon_key < hi)
+    return stmt.where(*cond)
+
+
+def range_hash(conn: Connection, lo: bytes, hi: bytes | None) -> Sha256a:
+    """Sha256a and count of the keys in [lo, hi) (hi None: unbounded), summed in SQL.
+
+    Integer ``SUM`` is exact (SQLite's float ``TOTAL`` is not past ~4M rows); the mod 2^32 is
+    applied in SQL so the database returns lane values directly.
+    """
+    sums = [func.coalesce(func.sum(events.c[name]), 0) % _MOD32 for name in LANE_COLUMNS]
+    stmt = _in_range(select(func.count(), *sums).select_from(events), lo, hi)
+    row = conn.execute(stmt).one()
+    return Sha256a(tuple(int(v) for v in row[1:]), int(row[0]))
+
+
+def keys_in_range(conn: Connection, lo: bytes, hi: bytes | None, limit: int) -> list[bytes]:
+    stmt = _in_range(select(events.c.recon_key), lo, hi)
+    stmt = stmt.order_by(events.c.recon_key).limit(limit)
+    return [bytes(k) for (k,) in conn.execute(stmt)]
+
+
+def key_at(conn: Connection, lo: bytes, hi: bytes | None, rank: int) -> bytes | None:
+    """The ``rank``-th (0-based) key in [lo, hi), or None when the range holds fewer keys."""
+    stmt = _in_range(select(events.c.recon_key), lo, hi)
+    stmt = stmt.order_by(events.c.recon_key).offset(rank).limit(1)
+    row = conn.execute(stmt).first()
+    return None if row is None else bytes(row[0])
+
+
+def existing_keys(conn: Connection, keys: Iterable[bytes]) -> set[bytes]:
+    wanted = list(keys)
+    found: set[bytes] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start : start + _CHUNK]
+        stmt = select(events.c.recon_key).where(events.c.recon_key.in_(chunk))
+        found.update(bytes(k) for (k,) in conn.execute(stmt))
+    return found
+
+
+def events_by_keys(conn: Connection, keys: Iterable[bytes]) -> list[StoredEvent]:
+    wanted = list(keys)
+    out: list[StoredEvent] = []
+    for start in range(0, len(wanted), _CHUNK):
+        stmt = select(*_COLUMNS).where(events.c.recon_key.in_(wanted[start : start + _CHUNK]))
+        out.extend(_stored(r) for r in conn.execute(stmt))
+    return out
+
+
+def events_by_message_ids(conn: Connection, ids: Iterable[str]) -> list[StoredEvent]:
+    wanted = list(ids)
+    out: list[StoredEvent] = []
+    for start in range(0, len(wanted), _CHUNK):
+        stmt = select(*_COLUMNS).where(events.c.message_id.in_(wanted[start : start + _CHUNK]))
+        out.extend(_stored(r) for r in conn.execute(stmt))
+    return out

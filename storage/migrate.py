@@ -1,0 +1,40 @@
+"""Apply Alembic migrations programmatically (``syncnode run`` does this at start-up)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+__all__ = ["current_revision", "head_revision", "upgrade"]
+
+_SCRIPTS = Path(__file__).resolve().parent / "migrations"
+
+
+def _config() -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(_SCRIPTS))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the database to ``revision``; a no-op when it is already there."""
+    cfg = _config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)

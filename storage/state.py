@@ -1,0 +1,36 @@
+"""Repository functions for the node's key/value state table."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from storage.schema import node_state
+
+__all__ = ["delete_state", "get_state", "list_state", "put_state"]
+
+
+def get_state(conn: Connection, key: str) -> bytes | None:
+    row = conn.execute(select(node_state.c.value).where(node_state.c.key == key)).first()
+    return None if row is None else bytes(row[0])
+
+
+def put_state(conn: Connection, key: str, value: bytes, now_ms: int) -> None:
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    stmt = insert(node_state).values(key=key, value=value, updated_at=now_ms)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[node_state.c.key],
+        set_={"value": stmt.excluded.value, "updated_at": stmt.excluded.updated_at},
+    )
+    conn.execute(stmt)
+
+
+def delete_state(conn: Connection, key: str) -> None:
+    conn.execute(delete(node_state).where(node_state.c.key == key))
+
+
+def list_state(conn: Connection, prefix: str) -> dict[str, bytes]:
+    stmt = select(node_state.c.key, node_state.c.value).where(
+        node_state.c.key.startswith(prefix, autoescape=True)
+    )
+    return {str(k): bytes(v) for k, v in conn.execute(stmt)}

@@ -1,0 +1,130 @@
+"""Producer: a block payload becomes a Batch plus the messages it announces.
+
+Stateless and deterministic: two producers with the same :class:`PrefixRouter` and chunk size
+emit byte-identical messages for the same payload (sorted keys, sorted Avro maps, fixed chunking),
+which is what lets consumers discard the copies of redundant producers as duplicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sync.cardinal.codec import (
+    Batch,
+    BatchDeleteMsg,
+    BatchMsg,
+    CardinalMessage,
+    Reorg,
+    ReorgComplete,
+    SubBatchHeader,
+    SubBatchMsg,
+    encode_message,
+)
+from sync.cardinal.payload import BlockPayload, SubBatch
+from sync.cardinal.routing import PrefixRouter
+from sync.errors import LocalProtocolError
+
+__all__ = ["Producer", "RoutedMessage", "reorg_channel_name"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedMessage:
+    """One wire message and the channel (the spec's topic) it is to be published on."""
+
+    channel: str
+    key: bytes
+    value: bytes
+
+
+def reorg_channel_name(default_channel: str, ancestor: bytes) -> str:
+    """The dedicated in-order channel of a deep reorg back to ``ancestor``."""
+    return f"{default_channel}/reorg/{ancestor.hex()}"
+
+
+class Producer:
+    """Splits payloads into Cardinal messages routed by the application's prefix table."""
+
+    def __init__(self, router: PrefixRouter, *, subbatch_chunk: int = 64) -> None:
+        if subbatch_chunk < 1:
+            raise LocalProtocolError("subbatch_chunk must be at least 1")
+        self.router = router
+        self.subbatch_chunk = subbatch_chunk
+
+    def messages_for(self, payload: BlockPayload) -> list[RoutedMessage]:
+        """Every message of ``payload``, sorted by key (so the Batch comes first)."""
+        block = payload.hash
+        out: list[tuple[str, CardinalMessage]] = []
+        values: dict[str, bytes] = {}
+        deletes: set[str] = set()
+        counts: dict[str, int] = {}
+        route = self.router.route
+        for key, value in payload.updates:
+            prefix, channel = route(key)
+            if prefix is None:
+                values[key] = value
+            else:
+                counts[prefix] = counts.get(prefix, 0) + 1
+                out.append((channel, BatchMsg(block, key, value)))
+        for key in payload.deletes:
+            prefix, channel = route(key)
+            if prefix is None:
+                if key in values:
+                    raise LocalProtocolError(f"inline key {key!r} is both updated and deleted")
+                deletes.add(key)
+            else:
+                counts[prefix] = counts.get(prefix, 0) + 1
+                out.append((channel, BatchDeleteMsg(block, key)))
+        prefixes = sorted(counts)
+        for shorter, longer in zip(prefixes, prefixes[1:], strict=False):
+            if longer.startswith(shorter):
+                raise LocalProtocolError(f"application prefixes overlap: {shorter!r}, {longer!r}")
+        for sub in payload.sub_batches:
+            out.extend(self._sub_batch_messages(block, sub))
+        batch = Batch(
+            block,
+            payload.number,
+            payload.weight,
+            payload.parent,
+            values,
+            frozenset(deletes),
+            counts,
+            {sub.name: sub.id for sub in payload.sub_batches},
+        )
+        out.append((self.router.default_channel, batch))
+        routed = []
+        for channel, msg in out:
+            key, value = encode_message(msg)
+            routed.append(RoutedMessage(channel, key, value))
+        routed.sort(key=lambda m: m.key)
+        return routed
+
+    def _sub_batch_messages(
+        self, block: bytes, sub: SubBatch
+    ) -> list[tuple[str, CardinalMessage]]:
+        channel = self.router.channel_of(sub.name)
+        step = self.subbatch_chunk
+        chunks: list[SubBatchMsg] = []
+        for start in range(0, len(sub.deletes), step):
+            chunk = sub.deletes[start : start + step]
+            chunks.append(SubBatchMsg(block, sub.id, len(chunks), chunk, {}))
+        for start in range(0, len(sub.updates), step):
+            chunk_updates = dict(sub.updates[start : start + step])
+            chunks.append(SubBatchMsg(block, sub.id, len(chunks), (), chunk_updates))
+        header = SubBatchHeader(block, sub.id, len(chunks))
+        return [(channel, header), *((channel, msg) for msg in chunks)]
+
+    def reorg_messages(
+        self, ancestor: bytes, ancestor_number: int, blocks: Sequence[BlockPayload]
+    ) -> list[RoutedMessage]:
+        """A deep reorg: Reorg, the new chain's blocks in order, ReorgComplete, all on one channel.
+
+        The transport must deliver this list in order on that channel.
+        """
+        channel = reorg_channel_name(self.router.default_channel, ancestor)
+        result = [RoutedMessage(channel, *encode_message(Reorg(ancestor, ancestor_number)))]
+        for payload in blocks:
+            result.extend(RoutedMessage(channel, m.key, m.value) for m in self.messages_for(payload))
+        done = ReorgComplete(ancestor, ancestor_number)
+        result.append(RoutedMessage(channel, *encode_message(done)))
+        return result

@@ -1,0 +1,103 @@
+"""What a replica knows about one entity (one record of one table), as an immutable value.
+
+The storage layer keeps the same facts in its state tables: the record's upsert and delete
+versions, one LWW register per column, and the updates held in the mempool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from sync.crdt.message import CrdtMessage
+from sync.crdt.values import Value, value_text
+
+__all__ = ["EMPTY", "Cell", "EntityState", "Held", "Version", "cell_wins"]
+
+
+@dataclass(frozen=True, order=True)
+class Version:
+    """A (timestamp, sender) pair; the greater one is the later one."""
+
+    timestamp: int
+    sender: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The LWW register of one column: the winning write so far."""
+
+    timestamp: int
+    value: Value
+    sender: str
+
+    @property
+    def order_key(self) -> tuple[int, str, str]:
+        # value_text is injective, so distinct writes never tie and the order is total.
+        return (self.timestamp, value_text(self.value), self.sender)
+
+
+def cell_wins(new: Cell, old: Cell | None) -> bool:
+    """True if ``new`` replaces ``old``: later timestamp, then greater value text, then sender."""
+    return old is None or new.order_key > old.order_key
+
+
+@dataclass(frozen=True)
+class Held:
+    """An update waiting in the mempool; ``held_at_ms`` (local, for the age limit) is not
+    part of equality, so replicas that held the same updates at different times compare equal."""
+
+    message: CrdtMessage
+    held_at_ms: int = field(default=0, compare=False)
+
+
+def _frozen(cells: Mapping[str, Cell]) -> Mapping[str, Cell]:
+    return MappingProxyType(dict(sorted(cells.items())))
+
+
+@dataclass(frozen=True)
+class EntityState:
+    """Everything known about one (table, entity id).
+
+    Invariants kept by the rules: every cell and every held update is newer than ``deleted``;
+    ``held`` is empty once ``upserted`` is set, and sorted by message identity.
+    """
+
+    upserted: Version | None = None
+    deleted: Version | None = None
+    cells: Mapping[str, Cell] = field(default_factory=dict)
+    held: tuple[Held, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cells", _frozen(self.cells))
+
+    @property
+    def alive(self) -> bool:
+        """The record exists: some upsert is newer than every delete (delete wins ties)."""
+        if self.upserted is None:
+            return False
+        return self.deleted is None or self.upserted.timestamp > self.deleted.timestamp
+
+    @property
+    def is_empty(self) -> bool:
+        return self == EMPTY
+
+    def is_dominated(self, timestamp: int) -> bool:
+        """A write at ``timestamp`` can never be visible: the tombstone is at least as new."""
+        return self.deleted is not None and timestamp <= self.deleted.timestamp
+
+    def values(self) -> dict[str, Value]:
+        return {column: cell.value for column, cell in self.cells.items()}
+
+    def row(self, columns: Mapping[str, object]) -> dict[str, Value] | None:
+        """The visible row with every declared column (NULL where unwritten), or None."""
+        if not self.alive:
+            return None
+        return {
+            column: (self.cells[column].value if column in self.cells else None)
+            for column in sorted(columns)
+        }
+
+
+EMPTY = EntityState()

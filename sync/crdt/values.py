@@ -1,0 +1,87 @@
+"""Cell values, column types and the canonical text of a value.
+
+A value is one JSON scalar: ``str``, ``int`` (signed 64-bit, never ``bool``), ``float`` (finite),
+``bool`` or ``None``. The canonical text of a value (its compact JSON, non-ASCII kept as UTF-8)
+is injective over values, so it serves both the wire encoding and the LWW tie-break: two writes
+with different values never compare equal, even ``1``, ``1.0``, ``true`` and ``"1"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from enum import StrEnum
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "ColumnType",
+    "Value",
+    "is_identifier",
+    "is_unicode",
+    "value_problem",
+    "value_text",
+]
+
+Value = str | int | float | bool | None
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+# Table and column names end up as SQL identifiers in storage/, so only plain ones are allowed.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def is_unicode(text: str) -> bool:
+    """False for a ``str`` holding lone surrogates, which have no UTF-8 encoding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_identifier(name: object) -> bool:
+    """True for a name usable as a table or column: ``[A-Za-z_][A-Za-z0-9_]{0,62}``."""
+    return isinstance(name, str) and _IDENTIFIER.fullmatch(name) is not None
+
+
+class ColumnType(StrEnum):
+    """Declared type of a replicated column; every column also accepts ``None`` (SQL NULL)."""
+
+    TEXT = "text"
+    INTEGER = "integer"
+    REAL = "real"
+    BOOLEAN = "boolean"
+
+    def accepts(self, value: Value) -> bool:
+        if value is None:
+            return True
+        if self is ColumnType.TEXT:
+            return isinstance(value, str)
+        if self is ColumnType.INTEGER:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if self is ColumnType.REAL:
+            return isinstance(value, float)
+        return isinstance(value, bool)
+
+
+def value_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a cell value, or None if it can."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return None if is_unicode(value) else "string with lone surrogates"
+    if isinstance(value, int):
+        if INT64_MIN <= value <= INT64_MAX:
+            return None
+        return "integer outside signed 64-bit range"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "non-finite float"
+    return f"unsupported value type {type(value).__name__}"
+
+
+def value_text(value: Value) -> str:
+    """The canonical text of a value: compact JSON, e.g. ``"abc"``, ``12``, ``1.5``, ``true``."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)

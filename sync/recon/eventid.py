@@ -1,0 +1,276 @@
+"""CIP-124 eventIds: the Recon keys of our events, and the fence posts of ranges over them.
+
+Byte layout (CIP-124 "EventIds"):
+
+    varint(0xce) varint(0x05) varint(network_id)
+    last8(sha256(sort_value)) last8(sha256(controller)) last4(init_event_cid)
+    cbor_uint(event_height) event_cid
+
+Our events map onto it as follows (docs/recon.md has the rationale):
+
+* sort value = the SDS channel name (UTF-8), controller = the sender's libp2p peer id (its
+  base58 text, UTF-8);
+* init event = :func:`genesis_cid` of the (channel, sender) stream, a CIDv1 (raw codec, sha2-256)
+  that every node derives the same way without any event to point at;
+* event height = the Lamport timestamp (strictly increasing per sender, so a stream sorts in
+  causal order: CBOR unsigned integers of growing size have growing head bytes, so byte order
+  equals numeric order);
+* event CID = CIDv1 (raw codec, sha2-256) whose multihash digest is the 32-byte event digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from sync.errors import RemoteProtocolError
+
+__all__ = [
+    "CODEC_RAW",
+    "MAX_EVENT_ID_LEN",
+    "EventId",
+    "cbor_uint",
+    "channel_bounds",
+    "event_cid",
+    "event_key",
+    "genesis_cid",
+    "network_bounds",
+    "parse_event_id",
+    "prefix_successor",
+    "sender_bounds",
+    "stream_prefix",
+    "varint",
+]
+
+STREAMID_CODE = 0xCE
+EVENTID_TYPE = 0x05
+CODEC_RAW = 0x55
+SHA2_256 = 0x12
+MAX_EVENT_ID_LEN = 256
+_GENESIS_TAG = b"syncnode/recon/genesis/v1"
+_MAX_VARINT_BYTES = 9
+
+
+def varint(value: int) -> bytes:
+    """Unsigned LEB128, as multiformats varints are written."""
+    if value < 0:
+        raise ValueError("varint of a negative number")
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, next position); minimal encodings only, at most 9 bytes."""
+    value = 0
+    for i in range(_MAX_VARINT_BYTES):
+        if pos + i >= len(data):
+            raise RemoteProtocolError("truncated varint")
+        byte = data[pos + i]
+        value |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            if byte == 0 and i > 0:
+                raise RemoteProtocolError("non-minimal varint")
+            return value, pos + i + 1
+    raise RemoteProtocolError("varint too long")
+
+
+def cbor_uint(value: int) -> bytes:
+    """The shortest CBOR encoding of an unsigned integer (major type 0)."""
+    if value < 0:
+        raise ValueError("cbor_uint of a negative number")
+    if value < 24:
+        return bytes([value])
+    for head, size in ((0x18, 1), (0x19, 2), (0x1A, 4), (0x1B, 8)):
+        if value < 1 << (8 * size):
+            return bytes([head]) + value.to_bytes(size, "big")
+    raise ValueError("cbor_uint above 2^64")
+
+
+def _read_cbor_uint(data: bytes, pos: int) -> tuple[int, int]:
+    if pos >= len(data):
+        raise RemoteProtocolError("eventId truncated before event height")
+    head = data[pos]
+    if head < 24:
+        return head, pos + 1
+    sizes = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
+    size = sizes.get(head)
+    if size is None:
+        raise RemoteProtocolError("event height is not a CBOR unsigned integer")
+    end = pos + 1 + size
+    if end > len(data):
+        raise RemoteProtocolError("eventId truncated inside event height")
+    value = int.from_bytes(data[pos + 1 : end], "big")
+    if cbor_uint(value) != data[pos:end]:
+        raise RemoteProtocolError("event height is not minimally encoded")
+    return value, end
+
+
+def _last(data: bytes, n: int) -> bytes:
+    return data[-n:].rjust(n, b"\0")
+
+
+def _cid_v1(codec: int, digest: bytes) -> bytes:
+    return b"\x01" + varint(codec) + varint(SHA2_256) + varint(len(digest)) + digest
+
+
+def event_cid(digest: bytes) -> bytes:
+    """CIDv1(raw, sha2-256) bytes over a 32-byte event digest."""
+    if len(digest) != 32:
+        raise ValueError("an event digest is 32 bytes")
+    return _cid_v1(CODEC_RAW, digest)
+
+
+def genesis_cid(channel: str, sender: str) -> bytes:
+    """The deterministic init-event CID of the (channel, sender) stream."""
+    ch, se = channel.encode(), sender.encode()
+    preimage = _GENESIS_TAG + varint(len(ch)) + ch + varint(len(se)) + se
+    return _cid_v1(CODEC_RAW, hashlib.sha256(preimage).digest())
+
+
+def _head(network_id: int) -> bytes:
+    return varint(STREAMID_CODE) + varint(EVENTID_TYPE) + varint(network_id)
+
+
+def _separator(channel: str) -> bytes:
+    return _last(hashlib.sha256(channel.encode()).digest(), 8)
+
+
+def _controller(sender: str) -> bytes:
+    return _last(hashlib.sha256(sender.encode()).digest(), 8)
+
+
+def build_event_id(
+    network_id: int,
+    sort_value: bytes,
+    controller: bytes,
+    init_event_cid: bytes,
+    event_height: int,
+    event_cid_bytes: bytes,
+) -> bytes:
+    """The CIP-124 layout from its raw inputs (sort value and controller are hashed here)."""
+    return b"".join(
+        (
+            _head(network_id),
+            _last(hashlib.sha256(sort_value).digest(), 8),
+            _last(hashlib.sha256(controller).digest(), 8),
+            _last(init_event_cid, 4),
+            cbor_uint(event_height),
+            event_cid_bytes,
+        )
+    )
+
+
+def event_key(network_id: int, channel: str, sender: str, lamport: int, digest: bytes) -> bytes:
+    """The Recon key of one of our events."""
+    return build_event_id(
+        network_id,
+        channel.encode(),
+        sender.encode(),
+        genesis_cid(channel, sender),
+        lamport,
+        event_cid(digest),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EventId:
+    """A parsed eventId; ``separator``/``controller``/``init_tail`` are the truncated hashes."""
+
+    network_id: int
+    separator: bytes
+    controller: bytes
+    init_tail: bytes
+    height: int
+    event_cid: bytes
+
+    @property
+    def digest(self) -> bytes:
+        """The multihash digest inside ``event_cid`` (our 32-byte event digest)."""
+        pos = 1
+        _codec, pos = read_varint(self.event_cid, pos)
+        _code, pos = read_varint(self.event_cid, pos)
+        _size, pos = read_varint(self.event_cid, pos)
+        return self.event_cid[pos:]
+
+    def to_bytes(self) -> bytes:
+        return b"".join(
+            (
+                _head(self.network_id),
+                self.separator,
+                self.controller,
+                self.init_tail,
+                cbor_uint(self.height),
+                self.event_cid,
+            )
+        )
+
+
+def parse_event_id(data: bytes) -> EventId:
+    """Parse and check an eventId; anything malformed raises ``RemoteProtocolError``."""
+    if len(data) > MAX_EVENT_ID_LEN:
+        raise RemoteProtocolError("eventId too long")
+    code, pos = read_varint(data, 0)
+    kind, pos = read_varint(data, pos)
+    if code != STREAMID_CODE or kind != EVENTID_TYPE:
+        raise RemoteProtocolError("not a CIP-124 eventId")
+    network_id, pos = read_varint(data, pos)
+    if pos + 20 > len(data):
+        raise RemoteProtocolError("eventId truncated")
+    separator, controller, init_tail = data[pos : pos + 8], data[pos + 8 : pos + 16], data[
+        pos + 16 : pos + 20
+    ]
+    height, pos = _read_cbor_uint(data, pos + 20)
+    cid = data[pos:]
+    _check_cid(cid)
+    return EventId(network_id, separator, controller, init_tail, height, cid)
+
+
+def _check_cid(cid: bytes) -> None:
+    if not cid or cid[0] != 0x01:
+        raise RemoteProtocolError("event CID is not a CIDv1")
+    _codec, pos = read_varint(cid, 1)
+    _code, pos = read_varint(cid, pos)
+    size, pos = read_varint(cid, pos)
+    if len(cid) - pos != size:
+        raise RemoteProtocolError("event CID multihash length mismatch")
+
+
+def prefix_successor(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string that starts with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        raise ValueError("no successor of an all-0xff prefix")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def stream_prefix(network_id: int, channel: str, sender: str | None = None) -> bytes:
+    """The key prefix shared by a whole channel, or by one sender's stream in it."""
+    prefix = _head(network_id) + _separator(channel)
+    if sender is not None:
+        prefix += _controller(sender) + _last(genesis_cid(channel, sender), 4)
+    return prefix
+
+
+def network_bounds(network_id: int) -> tuple[bytes, bytes]:
+    """[lo, hi) holding every eventId of the network (varints are prefix-free)."""
+    head = _head(network_id)
+    return head, prefix_successor(head)
+
+
+def channel_bounds(network_id: int, channel: str) -> tuple[bytes, bytes]:
+    """[lo, hi) holding every event of one channel (and, rarely, of an 8-byte hash twin)."""
+    prefix = stream_prefix(network_id, channel)
+    return prefix, prefix_successor(prefix)
+
+
+def sender_bounds(network_id: int, channel: str, sender: str) -> tuple[bytes, bytes]:
+    """[lo, hi) holding every event of one sender in one channel."""
+    prefix = stream_prefix(network_id, channel, sender)
+    return prefix, prefix_successor(prefix)

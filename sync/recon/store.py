@@ -1,0 +1,250 @@
+"""Ordered key stores with O(log n) range hash and count.
+
+``KeyStore`` is the small interface the reconciler needs; a SQL-backed store (``COUNT``/``SUM``
+over the 8 lane columns for ``[lo, hi)``, ``ORDER BY recon_key LIMIT/OFFSET``) implements it too.
+
+``MemoryKeyStore`` keeps the keys in sorted blocks (as sortedcontainers does). Each block holds
+the running sum of the keys' :func:`wide_of` values, and a Fenwick tree sums whole blocks, so the
+hash of the prefix ending at any position is one Fenwick walk plus one list read, and a range
+hash is the difference of two prefix hashes: O(log n), never a scan of the range.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+from itertools import accumulate
+from typing import Protocol, runtime_checkable
+
+from sync.errors import LocalProtocolError
+from sync.recon.sha256a import Sha256a, wide_of
+
+__all__ = ["EMPTY_HASH", "KeyStore", "MemoryKeyStore"]
+
+EMPTY_HASH = Sha256a()
+
+
+@runtime_checkable
+class KeyStore(Protocol):
+    """An ordered set of byte-string keys; every range is half-open, ``[lo, hi)``."""
+
+    def insert(self, key: bytes) -> bool:
+        """Add ``key``; True when it was not there before."""
+        ...
+
+    def contains(self, key: bytes) -> bool: ...
+
+    def range_hash(self, lo: bytes, hi: bytes) -> Sha256a:
+        """Sha256a (with the count) of the keys in ``[lo, hi)``."""
+        ...
+
+    def count(self, lo: bytes, hi: bytes) -> int: ...
+
+    def keys(self, lo: bytes, hi: bytes, limit: int) -> list[bytes]:
+        """Up to ``limit`` keys of ``[lo, hi)``, ascending."""
+        ...
+
+    def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
+        """The ``rank``-th key (0-based) of ``[lo, hi)``; SQL: ``ORDER BY .. LIMIT 1 OFFSET rank``."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
+_LOAD = 512
+
+
+class _Fenwick:
+    """Prefix sums over per-block values (big ints or counts)."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, values: list[int]) -> None:
+        tree = [0, *values]
+        for i in range(1, len(tree)):
+            parent = i + (i & -i)
+            if parent < len(tree):
+                tree[parent] += tree[i]
+        self.tree = tree
+
+    def add(self, index: int, delta: int) -> None:
+        tree = self.tree
+        i = index + 1
+        while i < len(tree):
+            tree[i] += delta
+            i += i & -i
+
+    def prefix(self, index: int) -> int:
+        """Sum of values[0:index]."""
+        tree = self.tree
+        total = 0
+        while index:
+            total += tree[index]
+            index &= index - 1
+        return total
+
+    def find(self, rank: int) -> tuple[int, int]:
+        """(index, rank within it) of the value holding 0-based position ``rank``."""
+        tree = self.tree
+        pos = 0
+        step = 1 << (len(tree).bit_length())
+        while step:
+            nxt = pos + step
+            if nxt < len(tree) and tree[nxt] <= rank:
+                pos = nxt
+                rank -= tree[nxt]
+            step >>= 1
+        return pos, rank
+
+
+class MemoryKeyStore:
+    """In-memory :class:`KeyStore`: sorted blocks, in-block prefix sums, Fenwick over blocks."""
+
+    __slots__ = ("_blocks", "_counts", "_hashes", "_len", "_maxes", "_prefix")
+
+    def __init__(self) -> None:
+        self._blocks: list[list[bytes]] = []
+        self._prefix: list[list[int]] = []
+        self._maxes: list[bytes] = []
+        self._len = 0
+        self._rebuild_index()
+
+    @classmethod
+    def from_sorted(cls, keys: Iterable[bytes], *, load: int = _LOAD) -> MemoryKeyStore:
+        """Bulk load from strictly ascending keys: O(n), no per-key insertion."""
+        ordered = keys if isinstance(keys, list) else list(keys)
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            if not a < b:
+                raise LocalProtocolError("from_sorted needs strictly ascending keys")
+        store = cls()
+        store._blocks = [ordered[i : i + load] for i in range(0, len(ordered), load)]
+        store._prefix = [
+            list(accumulate(map(wide_of, block), initial=0)) for block in store._blocks
+        ]
+        store._maxes = [block[-1] for block in store._blocks]
+        store._len = len(ordered)
+        store._rebuild_index()
+        return store
+
+    def _rebuild_index(self) -> None:
+        self._hashes = _Fenwick([p[-1] for p in self._prefix])
+        self._counts = _Fenwick([len(b) for b in self._blocks])
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _locate(self, key: bytes) -> tuple[int, int]:
+        """(block, offset) of the first key >= ``key``; (last block, its length) past the end."""
+        b = bisect_left(self._maxes, key)
+        if b == len(self._maxes):
+            return (b - 1, len(self._blocks[b - 1])) if b else (0, 0)
+        return b, bisect_left(self._blocks[b], key)
+
+    def _rank(self, b: int, off: int) -> int:
+        return self._counts.prefix(b) + off
+
+    def contains(self, key: bytes) -> bool:
+        b = bisect_left(self._maxes, key)
+        if b == len(self._maxes):
+            return False
+        block = self._blocks[b]
+        off = bisect_left(block, key)
+        return block[off] == key
+
+    def insert(self, key: bytes) -> bool:
+        if not self._blocks:
+            self._blocks, self._prefix, self._maxes = [[key]], [[0, wide_of(key)]], [key]
+            self._len = 1
+            self._rebuild_index()
+            return True
+        b = bisect_left(self._maxes, key)
+        if b == len(self._maxes):
+            b -= 1
+        block = self._blocks[b]
+        off = bisect_left(block, key)
+        if off < len(block) and block[off] == key:
+            return False
+        wide = wide_of(key)
+        block.insert(off, key)
+        prefix = self._prefix[b]
+        prefix[off + 1 :] = [p + wide for p in prefix[off:]]
+        self._maxes[b] = block[-1]
+        self._len += 1
+        if len(block) > 2 * _LOAD:
+            half = len(block) // 2
+            self._blocks[b : b + 1] = [block[:half], block[half:]]
+            self._prefix[b : b + 1] = [
+                list(accumulate(map(wide_of, part), initial=0)) for part in self._blocks[b : b + 2]
+            ]
+            self._maxes[b : b + 1] = [block[half - 1], block[-1]]
+            self._rebuild_index()
+        else:
+            self._hashes.add(b, wide)
+            self._counts.add(b, 1)
+        return True
+
+    def range_hash(self, lo: bytes, hi: bytes) -> Sha256a:
+        if not lo < hi or not self._blocks:
+            return EMPTY_HASH
+        b1, o1 = self._locate(lo)
+        b2, o2 = self._locate(hi)
+        if b1 == b2:
+            if o1 == o2:
+                return EMPTY_HASH
+            prefix = self._prefix[b1]
+            return Sha256a.from_wide(prefix[o2] - prefix[o1], o2 - o1)
+        wide = self._hashes.prefix(b2) - self._hashes.prefix(b1) + self._prefix[b2][o2]
+        wide -= self._prefix[b1][o1]
+        return Sha256a.from_wide(wide, self._rank(b2, o2) - self._rank(b1, o1))
+
+    def count(self, lo: bytes, hi: bytes) -> int:
+        if not lo < hi or not self._blocks:
+            return 0
+        b1, o1 = self._locate(lo)
+        b2, o2 = self._locate(hi)
+        if b1 == b2:
+            return o2 - o1
+        return self._rank(b2, o2) - self._rank(b1, o1)
+
+    def keys(self, lo: bytes, hi: bytes, limit: int) -> list[bytes]:
+        out: list[bytes] = []
+        if not lo < hi or not self._blocks or limit <= 0:
+            return out
+        b, off = self._locate(lo)
+        blocks = self._blocks
+        while b < len(blocks):
+            block = blocks[b]
+            end = bisect_left(block, hi, off) if block[-1] >= hi else len(block)
+            out.extend(block[off : min(end, off + limit - len(out))])
+            if end < len(block) or len(out) >= limit:
+                break
+            b, off = b + 1, 0
+        return out
+
+    def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
+        b, off = self._locate(lo)
+        if 0 <= rank and off + rank < len(self._blocks[b]):
+            key = self._blocks[b][off + rank]
+        else:
+            target = self._rank(b, off) + rank
+            if not 0 <= rank or target >= self._len:
+                raise LocalProtocolError("key_at rank out of range")
+            blk, within = self._counts.find(target)
+            key = self._blocks[blk][within]
+        if key >= hi:
+            raise LocalProtocolError("key_at rank out of range")
+        return key
+
+    def overhead_bytes(self) -> int:
+        """Bytes held by the structure beyond the key bytes themselves (for the benchmark)."""
+        import sys
+
+        total = sys.getsizeof(self._blocks) + sys.getsizeof(self._prefix)
+        total += sys.getsizeof(self._maxes)
+        for block, prefix in zip(self._blocks, self._prefix, strict=True):
+            total += sys.getsizeof(block) + sys.getsizeof(prefix)
+            total += sum(sys.getsizeof(k) - len(k) for k in block)
+            total += sum(sys.getsizeof(p) for p in prefix)
+        for tree in (self._hashes.tree, self._counts.tree):
+            total += sys.getsizeof(tree) + sum(sys.getsizeof(v) for v in tree)
+        return total

@@ -1,0 +1,1 @@
+"""SDS and SDS-R."""

@@ -1,0 +1,126 @@
+"""Bloom filters of message ids: the rolling local filter and a read-only view of a peer's.
+
+Hashing (fixed, so any implementation can test our filters): ``h = mmh3.hash128(utf8(id),
+seed=0, unsigned)``, ``h1 = h mod 2**64``, ``h2 = h >> 64``; the k bit positions are
+``(h1 + i * h2) mod m`` for ``i = 0 .. k-1`` (Kirsch-Mitzenmacher double hashing). Bit ``j`` is bit
+``j mod 8`` counted from the most significant end of byte ``j div 8`` (big-endian bit order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import mmh3
+from bitarray import bitarray
+
+from sync.errors import RemoteProtocolError
+
+__all__ = ["MAX_HASHES", "BloomParams", "BloomView", "RollingBloomFilter", "bloom_indices"]
+
+MAX_HASHES = 64
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class BloomParams:
+    """Number of bits ``m`` and of hash functions ``k``."""
+
+    bits: int
+    hashes: int
+
+    @classmethod
+    def optimal(cls, capacity: int, fp_rate: float) -> BloomParams:
+        """The smallest m, and the k minimising false positives, for ``capacity`` ids."""
+        bits = math.ceil(-capacity * math.log(fp_rate) / (math.log(2) ** 2))
+        hashes = max(1, min(MAX_HASHES, round(bits / capacity * math.log(2))))
+        return cls(bits, hashes)
+
+    def false_positive_rate(self, count: int) -> float:
+        """Expected false-positive rate with ``count`` ids inserted."""
+        return float((1.0 - math.exp(-self.hashes * count / self.bits)) ** self.hashes)
+
+    @property
+    def nbytes(self) -> int:
+        return (self.bits + 7) // 8
+
+
+def bloom_indices(message_id: str, params: BloomParams) -> tuple[int, ...]:
+    h = mmh3.hash128(message_id.encode("utf-8", "surrogatepass"), 0, False)
+    h1 = h & _MASK64
+    h2 = h >> 64
+    m = params.bits
+    return tuple((h1 + i * h2) % m for i in range(params.hashes))
+
+
+class RollingBloomFilter:
+    """A filter over exactly the ``window`` most recently added ids.
+
+    Every bit has a counter, so the oldest id can be removed when the window is full (a counting
+    bloom filter); the filter therefore rolls over continuously instead of being reset, and its
+    false-positive rate never exceeds the design rate at ``window`` ids.
+    """
+
+    def __init__(self, params: BloomParams, window: int) -> None:
+        self.params = params
+        self.window = window
+        self._bits = bitarray(params.bits, endian="big")
+        self._bits.setall(0)
+        self._counts = [0] * params.bits
+        self._order: deque[tuple[int, ...]] = deque()
+        self._encoded: bytes | None = None
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def add(self, message_id: str) -> None:
+        self.add_indices(bloom_indices(message_id, self.params))
+
+    def add_indices(self, indices: tuple[int, ...]) -> None:
+        counts = self._counts
+        bits = self._bits
+        for i in indices:
+            counts[i] += 1
+            if counts[i] == 1:
+                bits[i] = 1
+        self._order.append(indices)
+        if len(self._order) > self.window:
+            for i in self._order.popleft():
+                counts[i] -= 1
+                if counts[i] == 0:
+                    bits[i] = 0
+        self._encoded = None
+
+    def contains_indices(self, indices: tuple[int, ...]) -> bool:
+        bits = self._bits
+        return all(bits[i] for i in indices)
+
+    def __contains__(self, message_id: str) -> bool:
+        return self.contains_indices(bloom_indices(message_id, self.params))
+
+    def to_bytes(self) -> bytes:
+        if self._encoded is None:
+            self._encoded = self._bits.tobytes()
+        return self._encoded
+
+
+class BloomView:
+    """A received filter, checked against its parameters before use."""
+
+    __slots__ = ("_bits", "false_positive_rate", "params")
+
+    def __init__(self, data: bytes, params: BloomParams, *, max_bits: int) -> None:
+        if not 0 < params.bits <= max_bits or not 0 < params.hashes <= MAX_HASHES:
+            raise RemoteProtocolError("bloom filter parameters out of range")
+        if len(data) != params.nbytes:
+            raise RemoteProtocolError("bloom filter length does not match its parameters")
+        self.params = params
+        self._bits = bitarray(endian="big")
+        self._bits.frombytes(data)
+        # The actual rate of this filter (from its fill), used to weigh a hit as evidence.
+        self.false_positive_rate = (self._bits.count() / params.bits) ** params.hashes
+
+    def contains_indices(self, indices: tuple[int, ...]) -> bool:
+        bits = self._bits
+        return all(bits[i] for i in indices)

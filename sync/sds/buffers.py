@@ -1,0 +1,34 @@
+"""Entries of the outgoing and incoming buffers (shared by the channel and its persistence)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sync.sds.bloom import BloomParams
+from sync.sds.message import SignedEvent
+
+__all__ = ["OutgoingEntry", "WaitingEntry"]
+
+
+@dataclass
+class OutgoingEntry:
+    """One of our messages not acknowledged yet."""
+
+    message_id: str
+    wire: bytes
+    attempts: int = 0
+    possibly: bool = False
+    bloom_senders: set[str] = field(default_factory=set)
+    #: Probability that every bloom hit so far was a false positive.
+    fp_product: float = 1.0
+    #: Bit positions of the id per filter geometry seen, computed once.
+    indices: dict[BloomParams, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass
+class WaitingEntry:
+    """A received message whose dependencies are not all delivered."""
+
+    event: SignedEvent
+    missing: set[str]
+    lost_dependency: bool = False

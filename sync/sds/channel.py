@@ -1,0 +1,605 @@
+"""``SdsChannel``: SDS and SDS-R for one (channel, participant), sans-IO.
+
+Driven by ``send`` / ``send_ephemeral`` / ``receive`` / ``handle_timer``; read through
+``events()``, ``datagrams_to_send()`` and ``get_timer()``. ``now`` is always float seconds since
+the epoch; the Lamport clock works in epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import random
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.identity import peer_id_of
+from sync.sds.buffers import OutgoingEntry, WaitingEntry
+from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
+from sync.sds.config import SdsConfig
+from sync.sds.events import (
+    Acknowledged,
+    Delivered,
+    DependencyLost,
+    EphemeralReceived,
+    MissingDependencies,
+    MissingEntry,
+    PossiblyAcknowledged,
+    RepairAnswered,
+    RepairRequested,
+    ResendExhausted,
+    SdsEvent,
+)
+from sync.sds.message import (
+    DecodeLimits,
+    HistoryRef,
+    SignedEvent,
+    decode_transmission,
+    encode_event,
+    transmission_suffix,
+)
+from sync.sds.repair import in_response_group, t_req, t_resp
+from sync.sds.timers import TimerKind, TimerQueue
+
+__all__ = ["LAMPORT_LIMIT", "SdsChannel"]
+
+#: Received timestamps at or above this are rejected, so that ``lamport + 1`` never leaves uint64
+#: however many messages follow.
+LAMPORT_LIMIT = (1 << 64) - (1 << 32)
+_SIGNATURE_CACHE = 4096
+#: Spacing of repair requests beyond the per-message quota (they wait for the next message).
+_REPAIR_PACING = 1.0
+_SYNC_KEY = ""
+
+
+class SdsChannel:
+    """One participant's view of one SDS channel."""
+
+    def __init__(
+        self,
+        channel_id: str,
+        participant_id: str,
+        signing_key: Ed25519PrivateKey | None,
+        config: SdsConfig | None = None,
+        rng: random.Random | None = None,
+        now: float = 0.0,
+        verify_signatures: bool = True,
+    ) -> None:
+        if signing_key is not None and peer_id_of(signing_key) != participant_id:
+            raise LocalProtocolError("participant_id is not the peer id of signing_key")
+        self.channel_id = channel_id
+        self.participant_id = participant_id
+        self.config = config or SdsConfig()
+        self.verify_signatures = verify_signatures
+        self._key = signing_key
+        self._rng = rng or random.Random(0)
+        cfg = self.config
+        self._limits = DecodeLimits(
+            max_size=cfg.max_message_size,
+            max_history_entries=cfg.max_history_entries,
+            max_repair_entries=cfg.max_repair_entries,
+            max_id_length=cfg.max_id_length,
+            max_hint_length=cfg.max_hint_length,
+        )
+        self.bloom_params = BloomParams.optimal(cfg.bloom_capacity, cfg.bloom_fp_rate)
+        self._bloom = RollingBloomFilter(self.bloom_params, cfg.bloom_capacity)
+        self._lamport = int(now * 1000)
+        self._timers = TimerQueue()
+        self._events: list[SdsEvent] = []
+        self._datagrams: list[bytes] = []
+        # Local log: every delivered id with its lamport; a sorted recent tail for histories.
+        self._log: dict[str, int] = {}
+        self._tail: list[tuple[int, str]] = []
+        self._tail_refs: dict[str, HistoryRef] = {}
+        self._tail_size = max(64, 4 * cfg.sync_history_size)
+        # Delivered messages no delivered message refers to (the frontier of the causal DAG).
+        self._heads: dict[str, HistoryRef] = {}
+        self._hints: dict[str, bytes] = {}
+        # Incoming buffer: waiting messages, and who waits for which missing id.
+        self._waiting: dict[str, WaitingEntry] = {}
+        self._waiters: dict[str, list[str]] = {}
+        self._missing: dict[str, HistoryRef] = {}
+        self._lost: set[str] = set()
+        self._outgoing: dict[str, OutgoingEntry] = {}
+        # SDS-R buffers and the cache of messages we may have to rebroadcast.
+        self._repair_out: dict[str, tuple[float, HistoryRef]] = {}
+        self._repair_in: dict[str, float] = {}
+        self._cache: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._verified: dict[str, bytes] = {}
+        self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
+        self._last_activity = now
+        self._sync_armed_at = now
+        self._arm_sync(now)
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def lamport(self) -> int:
+        return self._lamport
+
+    def events(self) -> list[SdsEvent]:
+        out, self._events = self._events, []
+        return out
+
+    def datagrams_to_send(self) -> list[bytes]:
+        """Messages to broadcast produced by timers or by received repair requests."""
+        out, self._datagrams = self._datagrams, []
+        return out
+
+    def get_timer(self) -> float | None:
+        return self._timers.next_deadline()
+
+    def log(self) -> list[tuple[int, str]]:
+        """The local log as (lamport, message_id), in log order."""
+        return sorted((lamport, mid) for mid, lamport in self._log.items())
+
+    def has_delivered(self, message_id: str) -> bool:
+        return message_id in self._log
+
+    @property
+    def outgoing_ids(self) -> frozenset[str]:
+        return frozenset(self._outgoing)
+
+    @property
+    def waiting_ids(self) -> frozenset[str]:
+        return frozenset(self._waiting)
+
+    @property
+    def missing_ids(self) -> frozenset[str]:
+        return frozenset(self._missing)
+
+    @property
+    def repair_request_ids(self) -> frozenset[str]:
+        return frozenset(self._repair_out)
+
+    @property
+    def repair_response_ids(self) -> frozenset[str]:
+        return frozenset(self._repair_in)
+
+    def set_retrieval_hint(self, message_id: str, hint: bytes) -> None:
+        """Attach a retrieval hint to a logged message for the histories that name it."""
+        self._hints[message_id] = hint
+        for refs in (self._heads, self._tail_refs):
+            ref = refs.get(message_id)
+            if ref is not None:
+                refs[message_id] = HistoryRef(message_id, hint, ref.sender_id)
+
+    # ------------------------------------------------------------------ sending
+    def _tick(self, now: float) -> int:
+        self._lamport = max(int(now * 1000), self._lamport + 1)
+        if self._lamport >= 1 << 64:
+            raise LocalProtocolError("lamport clock exhausted")
+        return self._lamport
+
+    def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None) -> bytes:
+        """Create, log and return a content message to broadcast."""
+        if not content:
+            raise LocalProtocolError("content must not be empty (empty content is a sync)")
+        lamport = self._tick(now)
+        history = self._choose_history(self.config.causal_history_size, sample=False)
+        event = encode_event(
+            self.channel_id, self.participant_id, lamport, history, content, self._key
+        )
+        mid = event.message_id
+        if retrieval_hint is not None:
+            self._hints[mid] = retrieval_hint
+        self._bloom.add(mid)
+        self._deliver(event, lost_dependency=False)
+        self._outgoing[mid] = OutgoingEntry(mid, event.wire)
+        self._timers.schedule(TimerKind.RESEND, mid, now + self.config.resend_interval)
+        self._last_activity = now
+        return event.wire + self._suffix(now)
+
+    def send_ephemeral(self, content: bytes, now: float) -> bytes:
+        """An ephemeral message: no lamport, history or filter; not logged, not resent."""
+        if not content:
+            raise LocalProtocolError("ephemeral content must not be empty")
+        event = encode_event(self.channel_id, self.participant_id, None, (), content, self._key)
+        return event.wire
+
+    def _sync_message(self, now: float) -> bytes:
+        lamport = self._tick(now)
+        history = self._choose_history(self.config.sync_history_size, sample=True)
+        event = encode_event(self.channel_id, self.participant_id, lamport, history, b"", self._key)
+        self._last_activity = now
+        return event.wire + self._suffix(now)
+
+    def _suffix(self, now: float) -> bytes:
+        return transmission_suffix(
+            self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now)
+        )
+
+    def _choose_history(self, size: int, *, sample: bool) -> tuple[HistoryRef, ...]:
+        """The causal history: DAG heads first, most recent first, then the log's tail.
+
+        Naming heads guarantees that every logged message is reachable from some later history,
+        so a participant that missed it learns it is missing; a sync message samples the heads
+        when there are more than it can carry.
+        """
+        if size <= 0:
+            return ()
+        log = self._log
+        if len(self._heads) > size and sample:
+            ordered = sorted(self._heads, key=lambda i: (log[i], i))
+            chosen = self._rng.sample(ordered, size)
+        else:
+            chosen = heapq.nlargest(size, self._heads, key=lambda i: (log[i], i))
+        refs = [self._heads[i] for i in chosen]
+        if len(refs) < size:
+            taken = set(chosen)
+            for _, mid in reversed(self._tail):
+                if len(refs) >= size:
+                    break
+                if mid not in taken:
+                    refs.append(self._tail_refs[mid])
+        refs.sort(key=lambda r: (log[r.message_id], r.message_id))
+        return tuple(refs)
+
+    # ------------------------------------------------------------------ receiving
+    def receive(self, data: bytes, now: float, peer: str | None = None) -> None:
+        """Process a received message; ``RemoteProtocolError`` (and no state change) if bad."""
+        try:
+            tx = decode_transmission(
+                data,
+                self._limits,
+                check_id=self.config.check_message_ids,
+                verify_signature=self.verify_signatures,
+                known_signatures=self._verified,
+            )
+            event = tx.event
+            if event.channel_id != self.channel_id:
+                raise RemoteProtocolError("message for another channel")
+            if event.lamport is not None and event.lamport >= LAMPORT_LIMIT:
+                raise RemoteProtocolError("lamport timestamp out of range")
+            view = None
+            if tx.bloom_filter is not None and tx.bloom_params is not None:
+                max_bits = 8 * self.config.max_message_size
+                view = BloomView(tx.bloom_filter, tx.bloom_params, max_bits=max_bits)
+        except RemoteProtocolError as exc:
+            raise RemoteProtocolError(exc.reason, peer) from None
+        # Valid from here on: nothing below raises on peer input.
+        mid = event.message_id
+        if event.signature is not None and self.verify_signatures:
+            self._remember_signature(mid, event.signature)
+        self._last_activity = now
+        self._cancel_repairs(mid)
+        if event.sender_id == self.participant_id:
+            return
+        if event.is_ephemeral:
+            self._receive_ephemeral(event)
+            return
+        self._review_acks(event, view)
+        self._handle_repair_requests(tx.repair_request, now)
+        if event.is_sync:
+            self._note_missing(
+                [h for h in event.causal_history if self._is_unknown(h.message_id)], now
+            )
+            return
+        if mid in self._log or mid in self._waiting:
+            return
+        self._bloom.add(mid)
+        self._learn_hints(event.causal_history)
+        unmet = [h for h in event.causal_history if h.message_id not in self._log]
+        lost = any(h.message_id in self._lost for h in unmet)
+        unmet = [h for h in unmet if h.message_id not in self._lost]
+        if not unmet:
+            self._deliver(event, lost_dependency=lost)
+            return
+        if self._missing.pop(mid, None) is not None:
+            self._timers.cancel(TimerKind.LOST, mid)
+        self._waiting[mid] = WaitingEntry(event, {h.message_id for h in unmet}, lost)
+        for h in unmet:
+            self._waiters.setdefault(h.message_id, []).append(mid)
+        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now)
+
+    def _is_unknown(self, mid: str) -> bool:
+        return mid not in self._log and mid not in self._waiting and mid not in self._lost
+
+    def _remember_signature(self, mid: str, signature: bytes) -> None:
+        if mid not in self._verified:
+            if len(self._verified) >= _SIGNATURE_CACHE:
+                del self._verified[next(iter(self._verified))]
+            self._verified[mid] = signature
+
+    def _receive_ephemeral(self, event: SignedEvent) -> None:
+        seen = self._ephemeral_seen
+        if event.message_id in seen:
+            return
+        seen[event.message_id] = None
+        if len(seen) > self.config.ephemeral_dedup_size:
+            seen.popitem(last=False)
+        self._events.append(EphemeralReceived(event.message_id, event.sender_id, event.content))
+
+    def _learn_hints(self, history: tuple[HistoryRef, ...]) -> None:
+        for h in history:
+            if h.retrieval_hint is not None and h.message_id not in self._hints:
+                if h.message_id in self._log:
+                    self.set_retrieval_hint(h.message_id, h.retrieval_hint)
+                elif h.message_id in self._missing:
+                    self._missing[h.message_id] = h
+
+    def _review_acks(self, event: SignedEvent, view: BloomView | None) -> None:
+        outgoing = self._outgoing
+        if not outgoing:
+            return
+        for h in event.causal_history:
+            if h.message_id in outgoing:
+                self._acknowledge(h.message_id, by_bloom=False)
+        if view is None or not outgoing:
+            return
+        params = view.params
+        sender = event.sender_id
+        for entry in list(outgoing.values()):
+            indices = entry.indices.get(params)
+            if indices is None:
+                indices = entry.indices[params] = bloom_indices(entry.message_id, params)
+            if not view.contains_indices(indices) or sender in entry.bloom_senders:
+                continue
+            # Filters of distinct participants are independent evidence: multiply their
+            # false-positive rates (each from the filter's own size, hashes and fill).
+            entry.bloom_senders.add(sender)
+            entry.fp_product *= view.false_positive_rate
+            if entry.fp_product <= self.config.ack_fp_bound:
+                self._acknowledge(entry.message_id, by_bloom=True)
+                continue
+            self._events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
+            if not entry.possibly:
+                entry.possibly = True
+                due = self._timers.due(TimerKind.RESEND, entry.message_id)
+                if due is not None:
+                    later = due - self.config.resend_interval
+                    later += self.config.possibly_acked_resend_interval
+                    self._timers.schedule(TimerKind.RESEND, entry.message_id, later)
+
+    def _acknowledge(self, mid: str, *, by_bloom: bool) -> None:
+        del self._outgoing[mid]
+        self._timers.cancel(TimerKind.RESEND, mid)
+        self._events.append(Acknowledged(mid, by_bloom))
+
+    # ------------------------------------------------------------------ delivery
+    def _deliver(self, event: SignedEvent, *, lost_dependency: bool) -> None:
+        """Log ``event``, then every waiting message this completes (cascade, no sweep)."""
+        stack = [(event, lost_dependency)]
+        while stack:
+            ev, lost = stack.pop()
+            self._log_event(ev, lost)
+            for waiter in self._waiters.pop(ev.message_id, ()):
+                waiting = self._waiting.get(waiter)
+                if waiting is None:
+                    continue
+                waiting.missing.discard(ev.message_id)
+                if not waiting.missing:
+                    del self._waiting[waiter]
+                    stack.append((waiting.event, waiting.lost_dependency))
+
+    def _log_event(self, ev: SignedEvent, lost: bool) -> None:
+        mid = ev.message_id
+        lamport = ev.lamport
+        assert lamport is not None
+        self._log[mid] = lamport
+        if lamport > self._lamport:
+            self._lamport = lamport
+        ref = HistoryRef(mid, self._hints.get(mid), ev.sender_id)
+        bisect.insort(self._tail, (lamport, mid))
+        self._tail_refs[mid] = ref
+        if len(self._tail) > 2 * self._tail_size:
+            for _, old in self._tail[: self._tail_size]:
+                self._tail_refs.pop(old, None)
+            del self._tail[: self._tail_size]
+        for h in ev.causal_history:
+            self._heads.pop(h.message_id, None)
+        if mid in self._lost:
+            # Messages naming it were delivered already: it is not a head.
+            self._lost.discard(mid)
+        else:
+            self._heads[mid] = ref
+        if self._missing.pop(mid, None) is not None:
+            self._timers.cancel(TimerKind.LOST, mid)
+        if in_response_group(
+            self.participant_id, ev.sender_id, mid, self.config.num_response_groups
+        ):
+            self._cache_message(mid, ev.sender_id, ev.wire)
+        self._events.append(
+            Delivered(mid, ev.sender_id, lamport, ev.content, ev.history_ids, ev.wire, lost)
+        )
+
+    def _cache_message(self, mid: str, sender: str, wire: bytes) -> None:
+        if self.config.repair_cache_size <= 0:
+            return
+        self._cache[mid] = (sender, wire)
+        if len(self._cache) > self.config.repair_cache_size:
+            self._cache.popitem(last=False)
+
+    def _note_missing(self, refs: list[HistoryRef], now: float) -> None:
+        new = []
+        for ref in refs:
+            mid = ref.message_id
+            if mid in self._missing:
+                continue
+            self._missing[mid] = ref
+            self._timers.schedule(TimerKind.LOST, mid, now + self.config.lost_timeout)
+            self._arm_repair_request(ref, now)
+            new.append(MissingEntry(mid, ref.retrieval_hint, ref.sender_id))
+        if new:
+            self._events.append(MissingDependencies(tuple(new)))
+
+    def _declare_lost(self, mid: str) -> None:
+        ref = self._missing.pop(mid, None)
+        if ref is None:
+            return
+        self._cancel_repairs(mid)
+        pending = [mid]
+        while pending:
+            lost_id = pending.pop()
+            self._lost.add(lost_id)
+            dependants = tuple(self._waiters.pop(lost_id, ()))
+            self._events.append(DependencyLost(lost_id, dependants))
+            for waiter in dependants:
+                waiting = self._waiting.get(waiter)
+                if waiting is None:
+                    continue
+                waiting.missing.discard(lost_id)
+                waiting.lost_dependency = True
+                if self.config.lost_policy == "drop":
+                    del self._waiting[waiter]
+                    pending.append(waiter)
+                elif not waiting.missing:
+                    del self._waiting[waiter]
+                    self._deliver(waiting.event, lost_dependency=True)
+
+    # ------------------------------------------------------------------ SDS-R
+    def _arm_repair_request(self, ref: HistoryRef, now: float) -> None:
+        cfg = self.config
+        when = t_req(now, self.participant_id, ref.message_id, cfg.t_min, cfg.t_max)
+        self._repair_out[ref.message_id] = (when, ref)
+        self._timers.schedule(TimerKind.REPAIR_REQUEST, ref.message_id, when)
+
+    def _cancel_repairs(self, mid: str) -> None:
+        if self._repair_out.pop(mid, None) is not None:
+            self._timers.cancel(TimerKind.REPAIR_REQUEST, mid)
+        if self._repair_in.pop(mid, None) is not None:
+            self._timers.cancel(TimerKind.REPAIR_RESPONSE, mid)
+
+    def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
+        """Up to the quota of due requests, lowest T_req first; each is re-armed to ask again
+        after a fresh back-off if the repair does not arrive."""
+        quota = self.config.max_repair_requests
+        if not self._repair_out or quota <= 0:
+            return ()
+        due = [(when, mid) for mid, (when, _) in self._repair_out.items() if when <= now]
+        if not due:
+            return ()
+        chosen = [self._repair_out[mid][1] for _, mid in heapq.nsmallest(quota, due)]
+        for ref in chosen:
+            self._arm_repair_request(ref, now)
+        self._events.append(RepairRequested(tuple(r.message_id for r in chosen)))
+        return tuple(chosen)
+
+    def _handle_repair_requests(self, refs: tuple[HistoryRef, ...], now: float) -> None:
+        cfg = self.config
+        for ref in refs:
+            mid = ref.message_id
+            if mid in self._repair_out:
+                # Someone asked already: back off instead of asking too.
+                self._arm_repair_request(self._repair_out[mid][1], now)
+            if mid not in self._cache or mid in self._repair_in:
+                continue
+            sender = self._cache[mid][0]
+            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups):
+                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max)
+                self._repair_in[mid] = when
+                self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
+
+    # ------------------------------------------------------------------ timers
+    def _arm_sync(self, base: float) -> None:
+        self._sync_armed_at = base
+        cfg = self.config
+        delay = cfg.sync_interval + self._rng.uniform(0.0, cfg.sync_jitter)
+        self._timers.schedule(TimerKind.SYNC, _SYNC_KEY, base + delay)
+
+    def handle_timer(self, now: float) -> None:
+        """Run every timer due at ``now``; outgoing messages go to ``datagrams_to_send()``."""
+        while True:
+            due = self._timers.pop_due(now)
+            if not due:
+                return
+            want_sync = False
+            for kind, key in due:
+                if kind is TimerKind.LOST:
+                    self._declare_lost(key)
+                elif kind is TimerKind.RESEND:
+                    self._resend(key, now)
+                elif kind is TimerKind.REPAIR_RESPONSE:
+                    self._answer_repair(key, now)
+                elif kind is TimerKind.REPAIR_REQUEST:
+                    want_sync = want_sync or key in self._repair_out
+                elif kind is TimerKind.SYNC:
+                    want_sync = want_sync or self._periodic_sync_due(now)
+            if want_sync:
+                self._send_sync(now)
+
+    def _periodic_sync_due(self, now: float) -> bool:
+        if self._last_activity > self._sync_armed_at:
+            # Somebody broadcast since we armed: back off from that instead.
+            self._arm_sync(self._last_activity)
+            return False
+        if not self._log:
+            # Nothing to say: no history, no filter content (due repairs have their own timer).
+            self._arm_sync(now)
+            return False
+        return True
+
+    def _send_sync(self, now: float) -> None:
+        self._datagrams.append(self._sync_message(now))
+        # Due requests beyond the quota wait a little for the next message.
+        for mid, (when, ref) in list(self._repair_out.items()):
+            if when <= now:
+                self._repair_out[mid] = (now + _REPAIR_PACING, ref)
+                self._timers.schedule(TimerKind.REPAIR_REQUEST, mid, now + _REPAIR_PACING)
+        self._arm_sync(now)
+
+    def _resend(self, mid: str, now: float) -> None:
+        entry = self._outgoing.get(mid)
+        if entry is None:
+            return
+        cfg = self.config
+        if entry.attempts >= cfg.max_resends:
+            del self._outgoing[mid]
+            self._events.append(ResendExhausted(mid, entry.attempts))
+            return
+        entry.attempts += 1
+        self._datagrams.append(entry.wire + self._suffix(now))
+        self._last_activity = now
+        period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
+        self._timers.schedule(TimerKind.RESEND, mid, now + period)
+
+    def _answer_repair(self, mid: str, now: float) -> None:
+        if self._repair_in.pop(mid, None) is None:
+            return
+        cached = self._cache.get(mid)
+        if cached is None:
+            return
+        self._datagrams.append(cached[1] + self._suffix(now))
+        self._last_activity = now
+        self._events.append(RepairAnswered(mid))
+
+    # ------------------------------------------------------------------ persistence
+    def export_state(self) -> bytes:
+        from sync.sds.state import export_state
+
+        return export_state(self)
+
+    @classmethod
+    def restore(
+        cls,
+        state: bytes,
+        signing_key: Ed25519PrivateKey | None,
+        *,
+        log: Iterable[tuple[str, int]] = (),
+        cached_wires: Iterable[bytes] = (),
+        config: SdsConfig | None = None,
+        rng: random.Random | None = None,
+        now: float = 0.0,
+        verify_signatures: bool = True,
+    ) -> SdsChannel:
+        """Rebuild a channel from ``export_state()`` output and the persisted log.
+
+        ``log``: every delivered (message_id, lamport); the bloom filter is rebuilt from its most
+        recent entries. ``cached_wires``: canonical wires of recent messages to serve repairs.
+        """
+        from sync.sds.state import restore_channel
+
+        return restore_channel(
+            cls,
+            state,
+            signing_key,
+            log=log,
+            cached_wires=cached_wires,
+            config=config,
+            rng=rng,
+            now=now,
+            verify_signatures=verify_signatures,
+        )
+

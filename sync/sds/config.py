@@ -1,0 +1,92 @@
+"""Configuration of an SDS channel: every tunable of SDS and SDS-R in one frozen dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sync.errors import LocalProtocolError
+
+__all__ = ["LostPolicy", "SdsConfig"]
+
+LostPolicy = Literal["deliver", "drop"]
+
+
+@dataclass(frozen=True)
+class SdsConfig:
+    """Settings of one channel. Times are float seconds.
+
+    The SDS-R values ``t_min``, ``t_max`` and ``num_response_groups`` SHOULD be equal for every
+    participant of a channel (spec, "SDS-R global state").
+    """
+
+    #: Entries in the causal history of a content message (spec recommends 2).
+    causal_history_size: int = 2
+    #: Entries in the causal history of a sync message: all DAG heads up to this many.
+    sync_history_size: int = 16
+    #: The bloom filter covers exactly the most recent ``bloom_capacity`` received ids ...
+    bloom_capacity: int = 1000
+    #: ... with at most this false-positive rate; m and k are derived optimally from both.
+    bloom_fp_rate: float = 0.01
+    #: Promote "possibly acknowledged" to "acknowledged" once the probability that every bloom
+    #: hit (from distinct participants) was a false positive falls below this bound.
+    ack_fp_bound: float = 1e-6
+    #: Resend an unacknowledged message after this long ...
+    resend_interval: float = 10.0
+    #: ... and a possibly acknowledged one after this long.
+    possibly_acked_resend_interval: float = 30.0
+    #: Give up (``ResendExhausted``) after this many resends.
+    max_resends: int = 5
+    #: A missing dependency is irretrievably lost this long after it was first seen missing.
+    lost_timeout: float = 300.0
+    #: What to do with messages waiting on a lost dependency.
+    lost_policy: LostPolicy = "deliver"
+    #: Mean quiet period before a sync message; the back-off adds up to ``sync_jitter`` more.
+    sync_interval: float = 30.0
+    sync_jitter: float = 30.0
+    #: SDS-R: repair window (spec recommends T_min >= 30 s, T_max 120-600 s).
+    t_min: float = 30.0
+    t_max: float = 120.0
+    num_response_groups: int = 1
+    #: SDS-R: at most this many entries in one ``repair_request`` (spec recommends 3).
+    max_repair_requests: int = 3
+    #: SDS-R: full messages kept for rebroadcast (the most recent ones).
+    repair_cache_size: int = 10_000
+    #: Decoder limits: a bigger or more complex message is a protocol error.
+    max_message_size: int = 1 << 20
+    max_history_entries: int = 64
+    max_repair_entries: int = 32
+    max_id_length: int = 256
+    max_hint_length: int = 1024
+    #: Check that message_id is the digest of the message (off only to interoperate with
+    #: implementations that derive ids differently; then signatures cannot be checked either).
+    check_message_ids: bool = True
+    #: Ids remembered to drop duplicate ephemeral messages.
+    ephemeral_dedup_size: int = 4096
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("causal_history_size", self.causal_history_size >= 0),
+            ("sync_history_size", self.sync_history_size >= self.causal_history_size),
+            ("bloom_capacity", self.bloom_capacity > 0),
+            ("bloom_fp_rate", 0.0 < self.bloom_fp_rate < 1.0),
+            ("ack_fp_bound", 0.0 < self.ack_fp_bound < 1.0),
+            ("resend_interval", self.resend_interval > 0),
+            ("possibly_acked_resend_interval", self.possibly_acked_resend_interval > 0),
+            ("max_resends", self.max_resends >= 0),
+            ("lost_timeout", self.lost_timeout > 0),
+            ("lost_policy", self.lost_policy in ("deliver", "drop")),
+            ("sync_interval", self.sync_interval > 0),
+            ("sync_jitter", self.sync_jitter >= 0),
+            ("t_min", self.t_min >= 0),
+            ("t_max", self.t_max > self.t_min),
+            ("num_response_groups", self.num_response_groups >= 1),
+            ("max_repair_requests", self.max_repair_requests >= 0),
+            ("repair_cache_size", self.repair_cache_size >= 0),
+            ("max_message_size", self.max_message_size > 0),
+            ("max_history_entries", self.max_history_entries >= self.sync_history_size),
+            ("max_repair_entries", self.max_repair_entries >= self.max_repair_requests),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise LocalProtocolError(f"invalid SdsConfig.{name}")

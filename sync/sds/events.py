@@ -1,0 +1,122 @@
+"""Events an :class:`~sync.sds.channel.SdsChannel` reports, as small frozen dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Acknowledged",
+    "Delivered",
+    "DependencyLost",
+    "EphemeralReceived",
+    "MissingDependencies",
+    "MissingEntry",
+    "PossiblyAcknowledged",
+    "RepairAnswered",
+    "RepairRequested",
+    "ResendExhausted",
+    "SdsEvent",
+]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A content message entered the local log (our own messages too, at send time).
+
+    ``wire`` is the canonical signed message (no bloom filter, no repair request): store it,
+    relay it, hand it to Recon. ``lost_dependency`` is true when the message was delivered
+    although a dependency was declared irretrievably lost.
+    """
+
+    message_id: str
+    sender_id: str
+    lamport: int
+    content: bytes
+    causal_history: tuple[str, ...]
+    wire: bytes = field(repr=False)
+    lost_dependency: bool = False
+
+
+@dataclass(frozen=True)
+class EphemeralReceived:
+    """An ephemeral message: delivered at once, never logged, buffered or acknowledged."""
+
+    message_id: str
+    sender_id: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class Acknowledged:
+    """One of our messages left the outgoing buffer: a causal history named it
+    (``by_bloom`` false) or enough independent bloom filters contained it (``by_bloom`` true)."""
+
+    message_id: str
+    by_bloom: bool = False
+
+
+@dataclass(frozen=True)
+class PossiblyAcknowledged:
+    """A bloom filter from ``hits`` distinct participants contained one of our messages."""
+
+    message_id: str
+    hits: int
+
+
+@dataclass(frozen=True)
+class MissingEntry:
+    message_id: str
+    retrieval_hint: bytes | None
+    sender_id: str | None
+
+
+@dataclass(frozen=True)
+class MissingDependencies:
+    """Newly detected missing dependencies: fetch them by id (e.g. over Recon) and pass them
+    to ``receive``; SDS-R will also ask the channel for them after T_req."""
+
+    entries: tuple[MissingEntry, ...]
+
+
+@dataclass(frozen=True)
+class DependencyLost:
+    """A dependency stayed missing for ``lost_timeout``: it is irretrievably lost, and the
+    ``dependants`` waiting for it were delivered (policy "deliver") or dropped ("drop")."""
+
+    message_id: str
+    dependants: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResendExhausted:
+    """We gave up resending one of our messages without it being acknowledged."""
+
+    message_id: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class RepairRequested:
+    """SDS-R: we asked the channel to rebroadcast these ids."""
+
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RepairAnswered:
+    """SDS-R: we rebroadcast a message somebody asked for."""
+
+    message_id: str
+
+
+SdsEvent = (
+    Delivered
+    | EphemeralReceived
+    | Acknowledged
+    | PossiblyAcknowledged
+    | MissingDependencies
+    | DependencyLost
+    | ResendExhausted
+    | RepairRequested
+    | RepairAnswered
+)

@@ -1,0 +1,115 @@
+"""Real ``syncnode run`` processes for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import ROOT
+
+
+class NodeProcess:
+    """One node in its own process, on loopback, with a private data dir and free ports."""
+
+    def __init__(self, data_dir: Path, *extra_args: str, config: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.config = config
+        self.env = env or {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.peer_id = ""
+        self.api_url = ""
+        self.listen_addrs: list[str] = []
+        self.stderr_path = data_dir / "node.log"
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    def start(self, timeout: float = 60.0) -> NodeProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "node.cli", "run", "--data-dir", str(self.data_dir),
+               "--api", "127.0.0.1:0", "--listen", "/ip4/127.0.0.1/tcp/0", *self.extra_args]
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
+        stderr = self.stderr_path.open("a")
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **self.env},
+        )
+        stderr.close()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.listen_addrs = []
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                line = self._lines.get(timeout=max(remaining, 0.01))
+            except queue.Empty:
+                line = None
+            if line is None:
+                self.kill()
+                raise RuntimeError(f"node did not start; log:\n{self.log_tail()}")
+            if line.startswith("peer id:"):
+                self.peer_id = line.split()[-1]
+            elif line.startswith("listening:"):
+                self.listen_addrs.append(line.split()[-1])
+            elif line.startswith("api:"):
+                self.api_url = line.split()[-1]
+                return self
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.stderr_path.read_text().splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def cli(
+        self, *args: str, input: str | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "node.cli", *args, "--api", self.api_url],
+            cwd=ROOT, capture_output=True, text=True, input=input, timeout=timeout,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = httpx.get(self.api_url + path, params=params, timeout=30)
+        response.raise_for_status()
+        if "json" in response.headers.get("content-type", ""):
+            return response.json()
+        return response.text
+
+    def post(self, path: str, body: Any) -> Any:
+        response = httpx.post(self.api_url + path, json=body, timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+    def status(self) -> dict[str, Any]:
+        result = self.cli("status", "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

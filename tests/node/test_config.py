@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from node.config import Config, ConfigError, load_config
+from tests.conftest import ROOT
+
+EXAMPLE = ROOT / "config.example.toml"
+
+
+def declared_keys() -> set[str]:
+    keys = set()
+    for section in dataclasses.fields(Config):
+        for key in dataclasses.fields(section.default_factory()):  # type: ignore[misc]
+            keys.add(f"{section.name}.{key.name}")
+    return keys
+
+
+def test_every_example_key_loads_and_every_declared_key_is_in_the_example() -> None:
+    data = tomllib.loads(EXAMPLE.read_text())
+    example_keys = {f"{s}.{k}" for s, table in data.items() for k in table}
+    assert example_keys == declared_keys()
+    config = load_config(EXAMPLE, env={})
+    defaults = Config()
+    for dotted in example_keys:
+        section, key = dotted.split(".")
+        # The example documents the defaults: loading it changes nothing.
+        assert getattr(getattr(config, section), key) == getattr(getattr(defaults, section), key)
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[api]\nlisten = "127.0.0.1:1000"\n[node]\nnetwork_id = 5\n')
+    env = {"SYNCNODE_API_LISTEN": "127.0.0.1:2000", "SYNCNODE_P2P_CHANNELS": "a, b"}
+    config = load_config(path, env=env)
+    assert config.api.listen == "127.0.0.1:2000"
+    assert config.node.network_id == 5
+    assert config.p2p.channels == ("a", "b")
+    config = load_config(path, env=env, overrides={"api.listen": "127.0.0.1:3000"})
+    assert config.api.listen == "127.0.0.1:3000"
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "key", "fragment"),
+    [
+        ("[node]\nbogus = 1\n", {}, "node.bogus", "unknown key"),
+        ("[nodes]\nx = 1\n", {}, "nodes", "unknown section"),
+        ('[node]\nnetwork_id = "one"\n', {}, "node.network_id", "expected an integer"),
+        ("[node]\nnetwork_id = -1\n", {}, "node.network_id", "must be >= 0"),
+        ('[api]\nlisten = "localhost"\n', {}, "api.listen", "HOST:PORT"),
+        ('[p2p]\nlisten = "/ip4/1.2.3.4/tcp/1"\n', {}, "p2p.listen", "list of strings"),
+        ('[p2p]\nbootstrap = ["1.2.3.4:5"]\n', {}, "p2p.bootstrap", "not a multiaddr"),
+        ("[p2p]\nchannels = []\n", {}, "p2p.channels", "at least one channel"),
+        ('[storage]\nsqlite_synchronous = "OFF"\n', {}, "storage.sqlite_synchronous", "one of"),
+        ("", {"SYNCNODE_STORAGE_BATCH_MAX_EVENTS": "many"}, "storage.batch_max_events", "integer"),
+        ("", {"SYNCNODE_P2P_DIAL_TIMEOUT_S": "0"}, "p2p.dial_timeout_s", "must be > 0"),
+        ("[node\n", {}, "--config", "invalid TOML"),
+    ],
+)
+def test_bad_values_name_the_key(
+    tmp_path: Path, toml: str, env: dict[str, str], key: str, fragment: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env=env)
+    assert info.value.key == key
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[node]\nnetwork_id = true\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "node.cli", "run", "--config", str(path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: config error: node.network_id: expected an integer, got True"
+    ]

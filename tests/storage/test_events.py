@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import random
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Engine
+
+from storage import (
+    append_events,
+    count_events,
+    current_revision,
+    events_by_keys,
+    events_by_message_ids,
+    existing_keys,
+    head_revision,
+    key_at,
+    keys_in_range,
+    make_engine,
+    max_seq,
+    metadata,
+    range_hash,
+    read_channel,
+    read_channel_ordered,
+    upgrade,
+)
+from sync.recon import Sha256a
+from tests.storage.conftest import make_record
+
+
+def test_migration_from_empty_matches_schema(db_url: str) -> None:
+    engine = make_engine(db_url)
+    assert current_revision(engine) is None
+    upgrade(engine)
+    assert current_revision(engine) == head_revision()
+    upgrade(engine)  # idempotent
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(ctx, metadata) == []
+    engine.dispose()
+
+
+def test_append_is_idempotent_and_reports_duplicates(engine: Engine) -> None:
+    first = [make_record(i) for i in range(10)]
+    with engine.begin() as conn:
+        result = append_events(conn, first, received_at=1)
+    assert [m for _, m in result.inserted] == [r.message_id for r in first]
+    assert result.duplicates == ()
+
+    again = [*first[5:], make_record(10), make_record(10)]
+    with engine.begin() as conn:
+        result = append_events(conn, again, received_at=2)
+    assert [m for _, m in result.inserted] == [make_record(10).message_id]
+    assert sorted(result.duplicates) == sorted(
+        [r.message_id for r in first[5:]] + [make_record(10).message_id]
+    )
+    with engine.connect() as conn:
+        assert count_events(conn) == 11
+        assert max_seq(conn) == result.inserted[0][0]
+
+
+def test_cursor_reads_page_through_a_channel(engine: Engine) -> None:
+    records = [make_record(i, channel="a" if i % 3 else "b") for i in range(50)]
+    with engine.begin() as conn:
+        append_events(conn, records, received_at=5)
+    with engine.connect() as conn:
+        seen = []
+        cursor = 0
+        while page := read_channel(conn, "a", after_seq=cursor, limit=7):
+            seen.extend(page)
+            cursor = page[-1].seq
+        assert [e.message_id for e in seen] == [r.message_id for r in records if r.channel == "a"]
+        assert all(e.received_at == 5 for e in seen)
+        assert count_events(conn, "b") == len([r for r in records if r.channel == "b"])
+        ordered = read_channel_ordered(conn, "b", limit=1000)
+        assert [(e.lamport, e.message_id) for e in ordered] == sorted(
+            (r.lamport, r.message_id) for r in records if r.channel == "b"
+        )
+        tail = read_channel_ordered(conn, "b", after=(ordered[2].lamport, ordered[2].message_id))
+        assert tail == ordered[3:]
+
+
+def test_range_hash_matches_pure_python(engine: Engine) -> None:
+    records = [make_record(i, sender=f"p{i % 4}") for i in range(300)]
+    with engine.begin() as conn:
+        append_events(conn, records, received_at=0)
+    keys = sorted(r.recon_key for r in records)
+    rng = random.Random(7)
+    with engine.connect() as conn:
+        assert range_hash(conn, b"", None) == Sha256a.of(keys)
+        assert range_hash(conn, b"\xff", None) == Sha256a()
+        for _ in range(40):
+            a, b = sorted(rng.sample(range(len(keys) + 1), 2))
+            lo = keys[a] if a < len(keys) else b"\xff" * 80
+            hi = keys[b] if b < len(keys) else None
+            expected = Sha256a.of(k for k in keys if k >= lo and (hi is None or k < hi))
+            assert range_hash(conn, lo, hi) == expected
+            assert keys_in_range(conn, lo, hi, limit=5) == [
+                k for k in keys if k >= lo and (hi is None or k < hi)
+            ][:5]
+        assert key_at(conn, keys[10], keys[20], 3) == keys[13]
+        assert key_at(conn, keys[10], keys[20], 10) is None
+        assert existing_keys(conn, [keys[0], b"nope"]) == {keys[0]}
+        assert sorted(e.recon_key for e in events_by_keys(conn, keys[:3])) == keys[:3]
+        got = events_by_message_ids(conn, [records[4].message_id])
+        assert [e.wire for e in got] == [records[4].wire]
+
+
+def test_large_batches_cross_the_insert_chunk_size(engine: Engine) -> None:
+    records = [make_record(i) for i in range(2500)]
+    with engine.begin() as conn:
+        result = append_events(conn, records, received_at=0)
+    assert len(result.inserted) == 2500
+    with engine.connect() as conn:
+        assert count_events(conn) == 2500
