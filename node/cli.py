@@ -144,6 +144,80 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- peer group and events ----------------------------------------------------------------------
+
+
+def _cmd_join(args: argparse.Namespace) -> int:
+    answer = client_for(args).post("/v1/peers", json={"multiaddr": args.multiaddr})
+    print(f"joined {answer['peer_id']}")
+    return 0
+
+
+def _cmd_peers(args: argparse.Namespace) -> int:
+    answer = client_for(args).get("/v1/peers")
+    if args.json:
+        print_json(answer)
+        return 0
+    for peer in answer["connected"]:
+        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer['address'] or '-'}")
+    offline = [p for p in answer["known"] if p not in {c["peer_id"] for c in answer["connected"]}]
+    for peer_id in offline:
+        print(f"{peer_id}  offline   (known, redialling)")
+    if not answer["connected"] and not offline:
+        print("no peers")
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    message = sys.stdin.read() if args.message == "-" else args.message
+    answer = client_for(args).post(f"/v1/channels/{args.channel}/events",
+                                   json={"content": message})
+    print(answer["message_id"])
+    return 0
+
+
+def _event_line(event: dict[str, Any], as_json: bool) -> str:
+    if as_json:
+        keys = ("message_id", "sender", "lamport", "content")
+        return json.dumps({k: event[k] for k in keys})
+    content = event["content"] if event["content"] is not None else f"<{event['content_b64']}>"
+    return f"{event['lamport']}  {event['sender'][-8:]}  {event['message_id'][:12]}  {content}"
+
+
+def _cmd_log(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    # Taken first so that nothing committed while the log prints is missed by --follow.
+    follow_from = _latest_seq(client, args.channel) if args.follow else 0
+    params: dict[str, Any] = {"limit": 10_000}
+    while True:
+        page = client.get(f"/v1/channels/{args.channel}/events", params=params)["events"]
+        for event in page:
+            print(_event_line(event, args.json), flush=True)
+        if len(page) < params["limit"]:
+            break
+        params.update(after_lamport=page[-1]["lamport"], after_id=page[-1]["message_id"])
+    if not args.follow:
+        return 0
+    # Follow in storage order from now on: late arrivals with old timestamps are shown too.
+    url = f"/v1/channels/{args.channel}/follow"
+    try:
+        with client.http.stream("GET", url, params={"after": follow_from}, timeout=None) as stream:
+            for line in stream.iter_lines():
+                if line:
+                    print(_event_line(json.loads(line), args.json), flush=True)
+    except httpx.TransportError as exc:
+        raise CliError(f"follow interrupted: {exc}") from None
+    return 0
+
+
+def _latest_seq(client: ApiClient, channel: str) -> int:
+    cursor = 0
+    while page := client.get(f"/v1/channels/{channel}/events",
+                             params={"order": "seq", "after": cursor, "limit": 10_000})["events"]:
+        cursor = page[-1]["seq"]
+    return cursor
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="syncnode", description="Peer-to-peer sync daemon for append-only event logs."
@@ -164,6 +238,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_options(status)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=_cmd_status)
+
+    join = sub.add_parser("join", help="connect a running node to a peer and remember it")
+    join.add_argument("multiaddr", metavar="MULTIADDR", help="/ip4/HOST/tcp/PORT/p2p/PEER_ID")
+    add_client_options(join)
+    join.set_defaults(func=_cmd_join)
+
+    peers = sub.add_parser("peers", help="list connected and known peers")
+    add_client_options(peers)
+    peers.add_argument("--json", action="store_true", help="print JSON")
+    peers.set_defaults(func=_cmd_peers)
+
+    publish = sub.add_parser("publish", help="publish an event; prints its message id")
+    publish.add_argument("channel", metavar="CHANNEL")
+    publish.add_argument("message", metavar="MESSAGE", help="the content, or - for stdin")
+    add_client_options(publish)
+    publish.set_defaults(func=_cmd_publish)
+
+    log_cmd = sub.add_parser("log", help="print a channel's events in log order")
+    log_cmd.add_argument("channel", metavar="CHANNEL")
+    log_cmd.add_argument("--json", action="store_true",
+                         help="one JSON object per line: message_id, sender, lamport, content")
+    log_cmd.add_argument("--follow", action="store_true", help="keep printing new events")
+    add_client_options(log_cmd)
+    log_cmd.set_defaults(func=_cmd_log)
 
     for register in EXTENSIONS:
         register(sub)

@@ -25,6 +25,7 @@ from sync.recordstream import (
     decode_record_file,
     decode_sidecar_file,
     decode_signature_file,
+    decode_syncnode_record,
     file_hash,
     format_instant,
     item_hash,
@@ -66,7 +67,11 @@ def _collect(root: Path) -> dict[str, bytes]:
     if not root.is_dir():
         raise _Failure(f"{root}: not a directory", 2)
     files: dict[str, bytes] = {}
-    for path in sorted(root.rglob("*")):
+    try:
+        paths = sorted(root.rglob("*"))
+    except OSError as exc:
+        raise _Failure(f"{root}: cannot list ({exc.strerror or exc})", 2) from None
+    for path in paths:
         name = path.name
         if not path.is_file() or not name.endswith((RECORD_SUFFIX, SIGNATURE_SUFFIX)):
             continue
@@ -162,20 +167,19 @@ def _show_record(path: Path, data: bytes) -> dict[str, Any]:
         }
         try:
             ns = record_consensus_ns(item.record, str(path))
+            ours = decode_syncnode_record(item.record, str(path))
+        except RemoteProtocolError as exc:
+            entry["record_error"] = exc.reason
+        else:
             entry["consensus_ns"] = ns
             entry["consensus"] = _instant(ns)
-        except RemoteProtocolError as exc:
-            entry["consensus_error"] = exc.reason
-        ours = pb.SyncnodeRecord()
-        ours.ParseFromString(item.record)  # cannot fail: the header parse above read it
-        if ours.HasField("event"):
-            ev = ours.event
-            entry["event"] = {
-                "message_id": ev.message_id,
-                "channel": ev.channel,
-                "sender": ev.sender,
-                "lamport": ev.lamport,
-            }
+            if ours is not None:
+                entry["event"] = {
+                    "message_id": ours.event.message_id,
+                    "channel": ours.event.channel,
+                    "sender": ours.event.sender,
+                    "lamport": ours.event.lamport,
+                }
         items.append(entry)
     sidecars = [_show_sidecar_meta(path, meta) for meta in msg.sidecars]
     return {
@@ -313,9 +317,7 @@ def _guarded(command: Any) -> Any:
     return run
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``records verify`` and ``records show`` to a ``syncnode`` parser."""
-    records = subparsers.add_parser("records", help="verify and inspect record stream v6 files")
+def _add_subcommands(records: argparse.ArgumentParser) -> None:
     sub = records.add_subparsers(dest="records_command", required=True, metavar="SUBCOMMAND")
 
     verify = sub.add_parser(
@@ -339,9 +341,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show.set_defaults(func=_guarded(_cmd_show))
 
 
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``records verify`` and ``records show`` to a ``syncnode`` parser."""
+    records = subparsers.add_parser(
+        "records",
+        help="verify and inspect record stream v6 files",
+        description="Verify and inspect record stream v6 files (HIP-435).",
+    )
+    _add_subcommands(records)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="syncnode")
-    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    """``python -m node.cli_records verify|show ...``, the same as ``syncnode records ...``."""
+    parser = argparse.ArgumentParser(prog="syncnode records")
+    _add_subcommands(parser)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code

@@ -22,6 +22,8 @@ __all__ = [
     "ConfigError",
     "NodeConfig",
     "P2PSection",
+    "ReconSection",
+    "SdsSection",
     "StorageConfig",
     "load_config",
     "parse_host_port",
@@ -51,6 +53,10 @@ def _positive(v: Any) -> str | None:
 
 def _non_negative(v: Any) -> str | None:
     return None if v >= 0 else "must be >= 0"
+
+
+def _fraction(v: Any) -> str | None:
+    return None if 0.0 <= v < 1.0 else "must be in [0, 1)"
 
 
 def _one_of(*allowed: str) -> Check:
@@ -116,6 +122,28 @@ class P2PSection:
     channels: tuple[str, ...] = _opt(("general",), _nonempty_names)
     dial_timeout_s: float = _opt(10.0, _positive)
     max_frame_bytes: int = _opt(4 * 1024 * 1024, _positive)
+    test_drop_incoming_gossip: float = _opt(0.0, _fraction)
+
+
+@dataclass(frozen=True)
+class SdsSection:
+    causal_history_size: int = _opt(2, _positive)
+    bloom_capacity: int = _opt(1000, _positive)
+    bloom_fp_rate: float = _opt(0.01, lambda v: None if 0 < v < 1 else "must be in (0, 1)")
+    resend_interval_s: float = _opt(10.0, _positive)
+    max_resends: int = _opt(5, _non_negative)
+    lost_timeout_s: float = _opt(300.0, _positive)
+    sync_interval_s: float = _opt(30.0, _positive)
+    repair_t_min_s: float = _opt(30.0, _positive)
+    repair_t_max_s: float = _opt(120.0, _positive)
+
+
+@dataclass(frozen=True)
+class ReconSection:
+    interval_s: float = _opt(10.0, _positive)
+    fanout: int = _opt(16, lambda v: None if v >= 2 else "must be >= 2")
+    session_timeout_s: float = _opt(60.0, _positive)
+    fetch_batch: int = _opt(500, _positive)
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,8 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     p2p: P2PSection = field(default_factory=P2PSection)
+    sds: SdsSection = field(default_factory=SdsSection)
+    recon: ReconSection = field(default_factory=ReconSection)
 
     @property
     def data_path(self) -> Path:

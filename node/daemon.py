@@ -5,17 +5,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import trio
 
 from node.api import ApiRoute, create_app, serve_api
+from node.channels import ChannelService
 from node.config import Config, parse_host_port
+from node.fetch import Fetcher
 from node.identity import load_or_create_identity
 from node.logs import kv
 from node.p2p import P2PConfig, P2PHost, open_host
+from node.peers import PeerManager
+from node.recon_service import ReconService
+from node.routes import NODE_ROUTES
 from node.runtime import NodeInfo, NodeRuntime
 from node.store import EventStore
 from storage import AppendResult, EventRecord, make_engine, upgrade
+from sync.recon.session import ReconConfig
+from sync.sds import SdsConfig
 
 __all__ = ["serve"]
 
@@ -28,6 +36,24 @@ def p2p_config(config: Config) -> P2PConfig:
         allowed_peers=frozenset(config.p2p.allowed_peers) or None,
         dial_timeout=config.p2p.dial_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
+        drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
+    )
+
+
+def sds_config(config: Config) -> SdsConfig:
+    s = config.sds
+    return SdsConfig(
+        causal_history_size=s.causal_history_size,
+        bloom_capacity=s.bloom_capacity,
+        bloom_fp_rate=s.bloom_fp_rate,
+        resend_interval=s.resend_interval_s,
+        possibly_acked_resend_interval=3 * s.resend_interval_s,
+        max_resends=s.max_resends,
+        lost_timeout=s.lost_timeout_s,
+        sync_interval=s.sync_interval_s,
+        sync_jitter=s.sync_interval_s,
+        t_min=s.repair_t_min_s,
+        t_max=s.repair_t_max_s,
     )
 
 
@@ -55,6 +81,13 @@ def register_base_metrics(runtime: NodeRuntime) -> None:
         metrics.gauge_fn(f"p2p_{name}", _stat_reader(host, name), f"libp2p layer counter {name}")
 
 
+async def _run_services(scope: trio.CancelScope, *services: Any) -> None:
+    with scope:
+        async with trio.open_nursery() as nursery:
+            for service in services:
+                nursery.start_soon(service.run)
+
+
 async def serve(
     config: Config,
     shutdown: trio.Event,
@@ -80,7 +113,28 @@ async def serve(
             runtime.host = host
             register_base_metrics(runtime)
             await nursery.start(store.run_writer)
-            app = create_app(runtime, routes or [])
+            channels = ChannelService(
+                host=host, store=store, metrics=runtime.metrics, key=key,
+                peer_id=runtime.peer_id, network_id=config.node.network_id,
+                channels=config.p2p.channels, sds_config=sds_config(config),
+            )
+            await channels.load()
+            fetcher = Fetcher(host, store, runtime.metrics, channels.ingest)
+            channels.on_missing = fetcher.want
+            peers = PeerManager(host, store, runtime.metrics)
+            await peers.load(config.p2p.bootstrap)
+            recon = ReconService(
+                host=host, store=store, channels=channels, metrics=runtime.metrics,
+                network_id=config.node.network_id, interval_s=config.recon.interval_s,
+                session_timeout_s=config.recon.session_timeout_s,
+                fetch_batch=config.recon.fetch_batch,
+                config=ReconConfig(fanout=config.recon.fanout),
+            )
+            await recon.load()
+            runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
+            services = trio.CancelScope()
+            nursery.start_soon(_run_services, services, channels, fetcher, peers, recon)
+            app = create_app(runtime, [*NODE_ROUTES, *(routes or [])])
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,
@@ -88,6 +142,7 @@ async def serve(
             task_status.started(info)
             await shutdown.wait()
             log.info("shutting down")
+            services.cancel()
             # The API stops on ``shutdown`` by itself; the writer drains its queue, then returns.
             await store.close()
     finally:

@@ -19,19 +19,20 @@ Design notes, wire formats and measured figures: docs/p2p.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import TypeVar
 
 import multiaddr
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, INetConn, INetStream, ISubscriptionAPI
 from libp2p.custom_types import TProtocol
 from libp2p.host.ping import ID as PING_PROTOCOL_ID
 from libp2p.peer.id import ID
@@ -41,6 +42,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.p2p_dht import Discovery, rendezvous_key
 from node.p2p_frames import (
     DialError,
     FramedStream,
@@ -52,10 +54,15 @@ from node.p2p_frames import (
     StreamOpenError,
 )
 from node.p2p_setup import (
+    ConnectionNotifee,
     build_host,
     build_pubsub,
     check_libp2p_version,
+    close_host,
+    connection_direction,
     key_pair_from,
+    remote_address,
+    stop_auto_connector,
     tame_libp2p_logging,
 )
 from node.p2p_types import ConnectedPeer, GossipMessage, P2PConfig, P2PStats, PeerEvent
@@ -77,6 +84,7 @@ __all__ = [
     "StreamHandler",
     "StreamOpenError",
     "open_host",
+    "rendezvous_key",
 ]
 
 logger = logging.getLogger("node.p2p")
@@ -84,32 +92,6 @@ logger = logging.getLogger("node.p2p")
 StreamHandler = Callable[[FramedStream], Awaitable[None]]
 _T = TypeVar("_T")
 _PING_BYTES = 32
-_SHUTDOWN_GRACE_S = 5.0
-
-
-class _PeerNotifee(INotifee):
-    """Forwards libp2p connection events to the owning :class:`P2PHost` (never blocks)."""
-
-    def __init__(self, owner: P2PHost) -> None:
-        self._owner = owner
-
-    async def connected(self, network: INetwork, conn: INetConn) -> None:
-        self._owner._on_connected(conn)
-
-    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
-        self._owner._on_disconnected(conn)
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
-        return None
-
-    async def listen_close(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
-        return None
 
 
 class P2PHost:
@@ -121,6 +103,7 @@ class P2PHost:
         host: IHost,
         pubsub: Pubsub,
         router: GossipSub,
+        discovery: Discovery | None,
         config: P2PConfig,
         peer_id: str,
         stats: P2PStats,
@@ -129,6 +112,7 @@ class P2PHost:
         self._host = host
         self._pubsub = pubsub
         self._router = router
+        self._discovery = discovery
         self.config = config
         self.peer_id = peer_id
         self.stats = stats
@@ -162,7 +146,7 @@ class P2PHost:
             raise DialError(f"refusing to dial ourselves at {address}")
         allowed = self.config.allowed_peers
         if allowed is not None and peer not in allowed:
-            self._record_refused(peer, "outbound")
+            _count_refusal(self.stats, peer, "outbound")
             raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
         if peer in self._peers:
             return peer
@@ -176,7 +160,9 @@ class P2PHost:
                 await self._host.connect(info)
         except trio.TooSlowError as exc:
             self.stats.dial_failures += 1
-            raise DialError(f"dial to {address} timed out after {self.config.dial_timeout}s") from exc
+            raise DialError(
+                f"dial to {address} timed out after {self.config.dial_timeout}s"
+            ) from exc
         except Exception as exc:
             self.stats.dial_failures += 1
             raise DialError(
@@ -275,6 +261,8 @@ class P2PHost:
                 await framed.reset()
             else:
                 await framed.close()
+            finally:
+                await framed.reset()  # no-op unless cancelled: the slot is freed either way
 
         self._host.set_stream_handler(TProtocol(protocol_id), run_handler)
 
@@ -339,8 +327,11 @@ class P2PHost:
         sinks = self._topic_sinks.get(topic)
         if sinks is None:
             sinks = self._topic_sinks[topic] = []
+            if self.config.allowed_peers is not None:
+                # Rejected before delivery *and* before relaying, so members never spread it.
+                self._pubsub.set_topic_validator(topic, self._from_member, False)
             subscription = await self._pubsub.subscribe(topic)
-            self._nursery.start_soon(self._drain, topic, subscription.receive_channel)
+            self._nursery.start_soon(self._drain, topic, subscription)
         sinks.append(send)
         return receive
 
@@ -363,6 +354,15 @@ class P2PHost:
         await self._pubsub.publish(topic, bytes(data))
         self.stats.gossip_published += 1
 
+    def _from_member(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        allowed = self.config.allowed_peers
+        origin = ID(msg.from_id).to_base58()
+        if allowed is None or origin == self.peer_id or origin in allowed:
+            return True
+        self.stats.gossip_refused_foreign += 1
+        logger.warning("dropped gossip from %s (not in allowed_peers), via %s", origin, forwarder)
+        return False
+
     def gossip_peers(self, topic: str) -> list[str]:
         """Connected peers known to be subscribed to ``topic``."""
         return sorted(p.to_base58() for p in self._pubsub.peer_topics.get(topic, ()))
@@ -371,25 +371,29 @@ class P2PHost:
         """Peers in our GossipSub mesh for ``topic`` (they get full messages, not gossip)."""
         return sorted(p.to_base58() for p in self._router.mesh.get(topic, ()))
 
-    async def _drain(
-        self, topic: str, source: trio.MemoryReceiveChannel[rpc_pb2.Message]
-    ) -> None:
-        fraction = self.config.drop_incoming_gossip_fraction
+    async def _drain(self, topic: str, source: ISubscriptionAPI) -> None:
         async for msg in source:
-            from_peer = ID(msg.from_id).to_base58()
-            if from_peer == self.peer_id and not self.config.deliver_own_messages:
-                continue
-            if fraction and self._drop_rng.random() < fraction:
-                self.stats.gossip_dropped_test += 1
-                continue
-            item = GossipMessage(
-                topic=topic,
-                from_peer=from_peer,
-                data=bytes(msg.data),
-                seqno=int.from_bytes(msg.seqno, "big"),
-            )
-            self.stats.gossip_received += 1
-            self._fan_out(self._topic_sinks.get(topic, []), item, "gossip_dropped_overflow")
+            try:
+                self._deliver(topic, msg)
+            except Exception:  # one odd message must not take the host's nursery down
+                logger.exception("delivering a gossip message on %s failed", topic)
+
+    def _deliver(self, topic: str, msg: rpc_pb2.Message) -> None:
+        from_peer = ID(msg.from_id).to_base58()
+        if from_peer == self.peer_id and not self.config.deliver_own_messages:
+            return
+        fraction = self.config.drop_incoming_gossip_fraction
+        if fraction and self._drop_rng.random() < fraction:
+            self.stats.gossip_dropped_test += 1
+            return
+        item = GossipMessage(
+            topic=topic,
+            from_peer=from_peer,
+            data=bytes(msg.data),
+            seqno=int.from_bytes(msg.seqno, "big"),
+        )
+        self.stats.gossip_received += 1
+        self._fan_out(self._topic_sinks.get(topic, []), item, "gossip_dropped_overflow")
 
     def _fan_out(self, sinks: list[trio.MemorySendChannel[_T]], item: _T, counter: str) -> None:
         for sink in list(sinks):
@@ -400,6 +404,25 @@ class P2PHost:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 sinks.remove(sink)
 
+    # -- DHT discovery (config.enable_dht) ------------------------------------------------
+
+    async def advertise(self, rendezvous: str) -> bool:
+        """Put a provider record "we serve ``rendezvous``" into the DHT; re-run periodically.
+
+        :returns: whether at least one peer stored the record.
+        :raises P2PError: the DHT is disabled; :class:`P2PTimeoutError` after ``dht_timeout``.
+        """
+        return await self._dht().advertise(rendezvous)
+
+    async def find_peers(self, rendezvous: str, count: int = 20) -> dict[str, list[str]]:
+        """Peers that advertised ``rendezvous``: peer id -> dialable ``/p2p/`` multiaddrs."""
+        return await self._dht().find(rendezvous, count)
+
+    def _dht(self) -> Discovery:
+        if self._discovery is None:
+            raise P2PError("DHT discovery is disabled (P2PConfig.enable_dht=False)")
+        return self._discovery
+
     # -- connection bookkeeping (called from the libp2p notifee) --------------------------
 
     def _on_connected(self, conn: INetConn) -> None:
@@ -409,8 +432,8 @@ class P2PHost:
         self._conn_count[peer] = count
         if count > 1 or self._closing:
             return
-        address = _remote_address(conn)
-        direction = _direction(conn)
+        address = remote_address(conn)
+        direction = connection_direction(conn)
         self._peers[peer] = ConnectedPeer(
             peer_id=peer, address=address, direction=direction, connected_since=time.time()
         )
@@ -422,6 +445,8 @@ class P2PHost:
         )
         if self.config.ping_on_connect:
             self._nursery.start_soon(self._measure_latency, peer)
+        if self._discovery is not None:
+            self._nursery.start_soon(self._discovery.add_peer, peer)
 
     def _on_disconnected(self, conn: INetConn) -> None:
         peer = conn.muxed_conn.peer_id.to_base58()
@@ -436,38 +461,20 @@ class P2PHost:
         logger.info("disconnected from %s", peer)
         self._fan_out(self._event_sinks, PeerEvent("disconnected", peer), "peer_events_dropped")
 
-    def _record_refused(self, peer: str, direction: str) -> None:
-        self.stats.refused_connections += 1
-        logger.warning("refused %s connection with %s: not in allowed_peers", direction, peer)
-
     async def _measure_latency(self, peer: str) -> None:
         try:
             await self.ping(peer)
-        except P2PError as exc:
+        except Exception as exc:  # best effort: latency stays None
             logger.debug("latency probe to %s failed: %s", peer, exc)
 
     def _close_channels(self) -> None:
         self._closing = True
         for sink in self._event_sinks:
             sink.close()
-        for sinks in self._topic_sinks.values():
-            for sink in sinks:
-                sink.close()
+        for topic_sinks in self._topic_sinks.values():
+            for topic_sink in topic_sinks:
+                topic_sink.close()
         self._event_sinks.clear()
-
-
-def _remote_address(conn: INetConn) -> str | None:
-    try:
-        addrs = conn.get_transport_addresses()
-    except Exception:
-        return None
-    return str(addrs[0]) if addrs else None
-
-
-def _direction(conn: INetConn) -> str:
-    value = getattr(conn, "direction", None)
-    name = str(getattr(value, "name", value)).lower()
-    return name if name in ("inbound", "outbound") else "unknown"
 
 
 @asynccontextmanager
@@ -483,60 +490,47 @@ async def open_host(
     tame_libp2p_logging(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
-    owner: list[P2PHost] = []
-
-    def on_refused(peer: str, direction: str) -> None:
-        if owner:
-            owner[0]._record_refused(peer, direction)
-        else:
-            stats.refused_connections += 1
-
-    host = build_host(key_pair, config, on_refused)
+    host = build_host(key_pair, config, functools.partial(_count_refusal, stats))
     pubsub, router = build_pubsub(host, config)
+    discovery = Discovery(host, config) if config.enable_dht else None
     try:
         async with host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs]):
             try:
-                await _stop_auto_connector(host)
-                async with (
-                    background_trio_service(pubsub),
-                    background_trio_service(router),
-                    trio.open_nursery() as nursery,
-                ):
+                await stop_auto_connector(host)
+                async with AsyncExitStack() as services:
+                    await services.enter_async_context(background_trio_service(pubsub))
+                    await services.enter_async_context(background_trio_service(router))
+                    if discovery is not None:
+                        await services.enter_async_context(background_trio_service(discovery.dht))
+                    nursery = await services.enter_async_context(trio.open_nursery())
                     p2p = P2PHost(
                         host=host,
                         pubsub=pubsub,
                         router=router,
+                        discovery=discovery,
                         config=config,
                         peer_id=peer_id,
                         stats=stats,
                         nursery=nursery,
                     )
-                    owner.append(p2p)
-                    host.get_network().register_notifee(_PeerNotifee(p2p))
+                    host.get_network().register_notifee(
+                        ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)
+                    )
                     try:
                         yield p2p
                     finally:
                         p2p._close_channels()
                         nursery.cancel_scope.cancel()
-                        # Hosts close before the pubsub services stop (see module docs).
-                        await _close_host(host)
+                        # The host closes before the pubsub/DHT services stop: the other
+                        # order leaves their streams to a network that is going away.
+                        await close_host(host)
             finally:
-                await _close_host(host)
+                await close_host(host)
     finally:
+        # A daemon thread per Pubsub sweeps its seen-messages cache; nothing else stops it.
         pubsub.seen_messages.stop()
 
 
-async def _stop_auto_connector(host: IHost) -> None:
-    # libp2p would redial peerstore entries on its own to reach 150 connections; the daemon
-    # decides whom to dial (allowed_peers, remembered peers, back-off).
-    connector = getattr(host.get_network(), "auto_connector", None)
-    if connector is not None:
-        await connector.stop()
-
-
-async def _close_host(host: IHost) -> None:
-    with trio.CancelScope(shield=True), trio.move_on_after(_SHUTDOWN_GRACE_S):
-        try:
-            await host.close()
-        except Exception:
-            logger.warning("closing the libp2p host failed", exc_info=True)
+def _count_refusal(stats: P2PStats, peer: str, direction: str) -> None:
+    stats.refused_connections += 1
+    logger.warning("refused %s connection with %s: not in allowed_peers", direction, peer)

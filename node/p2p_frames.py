@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
 import trio
+from libp2p.abc import INetStream
 from libp2p.io.exceptions import IOException
 from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 
@@ -121,7 +122,7 @@ class FramedStream:
 
     def __init__(
         self,
-        stream: object,
+        stream: INetStream,
         *,
         peer_id: str,
         protocol_id: str,
@@ -181,7 +182,7 @@ class FramedStream:
         frame = encode_frame(bytes(data))
         with trio.move_on_after(_inf_if_none(self._write_timeout)) as scope:
             try:
-                await self._stream.write(frame)  # type: ignore[attr-defined]
+                await self._stream.write(frame)
             except (IOException, OSError) as exc:
                 await self._break(f"write failed: {exc!r}")
                 raise StreamClosedError(f"stream to {self.peer_id} broke: {exc!r}") from exc
@@ -206,9 +207,7 @@ class FramedStream:
             # no longer aligned on frames, so the only safe outcome is to drop the stream.
             self._on_timeout()
             await self._break("read timeout")
-            raise P2PTimeoutError(
-                f"no frame from {self.peer_id} within {self._read_timeout}s"
-            )
+            raise P2PTimeoutError(f"no frame from {self.peer_id} within {self._read_timeout}s")
         return result
 
     async def _read_frame(self) -> bytes:
@@ -230,7 +229,7 @@ class FramedStream:
     async def _fill(self, needed: int, *, mid_frame: bool) -> None:
         while len(self._buf) < needed:
             try:
-                chunk = await self._stream.read(max(needed - len(self._buf), _READ_CHUNK))  # type: ignore[attr-defined]
+                chunk = await self._stream.read(max(needed - len(self._buf), _READ_CHUNK))
             except StreamEOF:
                 chunk = b""
             except StreamReset as exc:
@@ -258,7 +257,7 @@ class FramedStream:
         with trio.move_on_after(_CLOSE_GRACE_S) as scope:
             scope.shield = True
             try:
-                await self._stream.close()  # type: ignore[attr-defined]
+                await self._stream.close()
             except Exception:  # a stream already reset or broken is what we wanted anyway
                 logger.debug("close of stream to %s failed", self.peer_id, exc_info=True)
 
@@ -270,7 +269,7 @@ class FramedStream:
         with trio.move_on_after(_CLOSE_GRACE_S) as scope:
             scope.shield = True
             try:
-                await self._stream.reset()  # type: ignore[attr-defined]
+                await self._stream.reset()
             except Exception:
                 logger.debug("reset of stream to %s failed", self.peer_id, exc_info=True)
 

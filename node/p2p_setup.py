@@ -23,20 +23,30 @@ import libp2p
 import libp2p.network.connection.swarm_connection as _swarm_connection_module
 import libp2p.pubsub.pubsub as _pubsub_module
 import multiaddr
+import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     NoEncryption,
     PrivateFormat,
 )
-from libp2p.abc import IHost, IRawConnection, ISecureConn, ISecureTransport
+from libp2p.abc import (
+    IHost,
+    INetConn,
+    INetStream,
+    INetwork,
+    INotifee,
+    IRawConnection,
+    ISecureConn,
+    ISecureTransport,
+)
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 from libp2p.security.exceptions import HandshakeFailure
@@ -51,10 +61,15 @@ from sync.identity import peer_id_of
 
 __all__ = [
     "SUPPORTED_LIBP2P_VERSION",
+    "ConnectionNotifee",
     "build_host",
     "build_pubsub",
     "check_libp2p_version",
+    "close_host",
+    "connection_direction",
     "key_pair_from",
+    "remote_address",
+    "stop_auto_connector",
     "tame_libp2p_logging",
 ]
 
@@ -62,6 +77,7 @@ SUPPORTED_LIBP2P_VERSION = "0.8.1"
 # libp2p's own subscription channel only feeds our drain task, which never blocks, so it can be
 # generous; drops are then visible only in our own bounded queues, where they are counted.
 _LIBP2P_SUBSCRIPTION_BUFFER = 1_000_000
+_SHUTDOWN_GRACE_S = 5.0
 
 logger = logging.getLogger("node.p2p")
 
@@ -98,8 +114,8 @@ def _patch_gossip_queues(peer_queue_size: int) -> None:
             raise P2PError(f"libp2p.pubsub.pubsub.{name} is gone: cannot tune GossipSub queues")
     # Process-wide (module globals): keep the largest size any host asked for.
     _RoomyRpcQueue.default_max_size = max(_RoomyRpcQueue.default_max_size, peer_queue_size)
-    _pubsub_module.RpcQueue = _RoomyRpcQueue  # type: ignore[misc]
-    _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = _LIBP2P_SUBSCRIPTION_BUFFER
+    setattr(_pubsub_module, "RpcQueue", _RoomyRpcQueue)  # noqa: B010
+    setattr(_pubsub_module, "SUBSCRIPTION_CHANNEL_SIZE", _LIBP2P_SUBSCRIPTION_BUFFER)  # noqa: B010
 
 
 class _NamedLoggingShim:
@@ -123,9 +139,8 @@ def tame_libp2p_logging(level: str) -> None:
     if os.environ.get("LIBP2P_DEBUG"):
         return
     check_libp2p_version()
-    _swarm_connection_module.logging = _NamedLoggingShim(  # type: ignore[assignment]
-        _swarm_connection_module.__name__
-    )
+    shim = _NamedLoggingShim(_swarm_connection_module.__name__)
+    setattr(_swarm_connection_module, "logging", shim)  # noqa: B010
     numeric = logging.getLevelName(level.upper())
     root = logging.getLogger("libp2p")
     root.setLevel(numeric)
@@ -224,3 +239,62 @@ def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
     router.max_ihave_messages_per_second = 10_000.0
     pubsub = Pubsub(host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=True)
     return pubsub, router
+
+
+class ConnectionNotifee(INotifee):
+    """Forwards libp2p connection events to two plain callbacks, which must not block."""
+
+    def __init__(
+        self, on_connected: Callable[[INetConn], None], on_disconnected: Callable[[INetConn], None]
+    ) -> None:
+        self._on_connected = on_connected
+        self._on_disconnected = on_disconnected
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self._on_connected(conn)
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        self._on_disconnected(conn)
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+
+def remote_address(conn: INetConn) -> str | None:
+    try:
+        addrs = conn.get_transport_addresses()
+    except Exception:
+        return None
+    return str(addrs[0]) if addrs else None
+
+
+def connection_direction(conn: INetConn) -> str:
+    value = getattr(conn, "direction", None)
+    name = str(getattr(value, "name", value)).lower()
+    return name if name in ("inbound", "outbound") else "unknown"
+
+
+async def stop_auto_connector(host: IHost) -> None:
+    # libp2p would redial peerstore entries on its own to reach 150 connections; the daemon
+    # decides whom to dial (allowed_peers, remembered peers, back-off).
+    connector = getattr(host.get_network(), "auto_connector", None)
+    if connector is not None:
+        await connector.stop()
+
+
+async def close_host(host: IHost) -> None:
+    """``host.close()`` shielded from cancellation and bounded in time; never raises."""
+    with trio.CancelScope(shield=True), trio.move_on_after(_SHUTDOWN_GRACE_S):
+        try:
+            await host.close()
+        except Exception:
+            logger.warning("closing the libp2p host failed", exc_info=True)

@@ -45,6 +45,10 @@ class P2PConfig:
     # Measure round-trip latency with libp2p ping right after each new connection.
     ping_on_connect: bool = True
     libp2p_log_level: str = "ERROR"
+    # Kademlia DHT discovery (provider records under rendezvous strings); off by default.
+    enable_dht: bool = False
+    dht_server_mode: bool = True  # also store records for others (False: query only)
+    dht_timeout: float = 30.0
     # Test-only: drop this fraction of received gossip messages before delivery.
     drop_incoming_gossip_fraction: float = 0.0
     drop_seed: int = 0
@@ -57,7 +61,12 @@ class P2PConfig:
             raise ValueError("listen_addrs: at least one address is required")
         if self.allowed_peers is not None:
             object.__setattr__(self, "allowed_peers", frozenset(self.allowed_peers))
-        for name in ("dial_timeout", "stream_open_timeout", "gossip_heartbeat_interval"):
+        for name in (
+            "dial_timeout",
+            "stream_open_timeout",
+            "gossip_heartbeat_interval",
+            "dht_timeout",
+        ):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name}: must be a positive number of seconds, got {value!r}")
@@ -101,6 +110,7 @@ class P2PStats:
     gossip_received: int = 0  # delivered to our subscription queues
     gossip_dropped_test: int = 0  # dropped by drop_incoming_gossip_fraction
     gossip_dropped_overflow: int = 0  # a subscriber's queue was full
+    gossip_refused_foreign: int = 0  # originated outside allowed_peers (relayed by someone)
     peer_events_dropped: int = 0  # a peer-event listener's queue was full
 
     def snapshot(self) -> P2PStats:

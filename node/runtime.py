@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.config import Config
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import count_events, redacted_url
+from storage import AppendResult, EventRecord, count_events, redacted_url
 from sync.identity import peer_id_of
 
 __all__ = ["NodeInfo", "NodeRuntime", "package_version"]
@@ -41,9 +43,26 @@ class NodeRuntime:
     store: EventStore
     metrics: Metrics = field(default_factory=Metrics)
     host: Any = None  # node.p2p.P2PHost once the libp2p host is up
+    channels: Any = None  # node.channels.ChannelService
+    peers: Any = None  # node.peers.PeerManager
+    recon: Any = None  # node.recon_service.ReconService
     api_url: str = ""
     started_at: float = field(default_factory=time.monotonic)
     version: str = field(default_factory=package_version)
+
+    _commit: trio.Event = field(default_factory=trio.Event)
+
+    def __post_init__(self) -> None:
+        self.store.on_commit(self._on_commit)
+
+    def _on_commit(self, result: AppendResult, _records: Sequence[EventRecord]) -> None:
+        if result.inserted:
+            self._commit.set()
+            self._commit = trio.Event()
+
+    def commit_signal(self) -> trio.Event:
+        """An event set at the next commit that stores something new."""
+        return self._commit
 
     @property
     def peer_id(self) -> str:

@@ -64,6 +64,13 @@ class EventStore:
         assert pending.result is not None
         return pending.result
 
+    def submit(self, records: Sequence[EventRecord]) -> None:
+        """Queue records without waiting for the commit (used for relayed events)."""
+        try:
+            self._send.send_nowait(_Pending(records))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            log.warning("store closed; %d relayed events not stored (peers resend)", len(records))
+
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a repository function with a fresh connection in a worker thread."""
 

@@ -12,6 +12,7 @@ raises nothing but :class:`~sync.errors.RemoteProtocolError`.
 from __future__ import annotations
 
 import io
+import itertools
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Final
@@ -343,7 +344,7 @@ def _decode_batch(block_hash: bytes, value: bytes, limits: Limits) -> Batch:
     if len(set(subbatches.values())) != len(subbatches):
         raise RemoteProtocolError("Batch names one sub batch id twice")
     prefixes = sorted(counts)
-    for shorter, longer in zip(prefixes, prefixes[1:], strict=False):
+    for shorter, longer in itertools.pairwise(prefixes):
         if longer.startswith(shorter):
             # A BatchMsg key could then belong to either counter; no consumer can decide.
             raise RemoteProtocolError(f"Batch prefixes overlap: {shorter!r}, {longer!r}")

@@ -81,13 +81,17 @@ def _check_hash(name: str, value: bytes) -> None:
 
 
 def make_sub_batch(
-    name: str, batch_id: bytes, updates: Mapping[str, bytes] | None = None,
+    name: str,
+    batch_id: bytes,
+    updates: Mapping[str, bytes] | None = None,
     deletes: Iterable[str] = (),
 ) -> SubBatch:
     _check_hash("sub batch id", batch_id)
     if batch_id == ZERO_HASH:
         raise LocalProtocolError("a sub batch id must not be all zeros")
-    return SubBatch(name, batch_id, tuple(sorted((updates or {}).items())), tuple(sorted(set(deletes))))
+    return SubBatch(
+        name, batch_id, tuple(sorted((updates or {}).items())), tuple(sorted(set(deletes)))
+    )
 
 
 def make_payload(

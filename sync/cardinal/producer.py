@@ -7,6 +7,7 @@ which is what lets consumers discard the copies of redundant producers as duplic
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,7 +77,7 @@ class Producer:
                 counts[prefix] = counts.get(prefix, 0) + 1
                 out.append((channel, BatchDeleteMsg(block, key)))
         prefixes = sorted(counts)
-        for shorter, longer in zip(prefixes, prefixes[1:], strict=False):
+        for shorter, longer in itertools.pairwise(prefixes):
             if longer.startswith(shorter):
                 raise LocalProtocolError(f"application prefixes overlap: {shorter!r}, {longer!r}")
         for sub in payload.sub_batches:
@@ -94,14 +95,12 @@ class Producer:
         out.append((self.router.default_channel, batch))
         routed = []
         for channel, msg in out:
-            key, value = encode_message(msg)
-            routed.append(RoutedMessage(channel, key, value))
+            wire_key, wire_value = encode_message(msg)
+            routed.append(RoutedMessage(channel, wire_key, wire_value))
         routed.sort(key=lambda m: m.key)
         return routed
 
-    def _sub_batch_messages(
-        self, block: bytes, sub: SubBatch
-    ) -> list[tuple[str, CardinalMessage]]:
+    def _sub_batch_messages(self, block: bytes, sub: SubBatch) -> list[tuple[str, CardinalMessage]]:
         channel = self.router.channel_of(sub.name)
         step = self.subbatch_chunk
         chunks: list[SubBatchMsg] = []
@@ -124,7 +123,9 @@ class Producer:
         channel = reorg_channel_name(self.router.default_channel, ancestor)
         result = [RoutedMessage(channel, *encode_message(Reorg(ancestor, ancestor_number)))]
         for payload in blocks:
-            result.extend(RoutedMessage(channel, m.key, m.value) for m in self.messages_for(payload))
+            result.extend(
+                RoutedMessage(channel, m.key, m.value) for m in self.messages_for(payload)
+            )
         done = ReorgComplete(ancestor, ancestor_number)
         result.append(RoutedMessage(channel, *encode_message(done)))
         return result

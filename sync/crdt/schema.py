@@ -37,12 +37,13 @@ class TableSchema:
     """A replicated table: column name -> type, and optionally the peer ids allowed to write.
 
     ``columns`` accepts ``ColumnType`` members or their names (``"text"``, ``"integer"``,
-    ``"real"``, ``"boolean"``), as config files give them. ``writers=None`` lets anyone write.
+    ``"real"``, ``"boolean"``), as config files give them, and holds ``ColumnType`` members
+    afterwards (``column_type`` returns them typed). ``writers=None`` lets anyone write.
     The column ``id`` is reserved for the entity id. Bad declarations raise ``ValueError``.
     """
 
     name: str
-    columns: Mapping[str, ColumnType]
+    columns: Mapping[str, ColumnType | str]
     writers: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
@@ -67,6 +68,11 @@ class TableSchema:
             if not all(isinstance(w, str) and w for w in writers):
                 raise ValueError(f"table {self.name}: writers must be non-empty peer id strings")
             object.__setattr__(self, "writers", writers)
+
+    def column_type(self, column: str) -> ColumnType | None:
+        """The declared type of ``column``, or None if the table has no such column."""
+        kind = self.columns.get(column)
+        return None if kind is None else ColumnType(kind)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TableSchema):
@@ -105,7 +111,7 @@ def validate_message(schemas: Mapping[str, TableSchema], message: CrdtMessage) -
             f"peer {message.sender} may not write table {message.table}",
         )
     for column, value in message.values.items():
-        kind = schema.columns.get(column)
+        kind = schema.column_type(column)
         if kind is None:
             return Rejection(
                 RejectReason.UNKNOWN_COLUMN, f"table {message.table} has no column {column!r}"

@@ -2,6 +2,57 @@
 
 from __future__ import annotations
 
-from sync.recon.sha256a import LANES, MASK32, Sha256a, lanes_of
+from sync.recon.eventid import (
+    EventId,
+    channel_bounds,
+    event_cid,
+    event_key,
+    genesis_cid,
+    network_bounds,
+    parse_event_id,
+    prefix_successor,
+    sender_bounds,
+)
+from sync.recon.interests import Interests, intersect, normalize
+from sync.recon.pair import PairResult, reconcile_in_memory, shuttle
+from sync.recon.session import (
+    MissingKeys,
+    PeerMissingKeys,
+    ReconConfig,
+    ReconEvent,
+    ReconFinished,
+    ReconSession,
+)
+from sync.recon.sha256a import LANES, MASK32, Sha256a, lanes_of, wide_of
+from sync.recon.store import KeyStore, MemoryKeyStore
 
-__all__ = ["LANES", "MASK32", "Sha256a", "lanes_of"]
+__all__ = [
+    "LANES",
+    "MASK32",
+    "EventId",
+    "Interests",
+    "KeyStore",
+    "MemoryKeyStore",
+    "MissingKeys",
+    "PairResult",
+    "PeerMissingKeys",
+    "ReconConfig",
+    "ReconEvent",
+    "ReconFinished",
+    "ReconSession",
+    "Sha256a",
+    "channel_bounds",
+    "event_cid",
+    "event_key",
+    "genesis_cid",
+    "intersect",
+    "lanes_of",
+    "network_bounds",
+    "normalize",
+    "parse_event_id",
+    "prefix_successor",
+    "reconcile_in_memory",
+    "sender_bounds",
+    "shuttle",
+    "wide_of",
+]

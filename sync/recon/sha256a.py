@@ -17,7 +17,10 @@ __all__ = ["LANES", "MASK32", "Sha256a", "lanes_of", "wide_of"]
 LANES = 8
 MASK32 = 0xFFFFFFFF
 _LANE_FMT = struct.Struct("<8I")
-_WIDE_FMT = struct.Struct("<8Q")
+# Masks that move the 32-bit lanes of a 256-bit integer into 64-bit slots in three steps.
+_SPREAD_128 = sum(((1 << 128) - 1) << (256 * i) for i in range(2))
+_SPREAD_64 = sum(((1 << 64) - 1) << (128 * i) for i in range(4))
+_SPREAD_32 = sum(((1 << 32) - 1) << (64 * i) for i in range(8))
 _WIDE_READ = struct.Struct("<16I")
 
 
@@ -33,8 +36,10 @@ def wide_of(element: bytes) -> int:
     so a range hash is one big-integer subtraction of two prefix sums instead of eight masked
     additions per element: this is what keeps the in-memory store fast in pure Python.
     """
-    lanes = _LANE_FMT.unpack(hashlib.sha256(element).digest())
-    return int.from_bytes(_WIDE_FMT.pack(*lanes), "little")
+    x = int.from_bytes(hashlib.sha256(element).digest(), "little")
+    x = (x | (x << 128)) & _SPREAD_128
+    x = (x | (x << 64)) & _SPREAD_64
+    return (x | (x << 32)) & _SPREAD_32
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from sync.recordstream.codec import (
     decode_record_file,
     decode_sidecar_file,
     decode_signature_file,
+    decode_syncnode_record,
     encode_record_file,
     encode_sidecar_file,
     encode_signature_file,
@@ -55,9 +56,11 @@ from sync.recordstream.naming import (
 from sync.recordstream.signatures import (
     PrivateKey,
     PublicKey,
+    key_fits,
     load_public_keys_pem,
     sign_hash,
     signature_checksum,
+    signature_object_problem,
     verify_signature_object,
 )
 from sync.recordstream.verifier import (
@@ -106,6 +109,7 @@ __all__ = [
     "decode_record_file",
     "decode_sidecar_file",
     "decode_signature_file",
+    "decode_syncnode_record",
     "delivery_sidecar_record",
     "encode_record_file",
     "encode_sidecar_file",
@@ -119,6 +123,7 @@ __all__ = [
     "gzip_deterministic",
     "hash_object",
     "item_hash",
+    "key_fits",
     "load_public_keys_pem",
     "metadata_hash",
     "node_of_dir",
@@ -132,6 +137,7 @@ __all__ = [
     "sign_hash",
     "signature_checksum",
     "signature_file_name",
+    "signature_object_problem",
     "timestamp",
     "verify_signature_object",
     "verify_tree",

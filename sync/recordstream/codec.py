@@ -27,6 +27,7 @@ __all__ = [
     "decode_record_file",
     "decode_sidecar_file",
     "decode_signature_file",
+    "decode_syncnode_record",
     "encode_record_file",
     "encode_sidecar_file",
     "encode_signature_file",
@@ -150,9 +151,7 @@ def encode_record_file(message: pb.RecordStreamFile) -> bytes:
     return RECORD_FILE_VERSION.to_bytes(4, "big") + message.SerializeToString(deterministic=True)
 
 
-def decode_sidecar_file(
-    data: bytes, name: str, limits: Limits = DEFAULT_LIMITS
-) -> SidecarFileData:
+def decode_sidecar_file(data: bytes, name: str, limits: Limits = DEFAULT_LIMITS) -> SidecarFileData:
     """gzip( SidecarFile ), no version prefix."""
     raw = gunzip_limited(data, name, limits)
     return SidecarFileData(raw, _parse(pb.SidecarFile(), raw, "SidecarFile", name))
@@ -193,6 +192,12 @@ def record_consensus_ns(record_bytes: bytes, name: str) -> int:
     if not 0 <= ts.nanos < 1_000_000_000:
         raise RemoteProtocolError(f"consensus nanos {ts.nanos} out of range", name)
     return ts.seconds * 1_000_000_000 + ts.nanos
+
+
+def decode_syncnode_record(record_bytes: bytes, name: str) -> pb.SyncnodeRecord | None:
+    """Our record of an item, or None for a record (e.g. Hedera's) without our event field."""
+    record = _parse(pb.SyncnodeRecord(), record_bytes, "TransactionRecord", name)
+    return record if record.HasField("event") else None
 
 
 def sidecar_type_of(record: pb.TransactionSidecarRecord) -> pb.SidecarType | None:

@@ -67,9 +67,7 @@ def file_hash(uncompressed: bytes) -> bytes:
     return sha384(uncompressed)
 
 
-def metadata_hash(
-    hapi: pb.SemanticVersion, start: bytes, end: bytes, block_number: int
-) -> bytes:
+def metadata_hash(hapi: pb.SemanticVersion, start: bytes, end: bytes, block_number: int) -> bytes:
     """The hash a node's metadata signature signs; it survives changes to item encodings."""
     return sha384(
         _METADATA.pack(RECORD_FILE_VERSION, hapi.major, hapi.minor, hapi.patch)

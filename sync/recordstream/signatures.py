@@ -23,9 +23,11 @@ from sync.recordstream.hashing import hash_object
 __all__ = [
     "PrivateKey",
     "PublicKey",
+    "key_fits",
     "load_public_keys_pem",
     "sign_hash",
     "signature_checksum",
+    "signature_object_problem",
     "verify_signature_object",
 ]
 
@@ -92,13 +94,8 @@ def _verify_with(key: PublicKey, kind: int, signature: bytes, digest: bytes) -> 
     return False
 
 
-def verify_signature_object(
-    obj: pb.SignatureObject, expected_hash: bytes, keys: Sequence[PublicKey]
-) -> str | None:
-    """None when ``obj`` is a valid signature of ``expected_hash`` by one of ``keys``, else why not.
-
-    ``keys`` must not be empty: the caller decides what a missing key means.
-    """
+def signature_object_problem(obj: pb.SignatureObject, expected_hash: bytes) -> str | None:
+    """What is wrong with ``obj`` short of the cryptography: type, length, checksum, hash."""
     if obj.type not in (pb.SHA_384_WITH_RSA, pb.ED25519):
         return f"unknown signature type {obj.type}"
     if obj.length != len(obj.signature) or obj.checksum != signature_checksum(obj.length):
@@ -108,11 +105,24 @@ def verify_signature_object(
         )
     if obj.hash_object.hash != expected_hash:
         return "signed hash differs from the recomputed hash"
-    usable = [
-        key
-        for key in keys
-        if isinstance(key, RSAPublicKey if obj.type == pb.SHA_384_WITH_RSA else Ed25519PublicKey)
-    ]
+    return None
+
+
+def key_fits(key: PublicKey, kind: int) -> bool:
+    """Whether ``key`` can check a signature of SignatureType ``kind``."""
+    if kind == pb.SHA_384_WITH_RSA:
+        return isinstance(key, RSAPublicKey)
+    return kind == pb.ED25519 and isinstance(key, Ed25519PublicKey)
+
+
+def verify_signature_object(
+    obj: pb.SignatureObject, expected_hash: bytes, keys: Sequence[PublicKey]
+) -> str | None:
+    """None when ``obj`` validly signs ``expected_hash`` with one of ``keys``, else why not."""
+    problem = signature_object_problem(obj, expected_hash)
+    if problem is not None:
+        return problem
+    usable = [key for key in keys if key_fits(key, obj.type)]
     if not usable:
         return f"no {pb.SignatureType.Name(obj.type)} key for this node"
     if any(_verify_with(key, obj.type, obj.signature, expected_hash) for key in usable):

@@ -154,8 +154,10 @@ def assemble_block(
     raw = encode_record_file(message)
     outputs.insert(0, OutputFile(f"{directory}/{name}", gzip_deterministic(raw)))
     sig = _signature_file(
-        file_hash(raw), metadata_hash(hapi, start_running_hash, end, block_number),
-        ed25519_key, rsa_key,
+        file_hash(raw),
+        metadata_hash(hapi, start_running_hash, end, block_number),
+        ed25519_key,
+        rsa_key,
     )
     if sig is not None:
         outputs.append(

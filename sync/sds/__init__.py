@@ -1,1 +1,75 @@
-"""SDS and SDS-R."""
+"""SDS (Scalable Data Sync) and SDS-R (repair), sans-IO: see docs/sds.md."""
+
+from __future__ import annotations
+
+from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
+from sync.sds.channel import LAMPORT_LIMIT, SdsChannel
+from sync.sds.config import LostPolicy, SdsConfig
+from sync.sds.events import (
+    Acknowledged,
+    Delivered,
+    DependencyLost,
+    EphemeralReceived,
+    MissingDependencies,
+    MissingEntry,
+    PossiblyAcknowledged,
+    RepairAnswered,
+    RepairRequested,
+    ResendExhausted,
+    SdsEvent,
+)
+from sync.sds.message import (
+    DEFAULT_MAX_SIZE,
+    SIGNATURE_DOMAIN,
+    DecodeLimits,
+    HistoryRef,
+    SignedEvent,
+    Transmission,
+    decode_event,
+    decode_transmission,
+    encode_event,
+    event_digest,
+    message_id_of,
+    transmission_suffix,
+)
+from sync.sds.repair import in_response_group, repair_hash, t_req, t_resp
+from sync.sds.state import LogEntry
+
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "LAMPORT_LIMIT",
+    "SIGNATURE_DOMAIN",
+    "Acknowledged",
+    "BloomParams",
+    "BloomView",
+    "DecodeLimits",
+    "Delivered",
+    "DependencyLost",
+    "EphemeralReceived",
+    "HistoryRef",
+    "LogEntry",
+    "LostPolicy",
+    "MissingDependencies",
+    "MissingEntry",
+    "PossiblyAcknowledged",
+    "RepairAnswered",
+    "RepairRequested",
+    "ResendExhausted",
+    "RollingBloomFilter",
+    "SdsChannel",
+    "SdsConfig",
+    "SdsEvent",
+    "SignedEvent",
+    "Transmission",
+    "bloom_indices",
+    "decode_event",
+    "decode_transmission",
+    "encode_event",
+    "event_digest",
+    "in_response_group",
+    "message_id_of",
+    "repair_hash",
+    "t_req",
+    "t_resp",
+    "transmission_suffix",
+]

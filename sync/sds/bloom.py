@@ -32,10 +32,22 @@ class BloomParams:
 
     @classmethod
     def optimal(cls, capacity: int, fp_rate: float) -> BloomParams:
-        """The smallest m, and the k minimising false positives, for ``capacity`` ids."""
+        """The smallest m (with the best integer k for it) whose expected false-positive rate
+        at ``capacity`` ids is at most ``fp_rate``.
+
+        The textbook m = -n ln p / ln^2 2 assumes a fractional k; rounding k overshoots p
+        slightly, so m grows from there until the integer k meets the rate.
+        """
         bits = math.ceil(-capacity * math.log(fp_rate) / (math.log(2) ** 2))
-        hashes = max(1, min(MAX_HASHES, round(bits / capacity * math.log(2))))
-        return cls(bits, hashes)
+        while True:
+            ideal = bits / capacity * math.log(2)
+            candidates = {max(1, min(MAX_HASHES, k)) for k in (math.floor(ideal), math.ceil(ideal))}
+            best = min(
+                (cls(bits, k) for k in candidates), key=lambda p: p.false_positive_rate(capacity)
+            )
+            if best.false_positive_rate(capacity) <= fp_rate:
+                return best
+            bits += 1
 
     def false_positive_rate(self, count: int) -> float:
         """Expected false-positive rate with ``count`` ids inserted."""

@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
-from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
+from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.config import SdsConfig
 from sync.sds.events import (
     Acknowledged,
@@ -42,6 +42,7 @@ from sync.sds.message import (
     transmission_suffix,
 )
 from sync.sds.repair import in_response_group, t_req, t_resp
+from sync.sds.state import LogEntry, export_state, restore_channel
 from sync.sds.timers import TimerKind, TimerQueue
 
 __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
@@ -567,8 +568,6 @@ class SdsChannel:
 
     # ------------------------------------------------------------------ persistence
     def export_state(self) -> bytes:
-        from sync.sds.state import export_state
-
         return export_state(self)
 
     @classmethod
@@ -577,7 +576,7 @@ class SdsChannel:
         state: bytes,
         signing_key: Ed25519PrivateKey | None,
         *,
-        log: Iterable[tuple[str, int]] = (),
+        log: Iterable[LogEntry] = (),
         cached_wires: Iterable[bytes] = (),
         config: SdsConfig | None = None,
         rng: random.Random | None = None,
@@ -586,11 +585,10 @@ class SdsChannel:
     ) -> SdsChannel:
         """Rebuild a channel from ``export_state()`` output and the persisted log.
 
-        ``log``: every delivered (message_id, lamport); the bloom filter is rebuilt from its most
-        recent entries. ``cached_wires``: canonical wires of recent messages to serve repairs.
+        ``log``: every delivered (message_id, lamport) or (message_id, lamport, sender_id); the
+        bloom filter is rebuilt from its most recent entries. ``cached_wires``: canonical wires of
+        recent messages, to serve repairs.
         """
-        from sync.sds.state import restore_channel
-
         return restore_channel(
             cls,
             state,
@@ -602,4 +600,3 @@ class SdsChannel:
             now=now,
             verify_signatures=verify_signatures,
         )
-

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -268,7 +268,7 @@ def _event(
 
 def decode_transmission(
     data: bytes,
-    limits: DecodeLimits = DecodeLimits(),  # noqa: B008 - frozen, shared safely
+    limits: DecodeLimits = DecodeLimits(),
     *,
     check_id: bool = True,
     verify_signature: bool = True,

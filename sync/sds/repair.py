@@ -34,9 +34,7 @@ def t_req(now: float, participant_id: str, message_id: str, t_min: float, t_max:
     return now + offset_ms / 1000.0
 
 
-def t_resp(
-    now: float, participant_id: str, sender_id: str, message_id: str, t_max: float
-) -> float:
+def t_resp(now: float, participant_id: str, sender_id: str, message_id: str, t_max: float) -> float:
     """When this participant answers a repair request if nobody answered first."""
     distance = repair_hash(participant_id) ^ repair_hash(sender_id)
     return now + (distance * repair_hash(message_id)) % _ms(t_max) / 1000.0

@@ -59,7 +59,7 @@ class TimerQueue:
 
     def pop_due(self, now: float) -> list[tuple[TimerKind, str]]:
         """Remove and return every timer due at ``now``, earliest first."""
-        out = []
+        out: list[tuple[TimerKind, str]] = []
         while True:
             self._clean()
             if not self._heap or self._heap[0][0] > now:

@@ -74,7 +74,9 @@ def test_wrong_record_version(hedera_files: dict[str, bytes]) -> None:
     raw = gzip.decompress(hedera_files[R5])
     for version in (5, 7, -1):
         with pytest.raises(RemoteProtocolError, match=f"wrong version {version}"):
-            decode_record_file(gzip_deterministic(version.to_bytes(4, "big", signed=True) + raw[4:]), R5)
+            decode_record_file(
+                gzip_deterministic(version.to_bytes(4, "big", signed=True) + raw[4:]), R5
+            )
     with pytest.raises(RemoteProtocolError, match="shorter than its version"):
         decode_record_file(gzip_deterministic(b"\0\0"), R5)
 
@@ -228,7 +230,9 @@ def test_unreferenced_sidecar_and_missing_record(hedera_files: dict[str, bytes])
 def test_misnamed_record_file(hedera_files: dict[str, bytes]) -> None:
     files = dict(hedera_files)
     files["record0.0.3/2022-07-13T08_46_09.000000000Z.rcd.gz"] = files.pop(R5)
-    failed = _failures(verify_tree(files).files, "record0.0.3/2022-07-13T08_46_09.000000000Z.rcd.gz")
+    failed = _failures(
+        verify_tree(files).files, "record0.0.3/2022-07-13T08_46_09.000000000Z.rcd.gz"
+    )
     assert failed == {"items": f"file name should be {B5}.rcd.gz (first item's time)"}
 
 

@@ -33,25 +33,50 @@ EXPECTED = {
         "items": 1,
         "sidecars": 0,
         "consensus": (1657701968041986003, 1657701968041986003),
-        "file": "69a4354de5aeb12fbc989ae086fc291cfc1b61415391b4a46915b32aef722a511c4ceba60ecda72d527cc4866a4d235b",
-        "metadata": "361c0176ba28cc55525c50e7e75e58618b451f3dca402d9be19626159d939e7a569534658125732c1af31ff6f4a8e283",
-        "start": "13d2594b9e9dbb73dad0cad67a96ad7a0e249af8693aa894003876c9ddd5534b3143e4d785e04fc0c461945a03e85178",
-        "end": "a6c241fad2c636f68a6aa0da9293245a5ef0ebef345cd139858068ff7998716cefe0fd3afa0d21304725507061975279",
+        "file": (
+            "69a4354de5aeb12fbc989ae086fc291cfc1b61415391b4a4"
+            "6915b32aef722a511c4ceba60ecda72d527cc4866a4d235b"
+        ),
+        "metadata": (
+            "361c0176ba28cc55525c50e7e75e58618b451f3dca402d9b"
+            "e19626159d939e7a569534658125732c1af31ff6f4a8e283"
+        ),
+        "start": (
+            "13d2594b9e9dbb73dad0cad67a96ad7a0e249af8693aa894"
+            "003876c9ddd5534b3143e4d785e04fc0c461945a03e85178"
+        ),
+        "end": (
+            "a6c241fad2c636f68a6aa0da9293245a5ef0ebef345cd139"
+            "858068ff7998716cefe0fd3afa0d21304725507061975279"
+        ),
     },
     B6: {
         "block": 6,
         "items": 2,
         "sidecars": 1,
         "consensus": (1657701971304284003, 1657701971304284004),
-        "file": "ed518c8d05f470d4540db35ea8665ab158f9aeb0bcaa3332d171c1efba119da52c1ee510df599269b022d963d4d1e474",
-        "metadata": "b13a2b638c5688dbec43b97dbee8ad637d2d42376fc313c628a990ac65aefdbd39832cf5ece42b925a520ed2d2bf8eac",
-        "start": "a6c241fad2c636f68a6aa0da9293245a5ef0ebef345cd139858068ff7998716cefe0fd3afa0d21304725507061975279",
-        "end": "3064b824b8b9f9ece011f88a26c030c9f6b822f30fbcabcc7240a220ea42bbdbf305db415a4e41307d0630d5cefe4550",
+        "file": (
+            "ed518c8d05f470d4540db35ea8665ab158f9aeb0bcaa3332"
+            "d171c1efba119da52c1ee510df599269b022d963d4d1e474"
+        ),
+        "metadata": (
+            "b13a2b638c5688dbec43b97dbee8ad637d2d42376fc313c6"
+            "28a990ac65aefdbd39832cf5ece42b925a520ed2d2bf8eac"
+        ),
+        "start": (
+            "a6c241fad2c636f68a6aa0da9293245a5ef0ebef345cd139"
+            "858068ff7998716cefe0fd3afa0d21304725507061975279"
+        ),
+        "end": (
+            "3064b824b8b9f9ece011f88a26c030c9f6b822f30fbcabcc"
+            "7240a220ea42bbdbf305db415a4e41307d0630d5cefe4550"
+        ),
     },
 }
 SIDECAR = f"record0.0.3/sidecar/{B6}_01.rcd.gz"
 SIDECAR_HASH = (
-    "1ed54ea01aab5e726a087e94a0dd52c0f49b149d7a773ae71a3dc099f623bcf1840393db68f8db476ab11e6159f030f2"
+    "1ed54ea01aab5e726a087e94a0dd52c0f49b149d7a773ae7"
+    "1a3dc099f623bcf1840393db68f8db476ab11e6159f030f2"
 )
 
 
@@ -99,7 +124,9 @@ def test_chain_from_block_5_to_block_6(hedera_files: dict[str, bytes]) -> None:
     five, six = _record(hedera_files, B5), _record(hedera_files, B6)
     assert six.start_object_running_hash.hash == five.end_object_running_hash.hash
     assert six.block_number == five.block_number + 1
-    items = [(i.record, i.transaction) for i in [*five.record_stream_items, *six.record_stream_items]]
+    items = [
+        (i.record, i.transaction) for i in [*five.record_stream_items, *six.record_stream_items]
+    ]
     # Folding both files' items from block 5's start hash lands on block 6's end hash.
     assert running_hash(five.start_object_running_hash.hash, items).hex() == EXPECTED[B6]["end"]
 
@@ -147,9 +174,7 @@ def test_reserialization_reproduces_uncompressed_bytes(hedera_files: dict[str, b
             assert encode_record_file(record.message) == gzip.decompress(data)
 
 
-def test_whole_tree_verifies(
-    hedera_files: dict[str, bytes], hedera_keys: dict[str, list]
-) -> None:
+def test_whole_tree_verifies(hedera_files: dict[str, bytes], hedera_keys: dict[str, list]) -> None:
     report = verify_tree(hedera_files, hedera_keys)
     assert report.ok, [(f.path, f.failures()) for f in report.files if not f.ok]
     by_path = {f.path: f for f in report.files}
@@ -173,9 +198,7 @@ def test_whole_tree_verifies(
 
 def test_without_keys_signatures_are_skipped_not_passed(hedera_files: dict[str, bytes]) -> None:
     report = verify_tree(hedera_files, None)
-    statuses = {
-        c.status for f in report.files if f.kind == "signature" for c in f.checks[2:]
-    }
+    statuses = {c.status for f in report.files if f.kind == "signature" for c in f.checks[2:]}
     assert statuses == {"skip"}
     assert report.ok
 

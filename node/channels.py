@@ -1,0 +1,268 @@
+"""SDS over GossipSub: one ``SdsChannel`` per configured channel, driven by the daemon.
+
+Gossip, Recon and the fetch protocol all feed events into the channels; every delivery is
+persisted through the batched ``EventStore``; the channels' own outgoing messages (resends, sync
+messages, repair answers) are published on the channel's topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.events import record_of_delivered
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p import P2PError, P2PHost
+from node.store import EventStore
+from storage import EventRecord, get_state, put_state, read_channel_ordered
+from sync.errors import RemoteProtocolError
+from sync.sds import (
+    Acknowledged,
+    Delivered,
+    DependencyLost,
+    MissingDependencies,
+    MissingEntry,
+    PossiblyAcknowledged,
+    RepairAnswered,
+    RepairRequested,
+    ResendExhausted,
+    SdsChannel,
+    SdsConfig,
+    decode_event,
+)
+
+__all__ = ["ChannelService", "UnknownChannel", "topic_of"]
+
+log = logging.getLogger("syncnode.channels")
+STATE_SAVE_INTERVAL_S = 5.0
+# How much of the persisted log to replay into a restored channel (bloom filter, heads, cache).
+RESTORE_LOG_LIMIT = 1_000_000
+_EVENT_COUNTERS: dict[type, str] = {
+    Acknowledged: "sds_acknowledged_total",
+    PossiblyAcknowledged: "sds_possibly_acknowledged_total",
+    DependencyLost: "sds_dependencies_lost_total",
+    ResendExhausted: "sds_resend_exhausted_total",
+    RepairRequested: "sds_repairs_requested_total",
+    RepairAnswered: "sds_repairs_answered_total",
+}
+
+
+class UnknownChannel(KeyError):
+    pass
+
+
+def topic_of(network_id: int, channel: str) -> str:
+    return f"/syncnode/{network_id}/sds/{channel}"
+
+
+MissingHandler = Callable[[str, Sequence[MissingEntry]], None]
+
+
+class ChannelService:
+    def __init__(
+        self,
+        *,
+        host: P2PHost,
+        store: EventStore,
+        metrics: Metrics,
+        key: Ed25519PrivateKey,
+        peer_id: str,
+        network_id: int,
+        channels: Sequence[str],
+        sds_config: SdsConfig,
+        on_missing: MissingHandler | None = None,
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.metrics = metrics
+        self.key = key
+        self.peer_id = peer_id
+        self.network_id = network_id
+        self.names = list(channels)
+        self.sds_config = sds_config
+        self.on_missing = on_missing
+        self.channels: dict[str, SdsChannel] = {}
+        self._dirty: set[str] = set()
+        self._wake = trio.Event()
+        self._outbox_send, self._outbox = trio.open_memory_channel[tuple[str, bytes]](math.inf)
+        for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
+            metrics.describe(name, "counter", name.replace("_", " "))
+        metrics.inc("events_rejected_total", 0, reason="none")
+
+    # -- start-up --------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Restore every channel's state and log from the database (or start it fresh)."""
+        now = time.time()
+        for name in self.names:
+            state = await self.store.read(get_state, f"sds/{name}")
+            rows = await self.store.read(read_channel_ordered, name, None, RESTORE_LOG_LIMIT)
+            log_entries = [(e.message_id, e.lamport, e.sender) for e in rows]
+            wires = [e.wire for e in rows[-self.sds_config.repair_cache_size :]]
+            if state is None:
+                if not rows:
+                    self.channels[name] = self._fresh(name, now)
+                    continue
+                state = self._fresh(name, now).export_state()
+            try:
+                ch = SdsChannel.restore(
+                    state, self.key, log=log_entries, cached_wires=wires, config=self.sds_config,
+                    rng=random.Random(), now=now,
+                )
+            except Exception:  # a corrupt state blob must not keep the node down
+                log.exception("cannot restore channel state; starting it afresh from the log",
+                              extra=kv(channel=name))
+                ch = SdsChannel.restore(
+                    self._fresh(name, now).export_state(), self.key, log=log_entries,
+                    cached_wires=wires, config=self.sds_config, rng=random.Random(), now=now,
+                )
+            self.channels[name] = ch
+            log.info("channel restored", extra=kv(channel=name, events=len(rows),
+                                                  lamport=ch.lamport))
+
+    def _fresh(self, name: str, now: float) -> SdsChannel:
+        return SdsChannel(name, self.peer_id, self.key, self.sds_config, random.Random(), now)
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for name in self.names:
+                receiver = await self.host.subscribe(topic_of(self.network_id, name))
+                nursery.start_soon(self._gossip_loop, name, receiver)
+            nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self._publish_loop)
+            nursery.start_soon(self._state_loop)
+
+    # -- API --------------------------------------------------------------------------------
+
+    def channel(self, name: str) -> SdsChannel:
+        try:
+            return self.channels[name]
+        except KeyError:
+            raise UnknownChannel(name) from None
+
+    async def publish(self, name: str, content: bytes) -> Delivered:
+        """Send ``content``; returns once the event is committed to the database."""
+        ch = self.channel(name)
+        wire = ch.send(content, time.time())
+        records, delivered = self._process(name)
+        # send() delivers our own message at once; it is the only delivery of ours in this drain.
+        own = [d for d in delivered if d.sender_id == self.peer_id][-1]
+        await self.store.append(records)
+        self._outbox_send.send_nowait((name, wire))
+        self.metrics.inc("events_published_total", channel=name)
+        return own
+
+    def ingest(self, wire: bytes, peer: str | None, now: float | None = None) -> str | None:
+        """Feed an event fetched by Recon or by id; its message id, or None if rejected."""
+        try:
+            parsed = decode_event(wire, verify_signature=False)
+            name = parsed.channel_id
+            ch = self.channels.get(name)
+            if ch is None:
+                raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
+            ch.receive(wire, time.time() if now is None else now, peer=peer)
+        except RemoteProtocolError as exc:
+            self._reject(exc, peer)
+            return None
+        self._after_input(name)
+        return parsed.message_id
+
+    # -- loops -------------------------------------------------------------------------------
+
+    async def _gossip_loop(self, name: str, receiver: trio.MemoryReceiveChannel[object]) -> None:
+        ch = self.channels[name]
+        async with receiver:
+            async for message in receiver:
+                data: bytes = message.data  # type: ignore[attr-defined]
+                peer: str = message.from_peer  # type: ignore[attr-defined]
+                self.metrics.inc("gossip_bytes_received_total", len(data))
+                try:
+                    ch.receive(data, time.time(), peer=peer)
+                except RemoteProtocolError as exc:
+                    self._reject(exc, peer)
+                    continue
+                self._after_input(name)
+
+    def _reject(self, exc: RemoteProtocolError, peer: str | None) -> None:
+        reason = exc.reason.split(":")[0][:60]
+        self.metrics.inc("events_rejected_total", reason=reason)
+        log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
+
+    def _after_input(self, name: str) -> None:
+        records, _ = self._process(name)
+        if records:
+            self.store.submit(records)
+
+    def _process(self, name: str) -> tuple[list[EventRecord], list[Delivered]]:
+        ch = self.channels[name]
+        records: list[EventRecord] = []
+        delivered: list[Delivered] = []
+        for ev in ch.events():
+            if isinstance(ev, Delivered):
+                delivered.append(ev)
+                records.append(record_of_delivered(self.network_id, name, ev))
+                self.metrics.inc("events_delivered_total", channel=name)
+            elif isinstance(ev, MissingDependencies):
+                self.metrics.inc("sds_missing_total", len(ev.entries))
+                if self.on_missing is not None:
+                    self.on_missing(name, ev.entries)
+            else:
+                counter = _EVENT_COUNTERS.get(type(ev))
+                if counter:
+                    self.metrics.inc(counter)
+        for datagram in ch.datagrams_to_send():
+            self._outbox_send.send_nowait((name, datagram))
+        self._dirty.add(name)
+        self._wake.set()
+        return records, delivered
+
+    async def _timer_loop(self) -> None:
+        while True:
+            now = time.time()
+            next_at = math.inf
+            for name, ch in self.channels.items():
+                due = ch.get_timer()
+                if due is not None and due <= now:
+                    ch.handle_timer(now)
+                    self._after_input(name)
+                    due = ch.get_timer()
+                if due is not None:
+                    next_at = min(next_at, due)
+            self._wake = trio.Event()
+            with trio.move_on_after(min(max(next_at - time.time(), 0.005), 5.0)):
+                await self._wake.wait()
+
+    async def _publish_loop(self) -> None:
+        async for name, data in self._outbox:
+            try:
+                await self.host.publish(topic_of(self.network_id, name), data)
+                self.metrics.inc("gossip_bytes_sent_total", len(data))
+            except P2PError as exc:
+                self.metrics.inc("gossip_publish_failures_total")
+                log.warning("publish failed", extra=kv(channel=name, error=str(exc)))
+
+    async def _state_loop(self) -> None:
+        try:
+            while True:
+                await trio.sleep(STATE_SAVE_INTERVAL_S)
+                await self.save_state()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.save_state(all_channels=True)
+
+    async def save_state(self, *, all_channels: bool = False) -> None:
+        names = list(self.channels) if all_channels else sorted(self._dirty)
+        self._dirty.clear()
+        now_ms = int(time.time() * 1000)
+        for name in names:
+            await self.store.write(put_state, f"sds/{name}", self.channels[name].export_state(),
+                                   now_ms)
+
+

@@ -1,0 +1,329 @@
+"""Recon over libp2p streams: reconcile event logs with peers, fetch what is missing.
+
+The key store is a ``MemoryKeyStore`` loaded from the database at start-up and updated after
+every commit, so it only ever holds keys of events that are durably stored. Events fetched from
+a peer are validated (id, signature, size, and that we asked for them) by the SDS channel before
+anything is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from node.channels import ChannelService
+from node.events import record_of_event
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p import FramedStream, P2PError, P2PHost
+from node.recon_wire import (
+    EVENTS,
+    EVENTS_LAST,
+    RECON,
+    WANT,
+    WANT_LAST,
+    FrameDecodeError,
+    pack_items,
+    unpack_items,
+)
+from node.store import EventStore
+from storage import AppendResult, EventRecord, events_by_keys, keys_in_range
+from sync.errors import RemoteProtocolError
+from sync.recon import MemoryKeyStore
+from sync.recon.eventid import channel_bounds
+from sync.recon.session import MissingKeys, ReconConfig, ReconSession
+from sync.sds import decode_event
+
+__all__ = ["RECON_PROTOCOL", "ReconService"]
+
+log = logging.getLogger("syncnode.recon")
+RECON_PROTOCOL = "/syncnode/recon/1.0.0"
+MAX_KEY_BYTES = 256
+MAX_EVENT_BYTES = 1 << 20
+PENDING_GRACE_S = 30.0
+
+
+class ReconAbort(Exception):
+    """The peer broke the protocol; the session ends and the peer is backed off."""
+
+
+@dataclass
+class PeerSyncState:
+    interests: tuple[tuple[bytes, bytes], ...] | None = None
+    failures: int = 0
+    backoff_until: float = 0.0
+    sessions: int = 0
+
+
+@dataclass
+class SessionStats:
+    fetched: int = 0
+    served: int = 0
+    rejected: int = 0
+    missing: list[bytes] = field(default_factory=list)
+
+
+class ReconService:
+    def __init__(
+        self,
+        *,
+        host: P2PHost,
+        store: EventStore,
+        channels: ChannelService,
+        metrics: Metrics,
+        network_id: int,
+        interval_s: float,
+        session_timeout_s: float,
+        fetch_batch: int,
+        config: ReconConfig,
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.channels = channels
+        self.metrics = metrics
+        self.network_id = network_id
+        self.interval_s = interval_s
+        self.session_timeout_s = session_timeout_s
+        self.fetch_batch = fetch_batch
+        self.config = config
+        self.keys = MemoryKeyStore()
+        self.interests = sorted(channel_bounds(network_id, c) for c in channels.names)
+        self.peers: dict[str, PeerSyncState] = {}
+        self._wake = trio.Event()
+        self._busy: set[str] = set()
+        # Keys fetched and handed to SDS but not committed yet: not fetched again meanwhile.
+        self._pending: dict[bytes, float] = {}
+        host.set_stream_handler(RECON_PROTOCOL, self._respond)
+        store.on_commit(self._on_commit)
+        for name in ("recon_sessions_total", "recon_events_fetched_total",
+                     "recon_events_served_total", "recon_errors_total"):
+            metrics.describe(name, "counter", name.replace("_", " "))
+
+    async def load(self) -> None:
+        """Load every stored key (ascending) into the in-memory key store."""
+        keys: list[bytes] = []
+        cursor = b""
+        while True:
+            page = await self.store.read(keys_in_range, cursor, None, 100_000)
+            keys.extend(page)
+            if len(page) < 100_000:
+                break
+            cursor = page[-1] + b"\0"
+        self.keys = MemoryKeyStore.from_sorted(keys)
+        log.info("recon key store loaded", extra=kv(keys=len(keys)))
+
+    def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
+        if not result.inserted:
+            return
+        new = {m for _, m in result.inserted}
+        for record in records:
+            self._pending.pop(record.recon_key, None)
+            if record.message_id in new:
+                self.keys.insert(record.recon_key)
+
+    def poke(self) -> None:
+        """Reconcile soon (e.g. after a new peer connected or a gap was seen)."""
+        self._wake.set()
+
+    # -- initiating ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_peers)
+            while True:
+                peer = self._choose_peer()
+                if peer is not None:
+                    nursery.start_soon(self.sync_with, peer)
+                self._wake = trio.Event()
+                with trio.move_on_after(self.interval_s * random.uniform(0.5, 1.0)):
+                    await self._wake.wait()
+
+    async def _watch_peers(self) -> None:
+        async for event in self.host.peer_events():
+            if event.kind == "connected":
+                self.peers.setdefault(event.peer_id, PeerSyncState())
+                # A fresh connection is the moment a late joiner needs to catch up.
+                self.poke()
+
+    def _choose_peer(self) -> str | None:
+        """CIP-124 random peer sync order: weighted by interest overlap, inversely by latency."""
+        now = time.monotonic()
+        candidates: list[tuple[str, float]] = []
+        for peer in self.host.connected_peers():
+            state = self.peers.setdefault(peer, PeerSyncState())
+            if peer in self._busy or state.backoff_until > now:
+                continue
+            overlap = 1.0
+            if state.interests is not None:
+                shared = sum(
+                    1 for lo, hi in self.interests
+                    if any(lo < theirs_hi and theirs_lo < hi
+                           for theirs_lo, theirs_hi in state.interests)
+                )
+                overlap = shared / max(len(self.interests), 1)
+                if overlap == 0:
+                    continue
+            info = self.host.peer_info(peer)
+            latency = info.latency_s if info is not None and info.latency_s else 0.05
+            candidates.append((peer, overlap / (latency + 0.01)))
+        if not candidates:
+            return None
+        peers, weights = zip(*candidates, strict=True)
+        return random.choices(peers, weights=weights)[0]
+
+    async def sync_with(self, peer: str) -> SessionStats | None:
+        if peer in self._busy:
+            return None
+        self._busy.add(peer)
+        state = self.peers.setdefault(peer, PeerSyncState())
+        stats = SessionStats()
+        started = time.monotonic()
+        try:
+            with trio.fail_after(self.session_timeout_s):
+                async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
+                    session = ReconSession.initiator(self.keys, self.interests, self.config,
+                                                     peer=peer)
+                    await stream.send(bytes([RECON]) + session.start())
+                    await self._reconcile(stream, session, stats)
+                    state.interests = tuple(session.peer_interests or ())
+                    await self._fetch(stream, stats)
+                    await self._serve(stream, stats)
+        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
+            self._failed(peer, state, exc)
+            return None
+        finally:
+            self._busy.discard(peer)
+        state.failures = 0
+        state.sessions += 1
+        self.metrics.inc("recon_sessions_total", role="initiator")
+        if stats.fetched:
+            log.info("recon fetched events", extra=kv(
+                peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
+        return stats
+
+    def _failed(self, peer: str, state: PeerSyncState, exc: Exception) -> None:
+        state.failures += 1
+        state.backoff_until = time.monotonic() + min(300.0, 2.0 ** state.failures)
+        self.metrics.inc("recon_errors_total", kind=type(exc).__name__)
+        log.info("recon session failed", extra=kv(peer=peer, error=str(exc) or type(exc).__name__))
+
+    # -- responding ----------------------------------------------------------------------------
+
+    async def _respond(self, stream: FramedStream) -> None:
+        peer = stream.peer_id
+        state = self.peers.setdefault(peer, PeerSyncState())
+        stats = SessionStats()
+        try:
+            with trio.fail_after(self.session_timeout_s):
+                async with stream:
+                    session = ReconSession.responder(self.keys, self.interests, self.config,
+                                                     peer=peer)
+                    await self._reconcile(stream, session, stats)
+                    state.interests = tuple(session.peer_interests or ())
+                    await self._serve(stream, stats)
+                    await self._fetch(stream, stats)
+        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
+            self._failed(peer, state, exc)
+            return
+        self.metrics.inc("recon_sessions_total", role="responder")
+
+    # -- shared phases ---------------------------------------------------------------------------
+
+    async def _reconcile(
+        self, stream: FramedStream, session: ReconSession, stats: SessionStats
+    ) -> None:
+        while not session.done:
+            frame = await stream.receive()
+            if not frame or frame[0] != RECON:
+                raise ReconAbort("expected a Recon message")
+            reply = session.receive(frame[1:])
+            for event in session.events():
+                if isinstance(event, MissingKeys):
+                    stats.missing.extend(event.keys)
+            if reply is not None:
+                await stream.send(bytes([RECON]) + reply)
+
+    async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
+        """Ask for the events of our missing keys, validate and ingest what arrives."""
+        now = time.monotonic()
+        self._pending = {k: t for k, t in self._pending.items() if t > now}
+        missing = [
+            k for k in stats.missing if k not in self._pending and not self.keys.contains(k)
+        ]
+        wanted = set(missing)
+        step = self.fetch_batch
+        chunks = [missing[i : i + step] for i in range(0, len(missing), step)] or [[]]
+        for n, chunk in enumerate(chunks):
+            last = n == len(chunks) - 1
+            await stream.send(pack_items(WANT_LAST if last else WANT, chunk))
+            while True:
+                frame = await stream.receive()
+                if not frame or frame[0] not in (EVENTS, EVENTS_LAST):
+                    raise ReconAbort("expected events")
+                try:
+                    wires = unpack_items(frame[1:], max_items=self.fetch_batch,
+                                         max_item_bytes=MAX_EVENT_BYTES)
+                except FrameDecodeError as exc:
+                    raise ReconAbort(str(exc)) from None
+                for wire in wires:
+                    self._ingest(wire, stream.peer_id, wanted, stats)
+                if frame[0] == EVENTS_LAST:
+                    break
+        self.metrics.inc("recon_events_fetched_total", stats.fetched)
+
+    def _ingest(self, wire: bytes, peer: str, wanted: set[bytes], stats: SessionStats) -> None:
+        try:
+            key = record_of_event(self.network_id, decode_event(wire, verify_signature=False)
+                                  ).recon_key
+        except (RemoteProtocolError, AssertionError):
+            key = b""
+        if key not in wanted:
+            stats.rejected += 1
+            self.metrics.inc("events_rejected_total", reason="recon unrequested event")
+            raise ReconAbort("peer sent an event we did not ask for")
+        wanted.discard(key)
+        if self.channels.ingest(wire, peer) is None:
+            stats.rejected += 1
+            raise ReconAbort("peer sent an invalid event")
+        # An event still waiting for its dependencies is fetched again after this grace period.
+        self._pending[key] = time.monotonic() + PENDING_GRACE_S
+        stats.fetched += 1
+
+    async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
+        """Answer the peer's WANT frames with the events we hold."""
+        budget = len(self.keys) + self.fetch_batch
+        while True:
+            frame = await stream.receive()
+            if not frame or frame[0] not in (WANT, WANT_LAST):
+                raise ReconAbort("expected a want list")
+            try:
+                keys = unpack_items(frame[1:], max_items=max(self.fetch_batch, 1024),
+                                    max_item_bytes=MAX_KEY_BYTES)
+            except FrameDecodeError as exc:
+                raise ReconAbort(str(exc)) from None
+            budget -= len(keys)
+            if budget < 0:
+                raise ReconAbort("peer wants more events than we hold")
+            found = await self.store.read(events_by_keys, keys) if keys else []
+            await self._send_events([e.wire for e in found], stream)
+            stats.served += len(found)
+            self.metrics.inc("recon_events_served_total", len(found))
+            if frame[0] == WANT_LAST:
+                return
+
+    async def _send_events(self, wires: list[bytes], stream: FramedStream) -> None:
+        limit = self.host.config.max_frame_bytes - 16
+        batch: list[bytes] = []
+        size = 0
+        for wire in wires:
+            if batch and (size + len(wire) + 8 > limit or len(batch) >= self.fetch_batch):
+                await stream.send(pack_items(EVENTS, batch))
+                batch, size = [], 0
+            batch.append(wire)
+            size += len(wire) + 8
+        await stream.send(pack_items(EVENTS_LAST, batch))

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Recon benchmark: two in-memory stores of N random 70-byte keys, D keys unique to each side.
+
+    .venv/bin/python scripts/bench/recon_bench.py --n 1000000 --d 1000
+    .venv/bin/python scripts/bench/recon_bench.py --grid      # every N x D, writes the JSON file
+
+Prints a table, then as its last line one JSON object (the last configuration's with --grid);
+results are also written to docs/bench/recon.json (merged by (n, d) with what is there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+
+from sync.recon import MemoryKeyStore, ReconConfig, reconcile_in_memory
+
+KEY_BYTES = 70
+OUT = Path(__file__).resolve().parents[2] / "docs" / "bench" / "recon.json"
+GRID_N = (10_000, 100_000, 1_000_000)
+GRID_D = (0, 1, 100, 1_000, 10_000)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _keys(n: int, d: int, seed: int) -> tuple[list[bytes], list[bytes]]:
+    rng = random.Random(seed)
+    unique: set[bytes] = set()
+    while len(unique) < n + d:
+        unique.add(rng.randbytes(KEY_BYTES))
+    pool = list(unique)
+    common, a_only, b_only = pool[: n - d], pool[n - d : n], pool[n:]
+    return sorted(common + a_only), sorted(common + b_only)
+
+
+def _range_hash_us(store: MemoryKeyStore, seed: int, queries: int = 20_000) -> float:
+    rng = random.Random(seed)
+    bounds = [sorted((rng.randbytes(4), rng.randbytes(4))) for _ in range(queries)]
+    start = time.perf_counter()
+    for lo, hi in bounds:
+        store.range_hash(lo, hi)
+    return (time.perf_counter() - start) / queries * 1e6
+
+
+def run(n: int, d: int, seed: int, config: ReconConfig) -> dict[str, object]:
+    if d > n:
+        raise SystemExit("d must not exceed n")
+    a_keys, b_keys = _keys(n, d, seed)
+    t0 = time.perf_counter()
+    a = MemoryKeyStore.from_sorted(a_keys)
+    b = MemoryKeyStore.from_sorted(b_keys)
+    build_seconds = (time.perf_counter() - t0) / 2
+    overhead = a.overhead_bytes() / max(1, len(a))
+    del a_keys, b_keys
+    everything = [(b"", b"\xff" * (KEY_BYTES + 1))]
+    start = time.perf_counter()
+    result = reconcile_in_memory(a, b, everything, everything, config, apply=False)
+    seconds = time.perf_counter() - start
+    if len(result.initiator_missing) != d or len(result.responder_missing) != d:
+        raise SystemExit(
+            f"wrong result: {len(result.initiator_missing)}/{len(result.responder_missing)} != {d}"
+        )
+    if sorted(result.initiator_peer_missing) != sorted(result.responder_missing):
+        raise SystemExit("initiator's view of what the responder lacks is wrong")
+    return {
+        "n": n,
+        "d": d,
+        "round_trips": result.round_trips,
+        "messages": result.messages,
+        "bytes_total": result.bytes_total,
+        "largest_message": result.largest_message,
+        "seconds": round(seconds, 3),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "range_hash_us": round(_range_hash_us(a, seed), 2),
+        "build_seconds_per_store": round(build_seconds, 2),
+        "store_overhead_bytes_per_key": round(overhead, 1),
+        "naive_bytes": 2 * n * KEY_BYTES,
+        "lower_bound_bytes": 2 * d * KEY_BYTES,
+        "fanout": config.fanout,
+        "key_list_threshold": config.key_list_threshold,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+COLUMNS = (
+    "n",
+    "d",
+    "round_trips",
+    "bytes_total",
+    "naive_bytes",
+    "lower_bound_bytes",
+    "seconds",
+    "range_hash_us",
+    "store_overhead_bytes_per_key",
+    "peak_rss_mb",
+    "load_avg_1m",
+)
+
+
+def _table(rows: list[dict[str, object]]) -> str:
+    lines = [" ".join(f"{c:>14}" for c in COLUMNS)]
+    lines += [" ".join(f"{row[c]!s:>14}" for c in COLUMNS) for row in rows]
+    return "\n".join(lines)
+
+
+def _save(rows: list[dict[str, object]]) -> None:
+    existing: list[dict[str, object]] = []
+    if OUT.exists():
+        existing = json.loads(OUT.read_text())["results"]
+    merged = {(r["n"], r["d"]): r for r in existing}
+    merged.update({(r["n"], r["d"]): r for r in rows})
+    ordered = sorted(merged.values(), key=lambda r: (int(str(r["n"])), int(str(r["d"]))))
+    note = (
+        "pure Python on a 2-core machine shared with other jobs; timings are noisy "
+        "(see load_avg_1m). round_trips = ceil(messages / 2). bytes_total counts both directions."
+    )
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"note": note, "results": ordered}, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--d", type=int, default=100)
+    parser.add_argument("--grid", action="store_true", help="run every N x D of the issue")
+    parser.add_argument("--seed", type=int, default=124)
+    parser.add_argument("--fanout", type=int, default=16)
+    parser.add_argument("--threshold", type=int, default=4)
+    parser.add_argument("--no-save", action="store_true")
+    args = parser.parse_args(argv)
+    config = ReconConfig(fanout=args.fanout, key_list_threshold=args.threshold)
+    plan = [(n, d) for n in GRID_N for d in GRID_D] if args.grid else [(args.n, args.d)]
+    rows = []
+    for n, d in plan:
+        rows.append(run(n, d, args.seed, config))
+        print(_table(rows[-1:]), file=sys.stderr, flush=True)
+    print(_table(rows))
+    if not args.no_save:
+        _save(rows)
+    print(json.dumps(rows[-1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

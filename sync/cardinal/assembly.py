@@ -1,0 +1,326 @@
+"""Reassembly of block payloads from their messages (the spec's consumer rules).
+
+One :class:`_Assembly` per block hash tracks the Batch, the prefix counters, the sub batches and
+the messages that arrived before what they depend on. A single ``outstanding`` integer (prefix
+messages + missing SubBatchHeaders + missing SubBatchMsgs) makes the completion test O(1).
+Producer disagreements never raise: they drop the block and report a failure reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+from sync.cardinal.codec import (
+    Batch,
+    BatchDeleteMsg,
+    BatchMsg,
+    SubBatchHeader,
+    SubBatchMsg,
+)
+from sync.cardinal.events import BlockFailed, ConsumerStats
+from sync.cardinal.payload import BlockPayload, SubBatch
+
+__all__ = ["Assembler"]
+
+BlockMessage = Batch | SubBatchHeader | SubBatchMsg | BatchMsg | BatchDeleteMsg
+
+
+class _Conflict(Exception):
+    """Internal: the messages of one block contradict each other."""
+
+
+class _Sub:
+    __slots__ = ("count", "items", "name", "tracked")
+
+    def __init__(self, name: str, tracked: bool) -> None:
+        self.name = name
+        self.tracked = tracked
+        self.count: int | None = None
+        self.items: dict[int, SubBatchMsg] = {}
+
+
+class _Assembly:
+    __slots__ = (
+        "batch",
+        "counters",
+        "deletes",
+        "early",
+        "ignored",
+        "lengths",
+        "outstanding",
+        "subs",
+        "values",
+    )
+
+    def __init__(self) -> None:
+        self.batch: Batch | None = None
+        self.early: list[BlockMessage] = []
+        self.values: dict[str, bytes] = {}
+        self.deletes: set[str] = set()
+        self.counters: dict[str, int] = {}
+        self.ignored: frozenset[str] = frozenset()
+        self.lengths: tuple[int, ...] = ()
+        self.subs: dict[bytes, _Sub] = {}
+        self.outstanding = 0
+
+
+class Assembler:
+    """Turns messages into complete payloads; knows nothing about chains.
+
+    ``cutoff``: Batches numbered below it are too old and dropped (the consumer keeps it at
+    head number - reorg threshold). ``closed`` remembers finished hashes (completed, failed,
+    evicted, too old) so that their late duplicates are dropped at once.
+    """
+
+    def __init__(
+        self,
+        stats: ConsumerStats,
+        tracked: Callable[[str], bool] | None = None,
+        max_early_messages: int = 100_000,
+    ) -> None:
+        self.stats = stats
+        self._tracked = tracked
+        self._max_early = max_early_messages
+        self._early_total = 0
+        self._blocks: dict[bytes, _Assembly] = {}
+        self._by_number: list[tuple[int, bytes]] = []
+        self.closed: dict[bytes, tuple[int, Batch | None]] = {}
+        self.cutoff = -1
+        self.failures: list[BlockFailed] = []
+        self._closed_floor = 1024
+        self._last_sweep_cutoff = -1
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    # -----------------------------------------------------------------------------------------
+
+    def add(self, msg: BlockMessage) -> BlockPayload | None:
+        """Process one message; returns the payload it completed, if any."""
+        block_hash = msg.hash
+        closed = self.closed.get(block_hash)
+        if closed is not None:
+            if type(msg) is Batch and closed[1] is not None and msg != closed[1]:
+                self.failures.append(BlockFailed(block_hash, "conflicting Batch", True))
+            self.stats.duplicates += 1
+            return None
+        asm = self._blocks.get(block_hash)
+        if asm is None:
+            asm = self._blocks[block_hash] = _Assembly()
+        try:
+            if type(msg) is Batch:
+                return self._on_batch(asm, msg)
+            if asm.batch is None:
+                self._queue_early(asm, msg)
+                return None
+            self._apply(asm, msg)
+        except _Conflict as exc:
+            self._fail(block_hash, str(exc))
+            return None
+        if asm.outstanding == 0:
+            return self._complete(asm)
+        return None
+
+    def _fail(self, block_hash: bytes, reason: str) -> None:
+        asm = self._blocks.pop(block_hash, None)
+        if asm is not None:
+            self._early_total -= len(asm.early)
+        number = asm.batch.number if asm is not None and asm.batch is not None else -1
+        self.closed[block_hash] = (number, None)
+        self.stats.failed += 1
+        self.failures.append(BlockFailed(block_hash, reason))
+
+    def _queue_early(self, asm: _Assembly, msg: BlockMessage) -> None:
+        if self._early_total >= self._max_early:
+            self._evict_early()
+        asm.early.append(msg)
+        self._early_total += 1
+        self.stats.queued_early += 1
+
+    def _evict_early(self) -> None:
+        # Oldest first: dict order is creation order, and Batch-less entries never age otherwise.
+        for block_hash, asm in self._blocks.items():
+            if asm.batch is None:
+                del self._blocks[block_hash]
+                self._early_total -= len(asm.early)
+                self.stats.evicted_early += len(asm.early)
+                return
+
+    def _on_batch(self, asm: _Assembly, batch: Batch) -> BlockPayload | None:
+        if asm.batch is not None:
+            if batch != asm.batch:
+                raise _Conflict("conflicting Batch")
+            self.stats.duplicates += 1
+            return None
+        if batch.number < self.cutoff:
+            self._blocks.pop(batch.hash)
+            self._early_total -= len(asm.early)
+            self.closed[batch.hash] = (batch.number, None)
+            self.stats.too_old += 1 + len(asm.early)
+            return None
+        tracked = self._tracked
+        asm.batch = batch
+        if tracked is None:
+            asm.values = dict(batch.values)
+            asm.deletes = set(batch.deletes)
+            asm.counters = dict(batch.counts)
+        else:
+            asm.values = {k: v for k, v in batch.values.items() if tracked(k)}
+            asm.deletes = {k for k in batch.deletes if tracked(k)}
+            asm.counters = {k: c for k, c in batch.counts.items() if tracked(k)}
+            asm.ignored = frozenset(k for k in batch.counts if k not in asm.counters)
+        asm.lengths = tuple(sorted({len(p) for p in batch.counts}))
+        asm.outstanding = sum(asm.counters.values())
+        for name, batch_id in batch.subbatches.items():
+            is_tracked = tracked is None or tracked(name)
+            asm.subs[batch_id] = _Sub(name, is_tracked)
+            asm.outstanding += is_tracked
+        heapq.heappush(self._by_number, (batch.number, batch.hash))
+        early, asm.early = asm.early, []
+        self._early_total -= len(early)
+        for msg in early:
+            if type(msg) is Batch:
+                if msg != batch:
+                    raise _Conflict("conflicting Batch")
+                self.stats.duplicates += 1
+            else:
+                self._apply(asm, msg)
+        if asm.outstanding == 0:
+            return self._complete(asm)
+        return None
+
+    def _apply(self, asm: _Assembly, msg: BlockMessage) -> None:
+        kind = type(msg)
+        if kind is BatchMsg:
+            assert isinstance(msg, BatchMsg)
+            old = asm.values.get(msg.key)
+            if old is not None:
+                if old != msg.value:
+                    raise _Conflict(f"two values for key {msg.key!r}")
+                self.stats.duplicates += 1
+                return
+            if self._take(asm, msg.key):
+                asm.values[msg.key] = msg.value
+        elif kind is BatchDeleteMsg:
+            assert isinstance(msg, BatchDeleteMsg)
+            if msg.key in asm.deletes:
+                self.stats.duplicates += 1
+                return
+            if self._take(asm, msg.key):
+                asm.deletes.add(msg.key)
+        elif kind is SubBatchHeader:
+            assert isinstance(msg, SubBatchHeader)
+            self._on_header(asm, msg)
+        else:
+            assert isinstance(msg, SubBatchMsg)
+            self._on_sub_msg(asm, msg)
+
+    def _take(self, asm: _Assembly, key: str) -> bool:
+        """Decrement the counter of ``key``'s prefix; False if the prefix is not tracked."""
+        counters = asm.counters
+        for length in asm.lengths:
+            prefix = key[:length]
+            remaining = counters.get(prefix)
+            if remaining is not None:
+                if remaining == 0:
+                    raise _Conflict(f"more messages than counted for prefix {prefix!r}")
+                counters[prefix] = remaining - 1
+                asm.outstanding -= 1
+                return True
+            if prefix in asm.ignored:
+                self.stats.untracked += 1
+                return False
+        raise _Conflict(f"key {key!r} has no prefix announced in the Batch")
+
+    def _sub_of(self, asm: _Assembly, batch_id: bytes) -> _Sub | None:
+        sub = asm.subs.get(batch_id)
+        if sub is None:
+            raise _Conflict("message for a sub batch the Batch does not announce")
+        if not sub.tracked:
+            self.stats.untracked += 1
+            return None
+        return sub
+
+    def _on_header(self, asm: _Assembly, msg: SubBatchHeader) -> None:
+        sub = self._sub_of(asm, msg.batch_id)
+        if sub is None:
+            return
+        if sub.count is not None:
+            if sub.count != msg.item_count:
+                raise _Conflict("two item counts for one sub batch")
+            self.stats.duplicates += 1
+            return
+        if any(index >= msg.item_count for index in sub.items):
+            raise _Conflict("sub batch message index beyond the item count")
+        sub.count = msg.item_count
+        asm.outstanding += msg.item_count - len(sub.items) - 1
+
+    def _on_sub_msg(self, asm: _Assembly, msg: SubBatchMsg) -> None:
+        sub = self._sub_of(asm, msg.batch_id)
+        if sub is None:
+            return
+        old = sub.items.get(msg.index)
+        if old is not None:
+            if old != msg:
+                raise _Conflict("two contents for one sub batch message")
+            self.stats.duplicates += 1
+            return
+        if sub.count is not None:
+            if msg.index >= sub.count:
+                raise _Conflict("sub batch message index beyond the item count")
+            asm.outstanding -= 1
+        sub.items[msg.index] = msg
+
+    def _complete(self, asm: _Assembly) -> BlockPayload:
+        batch = asm.batch
+        assert batch is not None
+        del self._blocks[batch.hash]
+        self.closed[batch.hash] = (batch.number, batch)
+        self.stats.completed += 1
+        subs = []
+        for batch_id, sub in asm.subs.items():
+            if not sub.tracked:
+                continue
+            updates: dict[str, bytes] = {}
+            deletes: set[str] = set()
+            # Index order, so a key updated twice ends with the same value everywhere.
+            for index in range(sub.count or 0):
+                item = sub.items[index]
+                deletes.update(item.deletes)
+                updates.update(item.updates)
+            subs.append(
+                SubBatch(sub.name, batch_id, tuple(sorted(updates.items())), tuple(sorted(deletes)))
+            )
+        subs.sort(key=lambda s: s.name)
+        return BlockPayload(
+            batch.hash,
+            batch.number,
+            batch.parent,
+            batch.weight,
+            tuple(sorted(asm.values.items())),
+            tuple(sorted(asm.deletes)),
+            tuple(subs),
+        )
+
+    # -----------------------------------------------------------------------------------------
+
+    def evict_below(self, cutoff: int) -> None:
+        """Drop pending blocks numbered below ``cutoff`` and forget hashes well below it."""
+        self.cutoff = cutoff
+        heap = self._by_number
+        while heap and heap[0][0] < cutoff:
+            number, block_hash = heapq.heappop(heap)
+            if self._blocks.pop(block_hash, None) is not None:
+                self.closed[block_hash] = (number, None)
+                self.stats.evicted_pending += 1
+        # Amortised: sweep ``closed`` only when it has doubled since the last sweep.
+        if len(self.closed) > 2 * self._closed_floor:
+            keep_from = cutoff - max(cutoff - self._last_sweep_cutoff, 1)
+            self.closed = {h: v for h, v in self.closed.items() if v[0] >= keep_from}
+            self._closed_floor = max(len(self.closed), 1024)
+            self._last_sweep_cutoff = cutoff
+
+    def reopen(self, keep_closed: Callable[[bytes], bool]) -> None:
+        """Forget every closed hash except those ``keep_closed`` accepts."""
+        self.closed = {h: v for h, v in self.closed.items() if keep_closed(h)}

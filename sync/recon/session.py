@@ -1,0 +1,392 @@
+"""The Recon reconciler: one sans-IO session per peer connection.
+
+Each message is a run of ranges with one claim each (see :mod:`sync.recon.wire`). A receiver
+answers every claim about a range on its own:
+
+* HASH that matches ours: nothing more to do for that range;
+* HASH that differs: if we hold at most ``key_list_threshold`` keys there we answer with our key
+  list (KEYS), otherwise we split the range at our own keys into ``f`` parts and send their
+  hashes. ``f`` is at least ``fanout`` and grows so that a range of ``c`` keys reaches key-list
+  size after ``split_levels`` messages: ``f = ceil((c / threshold) ** (1 / levels_left))``;
+* KEYS: we now know both sides of the range: the keys listed that we lack are announced as
+  :class:`MissingKeys`, ours that were not listed are sent back as DIFF and announced as
+  :class:`PeerMissingKeys`;
+* DIFF: announced as :class:`MissingKeys`; no answer.
+
+Whatever does not fit into ``max_message_bytes`` waits for the next message (flag MORE). The
+session ends when a message needs no answer. Interests: each side's first message states its
+interest ranges; everything after runs over their intersection (the responder re-splits the parts
+of the initiator's first ranges that fall inside it). Anything wrong from the peer raises
+:class:`RemoteProtocolError`, ends the session and drops undrained events.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Union
+
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.recon.interests import Interests, clip, intersect, normalize, within
+from sync.recon.store import KeyStore
+from sync.recon.wire import DIFF, HASH, KEYS, Item, Limits, MessageWriter, decode_message, separator
+
+__all__ = [
+    "MissingKeys",
+    "PeerMissingKeys",
+    "ReconConfig",
+    "ReconEvent",
+    "ReconFinished",
+    "ReconSession",
+]
+
+_DIFF_CHUNK = 1024
+_SMALL_SPLIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ReconConfig:
+    """Tuning and safety limits; both peers must agree on ``fingerprint_bytes``."""
+
+    fanout: int = 16
+    max_fanout: int = 256
+    key_list_threshold: int = 4
+    split_levels: int = 4
+    fingerprint_bytes: int = 16
+    max_message_bytes: int = 4 << 20
+    max_key_bytes: int = 256
+    max_interests: int = 64
+    max_messages: int = 1024
+    max_bytes_received: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.fanout <= self.max_fanout:
+            raise LocalProtocolError("need 2 <= fanout <= max_fanout")
+        if self.key_list_threshold < 1 or self.split_levels < 1:
+            raise LocalProtocolError("key_list_threshold and split_levels must be >= 1")
+        if not 8 <= self.fingerprint_bytes <= 32:
+            raise LocalProtocolError("fingerprint_bytes must be within 8..32")
+        if self.max_message_bytes < 16 * (self.max_key_bytes + 16) + 1024:
+            raise LocalProtocolError("max_message_bytes too small for max_key_bytes")
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            self.max_message_bytes, self.max_key_bytes, self.max_interests, self.fingerprint_bytes
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MissingKeys:
+    """The peer has these keys and we lack them: fetch, validate, then insert them."""
+
+    keys: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMissingKeys:
+    """We have these keys and the peer lacks them (it learns them from us in this session)."""
+
+    keys: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReconFinished:
+    messages_sent: int
+    messages_received: int
+    bytes_sent: int
+    bytes_received: int
+
+
+ReconEvent = Union[MissingKeys, PeerMissingKeys, ReconFinished]  # noqa: UP007
+
+# Pending work, in key order: ("h", lo, hi, count, digest) | ("k", lo, hi, keys)
+# | ("d", lo, hi, keys the peer listed, those of them we lack).
+_Action = tuple[str, bytes, bytes, object, object]
+
+
+class ReconSession:
+    """One reconciliation with one peer; create with :meth:`initiator` or :meth:`responder`."""
+
+    def __init__(
+        self,
+        store: KeyStore,
+        interests: Iterable[tuple[bytes, bytes]],
+        config: ReconConfig | None = None,
+        *,
+        initiator: bool,
+        peer: str | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config or ReconConfig()
+        self.interests = normalize(interests)
+        if len(self.interests) > self.config.max_interests:
+            raise LocalProtocolError("too many interest ranges")
+        self.is_initiator = initiator
+        self.peer = peer
+        self.common: Interests | None = None
+        self.peer_interests: Interests | None = None
+        self.done = False
+        self.error: RemoteProtocolError | None = None
+        self.messages_sent = self.messages_received = 0
+        self.bytes_sent = self.bytes_received = 0
+        self._limits = self.config.limits
+        self._pending: list[_Action] = []
+        self._events: list[ReconEvent] = []
+        self._started = False
+        self._listed: list[_Action] = []
+        self._listed_dirty = False
+
+    @classmethod
+    def initiator(
+        cls,
+        store: KeyStore,
+        interests: Iterable[tuple[bytes, bytes]],
+        config: ReconConfig | None = None,
+        *,
+        peer: str | None = None,
+    ) -> ReconSession:
+        return cls(store, interests, config, initiator=True, peer=peer)
+
+    @classmethod
+    def responder(
+        cls,
+        store: KeyStore,
+        interests: Iterable[tuple[bytes, bytes]],
+        config: ReconConfig | None = None,
+        *,
+        peer: str | None = None,
+    ) -> ReconSession:
+        return cls(store, interests, config, initiator=False, peer=peer)
+
+    # -- API ---------------------------------------------------------------------------------
+
+    def start(self) -> bytes:
+        """The initiator's first message: its interests and the hashes of their first split."""
+        if not self.is_initiator or self._started:
+            raise LocalProtocolError("start() is for a fresh initiator only")
+        self._started = True
+        for lo, hi in self.interests:
+            self._split(lo, hi, self.store.count(lo, hi), 1)
+        data, _ = self._write()
+        return data
+
+    def receive(self, data: bytes) -> bytes | None:
+        """Process one message from the peer; returns the reply, or None when there is none."""
+        if self.done:
+            raise LocalProtocolError("session is finished")
+        if self.is_initiator and not self._started:
+            raise LocalProtocolError("initiator must start() first")
+        self._started = True
+        try:
+            return self._receive(data)
+        except RemoteProtocolError as exc:
+            self.done = True
+            self.error = RemoteProtocolError(exc.reason, self.peer)
+            self._events.clear()
+            self._pending.clear()
+            raise self.error from None
+
+    def events(self) -> list[ReconEvent]:
+        """Drain the events produced so far."""
+        out, self._events = self._events, []
+        return out
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def _receive(self, data: bytes) -> bytes | None:
+        cfg = self.config
+        self.messages_received += 1
+        self.bytes_received += len(data)
+        if self.messages_received > cfg.max_messages:
+            raise RemoteProtocolError("session round budget exceeded")
+        if self.bytes_received > cfg.max_bytes_received:
+            raise RemoteProtocolError("session byte budget exceeded")
+        msg = decode_message(data, self._limits)
+        first = self.messages_received == 1
+        if first:
+            if msg.interests is None:
+                raise RemoteProtocolError("first message must state interests")
+            self.peer_interests = msg.interests
+            self.common = intersect(self.interests, msg.interests)
+        elif msg.interests is not None:
+            raise RemoteProtocolError("interests stated twice")
+        common = self.common
+        assert common is not None
+        level = self.messages_sent + self.messages_received + 1
+        reclip = first and not self.is_initiator
+        for item in msg.items:
+            if reclip:
+                assert self.peer_interests is not None
+                if item.kind == DIFF or not within(self.peer_interests, item.lo, item.hi):
+                    raise RemoteProtocolError("first message range outside its interest")
+                pieces = clip(item.lo, item.hi, common)
+                if pieces != [(item.lo, item.hi)]:
+                    self._reclip(item, pieces, level)
+                    continue
+            elif not within(common, item.lo, item.hi):
+                raise RemoteProtocolError("range outside the common interest")
+            self._handle(item, level)
+        peer_waiting = msg.demanding or (first and not self.is_initiator)
+        if not (self._pending or peer_waiting):
+            self._finish()
+            return None
+        out, demanding = self._write()
+        if not demanding and not msg.more:
+            self._finish()
+        return out
+
+    def _handle(self, item: Item, level: int) -> None:
+        store = self.store
+        if item.kind == HASH:
+            mine = store.range_hash(item.lo, item.hi)
+            fp = self.config.fingerprint_bytes
+            if mine.count != item.count or mine.digest()[:fp] != item.fingerprint:
+                self._split(item.lo, item.hi, mine.count, level)
+        elif item.kind == KEYS:
+            self._on_keys(item.lo, item.hi, item.keys)
+        else:
+            self._on_diff(item)
+
+    def _reclip(self, item: Item, pieces: list[tuple[bytes, bytes]], level: int) -> None:
+        """Answer a first-message range that sticks out of the common interest, piece by piece."""
+        for lo, hi in pieces:
+            if item.kind == HASH:
+                self._split(lo, hi, self.store.count(lo, hi), level)
+            else:
+                self._on_keys(lo, hi, tuple(k for k in item.keys if lo <= k < hi))
+
+    def _on_keys(self, lo: bytes, hi: bytes, keys: tuple[bytes, ...]) -> None:
+        store = self.store
+        missing = frozenset(k for k in keys if not store.contains(k))
+        if missing:
+            self._events.append(MissingKeys(tuple(k for k in keys if k in missing)))
+        if missing or store.count(lo, hi) > len(keys):
+            self._pending.append(("d", lo, hi, keys, missing))
+
+    def _on_diff(self, item: Item) -> None:
+        """The peer's answer to our key list: its keys we lack, and which of ours it lacks."""
+        store = self.store
+        missing = tuple(k for k in item.keys if not store.contains(k))
+        if missing:
+            self._events.append(MissingKeys(missing))
+        listed = self._listed_in(item.lo, item.hi)
+        if len(item.lacking) != (len(listed) + 7) // 8:
+            raise RemoteProtocolError("DIFF bitmap does not match our key list")
+        bits = int.from_bytes(item.lacking, "little")
+        if bits >> len(listed):
+            raise RemoteProtocolError("DIFF bitmap has stray bits")
+        lacking = tuple(k for i, k in enumerate(listed) if bits >> i & 1)
+        if lacking:
+            self._events.append(PeerMissingKeys(lacking))
+
+    def _listed_in(self, lo: bytes, hi: bytes) -> list[bytes]:
+        """Our keys of [lo, hi) from the KEYS item (sent earlier) that covers it."""
+        if self._listed_dirty:
+            self._listed.sort(key=_action_start)
+            self._listed_dirty = False
+        i = bisect_right(self._listed, lo, key=_action_start) - 1
+        if i < 0 or self._listed[i][2] < hi:
+            raise RemoteProtocolError("DIFF for a range we sent no key list for")
+        return [k for k in self._listed[i][3] if lo <= k < hi]
+
+    def _split(self, lo: bytes, hi: bytes, count: int, level: int) -> None:
+        """Queue the claims that answer a differing range [lo, hi) holding ``count`` of our keys."""
+        cfg = self.config
+        store = self.store
+        if count <= cfg.key_list_threshold:
+            self._pending.append(("k", lo, hi, store.keys(lo, hi, count), None))
+            return
+        levels_left = max(1, cfg.split_levels + 1 - level)
+        parts = math.ceil((count / cfg.key_list_threshold) ** (1 / levels_left))
+        parts = min(max(parts, cfg.fanout), cfg.max_fanout, count)
+        ranks = [i * count // parts for i in range(1, parts)]
+        if count <= _SMALL_SPLIT:
+            keys = store.keys(lo, hi, count)
+            cuts = [separator(keys[r - 1], keys[r]) for r in ranks]
+        else:
+            cuts = [
+                separator(store.key_at(lo, hi, r - 1), store.key_at(lo, hi, r)) for r in ranks
+            ]
+        bounds = [lo, *cuts, hi]
+        pending = self._pending
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            h = store.range_hash(a, b)
+            pending.append(("h", a, b, h.count, h.digest()))
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _write(self) -> tuple[bytes, bool]:
+        """Encode as much pending work as fits; returns (message, whether it needs an answer)."""
+        writer = MessageWriter(self._limits, self.interests if self.messages_sent == 0 else None)
+        pending = sorted(self._pending, key=_action_start)
+        self._pending = []
+        prev_hi = b""
+        for i, action in enumerate(pending):
+            kind, lo, hi, extra, extra2 = action
+            if lo < prev_hi:
+                raise RemoteProtocolError("peer made ranges overlap")
+            prev_hi = hi
+            if kind == "h":
+                assert isinstance(extra, int) and isinstance(extra2, bytes)
+                fits = writer.try_hash(lo, hi, extra, extra2)
+            elif kind == "k":
+                assert isinstance(extra, list)
+                fits = writer.try_keys(KEYS, lo, hi, extra) is not None
+                if fits:
+                    self._listed.append(action)
+                    self._listed_dirty = True
+            else:
+                assert isinstance(extra, tuple) and isinstance(extra2, frozenset)
+                rest = self._write_diff(writer, lo, hi, extra, extra2)
+                fits = rest is None
+                if rest is not None:
+                    pending[i] = ("d", rest, hi, extra, extra2)
+            if not fits:
+                self._pending = pending[i:]
+                break
+        data = writer.finish(more=bool(self._pending))
+        self.messages_sent += 1
+        self.bytes_sent += len(data)
+        return data, writer.demanding or bool(self._pending)
+
+    def _write_diff(
+        self,
+        writer: MessageWriter,
+        lo: bytes,
+        hi: bytes,
+        theirs: tuple[bytes, ...],
+        lacking: frozenset[bytes],
+    ) -> bytes | None:
+        """Answer the peer's key list of [lo, hi); returns where to resume when cut short."""
+        store = self.store
+        listed = frozenset(theirs)
+        while True:
+            batch = store.keys(lo, hi, _DIFF_CHUNK + 1)
+            end = hi if len(batch) <= _DIFF_CHUNK else separator(batch[-2], batch[-1])
+            ours = [k for k in batch[:_DIFF_CHUNK] if k not in listed]
+            if ours or any(lo <= k < end for k in lacking):
+                written = writer.try_keys(DIFF, lo, end, ours, theirs, lacking)
+                if written is None:
+                    return lo
+                if written:
+                    self._events.append(PeerMissingKeys(tuple(ours[:written])))
+                if written < len(ours):
+                    return separator(ours[written - 1], ours[written])
+            if end == hi:
+                return None
+            lo = end
+
+    def _finish(self) -> None:
+        self.done = True
+        self._events.append(
+            ReconFinished(
+                self.messages_sent, self.messages_received, self.bytes_sent, self.bytes_received
+            )
+        )
+
+
+def _action_start(action: _Action) -> bytes:
+    return action[1]

@@ -1,0 +1,221 @@
+"""Export and restore of an ``SdsChannel``'s state (clock, buffers, repair buffers).
+
+The state is a JSON object (UTF-8, bytes as base64, version ``"v": 1``). The log itself is not
+in it: the node persists the log, and passes it back to ``restore``, which rebuilds the delivered
+set, the history tail and the bloom filter (the most recent ``bloom_capacity`` ids) from it.
+A malformed state raises ``RemoteProtocolError`` like any other bad input.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import random
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sync.errors import RemoteProtocolError
+from sync.sds.buffers import OutgoingEntry, WaitingEntry
+from sync.sds.config import SdsConfig
+from sync.sds.message import HistoryRef, decode_event
+from sync.sds.timers import TimerKind
+
+if TYPE_CHECKING:
+    from sync.sds.channel import SdsChannel
+
+__all__ = ["MAX_STATE_SIZE", "LogEntry", "export_state", "restore_channel"]
+
+MAX_STATE_SIZE = 256 << 20
+STATE_VERSION = 1
+#: (message_id, lamport) or (message_id, lamport, sender_id) of a delivered message.
+LogEntry = tuple[str, int] | tuple[str, int, str]
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: Any) -> bytes | None:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ValueError("expected base64 text")
+    return base64.b64decode(text, validate=True)
+
+
+def _ref_json(ref: HistoryRef) -> dict[str, Any]:
+    return {"id": ref.message_id, "hint": _b64(ref.retrieval_hint), "sender": ref.sender_id}
+
+
+def _ref(obj: Any) -> HistoryRef:
+    mid, sender = obj["id"], obj["sender"]
+    if not isinstance(mid, str) or not (sender is None or isinstance(sender, str)):
+        raise ValueError("bad history entry")
+    return HistoryRef(mid, _unb64(obj["hint"]), sender)
+
+
+def export_state(ch: SdsChannel) -> bytes:
+    timers = ch._timers
+    state = {
+        "v": STATE_VERSION,
+        "channel_id": ch.channel_id,
+        "participant_id": ch.participant_id,
+        "lamport": ch._lamport,
+        "last_activity": ch._last_activity,
+        "outgoing": [
+            {
+                "wire": _b64(e.wire),
+                "attempts": e.attempts,
+                "possibly": e.possibly,
+                "bloom_senders": sorted(e.bloom_senders),
+                "fp_product": e.fp_product,
+                "resend_at": timers.due(TimerKind.RESEND, e.message_id),
+            }
+            for e in ch._outgoing.values()
+        ],
+        "waiting": [
+            {"wire": _b64(w.event.wire), "lost": w.lost_dependency} for w in ch._waiting.values()
+        ],
+        "missing": [
+            {"ref": _ref_json(ref), "lost_at": timers.due(TimerKind.LOST, mid)}
+            for mid, ref in ch._missing.items()
+        ],
+        "lost": sorted(ch._lost),
+        "repair_out": [
+            {"ref": _ref_json(ref), "t_req": when} for when, ref in ch._repair_out.values()
+        ],
+        "repair_in": [{"id": mid, "t_resp": when} for mid, when in ch._repair_in.items()],
+        "heads": [_ref_json(ref) for ref in ch._heads.values()],
+        "sync_at": timers.due(TimerKind.SYNC, ""),
+    }
+    return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
+
+
+def restore_channel(
+    cls: type[SdsChannel],
+    state: bytes,
+    signing_key: Ed25519PrivateKey | None,
+    *,
+    log: Iterable[LogEntry],
+    cached_wires: Iterable[bytes],
+    config: SdsConfig | None,
+    rng: random.Random | None,
+    now: float,
+    verify_signatures: bool,
+    max_size: int = MAX_STATE_SIZE,
+) -> SdsChannel:
+    if len(state) > max_size:
+        raise RemoteProtocolError("channel state too large")
+    try:
+        obj = json.loads(state)
+        if not isinstance(obj, dict) or obj.get("v") != STATE_VERSION:
+            raise ValueError("unknown state version")
+        ch = cls(
+            str(obj["channel_id"]),
+            str(obj["participant_id"]),
+            signing_key,
+            config=config,
+            rng=rng,
+            now=now,
+            verify_signatures=verify_signatures,
+        )
+        _load_log(ch, log)
+        _load_buffers(ch, obj, now)
+        for wire in cached_wires:
+            event = decode_event(wire, max_size=ch.config.max_message_size, verify_signature=False)
+            if event.message_id in ch._log:
+                ch._cache_message(event.message_id, event.sender_id, event.wire)
+    except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
+        raise RemoteProtocolError(f"bad channel state: {exc}") from None
+    return ch
+
+
+def _load_log(ch: SdsChannel, log: Iterable[LogEntry]) -> None:
+    entries: list[tuple[int, str, str | None]] = []
+    for item in log:
+        mid, lamport = item[0], item[1]
+        sender = item[2] if len(item) > 2 else None
+        if not isinstance(mid, str) or not isinstance(lamport, int) or lamport < 0:
+            raise ValueError("bad log entry")
+        entries.append((lamport, mid, sender))
+    entries.sort()
+    for lamport, mid, _ in entries:
+        ch._log[mid] = lamport
+    if entries:
+        ch._lamport = max(ch._lamport, entries[-1][0])
+    for lamport, mid, sender in entries[-ch._tail_size :]:
+        ch._tail.append((lamport, mid))
+        ch._tail_refs[mid] = HistoryRef(mid, None, sender)
+    for _, mid, _ in entries[-ch.config.bloom_capacity :]:
+        ch._bloom.add(mid)
+
+
+def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
+    timers = ch._timers
+    cfg = ch.config
+    ch._lamport = max(ch._lamport, int(obj["lamport"]))
+    ch._last_activity = float(obj["last_activity"])
+    for ref_obj in obj["heads"]:
+        ref = _ref(ref_obj)
+        if ref.message_id in ch._log:
+            ch._heads[ref.message_id] = ref
+    if not ch._heads and ch._tail:
+        mid = ch._tail[-1][1]
+        ch._heads[mid] = ch._tail_refs[mid]
+    for mid in obj["lost"]:
+        ch._lost.add(str(mid))
+    for item in obj["outgoing"]:
+        wire = _unb64(item["wire"]) or b""
+        event = decode_event(wire, max_size=cfg.max_message_size, verify_signature=False)
+        entry = OutgoingEntry(
+            event.message_id,
+            event.wire,
+            attempts=int(item["attempts"]),
+            possibly=bool(item["possibly"]),
+            bloom_senders={str(s) for s in item["bloom_senders"]},
+            fp_product=float(item["fp_product"]),
+        )
+        ch._outgoing[entry.message_id] = entry
+        ch._cache_message(entry.message_id, event.sender_id, event.wire)
+        resend_at = item["resend_at"]
+        when = float(resend_at) if resend_at is not None else now + cfg.resend_interval
+        timers.schedule(TimerKind.RESEND, entry.message_id, when)
+    for item in obj["missing"]:
+        ref = _ref(item["ref"])
+        ch._missing[ref.message_id] = ref
+        lost_at = item["lost_at"]
+        when = float(lost_at) if lost_at is not None else now + cfg.lost_timeout
+        timers.schedule(TimerKind.LOST, ref.message_id, when)
+    for item in obj["waiting"]:
+        event = decode_event(
+            _unb64(item["wire"]) or b"", max_size=cfg.max_message_size, verify_signature=False
+        )
+        if event.lamport is None or event.message_id in ch._log:
+            continue
+        unmet = {h for h in event.history_ids if h not in ch._log and h not in ch._lost}
+        waiting = WaitingEntry(event, unmet, bool(item["lost"]))
+        ch._waiting[event.message_id] = waiting
+        for dep in unmet:
+            ch._waiters.setdefault(dep, []).append(event.message_id)
+    ready = [w for w in ch._waiting.values() if not w.missing]
+    for w in ready:
+        del ch._waiting[w.event.message_id]
+        ch._deliver(w.event, lost_dependency=w.lost_dependency)
+    unknown = {d for d in ch._waiters if d not in ch._missing and d not in ch._waiting}
+    ch._note_missing([HistoryRef(d) for d in sorted(unknown)], now)
+    for item in obj["repair_out"]:
+        ref = _ref(item["ref"])
+        when = float(item["t_req"])
+        ch._repair_out[ref.message_id] = (when, ref)
+        timers.schedule(TimerKind.REPAIR_REQUEST, ref.message_id, when)
+    for item in obj["repair_in"]:
+        mid, when = str(item["id"]), float(item["t_resp"])
+        ch._repair_in[mid] = when
+        timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
+    sync_at = obj["sync_at"]
+    if sync_at is not None:
+        ch._sync_armed_at = ch._last_activity
+        timers.schedule(TimerKind.SYNC, "", float(sync_at))

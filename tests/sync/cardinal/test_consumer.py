@@ -1,0 +1,155 @@
+"""Consumer reassembly: shuffled and duplicated delivery, conflicts, tracked prefixes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sync.cardinal import (
+    BlockApplied,
+    BlockFailed,
+    Consumer,
+    PrefixRouter,
+    Producer,
+    make_payload,
+    make_sub_batch,
+)
+from tests.sync.cardinal.helpers import anchor_of, block, feed, h, messages, shuffled
+
+A = block("A", 0, None)
+B = block("B", 1, A, extra=20)
+C = block("C", 2, B, extra=20)
+
+
+def applied(events: list) -> list:  # type: ignore[type-arg]
+    return [e.block for e in events if isinstance(e, BlockApplied)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("dup_rate", [0.0, 0.25])
+def test_shuffled_delivery_of_one_block(seed: int, dup_rate: float) -> None:
+    consumer = Consumer(anchor=anchor_of(A))
+    events = feed(consumer, shuffled(messages(B), random.Random(seed), dup_rate))
+    assert applied(events) == [B]
+    assert consumer.head.hash == B.hash
+    assert consumer.pending_count() == 1  # only B itself, held for reorgs
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("dup_rate", [0.0, 0.25])
+def test_shuffled_delivery_of_two_blocks(seed: int, dup_rate: float) -> None:
+    consumer = Consumer(anchor=anchor_of(A))
+    events = feed(consumer, shuffled(messages(B, C), random.Random(seed), dup_rate))
+    assert applied(events) == [B, C]
+    assert consumer.head.hash == C.hash
+    if dup_rate:
+        assert consumer.stats.duplicates > 0
+
+
+def test_every_message_delivered_twice_in_a_row() -> None:
+    consumer = Consumer(anchor=anchor_of(A))
+    msgs = [m for m in messages(B, C) for _ in range(2)]
+    assert applied(feed(consumer, msgs)) == [B, C]
+
+
+def test_block_is_not_emitted_before_its_last_message() -> None:
+    msgs = messages(B)
+    for missing in range(len(msgs)):
+        consumer = Consumer(anchor=anchor_of(A))
+        assert applied(feed(consumer, msgs[:missing] + msgs[missing + 1 :])) == []
+
+
+def conflicting_b() -> list:  # type: ignore[type-arg]
+    """A second producer's version of B: same hash, different content (and counts)."""
+    other = make_payload(B.hash, 1, A.hash, 1, {"foo/1/item": b"evil", "foo/1/more": b"evil"})
+    return messages(other)
+
+
+def test_conflicting_batch_first_fails_the_block_without_crashing() -> None:
+    consumer = Consumer(anchor=anchor_of(A))
+    evil = conflicting_b()
+    genuine = messages(B)
+    events = feed(consumer, [evil[0]] + shuffled(genuine + evil[1:], random.Random(1)))
+    failures = [e for e in events if isinstance(e, BlockFailed)]
+    assert failures and failures[0].hash == B.hash and not failures[0].after_completion
+    # The first genuine message that contradicts the first Batch fails the block.
+    assert failures[0].reason
+    assert applied(events) == []
+    assert consumer.head.hash == A.hash
+    assert consumer.stats.failed == 1
+    # Further copies of either version are ignored; no block is ever emitted for the hash.
+    assert applied(feed(consumer, genuine + evil)) == []
+
+
+def test_conflicting_batch_is_named_as_such() -> None:
+    consumer = Consumer(anchor=anchor_of(A))
+    genuine = messages(B)
+    events = feed(consumer, [conflicting_b()[0], genuine[0]])
+    assert events == [BlockFailed(B.hash, "conflicting Batch")]
+    assert applied(feed(consumer, genuine)) == []
+
+
+def test_conflicting_batch_after_completion_is_reported_and_ignored() -> None:
+    consumer = Consumer(anchor=anchor_of(A))
+    assert applied(feed(consumer, messages(B))) == [B]
+    events = feed(consumer, conflicting_b())
+    assert [e.after_completion for e in events if isinstance(e, BlockFailed)] == [True]
+    assert consumer.canonical_blocks() == [B]
+
+
+def test_conflicting_value_for_a_key_fails_the_block() -> None:
+    consumer = Consumer(anchor=anchor_of(A))
+    msgs = messages(B)
+    bad = next(m for m in msgs if m.key.startswith(b"\x03" + B.hash + b"foo/1/item"))
+    events = feed(consumer, [type(bad)(bad.channel, bad.key, b"other"), *msgs])
+    assert [e.reason for e in events if isinstance(e, BlockFailed)] == ["two values for key 'foo/1/item'"]
+    assert applied(events) == []
+
+
+def test_tracked_prefixes_ignore_the_rest() -> None:
+    consumer = Consumer(anchor=anchor_of(A), tracked=["foo/"])
+    msgs = messages(B)
+    # Without any bar/, state/ or inline message the block still completes for this consumer.
+    wanted = [m for m in msgs if m.key[0] == 0 or m.channel == "foo"]
+    events = feed(consumer, wanted)
+    (got,) = applied(events)
+    assert got.hash == B.hash
+    assert dict(got.updates) == {k: v for k, v in B.updates if k.startswith("foo/")}
+    assert got.deletes == tuple(k for k in B.deletes if k.startswith("foo/"))
+    assert got.sub_batches == ()
+    # Untracked messages that do arrive are counted and dropped.
+    feed(consumer, msgs)
+    assert consumer.stats.untracked == 0  # the block is done: these are duplicates now
+    other = Consumer(anchor=anchor_of(A), tracked=["foo/"])
+    feed(other, msgs)
+    assert other.stats.untracked > 0
+
+
+def test_sub_batch_messages_before_header_and_empty_sub_batch() -> None:
+    empty = make_sub_batch("state/empty/", h("sb-empty"))
+    big = make_sub_batch("state/big/", h("sb-big"), {f"k{i}": b"v" for i in range(7)}, ["x", "y"])
+    payload = make_payload(h("S"), 1, A.hash, 1, {"foo/a": b"1"}, (), [empty, big])
+    msgs = messages(payload)
+    header_first = sorted(msgs, key=lambda m: (m.key[0] != 1, m.key))
+    headers_last = sorted(msgs, key=lambda m: (m.key[0] == 1, m.key[0] != 0, m.key))
+    for order in (header_first, headers_last, list(reversed(msgs))):
+        consumer = Consumer(anchor=anchor_of(A))
+        assert applied(feed(consumer, order)) == [payload]
+
+
+def test_producers_with_different_channels_still_agree_on_content() -> None:
+    # Channels are transport detail: the keys and values are the same.
+    p1 = Producer(PrefixRouter({"foo/": "x"}, "d"))
+    p2 = Producer(PrefixRouter({"foo/": "y"}, "e"))
+    assert [(m.key, m.value) for m in p1.messages_for(B)] == [
+        (m.key, m.value) for m in p2.messages_for(B)
+    ]
+
+
+def test_early_queue_is_bounded() -> None:
+    consumer = Consumer(anchor=anchor_of(A), max_early_messages=10)
+    msgs = [m for m in messages(B, C) if m.key[0] != 0]  # no Batch: everything waits
+    feed(consumer, msgs)
+    assert consumer.stats.evicted_early > 0
+    assert consumer.pending_count() <= 2

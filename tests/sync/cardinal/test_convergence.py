@@ -1,0 +1,76 @@
+"""Hypothesis: any delivery order, with duplicates, ends at the same head with the same blocks."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sync.cardinal import BlockApplied, BlockReverted, Consumer, make_payload, make_sub_batch
+from tests.sync.cardinal.helpers import feed, h, messages
+
+
+def build_tree(shape: list[int], seed: int) -> list:  # type: ignore[type-arg]
+    """Blocks whose parent is chosen by ``shape`` (an index into earlier blocks), genesis first."""
+    rng = random.Random(seed)
+    blocks = []
+    for i, pick in enumerate([0, *shape]):
+        parent = blocks[pick % len(blocks)] if blocks else None
+        number = parent.number + 1 if parent else 0
+        updates = {f"foo/{i}/{k}": bytes([rng.randrange(256)]) for k in range(rng.randrange(4))}
+        updates[f"inline/{i}"] = b"x"
+        subs = []
+        if rng.random() < 0.5:
+            subs.append(make_sub_batch("state/", h(f"sb{i}"), {f"s/{i}": b"1", f"s/{i}b": b"2"}, ["d"]))
+        blocks.append(
+            make_payload(
+                h(f"b{i:02d}"),
+                number,
+                parent.hash if parent else bytes(32),
+                parent.weight + 1 if parent else 0,
+                updates,
+                [f"foo/{i}/gone"] if rng.random() < 0.5 else [],
+                subs,
+            )
+        )
+    return blocks
+
+
+def replay(events: list) -> dict:  # type: ignore[type-arg]
+    """The canonical chain that the applied / reverted events describe."""
+    chain: dict = {}  # type: ignore[type-arg]
+    for e in events:
+        if isinstance(e, BlockApplied):
+            chain[e.block.hash] = e.block
+        elif isinstance(e, BlockReverted):
+            del chain[e.hash]
+    return chain
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 100), min_size=1, max_size=7),
+    st.integers(0, 2**32),
+    st.randoms(use_true_random=False),
+    st.floats(0, 0.5),
+)
+def test_any_delivery_order_converges(shape: list[int], seed: int, rng: random.Random, dup: float) -> None:
+    blocks = build_tree(shape, seed)
+    msgs = messages(*blocks)
+    reference = Consumer()
+    ref_events = feed(reference, msgs)
+    delivery = msgs + [m for m in msgs if rng.random() < dup]
+    rng.shuffle(delivery)
+    consumer = Consumer()
+    events = feed(consumer, delivery)
+    assert consumer.head == reference.head
+    assert consumer.canonical_blocks() == reference.canonical_blocks()
+    # The events replay to exactly the canonical chain, with the producers' contents.
+    assert list(replay(events).values()) == consumer.canonical_blocks()
+    assert list(replay(ref_events).values()) == reference.canonical_blocks()
+    by_hash = {b.hash: b for b in blocks}
+    assert all(by_hash[b.hash] == b for b in consumer.canonical_blocks())
+    # The head is the heaviest block, ties to the smallest hash.
+    best = min(blocks, key=lambda b: (-b.weight, b.hash))
+    assert consumer.head.hash == best.hash

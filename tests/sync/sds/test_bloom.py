@@ -1,0 +1,52 @@
+"""The rolling bloom filter and the reading of received filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from sync.errors import RemoteProtocolError
+from sync.sds import BloomParams, BloomView, RollingBloomFilter, SdsConfig, bloom_indices
+
+
+def test_default_parameters_meet_the_targets() -> None:
+    cfg = SdsConfig()
+    params = BloomParams.optimal(cfg.bloom_capacity, cfg.bloom_fp_rate)
+    assert params.nbytes <= 2048
+    assert params.false_positive_rate(1000) <= 0.01
+    # k is optimal for m/n: one hash more or less is worse.
+    for k in (params.hashes - 1, params.hashes + 1):
+        assert BloomParams(params.bits, k).false_positive_rate(1000) > (
+            params.false_positive_rate(1000)
+        )
+
+
+def test_rolling_window_keeps_exactly_the_recent_ids_and_meets_the_fp_rate() -> None:
+    params = BloomParams.optimal(1000, 0.01)
+    bloom = RollingBloomFilter(params, 1000)
+    for i in range(5000):
+        bloom.add(f"id-{i}")
+    assert len(bloom) == 1000
+    assert all(f"id-{i}" in bloom for i in range(4000, 5000))
+    # Old ids and never-added ids are both "foreign" now: measure the false-positive rate.
+    foreign = [f"other-{i}" for i in range(20_000)] + [f"id-{i}" for i in range(3000)]
+    fp = sum(x in bloom for x in foreign) / len(foreign)
+    assert fp <= 0.013  # 1% design rate plus sampling noise
+
+
+def test_filter_bytes_are_readable_by_a_view() -> None:
+    params = BloomParams.optimal(100, 0.01)
+    bloom = RollingBloomFilter(params, 100)
+    for i in range(100):
+        bloom.add(str(i))
+    view = BloomView(bloom.to_bytes(), params, max_bits=1 << 20)
+    assert all(view.contains_indices(bloom_indices(str(i), params)) for i in range(100))
+    assert 0 < view.false_positive_rate < 0.02
+
+
+def test_view_rejects_inconsistent_parameters() -> None:
+    with pytest.raises(RemoteProtocolError):
+        BloomView(b"\x00" * 3, BloomParams(16, 2), max_bits=1 << 20)
+    with pytest.raises(RemoteProtocolError):
+        BloomView(b"\x00" * 2, BloomParams(16, 0), max_bits=1 << 20)
+    with pytest.raises(RemoteProtocolError):
+        BloomView(b"\x00" * 2, BloomParams(16, 2), max_bits=8)

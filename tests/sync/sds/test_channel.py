@@ -1,0 +1,312 @@
+"""One unit test per SDS protocol step (send, receive, deliver, conflicts, acks, buffers, sync,
+ephemeral), on signed channels with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.identity import peer_id_of
+from sync.sds import (
+    Acknowledged,
+    Delivered,
+    DependencyLost,
+    EphemeralReceived,
+    MissingDependencies,
+    PossiblyAcknowledged,
+    ResendExhausted,
+    SdsChannel,
+    SdsConfig,
+    decode_transmission,
+    sds_pb2,
+)
+from sync.sds.bloom import BloomView, bloom_indices
+from tests.sync.sds.helpers import CHANNEL, T0, channel, key, of_type
+
+MS = int(T0 * 1000)
+
+
+def delivered_ids(ch: SdsChannel) -> list[str]:
+    return [e.message_id for e in of_type(ch.events(), Delivered)]
+
+
+def test_constructor_checks_identity_and_initialises_lamport_to_epoch_ms() -> None:
+    with pytest.raises(LocalProtocolError):
+        SdsChannel(CHANNEL, "not-my-id", key(0))
+    assert channel(0).lamport == MS
+
+
+def test_send_sets_lamport_max_of_now_and_previous_plus_one() -> None:
+    ch = channel(0)
+    first = decode_transmission(ch.send(b"a", T0)).event
+    second = decode_transmission(ch.send(b"b", T0)).event
+    third = decode_transmission(ch.send(b"c", T0 + 5)).event
+    assert (first.lamport, second.lamport, third.lamport) == (MS + 1, MS + 2, MS + 5000)
+    with pytest.raises(LocalProtocolError):
+        ch.send(b"", T0)
+
+
+def test_send_delivers_locally_and_includes_history_hints_and_bloom() -> None:
+    ch = channel(0)
+    a = ch.send(b"a", T0, retrieval_hint=b"hint-a")
+    b = ch.send(b"b", T0)
+    c = decode_transmission(ch.send(b"c", T0))
+    ids = delivered_ids(ch)
+    assert len(ids) == 3
+    assert c.event.history_ids == tuple(ids[:2])  # the two preceding ids, in log order
+    assert c.event.causal_history[0].retrieval_hint == b"hint-a"
+    assert {h.sender_id for h in c.event.causal_history} == {ch.participant_id}
+    assert c.bloom_params == ch.bloom_params and c.bloom_filter is not None
+    view = BloomView(c.bloom_filter, ch.bloom_params, max_bits=1 << 20)
+    assert all(view.contains_indices(bloom_indices(i, ch.bloom_params)) for i in ids)
+    assert ch.outgoing_ids == set(ids)
+    assert decode_transmission(a).event.causal_history == ()
+    assert len(decode_transmission(b).event.causal_history) == 1
+
+
+def test_receive_delivers_raises_lamport_and_ignores_own_and_duplicates() -> None:
+    a, b = channel(0), channel(1, now=T0 - 100)
+    data = a.send(b"hello", T0)
+    a.events()
+    b.receive(data, T0 - 99)
+    [ev] = b.events()
+    assert isinstance(ev, Delivered) and ev.content == b"hello" and ev.lamport == MS + 1
+    assert b.lamport == MS + 1
+    assert not ev.lost_dependency and ev.wire == decode_transmission(data).event.wire
+    b.receive(data, T0)
+    assert b.events() == []
+    a.receive(data, T0)  # our own message echoed back
+    assert a.events() == [] and len(a.log()) == 1
+
+
+def test_conflicting_lamport_ordered_by_message_id() -> None:
+    a, b, c = channel(0), channel(1), channel(2)
+    ma, mb = a.send(b"x", T0), b.send(b"y", T0)
+    c.receive(mb, T0)
+    c.receive(ma, T0)
+    log = c.log()
+    assert log[0][0] == log[1][0] == MS + 1
+    assert [mid for _, mid in log] == sorted(mid for _, mid in log)
+
+
+def test_history_acknowledges_and_bloom_possibly_acknowledges_then_promotes() -> None:
+    cfg = SdsConfig(causal_history_size=0, sync_history_size=0, ack_fp_bound=1e-30)
+    a, b, c = (channel(i, config=cfg) for i in range(3))
+    m = a.send(b"m", T0)
+    mid = delivered_ids(a)[0]
+    for other in (b, c):
+        other.receive(m, T0)
+    b_msg = b.send(b"from b", T0)
+    a.receive(b_msg, T0)
+    fp_b = BloomView(
+        decode_transmission(b_msg).bloom_filter or b"", a.bloom_params, max_bits=1 << 20
+    ).false_positive_rate
+    assert fp_b > 1e-30
+    assert of_type(a.events(), PossiblyAcknowledged) == [PossiblyAcknowledged(mid, 1)]
+    a.receive(b.send(b"again", T0), T0)  # the same participant is no new evidence
+    assert of_type(a.events(), PossiblyAcknowledged) == []
+    a.receive(c.send(b"from c", T0), T0)
+    assert Acknowledged(mid, by_bloom=True) in a.events()
+    assert a.outgoing_ids == frozenset()
+    # With history, the reply names the message: a certain acknowledgement.
+    x, y = channel(0), channel(1)
+    mx = x.send(b"m", T0)
+    [x_id] = delivered_ids(x)
+    y.receive(mx, T0)
+    x.receive(y.send(b"reply", T0), T0)
+    assert Acknowledged(x_id, by_bloom=False) in x.events()
+
+
+def _four_messages() -> tuple[SdsChannel, list[bytes], list[str]]:
+    a = channel(0)
+    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(4)]
+    return a, wires, delivered_ids(a)
+
+
+def test_causal_order_under_loss_repaired_by_resend() -> None:
+    cfg = SdsConfig(resend_interval=10)
+    a = channel(0, config=cfg)
+    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(4)]
+    ids = delivered_ids(a)
+    b = channel(1)
+    for i in (0, 2, 3):  # a1 dropped
+        b.receive(wires[i], T0 + i)
+    events = b.events()
+    assert [e.message_id for e in of_type(events, Delivered)] == [ids[0]]
+    missing = [e.message_id for m in of_type(events, MissingDependencies) for e in m.entries]
+    assert missing == [ids[1]]
+    assert b.waiting_ids == {ids[2], ids[3]}
+    # a's resend timer fires; b delivers a1 then the cascade a2, a3 in order.
+    a.handle_timer(T0 + 13)
+    resent = a.datagrams_to_send()
+    assert len(resent) == 4
+    for data in resent:
+        b.receive(data, T0 + 14)
+    assert delivered_ids(b) == ids[1:]
+    assert b.waiting_ids == frozenset() and b.missing_ids == frozenset()
+
+
+def test_waiting_message_is_not_a_met_dependency() -> None:
+    _, wires, ids = _four_messages()
+    b, c = channel(1), channel(2)
+    for data in wires:
+        b.receive(data, T0)
+    reply = b.send(b"b", T0)  # names a2, a3
+    c.receive(wires[0], T0)
+    c.receive(wires[3], T0)  # waits for a1, a2
+    c.receive(reply, T0)  # waits for a2 (missing) and a3 (waiting, not delivered)
+    assert delivered_ids(c) == [ids[0]]
+    assert len(c.waiting_ids) == 2
+    c.receive(wires[1], T0)
+    c.receive(wires[2], T0)
+    assert delivered_ids(c)[-1] == decode_transmission(reply).event.message_id
+
+
+@pytest.mark.parametrize("policy", ["deliver", "drop"])
+def test_lost_dependency_policy(policy: str) -> None:
+    cfg = SdsConfig(lost_timeout=60, lost_policy=policy)  # type: ignore[arg-type]
+    _, wires, ids = _four_messages()
+    b = channel(1, config=cfg)
+    for i in (0, 2, 3):
+        b.receive(wires[i], T0)
+    b.events()
+    timer = b.get_timer()
+    assert timer is not None
+    b.handle_timer(T0 + 59)
+    assert not of_type(b.events(), DependencyLost)
+    b.handle_timer(T0 + 60)
+    events = b.events()
+    lost = of_type(events, DependencyLost)
+    assert lost[0].message_id == ids[1] and set(lost[0].dependants) == {ids[2], ids[3]}
+    delivered = of_type(events, Delivered)
+    if policy == "deliver":
+        assert [d.message_id for d in delivered] == ids[2:]
+        assert all(d.lost_dependency for d in delivered)
+    else:
+        assert delivered == [] and b.waiting_ids == frozenset()
+    assert b.missing_ids == frozenset()
+
+
+def test_resend_periods_and_give_up() -> None:
+    cfg = SdsConfig(
+        resend_interval=10, possibly_acked_resend_interval=25, max_resends=2, ack_fp_bound=1e-300
+    )
+    a, b = channel(0, config=cfg), channel(1, config=cfg)
+    first = a.send(b"1", T0)
+    second = a.send(b"2", T0)
+    ids = delivered_ids(a)
+    a.handle_timer(T0 + 9.9)
+    assert a.datagrams_to_send() == []
+    a.handle_timer(T0 + 10)
+    resent = [decode_transmission(d).event.message_id for d in a.datagrams_to_send()]
+    assert sorted(resent) == sorted(ids)
+    # b has only the first: its filter makes the first possibly acknowledged, resent later.
+    b.receive(first, T0 + 11)
+    sync = b.send(b"b", T0 + 11)
+    msg = sds_pb2.Message()
+    msg.ParseFromString(sync)
+    a_view = decode_transmission(sync)
+    assert a_view.event.history_ids == (ids[0],)  # names it: acknowledged for sure
+    a.receive(second, T0)  # no-op, own echo
+    a.handle_timer(T0 + 20)
+    assert {decode_transmission(d).event.message_id for d in a.datagrams_to_send()} == set(ids)
+    a.handle_timer(T0 + 30)
+    events = a.events()
+    assert {e.message_id for e in of_type(events, ResendExhausted)} == set(ids)
+    assert all(e.attempts == 2 for e in of_type(events, ResendExhausted))
+    assert a.outgoing_ids == frozenset()
+
+
+def test_possibly_acknowledged_uses_the_longer_resend_period() -> None:
+    cfg = SdsConfig(
+        causal_history_size=0,
+        sync_history_size=0,
+        resend_interval=10,
+        possibly_acked_resend_interval=25,
+        ack_fp_bound=1e-300,
+    )
+    a, b = channel(0, config=cfg), channel(1, config=cfg)
+    m = a.send(b"1", T0)
+    b.receive(m, T0)
+    a.receive(b.send(b"x", T0 + 1), T0 + 1)
+    assert of_type(a.events(), PossiblyAcknowledged)
+    a.handle_timer(T0 + 24.9)
+    assert a.datagrams_to_send() == []
+    a.handle_timer(T0 + 25)
+    assert len(a.datagrams_to_send()) == 1
+
+
+def test_sync_message_rules() -> None:
+    cfg = SdsConfig(sync_interval=30, sync_jitter=30)
+    a, b = channel(0, config=cfg), channel(1, config=cfg)
+    # An empty channel has nothing to say: the timer fires, nothing is sent.
+    first = a.get_timer()
+    assert first is not None and T0 + 30 <= first <= T0 + 60
+    a.handle_timer(first)
+    assert a.datagrams_to_send() == []
+    m = b.send(b"m", first)
+    a.receive(m, first)
+    a.events()
+    mid = decode_transmission(m).event.message_id
+    # Activity pushes the sync back; it fires after a quiet back-off.
+    due = a.get_timer()
+    assert due is not None and due >= first + 30
+    lamport_before = a.lamport
+    a.handle_timer(due)
+    due2 = a.get_timer()
+    assert due2 is not None
+    if not (sent := a.datagrams_to_send()):
+        a.handle_timer(due2)
+        sent = a.datagrams_to_send()
+    [sync] = sent
+    tx = decode_transmission(sync)
+    assert tx.event.content == b"" and tx.event.is_sync
+    assert tx.event.lamport is not None and tx.event.lamport > lamport_before
+    assert tx.event.history_ids == (mid,) and tx.bloom_filter is not None
+    assert a.outgoing_ids == frozenset() and len(a.log()) == 1
+    # The receiver processes history (acknowledging m) but stores nothing.
+    b.events()
+    b.receive(sync, due2)
+    assert b.events() == [Acknowledged(mid)]
+    assert len(b.log()) == 1 and tx.event.message_id not in {m for _, m in b.log()}
+
+
+def test_sync_back_off_is_random_per_rng() -> None:
+    cfg = SdsConfig(sync_interval=30, sync_jitter=30)
+    timers = {channel(i, config=cfg).get_timer() for i in range(5)}
+    assert len(timers) == 5
+
+
+def test_ephemeral_messages() -> None:
+    a, b = channel(0), channel(1)
+    a.send(b"persistent", T0)
+    data = a.send_ephemeral(b"typing...", T0)
+    msg = sds_pb2.Message()
+    msg.ParseFromString(data)
+    assert not msg.HasField("lamport_timestamp") and not msg.causal_history
+    assert not msg.HasField("bloom_filter")
+    assert len(a.outgoing_ids) == 1
+    b.receive(data, T0)
+    b.receive(data, T0)
+    [ev] = b.events()
+    assert isinstance(ev, EphemeralReceived) and ev.content == b"typing..."
+    assert b.log() == [] and b.waiting_ids == frozenset()
+
+
+def test_invalid_message_is_never_delivered_buffered_or_acknowledged() -> None:
+    a, b = channel(0), channel(1)
+    m = a.send(b"m", T0)
+    b.receive(m, T0)
+    reply = decode_transmission(b.send(b"reply names m", T0))
+    forged = sds_pb2.Message()
+    forged.ParseFromString(reply.event.wire)
+    forged.signature = bytes(64)
+    a.events()
+    with pytest.raises(RemoteProtocolError) as err:
+        a.receive(forged.SerializeToString(), T0, peer="bad-peer")
+    assert err.value.peer == "bad-peer"
+    assert a.events() == [] and len(a.outgoing_ids) == 1 and len(a.log()) == 1
+    other = SdsChannel("other-channel", peer_id_of(key(2)), key(2))
+    with pytest.raises(RemoteProtocolError, match="another channel"):
+        a.receive(other.send(b"x", T0), T0)
+    assert a.events() == [] and len(a.log()) == 1

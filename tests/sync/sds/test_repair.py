@@ -1,0 +1,127 @@
+"""SDS-R: back-offs, response groups, requests, responses and cancellation."""
+
+from __future__ import annotations
+
+from sync.sds import (
+    Delivered,
+    RepairAnswered,
+    RepairRequested,
+    SdsConfig,
+    decode_transmission,
+    in_response_group,
+    t_req,
+    t_resp,
+)
+from tests.sync.sds.helpers import T0, channel, of_type
+
+# Resends effectively off: only SDS-R repairs here.
+CFG = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000)
+
+
+def test_t_req_is_within_t_min_t_max() -> None:
+    values = [t_req(T0, "me", f"m{i}", 30, 120) - T0 for i in range(500)]
+    assert all(30 <= v < 120 for v in values)
+    assert max(values) - min(values) > 60  # spread over the window
+    assert t_req(T0, "me", "m1", 30, 120) == t_req(T0, "me", "m1", 30, 120)
+    assert t_req(T0, "other", "m1", 30, 120) != t_req(T0, "me", "m1", 30, 120)
+
+
+def test_t_resp_is_zero_for_the_original_sender() -> None:
+    assert t_resp(T0, "alice", "alice", "m", 120) == T0
+    others = [t_resp(T0, f"p{i}", "alice", "m", 120) - T0 for i in range(200)]
+    assert all(0 <= v < 120 for v in others) and len(set(others)) > 150
+
+
+def test_response_groups() -> None:
+    assert all(in_response_group(f"p{i}", f"p{i}", "m", 7) for i in range(50))
+    members = [in_response_group(f"p{i}", "alice", "m", 4) for i in range(400)]
+    assert 50 < sum(members) < 150
+    assert all(in_response_group(f"p{i}", "alice", "m", 1) for i in range(10))
+
+
+def _gap() -> tuple[list, list[bytes], list[str]]:
+    a, b, c = (channel(i, config=CFG) for i in range(3))
+    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(3)]
+    ids = [e.message_id for e in of_type(a.events(), Delivered)]
+    for data in wires:
+        b.receive(data, T0 + 3)
+    for i in (0, 2):  # c misses a1
+        c.receive(wires[i], T0 + 3)
+    return [a, b, c], wires, ids
+
+
+def test_gap_repaired_by_original_sender_and_others_cancel() -> None:
+    (a, b, c), _, ids = _gap()
+    assert c.repair_request_ids == {ids[1]}
+    when = c.get_timer()
+    assert when == t_req(T0 + 3, c.participant_id, ids[1], 30, 120)
+    c.handle_timer(when)
+    [request] = c.datagrams_to_send()
+    assert of_type(c.events(), RepairRequested) == [RepairRequested((ids[1],))]
+    tx = decode_transmission(request)
+    assert tx.event.is_sync
+    assert [r.message_id for r in tx.repair_request] == [ids[1]]
+    assert tx.repair_request[0].sender_id == a.participant_id
+    a.receive(request, when)
+    b.receive(request, when)
+    assert a.repair_response_ids == {ids[1]} and b.repair_response_ids == {ids[1]}
+    # The original sender's back-off is zero: it answers first.
+    a.handle_timer(when)
+    [answer] = a.datagrams_to_send()
+    assert of_type(a.events(), RepairAnswered) == [RepairAnswered(ids[1])]
+    b.receive(answer, when + 0.1)
+    assert b.repair_response_ids == frozenset()
+    b.handle_timer(when + 200)
+    assert of_type(b.events(), RepairAnswered) == []
+    c.receive(answer, when + 0.1)
+    assert [e.message_id for e in of_type(c.events(), Delivered)] == ids[1:]
+    assert c.repair_request_ids == frozenset()
+
+
+def test_a_peer_answers_when_the_sender_is_silent() -> None:
+    (_, b, c), _, ids = _gap()
+    when = c.get_timer()
+    assert when is not None
+    c.handle_timer(when)
+    [request] = c.datagrams_to_send()
+    b.receive(request, when)
+    answer_at = t_resp(when, b.participant_id, channel(0).participant_id, ids[1], 120)
+    b.handle_timer(answer_at - 0.01)
+    assert b.datagrams_to_send() == []
+    b.handle_timer(answer_at)
+    [answer] = b.datagrams_to_send()
+    c.receive(answer, answer_at)
+    assert ids[1] in {e.message_id for e in of_type(c.events(), Delivered)}
+
+
+def test_seeing_anothers_request_backs_off_our_own() -> None:
+    (_, b, c), wires, ids = _gap()
+    d = channel(3, config=CFG)
+    for i in (0, 2):
+        d.receive(wires[i], T0 + 3)
+    c_when = c.get_timer()
+    assert c_when is not None
+    c.handle_timer(c_when)
+    [request] = c.datagrams_to_send()
+    d_due = d.get_timer()
+    d.receive(request, c_when)
+    assert d.get_timer() != d_due
+    assert d.repair_request_ids == {ids[1]}  # still wanted, asked later if not repaired
+    assert b.repair_request_ids == frozenset()
+
+
+def test_repair_requests_capped_at_three_lowest_t_req() -> None:
+    cfg = SdsConfig(causal_history_size=6, resend_interval=10_000, t_min=30, t_max=120)
+    a, c = channel(0, config=cfg), channel(2, config=cfg)
+    wires = [a.send(f"a{i}".encode(), T0) for i in range(7)]
+    ids = [e.message_id for e in of_type(a.events(), Delivered)]
+    c.receive(wires[6], T0)  # names a0..a5, all missing
+    assert c.repair_request_ids == set(ids[:6])
+    c.handle_timer(T0 + 120)
+    sent = c.datagrams_to_send()
+    first = decode_transmission(sent[0]).repair_request
+    by_t_req = sorted(ids[:6], key=lambda m: t_req(T0, c.participant_id, m, 30, 120))
+    assert [r.message_id for r in first] == by_t_req[:3]
+    # a content message also carries due requests (the rest, paced a second later)
+    carried = decode_transmission(c.send(b"c", T0 + 121)).repair_request
+    assert [r.message_id for r in carried] == by_t_req[3:]
