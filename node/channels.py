@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.events import record_of_delivered
+from node.events import record_of_delivered, record_of_event
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
+from node.recon_wire import FrameDecodeError, pack_list, unpack_items
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_ordered
 from sync.errors import RemoteProtocolError
@@ -42,6 +43,12 @@ __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
 log = logging.getLogger("syncnode.channels")
 STATE_SAVE_INTERVAL_S = 5.0
+# Several SDS messages queued for one channel travel as one gossip message: py-libp2p's cost is
+# per gossip message, not per byte. A protobuf message never starts with a zero byte (field
+# number 0 is invalid), so the marker cannot be mistaken for a plain SDS message.
+BATCH_MAGIC = b"\x00SB1"
+MAX_BATCH_ITEMS = 256
+MAX_BATCH_BYTES = 512 * 1024
 # How much of the persisted log to replay into a restored channel (bloom filter, heads, cache).
 RESTORE_LOG_LIMIT = 1_000_000
 _EVENT_COUNTERS: dict[type, str] = {
@@ -78,6 +85,7 @@ class ChannelService:
         channels: Sequence[str],
         sds_config: SdsConfig,
         on_missing: MissingHandler | None = None,
+        allowed_senders: frozenset[str] | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -88,6 +96,8 @@ class ChannelService:
         self.names = list(channels)
         self.sds_config = sds_config
         self.on_missing = on_missing
+        # Closed group: only members' events are accepted, whoever relays them.
+        self.allowed_senders = allowed_senders | {peer_id} if allowed_senders else None
         self.channels: dict[str, SdsChannel] = {}
         self._dirty: set[str] = set()
         self._wake = trio.Event()
@@ -163,16 +173,27 @@ class ChannelService:
         """Feed an event fetched by Recon or by id; its message id, or None if rejected."""
         try:
             parsed = decode_event(wire, verify_signature=False)
+            self._check_sender(wire, parsed.sender_id)
             name = parsed.channel_id
             ch = self.channels.get(name)
             if ch is None:
                 raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
+            if parsed.sender_id == self.peer_id:
+                # SDS ignores echoes of our own messages; one we no longer hold (a wiped
+                # database, say) is stored directly once its signature checks out.
+                own = decode_event(wire)
+                if own.lamport is not None and not ch.has_delivered(own.message_id):
+                    self.store.submit([record_of_event(self.network_id, own)])
+                return own.message_id
             ch.receive(wire, time.time() if now is None else now, peer=peer)
         except RemoteProtocolError as exc:
             self._reject(exc, peer)
             return None
         self._after_input(name)
         return parsed.message_id
+
+    def is_missing(self, message_id: str) -> bool:
+        return any(message_id in ch.missing_ids for ch in self.channels.values())
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -184,11 +205,32 @@ class ChannelService:
                 peer: str = message.from_peer  # type: ignore[attr-defined]
                 self.metrics.inc("gossip_bytes_received_total", len(data))
                 try:
-                    ch.receive(data, time.time(), peer=peer)
-                except RemoteProtocolError as exc:
-                    self._reject(exc, peer)
+                    items = self._unbatch(data)
+                except FrameDecodeError as exc:
+                    self._reject(RemoteProtocolError(f"bad gossip batch: {exc}"), peer)
                     continue
+                now = time.time()
+                for item in items:
+                    try:
+                        self._check_sender(item)
+                        ch.receive(item, now, peer=peer)
+                    except RemoteProtocolError as exc:
+                        self._reject(exc, peer)
                 self._after_input(name)
+
+    def _unbatch(self, data: bytes) -> list[bytes]:
+        if not data.startswith(BATCH_MAGIC):
+            return [data]
+        return unpack_items(data[len(BATCH_MAGIC) :], max_items=MAX_BATCH_ITEMS,
+                            max_item_bytes=self.sds_config.max_message_size)
+
+    def _check_sender(self, data: bytes, sender: str | None = None) -> None:
+        if self.allowed_senders is None:
+            return
+        if sender is None:
+            sender = decode_event(data, verify_signature=False).sender_id
+        if sender not in self.allowed_senders:
+            raise RemoteProtocolError("sender not in allowed_peers")
 
     def _reject(self, exc: RemoteProtocolError, peer: str | None) -> None:
         reason = exc.reason.split(":")[0][:60]
@@ -241,12 +283,23 @@ class ChannelService:
 
     async def _publish_loop(self) -> None:
         async for name, data in self._outbox:
-            try:
-                await self.host.publish(topic_of(self.network_id, name), data)
-                self.metrics.inc("gossip_bytes_sent_total", len(data))
-            except P2PError as exc:
-                self.metrics.inc("gossip_publish_failures_total")
-                log.warning("publish failed", extra=kv(channel=name, error=str(exc)))
+            queued: dict[str, list[bytes]] = {name: [data]}
+            size = len(data)
+            while size < MAX_BATCH_BYTES and sum(map(len, queued.values())) < MAX_BATCH_ITEMS:
+                try:
+                    more_name, more = self._outbox.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                queued.setdefault(more_name, []).append(more)
+                size += len(more)
+            for channel, items in queued.items():
+                payload = items[0] if len(items) == 1 else BATCH_MAGIC + pack_list(items)
+                try:
+                    await self.host.publish(topic_of(self.network_id, channel), payload)
+                    self.metrics.inc("gossip_bytes_sent_total", len(payload))
+                except P2PError as exc:
+                    self.metrics.inc("gossip_publish_failures_total")
+                    log.warning("publish failed", extra=kv(channel=channel, error=str(exc)))
 
     async def _state_loop(self) -> None:
         try:

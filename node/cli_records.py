@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sync.errors import RemoteProtocolError
+from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recordstream import (
     DEFAULT_LIMITS,
     RECORD_SUFFIX,
+    SIGNATURE_FIELDS,
     SIGNATURE_SUFFIX,
     FileReport,
     PublicKey,
@@ -149,7 +151,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _instant(ns: int) -> str:
-    return format_instant(ns).replace("_", ":")
+    try:
+        return format_instant(ns).replace("_", ":")
+    except LocalProtocolError:
+        return f"{ns} ns (not a representable instant)"
 
 
 def _show_record(path: Path, data: bytes) -> dict[str, Any]:
@@ -241,12 +246,7 @@ def _show_sidecar(path: Path, data: bytes) -> dict[str, Any]:
 def _show_signature(path: Path, data: bytes) -> dict[str, Any]:
     sig = decode_signature_file(data, str(path))
     out: dict[str, Any] = {"kind": "signature", "path": str(path), "version": 6}
-    for field in (
-        "file_signature",
-        "metadata_signature",
-        "secondary_file_signature",
-        "secondary_metadata_signature",
-    ):
+    for field, _signed in SIGNATURE_FIELDS:
         if sig.HasField(field):
             obj: pb.SignatureObject = getattr(sig, field)
             out[field] = {
@@ -312,6 +312,10 @@ def _guarded(command: Any) -> Any:
         except _Failure as exc:
             print(f"error: {exc}", file=sys.stderr)
             return exc.code
+        except BrokenPipeError:
+            # The reader (e.g. `| head`) went away: stop quietly, as Unix tools do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         return code
 
     return run

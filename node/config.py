@@ -122,6 +122,8 @@ class P2PSection:
     channels: tuple[str, ...] = _opt(("general",), _nonempty_names)
     dial_timeout_s: float = _opt(10.0, _positive)
     max_frame_bytes: int = _opt(4 * 1024 * 1024, _positive)
+    dht: bool = _opt(False)
+    dht_interval_s: float = _opt(60.0, _positive)
     test_drop_incoming_gossip: float = _opt(0.0, _fraction)
 
 

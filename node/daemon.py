@@ -12,6 +12,7 @@ import trio
 from node.api import ApiRoute, create_app, serve_api
 from node.channels import ChannelService
 from node.config import Config, parse_host_port
+from node.discovery import DhtDiscovery
 from node.fetch import Fetcher
 from node.identity import load_or_create_identity
 from node.logs import kv
@@ -37,6 +38,10 @@ def p2p_config(config: Config) -> P2PConfig:
         dial_timeout=config.p2p.dial_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
+        enable_dht=config.p2p.dht,
+        # SDS messages are signed by their senders and verified before use: libp2p's own
+        # per-message signatures would only double the cost.
+        gossip_strict_signing=False,
     )
 
 
@@ -113,13 +118,15 @@ async def serve(
             runtime.host = host
             register_base_metrics(runtime)
             await nursery.start(store.run_writer)
+            allowed = frozenset(config.p2p.allowed_peers) or None
             channels = ChannelService(
                 host=host, store=store, metrics=runtime.metrics, key=key,
                 peer_id=runtime.peer_id, network_id=config.node.network_id,
                 channels=config.p2p.channels, sds_config=sds_config(config),
+                allowed_senders=allowed,
             )
             await channels.load()
-            fetcher = Fetcher(host, store, runtime.metrics, channels.ingest)
+            fetcher = Fetcher(host, store, runtime.metrics, channels.ingest, channels.is_missing)
             channels.on_missing = fetcher.want
             peers = PeerManager(host, store, runtime.metrics)
             await peers.load(config.p2p.bootstrap)
@@ -129,11 +136,16 @@ async def serve(
                 session_timeout_s=config.recon.session_timeout_s,
                 fetch_batch=config.recon.fetch_batch,
                 config=ReconConfig(fanout=config.recon.fanout),
+                allowed_senders=allowed,
             )
             await recon.load()
             runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
             services = trio.CancelScope()
-            nursery.start_soon(_run_services, services, channels, fetcher, peers, recon)
+            running: list[Any] = [channels, fetcher, peers, recon]
+            if config.p2p.dht:
+                running.append(DhtDiscovery(host, peers, runtime.metrics, config.node.network_id,
+                                            config.p2p.channels, config.p2p.dht_interval_s))
+            nursery.start_soon(_run_services, services, *running)
             app = create_app(runtime, [*NODE_ROUTES, *(routes or [])])
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)

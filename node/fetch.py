@@ -28,6 +28,7 @@ log = logging.getLogger("syncnode.fetch")
 FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
 MAX_IDS = 256
 PEERS_PER_ID = 3
+GRACE_S = 1.0
 _HEX = set("0123456789abcdef")
 
 
@@ -54,20 +55,27 @@ class Fetcher:
         store: EventStore,
         metrics: Metrics,
         ingest: Callable[[bytes, str | None], str | None],
+        still_missing: Callable[[str], bool],
+        grace_s: float = GRACE_S,
     ) -> None:
         self.host = host
         self.store = store
         self.metrics = metrics
         self.ingest = ingest
-        self._queue_send, self._queue = trio.open_memory_channel[MissingEntry](math.inf)
+        self.still_missing = still_missing
+        self.grace_s = grace_s
+        self._queue_send, self._queue = trio.open_memory_channel[tuple[float, MissingEntry]](
+            math.inf
+        )
         self._in_flight: set[str] = set()
         host.set_stream_handler(FETCH_PROTOCOL, self._serve)
 
     def want(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
+        due = trio.current_time() + self.grace_s
         for entry in entries:
             if entry.message_id not in self._in_flight:
                 self._in_flight.add(entry.message_id)
-                self._queue_send.send_nowait(entry)
+                self._queue_send.send_nowait((due, entry))
 
     async def _serve(self, stream: FramedStream) -> None:
         async with stream:
@@ -85,15 +93,20 @@ class Fetcher:
 
     async def run(self) -> None:
         while True:
-            first = await self._queue.receive()
+            due, first = await self._queue.receive()
+            # Most gaps close by themselves within moments (the event is in flight, or Recon
+            # is delivering a whole range): only fetch what is still missing after the grace.
+            await trio.sleep_until(due)
             batch = [first]
             while len(batch) < MAX_IDS:
                 try:
-                    batch.append(self._queue.receive_nowait())
+                    batch.append(self._queue.receive_nowait()[1])
                 except trio.WouldBlock:
                     break
+            wanted = [e for e in batch if self.still_missing(e.message_id)]
             try:
-                await self._fetch(batch)
+                if wanted:
+                    await self._fetch(wanted)
             finally:
                 for entry in batch:
                     self._in_flight.discard(entry.message_id)

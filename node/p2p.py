@@ -155,6 +155,9 @@ class P2PHost:
         unblock = getattr(self._host.get_network(), "unblock_peer", None)
         if unblock is not None:
             unblock(info.peer_id)
+        # Dial exactly the address we were given: a stale one left in the peerstore by an
+        # earlier run of that peer (it restarted on a new port) makes the whole dial fail.
+        self._host.get_peerstore().clear_addrs(info.peer_id)
         try:
             with trio.fail_after(self.config.dial_timeout):
                 await self._host.connect(info)
@@ -245,24 +248,25 @@ class P2PHost:
         async def run_handler(raw: INetStream) -> None:
             framed = self._wrap(raw, protocol_id)
             self.stats.streams_accepted += 1
+            completed = False
             try:
                 await handler(framed)
-            except FrameError as exc:
+                completed = True
+            except FrameError as exc:  # already counted in frame_errors; the peer's fault
                 self.stats.handler_errors += 1
                 logger.warning("handler %s: %s", protocol_id, exc)
-                await framed.reset()
-            except P2PError as exc:
+            except P2PError as exc:  # timeouts, resets: ordinary network weather
                 self.stats.handler_errors += 1
                 logger.info("handler %s for %s ended: %s", protocol_id, framed.peer_id, exc)
-                await framed.reset()
-            except Exception:
+            except Exception:  # a bug in the handler: loud, but the host keeps serving
                 self.stats.handler_errors += 1
                 logger.exception("handler %s for %s raised", protocol_id, framed.peer_id)
-                await framed.reset()
-            else:
-                await framed.close()
             finally:
-                await framed.reset()  # no-op unless cancelled: the slot is freed either way
+                # Also on cancellation: the stream slot is released on every path.
+                if completed:
+                    await framed.close()
+                else:
+                    await framed.reset()
 
         self._host.set_stream_handler(TProtocol(protocol_id), run_handler)
 
@@ -493,6 +497,7 @@ async def open_host(
     host = build_host(key_pair, config, functools.partial(_count_refusal, stats))
     pubsub, router = build_pubsub(host, config)
     discovery = Discovery(host, config) if config.enable_dht else None
+    body_error: list[BaseException] = []
     try:
         async with host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs]):
             try:
@@ -518,6 +523,9 @@ async def open_host(
                     )
                     try:
                         yield p2p
+                    except BaseException as exc:
+                        body_error.append(exc)
+                        raise
                     finally:
                         p2p._close_channels()
                         nursery.cancel_scope.cancel()
@@ -526,9 +534,21 @@ async def open_host(
                         await close_host(host)
             finally:
                 await close_host(host)
+    except BaseExceptionGroup as group:
+        # The body's own exception comes back wrapped once per nursery between it and the
+        # caller (five of them, mostly libp2p's): hand it back as raised.
+        if body_error and _leaves(group) == body_error:
+            raise body_error[0] from None
+        raise
     finally:
         # A daemon thread per Pubsub sweeps its seen-messages cache; nothing else stops it.
         pubsub.seen_messages.stop()
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 def _count_refusal(stats: P2PStats, peer: str, direction: str) -> None:

@@ -143,6 +143,7 @@ class FramedStream:
         self._buf = bytearray()
         self._closed = False
         self._broken: str | None = None
+        self._eof = False  # the peer half-closed: no more frames, but we may still send
 
     # -- context manager / iteration ------------------------------------------------------
 
@@ -199,6 +200,8 @@ class FramedStream:
         :raises P2PTimeoutError: no complete frame within ``read_timeout`` (stream reset).
         """
         self._check_usable()
+        if self._eof:
+            raise StreamClosedError(f"stream closed by {self.peer_id}")
         result: bytes | None = None
         with trio.move_on_after(_inf_if_none(self._read_timeout)):
             result = await self._read_frame()
@@ -243,7 +246,7 @@ class FramedStream:
                     exc2 = FrameError("stream ended inside a frame", self.peer_id)
                     await self._frame_error(exc2)
                     raise exc2
-                self._broken = "closed by peer"
+                self._eof = True
                 raise StreamClosedError(f"stream closed by {self.peer_id}")
             self._buf += chunk
 
@@ -276,6 +279,18 @@ class FramedStream:
     @property
     def closed(self) -> bool:
         return self._closed or self._broken is not None
+
+    async def close_write(self) -> None:
+        """Half-close: tell the peer we send no more frames, keep receiving its replies."""
+        self._check_usable()
+        half_close = getattr(self._stream, "close_write", None)  # NetStream has it, the ABC not
+        if half_close is None:
+            raise P2PError("this stream type cannot half-close")
+        try:
+            await half_close()
+        except (IOException, OSError) as exc:
+            await self._break(f"close_write failed: {exc!r}")
+            raise StreamClosedError(f"stream to {self.peer_id} broke: {exc!r}") from exc
 
     def _check_usable(self) -> None:
         if self._broken is not None:

@@ -237,7 +237,9 @@ def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
     # IHAVE/IWANT are the repair path for what the mesh missed; 10/s per peer starves it.
     router.max_iwant_requests_per_second = 10_000.0
     router.max_ihave_messages_per_second = 10_000.0
-    pubsub = Pubsub(host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=True)
+    pubsub = Pubsub(
+        host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing
+    )
     return pubsub, router
 
 

@@ -41,10 +41,16 @@ class P2PConfig:
     gossip_seen_ttl: int = 600  # seconds a message id stays in the duplicate filter
     gossip_max_message_bytes: int = 1_000_000  # libp2p's RPC limit is 1 MiB incl. overhead
     deliver_own_messages: bool = False
+    # libp2p signs every gossip message and verifies it at every hop. An application whose
+    # payloads carry their own signatures (SDS does) can turn that off to halve crypto costs;
+    # from_peer is then unauthenticated.
+    gossip_strict_signing: bool = True
     peer_event_queue_size: int = 1024
     # Measure round-trip latency with libp2p ping right after each new connection.
     ping_on_connect: bool = True
-    libp2p_log_level: str = "ERROR"
+    # libp2p logs expected network churn (a peer died, a stranger was refused) at ERROR, and a
+    # hostile peer can make it do so at will; we log what matters under "node.p2p".
+    libp2p_log_level: str = "CRITICAL"
     # Kademlia DHT discovery (provider records under rendezvous strings); off by default.
     enable_dht: bool = False
     dht_server_mode: bool = True  # also store records for others (False: query only)

@@ -35,7 +35,7 @@ from node.store import EventStore
 from storage import AppendResult, EventRecord, events_by_keys, keys_in_range
 from sync.errors import RemoteProtocolError
 from sync.recon import MemoryKeyStore
-from sync.recon.eventid import channel_bounds
+from sync.recon.eventid import channel_bounds, sender_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.sds import decode_event
 
@@ -81,6 +81,7 @@ class ReconService:
         session_timeout_s: float,
         fetch_batch: int,
         config: ReconConfig,
+        allowed_senders: frozenset[str] | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -92,7 +93,15 @@ class ReconService:
         self.fetch_batch = fetch_batch
         self.config = config
         self.keys = MemoryKeyStore()
-        self.interests = sorted(channel_bounds(network_id, c) for c in channels.names)
+        if allowed_senders:
+            # A closed group is only interested in its members' streams, so Recon never even
+            # offers anything else.
+            members = allowed_senders | {channels.peer_id}
+            self.interests = sorted(
+                sender_bounds(network_id, c, m) for c in channels.names for m in members
+            )
+        else:
+            self.interests = sorted(channel_bounds(network_id, c) for c in channels.names)
         self.peers: dict[str, PeerSyncState] = {}
         self._wake = trio.Event()
         self._busy: set[str] = set()
@@ -270,29 +279,39 @@ class ReconService:
                                          max_item_bytes=MAX_EVENT_BYTES)
                 except FrameDecodeError as exc:
                     raise ReconAbort(str(exc)) from None
-                for wire in wires:
-                    self._ingest(wire, stream.peer_id, wanted, stats)
+                self._ingest_batch(wires, stream.peer_id, wanted, stats)
                 if frame[0] == EVENTS_LAST:
                     break
         self.metrics.inc("recon_events_fetched_total", stats.fetched)
 
-    def _ingest(self, wire: bytes, peer: str, wanted: set[bytes], stats: SessionStats) -> None:
-        try:
-            key = record_of_event(self.network_id, decode_event(wire, verify_signature=False)
-                                  ).recon_key
-        except (RemoteProtocolError, AssertionError):
-            key = b""
-        if key not in wanted:
-            stats.rejected += 1
-            self.metrics.inc("events_rejected_total", reason="recon unrequested event")
-            raise ReconAbort("peer sent an event we did not ask for")
-        wanted.discard(key)
-        if self.channels.ingest(wire, peer) is None:
-            stats.rejected += 1
-            raise ReconAbort("peer sent an invalid event")
-        # An event still waiting for its dependencies is fetched again after this grace period.
-        self._pending[key] = time.monotonic() + PENDING_GRACE_S
-        stats.fetched += 1
+    def _ingest_batch(
+        self, wires: list[bytes], peer: str, wanted: set[bytes], stats: SessionStats
+    ) -> None:
+        parsed = []
+        for wire in wires:
+            try:
+                event = decode_event(wire, verify_signature=False)
+                key = b"" if event.lamport is None else record_of_event(self.network_id,
+                                                                         event).recon_key
+            except RemoteProtocolError:
+                key = b""
+            if key not in wanted:
+                stats.rejected += 1
+                self.metrics.inc("events_rejected_total", reason="recon unrequested event")
+                raise ReconAbort("peer sent an event we did not ask for")
+            wanted.discard(key)
+            parsed.append((event.lamport, key, wire))
+        # Causal dependencies have lower Lamport timestamps: feeding in that order lets SDS
+        # deliver at once instead of buffering and reporting gaps.
+        parsed.sort(key=lambda item: (item[0], item[1]))
+        expiry = time.monotonic() + PENDING_GRACE_S
+        for _, key, wire in parsed:
+            if self.channels.ingest(wire, peer) is None:
+                stats.rejected += 1
+                raise ReconAbort("peer sent an invalid event")
+            # Still waiting for its dependencies: not fetched again before the grace ends.
+            self._pending[key] = expiry
+            stats.fetched += 1
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
         """Answer the peer's WANT frames with the events we hold."""

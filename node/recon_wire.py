@@ -20,6 +20,7 @@ __all__ = [
     "WANT_LAST",
     "FrameDecodeError",
     "pack_items",
+    "pack_list",
     "unpack_items",
 ]
 
@@ -46,8 +47,13 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+def pack_list(items: list[bytes]) -> bytes:
+    """Items, each behind its uvarint length."""
+    return b"".join(_varint(len(i)) + i for i in items)
+
+
 def pack_items(tag: int, items: list[bytes]) -> bytes:
-    return bytes([tag]) + b"".join(_varint(len(i)) + i for i in items)
+    return bytes([tag]) + pack_list(items)
 
 
 def unpack_items(body: bytes, *, max_items: int, max_item_bytes: int) -> list[bytes]:

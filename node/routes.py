@@ -161,9 +161,9 @@ async def _channels(node: NodeRuntime, _request: Request) -> Response:
             "channel": name,
             "lamport": ch.lamport,
             "delivered": len(ch.log()),
-            "waiting": len(ch.waiting_ids()),
-            "missing": len(ch.missing_ids()),
-            "unacknowledged": len(ch.outgoing_ids()),
+            "waiting": len(ch.waiting_ids),
+            "missing": len(ch.missing_ids),
+            "unacknowledged": len(ch.outgoing_ids),
         })
     return JSONResponse({"channels": out})
 

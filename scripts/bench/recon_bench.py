@@ -15,6 +15,7 @@ import json
 import os
 import random
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -61,9 +62,10 @@ def run(n: int, d: int, seed: int, config: ReconConfig) -> dict[str, object]:
     overhead = a.overhead_bytes() / max(1, len(a))
     del a_keys, b_keys
     everything = [(b"", b"\xff" * (KEY_BYTES + 1))]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     result = reconcile_in_memory(a, b, everything, everything, config, apply=False)
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
     if len(result.initiator_missing) != d or len(result.responder_missing) != d:
         raise SystemExit(
             f"wrong result: {len(result.initiator_missing)}/{len(result.responder_missing)} != {d}"
@@ -78,6 +80,7 @@ def run(n: int, d: int, seed: int, config: ReconConfig) -> dict[str, object]:
         "bytes_total": result.bytes_total,
         "largest_message": result.largest_message,
         "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
         "range_hash_us": round(_range_hash_us(a, seed), 2),
         "build_seconds_per_store": round(build_seconds, 2),
@@ -98,6 +101,7 @@ COLUMNS = (
     "naive_bytes",
     "lower_bound_bytes",
     "seconds",
+    "cpu_seconds",
     "range_hash_us",
     "store_overhead_bytes_per_key",
     "peak_rss_mb",
@@ -133,14 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", action="store_true", help="run every N x D of the issue")
     parser.add_argument("--seed", type=int, default=124)
     parser.add_argument("--fanout", type=int, default=16)
-    parser.add_argument("--threshold", type=int, default=4)
+    parser.add_argument("--threshold", type=int, default=8)
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
     config = ReconConfig(fanout=args.fanout, key_list_threshold=args.threshold)
     plan = [(n, d) for n in GRID_N for d in GRID_D] if args.grid else [(args.n, args.d)]
     rows = []
     for n, d in plan:
-        rows.append(run(n, d, args.seed, config))
+        if args.grid:
+            # one process per configuration, so that peak_rss_mb is that configuration's own
+            argv_one = [sys.executable, __file__, "--n", str(n), "--d", str(d), "--no-save"]
+            argv_one += ["--seed", str(args.seed), "--fanout", str(args.fanout)]
+            argv_one += ["--threshold", str(args.threshold)]
+            out = subprocess.run(argv_one, check=True, capture_output=True, text=True).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+        else:
+            rows.append(run(n, d, args.seed, config))
         print(_table(rows[-1:]), file=sys.stderr, flush=True)
     print(_table(rows))
     if not args.no_save:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import cast
 
 from sync.cardinal.codec import (
     Batch,
@@ -46,6 +47,7 @@ class _Assembly:
         "counters",
         "deletes",
         "early",
+        "flagged",
         "ignored",
         "lengths",
         "outstanding",
@@ -63,6 +65,7 @@ class _Assembly:
         self.lengths: tuple[int, ...] = ()
         self.subs: dict[bytes, _Sub] = {}
         self.outstanding = 0
+        self.flagged = False
 
 
 class Assembler:
@@ -70,7 +73,9 @@ class Assembler:
 
     ``cutoff``: Batches numbered below it are too old and dropped (the consumer keeps it at
     head number - reorg threshold). ``closed`` remembers finished hashes (completed, failed,
-    evicted, too old) so that their late duplicates are dropped at once.
+    evicted, too old) for ``retain`` more blocks, so that their late copies are dropped at once;
+    a completed block's assembly is kept while it is above the cutoff, to check late copies
+    against it.
     """
 
     def __init__(
@@ -78,18 +83,25 @@ class Assembler:
         stats: ConsumerStats,
         tracked: Callable[[str], bool] | None = None,
         max_early_messages: int = 100_000,
+        max_pending_blocks: int = 10_000,
+        retain: int = 4096,
     ) -> None:
         self.stats = stats
         self._tracked = tracked
         self._max_early = max_early_messages
+        self._max_pending = max_pending_blocks
+        self._retain = retain
         self._early_total = 0
+        # Batch-less assemblies, oldest first, with the cutoff at the time they were created.
+        self._early_born: dict[bytes, int] = {}
         self._blocks: dict[bytes, _Assembly] = {}
         self._by_number: list[tuple[int, bytes]] = []
-        self.closed: dict[bytes, tuple[int, Batch | None]] = {}
+        # hash -> (number, the finished assembly if it completed): late copies of a completed
+        # block's messages are checked against what it was assembled from.
+        self.closed: dict[bytes, tuple[int, _Assembly | None]] = {}
         self.cutoff = -1
         self.failures: list[BlockFailed] = []
         self._closed_floor = 1024
-        self._last_sweep_cutoff = -1
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -101,20 +113,39 @@ class Assembler:
         block_hash = msg.hash
         closed = self.closed.get(block_hash)
         if closed is not None:
-            if type(msg) is Batch and closed[1] is not None and msg != closed[1]:
-                self.failures.append(BlockFailed(block_hash, "conflicting Batch", True))
             self.stats.duplicates += 1
+            done = closed[1]
+            if done is not None and not done.flagged:
+                reason = self._contradiction(done, msg)
+                if reason is not None:
+                    # Reported once per block: the block stays applied, the app decides.
+                    done.flagged = True
+                    self.failures.append(BlockFailed(block_hash, reason, True))
             return None
         asm = self._blocks.get(block_hash)
         if asm is None:
             asm = self._blocks[block_hash] = _Assembly()
+            self._early_born[block_hash] = self.cutoff
+        kind = type(msg)
         try:
-            if type(msg) is Batch:
-                return self._on_batch(asm, msg)
+            if kind is Batch:
+                return self._on_batch(asm, cast(Batch, msg))
             if asm.batch is None:
                 self._queue_early(asm, msg)
                 return None
-            self._apply(asm, msg)
+            if kind is BatchMsg:
+                # The hot path (most messages), inlined from _apply.
+                key, value = cast(BatchMsg, msg).key, cast(BatchMsg, msg).value
+                old = asm.values.get(key)
+                if old is not None:
+                    if old != value:
+                        raise _Conflict(f"two values for key {key!r}")
+                    self.stats.duplicates += 1
+                    return None
+                if self._take(asm, key):
+                    asm.values[key] = value
+            else:
+                self._apply(asm, msg)
         except _Conflict as exc:
             self._fail(block_hash, str(exc))
             return None
@@ -122,10 +153,15 @@ class Assembler:
             return self._complete(asm)
         return None
 
-    def _fail(self, block_hash: bytes, reason: str) -> None:
+    def _drop(self, block_hash: bytes) -> _Assembly | None:
         asm = self._blocks.pop(block_hash, None)
         if asm is not None:
             self._early_total -= len(asm.early)
+            self._early_born.pop(block_hash, None)
+        return asm
+
+    def _fail(self, block_hash: bytes, reason: str) -> None:
+        asm = self._drop(block_hash)
         number = asm.batch.number if asm is not None and asm.batch is not None else -1
         self.closed[block_hash] = (number, None)
         self.stats.failed += 1
@@ -139,13 +175,11 @@ class Assembler:
         self.stats.queued_early += 1
 
     def _evict_early(self) -> None:
-        # Oldest first: dict order is creation order, and Batch-less entries never age otherwise.
-        for block_hash, asm in self._blocks.items():
-            if asm.batch is None:
-                del self._blocks[block_hash]
-                self._early_total -= len(asm.early)
-                self.stats.evicted_early += len(asm.early)
-                return
+        # Oldest first: without a Batch there is no block number to age them by.
+        block_hash = next(iter(self._early_born))
+        asm = self._drop(block_hash)
+        if asm is not None:
+            self.stats.evicted_early += len(asm.early)
 
     def _on_batch(self, asm: _Assembly, batch: Batch) -> BlockPayload | None:
         if asm.batch is not None:
@@ -154,13 +188,15 @@ class Assembler:
             self.stats.duplicates += 1
             return None
         if batch.number < self.cutoff:
-            self._blocks.pop(batch.hash)
-            self._early_total -= len(asm.early)
+            self._drop(batch.hash)
             self.closed[batch.hash] = (batch.number, None)
             self.stats.too_old += 1 + len(asm.early)
             return None
         tracked = self._tracked
         asm.batch = batch
+        self._early_born.pop(batch.hash, None)
+        if len(self._blocks) - len(self._early_born) > self._max_pending:
+            self._evict_highest()
         if tracked is None:
             asm.values = dict(batch.values)
             asm.deletes = set(batch.deletes)
@@ -177,15 +213,12 @@ class Assembler:
             asm.subs[batch_id] = _Sub(name, is_tracked)
             asm.outstanding += is_tracked
         heapq.heappush(self._by_number, (batch.number, batch.hash))
+        if asm.batch is None:  # evicted itself: it was the furthest ahead
+            return None
         early, asm.early = asm.early, []
         self._early_total -= len(early)
-        for msg in early:
-            if type(msg) is Batch:
-                if msg != batch:
-                    raise _Conflict("conflicting Batch")
-                self.stats.duplicates += 1
-            else:
-                self._apply(asm, msg)
+        for msg in early:  # never a Batch: those are handled on arrival
+            self._apply(asm, msg)
         if asm.outstanding == 0:
             return self._complete(asm)
         return None
@@ -193,28 +226,34 @@ class Assembler:
     def _apply(self, asm: _Assembly, msg: BlockMessage) -> None:
         kind = type(msg)
         if kind is BatchMsg:
-            assert isinstance(msg, BatchMsg)
-            old = asm.values.get(msg.key)
+            batch_msg = cast(BatchMsg, msg)
+            old = asm.values.get(batch_msg.key)
             if old is not None:
-                if old != msg.value:
-                    raise _Conflict(f"two values for key {msg.key!r}")
+                if old != batch_msg.value:
+                    raise _Conflict(f"two values for key {batch_msg.key!r}")
                 self.stats.duplicates += 1
-                return
-            if self._take(asm, msg.key):
-                asm.values[msg.key] = msg.value
+            elif self._take(asm, batch_msg.key):
+                asm.values[batch_msg.key] = batch_msg.value
         elif kind is BatchDeleteMsg:
-            assert isinstance(msg, BatchDeleteMsg)
-            if msg.key in asm.deletes:
+            key = cast(BatchDeleteMsg, msg).key
+            if key in asm.deletes:
                 self.stats.duplicates += 1
-                return
-            if self._take(asm, msg.key):
-                asm.deletes.add(msg.key)
+            elif self._take(asm, key):
+                asm.deletes.add(key)
         elif kind is SubBatchHeader:
-            assert isinstance(msg, SubBatchHeader)
-            self._on_header(asm, msg)
+            self._on_header(asm, cast(SubBatchHeader, msg))
         else:
-            assert isinstance(msg, SubBatchMsg)
-            self._on_sub_msg(asm, msg)
+            self._on_sub_msg(asm, cast(SubBatchMsg, msg))
+
+    def _evict_highest(self) -> None:
+        # Overload only (a flood of Batches far ahead of the head): drop the furthest one.
+        numbers = ((a.batch.number, h) for h, a in self._blocks.items() if a.batch is not None)
+        number, block_hash = max(numbers)
+        asm = self._drop(block_hash)
+        if asm is not None:
+            asm.batch = None
+        self.closed[block_hash] = (number, None)
+        self.stats.evicted_pending += 1
 
     def _take(self, asm: _Assembly, key: str) -> bool:
         """Decrement the counter of ``key``'s prefix; False if the prefix is not tracked."""
@@ -272,11 +311,39 @@ class Assembler:
             asm.outstanding -= 1
         sub.items[msg.index] = msg
 
+    def _contradiction(self, asm: _Assembly, msg: BlockMessage) -> str | None:
+        """Why a late copy disagrees with the completed ``asm`` (None if it agrees)."""
+        kind = type(msg)
+        if kind is Batch:
+            return None if msg == asm.batch else "conflicting Batch"
+        if kind is BatchMsg or kind is BatchDeleteMsg:
+            assert isinstance(msg, BatchMsg | BatchDeleteMsg)
+            if isinstance(msg, BatchMsg):
+                known = asm.values.get(msg.key)
+                if known == msg.value:
+                    return None
+                if known is not None:
+                    return f"two values for key {msg.key!r}"
+            elif msg.key in asm.deletes:
+                return None
+            if any(msg.key[:n] in asm.ignored for n in asm.lengths):
+                return None
+            return f"key {msg.key!r} is not part of the completed block"
+        assert isinstance(msg, SubBatchHeader | SubBatchMsg)
+        sub = asm.subs.get(msg.batch_id)
+        if sub is None:
+            return "message for a sub batch the Batch does not announce"
+        if not sub.tracked:
+            return None
+        if isinstance(msg, SubBatchHeader):
+            return None if msg.item_count == sub.count else "two item counts for one sub batch"
+        return None if sub.items.get(msg.index) == msg else "two contents for one sub batch message"
+
     def _complete(self, asm: _Assembly) -> BlockPayload:
         batch = asm.batch
         assert batch is not None
         del self._blocks[batch.hash]
-        self.closed[batch.hash] = (batch.number, batch)
+        self.closed[batch.hash] = (batch.number, asm)
         self.stats.completed += 1
         subs = []
         for batch_id, sub in asm.subs.items():
@@ -306,20 +373,30 @@ class Assembler:
     # -----------------------------------------------------------------------------------------
 
     def evict_below(self, cutoff: int) -> None:
-        """Drop pending blocks numbered below ``cutoff`` and forget hashes well below it."""
+        """Drop pending blocks numbered below ``cutoff``; forget hashes ``retain`` below it."""
         self.cutoff = cutoff
         heap = self._by_number
+        closed = self.closed
         while heap and heap[0][0] < cutoff:
             number, block_hash = heapq.heappop(heap)
-            if self._blocks.pop(block_hash, None) is not None:
-                self.closed[block_hash] = (number, None)
+            if self._drop(block_hash) is not None:
+                closed[block_hash] = (number, None)
                 self.stats.evicted_pending += 1
-        # Amortised: sweep ``closed`` only when it has doubled since the last sweep.
-        if len(self.closed) > 2 * self._closed_floor:
-            keep_from = cutoff - max(cutoff - self._last_sweep_cutoff, 1)
-            self.closed = {h: v for h, v in self.closed.items() if v[0] >= keep_from}
+            elif block_hash in closed:
+                # Completed and now beyond reorg reach: keep the hash (to drop late copies
+                # cheaply) but let the assembled content go.
+                closed[block_hash] = (number, None)
+        horizon = cutoff - self._retain
+        # Messages whose Batch never came: without a number they can only age by head progress.
+        born = self._early_born
+        while born and next(iter(born.values())) < horizon:
+            asm = self._drop(next(iter(born)))
+            if asm is not None:
+                self.stats.evicted_early += len(asm.early)
+        # Amortised: sweep only when ``closed`` has doubled since the last sweep.
+        if len(closed) > 2 * self._closed_floor:
+            self.closed = {h: v for h, v in closed.items() if v[0] >= horizon}
             self._closed_floor = max(len(self.closed), 1024)
-            self._last_sweep_cutoff = cutoff
 
     def reopen(self, keep_closed: Callable[[bytes], bool]) -> None:
         """Forget every closed hash except those ``keep_closed`` accepts."""

@@ -60,8 +60,10 @@ class ChainTracker:
         anchor: BlockRef | None = None,
         reorg_threshold: int = 128,
         history_limit: int = 4096,
+        max_blocks: int = 10_000,
     ) -> None:
         self.stats = stats
+        self.max_blocks = max_blocks
         self.root = anchor or GENESIS
         self.reorg_threshold = reorg_threshold
         self.history_limit = history_limit
@@ -110,6 +112,8 @@ class ChainTracker:
             return
         node = self._nodes[block_hash] = _Node(block)
         heapq.heappush(self._heap, (block.number, block_hash))
+        if len(self._nodes) > self.max_blocks + len(self._canon) and self._evict_highest(block):
+            return
         parent = self._parent_ref(block.parent)
         if parent is None:
             self._waiting.setdefault(block.parent, []).append(block_hash)
@@ -213,6 +217,23 @@ class ChainTracker:
             self._dead = {h: n for h, n in self._dead.items() if n >= cutoff}
             self._dead_floor = max(len(self._dead), 1024)
 
+    def _evict_highest(self, new: BlockPayload) -> bool:
+        """Overload only: drop the non-canonical block furthest ahead (True if it is ``new``)."""
+        victim = max(
+            (n for n in self._nodes.values() if not n.canonical),
+            key=lambda n: (n.block.number, n.block.hash),
+        )
+        self.stats.evicted_blocks += 1
+        if victim.connected:
+            self._kill([victim.block.hash])
+        else:
+            del self._nodes[victim.block.hash]
+            self._dead[victim.block.hash] = victim.block.number
+            waiting = self._waiting.get(victim.block.parent, [])
+            if victim.block.hash in waiting:
+                waiting.remove(victim.block.hash)
+        return victim.block is new
+
     def _kill(self, roots: list[bytes], evicted: bool = False) -> None:
         """Drop blocks and their subtrees; late copies of them will be ignored."""
         stack = list(roots)
@@ -259,7 +280,11 @@ class ChainTracker:
         self._elect(keep)
         for orphan_hash in self._waiting.pop(self.root.hash, ()):
             orphan = self._nodes.get(orphan_hash)
-            if orphan is not None:
+            if orphan is None:
+                continue
+            if orphan.block.number <= self.root.number:
+                self._reject(orphan, "block number not above its parent's")
+            else:
                 self._connect(orphan)
         return True
 

@@ -201,8 +201,18 @@ CardinalMessage = (
 
 def _write(schema: Any, datum: Any) -> bytes:
     buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, schema, datum)
+    try:
+        fastavro.schemaless_writer(buf, schema, datum)
+    except (ValueError, TypeError) as exc:  # e.g. a key that is not encodable as UTF-8
+        raise LocalProtocolError(f"cannot encode as Avro: {exc}") from None
     return buf.getvalue()
+
+
+def _utf8(key: str) -> bytes:
+    try:
+        return key.encode()
+    except UnicodeEncodeError:
+        raise LocalProtocolError(f"application key {key!r} is not valid UTF-8") from None
 
 
 def _weight_bytes(weight: int) -> bytes:
@@ -264,9 +274,9 @@ def encode_message(msg: CardinalMessage) -> tuple[bytes, bytes]:
     """The ``(key, value)`` pair of ``msg``; raises LocalProtocolError for unencodable input."""
     _check_hash("block hash", msg.hash)
     if isinstance(msg, BatchMsg):
-        return bytes((MessageType.BATCH_MSG,)) + msg.hash + msg.key.encode(), msg.value
+        return bytes((MessageType.BATCH_MSG,)) + msg.hash + _utf8(msg.key), msg.value
     if isinstance(msg, BatchDeleteMsg):
-        return bytes((MessageType.BATCH_DELETE_MSG,)) + msg.hash + msg.key.encode(), b""
+        return bytes((MessageType.BATCH_DELETE_MSG,)) + msg.hash + _utf8(msg.key), b""
     if isinstance(msg, Batch):
         return bytes((MessageType.BATCH,)) + msg.hash, _encode_batch(msg)
     if isinstance(msg, SubBatchHeader):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from sync.cardinal.assembly import Assembler
+from sync.cardinal.assembly import Assembler, BlockMessage
 from sync.cardinal.chain import ChainTracker
 from sync.cardinal.codec import (
     DEFAULT_LIMITS,
@@ -59,7 +59,12 @@ class Consumer:
     ignored); None starts from genesis (blocks whose parent is the zero hash).
     ``reorg_threshold``: reorgs up to this many blocks are followed from the block tree; state
     for blocks further behind the head is evicted (counted in :attr:`stats`).
-    ``history_limit``: how many canonical refs below the tree are kept for deep Reorg messages.
+    ``history_limit``: how many canonical refs below the tree are kept for deep Reorg messages;
+    also how many blocks of head progress finished hashes are remembered (late copies dropped
+    at once) and messages whose Batch never came are kept.
+    ``max_early_messages``, ``max_blocks``: hard caps against floods (messages waiting for
+    their Batch; blocks pending or held in the tree besides the canonical ones). Overflow evicts
+    the oldest waiting messages / the block furthest ahead, and is counted in :attr:`stats`.
     """
 
     def __init__(
@@ -71,16 +76,18 @@ class Consumer:
         history_limit: int = 4096,
         limits: Limits = DEFAULT_LIMITS,
         max_early_messages: int = 200_000,
+        max_blocks: int = 10_000,
     ) -> None:
         if reorg_threshold < 0 or history_limit < 1:
             raise LocalProtocolError("reorg_threshold must be >= 0 and history_limit >= 1")
         self.stats = ConsumerStats()
         self.limits = limits
-        self._tracked_patterns = None if tracked is None else list(tracked)
         regex = _compile_tracked(tracked)
         tracked_fn = None if regex is None else (lambda key: regex.match(key) is not None)
-        self._assembler = Assembler(self.stats, tracked_fn, max_early_messages)
-        self._chain = ChainTracker(self.stats, anchor, reorg_threshold, history_limit)
+        self._assembler = Assembler(
+            self.stats, tracked_fn, max_early_messages, max_blocks, history_limit
+        )
+        self._chain = ChainTracker(self.stats, anchor, reorg_threshold, history_limit, max_blocks)
         self._events: list[ConsumerEvent] = []
         self._reorg_channel: str | None = None
         self._reorg_hash: bytes | None = None
@@ -104,15 +111,15 @@ class Consumer:
         if channel in self._closed_channels:
             stats.ignored_closed_channel += 1
             return
-        if type(msg) is Reorg:
-            self._on_reorg(msg, channel)
+        kind = type(msg)
+        if kind is Reorg or kind is ReorgComplete:
+            if kind is Reorg:
+                self._on_reorg(cast(Reorg, msg), channel)
+            else:
+                self._on_reorg_complete(cast(ReorgComplete, msg), channel)
             return
-        if type(msg) is ReorgComplete:
-            self._on_reorg_complete(msg, channel)
-            return
-        assert not isinstance(msg, Reorg | ReorgComplete)
         assembler = self._assembler
-        block = assembler.add(msg)
+        block = assembler.add(cast(BlockMessage, msg))
         if assembler.failures:
             self._events.extend(assembler.failures)
             assembler.failures.clear()

@@ -177,12 +177,20 @@ def _int_of(obj: object, where: str, maximum: int) -> int:
     return obj
 
 
+def _key_of(key: str, where: str) -> str:
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        raise _fail(where, f"key {key!r} is not valid Unicode (lone surrogate)") from None
+    return key
+
+
 def _updates_of(obj: object, where: str) -> dict[str, bytes]:
     if obj is None:
         return {}
     if not isinstance(obj, dict):
         raise _fail(where, "expected an object of key -> 0x-hex value")
-    return {k: _bytes_of(v, f"{where}[{k!r}]") for k, v in obj.items()}
+    return {_key_of(k, where): _bytes_of(v, f"{where}[{k!r}]") for k, v in obj.items()}
 
 
 def _deletes_of(obj: object, where: str) -> list[str]:
@@ -190,7 +198,7 @@ def _deletes_of(obj: object, where: str) -> list[str]:
         return []
     if not isinstance(obj, list) or not all(isinstance(k, str) for k in obj):
         raise _fail(where, "expected a list of strings")
-    return obj
+    return [_key_of(k, where) for k in obj]
 
 
 _TOP_KEYS = {"hash", "number", "parent", "weight", "updates", "deletes", "sub_batches"}
@@ -216,6 +224,7 @@ def payload_from_json(obj: object) -> BlockPayload:
         where = f"sub_batches[{i}]"
         if not isinstance(sub, dict) or not isinstance(sub.get("name"), str):
             raise _fail(where, "expected an object with a string 'name'")
+        _key_of(sub["name"], f"{where}.name")
         if set(sub) - _SUB_KEYS:
             raise _fail(where, f"unknown field(s) {sorted(set(sub) - _SUB_KEYS)}")
         batch_id = _bytes_of(sub.get("id"), f"{where}.id", HASH_SIZE)
@@ -253,5 +262,7 @@ def iter_payloads_jsonl(lines: Iterable[str], source: str | None = None) -> Iter
             yield payload_from_json(obj)
         except json.JSONDecodeError as exc:
             raise RemoteProtocolError(f"line {line_no}: invalid JSON: {exc.msg}", source) from None
+        except (ValueError, RecursionError) as exc:  # e.g. a 5,000-digit number, deep nesting
+            raise RemoteProtocolError(f"line {line_no}: invalid JSON: {exc}", source) from None
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(f"line {line_no}: {exc.reason}", source) from None

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sync.cardinal.codec import (
+    DEFAULT_LIMITS,
     Batch,
     BatchDeleteMsg,
     BatchMsg,
     CardinalMessage,
+    Limits,
     Reorg,
     ReorgComplete,
     SubBatchHeader,
@@ -46,11 +48,15 @@ def reorg_channel_name(default_channel: str, ancestor: bytes) -> str:
 class Producer:
     """Splits payloads into Cardinal messages routed by the application's prefix table."""
 
-    def __init__(self, router: PrefixRouter, *, subbatch_chunk: int = 64) -> None:
+    def __init__(
+        self, router: PrefixRouter, *, subbatch_chunk: int = 64, limits: Limits = DEFAULT_LIMITS
+    ) -> None:
         if subbatch_chunk < 1:
             raise LocalProtocolError("subbatch_chunk must be at least 1")
         self.router = router
         self.subbatch_chunk = subbatch_chunk
+        # Refuse what consumers with these limits would reject, rather than publish it.
+        self.limits = limits
 
     def messages_for(self, payload: BlockPayload) -> list[RoutedMessage]:
         """Every message of ``payload``, sorted by key (so the Batch comes first)."""
@@ -93,9 +99,21 @@ class Producer:
             {sub.name: sub.id for sub in payload.sub_batches},
         )
         out.append((self.router.default_channel, batch))
+        limits = self.limits
+        if len(batch.values) + len(batch.deletes) + len(counts) + len(batch.subbatches) > (
+            limits.max_batch_entries
+        ):
+            raise LocalProtocolError("too many Batch entries for the decode limits")
+        if any(c > limits.max_count for c in counts.values()):
+            raise LocalProtocolError("too many messages under one prefix for the decode limits")
         routed = []
         for channel, msg in out:
             wire_key, wire_value = encode_message(msg)
+            if len(wire_key) > limits.max_key or len(wire_value) > limits.max_value:
+                raise LocalProtocolError(
+                    f"message of {len(wire_key)}-byte key, {len(wire_value)}-byte value "
+                    "exceeds the decode limits"
+                )
             routed.append(RoutedMessage(channel, wire_key, wire_value))
         routed.sort(key=lambda m: m.key)
         return routed
@@ -104,6 +122,10 @@ class Producer:
         channel = self.router.channel_of(sub.name)
         step = self.subbatch_chunk
         chunks: list[SubBatchMsg] = []
+        if (len(sub.deletes) + step - 1) // step + (len(sub.updates) + step - 1) // step > (
+            self.limits.max_subbatch_items
+        ):
+            raise LocalProtocolError(f"sub batch {sub.name!r} has too many items")
         for start in range(0, len(sub.deletes), step):
             chunk = sub.deletes[start : start + step]
             chunks.append(SubBatchMsg(block, sub.id, len(chunks), chunk, {}))

@@ -37,6 +37,7 @@ from sync.crdt.rules import (
     next_expiry_ms,
     plan,
     reduce_entity,
+    step,
 )
 from sync.crdt.schema import (
     Rejection,
@@ -92,6 +93,7 @@ __all__ = [
     "plan",
     "reduce_entity",
     "schemas_by_name",
+    "step",
     "validate_message",
     "value_text",
 ]

@@ -16,8 +16,8 @@ from sync.crdt.rules import (
     MempoolLimits,
     expired_held,
     next_expiry_ms,
-    plan,
     reduce_entity,
+    step,
 )
 from sync.crdt.schema import TableSchema, schemas_by_name
 from sync.crdt.state import EMPTY, EntityState
@@ -54,7 +54,7 @@ class MemoryReplica:
 
     def apply(self, message: CrdtMessage, *, now_ms: int = 0) -> list[Effect]:
         key = (message.table, message.entity_id)
-        effects = plan(
+        effects, state = step(
             self.schemas,
             self._entities.get(key, EMPTY),
             message,
@@ -63,7 +63,7 @@ class MemoryReplica:
         )
         if not (effects and isinstance(effects[0], Reject)):
             self.high_timestamp = max(self.high_timestamp, message.timestamp)
-        self._fold(key, effects)
+        self._store(key, state, effects)
         return effects
 
     def expire(self, now_ms: int) -> list[Effect]:
@@ -76,7 +76,10 @@ class MemoryReplica:
                 high_timestamp=self.high_timestamp,
                 limits=self.limits,
             )
-            self._fold(key, drops)
+            state = self._entities[key]
+            for drop in drops:
+                state = reduce_entity(state, drop)
+            self._store(key, state, drops)
             effects.extend(drops)
         return effects
 
@@ -85,12 +88,9 @@ class MemoryReplica:
         due = [next_expiry_ms(self._entities[key], self.limits) for key in self._holding]
         return min((d for d in due if d is not None), default=None)
 
-    def _fold(self, key: tuple[str, str], effects: Sequence[Effect]) -> None:
+    def _store(self, key: tuple[str, str], state: EntityState, effects: Sequence[Effect]) -> None:
         if not effects:
             return
-        state = self._entities.get(key, EMPTY)
-        for effect in effects:
-            state = reduce_entity(state, effect)
         if state.is_empty:
             self._entities.pop(key, None)
         else:

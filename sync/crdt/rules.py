@@ -14,7 +14,8 @@ Summary (docs/crdt.md has the reasoning):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from sync.crdt.effects import (
     CreateRecord,
@@ -39,6 +40,7 @@ __all__ = [
     "next_expiry_ms",
     "plan",
     "reduce_entity",
+    "step",
 ]
 
 
@@ -68,25 +70,49 @@ class MempoolLimits:
 DEFAULT_LIMITS = MempoolLimits()
 
 
+class _Keep:
+    """Marks an unchanged field in ``_with`` (None is a real value there)."""
+
+
+_KEEP = _Keep()
+
+
+def _with(
+    state: EntityState,
+    *,
+    upserted: Version | _Keep | None = _KEEP,
+    deleted: Version | _Keep | None = _KEEP,
+    cells: dict[str, Cell] | _Keep = _KEEP,
+    held: tuple[Held, ...] | _Keep = _KEEP,
+) -> EntityState:
+    # dataclasses.replace is several times slower, and this is the per-message hot path.
+    # ``cells`` must be a fresh dict: it is wrapped, not copied.
+    return EntityState(
+        state.upserted if isinstance(upserted, _Keep) else upserted,
+        state.deleted if isinstance(deleted, _Keep) else deleted,
+        state.cells if isinstance(cells, _Keep) else MappingProxyType(cells),
+        state.held if isinstance(held, _Keep) else held,
+    )
+
+
 def reduce_entity(state: EntityState, effect: Effect) -> EntityState:
     """The state after one effect (of this entity). The only way state ever changes."""
     if isinstance(effect, SetCell):
-        cells = dict(state.cells)
-        cells[effect.column] = Cell(effect.timestamp, effect.value, effect.sender)
-        return replace(state, cells=cells)
+        cells = {**state.cells, effect.column: Cell(effect.timestamp, effect.value, effect.sender)}
+        return _with(state, cells=cells)
     if isinstance(effect, CreateRecord | NoteUpsert):
-        return replace(state, upserted=Version(effect.timestamp, effect.sender))
+        return _with(state, upserted=Version(effect.timestamp, effect.sender))
     if isinstance(effect, Tombstone):
         kept = {c: cell for c, cell in state.cells.items() if cell.timestamp > effect.timestamp}
-        return replace(state, deleted=Version(effect.timestamp, effect.sender), cells=kept)
+        return _with(state, deleted=Version(effect.timestamp, effect.sender), cells=kept)
     if isinstance(effect, HoldInMempool):
         held = sorted(
             (*state.held, Held(effect.message, effect.held_at_ms)),
             key=lambda h: h.message.identity,
         )
-        return replace(state, held=tuple(held))
+        return _with(state, held=tuple(held))
     if isinstance(effect, ReleaseFromMempool | DropFromMempool):
-        return replace(state, held=tuple(h for h in state.held if h.message != effect.message))
+        return _with(state, held=tuple(h for h in state.held if h.message != effect.message))
     return state  # Reject
 
 
@@ -102,12 +128,20 @@ class _Planner:
         self.state = reduce_entity(self.state, effect)
 
     def write_cells(self, message: CrdtMessage) -> None:
-        if self.state.is_dominated(message.timestamp):
+        state = self.state
+        if state.is_dominated(message.timestamp):
             return
+        # The columns of one message are distinct, so each comparison is independent of the
+        # others and the state is rebuilt once (the same as reducing each SetCell in turn).
+        cells = dict(state.cells)
+        visible = state.alive
+        changed = False
         for column, value in message.values.items():
             cell = Cell(message.timestamp, value, message.sender)
-            if cell_wins(cell, self.state.cells.get(column)):
-                self.emit(
+            if cell_wins(cell, cells.get(column)):
+                cells[column] = cell
+                changed = True
+                self.effects.append(
                     SetCell(
                         message.table,
                         message.entity_id,
@@ -115,9 +149,11 @@ class _Planner:
                         value,
                         message.timestamp,
                         message.sender,
-                        visible=self.state.alive,
+                        visible=visible,
                     )
                 )
+        if changed:
+            self.state = _with(state, cells=cells)
 
     def upsert(self, message: CrdtMessage) -> None:
         before = self.state
@@ -195,9 +231,21 @@ def plan(
     Empty when nothing changes (duplicate, superseded, dominated). ``now_ms`` only stamps
     updates put in the mempool, for the age limit.
     """
+    return step(schemas, state, message, limits=limits, now_ms=now_ms)[0]
+
+
+def step(
+    schemas: Mapping[str, TableSchema],
+    state: EntityState,
+    message: CrdtMessage,
+    *,
+    limits: MempoolLimits = DEFAULT_LIMITS,
+    now_ms: int = 0,
+) -> tuple[list[Effect], EntityState]:
+    """``plan`` plus the state the effects lead to (what ``reduce_entity`` would give)."""
     rejection = validate_message(schemas, message)
     if rejection is not None:
-        return [Reject(message, rejection.reason, rejection.detail)]
+        return [Reject(message, rejection.reason, rejection.detail)], state
     planner = _Planner(state)
     if message.operation is Operation.UPSERT:
         planner.upsert(message)
@@ -205,7 +253,7 @@ def plan(
         planner.update(message, limits, now_ms)
     else:
         planner.delete(message)
-    return planner.effects
+    return planner.effects, planner.state
 
 
 def expired_held(

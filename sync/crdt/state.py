@@ -40,7 +40,12 @@ class Cell:
 
 def cell_wins(new: Cell, old: Cell | None) -> bool:
     """True if ``new`` replaces ``old``: later timestamp, then greater value text, then sender."""
-    return old is None or new.order_key > old.order_key
+    if old is None:
+        return True
+    if new.timestamp != old.timestamp:
+        # The common case; the value text is only worth computing for a tie.
+        return new.timestamp > old.timestamp
+    return new.order_key < old.order_key
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,6 @@ class Held:
 
     message: CrdtMessage
     held_at_ms: int = field(default=0, compare=False)
-
-
-def _frozen(cells: Mapping[str, Cell]) -> Mapping[str, Cell]:
-    return MappingProxyType(dict(sorted(cells.items())))
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ class EntityState:
     held: tuple[Held, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cells", _frozen(self.cells))
+        # The rules hand over fresh read-only mappings; anything else gets a private copy.
+        if not isinstance(self.cells, MappingProxyType):
+            object.__setattr__(self, "cells", MappingProxyType(dict(self.cells)))
 
     @property
     def alive(self) -> bool:

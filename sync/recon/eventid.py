@@ -223,9 +223,11 @@ def parse_event_id(data: bytes) -> EventId:
     network_id, pos = read_varint(data, pos)
     if pos + 20 > len(data):
         raise RemoteProtocolError("eventId truncated")
-    separator, controller, init_tail = data[pos : pos + 8], data[pos + 8 : pos + 16], data[
-        pos + 16 : pos + 20
-    ]
+    separator, controller, init_tail = (
+        data[pos : pos + 8],
+        data[pos + 8 : pos + 16],
+        data[pos + 16 : pos + 20],
+    )
     height, pos = _read_cbor_uint(data, pos + 20)
     cid = data[pos:]
     _check_cid(cid)

@@ -26,6 +26,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Union
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
@@ -52,7 +53,7 @@ class ReconConfig:
 
     fanout: int = 16
     max_fanout: int = 256
-    key_list_threshold: int = 4
+    key_list_threshold: int = 8
     split_levels: int = 4
     fingerprint_bytes: int = 16
     max_message_bytes: int = 4 << 20
@@ -136,6 +137,7 @@ class ReconSession:
         self._pending: list[_Action] = []
         self._events: list[ReconEvent] = []
         self._started = False
+        self._hash_cache: dict[bytes, tuple[int, bytes]] = {}
         self._listed: list[_Action] = []
         self._listed_dirty = False
 
@@ -217,6 +219,7 @@ class ReconSession:
         assert common is not None
         level = self.messages_sent + self.messages_received + 1
         reclip = first and not self.is_initiator
+        self._prehash(msg.items)
         for item in msg.items:
             if reclip:
                 assert self.peer_interests is not None
@@ -239,16 +242,43 @@ class ReconSession:
         return out
 
     def _handle(self, item: Item, level: int) -> None:
-        store = self.store
         if item.kind == HASH:
-            mine = store.range_hash(item.lo, item.hi)
-            fp = self.config.fingerprint_bytes
-            if mine.count != item.count or mine.digest()[:fp] != item.fingerprint:
-                self._split(item.lo, item.hi, mine.count, level)
+            cached = self._hash_cache.pop(item.lo, None)
+            count, digest = cached or self._fingerprints([item.lo, item.hi])[0]
+            if count != item.count or digest[: len(item.fingerprint)] != item.fingerprint:
+                self._split(item.lo, item.hi, count, level)
         elif item.kind == KEYS:
             self._on_keys(item.lo, item.hi, item.keys)
         else:
             self._on_diff(item)
+
+    def _prehash(self, items: tuple[Item, ...]) -> None:
+        """Hash runs of adjacent HASH items together: each shared bound is looked up once."""
+        self._hash_cache = {}
+        run: list[bytes] = []
+        for item in items:
+            if item.kind != HASH:
+                continue
+            if run and run[-1] == item.lo:
+                run.append(item.hi)
+            else:
+                self._hash_run(run)
+                run = [item.lo, item.hi]
+        self._hash_run(run)
+
+    def _hash_run(self, bounds: list[bytes]) -> None:
+        if len(bounds) > 2:
+            for lo, value in zip(bounds, self._fingerprints(bounds), strict=False):
+                self._hash_cache[lo] = value
+
+    def _fingerprints(self, bounds: list[bytes]) -> list[tuple[int, bytes]]:
+        """(count, digest) of adjacent ranges; a store may offer a faster batch for this."""
+        batch = getattr(self.store, "range_fingerprints", None)
+        if batch is not None:
+            result: list[tuple[int, bytes]] = batch(bounds)
+            return result
+        hashes = (self.store.range_hash(lo, hi) for lo, hi in pairwise(bounds))
+        return [(h.count, h.digest()) for h in hashes]
 
     def _reclip(self, item: Item, pieces: list[tuple[bytes, bytes]], level: int) -> None:
         """Answer a first-message range that sticks out of the common interest, piece by piece."""
@@ -290,7 +320,9 @@ class ReconSession:
         i = bisect_right(self._listed, lo, key=_action_start) - 1
         if i < 0 or self._listed[i][2] < hi:
             raise RemoteProtocolError("DIFF for a range we sent no key list for")
-        return [k for k in self._listed[i][3] if lo <= k < hi]
+        keys = self._listed[i][3]
+        assert isinstance(keys, list)
+        return [k for k in keys if lo <= k < hi]
 
     def _split(self, lo: bytes, hi: bytes, count: int, level: int) -> None:
         """Queue the claims that answer a differing range [lo, hi) holding ``count`` of our keys."""
@@ -299,22 +331,22 @@ class ReconSession:
         if count <= cfg.key_list_threshold:
             self._pending.append(("k", lo, hi, store.keys(lo, hi, count), None))
             return
+        # Aim below the threshold so that a leaf still fits a key list on the peer's side when
+        # it holds a few keys more than we do; otherwise that leaf costs another round trip.
+        leaf = max(1, cfg.key_list_threshold // 2)
         levels_left = max(1, cfg.split_levels + 1 - level)
-        parts = math.ceil((count / cfg.key_list_threshold) ** (1 / levels_left))
+        parts = math.ceil((count / leaf) ** (1 / levels_left))
         parts = min(max(parts, cfg.fanout), cfg.max_fanout, count)
         ranks = [i * count // parts for i in range(1, parts)]
         if count <= _SMALL_SPLIT:
             keys = store.keys(lo, hi, count)
             cuts = [separator(keys[r - 1], keys[r]) for r in ranks]
         else:
-            cuts = [
-                separator(store.key_at(lo, hi, r - 1), store.key_at(lo, hi, r)) for r in ranks
-            ]
+            cuts = [separator(store.key_at(lo, hi, r - 1), store.key_at(lo, hi, r)) for r in ranks]
         bounds = [lo, *cuts, hi]
         pending = self._pending
-        for a, b in zip(bounds, bounds[1:], strict=False):
-            h = store.range_hash(a, b)
-            pending.append(("h", a, b, h.count, h.digest()))
+        for a, b, (n, digest) in zip(bounds, bounds[1:], self._fingerprints(bounds), strict=False):
+            pending.append(("h", a, b, n, digest))
 
     # -- sending -----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["LANES", "MASK32", "Sha256a", "lanes_of", "wide_of"]
+__all__ = ["LANES", "MASK32", "Sha256a", "digest_of_wide", "lanes_of", "wide_of"]
 
 LANES = 8
 MASK32 = 0xFFFFFFFF
@@ -21,6 +21,7 @@ _LANE_FMT = struct.Struct("<8I")
 _SPREAD_128 = sum(((1 << 128) - 1) << (256 * i) for i in range(2))
 _SPREAD_64 = sum(((1 << 64) - 1) << (128 * i) for i in range(4))
 _SPREAD_32 = sum(((1 << 32) - 1) << (64 * i) for i in range(8))
+_LOW_256 = (1 << 256) - 1
 _WIDE_READ = struct.Struct("<16I")
 
 
@@ -40,6 +41,14 @@ def wide_of(element: bytes) -> int:
     x = (x | (x << 128)) & _SPREAD_128
     x = (x | (x << 64)) & _SPREAD_64
     return (x | (x << 32)) & _SPREAD_32
+
+
+def digest_of_wide(wide: int) -> bytes:
+    """The 32-byte Sha256a digest of a non-negative sum of :func:`wide_of` values."""
+    x = wide & _SPREAD_32
+    x = (x | (x >> 32)) & _SPREAD_64
+    x = (x | (x >> 64)) & _SPREAD_128
+    return ((x | (x >> 128)) & _LOW_256).to_bytes(32, "little")
 
 
 @dataclass(frozen=True, slots=True)

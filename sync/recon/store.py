@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Protocol, runtime_checkable
 
 from sync.errors import LocalProtocolError
-from sync.recon.sha256a import Sha256a, wide_of
+from sync.recon.sha256a import Sha256a, digest_of_wide, wide_of
 
 __all__ = ["EMPTY_HASH", "KeyStore", "MemoryKeyStore"]
 
@@ -45,13 +45,17 @@ class KeyStore(Protocol):
         ...
 
     def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
-        """The ``rank``-th key (0-based) of ``[lo, hi)``; SQL: ``ORDER BY .. LIMIT 1 OFFSET rank``."""
+        """The ``rank``-th key (0-based) of ``[lo, hi)``; SQL: ``.. LIMIT 1 OFFSET rank``."""
         ...
 
     def __len__(self) -> int: ...
 
 
 _LOAD = 512
+# Block totals in the Fenwick tree carry the block's key count above the 8 lane slots, so one
+# walk yields both the hash and the rank of a prefix.
+_COUNT_SHIFT = 512
+_WIDE_MASK = (1 << _COUNT_SHIFT) - 1
 
 
 class _Fenwick:
@@ -100,9 +104,12 @@ class _Fenwick:
 class MemoryKeyStore:
     """In-memory :class:`KeyStore`: sorted blocks, in-block prefix sums, Fenwick over blocks."""
 
-    __slots__ = ("_blocks", "_counts", "_hashes", "_len", "_maxes", "_prefix")
+    __slots__ = ("_blocks", "_counts", "_hashes", "_len", "_load", "_maxes", "_prefix")
 
-    def __init__(self) -> None:
+    def __init__(self, *, load: int = _LOAD) -> None:
+        if load < 1:
+            raise LocalProtocolError("block load must be >= 1")
+        self._load = load
         self._blocks: list[list[bytes]] = []
         self._prefix: list[list[int]] = []
         self._maxes: list[bytes] = []
@@ -113,10 +120,10 @@ class MemoryKeyStore:
     def from_sorted(cls, keys: Iterable[bytes], *, load: int = _LOAD) -> MemoryKeyStore:
         """Bulk load from strictly ascending keys: O(n), no per-key insertion."""
         ordered = keys if isinstance(keys, list) else list(keys)
-        for a, b in zip(ordered, ordered[1:], strict=False):
+        for a, b in pairwise(ordered):
             if not a < b:
                 raise LocalProtocolError("from_sorted needs strictly ascending keys")
-        store = cls()
+        store = cls(load=load)
         store._blocks = [ordered[i : i + load] for i in range(0, len(ordered), load)]
         store._prefix = [
             list(accumulate(map(wide_of, block), initial=0)) for block in store._blocks
@@ -127,7 +134,12 @@ class MemoryKeyStore:
         return store
 
     def _rebuild_index(self) -> None:
-        self._hashes = _Fenwick([p[-1] for p in self._prefix])
+        self._hashes = _Fenwick(
+            [
+                p[-1] + (len(b) << _COUNT_SHIFT)
+                for p, b in zip(self._prefix, self._blocks, strict=True)
+            ]
+        )
         self._counts = _Fenwick([len(b) for b in self._blocks])
 
     def __len__(self) -> int:
@@ -170,7 +182,7 @@ class MemoryKeyStore:
         prefix[off + 1 :] = [p + wide for p in prefix[off:]]
         self._maxes[b] = block[-1]
         self._len += 1
-        if len(block) > 2 * _LOAD:
+        if len(block) > 2 * self._load:
             half = len(block) // 2
             self._blocks[b : b + 1] = [block[:half], block[half:]]
             self._prefix[b : b + 1] = [
@@ -179,9 +191,33 @@ class MemoryKeyStore:
             self._maxes[b : b + 1] = [block[half - 1], block[-1]]
             self._rebuild_index()
         else:
-            self._hashes.add(b, wide)
+            self._hashes.add(b, wide + (1 << _COUNT_SHIFT))
             self._counts.add(b, 1)
         return True
+
+    def _prefix_at(self, key: bytes) -> tuple[int, int]:
+        """(sum of wide values, count) of the keys below ``key``."""
+        if not self._blocks:
+            return 0, 0
+        b, off = self._locate(key)
+        total = self._hashes.prefix(b)
+        return (total & _WIDE_MASK) + self._prefix[b][off], (total >> _COUNT_SHIFT) + off
+
+    def range_hashes(self, bounds: list[bytes]) -> list[Sha256a]:
+        """Hashes of the adjacent ranges [bounds[i], bounds[i+1]): one lookup per bound.
+
+        Not part of :class:`KeyStore`; the reconciler uses it when a store has it.
+        """
+        prefixes = [self._prefix_at(bound) for bound in bounds]
+        return [
+            Sha256a.from_wide(w2 - w1, c2 - c1) if c2 > c1 else EMPTY_HASH
+            for (w1, c1), (w2, c2) in pairwise(prefixes)
+        ]
+
+    def range_fingerprints(self, bounds: list[bytes]) -> list[tuple[int, bytes]]:
+        """(count, 32-byte digest) of adjacent ranges, skipping the :class:`Sha256a` objects."""
+        prefixes = [self._prefix_at(bound) for bound in bounds]
+        return [(c2 - c1, digest_of_wide(w2 - w1)) for (w1, c1), (w2, c2) in pairwise(prefixes)]
 
     def range_hash(self, lo: bytes, hi: bytes) -> Sha256a:
         if not lo < hi or not self._blocks:
@@ -193,9 +229,9 @@ class MemoryKeyStore:
                 return EMPTY_HASH
             prefix = self._prefix[b1]
             return Sha256a.from_wide(prefix[o2] - prefix[o1], o2 - o1)
-        wide = self._hashes.prefix(b2) - self._hashes.prefix(b1) + self._prefix[b2][o2]
-        wide -= self._prefix[b1][o1]
-        return Sha256a.from_wide(wide, self._rank(b2, o2) - self._rank(b1, o1))
+        total = self._hashes.prefix(b2) - self._hashes.prefix(b1)
+        wide = (total & _WIDE_MASK) + self._prefix[b2][o2] - self._prefix[b1][o1]
+        return Sha256a.from_wide(wide, (total >> _COUNT_SHIFT) + o2 - o1)
 
     def count(self, lo: bytes, hi: bytes) -> int:
         if not lo < hi or not self._blocks:
@@ -222,12 +258,14 @@ class MemoryKeyStore:
         return out
 
     def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
+        if not self._blocks:
+            raise LocalProtocolError("key_at rank out of range")
         b, off = self._locate(lo)
-        if 0 <= rank and off + rank < len(self._blocks[b]):
+        if rank >= 0 and off + rank < len(self._blocks[b]):
             key = self._blocks[b][off + rank]
         else:
             target = self._rank(b, off) + rank
-            if not 0 <= rank or target >= self._len:
+            if rank < 0 or target >= self._len:
                 raise LocalProtocolError("key_at rank out of range")
             blk, within = self._counts.find(target)
             key = self._blocks[blk][within]

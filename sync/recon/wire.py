@@ -3,7 +3,7 @@
 Layout (all varints are unsigned LEB128; docs/recon.md has the full description)::
 
     u8 version (1) | u8 flags (1 = interests, 2 = more) | u8 fingerprint length
-    [varint n, n x (bytes lo, bytes hi)]          # interests, when flag 1; bytes = varint len + data
+    [varint n, n x (bytes lo, bytes hi)]   # interests, when flag 1; bytes = varint len + data
     varint item count
     bound0, then per item: u8 kind, body, bound    # item i covers [bound_i, bound_i+1)
 
@@ -251,6 +251,13 @@ class _Reader:
         return out
 
     def delta(self, prev: bytes, max_len: int) -> bytes:
+        data, pos = self.data, self.pos
+        if pos + 1 < len(data) and data[pos] < 0x80 and data[pos + 1] < 0x80:
+            shared, end = data[pos], pos + 2 + data[pos + 1]
+            if shared > len(prev) or end - pos - 2 + shared > max_len or end > len(data):
+                raise RemoteProtocolError("bad prefix-compressed value")
+            self.pos = end
+            return prev[:shared] + data[pos + 2 : end]
         shared = self.varint()
         size = self.varint()
         if shared > len(prev) or shared + size > max_len:

@@ -25,6 +25,7 @@ from sync.recordstream.codec import (
 )
 from sync.recordstream.events import (
     MAX_RANK,
+    ConsensusClock,
     SnapshotEvent,
     assign_consensus_times,
     consensus_time_ns,
@@ -54,6 +55,7 @@ from sync.recordstream.naming import (
     signature_file_name,
 )
 from sync.recordstream.signatures import (
+    SIGNATURE_FIELDS,
     PrivateKey,
     PublicKey,
     key_fits,
@@ -86,11 +88,13 @@ __all__ = [
     "MAX_RANK",
     "RECORD_FILE_VERSION",
     "RECORD_SUFFIX",
+    "SIGNATURE_FIELDS",
     "SIGNATURE_FILE_VERSION",
     "SIGNATURE_SUFFIX",
     "SYNCNODE_FORMAT_VERSION",
     "BlockItem",
     "Check",
+    "ConsensusClock",
     "FileReport",
     "Limits",
     "OutputFile",

@@ -87,13 +87,18 @@ def gunzip_limited(data: bytes, name: str, limits: Limits = DEFAULT_LIMITS) -> b
     out = bytearray()
     pending = data
     try:
-        while pending and not inflater.eof:
+        while not inflater.eof:
             room = limits.max_uncompressed - len(out)
-            out += inflater.decompress(pending, min(_CHUNK, room + 1))
+            chunk = inflater.decompress(pending, min(_CHUNK, room + 1))
+            out += chunk
             if len(out) > limits.max_uncompressed:
                 raise RemoteProtocolError(
                     f"gzip expands beyond {limits.max_uncompressed} bytes", name
                 )
+            # zlib may hold output back even when all input is consumed, so only "no input left
+            # and no output produced" means the stream is cut short.
+            if not chunk and not inflater.unconsumed_tail:
+                break
             pending = inflater.unconsumed_tail
     except zlib.error as exc:
         raise RemoteProtocolError(f"gzip corrupt: {exc}", name) from None
@@ -139,7 +144,7 @@ def decode_record_file(data: bytes, name: str, limits: Limits = DEFAULT_LIMITS) 
     if message.block_number < 0:
         raise RemoteProtocolError(f"negative block_number {message.block_number}", name)
     ids = [sidecar.id for sidecar in message.sidecars]
-    if len(set(ids)) != len(ids) or any(not 1 <= i <= 99 for i in ids):
+    if len(set(ids)) != len(ids) or any(i < 1 for i in ids):
         raise RemoteProtocolError(f"sidecar ids invalid: {ids}", name)
     for sidecar in message.sidecars:
         _check_hash_object(sidecar.hash, f"sidecar {sidecar.id} hash", name)

@@ -23,6 +23,7 @@ from sync.recordstream.hashing import sha384
 
 __all__ = [
     "MAX_RANK",
+    "ConsensusClock",
     "SnapshotEvent",
     "assign_consensus_times",
     "consensus_time_ns",
@@ -56,19 +57,30 @@ def consensus_time_ns(lamport: int, rank: int) -> int:
     return lamport * MAX_RANK + rank
 
 
+class ConsensusClock:
+    """Hands out consensus times to events arriving in (lamport, message_id) order."""
+
+    def __init__(self) -> None:
+        self._last: tuple[int, str] | None = None
+        self._rank = 0
+
+    def stamp(self, event: SnapshotEvent) -> int:
+        key = (event.lamport, event.message_id)
+        if self._last is not None and key <= self._last:
+            raise LocalProtocolError(f"event {event.message_id} out of (lamport, message_id) order")
+        same_ms = self._last is not None and self._last[0] == event.lamport
+        self._rank = self._rank + 1 if same_ms else 0
+        self._last = key
+        return consensus_time_ns(event.lamport, self._rank)
+
+
 def assign_consensus_times(
     events: Iterable[SnapshotEvent],
 ) -> Iterator[tuple[SnapshotEvent, int]]:
     """Pair each event with its consensus time; events must come in (lamport, message_id) order."""
-    last: tuple[int, str] | None = None
-    rank = 0
+    clock = ConsensusClock()
     for event in events:
-        key = (event.lamport, event.message_id)
-        if last is not None and key <= last:
-            raise LocalProtocolError(f"event {event.message_id} out of (lamport, message_id) order")
-        rank = rank + 1 if last is not None and last[0] == event.lamport else 0
-        last = key
-        yield event, consensus_time_ns(event.lamport, rank)
+        yield event, clock.stamp(event)
 
 
 def timestamp(consensus_ns: int) -> pb.Timestamp:

@@ -21,6 +21,7 @@ from sync.recordstream import record_stream_pb2 as pb
 from sync.recordstream.hashing import hash_object
 
 __all__ = [
+    "SIGNATURE_FIELDS",
     "PrivateKey",
     "PublicKey",
     "key_fits",
@@ -33,6 +34,13 @@ __all__ = [
 
 PublicKey = RSAPublicKey | Ed25519PublicKey
 PrivateKey = RSAPrivateKey | Ed25519PrivateKey
+# Each SignatureFile field with the hash it signs; the secondary pair is ours (see the .proto).
+SIGNATURE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("file_signature", "file"),
+    ("metadata_signature", "metadata"),
+    ("secondary_file_signature", "file"),
+    ("secondary_metadata_signature", "metadata"),
+)
 _PEM_BEGIN = b"-----BEGIN PUBLIC KEY-----"
 _PEM_END = b"-----END PUBLIC KEY-----"
 _MAX_KEYS_PER_FILE = 8

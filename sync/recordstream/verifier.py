@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sync.errors import RemoteProtocolError
+from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import public_key_from_peer_id
 from sync.recordstream import record_stream_pb2 as pb
 from sync.recordstream.codec import (
@@ -38,6 +38,7 @@ from sync.recordstream.naming import (
     sidecar_file_name,
 )
 from sync.recordstream.signatures import (
+    SIGNATURE_FIELDS,
     PublicKey,
     key_fits,
     signature_object_problem,
@@ -48,12 +49,6 @@ __all__ = ["Check", "FileReport", "Status", "VerifyReport", "node_of_dir", "veri
 
 Status = Literal["ok", "fail", "skip"]
 _SIDECAR_DIR = "sidecar"
-_SIGNATURE_FIELDS = (
-    ("file_signature", "file"),
-    ("metadata_signature", "metadata"),
-    ("secondary_file_signature", "file"),
-    ("secondary_metadata_signature", "metadata"),
-)
 
 
 @dataclass(frozen=True)
@@ -179,7 +174,7 @@ class _Verifier:
             else Check(
                 "running_hash",
                 "fail",
-                f"items fold to {computed.hex()[:16]}…, file says {end.hex()[:16]}…",
+                f"items fold to {computed.hex()[:16]}..., file says {end.hex()[:16]}...",
             )
         )
         for sidecar in msg.sidecars:
@@ -197,7 +192,10 @@ class _Verifier:
         rec.consensus = set(times)
         if any(b <= a for a, b in itertools.pairwise(times)):
             return Check("items", "fail", "consensus timestamps not strictly increasing")
-        expected = record_file_name(times[0])
+        try:
+            expected = record_file_name(times[0])
+        except LocalProtocolError:
+            return Check("items", "fail", f"first consensus time {times[0]} is not a valid instant")
         if _split(rec.path)[1] != expected:
             return Check("items", "fail", f"file name should be {expected} (first item's time)")
         return Check("items", "ok", "timestamps increase, name matches first item")
@@ -296,7 +294,7 @@ class _Verifier:
         node = node_of_dir(_split(path)[0])
         keys = self._node_keys(node)
         expected = {"file": rec.file_hash, "metadata": rec.metadata_hash}
-        for field_name, target in _SIGNATURE_FIELDS:
+        for field_name, target in SIGNATURE_FIELDS:
             if not sig.HasField(field_name):
                 continue
             obj: pb.SignatureObject = getattr(sig, field_name)

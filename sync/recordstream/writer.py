@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from sync.errors import LocalProtocolError
 from sync.recordstream import record_stream_pb2 as pb
 from sync.recordstream.codec import (
+    DEFAULT_LIMITS,
     encode_record_file,
     encode_sidecar_file,
     encode_signature_file,
@@ -23,8 +24,8 @@ from sync.recordstream.codec import (
     sidecar_type_of,
 )
 from sync.recordstream.events import (
+    ConsensusClock,
     SnapshotEvent,
-    consensus_time_ns,
     delivery_sidecar_record,
     event_item,
 )
@@ -50,7 +51,7 @@ __all__ = [
 
 # Goes where Hedera writes its HAPI version; it versions our record and sidecar payloads.
 SYNCNODE_FORMAT_VERSION = (0, 1, 0)
-_DELIVERY_SIDECAR_ID = 1
+_SIDECAR_ID = 1
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def assemble_block(
         message.sidecars.append(
             pb.SidecarMetadata(
                 hash=hash_object(sha384(side_raw)),
-                id=_DELIVERY_SIDECAR_ID,
+                id=_SIDECAR_ID,
                 types=sorted(
                     {kind for r in sidecar_records if (kind := sidecar_type_of(r)) is not None}
                 ),
@@ -147,11 +148,14 @@ def assemble_block(
         )
         outputs.append(
             OutputFile(
-                f"{directory}/sidecar/{sidecar_file_name(name, _DELIVERY_SIDECAR_ID)}",
+                f"{directory}/sidecar/{sidecar_file_name(name, _SIDECAR_ID)}",
                 gzip_deterministic(side_raw),
             )
         )
     raw = encode_record_file(message)
+    if len(raw) > DEFAULT_LIMITS.max_uncompressed:
+        # Never write what our own reader refuses: use a shorter period instead.
+        raise LocalProtocolError(f"record file of {len(raw)} bytes exceeds the reader limit")
     outputs.insert(0, OutputFile(f"{directory}/{name}", gzip_deterministic(raw)))
     sig = _signature_file(
         file_hash(raw),
@@ -188,19 +192,13 @@ class RecordStreamWriter:
         self.next_block = config.first_block
         self._pending: list[BlockItem] = []
         self._period: int | None = None
-        self._last: tuple[int, str] | None = None
-        self._rank = 0
+        self._clock = ConsensusClock()
         self._closed = False
 
     def add(self, event: SnapshotEvent) -> list[OutputFile]:
         if self._closed:
             raise LocalProtocolError("writer already closed")
-        key = (event.lamport, event.message_id)
-        if self._last is not None and key <= self._last:
-            raise LocalProtocolError(f"event {event.message_id} out of (lamport, message_id) order")
-        self._rank = self._rank + 1 if self._last and self._last[0] == event.lamport else 0
-        consensus = consensus_time_ns(event.lamport, self._rank)
-        self._last = key
+        consensus = self._clock.stamp(event)
         record, transaction = event_item(event, consensus)
         sidecars = (
             (delivery_sidecar_record(event, consensus),) if self.config.delivery_sidecar else ()

@@ -63,7 +63,7 @@ def bloom_indices(message_id: str, params: BloomParams) -> tuple[int, ...]:
     h1 = h & _MASK64
     h2 = h >> 64
     m = params.bits
-    return tuple((h1 + i * h2) % m for i in range(params.hashes))
+    return tuple([(h1 + i * h2) % m for i in range(params.hashes)])
 
 
 class RollingBloomFilter:
@@ -120,7 +120,7 @@ class RollingBloomFilter:
 class BloomView:
     """A received filter, checked against its parameters before use."""
 
-    __slots__ = ("_bits", "false_positive_rate", "params")
+    __slots__ = ("_bits", "_data", "_fp", "params")
 
     def __init__(self, data: bytes, params: BloomParams, *, max_bits: int) -> None:
         if not 0 < params.bits <= max_bits or not 0 < params.hashes <= MAX_HASHES:
@@ -128,11 +128,23 @@ class BloomView:
         if len(data) != params.nbytes:
             raise RemoteProtocolError("bloom filter length does not match its parameters")
         self.params = params
-        self._bits = bitarray(endian="big")
-        self._bits.frombytes(data)
-        # The actual rate of this filter (from its fill), used to weigh a hit as evidence.
-        self.false_positive_rate = (self._bits.count() / params.bits) ** params.hashes
+        self._data = data
+        self._bits: bitarray | None = None  # built on first use: most filters are never read
+        self._fp: float | None = None
+
+    def _array(self) -> bitarray:
+        if self._bits is None:
+            self._bits = bitarray(endian="big")
+            self._bits.frombytes(self._data)
+        return self._bits
+
+    @property
+    def false_positive_rate(self) -> float:
+        """The actual rate of this filter (from its fill), to weigh a hit as evidence."""
+        if self._fp is None:
+            self._fp = (self._array().count() / self.params.bits) ** self.params.hashes
+        return self._fp
 
     def contains_indices(self, indices: tuple[int, ...]) -> bool:
-        bits = self._bits
+        bits = self._bits if self._bits is not None else self._array()
         return all(bits[i] for i in indices)

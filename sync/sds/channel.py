@@ -264,7 +264,6 @@ class SdsChannel:
         mid = event.message_id
         if event.signature is not None and self.verify_signatures:
             self._remember_signature(mid, event.signature)
-        self._last_activity = now
         self._cancel_repairs(mid)
         if event.sender_id == self.participant_id:
             return
@@ -274,17 +273,29 @@ class SdsChannel:
         self._review_acks(event, view)
         self._handle_repair_requests(tx.repair_request, now)
         if event.is_sync:
+            self._last_activity = now
             self._note_missing(
                 [h for h in event.causal_history if self._is_unknown(h.message_id)], now
             )
             return
         if mid in self._log or mid in self._waiting:
+            # A duplicate (a resend or repair) does not hold back our sync: its sender may be
+            # waiting for exactly the acknowledgement our sync carries.
             return
+        self._last_activity = now
         self._bloom.add(mid)
-        self._learn_hints(event.causal_history)
-        unmet = [h for h in event.causal_history if h.message_id not in self._log]
-        lost = any(h.message_id in self._lost for h in unmet)
-        unmet = [h for h in unmet if h.message_id not in self._lost]
+        log, lost_ids = self._log, self._lost
+        unmet: list[HistoryRef] = []
+        lost = False
+        for h in event.causal_history:
+            if h.retrieval_hint is not None:
+                self._learn_hint(h)
+            if h.message_id in log:
+                continue
+            if h.message_id in lost_ids:
+                lost = True
+            else:
+                unmet.append(h)
         if not unmet:
             self._deliver(event, lost_dependency=lost)
             return
@@ -313,13 +324,14 @@ class SdsChannel:
             seen.popitem(last=False)
         self._events.append(EphemeralReceived(event.message_id, event.sender_id, event.content))
 
-    def _learn_hints(self, history: tuple[HistoryRef, ...]) -> None:
-        for h in history:
-            if h.retrieval_hint is not None and h.message_id not in self._hints:
-                if h.message_id in self._log:
-                    self.set_retrieval_hint(h.message_id, h.retrieval_hint)
-                elif h.message_id in self._missing:
-                    self._missing[h.message_id] = h
+    def _learn_hint(self, h: HistoryRef) -> None:
+        assert h.retrieval_hint is not None
+        if h.message_id in self._hints:
+            return
+        if h.message_id in self._log:
+            self.set_retrieval_hint(h.message_id, h.retrieval_hint)
+        elif h.message_id in self._missing:
+            self._missing[h.message_id] = h
 
     def _review_acks(self, event: SignedEvent, view: BloomView | None) -> None:
         outgoing = self._outgoing
@@ -398,12 +410,12 @@ class SdsChannel:
             self._heads[mid] = ref
         if self._missing.pop(mid, None) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
-        if in_response_group(
-            self.participant_id, ev.sender_id, mid, self.config.num_response_groups
-        ):
+        groups = self.config.num_response_groups
+        if groups == 1 or in_response_group(self.participant_id, ev.sender_id, mid, groups):
             self._cache_message(mid, ev.sender_id, ev.wire)
+        history_ids = tuple([h.message_id for h in ev.causal_history])
         self._events.append(
-            Delivered(mid, ev.sender_id, lamport, ev.content, ev.history_ids, ev.wire, lost)
+            Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)
         )
 
     def _cache_message(self, mid: str, sender: str, wire: bytes) -> None:

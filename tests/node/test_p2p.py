@@ -280,6 +280,29 @@ async def test_allowed_peers_refuses_outsider_and_accepts_member() -> None:
         assert gate.connected_peers() == [member.peer_id]
 
 
+@pytest.mark.trio
+@pytest.mark.timeout(30)
+async def test_raw_tcp_garbage_and_silent_sockets_do_not_hurt_the_host() -> None:
+    async with _hosts(P2PConfig(dial_timeout=1.0), P2PConfig()) as (host, friend):
+        host.set_stream_handler(ECHO, _echo)
+        port = int(host.listen_addrs[0].split("/")[4])
+        silent = await trio.open_tcp_stream("127.0.0.1", port)  # never says anything
+        for junk in (b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n", os.urandom(4096)):
+            noisy = await trio.open_tcp_stream("127.0.0.1", port)
+            await noisy.send_all(junk)
+            await noisy.aclose()
+        await friend.connect(host.listen_addrs[0])
+        async with await friend.open_stream(host.peer_id, ECHO) as stream:
+            await stream.send(b"still here")
+            assert await stream.receive() == b"still here"
+        # The silent socket is dropped once the upgrade timeout (dial_timeout) expires.
+        with trio.fail_after(10):
+            while await silent.receive_some(100):  # the multistream greeting, then EOF
+                pass
+        await silent.aclose()
+        assert host.connected_peers() == [friend.peer_id]
+
+
 # -- framed streams -----------------------------------------------------------------------
 
 
@@ -302,7 +325,31 @@ async def test_framed_request_response() -> None:
             rate = rounds / (time.perf_counter() - start)
         print(f"\nstream round trips: {rate:.0f}/s")
         assert b.stats.streams_accepted == 1 and a.stats.streams_opened == 1
+        snapshot = a.stats.snapshot()
+        assert snapshot == a.stats and snapshot is not a.stats
+        assert a.stats.as_dict()["streams_opened"] == 1
         await _wait_for(lambda: b.stats.handler_errors == 0)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(30)
+async def test_half_close_then_reply() -> None:
+    async def summing(stream: FramedStream) -> None:
+        total = sum([len(frame) async for frame in stream])  # until the client half-closes
+        await stream.send(b"%d" % total)
+
+    async with _hosts(P2PConfig(), P2PConfig()) as (a, b):
+        b.set_stream_handler(ECHO, summing)
+        await a.connect(b.listen_addrs[0])
+        async with await a.open_stream(b.peer_id, ECHO) as stream:
+            for size in (10, 20, 30):
+                await stream.send(b"x" * size)
+            await stream.close_write()
+            assert await stream.receive() == b"60"
+            with pytest.raises(StreamClosedError):
+                await stream.receive()
+        await _wait_for(lambda: b.stats.streams_accepted == 1)
+        assert b.stats.handler_errors == 0
 
 
 @pytest.mark.trio
@@ -623,3 +670,19 @@ async def test_dht_rendezvous_discovery_through_a_third_peer() -> None:
     async with _hosts(P2PConfig(), first_key=9) as (plain,):
         with pytest.raises(P2PError, match="disabled"):
             await plain.advertise("x")
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(30)
+async def test_an_error_in_the_body_comes_out_unwrapped_and_the_host_is_closed() -> None:
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        async with open_host(_key(30)) as host:
+            address = host.listen_addrs[0]
+            raise Boom
+    # The listener is gone: nobody answers on that address any more.
+    async with _hosts(P2PConfig(dial_timeout=3.0), first_key=31) as (other,):
+        with pytest.raises(DialError):
+            await other.connect(address)

@@ -152,9 +152,9 @@ def test_deep_reorg_through_reorg_messages() -> None:
     assert consumer.head.hash == new[-1].hash
     # The new chain keeps growing through ordinary messages.
     more = linear("n", 15, 2, parent=new[-1])
-    assert [e.block.hash for e in feed(consumer, messages(*more)) if isinstance(e, BlockApplied)] == [
-        b.hash for b in more
-    ]
+    assert [
+        e.block.hash for e in feed(consumer, messages(*more)) if isinstance(e, BlockApplied)
+    ] == [b.hash for b in more]
 
 
 def test_reorg_to_a_block_still_in_the_tree() -> None:
@@ -189,3 +189,23 @@ def test_export_and_restore_state() -> None:
     tail = messages(H, I)
     assert chain_log(feed(restored, tail)) == chain_log(feed(consumer, tail))
     assert restored.head == consumer.head
+
+
+def test_state_survives_json_and_genesis_mode() -> None:
+    import json
+
+    from sync.errors import RemoteProtocolError
+
+    main = linear("m", 0, 6)
+    consumer = Consumer(reorg_threshold=10)
+    feed(consumer, messages(*main[:3]))
+    state = json.loads(json.dumps(consumer.export_state()))
+    restored = Consumer.restore(state, reorg_threshold=10)
+    assert restored.head == consumer.head
+    assert chain_log(feed(restored, messages(*main))) == [
+        "+" + b.hash.rstrip(b"\x00").decode() for b in main[3:]
+    ]
+    with pytest.raises(RemoteProtocolError):
+        Consumer.restore({"version": 1, "history": [{"hash": 5}]})
+    with pytest.raises(RemoteProtocolError):
+        Consumer.restore({"version": 99})

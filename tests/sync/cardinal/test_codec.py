@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,8 @@ from sync.cardinal import (
     Batch,
     BatchDeleteMsg,
     BatchMsg,
+    BlockApplied,
+    BlockFailed,
     Consumer,
     Limits,
     Reorg,
@@ -54,25 +57,40 @@ def av_map(items: list[tuple[str, bytes]]) -> bytes:
     return zz(len(items)) + b"".join(av_bytes(k.encode()) + v for k, v in items) + zz(0)
 
 
-def update_rec(value: bytes = b"", count: int = 0, delete: bool = False, sub: bytes = bytes(32)) -> bytes:
+def update_rec(
+    value: bytes = b"", count: int = 0, delete: bool = False, sub: bytes = bytes(32)
+) -> bytes:
     return av_bytes(value) + zz(count) + (b"\x01" if delete else b"\x00") + sub
 
 
-def test_schemas_are_the_specs_verbatim() -> None:
-    spec = open("../shared/specs/cardinal-streams-spec.txt").read()  # noqa: SIM115
-    assert '"avro.codec": "snappy"' in spec
+def spec_schemas(spec: str) -> list[dict]:  # type: ignore[type-arg]
+    """Every JSON object in the spec text that is an Avro record schema."""
+    decoder = json.JSONDecoder()
+    found, pos = [], 0
+    while (pos := spec.find("{", pos)) != -1:
+        try:
+            obj, end = decoder.raw_decode(spec, pos)
+        except ValueError:
+            pos += 1
+            continue
+        if isinstance(obj, dict) and obj.get("type") == "record":
+            found.append(obj)
+        pos = end
+    return found
+
+
+def test_schemas_are_the_specs_verbatim(testdata: Path) -> None:
+    spec = (testdata.parent / "specs" / "cardinal-streams-spec.txt").read_text()
+    assert spec_schemas(spec) == [BATCH_SCHEMA, SUBBATCH_SCHEMA]
     assert BATCH_SCHEMA["avro.codec"] == "snappy"
-    assert BATCH_SCHEMA["namespace"] == "cloud.rivet.cardinal"
-    assert [f["name"] for f in BATCH_SCHEMA["fields"]] == ["num", "weight", "parent", "updates"]
-    upd = BATCH_SCHEMA["fields"][3]["type"]["values"]
-    assert [f["name"] for f in upd["fields"]] == ["value", "count", "delete", "subbatch"]
-    assert [f["name"] for f in SUBBATCH_SCHEMA["fields"]] == ["delete", "updates"]
-    json.dumps(BATCH_SCHEMA)
 
 
 def test_batch_is_byte_exact() -> None:
     msg = Batch(
-        HASH, 300, 70000, PARENT,
+        HASH,
+        300,
+        70000,
+        PARENT,
         values={"z/inline": b"\x01\x02"},
         deletes=frozenset({"gone"}),
         counts={"foo/": 3},
@@ -108,16 +126,26 @@ def test_sub_batch_messages_are_byte_exact() -> None:
     msg = SubBatchMsg(HASH, SUB, 64, ("a", "b"), {"k": b"v"})
     key, value = encode_message(msg)
     assert key == b"\x02" + HASH + SUB + zz(64)
-    assert value == zz(2) + av_bytes(b"a") + av_bytes(b"b") + zz(0) + av_map([("k", av_bytes(b"v"))])
+    assert value == zz(2) + av_bytes(b"a") + av_bytes(b"b") + zz(0) + av_map(
+        [("k", av_bytes(b"v"))]
+    )
     assert decode_message(key, value) == msg
 
 
 def test_simple_messages() -> None:
-    assert encode_message(BatchMsg(HASH, "foo/é", b"\x00v")) == (b"\x03" + HASH + "foo/é".encode(), b"\x00v")
+    assert encode_message(BatchMsg(HASH, "foo/é", b"\x00v")) == (
+        b"\x03" + HASH + "foo/é".encode(),
+        b"\x00v",
+    )
     assert encode_message(BatchDeleteMsg(HASH, "foo/x")) == (b"\x04" + HASH + b"foo/x", b"")
     assert encode_message(Reorg(HASH, 5)) == (b"\x05" + HASH, zz(5))
     assert encode_message(ReorgComplete(HASH, 2**40)) == (b"\x06" + HASH, zz(2**40))
-    for msg in (BatchMsg(HASH, "k", b"v"), BatchDeleteMsg(HASH, "k"), Reorg(HASH, 1), ReorgComplete(HASH, 1)):
+    for msg in (
+        BatchMsg(HASH, "k", b"v"),
+        BatchDeleteMsg(HASH, "k"),
+        Reorg(HASH, 1),
+        ReorgComplete(HASH, 1),
+    ):
         assert decode_message(*encode_message(msg)) == msg
 
 
@@ -141,8 +169,20 @@ MALFORMED = [
     (b"\x00" + HASH, zz(1) + av_bytes(b"") + PARENT + zz(0) + b"junk"),  # trailing bytes
     (b"\x00" + HASH, zz(1) + av_bytes(b"") + PARENT + av_map([("p", update_rec(count=-2))])),
     (b"\x00" + HASH, zz(1) + av_bytes(b"") + PARENT + av_map([("p", update_rec(b"v", count=2))])),
-    (b"\x00" + HASH, zz(1) + av_bytes(b"") + PARENT + av_map([("a/", update_rec(count=1)), ("a/b", update_rec(count=1))])),
-    (b"\x00" + HASH, zz(1) + av_bytes(b"") + PARENT + av_map([("a", update_rec(sub=SUB)), ("b", update_rec(sub=SUB))])),
+    (
+        b"\x00" + HASH,
+        zz(1)
+        + av_bytes(b"")
+        + PARENT
+        + av_map([("a/", update_rec(count=1)), ("a/b", update_rec(count=1))]),
+    ),
+    (
+        b"\x00" + HASH,
+        zz(1)
+        + av_bytes(b"")
+        + PARENT
+        + av_map([("a", update_rec(sub=SUB)), ("b", update_rec(sub=SUB))]),
+    ),
     (b"\x01" + HASH + SUB, zz(-3)),
     (b"\x01" + HASH + SUB, zz(2_000_000)),
     (b"\x01" + HASH + SUB + b"x", zz(1)),
@@ -175,19 +215,23 @@ def test_limits_are_enforced() -> None:
         decode_message(*encode_message(many), Limits(max_count=5))
 
 
-VALID = [(m.key, m.value) for m in messages(block("A", 0, None), block("B", 1, None))]
+ORIGINALS = [block("A", 0, None), block("B", 1, None)]
+VALID = [(m.key, m.value) for m in messages(*ORIGINALS)]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=80), st.binary(max_size=300))
 def test_fuzz_random_bytes(key: bytes, value: bytes) -> None:
     try:
-        decode_message(key, value)
-    except RemoteProtocolError:
-        pass
+        msg = decode_message(key, value)
+    except RemoteProtocolError as exc:
+        assert exc.reason
+        return
+    # Whatever decodes re-encodes to something that decodes to the same message.
+    assert decode_message(*encode_message(msg)) == msg
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     st.sampled_from(VALID),
     st.lists(st.tuples(st.booleans(), st.integers(0, 400), st.integers(0, 255)), max_size=4),
@@ -205,6 +249,13 @@ def test_fuzz_mutated_messages_through_the_consumer(
     consumer = Consumer()
     try:
         consumer.receive(bytes(key), bytes(value))
-    except RemoteProtocolError:
-        pass
-    consumer.events()
+    except RemoteProtocolError as exc:
+        assert exc.reason
+    # Then the genuine messages: a mutated copy never turns into a corrupt applied block.
+    for k, v in VALID:
+        consumer.receive(k, v)
+    events = consumer.events()
+    failed = {e.hash for e in events if isinstance(e, BlockFailed)}
+    for event in events:
+        if isinstance(event, BlockApplied):
+            assert event.block in ORIGINALS or event.block.hash in failed

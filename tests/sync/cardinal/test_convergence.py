@@ -22,7 +22,9 @@ def build_tree(shape: list[int], seed: int) -> list:  # type: ignore[type-arg]
         updates[f"inline/{i}"] = b"x"
         subs = []
         if rng.random() < 0.5:
-            subs.append(make_sub_batch("state/", h(f"sb{i}"), {f"s/{i}": b"1", f"s/{i}b": b"2"}, ["d"]))
+            subs.append(
+                make_sub_batch("state/", h(f"sb{i}"), {f"s/{i}": b"1", f"s/{i}b": b"2"}, ["d"])
+            )
         blocks.append(
             make_payload(
                 h(f"b{i:02d}"),
@@ -55,7 +57,9 @@ def replay(events: list) -> dict:  # type: ignore[type-arg]
     st.randoms(use_true_random=False),
     st.floats(0, 0.5),
 )
-def test_any_delivery_order_converges(shape: list[int], seed: int, rng: random.Random, dup: float) -> None:
+def test_any_delivery_order_converges(
+    shape: list[int], seed: int, rng: random.Random, dup: float
+) -> None:
     blocks = build_tree(shape, seed)
     msgs = messages(*blocks)
     reference = Consumer()
@@ -74,3 +78,25 @@ def test_any_delivery_order_converges(shape: list[int], seed: int, rng: random.R
     # The head is the heaviest block, ties to the smallest hash.
     best = min(blocks, key=lambda b: (-b.weight, b.hash))
     assert consumer.head.hash == best.hash
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 5), st.randoms(use_true_random=False), st.floats(0, 0.5))
+def test_a_single_chain_is_applied_once_in_order_with_bounded_memory(
+    length: int, threshold: int, rng: random.Random, dup: float
+) -> None:
+    blocks = build_tree([i for i in range(length - 1)], length)  # block i + 1 extends block i
+    msgs = messages(*blocks)
+    delivery = msgs + [m for m in msgs if rng.random() < dup]
+    rng.shuffle(delivery)
+    consumer = Consumer(reorg_threshold=threshold)
+    peak = 0
+    events = []
+    for m in delivery:
+        consumer.receive(m.key, m.value, m.channel)
+        events.extend(consumer.events())
+        peak = max(peak, len(consumer.canonical_blocks()))
+    assert [e.block for e in events] == blocks
+    assert consumer.head.hash == blocks[-1].hash
+    assert peak <= threshold + 1
+    assert consumer.canonical_blocks() == blocks[-(threshold + 1) :]

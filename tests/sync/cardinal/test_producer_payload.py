@@ -9,6 +9,7 @@ import pytest
 from sync.cardinal import (
     Batch,
     BatchMsg,
+    Limits,
     PrefixRouter,
     Producer,
     decode_message,
@@ -29,7 +30,12 @@ def test_redundant_producers_emit_identical_sorted_messages() -> None:
     first = producer().messages_for(B)
     # A payload built from the same content in another order is equal, and so are its messages.
     rebuilt = make_payload(
-        B.hash, B.number, B.parent, B.weight, dict(reversed(B.updates)), reversed(B.deletes),
+        B.hash,
+        B.number,
+        B.parent,
+        B.weight,
+        dict(reversed(B.updates)),
+        reversed(B.deletes),
         reversed(B.sub_batches),
     )
     assert rebuilt == B
@@ -90,13 +96,37 @@ def test_payload_json_defaults() -> None:
         ({"number": 1, "parent": "0x" + "00" * 32}, "missing field 'hash'"),
         ({"hash": "0x12", "number": 1, "parent": "0x" + "00" * 32}, "hash: expected 32 bytes"),
         ({"hash": "0x" + "zz" * 32, "number": 1, "parent": "0x" + "00" * 32}, "hash: invalid hex"),
-        ({"hash": "0x" + "11" * 32, "number": -1, "parent": "0x" + "00" * 32}, "number: out of range"),
+        (
+            {"hash": "0x" + "11" * 32, "number": -1, "parent": "0x" + "00" * 32},
+            "number: out of range",
+        ),
         ({"hash": "0x" + "11" * 32, "number": True, "parent": "0x" + "00" * 32}, "number"),
-        ({"hash": "0x" + "11" * 32, "number": 1, "parent": "0x" + "00" * 32, "extra": 1}, "unknown field"),
-        ({"hash": "0x" + "11" * 32, "number": 1, "parent": "0x" + "00" * 32, "updates": {"k": "v"}}, "updates['k']"),
-        ({"hash": "0x" + "11" * 32, "number": 1, "parent": "0x" + "00" * 32, "deletes": "k"}, "deletes"),
-        ({"hash": "0x" + "11" * 32, "number": 1, "parent": "0x" + "00" * 32,
-          "sub_batches": [{"name": "s", "id": "0x" + "00" * 32}]}, "must not be all zeros"),
+        (
+            {"hash": "0x" + "11" * 32, "number": 1, "parent": "0x" + "00" * 32, "extra": 1},
+            "unknown field",
+        ),
+        (
+            {
+                "hash": "0x" + "11" * 32,
+                "number": 1,
+                "parent": "0x" + "00" * 32,
+                "updates": {"k": "v"},
+            },
+            "updates['k']",
+        ),
+        (
+            {"hash": "0x" + "11" * 32, "number": 1, "parent": "0x" + "00" * 32, "deletes": "k"},
+            "deletes",
+        ),
+        (
+            {
+                "hash": "0x" + "11" * 32,
+                "number": 1,
+                "parent": "0x" + "00" * 32,
+                "sub_batches": [{"name": "s", "id": "0x" + "00" * 32}],
+            },
+            "must not be all zeros",
+        ),
     ],
 )
 def test_payload_json_errors_name_the_field(obj: object, message: str) -> None:
@@ -111,4 +141,34 @@ def test_jsonl_errors_carry_the_line_number() -> None:
         list(iter_payloads_jsonl([good, "{not json"], source="blocks.jsonl"))
     assert err.value.reason.startswith("line 2: invalid JSON") and err.value.peer == "blocks.jsonl"
     with pytest.raises(RemoteProtocolError, match="line 1: number"):
-        list(iter_payloads_jsonl(['{"hash": "0x' + "11" * 32 + '", "number": "x", "parent": "0x' + "00" * 32 + '"}']))
+        list(
+            iter_payloads_jsonl(
+                ['{"hash": "0x' + "11" * 32 + '", "number": "x", "parent": "0x' + "00" * 32 + '"}']
+            )
+        )
+
+
+def test_jsonl_hostile_input_is_a_remote_protocol_error() -> None:
+    base = '{"hash": "0x' + "11" * 32 + '", "parent": "0x' + "00" * 32 + '", '
+    hostile = [
+        base + '"number": 1' + "0" * 5000 + "}",  # beyond Python's int digit limit
+        "[" * 100_000 + "]" * 100_000,  # nesting beyond the recursion limit
+        base + '"number": 1, "updates": {"\\ud800": "0x00"}}',  # lone surrogate key
+        base + '"number": 1e400}',
+        "null",
+    ]
+    for line in hostile:
+        with pytest.raises(RemoteProtocolError, match="line 1"):
+            list(iter_payloads_jsonl([line]))
+
+
+def test_producer_refuses_what_consumers_would_reject() -> None:
+    prod = Producer(PrefixRouter(["k/"]), limits=Limits(max_key=50, max_value=10))
+    with pytest.raises(LocalProtocolError, match="limits"):
+        prod.messages_for(make_payload(h("x"), 1, h("p"), 1, {"k/" + "x" * 20: b""}))
+    with pytest.raises(LocalProtocolError, match="limits"):
+        prod.messages_for(make_payload(h("x"), 1, h("p"), 1, {"k/a": b"x" * 11}))
+    with pytest.raises(LocalProtocolError, match="UTF-8"):
+        producer().messages_for(make_payload(h("x"), 1, h("p"), 1, {"foo/\ud800": b""}))
+    with pytest.raises(LocalProtocolError):
+        producer().messages_for(make_payload(h("x"), 1, h("p"), 1, {"inline\ud800": b""}))

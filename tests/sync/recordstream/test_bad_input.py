@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from sync.errors import RemoteProtocolError
 from sync.recordstream import (
     Limits,
+    PublicKey,
     decode_record_file,
     decode_sidecar_file,
     decode_signature_file,
@@ -105,11 +107,11 @@ def test_protobuf_garbage() -> None:
 
 def test_structure_checks(hedera_files: dict[str, bytes]) -> None:
     msg = decode_record_file(hedera_files[R6], R6).message
-    cases = {
+    cases: dict[str, Callable[[pb.RecordStreamFile], object]] = {
         "no items": lambda m: m.ClearField("record_stream_items"),
         "not a SHA-384 hash object": lambda m: setattr(m.end_object_running_hash, "length", 47),
         "negative block_number": lambda m: setattr(m, "block_number", -1),
-        "sidecar ids invalid": lambda m: setattr(m.sidecars[0], "id", 100),
+        "sidecar ids invalid": lambda m: setattr(m.sidecars[0], "id", 0),
     }
     for reason, mutate in cases.items():
         bad = pb.RecordStreamFile()
@@ -148,7 +150,7 @@ def test_verifier_reports_garbage_file_as_failed(
 
 
 def test_tampered_item_breaks_running_hash_and_signatures(
-    hedera_files: dict[str, bytes], hedera_keys: dict[str, list]
+    hedera_files: dict[str, bytes], hedera_keys: dict[str, list[PublicKey]]
 ) -> None:
     msg = decode_record_file(hedera_files[R6], R6).message
     msg.record_stream_items[1].transaction += b"\x00"
@@ -165,7 +167,7 @@ def test_tampered_item_breaks_running_hash_and_signatures(
 
 
 def test_tampered_end_hash_breaks_chain_and_metadata_signature(
-    hedera_files: dict[str, bytes], hedera_keys: dict[str, list]
+    hedera_files: dict[str, bytes], hedera_keys: dict[str, list[PublicKey]]
 ) -> None:
     msg = decode_record_file(hedera_files[R5], R5).message
     msg.end_object_running_hash.hash = bytes(48)
@@ -180,7 +182,9 @@ def test_tampered_end_hash_breaks_chain_and_metadata_signature(
     }
 
 
-def test_bad_signature_bytes(hedera_files: dict[str, bytes], hedera_keys: dict[str, list]) -> None:
+def test_bad_signature_bytes(
+    hedera_files: dict[str, bytes], hedera_keys: dict[str, list[PublicKey]]
+) -> None:
     path = f"record0.0.5/{B6}.rcd_sig"
     sig = decode_signature_file(hedera_files[path], path)
     flipped = bytearray(sig.metadata_signature.signature)
@@ -193,7 +197,7 @@ def test_bad_signature_bytes(hedera_files: dict[str, bytes], hedera_keys: dict[s
 
 
 def test_signature_from_another_node(
-    hedera_files: dict[str, bytes], hedera_keys: dict[str, list]
+    hedera_files: dict[str, bytes], hedera_keys: dict[str, list[PublicKey]]
 ) -> None:
     files = dict(hedera_files)
     files[f"record0.0.5/{B6}.rcd_sig"] = hedera_files[f"record0.0.4/{B6}.rcd_sig"]
@@ -244,3 +248,61 @@ def test_zlib_errors_are_not_leaked() -> None:
 
 def test_empty_tree_is_not_ok() -> None:
     assert not verify_tree({}).ok
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(max_size=30),
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.binary(max_size=60),
+)
+def test_well_formed_files_with_hostile_contents_never_crash_the_verifier(
+    items: list[tuple[bytes, int, int]], sidecar_body: bytes
+) -> None:
+    """Valid gzip and protobuf framing around nonsense records, times and sidecars."""
+    message = pb.RecordStreamFile(
+        hapi_proto_version=pb.SemanticVersion(minor=1),
+        start_object_running_hash=pb.HashObject(algorithm=pb.SHA_384, length=48, hash=bytes(48)),
+        end_object_running_hash=pb.HashObject(algorithm=pb.SHA_384, length=48, hash=bytes(48)),
+    )
+    for junk, seconds, nanos in items:
+        record = (
+            pb.TransactionRecordHeader(
+                consensus_timestamp=pb.Timestamp(seconds=seconds, nanos=nanos)
+            ).SerializeToString()
+            + junk
+        )
+        message.record_stream_items.append(pb.RecordStreamItem(transaction=junk, record=record))
+    message.sidecars.append(
+        pb.SidecarMetadata(
+            hash=pb.HashObject(algorithm=pb.SHA_384, length=48, hash=bytes(48)),
+            id=1,
+            types=[pb.SYNCNODE_DELIVERY],
+        )
+    )
+    files = {
+        f"record0.0.3/{B5}.rcd.gz": gzip_deterministic(encode_record_file(message)),
+        f"record0.0.3/sidecar/{B5}_01.rcd.gz": gzip_deterministic(sidecar_body),
+        f"record0.0.4/{B5}.rcd_sig": b"\x06" + sidecar_body,
+    }
+    report = verify_tree(files)
+    assert not report.ok
+    assert all(check.detail for f in report.files for check in f.checks)
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.binary(max_size=2000), st.integers(1, 300), st.integers(0, 3))
+def test_gunzip_limited_agrees_with_gzip(seed: bytes, repeat: int, level_pick: int) -> None:
+    data = seed * repeat  # repetitive data makes long deflate matches across output chunks
+    packed = gzip.compress(data, compresslevel=(1, 5, 6, 9)[level_pick], mtime=0)
+    assert gunzip_limited(packed, "g") == data
+    if len(data) > 1:
+        with pytest.raises(RemoteProtocolError, match="expands beyond"):
+            gunzip_limited(packed, "g", Limits(max_uncompressed=len(data) - 1))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+from typing import Any
 
 import pytest
 
 from sync.recordstream import (
+    PublicKey,
     decode_record_file,
     decode_sidecar_file,
     decode_signature_file,
@@ -27,7 +29,7 @@ from sync.recordstream import (
 from sync.recordstream import record_stream_pb2 as pb
 from tests.sync.recordstream.conftest import B5, B6, NODES
 
-EXPECTED = {
+EXPECTED: dict[str, dict[str, Any]] = {
     B5: {
         "block": 5,
         "items": 1,
@@ -146,7 +148,7 @@ def test_sidecar_hash_metadata_and_contents(hedera_files: dict[str, bytes]) -> N
 @pytest.mark.parametrize("node", NODES)
 @pytest.mark.parametrize("stem", [B5, B6])
 def test_signature_file_verifies_with_node_key(
-    hedera_files: dict[str, bytes], hedera_keys: dict[str, list], node: str, stem: str
+    hedera_files: dict[str, bytes], hedera_keys: dict[str, list[PublicKey]], node: str, stem: str
 ) -> None:
     sig = decode_signature_file(hedera_files[f"record{node}/{stem}.rcd_sig"], stem)
     for obj, expected in (
@@ -174,7 +176,9 @@ def test_reserialization_reproduces_uncompressed_bytes(hedera_files: dict[str, b
             assert encode_record_file(record.message) == gzip.decompress(data)
 
 
-def test_whole_tree_verifies(hedera_files: dict[str, bytes], hedera_keys: dict[str, list]) -> None:
+def test_whole_tree_verifies(
+    hedera_files: dict[str, bytes], hedera_keys: dict[str, list[PublicKey]]
+) -> None:
     report = verify_tree(hedera_files, hedera_keys)
     assert report.ok, [(f.path, f.failures()) for f in report.files if not f.ok]
     by_path = {f.path: f for f in report.files}
@@ -204,7 +208,7 @@ def test_without_keys_signatures_are_skipped_not_passed(hedera_files: dict[str, 
 
 
 def test_a_node_key_missing_from_keydir_fails(
-    hedera_files: dict[str, bytes], hedera_keys: dict[str, list]
+    hedera_files: dict[str, bytes], hedera_keys: dict[str, list[PublicKey]]
 ) -> None:
     keys = {node: k for node, k in hedera_keys.items() if node != "0.0.5"}
     report = verify_tree(hedera_files, keys)

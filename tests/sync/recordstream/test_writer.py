@@ -130,8 +130,18 @@ def test_item_layout_is_the_event_mapping() -> None:
     assert record.event.message_id == event.message_id
     assert (record.event.channel, record.event.sender) == (event.channel, event.sender)
     assert record.event.lamport == event.lamport
-    # Node-local data is not in the record.
-    assert b"\x2a" not in record_bytes[-3:] and 42 not in (record.event.lamport,)
+    # Node-local data (seq 42, received 99) is not in the record: these are all its fields.
+    assert [f.name for f, _ in record.ListFields()] == [
+        "transaction_hash",
+        "consensus_timestamp",
+        "event",
+    ]
+    assert [f.name for f, _ in record.event.ListFields()] == [
+        "message_id",
+        "channel",
+        "sender",
+        "lamport",
+    ]
     header = pb.TransactionRecordHeader.FromString(record_bytes)
     assert header.consensus_timestamp.seconds == BASE_MS // 1000
 
@@ -307,3 +317,47 @@ def test_assemble_block_matches_writer() -> None:
     writer = RecordStreamWriter(WriterConfig(node=NODE, period_ns=10**12), ed25519_key=NODE_KEY)
     assert {f.path: f.data for f in outputs} == write_all(writer, events)
     assert end == writer.running_hash
+
+
+@settings(deadline=None, max_examples=30)
+@given(event_lists, st.integers(0, 10**6), st.integers(0, 10**9))
+def test_any_two_nodes_with_the_same_log_write_identical_record_files(
+    events: list[SnapshotEvent], seq_offset: int, received_offset: int
+) -> None:
+    elsewhere = [
+        SnapshotEvent(
+            e.seq + seq_offset,
+            e.message_id,
+            e.channel,
+            e.sender,
+            e.lamport,
+            e.wire,
+            e.received_at_ms + received_offset,
+        )
+        for e in events
+    ]
+    config = WriterConfig(node="shared", period_ns=700_000_000)
+    mine = write_all(RecordStreamWriter(config, ed25519_key=NODE_KEY), events)
+    theirs = write_all(RecordStreamWriter(config, ed25519_key=OTHER_KEY), elsewhere)
+    records = {p for p in mine if p.endswith(".rcd.gz")}
+    assert records == {p for p in theirs if p.endswith(".rcd.gz")}
+    assert all(mine[p] == theirs[p] for p in records)
+    # Each node's signature file signs the same file hash with its own key.
+    for path in (p for p in mine if p.endswith(".rcd_sig")):
+        ours = decode_signature_file(mine[path], path)
+        other = decode_signature_file(theirs[path], path)
+        assert ours.file_signature.hash_object == other.file_signature.hash_object
+        assert ours.file_signature.signature != other.file_signature.signature
+
+
+def test_rsa_only_signature_file_is_hedera_shaped(rsa_key: RSAPrivateKey) -> None:
+    files = write_all(
+        RecordStreamWriter(WriterConfig(node="0.0.9"), rsa_key=rsa_key), sample_events()[:3]
+    )
+    (sig_path,) = [p for p in files if p.endswith(".rcd_sig")]
+    sig = decode_signature_file(files[sig_path], sig_path)
+    assert not sig.HasField("secondary_file_signature")
+    assert sig.file_signature.type == pb.SHA_384_WITH_RSA
+    assert files[sig_path][:1] == b"\x06"
+    assert verify_tree(files, {"0.0.9": [rsa_key.public_key()]}).ok
+    assert not verify_tree(files, {"0.0.9": []}).ok

@@ -72,9 +72,10 @@ class Convergence(RuleBasedStateMachine):
         assert len(logs[0]) == self.count
         for node in net.nodes:
             check_causal_and_unique(node)
-            assert [(d.lamport, d.message_id) for d in sorted(
-                node.delivered, key=lambda d: (d.lamport, d.message_id)
-            )] == logs[0]
+            assert [
+                (d.lamport, d.message_id)
+                for d in sorted(node.delivered, key=lambda d: (d.lamport, d.message_id))
+            ] == logs[0]
             assert set(node.sent) <= node.acked, "unacknowledged message"
 
 
@@ -83,6 +84,6 @@ class SignedConvergence(Convergence):
 
 
 TestConvergence = Convergence.TestCase
-TestConvergence.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestConvergence.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestSignedConvergence = SignedConvergence.TestCase
-TestSignedConvergence.settings = settings(max_examples=8, stateful_step_count=20, deadline=None)
+TestSignedConvergence.settings = settings(max_examples=15, stateful_step_count=25, deadline=None)

@@ -14,9 +14,9 @@ from sync.sds import (
     encode_event,
     event_digest,
     message_id_of,
+    sds_pb2,
     transmission_suffix,
 )
-from sync.sds import sds_pb2
 from sync.sds.bloom import BloomParams
 from tests.sync.sds.helpers import CHANNEL, T0, channel, key
 

@@ -1,0 +1,132 @@
+"""Hostile and outside peers against real node processes: all rejected, counted, survived."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+from node.channels import topic_of
+from node.fetch import FETCH_PROTOCOL
+from node.p2p import P2PConfig, P2PError, open_host
+from node.recon_service import RECON_PROTOCOL
+from sync.identity import peer_id_of
+from sync.recon import MemoryKeyStore
+from sync.recon.eventid import channel_bounds
+from sync.recon.session import ReconSession
+from sync.sds import SdsChannel, sds_pb2
+from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+FAST_TIMEOUT = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4"}
+
+
+def forged_events(count: int) -> list[bytes]:
+    """Valid SDS messages from a fresh key, then each one's signature altered."""
+    key = Ed25519PrivateKey.generate()
+    ch = SdsChannel("general", peer_id_of(key), key, now=time.time())
+    out = []
+    for i in range(count):
+        msg = sds_pb2.Message.FromString(ch.send(f"forged {i}".encode(), time.time()))
+        msg.signature = bytes([msg.signature[0] ^ 1]) + msg.signature[1:]
+        out.append(msg.SerializeToString())
+    return out
+
+
+async def attack(target: str) -> None:
+    key = Ed25519PrivateKey.generate()
+    # Our side allows huge frames so that it can send one the node must refuse.
+    config = P2PConfig(max_frame_bytes=16 << 20, read_timeout=10)
+    async with open_host(key, config) as host:
+        peer = await host.connect(target)
+        # 1. Garbage and truncated Recon frames.
+        for garbage in (b"\x01\xff\xff\xff\xff", b"\x07nonsense", b"\x01"):
+            async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                await stream.send(garbage)
+                with pytest.raises(P2PError):
+                    await stream.receive()
+        # 2. An oversized frame (5 MiB > the node's 4 MiB limit).
+        # The node resets the stream on seeing the length prefix, maybe mid-send.
+        with pytest.raises(P2PError):
+            async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                await stream.send(b"\x01" + b"\0" * (5 << 20))
+                await stream.receive()
+        # 3. A garbage fetch request.
+        async with await host.open_stream(peer, FETCH_PROTOCOL) as stream:
+            await stream.send(b"\xff" * 100)
+            with pytest.raises(P2PError):
+                await stream.receive()
+        # 4. Events with bad signatures, over gossip.
+        topic = topic_of(1, "general")
+        await host.subscribe(topic)
+        await trio.sleep(2)  # let the mesh form
+        for wire in forged_events(5):
+            await host.publish(topic, wire)
+        # 5. A Recon session that never ends: a valid first message, then silence.
+        session = ReconSession.initiator(MemoryKeyStore(), [channel_bounds(1, "general")])
+        async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+            await stream.send(b"\x01" + session.start())
+            await stream.receive()  # the node's answer
+            await trio.sleep(6)  # longer than its session timeout
+            with pytest.raises(P2PError):
+                await stream.receive()
+
+
+def test_hostile_peer_is_rejected_counted_and_harmless(tmp_path: Path) -> None:
+    with cluster(tmp_path, 2, env=FAST_TIMEOUT) as nodes:
+        target = nodes[0]
+        trio.run(attack, target.listen_addrs[0])
+        wait_for(lambda: metric(target, "events_rejected_total") >= 5, 20,
+                 "forged events not counted")
+        assert metric(target, "p2p_frame_errors") >= 1
+        assert metric(target, "recon_errors_total") >= 4
+        assert metric(target, "fetch_bad_requests_total") >= 1
+        assert metric(target, "p2p_handler_errors") == 0  # nothing escaped a handler
+        assert not any("forged" in (c or "") for _, _, c in channel_log(target, "general"))
+        # The honest nodes keep syncing.
+        publish_many(nodes[1], "general", [f"after-{k}" for k in range(20)])
+        wait_for(lambda: len(channel_log(target, "general")) == 20, 30,
+                 "honest sync stopped after the attack")
+        assert target.proc is not None and target.proc.poll() is None
+
+
+def _identity(data_dir: Path) -> str:
+    """Give a node its key before it starts, so that its peer id can go into others' config."""
+    key = Ed25519PrivateKey.generate()
+    data_dir.mkdir(parents=True)
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    (data_dir / "identity.key").write_bytes(pem)
+    (data_dir / "identity.key").chmod(0o600)
+    return peer_id_of(key)
+
+
+def test_allowed_peers_keeps_outsiders_out(tmp_path: Path) -> None:
+    members = [_identity(tmp_path / "a"), _identity(tmp_path / "b")]
+    closed = {"SYNCNODE_P2P_ALLOWED_PEERS": ",".join(members)}
+    a = start_node(tmp_path, "a", env=closed)
+    b = start_node(tmp_path, "b", env=closed, bootstrap=[a])
+    outsider = start_node(tmp_path, "outsider", bootstrap=[a, b])
+    try:
+        assert [a.peer_id, b.peer_id] == members
+        wait_for(lambda: len(a.get("/v1/peers")["connected"]) == 1, 30, "members not linked")
+        result = outsider.cli("join", a.listen_addrs[0])
+        assert result.returncode == 1
+        assert "cannot connect" in result.stderr
+        wait_for(lambda: metric(a, "p2p_refused_connections") >= 1
+                 and metric(b, "p2p_refused_connections") >= 1, 30, "refusals not counted")
+        assert [p["peer_id"] for p in a.get("/v1/peers")["connected"]] == [b.peer_id]
+        publish_many(outsider, "general", [f"intruder-{k}" for k in range(10)])
+        publish_many(a, "general", [f"member-{k}" for k in range(10)])
+        wait_for(lambda: len(channel_log(b, "general")) == 10, 30, "members did not sync")
+        time.sleep(5)  # redials, gossip and Recon rounds: still nothing from the outsider
+        for node in (a, b):
+            contents = {c for _, _, c in channel_log(node, "general")}
+            assert contents == {f"member-{k}" for k in range(10)}
+        assert outsider.get("/v1/peers")["connected"] == []
+    finally:
+        for node in (a, b, outsider):
+            node.kill()
