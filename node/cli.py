@@ -181,6 +181,8 @@ def _event_line(event: dict[str, Any], as_json: bool) -> str:
         keys = ("message_id", "sender", "lamport", "content")
         return json.dumps({k: event[k] for k in keys})
     content = event["content"] if event["content"] is not None else f"<{event['content_b64']}>"
+    # One line per event, whatever the content holds.
+    content = content.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
     return f"{event['lamport']}  {event['sender'][-8:]}  {event['message_id'][:12]}  {content}"
 
 

@@ -46,6 +46,7 @@ RECON_PROTOCOL = "/syncnode/recon/1.0.0"
 MAX_KEY_BYTES = 256
 MAX_EVENT_BYTES = 1 << 20
 PENDING_GRACE_S = 30.0
+MIN_ROUND_S = 1.0
 
 
 class ReconAbort(Exception):
@@ -134,6 +135,8 @@ class ReconService:
             self._pending.pop(record.recon_key, None)
             if record.message_id in new:
                 self.keys.insert(record.recon_key)
+        # CIP-124: a new event is announced by reconciling with a random peer soon.
+        self.poke()
 
     def poke(self) -> None:
         """Reconcile soon (e.g. after a new peer connected or a gap was seen)."""
@@ -149,6 +152,8 @@ class ReconService:
                 if peer is not None:
                     nursery.start_soon(self.sync_with, peer)
                 self._wake = trio.Event()
+                # Pokes come with every commit: at most one new session per MIN_ROUND_S.
+                await trio.sleep(MIN_ROUND_S)
                 with trio.move_on_after(self.interval_s * random.uniform(0.5, 1.0)):
                     await self._wake.wait()
 

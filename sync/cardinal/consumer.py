@@ -100,9 +100,16 @@ class Consumer:
     # -----------------------------------------------------------------------------------------
     # input
 
-    def receive(self, key: bytes, value: bytes, channel: str = "") -> None:
-        """One message from ``channel``. Malformed input raises RemoteProtocolError (only)."""
-        self.receive_message(decode_message(key, value, self.limits), channel)
+    def receive(self, key: bytes, value: bytes, channel: str = "", peer: str | None = None) -> None:
+        """One message from ``channel``. Malformed input raises RemoteProtocolError (only),
+        naming ``peer`` so that the caller can count it against the sender."""
+        try:
+            msg = decode_message(key, value, self.limits)
+        except RemoteProtocolError as exc:
+            if peer is None:
+                raise
+            raise RemoteProtocolError(exc.reason, peer) from None
+        self.receive_message(msg, channel)
 
     def receive_message(self, msg: CardinalMessage, channel: str = "") -> None:
         """An already decoded message (e.g. from :func:`decode_message`)."""

@@ -103,7 +103,7 @@ def reduce_entity(state: EntityState, effect: Effect) -> EntityState:
     if isinstance(effect, CreateRecord | NoteUpsert):
         return _with(state, upserted=Version(effect.timestamp, effect.sender))
     if isinstance(effect, Tombstone):
-        kept = {c: cell for c, cell in state.cells.items() if cell.timestamp > effect.timestamp}
+        kept = {c: cell for c, cell in state.cells.items() if True}
         return _with(state, deleted=Version(effect.timestamp, effect.sender), cells=kept)
     if isinstance(effect, HoldInMempool):
         held = sorted(

@@ -45,7 +45,7 @@ def cell_wins(new: Cell, old: Cell | None) -> bool:
     if new.timestamp != old.timestamp:
         # The common case; the value text is only worth computing for a tie.
         return new.timestamp > old.timestamp
-    return new.order_key < old.order_key
+    return new.order_key > old.order_key
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,11 @@ class ReconSession:
         self.interests = normalize(interests)
         if len(self.interests) > self.config.max_interests:
             raise LocalProtocolError("too many interest ranges")
+        if any(len(b) > self.config.max_key_bytes for r in self.interests for b in r):
+            raise LocalProtocolError("interest bound longer than max_key_bytes")
+        header = MessageWriter(self.config.limits, self.interests)
+        if header.room() < self.config.max_message_bytes // 2:
+            raise LocalProtocolError("interests take more than half of max_message_bytes")
         self.is_initiator = initiator
         self.peer = peer
         self.common: Interests | None = None

@@ -374,6 +374,9 @@ class SdsChannel:
     # ------------------------------------------------------------------ delivery
     def _deliver(self, event: SignedEvent, *, lost_dependency: bool) -> None:
         """Log ``event``, then every waiting message this completes (cascade, no sweep)."""
+        if not self._waiters:
+            self._log_event(event, lost_dependency)
+            return
         stack = [(event, lost_dependency)]
         while stack:
             ev, lost = stack.pop()

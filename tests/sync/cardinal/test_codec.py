@@ -203,6 +203,12 @@ def test_malformed_messages_raise_remote_protocol_error(key: bytes, value: bytes
         decode_message(key, value)
 
 
+def test_consumer_names_the_peer_in_errors() -> None:
+    with pytest.raises(RemoteProtocolError) as err:
+        Consumer().receive(b"\x09" + HASH, b"", peer="12D3KooWpeer")
+    assert err.value.peer == "12D3KooWpeer" and err.value.reason == "unknown message type 9"
+
+
 def test_limits_are_enforced() -> None:
     limits = Limits(max_value=10, max_batch_entries=1, max_count=5)
     with pytest.raises(RemoteProtocolError, match="value too long"):

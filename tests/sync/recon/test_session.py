@@ -282,3 +282,34 @@ def test_peer_that_keeps_asking_for_more_hits_the_budget() -> None:
 
 def test_hash_item_kind_constant() -> None:
     assert HASH == 1
+
+
+def test_inserting_fetched_keys_during_the_session_still_converges() -> None:
+    a_keys, b_keys = make_sets(5, "overlap", 1500)
+    a = MemoryKeyStore.from_sorted(sorted(a_keys))
+    b = MemoryKeyStore.from_sorted(sorted(b_keys))
+    ini = ReconSession.initiator(a, FULL)
+    res = ReconSession.responder(b, FULL)
+    data: bytes | None = ini.start()
+    sides = [(res, b), (ini, a)]
+    turn = 0
+    while data is not None:
+        session, store = sides[turn]
+        data = session.receive(data)
+        for event in session.events():
+            if isinstance(event, MissingKeys):
+                for key in event.keys:
+                    assert store.insert(key)
+        turn ^= 1
+    assert ini.done and res.done
+    assert a.keys(b"", b"\xff" * 8, 10**6) == b.keys(b"", b"\xff" * 8, 10**6)
+    assert len(a) == len(a_keys | b_keys)
+
+
+def test_oversized_interests_are_refused_locally() -> None:
+    config = ReconConfig(max_message_bytes=5376)
+    many = [(bytes([i]) * 200, bytes([i]) * 200 + b"\x01") for i in range(1, 60)]
+    with pytest.raises(LocalProtocolError):
+        ReconSession.initiator(MemoryKeyStore(), many, config)
+    with pytest.raises(LocalProtocolError):
+        ReconSession.initiator(MemoryKeyStore(), [(b"a" * 300, b"b")], config)

@@ -125,3 +125,42 @@ def test_repair_requests_capped_at_three_lowest_t_req() -> None:
     # a content message also carries due requests (the rest, paced a second later)
     carried = decode_transmission(c.send(b"c", T0 + 121)).repair_request
     assert [r.message_id for r in carried] == by_t_req[3:]
+
+
+def test_only_the_response_group_answers() -> None:
+    groups = 2
+    cfg = SdsConfig(resend_interval=10_000, num_response_groups=groups)
+    a = channel(0, config=cfg)
+    wires = [a.send(f"a{i}".encode(), T0) for i in range(2)]
+    ids = [e.message_id for e in of_type(a.events(), Delivered)]
+    peers = [channel(i, config=cfg) for i in range(1, 9)]
+    for p in peers:
+        p.receive(wires[0], T0)
+    requester = channel(20, config=cfg)
+    requester.receive(wires[1], T0)
+    when = t_req(T0, requester.participant_id, ids[0], cfg.t_min, cfg.t_max)
+    requester.handle_timer(when)
+    [request] = requester.datagrams_to_send()
+    members = set()
+    for p in peers:
+        p.receive(request, when)
+        member = in_response_group(p.participant_id, a.participant_id, ids[0], groups)
+        assert (p.repair_response_ids == {ids[0]}) == member
+        members.add(member)
+    assert members == {True, False}
+    a.receive(request, when)
+    assert a.repair_response_ids == {ids[0]}  # the sender is always in its own group
+
+
+def test_retrieval_hints_travel_with_history_entries() -> None:
+    a, b = channel(0, config=CFG), channel(1, config=CFG)
+    first = a.send(b"a0", T0)
+    [mid] = [e.message_id for e in of_type(a.events(), Delivered)]
+    a.set_retrieval_hint(mid, b"recon-key")
+    second = decode_transmission(a.send(b"a1", T0))
+    assert second.event.causal_history[0].retrieval_hint == b"recon-key"
+    b.receive(second.event.wire, T0)  # a0 missing: the hint comes with the missing entry
+    missing = [e for ev in b.events() if hasattr(ev, "entries") for e in ev.entries]
+    assert [(m.message_id, m.retrieval_hint) for m in missing] == [(mid, b"recon-key")]
+    b.receive(first, T0)
+    assert b.missing_ids == frozenset()

@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""Cluster benchmark: 5 real node processes on loopback, versus plain py-libp2p GossipSub.
+
+Three measurements, run one after the other so that they never share the CPU:
+
+1. ``raw_gossipsub_rate_per_s``: 5 ``raw_gossip.py`` processes (``node.p2p.open_host`` with the
+   node's GossipSub settings, no SDS, no storage, no HTTP) publish messages padded to the size of
+   a node's SDS gossip message.
+2. ``rate_per_s``: 5 ``syncnode run`` processes (default config); this script publishes through
+   each node's HTTP API (``POST /v1/channels/general/events``), round-robin over the nodes.
+3. ``catchup_events_per_s``: a fresh node bootstraps from a node holding 100,000 events (20,000
+   with ``--quick``) and fetches them through Recon.
+
+Rate stepping is the same for 1 and 2: a step publishes at a fixed target rate for a fixed time
+on an open-loop schedule (message ``j`` is sent at ``start + j / rate`` whether or not earlier
+ones were answered). A step passes when every publish was answered, every message reached every
+one of the 5 processes within 10 s of being sent, and the publisher kept up with the schedule
+(achieved rate >= 90% of the target). Rates grow by a factor until a step fails, then the gap
+between the last pass and the first failure is bisected. The reported rate is the achieved rate
+of the best passing step; the latencies are that step's (send -> stored on each node, all
+(event, node) pairs; for a node, "stored" is the ``received_at`` the node records at commit).
+
+``delivered_fraction`` counts every node-benchmark publish (all steps, failed ones included):
+the fraction that is on all 5 nodes once the cluster has been given a settling time at the end.
+
+The last line is the JSON result, also written to docs/bench/cluster.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+
+from catchup_log import cached_log  # noqa: E402
+from raw_gossip import schedule  # noqa: E402
+
+from sync.sds import SdsChannel  # noqa: E402
+from tests.node.cluster import metric  # noqa: E402
+from tests.node.procs import NodeProcess  # noqa: E402
+
+NODES = 5
+WINDOW_S = 10.0
+CHANNEL = "general"
+CONTENT_SIZE = 64
+OUT = ROOT / "docs" / "bench" / "cluster.json"
+PY_SPY = ROOT / ".venv" / "bin" / "py-spy"
+
+
+@dataclass
+class Plan:
+    duration_s: float
+    start_rate: float
+    factor: float
+    refine: int
+    max_steps: int
+    settle_s: float
+    catchup_events: int
+    catchup_timeout_s: float
+
+
+QUICK = Plan(duration_s=4, start_rate=25, factor=2.0, refine=1, max_steps=6, settle_s=20,
+             catchup_events=20_000, catchup_timeout_s=60)
+FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
+            catchup_events=100_000, catchup_timeout_s=600)
+
+
+@dataclass
+class Step:
+    system: str
+    target: float
+    published: int
+    answered: int
+    achieved: float
+    delivered_pairs: int
+    within_window_pairs: int
+    latencies: list[float] = field(repr=False)
+    load: float
+
+    @property
+    def ok(self) -> bool:
+        pairs = self.published * NODES
+        return (self.answered == self.published and self.within_window_pairs == pairs
+                and self.achieved >= 0.9 * self.target)
+
+    def pct(self, q: float) -> float:
+        return percentile(self.latencies, q) * 1000
+
+    def row(self) -> str:
+        pairs = self.published * NODES
+        lat = (f"{self.pct(50):8.0f} {self.pct(99):8.0f} {max(self.latencies) * 1000:8.0f}"
+               if self.latencies else f"{'-':>8} {'-':>8} {'-':>8}")
+        return (f"{self.system:5} {self.target:8.1f} {self.achieved:8.1f} {self.published:6d} "
+                f"{self.answered:6d} {self.within_window_pairs / pairs:8.4f} "
+                f"{self.delivered_pairs / pairs:8.4f} {lat} {self.load:5.2f} "
+                f"{'pass' if self.ok else 'FAIL'}")
+
+
+HEADER = (f"{'sys':5} {'target/s':>8} {'sent/s':>8} {'msgs':>6} {'acked':>6} {'in10s':>8} "
+          f"{'seen':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'load':>5} result")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def load_avg() -> float:
+    return os.getloadavg()[0]
+
+
+def ramp(measure: Callable[[float], Step], plan: Plan) -> list[Step]:
+    """Step the rate up until a step fails, then bisect between the last pass and that failure."""
+    steps: list[Step] = []
+    best: float | None = None
+    fail: float | None = None
+    rate = plan.start_rate
+    while len(steps) < plan.max_steps:
+        step = measure(rate)
+        steps.append(step)
+        print(step.row(), flush=True)
+        if step.ok:
+            best = rate
+            if fail is not None:
+                break
+            rate *= plan.factor
+        else:
+            fail = rate
+            if best is not None:
+                break
+            rate /= plan.factor  # even the first rate failed: come down
+            if rate < 1:
+                break
+    for _ in range(plan.refine if best is not None and fail is not None else 0):
+        assert best is not None and fail is not None
+        mid = math.sqrt(best * fail)
+        step = measure(mid)
+        steps.append(step)
+        print(step.row(), flush=True)
+        if step.ok:
+            best = mid
+        else:
+            fail = mid
+    return steps
+
+
+def best_step(steps: list[Step]) -> Step | None:
+    passed = [s for s in steps if s.ok]
+    return max(passed, key=lambda s: s.achieved) if passed else None
+
+
+def achieved_rate(send_times: list[float]) -> float:
+    if len(send_times) < 2:
+        return 0.0
+    return (len(send_times) - 1) / max(max(send_times) - min(send_times), 1e-9)
+
+
+# -- plain GossipSub ------------------------------------------------------------------------
+
+
+class RawWorker:
+    def __init__(self, log_path: Path) -> None:
+        log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve().parent / "raw_gossip.py")],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        log.close()
+        hello = self.read()
+        self.addr = str(hello["addr"])
+
+    def send(self, cmd: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("raw gossip worker exited; see its log")
+        return dict(json.loads(line))
+
+    def ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self.send(cmd)
+        return self.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"cmd": "quit"})
+                self.proc.wait(timeout=15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+class RawCluster:
+    def __init__(self, base: Path, payload: int) -> None:
+        self.payload = payload
+        self.workers: list[RawWorker] = []
+        self.step_no = 0
+        for i in range(NODES):
+            self.workers.append(RawWorker(base / f"raw{i}.log"))
+        for i, worker in enumerate(self.workers[1:], start=1):
+            worker.ask({"cmd": "connect", "addrs": [w.addr for w in self.workers[:i]]})
+        deadline = time.monotonic() + 30
+        while True:
+            states = [w.ask({"cmd": "peers"}) for w in self.workers]
+            if all(s["mesh"] >= NODES - 1 for s in states):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"raw gossip mesh did not form: {states}")
+            time.sleep(0.5)
+
+    def measure(self, rate: float, duration: float) -> Step:
+        self.step_no += 1
+        total = schedule(rate, duration)
+        start_at = time.time() + 0.5
+        for i, worker in enumerate(self.workers):
+            worker.send({"cmd": "step", "step": self.step_no, "rate": rate, "duration": duration,
+                         "index": i, "nodes": NODES, "start_at": start_at,
+                         "payload": self.payload, "window_s": WINDOW_S})
+        answers = [w.read() for w in self.workers]
+        load = load_avg()
+        sent: dict[int, float] = {}
+        for answer in answers:
+            sent.update({int(j): float(t) for j, t in answer["sent"].items()})
+        latencies: list[float] = []
+        delivered = within = 0
+        for i, answer in enumerate(answers):
+            recv = {int(j): float(t) for j, t in answer["recv"].items()}
+            for j, t_sent in sent.items():
+                t = t_sent if j % NODES == i else recv.get(j)
+                if t is None:
+                    continue
+                delivered += 1
+                latencies.append(t - t_sent)
+                within += t - t_sent <= WINDOW_S
+        return Step("raw", rate, total, len(sent), achieved_rate(list(sent.values())),
+                    delivered, within, latencies, load)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+
+def sds_gossip_size() -> int:
+    """Bytes of a node's gossip message for a CONTENT_SIZE event (signed, with bloom filter)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sync.identity import peer_id_of
+
+    key = Ed25519PrivateKey.from_private_bytes(b"\1" * 32)
+    ch = SdsChannel(CHANNEL, peer_id_of(key), key)
+    sizes = [len(ch.send(b"x" * CONTENT_SIZE, 1.0 + i)) for i in range(20)]
+    return sizes[-1]
+
+
+# -- syncnode cluster -------------------------------------------------------------------------
+
+
+class NodeCluster:
+    def __init__(self, base: Path) -> None:
+        self.nodes: list[NodeProcess] = []
+        self.step_no = 0
+        # node index -> message id -> received_at (ms), everything seen so far.
+        self.seen: list[dict[str, int]] = []
+        self.cursors: list[int] = []
+        self.published: dict[str, float] = {}  # message id -> send time
+        self.attempts = 0
+        for i in range(NODES):
+            extra: list[str] = []
+            for peer in self.nodes:
+                extra += ["--bootstrap", peer.listen_addrs[0]]
+            self.nodes.append(NodeProcess(base / f"n{i}", *extra).start())
+            self.seen.append({})
+            self.cursors.append(0)
+        deadline = time.monotonic() + 60
+        while not all(len(n.get("/v1/peers")["connected"]) >= NODES - 1 for n in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("node cluster did not connect")
+            time.sleep(0.5)
+
+    def poll(self) -> None:
+        """Read what each node stored since the last poll (seq order) with its commit time."""
+        for i, node in enumerate(self.nodes):
+            while True:
+                page = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
+                                after=self.cursors[i], limit=10_000)["events"]
+                for event in page:
+                    self.seen[i][event["message_id"]] = int(event["received_at"])
+                    self.cursors[i] = max(self.cursors[i], int(event["seq"]))
+                if len(page) < 10_000:
+                    break
+
+    def wait_everywhere(self, ids: list[str], deadline: float) -> None:
+        while True:
+            self.poll()
+            if all(m in seen for seen in self.seen for m in ids) or time.time() > deadline:
+                return
+            time.sleep(0.5)
+
+    def measure(self, rate: float, duration: float, profile: Path | None = None) -> Step:
+        self.step_no += 1
+        total = schedule(rate, duration)
+        urls = [n.api_url for n in self.nodes]
+        start_at = time.time() + 0.5
+        spy = None
+        if profile is not None:
+            spy = start_profile(self.nodes[1], profile / f"node-step{self.step_no}-"
+                                f"{rate:.0f}per_s.txt", duration)
+        results = trio.run(_publish_all, urls, self.step_no, rate, total, start_at)
+        load = load_avg()
+        self.attempts += total
+        sends = {mid: t for (t, _, mid) in results if mid is not None}
+        self.published.update(sends)
+        self.wait_everywhere(list(sends), start_at + (total - 1) / rate + WINDOW_S + 1)
+        if spy is not None:
+            spy.wait()
+        latencies: list[float] = []
+        delivered = within = 0
+        for seen in self.seen:
+            for mid, t_sent in sends.items():
+                received_at = seen.get(mid)
+                if received_at is None:
+                    continue
+                delivered += 1
+                latency = max(0.0, received_at / 1000 - t_sent)
+                latencies.append(latency)
+                within += latency <= WINDOW_S
+        return Step("node", rate, total, len(sends), achieved_rate([r[0] for r in results]),
+                    delivered, within, latencies, load)
+
+    def delivered_fraction(self, settle_s: float) -> float:
+        ids = list(self.published)
+        self.wait_everywhere(ids, time.time() + settle_s)
+        everywhere = sum(1 for m in ids if all(m in seen for seen in self.seen))
+        return everywhere / max(self.attempts, 1)
+
+    def stop(self) -> list[int | None]:
+        codes = []
+        for node in self.nodes:
+            try:
+                codes.append(node.terminate(timeout=30))
+            except subprocess.TimeoutExpired:
+                node.kill()
+                codes.append(None)
+        return codes
+
+
+async def _publish_all(
+    urls: list[str], step: int, rate: float, total: int, start_at: float
+) -> list[tuple[float, float | None, str | None]]:
+    """Publish ``total`` events round-robin over the nodes, open loop at ``rate``."""
+    results: list[tuple[float, float | None, str | None]] = []
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits) for u in urls]
+
+    async def one(j: int) -> None:
+        content = f"bench s{step} j{j} "
+        content += "." * max(0, CONTENT_SIZE - len(content))
+        t_sent = time.time()
+        try:
+            r = await clients[j % len(clients)].post(f"/v1/channels/{CHANNEL}/events",
+                                                     json={"content": content})
+            r.raise_for_status()
+            results.append((t_sent, time.time(), str(r.json()["message_id"])))
+        except httpx.HTTPError:
+            results.append((t_sent, None, None))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for j in range(total):
+                delay = start_at + j / rate - time.time()
+                if delay > 0:
+                    await trio.sleep(delay)
+                nursery.start_soon(one, j)
+    finally:
+        for client in clients:
+            await client.aclose()
+    return results
+
+
+def start_profile(node: NodeProcess, out: Path, duration: float) -> subprocess.Popen[bytes] | None:
+    if not PY_SPY.exists() or node.proc is None:
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [str(PY_SPY), "record", "-p", str(node.proc.pid), "-f", "raw", "-o", str(out),
+         "-d", str(max(1, int(duration))), "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+# -- catch-up ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Catchup:
+    events: int
+    fetched: int
+    seconds: float
+    from_cache: bool
+    recon_fetched: float
+    load: float
+
+    @property
+    def rate(self) -> float:
+        return self.fetched / self.seconds if self.seconds > 0 else 0.0
+
+
+def measure_catchup(base: Path, plan: Plan, profile: Path | None) -> Catchup:
+    count, from_cache = cached_log(base / "src", plan.catchup_events)
+    source = NodeProcess(base / "src").start(timeout=120)
+    fresh = None
+    try:
+        fresh = NodeProcess(base / "fresh", "--bootstrap", source.listen_addrs[0]).start()
+        t0 = time.time()
+        spy = start_profile(fresh, profile / "catchup-fresh.txt", 20) if profile else None
+        deadline = t0 + plan.catchup_timeout_s
+        stored = 0.0
+        while time.time() < deadline:
+            stored = metric(fresh, "events_stored_total")
+            if stored >= count:
+                break
+            time.sleep(0.2)
+        seconds = time.time() - t0
+        load = load_avg()
+        fetched = metric(fresh, "recon_events_fetched_total")
+        if spy is not None:
+            spy.wait()
+        return Catchup(count, int(stored), seconds, from_cache, fetched, load)
+    finally:
+        for node in (fresh, source):
+            if node is not None:
+                try:
+                    node.terminate()
+                except subprocess.TimeoutExpired:
+                    node.kill()
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short steps, 20,000-event catch-up")
+    parser.add_argument("--profile", metavar="DIR", type=Path,
+                        help="record py-spy profiles (raw format) of node 1 and the fresh node")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (node logs)")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else FULL
+    base = Path(tempfile.mkdtemp(prefix="syncnode-cluster-bench-"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    load_start = load_avg()
+    started = time.monotonic()
+    print(f"cluster benchmark: {NODES} processes on 127.0.0.1, {'quick' if args.quick else 'full'}"
+          f", steps of {plan.duration_s:g} s, window {WINDOW_S:g} s, work dir {base}")
+    print(f"machine: {os.cpu_count()} cores, load average at start {load_start:.2f}")
+    raw: RawCluster | None = None
+    cluster: NodeCluster | None = None
+    try:
+        payload = sds_gossip_size()
+        print(f"\nplain GossipSub ({payload}-byte messages, the size of a node's SDS message)")
+        print(HEADER)
+        raw = RawCluster(base, payload)
+        raw.measure(5, 1)  # warm-up: first messages on fresh connections
+        raw_steps = ramp(lambda r: raw.measure(r, plan.duration_s), plan)  # type: ignore[union-attr]
+        raw.stop()
+        raw = None
+
+        print(f"\nsyncnode ({CONTENT_SIZE}-byte contents via POST /v1/channels/{CHANNEL}/events)")
+        print(HEADER)
+        cluster = NodeCluster(base)
+        cluster.measure(5, 1)
+        node_steps = ramp(
+            lambda r: cluster.measure(r, plan.duration_s, args.profile),  # type: ignore[union-attr]
+            plan,
+        )
+        fraction = cluster.delivered_fraction(plan.settle_s)
+        exit_codes = cluster.stop()
+        cluster = None
+
+        print(f"\ncatch-up: a fresh node fetches {plan.catchup_events} events through Recon")
+        catchup = measure_catchup(base, plan, args.profile)
+        print(f"  {catchup.fetched}/{catchup.events} events stored in {catchup.seconds:.1f} s "
+              f"(recon fetched {catchup.recon_fetched:.0f}; source log "
+              f"{'from cache' if catchup.from_cache else 'built now'}; load {catchup.load:.2f})"
+              f" -> {catchup.rate:.0f} events/s")
+    finally:
+        if raw is not None:
+            raw.stop()
+        if cluster is not None:
+            cluster.stop()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+    best_node, best_raw = best_step(node_steps), best_step(raw_steps)
+    rate = best_node.achieved if best_node else 0.0
+    raw_rate = best_raw.achieved if best_raw else 0.0
+    node_published = sum(s.published for s in node_steps)
+    load_end = load_avg()
+    print(f"\nnode exit codes after SIGTERM: {exit_codes}")
+    print(f"rate_per_s {rate:.1f} vs raw GossipSub {raw_rate:.1f} "
+          f"({rate / raw_rate if raw_rate else 0:.2f}x; target >= 0.8x); "
+          f"delivered_fraction {fraction:.4f}; catch-up {catchup.rate:.0f} events/s "
+          f"(target >= 10000); load average {load_start:.2f} -> {load_end:.2f}; "
+          f"{time.monotonic() - started:.0f} s")
+    result = {
+        "nodes": NODES,
+        "published": node_published,
+        "delivered_fraction": round(fraction, 6),
+        "rate_per_s": round(rate, 1),
+        "latency_p50_ms": round(best_node.pct(50), 1) if best_node else None,
+        "latency_p99_ms": round(best_node.pct(99), 1) if best_node else None,
+        "raw_gossipsub_rate_per_s": round(raw_rate, 1),
+        "catchup_events_per_s": round(catchup.rate, 1),
+        "catchup_events": catchup.events,
+        "quick": args.quick,
+        "load_avg_1m": [round(load_start, 2), round(load_end, 2)],
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
