@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from node.api import ApiRoute, create_app, serve_api
+from node.apps import AppRunner
 from node.channels import ChannelService
 from node.config import Config, parse_host_port
 from node.discovery import DhtDiscovery
@@ -18,6 +19,7 @@ from node.identity import load_or_create_identity
 from node.logs import kv
 from node.p2p import P2PConfig, P2PHost, open_host
 from node.peers import PeerManager
+from node.plugins import PLUGINS
 from node.recon_service import ReconService
 from node.routes import NODE_ROUTES
 from node.runtime import NodeInfo, NodeRuntime
@@ -119,10 +121,13 @@ async def serve(
             register_base_metrics(runtime)
             await nursery.start(store.run_writer)
             allowed = frozenset(config.p2p.allowed_peers) or None
+            names = list(dict.fromkeys(
+                [*config.p2p.channels, *(c for p in PLUGINS for c in p.channels(config))]
+            ))
             channels = ChannelService(
                 host=host, store=store, metrics=runtime.metrics, key=key,
                 peer_id=runtime.peer_id, network_id=config.node.network_id,
-                channels=config.p2p.channels, sds_config=sds_config(config),
+                channels=names, sds_config=sds_config(config),
                 allowed_senders=allowed,
             )
             await channels.load()
@@ -140,13 +145,17 @@ async def serve(
             )
             await recon.load()
             runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
+            bundles = [plugin.build(runtime) for plugin in PLUGINS]
+            app_routes = [r for b in bundles for r in b.routes]
             services = trio.CancelScope()
             running: list[Any] = [channels, fetcher, peers, recon]
+            running += [AppRunner(b.app, store, runtime.metrics, runtime.commit_signal)
+                        for b in bundles]
             if config.p2p.dht:
                 running.append(DhtDiscovery(host, peers, runtime.metrics, config.node.network_id,
                                             config.p2p.channels, config.p2p.dht_interval_s))
             nursery.start_soon(_run_services, services, *running)
-            app = create_app(runtime, [*NODE_ROUTES, *(routes or [])])
+            app = create_app(runtime, [*NODE_ROUTES, *app_routes, *(routes or [])])
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,

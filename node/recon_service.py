@@ -187,8 +187,9 @@ class ReconService:
             candidates.append((peer, overlap / (latency + 0.01)))
         if not candidates:
             return None
-        peers, weights = zip(*candidates, strict=True)
-        return random.choices(peers, weights=weights)[0]
+        chosen: str = random.choices([p for p, _ in candidates],
+                                     weights=[w for _, w in candidates])[0]
+        return chosen
 
     async def sync_with(self, peer: str) -> SessionStats | None:
         if peer in self._busy:

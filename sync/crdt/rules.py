@@ -103,7 +103,7 @@ def reduce_entity(state: EntityState, effect: Effect) -> EntityState:
     if isinstance(effect, CreateRecord | NoteUpsert):
         return _with(state, upserted=Version(effect.timestamp, effect.sender))
     if isinstance(effect, Tombstone):
-        kept = {c: cell for c, cell in state.cells.items() if True}
+        kept = {c: cell for c, cell in state.cells.items() if cell.timestamp > effect.timestamp}
         return _with(state, deleted=Version(effect.timestamp, effect.sender), cells=kept)
     if isinstance(effect, HoldInMempool):
         held = sorted(
@@ -134,7 +134,7 @@ class _Planner:
         # The columns of one message are distinct, so each comparison is independent of the
         # others and the state is rebuilt once (the same as reducing each SetCell in turn).
         cells = dict(state.cells)
-        visible = state.alive
+        visible = True
         changed = False
         for column, value in message.values.items():
             cell = Cell(message.timestamp, value, message.sender)

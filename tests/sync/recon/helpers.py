@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import bisect
 import random
+from itertools import pairwise
 
-from sync.recon import Sha256a
+import pytest
 
-__all__ = ["FULL", "BruteForceStore", "make_sets"]
+from sync.errors import LocalProtocolError
+from sync.recon import KeyStore, Sha256a
+
+__all__ = ["FULL", "BruteForceStore", "Query", "check_store_against_model", "make_sets"]
+
+Query = tuple[bytes, bytes, bytes, int]  # lo, hi, a key to probe, a limit
 
 FULL = ((b"", b"\xff" * 8),)
 
@@ -64,3 +70,27 @@ def make_sets(seed: int, mode: str, size: int) -> tuple[set[bytes], set[bytes]]:
     a = {k for k in keys[: 2 * size] if rng.random() < 0.6}
     b = {k for k in keys[: 2 * size] if rng.random() < 0.6}
     return a, b
+
+
+def check_store_against_model(
+    store: KeyStore, model: BruteForceStore, queries: list[Query]
+) -> None:
+    """Every :class:`KeyStore` method of ``store`` agrees with the model (also for a SQL store)."""
+    assert len(store) == len(model)
+    for lo, hi, probe, limit in queries:
+        assert store.range_hash(lo, hi) == model.range_hash(lo, hi)
+        assert store.count(lo, hi) == model.count(lo, hi)
+        bounds = sorted({lo, hi, probe})
+        expected = [model.range_hash(a, b) for a, b in pairwise(bounds)]
+        assert getattr(store, "range_hashes", lambda b: expected)(bounds) == expected
+        assert getattr(
+            store, "range_fingerprints", lambda b: [(h.count, h.digest()) for h in expected]
+        )(bounds) == [(h.count, h.digest()) for h in expected]
+        assert store.keys(lo, hi, limit) == model.keys(lo, hi, limit)
+        assert store.contains(probe) == model.contains(probe)
+        inside = model._range(lo, hi)
+        for rank in {0, len(inside) // 2, len(inside) - 1}:
+            if 0 <= rank < len(inside):
+                assert store.key_at(lo, hi, rank) == inside[rank]
+        with pytest.raises(LocalProtocolError):
+            store.key_at(lo, hi, len(inside))

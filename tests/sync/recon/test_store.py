@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sync.errors import LocalProtocolError
 from sync.recon import KeyStore, MemoryKeyStore, Sha256a
-from tests.sync.recon.helpers import BruteForceStore
-
-Query = tuple[bytes, bytes, bytes, int]
+from tests.sync.recon.helpers import BruteForceStore, Query, check_store_against_model
 
 keys_st = st.binary(min_size=0, max_size=3)
 bound_st = st.binary(min_size=0, max_size=3)
-
-
-def _check_queries(store: MemoryKeyStore, model: BruteForceStore, queries: list[Query]) -> None:
-    assert len(store) == len(model)
-    for lo, hi, probe, limit in queries:
-        assert store.range_hash(lo, hi) == model.range_hash(lo, hi)
-        assert store.count(lo, hi) == model.count(lo, hi)
-        bounds = sorted({lo, hi, probe})
-        expected = [model.range_hash(a, b) for a, b in pairwise(bounds)]
-        assert store.range_hashes(bounds) == expected
-        assert store.range_fingerprints(bounds) == [(h.count, h.digest()) for h in expected]
-        assert store.keys(lo, hi, limit) == model.keys(lo, hi, limit)
-        assert store.contains(probe) == model.contains(probe)
-        inside = model._range(lo, hi)
-        for rank in {0, len(inside) // 2, len(inside) - 1}:
-            if 0 <= rank < len(inside):
-                assert store.key_at(lo, hi, rank) == inside[rank]
-        with pytest.raises(LocalProtocolError):
-            store.key_at(lo, hi, len(inside))
 
 
 query_st = st.lists(
@@ -53,7 +30,7 @@ def test_inserts_match_brute_force(inserts: list[bytes], queries: list[Query], l
     model = BruteForceStore()
     for key in inserts:
         assert store.insert(key) == model.insert(key)
-    _check_queries(store, model, queries)
+    check_store_against_model(store, model, queries)
 
 
 @settings(deadline=None, max_examples=100)
@@ -70,10 +47,10 @@ def test_bulk_load_then_insert(
     model = BruteForceStore()
     for key in sorted(initial):
         model.insert(key)
-    _check_queries(store, model, queries)
+    check_store_against_model(store, model, queries)
     for key in more:
         assert store.insert(key) == model.insert(key)
-    _check_queries(store, model, queries)
+    check_store_against_model(store, model, queries)
 
 
 def test_protocol_and_bulk_loader_rejects_unsorted() -> None:

@@ -1,0 +1,9 @@
+"""The applications this node hosts on its event log (see ``node.apps.AppPlugin``)."""
+
+from __future__ import annotations
+
+from node.apps import AppPlugin
+
+__all__ = ["PLUGINS"]
+
+PLUGINS: list[AppPlugin] = []
