@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "ApiConfig",
+    "BlocksSection",
     "Config",
     "ConfigError",
     "NodeConfig",
@@ -148,6 +150,35 @@ class ReconSection:
     fetch_batch: int = _opt(500, _positive)
 
 
+def _block_routes(v: Any) -> str | None:
+    for entry in v:
+        pattern, sep, channel = entry.rpartition("=")
+        if not sep or not pattern or _nonempty_names((channel,)):
+            return f"expected REGEX=CHANNEL, got {entry!r}"
+        if problem := _regexes((pattern,)):
+            return problem
+    return None
+
+
+def _regexes(v: Any) -> str | None:
+    for pattern in v:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"invalid regex {pattern!r}: {exc}"
+    return None
+
+
+@dataclass(frozen=True)
+class BlocksSection:
+    enabled: bool = _opt(False)
+    channel: str = _opt("blocks", lambda v: _nonempty_names((v,)))
+    routes: tuple[str, ...] = _opt((), _block_routes)
+    tracked: tuple[str, ...] = _opt((), _regexes)
+    reorg_threshold: int = _opt(128, _non_negative)
+    subbatch_chunk: int = _opt(64, _positive)
+
+
 @dataclass(frozen=True)
 class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
@@ -156,6 +187,7 @@ class Config:
     p2p: P2PSection = field(default_factory=P2PSection)
     sds: SdsSection = field(default_factory=SdsSection)
     recon: ReconSection = field(default_factory=ReconSection)
+    blocks: BlocksSection = field(default_factory=BlocksSection)
 
     @property
     def data_path(self) -> Path:

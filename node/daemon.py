@@ -10,23 +10,15 @@ from typing import Any
 import trio
 
 from node.api import ApiRoute, create_app, serve_api
-from node.apps import AppRunner
-from node.channels import ChannelService
 from node.config import Config, parse_host_port
-from node.discovery import DhtDiscovery
-from node.fetch import Fetcher
 from node.identity import load_or_create_identity
 from node.logs import kv
 from node.p2p import P2PConfig, P2PHost, open_host
-from node.peers import PeerManager
-from node.plugins import PLUGINS
-from node.recon_service import ReconService
 from node.routes import NODE_ROUTES
 from node.runtime import NodeInfo, NodeRuntime
+from node.services import build_services
 from node.store import EventStore
 from storage import AppendResult, EventRecord, make_engine, upgrade
-from sync.recon.session import ReconConfig
-from sync.sds import SdsConfig
 
 __all__ = ["serve"]
 
@@ -44,23 +36,6 @@ def p2p_config(config: Config) -> P2PConfig:
         # SDS messages are signed by their senders and verified before use: libp2p's own
         # per-message signatures would only double the cost.
         gossip_strict_signing=False,
-    )
-
-
-def sds_config(config: Config) -> SdsConfig:
-    s = config.sds
-    return SdsConfig(
-        causal_history_size=s.causal_history_size,
-        bloom_capacity=s.bloom_capacity,
-        bloom_fp_rate=s.bloom_fp_rate,
-        resend_interval=s.resend_interval_s,
-        possibly_acked_resend_interval=3 * s.resend_interval_s,
-        max_resends=s.max_resends,
-        lost_timeout=s.lost_timeout_s,
-        sync_interval=s.sync_interval_s,
-        sync_jitter=s.sync_interval_s,
-        t_min=s.repair_t_min_s,
-        t_max=s.repair_t_max_s,
     )
 
 
@@ -120,40 +95,8 @@ async def serve(
             runtime.host = host
             register_base_metrics(runtime)
             await nursery.start(store.run_writer)
-            allowed = frozenset(config.p2p.allowed_peers) or None
-            names = list(dict.fromkeys(
-                [*config.p2p.channels, *(c for p in PLUGINS for c in p.channels(config))]
-            ))
-            channels = ChannelService(
-                host=host, store=store, metrics=runtime.metrics, key=key,
-                peer_id=runtime.peer_id, network_id=config.node.network_id,
-                channels=names, sds_config=sds_config(config),
-                allowed_senders=allowed,
-            )
-            await channels.load()
-            fetcher = Fetcher(host, store, runtime.metrics, channels.ingest, channels.is_missing)
-            channels.on_missing = fetcher.want
-            peers = PeerManager(host, store, runtime.metrics)
-            await peers.load(config.p2p.bootstrap)
-            recon = ReconService(
-                host=host, store=store, channels=channels, metrics=runtime.metrics,
-                network_id=config.node.network_id, interval_s=config.recon.interval_s,
-                session_timeout_s=config.recon.session_timeout_s,
-                fetch_batch=config.recon.fetch_batch,
-                config=ReconConfig(fanout=config.recon.fanout),
-                allowed_senders=allowed,
-            )
-            await recon.load()
-            runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
-            bundles = [plugin.build(runtime) for plugin in PLUGINS]
-            app_routes = [r for b in bundles for r in b.routes]
+            running, app_routes = await build_services(runtime)
             services = trio.CancelScope()
-            running: list[Any] = [channels, fetcher, peers, recon]
-            running += [AppRunner(b.app, store, runtime.metrics, runtime.commit_signal)
-                        for b in bundles]
-            if config.p2p.dht:
-                running.append(DhtDiscovery(host, peers, runtime.metrics, config.node.network_id,
-                                            config.p2p.channels, config.p2p.dht_interval_s))
             nursery.start_soon(_run_services, services, *running)
             app = create_app(runtime, [*NODE_ROUTES, *app_routes, *(routes or [])])
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from node.apps import AppPlugin
+from node.blocks_plugin import BlocksPlugin
 
 __all__ = ["PLUGINS"]
 
-PLUGINS: list[AppPlugin] = []
+PLUGINS: list[AppPlugin] = [BlocksPlugin()]

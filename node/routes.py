@@ -48,8 +48,8 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
 def _channel(node: NodeRuntime, request: Request) -> str:
     name = request.path_params["channel"]
     if node.channels is None or name not in node.channels.channels:
-        raise ApiError(404, f"unknown channel {name!r}; this node replicates "
-                            f"{', '.join(node.config.p2p.channels)}")
+        known = ", ".join(node.channels.names) if node.channels else ""
+        raise ApiError(404, f"unknown channel {name!r}; this node replicates {known}")
     return str(name)
 
 

@@ -83,5 +83,5 @@ class NodeRuntime:
             "events": events,
             "listen_addrs": self.listen_addrs,
             "api_url": self.api_url,
-            "channels": list(self.config.p2p.channels),
+            "channels": list(self.channels.names if self.channels else self.config.p2p.channels),
         }

@@ -1,0 +1,78 @@
+"""Builds a node's long-running services from its configuration.
+
+Each returned service has an ``async run()``; the daemon runs them all in one nursery and
+cancels them together at shutdown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from node.api import ApiRoute
+from node.apps import AppRunner
+from node.channels import ChannelService
+from node.config import Config
+from node.discovery import DhtDiscovery
+from node.fetch import Fetcher
+from node.peers import PeerManager
+from node.plugins import PLUGINS
+from node.recon_service import ReconService
+from node.runtime import NodeRuntime
+from sync.recon.session import ReconConfig
+from sync.sds import SdsConfig
+
+__all__ = ["build_services", "sds_config"]
+
+
+def sds_config(config: Config) -> SdsConfig:
+    s = config.sds
+    return SdsConfig(
+        causal_history_size=s.causal_history_size,
+        bloom_capacity=s.bloom_capacity,
+        bloom_fp_rate=s.bloom_fp_rate,
+        resend_interval=s.resend_interval_s,
+        possibly_acked_resend_interval=3 * s.resend_interval_s,
+        max_resends=s.max_resends,
+        lost_timeout=s.lost_timeout_s,
+        sync_interval=s.sync_interval_s,
+        sync_jitter=s.sync_interval_s,
+        t_min=s.repair_t_min_s,
+        t_max=s.repair_t_max_s,
+    )
+
+
+def channel_names(config: Config) -> list[str]:
+    """Configured channels plus those the hosted applications need, in order, once each."""
+    needed = [c for plugin in PLUGINS for c in plugin.channels(config)]
+    return list(dict.fromkeys([*config.p2p.channels, *needed]))
+
+
+async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute]]:
+    """Create (and load from the database) every service; returns them and the apps' routes."""
+    config, host, store, metrics = runtime.config, runtime.host, runtime.store, runtime.metrics
+    allowed = frozenset(config.p2p.allowed_peers) or None
+    channels = ChannelService(
+        host=host, store=store, metrics=metrics, key=runtime.key, peer_id=runtime.peer_id,
+        network_id=config.node.network_id, channels=channel_names(config),
+        sds_config=sds_config(config), allowed_senders=allowed,
+    )
+    await channels.load()
+    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)
+    channels.on_missing = fetcher.want
+    peers = PeerManager(host, store, metrics)
+    await peers.load(config.p2p.bootstrap)
+    recon = ReconService(
+        host=host, store=store, channels=channels, metrics=metrics,
+        network_id=config.node.network_id, interval_s=config.recon.interval_s,
+        session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
+        config=ReconConfig(fanout=config.recon.fanout), allowed_senders=allowed,
+    )
+    await recon.load()
+    runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
+    bundles = [plugin.build(runtime) for plugin in PLUGINS]
+    services: list[Any] = [channels, fetcher, peers, recon]
+    services += [AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles]
+    if config.p2p.dht:
+        services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,
+                                     channels.names, config.p2p.dht_interval_s))
+    return services, [r for b in bundles for r in b.routes]
