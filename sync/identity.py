@@ -7,9 +7,12 @@ signature from its ``sender_id`` alone, with no key exchange.
 
 from __future__ import annotations
 
-from cryptography.exceptions import InvalidSignature
+from functools import lru_cache
+
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from nacl.bindings import crypto_sign_open
+from nacl.exceptions import BadSignatureError
 
 from sync.errors import RemoteProtocolError
 
@@ -62,14 +65,27 @@ def peer_id_of(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
     return b58encode(_ED25519_PREFIX + _raw_public(public))
 
 
-def public_key_from_peer_id(peer_id: str) -> Ed25519PublicKey:
-    """Extract the Ed25519 public key embedded in a peer id; ``RemoteProtocolError`` if none."""
+def _raw_key_from_peer_id(peer_id: str) -> bytes:
     if not peer_id or len(peer_id) > _MAX_PEER_ID_LEN:
         raise RemoteProtocolError("peer id missing or too long")
     raw = b58decode(peer_id)
     if len(raw) != len(_ED25519_PREFIX) + 32 or not raw.startswith(_ED25519_PREFIX):
         raise RemoteProtocolError("peer id is not an Ed25519 identity id")
-    return Ed25519PublicKey.from_public_bytes(raw[len(_ED25519_PREFIX) :])
+    return raw[len(_ED25519_PREFIX) :]
+
+
+@lru_cache(maxsize=4096)
+def _cached_raw_key(peer_id: str) -> bytes | None:
+    # A group has few senders: decoding each one's id once saves ~20 us per verification.
+    try:
+        return _raw_key_from_peer_id(peer_id)
+    except RemoteProtocolError:
+        return None
+
+
+def public_key_from_peer_id(peer_id: str) -> Ed25519PublicKey:
+    """Extract the Ed25519 public key embedded in a peer id; ``RemoteProtocolError`` if none."""
+    return Ed25519PublicKey.from_public_bytes(_raw_key_from_peer_id(peer_id))
 
 
 def sign(key: Ed25519PrivateKey, data: bytes) -> bytes:
@@ -77,10 +93,16 @@ def sign(key: Ed25519PrivateKey, data: bytes) -> bytes:
 
 
 def verify(peer_id: str, signature: bytes, data: bytes) -> bool:
-    """True when ``signature`` over ``data`` was made by the key inside ``peer_id``."""
+    """True when ``signature`` over ``data`` was made by the key inside ``peer_id``.
+
+    Verification uses libsodium (PyNaCl): about twice as fast as OpenSSL's Ed25519 here, and
+    the call releases the GIL, so worker threads can verify on several cores.
+    """
+    raw = _cached_raw_key(peer_id) if len(peer_id) <= _MAX_PEER_ID_LEN else None
+    if raw is None or len(signature) != 64:
+        return False
     try:
-        public = public_key_from_peer_id(peer_id)
-        public.verify(signature, data)
-    except (RemoteProtocolError, InvalidSignature, ValueError):
+        crypto_sign_open(signature + data, raw)
+    except (BadSignatureError, ValueError):
         return False
     return True
