@@ -19,7 +19,7 @@ from sqlalchemy import Connection, select
 from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import StoredEvent, events, get_state, put_state
+from storage import StoredEvent, events, get_state, put_state, write_transaction
 
 __all__ = ["AppBundle", "AppPlugin", "AppRunner", "LogApplication", "read_app_batch"]
 
@@ -87,7 +87,7 @@ class AppRunner:
         app, cursor = self.app, self.cursor
 
         def run() -> list[StoredEvent]:
-            with self.store.engine.begin() as conn:
+            with write_transaction(self.store.engine) as conn:
                 batch = read_app_batch(conn, app.channels, cursor, BATCH)
                 if batch:
                     app.apply(conn, batch)

@@ -36,6 +36,7 @@ from sync.sds import (
     ResendExhausted,
     SdsChannel,
     SdsConfig,
+    SignedEvent,
     decode_event,
 )
 
@@ -47,8 +48,8 @@ STATE_SAVE_INTERVAL_S = 5.0
 # per gossip message, not per byte. A protobuf message never starts with a zero byte (field
 # number 0 is invalid), so the marker cannot be mistaken for a plain SDS message.
 BATCH_MAGIC = b"\x00SB1"
-MAX_BATCH_ITEMS = 256
-MAX_BATCH_BYTES = 512 * 1024
+MAX_BATCH_ITEMS = 64
+MAX_BATCH_BYTES = 32 * 1024
 # How much of the persisted log to replay into a restored channel (bloom filter, heads, cache).
 RESTORE_LOG_LIMIT = 1_000_000
 _EVENT_COUNTERS: dict[type, str] = {
@@ -169,10 +170,17 @@ class ChannelService:
         self.metrics.inc("events_published_total", channel=name)
         return own
 
-    def ingest(self, wire: bytes, peer: str | None, now: float | None = None) -> str | None:
-        """Feed an event fetched by Recon or by id; its message id, or None if rejected."""
+    def ingest(
+        self, wire: bytes, peer: str | None, now: float | None = None,
+        verified: SignedEvent | None = None,
+    ) -> str | None:
+        """Feed an event fetched by Recon or by id; its message id, or None if rejected.
+
+        ``verified``: the event as already decoded and verified (in a worker thread), so that
+        its signature is not checked a second time here.
+        """
         try:
-            parsed = decode_event(wire, verify_signature=False)
+            parsed = verified or decode_event(wire, verify_signature=False)
             self._check_sender(wire, parsed.sender_id)
             name = parsed.channel_id
             ch = self.channels.get(name)
@@ -181,10 +189,12 @@ class ChannelService:
             if parsed.sender_id == self.peer_id:
                 # SDS ignores echoes of our own messages; one we no longer hold (a wiped
                 # database, say) is stored directly once its signature checks out.
-                own = decode_event(wire)
+                own = verified or decode_event(wire)
                 if own.lamport is not None and not ch.has_delivered(own.message_id):
                     self.store.submit([record_of_event(self.network_id, own)])
                 return own.message_id
+            if verified is not None:
+                ch.trust(verified)
             ch.receive(wire, time.time() if now is None else now, peer=peer)
         except RemoteProtocolError as exc:
             self._reject(exc, peer)

@@ -37,7 +37,7 @@ from sync.errors import RemoteProtocolError
 from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds, sender_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
-from sync.sds import decode_event
+from sync.sds import SignedEvent, decode_event
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
@@ -47,6 +47,35 @@ MAX_KEY_BYTES = 256
 MAX_EVENT_BYTES = 1 << 20
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
+VERIFY_THREADS = 2
+
+
+def _decode_all(wires: list[bytes]) -> list[SignedEvent | None]:
+    out: list[SignedEvent | None] = []
+    for wire in wires:
+        try:
+            out.append(decode_event(wire, max_size=MAX_EVENT_BYTES))
+        except RemoteProtocolError:
+            out.append(None)
+    return out
+
+
+async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS
+                            ) -> list[SignedEvent | None]:
+    """Decode and verify events (id and signature) in worker threads: libsodium releases the
+    GIL, so a batch is verified on every core while the event loop keeps serving."""
+    if len(wires) < 64:
+        return _decode_all(wires)
+    step = -(-len(wires) // threads)
+    parts: list[list[SignedEvent | None]] = [[] for _ in range(threads)]
+
+    async def run(i: int) -> None:
+        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step])
+
+    async with trio.open_nursery() as nursery:
+        for i in range(threads):
+            nursery.start_soon(run, i)
+    return [event for part in parts for event in part]
 
 
 class ReconAbort(Exception):
@@ -285,34 +314,33 @@ class ReconService:
                                          max_item_bytes=MAX_EVENT_BYTES)
                 except FrameDecodeError as exc:
                     raise ReconAbort(str(exc)) from None
-                self._ingest_batch(wires, stream.peer_id, wanted, stats)
+                await self._ingest_batch(wires, stream.peer_id, wanted, stats)
                 if frame[0] == EVENTS_LAST:
                     break
         self.metrics.inc("recon_events_fetched_total", stats.fetched)
 
-    def _ingest_batch(
+    async def _ingest_batch(
         self, wires: list[bytes], peer: str, wanted: set[bytes], stats: SessionStats
     ) -> None:
+        events = await verify_in_threads(wires)
         parsed = []
-        for wire in wires:
-            try:
-                event = decode_event(wire, verify_signature=False)
-                key = b"" if event.lamport is None else record_of_event(self.network_id,
-                                                                         event).recon_key
-            except RemoteProtocolError:
-                key = b""
+        for wire, event in zip(wires, events, strict=True):
+            if event is None or event.lamport is None:
+                stats.rejected += 1
+                raise ReconAbort("peer sent an invalid event")
+            key = record_of_event(self.network_id, event).recon_key
             if key not in wanted:
                 stats.rejected += 1
                 self.metrics.inc("events_rejected_total", reason="recon unrequested event")
                 raise ReconAbort("peer sent an event we did not ask for")
             wanted.discard(key)
-            parsed.append((event.lamport, key, wire))
+            parsed.append((event.lamport, key, wire, event))
         # Causal dependencies have lower Lamport timestamps: feeding in that order lets SDS
         # deliver at once instead of buffering and reporting gaps.
         parsed.sort(key=lambda item: (item[0], item[1]))
         expiry = time.monotonic() + PENDING_GRACE_S
-        for _, key, wire in parsed:
-            if self.channels.ingest(wire, peer) is None:
+        for _, key, wire, event in parsed:
+            if self.channels.ingest(wire, peer, verified=event) is None:
                 stats.rejected += 1
                 raise ReconAbort("peer sent an invalid event")
             # Still waiting for its dependencies: not fetched again before the grace ends.

@@ -71,7 +71,10 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
     bundles = [plugin.build(runtime) for plugin in PLUGINS]
     services: list[Any] = [channels, fetcher, peers, recon]
-    services += [AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles]
+    # An application with no channels (disabled in config) costs nothing.
+    services += [
+        AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels
+    ]
     if config.p2p.dht:
         services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,
                                      channels.names, config.p2p.dht_interval_s))

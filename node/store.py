@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import trio
 from sqlalchemy import Connection, Engine
 
-from storage import AppendResult, EventRecord, append_events
+from storage import AppendResult, EventRecord, append_events, write_transaction
 
 __all__ = ["EventStore", "StoreClosed"]
 
@@ -84,7 +84,7 @@ class EventStore:
         """Run a repository function inside its own transaction in a worker thread."""
 
         def run() -> T:
-            with self.engine.begin() as conn:
+            with write_transaction(self.engine) as conn:
                 return fn(conn, *args)
 
         return await trio.to_thread.run_sync(run)
@@ -125,7 +125,7 @@ class EventStore:
     async def _commit(self, batch: list[_Pending]) -> None:
         def run() -> list[AppendResult]:
             now = int(time.time() * 1000)
-            with self.engine.begin() as conn:
+            with write_transaction(self.engine) as conn:
                 return [self._append(conn, p.records, now) for p in batch]
 
         try:

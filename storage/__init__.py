@@ -6,7 +6,21 @@ dataclasses; the daemon runs them in worker threads.
 
 from __future__ import annotations
 
-from storage.engine import make_engine, redacted_url
+from storage.blocks import (
+    BlockChange,
+    BlockHead,
+    BlockRow,
+    block_at,
+    block_by_hash,
+    get_head,
+    last_change_seq,
+    log_changes,
+    put_head,
+    read_changes,
+    set_canonical,
+    store_blocks,
+)
+from storage.engine import make_engine, redacted_url, write_transaction
 from storage.events import (
     AppendResult,
     EventRecord,
@@ -25,15 +39,23 @@ from storage.events import (
     read_events_after,
 )
 from storage.migrate import current_revision, head_revision, upgrade
-from storage.schema import LANE_COLUMNS, events, metadata, node_state
+from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
 from storage.state import delete_state, get_state, list_state, put_state
 
 __all__ = [
     "LANE_COLUMNS",
     "AppendResult",
+    "BlockChange",
+    "BlockHead",
+    "BlockRow",
     "EventRecord",
     "StoredEvent",
     "append_events",
+    "block_at",
+    "block_by_hash",
+    "block_head",
+    "block_log",
+    "blocks",
     "count_events",
     "current_revision",
     "delete_state",
@@ -41,20 +63,28 @@ __all__ = [
     "events_by_keys",
     "events_by_message_ids",
     "existing_keys",
+    "get_head",
     "get_state",
     "head_revision",
     "key_at",
     "keys_in_range",
+    "last_change_seq",
     "list_state",
+    "log_changes",
     "make_engine",
     "max_seq",
     "metadata",
     "node_state",
+    "put_head",
     "put_state",
     "range_hash",
+    "read_changes",
     "read_channel",
     "read_channel_ordered",
     "read_events_after",
     "redacted_url",
+    "set_canonical",
+    "store_blocks",
     "upgrade",
+    "write_transaction",
 ]

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-__all__ = ["make_engine", "redacted_url"]
+__all__ = ["make_engine", "redacted_url", "write_transaction"]
 
 
 def redacted_url(url: str) -> str:
     """The URL with any password hidden, safe to print and to return from the status API."""
     return make_url(url).render_as_string(hide_password=True)
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A transaction that will write: on SQLite it takes the write lock when it begins."""
+    with engine.connect() as conn:
+        conn.execution_options(sqlite_immediate=True)
+        with conn.begin():
+            yield conn
 
 
 def make_engine(url: str, *, sqlite_synchronous: str = "FULL") -> Engine:
@@ -37,7 +48,10 @@ def make_engine(url: str, *, sqlite_synchronous: str = "FULL") -> Engine:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN")
+            # A deferred transaction that reads, then writes, fails at once with "database is
+            # locked" when another writer committed in between; writers take the lock upfront.
+            immediate = conn.get_execution_options().get("sqlite_immediate", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
     if parsed.get_backend_name() == "postgresql":

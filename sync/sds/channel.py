@@ -41,7 +41,7 @@ from sync.sds.message import (
     encode_event,
     transmission_suffix,
 )
-from sync.sds.repair import in_response_group, t_req, t_resp
+from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import LogEntry, export_state, restore_channel
 from sync.sds.timers import TimerKind, TimerQueue
 
@@ -51,8 +51,6 @@ __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
 #: however many messages follow.
 LAMPORT_LIMIT = (1 << 64) - (1 << 32)
 _SIGNATURE_CACHE = 4096
-#: Spacing of repair requests beyond the per-message quota (they wait for the next message).
-_REPAIR_PACING = 1.0
 _SYNC_KEY = ""
 
 
@@ -75,6 +73,7 @@ class SdsChannel:
         self.participant_id = participant_id
         self.config = config or SdsConfig()
         self.verify_signatures = verify_signatures
+        self._check_ids = self.config.check_message_ids
         self._key = signing_key
         self._rng = rng or random.Random(0)
         cfg = self.config
@@ -106,9 +105,7 @@ class SdsChannel:
         self._lost: set[str] = set()
         self._outgoing: dict[str, OutgoingEntry] = {}
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
-        self._repair_out: dict[str, tuple[float, HistoryRef]] = {}
-        self._repair_in: dict[str, float] = {}
-        self._cache: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._repair = RepairBuffers(participant_id, self.config, self._timers)
         self._verified: dict[str, bytes] = {}
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
         self._last_activity = now
@@ -136,6 +133,13 @@ class SdsChannel:
         """The local log as (lamport, message_id), in log order."""
         return sorted((lamport, mid) for mid, lamport in self._log.items())
 
+    def trust(self, event: SignedEvent) -> None:
+        """Note that ``event``'s signature was verified elsewhere (say, in a worker thread), so
+        that ``receive`` of its wire skips the check. Its id is still checked against the
+        content on receipt, so the trust cannot carry over to a different message."""
+        if event.signature is not None:
+            self._remember_signature(event.message_id, event.signature)
+
     def has_delivered(self, message_id: str) -> bool:
         return message_id in self._log
 
@@ -153,11 +157,11 @@ class SdsChannel:
 
     @property
     def repair_request_ids(self) -> frozenset[str]:
-        return frozenset(self._repair_out)
+        return frozenset(self._repair.requests)
 
     @property
     def repair_response_ids(self) -> frozenset[str]:
-        return frozenset(self._repair_in)
+        return frozenset(self._repair.responses)
 
     def set_retrieval_hint(self, message_id: str, hint: bytes) -> None:
         """Attach a retrieval hint to a logged message for the histories that name it."""
@@ -212,6 +216,12 @@ class SdsChannel:
             self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now)
         )
 
+    def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
+        chosen = self._repair.take_due(now)
+        if chosen:
+            self._events.append(RepairRequested(tuple(r.message_id for r in chosen)))
+        return chosen
+
     def _choose_history(self, size: int, *, sample: bool) -> tuple[HistoryRef, ...]:
         """The causal history: DAG heads first, most recent first, then the log's tail.
 
@@ -245,7 +255,7 @@ class SdsChannel:
             tx = decode_transmission(
                 data,
                 self._limits,
-                check_id=self.config.check_message_ids,
+                check_id=self._check_ids,
                 verify_signature=self.verify_signatures,
                 known_signatures=self._verified,
             )
@@ -264,14 +274,15 @@ class SdsChannel:
         mid = event.message_id
         if event.signature is not None and self.verify_signatures:
             self._remember_signature(mid, event.signature)
-        self._cancel_repairs(mid)
+        self._repair.seen(mid)
         if event.sender_id == self.participant_id:
             return
         if event.is_ephemeral:
             self._receive_ephemeral(event)
             return
         self._review_acks(event, view)
-        self._handle_repair_requests(tx.repair_request, now)
+        if tx.repair_request:
+            self._repair.on_requests(tx.repair_request, now)
         if event.is_sync:
             self._last_activity = now
             self._note_missing(
@@ -413,20 +424,11 @@ class SdsChannel:
             self._heads[mid] = ref
         if self._missing.pop(mid, None) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
-        groups = self.config.num_response_groups
-        if groups == 1 or in_response_group(self.participant_id, ev.sender_id, mid, groups):
-            self._cache_message(mid, ev.sender_id, ev.wire)
+        self._repair.remember(mid, ev.sender_id, ev.wire)
         history_ids = tuple([h.message_id for h in ev.causal_history])
         self._events.append(
             Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)
         )
-
-    def _cache_message(self, mid: str, sender: str, wire: bytes) -> None:
-        if self.config.repair_cache_size <= 0:
-            return
-        self._cache[mid] = (sender, wire)
-        if len(self._cache) > self.config.repair_cache_size:
-            self._cache.popitem(last=False)
 
     def _note_missing(self, refs: list[HistoryRef], now: float) -> None:
         new = []
@@ -436,7 +438,7 @@ class SdsChannel:
                 continue
             self._missing[mid] = ref
             self._timers.schedule(TimerKind.LOST, mid, now + self.config.lost_timeout)
-            self._arm_repair_request(ref, now)
+            self._repair.want(ref, now)
             new.append(MissingEntry(mid, ref.retrieval_hint, ref.sender_id))
         if new:
             self._events.append(MissingDependencies(tuple(new)))
@@ -445,7 +447,7 @@ class SdsChannel:
         ref = self._missing.pop(mid, None)
         if ref is None:
             return
-        self._cancel_repairs(mid)
+        self._repair.seen(mid)
         pending = [mid]
         while pending:
             lost_id = pending.pop()
@@ -464,49 +466,6 @@ class SdsChannel:
                 elif not waiting.missing:
                     del self._waiting[waiter]
                     self._deliver(waiting.event, lost_dependency=True)
-
-    # ------------------------------------------------------------------ SDS-R
-    def _arm_repair_request(self, ref: HistoryRef, now: float) -> None:
-        cfg = self.config
-        when = t_req(now, self.participant_id, ref.message_id, cfg.t_min, cfg.t_max)
-        self._repair_out[ref.message_id] = (when, ref)
-        self._timers.schedule(TimerKind.REPAIR_REQUEST, ref.message_id, when)
-
-    def _cancel_repairs(self, mid: str) -> None:
-        if self._repair_out.pop(mid, None) is not None:
-            self._timers.cancel(TimerKind.REPAIR_REQUEST, mid)
-        if self._repair_in.pop(mid, None) is not None:
-            self._timers.cancel(TimerKind.REPAIR_RESPONSE, mid)
-
-    def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
-        """Up to the quota of due requests, lowest T_req first; each is re-armed to ask again
-        after a fresh back-off if the repair does not arrive."""
-        quota = self.config.max_repair_requests
-        if not self._repair_out or quota <= 0:
-            return ()
-        due = [(when, mid) for mid, (when, _) in self._repair_out.items() if when <= now]
-        if not due:
-            return ()
-        chosen = [self._repair_out[mid][1] for _, mid in heapq.nsmallest(quota, due)]
-        for ref in chosen:
-            self._arm_repair_request(ref, now)
-        self._events.append(RepairRequested(tuple(r.message_id for r in chosen)))
-        return tuple(chosen)
-
-    def _handle_repair_requests(self, refs: tuple[HistoryRef, ...], now: float) -> None:
-        cfg = self.config
-        for ref in refs:
-            mid = ref.message_id
-            if mid in self._repair_out:
-                # Someone asked already: back off instead of asking too.
-                self._arm_repair_request(self._repair_out[mid][1], now)
-            if mid not in self._cache or mid in self._repair_in:
-                continue
-            sender = self._cache[mid][0]
-            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups):
-                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max)
-                self._repair_in[mid] = when
-                self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
 
     # ------------------------------------------------------------------ timers
     def _arm_sync(self, base: float) -> None:
@@ -530,7 +489,7 @@ class SdsChannel:
                 elif kind is TimerKind.REPAIR_RESPONSE:
                     self._answer_repair(key, now)
                 elif kind is TimerKind.REPAIR_REQUEST:
-                    want_sync = want_sync or key in self._repair_out
+                    want_sync = want_sync or key in self._repair.requests
                 elif kind is TimerKind.SYNC:
                     want_sync = want_sync or self._periodic_sync_due(now)
             if want_sync:
@@ -549,11 +508,7 @@ class SdsChannel:
 
     def _send_sync(self, now: float) -> None:
         self._datagrams.append(self._sync_message(now))
-        # Due requests beyond the quota wait a little for the next message.
-        for mid, (when, ref) in list(self._repair_out.items()):
-            if when <= now:
-                self._repair_out[mid] = (now + _REPAIR_PACING, ref)
-                self._timers.schedule(TimerKind.REPAIR_REQUEST, mid, now + _REPAIR_PACING)
+        self._repair.pace_due(now)
         self._arm_sync(now)
 
     def _resend(self, mid: str, now: float) -> None:
@@ -572,12 +527,10 @@ class SdsChannel:
         self._timers.schedule(TimerKind.RESEND, mid, now + period)
 
     def _answer_repair(self, mid: str, now: float) -> None:
-        if self._repair_in.pop(mid, None) is None:
+        wire = self._repair.respond(mid)
+        if wire is None:
             return
-        cached = self._cache.get(mid)
-        if cached is None:
-            return
-        self._datagrams.append(cached[1] + self._suffix(now))
+        self._datagrams.append(wire + self._suffix(now))
         self._last_activity = now
         self._events.append(RepairAnswered(mid))
 

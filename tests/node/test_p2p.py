@@ -686,3 +686,22 @@ async def test_an_error_in_the_body_comes_out_unwrapped_and_the_host_is_closed()
     async with _hosts(P2PConfig(dial_timeout=3.0), first_key=31) as (other,):
         with pytest.raises(DialError):
             await other.connect(address)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_malformed_pubsub_rpc_drops_one_stream_not_the_host() -> None:
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+
+    async with _hosts(P2PConfig(), P2PConfig(), P2PConfig()) as (victim, attacker, honest):
+        queues = await _gossip_group([victim, attacker, honest], "chan")
+        # Bytes that are a valid length prefix but no RPC protobuf: libp2p 0.8.1 lets the
+        # DecodeError escape its reader and stop the network service; ours must not.
+        raw = await attacker._open_raw(victim.peer_id, PROTOCOL_ID_V11)
+        await raw.write(b"\x05\xff\xff\xff\xff\xff")
+        await trio.sleep(1)
+        await honest.publish("chan", b"still alive")
+        with trio.fail_after(20):
+            msg = await queues[0].receive()
+        assert msg.data == b"still alive"
+        assert victim.peer_id in honest.connected_peers()

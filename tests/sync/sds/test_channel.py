@@ -310,3 +310,56 @@ def test_invalid_message_is_never_delivered_buffered_or_acknowledged() -> None:
     with pytest.raises(RemoteProtocolError, match="another channel"):
         a.receive(other.send(b"x", T0), T0)
     assert a.events() == [] and len(a.log()) == 1
+
+
+def test_duplicates_do_not_suppress_the_sync_that_acknowledges_them() -> None:
+    """Regression: a resend every few seconds must not hold back the receiver's sync (which
+    carries the acknowledgement the resender waits for)."""
+    cfg = SdsConfig(resend_interval=2, sync_interval=3, sync_jitter=3)
+    a, b = channel(0, config=cfg), channel(1, config=cfg)
+    m = a.send(b"m", T0)
+    b.receive(m, T0)
+    now, synced = T0, False
+    while now < T0 + 20 and not synced:
+        now += 1
+        a.handle_timer(now)
+        for data in a.datagrams_to_send():
+            b.receive(data, now)
+        b.handle_timer(now)
+        for data in b.datagrams_to_send():
+            synced = True
+            a.receive(data, now)
+    assert synced and a.outgoing_ids == frozenset()
+
+
+def test_activity_from_others_postpones_our_sync() -> None:
+    cfg = SdsConfig(sync_interval=30, sync_jitter=0)
+    a, b = channel(0, config=cfg), channel(1, config=cfg)
+    b.receive(a.send(b"m", T0), T0)
+    assert b.get_timer() == T0 + 30
+    b.receive(a.send(b"n", T0 + 20), T0 + 20)  # new content: the sync backs off
+    b.handle_timer(T0 + 30)
+    assert b.datagrams_to_send() == []
+    assert b.get_timer() == T0 + 50
+    b.handle_timer(T0 + 50)
+    assert len(b.datagrams_to_send()) == 1
+
+
+def test_trusted_signature_skips_verification_but_not_the_id_check() -> None:
+    alice, bob = channel(0), channel(1)
+    wire = alice.send(b"hello", T0 + 1)
+    event = decode_transmission(wire).event
+    # Trusted with a forged signature: receive accepts it without checking the signature ...
+    forged_sig = bytes(64)
+    msg = sds_pb2.Message.FromString(wire)
+    msg.signature = forged_sig
+    bob.trust(event._replace(signature=forged_sig))
+    bob.receive(msg.SerializeToString(), T0 + 2)
+    assert delivered_ids(bob) == [event.message_id]
+    # ... but other content under the same id and signature is still refused.
+    carol = channel(2)
+    carol.trust(event)
+    msg = sds_pb2.Message.FromString(wire)
+    msg.content = b"tampered"
+    with pytest.raises(RemoteProtocolError, match="message id"):
+        carol.receive(msg.SerializeToString(), T0 + 2)
