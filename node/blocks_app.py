@@ -9,6 +9,7 @@ cursor; so a restart resumes exactly where the last committed batch ended.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -24,7 +25,7 @@ from node.config import BlocksSection
 from node.logs import kv
 from node.metrics import Metrics
 from storage import StoredEvent, get_state, put_state
-from storage.blocks import get_head, log_change, put_head, set_canonical, store_block
+from storage.blocks import BlockRow, get_head, log_changes, put_head, set_canonical, store_blocks
 from sync.cardinal import (
     DEFAULT_LIMITS,
     BlockApplied,
@@ -41,7 +42,7 @@ from sync.cardinal import (
 )
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import read_varint, varint
-from sync.sds import decode_event
+from sync.sds import sds_pb2
 
 __all__ = [
     "APP_NAME",
@@ -143,10 +144,15 @@ class BlocksApplication:
         self._uncommitted = False
         self._replay_from = 0  # first seq the consumer's partial state may depend on
         self._fed_since = 0
+        self._stored_head: BlockRef | None = None
         self.metrics = metrics
         # Counted in apply (a worker thread), published once the batch committed.
         self._counts: dict[tuple[str, str], int] = {}
         self._changed = trio.Event()
+        # Writes of the batch, coalesced per block and flushed in a few statements.
+        self._rows: dict[bytes, BlockRow] = {}
+        self._flags: dict[bytes, bool] = {}
+        self._changes: list[tuple[str, bytes, int]] = []
 
     # -- LogApplication ------------------------------------------------------------------------
 
@@ -156,12 +162,13 @@ class BlocksApplication:
         self._uncommitted = True
         assert self.consumer is not None
         now_ms = int(self.clock() * 1000)
-        head = self.consumer.head
         for event in batch:
-            self._feed(conn, event, now_ms)
-        if self.consumer.head != head and self.consumer.head.number >= 0:
-            h = self.consumer.head
-            put_head(conn, self.stream, h.hash, h.number, h.weight, now_ms)
+            self._feed(event, now_ms)
+        self._flush(conn, now_ms)
+        head = self.consumer.head
+        if head != self._stored_head and head.number >= 0:
+            put_head(conn, self.stream, head.hash, head.number, head.weight, now_ms)
+            self._stored_head = head
         state = {"version": _STATE_VERSION, "replay_from": self._replay_from,
                  "fed_since": self._fed_since, "consumer": self.consumer.export_state()}
         put_state(conn, _STATE_KEY, json.dumps(state, separators=(",", ":")).encode(), now_ms)
@@ -191,6 +198,9 @@ class BlocksApplication:
         """Rebuild the consumer from the committed state, then re-feed the log events its
         partly reassembled blocks were built from (those are not part of the saved state)."""
         self._counts.clear()
+        self._rows.clear()
+        self._flags.clear()
+        self._changes.clear()
         raw = get_state(conn, _STATE_KEY)
         self.consumer, self._replay_from, self._fed_since = None, first_seq, 0
         if raw is not None:
@@ -204,10 +214,10 @@ class BlocksApplication:
             except (RemoteProtocolError, ValueError, KeyError, TypeError):
                 # Never stop on a corrupt blob: resume from the stored head instead.
                 log.exception("cannot restore the blocks consumer; restarting from the head")
+        row = get_head(conn, self.stream)
+        self._stored_head = None if row is None else BlockRef(row.hash, row.number, row.weight)
         if self.consumer is None:
-            head = get_head(conn, self.stream)
-            anchor = None if head is None else BlockRef(head.hash, head.number, head.weight)
-            self.consumer = Consumer(anchor=anchor, **self._options)
+            self.consumer = Consumer(anchor=self._stored_head, **self._options)
         cursor = self._replay_from - 1
         replayed = 0
         now_ms = int(self.clock() * 1000)
@@ -217,18 +227,19 @@ class BlocksApplication:
             if not rows:
                 break
             for event in rows:
-                self._feed(conn, event, now_ms)
+                self._feed(event, now_ms)
             replayed += len(rows)
             cursor = rows[-1].seq
+        self._flush(conn, now_ms)
         if replayed:
             log.info("blocks consumer resumed", extra=kv(replayed=replayed,
                                                          head=self.consumer.head.number))
 
-    def _feed(self, conn: Connection, event: StoredEvent, now_ms: int) -> None:
+    def _feed(self, event: StoredEvent, now_ms: int) -> None:
         consumer = self.consumer
         assert consumer is not None
         try:
-            content = decode_event(event.wire, verify_signature=False).content
+            content = _content_of(event.wire)
             envelope = decode_envelope(content, consumer.limits.max_key)
             # A reorg channel is in order per producer only: scope it to the sender, so that
             # a redundant producer's copy of the same reorg cannot close ours half-way.
@@ -240,7 +251,7 @@ class BlocksApplication:
             self._count("blocks_rejected_total", exc.reason.split(":")[0][:60])
             log.info("rejected block message", extra=kv(sender=event.sender, seq=event.seq,
                                                         reason=exc.reason))
-        self._handle(conn, consumer.events(), now_ms)
+        self._handle(consumer.events(), now_ms)
         if consumer.pending_count() == len(consumer.canonical_blocks()):
             self._replay_from, self._fed_since = event.seq + 1, 0
         else:
@@ -248,18 +259,31 @@ class BlocksApplication:
             if self._fed_since > MAX_REPLAY_EVENTS:
                 self._replay_from, self._fed_since = event.seq + 1, 0
 
-    def _handle(self, conn: Connection, events: list[ConsumerEvent], now_ms: int) -> None:
+    def _flush(self, conn: Connection, now_ms: int) -> None:
+        store_blocks(conn, self.stream, list(self._rows.values()))
+        for block_hash, canonical in self._flags.items():
+            set_canonical(conn, self.stream, block_hash, canonical, now_ms)
+        log_changes(conn, self.stream, self._changes, now_ms)
+        self._rows.clear()
+        self._flags.clear()
+        self._changes.clear()
+
+    def _handle(self, events: list[ConsumerEvent], now_ms: int) -> None:
         for ev in events:
             if isinstance(ev, BlockApplied):
                 b = ev.block
-                store_block(conn, self.stream, hash=b.hash, number=b.number, parent=b.parent,
-                            weight=b.weight, payload=json.dumps(payload_to_json(b)),
-                            now_ms=now_ms)
-                log_change(conn, self.stream, "applied", b.hash, b.number, now_ms)
+                self._rows[b.hash] = BlockRow(b.hash, b.number, b.parent, b.weight, True,
+                                              json.dumps(payload_to_json(b)), now_ms)
+                self._flags.pop(b.hash, None)
+                self._changes.append(("applied", b.hash, b.number))
                 self._count("blocks_applied_total")
             elif isinstance(ev, BlockReverted):
-                set_canonical(conn, self.stream, ev.hash, False, now_ms)
-                log_change(conn, self.stream, "reverted", ev.hash, ev.number, now_ms)
+                row = self._rows.get(ev.hash)
+                if row is not None:
+                    self._rows[ev.hash] = dataclasses.replace(row, canonical=False)
+                else:
+                    self._flags[ev.hash] = False
+                self._changes.append(("reverted", ev.hash, ev.number))
                 self._count("blocks_reverted_total")
             elif isinstance(ev, BlockFailed):
                 self._count("blocks_failed_total", "after" if ev.after_completion else "before")
@@ -271,3 +295,14 @@ class BlocksApplication:
                 log.info("deep reorg", extra=kv(event=type(ev).__name__, hash=ev.hash.hex(),
                                                 number=ev.number, channel=ev.channel))
 
+
+
+def _content_of(wire: bytes) -> bytes:
+    """The content of a stored event. Its id and signature were checked when it was stored, so
+    only the protobuf is parsed (a full ``decode_event`` would hash it again)."""
+    msg = sds_pb2.Message()
+    try:
+        msg.ParseFromString(wire)
+    except Exception as exc:  # the C decoder's error types vary; all mean "bad bytes"
+        raise RemoteProtocolError(f"undecodable event: {type(exc).__name__}") from None
+    return msg.content

@@ -242,6 +242,7 @@ class BlocksPlugin:
             ("blocks_reverted_total", "Blocks taken off the canonical chain"),
             ("blocks_failed_total", "Blocks on which producers disagree"),
             ("blocks_rejected_total", "Malformed block messages (counted by reason)"),
+            ("blocks_reorgs_total", "Deep reorg messages followed, finished or ignored"),
         ):
             runtime.metrics.describe(name, "counter", help_text)
         if section.enabled:

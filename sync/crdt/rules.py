@@ -134,7 +134,7 @@ class _Planner:
         # The columns of one message are distinct, so each comparison is independent of the
         # others and the state is rebuilt once (the same as reducing each SetCell in turn).
         cells = dict(state.cells)
-        visible = True
+        visible = state.alive
         changed = False
         for column, value in message.values.items():
             cell = Cell(message.timestamp, value, message.sender)

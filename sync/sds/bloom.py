@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import mmh3
 from bitarray import bitarray
@@ -23,9 +23,9 @@ MAX_HASHES = 64
 _MASK64 = (1 << 64) - 1
 
 
-@dataclass(frozen=True)
-class BloomParams:
-    """Number of bits ``m`` and of hash functions ``k``."""
+class BloomParams(NamedTuple):
+    """Number of bits ``m`` and of hash functions ``k``. (A named tuple: built for every
+    received filter and used as a dict key, both cheaper than for a dataclass.)"""
 
     bits: int
     hashes: int
@@ -53,6 +53,15 @@ class BloomParams:
         """Expected false-positive rate with ``count`` ids inserted."""
         return float((1.0 - math.exp(-self.hashes * count / self.bits)) ** self.hashes)
 
+    def hits_needed(self, count: int, bound: float) -> int:
+        """Independent hits in filters holding ``count`` ids each after which the chance that
+        all were false positives is at most ``bound`` (the channel applies the same rule with
+        each received filter's actual fill instead of an assumed ``count``)."""
+        rate = self.false_positive_rate(count)
+        if rate <= 0.0:
+            return 1
+        return max(1, math.ceil(math.log(bound) / math.log(rate)))
+
     @property
     def nbytes(self) -> int:
         return (self.bits + 7) // 8
@@ -79,6 +88,7 @@ class RollingBloomFilter:
         self.window = window
         self._bits = bitarray(params.bits, endian="big")
         self._bits.setall(0)
+        # A plain list: array('H') is smaller but measured twice as slow here (boxing).
         self._counts = [0] * params.bits
         self._order: deque[tuple[int, ...]] = deque()
         self._encoded: bytes | None = None
@@ -120,7 +130,7 @@ class RollingBloomFilter:
 class BloomView:
     """A received filter, checked against its parameters before use."""
 
-    __slots__ = ("_bits", "_data", "_fp", "params")
+    __slots__ = ("_data", "_fp", "params")
 
     def __init__(self, data: bytes, params: BloomParams, *, max_bits: int) -> None:
         if not 0 < params.bits <= max_bits or not 0 < params.hashes <= MAX_HASHES:
@@ -129,22 +139,17 @@ class BloomView:
             raise RemoteProtocolError("bloom filter length does not match its parameters")
         self.params = params
         self._data = data
-        self._bits: bitarray | None = None  # built on first use: most filters are never read
-        self._fp: float | None = None
-
-    def _array(self) -> bitarray:
-        if self._bits is None:
-            self._bits = bitarray(endian="big")
-            self._bits.frombytes(self._data)
-        return self._bits
+        self._fp: float | None = None  # computed on the first hit: most filters never hit
 
     @property
     def false_positive_rate(self) -> float:
         """The actual rate of this filter (from its fill), to weigh a hit as evidence."""
         if self._fp is None:
-            self._fp = (self._array().count() / self.params.bits) ** self.params.hashes
+            ones = int.from_bytes(self._data, "big").bit_count()
+            self._fp = (ones / self.params.bits) ** self.params.hashes
         return self._fp
 
     def contains_indices(self, indices: tuple[int, ...]) -> bool:
-        bits = self._bits if self._bits is not None else self._array()
-        return all(bits[i] for i in indices)
+        # Read the bytes directly: cheaper than building a bitarray for a handful of bits.
+        data = self._data
+        return all(data[i >> 3] & (0x80 >> (i & 7)) for i in indices)

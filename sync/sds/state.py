@@ -9,8 +9,8 @@ A malformed state raises ``RemoteProtocolError`` like any other bad input.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
+import math
 import random
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,13 @@ def _unb64(text: Any) -> bytes | None:
     if not isinstance(text, str):
         raise ValueError("expected base64 text")
     return base64.b64decode(text, validate=True)
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError("non-finite number")
+    return number
 
 
 def _ref_json(ref: HistoryRef) -> dict[str, Any]:
@@ -85,9 +92,9 @@ def export_state(ch: SdsChannel) -> bytes:
         ],
         "lost": sorted(ch._lost),
         "repair_out": [
-            {"ref": _ref_json(ref), "t_req": when} for when, ref in ch._repair_out.values()
+            {"ref": _ref_json(ref), "t_req": when} for when, ref in ch._repair.requests.values()
         ],
-        "repair_in": [{"id": mid, "t_resp": when} for mid, when in ch._repair_in.items()],
+        "repair_in": [{"id": mid, "t_resp": when} for mid, when in ch._repair.responses.items()],
         "heads": [_ref_json(ref) for ref in ch._heads.values()],
         "sync_at": timers.due(TimerKind.SYNC, ""),
     }
@@ -127,8 +134,15 @@ def restore_channel(
         for wire in cached_wires:
             event = decode_event(wire, max_size=ch.config.max_message_size, verify_signature=False)
             if event.message_id in ch._log:
-                ch._cache_message(event.message_id, event.sender_id, event.wire)
-    except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
+                ch._repair.remember(event.message_id, event.sender_id, event.wire)
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        OverflowError,
+        RecursionError,
+    ) as exc:  # binascii.Error and JSONDecodeError are ValueErrors
         raise RemoteProtocolError(f"bad channel state: {exc}") from None
     return ch
 
@@ -156,8 +170,11 @@ def _load_log(ch: SdsChannel, log: Iterable[LogEntry]) -> None:
 def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
     timers = ch._timers
     cfg = ch.config
-    ch._lamport = max(ch._lamport, int(obj["lamport"]))
-    ch._last_activity = float(obj["last_activity"])
+    lamport = int(obj["lamport"])
+    if not 0 <= lamport < 1 << 64:
+        raise ValueError("lamport out of range")
+    ch._lamport = max(ch._lamport, lamport)
+    ch._last_activity = _finite(obj["last_activity"])
     for ref_obj in obj["heads"]:
         ref = _ref(ref_obj)
         if ref.message_id in ch._log:
@@ -165,8 +182,7 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
     if not ch._heads and ch._tail:
         mid = ch._tail[-1][1]
         ch._heads[mid] = ch._tail_refs[mid]
-    for mid in obj["lost"]:
-        ch._lost.add(str(mid))
+    ch._lost.update(str(mid) for mid in obj["lost"] if mid not in ch._log)
     for item in obj["outgoing"]:
         wire = _unb64(item["wire"]) or b""
         event = decode_event(wire, max_size=cfg.max_message_size, verify_signature=False)
@@ -176,18 +192,20 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
             attempts=int(item["attempts"]),
             possibly=bool(item["possibly"]),
             bloom_senders={str(s) for s in item["bloom_senders"]},
-            fp_product=float(item["fp_product"]),
+            fp_product=_finite(item["fp_product"]),
         )
         ch._outgoing[entry.message_id] = entry
-        ch._cache_message(entry.message_id, event.sender_id, event.wire)
+        ch._repair.remember(entry.message_id, event.sender_id, event.wire)
         resend_at = item["resend_at"]
-        when = float(resend_at) if resend_at is not None else now + cfg.resend_interval
+        when = _finite(resend_at) if resend_at is not None else now + cfg.resend_interval
         timers.schedule(TimerKind.RESEND, entry.message_id, when)
     for item in obj["missing"]:
         ref = _ref(item["ref"])
+        if ref.message_id in ch._log:
+            continue  # fetched by other means (e.g. Recon) while we were down
         ch._missing[ref.message_id] = ref
         lost_at = item["lost_at"]
-        when = float(lost_at) if lost_at is not None else now + cfg.lost_timeout
+        when = _finite(lost_at) if lost_at is not None else now + cfg.lost_timeout
         timers.schedule(TimerKind.LOST, ref.message_id, when)
     for item in obj["waiting"]:
         event = decode_event(
@@ -208,14 +226,14 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
     ch._note_missing([HistoryRef(d) for d in sorted(unknown)], now)
     for item in obj["repair_out"]:
         ref = _ref(item["ref"])
-        when = float(item["t_req"])
-        ch._repair_out[ref.message_id] = (when, ref)
-        timers.schedule(TimerKind.REPAIR_REQUEST, ref.message_id, when)
+        if ref.message_id in ch._log:
+            continue
+        ch._repair.want(ref, now, at=_finite(item["t_req"]))
     for item in obj["repair_in"]:
-        mid, when = str(item["id"]), float(item["t_resp"])
-        ch._repair_in[mid] = when
+        mid, when = str(item["id"]), _finite(item["t_resp"])
+        ch._repair.responses[mid] = when
         timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
     sync_at = obj["sync_at"]
     if sync_at is not None:
         ch._sync_armed_at = ch._last_activity
-        timers.schedule(TimerKind.SYNC, "", float(sync_at))
+        timers.schedule(TimerKind.SYNC, "", _finite(sync_at))

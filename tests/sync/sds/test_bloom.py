@@ -50,3 +50,10 @@ def test_view_rejects_inconsistent_parameters() -> None:
         BloomView(b"\x00" * 2, BloomParams(16, 0), max_bits=1 << 20)
     with pytest.raises(RemoteProtocolError):
         BloomView(b"\x00" * 2, BloomParams(16, 2), max_bits=8)
+
+
+def test_hits_needed_for_promotion_follow_from_the_parameters() -> None:
+    params = BloomParams.optimal(1000, 0.01)
+    assert params.hits_needed(1000, 1e-6) == 3  # 1% ** 3 = 1e-6
+    assert params.hits_needed(1000, 1e-7) == 4
+    assert params.hits_needed(10, 1e-6) == 1  # a sparse filter is strong evidence

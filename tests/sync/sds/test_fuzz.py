@@ -113,3 +113,25 @@ def test_structured_hostile_messages(messages: list[bytes]) -> None:
     for data in messages:
         _feed(ch, data)
     ch.handle_timer(T0 + 10_000)
+
+
+def _state() -> bytes:
+    a, b = channel(0), channel(1)
+    wires = [a.send(f"a{i}".encode(), T0) for i in range(3)]
+    b.receive(wires[2], T0)
+    return b.export_state()
+
+
+STATE = _state()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, len(STATE) - 1), st.binary(min_size=1, max_size=4), st.integers(0, 4))
+def test_mutated_state_only_raises_remote_protocol_error(pos: int, insert: bytes, cut: int) -> None:
+    state = STATE[:pos] + insert + STATE[pos + cut :]
+    try:
+        restored = SdsChannel.restore(state, None, verify_signatures=False)
+    except RemoteProtocolError:
+        return
+    assert 0 <= restored.lamport < 1 << 64
+    restored.handle_timer(T0 + 10_000)  # whatever was restored runs

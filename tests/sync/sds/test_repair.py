@@ -6,6 +6,7 @@ from sync.sds import (
     Delivered,
     RepairAnswered,
     RepairRequested,
+    SdsChannel,
     SdsConfig,
     decode_transmission,
     in_response_group,
@@ -39,7 +40,7 @@ def test_response_groups() -> None:
     assert all(in_response_group(f"p{i}", "alice", "m", 1) for i in range(10))
 
 
-def _gap() -> tuple[list, list[bytes], list[str]]:
+def _gap() -> tuple[list[SdsChannel], list[bytes], list[str]]:
     a, b, c = (channel(i, config=CFG) for i in range(3))
     wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(3)]
     ids = [e.message_id for e in of_type(a.events(), Delivered)]

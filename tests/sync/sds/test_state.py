@@ -85,3 +85,16 @@ def test_state_from_a_valid_export_with_corrupted_wire() -> None:
     with pytest.raises(RemoteProtocolError):
         SdsChannel.restore(state, key(0), config=CFG)
     assert CHANNEL in a.export_state().decode()
+
+
+def test_restore_delivers_waiting_messages_whose_dependencies_were_logged_meanwhile() -> None:
+    a, b = channel(0, config=CFG), channel(1, config=CFG)
+    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(3)]
+    a_log = of_type(a.events(), Delivered)
+    for i in (0, 2):
+        b.receive(wires[i], T0 + 3)
+    # The node fetched a1 by id (e.g. over Recon) and logged it before restarting.
+    b2 = _restore(b, 1, a_log[:2])
+    assert [e.message_id for e in of_type(b2.events(), Delivered)] == [a_log[2].message_id]
+    assert b2.waiting_ids == frozenset() and b2.missing_ids == frozenset()
+    assert b2.log() == a.log()

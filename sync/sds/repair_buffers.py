@@ -1,0 +1,105 @@
+"""SDS-R state of one participant: the outgoing and incoming repair request buffers and the cache
+of full messages it may be asked to rebroadcast."""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+from sync.sds.config import SdsConfig
+from sync.sds.message import HistoryRef
+from sync.sds.repair import in_response_group, t_req, t_resp
+from sync.sds.timers import TimerKind, TimerQueue
+
+__all__ = ["REPAIR_PACING", "RepairBuffers"]
+
+#: Spacing of due repair requests beyond the per-message quota.
+REPAIR_PACING = 1.0
+
+
+class RepairBuffers:
+    """Deadlines live in the channel's shared :class:`TimerQueue`."""
+
+    def __init__(self, participant_id: str, config: SdsConfig, timers: TimerQueue) -> None:
+        self.participant_id = participant_id
+        self.config = config
+        self._timers = timers
+        #: Outgoing repair request buffer: missing id -> (T_req, entry).
+        self.requests: dict[str, tuple[float, HistoryRef]] = {}
+        #: Incoming repair request buffer: requested id -> T_resp.
+        self.responses: dict[str, float] = {}
+        #: id -> (sender, canonical wire) of messages whose response group we are in.
+        self.cache: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+
+    def remember(self, mid: str, sender: str, wire: bytes) -> None:
+        """Cache a delivered message if we may have to answer for it."""
+        cfg = self.config
+        if cfg.repair_cache_size <= 0:
+            return
+        groups = cfg.num_response_groups
+        if groups != 1 and not in_response_group(self.participant_id, sender, mid, groups):
+            return
+        self.cache[mid] = (sender, wire)
+        if len(self.cache) > cfg.repair_cache_size:
+            self.cache.popitem(last=False)
+
+    def want(self, ref: HistoryRef, now: float, *, at: float | None = None) -> None:
+        """(Re-)arm a request for a missing message, after a T_req back-off by default."""
+        cfg = self.config
+        when = (
+            at
+            if at is not None
+            else t_req(now, self.participant_id, ref.message_id, cfg.t_min, cfg.t_max)
+        )
+        self.requests[ref.message_id] = (when, ref)
+        self._timers.schedule(TimerKind.REPAIR_REQUEST, ref.message_id, when)
+
+    def seen(self, mid: str) -> None:
+        """A copy of ``mid`` arrived: neither ask for it nor answer for it any more."""
+        if self.requests.pop(mid, None) is not None:
+            self._timers.cancel(TimerKind.REPAIR_REQUEST, mid)
+        if self.responses.pop(mid, None) is not None:
+            self._timers.cancel(TimerKind.REPAIR_RESPONSE, mid)
+
+    def take_due(self, now: float) -> tuple[HistoryRef, ...]:
+        """Up to the quota of due requests, lowest T_req first, for a message we are sending.
+        Each is re-armed so that it is asked for again if the repair does not come."""
+        quota = self.config.max_repair_requests
+        if not self.requests or quota <= 0:
+            return ()
+        due = [(when, mid) for mid, (when, _) in self.requests.items() if when <= now]
+        if not due:
+            return ()
+        chosen = tuple(self.requests[mid][1] for _, mid in heapq.nsmallest(quota, due))
+        for ref in chosen:
+            self.want(ref, now)
+        return chosen
+
+    def pace_due(self, now: float) -> None:
+        """Move due requests left over after a message to one pacing step later."""
+        for when, ref in list(self.requests.values()):
+            if when <= now:
+                self.want(ref, now, at=now + REPAIR_PACING)
+
+    def on_requests(self, refs: tuple[HistoryRef, ...], now: float) -> None:
+        """Somebody asked for ``refs``: back off our own requests, schedule our answers."""
+        cfg = self.config
+        for ref in refs:
+            mid = ref.message_id
+            if mid in self.requests:
+                self.want(self.requests[mid][1], now)
+            cached = self.cache.get(mid)
+            if cached is None or mid in self.responses:
+                continue
+            sender = cached[0]
+            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups):
+                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max)
+                self.responses[mid] = when
+                self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
+
+    def respond(self, mid: str) -> bytes | None:
+        """The wire to rebroadcast for a due response, if it is still wanted and cached."""
+        if self.responses.pop(mid, None) is None:
+            return None
+        cached = self.cache.get(mid)
+        return None if cached is None else cached[1]
