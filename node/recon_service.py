@@ -300,6 +300,21 @@ class ReconService:
             k for k in stats.missing if k not in self._pending and not self.keys.contains(k)
         ]
         wanted = set(missing)
+        # Claimed now, so that a concurrent session (the peer may be reconciling with us at the
+        # same time) does not fetch the same events; released if this session fails.
+        for key in missing:
+            self._pending[key] = now + PENDING_GRACE_S
+        try:
+            await self._fetch_chunks(stream, missing, wanted, stats)
+        except BaseException:
+            for key in wanted:
+                self._pending.pop(key, None)
+            raise
+        self.metrics.inc("recon_events_fetched_total", stats.fetched)
+
+    async def _fetch_chunks(
+        self, stream: FramedStream, missing: list[bytes], wanted: set[bytes], stats: SessionStats
+    ) -> None:
         step = self.fetch_batch
         chunks = [missing[i : i + step] for i in range(0, len(missing), step)] or [[]]
         for n, chunk in enumerate(chunks):
@@ -317,7 +332,6 @@ class ReconService:
                 await self._ingest_batch(wires, stream.peer_id, wanted, stats)
                 if frame[0] == EVENTS_LAST:
                     break
-        self.metrics.inc("recon_events_fetched_total", stats.fetched)
 
     async def _ingest_batch(
         self, wires: list[bytes], peer: str, wanted: set[bytes], stats: SessionStats
