@@ -38,6 +38,7 @@ from storage.events import (
     read_channel_ordered,
     read_events_after,
 )
+from storage.keystore import SqlKeyStore
 from storage.migrate import current_revision, head_revision, upgrade
 from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
 from storage.state import delete_state, get_state, list_state, put_state
@@ -49,6 +50,7 @@ __all__ = [
     "BlockHead",
     "BlockRow",
     "EventRecord",
+    "SqlKeyStore",
     "StoredEvent",
     "append_events",
     "block_at",

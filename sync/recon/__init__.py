@@ -16,6 +16,7 @@ from sync.recon.eventid import (
 from sync.recon.interests import Interests, intersect, normalize
 from sync.recon.pair import PairResult, reconcile_in_memory, shuttle
 from sync.recon.session import (
+    PROTOCOL_ID,
     MissingKeys,
     PeerMissingKeys,
     ReconConfig,
@@ -29,6 +30,7 @@ from sync.recon.store import KeyStore, MemoryKeyStore
 __all__ = [
     "LANES",
     "MASK32",
+    "PROTOCOL_ID",
     "EventId",
     "Interests",
     "KeyStore",

@@ -35,6 +35,7 @@ from sync.recon.store import KeyStore
 from sync.recon.wire import DIFF, HASH, KEYS, Item, Limits, MessageWriter, decode_message, separator
 
 __all__ = [
+    "PROTOCOL_ID",
     "MissingKeys",
     "PeerMissingKeys",
     "ReconConfig",
@@ -43,6 +44,8 @@ __all__ = [
     "ReconSession",
 ]
 
+# Not the spec's /ceramic/recon/1.0.0: our messages are a different, compact encoding.
+PROTOCOL_ID = "/syncnode/recon/1.0.0"
 _DIFF_CHUNK = 1024
 _SMALL_SPLIT = 4096
 
@@ -61,6 +64,9 @@ class ReconConfig:
     max_interests: int = 64
     max_messages: int = 1024
     max_bytes_received: int = 1 << 30
+    # Queued answers; bounds the memory and CPU one message can make us spend (an honest
+    # exchange of 1M keys with 10k differences on each side peaks at ~230k).
+    max_pending_ranges: int = 1_000_000
 
     def __post_init__(self) -> None:
         if not 2 <= self.fanout <= self.max_fanout:
@@ -142,6 +148,7 @@ class ReconSession:
         self._pending: list[_Action] = []
         self._events: list[ReconEvent] = []
         self._started = False
+        self._sent_more = False
         self._hash_cache: dict[bytes, tuple[int, bytes]] = {}
         self._listed: list[_Action] = []
         self._listed_dirty = False
@@ -216,14 +223,17 @@ class ReconSession:
         if first:
             if msg.interests is None:
                 raise RemoteProtocolError("first message must state interests")
-            self.peer_interests = msg.interests
-            self.common = intersect(self.interests, msg.interests)
+            # merge touching ranges, so that every range we accept lies inside one interval
+            self.peer_interests = normalize(msg.interests)
+            self.common = intersect(self.interests, self.peer_interests)
         elif msg.interests is not None:
             raise RemoteProtocolError("interests stated twice")
         common = self.common
         assert common is not None
         level = self.messages_sent + self.messages_received + 1
         reclip = first and not self.is_initiator
+        if first and self.is_initiator and self._pending:
+            self._clip_pending(common)
         self._prehash(msg.items)
         for item in msg.items:
             if reclip:
@@ -237,7 +247,11 @@ class ReconSession:
             elif not within(common, item.lo, item.hi):
                 raise RemoteProtocolError("range outside the common interest")
             self._handle(item, level)
-        peer_waiting = msg.demanding or (first and not self.is_initiator)
+            if len(self._pending) > cfg.max_pending_ranges:
+                raise RemoteProtocolError("message asks for too much work")
+        # The peer waits for an answer to a HASH/KEYS/MORE, to our first message, or for the end
+        # of what our last message announced as MORE (even if clipping left nothing to send).
+        peer_waiting = msg.demanding or (first and not self.is_initiator) or self._sent_more
         if not (self._pending or peer_waiting):
             self._finish()
             return None
@@ -293,6 +307,22 @@ class ReconSession:
             else:
                 self._on_keys(lo, hi, tuple(k for k in item.keys if lo <= k < hi))
 
+    def _clip_pending(self, common: Interests) -> None:
+        """Our first message did not fit: keep only the parts of the rest inside ``common``."""
+        kept: list[_Action] = []
+        for action in self._pending:
+            kind, lo, hi, extra, _ = action
+            for p_lo, p_hi in clip(lo, hi, common):
+                if (p_lo, p_hi) == (lo, hi):
+                    kept.append(action)
+                elif kind == "h":
+                    count, digest = self._fingerprints([p_lo, p_hi])[0]
+                    kept.append(("h", p_lo, p_hi, count, digest))
+                else:
+                    assert isinstance(extra, list)
+                    kept.append(("k", p_lo, p_hi, [k for k in extra if p_lo <= k < p_hi], None))
+        self._pending = kept
+
     def _on_keys(self, lo: bytes, hi: bytes, keys: tuple[bytes, ...]) -> None:
         store = self.store
         missing = frozenset(k for k in keys if not store.contains(k))
@@ -347,7 +377,11 @@ class ReconSession:
             keys = store.keys(lo, hi, count)
             cuts = [separator(keys[r - 1], keys[r]) for r in ranks]
         else:
-            cuts = [separator(store.key_at(lo, hi, r - 1), store.key_at(lo, hi, r)) for r in ranks]
+            # one rank lookup per cut (an OFFSET query in SQL), then its successor by key order
+            cuts = []
+            for r in ranks:
+                below, key = store.keys(store.key_at(lo, hi, r - 1), hi, 2)
+                cuts.append(separator(below, key))
         bounds = [lo, *cuts, hi]
         pending = self._pending
         for a, b, (n, digest) in zip(bounds, bounds[1:], self._fingerprints(bounds), strict=False):
@@ -384,7 +418,8 @@ class ReconSession:
             if not fits:
                 self._pending = pending[i:]
                 break
-        data = writer.finish(more=bool(self._pending))
+        self._sent_more = bool(self._pending)
+        data = writer.finish(more=self._sent_more)
         self.messages_sent += 1
         self.bytes_sent += len(data)
         return data, writer.demanding or bool(self._pending)

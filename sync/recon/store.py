@@ -7,10 +7,14 @@ over the 8 lane columns for ``[lo, hi)``, ``ORDER BY recon_key LIMIT/OFFSET``) i
 the running sum of the keys' :func:`wide_of` values, and a Fenwick tree sums whole blocks, so the
 hash of the prefix ending at any position is one Fenwick walk plus one list read, and a range
 hash is the difference of two prefix hashes: O(log n), never a scan of the range.
+
+A second Fenwick tree over block sizes answers ``key_at`` by descent; block totals in the hash
+tree also carry the block's key count above the lane slots, so one walk gives hash and rank.
 """
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import accumulate, pairwise
@@ -274,9 +278,11 @@ class MemoryKeyStore:
         return key
 
     def overhead_bytes(self) -> int:
-        """Bytes held by the structure beyond the key bytes themselves (for the benchmark)."""
-        import sys
+        """Bytes held by the structure beyond the key bytes themselves (for the benchmark).
 
+        Counts the ``bytes`` object headers of the keys, the block lists, the per-key prefix
+        sums and the Fenwick trees; the ``_maxes`` entries share the key objects.
+        """
         total = sys.getsizeof(self._blocks) + sys.getsizeof(self._prefix)
         total += sys.getsizeof(self._maxes)
         for block, prefix in zip(self._blocks, self._prefix, strict=True):

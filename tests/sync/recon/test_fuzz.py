@@ -15,7 +15,7 @@ CONFIG = ReconConfig(max_message_bytes=8192, max_key_bytes=64)
 
 
 def _sessions() -> tuple[ReconSession, ReconSession]:
-    a_keys, b_keys = make_sets(11, "overlap", 400)
+    a_keys, b_keys = make_sets(11, "overlap", 200)
     a = MemoryKeyStore.from_sorted(sorted(a_keys))
     b = MemoryKeyStore.from_sorted(sorted(b_keys))
     interests_b = [(b"\x10", b"\xe0")]
@@ -98,7 +98,7 @@ def _mutate(data: bytes, mutations: list[tuple[str, int, int]]) -> bytes:
     return bytes(out)
 
 
-@settings(deadline=None, max_examples=250, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(index=st.integers(0, 10**6), mutations=mutation_st)
 def test_mutated_messages_only_raise_remote_protocol_error(
     index: int, mutations: list[tuple[str, int, int]]

@@ -74,6 +74,7 @@ interest_st = st.lists(
     fanout=st.sampled_from([2, 4, 16]),
     threshold=st.sampled_from([1, 2, 8]),
     brute=st.booleans(),
+    small_messages=st.booleans(),
 )
 def test_convergence_to_union_within_common_interest(
     seed: int,
@@ -84,6 +85,7 @@ def test_convergence_to_union_within_common_interest(
     fanout: int,
     threshold: int,
     brute: bool,
+    small_messages: bool,
 ) -> None:
     a_keys, b_keys = make_sets(seed, mode, size)
     if seed % 2:
@@ -95,6 +97,10 @@ def test_convergence_to_union_within_common_interest(
         for key in b_keys:
             b.insert(key)
     config = ReconConfig(fanout=fanout, key_list_threshold=threshold)
+    if small_messages:  # continuation everywhere, including the first message
+        config = ReconConfig(
+            fanout=fanout, key_list_threshold=threshold, max_message_bytes=1792, max_key_bytes=32
+        )
     result = reconcile_in_memory(a, b, interests_a, interests_b, config)
 
     common = intersect(normalize(interests_a), normalize(interests_b))
@@ -111,7 +117,10 @@ def test_convergence_to_union_within_common_interest(
     assert sorted(result.initiator_peer_missing) == sorted(b_new)
     assert sorted(result.responder_peer_missing) == sorted(a_new)
     n = max(len(a_keys), len(b_keys), 2)
-    assert result.round_trips <= math.ceil(math.log(n, fanout)) + 3
+    if small_messages:
+        assert result.largest_message <= 1792
+    else:
+        assert result.round_trips <= math.ceil(math.log(n, fanout)) + 3
 
 
 def test_continuation_respects_max_message_size() -> None:
@@ -313,3 +322,32 @@ def test_oversized_interests_are_refused_locally() -> None:
         ReconSession.initiator(MemoryKeyStore(), many, config)
     with pytest.raises(LocalProtocolError):
         ReconSession.initiator(MemoryKeyStore(), [(b"a" * 300, b"b")], config)
+
+
+def test_message_that_asks_for_too_much_work_is_refused() -> None:
+    keys = sorted(i.to_bytes(3, "big") for i in range(20_000))
+    store = MemoryKeyStore.from_sorted(keys)
+    res = ReconSession.responder(store, FULL, ReconConfig(max_pending_ranges=300))
+    writer = MessageWriter(Limits(), FULL)
+    bounds = [b""] + [i.to_bytes(3, "big") for i in range(0, 20_000, 500)] + [b"\xff"]
+    for lo, hi in pairwise(bounds):
+        assert writer.try_hash(lo, hi, 1, bytes(16))
+    with pytest.raises(RemoteProtocolError, match="too much work"):
+        res.receive(writer.finish(more=False))
+
+
+@pytest.mark.parametrize("responder_interests", [[(b"\x20", b"\x90")], []])
+def test_first_message_continued_over_a_narrower_common_interest(
+    responder_interests: list[tuple[bytes, bytes]],
+) -> None:
+    # split_levels=1 makes the first message split straight to leaves, so it does not fit
+    config = ReconConfig(max_message_bytes=3000, max_key_bytes=32, split_levels=1)
+    a_keys, b_keys = make_sets(9, "disjoint", 1500)
+    a = MemoryKeyStore.from_sorted(sorted(a_keys))
+    b = MemoryKeyStore.from_sorted(sorted(b_keys))
+    result = reconcile_in_memory(a, b, FULL, responder_interests, config)
+    common = intersect(normalize(FULL), normalize(responder_interests))
+    inside = {k for k in a_keys | b_keys if any(lo <= k < hi for lo, hi in common)}
+    assert set(a.keys(b"", b"\xff" * 8, 10**6)) == a_keys | (inside & b_keys)
+    assert set(b.keys(b"", b"\xff" * 8, 10**6)) == b_keys | (inside & a_keys)
+    assert result.messages >= 3
