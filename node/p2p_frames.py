@@ -22,6 +22,7 @@ from libp2p.io.exceptions import IOException
 from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 
 from sync.errors import RemoteProtocolError
+from sync.recon.eventid import varint
 
 __all__ = [
     "DialError",
@@ -76,17 +77,7 @@ class FrameError(P2PError, RemoteProtocolError):
 
 def encode_frame(payload: bytes) -> bytes:
     """``uvarint(len(payload)) || payload``."""
-    n = len(payload)
-    prefix = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            prefix.append(byte | 0x80)
-        else:
-            prefix.append(byte)
-            break
-    return bytes(prefix) + payload
+    return varint(len(payload)) + payload
 
 
 def decode_uvarint_prefix(

@@ -15,7 +15,6 @@ Why each choice (measured on 0.8.1, see docs/p2p.md):
 from __future__ import annotations
 
 import contextlib
-
 import importlib.metadata
 import logging
 import os

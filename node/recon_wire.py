@@ -12,6 +12,9 @@ with EVENTS_LAST); after its WANT_LAST has been answered the responder does the 
 
 from __future__ import annotations
 
+from sync.errors import RemoteProtocolError
+from sync.recon.eventid import read_varint, varint
+
 __all__ = [
     "EVENTS",
     "EVENTS_LAST",
@@ -35,21 +38,9 @@ class FrameDecodeError(ValueError):
     pass
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def pack_list(items: list[bytes]) -> bytes:
     """Items, each behind its uvarint length."""
-    return b"".join(_varint(len(i)) + i for i in items)
+    return b"".join(varint(len(i)) + i for i in items)
 
 
 def pack_items(tag: int, items: list[bytes]) -> bytes:
@@ -60,16 +51,10 @@ def unpack_items(body: bytes, *, max_items: int, max_item_bytes: int) -> list[by
     items: list[bytes] = []
     pos = 0
     while pos < len(body):
-        length = shift = 0
-        while True:
-            if pos >= len(body) or shift > 28:
-                raise FrameDecodeError("truncated or oversized length prefix")
-            byte = body[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        try:
+            length, pos = read_varint(body, pos)
+        except RemoteProtocolError as exc:
+            raise FrameDecodeError(exc.reason) from None
         if length > max_item_bytes or pos + length > len(body):
             raise FrameDecodeError("item too large or truncated")
         items.append(body[pos : pos + length])

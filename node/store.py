@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from storage import AppendResult, EventRecord, append_events, write_transaction
 
@@ -123,14 +123,17 @@ class EventStore:
         await self._send.aclose()
 
     async def _commit(self, batch: list[_Pending]) -> None:
-        def run() -> list[AppendResult]:
-            now = int(time.time() * 1000)
+        records = [r for pending in batch for r in pending.records]
+
+        def run() -> AppendResult:
+            # One statement for the whole batch (during a catch-up a batch is hundreds of
+            # single-event submissions); the result is split per caller below.
             with write_transaction(self.engine) as conn:
-                return [self._append(conn, p.records, now) for p in batch]
+                return append_events(conn, records, int(time.time() * 1000))
 
         try:
             # Not cancellable: a commit once started must be allowed to finish and be reported.
-            results = await trio.to_thread.run_sync(run, abandon_on_cancel=False)
+            combined = await trio.to_thread.run_sync(run, abandon_on_cancel=False)
         except Exception as exc:  # a failed commit fails its callers; the daemon keeps going
             log.error("batch commit failed", exc_info=True)
             for pending in batch:
@@ -138,13 +141,18 @@ class EventStore:
                 pending.done.set()
             return
         self.batches += 1
-        for pending, result in zip(batch, results, strict=True):
-            self.committed_events += len(result.inserted)
-            pending.result = result
+        self.committed_events += len(combined.inserted)
+        seq_of = {mid: seq for seq, mid in combined.inserted}
+        for pending in batch:
+            inserted, duplicates = [], []
+            for record in pending.records:
+                seq = seq_of.pop(record.message_id, None)
+                if seq is None:
+                    duplicates.append(record.message_id)
+                else:
+                    inserted.append((seq, record.message_id))
+            pending.result = AppendResult(tuple(inserted), tuple(duplicates))
             pending.done.set()
-            for listener in self._listeners:
-                listener(result, pending.records)
-
-    @staticmethod
-    def _append(conn: Connection, records: Sequence[EventRecord], now: int) -> AppendResult:
-        return append_events(conn, records, now)
+        # Listeners see the batch once, as one commit.
+        for listener in self._listeners:
+            listener(combined, records)

@@ -215,18 +215,16 @@ def existing_keys(conn: Connection, keys: Iterable[bytes]) -> set[bytes]:
 
 
 def events_by_keys(conn: Connection, keys: Iterable[bytes]) -> list[StoredEvent]:
-    wanted = list(keys)
-    out: list[StoredEvent] = []
-    for start in range(0, len(wanted), _CHUNK):
-        stmt = select(*_COLUMNS).where(events.c.recon_key.in_(wanted[start : start + _CHUNK]))
-        out.extend(_stored(r) for r in conn.execute(stmt))
-    return out
+    return _select_in(conn, events.c.recon_key, list(keys))
 
 
 def events_by_message_ids(conn: Connection, ids: Iterable[str]) -> list[StoredEvent]:
-    wanted = list(ids)
+    return _select_in(conn, events.c.message_id, list(ids))
+
+
+def _select_in(conn: Connection, column: Any, wanted: list[Any]) -> list[StoredEvent]:
     out: list[StoredEvent] = []
     for start in range(0, len(wanted), _CHUNK):
-        stmt = select(*_COLUMNS).where(events.c.message_id.in_(wanted[start : start + _CHUNK]))
+        stmt = select(*_COLUMNS).where(column.in_(wanted[start : start + _CHUNK]))
         out.extend(_stored(r) for r in conn.execute(stmt))
     return out
