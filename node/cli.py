@@ -12,78 +12,26 @@ from typing import Any
 import httpx
 import trio
 
-from node import cli_records
-from node.config import Config, ConfigError, load_config
+from node import cli_blocks, cli_db, cli_records
+from node.cli_common import (
+    ApiClient,
+    CliError,
+    add_client_options,
+    client_for,
+    config_from,
+    print_json,
+)
+from node.config import Config
 from node.logs import configure_logging
 from node.runtime import package_version
 
 __all__ = ["ApiClient", "CliError", "build_parser", "main"]
 
-EXTENSIONS: list[Callable[[Any], None]] = [cli_records.register]
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one ``error:`` line, exit status ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        self.code = code
-        super().__init__(message)
-
-
-def _config_from(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Config:
-    try:
-        return load_config(getattr(args, "config", None), overrides=overrides)
-    except ConfigError as exc:
-        raise CliError(str(exc), code=2) from None
-
-
-class ApiClient:
-    """Synchronous JSON client of a node's local API with one-line errors."""
-
-    def __init__(self, base_url: str, timeout: float = 30.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.http = httpx.Client(base_url=self.base_url, timeout=timeout)
-
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise CliError(
-                f"no node answering at {self.base_url} ({exc.__class__.__name__}); "
-                "is `syncnode run` running, and is --api right?"
-            ) from None
-        if response.status_code >= 400:
-            try:
-                message = response.json().get("error", response.text)
-            except ValueError:
-                message = response.text
-            raise CliError(f"{method} {path}: HTTP {response.status_code}: {message}")
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
-        return response.text
-
-    def get(self, path: str, **kwargs: Any) -> Any:
-        return self.request("GET", path, **kwargs)
-
-    def post(self, path: str, **kwargs: Any) -> Any:
-        return self.request("POST", path, **kwargs)
-
-
-def client_for(args: argparse.Namespace) -> ApiClient:
-    if args.api:
-        url = args.api if "://" in args.api else f"http://{args.api}"
-    else:
-        url = f"http://{_config_from(args).api.listen}"
-    return ApiClient(url)
-
-
-def add_client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api", metavar="URL", help="node API (default: api.listen of --config)")
-    parser.add_argument("--config", metavar="FILE", help="config file to read the API address from")
-
-
-def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True))
+EXTENSIONS: list[Callable[[Any], None]] = [
+    cli_records.register,
+    cli_blocks.register,
+    cli_db.register,
+]
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -99,7 +47,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides["p2p.listen"] = args.listen
     if args.bootstrap:
         overrides["p2p.bootstrap"] = args.bootstrap
-    config = _config_from(args, overrides)
+    config = config_from(args, overrides)
     configure_logging(config.node.log_level, config.node.log_format)
     return trio.run(_run_node, config)
 

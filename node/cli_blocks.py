@@ -17,23 +17,12 @@ from typing import Any
 
 import httpx
 
+from node.cli_common import CliError, add_client_options, client_for, print_json
 from sync.cardinal import iter_payloads_jsonl, payload_to_json
 from sync.errors import RemoteProtocolError
 
 __all__ = ["register"]
 
-
-def _cli() -> Any:
-    """``node.cli``, imported late since it imports this module to register it. Under
-    ``python -m node.cli`` that module is ``__main__``: use it, so that the CliError raised
-    here is the class its ``main`` catches."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name == "node.cli":
-        return main
-    import node.cli
-
-    return node.cli
 
 # Requests stay well under the API's body limit (16 MiB) and block count (1000).
 _CHUNK_BLOCKS = 200
@@ -46,7 +35,7 @@ def _chunks(path: str) -> Iterator[list[dict[str, Any]]]:
     try:
         handle = sys.stdin if path == "-" else Path(path).open(encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
-        raise _cli().CliError(f"{path}: cannot read ({exc.strerror or exc})", code=2) from None
+        raise CliError(f"{path}: cannot read ({exc.strerror or exc})", code=2) from None
     chunk: list[dict[str, Any]] = []
     size = 0
     try:
@@ -58,9 +47,9 @@ def _chunks(path: str) -> Iterator[list[dict[str, Any]]]:
                 yield chunk
                 chunk, size = [], 0
     except RemoteProtocolError as exc:
-        raise _cli().CliError(f"{path}: {exc.reason}", code=2) from None
+        raise CliError(f"{path}: {exc.reason}", code=2) from None
     except UnicodeDecodeError:
-        raise _cli().CliError(f"{path}: not UTF-8 text", code=2) from None
+        raise CliError(f"{path}: not UTF-8 text", code=2) from None
     finally:
         if handle is not sys.stdin:
             handle.close()
@@ -73,12 +62,12 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     # file published.
     chunks = list(_chunks(args.file))
     if not chunks:
-        raise _cli().CliError(f"{args.file}: no block payloads", code=2)
-    client = _cli().client_for(args)
+        raise CliError(f"{args.file}: no block payloads", code=2)
+    client = client_for(args)
     blocks = messages = 0
     if args.reorg_ancestor:
         if args.ancestor_number is None:
-            raise _cli().CliError("--reorg-ancestor needs --ancestor-number", code=2)
+            raise CliError("--reorg-ancestor needs --ancestor-number", code=2)
         payloads = [obj for chunk in chunks for obj in chunk]
         answer = client.post("/v1/blocks/reorg", json={
             "ancestor": args.reorg_ancestor, "ancestor_number": args.ancestor_number,
@@ -94,18 +83,18 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_head(args: argparse.Namespace) -> int:
-    head = _cli().client_for(args).get("/v1/blocks/head")
+    head = client_for(args).get("/v1/blocks/head")
     if args.json:
-        _cli().print_json(head)
+        print_json(head)
     else:
         print(f"{head['number']}  {head['hash']}  weight {head['weight']}")
     return 0
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    block = _cli().client_for(args).get(f"/v1/blocks/{args.ref}")
+    block = client_for(args).get(f"/v1/blocks/{args.ref}")
     if args.json:
-        _cli().print_json(block)
+        print_json(block)
         return 0
     payload = block["payload"]
     print(f"number     {block['number']}")
@@ -126,20 +115,20 @@ def _change_line(change: dict[str, Any], as_json: bool) -> str:
 
 
 def _cmd_follow(args: argparse.Namespace) -> int:
-    client = _cli().client_for(args)
+    client = client_for(args)
     params = {"after": 0} if args.from_start else {}
     try:
         with client.http.stream("GET", "/v1/blocks/follow", params=params,
                                 timeout=None) as stream:
             if stream.status_code >= 400:
                 stream.read()
-                raise _cli().CliError(f"GET /v1/blocks/follow: HTTP {stream.status_code}: "
+                raise CliError(f"GET /v1/blocks/follow: HTTP {stream.status_code}: "
                                f"{stream.json().get('error', stream.text)}")
             for line in stream.iter_lines():
                 if line:
                     print(_change_line(json.loads(line), args.json), flush=True)
     except httpx.TransportError as exc:
-        raise _cli().CliError(f"follow interrupted: {exc}") from None
+        raise CliError(f"follow interrupted: {exc}") from None
     return 0
 
 
@@ -154,23 +143,23 @@ def register(subparsers: Any) -> None:
                          help="publish the blocks as a deep reorg back to this ancestor")
     publish.add_argument("--ancestor-number", metavar="N", type=int,
                          help="number of the reorg ancestor")
-    _cli().add_client_options(publish)
+    add_client_options(publish)
     publish.set_defaults(func=_cmd_publish)
 
     head = sub.add_parser("head", help="show the canonical head")
     head.add_argument("--json", action="store_true", help="print JSON")
-    _cli().add_client_options(head)
+    add_client_options(head)
     head.set_defaults(func=_cmd_head)
 
     get = sub.add_parser("get", help="show a block by number (canonical) or hash")
     get.add_argument("ref", metavar="NUMBER|HASH")
     get.add_argument("--json", action="store_true", help="print JSON, with the payload")
-    _cli().add_client_options(get)
+    add_client_options(get)
     get.set_defaults(func=_cmd_get)
 
     follow = sub.add_parser("follow", help="print applied and reverted blocks as they happen")
     follow.add_argument("--json", action="store_true", help="one JSON object per line")
     follow.add_argument("--from-start", action="store_true",
                         help="first print every change this node recorded")
-    _cli().add_client_options(follow)
+    add_client_options(follow)
     follow.set_defaults(func=_cmd_follow)

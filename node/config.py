@@ -8,6 +8,7 @@ before exiting with status 2.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import tomllib
@@ -17,11 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sync.crdt import TableSchema
+
 __all__ = [
     "ApiConfig",
     "BlocksSection",
     "Config",
     "ConfigError",
+    "DbSection",
     "NodeConfig",
     "P2PSection",
     "ReconSection",
@@ -180,6 +184,46 @@ class BlocksSection:
 
 
 @dataclass(frozen=True)
+class DbSection:
+    channel: str = _opt("db", lambda v: _nonempty_names((v,)))
+    # [db.tables.NAME] columns = {COLUMN = TYPE, ...}, writers = [PEER_ID, ...]; see _tables.
+    tables: tuple[TableSchema, ...] = _opt(())
+    mempool_max_per_entity: int = _opt(64, _positive)
+    mempool_max_age_s: float = _opt(86400.0, _non_negative)
+    mempool_max_lag: int = _opt(0, _non_negative)
+
+
+def _tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema, ...]:
+    """``db.tables``: a TOML table (a JSON object in the environment) of table declarations."""
+    if from_text:
+        try:
+            value = json.loads(str(value))
+        except ValueError:
+            raise ConfigError(key, "expected a JSON object of table declarations") from None
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"expected a table of table declarations, got {value!r}")
+    schemas = []
+    for name, decl in value.items():
+        where = f"{key}.{name}"
+        if not isinstance(decl, dict) or not isinstance(decl.get("columns"), dict) or (
+            set(decl) - {"columns", "writers"}
+        ):
+            raise ConfigError(where, "expected columns = {COLUMN = TYPE, ...} and optionally "
+                                     "writers = [PEER_ID, ...]")
+        writers = decl.get("writers")
+        if writers is not None and (
+            not isinstance(writers, list) or not all(isinstance(w, str) for w in writers)
+        ):
+            raise ConfigError(f"{where}.writers", f"expected a list of peer ids, got {writers!r}")
+        try:
+            schemas.append(TableSchema(name, decl["columns"],
+                                       None if writers is None else frozenset(writers)))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(where, str(exc)) from None
+    return tuple(sorted(schemas, key=lambda s: s.name))
+
+
+@dataclass(frozen=True)
 class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
@@ -188,6 +232,7 @@ class Config:
     sds: SdsSection = field(default_factory=SdsSection)
     recon: ReconSection = field(default_factory=ReconSection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
+    db: DbSection = field(default_factory=DbSection)
 
     @property
     def data_path(self) -> Path:
@@ -206,6 +251,8 @@ def _sections() -> dict[str, type[Any]]:
 
 
 def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
+    if expected == tuple[TableSchema, ...]:
+        return _tables(key, value, from_text=from_text)
     origin = typing.get_origin(expected)
     if origin is tuple:
         if from_text:

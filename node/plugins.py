@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from node.apps import AppPlugin
 from node.blocks_plugin import BlocksPlugin
+from node.db_plugin import DbPlugin
 
 __all__ = ["PLUGINS"]
 
-PLUGINS: list[AppPlugin] = [BlocksPlugin()]
+PLUGINS: list[AppPlugin] = [BlocksPlugin(), DbPlugin()]

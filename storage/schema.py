@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Index,
     Integer,
@@ -14,9 +15,21 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
 )
 
-__all__ = ["LANE_COLUMNS", "events", "metadata", "node_state"]
+__all__ = [
+    "LANE_COLUMNS",
+    "block_head",
+    "block_log",
+    "blocks",
+    "crdt_cells",
+    "crdt_entities",
+    "crdt_mempool",
+    "events",
+    "metadata",
+    "node_state",
+]
 
 metadata = MetaData(
     naming_convention={
@@ -67,3 +80,108 @@ node_state = Table(
     comment="Small key/value store for node state (clocks, buffers, known peers)",
 )
 
+
+# -- block streams (migration 0002) -------------------------------------------------------------
+
+_STREAM_COMMENT = "Block stream: the blocks application's default channel"
+
+blocks = Table(
+    "blocks",
+    metadata,
+    Column("stream", String(128), primary_key=True, comment=_STREAM_COMMENT),
+    Column("hash", LargeBinary(32), primary_key=True, comment="32-byte block hash"),
+    Column("number", BigInteger, nullable=False, comment="Block number"),
+    Column("parent", LargeBinary(32), nullable=False,
+           comment="Parent block hash (all zeros for a first block)"),
+    Column("weight", String(80), nullable=False,
+           comment="Chain weight as a decimal string (up to 2^256-1)"),
+    Column("canonical", Boolean, nullable=False,
+           comment="True while the block is on this node's canonical chain"),
+    Column("payload", Text, nullable=False,
+           comment="Block payload in the JSONL format of docs/cardinal.md (tracked parts)"),
+    Column("applied_at", BigInteger, nullable=False,
+           comment="Epoch milliseconds when the block was last applied or reverted"),
+    comment="Completed Cardinal Streams blocks this node applied (reverted ones kept)",
+)
+Index("ix_blocks_stream_number", blocks.c.stream, blocks.c.number)
+
+block_head = Table(
+    "block_head",
+    metadata,
+    Column("stream", String(128), primary_key=True, comment=_STREAM_COMMENT),
+    Column("hash", LargeBinary(32), nullable=False, comment="Head block hash"),
+    Column("number", BigInteger, nullable=False, comment="Head block number"),
+    Column("weight", String(80), nullable=False, comment="Head weight as a decimal string"),
+    Column("updated_at", BigInteger, nullable=False,
+           comment="Epoch milliseconds of the last head change"),
+    comment="Current canonical head of each block stream",
+)
+
+block_log = Table(
+    "block_log",
+    metadata,
+    Column("seq", _Seq, primary_key=True, autoincrement=True,
+           comment="Order of head changes; cursor for `syncnode blocks follow`"),
+    Column("stream", String(128), nullable=False, comment=_STREAM_COMMENT),
+    Column("kind", String(16), nullable=False, comment="applied or reverted"),
+    Column("hash", LargeBinary(32), nullable=False, comment="Block hash"),
+    Column("number", BigInteger, nullable=False, comment="Block number"),
+    Column("at", BigInteger, nullable=False, comment="Epoch milliseconds of the change"),
+    comment="Applied and reverted blocks in the order this node saw them",
+)
+Index("ix_block_log_stream_seq", block_log.c.stream, block_log.c.seq)
+
+
+# -- replicated database, the Spindexer CRDT (migration 0003) -----------------------------------
+
+_CRDT_TABLE = "Replicated table name, as declared in db.tables"
+_CRDT_ENTITY = "Entity id: the row key of the replicated table"
+
+crdt_entities = Table(
+    "crdt_entities",
+    metadata,
+    Column("table_name", String(64), primary_key=True, comment=_CRDT_TABLE),
+    Column("entity_id", String(512), primary_key=True, comment=_CRDT_ENTITY),
+    Column("upserted_lamport", BigInteger, nullable=True,
+           comment="Lamport timestamp of the greatest upsert seen (NULL: none yet)"),
+    Column("upserted_by", String(128), nullable=True,
+           comment="Sender peer id of that upsert (the version's tie-break)"),
+    Column("deleted_lamport", BigInteger, nullable=True,
+           comment="Tombstone: Lamport timestamp of the greatest delete seen (NULL: none)"),
+    Column("deleted_by", String(128), nullable=True, comment="Sender peer id of that delete"),
+    Column("alive", Boolean, nullable=False,
+           comment="The row is visible: an upsert is newer than every delete"),
+    comment="Per-record versions of the replicated tables (upsert version and tombstone)",
+)
+
+crdt_cells = Table(
+    "crdt_cells",
+    metadata,
+    Column("table_name", String(64), primary_key=True, comment=_CRDT_TABLE),
+    Column("entity_id", String(512), primary_key=True, comment=_CRDT_ENTITY),
+    Column("column_name", String(64), primary_key=True, comment="Replicated column name"),
+    Column("lamport", BigInteger, nullable=False,
+           comment="Lamport timestamp of the winning write (newer than the tombstone)"),
+    Column("sender", String(128), nullable=False, comment="Peer id that made the winning write"),
+    Column("value", Text, nullable=False,
+           comment="The winning value as canonical JSON text (null for SQL NULL)"),
+    comment="LWW register of every written column: the cells of the replicated tables",
+)
+
+crdt_mempool = Table(
+    "crdt_mempool",
+    metadata,
+    Column("table_name", String(64), primary_key=True, comment=_CRDT_TABLE),
+    Column("entity_id", String(512), primary_key=True, comment=_CRDT_ENTITY),
+    Column("lamport", BigInteger, primary_key=True,
+           comment="Lamport timestamp of the held update (its event's)"),
+    Column("sender", String(128), primary_key=True, comment="Peer id that sent the update"),
+    Column("digest", String(64), primary_key=True,
+           comment="Hex sha256 of the message bytes: tells apart updates of one sender and time"),
+    Column("message", LargeBinary, nullable=False,
+           comment="The update's canonical message encoding (docs/crdt.md)"),
+    Column("held_at", BigInteger, nullable=False,
+           comment="Epoch milliseconds when this node held it (for the age limit)"),
+    comment="Updates waiting for their record's first upsert (bounded mempool)",
+)
+Index("ix_crdt_mempool_held_at", crdt_mempool.c.held_at)

@@ -111,6 +111,21 @@ class CrdtMessage:
         if len(self.encoded) > MAX_MESSAGE_BYTES:
             raise LocalProtocolError(f"encoded message exceeds {MAX_MESSAGE_BYTES} bytes")
 
+    @classmethod
+    def _checked(
+        cls, operation: Operation, table: str, entity_id: str, values: Mapping[str, Value],
+        timestamp: int, sender: str,
+    ) -> CrdtMessage:
+        """A message whose content the decoder already checked (``_content_problem``): skips
+        checking it a second time, which was the decoder's largest cost."""
+        msg = object.__new__(cls)
+        for name, value in (("operation", operation), ("table", table),
+                            ("entity_id", entity_id), ("timestamp", timestamp),
+                            ("sender", sender)):
+            object.__setattr__(msg, name, value)
+        object.__setattr__(msg, "values", MappingProxyType(dict(sorted(values.items()))))
+        return msg
+
     @cached_property
     def encoded(self) -> bytes:
         """The canonical encoding of the content (see the module docstring)."""
@@ -179,8 +194,10 @@ def decode_message(
     problem = _content_problem(operation, doc["table"], doc["id"], doc["values"])
     if problem is not None:
         raise RemoteProtocolError(problem, sender)
-    message = CrdtMessage(
-        operation, doc["table"], doc["id"], doc["values"], timestamp=timestamp, sender=sender
+    if isinstance(timestamp, bool) or not 0 <= timestamp <= MAX_TIMESTAMP or not sender:
+        raise RemoteProtocolError("event timestamp or sender out of range", sender)
+    message = CrdtMessage._checked(
+        operation, doc["table"], doc["id"], doc["values"], timestamp, sender
     )
     if message.encoded != raw:
         raise RemoteProtocolError("crdt message is not in canonical encoding", sender)

@@ -1,0 +1,233 @@
+"""Loading a node's log from a snapshot directory (record stream files + manifest).
+
+- :func:`bootstrap` (``syncnode bootstrap --from-snapshot DIR``): verify every file (signatures,
+  running-hash chain, sidecars) and the manifest's chain, re-verify every event (digest and
+  sender signature) and recompute its Recon key with this node's network id, then bulk-load all
+  events into an EMPTY database in one transaction. Recon fetches whatever came later.
+- :func:`pull` (``syncnode snapshot pull DIR``): sync a database that already holds part of the
+  log against the snapshot's range tree (CIP-124 appendix C): a subtree whose Sha256a and count
+  equal the local range's is skipped, and only the missing events of differing leaves are read
+  from their record files, verified and appended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from node.bulk import insert_rows, row_of
+from node.events import record_of_event
+from spark_jobs.manifest import Manifest, TreeEntry, load_manifest, read_object
+from storage import EventRecord, append_events, count_events, existing_keys, range_hash
+from sync.errors import RemoteProtocolError
+from sync.recon.eventid import network_bounds
+from sync.recordstream import (
+    DEFAULT_LIMITS,
+    RECORD_SUFFIX,
+    SIGNATURE_SUFFIX,
+    decode_record_file,
+    decode_syncnode_record,
+    verify_tree,
+)
+from sync.sds import decode_event
+
+__all__ = ["BootstrapError", "BootstrapResult", "PullResult", "bootstrap", "pull",
+           "verify_snapshot"]
+
+_BATCH = 5_000
+_MAX_FILES = 1_000_000
+
+
+class BootstrapError(Exception):
+    """The snapshot or the target database is unusable; the message says why."""
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    events: int
+    files: int
+    running_hash: str
+    seconds: float
+
+
+@dataclass
+class PullResult:
+    fetched: int = 0
+    nodes_read: int = 0
+    subtrees_skipped: int = 0
+    files_read: set[str] = field(default_factory=set)
+
+
+def _collect(snapshot: Path) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    for path in sorted(snapshot.glob("record*/**/*")):
+        if not path.is_file() or not path.name.endswith((RECORD_SUFFIX, SIGNATURE_SUFFIX)):
+            continue
+        if len(files) >= _MAX_FILES:
+            raise BootstrapError(f"{snapshot}: more than {_MAX_FILES} files")
+        limit = (DEFAULT_LIMITS.max_signature_file if path.name.endswith(SIGNATURE_SUFFIX)
+                 else DEFAULT_LIMITS.max_compressed)
+        with path.open("rb") as fh:
+            files[path.relative_to(snapshot).as_posix()] = fh.read(limit + 1)
+    return files
+
+
+def verify_snapshot(snapshot: Path) -> tuple[Manifest, dict[str, bytes]]:
+    """The manifest and the files, after every check passed (else ``BootstrapError``)."""
+    try:
+        manifest = load_manifest(snapshot)
+    except RemoteProtocolError as exc:
+        raise BootstrapError(f"{snapshot}: {exc}") from None
+    if manifest is None:
+        raise BootstrapError(f"{snapshot}: no manifest.json (not a snapshot directory)")
+    files = _collect(snapshot)
+    report = verify_tree(files, None)
+    problems = [f"{r.path}: {c.name}: {c.detail}" for r in report.files for c in r.failures()]
+    signed = {
+        r.path.removesuffix(SIGNATURE_SUFFIX)
+        for r in report.files
+        if r.kind == "signature"
+        and {c.name: c.status for c in r.checks}.get("file_signature") == "ok"
+        and {c.name: c.status for c in r.checks}.get("metadata_signature") == "ok"
+    }
+    previous_end, block = None, None
+    for entry in manifest.files:
+        if entry.path not in files:
+            problems.append(f"{entry.path}: listed in the manifest but missing")
+        if entry.path.removesuffix(RECORD_SUFFIX) not in signed:
+            problems.append(f"{entry.path}: no valid signature by the node key")
+        if previous_end is not None and entry.start_running_hash != previous_end:
+            problems.append(f"{entry.path}: does not continue the previous file's running hash")
+        if block is not None and entry.block != block + 1:
+            problems.append(f"{entry.path}: block {entry.block} does not follow {block}")
+        previous_end, block = entry.end_running_hash, entry.block
+    if manifest.files and manifest.chain.running_hash != manifest.files[-1].end_running_hash:
+        problems.append("manifest chain state differs from its last file's end running hash")
+    listed = {e.path for e in manifest.files}
+    unlisted = [p for p in files if p.endswith(RECORD_SUFFIX) and "/sidecar/" not in p
+                and p not in listed]
+    problems.extend(f"{p}: record file not in the manifest" for p in unlisted)
+    if problems:
+        raise BootstrapError("snapshot verification failed: " + "; ".join(problems[:20]))
+    return manifest, files
+
+
+def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecord]:
+    """The events of one record file, each re-verified from its signed wire bytes."""
+    try:
+        record_file = decode_record_file(data, path)
+        for item in record_file.message.record_stream_items:
+            event = decode_event(item.transaction, verify_signature=True)
+            info = decode_syncnode_record(item.record, path)
+            if info is None or info.event.message_id != event.message_id:
+                raise RemoteProtocolError("record does not describe its transaction", path)
+            yield record_of_event(network_id, event)
+    except RemoteProtocolError as exc:
+        raise BootstrapError(f"{path}: {exc}") from None
+
+
+def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResult:
+    """Verify ``snapshot`` and load it into the empty database behind ``engine``."""
+    started = time.monotonic()
+    manifest, files = verify_snapshot(snapshot)
+    if manifest.network_id != network_id:
+        raise BootstrapError(f"snapshot is of network {manifest.network_id}, "
+                             f"this node is configured for network {network_id}")
+    now_ms = int(time.time() * 1000)
+    loaded = 0
+    with engine.begin() as conn:
+        if count_events(conn) != 0:
+            raise BootstrapError("the node database is not empty; bootstrap needs an empty one "
+                                 "(use `syncnode snapshot pull` to sync a partial log)")
+        batch: list[dict[str, object]] = []
+        for entry in manifest.files:
+            for record in _file_events(entry.path, files[entry.path], network_id):
+                batch.append(row_of(record, now_ms))
+                if len(batch) >= _BATCH:
+                    insert_rows(conn, batch)
+                    loaded, batch = loaded + len(batch), []
+        insert_rows(conn, batch)
+        loaded += len(batch)
+        _check_total(conn, manifest, network_id)
+    return BootstrapResult(loaded, len(manifest.files), manifest.chain.running_hash,
+                           round(time.monotonic() - started, 3))
+
+
+def _check_total(conn: Connection, manifest: Manifest, network_id: int) -> None:
+    """The loaded keys must hash to the manifest's tree root (else the transaction rolls back)."""
+    have = range_hash(conn, *network_bounds(network_id))
+    if (have.hex(), have.count) != (manifest.ahash, manifest.count):
+        raise BootstrapError(f"loaded events hash to {have.hex()} ({have.count} events), the "
+                             f"manifest says {manifest.ahash} ({manifest.count})")
+
+
+def _range_of(child: dict[str, Any]) -> tuple[bytes, bytes]:
+    # [first, last] inclusive as a half-open range: the next byte string after ``last``.
+    return bytes.fromhex(child["first"]), bytes.fromhex(child["last"]) + b"\x00"
+
+
+def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
+    """Fetch from ``snapshot`` only the events whose ranges differ from the local log."""
+    try:
+        manifest = load_manifest(snapshot)
+    except RemoteProtocolError as exc:
+        raise BootstrapError(f"{snapshot}: {exc}") from None
+    if manifest is None:
+        raise BootstrapError(f"{snapshot}: no manifest.json (not a snapshot directory)")
+    if manifest.network_id != network_id:
+        raise BootstrapError(f"snapshot is of network {manifest.network_id}, not {network_id}")
+    result = PullResult()
+    decoded: dict[int, list[EventRecord]] = {}
+    stack = [manifest.root] if manifest.root else []
+    while stack:
+        try:
+            node = read_object(snapshot, stack.pop())
+        except (RemoteProtocolError, OSError) as exc:
+            raise BootstrapError(f"{snapshot}: {exc}") from None
+        result.nodes_read += 1
+        if node.get("level") == 0:
+            _pull_leaf(engine, snapshot, manifest, node, network_id, decoded, result)
+            continue
+        with engine.connect() as conn:
+            for child in node["children"]:
+                local = range_hash(conn, *_range_of(child))
+                if (local.hex(), local.count) == (child["ahash"], child["count"]):
+                    result.subtrees_skipped += 1
+                else:
+                    stack.append(child["cid"])
+    return result
+
+
+def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[str, Any],
+               network_id: int, decoded: dict[int, list[EventRecord]],
+               result: PullResult) -> None:
+    entries = [TreeEntry(bytes.fromhex(k["key"]), int(k["file"]), int(k["item"]))
+               for k in node["keys"]]
+    with engine.connect() as conn:
+        have = existing_keys(conn, [e.key for e in entries])
+    wanted: list[EventRecord] = []
+    for e in entries:
+        if e.key in have:
+            continue
+        if not 0 <= e.file < len(manifest.files):
+            raise BootstrapError(f"tree entry points at file {e.file}, the manifest has "
+                                 f"{len(manifest.files)}")
+        if e.file not in decoded:
+            path = manifest.files[e.file].path
+            with (snapshot / path).open("rb") as fh:
+                data = fh.read(DEFAULT_LIMITS.max_compressed + 1)
+            decoded[e.file] = list(_file_events(path, data, network_id))
+            result.files_read.add(path)
+        items = decoded[e.file]
+        if not 0 <= e.item < len(items) or items[e.item].recon_key != e.key:
+            raise BootstrapError(f"tree entry {e.key.hex()} is not item {e.item} of its file")
+        wanted.append(items[e.item])
+    if wanted:
+        with engine.begin() as conn:
+            append_events(conn, wanted, int(time.time() * 1000))
+        result.fetched += len(wanted)

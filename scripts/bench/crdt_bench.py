@@ -1,0 +1,186 @@
+"""Replicated database (Spindexer CRDT) benchmark: the SQL application on SQLite.
+
+Three writers produce signed CRDT events on the db channel: an upsert of each of ENTITIES
+records, then random updates and upserts of 1-3 of its 4 columns with growing Lamport
+timestamps (ties and lost writes included), and a few deletes. The events are stored in the
+event log first (not timed). Then:
+
+- live: the real ``AppRunner`` applies the log while it grows, 500 events per commit, as a node
+  does under steady traffic. ``cell_updates_per_s`` = column registers written (``SetCell``
+  effects) per second of applying, decoding and SQL included.
+- replay: a new replica (application tables and cursor dropped) rebuilds from the whole log in
+  the runner's batches of 2000: ``replay_events_per_s``.
+
+SQLite file, synchronous=FULL (the node's default). Prints a table; the last line is a JSON
+object; a full run also writes docs/bench/crdt.json.
+
+    python scripts/bench/crdt_bench.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Engine, delete
+
+from node.apps import AppRunner
+from node.config import DbSection
+from node.db_app import DbApplication
+from node.events import record_of_event
+from node.metrics import Metrics
+from node.store import EventStore
+from storage import EventRecord, append_events, make_engine, node_state, upgrade
+from storage.schema import crdt_cells, crdt_entities, crdt_mempool
+from sync.crdt import CrdtMessage, Operation, TableSchema, Value
+from sync.identity import peer_id_of
+from sync.sds import encode_event
+
+ROOT = Path(__file__).resolve().parents[2]
+CHANNEL = "db"
+SCHEMA = TableSchema("items", {"name": "text", "qty": "integer", "price": "real",
+                               "active": "boolean"})
+LIVE_COMMIT = 500
+BASE_LAMPORT = 1_700_000_000_000  # SDS Lamport timestamps start from epoch milliseconds
+
+
+def _value(column: str, rng: random.Random) -> Value:
+    if column == "name":
+        return f"item-{rng.randrange(10_000)}"
+    if column == "qty":
+        return rng.randrange(1000)
+    if column == "price":
+        return rng.randrange(100_000) / 100
+    return rng.random() < 0.5
+
+
+def build_log(messages: int, entities: int, rng: random.Random) -> list[EventRecord]:
+    keys = [Ed25519PrivateKey.from_private_bytes(hashlib.sha256(bytes([i])).digest())
+            for i in range(3)]
+    peers = [(k, peer_id_of(k)) for k in keys]
+    columns = sorted(SCHEMA.columns)
+    out: list[EventRecord] = []
+    lamport = BASE_LAMPORT
+    for i in range(messages):
+        key, peer = rng.choice(peers)
+        # Concurrent writers: timestamps mostly grow, sometimes repeat (ties) or lag behind.
+        lamport += rng.choice((0, 1, 1, 1, 2))
+        ts = lamport - (rng.randrange(5) if rng.random() < 0.1 else 0)
+        if i < entities:
+            op, entity = Operation.UPSERT, f"e{i}"
+        else:
+            entity = f"e{rng.randrange(entities)}"
+            op = rng.choices([Operation.UPDATE, Operation.UPSERT, Operation.DELETE],
+                             [80, 19, 1])[0]
+        values = {} if op is Operation.DELETE else {
+            c: _value(c, rng) for c in rng.sample(columns, rng.randint(1, 3))}
+        content = CrdtMessage(op, SCHEMA.name, entity, values, timestamp=ts, sender=peer).encoded
+        out.append(record_of_event(1, encode_event(CHANNEL, peer, ts, (), content, key)))
+    return out
+
+
+def wipe(engine: Engine) -> None:
+    with engine.begin() as conn:
+        for table in (crdt_cells, crdt_entities, crdt_mempool, node_state):
+            conn.execute(delete(table))
+
+
+async def drain(runner: AppRunner) -> None:
+    while await runner.step():
+        pass
+
+
+def run_live(engine: Engine, log: list[EventRecord],
+             section: DbSection) -> tuple[float, float, Metrics]:
+    """Seconds of wall clock and of process CPU spent applying, and the app's metrics."""
+    metrics = Metrics()
+    app = DbApplication(section, metrics)
+    runner = AppRunner(app, EventStore(engine), metrics, trio.Event)
+    wall = cpu = 0.0
+    for start in range(0, len(log), LIVE_COMMIT):
+        with engine.begin() as conn:
+            append_events(conn, log[start : start + LIVE_COMMIT], int(time.time() * 1000))
+        began, began_cpu = time.perf_counter(), time.process_time()
+        trio.run(drain, runner)
+        wall += time.perf_counter() - began
+        cpu += time.process_time() - began_cpu
+    assert metrics.value("app_errors_total", app="db") == 0
+    return wall, cpu, metrics
+
+
+def run_replay(engine: Engine, section: DbSection) -> tuple[float, float]:
+    wipe(engine)
+    metrics = Metrics()
+    runner = AppRunner(DbApplication(section, metrics), EventStore(engine), metrics, trio.Event)
+    began, began_cpu = time.perf_counter(), time.process_time()
+    trio.run(drain, runner)
+    wall, cpu = time.perf_counter() - began, time.process_time() - began_cpu
+    assert metrics.value("app_errors_total", app="db") == 0
+    return wall, cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small run for CI")
+    args = parser.parse_args()
+    messages, entities = (20_000, 2_000) if args.quick else (100_000, 10_000)
+    rng = random.Random(7)
+    began = time.perf_counter()
+    log = build_log(messages, entities, rng)
+    build_s = time.perf_counter() - began
+    section = DbSection(tables=(SCHEMA,))
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        upgrade(engine)
+        live_s, live_cpu, metrics = run_live(engine, log, section)
+        replay_s, replay_cpu = run_replay(engine, section)
+        engine.dispose()
+    cells = int(metrics.value("db_cells_set_total"))
+    load = os.getloadavg()[0]
+    rows = [
+        ("messages (events)", f"{messages:,}"),
+        ("entities", f"{entities:,}"),
+        ("column writes applied (SetCell)", f"{cells:,}"),
+        ("records deleted", f"{int(metrics.value('db_records_deleted_total')):,}"),
+        ("signing the log (not timed)", f"{build_s:.1f} s"),
+        (f"live apply, {LIVE_COMMIT} events/commit", f"{live_s:.2f} s"),
+        ("  cell updates/s", f"{cells / live_s:,.0f}"),
+        ("  messages/s", f"{messages / live_s:,.0f}"),
+        ("  process CPU time", f"{live_cpu:.2f} s"),
+        ("  cell updates per CPU second", f"{cells / live_cpu:,.0f}"),
+        ("replay from the log, 2000 events/batch", f"{replay_s:.2f} s"),
+        ("  events/s", f"{messages / replay_s:,.0f}"),
+        ("  process CPU time", f"{replay_cpu:.2f} s"),
+        ("load average (1 min, 2 cores)", f"{load:.1f}"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value:>12}")
+    result = {
+        "cell_updates_per_s": round(cells / live_s),
+        "replay_events_per_s": round(messages / replay_s),
+        "messages": messages,
+        "cells_set": cells,
+        "cell_updates_per_cpu_s": round(cells / live_cpu),
+        "replay_events_per_cpu_s": round(messages / replay_cpu),
+        "load_avg_1m": round(load, 1),
+    }
+    if not args.quick:
+        out = ROOT / "docs" / "bench" / "crdt.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
