@@ -19,9 +19,11 @@ import importlib.metadata
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import libp2p
 import libp2p.network.connection.swarm_connection as _swarm_connection_module
+import libp2p.pubsub.gossipsub as _gossipsub_module
 import libp2p.pubsub.pubsub as _pubsub_module
 import multiaddr
 import trio
@@ -50,6 +52,7 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
+from libp2p.pubsub.utils import maybe_consume_signed_record as _original_consume_record
 from libp2p.security.exceptions import HandshakeFailure
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -117,6 +120,35 @@ def _patch_gossip_queues(peer_queue_size: int) -> None:
     _RoomyRpcQueue.default_max_size = max(_RoomyRpcQueue.default_max_size, peer_queue_size)
     setattr(_pubsub_module, "RpcQueue", _RoomyRpcQueue)  # noqa: B010
     setattr(_pubsub_module, "SUBSCRIPTION_CHANNEL_SIZE", _LIBP2P_SUBSCRIPTION_BUFFER)  # noqa: B010
+
+
+# peer id -> the signed peer record bytes it last sent and we accepted.
+_accepted_records: dict[ID, bytes] = {}
+
+
+def _consume_record_once(msg: Any, host: IHost, peer_id: ID) -> bool:
+    """libp2p attaches the sender's signed peer record to every pubsub RPC and verifies it on
+    every receipt (7-10% of a busy node's CPU); the same bytes from the same peer were verified
+    already."""
+    if not msg.HasField("senderRecord"):
+        return True
+    record = bytes(msg.senderRecord)
+    if _accepted_records.get(peer_id) == record:
+        return True
+    accepted = bool(_original_consume_record(msg, host, peer_id))
+    if accepted:
+        if len(_accepted_records) >= 4096:
+            _accepted_records.clear()
+        _accepted_records[peer_id] = record
+    return accepted
+
+
+def _patch_record_verification() -> None:
+    check_libp2p_version()
+    for module in (_pubsub_module, _gossipsub_module):
+        if not hasattr(module, "maybe_consume_signed_record"):
+            raise P2PError(f"{module.__name__}.maybe_consume_signed_record is gone")
+        setattr(module, "maybe_consume_signed_record", _consume_record_once)  # noqa: B010
 
 
 class _NamedLoggingShim:
@@ -244,6 +276,7 @@ class _GuardedPubsub(Pubsub):
 
 def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
     _patch_gossip_queues(config.gossip_peer_queue_size)
+    _patch_record_verification()
     router = GossipSub(
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=config.gossip_degree,

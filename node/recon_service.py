@@ -228,15 +228,18 @@ class ReconService:
         stats = SessionStats()
         started = time.monotonic()
         try:
-            with trio.fail_after(self.session_timeout_s):
-                async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
-                    session = ReconSession.initiator(self.keys, self.interests, self.config,
-                                                     peer=peer)
+            async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
+                session = ReconSession.initiator(self.keys, self.interests, self.config,
+                                                 peer=peer)
+                with trio.fail_after(self.session_timeout_s):
                     await stream.send(bytes([RECON]) + session.start())
                     await self._reconcile(stream, session, stats)
-                    state.interests = tuple(session.peer_interests or ())
-                    await self._fetch(stream, stats)
-                    await self._serve(stream, stats)
+                state.interests = tuple(session.peer_interests or ())
+                # The transfer phases have no overall deadline (a large catch-up takes as long
+                # as it takes): their work is bounded by what was reconciled, every read has a
+                # timeout, and a stalled batch ends the session.
+                await self._fetch(stream, stats)
+                await self._serve(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
             self._failed(peer, state, exc)
             return None
@@ -263,14 +266,14 @@ class ReconService:
         state = self.peers.setdefault(peer, PeerSyncState())
         stats = SessionStats()
         try:
-            with trio.fail_after(self.session_timeout_s):
-                async with stream:
-                    session = ReconSession.responder(self.keys, self.interests, self.config,
-                                                     peer=peer)
+            async with stream:
+                session = ReconSession.responder(self.keys, self.interests, self.config,
+                                                 peer=peer)
+                with trio.fail_after(self.session_timeout_s):
                     await self._reconcile(stream, session, stats)
-                    state.interests = tuple(session.peer_interests or ())
-                    await self._serve(stream, stats)
-                    await self._fetch(stream, stats)
+                state.interests = tuple(session.peer_interests or ())
+                await self._serve(stream, stats)
+                await self._fetch(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
             self._failed(peer, state, exc)
             return
@@ -310,7 +313,6 @@ class ReconService:
             for key in wanted:
                 self._pending.pop(key, None)
             raise
-        self.metrics.inc("recon_events_fetched_total", stats.fetched)
 
     async def _fetch_chunks(
         self, stream: FramedStream, missing: list[bytes], wanted: set[bytes], stats: SessionStats
@@ -329,9 +331,12 @@ class ReconService:
                                          max_item_bytes=MAX_EVENT_BYTES)
                 except FrameDecodeError as exc:
                     raise ReconAbort(str(exc)) from None
-                await self._ingest_batch(wires, stream.peer_id, wanted, stats)
                 if frame[0] == EVENTS_LAST:
+                    await self._ingest_batch(wires, stream.peer_id, wanted, stats)
                     break
+                if not wires:  # an empty non-final frame could be repeated forever
+                    raise ReconAbort("empty events frame")
+                await self._ingest_batch(wires, stream.peer_id, wanted, stats)
 
     async def _ingest_batch(
         self, wires: list[bytes], peer: str, wanted: set[bytes], stats: SessionStats
@@ -360,6 +365,7 @@ class ReconService:
             # Still waiting for its dependencies: not fetched again before the grace ends.
             self._pending[key] = expiry
             stats.fetched += 1
+        self.metrics.inc("recon_events_fetched_total", len(parsed))
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
         """Answer the peer's WANT frames with the events we hold."""
@@ -373,6 +379,8 @@ class ReconService:
                                     max_item_bytes=MAX_KEY_BYTES)
             except FrameDecodeError as exc:
                 raise ReconAbort(str(exc)) from None
+            if frame[0] == WANT and not keys:  # an empty non-final frame could repeat forever
+                raise ReconAbort("empty want frame")
             budget -= len(keys)
             if budget < 0:
                 raise ReconAbort("peer wants more events than we hold")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cluster benchmark: 5 real node processes on loopback, versus plain py-libp2p GossipSub.
 
-Three measurements, run one after the other so that they never share the CPU:
+Three measurements:
 
 1. ``raw_gossipsub_rate_per_s``: 5 ``raw_gossip.py`` processes (``node.p2p.open_host`` with the
    node's GossipSub settings, no SDS, no storage, no HTTP) publish messages padded to the size of
@@ -11,7 +11,9 @@ Three measurements, run one after the other so that they never share the CPU:
 3. ``catchup_events_per_s``: a fresh node bootstraps from a node holding 100,000 events (20,000
    with ``--quick``) and fetches them through Recon.
 
-Rate stepping is the same for 1 and 2: a step publishes at a fixed target rate for a fixed time
+1 and 2 run side by side (both clusters up, idle between their steps) and their steps alternate,
+so that both see the same machine load; 3 runs alone afterwards. Rate stepping is the same for
+1 and 2: a step publishes at a fixed target rate for a fixed time
 on an open-loop schedule (message ``j`` is sent at ``start + j / rate`` whether or not earlier
 ones were answered). A step passes when every publish was answered, every message reached every
 one of the 5 processes within 10 s of being sent, and the publisher kept up with the schedule
@@ -20,8 +22,9 @@ between the last pass and the first failure is bisected. The reported rate is th
 of the best passing step; the latencies are that step's (send -> stored on each node, all
 (event, node) pairs; for a node, "stored" is the ``received_at`` the node records at commit).
 
-``delivered_fraction`` counts every node-benchmark publish (all steps, failed ones included):
-the fraction that is on all 5 nodes once the cluster has been given a settling time at the end.
+``published`` counts every node-benchmark publish (warm-up and all steps, failed ones included);
+``delivered_fraction`` is the fraction of those on all 5 nodes once the cluster has been given
+a settling time at the end (a publish whose POST failed counts as not delivered).
 
 The last line is the JSON result, also written to docs/bench/cluster.json.
 """
@@ -34,12 +37,12 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,12 +78,13 @@ class Plan:
     settle_s: float
     catchup_events: int
     catchup_timeout_s: float
+    ramp_budget_s: float = math.inf  # no new step pair starts after this (keeps --quick short)
 
 
-QUICK = Plan(duration_s=4, start_rate=25, factor=2.0, refine=1, max_steps=6, settle_s=20,
-             catchup_events=20_000, catchup_timeout_s=60)
+QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=4, settle_s=10,
+             catchup_events=20_000, catchup_timeout_s=15, ramp_budget_s=35)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
-            catchup_events=100_000, catchup_timeout_s=600)
+            catchup_events=100_000, catchup_timeout_s=300)
 
 
 @dataclass
@@ -129,39 +133,42 @@ def load_avg() -> float:
     return os.getloadavg()[0]
 
 
-def ramp(measure: Callable[[float], Step], plan: Plan) -> list[Step]:
-    """Step the rate up until a step fails, then bisect between the last pass and that failure."""
-    steps: list[Step] = []
-    best: float | None = None
-    fail: float | None = None
-    rate = plan.start_rate
-    while len(steps) < plan.max_steps:
-        step = measure(rate)
-        steps.append(step)
-        print(step.row(), flush=True)
+class Ramp:
+    """Rate stepping: up by ``factor`` until a step fails, then bisect between the last pass
+    and the first failure ``refine`` times. A first step that fails steps down instead."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.steps: list[Step] = []
+        self.best: float | None = None
+        self.fail: float | None = None
+        self.rate: float | None = plan.start_rate
+        self._refines = 0
+
+    def record(self, step: Step) -> None:
+        self.steps.append(step)
         if step.ok:
-            best = rate
-            if fail is not None:
-                break
-            rate *= plan.factor
+            self.best = step.target if self.best is None else max(self.best, step.target)
         else:
-            fail = rate
-            if best is not None:
-                break
-            rate /= plan.factor  # even the first rate failed: come down
-            if rate < 1:
-                break
-    for _ in range(plan.refine if best is not None and fail is not None else 0):
-        assert best is not None and fail is not None
-        mid = math.sqrt(best * fail)
-        step = measure(mid)
-        steps.append(step)
-        print(step.row(), flush=True)
-        if step.ok:
-            best = mid
+            self.fail = step.target if self.fail is None else min(self.fail, step.target)
+        if self.best is not None and self.fail is not None:
+            if self._refines >= self.plan.refine or self.fail <= self.best:
+                self.rate = None
+            else:
+                self.rate = math.sqrt(self.best * self.fail)
+                self._refines += 1
+        elif len(self.steps) >= self.plan.max_steps:
+            self.rate = None
+        elif step.ok:
+            self.rate = step.target * self.plan.factor
         else:
-            fail = mid
-    return steps
+            self.rate = step.target / self.plan.factor
+            if self.rate < 1:
+                self.rate = None
+
+    @property
+    def done(self) -> bool:
+        return self.rate is None
 
 
 def best_step(steps: list[Step]) -> Step | None:
@@ -169,10 +176,12 @@ def best_step(steps: list[Step]) -> Step | None:
     return max(passed, key=lambda s: s.achieved) if passed else None
 
 
-def achieved_rate(send_times: list[float]) -> float:
-    if len(send_times) < 2:
+def achieved_rate(send_times: list[float], start_at: float, rate: float) -> float:
+    """Messages sent per second of schedule actually used: late sends lower it, bursts don't
+    raise it (the clock starts at the scheduled start, not at the first send)."""
+    if not send_times:
         return 0.0
-    return (len(send_times) - 1) / max(max(send_times) - min(send_times), 1e-9)
+    return len(send_times) / (max(send_times) - start_at + 1 / rate)
 
 
 # -- plain GossipSub ------------------------------------------------------------------------
@@ -187,8 +196,10 @@ class RawWorker:
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         log.close()
-        hello = self.read()
-        self.addr = str(hello["addr"])
+        self.addr = ""
+
+    def wait_ready(self) -> None:
+        self.addr = str(self.read()["addr"])
 
     def send(self, cmd: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -221,8 +232,11 @@ class RawCluster:
         self.payload = payload
         self.workers: list[RawWorker] = []
         self.step_no = 0
+        # All started at once (imports take seconds each under load), then linked up.
         for i in range(NODES):
             self.workers.append(RawWorker(base / f"raw{i}.log"))
+        for worker in self.workers:
+            worker.wait_ready()
         for i, worker in enumerate(self.workers[1:], start=1):
             worker.ask({"cmd": "connect", "addrs": [w.addr for w in self.workers[:i]]})
         deadline = time.monotonic() + 30
@@ -258,7 +272,8 @@ class RawCluster:
                 delivered += 1
                 latencies.append(t - t_sent)
                 within += t - t_sent <= WINDOW_S
-        return Step("raw", rate, total, len(sent), achieved_rate(list(sent.values())),
+        return Step("raw", rate, total, len(sent),
+                    achieved_rate(list(sent.values()), start_at, rate),
                     delivered, within, latencies, load)
 
     def stop(self) -> None:
@@ -290,13 +305,16 @@ class NodeCluster:
         self.cursors: list[int] = []
         self.published: dict[str, float] = {}  # message id -> send time
         self.attempts = 0
-        for i in range(NODES):
-            extra: list[str] = []
-            for peer in self.nodes:
-                extra += ["--bootstrap", peer.listen_addrs[0]]
-            self.nodes.append(NodeProcess(base / f"n{i}", *extra).start())
-            self.seen.append({})
-            self.cursors.append(0)
+        # Started in parallel (each takes seconds to import under load), then joined into a
+        # full mesh through the API, as `syncnode join` does.
+        with ThreadPoolExecutor(NODES) as pool:
+            self.nodes = list(pool.map(lambda i: NodeProcess(base / f"n{i}").start(),
+                                       range(NODES)))
+        self.seen = [{} for _ in self.nodes]
+        self.cursors = [0 for _ in self.nodes]
+        for i, node in enumerate(self.nodes):
+            for peer in self.nodes[:i]:
+                node.post("/v1/peers", {"multiaddr": peer.listen_addrs[0]})
         deadline = time.monotonic() + 60
         while not all(len(n.get("/v1/peers")["connected"]) >= NODES - 1 for n in self.nodes):
             if time.monotonic() > deadline:
@@ -326,12 +344,11 @@ class NodeCluster:
         self.step_no += 1
         total = schedule(rate, duration)
         urls = [n.api_url for n in self.nodes]
-        start_at = time.time() + 0.5
         spy = None
         if profile is not None:
             spy = start_profile(self.nodes[1], profile / f"node-step{self.step_no}-"
                                 f"{rate:.0f}per_s.txt", duration)
-        results = trio.run(_publish_all, urls, self.step_no, rate, total, start_at)
+        start_at, results = trio.run(_publish_all, urls, self.step_no, rate, total)
         load = load_avg()
         self.attempts += total
         sends = {mid: t for (t, _, mid) in results if mid is not None}
@@ -350,7 +367,8 @@ class NodeCluster:
                 latency = max(0.0, received_at / 1000 - t_sent)
                 latencies.append(latency)
                 within += latency <= WINDOW_S
-        return Step("node", rate, total, len(sends), achieved_rate([r[0] for r in results]),
+        return Step("node", rate, total, len(sends),
+                    achieved_rate([r[0] for r in results], start_at, rate),
                     delivered, within, latencies, load)
 
     def delivered_fraction(self, settle_s: float) -> float:
@@ -360,7 +378,7 @@ class NodeCluster:
         return everywhere / max(self.attempts, 1)
 
     def stop(self) -> list[int | None]:
-        codes = []
+        codes: list[int | None] = []
         for node in self.nodes:
             try:
                 codes.append(node.terminate(timeout=30))
@@ -371,12 +389,18 @@ class NodeCluster:
 
 
 async def _publish_all(
-    urls: list[str], step: int, rate: float, total: int, start_at: float
-) -> list[tuple[float, float | None, str | None]]:
-    """Publish ``total`` events round-robin over the nodes, open loop at ``rate``."""
+    urls: list[str], step: int, rate: float, total: int
+) -> tuple[float, list[tuple[float, float | None, str | None]]]:
+    """Publish ``total`` events round-robin over the nodes, open loop at ``rate``.
+
+    Returns the scheduled start and (send time, answer time, message id) per publish.
+    """
     results: list[tuple[float, float | None, str | None]] = []
+    errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    # Clients first (each builds an SSL context: slow under load), then the clock starts.
     clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits) for u in urls]
+    start_at = time.time() + 0.2
 
     async def one(j: int) -> None:
         content = f"bench s{step} j{j} "
@@ -387,8 +411,9 @@ async def _publish_all(
                                                      json={"content": content})
             r.raise_for_status()
             results.append((t_sent, time.time(), str(r.json()["message_id"])))
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
             results.append((t_sent, None, None))
+            errors[type(exc).__name__] += 1
 
     try:
         async with trio.open_nursery() as nursery:
@@ -400,7 +425,9 @@ async def _publish_all(
     finally:
         for client in clients:
             await client.aclose()
-    return results
+    if errors:
+        print(f"      publish errors: {dict(errors)}", flush=True)
+    return start_at, results
 
 
 def start_profile(node: NodeProcess, out: Path, duration: float) -> subprocess.Popen[bytes] | None:
@@ -424,6 +451,7 @@ class Catchup:
     seconds: float
     from_cache: bool
     recon_fetched: float
+    recon_errors: float
     load: float
 
     @property
@@ -431,12 +459,14 @@ class Catchup:
         return self.fetched / self.seconds if self.seconds > 0 else 0.0
 
 
-def measure_catchup(base: Path, plan: Plan, profile: Path | None) -> Catchup:
+def measure_catchup(base: Path, plan: Plan, profile: Path | None,
+                    fresh_env: dict[str, str] | None = None) -> Catchup:
     count, from_cache = cached_log(base / "src", plan.catchup_events)
     source = NodeProcess(base / "src").start(timeout=120)
     fresh = None
     try:
-        fresh = NodeProcess(base / "fresh", "--bootstrap", source.listen_addrs[0]).start()
+        fresh = NodeProcess(base / "fresh", "--bootstrap", source.listen_addrs[0],
+                            env=fresh_env).start()
         t0 = time.time()
         spy = start_profile(fresh, profile / "catchup-fresh.txt", 20) if profile else None
         deadline = t0 + plan.catchup_timeout_s
@@ -449,9 +479,10 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None) -> Catchup:
         seconds = time.time() - t0
         load = load_avg()
         fetched = metric(fresh, "recon_events_fetched_total")
+        errors = metric(fresh, "recon_errors_total")
         if spy is not None:
             spy.wait()
-        return Catchup(count, int(stored), seconds, from_cache, fetched, load)
+        return Catchup(count, int(stored), seconds, from_cache, fetched, errors, load)
     finally:
         for node in (fresh, source):
             if node is not None:
@@ -483,30 +514,37 @@ def main() -> int:
     cluster: NodeCluster | None = None
     try:
         payload = sds_gossip_size()
-        print(f"\nplain GossipSub ({payload}-byte messages, the size of a node's SDS message)")
-        print(HEADER)
+        print(f"raw: plain GossipSub, {payload}-byte messages (a node's SDS message size); "
+              f"node: syncnode, {CONTENT_SIZE}-byte contents via POST /v1/channels/{CHANNEL}"
+              "/events; the two clusters run side by side and their steps alternate, so that "
+              "both see the same machine load")
         raw = RawCluster(base, payload)
-        raw.measure(5, 1)  # warm-up: first messages on fresh connections
-        raw_steps = ramp(lambda r: raw.measure(r, plan.duration_s), plan)  # type: ignore[union-attr]
+        cluster = NodeCluster(base)
+        raw.measure(5, 1)  # warm-up: first messages on fresh connections and meshes
+        cluster.measure(5, 1)
+        print(HEADER)
+        raw_ramp, node_ramp = Ramp(plan), Ramp(plan)
+        stop_at = time.monotonic() + plan.ramp_budget_s
+        while not (raw_ramp.done and node_ramp.done) and time.monotonic() < stop_at:
+            if raw_ramp.rate is not None:
+                raw_ramp.record(raw.measure(raw_ramp.rate, plan.duration_s))
+                print(raw_ramp.steps[-1].row(), flush=True)
+            if node_ramp.rate is not None:
+                node_ramp.record(cluster.measure(node_ramp.rate, plan.duration_s, args.profile))
+                print(node_ramp.steps[-1].row(), flush=True)
+        raw_steps, node_steps = raw_ramp.steps, node_ramp.steps
         raw.stop()
         raw = None
-
-        print(f"\nsyncnode ({CONTENT_SIZE}-byte contents via POST /v1/channels/{CHANNEL}/events)")
-        print(HEADER)
-        cluster = NodeCluster(base)
-        cluster.measure(5, 1)
-        node_steps = ramp(
-            lambda r: cluster.measure(r, plan.duration_s, args.profile),  # type: ignore[union-attr]
-            plan,
-        )
         fraction = cluster.delivered_fraction(plan.settle_s)
+        published = cluster.attempts
         exit_codes = cluster.stop()
         cluster = None
 
         print(f"\ncatch-up: a fresh node fetches {plan.catchup_events} events through Recon")
         catchup = measure_catchup(base, plan, args.profile)
         print(f"  {catchup.fetched}/{catchup.events} events stored in {catchup.seconds:.1f} s "
-              f"(recon fetched {catchup.recon_fetched:.0f}; source log "
+              f"(recon fetched {catchup.recon_fetched:.0f}, failed sessions "
+              f"{catchup.recon_errors:.0f}; source log "
               f"{'from cache' if catchup.from_cache else 'built now'}; load {catchup.load:.2f})"
               f" -> {catchup.rate:.0f} events/s")
     finally:
@@ -520,7 +558,6 @@ def main() -> int:
     best_node, best_raw = best_step(node_steps), best_step(raw_steps)
     rate = best_node.achieved if best_node else 0.0
     raw_rate = best_raw.achieved if best_raw else 0.0
-    node_published = sum(s.published for s in node_steps)
     load_end = load_avg()
     print(f"\nnode exit codes after SIGTERM: {exit_codes}")
     print(f"rate_per_s {rate:.1f} vs raw GossipSub {raw_rate:.1f} "
@@ -530,7 +567,7 @@ def main() -> int:
           f"{time.monotonic() - started:.0f} s")
     result = {
         "nodes": NODES,
-        "published": node_published,
+        "published": published,
         "delivered_fraction": round(fraction, 6),
         "rate_per_s": round(rate, 1),
         "latency_p50_ms": round(best_node.pct(50), 1) if best_node else None,

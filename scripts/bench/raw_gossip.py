@@ -63,14 +63,23 @@ class Worker:
         padding = b"\0" * max(0, cmd["payload"] - _HEADER.size)
         sent: dict[int, float] = {}
         mine = [j for j in range(total) if j % nodes == index]
-        # Open loop: each publish is its own task, so a slow one never delays the schedule.
+        # Open loop, the way a node publishes: the schedule enqueues (that instant is the send
+        # time, so queueing counts in the latency) and one task drains the queue in order.
+        send, receive = trio.open_memory_channel[bytes](math.inf)
+
+        async def publisher() -> None:
+            async for data in receive:
+                await self.host.publish(TOPIC, data)
+
         async with trio.open_nursery() as nursery:
-            for j in mine:
-                delay = start_at + j / rate - time.time()
-                if delay > 0:
-                    await trio.sleep(delay)
-                sent[j] = time.time()
-                nursery.start_soon(self.host.publish, TOPIC, _HEADER.pack(step, j) + padding)
+            nursery.start_soon(publisher)
+            async with send:
+                for j in mine:
+                    delay = start_at + j / rate - time.time()
+                    if delay > 0:
+                        await trio.sleep(delay)
+                    sent[j] = time.time()
+                    send.send_nowait(_HEADER.pack(step, j) + padding)
         others = total - len(mine)
         deadline = start_at + (total - 1) / rate + cmd["window_s"]
         got = self.recv.setdefault(step, {})
