@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +25,7 @@ FAST_ENV = {
 
 
 def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
-               bootstrap: list[NodeProcess] = ()) -> NodeProcess:  # type: ignore[assignment]
+               bootstrap: Sequence[NodeProcess] = ()) -> NodeProcess:
     extra = list(args)
     for peer in bootstrap:
         extra += ["--bootstrap", peer.listen_addrs[0]]
@@ -33,7 +33,9 @@ def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = N
 
 
 @contextmanager
-def cluster(base: Path, size: int, *, env: dict[str, str] | None = None) -> Iterator[list[NodeProcess]]:
+def cluster(
+    base: Path, size: int, *, env: dict[str, str] | None = None
+) -> Iterator[list[NodeProcess]]:
     nodes: list[NodeProcess] = []
     try:
         first = start_node(base, "n0", env=env)

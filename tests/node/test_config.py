@@ -16,8 +16,9 @@ EXAMPLE = ROOT / "config.example.toml"
 
 def declared_keys() -> set[str]:
     keys = set()
+    defaults = Config()
     for section in dataclasses.fields(Config):
-        for key in dataclasses.fields(section.default_factory()):  # type: ignore[misc]
+        for key in dataclasses.fields(getattr(defaults, section.name)):
             keys.add(f"{section.name}.{key.name}")
     return keys
 

@@ -61,7 +61,7 @@ def test_sigkill_mid_write_keeps_every_committed_batch_whole(db_url: str) -> Non
     engine = make_engine(db_url)
     upgrade(engine)
     with engine.connect() as conn:
-        per_batch = dict(
+        per_batch: dict[str, int] = dict(
             conn.execute(select(events.c.channel, func.count()).group_by(events.c.channel)).all()
         )
     engine.dispose()
