@@ -1,0 +1,39 @@
+"""Peers found through the Kademlia DHT with the CIP-124 rendezvous keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from node.discovery import channel_rendezvous, network_rendezvous
+from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+DHT = {"SYNCNODE_P2P_DHT": "true", "SYNCNODE_P2P_DHT_INTERVAL_S": "2"}
+
+
+def test_rendezvous_keys_follow_cip_124() -> None:
+    assert network_rendezvous(0) == "ce010500"
+    assert network_rendezvous(0xFF) == "ce0105ff01"
+    key = bytes.fromhex(channel_rendezvous(1, "general"))
+    assert key[:4] == bytes.fromhex("ce017101") and len(key) == 4 + 16
+
+
+def test_two_nodes_that_only_know_a_third_find_each_other(tmp_path: Path) -> None:
+    hub = start_node(tmp_path, "hub", env=DHT)
+    left = start_node(tmp_path, "left", env=DHT, bootstrap=[hub])
+    right = start_node(tmp_path, "right", env=DHT, bootstrap=[hub])
+    try:
+        def linked() -> bool:
+            peers = {p["peer_id"] for p in left.get("/v1/peers")["connected"]}
+            return right.peer_id in peers
+
+        wait_for(linked, 90, "left and right did not discover each other")
+        # Neither was told of the other: the link came from a DHT rendezvous.
+        assert metric(left, "dht_peers_found_total") + metric(right, "dht_peers_found_total") >= 1
+        publish_many(left, "general", ["found you"])
+        wait_for(lambda: len(channel_log(right, "general")) == 1, 30, "event did not arrive")
+    finally:
+        for node in (hub, left, right):
+            node.kill()
