@@ -59,8 +59,11 @@ class DhtDiscovery:
                 self.metrics.inc("dht_errors_total")
                 log.info("dht round failed", extra=kv(key=key, error=str(exc)))
                 continue
+            log.debug("dht lookup", extra=kv(key=key, found=len(found)))
             for peer_id, addrs in found.items():
-                if peer_id == self.host.peer_id or peer_id in self.host.connected_peers():
+                # Kademlia lookups may already have connected us; what matters is that the
+                # peer is now known, so it is redialled after restarts like a joined one.
+                if peer_id == self.host.peer_id or peer_id in self.peers.known:
                     continue
                 for addr in addrs:
                     try:
@@ -68,4 +71,5 @@ class DhtDiscovery:
                     except (P2PError, ValueError):
                         continue
                     self.metrics.inc("dht_peers_found_total")
+                    log.info("peer found through the DHT", extra=kv(peer=peer_id, key=key))
                     break

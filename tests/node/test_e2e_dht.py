@@ -30,8 +30,12 @@ def test_two_nodes_that_only_know_a_third_find_each_other(tmp_path: Path) -> Non
             return right.peer_id in peers
 
         wait_for(linked, 90, "left and right did not discover each other")
-        # Neither was told of the other: the link came from a DHT rendezvous.
-        assert metric(left, "dht_peers_found_total") + metric(right, "dht_peers_found_total") >= 1
+        # Neither was told of the other: each finds the other at the CIP-124 rendezvous.
+        wait_for(lambda: metric(left, "dht_peers_found_total") >= 1
+                 and metric(right, "dht_peers_found_total") >= 1, 60,
+                 "no peer found at the rendezvous keys")
+        assert right.peer_id in [p["peer_id"] for p in left.get("/v1/peers")["connected"]]
+        assert right.peer_id in left.get("/v1/peers")["known"]
         publish_many(left, "general", ["found you"])
         wait_for(lambda: len(channel_log(right, "general")) == 1, 30, "event did not arrive")
     finally:
