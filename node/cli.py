@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import trio
 
-from node import cli_blocks, cli_db, cli_records
+from node import cli_blocks, cli_db, cli_records, cli_snapshot
 from node.cli_common import (
     ApiClient,
     CliError,
@@ -31,6 +31,7 @@ EXTENSIONS: list[Callable[[Any], None]] = [
     cli_records.register,
     cli_blocks.register,
     cli_db.register,
+    cli_snapshot.register,
 ]
 
 

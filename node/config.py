@@ -30,6 +30,7 @@ __all__ = [
     "P2PSection",
     "ReconSection",
     "SdsSection",
+    "SparkSection",
     "StorageConfig",
     "load_config",
     "parse_host_port",
@@ -224,6 +225,20 @@ def _tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema, ...]
 
 
 @dataclass(frozen=True)
+class SparkSection:
+    enabled: bool = _opt(True)
+    master: str = _opt("local[*]", lambda v: None if v else "must not be empty")
+    partitions: int = _opt(8, _positive)
+    snapshot_dir: str = _opt("")
+    snapshot_interval_s: float = _opt(0.0, _non_negative)
+    snapshot_every_events: int = _opt(0, _non_negative)
+    period_ms: int = _opt(60_000, _positive)
+    settle_ms: int = _opt(60_000, _non_negative)
+    rehash: bool = _opt(False)
+    job_timeout_s: float = _opt(21_600.0, _positive)
+
+
+@dataclass(frozen=True)
 class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
@@ -233,6 +248,7 @@ class Config:
     recon: ReconSection = field(default_factory=ReconSection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
     db: DbSection = field(default_factory=DbSection)
+    spark: SparkSection = field(default_factory=SparkSection)
 
     @property
     def data_path(self) -> Path:

@@ -17,6 +17,7 @@ from node.p2p import P2PConfig, P2PHost, open_host
 from node.routes import NODE_ROUTES
 from node.runtime import NodeInfo, NodeRuntime
 from node.services import build_services
+from node.snapshot_routes import SNAPSHOT_ROUTES
 from node.store import EventStore
 from storage import AppendResult, EventRecord, make_engine, upgrade
 
@@ -98,7 +99,8 @@ async def serve(
             running, app_routes = await build_services(runtime)
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, *running)
-            app = create_app(runtime, [*NODE_ROUTES, *app_routes, *(routes or [])])
+            all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *app_routes, *(routes or [])]
+            app = create_app(runtime, all_routes)
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,

@@ -18,6 +18,7 @@ from node.peers import PeerManager
 from node.plugins import PLUGINS
 from node.recon_service import ReconService
 from node.runtime import NodeRuntime
+from node.snapshots import scheduler_from_config
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
 
@@ -75,6 +76,11 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
     services += [
         AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels
     ]
+    snapshots = scheduler_from_config(runtime)
+    if snapshots is not None:
+        runtime.snapshots = snapshots
+        store.on_commit(snapshots.on_commit)
+        services.append(snapshots)
     if config.p2p.dht:
         services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,
                                      channels.names, config.p2p.dht_interval_s))

@@ -1,0 +1,115 @@
+"""The manifest's range tree (pure: no Spark) and the JDBC URL mapping."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_jobs.manifest import (
+    Chain,
+    FileEntry,
+    Manifest,
+    TreeEntry,
+    build_tree,
+    iter_leaf_entries,
+    load_manifest,
+    read_object,
+    write_manifest,
+    write_objects,
+)
+from spark_jobs.source import jdbc_source
+from sync.errors import RemoteProtocolError
+from sync.recon.sha256a import Sha256a
+
+
+def _keys(seeds: set[int]) -> list[bytes]:
+    return sorted(b"\xce\x01\x05\x01" + hashlib.sha256(str(s).encode()).digest() for s in seeds)
+
+
+def _entries(keys: list[bytes]) -> list[TreeEntry]:
+    return [TreeEntry(k, i % 7, i) for i, k in enumerate(keys)]
+
+
+def _walk(objects: dict[str, bytes], cid: str) -> Any:
+    import json
+
+    return json.loads(objects[cid])
+
+
+def _check_node(cid: str, objects: dict[str, bytes]) -> list[bytes]:
+    node = _walk(objects, cid)
+    if node["level"] == 0:
+        return [bytes.fromhex(k["key"]) for k in node["keys"]]
+    keys: list[bytes] = []
+    for child in node["children"]:
+        below = _check_node(child["cid"], objects)
+        assert below[0].hex() == child["first"] and below[-1].hex() == child["last"]
+        assert Sha256a.of(below).hex() == child["ahash"] and len(below) == child["count"]
+        keys.extend(below)
+    return keys
+
+
+@settings(deadline=None, max_examples=15)
+@given(st.sets(st.integers(0, 10**6), max_size=1500), st.sets(st.integers(0, 10**6), max_size=300))
+def test_tree_covers_every_key_with_correct_hashes(base: set[int], extra: set[int]) -> None:
+    keys = _keys(base)
+    root, objects, total = build_tree(_entries(keys))
+    assert total == Sha256a.of(keys)
+    assert _check_node(root, objects) == keys
+    assert build_tree(_entries(keys))[0] == root  # deterministic
+    more = _keys(base | extra)
+    assert _check_node(*build_tree(_entries(more))[:2]) == more
+
+
+def test_a_few_new_keys_leave_most_nodes_unchanged() -> None:
+    # Content-defined boundaries: only nodes on the new keys' paths change (item numbers are
+    # per key here, so the entries stay the same for old keys).
+    keys = _keys(set(range(5000)))
+    _root, objects, _ = build_tree(TreeEntry(k, 0, 0) for k in keys)
+    _root2, objects2, _ = build_tree(TreeEntry(k, 0, 0) for k in _keys(set(range(5003))))
+    assert len(set(objects) & set(objects2)) > 0.8 * len(objects)
+
+
+def test_tree_round_trip_on_disk(tmp_path: Path) -> None:
+    keys = _keys(set(range(500)))
+    root, objects, total = build_tree(_entries(keys))
+    assert write_objects(tmp_path, objects) == len(objects)
+    assert write_objects(tmp_path, objects) == 0  # immutable: never rewritten
+    assert [e.key for e in iter_leaf_entries(tmp_path, root)] == keys
+    manifest = Manifest(network_id=3, node="n", period_ms=1000, chain=Chain(2, "ab" * 48, 5),
+                        files=(FileEntry("recordn/a.rcd.gz", 0, 4, 10, 1, "00", "11", "22",
+                                         "recordn/a.rcd_sig", ("recordn/sidecar/a_01.rcd.gz",)),),
+                        root=root, count=total.count, ahash=total.hex())
+    write_manifest(tmp_path, manifest)
+    assert load_manifest(tmp_path) == manifest
+    assert load_manifest(tmp_path / "nowhere") is None
+    # A node whose bytes do not match its name is refused.
+    path = next((tmp_path / "manifest").iterdir())
+    path.write_bytes(path.read_bytes().replace(b"level", b"levee"))
+    with pytest.raises(RemoteProtocolError):
+        read_object(tmp_path, path.stem)
+    (tmp_path / "manifest.json").write_text('{"format": "other"}')
+    with pytest.raises(RemoteProtocolError):
+        load_manifest(tmp_path)
+
+
+def test_empty_tree() -> None:
+    root, objects, total = build_tree([])
+    assert total == Sha256a() and _walk(objects, root) == {"level": 0, "keys": []}
+
+
+def test_jdbc_urls(tmp_path: Path) -> None:
+    lite = jdbc_source(f"sqlite:///{tmp_path}/node.db")
+    assert lite.url == f"jdbc:sqlite:{tmp_path}/node.db" and lite.driver == "org.sqlite.JDBC"
+    pg = jdbc_source("postgresql+psycopg://u:secret@db.example:5433/syncnode")
+    assert pg.url == "jdbc:postgresql://db.example:5433/syncnode"
+    assert pg.properties == {"user": "u", "password": "secret"}
+    with pytest.raises(ValueError):
+        jdbc_source("sqlite://")
+    with pytest.raises(ValueError):
+        jdbc_source("mysql://x/y")

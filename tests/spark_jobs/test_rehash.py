@@ -1,0 +1,91 @@
+"""The rehash job on a local[2] session: a clean log passes, damage is found and named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+
+from spark_jobs import rehash
+from storage import events, make_engine
+from tests.spark_jobs.conftest import NETWORK_ID, SPEC
+
+
+def _run(spark: Any, url: str) -> dict[str, Any]:
+    return rehash.run(spark, url, NETWORK_ID, partitions=3)
+
+
+def _row(url: str, seq: int) -> Any:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        row = conn.execute(select(events).where(events.c.seq == seq)).one()
+    engine.dispose()
+    return row
+
+
+def _update(url: str, seq: int, **values: Any) -> None:
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(update(events).where(events.c.seq == seq).values(**values))
+    engine.dispose()
+
+
+def test_clean_log_passes(spark: Any, log_url: str) -> None:
+    report = _run(spark, log_url)
+    assert report["ok"], report
+    assert report["events"] == SPEC.events
+    assert report["bad_rows"] == 0 and report["ranges"] == []
+    assert {c["channel"] for c in report["channels"]} == set(SPEC.channels)
+    for channel in report["channels"]:
+        assert channel["stored"] == channel["recomputed"] == channel["served"]
+
+
+def test_flipped_byte_and_wrong_lane_are_named(spark: Any, log_url: str) -> None:
+    flipped, laned = 17, 203
+    wire = bytearray(_row(log_url, flipped).wire)
+    wire[-70] ^= 0x01  # inside the content: the digest no longer matches the message id
+    _update(log_url, flipped, wire=bytes(wire))
+    bad = _row(log_url, laned)
+    _update(log_url, laned, lane5=(bad.lane5 + 1) % 2**32)
+
+    report = _run(spark, log_url)
+
+    assert not report["ok"]
+    by_seq = {r["seq"]: r for r in report["rows"]}
+    assert set(by_seq) == {flipped, laned}
+    flip_problems = " ".join(by_seq[flipped]["problems"])
+    assert "digest:" in flip_problems and "recon_key:" in flip_problems
+    assert by_seq[laned]["problems"] == [
+        f"lane5: stored {(bad.lane5 + 1) % 2**32}, recomputed {bad.lane5}"
+    ]
+    # The ranges holding the two events disagree, and only those.
+    bad_buckets = {(r["channel"], r["bucket"]) for r in report["ranges"]}
+    expected = {
+        (_row(log_url, s).channel, rehash.bucket_of(NETWORK_ID, _row(log_url, s).channel,
+                                                    _row(log_url, s).recon_key))
+        for s in (flipped, laned)
+    }
+    assert bad_buckets == expected
+    for entry in report["ranges"]:
+        lo, hi = rehash.bucket_bounds(NETWORK_ID, entry["channel"], entry["bucket"])
+        assert (entry["lo"], entry["hi"]) == (lo.hex(), hi.hex())
+        assert entry["stored"] != entry["recomputed"]
+    bad_channels = {c["channel"] for c in report["channels"] if not c["ok"]}
+    assert bad_channels == {_row(log_url, s).channel for s in (flipped, laned)}
+    assert report["bad_ranges"] == len(bad_buckets) + len(bad_channels)
+
+
+def test_row_checker_matches_the_node_write_path() -> None:
+    """The job's fast key recomputation equals node.events.record_of_event for every event."""
+    from spark_jobs.testlog import make_records
+    from sync.recon.sha256a import lanes_of
+
+    checker = rehash.RowChecker(NETWORK_ID, verify_signatures=True)
+    for i, rec in enumerate(make_records(SPEC)[:60]):
+        row = (i, rec.recon_key, rec.message_id, rec.channel, rec.sender, rec.lamport,
+               rec.wire, *lanes_of(rec.recon_key))
+        problems, channel, key, lanes = checker.problems(row)
+        assert problems == [] and channel == rec.channel and key == rec.recon_key
+        assert lanes == lanes_of(rec.recon_key)
+        garbled = (*row[:6], b"\xff" + rec.wire, *row[7:])
+        assert checker.problems(garbled)[0][0].startswith("wire: undecodable")

@@ -1,0 +1,213 @@
+"""The snapshot scheduler, its API routes and the CLI's progress display (no running node)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+
+from node.api import ApiError
+from node.cli_snapshot import progress_bar
+from node.snapshot_routes import SNAPSHOT_ROUTES
+from node.snapshots import JobCommand, SnapshotJobConfig, SnapshotScheduler, job_commands
+from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
+from storage import AppendResult
+
+_SCRIPT = f"""
+import json, sys, time
+for i in range(4):
+    print({PROGRESS_PREFIX!r} + json.dumps({{"phase": "p", "done": i, "total": 4}}), flush=True)
+    time.sleep(float(sys.argv[1]))
+print("noise", flush=True)
+print({RESULT_PREFIX!r} + json.dumps({{"job": "fake", "events": 12}}), flush=True)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def _job(delay: float = 0.0, code: int = 0, name: str = "fake") -> JobCommand:
+    return JobCommand(name, (sys.executable, "-c", _SCRIPT, str(delay), str(code)))
+
+
+def _failing() -> JobCommand:
+    return JobCommand("broken", (sys.executable, "-c",
+                                 "import sys; print('boom', file=sys.stderr); sys.exit(3)"))
+
+
+@pytest.mark.trio
+async def test_trigger_runs_jobs_and_tracks_progress() -> None:
+    scheduler = SnapshotScheduler([_job(0.15), _job(name="second")])
+    seen: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        answer = scheduler.trigger("test")
+        assert answer["accepted"] and not answer["queued_after_current"]
+        with trio.fail_after(60):
+            while scheduler.status()["last"] is None:
+                if (progress := scheduler.status()["progress"]) is not None:
+                    seen.append(progress)
+                await trio.sleep(0.02)
+        nursery.cancel_scope.cancel()
+    last = scheduler.status()["last"]
+    assert last["ok"] and last["reason"] == "test"
+    assert [j["job"] for j in last["jobs"]] == ["fake", "second"]
+    assert last["jobs"][0]["result"] == {"job": "fake", "events": 12}
+    assert any(p["phase"] == "p" and 0 < p["fraction"] < 1 for p in seen)
+    assert scheduler.status()["runs"] == 1 and not scheduler.status()["running"]
+
+
+@pytest.mark.trio
+async def test_failures_are_recorded_and_the_scheduler_carries_on() -> None:
+    scheduler = SnapshotScheduler([_failing(), _job()])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        with trio.fail_after(60):
+            scheduler.trigger()
+            first = await scheduler.wait_finished()
+            scheduler.jobs = [JobCommand("missing", ("/nonexistent/python", "-m", "x"))]
+            scheduler.trigger()
+            second = await scheduler.wait_finished()
+            scheduler.jobs = [_job()]
+            scheduler.trigger()
+            third = await scheduler.wait_finished()
+        nursery.cancel_scope.cancel()
+    assert first is not None and not first["ok"]
+    assert [j["job"] for j in first["jobs"]] == ["broken"]  # later jobs of the run skipped
+    assert first["jobs"][0]["exit_code"] == 3 and first["jobs"][0]["stderr"] == ["boom"]
+    assert second is not None and "cannot start" in second["jobs"][0]["error"]
+    assert third is not None and third["ok"]
+    assert scheduler.status()["failures"] == 2 and scheduler.status()["runs"] == 3
+
+
+@pytest.mark.trio
+async def test_new_events_and_interval_start_runs() -> None:
+    scheduler = SnapshotScheduler([_job()], every_events=100, interval_s=0.3)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        with trio.fail_after(60):
+            scheduler.on_commit(AppendResult(tuple((i, f"m{i}") for i in range(60)), ()), [])
+            await trio.sleep(0.1)
+            assert scheduler.status()["runs"] == 0 and scheduler.status()["new_events"] == 60
+            scheduler.on_commit(AppendResult(tuple((i, f"n{i}") for i in range(40)), ()), [])
+            by_events = await scheduler.wait_finished()
+            by_interval = await scheduler.wait_finished()
+        nursery.cancel_scope.cancel()
+    assert by_events is not None and by_events["reason"] == "events"
+    assert by_interval is not None and by_interval["reason"] == "interval"
+
+
+@pytest.mark.trio
+async def test_a_hung_job_is_killed_after_its_timeout() -> None:
+    scheduler = SnapshotScheduler([_job(delay=30)], timeout_s=0.5)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        with trio.fail_after(30):
+            scheduler.trigger()
+            last = await scheduler.wait_finished()
+        nursery.cancel_scope.cancel()
+    assert last is not None and not last["ok"] and "killed" in last["jobs"][0]["error"]
+
+
+@pytest.mark.trio
+async def test_routes_trigger_and_report() -> None:
+    scheduler = SnapshotScheduler([_job()])
+    post, get = SNAPSHOT_ROUTES
+    assert (post.method, post.path, get.method, get.path) == (
+        "POST", "/v1/snapshots", "GET", "/v1/snapshots/status")
+    node = SimpleNamespace(snapshots=scheduler)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        response = await post.handler(node, None)  # type: ignore[arg-type]
+        assert response.status_code == 202
+        with trio.fail_after(60):
+            await scheduler.wait_finished()
+        status = json.loads(bytes((await get.handler(node, None)).body))  # type: ignore[arg-type]
+        nursery.cancel_scope.cancel()
+    assert status["last"]["ok"] and status["runs"] == 1
+    with pytest.raises(ApiError) as err:
+        await get.handler(SimpleNamespace(), None)  # type: ignore[arg-type]
+    assert err.value.status == 503
+
+
+def test_progress_bar() -> None:
+    assert progress_bar(None) == "idle"
+    bar = progress_bar({"phase": "snapshot:write", "done": 9, "total": 20, "fraction": 0.45},
+                       width=20)
+    assert bar == "[#########...........]  45%  snapshot:write 9/20"
+
+
+def test_job_commands(tmp_path: Path) -> None:
+    cfg = SnapshotJobConfig(db_url="sqlite:///x.db", data_dir=str(tmp_path), network_id=3,
+                            snapshot_dir=str(tmp_path / "s"), master="spark://h:7077",
+                            rehash=True)
+    snap, rehash = job_commands(cfg)
+    assert snap.argv[1:3] == ("-m", "spark_jobs.snapshot")
+    assert rehash.argv[1:3] == ("-m", "spark_jobs.rehash")
+    assert "spark://h:7077" in snap.argv and "--data-dir" in snap.argv
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.trio
+async def test_scheduler_runs_the_real_snapshot_job(tmp_path: Path, template_db: Path,
+                                                    node_key_file: Path) -> None:
+    import shutil
+
+    from sync.recordstream import verify_tree
+
+    db = tmp_path / "node.db"
+    shutil.copyfile(template_db, db)
+    from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS
+
+    cfg = SnapshotJobConfig(db_url=f"sqlite:///{db}", data_dir=str(node_key_file.parent),
+                            network_id=NETWORK_ID, snapshot_dir=str(tmp_path / "snap"),
+                            master="local[2]", partitions=2, period_ms=PERIOD_MS, settle_ms=0,
+                            rehash=True)
+    scheduler = SnapshotScheduler(job_commands(cfg))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        with trio.fail_after(280):
+            scheduler.trigger()
+            last = await scheduler.wait_finished()
+        nursery.cancel_scope.cancel()
+    assert last is not None and last["ok"], last
+    snap, rehash = last["jobs"]
+    assert snap["result"]["new_files"] == 4  # the open 4.0-5.0 s period waits
+    assert rehash["result"]["ok"] and rehash["result"]["events"] == 480
+    files = {p.relative_to(tmp_path).as_posix(): p.read_bytes()
+             for p in (tmp_path / "snap").rglob("*.rcd*")}
+    assert verify_tree(files, None).ok
+
+
+def test_scheduler_from_config(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    from node.config import load_config
+    from node.snapshots import scheduler_from_config
+
+    @dataclass(frozen=True)
+    class Spark:  # the [spark] section the daemon's config will carry
+        enabled: bool = True
+        master: str = "local[2]"
+        partitions: int = 4
+        snapshot_dir: str = ""
+        snapshot_interval_s: float = 3600.0
+        snapshot_every_events: int = 10_000
+        period_ms: int = 60_000
+        settle_ms: int = 60_000
+        rehash: bool = False
+        job_timeout_s: float = 600.0
+
+    config = load_config(overrides={"node.data_dir": str(tmp_path)})
+    assert scheduler_from_config(SimpleNamespace(config=config)) is None
+    with_spark = SimpleNamespace(config=SimpleNamespace(
+        spark=Spark(), data_path=tmp_path, database_url=config.database_url, node=config.node))
+    scheduler = scheduler_from_config(with_spark)
+    assert scheduler is not None
+    assert scheduler.interval_s == 3600.0 and scheduler.every_events == 10_000
+    (job,) = scheduler.jobs
+    assert str(tmp_path / "snapshots") in job.argv and "local[2]" in job.argv

@@ -1,0 +1,173 @@
+"""Snapshot builds (record stream files + manifest), incremental chains and bootstraps."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, select
+
+from node import cli_records
+from node.bootstrap import BootstrapError, bootstrap, pull
+from spark_jobs import snapshot
+from spark_jobs.manifest import iter_leaf_entries, load_manifest
+from spark_jobs.testlog import build_log
+from storage import LANE_COLUMNS, events, make_engine
+from sync.recordstream import verify_tree
+from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, SPEC, fresh_db
+
+_COMPARED = ("recon_key", "message_id", "channel", "sender", "lamport", "wire", *LANE_COLUMNS)
+
+
+def _log(url: str) -> list[tuple[Any, ...]]:
+    """The log as a node shares it: everything but the local seq and receive time."""
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(select(*(events.c[c] for c in _COMPARED))
+                            .order_by(events.c.recon_key)).all()
+    engine.dispose()
+    return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and p.name.endswith((".rcd.gz", ".rcd_sig"))}
+
+
+def _snapshot(spark: Any, url: str, out: Path, key_file: Path) -> dict[str, Any]:
+    return snapshot.run(spark, url, out, snapshot.load_node_key(key_file), NETWORK_ID,
+                        period_ms=PERIOD_MS, include_open=True, partitions=3)
+
+
+@pytest.fixture(scope="module")
+def built(spark: Any, tmp_path_factory: pytest.TempPathFactory, template_db: Path) -> Path:
+    """One snapshot of the SQLite template log, shared by the read-only tests."""
+    tmp = tmp_path_factory.mktemp("snap")
+    key_file = tmp / "identity.key"
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+    )
+
+    from spark_jobs.testlog import test_key
+
+    key_file.write_bytes(test_key("snapshot-node", 0).private_bytes(
+        Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    out = tmp / "snapshot"
+    summary = _snapshot(spark, f"sqlite:///{template_db}", out, key_file)
+    assert summary["new_events"] == SPEC.events
+    return out
+
+
+def test_snapshot_verifies_with_records_verify(built: Path, capsys: pytest.CaptureFixture[str]
+                                               ) -> None:
+    assert cli_records.main(["verify", str(built), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"]
+    kinds = [f["kind"] for f in report["files"]]
+    manifest = load_manifest(built)
+    assert manifest is not None
+    assert kinds.count("record") == kinds.count("signature") == kinds.count("sidecar") == len(
+        manifest.files) == 5
+    statuses = {c["name"]: c["status"] for f in report["files"] if f["kind"] == "signature"
+                for c in f["checks"]}
+    assert statuses["file_signature"] == statuses["metadata_signature"] == "ok"
+    assert manifest.count == SPEC.events
+    assert sum(f.count for f in manifest.files) == SPEC.events
+    # The tree lists every event once, in key order, pointing at its file and item.
+    entries = list(iter_leaf_entries(built, manifest.root))
+    assert len(entries) == SPEC.events
+    assert [e.key for e in entries] == sorted(e.key for e in entries)
+
+
+def test_bootstrap_gives_an_identical_log(built: Path, template_db: Path, backend: str,
+                                          tmp_path: Path) -> None:
+    target = fresh_db(backend, tmp_path, None, "fresh.db")
+    result = bootstrap(make_engine(target), built, NETWORK_ID)
+    assert result.events == SPEC.events
+    assert _log(target) == _log(f"sqlite:///{template_db}")
+    with pytest.raises(BootstrapError, match="not empty"):
+        bootstrap(make_engine(target), built, NETWORK_ID)
+
+
+def test_bootstrap_refuses_a_tampered_snapshot(built: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    manifest = load_manifest(copy)
+    assert manifest is not None
+    sig = copy / manifest.files[2].signature
+    sig.unlink()
+    target = fresh_db("sqlite", tmp_path, None, "fresh.db")
+    with pytest.raises(BootstrapError, match="no valid signature"):
+        bootstrap(make_engine(target), copy, NETWORK_ID)
+    with pytest.raises(BootstrapError, match="network"):
+        bootstrap(make_engine(target), built, NETWORK_ID + 1)
+
+
+def test_pull_fetches_only_differing_ranges(built: Path, template_db: Path, backend: str,
+                                            tmp_path: Path) -> None:
+    url = fresh_db(backend, tmp_path, template_db)
+    full = _log(url)
+    missing = [full[i][0] for i in (3, 150, 151, 400)]
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.recon_key.in_(missing)))
+    result = pull(engine, built, NETWORK_ID)
+    assert result.fetched == len(missing)
+    assert len(result.files_read) <= len(missing)
+    assert result.subtrees_skipped > 0
+    assert _log(url) == full
+    again = pull(engine, built, NETWORK_ID)
+    assert again.fetched == 0 and again.nodes_read == 1
+    engine.dispose()
+
+
+def test_incremental_rebuild_continues_the_chain(spark: Any, log_url: str, tmp_path: Path,
+                                                 node_key_file: Path) -> None:
+    out = tmp_path / "snapshot"
+    first = _snapshot(spark, log_url, out, node_key_file)
+    before = _files(out)
+    build_log(log_url, dataclasses.replace(SPEC, events=240), offset=SPEC.events, processes=1)
+    second = _snapshot(spark, log_url, out, node_key_file)
+
+    assert first["new_files"] == 5 and second["new_files"] == 3
+    # The first build closed the period 4.0-5.0 s, which the log had filled to 4.8 s: the 20
+    # events that arrived for it afterwards are late (Recon's business), the rest are chained.
+    assert second["new_events"] == 220 and second["late"] == 20
+    assert second["events"] == SPEC.events + 220
+    after = _files(out)
+    assert {p: after[p] for p in before} == before  # earlier files untouched
+    report = verify_tree({f"snapshot/{p}": d for p, d in after.items()}, None)
+    assert report.ok
+    chains = [c.status for f in report.files if f.kind == "record" for c in f.checks
+              if c.name == "chain"]
+    assert chains.count("ok") == 7 and chains.count("skip") == 1
+    manifest = load_manifest(out)
+    assert manifest is not None
+    assert [f.block for f in manifest.files] == list(range(8))
+    assert manifest.files[5].start_running_hash == manifest.files[4].end_running_hash
+    third = _snapshot(spark, log_url, out, node_key_file)
+    assert third["new_files"] == 0 and _files(out) == after
+
+
+def test_bootstrap_and_pull_commands(built: Path, template_db: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from node import cli_snapshot
+
+    config = tmp_path / "node.toml"
+    config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n")
+    data = tmp_path / "data"
+    args = ["--data-dir", str(data), "--config", str(config)]
+    assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built), *args]) == 0
+    assert f"loaded {SPEC.events} events" in capsys.readouterr().out
+    assert _log(f"sqlite:///{data / 'syncnode.db'}") == _log(f"sqlite:///{template_db}")
+    assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built), *args]) == 1
+    assert "not empty" in capsys.readouterr().err
+    assert cli_snapshot.main(["snapshot", "pull", str(built), *args]) == 0
+    assert "fetched 0 events" in capsys.readouterr().out
