@@ -20,10 +20,17 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from node.bulk import insert_rows, row_of
 from node.events import record_of_event
 from spark_jobs.manifest import Manifest, TreeEntry, load_manifest, read_object
-from storage import EventRecord, append_events, count_events, existing_keys, range_hash
+from storage import (
+    EventRecord,
+    append_events,
+    count_events,
+    event_row,
+    existing_keys,
+    insert_rows,
+    range_hash,
+)
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import network_bounds
 from sync.recordstream import (
@@ -147,7 +154,7 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResul
         batch: list[dict[str, object]] = []
         for entry in manifest.files:
             for record in _file_events(entry.path, files[entry.path], network_id):
-                batch.append(row_of(record, now_ms))
+                batch.append(event_row(record, now_ms))
                 if len(batch) >= _BATCH:
                     insert_rows(conn, batch)
                     loaded, batch = loaded + len(batch), []

@@ -21,9 +21,8 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.bulk import insert_rows, row_of
 from node.events import record_of_event
-from storage import EventRecord, make_engine, upgrade
+from storage import EventRecord, event_row, insert_rows, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event
 
@@ -83,7 +82,7 @@ def _window_rows(spec: LogSpec, first: int, count: int) -> list[dict[str, object
             ev = encode_event(channel, sender, lamport, tuple(history[-2:]), content, key)
             history = [*history[-1:], HistoryRef(ev.message_id)]
             record = record_of_event(spec.network_id, ev)
-            rows.append(row_of(record, received_at=lamport))
+            rows.append(event_row(record, received_at=lamport))
     return rows
 
 

@@ -20,9 +20,11 @@ __all__ = [
     "StoredEvent",
     "append_events",
     "count_events",
+    "event_row",
     "events_by_keys",
     "events_by_message_ids",
     "existing_keys",
+    "insert_rows",
     "key_at",
     "keys_in_range",
     "max_seq",
@@ -85,6 +87,28 @@ def _stored(row: Sequence[object]) -> StoredEvent:
     return StoredEvent(*row)  # type: ignore[arg-type]
 
 
+def event_row(record: EventRecord, received_at: int) -> dict[str, object]:
+    """The ``events`` row of a record, with the Sha256a lanes of its Recon key."""
+    row: dict[str, object] = {
+        "recon_key": record.recon_key,
+        "message_id": record.message_id,
+        "channel": record.channel,
+        "sender": record.sender,
+        "lamport": record.lamport,
+        "wire": record.wire,
+        "received_at": received_at,
+    }
+    row.update(zip(LANE_COLUMNS, lanes_of(record.recon_key), strict=True))
+    return row
+
+
+def insert_rows(conn: Connection, rows: Sequence[dict[str, object]]) -> None:
+    """Bulk load (snapshot bootstrap, generated logs): one plain ``executemany``, no conflict
+    handling; a duplicate is an error, so callers use it only on logs they know are new."""
+    if rows:
+        conn.execute(events.insert(), list(rows))
+
+
 @lru_cache(maxsize=4)
 def _insert_statement(dialect: str) -> Any:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
@@ -102,19 +126,7 @@ def append_events(
             repeated.append(record.message_id)
         else:
             unique[record.message_id] = record
-    rows = []
-    for r in unique.values():
-        row: dict[str, object] = {
-            "recon_key": r.recon_key,
-            "message_id": r.message_id,
-            "channel": r.channel,
-            "sender": r.sender,
-            "lamport": r.lamport,
-            "wire": r.wire,
-            "received_at": received_at,
-        }
-        row.update(zip(LANE_COLUMNS, lanes_of(r.recon_key), strict=True))
-        rows.append(row)
+    rows = [event_row(r, received_at) for r in unique.values()]
     inserted: list[tuple[int, str]] = []
     if rows:
         # executemany of one cached statement ("insertmanyvalues" batches it, RETURNING
