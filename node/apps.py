@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import trio
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import StoredEvent, events, get_state, put_state, write_transaction
+from storage import StoredEvent, get_state, put_state, read_channels_after, write_transaction
 
-__all__ = ["AppBundle", "AppPlugin", "AppRunner", "LogApplication", "read_app_batch"]
+__all__ = ["AppBundle", "AppPlugin", "AppRunner", "LogApplication", ]
 
 log = logging.getLogger("syncnode.apps")
 BATCH = 2000
@@ -45,19 +45,6 @@ class LogApplication(Protocol):
 
 def _cursor_key(name: str) -> str:
     return f"app/{name}/cursor"
-
-
-def read_app_batch(
-    conn: Connection, channels: Sequence[str], after: int, limit: int
-) -> list[StoredEvent]:
-    stmt = (
-        select(events.c.seq, events.c.recon_key, events.c.message_id, events.c.channel,
-               events.c.sender, events.c.lamport, events.c.wire, events.c.received_at)
-        .where(events.c.channel.in_(list(channels)), events.c.seq > after)
-        .order_by(events.c.seq)
-        .limit(limit)
-    )
-    return [StoredEvent(*row) for row in conn.execute(stmt)]
 
 
 class AppRunner:
@@ -88,7 +75,7 @@ class AppRunner:
 
         def run() -> list[StoredEvent]:
             with write_transaction(self.store.engine) as conn:
-                batch = read_app_batch(conn, app.channels, cursor, BATCH)
+                batch = read_channels_after(conn, app.channels, cursor, BATCH)
                 if batch:
                     app.apply(conn, batch)
                     put_state(conn, _cursor_key(app.name), str(batch[-1].seq).encode(),

@@ -20,11 +20,10 @@ from typing import Any
 import trio
 from sqlalchemy import Connection
 
-from node.apps import read_app_batch
 from node.config import BlocksSection
 from node.logs import kv
 from node.metrics import Metrics
-from storage import StoredEvent, get_state, put_state
+from storage import StoredEvent, get_state, put_state, read_channels_after
 from storage.blocks import BlockRow, get_head, log_changes, put_head, set_canonical, store_blocks
 from sync.cardinal import (
     DEFAULT_LIMITS,
@@ -222,7 +221,7 @@ class BlocksApplication:
         replayed = 0
         now_ms = int(self.clock() * 1000)
         while cursor < first_seq - 1:
-            rows = [e for e in read_app_batch(conn, self.channels, cursor, 2000)
+            rows = [e for e in read_channels_after(conn, self.channels, cursor, 2000)
                     if e.seq < first_seq]
             if not rows:
                 break

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
-from sqlalchemy import func, select
 
 from spark_jobs.manifest import (
     Chain,
@@ -50,7 +49,7 @@ from spark_jobs.manifest import (
     write_manifest,
     write_objects,
 )
-from storage import events, make_engine
+from storage import column_bounds, count_from_lamport, make_engine
 from sync.identity import peer_id_of
 from sync.recordstream import (
     MAX_RANK,
@@ -158,11 +157,9 @@ def _lamport_range(url: str) -> tuple[int, int, int]:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            lo, hi, n = conn.execute(select(func.min(events.c.lamport),
-                                            func.max(events.c.lamport), func.count())).one()
+            return column_bounds(conn, "lamport")
     finally:
         engine.dispose()
-    return int(lo or 0), int(hi or 0), int(n)
 
 
 def run(
@@ -275,8 +272,7 @@ def _count_after(url: str, lamport_ms: int) -> int:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(events).where(
-                events.c.lamport >= lamport_ms)).scalar_one())
+            return count_from_lamport(conn, lamport_ms)
     finally:
         engine.dispose()
 

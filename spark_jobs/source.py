@@ -15,10 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from storage import events, make_engine
+from storage import column_bounds, events, make_engine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -124,12 +123,9 @@ def seq_bounds(sqlalchemy_url: str) -> tuple[int, int, int]:
     engine = make_engine(sqlalchemy_url)
     try:
         with engine.connect() as conn:
-            lo, hi, n = conn.execute(
-                select(func.min(events.c.seq), func.max(events.c.seq), func.count())
-            ).one()
+            return column_bounds(conn, "seq")
     finally:
         engine.dispose()
-    return int(lo or 0), int(hi or 0), int(n)
 
 
 def read_events(

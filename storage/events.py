@@ -19,7 +19,9 @@ __all__ = [
     "EventRecord",
     "StoredEvent",
     "append_events",
+    "column_bounds",
     "count_events",
+    "count_from_lamport",
     "event_row",
     "events_by_keys",
     "events_by_message_ids",
@@ -31,6 +33,7 @@ __all__ = [
     "range_hash",
     "read_channel",
     "read_channel_ordered",
+    "read_channels_after",
     "read_events_after",
 ]
 
@@ -169,6 +172,32 @@ def read_channel_ordered(
 def read_events_after(conn: Connection, after_seq: int, limit: int = 1000) -> list[StoredEvent]:
     """Events of every channel after ``after_seq`` in storage order."""
     stmt = select(*_COLUMNS).where(events.c.seq > after_seq).order_by(events.c.seq).limit(limit)
+    return [_stored(r) for r in conn.execute(stmt)]
+
+
+def column_bounds(conn: Connection, column: str) -> tuple[int, int, int]:
+    """(min, max, row count) of an integer column of ``events`` (``seq`` or ``lamport``)."""
+    col = events.c[column]
+    lo, hi, n = conn.execute(select(func.min(col), func.max(col), func.count())).one()
+    return int(lo or 0), int(hi or 0), int(n)
+
+
+def count_from_lamport(conn: Connection, lamport: int) -> int:
+    """Events with a Lamport timestamp of at least ``lamport``."""
+    stmt = select(func.count()).select_from(events).where(events.c.lamport >= lamport)
+    return int(conn.execute(stmt).scalar_one())
+
+
+def read_channels_after(
+    conn: Connection, channels: Sequence[str], after_seq: int, limit: int
+) -> list[StoredEvent]:
+    """Events of any of ``channels`` after ``after_seq``, in storage order."""
+    stmt = (
+        select(*_COLUMNS)
+        .where(events.c.channel.in_(list(channels)), events.c.seq > after_seq)
+        .order_by(events.c.seq)
+        .limit(limit)
+    )
     return [_stored(r) for r in conn.execute(stmt)]
 
 

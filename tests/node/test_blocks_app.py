@@ -308,9 +308,9 @@ async def test_failed_transaction_reloads_the_consumer(engine: Engine) -> None:
     producer, node = ProducerNode(1), Node(engine)
     node.store(producer.publish(A, B))
     with pytest.raises(RuntimeError), engine.begin() as conn:
-        from node.apps import read_app_batch
+        from storage import read_channels_after
 
-        node.app.apply(conn, read_app_batch(conn, node.app.channels, 0, 2000))
+        node.app.apply(conn, read_channels_after(conn, node.app.channels, 0, 2000))
         raise RuntimeError("the commit fails after apply")
     # The in-memory consumer saw A and B, the database did not: it must start over.
     await node.drain()
