@@ -88,6 +88,16 @@ class PeerManager:
         await self.store.write(delete_state, _PREFIX + peer_id)
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_disconnects)
+            await self._dial_loop()
+
+    async def _watch_disconnects(self) -> None:
+        async for event in self.host.peer_events():
+            if event.kind == "disconnected" and event.peer_id in self.known:
+                self.poke()  # redial now (then with back-off), not at the next periodic check
+
+    async def _dial_loop(self) -> None:
         """Dial every known peer that is not connected, backing off per peer on failure."""
         while True:
             connected = set(self.host.connected_peers())
