@@ -63,7 +63,7 @@ def _non_negative(v: Any) -> str | None:
 
 
 def _fraction(v: Any) -> str | None:
-    return None if 0.0 <= v < 1.0 else "must be in [0, 1)"
+    return None if 0.0 <= v <= 1.0 else "must be in [0, 1]"
 
 
 def _one_of(*allowed: str) -> Check:

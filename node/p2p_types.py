@@ -92,8 +92,8 @@ class P2PConfig:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if not 0 < self.gossip_degree_low <= self.gossip_degree <= self.gossip_degree_high:
             raise ValueError("gossip_degree: need 0 < gossip_degree_low <= degree <= high")
-        if not 0.0 <= self.drop_incoming_gossip_fraction < 1.0:
-            raise ValueError("drop_incoming_gossip_fraction: must be in [0, 1)")
+        if not 0.0 <= self.drop_incoming_gossip_fraction <= 1.0:
+            raise ValueError("drop_incoming_gossip_fraction: must be in [0, 1]")
         if not isinstance(logging.getLevelName(self.libp2p_log_level.upper()), int):
             raise ValueError(f"libp2p_log_level: unknown level {self.libp2p_log_level!r}")
 

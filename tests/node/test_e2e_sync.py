@@ -37,15 +37,17 @@ def test_late_joiner_catches_up_through_recon(tmp_path: Path) -> None:
         publish_many(nodes[0], "alpha", [f"x{k}" for k in range(1000)])
         publish_many(nodes[1], "beta", [f"y{k}" for k in range(1000)])
         wait_for(lambda: identical_logs(nodes, ("alpha",), 1000), 60, "first two did not sync")
-        late = start_node(tmp_path, "late", env=CHANNELS, bootstrap=nodes[:1])
+        # The late node hears no gossip at all: whatever it gets, it pulled.
+        late = start_node(tmp_path, "late", bootstrap=nodes[:1],
+                          env={**CHANNELS, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
         try:
             wait_for(lambda: identical_logs([*nodes, late], ("alpha", "beta"), 1000), 60,
                      "late joiner did not catch up")
-            # Nothing was published after it joined, so nothing came as fresh gossip: the events
-            # were pulled, by Recon (most) and by the fetch of ids SDS saw missing meanwhile.
+            # Pulled by Recon, and by the fetch of ids SDS reported missing meanwhile.
             recon = metric(late, "recon_events_fetched_total")
             by_id = metric(late, "fetch_received_total")
             assert recon + by_id >= 2000
             assert recon >= 1000
+            assert metric(late, "p2p_gossip_received") == 0
         finally:
             late.kill()

@@ -103,7 +103,7 @@ def test_config_validation_names_the_key() -> None:
     with pytest.raises(ValueError, match="dial_timeout"):
         P2PConfig(dial_timeout=0)
     with pytest.raises(ValueError, match="drop_incoming_gossip_fraction"):
-        P2PConfig(drop_incoming_gossip_fraction=1.0)
+        P2PConfig(drop_incoming_gossip_fraction=1.5)
     with pytest.raises(ValueError, match="listen_addrs"):
         P2PConfig(listen_addrs="/ip4/127.0.0.1/tcp/0")
     assert P2PConfig(listen_addrs=["/ip4/127.0.0.1/tcp/0"]).listen_addrs == (

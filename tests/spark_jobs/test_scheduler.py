@@ -184,29 +184,16 @@ async def test_scheduler_runs_the_real_snapshot_job(tmp_path: Path, template_db:
 
 
 def test_scheduler_from_config(tmp_path: Path) -> None:
-    from dataclasses import dataclass
-
     from node.config import load_config
     from node.snapshots import scheduler_from_config
 
-    @dataclass(frozen=True)
-    class Spark:  # the [spark] section the daemon's config will carry
-        enabled: bool = True
-        master: str = "local[2]"
-        partitions: int = 4
-        snapshot_dir: str = ""
-        snapshot_interval_s: float = 3600.0
-        snapshot_every_events: int = 10_000
-        period_ms: int = 60_000
-        settle_ms: int = 60_000
-        rehash: bool = False
-        job_timeout_s: float = 600.0
-
-    config = load_config(overrides={"node.data_dir": str(tmp_path)})
-    assert scheduler_from_config(SimpleNamespace(config=config)) is None
-    with_spark = SimpleNamespace(config=SimpleNamespace(
-        spark=Spark(), data_path=tmp_path, database_url=config.database_url, node=config.node))
-    scheduler = scheduler_from_config(with_spark)
+    disabled = load_config(overrides={"node.data_dir": str(tmp_path), "spark.enabled": False})
+    assert scheduler_from_config(SimpleNamespace(config=disabled)) is None
+    config = load_config(overrides={
+        "node.data_dir": str(tmp_path), "spark.master": "local[2]",
+        "spark.snapshot_interval_s": 3600.0, "spark.snapshot_every_events": 10_000,
+    })
+    scheduler = scheduler_from_config(SimpleNamespace(config=config))
     assert scheduler is not None
     assert scheduler.interval_s == 3600.0 and scheduler.every_events == 10_000
     (job,) = scheduler.jobs
