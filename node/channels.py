@@ -203,7 +203,7 @@ class ChannelService:
         return parsed.message_id
 
     def is_missing(self, message_id: str) -> bool:
-        return any(message_id in ch.missing_ids for ch in self.channels.values())
+        return any(ch.is_missing(message_id) for ch in self.channels.values())
 
     # -- loops -------------------------------------------------------------------------------
 

@@ -133,6 +133,10 @@ class SdsChannel:
         """The local log as (lamport, message_id), in log order."""
         return sorted((lamport, mid) for mid, lamport in self._log.items())
 
+    def is_missing(self, message_id: str) -> bool:
+        """True while ``message_id`` is a known-missing dependency (no copy of the set)."""
+        return message_id in self._missing
+
     def trust(self, event: SignedEvent) -> None:
         """Note that ``event``'s signature was verified elsewhere (say, in a worker thread), so
         that ``receive`` of its wire skips the check. Its id is still checked against the

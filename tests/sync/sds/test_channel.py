@@ -363,3 +363,14 @@ def test_trusted_signature_skips_verification_but_not_the_id_check() -> None:
     msg.content = b"tampered"
     with pytest.raises(RemoteProtocolError, match="message id"):
         carol.receive(msg.SerializeToString(), T0 + 2)
+
+
+def test_is_missing_follows_the_missing_set() -> None:
+    alice, bob = channel(0), channel(1)
+    first = alice.send(b"one", T0 + 1)
+    second = alice.send(b"two", T0 + 2)
+    first_id = decode_transmission(first).event.message_id
+    bob.receive(second, T0 + 3)
+    assert bob.is_missing(first_id) and first_id in bob.missing_ids
+    bob.receive(first, T0 + 4)
+    assert not bob.is_missing(first_id) and first_id not in bob.missing_ids
