@@ -193,9 +193,11 @@ class ChannelService:
                 if own.lamport is not None and not ch.has_delivered(own.message_id):
                     self.store.submit([record_of_event(self.network_id, own)])
                 return own.message_id
+            when = time.time() if now is None else now
             if verified is not None:
-                ch.trust(verified)
-            ch.receive(wire, time.time() if now is None else now, peer=peer)
+                ch.receive_event(verified, when, peer=peer)
+            else:
+                ch.receive(wire, when, peer=peer)
         except RemoteProtocolError as exc:
             self._reject(exc, peer)
             return None

@@ -9,6 +9,7 @@ anything is stored.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.recon_wire import (
+    BUSY,
     EVENTS,
     EVENTS_LAST,
     RECON,
@@ -48,6 +50,8 @@ MAX_EVENT_BYTES = 1 << 20
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
 VERIFY_THREADS = 2
+# Want lists in flight during a fetch: the peer prepares the next while we ingest one.
+FETCH_AHEAD = 2
 
 
 def _decode_all(wires: list[bytes]) -> list[SignedEvent | None]:
@@ -80,6 +84,10 @@ async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS
 
 class ReconAbort(Exception):
     """The peer broke the protocol; the session ends and the peer is backed off."""
+
+
+class PeerBusy(Exception):
+    """The peer declined the session: it is already syncing with us (not a failure)."""
 
 
 @dataclass
@@ -134,12 +142,16 @@ class ReconService:
             self.interests = sorted(channel_bounds(network_id, c) for c in channels.names)
         self.peers: dict[str, PeerSyncState] = {}
         self._wake = trio.Event()
+        # Peers we have a session with, as initiator and as responder: one session per pair
+        # at a time, since two would reconcile and fetch the same difference twice.
         self._busy: set[str] = set()
+        self._serving: set[str] = set()
         # Keys fetched and handed to SDS but not committed yet: not fetched again meanwhile.
         self._pending: dict[bytes, float] = {}
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
-        for name in ("recon_sessions_total", "recon_events_fetched_total",
+        for name in ("recon_sessions_total", "recon_sessions_declined_total",
+                     "recon_events_fetched_total",
                      "recon_events_served_total", "recon_errors_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
 
@@ -199,7 +211,7 @@ class ReconService:
         candidates: list[tuple[str, float]] = []
         for peer in self.host.connected_peers():
             state = self.peers.setdefault(peer, PeerSyncState())
-            if peer in self._busy or state.backoff_until > now:
+            if peer in self._busy or peer in self._serving or state.backoff_until > now:
                 continue
             overlap = 1.0
             if state.interests is not None:
@@ -221,7 +233,7 @@ class ReconService:
         return chosen
 
     async def sync_with(self, peer: str) -> SessionStats | None:
-        if peer in self._busy:
+        if peer in self._busy or peer in self._serving:
             return None
         self._busy.add(peer)
         state = self.peers.setdefault(peer, PeerSyncState())
@@ -240,6 +252,9 @@ class ReconService:
                 # timeout, and a stalled batch ends the session.
                 await self._fetch(stream, stats)
                 await self._serve(stream, stats)
+        except PeerBusy:
+            self.metrics.inc("recon_sessions_declined_total", role="initiator")
+            return None
         except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
             self._failed(peer, state, exc)
             return None
@@ -265,6 +280,13 @@ class ReconService:
         peer = stream.peer_id
         state = self.peers.setdefault(peer, PeerSyncState())
         stats = SessionStats()
+        if self._declines(peer):
+            async with stream:
+                with trio.move_on_after(self.session_timeout_s):
+                    await stream.send(bytes([BUSY]))
+            self.metrics.inc("recon_sessions_declined_total", role="responder")
+            return
+        self._serving.add(peer)
         try:
             async with stream:
                 session = ReconSession.responder(self.keys, self.interests, self.config,
@@ -277,7 +299,16 @@ class ReconService:
         except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
             self._failed(peer, state, exc)
             return
+        finally:
+            self._serving.discard(peer)
         self.metrics.inc("recon_sessions_total", role="responder")
+
+    def _declines(self, peer: str) -> bool:
+        """One session per pair: a second one from the same peer is declined, and when both
+        sides started one at the same moment the session of the smaller peer id goes on."""
+        if peer in self._serving:
+            return True
+        return peer in self._busy and self.channels.peer_id < peer
 
     # -- shared phases ---------------------------------------------------------------------------
 
@@ -286,6 +317,8 @@ class ReconService:
     ) -> None:
         while not session.done:
             frame = await stream.receive()
+            if frame == bytes([BUSY]) and session.is_initiator and session.messages_received == 0:
+                raise PeerBusy()
             if not frame or frame[0] != RECON:
                 raise ReconAbort("expected a Recon message")
             reply = session.receive(frame[1:])
@@ -303,10 +336,11 @@ class ReconService:
             k for k in stats.missing if k not in self._pending and not self.keys.contains(k)
         ]
         wanted = set(missing)
-        # Claimed now, so that a concurrent session (the peer may be reconciling with us at the
-        # same time) does not fetch the same events; released if this session fails.
+        # Claimed until this session has ingested them (a catch-up can outlast any fixed grace),
+        # so that a concurrent session (the peer may be reconciling with us at the same time)
+        # does not fetch the same events; released if this session fails.
         for key in missing:
-            self._pending[key] = now + PENDING_GRACE_S
+            self._pending[key] = math.inf
         try:
             await self._fetch_chunks(stream, missing, wanted, stats)
         except BaseException:
@@ -317,31 +351,81 @@ class ReconService:
     async def _fetch_chunks(
         self, stream: FramedStream, missing: list[bytes], wanted: set[bytes], stats: SessionStats
     ) -> None:
+        """Three stages overlap: the peer reads and sends the next want list while worker
+        threads verify the batch before it and this task ingests the one before that."""
         step = self.fetch_batch
         chunks = [missing[i : i + step] for i in range(0, len(missing), step)] or [[]]
-        for n, chunk in enumerate(chunks):
-            last = n == len(chunks) - 1
-            await stream.send(pack_items(WANT_LAST if last else WANT, chunk))
-            while True:
-                frame = await stream.receive()
-                if not frame or frame[0] not in (EVENTS, EVENTS_LAST):
-                    raise ReconAbort("expected events")
-                try:
-                    wires = unpack_items(frame[1:], max_items=self.fetch_batch,
-                                         max_item_bytes=MAX_EVENT_BYTES)
-                except FrameDecodeError as exc:
-                    raise ReconAbort(str(exc)) from None
-                if frame[0] == EVENTS_LAST:
-                    await self._ingest_batch(wires, stream.peer_id, wanted, stats)
-                    break
-                if not wires:  # an empty non-final frame could be repeated forever
-                    raise ReconAbort("empty events frame")
-                await self._ingest_batch(wires, stream.peer_id, wanted, stats)
+        verified_send, verified_recv = trio.open_memory_channel[
+            tuple[list[bytes], list[SignedEvent | None]]](FETCH_AHEAD)
+        failure: list[BaseException] = []
 
-    async def _ingest_batch(
-        self, wires: list[bytes], peer: str, wanted: set[bytes], stats: SessionStats
+        async def download() -> None:
+            try:
+                async with verified_send:
+                    await self._download(stream, chunks, verified_send)
+            except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
+                failure.append(exc)
+                nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(download)
+            async with verified_recv:
+                async for wires, events in verified_recv:
+                    try:
+                        self._ingest_batch(wires, events, stream.peer_id, wanted, stats)
+                    except ReconAbort as exc:
+                        failure.append(exc)
+                        nursery.cancel_scope.cancel()
+                        break
+                    await trio.lowlevel.checkpoint()
+        if failure:
+            raise failure[0]
+
+    async def _download(
+        self, stream: FramedStream, chunks: list[list[bytes]],
+        out: trio.MemorySendChannel[tuple[list[bytes], list[SignedEvent | None]]],
     ) -> None:
-        events = await verify_in_threads(wires)
+        sent = 0
+
+        async def ask_next() -> None:
+            nonlocal sent
+            last = sent == len(chunks) - 1
+            await stream.send(pack_items(WANT_LAST if last else WANT, chunks[sent]))
+            sent += 1
+
+        for _ in range(min(FETCH_AHEAD, len(chunks))):
+            await ask_next()
+        for _ in range(len(chunks)):
+            final = False
+            frames = 0
+            while not final:
+                wires, final = await self._receive_events(stream)
+                frames += 1
+                if frames > self.fetch_batch:  # one answer cannot hold more frames than keys
+                    raise ReconAbort("too many events frames")
+                if final and sent < len(chunks):
+                    await ask_next()
+                await out.send((wires, await verify_in_threads(wires)))
+
+    async def _receive_events(self, stream: FramedStream) -> tuple[list[bytes], bool]:
+        """One frame of events and whether it ends the answer to a want list."""
+        frame = await stream.receive()
+        if not frame or frame[0] not in (EVENTS, EVENTS_LAST):
+            raise ReconAbort("expected events")
+        try:
+            wires = unpack_items(frame[1:], max_items=self.fetch_batch,
+                                 max_item_bytes=MAX_EVENT_BYTES)
+        except FrameDecodeError as exc:
+            raise ReconAbort(str(exc)) from None
+        final = frame[0] == EVENTS_LAST
+        if not final and not wires:  # an empty non-final frame could be repeated forever
+            raise ReconAbort("empty events frame")
+        return wires, final
+
+    def _ingest_batch(
+        self, wires: list[bytes], events: list[SignedEvent | None], peer: str,
+        wanted: set[bytes], stats: SessionStats,
+    ) -> None:
         parsed = []
         for wire, event in zip(wires, events, strict=True):
             if event is None or event.lamport is None:

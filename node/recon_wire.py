@@ -6,6 +6,9 @@ Every frame starts with a tag byte:
 - ``WANT`` / ``WANT_LAST``: keys whose events the sender wants (varint length + key, repeated);
 - ``EVENTS`` / ``EVENTS_LAST``: canonical signed events answering a WANT (varint length + wire).
 
+- ``BUSY``: the responder's only frame when it declines the session because it is already
+  syncing with the initiator (see ``docs/node.md``, "Recon sessions").
+
 After reconciliation the initiator sends its WANT frames (each answered by EVENTS frames ending
 with EVENTS_LAST); after its WANT_LAST has been answered the responder does the same.
 """
@@ -16,6 +19,7 @@ from sync.errors import RemoteProtocolError
 from sync.recon.eventid import read_varint, varint
 
 __all__ = [
+    "BUSY",
     "EVENTS",
     "EVENTS_LAST",
     "RECON",
@@ -32,6 +36,7 @@ WANT = 2
 WANT_LAST = 3
 EVENTS = 4
 EVENTS_LAST = 5
+BUSY = 6
 
 
 class FrameDecodeError(ValueError):

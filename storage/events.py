@@ -112,6 +112,38 @@ def insert_rows(conn: Connection, rows: Sequence[dict[str, object]]) -> None:
         conn.execute(events.insert(), list(rows))
 
 
+_SQLITE_COLUMNS = ("recon_key", "message_id", "channel", "sender", "lamport", "wire",
+                   "received_at", *LANE_COLUMNS)
+_SQLITE_INSERT = (f"INSERT INTO events ({', '.join(_SQLITE_COLUMNS)}) "
+                  f"VALUES ({', '.join('?' * len(_SQLITE_COLUMNS))}) ON CONFLICT DO NOTHING")
+
+
+def _append_sqlite(
+    conn: Connection, records: Iterable[EventRecord], received_at: int
+) -> list[tuple[int, str]]:
+    """The SQLite write path on the driver's own executemany (a catch-up stores thousands of
+    events a second; SQLAlchemy's per-row parameter processing cost as much as the insert).
+
+    The caller holds the write lock (``write_transaction``), so the rows this call inserted
+    are exactly those with a ``seq`` above the largest one before it.
+    """
+    dbapi = conn.connection.driver_connection
+    assert dbapi is not None
+    cursor = dbapi.cursor()
+    try:
+        before = cursor.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+        cursor.executemany(_SQLITE_INSERT, [
+            (r.recon_key, r.message_id, r.channel, r.sender, r.lamport, r.wire, received_at,
+             *lanes_of(r.recon_key))
+            for r in records
+        ])
+        rows = cursor.execute("SELECT seq, message_id FROM events WHERE seq > ? ORDER BY seq",
+                              (before,)).fetchall()
+    finally:
+        cursor.close()
+    return [(int(seq), str(mid)) for seq, mid in rows]
+
+
 @lru_cache(maxsize=4)
 def _insert_statement(dialect: str) -> Any:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
@@ -121,7 +153,11 @@ def _insert_statement(dialect: str) -> Any:
 def append_events(
     conn: Connection, batch: Sequence[EventRecord], received_at: int
 ) -> AppendResult:
-    """Insert a batch idempotently: an event already stored (same id or key) is a no-op."""
+    """Insert a batch idempotently: an event already stored (same id or key) is a no-op.
+
+    Call it inside ``write_transaction`` (which takes SQLite's write lock at BEGIN), as every
+    writer of a node database does: on SQLite the inserted rows are found by their ``seq``.
+    """
     unique: dict[str, EventRecord] = {}
     repeated: list[str] = []
     for record in batch:
@@ -129,9 +165,11 @@ def append_events(
             repeated.append(record.message_id)
         else:
             unique[record.message_id] = record
-    rows = [event_row(r, received_at) for r in unique.values()]
     inserted: list[tuple[int, str]] = []
-    if rows:
+    if unique and conn.dialect.name == "sqlite":
+        inserted = _append_sqlite(conn, unique.values(), received_at)
+    elif unique:
+        rows = [event_row(r, received_at) for r in unique.values()]
         # executemany of one cached statement ("insertmanyvalues" batches it, RETURNING
         # included): about ten times cheaper than compiling a multi-row VALUES per batch.
         result = conn.execute(_insert_statement(conn.dialect.name), rows)

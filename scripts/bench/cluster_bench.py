@@ -436,7 +436,8 @@ def start_profile(node: NodeProcess, out: Path, duration: float) -> subprocess.P
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [str(PY_SPY), "record", "-p", str(node.proc.pid), "-f", "raw", "-o", str(out),
-         "-d", str(max(1, int(duration))), "--nonblocking"],
+         "-d", str(max(1, int(duration))), "--nonblocking",
+         *(["--gil"] if os.environ.get("SYNCNODE_SPY_GIL") else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
@@ -453,10 +454,21 @@ class Catchup:
     recon_fetched: float
     recon_errors: float
     load: float
+    # CPU time (user + system) per stored event, of the fresh node and of the source: unlike
+    # the rate, nearly independent of what else the 2 cores are running.
+    cpu_us_fresh: float = 0.0
+    cpu_us_source: float = 0.0
 
     @property
     def rate(self) -> float:
         return self.fetched / self.seconds if self.seconds > 0 else 0.0
+
+
+def cpu_seconds(node: NodeProcess) -> float:
+    """utime + stime of a node process so far (Linux /proc)."""
+    assert node.proc is not None
+    fields = Path(f"/proc/{node.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure_catchup(base: Path, plan: Plan, profile: Path | None,
@@ -468,7 +480,9 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
         fresh = NodeProcess(base / "fresh", "--bootstrap", source.listen_addrs[0],
                             env=fresh_env).start()
         t0 = time.time()
+        cpu0 = cpu_seconds(fresh), cpu_seconds(source)
         spy = start_profile(fresh, profile / "catchup-fresh.txt", 20) if profile else None
+        spy_src = start_profile(source, profile / "catchup-source.txt", 20) if profile else None
         deadline = t0 + plan.catchup_timeout_s
         stored = 0.0
         while time.time() < deadline:
@@ -477,12 +491,16 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
                 break
             time.sleep(0.2)
         seconds = time.time() - t0
+        cpu = cpu_seconds(fresh) - cpu0[0], cpu_seconds(source) - cpu0[1]
         load = load_avg()
         fetched = metric(fresh, "recon_events_fetched_total")
         errors = metric(fresh, "recon_errors_total")
-        if spy is not None:
-            spy.wait()
-        return Catchup(count, int(stored), seconds, from_cache, fetched, errors, load)
+        for proc in (spy, spy_src):
+            if proc is not None:
+                proc.wait()
+        per = 1e6 / max(stored, 1)
+        return Catchup(count, int(stored), seconds, from_cache, fetched, errors, load,
+                       cpu[0] * per, cpu[1] * per)
     finally:
         for node in (fresh, source):
             if node is not None:
@@ -501,9 +519,23 @@ def main() -> int:
     parser.add_argument("--profile", metavar="DIR", type=Path,
                         help="record py-spy profiles (raw format) of node 1 and the fresh node")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (node logs)")
+    parser.add_argument("--catchup-only", action="store_true",
+                        help="only the catch-up measurement (for development; writes no JSON)")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     base = Path(tempfile.mkdtemp(prefix="syncnode-cluster-bench-"))
+    if args.catchup_only:
+        try:
+            catchup = measure_catchup(base, plan, args.profile)
+        finally:
+            if not args.keep:
+                shutil.rmtree(base, ignore_errors=True)
+        print(f"{catchup.fetched}/{catchup.events} events stored in {catchup.seconds:.1f} s "
+              f"(recon fetched {catchup.recon_fetched:.0f}, failed sessions "
+              f"{catchup.recon_errors:.0f}; load {catchup.load:.2f}) -> "
+              f"{catchup.rate:.0f} events/s; CPU per event: fresh "
+              f"{catchup.cpu_us_fresh:.0f} us, source {catchup.cpu_us_source:.0f} us")
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_start = load_avg()
     started = time.monotonic()
@@ -546,7 +578,8 @@ def main() -> int:
               f"(recon fetched {catchup.recon_fetched:.0f}, failed sessions "
               f"{catchup.recon_errors:.0f}; source log "
               f"{'from cache' if catchup.from_cache else 'built now'}; load {catchup.load:.2f})"
-              f" -> {catchup.rate:.0f} events/s")
+              f" -> {catchup.rate:.0f} events/s; CPU per event: fresh "
+              f"{catchup.cpu_us_fresh:.0f} us, source {catchup.cpu_us_source:.0f} us")
     finally:
         if raw is not None:
             raw.stop()
@@ -575,6 +608,8 @@ def main() -> int:
         "raw_gossipsub_rate_per_s": round(raw_rate, 1),
         "catchup_events_per_s": round(catchup.rate, 1),
         "catchup_events": catchup.events,
+        "catchup_cpu_us_per_event": {"fresh": round(catchup.cpu_us_fresh),
+                                     "source": round(catchup.cpu_us_source)},
         "quick": args.quick,
         "load_avg_1m": [round(load_start, 2), round(load_end, 2)],
     }

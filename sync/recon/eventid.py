@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sync.errors import RemoteProtocolError
 
@@ -129,6 +130,9 @@ def event_cid(digest: bytes) -> bytes:
     return _cid_v1(CODEC_RAW, digest)
 
 
+_EVENT_CID_HEAD = b"\x01" + varint(CODEC_RAW) + varint(SHA2_256) + varint(32)
+
+
 def genesis_cid(channel: str, sender: str) -> bytes:
     """The deterministic init-event CID of the (channel, sender) stream."""
     ch, se = channel.encode(), sender.encode()
@@ -171,14 +175,17 @@ def build_event_id(
 
 def event_key(network_id: int, channel: str, sender: str, lamport: int, digest: bytes) -> bytes:
     """The Recon key of one of our events."""
-    return build_event_id(
-        network_id,
-        channel.encode(),
-        sender.encode(),
-        genesis_cid(channel, sender),
-        lamport,
-        event_cid(digest),
-    )
+    if len(digest) != 32:
+        raise ValueError("an event digest is 32 bytes")
+    # The same bytes as build_event_id, with the per-stream part (three hashes) cached: a
+    # catch-up computes one key per fetched event.
+    return _stream_prefix_cached(network_id, channel, sender) + cbor_uint(lamport) + (
+        _EVENT_CID_HEAD + digest)
+
+
+@lru_cache(maxsize=4096)
+def _stream_prefix_cached(network_id: int, channel: str, sender: str) -> bytes:
+    return stream_prefix(network_id, channel, sender)
 
 
 @dataclass(frozen=True, slots=True)

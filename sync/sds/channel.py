@@ -263,21 +263,38 @@ class SdsChannel:
                 verify_signature=self.verify_signatures,
                 known_signatures=self._verified,
             )
-            event = tx.event
-            if event.channel_id != self.channel_id:
-                raise RemoteProtocolError("message for another channel")
-            if event.lamport is not None and event.lamport >= LAMPORT_LIMIT:
-                raise RemoteProtocolError("lamport timestamp out of range")
+            self._check_event(tx.event)
             view = None
             if tx.bloom_filter is not None and tx.bloom_params is not None:
                 max_bits = 8 * self.config.max_message_size
                 view = BloomView(tx.bloom_filter, tx.bloom_params, max_bits=max_bits)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
-        # Valid from here on: nothing below raises on peer input.
-        mid = event.message_id
+        event = tx.event
         if event.signature is not None and self.verify_signatures:
-            self._remember_signature(mid, event.signature)
+            self._remember_signature(event.message_id, event.signature)
+        self._accept(event, view, tx.repair_request, now)
+
+    def receive_event(self, event: SignedEvent, now: float, peer: str | None = None) -> None:
+        """Process an event its caller already decoded and checked (id and signature, say with
+        ``decode_event`` in a worker thread): a fetched or stored event, which carries no
+        per-transmission fields. Saves decoding the wire a second time."""
+        try:
+            self._check_event(event)
+        except RemoteProtocolError as exc:
+            raise RemoteProtocolError(exc.reason, peer) from None
+        self._accept(event, None, (), now)
+
+    def _check_event(self, event: SignedEvent) -> None:
+        if event.channel_id != self.channel_id:
+            raise RemoteProtocolError("message for another channel")
+        if event.lamport is not None and event.lamport >= LAMPORT_LIMIT:
+            raise RemoteProtocolError("lamport timestamp out of range")
+
+    def _accept(self, event: SignedEvent, view: BloomView | None,
+                repair_request: tuple[HistoryRef, ...], now: float) -> None:
+        """The protocol steps for a valid message: nothing here raises on peer input."""
+        mid = event.message_id
         self._repair.seen(mid)
         if event.sender_id == self.participant_id:
             return
@@ -285,8 +302,8 @@ class SdsChannel:
             self._receive_ephemeral(event)
             return
         self._review_acks(event, view)
-        if tx.repair_request:
-            self._repair.on_requests(tx.repair_request, now)
+        if repair_request:
+            self._repair.on_requests(repair_request, now)
         if event.is_sync:
             self._last_activity = now
             self._note_missing(

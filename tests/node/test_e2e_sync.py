@@ -47,7 +47,8 @@ def test_late_joiner_catches_up_through_recon(tmp_path: Path) -> None:
             recon = metric(late, "recon_events_fetched_total")
             by_id = metric(late, "fetch_received_total")
             assert recon + by_id >= 2000
-            assert recon >= 1000
+            # Never the same event twice through Recon (sessions in both directions overlap).
+            assert 1000 <= recon <= 2000
             assert metric(late, "p2p_gossip_received") == 0
         finally:
             late.kill()

@@ -6,6 +6,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sync.errors import RemoteProtocolError
 from sync.recon import (
@@ -18,7 +20,7 @@ from sync.recon import (
     sender_bounds,
     wide_of,
 )
-from sync.recon.eventid import build_event_id, cbor_uint, genesis_cid
+from sync.recon.eventid import build_event_id, cbor_uint, event_cid, genesis_cid
 
 YOU = [b"ape", b"eel", b"fox", b"gnu"]
 THEY = [b"bee", b"cat", b"doe", b"eel", b"fox", b"hog"]
@@ -148,3 +150,19 @@ def test_event_key_mapping_and_bounds() -> None:
 def test_parse_event_id_rejects(data: bytes) -> None:
     with pytest.raises(RemoteProtocolError):
         parse_event_id(data)
+
+
+@given(
+    network_id=st.integers(0, 2**32),
+    channel=st.text(max_size=20),
+    sender=st.text(max_size=60),
+    lamport=st.integers(0, 2**64 - 1),
+    digest=st.binary(min_size=32, max_size=32),
+)
+def test_event_key_is_the_cip124_layout_of_its_inputs(
+    network_id: int, channel: str, sender: str, lamport: int, digest: bytes
+) -> None:
+    # event_key caches the per-stream prefix; it must stay byte-equal to the plain layout.
+    expected = build_event_id(network_id, channel.encode(), sender.encode(),
+                              genesis_cid(channel, sender), lamport, event_cid(digest))
+    assert event_key(network_id, channel, sender, lamport, digest) == expected

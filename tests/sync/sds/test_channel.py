@@ -365,6 +365,19 @@ def test_trusted_signature_skips_verification_but_not_the_id_check() -> None:
         carol.receive(msg.SerializeToString(), T0 + 2)
 
 
+def test_receive_event_takes_a_decoded_event_and_checks_its_channel() -> None:
+    alice, bob = channel(0), channel(1)
+    first = decode_transmission(alice.send(b"one", T0 + 1)).event
+    second = decode_transmission(alice.send(b"two", T0 + 2)).event
+    bob.receive_event(second, T0 + 3, peer="p")
+    assert delivered_ids(bob) == []  # waits for its dependency, as with receive
+    bob.receive_event(first, T0 + 3, peer="p")
+    assert delivered_ids(bob) == [first.message_id, second.message_id]
+    with pytest.raises(RemoteProtocolError, match="another channel") as info:
+        bob.receive_event(first._replace(channel_id="elsewhere"), T0 + 4, peer="p")
+    assert info.value.peer == "p"
+
+
 def test_is_missing_follows_the_missing_set() -> None:
     alice, bob = channel(0), channel(1)
     first = alice.send(b"one", T0 + 1)
