@@ -153,6 +153,7 @@ class ReconSection:
     fanout: int = _opt(16, lambda v: None if v >= 2 else "must be >= 2")
     session_timeout_s: float = _opt(60.0, _positive)
     fetch_batch: int = _opt(500, _positive)
+    gossip_grace_s: float = _opt(3.0, _non_negative)
 
 
 def _block_routes(v: Any) -> str | None:

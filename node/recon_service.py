@@ -37,7 +37,7 @@ from node.store import EventStore
 from storage import AppendResult, EventRecord, events_by_keys, keys_in_range
 from sync.errors import RemoteProtocolError
 from sync.recon import MemoryKeyStore
-from sync.recon.eventid import channel_bounds, sender_bounds
+from sync.recon.eventid import channel_bounds, key_height, sender_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.sds import SignedEvent, decode_event
 
@@ -120,6 +120,7 @@ class ReconService:
         fetch_batch: int,
         config: ReconConfig,
         allowed_senders: frozenset[str] | None = None,
+        gossip_grace_s: float = 0.0,
     ) -> None:
         self.host = host
         self.store = store
@@ -129,6 +130,7 @@ class ReconService:
         self.interval_s = interval_s
         self.session_timeout_s = session_timeout_s
         self.fetch_batch = fetch_batch
+        self.gossip_grace_ms = int(gossip_grace_s * 1000)
         self.config = config
         self.keys = MemoryKeyStore()
         if allowed_senders:
@@ -335,6 +337,8 @@ class ReconService:
         missing = [
             k for k in stats.missing if k not in self._pending and not self.keys.contains(k)
         ]
+        if self.gossip_grace_ms:
+            missing = self._not_recent(missing)
         wanted = set(missing)
         # Claimed until this session has ingested them (a catch-up can outlast any fixed grace),
         # so that a concurrent session (the peer may be reconciling with us at the same time)
@@ -347,6 +351,22 @@ class ReconService:
             for key in wanted:
                 self._pending.pop(key, None)
             raise
+
+    def _not_recent(self, keys: list[bytes]) -> list[bytes]:
+        """Drop keys of events gossip is probably still delivering: under load, fetching them
+        as well would move and verify them twice just when the node has least time to spare.
+        A timestamp far ahead of our clock (a sender's fast clock) is not held back."""
+        now_ms = int(time.time() * 1000)
+        lo, hi = now_ms - self.gossip_grace_ms, now_ms + self.gossip_grace_ms
+        kept = []
+        for key in keys:
+            try:
+                height = key_height(key)
+            except RemoteProtocolError:  # malformed: fetched, and rejected on validation
+                height = -1
+            if not lo <= height <= hi:
+                kept.append(key)
+        return kept
 
     async def _fetch_chunks(
         self, stream: FramedStream, missing: list[bytes], wanted: set[bytes], stats: SessionStats

@@ -67,6 +67,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         network_id=config.node.network_id, interval_s=config.recon.interval_s,
         session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
         config=ReconConfig(fanout=config.recon.fanout), allowed_senders=allowed,
+        gossip_grace_s=config.recon.gossip_grace_s,
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon

@@ -36,6 +36,7 @@ __all__ = [
     "event_cid",
     "event_key",
     "genesis_cid",
+    "key_height",
     "network_bounds",
     "parse_event_id",
     "prefix_successor",
@@ -251,6 +252,14 @@ def _check_cid(cid: bytes) -> None:
     size, pos = read_varint(cid, pos)
     if len(cid) - pos != size:
         raise RemoteProtocolError("event CID multihash length mismatch")
+
+
+def key_height(data: bytes) -> int:
+    """The event height (our Lamport time) of an eventId, without checking the rest of it."""
+    pos = 0
+    for _ in range(3):  # stream id code, eventId type, network id
+        _value, pos = read_varint(data, pos)
+    return _read_cbor_uint(data, pos + 20)[0]
 
 
 def prefix_successor(prefix: bytes) -> bytes:

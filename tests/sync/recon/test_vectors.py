@@ -20,7 +20,7 @@ from sync.recon import (
     sender_bounds,
     wide_of,
 )
-from sync.recon.eventid import build_event_id, cbor_uint, event_cid, genesis_cid
+from sync.recon.eventid import build_event_id, cbor_uint, event_cid, genesis_cid, key_height
 
 YOU = [b"ape", b"eel", b"fox", b"gnu"]
 THEY = [b"bee", b"cat", b"doe", b"eel", b"fox", b"hog"]
@@ -166,3 +166,15 @@ def test_event_key_is_the_cip124_layout_of_its_inputs(
     expected = build_event_id(network_id, channel.encode(), sender.encode(),
                               genesis_cid(channel, sender), lamport, event_cid(digest))
     assert event_key(network_id, channel, sender, lamport, digest) == expected
+
+
+@given(network_id=st.integers(0, 2**32), lamport=st.integers(0, 2**64 - 1))
+def test_key_height_reads_the_lamport_time_back(network_id: int, lamport: int) -> None:
+    key = event_key(network_id, "chat", "sender", lamport, bytes(32))
+    assert key_height(key) == lamport
+
+
+def test_key_height_of_a_truncated_key_is_an_error() -> None:
+    key = event_key(1, "chat", "sender", 1_700_000_000_000, bytes(32))
+    with pytest.raises(RemoteProtocolError):
+        key_height(key[:22])
