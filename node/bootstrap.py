@@ -21,7 +21,6 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from node.events import record_of_event
-from spark_jobs.manifest import Manifest, TreeEntry, load_manifest, read_object
 from storage import (
     EventRecord,
     append_events,
@@ -30,6 +29,7 @@ from storage import (
     existing_keys,
     insert_rows,
     range_hash,
+    write_transaction,
 )
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import network_bounds
@@ -42,6 +42,16 @@ from sync.recordstream import (
     verify_tree,
 )
 from sync.sds import decode_event
+from sync.snapshot_manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_OBJECT_BYTES,
+    Manifest,
+    decode_manifest,
+    decode_object,
+    leaf_entries,
+    object_path,
+)
 
 __all__ = ["BootstrapError", "BootstrapResult", "PullResult", "bootstrap", "pull",
            "verify_snapshot"]
@@ -82,6 +92,26 @@ def _collect(snapshot: Path) -> dict[str, bytes]:
         with path.open("rb") as fh:
             files[path.relative_to(snapshot).as_posix()] = fh.read(limit + 1)
     return files
+
+
+def _read_limited(path: Path, limit: int) -> bytes:
+    # One byte more than the limit: the decoder tells a too-large file from one at the limit.
+    with path.open("rb") as fh:
+        return fh.read(limit + 1)
+
+
+def load_manifest(snapshot: Path) -> Manifest | None:
+    """The snapshot's decoded manifest, or None when the directory holds none."""
+    path = snapshot / MANIFEST_NAME
+    if not path.exists():
+        return None
+    return decode_manifest(_read_limited(path, MAX_MANIFEST_BYTES), str(path))
+
+
+def read_object(snapshot: Path, cid: str) -> dict[str, Any]:
+    """A tree node of the snapshot, checked against its name."""
+    path = snapshot / object_path(cid)
+    return decode_object(cid, _read_limited(path, MAX_OBJECT_BYTES), str(path))
 
 
 def verify_snapshot(snapshot: Path) -> tuple[Manifest, dict[str, bytes]]:
@@ -213,8 +243,10 @@ def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
 def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[str, Any],
                network_id: int, decoded: dict[int, list[EventRecord]],
                result: PullResult) -> None:
-    entries = [TreeEntry(bytes.fromhex(k["key"]), int(k["file"]), int(k["item"]))
-               for k in node["keys"]]
+    try:
+        entries = leaf_entries(node)
+    except RemoteProtocolError as exc:
+        raise BootstrapError(f"{snapshot}: {exc}") from None
     with engine.connect() as conn:
         have = existing_keys(conn, [e.key for e in entries])
     wanted: list[EventRecord] = []
@@ -235,6 +267,6 @@ def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[st
             raise BootstrapError(f"tree entry {e.key.hex()} is not item {e.item} of its file")
         wanted.append(items[e.item])
     if wanted:
-        with engine.begin() as conn:
+        with write_transaction(engine) as conn:
             append_events(conn, wanted, int(time.time() * 1000))
         result.fetched += len(wanted)

@@ -225,6 +225,10 @@ def _tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema, ...]
     return tuple(sorted(schemas, key=lambda s: s.name))
 
 
+def _memory_size(v: Any) -> str | None:
+    return None if re.fullmatch(r"[1-9][0-9]*[kmgt]?", str(v)) else "must be like 512m or 4g"
+
+
 @dataclass(frozen=True)
 class SparkSection:
     enabled: bool = _opt(True)
@@ -237,6 +241,7 @@ class SparkSection:
     settle_ms: int = _opt(60_000, _non_negative)
     rehash: bool = _opt(False)
     job_timeout_s: float = _opt(21_600.0, _positive)
+    driver_memory: str = _opt("4g", _memory_size)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from storage import EventRecord
 from sync.recon.eventid import event_key
 from sync.sds import Delivered, SignedEvent
+from sync.stored_event import stored_fields
 
 __all__ = ["record_of_delivered", "record_of_event"]
 
@@ -22,13 +23,4 @@ def record_of_delivered(network_id: int, channel: str, ev: Delivered) -> EventRe
 
 
 def record_of_event(network_id: int, ev: SignedEvent) -> EventRecord:
-    assert ev.lamport is not None, "ephemeral messages are never stored"
-    return EventRecord(
-        recon_key=event_key(network_id, ev.channel_id, ev.sender_id, ev.lamport,
-                            bytes.fromhex(ev.message_id)),
-        message_id=ev.message_id,
-        channel=ev.channel_id,
-        sender=ev.sender_id,
-        lamport=ev.lamport,
-        wire=ev.wire,
-    )
+    return EventRecord(*stored_fields(network_id, ev))

@@ -59,13 +59,14 @@ class SnapshotJobConfig:
     period_ms: int = 60_000
     settle_ms: int = 60_000
     rehash: bool = False
+    driver_memory: str = "4g"
     python: str = field(default_factory=lambda: sys.executable)
 
 
 def job_commands(cfg: SnapshotJobConfig) -> list[JobCommand]:
     """The subprocess command lines of one scheduled run."""
     common = ("--db", cfg.db_url, "--network-id", str(cfg.network_id), "--master", cfg.master,
-              "--partitions", str(cfg.partitions))
+              "--partitions", str(cfg.partitions), "--driver-memory", cfg.driver_memory)
     jobs = [JobCommand("snapshot", (
         cfg.python, "-m", "spark_jobs.snapshot", *common, "--out", cfg.snapshot_dir,
         "--data-dir", cfg.data_dir, "--period-ms", str(cfg.period_ms),
@@ -274,7 +275,8 @@ def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
     """The scheduler a node's ``[spark]`` config asks for, or None (section absent or disabled).
 
     Expects ``config.spark`` with ``enabled, master, partitions, snapshot_dir,
-    snapshot_interval_s, snapshot_every_events, period_ms, settle_ms, rehash, job_timeout_s``.
+    snapshot_interval_s, snapshot_every_events, period_ms, settle_ms, rehash, job_timeout_s,
+    driver_memory``.
     """
     config = runtime.config
     spark = getattr(config, "spark", None)
@@ -285,7 +287,7 @@ def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
         db_url=config.database_url, data_dir=str(config.data_path),
         network_id=config.node.network_id, snapshot_dir=snapshot_dir, master=spark.master,
         partitions=spark.partitions, period_ms=spark.period_ms, settle_ms=spark.settle_ms,
-        rehash=spark.rehash,
+        rehash=spark.rehash, driver_memory=spark.driver_memory,
     )
     return SnapshotScheduler(
         job_commands(cfg), interval_s=spark.snapshot_interval_s,

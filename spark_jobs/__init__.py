@@ -7,18 +7,7 @@ imported here, so that ``python -m`` runs them exactly once.
 
 from __future__ import annotations
 
-from spark_jobs.manifest import (
-    FORMAT,
-    MANIFEST_NAME,
-    Chain,
-    FileEntry,
-    Manifest,
-    TreeEntry,
-    build_tree,
-    iter_leaf_entries,
-    load_manifest,
-    read_object,
-)
+from spark_jobs.manifest import iter_leaf_entries, load_manifest, read_object
 from spark_jobs.source import (
     PROGRESS_PREFIX,
     RESULT_PREFIX,
@@ -27,6 +16,15 @@ from spark_jobs.source import (
     emit_progress,
     jdbc_source,
     read_events,
+)
+from sync.snapshot_manifest import (
+    FORMAT,
+    MANIFEST_NAME,
+    Chain,
+    FileEntry,
+    Manifest,
+    TreeEntry,
+    build_tree,
 )
 
 __all__ = [

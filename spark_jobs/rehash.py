@@ -7,10 +7,12 @@ the 8 Sha256a lanes of that key (must equal ``lane0..lane7``). Per range the nod
 channel and per key bucket (the channel's key prefix plus one more byte, 256 buckets per channel),
 the Sha256a and count of the stored lanes are compared with the recomputed ones.
 
-Per event, Python only decodes the wire and rebuilds the Recon key (a pickled-batch UDF: pyarrow
-is not installed); the sha256 lanes of the keys, the comparisons and the sums run in the JVM, and
-only the rare disagreeing rows go back to Python to be explained. ``RowChecker.partition`` is the
-same re-hash as one plain loop (the benchmark's single-process baseline).
+One pass does the work: an Arrow UDF (``RowChecker.check_batches``: column batches, no per-row
+pickling) says per event whether everything agrees, and the JVM adds up the stored lanes of the
+agreeing events per (channel, bucket) in one small aggregation (``transform``). Only when that
+pass counts disagreeing events does a second job pick them out and explain them in Python
+(``explain_rows``). ``RowChecker.partition`` is the same re-hash as one plain loop (the
+benchmark's single-process baseline).
 
 ``python -m spark_jobs.rehash --db URL --network-id N [--master M] [--report FILE]`` exits 0
 when everything agrees, 1 when something disagrees (listed in the report), 2 on bad arguments.
@@ -19,15 +21,19 @@ when everything agrees, 1 when something disagrees (listed in the report), 2 on 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import struct
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.source import DEFAULT_DRIVER_MEMORY
 from storage import LANE_COLUMNS, make_engine, range_hash
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import cbor_uint, channel_bounds, event_cid, prefix_successor, stream_prefix
@@ -40,16 +46,25 @@ if TYPE_CHECKING:
 __all__ = [
     "INPUT_COLUMNS",
     "RowChecker",
+    "bucket_bounds",
+    "bucket_of",
     "build_report",
+    "explain_rows",
+    "findings_of",
     "main",
-    "range_findings",
+    "run",
     "transform",
 ]
 
 INPUT_COLUMNS = ("seq", "recon_key", "message_id", "channel", "sender", "lamport", "wire",
                  *LANE_COLUMNS)
+#: What the per-event check reads, in ``RowChecker.agrees`` argument order (lanes last).
+CHECK_COLUMNS = ("wire", "message_id", "channel", "sender", "lamport", "recon_key", *LANE_COLUMNS)
 _CID_HEAD = event_cid(bytes(32))[:-32]
 _WIRE_LIMIT = 1 << 20
+_LANES = struct.Struct("<8I")
+_sha256 = hashlib.sha256
+_Message = sds_pb2.Message
 # Sides of a partial sum: rows whose stored and recomputed values agree count once for both.
 BOTH, STORED, COMPUTED = "both", "stored", "computed"
 
@@ -57,6 +72,15 @@ BOTH, STORED, COMPUTED = "both", "stored", "computed"
 @lru_cache(maxsize=65536)
 def _prefix(network_id: int, channel: str, sender: str | None) -> bytes:
     return stream_prefix(network_id, channel, sender)
+
+
+def _cbor_uint(value: int) -> bytes:
+    """``cbor_uint`` without its loop (called once per event); Lamport times are uint64."""
+    if value < 24:
+        return bytes((value,))
+    if value < 0x1_0000_0000:
+        return cbor_uint(value)
+    return b"\x1b" + value.to_bytes(8, "big")
 
 
 def bucket_of(network_id: int, channel: str, key: bytes) -> int:
@@ -90,6 +114,51 @@ class RowChecker:
 
     network_id: int
     verify_signatures: bool = False
+
+    def agrees(self, wire: bytes, mid: str, channel: str, sender: str, lamport: int, key: bytes,
+               lanes: tuple[int, ...]) -> bool:
+        """True when every check of ``problems`` passes: the fast path, run once per event.
+
+        Builds no strings and no lists of problems; a ``False`` is explained by ``problems``.
+        """
+        if len(wire) > _WIRE_LIMIT:
+            return False
+        msg = _Message()
+        try:
+            msg.ParseFromString(wire)
+        except Exception:  # any decoder error: explained by ``problems`` later
+            return False
+        if (not msg.HasField("lamport_timestamp") or msg.channel_id != channel
+                or msg.sender_id != sender or msg.lamport_timestamp != lamport):
+            return False
+        digest = event_digest(channel, sender, lamport,
+                              [h.message_id for h in msg.causal_history], msg.content)
+        hexd = digest.hex()
+        if hexd != mid or hexd != msg.message_id:
+            return False
+        if key != (_prefix(self.network_id, channel, sender) + _cbor_uint(lamport) + _CID_HEAD
+                   + digest):
+            return False
+        if _LANES.unpack(_sha256(key).digest()) != lanes:
+            return False
+        if self.verify_signatures:
+            try:
+                decode_event(wire, verify_signature=True)
+            except RemoteProtocolError:
+                return False
+        return True
+
+    def check_batches(self, batches: Iterator[tuple[Any, ...]]) -> Iterator[Any]:
+        """The Arrow UDF body: per batch of ``CHECK_COLUMNS`` arrays, a boolean array saying
+        which events agree. Whole columns become Python lists at once (no per-row pickling)."""
+        import pyarrow as pa
+
+        agrees = self.agrees
+        for cols in batches:
+            wire, mid, channel, sender, lamport, key = (c.to_pylist() for c in cols[:6])
+            lanes = zip(*(c.to_pylist() for c in cols[6:14]), strict=True)
+            yield pa.array(list(map(agrees, wire, mid, channel, sender, lamport, key, lanes)),
+                           type=pa.bool_())
 
     def problems(self, row: Sequence[Any]) -> tuple[list[str], str | None, bytes | None,
                                                     tuple[int, ...] | None]:
@@ -138,55 +207,38 @@ class RowChecker:
                 out.append(f"signature: {exc}")
         return out, w_channel, computed, lanes
 
-    def rekey(self, wire: bytes, mid: str, channel: str, sender: str, lamport: int) -> bytes:
-        """The Recon key recomputed from ``wire`` when the stored columns agree with it (and
-        the wire with its own message id), else ``b""``: the Spark job's per-event fast path."""
-        msg = sds_pb2.Message()
-        try:
-            if len(wire) > _WIRE_LIMIT:
-                return b""
-            msg.ParseFromString(wire)
-        except Exception:  # any decoder error: explained by ``problems`` later
-            return b""
-        if (not msg.HasField("lamport_timestamp") or msg.channel_id != channel
-                or msg.sender_id != sender or msg.lamport_timestamp != lamport):
-            return b""
-        ids = [h.message_id for h in msg.causal_history]
-        digest = event_digest(channel, sender, lamport, ids, msg.content)
-        hexd = digest.hex()
-        if hexd != mid or hexd != msg.message_id:
-            return b""
-        if self.verify_signatures:
-            try:
-                decode_event(wire, verify_signature=True)
-            except RemoteProtocolError:
-                return b""
-        return _prefix(self.network_id, channel, sender) + cbor_uint(lamport) + _CID_HEAD + digest
-
-    def explain(self, *row: Any) -> tuple[str, str | None, bytes | None]:
-        """(problems as JSON, recomputed channel, recomputed key) of a row that failed."""
-        problems, channel, key, _lanes = self.problems(row)
-        return json.dumps(problems), channel, key
+    def explain(self, *row: Any) -> tuple[str, int, str | None, int, list[int] | None]:
+        """(problems as JSON, bucket of the stored key, recomputed channel, bucket of the
+        recomputed key, its lanes) of a row (``INPUT_COLUMNS``) that failed ``agrees``."""
+        problems, channel, key, lanes = self.problems(row)
+        stored_bucket = bucket_of(self.network_id, row[3], bytes(row[1]))
+        if channel is None or key is None or lanes is None:
+            return json.dumps(problems), stored_bucket, None, -1, None
+        return (json.dumps(problems), stored_bucket, channel,
+                bucket_of(self.network_id, channel, key), list(lanes))
 
     def partition(self, rows: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
         """The whole re-hash of a sequence of rows in plain Python: problem rows, then partial
         sums per side and bucket (tuples following ``PARTIAL_FIELDS``)."""
         sums: dict[tuple[str, str, int], _Acc] = {}
         nid = self.network_id
+        agrees = self.agrees
         for row in rows:
-            problems, w_channel, computed, lanes = self.problems(row)
-            channel, key = row[3], bytes(row[1])
-            if not problems:
-                slot = (BOTH, channel, bucket_of(nid, channel, key))
+            lanes = tuple(row[7:15])
+            channel, key = row[3], row[1]
+            if agrees(row[6], row[2], channel, row[4], row[5], key, lanes):
+                slot = (BOTH, channel, key[len(_prefix(nid, channel, None))])
                 if (acc := sums.get(slot)) is None:
                     acc = sums[slot] = _Acc()
-                acc.add(lanes)  # type: ignore[arg-type]
+                acc.add(lanes)
                 continue
+            key = bytes(key)
+            problems, w_channel, computed, c_lanes = self.problems(row)
             yield ("row", "", channel, -1, 0, *([0] * 8), int(row[0]), str(row[2]),
                    json.dumps(problems))
-            pairs = [(STORED, channel, key, tuple(row[7:15]))]
-            if w_channel is not None and computed is not None and lanes is not None:
-                pairs.append((COMPUTED, w_channel, computed, lanes))
+            pairs = [(STORED, channel, key, lanes)]
+            if w_channel is not None and computed is not None and c_lanes is not None:
+                pairs.append((COMPUTED, w_channel, computed, c_lanes))
             for side, ch, k, ls in pairs:
                 slot = (side, ch, bucket_of(nid, ch, k))
                 if (acc := sums.get(slot)) is None:
@@ -201,124 +253,126 @@ PARTIAL_FIELDS = ("kind", "side", "channel", "bucket", "count",
                   *(f"l{i}" for i in range(8)), "seq", "message_id", "problems")
 
 
-def _native_lanes(key: Any) -> list[Any]:
-    """The 8 little-endian u32 lanes of sha256(key), in the JVM (no Python round trip)."""
+def _bucket_byte(key: Any, network_id: int) -> Any:
+    """The byte after the channel prefix (the prefix has the same length for every channel),
+    as a 1-byte binary: grouping on it is cheaper than converting it to a number per row."""
     from pyspark.sql import functions as F
 
-    h = F.sha2(key, 256)
-    lanes = []
-    for i in range(8):
-        # Little-endian: the lane's 4 bytes (8 hex digits) read back to front.
-        le = F.concat(*(F.substring(h, 8 * i + 2 * j + 1, 2) for j in (3, 2, 1, 0)))
-        lanes.append(F.conv(le, 16, 10).cast("long"))
-    return lanes
+    return F.substring(key, len(_prefix(network_id, "", None)) + 1, 1)
 
 
-def _native_bucket(key: Any, network_id: int) -> Any:
+def _agree_column(network_id: int, verify_signatures: bool) -> Any:
+    """The Arrow UDF column: true when the event agrees with its wire in every respect."""
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 
-    offset = len(_prefix(network_id, "", None))  # head + 8 separator bytes, for any channel
-    return F.conv(F.hex(F.substring(key, offset + 1, 1)), 16, 10).cast("int")
+    checker = RowChecker(network_id, verify_signatures)
+    with warnings.catch_warnings():
+        # pyspark prefers type hints; an explicit SCALAR_ITER type works without pandas.
+        warnings.simplefilter("ignore", UserWarning)
+        udf = arrow_udf(checker.check_batches, "boolean", ArrowUDFType.SCALAR_ITER)
+    return udf(*(F.col(c) for c in CHECK_COLUMNS))
 
 
 def transform(df: DataFrame, network_id: int, *, verify_signatures: bool = False) -> DataFrame:
-    """Events (``INPUT_COLUMNS``) -> findings: one row per disagreeing event and one per range.
+    """Events (``INPUT_COLUMNS``) -> one row per (stored channel, bucket byte of the stored key,
+    ``agrees``): ``count`` and ``l0..l7`` (sums of the stored lanes, not reduced mod 2^32).
 
-    Columns: ``level`` (``row``, ``channel``, ``bucket``), ``channel``, ``bucket`` (-1 for rows
-    and channels), ``seq``, ``message_id``, ``problems`` (JSON list), ``stored_count``,
-    ``computed_count``, ``stored_lanes`` / ``computed_lanes`` (arrays of 8 u32), ``ok``.
-
-    Per event, Python only decodes the wire and rebuilds the key (``RowChecker.rekey``, a
-    pickled-batch UDF); the lanes of sha256(key), the comparisons and the sums run in the JVM.
-    The rare disagreeing rows are explained in Python afterwards (``RowChecker.explain``).
+    One read of the log, one Arrow UDF pass and one small aggregation: the rows that agree
+    give both sides of every range sum; the ``agrees = false`` groups only count the events
+    that ``explain_rows`` must look at (their sums are ignored: their buckets are recomputed
+    exactly there, in Python).
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    return (
+        df.select(F.col("channel"), _bucket_byte(F.col("recon_key"), network_id).alias("bucket"),
+                  _agree_column(network_id, verify_signatures).alias("agrees"),
+                  *(F.col(n).alias(f"l{i}") for i, n in enumerate(LANE_COLUMNS)))
+        .groupBy("channel", "bucket", "agrees")
+        .agg(F.count(F.lit(1)).alias("count"), *(F.sum(f"l{i}").alias(f"l{i}") for i in range(8)))
+    )
+
+
+def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = False
+                 ) -> DataFrame:
+    """The events that do not agree, explained: ``seq``, ``message_id``, ``channel``,
+    ``problems`` (JSON list), ``x`` (stored bucket, recomputed channel / bucket / lanes)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        ArrayType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     checker = RowChecker(network_id, verify_signatures)
-    rekey = F.udf(checker.rekey, BinaryType(), useArrow=False)
     explain = F.udf(checker.explain, useArrow=False, returnType=StructType([
-        StructField("problems", StringType()), StructField("channel", StringType()),
-        StructField("key", BinaryType())]))
-    lanes = _native_lanes(F.col("recon_key"))
-    good = F.col("k") == F.col("recon_key")
-    for i, name in enumerate(LANE_COLUMNS):
-        good = good & (F.col(name) == lanes[i])
-    # Cached: rows, stored sums and recomputed sums all read the one Python pass.
-    checked = df.select(*INPUT_COLUMNS).withColumn(
-        "k", rekey("wire", "message_id", "channel", "sender", "lamport")
-    ).withColumn("good", good).select(
-        *(c for c in INPUT_COLUMNS if c != "wire"), "good",
-        F.when(F.col("good"), F.lit(None)).otherwise(F.col("wire")).alias("wire"),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    bad = checked.where(~F.col("good")).withColumn("x", explain(*INPUT_COLUMNS))
-    zero = [F.lit(0).cast("long").alias(f"l{i}") for i in range(8)]
-
-    def sums(frame: DataFrame, side: str, channel: Any, key: Any, lane_cols: list[Any]
-             ) -> DataFrame:
-        return frame.select(
-            F.lit("sum").alias("kind"), F.lit(side).alias("side"), channel.alias("channel"),
-            _native_bucket(key, network_id).alias("bucket"), F.lit(1).cast("long").alias("count"),
-            *(c.alias(f"l{i}") for i, c in enumerate(lane_cols)),
-            F.lit(0).cast("long").alias("seq"), F.lit("").alias("message_id"),
-            F.lit("").alias("problems"))
-
-    partials = (
-        bad.select(F.lit("row").alias("kind"), F.lit("").alias("side"), "channel",
-                   F.lit(-1).alias("bucket"), F.lit(0).cast("long").alias("count"), *zero,
-                   "seq", "message_id", F.col("x.problems").alias("problems"))
-        .unionByName(sums(checked.where("good"), BOTH, F.col("channel"), F.col("recon_key"),
-                          lanes))
-        .unionByName(sums(bad, STORED, F.col("channel"), F.col("recon_key"),
-                          [F.col(n) for n in LANE_COLUMNS]))
-        .unionByName(sums(bad.where(F.col("x.key").isNotNull()), COMPUTED,
-                          F.col("x.channel"), F.col("x.key"), _native_lanes(F.col("x.key"))))
+        StructField("problems", StringType()), StructField("stored_bucket", IntegerType()),
+        StructField("channel", StringType()), StructField("bucket", IntegerType()),
+        StructField("lanes", ArrayType(LongType()))]))
+    return (
+        df.select(*INPUT_COLUMNS)
+        .where(~_agree_column(network_id, verify_signatures))
+        .select("seq", "message_id", "channel", *LANE_COLUMNS, explain(*INPUT_COLUMNS).alias("x"))
     )
-    return range_findings(partials)
 
 
-def range_findings(partials: DataFrame) -> DataFrame:
-    """Add up partial sums per bucket and per channel; keep the problem rows."""
+def _bad_partials(explained: DataFrame) -> DataFrame:
+    """Per (side, channel, bucket): count and lane sums of the disagreeing events, with their
+    stored values (side ``stored``) and their recomputed ones (side ``computed``)."""
     from pyspark.sql import functions as F
 
-    sums = partials.where(F.col("kind") == "sum")
+    stored = explained.select(
+        F.lit(STORED).alias("side"), "channel", F.col("x.stored_bucket").alias("bucket"),
+        *(F.col(n).alias(f"l{i}") for i, n in enumerate(LANE_COLUMNS)))
+    computed = explained.where(F.col("x.channel").isNotNull()).select(
+        F.lit(COMPUTED).alias("side"), F.col("x.channel").alias("channel"),
+        F.col("x.bucket").alias("bucket"),
+        *(F.col("x.lanes")[i].alias(f"l{i}") for i in range(8)))
+    return stored.unionByName(computed).groupBy("side", "channel", "bucket").agg(
+        F.count(F.lit(1)).alias("count"), *(F.sum(f"l{i}").alias(f"l{i}") for i in range(8)))
 
-    def side_sum(name: str, sides: tuple[str, ...]) -> Any:
-        return F.sum(F.when(F.col("side").isin(*sides), F.col(name)).otherwise(F.lit(0)))
 
-    stored_sides, computed_sides = (BOTH, STORED), (BOTH, COMPUTED)
-    aggs = [
-        side_sum("count", stored_sides).alias("stored_count"),
-        side_sum("count", computed_sides).alias("computed_count"),
-        *(side_sum(f"l{i}", stored_sides).alias(f"s{i}") for i in range(8)),
-        *(side_sum(f"l{i}", computed_sides).alias(f"c{i}") for i in range(8)),
-    ]
-    mod = F.lit(1 << 32)
+def findings_of(
+    good: Iterable[tuple[str, int, int, Sequence[int]]],
+    bad: Iterable[tuple[str, str, int, int, Sequence[int]]] = (),
+    rows: Iterable[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Findings (``build_report``'s input) from the agreeing sums ``(channel, bucket, count,
+    lanes)``, the disagreeing partial sums ``(side, channel, bucket, count, lanes)`` and the
+    explained rows. Per bucket and per channel: stored side = agreeing + ``stored`` partials,
+    recomputed side = agreeing + ``computed`` partials, lanes mod 2^32."""
+    acc: dict[tuple[str, str, int], list[list[int]]] = {}
 
-    def finish(df: DataFrame, level: str) -> DataFrame:
-        stored = F.array(*(F.pmod(F.col(f"s{i}"), mod) for i in range(8)))
-        computed = F.array(*(F.pmod(F.col(f"c{i}"), mod) for i in range(8)))
-        return df.select(
-            F.lit(level).alias("level"), "channel", F.col("bucket").cast("int"),
-            F.lit(None).cast("long").alias("seq"), F.lit(None).cast("string").alias("message_id"),
-            F.lit(None).cast("string").alias("problems"),
-            F.col("stored_count").cast("long"), F.col("computed_count").cast("long"),
-            stored.alias("stored_lanes"), computed.alias("computed_lanes"),
-        ).withColumn("ok", (F.col("stored_count") == F.col("computed_count"))
-                     & (F.col("stored_lanes") == F.col("computed_lanes")))
+    def add(channel: str, bucket: int, sides: tuple[int, ...], count: int,
+            lanes: Sequence[int]) -> None:
+        # The bucket and its channel (a bad stored key may lie in no bucket: bucket -1).
+        for key in (("bucket", channel, bucket), ("channel", channel, -1)):
+            slot = acc.setdefault(key, [[0] * 9, [0] * 9])
+            for s in sides:
+                slot[s][0] += count
+                for i in range(8):
+                    slot[s][i + 1] += lanes[i]
 
-    buckets = finish(sums.groupBy("channel", "bucket").agg(*aggs), "bucket")
-    channels = finish(sums.groupBy("channel").agg(*aggs).withColumn("bucket", F.lit(-1)),
-                      "channel")
-    no_lanes = F.lit(None).cast("array<long>")
-    rows = partials.where(F.col("kind") == "row").select(
-        F.lit("row").alias("level"), "channel", F.col("bucket").cast("int"), "seq", "message_id",
-        "problems", F.lit(None).cast("long").alias("stored_count"),
-        F.lit(None).cast("long").alias("computed_count"), no_lanes.alias("stored_lanes"),
-        no_lanes.alias("computed_lanes"), F.lit(False).alias("ok"),
-    )
-    return rows.unionByName(channels).unionByName(buckets)
+    for channel, bucket, count, lanes in good:
+        add(channel, bucket, (0, 1), count, lanes)
+    for side, channel, bucket, count, lanes in bad:
+        add(channel, bucket, (0,) if side == STORED else (1,), count, lanes)
+    out = [{"level": "row", "channel": r["channel"], "bucket": -1, "seq": r["seq"],
+            "message_id": r["message_id"], "problems": r["problems"], "ok": False}
+           for r in rows]
+    for (level, channel, bucket), (stored, computed) in acc.items():
+        s_lanes = [v & MASK32 for v in stored[1:]]
+        c_lanes = [v & MASK32 for v in computed[1:]]
+        out.append({"level": level, "channel": channel,
+                    "bucket": bucket, "seq": None, "message_id": None, "problems": None,
+                    "stored_count": stored[0], "computed_count": computed[0],
+                    "stored_lanes": s_lanes, "computed_lanes": c_lanes,
+                    "ok": stored[0] == computed[0] and s_lanes == c_lanes})
+    return out
 
 
 def _hash_entry(count: int, lanes: Sequence[int]) -> dict[str, Any]:
@@ -331,11 +385,14 @@ def build_report(
     served: dict[str, Sha256a] | None = None,
     *,
     max_rows: int = 1000,
+    bad_rows: int | None = None,
 ) -> dict[str, Any]:
     """The JSON report from collected findings (and, optionally, the SQL range hashes served).
 
-    ``ranges`` lists only disagreeing buckets; ``channels`` lists every channel.
+    ``ranges`` lists only disagreeing buckets; ``channels`` lists every channel. ``bad_rows``:
+    the number of disagreeing events when the findings list only some of them.
     """
+    total_bad = bad_rows
     rows: list[dict[str, Any]] = []
     bad_rows = 0
     channels: list[dict[str, Any]] = []
@@ -370,6 +427,8 @@ def build_report(
     rows.sort(key=lambda r: r["seq"])
     channels.sort(key=lambda c: c["channel"])
     ranges.sort(key=lambda r: (r["channel"], r["bucket"]))
+    if total_bad is not None:
+        bad_rows = max(total_bad, bad_rows)
     ok = bad_rows == 0 and not ranges and all(c["ok"] for c in channels)
     return {
         "ok": ok,
@@ -397,17 +456,45 @@ def run(
     spark: Any, url: str, network_id: int, *, partitions: int, verify_signatures: bool = False,
     max_rows: int = 1000,
 ) -> dict[str, Any]:
-    """Read, re-hash and report (the body of ``main``, usable with any session)."""
+    """Read, re-hash and report (the body of ``main``, usable with any session).
+
+    One Spark job on a clean log; a second one, over the same read, only when the first counted
+    disagreeing events (it picks them out, explains them and sums both of their sides).
+    """
+    from pyspark import StorageLevel
+
     from spark_jobs.source import read_events, stage_progress
 
     df = read_events(spark, url, INPUT_COLUMNS, partitions=partitions)
+    good: list[tuple[str, int, int, list[int]]] = []
+    bad_partials: list[tuple[str, str, int, int, list[int]]] = []
+    rows: list[dict[str, Any]] = []
+    n_bad = 0
     with stage_progress(spark, "rehash"):
-        findings = transform(df, network_id, verify_signatures=verify_signatures)
-        wanted = findings.where("level != 'row'").unionByName(
-            findings.where("level = 'row'").limit(max_rows))
-        rows = [r.asDict() for r in wanted.collect()]
-    served = served_hashes(url, network_id, {r["channel"] for r in rows if r["level"] == "channel"})
-    return build_report(rows, network_id, served, max_rows=max_rows)
+        for r in transform(df, network_id, verify_signatures=verify_signatures).collect():
+            if r["agrees"]:
+                bucket = r["bucket"][0] if r["bucket"] else -1
+                good.append((r["channel"], bucket, r["count"], [r[f"l{i}"] for i in range(8)]))
+            else:
+                n_bad += int(r["count"])
+        if n_bad:
+            # Persisted: the partial sums and the listed rows both read this one explanation.
+            explained = explain_rows(df, network_id, verify_signatures=verify_signatures
+                                     ).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                bad_partials = [(r["side"], r["channel"], r["bucket"], r["count"],
+                                 [r[f"l{i}"] for i in range(8)])
+                                for r in _bad_partials(explained).collect()]
+                rows = [{"seq": r["seq"], "message_id": r["message_id"],
+                         "channel": r["channel"], "problems": r["x"]["problems"]}
+                        for r in explained.select("seq", "message_id", "channel", "x")
+                        .limit(max_rows).collect()]
+            finally:
+                explained.unpersist()
+    findings = findings_of(good, bad_partials, rows)
+    served = served_hashes(url, network_id, {f["channel"] for f in findings
+                                             if f["level"] == "channel"})
+    return build_report(findings, network_id, served, max_rows=max_rows, bad_rows=n_bad)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -421,6 +508,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--verify-signatures", action="store_true",
                         help="also check every event's Ed25519 signature (slow)")
     parser.add_argument("--max-rows", type=int, default=1000, help="rows listed in the report")
+    parser.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY,
+                        help=f"spark.driver.memory (default {DEFAULT_DRIVER_MEMORY})")
     return parser.parse_args(argv)
 
 
@@ -429,7 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     started = time.monotonic()
-    spark = build_session(args.master, "syncnode-rehash", shuffle_partitions=args.partitions)
+    spark = build_session(args.master, "syncnode-rehash", shuffle_partitions=args.partitions,
+                          extra={"spark.driver.memory": args.driver_memory})
     try:
         emit_progress("rehash", 0, 1)
         report = run(spark, args.db, args.network_id, partitions=args.partitions,

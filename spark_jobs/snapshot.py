@@ -38,17 +38,8 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from spark_jobs.manifest import (
-    Chain,
-    FileEntry,
-    Manifest,
-    TreeEntry,
-    build_tree,
-    iter_leaf_entries,
-    load_manifest,
-    write_manifest,
-    write_objects,
-)
+from spark_jobs.manifest import iter_leaf_entries, load_manifest, write_manifest, write_objects
+from spark_jobs.source import DEFAULT_DRIVER_MEMORY
 from storage import column_bounds, count_from_lamport, make_engine
 from sync.identity import peer_id_of
 from sync.recordstream import (
@@ -69,11 +60,17 @@ from sync.recordstream import (
     signature_file_name,
 )
 from sync.recordstream import record_stream_pb2 as pb
+from sync.snapshot_manifest import Chain, FileEntry, Manifest, TreeEntry, build_tree
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["assemble_period", "item_hashes", "load_node_key", "main", "rank_events", "run"]
+__all__ = ["NODE_KEY_FILE", "assemble_period", "item_hashes", "load_node_key", "main",
+           "rank_events", "run"]
+
+#: The node key's file name under the data directory (``node.identity.KEY_FILE``; repeated here
+#: because a job never imports the node package, a test checks the two agree).
+NODE_KEY_FILE = "identity.key"
 
 EVENT_COLUMNS = ("seq", "recon_key", "message_id", "channel", "sender", "lamport", "wire",
                  "received_at")
@@ -288,6 +285,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     keys.add_argument("--key", help="Ed25519 private key (PEM) that signs")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY,
+                        help=f"spark.driver.memory (default {DEFAULT_DRIVER_MEMORY})")
     parser.add_argument("--period-ms", type=int, default=60_000, help="record file period")
     parser.add_argument("--settle-ms", type=int, default=60_000,
                         help="write periods that ended this long before the newest event")
@@ -299,14 +298,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from node.identity import KEY_FILE
     from spark_jobs.source import RESULT_PREFIX, build_session, emit_progress
 
     args = parse_args(argv)
-    key_path = Path(args.key) if args.key else Path(args.data_dir) / KEY_FILE
+    key_path = Path(args.key) if args.key else Path(args.data_dir) / NODE_KEY_FILE
     key = load_node_key(key_path)
     started = time.monotonic()
-    spark = build_session(args.master, "syncnode-snapshot", shuffle_partitions=args.partitions)
+    spark = build_session(args.master, "syncnode-snapshot", shuffle_partitions=args.partitions,
+                          extra={"spark.driver.memory": args.driver_memory})
     try:
         emit_progress("snapshot", 0, 1)
         summary = run(spark, args.db, Path(args.out), key, args.network_id,

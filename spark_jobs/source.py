@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "DEFAULT_DRIVER_MEMORY",
     "JDBC_JARS",
     "PROGRESS_PREFIX",
     "RESULT_PREFIX",
@@ -39,6 +40,11 @@ JDBC_JARS = ("/usr/share/java/sqlite-jdbc.jar", "/usr/share/java/postgresql.jar"
 PROGRESS_PREFIX = "SYNCNODE_PROGRESS "
 #: A job's last stdout line ``SYNCNODE_RESULT {json}`` is its summary, kept as the last result.
 RESULT_PREFIX = "SYNCNODE_RESULT "
+
+
+#: The jobs' default driver heap: Spark's own 1 GiB lost task results of a 1,000,000-event
+#: snapshot (``TaskResultLost``); ``[spark] driver_memory`` raises it for bigger logs.
+DEFAULT_DRIVER_MEMORY = "4g"
 
 
 def build_session(

@@ -11,9 +11,10 @@ with --quick), then measures:
   report (the session is started and warmed up on a 2,000-event log before the clock starts);
 - ``snapshot_events_per_s``: ``spark_jobs.snapshot.run`` (60 s periods, every period written);
 - ``rehash_seconds`` and ``rehash_seconds_5x``: the rehash on the log and on a log five times
-  larger (without --quick; generating 5,000,000 signed events the first time takes long:
-  ``--linear-base 200000`` measures the pair on 200,000 and 1,000,000 events instead, and the
-  JSON file's ``context.linear_pair_events`` says which pair was measured).
+  larger (without --quick; generating 5,000,000 signed events the first time takes 15-30 min
+  on 2 cores, then it is cached: ``--linear-base 200000`` measures the pair on 200,000 and
+  1,000,000 events instead, and the JSON file's ``context.linear_pair_events`` says which pair
+  was measured).
 
 Prints a table and, as its last line, one JSON object; also writes docs/bench/spark.json. The
 machine has 2 cores shared with other work: the load average is recorded next to the figures.
@@ -60,7 +61,7 @@ def python_baseline(url: str) -> tuple[int, float]:
     with engine.connect() as conn:
         result = conn.execution_options(yield_per=20_000).execute(
             select(*cols).order_by(events.c.seq))
-        for out in checker.partition(result.tuples()):
+        for out in checker.partition(result):  # Rows behave as tuples: no conversion
             if out[0] == "row":
                 raise SystemExit(f"baseline found a bad row: {out}")
             n += int(out[4])
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, help="log size (default 1,000,000)")
     parser.add_argument("--partitions", type=int, default=4, help="JDBC read partitions")
     parser.add_argument("--skip-5x", action="store_true", help="no run on five times the events")
+    parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (local mode)")
     parser.add_argument("--linear-base", type=int,
                         help="measure the linear-cost pair on this many events and five times "
                              "as many (default: the log itself and 5x its size)")
@@ -106,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                  f"{base_n / base_s:,.0f} events/s ({base_s:.1f} s)"))
 
     t0 = time.perf_counter()
-    spark = build_session("local[2]", "syncnode-bench", shuffle_partitions=args.partitions)
+    # 4 GiB driver heap: with the default 1 GiB, the snapshot of 1,000,000 events (its ranked
+    # events persisted while pass 2 returns ~100 MB of record files per task) failed with
+    # TaskResultLost (result lost from block manager). The rehash needs no more than the default.
+    spark = build_session("local[2]", "syncnode-bench", shuffle_partitions=args.partitions,
+                          extra={"spark.driver.memory": args.driver_memory})
     # Warm-up on a tiny log: starts the Python workers and imports the job's modules in them
     # (a one-time cost of a session, tens of seconds on this loaded machine, not per event).
     tiny = cached_log_path(LogSpec(events=2_000, network_id=NETWORK_ID), cache)

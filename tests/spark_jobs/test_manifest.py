@@ -11,11 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_jobs.manifest import (
-    Chain,
-    FileEntry,
-    Manifest,
-    TreeEntry,
-    build_tree,
     iter_leaf_entries,
     load_manifest,
     read_object,
@@ -25,6 +20,7 @@ from spark_jobs.manifest import (
 from spark_jobs.source import jdbc_source
 from sync.errors import RemoteProtocolError
 from sync.recon.sha256a import Sha256a
+from sync.snapshot_manifest import Chain, FileEntry, Manifest, TreeEntry, build_tree
 
 
 def _keys(seeds: set[int]) -> list[bytes]:

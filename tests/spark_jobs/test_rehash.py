@@ -89,3 +89,58 @@ def test_row_checker_matches_the_node_write_path() -> None:
         assert lanes == lanes_of(rec.recon_key)
         garbled = (*row[:6], b"\xff" + rec.wire, *row[7:])
         assert checker.problems(garbled)[0][0].startswith("wire: undecodable")
+
+
+def test_job_and_plain_loop_agree_on_a_damaged_log(spark: Any, log_url: str) -> None:
+    """The Spark job's report equals the one folded from ``RowChecker.partition`` (the
+    benchmark's baseline loop), and ``bad_rows`` counts every bad event even when the report
+    lists fewer of them."""
+    channel_swapped, laned = 5, 300
+    row = _row(log_url, channel_swapped)
+    other = next(c for c in SPEC.channels if c != row.channel)
+    _update(log_url, channel_swapped, channel=other)
+    bad = _row(log_url, laned)
+    _update(log_url, laned, lane0=(bad.lane0 + 7) % 2**32)
+
+    report = rehash.run(spark, log_url, NETWORK_ID, partitions=3, max_rows=1)
+
+    engine = make_engine(log_url)
+    with engine.connect() as conn:
+        cols = [events.c[c] for c in rehash.INPUT_COLUMNS]
+        rows = conn.execute(select(*cols).order_by(events.c.seq)).all()
+    engine.dispose()
+    partials = list(rehash.RowChecker(NETWORK_ID).partition(rows))
+    good = [(p[2], p[3], p[4], p[5:13]) for p in partials if p[:2] == ("sum", rehash.BOTH)]
+    bad_sums = [(p[1], p[2], p[3], p[4], p[5:13]) for p in partials
+                if p[0] == "sum" and p[1] != rehash.BOTH]
+    listed = [{"seq": p[13], "message_id": p[14], "channel": p[2], "problems": p[15]}
+              for p in partials if p[0] == "row"]
+    loop = rehash.build_report(rehash.findings_of(good, bad_sums, listed), NETWORK_ID,
+                               max_rows=1)
+
+    assert not report["ok"] and report["bad_rows"] == loop["bad_rows"] == 2
+    assert len(report["rows"]) == 1 and report["rows"][0]["seq"] in {channel_swapped, laned}
+    assert report["ranges"] == loop["ranges"] and report["ranges"]
+    assert [{k: v for k, v in c.items() if k != "served"} | {"ok": c["stored"] == c["recomputed"]}
+            for c in report["channels"]] == loop["channels"]
+    swapped = next(r for r in [*report["rows"], *loop["rows"]] if r["seq"] == channel_swapped)
+    assert any(p.startswith("channel:") for p in swapped["problems"])
+
+
+def test_stored_fields_are_the_node_write_path() -> None:
+    """``sync.stored_event.stored_fields`` (used by the test logs) = ``node.events``' rule."""
+    from node.events import record_of_event
+    from spark_jobs.testlog import test_key
+    from sync.identity import peer_id_of
+    from sync.sds import HistoryRef, encode_event
+    from sync.stored_event import stored_fields
+
+    key = test_key("stored-fields", 0)
+    history: tuple[HistoryRef, ...] = ()
+    for lamport in (0, 23, 24, 70_000, 1_700_000_000_123):
+        ev = encode_event("general", peer_id_of(key), lamport, history, b"x", key)
+        record = record_of_event(NETWORK_ID, ev)
+        assert tuple(stored_fields(NETWORK_ID, ev)) == (
+            record.recon_key, record.message_id, record.channel, record.sender, record.lamport,
+            record.wire)
+        history = (HistoryRef(ev.message_id),)

@@ -1,0 +1,269 @@
+"""The snapshot manifest format: chain state plus a CIP-124 appendix C range tree (sans-IO).
+
+A snapshot directory is an immutable object store::
+
+    manifest.json                  the only mutable object: chain state, files, tree root
+    manifest/<cid>.json            tree nodes, named by the sha256 of their bytes (immutable)
+    record<node>/*.rcd.gz ...      record stream v6 files, sidecars and signature files
+
+Tree (appendix C: ``(EventID (sub-tree-ahash, sub-tree-CID, EventID)+)+``): an inner node lists
+its children as ``{first, last, ahash, count, cid}`` (first/last: the child's smallest and largest
+Recon key, ahash: the children's Sha256a); a leaf lists its keys as ``{key, file, item}``: the
+event is item ``item`` of ``files[file]``. Node boundaries are content-defined, as in a Merkle
+search tree (appendix B): a key ends a level-``L`` node when the low ``L * 5`` bits of its first
+Sha256a lane are zero, so the expected fanout is 32 and adding keys changes only the nodes on
+their paths; an incremental rebuild rewrites a few nodes and reuses the others by name.
+
+This module only encodes, decodes and checks bytes: the snapshot job (``spark_jobs.manifest``
+writes and reads the files) and the node's bootstrap / pull (``node.bootstrap``) both use it, so
+neither depends on the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sync.errors import RemoteProtocolError
+from sync.recon.sha256a import MASK32, Sha256a, lanes_of
+
+__all__ = [
+    "FORMAT",
+    "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
+    "MAX_OBJECT_BYTES",
+    "OBJECTS_DIR",
+    "Chain",
+    "FileEntry",
+    "Manifest",
+    "TreeEntry",
+    "build_tree",
+    "cid_of",
+    "decode_manifest",
+    "decode_object",
+    "key_level",
+    "leaf_entries",
+    "object_path",
+]
+
+FORMAT = "syncnode-snapshot-manifest/1"
+MANIFEST_NAME = "manifest.json"
+OBJECTS_DIR = "manifest"
+FANOUT_BITS = 5
+#: Read at most this many bytes (+1, to detect more) of a tree node / of the manifest: a dumb
+#: store may hand back anything, and a reader must not load an unbounded file.
+MAX_OBJECT_BYTES = 16 << 20
+MAX_MANIFEST_BYTES = 256 << 20
+_MAX_LEVEL = 6
+_HEX = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One record file of the chain (paths relative to the snapshot directory)."""
+
+    path: str
+    block: int
+    period: int
+    count: int
+    first_consensus_ns: int
+    start_running_hash: str
+    end_running_hash: str
+    file_hash: str
+    signature: str
+    sidecars: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Where the next incremental build continues from."""
+
+    next_block: int = 0
+    running_hash: str = "00" * 48
+    last_period: int = -1
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    key: bytes
+    file: int
+    item: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    network_id: int
+    node: str
+    period_ms: int
+    chain: Chain = field(default_factory=Chain)
+    files: tuple[FileEntry, ...] = ()
+    root: str = ""
+    count: int = 0
+    ahash: str = Sha256a().hex()
+    format: str = FORMAT
+
+    def to_json(self) -> bytes:
+        data = asdict(self)
+        return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Manifest:
+        try:
+            data = json.loads(raw)
+            if data.get("format") != FORMAT:
+                raise RemoteProtocolError(f"unknown manifest format {data.get('format')!r}")
+            files = tuple(
+                FileEntry(**{**f, "sidecars": tuple(f.get("sidecars", ()))}) for f in data["files"]
+            )
+            return cls(
+                network_id=int(data["network_id"]), node=str(data["node"]),
+                period_ms=int(data["period_ms"]), chain=Chain(**data["chain"]), files=files,
+                root=str(data["root"]), count=int(data["count"]), ahash=str(data["ahash"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RemoteProtocolError(f"invalid manifest: {exc}", MANIFEST_NAME) from None
+
+
+def decode_manifest(raw: bytes, where: str = MANIFEST_NAME) -> Manifest:
+    """``manifest.json``'s bytes (read with a limit of ``MAX_MANIFEST_BYTES + 1``) decoded."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise RemoteProtocolError("manifest too large", where)
+    return Manifest.from_json(raw)
+
+
+def key_level(key: bytes) -> int:
+    """How many tree levels ``key`` closes: the number of zero 5-bit groups at the bottom of its
+    first Sha256a lane (capped)."""
+    lane = lanes_of(key)[0]
+    level = 0
+    while level < _MAX_LEVEL and lane & ((1 << FANOUT_BITS) - 1) == 0:
+        level += 1
+        lane >>= FANOUT_BITS
+    return level
+
+
+def _object_bytes(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def cid_of(raw: bytes) -> str:
+    """Content address of a tree node: hex sha256 of its bytes."""
+    return hashlib.sha256(raw).hexdigest()
+
+
+def object_path(cid: str) -> str:
+    """Where tree node ``cid`` lives, relative to the snapshot directory. The name is checked
+    first: it comes from a manifest or a parent node, and must not point elsewhere."""
+    if len(cid) != 64 or not _HEX.issuperset(cid):
+        raise RemoteProtocolError(f"bad tree node name {cid!r}", OBJECTS_DIR)
+    return f"{OBJECTS_DIR}/{cid}.json"
+
+
+def decode_object(cid: str, raw: bytes, where: str = "") -> dict[str, Any]:
+    """A tree node's bytes (read with a limit of ``MAX_OBJECT_BYTES + 1``), checked against
+    its name (a dumb store may hand back anything) and decoded."""
+    where = where or object_path(cid)
+    if len(raw) > MAX_OBJECT_BYTES or cid_of(raw) != cid:
+        raise RemoteProtocolError(f"tree node {cid} does not match its name", where)
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        raise RemoteProtocolError(f"tree node {cid} is not JSON", where) from None
+    if not isinstance(obj, dict):
+        raise RemoteProtocolError(f"tree node {cid} is not an object", where)
+    return obj
+
+
+def leaf_entries(obj: dict[str, Any]) -> list[TreeEntry]:
+    """The entries of a leaf node (``level`` 0)."""
+    try:
+        return [TreeEntry(bytes.fromhex(k["key"]), int(k["file"]), int(k["item"]))
+                for k in obj["keys"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RemoteProtocolError(f"invalid tree leaf: {exc}", OBJECTS_DIR) from None
+
+
+@dataclass(frozen=True)
+class _Summary:
+    first: bytes
+    last: bytes
+    lanes: tuple[int, ...]
+    count: int
+    cid: str
+    closes: int  # level of the last key: which ancestors it closes
+
+    def entry(self) -> dict[str, Any]:
+        return {"first": self.first.hex(), "last": self.last.hex(), "count": self.count,
+                "ahash": Sha256a(self.lanes, self.count).hex(), "cid": self.cid}
+
+
+def _add(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple((x + y) & MASK32 for x, y in zip(a, b, strict=True))
+
+
+def build_tree(entries: Iterable[TreeEntry]) -> tuple[str, dict[str, bytes], Sha256a]:
+    """(root cid, {cid: node bytes}, Sha256a of everything) over entries sorted by key."""
+    objects: dict[str, bytes] = {}
+
+    def emit(obj: dict[str, Any]) -> str:
+        raw = _object_bytes(obj)
+        cid = cid_of(raw)
+        objects[cid] = raw
+        return cid
+
+    summaries: list[_Summary] = []
+    chunk: list[TreeEntry] = []
+    lanes: tuple[int, ...] = (0,) * 8
+    prev: bytes | None = None
+
+    def close_leaf(level: int) -> None:
+        nonlocal chunk, lanes
+        cid = emit({"level": 0, "keys": [
+            {"key": e.key.hex(), "file": e.file, "item": e.item} for e in chunk]})
+        summaries.append(_Summary(chunk[0].key, chunk[-1].key, lanes, len(chunk), cid, level))
+        chunk, lanes = [], (0,) * 8
+
+    for e in entries:
+        if prev is not None and e.key <= prev:
+            raise ValueError("tree entries must be strictly ascending by key")
+        prev = e.key
+        chunk.append(e)
+        lanes = _add(lanes, lanes_of(e.key))
+        level = key_level(e.key)
+        if level >= 1:
+            close_leaf(level)
+    if chunk:
+        close_leaf(0)
+    if not summaries:
+        return emit({"level": 0, "keys": []}), objects, Sha256a()
+    level = 1
+    while len(summaries) > 1 or level == 1:
+        parents: list[_Summary] = []
+        group: list[_Summary] = []
+        for s in summaries:
+            group.append(s)
+            if s.closes > level:
+                parents.append(_parent(group, level, emit))
+                group = []
+        if group:
+            parents.append(_parent(group, level, emit))
+        summaries = parents
+        level += 1
+        if level > _MAX_LEVEL + 1 and len(summaries) > 1:
+            # Every key closes at most _MAX_LEVEL levels: above that, group everything.
+            summaries = [_parent(summaries, level, emit)]
+    root = summaries[0]
+    return root.cid, objects, Sha256a(root.lanes, root.count)
+
+
+def _parent(group: list[_Summary], level: int, emit: Callable[[dict[str, Any]], str]
+            ) -> _Summary:
+    lanes: tuple[int, ...] = (0,) * 8
+    for s in group:
+        lanes = _add(lanes, s.lanes)
+    cid = emit({"level": level, "children": [s.entry() for s in group]})
+    return _Summary(group[0].first, group[-1].last, lanes, sum(s.count for s in group), cid,
+                    group[-1].closes)
