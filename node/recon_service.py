@@ -131,6 +131,10 @@ class ReconService:
         self.session_timeout_s = session_timeout_s
         self.fetch_batch = fetch_batch
         self.gossip_grace_ms = int(gossip_grace_s * 1000)
+        # Sessions started by new events come at most this often: one sooner could not fetch
+        # anything gossip is still delivering, and each session costs both sides a stream and
+        # several round trips (at a few per second they were a fifth of an idle cluster's CPU).
+        self.min_round_s = max(MIN_ROUND_S, gossip_grace_s)
         self.config = config
         self.keys = MemoryKeyStore()
         if allowed_senders:
@@ -195,8 +199,8 @@ class ReconService:
                 if peer is not None:
                     nursery.start_soon(self.sync_with, peer)
                 self._wake = trio.Event()
-                # Pokes come with every commit: at most one new session per MIN_ROUND_S.
-                await trio.sleep(MIN_ROUND_S)
+                # Pokes come with every commit: at most one new session per min_round_s.
+                await trio.sleep(self.min_round_s)
                 with trio.move_on_after(self.interval_s * random.uniform(0.5, 1.0)):
                     await self._wake.wait()
 

@@ -79,12 +79,16 @@ class Plan:
     catchup_events: int
     catchup_timeout_s: float
     ramp_budget_s: float = math.inf  # no new step pair starts after this (keeps --quick short)
+    # Pause after a failed step: an overloaded cluster keeps working off its backlog (node:
+    # resends, Recon; raw: queued RPCs) for a while, and both clusters share the 2 cores, so
+    # without it the next step of *either* system starts on a machine still busy with this one.
+    cooldown_s: float = 0.0
 
 
 QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=4, settle_s=10,
              catchup_events=20_000, catchup_timeout_s=15, ramp_budget_s=35)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
-            catchup_events=100_000, catchup_timeout_s=300)
+            catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20)
 
 
 @dataclass
@@ -561,9 +565,15 @@ def main() -> int:
             if raw_ramp.rate is not None:
                 raw_ramp.record(raw.measure(raw_ramp.rate, plan.duration_s))
                 print(raw_ramp.steps[-1].row(), flush=True)
+                if not raw_ramp.steps[-1].ok:
+                    time.sleep(plan.cooldown_s)
             if node_ramp.rate is not None:
                 node_ramp.record(cluster.measure(node_ramp.rate, plan.duration_s, args.profile))
                 print(node_ramp.steps[-1].row(), flush=True)
+                if not node_ramp.steps[-1].ok:
+                    # The node cluster also gets to finish delivering the failed step.
+                    cluster.wait_everywhere(list(cluster.published), time.time() + 60)
+                    time.sleep(plan.cooldown_s)
         raw_steps, node_steps = raw_ramp.steps, node_ramp.steps
         raw.stop()
         raw = None
