@@ -17,6 +17,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.events import record_of_delivered, record_of_event
+from node.linger import Linger
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
@@ -87,8 +88,10 @@ class ChannelService:
         sds_config: SdsConfig,
         on_missing: MissingHandler | None = None,
         allowed_senders: frozenset[str] | None = None,
+        gossip_linger_s: float = 0.0,
     ) -> None:
         self.host = host
+        self._linger = Linger(gossip_linger_s)
         self.store = store
         self.metrics = metrics
         self.key = key
@@ -166,7 +169,7 @@ class ChannelService:
         # send() delivers our own message at once; it is the only delivery of ours in this drain.
         own = [d for d in delivered if d.sender_id == self.peer_id][-1]
         await self.store.append(records)
-        self._outbox_send.send_nowait((name, wire))
+        self._queue_gossip(name, wire)
         self.metrics.inc("events_published_total", channel=name)
         return own
 
@@ -272,7 +275,7 @@ class ChannelService:
                 if counter:
                     self.metrics.inc(counter)
         for datagram in ch.datagrams_to_send():
-            self._outbox_send.send_nowait((name, datagram))
+            self._queue_gossip(name, datagram)
         self._dirty.add(name)
         self._wake.set()
         return records, delivered
@@ -293,8 +296,15 @@ class ChannelService:
             with trio.move_on_after(min(max(next_at - time.time(), 0.005), 5.0)):
                 await self._wake.wait()
 
+    def _queue_gossip(self, name: str, data: bytes) -> None:
+        self._linger.note(trio.current_time())
+        self._outbox_send.send_nowait((name, data))
+
     async def _publish_loop(self) -> None:
         async for name, data in self._outbox:
+            delay = self._linger.delay(trio.current_time())
+            if delay:  # busy: let the messages due meanwhile join this gossip message
+                await trio.sleep(delay)
             queued: dict[str, list[bytes]] = {name: [data]}
             size = len(data)
             while size < MAX_BATCH_BYTES and sum(map(len, queued.values())) < MAX_BATCH_ITEMS:

@@ -131,6 +131,7 @@ class P2PSection:
     max_frame_bytes: int = _opt(4 * 1024 * 1024, _positive)
     dht: bool = _opt(False)
     dht_interval_s: float = _opt(60.0, _positive)
+    gossip_linger_ms: int = _opt(100, _non_negative)
     test_drop_incoming_gossip: float = _opt(0.0, _fraction)
 
 

@@ -56,6 +56,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         host=host, store=store, metrics=metrics, key=runtime.key, peer_id=runtime.peer_id,
         network_id=config.node.network_id, channels=channel_names(config),
         sds_config=sds_config(config), allowed_senders=allowed,
+        gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
     )
     await channels.load()
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)

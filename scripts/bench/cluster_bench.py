@@ -27,6 +27,11 @@ of the best passing step; the latencies are that step's (send -> stored on each 
 a settling time at the end (a publish whose POST failed counts as not delivered).
 
 The last line is the JSON result, also written to docs/bench/cluster.json.
+
+Development modes (no JSON written): ``--catchup-only`` runs only 3 and prints the CPU time
+per event of both processes; ``--cpu-at RATE`` runs both clusters at one rate and prints the
+CPU time of all processes per published message, with the node cluster's gossip messages,
+Recon sessions and store batches per event.
 """
 
 from __future__ import annotations
@@ -83,12 +88,17 @@ class Plan:
     # resends, Recon; raw: queued RPCs) for a while, and both clusters share the 2 cores, so
     # without it the next step of *either* system starts on a machine still busy with this one.
     cooldown_s: float = 0.0
+    # Pause after every step: a step that passed near the limit still leaves work behind
+    # (raw: RPCs queued up to the 10-s window; node: acknowledgements, Recon), which would land
+    # on the other system's next step.
+    settle_between_s: float = 0.0
 
 
 QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=4, settle_s=10,
              catchup_events=20_000, catchup_timeout_s=15, ramp_budget_s=35)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
-            catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20)
+            catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20,
+            settle_between_s=5)
 
 
 @dataclass
@@ -468,11 +478,54 @@ class Catchup:
         return self.fetched / self.seconds if self.seconds > 0 else 0.0
 
 
-def cpu_seconds(node: NodeProcess) -> float:
-    """utime + stime of a node process so far (Linux /proc)."""
+def cpu_seconds(node: NodeProcess | RawWorker) -> float:
+    """utime + stime of a node (or raw worker) process so far (Linux /proc)."""
     assert node.proc is not None
     fields = Path(f"/proc/{node.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
+                profile: Path | None = None) -> None:
+    """CPU time per published message of both clusters at one fixed rate (both pass it), all
+    processes included (for the node cluster, this process's HTTP client too): unlike the
+    highest passing rate, nearly independent of what else the machine runs."""
+    raw, cluster = RawCluster(base, sds_gossip_size()), NodeCluster(base)
+    try:
+        raw.measure(5, 1)
+        cluster.measure(5, 1)
+        print(f"CPU per published message at {rate:g}/s, {duration:g}-s steps "
+              "(5 processes, through delivery everywhere + 2 s):")
+        counters = ("p2p_gossip_published", "p2p_streams_opened", "recon_sessions_total",
+                    "sds_resends_total", "store_batches")
+
+        def totals() -> list[float]:
+            return [sum(metric(n, c) for n in cluster.nodes) for c in counters]
+
+        for _ in range(rounds):
+            for name, procs in (("raw", raw.workers), ("node", cluster.nodes)):
+                counted = totals()
+                before = sum(map(cpu_seconds, procs)) + time.process_time()
+                own = time.process_time()
+                if name == "raw":
+                    step = raw.measure(rate, duration)
+                else:
+                    step = cluster.measure(rate, duration, profile)
+                time.sleep(2)
+                spent = sum(map(cpu_seconds, procs)) + time.process_time() - before
+                own = time.process_time() - own
+                print(f"  {name:5} {spent / step.published * 1000:7.1f} ms/message "
+                      f"({own / step.published * 1000:4.1f} of them in this process) "
+                      f"(p50 {step.pct(50):6.0f} ms, {'pass' if step.ok else 'FAIL'}, "
+                      f"load {step.load:.2f})", flush=True)
+                if name == "node":
+                    per = [(b - a) / step.published for a, b in zip(counted, totals(),
+                                                                    strict=True)]
+                    print("        per message: " + ", ".join(
+                        f"{c} {v:.2f}" for c, v in zip(counters, per, strict=True)))
+    finally:
+        raw.stop()
+        cluster.stop()
 
 
 def measure_catchup(base: Path, plan: Plan, profile: Path | None,
@@ -525,9 +578,19 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (node logs)")
     parser.add_argument("--catchup-only", action="store_true",
                         help="only the catch-up measurement (for development; writes no JSON)")
+    parser.add_argument("--cpu-at", type=float, metavar="RATE",
+                        help="only compare CPU per message of both clusters at RATE/s "
+                             "(for development; writes no JSON)")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     base = Path(tempfile.mkdtemp(prefix="syncnode-cluster-bench-"))
+    if args.cpu_at:
+        try:
+            measure_cpu(args.cpu_at, plan.duration_s, base, rounds=2, profile=args.profile)
+        finally:
+            if not args.keep:
+                shutil.rmtree(base, ignore_errors=True)
+        return 0
     if args.catchup_only:
         try:
             catchup = measure_catchup(base, plan, args.profile)
@@ -565,8 +628,8 @@ def main() -> int:
             if raw_ramp.rate is not None:
                 raw_ramp.record(raw.measure(raw_ramp.rate, plan.duration_s))
                 print(raw_ramp.steps[-1].row(), flush=True)
-                if not raw_ramp.steps[-1].ok:
-                    time.sleep(plan.cooldown_s)
+                time.sleep(plan.settle_between_s
+                           + (0 if raw_ramp.steps[-1].ok else plan.cooldown_s))
             if node_ramp.rate is not None:
                 node_ramp.record(cluster.measure(node_ramp.rate, plan.duration_s, args.profile))
                 print(node_ramp.steps[-1].row(), flush=True)
@@ -574,6 +637,7 @@ def main() -> int:
                     # The node cluster also gets to finish delivering the failed step.
                     cluster.wait_everywhere(list(cluster.published), time.time() + 60)
                     time.sleep(plan.cooldown_s)
+                time.sleep(plan.settle_between_s)
         raw_steps, node_steps = raw_ramp.steps, node_ramp.steps
         raw.stop()
         raw = None
