@@ -121,7 +121,9 @@ class P2PHost:
         self._conn_count: dict[str, int] = {}
         self._event_sinks: list[trio.MemorySendChannel[PeerEvent]] = []
         self._topic_sinks: dict[str, list[trio.MemorySendChannel[GossipMessage]]] = {}
-        self._drop_rng = random.Random(config.drop_seed)
+        # Seeded per host: with one seed for all, every node would drop the same positions of
+        # its incoming stream (and seed 0 happens to drop none of the first 25 at 20%).
+        self._drop_rng = random.Random(f"{config.drop_seed}/{peer_id}")
         self._closing = False
 
     # -- addresses and connections --------------------------------------------------------
