@@ -505,15 +505,14 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
         for _ in range(rounds):
             for name, procs in (("raw", raw.workers), ("node", cluster.nodes)):
                 counted = totals()
-                before = sum(map(cpu_seconds, procs)) + time.process_time()
-                own = time.process_time()
+                procs_before, own_before = sum(map(cpu_seconds, procs)), time.process_time()
                 if name == "raw":
                     step = raw.measure(rate, duration)
                 else:
                     step = cluster.measure(rate, duration, profile)
                 time.sleep(2)
-                spent = sum(map(cpu_seconds, procs)) + time.process_time() - before
-                own = time.process_time() - own
+                own = time.process_time() - own_before
+                spent = sum(map(cpu_seconds, procs)) - procs_before + own
                 print(f"  {name:5} {spent / step.published * 1000:7.1f} ms/message "
                       f"({own / step.published * 1000:4.1f} of them in this process) "
                       f"(p50 {step.pct(50):6.0f} ms, {'pass' if step.ok else 'FAIL'}, "

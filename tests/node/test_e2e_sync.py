@@ -32,7 +32,6 @@ def test_three_nodes_converge_on_identical_logs(tmp_path: Path) -> None:
         # Published in a burst, so gossip batching (p2p.gossip_linger_ms) put several SDS
         # messages into each gossip message.
         gossiped = [metric(n, "p2p_gossip_published") for n in nodes]
-        print(f"gossip messages for 200 events per node: {gossiped}")
         assert all(0 < g < 100 for g in gossiped), gossiped
         assert {c for _, _, c in log} == {f"a-{i}-{k}" for i in range(3) for k in range(100)}
 
