@@ -2,7 +2,9 @@
 
 Values are given as ``COLUMN=VALUE``, parsed by the column's declared type (the node tells its
 schemas: ``GET /v1/db``), or as ``COLUMN:=JSON`` for a JSON literal (``name:=null`` clears a
-column). Writes answer once the node committed the event and applied it.
+column). Writes answer once the node committed the event and applied it. ``schema`` shows a
+table's versions (``GET /v1/db-schemas/TABLE``); ``declare`` publishes a new version (the
+owner's node only).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from urllib.parse import quote
 
 from node.cli_common import CliError, add_client_options, client_for
 
-__all__ = ["parse_assignments", "parse_value", "register"]
+__all__ = ["parse_assignments", "parse_columns", "parse_value", "register"]
 
+_TYPES = ("text", "integer", "real", "boolean")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
@@ -149,6 +152,50 @@ def _print_table(columns: list[str], rows: list[dict[str, Any]]) -> None:
     print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    history = client.get(f"/v1/db-schemas/{quote(args.table, safe='')}")
+    if args.json:
+        print(json.dumps(history, sort_keys=True))
+        return 0
+    print(f"table {history['table']}  owner {history['owner']}")
+    for version in history["versions"]:
+        writers = version["writers"]
+        columns = ", ".join(f"{c} {t}" for c, t in sorted(version["columns"].items()))
+        print(f"v{version['version']}  lamport {version['lamport']}  columns: "
+              f"{columns or '(none)'}  writers: "
+              f"{'any' if writers is None else ', '.join(writers) or '(none)'}")
+    hidden = {c: e for c, e in history["epochs"].items() if e >= 0}
+    for column, epoch in sorted(hidden.items()):
+        print(f"column {column}: cells written at or before lamport {epoch} read as NULL")
+    return 0
+
+
+def parse_columns(items: list[str]) -> dict[str, str]:
+    """``COLUMN=TYPE`` arguments as a columns object."""
+    columns: dict[str, str] = {}
+    for item in items:
+        name, sep, kind = item.partition("=")
+        if not sep or not name or kind not in _TYPES:
+            raise _usage(f"expected COLUMN=TYPE with TYPE one of {', '.join(_TYPES)}, "
+                         f"got {item!r}")
+        if name in columns:
+            raise _usage(f"column {name} given twice")
+        columns[name] = kind
+    return columns
+
+
+def _cmd_declare(args: argparse.Namespace) -> int:
+    client = client_for(args)
+    body = {"columns": parse_columns(args.columns),
+            "writers": None if args.writer is None else sorted(set(args.writer))}
+    answer = client.post(f"/v1/db-schemas/{quote(args.table, safe='')}", json=body)
+    state = "applied" if answer["applied"] else "committed (not applied yet)"
+    print(f"schema of {args.table} declared, {state}: lamport {answer['lamport']}, "
+          f"message {answer['message_id']}")
+    return 0
+
+
 def register(sub: Any) -> None:
     db = sub.add_parser("db", help="write and read the replicated tables (docs/crdt.md)")
     commands = db.add_subparsers(dest="db_command", required=True, metavar="DB_COMMAND")
@@ -180,3 +227,17 @@ def register(sub: Any) -> None:
     query.add_argument("--json", action="store_true", help="one JSON object per row")
     add_client_options(query)
     query.set_defaults(func=_cmd_query)
+    schema = commands.add_parser("schema", help="show a table's owner and schema versions")
+    schema.add_argument("table", metavar="TABLE")
+    schema.add_argument("--json", action="store_true", help="print the history as JSON")
+    add_client_options(schema)
+    schema.set_defaults(func=_cmd_schema)
+    declare = commands.add_parser(
+        "declare", help="publish a new schema version of a table (its owner's node only)")
+    declare.add_argument("table", metavar="TABLE")
+    declare.add_argument("columns", metavar="COLUMN=TYPE", nargs="*",
+                         help="every column of the new version (text, integer, real, boolean)")
+    declare.add_argument("--writer", action="append", metavar="PEER_ID",
+                         help="a peer allowed to write (repeat); omitted: anyone may write")
+    add_client_options(declare)
+    declare.set_defaults(func=_cmd_declare)

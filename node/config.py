@@ -191,9 +191,27 @@ class DbSection:
     channel: str = _opt("db", lambda v: _nonempty_names((v,)))
     # [db.tables.NAME] columns = {COLUMN = TYPE, ...}, writers = [PEER_ID, ...]; see _tables.
     tables: tuple[TableSchema, ...] = _opt(())
-    mempool_max_per_entity: int = _opt(64, _positive)
-    mempool_max_age_s: float = _opt(86400.0, _non_negative)
-    mempool_max_lag: int = _opt(0, _non_negative)
+    # "TABLE=PEER_ID": only that peer's schema declarations count for TABLE (docs/crdt.md).
+    owners: tuple[str, ...] = _opt((), lambda v: _owner_pins(v)[1])
+    # Lamport ticks (about milliseconds) after which a tombstone is forgotten; 0: never.
+    stability_window: int = _opt(7 * 24 * 3600 * 1000, _non_negative)
+    max_schema_versions: int = _opt(64, _positive)
+    max_tables: int = _opt(256, _positive)
+
+    def owner_pins(self) -> dict[str, str]:
+        return _owner_pins(self.owners)[0]
+
+
+def _owner_pins(items: Any) -> tuple[dict[str, str], str | None]:
+    pins: dict[str, str] = {}
+    for item in items:
+        table, sep, peer = str(item).partition("=")
+        if not sep or not table or not peer:
+            return {}, f"expected TABLE=PEER_ID entries, got {item!r}"
+        if table in pins:
+            return {}, f"table {table} pinned twice"
+        pins[table] = peer
+    return pins, None
 
 
 def _tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema, ...]:

@@ -1,8 +1,11 @@
 """The replicated database plugin: its application and the ``/v1/db`` routes.
 
-A write (``POST /v1/db/{table}``) is checked against the declared schema first (a write this
-node's own replica would reject is refused with 400/403 and never published), then published as
-one event on the db channel. The answer comes once the event is committed *and* the database
+A write (``POST /v1/db/{table}``) is checked against the table's latest schema version first (a
+write this node's own replica would reject is refused with 400/403 and never published), then
+published as one event on the db channel. Schemas are declarations on the same channel:
+``GET /v1/db-schemas/{table}`` lists a table's versions, ``POST`` publishes a new one (only the
+owner's count), and the node declares the tables of its config the log does not have yet. The
+answer comes once the event is committed *and* the database
 application has applied it (or after ``WRITE_WAIT_S``, with ``"applied": false``), so a ``get``
 after a write sees it, unless a newer write to the same cells won. Reads answer from the tables
 the application keeps (``storage.crdt``).
@@ -10,6 +13,7 @@ the application keeps (``storage.crdt``).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from node.api import ApiError, ApiRoute, read_json
 from node.apps import LogApplication
 from node.config import Config
-from node.db_app import APP_NAME, METRICS, DbApplication
+from node.db_app import APP_NAME, METRICS, DbApplication, channel_max_seq
 from storage import events_by_message_ids
 from storage.crdt import StoredRow, get_row, query_rows
 from sync.crdt import (
@@ -29,16 +33,21 @@ from sync.crdt import (
     CrdtMessage,
     Operation,
     RejectReason,
+    SchemaDeclaration,
+    TableHistory,
     TableSchema,
     Value,
-    validate_message,
+    validate_against,
 )
 from sync.errors import LocalProtocolError
 
 if TYPE_CHECKING:
     from node.runtime import NodeRuntime
 
-__all__ = ["WRITE_WAIT_S", "DbBundle", "DbPlugin", "row_json", "schema_json"]
+__all__ = ["WRITE_WAIT_S", "DbBundle", "DbPlugin", "SchemaSeeder", "history_json", "row_json",
+           "schema_json"]
+
+log = logging.getLogger("syncnode.db")
 
 WRITE_WAIT_S = 10.0
 MAX_PAGE = 10_000
@@ -47,6 +56,16 @@ MAX_PAGE = 10_000
 def schema_json(schema: TableSchema) -> dict[str, Any]:
     return {"columns": {c: ColumnType(t).value for c, t in schema.columns.items()},
             "writers": None if schema.writers is None else sorted(schema.writers)}
+
+
+def history_json(history: TableHistory) -> dict[str, Any]:
+    return {
+        "table": history.table,
+        "owner": history.owner,
+        "versions": [{"version": i + 1, "lamport": v.timestamp, "sender": v.sender,
+                      **schema_json(v.schema)} for i, v in enumerate(history.versions)],
+        "epochs": dict(sorted(history.epochs.items())),
+    }
 
 
 def row_json(schema: TableSchema, row: StoredRow) -> dict[str, Value]:
@@ -64,18 +83,65 @@ def _typed(schema: TableSchema, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
+                            content: bytes) -> dict[str, Any]:
+    """Publish ``content`` on the db channel; answer once it is committed and applied (or
+    after ``WRITE_WAIT_S`` with ``applied: false``)."""
+    delivered = await node.channels.publish(db.section.channel, content)
+    found = await node.store.read(events_by_message_ids, [delivered.message_id])
+    seq = found[0].seq if found else 0
+    with trio.move_on_after(WRITE_WAIT_S):
+        while db.applied_seq < seq:
+            await db.change_signal().wait()
+    return {"message_id": delivered.message_id, "lamport": delivered.lamport, "seq": seq,
+            "applied": db.applied_seq >= seq}
+
+
+class SchemaSeeder:
+    """Declares the tables of ``db.tables`` that the log does not have yet, once the node has
+    applied what its log held at start (a pinned table only if this node is its owner)."""
+
+    def __init__(self, db: DbApplication, runtime: Any) -> None:
+        self.db = db
+        self.runtime = runtime
+        self.published: list[str] = []
+
+    async def run(self) -> None:
+        db, node = self.db, self.runtime
+        target = await node.store.read(channel_max_seq, db.section.channel)
+        while db.applied_seq < target:
+            with trio.move_on_after(1.0):
+                await db.change_signal().wait()
+        pins = db.section.owner_pins()
+        for name, schema in sorted(db.seeds.items()):
+            if name in db.book or pins.get(name, node.peer_id) != node.peer_id:
+                continue
+            declaration = SchemaDeclaration(name, schema.columns, schema.writers,
+                                            sender=node.peer_id)
+            await _publish_and_wait(db, node, declaration.encoded)
+            self.published.append(name)
+            log.info("declared table from config", extra={"table": name})
+        await trio.sleep_forever()
+
+
 @dataclass
 class DbBundle:
     db: DbApplication
     runtime: Any  # NodeRuntime
     routes: list[Any] = field(default_factory=list)
+    services: list[Any] = field(default_factory=list)
     app: LogApplication = field(init=False)
 
     def __post_init__(self) -> None:
         self.app = self.db
         self.routes = [
-            ApiRoute("GET", "/v1/db", "Replicated tables declared on this node (db.tables)",
+            ApiRoute("GET", "/v1/db", "Replicated tables: their latest schema versions",
                      self._tables),
+            ApiRoute("GET", "/v1/db-schemas/{table}",
+                     "A table's owner, schema versions and column epochs", self._schema_get),
+            ApiRoute("POST", "/v1/db-schemas/{table}",
+                     'Declare a schema version: {"columns": {COLUMN: TYPE}, "writers": [...] | '
+                     'null}; only the owner\'s count', self._schema_post),
             ApiRoute("POST", "/v1/db/{table}",
                      'Write a record: {"op": "upsert"|"update"|"delete", "id": ID, "values": '
                      '{...}}; answers once committed and applied', self._write),
@@ -84,20 +150,58 @@ class DbBundle:
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
                      self._get),
         ]
+        if self.db.channels:
+            self.services = [SchemaSeeder(self.db, self.runtime)]
 
     def _schema(self, request: Request) -> TableSchema:
         name = str(request.path_params["table"])
-        schema = self.db.schemas.get(name)
+        schema = self.db.book.latest(name)
         if schema is None:
-            known = ", ".join(sorted(self.db.schemas)) or "none (set db.tables)"
+            known = ", ".join(self.db.book.tables()) or "none yet"
             raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
         return schema
 
     async def _tables(self, _node: NodeRuntime, _request: Request) -> Response:
-        return JSONResponse({
-            "channel": self.db.section.channel,
-            "tables": {s.name: schema_json(s) for s in self.db.schemas.values()},
-        })
+        book = self.db.book
+        tables = {}
+        for name in book.tables():
+            history = book.history(name)
+            assert history is not None and history.latest is not None
+            tables[name] = {**schema_json(history.latest), "owner": history.owner,
+                            "versions": len(history.versions)}
+        return JSONResponse({"channel": self.db.section.channel, "tables": tables})
+
+    async def _schema_get(self, _node: NodeRuntime, request: Request) -> Response:
+        name = str(request.path_params["table"])
+        history = self.db.book.history(name)
+        if history is None:
+            known = ", ".join(self.db.book.tables()) or "none yet"
+            raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
+        return JSONResponse(history_json(history))
+
+    async def _schema_post(self, node: NodeRuntime, request: Request) -> Response:
+        name = str(request.path_params["table"])
+        body = await read_json(request, max_bytes=256 * 1024)
+        if not isinstance(body, dict) or not isinstance(body.get("columns"), dict) or (
+                set(body) - {"columns", "writers"}):
+            raise ApiError(400, 'body must be {"columns": {COLUMN: TYPE, ...}, "writers": '
+                                '[PEER_ID, ...] | null}')
+        writers = body.get("writers")
+        if writers is not None and (not isinstance(writers, list)
+                                    or not all(isinstance(w, str) for w in writers)):
+            raise ApiError(400, "writers must be null or a list of peer ids")
+        try:
+            declaration = SchemaDeclaration(name, body["columns"],
+                                            None if writers is None else frozenset(writers),
+                                            sender=node.peer_id)
+        except LocalProtocolError as exc:
+            raise ApiError(400, str(exc)) from None
+        history = self.db.book.history(name)
+        if history is not None and history.owner != node.peer_id:
+            raise ApiError(403, f"table {name} is owned by {history.owner}; only its "
+                                "declarations count")
+        answer = await _publish_and_wait(self.db, node, declaration.encoded)
+        return JSONResponse(answer)
 
     async def _write(self, node: NodeRuntime, request: Request) -> Response:
         schema = self._schema(request)
@@ -115,27 +219,22 @@ class DbBundle:
                                   _typed(schema, body.get("values", {})), sender=node.peer_id)
         except LocalProtocolError as exc:
             raise ApiError(400, str(exc)) from None
-        rejection = validate_message(self.db.schemas, message)
+        # This node's next Lamport time is past every version it knows: the latest judges it.
+        rejection = validate_against(schema, message)
         if rejection is not None:
             status = 403 if rejection.reason is RejectReason.UNAUTHORISED_WRITER else 400
             raise ApiError(status, f"{rejection.reason.value}: {rejection.detail}")
-        delivered = await node.channels.publish(self.db.section.channel, message.encoded)
-        found = await node.store.read(events_by_message_ids, [delivered.message_id])
-        seq = found[0].seq if found else 0
-        applied = await self._wait_applied(seq)
-        return JSONResponse({"message_id": delivered.message_id, "lamport": delivered.lamport,
-                             "seq": seq, "applied": applied})
+        return JSONResponse(await _publish_and_wait(self.db, node, message.encoded))
 
-    async def _wait_applied(self, seq: int) -> bool:
-        with trio.move_on_after(WRITE_WAIT_S):
-            while self.db.applied_seq < seq:
-                await self.db.change_signal().wait()
-        return self.db.applied_seq >= seq
+    def _epochs(self, schema: TableSchema) -> dict[str, int]:
+        epochs = self.db.book.epochs(schema.name)
+        return {column: epochs.get(column, -1) for column in schema.columns}
 
     async def _get(self, node: NodeRuntime, request: Request) -> Response:
         schema = self._schema(request)
         entity_id = str(request.path_params["entity_id"])
-        row = await node.store.read(get_row, schema.name, entity_id, list(schema.columns))
+        row = await node.store.read(get_row, schema.name, entity_id,
+                                    self._epochs(schema))
         if row is None:
             raise ApiError(404, f"no row {entity_id!r} in {schema.name}")
         return JSONResponse(row_json(schema, row))
@@ -147,7 +246,7 @@ class DbBundle:
         if not raw_limit.isdigit() or not 0 < int(raw_limit) <= MAX_PAGE:
             raise ApiError(400, f"limit must be an integer in 1..{MAX_PAGE}")
         limit = int(raw_limit)
-        rows = await node.store.read(query_rows, schema.name, list(schema.columns), after,
+        rows = await node.store.read(query_rows, schema.name, self._epochs(schema), after,
                                      limit)
         return JSONResponse({
             "rows": [row_json(schema, r) for r in rows],
@@ -156,7 +255,7 @@ class DbBundle:
 
 
 class DbPlugin:
-    """Declared in ``node.plugins.PLUGINS``; costs nothing unless ``db.tables`` declares one."""
+    """Declared in ``node.plugins.PLUGINS``; costs nothing unless ``db.tables`` seeds one."""
 
     name = APP_NAME
 
@@ -168,6 +267,4 @@ class DbPlugin:
         metrics = runtime.metrics
         for name, help_text in METRICS.items():
             metrics.describe(name, "counter", help_text)
-        metrics.gauge_fn("db_mempool_size", lambda: float(app.mempool_size),
-                         "Updates waiting in the mempool for their record's first upsert")
         return DbBundle(app, runtime)

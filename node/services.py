@@ -78,6 +78,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
     services += [
         AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels
     ]
+    services += [s for b in bundles for s in getattr(b, "services", ())]
     snapshots = scheduler_from_config(runtime)
     if snapshots is not None:
         runtime.snapshots = snapshots

@@ -1,12 +1,13 @@
 """Repository functions for the replicated database (the Spindexer CRDT of ``sync.crdt``).
 
-Three generic tables hold every replicated table's state: ``crdt_entities`` (a record's upsert
-version and tombstone), ``crdt_cells`` (one LWW register per written column, the value as
-canonical JSON text) and ``crdt_mempool`` (updates waiting for their record). Together they
-store exactly the ``EntityState`` of every entity; a visible row is an alive entity with its
-cells. The database application (``node.db_app``) loads the states a batch touches, runs the
-pure rules on them and writes the difference back with ``write_states``, all in the transaction
-that advances its log cursor.
+Generic tables hold every replicated table's state: ``crdt_entities`` (a record's upsert
+version and tombstone) and ``crdt_cells`` (one LWW register per written column, the value as
+canonical JSON text; updates to records not upserted yet are invisible registers too). Together
+they store exactly the ``EntityState`` of every entity; a visible row is an alive entity with
+its cells, less those written before their column's epoch. ``crdt_schemas`` keeps the schema
+declarations that count. The database application (``node.db_app``) loads the states a batch
+touches, runs the pure rules on them and writes the difference back with ``write_states``, all
+in the transaction that advances its log cursor.
 """
 
 from __future__ import annotations
@@ -17,29 +18,31 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, func, select
+from sqlalchemy import Connection, Table, delete, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from storage.schema import crdt_cells, crdt_entities, crdt_mempool
+from storage.schema import crdt_cells, crdt_entities, crdt_schemas
 from sync.crdt import (
     Cell,
     EntityState,
-    Held,
+    SchemaDeclaration,
     Value,
     Version,
-    decode_message,
+    decode_content,
     value_text,
 )
 
 __all__ = [
     "EntityKey",
     "StoredRow",
-    "count_held",
-    "evict_held",
+    "clear_table",
     "get_row",
     "load_all_states",
+    "load_declarations",
     "load_states",
     "query_rows",
+    "store_declarations",
+    "tombstoned_before",
     "write_states",
 ]
 
@@ -70,15 +73,14 @@ def _of_entities(table: str, entities: Sequence[str]) -> _Filter:
 
 
 class _Builder:
-    """Collects the rows of the three tables and turns them into ``EntityState`` values."""
+    """Collects the rows of the state tables and turns them into ``EntityState`` values."""
 
     def __init__(self) -> None:
         self.versions: dict[EntityKey, tuple[Version | None, Version | None]] = {}
         self.cells: dict[EntityKey, dict[str, Cell]] = {}
-        self.held: dict[EntityKey, list[Held]] = {}
 
     def add(self, conn: Connection, where: _Filter) -> None:
-        e, c, m = crdt_entities.c, crdt_cells.c, crdt_mempool.c
+        e, c = crdt_entities.c, crdt_cells.c
         rows = conn.execute(
             select(e.table_name, e.entity_id, e.upserted_lamport, e.upserted_by,
                    e.deleted_lamport, e.deleted_by).where(*where(crdt_entities))
@@ -95,21 +97,12 @@ class _Builder:
             self.cells.setdefault((table, entity), {})[column] = Cell(
                 lamport, json.loads(value), sender
             )
-        rows = conn.execute(
-            select(m.table_name, m.entity_id, m.lamport, m.sender, m.message, m.held_at)
-            .where(*where(crdt_mempool))
-        )
-        for table, entity, lamport, sender, message, held_at in rows:
-            # Our own canonical encoding, decoded once already when it was held.
-            msg = decode_message(bytes(message), timestamp=lamport, sender=sender)
-            self.held.setdefault((table, entity), []).append(Held(msg, held_at))
 
     def states(self) -> dict[EntityKey, EntityState]:
         out: dict[EntityKey, EntityState] = {}
-        for key in sorted(self.versions.keys() | self.cells.keys() | self.held.keys()):
+        for key in sorted(self.versions.keys() | self.cells.keys()):
             upserted, deleted = self.versions.get(key, (None, None))
-            held = sorted(self.held.get(key, ()), key=lambda h: h.message.identity)
-            out[key] = EntityState(upserted, deleted, self.cells.get(key, {}), tuple(held))
+            out[key] = EntityState(upserted, deleted, self.cells.get(key, {}))
         return out
 
 
@@ -167,17 +160,14 @@ def write_states(
     conn: Connection,
     before: Mapping[EntityKey, EntityState],
     after: Mapping[EntityKey, EntityState],
-) -> int:
+) -> None:
     """Store ``after`` (the new states of some entities) given what was stored, ``before``
-    (absent: nothing stored). Only differences are written. Returns the change in the number
-    of held updates."""
+    (absent: nothing stored). Only differences are written."""
     empty = EntityState()
     entity_rows: list[tuple[Any, ...]] = []
     entity_gone: list[tuple[Any, ...]] = []
     cell_rows: list[tuple[Any, ...]] = []
     cell_gone: list[tuple[Any, ...]] = []
-    held_rows: list[tuple[Any, ...]] = []
-    held_gone: list[tuple[Any, ...]] = []
     for (table, entity), new in after.items():
         old = before.get((table, entity), empty)
         if (new.upserted, new.deleted) != (old.upserted, old.deleted):
@@ -198,76 +188,81 @@ def write_states(
                                       value_text(cell.value)))
             for column in old.cells.keys() - new.cells.keys():
                 cell_gone.append((table, entity, column))
-        if new.held != old.held:
-            old_held = {h.message: h for h in old.held}
-            new_held = {h.message: h for h in new.held}
-            for msg in new_held.keys() - old_held.keys():
-                held_rows.append((table, entity, msg.timestamp, msg.sender,
-                                  _digest(msg.encoded), msg.encoded,
-                                  new_held[msg].held_at_ms))
-            for msg in old_held.keys() - new_held.keys():
-                held_gone.append((table, entity, msg.timestamp, msg.sender,
-                                  _digest(msg.encoded)))
     _delete(conn, crdt_entities, entity_gone)
     _upsert(conn, crdt_entities, entity_rows, 2)
     _delete(conn, crdt_cells, cell_gone)
     _upsert(conn, crdt_cells, cell_rows, 3)
-    _delete(conn, crdt_mempool, held_gone)
-    _upsert(conn, crdt_mempool, held_rows, 5)
-    return len(held_rows) - len(held_gone)
 
 
-def count_held(conn: Connection) -> int:
-    """Updates waiting in the mempool."""
-    return int(conn.execute(select(func.count()).select_from(crdt_mempool)).scalar_one())
+def clear_table(conn: Connection, table: str) -> None:
+    """Forget every record of ``table`` (before re-deriving it from the log)."""
+    for state_table in (crdt_cells, crdt_entities):
+        conn.execute(delete(state_table).where(state_table.c.table_name == table))
 
 
-def evict_held(
-    conn: Connection, *, held_before_ms: int | None = None, lamport_below: int | None = None
-) -> tuple[int, int]:
-    """Drop held updates held at or before ``held_before_ms`` (age), then those with a Lamport
-    timestamp below ``lamport_below`` (lag). Returns how many each dropped."""
-    aged = lagged = 0
-    if held_before_ms is not None:
-        aged = conn.execute(
-            delete(crdt_mempool).where(crdt_mempool.c.held_at <= held_before_ms)
-        ).rowcount
-    if lamport_below is not None:
-        lagged = conn.execute(
-            delete(crdt_mempool).where(crdt_mempool.c.lamport < lamport_below)
-        ).rowcount
-    return aged, lagged
+def tombstoned_before(conn: Connection, table: str, horizon: int, limit: int) -> list[str]:
+    """Up to ``limit`` entities of ``table`` whose tombstone is at or before ``horizon``."""
+    e = crdt_entities.c
+    stmt = (select(e.entity_id)
+            .where(e.table_name == table, e.deleted_lamport <= horizon)
+            .order_by(e.deleted_lamport).limit(limit))
+    return [str(r[0]) for r in conn.execute(stmt)]
+
+
+def load_declarations(conn: Connection) -> list[SchemaDeclaration]:
+    """Every stored schema declaration (our own canonical encodings)."""
+    s = crdt_schemas.c
+    out = []
+    for lamport, sender, raw in conn.execute(select(s.lamport, s.sender, s.declaration)):
+        item = decode_content(bytes(raw), timestamp=lamport, sender=sender)
+        if isinstance(item, SchemaDeclaration):
+            out.append(item)
+    return out
+
+
+def store_declarations(conn: Connection, table: str,
+                       declarations: Iterable[SchemaDeclaration]) -> None:
+    """Make ``declarations`` the stored declarations of ``table``."""
+    conn.execute(delete(crdt_schemas).where(crdt_schemas.c.table_name == table))
+    rows = [{"table_name": table, "lamport": d.timestamp, "sender": d.sender,
+             "digest": _digest(d.encoded), "declaration": d.encoded} for d in declarations]
+    if rows:
+        conn.execute(crdt_schemas.insert(), rows)
 
 
 def _cells_of(conn: Connection, table: str, entities: Sequence[str],
-              columns: Iterable[str]) -> dict[str, dict[str, Value]]:
+              epochs: Mapping[str, int]) -> dict[str, dict[str, Value]]:
+    """Cells of ``entities`` for the columns of ``epochs`` (column -> epoch), hiding those
+    written at or before their column's epoch."""
     c = crdt_cells.c
-    wanted = list(columns)
+    wanted = list(epochs)
     out: dict[str, dict[str, Value]] = {}
     for chunk in _chunks(entities):
         rows = conn.execute(
-            select(c.entity_id, c.column_name, c.value).where(
+            select(c.entity_id, c.column_name, c.value, c.lamport).where(
                 c.table_name == table, c.entity_id.in_(chunk), c.column_name.in_(wanted)
             )
         )
-        for entity, column, value in rows:
-            out.setdefault(entity, {})[column] = json.loads(value)
+        for entity, column, value, lamport in rows:
+            if lamport > epochs[column]:
+                out.setdefault(entity, {})[column] = json.loads(value)
     return out
 
 
 def get_row(conn: Connection, table: str, entity_id: str,
-            columns: Iterable[str]) -> StoredRow | None:
-    """The visible row ``entity_id`` of ``table`` with its written ``columns``, or None."""
+            epochs: Mapping[str, int]) -> StoredRow | None:
+    """The visible row ``entity_id`` of ``table`` with its written columns (``epochs``:
+    column -> epoch of the declared columns), or None."""
     e = crdt_entities.c
     alive = conn.execute(
         select(e.alive).where(e.table_name == table, e.entity_id == entity_id)
     ).scalar_one_or_none()
     if not alive:
         return None
-    return StoredRow(entity_id, _cells_of(conn, table, [entity_id], columns).get(entity_id, {}))
+    return StoredRow(entity_id, _cells_of(conn, table, [entity_id], epochs).get(entity_id, {}))
 
 
-def query_rows(conn: Connection, table: str, columns: Iterable[str],
+def query_rows(conn: Connection, table: str, epochs: Mapping[str, int],
                after: str | None = None, limit: int = 1000) -> list[StoredRow]:
     """Visible rows of ``table`` in entity id order, the first ``limit`` after ``after``."""
     e = crdt_entities.c
@@ -275,5 +270,5 @@ def query_rows(conn: Connection, table: str, columns: Iterable[str],
     if after is not None:
         stmt = stmt.where(e.entity_id > after)
     ids = [str(r[0]) for r in conn.execute(stmt.order_by(e.entity_id).limit(limit))]
-    cells = _cells_of(conn, table, ids, columns)
+    cells = _cells_of(conn, table, ids, epochs)
     return [StoredRow(entity, cells.get(entity, {})) for entity in ids]

@@ -25,7 +25,7 @@ __all__ = [
     "blocks",
     "crdt_cells",
     "crdt_entities",
-    "crdt_mempool",
+    "crdt_schemas",
     "events",
     "metadata",
     "node_state",
@@ -168,20 +168,19 @@ crdt_cells = Table(
     comment="LWW register of every written column: the cells of the replicated tables",
 )
 
-crdt_mempool = Table(
-    "crdt_mempool",
+Index("ix_crdt_entities_deleted", crdt_entities.c.table_name, crdt_entities.c.deleted_lamport)
+
+# migration 0004: schemas declared on the log (the mempool table of 0003 is gone)
+crdt_schemas = Table(
+    "crdt_schemas",
     metadata,
     Column("table_name", String(64), primary_key=True, comment=_CRDT_TABLE),
-    Column("entity_id", String(512), primary_key=True, comment=_CRDT_ENTITY),
     Column("lamport", BigInteger, primary_key=True,
-           comment="Lamport timestamp of the held update (its event's)"),
-    Column("sender", String(128), primary_key=True, comment="Peer id that sent the update"),
+           comment="Lamport timestamp of the declaring event"),
+    Column("sender", String(128), primary_key=True, comment="Peer id that signed it"),
     Column("digest", String(64), primary_key=True,
-           comment="Hex sha256 of the message bytes: tells apart updates of one sender and time"),
-    Column("message", LargeBinary, nullable=False,
-           comment="The update's canonical message encoding (docs/crdt.md)"),
-    Column("held_at", BigInteger, nullable=False,
-           comment="Epoch milliseconds when this node held it (for the age limit)"),
-    comment="Updates waiting for their record's first upsert (bounded mempool)",
+           comment="Hex sha256 of the declaration bytes: tells apart declarations of one time"),
+    Column("declaration", LargeBinary, nullable=False,
+           comment="The canonical declaration (docs/crdt.md, Schemas on the log)"),
+    comment="Schema declarations that count for a replicated table (its owner's versions)",
 )
-Index("ix_crdt_mempool_held_at", crdt_mempool.c.held_at)

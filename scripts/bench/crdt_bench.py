@@ -1,8 +1,8 @@
 """Replicated database (Spindexer CRDT) benchmark: the SQL application on SQLite.
 
-Three writers produce signed CRDT events on the db channel: an upsert of each of ENTITIES
-records, then random updates and upserts of 1-3 of its 4 columns with growing Lamport
-timestamps (ties and lost writes included), and a few deletes. The events are stored in the
+Three writers produce signed CRDT events on the db channel, after the table's schema declaration:
+an upsert of each of ENTITIES records, then random updates and upserts of 1-3 of its 4 columns
+with growing Lamport timestamps (ties and lost writes included), and a few deletes. The events are stored in the
 event log first (not timed). Then:
 
 - live: the real ``AppRunner`` applies the log while it grows, 500 events per commit, as a node
@@ -40,8 +40,8 @@ from node.events import record_of_event
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, make_engine, node_state, upgrade
-from storage.schema import crdt_cells, crdt_entities, crdt_mempool
-from sync.crdt import CrdtMessage, Operation, TableSchema, Value
+from storage.schema import crdt_cells, crdt_entities, crdt_schemas
+from sync.crdt import CrdtMessage, Operation, SchemaDeclaration, TableSchema, Value
 from sync.identity import peer_id_of
 from sync.sds import encode_event
 
@@ -68,7 +68,11 @@ def build_log(messages: int, entities: int, rng: random.Random) -> list[EventRec
             for i in range(3)]
     peers = [(k, peer_id_of(k)) for k in keys]
     columns = sorted(SCHEMA.columns)
-    out: list[EventRecord] = []
+    # The table's schema is the first event on the log, declared by its owner (writer 0).
+    owner_key, owner = peers[0]
+    declaration = SchemaDeclaration(SCHEMA.name, SCHEMA.columns, None, BASE_LAMPORT - 1, owner)
+    out: list[EventRecord] = [record_of_event(1, encode_event(
+        CHANNEL, owner, BASE_LAMPORT - 1, (), declaration.encoded, owner_key))]
     lamport = BASE_LAMPORT
     for i in range(messages):
         key, peer = rng.choice(peers)
@@ -90,7 +94,7 @@ def build_log(messages: int, entities: int, rng: random.Random) -> list[EventRec
 
 def wipe(engine: Engine) -> None:
     with engine.begin() as conn:
-        for table in (crdt_cells, crdt_entities, crdt_mempool, node_state):
+        for table in (crdt_cells, crdt_entities, crdt_schemas, node_state):
             conn.execute(delete(table))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 
 from sync.crdt.message import CrdtMessage
@@ -17,25 +16,15 @@ from sync.crdt.schema import RejectReason
 from sync.crdt.values import Value
 
 __all__ = [
+    "Compacted",
     "CreateRecord",
-    "DropFromMempool",
-    "DropReason",
     "Effect",
-    "HoldInMempool",
     "NoteUpsert",
     "Reject",
-    "ReleaseFromMempool",
     "SetCell",
     "Tombstone",
     "count_effects",
 ]
-
-
-class DropReason(StrEnum):
-    DOMINATED = "dominated"  # a tombstone at least as new makes the update pointless
-    EVICTED_CAP = "evicted_cap"  # the entity's mempool was full; the oldest update goes
-    EVICTED_AGE = "evicted_age"  # held longer than max_age_ms
-    EVICTED_LAG = "evicted_lag"  # max_lag Lamport ticks older than the newest message seen
 
 
 @dataclass(frozen=True)
@@ -94,26 +83,14 @@ class Tombstone:
 
 
 @dataclass(frozen=True)
-class HoldInMempool:
-    """Store an update whose record has never been upserted."""
+class Compacted:
+    """The tombstone (and, for a dead record, its upsert version) older than the stability
+    horizon is forgotten (``compact_entity``); ``removed``: nothing is left of the entity."""
 
-    message: CrdtMessage
-    held_at_ms: int
-
-
-@dataclass(frozen=True)
-class ReleaseFromMempool:
-    """Remove a held update because its record appeared; its ``SetCell`` effects follow."""
-
-    message: CrdtMessage
-
-
-@dataclass(frozen=True)
-class DropFromMempool:
-    """Remove (or never hold) an update for ``reason``; evictions lose it on this replica."""
-
-    message: CrdtMessage
-    reason: DropReason
+    table: str
+    entity_id: str
+    deleted_at: int
+    removed: bool
 
 
 @dataclass(frozen=True)
@@ -130,16 +107,14 @@ Effect = (
     | CreateRecord
     | NoteUpsert
     | Tombstone
-    | HoldInMempool
-    | ReleaseFromMempool
-    | DropFromMempool
+    | Compacted
     | Reject
 )
 
 
 def count_effects(effects: Iterable[Effect]) -> Counter[str]:
     """Metric counts of effects, keyed e.g. ``cells_set``, ``rejected_bad_type``,
-    ``mempool_held``, ``mempool_released``, ``mempool_dropped_evicted_cap``."""
+    ``tombstones_compacted``."""
     counts: Counter[str] = Counter()
     for effect in effects:
         if isinstance(effect, SetCell):
@@ -151,12 +126,8 @@ def count_effects(effects: Iterable[Effect]) -> Counter[str]:
         elif isinstance(effect, Tombstone):
             counts["tombstones"] += 1
             counts["records_deleted"] += effect.row_removed
-        elif isinstance(effect, HoldInMempool):
-            counts["mempool_held"] += 1
-        elif isinstance(effect, ReleaseFromMempool):
-            counts["mempool_released"] += 1
-        elif isinstance(effect, DropFromMempool):
-            counts[f"mempool_dropped_{effect.reason.value}"] += 1
+        elif isinstance(effect, Compacted):
+            counts["tombstones_compacted"] += 1
         else:
             counts[f"rejected_{effect.reason.value}"] += 1
     return counts

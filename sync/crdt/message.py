@@ -31,8 +31,11 @@ __all__ = [
     "RESERVED_COLUMN",
     "CrdtMessage",
     "Operation",
+    "check_event_stamp",
     "decode_message",
     "encode_message",
+    "message_of_document",
+    "parse_document",
 ]
 
 ENCODING_VERSION = 1
@@ -164,6 +167,51 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"JSON constant {name} is not allowed")
 
 
+def parse_document(data: bytes, *, sender: str, max_size: int = MAX_MESSAGE_BYTES) -> Any:
+    """The JSON document of CRDT content (a message or a schema declaration), size-checked.
+
+    Malformed input raises ``RemoteProtocolError`` (with ``peer=sender``)."""
+    limit = min(max_size, MAX_MESSAGE_BYTES)
+    if len(data) > limit:
+        raise RemoteProtocolError(f"crdt message of {len(data)} bytes exceeds {limit}", sender)
+    try:
+        doc = json.loads(bytes(data).decode("utf-8"), parse_constant=_no_constants)
+    except (ValueError, RecursionError):
+        # ValueError covers bad UTF-8, bad JSON and over-long integers.
+        raise RemoteProtocolError("crdt message is not valid JSON", sender) from None
+    version = doc.get("crdt") if isinstance(doc, dict) else None
+    if type(version) is not int or version != ENCODING_VERSION:
+        raise RemoteProtocolError(f"unsupported crdt encoding version {version!r}", sender)
+    return doc
+
+
+def check_event_stamp(timestamp: int, sender: str) -> None:
+    if isinstance(timestamp, bool) or not 0 <= timestamp <= MAX_TIMESTAMP or not sender:
+        raise RemoteProtocolError("event timestamp or sender out of range", sender)
+
+
+def message_of_document(doc: dict[str, Any], raw: bytes, *, timestamp: int,
+                        sender: str) -> CrdtMessage:
+    """The message a parsed document (``parse_document``) holds; ``raw`` must be canonical."""
+    if doc.keys() != _KEYS:
+        keys = ", ".join(sorted(_KEYS))
+        raise RemoteProtocolError(f"crdt message must be an object with keys {keys}", sender)
+    try:
+        operation = Operation(doc["op"])
+    except (ValueError, TypeError):
+        raise RemoteProtocolError("unknown crdt operation", sender) from None
+    problem = _content_problem(operation, doc["table"], doc["id"], doc["values"])
+    if problem is not None:
+        raise RemoteProtocolError(problem, sender)
+    check_event_stamp(timestamp, sender)
+    message = CrdtMessage._checked(
+        operation, doc["table"], doc["id"], doc["values"], timestamp, sender
+    )
+    if message.encoded != raw:
+        raise RemoteProtocolError("crdt message is not in canonical encoding", sender)
+    return message
+
+
 def decode_message(
     data: bytes, *, timestamp: int, sender: str, max_size: int = MAX_MESSAGE_BYTES
 ) -> CrdtMessage:
@@ -172,33 +220,5 @@ def decode_message(
     Anything malformed or non-canonical raises ``RemoteProtocolError`` (with ``peer=sender``).
     ``max_size`` can only lower the limit below ``MAX_MESSAGE_BYTES``.
     """
-    limit = min(max_size, MAX_MESSAGE_BYTES)
-    if len(data) > limit:
-        raise RemoteProtocolError(f"crdt message of {len(data)} bytes exceeds {limit}", sender)
-    raw = bytes(data)
-    try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
-    except (ValueError, RecursionError):
-        # ValueError covers bad UTF-8, bad JSON and over-long integers.
-        raise RemoteProtocolError("crdt message is not valid JSON", sender) from None
-    if not isinstance(doc, dict) or doc.keys() != _KEYS:
-        keys = ", ".join(sorted(_KEYS))
-        raise RemoteProtocolError(f"crdt message must be an object with keys {keys}", sender)
-    version = doc["crdt"]
-    if type(version) is not int or version != ENCODING_VERSION:
-        raise RemoteProtocolError(f"unsupported crdt encoding version {version!r}", sender)
-    try:
-        operation = Operation(doc["op"])
-    except (ValueError, TypeError):
-        raise RemoteProtocolError("unknown crdt operation", sender) from None
-    problem = _content_problem(operation, doc["table"], doc["id"], doc["values"])
-    if problem is not None:
-        raise RemoteProtocolError(problem, sender)
-    if isinstance(timestamp, bool) or not 0 <= timestamp <= MAX_TIMESTAMP or not sender:
-        raise RemoteProtocolError("event timestamp or sender out of range", sender)
-    message = CrdtMessage._checked(
-        operation, doc["table"], doc["id"], doc["values"], timestamp, sender
-    )
-    if message.encoded != raw:
-        raise RemoteProtocolError("crdt message is not in canonical encoding", sender)
-    return message
+    doc = parse_document(data, sender=sender, max_size=max_size)
+    return message_of_document(doc, bytes(data), timestamp=timestamp, sender=sender)

@@ -1,7 +1,9 @@
 """``MemoryReplica``: the reference replica, in memory, driven only by the pure rules.
 
-It is the executable specification the SQL implementation must match: apply a message, get
-the effects, fold them into per-entity state. Time is int milliseconds passed in by the caller.
+It is the executable specification the SQL implementation must match: apply a message or a
+schema declaration, get the effects, fold them into per-entity state. When a declaration
+changes a table's versions, the table is re-evaluated from every write seen (the SQL side
+replays them from the event log).
 """
 
 from __future__ import annotations
@@ -9,16 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from sync.crdt.declaration import Added, SchemaBook, SchemaDeclaration
 from sync.crdt.effects import Effect, Reject, count_effects
 from sync.crdt.message import CrdtMessage
-from sync.crdt.rules import (
-    DEFAULT_LIMITS,
-    MempoolLimits,
-    expired_held,
-    next_expiry_ms,
-    reduce_entity,
-    step,
-)
+from sync.crdt.rules import Schemas, compact_entity, step
 from sync.crdt.schema import TableSchema, schemas_by_name
 from sync.crdt.state import EMPTY, EntityState
 from sync.crdt.values import Value
@@ -32,61 +28,92 @@ Tables = dict[str, dict[str, Row]]
 class MemoryReplica:
     """Replicated tables in memory.
 
-    ``apply(message, now_ms=...)`` returns the effects; ``expire(now_ms)`` evicts held updates
-    past the mempool limits, and ``get_timer()`` says when that is next due. ``tables()`` and
-    ``state()`` are snapshots; ``counters`` accumulates ``count_effects`` of everything applied.
+    ``schemas``: static schemas (one version per table, no declarations), or None (default)
+    for schemas declared on the log (``apply(SchemaDeclaration)``), kept in a ``SchemaBook``
+    with ``pins``, ``max_versions`` and ``max_tables``. ``compact(window)`` forgets tombstones
+    ``window`` Lamport ticks older than the newest accepted write of their table.
+    ``tables()`` and ``state()`` are snapshots; ``counters`` accumulates ``count_effects`` of
+    every message applied (re-evaluations not included) plus ``schema_<outcome>`` counts.
     """
 
     def __init__(
         self,
-        schemas: Iterable[TableSchema] | Mapping[str, TableSchema],
+        schemas: Iterable[TableSchema] | Mapping[str, TableSchema] | None = None,
         *,
-        limits: MempoolLimits = DEFAULT_LIMITS,
+        pins: Mapping[str, str] | None = None,
+        max_versions: int = 64,
+        max_tables: int = 256,
     ) -> None:
-        if isinstance(schemas, Mapping):
-            schemas = schemas.values()
-        self.schemas = schemas_by_name(schemas)
-        self.limits = limits
+        self.schemas: Schemas
+        if schemas is None:
+            self.schemas = SchemaBook(pins=pins, max_versions=max_versions,
+                                      max_tables=max_tables)
+        else:
+            if isinstance(schemas, Mapping):
+                schemas = schemas.values()
+            self.schemas = schemas_by_name(schemas)
         self.counters: Counter[str] = Counter()
-        self.high_timestamp = 0
+        self.high: dict[str, int] = {}  # table -> newest accepted write timestamp
         self._entities: dict[tuple[str, str], EntityState] = {}
-        self._holding: set[tuple[str, str]] = set()
+        # Everything seen, as the event log keeps it: what a re-evaluation replays.
+        self._writes: dict[str, set[CrdtMessage]] = {}
+        self._declarations: set[SchemaDeclaration] = set()
 
-    def apply(self, message: CrdtMessage, *, now_ms: int = 0) -> list[Effect]:
+    def apply(self, item: CrdtMessage | SchemaDeclaration) -> list[Effect]:
+        if isinstance(item, SchemaDeclaration):
+            self._declare(item)
+            return []
+        self._writes.setdefault(item.table, set()).add(item)
+        effects = self._step(item)
+        self.counters.update(count_effects(effects))
+        return effects
+
+    def _step(self, message: CrdtMessage) -> list[Effect]:
         key = (message.table, message.entity_id)
-        effects, state = step(
-            self.schemas,
-            self._entities.get(key, EMPTY),
-            message,
-            limits=self.limits,
-            now_ms=now_ms,
-        )
-        if not (effects and isinstance(effects[0], Reject)):
-            self.high_timestamp = max(self.high_timestamp, message.timestamp)
+        effects, state = step(self.schemas, self._entities.get(key, EMPTY), message)
+        if effects and not isinstance(effects[0], Reject):
+            table = message.table
+            self.high[table] = max(self.high.get(table, 0), message.timestamp)
         self._store(key, state, effects)
         return effects
 
-    def expire(self, now_ms: int) -> list[Effect]:
-        """Evict held updates that reached the age or lag limit."""
-        effects: list[Effect] = []
-        for key in sorted(self._holding):
-            drops = expired_held(
-                self._entities[key],
-                now_ms=now_ms,
-                high_timestamp=self.high_timestamp,
-                limits=self.limits,
-            )
-            state = self._entities[key]
-            for drop in drops:
-                state = reduce_entity(state, drop)
-            self._store(key, state, drops)
-            effects.extend(drops)
-        return effects
+    def _declare(self, declaration: SchemaDeclaration) -> None:
+        self._declarations.add(declaration)
+        book = self.schemas
+        if not isinstance(book, SchemaBook):
+            self.counters["schema_static"] += 1
+            return
+        added = book.add(declaration)
+        self.counters[f"schema_{added.value}"] += 1
+        for table in book.take_evicted():
+            self._clear(table)
+        if added is Added.RESCAN:
+            book.reset_table(declaration.table, self._declarations)
+        if added in (Added.CHANGED, Added.RESCAN):
+            self.reevaluate(declaration.table)
 
-    def get_timer(self) -> int | None:
-        """The ``now_ms`` at which ``expire`` next has something to evict by age, or None."""
-        due = [next_expiry_ms(self._entities[key], self.limits) for key in self._holding]
-        return min((d for d in due if d is not None), default=None)
+    def _clear(self, table: str) -> None:
+        for key in [k for k in self._entities if k[0] == table]:
+            del self._entities[key]
+        self.high.pop(table, None)
+
+    def reevaluate(self, table: str) -> None:
+        """Rebuild ``table`` from every write of it seen, against the current schemas."""
+        self._clear(table)
+        self.counters["tables_reevaluated"] += 1
+        for message in sorted(self._writes.get(table, ()), key=lambda m: m.identity):
+            self._step(message)
+
+    def compact(self, window: int) -> list[Effect]:
+        """Forget tombstones at or before (newest accepted write of the table - ``window``)."""
+        effects: list[Effect] = []
+        for (table, entity_id), state in sorted(self._entities.items()):
+            horizon = self.high.get(table, 0) - window
+            done, after = compact_entity(table, entity_id, state, horizon)
+            self._store((table, entity_id), after, done)
+            effects.extend(done)
+        self.counters.update(count_effects(effects))
+        return effects
 
     def _store(self, key: tuple[str, str], state: EntityState, effects: Sequence[Effect]) -> None:
         if not effects:
@@ -95,27 +122,40 @@ class MemoryReplica:
             self._entities.pop(key, None)
         else:
             self._entities[key] = state
-        if state.held:
-            self._holding.add(key)
-        else:
-            self._holding.discard(key)
-        self.counters.update(count_effects(effects))
 
     def entity(self, table: str, entity_id: str) -> EntityState:
         return self._entities.get((table, entity_id), EMPTY)
 
+    def schema(self, table: str) -> TableSchema | None:
+        """The latest version of ``table``'s schema: the columns rows are read with."""
+        if isinstance(self.schemas, SchemaBook):
+            return self.schemas.latest(table)
+        return self.schemas.get(table)
+
+    def _epochs(self, table: str) -> Mapping[str, int] | None:
+        return self.schemas.epochs(table) if isinstance(self.schemas, SchemaBook) else None
+
+    def table_names(self) -> list[str]:
+        if isinstance(self.schemas, SchemaBook):
+            return self.schemas.tables()
+        return sorted(self.schemas)
+
     def get(self, table: str, entity_id: str) -> Row | None:
-        """The visible row, every declared column present (None where unwritten)."""
-        schema = self.schemas.get(table)
+        """The visible row, every declared column present (None where unwritten or written
+        under an older type, see ``TableHistory``)."""
+        schema = self.schema(table)
         if schema is None:
             return None
-        return self.entity(table, entity_id).row(schema.columns)
+        return self.entity(table, entity_id).row(schema.columns, self._epochs(table))
 
     def tables(self) -> Tables:
         """table -> entity id -> row, for every declared table (empty ones included)."""
-        result: Tables = {name: {} for name in sorted(self.schemas)}
+        result: Tables = {name: {} for name in self.table_names()}
         for (table, entity_id), state in sorted(self._entities.items()):
-            row = state.row(self.schemas[table].columns)
+            schema = self.schema(table)
+            if schema is None:
+                continue
+            row = state.row(schema.columns, self._epochs(table))
             if row is not None:
                 result[table][entity_id] = row
         return result

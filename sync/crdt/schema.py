@@ -1,7 +1,8 @@
 """Replicated table schemas and message validation against them.
 
-Validation depends only on the message and the (static) schemas, never on replica state, so every
-replica rejects exactly the same messages; a rejected message changes nothing at all.
+Validation depends only on the message and the schema in force at its timestamp (see
+``sync.crdt.declaration``), never on replica state, so every replica that knows the same schema
+declarations rejects exactly the same messages; a rejected message changes nothing at all.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from types import MappingProxyType
 from sync.crdt.message import RESERVED_COLUMN, CrdtMessage
 from sync.crdt.values import ColumnType, is_identifier
 
-__all__ = ["RejectReason", "Rejection", "TableSchema", "schemas_by_name", "validate_message"]
+__all__ = [
+    "RejectReason",
+    "Rejection",
+    "TableSchema",
+    "schemas_by_name",
+    "validate_against",
+    "validate_message",
+]
 
 
 class RejectReason(StrEnum):
@@ -102,7 +110,11 @@ def validate_message(schemas: Mapping[str, TableSchema], message: CrdtMessage) -
 
     Checked in this order: table, writer, columns (sorted), value types.
     """
-    schema = schemas.get(message.table)
+    return validate_against(schemas.get(message.table), message)
+
+
+def validate_against(schema: TableSchema | None, message: CrdtMessage) -> Rejection | None:
+    """``validate_message`` against one schema (None: the table is not declared)."""
     if schema is None:
         return Rejection(RejectReason.UNKNOWN_TABLE, f"no replicated table {message.table!r}")
     if schema.writers is not None and message.sender not in schema.writers:

@@ -1,7 +1,8 @@
 """What a replica knows about one entity (one record of one table), as an immutable value.
 
 The storage layer keeps the same facts in its state tables: the record's upsert and delete
-versions, one LWW register per column, and the updates held in the mempool.
+versions and one LWW register per column. Updates to a record never upserted write registers
+like any other (invisible until an upsert creates the row): that is the mempool of the spec.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from sync.crdt.message import CrdtMessage
 from sync.crdt.values import Value, value_text
 
-__all__ = ["EMPTY", "Cell", "EntityState", "Held", "Version", "cell_wins"]
+__all__ = ["EMPTY", "Cell", "EntityState", "Version", "cell_wins"]
 
 
 @dataclass(frozen=True, order=True)
@@ -49,26 +49,15 @@ def cell_wins(new: Cell, old: Cell | None) -> bool:
 
 
 @dataclass(frozen=True)
-class Held:
-    """An update waiting in the mempool; ``held_at_ms`` (local, for the age limit) is not
-    part of equality, so replicas that held the same updates at different times compare equal."""
-
-    message: CrdtMessage
-    held_at_ms: int = field(default=0, compare=False)
-
-
-@dataclass(frozen=True)
 class EntityState:
     """Everything known about one (table, entity id).
 
-    Invariants kept by the rules: every cell and every held update is newer than ``deleted``;
-    ``held`` is empty once ``upserted`` is set, and sorted by message identity.
+    Invariant kept by the rules: every cell is newer than ``deleted``.
     """
 
     upserted: Version | None = None
     deleted: Version | None = None
     cells: Mapping[str, Cell] = field(default_factory=dict)
-    held: tuple[Held, ...] = ()
 
     def __post_init__(self) -> None:
         # The rules hand over fresh read-only mappings; anything else gets a private copy.
@@ -93,14 +82,22 @@ class EntityState:
     def values(self) -> dict[str, Value]:
         return {column: cell.value for column, cell in self.cells.items()}
 
-    def row(self, columns: Mapping[str, object]) -> dict[str, Value] | None:
-        """The visible row with every declared column (NULL where unwritten), or None."""
+    def row(
+        self, columns: Mapping[str, object], epochs: Mapping[str, int] | None = None
+    ) -> dict[str, Value] | None:
+        """The visible row with every declared column (NULL where unwritten), or None.
+
+        ``epochs``: column -> the Lamport time its current type took effect; a cell written
+        at or before it (under an older type, or before the column was re-added) reads NULL.
+        """
         if not self.alive:
             return None
-        return {
-            column: (self.cells[column].value if column in self.cells else None)
-            for column in sorted(columns)
-        }
+        out: dict[str, Value] = {}
+        for column in sorted(columns):
+            cell = self.cells.get(column)
+            epoch = -1 if epochs is None else epochs.get(column, -1)
+            out[column] = cell.value if cell is not None and cell.timestamp > epoch else None
+        return out
 
 
 EMPTY = EntityState()

@@ -4,155 +4,41 @@ and with the reference ``MemoryReplica`` of ``sync.crdt``."""
 
 from __future__ import annotations
 
-import hashlib
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine
 
 from node.apps import AppRunner
 from node.config import Config, ConfigError, DbSection, load_config
-from node.db_app import DbApplication, limits_of
+from node.db_app import DbApplication
 from node.db_plugin import DbPlugin
-from node.events import record_of_event
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import (
-    EventRecord,
-    StoredEvent,
-    append_events,
-    get_state,
-    make_engine,
-    node_state,
-    upgrade,
+from storage import EventRecord, append_events, get_state, make_engine, upgrade
+from sync.crdt import TableSchema, Value
+from tests.node.db_helpers import (
+    ALICE,
+    BOB,
+    CAROL,
+    DECLARED,
+    PEERS,
+    SCHEMAS,
+    SECTION,
+    Replica,
+    engine,
+    jittered,
+    memory_of,
+    wipe,
 )
-from storage.crdt import get_row, load_all_states, query_rows
-from storage.schema import crdt_cells, crdt_entities, crdt_mempool
-from sync.crdt import (
-    CrdtMessage,
-    EntityState,
-    MemoryReplica,
-    Operation,
-    Tables,
-    TableSchema,
-    Value,
-    decode_message,
-)
-from sync.errors import RemoteProtocolError
-from sync.identity import peer_id_of
-from sync.sds import decode_event, encode_event
 from tests.storage.conftest import BACKENDS, fresh_url
 
-CHANNEL = "db"
-
-
-class Peer:
-    """A writer: its CRDT messages become signed events with the Lamport timestamp we choose."""
-
-    def __init__(self, seed: int) -> None:
-        self.key = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(bytes([seed])).digest())
-        self.id = peer_id_of(self.key)
-
-    def event(self, lamport: int, content: bytes | CrdtMessage) -> StoredEvent:
-        raw = content.encoded if isinstance(content, CrdtMessage) else content
-        signed = encode_event(CHANNEL, self.id, lamport, (), raw, self.key)
-        r = record_of_event(1, signed)
-        return StoredEvent(0, r.recon_key, r.message_id, r.channel, r.sender, r.lamport,
-                           r.wire, 0)
-
-    def msg(self, op: str, table: str, entity: str, lamport: int = 0,
-            **values: Value) -> CrdtMessage:
-        return CrdtMessage(Operation(op), table, entity, values, timestamp=lamport,
-                           sender=self.id)
-
-    def write(self, op: str, table: str, entity: str, lamport: int,
-              **values: Value) -> StoredEvent:
-        return self.event(lamport, self.msg(op, table, entity, lamport, **values))
-
-
-ALICE, BOB, CAROL = Peer(1), Peer(2), Peer(3)
-PEERS = [ALICE, BOB, CAROL]
-SCHEMAS = (
-    TableSchema("artists", {"name": "text", "plays": "integer", "score": "real", "ok": "boolean"}),
-    TableSchema("private", {"note": "text"}, writers=frozenset({ALICE.id, BOB.id})),
-)
-NO_EVICTION = DbSection(tables=SCHEMAS, mempool_max_per_entity=10_000, mempool_max_age_s=0)
-
-
-class Replica:
-    """A database with the application, fed batches directly (duplicates allowed)."""
-
-    def __init__(self, engine: Engine, section: DbSection = NO_EVICTION,
-                 clock: list[float] | None = None) -> None:
-        self.engine = engine
-        self.metrics = Metrics()
-        self.clock = clock if clock is not None else [1_700_000_000.0]
-        self.app = DbApplication(section, self.metrics, clock=lambda: self.clock[0])
-
-    def feed(self, events: Sequence[StoredEvent], batch: int = 1000) -> None:
-        for start in range(0, len(events), batch):
-            part = events[start : start + batch]
-            with self.engine.begin() as conn:
-                self.app.apply(conn, part)
-            self.app.after_commit(part)
-
-    def states(self) -> dict[tuple[str, str], EntityState]:
-        with self.engine.connect() as conn:
-            return load_all_states(conn)
-
-    def tables(self) -> Tables:
-        out: Tables = {}
-        with self.engine.connect() as conn:
-            for schema in SCHEMAS:
-                rows = query_rows(conn, schema.name, list(schema.columns), None, 10_000)
-                out[schema.name] = {
-                    r.entity_id: {c: r.values.get(c) for c in sorted(schema.columns)}
-                    for r in rows
-                }
-        return out
-
-    def get(self, table: str, entity: str) -> dict[str, Value] | None:
-        schema = next(s for s in SCHEMAS if s.name == table)
-        with self.engine.connect() as conn:
-            row = get_row(conn, table, entity, list(schema.columns))
-        return None if row is None else {c: row.values.get(c) for c in sorted(schema.columns)}
-
-    def counter(self, name: str, **labels: str) -> float:
-        return self.metrics.value(name, **labels)
-
-
-def wipe(engine: Engine) -> None:
-    with engine.begin() as conn:
-        for table in (crdt_cells, crdt_entities, crdt_mempool, node_state):
-            conn.execute(delete(table))
-
-
-@pytest.fixture(params=BACKENDS)
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    eng = make_engine(fresh_url(request.param, tmp_path))
-    upgrade(eng)
-    yield eng
-    eng.dispose()
-
-
-def memory_of(events: Sequence[StoredEvent]) -> MemoryReplica:
-    """The reference replica fed the same events (undecodable ones skipped)."""
-    replica = MemoryReplica(SCHEMAS, limits=limits_of(NO_EVICTION))
-    for event in events:
-        content = decode_event(event.wire, verify_signature=False).content
-        try:
-            message = decode_message(content, timestamp=event.lamport, sender=event.sender)
-        except RemoteProtocolError:
-            continue
-        replica.apply(message, now_ms=1)
-    return replica
-
+__all__ = ["engine"]  # the fixture, shared with the other db tests
 
 # -- convergence (hypothesis) -------------------------------------------------------------------
 
@@ -166,9 +52,9 @@ CORRUPTIONS: list[tuple[str, Value]] = [("name", 3), ("plays", "x"), ("genre", "
 
 
 @st.composite
-def operations(draw: st.DrawFn) -> StoredEvent:
+def operations(draw: st.DrawFn) -> EventRecord:
     peer = draw(st.sampled_from(PEERS))
-    lamport = draw(st.integers(1, 8))  # few timestamps: many ties
+    lamport = draw(st.integers(1, 12))  # few timestamps: many ties
     if draw(st.integers(0, 30)) == 0:
         return peer.event(lamport, b'{"not":"a crdt message"}')
     table = draw(st.sampled_from(["artists", "artists", "private"]))
@@ -200,40 +86,65 @@ def replica_engines(request: pytest.FixtureRequest,
         eng.dispose()
 
 
+@st.composite
+def declarations(draw: st.DrawFn) -> EventRecord:
+    """A schema version of "artists" or "private": columns added, removed or retyped, writers
+    changed; mostly by alice (the owner), sometimes by bob (ignored, or the owner if first)."""
+    table = draw(st.sampled_from(["artists", "private"]))
+    columns = draw(st.dictionaries(st.sampled_from(TABLE_COLUMNS[table] + ["extra"]),
+                                   st.sampled_from(["text", "integer", "real", "boolean"]),
+                                   max_size=4))
+    writers = draw(st.none() | st.sets(st.sampled_from([p.id for p in PEERS]), min_size=1))
+    peer = draw(st.sampled_from([ALICE, ALICE, ALICE, BOB]))
+    return peer.declare(draw(st.integers(0, 12)), TableSchema(table, columns, writers))
+
+
+WINDOW = 4
+
+
 @settings(deadline=None, max_examples=40)
-@given(events=st.lists(operations(), min_size=1, max_size=30), seed=st.integers(0, 2**32))
+@given(events=st.lists(operations(), min_size=1, max_size=30),
+       versions=st.lists(declarations(), max_size=4), seed=st.integers(0, 2**32),
+       compact=st.booleans())
 def test_replicas_converge_in_any_order_and_multiplicity(
-    replica_engines: list[Engine], events: list[StoredEvent], seed: int
+    replica_engines: list[Engine], events: list[EventRecord], versions: list[EventRecord],
+    seed: int, compact: bool
 ) -> None:
+    """Three SQL replicas receive the first declarations, later schema versions, writes and
+    deletes in their own orders, with duplicates and random batch sizes; with ``compact`` the
+    stability window is on and the orders keep it. Tables and state end up identical to each
+    other and to the reference replica's."""
     rng = random.Random(seed)
-    expected = memory_of(events)
+    sent = DECLARED + versions + events
+    window = WINDOW if compact else 0
+    expected = memory_of(sent, window)
     for i in range(3):
         engine = replica_engines[i % len(replica_engines)]
         wipe(engine)
-        order = list(events) + rng.sample(events, rng.randint(0, len(events)))  # duplicates
-        rng.shuffle(order)
-        replica = Replica(engine)
+        order = sent + rng.sample(sent, rng.randint(0, len(sent)))  # duplicates
+        if compact:
+            order = jittered(order, WINDOW, rng)
+        else:
+            rng.shuffle(order)
+        replica = Replica(engine, DbSection(tables=SCHEMAS, stability_window=window),
+                          declared=False)
         replica.feed(order, batch=rng.randint(1, len(order)))
         assert replica.states() == expected.state()
         assert replica.tables() == expected.tables()
-        assert replica.app.mempool_size == sum(len(s.held) for s in expected.state().values())
 
 
 # -- the rules through SQL ----------------------------------------------------------------------
 
 
-def test_update_before_its_record_waits_in_the_mempool(engine: Engine) -> None:
+def test_update_before_its_record_is_parked_invisibly(engine: Engine) -> None:
     replica = Replica(engine)
     replica.feed([BOB.write("update", "artists", "a1", 7, plays=3, name="late")])
     assert replica.get("artists", "a1") is None
-    assert replica.app.mempool_size == 1
-    assert replica.counter("db_mempool_held_total") == 1
+    assert replica.tables()["artists"] == {}
     replica.feed([ALICE.write("upsert", "artists", "a1", 5, name="Ana", score=1.5)])
     assert replica.get("artists", "a1") == {"name": "late", "ok": None, "plays": 3, "score": 1.5}
-    assert replica.app.mempool_size == 0
-    assert replica.counter("db_mempool_released_total") == 1
     state = replica.states()[("artists", "a1")]
-    assert not state.held and state.upserted is not None and state.upserted.sender == ALICE.id
+    assert state.upserted is not None and state.upserted.sender == ALICE.id
 
 
 def test_equal_timestamps_pick_the_same_winner_everywhere(
@@ -272,7 +183,7 @@ def test_equal_timestamps_pick_the_same_winner_everywhere(
     (ALICE.event(3, b"\xff\xfe"), "malformed"),
 ])
 def test_rejections_change_nothing_and_are_counted(
-    engine: Engine, event: StoredEvent, reason: str
+    engine: Engine, event: EventRecord, reason: str
 ) -> None:
     replica = Replica(engine)
     replica.feed([ALICE.write("upsert", "artists", "x", 1, name="kept")])
@@ -300,37 +211,11 @@ def test_delete_wins_ties_and_a_newer_upsert_recreates_from_scratch(engine: Engi
     assert replica.get("artists", "a") == {"name": "new", "ok": None, "plays": 9, "score": None}
 
 
-def test_mempool_is_bounded_by_cap_and_age(engine: Engine) -> None:
-    clock = [1_700_000_000.0]
-    section = DbSection(tables=SCHEMAS, mempool_max_per_entity=2, mempool_max_age_s=60)
-    replica = Replica(engine, section, clock)
-    replica.feed([ALICE.write("update", "artists", "a", t, plays=t) for t in (3, 1, 2)])
-    assert replica.app.mempool_size == 2
-    assert replica.counter("db_mempool_dropped_total", reason="evicted_cap") == 1
-    held = replica.states()[("artists", "a")].held
-    assert [h.message.timestamp for h in held] == [2, 3]  # the oldest went
-    clock[0] += 61
-    replica.feed([ALICE.write("update", "artists", "b", 9, plays=1)])
-    assert replica.counter("db_mempool_dropped_total", reason="evicted_age") == 2
-    assert replica.app.mempool_size == 1
-    assert set(replica.states()) == {("artists", "b")}
-
-
-def test_mempool_lag_limit(engine: Engine) -> None:
-    section = DbSection(tables=SCHEMAS, mempool_max_lag=10, mempool_max_age_s=0)
-    replica = Replica(engine, section)
-    replica.feed([ALICE.write("update", "artists", "a", 5, plays=1),
-                  ALICE.write("upsert", "artists", "b", 30, plays=1)])
-    replica.feed([ALICE.write("upsert", "artists", "c", 31)])
-    assert replica.counter("db_mempool_dropped_total", reason="evicted_lag") == 1
-    assert replica.app.mempool_size == 0
-
-
 def test_no_tables_means_no_channel_and_nothing_to_apply() -> None:
     app = DbApplication(DbSection())
     assert app.channels == ()
     assert DbPlugin().channels(Config()) == []
-    assert DbPlugin().channels(Config(db=NO_EVICTION)) == ["db"]
+    assert DbPlugin().channels(Config(db=SECTION)) == ["db"]
 
 
 # -- config ------------------------------------------------------------------------------------
@@ -338,7 +223,7 @@ def test_no_tables_means_no_channel_and_nothing_to_apply() -> None:
 
 def test_tables_are_declared_in_toml_or_in_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[db]\nmempool_max_per_entity = 3\n[db.tables.users]\n'
+    path.write_text('[db]\nstability_window = 3\nowners = ["users=peerA"]\n[db.tables.users]\n'
                     'columns = { name = "text", age = "integer" }\nwriters = ["peerA"]\n'
                     '[db.tables.tags]\ncolumns = { label = "text" }\n')
     config = load_config(path, env={})
@@ -346,7 +231,8 @@ def test_tables_are_declared_in_toml_or_in_the_environment(tmp_path: Path) -> No
         TableSchema("tags", {"label": "text"}),
         TableSchema("users", {"age": "integer", "name": "text"}, writers=frozenset({"peerA"})),
     )
-    assert limits_of(config.db).max_per_entity == 3
+    assert config.db.stability_window == 3
+    assert config.db.owner_pins() == {"users": "peerA"}
     env = {"SYNCNODE_DB_TABLES": '{"t": {"columns": {"x": "real"}}}'}
     assert load_config(None, env=env).db.tables == (TableSchema("t", {"x": "real"}),)
 
@@ -360,6 +246,7 @@ def test_tables_are_declared_in_toml_or_in_the_environment(tmp_path: Path) -> No
     ('[db.tables."bad name"]\ncolumns = {}\n', "", "db.tables.bad name", "not an identifier"),
     ("[db]\ntables = 3\n", "", "db.tables", "table declarations"),
     ("", "{not json", "db.tables", "JSON object"),
+    ('[db]\nowners = ["users"]\n', "", "db.owners", "TABLE=PEER_ID"),
 ])
 def test_bad_table_declarations_name_the_key(
     tmp_path: Path, toml: str, env: str, key: str, fragment: str
@@ -375,7 +262,7 @@ def test_bad_table_declarations_name_the_key(
 # -- the real runner on the event log ----------------------------------------------------------
 
 
-def log_events(n: int, seed: int) -> list[StoredEvent]:
+def log_events(n: int, seed: int) -> list[EventRecord]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -400,17 +287,18 @@ async def run_app(engine: Engine, app: DbApplication) -> AppRunner:
 
 @pytest.mark.trio
 async def test_runner_applies_the_log_and_a_new_replica_replays_it(engine: Engine) -> None:
-    events = log_events(300, 7)
+    events = DECLARED + log_events(300, 7)
     with engine.begin() as conn:
-        append_events(conn, [EventRecord(e.recon_key, e.message_id, e.channel, e.sender,
-                                         e.lamport, e.wire) for e in events], 1_700_000_000_000)
-    app = DbApplication(NO_EVICTION)
+        append_events(conn, events, 1_700_000_000_000)
+    app = DbApplication(SECTION)
     runner = await run_app(engine, app)
-    assert runner.cursor == 300 and app.applied_seq == 300
-    first = Replica(engine)
+    assert runner.cursor == 302 and app.applied_seq == 302
+    first = Replica(engine, declared=False)
     expected = memory_of(events)
     assert first.states() == expected.state()
     # Replay: drop the application's tables and cursor, start again from seq 0.
-    wipe(engine)
-    await run_app(engine, DbApplication(NO_EVICTION))
-    assert Replica(engine).tables() == expected.tables()
+    wipe(engine, log=False)
+    await run_app(engine, DbApplication(SECTION))
+    replayed = Replica(engine, declared=False)
+    replayed.apply_new()
+    assert replayed.tables() == expected.tables()

@@ -18,9 +18,7 @@ from sync.crdt import (
     CreateRecord,
     Effect,
     EntityState,
-    Held,
     MemoryReplica,
-    MempoolLimits,
     Operation,
     SetCell,
     Tables,
@@ -55,7 +53,6 @@ TABLE_COLUMNS = {"artists": ["name", "plays", "score", "ok"], "private": ["note"
 # that does not exist. (Unauthorised writes come from carol writing "private".)
 CORRUPTIONS: list[tuple[str, Value]] = [("name", 3), ("plays", "x"), ("genre", "rock")]
 SENDERS = ["alice", "bob", "carol"]
-NO_EVICTION = MempoolLimits(max_per_entity=10_000, max_age_ms=None, max_lag=None)
 
 
 @st.composite
@@ -102,19 +99,15 @@ def oracle(all_messages: Sequence[CrdtMessage]) -> dict[tuple[str, str], EntityS
         upserted = max((Version(m.timestamp, m.sender) for m in of[Operation.UPSERT]), default=None)
         deleted = max((Version(m.timestamp, m.sender) for m in of[Operation.DELETE]), default=None)
         horizon = -1 if deleted is None else deleted.timestamp
-        writes = of[Operation.UPSERT] + (of[Operation.UPDATE] if upserted else [])
+        # Updates count whether or not an upsert exists: before it they are invisible.
+        writes = of[Operation.UPSERT] + of[Operation.UPDATE]
         cells: dict[str, Cell] = {}
         for m in writes:
             for column, value in m.values.items():
                 cell = Cell(m.timestamp, value, m.sender)
                 if m.timestamp > horizon and cell_wins(cell, cells.get(column)):
                     cells[column] = cell
-        held = (
-            ()
-            if upserted
-            else tuple(Held(m) for m in of[Operation.UPDATE] if m.timestamp > horizon)
-        )
-        state = EntityState(upserted, deleted, cells, held)
+        state = EntityState(upserted, deleted, cells)
         if not state.is_empty:
             expected[key] = state
     return expected
@@ -131,7 +124,6 @@ def canonical(states: Mapping[tuple[str, str], EntityState]) -> object:
                 (c, cell.timestamp, value_text(cell.value), cell.sender)
                 for c, cell in sorted(s.cells.items())
             ],
-            [h.message.identity for h in s.held],
         )
         for key, s in states.items()
     ]
@@ -189,7 +181,7 @@ def check_convergence(sent: list[CrdtMessage], data: st.DataObject) -> None:
     expected = oracle(sent)
     tables = []
     for _ in range(3):
-        replica = MemoryReplica(SCHEMAS, limits=NO_EVICTION)
+        replica = MemoryReplica(SCHEMAS)
         shadow = RowsFromEffects()
         for index in data.draw(deliveries(len(sent))):
             shadow.apply(sent[index], replica.apply(sent[index]))
@@ -197,10 +189,9 @@ def check_convergence(sent: list[CrdtMessage], data: st.DataObject) -> None:
         assert replica.tables() == shadow.tables()
         assert canonical(dict(sorted(shadow.states.items()))) == canonical(expected)
         tables.append(replica.tables())
-        assert not any(k.startswith("mempool_dropped_evicted") for k in replica.counters)
     assert tables[0] == tables[1] == tables[2]
     # Replaying the log in send order (a new replica) gives the same tables too.
-    fresh = MemoryReplica(SCHEMAS, limits=NO_EVICTION)
+    fresh = MemoryReplica(SCHEMAS)
     for message in sent:
         fresh.apply(message)
     assert fresh.tables() == tables[0]
@@ -217,7 +208,7 @@ def test_replicas_converge_in_any_order_with_duplicates(
 @settings(deadline=None, max_examples=200)
 @given(st.lists(messages(tables=["artists"], entities=["e1"]), min_size=6, max_size=20), st.data())
 def test_one_record_histories_converge(sent: list[CrdtMessage], data: st.DataObject) -> None:
-    """Many operations on a single record: deletes, re-creations and held updates interleave."""
+    """Many operations on a single record: deletes, re-creations and parked updates interleave."""
     check_convergence(sent, data)
 
 
@@ -252,15 +243,16 @@ def test_equal_timestamps_same_winner_everywhere(
 
 @settings(deadline=None, max_examples=200)
 @given(st.lists(messages(), min_size=1, max_size=16), st.data())
-def test_updates_held_then_released_match_direct_application(
+def test_updates_parked_before_their_record_match_direct_application(
     sent: list[CrdtMessage], data: st.DataObject
 ) -> None:
-    """Whatever sat in the mempool in one order was applied directly in another: same result."""
+    """Whatever was parked before its upsert in one order was applied to a visible row in
+    another: same result."""
     updates_first = sorted(sent, key=lambda m: m.operation is not Operation.UPDATE)
     upserts_first = sorted(sent, key=lambda m: m.operation is not Operation.UPSERT)
     results = []
     for order in (updates_first, upserts_first, data.draw(st.permutations(sent))):
-        replica = MemoryReplica(SCHEMAS, limits=NO_EVICTION)
+        replica = MemoryReplica(SCHEMAS)
         for message in order:
             replica.apply(message)
         results.append((replica.tables(), canonical(replica.state())))

@@ -1,4 +1,4 @@
-"""The CRDT rules on hand-picked cases: mempool, ties, rejections, deletes, mempool bounds."""
+"""The CRDT rules on hand-picked cases: parked updates, ties, rejections, deletes, compaction."""
 
 from __future__ import annotations
 
@@ -7,20 +7,16 @@ import pytest
 from sync.crdt import (
     Cell,
     ColumnType,
+    Compacted,
     CrdtMessage,
     CreateRecord,
-    DropFromMempool,
-    DropReason,
     Effect,
     EntityState,
-    HoldInMempool,
     MemoryReplica,
-    MempoolLimits,
     NoteUpsert,
     Operation,
     Reject,
     RejectReason,
-    ReleaseFromMempool,
     SetCell,
     TableSchema,
     Tombstone,
@@ -51,8 +47,8 @@ def delete(ts: int, sender: str = "alice", entity: str = "a1") -> CrdtMessage:
     return CrdtMessage(Operation.DELETE, "artists", entity, timestamp=ts, sender=sender)
 
 
-def replica(limits: MempoolLimits | None = None) -> MemoryReplica:
-    return MemoryReplica(SCHEMAS, limits=limits or MempoolLimits())
+def replica() -> MemoryReplica:
+    return MemoryReplica(SCHEMAS)
 
 
 def row(**cells: Value) -> dict[str, Value]:
@@ -79,40 +75,44 @@ def test_older_write_loses_and_duplicate_is_noop() -> None:
     assert r.get("artists", "a1") == row(name="new")
 
 
-def test_update_before_record_waits_in_mempool_then_applies() -> None:
+def test_update_before_record_is_parked_invisibly_then_shows() -> None:
     r = replica()
     early = update(4, "bob", plays=9, name="from-update")
-    effects = r.apply(early, now_ms=100)
-    assert effects == [HoldInMempool(early, 100)]
+    effects = r.apply(early)
+    assert effects == [
+        SetCell("artists", "a1", "name", "from-update", 4, "bob", visible=False),
+        SetCell("artists", "a1", "plays", 9, 4, "bob", visible=False),
+    ]
     assert r.get("artists", "a1") is None
     assert r.tables()["artists"] == {}
-    assert [h.message for h in r.entity("artists", "a1").held] == [early]
+    assert r.entity("artists", "a1").upserted is None
 
-    # The upsert is older than the held update, so the update's columns win; name goes to the
+    # The upsert is older than the parked update, so the update's columns win; name goes to the
     # update (ts 4) even though the upsert also sets it (ts 2).
     effects = r.apply(upsert(2, "alice", name="from-upsert", score=1.5))
-    assert effects[0] == CreateRecord("artists", "a1", 2, "alice", {})
-    assert ReleaseFromMempool(early) in effects
+    assert effects[0] == CreateRecord("artists", "a1", 2, "alice",
+                                      {"name": "from-update", "plays": 9})
     assert r.get("artists", "a1") == row(name="from-update", plays=9, score=1.5)
-    assert r.entity("artists", "a1").held == ()
-    assert r.counters["mempool_held"] == 1 and r.counters["mempool_released"] == 1
-    # A second copy of the held update, now applied, changes nothing.
+    # A second copy of the parked update changes nothing.
     assert r.apply(early) == []
 
 
-def test_held_update_older_than_upsert_loses_on_release() -> None:
+def test_parked_update_older_than_upsert_loses() -> None:
     r = replica()
     r.apply(update(1, "bob", name="stale"))
     r.apply(upsert(3, name="fresh"))
     assert r.get("artists", "a1") == row(name="fresh")
 
 
-def test_duplicate_held_update_is_held_once() -> None:
+def test_parked_updates_are_bounded_by_the_columns() -> None:
+    """One sender parking many updates for a record that never comes costs one register per
+    column, whatever the number of updates: nothing to evict, so nothing diverges."""
     r = replica()
-    message = update(1, plays=1)
-    r.apply(message)
-    assert r.apply(message) == []
-    assert len(r.entity("artists", "a1").held) == 1
+    for ts in range(1, 500):
+        r.apply(update(ts, "carol", plays=ts, name=f"n{ts}"))
+    state = r.entity("artists", "a1")
+    assert sorted(state.cells) == ["name", "plays"]
+    assert state.cells["plays"] == Cell(499, 499, "carol")
 
 
 @pytest.mark.parametrize("first", ["alice", "bob"])
@@ -282,79 +282,44 @@ def test_older_delete_is_ignored_and_newest_delete_kept() -> None:
     )
 
 
-def test_delete_drops_dominated_held_updates() -> None:
+def test_delete_clears_dominated_parked_updates() -> None:
     r = replica()
-    old, new = update(2, plays=1), update(9, plays=2)
-    r.apply(old)
-    r.apply(new)
-    effects = r.apply(delete(5))
-    assert DropFromMempool(old, DropReason.DOMINATED) in effects
-    assert [h.message for h in r.entity("artists", "a1").held] == [new]
-    assert r.apply(update(4, plays=3)) == []  # dominated on arrival: not even held
+    r.apply(update(2, plays=1))
+    r.apply(update(9, score=2.0))
+    r.apply(delete(5))
+    assert sorted(r.entity("artists", "a1").cells) == ["score"]
+    assert r.apply(update(4, plays=3)) == []  # dominated on arrival
     r.apply(upsert(6, name="Ana"))
-    assert r.get("artists", "a1") == row(name="Ana", plays=2)
+    assert r.get("artists", "a1") == row(name="Ana", score=2.0)
 
 
-def test_mempool_cap_evicts_oldest_and_counts() -> None:
-    r = replica(MempoolLimits(max_per_entity=2, max_age_ms=None))
-    first, second, third = update(3, plays=3), update(5, plays=5), update(4, plays=4)
-    r.apply(first)
-    r.apply(second)
-    assert r.apply(third) == [
-        DropFromMempool(first, DropReason.EVICTED_CAP),
-        HoldInMempool(third, 0),
+def test_compaction_forgets_old_tombstones_only() -> None:
+    r = replica()
+    r.apply(upsert(1, name="gone"))
+    r.apply(delete(2))
+    r.apply(upsert(3, entity="a2", name="back"))
+    r.apply(delete(4, entity="a2"))
+    r.apply(upsert(6, entity="a2", name="again"))
+    r.apply(delete(8, entity="a3"))
+    r.apply(update(9, entity="a3", plays=1))  # parked after its tombstone
+    r.apply(upsert(20, entity="a4", name="newest"))
+    before = r.tables()
+    assert r.compact(window=14) == [  # horizon 20 - 14 = 6: tombstones at 2 and 4
+        Compacted("artists", "a1", 2, removed=True),
+        Compacted("artists", "a2", 4, removed=False),
     ]
-    assert r.apply(update(1, plays=1)) == [
-        DropFromMempool(update(1, plays=1), DropReason.EVICTED_CAP)
-    ]
-    assert [h.message for h in r.entity("artists", "a1").held] == [third, second]
-    assert r.counters["mempool_dropped_evicted_cap"] == 2
-    # Other entities have their own cap.
-    assert r.apply(update(1, entity="a2", plays=1))[0] == HoldInMempool(
-        update(1, entity="a2", plays=1), 0
-    )
-
-
-def test_mempool_age_limit_and_timer() -> None:
-    r = replica(MempoolLimits(max_per_entity=8, max_age_ms=1000))
-    assert r.get_timer() is None
-    a, b = update(1, plays=1), update(2, entity="a2", plays=2)
-    r.apply(a, now_ms=100)
-    r.apply(b, now_ms=600)
-    assert r.get_timer() == 1100
-    assert r.expire(1099) == []
-    assert r.expire(1100) == [DropFromMempool(a, DropReason.EVICTED_AGE)]
-    assert r.get_timer() == 1600
-    assert r.expire(5000) == [DropFromMempool(b, DropReason.EVICTED_AGE)]
-    assert r.get_timer() is None
-    assert r.state() == {}  # an entity that only held evicted updates leaves no trace
-    assert r.counters["mempool_dropped_evicted_age"] == 2
-
-
-def test_mempool_lamport_lag_limit() -> None:
-    r = replica(MempoolLimits(max_per_entity=8, max_age_ms=None, max_lag=10))
-    waiting = update(5, plays=1)
-    r.apply(waiting)
-    r.apply(upsert(15, entity="other", name="x"))
-    assert r.expire(0) == []
-    r.apply(upsert(16, entity="other", name="y"))
-    assert r.expire(0) == [DropFromMempool(waiting, DropReason.EVICTED_LAG)]
-
-
-def test_rejected_messages_do_not_advance_the_lag_clock() -> None:
-    r = replica(MempoolLimits(max_per_entity=8, max_age_ms=None, max_lag=10))
-    r.apply(update(5, plays=1))
-    r.apply(upsert(100, name="x", genre="unknown column"))
-    assert r.expire(0) == []
-
-
-def test_mempool_limits_validation() -> None:
-    with pytest.raises(ValueError):
-        MempoolLimits(max_per_entity=0)
-    with pytest.raises(ValueError):
-        MempoolLimits(max_age_ms=-1)
-    with pytest.raises(ValueError):
-        MempoolLimits(max_lag=-1)
+    assert r.tables() == before
+    assert r.entity("artists", "a1") == EntityState()
+    assert r.entity("artists", "a2").deleted is None
+    assert r.entity("artists", "a3").deleted is not None
+    r.compact(window=0)
+    a3 = r.entity("artists", "a3")
+    assert (a3.upserted, a3.deleted, sorted(a3.cells)) == (None, None, ["plays"])
+    assert r.tables() == before
+    assert r.counters["tombstones_compacted"] == 3
+    # A record re-created after compaction starts from what survived, as it would have.
+    r.apply(upsert(30, entity="a3", name="x"))
+    assert r.get("artists", "a3") == row(name="x", plays=1)
 
 
 def test_plan_is_pure_and_effects_reproduce_the_state() -> None:
