@@ -2,8 +2,8 @@
 
 Three writers produce signed CRDT events on the db channel, after the table's schema declaration:
 an upsert of each of ENTITIES records, then random updates and upserts of 1-3 of its 4 columns
-with growing Lamport timestamps (ties and lost writes included), and a few deletes. The events are stored in the
-event log first (not timed). Then:
+with growing Lamport timestamps (ties and lost writes included), and a few deletes. The events
+are stored in the event log first (not timed). Then:
 
 - live: the real ``AppRunner`` applies the log while it grows, 500 events per commit, as a node
   does under steady traffic. ``cell_updates_per_s`` = column registers written (``SetCell``

@@ -85,7 +85,12 @@ def reduce_entity(state: EntityState, effect: Effect) -> EntityState:
         return _with(state, upserted=Version(effect.timestamp, effect.sender))
     if isinstance(effect, Tombstone):
         kept = {c: cell for c, cell in state.cells.items() if cell.timestamp > effect.timestamp}
-        return _with(state, deleted=Version(effect.timestamp, effect.sender), cells=kept)
+        # Only upserts newer than the tombstone count: a killed record forgets its version.
+        upserted = state.upserted
+        if upserted is not None and upserted.timestamp <= effect.timestamp:
+            upserted = None
+        return _with(state, upserted=upserted, deleted=Version(effect.timestamp, effect.sender),
+                     cells=kept)
     if isinstance(effect, Compacted):
         return _compacted(state)
     return state  # Reject
@@ -132,22 +137,23 @@ class _Planner:
 
     def upsert(self, message: CrdtMessage) -> None:
         before = self.state
+        if before.is_dominated(message.timestamp):
+            return  # not newer than the tombstone: changes nothing at all
         version = Version(message.timestamp, message.sender)
-        if before.upserted is None or version > before.upserted:
-            if not before.alive and not before.is_dominated(message.timestamp):
-                self.emit(
-                    CreateRecord(
-                        message.table,
-                        message.entity_id,
-                        message.timestamp,
-                        message.sender,
-                        before.values(),
-                    )
+        if before.upserted is None:
+            self.emit(
+                CreateRecord(
+                    message.table,
+                    message.entity_id,
+                    message.timestamp,
+                    message.sender,
+                    before.values(),
                 )
-            else:
-                self.emit(
-                    NoteUpsert(message.table, message.entity_id, message.timestamp, message.sender)
-                )
+            )
+        elif version > before.upserted:
+            self.emit(
+                NoteUpsert(message.table, message.entity_id, message.timestamp, message.sender)
+            )
         self.write_cells(message)
 
     def delete(self, message: CrdtMessage) -> None:
@@ -194,8 +200,8 @@ def step(
 
 
 def _compacted(state: EntityState) -> EntityState:
-    alive = state.alive
-    return EntityState(state.upserted if alive else None, None, state.cells)
+    # ``upserted`` is None for a dead record already (a tombstone clears older upserts).
+    return EntityState(state.upserted, None, state.cells)
 
 
 def compact_entity(

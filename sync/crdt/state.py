@@ -52,7 +52,8 @@ def cell_wins(new: Cell, old: Cell | None) -> bool:
 class EntityState:
     """Everything known about one (table, entity id).
 
-    Invariant kept by the rules: every cell is newer than ``deleted``.
+    Invariants kept by the rules: every cell and ``upserted`` are newer than ``deleted``, so the
+    record exists exactly when ``upserted`` is set.
     """
 
     upserted: Version | None = None

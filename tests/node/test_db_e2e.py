@@ -1,10 +1,13 @@
 """The replicated database across real node processes: concurrent writes to the same cells from
-three nodes end with identical tables everywhere; the ``syncnode db`` commands end to end."""
+three nodes, while the table's owner adds a column, end with identical tables everywhere (no
+manual replay); the ``syncnode db`` commands end to end."""
 
 from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,8 +27,19 @@ def rows(node: NodeProcess) -> list[dict[str, Any]]:
     return list(node.get("/v1/db/kv", limit=10_000)["rows"])
 
 
+def columns(node: NodeProcess) -> set[str]:
+    tables = node.get("/v1/db")["tables"]
+    return set(tables["kv"]["columns"]) if "kv" in tables else set()
+
+
+def wait_declared(nodes: list[NodeProcess]) -> None:
+    """The nodes declare the table of their config on the log; wait until every one knows it."""
+    wait_for(lambda: all(columns(n) for n in nodes), 60, "the table was not declared")
+
+
 def write_concurrently(node: NodeProcess, index: int) -> int:
-    """Random upserts, updates and deletes of the same five records from every node."""
+    """Random upserts, updates and deletes of the same five records from every node; once the
+    node knows the column ``extra``, its writes fill it too."""
     rng = random.Random(index)
     with httpx.Client(base_url=node.api_url, timeout=60) as client:
 
@@ -33,36 +47,71 @@ def write_concurrently(node: NodeProcess, index: int) -> int:
             op = rng.choice(["upsert", "upsert", "update", "delete"])
             body: dict[str, Any] = {"op": op, "id": f"k{rng.randrange(5)}"}
             if op != "delete":
-                body["values"] = {"v": f"n{index}-{i}", "n": i}
+                known = client.get("/v1/db").json()["tables"]["kv"]["columns"]
+                body["values"] = {"v": f"n{index}-{i}", "n": i,
+                                  **({"extra": index * 1000 + i} if "extra" in known else {})}
             client.post("/v1/db/kv", json=body).raise_for_status()
+            time.sleep(0.02)  # spread the writes over the schema change
 
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(one, range(WRITES_PER_NODE)))
     return WRITES_PER_NODE
 
 
+def add_column(nodes: list[NodeProcess], started: threading.Event) -> str:
+    """The owner's node declares version 2 (a new column) while the others write."""
+    started.wait()
+    owner = nodes[0].get("/v1/db-schemas/kv")["owner"]
+    node = next(n for n in nodes if n.peer_id == owner)
+    result = node.cli("db", "declare", "kv", "v=text", "n=integer", "ok=boolean",
+                      "extra=integer")
+    assert result.returncode == 0, result.stderr
+    return owner
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_three_nodes_writing_the_same_cells_end_with_identical_tables(tmp_path: Path) -> None:
     with cluster(tmp_path, 3, env=ENV) as nodes:
-        with ThreadPoolExecutor(3) as pool:
-            written = sum(pool.map(write_concurrently, nodes, range(3)))
+        wait_declared(nodes)
+        started = threading.Event()
+        with ThreadPoolExecutor(4) as pool:
+            declared = pool.submit(add_column, nodes, started)
+            writers = [pool.submit(write_concurrently, n, i) for i, n in enumerate(nodes)]
+            time.sleep(0.5)
+            started.set()
+            written = sum(w.result() for w in writers)
+            owner = declared.result()
         # One record every node writes last through the CLI, with a tie-prone column.
+        wait_for(lambda: all("extra" in columns(n) for n in nodes), 60,
+                 "version 2 did not reach every node")
         for i, node in enumerate(nodes):
-            result = node.cli("db", "upsert", "kv", "shared", f"v=from-{i}", "n=7", "ok=yes")
+            result = node.cli("db", "upsert", "kv", "shared", f"v=from-{i}", "n=7", "ok=yes",
+                              "extra=5")
             assert result.returncode == 0, result.stderr
             assert "applied" in result.stdout
         # Raw bad content on the db channel: stays in the log, rejected and counted everywhere.
         nodes[0].post("/v1/channels/db/events", {"content": "not a crdt message"})
-        total = written + len(nodes) + 1
-        wait_for(lambda: all(len(channel_log(n, "db")) == total for n in nodes), 90,
-                 "the db logs did not converge")
+        # Each node may have declared the table from its config: 1 to 3 declarations, + v2.
+        least = written + len(nodes) + 1 + 2
+        wait_for(lambda: least <= len(channel_log(nodes[0], "db"))
+                 == len(channel_log(nodes[1], "db")) == len(channel_log(nodes[2], "db")),
+                 90, "the db logs did not converge")
         wait_for(lambda: rows(nodes[0]) == rows(nodes[1]) == rows(nodes[2]), 60,
                  "the tables did not converge")
         table = rows(nodes[0])
         assert {r["id"] for r in table} >= {"shared"}
         shared = next(r for r in table if r["id"] == "shared")
         assert shared["n"] == 7 and shared["ok"] is True and shared["v"].startswith("from-")
+        assert shared["extra"] == 5
+        # The CLI shows the two versions, the same on every node.
+        shown = [n.cli("db", "schema", "kv", "--json") for n in nodes]
+        histories = [json.loads(r.stdout) for r in shown]
+        assert histories[0] == histories[1] == histories[2]
+        assert histories[0]["owner"] == owner and len(histories[0]["versions"]) == 2
+        assert "extra" in histories[0]["versions"][1]["columns"]
+        text = nodes[0].cli("db", "schema", "kv")
+        assert text.returncode == 0 and "v2" in text.stdout and "extra integer" in text.stdout
         for node in nodes:
             wait_for(lambda n=node: metric(n, "db_rejected_total") == 1, 30,  # type: ignore[misc]
                      "the bad message was not counted")
@@ -81,6 +130,7 @@ def test_three_nodes_writing_the_same_cells_end_with_identical_tables(tmp_path: 
 def test_db_cli_writes_reads_and_reports_errors(tmp_path: Path) -> None:
     node = NodeProcess(tmp_path / "n", env=ENV).start()
     try:
+        wait_declared([node])
         ok = node.cli("db", "update", "kv", "a/1", "n=5")
         assert ok.returncode == 0, ok.stderr  # held: no upsert yet
         assert node.cli("db", "get", "kv", "a/1").returncode == 1
@@ -105,5 +155,14 @@ def test_db_cli_writes_reads_and_reports_errors(tmp_path: Path) -> None:
         wrong = httpx.post(node.api_url + "/v1/db/kv",
                            json={"op": "upsert", "id": "x", "values": {"n": "str"}})
         assert wrong.status_code == 400 and "bad_type" in wrong.json()["error"]
+        # A new version from the owner (this node): a type change hides the old cells.
+        node.cli("db", "upsert", "kv", "b", "v=text")
+        changed = node.cli("db", "declare", "kv", "v=integer", "n=integer", "ok=boolean")
+        assert changed.returncode == 0, changed.stderr
+        assert json.loads(node.cli("db", "get", "kv", "b", "--json").stdout)["v"] is None
+        assert node.cli("db", "upsert", "kv", "b", "v=12").returncode == 0
+        assert json.loads(node.cli("db", "get", "kv", "b", "--json").stdout)["v"] == 12
+        bad = node.cli("db", "declare", "kv", "v=int")
+        assert bad.returncode == 2 and "COLUMN=TYPE" in bad.stderr
     finally:
         node.kill()

@@ -21,6 +21,8 @@ def reset_postgres(url: str) -> None:
     with engine.begin() as conn:
         metadata.drop_all(conn)
         conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+        # Tables that later migrations dropped (no longer in metadata) left by older runs.
+        conn.execute(text("DROP TABLE IF EXISTS crdt_mempool"))
     engine.dispose()
 
 

@@ -99,6 +99,8 @@ def oracle(all_messages: Sequence[CrdtMessage]) -> dict[tuple[str, str], EntityS
         upserted = max((Version(m.timestamp, m.sender) for m in of[Operation.UPSERT]), default=None)
         deleted = max((Version(m.timestamp, m.sender) for m in of[Operation.DELETE]), default=None)
         horizon = -1 if deleted is None else deleted.timestamp
+        if upserted is not None and upserted.timestamp <= horizon:
+            upserted = None  # only upserts newer than the tombstone count
         # Updates count whether or not an upsert exists: before it they are invisible.
         writes = of[Operation.UPSERT] + of[Operation.UPDATE]
         cells: dict[str, Cell] = {}

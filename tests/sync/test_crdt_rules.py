@@ -13,7 +13,6 @@ from sync.crdt import (
     Effect,
     EntityState,
     MemoryReplica,
-    NoteUpsert,
     Operation,
     Reject,
     RejectReason,
@@ -233,9 +232,10 @@ def test_delete_removes_row_and_wins_over_same_timestamp_update() -> None:
     assert effects == [Tombstone("artists", "a1", 5, "alice", row_removed=True, cleared=("name",))]
     assert r.get("artists", "a1") is None
     assert r.apply(update(5, "bob", plays=1)) == []  # not newer than the delete
-    assert r.apply(upsert(5, "zed", name="tie")) == [NoteUpsert("artists", "a1", 5, "zed")]
+    assert r.apply(upsert(5, "zed", name="tie")) == []  # nor is this upsert
     assert r.get("artists", "a1") is None
-    assert r.entity("artists", "a1").cells == {}
+    state = r.entity("artists", "a1")
+    assert state.cells == {} and state.upserted is None  # the killed record's version goes
 
 
 def test_later_upsert_recreates_with_only_newer_cells() -> None:

@@ -1,0 +1,168 @@
+"""Schemas on the log, re-evaluation and tombstone compaction through the SQL application
+(SQLite, and PostgreSQL with SYNCNODE_TEST_PG)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine
+
+from node.config import DbSection
+from storage import EventRecord, append_events, read_channel
+from sync.crdt import TableSchema
+from tests.node.db_helpers import (
+    ALICE,
+    BOB,
+    CAROL,
+    DECLARED,
+    PEERS,
+    SCHEMAS,
+    Replica,
+    engine,
+    jittered,
+    memory_of,
+    wipe,
+)
+from tests.node.test_db_app import replica_engines
+
+__all__ = ["engine", "replica_engines"]
+
+ARTISTS, PRIVATE = SCHEMAS
+V2 = TableSchema("artists", {**ARTISTS.columns, "genre": "text"})
+
+
+def row(**cells: object) -> dict[str, object]:
+    return {"name": None, "ok": None, "plays": None, "score": None, **cells}
+
+
+def test_writes_that_arrive_before_their_version_are_reevaluated(engine: Engine) -> None:
+    replica = Replica(engine)
+    early = [BOB.write("upsert", "artists", "a", 12, name="Ana", genre="jazz"),
+             CAROL.write("upsert", "private", "p", 12, note="hi")]
+    replica.feed(early)
+    assert replica.get("artists", "a") is None
+    assert replica.counter("db_rejected_total", reason="unknown_column") == 1
+    assert replica.counter("db_rejected_total", reason="unauthorised_writer") == 1
+    before = replica.counter("db_tables_reevaluated_total")
+    # Version 2 (declared at 10, before the writes) arrives: both become valid, no replay asked.
+    replica.feed([ALICE.declare(10, V2),
+                  ALICE.declare(10, TableSchema("private", {"note": "text"}, None))])
+    assert replica.get("artists", "a") == {**row(name="Ana"), "genre": "jazz"}
+    assert replica.get("private", "p") == {"note": "hi"}
+    assert replica.counter("db_tables_reevaluated_total") == before + 2
+    assert replica.states() == memory_of(DECLARED + early + [
+        ALICE.declare(10, V2),
+        ALICE.declare(10, TableSchema("private", {"note": "text"}, None))]).state()
+
+
+def test_a_write_at_the_versions_own_time_is_judged_by_the_one_before(engine: Engine) -> None:
+    replica = Replica(engine)
+    replica.feed([ALICE.declare(10, V2),
+                  BOB.write("upsert", "artists", "tie", 10, genre="x"),
+                  BOB.write("upsert", "artists", "after", 11, genre="y")])
+    assert replica.get("artists", "tie") is None
+    assert replica.get("artists", "after") == {**row(), "genre": "y"}
+
+
+def test_type_change_hides_cells_of_the_old_type(engine: Engine) -> None:
+    replica = Replica(engine)
+    replica.feed([ALICE.write("upsert", "artists", "a", 3, plays=7, name="Ana")])
+    retyped = TableSchema("artists", {**ARTISTS.columns, "plays": "text"})
+    replica.feed([ALICE.declare(5, retyped)])
+    assert replica.get("artists", "a") == row(name="Ana")  # plays 7 is not a text
+    replica.feed([ALICE.write("update", "artists", "a", 6, plays=8)])  # bad type now
+    assert replica.get("artists", "a") == row(name="Ana")
+    replica.feed([ALICE.write("update", "artists", "a", 7, plays="many")])
+    assert replica.get("artists", "a") == row(name="Ana", plays="many")
+
+
+def test_only_the_owner_changes_a_schema_and_pins_hold(engine: Engine) -> None:
+    replica = Replica(engine)
+    replica.feed([BOB.declare(5, V2), BOB.write("upsert", "artists", "a", 6, genre="x")])
+    assert replica.get("artists", "a") is None
+    assert replica.counter("db_schema_declarations_total", outcome="not_owner") == 1
+    wipe(engine)
+    section = DbSection(tables=SCHEMAS, stability_window=0, owners=(f"artists={ALICE.id}",))
+    pinned = Replica(engine, section, declared=False)
+    pinned.feed([BOB.declare(0, V2), ALICE.declare(3, ARTISTS),
+                 BOB.write("upsert", "artists", "a", 6, genre="x")])
+    assert pinned.get("artists", "a") is None  # bob declared first, but alice is pinned
+    assert pinned.app.book.history("artists").owner == ALICE.id  # type: ignore[union-attr]
+
+
+def test_a_backdated_first_declaration_moves_the_owner_everywhere_alike(
+    engine: Engine
+) -> None:
+    """The first declaration in log order names the owner, whenever it arrives: a late one
+    (here bob's, at Lamport 2) takes the table over and every write is judged again."""
+    events = [ALICE.declare(5, ARTISTS), ALICE.write("upsert", "artists", "a", 6, name="Ana"),
+              ALICE.declare(7, V2), BOB.write("upsert", "artists", "b", 8, genre="x")]
+    replica = Replica(engine, declared=False)
+    replica.feed(events)
+    assert replica.get("artists", "b") == {**row(), "genre": "x"}
+    takeover = BOB.declare(2, TableSchema("artists", {"name": "integer"}))
+    replica.feed([takeover])
+    assert replica.app.book.history("artists").owner == BOB.id  # type: ignore[union-attr]
+    assert replica.tables() == {"artists": {}}  # "Ana" is no integer; genre is unknown
+    expected = memory_of([*events, takeover])
+    assert replica.states() == expected.state() and replica.tables() == expected.tables()
+    assert replica.counter("db_schema_declarations_total", outcome="rescan") == 1
+
+
+WINDOW = 3
+
+
+@st.composite
+def churn(draw: st.DrawFn) -> list[EventRecord]:
+    """Upserts, updates and deletes of a few records over a growing Lamport range."""
+    out = []
+    for lamport in range(1, draw(st.integers(10, 40))):
+        peer = draw(st.sampled_from(PEERS[:2]))
+        op = draw(st.sampled_from(["upsert", "update", "delete", "delete"]))
+        entity = f"e{draw(st.integers(0, 4))}"
+        values = {} if op == "delete" else {"plays": lamport}
+        out.append(peer.write(op, "artists", entity, lamport, **values))
+    return out
+
+
+@settings(deadline=None, max_examples=25)
+@given(events=churn(), seed=st.integers(0, 2**32), cut=st.floats(0, 1))
+def test_a_replica_joining_through_a_snapshot_and_recon_matches_after_compaction(
+    replica_engines: list[Engine], events: list[EventRecord], seed: int, cut: float
+) -> None:
+    """A compacts tombstones as it goes (deliveries keep the stability window). B joins later:
+    it loads A's log up to a cut (the snapshot), then Recon stores everything else in any
+    order, and its application catches up. Both end with the same tables and state, and the
+    tombstones older than the window are gone on both."""
+    rng = random.Random(seed)
+    section = DbSection(tables=SCHEMAS, stability_window=WINDOW)
+    first, second = replica_engines[0], replica_engines[-1]
+    wipe(first)
+    a = Replica(first, section)
+    a.feed(jittered(events, WINDOW, rng), batch=rng.randint(1, 8))
+    with first.connect() as conn:
+        log = read_channel(conn, "db", 0, 100_000)
+        expected_states, expected_tables = a.states(), a.tables()
+    records = [EventRecord(e.recon_key, e.message_id, e.channel, e.sender, e.lamport, e.wire)
+               for e in log]
+    k = int(len(records) * cut)
+    wipe(second)  # (on PostgreSQL the same database as A's, now read)
+    b = Replica(second, section, declared=False)
+    with second.begin() as conn:  # the snapshot: bulk-loaded into an empty database
+        append_events(conn, records[:k], 0)
+    b.apply_new(batch=rng.randint(1, 50))
+    rest = records[k:]
+    rng.shuffle(rest)
+    with second.begin() as conn:  # Recon: whatever the snapshot lacked, in any order
+        append_events(conn, rest, 0)
+    b.apply_new(batch=rng.randint(1, 50))
+    assert b.tables() == expected_tables
+    assert b.states() == expected_states
+    newest = max(e.lamport for e in events)
+    old = [s for s in memory_of(DECLARED + events).state().values()
+           if s.deleted and s.deleted.timestamp <= newest - WINDOW]
+    assert a.counter("db_tombstones_compacted_total") >= len(old)
+    assert not any(s.deleted and s.deleted.timestamp <= newest - WINDOW
+                   for s in expected_states.values())
