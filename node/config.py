@@ -193,6 +193,8 @@ class DbSection:
     tables: tuple[TableSchema, ...] = _opt(())
     # "TABLE=PEER_ID": only that peer's schema declarations count for TABLE (docs/crdt.md).
     owners: tuple[str, ...] = _opt((), lambda v: _owner_pins(v)[1])
+    # Peer ids whose schema declarations count at all; empty: any peer may declare a table.
+    declarers: tuple[str, ...] = _opt(())
     # Lamport ticks (about milliseconds) after which a tombstone is forgotten; 0: never.
     stability_window: int = _opt(7 * 24 * 3600 * 1000, _non_negative)
     max_schema_versions: int = _opt(64, _positive)

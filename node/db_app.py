@@ -74,7 +74,8 @@ METRICS = {
     "db_rejected_total": "CRDT messages rejected (reason: malformed, unknown_table, "
                          "unknown_column, bad_type, unauthorised_writer); they stay in the log",
     "db_schema_declarations_total": "Schema declarations applied (outcome: changed, rescan, "
-                                    "duplicate, not_owner, too_many_versions, too_many_tables)",
+                                    "duplicate, not_owner, not_declarer, too_many_versions, "
+                                    "too_many_tables)",
     "db_tables_reevaluated_total": "Tables re-derived from the log after their versions changed",
     "db_messages_reevaluated_total": "Writes judged again while re-deriving a table",
     "db_tombstones_compacted_total": "Tombstones forgotten after the stability window",
@@ -88,7 +89,7 @@ METRICS = {
 
 def book_of(section: DbSection) -> SchemaBook:
     return SchemaBook(pins=section.owner_pins(), max_versions=section.max_schema_versions,
-                      max_tables=section.max_tables)
+                      max_tables=section.max_tables, declarers=section.declarers or None)
 
 
 def channel_max_seq(conn: Connection, channel: str) -> int:

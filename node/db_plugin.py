@@ -114,7 +114,8 @@ class SchemaSeeder:
                 await db.change_signal().wait()
         pins = db.section.owner_pins()
         for name, schema in sorted(db.seeds.items()):
-            if name in db.book or pins.get(name, node.peer_id) != node.peer_id:
+            if name in db.book or pins.get(name, node.peer_id) != node.peer_id or (
+                    db.section.declarers and node.peer_id not in db.section.declarers):
                 continue
             declaration = SchemaDeclaration(name, schema.columns, schema.writers,
                                             sender=node.peer_id)

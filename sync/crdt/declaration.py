@@ -213,6 +213,7 @@ class Added(StrEnum):
 
     DUPLICATE = "duplicate"
     NOT_OWNER = "not_owner"  # another sender's, and never able to count (counted, not kept)
+    NOT_DECLARER = "not_declarer"  # from a peer outside the book's ``declarers``
     TOO_MANY_VERSIONS = "too_many_versions"  # the owner's, beyond max_versions
     TOO_MANY_TABLES = "too_many_tables"  # a new table, later than max_tables earlier ones
     CHANGED = "changed"  # the table's versions changed: re-evaluate its writes
@@ -223,15 +224,17 @@ class Added(StrEnum):
 class SchemaBook:
     """The kept declarations of every table and their histories (bounded, see ``Added``).
 
-    ``pins``: table -> owner fixed by this node's config. ``max_tables``: the tables kept are
+    ``pins``: table -> owner fixed by this node's config; ``declarers``: if set, the only peers
+    whose declarations count at all (pins included). ``max_tables``: the tables kept are
     the ones with the earliest first declarations; admitting an earlier one evicts the latest
     (``evicted`` lists them until ``take_evicted``).
     """
 
     def __init__(self, declarations: Iterable[SchemaDeclaration] = (), *,
                  pins: Mapping[str, str] | None = None, max_versions: int = 64,
-                 max_tables: int = 256) -> None:
+                 max_tables: int = 256, declarers: Iterable[str] | None = None) -> None:
         self.pins = dict(pins or {})
+        self.declarers = None if declarers is None else frozenset(declarers)
         self.max_versions = max_versions
         self.max_tables = max_tables
         self._kept: dict[str, set[SchemaDeclaration]] = {}
@@ -245,6 +248,8 @@ class SchemaBook:
 
     def add(self, declaration: SchemaDeclaration) -> Added:
         table = declaration.table
+        if self.declarers is not None and declaration.sender not in self.declarers:
+            return Added.NOT_DECLARER
         pinned = self.pins.get(table)
         if pinned is not None and declaration.sender != pinned:
             return Added.NOT_OWNER
@@ -284,7 +289,8 @@ class SchemaBook:
         """Recompute ``table`` from every declaration of it (gathered from the log)."""
         mine = [d for d in declarations if d.table == table]
         pinned = self.pins.get(table)
-        mine = [d for d in mine if pinned is None or d.sender == pinned]
+        mine = [d for d in mine if (pinned is None or d.sender == pinned) and (
+            self.declarers is None or d.sender in self.declarers)]
         if mine:
             self._set(table, set(mine))
 
@@ -295,7 +301,7 @@ class SchemaBook:
     def copy(self) -> SchemaBook:
         """An independent book with the same contents (declarations are immutable)."""
         other = SchemaBook(pins=self.pins, max_versions=self.max_versions,
-                           max_tables=self.max_tables)
+                           max_tables=self.max_tables, declarers=self.declarers)
         other._kept = {t: set(d) for t, d in self._kept.items()}
         other._history = dict(self._history)
         other._evicted = list(self._evicted)

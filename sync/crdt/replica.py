@@ -30,8 +30,9 @@ class MemoryReplica:
 
     ``schemas``: static schemas (one version per table, no declarations), or None (default)
     for schemas declared on the log (``apply(SchemaDeclaration)``), kept in a ``SchemaBook``
-    with ``pins``, ``max_versions`` and ``max_tables``. ``compact(window)`` forgets tombstones
-    ``window`` Lamport ticks older than the newest accepted write of their table.
+    with ``pins``, ``max_versions``, ``max_tables`` and ``declarers``. ``compact(window)``
+    forgets tombstones ``window`` Lamport ticks older than the newest accepted write of their
+    table.
     ``tables()`` and ``state()`` are snapshots; ``counters`` accumulates ``count_effects`` of
     every message applied (re-evaluations not included) plus ``schema_<outcome>`` counts.
     """
@@ -43,11 +44,12 @@ class MemoryReplica:
         pins: Mapping[str, str] | None = None,
         max_versions: int = 64,
         max_tables: int = 256,
+        declarers: Iterable[str] | None = None,
     ) -> None:
         self.schemas: Schemas
         if schemas is None:
             self.schemas = SchemaBook(pins=pins, max_versions=max_versions,
-                                      max_tables=max_tables)
+                                      max_tables=max_tables, declarers=declarers)
         else:
             if isinstance(schemas, Mapping):
                 schemas = schemas.values()

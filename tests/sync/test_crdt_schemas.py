@@ -143,6 +143,9 @@ def test_book_bounds_versions_and_tables_by_log_order() -> None:
     assert book.take_evicted() == ["u"] and book.tables() == ["t", "v"]
     pinned = SchemaBook(pins={"t": "alice"})
     assert pinned.add(declare("t", 0, "bob", z="text")) is Added.NOT_OWNER
+    closed = SchemaBook(declarers=["alice"])
+    assert closed.add(declare("w", 0, "mallory", z="text")) is Added.NOT_DECLARER
+    assert closed.tables() == []
 
 
 # -- state machine --------------------------------------------------------------------------
