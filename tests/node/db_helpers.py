@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, delete
 
@@ -19,10 +17,8 @@ from node.metrics import Metrics
 from storage import (
     EventRecord,
     append_events,
-    make_engine,
     node_state,
     read_channel,
-    upgrade,
 )
 from storage.crdt import get_row, load_all_states, query_rows
 from storage.schema import crdt_cells, crdt_entities, crdt_schemas, events
@@ -40,7 +36,9 @@ from sync.crdt import (
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds import decode_event, encode_event
-from tests.storage.conftest import BACKENDS, fresh_url
+from tests.storage.conftest import db_url, engine  # the fixtures, for the db tests
+
+__all__ = ["db_url", "engine"]
 
 CHANNEL = "db"
 RECEIVED_AT = 1_700_000_000_000
@@ -149,14 +147,6 @@ def wipe(engine: Engine, *, log: bool = True) -> None:
         for table in (crdt_cells, crdt_entities, crdt_schemas, node_state,
                       *((events,) if log else ())):
             conn.execute(delete(table))
-
-
-@pytest.fixture(params=BACKENDS)
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    eng = make_engine(fresh_url(request.param, tmp_path))
-    upgrade(eng)
-    yield eng
-    eng.dispose()
 
 
 def memory_of(records: Sequence[EventRecord], window: int = 0) -> MemoryReplica:

@@ -31,6 +31,7 @@ from tests.node.db_helpers import (
     SCHEMAS,
     SECTION,
     Replica,
+    db_url,
     engine,
     jittered,
     memory_of,
@@ -38,7 +39,7 @@ from tests.node.db_helpers import (
 )
 from tests.storage.conftest import BACKENDS, fresh_url
 
-__all__ = ["engine"]  # the fixture, shared with the other db tests
+__all__ = ["db_url", "engine"]  # the fixtures, shared with the other db tests
 
 # -- convergence (hypothesis) -------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from tests.node.db_helpers import (
     PEERS,
     SCHEMAS,
     Replica,
+    db_url,
     engine,
     jittered,
     memory_of,
@@ -27,7 +28,7 @@ from tests.node.db_helpers import (
 )
 from tests.node.test_db_app import replica_engines
 
-__all__ = ["engine", "replica_engines"]
+__all__ = ["db_url", "engine", "replica_engines"]
 
 ARTISTS, PRIVATE = SCHEMAS
 V2 = TableSchema("artists", {**ARTISTS.columns, "genre": "text"})
