@@ -149,10 +149,11 @@ def wipe(engine: Engine, *, log: bool = True) -> None:
             conn.execute(delete(table))
 
 
-def memory_of(records: Sequence[EventRecord], window: int = 0) -> MemoryReplica:
+def memory_of(records: Sequence[EventRecord], window: int = 0, *, max_versions: int = 64,
+              max_tables: int = 256) -> MemoryReplica:
     """The reference replica fed the same events (undecodable ones skipped), compacted with
     ``window`` at the end (0: not at all)."""
-    replica = MemoryReplica()
+    replica = MemoryReplica(max_versions=max_versions, max_tables=max_tables)
     for record in records:
         content = decode_event(record.wire, verify_signature=False).content
         try:
