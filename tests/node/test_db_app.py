@@ -94,7 +94,7 @@ def declarations(draw: st.DrawFn) -> EventRecord:
     tables and two versions each); mostly by alice (the owner), sometimes by bob (ignored,
     or the owner if first)."""
     table = draw(st.sampled_from(["artists", "private", "misc"]))
-    columns = draw(st.dictionaries(st.sampled_from(TABLE_COLUMNS.get(table, []) + ["extra"]),
+    columns = draw(st.dictionaries(st.sampled_from([*TABLE_COLUMNS.get(table, []), "extra"]),
                                    st.sampled_from(["text", "integer", "real", "boolean"]),
                                    max_size=4))
     writers = draw(st.none() | st.sets(st.sampled_from([p.id for p in PEERS]), min_size=1))
