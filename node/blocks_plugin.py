@@ -236,6 +236,7 @@ class BlocksPlugin:
         section = runtime.config.blocks
         app = BlocksApplication(section, runtime.metrics)
         producer = Producer(app.router, subbatch_chunk=section.subbatch_chunk,
+                            layout=section.producer_layout,
                             limits=replace(DEFAULT_LIMITS, max_value=MAX_MESSAGE_VALUE))
         for name, help_text in (
             ("blocks_applied_total", "Blocks applied to the canonical chain"),

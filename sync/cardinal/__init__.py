@@ -38,6 +38,7 @@ from sync.cardinal.events import (
     ReorgIgnored,
     ReorgStarted,
 )
+from sync.cardinal.golayout import encode_message_go
 from sync.cardinal.payload import (
     BlockPayload,
     SubBatch,
@@ -47,7 +48,6 @@ from sync.cardinal.payload import (
     payload_from_json,
     payload_to_json,
 )
-from sync.cardinal.golayout import encode_message_go
 from sync.cardinal.producer import LAYOUTS, Producer, RoutedMessage, reorg_channel_name
 from sync.cardinal.routing import DEFAULT_CHANNEL, PrefixRouter, prefix_to_channel
 

@@ -410,11 +410,8 @@ class Assembler:
         for batch_id, sub in asm.subs.items():
             if not sub.tracked:
                 continue
-            subs.append(
-                SubBatch(
-                    sub.name, batch_id, tuple(sorted(sub.updates.items())), tuple(sorted(sub.deletes))
-                )
-            )
+            updates, deletes = tuple(sorted(sub.updates.items())), tuple(sorted(sub.deletes))
+            subs.append(SubBatch(sub.name, batch_id, updates, deletes))
         subs.sort(key=lambda s: s.name)
         return BlockPayload(
             batch.hash,

@@ -70,7 +70,8 @@ class ProducerNode:
         self.key = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(bytes([seed])).digest())
         self.peer = peer_id_of(self.key)
         self.section = section
-        self.producer = Producer(router_of(section), subbatch_chunk=section.subbatch_chunk)
+        self.producer = Producer(router_of(section), subbatch_chunk=section.subbatch_chunk,
+                                 layout=section.producer_layout)
         self.sds: dict[str, SdsChannel] = {}
         self.now = 1_700_000_000.0
 
@@ -259,6 +260,23 @@ async def test_two_producers_shuffled_with_duplicates(engine: Engine, seed: int)
     applied = node.metrics.value("blocks_applied_total")
     assert applied - node.metrics.value("blocks_reverted_total") == 4
     assert node.metrics.value("blocks_failed_total", reason="before") == 0
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("seed", range(2))
+async def test_a_go_layout_producer_mixed_with_ours(engine: Engine, seed: int) -> None:
+    """``producer_layout = "go"`` chunks sub batches as the Go reference does; a node hearing
+    it and a ``syncnode`` producer at once assembles every block, whatever arrives first."""
+    go = ProducerNode(1, dataclasses.replace(SECTION, producer_layout="go"))
+    records = go.publish(*CHAIN) + ProducerNode(2).publish(*CHAIN)
+    node = Node(engine)
+    await node.deliver(records, random.Random(seed), batches=3)
+    assert node.head() == "D"
+    assert replay(node.changes()) == ["A", "B", "C", "D"]
+    for payload in CHAIN:
+        assert node.stored(payload) == (True, payload_to_json(payload))
+    assert node.metrics.value("blocks_failed_total", reason="before") == 0
+    assert node.metrics.value("blocks_failed_total", reason="after") == 0
 
 
 @pytest.mark.trio

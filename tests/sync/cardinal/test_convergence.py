@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from sync.cardinal import (
     BlockApplied,
     BlockFailed,
-    ChainUpdated,
-    Producer,
     BlockPayload,
     BlockReverted,
+    ChainUpdated,
     Consumer,
+    Producer,
     make_payload,
     make_sub_batch,
 )

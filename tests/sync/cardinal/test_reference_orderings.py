@@ -102,7 +102,8 @@ SCENARIOS: dict[str, tuple[list[BlockPayload], BlockPayload, list[Update]]] = {
     "ADC": ([a, d, c], a, [([c, d], [])]),
     "start(c) ACDBEF": ([a, c, d, b, e, f], c, [([d], []), ([b, e, f], [c, d])]),
     "chain1[:50] -> chain2[:54] gaps filled late": (
-        [*chain1[:50], *chain2[:25], *chain2[30:53], *[chain2[n] for n in (25, 26, 27, 28, 53, 29)]],
+        [*chain1[:50], *chain2[:25], *chain2[30:53],
+         *[chain2[n] for n in (25, 26, 27, 28, 53, 29)]],
         a,
         [*(([x], []) for x in chain1[1:50]), (chain2[1:54], chain1[1:50])],
     ),
