@@ -310,6 +310,27 @@ async def test_restart_resumes_a_partly_reassembled_block(engine: Engine) -> Non
 
 
 @pytest.mark.trio
+async def test_startup_reorg_after_a_restart(engine: Engine) -> None:
+    """The reference's "Startup Reorg": after a restart, a second producer replays the recent
+    history and a heavier competing branch; the node moves to it in one reorg."""
+    first, second = [A], [A]
+    for n in range(1, 8):
+        first.append(block(f"X{n}", n, first[-1]))
+        second.append(block(f"Y{n}", n, second[-1]))
+    node = Node(engine)
+    await node.deliver(ProducerNode(1).publish(*first[:7]))
+    assert node.head() == "X6"
+    node.start()
+    await node.deliver(ProducerNode(2).publish(*first[:7], *second), random.Random(4), batches=3)
+    assert node.head() == "Y7"
+    assert node.changes() == [
+        "+A", *(f"+X{n}" for n in range(1, 7)),
+        *(f"-X{n}" for n in range(6, 0, -1)), *(f"+Y{n}" for n in range(1, 8)),
+    ]
+    assert node.metrics.value("blocks_failed_total", reason="before") == 0
+
+
+@pytest.mark.trio
 async def test_a_corrupt_state_restarts_from_the_stored_head(engine: Engine) -> None:
     producer, node = ProducerNode(1), Node(engine)
     await node.deliver(producer.publish(A, B, C))

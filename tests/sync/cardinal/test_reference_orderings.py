@@ -8,6 +8,9 @@ reference emits, each as (added, removed), oldest first.
 
 from __future__ import annotations
 
+import json
+import random
+
 import pytest
 
 from sync.cardinal import (
@@ -127,3 +130,44 @@ def test_reference_scenario(name: str, layout: str) -> None:
     blocks, start, expected = SCENARIOS[name]
     prod = Producer(router(), subbatch_chunk=2, layout=layout)
     assert names(run(blocks, start, prod)) == names(expected)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_ordering_two_blocks_messages_shuffled(seed: int) -> None:
+    """The reference's TestOrdering: the messages of B and of a child of B, shuffled together,
+    from A: two blocks added, none removed."""
+    child = ref_block(2, 0, b)
+    msgs = [m for x in (b, child) for m in Producer(router(), layout="go").messages_for(x)]
+    random.Random(seed).shuffle(msgs)
+    consumer = Consumer(anchor=BlockRef(a.hash, a.number, a.weight))
+    updates = [e for e in feed(consumer, msgs) if isinstance(e, ChainUpdated)]
+    assert [x for u in updates for x in u.added] == [b.hash, child.hash]
+    assert [x for u in updates for x in u.removed] == []
+
+
+@pytest.mark.parametrize("out_of_order", [False, True])
+def test_startup_reorg_after_restoring_saved_state(out_of_order: bool) -> None:
+    """A consumer that followed chain1 to block 6 is saved and restored (as the node does after
+    a restart); the producers then replay the recent history with a heavier branch. The reorg
+    is one update with every block added and removed. Unlike a consumer started from a bare
+    anchor (the reference's case, above), the restored one holds chain1's blocks, so in the
+    out-of-order variant it takes chain2 as soon as chain2[7] outweighs the head, and chain2[8]
+    then extends it."""
+    prod = Producer(router(), subbatch_chunk=2)
+    first = Consumer()
+    feed(first, [m for x in chain1[:7] for m in prod.messages_for(x)])
+    assert first.head.hash == chain1[6].hash
+    restored = Consumer.restore(json.loads(json.dumps(first.export_state())))
+    replay = (
+        [*chain1[:6], *chain2[:8], chain1[6], chain2[8]]
+        if out_of_order
+        else [*chain1[:7], *chain2[:8]]
+    )
+    updates = [
+        e for e in feed(restored, [m for x in replay for m in prod.messages_for(x)])
+        if isinstance(e, ChainUpdated)
+    ]
+    reorg = ChainUpdated(tuple(x.hash for x in chain2[1:8]), tuple(x.hash for x in chain1[1:7]))
+    extend = [ChainUpdated((chain2[8].hash,), ())] if out_of_order else []
+    assert updates == [reorg, *extend]
+    assert restored.head.hash == (chain2[8] if out_of_order else chain2[7]).hash
