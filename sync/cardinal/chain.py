@@ -134,7 +134,9 @@ class ChainTracker:
         if block_hash in self._nodes or block_hash in self._dead:
             return
         if block_hash == self.root.hash:
-            if not self._under and block_hash != ZERO_HASH:
+            # The anchor's payload, replayed; not a root that pruning left behind the window.
+            in_window = self.root.number >= self.head.number - self.reorg_threshold
+            if not self._under and block_hash != ZERO_HASH and in_window:
                 self._add_root_payload(block)
             return
         if block_hash in self._history:
