@@ -25,6 +25,7 @@ from sync.cardinal.codec import (
     MessageType,
     SubBatchHeader,
     SubBatchMsg,
+    avro_long,
     encode_message,
 )
 from sync.cardinal.payload import SubBatch
@@ -35,17 +36,7 @@ __all__ = ["GO_BLOCK_LENGTH", "encode_message_go", "go_sub_batch_messages"]
 GO_BLOCK_LENGTH: Final = 100
 
 
-def _long(value: int) -> bytes:
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while True:
-        byte = zigzag & 0x7F
-        zigzag >>= 7
-        if zigzag:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+_long = avro_long
 
 
 def _bytes(value: bytes) -> bytes:
