@@ -68,7 +68,6 @@ for n in range(1, 60):
     chain2.append(ref_block(n, 2, chain2[-1]))
 
 
-
 def run(blocks: list[BlockPayload], start: BlockPayload, prod: Producer) -> list[Update]:
     consumer = Consumer(anchor=BlockRef(start.hash, start.number, start.weight))
     msgs = [m for block in blocks for m in prod.messages_for(block)]
