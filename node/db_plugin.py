@@ -197,6 +197,10 @@ class DbBundle:
                                             sender=node.peer_id)
         except LocalProtocolError as exc:
             raise ApiError(400, str(exc)) from None
+        declarers = self.db.section.declarers
+        if declarers and node.peer_id not in declarers:
+            raise ApiError(403, "this node is not in db.declarers; its declarations would not "
+                                "count")
         history = self.db.book.history(name)
         if history is not None and history.owner != node.peer_id:
             raise ApiError(403, f"table {name} is owned by {history.owner}; only its "
