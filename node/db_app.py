@@ -158,6 +158,8 @@ class DbApplication:
             for declaration in load_declarations(conn):
                 stored.setdefault(declaration.table, []).append(declaration)
             for table, declarations in sorted(stored.items()):
+                # Every stored table was kept, so it is admitted (within max_tables) first.
+                self.book.add(min(declarations, key=lambda d: d.identity))
                 self.book.reset_table(table, declarations)
             raw = get_state(conn, _HIGH_KEY)
             self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}

@@ -286,7 +286,10 @@ class SchemaBook:
         self._kept[table] = set(history.versions)
 
     def reset_table(self, table: str, declarations: Iterable[SchemaDeclaration]) -> None:
-        """Recompute ``table`` from every declaration of it (gathered from the log)."""
+        """Recompute ``table`` from every declaration of it (gathered from the log); a table
+        the book does not keep (evicted meanwhile) stays out."""
+        if table not in self._history:
+            return
         mine = [d for d in declarations if d.table == table]
         pinned = self.pins.get(table)
         mine = [d for d in mine if (pinned is None or d.sender == pinned) and (

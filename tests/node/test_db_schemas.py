@@ -167,3 +167,14 @@ def test_a_replica_joining_through_a_snapshot_and_recon_matches_after_compaction
     assert a.counter("db_tombstones_compacted_total") >= len(old)
     assert not any(s.deleted and s.deleted.timestamp <= newest - WINDOW
                    for s in expected_states.values())
+
+
+def test_a_restarted_node_keeps_its_schema_versions(engine: Engine) -> None:
+    first = Replica(engine)
+    first.feed([ALICE.declare(10, V2)])
+    again = Replica(engine, declared=False)  # a new application on the same database
+    again.cursor = first.cursor
+    again.feed([BOB.write("upsert", "artists", "a", 12, genre="x")])
+    assert again.get("artists", "a") == {**row(), "genre": "x"}
+    assert again.app.book.declarations("artists") == first.app.book.declarations("artists")
+    assert again.app.book.tables() == ["artists", "private"]
