@@ -119,7 +119,11 @@ class SchemaSeeder:
                 continue
             declaration = SchemaDeclaration(name, schema.columns, schema.writers,
                                             sender=node.peer_id)
-            await _publish_and_wait(db, node, declaration.encoded)
+            try:
+                await _publish_and_wait(db, node, declaration.encoded)
+            except Exception:  # the node keeps running; the table can be declared by hand
+                log.exception("could not declare table from config", extra={"table": name})
+                continue
             self.published.append(name)
             log.info("declared table from config", extra={"table": name})
         await trio.sleep_forever()
