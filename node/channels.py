@@ -109,6 +109,11 @@ class ChannelService:
         for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
         metrics.inc("events_rejected_total", 0, reason="none")
+        metrics.describe("events_store_failed_total", "counter",
+                         "delivered events the database could not store (delivery undone)")
+        metrics.describe("sds_clock_recovered_total", "counter",
+                         "channels whose persisted Lamport clock broke the clock rule at start-up")
+        store.on_failure(self._undeliver)
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -138,6 +143,10 @@ class ChannelService:
                     cached_wires=wires, config=self.sds_config, rng=random.Random(), now=now,
                 )
             self.channels[name] = ch
+            if ch.clock_recovered:
+                self.metrics.inc("sds_clock_recovered_total", channel=name)
+                log.warning("persisted Lamport clock out of range; reset within the clock rule",
+                            extra=kv(channel=name, lamport=ch.lamport))
             log.info("channel restored", extra=kv(channel=name, events=len(rows),
                                                   lamport=ch.lamport))
 
@@ -246,6 +255,12 @@ class ChannelService:
             sender = decode_event(data, verify_signature=False).sender_id
         if sender not in self.allowed_senders:
             raise RemoteProtocolError("sender not in allowed_peers")
+
+    def _undeliver(self, records: Sequence[EventRecord]) -> None:
+        for record in records:
+            ch = self.channels.get(record.channel)
+            if ch is not None and ch.forget(record.message_id):
+                self.metrics.inc("events_store_failed_total", channel=record.channel)
 
     def _reject(self, exc: RemoteProtocolError, peer: str | None) -> None:
         reason = exc.reason.split(":")[0][:60]

@@ -146,6 +146,9 @@ class SdsSection:
     sync_interval_s: float = _opt(30.0, _positive)
     repair_t_min_s: float = _opt(30.0, _positive)
     repair_t_max_s: float = _opt(120.0, _positive)
+    # -- limits against hostile peers (docs/security.md "Clocks", "SDS buffers") --
+    max_lamport_ahead_ms: int = _opt(600_000, lambda v: None if 0 <= v <= 1 << 40
+                                     else "must be in [0, 2^40]")
 
 
 @dataclass(frozen=True)

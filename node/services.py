@@ -39,6 +39,7 @@ def sds_config(config: Config) -> SdsConfig:
         sync_jitter=s.sync_interval_s,
         t_min=s.repair_t_min_s,
         t_max=s.repair_t_max_s,
+        max_lamport_ahead_ms=s.max_lamport_ahead_ms,
     )
 
 
