@@ -38,6 +38,7 @@ from sync.sds import (
     Acknowledged,
     Delivered,
     DependencyLost,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -123,6 +124,9 @@ class ChannelService:
         for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
         metrics.inc("events_rejected_total", 0, reason="none")
+        metrics.describe("sds_evicted_total", "counter", "entries dropped or refused by a bounded "
+                         "SDS buffer (waiting, missing) to stay within its limits")
+        metrics.inc("sds_evicted_total", 0, buffer="waiting")
         metrics.describe("events_store_failed_total", "counter",
                          "delivered events the database could not store (delivery undone)")
         metrics.describe("sds_clock_recovered_total", "counter",
@@ -282,6 +286,8 @@ class ChannelService:
                 delivered.append(ev)
                 records.append(record_of_delivered(self.network_id, name, ev))
                 self.metrics.inc("events_delivered_total", channel=name)
+            elif isinstance(ev, Evicted):
+                self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):
                 self.metrics.inc("sds_missing_total", len(ev.entries))
                 if self.on_missing is not None:

@@ -26,6 +26,7 @@ from sync.sds.events import (
     Delivered,
     DependencyLost,
     EphemeralReceived,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -42,6 +43,7 @@ from sync.sds.message import (
     encode_event,
     transmission_suffix,
 )
+from sync.sds.quota import QuotaLimits, SenderQuota
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import LogEntry, export_state, restore_channel
 from sync.sds.timers import TimerKind, TimerQueue
@@ -52,6 +54,8 @@ __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
 #: has the whole rule): ``lamport + 1`` never leaves what a signed 64-bit SQL integer holds.
 LAMPORT_LIMIT = LAMPORT_MAX + 1
 _SIGNATURE_CACHE = 4096
+#: A missing-set entry is charged as one unit; the byte bounds follow from the counts.
+_MISSING_ENTRY_BYTES = 1
 _SYNC_KEY = ""
 
 
@@ -105,6 +109,13 @@ class SdsChannel:
         self._waiting: dict[str, WaitingEntry] = {}
         self._waiters: dict[str, list[str]] = {}
         self._missing: dict[str, HistoryRef] = {}
+        # What peers can make us hold is bounded (docs/security.md "SDS buffers").
+        self._waiting_quota = SenderQuota(QuotaLimits(
+            cfg.max_waiting, cfg.max_waiting_bytes, cfg.max_waiting_per_sender,
+            cfg.max_waiting_bytes_per_sender))
+        self._missing_quota = SenderQuota(QuotaLimits(
+            cfg.max_missing, cfg.max_missing * _MISSING_ENTRY_BYTES, cfg.max_missing_per_sender,
+            cfg.max_missing_per_sender * _MISSING_ENTRY_BYTES))
         self._lost: set[str] = set()
         self._outgoing: dict[str, OutgoingEntry] = {}
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
@@ -326,7 +337,8 @@ class SdsChannel:
         if event.is_sync:
             self._last_activity = now
             self._note_missing(
-                [h for h in event.causal_history if self._is_unknown(h.message_id)], now
+                [h for h in event.causal_history if self._is_unknown(h.message_id)], now,
+                charged_to=event.sender_id,
             )
             return
         if mid in self._log or mid in self._waiting:
@@ -350,12 +362,48 @@ class SdsChannel:
         if not unmet:
             self._deliver(event, lost_dependency=lost)
             return
-        if self._missing.pop(mid, None) is not None:
+        if not self._wait(event, {h.message_id for h in unmet}, lost):
+            return
+        if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
-        self._waiting[mid] = WaitingEntry(event, {h.message_id for h in unmet}, lost)
-        for h in unmet:
-            self._waiters.setdefault(h.message_id, []).append(mid)
-        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now)
+        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now,
+                           charged_to=event.sender_id)
+
+    def _wait(self, event: SignedEvent, missing: set[str], lost: bool) -> bool:
+        """Hold ``event`` until ``missing`` is delivered, within the waiting buffer's bounds."""
+        mid, sender = event.message_id, event.sender_id
+        size = len(event.wire) + len(event.content)
+        quota = self._waiting_quota
+        if not quota.fits(size):
+            self._events.append(Evicted("waiting", mid, sender))
+            return False
+        for old in quota.add(mid, sender, size):
+            self._evict_waiting(old)
+        self._waiting[mid] = WaitingEntry(event, missing, lost)
+        for dep in missing:
+            self._waiters.setdefault(dep, []).append(mid)
+        return True
+
+    def _unwait(self, mid: str) -> WaitingEntry | None:
+        self._waiting_quota.remove(mid)
+        return self._waiting.pop(mid, None)
+
+    def _evict_waiting(self, mid: str) -> None:
+        entry = self._unwait(mid)
+        if entry is None:
+            return
+        for dep in entry.missing:
+            waiters = self._waiters.get(dep)
+            if waiters is not None and mid in waiters:
+                waiters.remove(mid)
+                if not waiters:
+                    del self._waiters[dep]
+        # Its copy may come again (a resend, a repair, Recon) and is then accepted afresh.
+        self._events.append(Evicted("waiting", mid, entry.event.sender_id))
+
+    def _unmiss(self, mid: str) -> HistoryRef | None:
+        self._missing_quota.remove(mid)
+        return self._missing.pop(mid, None)
 
     def _is_unknown(self, mid: str) -> bool:
         return mid not in self._log and mid not in self._waiting and mid not in self._lost
@@ -438,7 +486,7 @@ class SdsChannel:
                     continue
                 waiting.missing.discard(ev.message_id)
                 if not waiting.missing:
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     stack.append((waiting.event, waiting.lost_dependency))
 
     def _log_event(self, ev: SignedEvent, lost: bool) -> None:
@@ -462,7 +510,7 @@ class SdsChannel:
             self._lost.discard(mid)
         else:
             self._heads[mid] = ref
-        if self._missing.pop(mid, None) is not None:
+        if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
         self._repair.remember(mid, ev.sender_id, ev.wire)
         history_ids = tuple([h.message_id for h in ev.causal_history])
@@ -470,12 +518,15 @@ class SdsChannel:
             Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)
         )
 
-    def _note_missing(self, refs: list[HistoryRef], now: float) -> None:
+    def _note_missing(self, refs: list[HistoryRef], now: float, *, charged_to: str) -> None:
         new = []
+        quota = self._missing_quota
         for ref in refs:
             mid = ref.message_id
             if mid in self._missing:
                 continue
+            for old in quota.add(mid, charged_to, _MISSING_ENTRY_BYTES):
+                self._evict_missing(old)
             self._missing[mid] = ref
             self._timers.schedule(TimerKind.LOST, mid, now + self.config.lost_timeout)
             self._repair.want(ref, now)
@@ -483,8 +534,15 @@ class SdsChannel:
         if new:
             self._events.append(MissingDependencies(tuple(new)))
 
+    def _evict_missing(self, mid: str) -> None:
+        if self._unmiss(mid) is None:
+            return
+        self._timers.cancel(TimerKind.LOST, mid)
+        self._repair.seen(mid)  # no more repair requests for it
+        self._events.append(Evicted("missing", mid))
+
     def _declare_lost(self, mid: str) -> None:
-        ref = self._missing.pop(mid, None)
+        ref = self._unmiss(mid)
         if ref is None:
             return
         self._repair.seen(mid)
@@ -501,10 +559,10 @@ class SdsChannel:
                 waiting.missing.discard(lost_id)
                 waiting.lost_dependency = True
                 if self.config.lost_policy == "drop":
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     pending.append(waiter)
                 elif not waiting.missing:
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     self._deliver(waiting.event, lost_dependency=True)
 
     # ------------------------------------------------------------------ timers

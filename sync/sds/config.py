@@ -66,6 +66,22 @@ class SdsConfig:
     #: A received Lamport timestamp may run at most this far (ms) ahead of the receiver's wall
     #: clock (``sync.sds.clock``): the bound on how long a far-future event can stay "newest".
     max_lamport_ahead_ms: int = 600_000
+    #: Bounds of the incoming (waiting) buffer, per channel and per sender, in messages and
+    #: bytes (wire + content): what a peer sending messages with missing dependencies can
+    #: make us hold.
+    max_waiting: int = 10_000
+    max_waiting_bytes: int = 64 << 20
+    max_waiting_per_sender: int = 1_000
+    max_waiting_bytes_per_sender: int = 16 << 20
+    #: Of the waiting buffer, at most this many bytes of wires (the newest) go into the saved
+    #: channel state.
+    waiting_state_bytes: int = 8 << 20
+    #: Bounds of the missing set (ids named by messages but not received), per channel and
+    #: per sender of the naming message.
+    max_missing: int = 10_000
+    max_missing_per_sender: int = 1_000
+    #: SDS-R: the repair cache also holds at most this many bytes of wires.
+    repair_cache_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         checks = [
@@ -90,6 +106,16 @@ class SdsConfig:
             ("max_history_entries", self.max_history_entries >= self.sync_history_size),
             ("max_repair_entries", self.max_repair_entries >= self.max_repair_requests),
             ("max_lamport_ahead_ms", 0 <= self.max_lamport_ahead_ms <= 1 << 40),
+            ("max_waiting", self.max_waiting >= 1),
+            ("max_waiting_bytes", self.max_waiting_bytes >= 2 * self.max_message_size),
+            ("max_waiting_per_sender", 1 <= self.max_waiting_per_sender <= self.max_waiting),
+            ("max_waiting_bytes_per_sender",
+             2 * self.max_message_size <= self.max_waiting_bytes_per_sender
+             <= self.max_waiting_bytes),
+            ("max_missing", self.max_missing >= 1),
+            ("max_missing_per_sender", 1 <= self.max_missing_per_sender <= self.max_missing),
+            ("repair_cache_bytes", self.repair_cache_bytes >= 0),
+            ("waiting_state_bytes", self.waiting_state_bytes >= 0),
         ]
         for name, ok in checks:
             if not ok:
