@@ -159,6 +159,7 @@ class SdsSection:
     max_missing: int = _opt(10_000, _positive)
     max_missing_per_sender: int = _opt(1_000, _positive)
     repair_cache_bytes: int = _opt(64 << 20, _non_negative)
+    ack_min_filters: int = _opt(2, _positive)
 
 
 @dataclass(frozen=True)

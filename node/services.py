@@ -59,6 +59,7 @@ def _sds_config(s: SdsSection) -> SdsConfig:
         max_missing=s.max_missing,
         max_missing_per_sender=s.max_missing_per_sender,
         repair_cache_bytes=s.repair_cache_bytes,
+        ack_min_filters=s.ack_min_filters,
     )
 
 

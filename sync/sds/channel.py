@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
-from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
+from sync.sds.acks import FilterEvidence, review_acks
+from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
@@ -118,6 +119,8 @@ class SdsChannel:
             cfg.max_missing_per_sender * _MISSING_ENTRY_BYTES))
         self._lost: set[str] = set()
         self._outgoing: dict[str, OutgoingEntry] = {}
+        # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
+        self._others_seen: set[str] = set()
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
         self._repair = RepairBuffers(participant_id, self.config, self._timers)
         self._verified: dict[str, bytes] = {}
@@ -247,7 +250,8 @@ class SdsChannel:
 
     def _suffix(self, now: float) -> bytes:
         return transmission_suffix(
-            self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now)
+            self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now),
+            channel_id=self.channel_id, signing_key=self._key,
         )
 
     def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
@@ -294,16 +298,18 @@ class SdsChannel:
                 known_signatures=self._verified,
             )
             self._check_event(tx.event, now)
-            view = None
+            evidence = None
             if tx.bloom_filter is not None and tx.bloom_params is not None:
                 max_bits = 8 * self.config.max_message_size
                 view = BloomView(tx.bloom_filter, tx.bloom_params, max_bits=max_bits)
+                evidence = FilterEvidence(view, tx.bloom_filter, tx.bloom_signature,
+                                          trusted=not self.verify_signatures)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
         event = tx.event
         if event.signature is not None and self.verify_signatures:
             self._remember_signature(event.message_id, event.signature)
-        self._accept(event, view, tx.repair_request, now)
+        self._accept(event, evidence, tx.repair_request, now)
 
     def receive_event(self, event: SignedEvent, now: float, peer: str | None = None) -> None:
         """Process an event its caller already decoded and checked (id and signature, say with
@@ -321,7 +327,7 @@ class SdsChannel:
         if event.lamport is not None:
             check_lamport(event.lamport, now, self.config.max_lamport_ahead_ms)
 
-    def _accept(self, event: SignedEvent, view: BloomView | None,
+    def _accept(self, event: SignedEvent, evidence: FilterEvidence | None,
                 repair_request: tuple[HistoryRef, ...], now: float) -> None:
         """The protocol steps for a valid message: nothing here raises on peer input."""
         mid = event.message_id
@@ -331,7 +337,16 @@ class SdsChannel:
         if event.is_ephemeral:
             self._receive_ephemeral(event)
             return
-        self._review_acks(event, view)
+        others = self._others_seen
+        if len(others) < self.config.ack_min_filters:
+            others.add(event.sender_id)
+        if self._outgoing:
+            needed = min(self.config.ack_min_filters, len(others))
+            review = review_acks(self._outgoing, event, evidence, self.channel_id, self.config,
+                                 needed)
+            for acked, by_bloom in review.acknowledged:
+                self._acknowledge(acked, by_bloom=by_bloom)
+            self._note_possible_acks(review.possibly)
         if repair_request:
             self._repair.on_requests(repair_request, now)
         if event.is_sync:
@@ -432,30 +447,9 @@ class SdsChannel:
         elif h.message_id in self._missing:
             self._missing[h.message_id] = h
 
-    def _review_acks(self, event: SignedEvent, view: BloomView | None) -> None:
-        outgoing = self._outgoing
-        if not outgoing:
-            return
-        for h in event.causal_history:
-            if h.message_id in outgoing:
-                self._acknowledge(h.message_id, by_bloom=False)
-        if view is None or not outgoing:
-            return
-        params = view.params
-        sender = event.sender_id
-        for entry in list(outgoing.values()):
-            indices = entry.indices.get(params)
-            if indices is None:
-                indices = entry.indices[params] = bloom_indices(entry.message_id, params)
-            if not view.contains_indices(indices) or sender in entry.bloom_senders:
-                continue
-            # Filters of distinct participants are independent evidence: multiply their
-            # false-positive rates (each from the filter's own size, hashes and fill).
-            entry.bloom_senders.add(sender)
-            entry.fp_product *= view.false_positive_rate
-            if entry.fp_product <= self.config.ack_fp_bound:
-                self._acknowledge(entry.message_id, by_bloom=True)
-                continue
+    def _note_possible_acks(self, entries: list[OutgoingEntry]) -> None:
+        """Newly possibly acknowledged messages are resent less often (spec: distinct periods)."""
+        for entry in entries:
             self._events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
             if not entry.possibly:
                 entry.possibly = True

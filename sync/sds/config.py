@@ -31,6 +31,9 @@ class SdsConfig:
     #: Promote "possibly acknowledged" to "acknowledged" once the probability that every bloom
     #: hit (from distinct participants) was a false positive falls below this bound.
     ack_fp_bound: float = 1e-6
+    #: ... and at least this many distinct participants' signed filters name it (the spec asks
+    #: for "multiple"; one member lying about its receipts must not stop our resends).
+    ack_min_filters: int = 2
     #: Resend an unacknowledged message after this long ...
     resend_interval: float = 10.0
     #: ... and a possibly acknowledged one after this long.
@@ -90,6 +93,7 @@ class SdsConfig:
             ("bloom_capacity", self.bloom_capacity > 0),
             ("bloom_fp_rate", 0.0 < self.bloom_fp_rate < 1.0),
             ("ack_fp_bound", 0.0 < self.ack_fp_bound < 1.0),
+            ("ack_min_filters", self.ack_min_filters >= 1),
             ("resend_interval", self.resend_interval > 0),
             ("possibly_acked_resend_interval", self.possibly_acked_resend_interval > 0),
             ("max_resends", self.max_resends >= 0),
