@@ -65,9 +65,17 @@ from node.p2p_setup import (
     stop_auto_connector,
     tame_libp2p_logging,
 )
-from node.p2p_types import ConnectedPeer, GossipMessage, P2PConfig, P2PStats, PeerEvent
+from node.p2p_types import (
+    BanList,
+    ConnectedPeer,
+    GossipMessage,
+    P2PConfig,
+    P2PStats,
+    PeerEvent,
+)
 
 __all__ = [
+    "BanList",
     "ConnectedPeer",
     "DialError",
     "FrameError",
@@ -108,6 +116,7 @@ class P2PHost:
         peer_id: str,
         stats: P2PStats,
         nursery: trio.Nursery,
+        bans: BanList | None = None,
     ) -> None:
         self._host = host
         self._pubsub = pubsub
@@ -116,6 +125,7 @@ class P2PHost:
         self.config = config
         self.peer_id = peer_id
         self.stats = stats
+        self.bans = bans if bans is not None else BanList()
         self._nursery = nursery
         self._peers: dict[str, ConnectedPeer] = {}
         self._conn_count: dict[str, int] = {}
@@ -148,8 +158,11 @@ class P2PHost:
             raise DialError(f"refusing to dial ourselves at {address}")
         allowed = self.config.allowed_peers
         if allowed is not None and peer not in allowed:
-            _count_refusal(self.stats, peer, "outbound")
+            _count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
             raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
+        if self.bans.is_banned(peer):
+            _count_refusal(self.stats, peer, "outbound", "banned")
+            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
         if peer in self._peers:
             return peer
         # libp2p remembers failed peers for 60 s and refuses to redial them; the daemon runs
@@ -178,6 +191,16 @@ class P2PHost:
             self.stats.dial_failures += 1
             raise DialError(f"connection to {peer} closed right after it opened (refused?)")
         return peer
+
+    def ban(self, peer_id: str, seconds: float) -> None:
+        """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
+        its current connection."""
+        self.bans.ban(peer_id, time.monotonic() + seconds)
+        if peer_id in self._peers and not self._closing:
+            self._nursery.start_soon(self.disconnect, peer_id)
+
+    def is_banned(self, peer_id: str) -> bool:
+        return self.bans.is_banned(peer_id)
 
     async def disconnect(self, peer_id: str) -> None:
         """Close every connection to ``peer_id`` (no error if there is none)."""
@@ -249,6 +272,11 @@ class P2PHost:
 
         async def run_handler(raw: INetStream) -> None:
             framed = self._wrap(raw, protocol_id)
+            if self.bans.is_banned(framed.peer_id):
+                # The stream raced the disconnect that came with the ban.
+                self.stats.refused_banned += 1
+                await framed.reset()
+                return
             self.stats.streams_accepted += 1
             completed = False
             try:
@@ -496,7 +524,8 @@ async def open_host(
     tame_libp2p_logging(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
-    host = build_host(key_pair, config, functools.partial(_count_refusal, stats))
+    bans = BanList()
+    host = build_host(key_pair, config, functools.partial(_count_refusal, stats), bans)
     pubsub, router = build_pubsub(host, config)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
@@ -519,6 +548,7 @@ async def open_host(
                         peer_id=peer_id,
                         stats=stats,
                         nursery=nursery,
+                        bans=bans,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)
@@ -553,6 +583,9 @@ def _leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
-def _count_refusal(stats: P2PStats, peer: str, direction: str) -> None:
-    stats.refused_connections += 1
-    logger.warning("refused %s connection with %s: not in allowed_peers", direction, peer)
+def _count_refusal(stats: P2PStats, peer: str, direction: str, reason: str) -> None:
+    if reason == "banned":
+        stats.refused_banned += 1
+    else:
+        stats.refused_connections += 1
+    logger.warning("refused %s connection with %s: %s", direction, peer, reason)
