@@ -127,6 +127,10 @@ class ReconService:
                      "recon_events_served_total", "recon_errors_total",
                      "recon_missing_dropped_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
+        metrics.gauge_fn("recon_claims", lambda: float(len(self.claims)),
+                         "Missing keys claimed by a session fetching them")
+        metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
+                         "Fetched keys waiting for their dependencies or the commit")
 
     async def load(self) -> None:
         """Load every stored key (ascending) into the in-memory key store."""

@@ -100,8 +100,7 @@ class WantFetcher:
             raise RemoteProtocolError("events nobody asked for", self.peer)
         if not frame or frame[0] not in (EVENTS, EVENTS_LAST):
             raise RemoteProtocolError("expected events", self.peer)
-        wires = unpack_items(frame[1:], max_items=self.batch,
-                             max_item_bytes=self.max_event_bytes)
+        wires = _unpack(frame, self.batch, self.max_event_bytes, self.peer)
         final = frame[0] == EVENTS_LAST
         if not final and not wires:  # an empty non-final frame could be repeated forever
             raise RemoteProtocolError("empty events frame", self.peer)
@@ -151,8 +150,7 @@ class WantServer:
             raise RemoteProtocolError("want list after the last one", self.peer)
         if not frame or frame[0] not in (WANT, WANT_LAST):
             raise RemoteProtocolError("expected a want list", self.peer)
-        keys = unpack_items(frame[1:], max_items=self.max_items,
-                            max_item_bytes=self.max_key_bytes)
+        keys = _unpack(frame, self.max_items, self.max_key_bytes, self.peer)
         last = frame[0] == WANT_LAST
         if not last and not keys:  # an empty non-final frame could repeat forever
             raise RemoteProtocolError("empty want frame", self.peer)
@@ -161,6 +159,13 @@ class WantServer:
             raise RemoteProtocolError("peer wants more events than we hold", self.peer)
         self.done = last
         return WantList(keys, last)
+
+
+def _unpack(frame: bytes, max_items: int, max_item_bytes: int, peer: str | None) -> list[bytes]:
+    try:
+        return unpack_items(frame[1:], max_items=max_items, max_item_bytes=max_item_bytes)
+    except RemoteProtocolError as exc:
+        raise RemoteProtocolError(exc.reason, peer) from None
 
 
 def byte_batches(sizes: Sequence[tuple[_T, int]], max_bytes: int,
