@@ -11,7 +11,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -21,10 +21,19 @@ from node.linger import Linger
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
-from node.recon_wire import FrameDecodeError, pack_list, unpack_items
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_ordered
 from sync.errors import RemoteProtocolError
+from sync.gossip import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_ITEMS,
+    GossipGate,
+    GossipLimits,
+    SenderCheck,
+    SenderPolicy,
+    pack_batch,
+    penalty_of,
+)
 from sync.sds import (
     Acknowledged,
     Delivered,
@@ -45,12 +54,6 @@ __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
 log = logging.getLogger("syncnode.channels")
 STATE_SAVE_INTERVAL_S = 5.0
-# Several SDS messages queued for one channel travel as one gossip message: py-libp2p's cost is
-# per gossip message, not per byte. A protobuf message never starts with a zero byte (field
-# number 0 is invalid), so the marker cannot be mistaken for a plain SDS message.
-BATCH_MAGIC = b"\x00SB1"
-MAX_BATCH_ITEMS = 64
-MAX_BATCH_BYTES = 32 * 1024
 # How much of the persisted log to replay into a restored channel (bloom filter, heads, cache).
 RESTORE_LOG_LIMIT = 1_000_000
 _EVENT_COUNTERS: dict[type, str] = {
@@ -72,6 +75,8 @@ def topic_of(network_id: int, channel: str) -> str:
 
 
 MissingHandler = Callable[[str, Sequence[MissingEntry]], None]
+#: (peer, penalty reason): a peer sent us something we rejected (``sync.peerscore``).
+PenaltyHandler = Callable[[str, str], object]
 
 
 class ChannelService:
@@ -89,6 +94,9 @@ class ChannelService:
         on_missing: MissingHandler | None = None,
         allowed_senders: frozenset[str] | None = None,
         gossip_linger_s: float = 0.0,
+        writers: Mapping[str, frozenset[str]] | None = None,
+        gossip_limits: GossipLimits | None = None,
+        on_penalty: PenaltyHandler | None = None,
     ) -> None:
         self.host = host
         self._linger = Linger(gossip_linger_s)
@@ -100,8 +108,14 @@ class ChannelService:
         self.names = list(channels)
         self.sds_config = sds_config
         self.on_missing = on_missing
+        self.on_penalty = on_penalty
         # Closed group: only members' events are accepted, whoever relays them.
         self.allowed_senders = allowed_senders | {peer_id} if allowed_senders else None
+        self.policy = SenderPolicy(peer_id, self.allowed_senders, dict(writers or {}))
+        limits = gossip_limits or GossipLimits()
+        self.gate = GossipGate(self.policy, GossipLimits(
+            peer_rate=limits.peer_rate, peer_burst=limits.peer_burst,
+            max_peers=limits.max_peers, max_item_bytes=sds_config.max_message_size))
         self.channels: dict[str, SdsChannel] = {}
         self._dirty: set[str] = set()
         self._wake = trio.Event()
@@ -109,6 +123,11 @@ class ChannelService:
         for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
         metrics.inc("events_rejected_total", 0, reason="none")
+        metrics.describe("events_store_failed_total", "counter",
+                         "delivered events the database could not store (delivery undone)")
+        metrics.describe("sds_clock_recovered_total", "counter",
+                         "channels whose persisted Lamport clock broke the clock rule at start-up")
+        store.on_failure(self._undeliver)
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -138,6 +157,10 @@ class ChannelService:
                     cached_wires=wires, config=self.sds_config, rng=random.Random(), now=now,
                 )
             self.channels[name] = ch
+            if ch.clock_recovered:
+                self.metrics.inc("sds_clock_recovered_total", channel=name)
+                log.warning("persisted Lamport clock out of range; reset within the clock rule",
+                            extra=kv(channel=name, lamport=ch.lamport))
             log.info("channel restored", extra=kv(channel=name, events=len(rows),
                                                   lamport=ch.lamport))
 
@@ -184,12 +207,12 @@ class ChannelService:
         """
         try:
             parsed = verified or decode_event(wire, verify_signature=False)
-            self._check_sender(wire, parsed.sender_id)
             name = parsed.channel_id
+            verdict = self.policy.check(parsed.sender_id, name, bool(parsed.content))
             ch = self.channels.get(name)
             if ch is None:
                 raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
-            if parsed.sender_id == self.peer_id:
+            if verdict is SenderCheck.OWN:
                 # SDS ignores echoes of our own messages; one we no longer hold (a wiped
                 # database, say) is stored directly once its signature checks out.
                 own = verified or decode_event(wire)
@@ -218,39 +241,34 @@ class ChannelService:
             async for message in receiver:
                 data: bytes = message.data  # type: ignore[attr-defined]
                 peer: str = message.from_peer  # type: ignore[attr-defined]
+                # Only the publisher itself, handing it to us directly, pays (GossipMessage).
+                direct = getattr(message, "forwarder", None) == peer
                 self.metrics.inc("gossip_bytes_received_total", len(data))
-                try:
-                    items = self._unbatch(data)
-                except FrameDecodeError as exc:
-                    self._reject(RemoteProtocolError(f"bad gossip batch: {exc}"), peer)
-                    continue
                 now = time.time()
-                for item in items:
+                admitted = self.gate.admit(data, peer, now)
+                for reason, penalty in admitted.rejected:
+                    self._reject(RemoteProtocolError(reason), peer, penalty, penalise=direct)
+                for item in admitted.items:
                     try:
-                        self._check_sender(item)
                         ch.receive(item, now, peer=peer)
                     except RemoteProtocolError as exc:
-                        self._reject(exc, peer)
-                self._after_input(name)
+                        self._reject(exc, peer, penalise=direct)
+                if admitted.items:
+                    self._after_input(name)
 
-    def _unbatch(self, data: bytes) -> list[bytes]:
-        if not data.startswith(BATCH_MAGIC):
-            return [data]
-        return unpack_items(data[len(BATCH_MAGIC) :], max_items=MAX_BATCH_ITEMS,
-                            max_item_bytes=self.sds_config.max_message_size)
+    def _undeliver(self, records: Sequence[EventRecord]) -> None:
+        for record in records:
+            ch = self.channels.get(record.channel)
+            if ch is not None and ch.forget(record.message_id):
+                self.metrics.inc("events_store_failed_total", channel=record.channel)
 
-    def _check_sender(self, data: bytes, sender: str | None = None) -> None:
-        if self.allowed_senders is None:
-            return
-        if sender is None:
-            sender = decode_event(data, verify_signature=False).sender_id
-        if sender not in self.allowed_senders:
-            raise RemoteProtocolError("sender not in allowed_peers")
-
-    def _reject(self, exc: RemoteProtocolError, peer: str | None) -> None:
+    def _reject(self, exc: RemoteProtocolError, peer: str | None,
+                penalty: str | None = None, *, penalise: bool = True) -> None:
         reason = exc.reason.split(":")[0][:60]
         self.metrics.inc("events_rejected_total", reason=reason)
         log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
+        if penalise and peer is not None and self.on_penalty is not None:
+            self.on_penalty(peer, penalty or penalty_of(exc.reason))
 
     def _after_input(self, name: str) -> None:
         records, _ = self._process(name)
@@ -315,7 +333,7 @@ class ChannelService:
                 queued.setdefault(more_name, []).append(more)
                 size += len(more)
             for channel, items in queued.items():
-                payload = items[0] if len(items) == 1 else BATCH_MAGIC + pack_list(items)
+                payload = pack_batch(items)
                 try:
                     await self.host.publish(topic_of(self.network_id, channel), payload)
                     self.metrics.inc("gossip_bytes_sent_total", len(payload))

@@ -100,6 +100,7 @@ logger = logging.getLogger("node.p2p")
 StreamHandler = Callable[[FramedStream], Awaitable[None]]
 _T = TypeVar("_T")
 _PING_BYTES = 32
+_MAX_FORWARDERS = 10_000
 
 
 class P2PHost:
@@ -135,6 +136,8 @@ class P2PHost:
         # its incoming stream (and seed 0 happens to drop none of the first 25 at 20%).
         self._drop_rng = random.Random(f"{config.drop_seed}/{peer_id}")
         self._closing = False
+        # (from, seqno) -> the neighbour that forwarded it, noted by the topic validator.
+        self._forwarders: dict[tuple[bytes, bytes], str] = {}
 
     # -- addresses and connections --------------------------------------------------------
 
@@ -361,9 +364,9 @@ class P2PHost:
         sinks = self._topic_sinks.get(topic)
         if sinks is None:
             sinks = self._topic_sinks[topic] = []
-            if self.config.allowed_peers is not None:
-                # Rejected before delivery *and* before relaying, so members never spread it.
-                self._pubsub.set_topic_validator(topic, self._from_member, False)
+            # Outsiders of a closed group are rejected before delivery *and* before relaying,
+            # so members never spread them; the forwarder of every message is noted.
+            self._pubsub.set_topic_validator(topic, self._from_member, False)
             subscription = await self._pubsub.subscribe(topic)
             self._nursery.start_soon(self._drain, topic, subscription)
         sinks.append(send)
@@ -389,7 +392,12 @@ class P2PHost:
         self.stats.gossip_published += 1
 
     def _from_member(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        if len(self._forwarders) >= _MAX_FORWARDERS:
+            del self._forwarders[next(iter(self._forwarders))]
+        self._forwarders[(msg.from_id, msg.seqno)] = forwarder.to_base58()
         allowed = self.config.allowed_peers
+        if allowed is None:
+            return True
         origin = ID(msg.from_id).to_base58()
         if allowed is None or origin == self.peer_id or origin in allowed:
             return True
@@ -413,6 +421,7 @@ class P2PHost:
                 logger.exception("delivering a gossip message on %s failed", topic)
 
     def _deliver(self, topic: str, msg: rpc_pb2.Message) -> None:
+        forwarder = self._forwarders.pop((msg.from_id, msg.seqno), None)
         from_peer = ID(msg.from_id).to_base58()
         if from_peer == self.peer_id and not self.config.deliver_own_messages:
             return
@@ -425,6 +434,7 @@ class P2PHost:
             from_peer=from_peer,
             data=bytes(msg.data),
             seqno=int.from_bytes(msg.seqno, "big"),
+            forwarder=forwarder,
         )
         self.stats.gossip_received += 1
         self._fan_out(self._topic_sinks.get(topic, []), item, "gossip_dropped_overflow")

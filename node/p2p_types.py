@@ -137,6 +137,10 @@ class GossipMessage:
     from_peer: str  # the original publisher (signed), not the neighbour that relayed it
     data: bytes
     seqno: int
+    # The neighbour that handed it to us, when known. Only a message that came straight from
+    # its publisher (forwarder == from_peer) may count against that peer's standing: the
+    # from field is not authenticated, and honest peers relay others' messages unchecked.
+    forwarder: str | None = None
 
 
 @dataclass(frozen=True)

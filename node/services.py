@@ -10,6 +10,7 @@ from typing import Any
 
 from node.api import ApiRoute
 from node.apps import AppRunner
+from node.blocks_app import router_of
 from node.channels import ChannelService
 from node.config import Config
 from node.discovery import DhtDiscovery
@@ -20,10 +21,11 @@ from node.recon_service import ReconService
 from node.runtime import NodeRuntime
 from node.snapshots import scheduler_from_config
 from node.standing import PeerStanding, score_config
+from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
 
-__all__ = ["build_services", "sds_config"]
+__all__ = ["build_services", "channel_writers", "sds_config"]
 
 
 def sds_config(config: Config) -> SdsConfig:
@@ -40,7 +42,16 @@ def sds_config(config: Config) -> SdsConfig:
         sync_jitter=s.sync_interval_s,
         t_min=s.repair_t_min_s,
         t_max=s.repair_t_max_s,
+        max_lamport_ahead_ms=s.max_lamport_ahead_ms,
     )
+
+
+def channel_writers(config: Config) -> dict[str, frozenset[str]]:
+    """Channels whose content only some peers may send: the block streams' producers."""
+    if not config.blocks.enabled:
+        return {}
+    producers = frozenset(config.blocks.producers)
+    return {name: producers for name in router_of(config.blocks).channels()}
 
 
 def channel_names(config: Config) -> list[str]:
@@ -58,9 +69,13 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         network_id=config.node.network_id, channels=channel_names(config),
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
+        writers=channel_writers(config),
+        gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
+                                   peer_burst=config.p2p.gossip_peer_burst),
     )
     await channels.load()
     standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers))
+    channels.on_penalty = standing.penalise
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
                       standing=standing, limits=config.fetch)
     channels.on_missing = fetcher.want

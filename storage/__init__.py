@@ -42,6 +42,7 @@ from storage.events import (
     read_channel_ordered,
     read_channels_after,
     read_events_after,
+    record_problem,
     wire_sizes_by_keys,
     wire_sizes_by_message_ids,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
+    "record_problem",
     "redacted_url",
     "set_canonical",
     "store_blocks",

@@ -63,6 +63,9 @@ class SdsConfig:
     check_message_ids: bool = True
     #: Ids remembered to drop duplicate ephemeral messages.
     ephemeral_dedup_size: int = 4096
+    #: A received Lamport timestamp may run at most this far (ms) ahead of the receiver's wall
+    #: clock (``sync.sds.clock``): the bound on how long a far-future event can stay "newest".
+    max_lamport_ahead_ms: int = 600_000
 
     def __post_init__(self) -> None:
         checks = [
@@ -86,6 +89,7 @@ class SdsConfig:
             ("max_message_size", self.max_message_size > 0),
             ("max_history_entries", self.max_history_entries >= self.sync_history_size),
             ("max_repair_entries", self.max_repair_entries >= self.max_repair_requests),
+            ("max_lamport_ahead_ms", 0 <= self.max_lamport_ahead_ms <= 1 << 40),
         ]
         for name, ok in checks:
             if not ok:
