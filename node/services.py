@@ -20,6 +20,7 @@ from node.plugins import PLUGINS
 from node.recon_service import ReconService
 from node.runtime import NodeRuntime
 from node.snapshots import scheduler_from_config
+from node.standing import PeerStanding, score_config
 from sync.errors import LocalProtocolError
 from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig
@@ -91,7 +92,10 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
                                    peer_burst=config.p2p.gossip_peer_burst),
     )
     await channels.load()
-    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)
+    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers))
+    channels.on_penalty = standing.penalise
+    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
+                      standing=standing, limits=config.fetch)
     channels.on_missing = fetcher.want
     peers = PeerManager(host, store, metrics)
     await peers.load(config.p2p.bootstrap)
@@ -99,8 +103,11 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, interval_s=config.recon.interval_s,
         session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
-        config=ReconConfig(fanout=config.recon.fanout), allowed_senders=allowed,
-        gossip_grace_s=config.recon.gossip_grace_s,
+        config=ReconConfig(fanout=config.recon.fanout, max_key_list=config.recon.max_key_list),
+        allowed_senders=allowed, gossip_grace_s=config.recon.gossip_grace_s,
+        standing=standing, claim_timeout_s=config.recon.claim_timeout_s,
+        max_missing_keys=config.recon.max_missing_keys,
+        serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
