@@ -64,12 +64,11 @@ from tests.node.cluster import (  # noqa: E402
     wait_for,
 )
 from tests.node.hostile import (  # noqa: E402
-    fetch_and_stall,
+    amplify,
     hostile,
     key_list_bomb,
     peak_rss_mib,
     recon_and_withhold,
-    want_and_stall,
 )
 from tests.node.procs import NodeProcess  # noqa: E402
 
@@ -248,18 +247,7 @@ def run(quick: bool) -> dict[str, Any]:
                  == big_count, 90, "victim did not get the big events")
         peak.sample()
 
-        async def amplify() -> tuple[int, int]:
-            got: list[int] = []
-            async with hostile(v.listen_addrs[0]) as (host, peer), trio.open_nursery() as n:
-
-                async def fetches() -> None:
-                    got.append(await fetch_and_stall(host, peer, big_ids, 8, 8.0))
-
-                n.start_soon(fetches)
-                asked = await want_and_stall(host, peer, 8.0)
-            return got[0], asked
-
-        accepted, asked = trio.run(amplify)
+        accepted, asked = trio.run(amplify, v.listen_addrs[0], big_ids, 8.0)
         rows.append(("3 memory amplification",
                      f"8 fetches x {len(big_ids)} big ids, WANT {asked} keys, unread",
                      f"{accepted} fetch streams served, peak {peak.sample():.0f} MiB"))
