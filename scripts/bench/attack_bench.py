@@ -76,7 +76,10 @@ from tests.node.procs import NodeProcess  # noqa: E402
 OUT = ROOT / "docs" / "bench" / "attack.json"
 POISON = (1 << 64) - (1 << 32) - 1
 RSS_TARGET_MIB = 512
-ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true"}
+# SDS timers at their config defaults (start_node would set the fast test timers).
+ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true",
+       "SYNCNODE_SDS_RESEND_INTERVAL_S": "10", "SYNCNODE_SDS_SYNC_INTERVAL_S": "30",
+       "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120"}
 
 
 def signed(key: Ed25519PrivateKey, lamport: int, content: bytes, channel: str = "general",

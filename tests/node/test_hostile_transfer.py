@@ -27,7 +27,10 @@ from tests.node.hostile import (
 from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4", "SYNCNODE_RECON_GOSSIP_GRACE_S": "0"}
+# No SDS resends within a test: resending 60 MB of big events (up to max_resends times each)
+# would swamp the victim's RSS figure with honest traffic, and this module measures attacks.
+ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4", "SYNCNODE_RECON_GOSSIP_GRACE_S": "0",
+       "SYNCNODE_SDS_RESEND_INTERVAL_S": "120"}
 RSS_BUDGET_MIB = 512
 
 
