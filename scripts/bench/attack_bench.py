@@ -50,7 +50,6 @@ sys.path[:0] = [str(ROOT)]
 from node.blocks_app import encode_envelope  # noqa: E402
 from node.channels import topic_of  # noqa: E402
 from node.p2p import P2PConfig, P2PError, open_host  # noqa: E402
-from node.recon_service import RECON_PROTOCOL  # noqa: E402
 from sync.cardinal.codec import Reorg, encode_message  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
@@ -69,6 +68,7 @@ from tests.node.hostile import (  # noqa: E402
     key_list_bomb,
     peak_rss_mib,
     recon_and_withhold,
+    recon_first_message,
     stored_ids,
 )
 from tests.node.procs import NodeProcess  # noqa: E402
@@ -309,11 +309,9 @@ def run(quick: bool) -> dict[str, Any]:
 
         # 8. Key-list bomb, and 100 fresh peer ids connecting once each.
         async def bomb() -> None:
-            async with hostile(v.listen_addrs[0]) as (host, peer), \
-                    await host.open_stream(peer, RECON_PROTOCOL) as stream:
-                await stream.send(key_list_bomb())
-                with contextlib.suppress(P2PError):
-                    await stream.receive()  # the victim resets the stream
+            async with hostile(v.listen_addrs[0]) as (host, peer):
+                with contextlib.suppress(P2PError):  # the victim resets the stream
+                    await recon_first_message(host, peer, key_list_bomb())
             for _ in range(100):
                 async with open_host(Ed25519PrivateKey.generate(),
                                      P2PConfig(read_timeout=5)) as host:

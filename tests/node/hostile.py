@@ -31,6 +31,7 @@ __all__ = [
     "key_list_bomb",
     "peak_rss_mib",
     "recon_and_withhold",
+    "recon_first_message",
     "stored_ids",
     "want_and_stall",
 ]
@@ -109,6 +110,19 @@ async def _withhold_once(host: P2PHost, peer: str, keys: list[bytes],
             if frame[0] == WANT_LAST:
                 break
     return missing, wanted
+
+
+async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:
+    """Open a Recon session with ``frame`` and return the node's reply (retried while the
+    node declines with BUSY because it is starting a session with us at the same moment)."""
+    for _ in range(20):
+        async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+            await stream.send(frame)
+            reply = await stream.receive()
+        if reply != bytes([BUSY]):
+            return reply
+        await trio.sleep(0.5)
+    raise RuntimeError("the node stayed busy")
 
 
 async def want_and_stall(host: P2PHost, peer: str, seconds: float,

@@ -22,6 +22,7 @@ from tests.node.hostile import (
     key_list_bomb,
     peak_rss_mib,
     recon_and_withhold,
+    recon_first_message,
     stored_ids,
 )
 from tests.node.procs import NodeProcess
@@ -103,11 +104,9 @@ def test_key_list_bomb_is_rejected_and_counted(pair: list[NodeProcess]) -> None:
     assert 400_000 < len(bomb) < 1_000_000
 
     async def attack() -> None:
-        async with hostile(victim.listen_addrs[0]) as (host, peer), \
-                await host.open_stream(peer, RECON_PROTOCOL) as stream:
-            await stream.send(bomb)
-            with pytest.raises(P2PError):
-                await stream.receive()
+        async with hostile(victim.listen_addrs[0]) as (host, peer):
+            with pytest.raises(P2PError):  # the victim resets the stream
+                await recon_first_message(host, peer, bomb)
 
     before = metric(victim, "recon_protocol_errors_total")
     trio.run(attack)
