@@ -27,6 +27,7 @@ from sync.errors import RemoteProtocolError
 from sync.gossip import (
     MAX_BATCH_BYTES,
     MAX_BATCH_ITEMS,
+    REASON_BUDGET,
     GossipGate,
     GossipLimits,
     SenderCheck,
@@ -38,6 +39,7 @@ from sync.sds import (
     Acknowledged,
     Delivered,
     DependencyLost,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -123,6 +125,9 @@ class ChannelService:
         for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
         metrics.inc("events_rejected_total", 0, reason="none")
+        metrics.describe("sds_evicted_total", "counter", "entries dropped or refused by a bounded "
+                         "SDS buffer (waiting, missing) to stay within its limits")
+        metrics.inc("sds_evicted_total", 0, buffer="waiting")
         metrics.describe("events_store_failed_total", "counter",
                          "delivered events the database could not store (delivery undone)")
         metrics.describe("sds_clock_recovered_total", "counter",
@@ -242,12 +247,20 @@ class ChannelService:
                 data: bytes = message.data  # type: ignore[attr-defined]
                 peer: str = message.from_peer  # type: ignore[attr-defined]
                 # Only the publisher itself, handing it to us directly, pays (GossipMessage).
-                direct = getattr(message, "forwarder", None) == peer
+                forwarder: str | None = getattr(message, "forwarder", None)
+                direct = forwarder == peer
                 self.metrics.inc("gossip_bytes_received_total", len(data))
                 now = time.time()
-                admitted = self.gate.admit(data, peer, now)
+                # The budget is the neighbour's that handed it to us: that one is authenticated
+                # by the connection, the publisher field is not (unsigned gossip).
+                relay = forwarder or peer
+                admitted = self.gate.admit(data, relay, now)
                 for reason, penalty in admitted.rejected:
-                    self._reject(RemoteProtocolError(reason), peer, penalty, penalise=direct)
+                    if reason == REASON_BUDGET:
+                        self._reject(RemoteProtocolError(reason), relay, penalty,
+                                     penalise=forwarder is not None)
+                    else:
+                        self._reject(RemoteProtocolError(reason), peer, penalty, penalise=direct)
                 for item in admitted.items:
                     try:
                         ch.receive(item, now, peer=peer)
@@ -284,6 +297,8 @@ class ChannelService:
                 delivered.append(ev)
                 records.append(record_of_delivered(self.network_id, name, ev))
                 self.metrics.inc("events_delivered_total", channel=name)
+            elif isinstance(ev, Evicted):
+                self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):
                 self.metrics.inc("sds_missing_total", len(ev.entries))
                 if self.on_missing is not None:

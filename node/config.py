@@ -154,6 +154,14 @@ class SdsSection:
     # -- limits against hostile peers (docs/security.md "Clocks", "SDS buffers") --
     max_lamport_ahead_ms: int = _opt(600_000, lambda v: None if 0 <= v <= 1 << 40
                                      else "must be in [0, 2^40]")
+    max_waiting: int = _opt(10_000, _positive)
+    max_waiting_bytes: int = _opt(64 << 20, _positive)
+    max_waiting_per_sender: int = _opt(1_000, _positive)
+    max_waiting_bytes_per_sender: int = _opt(16 << 20, _positive)
+    max_missing: int = _opt(10_000, _positive)
+    max_missing_per_sender: int = _opt(1_000, _positive)
+    repair_cache_bytes: int = _opt(64 << 20, _non_negative)
+    ack_min_filters: int = _opt(2, _positive)
 
 
 @dataclass(frozen=True)

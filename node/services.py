@@ -12,7 +12,7 @@ from node.api import ApiRoute
 from node.apps import AppRunner
 from node.blocks_app import router_of
 from node.channels import ChannelService
-from node.config import Config
+from node.config import Config, ConfigError, SdsSection
 from node.discovery import DhtDiscovery
 from node.fetch import Fetcher
 from node.peers import PeerManager
@@ -21,6 +21,7 @@ from node.recon_service import ReconService
 from node.runtime import NodeRuntime
 from node.snapshots import scheduler_from_config
 from node.standing import PeerStanding, score_config
+from sync.errors import LocalProtocolError
 from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
@@ -30,6 +31,15 @@ __all__ = ["build_services", "channel_writers", "sds_config"]
 
 def sds_config(config: Config) -> SdsConfig:
     s = config.sds
+    try:
+        return _sds_config(s)
+    except LocalProtocolError as exc:  # a combination of keys SDS cannot work with
+        name = str(exc).rsplit(".", 1)[-1]
+        raise ConfigError(f"sds.{name}", "inconsistent with the other sds keys "
+                          "(docs/security.md)") from None
+
+
+def _sds_config(s: SdsSection) -> SdsConfig:
     return SdsConfig(
         causal_history_size=s.causal_history_size,
         bloom_capacity=s.bloom_capacity,
@@ -43,6 +53,14 @@ def sds_config(config: Config) -> SdsConfig:
         t_min=s.repair_t_min_s,
         t_max=s.repair_t_max_s,
         max_lamport_ahead_ms=s.max_lamport_ahead_ms,
+        max_waiting=s.max_waiting,
+        max_waiting_bytes=s.max_waiting_bytes,
+        max_waiting_per_sender=s.max_waiting_per_sender,
+        max_waiting_bytes_per_sender=s.max_waiting_bytes_per_sender,
+        max_missing=s.max_missing,
+        max_missing_per_sender=s.max_missing_per_sender,
+        repair_cache_bytes=s.repair_cache_bytes,
+        ack_min_filters=s.ack_min_filters,
     )
 
 
