@@ -221,7 +221,11 @@ def run(quick: bool) -> dict[str, Any]:
                 _, wanted = await recon_and_withhold(host, peer, keys)
             return len(keys), wanted
 
+        published = time.monotonic()
         advertised, wanted = trio.run(withhold)
+        # Past libp2p's message cache (IHAVE/IWANT would hand the victim the fresh events):
+        # from here on only Recon can deliver them.
+        time.sleep(max(0.0, published + 12 - time.monotonic()))
         joined = time.monotonic()
         v.cli("join", a.listen_addrs[0])
         v.cli("join", b.listen_addrs[0])
