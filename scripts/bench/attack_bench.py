@@ -99,7 +99,7 @@ class Publisher(threading.Thread):
         self.node, self.prefix, self.threads = node, prefix, threads
         self.acked: list[str] = []
         self.errors = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._lock = threading.Lock()
 
     def run(self) -> None:
@@ -112,7 +112,7 @@ class Publisher(threading.Thread):
     def _work(self, worker: int) -> None:
         with httpx.Client(base_url=self.node.api_url, timeout=30) as client:
             k = 0
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 k += 1
                 try:
                     r = client.post("/v1/channels/general/events",
@@ -127,7 +127,7 @@ class Publisher(threading.Thread):
                         self.errors += 1
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=60)
 
 
