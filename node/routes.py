@@ -153,6 +153,14 @@ async def _join(node: NodeRuntime, request: Request) -> Response:
     return JSONResponse({"peer_id": peer_id, "multiaddr": body["multiaddr"]})
 
 
+async def _forget(node: NodeRuntime, request: Request) -> Response:
+    peer_id = str(request.path_params["peer_id"])
+    assert node.peers is not None
+    if not await node.peers.forget(peer_id):
+        raise ApiError(404, f"{peer_id} is not a known peer")
+    return JSONResponse({"peer_id": peer_id, "forgotten": True})
+
+
 async def _channels(node: NodeRuntime, _request: Request) -> Response:
     assert node.channels is not None
     out = []
@@ -176,6 +184,9 @@ NODE_ROUTES: list[ApiRoute] = [
     ApiRoute("GET", "/v1/channels/{channel}/follow", "Stream new events as NDJSON", _follow),
     ApiRoute("GET", "/v1/channels", "Channels with their SDS state", _channels),
     ApiRoute("GET", "/v1/peers", "Connected and known peers", _peers),
-    ApiRoute("POST", "/v1/peers", "Join: connect to a peer and remember it", _join),
+    ApiRoute("POST", "/v1/peers", "Join: dial a peer at an address, check its peer id and "
+             "remember the address", _join),
+    ApiRoute("DELETE", "/v1/peers/{peer_id}", "Forget a known peer: no more redials, its "
+             "stored address dropped, disconnected", _forget),
 ]
 
