@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -119,8 +120,9 @@ def _cmd_peers(args: argparse.Namespace) -> int:
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     message = sys.stdin.read() if args.message == "-" else args.message
+    # One key per invocation: the client's retries after a broken connection cannot publish twice.
     answer = client_for(args).post(f"/v1/channels/{args.channel}/events",
-                                   json={"content": message})
+                                   json={"content": message}, idempotency_key=secrets.token_hex(16))
     print(answer["message_id"])
     return 0
 
@@ -128,7 +130,10 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 def _event_line(event: dict[str, Any], as_json: bool) -> str:
     if as_json:
         keys = ("message_id", "sender", "lamport", "content")
-        return json.dumps({k: event[k] for k in keys})
+        line = {k: event[k] for k in keys}
+        if event["content"] is None:  # not UTF-8: the bytes, base64, rather than nothing
+            line["content_b64"] = event["content_b64"]
+        return json.dumps(line)
     content = event["content"] if event["content"] is not None else f"<{event['content_b64']}>"
     # One line per event, whatever the content holds.
     content = content.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
@@ -209,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     log_cmd = sub.add_parser("log", help="print a channel's events in log order")
     log_cmd.add_argument("channel", metavar="CHANNEL")
     log_cmd.add_argument("--json", action="store_true",
-                         help="one JSON object per line: message_id, sender, lamport, content")
+                         help="one JSON object per line: message_id, sender, lamport, content "
+                         "(null if not UTF-8, with content_b64 holding the bytes)")
     log_cmd.add_argument("--follow", action="store_true", help="keep printing new events")
     add_client_options(log_cmd)
     log_cmd.set_defaults(func=_cmd_log)
