@@ -7,12 +7,12 @@ import time: people run these commands in loops (see scripts/bench/cli_bench.py)
 Exit codes, one rule for every command (README "Exit codes"):
 
 * 0: done.
-* 1 (``EXIT_FAILED``): the request was valid but could not be carried out: no node answering,
-  data dir or port in use, not found (HTTP 404), conflict (409), a failure on the node (5xx),
-  a failed job.
+* 1 (``EXIT_FAILED``): the request was well-formed but could not be carried out: no node
+  answering, data dir or port in use, refused (HTTP 401/403: token), not found (404),
+  conflict (409), a failure on the node (5xx), a failed job.
 * 2 (``EXIT_USAGE``): the request itself is wrong and nothing was attempted: bad arguments,
-  a bad config or input file, or the node rejected the request as malformed (HTTP 400, 401,
-  403, 405, 413, 415, 422).
+  a bad config or input file, or the node rejected the request as malformed (HTTP 400, 405,
+  413, 415, 422).
 """
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ import argparse
 import http.client
 import importlib
 import json
+import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
+
+from node.api_token import TOKEN_ENV, TOKEN_FILE, read_token
 
 if TYPE_CHECKING:
     from node.config import Config
@@ -41,11 +45,12 @@ __all__ = [
     "lazy_command",
     "parse_api_url",
     "print_json",
+    "token_for",
 ]
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-_USAGE_STATUSES = frozenset({400, 401, 403, 405, 413, 415, 422})
+_USAGE_STATUSES = frozenset({400, 405, 413, 415, 422})
 
 
 def exit_code_for_status(status: int) -> int:
@@ -94,9 +99,15 @@ class ApiClient:
 
     Built on ``http.client``: it talks to the URL given and nothing else, so ``HTTP_PROXY``
     and friends never reroute a loopback call (and it imports in a few milliseconds).
+
+    ``token`` goes in every request as ``Authorization: Bearer``. A request given an
+    ``idempotency_key`` is retried on transport failures (the node may have committed it before
+    the connection broke): the node answers a repeated key with the original result.
     """
 
-    def __init__(self, base_url: str, timeout: float = 30.0,
+    RETRIES = 3
+
+    def __init__(self, base_url: str, timeout: float = 30.0, token: str | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         parts = urlsplit(self.base_url)
@@ -105,41 +116,57 @@ class ApiClient:
         self._port = parts.port
         self.timeout = timeout
         self.headers = {"Accept": "application/json", **(headers or {})}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
 
     def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         return cls(self._host, self._port, timeout=timeout)
 
     def _send(self, method: str, path: str, json_body: Any, params: Mapping[str, Any] | None,
-              timeout: float | None) -> tuple[http.client.HTTPConnection,
-                                              http.client.HTTPResponse]:
+              timeout: float | None, idempotency_key: str | None = None
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         target = path + ("?" + urlencode(params) if params else "")
         headers = dict(self.headers)
         body = None
         if json_body is not None:
             body = json.dumps(json_body).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        conn = self._connection(timeout)
-        try:
-            conn.request(method, target, body=body, headers=headers)
-            response = conn.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            reason = "timed out" if isinstance(exc, socket.timeout) else exc.__class__.__name__
-            raise CliError(
-                f"no node answering at {self.base_url} ({reason}); "
-                "is `syncnode run` running, and is --api right?"
-            ) from None
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        attempts = self.RETRIES if idempotency_key is not None else 1
+        for attempt in range(attempts):
+            conn = self._connection(timeout)
+            try:
+                conn.request(method, target, body=body, headers=headers)
+                response = conn.getresponse()
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if attempt + 1 < attempts:
+                    time.sleep(0.2 * 2**attempt)
+                    continue
+                reason = "timed out" if isinstance(exc, socket.timeout) else \
+                    exc.__class__.__name__
+                raise CliError(
+                    f"no node answering at {self.base_url} ({reason}); "
+                    "is `syncnode run` running, and is --api right?"
+                ) from None
         if response.status >= 400:
             raw = response.read()
             conn.close()
-            raise CliError(f"{method} {path}: HTTP {response.status}: {_error_text(raw)}",
+            message = _error_text(raw)
+            if response.status == 401:
+                message += f" [{TOKEN_HINT}]"
+            raise CliError(f"{method} {path}: HTTP {response.status}: {message}",
                            code=exit_code_for_status(response.status))
         return conn, response
 
     def request(self, method: str, path: str, *, json: Any = None,
-                params: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
-        conn, response = self._send(method, path, json, params, timeout or self.timeout)
+                params: Mapping[str, Any] | None = None, timeout: float | None = None,
+                idempotency_key: str | None = None) -> Any:
+        conn, response = self._send(method, path, json, params, timeout or self.timeout,
+                                    idempotency_key)
         try:
             raw = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -194,13 +221,45 @@ def _error_text(raw: bytes) -> str:
     return text.strip()[:500]
 
 
+TOKEN_HINT = (f"the CLI reads the token from --token, ${TOKEN_ENV}, or <data dir>/{TOKEN_FILE} "
+              "(--data-dir, or node.data_dir of --config)")
+
+
+def token_for(args: argparse.Namespace, config: Config | None) -> str | None:
+    """--token, then $SYNCNODE_API_TOKEN, then the data dir's token file."""
+    if getattr(args, "token", None):
+        return str(args.token)
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV]
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir is None:
+        config = config or config_from(args)
+        data_dir = config.node.data_dir
+    return read_token(data_dir)
+
+
 def client_for(args: argparse.Namespace) -> ApiClient:
-    return ApiClient(parse_api_url(args.api or config_from(args).api.listen))
+    config = None
+    if args.api:
+        url = parse_api_url(args.api)
+    else:
+        config = config_from(args)
+        url = parse_api_url(config.api.listen)
+    try:
+        token = token_for(args, config)
+    except CliError:
+        token = None  # no config to find a data dir in: the node will say a token is needed
+    return ApiClient(url, token=token)
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api", metavar="URL", help="node API (default: api.listen of --config)")
     parser.add_argument("--config", metavar="FILE", help="config file to read the API address from")
+    parser.add_argument("--token", metavar="TOKEN",
+                        help=f"API token (default: ${TOKEN_ENV}, else <data dir>/{TOKEN_FILE})")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="the node's data dir, to read its API token from "
+                             "(default: node.data_dir of --config)")
 
 
 def lazy_command(module: str, name: str) -> Callable[[argparse.Namespace], int]:

@@ -20,6 +20,7 @@ from node.cli_common import (
     CliError,
     add_client_options,
     client_for,
+    config_from,
     lazy_command,
     print_json,
 )
@@ -46,8 +47,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_id(args: argparse.Namespace) -> int:
-    if args.data_dir:
-        peer_id, addrs = _offline_id(args.data_dir), []
+    if args.offline:
+        peer_id, addrs = _offline_id(args.data_dir or config_from(args).node.data_dir), []
     else:
         status = client_for(args).get("/v1/status")
         peer_id, addrs = status["peer_id"], status.get("listen_addrs", [])
@@ -141,9 +142,12 @@ def _read_message(arg: str) -> dict[str, str]:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
+    import secrets
+
     body = _read_message(args.message)
+    # One key per invocation: the client's retries after a broken connection cannot publish twice.
     answer = client_for(args).post(f"/v1/channels/{quote(args.channel, safe='')}/events",
-                                   json=body)
+                                   json=body, idempotency_key=secrets.token_hex(16))
     print(answer["message_id"])
     return 0
 
@@ -151,7 +155,10 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 def _event_line(event: dict[str, Any], as_json: bool) -> str:
     if as_json:
         keys = ("message_id", "sender", "lamport", "content")
-        return json.dumps({k: event[k] for k in keys})
+        line = {k: event[k] for k in keys}
+        if event["content"] is None:  # not UTF-8: the bytes, base64, rather than nothing
+            line["content_b64"] = event["content_b64"]
+        return json.dumps(line)
     content = event["content"] if event["content"] is not None else f"<{event['content_b64']}>"
     # One line per event, whatever the content holds.
     content = content.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
@@ -243,8 +250,9 @@ def register(sub: Any) -> None:
 
     id_cmd = sub.add_parser("id", help="print the node's peer id and full listen multiaddrs")
     add_client_options(id_cmd)
-    id_cmd.add_argument("--data-dir", metavar="DIR",
-                        help="read the identity from DIR instead of asking the running node")
+    id_cmd.add_argument("--offline", action="store_true",
+                        help="read the identity key from the data dir (--data-dir, or "
+                             "node.data_dir of --config) instead of asking the running node")
     id_cmd.add_argument("--json", action="store_true", help="print JSON")
     id_cmd.set_defaults(func=_cmd_id)
 
@@ -277,7 +285,8 @@ def register(sub: Any) -> None:
     log_cmd = sub.add_parser("log", help="print a channel's events in log order")
     log_cmd.add_argument("channel", metavar="CHANNEL")
     log_cmd.add_argument("--json", action="store_true",
-                         help="one JSON object per line: message_id, sender, lamport, content")
+                         help="one JSON object per line: message_id, sender, lamport, content "
+                         "(null if not UTF-8, with content_b64 holding the bytes)")
     log_cmd.add_argument("--limit", type=int, metavar="N", help="only the newest N events")
     log_cmd.add_argument("--since", metavar="WHEN",
                          help="only events from WHEN on: 10m, 2h, 1d, an ISO time or epoch ms")

@@ -8,6 +8,7 @@ before exiting with status 2.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import re
@@ -111,9 +112,37 @@ class NodeConfig:
     log_format: str = _opt("text", _one_of("text", "json"))
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class ApiConfig:
     listen: str = _opt("127.0.0.1:8700", _host_port)
+    allow_remote: bool = _opt(False)
+    hosts: tuple[str, ...] = _opt(())
+    max_body_bytes: int = _opt(4 * 1024 * 1024, _positive)
+    body_timeout_s: float = _opt(30.0, _positive)
+    page_max_bytes: int = _opt(8 * 1024 * 1024, _positive)
+    read_timeout_s: float = _opt(30.0, _positive)
+    idle_timeout_s: float = _opt(5.0, _positive)
+    max_follows: int = _opt(64, _positive)
+    idempotency_ttl_s: float = _opt(86400.0, _positive)
+
+    def __post_init__(self) -> None:
+        # Anyone who can reach the API can publish as this node: exposing it is an explicit act.
+        host, _port = parse_host_port(self.listen)
+        if not self.allow_remote and not _is_loopback(host):
+            raise ConfigError(
+                "api.listen",
+                f"{host} is not a loopback address; the API signs and publishes as this node, "
+                "so set api.allow_remote = true to expose it (every request then needs the token)",
+            )
 
 
 @dataclass(frozen=True)

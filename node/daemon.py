@@ -10,6 +10,8 @@ from typing import Any
 import trio
 
 from node.api import ApiRoute, create_app, serve_api
+from node.api_guard import ApiGuard, HostPolicy
+from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
 from node.identity import load_or_create_identity
 from node.logs import kv
@@ -128,6 +130,7 @@ async def _serve_locked(
 ) -> None:
     _check_ports(config)
     key = load_or_create_identity(config.data_path)
+    token = load_or_create_token(config.data_path)
     engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous)
     try:
         await trio.to_thread.run_sync(upgrade, engine)
@@ -150,8 +153,12 @@ async def _serve_locked(
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, *running)
             all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *app_routes, *(routes or [])]
-            app = create_app(runtime, all_routes)
-            runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown)
+            app = ApiGuard(
+                create_app(runtime, all_routes, config.api),
+                token=token, hosts=HostPolicy(api_host, config.api.hosts), metrics=runtime.metrics,
+            )
+            runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
+                                                  config.api)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,
                                                listen=",".join(info.listen_addrs)))

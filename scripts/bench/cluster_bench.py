@@ -357,7 +357,7 @@ class NodeCluster:
     def measure(self, rate: float, duration: float, profile: Path | None = None) -> Step:
         self.step_no += 1
         total = schedule(rate, duration)
-        urls = [n.api_url for n in self.nodes]
+        urls = [(n.api_url, n.token) for n in self.nodes]
         spy = None
         if profile is not None:
             spy = start_profile(self.nodes[1], profile / f"node-step{self.step_no}-"
@@ -403,7 +403,7 @@ class NodeCluster:
 
 
 async def _publish_all(
-    urls: list[str], step: int, rate: float, total: int
+    urls: list[tuple[str, str]], step: int, rate: float, total: int
 ) -> tuple[float, list[tuple[float, float | None, str | None]]]:
     """Publish ``total`` events round-robin over the nodes, open loop at ``rate``.
 
@@ -413,7 +413,9 @@ async def _publish_all(
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     # Clients first (each builds an SSL context: slow under load), then the clock starts.
-    clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits) for u in urls]
+    clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits,
+                                 headers={"Authorization": f"Bearer {token}"})
+               for u, token in urls]
     start_at = time.time() + 0.2
 
     async def one(j: int) -> None:

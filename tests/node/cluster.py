@@ -65,7 +65,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> Non
 def publish_many(node: NodeProcess, channel: str, contents: list[str],
                  threads: int = 8) -> list[str]:
     """Publish concurrently; returns the message ids of the publishes that were answered."""
-    with httpx.Client(base_url=node.api_url, timeout=60) as client:
+    with node.client(timeout=60) as client:
 
         def one(content: str) -> str:
             r = client.post(f"/v1/channels/{channel}/events", json={"content": content})

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from node.api_token import TOKEN_ENV, read_token
 from tests.conftest import ROOT
 
 
@@ -30,6 +31,7 @@ class NodeProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.peer_id = ""
         self.api_url = ""
+        self.token = ""
         self.listen_addrs: list[str] = []
         self.stderr_path = data_dir / "node.log"
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -64,6 +66,7 @@ class NodeProcess:
                 self.listen_addrs.append(line.split()[-1])
             elif line.startswith("api:"):
                 self.api_url = line.split()[-1]
+                self.token = read_token(self.data_dir) or ""
                 return self
 
     def _pump(self) -> None:
@@ -84,18 +87,30 @@ class NodeProcess:
         return subprocess.run(
             [sys.executable, "-m", "node.cli", *args, "--api", self.api_url],
             cwd=ROOT, capture_output=True, text=True, input=input, timeout=timeout,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env=self.cli_env(),
         )
 
+    def cli_env(self) -> dict[str, str]:
+        """The environment a CLI subprocess needs to reach this node (its API token)."""
+        return {**os.environ, "PYTHONPATH": str(ROOT), TOKEN_ENV: self.token}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, timeout: float = 30) -> httpx.Client:
+        """An HTTP client of this node's API that sends its token."""
+        return httpx.Client(base_url=self.api_url, headers=self.headers, timeout=timeout)
+
     def get(self, path: str, **params: Any) -> Any:
-        response = httpx.get(self.api_url + path, params=params, timeout=30)
+        response = httpx.get(self.api_url + path, params=params, headers=self.headers, timeout=30)
         response.raise_for_status()
         if "json" in response.headers.get("content-type", ""):
             return response.json()
         return response.text
 
     def post(self, path: str, body: Any) -> Any:
-        response = httpx.post(self.api_url + path, json=body, timeout=30)
+        response = httpx.post(self.api_url + path, json=body, headers=self.headers, timeout=30)
         response.raise_for_status()
         return response.json()
 

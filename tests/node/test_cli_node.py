@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,8 +47,7 @@ def test_join_publish_and_log_through_the_cli(tmp_path: Path) -> None:
 
         follower = subprocess.Popen(
             [sys.executable, "-m", "node.cli", "log", "general", "--follow", "--api", b.api_url],
-            cwd=ROOT, stdout=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT, stdout=subprocess.PIPE, text=True, env=b.cli_env(),
         )
         try:
             assert follower.stdout is not None

@@ -27,7 +27,7 @@ def rows(node: NodeProcess) -> list[dict[str, Any]]:
 def write_concurrently(node: NodeProcess, index: int) -> int:
     """Random upserts, updates and deletes of the same five records from every node."""
     rng = random.Random(index)
-    with httpx.Client(base_url=node.api_url, timeout=60) as client:
+    with node.client(timeout=60) as client:
 
         def one(i: int) -> None:
             op = rng.choice(["upsert", "upsert", "update", "delete"])
@@ -102,7 +102,7 @@ def test_db_cli_writes_reads_and_reports_errors(tmp_path: Path) -> None:
             bad = node.cli("db", *args)
             assert bad.returncode == 2, (args, bad.stderr)
             assert fragment in bad.stderr and bad.stderr.startswith("error: ")
-        wrong = httpx.post(node.api_url + "/v1/db/kv",
+        wrong = httpx.post(node.api_url + "/v1/db/kv", headers=node.headers,
                            json={"op": "upsert", "id": "x", "values": {"n": "str"}})
         assert wrong.status_code == 400 and "bad_type" in wrong.json()["error"]
     finally:

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 def _publisher(node: NodeProcess, channel: str, tag: str, stop: threading.Event,
                answered: list[str]) -> None:
-    with httpx.Client(base_url=node.api_url, timeout=10) as client:
+    with node.client(timeout=10) as client:
         k = 0
         while not stop.is_set():
             try:
