@@ -25,7 +25,7 @@ from node.cli_common import (
     config_from,
 )
 
-__all__ = ["progress_bar", "register"]
+__all__ = ["explain_snapshot", "progress_bar", "register"]
 
 _BAR = 30
 
@@ -49,13 +49,41 @@ def _describe_last(last: dict[str, Any] | None) -> str:
     parts = [f"last run: {verdict} ({last.get('reason')}, {last.get('seconds')} s)"]
     for job in last.get("jobs", []):
         line = f"  {job['job']}: exit {job.get('exit_code')}"
-        if job.get("result"):
-            line += f"  {json.dumps(job['result'], sort_keys=True)}"
         if job.get("error"):
             line += f"  error: {job['error']}"
         parts.append(line)
+        result = job.get("result") or {}
+        if job["job"] == "snapshot" and "events" in result:
+            parts.extend(f"    {x}" for x in explain_snapshot(result))
+        elif result:
+            parts.append(f"    {json.dumps(result, sort_keys=True)}")
         parts.extend(f"    {s}" for s in job.get("stderr", [])[-5:])
     return "\n".join(parts)
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def explain_snapshot(result: dict[str, Any]) -> list[str]:
+    """A snapshot job's result in words: what it wrote, what it left out, why and until when."""
+    lines = [f"written: {result['events']} events in {result['files']} record files "
+             f"({result.get('new_events', 0)} events, {result.get('new_files', 0)} files new "
+             f"in this run) -> {result.get('out', '?')}"]
+    pending = result.get("pending_events") or 0
+    if pending:
+        until = result.get("pending_until_ms")
+        when = f"a rebuild after {_utc(until)} includes them" if until else "a later rebuild"
+        lines.append(f"left out: {pending} events {result.get('pending_reason') or ''}; {when} "
+                     "(spark.settle_ms; snapshot_interval_s can rebuild by itself)".replace(
+                         "  ", " "))
+    else:
+        lines.append("left out: nothing (every stored event is in the files)")
+    if result.get("late"):
+        lines.append(f"late: {result['late']} events arrived after their period was written: "
+                     "they are not in the files (a node bootstrapped from them gets these "
+                     "through Recon)")
+    return lines
 
 
 def _show(status: dict[str, Any], as_json: bool) -> None:
@@ -70,12 +98,21 @@ def _show(status: dict[str, Any], as_json: bool) -> None:
 
 
 def _watch(client: Any, poll_s: float = 1.0) -> dict[str, Any]:
-    """Redraw the progress bar until the run finishes; returns the final status."""
+    """Show progress until the run finishes; returns the final status.
+
+    On a terminal one bar is redrawn in place; otherwise (a pipe, a log) a line is printed only
+    when the phase changes, not once per poll.
+    """
     tty = sys.stdout.isatty()
     status: dict[str, Any] = client.get("/v1/snapshots/status")
+    phase = None
     while status["running"]:
-        line = progress_bar(status.get("progress"))
-        print(("\r" + line.ljust(72)) if tty else line, end="" if tty else "\n", flush=True)
+        progress = status.get("progress") or {}
+        if tty:
+            print("\r" + progress_bar(progress).ljust(72), end="", flush=True)
+        elif progress.get("phase") != phase:
+            phase = progress.get("phase")
+            print(f"{phase or 'starting'} ...", flush=True)
         time.sleep(poll_s)
         status = client.get("/v1/snapshots/status")
     if tty:

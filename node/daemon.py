@@ -13,6 +13,7 @@ from node.api import ApiRoute, create_app, serve_api
 from node.api_guard import ApiGuard, HostPolicy
 from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
+from node.health_routes import HEALTH_ROUTES
 from node.identity import load_or_create_identity
 from node.logs import kv
 from node.p2p import P2PConfig, P2PHost, open_host
@@ -152,7 +153,8 @@ async def _serve_locked(
             running, app_routes = await build_services(runtime)
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, *running)
-            all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *app_routes, *(routes or [])]
+            all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *HEALTH_ROUTES, *app_routes,
+                          *(routes or [])]
             app = ApiGuard(
                 create_app(runtime, all_routes, config.api),
                 token=token, hosts=HostPolicy(api_host, config.api.hosts), metrics=runtime.metrics,
