@@ -107,7 +107,7 @@ def _nonempty_names(v: Any) -> str | None:
 @dataclass(frozen=True)
 class NodeConfig:
     data_dir: str = _opt("./data", lambda v: check_dir(v) if v else "must not be empty")
-    network_id: int = _opt(1, _non_negative)
+    network_id: int = _opt(1, lambda v: None if 0 <= v < 2**63 else "must be in [0, 2^63)")
     log_level: str = _opt("info", _one_of("debug", "info", "warning", "error"))
     log_format: str = _opt("text", _one_of("text", "json"))
 

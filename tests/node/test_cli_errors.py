@@ -54,7 +54,8 @@ CONFIGS = [
     ('[api]\nlisten = "foo:bar"\n', "api.listen: expected HOST:PORT"),
     ('[db.tables.users]\ncolumns = { a = "text" }\nwriters = ["me"]\n', "not a libp2p peer id"),
     ('[spark]\nmaster = "lokal"\n', "spark.master"),
-    ("[node]\nnetwork_id = -1\n", "must be >= 0"),
+    ("[node]\nnetwork_id = -1\n", "must be in [0, 2^63)"),
+    ("[node]\nnetwork_id = 18446744073709551616\n", "must be in [0, 2^63)"),
     ("[node\n", "invalid TOML"),
     ("[node]\nbogus = 1\n", "node.bogus: unknown key"),
 ]
