@@ -131,11 +131,14 @@ def test_bad_files(tmp_path: Path) -> None:
 
 
 def _manifest(block: object) -> dict[str, object]:
-    entry = {"path": "r/a.rcd", "block": block, "period": 0, "count": 1,
-             "first_consensus_ns": 0, "start_running_hash": "00", "end_running_hash": "00",
-             "file_hash": "00", "signature": "r/a.rcd_sig"}
+    """Two file entries, the second with block ``block`` (today's TypeError was in the check
+    that a block follows the previous one)."""
+    entries = [{"path": f"r/{name}.rcd", "block": number, "period": 0, "count": 1,
+                "first_consensus_ns": 0, "start_running_hash": "00", "end_running_hash": "00",
+                "file_hash": "00", "signature": f"r/{name}.rcd_sig"}
+               for name, number in (("a", 0), ("b", block))]
     return {"format": "syncnode-snapshot-1", "network_id": 1, "node": PEER, "period_ms": 60000,
-            "chain": {}, "files": [entry], "root": "", "count": 1, "ahash": "00"}
+            "chain": {}, "files": entries, "root": "", "count": 2, "ahash": "00"}
 
 
 @pytest.mark.parametrize("manifest", [
