@@ -20,13 +20,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from node.openapi import RouteDoc, arr, document, obj
+from node.openapi import INT64_MAX, RouteDoc, arr, document, obj
 
 if TYPE_CHECKING:
     from node.config import ApiConfig
     from node.runtime import NodeRuntime
 
-__all__ = ["ApiError", "ApiRoute", "RouteDoc", "create_app", "read_json", "serve_api"]
+__all__ = [
+    "ApiError", "ApiRoute", "RouteDoc", "create_app", "int_param", "internal_error", "read_body",
+    "read_json",
+    "serve_api",
+]
 
 Handler = Callable[["NodeRuntime", Request], Awaitable[Response]]
 
@@ -101,6 +105,20 @@ async def read_body(request: Request, max_bytes: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
+def int_param(request: Request, name: str, default: int, maximum: int = INT64_MAX) -> int:
+    """A non-negative integer query parameter; anything else (``1e20``, ``-1``, ``2**63``) is a
+    400 naming the parameter, never an overflow further down."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise ApiError(400, f"query parameter {name} must be an integer in 0..{maximum}")
+    value = int(raw)
+    if value > maximum:
+        raise ApiError(400, f"query parameter {name} must be an integer in 0..{maximum}")
+    return value
+
+
 def _check_json(value: Any) -> None:
     """Refuse what JSON allows but nothing downstream can use: lone UTF-16 surrogates (they
     cannot be encoded as UTF-8) and nesting deeper than any route needs."""
@@ -134,7 +152,7 @@ async def read_json(request: Request, max_bytes: int | None = None) -> Any:
     return value
 
 
-async def _internal_error(request: Request, _exc: Exception) -> Response:
+async def internal_error(request: Request, _exc: Exception) -> Response:
     # The guard logs the exception and counts the 500; this only keeps the answer JSON.
     request_id = request.scope.get("state", {}).get("request_id", "-")
     return JSONResponse(
@@ -169,9 +187,12 @@ def create_app(node: NodeRuntime, routes: list[ApiRoute],
     )
     starlette_routes = [Route(r.path, wrap(r.handler), methods=[r.method]) for r in all_routes]
     starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
-    app = Starlette(routes=starlette_routes, exception_handlers={Exception: _internal_error})
+    app = Starlette(routes=starlette_routes, exception_handlers={Exception: internal_error})
     app.state.max_body_bytes = api_config.max_body_bytes if api_config else DEFAULT_MAX_BODY
     app.state.body_timeout_s = api_config.body_timeout_s if api_config else 30.0
+    app.state.page_max_bytes = api_config.page_max_bytes if api_config else 8 * 1024 * 1024
+    app.state.max_follows = api_config.max_follows if api_config else 64
+    app.state.follows = 0
     return app
 
 

@@ -17,7 +17,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from node.api import ApiError, ApiRoute, read_json
+from node.api import ApiError, ApiRoute, int_param, read_json
 from node.apps import LogApplication
 from node.blocks_app import APP_NAME, BlocksApplication, encode_envelope, router_of
 from node.config import Config
@@ -186,13 +186,10 @@ class BlocksBundle:
 
     async def _follow(self, node: NodeRuntime, request: Request) -> Response:
         self._check_enabled()
-        raw = request.query_params.get("after")
-        if raw is None:
+        if request.query_params.get("after") is None:
             cursor = await node.store.read(last_change_seq, self.blocks.stream)
-        elif raw.isdigit():
-            cursor = int(raw)
         else:
-            raise ApiError(400, "after must be a non-negative integer")
+            cursor = int_param(request, "after", 0)
         stream = self.blocks.stream
 
         async def lines() -> AsyncIterator[bytes]:

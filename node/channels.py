@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Connection
 
 from node.events import record_of_delivered, record_of_event
 from node.linger import Linger
@@ -161,14 +162,22 @@ class ChannelService:
         except KeyError:
             raise UnknownChannel(name) from None
 
-    async def publish(self, name: str, content: bytes) -> Delivered:
-        """Send ``content``; returns once the event is committed to the database."""
+    async def publish(
+        self, name: str, content: bytes,
+        also: Callable[[Connection, Delivered], None] | None = None,
+    ) -> Delivered:
+        """Send ``content``; returns once the event is committed to the database.
+
+        ``also(conn, delivered)`` is written in the event's own transaction (idempotency keys).
+        """
         ch = self.channel(name)
         wire = ch.send(content, time.time())
         records, delivered = self._process(name)
         # send() delivers our own message at once; it is the only delivery of ours in this drain.
         own = [d for d in delivered if d.sender_id == self.peer_id][-1]
-        await self.store.append(records)
+        await self.store.append(
+            records, None if also is None else (lambda conn: also(conn, own))
+        )
         self._queue_gossip(name, wire)
         self.metrics.inc("events_published_total", channel=name)
         return own

@@ -146,12 +146,12 @@ def _cmd_log(args: argparse.Namespace) -> int:
     follow_from = _latest_seq(client, args.channel) if args.follow else 0
     params: dict[str, Any] = {"limit": 10_000}
     while True:
-        page = client.get(f"/v1/channels/{args.channel}/events", params=params)["events"]
-        for event in page:
+        answer = client.get(f"/v1/channels/{args.channel}/events", params=params)
+        for event in answer["events"]:
             print(_event_line(event, args.json), flush=True)
-        if len(page) < params["limit"]:
+        if not answer.get("more"):
             break
-        params.update(after_lamport=page[-1]["lamport"], after_id=page[-1]["message_id"])
+        params.update(answer["next"])
     if not args.follow:
         return 0
     # Follow in storage order from now on: late arrivals with old timestamps are shown too.
@@ -168,10 +168,13 @@ def _cmd_log(args: argparse.Namespace) -> int:
 
 def _latest_seq(client: ApiClient, channel: str) -> int:
     cursor = 0
-    while page := client.get(f"/v1/channels/{channel}/events",
-                             params={"order": "seq", "after": cursor, "limit": 10_000})["events"]:
-        cursor = page[-1]["seq"]
-    return cursor
+    while True:
+        answer = client.get(f"/v1/channels/{channel}/events",
+                            params={"order": "seq", "after": cursor, "limit": 10_000})
+        if answer["events"]:
+            cursor = answer["events"][-1]["seq"]
+        if not answer.get("more"):
+            return cursor
 
 
 def build_parser() -> argparse.ArgumentParser:

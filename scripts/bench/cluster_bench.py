@@ -339,12 +339,12 @@ class NodeCluster:
         """Read what each node stored since the last poll (seq order) with its commit time."""
         for i, node in enumerate(self.nodes):
             while True:
-                page = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
-                                after=self.cursors[i], limit=10_000)["events"]
-                for event in page:
+                answer = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
+                                  after=self.cursors[i], limit=10_000)
+                for event in answer["events"]:
                     self.seen[i][event["message_id"]] = int(event["received_at"])
                     self.cursors[i] = max(self.cursors[i], int(event["seq"]))
-                if len(page) < 10_000:
+                if not answer["more"]:
                     break
 
     def wait_everywhere(self, ids: list[str], deadline: float) -> None:
