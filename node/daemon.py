@@ -16,6 +16,8 @@ from node.config import Config, parse_host_port
 from node.identity import load_or_create_identity
 from node.logs import kv
 from node.p2p import P2PConfig, P2PHost, open_host
+from node.p2p_addrs import bind_problem, unbindable_listen_addr
+from node.repo_lock import DataDirLocked, RepoLock
 from node.routes import NODE_ROUTES
 from node.runtime import NodeInfo, NodeRuntime
 from node.services import build_services
@@ -23,9 +25,37 @@ from node.snapshot_routes import SNAPSHOT_ROUTES
 from node.store import EventStore
 from storage import AppendResult, EventRecord, make_engine, upgrade
 
-__all__ = ["serve"]
+__all__ = ["StartupError", "serve"]
 
 log = logging.getLogger("syncnode.daemon")
+
+
+class StartupError(RuntimeError):
+    """The node cannot start (data dir in use, a port taken, ...): one line for the user."""
+
+
+def _check_ports(config: Config) -> None:
+    """Fail before opening anything when a configured port is taken (by another node, mostly)."""
+    if busy := unbindable_listen_addr(config.p2p.listen):
+        raise StartupError(f"cannot listen on p2p.listen {busy[0]}: {busy[1]} "
+                           "(another node? pick another port, or tcp/0 for a free one)")
+    host, port = parse_host_port(config.api.listen)
+    if problem := bind_problem(host, port):
+        raise StartupError(f"cannot listen on api.listen {config.api.listen}: {problem} "
+                           "(another node? pick another port, or port 0 for a free one)")
+
+
+def _open_data_dir(config: Config) -> RepoLock:
+    data_dir = config.data_path
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = RepoLock(data_dir)
+        lock.acquire()
+    except DataDirLocked as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        raise StartupError(f"cannot use data dir {data_dir}: {exc.strerror or exc}") from None
+    return lock
 
 
 def p2p_config(config: Config) -> P2PConfig:
@@ -80,11 +110,27 @@ async def serve(
     routes: list[ApiRoute] | None = None,
     task_status: trio.TaskStatus[NodeInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a node until ``shutdown`` is set; then stop every service and close the database."""
-    data_dir = config.data_path
-    data_dir.mkdir(parents=True, exist_ok=True)
-    key = load_or_create_identity(data_dir)
-    token = load_or_create_token(data_dir)
+    """Run a node until ``shutdown`` is set; then stop every service and close the database.
+
+    :raises StartupError: before anything is opened when the data dir is held by another
+        process (its ``repo.lock``) or a configured port is taken.
+    """
+    lock = _open_data_dir(config)
+    try:
+        await _serve_locked(config, shutdown, routes, task_status)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(
+    config: Config,
+    shutdown: trio.Event,
+    routes: list[ApiRoute] | None,
+    task_status: trio.TaskStatus[NodeInfo],
+) -> None:
+    _check_ports(config)
+    key = load_or_create_identity(config.data_path)
+    token = load_or_create_token(config.data_path)
     engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous)
     try:
         await trio.to_thread.run_sync(upgrade, engine)
@@ -97,6 +143,10 @@ async def serve(
         api_host, api_port = parse_host_port(config.api.listen)
         async with open_host(key, p2p_config(config)) as host, trio.open_nursery() as nursery:
             runtime.host = host
+            if len(host.listen_addrs) < len(config.p2p.listen):
+                # libp2p logs a failed bind and carries on: a node must not run half-deaf.
+                raise StartupError(f"cannot listen on every p2p.listen address "
+                                   f"{list(config.p2p.listen)}; listening on {host.listen_addrs}")
             register_base_metrics(runtime)
             await nursery.start(store.run_writer)
             running, app_routes = await build_services(runtime)

@@ -236,6 +236,14 @@ async def _join(node: NodeRuntime, request: Request) -> Response:
     return JSONResponse({"peer_id": peer_id, "multiaddr": body["multiaddr"]})
 
 
+async def _forget(node: NodeRuntime, request: Request) -> Response:
+    peer_id = str(request.path_params["peer_id"])
+    assert node.peers is not None
+    if not await node.peers.forget(peer_id):
+        raise ApiError(404, f"{peer_id} is not a known peer")
+    return JSONResponse({"peer_id": peer_id, "forgotten": True})
+
+
 async def _channels(node: NodeRuntime, _request: Request) -> Response:
     assert node.channels is not None
     out = []
@@ -331,9 +339,16 @@ NODE_ROUTES: list[ApiRoute] = [
              RouteDoc(response=CHANNELS_SCHEMA)),
     ApiRoute("GET", "/v1/peers", "Connected and known peers", _peers,
              RouteDoc(response=PEERS_SCHEMA)),
-    ApiRoute("POST", "/v1/peers", "Join: connect to a peer and remember it", _join, RouteDoc(
+    ApiRoute("POST", "/v1/peers", "Join: dial a peer at an address, check its peer id and "
+             "remember the address", _join, RouteDoc(
         body=obj({"multiaddr": {"type": "string",
                                 "description": "/ip4/HOST/tcp/PORT/p2p/PEER_ID"}}),
         response=obj({"peer_id": {"type": "string"}, "multiaddr": {"type": "string"}}),
         errors={502: "The peer could not be reached"})),
+    ApiRoute("DELETE", "/v1/peers/{peer_id}", "Forget a known peer: no more redials, its "
+             "stored address dropped, disconnected", _forget, RouteDoc(
+                 params=(Param("peer_id", "path", {"type": "string", "minLength": 1,
+                                                   "maxLength": 128}, "A known peer's id"),),
+                 response=obj({"peer_id": {"type": "string"}, "forgotten": {"const": True}}),
+                 errors={404: "Not a known peer"})),
 ]
