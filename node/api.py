@@ -105,18 +105,18 @@ async def read_body(request: Request, max_bytes: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def int_param(request: Request, name: str, default: int, maximum: int = INT64_MAX) -> int:
-    """A non-negative integer query parameter; anything else (``1e20``, ``-1``, ``2**63``) is a
-    400 naming the parameter, never an overflow further down."""
+def int_param(request: Request, name: str, default: int, maximum: int = INT64_MAX,
+              minimum: int = 0) -> int:
+    """An integer query parameter in ``minimum..maximum``; anything else (``1e20``, ``-1``,
+    ``2**63``) is a 400 naming the parameter, never an overflow further down."""
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
-        raise ApiError(400, f"query parameter {name} must be an integer in 0..{maximum}")
-    value = int(raw)
-    if value > maximum:
-        raise ApiError(400, f"query parameter {name} must be an integer in 0..{maximum}")
-    return value
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or not (
+        minimum <= int(raw) <= maximum
+    ):
+        raise ApiError(400, f"query parameter {name} must be an integer in {minimum}..{maximum}")
+    return int(raw)
 
 
 def _check_json(value: Any) -> None:

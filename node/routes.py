@@ -125,11 +125,12 @@ async def _read(node: NodeRuntime, request: Request) -> Response:
     """A page of events, bounded by ``limit`` rows and by ``api.page_max_bytes`` of JSON: it is
     built from small storage reads, and ``more`` tells the client to ask again from ``next``."""
     channel = _channel(node, request)
-    limit = int_param(request, "limit", 1000, MAX_PAGE)
+    limit = int_param(request, "limit", 1000, MAX_PAGE, minimum=1)
     order = request.query_params.get("order", "log")
+    after = int_param(request, "after", 0)
     cursor: Any
     if order == "seq":
-        cursor = int_param(request, "after", 0)
+        cursor = after
     elif order == "log":
         cursor = None
         if "after_lamport" in request.query_params:
@@ -262,7 +263,8 @@ async def _channels(node: NodeRuntime, _request: Request) -> Response:
 # -- the description ---------------------------------------------------------------------------
 
 _INT = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
-_CHANNEL = Param("channel", "path", {"type": "string", "minLength": 1, "maxLength": 128},
+_CHANNEL = Param("channel", "path", {"type": "string", "minLength": 1, "maxLength": 128,
+                                     "examples": ["general"]},
                  "Channel name (one this node replicates, see GET /v1/channels)")
 EVENT_SCHEMA = obj({
     "seq": {**_INT, "description": "Local storage order (differs between nodes)"},
@@ -277,7 +279,8 @@ PUBLISHED_SCHEMA = obj({"message_id": {"type": "string"}, "lamport": _INT,
                         "channel": {"type": "string"}, "sender": {"type": "string"}})
 PUBLISH_BODY = {
     "oneOf": [
-        obj({"content": {"type": "string", "minLength": 1}}, extra=False),
+        obj({"content": {"type": "string", "minLength": 1, "examples": ["hello"]}},
+            extra=False),
         obj({"content_b64": {"type": "string", "contentEncoding": "base64", "minLength": 1}},
             extra=False),
     ],
@@ -320,7 +323,7 @@ NODE_ROUTES: list[ApiRoute] = [
                                           "default": "log"},
                        "log: (lamport, message_id) order, the same on every node; seq: this "
                        "node's storage order"),
-                 Param("limit", "query", {"type": "integer", "minimum": 0, "maximum": MAX_PAGE,
+                 Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE,
                                           "default": 1000}, "Most events in the page"),
                  Param("after", "query", _INT, "order=seq: events stored after this seq"),
                  Param("after_lamport", "query", _INT, "order=log: cursor lamport"),
