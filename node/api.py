@@ -174,6 +174,13 @@ def create_app(node: NodeRuntime, routes: list[ApiRoute],
 
     node.metrics.describe("api_errors_total", "counter",
                           "Requests a handler refused as invalid, by HTTP status")
+    node.metrics.describe("api_follows_refused_total", "counter",
+                          "Follow streams refused because api.max_follows were open")
+    node.metrics.describe("api_idempotent_replays_total", "counter",
+                          "Publishes answered from an earlier request with the same "
+                          "Idempotency-Key (no second event)")
+    for name in ("api_follows_refused_total", "api_idempotent_replays_total"):
+        node.metrics.inc(name, 0)
     all_routes = [*BASE_ROUTES, *routes]
 
     async def openapi(_request: Request) -> Response:

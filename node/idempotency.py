@@ -45,9 +45,6 @@ class IdempotencyKeys:
         self.ttl_ms = int(ttl_s * 1000)
         self._inflight: dict[str, trio.Event] = {}
         self._last_prune = 0.0
-        metrics.describe("api_idempotent_replays_total", "counter",
-                         "Publishes answered from an earlier request with the same "
-                         "Idempotency-Key (no second event)")
 
     @staticmethod
     def fingerprint(channel: str, content: bytes) -> str:
