@@ -234,7 +234,7 @@ def _tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema, ...]
     if from_text:
         try:
             value = json.loads(str(value))
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ConfigError(key, "expected a JSON object of table declarations") from None
     if not isinstance(value, dict):
         raise ConfigError(key, f"expected a table of table declarations, got {value!r}")

@@ -52,7 +52,7 @@ def schema_json(schema: TableSchema) -> dict[str, Any]:
 
 def row_json(schema: TableSchema, row: StoredRow) -> dict[str, Value]:
     """The row with every declared column (null where never written), its id under ``id``."""
-    return {"id": row.entity_id, **{c: row.values.get(c) for c in sorted(schema.columns)}}
+    return {"id": row.entity_id, **{c: row.values.get(c) for c in schema.columns}}
 
 
 def _typed(schema: TableSchema, values: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +143,14 @@ class DbBundle:
         except ValueError:
             raise ApiError(400, "op must be upsert, update or delete") from None
         entity_id = body.get("id")
+        if operation is Operation.UPDATE and body.get("pending") is not True and isinstance(
+                entity_id, str) and await node.store.read(
+                    get_row, schema.name, entity_id, list(schema.columns)) is None:
+            # An update of a record that does not exist (yet) waits in the mempool for its
+            # upsert, maybe forever: say so rather than answer "applied".
+            raise ApiError(404, f"no row {entity_id!r} in {schema.name}: update changes an "
+                                "existing record (upsert creates one; \"pending\": true queues "
+                                "the update until the record arrives from a peer)")
         try:
             message = CrdtMessage(operation, schema.name, entity_id,  # type: ignore[arg-type]
                                   _typed(schema, body.get("values", {})), sender=node.peer_id)
