@@ -7,6 +7,8 @@ name the node, browsers from other origins are refused, and no CORS header is ev
 
 from __future__ import annotations
 
+import base64
+import json
 import stat
 import subprocess
 import sys
@@ -139,3 +141,18 @@ def test_host_policy() -> None:
     assert wild.remote
     assert wild.allows("192.0.2.7:8700", 8700) and wild.allows("node.example:8700", 8700)
     assert not wild.allows("evil.example:8700", 8700)
+
+
+def test_binary_content_comes_back_as_base64(node: NodeProcess) -> None:
+    raw = b"\x00\xff\xfe binary \x80"
+    published = node.post("/v1/channels/general/events",
+                          {"content_b64": base64.b64encode(raw).decode()})
+    events = {e["message_id"]: e for e in node.get("/v1/channels/general/events")["events"]}
+    event = events[published["message_id"]]
+    assert event["content"] is None
+    assert base64.b64decode(event["content_b64"]) == raw
+    result = node.cli("log", "general", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = {x["message_id"]: x for x in map(json.loads, result.stdout.splitlines())}
+    assert lines[published["message_id"]]["content"] is None
+    assert base64.b64decode(lines[published["message_id"]]["content_b64"]) == raw
