@@ -74,7 +74,8 @@ CHANNEL_METRICS = {
     "sds_possibly_acknowledged_total": "Own messages seen in peers' bloom filters (probably "
                                        "acknowledged)",
     "sds_resend_exhausted_total": "Own messages given up after sds.max_resends resends",
-    "sds_repairs_requested_total": "Message ids this node asked peers to rebroadcast (SDS-R)",
+    "sds_repairs_requested_total": "Repair requests sent (SDS-R), one per message id asked for "
+                                   "in each outgoing message",
     "sds_repairs_answered_total": "Messages this node rebroadcast because a peer asked (SDS-R)",
     "sds_dependencies_lost_total": "Dependencies still missing after sds.lost_timeout_s, "
                                    "declared lost",
@@ -82,6 +83,7 @@ CHANNEL_METRICS = {
     "gossip_bytes_received_total": "Bytes of gossip messages received",
     "gossip_publish_failures_total": "Gossip publishes that failed at the libp2p layer",
 }
+
 
 class UnknownChannel(KeyError):
     pass
