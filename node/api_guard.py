@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from node.config import is_loopback_host
 from node.logs import kv
 from node.metrics import Metrics
 
@@ -43,16 +44,6 @@ Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-
-
-def is_loopback_host(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _split_host(value: str) -> tuple[str, int | None] | None:

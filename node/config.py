@@ -40,6 +40,7 @@ __all__ = [
     "SdsSection",
     "SparkSection",
     "StorageConfig",
+    "is_loopback_host",
     "load_config",
     "parse_host_port",
 ]
@@ -112,7 +113,9 @@ class NodeConfig:
     log_format: str = _opt("text", _one_of("text", "json"))
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (brackets around IPv6 allowed)."""
+    host = host.strip("[]").lower()
     if host == "localhost":
         return True
     try:
@@ -137,7 +140,7 @@ class ApiConfig:
     def __post_init__(self) -> None:
         # Anyone who can reach the API can publish as this node: exposing it is an explicit act.
         host, _port = parse_host_port(self.listen)
-        if not self.allow_remote and not _is_loopback(host):
+        if not self.allow_remote and not is_loopback_host(host):
             raise ConfigError(
                 "api.listen",
                 f"{host} is not a loopback address; the API signs and publishes as this node, "

@@ -21,18 +21,14 @@ import pytest
 from node.api_guard import HostPolicy
 from node.config import ConfigError, load_config
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.node.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    proc = NodeProcess(tmp_path_factory.mktemp("api") / "n").start()
-    try:
-        yield proc
-    finally:
-        proc.kill()
+    yield from running_node(tmp_path_factory.mktemp("api"))
 
 
 def _events(node: NodeProcess) -> list[str]:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.node.cluster import metric
-from tests.node.procs import NodeProcess
+from tests.node.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -29,11 +29,7 @@ LIMITS = {
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    proc = NodeProcess(tmp_path_factory.mktemp("bounds") / "n", env=LIMITS).start()
-    try:
-        yield proc
-    finally:
-        proc.kill()
+    yield from running_node(tmp_path_factory.mktemp("bounds"), LIMITS)
 
 
 def _proc_status(node: NodeProcess, field: str) -> int:

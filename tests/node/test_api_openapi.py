@@ -15,7 +15,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.node.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,11 +27,7 @@ ENV = {
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    proc = NodeProcess(tmp_path_factory.mktemp("openapi") / "n", env=ENV).start()
-    try:
-        yield proc
-    finally:
-        proc.kill()
+    yield from running_node(tmp_path_factory.mktemp("openapi"), ENV)
 
 
 @pytest.fixture(scope="module")
