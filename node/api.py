@@ -219,8 +219,10 @@ async def serve_api(
     config.errorlog = None
     config.graceful_timeout = 2
     if api_config is not None:
-        # Per read: a client that sends nothing for this long loses its connection.
-        config.read_timeout = api_config.read_timeout_s  # type: ignore[assignment]
+        # Hypercorn's idle timer runs while no request is in progress: before the first one,
+        # while its headers trickle in, between requests. (Its read_timeout is not used: it
+        # would also cut a follow stream whose client has nothing to send.) Bodies have their
+        # own deadline in read_body.
         config.keep_alive_timeout = api_config.idle_timeout_s
 
     async def relay(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:

@@ -132,7 +132,6 @@ class ApiConfig:
     max_body_bytes: int = _opt(4 * 1024 * 1024, _positive)
     body_timeout_s: float = _opt(30.0, _positive)
     page_max_bytes: int = _opt(8 * 1024 * 1024, _positive)
-    read_timeout_s: float = _opt(30.0, _positive)
     idle_timeout_s: float = _opt(5.0, _positive)
     max_follows: int = _opt(64, _positive)
     idempotency_ttl_s: float = _opt(86400.0, _positive)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(180)
 
 LIMITS = {
     "SYNCNODE_API_BODY_TIMEOUT_S": "2",
-    "SYNCNODE_API_READ_TIMEOUT_S": "3",
+    "SYNCNODE_API_IDLE_TIMEOUT_S": "2",
     "SYNCNODE_API_PAGE_MAX_BYTES": str(1024 * 1024),
     "SYNCNODE_API_MAX_FOLLOWS": "2",
     "SYNCNODE_P2P_CHANNELS": "general,big",
@@ -119,6 +119,28 @@ def test_slow_body_and_idle_clients_are_dropped(node: NodeProcess) -> None:
         started = time.monotonic()
         assert idle.recv(4096) == b""  # closed by the node, not by our timeout
         assert time.monotonic() - started < 10
+    # Headers a byte a second never make a request: the idle timer closes the connection.
+    with socket.create_connection((host, int(port)), timeout=20) as slow_headers:
+        started = time.monotonic()
+        slow_headers.sendall(b"GET /v1/status HTTP/1.1\r\n")
+        closed = False
+        for _ in range(15):
+            time.sleep(1)
+            try:
+                slow_headers.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+        assert closed, "slow headers held the connection"
+        assert time.monotonic() - started < 10
+
+
+def test_a_quiet_follow_stream_outlives_the_idle_timeout(node: NodeProcess) -> None:
+    with node.client() as client, client.stream("GET", "/v1/channels/general/follow") as stream:
+        assert stream.status_code == 200
+        time.sleep(4)  # twice api.idle_timeout_s with nothing sent either way
+        client.post("/v1/channels/general/events", json={"content": "after a quiet while"})
+        assert any("after a quiet while" in line for line in stream.iter_lines())
 
 
 def test_pages_are_bounded_in_bytes(node: NodeProcess) -> None:
