@@ -8,7 +8,7 @@ ids and the logging of failures live in ``node.api_guard``, wrapped around the a
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from node.openapi import INT64_MAX, RouteDoc, arr, document, obj
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from node.runtime import NodeRuntime
 
 __all__ = [
-    "ApiError", "ApiRoute", "RouteDoc", "create_app", "int_param", "internal_error", "read_body",
+    "ApiError", "ApiRoute", "RouteDoc", "create_app", "follow_stream", "int_param",
+    "internal_error", "read_body",
     "read_json",
     "serve_api",
 ]
@@ -150,6 +151,36 @@ async def read_json(request: Request, max_bytes: int | None = None) -> Any:
         raise ApiError(400, "request body is not valid JSON") from None
     _check_json(value)
     return value
+
+
+class _CountedStream(StreamingResponse):
+    """An NDJSON stream that gives its follow slot back however it ends."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None]) -> None:
+        super().__init__(content, media_type="application/x-ndjson")
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def follow_stream(node: NodeRuntime, request: Request,
+                  lines: AsyncIterator[bytes]) -> StreamingResponse:
+    """``lines`` as an NDJSON response taking one of the ``api.max_follows`` slots (429 when
+    none is free): every open stream holds a task and a database cursor."""
+    state = request.app.state
+    if state.follows >= state.max_follows:
+        node.metrics.inc("api_follows_refused_total")
+        raise ApiError(429, f"{state.max_follows} follow streams already open (api.max_follows)")
+    state.follows += 1
+
+    def release() -> None:
+        state.follows -= 1
+
+    return _CountedStream(lines, release)
 
 
 async def internal_error(request: Request, _exc: Exception) -> Response:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from node.api import ApiError, ApiRoute, RouteDoc, int_param, read_json
+from node.api import ApiError, ApiRoute, RouteDoc, follow_stream, int_param, read_json
 from node.apps import LogApplication
 from node.blocks_app import APP_NAME, BlocksApplication, encode_envelope, router_of
 from node.config import Config
@@ -124,7 +124,7 @@ class BlocksBundle:
                          params=(Param("after", "query", _COUNT,
                                        "Start after this change seq (default: from now)"),),
                          media="application/x-ndjson", response={"type": "string"},
-                         errors=_DISABLED)),
+                         errors={**_DISABLED, 429: "api.max_follows streams already open"})),
             ApiRoute("GET", "/v1/blocks/{ref}",
                      "A block by number (canonical) or 0x hash", self._get, RouteDoc(
                          params=(Param("ref", "path", {"type": "string", "minLength": 1,
@@ -235,7 +235,7 @@ class BlocksBundle:
                     with trio.move_on_after(1.0):
                         await signal.wait()
 
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+        return follow_stream(node, request, lines())
 
 
 def _hash_of(value: Any) -> bytes | None:

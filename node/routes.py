@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from node.api import ApiError, ApiRoute, int_param, read_json
+from node.api import ApiError, ApiRoute, follow_stream, int_param, read_json
 from node.channels import UnknownChannel
 from node.idempotency import IdempotencyKeys, check_key
 from node.openapi import INT64_MAX, Param, RouteDoc, arr, obj
@@ -172,32 +172,10 @@ async def _read(node: NodeRuntime, request: Request) -> Response:
                     media_type="application/json")
 
 
-class _CountedStream(StreamingResponse):
-    """A follow stream that gives its slot back however it ends."""
-
-    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None]) -> None:
-        super().__init__(content, media_type="application/x-ndjson")
-        self._release = release
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
-
-
 async def _follow(node: NodeRuntime, request: Request) -> Response:
     """NDJSON stream of new events in storage order, starting after ``after`` (a seq)."""
     channel = _channel(node, request)
     cursor = int_param(request, "after", 0)
-    state = request.app.state
-    if state.follows >= state.max_follows:
-        node.metrics.inc("api_follows_refused_total")
-        raise ApiError(429, f"{state.max_follows} follow streams already open (api.max_follows)")
-    state.follows += 1
-
-    def release() -> None:
-        state.follows -= 1
 
     async def lines() -> AsyncIterator[bytes]:
         nonlocal cursor
@@ -210,7 +188,7 @@ async def _follow(node: NodeRuntime, request: Request) -> Response:
                 with trio.move_on_after(1.0):
                     await node.commit_signal().wait()
 
-    return _CountedStream(lines(), release)
+    return follow_stream(node, request, lines())
 
 
 async def _peers(node: NodeRuntime, _request: Request) -> Response:
