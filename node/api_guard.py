@@ -126,6 +126,10 @@ class ApiGuard:
                                    "Time from a request's arrival to its last response byte")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # No route speaks WebSocket, and a browser opens one cross-origin without asking.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import stat
 import subprocess
 import sys
@@ -152,3 +153,17 @@ def test_binary_content_comes_back_as_base64(node: NodeProcess) -> None:
     lines = {x["message_id"]: x for x in map(json.loads, result.stdout.splitlines())}
     assert lines[published["message_id"]]["content"] is None
     assert base64.b64decode(lines[published["message_id"]]["content_b64"]) == raw
+
+
+def test_websocket_upgrade_is_refused(node: NodeProcess) -> None:
+    # A page may open a WebSocket to any origin without a preflight: the node accepts none.
+    host = node.api_url.removeprefix("http://")
+    name, port = host.rsplit(":", 1)
+    with socket.create_connection((name, int(port)), timeout=10) as conn:
+        conn.sendall(
+            f"GET /v1/channels/general/follow HTTP/1.1\r\nHost: {host}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://evil.example\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            f"Authorization: Bearer {node.token}\r\n\r\n".encode())
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 403"), answer
