@@ -72,7 +72,7 @@ class HostPolicy:
     def __init__(self, bind_host: str, extra_hosts: Iterable[str] = ()) -> None:
         bind_host = bind_host.strip("[]").lower()
         self.remote = not is_loopback_host(bind_host)
-        self.names = {bind_host, *(h.lower() for h in extra_hosts)}
+        self.names = {bind_host, *(h.strip("[]").lower() for h in extra_hosts)}
         if is_loopback_host(bind_host):
             self.names.update(LOOPBACK_NAMES)
         try:

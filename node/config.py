@@ -124,11 +124,16 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def _host_names(v: Any) -> str | None:
+    bad = [h for h in v if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]+\]?", h)]
+    return f"not a host name or address (no port): {bad[0]!r}" if bad else None
+
+
 @dataclass(frozen=True)
 class ApiConfig:
     listen: str = _opt("127.0.0.1:8700", _host_port)
     allow_remote: bool = _opt(False)
-    hosts: tuple[str, ...] = _opt(())
+    hosts: tuple[str, ...] = _opt((), _host_names)
     max_body_bytes: int = _opt(4 * 1024 * 1024, _positive)
     body_timeout_s: float = _opt(30.0, _positive)
     page_max_bytes: int = _opt(8 * 1024 * 1024, _positive)
