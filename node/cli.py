@@ -83,7 +83,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
 # -- parser ------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Placeholder:
+    """Stands in for the parser of a command this invocation does not run: it takes every
+    declaration and keeps none (building all ~40 parsers costs more than the command itself)."""
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_args, **_kwargs: self
+
+
+class _OnlySelected:
+    """Subparsers that fully build only the ``selected`` command; the others get a name and a
+    help line (all that ``syncnode --help`` and an "invalid choice" error show)."""
+
+    def __init__(self, real: Any, selected: str | None) -> None:
+        self.real = real
+        self.selected = selected
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name == self.selected:
+            return self.real.add_parser(name, **kwargs)
+        self.real.add_parser(name, help=kwargs.get("help"), add_help=False)
+        return _Placeholder()
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (given ``argv``) one with only the command ``argv`` names built."""
     parser = _Parser(
         prog="syncnode", description="Peer-to-peer sync daemon for append-only event logs.",
         epilog="Exit status: 0 done; 1 the command failed (no node, port or data dir in use, "
@@ -101,13 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="peer to dial at start-up (repeatable)")
     run.set_defaults(func=_cmd_run)
 
+    commands: Any = sub if argv is None else _OnlySelected(sub, _command_word(argv))
     for register in EXTENSIONS:
-        register(sub)
+        register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.func(args)
     except CliError as exc:
