@@ -183,6 +183,13 @@ def follow_stream(node: NodeRuntime, request: Request,
     return _CountedStream(lines, release)
 
 
+async def _no_route(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    what = "no such route" if status == 404 else f"{request.method} not allowed here"
+    return JSONResponse({"error": f"{what}: {request.url.path} (see /openapi.json)"},
+                        status_code=status, headers=getattr(exc, "headers", None))
+
+
 async def internal_error(request: Request, _exc: Exception) -> Response:
     # The guard logs the exception and counts the 500; this only keeps the answer JSON.
     request_id = request.scope.get("state", {}).get("request_id", "-")
@@ -225,7 +232,8 @@ def create_app(node: NodeRuntime, routes: list[ApiRoute],
     )
     starlette_routes = [Route(r.path, wrap(r.handler), methods=[r.method]) for r in all_routes]
     starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
-    app = Starlette(routes=starlette_routes, exception_handlers={Exception: internal_error})
+    app = Starlette(routes=starlette_routes, exception_handlers={
+        Exception: internal_error, 404: _no_route, 405: _no_route})
     app.state.max_body_bytes = api_config.max_body_bytes if api_config else DEFAULT_MAX_BODY
     app.state.body_timeout_s = api_config.body_timeout_s if api_config else 30.0
     app.state.page_max_bytes = api_config.page_max_bytes if api_config else 8 * 1024 * 1024

@@ -68,6 +68,9 @@ def test_bad_input_is_a_4xx_with_one_line(node: NodeProcess) -> None:
     ]:
         r = httpx.get(node.api_url + path, params=params, headers=node.headers, timeout=10)
         assert "query parameter" in _one_line_4xx(r), (path, params)
+    for method, path in (("GET", "/v1/nope"), ("DELETE", "/v1/status")):
+        r = httpx.request(method, node.api_url + path, headers=node.headers)
+        assert "openapi" in _one_line_4xx(r), (method, path)
     # Nothing above was a server error.
     text = node.get("/metrics")
     assert 'api_responses_total{status="500"}' not in text
