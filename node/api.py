@@ -8,7 +8,7 @@ ids and the logging of failures live in ``node.api_guard``, wrapped around the a
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,16 +17,21 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from node.openapi import RouteDoc, arr, document, obj
+from node.openapi import INT64_MAX, RouteDoc, arr, document, obj
 
 if TYPE_CHECKING:
     from node.config import ApiConfig
     from node.runtime import NodeRuntime
 
-__all__ = ["ApiError", "ApiRoute", "RouteDoc", "create_app", "read_json", "serve_api"]
+__all__ = [
+    "ApiError", "ApiRoute", "RouteDoc", "create_app", "follow_stream", "int_param",
+    "internal_error", "read_body",
+    "read_json",
+    "serve_api",
+]
 
 Handler = Callable[["NodeRuntime", Request], Awaitable[Response]]
 
@@ -101,6 +106,20 @@ async def read_body(request: Request, max_bytes: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
+def int_param(request: Request, name: str, default: int, maximum: int = INT64_MAX,
+              minimum: int = 0) -> int:
+    """An integer query parameter in ``minimum..maximum``; anything else (``1e20``, ``-1``,
+    ``2**63``) is a 400 naming the parameter, never an overflow further down."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or not (
+        minimum <= int(raw) <= maximum
+    ):
+        raise ApiError(400, f"query parameter {name} must be an integer in {minimum}..{maximum}")
+    return int(raw)
+
+
 def _check_json(value: Any) -> None:
     """Refuse what JSON allows but nothing downstream can use: lone UTF-16 surrogates (they
     cannot be encoded as UTF-8) and nesting deeper than any route needs."""
@@ -134,7 +153,44 @@ async def read_json(request: Request, max_bytes: int | None = None) -> Any:
     return value
 
 
-async def _internal_error(request: Request, _exc: Exception) -> Response:
+class _CountedStream(StreamingResponse):
+    """An NDJSON stream that gives its follow slot back however it ends."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None]) -> None:
+        super().__init__(content, media_type="application/x-ndjson")
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def follow_stream(node: NodeRuntime, request: Request,
+                  lines: AsyncIterator[bytes]) -> StreamingResponse:
+    """``lines`` as an NDJSON response taking one of the ``api.max_follows`` slots (429 when
+    none is free): every open stream holds a task and a database cursor."""
+    state = request.app.state
+    if state.follows >= state.max_follows:
+        node.metrics.inc("api_follows_refused_total")
+        raise ApiError(429, f"{state.max_follows} follow streams already open (api.max_follows)")
+    state.follows += 1
+
+    def release() -> None:
+        state.follows -= 1
+
+    return _CountedStream(lines, release)
+
+
+async def _no_route(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    what = "no such route" if status == 404 else f"{request.method} not allowed here"
+    return JSONResponse({"error": f"{what}: {request.url.path} (see /openapi.json)"},
+                        status_code=status, headers=getattr(exc, "headers", None))
+
+
+async def internal_error(request: Request, _exc: Exception) -> Response:
     # The guard logs the exception and counts the 500; this only keeps the answer JSON.
     request_id = request.scope.get("state", {}).get("request_id", "-")
     return JSONResponse(
@@ -156,6 +212,13 @@ def create_app(node: NodeRuntime, routes: list[ApiRoute],
 
     node.metrics.describe("api_errors_total", "counter",
                           "Requests a handler refused as invalid, by HTTP status")
+    node.metrics.describe("api_follows_refused_total", "counter",
+                          "Follow streams refused because api.max_follows were open")
+    node.metrics.describe("api_idempotent_replays_total", "counter",
+                          "Publishes answered from an earlier request with the same "
+                          "Idempotency-Key (no second event)")
+    for name in ("api_follows_refused_total", "api_idempotent_replays_total"):
+        node.metrics.inc(name, 0)
     all_routes = [*BASE_ROUTES, *routes]
 
     async def openapi(_request: Request) -> Response:
@@ -169,9 +232,13 @@ def create_app(node: NodeRuntime, routes: list[ApiRoute],
     )
     starlette_routes = [Route(r.path, wrap(r.handler), methods=[r.method]) for r in all_routes]
     starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
-    app = Starlette(routes=starlette_routes, exception_handlers={Exception: _internal_error})
+    app = Starlette(routes=starlette_routes, exception_handlers={
+        Exception: internal_error, 404: _no_route, 405: _no_route})
     app.state.max_body_bytes = api_config.max_body_bytes if api_config else DEFAULT_MAX_BODY
     app.state.body_timeout_s = api_config.body_timeout_s if api_config else 30.0
+    app.state.page_max_bytes = api_config.page_max_bytes if api_config else 8 * 1024 * 1024
+    app.state.max_follows = api_config.max_follows if api_config else 64
+    app.state.follows = 0
     return app
 
 
@@ -191,8 +258,10 @@ async def serve_api(
     config.errorlog = None
     config.graceful_timeout = 2
     if api_config is not None:
-        # Per read: a client that sends nothing for this long loses its connection.
-        config.read_timeout = api_config.read_timeout_s  # type: ignore[assignment]
+        # Hypercorn's idle timer runs while no request is in progress: before the first one,
+        # while its headers trickle in, between requests. (Its read_timeout is not used: it
+        # would also cut a follow stream whose client has nothing to send.) Bodies have their
+        # own deadline in read_body.
         config.keep_alive_timeout = api_config.idle_timeout_s
 
     async def relay(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:

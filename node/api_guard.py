@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from node.config import is_loopback_host
 from node.logs import kv
 from node.metrics import Metrics
 
@@ -43,16 +44,6 @@ Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-
-
-def is_loopback_host(host: str) -> bool:
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _split_host(value: str) -> tuple[str, int | None] | None:
@@ -81,7 +72,7 @@ class HostPolicy:
     def __init__(self, bind_host: str, extra_hosts: Iterable[str] = ()) -> None:
         bind_host = bind_host.strip("[]").lower()
         self.remote = not is_loopback_host(bind_host)
-        self.names = {bind_host, *(h.lower() for h in extra_hosts)}
+        self.names = {bind_host, *(h.strip("[]").lower() for h in extra_hosts)}
         if is_loopback_host(bind_host):
             self.names.update(LOOPBACK_NAMES)
         try:
@@ -135,6 +126,10 @@ class ApiGuard:
                                    "Time from a request's arrival to its last response byte")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # No route speaks WebSocket, and a browser opens one cross-origin without asking.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -204,16 +204,17 @@ def _cmd_log(args: argparse.Namespace) -> int:
     shown: collections.deque[str] | None = collections.deque(maxlen=args.limit) \
         if args.limit else None
     while True:
-        page = client.get(path, params=params)["events"]
-        for event in page:
+        answer = client.get(path, params=params)
+        for event in answer["events"]:
             line = _event_line(event, args.json)
             if shown is None:
                 print(line, flush=True)
             else:
                 shown.append(line)
-        if len(page) < params["limit"]:
+        # A page ends at its row limit or at the node's api.page_max_bytes: "more" says which.
+        if not answer.get("more"):
             break
-        params.update(after_lamport=page[-1]["lamport"], after_id=page[-1]["message_id"])
+        params.update(answer["next"])
     for line in shown or ():
         print(line)
     if not args.follow:
@@ -227,10 +228,12 @@ def _cmd_log(args: argparse.Namespace) -> int:
 
 def _latest_seq(client: ApiClient, path: str) -> int:
     cursor = 0
-    while page := client.get(path, params={"order": "seq", "after": cursor,
-                                           "limit": _PAGE})["events"]:
-        cursor = page[-1]["seq"]
-    return int(cursor)
+    while True:
+        answer = client.get(path, params={"order": "seq", "after": cursor, "limit": _PAGE})
+        if answer["events"]:
+            cursor = answer["events"][-1]["seq"]
+        if not answer.get("more"):
+            return int(cursor)
 
 
 # -- parser ------------------------------------------------------------------------------------

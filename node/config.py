@@ -40,6 +40,7 @@ __all__ = [
     "SdsSection",
     "SparkSection",
     "StorageConfig",
+    "is_loopback_host",
     "load_config",
     "parse_host_port",
 ]
@@ -112,7 +113,9 @@ class NodeConfig:
     log_format: str = _opt("text", _one_of("text", "json"))
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (brackets around IPv6 allowed)."""
+    host = host.strip("[]").lower()
     if host == "localhost":
         return True
     try:
@@ -121,15 +124,19 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _host_names(v: Any) -> str | None:
+    bad = [h for h in v if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}|\[?[0-9A-Fa-f:.]+\]?", h)]
+    return f"not a host name or address (no port): {bad[0]!r}" if bad else None
+
+
 @dataclass(frozen=True)
 class ApiConfig:
     listen: str = _opt("127.0.0.1:8700", _host_port)
     allow_remote: bool = _opt(False)
-    hosts: tuple[str, ...] = _opt(())
+    hosts: tuple[str, ...] = _opt((), _host_names)
     max_body_bytes: int = _opt(4 * 1024 * 1024, _positive)
     body_timeout_s: float = _opt(30.0, _positive)
     page_max_bytes: int = _opt(8 * 1024 * 1024, _positive)
-    read_timeout_s: float = _opt(30.0, _positive)
     idle_timeout_s: float = _opt(5.0, _positive)
     max_follows: int = _opt(64, _positive)
     idempotency_ttl_s: float = _opt(86400.0, _positive)
@@ -137,7 +144,7 @@ class ApiConfig:
     def __post_init__(self) -> None:
         # Anyone who can reach the API can publish as this node: exposing it is an explicit act.
         host, _port = parse_host_port(self.listen)
-        if not self.allow_remote and not _is_loopback(host):
+        if not self.allow_remote and not is_loopback_host(host):
             raise ConfigError(
                 "api.listen",
                 f"{host} is not a loopback address; the API signs and publishes as this node, "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -16,7 +14,8 @@ from node.config import Config, parse_host_port
 from node.health_routes import HEALTH_ROUTES
 from node.identity import load_or_create_identity
 from node.logs import kv
-from node.p2p import P2PConfig, P2PHost, open_host
+from node.node_metrics import register_node_metrics
+from node.p2p import P2PConfig, open_host
 from node.p2p_addrs import bind_problem, unbindable_listen_addr
 from node.repo_lock import DataDirLocked, RepoLock
 from node.routes import NODE_ROUTES
@@ -24,7 +23,7 @@ from node.runtime import NodeInfo, NodeRuntime
 from node.services import build_services
 from node.snapshot_routes import SNAPSHOT_ROUTES
 from node.store import EventStore
-from storage import AppendResult, EventRecord, make_engine, upgrade
+from storage import make_engine, upgrade
 
 __all__ = ["StartupError", "serve"]
 
@@ -73,28 +72,8 @@ def p2p_config(config: Config) -> P2PConfig:
     )
 
 
-def _stat_reader(host: P2PHost, name: str) -> Callable[[], float]:
-    return lambda: float(getattr(host.stats, name))
-
-
 def register_base_metrics(runtime: NodeRuntime) -> None:
-    metrics, store, host = runtime.metrics, runtime.store, runtime.host
-    metrics.describe("events_stored_total", "counter", "Events newly committed to the database")
-    metrics.describe("events_duplicate_total", "counter", "Events received again, already stored")
-    metrics.inc("events_stored_total", 0)
-    metrics.inc("events_duplicate_total", 0)
-
-    def on_commit(result: AppendResult, _records: Sequence[EventRecord]) -> None:
-        metrics.inc("events_stored_total", len(result.inserted))
-        metrics.inc("events_duplicate_total", len(result.duplicates))
-
-    store.on_commit(on_commit)
-    metrics.gauge_fn("store_batches", lambda: store.batches, "Write transactions committed")
-    metrics.gauge_fn("uptime_seconds", lambda: time.monotonic() - runtime.started_at,
-                     "Seconds since the node started")
-    metrics.gauge_fn("peers_connected", lambda: len(host.connected_peers()), "Connected peers")
-    for name in host.stats.as_dict():
-        metrics.gauge_fn(f"p2p_{name}", _stat_reader(host, name), f"libp2p layer counter {name}")
+    register_node_metrics(runtime)
 
 
 async def _run_services(scope: trio.CancelScope, *services: Any) -> None:

@@ -82,6 +82,16 @@ async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS
     return [event for part in parts for event in part]
 
 
+RECON_METRICS = {
+    "recon_sessions_total": "Recon sessions completed, by role (initiator or responder)",
+    "recon_sessions_declined_total": "Recon sessions declined because one with the same peer "
+                                     "was already running, by role",
+    "recon_events_fetched_total": "Events received from peers through Recon",
+    "recon_events_served_total": "Events sent to peers through Recon",
+    "recon_errors_total": "Recon sessions that failed (the peer is backed off), by error kind",
+}
+
+
 class ReconAbort(Exception):
     """The peer broke the protocol; the session ends and the peer is backed off."""
 
@@ -156,10 +166,11 @@ class ReconService:
         self._pending: dict[bytes, float] = {}
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
-        for name in ("recon_sessions_total", "recon_sessions_declined_total",
-                     "recon_events_fetched_total",
-                     "recon_events_served_total", "recon_errors_total"):
-            metrics.describe(name, "counter", name.replace("_", " "))
+        for name, help_text in RECON_METRICS.items():
+            metrics.describe(name, "counter", help_text)
+        metrics.describe_histogram(
+            "recon_session_seconds",
+            "Duration of completed Recon sessions (reconcile, fetch and serve), by role")
 
     async def load(self) -> None:
         """Load every stored key (ascending) into the in-memory key store."""
@@ -269,6 +280,8 @@ class ReconService:
         state.failures = 0
         state.sessions += 1
         self.metrics.inc("recon_sessions_total", role="initiator")
+        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
+                             role="initiator")
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
@@ -293,6 +306,7 @@ class ReconService:
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
         self._serving.add(peer)
+        started = time.monotonic()
         try:
             async with stream:
                 session = ReconSession.responder(self.keys, self.interests, self.config,
@@ -308,6 +322,8 @@ class ReconService:
         finally:
             self._serving.discard(peer)
         self.metrics.inc("recon_sessions_total", role="responder")
+        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
+                             role="responder")
 
     def _declines(self, peer: str) -> bool:
         """One session per pair: a second one from the same peer is declined, and when both

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from storage import AppendResult, EventRecord, append_events, write_transaction
 
@@ -32,6 +32,8 @@ class StoreClosed(RuntimeError):
 @dataclass
 class _Pending:
     records: Sequence[EventRecord]
+    # Written in the same transaction as the records (an idempotency key with its answer).
+    also: Callable[[Connection], None] | None = None
     done: trio.Event = field(default_factory=trio.Event)
     result: AppendResult | None = None
     error: BaseException | None = None
@@ -51,9 +53,14 @@ class EventStore:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
         self._listeners.append(listener)
 
-    async def append(self, records: Sequence[EventRecord]) -> AppendResult:
-        """Queue records and return once they are committed (or raise the commit's error)."""
-        pending = _Pending(records)
+    async def append(
+        self, records: Sequence[EventRecord], also: Callable[[Connection], None] | None = None
+    ) -> AppendResult:
+        """Queue records and return once they are committed (or raise the commit's error).
+
+        ``also`` runs inside the same transaction: it is committed exactly when the records are.
+        """
+        pending = _Pending(records, also)
         try:
             self._send.send_nowait(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -129,7 +136,11 @@ class EventStore:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.
             with write_transaction(self.engine) as conn:
-                return append_events(conn, records, int(time.time() * 1000))
+                result = append_events(conn, records, int(time.time() * 1000))
+                for pending in batch:
+                    if pending.also is not None:
+                        pending.also(conn)
+                return result
 
         try:
             # Not cancellable: a commit once started must be allowed to finish and be reported.

@@ -339,12 +339,12 @@ class NodeCluster:
         """Read what each node stored since the last poll (seq order) with its commit time."""
         for i, node in enumerate(self.nodes):
             while True:
-                page = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
-                                after=self.cursors[i], limit=10_000)["events"]
-                for event in page:
+                answer = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
+                                  after=self.cursors[i], limit=10_000)
+                for event in answer["events"]:
                     self.seen[i][event["message_id"]] = int(event["received_at"])
                     self.cursors[i] = max(self.cursors[i], int(event["seq"]))
-                if len(page) < 10_000:
+                if not answer["more"]:
                     break
 
     def wait_everywhere(self, ids: list[str], deadline: float) -> None:
@@ -498,8 +498,8 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
         cluster.measure(5, 1)
         print(f"CPU per published message at {rate:g}/s, {duration:g}-s steps "
               "(5 processes, through delivery everywhere + 2 s):")
-        counters = ("p2p_gossip_published", "p2p_streams_opened", "recon_sessions_total",
-                    "sds_resends_total", "store_batches")
+        counters = ("p2p_gossip_published_total", "p2p_streams_opened_total",
+                    "recon_sessions_total", "sds_resends_total", "store_batches_total")
 
         def totals() -> list[float]:
             return [sum(metric(n, c) for n in cluster.nodes) for c in counters]

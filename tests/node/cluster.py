@@ -80,11 +80,11 @@ def channel_log(node: NodeProcess, channel: str) -> list[tuple[int, str, str]]:
     out: list[tuple[int, str, str]] = []
     params: dict[str, Any] = {"limit": 10_000}
     while True:
-        page = node.get(f"/v1/channels/{channel}/events", **params)["events"]
-        out.extend((e["lamport"], e["message_id"], e["content"]) for e in page)
-        if len(page) < 10_000:
+        answer = node.get(f"/v1/channels/{channel}/events", **params)
+        out.extend((e["lamport"], e["message_id"], e["content"]) for e in answer["events"])
+        if not answer["more"]:
             return out
-        params.update(after_lamport=page[-1]["lamport"], after_id=page[-1]["message_id"])
+        params.update(answer["next"])
 
 
 def metric(node: NodeProcess, name: str) -> float:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,12 @@ class NodeProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def running_node(base: Path, env: dict[str, str] | None = None) -> Iterator[NodeProcess]:
+    """A started node for a fixture to yield; killed when the fixture is torn down."""
+    proc = NodeProcess(base / "n", env=env).start()
+    try:
+        yield proc
+    finally:
+        proc.kill()

@@ -7,6 +7,9 @@ name the node, browsers from other origins are refused, and no CORS header is ev
 
 from __future__ import annotations
 
+import base64
+import json
+import socket
 import stat
 import subprocess
 import sys
@@ -19,18 +22,14 @@ import pytest
 from node.api_guard import HostPolicy
 from node.config import ConfigError, load_config
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.node.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    proc = NodeProcess(tmp_path_factory.mktemp("api") / "n").start()
-    try:
-        yield proc
-    finally:
-        proc.kill()
+    yield from running_node(tmp_path_factory.mktemp("api"))
 
 
 def _events(node: NodeProcess) -> list[str]:
@@ -139,3 +138,32 @@ def test_host_policy() -> None:
     assert wild.remote
     assert wild.allows("192.0.2.7:8700", 8700) and wild.allows("node.example:8700", 8700)
     assert not wild.allows("evil.example:8700", 8700)
+
+
+def test_binary_content_comes_back_as_base64(node: NodeProcess) -> None:
+    raw = b"\x00\xff\xfe binary \x80"
+    published = node.post("/v1/channels/general/events",
+                          {"content_b64": base64.b64encode(raw).decode()})
+    events = {e["message_id"]: e for e in node.get("/v1/channels/general/events")["events"]}
+    event = events[published["message_id"]]
+    assert event["content"] is None
+    assert base64.b64decode(event["content_b64"]) == raw
+    result = node.cli("log", "general", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = {x["message_id"]: x for x in map(json.loads, result.stdout.splitlines())}
+    assert lines[published["message_id"]]["content"] is None
+    assert base64.b64decode(lines[published["message_id"]]["content_b64"]) == raw
+
+
+def test_websocket_upgrade_is_refused(node: NodeProcess) -> None:
+    # A page may open a WebSocket to any origin without a preflight: the node accepts none.
+    host = node.api_url.removeprefix("http://")
+    name, port = host.rsplit(":", 1)
+    with socket.create_connection((name, int(port)), timeout=10) as conn:
+        conn.sendall(
+            f"GET /v1/channels/general/follow HTTP/1.1\r\nHost: {host}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://evil.example\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            f"Authorization: Bearer {node.token}\r\n\r\n".encode())
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 403"), answer

@@ -209,7 +209,7 @@ def test_bootstrapped_node_pulls_only_the_rest_through_recon(
         # Everything else came from the snapshot: Recon fetched the new events only, once.
         assert metric(fresh, "recon_events_fetched_total") == len(extra)
         assert metric(fresh, "events_stored_total") == len(extra)
-        assert metric(fresh, "p2p_gossip_received") == 0
+        assert metric(fresh, "p2p_gossip_received_total") == 0
     finally:
         for node in (fresh, source):
             if node is not None:
