@@ -27,6 +27,12 @@ def add_subcommands(records: argparse.ArgumentParser) -> None:
         help="directory of <node>.pem public keys (RSA and/or Ed25519); without it only "
         "Ed25519 signatures of nodes named by their peer id are checked",
     )
+    verify.add_argument(
+        "--require-sidecars",
+        action="store_true",
+        help="fail a record file whose sidecar files are absent (by default they are reported "
+        "as not checked: HIP-435 lets a mirror node skip them)",
+    )
     verify.add_argument("--json", action="store_true", help="print a JSON report")
     verify.set_defaults(func=lazy_command("node.cli_records", "run_verify"))
 
