@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -27,8 +28,12 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
-def toml_text(config: Any) -> str:
-    """The effective configuration as TOML that ``load_config`` reads back unchanged."""
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def toml_text(config: Any, *, secrets: bool = False) -> str:
+    """The effective configuration as TOML that ``load_config`` reads back unchanged
+    (a password in ``storage.url`` shown as ``***`` unless ``secrets``)."""
     import dataclasses
 
     lines: list[str] = []
@@ -47,6 +52,8 @@ def toml_text(config: Any) -> str:
                     if schema.writers is not None:
                         tables.append(f"writers = {_toml_value(sorted(schema.writers))}")
                 continue
+            if section.name == "storage" and key.name == "url" and not secrets:
+                value = _PASSWORD.sub(r"\1***@", value)
             lines.append(f"{key.name} = {_toml_value(value)}")
         lines.append("")
     return "\n".join(lines + tables).rstrip() + "\n"
@@ -54,7 +61,7 @@ def toml_text(config: Any) -> str:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     config = config_from(args)
-    sys.stdout.write(toml_text(config))
+    sys.stdout.write(toml_text(config, secrets=args.show_secrets))
     return 0
 
 
@@ -117,6 +124,8 @@ def register(sub: Any) -> None:
     show = actions.add_parser("show", help="print the effective configuration as TOML "
                                            "(defaults < --config file < SYNCNODE_* variables)")
     show.add_argument("--config", metavar="FILE", help="TOML config")
+    show.add_argument("--show-secrets", action="store_true",
+                      help="print the database password too (shown as *** by default)")
     show.set_defaults(func=_cmd_show)
     validate = actions.add_parser("validate", help="check a configuration: every key, its "
                                                    "range and its relations; exit 2 if bad")

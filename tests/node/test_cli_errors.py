@@ -94,6 +94,13 @@ def test_example_config_accepts_a_declared_table(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout.decode()
     assert '[db.tables.users]\ncolumns = { name = "text", age = "integer" }' in text
+    # A database password is not shown unless asked for.
+    with_pg = tmp_path / "pg.toml"
+    with_pg.write_text('[storage]\nurl = "postgresql+psycopg://u:s3cret@db:5432/x"\n')
+    hidden = run_cli("config", "show", "--config", str(with_pg)).stdout.decode()
+    assert 'url = "postgresql+psycopg://u:***@db:5432/x"' in hidden and "s3cret" not in hidden
+    shown_pg = run_cli("config", "show", "--show-secrets", "--config", str(with_pg)).stdout
+    assert b"s3cret" in shown_pg
     # What `config show` prints is a config that loads to the same values.
     again = tmp_path / "again.toml"
     again.write_text(text)
