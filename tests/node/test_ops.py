@@ -24,8 +24,17 @@ def _probe(node: NodeProcess, path: str) -> httpx.Response:
 
 
 def _metric_names(text: str) -> set[str]:
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
-            if line and not line.startswith("#")}
+    """Names with samples, and every family the node declares (``# TYPE``): a labelled counter
+    such as events_rejected_total has no sample until the first rejection."""
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+             if line and not line.startswith("#")}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _hash, _type, name, kind = line.split()[:4]
+            names.add(name)
+            if kind == "histogram":
+                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    return names
 
 
 def _wait_ready(node: NodeProcess, timeout: float = 40.0) -> httpx.Response:
