@@ -24,8 +24,11 @@ def _probe(node: NodeProcess, path: str) -> httpx.Response:
 
 
 def _metric_names(text: str) -> set[str]:
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
-            if line and not line.startswith("#")}
+    # Families, not only series: a labelled counter shows just its TYPE line until its first
+    # event (no placeholder series), and a dashboard query over it is still right.
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+             if line and not line.startswith("#")}
+    return names | {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
 
 
 def _wait_ready(node: NodeProcess, timeout: float = 40.0) -> httpx.Response:
