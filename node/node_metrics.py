@@ -49,6 +49,8 @@ P2P_HELP = {
     "gossip_dropped_test": "Gossip messages dropped on purpose (p2p.test_drop_incoming_gossip)",
     "gossip_dropped_overflow": "Gossip messages dropped because a subscriber's queue was full",
     "gossip_refused_foreign": "Gossip messages refused: originated outside p2p.allowed_peers",
+    "refused_banned": "Connections and streams refused because the peer is banned for "
+                      "misbehaviour (see peer_bans_total)",
     "peer_events_dropped": "Peer connect/disconnect notices dropped (listener queue full)",
 }
 
