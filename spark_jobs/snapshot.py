@@ -32,10 +32,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -238,17 +239,67 @@ def build_tree_from(spark: Any, ctx: BlockContext, manifest: Manifest,
     return join_buckets(summaries, lambda obj: write_object(out, obj))
 
 
-def run(
-    spark: Any, url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
-    period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
-    partitions: int = 8, sidecars: bool = True,
-    max_events_per_file: int = DEFAULT_MAX_EVENTS_PER_FILE,
-) -> dict[str, Any]:
-    """Build or extend the snapshot in ``out``; returns the job's summary."""
-    from pyspark.sql import functions as F
+@dataclass(frozen=True)
+class Build:
+    """One build of a snapshot: where the chain stands and which periods it writes."""
 
-    from spark_jobs.source import emit_progress, read_events, stage_progress
+    out: Path
+    url: str
+    key: Ed25519PrivateKey
+    manifest: Manifest
+    ctx: BlockContext
+    lo_ms: int
+    hi_ms: int
+    end_period: int
+    total: int
 
+    @property
+    def start(self) -> bytes:
+        return bytes.fromhex(self.manifest.chain.running_hash)
+
+    @property
+    def first_block(self) -> int:
+        return self.manifest.chain.next_block
+
+    def sign(self, blocks: list[dict[str, Any]], written: list[dict[str, Any]]
+             ) -> list[FileEntry]:
+        """Check the chain and that every block was written once; sign each file."""
+        check_chain(blocks, self.start, self.first_block)
+        files = {w["block"]: (w["path"], w["file_hash"]) for w in written}
+        if sorted(files) != [b["block"] for b in blocks] or len(written) != len(blocks):
+            raise RuntimeError("pass 2 did not write every block exactly once")
+        return [sign_block(self.out, self.key, self.ctx, b, *files[b["block"]]) for b in blocks]
+
+    def complete(self, blocks: list[dict[str, Any]], new_files: list[FileEntry], root: str,
+                 ahash: Sha256a) -> dict[str, Any]:
+        """Write the manifest (atomically: the only object ever replaced); the job summary."""
+        manifest = self.manifest
+        n_events = sum(int(b["count"]) for b in blocks)
+        late = max(0, self.total - n_events - manifest.count - _count_after(self.url, self.hi_ms))
+        last_period = max(b["period"] for b in blocks) if blocks else manifest.chain.last_period
+        running = blocks[-1]["end"] if blocks else self.start
+        next_block = self.first_block + len(blocks)
+        updated = replace(
+            manifest,
+            chain=Chain(next_block=next_block, running_hash=running.hex(),
+                        last_period=max(last_period, self.end_period - 1)),
+            files=manifest.files + tuple(new_files), root=root, count=ahash.count,
+            ahash=ahash.hex(),
+        )
+        # Tasks write without fsync (as Hadoop's committers do); everything they wrote must be
+        # on disk before the manifest that points at it is.
+        os.sync()
+        write_manifest(self.out, updated)
+        return {"job": "snapshot", "node": manifest.node, "out": str(self.out),
+                "events": updated.count, "files": len(updated.files),
+                "new_files": len(new_files), "new_events": n_events, "late": late,
+                "running_hash": running.hex(), "next_block": next_block, "root": root}
+
+
+def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
+                period_ms: int, settle_ms: int, include_open: bool, sidecars: bool,
+                max_events_per_file: int) -> Build | dict[str, Any]:
+    """The build to do, or the summary when there is nothing to write."""
     if period_ms <= 0 or max_events_per_file <= 0:
         raise ValueError("period_ms and max_events_per_file must be positive")
     out = local_path(out)
@@ -262,69 +313,75 @@ def run(
     first_period = manifest.chain.last_period + 1
     _lo, newest, total = _lamport_range(url)
     end_period = closed_period_end(newest, period_ms, settle_ms, include_open)
-    summary: dict[str, Any] = {"job": "snapshot", "node": node, "new_files": 0,
-                               "new_events": 0, "out": str(out)}
     if total == 0 or end_period <= first_period:
-        summary.update(events=manifest.count, files=len(manifest.files), late=0)
-        return summary
-    lo_ms, hi_ms = first_period * period_ms, end_period * period_ms
-    start = bytes.fromhex(manifest.chain.running_hash)
-    first_block = manifest.chain.next_block
-    build = out / BUILD_DIR / str(first_block)
-    shutil.rmtree(build, ignore_errors=True)  # a crashed earlier attempt's scratch
-    build.mkdir(parents=True)
+        return {"job": "snapshot", "node": node, "new_files": 0, "new_events": 0,
+                "out": str(out), "events": manifest.count, "files": len(manifest.files),
+                "late": 0}
+    build = out / BUILD_DIR / str(manifest.chain.next_block)
     ctx = BlockContext(str(out), str(build), node, sidecars)
+    return Build(out, url, key, manifest, ctx, first_period * period_ms, end_period * period_ms,
+                 end_period, total)
+
+
+@contextlib.contextmanager
+def scratch(build: Build) -> Iterator[None]:
+    """The build's scratch directory, removed afterwards (and first, after a crashed run)."""
+    path = Path(build.ctx.build)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
     try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
+
+
+def run(
+    spark: Any, url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
+    period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
+    partitions: int = 8, sidecars: bool = True,
+    max_events_per_file: int = DEFAULT_MAX_EVENTS_PER_FILE,
+) -> dict[str, Any]:
+    """Build or extend the snapshot in ``out``; returns the job's summary."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.source import emit_progress, read_events, stage_progress
+
+    build = begin_build(url, out, key, network_id, period_ms=period_ms, settle_ms=settle_ms,
+                        include_open=include_open, sidecars=sidecars,
+                        max_events_per_file=max_events_per_file)
+    if not isinstance(build, Build):
+        return build
+    ctx, parts = build.ctx, max(1, partitions)
+    with scratch(build):
         df = read_events(spark, url, EVENT_COLUMNS, partitions=partitions,
-                         where=f"lamport >= {lo_ms} AND lamport < {hi_ms}")
+                         where=f"lamport >= {build.lo_ms} AND lamport < {build.hi_ms}")
         with stage_progress(spark, "snapshot:encode"):
             meta = arrow_column(encode_blocks(ctx), BLOCK_META,
                                 *(F.col(c) for c in ENCODE_COLUMNS))
             metas = (plan_blocks(df, period_ms, max_events_per_file)
-                     .repartition(max(1, partitions), "period", "k")
+                     .repartition(parts, "period", "k")
                      .sortWithinPartitions("period", "k", "consensus_ns")
                      .select(meta.alias("m")).where(F.col("m").isNotNull()).select("m.*"))
-            fold = arrow_column(fold_blocks(start, first_block), FOLDED, F.col("hashes"))
+            fold = arrow_column(fold_blocks(build.start, build.first_block), FOLDED,
+                                F.col("hashes"))
             blocks = [{**r.asDict(), **r["f"].asDict()} for r in (
                 metas.repartition(1).sortWithinPartitions("period", "k")
                 .select("period", "k", "count", "first_ns", "sidecar_hash", "bounds",
                         fold.alias("f")).collect())]
         blocks.sort(key=lambda b: int(b["block"]))
-        check_chain(blocks, start, first_block)
-        n_events = sum(int(b["count"]) for b in blocks)
-        emit_progress("snapshot:encode", n_events, n_events)
+        emit_progress("snapshot:encode", len(blocks), len(blocks))
         with stage_progress(spark, "snapshot:write"):
             plans = [{k: b[k] for k in ("period", "k", "block", "first_ns", "start", "end",
                                         "sidecar_hash")} for b in blocks]
-            written = spark.sparkContext.parallelize(
-                plans, max(1, min(partitions, len(plans)))).map(
+            written = spark.sparkContext.parallelize(plans, min(parts, len(plans))).map(
                 lambda plan: finish_block(ctx, plan)).collect()
-        files = {w["block"]: (w["path"], w["file_hash"]) for w in written}
-        if sorted(files) != [b["block"] for b in blocks]:
-            raise RuntimeError("pass 2 did not write every block exactly once")
-        new_files = [sign_block(out, key, ctx, b, *files[b["block"]]) for b in blocks]
+        new_files = build.sign(blocks, written)
         emit_progress("snapshot:write", len(new_files), len(new_files))
         with stage_progress(spark, "snapshot:tree"):
-            root, ahash = build_tree_from(spark, ctx, manifest, blocks, partitions)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            (out / BUILD_DIR).rmdir()
-    late = max(0, total - n_events - manifest.count - _count_after(url, hi_ms))
-    last_period = max(b["period"] for b in blocks) if blocks else manifest.chain.last_period
-    running = blocks[-1]["end"] if blocks else start
-    next_block = first_block + len(blocks)
-    updated = replace(
-        manifest,
-        chain=Chain(next_block=next_block, running_hash=running.hex(),
-                    last_period=max(last_period, end_period - 1)),
-        files=manifest.files + tuple(new_files), root=root, count=ahash.count, ahash=ahash.hex(),
-    )
-    write_manifest(out, updated)
-    summary.update(events=updated.count, files=len(updated.files), new_files=len(new_files),
-                   new_events=n_events, late=late, running_hash=running.hex(),
-                   next_block=next_block, root=root)
-    return summary
+            root, ahash = build_tree_from(spark, ctx, build.manifest, blocks, partitions)
+    return build.complete(blocks, new_files, root, ahash)
 
 
 def _count_after(url: str, lamport_ms: int) -> int:

@@ -260,7 +260,7 @@ def fold_blocks(start: bytes, first_block: int) -> Any:
 
     kind = arrow_type(FOLDED)
 
-    def run(batches: Iterator[tuple[Any, ...]]) -> Iterator[Any]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
         running, block = start, first_block
         for hashes in batches:  # one input column: Spark hands over the array itself
             out = list(fold_rows(({"hashes": h} for h in hashes.to_pylist()), running, block))

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from sync.errors import LocalProtocolError
 from sync.recordstream import record_stream_pb2 as pb
 from sync.recordstream.codec import DEFAULT_LIMITS
-from sync.recordstream.events import timestamp
 from sync.recordstream.hashing import (
     HASH_LEN,
     RECORD_FILE_VERSION,
@@ -32,13 +31,18 @@ from sync.recordstream.hashing import (
 )
 from sync.recordstream.writer import SYNCNODE_FORMAT_VERSION
 
-__all__ = ["SIDECAR_ID", "BlockBody", "fold_item_hashes", "frame_record_file"]
+__all__ = ["SIDECAR_ID", "BlockBody", "encode_delivery", "encode_record", "fold_item_hashes",
+           "frame_record_file"]
 
 SIDECAR_ID = 1
 _ITEMS_TAG = b"\x1a"  # RecordStreamFile.record_stream_items: field 3, length-delimited
 _SIDECAR_TAG = b"\x0a"  # SidecarFile.sidecar_records: field 1, length-delimited
 _WIRE_TAG = b"\x0a"  # RecordStreamItem.transaction: field 1
 _RECORD_TAG = b"\x12"  # RecordStreamItem.record: field 2
+# SyncnodeRecord.event and TransactionSidecarRecord.syncnode_delivery: field 1000, length-delimited
+_FIELD_1000 = bytes([(1000 << 3 | 2) & 0x7F | 0x80, (1000 << 3 | 2) >> 7])
+_U64 = (1 << 64) - 1
+_NS = 1_000_000_000
 
 
 def _varint(value: int) -> bytes:
@@ -51,8 +55,40 @@ def _varint(value: int) -> bytes:
 
 
 def _field(tag: bytes, data: bytes) -> bytes:
-    # proto3 leaves an empty bytes field out, as SerializeToString does.
+    # proto3 leaves an empty bytes/string field out, as SerializeToString does.
     return tag + _varint(len(data)) + data if data else b""
+
+
+def _message(tag: bytes, data: bytes) -> bytes:
+    # A set sub-message is written even when empty.
+    return tag + _varint(len(data)) + data
+
+
+def _uint(tag: bytes, value: int) -> bytes:
+    # Scalars equal to zero are left out; negative int64 values are 10-byte varints.
+    return tag + _varint(value & _U64) if value else b""
+
+
+def _timestamp(consensus_ns: int) -> bytes:
+    seconds, nanos = divmod(consensus_ns, _NS)
+    return _uint(b"\x08", seconds) + _uint(b"\x10", nanos)
+
+
+def encode_record(wire: bytes, consensus_ns: int, message_id: str, channel: str, sender: str,
+                  lamport: int) -> bytes:
+    """``SyncnodeRecord`` bytes, as ``events.event_record`` serializes them (hand-encoded:
+    this runs once per event; a test compares the two)."""
+    info = (_field(b"\x0a", message_id.encode()) + _field(b"\x12", channel.encode())
+            + _field(b"\x1a", sender.encode()) + _uint(b"\x20", lamport))
+    return (_field(b"\x12", sha384(wire)) + _message(b"\x1a", _timestamp(consensus_ns))
+            + _message(_FIELD_1000, info))
+
+
+def encode_delivery(consensus_ns: int, message_id: str, seq: int, received_at_ms: int) -> bytes:
+    """``TransactionSidecarRecord`` bytes of an event's SYNCNODE_DELIVERY sidecar record."""
+    delivery = (_field(b"\x0a", message_id.encode()) + _uint(b"\x10", seq)
+                + _uint(b"\x18", received_at_ms))
+    return _message(b"\x0a", _timestamp(consensus_ns)) + _message(_FIELD_1000, delivery)
 
 
 @dataclass
@@ -74,12 +110,7 @@ class BlockBody:
 
     def add(self, seq: int, message_id: str, channel: str, sender: str, lamport: int,
             wire: bytes, received_at_ms: int, consensus_ns: int) -> None:
-        ts = timestamp(consensus_ns)
-        record = pb.SyncnodeRecord(
-            transaction_hash=sha384(wire), consensus_timestamp=ts,
-            event=pb.SyncnodeEventInfo(message_id=message_id, channel=channel, sender=sender,
-                                       lamport=lamport),
-        ).SerializeToString(deterministic=True)
+        record = encode_record(wire, consensus_ns, message_id, channel, sender, lamport)
         item = _field(_WIRE_TAG, wire) + _field(_RECORD_TAG, record)
         encoded = _ITEMS_TAG + _varint(len(item)) + item
         self.size += len(encoded)
@@ -89,10 +120,7 @@ class BlockBody:
         self._body.append(encoded)
         self._hashes.append(item_hash(record, wire))
         if self.sidecars:
-            side = pb.TransactionSidecarRecord(
-                consensus_timestamp=ts, syncnode_delivery=pb.SyncnodeDelivery(
-                    message_id=message_id, seq=seq, received_at_ms=received_at_ms),
-            ).SerializeToString(deterministic=True)
+            side = encode_delivery(consensus_ns, message_id, seq, received_at_ms)
             self._sidecar.append(_SIDECAR_TAG + _varint(len(side)) + side)
         if self.count == 0:
             self.first_ns = consensus_ns
