@@ -45,13 +45,22 @@ _U64 = (1 << 64) - 1
 _NS = 1_000_000_000
 
 
-def _varint(value: int) -> bytes:
+def _varint_slow(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+# Lengths, nanos and small numbers are below 2^14: a table lookup instead of a loop (this
+# runs ~20 times per event).
+_SMALL = tuple(_varint_slow(v) for v in range(1 << 14))
+
+
+def _varint(value: int) -> bytes:
+    return _SMALL[value] if value < 16384 else _varint_slow(value)
 
 
 def _field(tag: bytes, data: bytes) -> bytes:

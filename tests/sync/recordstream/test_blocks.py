@@ -28,7 +28,7 @@ from sync.recordstream.blocks import (
 NODE = "0.0.3"
 texts = st.text(max_size=20)
 events = st.builds(SnapshotEvent, st.integers(0, 2**63 - 1), texts, texts, texts,
-                   st.integers(0, 2**53), st.binary(max_size=300),
+                   st.integers(0, 2**41), st.binary(max_size=300),
                    st.integers(-(2**63), 2**63 - 1))
 
 
