@@ -89,7 +89,8 @@ def run_plain(
             nonlocal running, number
             keys = encoder.keys
             meta = encoder.close()
-            block = {**meta, **next(fold_rows([meta], running, number))}
+            block = {**meta, **next(fold_rows(build.ctx, [(meta["period"], meta["k"])], running,
+                                              number))}
             running, number = block["end"], number + 1
             written.append(finish_block(build.ctx, block))
             blocks.append(block)

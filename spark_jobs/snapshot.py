@@ -8,7 +8,7 @@ message_id)`` order). A period's events go into consecutive record files (blocks
 Executors write, the driver signs (see docs/spark.md, "snapshot"):
 
 1. pass 1 (tasks, per block): encode the items, write the sidecar file and scratch copies of
-   the encoded items and of the tree entries; return the block's item hashes;
+   the encoded items, item hashes and tree entries; return the block's metadata;
 2. fold (one task, block order): the running hash over the item hashes: every block's start
    and end hash. The driver receives per-block metadata only;
 3. pass 2 (tasks, per block): frame the encoded items with the chain hashes, gzip, write the
@@ -97,6 +97,9 @@ __all__ = ["DEFAULT_MAX_EVENTS_PER_FILE", "NODE_KEY_FILE", "check_chain", "close
 NODE_KEY_FILE = "identity.key"
 #: ``[spark] max_events_per_file``: a longer period is split into several record files.
 DEFAULT_MAX_EVENTS_PER_FILE = 100_000
+
+#: Tree entries one task turns into rows at most (one Arrow batch: ~60 bytes each).
+_ENTRIES_PER_TASK = 200_000
 
 EVENT_COLUMNS = ("seq", "recon_key", "message_id", "channel", "sender", "lamport", "wire",
                  "received_at")
@@ -193,18 +196,34 @@ def _lamport_range(url: str) -> tuple[int, int, int]:
         engine.dispose()
 
 
-def old_units(out: Path, root: str) -> list[tuple[str, bytes]]:
-    """(cid, last key) of the previous tree's bucket nodes (or of its root when smaller)."""
+def old_units(out: Path, root: str) -> list[tuple[str, bytes, int]]:
+    """(cid, last key, count) of the previous tree's bucket nodes (or of its root when
+    smaller)."""
     obj = read_object(out, root)
     level = int(obj.get("level", 0))
     if level == 0:
         keys = obj.get("keys") or []
-        return [(root, bytes.fromhex(keys[-1]["key"]))] if keys else []
+        return [(root, bytes.fromhex(keys[-1]["key"]), len(keys))] if keys else []
     if level < BUCKET_LEVEL:
-        return [(root, bytes.fromhex(obj["children"][-1]["last"]))]
+        children = obj["children"]
+        return [(root, bytes.fromhex(children[-1]["last"]), sum(c["count"] for c in children))]
     if level == BUCKET_LEVEL:
-        return [(c["cid"], bytes.fromhex(c["last"])) for c in obj["children"]]
+        return [(c["cid"], bytes.fromhex(c["last"]), int(c["count"])) for c in obj["children"]]
     return [unit for c in obj["children"] for unit in old_units(out, c["cid"])]
+
+
+def source_groups(sources: list[tuple[int, str, int]], limit: int) -> list[list[tuple[int, str]]]:
+    """Consecutive sources (file, path, entries) in groups of at most ``limit`` entries (or
+    one source): one group per task, so no Arrow batch of entries grows with the log."""
+    groups: list[list[tuple[int, str]]] = []
+    size = limit
+    for file, path, count in sources:
+        if size + count > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append((file, path))
+        size += count
+    return groups
 
 
 def build_tree_from(spark: Any, ctx: BlockContext, manifest: Manifest,
@@ -216,14 +235,16 @@ def build_tree_from(spark: Any, ctx: BlockContext, manifest: Manifest,
     out = Path(ctx.out)
     units = old_units(out, manifest.root) if manifest.root else []
     bounds = sorted({b for block in blocks for b in block["bounds"]}
-                    | {last for _cid, last in units if closes_bucket(last)})
+                    | {last for _cid, last, _n in units if closes_bucket(last)})
     base = len(manifest.files) - manifest.chain.next_block
-    sources = [(base + b["block"], str(ctx.scratch(b["period"], b["k"], "keys")))
-               for b in blocks] + [(-1, f"cid:{cid}") for cid, _last in units]
+    sources = [(base + b["block"], str(ctx.scratch(b["period"], b["k"], "keys")), b["count"])
+               for b in blocks] + [(-1, f"cid:{cid}", n) for cid, _last, n in units]
+    groups = source_groups(sources, _ENTRIES_PER_TASK)
     bcast = spark.sparkContext.broadcast(bounds)
     try:
-        src = spark.createDataFrame(sources, "file long, path string").repartition(
-            max(1, min(partitions, len(sources))))
+        src = spark.createDataFrame(
+            spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(lambda g: g),
+            "file long, path string")
         entries = src.select(F.inline(arrow_column(
             tree_source(ctx, bcast), f"array<struct<{TREE_ENTRY_FIELDS}>>",
             F.col("file"), F.col("path"))))
@@ -364,8 +385,8 @@ def run(
                      .repartition(parts, "period", "k")
                      .sortWithinPartitions("period", "k", "consensus_ns")
                      .select(meta.alias("m")).where(F.col("m").isNotNull()).select("m.*"))
-            fold = arrow_column(fold_blocks(build.start, build.first_block), FOLDED,
-                                F.col("hashes"))
+            fold = arrow_column(fold_blocks(ctx, build.start, build.first_block), FOLDED,
+                                F.col("period"), F.col("k"))
             blocks = [{**r.asDict(), **r["f"].asDict()} for r in (
                 metas.repartition(1).sortWithinPartitions("period", "k")
                 .select("period", "k", "count", "first_ns", "sidecar_hash", "bounds",
@@ -375,7 +396,7 @@ def run(
         with stage_progress(spark, "snapshot:write"):
             plans = [{k: b[k] for k in ("period", "k", "block", "first_ns", "start", "end",
                                         "sidecar_hash")} for b in blocks]
-            written = spark.sparkContext.parallelize(plans, min(parts, len(plans))).map(
+            written = spark.sparkContext.parallelize(plans, max(1, min(parts, len(plans)))).map(
                 lambda plan: finish_block(ctx, plan)).collect()
         new_files = build.sign(blocks, written)
         emit_progress("snapshot:write", len(new_files), len(new_files))

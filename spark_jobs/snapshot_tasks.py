@@ -62,7 +62,7 @@ BUILD_DIR = ".build"
 ENCODE_COLUMNS = ("seq", "message_id", "channel", "sender", "lamport", "wire", "received_at",
                   "recon_key", "consensus_ns", "rank", "period", "k", "item")
 BLOCK_META = ("period long, k long, count long, first_ns long, sidecar_hash binary, "
-              "hashes binary, bounds array<binary>")
+              "bounds array<binary>")
 FOLDED = "block long, start binary, end binary"
 TREE_ENTRY = "key binary, file long, item long, bucket long"
 TREE_ENTRY_FIELDS = "key: binary, file: bigint, item: bigint, bucket: bigint"
@@ -107,7 +107,7 @@ class BlockContext:
 class BlockEncoder:
     """Pass 1 for rows of ``ENCODE_COLUMNS`` in (period, k, consensus_ns) order: ``add`` encodes
     an event into its block; ``close`` stores the block (scratch items and tree entries, the
-    sidecar file) and returns its metadata with the item hashes."""
+    sidecar file, the item hashes) and returns its metadata."""
 
     def __init__(self, ctx: BlockContext) -> None:
         self.ctx = ctx
@@ -144,6 +144,7 @@ class BlockEncoder:
         assert self.block is not None
         ctx, (period, k), body = self.ctx, self.block, self.body
         write_atomic(ctx.scratch(period, k, "items"), body.body)
+        write_atomic(ctx.scratch(period, k, "hashes"), body.hashes)
         table = pa.table({"key": pa.array(self.keys, pa.binary()),
                           "item": pa.array(range(len(self.keys)), pa.int64())})
         sink = pa.BufferOutputStream()
@@ -158,7 +159,7 @@ class BlockEncoder:
             write_atomic(Path(ctx.out) / ctx.record_dir() / "sidecar" / name,
                          gzip_deterministic(raw))
         meta = {"period": period, "k": k, "count": body.count, "first_ns": body.first_ns,
-                "sidecar_hash": side_hash, "hashes": body.hashes, "bounds": self.bounds}
+                "sidecar_hash": side_hash, "bounds": self.bounds}
         self._reset(None)
         return meta
 
@@ -243,27 +244,29 @@ def encode_blocks(ctx: BlockContext) -> Any:
     return run
 
 
-def fold_rows(rows: Iterable[dict[str, Any]], start: bytes, first_block: int
-              ) -> Iterator[dict[str, Any]]:
-    """Block metadata in (period, k) order -> block number, start and end running hash: the
-    one sequential step (one SHA-384 of 108 bytes per event)."""
+def fold_rows(ctx: BlockContext, rows: Iterable[tuple[int, int]], start: bytes,
+              first_block: int) -> Iterator[dict[str, Any]]:
+    """Blocks (period, k) in order -> block number, start and end running hash, from the item
+    hashes pass 1 stored: the one sequential step (one SHA-384 of 108 bytes per event)."""
     running, block = start, first_block
-    for meta in rows:
-        end = fold_item_hashes(running, meta["hashes"])
+    for period, k in rows:
+        end = fold_item_hashes(running, ctx.scratch(period, k, "hashes").read_bytes())
         yield {"block": block, "start": running, "end": end}
         running, block = end, block + 1
 
 
-def fold_blocks(start: bytes, first_block: int) -> Any:
-    """The fold's UDF body over (hashes) in block order, in ONE task: ``FOLDED`` per block."""
+def fold_blocks(ctx: BlockContext, start: bytes, first_block: int) -> Any:
+    """The fold's UDF body over (period, k) in block order, in ONE task: ``FOLDED`` per
+    block (the item hashes come from the scratch files, not through Spark)."""
     import pyarrow as pa
 
     kind = arrow_type(FOLDED)
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
+    def run(batches: Iterator[tuple[Any, ...]]) -> Iterator[Any]:
         running, block = start, first_block
-        for hashes in batches:  # one input column: Spark hands over the array itself
-            out = list(fold_rows(({"hashes": h} for h in hashes.to_pylist()), running, block))
+        for periods, ks in batches:
+            rows = zip(periods.to_pylist(), ks.to_pylist(), strict=True)
+            out = list(fold_rows(ctx, rows, running, block))
             if out:
                 running, block = out[-1]["end"], out[-1]["block"] + 1
             yield pa.array(out, type=kind)
