@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the snapshot scale run (0: none; --quick: none)")
     parser.add_argument("--scale-masters", default="local,standalone",
                         help="masters of the scale run: local (local[2]) and/or standalone")
+    parser.add_argument("--no-scale-bootstrap", action="store_true",
+                        help="do not bootstrap a node from the scale run's snapshot")
     parser.add_argument("--no-rehash", action="store_true", help="measure the snapshot only")
     parser.add_argument("--cache-dir", default=os.environ.get(
         "SYNCNODE_BENCH_CACHE", str(ROOT / ".cache" / "bench")))
@@ -269,6 +271,7 @@ def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
                                     "driver_peak_rss_mib": round(rss), "files": job["files"]}
         if master == "local":
             result["snapshot_events_10m_s"] = job["run_seconds"]
+        if master == "local" and not args.no_scale_bootstrap:
             b_n, b_s = timed_bootstrap(out, tmp)
             rows.append((f"scale: bootstrap of {b_n} events", f"{b_n / b_s:,.0f} events/s "
                          f"({b_s:.1f} s)"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,23 @@ def _bucket_closers(n: int) -> list[bytes]:
             found.append(key)
         i += 1
     return found
+
+
+def test_old_units_of_a_deep_tree_cover_it_in_buckets(tmp_path: Path) -> None:
+    """An incremental build re-reads the previous tree as its level-2 nodes (buckets): they
+    hold every entry once, in order, and every one but the last ends with a bucket-closing
+    key."""
+    from spark_jobs.manifest import iter_leaf_entries, write_objects
+    from spark_jobs.snapshot import old_units
+    from sync.snapshot_manifest import BUCKET_LEVEL, closes_bucket
+
+    keys = sorted(set(_keys(set(range(3000)))) | set(_bucket_closers(40)))
+    root, objects, _ = build_tree(_entries(keys))
+    write_objects(tmp_path, objects)
+    assert json.loads(objects[root])["level"] > BUCKET_LEVEL  # deep enough to descend twice
+    units = old_units(tmp_path, root)
+    covered = [e.key for cid, _last, _n in units for e in iter_leaf_entries(tmp_path, cid)]
+    assert covered == keys
+    assert [n for _c, _l, n in units] == [
+        sum(1 for _ in iter_leaf_entries(tmp_path, cid)) for cid, _l, _n in units]
+    assert all(closes_bucket(last) for _c, last, _n in units[:-1])
