@@ -375,6 +375,13 @@ def run(
     if not isinstance(build, Build):
         return build
     ctx, parts = build.ctx, max(1, partitions)
+    clock = [time.monotonic()]
+    phases: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        clock.append(time.monotonic())
+        phases[name] = round(clock[-1] - clock[-2], 3)
+
     with scratch(build):
         df = read_events(spark, url, EVENT_COLUMNS, partitions=partitions,
                          where=f"lamport >= {build.lo_ms} AND lamport < {build.hi_ms}")
@@ -392,17 +399,23 @@ def run(
                 .select("period", "k", "count", "first_ns", "sidecar_hash", "bounds",
                         fold.alias("f")).collect())]
         blocks.sort(key=lambda b: int(b["block"]))
+        lap("read_encode_fold")
         emit_progress("snapshot:encode", len(blocks), len(blocks))
         with stage_progress(spark, "snapshot:write"):
             plans = [{k: b[k] for k in ("period", "k", "block", "first_ns", "start", "end",
                                         "sidecar_hash")} for b in blocks]
             written = spark.sparkContext.parallelize(plans, max(1, min(parts, len(plans)))).map(
                 lambda plan: finish_block(ctx, plan)).collect()
+        lap("write_files")
         new_files = build.sign(blocks, written)
+        lap("sign")
         emit_progress("snapshot:write", len(new_files), len(new_files))
         with stage_progress(spark, "snapshot:tree"):
             root, ahash = build_tree_from(spark, ctx, build.manifest, blocks, partitions)
-    return build.complete(blocks, new_files, root, ahash)
+        lap("tree")
+    summary = build.complete(blocks, new_files, root, ahash)
+    lap("manifest")
+    return {**summary, "phases": phases}
 
 
 def _count_after(url: str, lamport_ms: int) -> int:

@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{job['events'] / job['run_seconds']:,.0f} events/s "
                      f"({job['run_seconds']:.1f} s; {job['seconds']:.1f} s with the session); "
                      f"driver peak RSS {rss:,.0f} MiB"))
+        rows.append(("  phases (s)", json.dumps(job.get("phases"))))
         b_n, b_s = timed_bootstrap(tmp / "job", tmp)
         rows.append(("bootstrap of a fresh node from it", f"{b_n / b_s:,.0f} events/s "
                      f"({b_s:.1f} s)"))
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot_driver_peak_rss_mib=round(rss),
             bootstrap_events_per_s=round(b_n / b_s))
         context["snapshot"] = {"events": n_events, "run_seconds": job["run_seconds"],
+                               "phases": job.get("phases"),
                                "seconds_with_session": job["seconds"],
                                "plain_seconds": round(plain_s, 2), "driver_peak_rss_mib": rss}
         if args.scale_events and not args.quick:
@@ -266,7 +268,8 @@ def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
         rows.append((f"scale: snapshot of {n} events, {master}",
                      f"{job['events'] / job['run_seconds']:,.0f} events/s "
                      f"({job['run_seconds']:.1f} s); driver peak RSS {rss:,.0f} MiB"))
-        context["scale"][master] = {"run_seconds": job["run_seconds"],
+        rows.append(("  phases (s)", json.dumps(job.get("phases"))))
+        context["scale"][master] = {"run_seconds": job["run_seconds"], "phases": job.get("phases"),
                                     "seconds_with_session": job["seconds"],
                                     "driver_peak_rss_mib": round(rss), "files": job["files"]}
         if master == "local":

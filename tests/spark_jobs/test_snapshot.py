@@ -232,6 +232,8 @@ def test_split_periods_match_the_plain_writer_byte_for_byte(
     job = snapshot.run(spark, url, f"file://{tmp_path / 'job'}", key, NETWORK_ID,
                        partitions=3, **options)
     plain = run_plain(url, tmp_path / "plain", key, NETWORK_ID, **options)
+    assert set(job.pop("phases")) == {"read_encode_fold", "write_files", "sign", "tree",
+                                      "manifest"}
     assert job == {**plain, "out": str(tmp_path / "job")}
 
     def tree(root: Path) -> dict[str, bytes]:
