@@ -245,12 +245,7 @@ def _range_of(child: dict[str, Any]) -> tuple[bytes, bytes]:
 
 def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
     """Fetch from ``snapshot`` only the events whose ranges differ from the local log."""
-    try:
-        manifest = load_manifest(snapshot)
-    except RemoteProtocolError as exc:
-        raise BootstrapError(f"{snapshot}: {exc}") from None
-    if manifest is None:
-        raise BootstrapError(f"{snapshot}: no manifest.json (not a snapshot directory)")
+    manifest = _open_manifest(snapshot)
     if manifest.network_id != network_id:
         raise BootstrapError(f"snapshot is of network {manifest.network_id}, not {network_id}")
     result = PullResult()

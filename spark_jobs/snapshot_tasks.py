@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from spark_jobs.manifest import read_object
+from spark_jobs.manifest import iter_leaf_entries
 from sync.recordstream import (
     MAX_RANK,
     gzip_deterministic,
@@ -36,7 +36,6 @@ from sync.snapshot_manifest import (
     build_buckets,
     closes_bucket,
     encode_node,
-    leaf_entries,
     object_path,
 )
 
@@ -285,15 +284,6 @@ def finish_block(ctx: BlockContext, plan: dict[str, Any]) -> dict[str, Any]:
     return {"block": plan["block"], "path": path, "file_hash": sha384(raw)}
 
 
-def _subtree_entries(out: Path, cid: str) -> Iterator[TreeEntry]:
-    obj = read_object(out, cid)
-    if obj.get("level") == 0:
-        yield from leaf_entries(obj)
-    else:
-        for child in obj["children"]:
-            yield from _subtree_entries(out, child["cid"])
-
-
 def tree_source(ctx: BlockContext, bounds: Any) -> Any:
     """The UDF body turning each source into its tree entries (a list, exploded by the JVM).
 
@@ -306,7 +296,7 @@ def tree_source(ctx: BlockContext, bounds: Any) -> Any:
 
     def entries_of(file: int, path: str) -> tuple[list[bytes], list[int], list[int]]:
         if path.startswith("cid:"):
-            entries = list(_subtree_entries(Path(ctx.out), path[4:]))
+            entries = list(iter_leaf_entries(Path(ctx.out), path[4:]))
             return [e.key for e in entries], [e.file for e in entries], [e.item for e in entries]
         with pa.memory_map(path) as source:
             table = ipc.open_file(source).read_all()
