@@ -20,9 +20,10 @@ Executors write, the driver signs (see docs/spark.md, "snapshot"):
 
 Incremental: the manifest holds the chain state (next block, running hash, last period written);
 a rebuild reads only events of later periods and continues the chain. Only *closed* periods are
-written (``closed_period_end``). Events that arrive later for an already written period are not
-in the file chain (counted as ``late`` in the result); a node bootstrapped from the snapshot gets
-them through Recon.
+written (``end_period``: periods that ended ``--settle-ms`` before both the newest event and
+the job's clock, so one far-future event cannot close periods early; ``--all``: every period).
+Events that arrive later for an already written period are not in the file chain (counted as
+``late`` in the result); a node bootstrapped from the snapshot gets them through Recon.
 
 ``python -m spark_jobs.snapshot --db URL --out DIR --network-id N --data-dir DIR`` (or ``--key``).
 """
@@ -89,7 +90,7 @@ from sync.snapshot_manifest import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DEFAULT_MAX_EVENTS_PER_FILE", "NODE_KEY_FILE", "check_chain", "closed_period_end",
+__all__ = ["DEFAULT_MAX_EVENTS_PER_FILE", "NODE_KEY_FILE", "check_chain", "end_period",
            "load_node_key", "main", "plan_blocks", "run", "sign_block", "signature_file"]
 
 #: The node key's file name under the data directory (``node.identity.KEY_FILE``; repeated here
@@ -106,13 +107,16 @@ EVENT_COLUMNS = ("seq", "recon_key", "message_id", "channel", "sender", "lamport
 _NS_PER_MS = 1_000_000
 
 
-def closed_period_end(newest_lamport: int, period_ms: int, settle_ms: int,
-                      include_open: bool) -> int:
-    """The first period NOT to write now: every period before it is closed (it ended
-    ``settle_ms`` before the newest event), or with ``include_open`` every period there is."""
+def end_period(newest_ms: int, now_ms: int, period_ms: int, settle_ms: int,
+               include_open: bool = False) -> int:
+    """The first period not written: periods end ``settle_ms`` before the newest event *and*
+    before the job's own clock. The newest event alone must not decide it: one event stamped
+    in the future (the clock rule lets one run up to ``sds.max_lamport_ahead_ms`` ahead) would
+    close every period up to it, and honest events arriving later for them would be left out
+    as late for good."""
     if include_open:
-        return newest_lamport // period_ms + 1
-    return (newest_lamport - settle_ms) // period_ms
+        return newest_ms // period_ms + 1
+    return (min(newest_ms, now_ms) - settle_ms) // period_ms
 
 
 def plan_blocks(df: DataFrame, period_ms: int, max_events_per_file: int) -> DataFrame:
@@ -319,7 +323,7 @@ class Build:
 
 def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
                 period_ms: int, settle_ms: int, include_open: bool, sidecars: bool,
-                max_events_per_file: int) -> Build | dict[str, Any]:
+                max_events_per_file: int, now_ms: int | None = None) -> Build | dict[str, Any]:
     """The build to do, or the summary when there is nothing to write."""
     if period_ms <= 0 or max_events_per_file <= 0:
         raise ValueError("period_ms and max_events_per_file must be positive")
@@ -333,15 +337,16 @@ def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: i
     manifest = prev or Manifest(network_id=network_id, node=node, period_ms=period_ms)
     first_period = manifest.chain.last_period + 1
     _lo, newest, total = _lamport_range(url)
-    end_period = closed_period_end(newest, period_ms, settle_ms, include_open)
-    if total == 0 or end_period <= first_period:
+    clock_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    end = end_period(newest, clock_ms, period_ms, settle_ms, include_open)
+    if total == 0 or end <= first_period:
         return {"job": "snapshot", "node": node, "new_files": 0, "new_events": 0,
                 "out": str(out), "events": manifest.count, "files": len(manifest.files),
                 "late": 0}
     build = out / BUILD_DIR / str(manifest.chain.next_block)
     ctx = BlockContext(str(out), str(build), node, sidecars)
-    return Build(out, url, key, manifest, ctx, first_period * period_ms, end_period * period_ms,
-                 end_period, total)
+    return Build(out, url, key, manifest, ctx, first_period * period_ms, end * period_ms, end,
+                 total)
 
 
 @contextlib.contextmanager
@@ -362,7 +367,7 @@ def run(
     spark: Any, url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
     period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
     partitions: int = 8, sidecars: bool = True,
-    max_events_per_file: int = DEFAULT_MAX_EVENTS_PER_FILE,
+    max_events_per_file: int = DEFAULT_MAX_EVENTS_PER_FILE, now_ms: int | None = None,
 ) -> dict[str, Any]:
     """Build or extend the snapshot in ``out``; returns the job's summary."""
     from pyspark.sql import functions as F
@@ -371,7 +376,7 @@ def run(
 
     build = begin_build(url, out, key, network_id, period_ms=period_ms, settle_ms=settle_ms,
                         include_open=include_open, sidecars=sidecars,
-                        max_events_per_file=max_events_per_file)
+                        max_events_per_file=max_events_per_file, now_ms=now_ms)
     if not isinstance(build, Build):
         return build
     ctx, parts = build.ctx, max(1, partitions)
