@@ -233,16 +233,23 @@ def main(argv: list[str] | None = None) -> int:
                                "seconds_with_session": job["seconds"],
                                "plain_seconds": round(plain_s, 2), "driver_peak_rss_mib": rss}
         if args.scale_events and not args.quick:
+            # The scale run takes long: what is measured so far is written first.
+            report(args, rows, result, context, final=False)
             scale_part(args, cache, tmp, key_file, rows, result, context)
-    rows.append(("load average at end", load()))
-    context["load_average"] = [r[1] for r in rows if r[0].startswith("load")]
+    report(args, rows, result, context, final=True)
+    return 0
 
+
+def report(args: argparse.Namespace, rows: list[tuple[str, str]], result: dict[str, Any],
+           context: dict[str, Any], *, final: bool) -> None:
+    context["load_average"] = [r[1] for r in rows if r[0].startswith("load")] + [load()]
+    context["complete"] = final
     width = max(len(k) for k, _ in rows)
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
+    print(f"{'load average now':<{width}}  {load()}", flush=True)
     Path(args.out).write_text(json.dumps({**result, "context": context}, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in KEYS}))
-    return 0
+    print(json.dumps({k: result[k] for k in KEYS}), flush=True)
 
 
 def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
