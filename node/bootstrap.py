@@ -47,6 +47,7 @@ from sync.snapshot_manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     MAX_OBJECT_BYTES,
+    FileEntry,
     Manifest,
     decode_manifest,
     decode_object,
@@ -89,18 +90,36 @@ class PullResult:
     files_read: set[str] = field(default_factory=set)
 
 
-def _collect(snapshot: Path) -> dict[str, bytes]:
+def _read_entry(snapshot: Path, entry: FileEntry) -> dict[str, bytes]:
+    """One record file of the manifest with its signature file and sidecars (size-limited)."""
     files: dict[str, bytes] = {}
-    for path in sorted(snapshot.glob("record*/**/*")):
-        if not path.is_file() or not path.name.endswith((RECORD_SUFFIX, SIGNATURE_SUFFIX)):
-            continue
-        if len(files) >= _MAX_FILES:
-            raise BootstrapError(f"{snapshot}: more than {_MAX_FILES} files")
-        limit = (DEFAULT_LIMITS.max_signature_file if path.name.endswith(SIGNATURE_SUFFIX)
+    for rel in (entry.path, entry.signature, *entry.sidecars):
+        path = snapshot / rel
+        if not path.is_file() or snapshot.resolve() not in path.resolve().parents:
+            continue  # missing (reported by the checks below) or outside the snapshot
+        limit = (DEFAULT_LIMITS.max_signature_file if rel.endswith(SIGNATURE_SUFFIX)
                  else DEFAULT_LIMITS.max_compressed)
         with path.open("rb") as fh:
-            files[path.relative_to(snapshot).as_posix()] = fh.read(limit + 1)
+            files[rel] = fh.read(limit + 1)
     return files
+
+
+def _entry_problems(entry: FileEntry, files: dict[str, bytes]) -> list[str]:
+    """Everything wrong with one listed file: ``verify_tree`` over it, its signature file and
+    sidecars, and whether it is the file the manifest describes (hashes)."""
+    if entry.path not in files:
+        return [f"{entry.path}: listed in the manifest but missing"]
+    report = verify_tree(files, None)
+    problems = [f"{r.path}: {c.name}: {c.detail}" for r in report.files for c in r.failures()]
+    statuses = {c.name: c.status for r in report.files if r.kind == "signature"
+                for c in r.checks}
+    if statuses.get("file_signature") != "ok" or statuses.get("metadata_signature") != "ok":
+        problems.append(f"{entry.path}: no valid signature by the node key")
+    hashes = {k: v for r in report.files if r.path == entry.path for k, v in r.hashes}
+    if hashes and (hashes.get("file"), hashes.get("start"), hashes.get("end")) != (
+            entry.file_hash, entry.start_running_hash, entry.end_running_hash):
+        problems.append(f"{entry.path}: differs from its manifest entry (hashes)")
+    return problems
 
 
 def _read_limited(path: Path, limit: int) -> bytes:
@@ -123,30 +142,11 @@ def read_object(snapshot: Path, cid: str) -> dict[str, Any]:
     return decode_object(cid, _read_limited(path, MAX_OBJECT_BYTES), str(path))
 
 
-def verify_snapshot(snapshot: Path) -> tuple[Manifest, dict[str, bytes]]:
-    """The manifest and the files, after every check passed (else ``BootstrapError``)."""
-    try:
-        manifest = load_manifest(snapshot)
-    except RemoteProtocolError as exc:
-        raise BootstrapError(f"{snapshot}: {exc}") from None
-    if manifest is None:
-        raise BootstrapError(f"{snapshot}: no manifest.json (not a snapshot directory)")
-    files = _collect(snapshot)
-    report = verify_tree(files, None)
-    problems = [f"{r.path}: {c.name}: {c.detail}" for r in report.files for c in r.failures()]
-    signed = {
-        r.path.removesuffix(SIGNATURE_SUFFIX)
-        for r in report.files
-        if r.kind == "signature"
-        and {c.name: c.status for c in r.checks}.get("file_signature") == "ok"
-        and {c.name: c.status for c in r.checks}.get("metadata_signature") == "ok"
-    }
+def _manifest_problems(snapshot: Path, manifest: Manifest) -> list[str]:
+    """The manifest's own chain, and record files on disk it does not list (names only)."""
+    problems: list[str] = []
     previous_end, block = None, None
     for entry in manifest.files:
-        if entry.path not in files:
-            problems.append(f"{entry.path}: listed in the manifest but missing")
-        if entry.path.removesuffix(RECORD_SUFFIX) not in signed:
-            problems.append(f"{entry.path}: no valid signature by the node key")
         if previous_end is not None and entry.start_running_hash != previous_end:
             problems.append(f"{entry.path}: does not continue the previous file's running hash")
         if block is not None and entry.block != block + 1:
@@ -155,12 +155,42 @@ def verify_snapshot(snapshot: Path) -> tuple[Manifest, dict[str, bytes]]:
     if manifest.files and manifest.chain.running_hash != manifest.files[-1].end_running_hash:
         problems.append("manifest chain state differs from its last file's end running hash")
     listed = {e.path for e in manifest.files}
-    unlisted = [p for p in files if p.endswith(RECORD_SUFFIX) and "/sidecar/" not in p
-                and p not in listed]
-    problems.extend(f"{p}: record file not in the manifest" for p in unlisted)
+    for n, path in enumerate(snapshot.glob("record*/*" + RECORD_SUFFIX)):
+        if n >= _MAX_FILES:
+            problems.append(f"more than {_MAX_FILES} record files")
+            break
+        rel = path.relative_to(snapshot).as_posix()
+        if rel not in listed:
+            problems.append(f"{rel}: record file not in the manifest")
+    return problems
+
+
+def _fail(problems: list[str]) -> None:
     if problems:
         raise BootstrapError("snapshot verification failed: " + "; ".join(problems[:20]))
-    return manifest, files
+
+
+def _open_manifest(snapshot: Path) -> Manifest:
+    try:
+        manifest = load_manifest(snapshot)
+    except RemoteProtocolError as exc:
+        raise BootstrapError(f"{snapshot}: {exc}") from None
+    if manifest is None:
+        raise BootstrapError(f"{snapshot}: no manifest.json (not a snapshot directory)")
+    return manifest
+
+
+def verify_snapshot(snapshot: Path) -> Manifest:
+    """The manifest, after every check passed (else ``BootstrapError``). Files are read and
+    checked one record file (with its signature and sidecars) at a time: memory does not grow
+    with the snapshot. Each file must be signed by the node key, verify on its own (items,
+    running hash, sidecars) and be the file its manifest entry describes (file, start and end
+    hash); the entries must chain (start = previous end, block + 1)."""
+    manifest = _open_manifest(snapshot)
+    _fail(_manifest_problems(snapshot, manifest))
+    for entry in manifest.files:
+        _fail(_entry_problems(entry, _read_entry(snapshot, entry)))
+    return manifest
 
 
 def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecord]:
@@ -184,7 +214,7 @@ def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecor
 def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResult:
     """Verify ``snapshot`` and load it into the empty database behind ``engine``."""
     started = time.monotonic()
-    manifest, files = verify_snapshot(snapshot)
+    manifest = _open_manifest(snapshot)
     if manifest.network_id != network_id:
         raise BootstrapError(f"snapshot is of network {manifest.network_id}, "
                              f"this node is configured for network {network_id}")
@@ -196,7 +226,12 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResul
                                  "(use `syncnode snapshot pull` to sync a partial log)",
                                  input_error=False)
         batch: list[dict[str, object]] = []
+        _fail(_manifest_problems(snapshot, manifest))
+        # One pass: each file is verified just before its events are loaded; a failure later
+        # on rolls the whole transaction back, so nothing of a bad snapshot stays.
         for entry in manifest.files:
+            files = _read_entry(snapshot, entry)
+            _fail(_entry_problems(entry, files))
             for record in _file_events(entry.path, files[entry.path], network_id):
                 batch.append(event_row(record, now_ms))
                 if len(batch) >= _BATCH:
@@ -224,12 +259,7 @@ def _range_of(child: dict[str, Any]) -> tuple[bytes, bytes]:
 
 def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
     """Fetch from ``snapshot`` only the events whose ranges differ from the local log."""
-    try:
-        manifest = load_manifest(snapshot)
-    except RemoteProtocolError as exc:
-        raise BootstrapError(f"{snapshot}: {exc}") from None
-    if manifest is None:
-        raise BootstrapError(f"{snapshot}: no manifest.json (not a snapshot directory)")
+    manifest = _open_manifest(snapshot)
     if manifest.network_id != network_id:
         raise BootstrapError(f"snapshot is of network {manifest.network_id}, not {network_id}")
     result = PullResult()

@@ -345,6 +345,7 @@ class SparkSection:
     rehash: bool = _opt(False)
     job_timeout_s: float = _opt(21_600.0, _positive)
     driver_memory: str = _opt("4g", _memory_size)
+    max_events_per_file: int = _opt(100_000, _positive)
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,10 @@ def test_job_commands(tmp_path: Path) -> None:
     assert snap.argv[1:3] == ("-m", "spark_jobs.snapshot")
     assert rehash.argv[1:3] == ("-m", "spark_jobs.rehash")
     assert "spark://h:7077" in snap.argv and "--data-dir" in snap.argv
+    from spark_jobs.snapshot import parse_args
+
+    parsed = parse_args(snap.argv[3:])  # the job accepts every option the scheduler passes
+    assert parsed.max_events_per_file == cfg.max_events_per_file == 100_000
 
 
 @pytest.mark.slow
