@@ -32,7 +32,7 @@ from storage import (
     write_transaction,
 )
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import network_bounds
+from sync.recon.eventid import CIP124_DRAFT, network_bounds
 from sync.recordstream import (
     DEFAULT_LIMITS,
     RECORD_SUFFIX,
@@ -154,7 +154,8 @@ def verify_snapshot(snapshot: Path) -> tuple[Manifest, dict[str, bytes]]:
     return manifest, files
 
 
-def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecord]:
+def _file_events(path: str, data: bytes, network_id: int, layout: str
+                 ) -> Iterator[EventRecord]:
     """The events of one record file, each re-verified from its signed wire bytes."""
     try:
         record_file = decode_record_file(data, path)
@@ -163,12 +164,13 @@ def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecor
             info = decode_syncnode_record(item.record, path)
             if info is None or info.event.message_id != event.message_id:
                 raise RemoteProtocolError("record does not describe its transaction", path)
-            yield record_of_event(network_id, event)
+            yield record_of_event(network_id, event, layout)
     except RemoteProtocolError as exc:
         raise BootstrapError(f"{path}: {exc}") from None
 
 
-def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResult:
+def bootstrap(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_DRAFT
+              ) -> BootstrapResult:
     """Verify ``snapshot`` and load it into the empty database behind ``engine``."""
     started = time.monotonic()
     manifest, files = verify_snapshot(snapshot)
@@ -183,7 +185,7 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResul
                                  "(use `syncnode snapshot pull` to sync a partial log)")
         batch: list[dict[str, object]] = []
         for entry in manifest.files:
-            for record in _file_events(entry.path, files[entry.path], network_id):
+            for record in _file_events(entry.path, files[entry.path], network_id, layout):
                 batch.append(event_row(record, now_ms))
                 if len(batch) >= _BATCH:
                     insert_rows(conn, batch)
@@ -208,7 +210,8 @@ def _range_of(child: dict[str, Any]) -> tuple[bytes, bytes]:
     return bytes.fromhex(child["first"]), bytes.fromhex(child["last"]) + b"\x00"
 
 
-def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
+def pull(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_DRAFT
+         ) -> PullResult:
     """Fetch from ``snapshot`` only the events whose ranges differ from the local log."""
     try:
         manifest = load_manifest(snapshot)
@@ -228,7 +231,7 @@ def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
             raise BootstrapError(f"{snapshot}: {exc}") from None
         result.nodes_read += 1
         if node.get("level") == 0:
-            _pull_leaf(engine, snapshot, manifest, node, network_id, decoded, result)
+            _pull_leaf(engine, snapshot, manifest, node, network_id, layout, decoded, result)
             continue
         with engine.connect() as conn:
             for child in node["children"]:
@@ -241,7 +244,7 @@ def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
 
 
 def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[str, Any],
-               network_id: int, decoded: dict[int, list[EventRecord]],
+               network_id: int, layout: str, decoded: dict[int, list[EventRecord]],
                result: PullResult) -> None:
     try:
         entries = leaf_entries(node)
@@ -260,7 +263,7 @@ def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[st
             path = manifest.files[e.file].path
             with (snapshot / path).open("rb") as fh:
                 data = fh.read(DEFAULT_LIMITS.max_compressed + 1)
-            decoded[e.file] = list(_file_events(path, data, network_id))
+            decoded[e.file] = list(_file_events(path, data, network_id, layout))
             result.files_read.add(path)
         items = decoded[e.file]
         if not 0 <= e.item < len(items) or items[e.item].recon_key != e.key:

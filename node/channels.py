@@ -25,6 +25,7 @@ from node.recon_wire import FrameDecodeError, pack_list, unpack_items
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_ordered
 from sync.errors import RemoteProtocolError
+from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
     Delivered,
@@ -89,6 +90,7 @@ class ChannelService:
         on_missing: MissingHandler | None = None,
         allowed_senders: frozenset[str] | None = None,
         gossip_linger_s: float = 0.0,
+        event_id_layout: str = CIP124_DRAFT,
     ) -> None:
         self.host = host
         self._linger = Linger(gossip_linger_s)
@@ -97,6 +99,7 @@ class ChannelService:
         self.key = key
         self.peer_id = peer_id
         self.network_id = network_id
+        self.event_id_layout = event_id_layout
         self.names = list(channels)
         self.sds_config = sds_config
         self.on_missing = on_missing
@@ -194,7 +197,7 @@ class ChannelService:
                 # database, say) is stored directly once its signature checks out.
                 own = verified or decode_event(wire)
                 if own.lamport is not None and not ch.has_delivered(own.message_id):
-                    self.store.submit([record_of_event(self.network_id, own)])
+                    self.store.submit([record_of_event(self.network_id, own, self.event_id_layout)])
                 return own.message_id
             when = time.time() if now is None else now
             if verified is not None:
@@ -264,7 +267,7 @@ class ChannelService:
         for ev in ch.events():
             if isinstance(ev, Delivered):
                 delivered.append(ev)
-                records.append(record_of_delivered(self.network_id, name, ev))
+                records.append(record_of_delivered(self.network_id, name, ev, self.event_id_layout))
                 self.metrics.inc("events_delivered_total", channel=name)
             elif isinstance(ev, MissingDependencies):
                 self.metrics.inc("sds_missing_total", len(ev.entries))

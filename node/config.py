@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sync.crdt import TableSchema
+from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 
 __all__ = [
     "ApiConfig",
@@ -155,6 +156,7 @@ class ReconSection:
     session_timeout_s: float = _opt(60.0, _positive)
     fetch_batch: int = _opt(500, _positive)
     gossip_grace_s: float = _opt(3.0, _non_negative)
+    event_id_layout: str = _opt(CIP124_DRAFT, _one_of(*LAYOUTS))
 
 
 def _block_routes(v: Any) -> str | None:

@@ -37,7 +37,7 @@ from node.store import EventStore
 from storage import AppendResult, EventRecord, events_by_keys, keys_in_range
 from sync.errors import RemoteProtocolError
 from sync.recon import MemoryKeyStore
-from sync.recon.eventid import channel_bounds, key_height, sender_bounds
+from sync.recon.eventid import CIP124_DRAFT, channel_bounds, key_height, sender_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.sds import SignedEvent, decode_event
 
@@ -121,12 +121,14 @@ class ReconService:
         config: ReconConfig,
         allowed_senders: frozenset[str] | None = None,
         gossip_grace_s: float = 0.0,
+        event_id_layout: str = CIP124_DRAFT,
     ) -> None:
         self.host = host
         self.store = store
         self.channels = channels
         self.metrics = metrics
         self.network_id = network_id
+        self.event_id_layout = event_id_layout
         self.interval_s = interval_s
         self.session_timeout_s = session_timeout_s
         self.fetch_batch = fetch_batch
@@ -359,7 +361,8 @@ class ReconService:
     def _not_recent(self, keys: list[bytes]) -> list[bytes]:
         """Drop keys of events gossip is probably still delivering: under load, fetching them
         as well would move and verify them twice just when the node has least time to spare.
-        A timestamp far ahead of our clock (a sender's fast clock) is not held back."""
+        A timestamp far ahead of our clock (a sender's fast clock) is not held back, and neither
+        is a key without one (the ceramic-one layout has no event height): fetched at once."""
         now_ms = int(time.time() * 1000)
         lo, hi = now_ms - self.gossip_grace_ms, now_ms + self.gossip_grace_ms
         kept = []
@@ -367,8 +370,8 @@ class ReconService:
             try:
                 height = key_height(key)
             except RemoteProtocolError:  # malformed: fetched, and rejected on validation
-                height = -1
-            if not lo <= height <= hi:
+                height = None
+            if height is None or not lo <= height <= hi:
                 kept.append(key)
         return kept
 
@@ -455,7 +458,7 @@ class ReconService:
             if event is None or event.lamport is None:
                 stats.rejected += 1
                 raise ReconAbort("peer sent an invalid event")
-            key = record_of_event(self.network_id, event).recon_key
+            key = record_of_event(self.network_id, event, self.event_id_layout).recon_key
             if key not in wanted:
                 stats.rejected += 1
                 self.metrics.inc("events_rejected_total", reason="recon unrequested event")

@@ -57,6 +57,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         network_id=config.node.network_id, channels=channel_names(config),
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
+        event_id_layout=config.recon.event_id_layout,
     )
     await channels.load()
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)
@@ -69,6 +70,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
         config=ReconConfig(fanout=config.recon.fanout), allowed_senders=allowed,
         gossip_grace_s=config.recon.gossip_grace_s,
+        event_id_layout=config.recon.event_id_layout,
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon

@@ -60,6 +60,7 @@ class SnapshotJobConfig:
     settle_ms: int = 60_000
     rehash: bool = False
     driver_memory: str = "4g"
+    event_id_layout: str = "cip124-draft"
     python: str = field(default_factory=lambda: sys.executable)
 
 
@@ -73,7 +74,8 @@ def job_commands(cfg: SnapshotJobConfig) -> list[JobCommand]:
         "--settle-ms", str(cfg.settle_ms),
     ))]
     if cfg.rehash:
-        jobs.append(JobCommand("rehash", (cfg.python, "-m", "spark_jobs.rehash", *common)))
+        jobs.append(JobCommand("rehash", (cfg.python, "-m", "spark_jobs.rehash", *common,
+                                          "--event-id-layout", cfg.event_id_layout)))
     return jobs
 
 
@@ -288,6 +290,7 @@ def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
         network_id=config.node.network_id, snapshot_dir=snapshot_dir, master=spark.master,
         partitions=spark.partitions, period_ms=spark.period_ms, settle_ms=spark.settle_ms,
         rehash=spark.rehash, driver_memory=spark.driver_memory,
+        event_id_layout=config.recon.event_id_layout,
     )
     return SnapshotScheduler(
         job_commands(cfg), interval_s=spark.snapshot_interval_s,

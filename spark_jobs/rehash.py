@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.source import DEFAULT_DRIVER_MEMORY
 from storage import LANE_COLUMNS, make_engine, range_hash
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import cbor_uint, channel_bounds, event_cid, prefix_successor, stream_prefix
+from sync.recon.eventid import (
+    CIP124_DRAFT,
+    LAYOUTS,
+    cbor_uint,
+    channel_bounds,
+    event_cid,
+    prefix_successor,
+    stream_prefix,
+)
 from sync.recon.sha256a import MASK32, Sha256a, lanes_of
 from sync.sds import decode_event, event_digest, sds_pb2
 
@@ -114,6 +122,8 @@ class RowChecker:
 
     network_id: int
     verify_signatures: bool = False
+    #: The network's eventId layout: the ceramic-one keys carry no Lamport time.
+    layout: str = CIP124_DRAFT
 
     def agrees(self, wire: bytes, mid: str, channel: str, sender: str, lamport: int, key: bytes,
                lanes: tuple[int, ...]) -> bool:
@@ -136,8 +146,8 @@ class RowChecker:
         hexd = digest.hex()
         if hexd != mid or hexd != msg.message_id:
             return False
-        if key != (_prefix(self.network_id, channel, sender) + _cbor_uint(lamport) + _CID_HEAD
-                   + digest):
+        height = _cbor_uint(lamport) if self.layout == CIP124_DRAFT else b""
+        if key != _prefix(self.network_id, channel, sender) + height + _CID_HEAD + digest:
             return False
         if _LANES.unpack(_sha256(key).digest()) != lanes:
             return False
@@ -190,8 +200,8 @@ class RowChecker:
             out.append(f"sender: stored {sender!r}, wire {w_sender!r}")
         if lamport != w_lamport:
             out.append(f"lamport: stored {lamport}, wire {w_lamport}")
-        computed = (_prefix(self.network_id, w_channel, w_sender) + cbor_uint(w_lamport)
-                    + _CID_HEAD + digest)
+        height = cbor_uint(w_lamport) if self.layout == CIP124_DRAFT else b""
+        computed = _prefix(self.network_id, w_channel, w_sender) + height + _CID_HEAD + digest
         lanes = lanes_of(computed)
         if key != computed:
             out.append(f"recon_key: stored {bytes(key).hex()}, recomputed {computed.hex()}")
@@ -261,12 +271,12 @@ def _bucket_byte(key: Any, network_id: int) -> Any:
     return F.substring(key, len(_prefix(network_id, "", None)) + 1, 1)
 
 
-def _agree_column(network_id: int, verify_signatures: bool) -> Any:
+def _agree_column(network_id: int, verify_signatures: bool, layout: str) -> Any:
     """The Arrow UDF column: true when the event agrees with its wire in every respect."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 
-    checker = RowChecker(network_id, verify_signatures)
+    checker = RowChecker(network_id, verify_signatures, layout)
     with warnings.catch_warnings():
         # pyspark prefers type hints; an explicit SCALAR_ITER type works without pandas.
         warnings.simplefilter("ignore", UserWarning)
@@ -274,7 +284,8 @@ def _agree_column(network_id: int, verify_signatures: bool) -> Any:
     return udf(*(F.col(c) for c in CHECK_COLUMNS))
 
 
-def transform(df: DataFrame, network_id: int, *, verify_signatures: bool = False) -> DataFrame:
+def transform(df: DataFrame, network_id: int, *, verify_signatures: bool = False,
+              layout: str = CIP124_DRAFT) -> DataFrame:
     """Events (``INPUT_COLUMNS``) -> one row per (stored channel, bucket byte of the stored key,
     ``agrees``): ``count`` and ``l0..l7`` (sums of the stored lanes, not reduced mod 2^32).
 
@@ -287,15 +298,15 @@ def transform(df: DataFrame, network_id: int, *, verify_signatures: bool = False
 
     return (
         df.select(F.col("channel"), _bucket_byte(F.col("recon_key"), network_id).alias("bucket"),
-                  _agree_column(network_id, verify_signatures).alias("agrees"),
+                  _agree_column(network_id, verify_signatures, layout).alias("agrees"),
                   *(F.col(n).alias(f"l{i}") for i, n in enumerate(LANE_COLUMNS)))
         .groupBy("channel", "bucket", "agrees")
         .agg(F.count(F.lit(1)).alias("count"), *(F.sum(f"l{i}").alias(f"l{i}") for i in range(8)))
     )
 
 
-def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = False
-                 ) -> DataFrame:
+def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = False,
+                 layout: str = CIP124_DRAFT) -> DataFrame:
     """The events that do not agree, explained: ``seq``, ``message_id``, ``channel``,
     ``problems`` (JSON list), ``x`` (stored bucket, recomputed channel / bucket / lanes)."""
     from pyspark.sql import functions as F
@@ -308,14 +319,14 @@ def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = Fa
         StructType,
     )
 
-    checker = RowChecker(network_id, verify_signatures)
+    checker = RowChecker(network_id, verify_signatures, layout)
     explain = F.udf(checker.explain, useArrow=False, returnType=StructType([
         StructField("problems", StringType()), StructField("stored_bucket", IntegerType()),
         StructField("channel", StringType()), StructField("bucket", IntegerType()),
         StructField("lanes", ArrayType(LongType()))]))
     return (
         df.select(*INPUT_COLUMNS)
-        .where(~_agree_column(network_id, verify_signatures))
+        .where(~_agree_column(network_id, verify_signatures, layout))
         .select("seq", "message_id", "channel", *LANE_COLUMNS, explain(*INPUT_COLUMNS).alias("x"))
     )
 
@@ -454,7 +465,7 @@ def served_hashes(url: str, network_id: int, channels: Iterable[str]) -> dict[st
 
 def run(
     spark: Any, url: str, network_id: int, *, partitions: int, verify_signatures: bool = False,
-    max_rows: int = 1000,
+    max_rows: int = 1000, layout: str = CIP124_DRAFT,
 ) -> dict[str, Any]:
     """Read, re-hash and report (the body of ``main``, usable with any session).
 
@@ -471,7 +482,8 @@ def run(
     rows: list[dict[str, Any]] = []
     n_bad = 0
     with stage_progress(spark, "rehash"):
-        for r in transform(df, network_id, verify_signatures=verify_signatures).collect():
+        for r in transform(df, network_id, verify_signatures=verify_signatures,
+                           layout=layout).collect():
             if r["agrees"]:
                 bucket = r["bucket"][0] if r["bucket"] else -1
                 good.append((r["channel"], bucket, r["count"], [r[f"l{i}"] for i in range(8)]))
@@ -479,8 +491,8 @@ def run(
                 n_bad += int(r["count"])
         if n_bad:
             # Persisted: the partial sums and the listed rows both read this one explanation.
-            explained = explain_rows(df, network_id, verify_signatures=verify_signatures
-                                     ).persist(StorageLevel.MEMORY_AND_DISK)
+            explained = explain_rows(df, network_id, verify_signatures=verify_signatures,
+                                     layout=layout).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 bad_partials = [(r["side"], r["channel"], r["bucket"], r["count"],
                                  [r[f"l{i}"] for i in range(8)])
@@ -508,6 +520,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--verify-signatures", action="store_true",
                         help="also check every event's Ed25519 signature (slow)")
     parser.add_argument("--max-rows", type=int, default=1000, help="rows listed in the report")
+    parser.add_argument("--event-id-layout", choices=LAYOUTS, default=CIP124_DRAFT,
+                        help="the network's Recon key layout ([recon] event_id_layout)")
     parser.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY,
                         help=f"spark.driver.memory (default {DEFAULT_DRIVER_MEMORY})")
     return parser.parse_args(argv)
@@ -523,7 +537,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         emit_progress("rehash", 0, 1)
         report = run(spark, args.db, args.network_id, partitions=args.partitions,
-                     verify_signatures=args.verify_signatures, max_rows=args.max_rows)
+                     verify_signatures=args.verify_signatures, max_rows=args.max_rows,
+                     layout=args.event_id_layout)
     finally:
         spark.stop()
     report["seconds"] = round(time.monotonic() - started, 3)
