@@ -91,6 +91,29 @@ def test_row_checker_matches_the_node_write_path() -> None:
         assert checker.problems(garbled)[0][0].startswith("wire: undecodable")
 
 
+def test_row_checker_reads_the_network_key_layout() -> None:
+    """With ``[recon] event_id_layout = "ceramic-one"`` the keys carry no Lamport time: the
+    checker of that layout agrees with the node's write path, the draft checker does not."""
+    from node.events import record_of_event
+    from spark_jobs.testlog import make_records
+    from sync.recon.eventid import CERAMIC_ONE
+    from sync.recon.sha256a import lanes_of
+    from sync.sds import decode_event
+
+    one = rehash.RowChecker(NETWORK_ID, layout=CERAMIC_ONE)
+    draft = rehash.RowChecker(NETWORK_ID)
+    for i, rec in enumerate(make_records(SPEC)[:20]):
+        key = record_of_event(NETWORK_ID, decode_event(rec.wire), CERAMIC_ONE).recon_key
+        lanes = lanes_of(key)
+        row = (i, key, rec.message_id, rec.channel, rec.sender, rec.lamport, rec.wire, *lanes)
+        assert one.problems(row)[0] == []
+        assert one.agrees(rec.wire, rec.message_id, rec.channel, rec.sender, rec.lamport, key,
+                          lanes)
+        assert not draft.agrees(rec.wire, rec.message_id, rec.channel, rec.sender, rec.lamport,
+                                key, lanes)
+        assert draft.problems(row)[0][0].startswith("recon_key:")
+
+
 def test_job_and_plain_loop_agree_on_a_damaged_log(spark: Any, log_url: str) -> None:
     """The Spark job's report equals the one folded from ``RowChecker.partition`` (the
     benchmark's baseline loop), and ``bad_rows`` counts every bad event even when the report
