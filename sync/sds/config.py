@@ -63,6 +63,9 @@ class SdsConfig:
     check_message_ids: bool = True
     #: Ids remembered to drop duplicate ephemeral messages.
     ephemeral_dedup_size: int = 4096
+    #: Wire profile (``sync.sds.profile``): "syncnode" (signed, our ids and filters) or "waku"
+    #: (@waku/sds 0.0.8's wire: unsigned, payload-hash ids, its fixed filter).
+    profile: str = "syncnode"
 
     def __post_init__(self) -> None:
         checks = [
@@ -86,6 +89,7 @@ class SdsConfig:
             ("max_message_size", self.max_message_size > 0),
             ("max_history_entries", self.max_history_entries >= self.sync_history_size),
             ("max_repair_entries", self.max_repair_entries >= self.max_repair_requests),
+            ("profile", self.profile in ("syncnode", "waku")),
         ]
         for name, ok in checks:
             if not ok:
