@@ -11,7 +11,8 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -39,8 +40,8 @@ from sync.sds import (
     SdsChannel,
     SdsConfig,
     SignedEvent,
-    decode_event,
 )
+from sync.sds.profile import decode_event_in, peek_event
 
 __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
@@ -91,6 +92,7 @@ class ChannelService:
         allowed_senders: frozenset[str] | None = None,
         gossip_linger_s: float = 0.0,
         event_id_layout: str = CIP124_DRAFT,
+        profiles: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self._linger = Linger(gossip_linger_s)
@@ -102,6 +104,8 @@ class ChannelService:
         self.event_id_layout = event_id_layout
         self.names = list(channels)
         self.sds_config = sds_config
+        # channel -> SDS profile (sync.sds.profile); absent: "syncnode".
+        self.profiles = {name: "syncnode" for name in self.names} | dict(profiles or {})
         self.on_missing = on_missing
         # Closed group: only members' events are accepted, whoever relays them.
         self.allowed_senders = allowed_senders | {peer_id} if allowed_senders else None
@@ -109,7 +113,8 @@ class ChannelService:
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._outbox_send, self._outbox = trio.open_memory_channel[tuple[str, bytes]](math.inf)
-        for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
+        for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total",
+                     "sds_unsigned_accepted_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
         metrics.inc("events_rejected_total", 0, reason="none")
 
@@ -130,22 +135,30 @@ class ChannelService:
                 state = self._fresh(name, now).export_state()
             try:
                 ch = SdsChannel.restore(
-                    state, self.key, log=log_entries, cached_wires=wires, config=self.sds_config,
-                    rng=random.Random(), now=now,
+                    state, self.key, log=log_entries, cached_wires=wires,
+                    config=self._config(name), rng=random.Random(), now=now,
                 )
             except Exception:  # a corrupt state blob must not keep the node down
                 log.exception("cannot restore channel state; starting it afresh from the log",
                               extra=kv(channel=name))
                 ch = SdsChannel.restore(
                     self._fresh(name, now).export_state(), self.key, log=log_entries,
-                    cached_wires=wires, config=self.sds_config, rng=random.Random(), now=now,
+                    cached_wires=wires, config=self._config(name), rng=random.Random(), now=now,
                 )
             self.channels[name] = ch
             log.info("channel restored", extra=kv(channel=name, events=len(rows),
                                                   lamport=ch.lamport))
 
     def _fresh(self, name: str, now: float) -> SdsChannel:
-        return SdsChannel(name, self.peer_id, self.key, self.sds_config, random.Random(), now)
+        return SdsChannel(name, self.peer_id, self.key, self._config(name), random.Random(), now)
+
+    def _config(self, name: str) -> SdsConfig:
+        return replace(self.sds_config, profile=self.profiles.get(name, "syncnode"))
+
+    def _count_unsigned(self, ch: SdsChannel, name: str) -> None:
+        # A waku channel took a message nobody signed (docs/interop.md, the trust trade-off).
+        if ch.profile.is_waku:
+            self.metrics.inc("sds_unsigned_accepted_total", channel=name)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -186,7 +199,7 @@ class ChannelService:
         its signature is not checked a second time here.
         """
         try:
-            parsed = verified or decode_event(wire, verify_signature=False)
+            parsed = verified or peek_event(wire, max_size=self.sds_config.max_message_size)
             self._check_sender(wire, parsed.sender_id)
             name = parsed.channel_id
             ch = self.channels.get(name)
@@ -195,7 +208,7 @@ class ChannelService:
             if parsed.sender_id == self.peer_id:
                 # SDS ignores echoes of our own messages; one we no longer hold (a wiped
                 # database, say) is stored directly once its signature checks out.
-                own = verified or decode_event(wire)
+                own = verified or decode_event_in(ch.profile.name, wire)
                 if own.lamport is not None and not ch.has_delivered(own.message_id):
                     self.store.submit([record_of_event(self.network_id, own, self.event_id_layout)])
                 return own.message_id
@@ -204,6 +217,7 @@ class ChannelService:
                 ch.receive_event(verified, when, peer=peer)
             else:
                 ch.receive(wire, when, peer=peer)
+            self._count_unsigned(ch, name)
         except RemoteProtocolError as exc:
             self._reject(exc, peer)
             return None
@@ -232,6 +246,7 @@ class ChannelService:
                     try:
                         self._check_sender(item)
                         ch.receive(item, now, peer=peer)
+                        self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
                         self._reject(exc, peer)
                 self._after_input(name)
@@ -246,7 +261,7 @@ class ChannelService:
         if self.allowed_senders is None:
             return
         if sender is None:
-            sender = decode_event(data, verify_signature=False).sender_id
+            sender = peek_event(data, max_size=self.sds_config.max_message_size).sender_id
         if sender not in self.allowed_senders:
             raise RemoteProtocolError("sender not in allowed_peers")
 

@@ -96,7 +96,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_database(args: argparse.Namespace) -> tuple[Any, int, str]:
+def _open_database(args: argparse.Namespace) -> tuple[Any, int, str, dict[str, str]]:
     from storage import make_engine, upgrade
 
     overrides = {"node.data_dir": args.data_dir} if args.data_dir else {}
@@ -105,15 +105,17 @@ def _open_database(args: argparse.Namespace) -> tuple[Any, int, str]:
     if config.database_url.startswith("sqlite"):
         config.data_path.mkdir(parents=True, exist_ok=True)
     upgrade(engine)
-    return engine, config.node.network_id, config.recon.event_id_layout
+    from node.services import channel_profiles
+
+    return engine, config.node.network_id, config.recon.event_id_layout, channel_profiles(config)
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> int:
     from node.bootstrap import BootstrapError, bootstrap
 
-    engine, network_id, layout = _open_database(args)
+    engine, network_id, layout, profiles = _open_database(args)
     try:
-        result = bootstrap(engine, Path(args.from_snapshot), network_id, layout)
+        result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles)
     except BootstrapError as exc:
         raise CliError(str(exc)) from None
     finally:
@@ -127,9 +129,9 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
 def _cmd_pull(args: argparse.Namespace) -> int:
     from node.bootstrap import BootstrapError, pull
 
-    engine, network_id, layout = _open_database(args)
+    engine, network_id, layout, profiles = _open_database(args)
     try:
-        result = pull(engine, Path(args.directory), network_id, layout)
+        result = pull(engine, Path(args.directory), network_id, layout, profiles)
     except BootstrapError as exc:
         raise CliError(str(exc)) from None
     finally:

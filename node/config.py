@@ -136,6 +136,14 @@ class P2PSection:
     test_drop_incoming_gossip: float = _opt(0.0, _fraction)
 
 
+def _channel_profiles(v: Any) -> str | None:
+    for item in v:
+        name, sep, profile = str(item).partition("=")
+        if not sep or not name or profile not in ("syncnode", "waku"):
+            return f"expected CHANNEL=syncnode|waku, got {item!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class SdsSection:
     causal_history_size: int = _opt(2, _positive)
@@ -147,6 +155,8 @@ class SdsSection:
     sync_interval_s: float = _opt(30.0, _positive)
     repair_t_min_s: float = _opt(30.0, _positive)
     repair_t_max_s: float = _opt(120.0, _positive)
+    profile: str = _opt("syncnode", _one_of("syncnode", "waku"))
+    channel_profiles: tuple[str, ...] = _opt((), _channel_profiles)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@ anything is stored.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -40,6 +41,7 @@ from sync.recon import MemoryKeyStore
 from sync.recon.eventid import CIP124_DRAFT, channel_bounds, key_height, sender_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.sds import SignedEvent, decode_event
+from sync.sds.profile import decode_event_by_channel
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
@@ -52,29 +54,37 @@ MIN_ROUND_S = 1.0
 VERIFY_THREADS = 2
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 2
+Decoder = Callable[[bytes], SignedEvent]
 
 
-def _decode_all(wires: list[bytes]) -> list[SignedEvent | None]:
+def _default_decode(wire: bytes) -> SignedEvent:
+    return decode_event(wire, max_size=MAX_EVENT_BYTES)
+
+
+def _decode_all(wires: list[bytes], decode: Decoder = _default_decode
+                ) -> list[SignedEvent | None]:
     out: list[SignedEvent | None] = []
     for wire in wires:
         try:
-            out.append(decode_event(wire, max_size=MAX_EVENT_BYTES))
+            out.append(decode(wire))
         except RemoteProtocolError:
             out.append(None)
     return out
 
 
-async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS
-                            ) -> list[SignedEvent | None]:
-    """Decode and verify events (id and signature) in worker threads: libsodium releases the
-    GIL, so a batch is verified on every core while the event loop keeps serving."""
+async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS,
+                            decode: Decoder = _default_decode) -> list[SignedEvent | None]:
+    """Decode and verify events (id and signature, or what the channel's SDS profile asks
+    for) in worker threads: libsodium releases the GIL, so a batch is verified on every core
+    while the event loop keeps serving."""
     if len(wires) < 64:
-        return _decode_all(wires)
+        return _decode_all(wires, decode)
     step = -(-len(wires) // threads)
     parts: list[list[SignedEvent | None]] = [[] for _ in range(threads)]
 
     async def run(i: int) -> None:
-        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step])
+        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step],
+                                                 decode)
 
     async with trio.open_nursery() as nursery:
         for i in range(threads):
@@ -129,6 +139,10 @@ class ReconService:
         self.metrics = metrics
         self.network_id = network_id
         self.event_id_layout = event_id_layout
+        profiles = channels.profiles
+        # Fetched events are checked under their channel's SDS profile (sync.sds.profile).
+        self._decode: Decoder = functools.partial(
+            decode_event_by_channel, profiles=profiles, max_size=MAX_EVENT_BYTES)
         self.interval_s = interval_s
         self.session_timeout_s = session_timeout_s
         self.fetch_batch = fetch_batch
@@ -432,7 +446,7 @@ class ReconService:
                     raise ReconAbort("too many events frames")
                 if final and sent < len(chunks):
                     await ask_next()
-                await out.send((wires, await verify_in_threads(wires)))
+                await out.send((wires, await verify_in_threads(wires, decode=self._decode)))
 
     async def _receive_events(self, stream: FramedStream) -> tuple[list[bytes], bool]:
         """One frame of events and whether it ends the answer to a want list."""

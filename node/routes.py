@@ -16,7 +16,8 @@ from node.api import ApiError, ApiRoute, read_json
 from node.channels import UnknownChannel
 from node.p2p import P2PError
 from storage import StoredEvent, read_channel, read_channel_ordered
-from sync.sds import decode_event
+from sync.errors import LocalProtocolError
+from sync.sds.profile import peek_event
 
 if TYPE_CHECKING:
     from node.runtime import NodeRuntime
@@ -28,7 +29,8 @@ MAX_PAGE = 10_000
 
 
 def event_json(event: StoredEvent) -> dict[str, Any]:
-    content = decode_event(event.wire, verify_signature=False).content
+    # Stored wires were checked (under their channel's SDS profile) when they came in.
+    content = peek_event(event.wire).content
     try:
         text: str | None = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -89,6 +91,8 @@ async def _publish(node: NodeRuntime, request: Request) -> Response:
         delivered = await node.channels.publish(channel, content)
     except UnknownChannel:
         raise ApiError(404, f"unknown channel {channel!r}") from None
+    except LocalProtocolError as exc:  # a waku channel: this payload was sent already
+        raise ApiError(409, str(exc)) from None
     return JSONResponse({"message_id": delivered.message_id, "lamport": delivered.lamport,
                          "channel": channel, "sender": delivered.sender_id})
 

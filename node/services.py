@@ -22,7 +22,7 @@ from node.snapshots import scheduler_from_config
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
 
-__all__ = ["build_services", "sds_config"]
+__all__ = ["build_services", "channel_profiles", "sds_config"]
 
 
 def sds_config(config: Config) -> SdsConfig:
@@ -42,6 +42,18 @@ def sds_config(config: Config) -> SdsConfig:
     )
 
 
+def channel_profiles(config: Config) -> dict[str, str]:
+    """The SDS profile of every channel: ``[sds] profile`` for the configured channels, the
+    applications' channels "syncnode" (their writers are authorised by signature), then the
+    ``[sds] channel_profiles`` overrides."""
+    out = {name: "syncnode" for name in channel_names(config)}
+    out.update({name: config.sds.profile for name in config.p2p.channels})
+    for item in config.sds.channel_profiles:
+        name, _, profile = item.partition("=")
+        out[name] = profile
+    return out
+
+
 def channel_names(config: Config) -> list[str]:
     """Configured channels plus those the hosted applications need, in order, once each."""
     needed = [c for plugin in PLUGINS for c in plugin.channels(config)]
@@ -57,7 +69,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         network_id=config.node.network_id, channels=channel_names(config),
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
-        event_id_layout=config.recon.event_id_layout,
+        event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
     )
     await channels.load()
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)

@@ -42,7 +42,16 @@ from sync.sds.waku import (
     waku_sync_id,
 )
 
-__all__ = ["PROFILES", "SYNCNODE", "WAKU", "SdsProfile", "decode_event_in", "profile_of"]
+__all__ = [
+    "PROFILES",
+    "SYNCNODE",
+    "WAKU",
+    "SdsProfile",
+    "decode_event_by_channel",
+    "decode_event_in",
+    "peek_event",
+    "profile_of",
+]
 
 SYNCNODE = "syncnode"
 WAKU = "waku"
@@ -141,3 +150,24 @@ def decode_event_in(profile: str, wire: bytes, *, max_size: int = DEFAULT_MAX_SI
         return without_signature(tx.event)
     return tx.event
 
+
+
+def peek_event(wire: bytes, *, max_size: int = DEFAULT_MAX_SIZE) -> SignedEvent:
+    """The fields of an event, bounded but unchecked (no id, no signature): to find out which
+    channel (and so which profile) it claims, before the checks of that profile."""
+    limits = DecodeLimits(max_size=max_size, max_history_entries=WAKU_CAUSAL_HISTORY_SIZE)
+    return decode_transmission(wire, limits, check_id=False, verify_signature=False).event
+
+
+def decode_event_by_channel(wire: bytes, profiles: Mapping[str, str], *,
+                            max_size: int = DEFAULT_MAX_SIZE,
+                            verify_signature: bool = True) -> SignedEvent:
+    """``decode_event`` under the profile of the channel the event names (``profiles``: channel
+    -> profile; absent channels are "syncnode"). Without any waku channel this is exactly
+    ``decode_event`` (one parse)."""
+    if WAKU in profiles.values():
+        channel = peek_event(wire, max_size=max_size).channel_id
+        profile = profiles.get(channel, SYNCNODE)
+    else:
+        profile = SYNCNODE
+    return decode_event_in(profile, wire, max_size=max_size, verify_signature=verify_signature)
