@@ -107,6 +107,12 @@ class BlocksBundle:
         if not self.enabled:
             raise ApiError(404, "block streams are disabled on this node (blocks.enabled)")
 
+    def _check_producer(self) -> None:
+        self._check_enabled()
+        if self.runtime.peer_id not in self.blocks.producers:
+            raise ApiError(403, "this node is not in blocks.producers: every consumer would "
+                                "drop its block messages")
+
     async def _send(self, messages: list[RoutedMessage], *, reorg: str | None = None) -> None:
         channels = self.runtime.channels
         if reorg is not None:
@@ -133,7 +139,7 @@ class BlocksBundle:
             raise ApiError(400, str(exc)) from None
 
     async def _publish(self, _node: NodeRuntime, request: Request) -> Response:
-        self._check_enabled()
+        self._check_producer()
         body = await read_json(request, max_bytes=16 * 1024 * 1024)
         if not isinstance(body, dict):
             raise ApiError(400, 'body must be {"blocks": [payload, ...]}')
@@ -143,7 +149,7 @@ class BlocksBundle:
         return JSONResponse({"blocks": len(payloads), "messages": len(messages)})
 
     async def _publish_reorg(self, _node: NodeRuntime, request: Request) -> Response:
-        self._check_enabled()
+        self._check_producer()
         body = await read_json(request, max_bytes=16 * 1024 * 1024)
         if not isinstance(body, dict):
             raise ApiError(400, 'body must be {"ancestor": "0x..", "ancestor_number": N, '

@@ -22,10 +22,19 @@ from node.linger import Linger
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
-from node.recon_wire import FrameDecodeError, pack_list, unpack_items
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_ordered
 from sync.errors import RemoteProtocolError
+from sync.gossip import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_ITEMS,
+    GossipGate,
+    GossipLimits,
+    SenderCheck,
+    SenderPolicy,
+    pack_batch,
+    penalty_of,
+)
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
@@ -47,12 +56,6 @@ __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
 log = logging.getLogger("syncnode.channels")
 STATE_SAVE_INTERVAL_S = 5.0
-# Several SDS messages queued for one channel travel as one gossip message: py-libp2p's cost is
-# per gossip message, not per byte. A protobuf message never starts with a zero byte (field
-# number 0 is invalid), so the marker cannot be mistaken for a plain SDS message.
-BATCH_MAGIC = b"\x00SB1"
-MAX_BATCH_ITEMS = 64
-MAX_BATCH_BYTES = 32 * 1024
 # How much of the persisted log to replay into a restored channel (bloom filter, heads, cache).
 RESTORE_LOG_LIMIT = 1_000_000
 _EVENT_COUNTERS: dict[type, str] = {
@@ -74,6 +77,8 @@ def topic_of(network_id: int, channel: str) -> str:
 
 
 MissingHandler = Callable[[str, Sequence[MissingEntry]], None]
+#: (peer, penalty reason): a peer sent us something we rejected (``sync.peerscore``).
+PenaltyHandler = Callable[[str, str], None]
 
 
 class ChannelService:
@@ -93,6 +98,9 @@ class ChannelService:
         gossip_linger_s: float = 0.0,
         event_id_layout: str = CIP124_DRAFT,
         profiles: Mapping[str, str] | None = None,
+        writers: Mapping[str, frozenset[str]] | None = None,
+        gossip_limits: GossipLimits | None = None,
+        on_penalty: PenaltyHandler | None = None,
     ) -> None:
         self.host = host
         self._linger = Linger(gossip_linger_s)
@@ -107,8 +115,14 @@ class ChannelService:
         # channel -> SDS profile (sync.sds.profile); absent: "syncnode".
         self.profiles = {name: "syncnode" for name in self.names} | dict(profiles or {})
         self.on_missing = on_missing
+        self.on_penalty = on_penalty
         # Closed group: only members' events are accepted, whoever relays them.
         self.allowed_senders = allowed_senders | {peer_id} if allowed_senders else None
+        self.policy = SenderPolicy(peer_id, self.allowed_senders, dict(writers or {}))
+        limits = gossip_limits or GossipLimits()
+        self.gate = GossipGate(self.policy, GossipLimits(
+            peer_rate=limits.peer_rate, peer_burst=limits.peer_burst,
+            max_peers=limits.max_peers, max_item_bytes=sds_config.max_message_size))
         self.channels: dict[str, SdsChannel] = {}
         self._dirty: set[str] = set()
         self._wake = trio.Event()
@@ -117,6 +131,11 @@ class ChannelService:
                      "sds_unsigned_accepted_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
         metrics.inc("events_rejected_total", 0, reason="none")
+        metrics.describe("events_store_failed_total", "counter",
+                         "delivered events the database could not store (delivery undone)")
+        metrics.describe("sds_clock_recovered_total", "counter",
+                         "channels whose persisted Lamport clock broke the clock rule at start-up")
+        store.on_failure(self._undeliver)
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -146,6 +165,10 @@ class ChannelService:
                     cached_wires=wires, config=self._config(name), rng=random.Random(), now=now,
                 )
             self.channels[name] = ch
+            if ch.clock_recovered:
+                self.metrics.inc("sds_clock_recovered_total", channel=name)
+                log.warning("persisted Lamport clock out of range; reset within the clock rule",
+                            extra=kv(channel=name, lamport=ch.lamport))
             log.info("channel restored", extra=kv(channel=name, events=len(rows),
                                                   lamport=ch.lamport))
 
@@ -200,12 +223,12 @@ class ChannelService:
         """
         try:
             parsed = verified or peek_event(wire, max_size=self.sds_config.max_message_size)
-            self._check_sender(wire, parsed.sender_id)
             name = parsed.channel_id
+            verdict = self.policy.check(parsed.sender_id, name, bool(parsed.content))
             ch = self.channels.get(name)
             if ch is None:
                 raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
-            if parsed.sender_id == self.peer_id:
+            if verdict is SenderCheck.OWN:
                 # SDS ignores echoes of our own messages; one we no longer hold (a wiped
                 # database, say) is stored directly once its signature checks out.
                 own = verified or decode_event_in(ch.profile.name, wire)
@@ -236,39 +259,32 @@ class ChannelService:
                 data: bytes = message.data  # type: ignore[attr-defined]
                 peer: str = message.from_peer  # type: ignore[attr-defined]
                 self.metrics.inc("gossip_bytes_received_total", len(data))
-                try:
-                    items = self._unbatch(data)
-                except FrameDecodeError as exc:
-                    self._reject(RemoteProtocolError(f"bad gossip batch: {exc}"), peer)
-                    continue
                 now = time.time()
-                for item in items:
+                admitted = self.gate.admit(data, peer, now)
+                for reason, penalty in admitted.rejected:
+                    self._reject(RemoteProtocolError(reason), peer, penalty)
+                for item in admitted.items:
                     try:
-                        self._check_sender(item)
                         ch.receive(item, now, peer=peer)
                         self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
                         self._reject(exc, peer)
-                self._after_input(name)
+                if admitted.items:
+                    self._after_input(name)
 
-    def _unbatch(self, data: bytes) -> list[bytes]:
-        if not data.startswith(BATCH_MAGIC):
-            return [data]
-        return unpack_items(data[len(BATCH_MAGIC) :], max_items=MAX_BATCH_ITEMS,
-                            max_item_bytes=self.sds_config.max_message_size)
+    def _undeliver(self, records: Sequence[EventRecord]) -> None:
+        for record in records:
+            ch = self.channels.get(record.channel)
+            if ch is not None and ch.forget(record.message_id):
+                self.metrics.inc("events_store_failed_total", channel=record.channel)
 
-    def _check_sender(self, data: bytes, sender: str | None = None) -> None:
-        if self.allowed_senders is None:
-            return
-        if sender is None:
-            sender = peek_event(data, max_size=self.sds_config.max_message_size).sender_id
-        if sender not in self.allowed_senders:
-            raise RemoteProtocolError("sender not in allowed_peers")
-
-    def _reject(self, exc: RemoteProtocolError, peer: str | None) -> None:
+    def _reject(self, exc: RemoteProtocolError, peer: str | None,
+                penalty: str | None = None) -> None:
         reason = exc.reason.split(":")[0][:60]
         self.metrics.inc("events_rejected_total", reason=reason)
         log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
+        if peer is not None and self.on_penalty is not None:
+            self.on_penalty(peer, penalty or penalty_of(exc.reason))
 
     def _after_input(self, name: str) -> None:
         records, _ = self._process(name)
@@ -333,7 +349,7 @@ class ChannelService:
                 queued.setdefault(more_name, []).append(more)
                 size += len(more)
             for channel, items in queued.items():
-                payload = items[0] if len(items) == 1 else BATCH_MAGIC + pack_list(items)
+                payload = pack_batch(items)
                 try:
                     await self.host.publish(topic_of(self.network_id, channel), payload)
                     self.metrics.inc("gossip_bytes_sent_total", len(payload))

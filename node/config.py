@@ -134,6 +134,9 @@ class P2PSection:
     dht_interval_s: float = _opt(60.0, _positive)
     gossip_linger_ms: int = _opt(100, _non_negative)
     test_drop_incoming_gossip: float = _opt(0.0, _fraction)
+    # -- gossip floods (docs/security.md "Gossip floods") --
+    gossip_peer_rate: float = _opt(1000.0, _positive)
+    gossip_peer_burst: float = _opt(5000.0, lambda v: None if v >= 1 else "must be >= 1")
 
 
 def _channel_profiles(v: Any) -> str | None:
@@ -157,6 +160,9 @@ class SdsSection:
     repair_t_max_s: float = _opt(120.0, _positive)
     profile: str = _opt("syncnode", _one_of("syncnode", "waku"))
     channel_profiles: tuple[str, ...] = _opt((), _channel_profiles)
+    # -- limits against hostile peers (docs/security.md "Clocks", "SDS buffers") --
+    max_lamport_ahead_ms: int = _opt(600_000, lambda v: None if 0 <= v <= 1 << 40
+                                     else "must be in [0, 2^40]")
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,11 @@ def _regexes(v: Any) -> str | None:
     return None
 
 
+def _peer_ids(v: Any) -> str | None:
+    bad = [p for p in v if not p or len(p) > 128 or not p.isalnum()]
+    return f"not a peer id: {bad[0]!r}" if bad else None
+
+
 @dataclass(frozen=True)
 class BlocksSection:
     enabled: bool = _opt(False)
@@ -196,6 +207,14 @@ class BlocksSection:
     tracked: tuple[str, ...] = _opt((), _regexes)
     reorg_threshold: int = _opt(128, _non_negative)
     subbatch_chunk: int = _opt(64, _positive)
+    # Peer ids whose Cardinal messages count (docs/security.md "Application roles").
+    producers: tuple[str, ...] = _opt((), _peer_ids)
+
+    def __post_init__(self) -> None:
+        if self.enabled and not self.producers:
+            raise ConfigError("blocks.producers", "required when blocks.enabled = true: the "
+                              "peer ids whose block messages count (anyone else could reorg "
+                              "every consumer)")
 
 
 @dataclass(frozen=True)

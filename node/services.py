@@ -10,6 +10,7 @@ from typing import Any
 
 from node.api import ApiRoute
 from node.apps import AppRunner
+from node.blocks_app import router_of
 from node.channels import ChannelService
 from node.config import Config
 from node.discovery import DhtDiscovery
@@ -19,10 +20,11 @@ from node.plugins import PLUGINS
 from node.recon_service import ReconService
 from node.runtime import NodeRuntime
 from node.snapshots import scheduler_from_config
+from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
 
-__all__ = ["build_services", "channel_profiles", "sds_config"]
+__all__ = ["build_services", "channel_profiles", "channel_writers", "sds_config"]
 
 
 def sds_config(config: Config) -> SdsConfig:
@@ -39,6 +41,7 @@ def sds_config(config: Config) -> SdsConfig:
         sync_jitter=s.sync_interval_s,
         t_min=s.repair_t_min_s,
         t_max=s.repair_t_max_s,
+        max_lamport_ahead_ms=s.max_lamport_ahead_ms,
     )
 
 
@@ -52,6 +55,14 @@ def channel_profiles(config: Config) -> dict[str, str]:
         name, _, profile = item.partition("=")
         out[name] = profile
     return out
+
+
+def channel_writers(config: Config) -> dict[str, frozenset[str]]:
+    """Channels whose content only some peers may send: the block streams' producers."""
+    if not config.blocks.enabled:
+        return {}
+    producers = frozenset(config.blocks.producers)
+    return {name: producers for name in router_of(config.blocks).channels()}
 
 
 def channel_names(config: Config) -> list[str]:
@@ -70,6 +81,9 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
         event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
+        writers=channel_writers(config),
+        gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
+                                   peer_burst=config.p2p.gossip_peer_burst),
     )
     await channels.load()
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)

@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 import trio
 from sqlalchemy import Engine
 
+from node.logs import kv
 from storage import AppendResult, EventRecord, append_events, write_transaction
 
-__all__ = ["EventStore", "StoreClosed"]
+__all__ = ["EventStore", "StoreClosed", "StoreRejected"]
 
 log = logging.getLogger("syncnode.store")
 T = TypeVar("T")
@@ -27,6 +28,10 @@ T = TypeVar("T")
 
 class StoreClosed(RuntimeError):
     pass
+
+
+class StoreRejected(ValueError):
+    """An event that no backend can store (``storage.record_problem``)."""
 
 
 @dataclass
@@ -45,11 +50,17 @@ class EventStore:
         self._send, self._recv = trio.open_memory_channel[_Pending](math.inf)
         self.batches = 0
         self.committed_events = 0
+        self.failed_events = 0
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
+        self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
 
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
         self._listeners.append(listener)
+
+    def on_failure(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
+        """Call ``listener`` (in the trio thread) with the records a commit could not store."""
+        self._failure_listeners.append(listener)
 
     async def append(self, records: Sequence[EventRecord]) -> AppendResult:
         """Queue records and return once they are committed (or raise the commit's error)."""
@@ -124,28 +135,26 @@ class EventStore:
 
     async def _commit(self, batch: list[_Pending]) -> None:
         records = [r for pending in batch for r in pending.records]
-
-        def run() -> AppendResult:
+        try:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.
-            with write_transaction(self.engine) as conn:
-                return append_events(conn, records, int(time.time() * 1000))
-
-        try:
-            # Not cancellable: a commit once started must be allowed to finish and be reported.
-            combined = await trio.to_thread.run_sync(run, abandon_on_cancel=False)
-        except Exception as exc:  # a failed commit fails its callers; the daemon keeps going
-            log.error("batch commit failed", exc_info=True)
-            for pending in batch:
-                pending.error = exc
-                pending.done.set()
-            return
+            combined = await self._insert(records)
+            errors: dict[str, BaseException] = {}
+        except Exception as exc:
+            log.error("batch commit failed; retrying its events one by one", exc_info=True)
+            combined, errors = await self._insert_each(records, exc)
+        for mid, why in combined.rejected:
+            errors.setdefault(mid, StoreRejected(why))
         self.batches += 1
         self.committed_events += len(combined.inserted)
         seq_of = {mid: seq for seq, mid in combined.inserted}
         for pending in batch:
             inserted, duplicates = [], []
             for record in pending.records:
+                error = errors.get(record.message_id)
+                if error is not None:
+                    pending.error = error
+                    continue
                 seq = seq_of.pop(record.message_id, None)
                 if seq is None:
                     duplicates.append(record.message_id)
@@ -153,6 +162,43 @@ class EventStore:
                     inserted.append((seq, record.message_id))
             pending.result = AppendResult(tuple(inserted), tuple(duplicates))
             pending.done.set()
+        failed = [r for r in records if r.message_id in errors]
+        if failed:
+            self.failed_events += len(failed)
+            log.warning("events not stored", extra=kv(count=len(failed),
+                                                      reason=str(errors[failed[0].message_id])))
+            for on_failure in self._failure_listeners:
+                on_failure(failed)
         # Listeners see the batch once, as one commit.
         for listener in self._listeners:
             listener(combined, records)
+
+    async def _insert(self, records: Sequence[EventRecord]) -> AppendResult:
+        def run() -> AppendResult:
+            with write_transaction(self.engine) as conn:
+                return append_events(conn, records, int(time.time() * 1000))
+
+        # Not cancellable: a commit once started must be allowed to finish and be reported.
+        return await trio.to_thread.run_sync(run, abandon_on_cancel=False)
+
+    async def _insert_each(
+        self, records: Sequence[EventRecord], first_error: BaseException
+    ) -> tuple[AppendResult, dict[str, BaseException]]:
+        """The batch failed as a whole: one transaction per event isolates the failing ones
+        (a full disk or a lost database fails them all, and all are reported failed)."""
+        if len(records) == 1:
+            return AppendResult((), ()), {records[0].message_id: first_error}
+        inserted: list[tuple[int, str]] = []
+        duplicates: list[str] = []
+        rejected: list[tuple[str, str]] = []
+        errors: dict[str, BaseException] = {}
+        for record in records:
+            try:
+                result = await self._insert([record])
+            except Exception as exc:
+                errors[record.message_id] = exc
+                continue
+            inserted.extend(result.inserted)
+            duplicates.extend(result.duplicates)
+            rejected.extend(result.rejected)
+        return AppendResult(tuple(inserted), tuple(duplicates), tuple(rejected)), errors

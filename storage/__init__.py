@@ -42,6 +42,7 @@ from storage.events import (
     read_channel_ordered,
     read_channels_after,
     read_events_after,
+    record_problem,
 )
 from storage.keystore import SqlKeyStore
 from storage.migrate import current_revision, head_revision, upgrade
@@ -94,6 +95,7 @@ __all__ = [
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
+    "record_problem",
     "redacted_url",
     "set_canonical",
     "store_blocks",

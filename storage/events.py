@@ -35,6 +35,7 @@ __all__ = [
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
+    "record_problem",
 ]
 
 _MOD32 = 4294967296
@@ -68,10 +69,40 @@ class StoredEvent:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Which events of a batch were new (with their sequence numbers) and which were stored."""
+    """Which events of a batch were new (with their sequence numbers), which were stored
+    already, and which cannot be stored at all (message id -> why), so were left out."""
 
     inserted: tuple[tuple[int, str], ...]
     duplicates: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...] = ()
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _max_length(column: str) -> int:
+    length = getattr(events.c[column].type, "length", None)
+    assert isinstance(length, int)
+    return length
+
+
+_TEXT_LIMITS = {name: _max_length(name) for name in ("message_id", "channel", "sender")}
+
+
+def record_problem(record: EventRecord) -> str | None:
+    """Why ``record`` cannot be stored on every backend (SQL ranges, column sizes), or None.
+
+    Checked before the insert so that one such event never fails the batch it travels in.
+    """
+    if not 0 <= record.lamport <= _INT64_MAX:
+        return "lamport outside the signed 64-bit range"
+    for name, limit in _TEXT_LIMITS.items():
+        value = getattr(record, name)
+        if not value or len(value) > limit:
+            return f"{name} empty or longer than {limit}"
+    if not record.recon_key or not record.wire:
+        return "empty recon key or wire"
+    return None
 
 
 _COLUMNS = (
@@ -160,8 +191,12 @@ def append_events(
     """
     unique: dict[str, EventRecord] = {}
     repeated: list[str] = []
+    rejected: list[tuple[str, str]] = []
     for record in batch:
-        if record.message_id in unique:
+        problem = record_problem(record)
+        if problem is not None:
+            rejected.append((record.message_id, problem))
+        elif record.message_id in unique:
             repeated.append(record.message_id)
         else:
             unique[record.message_id] = record
@@ -177,7 +212,7 @@ def append_events(
     inserted.sort()
     new_ids = {m for _, m in inserted}
     duplicates = [m for m in unique if m not in new_ids] + repeated
-    return AppendResult(tuple(inserted), tuple(duplicates))
+    return AppendResult(tuple(inserted), tuple(duplicates), tuple(rejected))
 
 
 def read_channel(

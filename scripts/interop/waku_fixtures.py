@@ -21,6 +21,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ from sync.sds.waku import waku_message_id  # noqa: E402
 PACKAGE = "@waku/sds@0.0.8"
 CHANNEL = "interop"
 US = "syncnode-us"
-T0 = 1_790_000_000.0
+# Our clock starts at the generation time: the package's Lamport clocks start at Date.now(),
+# and a receiver refuses timestamps far ahead of its own clock (sds.max_lamport_ahead_ms).
+T0 = float(int(time.time()))
 SEED = 18
 DEFAULT_OUT = ROOT / "tests" / "sync" / "sds" / "fixtures" / "waku"
 
@@ -238,7 +241,7 @@ def scenario(waku: Driver) -> dict[str, Any]:
     missing = [e for e in us.log if isinstance(e, MissingDependencies)]
     check(not missing, f"our channel missed dependencies in scenario B: {missing}")
     return {
-        "package": PACKAGE, "channel": CHANNEL, "us": US, "seed": SEED,
+        "package": PACKAGE, "channel": CHANNEL, "us": US, "seed": SEED, "t0": T0,
         "our_config": dataclasses.asdict(our_config()),
         "theirs": theirs, "repair_steps": repairer.steps, "main_steps": us.steps,
         "our_ephemeral": pack(ours_ephemeral), "observed_by_waku": observed,

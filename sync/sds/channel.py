@@ -19,6 +19,7 @@ from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds.bloom import BloomView, RollingBloomFilter
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
+from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
 from sync.sds.events import (
     Acknowledged,
@@ -42,9 +43,9 @@ from sync.sds.waku import waku_message_id
 
 __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
 
-#: Received timestamps at or above this are rejected, so that ``lamport + 1`` never leaves uint64
-#: however many messages follow.
-LAMPORT_LIMIT = (1 << 64) - (1 << 32)
+#: Received timestamps at or above this are rejected whatever the clock (``sync.sds.clock``
+#: has the whole rule): ``lamport + 1`` never leaves what a signed 64-bit SQL integer holds.
+LAMPORT_LIMIT = LAMPORT_MAX + 1
 _SIGNATURE_CACHE = 4096
 _SYNC_KEY = ""
 
@@ -78,6 +79,8 @@ class SdsChannel:
         self._bloom = RollingBloomFilter(self.bloom_params, self.profile.bloom_window,
                                          self.profile.indices)
         self._lamport = int(now * 1000)
+        #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
+        self.clock_recovered = False
         self._timers = TimerQueue()
         self._events: list[SdsEvent] = []
         self._datagrams: list[bytes] = []
@@ -167,12 +170,28 @@ class SdsChannel:
             if ref is not None:
                 refs[message_id] = HistoryRef(message_id, hint, ref.sender_id)
 
+    def forget(self, message_id: str) -> bool:
+        """Undo the delivery of a message its node could not store, so that it is neither
+        named in our histories, served as a repair, resent nor counted as logged; a later copy
+        is delivered afresh. (Its bit in the rolling bloom filter stays until it rolls out: a
+        filter cannot remove an element.)"""
+        if self._log.pop(message_id, None) is None:
+            return False
+        self._tail_refs.pop(message_id, None)
+        self._tail = [item for item in self._tail if item[1] != message_id]
+        self._heads.pop(message_id, None)
+        self._repair.forget(message_id)
+        if self._outgoing.pop(message_id, None) is not None:
+            self._timers.cancel(TimerKind.RESEND, message_id)
+        return True
+
     # ------------------------------------------------------------------ sending
     def _tick(self, now: float) -> int:
-        self._lamport = max(int(now * 1000), self._lamport + 1)
-        if self._lamport >= 1 << 64:
+        lamport = max(int(now * 1000), self._lamport + 1)
+        if lamport > LAMPORT_MAX:
             raise LocalProtocolError("lamport clock exhausted")
-        return self._lamport
+        self._lamport = lamport
+        return lamport
 
     def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None) -> bytes:
         """Create, log and return a content message to broadcast."""
@@ -260,7 +279,7 @@ class SdsChannel:
                 verify_signature=self.verify_signatures,
                 known_signatures=self._verified,
             )
-            self._check_event(tx.event)
+            self._check_event(tx.event, now)
             view = self.profile.view(tx, 8 * self.config.max_message_size)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
@@ -274,16 +293,16 @@ class SdsChannel:
         ``decode_event`` in a worker thread): a fetched or stored event, which carries no
         per-transmission fields. Saves decoding the wire a second time."""
         try:
-            self._check_event(event)
+            self._check_event(event, now)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
         self._accept(event, None, (), now)
 
-    def _check_event(self, event: SignedEvent) -> None:
+    def _check_event(self, event: SignedEvent, now: float) -> None:
         if event.channel_id != self.channel_id:
             raise RemoteProtocolError("message for another channel")
-        if event.lamport is not None and event.lamport >= LAMPORT_LIMIT:
-            raise RemoteProtocolError("lamport timestamp out of range")
+        if event.lamport is not None:
+            check_lamport(event.lamport, now, self.config.max_lamport_ahead_ms)
 
     def _accept(self, event: SignedEvent, view: BloomView | None,
                 repair_request: tuple[HistoryRef, ...], now: float) -> None:

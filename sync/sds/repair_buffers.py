@@ -46,6 +46,10 @@ class RepairBuffers:
         if len(self.cache) > cfg.repair_cache_size:
             self.cache.popitem(last=False)
 
+    def forget(self, mid: str) -> None:
+        """Drop a cached message (its delivery was undone)."""
+        self.cache.pop(mid, None)
+
     def want(self, ref: HistoryRef, now: float, *, at: float | None = None) -> None:
         """(Re-)arm a request for a missing message, after a T_req back-off by default."""
         cfg = self.config

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import RemoteProtocolError
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
+from sync.sds.clock import LAMPORT_MAX, recovered_clock
 from sync.sds.config import SdsConfig
 from sync.sds.message import HistoryRef, decode_event
 from sync.sds.timers import TimerKind
@@ -158,8 +159,6 @@ def _load_log(ch: SdsChannel, log: Iterable[LogEntry]) -> None:
     entries.sort()
     for lamport, mid, _ in entries:
         ch._log[mid] = lamport
-    if entries:
-        ch._lamport = max(ch._lamport, entries[-1][0])
     for lamport, mid, sender in entries[-ch._tail_size :]:
         ch._tail.append((lamport, mid))
         ch._tail_refs[mid] = HistoryRef(mid, None, sender)
@@ -173,7 +172,11 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
     lamport = int(obj["lamport"])
     if not 0 <= lamport < 1 << 64:
         raise ValueError("lamport out of range")
-    ch._lamport = max(ch._lamport, lamport)
+    # A clock persisted before the clock rule (or raised by a log entry accepted before it)
+    # may be out of range: start from the largest value the rule accepts now instead.
+    ch._lamport, ch.clock_recovered = recovered_clock(
+        [lamport, *ch._log.values()], now, cfg.max_lamport_ahead_ms
+    )
     ch._last_activity = _finite(obj["last_activity"])
     for ref_obj in obj["heads"]:
         ref = _ref(ref_obj)
@@ -211,7 +214,7 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
         event = decode_event(
             _unb64(item["wire"]) or b"", max_size=cfg.max_message_size, verify_signature=False
         )
-        if event.lamport is None or event.message_id in ch._log:
+        if event.lamport is None or event.lamport > LAMPORT_MAX or event.message_id in ch._log:
             continue
         unmet = {h for h in event.history_ids if h not in ch._log and h not in ch._lost}
         waiting = WaitingEntry(event, unmet, bool(item["lost"]))

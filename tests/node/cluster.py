@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from sync.identity import peer_id_of
 from tests.node.procs import NodeProcess
 
 # Fast timers so that tests converge in seconds, not minutes.
@@ -22,6 +25,17 @@ FAST_ENV = {
     "SYNCNODE_SDS_REPAIR_T_MAX_S": "4",
     "SYNCNODE_STORAGE_SQLITE_SYNCHRONOUS": "NORMAL",
 }
+
+
+def preset_identity(data_dir: Path) -> str:
+    """Give a node its key before it starts, so that its peer id can go into others' config
+    (allowed_peers, blocks.producers); returns that peer id."""
+    key = Ed25519PrivateKey.generate()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    (data_dir / "identity.key").write_bytes(pem)
+    (data_dir / "identity.key").chmod(0o600)
+    return peer_id_of(key)
 
 
 def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = None,

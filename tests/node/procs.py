@@ -46,7 +46,9 @@ class NodeProcess:
             env={**os.environ, "PYTHONPATH": str(ROOT), **self.env},
         )
         stderr.close()
-        threading.Thread(target=self._pump, daemon=True).start()
+        # A restart must not read the previous process's lines (nor its end marker).
+        self._lines = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
         self.listen_addrs = []
         deadline = time.monotonic() + timeout
         while True:
@@ -66,11 +68,12 @@ class NodeProcess:
                 self.api_url = line.split()[-1]
                 return self
 
-    def _pump(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
+    @staticmethod
+    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

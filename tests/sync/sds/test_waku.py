@@ -47,7 +47,7 @@ from sync.sds.waku import (
 FIXTURES = Path(__file__).parent / "fixtures" / "waku"
 SCENARIO = json.loads((FIXTURES / "scenario.json").read_text())
 BLOOM = json.loads((FIXTURES / "bloom.json").read_text())
-CHANNEL, US = SCENARIO["channel"], SCENARIO["us"]
+CHANNEL, US, T0 = SCENARIO["channel"], SCENARIO["us"], SCENARIO["t0"]
 CONFIG = SdsConfig(**SCENARIO["our_config"])
 
 
@@ -93,7 +93,7 @@ def delivered(events: list[SdsEvent]) -> list[str]:
     return [e.message_id for e in events if isinstance(e, Delivered)]
 
 
-def fresh(now: float = 1_790_000_000.0) -> SdsChannel:
+def fresh(now: float = T0) -> SdsChannel:
     return SdsChannel(CHANNEL, US, None, CONFIG, random.Random(1), now)
 
 
@@ -131,33 +131,33 @@ def test_their_messages_are_named_by_their_payload_hash() -> None:
 def test_their_messages_are_delivered_in_causal_order_when_a0_arrives_last() -> None:
     ch = fresh()
     for i, name in enumerate(("a1", "a2", "a3")):
-        ch.receive(THEIRS[name], 1_790_000_001.0 + i)
+        ch.receive(THEIRS[name], T0 + 1.0 + i)
         events = ch.events()
         assert delivered(events) == []
     missing = [e for e in ch.events() if isinstance(e, MissingDependencies)]
     assert ch.missing_ids == {mid("a0")} and not missing  # reported above, once
     # Their sync message names a0..a3: nothing to deliver, nothing new missing.
-    ch.receive(THEIRS["alice_sync"], 1_790_000_005.0)
+    ch.receive(THEIRS["alice_sync"], T0 + 5.0)
     assert delivered(ch.events()) == []
-    ch.receive(THEIRS["a0"], 1_790_000_006.0)
+    ch.receive(THEIRS["a0"], T0 + 6.0)
     assert delivered(ch.events()) == [mid("a0"), mid("a1"), mid("a2"), mid("a3")]
     lamports = [lamport for lamport, _ in ch.log()]
     assert lamports == sorted(lamports) and len(lamports) == 4
     # A copy (the repair answer) is a duplicate.
-    ch.receive(THEIRS["a0_repair"], 1_790_000_007.0)
+    ch.receive(THEIRS["a0_repair"], T0 + 7.0)
     assert delivered(ch.events()) == []
 
 
 def test_a0_missing_is_reported_with_its_sender() -> None:
     ch = fresh()
-    ch.receive(THEIRS["a1"], 1_790_000_001.0)
+    ch.receive(THEIRS["a1"], T0 + 1.0)
     (missing,) = [e for e in ch.events() if isinstance(e, MissingDependencies)]
     assert [(m.message_id, m.sender_id) for m in missing.entries] == [(mid("a0"), "alice")]
 
 
 def test_their_sync_message_reveals_what_we_miss() -> None:
     ch = fresh()
-    ch.receive(THEIRS["alice_sync"], 1_790_000_001.0)
+    ch.receive(THEIRS["alice_sync"], T0 + 1.0)
     events = ch.events()
     assert delivered(events) == []
     assert ch.missing_ids == {mid(f"a{i}") for i in range(4)}
@@ -217,7 +217,7 @@ def test_our_filter_holds_their_ids_the_way_the_package_reads_it() -> None:
 
 def test_their_ephemeral_message() -> None:
     ch = fresh()
-    ch.receive(THEIRS["bob_ephemeral"], 1_790_000_001.0)
+    ch.receive(THEIRS["bob_ephemeral"], T0 + 1.0)
     (got,) = ch.events()
     assert isinstance(got, EphemeralReceived) and got.content == b"e0"
 
@@ -226,7 +226,7 @@ def test_their_ephemeral_message() -> None:
 def test_unsigned_messages_only_on_waku_channels() -> None:
     syncnode = SdsChannel(CHANNEL, US, None, replace(CONFIG, profile="syncnode"))
     with pytest.raises(RemoteProtocolError):
-        syncnode.receive(THEIRS["a0"], 1_790_000_001.0)
+        syncnode.receive(THEIRS["a0"], T0 + 1.0)
     assert syncnode.events() == []
 
 
@@ -234,24 +234,24 @@ def test_a_payload_that_does_not_match_its_id_is_rejected() -> None:
     wire = THEIRS["a0"].replace(b"a0", b"A0")  # the content field; the id still says "a0"
     ch = fresh()
     with pytest.raises(RemoteProtocolError, match="sha256 of the payload"):
-        ch.receive(wire, 1_790_000_001.0)
+        ch.receive(wire, T0 + 1.0)
     assert ch.events() == [] and ch.log() == []
 
 
 def test_a_filter_of_another_shape_is_rejected_without_state_change() -> None:
     ours = fresh()
-    wire = ours.send(b"x", 1_790_000_001.0)
+    wire = ours.send(b"x", T0 + 1.0)
     assert len(decode_transmission(wire, check_id=False, verify_signature=False)
                .bloom_filter or b"") == WAKU_BLOOM_BYTES
     other = fresh()
     truncated = wire[:-1]  # the filter is the last field: one byte short
     with pytest.raises(RemoteProtocolError):
-        other.receive(truncated, 1_790_000_002.0)
+        other.receive(truncated, T0 + 2.0)
     assert other.events() == [] and other.log() == []
 
 
 def test_sending_the_same_payload_twice_is_refused() -> None:
     ch = fresh()
-    ch.send(b"same", 1_790_000_001.0)
+    ch.send(b"same", T0 + 1.0)
     with pytest.raises(Exception, match="sent already"):
-        ch.send(b"same", 1_790_000_002.0)
+        ch.send(b"same", T0 + 2.0)

@@ -1,0 +1,120 @@
+"""Hostile event content against real node processes: validly signed events a member (or a
+relay of members' events) crafts to stop, stall or exhaust the group. Each attack is rejected
+and counted, honest peers keep syncing, and no acknowledged event is lost.
+
+One pair of nodes serves every test of the module (their processes are the expensive part).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.channels import topic_of
+from node.p2p import P2PConfig, open_host
+from storage import get_state, make_engine, put_state, write_transaction
+from sync.identity import peer_id_of
+from sync.sds import encode_event
+from tests.node.cluster import channel_log, cluster, metric, publish_many, wait_for
+from tests.node.procs import NodeProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+POISON = (1 << 64) - (1 << 32) - 1
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
+    with cluster(tmp_path_factory.mktemp("hostile-events"), 2) as nodes:
+        yield nodes
+
+
+def signed_event(key: Ed25519PrivateKey, lamport: int, content: bytes,
+                 channel: str = "general") -> bytes:
+    """A validly signed SDS event with any Lamport timestamp, as a member can craft one."""
+    return encode_event(channel, peer_id_of(key), lamport, (), content, key).wire
+
+
+async def gossip(target: str, channel: str, wires: list[bytes], *, settle: float = 2.0) -> None:
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+        await host.connect(target)
+        topic = topic_of(1, channel)
+        await host.subscribe(topic)
+        await trio.sleep(settle)  # let the mesh form
+        for wire in wires:
+            await host.publish(topic, wire)
+        await trio.sleep(1)
+
+
+def publish_ok(node: NodeProcess, content: str) -> bool:
+    r = httpx.post(f"{node.api_url}/v1/channels/general/events", json={"content": content},
+                   timeout=30)
+    return r.status_code == 200
+
+
+def log_contents(node: NodeProcess) -> set[str]:
+    return {c for _, _, c in channel_log(node, "general")}
+
+
+def restart(node: NodeProcess, others: list[NodeProcess]) -> None:
+    node.terminate()
+    node.extra_args = [a for a in node.extra_args if not a.startswith("/ip4")]
+    node.extra_args = [a for a in node.extra_args if a != "--bootstrap"]
+    for peer in others:
+        node.extra_args += ["--bootstrap", peer.listen_addrs[0]]
+    node.start()
+    wait_for(lambda: len(node.get("/v1/peers")["connected"]) >= len(others), 30,
+             "restarted node did not reconnect")
+
+
+def test_lamport_poisoning_stops_nobody(pair: list[NodeProcess]) -> None:
+    a, b = pair
+    acked = publish_many(a, "general", [f"before-{k}" for k in range(5)])
+    key = Ed25519PrivateKey.generate()
+    now_ms = int(time.time() * 1000)
+    wires = [
+        signed_event(key, POISON, b"poison uint64"),
+        signed_event(key, (1 << 63) - 1, b"poison int64 max"),
+        signed_event(key, now_ms + 10 * 86_400_000, b"poison ten days ahead"),
+        signed_event(key, now_ms, b"honest-looking event after the poison"),
+    ]
+    trio.run(gossip, a.listen_addrs[0], "general", wires)
+    wait_for(lambda: metric(a, "events_rejected_total") >= 3, 20, "poison not counted")
+    series = a.get("/metrics")
+    assert 'reason="lamport out of range"' in series
+    assert 'reason="lamport too far ahead"' in series
+    # Every node still publishes, and the group keeps syncing.
+    assert publish_ok(a, "after-a") and publish_ok(b, "after-b")
+    wait_for(lambda: {"after-a", "after-b", *[f"before-{k}" for k in range(5)]}
+             <= log_contents(a) & log_contents(b), 30, "sync stopped after the poison")
+    for node in pair:
+        assert not any(c.startswith("poison") for c in log_contents(node))
+        assert all(lamport <= now_ms + 600_000 + 60_000 for lamport, _, _ in
+                   channel_log(node, "general"))
+    assert "honest-looking event after the poison" in log_contents(a)
+    assert len(acked) == 5
+
+
+def test_poisoned_persisted_clock_is_recovered_at_start_up(pair: list[NodeProcess]) -> None:
+    a, b = pair
+    b.terminate()
+    engine = make_engine(f"sqlite:///{b.data_dir / 'syncnode.db'}")
+    with write_transaction(engine) as conn:
+        state = json.loads(get_state(conn, "sds/general") or b"{}")
+        assert state, "no channel state persisted"
+        state["lamport"] = POISON
+        put_state(conn, "sds/general", json.dumps(state).encode(), 0)
+    engine.dispose()
+    b.start()
+    wait_for(lambda: len(b.get("/v1/peers")["connected"]) >= 1
+             or len(a.get("/v1/peers")["connected"]) >= 1, 30, "b did not reconnect")
+    assert metric(b, "sds_clock_recovered_total") == 1
+    assert publish_ok(b, "after-restart-b") and publish_ok(a, "after-restart-a")
+    wait_for(lambda: {"after-restart-a", "after-restart-b"} <= log_contents(a) & log_contents(b),
+             30, "sync stopped after the restart")
+    assert max(lamport for lamport, _, _ in channel_log(b, "general")) < 1 << 62
