@@ -61,6 +61,7 @@ class SnapshotJobConfig:
     rehash: bool = False
     driver_memory: str = "4g"
     event_id_layout: str = "cip124-draft"
+    waku_channels: tuple[str, ...] = ()
     python: str = field(default_factory=lambda: sys.executable)
 
 
@@ -75,7 +76,8 @@ def job_commands(cfg: SnapshotJobConfig) -> list[JobCommand]:
     ))]
     if cfg.rehash:
         jobs.append(JobCommand("rehash", (cfg.python, "-m", "spark_jobs.rehash", *common,
-                                          "--event-id-layout", cfg.event_id_layout)))
+                                          "--event-id-layout", cfg.event_id_layout,
+                                          "--waku-channels", ",".join(cfg.waku_channels))))
     return jobs
 
 
@@ -280,6 +282,8 @@ def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
     snapshot_interval_s, snapshot_every_events, period_ms, settle_ms, rehash, job_timeout_s,
     driver_memory``.
     """
+    from node.services import channel_profiles  # services imports this module
+
     config = runtime.config
     spark = getattr(config, "spark", None)
     if spark is None or not spark.enabled:
@@ -291,6 +295,7 @@ def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
         partitions=spark.partitions, period_ms=spark.period_ms, settle_ms=spark.settle_ms,
         rehash=spark.rehash, driver_memory=spark.driver_memory,
         event_id_layout=config.recon.event_id_layout,
+        waku_channels=tuple(sorted(c for c, p in channel_profiles(config).items() if p == "waku")),
     )
     return SnapshotScheduler(
         job_commands(cfg), interval_s=spark.snapshot_interval_s,
