@@ -49,8 +49,9 @@ def channel_profiles(config: Config) -> dict[str, str]:
     """The SDS profile of every channel: ``[sds] profile`` for the configured channels, the
     applications' channels "syncnode" (their writers are authorised by signature), then the
     ``[sds] channel_profiles`` overrides."""
+    apps = {c for plugin in PLUGINS for c in plugin.channels(config)}
     out = {name: "syncnode" for name in channel_names(config)}
-    out.update({name: config.sds.profile for name in config.p2p.channels})
+    out.update({name: config.sds.profile for name in config.p2p.channels if name not in apps})
     for item in config.sds.channel_profiles:
         name, _, profile = item.partition("=")
         out[name] = profile
