@@ -28,6 +28,7 @@ from sync.errors import RemoteProtocolError
 from sync.gossip import (
     MAX_BATCH_BYTES,
     MAX_BATCH_ITEMS,
+    REASON_BUDGET,
     GossipGate,
     GossipLimits,
     SenderCheck,
@@ -40,6 +41,7 @@ from sync.sds import (
     Acknowledged,
     Delivered,
     DependencyLost,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -78,7 +80,7 @@ def topic_of(network_id: int, channel: str) -> str:
 
 MissingHandler = Callable[[str, Sequence[MissingEntry]], None]
 #: (peer, penalty reason): a peer sent us something we rejected (``sync.peerscore``).
-PenaltyHandler = Callable[[str, str], None]
+PenaltyHandler = Callable[[str, str], object]
 
 
 class ChannelService:
@@ -131,6 +133,9 @@ class ChannelService:
                      "sds_unsigned_accepted_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
         metrics.inc("events_rejected_total", 0, reason="none")
+        metrics.describe("sds_evicted_total", "counter", "entries dropped or refused by a bounded "
+                         "SDS buffer (waiting, missing) to stay within its limits")
+        metrics.inc("sds_evicted_total", 0, buffer="waiting")
         metrics.describe("events_store_failed_total", "counter",
                          "delivered events the database could not store (delivery undone)")
         metrics.describe("sds_clock_recovered_total", "counter",
@@ -258,17 +263,27 @@ class ChannelService:
             async for message in receiver:
                 data: bytes = message.data  # type: ignore[attr-defined]
                 peer: str = message.from_peer  # type: ignore[attr-defined]
+                # Only the publisher itself, handing it to us directly, pays (GossipMessage).
+                forwarder: str | None = getattr(message, "forwarder", None)
+                direct = forwarder == peer
                 self.metrics.inc("gossip_bytes_received_total", len(data))
                 now = time.time()
-                admitted = self.gate.admit(data, peer, now)
+                # The budget is the neighbour's that handed it to us: that one is authenticated
+                # by the connection, the publisher field is not (unsigned gossip).
+                relay = forwarder or peer
+                admitted = self.gate.admit(data, relay, now)
                 for reason, penalty in admitted.rejected:
-                    self._reject(RemoteProtocolError(reason), peer, penalty)
+                    if reason == REASON_BUDGET:
+                        self._reject(RemoteProtocolError(reason), relay, penalty,
+                                     penalise=forwarder is not None)
+                    else:
+                        self._reject(RemoteProtocolError(reason), peer, penalty, penalise=direct)
                 for item in admitted.items:
                     try:
                         ch.receive(item, now, peer=peer)
                         self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
-                        self._reject(exc, peer)
+                        self._reject(exc, peer, penalise=direct)
                 if admitted.items:
                     self._after_input(name)
 
@@ -279,11 +294,11 @@ class ChannelService:
                 self.metrics.inc("events_store_failed_total", channel=record.channel)
 
     def _reject(self, exc: RemoteProtocolError, peer: str | None,
-                penalty: str | None = None) -> None:
+                penalty: str | None = None, *, penalise: bool = True) -> None:
         reason = exc.reason.split(":")[0][:60]
         self.metrics.inc("events_rejected_total", reason=reason)
         log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
-        if peer is not None and self.on_penalty is not None:
+        if penalise and peer is not None and self.on_penalty is not None:
             self.on_penalty(peer, penalty or penalty_of(exc.reason))
 
     def _after_input(self, name: str) -> None:
@@ -300,6 +315,8 @@ class ChannelService:
                 delivered.append(ev)
                 records.append(record_of_delivered(self.network_id, name, ev, self.event_id_layout))
                 self.metrics.inc("events_delivered_total", channel=name)
+            elif isinstance(ev, Evicted):
+                self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):
                 self.metrics.inc("sds_missing_total", len(ev.entries))
                 if self.on_missing is not None:

@@ -27,8 +27,10 @@ __all__ = [
     "Config",
     "ConfigError",
     "DbSection",
+    "FetchSection",
     "NodeConfig",
     "P2PSection",
+    "PeersSection",
     "ReconSection",
     "SdsSection",
     "SparkSection",
@@ -163,6 +165,14 @@ class SdsSection:
     # -- limits against hostile peers (docs/security.md "Clocks", "SDS buffers") --
     max_lamport_ahead_ms: int = _opt(600_000, lambda v: None if 0 <= v <= 1 << 40
                                      else "must be in [0, 2^40]")
+    max_waiting: int = _opt(10_000, _positive)
+    max_waiting_bytes: int = _opt(64 << 20, _positive)
+    max_waiting_per_sender: int = _opt(1_000, _positive)
+    max_waiting_bytes_per_sender: int = _opt(16 << 20, _positive)
+    max_missing: int = _opt(10_000, _positive)
+    max_missing_per_sender: int = _opt(1_000, _positive)
+    repair_cache_bytes: int = _opt(64 << 20, _non_negative)
+    ack_min_filters: int = _opt(2, _positive)
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,33 @@ class ReconSection:
     fetch_batch: int = _opt(500, _positive)
     gossip_grace_s: float = _opt(3.0, _non_negative)
     event_id_layout: str = _opt(CIP124_DRAFT, _one_of(*LAYOUTS))
+    # Transfer limits (docs/security.md "Recon").
+    claim_timeout_s: float = _opt(15.0, _positive)
+    max_key_list: int = _opt(256, lambda v: None if v >= 8 else "must be >= 8")
+    max_missing_keys: int = _opt(100_000, _positive)
+    serve_batch_bytes: int = _opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
+    max_sessions: int = _opt(16, _positive)
+
+
+@dataclass(frozen=True)
+class FetchSection:
+    """Fetch-by-id (docs/security.md "Fetch by id")."""
+
+    max_ids: int = _opt(256, _positive)
+    serve_batch_bytes: int = _opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
+    max_streams_per_peer: int = _opt(2, _positive)
+    max_streams: int = _opt(16, _positive)
+
+
+@dataclass(frozen=True)
+class PeersSection:
+    """Peer standing: scores, bans (docs/security.md "Peer scores and bans")."""
+
+    ban_threshold: float = _opt(-100.0, lambda v: None if v < 0 else "must be < 0")
+    ban_s: float = _opt(60.0, _positive)
+    max_ban_s: float = _opt(3600.0, _positive)
+    score_half_life_s: float = _opt(300.0, _positive)
+    max_tracked: int = _opt(10_000, _positive)
 
 
 def _block_routes(v: Any) -> str | None:
@@ -284,6 +321,8 @@ class Config:
     p2p: P2PSection = field(default_factory=P2PSection)
     sds: SdsSection = field(default_factory=SdsSection)
     recon: ReconSection = field(default_factory=ReconSection)
+    fetch: FetchSection = field(default_factory=FetchSection)
+    peers: PeersSection = field(default_factory=PeersSection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
     db: DbSection = field(default_factory=DbSection)
     spark: SparkSection = field(default_factory=SparkSection)

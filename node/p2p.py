@@ -65,9 +65,17 @@ from node.p2p_setup import (
     stop_auto_connector,
     tame_libp2p_logging,
 )
-from node.p2p_types import ConnectedPeer, GossipMessage, P2PConfig, P2PStats, PeerEvent
+from node.p2p_types import (
+    BanList,
+    ConnectedPeer,
+    GossipMessage,
+    P2PConfig,
+    P2PStats,
+    PeerEvent,
+)
 
 __all__ = [
+    "BanList",
     "ConnectedPeer",
     "DialError",
     "FrameError",
@@ -92,6 +100,7 @@ logger = logging.getLogger("node.p2p")
 StreamHandler = Callable[[FramedStream], Awaitable[None]]
 _T = TypeVar("_T")
 _PING_BYTES = 32
+_MAX_FORWARDERS = 10_000
 
 
 class P2PHost:
@@ -108,6 +117,7 @@ class P2PHost:
         peer_id: str,
         stats: P2PStats,
         nursery: trio.Nursery,
+        bans: BanList | None = None,
     ) -> None:
         self._host = host
         self._pubsub = pubsub
@@ -116,6 +126,7 @@ class P2PHost:
         self.config = config
         self.peer_id = peer_id
         self.stats = stats
+        self.bans = bans if bans is not None else BanList()
         self._nursery = nursery
         self._peers: dict[str, ConnectedPeer] = {}
         self._conn_count: dict[str, int] = {}
@@ -125,6 +136,8 @@ class P2PHost:
         # its incoming stream (and seed 0 happens to drop none of the first 25 at 20%).
         self._drop_rng = random.Random(f"{config.drop_seed}/{peer_id}")
         self._closing = False
+        # (from, seqno) -> the neighbour that forwarded it, noted by the topic validator.
+        self._forwarders: dict[tuple[bytes, bytes], str] = {}
 
     # -- addresses and connections --------------------------------------------------------
 
@@ -148,8 +161,11 @@ class P2PHost:
             raise DialError(f"refusing to dial ourselves at {address}")
         allowed = self.config.allowed_peers
         if allowed is not None and peer not in allowed:
-            _count_refusal(self.stats, peer, "outbound")
+            _count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
             raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
+        if self.bans.is_banned(peer):
+            _count_refusal(self.stats, peer, "outbound", "banned")
+            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
         if peer in self._peers:
             return peer
         # libp2p remembers failed peers for 60 s and refuses to redial them; the daemon runs
@@ -178,6 +194,16 @@ class P2PHost:
             self.stats.dial_failures += 1
             raise DialError(f"connection to {peer} closed right after it opened (refused?)")
         return peer
+
+    def ban(self, peer_id: str, seconds: float) -> None:
+        """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
+        its current connection."""
+        self.bans.ban(peer_id, time.monotonic() + seconds)
+        if peer_id in self._peers and not self._closing:
+            self._nursery.start_soon(self.disconnect, peer_id)
+
+    def is_banned(self, peer_id: str) -> bool:
+        return self.bans.is_banned(peer_id)
 
     async def disconnect(self, peer_id: str) -> None:
         """Close every connection to ``peer_id`` (no error if there is none)."""
@@ -249,6 +275,11 @@ class P2PHost:
 
         async def run_handler(raw: INetStream) -> None:
             framed = self._wrap(raw, protocol_id)
+            if self.bans.is_banned(framed.peer_id):
+                # The stream raced the disconnect that came with the ban.
+                self.stats.refused_banned += 1
+                await framed.reset()
+                return
             self.stats.streams_accepted += 1
             completed = False
             try:
@@ -333,9 +364,9 @@ class P2PHost:
         sinks = self._topic_sinks.get(topic)
         if sinks is None:
             sinks = self._topic_sinks[topic] = []
-            if self.config.allowed_peers is not None:
-                # Rejected before delivery *and* before relaying, so members never spread it.
-                self._pubsub.set_topic_validator(topic, self._from_member, False)
+            # Outsiders of a closed group are rejected before delivery *and* before relaying,
+            # so members never spread them; the forwarder of every message is noted.
+            self._pubsub.set_topic_validator(topic, self._from_member, False)
             subscription = await self._pubsub.subscribe(topic)
             self._nursery.start_soon(self._drain, topic, subscription)
         sinks.append(send)
@@ -361,7 +392,12 @@ class P2PHost:
         self.stats.gossip_published += 1
 
     def _from_member(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        if len(self._forwarders) >= _MAX_FORWARDERS:
+            del self._forwarders[next(iter(self._forwarders))]
+        self._forwarders[(msg.from_id, msg.seqno)] = forwarder.to_base58()
         allowed = self.config.allowed_peers
+        if allowed is None:
+            return True
         origin = ID(msg.from_id).to_base58()
         if allowed is None or origin == self.peer_id or origin in allowed:
             return True
@@ -385,6 +421,7 @@ class P2PHost:
                 logger.exception("delivering a gossip message on %s failed", topic)
 
     def _deliver(self, topic: str, msg: rpc_pb2.Message) -> None:
+        forwarder = self._forwarders.pop((msg.from_id, msg.seqno), None)
         from_peer = ID(msg.from_id).to_base58()
         if from_peer == self.peer_id and not self.config.deliver_own_messages:
             return
@@ -397,6 +434,7 @@ class P2PHost:
             from_peer=from_peer,
             data=bytes(msg.data),
             seqno=int.from_bytes(msg.seqno, "big"),
+            forwarder=forwarder,
         )
         self.stats.gossip_received += 1
         self._fan_out(self._topic_sinks.get(topic, []), item, "gossip_dropped_overflow")
@@ -496,7 +534,8 @@ async def open_host(
     tame_libp2p_logging(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
-    host = build_host(key_pair, config, functools.partial(_count_refusal, stats))
+    bans = BanList()
+    host = build_host(key_pair, config, functools.partial(_count_refusal, stats), bans)
     pubsub, router = build_pubsub(host, config)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
@@ -519,6 +558,7 @@ async def open_host(
                         peer_id=peer_id,
                         stats=stats,
                         nursery=nursery,
+                        bans=bans,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)
@@ -553,6 +593,9 @@ def _leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
-def _count_refusal(stats: P2PStats, peer: str, direction: str) -> None:
-    stats.refused_connections += 1
-    logger.warning("refused %s connection with %s: not in allowed_peers", direction, peer)
+def _count_refusal(stats: P2PStats, peer: str, direction: str, reason: str) -> None:
+    if reason == "banned":
+        stats.refused_banned += 1
+    else:
+        stats.refused_connections += 1
+    logger.warning("refused %s connection with %s: %s", direction, peer, reason)

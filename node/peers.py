@@ -108,6 +108,9 @@ class PeerManager:
                     if peer.peer_id in connected:
                         peer.failures = 0
                         continue
+                    if self.host.is_banned(peer.peer_id):
+                        # Not redialled while banned: checked again after the usual back-off.
+                        continue
                     if peer.next_attempt <= now:
                         nursery.start_soon(self._dial, peer)
                     next_due = min(next_due, max(peer.next_attempt, now + MIN_BACKOFF_S))

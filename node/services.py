@@ -12,7 +12,7 @@ from node.api import ApiRoute
 from node.apps import AppRunner
 from node.blocks_app import router_of
 from node.channels import ChannelService
-from node.config import Config
+from node.config import Config, ConfigError, SdsSection
 from node.discovery import DhtDiscovery
 from node.fetch import Fetcher
 from node.peers import PeerManager
@@ -20,6 +20,8 @@ from node.plugins import PLUGINS
 from node.recon_service import ReconService
 from node.runtime import NodeRuntime
 from node.snapshots import scheduler_from_config
+from node.standing import PeerStanding, score_config
+from sync.errors import LocalProtocolError
 from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
@@ -29,6 +31,15 @@ __all__ = ["build_services", "channel_profiles", "channel_writers", "sds_config"
 
 def sds_config(config: Config) -> SdsConfig:
     s = config.sds
+    try:
+        return _sds_config(s)
+    except LocalProtocolError as exc:  # a combination of keys SDS cannot work with
+        name = str(exc).rsplit(".", 1)[-1]
+        raise ConfigError(f"sds.{name}", "inconsistent with the other sds keys "
+                          "(docs/security.md)") from None
+
+
+def _sds_config(s: SdsSection) -> SdsConfig:
     return SdsConfig(
         causal_history_size=s.causal_history_size,
         bloom_capacity=s.bloom_capacity,
@@ -42,6 +53,14 @@ def sds_config(config: Config) -> SdsConfig:
         t_min=s.repair_t_min_s,
         t_max=s.repair_t_max_s,
         max_lamport_ahead_ms=s.max_lamport_ahead_ms,
+        max_waiting=s.max_waiting,
+        max_waiting_bytes=s.max_waiting_bytes,
+        max_waiting_per_sender=s.max_waiting_per_sender,
+        max_waiting_bytes_per_sender=s.max_waiting_bytes_per_sender,
+        max_missing=s.max_missing,
+        max_missing_per_sender=s.max_missing_per_sender,
+        repair_cache_bytes=s.repair_cache_bytes,
+        ack_min_filters=s.ack_min_filters,
     )
 
 
@@ -87,7 +106,10 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
                                    peer_burst=config.p2p.gossip_peer_burst),
     )
     await channels.load()
-    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)
+    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers))
+    channels.on_penalty = standing.penalise
+    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
+                      standing=standing, limits=config.fetch)
     channels.on_missing = fetcher.want
     peers = PeerManager(host, store, metrics)
     await peers.load(config.p2p.bootstrap)
@@ -95,8 +117,11 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, interval_s=config.recon.interval_s,
         session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
-        config=ReconConfig(fanout=config.recon.fanout), allowed_senders=allowed,
-        gossip_grace_s=config.recon.gossip_grace_s,
+        config=ReconConfig(fanout=config.recon.fanout, max_key_list=config.recon.max_key_list),
+        allowed_senders=allowed, gossip_grace_s=config.recon.gossip_grace_s,
+        standing=standing, claim_timeout_s=config.recon.claim_timeout_s,
+        max_missing_keys=config.recon.max_missing_keys,
+        serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
         event_id_layout=config.recon.event_id_layout,
     )
     await recon.load()

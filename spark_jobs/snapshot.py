@@ -17,7 +17,8 @@ Two passes over the ranked events, both parallel:
 
 Incremental: the manifest holds the chain state (next block, running hash, last period written);
 a rebuild reads only events of later periods and continues the chain. Only *closed* periods are
-written: those that ended ``--settle-ms`` before the newest event (``--all``: every period).
+written: those that ended ``--settle-ms`` before both the newest event and the job's clock
+(``end_period``: one far-future event cannot close periods early; ``--all``: every period).
 Events that arrive later for an already written period are not in the file chain (counted as
 ``late`` in the result); a node bootstrapped from the snapshot gets them through Recon.
 
@@ -65,8 +66,8 @@ from sync.snapshot_manifest import Chain, FileEntry, Manifest, TreeEntry, build_
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["NODE_KEY_FILE", "assemble_period", "item_hashes", "load_node_key", "main",
-           "rank_events", "run"]
+__all__ = ["NODE_KEY_FILE", "assemble_period", "end_period", "item_hashes", "load_node_key",
+           "main", "rank_events", "run"]
 
 #: The node key's file name under the data directory (``node.identity.KEY_FILE``; repeated here
 #: because a job never imports the node package, a test checks the two agree).
@@ -159,10 +160,22 @@ def _lamport_range(url: str) -> tuple[int, int, int]:
         engine.dispose()
 
 
+def end_period(newest_ms: int, now_ms: int, period_ms: int, settle_ms: int,
+               include_open: bool = False) -> int:
+    """The first period not written: periods end ``settle_ms`` before the newest event *and*
+    before the job's own clock. The newest event alone must not decide it: one event stamped
+    in the future (the clock rule lets one run up to ``sds.max_lamport_ahead_ms`` ahead) would
+    close every period up to it, and honest events arriving later for them would be left out
+    as late for good."""
+    if include_open:
+        return newest_ms // period_ms + 1
+    return (min(newest_ms, now_ms) - settle_ms) // period_ms
+
+
 def run(
     spark: Any, url: str, out: Path, key: Ed25519PrivateKey, network_id: int, *,
     period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
-    partitions: int = 8, sidecars: bool = True,
+    partitions: int = 8, sidecars: bool = True, now_ms: int | None = None,
 ) -> dict[str, Any]:
     """Build or extend the snapshot in ``out``; returns the job's summary."""
     from spark_jobs.source import emit_progress, read_events, stage_progress
@@ -178,13 +191,14 @@ def run(
     manifest = prev or Manifest(network_id=network_id, node=node, period_ms=period_ms)
     first_period = manifest.chain.last_period + 1
     _lo, newest, total = _lamport_range(url)
-    end_period = newest // period_ms + 1 if include_open else (newest - settle_ms) // period_ms
+    clock_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    end = end_period(newest, clock_ms, period_ms, settle_ms, include_open)
     summary: dict[str, Any] = {"job": "snapshot", "node": node, "new_files": 0,
                                "new_events": 0, "out": str(out)}
-    if total == 0 or end_period <= first_period:
+    if total == 0 or end <= first_period:
         summary.update(events=manifest.count, files=len(manifest.files), late=0)
         return summary
-    lo_ms, hi_ms = first_period * period_ms, end_period * period_ms
+    lo_ms, hi_ms = first_period * period_ms, end * period_ms
     df = read_events(spark, url, EVENT_COLUMNS, partitions=partitions,
                      where=f"lamport >= {lo_ms} AND lamport < {hi_ms}")
     ranked = rank_events(df, period_ms).persist()
@@ -255,7 +269,7 @@ def run(
     updated = replace(
         manifest,
         chain=Chain(next_block=block, running_hash=running.hex(),
-                    last_period=max(last_period, end_period - 1)),
+                    last_period=max(last_period, end - 1)),
         files=manifest.files + tuple(new_files), root=root, count=ahash.count, ahash=ahash.hex(),
     )
     write_manifest(out, updated)

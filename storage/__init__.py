@@ -43,6 +43,8 @@ from storage.events import (
     read_channels_after,
     read_events_after,
     record_problem,
+    wire_sizes_by_keys,
+    wire_sizes_by_message_ids,
 )
 from storage.keystore import SqlKeyStore
 from storage.migrate import current_revision, head_revision, upgrade
@@ -100,5 +102,7 @@ __all__ = [
     "set_canonical",
     "store_blocks",
     "upgrade",
+    "wire_sizes_by_keys",
+    "wire_sizes_by_message_ids",
     "write_transaction",
 ]

@@ -342,3 +342,21 @@ def _select_in(conn: Connection, column: Any, wanted: list[Any]) -> list[StoredE
         stmt = select(*_COLUMNS).where(column.in_(wanted[start : start + _CHUNK]))
         out.extend(_stored(r) for r in conn.execute(stmt))
     return out
+
+
+def wire_sizes_by_keys(conn: Connection, keys: Iterable[bytes]) -> list[tuple[bytes, int]]:
+    """``(recon key, wire length)`` of the stored ones among ``keys``: plan reads by bytes."""
+    return _sizes_in(conn, events.c.recon_key, list(keys))
+
+
+def wire_sizes_by_message_ids(conn: Connection, ids: Iterable[str]) -> list[tuple[str, int]]:
+    return _sizes_in(conn, events.c.message_id, list(ids))
+
+
+def _sizes_in(conn: Connection, column: Any, wanted: list[Any]) -> list[tuple[Any, int]]:
+    out: list[tuple[Any, int]] = []
+    for start in range(0, len(wanted), _CHUNK):
+        stmt = select(column, func.length(events.c.wire)).where(
+            column.in_(wanted[start : start + _CHUNK]))
+        out.extend((r[0], int(r[1])) for r in conn.execute(stmt))
+    return out

@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
-from sync.sds.bloom import BloomView, RollingBloomFilter
+from sync.sds.acks import FilterEvidence, review_acks
+from sync.sds.bloom import RollingBloomFilter
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
@@ -26,6 +27,7 @@ from sync.sds.events import (
     Delivered,
     DependencyLost,
     EphemeralReceived,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -36,6 +38,7 @@ from sync.sds.events import (
 )
 from sync.sds.message import HistoryRef, SignedEvent, transmission_suffix
 from sync.sds.profile import profile_of
+from sync.sds.quota import QuotaLimits, SenderQuota
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import LogEntry, export_state, restore_channel
 from sync.sds.timers import TimerKind, TimerQueue
@@ -47,6 +50,8 @@ __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
 #: has the whole rule): ``lamport + 1`` never leaves what a signed 64-bit SQL integer holds.
 LAMPORT_LIMIT = LAMPORT_MAX + 1
 _SIGNATURE_CACHE = 4096
+#: A missing-set entry is charged as one unit; the byte bounds follow from the counts.
+_MISSING_ENTRY_BYTES = 1
 _SYNC_KEY = ""
 
 
@@ -96,8 +101,17 @@ class SdsChannel:
         self._waiting: dict[str, WaitingEntry] = {}
         self._waiters: dict[str, list[str]] = {}
         self._missing: dict[str, HistoryRef] = {}
+        # What peers can make us hold is bounded (docs/security.md "SDS buffers").
+        self._waiting_quota = SenderQuota(QuotaLimits(
+            cfg.max_waiting, cfg.max_waiting_bytes, cfg.max_waiting_per_sender,
+            cfg.max_waiting_bytes_per_sender))
+        self._missing_quota = SenderQuota(QuotaLimits(
+            cfg.max_missing, cfg.max_missing * _MISSING_ENTRY_BYTES, cfg.max_missing_per_sender,
+            cfg.max_missing_per_sender * _MISSING_ENTRY_BYTES))
         self._lost: set[str] = set()
         self._outgoing: dict[str, OutgoingEntry] = {}
+        # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
+        self._others_seen: set[str] = set()
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
         self._repair = RepairBuffers(participant_id, self.config, self._timers,
                                      self.profile.repair_hash)
@@ -234,7 +248,9 @@ class SdsChannel:
     def _suffix(self, now: float) -> bytes:
         return transmission_suffix(
             self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now),
-            announce_params=self.profile.announces_bloom_params,
+            announce_params=self.profile.announces_bloom_params, channel_id=self.channel_id,
+            # A waku channel's wire has no signatures (sync.sds.profile).
+            signing_key=self._key if self.profile.signed else None,
         )
 
     def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
@@ -280,13 +296,20 @@ class SdsChannel:
                 known_signatures=self._verified,
             )
             self._check_event(tx.event, now)
+            evidence = None
             view = self.profile.view(tx, 8 * self.config.max_message_size)
+            if view is not None and tx.bloom_filter is not None:
+                # A waku channel's filters are never signed: taken as their sender's evidence
+                # (docs/interop.md, "Acknowledgements on a waku channel").
+                evidence = FilterEvidence(view, tx.bloom_filter, tx.bloom_signature,
+                                          trusted=not self.verify_signatures
+                                          or not self.profile.signed)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
         event = tx.event
         if event.signature is not None and self.verify_signatures:
             self._remember_signature(event.message_id, event.signature)
-        self._accept(event, view, tx.repair_request, now)
+        self._accept(event, evidence, tx.repair_request, now)
 
     def receive_event(self, event: SignedEvent, now: float, peer: str | None = None) -> None:
         """Process an event its caller already decoded and checked (id and signature, say with
@@ -304,7 +327,7 @@ class SdsChannel:
         if event.lamport is not None:
             check_lamport(event.lamport, now, self.config.max_lamport_ahead_ms)
 
-    def _accept(self, event: SignedEvent, view: BloomView | None,
+    def _accept(self, event: SignedEvent, evidence: FilterEvidence | None,
                 repair_request: tuple[HistoryRef, ...], now: float) -> None:
         """The protocol steps for a valid message: nothing here raises on peer input."""
         mid = event.message_id
@@ -314,13 +337,23 @@ class SdsChannel:
         if event.is_ephemeral:
             self._receive_ephemeral(event)
             return
-        self._review_acks(event, view)
+        others = self._others_seen
+        if len(others) < self.config.ack_min_filters:
+            others.add(event.sender_id)
+        if self._outgoing:
+            needed = min(self.config.ack_min_filters, len(others))
+            review = review_acks(self._outgoing, event, evidence, self.channel_id, self.config,
+                                 needed, self.profile.indices)
+            for acked, by_bloom in review.acknowledged:
+                self._acknowledge(acked, by_bloom=by_bloom)
+            self._note_possible_acks(review.possibly)
         if repair_request:
             self._repair.on_requests(repair_request, now)
         if event.is_sync:
             self._last_activity = now
             self._note_missing(
-                [h for h in event.causal_history if self._is_unknown(h.message_id)], now
+                [h for h in event.causal_history if self._is_unknown(h.message_id)], now,
+                charged_to=event.sender_id,
             )
             return
         if mid in self._log or mid in self._waiting:
@@ -344,12 +377,48 @@ class SdsChannel:
         if not unmet:
             self._deliver(event, lost_dependency=lost)
             return
-        if self._missing.pop(mid, None) is not None:
+        if not self._wait(event, {h.message_id for h in unmet}, lost):
+            return
+        if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
-        self._waiting[mid] = WaitingEntry(event, {h.message_id for h in unmet}, lost)
-        for h in unmet:
-            self._waiters.setdefault(h.message_id, []).append(mid)
-        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now)
+        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now,
+                           charged_to=event.sender_id)
+
+    def _wait(self, event: SignedEvent, missing: set[str], lost: bool) -> bool:
+        """Hold ``event`` until ``missing`` is delivered, within the waiting buffer's bounds."""
+        mid, sender = event.message_id, event.sender_id
+        size = len(event.wire) + len(event.content)
+        quota = self._waiting_quota
+        if not quota.fits(size):
+            self._events.append(Evicted("waiting", mid, sender))
+            return False
+        for old in quota.add(mid, sender, size):
+            self._evict_waiting(old)
+        self._waiting[mid] = WaitingEntry(event, missing, lost)
+        for dep in missing:
+            self._waiters.setdefault(dep, []).append(mid)
+        return True
+
+    def _unwait(self, mid: str) -> WaitingEntry | None:
+        self._waiting_quota.remove(mid)
+        return self._waiting.pop(mid, None)
+
+    def _evict_waiting(self, mid: str) -> None:
+        entry = self._unwait(mid)
+        if entry is None:
+            return
+        for dep in entry.missing:
+            waiters = self._waiters.get(dep)
+            if waiters is not None and mid in waiters:
+                waiters.remove(mid)
+                if not waiters:
+                    del self._waiters[dep]
+        # Its copy may come again (a resend, a repair, Recon) and is then accepted afresh.
+        self._events.append(Evicted("waiting", mid, entry.event.sender_id))
+
+    def _unmiss(self, mid: str) -> HistoryRef | None:
+        self._missing_quota.remove(mid)
+        return self._missing.pop(mid, None)
 
     def _is_unknown(self, mid: str) -> bool:
         return mid not in self._log and mid not in self._waiting and mid not in self._lost
@@ -378,30 +447,9 @@ class SdsChannel:
         elif h.message_id in self._missing:
             self._missing[h.message_id] = h
 
-    def _review_acks(self, event: SignedEvent, view: BloomView | None) -> None:
-        outgoing = self._outgoing
-        if not outgoing:
-            return
-        for h in event.causal_history:
-            if h.message_id in outgoing:
-                self._acknowledge(h.message_id, by_bloom=False)
-        if view is None or not outgoing:
-            return
-        params = view.params
-        sender = event.sender_id
-        for entry in list(outgoing.values()):
-            indices = entry.indices.get(params)
-            if indices is None:
-                indices = entry.indices[params] = self.profile.indices(entry.message_id, params)
-            if not view.contains_indices(indices) or sender in entry.bloom_senders:
-                continue
-            # Filters of distinct participants are independent evidence: multiply their
-            # false-positive rates (each from the filter's own size, hashes and fill).
-            entry.bloom_senders.add(sender)
-            entry.fp_product *= view.false_positive_rate
-            if entry.fp_product <= self.config.ack_fp_bound:
-                self._acknowledge(entry.message_id, by_bloom=True)
-                continue
+    def _note_possible_acks(self, entries: list[OutgoingEntry]) -> None:
+        """Newly possibly acknowledged messages are resent less often (spec: distinct periods)."""
+        for entry in entries:
             self._events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
             if not entry.possibly:
                 entry.possibly = True
@@ -432,7 +480,7 @@ class SdsChannel:
                     continue
                 waiting.missing.discard(ev.message_id)
                 if not waiting.missing:
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     stack.append((waiting.event, waiting.lost_dependency))
 
     def _log_event(self, ev: SignedEvent, lost: bool) -> None:
@@ -456,7 +504,7 @@ class SdsChannel:
             self._lost.discard(mid)
         else:
             self._heads[mid] = ref
-        if self._missing.pop(mid, None) is not None:
+        if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
         self._repair.remember(mid, ev.sender_id, ev.wire)
         history_ids = tuple([h.message_id for h in ev.causal_history])
@@ -464,12 +512,15 @@ class SdsChannel:
             Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)
         )
 
-    def _note_missing(self, refs: list[HistoryRef], now: float) -> None:
+    def _note_missing(self, refs: list[HistoryRef], now: float, *, charged_to: str) -> None:
         new = []
+        quota = self._missing_quota
         for ref in refs:
             mid = ref.message_id
             if mid in self._missing:
                 continue
+            for old in quota.add(mid, charged_to, _MISSING_ENTRY_BYTES):
+                self._evict_missing(old)
             self._missing[mid] = ref
             self._timers.schedule(TimerKind.LOST, mid, now + self.config.lost_timeout)
             self._repair.want(ref, now)
@@ -477,8 +528,15 @@ class SdsChannel:
         if new:
             self._events.append(MissingDependencies(tuple(new)))
 
+    def _evict_missing(self, mid: str) -> None:
+        if self._unmiss(mid) is None:
+            return
+        self._timers.cancel(TimerKind.LOST, mid)
+        self._repair.seen(mid)  # no more repair requests for it
+        self._events.append(Evicted("missing", mid))
+
     def _declare_lost(self, mid: str) -> None:
-        ref = self._missing.pop(mid, None)
+        ref = self._unmiss(mid)
         if ref is None:
             return
         self._repair.seen(mid)
@@ -495,10 +553,10 @@ class SdsChannel:
                 waiting.missing.discard(lost_id)
                 waiting.lost_dependency = True
                 if self.config.lost_policy == "drop":
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     pending.append(waiter)
                 elif not waiting.missing:
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     self._deliver(waiting.event, lost_dependency=True)
 
     # ------------------------------------------------------------------ timers

@@ -32,6 +32,8 @@ class RepairBuffers:
         self.responses: dict[str, float] = {}
         #: id -> (sender, canonical wire) of messages whose response group we are in.
         self.cache: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        #: Bytes of wires in ``cache`` (bounded by ``repair_cache_bytes``).
+        self.cache_bytes = 0
 
     def remember(self, mid: str, sender: str, wire: bytes) -> None:
         """Cache a delivered message if we may have to answer for it."""
@@ -42,13 +44,20 @@ class RepairBuffers:
         if groups != 1 and not in_response_group(self.participant_id, sender, mid, groups,
                                                       self._hash):
             return
+        if len(wire) > cfg.repair_cache_bytes:
+            return
+        self.forget(mid)
         self.cache[mid] = (sender, wire)
-        if len(self.cache) > cfg.repair_cache_size:
-            self.cache.popitem(last=False)
+        self.cache_bytes += len(wire)
+        while len(self.cache) > cfg.repair_cache_size or self.cache_bytes > cfg.repair_cache_bytes:
+            _, (_, old) = self.cache.popitem(last=False)
+            self.cache_bytes -= len(old)
 
     def forget(self, mid: str) -> None:
         """Drop a cached message (its delivery was undone)."""
-        self.cache.pop(mid, None)
+        cached = self.cache.pop(mid, None)
+        if cached is not None:
+            self.cache_bytes -= len(cached[1])
 
     def want(self, ref: HistoryRef, now: float, *, at: float | None = None) -> None:
         """(Re-)arm a request for a missing message, after a T_req back-off by default."""

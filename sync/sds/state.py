@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import RemoteProtocolError
-from sync.sds.buffers import OutgoingEntry, WaitingEntry
+from sync.sds.buffers import OutgoingEntry
 from sync.sds.clock import LAMPORT_MAX, recovered_clock
 from sync.sds.config import SdsConfig
 from sync.sds.message import HistoryRef, decode_event
@@ -65,6 +65,22 @@ def _ref(obj: Any) -> HistoryRef:
     return HistoryRef(mid, _unb64(obj["hint"]), sender)
 
 
+def _waiting_json(ch: SdsChannel) -> list[dict[str, Any]]:
+    """The newest waiting messages, up to ``waiting_state_bytes``: the state is saved every few
+    seconds, and a full waiting buffer (``max_waiting_bytes``) would cost that much again in
+    base64 each time. Those left out are not in any log yet; after a restart they come again
+    like any message we do not have (a resend, a repair, Recon)."""
+    budget = ch.config.waiting_state_bytes
+    out: list[dict[str, Any]] = []
+    for w in reversed(ch._waiting.values()):
+        budget -= len(w.event.wire)
+        if budget < 0:
+            break
+        out.append({"wire": _b64(w.event.wire), "lost": w.lost_dependency})
+    out.reverse()
+    return out
+
+
 def export_state(ch: SdsChannel) -> bytes:
     timers = ch._timers
     state = {
@@ -84,9 +100,7 @@ def export_state(ch: SdsChannel) -> bytes:
             }
             for e in ch._outgoing.values()
         ],
-        "waiting": [
-            {"wire": _b64(w.event.wire), "lost": w.lost_dependency} for w in ch._waiting.values()
-        ],
+        "waiting": _waiting_json(ch),
         "missing": [
             {"ref": _ref_json(ref), "lost_at": timers.due(TimerKind.LOST, mid)}
             for mid, ref in ch._missing.items()
@@ -206,6 +220,8 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
         ref = _ref(item["ref"])
         if ref.message_id in ch._log:
             continue  # fetched by other means (e.g. Recon) while we were down
+        for old in ch._missing_quota.add(ref.message_id, ref.sender_id or "", 1):
+            ch._evict_missing(old)
         ch._missing[ref.message_id] = ref
         lost_at = item["lost_at"]
         when = _finite(lost_at) if lost_at is not None else now + cfg.lost_timeout
@@ -217,16 +233,13 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
         if event.lamport is None or event.lamport > LAMPORT_MAX or event.message_id in ch._log:
             continue
         unmet = {h for h in event.history_ids if h not in ch._log and h not in ch._lost}
-        waiting = WaitingEntry(event, unmet, bool(item["lost"]))
-        ch._waiting[event.message_id] = waiting
-        for dep in unmet:
-            ch._waiters.setdefault(dep, []).append(event.message_id)
+        ch._wait(event, unmet, bool(item["lost"]))
     ready = [w for w in ch._waiting.values() if not w.missing]
     for w in ready:
-        del ch._waiting[w.event.message_id]
+        ch._unwait(w.event.message_id)
         ch._deliver(w.event, lost_dependency=w.lost_dependency)
     unknown = {d for d in ch._waiters if d not in ch._missing and d not in ch._waiting}
-    ch._note_missing([HistoryRef(d) for d in sorted(unknown)], now)
+    ch._note_missing([HistoryRef(d) for d in sorted(unknown)], now, charged_to="")
     for item in obj["repair_out"]:
         ref = _ref(item["ref"])
         if ref.message_id in ch._log:

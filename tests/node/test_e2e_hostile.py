@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from node.channels import topic_of
 from node.fetch import FETCH_PROTOCOL
-from node.p2p import P2PConfig, P2PError, open_host
+from node.p2p import P2PError
 from node.recon_service import RECON_PROTOCOL
 from sync.identity import peer_id_of
 from sync.recon import MemoryKeyStore
@@ -20,6 +20,7 @@ from sync.recon.eventid import channel_bounds
 from sync.recon.session import ReconSession
 from sync.sds import SdsChannel, sds_pb2
 from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.node.hostile import hostile
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 FAST_TIMEOUT = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4"}
@@ -38,17 +39,16 @@ def forged_events(count: int) -> list[bytes]:
 
 
 async def attack(target: str) -> None:
-    key = Ed25519PrivateKey.generate()
-    # Our side allows huge frames so that it can send one the node must refuse.
-    config = P2PConfig(max_frame_bytes=16 << 20, read_timeout=10)
-    async with open_host(key, config) as host:
-        peer = await host.connect(target)
+    # Each attack comes from its own identity: a peer that breaks the protocol a few times is
+    # banned (tests/node/test_hostile_transfer.py), and each of these must be rejected alone.
+    async with hostile(target) as (host, peer):
         # 1. Garbage and truncated Recon frames.
         for garbage in (b"\x01\xff\xff\xff\xff", b"\x07nonsense", b"\x01"):
             async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
                 await stream.send(garbage)
                 with pytest.raises(P2PError):
                     await stream.receive()
+    async with hostile(target) as (host, peer):
         # 2. An oversized frame (5 MiB > the node's 4 MiB limit).
         # The node resets the stream on seeing the length prefix, maybe mid-send.
         with pytest.raises(P2PError):
@@ -60,6 +60,7 @@ async def attack(target: str) -> None:
             await stream.send(b"\xff" * 100)
             with pytest.raises(P2PError):
                 await stream.receive()
+    async with hostile(target) as (host, peer):
         # 4. Events with bad signatures, over gossip.
         topic = topic_of(1, "general")
         await host.subscribe(topic)

@@ -8,8 +8,11 @@ One pair of nodes serves every test of the module (their processes are the expen
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,7 +23,7 @@ from node.channels import topic_of
 from node.p2p import P2PConfig, open_host
 from storage import get_state, make_engine, put_state, write_transaction
 from sync.identity import peer_id_of
-from sync.sds import encode_event
+from sync.sds import HistoryRef, encode_event
 from tests.node.cluster import channel_log, cluster, metric, publish_many, wait_for
 from tests.node.procs import NodeProcess
 
@@ -40,7 +43,8 @@ def signed_event(key: Ed25519PrivateKey, lamport: int, content: bytes,
     return encode_event(channel, peer_id_of(key), lamport, (), content, key).wire
 
 
-async def gossip(target: str, channel: str, wires: list[bytes], *, settle: float = 2.0) -> None:
+async def gossip(target: str, channel: str, wires: list[bytes], *, settle: float = 3.0,
+                 linger: float = 1.0, pace: float = 0.0) -> None:
     async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
         await host.connect(target)
         topic = topic_of(1, channel)
@@ -48,7 +52,8 @@ async def gossip(target: str, channel: str, wires: list[bytes], *, settle: float
         await trio.sleep(settle)  # let the mesh form
         for wire in wires:
             await host.publish(topic, wire)
-        await trio.sleep(1)
+            await trio.sleep(pace)
+        await trio.sleep(linger)  # let the queued messages leave before the host closes
 
 
 def publish_ok(node: NodeProcess, content: str) -> bool:
@@ -118,3 +123,42 @@ def test_poisoned_persisted_clock_is_recovered_at_start_up(pair: list[NodeProces
     wait_for(lambda: {"after-restart-a", "after-restart-b"} <= log_contents(a) & log_contents(b),
              30, "sync stopped after the restart")
     assert max(lamport for lamport, _, _ in channel_log(b, "general")) < 1 << 62
+
+
+def rss_peak_mib(node: NodeProcess) -> float:
+    assert node.proc is not None
+    status = Path(f"/proc/{node.proc.pid}/status").read_text()
+    line = next(x for x in status.splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def orphans(count: int, size: int, deps: int = 1) -> list[bytes]:
+    """Validly signed events from fresh keys, each waiting on ids nobody has (worst case for
+    per-sender bounds: every message from another sender)."""
+    now_ms = int(time.time() * 1000)
+    out = []
+    for i in range(count):
+        key = Ed25519PrivateKey.generate()
+        history = tuple(HistoryRef(f"{i:08d}{d:04d}" + "f" * 52) for d in range(deps))
+        out.append(encode_event("general", peer_id_of(key), now_ms + i, history,
+                                os.urandom(size) if size else b"", key).wire)
+    return out
+
+
+def test_waiting_and_missing_buffers_stay_bounded(pair: list[NodeProcess]) -> None:
+    a, b = pair
+    # Attack 4: 150 messages of 900 KB waiting on a dependency that does not exist ...
+    # Attack 4: 150 messages of 900 KB waiting on a dependency that does not exist, then
+    # 300 sync messages naming 64 fake ids each (19,200 "missing" ids).
+    wires = orphans(150, 900 * 1024) + orphans(300, 0, deps=64)
+    trio.run(partial(gossip, linger=10, pace=0.02), a.listen_addrs[0], "general", wires)
+    wait_for(lambda: 'buffer="missing"' in a.get("/metrics"), 60, "no missing eviction")
+    assert metric(a, "sds_evicted_total") > 300  # waiting ones too
+    peak = rss_peak_mib(a)
+    print(f"victim peak RSS {peak:.0f} MiB")
+    assert peak <= 512, f"victim peak RSS {peak:.0f} MiB over its 512 MiB budget"
+    # Honest peers keep syncing.
+    acked = publish_many(b, "general", [f"after-flood-{k}" for k in range(10)])
+    assert len(acked) == 10
+    wait_for(lambda: {f"after-flood-{k}" for k in range(10)} <= log_contents(a), 30,
+             "honest sync stopped after the buffer attack")
