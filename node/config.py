@@ -246,6 +246,7 @@ class BlocksSection:
     subbatch_chunk: int = _opt(64, _positive)
     # Peer ids whose Cardinal messages count (docs/security.md "Application roles").
     producers: tuple[str, ...] = _opt((), _peer_ids)
+    producer_layout: str = _opt("syncnode", _one_of("syncnode", "go"))
 
     def __post_init__(self) -> None:
         if self.enabled and not self.producers:
