@@ -139,6 +139,7 @@ class P2PSection:
     # -- gossip floods (docs/security.md "Gossip floods") --
     gossip_peer_rate: float = _opt(1000.0, _positive)
     gossip_peer_burst: float = _opt(5000.0, lambda v: None if v >= 1 else "must be >= 1")
+    gossip_queue_bytes: int = _opt(64 * 1024 * 1024, _positive)
 
 
 def _channel_profiles(v: Any) -> str | None:
@@ -244,9 +245,9 @@ class BlocksSection:
     tracked: tuple[str, ...] = _opt((), _regexes)
     reorg_threshold: int = _opt(128, _non_negative)
     subbatch_chunk: int = _opt(64, _positive)
+    producer_layout: str = _opt("syncnode", _one_of("syncnode", "go"))
     # Peer ids whose Cardinal messages count (docs/security.md "Application roles").
     producers: tuple[str, ...] = _opt((), _peer_ids)
-    producer_layout: str = _opt("syncnode", _one_of("syncnode", "go"))
 
     def __post_init__(self) -> None:
         if self.enabled and not self.producers:
