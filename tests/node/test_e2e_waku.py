@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import httpx
 import pytest
 
 from storage import make_engine, read_channel_ordered
@@ -35,8 +34,9 @@ def test_waku_channel_replicates_unsigned_by_gossip_and_recon(tmp_path: Path) ->
         # Unsigned messages were taken on the waku channel only, and counted.
         assert metric(nodes[1], "sds_unsigned_accepted_total") >= 60
         # The same payload again is the same waku message: refused, not duplicated.
-        r = httpx.post(f"{nodes[0].api_url}/v1/channels/wk/events", json={"content": "w0"})
-        assert r.status_code == 409
+        with nodes[0].client() as client:
+            r = client.post("/v1/channels/wk/events", json={"content": "w0"})
+        assert r.status_code == 409, r.text
         late = start_node(tmp_path, "late", bootstrap=nodes[:1],
                           env={**ENV, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
         try:
