@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from storage import (
     write_transaction,
 )
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import network_bounds
+from sync.recon.eventid import CIP124_DRAFT, network_bounds
 from sync.recordstream import (
     DEFAULT_LIMITS,
     RECORD_SUFFIX,
@@ -42,7 +42,7 @@ from sync.recordstream import (
     decode_syncnode_record,
     verify_tree,
 )
-from sync.sds import decode_event
+from sync.sds.profile import decode_event_by_channel
 from sync.snapshot_manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
@@ -193,16 +193,17 @@ def verify_snapshot(snapshot: Path) -> Manifest:
     return manifest
 
 
-def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecord]:
+def _file_events(path: str, data: bytes, network_id: int, layout: str,
+                 profiles: Mapping[str, str]) -> Iterator[EventRecord]:
     """The events of one record file, each re-verified from its signed wire bytes."""
     try:
         record_file = decode_record_file(data, path)
         for item in record_file.message.record_stream_items:
-            event = decode_event(item.transaction, verify_signature=True)
+            event = decode_event_by_channel(item.transaction, profiles)
             info = decode_syncnode_record(item.record, path)
             if info is None or info.event.message_id != event.message_id:
                 raise RemoteProtocolError("record does not describe its transaction", path)
-            record = record_of_event(network_id, event)
+            record = record_of_event(network_id, event, layout)
             problem = record_problem(record)
             if problem is not None:  # one such row would fail the whole load
                 raise RemoteProtocolError(f"event {event.message_id}: {problem}", path)
@@ -211,8 +212,10 @@ def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecor
         raise BootstrapError(f"{path}: {exc}") from None
 
 
-def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResult:
-    """Verify ``snapshot`` and load it into the empty database behind ``engine``."""
+def bootstrap(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_DRAFT,
+              profiles: Mapping[str, str] | None = None) -> BootstrapResult:
+    """Verify ``snapshot`` and load it into the empty database behind ``engine``; events are
+    checked under their channel's SDS profile (``profiles``, default "syncnode")."""
     started = time.monotonic()
     manifest = _open_manifest(snapshot)
     if manifest.network_id != network_id:
@@ -232,7 +235,8 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResul
         for entry in manifest.files:
             files = _read_entry(snapshot, entry)
             _fail(_entry_problems(entry, files))
-            for record in _file_events(entry.path, files[entry.path], network_id):
+            for record in _file_events(entry.path, files[entry.path], network_id, layout,
+                                       profiles or {}):
                 batch.append(event_row(record, now_ms))
                 if len(batch) >= _BATCH:
                     insert_rows(conn, batch)
@@ -257,7 +261,8 @@ def _range_of(child: dict[str, Any]) -> tuple[bytes, bytes]:
     return bytes.fromhex(child["first"]), bytes.fromhex(child["last"]) + b"\x00"
 
 
-def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
+def pull(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_DRAFT,
+         profiles: Mapping[str, str] | None = None) -> PullResult:
     """Fetch from ``snapshot`` only the events whose ranges differ from the local log."""
     manifest = _open_manifest(snapshot)
     if manifest.network_id != network_id:
@@ -272,7 +277,8 @@ def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
             raise BootstrapError(f"{snapshot}: {exc}") from None
         result.nodes_read += 1
         if node.get("level") == 0:
-            _pull_leaf(engine, snapshot, manifest, node, network_id, decoded, result)
+            _pull_leaf(engine, snapshot, manifest, node, network_id, layout, profiles or {},
+                       decoded, result)
             continue
         with engine.connect() as conn:
             for child in node["children"]:
@@ -285,7 +291,8 @@ def pull(engine: Engine, snapshot: Path, network_id: int) -> PullResult:
 
 
 def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[str, Any],
-               network_id: int, decoded: dict[int, list[EventRecord]],
+               network_id: int, layout: str, profiles: Mapping[str, str],
+               decoded: dict[int, list[EventRecord]],
                result: PullResult) -> None:
     try:
         entries = leaf_entries(node)
@@ -304,7 +311,7 @@ def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[st
             path = manifest.files[e.file].path
             with (snapshot / path).open("rb") as fh:
                 data = fh.read(DEFAULT_LIMITS.max_compressed + 1)
-            decoded[e.file] = list(_file_events(path, data, network_id))
+            decoded[e.file] = list(_file_events(path, data, network_id, layout, profiles))
             result.files_read.add(path)
         items = decoded[e.file]
         if not 0 <= e.item < len(items) or items[e.item].recon_key != e.key:

@@ -12,6 +12,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -35,6 +36,7 @@ from sync.gossip import (
     pack_batch,
     penalty_of,
 )
+from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
     Delivered,
@@ -49,8 +51,8 @@ from sync.sds import (
     SdsChannel,
     SdsConfig,
     SignedEvent,
-    decode_event,
 )
+from sync.sds.profile import decode_event_in, peek_event
 
 __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
@@ -92,10 +94,13 @@ CHANNEL_METRICS = {
                                  "undone), by channel",
     "sds_clock_recovered_total": "Channels whose persisted Lamport clock broke the clock rule at "
                                  "start-up",
+    "sds_unsigned_accepted_total": "Unsigned messages taken on a channel of the waku SDS profile "
+                                   "(docs/interop.md), by channel",
 }
 UNLABELLED_FROM_ZERO = frozenset(
     n for n in CHANNEL_METRICS
-    if n.startswith(("sds_", "gossip_")) and n not in ("sds_evicted_total", "sds_resends_total")
+    if n.startswith(("sds_", "gossip_"))
+    and n not in ("sds_evicted_total", "sds_resends_total", "sds_unsigned_accepted_total")
 )
 
 
@@ -127,6 +132,8 @@ class ChannelService:
         on_missing: MissingHandler | None = None,
         allowed_senders: frozenset[str] | None = None,
         gossip_linger_s: float = 0.0,
+        event_id_layout: str = CIP124_DRAFT,
+        profiles: Mapping[str, str] | None = None,
         writers: Mapping[str, frozenset[str]] | None = None,
         gossip_limits: GossipLimits | None = None,
         on_penalty: PenaltyHandler | None = None,
@@ -138,8 +145,11 @@ class ChannelService:
         self.key = key
         self.peer_id = peer_id
         self.network_id = network_id
+        self.event_id_layout = event_id_layout
         self.names = list(channels)
         self.sds_config = sds_config
+        # channel -> SDS profile (sync.sds.profile); absent: "syncnode".
+        self.profiles = {name: "syncnode" for name in self.names} | dict(profiles or {})
         self.on_missing = on_missing
         self.on_penalty = on_penalty
         # Closed group: only members' events are accepted, whoever relays them.
@@ -182,15 +192,15 @@ class ChannelService:
                 state = self._fresh(name, now).export_state()
             try:
                 ch = SdsChannel.restore(
-                    state, self.key, log=log_entries, cached_wires=wires, config=self.sds_config,
-                    rng=random.Random(), now=now,
+                    state, self.key, log=log_entries, cached_wires=wires,
+                    config=self._config(name), rng=random.Random(), now=now,
                 )
             except Exception:  # a corrupt state blob must not keep the node down
                 log.exception("cannot restore channel state; starting it afresh from the log",
                               extra=kv(channel=name))
                 ch = SdsChannel.restore(
                     self._fresh(name, now).export_state(), self.key, log=log_entries,
-                    cached_wires=wires, config=self.sds_config, rng=random.Random(), now=now,
+                    cached_wires=wires, config=self._config(name), rng=random.Random(), now=now,
                 )
             self.channels[name] = ch
             if ch.clock_recovered:
@@ -201,7 +211,15 @@ class ChannelService:
                                                   lamport=ch.lamport))
 
     def _fresh(self, name: str, now: float) -> SdsChannel:
-        return SdsChannel(name, self.peer_id, self.key, self.sds_config, random.Random(), now)
+        return SdsChannel(name, self.peer_id, self.key, self._config(name), random.Random(), now)
+
+    def _config(self, name: str) -> SdsConfig:
+        return replace(self.sds_config, profile=self.profiles.get(name, "syncnode"))
+
+    def _count_unsigned(self, ch: SdsChannel, name: str) -> None:
+        # A waku channel took a message nobody signed (docs/interop.md, the trust trade-off).
+        if ch.profile.is_waku:
+            self.metrics.inc("sds_unsigned_accepted_total", channel=name)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -252,7 +270,7 @@ class ChannelService:
         its signature is not checked a second time here.
         """
         try:
-            parsed = verified or decode_event(wire, verify_signature=False)
+            parsed = verified or peek_event(wire, max_size=self.sds_config.max_message_size)
             name = parsed.channel_id
             verdict = self.policy.check(parsed.sender_id, name, bool(parsed.content))
             ch = self.channels.get(name)
@@ -261,15 +279,16 @@ class ChannelService:
             if verdict is SenderCheck.OWN:
                 # SDS ignores echoes of our own messages; one we no longer hold (a wiped
                 # database, say) is stored directly once its signature checks out.
-                own = verified or decode_event(wire)
+                own = verified or decode_event_in(ch.profile.name, wire)
                 if own.lamport is not None and not ch.has_delivered(own.message_id):
-                    self.store.submit([record_of_event(self.network_id, own)])
+                    self.store.submit([record_of_event(self.network_id, own, self.event_id_layout)])
                 return own.message_id
             when = time.time() if now is None else now
             if verified is not None:
                 ch.receive_event(verified, when, peer=peer)
             else:
                 ch.receive(wire, when, peer=peer)
+            self._count_unsigned(ch, name)
         except RemoteProtocolError as exc:
             self._reject(exc, peer)
             return None
@@ -303,6 +322,7 @@ class ChannelService:
                 for item in admitted.items:
                     try:
                         ch.receive(item, now, peer=peer)
+                        self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
                         self._reject(exc, peer, penalise=direct)
                 if admitted.items:
@@ -334,7 +354,7 @@ class ChannelService:
         for ev in ch.events():
             if isinstance(ev, Delivered):
                 delivered.append(ev)
-                records.append(record_of_delivered(self.network_id, name, ev))
+                records.append(record_of_delivered(self.network_id, name, ev, self.event_id_layout))
                 self.metrics.inc("events_delivered_total", channel=name)
             elif isinstance(ev, RepairRequested):
                 self.metrics.inc("sds_repairs_requested_total", len(ev.message_ids))

@@ -143,7 +143,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _local_database(args: argparse.Namespace) -> Iterator[tuple[Any, int]]:
+def _local_database(args: argparse.Namespace
+                    ) -> Iterator[tuple[Any, int, str, dict[str, str]]]:
     """The stopped node's database, holding its data dir's ``repo.lock`` meanwhile.
 
     On failure, a SQLite database (and data dir) this command created is removed again: a
@@ -173,7 +174,10 @@ def _local_database(args: argparse.Namespace) -> Iterator[tuple[Any, int]]:
                              sqlite_synchronous=config.storage.sqlite_synchronous)
         try:
             upgrade(engine)
-            yield engine, config.node.network_id
+            from node.services import channel_profiles
+
+            yield (engine, config.node.network_id, config.recon.event_id_layout,
+                   channel_profiles(config))
             done = True
         finally:
             engine.dispose()
@@ -199,8 +203,8 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     from node.bootstrap import BootstrapError, bootstrap
 
     try:
-        with _local_database(args) as (engine, network_id):
-            result = bootstrap(engine, Path(args.from_snapshot), network_id)
+        with _local_database(args) as (engine, network_id, layout, profiles):
+            result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
     print(f"loaded {result.events} events from {result.files} record files "
@@ -213,8 +217,8 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     from node.bootstrap import BootstrapError, pull
 
     try:
-        with _local_database(args) as (engine, network_id):
-            result = pull(engine, Path(args.directory), network_id)
+        with _local_database(args) as (engine, network_id, layout, profiles):
+            result = pull(engine, Path(args.directory), network_id, layout, profiles)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
     print(f"fetched {result.fetched} events from {len(result.files_read)} record files; "

@@ -27,6 +27,7 @@ from node.config_checks import (
     check_peer_multiaddrs,
 )
 from sync.crdt import TableSchema
+from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 
 __all__ = [
     "ApiConfig",
@@ -181,6 +182,14 @@ class P2PSection:
     gossip_queue_bytes: int = _opt(64 * 1024 * 1024, _positive)
 
 
+def _channel_profiles(v: Any) -> str | None:
+    for item in v:
+        name, sep, profile = str(item).partition("=")
+        if not sep or not name or profile not in ("syncnode", "waku"):
+            return f"expected CHANNEL=syncnode|waku, got {item!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class SdsSection:
     causal_history_size: int = _opt(2, _positive)
@@ -192,6 +201,8 @@ class SdsSection:
     sync_interval_s: float = _opt(30.0, _positive)
     repair_t_min_s: float = _opt(30.0, _positive)
     repair_t_max_s: float = _opt(120.0, _positive)
+    profile: str = _opt("syncnode", _one_of("syncnode", "waku"))
+    channel_profiles: tuple[str, ...] = _opt((), _channel_profiles)
     # -- limits against hostile peers (docs/security.md "Clocks", "SDS buffers") --
     max_lamport_ahead_ms: int = _opt(600_000, lambda v: None if 0 <= v <= 1 << 40
                                      else "must be in [0, 2^40]")
@@ -212,6 +223,7 @@ class ReconSection:
     session_timeout_s: float = _opt(60.0, _positive)
     fetch_batch: int = _opt(500, _positive)
     gossip_grace_s: float = _opt(3.0, _non_negative)
+    event_id_layout: str = _opt(CIP124_DRAFT, _one_of(*LAYOUTS))
     # Transfer limits (docs/security.md "Recon").
     claim_timeout_s: float = _opt(15.0, _positive)
     max_key_list: int = _opt(256, lambda v: None if v >= 8 else "must be >= 8")

@@ -26,7 +26,7 @@ from node.store import EventStore
 from storage import AppendResult, EventRecord, keys_in_range
 from sync.errors import RemoteProtocolError
 from sync.recon import MemoryKeyStore
-from sync.recon.eventid import channel_bounds, sender_bounds
+from sync.recon.eventid import CIP124_DRAFT, channel_bounds, sender_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.transfer import BUSY, RECON, ClaimTable
 
@@ -83,6 +83,7 @@ class ReconService:
         config: ReconConfig,
         allowed_senders: frozenset[str] | None = None,
         gossip_grace_s: float = 0.0,
+        event_id_layout: str = CIP124_DRAFT,
         standing: PeerStanding | None = None,
         claim_timeout_s: float = 15.0,
         max_missing_keys: int = 100_000,
@@ -94,6 +95,7 @@ class ReconService:
         self.channels = channels
         self.metrics = metrics
         self.network_id = network_id
+        self.event_id_layout = event_id_layout
         self.interval_s = interval_s
         self.session_timeout_s = session_timeout_s
         self.fetch_batch = fetch_batch
@@ -131,6 +133,7 @@ class ReconService:
             fetch_batch=fetch_batch, claims=self.claims, standing=standing,
             max_frame_bytes=host.config.max_frame_bytes, serve_batch_bytes=serve_batch_bytes,
             gossip_grace_ms=self.gossip_grace_ms, on_released=self.poke,
+            event_id_layout=event_id_layout, profiles=channels.profiles,
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)

@@ -13,9 +13,10 @@ many keys the peer asks for and however slowly it reads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import trio
@@ -29,8 +30,9 @@ from node.standing import PeerStanding
 from node.store import EventStore
 from storage import events_by_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import key_height
+from sync.recon.eventid import CIP124_DRAFT, key_height
 from sync.sds import SignedEvent, decode_event
+from sync.sds.profile import decode_event_by_channel
 from sync.transfer import ClaimTable, EventsPacker, WantFetcher, WantServer, byte_batches
 
 __all__ = ["SessionStats", "Transfer", "TransferAbort", "verify_in_threads"]
@@ -56,27 +58,37 @@ class SessionStats:
     missing: list[bytes] = field(default_factory=list)
 
 
-def _decode_all(wires: list[bytes]) -> list[SignedEvent | None]:
+Decoder = Callable[[bytes], SignedEvent]
+
+
+def _default_decode(wire: bytes) -> SignedEvent:
+    return decode_event(wire, max_size=MAX_EVENT_BYTES)
+
+
+def _decode_all(wires: list[bytes], decode: Decoder = _default_decode
+                ) -> list[SignedEvent | None]:
     out: list[SignedEvent | None] = []
     for wire in wires:
         try:
-            out.append(decode_event(wire, max_size=MAX_EVENT_BYTES))
+            out.append(decode(wire))
         except RemoteProtocolError:
             out.append(None)
     return out
 
 
-async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS
-                            ) -> list[SignedEvent | None]:
-    """Decode and verify events (id and signature) in worker threads: libsodium releases the
-    GIL, so a batch is verified on every core while the event loop keeps serving."""
+async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS,
+                            decode: Decoder = _default_decode) -> list[SignedEvent | None]:
+    """Decode and verify events (id and signature, or what the channel's SDS profile asks
+    for) in worker threads: libsodium releases the GIL, so a batch is verified on every core
+    while the event loop keeps serving."""
     if len(wires) < 64:
-        return _decode_all(wires)
+        return _decode_all(wires, decode)
     step = -(-len(wires) // threads)
     parts: list[list[SignedEvent | None]] = [[] for _ in range(threads)]
 
     async def run(i: int) -> None:
-        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step])
+        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step],
+                                                 decode)
 
     async with trio.open_nursery() as nursery:
         for i in range(threads):
@@ -102,6 +114,8 @@ class Transfer:
         serve_batch_bytes: int,
         gossip_grace_ms: int = 0,
         on_released: Callable[[], None] = lambda: None,
+        event_id_layout: str = CIP124_DRAFT,
+        profiles: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.channels = channels
@@ -114,6 +128,10 @@ class Transfer:
         self.serve_batch_bytes = serve_batch_bytes
         self.gossip_grace_ms = gossip_grace_ms
         self.on_released = on_released
+        self.event_id_layout = event_id_layout
+        # Fetched events are checked under their channel's SDS profile (sync.sds.profile).
+        self._decode: Decoder = functools.partial(
+            decode_event_by_channel, profiles=dict(profiles or {}), max_size=MAX_EVENT_BYTES)
         for name, text in (
             ("recon_keys_withheld_total", "Keys a peer advertised and left out of its answer"),
             ("recon_claims_lapsed_total", "Claimed keys released because the peer stalled"),
@@ -155,7 +173,8 @@ class Transfer:
     def _not_recent(self, keys: list[bytes]) -> list[bytes]:
         """Drop keys of events gossip is probably still delivering: under load, fetching them
         as well would move and verify them twice just when the node has least time to spare.
-        A timestamp far ahead of our clock (a sender's fast clock) is not held back."""
+        A timestamp far ahead of our clock (a sender's fast clock) is not held back, and neither
+        is a key without one (the ceramic-one layout has no event height): fetched at once."""
         now_ms = int(time.time() * 1000)
         lo, hi = now_ms - self.gossip_grace_ms, now_ms + self.gossip_grace_ms
         kept = []
@@ -163,8 +182,8 @@ class Transfer:
             try:
                 height = key_height(key)
             except RemoteProtocolError:  # malformed: fetched, and rejected on validation
-                height = -1
-            if not lo <= height <= hi:
+                height = None
+            if height is None or not lo <= height <= hi:
                 kept.append(key)
         return kept
 
@@ -187,7 +206,8 @@ class Transfer:
                         if got.final:
                             for frame in core.next_frames():
                                 await stream.send(frame)
-                        await send.send((got.wires, await verify_in_threads(got.wires),
+                        await send.send((got.wires, await verify_in_threads(got.wires,
+                                                                         decode=self._decode),
                                          got.final))
             except (P2PError, trio.TooSlowError, RemoteProtocolError) as exc:
                 failure.append(exc)
@@ -229,7 +249,7 @@ class Transfer:
                 stats.rejected += 1
                 self.penalise(peer, "invalid_event")
                 raise RemoteProtocolError("peer sent an invalid event", peer)
-            key = record_of_event(self.network_id, event).recon_key
+            key = record_of_event(self.network_id, event, self.event_id_layout).recon_key
             try:
                 core.accept(key)
             except RemoteProtocolError:

@@ -18,7 +18,9 @@ from node.idempotency import IdempotencyKeys, check_key
 from node.openapi import INT64_MAX, Param, RouteDoc, arr, obj
 from node.p2p import P2PError
 from storage import StoredEvent, read_channel, read_channel_ordered
-from sync.sds import Delivered, decode_event
+from sync.errors import LocalProtocolError
+from sync.sds import Delivered
+from sync.sds.profile import peek_event
 
 if TYPE_CHECKING:
     from node.runtime import NodeRuntime
@@ -34,7 +36,8 @@ MAX_CHUNK = 1000
 
 
 def event_json(event: StoredEvent) -> dict[str, Any]:
-    content = decode_event(event.wire, verify_signature=False).content
+    # Stored wires were checked (under their channel's SDS profile) when they came in.
+    content = peek_event(event.wire).content
     try:
         text: str | None = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -118,6 +121,8 @@ async def _send(node: NodeRuntime, channel: str, content: bytes,
         delivered: Delivered = await node.channels.publish(channel, content, also)
     except UnknownChannel:
         raise ApiError(404, f"unknown channel {channel!r}") from None
+    except LocalProtocolError as exc:  # a waku channel: this payload was sent already
+        raise ApiError(409, str(exc)) from None
     return delivered
 
 

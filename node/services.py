@@ -26,7 +26,7 @@ from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
 
-__all__ = ["build_services", "channel_writers", "sds_config"]
+__all__ = ["build_services", "channel_profiles", "channel_writers", "sds_config"]
 
 
 def sds_config(config: Config) -> SdsConfig:
@@ -64,6 +64,19 @@ def _sds_config(s: SdsSection) -> SdsConfig:
     )
 
 
+def channel_profiles(config: Config) -> dict[str, str]:
+    """The SDS profile of every channel: ``[sds] profile`` for the configured channels, the
+    applications' channels "syncnode" (their writers are authorised by signature), then the
+    ``[sds] channel_profiles`` overrides."""
+    apps = {c for plugin in PLUGINS for c in plugin.channels(config)}
+    out = {name: "syncnode" for name in channel_names(config)}
+    out.update({name: config.sds.profile for name in config.p2p.channels if name not in apps})
+    for item in config.sds.channel_profiles:
+        name, _, profile = item.partition("=")
+        out[name] = profile
+    return out
+
+
 def channel_writers(config: Config) -> dict[str, frozenset[str]]:
     """Channels whose content only some peers may send: the block streams' producers."""
     if not config.blocks.enabled:
@@ -87,6 +100,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         network_id=config.node.network_id, channels=channel_names(config),
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
+        event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
         writers=channel_writers(config),
         gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
                                    peer_burst=config.p2p.gossip_peer_burst),
@@ -108,6 +122,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         standing=standing, claim_timeout_s=config.recon.claim_timeout_s,
         max_missing_keys=config.recon.max_missing_keys,
         serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
+        event_id_layout=config.recon.event_id_layout,
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon

@@ -65,6 +65,7 @@ _PENALTIES = {
     REASON_UNREADABLE: "invalid_event",
     "bad signature": "invalid_event",
     "message id does not match": "invalid_event",
+    "message id is not the sha256": "invalid_event",  # a waku channel (sync.sds.waku)
     "message is not signed": "invalid_event",
     "message too large": "invalid_event",
     REASON_BUDGET: "flood",

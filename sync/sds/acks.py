@@ -20,10 +20,10 @@ the common case (nothing outstanding, or nothing new in the filter) costs no ver
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sync.sds.bloom import BloomView, bloom_indices
+from sync.sds.bloom import BloomParams, BloomView, bloom_indices
 from sync.sds.buffers import OutgoingEntry
 from sync.sds.config import SdsConfig
 from sync.sds.message import SignedEvent, verify_filter
@@ -57,8 +57,11 @@ class AckReview:
 
 def review_acks(outgoing: Mapping[str, OutgoingEntry], event: SignedEvent,
                 evidence: FilterEvidence | None, channel_id: str,
-                config: SdsConfig, signers_needed: int) -> AckReview:
-    """``signers_needed``: distinct signed filters needed to acknowledge (see above)."""
+                config: SdsConfig, signers_needed: int,
+                indexer: Callable[[str, BloomParams], tuple[int, ...]] = bloom_indices,
+                ) -> AckReview:
+    """``signers_needed``: distinct signed filters needed to acknowledge (see above);
+    ``indexer``: the channel profile's bit positions of an id (``sync.sds.profile``)."""
     review = AckReview()
     for h in event.causal_history:
         if h.message_id in outgoing:
@@ -72,7 +75,7 @@ def review_acks(outgoing: Mapping[str, OutgoingEntry], event: SignedEvent,
             continue
         indices = entry.indices.get(params)
         if indices is None:
-            indices = entry.indices[params] = bloom_indices(entry.message_id, params)
+            indices = entry.indices[params] = indexer(entry.message_id, params)
         if not view.contains_indices(indices):
             continue
         if not evidence.signed_by(sender, channel_id):

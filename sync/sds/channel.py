@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds.acks import FilterEvidence, review_acks
-from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter
+from sync.sds.bloom import RollingBloomFilter
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
@@ -36,18 +36,13 @@ from sync.sds.events import (
     ResendExhausted,
     SdsEvent,
 )
-from sync.sds.message import (
-    DecodeLimits,
-    HistoryRef,
-    SignedEvent,
-    decode_transmission,
-    encode_event,
-    transmission_suffix,
-)
+from sync.sds.message import HistoryRef, SignedEvent, transmission_suffix
+from sync.sds.profile import profile_of
 from sync.sds.quota import QuotaLimits, SenderQuota
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import LogEntry, export_state, restore_channel
 from sync.sds.timers import TimerKind, TimerQueue
+from sync.sds.waku import waku_message_id
 
 __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
 
@@ -83,15 +78,11 @@ class SdsChannel:
         self._key = signing_key
         self._rng = rng or random.Random(0)
         cfg = self.config
-        self._limits = DecodeLimits(
-            max_size=cfg.max_message_size,
-            max_history_entries=cfg.max_history_entries,
-            max_repair_entries=cfg.max_repair_entries,
-            max_id_length=cfg.max_id_length,
-            max_hint_length=cfg.max_hint_length,
-        )
-        self.bloom_params = BloomParams.optimal(cfg.bloom_capacity, cfg.bloom_fp_rate)
-        self._bloom = RollingBloomFilter(self.bloom_params, cfg.bloom_capacity)
+        # The wire rules (ids, signatures, filter shape and hashing): sync.sds.profile.
+        self.profile = profile_of(cfg)
+        self.bloom_params = self.profile.bloom_params
+        self._bloom = RollingBloomFilter(self.bloom_params, self.profile.bloom_window,
+                                         self.profile.indices)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
@@ -122,7 +113,8 @@ class SdsChannel:
         # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
         self._others_seen: set[str] = set()
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
-        self._repair = RepairBuffers(participant_id, self.config, self._timers)
+        self._repair = RepairBuffers(participant_id, self.config, self._timers,
+                                     self.profile.repair_hash)
         self._verified: dict[str, bytes] = {}
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
         self._last_activity = now
@@ -221,10 +213,13 @@ class SdsChannel:
         """Create, log and return a content message to broadcast."""
         if not content:
             raise LocalProtocolError("content must not be empty (empty content is a sync)")
+        if self.profile.is_waku and waku_message_id(content) in self._log:
+            # The id is the payload's hash: a second send would be the same message.
+            raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
         history = self._choose_history(self.config.causal_history_size, sample=False)
-        event = encode_event(
-            self.channel_id, self.participant_id, lamport, history, content, self._key
+        event = self.profile.encode(
+            self.channel_id, self.participant_id, lamport, history, content, self._key, self._rng
         )
         mid = event.message_id
         if retrieval_hint is not None:
@@ -240,20 +235,24 @@ class SdsChannel:
         """An ephemeral message: no lamport, history or filter; not logged, not resent."""
         if not content:
             raise LocalProtocolError("ephemeral content must not be empty")
-        event = encode_event(self.channel_id, self.participant_id, None, (), content, self._key)
+        event = self.profile.encode(self.channel_id, self.participant_id, None, (), content,
+                                    self._key, self._rng)
         return event.wire
 
     def _sync_message(self, now: float) -> bytes:
         lamport = self._tick(now)
         history = self._choose_history(self.config.sync_history_size, sample=True)
-        event = encode_event(self.channel_id, self.participant_id, lamport, history, b"", self._key)
+        event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
+                                    self._key, self._rng)
         self._last_activity = now
         return event.wire + self._suffix(now)
 
     def _suffix(self, now: float) -> bytes:
         return transmission_suffix(
             self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now),
-            channel_id=self.channel_id, signing_key=self._key,
+            announce_params=self.profile.announces_bloom_params, channel_id=self.channel_id,
+            # A waku channel's wire has no signatures (sync.sds.profile).
+            signing_key=self._key if self.profile.signed else None,
         )
 
     def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
@@ -292,20 +291,21 @@ class SdsChannel:
     def receive(self, data: bytes, now: float, peer: str | None = None) -> None:
         """Process a received message; ``RemoteProtocolError`` (and no state change) if bad."""
         try:
-            tx = decode_transmission(
+            tx = self.profile.decode(
                 data,
-                self._limits,
                 check_id=self._check_ids,
                 verify_signature=self.verify_signatures,
                 known_signatures=self._verified,
             )
             self._check_event(tx.event, now)
             evidence = None
-            if tx.bloom_filter is not None and tx.bloom_params is not None:
-                max_bits = 8 * self.config.max_message_size
-                view = BloomView(tx.bloom_filter, tx.bloom_params, max_bits=max_bits)
+            view = self.profile.view(tx, 8 * self.config.max_message_size)
+            if view is not None and tx.bloom_filter is not None:
+                # A waku channel's filters are never signed: taken as their sender's evidence
+                # (docs/interop.md, "Acknowledgements on a waku channel").
                 evidence = FilterEvidence(view, tx.bloom_filter, tx.bloom_signature,
-                                          trusted=not self.verify_signatures)
+                                          trusted=not self.verify_signatures
+                                          or not self.profile.signed)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
         event = tx.event
@@ -345,7 +345,7 @@ class SdsChannel:
         if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
             review = review_acks(self._outgoing, event, evidence, self.channel_id, self.config,
-                                 needed)
+                                 needed, self.profile.indices)
             for acked, by_bloom in review.acknowledged:
                 self._acknowledge(acked, by_bloom=by_bloom)
             self._note_possible_acks(review.possibly)

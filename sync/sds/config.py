@@ -66,6 +66,9 @@ class SdsConfig:
     check_message_ids: bool = True
     #: Ids remembered to drop duplicate ephemeral messages.
     ephemeral_dedup_size: int = 4096
+    #: Wire profile (``sync.sds.profile``): "syncnode" (signed, our ids and filters) or "waku"
+    #: (@waku/sds 0.0.8's wire: unsigned, payload-hash ids, its fixed filter).
+    profile: str = "syncnode"
     #: A received Lamport timestamp may run at most this far (ms) ahead of the receiver's wall
     #: clock (``sync.sds.clock``): the bound on how long a far-future event can stay "newest".
     max_lamport_ahead_ms: int = 600_000
@@ -109,6 +112,7 @@ class SdsConfig:
             ("max_message_size", self.max_message_size > 0),
             ("max_history_entries", self.max_history_entries >= self.sync_history_size),
             ("max_repair_entries", self.max_repair_entries >= self.max_repair_requests),
+            ("profile", self.profile in ("syncnode", "waku")),
             ("max_lamport_ahead_ms", 0 <= self.max_lamport_ahead_ms <= 1 << 40),
             ("max_waiting", self.max_waiting >= 1),
             ("max_waiting_bytes", self.max_waiting_bytes >= 2 * self.max_message_size),

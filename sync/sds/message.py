@@ -39,6 +39,7 @@ __all__ = [
     "message_id_of",
     "transmission_suffix",
     "verify_filter",
+    "without_signature",
 ]
 
 DEFAULT_MAX_SIZE = 1 << 20
@@ -160,11 +161,22 @@ def encode_event(
     causal_history: tuple[HistoryRef, ...],
     content: bytes,
     signing_key: Ed25519PrivateKey | None,
+    *,
+    message_id: str | None = None,
 ) -> SignedEvent:
-    """Build, identify and sign an event; the caller checked that ``sender_id`` is the key's."""
-    ids = tuple(h.message_id for h in causal_history)
-    digest = event_digest(channel_id, sender_id, lamport, ids, content)
-    msg = sds_pb2.Message(sender_id=sender_id, message_id=digest.hex(), channel_id=channel_id)
+    """Build, identify and sign an event; the caller checked that ``sender_id`` is the key's.
+
+    ``message_id``: an id of another profile's rule (``sync.sds.profile``); such an event is
+    never signed (our signature covers our digest only)."""
+    if message_id is not None:
+        if signing_key is not None:
+            raise ValueError("an event with a foreign message id is not signed")
+        digest = b""
+    else:
+        ids = tuple(h.message_id for h in causal_history)
+        digest = event_digest(channel_id, sender_id, lamport, ids, content)
+        message_id = digest.hex()
+    msg = sds_pb2.Message(sender_id=sender_id, message_id=message_id, channel_id=channel_id)
     if lamport is not None:
         msg.lamport_timestamp = lamport
     msg.causal_history.extend(_entry_pb(h) for h in causal_history)
@@ -177,7 +189,7 @@ def encode_event(
     return SignedEvent(
         channel_id=channel_id,
         sender_id=sender_id,
-        message_id=digest.hex(),
+        message_id=message_id,
         lamport=lamport,
         causal_history=causal_history,
         content=content,
@@ -205,19 +217,30 @@ def verify_filter(sender_id: str, channel_id: str, params: BloomParams, bloom: b
 
 def transmission_suffix(
     bloom: bytes | None, params: BloomParams | None, repair_request: tuple[HistoryRef, ...],
-    *, channel_id: str = "", signing_key: Ed25519PrivateKey | None = None,
+    *, announce_params: bool = True, channel_id: str = "",
+    signing_key: Ed25519PrivateKey | None = None,
 ) -> bytes:
     """The per-transmission fields, serialised on their own, to append to a canonical wire.
-    With ``signing_key`` the filter is signed (``filter_signed_bytes``)."""
+    With ``signing_key`` the filter is signed (``filter_signed_bytes``); without
+    ``announce_params`` the filter goes alone (a fixed-shape filter, as @waku/sds's)."""
     msg = sds_pb2.Message()
     if bloom is not None and params is not None:
         msg.bloom_filter = bloom
-        msg.bloom_bits = params.bits
-        msg.bloom_hashes = params.hashes
+        if announce_params:
+            msg.bloom_bits = params.bits
+            msg.bloom_hashes = params.hashes
         if signing_key is not None:
             msg.bloom_signature = signing_key.sign(filter_signed_bytes(channel_id, params, bloom))
     msg.repair_request.extend(_entry_pb(h) for h in repair_request)
     return msg.SerializeToString(deterministic=True)
+
+
+def without_signature(event: SignedEvent) -> SignedEvent:
+    """The event with its signature field dropped from the record and the canonical wire."""
+    msg = sds_pb2.Message()
+    msg.ParseFromString(event.wire)
+    msg.ClearField("signature")
+    return event._replace(signature=None, wire=msg.SerializeToString(deterministic=True))
 
 
 def _refs(entries: Any, limit: int, limits: DecodeLimits, what: str) -> tuple[HistoryRef, ...]:

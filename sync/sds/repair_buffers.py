@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 from sync.sds.config import SdsConfig
 from sync.sds.message import HistoryRef
-from sync.sds.repair import in_response_group, t_req, t_resp
+from sync.sds.repair import RepairHash, in_response_group, repair_hash, t_req, t_resp
 from sync.sds.timers import TimerKind, TimerQueue
 
 __all__ = ["REPAIR_PACING", "RepairBuffers"]
@@ -20,8 +20,10 @@ REPAIR_PACING = 1.0
 class RepairBuffers:
     """Deadlines live in the channel's shared :class:`TimerQueue`."""
 
-    def __init__(self, participant_id: str, config: SdsConfig, timers: TimerQueue) -> None:
+    def __init__(self, participant_id: str, config: SdsConfig, timers: TimerQueue,
+                 hash_fn: RepairHash = repair_hash) -> None:
         self.participant_id = participant_id
+        self._hash = hash_fn
         self.config = config
         self._timers = timers
         #: Outgoing repair request buffer: missing id -> (T_req, entry).
@@ -39,7 +41,8 @@ class RepairBuffers:
         if cfg.repair_cache_size <= 0:
             return
         groups = cfg.num_response_groups
-        if groups != 1 and not in_response_group(self.participant_id, sender, mid, groups):
+        if groups != 1 and not in_response_group(self.participant_id, sender, mid, groups,
+                                                      self._hash):
             return
         if len(wire) > cfg.repair_cache_bytes:
             return
@@ -62,7 +65,7 @@ class RepairBuffers:
         when = (
             at
             if at is not None
-            else t_req(now, self.participant_id, ref.message_id, cfg.t_min, cfg.t_max)
+            else t_req(now, self.participant_id, ref.message_id, cfg.t_min, cfg.t_max, self._hash)
         )
         self.requests[ref.message_id] = (when, ref)
         self._timers.schedule(TimerKind.REPAIR_REQUEST, ref.message_id, when)
@@ -105,8 +108,9 @@ class RepairBuffers:
             if cached is None or mid in self.responses:
                 continue
             sender = cached[0]
-            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups):
-                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max)
+            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups,
+                                 self._hash):
+                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max, self._hash)
                 self.responses[mid] = when
                 self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
 

@@ -176,7 +176,7 @@ def _load_log(ch: SdsChannel, log: Iterable[LogEntry]) -> None:
     for lamport, mid, sender in entries[-ch._tail_size :]:
         ch._tail.append((lamport, mid))
         ch._tail_refs[mid] = HistoryRef(mid, None, sender)
-    for _, mid, _ in entries[-ch.config.bloom_capacity :]:
+    for _, mid, _ in entries[-ch._bloom.window :]:
         ch._bloom.add(mid)
 
 

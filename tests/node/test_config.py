@@ -87,3 +87,22 @@ def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         "error: config error: node.network_id: expected an integer, got True"
     ]
+
+
+def test_channel_profiles_default_override_and_applications() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from node.services import channel_profiles
+    from sync.identity import peer_id_of
+
+    producer = peer_id_of(Ed25519PrivateKey.generate())
+    config = load_config(overrides={
+        "p2p.channels": ("chat", "news", "blocks"), "sds.profile": "waku",
+        "sds.channel_profiles": ("news=syncnode",),
+        "blocks.enabled": True, "blocks.producers": (producer,),
+    })
+    profiles = channel_profiles(config)
+    assert profiles["chat"] == "waku" and profiles["news"] == "syncnode"
+    assert profiles["blocks"] == "syncnode"  # an application's channel: writers are signed
+    with pytest.raises(ConfigError, match="channel_profiles"):
+        load_config(overrides={"sds.channel_profiles": ("chat=plain",)})
