@@ -19,6 +19,7 @@ Design notes, wire formats and measured figures: docs/p2p.md.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -136,6 +137,9 @@ class P2PHost:
         # its incoming stream (and seed 0 happens to drop none of the first 25 at 20%).
         self._drop_rng = random.Random(f"{config.drop_seed}/{peer_id}")
         self._closing = False
+        # Bytes held in each subscriber queue (keyed by the send channel's id).
+        self._queued: dict[int, collections.deque[int]] = {}
+        self._queued_bytes: dict[int, int] = {}
         # (from, seqno) -> the neighbour that forwarded it, noted by the topic validator.
         self._forwarders: dict[tuple[bytes, bytes], str] = {}
 
@@ -437,7 +441,29 @@ class P2PHost:
             forwarder=forwarder,
         )
         self.stats.gossip_received += 1
-        self._fan_out(self._topic_sinks.get(topic, []), item, "gossip_dropped_overflow")
+        sinks = self._topic_sinks.get(topic, [])
+        if not self._queue_room(sinks, len(item.data)):
+            self.stats.gossip_dropped_overflow += 1
+            return
+        self._fan_out(sinks, item, "gossip_dropped_overflow")
+
+    def _queue_room(self, sinks: list[trio.MemorySendChannel[GossipMessage]], size: int) -> bool:
+        """Whether every subscriber queue has room for ``size`` more bytes; if so, count them.
+
+        The queue sizes of the items each sink holds are kept in order; whatever the consumer
+        took since (the channel's buffer shrank) is popped from the front.
+        """
+        for sink in sinks:
+            sizes = self._queued.setdefault(id(sink), collections.deque())
+            held = sink.statistics().current_buffer_used
+            while len(sizes) > held:
+                self._queued_bytes[id(sink)] = self._queued_bytes.get(id(sink), 0) - sizes.popleft()
+            if self._queued_bytes.get(id(sink), 0) + size > self.config.gossip_queue_bytes:
+                return False
+        for sink in sinks:
+            self._queued[id(sink)].append(size)
+            self._queued_bytes[id(sink)] = self._queued_bytes.get(id(sink), 0) + size
+        return True
 
     def _fan_out(self, sinks: list[trio.MemorySendChannel[_T]], item: _T, counter: str) -> None:
         for sink in list(sinks):

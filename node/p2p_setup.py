@@ -291,7 +291,11 @@ def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
         degree_high=config.gossip_degree_high,
         heartbeat_interval=config.gossip_heartbeat_interval,  # type: ignore[arg-type]
         gossip_window=3,
-        gossip_history=10,
+        # libp2p keeps every message it saw for gossip_history heartbeats (to answer IWANT):
+        # with 10, a stream of 1 MB messages (a flood, or SDS resending big events) kept
+        # ten seconds of traffic in memory. IHAVE only advertises the last gossip_window, and
+        # SDS repairs what gossip misses, so a little over the window is enough.
+        gossip_history=4,
         spam_protection_enabled=False,
         adaptive_gossip_enabled=False,
         # Closed groups on few hosts (often one IP): IP diversity is not a signal there.

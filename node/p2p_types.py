@@ -40,6 +40,9 @@ class P2PConfig:
     gossip_degree_high: int = 12
     gossip_peer_queue_size: int = 8192  # outbound RPCs queued per peer before libp2p drops
     gossip_queue_size: int = 100_000  # our per-subscriber queue; overflow is counted
+    # ... and the bytes it may hold: a peer flooding 1 MB messages faster than we consume them
+    # would otherwise make us hold up to gossip_queue_size of them.
+    gossip_queue_bytes: int = 64 * _MIB
     gossip_seen_ttl: int = 600  # seconds a message id stays in the duplicate filter
     gossip_max_message_bytes: int = 1_000_000  # libp2p's RPC limit is 1 MiB incl. overhead
     deliver_own_messages: bool = False
@@ -86,6 +89,7 @@ class P2PConfig:
             "max_frame_bytes",
             "gossip_peer_queue_size",
             "gossip_queue_size",
+            "gossip_queue_bytes",
             "gossip_seen_ttl",
             "gossip_max_message_bytes",
             "peer_event_queue_size",

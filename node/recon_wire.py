@@ -2,28 +2,7 @@
 
 from __future__ import annotations
 
-from sync.transfer.frames import (
-    BUSY,
-    EVENTS,
-    EVENTS_LAST,
-    RECON,
-    WANT,
-    WANT_LAST,
-    FrameDecodeError,
-    pack_items,
-    pack_list,
-    unpack_items,
-)
+from sync.transfer import frames as _frames
+from sync.transfer.frames import *  # noqa: F403
 
-__all__ = [
-    "BUSY",
-    "EVENTS",
-    "EVENTS_LAST",
-    "RECON",
-    "WANT",
-    "WANT_LAST",
-    "FrameDecodeError",
-    "pack_items",
-    "pack_list",
-    "unpack_items",
-]
+__all__ = _frames.__all__

@@ -3,6 +3,8 @@ attack benchmark. Everything here is a real py-libp2p host with Noise, on 127.0.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,13 +22,17 @@ from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.recon.wire import KEYS, Limits, MessageWriter
+from tests.node.procs import NodeProcess
 
 __all__ = [
+    "amplify",
     "fetch_and_stall",
     "hostile",
     "key_list_bomb",
     "peak_rss_mib",
     "recon_and_withhold",
+    "recon_first_message",
+    "stored_ids",
     "want_and_stall",
 ]
 
@@ -39,6 +45,15 @@ async def hostile(target: str) -> AsyncIterator[tuple[P2PHost, str]]:
     config = P2PConfig(max_frame_bytes=16 << 20, read_timeout=10)
     async with open_host(key, config) as host:
         yield host, await host.connect(target)
+
+
+def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:
+    """Message ids in the node's SQLite database, read directly (read-only): the API would
+    make the node itself load every event's content, which is what a memory test measures."""
+    uri = f"file:{node.data_dir / 'syncnode.db'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+        rows = conn.execute("SELECT message_id FROM events WHERE channel = ?", (channel,))
+        return {r[0] for r in rows}
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -97,6 +112,19 @@ async def _withhold_once(host: P2PHost, peer: str, keys: list[bytes],
     return missing, wanted
 
 
+async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:
+    """Open a Recon session with ``frame`` and return the node's reply (retried while the
+    node declines with BUSY because it is starting a session with us at the same moment)."""
+    for _ in range(20):
+        async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+            await stream.send(frame)
+            reply = await stream.receive()
+        if reply != bytes([BUSY]):
+            return reply
+        await trio.sleep(0.5)
+    raise RuntimeError("the node stayed busy")
+
+
 async def want_and_stall(host: P2PHost, peer: str, seconds: float,
                          channel: str = "general") -> int:
     """Reconcile with nothing, WANT everything the peer has, and never read the answer."""
@@ -136,6 +164,20 @@ async def fetch_and_stall(host: P2PHost, peer: str, ids: list[str], requests: in
         for _ in range(requests):
             nursery.start_soon(one)
     return accepted
+
+
+async def amplify(target: str, ids: list[str], seconds: float) -> tuple[int, int]:
+    """Attack 3 from one fresh peer: 8 fetch requests for ``ids`` and a Recon WANT for every
+    key the node has, none of them read; returns (fetch streams served, keys wanted)."""
+    served: list[int] = []
+    async with hostile(target) as (host, peer), trio.open_nursery() as nursery:
+
+        async def fetches() -> None:
+            served.append(await fetch_and_stall(host, peer, ids, 8, seconds))
+
+        nursery.start_soon(fetches)
+        wanted = await want_and_stall(host, peer, seconds)
+    return served[0], wanted
 
 
 def key_list_bomb(channel: str = "general", count: int = 200_000) -> bytes:
