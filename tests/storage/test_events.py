@@ -21,7 +21,9 @@ from storage import (
     metadata,
     range_hash,
     read_channel,
+    read_channel_newest,
     read_channel_ordered,
+    stored_message_ids,
     upgrade,
 )
 from sync.recon import Sha256a
@@ -78,6 +80,30 @@ def test_cursor_reads_page_through_a_channel(engine: Engine) -> None:
         )
         tail = read_channel_ordered(conn, "b", after=(ordered[2].lamport, ordered[2].message_id))
         assert tail == ordered[3:]
+
+
+def test_newest_part_of_a_channel_and_stored_ids(engine: Engine) -> None:
+    # Lamports repeat, so the log order's tie-break on message_id decides the cut.
+    records = [make_record(i, channel="a" if i % 4 else "b") for i in range(3000)]
+    records = [r.__class__(r.recon_key, r.message_id, r.channel, r.sender, r.lamport // 3,
+                           r.wire) for r in records]
+    random.Random(5).shuffle(records)
+    with engine.begin() as conn:
+        append_events(conn, records, received_at=5)
+    in_order = sorted((r.lamport, r.message_id) for r in records if r.channel == "a")
+    with engine.connect() as conn:
+        newest = read_channel_newest(conn, "a", 500)
+        assert [(e.lamport, e.message_id) for e in newest] == in_order[-500:]
+        assert [(e.lamport, e.message_id) for e in read_channel_newest(conn, "b", 10_000)] == (
+            sorted((r.lamport, r.message_id) for r in records if r.channel == "b"))
+        a_ids = [m for _, m in in_order]
+        b_id = next(r.message_id for r in records if r.channel == "b")
+        unknown = ["f" * 64, "0" * 64]
+        # More ids than one IN list holds; ids of another channel do not count.
+        asked = [*a_ids[:1500], b_id, *unknown]
+        assert stored_message_ids(conn, "a", asked) == set(a_ids[:1500])
+        assert stored_message_ids(conn, "b", asked) == {b_id}
+        assert stored_message_ids(conn, "a", []) == set()
 
 
 def test_range_hash_matches_pure_python(engine: Engine) -> None:
