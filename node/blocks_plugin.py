@@ -242,6 +242,7 @@ class BlocksPlugin:
         section = runtime.config.blocks
         app = BlocksApplication(section, runtime.metrics)
         producer = Producer(app.router, subbatch_chunk=section.subbatch_chunk,
+                            layout=section.producer_layout,
                             limits=replace(DEFAULT_LIMITS, max_value=MAX_MESSAGE_VALUE))
         for name, help_text in (
             ("blocks_applied_total", "Blocks applied to the canonical chain"),
@@ -256,4 +257,8 @@ class BlocksPlugin:
                 "blocks_pending", lambda: float(app.consumer.pending_count() if app.consumer
                                                 else 0),
                 "Blocks being reassembled or held in the block tree")
+            runtime.metrics.gauge_fn(
+                "blocks_excess_producers", lambda: float(
+                    app.consumer.stats.excess_producers if app.consumer else 0),
+                "Sub batch messages set aside: more producers than held per sub batch")
         return BlocksBundle(app, runtime, producer, section.enabled)

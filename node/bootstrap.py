@@ -29,6 +29,7 @@ from storage import (
     existing_keys,
     insert_rows,
     range_hash,
+    record_problem,
     write_transaction,
 )
 from sync.errors import RemoteProtocolError
@@ -163,7 +164,11 @@ def _file_events(path: str, data: bytes, network_id: int) -> Iterator[EventRecor
             info = decode_syncnode_record(item.record, path)
             if info is None or info.event.message_id != event.message_id:
                 raise RemoteProtocolError("record does not describe its transaction", path)
-            yield record_of_event(network_id, event)
+            record = record_of_event(network_id, event)
+            problem = record_problem(record)
+            if problem is not None:  # one such row would fail the whole load
+                raise RemoteProtocolError(f"event {event.message_id}: {problem}", path)
+            yield record
     except RemoteProtocolError as exc:
         raise BootstrapError(f"{path}: {exc}") from None
 

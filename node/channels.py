@@ -28,7 +28,6 @@ from sync.errors import RemoteProtocolError
 from sync.gossip import (
     MAX_BATCH_BYTES,
     MAX_BATCH_ITEMS,
-    REASON_BUDGET,
     GossipGate,
     GossipLimits,
     SenderCheck,
@@ -272,15 +271,12 @@ class ChannelService:
                 self.metrics.inc("gossip_bytes_received_total", len(data))
                 now = time.time()
                 # The budget is the neighbour's that handed it to us: that one is authenticated
-                # by the connection, the publisher field is not (unsigned gossip).
-                relay = forwarder or peer
-                admitted = self.gate.admit(data, relay, now)
+                # by the connection, the publisher field is not (unsigned gossip). An honest
+                # neighbour relaying somebody's flood is throttled with it but not penalised:
+                # GossipSub forwards before we validate.
+                admitted = self.gate.admit(data, forwarder or peer, now)
                 for reason, penalty in admitted.rejected:
-                    if reason == REASON_BUDGET:
-                        self._reject(RemoteProtocolError(reason), relay, penalty,
-                                     penalise=forwarder is not None)
-                    else:
-                        self._reject(RemoteProtocolError(reason), peer, penalty, penalise=direct)
+                    self._reject(RemoteProtocolError(reason), peer, penalty, penalise=direct)
                 for item in admitted.items:
                     try:
                         ch.receive(item, now, peer=peer)

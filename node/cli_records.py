@@ -18,7 +18,6 @@ from typing import Any
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recordstream import (
     DEFAULT_LIMITS,
-    RECORD_SUFFIX,
     SIGNATURE_FIELDS,
     SIGNATURE_SUFFIX,
     FileReport,
@@ -36,6 +35,7 @@ from sync.recordstream import (
     record_consensus_ns,
     sidecar_file_name,
     sidecar_type_of,
+    split_stream_name,
     verify_tree,
 )
 from sync.recordstream import record_stream_pb2 as pb
@@ -75,7 +75,10 @@ def _collect(root: Path) -> dict[str, bytes]:
         raise _Failure(f"{root}: cannot list ({exc.strerror or exc})", 2) from None
     for path in paths:
         name = path.name
-        if not path.is_file() or not name.endswith((RECORD_SUFFIX, SIGNATURE_SUFFIX)):
+        # Hedera's bucket names (.rcd.gz) and HIP-435's example names (<instant>.gz) alike.
+        if not path.is_file() or (
+            split_stream_name(name) is None and not name.endswith(SIGNATURE_SUFFIX)
+        ):
             continue
         if len(files) >= _MAX_FILES:
             raise _Failure(f"{root}: more than {_MAX_FILES} files", 2)
@@ -115,6 +118,9 @@ def _report_json(report: VerifyReport) -> dict[str, Any]:
                 "checks": [
                     {"name": c.name, "status": c.status, "detail": c.detail} for c in f.checks
                 ],
+                "findings": [
+                    {"name": x.name, "detail": x.detail, **dict(x.fields)} for x in f.findings
+                ],
             }
             for f in report.files
         ],
@@ -128,13 +134,16 @@ def _report_line(report: FileReport) -> str:
     line += f" {hashes}" if hashes else ""
     line += f" [{checks}]"
     failures = "; ".join(f"{c.name}: {c.detail}" for c in report.failures())
-    return f"{line} -- {failures}" if failures else line
+    line = f"{line} -- {failures}" if failures else line
+    for finding in report.findings:
+        line += f"\n     finding {finding.name}: {finding.detail}"
+    return line
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     keys = _load_keys(Path(args.keys)) if args.keys else None
-    report = verify_tree(_collect(root), keys)
+    report = verify_tree(_collect(root), keys, require_sidecars=args.require_sidecars)
     failed = sum(not f.ok for f in report.files)
     if args.json:
         print(json.dumps(_report_json(report), indent=2, sort_keys=True))
@@ -146,7 +155,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         else:
             verdict = "all checks passed" if report.ok else f"{failed} failed"
             skipped = sum(c.status == "skip" for f in report.files for c in f.checks)
-            print(f"{len(report.files)} files, {verdict}, {skipped} checks skipped")
+            findings = sum(len(f.findings) for f in report.files)
+            print(f"{len(report.files)} files, {verdict}, {skipped} checks skipped, "
+                  f"{findings} findings")
     return 0 if report.ok else 1
 
 
@@ -335,6 +346,12 @@ def _add_subcommands(records: argparse.ArgumentParser) -> None:
         metavar="KEYDIR",
         help="directory of <node>.pem public keys (RSA and/or Ed25519); without it only "
         "Ed25519 signatures of nodes named by their peer id are checked",
+    )
+    verify.add_argument(
+        "--require-sidecars",
+        action="store_true",
+        help="fail a record file whose sidecar files are absent (by default they are reported "
+        "as not checked: HIP-435 lets a mirror node skip them)",
     )
     verify.add_argument("--json", action="store_true", help="print a JSON report")
     verify.set_defaults(func=_guarded(_cmd_verify))

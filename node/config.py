@@ -234,6 +234,7 @@ class BlocksSection:
     tracked: tuple[str, ...] = _opt((), _regexes)
     reorg_threshold: int = _opt(128, _non_negative)
     subbatch_chunk: int = _opt(64, _positive)
+    producer_layout: str = _opt("syncnode", _one_of("syncnode", "go"))
     # Peer ids whose Cardinal messages count (docs/security.md "Application roles").
     producers: tuple[str, ...] = _opt((), _peer_ids)
 

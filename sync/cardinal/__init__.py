@@ -31,12 +31,14 @@ from sync.cardinal.events import (
     BlockFailed,
     BlockRef,
     BlockReverted,
+    ChainUpdated,
     ConsumerEvent,
     ConsumerStats,
     ReorgFinished,
     ReorgIgnored,
     ReorgStarted,
 )
+from sync.cardinal.golayout import encode_message_go
 from sync.cardinal.payload import (
     BlockPayload,
     SubBatch,
@@ -46,7 +48,7 @@ from sync.cardinal.payload import (
     payload_from_json,
     payload_to_json,
 )
-from sync.cardinal.producer import Producer, RoutedMessage, reorg_channel_name
+from sync.cardinal.producer import LAYOUTS, Producer, RoutedMessage, reorg_channel_name
 from sync.cardinal.routing import DEFAULT_CHANNEL, PrefixRouter, prefix_to_channel
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "GENESIS",
     "HASH_SIZE",
+    "LAYOUTS",
     "SUBBATCH_SCHEMA",
     "ZERO_HASH",
     "Batch",
@@ -67,6 +70,7 @@ __all__ = [
     "BlockReverted",
     "CardinalMessage",
     "ChainTracker",
+    "ChainUpdated",
     "Consumer",
     "ConsumerEvent",
     "ConsumerStats",
@@ -85,6 +89,7 @@ __all__ = [
     "SubBatchMsg",
     "decode_message",
     "encode_message",
+    "encode_message_go",
     "iter_payloads_jsonl",
     "make_payload",
     "make_sub_batch",

@@ -31,14 +31,39 @@ class _Conflict(Exception):
     """Internal: the messages of one block contradict each other."""
 
 
+class _Layout:
+    """One producer's SubBatchHeader count and SubBatchMsgs for one sub batch."""
+
+    __slots__ = ("count", "items")
+
+    def __init__(self) -> None:
+        self.count: int | None = None
+        self.items: dict[int, SubBatchMsg] = {}
+
+
 class _Sub:
-    __slots__ = ("count", "items", "name", "tracked")
+    """A sub batch, assembled per producer: redundant producers may chunk it differently (the
+    Go reference and ours do), and any one producer's complete set completes it."""
+
+    __slots__ = ("deletes", "done", "layouts", "name", "tracked", "updates")
 
     def __init__(self, name: str, tracked: bool) -> None:
         self.name = name
         self.tracked = tracked
-        self.count: int | None = None
-        self.items: dict[int, SubBatchMsg] = {}
+        self.layouts: dict[str | None, _Layout] = {}
+        self.done = False
+        self.updates: dict[str, bytes] = {}
+        self.deletes: set[str] = set()
+
+    def agrees(self, msg: SubBatchMsg) -> bool:
+        """Whether a SubBatchMsg (of any producer's chunking) fits the completed content."""
+        return self.deletes.issuperset(msg.deletes) and all(
+            self.updates.get(k) == v for k, v in msg.updates.items()
+        )
+
+
+# Producers whose pieces of one sub batch are held at once; the rest wait for a later resend.
+MAX_LAYOUTS_PER_SUB_BATCH = 8
 
 
 class _Assembly:
@@ -57,7 +82,7 @@ class _Assembly:
 
     def __init__(self) -> None:
         self.batch: Batch | None = None
-        self.early: list[BlockMessage] = []
+        self.early: list[tuple[BlockMessage, str | None]] = []
         self.values: dict[str, bytes] = {}
         self.deletes: set[str] = set()
         self.counters: dict[str, int] = {}
@@ -108,8 +133,9 @@ class Assembler:
 
     # -----------------------------------------------------------------------------------------
 
-    def add(self, msg: BlockMessage) -> BlockPayload | None:
-        """Process one message; returns the payload it completed, if any."""
+    def add(self, msg: BlockMessage, source: str | None = None) -> BlockPayload | None:
+        """Process one message from producer ``source`` (None: unnamed); returns the payload it
+        completed, if any."""
         block_hash = msg.hash
         closed = self.closed.get(block_hash)
         if closed is not None:
@@ -131,7 +157,7 @@ class Assembler:
             if kind is Batch:
                 return self._on_batch(asm, cast(Batch, msg))
             if asm.batch is None:
-                self._queue_early(asm, msg)
+                self._queue_early(asm, msg, source)
                 return None
             if kind is BatchMsg:
                 # The hot path (most messages), inlined from _apply.
@@ -145,7 +171,7 @@ class Assembler:
                 if self._take(asm, key):
                     asm.values[key] = value
             else:
-                self._apply(asm, msg)
+                self._apply(asm, msg, source)
         except _Conflict as exc:
             self._fail(block_hash, str(exc))
             return None
@@ -167,10 +193,10 @@ class Assembler:
         self.stats.failed += 1
         self.failures.append(BlockFailed(block_hash, reason))
 
-    def _queue_early(self, asm: _Assembly, msg: BlockMessage) -> None:
+    def _queue_early(self, asm: _Assembly, msg: BlockMessage, source: str | None) -> None:
         if self._early_total >= self._max_early:
             self._evict_early()
-        asm.early.append(msg)
+        asm.early.append((msg, source))
         self._early_total += 1
         self.stats.queued_early += 1
 
@@ -217,13 +243,13 @@ class Assembler:
             return None
         early, asm.early = asm.early, []
         self._early_total -= len(early)
-        for msg in early:  # never a Batch: those are handled on arrival
-            self._apply(asm, msg)
+        for msg, source in early:  # never a Batch: those are handled on arrival
+            self._apply(asm, msg, source)
         if asm.outstanding == 0:
             return self._complete(asm)
         return None
 
-    def _apply(self, asm: _Assembly, msg: BlockMessage) -> None:
+    def _apply(self, asm: _Assembly, msg: BlockMessage, source: str | None) -> None:
         kind = type(msg)
         if kind is BatchMsg:
             batch_msg = cast(BatchMsg, msg)
@@ -241,9 +267,9 @@ class Assembler:
             elif self._take(asm, key):
                 asm.deletes.add(key)
         elif kind is SubBatchHeader:
-            self._on_header(asm, cast(SubBatchHeader, msg))
+            self._on_header(asm, cast(SubBatchHeader, msg), source)
         else:
-            self._on_sub_msg(asm, cast(SubBatchMsg, msg))
+            self._on_sub_msg(asm, cast(SubBatchMsg, msg), source)
 
     def _evict_highest(self) -> None:
         # Overload only (a flood of Batches far ahead of the head): drop the furthest one.
@@ -281,35 +307,70 @@ class Assembler:
             return None
         return sub
 
-    def _on_header(self, asm: _Assembly, msg: SubBatchHeader) -> None:
+    def _layout_of(self, sub: _Sub, source: str | None) -> _Layout | None:
+        layout = sub.layouts.get(source)
+        if layout is None:
+            if len(sub.layouts) >= MAX_LAYOUTS_PER_SUB_BATCH:
+                self.stats.excess_producers += 1
+                return None
+            layout = sub.layouts[source] = _Layout()
+        return layout
+
+    def _on_header(self, asm: _Assembly, msg: SubBatchHeader, source: str | None) -> None:
         sub = self._sub_of(asm, msg.batch_id)
         if sub is None:
             return
-        if sub.count is not None:
-            if sub.count != msg.item_count:
-                raise _Conflict("two item counts for one sub batch")
+        if sub.done:
             self.stats.duplicates += 1
             return
-        if any(index >= msg.item_count for index in sub.items):
+        layout = self._layout_of(sub, source)
+        if layout is None:
+            return
+        if layout.count is not None:
+            if layout.count != msg.item_count:
+                raise _Conflict("two item counts for one sub batch from one producer")
+            self.stats.duplicates += 1
+            return
+        if any(index >= msg.item_count for index in layout.items):
             raise _Conflict("sub batch message index beyond the item count")
-        sub.count = msg.item_count
-        asm.outstanding += msg.item_count - len(sub.items) - 1
+        layout.count = msg.item_count
+        self._check_layout(asm, sub, layout)
 
-    def _on_sub_msg(self, asm: _Assembly, msg: SubBatchMsg) -> None:
+    def _on_sub_msg(self, asm: _Assembly, msg: SubBatchMsg, source: str | None) -> None:
         sub = self._sub_of(asm, msg.batch_id)
         if sub is None:
             return
-        old = sub.items.get(msg.index)
+        if sub.done:
+            if not sub.agrees(msg):
+                raise _Conflict("sub batch message disagrees with the completed sub batch")
+            self.stats.duplicates += 1
+            return
+        layout = self._layout_of(sub, source)
+        if layout is None:
+            return
+        old = layout.items.get(msg.index)
         if old is not None:
             if old != msg:
-                raise _Conflict("two contents for one sub batch message")
+                raise _Conflict("two contents for one sub batch message from one producer")
             self.stats.duplicates += 1
             return
-        if sub.count is not None:
-            if msg.index >= sub.count:
-                raise _Conflict("sub batch message index beyond the item count")
-            asm.outstanding -= 1
-        sub.items[msg.index] = msg
+        if layout.count is not None and msg.index >= layout.count:
+            raise _Conflict("sub batch message index beyond the item count")
+        layout.items[msg.index] = msg
+        self._check_layout(asm, sub, layout)
+
+    @staticmethod
+    def _check_layout(asm: _Assembly, sub: _Sub, layout: _Layout) -> None:
+        if layout.count is None or len(layout.items) != layout.count:
+            return
+        # Index order, so a key updated twice ends with the same value everywhere.
+        for index in range(layout.count):
+            item = layout.items[index]
+            sub.deletes.update(item.deletes)
+            sub.updates.update(item.updates)
+        sub.done = True
+        sub.layouts.clear()
+        asm.outstanding -= 1
 
     def _contradiction(self, asm: _Assembly, msg: BlockMessage) -> str | None:
         """Why a late copy disagrees with the completed ``asm`` (None if it agrees)."""
@@ -336,8 +397,8 @@ class Assembler:
         if not sub.tracked:
             return None
         if isinstance(msg, SubBatchHeader):
-            return None if msg.item_count == sub.count else "two item counts for one sub batch"
-        return None if sub.items.get(msg.index) == msg else "two contents for one sub batch message"
+            return None  # another producer may chunk the same content differently
+        return None if sub.agrees(msg) else "sub batch message disagrees with the completed block"
 
     def _complete(self, asm: _Assembly) -> BlockPayload:
         batch = asm.batch
@@ -349,16 +410,8 @@ class Assembler:
         for batch_id, sub in asm.subs.items():
             if not sub.tracked:
                 continue
-            updates: dict[str, bytes] = {}
-            deletes: set[str] = set()
-            # Index order, so a key updated twice ends with the same value everywhere.
-            for index in range(sub.count or 0):
-                item = sub.items[index]
-                deletes.update(item.deletes)
-                updates.update(item.updates)
-            subs.append(
-                SubBatch(sub.name, batch_id, tuple(sorted(updates.items())), tuple(sorted(deletes)))
-            )
+            updates, deletes = tuple(sorted(sub.updates.items())), tuple(sorted(sub.deletes))
+            subs.append(SubBatch(sub.name, batch_id, updates, deletes))
         subs.sort(key=lambda s: s.name)
         return BlockPayload(
             batch.hash,

@@ -1,13 +1,22 @@
 """Chain head: complete blocks in, canonical chain changes (applied / reverted) out.
 
-Fork choice: the head is the heaviest block connected to the root; among equal weights the
-lexicographically smallest hash wins. The rule depends only on the set of blocks, never on their
-arrival order, so every consumer that has the same blocks has the same head.
+The head rule follows the Go reference consumer (docs/cardinal.md, "The head rule"), evaluated
+when a block arrives, for the subtree that block completes:
 
-Memory is bounded by ``reorg_threshold``: after each head change, canonical blocks numbered more
-than the threshold below the head leave the tree (the newest of them becomes the root, and their
-refs stay in a bounded history for deep Reorg messages) and every other block that far behind is
-evicted, with its subtree.
+* a block whose parent is the head extends the chain, whatever its weight, and so do the
+  already complete descendants of that block along its best branch;
+* any other block that links to the known chain (the canonical blocks, the root, or the history
+  replayed below the root) replaces the head only if the best tip of its subtree is strictly
+  heavier than the head: equal weights keep the head that was there first;
+* the best tip of a subtree is the heaviest, then the highest numbered, then the smallest hash.
+
+Each head change is one :class:`ChainUpdated` (after its per-block events), grouped as the
+reference groups them: a block completing a branch whose descendants are already complete brings
+all of them in one update.
+
+Memory is bounded by ``reorg_threshold``: after each head change, blocks numbered more than the
+threshold below the head leave the tree (the newest canonical one becomes the root, and refs stay
+in a bounded history for deep Reorg messages) and every other block that far behind is evicted.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from sync.cardinal.events import (
     BlockFailed,
     BlockRef,
     BlockReverted,
+    ChainUpdated,
     ConsumerEvent,
     ConsumerStats,
 )
@@ -43,8 +53,13 @@ class _Node:
         self.children: list[bytes] = []
 
 
-def _beats(a: BlockPayload | BlockRef, b: BlockPayload | BlockRef) -> bool:
-    return a.weight > b.weight or (a.weight == b.weight and a.hash < b.hash)
+def _better(a: BlockPayload, b: BlockPayload) -> bool:
+    """The order of tips: heavier, then higher numbered (longer), then the smaller hash."""
+    if a.weight != b.weight:
+        return a.weight > b.weight
+    if a.number != b.number:
+        return a.number > b.number
+    return a.hash < b.hash
 
 
 def _ref(block: BlockPayload) -> BlockRef:
@@ -52,7 +67,13 @@ def _ref(block: BlockPayload) -> BlockRef:
 
 
 class ChainTracker:
-    """The block tree above the root, the canonical chain and the fork choice."""
+    """The block tree around the root, the canonical chain and the head rule.
+
+    ``_canon``: canonical blocks above the root, oldest first (the last one is the head).
+    ``_under``: canonical blocks at and below the root whose payloads are known (the anchor's
+    own payload and the history a producer replays below it), oldest first. Branches forking
+    there can still win, as in the reference's "start at an anchor" and startup reorg cases.
+    """
 
     def __init__(
         self,
@@ -68,9 +89,11 @@ class ChainTracker:
         self.reorg_threshold = reorg_threshold
         self.history_limit = history_limit
         self.events: list[ConsumerEvent] = []
+        self.quiet = False  # while restoring: link blocks, never move the head
         self._nodes: dict[bytes, _Node] = {}
         self._waiting: dict[bytes, list[bytes]] = {}
         self._canon: deque[bytes] = deque()
+        self._under: deque[bytes] = deque()
         self._history: OrderedDict[bytes, BlockRef] = OrderedDict()
         self._dead: dict[bytes, int] = {}
         self._heap: list[tuple[int, bytes]] = []
@@ -87,8 +110,8 @@ class ChainTracker:
         return self.root
 
     def canonical_blocks(self) -> list[BlockPayload]:
-        """The retained canonical blocks, oldest first."""
-        return [self._nodes[h].block for h in self._canon]
+        """The retained canonical blocks (history below the root included), oldest first."""
+        return [self._nodes[h].block for h in (*self._under, *self._canon)]
 
     def retained_blocks(self) -> list[BlockPayload]:
         return [node.block for node in self._nodes.values()]
@@ -108,28 +131,79 @@ class ChainTracker:
 
     def add(self, block: BlockPayload) -> None:
         block_hash = block.hash
-        if self.knows(block_hash):
+        if block_hash in self._nodes or block_hash in self._dead:
+            return
+        if block_hash == self.root.hash:
+            # The anchor's payload, replayed; not a root that pruning left behind the window.
+            in_window = self.root.number >= self.head.number - self.reorg_threshold
+            if not self._under and block_hash != ZERO_HASH and in_window:
+                self._add_root_payload(block)
+            return
+        if block_hash in self._history:
             return
         node = self._nodes[block_hash] = _Node(block)
         heapq.heappush(self._heap, (block.number, block_hash))
-        if len(self._nodes) > self.max_blocks + len(self._canon) and self._evict_highest(block):
+        retained = self.max_blocks + len(self._canon) + len(self._under)
+        if len(self._nodes) > retained and self._evict_highest(block):
             return
-        parent = self._parent_ref(block.parent)
-        if parent is None:
+        if self._under and block_hash == self._nodes[self._under[0]].block.parent:
+            self._waiting.setdefault(block.parent, []).append(block_hash)
+            self._extend_under()
+            return
+        parent_number = self._linked_parent_number(block.parent)
+        if parent_number is None:
             self._waiting.setdefault(block.parent, []).append(block_hash)
             return
-        if block.number <= parent.number:
+        if block.number <= parent_number:
             self._reject(node, "block number not above its parent's")
             return
-        self._connect(node)
+        self._connect(node, evaluate=not self.quiet)
 
-    def _parent_ref(self, parent_hash: bytes) -> BlockRef | BlockPayload | None:
+    def _linked_parent_number(self, parent_hash: bytes) -> int | None:
+        """The number of ``parent_hash`` if it is linked to the known chain, else None."""
         if parent_hash == self.root.hash:
-            return self.root
+            return self.root.number
         parent = self._nodes.get(parent_hash)
         if parent is not None and parent.connected:
-            return parent.block
+            return parent.block.number
         return None
+
+    def _add_root_payload(self, block: BlockPayload) -> None:
+        """The root's own payload (the anchor, replayed): history, not news."""
+        node = self._nodes[block.hash] = _Node(block)
+        node.connected = node.canonical = True
+        node.children = [h for h, n in self._nodes.items()
+                         if n.connected and n.block.parent == block.hash]
+        self._under.append(block.hash)
+        heapq.heappush(self._heap, (block.number, block.hash))
+        self._extend_under()
+
+    def _extend_under(self) -> None:
+        """Pull the replayed history below the root into the known chain, and link (without
+        judging: they are judged when one of their blocks arrives) what waited on it."""
+        while True:
+            lowest = self._nodes[self._under[0]]
+            below = self._nodes.get(lowest.block.parent)
+            if below is None or below.connected:
+                break
+            siblings = self._waiting.get(below.block.parent)
+            if siblings is not None and below.block.hash in siblings:
+                siblings.remove(below.block.hash)
+                if not siblings:
+                    del self._waiting[below.block.parent]
+            below.connected = below.canonical = True
+            below.children.append(lowest.block.hash)
+            self._under.appendleft(below.block.hash)
+        for block_hash in list(self._under):
+            node = self._nodes[block_hash]
+            for child_hash in self._waiting.pop(block_hash, ()):
+                child = self._nodes.get(child_hash)
+                if child is None or child.canonical:
+                    continue
+                if child.block.number <= node.block.number:
+                    self._reject(child, "block number not above its parent's")
+                else:
+                    self._connect(child, evaluate=False)
 
     def _reject(self, node: _Node, reason: str) -> None:
         del self._nodes[node.block.hash]
@@ -137,7 +211,7 @@ class ChainTracker:
         self.stats.failed += 1
         self.events.append(BlockFailed(node.block.hash, reason))
 
-    def _connect(self, start: _Node) -> None:
+    def _connect(self, start: _Node, *, evaluate: bool) -> None:
         best: _Node | None = None
         stack = [start]
         while stack:
@@ -147,7 +221,7 @@ class ChainTracker:
             parent = self._nodes.get(block.parent)
             if parent is not None:
                 parent.children.append(block.hash)
-            if best is None or _beats(block, best.block):
+            if best is None or _better(block, best.block):
                 best = node
             for child_hash in self._waiting.pop(block.hash, ()):
                 child = self._nodes.get(child_hash)
@@ -157,30 +231,60 @@ class ChainTracker:
                     self._reject(child, "block number not above its parent's")
                 else:
                     stack.append(child)
-        if best is not None and _beats(best.block, self.head):
+        if not evaluate or best is None:
+            return
+        if start.block.parent == self.head.hash or best.block.weight > self.head.weight:
             self._switch_to(best)
 
+    def _is_base(self, block_hash: bytes) -> bool:
+        if block_hash == self.root.hash:
+            return True
+        node = self._nodes.get(block_hash)
+        return node is not None and node.canonical
+
     def _switch_to(self, target: _Node) -> list[bytes]:
-        """Make ``target`` the head; returns the hashes of the reverted blocks."""
+        """Make ``target`` the head as one update; returns the hashes of the reverted blocks."""
         path = []
-        node: _Node | None = target
-        while node is not None and not node.canonical:
+        fork = target.block.hash
+        while not self._is_base(fork):
+            node = self._nodes[fork]
             path.append(node)
-            node = self._nodes.get(node.block.parent)
-        fork = node.block.hash if node is not None else self.root.hash
-        reverted = []
+            fork = node.block.parent
+        reverted: list[bytes] = []
+        removed: list[BlockRef] = []
         while self._canon and self._canon[-1] != fork:
-            old = self._nodes[self._canon.pop()]
-            old.canonical = False
-            heapq.heappush(self._heap, (old.block.number, old.block.hash))
-            reverted.append(old.block.hash)
-            self.events.append(BlockReverted(old.block.hash, old.block.number, old.block))
+            removed.append(self._revert(self._canon.pop()))
+        if not self._canon and fork != self.root.hash:
+            # The fork is in the history below the root: the root itself goes too.
+            if self.root.hash not in self._nodes:
+                self.events.append(BlockReverted(self.root.hash, self.root.number, None))
+                removed.append(self.root)
+            while self._under and self._under[-1] != fork:
+                removed.append(self._revert(self._under.pop()))
+            for block_hash in list(reversed(self._history)):
+                if block_hash == fork:
+                    break
+                del self._history[block_hash]
+            self.root = _ref(self._nodes[fork].block)
+            self._history[fork] = self.root
+        reverted = [r.hash for r in removed]
+        added = []
         for node in reversed(path):
             node.canonical = True
             self._canon.append(node.block.hash)
             self.events.append(BlockApplied(node.block))
+            added.append(node.block.hash)
+        if added or removed:
+            self.events.append(ChainUpdated(tuple(added), tuple(reversed(reverted))))
         self._prune()
         return reverted
+
+    def _revert(self, block_hash: bytes) -> BlockRef:
+        old = self._nodes[block_hash]
+        old.canonical = False
+        heapq.heappush(self._heap, (old.block.number, block_hash))
+        self.events.append(BlockReverted(block_hash, old.block.number, old.block))
+        return _ref(old.block)
 
     # -----------------------------------------------------------------------------------------
     # bounded memory
@@ -188,6 +292,11 @@ class ChainTracker:
     def _prune(self) -> None:
         cutoff = self.head.number - self.reorg_threshold
         nodes = self._nodes
+        while self._under and nodes[self._under[0]].block.number < cutoff:
+            old = nodes.pop(self._under.popleft())
+            self._dead[old.block.hash] = old.block.number
+            above = self._under[0] if self._under else (self._canon[0] if self._canon else None)
+            self._kill([c for c in old.children if c != above], evicted=True)
         while self._canon and nodes[self._canon[0]].block.number < cutoff:
             old = nodes.pop(self._canon.popleft())
             # Branches forking off below the new root could only win through a deep reorg.
@@ -248,6 +357,7 @@ class ChainTracker:
             if evicted:
                 self.stats.evicted_blocks += 1
             stack.extend(node.children)
+            stack.extend(self._waiting.pop(node.block.hash, ()))
 
     # -----------------------------------------------------------------------------------------
     # deep reorgs
@@ -261,7 +371,9 @@ class ChainTracker:
         # Blocks evicted earlier may belong to the new chain; only the removed chain stays dead.
         self._dead.clear()
         if target is not None and in_tree:
+            before = len(self.events)
             reverted = self._switch_to(target)
+            self._drop_update_summary(before)
             keep_from: bytes | None = target.block.hash
         else:
             reverted = self._revert_to_history(ancestor)
@@ -285,16 +397,19 @@ class ChainTracker:
             if orphan.block.number <= self.root.number:
                 self._reject(orphan, "block number not above its parent's")
             else:
-                self._connect(orphan)
+                self._connect(orphan, evaluate=True)
         return True
+
+    def _drop_update_summary(self, since: int) -> None:
+        # A Reorg message's rollback is reported by ReorgStarted and the per-block events; the
+        # blocks of the reorg channel then arrive as ordinary updates.
+        self.events[since:] = [e for e in self.events[since:] if not isinstance(e, ChainUpdated)]
 
     def _revert_to_history(self, ancestor: bytes) -> list[bytes]:
         reverted = []
-        while self._canon:
-            old = self._nodes[self._canon.pop()]
-            old.canonical = False
-            reverted.append(old.block.hash)
-            self.events.append(BlockReverted(old.block.hash, old.block.number, old.block))
+        for queue in (self._canon, self._under):
+            while queue:
+                reverted.append(self._revert(queue.pop()).hash)
         while True:
             block_hash, ref = self._history.popitem()
             if block_hash == ancestor:
@@ -302,14 +417,17 @@ class ChainTracker:
                 self.root = ref
                 break
             self._dead[block_hash] = ref.number
-            self.events.append(BlockReverted(block_hash, ref.number, None))
+            if block_hash not in reverted:
+                self.events.append(BlockReverted(block_hash, ref.number, None))
         return reverted
 
     def _elect(self, candidates: set[bytes]) -> None:
         best: _Node | None = None
         for block_hash in candidates:
             node = self._nodes[block_hash]
-            if best is None or _beats(node.block, best.block):
+            if best is None or _better(node.block, best.block):
                 best = node
-        if best is not None and _beats(best.block, self.head):
+        if best is not None:
+            before = len(self.events)
             self._switch_to(best)
+            self._drop_update_summary(before)

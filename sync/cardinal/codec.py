@@ -264,6 +264,11 @@ def _encode_batch(msg: Batch) -> bytes:
     return _write(_BATCH, record)
 
 
+def avro_long(value: int) -> bytes:
+    """An Avro ``long`` (zigzag varint); also the block counts and sizes of arrays and maps."""
+    return _write(_LONG, value)
+
+
 def _avro_int(value: int) -> bytes:
     if not 0 <= value <= _MAX_INT:
         raise LocalProtocolError(f"Avro int out of range: {value}")

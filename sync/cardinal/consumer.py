@@ -55,8 +55,9 @@ class Consumer:
     ``tracked``: regexes matched (``re.match``) against the keys of each Batch's updates map
     (prefixes, inline keys, sub batch names); entries nothing matches are ignored, and the
     consumer does not wait for their messages. None tracks everything.
-    ``anchor``: the block already applied before this consumer starts (its messages are
-    ignored); None starts from genesis (blocks whose parent is the zero hash).
+    ``anchor``: the block already applied before this consumer starts (if its messages are
+    replayed, its payload links the history below it); None starts from genesis (blocks whose
+    parent is the zero hash).
     ``reorg_threshold``: reorgs up to this many blocks are followed from the block tree; state
     for blocks further behind the head is evicted (counted in :attr:`stats`).
     ``history_limit``: how many canonical refs below the tree are kept for deep Reorg messages;
@@ -93,8 +94,8 @@ class Consumer:
         self._reorg_hash: bytes | None = None
         self._closed_channels: dict[str, None] = {}
         self._seen_reorgs: dict[bytes, None] = {}
-        if anchor is not None:
-            self._assembler.closed[anchor.hash] = (anchor.number, None)
+        # The anchor's own messages are not ignored: replayed, its payload links the history
+        # below it, where a heavier branch may fork (the reference's startup reorgs).
         self._sync_cutoff()
 
     # -----------------------------------------------------------------------------------------
@@ -109,10 +110,14 @@ class Consumer:
             if peer is None:
                 raise
             raise RemoteProtocolError(exc.reason, peer) from None
-        self.receive_message(msg, channel)
+        self.receive_message(msg, channel, peer)
 
-    def receive_message(self, msg: CardinalMessage, channel: str = "") -> None:
-        """An already decoded message (e.g. from :func:`decode_message`)."""
+    def receive_message(
+        self, msg: CardinalMessage, channel: str = "", peer: str | None = None
+    ) -> None:
+        """An already decoded message (e.g. from :func:`decode_message`). ``peer`` names the
+        producer: sub batches are assembled per producer, so that redundant producers may
+        chunk them differently."""
         stats = self.stats
         stats.messages += 1
         if channel in self._closed_channels:
@@ -126,7 +131,7 @@ class Consumer:
                 self._on_reorg_complete(cast(ReorgComplete, msg), channel)
             return
         assembler = self._assembler
-        block = assembler.add(cast(BlockMessage, msg))
+        block = assembler.add(cast(BlockMessage, msg), peer)
         if assembler.failures:
             self._events.extend(assembler.failures)
             assembler.failures.clear()
@@ -248,13 +253,15 @@ class Consumer:
         for r in history:
             chain._history[r.hash] = r
         by_hash = {b.hash: b for b in blocks}
-        # Canonical blocks first, in chain order, then the side branches: the fork choice is
-        # order-independent, so this rebuilds the exported head without spurious reorgs.
+        # Canonical blocks first, in chain order, then the side branches, linked without being
+        # judged (the head rule depends on arrival order): this rebuilds the exported head.
         for block_hash in canonical:
             if block_hash in by_hash:
                 consumer._add_block(by_hash.pop(block_hash))
+        chain.quiet = True
         for block in sorted(by_hash.values(), key=lambda b: b.number):
             consumer._add_block(block)
+        chain.quiet = False
         for block in blocks:
             consumer._assembler.closed[block.hash] = (block.number, None)
         consumer._events.clear()

@@ -11,6 +11,7 @@ __all__ = [
     "BlockFailed",
     "BlockRef",
     "BlockReverted",
+    "ChainUpdated",
     "ConsumerEvent",
     "ConsumerStats",
     "ReorgFinished",
@@ -46,6 +47,15 @@ class BlockReverted:
     hash: bytes
     number: int
     block: BlockPayload | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainUpdated:
+    """One head change, after its BlockReverted / BlockApplied events: the hashes ``added`` and
+    ``removed``, each oldest first, grouped as the Go reference's ChainUpdate groups them."""
+
+    added: tuple[bytes, ...]
+    removed: tuple[bytes, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +101,13 @@ class ReorgIgnored:
 
 
 ConsumerEvent = (
-    BlockApplied | BlockReverted | BlockFailed | ReorgStarted | ReorgFinished | ReorgIgnored
+    BlockApplied
+    | BlockReverted
+    | ChainUpdated
+    | BlockFailed
+    | ReorgStarted
+    | ReorgFinished
+    | ReorgIgnored
 )
 
 
@@ -110,6 +126,7 @@ class ConsumerStats:
     evicted_blocks: int = 0
     evicted_early: int = 0
     ignored_closed_channel: int = 0
+    excess_producers: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

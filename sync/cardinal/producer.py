@@ -24,11 +24,16 @@ from sync.cardinal.codec import (
     SubBatchMsg,
     encode_message,
 )
+from sync.cardinal.golayout import encode_message_go, go_sub_batch_messages
 from sync.cardinal.payload import BlockPayload, SubBatch
 from sync.cardinal.routing import PrefixRouter
 from sync.errors import LocalProtocolError
 
-__all__ = ["Producer", "RoutedMessage", "reorg_channel_name"]
+__all__ = ["LAYOUTS", "Producer", "RoutedMessage", "reorg_channel_name"]
+
+# "syncnode": sub batches in chunks of ``subbatch_chunk`` (deletes, then updates); "go": the Go
+# reference's layout (sync.cardinal.golayout), for consumers built on the reference.
+LAYOUTS = ("syncnode", "go")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +54,19 @@ class Producer:
     """Splits payloads into Cardinal messages routed by the application's prefix table."""
 
     def __init__(
-        self, router: PrefixRouter, *, subbatch_chunk: int = 64, limits: Limits = DEFAULT_LIMITS
+        self,
+        router: PrefixRouter,
+        *,
+        subbatch_chunk: int = 64,
+        limits: Limits = DEFAULT_LIMITS,
+        layout: str = "syncnode",
     ) -> None:
         if subbatch_chunk < 1:
             raise LocalProtocolError("subbatch_chunk must be at least 1")
+        if layout not in LAYOUTS:
+            raise LocalProtocolError(f"unknown producer layout {layout!r}")
+        self.layout = layout
+        self._encode = encode_message_go if layout == "go" else encode_message
         self.router = router
         self.subbatch_chunk = subbatch_chunk
         # Refuse what consumers with these limits would reject, rather than publish it.
@@ -108,7 +122,7 @@ class Producer:
             raise LocalProtocolError("too many messages under one prefix for the decode limits")
         routed = []
         for channel, msg in out:
-            wire_key, wire_value = encode_message(msg)
+            wire_key, wire_value = self._encode(msg)
             if len(wire_key) > limits.max_key or len(wire_value) > limits.max_value:
                 raise LocalProtocolError(
                     f"message of {len(wire_key)}-byte key, {len(wire_value)}-byte value "
@@ -120,6 +134,11 @@ class Producer:
 
     def _sub_batch_messages(self, block: bytes, sub: SubBatch) -> list[tuple[str, CardinalMessage]]:
         channel = self.router.channel_of(sub.name)
+        if self.layout == "go":
+            go_items = go_sub_batch_messages(block, sub)
+            if len(go_items) - 1 > self.limits.max_subbatch_items:
+                raise LocalProtocolError(f"sub batch {sub.name!r} has too many items")
+            return [(channel, msg) for msg in go_items]
         step = self.subbatch_chunk
         chunks: list[SubBatchMsg] = []
         if (len(sub.deletes) + step - 1) // step + (len(sub.updates) + step - 1) // step > (

@@ -46,6 +46,7 @@ from sync.recordstream.hashing import (
     sha384,
 )
 from sync.recordstream.naming import (
+    HIP_SUFFIX,
     RECORD_SUFFIX,
     SIGNATURE_SUFFIX,
     format_instant,
@@ -53,6 +54,7 @@ from sync.recordstream.naming import (
     record_file_name,
     sidecar_file_name,
     signature_file_name,
+    split_stream_name,
 )
 from sync.recordstream.signatures import (
     SIGNATURE_FIELDS,
@@ -68,6 +70,7 @@ from sync.recordstream.signatures import (
 from sync.recordstream.verifier import (
     Check,
     FileReport,
+    Finding,
     Status,
     VerifyReport,
     node_of_dir,
@@ -85,6 +88,7 @@ from sync.recordstream.writer import (
 __all__ = [
     "DEFAULT_LIMITS",
     "HASH_LEN",
+    "HIP_SUFFIX",
     "MAX_RANK",
     "RECORD_FILE_VERSION",
     "RECORD_SUFFIX",
@@ -96,6 +100,7 @@ __all__ = [
     "Check",
     "ConsensusClock",
     "FileReport",
+    "Finding",
     "Limits",
     "OutputFile",
     "PrivateKey",
@@ -142,6 +147,7 @@ __all__ = [
     "signature_checksum",
     "signature_file_name",
     "signature_object_problem",
+    "split_stream_name",
     "timestamp",
     "verify_signature_object",
     "verify_tree",

@@ -3,7 +3,11 @@
 Pure: the caller reads the files and passes ``{relative path: bytes}`` (POSIX separators) plus the
 nodes' public keys; the result is a report naming, per file, each check and whether it passed.
 Layout (Hedera's): ``.../record<node>/<instant>.rcd.gz``,
-``.../record<node>/sidecar/<instant>_NN.rcd.gz`` and ``.../record<node>/<instant>.rcd_sig``.
+``.../record<node>/sidecar/<instant>_NN.rcd.gz`` and ``.../record<node>/<instant>.rcd_sig``;
+HIP-435's example names (``<instant>.gz``, ``sidecar/<instant>_NN.gz``) are read as well.
+What the mirror node reads is read here: a block number out of range (negative, as in files
+written during the v5 to v6 upgrade) is a finding, not a failure, and absent sidecar files are
+"not checked" (HIP-435 lets a mirror node skip them) unless ``require_sidecars``.
 A signature file in ``record<node>`` is checked against the keys of ``<node>`` and against the
 record file of the same name, in its own directory or, as in Hedera's buckets where only one
 node's record files are kept, in a sibling ``record*`` directory.
@@ -32,10 +36,12 @@ from sync.recordstream.codec import (
 )
 from sync.recordstream.hashing import file_hash, metadata_hash, running_hash, sha384
 from sync.recordstream.naming import (
+    HIP_SUFFIX,
     RECORD_SUFFIX,
     SIGNATURE_SUFFIX,
-    record_file_name,
+    format_instant,
     sidecar_file_name,
+    split_stream_name,
 )
 from sync.recordstream.signatures import (
     SIGNATURE_FIELDS,
@@ -45,7 +51,15 @@ from sync.recordstream.signatures import (
     verify_signature_object,
 )
 
-__all__ = ["Check", "FileReport", "Status", "VerifyReport", "node_of_dir", "verify_tree"]
+__all__ = [
+    "Check",
+    "FileReport",
+    "Finding",
+    "Status",
+    "VerifyReport",
+    "node_of_dir",
+    "verify_tree",
+]
 
 Status = Literal["ok", "fail", "skip"]
 _SIDECAR_DIR = "sidecar"
@@ -59,11 +73,22 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """Something worth reporting that is not a failure, e.g. an out-of-range block number;
+    ``fields`` are machine-readable values (None: unknown)."""
+
+    name: str
+    detail: str
+    fields: tuple[tuple[str, int | None], ...] = ()
+
+
+@dataclass(frozen=True)
 class FileReport:
     path: str
     kind: Literal["record", "sidecar", "signature"]
     checks: tuple[Check, ...]
     hashes: tuple[tuple[str, str], ...] = ()
+    findings: tuple[Finding, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -102,6 +127,7 @@ class _Record:
     consensus: set[int] = field(default_factory=set)
     file_hash: bytes = b""
     metadata_hash: bytes = b""
+    findings: list[Finding] = field(default_factory=list)
 
 
 class _Verifier:
@@ -110,24 +136,28 @@ class _Verifier:
         files: Mapping[str, bytes],
         keys: Mapping[str, Sequence[PublicKey]] | None,
         limits: Limits,
+        require_sidecars: bool = False,
     ) -> None:
         self.files = files
         self.keys = keys
         self.limits = limits
+        self.require_sidecars = require_sidecars
         self.records: dict[str, _Record] = {}
         self.sidecar_reports: dict[str, FileReport] = {}
 
     def run(self) -> VerifyReport:
-        record_paths = sorted(
-            p for p in self.files if p.endswith(RECORD_SUFFIX) and not self._is_sidecar(p)
-        )
+        record_paths = sorted(p for p in self.files if self._is_record(p))
         for path in record_paths:
             self.records[path] = self._check_record(path)
         self._check_chains(record_paths)
         reports: list[FileReport] = []
         for path in record_paths:
             rec = self.records[path]
-            reports.append(FileReport(path, "record", tuple(rec.checks), tuple(rec.hashes)))
+            reports.append(
+                FileReport(
+                    path, "record", tuple(rec.checks), tuple(rec.hashes), tuple(rec.findings)
+                )
+            )
         for path in sorted(p for p in self.files if self._is_sidecar(p)):
             reports.append(self.sidecar_reports.get(path) or self._orphan_sidecar(path))
         for path in sorted(p for p in self.files if p.endswith(SIGNATURE_SUFFIX)):
@@ -136,8 +166,12 @@ class _Verifier:
 
     @staticmethod
     def _is_sidecar(path: str) -> bool:
-        directory = _split(path)[0]
-        return path.endswith(RECORD_SUFFIX) and directory.rpartition("/")[2] == _SIDECAR_DIR
+        directory, name = _split(path)
+        return split_stream_name(name) is not None and directory.rpartition("/")[2] == _SIDECAR_DIR
+
+    @classmethod
+    def _is_record(cls, path: str) -> bool:
+        return split_stream_name(_split(path)[1]) is not None and not cls._is_sidecar(path)
 
     def _check_record(self, path: str) -> _Record:
         try:
@@ -193,21 +227,36 @@ class _Verifier:
         if any(b <= a for a, b in itertools.pairwise(times)):
             return Check("items", "fail", "consensus timestamps not strictly increasing")
         try:
-            expected = record_file_name(times[0])
+            expected = format_instant(times[0])
         except LocalProtocolError:
             return Check("items", "fail", f"first consensus time {times[0]} is not a valid instant")
-        if _split(rec.path)[1] != expected:
-            return Check("items", "fail", f"file name should be {expected} (first item's time)")
+        stem, suffix = split_stream_name(_split(rec.path)[1]) or ("", RECORD_SUFFIX)
+        if stem != expected:
+            return Check(
+                "items", "fail", f"file name should be {expected}{suffix} (first item's time)"
+            )
         return Check("items", "ok", "timestamps increase, name matches first item")
 
     def _check_sidecar(self, rec: _Record, meta: pb.SidecarMetadata) -> Check:
         directory, name = _split(rec.path)
-        prefix = f"{directory}/" if directory else ""
-        side_path = f"{prefix}{_SIDECAR_DIR}/{sidecar_file_name(name, meta.id)}"
+        prefix = f"{directory}/{_SIDECAR_DIR}/" if directory else f"{_SIDECAR_DIR}/"
+        own = sidecar_file_name(name, meta.id)
+        stem = (split_stream_name(own) or (own, ""))[0]
+        candidates = [own, *(stem + s for s in (RECORD_SUFFIX, HIP_SUFFIX) if stem + s != own)]
+        side_path = prefix + own
         label = f"sidecar_{meta.id:02d}"
-        data = self.files.get(side_path)
+        data = None
+        for candidate in candidates:
+            data = self.files.get(prefix + candidate)
+            if data is not None:
+                side_path = prefix + candidate
+                break
         if data is None:
-            return Check(label, "fail", f"missing sidecar file {side_path}")
+            if self.require_sidecars:
+                return Check(label, "fail", f"missing sidecar file {side_path}")
+            return Check(
+                label, "skip", f"not checked: {side_path} absent (--require-sidecars to fail)"
+            )
         checks: list[Check] = []
         hashes: list[tuple[str, str]] = []
         try:
@@ -234,8 +283,11 @@ class _Verifier:
 
     def _orphan_sidecar(self, path: str) -> FileReport:
         directory, name = _split(path)
-        record_path = f"{directory.rpartition('/')[0]}/{name[: -len('_NN' + RECORD_SUFFIX)]}"
-        owner = self.records.get(record_path.lstrip("/") + RECORD_SUFFIX)
+        stem = (split_stream_name(name) or (name, ""))[0][: -len("_NN")]
+        record_path = f"{directory.rpartition('/')[0]}/{stem}".lstrip("/")
+        owner = self.records.get(record_path + RECORD_SUFFIX) or self.records.get(
+            record_path + HIP_SUFFIX
+        )
         if owner is not None and owner.parsed is None:
             why = f"its record file {owner.path} is unreadable"
         else:
@@ -244,31 +296,41 @@ class _Verifier:
 
     def _check_chains(self, record_paths: list[str]) -> None:
         previous: dict[str, _Record] = {}
+        # The block number each file has, or is derived from the chain (None: unknown).
+        derived: dict[str, int | None] = {}
         for path in record_paths:
             directory = _split(path)[0]
             rec = self.records[path]
             prev = previous.get(directory)
             previous[directory] = rec
             if rec.parsed is None:
+                derived[path] = None
                 continue
+            number = rec.parsed.message.block_number
             if prev is None:
                 rec.checks.append(Check("chain", "skip", "first file in its directory"))
             elif prev.parsed is None:
                 rec.checks.append(Check("chain", "skip", "previous file unreadable"))
             else:
                 rec.checks.append(_chain_check(prev, rec))
+            linked = rec.checks[-1].status == "ok"
+            before = derived.get(prev.path) if prev is not None and linked else None
+            derived[path] = number if number >= 0 else (None if before is None else before + 1)
+            if number < 0:
+                rec.findings.append(_block_number_finding(number, derived[path]))
 
     def _find_record(self, sig_path: str) -> _Record | None:
         directory, name = _split(sig_path)
-        record_name = name[: -len(SIGNATURE_SUFFIX)] + RECORD_SUFFIX
+        stem = name[: -len(SIGNATURE_SUFFIX)]
         parent = directory.rpartition("/")[0]
-        own = f"{directory}/{record_name}" if directory else record_name
-        if own in self.records:
-            return self.records[own]
-        for path in sorted(self.records):
-            other_dir, other_name = _split(path)
-            if other_name == record_name and other_dir.rpartition("/")[0] == parent:
-                return self.records[path]
+        for record_name in (stem + RECORD_SUFFIX, stem + HIP_SUFFIX):
+            own = f"{directory}/{record_name}" if directory else record_name
+            if own in self.records:
+                return self.records[own]
+            for path in sorted(self.records):
+                other_dir, other_name = _split(path)
+                if other_name == record_name and other_dir.rpartition("/")[0] == parent:
+                    return self.records[path]
         return None
 
     def _node_keys(self, node: str) -> list[PublicKey]:
@@ -332,11 +394,30 @@ def _check_sidecar_records(
     return Check("records", "ok", "types declared, timestamps match items")
 
 
+def _block_number_finding(number: int, derived: int | None) -> Finding:
+    where = (
+        f"derived from the chain: {derived}"
+        if derived is not None
+        else "not derivable (no earlier file of this directory has one in range)"
+    )
+    return Finding(
+        "block_number",
+        f"block_number {number} is out of range (negative, as in files written during the "
+        f"v5 to v6 upgrade); {where}",
+        (("block_number", number), ("derived_block_number", derived)),
+    )
+
+
 def _chain_check(prev: _Record, rec: _Record) -> Check:
     assert prev.parsed is not None and rec.parsed is not None
     before, now = prev.parsed.message, rec.parsed.message
     if now.start_object_running_hash.hash != before.end_object_running_hash.hash:
         return Check("chain", "fail", f"start hash is not the end hash of {prev.path}")
+    if now.block_number < 0 or before.block_number < 0:
+        # The mirror node derives such numbers from the chain; the finding says so.
+        return Check(
+            "chain", "ok", f"continues {_split(prev.path)[1]} (block number out of range)"
+        )
     if now.block_number != before.block_number + 1:
         return Check(
             "chain", "fail", f"block {now.block_number} does not follow {before.block_number}"
@@ -348,11 +429,14 @@ def verify_tree(
     files: Mapping[str, bytes],
     keys: Mapping[str, Sequence[PublicKey]] | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    *,
+    require_sidecars: bool = False,
 ) -> VerifyReport:
     """Check every record, sidecar and signature file in ``files``.
 
     ``keys`` maps a node name (the directory name without ``record``) to its public keys; with
     ``keys=None`` signatures are reported as skipped unless the node name is a libp2p peer id,
-    from which the Ed25519 key is taken.
+    from which the Ed25519 key is taken. A record file's sidecar files that are absent are
+    reported as not checked, or as a failure with ``require_sidecars``.
     """
-    return _Verifier(files, keys, limits).run()
+    return _Verifier(files, keys, limits, require_sidecars).run()

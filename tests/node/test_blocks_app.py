@@ -77,7 +77,8 @@ class ProducerNode:
         self.key = producer_key(seed)
         self.peer = peer_id_of(self.key)
         self.section = section
-        self.producer = Producer(router_of(section), subbatch_chunk=section.subbatch_chunk)
+        self.producer = Producer(router_of(section), subbatch_chunk=section.subbatch_chunk,
+                                 layout=section.producer_layout)
         self.sds: dict[str, SdsChannel] = {}
         self.now = 1_700_000_000.0
 
@@ -272,6 +273,23 @@ async def test_two_producers_shuffled_with_duplicates(engine: Engine, seed: int)
 
 
 @pytest.mark.trio
+@pytest.mark.parametrize("seed", range(2))
+async def test_a_go_layout_producer_mixed_with_ours(engine: Engine, seed: int) -> None:
+    """``producer_layout = "go"`` chunks sub batches as the Go reference does; a node hearing
+    it and a ``syncnode`` producer at once assembles every block, whatever arrives first."""
+    go = ProducerNode(1, dataclasses.replace(SECTION, producer_layout="go"))
+    records = go.publish(*CHAIN) + ProducerNode(2).publish(*CHAIN)
+    node = Node(engine)
+    await node.deliver(records, random.Random(seed), batches=3)
+    assert node.head() == "D"
+    assert replay(node.changes()) == ["A", "B", "C", "D"]
+    for payload in CHAIN:
+        assert node.stored(payload) == (True, payload_to_json(payload))
+    assert node.metrics.value("blocks_failed_total", reason="before") == 0
+    assert node.metrics.value("blocks_failed_total", reason="after") == 0
+
+
+@pytest.mark.trio
 async def test_reorg_within_threshold_reverts_and_reapplies(engine: Engine) -> None:
     producer, node = ProducerNode(1), Node(engine)
     await node.deliver(producer.publish(A, B, C))
@@ -299,6 +317,27 @@ async def test_restart_resumes_a_partly_reassembled_block(engine: Engine) -> Non
     node.start()
     await node.deliver(producer.publish(D))
     assert node.changes() == ["+A", "+B", "+C", "+D"]
+
+
+@pytest.mark.trio
+async def test_startup_reorg_after_a_restart(engine: Engine) -> None:
+    """The reference's "Startup Reorg": after a restart, a second producer replays the recent
+    history and a heavier competing branch; the node moves to it in one reorg."""
+    first, second = [A], [A]
+    for n in range(1, 8):
+        first.append(block(f"X{n}", n, first[-1]))
+        second.append(block(f"Y{n}", n, second[-1]))
+    node = Node(engine)
+    await node.deliver(ProducerNode(1).publish(*first[:7]))
+    assert node.head() == "X6"
+    node.start()
+    await node.deliver(ProducerNode(2).publish(*first[:7], *second), random.Random(4), batches=3)
+    assert node.head() == "Y7"
+    assert node.changes() == [
+        "+A", *(f"+X{n}" for n in range(1, 7)),
+        *(f"-X{n}" for n in range(6, 0, -1)), *(f"+Y{n}" for n in range(1, 8)),
+    ]
+    assert node.metrics.value("blocks_failed_total", reason="before") == 0
 
 
 @pytest.mark.trio

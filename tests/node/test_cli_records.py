@@ -57,7 +57,7 @@ def test_verify_real_files_passes(hedera: Path, capsys: pytest.CaptureFixture[st
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 12
     assert all(line.startswith("OK   ") for line in lines[:11])
-    assert lines[-1] == "11 files, all checks passed, 1 checks skipped"
+    assert lines[-1] == "11 files, all checks passed, 1 checks skipped, 0 findings"
     assert any(
         f"record0.0.3/{B5}.rcd.gz" in line
         and "file=69a4354de5aeb12fbc989ae086fc291cfc1b61415391b4a4" in line

@@ -19,22 +19,47 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.blocks_app import encode_envelope
 from node.channels import topic_of
 from node.p2p import P2PConfig, open_host
 from storage import get_state, make_engine, put_state, write_transaction
+from sync.cardinal import ZERO_HASH, PrefixRouter, Producer, make_payload, payload_to_json
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event
-from tests.node.cluster import channel_log, cluster, metric, publish_many, wait_for
+from tests.node.cluster import (
+    channel_log,
+    metric,
+    preset_identity,
+    publish_many,
+    start_node,
+    wait_for,
+)
 from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 POISON = (1 << 64) - (1 << 32) - 1
 
 
+# n0 is the block producer; n1 is a member that is not, and keeps a small gossip budget per
+# neighbour so that a flood shows in seconds.
+FLOOD_BUDGET = {"SYNCNODE_P2P_GOSSIP_PEER_RATE": "100", "SYNCNODE_P2P_GOSSIP_PEER_BURST": "200"}
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
-    with cluster(tmp_path_factory.mktemp("hostile-events"), 2) as nodes:
+    base = tmp_path_factory.mktemp("hostile-events")
+    producer = preset_identity(base / "n0")
+    blocks = {"SYNCNODE_BLOCKS_ENABLED": "true", "SYNCNODE_BLOCKS_PRODUCERS": producer}
+    nodes: list[NodeProcess] = []
+    try:
+        nodes.append(start_node(base, "n0", env=blocks))
+        nodes.append(start_node(base, "n1", env={**blocks, **FLOOD_BUDGET}, bootstrap=nodes))
+        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 1 for n in nodes), 30,
+                 "pair did not connect")
         yield nodes
+    finally:
+        for node in nodes:
+            node.kill()
 
 
 def signed_event(key: Ed25519PrivateKey, lamport: int, content: bytes,
@@ -64,17 +89,6 @@ def publish_ok(node: NodeProcess, content: str) -> bool:
 
 def log_contents(node: NodeProcess) -> set[str]:
     return {c for _, _, c in channel_log(node, "general")}
-
-
-def restart(node: NodeProcess, others: list[NodeProcess]) -> None:
-    node.terminate()
-    node.extra_args = [a for a in node.extra_args if not a.startswith("/ip4")]
-    node.extra_args = [a for a in node.extra_args if a != "--bootstrap"]
-    for peer in others:
-        node.extra_args += ["--bootstrap", peer.listen_addrs[0]]
-    node.start()
-    wait_for(lambda: len(node.get("/v1/peers")["connected"]) >= len(others), 30,
-             "restarted node did not reconnect")
 
 
 def test_lamport_poisoning_stops_nobody(pair: list[NodeProcess]) -> None:
@@ -162,3 +176,72 @@ def test_waiting_and_missing_buffers_stay_bounded(pair: list[NodeProcess]) -> No
     assert len(acked) == 10
     wait_for(lambda: {f"after-flood-{k}" for k in range(10)} <= log_contents(a), 30,
              "honest sync stopped after the buffer attack")
+
+
+def block_messages(key: Ed25519PrivateKey) -> list[bytes]:
+    """A deep Reorg (with its blocks) signed by ``key``: what rolled every consumer back."""
+    producer = Producer(PrefixRouter({}, "blocks"))
+    fork = make_payload(b"\x66" * 32, 1, ZERO_HASH, weight=1000, updates={"k": b"evil"})
+    messages = producer.reorg_messages(ZERO_HASH, 0, [fork])
+    now_ms = int(time.time() * 1000)
+    return [encode_event("blocks", peer_id_of(key), now_ms + i, (),
+                         encode_envelope(m.key, m.value, messages[0].channel), key).wire
+            for i, m in enumerate(messages)]
+
+
+def test_block_messages_from_a_non_producer_are_dropped(pair: list[NodeProcess]) -> None:
+    producer, member = pair
+    chain = []
+    parent = ZERO_HASH
+    for n in range(3):
+        chain.append(make_payload(bytes([0xB0, n]) * 16, n, parent, updates={f"k/{n}": b"v"}))
+        parent = chain[-1].hash
+    producer.post("/v1/blocks", {"blocks": [payload_to_json(p) for p in chain]})
+    tip = "0x" + chain[-1].hash.hex()
+    wait_for(lambda: all(n.get("/v1/blocks/head")["hash"] == tip for n in pair), 30,
+             "consumers did not reach the producer's head")
+    # A member that is no producer cannot publish blocks ...
+    r = httpx.post(f"{member.api_url}/v1/blocks",
+                   json={"blocks": [payload_to_json(chain[0])]}, timeout=30)
+    assert r.status_code == 403
+    # ... and a Reorg signed by anybody else moves no consumer.
+    before = metric(member, "events_rejected_total")
+    wires = block_messages(Ed25519PrivateKey.generate())
+    for node in pair:
+        trio.run(gossip, node.listen_addrs[0], "blocks", wires)
+    series = 'reason="sender not a writer of this channel"'
+    wait_for(lambda: all(series in n.get("/metrics") for n in pair), 20, "reorg not counted")
+    assert metric(member, "events_rejected_total") >= before + len(wires)
+    time.sleep(2)
+    for node in pair:
+        assert node.get("/v1/blocks/head")["hash"] == tip
+        assert metric(node, "blocks_reverted_total") == 0
+
+
+def test_a_gossip_flood_costs_the_flooder_not_honest_publishers(
+        pair: list[NodeProcess]) -> None:
+    honest, victim = pair
+    now_ms = int(time.time() * 1000)
+    flood = []
+    for i in range(800):  # validly signed, each from a fresh key (an open group allows it)
+        key = Ed25519PrivateKey.generate()
+        flood.append(encode_event("general", peer_id_of(key), now_ms + i, (),
+                                  f"flood-{i}".encode(), key).wire)
+
+    async def attack_while_publishing() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(gossip, linger=3), victim.listen_addrs[0], "general",
+                               flood)
+            await trio.sleep(3.5)  # the flood is under way
+            await trio.to_thread.run_sync(
+                lambda: publish_many(honest, "general", [f"honest-{k}" for k in range(40)]))
+
+    trio.run(attack_while_publishing)
+    wait_for(lambda: {f"honest-{k}" for k in range(40)} <= log_contents(victim), 30,
+             "honest events did not get through the flood")
+    assert metric(victim, "events_rejected_total") > 0
+    assert 'reason="over gossip budget"' in victim.get("/metrics")
+    flooded = sum(c.startswith("flood-") for c in log_contents(victim))
+    assert flooded < 600, f"{flooded} of 800 flood events got through a 200-event burst"
+    # The flooder paid in standing.
+    assert metric(victim, "peer_penalties_total") > 0

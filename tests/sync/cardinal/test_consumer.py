@@ -210,3 +210,26 @@ def test_disagreeing_producers_never_yield_a_corrupt_block(seed: int) -> None:
         # Batch) is then always reported against the applied block.
         assert got in versions[got.hash] or got.hash in late
         assert got.hash not in failed
+
+
+def test_producers_per_sub_batch_are_bounded_and_counted() -> None:
+    """Pieces of one sub batch are held for at most 8 producers at once; the rest are counted
+    and dropped, and any held producer's complete set still completes the block."""
+    prod = Producer(PrefixRouter({"foo/": "foo", "state/": "state"}), layout="go")
+    payload = make_payload(
+        h("S"), 1, A.hash, 1, {"foo/1": b"x"}, [],
+        [make_sub_batch("state/", h("sb"), {"state/a": b"1", "state/b": b"2"}, ["old"])],
+    )
+    msgs = prod.messages_for(payload)
+    header = [m for m in msgs if m.key[0] == 1]
+    items = [m for m in msgs if m.key[0] == 2]
+    rest = [m for m in msgs if m.key[0] not in (1, 2)]
+    consumer = Consumer(anchor=anchor_of(A))
+    for m in rest:
+        consumer.receive(m.key, m.value, m.channel, "p0")
+    for peer in range(10):
+        consumer.receive(items[0].key, items[0].value, items[0].channel, f"p{peer}")
+    assert consumer.stats.excess_producers == 2
+    for m in [*header, *items[1:]]:
+        consumer.receive(m.key, m.value, m.channel, "p3")
+    assert applied(consumer.events()) == [payload]

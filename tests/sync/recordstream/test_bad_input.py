@@ -110,7 +110,6 @@ def test_structure_checks(hedera_files: dict[str, bytes]) -> None:
     cases: dict[str, Callable[[pb.RecordStreamFile], object]] = {
         "no items": lambda m: m.ClearField("record_stream_items"),
         "not a SHA-384 hash object": lambda m: setattr(m.end_object_running_hash, "length", 47),
-        "negative block_number": lambda m: setattr(m, "block_number", -1),
         "sidecar ids invalid": lambda m: setattr(m.sidecars[0], "id", 0),
     }
     for reason, mutate in cases.items():
@@ -208,7 +207,14 @@ def test_signature_from_another_node(
 def test_missing_and_altered_sidecar(hedera_files: dict[str, bytes]) -> None:
     files = dict(hedera_files)
     del files[S6]
-    failed = _failures(verify_tree(files).files, R6)
+    # HIP-435 lets a reader skip sidecars: absent, they are not checked, unless required.
+    report = verify_tree(files)
+    assert report.ok
+    (record,) = [f for f in report.files if f.path == R6]
+    assert [(c.status, c.detail) for c in record.checks if c.name == "sidecar_01"] == [
+        ("skip", f"not checked: {S6} absent (--require-sidecars to fail)")
+    ]
+    failed = _failures(verify_tree(files, require_sidecars=True).files, R6)
     assert failed == {"sidecar_01": f"missing sidecar file {S6}"}
 
     side = decode_sidecar_file(hedera_files[S6], S6).message
