@@ -32,6 +32,7 @@ def p2p_config(config: Config) -> P2PConfig:
         allowed_peers=frozenset(config.p2p.allowed_peers) or None,
         dial_timeout=config.p2p.dial_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
+        gossip_queue_bytes=config.p2p.gossip_queue_bytes,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,
         # SDS messages are signed by their senders and verified before use: libp2p's own
