@@ -14,11 +14,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.node.cluster import channel_log, cluster, metric, wait_for
 from tests.node.procs import NodeProcess
-from tests.node.test_hostile_events import gossip, restart, signed_event
+from tests.node.test_hostile_events import gossip, signed_event
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 WINDOW = 1000
 EVENTS = 1300
+
+
+def _restart(node: NodeProcess, peer: NodeProcess) -> None:
+    node.terminate()
+    node.extra_args = ["--bootstrap", peer.listen_addrs[0]]
+    node.start()
+    wait_for(lambda: len(node.get("/v1/peers")["connected"]) >= 1, 30, "no reconnect")
 
 
 def _in_memory(node: NodeProcess) -> int:
@@ -37,7 +44,7 @@ def test_restart_reads_the_newest_window_and_recognises_old_events(tmp_path: Pat
         wait_for(lambda: len(channel_log(node, "general")) == EVENTS, 60, "events not stored")
         assert _in_memory(node) == WINDOW
 
-        restart(node, [other])
+        _restart(node, other)
         assert _in_memory(node) == WINDOW  # only the newest part of the log was read back
         delivered = metric(node, "events_delivered_total")
         newest = signed_event(key, base + EVENTS, b"after restart")
