@@ -123,7 +123,7 @@ class ReconService:
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
         for name in ("recon_sessions_total", "recon_sessions_declined_total",
-                     "recon_events_fetched_total",
+                     "recon_events_fetched_total", "recon_events_stored_total",
                      "recon_events_served_total", "recon_errors_total",
                      "recon_missing_dropped_total"):
             metrics.describe(name, "counter", name.replace("_", " "))
@@ -149,10 +149,14 @@ class ReconService:
         if not result.inserted:
             return
         new = {m for _, m in result.inserted}
+        fetched = 0
         for record in records:
-            self.claims.committed(record.recon_key)
+            held = self.claims.committed(record.recon_key)
             if record.message_id in new:
                 self.keys.insert(record.recon_key)
+                fetched += held
+        # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
+        self.metrics.inc("recon_events_stored_total", fetched)
         # CIP-124: a new event is announced by reconciling with a random peer soon.
         self.poke()
 
