@@ -383,9 +383,13 @@ class SdsChannel:
         stored: set[str] = set()
         if not log.complete:
             # One store question for what memory cannot answer: the event itself when it is
-            # older than the window, and history entries not in memory.
+            # older than the window, and history entries not in memory. Ids already known
+            # missing were not delivered when noted, and only a delivery (into memory) changes
+            # that: no question for them (a catch-up in Recon's key order names many).
+            missing, waiters = self._missing, self._waiters
             ask = [h.message_id for h in event.causal_history
-                   if not log.in_memory(h.message_id) and h.message_id not in lost_ids]
+                   if not log.in_memory(h.message_id) and h.message_id not in lost_ids
+                   and h.message_id not in missing and h.message_id not in waiters]
             assert event.lamport is not None
             if event.lamport <= log.floor:
                 ask.append(mid)
