@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from node.api import ApiError, ApiRoute, read_json
 from node.channels import UnknownChannel
 from node.p2p import P2PError
-from storage import StoredEvent, read_channel, read_channel_ordered
+from storage import StoredEvent, count_events, read_channel, read_channel_ordered
 from sync.sds import decode_event
 
 if TYPE_CHECKING:
@@ -160,7 +160,9 @@ async def _channels(node: NodeRuntime, _request: Request) -> Response:
         out.append({
             "channel": name,
             "lamport": ch.lamport,
-            "delivered": len(ch.log()),
+            # The log's length is the database's; memory holds only the newest ids.
+            "delivered": await node.store.read(count_events, name),
+            "delivered_in_memory": ch.delivered_in_memory,
             "waiting": len(ch.waiting_ids),
             "missing": len(ch.missing_ids),
             "unacknowledged": len(ch.outgoing_ids),
