@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
+from catchup_log import node_database  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
 from node.events import record_of_event  # noqa: E402
-from storage import event_row, insert_rows, make_engine, upgrade  # noqa: E402
+from storage import event_row, insert_rows  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
@@ -47,11 +48,8 @@ QUICK_SIZES = ((100_000, "100k"), (500_000, "500k"))
 def build(data_dir: Path, count: int, senders: int = 4) -> float:
     """Write ``count`` events into ``data_dir``'s database; returns the seconds it took."""
     started = time.monotonic()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(f"sqlite:///{(data_dir / 'syncnode.db').resolve()}",
-                         sqlite_synchronous="NORMAL")
+    engine = node_database(data_dir)
     try:
-        upgrade(engine)
         rng = random.Random(7)
         keys = [Ed25519PrivateKey.from_private_bytes(rng.randbytes(32)) for _ in range(senders)]
         ids = [peer_id_of(k) for k in keys]
