@@ -202,7 +202,11 @@ class SdsChannel:
 
     def set_retrieval_hint(self, message_id: str, hint: bytes) -> None:
         """Attach a retrieval hint to a logged message for the histories that name it."""
-        self._hints[message_id] = hint
+        hints = self._hints
+        hints[message_id] = hint
+        if len(hints) > self.config.delivered_window:
+            # Histories name recent messages: the oldest hint goes, as the ids do.
+            del hints[next(iter(hints))]
         for refs in (self._heads, self._tail_refs):
             ref = refs.get(message_id)
             if ref is not None:
@@ -243,7 +247,7 @@ class SdsChannel:
         )
         mid = event.message_id
         if retrieval_hint is not None:
-            self._hints[mid] = retrieval_hint
+            self.set_retrieval_hint(mid, retrieval_hint)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
         self._outgoing[mid] = OutgoingEntry(mid, event.wire)

@@ -134,3 +134,13 @@ def test_without_a_store_the_whole_log_stays_in_memory() -> None:
     for wire in wires:
         ch.receive(wire, T0 + 5)
     assert ch.delivered_in_memory == 150 and ch.store_lookups == 0
+
+
+def test_retrieval_hints_are_bounded_like_the_ids() -> None:
+    sender = channel(0, config=CFG, signed=False)
+    receiver = _bounded(Store())
+    for n in range(300):
+        wire = sender.send(f"h{n}".encode(), T0 + n / 100, retrieval_hint=f"hint{n}".encode())
+        receiver.receive(wire, T0 + 3)
+    assert 0 < len(receiver._hints) <= CFG.delivered_window
+    assert len(sender._hints) <= CFG.delivered_window
