@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import random
 
+import trio
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine
 
+from node.store import EventStore
 from storage import (
     append_events,
     count_events,
@@ -139,3 +141,28 @@ def test_large_batches_cross_the_insert_chunk_size(engine: Engine) -> None:
     assert len(result.inserted) == 2500
     with engine.connect() as conn:
         assert count_events(conn) == 2500
+
+
+def test_event_store_answers_for_queued_and_committed_ids(engine: Engine) -> None:
+    """``EventStore.stored_ids``: what a channel keeping only recent ids in memory asks."""
+    store = EventStore(engine, max_batch=64, max_delay_ms=50)
+    committed = [make_record(i) for i in range(3)]
+    queued = [make_record(10 + i) for i in range(3)]
+    other = make_record(20, channel="other")
+    ids = [r.message_id for r in [*committed, *queued, other]] + ["f" * 64]
+    seen: dict[str, set[str]] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run_writer)
+            await store.append([*committed, other])
+            store.submit(queued)  # not committed yet: the writer has not run since
+            seen["queued"] = store.stored_ids("general", ids)
+            await store.append([make_record(30)])  # the writer commits what was queued too
+            seen["after"] = store.stored_ids("general", ids)
+            await store.close()
+
+    trio.run(main)
+    expected = {r.message_id for r in [*committed, *queued]}
+    assert seen["queued"] == expected and seen["after"] == expected
+    assert store.id_lookups == 2
