@@ -273,10 +273,11 @@ class ChannelService:
                 # The budget is the neighbour's that handed it to us: that one is authenticated
                 # by the connection, the publisher field is not (unsigned gossip). An honest
                 # neighbour relaying somebody's flood is throttled with it but not penalised:
-                # GossipSub forwards before we validate.
-                admitted = self.gate.admit(data, forwarder or peer, now)
+                # GossipSub forwards before we validate (sync.gossip).
+                admitted = self.gate.admit(data, forwarder or peer, now, publisher=peer)
                 for reason, penalty in admitted.rejected:
-                    self._reject(RemoteProtocolError(reason), peer, penalty, penalise=direct)
+                    self._reject(RemoteProtocolError(reason), peer, penalty,
+                                 penalise=direct and penalty is not None)
                 for item in admitted.items:
                     try:
                         ch.receive(item, now, peer=peer)

@@ -4,10 +4,13 @@
   (py-libp2p's cost is per gossip message, not per byte): ``BATCH_MAGIC`` then the items, each
   behind its uvarint length. A protobuf message never starts with a zero byte (field number 0
   is invalid), so the marker cannot be mistaken for a plain SDS message, which travels as is.
-* **Budget.** Every gossip publisher (the libp2p peer that signed the gossip message) has a
-  token bucket of items: one token per item plus one per started ``BYTES_PER_TOKEN`` bytes. A
-  flood of validly signed events from fresh sender keys is throttled at its publisher, before
-  any signature is checked, so honest publishers keep their rate; what is dropped is counted.
+* **Budget.** Every neighbour that hands us gossip (the forwarder, authenticated by its
+  connection) has a token bucket of items: one token per item plus one per started
+  ``BYTES_PER_TOKEN`` bytes. A flood of validly signed events from fresh sender keys is
+  throttled at the neighbour that brings it, before any signature is checked; what is dropped
+  is counted. Only a peer's *own* messages (forwarder = publisher) are charged to a second
+  bucket whose overflow costs it standing: an honest neighbour that relays somebody's flood is
+  throttled with it, never penalised (GossipSub forwards before we validate).
 * **Senders.** In a closed group only members' events are accepted, whoever relays them; on a
   channel with writers (block streams: ``blocks.producers``) only the writers' content messages
   are (anyone in the group may still send sync messages, which carry acknowledgements and
@@ -147,10 +150,10 @@ class GossipLimits:
 @dataclass
 class Admitted:
     """What to do with one gossip message: ``items`` go to SDS; each entry of ``rejected`` is
-    (reason, penalty) for the publisher, to count and to score."""
+    (reason, penalty) for the publisher, to count and to score (penalty None: count only)."""
 
     items: list[bytes] = field(default_factory=list)
-    rejected: list[tuple[str, str]] = field(default_factory=list)
+    rejected: list[tuple[str, str | None]] = field(default_factory=list)
 
     def reject(self, reason: str) -> None:
         self.rejected.append((reason, penalty_of(reason)))
@@ -174,8 +177,12 @@ class GossipGate:
         self.limits = limits or GossipLimits()
         lim = self.limits
         self._buckets = PeerBuckets(lim.peer_rate, lim.peer_burst, lim.max_peers)
+        self._own = PeerBuckets(lim.peer_rate, lim.peer_burst, lim.max_peers)
 
-    def admit(self, data: bytes, peer: str, now: float) -> Admitted:
+    def admit(self, data: bytes, forwarder: str, now: float,
+              publisher: str | None = None) -> Admitted:
+        """``forwarder``: the neighbour that handed us ``data``; ``publisher``: who the gossip
+        message says published it (unauthenticated unless it is the forwarder)."""
         out = Admitted()
         try:
             items = unpack_batch(data, max_items=self.limits.max_items,
@@ -183,9 +190,14 @@ class GossipGate:
         except RemoteProtocolError as exc:
             out.reject(exc.reason)
             return out
+        own = publisher is None or publisher == forwarder
         for item in items:
-            if not self._buckets.take(peer, now, 1 + len(item) // BYTES_PER_TOKEN):
-                out.reject(REASON_BUDGET)
+            cost = 1 + len(item) // BYTES_PER_TOKEN
+            if own and not self._own.take(forwarder, now, cost):
+                out.reject(REASON_BUDGET)  # its own flood: it pays
+                continue
+            if not self._buckets.take(forwarder, now, cost):
+                out.rejected.append((REASON_BUDGET, None))  # throttled, not its fault
                 continue
             try:
                 sender, channel, has_content = _peek(item)

@@ -109,3 +109,17 @@ def test_penalties_by_reason() -> None:
     assert penalty_of("bad signature") == "invalid_event"
     assert penalty_of(f"{REASON_AHEAD}: 5 at 1 ms") == "rejected_event"
     assert penalty_of(REASON_BUDGET) == "flood"
+
+
+def test_a_relay_of_somebodys_flood_is_throttled_but_does_not_pay() -> None:
+    gate = GossipGate(SenderPolicy(ME), GossipLimits(peer_rate=1, peer_burst=10))
+    flood = [event(2, f"flood {i}".encode()) for i in range(30)]
+    relayed = gate.admit(pack_batch(flood), "relay", T0, publisher="flooder")
+    assert len(relayed.items) == 10
+    assert relayed.rejected == [(REASON_BUDGET, None)] * 20  # counted, no penalty
+    # The relay's own messages are now throttled with it (its neighbour bucket is empty) ...
+    own = gate.admit(event(1, b"the relay's own"), "relay", T0, publisher="relay")
+    assert own.items == [] and own.rejected == [(REASON_BUDGET, None)]
+    # ... but only a peer flooding with its own messages pays.
+    direct = gate.admit(pack_batch(flood), "flooder", T0, publisher="flooder")
+    assert (REASON_BUDGET, "flood") in direct.rejected
