@@ -62,7 +62,15 @@ _MAX_FILES = 1_000_000
 
 
 class BootstrapError(Exception):
-    """The snapshot or the target database is unusable; the message says why."""
+    """The snapshot or the target database is unusable; the message says why.
+
+    ``input_error``: the snapshot itself is at fault (malformed, fails verification, another
+    network), as opposed to the database (not empty, unreachable).
+    """
+
+    def __init__(self, message: str, *, input_error: bool = True) -> None:
+        self.input_error = input_error
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -185,7 +193,8 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int) -> BootstrapResul
     with engine.begin() as conn:
         if count_events(conn) != 0:
             raise BootstrapError("the node database is not empty; bootstrap needs an empty one "
-                                 "(use `syncnode snapshot pull` to sync a partial log)")
+                                 "(use `syncnode snapshot pull` to sync a partial log)",
+                                 input_error=False)
         batch: list[dict[str, object]] = []
         for entry in manifest.files:
             for record in _file_events(entry.path, files[entry.path], network_id):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Connection
 
 from node.events import record_of_delivered, record_of_event
 from node.linger import Linger
@@ -62,9 +63,42 @@ _EVENT_COUNTERS: dict[type, str] = {
     PossiblyAcknowledged: "sds_possibly_acknowledged_total",
     DependencyLost: "sds_dependencies_lost_total",
     ResendExhausted: "sds_resend_exhausted_total",
-    RepairRequested: "sds_repairs_requested_total",
     RepairAnswered: "sds_repairs_answered_total",
 }
+
+
+CHANNEL_METRICS = {
+    "events_delivered_total": "Events delivered into a channel's causal log (own and received), "
+                              "by channel",
+    "events_published_total": "Events published through this node's API, by channel",
+    "events_rejected_total": "Events from peers refused (bad signature, wrong network, foreign "
+                             "sender, malformed...), by reason",
+    "sds_missing_total": "Causal dependencies found missing (each is then fetched by id)",
+    "sds_acknowledged_total": "Own messages acknowledged by a peer's causal history",
+    "sds_possibly_acknowledged_total": "Own messages seen in peers' bloom filters (probably "
+                                       "acknowledged)",
+    "sds_resend_exhausted_total": "Own messages given up after sds.max_resends resends",
+    "sds_repairs_requested_total": "Repair requests sent (SDS-R), one per message id asked for "
+                                   "in each outgoing message",
+    "sds_repairs_answered_total": "Messages this node rebroadcast because a peer asked (SDS-R)",
+    "sds_dependencies_lost_total": "Dependencies still missing after sds.lost_timeout_s, "
+                                   "declared lost",
+    "gossip_bytes_sent_total": "Bytes of gossip messages this node published",
+    "gossip_bytes_received_total": "Bytes of gossip messages received",
+    "gossip_publish_failures_total": "Gossip publishes that failed at the libp2p layer",
+    "sds_evicted_total": "Entries dropped or refused by a bounded SDS buffer (waiting, missing) "
+                         "to stay within its limits, by buffer",
+    "events_store_failed_total": "Delivered events the database could not store (delivery "
+                                 "undone), by channel",
+    "sds_clock_recovered_total": "Channels whose persisted Lamport clock broke the clock rule at "
+                                 "start-up",
+    "sds_store_lookups_total": "Questions SDS channels asked the database about delivered ids "
+                               "older than the window they keep in memory (sds.delivered_window)",
+}
+UNLABELLED_FROM_ZERO = frozenset(
+    n for n in CHANNEL_METRICS
+    if n.startswith(("sds_", "gossip_")) and n not in ("sds_evicted_total", "sds_resends_total")
+)
 
 
 class UnknownChannel(KeyError):
@@ -121,19 +155,16 @@ class ChannelService:
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._outbox_send, self._outbox = trio.open_memory_channel[tuple[str, bytes]](math.inf)
-        for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
-            metrics.describe(name, "counter", name.replace("_", " "))
-        metrics.inc("events_rejected_total", 0, reason="none")
-        metrics.describe("sds_evicted_total", "counter", "entries dropped or refused by a bounded "
-                         "SDS buffer (waiting, missing) to stay within its limits")
-        metrics.inc("sds_evicted_total", 0, buffer="waiting")
-        metrics.describe("events_store_failed_total", "counter",
-                         "delivered events the database could not store (delivery undone)")
-        metrics.describe("sds_store_lookups_total", "counter",
-                         "questions SDS channels asked the database about delivered ids older "
-                         "than the window they keep in memory")
-        metrics.describe("sds_clock_recovered_total", "counter",
-                         "channels whose persisted Lamport clock broke the clock rule at start-up")
+        for name, help_text in CHANNEL_METRICS.items():
+            metrics.describe(name, "counter", help_text)
+            if name in UNLABELLED_FROM_ZERO:  # for rate() from the first scrape
+                metrics.inc(name, 0)
+        metrics.counter_fn("sds_resends_total",
+                           lambda: float(sum(ch.resends for ch in self.channels.values())),
+                           "Own messages sent again because no acknowledgement came in time")
+        metrics.describe_histogram("publish_commit_seconds",
+                                   "Time from a local publish to its event being committed to "
+                                   "the database")
         store.on_failure(self._undeliver)
 
     # -- start-up --------------------------------------------------------------------------
@@ -207,14 +238,24 @@ class ChannelService:
         except KeyError:
             raise UnknownChannel(name) from None
 
-    async def publish(self, name: str, content: bytes) -> Delivered:
-        """Send ``content``; returns once the event is committed to the database."""
+    async def publish(
+        self, name: str, content: bytes,
+        also: Callable[[Connection, Delivered], None] | None = None,
+    ) -> Delivered:
+        """Send ``content``; returns once the event is committed to the database.
+
+        ``also(conn, delivered)`` is written in the event's own transaction (idempotency keys).
+        """
         ch = self.channel(name)
+        started = time.monotonic()
         wire = ch.send(content, time.time())
         records, delivered = self._process(name)
         # send() delivers our own message at once; it is the only delivery of ours in this drain.
         own = [d for d in delivered if d.sender_id == self.peer_id][-1]
-        await self.store.append(records)
+        await self.store.append(
+            records, None if also is None else (lambda conn: also(conn, own))
+        )
+        self.metrics.observe("publish_commit_seconds", time.monotonic() - started)
         self._queue_gossip(name, wire)
         self.metrics.inc("events_published_total", channel=name)
         return own
@@ -314,6 +355,8 @@ class ChannelService:
                 delivered.append(ev)
                 records.append(record_of_delivered(self.network_id, name, ev))
                 self.metrics.inc("events_delivered_total", channel=name)
+            elif isinstance(ev, RepairRequested):
+                self.metrics.inc("sds_repairs_requested_total", len(ev.message_ids))
             elif isinstance(ev, Evicted):
                 self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):

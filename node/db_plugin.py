@@ -18,10 +18,11 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api import ApiError, ApiRoute, read_json
+from node.api import ApiError, ApiRoute, RouteDoc, read_json
 from node.apps import LogApplication
 from node.config import Config
 from node.db_app import APP_NAME, METRICS, DbApplication
+from node.openapi import Param, arr, obj
 from storage import events_by_message_ids
 from storage.crdt import StoredRow, get_row, query_rows
 from sync.crdt import (
@@ -51,7 +52,7 @@ def schema_json(schema: TableSchema) -> dict[str, Any]:
 
 def row_json(schema: TableSchema, row: StoredRow) -> dict[str, Value]:
     """The row with every declared column (null where never written), its id under ``id``."""
-    return {"id": row.entity_id, **{c: row.values.get(c) for c in sorted(schema.columns)}}
+    return {"id": row.entity_id, **{c: row.values.get(c) for c in schema.columns}}
 
 
 def _typed(schema: TableSchema, values: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +63,11 @@ def _typed(schema: TableSchema, values: dict[str, Any]) -> dict[str, Any]:
                 and not isinstance(value, bool) and math.isfinite(value)):
             out[column] = float(value)
     return out
+
+
+_TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 128,
+                                 "examples": ["kv"]},
+               "A table declared in db.tables")
 
 
 @dataclass
@@ -75,14 +81,41 @@ class DbBundle:
         self.app = self.db
         self.routes = [
             ApiRoute("GET", "/v1/db", "Replicated tables declared on this node (db.tables)",
-                     self._tables),
+                     self._tables, RouteDoc(response=obj({
+                         "channel": {"type": "string"},
+                         "tables": {"type": "object", "additionalProperties": {"type": "object"}},
+                     }))),
             ApiRoute("POST", "/v1/db/{table}",
                      'Write a record: {"op": "upsert"|"update"|"delete", "id": ID, "values": '
-                     '{...}}; answers once committed and applied', self._write),
+                     '{...}}; answers once committed and applied', self._write, RouteDoc(
+                         params=(_TABLE,),
+                         body=obj({"op": {"enum": ["upsert", "update", "delete"]},
+                                   "id": {"type": ["string", "integer"]}},
+                                  {"values": {"type": "object",
+                                              "description": "COLUMN: VALUE, typed as declared"}}),
+                         response=obj({"message_id": {"type": "string"},
+                                       "lamport": {"type": "integer"},
+                                       "seq": {"type": "integer"},
+                                       "applied": {"type": "boolean"}}),
+                         errors={403: "This node may not write the table (writers)",
+                                 404: "No such replicated table"})),
             ApiRoute("GET", "/v1/db/{table}",
-                     "Visible rows in id order (after=ID, limit=N)", self._query),
+                     "Visible rows in id order (after=ID, limit=N)", self._query, RouteDoc(
+                         params=(_TABLE,
+                                 Param("after", "query", {"type": "string"},
+                                       "Rows with ids after this one"),
+                                 Param("limit", "query", {"type": "integer", "minimum": 1,
+                                                          "maximum": MAX_PAGE, "default": 1000},
+                                       "Most rows")),
+                         response=obj({"rows": arr({"type": "object"}),
+                                       "next_after": {"type": ["string", "null"]}}),
+                         errors={404: "No such replicated table"})),
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
-                     self._get),
+                     self._get, RouteDoc(
+                         params=(_TABLE, Param("entity_id", "path", {"type": "string"},
+                                               "The row id (percent-encode a /)")),
+                         response={"type": "object"},
+                         errors={404: "No such table or row"})),
         ]
 
     def _schema(self, request: Request) -> TableSchema:
@@ -110,6 +143,14 @@ class DbBundle:
         except ValueError:
             raise ApiError(400, "op must be upsert, update or delete") from None
         entity_id = body.get("id")
+        if operation is Operation.UPDATE and body.get("pending") is not True and isinstance(
+                entity_id, str) and await node.store.read(
+                    get_row, schema.name, entity_id, list(schema.columns)) is None:
+            # An update of a record that does not exist (yet) waits in the mempool for its
+            # upsert, maybe forever: say so rather than answer "applied".
+            raise ApiError(404, f"no row {entity_id!r} in {schema.name}: update changes an "
+                                "existing record (upsert creates one; \"pending\": true queues "
+                                "the update until the record arrives from a peer)")
         try:
             message = CrdtMessage(operation, schema.name, entity_id,  # type: ignore[arg-type]
                                   _typed(schema, body.get("values", {})), sender=node.peer_id)

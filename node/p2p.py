@@ -43,6 +43,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.p2p_addrs import probe, resolve_dns
 from node.p2p_dht import Discovery, rendezvous_key
 from node.p2p_frames import (
     DialError,
@@ -150,8 +151,11 @@ class P2PHost:
         """Full multiaddrs we listen on, with actual bound ports and ``/p2p/<peer id>``."""
         return [str(a) for a in self._host.get_addrs()]
 
-    async def connect(self, address: str) -> str:
-        """Connect to ``/ip4/.../tcp/.../p2p/<peer id>``; returns the peer id.
+    async def connect(self, address: str, *, verify: bool = False) -> str:
+        """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; returns the peer id.
+
+        ``verify``: when already connected to that peer, still dial ``address`` (a probe) so
+        that a wrong or stale address is an error rather than a silent success.
 
         :raises PeerRefusedError: the peer is outside ``allowed_peers``.
         :raises DialError: bad address, unreachable, handshake failure, or ``dial_timeout``.
@@ -160,6 +164,13 @@ class P2PHost:
             info = info_from_p2p_addr(multiaddr.Multiaddr(address))
         except Exception as exc:
             raise DialError(f"not a dialable /p2p multiaddr: {address!r} ({exc})") from exc
+        try:
+            with trio.fail_after(self.config.dial_timeout):
+                resolved = await resolve_dns(address)
+        except trio.TooSlowError:
+            raise DialError(f"resolving {address} timed out") from None
+        if resolved != address:
+            info = info_from_p2p_addr(multiaddr.Multiaddr(resolved))
         peer = info.peer_id.to_base58()
         if peer == self.peer_id:
             raise DialError(f"refusing to dial ourselves at {address}")
@@ -171,6 +182,12 @@ class P2PHost:
             _count_refusal(self.stats, peer, "outbound", "banned")
             raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
         if peer in self._peers:
+            if verify:
+                try:
+                    await probe(self._host, resolved, peer, self.config.dial_timeout)
+                except DialError:
+                    self.stats.dial_failures += 1
+                    raise
             return peer
         # libp2p remembers failed peers for 60 s and refuses to redial them; the daemon runs
         # its own back-off, so an explicit connect always gets a real attempt.

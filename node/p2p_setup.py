@@ -18,6 +18,7 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ import libp2p
 import libp2p.network.connection.swarm_connection as _swarm_connection_module
 import libp2p.pubsub.gossipsub as _gossipsub_module
 import libp2p.pubsub.pubsub as _pubsub_module
+import libp2p.transport.tcp.tcp as _tcp_module
 import multiaddr
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -233,10 +235,22 @@ class _AdmissionGate(ISecureTransport):
         return await self._inner.secure_outbound(conn, peer_id)
 
 
+def _exclusive_socket_flags(sock: Any) -> None:
+    """SO_REUSEADDR (a restarted node rebinds despite TIME_WAIT) but never SO_REUSEPORT.
+
+    libp2p 0.8.1 sets SO_REUSEPORT on its listeners for hole punching, which we do not use:
+    with it a second node binds a port already in use and the kernel splits incoming
+    connections between the two. Without it, a busy port is a bind error at start-up.
+    """
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
 def build_host(
     key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str, str], None],
     bans: BanList,
 ) -> IHost:
+    setattr(_tcp_module, "_set_reuse_flags", _exclusive_socket_flags)  # noqa: B010
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans)
     connection_config = ConnectionConfig(

@@ -40,6 +40,20 @@ MIN_ROUND_S = 1.0
 MAX_PEER_STATES = 1024
 
 
+RECON_METRICS = {
+    "recon_sessions_total": "Recon sessions completed, by role (initiator or responder)",
+    "recon_sessions_declined_total": "Recon sessions declined because one with the same peer "
+                                     "was already running, by role",
+    "recon_events_fetched_total": "Events received from peers through Recon",
+    "recon_events_stored_total": "Events fetched through Recon that were new to the database "
+                                 "(fetched / stored is 1 when each event is fetched once)",
+    "recon_events_served_total": "Events sent to peers through Recon",
+    "recon_errors_total": "Recon sessions that failed (the peer is backed off), by error kind",
+    "recon_missing_dropped_total": "Missing keys a session could not track (bounded list full)",
+    "recon_protocol_errors_total": "Recon sessions a peer broke the protocol in, by reason",
+}
+
+
 class ReconAbort(Exception):
     """The peer broke the protocol; the session ends and the peer is backed off."""
 
@@ -122,11 +136,11 @@ class ReconService:
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
-        for name in ("recon_sessions_total", "recon_sessions_declined_total",
-                     "recon_events_fetched_total", "recon_events_stored_total",
-                     "recon_events_served_total", "recon_errors_total",
-                     "recon_missing_dropped_total"):
-            metrics.describe(name, "counter", name.replace("_", " "))
+        for name, help_text in RECON_METRICS.items():
+            metrics.describe(name, "counter", help_text)
+        metrics.describe_histogram(
+            "recon_session_seconds",
+            "Duration of completed Recon sessions (reconcile, fetch and serve), by role")
         metrics.gauge_fn("recon_claims", lambda: float(len(self.claims)),
                          "Missing keys claimed by a session fetching them")
         metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
@@ -249,6 +263,8 @@ class ReconService:
         state.failures = 0
         state.sessions += 1
         self.metrics.inc("recon_sessions_total", role="initiator")
+        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
+                             role="initiator")
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
@@ -277,6 +293,7 @@ class ReconService:
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
         self._serving.add(peer)
+        started = time.monotonic()
         try:
             async with stream:
                 session = ReconSession.responder(self.keys, self.interests, self.config,
@@ -292,6 +309,8 @@ class ReconService:
         finally:
             self._serving.discard(peer)
         self.metrics.inc("recon_sessions_total", role="responder")
+        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
+                             role="responder")
 
     def _state(self, peer: str) -> PeerSyncState:
         """The peer's sync state; the table is bounded (connected peers come first)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from node.logs import kv
 from storage import (
@@ -43,6 +43,8 @@ class StoreRejected(ValueError):
 @dataclass
 class _Pending:
     records: Sequence[EventRecord]
+    # Written in the same transaction as the records (an idempotency key with its answer).
+    also: Callable[[Connection], None] | None = None
     done: trio.Event = field(default_factory=trio.Event)
     result: AppendResult | None = None
     error: BaseException | None = None
@@ -73,9 +75,14 @@ class EventStore:
         """Call ``listener`` (in the trio thread) with the records a commit could not store."""
         self._failure_listeners.append(listener)
 
-    async def append(self, records: Sequence[EventRecord]) -> AppendResult:
-        """Queue records and return once they are committed (or raise the commit's error)."""
-        pending = _Pending(records)
+    async def append(
+        self, records: Sequence[EventRecord], also: Callable[[Connection], None] | None = None
+    ) -> AppendResult:
+        """Queue records and return once they are committed (or raise the commit's error).
+
+        ``also`` runs inside the same transaction: it is committed exactly when the records are.
+        """
+        pending = _Pending(records, also)
         try:
             self._send.send_nowait(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -184,11 +191,13 @@ class EventStore:
         try:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.
-            combined = await self._insert(records)
+            combined = await self._insert(records, [p.also for p in batch if p.also])
             errors: dict[str, BaseException] = {}
         except Exception as exc:
             log.error("batch commit failed; retrying its events one by one", exc_info=True)
-            combined, errors = await self._insert_each(records, exc)
+            # A caller's extra write goes with its last record (a publish's own event).
+            also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
+            combined, errors = await self._insert_each(records, exc, also_of)
         for mid, why in combined.rejected:
             errors.setdefault(mid, StoreRejected(why))
         self.batches += 1
@@ -219,16 +228,21 @@ class EventStore:
         for listener in self._listeners:
             listener(combined, records)
 
-    async def _insert(self, records: Sequence[EventRecord]) -> AppendResult:
+    async def _insert(self, records: Sequence[EventRecord],
+                      extras: Sequence[Callable[[Connection], None]] = ()) -> AppendResult:
         def run() -> AppendResult:
             with write_transaction(self.engine) as conn:
-                return append_events(conn, records, int(time.time() * 1000))
+                result = append_events(conn, records, int(time.time() * 1000))
+                for extra in extras:
+                    extra(conn)
+                return result
 
         # Not cancellable: a commit once started must be allowed to finish and be reported.
         return await trio.to_thread.run_sync(run, abandon_on_cancel=False)
 
     async def _insert_each(
-        self, records: Sequence[EventRecord], first_error: BaseException
+        self, records: Sequence[EventRecord], first_error: BaseException,
+        also_of: dict[str, Callable[[Connection], None]] | None = None,
     ) -> tuple[AppendResult, dict[str, BaseException]]:
         """The batch failed as a whole: one transaction per event isolates the failing ones
         (a full disk or a lost database fails them all, and all are reported failed)."""
@@ -240,7 +254,8 @@ class EventStore:
         errors: dict[str, BaseException] = {}
         for record in records:
             try:
-                result = await self._insert([record])
+                extra = (also_of or {}).get(record.message_id)
+                result = await self._insert([record], [extra] if extra else [])
             except Exception as exc:
                 errors[record.message_id] = exc
                 continue

@@ -16,11 +16,15 @@ Two passes over the ranked events, both parallel:
    never leaves the driver process) and writes the files.
 
 Incremental: the manifest holds the chain state (next block, running hash, last period written);
-a rebuild reads only events of later periods and continues the chain. Only *closed* periods are
-written: those that ended ``--settle-ms`` before both the newest event and the job's clock
-(``end_period``: one far-future event cannot close periods early; ``--all``: every period).
-Events that arrive later for an already written period are not in the file chain (counted as
-``late`` in the result); a node bootstrapped from the snapshot gets them through Recon.
+a rebuild reads only events of later periods and continues the chain. Only *settled* periods are
+written: those that ended ``--settle-ms`` before now, by the wall clock (``--all``: every
+period). The clock, not the newest event: a quiet log's last period is written once it settled,
+rather than waiting forever for a newer event; and one event stamped far in the future
+cannot close periods early (``end_period``). The result says what it left out and until when:
+``pending_events`` (in periods not settled yet) and ``pending_until_ms`` (the epoch ms after
+which a rebuild includes the oldest of them). Events that arrive later for an already written
+period are not in the file chain (counted as ``late``); a node bootstrapped from the snapshot
+gets them through Recon.
 
 ``python -m spark_jobs.snapshot --db URL --out DIR --network-id N --data-dir DIR`` (or ``--key``).
 """
@@ -162,14 +166,16 @@ def _lamport_range(url: str) -> tuple[int, int, int]:
 
 def end_period(newest_ms: int, now_ms: int, period_ms: int, settle_ms: int,
                include_open: bool = False) -> int:
-    """The first period not written: periods end ``settle_ms`` before the newest event *and*
-    before the job's own clock. The newest event alone must not decide it: one event stamped
-    in the future (the clock rule lets one run up to ``sds.max_lamport_ahead_ms`` ahead) would
-    close every period up to it, and honest events arriving later for them would be left out
-    as late for good."""
+    """The first period not written: periods that ended ``settle_ms`` before the job's clock.
+
+    The clock alone decides. Not the newest event: counted from it, a quiet log never had its
+    last period written (nothing newer comes to close it); and one event stamped in the future
+    (the clock rule lets one run up to ``sds.max_lamport_ahead_ms`` ahead) would close every
+    period up to it, so honest events arriving later for them would be left out as late for
+    good. ``include_open`` (``--all``) writes every period up to the newest event."""
     if include_open:
         return newest_ms // period_ms + 1
-    return (min(newest_ms, now_ms) - settle_ms) // period_ms
+    return (now_ms - settle_ms) // period_ms
 
 
 def run(
@@ -177,7 +183,10 @@ def run(
     period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
     partitions: int = 8, sidecars: bool = True, now_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Build or extend the snapshot in ``out``; returns the job's summary."""
+    """Build or extend the snapshot in ``out``; returns the job's summary.
+
+    ``now_ms`` (epoch ms, default the wall clock) decides which periods have settled.
+    """
     from spark_jobs.source import emit_progress, read_events, stage_progress
 
     if period_ms <= 0:
@@ -194,9 +203,11 @@ def run(
     clock_ms = int(time.time() * 1000) if now_ms is None else now_ms
     end = end_period(newest, clock_ms, period_ms, settle_ms, include_open)
     summary: dict[str, Any] = {"job": "snapshot", "node": node, "new_files": 0,
-                               "new_events": 0, "out": str(out)}
+                               "new_events": 0, "out": str(out), "settle_ms": settle_ms,
+                               "period_ms": period_ms}
     if total == 0 or end <= first_period:
-        summary.update(events=manifest.count, files=len(manifest.files), late=0)
+        summary.update(events=manifest.count, files=len(manifest.files), late=0,
+                       **_pending(url, max(end, first_period), period_ms, settle_ms))
         return summary
     lo_ms, hi_ms = first_period * period_ms, end * period_ms
     df = read_events(spark, url, EVENT_COLUMNS, partitions=partitions,
@@ -275,8 +286,18 @@ def run(
     write_manifest(out, updated)
     summary.update(events=updated.count, files=len(updated.files), new_files=len(new_files),
                    new_events=n_events, late=late, running_hash=running.hex(),
-                   next_block=block, root=root)
+                   next_block=block, root=root, **_pending(url, end, period_ms, settle_ms))
     return summary
+
+
+def _pending(url: str, first_open: int, period_ms: int, settle_ms: int) -> dict[str, Any]:
+    """What this build left out: events of periods from ``first_open`` on (not settled yet),
+    and when the oldest of them settles (a rebuild after that includes them)."""
+    pending = _count_after(url, first_open * period_ms)
+    return {"pending_events": pending,
+            "pending_reason": f"in periods that ended less than settle_ms={settle_ms} ago or "
+                              "are still open (late arrivals may still come)" if pending else None,
+            "pending_until_ms": (first_open + 1) * period_ms + settle_ms if pending else None}
 
 
 def _count_after(url: str, lamport_ms: int) -> int:
@@ -303,7 +324,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"spark.driver.memory (default {DEFAULT_DRIVER_MEMORY})")
     parser.add_argument("--period-ms", type=int, default=60_000, help="record file period")
     parser.add_argument("--settle-ms", type=int, default=60_000,
-                        help="write periods that ended this long before the newest event")
+                        help="write periods that ended this long ago (wall clock)")
     parser.add_argument("--all", action="store_true",
                         help="also write the newest, still open period (it is then final)")
     parser.add_argument("--no-sidecars", action="store_true",

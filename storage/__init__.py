@@ -51,7 +51,7 @@ from storage.events import (
 from storage.keystore import SqlKeyStore
 from storage.migrate import current_revision, head_revision, upgrade
 from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
-from storage.state import delete_state, get_state, list_state, put_state
+from storage.state import delete_state, delete_state_before, get_state, list_state, put_state
 
 __all__ = [
     "LANE_COLUMNS",
@@ -73,6 +73,7 @@ __all__ = [
     "count_from_lamport",
     "current_revision",
     "delete_state",
+    "delete_state_before",
     "event_row",
     "events",
     "events_by_keys",

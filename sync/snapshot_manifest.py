@@ -24,8 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
 
 from sync.errors import RemoteProtocolError
 from sync.recon.sha256a import MASK32, Sha256a, lanes_of
@@ -115,16 +115,58 @@ class Manifest:
             data = json.loads(raw)
             if data.get("format") != FORMAT:
                 raise RemoteProtocolError(f"unknown manifest format {data.get('format')!r}")
-            files = tuple(
-                FileEntry(**{**f, "sidecars": tuple(f.get("sidecars", ()))}) for f in data["files"]
-            )
+            files = tuple(_typed(FileEntry, {**f, "sidecars": tuple(f.get("sidecars", ()))})
+                          for f in _typed_list(data["files"], "files"))
             return cls(
-                network_id=int(data["network_id"]), node=str(data["node"]),
-                period_ms=int(data["period_ms"]), chain=Chain(**data["chain"]), files=files,
-                root=str(data["root"]), count=int(data["count"]), ahash=str(data["ahash"]),
+                network_id=_int(data["network_id"], "network_id"), node=_str(data["node"], "node"),
+                period_ms=_int(data["period_ms"], "period_ms"),
+                chain=_typed(Chain, data["chain"]), files=files,
+                root=_str(data["root"], "root"), count=_int(data["count"], "count"),
+                ahash=_str(data["ahash"], "ahash"),
             )
+        except RecursionError:
+            raise RemoteProtocolError("invalid manifest: JSON nested too deeply",
+                                      MANIFEST_NAME) from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RemoteProtocolError(f"invalid manifest: {exc}", MANIFEST_NAME) from None
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _typed_list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+_T = TypeVar("_T")
+
+
+def _typed(cls: type[_T], data: Any) -> _T:
+    """``cls(**data)`` with every field checked against its declared type (int, str, tuple)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__} entry must be an object, got {type(data).__name__}")
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        value, kind = data[f.name], str(f.type)
+        if kind == "int":
+            _int(value, f"{cls.__name__}.{f.name}")
+        elif kind == "str":
+            _str(value, f"{cls.__name__}.{f.name}")
+        elif not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{cls.__name__}.{f.name} must hold strings")
+    return cls(**data)
 
 
 def decode_manifest(raw: bytes, where: str = MANIFEST_NAME) -> Manifest:
@@ -170,7 +212,7 @@ def decode_object(cid: str, raw: bytes, where: str = "") -> dict[str, Any]:
         raise RemoteProtocolError(f"tree node {cid} does not match its name", where)
     try:
         obj = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise RemoteProtocolError(f"tree node {cid} is not JSON", where) from None
     if not isinstance(obj, dict):
         raise RemoteProtocolError(f"tree node {cid} is not an object", where)

@@ -346,12 +346,12 @@ class NodeCluster:
         """Read what each node stored since the last poll (seq order) with its commit time."""
         for i, node in enumerate(self.nodes):
             while True:
-                page = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
-                                after=self.cursors[i], limit=10_000)["events"]
-                for event in page:
+                answer = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
+                                  after=self.cursors[i], limit=10_000)
+                for event in answer["events"]:
                     self.seen[i][event["message_id"]] = int(event["received_at"])
                     self.cursors[i] = max(self.cursors[i], int(event["seq"]))
-                if len(page) < 10_000:
+                if not answer["more"]:
                     break
 
     def wait_everywhere(self, ids: list[str], deadline: float) -> None:
@@ -364,7 +364,7 @@ class NodeCluster:
     def measure(self, rate: float, duration: float, profile: Path | None = None) -> Step:
         self.step_no += 1
         total = schedule(rate, duration)
-        urls = [n.api_url for n in self.nodes]
+        urls = [(n.api_url, n.token) for n in self.nodes]
         spy = None
         if profile is not None:
             spy = start_profile(self.nodes[1], profile / f"node-step{self.step_no}-"
@@ -410,7 +410,7 @@ class NodeCluster:
 
 
 async def _publish_all(
-    urls: list[str], step: int, rate: float, total: int
+    urls: list[tuple[str, str]], step: int, rate: float, total: int
 ) -> tuple[float, list[tuple[float, float | None, str | None]]]:
     """Publish ``total`` events round-robin over the nodes, open loop at ``rate``.
 
@@ -420,7 +420,9 @@ async def _publish_all(
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     # Clients first (each builds an SSL context: slow under load), then the clock starts.
-    clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits) for u in urls]
+    clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits,
+                                 headers={"Authorization": f"Bearer {token}"})
+               for u, token in urls]
     start_at = time.time() + 0.2
 
     async def one(j: int) -> None:
@@ -539,8 +541,8 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
         cluster.measure(5, 1)
         print(f"CPU per published message at {rate:g}/s, {duration:g}-s steps "
               "(5 processes, through delivery everywhere + 2 s):")
-        counters = ("p2p_gossip_published", "p2p_streams_opened", "recon_sessions_total",
-                    "sds_resends_total", "store_batches")
+        counters = ("p2p_gossip_published_total", "p2p_streams_opened_total",
+                    "recon_sessions_total", "sds_resends_total", "store_batches_total")
 
         def totals() -> list[float]:
             return [sum(metric(n, c) for n in cluster.nodes) for c in counters]

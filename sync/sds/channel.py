@@ -133,6 +133,8 @@ class SdsChannel:
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
         self._last_activity = now
         self._sync_armed_at = now
+        # Resends of own messages since this object was made (a counter for metrics).
+        self.resends = 0
         self._arm_sync(now)
 
     # ------------------------------------------------------------------ reading
@@ -657,6 +659,7 @@ class SdsChannel:
             self._events.append(ResendExhausted(mid, entry.attempts))
             return
         entry.attempts += 1
+        self.resends += 1
         self._datagrams.append(entry.wire + self._suffix(now))
         self._last_activity = now
         period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval

@@ -79,7 +79,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> Non
 def publish_many(node: NodeProcess, channel: str, contents: list[str],
                  threads: int = 8) -> list[str]:
     """Publish concurrently; returns the message ids of the publishes that were answered."""
-    with httpx.Client(base_url=node.api_url, timeout=60) as client:
+    with node.client(timeout=60) as client:
 
         def one(content: str) -> str:
             r = client.post(f"/v1/channels/{channel}/events", json={"content": content})
@@ -94,11 +94,11 @@ def channel_log(node: NodeProcess, channel: str) -> list[tuple[int, str, str]]:
     out: list[tuple[int, str, str]] = []
     params: dict[str, Any] = {"limit": 10_000}
     while True:
-        page = node.get(f"/v1/channels/{channel}/events", **params)["events"]
-        out.extend((e["lamport"], e["message_id"], e["content"]) for e in page)
-        if len(page) < 10_000:
+        answer = node.get(f"/v1/channels/{channel}/events", **params)
+        out.extend((e["lamport"], e["message_id"], e["content"]) for e in answer["events"])
+        if not answer["more"]:
             return out
-        params.update(after_lamport=page[-1]["lamport"], after_id=page[-1]["message_id"])
+        params.update(answer["next"])
 
 
 def metric(node: NodeProcess, name: str) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -142,7 +141,7 @@ def follow_chain(node: NodeProcess, tip: str) -> list[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "node.cli", "blocks", "follow", "--from-start", "--json",
          "--api", node.api_url],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, env=node.cli_env(),
     )
     chain: list[str] = []
     deadline = time.monotonic() + 60

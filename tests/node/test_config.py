@@ -53,7 +53,7 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
         ("[node]\nbogus = 1\n", {}, "node.bogus", "unknown key"),
         ("[nodes]\nx = 1\n", {}, "nodes", "unknown section"),
         ('[node]\nnetwork_id = "one"\n', {}, "node.network_id", "expected an integer"),
-        ("[node]\nnetwork_id = -1\n", {}, "node.network_id", "must be >= 0"),
+        ("[node]\nnetwork_id = -1\n", {}, "node.network_id", "must be in [0, 2^63)"),
         ('[api]\nlisten = "localhost"\n', {}, "api.listen", "HOST:PORT"),
         ('[p2p]\nlisten = "/ip4/1.2.3.4/tcp/1"\n', {}, "p2p.listen", "list of strings"),
         ('[p2p]\nbootstrap = ["1.2.3.4:5"]\n', {}, "p2p.bootstrap", "not a multiaddr"),

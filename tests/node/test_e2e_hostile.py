@@ -87,10 +87,10 @@ def test_hostile_peer_is_rejected_counted_and_harmless(tmp_path: Path) -> None:
         wait_for(lambda: metric(target, "events_rejected_total") >= 2, 20,
                  "forged events not counted")
         assert metric(target, "peer_bans_total") >= 1
-        assert metric(target, "p2p_frame_errors") >= 1
+        assert metric(target, "p2p_frame_errors_total") >= 1
         assert metric(target, "recon_errors_total") >= 4
         assert metric(target, "fetch_bad_requests_total") >= 1
-        assert metric(target, "p2p_handler_errors") == 0  # nothing escaped a handler
+        assert metric(target, "p2p_handler_errors_total") == 0  # nothing escaped a handler
         assert not any("forged" in (c or "") for _, _, c in channel_log(target, "general"))
         # The honest nodes keep syncing.
         publish_many(nodes[1], "general", [f"after-{k}" for k in range(20)])
@@ -121,8 +121,8 @@ def test_allowed_peers_keeps_outsiders_out(tmp_path: Path) -> None:
         result = outsider.cli("join", a.listen_addrs[0])
         assert result.returncode == 1
         assert "cannot connect" in result.stderr
-        wait_for(lambda: metric(a, "p2p_refused_connections") >= 1
-                 and metric(b, "p2p_refused_connections") >= 1, 30, "refusals not counted")
+        wait_for(lambda: metric(a, "p2p_refused_connections_total") >= 1
+                 and metric(b, "p2p_refused_connections_total") >= 1, 30, "refusals not counted")
         assert [p["peer_id"] for p in a.get("/v1/peers")["connected"]] == [b.peer_id]
         publish_many(outsider, "general", [f"intruder-{k}" for k in range(10)])
         publish_many(a, "general", [f"member-{k}" for k in range(10)])

@@ -8,9 +8,12 @@ PERIOD, SETTLE = 60_000, 60_000
 NOW = 1_700_000_000_000
 
 
-def test_newest_event_in_the_past_decides_as_before() -> None:
+def test_a_quiet_log_has_its_last_period_written_once_settled() -> None:
+    # The newest event is five periods old and nothing came since (issue 17): its period has
+    # settled by the clock and is written, rather than waiting for an event that never comes.
     newest = NOW - 5 * PERIOD
-    assert end_period(newest, NOW, PERIOD, SETTLE) == (newest - SETTLE) // PERIOD
+    assert end_period(newest, NOW, PERIOD, SETTLE) == (NOW - SETTLE) // PERIOD
+    assert end_period(newest, NOW, PERIOD, SETTLE) > newest // PERIOD
 
 
 def test_a_far_future_event_closes_nothing_beyond_the_jobs_clock() -> None:

@@ -209,8 +209,35 @@ def test_bootstrapped_node_pulls_only_the_rest_through_recon(
         # Everything else came from the snapshot: Recon fetched the new events only, once.
         assert metric(fresh, "recon_events_fetched_total") == len(extra)
         assert metric(fresh, "events_stored_total") == len(extra)
-        assert metric(fresh, "p2p_gossip_received") == 0
+        assert metric(fresh, "p2p_gossip_received_total") == 0
     finally:
         for node in (fresh, source):
             if node is not None:
                 node.kill()
+
+
+def test_settle_counts_from_the_clock_and_the_result_says_what_waits(
+        spark: Any, template_db: Path, tmp_path: Path) -> None:
+    from spark_jobs.testlog import test_key
+
+    url = f"sqlite:///{template_db}"
+    lamports = sorted(row[4] for row in _log(url))
+    newest = lamports[-1]
+    settle = 2 * PERIOD_MS
+    key = test_key("snapshot-node", 0)
+    out = tmp_path / "snapshot"
+    # Right after the last event: the periods of the last `settle` ms are left out, and the
+    # result says how many events that is and when a rebuild will include them.
+    first = snapshot.run(spark, url, out, key, NETWORK_ID, period_ms=PERIOD_MS,
+                         settle_ms=settle, now_ms=newest, partitions=2)
+    open_from = (newest - settle) // PERIOD_MS * PERIOD_MS
+    assert first["pending_events"] == sum(1 for x in lamports if x >= open_from) > 0
+    assert first["new_events"] + first["pending_events"] == SPEC.events
+    assert first["pending_until_ms"] == open_from + PERIOD_MS + settle
+    # The log stays quiet: once the clock passed the settle time, the rest is written (the
+    # newest event no longer holds its own period back).
+    later = max(lamports[-1] + PERIOD_MS + settle, first["pending_until_ms"])
+    second = snapshot.run(spark, url, out, key, NETWORK_ID, period_ms=PERIOD_MS,
+                          settle_ms=settle, now_ms=later, partitions=2)
+    assert second["pending_events"] == 0 and second["pending_until_ms"] is None
+    assert second["events"] == SPEC.events and second["late"] == 0
