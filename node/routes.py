@@ -280,8 +280,8 @@ PEERS_SCHEMA = obj({
     "known": arr({"type": "string"}),
 })
 CHANNELS_SCHEMA = obj({"channels": arr(obj({
-    "channel": {"type": "string"}, "lamport": _INT, "delivered": _INT, "waiting": _INT,
-    "missing": _INT, "unacknowledged": _INT}))})
+    "channel": {"type": "string"}, "lamport": _INT, "delivered": _INT,
+    "delivered_in_memory": _INT, "waiting": _INT, "missing": _INT, "unacknowledged": _INT}))})
 
 NODE_ROUTES: list[ApiRoute] = [
     ApiRoute("POST", "/v1/channels/{channel}/events",
