@@ -7,6 +7,7 @@ messages, repair answers) are published on the channel's topic.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -24,7 +25,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
 from node.store import EventStore
-from storage import EventRecord, get_state, put_state, read_channel_ordered
+from storage import EventRecord, get_state, put_state, read_channel_newest
 from sync.errors import RemoteProtocolError
 from sync.gossip import (
     MAX_BATCH_BYTES,
@@ -40,6 +41,7 @@ from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
     Delivered,
+    DeliveredLookup,
     DependencyLost,
     Evicted,
     MissingDependencies,
@@ -58,8 +60,6 @@ __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
 log = logging.getLogger("syncnode.channels")
 STATE_SAVE_INTERVAL_S = 5.0
-# How much of the persisted log to replay into a restored channel (bloom filter, heads, cache).
-RESTORE_LOG_LIMIT = 1_000_000
 _EVENT_COUNTERS: dict[type, str] = {
     Acknowledged: "sds_acknowledged_total",
     PossiblyAcknowledged: "sds_possibly_acknowledged_total",
@@ -96,6 +96,8 @@ CHANNEL_METRICS = {
                                  "start-up",
     "sds_unsigned_accepted_total": "Unsigned messages taken on a channel of the waku SDS profile "
                                    "(docs/interop.md), by channel",
+    "sds_store_lookups_total": "Questions SDS channels asked the database about delivered ids "
+                               "older than the window they keep in memory (sds.delivered_window)",
 }
 UNLABELLED_FROM_ZERO = frozenset(
     n for n in CHANNEL_METRICS
@@ -180,38 +182,45 @@ class ChannelService:
     async def load(self) -> None:
         """Restore every channel's state and log from the database (or start it fresh)."""
         now = time.time()
+        cfg = self.sds_config
+        # Only the newest part of the log: what the channel keeps in memory (its delivered
+        # window covers the bloom filter, the history tail and the repair cache); the
+        # database answers for older ids. Bounded time and memory however long the log is.
+        limit = max(cfg.delivered_window, cfg.repair_cache_size)
         for name in self.names:
             state = await self.store.read(get_state, f"sds/{name}")
-            rows = await self.store.read(read_channel_ordered, name, None, RESTORE_LOG_LIMIT)
+            rows = await self.store.read(read_channel_newest, name, limit)
             log_entries = [(e.message_id, e.lamport, e.sender) for e in rows]
-            wires = [e.wire for e in rows[-self.sds_config.repair_cache_size :]]
+            cached = rows[len(rows) - cfg.repair_cache_size :] if cfg.repair_cache_size else []
+            wires = [e.wire for e in cached]
+            del rows, cached
             if state is None:
-                if not rows:
+                if not log_entries:
                     self.channels[name] = self._fresh(name, now)
                     continue
                 state = self._fresh(name, now).export_state()
+            restore = functools.partial(
+                SdsChannel.restore, log=log_entries, cached_wires=wires, config=self._config(name),
+                rng=random.Random(), now=now, lookup=self._lookup_of(name),
+                log_truncated=len(log_entries) >= limit,
+            )
             try:
-                ch = SdsChannel.restore(
-                    state, self.key, log=log_entries, cached_wires=wires,
-                    config=self._config(name), rng=random.Random(), now=now,
-                )
+                ch = restore(state, self.key)
             except Exception:  # a corrupt state blob must not keep the node down
                 log.exception("cannot restore channel state; starting it afresh from the log",
                               extra=kv(channel=name))
-                ch = SdsChannel.restore(
-                    self._fresh(name, now).export_state(), self.key, log=log_entries,
-                    cached_wires=wires, config=self._config(name), rng=random.Random(), now=now,
-                )
+                ch = restore(self._fresh(name, now).export_state(), self.key)
             self.channels[name] = ch
             if ch.clock_recovered:
                 self.metrics.inc("sds_clock_recovered_total", channel=name)
                 log.warning("persisted Lamport clock out of range; reset within the clock rule",
                             extra=kv(channel=name, lamport=ch.lamport))
-            log.info("channel restored", extra=kv(channel=name, events=len(rows),
+            log.info("channel restored", extra=kv(channel=name, events_loaded=len(log_entries),
                                                   lamport=ch.lamport))
 
     def _fresh(self, name: str, now: float) -> SdsChannel:
-        return SdsChannel(name, self.peer_id, self.key, self._config(name), random.Random(), now)
+        return SdsChannel(name, self.peer_id, self.key, self._config(name), random.Random(), now,
+                          lookup=self._lookup_of(name))
 
     def _config(self, name: str) -> SdsConfig:
         return replace(self.sds_config, profile=self.profiles.get(name, "syncnode"))
@@ -220,6 +229,14 @@ class ChannelService:
         # A waku channel took a message nobody signed (docs/interop.md, the trust trade-off).
         if ch.profile.is_waku:
             self.metrics.inc("sds_unsigned_accepted_total", channel=name)
+    def _lookup_of(self, name: str) -> DeliveredLookup:
+        store = self.store
+
+        def lookup(ids: Sequence[str]) -> set[str]:
+            self.metrics.inc("sds_store_lookups_total")
+            return store.stored_ids(name, ids)
+
+        return lookup
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -280,7 +297,8 @@ class ChannelService:
                 # SDS ignores echoes of our own messages; one we no longer hold (a wiped
                 # database, say) is stored directly once its signature checks out.
                 own = verified or decode_event_in(ch.profile.name, wire)
-                if own.lamport is not None and not ch.has_delivered(own.message_id):
+                if own.lamport is not None and not ch.has_delivered(own.message_id,
+                                                                    own.lamport):
                     self.store.submit([record_of_event(self.network_id, own, self.event_id_layout)])
                 return own.message_id
             when = time.time() if now is None else now

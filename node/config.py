@@ -214,6 +214,8 @@ class SdsSection:
     max_missing_per_sender: int = _opt(1_000, _positive)
     repair_cache_bytes: int = _opt(64 << 20, _non_negative)
     ack_min_filters: int = _opt(2, _positive)
+    # -- memory (docs/architecture.md "Memory independent of the log's length") --
+    delivered_window: int = _opt(100_000, lambda v: None if v >= 1000 else "must be >= 1000")
 
 
 @dataclass(frozen=True)

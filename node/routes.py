@@ -17,7 +17,7 @@ from node.channels import UnknownChannel
 from node.idempotency import IdempotencyKeys, check_key
 from node.openapi import INT64_MAX, Param, RouteDoc, arr, obj
 from node.p2p import P2PError
-from storage import StoredEvent, read_channel, read_channel_ordered
+from storage import StoredEvent, count_events, read_channel, read_channel_ordered
 from sync.errors import LocalProtocolError
 from sync.sds import Delivered
 from sync.sds.profile import peek_event
@@ -235,7 +235,9 @@ async def _channels(node: NodeRuntime, _request: Request) -> Response:
         out.append({
             "channel": name,
             "lamport": ch.lamport,
-            "delivered": len(ch.log()),
+            # The log's length is the database's; memory holds only the newest ids.
+            "delivered": await node.store.read(count_events, name),
+            "delivered_in_memory": ch.delivered_in_memory,
             "waiting": len(ch.waiting_ids),
             "missing": len(ch.missing_ids),
             "unacknowledged": len(ch.outgoing_ids),
@@ -283,8 +285,8 @@ PEERS_SCHEMA = obj({
     "known": arr({"type": "string"}),
 })
 CHANNELS_SCHEMA = obj({"channels": arr(obj({
-    "channel": {"type": "string"}, "lamport": _INT, "delivered": _INT, "waiting": _INT,
-    "missing": _INT, "unacknowledged": _INT}))})
+    "channel": {"type": "string"}, "lamport": _INT, "delivered": _INT,
+    "delivered_in_memory": _INT, "waiting": _INT, "missing": _INT, "unacknowledged": _INT}))})
 
 NODE_ROUTES: list[ApiRoute] = [
     ApiRoute("POST", "/v1/channels/{channel}/events",

@@ -58,6 +58,7 @@ def _sds_config(s: SdsSection) -> SdsConfig:
         max_waiting_per_sender=s.max_waiting_per_sender,
         max_waiting_bytes_per_sender=s.max_waiting_bytes_per_sender,
         max_missing=s.max_missing,
+        delivered_window=s.delivered_window,
         max_missing_per_sender=s.max_missing_per_sender,
         repair_cache_bytes=s.repair_cache_bytes,
         ack_min_filters=s.ack_min_filters,

@@ -18,7 +18,13 @@ import trio
 from sqlalchemy import Connection, Engine
 
 from node.logs import kv
-from storage import AppendResult, EventRecord, append_events, write_transaction
+from storage import (
+    AppendResult,
+    EventRecord,
+    append_events,
+    stored_message_ids,
+    write_transaction,
+)
 
 __all__ = ["EventStore", "StoreClosed", "StoreRejected"]
 
@@ -55,6 +61,11 @@ class EventStore:
         self.failed_events = 0
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
         self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        # Message ids queued and not yet committed (or failed): with the database they answer
+        # "is this id in the log?" for channels that keep only recent ids in memory.
+        self._queued: dict[str, int] = {}
+        #: Questions ``stored_ids`` sent to the database.
+        self.id_lookups = 0
 
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
@@ -76,6 +87,7 @@ class EventStore:
             self._send.send_nowait(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise StoreClosed("the event store is shut down") from None
+        self._note_queued(records, 1)
         await pending.done.wait()
         if pending.error is not None:
             raise pending.error
@@ -88,6 +100,34 @@ class EventStore:
             self._send.send_nowait(_Pending(records))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.warning("store closed; %d relayed events not stored (peers resend)", len(records))
+            return
+        self._note_queued(records, 1)
+
+    def _note_queued(self, records: Sequence[EventRecord], delta: int) -> None:
+        queued = self._queued
+        for record in records:
+            mid = record.message_id
+            count = queued.get(mid, 0) + delta
+            if count > 0:
+                queued[mid] = count
+            else:
+                queued.pop(mid, None)
+
+    def stored_ids(self, channel: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` in ``channel``'s log: committed, or queued to be.
+
+        Synchronous, on the caller's (trio) thread: an SDS protocol step is synchronous, and
+        a channel asks only about ids older than the window it keeps in memory (old events
+        fetched by Recon, duplicates of old events), one indexed query per received message.
+        """
+        queued = self._queued
+        found = {mid for mid in ids if mid in queued}
+        rest = [mid for mid in ids if mid not in found]
+        if rest:
+            self.id_lookups += 1
+            with self.engine.connect() as conn:
+                found |= stored_message_ids(conn, channel, rest)
+        return found
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a repository function with a fresh connection in a worker thread."""
@@ -142,6 +182,12 @@ class EventStore:
 
     async def _commit(self, batch: list[_Pending]) -> None:
         records = [r for pending in batch for r in pending.records]
+        try:
+            await self._commit_records(batch, records)
+        finally:
+            self._note_queued(records, -1)
+
+    async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
         try:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.

@@ -32,10 +32,12 @@ __all__ = [
     "max_seq",
     "range_hash",
     "read_channel",
+    "read_channel_newest",
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
     "record_problem",
+    "stored_message_ids",
 ]
 
 _MOD32 = 4294967296
@@ -240,6 +242,31 @@ def read_channel_ordered(
         stmt = stmt.where(tuple_(events.c.lamport, events.c.message_id) > tuple_(*after))
     stmt = stmt.order_by(events.c.lamport, events.c.message_id).limit(limit)
     return [_stored(r) for r in conn.execute(stmt)]
+
+
+def read_channel_newest(conn: Connection, channel: str, limit: int) -> list[StoredEvent]:
+    """The newest ``limit`` events of ``channel``, in log order (a channel's restart reads
+    this much of its log, however long the log is: index ``ix_events_channel_lamport``)."""
+    stmt = (
+        select(*_COLUMNS)
+        .where(events.c.channel == channel)
+        .order_by(events.c.lamport.desc(), events.c.message_id.desc())
+        .limit(limit)
+    )
+    rows = [_stored(r) for r in conn.execute(stmt)]
+    rows.reverse()
+    return rows
+
+
+def stored_message_ids(conn: Connection, channel: str, ids: Iterable[str]) -> set[str]:
+    """Those of ``ids`` stored in ``channel``'s log."""
+    wanted = list(ids)
+    found: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        stmt = select(events.c.message_id).where(
+            events.c.channel == channel, events.c.message_id.in_(wanted[start : start + _CHUNK]))
+        found.update(str(m) for (m,) in conn.execute(stmt))
+    return found
 
 
 def read_events_after(conn: Connection, after_seq: int, limit: int = 1000) -> list[StoredEvent]:

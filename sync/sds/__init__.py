@@ -5,6 +5,7 @@ from __future__ import annotations
 from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
 from sync.sds.channel import LAMPORT_LIMIT, SdsChannel
 from sync.sds.config import LostPolicy, SdsConfig
+from sync.sds.delivered import DeliveredIndex, DeliveredLookup
 from sync.sds.events import (
     Acknowledged,
     Delivered,
@@ -54,6 +55,8 @@ __all__ = [
     "BloomView",
     "DecodeLimits",
     "Delivered",
+    "DeliveredIndex",
+    "DeliveredLookup",
     "DependencyLost",
     "EphemeralReceived",
     "Evicted",

@@ -22,6 +22,7 @@ from sync.sds.bloom import RollingBloomFilter
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
+from sync.sds.delivered import DeliveredIndex, DeliveredLookup
 from sync.sds.events import (
     Acknowledged,
     Delivered,
@@ -67,7 +68,10 @@ class SdsChannel:
         rng: random.Random | None = None,
         now: float = 0.0,
         verify_signatures: bool = True,
+        lookup: DeliveredLookup | None = None,
     ) -> None:
+        """``lookup``: the store's answer to "which of these ids are in this channel's log";
+        with it only the newest ``config.delivered_window`` delivered ids stay in memory."""
         if signing_key is not None and peer_id_of(signing_key) != participant_id:
             raise LocalProtocolError("participant_id is not the peer id of signing_key")
         self.channel_id = channel_id
@@ -89,13 +93,15 @@ class SdsChannel:
         self._timers = TimerQueue()
         self._events: list[SdsEvent] = []
         self._datagrams: list[bytes] = []
-        # Local log: every delivered id with its lamport; a sorted recent tail for histories.
-        self._log: dict[str, int] = {}
+        # Local log: delivered ids (the newest in memory, see DeliveredIndex); a sorted recent
+        # tail for histories.
+        self._log = DeliveredIndex(cfg.delivered_window, lookup)
         self._tail: list[tuple[int, str]] = []
         self._tail_refs: dict[str, HistoryRef] = {}
         self._tail_size = max(64, 4 * cfg.sync_history_size)
         # Delivered messages no delivered message refers to (the frontier of the causal DAG).
         self._heads: dict[str, HistoryRef] = {}
+        self._head_lamport: dict[str, int] = {}
         self._hints: dict[str, bytes] = {}
         # Incoming buffer: waiting messages, and who waits for which missing id.
         self._waiting: dict[str, WaitingEntry] = {}
@@ -141,8 +147,18 @@ class SdsChannel:
         return self._timers.next_deadline()
 
     def log(self) -> list[tuple[int, str]]:
-        """The local log as (lamport, message_id), in log order."""
+        """The local log as (lamport, message_id), in log order: with a ``lookup``, only the
+        part in memory (``delivered_in_memory`` entries; the store has the whole log)."""
         return sorted((lamport, mid) for mid, lamport in self._log.items())
+
+    @property
+    def delivered_in_memory(self) -> int:
+        return len(self._log)
+
+    @property
+    def store_lookups(self) -> int:
+        """How often this channel asked its store about ids memory did not hold."""
+        return self._log.lookups
 
     def is_missing(self, message_id: str) -> bool:
         """True while ``message_id`` is a known-missing dependency (no copy of the set)."""
@@ -155,8 +171,8 @@ class SdsChannel:
         if event.signature is not None:
             self._remember_signature(event.message_id, event.signature)
 
-    def has_delivered(self, message_id: str) -> bool:
-        return message_id in self._log
+    def has_delivered(self, message_id: str, lamport: int | None = None) -> bool:
+        return self._log.contains(message_id, lamport)
 
     @property
     def outgoing_ids(self) -> frozenset[str]:
@@ -180,7 +196,11 @@ class SdsChannel:
 
     def set_retrieval_hint(self, message_id: str, hint: bytes) -> None:
         """Attach a retrieval hint to a logged message for the histories that name it."""
-        self._hints[message_id] = hint
+        hints = self._hints
+        hints[message_id] = hint
+        if len(hints) > self.config.delivered_window:
+            # Histories name recent messages: the oldest hint goes, as the ids do.
+            del hints[next(iter(hints))]
         for refs in (self._heads, self._tail_refs):
             ref = refs.get(message_id)
             if ref is not None:
@@ -191,11 +211,12 @@ class SdsChannel:
         named in our histories, served as a repair, resent nor counted as logged; a later copy
         is delivered afresh. (Its bit in the rolling bloom filter stays until it rolls out: a
         filter cannot remove an element.)"""
-        if self._log.pop(message_id, None) is None:
+        if not self._log.discard(message_id):
             return False
         self._tail_refs.pop(message_id, None)
         self._tail = [item for item in self._tail if item[1] != message_id]
         self._heads.pop(message_id, None)
+        self._head_lamport.pop(message_id, None)
         self._repair.forget(message_id)
         if self._outgoing.pop(message_id, None) is not None:
             self._timers.cancel(TimerKind.RESEND, message_id)
@@ -213,7 +234,7 @@ class SdsChannel:
         """Create, log and return a content message to broadcast."""
         if not content:
             raise LocalProtocolError("content must not be empty (empty content is a sync)")
-        if self.profile.is_waku and waku_message_id(content) in self._log:
+        if self.profile.is_waku and self._log.contains(waku_message_id(content)):
             # The id is the payload's hash: a second send would be the same message.
             raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
@@ -223,7 +244,7 @@ class SdsChannel:
         )
         mid = event.message_id
         if retrieval_hint is not None:
-            self._hints[mid] = retrieval_hint
+            self.set_retrieval_hint(mid, retrieval_hint)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
         self._outgoing[mid] = OutgoingEntry(mid, event.wire)
@@ -270,21 +291,22 @@ class SdsChannel:
         """
         if size <= 0:
             return ()
-        log = self._log
+        lamports = self._head_lamport
         if len(self._heads) > size and sample:
-            ordered = sorted(self._heads, key=lambda i: (log[i], i))
+            ordered = sorted(self._heads, key=lambda i: (lamports.get(i, -1), i))
             chosen = self._rng.sample(ordered, size)
         else:
-            chosen = heapq.nlargest(size, self._heads, key=lambda i: (log[i], i))
+            chosen = heapq.nlargest(size, self._heads, key=lambda i: (lamports.get(i, -1), i))
         refs = [self._heads[i] for i in chosen]
+        lamport_of = {i: lamports.get(i, -1) for i in chosen}
         if len(refs) < size:
-            taken = set(chosen)
-            for _, mid in reversed(self._tail):
+            for lamport, mid in reversed(self._tail):
                 if len(refs) >= size:
                     break
-                if mid not in taken:
+                if mid not in lamport_of:
+                    lamport_of[mid] = lamport
                     refs.append(self._tail_refs[mid])
-        refs.sort(key=lambda r: (log[r.message_id], r.message_id))
+        refs.sort(key=lambda r: (lamport_of[r.message_id], r.message_id))
         return tuple(refs)
 
     # ------------------------------------------------------------------ receiving
@@ -353,24 +375,41 @@ class SdsChannel:
             self._repair.on_requests(repair_request, now)
         if event.is_sync:
             self._last_activity = now
-            self._note_missing(
-                [h for h in event.causal_history if self._is_unknown(h.message_id)], now,
-                charged_to=event.sender_id,
-            )
+            unknown = [h for h in event.causal_history if self._is_unknown(h.message_id)]
+            if unknown and not self._log.complete:
+                held = self._log.known(h.message_id for h in unknown)
+                unknown = [h for h in unknown if h.message_id not in held]
+            self._note_missing(unknown, now, charged_to=event.sender_id)
             return
-        if mid in self._log or mid in self._waiting:
+        if mid in self._waiting or self._log.in_memory(mid):
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
             # waiting for exactly the acknowledgement our sync carries.
             return
+        log, lost_ids = self._log, self._lost
+        stored: set[str] = set()
+        if not log.complete:
+            # One store question for what memory cannot answer: the event itself when it is
+            # older than the window, and history entries not in memory. Ids already known
+            # missing were not delivered when noted, and only a delivery (into memory) changes
+            # that: no question for them (a catch-up in Recon's key order names many).
+            missing, waiters = self._missing, self._waiters
+            ask = [h.message_id for h in event.causal_history
+                   if not log.in_memory(h.message_id) and h.message_id not in lost_ids
+                   and h.message_id not in missing and h.message_id not in waiters]
+            assert event.lamport is not None
+            if event.lamport <= log.floor:
+                ask.append(mid)
+            stored = log.known(ask) if ask else stored
+            if mid in stored:
+                return
         self._last_activity = now
         self._bloom.add(mid)
-        log, lost_ids = self._log, self._lost
         unmet: list[HistoryRef] = []
         lost = False
         for h in event.causal_history:
             if h.retrieval_hint is not None:
                 self._learn_hint(h)
-            if h.message_id in log:
+            if log.in_memory(h.message_id) or h.message_id in stored:
                 continue
             if h.message_id in lost_ids:
                 lost = True
@@ -423,7 +462,9 @@ class SdsChannel:
         return self._missing.pop(mid, None)
 
     def _is_unknown(self, mid: str) -> bool:
-        return mid not in self._log and mid not in self._waiting and mid not in self._lost
+        """Not delivered as far as memory knows, not waiting, not lost."""
+        return (not self._log.in_memory(mid) and mid not in self._waiting
+                and mid not in self._lost)
 
     def _remember_signature(self, mid: str, signature: bytes) -> None:
         if mid not in self._verified:
@@ -444,7 +485,7 @@ class SdsChannel:
         assert h.retrieval_hint is not None
         if h.message_id in self._hints:
             return
-        if h.message_id in self._log:
+        if self._log.in_memory(h.message_id):
             self.set_retrieval_hint(h.message_id, h.retrieval_hint)
         elif h.message_id in self._missing:
             self._missing[h.message_id] = h
@@ -489,7 +530,7 @@ class SdsChannel:
         mid = ev.message_id
         lamport = ev.lamport
         assert lamport is not None
-        self._log[mid] = lamport
+        self._log.add(mid, lamport)
         if lamport > self._lamport:
             self._lamport = lamport
         ref = HistoryRef(mid, self._hints.get(mid), ev.sender_id)
@@ -499,13 +540,16 @@ class SdsChannel:
             for _, old in self._tail[: self._tail_size]:
                 self._tail_refs.pop(old, None)
             del self._tail[: self._tail_size]
+        heads, head_lamport = self._heads, self._head_lamport
         for h in ev.causal_history:
-            self._heads.pop(h.message_id, None)
+            if heads.pop(h.message_id, None) is not None:
+                head_lamport.pop(h.message_id, None)
         if mid in self._lost:
             # Messages naming it were delivered already: it is not a head.
             self._lost.discard(mid)
         else:
-            self._heads[mid] = ref
+            heads[mid] = ref
+            head_lamport[mid] = lamport
         if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
         self._repair.remember(mid, ev.sender_id, ev.wire)
@@ -645,12 +689,16 @@ class SdsChannel:
         rng: random.Random | None = None,
         now: float = 0.0,
         verify_signatures: bool = True,
+        lookup: DeliveredLookup | None = None,
+        log_truncated: bool = False,
     ) -> SdsChannel:
         """Rebuild a channel from ``export_state()`` output and the persisted log.
 
-        ``log``: every delivered (message_id, lamport) or (message_id, lamport, sender_id); the
-        bloom filter is rebuilt from its most recent entries. ``cached_wires``: canonical wires of
-        recent messages, to serve repairs.
+        ``log``: delivered (message_id, lamport) or (message_id, lamport, sender_id): the whole
+        log, or with a ``lookup`` and ``log_truncated`` its newest part (at least
+        ``delivered_window`` entries, the store answers for the rest); the bloom filter is
+        rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
+        messages, to serve repairs.
         """
         return restore_channel(
             cls,
@@ -662,4 +710,6 @@ class SdsChannel:
             rng=rng,
             now=now,
             verify_signatures=verify_signatures,
+            lookup=lookup,
+            log_truncated=log_truncated,
         )

@@ -88,6 +88,9 @@ class SdsConfig:
     max_missing_per_sender: int = 1_000
     #: SDS-R: the repair cache also holds at most this many bytes of wires.
     repair_cache_bytes: int = 64 << 20
+    #: Delivered ids kept in memory (the newest deliveries) when the channel has a store to
+    #: ask about older ones (``SdsChannel(lookup=...)``); without one the whole log is kept.
+    delivered_window: int = 100_000
 
     def __post_init__(self) -> None:
         checks = [
@@ -124,6 +127,8 @@ class SdsConfig:
             ("max_missing_per_sender", 1 <= self.max_missing_per_sender <= self.max_missing),
             ("repair_cache_bytes", self.repair_cache_bytes >= 0),
             ("waiting_state_bytes", self.waiting_state_bytes >= 0),
+            ("delivered_window", self.delivered_window >= max(self.bloom_capacity,
+                                                              4 * self.sync_history_size, 64)),
         ]
         for name, ok in checks:
             if not ok:

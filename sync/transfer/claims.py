@@ -103,9 +103,11 @@ class ClaimTable:
                 del self._held[next(iter(self._held))]
         self._held[key] = now + self.hold_s
 
-    def committed(self, key: bytes) -> None:
-        self._held.pop(key, None)
+    def committed(self, key: bytes) -> bool:
+        """The event of ``key`` is stored; True if a session had fetched it (and it was held)."""
+        was_held = self._held.pop(key, None) is not None
         self._drop_owner(key)
+        return was_held
 
     def release(self, sid: int, keys: Sequence[bytes]) -> int:
         """Give ``keys`` back to the pool (the peer left them out of its answer)."""

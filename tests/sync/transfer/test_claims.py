@@ -52,8 +52,9 @@ def test_delivered_keys_are_held_until_commit_or_grace() -> None:
     table.delivered(sid, KEYS[1], 1.0)
     assert table.close(sid) == 0  # nothing undelivered to release
     assert table.is_claimed(KEYS[0], 20.0)  # waiting for dependencies: held
-    table.committed(KEYS[0])
+    assert table.committed(KEYS[0])  # a fetched event, stored: counted as stored from Recon
     assert not table.is_claimed(KEYS[0], 20.0)
+    assert not table.committed(KEYS[0]) and not table.committed(KEYS[5])  # not fetched (now)
     assert not table.is_claimed(KEYS[1], 31.0)  # grace over: fetchable again
 
 
