@@ -135,6 +135,7 @@ class BlocksApplication:
         self.router = router_of(config)
         self.channels: Sequence[str] = self.router.channels() if config.enabled else ()
         self.clock = clock
+        self.producers = frozenset(config.producers)
         self._options: dict[str, Any] = {
             "tracked": list(config.tracked) or None,
             "reorg_threshold": config.reorg_threshold,
@@ -237,6 +238,21 @@ class BlocksApplication:
     def _feed(self, event: StoredEvent, now_ms: int) -> None:
         consumer = self.consumer
         assert consumer is not None
+        if event.sender not in self.producers:
+            # Before any decoding: a non-producer's message (a Reorg above all) must not
+            # move any consumer. Events stored before producers were configured end here too.
+            self._count("blocks_rejected_total", "not a producer")
+        else:
+            self._receive(consumer, event)
+        self._handle(consumer.events(), now_ms)
+        if consumer.pending_count() == len(consumer.canonical_blocks()):
+            self._replay_from, self._fed_since = event.seq + 1, 0
+        else:
+            self._fed_since += 1
+            if self._fed_since > MAX_REPLAY_EVENTS:
+                self._replay_from, self._fed_since = event.seq + 1, 0
+
+    def _receive(self, consumer: Consumer, event: StoredEvent) -> None:
         try:
             content = _content_of(event.wire)
             envelope = decode_envelope(content, consumer.limits.max_key)
@@ -250,13 +266,6 @@ class BlocksApplication:
             self._count("blocks_rejected_total", exc.reason.split(":")[0][:60])
             log.info("rejected block message", extra=kv(sender=event.sender, seq=event.seq,
                                                         reason=exc.reason))
-        self._handle(consumer.events(), now_ms)
-        if consumer.pending_count() == len(consumer.canonical_blocks()):
-            self._replay_from, self._fed_since = event.seq + 1, 0
-        else:
-            self._fed_since += 1
-            if self._fed_since > MAX_REPLAY_EVENTS:
-                self._replay_from, self._fed_since = event.seq + 1, 0
 
     def _flush(self, conn: Connection, now_ms: int) -> None:
         store_blocks(conn, self.stream, list(self._rows.values()))

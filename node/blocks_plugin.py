@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from node.api import ApiError, ApiRoute, read_json
+from node.api import ApiError, ApiRoute, RouteDoc, follow_stream, int_param, read_json
 from node.apps import LogApplication
 from node.blocks_app import APP_NAME, BlocksApplication, encode_envelope, router_of
 from node.config import Config
+from node.openapi import INT64_MAX, Param, arr, obj
 from storage.blocks import (
     BlockChange,
     BlockRow,
@@ -68,12 +69,22 @@ def _payloads(objs: Any, where: str) -> list[BlockPayload]:
     if len(objs) > MAX_BLOCKS_PER_REQUEST:
         raise ApiError(413, f"at most {MAX_BLOCKS_PER_REQUEST} blocks per request")
     out = []
-    for i, obj in enumerate(objs):
+    for i, item in enumerate(objs):
         try:
-            out.append(payload_from_json(obj))
+            out.append(payload_from_json(item))
         except RemoteProtocolError as exc:
             raise ApiError(400, f"{where}[{i}]: {exc.reason}") from None
     return out
+
+
+_DISABLED = {404: "Block streams are disabled on this node (blocks.enabled)"}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
+_HASH = {"type": "string", "pattern": "^0x[0-9a-fA-F]{64}$"}
+_PAYLOADS = arr({"type": "object", "description": "A block payload: hash, number, parent, "
+                 "sub_batches (docs/blocks.md)"}, minItems=1, maxItems=MAX_BLOCKS_PER_REQUEST)
+_BLOCK = obj({"hash": _HASH, "number": _COUNT, "parent": _HASH,
+              "weight": {"type": "string"}, "canonical": {"type": "boolean"},
+              "applied_at": {"type": "integer"}, "payload": {"type": "object"}})
 
 
 @dataclass
@@ -90,22 +101,48 @@ class BlocksBundle:
         self.routes = [
             ApiRoute("POST", "/v1/blocks",
                      "Publish block payloads as Cardinal messages; answers once committed",
-                     self._publish),
+                     self._publish, RouteDoc(
+                         body=obj({"blocks": _PAYLOADS}), errors=_DISABLED,
+                         response=obj({"blocks": _COUNT, "messages": _COUNT}))),
             ApiRoute("POST", "/v1/blocks/reorg",
                      "Publish a deep reorg (Reorg, the new blocks, ReorgComplete) in order",
-                     self._publish_reorg),
+                     self._publish_reorg, RouteDoc(
+                         body=obj({"ancestor": _HASH, "ancestor_number": _COUNT,
+                                   "blocks": _PAYLOADS}),
+                         response=obj({"blocks": _COUNT, "messages": _COUNT,
+                                       "reorg_channel": {"type": "string"}}),
+                         errors=_DISABLED)),
             ApiRoute("GET", "/v1/blocks/head", "The canonical head of the block stream",
-                     self._head),
+                     self._head, RouteDoc(response=obj({
+                         "stream": {"type": "string"}, "hash": _HASH, "number": _COUNT,
+                         "weight": {"type": "string", "description": "Decimal"},
+                         "updated_at": {"type": "integer"}}),
+                         errors={404: "Block streams disabled, or no block applied yet"})),
             ApiRoute("GET", "/v1/blocks/follow",
                      "Stream applied and reverted blocks as NDJSON (after=SEQ, default now)",
-                     self._follow),
+                     self._follow, RouteDoc(
+                         params=(Param("after", "query", _COUNT,
+                                       "Start after this change seq (default: from now)"),),
+                         media="application/x-ndjson", response={"type": "string"},
+                         errors={**_DISABLED, 429: "api.max_follows streams already open"})),
             ApiRoute("GET", "/v1/blocks/{ref}",
-                     "A block by number (canonical) or 0x hash", self._get),
+                     "A block by number (canonical) or 0x hash", self._get, RouteDoc(
+                         params=(Param("ref", "path", {"type": "string", "minLength": 1,
+                                                       "maxLength": 80, "examples": ["0"]},
+                                       "A block number (decimal) or a 0x + 64 hex hash"),),
+                         response=_BLOCK,
+                         errors={404: "Block streams disabled, or no such block"})),
         ]
 
     def _check_enabled(self) -> None:
         if not self.enabled:
             raise ApiError(404, "block streams are disabled on this node (blocks.enabled)")
+
+    def _check_producer(self) -> None:
+        self._check_enabled()
+        if self.runtime.peer_id not in self.blocks.producers:
+            raise ApiError(403, "this node is not in blocks.producers: every consumer would "
+                                "drop its block messages")
 
     async def _send(self, messages: list[RoutedMessage], *, reorg: str | None = None) -> None:
         channels = self.runtime.channels
@@ -133,7 +170,7 @@ class BlocksBundle:
             raise ApiError(400, str(exc)) from None
 
     async def _publish(self, _node: NodeRuntime, request: Request) -> Response:
-        self._check_enabled()
+        self._check_producer()
         body = await read_json(request, max_bytes=16 * 1024 * 1024)
         if not isinstance(body, dict):
             raise ApiError(400, 'body must be {"blocks": [payload, ...]}')
@@ -143,7 +180,7 @@ class BlocksBundle:
         return JSONResponse({"blocks": len(payloads), "messages": len(messages)})
 
     async def _publish_reorg(self, _node: NodeRuntime, request: Request) -> Response:
-        self._check_enabled()
+        self._check_producer()
         body = await read_json(request, max_bytes=16 * 1024 * 1024)
         if not isinstance(body, dict):
             raise ApiError(400, 'body must be {"ancestor": "0x..", "ancestor_number": N, '
@@ -186,13 +223,10 @@ class BlocksBundle:
 
     async def _follow(self, node: NodeRuntime, request: Request) -> Response:
         self._check_enabled()
-        raw = request.query_params.get("after")
-        if raw is None:
+        if request.query_params.get("after") is None:
             cursor = await node.store.read(last_change_seq, self.blocks.stream)
-        elif raw.isdigit():
-            cursor = int(raw)
         else:
-            raise ApiError(400, "after must be a non-negative integer")
+            cursor = int_param(request, "after", 0)
         stream = self.blocks.stream
 
         async def lines() -> AsyncIterator[bytes]:
@@ -207,7 +241,7 @@ class BlocksBundle:
                     with trio.move_on_after(1.0):
                         await signal.wait()
 
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+        return follow_stream(node, request, lines())
 
 
 def _hash_of(value: Any) -> bytes | None:

@@ -7,28 +7,43 @@ messages, repair answers) are published on the channel's topic.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Connection
 
 from node.events import record_of_delivered, record_of_event
 from node.linger import Linger
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
-from node.recon_wire import FrameDecodeError, pack_list, unpack_items
 from node.store import EventStore
-from storage import EventRecord, get_state, put_state, read_channel_ordered
+from storage import EventRecord, get_state, put_state, read_channel_newest
 from sync.errors import RemoteProtocolError
+from sync.gossip import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_ITEMS,
+    GossipGate,
+    GossipLimits,
+    SenderCheck,
+    SenderPolicy,
+    pack_batch,
+    penalty_of,
+)
+from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
     Delivered,
+    DeliveredLookup,
     DependencyLost,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -38,29 +53,57 @@ from sync.sds import (
     SdsChannel,
     SdsConfig,
     SignedEvent,
-    decode_event,
 )
+from sync.sds.profile import decode_event_in, peek_event
 
 __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
 log = logging.getLogger("syncnode.channels")
 STATE_SAVE_INTERVAL_S = 5.0
-# Several SDS messages queued for one channel travel as one gossip message: py-libp2p's cost is
-# per gossip message, not per byte. A protobuf message never starts with a zero byte (field
-# number 0 is invalid), so the marker cannot be mistaken for a plain SDS message.
-BATCH_MAGIC = b"\x00SB1"
-MAX_BATCH_ITEMS = 64
-MAX_BATCH_BYTES = 32 * 1024
-# How much of the persisted log to replay into a restored channel (bloom filter, heads, cache).
-RESTORE_LOG_LIMIT = 1_000_000
 _EVENT_COUNTERS: dict[type, str] = {
     Acknowledged: "sds_acknowledged_total",
     PossiblyAcknowledged: "sds_possibly_acknowledged_total",
     DependencyLost: "sds_dependencies_lost_total",
     ResendExhausted: "sds_resend_exhausted_total",
-    RepairRequested: "sds_repairs_requested_total",
     RepairAnswered: "sds_repairs_answered_total",
 }
+
+
+CHANNEL_METRICS = {
+    "events_delivered_total": "Events delivered into a channel's causal log (own and received), "
+                              "by channel",
+    "events_published_total": "Events published through this node's API, by channel",
+    "events_rejected_total": "Events from peers refused (bad signature, wrong network, foreign "
+                             "sender, malformed...), by reason",
+    "sds_missing_total": "Causal dependencies found missing (each is then fetched by id)",
+    "sds_acknowledged_total": "Own messages acknowledged by a peer's causal history",
+    "sds_possibly_acknowledged_total": "Own messages seen in peers' bloom filters (probably "
+                                       "acknowledged)",
+    "sds_resend_exhausted_total": "Own messages given up after sds.max_resends resends",
+    "sds_repairs_requested_total": "Repair requests sent (SDS-R), one per message id asked for "
+                                   "in each outgoing message",
+    "sds_repairs_answered_total": "Messages this node rebroadcast because a peer asked (SDS-R)",
+    "sds_dependencies_lost_total": "Dependencies still missing after sds.lost_timeout_s, "
+                                   "declared lost",
+    "gossip_bytes_sent_total": "Bytes of gossip messages this node published",
+    "gossip_bytes_received_total": "Bytes of gossip messages received",
+    "gossip_publish_failures_total": "Gossip publishes that failed at the libp2p layer",
+    "sds_evicted_total": "Entries dropped or refused by a bounded SDS buffer (waiting, missing) "
+                         "to stay within its limits, by buffer",
+    "events_store_failed_total": "Delivered events the database could not store (delivery "
+                                 "undone), by channel",
+    "sds_clock_recovered_total": "Channels whose persisted Lamport clock broke the clock rule at "
+                                 "start-up",
+    "sds_unsigned_accepted_total": "Unsigned messages taken on a channel of the waku SDS profile "
+                                   "(docs/interop.md), by channel",
+    "sds_store_lookups_total": "Questions SDS channels asked the database about delivered ids "
+                               "older than the window they keep in memory (sds.delivered_window)",
+}
+UNLABELLED_FROM_ZERO = frozenset(
+    n for n in CHANNEL_METRICS
+    if n.startswith(("sds_", "gossip_"))
+    and n not in ("sds_evicted_total", "sds_resends_total", "sds_unsigned_accepted_total")
+)
 
 
 class UnknownChannel(KeyError):
@@ -72,6 +115,8 @@ def topic_of(network_id: int, channel: str) -> str:
 
 
 MissingHandler = Callable[[str, Sequence[MissingEntry]], None]
+#: (peer, penalty reason): a peer sent us something we rejected (``sync.peerscore``).
+PenaltyHandler = Callable[[str, str], object]
 
 
 class ChannelService:
@@ -89,6 +134,11 @@ class ChannelService:
         on_missing: MissingHandler | None = None,
         allowed_senders: frozenset[str] | None = None,
         gossip_linger_s: float = 0.0,
+        event_id_layout: str = CIP124_DRAFT,
+        profiles: Mapping[str, str] | None = None,
+        writers: Mapping[str, frozenset[str]] | None = None,
+        gossip_limits: GossipLimits | None = None,
+        on_penalty: PenaltyHandler | None = None,
     ) -> None:
         self.host = host
         self._linger = Linger(gossip_linger_s)
@@ -97,52 +147,96 @@ class ChannelService:
         self.key = key
         self.peer_id = peer_id
         self.network_id = network_id
+        self.event_id_layout = event_id_layout
         self.names = list(channels)
         self.sds_config = sds_config
+        # channel -> SDS profile (sync.sds.profile); absent: "syncnode".
+        self.profiles = {name: "syncnode" for name in self.names} | dict(profiles or {})
         self.on_missing = on_missing
+        self.on_penalty = on_penalty
         # Closed group: only members' events are accepted, whoever relays them.
         self.allowed_senders = allowed_senders | {peer_id} if allowed_senders else None
+        self.policy = SenderPolicy(peer_id, self.allowed_senders, dict(writers or {}))
+        limits = gossip_limits or GossipLimits()
+        self.gate = GossipGate(self.policy, GossipLimits(
+            peer_rate=limits.peer_rate, peer_burst=limits.peer_burst,
+            max_peers=limits.max_peers, max_item_bytes=sds_config.max_message_size))
         self.channels: dict[str, SdsChannel] = {}
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._outbox_send, self._outbox = trio.open_memory_channel[tuple[str, bytes]](math.inf)
-        for name in ("events_delivered_total", "events_rejected_total", "sds_resends_total"):
-            metrics.describe(name, "counter", name.replace("_", " "))
-        metrics.inc("events_rejected_total", 0, reason="none")
+        for name, help_text in CHANNEL_METRICS.items():
+            metrics.describe(name, "counter", help_text)
+            if name in UNLABELLED_FROM_ZERO:  # for rate() from the first scrape
+                metrics.inc(name, 0)
+        metrics.counter_fn("sds_resends_total",
+                           lambda: float(sum(ch.resends for ch in self.channels.values())),
+                           "Own messages sent again because no acknowledgement came in time")
+        metrics.describe_histogram("publish_commit_seconds",
+                                   "Time from a local publish to its event being committed to "
+                                   "the database")
+        store.on_failure(self._undeliver)
 
     # -- start-up --------------------------------------------------------------------------
 
     async def load(self) -> None:
         """Restore every channel's state and log from the database (or start it fresh)."""
         now = time.time()
+        cfg = self.sds_config
+        # Only the newest part of the log: what the channel keeps in memory (its delivered
+        # window covers the bloom filter, the history tail and the repair cache); the
+        # database answers for older ids. Bounded time and memory however long the log is.
+        limit = max(cfg.delivered_window, cfg.repair_cache_size)
         for name in self.names:
             state = await self.store.read(get_state, f"sds/{name}")
-            rows = await self.store.read(read_channel_ordered, name, None, RESTORE_LOG_LIMIT)
+            rows = await self.store.read(read_channel_newest, name, limit)
             log_entries = [(e.message_id, e.lamport, e.sender) for e in rows]
-            wires = [e.wire for e in rows[-self.sds_config.repair_cache_size :]]
+            cached = rows[len(rows) - cfg.repair_cache_size :] if cfg.repair_cache_size else []
+            wires = [e.wire for e in cached]
+            del rows, cached
             if state is None:
-                if not rows:
+                if not log_entries:
                     self.channels[name] = self._fresh(name, now)
                     continue
                 state = self._fresh(name, now).export_state()
+            restore = functools.partial(
+                SdsChannel.restore, log=log_entries, cached_wires=wires, config=self._config(name),
+                rng=random.Random(), now=now, lookup=self._lookup_of(name),
+                log_truncated=len(log_entries) >= limit,
+            )
             try:
-                ch = SdsChannel.restore(
-                    state, self.key, log=log_entries, cached_wires=wires, config=self.sds_config,
-                    rng=random.Random(), now=now,
-                )
+                ch = restore(state, self.key)
             except Exception:  # a corrupt state blob must not keep the node down
                 log.exception("cannot restore channel state; starting it afresh from the log",
                               extra=kv(channel=name))
-                ch = SdsChannel.restore(
-                    self._fresh(name, now).export_state(), self.key, log=log_entries,
-                    cached_wires=wires, config=self.sds_config, rng=random.Random(), now=now,
-                )
+                ch = restore(self._fresh(name, now).export_state(), self.key)
             self.channels[name] = ch
-            log.info("channel restored", extra=kv(channel=name, events=len(rows),
+            if ch.clock_recovered:
+                self.metrics.inc("sds_clock_recovered_total", channel=name)
+                log.warning("persisted Lamport clock out of range; reset within the clock rule",
+                            extra=kv(channel=name, lamport=ch.lamport))
+            log.info("channel restored", extra=kv(channel=name, events_loaded=len(log_entries),
                                                   lamport=ch.lamport))
 
     def _fresh(self, name: str, now: float) -> SdsChannel:
-        return SdsChannel(name, self.peer_id, self.key, self.sds_config, random.Random(), now)
+        return SdsChannel(name, self.peer_id, self.key, self._config(name), random.Random(), now,
+                          lookup=self._lookup_of(name))
+
+    def _config(self, name: str) -> SdsConfig:
+        return replace(self.sds_config, profile=self.profiles.get(name, "syncnode"))
+
+    def _count_unsigned(self, ch: SdsChannel, name: str) -> None:
+        # A waku channel took a message nobody signed (docs/interop.md, the trust trade-off).
+        if ch.profile.is_waku:
+            self.metrics.inc("sds_unsigned_accepted_total", channel=name)
+    def _lookup_of(self, name: str) -> DeliveredLookup:
+        store = self.store
+
+        def lookup(ids: Sequence[str]) -> set[str]:
+            self.metrics.inc("sds_store_lookups_total")
+            return store.stored_ids(name, ids)
+
+        return lookup
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -161,14 +255,24 @@ class ChannelService:
         except KeyError:
             raise UnknownChannel(name) from None
 
-    async def publish(self, name: str, content: bytes) -> Delivered:
-        """Send ``content``; returns once the event is committed to the database."""
+    async def publish(
+        self, name: str, content: bytes,
+        also: Callable[[Connection, Delivered], None] | None = None,
+    ) -> Delivered:
+        """Send ``content``; returns once the event is committed to the database.
+
+        ``also(conn, delivered)`` is written in the event's own transaction (idempotency keys).
+        """
         ch = self.channel(name)
+        started = time.monotonic()
         wire = ch.send(content, time.time())
         records, delivered = self._process(name)
         # send() delivers our own message at once; it is the only delivery of ours in this drain.
         own = [d for d in delivered if d.sender_id == self.peer_id][-1]
-        await self.store.append(records)
+        await self.store.append(
+            records, None if also is None else (lambda conn: also(conn, own))
+        )
+        self.metrics.observe("publish_commit_seconds", time.monotonic() - started)
         self._queue_gossip(name, wire)
         self.metrics.inc("events_published_total", channel=name)
         return own
@@ -183,24 +287,26 @@ class ChannelService:
         its signature is not checked a second time here.
         """
         try:
-            parsed = verified or decode_event(wire, verify_signature=False)
-            self._check_sender(wire, parsed.sender_id)
+            parsed = verified or peek_event(wire, max_size=self.sds_config.max_message_size)
             name = parsed.channel_id
+            verdict = self.policy.check(parsed.sender_id, name, bool(parsed.content))
             ch = self.channels.get(name)
             if ch is None:
                 raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
-            if parsed.sender_id == self.peer_id:
+            if verdict is SenderCheck.OWN:
                 # SDS ignores echoes of our own messages; one we no longer hold (a wiped
                 # database, say) is stored directly once its signature checks out.
-                own = verified or decode_event(wire)
-                if own.lamport is not None and not ch.has_delivered(own.message_id):
-                    self.store.submit([record_of_event(self.network_id, own)])
+                own = verified or decode_event_in(ch.profile.name, wire)
+                if own.lamport is not None and not ch.has_delivered(own.message_id,
+                                                                    own.lamport):
+                    self.store.submit([record_of_event(self.network_id, own, self.event_id_layout)])
                 return own.message_id
             when = time.time() if now is None else now
             if verified is not None:
                 ch.receive_event(verified, when, peer=peer)
             else:
                 ch.receive(wire, when, peer=peer)
+            self._count_unsigned(ch, name)
         except RemoteProtocolError as exc:
             self._reject(exc, peer)
             return None
@@ -218,39 +324,41 @@ class ChannelService:
             async for message in receiver:
                 data: bytes = message.data  # type: ignore[attr-defined]
                 peer: str = message.from_peer  # type: ignore[attr-defined]
+                # Only the publisher itself, handing it to us directly, pays (GossipMessage).
+                forwarder: str | None = getattr(message, "forwarder", None)
+                direct = forwarder == peer
                 self.metrics.inc("gossip_bytes_received_total", len(data))
-                try:
-                    items = self._unbatch(data)
-                except FrameDecodeError as exc:
-                    self._reject(RemoteProtocolError(f"bad gossip batch: {exc}"), peer)
-                    continue
                 now = time.time()
-                for item in items:
+                # The budget is the neighbour's that handed it to us: that one is authenticated
+                # by the connection, the publisher field is not (unsigned gossip). An honest
+                # neighbour relaying somebody's flood is throttled with it but not penalised:
+                # GossipSub forwards before we validate (sync.gossip).
+                admitted = self.gate.admit(data, forwarder or peer, now, publisher=peer)
+                for reason, penalty in admitted.rejected:
+                    self._reject(RemoteProtocolError(reason), peer, penalty,
+                                 penalise=direct and penalty is not None)
+                for item in admitted.items:
                     try:
-                        self._check_sender(item)
                         ch.receive(item, now, peer=peer)
+                        self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
-                        self._reject(exc, peer)
-                self._after_input(name)
+                        self._reject(exc, peer, penalise=direct)
+                if admitted.items:
+                    self._after_input(name)
 
-    def _unbatch(self, data: bytes) -> list[bytes]:
-        if not data.startswith(BATCH_MAGIC):
-            return [data]
-        return unpack_items(data[len(BATCH_MAGIC) :], max_items=MAX_BATCH_ITEMS,
-                            max_item_bytes=self.sds_config.max_message_size)
+    def _undeliver(self, records: Sequence[EventRecord]) -> None:
+        for record in records:
+            ch = self.channels.get(record.channel)
+            if ch is not None and ch.forget(record.message_id):
+                self.metrics.inc("events_store_failed_total", channel=record.channel)
 
-    def _check_sender(self, data: bytes, sender: str | None = None) -> None:
-        if self.allowed_senders is None:
-            return
-        if sender is None:
-            sender = decode_event(data, verify_signature=False).sender_id
-        if sender not in self.allowed_senders:
-            raise RemoteProtocolError("sender not in allowed_peers")
-
-    def _reject(self, exc: RemoteProtocolError, peer: str | None) -> None:
+    def _reject(self, exc: RemoteProtocolError, peer: str | None,
+                penalty: str | None = None, *, penalise: bool = True) -> None:
         reason = exc.reason.split(":")[0][:60]
         self.metrics.inc("events_rejected_total", reason=reason)
         log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
+        if penalise and peer is not None and self.on_penalty is not None:
+            self.on_penalty(peer, penalty or penalty_of(exc.reason))
 
     def _after_input(self, name: str) -> None:
         records, _ = self._process(name)
@@ -264,8 +372,12 @@ class ChannelService:
         for ev in ch.events():
             if isinstance(ev, Delivered):
                 delivered.append(ev)
-                records.append(record_of_delivered(self.network_id, name, ev))
+                records.append(record_of_delivered(self.network_id, name, ev, self.event_id_layout))
                 self.metrics.inc("events_delivered_total", channel=name)
+            elif isinstance(ev, RepairRequested):
+                self.metrics.inc("sds_repairs_requested_total", len(ev.message_ids))
+            elif isinstance(ev, Evicted):
+                self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):
                 self.metrics.inc("sds_missing_total", len(ev.entries))
                 if self.on_missing is not None:
@@ -315,7 +427,7 @@ class ChannelService:
                 queued.setdefault(more_name, []).append(more)
                 size += len(more)
             for channel, items in queued.items():
-                payload = items[0] if len(items) == 1 else BATCH_MAGIC + pack_list(items)
+                payload = pack_batch(items)
                 try:
                     await self.host.publish(topic_of(self.network_id, channel), payload)
                     self.metrics.inc("gossip_bytes_sent_total", len(payload))

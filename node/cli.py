@@ -1,38 +1,55 @@
-"""The ``syncnode`` command: ``run`` starts a node; the other subcommands talk to its local API."""
+"""The ``syncnode`` command: ``run`` starts a node; the other subcommands talk to its local API.
+
+Importing this module and building the parser stays cheap (stdlib only): each command imports
+what it needs when it runs, so ``status``, ``publish``, ``log``, ``--help`` and ``--version``
+never load SQLAlchemy, trio, libp2p or the node runtime. ``tests/node/test_cli_fast.py`` checks.
+Errors are one ``error:`` line; exit codes follow the rule in ``node.cli_common``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-import signal
+import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
-import httpx
-import trio
-
-from node import cli_blocks, cli_db, cli_records, cli_snapshot
-from node.cli_common import (
-    ApiClient,
-    CliError,
-    add_client_options,
-    client_for,
-    config_from,
-    print_json,
-)
-from node.config import Config
-from node.logs import configure_logging
-from node.runtime import package_version
+from node import cli_blocks, cli_config, cli_db, cli_node, cli_records_args, cli_snapshot
+from node.cli_common import EXIT_FAILED, EXIT_USAGE, ApiClient, CliError, config_from
 
 __all__ = ["ApiClient", "CliError", "build_parser", "main"]
 
-EXTENSIONS: list[Callable[[Any], None]] = [
-    cli_records.register,
+EXTENSIONS = [
+    cli_node.register,
+    cli_records_args.register,
     cli_blocks.register,
     cli_db.register,
     cli_snapshot.register,
+    cli_config.register,
 ]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``error:`` line (exit 2), pointing at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+class _VersionAction(argparse.Action):
+    """``--version`` that reads the package metadata only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            shown = version("syncnode")
+        except PackageNotFoundError:
+            shown = "0+unknown"
+        parser.exit(0, f"syncnode {shown}\n")
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -49,132 +66,59 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.bootstrap:
         overrides["p2p.bootstrap"] = args.bootstrap
     config = config_from(args, overrides)
+    import trio
+
+    from node.logs import configure_logging
+    from node.node_main import run_node, startup_problem
+
     configure_logging(config.node.log_level, config.node.log_format)
-    return trio.run(_run_node, config)
-
-
-async def _run_node(config: Config) -> int:
-    from node.daemon import serve  # imported late: keeps client commands free of libp2p
-
-    shutdown = trio.Event()
-
-    async def watch_signals() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                shutdown.set()
-                return
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_signals)
-        info = await nursery.start(serve, config, shutdown)
-        print(f"syncnode {package_version()} running", flush=True)
-        print(f"peer id:   {info.peer_id}")
-        for addr in info.listen_addrs:
-            print(f"listening: {addr}")
-        print(f"api:       {info.api_url}", flush=True)
-        await shutdown.wait()
-        nursery.cancel_scope.cancel()
-    print("stopped", flush=True)
-    return 0
-
-
-# -- status ------------------------------------------------------------------------------------
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    status = client_for(args).get("/v1/status")
-    if args.json:
-        print_json(status)
-        return 0
-    width = max(len(k) for k in status)
-    for key, value in status.items():
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-        print(f"{key:<{width}}  {shown}")
-    return 0
-
-
-# -- peer group and events ----------------------------------------------------------------------
-
-
-def _cmd_join(args: argparse.Namespace) -> int:
-    answer = client_for(args).post("/v1/peers", json={"multiaddr": args.multiaddr})
-    print(f"joined {answer['peer_id']}")
-    return 0
-
-
-def _cmd_peers(args: argparse.Namespace) -> int:
-    answer = client_for(args).get("/v1/peers")
-    if args.json:
-        print_json(answer)
-        return 0
-    for peer in answer["connected"]:
-        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer['address'] or '-'}")
-    offline = [p for p in answer["known"] if p not in {c["peer_id"] for c in answer["connected"]}]
-    for peer_id in offline:
-        print(f"{peer_id}  offline   (known, redialling)")
-    if not answer["connected"] and not offline:
-        print("no peers")
-    return 0
-
-
-def _cmd_publish(args: argparse.Namespace) -> int:
-    message = sys.stdin.read() if args.message == "-" else args.message
-    answer = client_for(args).post(f"/v1/channels/{args.channel}/events",
-                                   json={"content": message})
-    print(answer["message_id"])
-    return 0
-
-
-def _event_line(event: dict[str, Any], as_json: bool) -> str:
-    if as_json:
-        keys = ("message_id", "sender", "lamport", "content")
-        return json.dumps({k: event[k] for k in keys})
-    content = event["content"] if event["content"] is not None else f"<{event['content_b64']}>"
-    # One line per event, whatever the content holds.
-    content = content.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    return f"{event['lamport']}  {event['sender'][-8:]}  {event['message_id'][:12]}  {content}"
-
-
-def _cmd_log(args: argparse.Namespace) -> int:
-    client = client_for(args)
-    # Taken first so that nothing committed while the log prints is missed by --follow.
-    follow_from = _latest_seq(client, args.channel) if args.follow else 0
-    params: dict[str, Any] = {"limit": 10_000}
-    while True:
-        page = client.get(f"/v1/channels/{args.channel}/events", params=params)["events"]
-        for event in page:
-            print(_event_line(event, args.json), flush=True)
-        if len(page) < params["limit"]:
-            break
-        params.update(after_lamport=page[-1]["lamport"], after_id=page[-1]["message_id"])
-    if not args.follow:
-        return 0
-    # Follow in storage order from now on: late arrivals with old timestamps are shown too.
-    url = f"/v1/channels/{args.channel}/follow"
     try:
-        with client.http.stream("GET", url, params={"after": follow_from}, timeout=None) as stream:
-            for line in stream.iter_lines():
-                if line:
-                    print(_event_line(json.loads(line), args.json), flush=True)
-    except httpx.TransportError as exc:
-        raise CliError(f"follow interrupted: {exc}") from None
-    return 0
+        return trio.run(run_node, config)
+    except BaseException as exc:
+        if (problem := startup_problem(exc)) is not None:
+            raise CliError(problem, code=EXIT_FAILED) from None
+        raise
 
 
-def _latest_seq(client: ApiClient, channel: str) -> int:
-    cursor = 0
-    while page := client.get(f"/v1/channels/{channel}/events",
-                             params={"order": "seq", "after": cursor, "limit": 10_000})["events"]:
-        cursor = page[-1]["seq"]
-    return cursor
+# -- parser ------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="syncnode", description="Peer-to-peer sync daemon for append-only event logs."
+class _Placeholder:
+    """Stands in for the parser of a command this invocation does not run: it takes every
+    declaration and keeps none (building all ~40 parsers costs more than the command itself)."""
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_args, **_kwargs: self
+
+
+class _OnlySelected:
+    """Subparsers that fully build only the ``selected`` command; the others get a name and a
+    help line (all that ``syncnode --help`` and an "invalid choice" error show)."""
+
+    def __init__(self, real: Any, selected: str | None) -> None:
+        self.real = real
+        self.selected = selected
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name == self.selected:
+            return self.real.add_parser(name, **kwargs)
+        self.real.add_parser(name, help=kwargs.get("help"), add_help=False)
+        return _Placeholder()
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (given ``argv``) one with only the command ``argv`` names built."""
+    parser = _Parser(
+        prog="syncnode", description="Peer-to-peer sync daemon for append-only event logs.",
+        epilog="Exit status: 0 done; 1 the command failed (no node, port or data dir in use, "
+               "not found, a failure on the node); 2 bad arguments, config or input.",
     )
-    parser.add_argument("--version", action="version", version=f"syncnode {package_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action=_VersionAction)
+    sub: Any = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a node in the foreground")
     run.add_argument("--config", metavar="FILE", help="TOML config (see config.example.toml)")
@@ -185,42 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="peer to dial at start-up (repeatable)")
     run.set_defaults(func=_cmd_run)
 
-    status = sub.add_parser("status", help="show a running node's status")
-    add_client_options(status)
-    status.add_argument("--json", action="store_true", help="print JSON")
-    status.set_defaults(func=_cmd_status)
-
-    join = sub.add_parser("join", help="connect a running node to a peer and remember it")
-    join.add_argument("multiaddr", metavar="MULTIADDR", help="/ip4/HOST/tcp/PORT/p2p/PEER_ID")
-    add_client_options(join)
-    join.set_defaults(func=_cmd_join)
-
-    peers = sub.add_parser("peers", help="list connected and known peers")
-    add_client_options(peers)
-    peers.add_argument("--json", action="store_true", help="print JSON")
-    peers.set_defaults(func=_cmd_peers)
-
-    publish = sub.add_parser("publish", help="publish an event; prints its message id")
-    publish.add_argument("channel", metavar="CHANNEL")
-    publish.add_argument("message", metavar="MESSAGE", help="the content, or - for stdin")
-    add_client_options(publish)
-    publish.set_defaults(func=_cmd_publish)
-
-    log_cmd = sub.add_parser("log", help="print a channel's events in log order")
-    log_cmd.add_argument("channel", metavar="CHANNEL")
-    log_cmd.add_argument("--json", action="store_true",
-                         help="one JSON object per line: message_id, sender, lamport, content")
-    log_cmd.add_argument("--follow", action="store_true", help="keep printing new events")
-    add_client_options(log_cmd)
-    log_cmd.set_defaults(func=_cmd_log)
-
+    commands: Any = sub if argv is None else _OnlySelected(sub, _command_word(argv))
     for register in EXTENSIONS:
-        register(sub)
+        register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.func(args)
     except CliError as exc:
@@ -228,6 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except Exception as exc:
+        if os.environ.get("SYNCNODE_DEBUG"):
+            raise
+        print(f"error: unexpected {exc.__class__.__name__}: {exc} (a bug: please report it; "
+              "SYNCNODE_DEBUG=1 shows the traceback)".replace("\n", " "), file=sys.stderr)
+        return EXIT_FAILED
     return code
 
 

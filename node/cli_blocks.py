@@ -15,10 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from node.cli_common import CliError, add_client_options, client_for, print_json
-from sync.cardinal import iter_payloads_jsonl, payload_to_json
 from sync.errors import RemoteProtocolError
 
 __all__ = ["register"]
@@ -36,6 +33,8 @@ def _chunks(path: str) -> Iterator[list[dict[str, Any]]]:
         handle = sys.stdin if path == "-" else Path(path).open(encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
         raise CliError(f"{path}: cannot read ({exc.strerror or exc})", code=2) from None
+    from sync.cardinal import iter_payloads_jsonl, payload_to_json
+
     chunk: list[dict[str, Any]] = []
     size = 0
     try:
@@ -117,18 +116,8 @@ def _change_line(change: dict[str, Any], as_json: bool) -> str:
 def _cmd_follow(args: argparse.Namespace) -> int:
     client = client_for(args)
     params = {"after": 0} if args.from_start else {}
-    try:
-        with client.http.stream("GET", "/v1/blocks/follow", params=params,
-                                timeout=None) as stream:
-            if stream.status_code >= 400:
-                stream.read()
-                raise CliError(f"GET /v1/blocks/follow: HTTP {stream.status_code}: "
-                               f"{stream.json().get('error', stream.text)}")
-            for line in stream.iter_lines():
-                if line:
-                    print(_change_line(json.loads(line), args.json), flush=True)
-    except httpx.TransportError as exc:
-        raise CliError(f"follow interrupted: {exc}") from None
+    for change in client.stream_lines("/v1/blocks/follow", params=params):
+        print(_change_line(change, args.json), flush=True)
     return 0
 
 

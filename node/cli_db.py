@@ -73,7 +73,7 @@ def parse_assignments(table: str, columns: dict[str, str], items: list[str]) -> 
         if as_json:
             try:
                 values[name] = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise _usage(f"{name}:= needs a JSON value, got {text!r}") from None
         else:
             values[name] = parse_value(name, columns[name], text)
@@ -96,6 +96,8 @@ def _write(args: argparse.Namespace, op: str) -> int:
         body["values"] = parse_assignments(args.table, columns, args.values)
         if op == "update" and not body["values"]:
             raise _usage("update needs at least one COLUMN=VALUE")
+        if op == "update" and args.pending:
+            body["pending"] = True
     answer = client.post(f"/v1/db/{quote(args.table, safe='')}", json=body)
     state = "applied" if answer["applied"] else "committed (not applied yet)"
     print(f"{op} {args.table}/{args.id} {state}: lamport {answer['lamport']}, "
@@ -144,7 +146,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 
 def _print_table(columns: list[str], rows: list[dict[str, Any]]) -> None:
-    header = ["id", *sorted(columns)]
+    header = ["id", *columns]  # declared order
     cells = [[_show(row.get(c)) for c in header] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     for line in [header, *cells]:
@@ -161,12 +163,12 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     print(f"table {history['table']}  owner {history['owner']}")
     for version in history["versions"]:
         writers = version["writers"]
-        columns = ", ".join(f"{c} {t}" for c, t in sorted(version["columns"].items()))
+        columns = ", ".join(f"{c} {t}" for c, t in version["columns"].items())
         print(f"v{version['version']}  lamport {version['lamport']}  columns: "
               f"{columns or '(none)'}  writers: "
               f"{'any' if writers is None else ', '.join(writers) or '(none)'}")
     hidden = {c: e for c, e in history["epochs"].items() if e >= 0}
-    for column, epoch in sorted(hidden.items()):
+    for column, epoch in hidden.items():
         print(f"column {column}: cells written at or before lamport {epoch} read as NULL")
     return 0
 
@@ -201,7 +203,7 @@ def register(sub: Any) -> None:
     commands = db.add_subparsers(dest="db_command", required=True, metavar="DB_COMMAND")
     for op, help_text in (
         ("upsert", "create or update a record (creates it if missing)"),
-        ("update", "update columns of a record (applied once the record exists)"),
+        ("update", "update columns of an existing record (--pending: of one still to come)"),
     ):
         cmd = commands.add_parser(op, help=help_text)
         cmd.add_argument("table", metavar="TABLE")
@@ -209,6 +211,10 @@ def register(sub: Any) -> None:
         cmd.add_argument("values", metavar="COLUMN=VALUE", nargs="*",
                          help="typed by the column's declared type; COLUMN:=JSON for a JSON "
                               "literal (COLUMN:=null sets NULL)")
+        if op == "update":
+            cmd.add_argument("--pending", action="store_true",
+                             help="accept an update of a record this node does not have yet: "
+                                  "it waits until the record arrives (else: an error)")
         add_client_options(cmd)
         cmd.set_defaults(func=functools.partial(_write, op=op))
     delete = commands.add_parser("delete", help="delete a record (a tombstone)")

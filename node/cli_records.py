@@ -1,7 +1,7 @@
 """``syncnode records``: verify and inspect record stream v6 files (HIP-435) on disk.
 
 This module does the file I/O and printing; the checks themselves are ``sync.recordstream``'s.
-``register(subparsers)`` adds the command to the ``syncnode`` parser; ``python -m
+``node.cli_records_args`` declares its arguments (without importing this module); ``python -m
 node.cli_records`` runs it on its own.
 """
 
@@ -40,7 +40,7 @@ from sync.recordstream import (
 )
 from sync.recordstream import record_stream_pb2 as pb
 
-__all__ = ["main", "register"]
+__all__ = ["main", "run_show", "run_verify"]
 
 _MAX_KEY_FILE = 64 << 10
 _MAX_FILES = 100_000
@@ -332,50 +332,16 @@ def _guarded(command: Any) -> Any:
     return run
 
 
-def _add_subcommands(records: argparse.ArgumentParser) -> None:
-    sub = records.add_subparsers(dest="records_command", required=True, metavar="SUBCOMMAND")
-
-    verify = sub.add_parser(
-        "verify",
-        help="verify every record, sidecar and signature file under DIR",
-        description="Exit status: 0 all checks passed, 1 a check failed, 2 unusable arguments.",
-    )
-    verify.add_argument("dir", metavar="DIR", help="directory holding record<node>/ folders")
-    verify.add_argument(
-        "--keys",
-        metavar="KEYDIR",
-        help="directory of <node>.pem public keys (RSA and/or Ed25519); without it only "
-        "Ed25519 signatures of nodes named by their peer id are checked",
-    )
-    verify.add_argument(
-        "--require-sidecars",
-        action="store_true",
-        help="fail a record file whose sidecar files are absent (by default they are reported "
-        "as not checked: HIP-435 lets a mirror node skip them)",
-    )
-    verify.add_argument("--json", action="store_true", help="print a JSON report")
-    verify.set_defaults(func=_guarded(_cmd_verify))
-
-    show = sub.add_parser("show", help="print a record, sidecar or signature file")
-    show.add_argument("file", metavar="FILE")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(func=_guarded(_cmd_show))
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``records verify`` and ``records show`` to a ``syncnode`` parser."""
-    records = subparsers.add_parser(
-        "records",
-        help="verify and inspect record stream v6 files",
-        description="Verify and inspect record stream v6 files (HIP-435).",
-    )
-    _add_subcommands(records)
+run_verify = _guarded(_cmd_verify)
+run_show = _guarded(_cmd_show)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m node.cli_records verify|show ...``, the same as ``syncnode records ...``."""
+    from node.cli_records_args import add_subcommands
+
     parser = argparse.ArgumentParser(prog="syncnode records")
-    _add_subcommands(parser)
+    add_subcommands(parser)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code

@@ -3,27 +3,59 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
 from node.api import ApiRoute, create_app, serve_api
+from node.api_guard import ApiGuard, HostPolicy
+from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
+from node.health_routes import HEALTH_ROUTES
 from node.identity import load_or_create_identity
 from node.logs import kv
-from node.p2p import P2PConfig, P2PHost, open_host
+from node.node_metrics import register_node_metrics
+from node.p2p import P2PConfig, open_host
+from node.p2p_addrs import bind_problem, unbindable_listen_addr
+from node.repo_lock import DataDirLocked, RepoLock
 from node.routes import NODE_ROUTES
 from node.runtime import NodeInfo, NodeRuntime
 from node.services import build_services
 from node.snapshot_routes import SNAPSHOT_ROUTES
 from node.store import EventStore
-from storage import AppendResult, EventRecord, make_engine, upgrade
+from storage import make_engine, upgrade
 
-__all__ = ["serve"]
+__all__ = ["StartupError", "serve"]
 
 log = logging.getLogger("syncnode.daemon")
+
+
+class StartupError(RuntimeError):
+    """The node cannot start (data dir in use, a port taken, ...): one line for the user."""
+
+
+def _check_ports(config: Config) -> None:
+    """Fail before opening anything when a configured port is taken (by another node, mostly)."""
+    if busy := unbindable_listen_addr(config.p2p.listen):
+        raise StartupError(f"cannot listen on p2p.listen {busy[0]}: {busy[1]} "
+                           "(another node? pick another port, or tcp/0 for a free one)")
+    host, port = parse_host_port(config.api.listen)
+    if problem := bind_problem(host, port):
+        raise StartupError(f"cannot listen on api.listen {config.api.listen}: {problem} "
+                           "(another node? pick another port, or port 0 for a free one)")
+
+
+def _open_data_dir(config: Config) -> RepoLock:
+    data_dir = config.data_path
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = RepoLock(data_dir)
+        lock.acquire()
+    except DataDirLocked as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        raise StartupError(f"cannot use data dir {data_dir}: {exc.strerror or exc}") from None
+    return lock
 
 
 def p2p_config(config: Config) -> P2PConfig:
@@ -32,6 +64,7 @@ def p2p_config(config: Config) -> P2PConfig:
         allowed_peers=frozenset(config.p2p.allowed_peers) or None,
         dial_timeout=config.p2p.dial_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
+        gossip_queue_bytes=config.p2p.gossip_queue_bytes,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,
         # SDS messages are signed by their senders and verified before use: libp2p's own
@@ -40,28 +73,8 @@ def p2p_config(config: Config) -> P2PConfig:
     )
 
 
-def _stat_reader(host: P2PHost, name: str) -> Callable[[], float]:
-    return lambda: float(getattr(host.stats, name))
-
-
 def register_base_metrics(runtime: NodeRuntime) -> None:
-    metrics, store, host = runtime.metrics, runtime.store, runtime.host
-    metrics.describe("events_stored_total", "counter", "Events newly committed to the database")
-    metrics.describe("events_duplicate_total", "counter", "Events received again, already stored")
-    metrics.inc("events_stored_total", 0)
-    metrics.inc("events_duplicate_total", 0)
-
-    def on_commit(result: AppendResult, _records: Sequence[EventRecord]) -> None:
-        metrics.inc("events_stored_total", len(result.inserted))
-        metrics.inc("events_duplicate_total", len(result.duplicates))
-
-    store.on_commit(on_commit)
-    metrics.gauge_fn("store_batches", lambda: store.batches, "Write transactions committed")
-    metrics.gauge_fn("uptime_seconds", lambda: time.monotonic() - runtime.started_at,
-                     "Seconds since the node started")
-    metrics.gauge_fn("peers_connected", lambda: len(host.connected_peers()), "Connected peers")
-    for name in host.stats.as_dict():
-        metrics.gauge_fn(f"p2p_{name}", _stat_reader(host, name), f"libp2p layer counter {name}")
+    register_node_metrics(runtime)
 
 
 async def _run_services(scope: trio.CancelScope, *services: Any) -> None:
@@ -78,10 +91,27 @@ async def serve(
     routes: list[ApiRoute] | None = None,
     task_status: trio.TaskStatus[NodeInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a node until ``shutdown`` is set; then stop every service and close the database."""
-    data_dir = config.data_path
-    data_dir.mkdir(parents=True, exist_ok=True)
-    key = load_or_create_identity(data_dir)
+    """Run a node until ``shutdown`` is set; then stop every service and close the database.
+
+    :raises StartupError: before anything is opened when the data dir is held by another
+        process (its ``repo.lock``) or a configured port is taken.
+    """
+    lock = _open_data_dir(config)
+    try:
+        await _serve_locked(config, shutdown, routes, task_status)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(
+    config: Config,
+    shutdown: trio.Event,
+    routes: list[ApiRoute] | None,
+    task_status: trio.TaskStatus[NodeInfo],
+) -> None:
+    _check_ports(config)
+    key = load_or_create_identity(config.data_path)
+    token = load_or_create_token(config.data_path)
     engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous)
     try:
         await trio.to_thread.run_sync(upgrade, engine)
@@ -94,14 +124,23 @@ async def serve(
         api_host, api_port = parse_host_port(config.api.listen)
         async with open_host(key, p2p_config(config)) as host, trio.open_nursery() as nursery:
             runtime.host = host
+            if len(host.listen_addrs) < len(config.p2p.listen):
+                # libp2p logs a failed bind and carries on: a node must not run half-deaf.
+                raise StartupError(f"cannot listen on every p2p.listen address "
+                                   f"{list(config.p2p.listen)}; listening on {host.listen_addrs}")
             register_base_metrics(runtime)
             await nursery.start(store.run_writer)
             running, app_routes = await build_services(runtime)
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, *running)
-            all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *app_routes, *(routes or [])]
-            app = create_app(runtime, all_routes)
-            runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown)
+            all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *HEALTH_ROUTES, *app_routes,
+                          *(routes or [])]
+            app = ApiGuard(
+                create_app(runtime, all_routes, config.api),
+                token=token, hosts=HostPolicy(api_host, config.api.hosts), metrics=runtime.metrics,
+            )
+            runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
+                                                  config.api)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,
                                                listen=",".join(info.listen_addrs)))

@@ -22,10 +22,11 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api import ApiError, ApiRoute, read_json
+from node.api import ApiError, ApiRoute, RouteDoc, read_json
 from node.apps import LogApplication
 from node.config import Config
 from node.db_app import APP_NAME, METRICS, DbApplication, channel_max_seq
+from node.openapi import Param, arr, obj
 from storage import events_by_message_ids
 from storage.crdt import StoredRow, get_row, query_rows
 from sync.crdt import (
@@ -64,13 +65,20 @@ def history_json(history: TableHistory) -> dict[str, Any]:
         "owner": history.owner,
         "versions": [{"version": i + 1, "lamport": v.timestamp, "sender": v.sender,
                       **schema_json(v.schema)} for i, v in enumerate(history.versions)],
-        "epochs": dict(sorted(history.epochs.items())),
+        "epochs": _declared_order(history),
     }
+
+
+def _declared_order(history: TableHistory) -> dict[str, int]:
+    """Column epochs in the latest version's column order, columns it dropped after, by name."""
+    order = list(history.latest.columns) if history.latest is not None else []
+    rest = sorted(set(history.epochs) - set(order))
+    return {c: history.epochs[c] for c in [*order, *rest] if c in history.epochs}
 
 
 def row_json(schema: TableSchema, row: StoredRow) -> dict[str, Value]:
     """The row with every declared column (null where never written), its id under ``id``."""
-    return {"id": row.entity_id, **{c: row.values.get(c) for c in sorted(schema.columns)}}
+    return {"id": row.entity_id, **{c: row.values.get(c) for c in schema.columns}}
 
 
 def _typed(schema: TableSchema, values: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +137,11 @@ class SchemaSeeder:
         await trio.sleep_forever()
 
 
+_TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 128,
+                                 "examples": ["kv"]},
+               "A replicated table (declared on the log)")
+
+
 @dataclass
 class DbBundle:
     db: DbApplication
@@ -141,19 +154,84 @@ class DbBundle:
         self.app = self.db
         self.routes = [
             ApiRoute("GET", "/v1/db", "Replicated tables: their latest schema versions",
-                     self._tables),
+                     self._tables, RouteDoc(response=obj({
+                         "channel": {"type": "string"},
+                         "tables": {"type": "object", "additionalProperties": obj({
+                             "columns": {"type": "object",
+                                         "additionalProperties": {"type": "string"}},
+                             "writers": {"type": ["array", "null"], "items": {"type": "string"}},
+                             "owner": {"type": "string"},
+                             "versions": {"type": "integer"}})},
+                     }))),
             ApiRoute("GET", "/v1/db-schemas/{table}",
-                     "A table's owner, schema versions and column epochs", self._schema_get),
+                     "A table's owner, schema versions and column epochs", self._schema_get,
+                     RouteDoc(params=(_TABLE,),
+                              response=obj({
+                                  "table": {"type": "string"},
+                                  "owner": {"type": "string"},
+                                  "versions": arr(obj({
+                                      "version": {"type": "integer"},
+                                      "lamport": {"type": "integer"},
+                                      "sender": {"type": "string"},
+                                      "columns": {"type": "object",
+                                                  "additionalProperties": {"type": "string"}},
+                                      "writers": {"type": ["array", "null"],
+                                                  "items": {"type": "string"}}})),
+                                  "epochs": {"type": "object",
+                                             "additionalProperties": {"type": "integer"},
+                                             "description": "COLUMN: Lamport time of the "
+                                                            "version that (re)typed it"}}),
+                              errors={404: "No such replicated table"})),
             ApiRoute("POST", "/v1/db-schemas/{table}",
                      'Declare a schema version: {"columns": {COLUMN: TYPE}, "writers": [...] | '
-                     'null}; only the owner\'s count', self._schema_post),
+                     'null}; only the owner\'s count', self._schema_post, RouteDoc(
+                         params=(_TABLE,),
+                         body=obj({"columns": {"type": "object",
+                                               "additionalProperties": {
+                                                   "enum": ["text", "integer", "real",
+                                                            "boolean"]}}},
+                                  {"writers": {"type": ["array", "null"],
+                                               "items": {"type": "string"}}}, extra=False),
+                         response=obj({"message_id": {"type": "string"},
+                                       "lamport": {"type": "integer"},
+                                       "seq": {"type": "integer"},
+                                       "applied": {"type": "boolean"}}),
+                         errors={403: "This node does not own the table or is not in "
+                                      "db.declarers"})),
             ApiRoute("POST", "/v1/db/{table}",
                      'Write a record: {"op": "upsert"|"update"|"delete", "id": ID, "values": '
-                     '{...}}; answers once committed and applied', self._write),
+                     '{...}}; answers once committed and applied', self._write, RouteDoc(
+                         params=(_TABLE,),
+                         body=obj({"op": {"enum": ["upsert", "update", "delete"]},
+                                   "id": {"type": ["string", "integer"]}},
+                                  {"values": {"type": "object",
+                                              "description": "COLUMN: VALUE, typed as declared"},
+                                   "pending": {"type": "boolean", "description":
+                                               "update: park it until the record arrives "
+                                               "instead of answering 404"}}),
+                         response=obj({"message_id": {"type": "string"},
+                                       "lamport": {"type": "integer"},
+                                       "seq": {"type": "integer"},
+                                       "applied": {"type": "boolean"}}),
+                         errors={403: "This node may not write the table (writers)",
+                                 404: "No such replicated table"})),
             ApiRoute("GET", "/v1/db/{table}",
-                     "Visible rows in id order (after=ID, limit=N)", self._query),
+                     "Visible rows in id order (after=ID, limit=N)", self._query, RouteDoc(
+                         params=(_TABLE,
+                                 Param("after", "query", {"type": "string"},
+                                       "Rows with ids after this one"),
+                                 Param("limit", "query", {"type": "integer", "minimum": 1,
+                                                          "maximum": MAX_PAGE, "default": 1000},
+                                       "Most rows")),
+                         response=obj({"rows": arr({"type": "object"}),
+                                       "next_after": {"type": ["string", "null"]}}),
+                         errors={404: "No such replicated table"})),
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
-                     self._get),
+                     self._get, RouteDoc(
+                         params=(_TABLE, Param("entity_id", "path", {"type": "string"},
+                                               "The row id (percent-encode a /)")),
+                         response={"type": "object"},
+                         errors={404: "No such table or row"})),
         ]
         if self.db.channels:
             self.services = [SchemaSeeder(self.db, self.runtime)]
@@ -223,6 +301,14 @@ class DbBundle:
         except ValueError:
             raise ApiError(400, "op must be upsert, update or delete") from None
         entity_id = body.get("id")
+        if operation is Operation.UPDATE and body.get("pending") is not True and isinstance(
+                entity_id, str) and await node.store.read(
+                    get_row, schema.name, entity_id, self._epochs(schema)) is None:
+            # An update of a record that does not exist (yet) is parked until its upsert
+            # arrives, maybe forever: say so rather than answer "applied".
+            raise ApiError(404, f"no row {entity_id!r} in {schema.name}: update changes an "
+                                "existing record (upsert creates one; \"pending\": true queues "
+                                "the update until the record arrives from a peer)")
         try:
             message = CrdtMessage(operation, schema.name, entity_id,  # type: ignore[arg-type]
                                   _typed(schema, body.get("values", {})), sender=node.peer_id)

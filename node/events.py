@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from storage import EventRecord
-from sync.recon.eventid import event_key
+from sync.recon.eventid import CIP124_DRAFT, event_key
 from sync.sds import Delivered, SignedEvent
 from sync.stored_event import stored_fields
 
 __all__ = ["record_of_delivered", "record_of_event"]
 
 
-def record_of_delivered(network_id: int, channel: str, ev: Delivered) -> EventRecord:
+def record_of_delivered(network_id: int, channel: str, ev: Delivered,
+                        layout: str = CIP124_DRAFT) -> EventRecord:
     return EventRecord(
         recon_key=event_key(network_id, channel, ev.sender_id, ev.lamport,
-                            bytes.fromhex(ev.message_id)),
+                            bytes.fromhex(ev.message_id), layout),
         message_id=ev.message_id,
         channel=channel,
         sender=ev.sender_id,
@@ -22,5 +23,5 @@ def record_of_delivered(network_id: int, channel: str, ev: Delivered) -> EventRe
     )
 
 
-def record_of_event(network_id: int, ev: SignedEvent) -> EventRecord:
-    return EventRecord(*stored_fields(network_id, ev))
+def record_of_event(network_id: int, ev: SignedEvent, layout: str = CIP124_DRAFT) -> EventRecord:
+    return EventRecord(*stored_fields(network_id, ev, layout))

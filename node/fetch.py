@@ -1,8 +1,9 @@
 """Fetch events by message id (``/syncnode/fetch/1.0.0``) to close SDS gaps in seconds.
 
-Request: one frame, message ids as ASCII hex separated by newlines (at most ``MAX_IDS``).
-Response: one frame per event found (its canonical signed wire), then one empty frame.
-Unknown ids are simply absent from the answer. Everything fetched goes through
+The protocol (request format, answer checks, whom to ask) is :mod:`sync.transfer.fetch`; this
+is the glue. Answers are read from the database in byte-bounded batches and sent as they are
+read, and each peer has at most ``max_streams_per_peer`` requests served at once, so requests
+that are never read cannot make the node hold their events. Everything fetched goes through
 ``ChannelService.ingest``, which verifies id and signature before anything is stored.
 """
 
@@ -15,35 +16,32 @@ from collections.abc import Callable, Sequence
 
 import trio
 
+from node.config import FetchSection
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
+from node.standing import PeerStanding
 from node.store import EventStore
-from storage import events_by_message_ids
+from storage import events_by_message_ids, wire_sizes_by_message_ids
+from sync.errors import RemoteProtocolError
 from sync.sds import MissingEntry
+from sync.transfer import (
+    FetchReader,
+    InFlight,
+    byte_batches,
+    encode_request,
+    parse_request,
+    plan_peers,
+)
 
-__all__ = ["FETCH_PROTOCOL", "MAX_IDS", "Fetcher", "parse_request"]
+__all__ = ["FETCH_PROTOCOL", "MAX_IDS", "Fetcher"]
 
 log = logging.getLogger("syncnode.fetch")
 FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
 MAX_IDS = 256
 PEERS_PER_ID = 3
 GRACE_S = 1.0
-_HEX = set("0123456789abcdef")
-
-
-def parse_request(data: bytes) -> list[str]:
-    """Decode a request frame; ``ValueError`` on anything malformed."""
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise ValueError("fetch request is not ASCII") from None
-    ids = [i for i in text.split("\n") if i]
-    if len(ids) > MAX_IDS:
-        raise ValueError(f"fetch request asks for {len(ids)} ids, max {MAX_IDS}")
-    if any(len(i) != 64 or not set(i) <= _HEX for i in ids):
-        raise ValueError("fetch request holds a malformed message id")
-    return ids
+MAX_EVENT_BYTES = 1 << 20
 
 
 class Fetcher:
@@ -57,6 +55,8 @@ class Fetcher:
         ingest: Callable[[bytes, str | None], str | None],
         still_missing: Callable[[str], bool],
         grace_s: float = GRACE_S,
+        standing: PeerStanding | None = None,
+        limits: FetchSection | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -68,7 +68,23 @@ class Fetcher:
             math.inf
         )
         self._in_flight: set[str] = set()
+        self.standing = standing
+        self.limits = limits or FetchSection()
+        self.max_ids = min(self.limits.max_ids, MAX_IDS)
+        self._serving = InFlight(self.limits.max_streams_per_peer,
+                                 max(self.limits.max_streams, self.limits.max_streams_per_peer))
         host.set_stream_handler(FETCH_PROTOCOL, self._serve)
+        for name, text in (
+            ("fetch_bad_requests_total", "Malformed fetch requests"),
+            ("fetch_refused_total", "Fetch streams refused: over the per-peer or total cap"),
+            ("fetch_bad_answers_total", "Fetch answers that broke the protocol"),
+        ):
+            metrics.describe(name, "counter", text)
+            metrics.inc(name, 0)
+
+    def _penalise(self, peer: str, reason: str) -> None:
+        if self.standing is not None:
+            self.standing.penalise(peer, reason)
 
     def want(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
         due = trio.current_time() + self.grace_s
@@ -78,18 +94,38 @@ class Fetcher:
                 self._queue_send.send_nowait((due, entry))
 
     async def _serve(self, stream: FramedStream) -> None:
-        async with stream:
-            try:
-                ids = parse_request(await stream.receive())
-            except ValueError as exc:
-                self.metrics.inc("fetch_bad_requests_total")
-                log.info("bad fetch request", extra=kv(peer=stream.peer_id, error=str(exc)))
-                return
-            found = await self.store.read(events_by_message_ids, ids)
+        peer = stream.peer_id
+        if not self._serving.acquire(peer):
+            self.metrics.inc("fetch_refused_total")
+            self._penalise(peer, "busy")
+            await stream.reset()
+            return
+        try:
+            async with stream:
+                await self._answer(stream)
+        finally:
+            self._serving.release(peer)
+
+    async def _answer(self, stream: FramedStream) -> None:
+        try:
+            ids = parse_request(await stream.receive(), self.max_ids, stream.peer_id)
+        except RemoteProtocolError as exc:
+            self.metrics.inc("fetch_bad_requests_total")
+            self._penalise(stream.peer_id, "protocol")
+            log.info("bad fetch request", extra=kv(peer=stream.peer_id, error=exc.reason))
+            return
+        sizes = await self.store.read(wire_sizes_by_message_ids, ids) if ids else []
+        served = 0
+        # Read and send a bounded batch at a time: a peer that never reads its answer holds
+        # one batch of ours, not every event it asked for.
+        for batch in byte_batches(sizes, self.limits.serve_batch_bytes, len(ids)):
+            found = await self.store.read(events_by_message_ids, batch)
             for event in found:
                 await stream.send(event.wire)
-            await stream.send(b"")
-            self.metrics.inc("fetch_served_total", len(found))
+            served += len(found)
+            del found
+        await stream.send(b"")
+        self.metrics.inc("fetch_served_total", served)
 
     async def run(self) -> None:
         while True:
@@ -98,7 +134,7 @@ class Fetcher:
             # is delivering a whole range): only fetch what is still missing after the grace.
             await trio.sleep_until(due)
             batch = [first]
-            while len(batch) < MAX_IDS:
+            while len(batch) < self.max_ids:
                 try:
                     batch.append(self._queue.receive_nowait()[1])
                 except trio.WouldBlock:
@@ -117,8 +153,8 @@ class Fetcher:
         senders = [e.sender_id for e in batch if e.sender_id in connected]
         others = [p for p in connected if p not in senders]
         random.shuffle(others)
-        # The original senders first: they certainly had the events.
-        for peer in list(dict.fromkeys(senders)) + others[:PEERS_PER_ID]:
+        banned = frozenset(p for p in connected if self.host.is_banned(p))
+        for peer in plan_peers(senders, others, PEERS_PER_ID, banned):
             if not wanted:
                 return
             try:
@@ -126,6 +162,11 @@ class Fetcher:
             except P2PError as exc:
                 self.metrics.inc("fetch_failures_total")
                 log.debug("fetch failed", extra=kv(peer=peer, error=str(exc)))
+                continue
+            except RemoteProtocolError as exc:
+                self.metrics.inc("fetch_bad_answers_total")
+                self._penalise(peer, "protocol")
+                log.info("bad fetch answer", extra=kv(peer=peer, error=exc.reason))
                 continue
             for wire in got:
                 accepted = self.ingest(wire, peer)
@@ -135,11 +176,9 @@ class Fetcher:
 
     async def _request(self, peer: str, ids: list[str]) -> list[bytes]:
         out: list[bytes] = []
+        reader = FetchReader(ids, MAX_EVENT_BYTES, peer)
         async with await self.host.open_stream(peer, FETCH_PROTOCOL) as stream:
-            await stream.send("\n".join(ids).encode("ascii"))
-            while len(out) <= len(ids):
-                frame = await stream.receive()
-                if not frame:
-                    break
-                out.append(frame)
+            await stream.send(encode_request(ids))
+            while (wire := reader.receive(await stream.receive())) is not None:
+                out.append(wire)
         return out

@@ -18,14 +18,24 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-__all__ = ["IdentityError", "load_or_create_identity"]
+__all__ = ["KEY_FILE", "IdentityError", "load_identity", "load_or_create_identity"]
 
 log = logging.getLogger("syncnode.identity")
 KEY_FILE = "identity.key"
 
 
-class IdentityError(RuntimeError):
+class IdentityError(ValueError):
     pass
+
+
+def load_identity(path: Path) -> Ed25519PrivateKey:
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+    except ValueError as exc:
+        raise IdentityError(f"cannot read identity key {path}: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise IdentityError(f"identity key {path} is not an Ed25519 key")
+    return key
 
 
 def load_or_create_identity(data_dir: Path) -> Ed25519PrivateKey:
@@ -35,13 +45,7 @@ def load_or_create_identity(data_dir: Path) -> Ed25519PrivateKey:
         if mode & 0o077:
             log.warning("identity key %s had mode %o; tightening to 600", path, mode)
             path.chmod(0o600)
-        try:
-            key = load_pem_private_key(path.read_bytes(), password=None)
-        except ValueError as exc:
-            raise IdentityError(f"cannot read identity key {path}: {exc}") from None
-        if not isinstance(key, Ed25519PrivateKey):
-            raise IdentityError(f"identity key {path} is not an Ed25519 key")
-        return key
+        return load_identity(path)
     data_dir.mkdir(parents=True, exist_ok=True)
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())

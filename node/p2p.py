@@ -19,6 +19,7 @@ Design notes, wire formats and measured figures: docs/p2p.md.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -42,6 +43,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.p2p_addrs import probe, resolve_dns
 from node.p2p_dht import Discovery, rendezvous_key
 from node.p2p_frames import (
     DialError,
@@ -65,9 +67,17 @@ from node.p2p_setup import (
     stop_auto_connector,
     tame_libp2p_logging,
 )
-from node.p2p_types import ConnectedPeer, GossipMessage, P2PConfig, P2PStats, PeerEvent
+from node.p2p_types import (
+    BanList,
+    ConnectedPeer,
+    GossipMessage,
+    P2PConfig,
+    P2PStats,
+    PeerEvent,
+)
 
 __all__ = [
+    "BanList",
     "ConnectedPeer",
     "DialError",
     "FrameError",
@@ -92,6 +102,7 @@ logger = logging.getLogger("node.p2p")
 StreamHandler = Callable[[FramedStream], Awaitable[None]]
 _T = TypeVar("_T")
 _PING_BYTES = 32
+_MAX_FORWARDERS = 10_000
 
 
 class P2PHost:
@@ -108,6 +119,7 @@ class P2PHost:
         peer_id: str,
         stats: P2PStats,
         nursery: trio.Nursery,
+        bans: BanList | None = None,
     ) -> None:
         self._host = host
         self._pubsub = pubsub
@@ -116,6 +128,7 @@ class P2PHost:
         self.config = config
         self.peer_id = peer_id
         self.stats = stats
+        self.bans = bans if bans is not None else BanList()
         self._nursery = nursery
         self._peers: dict[str, ConnectedPeer] = {}
         self._conn_count: dict[str, int] = {}
@@ -125,6 +138,11 @@ class P2PHost:
         # its incoming stream (and seed 0 happens to drop none of the first 25 at 20%).
         self._drop_rng = random.Random(f"{config.drop_seed}/{peer_id}")
         self._closing = False
+        # Bytes held in each subscriber queue (keyed by the send channel's id).
+        self._queued: dict[int, collections.deque[int]] = {}
+        self._queued_bytes: dict[int, int] = {}
+        # (from, seqno) -> the neighbour that forwarded it, noted by the topic validator.
+        self._forwarders: dict[tuple[bytes, bytes], str] = {}
 
     # -- addresses and connections --------------------------------------------------------
 
@@ -133,8 +151,11 @@ class P2PHost:
         """Full multiaddrs we listen on, with actual bound ports and ``/p2p/<peer id>``."""
         return [str(a) for a in self._host.get_addrs()]
 
-    async def connect(self, address: str) -> str:
-        """Connect to ``/ip4/.../tcp/.../p2p/<peer id>``; returns the peer id.
+    async def connect(self, address: str, *, verify: bool = False) -> str:
+        """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; returns the peer id.
+
+        ``verify``: when already connected to that peer, still dial ``address`` (a probe) so
+        that a wrong or stale address is an error rather than a silent success.
 
         :raises PeerRefusedError: the peer is outside ``allowed_peers``.
         :raises DialError: bad address, unreachable, handshake failure, or ``dial_timeout``.
@@ -143,14 +164,30 @@ class P2PHost:
             info = info_from_p2p_addr(multiaddr.Multiaddr(address))
         except Exception as exc:
             raise DialError(f"not a dialable /p2p multiaddr: {address!r} ({exc})") from exc
+        try:
+            with trio.fail_after(self.config.dial_timeout):
+                resolved = await resolve_dns(address)
+        except trio.TooSlowError:
+            raise DialError(f"resolving {address} timed out") from None
+        if resolved != address:
+            info = info_from_p2p_addr(multiaddr.Multiaddr(resolved))
         peer = info.peer_id.to_base58()
         if peer == self.peer_id:
             raise DialError(f"refusing to dial ourselves at {address}")
         allowed = self.config.allowed_peers
         if allowed is not None and peer not in allowed:
-            _count_refusal(self.stats, peer, "outbound")
+            _count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
             raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
+        if self.bans.is_banned(peer):
+            _count_refusal(self.stats, peer, "outbound", "banned")
+            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
         if peer in self._peers:
+            if verify:
+                try:
+                    await probe(self._host, resolved, peer, self.config.dial_timeout)
+                except DialError:
+                    self.stats.dial_failures += 1
+                    raise
             return peer
         # libp2p remembers failed peers for 60 s and refuses to redial them; the daemon runs
         # its own back-off, so an explicit connect always gets a real attempt.
@@ -178,6 +215,16 @@ class P2PHost:
             self.stats.dial_failures += 1
             raise DialError(f"connection to {peer} closed right after it opened (refused?)")
         return peer
+
+    def ban(self, peer_id: str, seconds: float) -> None:
+        """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
+        its current connection."""
+        self.bans.ban(peer_id, time.monotonic() + seconds)
+        if peer_id in self._peers and not self._closing:
+            self._nursery.start_soon(self.disconnect, peer_id)
+
+    def is_banned(self, peer_id: str) -> bool:
+        return self.bans.is_banned(peer_id)
 
     async def disconnect(self, peer_id: str) -> None:
         """Close every connection to ``peer_id`` (no error if there is none)."""
@@ -249,6 +296,11 @@ class P2PHost:
 
         async def run_handler(raw: INetStream) -> None:
             framed = self._wrap(raw, protocol_id)
+            if self.bans.is_banned(framed.peer_id):
+                # The stream raced the disconnect that came with the ban.
+                self.stats.refused_banned += 1
+                await framed.reset()
+                return
             self.stats.streams_accepted += 1
             completed = False
             try:
@@ -333,9 +385,9 @@ class P2PHost:
         sinks = self._topic_sinks.get(topic)
         if sinks is None:
             sinks = self._topic_sinks[topic] = []
-            if self.config.allowed_peers is not None:
-                # Rejected before delivery *and* before relaying, so members never spread it.
-                self._pubsub.set_topic_validator(topic, self._from_member, False)
+            # Outsiders of a closed group are rejected before delivery *and* before relaying,
+            # so members never spread them; the forwarder of every message is noted.
+            self._pubsub.set_topic_validator(topic, self._from_member, False)
             subscription = await self._pubsub.subscribe(topic)
             self._nursery.start_soon(self._drain, topic, subscription)
         sinks.append(send)
@@ -361,7 +413,12 @@ class P2PHost:
         self.stats.gossip_published += 1
 
     def _from_member(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        if len(self._forwarders) >= _MAX_FORWARDERS:
+            del self._forwarders[next(iter(self._forwarders))]
+        self._forwarders[(msg.from_id, msg.seqno)] = forwarder.to_base58()
         allowed = self.config.allowed_peers
+        if allowed is None:
+            return True
         origin = ID(msg.from_id).to_base58()
         if allowed is None or origin == self.peer_id or origin in allowed:
             return True
@@ -385,6 +442,7 @@ class P2PHost:
                 logger.exception("delivering a gossip message on %s failed", topic)
 
     def _deliver(self, topic: str, msg: rpc_pb2.Message) -> None:
+        forwarder = self._forwarders.pop((msg.from_id, msg.seqno), None)
         from_peer = ID(msg.from_id).to_base58()
         if from_peer == self.peer_id and not self.config.deliver_own_messages:
             return
@@ -397,9 +455,32 @@ class P2PHost:
             from_peer=from_peer,
             data=bytes(msg.data),
             seqno=int.from_bytes(msg.seqno, "big"),
+            forwarder=forwarder,
         )
         self.stats.gossip_received += 1
-        self._fan_out(self._topic_sinks.get(topic, []), item, "gossip_dropped_overflow")
+        sinks = self._topic_sinks.get(topic, [])
+        if not self._queue_room(sinks, len(item.data)):
+            self.stats.gossip_dropped_overflow += 1
+            return
+        self._fan_out(sinks, item, "gossip_dropped_overflow")
+
+    def _queue_room(self, sinks: list[trio.MemorySendChannel[GossipMessage]], size: int) -> bool:
+        """Whether every subscriber queue has room for ``size`` more bytes; if so, count them.
+
+        The queue sizes of the items each sink holds are kept in order; whatever the consumer
+        took since (the channel's buffer shrank) is popped from the front.
+        """
+        for sink in sinks:
+            sizes = self._queued.setdefault(id(sink), collections.deque())
+            held = sink.statistics().current_buffer_used
+            while len(sizes) > held:
+                self._queued_bytes[id(sink)] = self._queued_bytes.get(id(sink), 0) - sizes.popleft()
+            if self._queued_bytes.get(id(sink), 0) + size > self.config.gossip_queue_bytes:
+                return False
+        for sink in sinks:
+            self._queued[id(sink)].append(size)
+            self._queued_bytes[id(sink)] = self._queued_bytes.get(id(sink), 0) + size
+        return True
 
     def _fan_out(self, sinks: list[trio.MemorySendChannel[_T]], item: _T, counter: str) -> None:
         for sink in list(sinks):
@@ -496,7 +577,8 @@ async def open_host(
     tame_libp2p_logging(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
-    host = build_host(key_pair, config, functools.partial(_count_refusal, stats))
+    bans = BanList()
+    host = build_host(key_pair, config, functools.partial(_count_refusal, stats), bans)
     pubsub, router = build_pubsub(host, config)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
@@ -519,6 +601,7 @@ async def open_host(
                         peer_id=peer_id,
                         stats=stats,
                         nursery=nursery,
+                        bans=bans,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)
@@ -553,6 +636,9 @@ def _leaves(error: BaseException) -> list[BaseException]:
     return [error]
 
 
-def _count_refusal(stats: P2PStats, peer: str, direction: str) -> None:
-    stats.refused_connections += 1
-    logger.warning("refused %s connection with %s: not in allowed_peers", direction, peer)
+def _count_refusal(stats: P2PStats, peer: str, direction: str, reason: str) -> None:
+    if reason == "banned":
+        stats.refused_banned += 1
+    else:
+        stats.refused_connections += 1
+    logger.warning("refused %s connection with %s: %s", direction, peer, reason)

@@ -18,6 +18,7 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ import libp2p
 import libp2p.network.connection.swarm_connection as _swarm_connection_module
 import libp2p.pubsub.gossipsub as _gossipsub_module
 import libp2p.pubsub.pubsub as _pubsub_module
+import libp2p.transport.tcp.tcp as _tcp_module
 import multiaddr
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -60,7 +62,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from node.p2p_frames import P2PError
-from node.p2p_types import P2PConfig
+from node.p2p_types import BanList, P2PConfig
 from sync.identity import peer_id_of
 
 __all__ = [
@@ -202,36 +204,55 @@ class _AdmissionGate(ISecureTransport):
         self,
         inner: ISecureTransport,
         allowed: frozenset[str] | None,
-        on_refused: Callable[[str, str], None],
+        on_refused: Callable[[str, str, str], None],
+        bans: BanList,
     ) -> None:
         self._inner = inner
         self._allowed = allowed
         self._on_refused = on_refused
+        self._bans = bans
 
-    def _admits(self, peer_id: ID) -> bool:
-        return self._allowed is None or peer_id.to_base58() in self._allowed
+    def _refusal(self, peer_id: ID) -> str | None:
+        """Why ``peer_id`` may not connect: outside a closed group, or banned for a while."""
+        peer = peer_id.to_base58()
+        if self._allowed is not None and peer not in self._allowed:
+            return "not in allowed_peers"
+        return "banned" if self._bans.is_banned(peer) else None
 
     async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
         secure = await self._inner.secure_inbound(conn)
         remote = secure.get_remote_peer()
-        if not self._admits(remote):
-            self._on_refused(remote.to_base58(), "inbound")
+        if (reason := self._refusal(remote)) is not None:
+            self._on_refused(remote.to_base58(), "inbound", reason)
             await secure.close()
-            raise HandshakeFailure(f"peer {remote} is not in allowed_peers")
+            raise HandshakeFailure(f"peer {remote} is refused: {reason}")
         return secure
 
     async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
-        if not self._admits(peer_id):
-            self._on_refused(peer_id.to_base58(), "outbound")
-            raise HandshakeFailure(f"peer {peer_id} is not in allowed_peers")
+        if (reason := self._refusal(peer_id)) is not None:
+            self._on_refused(peer_id.to_base58(), "outbound", reason)
+            raise HandshakeFailure(f"peer {peer_id} is refused: {reason}")
         return await self._inner.secure_outbound(conn, peer_id)
 
 
+def _exclusive_socket_flags(sock: Any) -> None:
+    """SO_REUSEADDR (a restarted node rebinds despite TIME_WAIT) but never SO_REUSEPORT.
+
+    libp2p 0.8.1 sets SO_REUSEPORT on its listeners for hole punching, which we do not use:
+    with it a second node binds a port already in use and the kernel splits incoming
+    connections between the two. Without it, a busy port is a bind error at start-up.
+    """
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
 def build_host(
-    key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str], None]
+    key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str, str], None],
+    bans: BanList,
 ) -> IHost:
+    setattr(_tcp_module, "_set_reuse_flags", _exclusive_socket_flags)  # noqa: B010
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    gate = _AdmissionGate(noise, config.allowed_peers, on_refused)
+    gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans)
     connection_config = ConnectionConfig(
         max_connections_per_peer=1,
         dial_timeout=config.dial_timeout,
@@ -284,7 +305,11 @@ def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
         degree_high=config.gossip_degree_high,
         heartbeat_interval=config.gossip_heartbeat_interval,  # type: ignore[arg-type]
         gossip_window=3,
-        gossip_history=10,
+        # libp2p keeps every message it saw for gossip_history heartbeats (to answer IWANT):
+        # with 10, a stream of 1 MB messages (a flood, or SDS resending big events) kept
+        # ten seconds of traffic in memory. IHAVE only advertises the last gossip_window, and
+        # SDS repairs what gossip misses, so a little over the window is enough.
+        gossip_history=4,
         spam_protection_enabled=False,
         adaptive_gossip_enabled=False,
         # Closed groups on few hosts (often one IP): IP diversity is not a signal there.

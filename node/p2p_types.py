@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
 __all__ = [
+    "BanList",
     "ConnectedPeer",
     "GossipMessage",
     "P2PConfig",
@@ -38,6 +40,9 @@ class P2PConfig:
     gossip_degree_high: int = 12
     gossip_peer_queue_size: int = 8192  # outbound RPCs queued per peer before libp2p drops
     gossip_queue_size: int = 100_000  # our per-subscriber queue; overflow is counted
+    # ... and the bytes it may hold: a peer flooding 1 MB messages faster than we consume them
+    # would otherwise make us hold up to gossip_queue_size of them.
+    gossip_queue_bytes: int = 64 * _MIB
     gossip_seen_ttl: int = 600  # seconds a message id stays in the duplicate filter
     gossip_max_message_bytes: int = 1_000_000  # libp2p's RPC limit is 1 MiB incl. overhead
     deliver_own_messages: bool = False
@@ -84,6 +89,7 @@ class P2PConfig:
             "max_frame_bytes",
             "gossip_peer_queue_size",
             "gossip_queue_size",
+            "gossip_queue_bytes",
             "gossip_seen_ttl",
             "gossip_max_message_bytes",
             "peer_event_queue_size",
@@ -105,6 +111,7 @@ class P2PStats:
     connections_opened: int = 0
     connections_closed: int = 0
     refused_connections: int = 0  # peers outside allowed_peers, inbound and outbound
+    refused_banned: int = 0  # connections and inbound streams of peers banned for misbehaviour
     dial_failures: int = 0
     streams_opened: int = 0  # outbound, successfully negotiated
     streams_accepted: int = 0  # inbound, handed to a handler
@@ -134,6 +141,10 @@ class GossipMessage:
     from_peer: str  # the original publisher (signed), not the neighbour that relayed it
     data: bytes
     seqno: int
+    # The neighbour that handed it to us, when known. Only a message that came straight from
+    # its publisher (forwarder == from_peer) may count against that peer's standing: the
+    # from field is not authenticated, and honest peers relay others' messages unchecked.
+    forwarder: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,3 +166,38 @@ class ConnectedPeer:
     direction: str  # "inbound", "outbound" or "unknown"
     connected_since: float  # wall-clock seconds (time.time()) when the connection came up
     latency_s: float | None = None  # last ping round trip, if measured
+
+
+class BanList:
+    """Peers refused until a ``time.monotonic()`` instant: connections both ways and streams.
+
+    Bounded: when full, expired entries go first, then the ban ending soonest.
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self.max_entries = max_entries
+        self._until: dict[str, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def ban(self, peer_id: str, until: float) -> None:
+        if peer_id not in self._until and len(self._until) >= self.max_entries:
+            now = time.monotonic()
+            self._until = {p: u for p, u in self._until.items() if u > now}
+            if len(self._until) >= self.max_entries:
+                del self._until[min(self._until, key=self._until.__getitem__)]
+        self._until[peer_id] = max(until, self._until.get(peer_id, 0.0))
+
+    def is_banned(self, peer_id: str) -> bool:
+        until = self._until.get(peer_id)
+        if until is None:
+            return False
+        if until <= time.monotonic():
+            del self._until[peer_id]
+            return False
+        return True
+
+    def active(self) -> int:
+        now = time.monotonic()
+        return sum(1 for u in self._until.values() if u > now)

@@ -73,7 +73,9 @@ class PeerManager:
         """Connect now (errors propagate to the caller) and remember the peer across restarts."""
         if peer_id_of_addr(addr) is None:
             raise ValueError(f"multiaddr must end in /p2p/<peer id>: {addr}")
-        peer_id = await self.host.connect(addr)
+        # verify: dial this very address even when a connection to the peer exists already,
+        # so that only an address proven to reach the peer is stored.
+        peer_id = await self.host.connect(addr, verify=True)
         peer = self._remember(addr)
         if peer is not None:
             peer.failures = 0
@@ -83,9 +85,16 @@ class PeerManager:
         self._wake.set()
         return peer_id
 
-    async def forget(self, peer_id: str) -> None:
-        self.known.pop(peer_id, None)
+    async def forget(self, peer_id: str) -> bool:
+        """Stop redialling ``peer_id``, drop its stored address and disconnect it.
+
+        Returns False when it was not a known peer. It may connect to us again on its own.
+        """
+        known = self.known.pop(peer_id, None) is not None
+        saved = await self.store.read(list_state, _PREFIX + peer_id)
         await self.store.write(delete_state, _PREFIX + peer_id)
+        await self.host.disconnect(peer_id)
+        return known or (_PREFIX + peer_id) in saved
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -107,6 +116,9 @@ class PeerManager:
                 for peer in list(self.known.values()):
                     if peer.peer_id in connected:
                         peer.failures = 0
+                        continue
+                    if self.host.is_banned(peer.peer_id):
+                        # Not redialled while banned: checked again after the usual back-off.
                         continue
                     if peer.next_attempt <= now:
                         nursery.start_soon(self._dial, peer)

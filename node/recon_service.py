@@ -9,77 +9,49 @@ anything is stored.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
 from node.channels import ChannelService
-from node.events import record_of_event
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
-from node.recon_wire import (
-    BUSY,
-    EVENTS,
-    EVENTS_LAST,
-    RECON,
-    WANT,
-    WANT_LAST,
-    FrameDecodeError,
-    pack_items,
-    unpack_items,
-)
+from node.recon_transfer import SessionStats, Transfer
+from node.standing import PeerStanding
 from node.store import EventStore
-from storage import AppendResult, EventRecord, events_by_keys, keys_in_range
+from storage import AppendResult, EventRecord, keys_in_range
 from sync.errors import RemoteProtocolError
 from sync.recon import MemoryKeyStore
-from sync.recon.eventid import channel_bounds, key_height, sender_bounds
+from sync.recon.eventid import CIP124_DRAFT, channel_bounds, sender_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
-from sync.sds import SignedEvent, decode_event
+from sync.transfer import BUSY, RECON, ClaimTable
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
 log = logging.getLogger("syncnode.recon")
 RECON_PROTOCOL = "/syncnode/recon/1.0.0"
-MAX_KEY_BYTES = 256
-MAX_EVENT_BYTES = 1 << 20
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
-VERIFY_THREADS = 2
-# Want lists in flight during a fetch: the peer prepares the next while we ingest one.
-FETCH_AHEAD = 2
+# Peers whose sync state (interests, back-off) is remembered while they are not connected.
+MAX_PEER_STATES = 1024
 
 
-def _decode_all(wires: list[bytes]) -> list[SignedEvent | None]:
-    out: list[SignedEvent | None] = []
-    for wire in wires:
-        try:
-            out.append(decode_event(wire, max_size=MAX_EVENT_BYTES))
-        except RemoteProtocolError:
-            out.append(None)
-    return out
-
-
-async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS
-                            ) -> list[SignedEvent | None]:
-    """Decode and verify events (id and signature) in worker threads: libsodium releases the
-    GIL, so a batch is verified on every core while the event loop keeps serving."""
-    if len(wires) < 64:
-        return _decode_all(wires)
-    step = -(-len(wires) // threads)
-    parts: list[list[SignedEvent | None]] = [[] for _ in range(threads)]
-
-    async def run(i: int) -> None:
-        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step])
-
-    async with trio.open_nursery() as nursery:
-        for i in range(threads):
-            nursery.start_soon(run, i)
-    return [event for part in parts for event in part]
+RECON_METRICS = {
+    "recon_sessions_total": "Recon sessions completed, by role (initiator or responder)",
+    "recon_sessions_declined_total": "Recon sessions declined because one with the same peer "
+                                     "was already running, by role",
+    "recon_events_fetched_total": "Events received from peers through Recon",
+    "recon_events_stored_total": "Events fetched through Recon that were new to the database "
+                                 "(fetched / stored is 1 when each event is fetched once)",
+    "recon_events_served_total": "Events sent to peers through Recon",
+    "recon_errors_total": "Recon sessions that failed (the peer is backed off), by error kind",
+    "recon_missing_dropped_total": "Missing keys a session could not track (bounded list full)",
+    "recon_protocol_errors_total": "Recon sessions a peer broke the protocol in, by reason",
+}
 
 
 class ReconAbort(Exception):
@@ -98,14 +70,6 @@ class PeerSyncState:
     sessions: int = 0
 
 
-@dataclass
-class SessionStats:
-    fetched: int = 0
-    served: int = 0
-    rejected: int = 0
-    missing: list[bytes] = field(default_factory=list)
-
-
 class ReconService:
     def __init__(
         self,
@@ -121,12 +85,19 @@ class ReconService:
         config: ReconConfig,
         allowed_senders: frozenset[str] | None = None,
         gossip_grace_s: float = 0.0,
+        event_id_layout: str = CIP124_DRAFT,
+        standing: PeerStanding | None = None,
+        claim_timeout_s: float = 15.0,
+        max_missing_keys: int = 100_000,
+        serve_batch_bytes: int = 1 << 20,
+        max_sessions: int = 16,
     ) -> None:
         self.host = host
         self.store = store
         self.channels = channels
         self.metrics = metrics
         self.network_id = network_id
+        self.event_id_layout = event_id_layout
         self.interval_s = interval_s
         self.session_timeout_s = session_timeout_s
         self.fetch_batch = fetch_batch
@@ -152,14 +123,31 @@ class ReconService:
         # at a time, since two would reconcile and fetch the same difference twice.
         self._busy: set[str] = set()
         self._serving: set[str] = set()
-        # Keys fetched and handed to SDS but not committed yet: not fetched again meanwhile.
-        self._pending: dict[bytes, float] = {}
+        self.standing = standing
+        self.max_missing_keys = max_missing_keys
+        self.max_sessions = max_sessions
+        # Keys being fetched, and fetched keys handed to SDS but not committed yet: not
+        # fetched again meanwhile, unless the claim lapses (the peer withholds them).
+        self.claims = ClaimTable(claim_timeout_s, max_keys=4 * max_missing_keys,
+                                 hold_s=PENDING_GRACE_S)
+        self.transfer = Transfer(
+            store=store, channels=channels, metrics=metrics, network_id=network_id,
+            fetch_batch=fetch_batch, claims=self.claims, standing=standing,
+            max_frame_bytes=host.config.max_frame_bytes, serve_batch_bytes=serve_batch_bytes,
+            gossip_grace_ms=self.gossip_grace_ms, on_released=self.poke,
+            event_id_layout=event_id_layout, profiles=channels.profiles,
+        )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
-        for name in ("recon_sessions_total", "recon_sessions_declined_total",
-                     "recon_events_fetched_total",
-                     "recon_events_served_total", "recon_errors_total"):
-            metrics.describe(name, "counter", name.replace("_", " "))
+        for name, help_text in RECON_METRICS.items():
+            metrics.describe(name, "counter", help_text)
+        metrics.describe_histogram(
+            "recon_session_seconds",
+            "Duration of completed Recon sessions (reconcile, fetch and serve), by role")
+        metrics.gauge_fn("recon_claims", lambda: float(len(self.claims)),
+                         "Missing keys claimed by a session fetching them")
+        metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
+                         "Fetched keys waiting for their dependencies or the commit")
 
     async def load(self) -> None:
         """Load every stored key (ascending) into the in-memory key store."""
@@ -178,10 +166,14 @@ class ReconService:
         if not result.inserted:
             return
         new = {m for _, m in result.inserted}
+        fetched = 0
         for record in records:
-            self._pending.pop(record.recon_key, None)
+            held = self.claims.committed(record.recon_key)
             if record.message_id in new:
                 self.keys.insert(record.recon_key)
+                fetched += held
+        # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
+        self.metrics.inc("recon_events_stored_total", fetched)
         # CIP-124: a new event is announced by reconciling with a random peer soon.
         self.poke()
 
@@ -195,6 +187,7 @@ class ReconService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers)
             while True:
+                self.transfer.expire_claims()
                 peer = self._choose_peer()
                 if peer is not None:
                     nursery.start_soon(self.sync_with, peer)
@@ -206,8 +199,12 @@ class ReconService:
 
     async def _watch_peers(self) -> None:
         async for event in self.host.peer_events():
+            if event.kind == "disconnected":
+                state = self.peers.get(event.peer_id)
+                if state is not None and state.backoff_until <= time.monotonic():
+                    del self.peers[event.peer_id]  # nothing worth remembering
             if event.kind == "connected":
-                self.peers.setdefault(event.peer_id, PeerSyncState())
+                self._state(event.peer_id)
                 # A fresh connection is the moment a late joiner needs to catch up.
                 self.poke()
 
@@ -216,7 +213,7 @@ class ReconService:
         now = time.monotonic()
         candidates: list[tuple[str, float]] = []
         for peer in self.host.connected_peers():
-            state = self.peers.setdefault(peer, PeerSyncState())
+            state = self._state(peer)
             if peer in self._busy or peer in self._serving or state.backoff_until > now:
                 continue
             overlap = 1.0
@@ -242,7 +239,7 @@ class ReconService:
         if peer in self._busy or peer in self._serving:
             return None
         self._busy.add(peer)
-        state = self.peers.setdefault(peer, PeerSyncState())
+        state = self._state(peer)
         stats = SessionStats()
         started = time.monotonic()
         try:
@@ -269,12 +266,18 @@ class ReconService:
         state.failures = 0
         state.sessions += 1
         self.metrics.inc("recon_sessions_total", role="initiator")
+        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
+                             role="initiator")
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
         return stats
 
     def _failed(self, peer: str, state: PeerSyncState, exc: Exception) -> None:
+        if isinstance(exc, RemoteProtocolError):
+            self.metrics.inc("recon_protocol_errors_total", reason=exc.reason[:80])
+        if isinstance(exc, RemoteProtocolError | ReconAbort) and self.standing is not None:
+            self.standing.penalise(peer, "protocol")
         state.failures += 1
         state.backoff_until = time.monotonic() + min(300.0, 2.0 ** state.failures)
         self.metrics.inc("recon_errors_total", kind=type(exc).__name__)
@@ -284,15 +287,16 @@ class ReconService:
 
     async def _respond(self, stream: FramedStream) -> None:
         peer = stream.peer_id
-        state = self.peers.setdefault(peer, PeerSyncState())
+        state = self._state(peer)
         stats = SessionStats()
-        if self._declines(peer):
+        if self._declines(peer) or len(self._serving) + len(self._busy) >= self.max_sessions:
             async with stream:
                 with trio.move_on_after(self.session_timeout_s):
                     await stream.send(bytes([BUSY]))
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
         self._serving.add(peer)
+        started = time.monotonic()
         try:
             async with stream:
                 session = ReconSession.responder(self.keys, self.interests, self.config,
@@ -308,6 +312,22 @@ class ReconService:
         finally:
             self._serving.discard(peer)
         self.metrics.inc("recon_sessions_total", role="responder")
+        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
+                             role="responder")
+
+    def _state(self, peer: str) -> PeerSyncState:
+        """The peer's sync state; the table is bounded (connected peers come first)."""
+        state = self.peers.get(peer)
+        if state is None:
+            if len(self.peers) >= MAX_PEER_STATES:
+                connected = set(self.host.connected_peers())
+                now = time.monotonic()
+                self.peers = {p: s for p, s in self.peers.items()
+                              if p in connected or s.backoff_until > now}
+                while len(self.peers) >= MAX_PEER_STATES:
+                    del self.peers[next(iter(self.peers))]
+            state = self.peers[peer] = PeerSyncState()
+        return state
 
     def _declines(self, peer: str) -> bool:
         """One session per pair: a second one from the same peer is declined, and when both
@@ -330,183 +350,19 @@ class ReconService:
             reply = session.receive(frame[1:])
             for event in session.events():
                 if isinstance(event, MissingKeys):
-                    stats.missing.extend(event.keys)
+                    room = self.max_missing_keys - len(stats.missing)
+                    if len(event.keys) > room:
+                        # Bounded memory for keys we do not have: the rest waits for a later
+                        # session (an honest catch-up just takes more sessions).
+                        self.metrics.inc("recon_missing_dropped_total", len(event.keys) - room)
+                    stats.missing.extend(event.keys[: max(room, 0)])
             if reply is not None:
                 await stream.send(bytes([RECON]) + reply)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
-        """Ask for the events of our missing keys, validate and ingest what arrives."""
-        now = time.monotonic()
-        self._pending = {k: t for k, t in self._pending.items() if t > now}
-        missing = [
-            k for k in stats.missing if k not in self._pending and not self.keys.contains(k)
-        ]
-        if self.gossip_grace_ms:
-            missing = self._not_recent(missing)
-        wanted = set(missing)
-        # Claimed until this session has ingested them (a catch-up can outlast any fixed grace),
-        # so that a concurrent session (the peer may be reconciling with us at the same time)
-        # does not fetch the same events; released if this session fails.
-        for key in missing:
-            self._pending[key] = math.inf
-        try:
-            await self._fetch_chunks(stream, missing, wanted, stats)
-        except BaseException:
-            for key in wanted:
-                self._pending.pop(key, None)
-            raise
-
-    def _not_recent(self, keys: list[bytes]) -> list[bytes]:
-        """Drop keys of events gossip is probably still delivering: under load, fetching them
-        as well would move and verify them twice just when the node has least time to spare.
-        A timestamp far ahead of our clock (a sender's fast clock) is not held back."""
-        now_ms = int(time.time() * 1000)
-        lo, hi = now_ms - self.gossip_grace_ms, now_ms + self.gossip_grace_ms
-        kept = []
-        for key in keys:
-            try:
-                height = key_height(key)
-            except RemoteProtocolError:  # malformed: fetched, and rejected on validation
-                height = -1
-            if not lo <= height <= hi:
-                kept.append(key)
-        return kept
-
-    async def _fetch_chunks(
-        self, stream: FramedStream, missing: list[bytes], wanted: set[bytes], stats: SessionStats
-    ) -> None:
-        """Three stages overlap: the peer reads and sends the next want list while worker
-        threads verify the batch before it and this task ingests the one before that."""
-        step = self.fetch_batch
-        chunks = [missing[i : i + step] for i in range(0, len(missing), step)] or [[]]
-        verified_send, verified_recv = trio.open_memory_channel[
-            tuple[list[bytes], list[SignedEvent | None]]](FETCH_AHEAD)
-        failure: list[BaseException] = []
-
-        async def download() -> None:
-            try:
-                async with verified_send:
-                    await self._download(stream, chunks, verified_send)
-            except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
-                failure.append(exc)
-                nursery.cancel_scope.cancel()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(download)
-            async with verified_recv:
-                async for wires, events in verified_recv:
-                    try:
-                        self._ingest_batch(wires, events, stream.peer_id, wanted, stats)
-                    except ReconAbort as exc:
-                        failure.append(exc)
-                        nursery.cancel_scope.cancel()
-                        break
-                    await trio.lowlevel.checkpoint()
-        if failure:
-            raise failure[0]
-
-    async def _download(
-        self, stream: FramedStream, chunks: list[list[bytes]],
-        out: trio.MemorySendChannel[tuple[list[bytes], list[SignedEvent | None]]],
-    ) -> None:
-        sent = 0
-
-        async def ask_next() -> None:
-            nonlocal sent
-            last = sent == len(chunks) - 1
-            await stream.send(pack_items(WANT_LAST if last else WANT, chunks[sent]))
-            sent += 1
-
-        for _ in range(min(FETCH_AHEAD, len(chunks))):
-            await ask_next()
-        for _ in range(len(chunks)):
-            final = False
-            frames = 0
-            while not final:
-                wires, final = await self._receive_events(stream)
-                frames += 1
-                if frames > self.fetch_batch:  # one answer cannot hold more frames than keys
-                    raise ReconAbort("too many events frames")
-                if final and sent < len(chunks):
-                    await ask_next()
-                await out.send((wires, await verify_in_threads(wires)))
-
-    async def _receive_events(self, stream: FramedStream) -> tuple[list[bytes], bool]:
-        """One frame of events and whether it ends the answer to a want list."""
-        frame = await stream.receive()
-        if not frame or frame[0] not in (EVENTS, EVENTS_LAST):
-            raise ReconAbort("expected events")
-        try:
-            wires = unpack_items(frame[1:], max_items=self.fetch_batch,
-                                 max_item_bytes=MAX_EVENT_BYTES)
-        except FrameDecodeError as exc:
-            raise ReconAbort(str(exc)) from None
-        final = frame[0] == EVENTS_LAST
-        if not final and not wires:  # an empty non-final frame could be repeated forever
-            raise ReconAbort("empty events frame")
-        return wires, final
-
-    def _ingest_batch(
-        self, wires: list[bytes], events: list[SignedEvent | None], peer: str,
-        wanted: set[bytes], stats: SessionStats,
-    ) -> None:
-        parsed = []
-        for wire, event in zip(wires, events, strict=True):
-            if event is None or event.lamport is None:
-                stats.rejected += 1
-                raise ReconAbort("peer sent an invalid event")
-            key = record_of_event(self.network_id, event).recon_key
-            if key not in wanted:
-                stats.rejected += 1
-                self.metrics.inc("events_rejected_total", reason="recon unrequested event")
-                raise ReconAbort("peer sent an event we did not ask for")
-            wanted.discard(key)
-            parsed.append((event.lamport, key, wire, event))
-        # Causal dependencies have lower Lamport timestamps: feeding in that order lets SDS
-        # deliver at once instead of buffering and reporting gaps.
-        parsed.sort(key=lambda item: (item[0], item[1]))
-        expiry = time.monotonic() + PENDING_GRACE_S
-        for _, key, wire, event in parsed:
-            if self.channels.ingest(wire, peer, verified=event) is None:
-                stats.rejected += 1
-                raise ReconAbort("peer sent an invalid event")
-            # Still waiting for its dependencies: not fetched again before the grace ends.
-            self._pending[key] = expiry
-            stats.fetched += 1
-        self.metrics.inc("recon_events_fetched_total", len(parsed))
+        stats.missing = [k for k in stats.missing if not self.keys.contains(k)]
+        await self.transfer.fetch(stream, stats)
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
-        """Answer the peer's WANT frames with the events we hold."""
-        budget = len(self.keys) + self.fetch_batch
-        while True:
-            frame = await stream.receive()
-            if not frame or frame[0] not in (WANT, WANT_LAST):
-                raise ReconAbort("expected a want list")
-            try:
-                keys = unpack_items(frame[1:], max_items=max(self.fetch_batch, 1024),
-                                    max_item_bytes=MAX_KEY_BYTES)
-            except FrameDecodeError as exc:
-                raise ReconAbort(str(exc)) from None
-            if frame[0] == WANT and not keys:  # an empty non-final frame could repeat forever
-                raise ReconAbort("empty want frame")
-            budget -= len(keys)
-            if budget < 0:
-                raise ReconAbort("peer wants more events than we hold")
-            found = await self.store.read(events_by_keys, keys) if keys else []
-            await self._send_events([e.wire for e in found], stream)
-            stats.served += len(found)
-            self.metrics.inc("recon_events_served_total", len(found))
-            if frame[0] == WANT_LAST:
-                return
-
-    async def _send_events(self, wires: list[bytes], stream: FramedStream) -> None:
-        limit = self.host.config.max_frame_bytes - 16
-        batch: list[bytes] = []
-        size = 0
-        for wire in wires:
-            if batch and (size + len(wire) + 8 > limit or len(batch) >= self.fetch_batch):
-                await stream.send(pack_items(EVENTS, batch))
-                batch, size = [], 0
-            batch.append(wire)
-            size += len(wire) + 8
-        await stream.send(pack_items(EVENTS_LAST, batch))
+        # A peer cannot want more than we hold (plus one batch of slack for races).
+        await self.transfer.serve(stream, len(self.keys) + self.fetch_batch, stats)

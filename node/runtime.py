@@ -46,6 +46,7 @@ class NodeRuntime:
     channels: Any = None  # node.channels.ChannelService
     peers: Any = None  # node.peers.PeerManager
     recon: Any = None  # node.recon_service.ReconService
+    standing: Any = None  # node.standing.PeerStanding: scores and bans of misbehaving peers
     snapshots: Any = None  # node.snapshots.SnapshotScheduler, when [spark] is enabled
     api_url: str = ""
     started_at: float = field(default_factory=time.monotonic)

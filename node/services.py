@@ -10,8 +10,9 @@ from typing import Any
 
 from node.api import ApiRoute
 from node.apps import AppRunner
+from node.blocks_app import router_of
 from node.channels import ChannelService
-from node.config import Config
+from node.config import Config, ConfigError, SdsSection
 from node.discovery import DhtDiscovery
 from node.fetch import Fetcher
 from node.peers import PeerManager
@@ -19,14 +20,26 @@ from node.plugins import PLUGINS
 from node.recon_service import ReconService
 from node.runtime import NodeRuntime
 from node.snapshots import scheduler_from_config
+from node.standing import PeerStanding, score_config
+from sync.errors import LocalProtocolError
+from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
 
-__all__ = ["build_services", "sds_config"]
+__all__ = ["build_services", "channel_profiles", "channel_writers", "sds_config"]
 
 
 def sds_config(config: Config) -> SdsConfig:
     s = config.sds
+    try:
+        return _sds_config(s)
+    except LocalProtocolError as exc:  # a combination of keys SDS cannot work with
+        name = str(exc).rsplit(".", 1)[-1]
+        raise ConfigError(f"sds.{name}", "inconsistent with the other sds keys "
+                          "(docs/security.md)") from None
+
+
+def _sds_config(s: SdsSection) -> SdsConfig:
     return SdsConfig(
         causal_history_size=s.causal_history_size,
         bloom_capacity=s.bloom_capacity,
@@ -39,7 +52,38 @@ def sds_config(config: Config) -> SdsConfig:
         sync_jitter=s.sync_interval_s,
         t_min=s.repair_t_min_s,
         t_max=s.repair_t_max_s,
+        max_lamport_ahead_ms=s.max_lamport_ahead_ms,
+        max_waiting=s.max_waiting,
+        max_waiting_bytes=s.max_waiting_bytes,
+        max_waiting_per_sender=s.max_waiting_per_sender,
+        max_waiting_bytes_per_sender=s.max_waiting_bytes_per_sender,
+        max_missing=s.max_missing,
+        delivered_window=s.delivered_window,
+        max_missing_per_sender=s.max_missing_per_sender,
+        repair_cache_bytes=s.repair_cache_bytes,
+        ack_min_filters=s.ack_min_filters,
     )
+
+
+def channel_profiles(config: Config) -> dict[str, str]:
+    """The SDS profile of every channel: ``[sds] profile`` for the configured channels, the
+    applications' channels "syncnode" (their writers are authorised by signature), then the
+    ``[sds] channel_profiles`` overrides."""
+    apps = {c for plugin in PLUGINS for c in plugin.channels(config)}
+    out = {name: "syncnode" for name in channel_names(config)}
+    out.update({name: config.sds.profile for name in config.p2p.channels if name not in apps})
+    for item in config.sds.channel_profiles:
+        name, _, profile = item.partition("=")
+        out[name] = profile
+    return out
+
+
+def channel_writers(config: Config) -> dict[str, frozenset[str]]:
+    """Channels whose content only some peers may send: the block streams' producers."""
+    if not config.blocks.enabled:
+        return {}
+    producers = frozenset(config.blocks.producers)
+    return {name: producers for name in router_of(config.blocks).channels()}
 
 
 def channel_names(config: Config) -> list[str]:
@@ -57,9 +101,16 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         network_id=config.node.network_id, channels=channel_names(config),
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
+        event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
+        writers=channel_writers(config),
+        gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
+                                   peer_burst=config.p2p.gossip_peer_burst),
     )
     await channels.load()
-    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing)
+    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers))
+    channels.on_penalty = standing.penalise
+    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
+                      standing=standing, limits=config.fetch)
     channels.on_missing = fetcher.want
     peers = PeerManager(host, store, metrics)
     await peers.load(config.p2p.bootstrap)
@@ -67,8 +118,12 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, interval_s=config.recon.interval_s,
         session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
-        config=ReconConfig(fanout=config.recon.fanout), allowed_senders=allowed,
-        gossip_grace_s=config.recon.gossip_grace_s,
+        config=ReconConfig(fanout=config.recon.fanout, max_key_list=config.recon.max_key_list),
+        allowed_senders=allowed, gossip_grace_s=config.recon.gossip_grace_s,
+        standing=standing, claim_timeout_s=config.recon.claim_timeout_s,
+        max_missing_keys=config.recon.max_missing_keys,
+        serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
+        event_id_layout=config.recon.event_id_layout,
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api import ApiError, ApiRoute
+from node.api import ApiError, ApiRoute, RouteDoc
 
 if TYPE_CHECKING:
     from node.runtime import NodeRuntime
@@ -35,9 +35,12 @@ async def _status(node: NodeRuntime, _request: Request) -> Response:
     return JSONResponse(_scheduler(node).status())
 
 
+_NOT_ENABLED = {503: "Snapshots are not enabled on this node (config [spark])"}
+
 SNAPSHOT_ROUTES: list[ApiRoute] = [
     ApiRoute("POST", "/v1/snapshots", "Start a snapshot rebuild (queued if one is running)",
-             _trigger),
+             _trigger, RouteDoc(status=202, response={"type": "object"}, errors=_NOT_ENABLED)),
     ApiRoute("GET", "/v1/snapshots/status",
-             "Snapshot job state, progress of the running job and the last result", _status),
+             "Snapshot job state, progress of the running job and the last result", _status,
+             RouteDoc(response={"type": "object"}, errors=_NOT_ENABLED)),
 ]

@@ -60,6 +60,9 @@ class SnapshotJobConfig:
     settle_ms: int = 60_000
     rehash: bool = False
     driver_memory: str = "4g"
+    max_events_per_file: int = 100_000
+    event_id_layout: str = "cip124-draft"
+    waku_channels: tuple[str, ...] = ()
     python: str = field(default_factory=lambda: sys.executable)
 
 
@@ -70,10 +73,12 @@ def job_commands(cfg: SnapshotJobConfig) -> list[JobCommand]:
     jobs = [JobCommand("snapshot", (
         cfg.python, "-m", "spark_jobs.snapshot", *common, "--out", cfg.snapshot_dir,
         "--data-dir", cfg.data_dir, "--period-ms", str(cfg.period_ms),
-        "--settle-ms", str(cfg.settle_ms),
+        "--settle-ms", str(cfg.settle_ms), "--max-events-per-file", str(cfg.max_events_per_file),
     ))]
     if cfg.rehash:
-        jobs.append(JobCommand("rehash", (cfg.python, "-m", "spark_jobs.rehash", *common)))
+        jobs.append(JobCommand("rehash", (cfg.python, "-m", "spark_jobs.rehash", *common,
+                                          "--event-id-layout", cfg.event_id_layout,
+                                          "--waku-channels", ",".join(cfg.waku_channels))))
     return jobs
 
 
@@ -276,8 +281,10 @@ def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
 
     Expects ``config.spark`` with ``enabled, master, partitions, snapshot_dir,
     snapshot_interval_s, snapshot_every_events, period_ms, settle_ms, rehash, job_timeout_s,
-    driver_memory``.
+    driver_memory, max_events_per_file``.
     """
+    from node.services import channel_profiles  # services imports this module
+
     config = runtime.config
     spark = getattr(config, "spark", None)
     if spark is None or not spark.enabled:
@@ -288,6 +295,9 @@ def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
         network_id=config.node.network_id, snapshot_dir=snapshot_dir, master=spark.master,
         partitions=spark.partitions, period_ms=spark.period_ms, settle_ms=spark.settle_ms,
         rehash=spark.rehash, driver_memory=spark.driver_memory,
+        max_events_per_file=spark.max_events_per_file,
+        event_id_layout=config.recon.event_id_layout,
+        waku_channels=tuple(sorted(c for c, p in channel_profiles(config).items() if p == "waku")),
     )
     return SnapshotScheduler(
         job_commands(cfg), interval_s=spark.snapshot_interval_s,

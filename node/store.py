@@ -15,11 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
-from storage import AppendResult, EventRecord, append_events, write_transaction
+from node.logs import kv
+from storage import (
+    AppendResult,
+    EventRecord,
+    append_events,
+    stored_message_ids,
+    write_transaction,
+)
 
-__all__ = ["EventStore", "StoreClosed"]
+__all__ = ["EventStore", "StoreClosed", "StoreRejected"]
 
 log = logging.getLogger("syncnode.store")
 T = TypeVar("T")
@@ -29,9 +36,15 @@ class StoreClosed(RuntimeError):
     pass
 
 
+class StoreRejected(ValueError):
+    """An event that no backend can store (``storage.record_problem``)."""
+
+
 @dataclass
 class _Pending:
     records: Sequence[EventRecord]
+    # Written in the same transaction as the records (an idempotency key with its answer).
+    also: Callable[[Connection], None] | None = None
     done: trio.Event = field(default_factory=trio.Event)
     result: AppendResult | None = None
     error: BaseException | None = None
@@ -45,19 +58,36 @@ class EventStore:
         self._send, self._recv = trio.open_memory_channel[_Pending](math.inf)
         self.batches = 0
         self.committed_events = 0
+        self.failed_events = 0
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
+        self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        # Message ids queued and not yet committed (or failed): with the database they answer
+        # "is this id in the log?" for channels that keep only recent ids in memory.
+        self._queued: dict[str, int] = {}
+        #: Questions ``stored_ids`` sent to the database.
+        self.id_lookups = 0
 
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
         self._listeners.append(listener)
 
-    async def append(self, records: Sequence[EventRecord]) -> AppendResult:
-        """Queue records and return once they are committed (or raise the commit's error)."""
-        pending = _Pending(records)
+    def on_failure(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
+        """Call ``listener`` (in the trio thread) with the records a commit could not store."""
+        self._failure_listeners.append(listener)
+
+    async def append(
+        self, records: Sequence[EventRecord], also: Callable[[Connection], None] | None = None
+    ) -> AppendResult:
+        """Queue records and return once they are committed (or raise the commit's error).
+
+        ``also`` runs inside the same transaction: it is committed exactly when the records are.
+        """
+        pending = _Pending(records, also)
         try:
             self._send.send_nowait(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise StoreClosed("the event store is shut down") from None
+        self._note_queued(records, 1)
         await pending.done.wait()
         if pending.error is not None:
             raise pending.error
@@ -70,6 +100,34 @@ class EventStore:
             self._send.send_nowait(_Pending(records))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.warning("store closed; %d relayed events not stored (peers resend)", len(records))
+            return
+        self._note_queued(records, 1)
+
+    def _note_queued(self, records: Sequence[EventRecord], delta: int) -> None:
+        queued = self._queued
+        for record in records:
+            mid = record.message_id
+            count = queued.get(mid, 0) + delta
+            if count > 0:
+                queued[mid] = count
+            else:
+                queued.pop(mid, None)
+
+    def stored_ids(self, channel: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` in ``channel``'s log: committed, or queued to be.
+
+        Synchronous, on the caller's (trio) thread: an SDS protocol step is synchronous, and
+        a channel asks only about ids older than the window it keeps in memory (old events
+        fetched by Recon, duplicates of old events), one indexed query per received message.
+        """
+        queued = self._queued
+        found = {mid for mid in ids if mid in queued}
+        rest = [mid for mid in ids if mid not in found]
+        if rest:
+            self.id_lookups += 1
+            with self.engine.connect() as conn:
+                found |= stored_message_ids(conn, channel, rest)
+        return found
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a repository function with a fresh connection in a worker thread."""
@@ -124,28 +182,34 @@ class EventStore:
 
     async def _commit(self, batch: list[_Pending]) -> None:
         records = [r for pending in batch for r in pending.records]
+        try:
+            await self._commit_records(batch, records)
+        finally:
+            self._note_queued(records, -1)
 
-        def run() -> AppendResult:
+    async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
+        try:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.
-            with write_transaction(self.engine) as conn:
-                return append_events(conn, records, int(time.time() * 1000))
-
-        try:
-            # Not cancellable: a commit once started must be allowed to finish and be reported.
-            combined = await trio.to_thread.run_sync(run, abandon_on_cancel=False)
-        except Exception as exc:  # a failed commit fails its callers; the daemon keeps going
-            log.error("batch commit failed", exc_info=True)
-            for pending in batch:
-                pending.error = exc
-                pending.done.set()
-            return
+            combined = await self._insert(records, [p.also for p in batch if p.also])
+            errors: dict[str, BaseException] = {}
+        except Exception as exc:
+            log.error("batch commit failed; retrying its events one by one", exc_info=True)
+            # A caller's extra write goes with its last record (a publish's own event).
+            also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
+            combined, errors = await self._insert_each(records, exc, also_of)
+        for mid, why in combined.rejected:
+            errors.setdefault(mid, StoreRejected(why))
         self.batches += 1
         self.committed_events += len(combined.inserted)
         seq_of = {mid: seq for seq, mid in combined.inserted}
         for pending in batch:
             inserted, duplicates = [], []
             for record in pending.records:
+                error = errors.get(record.message_id)
+                if error is not None:
+                    pending.error = error
+                    continue
                 seq = seq_of.pop(record.message_id, None)
                 if seq is None:
                     duplicates.append(record.message_id)
@@ -153,6 +217,49 @@ class EventStore:
                     inserted.append((seq, record.message_id))
             pending.result = AppendResult(tuple(inserted), tuple(duplicates))
             pending.done.set()
+        failed = [r for r in records if r.message_id in errors]
+        if failed:
+            self.failed_events += len(failed)
+            log.warning("events not stored", extra=kv(count=len(failed),
+                                                      reason=str(errors[failed[0].message_id])))
+            for on_failure in self._failure_listeners:
+                on_failure(failed)
         # Listeners see the batch once, as one commit.
         for listener in self._listeners:
             listener(combined, records)
+
+    async def _insert(self, records: Sequence[EventRecord],
+                      extras: Sequence[Callable[[Connection], None]] = ()) -> AppendResult:
+        def run() -> AppendResult:
+            with write_transaction(self.engine) as conn:
+                result = append_events(conn, records, int(time.time() * 1000))
+                for extra in extras:
+                    extra(conn)
+                return result
+
+        # Not cancellable: a commit once started must be allowed to finish and be reported.
+        return await trio.to_thread.run_sync(run, abandon_on_cancel=False)
+
+    async def _insert_each(
+        self, records: Sequence[EventRecord], first_error: BaseException,
+        also_of: dict[str, Callable[[Connection], None]] | None = None,
+    ) -> tuple[AppendResult, dict[str, BaseException]]:
+        """The batch failed as a whole: one transaction per event isolates the failing ones
+        (a full disk or a lost database fails them all, and all are reported failed)."""
+        if len(records) == 1:
+            return AppendResult((), ()), {records[0].message_id: first_error}
+        inserted: list[tuple[int, str]] = []
+        duplicates: list[str] = []
+        rejected: list[tuple[str, str]] = []
+        errors: dict[str, BaseException] = {}
+        for record in records:
+            try:
+                extra = (also_of or {}).get(record.message_id)
+                result = await self._insert([record], [extra] if extra else [])
+            except Exception as exc:
+                errors[record.message_id] = exc
+                continue
+            inserted.extend(result.inserted)
+            duplicates.extend(result.duplicates)
+            rejected.extend(result.rejected)
+        return AppendResult(tuple(inserted), tuple(duplicates), tuple(rejected)), errors

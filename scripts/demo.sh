@@ -59,7 +59,7 @@ start_node() {  # start_node NAME [--bootstrap MULTIADDR ...]
 }
 
 connected_peers() {  # connected_peers NAME -> number of connected peers
-  "$SYNCNODE" peers --json --api "${api[$1]}" \
+  "$SYNCNODE" peers --json --api "${api[$1]}" --data-dir "$work/$1" \
     | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["connected"]))'
 }
 
@@ -83,7 +83,7 @@ say "publishing $EVENTS_PER_NODE events on each node (channel $CHANNEL)"
 ids=()
 for name in "${NODES[@]}"; do
   for k in $(seq 1 $EVENTS_PER_NODE); do
-    id=$("$SYNCNODE" publish "$CHANNEL" "hello $k from $name" --api "${api[$name]}")
+    id=$("$SYNCNODE" publish "$CHANNEL" "hello $k from $name" --api "${api[$name]}" --data-dir "$work/$name")
     ids+=("$id")
     echo "$name published ${id:0:12}  \"hello $k from $name\""
   done
@@ -93,7 +93,7 @@ say "waiting up to $TIMEOUT s for all ${#ids[@]} events to arrive on every node"
 deadline=$((SECONDS + TIMEOUT))
 for name in "${NODES[@]}"; do
   while true; do
-    log=$("$SYNCNODE" log "$CHANNEL" --json --api "${api[$name]}")
+    log=$("$SYNCNODE" log "$CHANNEL" --json --api "${api[$name]}" --data-dir "$work/$name")
     missing=0
     for id in "${ids[@]}"; do
       grep -q "\"$id\"" <<<"$log" || missing=$((missing + 1))
@@ -107,7 +107,7 @@ done
 
 for name in "${NODES[@]}"; do
   say "syncnode log $CHANNEL on $name (lamport, sender, message id, content)"
-  "$SYNCNODE" log "$CHANNEL" --api "${api[$name]}"
+  "$SYNCNODE" log "$CHANNEL" --api "${api[$name]}" --data-dir "$work/$name"
 done
 
 say "stopping the nodes (SIGTERM)"

@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.source import DEFAULT_DRIVER_MEMORY
 from storage import LANE_COLUMNS, make_engine, range_hash
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import cbor_uint, channel_bounds, event_cid, prefix_successor, stream_prefix
+from sync.recon.eventid import (
+    CIP124_DRAFT,
+    LAYOUTS,
+    cbor_uint,
+    channel_bounds,
+    event_cid,
+    prefix_successor,
+    stream_prefix,
+)
 from sync.recon.sha256a import MASK32, Sha256a, lanes_of
 from sync.sds import decode_event, event_digest, sds_pb2
 
@@ -114,6 +122,26 @@ class RowChecker:
 
     network_id: int
     verify_signatures: bool = False
+    #: The network's eventId layout: the ceramic-one keys carry no Lamport time.
+    layout: str = CIP124_DRAFT
+    #: Channels of the "waku" SDS profile: id = sha256(payload), no signature.
+    waku_channels: frozenset[str] = frozenset()
+
+    def _digest(self, channel: str, sender: str, lamport: int, history: Any,
+                content: bytes) -> bytes:
+        if channel in self.waku_channels:
+            return _sha256(content).digest()
+        return event_digest(channel, sender, lamport, [h.message_id for h in history], content)
+
+    def _signature_ok(self, wire: bytes, channel: str) -> str | None:
+        """None, or why the signature fails (never checked on a waku channel)."""
+        if not self.verify_signatures or channel in self.waku_channels:
+            return None
+        try:
+            decode_event(wire, verify_signature=True)
+        except RemoteProtocolError as exc:
+            return str(exc)
+        return None
 
     def agrees(self, wire: bytes, mid: str, channel: str, sender: str, lamport: int, key: bytes,
                lanes: tuple[int, ...]) -> bool:
@@ -131,22 +159,16 @@ class RowChecker:
         if (not msg.HasField("lamport_timestamp") or msg.channel_id != channel
                 or msg.sender_id != sender or msg.lamport_timestamp != lamport):
             return False
-        digest = event_digest(channel, sender, lamport,
-                              [h.message_id for h in msg.causal_history], msg.content)
+        digest = self._digest(channel, sender, lamport, msg.causal_history, msg.content)
         hexd = digest.hex()
         if hexd != mid or hexd != msg.message_id:
             return False
-        if key != (_prefix(self.network_id, channel, sender) + _cbor_uint(lamport) + _CID_HEAD
-                   + digest):
+        height = _cbor_uint(lamport) if self.layout == CIP124_DRAFT else b""
+        if key != _prefix(self.network_id, channel, sender) + height + _CID_HEAD + digest:
             return False
         if _LANES.unpack(_sha256(key).digest()) != lanes:
             return False
-        if self.verify_signatures:
-            try:
-                decode_event(wire, verify_signature=True)
-            except RemoteProtocolError:
-                return False
-        return True
+        return self._signature_ok(wire, channel) is None
 
     def check_batches(self, batches: Iterator[tuple[Any, ...]]) -> Iterator[Any]:
         """The Arrow UDF body: per batch of ``CHECK_COLUMNS`` arrays, a boolean array saying
@@ -176,8 +198,7 @@ class RowChecker:
         if not msg.HasField("lamport_timestamp"):
             return ["wire: no lamport timestamp (not a stored content event)"], None, None, None
         w_lamport = msg.lamport_timestamp
-        ids = [h.message_id for h in msg.causal_history]
-        digest = event_digest(w_channel, w_sender, w_lamport, ids, msg.content)
+        digest = self._digest(w_channel, w_sender, w_lamport, msg.causal_history, msg.content)
         hexd = digest.hex()
         out: list[str] = []
         if hexd != msg.message_id:
@@ -190,8 +211,8 @@ class RowChecker:
             out.append(f"sender: stored {sender!r}, wire {w_sender!r}")
         if lamport != w_lamport:
             out.append(f"lamport: stored {lamport}, wire {w_lamport}")
-        computed = (_prefix(self.network_id, w_channel, w_sender) + cbor_uint(w_lamport)
-                    + _CID_HEAD + digest)
+        height = cbor_uint(w_lamport) if self.layout == CIP124_DRAFT else b""
+        computed = _prefix(self.network_id, w_channel, w_sender) + height + _CID_HEAD + digest
         lanes = lanes_of(computed)
         if key != computed:
             out.append(f"recon_key: stored {bytes(key).hex()}, recomputed {computed.hex()}")
@@ -200,11 +221,9 @@ class RowChecker:
                 f"{LANE_COLUMNS[i]}: stored {stored_lanes[i]}, recomputed {lanes[i]}"
                 for i in range(8) if stored_lanes[i] != lanes[i]
             )
-        if self.verify_signatures and not out:
-            try:
-                decode_event(wire, verify_signature=True)
-            except RemoteProtocolError as exc:
-                out.append(f"signature: {exc}")
+        failure = None if out else self._signature_ok(wire, w_channel)
+        if failure is not None:
+            out.append(f"signature: {failure}")
         return out, w_channel, computed, lanes
 
     def explain(self, *row: Any) -> tuple[str, int, str | None, int, list[int] | None]:
@@ -261,12 +280,13 @@ def _bucket_byte(key: Any, network_id: int) -> Any:
     return F.substring(key, len(_prefix(network_id, "", None)) + 1, 1)
 
 
-def _agree_column(network_id: int, verify_signatures: bool) -> Any:
+def _agree_column(network_id: int, verify_signatures: bool, layout: str,
+                  waku_channels: frozenset[str]) -> Any:
     """The Arrow UDF column: true when the event agrees with its wire in every respect."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.functions import ArrowUDFType, arrow_udf
 
-    checker = RowChecker(network_id, verify_signatures)
+    checker = RowChecker(network_id, verify_signatures, layout, waku_channels)
     with warnings.catch_warnings():
         # pyspark prefers type hints; an explicit SCALAR_ITER type works without pandas.
         warnings.simplefilter("ignore", UserWarning)
@@ -274,7 +294,9 @@ def _agree_column(network_id: int, verify_signatures: bool) -> Any:
     return udf(*(F.col(c) for c in CHECK_COLUMNS))
 
 
-def transform(df: DataFrame, network_id: int, *, verify_signatures: bool = False) -> DataFrame:
+def transform(df: DataFrame, network_id: int, *, verify_signatures: bool = False,
+              layout: str = CIP124_DRAFT, waku_channels: frozenset[str] = frozenset()
+              ) -> DataFrame:
     """Events (``INPUT_COLUMNS``) -> one row per (stored channel, bucket byte of the stored key,
     ``agrees``): ``count`` and ``l0..l7`` (sums of the stored lanes, not reduced mod 2^32).
 
@@ -287,14 +309,16 @@ def transform(df: DataFrame, network_id: int, *, verify_signatures: bool = False
 
     return (
         df.select(F.col("channel"), _bucket_byte(F.col("recon_key"), network_id).alias("bucket"),
-                  _agree_column(network_id, verify_signatures).alias("agrees"),
+                  _agree_column(network_id, verify_signatures, layout, waku_channels
+                                ).alias("agrees"),
                   *(F.col(n).alias(f"l{i}") for i, n in enumerate(LANE_COLUMNS)))
         .groupBy("channel", "bucket", "agrees")
         .agg(F.count(F.lit(1)).alias("count"), *(F.sum(f"l{i}").alias(f"l{i}") for i in range(8)))
     )
 
 
-def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = False
+def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = False,
+                 layout: str = CIP124_DRAFT, waku_channels: frozenset[str] = frozenset()
                  ) -> DataFrame:
     """The events that do not agree, explained: ``seq``, ``message_id``, ``channel``,
     ``problems`` (JSON list), ``x`` (stored bucket, recomputed channel / bucket / lanes)."""
@@ -308,14 +332,14 @@ def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = Fa
         StructType,
     )
 
-    checker = RowChecker(network_id, verify_signatures)
+    checker = RowChecker(network_id, verify_signatures, layout, waku_channels)
     explain = F.udf(checker.explain, useArrow=False, returnType=StructType([
         StructField("problems", StringType()), StructField("stored_bucket", IntegerType()),
         StructField("channel", StringType()), StructField("bucket", IntegerType()),
         StructField("lanes", ArrayType(LongType()))]))
     return (
         df.select(*INPUT_COLUMNS)
-        .where(~_agree_column(network_id, verify_signatures))
+        .where(~_agree_column(network_id, verify_signatures, layout, waku_channels))
         .select("seq", "message_id", "channel", *LANE_COLUMNS, explain(*INPUT_COLUMNS).alias("x"))
     )
 
@@ -454,7 +478,8 @@ def served_hashes(url: str, network_id: int, channels: Iterable[str]) -> dict[st
 
 def run(
     spark: Any, url: str, network_id: int, *, partitions: int, verify_signatures: bool = False,
-    max_rows: int = 1000,
+    max_rows: int = 1000, layout: str = CIP124_DRAFT,
+    waku_channels: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Read, re-hash and report (the body of ``main``, usable with any session).
 
@@ -471,7 +496,8 @@ def run(
     rows: list[dict[str, Any]] = []
     n_bad = 0
     with stage_progress(spark, "rehash"):
-        for r in transform(df, network_id, verify_signatures=verify_signatures).collect():
+        for r in transform(df, network_id, verify_signatures=verify_signatures,
+                           layout=layout, waku_channels=waku_channels).collect():
             if r["agrees"]:
                 bucket = r["bucket"][0] if r["bucket"] else -1
                 good.append((r["channel"], bucket, r["count"], [r[f"l{i}"] for i in range(8)]))
@@ -479,7 +505,8 @@ def run(
                 n_bad += int(r["count"])
         if n_bad:
             # Persisted: the partial sums and the listed rows both read this one explanation.
-            explained = explain_rows(df, network_id, verify_signatures=verify_signatures
+            explained = explain_rows(df, network_id, verify_signatures=verify_signatures,
+                                     layout=layout, waku_channels=waku_channels
                                      ).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 bad_partials = [(r["side"], r["channel"], r["bucket"], r["count"],
@@ -508,6 +535,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--verify-signatures", action="store_true",
                         help="also check every event's Ed25519 signature (slow)")
     parser.add_argument("--max-rows", type=int, default=1000, help="rows listed in the report")
+    parser.add_argument("--event-id-layout", choices=LAYOUTS, default=CIP124_DRAFT,
+                        help="the network's Recon key layout ([recon] event_id_layout)")
+    parser.add_argument("--waku-channels", default="",
+                        help="comma-separated channels of the waku SDS profile")
     parser.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY,
                         help=f"spark.driver.memory (default {DEFAULT_DRIVER_MEMORY})")
     return parser.parse_args(argv)
@@ -523,7 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         emit_progress("rehash", 0, 1)
         report = run(spark, args.db, args.network_id, partitions=args.partitions,
-                     verify_signatures=args.verify_signatures, max_rows=args.max_rows)
+                     verify_signatures=args.verify_signatures, max_rows=args.max_rows,
+                     layout=args.event_id_layout,
+                     waku_channels=frozenset(filter(None, args.waku_channels.split(","))))
     finally:
         spark.stop()
     report["seconds"] = round(time.monotonic() - started, 3)

@@ -2,24 +2,32 @@
 
 Periods: an event belongs to period ``lamport // period_ms``; its consensus time is
 ``lamport * 10^6 + rank`` (rank among the events of the same millisecond, ``(lamport,
-message_id)`` order: ``row_number() over (partition by lamport order by message_id) - 1``). One
-record file per non-empty period, in period order, block numbers counting up by one.
+message_id)`` order). A period's events go into consecutive record files (blocks) of at most
+``max_events_per_file`` events each; block numbers count up by one across files and periods.
 
-Two passes over the ranked events, both parallel:
+Executors write, the driver signs (see docs/spark.md, "snapshot"):
 
-1. each event's item hash (``event_item`` + ``item_hash``) in the workers; the driver folds the
-   running hash over them in consensus order (48-byte inputs, the only sequential step) and so
-   learns every period's start running hash;
-2. each period's block assembled in the workers with ``assemble_block`` from its start hash
-   (record file + SYNCNODE_DELIVERY sidecar); the driver checks that the block's end hash is the
-   one the fold found, signs the file and metadata hashes with the node key (the private key
-   never leaves the driver process) and writes the files.
+1. pass 1 (tasks, per block): encode the items, write the sidecar file and scratch copies of
+   the encoded items, item hashes and tree entries; return the block's metadata;
+2. fold (one task, block order): the running hash over the item hashes: every block's start
+   and end hash. The driver receives per-block metadata only;
+3. pass 2 (tasks, per block): frame the encoded items with the chain hashes, gzip, write the
+   record file, return its file hash; the driver checks the chain, signs (the private key never
+   leaves the driver) and writes the signature files;
+4. tree (tasks, per bucket of ~32^3 keys): the range tree's nodes up to level 2, from entries
+   sorted by key; the driver joins the bucket nodes and writes the few top nodes and the
+   manifest.
 
 Incremental: the manifest holds the chain state (next block, running hash, last period written);
-a rebuild reads only events of later periods and continues the chain. Only *closed* periods are
-written: those that ended ``--settle-ms`` before the newest event (``--all``: every period).
-Events that arrive later for an already written period are not in the file chain (counted as
-``late`` in the result); a node bootstrapped from the snapshot gets them through Recon.
+a rebuild reads only events of later periods and continues the chain. Only *settled* periods are
+written: those that ended ``--settle-ms`` before now, by the wall clock (``--all``: every
+period). The clock, not the newest event: a quiet log's last period is written once it settled,
+rather than waiting forever for a newer event; and one event stamped far in the future
+cannot close periods early (``end_period``). The result says what it left out and until when:
+``pending_events`` (in periods not settled yet) and ``pending_until_ms`` (the epoch ms after
+which a rebuild includes the oldest of them). Events that arrive later for an already written
+period are not in the file chain (counted as ``late``); a node bootstrapped from the snapshot
+gets them through Recon.
 
 ``python -m spark_jobs.snapshot --db URL --out DIR --network-id N --data-dir DIR`` (or ``--key``).
 """
@@ -27,102 +35,122 @@ Events that arrive later for an already written period are not in the file chain
 from __future__ import annotations
 
 import argparse
-import heapq
+import contextlib
 import json
+import os
+import shutil
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from spark_jobs.manifest import iter_leaf_entries, load_manifest, write_manifest, write_objects
+from spark_jobs.manifest import load_manifest, read_object, write_manifest
+from spark_jobs.snapshot_tasks import (
+    BLOCK_META,
+    BUILD_DIR,
+    ENCODE_COLUMNS,
+    FOLDED,
+    TREE_ENTRY_FIELDS,
+    TREE_SUMMARY,
+    BlockContext,
+    arrow_column,
+    encode_blocks,
+    finish_block,
+    fold_blocks,
+    local_path,
+    summary_of,
+    tree_buckets,
+    tree_source,
+    write_atomic,
+    write_object,
+)
 from spark_jobs.source import DEFAULT_DRIVER_MEMORY
 from storage import column_bounds, count_from_lamport, make_engine
 from sync.identity import peer_id_of
+from sync.recon.sha256a import Sha256a
 from sync.recordstream import (
-    MAX_RANK,
     SYNCNODE_FORMAT_VERSION,
-    BlockItem,
-    SnapshotEvent,
-    assemble_block,
-    delivery_sidecar_record,
     encode_signature_file,
-    event_item,
-    file_hash,
-    fold_running_hash,
-    gunzip_limited,
-    item_hash,
     metadata_hash,
+    sidecar_file_name,
     sign_hash,
     signature_file_name,
 )
 from sync.recordstream import record_stream_pb2 as pb
-from sync.snapshot_manifest import Chain, FileEntry, Manifest, TreeEntry, build_tree
+from sync.recordstream.blocks import SIDECAR_ID
+from sync.snapshot_manifest import (
+    BUCKET_LEVEL,
+    Chain,
+    FileEntry,
+    Manifest,
+    closes_bucket,
+    join_buckets,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["NODE_KEY_FILE", "assemble_period", "item_hashes", "load_node_key", "main",
-           "rank_events", "run"]
+__all__ = ["DEFAULT_MAX_EVENTS_PER_FILE", "NODE_KEY_FILE", "check_chain", "end_period",
+           "load_node_key", "main", "plan_blocks", "run", "sign_block", "signature_file"]
 
 #: The node key's file name under the data directory (``node.identity.KEY_FILE``; repeated here
 #: because a job never imports the node package, a test checks the two agree).
 NODE_KEY_FILE = "identity.key"
+#: ``[spark] max_events_per_file``: a longer period is split into several record files.
+DEFAULT_MAX_EVENTS_PER_FILE = 100_000
+
+#: Tree entries one task turns into rows at most (one Arrow batch: ~60 bytes each).
+_ENTRIES_PER_TASK = 200_000
 
 EVENT_COLUMNS = ("seq", "recon_key", "message_id", "channel", "sender", "lamport", "wire",
                  "received_at")
 _NS_PER_MS = 1_000_000
 
 
-def rank_events(df: DataFrame, period_ms: int) -> DataFrame:
-    """Add ``consensus_ns`` and ``period`` to events (``EVENT_COLUMNS``)."""
+def end_period(newest_ms: int, now_ms: int, period_ms: int, settle_ms: int,
+               include_open: bool = False) -> int:
+    """The first period not written: periods that ended ``settle_ms`` before the job's clock.
+
+    The clock alone decides. Not the newest event: counted from it, a quiet log never had its
+    last period written (nothing newer comes to close it); and one event stamped in the future
+    (the clock rule lets one run up to ``sds.max_lamport_ahead_ms`` ahead) would close every
+    period up to it, so honest events arriving later for them would be left out as late for
+    good. ``include_open`` (``--all``) writes every period up to the newest event."""
+    if include_open:
+        return newest_ms // period_ms + 1
+    return (now_ms - settle_ms) // period_ms
+
+
+def plan_blocks(df: DataFrame, period_ms: int, max_events_per_file: int) -> DataFrame:
+    """Add ``rank``, ``consensus_ns``, ``period``, ``k`` (block of the period) and ``item``
+    (index in the block) to events (``EVENT_COLUMNS``).
+
+    The index of an event in its period is (events of the period in earlier milliseconds) +
+    rank; the first term comes from the per-millisecond counts, prefix-summed per period (a
+    period has at most ``period_ms`` distinct milliseconds, so no task holds a period's events).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     rank = F.row_number().over(Window.partitionBy("lamport").orderBy("message_id")) - 1
-    return (
+    ranked = (
         df.withColumn("rank", rank)
         .withColumn("consensus_ns", F.col("lamport") * F.lit(_NS_PER_MS) + F.col("rank"))
         .withColumn("period", F.floor(F.col("lamport") / F.lit(period_ms)).cast("long"))
     )
-
-
-def _event(row: Any) -> SnapshotEvent:
-    return SnapshotEvent(int(row["seq"]), row["message_id"], row["channel"], row["sender"],
-                         int(row["lamport"]), bytes(row["wire"]), int(row["received_at"]))
-
-
-def item_hashes(rows: Iterable[Any]) -> Iterator[tuple[int, int, bytes]]:
-    """(consensus_ns, period, item hash) of ranked events: the parallel half of the chain."""
-    for row in rows:
-        if row["rank"] >= MAX_RANK:
-            raise ValueError(f"more than {MAX_RANK} events at lamport {row['lamport']}")
-        record, transaction = event_item(_event(row), int(row["consensus_ns"]))
-        yield int(row["consensus_ns"]), int(row["period"]), item_hash(record, transaction)
-
-
-def assemble_period(
-    node: str, period: int, rows: Iterable[Any], start: bytes, block: int, sidecars: bool
-) -> dict[str, Any]:
-    """One period's files (unsigned) with what the driver needs to check and sign them."""
-    ranked = sorted(rows, key=lambda r: int(r["consensus_ns"]))
-    items = []
-    for row in ranked:
-        event, consensus = _event(row), int(row["consensus_ns"])
-        record, transaction = event_item(event, consensus)
-        extra = (delivery_sidecar_record(event, consensus),) if sidecars else ()
-        items.append(BlockItem(consensus, record, transaction, extra))
-    outputs, end = assemble_block(node, items, start, block)
-    raw = gunzip_limited(outputs[0].data, outputs[0].path)
-    return {
-        "period": period, "block": block, "start": start, "end": end,
-        "files": [(o.path, o.data) for o in outputs], "file_hash": file_hash(raw),
-        "first_ns": items[0].consensus_ns, "count": len(items),
-        "keys": [bytes(r["recon_key"]) for r in ranked],
-    }
+    earlier = (Window.partitionBy("period").orderBy("lamport")
+               .rowsBetween(Window.unboundedPreceding, -1))
+    offsets = (ranked.groupBy("lamport", "period").agg(F.count(F.lit(1)).alias("n"))
+               .select("lamport", F.coalesce(F.sum("n").over(earlier), F.lit(0))
+                       .cast("long").alias("offset")))
+    index = F.col("offset") + F.col("rank")
+    return (ranked.join(offsets, "lamport")
+            .withColumn("k", F.floor(index / F.lit(max_events_per_file)).cast("long"))
+            .withColumn("item", (index % F.lit(max_events_per_file)).cast("long")))
 
 
 def load_node_key(path: Path) -> Ed25519PrivateKey:
@@ -132,8 +160,8 @@ def load_node_key(path: Path) -> Ed25519PrivateKey:
     return key
 
 
-def _signature_file(key: Ed25519PrivateKey, record_hash: bytes, start: bytes, end: bytes,
-                    block: int) -> bytes:
+def signature_file(key: Ed25519PrivateKey, record_hash: bytes, start: bytes, end: bytes,
+                   block: int) -> bytes:
     major, minor, patch = SYNCNODE_FORMAT_VERSION
     hapi = pb.SemanticVersion(major=major, minor=minor, patch=patch)
     sig = pb.SignatureFile(
@@ -143,11 +171,30 @@ def _signature_file(key: Ed25519PrivateKey, record_hash: bytes, start: bytes, en
     return encode_signature_file(sig)
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+def sign_block(out: Path, key: Ed25519PrivateKey, ctx: BlockContext, block: dict[str, Any],
+               path: str, record_hash: bytes) -> FileEntry:
+    """Sign a written record file (here, on the driver) and describe it for the manifest."""
+    directory, name = path.rsplit("/", 1)
+    sig_path = f"{directory}/{signature_file_name(name)}"
+    write_atomic(out / sig_path, signature_file(key, record_hash, block["start"], block["end"],
+                                                block["block"]))
+    sidecars = ((f"{directory}/sidecar/{sidecar_file_name(name, SIDECAR_ID)}",)
+                if block["sidecar_hash"] is not None else ())
+    return FileEntry(
+        path=path, block=block["block"], period=block["period"], count=block["count"],
+        first_consensus_ns=block["first_ns"], start_running_hash=block["start"].hex(),
+        end_running_hash=block["end"].hex(), file_hash=record_hash.hex(), signature=sig_path,
+        sidecars=sidecars)
+
+
+def check_chain(blocks: list[dict[str, Any]], start: bytes, first_block: int) -> None:
+    """The blocks (in order) continue the chain: numbers, start = previous end."""
+    running, number = start, first_block
+    for block in blocks:
+        if block["block"] != number or block["start"] != running:
+            raise RuntimeError(f"block {block['block']} (period {block['period']}) does not "
+                               "continue the chain")
+        running, number = block["end"], number + 1
 
 
 def _lamport_range(url: str) -> tuple[int, int, int]:
@@ -159,16 +206,138 @@ def _lamport_range(url: str) -> tuple[int, int, int]:
         engine.dispose()
 
 
-def run(
-    spark: Any, url: str, out: Path, key: Ed25519PrivateKey, network_id: int, *,
-    period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
-    partitions: int = 8, sidecars: bool = True,
-) -> dict[str, Any]:
-    """Build or extend the snapshot in ``out``; returns the job's summary."""
-    from spark_jobs.source import emit_progress, read_events, stage_progress
+def old_units(out: Path, root: str) -> list[tuple[str, bytes, int]]:
+    """(cid, last key, count) of the previous tree's bucket nodes (or of its root when
+    smaller)."""
+    obj = read_object(out, root)
+    level = int(obj.get("level", 0))
+    if level == 0:
+        keys = obj.get("keys") or []
+        return [(root, bytes.fromhex(keys[-1]["key"]), len(keys))] if keys else []
+    if level < BUCKET_LEVEL:
+        children = obj["children"]
+        return [(root, bytes.fromhex(children[-1]["last"]), sum(c["count"] for c in children))]
+    if level == BUCKET_LEVEL:
+        return [(c["cid"], bytes.fromhex(c["last"]), int(c["count"])) for c in obj["children"]]
+    return [unit for c in obj["children"] for unit in old_units(out, c["cid"])]
 
-    if period_ms <= 0:
-        raise ValueError("period_ms must be positive")
+
+def source_groups(sources: list[tuple[int, str, int]], limit: int) -> list[list[tuple[int, str]]]:
+    """Consecutive sources (file, path, entries) in groups of at most ``limit`` entries (or
+    one source): one group per task, so no Arrow batch of entries grows with the log."""
+    groups: list[list[tuple[int, str]]] = []
+    size = limit
+    for file, path, count in sources:
+        if size + count > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append((file, path))
+        size += count
+    return groups
+
+
+def build_tree_from(spark: Any, ctx: BlockContext, manifest: Manifest,
+                    blocks: list[dict[str, Any]], partitions: int) -> tuple[str, Sha256a]:
+    """The range tree over the previous tree's entries and the new blocks' (tasks build and
+    write the buckets' nodes; the driver joins the bucket summaries)."""
+    from pyspark.sql import functions as F
+
+    out = Path(ctx.out)
+    units = old_units(out, manifest.root) if manifest.root else []
+    bounds = sorted({b for block in blocks for b in block["bounds"]}
+                    | {last for _cid, last, _n in units if closes_bucket(last)})
+    base = len(manifest.files) - manifest.chain.next_block
+    sources = [(base + b["block"], str(ctx.scratch(b["period"], b["k"], "keys")), b["count"])
+               for b in blocks] + [(-1, f"cid:{cid}", n) for cid, _last, n in units]
+    groups = source_groups(sources, _ENTRIES_PER_TASK)
+    bcast = spark.sparkContext.broadcast(bounds)
+    try:
+        src = spark.createDataFrame(
+            spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(lambda g: g),
+            "file long, path string")
+        entries = src.select(F.inline(arrow_column(
+            tree_source(ctx, bcast), f"array<struct<{TREE_ENTRY_FIELDS}>>",
+            F.col("file"), F.col("path"))))
+        summary = arrow_column(tree_buckets(ctx), TREE_SUMMARY, F.col("key"), F.col("file"),
+                               F.col("item"), F.col("bucket"))
+        rows = [r["s"] for r in (
+            entries.repartition(max(1, partitions), "bucket")
+            .sortWithinPartitions("bucket", "key")
+            .select(summary.alias("s")).where(F.col("s").isNotNull()).collect())]
+    finally:
+        bcast.unpersist()
+    summaries = [summary_of(r) for r in sorted(rows, key=lambda r: int(r["bucket"]))]
+    return join_buckets(summaries, lambda obj: write_object(out, obj))
+
+
+@dataclass(frozen=True)
+class Build:
+    """One build of a snapshot: where the chain stands and which periods it writes."""
+
+    out: Path
+    url: str
+    key: Ed25519PrivateKey
+    manifest: Manifest
+    ctx: BlockContext
+    lo_ms: int
+    hi_ms: int
+    end_period: int
+    total: int
+    period_ms: int
+    settle_ms: int
+
+    @property
+    def start(self) -> bytes:
+        return bytes.fromhex(self.manifest.chain.running_hash)
+
+    @property
+    def first_block(self) -> int:
+        return self.manifest.chain.next_block
+
+    def sign(self, blocks: list[dict[str, Any]], written: list[dict[str, Any]]
+             ) -> list[FileEntry]:
+        """Check the chain and that every block was written once; sign each file."""
+        check_chain(blocks, self.start, self.first_block)
+        files = {w["block"]: (w["path"], w["file_hash"]) for w in written}
+        if sorted(files) != [b["block"] for b in blocks] or len(written) != len(blocks):
+            raise RuntimeError("pass 2 did not write every block exactly once")
+        return [sign_block(self.out, self.key, self.ctx, b, *files[b["block"]]) for b in blocks]
+
+    def complete(self, blocks: list[dict[str, Any]], new_files: list[FileEntry], root: str,
+                 ahash: Sha256a) -> dict[str, Any]:
+        """Write the manifest (atomically: the only object ever replaced); the job summary."""
+        manifest = self.manifest
+        n_events = sum(int(b["count"]) for b in blocks)
+        late = max(0, self.total - n_events - manifest.count - _count_after(self.url, self.hi_ms))
+        last_period = max(b["period"] for b in blocks) if blocks else manifest.chain.last_period
+        running = blocks[-1]["end"] if blocks else self.start
+        next_block = self.first_block + len(blocks)
+        updated = replace(
+            manifest,
+            chain=Chain(next_block=next_block, running_hash=running.hex(),
+                        last_period=max(last_period, self.end_period - 1)),
+            files=manifest.files + tuple(new_files), root=root, count=ahash.count,
+            ahash=ahash.hex(),
+        )
+        # Tasks write without fsync (as Hadoop's committers do); everything they wrote must be
+        # on disk before the manifest that points at it is.
+        os.sync()
+        write_manifest(self.out, updated)
+        return {"job": "snapshot", "node": manifest.node, "out": str(self.out),
+                "events": updated.count, "files": len(updated.files),
+                "new_files": len(new_files), "new_events": n_events, "late": late,
+                "running_hash": running.hex(), "next_block": next_block, "root": root,
+                "settle_ms": self.settle_ms, "period_ms": self.period_ms,
+                **_pending(self.url, self.end_period, self.period_ms, self.settle_ms)}
+
+
+def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
+                period_ms: int, settle_ms: int, include_open: bool, sidecars: bool,
+                max_events_per_file: int, now_ms: int | None = None) -> Build | dict[str, Any]:
+    """The build to do, or the summary when there is nothing to write."""
+    if period_ms <= 0 or max_events_per_file <= 0:
+        raise ValueError("period_ms and max_events_per_file must be positive")
+    out = local_path(out)
     node = peer_id_of(key)
     prev = load_manifest(out)
     if prev is not None and (prev.node, prev.network_id, prev.period_ms) != (
@@ -178,91 +347,104 @@ def run(
     manifest = prev or Manifest(network_id=network_id, node=node, period_ms=period_ms)
     first_period = manifest.chain.last_period + 1
     _lo, newest, total = _lamport_range(url)
-    end_period = newest // period_ms + 1 if include_open else (newest - settle_ms) // period_ms
-    summary: dict[str, Any] = {"job": "snapshot", "node": node, "new_files": 0,
-                               "new_events": 0, "out": str(out)}
-    if total == 0 or end_period <= first_period:
-        summary.update(events=manifest.count, files=len(manifest.files), late=0)
-        return summary
-    lo_ms, hi_ms = first_period * period_ms, end_period * period_ms
-    df = read_events(spark, url, EVENT_COLUMNS, partitions=partitions,
-                     where=f"lamport >= {lo_ms} AND lamport < {hi_ms}")
-    ranked = rank_events(df, period_ms).persist()
+    clock_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    end = end_period(newest, clock_ms, period_ms, settle_ms, include_open)
+    if total == 0 or end <= first_period:
+        return {"job": "snapshot", "node": node, "new_files": 0, "new_events": 0,
+                "out": str(out), "events": manifest.count, "files": len(manifest.files),
+                "late": 0, "settle_ms": settle_ms, "period_ms": period_ms,
+                **_pending(url, max(end, first_period), period_ms, settle_ms)}
+    build = out / BUILD_DIR / str(manifest.chain.next_block)
+    ctx = BlockContext(str(out), str(build), node, sidecars)
+    return Build(out, url, key, manifest, ctx, first_period * period_ms, end * period_ms, end,
+                 total, period_ms, settle_ms)
+
+
+@contextlib.contextmanager
+def scratch(build: Build) -> Iterator[None]:
+    """The build's scratch directory, removed afterwards (and first, after a crashed run)."""
+    path = Path(build.ctx.build)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
     try:
-        # Pass 1: item hashes in parallel, the running hash folded here in consensus order.
-        with stage_progress(spark, "snapshot:hash"):
-            hashed = spark.createDataFrame(
-                ranked.rdd.mapPartitions(item_hashes), "consensus_ns long, period long, h binary"
-            ).orderBy("consensus_ns")
-            running = bytes.fromhex(manifest.chain.running_hash)
-            block = manifest.chain.next_block
-            starts: dict[int, tuple[bytes, int]] = {}
-            ends: dict[int, bytes] = {}
-            n_events = 0
-            for row in hashed.toLocalIterator():
-                period = int(row["period"])
-                if period not in starts:
-                    starts[period] = (running, block)
-                    block += 1
-                running = fold_running_hash(running, bytes(row["h"]))
-                ends[period] = running
-                n_events += 1
-        emit_progress("snapshot:hash", n_events, n_events)
-        # Pass 2: blocks in parallel, checked, signed and written here.
-        bcast = spark.sparkContext.broadcast(starts)
-
-        def build(pair: tuple[int, Iterable[Any]]) -> dict[str, Any]:
-            start, blk = bcast.value[pair[0]]
-            return assemble_period(node, pair[0], pair[1], start, blk, sidecars)
-
-        blocks = ranked.rdd.keyBy(lambda r: int(r["period"])).groupByKey(
-            max(1, min(partitions, len(starts)))).map(build)
-        new_files: list[FileEntry] = []
-        new_entries: list[TreeEntry] = []
-        base = len(manifest.files)
-        with stage_progress(spark, "snapshot:write"):
-            for done, result in enumerate(blocks.toLocalIterator(), start=1):
-                period = result["period"]
-                if result["end"] != ends[period] or result["start"] != starts[period][0]:
-                    raise RuntimeError(f"period {period}: block hash differs from the fold")
-                paths = [p for p, _ in result["files"]]
-                for path, data in result["files"]:
-                    _write(out / path, data)
-                sig_path = paths[0].rsplit("/", 1)[0] + "/" + signature_file_name(
-                    paths[0].rsplit("/", 1)[1])
-                _write(out / sig_path, _signature_file(key, result["file_hash"], result["start"],
-                                                       result["end"], result["block"]))
-                # Blocks arrive in any order; a file's index in the manifest follows its block.
-                index = base + result["block"] - manifest.chain.next_block
-                new_files.append(FileEntry(
-                    path=paths[0], block=result["block"], period=period, count=result["count"],
-                    first_consensus_ns=result["first_ns"], start_running_hash=result["start"].hex(),
-                    end_running_hash=result["end"].hex(), file_hash=result["file_hash"].hex(),
-                    signature=sig_path, sidecars=tuple(paths[1:]),
-                ))
-                new_entries.extend(TreeEntry(k, index, i) for i, k in enumerate(result["keys"]))
-                emit_progress("snapshot:write", done, len(starts))
-        bcast.unpersist()
+        yield
     finally:
-        ranked.unpersist()
-    late = max(0, total - n_events - manifest.count - _count_after(url, hi_ms))
-    new_files.sort(key=lambda f: f.block)
-    new_entries.sort(key=lambda e: e.key)
-    old = iter_leaf_entries(out, manifest.root) if manifest.root else iter(())
-    root, objects, ahash = build_tree(heapq.merge(old, new_entries, key=lambda e: e.key))
-    write_objects(out, objects)
-    last_period = max(starts) if starts else manifest.chain.last_period
-    updated = replace(
-        manifest,
-        chain=Chain(next_block=block, running_hash=running.hex(),
-                    last_period=max(last_period, end_period - 1)),
-        files=manifest.files + tuple(new_files), root=root, count=ahash.count, ahash=ahash.hex(),
-    )
-    write_manifest(out, updated)
-    summary.update(events=updated.count, files=len(updated.files), new_files=len(new_files),
-                   new_events=n_events, late=late, running_hash=running.hex(),
-                   next_block=block, root=root)
-    return summary
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
+
+
+def run(
+    spark: Any, url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
+    period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
+    partitions: int = 8, sidecars: bool = True,
+    max_events_per_file: int = DEFAULT_MAX_EVENTS_PER_FILE, now_ms: int | None = None,
+) -> dict[str, Any]:
+    """Build or extend the snapshot in ``out``; returns the job's summary.
+
+    ``now_ms`` (epoch ms, default the wall clock) decides which periods have settled.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_jobs.source import emit_progress, read_events, stage_progress
+
+    build = begin_build(url, out, key, network_id, period_ms=period_ms, settle_ms=settle_ms,
+                        include_open=include_open, sidecars=sidecars,
+                        max_events_per_file=max_events_per_file, now_ms=now_ms)
+    if not isinstance(build, Build):
+        return build
+    ctx, parts = build.ctx, max(1, partitions)
+    clock = [time.monotonic()]
+    phases: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        clock.append(time.monotonic())
+        phases[name] = round(clock[-1] - clock[-2], 3)
+
+    with scratch(build):
+        df = read_events(spark, url, EVENT_COLUMNS, partitions=partitions,
+                         where=f"lamport >= {build.lo_ms} AND lamport < {build.hi_ms}")
+        with stage_progress(spark, "snapshot:encode"):
+            meta = arrow_column(encode_blocks(ctx), BLOCK_META,
+                                *(F.col(c) for c in ENCODE_COLUMNS))
+            metas = (plan_blocks(df, period_ms, max_events_per_file)
+                     .repartition(parts, "period", "k")
+                     .sortWithinPartitions("period", "k", "consensus_ns")
+                     .select(meta.alias("m")).where(F.col("m").isNotNull()).select("m.*"))
+            fold = arrow_column(fold_blocks(ctx, build.start, build.first_block), FOLDED,
+                                F.col("period"), F.col("k"))
+            blocks = [{**r.asDict(), **r["f"].asDict()} for r in (
+                metas.repartition(1).sortWithinPartitions("period", "k")
+                .select("period", "k", "count", "first_ns", "sidecar_hash", "bounds",
+                        fold.alias("f")).collect())]
+        blocks.sort(key=lambda b: int(b["block"]))
+        lap("read_encode_fold")
+        emit_progress("snapshot:encode", len(blocks), len(blocks))
+        with stage_progress(spark, "snapshot:write"):
+            plans = [{k: b[k] for k in ("period", "k", "block", "first_ns", "start", "end",
+                                        "sidecar_hash")} for b in blocks]
+            written = spark.sparkContext.parallelize(plans, max(1, min(parts, len(plans)))).map(
+                lambda plan: finish_block(ctx, plan)).collect()
+        lap("write_files")
+        new_files = build.sign(blocks, written)
+        lap("sign")
+        emit_progress("snapshot:write", len(new_files), len(new_files))
+        with stage_progress(spark, "snapshot:tree"):
+            root, ahash = build_tree_from(spark, ctx, build.manifest, blocks, partitions)
+        lap("tree")
+    summary = build.complete(blocks, new_files, root, ahash)
+    lap("manifest")
+    return {**summary, "phases": phases}
+
+
+def _pending(url: str, first_open: int, period_ms: int, settle_ms: int) -> dict[str, Any]:
+    """What this build left out: events of periods from ``first_open`` on (not settled yet),
+    and when the oldest of them settles (a rebuild after that includes them)."""
+    pending = _count_after(url, first_open * period_ms)
+    return {"pending_events": pending,
+            "pending_reason": f"in periods that ended less than settle_ms={settle_ms} ago or "
+                              "are still open (late arrivals may still come)" if pending else None,
+            "pending_until_ms": (first_open + 1) * period_ms + settle_ms if pending else None}
 
 
 def _count_after(url: str, lamport_ms: int) -> int:
@@ -278,7 +460,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m spark_jobs.snapshot",
                                      description="Write or extend a record stream snapshot.")
     parser.add_argument("--db", required=True, help="node database (SQLAlchemy URL)")
-    parser.add_argument("--out", required=True, help="snapshot directory")
+    parser.add_argument("--out", required=True,
+                        help="snapshot directory (local or shared POSIX path, or file://)")
     parser.add_argument("--network-id", type=int, required=True)
     keys = parser.add_mutually_exclusive_group(required=True)
     keys.add_argument("--data-dir", help="node data directory (its identity.key signs)")
@@ -289,9 +472,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"spark.driver.memory (default {DEFAULT_DRIVER_MEMORY})")
     parser.add_argument("--period-ms", type=int, default=60_000, help="record file period")
     parser.add_argument("--settle-ms", type=int, default=60_000,
-                        help="write periods that ended this long before the newest event")
+                        help="write periods that ended this long ago (wall clock)")
     parser.add_argument("--all", action="store_true",
                         help="also write the newest, still open period (it is then final)")
+    parser.add_argument("--max-events-per-file", type=int, default=DEFAULT_MAX_EVENTS_PER_FILE,
+                        help="split a longer period into several record files")
     parser.add_argument("--no-sidecars", action="store_true",
                         help="no SYNCNODE_DELIVERY sidecars (files identical across nodes)")
     return parser.parse_args(argv)
@@ -308,10 +493,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                           extra={"spark.driver.memory": args.driver_memory})
     try:
         emit_progress("snapshot", 0, 1)
-        summary = run(spark, args.db, Path(args.out), key, args.network_id,
+        run_started = time.monotonic()
+        summary = run(spark, args.db, args.out, key, args.network_id,
                       period_ms=args.period_ms, settle_ms=args.settle_ms,
                       include_open=args.all, partitions=args.partitions,
-                      sidecars=not args.no_sidecars)
+                      sidecars=not args.no_sidecars,
+                      max_events_per_file=args.max_events_per_file)
+        # The build alone, without starting the session (what the benchmark divides by).
+        summary["run_seconds"] = round(time.monotonic() - run_started, 3)
     finally:
         spark.stop()
     summary["seconds"] = round(time.monotonic() - started, 3)

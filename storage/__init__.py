@@ -39,14 +39,19 @@ from storage.events import (
     max_seq,
     range_hash,
     read_channel,
+    read_channel_newest,
     read_channel_ordered,
     read_channels_after,
     read_events_after,
+    record_problem,
+    stored_message_ids,
+    wire_sizes_by_keys,
+    wire_sizes_by_message_ids,
 )
 from storage.keystore import SqlKeyStore
 from storage.migrate import current_revision, head_revision, upgrade
 from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
-from storage.state import delete_state, get_state, list_state, put_state
+from storage.state import delete_state, delete_state_before, get_state, list_state, put_state
 
 __all__ = [
     "LANE_COLUMNS",
@@ -68,6 +73,7 @@ __all__ = [
     "count_from_lamport",
     "current_revision",
     "delete_state",
+    "delete_state_before",
     "event_row",
     "events",
     "events_by_keys",
@@ -91,12 +97,17 @@ __all__ = [
     "range_hash",
     "read_changes",
     "read_channel",
+    "read_channel_newest",
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
+    "record_problem",
     "redacted_url",
     "set_canonical",
     "store_blocks",
+    "stored_message_ids",
     "upgrade",
+    "wire_sizes_by_keys",
+    "wire_sizes_by_message_ids",
     "write_transaction",
 ]

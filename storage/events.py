@@ -32,9 +32,12 @@ __all__ = [
     "max_seq",
     "range_hash",
     "read_channel",
+    "read_channel_newest",
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
+    "record_problem",
+    "stored_message_ids",
 ]
 
 _MOD32 = 4294967296
@@ -68,10 +71,40 @@ class StoredEvent:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Which events of a batch were new (with their sequence numbers) and which were stored."""
+    """Which events of a batch were new (with their sequence numbers), which were stored
+    already, and which cannot be stored at all (message id -> why), so were left out."""
 
     inserted: tuple[tuple[int, str], ...]
     duplicates: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...] = ()
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _max_length(column: str) -> int:
+    length = getattr(events.c[column].type, "length", None)
+    assert isinstance(length, int)
+    return length
+
+
+_TEXT_LIMITS = {name: _max_length(name) for name in ("message_id", "channel", "sender")}
+
+
+def record_problem(record: EventRecord) -> str | None:
+    """Why ``record`` cannot be stored on every backend (SQL ranges, column sizes), or None.
+
+    Checked before the insert so that one such event never fails the batch it travels in.
+    """
+    if not 0 <= record.lamport <= _INT64_MAX:
+        return "lamport outside the signed 64-bit range"
+    for name, limit in _TEXT_LIMITS.items():
+        value = getattr(record, name)
+        if not value or len(value) > limit:
+            return f"{name} empty or longer than {limit}"
+    if not record.recon_key or not record.wire:
+        return "empty recon key or wire"
+    return None
 
 
 _COLUMNS = (
@@ -160,8 +193,12 @@ def append_events(
     """
     unique: dict[str, EventRecord] = {}
     repeated: list[str] = []
+    rejected: list[tuple[str, str]] = []
     for record in batch:
-        if record.message_id in unique:
+        problem = record_problem(record)
+        if problem is not None:
+            rejected.append((record.message_id, problem))
+        elif record.message_id in unique:
             repeated.append(record.message_id)
         else:
             unique[record.message_id] = record
@@ -177,7 +214,7 @@ def append_events(
     inserted.sort()
     new_ids = {m for _, m in inserted}
     duplicates = [m for m in unique if m not in new_ids] + repeated
-    return AppendResult(tuple(inserted), tuple(duplicates))
+    return AppendResult(tuple(inserted), tuple(duplicates), tuple(rejected))
 
 
 def read_channel(
@@ -205,6 +242,31 @@ def read_channel_ordered(
         stmt = stmt.where(tuple_(events.c.lamport, events.c.message_id) > tuple_(*after))
     stmt = stmt.order_by(events.c.lamport, events.c.message_id).limit(limit)
     return [_stored(r) for r in conn.execute(stmt)]
+
+
+def read_channel_newest(conn: Connection, channel: str, limit: int) -> list[StoredEvent]:
+    """The newest ``limit`` events of ``channel``, in log order (a channel's restart reads
+    this much of its log, however long the log is: index ``ix_events_channel_lamport``)."""
+    stmt = (
+        select(*_COLUMNS)
+        .where(events.c.channel == channel)
+        .order_by(events.c.lamport.desc(), events.c.message_id.desc())
+        .limit(limit)
+    )
+    rows = [_stored(r) for r in conn.execute(stmt)]
+    rows.reverse()
+    return rows
+
+
+def stored_message_ids(conn: Connection, channel: str, ids: Iterable[str]) -> set[str]:
+    """Those of ``ids`` stored in ``channel``'s log."""
+    wanted = list(ids)
+    found: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        stmt = select(events.c.message_id).where(
+            events.c.channel == channel, events.c.message_id.in_(wanted[start : start + _CHUNK]))
+        found.update(str(m) for (m,) in conn.execute(stmt))
+    return found
 
 
 def read_events_after(conn: Connection, after_seq: int, limit: int = 1000) -> list[StoredEvent]:
@@ -306,4 +368,22 @@ def _select_in(conn: Connection, column: Any, wanted: list[Any]) -> list[StoredE
     for start in range(0, len(wanted), _CHUNK):
         stmt = select(*_COLUMNS).where(column.in_(wanted[start : start + _CHUNK]))
         out.extend(_stored(r) for r in conn.execute(stmt))
+    return out
+
+
+def wire_sizes_by_keys(conn: Connection, keys: Iterable[bytes]) -> list[tuple[bytes, int]]:
+    """``(recon key, wire length)`` of the stored ones among ``keys``: plan reads by bytes."""
+    return _sizes_in(conn, events.c.recon_key, list(keys))
+
+
+def wire_sizes_by_message_ids(conn: Connection, ids: Iterable[str]) -> list[tuple[str, int]]:
+    return _sizes_in(conn, events.c.message_id, list(ids))
+
+
+def _sizes_in(conn: Connection, column: Any, wanted: list[Any]) -> list[tuple[Any, int]]:
+    out: list[tuple[Any, int]] = []
+    for start in range(0, len(wanted), _CHUNK):
+        stmt = select(column, func.length(events.c.wire)).where(
+            column.in_(wanted[start : start + _CHUNK]))
+        out.extend((r[0], int(r[1])) for r in conn.execute(stmt))
     return out

@@ -7,7 +7,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.schema import node_state
 
-__all__ = ["delete_state", "get_state", "list_state", "put_state"]
+__all__ = ["delete_state", "delete_state_before", "get_state", "list_state", "put_state"]
 
 
 def get_state(conn: Connection, key: str) -> bytes | None:
@@ -34,3 +34,11 @@ def list_state(conn: Connection, prefix: str) -> dict[str, bytes]:
         node_state.c.key.startswith(prefix, autoescape=True)
     )
     return {str(k): bytes(v) for k, v in conn.execute(stmt)}
+
+
+def delete_state_before(conn: Connection, prefix: str, before_ms: int) -> int:
+    """Delete entries under ``prefix`` last written before ``before_ms``; how many went."""
+    stmt = delete(node_state).where(
+        node_state.c.key.startswith(prefix, autoescape=True), node_state.c.updated_at < before_ms
+    )
+    return int(conn.execute(stmt).rowcount or 0)

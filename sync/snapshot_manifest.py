@@ -22,30 +22,39 @@ neither depends on the other.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
 
 from sync.errors import RemoteProtocolError
 from sync.recon.sha256a import MASK32, Sha256a, lanes_of
 
 __all__ = [
+    "BUCKET_LEVEL",
     "FORMAT",
     "MANIFEST_NAME",
     "MAX_MANIFEST_BYTES",
     "MAX_OBJECT_BYTES",
     "OBJECTS_DIR",
     "Chain",
+    "Emit",
     "FileEntry",
     "Manifest",
+    "Summary",
     "TreeEntry",
+    "build_buckets",
     "build_tree",
     "cid_of",
+    "closes_bucket",
     "decode_manifest",
     "decode_object",
+    "encode_node",
+    "join_buckets",
     "key_level",
     "leaf_entries",
+    "object_emitter",
     "object_path",
 ]
 
@@ -115,16 +124,58 @@ class Manifest:
             data = json.loads(raw)
             if data.get("format") != FORMAT:
                 raise RemoteProtocolError(f"unknown manifest format {data.get('format')!r}")
-            files = tuple(
-                FileEntry(**{**f, "sidecars": tuple(f.get("sidecars", ()))}) for f in data["files"]
-            )
+            files = tuple(_typed(FileEntry, {**f, "sidecars": tuple(f.get("sidecars", ()))})
+                          for f in _typed_list(data["files"], "files"))
             return cls(
-                network_id=int(data["network_id"]), node=str(data["node"]),
-                period_ms=int(data["period_ms"]), chain=Chain(**data["chain"]), files=files,
-                root=str(data["root"]), count=int(data["count"]), ahash=str(data["ahash"]),
+                network_id=_int(data["network_id"], "network_id"), node=_str(data["node"], "node"),
+                period_ms=_int(data["period_ms"], "period_ms"),
+                chain=_typed(Chain, data["chain"]), files=files,
+                root=_str(data["root"], "root"), count=_int(data["count"], "count"),
+                ahash=_str(data["ahash"], "ahash"),
             )
+        except RecursionError:
+            raise RemoteProtocolError("invalid manifest: JSON nested too deeply",
+                                      MANIFEST_NAME) from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RemoteProtocolError(f"invalid manifest: {exc}", MANIFEST_NAME) from None
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _typed_list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+_T = TypeVar("_T")
+
+
+def _typed(cls: type[_T], data: Any) -> _T:
+    """``cls(**data)`` with every field checked against its declared type (int, str, tuple)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__} entry must be an object, got {type(data).__name__}")
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        value, kind = data[f.name], str(f.type)
+        if kind == "int":
+            _int(value, f"{cls.__name__}.{f.name}")
+        elif kind == "str":
+            _str(value, f"{cls.__name__}.{f.name}")
+        elif not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{cls.__name__}.{f.name} must hold strings")
+    return cls(**data)
 
 
 def decode_manifest(raw: bytes, where: str = MANIFEST_NAME) -> Manifest:
@@ -149,6 +200,12 @@ def _object_bytes(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
+def encode_node(obj: dict[str, Any]) -> tuple[str, bytes]:
+    """(cid, canonical bytes) of a tree node."""
+    raw = _object_bytes(obj)
+    return cid_of(raw), raw
+
+
 def cid_of(raw: bytes) -> str:
     """Content address of a tree node: hex sha256 of its bytes."""
     return hashlib.sha256(raw).hexdigest()
@@ -170,7 +227,7 @@ def decode_object(cid: str, raw: bytes, where: str = "") -> dict[str, Any]:
         raise RemoteProtocolError(f"tree node {cid} does not match its name", where)
     try:
         obj = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise RemoteProtocolError(f"tree node {cid} is not JSON", where) from None
     if not isinstance(obj, dict):
         raise RemoteProtocolError(f"tree node {cid} is not an object", where)
@@ -187,7 +244,9 @@ def leaf_entries(obj: dict[str, Any]) -> list[TreeEntry]:
 
 
 @dataclass(frozen=True)
-class _Summary:
+class Summary:
+    """A built node as its parent lists it (plus which ancestors its last key closes)."""
+
     first: bytes
     last: bytes
     lanes: tuple[int, ...]
@@ -204,28 +263,38 @@ def _add(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple((x + y) & MASK32 for x, y in zip(a, b, strict=True))
 
 
-def build_tree(entries: Iterable[TreeEntry]) -> tuple[str, dict[str, bytes], Sha256a]:
-    """(root cid, {cid: node bytes}, Sha256a of everything) over entries sorted by key."""
-    objects: dict[str, bytes] = {}
+#: Tree nodes up to level ``BUCKET_LEVEL - 1`` are built per *bucket*: the keys after one key
+#: of level >= ``BUCKET_LEVEL`` up to and including the next. Such a key closes every node below
+#: that level, so each bucket is exactly one level-``BUCKET_LEVEL - 1`` node and buckets can be
+#: built apart (a Spark task each, ~32^3 keys expected) and joined above. Every tree has at least
+#: these levels (a one-key snapshot's root is level 2), so the split build equals ``build_tree``.
+BUCKET_LEVEL = 3
 
+Emit = Callable[[dict[str, Any]], str]
+
+
+def closes_bucket(key: bytes) -> bool:
+    """Whether ``key`` is the last key of its bucket (``BUCKET_LEVEL``)."""
+    return key_level(key) >= BUCKET_LEVEL
+
+
+def object_emitter(objects: dict[str, bytes]) -> Emit:
+    """An ``Emit`` that encodes a node, stores its bytes in ``objects`` and returns its cid."""
     def emit(obj: dict[str, Any]) -> str:
-        raw = _object_bytes(obj)
-        cid = cid_of(raw)
+        cid, raw = encode_node(obj)
         objects[cid] = raw
         return cid
 
-    summaries: list[_Summary] = []
+    return emit
+
+
+def build_buckets(entries: Iterable[TreeEntry], emit: Emit) -> list[Summary]:
+    """The level-``BUCKET_LEVEL - 1`` nodes over ``entries`` (strictly ascending by key), every
+    node below them handed to ``emit``; one summary per bucket."""
+    summaries: list[Summary] = []
     chunk: list[TreeEntry] = []
     lanes: tuple[int, ...] = (0,) * 8
     prev: bytes | None = None
-
-    def close_leaf(level: int) -> None:
-        nonlocal chunk, lanes
-        cid = emit({"level": 0, "keys": [
-            {"key": e.key.hex(), "file": e.file, "item": e.item} for e in chunk]})
-        summaries.append(_Summary(chunk[0].key, chunk[-1].key, lanes, len(chunk), cid, level))
-        chunk, lanes = [], (0,) * 8
-
     for e in entries:
         if prev is not None and e.key <= prev:
             raise ValueError("tree entries must be strictly ascending by key")
@@ -234,36 +303,64 @@ def build_tree(entries: Iterable[TreeEntry]) -> tuple[str, dict[str, bytes], Sha
         lanes = _add(lanes, lanes_of(e.key))
         level = key_level(e.key)
         if level >= 1:
-            close_leaf(level)
+            summaries.append(_leaf(chunk, lanes, level, emit))
+            chunk, lanes = [], (0,) * 8
     if chunk:
-        close_leaf(0)
+        summaries.append(_leaf(chunk, lanes, 0, emit))
+    for level in range(1, BUCKET_LEVEL):
+        summaries = _group(summaries, level, emit)
+    return summaries
+
+
+def join_buckets(summaries: list[Summary], emit: Emit) -> tuple[str, Sha256a]:
+    """(root cid, Sha256a of everything) over the bucket nodes, in key order."""
     if not summaries:
-        return emit({"level": 0, "keys": []}), objects, Sha256a()
-    level = 1
-    while len(summaries) > 1 or level == 1:
-        parents: list[_Summary] = []
-        group: list[_Summary] = []
-        for s in summaries:
-            group.append(s)
-            if s.closes > level:
-                parents.append(_parent(group, level, emit))
-                group = []
-        if group:
-            parents.append(_parent(group, level, emit))
-        summaries = parents
+        return emit({"level": 0, "keys": []}), Sha256a()
+    for a, b in itertools.pairwise(summaries):
+        if b.first <= a.last:
+            raise ValueError("tree buckets must be strictly ascending by key")
+    level = BUCKET_LEVEL
+    while len(summaries) > 1:
+        summaries = _group(summaries, level, emit)
         level += 1
         if level > _MAX_LEVEL + 1 and len(summaries) > 1:
             # Every key closes at most _MAX_LEVEL levels: above that, group everything.
             summaries = [_parent(summaries, level, emit)]
     root = summaries[0]
-    return root.cid, objects, Sha256a(root.lanes, root.count)
+    return root.cid, Sha256a(root.lanes, root.count)
 
 
-def _parent(group: list[_Summary], level: int, emit: Callable[[dict[str, Any]], str]
-            ) -> _Summary:
+def build_tree(entries: Iterable[TreeEntry]) -> tuple[str, dict[str, bytes], Sha256a]:
+    """(root cid, {cid: node bytes}, Sha256a of everything) over entries sorted by key."""
+    objects: dict[str, bytes] = {}
+    emit = object_emitter(objects)
+    root, ahash = join_buckets(build_buckets(entries, emit), emit)
+    return root, objects, ahash
+
+
+def _leaf(chunk: list[TreeEntry], lanes: tuple[int, ...], level: int, emit: Emit) -> Summary:
+    cid = emit({"level": 0, "keys": [
+        {"key": e.key.hex(), "file": e.file, "item": e.item} for e in chunk]})
+    return Summary(chunk[0].key, chunk[-1].key, lanes, len(chunk), cid, level)
+
+
+def _group(summaries: list[Summary], level: int, emit: Emit) -> list[Summary]:
+    parents: list[Summary] = []
+    group: list[Summary] = []
+    for s in summaries:
+        group.append(s)
+        if s.closes > level:
+            parents.append(_parent(group, level, emit))
+            group = []
+    if group:
+        parents.append(_parent(group, level, emit))
+    return parents
+
+
+def _parent(group: list[Summary], level: int, emit: Emit) -> Summary:
     lanes: tuple[int, ...] = (0,) * 8
     for s in group:
         lanes = _add(lanes, s.lanes)
     cid = emit({"level": level, "children": [s.entry() for s in group]})
-    return _Summary(group[0].first, group[-1].last, lanes, sum(s.count for s in group), cid,
+    return Summary(group[0].first, group[-1].last, lanes, sum(s.count for s in group), cid,
                     group[-1].closes)

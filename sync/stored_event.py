@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sync.recon.eventid import event_key
+from sync.recon.eventid import CIP124_DRAFT, event_key
 from sync.sds import SignedEvent
 
 __all__ = ["StoredFields", "stored_fields"]
@@ -26,12 +26,13 @@ class StoredFields(NamedTuple):
     wire: bytes
 
 
-def stored_fields(network_id: int, ev: SignedEvent) -> StoredFields:
-    """The stored columns of a content event of ``network_id`` (never an ephemeral one)."""
+def stored_fields(network_id: int, ev: SignedEvent, layout: str = CIP124_DRAFT) -> StoredFields:
+    """The stored columns of a content event of ``network_id`` (never an ephemeral one), its
+    Recon key in the network's eventId ``layout``."""
     if ev.lamport is None:
         raise ValueError("ephemeral messages are never stored")
     return StoredFields(
         event_key(network_id, ev.channel_id, ev.sender_id, ev.lamport,
-                  bytes.fromhex(ev.message_id)),
+                  bytes.fromhex(ev.message_id), layout),
         ev.message_id, ev.channel_id, ev.sender_id, ev.lamport, ev.wire,
     )

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import Engine
 
 from node.events import record_of_delivered
 from storage import EventRecord, append_events, make_engine, upgrade
@@ -47,6 +48,15 @@ def cached_log(data_dir: Path, count: int) -> tuple[int, bool]:
     return count, True
 
 
+def node_database(data_dir: Path) -> Engine:
+    """The (migrated) SQLite database a node started on ``data_dir`` will use."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(f"sqlite:///{(data_dir / 'syncnode.db').resolve()}",
+                         sqlite_synchronous="NORMAL")
+    upgrade(engine)
+    return engine
+
+
 def build_log(data_dir: Path, count: int, *, channel: str = "general", senders: int = 4,
               network_id: int = 1, content_size: int = 64) -> int:
     """Write ``count`` events by ``senders`` independent authors into ``data_dir``'s database.
@@ -54,11 +64,8 @@ def build_log(data_dir: Path, count: int, *, channel: str = "general", senders: 
     Returns the number of events stored. Each author is its own ``SdsChannel`` (they never see
     each other's messages, so each causal history points into the author's own stream).
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(f"sqlite:///{(data_dir / 'syncnode.db').resolve()}",
-                         sqlite_synchronous="NORMAL")
+    engine = node_database(data_dir)
     try:
-        upgrade(engine)
         rng = random.Random(7)
         authors = []
         for i in range(senders):

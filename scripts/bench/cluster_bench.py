@@ -9,7 +9,12 @@ Three measurements:
 2. ``rate_per_s``: 5 ``syncnode run`` processes (default config); this script publishes through
    each node's HTTP API (``POST /v1/channels/general/events``), round-robin over the nodes.
 3. ``catchup_events_per_s``: a fresh node bootstraps from a node holding 100,000 events (20,000
-   with ``--quick``) and fetches them through Recon.
+   with ``--quick``) and fetches them through Recon. With it: ``catchup_fetched_ratio`` (events
+   the fresh node fetched / events it stored; 1.0 when each event is fetched once),
+   ``catchup_peak_rss_mib`` (the fresh node's peak resident memory, VmHWM), the same catch-up
+   with PostgreSQL as the fresh node's database (``catchup_events_per_s_pg``; needs ``--pg URL``
+   or ``SYNCNODE_TEST_PG``, a database this script may empty) and a 1,000,000-event catch-up
+   (``catchup_events_1m_per_s``; not with ``--quick``).
 
 1 and 2 run side by side (both clusters up, idle between their steps) and their steps alternate,
 so that both see the same machine load; 3 runs alone afterwards. Rate stepping is the same for
@@ -83,6 +88,8 @@ class Plan:
     settle_s: float
     catchup_events: int
     catchup_timeout_s: float
+    catchup_1m_events: int | None = None
+    catchup_1m_timeout_s: float = 1800.0
     ramp_budget_s: float = math.inf  # no new step pair starts after this (keeps --quick short)
     # Pause after a failed step: an overloaded cluster keeps working off its backlog (node:
     # resends, Recon; raw: queued RPCs) for a while, and both clusters share the 2 cores, so
@@ -98,7 +105,7 @@ QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=4, set
              catchup_events=20_000, catchup_timeout_s=15, ramp_budget_s=35)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
             catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20,
-            settle_between_s=5)
+            settle_between_s=5, catchup_1m_events=1_000_000)
 
 
 @dataclass
@@ -339,12 +346,12 @@ class NodeCluster:
         """Read what each node stored since the last poll (seq order) with its commit time."""
         for i, node in enumerate(self.nodes):
             while True:
-                page = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
-                                after=self.cursors[i], limit=10_000)["events"]
-                for event in page:
+                answer = node.get(f"/v1/channels/{CHANNEL}/events", order="seq",
+                                  after=self.cursors[i], limit=10_000)
+                for event in answer["events"]:
                     self.seen[i][event["message_id"]] = int(event["received_at"])
                     self.cursors[i] = max(self.cursors[i], int(event["seq"]))
-                if len(page) < 10_000:
+                if not answer["more"]:
                     break
 
     def wait_everywhere(self, ids: list[str], deadline: float) -> None:
@@ -357,7 +364,7 @@ class NodeCluster:
     def measure(self, rate: float, duration: float, profile: Path | None = None) -> Step:
         self.step_no += 1
         total = schedule(rate, duration)
-        urls = [n.api_url for n in self.nodes]
+        urls = [(n.api_url, n.token) for n in self.nodes]
         spy = None
         if profile is not None:
             spy = start_profile(self.nodes[1], profile / f"node-step{self.step_no}-"
@@ -403,7 +410,7 @@ class NodeCluster:
 
 
 async def _publish_all(
-    urls: list[str], step: int, rate: float, total: int
+    urls: list[tuple[str, str]], step: int, rate: float, total: int
 ) -> tuple[float, list[tuple[float, float | None, str | None]]]:
     """Publish ``total`` events round-robin over the nodes, open loop at ``rate``.
 
@@ -413,7 +420,9 @@ async def _publish_all(
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     # Clients first (each builds an SSL context: slow under load), then the clock starts.
-    clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits) for u in urls]
+    clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits,
+                                 headers={"Authorization": f"Bearer {token}"})
+               for u, token in urls]
     start_at = time.time() + 0.2
 
     async def one(j: int) -> None:
@@ -472,10 +481,46 @@ class Catchup:
     # the rate, nearly independent of what else the 2 cores are running.
     cpu_us_fresh: float = 0.0
     cpu_us_source: float = 0.0
+    peak_rss_mib: float = 0.0
 
     @property
     def rate(self) -> float:
         return self.fetched / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def fetched_ratio(self) -> float:
+        return self.recon_fetched / self.fetched if self.fetched else 0.0
+
+    def summary(self) -> str:
+        return (f"{self.fetched}/{self.events} events stored in {self.seconds:.1f} s "
+                f"(recon fetched {self.recon_fetched:.0f}, ratio {self.fetched_ratio:.3f}; "
+                f"failed sessions {self.recon_errors:.0f}; source log "
+                f"{'from cache' if self.from_cache else 'built now'}; load {self.load:.2f})"
+                f" -> {self.rate:.0f} events/s; CPU per event: fresh "
+                f"{self.cpu_us_fresh:.0f} us, source {self.cpu_us_source:.0f} us; fresh node "
+                f"peak RSS {self.peak_rss_mib:.0f} MiB")
+
+
+def peak_rss_mib(node: NodeProcess) -> float:
+    """The process's peak resident set so far (VmHWM, Linux /proc)."""
+    assert node.proc is not None
+    for line in Path(f"/proc/{node.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def empty_database(url: str) -> None:
+    """Drop every table of ``url`` (the fresh node's PostgreSQL database starts empty)."""
+    from sqlalchemy import MetaData, create_engine
+
+    engine = create_engine(url)
+    try:
+        meta = MetaData()
+        meta.reflect(engine)
+        meta.drop_all(engine)
+    finally:
+        engine.dispose()
 
 
 def cpu_seconds(node: NodeProcess | RawWorker) -> float:
@@ -496,8 +541,8 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
         cluster.measure(5, 1)
         print(f"CPU per published message at {rate:g}/s, {duration:g}-s steps "
               "(5 processes, through delivery everywhere + 2 s):")
-        counters = ("p2p_gossip_published", "p2p_streams_opened", "recon_sessions_total",
-                    "sds_resends_total", "store_batches")
+        counters = ("p2p_gossip_published_total", "p2p_streams_opened_total",
+                    "recon_sessions_total", "sds_resends_total", "store_batches_total")
 
         def totals() -> list[float]:
             return [sum(metric(n, c) for n in cluster.nodes) for c in counters]
@@ -528,18 +573,19 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
 
 
 def measure_catchup(base: Path, plan: Plan, profile: Path | None,
-                    fresh_env: dict[str, str] | None = None) -> Catchup:
-    count, from_cache = cached_log(base / "src", plan.catchup_events)
-    source = NodeProcess(base / "src").start(timeout=120)
+                    fresh_env: dict[str, str] | None = None, *, events: int | None = None,
+                    timeout_s: float | None = None, tag: str = "") -> Catchup:
+    count, from_cache = cached_log(base / f"src{tag}", events or plan.catchup_events)
+    source = NodeProcess(base / f"src{tag}").start(timeout=600)
     fresh = None
     try:
-        fresh = NodeProcess(base / "fresh", "--bootstrap", source.listen_addrs[0],
+        fresh = NodeProcess(base / f"fresh{tag}", "--bootstrap", source.listen_addrs[0],
                             env=fresh_env).start()
         t0 = time.time()
         cpu0 = cpu_seconds(fresh), cpu_seconds(source)
         spy = start_profile(fresh, profile / "catchup-fresh.txt", 20) if profile else None
         spy_src = start_profile(source, profile / "catchup-source.txt", 20) if profile else None
-        deadline = t0 + plan.catchup_timeout_s
+        deadline = t0 + (timeout_s or plan.catchup_timeout_s)
         stored = 0.0
         while time.time() < deadline:
             stored = metric(fresh, "events_stored_total")
@@ -549,6 +595,10 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
         seconds = time.time() - t0
         cpu = cpu_seconds(fresh) - cpu0[0], cpu_seconds(source) - cpu0[1]
         load = load_avg()
+        rss = peak_rss_mib(fresh)
+        # Sessions still running may fetch a little more after the last event is stored:
+        # that counts against the ratio too.
+        time.sleep(2)
         fetched = metric(fresh, "recon_events_fetched_total")
         errors = metric(fresh, "recon_errors_total")
         for proc in (spy, spy_src):
@@ -556,7 +606,7 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
                 proc.wait()
         per = 1e6 / max(stored, 1)
         return Catchup(count, int(stored), seconds, from_cache, fetched, errors, load,
-                       cpu[0] * per, cpu[1] * per)
+                       cpu[0] * per, cpu[1] * per, rss)
     finally:
         for node in (fresh, source):
             if node is not None:
@@ -564,6 +614,26 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
                     node.terminate()
                 except subprocess.TimeoutExpired:
                     node.kill()
+
+
+def extra_catchups(base: Path, plan: Plan, pg_url: str | None
+                   ) -> tuple[Catchup | None, Catchup | None]:
+    """The catch-up with PostgreSQL as the fresh node's database, and the 1M-event one."""
+    catchup_pg = catchup_1m = None
+    if pg_url:
+        empty_database(pg_url)
+        print(f"\ncatch-up, fresh node on PostgreSQL: {plan.catchup_events} events")
+        catchup_pg = measure_catchup(base, plan, None, {"SYNCNODE_STORAGE_URL": pg_url},
+                                     tag="-pg")
+        print(f"  {catchup_pg.summary()}")
+    else:
+        print("\ncatch-up on PostgreSQL skipped: no --pg URL (nor SYNCNODE_TEST_PG)")
+    if plan.catchup_1m_events:
+        print(f"\ncatch-up: {plan.catchup_1m_events} events")
+        catchup_1m = measure_catchup(base, plan, None, events=plan.catchup_1m_events,
+                                     timeout_s=plan.catchup_1m_timeout_s, tag="-1m")
+        print(f"  {catchup_1m.summary()}")
+    return catchup_pg, catchup_1m
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -575,6 +645,10 @@ def main() -> int:
     parser.add_argument("--profile", metavar="DIR", type=Path,
                         help="record py-spy profiles (raw format) of node 1 and the fresh node")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (node logs)")
+    parser.add_argument("--pg", metavar="URL", default=os.environ.get("SYNCNODE_TEST_PG"),
+                        help="PostgreSQL database for the fresh node of catchup_events_per_s_pg "
+                             "(emptied first; default $SYNCNODE_TEST_PG; without it the key is "
+                             "null)")
     parser.add_argument("--catchup-only", action="store_true",
                         help="only the catch-up measurement (for development; writes no JSON)")
     parser.add_argument("--cpu-at", type=float, metavar="RATE",
@@ -593,14 +667,11 @@ def main() -> int:
     if args.catchup_only:
         try:
             catchup = measure_catchup(base, plan, args.profile)
+            print(catchup.summary())
+            extra_catchups(base, plan, args.pg)
         finally:
             if not args.keep:
                 shutil.rmtree(base, ignore_errors=True)
-        print(f"{catchup.fetched}/{catchup.events} events stored in {catchup.seconds:.1f} s "
-              f"(recon fetched {catchup.recon_fetched:.0f}, failed sessions "
-              f"{catchup.recon_errors:.0f}; load {catchup.load:.2f}) -> "
-              f"{catchup.rate:.0f} events/s; CPU per event: fresh "
-              f"{catchup.cpu_us_fresh:.0f} us, source {catchup.cpu_us_source:.0f} us")
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_start = load_avg()
@@ -647,12 +718,8 @@ def main() -> int:
 
         print(f"\ncatch-up: a fresh node fetches {plan.catchup_events} events through Recon")
         catchup = measure_catchup(base, plan, args.profile)
-        print(f"  {catchup.fetched}/{catchup.events} events stored in {catchup.seconds:.1f} s "
-              f"(recon fetched {catchup.recon_fetched:.0f}, failed sessions "
-              f"{catchup.recon_errors:.0f}; source log "
-              f"{'from cache' if catchup.from_cache else 'built now'}; load {catchup.load:.2f})"
-              f" -> {catchup.rate:.0f} events/s; CPU per event: fresh "
-              f"{catchup.cpu_us_fresh:.0f} us, source {catchup.cpu_us_source:.0f} us")
+        print(f"  {catchup.summary()}")
+        catchup_pg, catchup_1m = extra_catchups(base, plan, args.pg)
     finally:
         if raw is not None:
             raw.stop()
@@ -683,6 +750,10 @@ def main() -> int:
         "catchup_events": catchup.events,
         "catchup_cpu_us_per_event": {"fresh": round(catchup.cpu_us_fresh),
                                      "source": round(catchup.cpu_us_source)},
+        "catchup_fetched_ratio": round(catchup.fetched_ratio, 4),
+        "catchup_peak_rss_mib": round(catchup.peak_rss_mib, 1),
+        "catchup_events_per_s_pg": round(catchup_pg.rate, 1) if catchup_pg else None,
+        "catchup_events_1m_per_s": round(catchup_1m.rate, 1) if catchup_1m else None,
         "quick": args.quick,
         "load_avg_1m": [round(load_start, 2), round(load_end, 2)],
     }

@@ -58,7 +58,8 @@ class TableSchema:
         if not is_identifier(self.name):
             raise ValueError(f"table name {self.name!r} is not an identifier")
         normalised: dict[str, ColumnType] = {}
-        for column, kind in sorted(self.columns.items()):
+        # Declared order is kept: it is the order people see columns in (db query, get).
+        for column, kind in self.columns.items():
             if not is_identifier(column):
                 raise ValueError(f"table {self.name}: column name {column!r} is not an identifier")
             if column == RESERVED_COLUMN:
@@ -92,7 +93,8 @@ class TableSchema:
         )
 
     def __hash__(self) -> int:
-        return hash((self.name, tuple(self.columns.items()), self.writers))
+        # Sorted, as __eq__ ignores the order.
+        return hash((self.name, tuple(sorted(self.columns.items())), self.writers))
 
 
 def schemas_by_name(schemas: Iterable[TableSchema]) -> Mapping[str, TableSchema]:

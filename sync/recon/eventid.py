@@ -1,10 +1,21 @@
 """CIP-124 eventIds: the Recon keys of our events, and the fence posts of ranges over them.
 
-Byte layout (CIP-124 "EventIds"):
+Two byte layouts exist; both are decoded, and a network encodes one of them
+(``[recon] event_id_layout``):
+
+* ``cip124-draft`` (CIP-124 "EventIds", our default)::
 
     varint(0xce) varint(0x05) varint(network_id)
     last8(sha256(sort_value)) last8(sha256(controller)) last4(init_event_cid)
     cbor_uint(event_height) event_cid
+
+* ``ceramic-one`` (rust-ceramic's ``EventId`` since 2024): the same without
+  ``cbor_uint(event_height)``.
+
+The parser tells them apart by the byte after the 20 hash bytes: a ceramic-one id continues with
+a CIDv1 (0x01) whose codec is never 0x01 (multicodec 0x01 is the CIDv1 marker, not a content
+codec), while a draft id continues with a CBOR unsigned integer, and the only draft height whose
+head byte is 0x01 (height 1) is followed by a CID that again starts with 0x01.
 
 Our events map onto it as follows (docs/recon.md has the rationale):
 
@@ -14,7 +25,8 @@ Our events map onto it as follows (docs/recon.md has the rationale):
   that every node derives the same way without any event to point at;
 * event height = the Lamport timestamp (strictly increasing per sender, so a stream sorts in
   causal order: CBOR unsigned integers of growing size have growing head bytes, so byte order
-  equals numeric order);
+  equals numeric order); absent in the ceramic-one layout, where a stream's keys sort by event
+  CID instead;
 * event CID = CIDv1 (raw codec, sha2-256) whose multihash digest is the 32-byte event digest.
 """
 
@@ -27,13 +39,17 @@ from functools import lru_cache
 from sync.errors import RemoteProtocolError
 
 __all__ = [
+    "CERAMIC_ONE",
+    "CIP124_DRAFT",
     "CODEC_RAW",
+    "LAYOUTS",
     "MAX_EVENT_ID_LEN",
     "EventId",
     "build_event_id",
     "cbor_uint",
     "channel_bounds",
     "event_cid",
+    "event_id_layout_of",
     "event_key",
     "genesis_cid",
     "key_height",
@@ -53,6 +69,9 @@ SHA2_256 = 0x12
 MAX_EVENT_ID_LEN = 256
 _GENESIS_TAG = b"syncnode/recon/genesis/v1"
 _MAX_VARINT_BYTES = 9
+CIP124_DRAFT = "cip124-draft"
+CERAMIC_ONE = "ceramic-one"
+LAYOUTS = (CIP124_DRAFT, CERAMIC_ONE)
 
 
 def varint(value: int) -> bytes:
@@ -158,30 +177,40 @@ def build_event_id(
     sort_value: bytes,
     controller: bytes,
     init_event_cid: bytes,
-    event_height: int,
+    event_height: int | None,
     event_cid_bytes: bytes,
 ) -> bytes:
-    """The CIP-124 layout from its raw inputs (sort value and controller are hashed here)."""
+    """An eventId from its raw inputs (sort value and controller are hashed here); a height of
+    ``None`` gives the ceramic-one layout, which has none."""
     return b"".join(
         (
             _head(network_id),
             _last(hashlib.sha256(sort_value).digest(), 8),
             _last(hashlib.sha256(controller).digest(), 8),
             _last(init_event_cid, 4),
-            cbor_uint(event_height),
+            b"" if event_height is None else cbor_uint(event_height),
             event_cid_bytes,
         )
     )
 
 
-def event_key(network_id: int, channel: str, sender: str, lamport: int, digest: bytes) -> bytes:
-    """The Recon key of one of our events."""
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown eventId layout {layout!r}")
+
+
+def event_key(network_id: int, channel: str, sender: str, lamport: int, digest: bytes,
+              layout: str = CIP124_DRAFT) -> bytes:
+    """The Recon key of one of our events in ``layout`` (the network's configured layout)."""
     if len(digest) != 32:
         raise ValueError("an event digest is 32 bytes")
     # The same bytes as build_event_id, with the per-stream part (three hashes) cached: a
     # catch-up computes one key per fetched event.
-    return _stream_prefix_cached(network_id, channel, sender) + cbor_uint(lamport) + (
-        _EVENT_CID_HEAD + digest)
+    prefix = _stream_prefix_cached(network_id, channel, sender)
+    if layout == CIP124_DRAFT:
+        return prefix + cbor_uint(lamport) + _EVENT_CID_HEAD + digest
+    _check_layout(layout)
+    return prefix + _EVENT_CID_HEAD + digest
 
 
 @lru_cache(maxsize=4096)
@@ -191,14 +220,26 @@ def _stream_prefix_cached(network_id: int, channel: str, sender: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class EventId:
-    """A parsed eventId; ``separator``/``controller``/``init_tail`` are the truncated hashes."""
+    """A parsed eventId; ``separator``/``controller``/``init_tail`` are the truncated hashes.
+
+    ``height`` is ``None`` for a ceramic-one id (that layout has no event height).
+    """
 
     network_id: int
     separator: bytes
     controller: bytes
     init_tail: bytes
-    height: int
+    height: int | None
     event_cid: bytes
+
+    @property
+    def layout(self) -> str:
+        return CERAMIC_ONE if self.height is None else CIP124_DRAFT
+
+    @property
+    def codec(self) -> int:
+        """The multicodec of the event CID (0x55 raw for ours, 0x71 dag-cbor for Ceramic's)."""
+        return read_varint(self.event_cid, 1)[0]
 
     @property
     def digest(self) -> bytes:
@@ -216,14 +257,30 @@ class EventId:
                 self.separator,
                 self.controller,
                 self.init_tail,
-                cbor_uint(self.height),
+                b"" if self.height is None else cbor_uint(self.height),
                 self.event_cid,
             )
         )
 
 
-def parse_event_id(data: bytes) -> EventId:
-    """Parse and check an eventId; anything malformed raises ``RemoteProtocolError``."""
+def _is_ceramic_one_tail(tail: bytes) -> bool:
+    # A draft id of height 1 reads 0x01 (the height) then 0x01 (its CID's version byte).
+    return len(tail) >= 2 and tail[0] == 0x01 and tail[1] != 0x01
+
+
+def event_id_layout_of(data: bytes) -> str:
+    """The layout of an eventId (without checking the rest of it)."""
+    pos = 0
+    for _ in range(3):  # stream id code, eventId type, network id
+        _value, pos = read_varint(data, pos)
+    if pos + 20 >= len(data):
+        raise RemoteProtocolError("eventId truncated")
+    return CERAMIC_ONE if _is_ceramic_one_tail(data[pos + 20 :]) else CIP124_DRAFT
+
+
+def parse_event_id(data: bytes, layout: str | None = None) -> EventId:
+    """Parse and check an eventId of either layout, or only of ``layout`` when given; anything
+    malformed raises ``RemoteProtocolError``."""
     if len(data) > MAX_EVENT_ID_LEN:
         raise RemoteProtocolError("eventId too long")
     code, pos = read_varint(data, 0)
@@ -238,7 +295,14 @@ def parse_event_id(data: bytes) -> EventId:
         data[pos + 8 : pos + 16],
         data[pos + 16 : pos + 20],
     )
-    height, pos = _read_cbor_uint(data, pos + 20)
+    found = CERAMIC_ONE if _is_ceramic_one_tail(data[pos + 20 :]) else CIP124_DRAFT
+    if layout is not None and layout != found:
+        _check_layout(layout)
+        raise RemoteProtocolError(f"eventId is not in the {layout} layout")
+    height: int | None = None
+    pos += 20
+    if found == CIP124_DRAFT:
+        height, pos = _read_cbor_uint(data, pos)
     cid = data[pos:]
     _check_cid(cid)
     return EventId(network_id, separator, controller, init_tail, height, cid)
@@ -254,11 +318,14 @@ def _check_cid(cid: bytes) -> None:
         raise RemoteProtocolError("event CID multihash length mismatch")
 
 
-def key_height(data: bytes) -> int:
-    """The event height (our Lamport time) of an eventId, without checking the rest of it."""
+def key_height(data: bytes) -> int | None:
+    """The event height (our Lamport time) of an eventId, without checking the rest of it;
+    ``None`` for a ceramic-one id, which carries no height."""
     pos = 0
     for _ in range(3):  # stream id code, eventId type, network id
         _value, pos = read_varint(data, pos)
+    if _is_ceramic_one_tail(data[pos + 20 :]):
+        return None
     return _read_cbor_uint(data, pos + 20)[0]
 
 

@@ -61,6 +61,9 @@ class ReconConfig:
     fingerprint_bytes: int = 16
     max_message_bytes: int = 4 << 20
     max_key_bytes: int = 256
+    # Keys one range may list (KEYS): an honest peer lists at most its key_list_threshold, so
+    # anything longer is a peer inflating our "missing" set (a 600 KB message held 200,000).
+    max_key_list: int = 256
     max_interests: int = 64
     max_messages: int = 1024
     max_bytes_received: int = 1 << 30
@@ -73,6 +76,8 @@ class ReconConfig:
             raise LocalProtocolError("need 2 <= fanout <= max_fanout")
         if self.key_list_threshold < 1 or self.split_levels < 1:
             raise LocalProtocolError("key_list_threshold and split_levels must be >= 1")
+        if self.max_key_list < self.key_list_threshold:
+            raise LocalProtocolError("max_key_list must be >= key_list_threshold")
         if not 8 <= self.fingerprint_bytes <= 32:
             raise LocalProtocolError("fingerprint_bytes must be within 8..32")
         if self.max_message_bytes < 16 * (self.max_key_bytes + 16) + 1024:
@@ -324,6 +329,8 @@ class ReconSession:
         self._pending = kept
 
     def _on_keys(self, lo: bytes, hi: bytes, keys: tuple[bytes, ...]) -> None:
+        if len(keys) > self.config.max_key_list:
+            raise RemoteProtocolError("key list over the limit")
         store = self.store
         missing = frozenset(k for k in keys if not store.contains(k))
         if missing:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
 from sync.sds.channel import LAMPORT_LIMIT, SdsChannel
 from sync.sds.config import LostPolicy, SdsConfig
+from sync.sds.delivered import DeliveredIndex, DeliveredLookup
 from sync.sds.events import (
     Acknowledged,
     Delivered,
     DependencyLost,
     EphemeralReceived,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -32,20 +34,32 @@ from sync.sds.message import (
     message_id_of,
     transmission_suffix,
 )
+from sync.sds.profile import (
+    PROFILES,
+    SdsProfile,
+    decode_event_by_channel,
+    decode_event_in,
+    peek_event,
+    profile_of,
+)
 from sync.sds.repair import in_response_group, repair_hash, t_req, t_resp
 from sync.sds.state import LogEntry
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
     "LAMPORT_LIMIT",
+    "PROFILES",
     "SIGNATURE_DOMAIN",
     "Acknowledged",
     "BloomParams",
     "BloomView",
     "DecodeLimits",
     "Delivered",
+    "DeliveredIndex",
+    "DeliveredLookup",
     "DependencyLost",
     "EphemeralReceived",
+    "Evicted",
     "HistoryRef",
     "LogEntry",
     "LostPolicy",
@@ -59,15 +73,20 @@ __all__ = [
     "SdsChannel",
     "SdsConfig",
     "SdsEvent",
+    "SdsProfile",
     "SignedEvent",
     "Transmission",
     "bloom_indices",
     "decode_event",
+    "decode_event_by_channel",
+    "decode_event_in",
     "decode_transmission",
     "encode_event",
     "event_digest",
     "in_response_group",
     "message_id_of",
+    "peek_event",
+    "profile_of",
     "repair_hash",
     "t_req",
     "t_resp",

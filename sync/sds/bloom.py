@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 import mmh3
@@ -83,9 +84,12 @@ class RollingBloomFilter:
     false-positive rate never exceeds the design rate at ``window`` ids.
     """
 
-    def __init__(self, params: BloomParams, window: int) -> None:
+    def __init__(self, params: BloomParams, window: int,
+                 indexer: Callable[[str, BloomParams], tuple[int, ...]] | None = None) -> None:
         self.params = params
         self.window = window
+        # How an id maps to bits: ours by default, or another profile's (``sync.sds.waku``).
+        self._indexer = indexer or bloom_indices
         self._bits = bitarray(params.bits, endian="big")
         self._bits.setall(0)
         # A plain list: array('H') is smaller but measured twice as slow here (boxing).
@@ -97,7 +101,7 @@ class RollingBloomFilter:
         return len(self._order)
 
     def add(self, message_id: str) -> None:
-        self.add_indices(bloom_indices(message_id, self.params))
+        self.add_indices(self._indexer(message_id, self.params))
 
     def add_indices(self, indices: tuple[int, ...]) -> None:
         counts = self._counts
@@ -119,7 +123,7 @@ class RollingBloomFilter:
         return all(bits[i] for i in indices)
 
     def __contains__(self, message_id: str) -> bool:
-        return self.contains_indices(bloom_indices(message_id, self.params))
+        return self.contains_indices(self._indexer(message_id, self.params))
 
     def to_bytes(self) -> bytes:
         if self._encoded is None:

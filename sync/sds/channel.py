@@ -17,14 +17,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
-from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
+from sync.sds.acks import FilterEvidence, review_acks
+from sync.sds.bloom import RollingBloomFilter
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
+from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
+from sync.sds.delivered import DeliveredIndex, DeliveredLookup
 from sync.sds.events import (
     Acknowledged,
     Delivered,
     DependencyLost,
     EphemeralReceived,
+    Evicted,
     MissingDependencies,
     MissingEntry,
     PossiblyAcknowledged,
@@ -33,24 +37,22 @@ from sync.sds.events import (
     ResendExhausted,
     SdsEvent,
 )
-from sync.sds.message import (
-    DecodeLimits,
-    HistoryRef,
-    SignedEvent,
-    decode_transmission,
-    encode_event,
-    transmission_suffix,
-)
+from sync.sds.message import HistoryRef, SignedEvent, transmission_suffix
+from sync.sds.profile import profile_of
+from sync.sds.quota import QuotaLimits, SenderQuota
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import LogEntry, export_state, restore_channel
 from sync.sds.timers import TimerKind, TimerQueue
+from sync.sds.waku import waku_message_id
 
 __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
 
-#: Received timestamps at or above this are rejected, so that ``lamport + 1`` never leaves uint64
-#: however many messages follow.
-LAMPORT_LIMIT = (1 << 64) - (1 << 32)
+#: Received timestamps at or above this are rejected whatever the clock (``sync.sds.clock``
+#: has the whole rule): ``lamport + 1`` never leaves what a signed 64-bit SQL integer holds.
+LAMPORT_LIMIT = LAMPORT_MAX + 1
 _SIGNATURE_CACHE = 4096
+#: A missing-set entry is charged as one unit; the byte bounds follow from the counts.
+_MISSING_ENTRY_BYTES = 1
 _SYNC_KEY = ""
 
 
@@ -66,7 +68,10 @@ class SdsChannel:
         rng: random.Random | None = None,
         now: float = 0.0,
         verify_signatures: bool = True,
+        lookup: DeliveredLookup | None = None,
     ) -> None:
+        """``lookup``: the store's answer to "which of these ids are in this channel's log";
+        with it only the newest ``config.delivered_window`` delivered ids stay in memory."""
         if signing_key is not None and peer_id_of(signing_key) != participant_id:
             raise LocalProtocolError("participant_id is not the peer id of signing_key")
         self.channel_id = channel_id
@@ -77,39 +82,51 @@ class SdsChannel:
         self._key = signing_key
         self._rng = rng or random.Random(0)
         cfg = self.config
-        self._limits = DecodeLimits(
-            max_size=cfg.max_message_size,
-            max_history_entries=cfg.max_history_entries,
-            max_repair_entries=cfg.max_repair_entries,
-            max_id_length=cfg.max_id_length,
-            max_hint_length=cfg.max_hint_length,
-        )
-        self.bloom_params = BloomParams.optimal(cfg.bloom_capacity, cfg.bloom_fp_rate)
-        self._bloom = RollingBloomFilter(self.bloom_params, cfg.bloom_capacity)
+        # The wire rules (ids, signatures, filter shape and hashing): sync.sds.profile.
+        self.profile = profile_of(cfg)
+        self.bloom_params = self.profile.bloom_params
+        self._bloom = RollingBloomFilter(self.bloom_params, self.profile.bloom_window,
+                                         self.profile.indices)
         self._lamport = int(now * 1000)
+        #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
+        self.clock_recovered = False
         self._timers = TimerQueue()
         self._events: list[SdsEvent] = []
         self._datagrams: list[bytes] = []
-        # Local log: every delivered id with its lamport; a sorted recent tail for histories.
-        self._log: dict[str, int] = {}
+        # Local log: delivered ids (the newest in memory, see DeliveredIndex); a sorted recent
+        # tail for histories.
+        self._log = DeliveredIndex(cfg.delivered_window, lookup)
         self._tail: list[tuple[int, str]] = []
         self._tail_refs: dict[str, HistoryRef] = {}
         self._tail_size = max(64, 4 * cfg.sync_history_size)
         # Delivered messages no delivered message refers to (the frontier of the causal DAG).
         self._heads: dict[str, HistoryRef] = {}
+        self._head_lamport: dict[str, int] = {}
         self._hints: dict[str, bytes] = {}
         # Incoming buffer: waiting messages, and who waits for which missing id.
         self._waiting: dict[str, WaitingEntry] = {}
         self._waiters: dict[str, list[str]] = {}
         self._missing: dict[str, HistoryRef] = {}
+        # What peers can make us hold is bounded (docs/security.md "SDS buffers").
+        self._waiting_quota = SenderQuota(QuotaLimits(
+            cfg.max_waiting, cfg.max_waiting_bytes, cfg.max_waiting_per_sender,
+            cfg.max_waiting_bytes_per_sender))
+        self._missing_quota = SenderQuota(QuotaLimits(
+            cfg.max_missing, cfg.max_missing * _MISSING_ENTRY_BYTES, cfg.max_missing_per_sender,
+            cfg.max_missing_per_sender * _MISSING_ENTRY_BYTES))
         self._lost: set[str] = set()
         self._outgoing: dict[str, OutgoingEntry] = {}
+        # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
+        self._others_seen: set[str] = set()
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
-        self._repair = RepairBuffers(participant_id, self.config, self._timers)
+        self._repair = RepairBuffers(participant_id, self.config, self._timers,
+                                     self.profile.repair_hash)
         self._verified: dict[str, bytes] = {}
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
         self._last_activity = now
         self._sync_armed_at = now
+        # Resends of own messages since this object was made (a counter for metrics).
+        self.resends = 0
         self._arm_sync(now)
 
     # ------------------------------------------------------------------ reading
@@ -130,8 +147,18 @@ class SdsChannel:
         return self._timers.next_deadline()
 
     def log(self) -> list[tuple[int, str]]:
-        """The local log as (lamport, message_id), in log order."""
+        """The local log as (lamport, message_id), in log order: with a ``lookup``, only the
+        part in memory (``delivered_in_memory`` entries; the store has the whole log)."""
         return sorted((lamport, mid) for mid, lamport in self._log.items())
+
+    @property
+    def delivered_in_memory(self) -> int:
+        return len(self._log)
+
+    @property
+    def store_lookups(self) -> int:
+        """How often this channel asked its store about ids memory did not hold."""
+        return self._log.lookups
 
     def is_missing(self, message_id: str) -> bool:
         """True while ``message_id`` is a known-missing dependency (no copy of the set)."""
@@ -144,8 +171,8 @@ class SdsChannel:
         if event.signature is not None:
             self._remember_signature(event.message_id, event.signature)
 
-    def has_delivered(self, message_id: str) -> bool:
-        return message_id in self._log
+    def has_delivered(self, message_id: str, lamport: int | None = None) -> bool:
+        return self._log.contains(message_id, lamport)
 
     @property
     def outgoing_ids(self) -> frozenset[str]:
@@ -169,31 +196,55 @@ class SdsChannel:
 
     def set_retrieval_hint(self, message_id: str, hint: bytes) -> None:
         """Attach a retrieval hint to a logged message for the histories that name it."""
-        self._hints[message_id] = hint
+        hints = self._hints
+        hints[message_id] = hint
+        if len(hints) > self.config.delivered_window:
+            # Histories name recent messages: the oldest hint goes, as the ids do.
+            del hints[next(iter(hints))]
         for refs in (self._heads, self._tail_refs):
             ref = refs.get(message_id)
             if ref is not None:
                 refs[message_id] = HistoryRef(message_id, hint, ref.sender_id)
 
+    def forget(self, message_id: str) -> bool:
+        """Undo the delivery of a message its node could not store, so that it is neither
+        named in our histories, served as a repair, resent nor counted as logged; a later copy
+        is delivered afresh. (Its bit in the rolling bloom filter stays until it rolls out: a
+        filter cannot remove an element.)"""
+        if not self._log.discard(message_id):
+            return False
+        self._tail_refs.pop(message_id, None)
+        self._tail = [item for item in self._tail if item[1] != message_id]
+        self._heads.pop(message_id, None)
+        self._head_lamport.pop(message_id, None)
+        self._repair.forget(message_id)
+        if self._outgoing.pop(message_id, None) is not None:
+            self._timers.cancel(TimerKind.RESEND, message_id)
+        return True
+
     # ------------------------------------------------------------------ sending
     def _tick(self, now: float) -> int:
-        self._lamport = max(int(now * 1000), self._lamport + 1)
-        if self._lamport >= 1 << 64:
+        lamport = max(int(now * 1000), self._lamport + 1)
+        if lamport > LAMPORT_MAX:
             raise LocalProtocolError("lamport clock exhausted")
-        return self._lamport
+        self._lamport = lamport
+        return lamport
 
     def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None) -> bytes:
         """Create, log and return a content message to broadcast."""
         if not content:
             raise LocalProtocolError("content must not be empty (empty content is a sync)")
+        if self.profile.is_waku and self._log.contains(waku_message_id(content)):
+            # The id is the payload's hash: a second send would be the same message.
+            raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
         history = self._choose_history(self.config.causal_history_size, sample=False)
-        event = encode_event(
-            self.channel_id, self.participant_id, lamport, history, content, self._key
+        event = self.profile.encode(
+            self.channel_id, self.participant_id, lamport, history, content, self._key, self._rng
         )
         mid = event.message_id
         if retrieval_hint is not None:
-            self._hints[mid] = retrieval_hint
+            self.set_retrieval_hint(mid, retrieval_hint)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
         self._outgoing[mid] = OutgoingEntry(mid, event.wire)
@@ -205,19 +256,24 @@ class SdsChannel:
         """An ephemeral message: no lamport, history or filter; not logged, not resent."""
         if not content:
             raise LocalProtocolError("ephemeral content must not be empty")
-        event = encode_event(self.channel_id, self.participant_id, None, (), content, self._key)
+        event = self.profile.encode(self.channel_id, self.participant_id, None, (), content,
+                                    self._key, self._rng)
         return event.wire
 
     def _sync_message(self, now: float) -> bytes:
         lamport = self._tick(now)
         history = self._choose_history(self.config.sync_history_size, sample=True)
-        event = encode_event(self.channel_id, self.participant_id, lamport, history, b"", self._key)
+        event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
+                                    self._key, self._rng)
         self._last_activity = now
         return event.wire + self._suffix(now)
 
     def _suffix(self, now: float) -> bytes:
         return transmission_suffix(
-            self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now)
+            self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now),
+            announce_params=self.profile.announces_bloom_params, channel_id=self.channel_id,
+            # A waku channel's wire has no signatures (sync.sds.profile).
+            signing_key=self._key if self.profile.signed else None,
         )
 
     def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
@@ -235,63 +291,67 @@ class SdsChannel:
         """
         if size <= 0:
             return ()
-        log = self._log
+        lamports = self._head_lamport
         if len(self._heads) > size and sample:
-            ordered = sorted(self._heads, key=lambda i: (log[i], i))
+            ordered = sorted(self._heads, key=lambda i: (lamports.get(i, -1), i))
             chosen = self._rng.sample(ordered, size)
         else:
-            chosen = heapq.nlargest(size, self._heads, key=lambda i: (log[i], i))
+            chosen = heapq.nlargest(size, self._heads, key=lambda i: (lamports.get(i, -1), i))
         refs = [self._heads[i] for i in chosen]
+        lamport_of = {i: lamports.get(i, -1) for i in chosen}
         if len(refs) < size:
-            taken = set(chosen)
-            for _, mid in reversed(self._tail):
+            for lamport, mid in reversed(self._tail):
                 if len(refs) >= size:
                     break
-                if mid not in taken:
+                if mid not in lamport_of:
+                    lamport_of[mid] = lamport
                     refs.append(self._tail_refs[mid])
-        refs.sort(key=lambda r: (log[r.message_id], r.message_id))
+        refs.sort(key=lambda r: (lamport_of[r.message_id], r.message_id))
         return tuple(refs)
 
     # ------------------------------------------------------------------ receiving
     def receive(self, data: bytes, now: float, peer: str | None = None) -> None:
         """Process a received message; ``RemoteProtocolError`` (and no state change) if bad."""
         try:
-            tx = decode_transmission(
+            tx = self.profile.decode(
                 data,
-                self._limits,
                 check_id=self._check_ids,
                 verify_signature=self.verify_signatures,
                 known_signatures=self._verified,
             )
-            self._check_event(tx.event)
-            view = None
-            if tx.bloom_filter is not None and tx.bloom_params is not None:
-                max_bits = 8 * self.config.max_message_size
-                view = BloomView(tx.bloom_filter, tx.bloom_params, max_bits=max_bits)
+            self._check_event(tx.event, now)
+            evidence = None
+            view = self.profile.view(tx, 8 * self.config.max_message_size)
+            if view is not None and tx.bloom_filter is not None:
+                # A waku channel's filters are never signed: taken as their sender's evidence
+                # (docs/interop.md, "Acknowledgements on a waku channel").
+                evidence = FilterEvidence(view, tx.bloom_filter, tx.bloom_signature,
+                                          trusted=not self.verify_signatures
+                                          or not self.profile.signed)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
         event = tx.event
         if event.signature is not None and self.verify_signatures:
             self._remember_signature(event.message_id, event.signature)
-        self._accept(event, view, tx.repair_request, now)
+        self._accept(event, evidence, tx.repair_request, now)
 
     def receive_event(self, event: SignedEvent, now: float, peer: str | None = None) -> None:
         """Process an event its caller already decoded and checked (id and signature, say with
         ``decode_event`` in a worker thread): a fetched or stored event, which carries no
         per-transmission fields. Saves decoding the wire a second time."""
         try:
-            self._check_event(event)
+            self._check_event(event, now)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
         self._accept(event, None, (), now)
 
-    def _check_event(self, event: SignedEvent) -> None:
+    def _check_event(self, event: SignedEvent, now: float) -> None:
         if event.channel_id != self.channel_id:
             raise RemoteProtocolError("message for another channel")
-        if event.lamport is not None and event.lamport >= LAMPORT_LIMIT:
-            raise RemoteProtocolError("lamport timestamp out of range")
+        if event.lamport is not None:
+            check_lamport(event.lamport, now, self.config.max_lamport_ahead_ms)
 
-    def _accept(self, event: SignedEvent, view: BloomView | None,
+    def _accept(self, event: SignedEvent, evidence: FilterEvidence | None,
                 repair_request: tuple[HistoryRef, ...], now: float) -> None:
         """The protocol steps for a valid message: nothing here raises on peer input."""
         mid = event.message_id
@@ -301,28 +361,55 @@ class SdsChannel:
         if event.is_ephemeral:
             self._receive_ephemeral(event)
             return
-        self._review_acks(event, view)
+        others = self._others_seen
+        if len(others) < self.config.ack_min_filters:
+            others.add(event.sender_id)
+        if self._outgoing:
+            needed = min(self.config.ack_min_filters, len(others))
+            review = review_acks(self._outgoing, event, evidence, self.channel_id, self.config,
+                                 needed, self.profile.indices)
+            for acked, by_bloom in review.acknowledged:
+                self._acknowledge(acked, by_bloom=by_bloom)
+            self._note_possible_acks(review.possibly)
         if repair_request:
             self._repair.on_requests(repair_request, now)
         if event.is_sync:
             self._last_activity = now
-            self._note_missing(
-                [h for h in event.causal_history if self._is_unknown(h.message_id)], now
-            )
+            unknown = [h for h in event.causal_history if self._is_unknown(h.message_id)]
+            if unknown and not self._log.complete:
+                held = self._log.known(h.message_id for h in unknown)
+                unknown = [h for h in unknown if h.message_id not in held]
+            self._note_missing(unknown, now, charged_to=event.sender_id)
             return
-        if mid in self._log or mid in self._waiting:
+        if mid in self._waiting or self._log.in_memory(mid):
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
             # waiting for exactly the acknowledgement our sync carries.
             return
+        log, lost_ids = self._log, self._lost
+        stored: set[str] = set()
+        if not log.complete:
+            # One store question for what memory cannot answer: the event itself when it is
+            # older than the window, and history entries not in memory. Ids already known
+            # missing were not delivered when noted, and only a delivery (into memory) changes
+            # that: no question for them (a catch-up in Recon's key order names many).
+            missing, waiters = self._missing, self._waiters
+            ask = [h.message_id for h in event.causal_history
+                   if not log.in_memory(h.message_id) and h.message_id not in lost_ids
+                   and h.message_id not in missing and h.message_id not in waiters]
+            assert event.lamport is not None
+            if event.lamport <= log.floor:
+                ask.append(mid)
+            stored = log.known(ask) if ask else stored
+            if mid in stored:
+                return
         self._last_activity = now
         self._bloom.add(mid)
-        log, lost_ids = self._log, self._lost
         unmet: list[HistoryRef] = []
         lost = False
         for h in event.causal_history:
             if h.retrieval_hint is not None:
                 self._learn_hint(h)
-            if h.message_id in log:
+            if log.in_memory(h.message_id) or h.message_id in stored:
                 continue
             if h.message_id in lost_ids:
                 lost = True
@@ -331,15 +418,53 @@ class SdsChannel:
         if not unmet:
             self._deliver(event, lost_dependency=lost)
             return
-        if self._missing.pop(mid, None) is not None:
+        if not self._wait(event, {h.message_id for h in unmet}, lost):
+            return
+        if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
-        self._waiting[mid] = WaitingEntry(event, {h.message_id for h in unmet}, lost)
-        for h in unmet:
-            self._waiters.setdefault(h.message_id, []).append(mid)
-        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now)
+        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now,
+                           charged_to=event.sender_id)
+
+    def _wait(self, event: SignedEvent, missing: set[str], lost: bool) -> bool:
+        """Hold ``event`` until ``missing`` is delivered, within the waiting buffer's bounds."""
+        mid, sender = event.message_id, event.sender_id
+        size = len(event.wire) + len(event.content)
+        quota = self._waiting_quota
+        if not quota.fits(size):
+            self._events.append(Evicted("waiting", mid, sender))
+            return False
+        for old in quota.add(mid, sender, size):
+            self._evict_waiting(old)
+        self._waiting[mid] = WaitingEntry(event, missing, lost)
+        for dep in missing:
+            self._waiters.setdefault(dep, []).append(mid)
+        return True
+
+    def _unwait(self, mid: str) -> WaitingEntry | None:
+        self._waiting_quota.remove(mid)
+        return self._waiting.pop(mid, None)
+
+    def _evict_waiting(self, mid: str) -> None:
+        entry = self._unwait(mid)
+        if entry is None:
+            return
+        for dep in entry.missing:
+            waiters = self._waiters.get(dep)
+            if waiters is not None and mid in waiters:
+                waiters.remove(mid)
+                if not waiters:
+                    del self._waiters[dep]
+        # Its copy may come again (a resend, a repair, Recon) and is then accepted afresh.
+        self._events.append(Evicted("waiting", mid, entry.event.sender_id))
+
+    def _unmiss(self, mid: str) -> HistoryRef | None:
+        self._missing_quota.remove(mid)
+        return self._missing.pop(mid, None)
 
     def _is_unknown(self, mid: str) -> bool:
-        return mid not in self._log and mid not in self._waiting and mid not in self._lost
+        """Not delivered as far as memory knows, not waiting, not lost."""
+        return (not self._log.in_memory(mid) and mid not in self._waiting
+                and mid not in self._lost)
 
     def _remember_signature(self, mid: str, signature: bytes) -> None:
         if mid not in self._verified:
@@ -360,35 +485,14 @@ class SdsChannel:
         assert h.retrieval_hint is not None
         if h.message_id in self._hints:
             return
-        if h.message_id in self._log:
+        if self._log.in_memory(h.message_id):
             self.set_retrieval_hint(h.message_id, h.retrieval_hint)
         elif h.message_id in self._missing:
             self._missing[h.message_id] = h
 
-    def _review_acks(self, event: SignedEvent, view: BloomView | None) -> None:
-        outgoing = self._outgoing
-        if not outgoing:
-            return
-        for h in event.causal_history:
-            if h.message_id in outgoing:
-                self._acknowledge(h.message_id, by_bloom=False)
-        if view is None or not outgoing:
-            return
-        params = view.params
-        sender = event.sender_id
-        for entry in list(outgoing.values()):
-            indices = entry.indices.get(params)
-            if indices is None:
-                indices = entry.indices[params] = bloom_indices(entry.message_id, params)
-            if not view.contains_indices(indices) or sender in entry.bloom_senders:
-                continue
-            # Filters of distinct participants are independent evidence: multiply their
-            # false-positive rates (each from the filter's own size, hashes and fill).
-            entry.bloom_senders.add(sender)
-            entry.fp_product *= view.false_positive_rate
-            if entry.fp_product <= self.config.ack_fp_bound:
-                self._acknowledge(entry.message_id, by_bloom=True)
-                continue
+    def _note_possible_acks(self, entries: list[OutgoingEntry]) -> None:
+        """Newly possibly acknowledged messages are resent less often (spec: distinct periods)."""
+        for entry in entries:
             self._events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
             if not entry.possibly:
                 entry.possibly = True
@@ -419,14 +523,14 @@ class SdsChannel:
                     continue
                 waiting.missing.discard(ev.message_id)
                 if not waiting.missing:
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     stack.append((waiting.event, waiting.lost_dependency))
 
     def _log_event(self, ev: SignedEvent, lost: bool) -> None:
         mid = ev.message_id
         lamport = ev.lamport
         assert lamport is not None
-        self._log[mid] = lamport
+        self._log.add(mid, lamport)
         if lamport > self._lamport:
             self._lamport = lamport
         ref = HistoryRef(mid, self._hints.get(mid), ev.sender_id)
@@ -436,14 +540,17 @@ class SdsChannel:
             for _, old in self._tail[: self._tail_size]:
                 self._tail_refs.pop(old, None)
             del self._tail[: self._tail_size]
+        heads, head_lamport = self._heads, self._head_lamport
         for h in ev.causal_history:
-            self._heads.pop(h.message_id, None)
+            if heads.pop(h.message_id, None) is not None:
+                head_lamport.pop(h.message_id, None)
         if mid in self._lost:
             # Messages naming it were delivered already: it is not a head.
             self._lost.discard(mid)
         else:
-            self._heads[mid] = ref
-        if self._missing.pop(mid, None) is not None:
+            heads[mid] = ref
+            head_lamport[mid] = lamport
+        if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
         self._repair.remember(mid, ev.sender_id, ev.wire)
         history_ids = tuple([h.message_id for h in ev.causal_history])
@@ -451,12 +558,15 @@ class SdsChannel:
             Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)
         )
 
-    def _note_missing(self, refs: list[HistoryRef], now: float) -> None:
+    def _note_missing(self, refs: list[HistoryRef], now: float, *, charged_to: str) -> None:
         new = []
+        quota = self._missing_quota
         for ref in refs:
             mid = ref.message_id
             if mid in self._missing:
                 continue
+            for old in quota.add(mid, charged_to, _MISSING_ENTRY_BYTES):
+                self._evict_missing(old)
             self._missing[mid] = ref
             self._timers.schedule(TimerKind.LOST, mid, now + self.config.lost_timeout)
             self._repair.want(ref, now)
@@ -464,8 +574,15 @@ class SdsChannel:
         if new:
             self._events.append(MissingDependencies(tuple(new)))
 
+    def _evict_missing(self, mid: str) -> None:
+        if self._unmiss(mid) is None:
+            return
+        self._timers.cancel(TimerKind.LOST, mid)
+        self._repair.seen(mid)  # no more repair requests for it
+        self._events.append(Evicted("missing", mid))
+
     def _declare_lost(self, mid: str) -> None:
-        ref = self._missing.pop(mid, None)
+        ref = self._unmiss(mid)
         if ref is None:
             return
         self._repair.seen(mid)
@@ -482,10 +599,10 @@ class SdsChannel:
                 waiting.missing.discard(lost_id)
                 waiting.lost_dependency = True
                 if self.config.lost_policy == "drop":
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     pending.append(waiter)
                 elif not waiting.missing:
-                    del self._waiting[waiter]
+                    self._unwait(waiter)
                     self._deliver(waiting.event, lost_dependency=True)
 
     # ------------------------------------------------------------------ timers
@@ -542,6 +659,7 @@ class SdsChannel:
             self._events.append(ResendExhausted(mid, entry.attempts))
             return
         entry.attempts += 1
+        self.resends += 1
         self._datagrams.append(entry.wire + self._suffix(now))
         self._last_activity = now
         period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
@@ -571,12 +689,16 @@ class SdsChannel:
         rng: random.Random | None = None,
         now: float = 0.0,
         verify_signatures: bool = True,
+        lookup: DeliveredLookup | None = None,
+        log_truncated: bool = False,
     ) -> SdsChannel:
         """Rebuild a channel from ``export_state()`` output and the persisted log.
 
-        ``log``: every delivered (message_id, lamport) or (message_id, lamport, sender_id); the
-        bloom filter is rebuilt from its most recent entries. ``cached_wires``: canonical wires of
-        recent messages, to serve repairs.
+        ``log``: delivered (message_id, lamport) or (message_id, lamport, sender_id): the whole
+        log, or with a ``lookup`` and ``log_truncated`` its newest part (at least
+        ``delivered_window`` entries, the store answers for the rest); the bloom filter is
+        rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
+        messages, to serve repairs.
         """
         return restore_channel(
             cls,
@@ -588,4 +710,6 @@ class SdsChannel:
             rng=rng,
             now=now,
             verify_signatures=verify_signatures,
+            lookup=lookup,
+            log_truncated=log_truncated,
         )

@@ -31,6 +31,9 @@ class SdsConfig:
     #: Promote "possibly acknowledged" to "acknowledged" once the probability that every bloom
     #: hit (from distinct participants) was a false positive falls below this bound.
     ack_fp_bound: float = 1e-6
+    #: ... and at least this many distinct participants' signed filters name it (the spec asks
+    #: for "multiple"; one member lying about its receipts must not stop our resends).
+    ack_min_filters: int = 2
     #: Resend an unacknowledged message after this long ...
     resend_interval: float = 10.0
     #: ... and a possibly acknowledged one after this long.
@@ -63,6 +66,31 @@ class SdsConfig:
     check_message_ids: bool = True
     #: Ids remembered to drop duplicate ephemeral messages.
     ephemeral_dedup_size: int = 4096
+    #: Wire profile (``sync.sds.profile``): "syncnode" (signed, our ids and filters) or "waku"
+    #: (@waku/sds 0.0.8's wire: unsigned, payload-hash ids, its fixed filter).
+    profile: str = "syncnode"
+    #: A received Lamport timestamp may run at most this far (ms) ahead of the receiver's wall
+    #: clock (``sync.sds.clock``): the bound on how long a far-future event can stay "newest".
+    max_lamport_ahead_ms: int = 600_000
+    #: Bounds of the incoming (waiting) buffer, per channel and per sender, in messages and
+    #: bytes (wire + content): what a peer sending messages with missing dependencies can
+    #: make us hold.
+    max_waiting: int = 10_000
+    max_waiting_bytes: int = 64 << 20
+    max_waiting_per_sender: int = 1_000
+    max_waiting_bytes_per_sender: int = 16 << 20
+    #: Of the waiting buffer, at most this many bytes of wires (the newest) go into the saved
+    #: channel state.
+    waiting_state_bytes: int = 8 << 20
+    #: Bounds of the missing set (ids named by messages but not received), per channel and
+    #: per sender of the naming message.
+    max_missing: int = 10_000
+    max_missing_per_sender: int = 1_000
+    #: SDS-R: the repair cache also holds at most this many bytes of wires.
+    repair_cache_bytes: int = 64 << 20
+    #: Delivered ids kept in memory (the newest deliveries) when the channel has a store to
+    #: ask about older ones (``SdsChannel(lookup=...)``); without one the whole log is kept.
+    delivered_window: int = 100_000
 
     def __post_init__(self) -> None:
         checks = [
@@ -71,6 +99,7 @@ class SdsConfig:
             ("bloom_capacity", self.bloom_capacity > 0),
             ("bloom_fp_rate", 0.0 < self.bloom_fp_rate < 1.0),
             ("ack_fp_bound", 0.0 < self.ack_fp_bound < 1.0),
+            ("ack_min_filters", self.ack_min_filters >= 1),
             ("resend_interval", self.resend_interval > 0),
             ("possibly_acked_resend_interval", self.possibly_acked_resend_interval > 0),
             ("max_resends", self.max_resends >= 0),
@@ -86,6 +115,20 @@ class SdsConfig:
             ("max_message_size", self.max_message_size > 0),
             ("max_history_entries", self.max_history_entries >= self.sync_history_size),
             ("max_repair_entries", self.max_repair_entries >= self.max_repair_requests),
+            ("profile", self.profile in ("syncnode", "waku")),
+            ("max_lamport_ahead_ms", 0 <= self.max_lamport_ahead_ms <= 1 << 40),
+            ("max_waiting", self.max_waiting >= 1),
+            ("max_waiting_bytes", self.max_waiting_bytes >= 2 * self.max_message_size),
+            ("max_waiting_per_sender", 1 <= self.max_waiting_per_sender <= self.max_waiting),
+            ("max_waiting_bytes_per_sender",
+             2 * self.max_message_size <= self.max_waiting_bytes_per_sender
+             <= self.max_waiting_bytes),
+            ("max_missing", self.max_missing >= 1),
+            ("max_missing_per_sender", 1 <= self.max_missing_per_sender <= self.max_missing),
+            ("repair_cache_bytes", self.repair_cache_bytes >= 0),
+            ("waiting_state_bytes", self.waiting_state_bytes >= 0),
+            ("delivered_window", self.delivered_window >= max(self.bloom_capacity,
+                                                              4 * self.sync_history_size, 64)),
         ]
         for name, ok in checks:
             if not ok:

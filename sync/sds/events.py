@@ -9,6 +9,7 @@ __all__ = [
     "Delivered",
     "DependencyLost",
     "EphemeralReceived",
+    "Evicted",
     "MissingDependencies",
     "MissingEntry",
     "PossiblyAcknowledged",
@@ -109,6 +110,17 @@ class RepairAnswered:
     message_id: str
 
 
+@dataclass(frozen=True)
+class Evicted:
+    """A bounded buffer (``"waiting"``, ``"missing"``) dropped or refused an entry to stay
+    within its limits (docs/security.md "SDS buffers"). A dropped waiting message is accepted
+    afresh if it comes again (a resend, a repair, Recon)."""
+
+    buffer: str
+    message_id: str
+    sender_id: str | None = None
+
+
 SdsEvent = (
     Delivered
     | EphemeralReceived
@@ -119,4 +131,6 @@ SdsEvent = (
     | ResendExhausted
     | RepairRequested
     | RepairAnswered
+    | Evicted
 )
+

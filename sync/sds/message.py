@@ -35,14 +35,19 @@ __all__ = [
     "decode_transmission",
     "encode_event",
     "event_digest",
+    "filter_signed_bytes",
     "message_id_of",
     "transmission_suffix",
+    "verify_filter",
+    "without_signature",
 ]
 
 DEFAULT_MAX_SIZE = 1 << 20
 #: Prefix of the signed bytes, so an SDS signature can never be replayed as another protocol's.
 SIGNATURE_DOMAIN = b"syncnode/sds/v1/event:"
 _DIGEST_DOMAIN = b"syncnode/sds/v1\x00"
+#: Prefix of a bloom filter's signed bytes (never valid as an event's: another domain).
+FILTER_DOMAIN = b"syncnode/sds/v1/filter:"
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
@@ -102,6 +107,8 @@ class Transmission:
     bloom_filter: bytes | None
     bloom_params: BloomParams | None
     repair_request: tuple[HistoryRef, ...]
+    #: The sender's signature over the filter (``filter_signed_bytes``), if it signed it.
+    bloom_signature: bytes | None = None
 
 
 def event_digest(
@@ -154,11 +161,22 @@ def encode_event(
     causal_history: tuple[HistoryRef, ...],
     content: bytes,
     signing_key: Ed25519PrivateKey | None,
+    *,
+    message_id: str | None = None,
 ) -> SignedEvent:
-    """Build, identify and sign an event; the caller checked that ``sender_id`` is the key's."""
-    ids = tuple(h.message_id for h in causal_history)
-    digest = event_digest(channel_id, sender_id, lamport, ids, content)
-    msg = sds_pb2.Message(sender_id=sender_id, message_id=digest.hex(), channel_id=channel_id)
+    """Build, identify and sign an event; the caller checked that ``sender_id`` is the key's.
+
+    ``message_id``: an id of another profile's rule (``sync.sds.profile``); such an event is
+    never signed (our signature covers our digest only)."""
+    if message_id is not None:
+        if signing_key is not None:
+            raise ValueError("an event with a foreign message id is not signed")
+        digest = b""
+    else:
+        ids = tuple(h.message_id for h in causal_history)
+        digest = event_digest(channel_id, sender_id, lamport, ids, content)
+        message_id = digest.hex()
+    msg = sds_pb2.Message(sender_id=sender_id, message_id=message_id, channel_id=channel_id)
     if lamport is not None:
         msg.lamport_timestamp = lamport
     msg.causal_history.extend(_entry_pb(h) for h in causal_history)
@@ -171,7 +189,7 @@ def encode_event(
     return SignedEvent(
         channel_id=channel_id,
         sender_id=sender_id,
-        message_id=digest.hex(),
+        message_id=message_id,
         lamport=lamport,
         causal_history=causal_history,
         content=content,
@@ -180,17 +198,49 @@ def encode_event(
     )
 
 
+def filter_signed_bytes(channel_id: str, params: BloomParams, bloom: bytes) -> bytes:
+    """What a sender signs for its bloom filter: the filter is evidence of *its* receipts in
+    *this* channel, so both are bound (the message id is not: the same filter may travel with
+    any of the sender's messages)."""
+    channel = channel_id.encode()
+    return b"".join((FILTER_DOMAIN, _U32.pack(len(channel)), channel, _U32.pack(params.bits),
+                     _U32.pack(params.hashes), bloom))
+
+
+def verify_filter(sender_id: str, channel_id: str, params: BloomParams, bloom: bytes,
+                  signature: bytes | None) -> bool:
+    """Whether ``sender_id`` signed this filter (False for an unsigned one)."""
+    if signature is None:
+        return False
+    return verify(sender_id, signature, filter_signed_bytes(channel_id, params, bloom))
+
+
 def transmission_suffix(
-    bloom: bytes | None, params: BloomParams | None, repair_request: tuple[HistoryRef, ...]
+    bloom: bytes | None, params: BloomParams | None, repair_request: tuple[HistoryRef, ...],
+    *, announce_params: bool = True, channel_id: str = "",
+    signing_key: Ed25519PrivateKey | None = None,
 ) -> bytes:
-    """The per-transmission fields, serialised on their own, to append to a canonical wire."""
+    """The per-transmission fields, serialised on their own, to append to a canonical wire.
+    With ``signing_key`` the filter is signed (``filter_signed_bytes``); without
+    ``announce_params`` the filter goes alone (a fixed-shape filter, as @waku/sds's)."""
     msg = sds_pb2.Message()
     if bloom is not None and params is not None:
         msg.bloom_filter = bloom
-        msg.bloom_bits = params.bits
-        msg.bloom_hashes = params.hashes
+        if announce_params:
+            msg.bloom_bits = params.bits
+            msg.bloom_hashes = params.hashes
+        if signing_key is not None:
+            msg.bloom_signature = signing_key.sign(filter_signed_bytes(channel_id, params, bloom))
     msg.repair_request.extend(_entry_pb(h) for h in repair_request)
     return msg.SerializeToString(deterministic=True)
+
+
+def without_signature(event: SignedEvent) -> SignedEvent:
+    """The event with its signature field dropped from the record and the canonical wire."""
+    msg = sds_pb2.Message()
+    msg.ParseFromString(event.wire)
+    msg.ClearField("signature")
+    return event._replace(signature=None, wire=msg.SerializeToString(deterministic=True))
 
 
 def _refs(entries: Any, limit: int, limits: DecodeLimits, what: str) -> tuple[HistoryRef, ...]:
@@ -256,6 +306,7 @@ def _decode(
         if msg.HasField("bloom_bits") and msg.HasField("bloom_hashes"):
             params = BloomParams(msg.bloom_bits, msg.bloom_hashes)
     signature = msg.signature if msg.HasField("signature") else None
+    bloom_signature = msg.bloom_signature if msg.HasField("bloom_signature") else None
     if check_id or verify_signature:
         ids = [h.message_id for h in history]
         digest = event_digest(channel, sender, lamport, ids, content)
@@ -268,7 +319,8 @@ def _decode(
             if known is None or signature != known:
                 _verify(sender, signature, digest)
     # The canonical wire: the same message without per-transmission and unknown fields.
-    for name in ("bloom_filter", "repair_request", "bloom_bits", "bloom_hashes"):
+    for name in ("bloom_filter", "repair_request", "bloom_bits", "bloom_hashes",
+                 "bloom_signature"):
         msg.ClearField(name)
     msg.DiscardUnknownFields()
     if not content and msg.HasField("content"):
@@ -283,7 +335,7 @@ def _decode(
         signature,
         msg.SerializeToString(deterministic=True),
     )
-    return Transmission(event, bloom, params, repair)
+    return Transmission(event, bloom, params, repair, bloom_signature)
 
 
 def decode_transmission(

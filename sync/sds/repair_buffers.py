@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 from sync.sds.config import SdsConfig
 from sync.sds.message import HistoryRef
-from sync.sds.repair import in_response_group, t_req, t_resp
+from sync.sds.repair import RepairHash, in_response_group, repair_hash, t_req, t_resp
 from sync.sds.timers import TimerKind, TimerQueue
 
 __all__ = ["REPAIR_PACING", "RepairBuffers"]
@@ -20,8 +20,10 @@ REPAIR_PACING = 1.0
 class RepairBuffers:
     """Deadlines live in the channel's shared :class:`TimerQueue`."""
 
-    def __init__(self, participant_id: str, config: SdsConfig, timers: TimerQueue) -> None:
+    def __init__(self, participant_id: str, config: SdsConfig, timers: TimerQueue,
+                 hash_fn: RepairHash = repair_hash) -> None:
         self.participant_id = participant_id
+        self._hash = hash_fn
         self.config = config
         self._timers = timers
         #: Outgoing repair request buffer: missing id -> (T_req, entry).
@@ -30,6 +32,8 @@ class RepairBuffers:
         self.responses: dict[str, float] = {}
         #: id -> (sender, canonical wire) of messages whose response group we are in.
         self.cache: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        #: Bytes of wires in ``cache`` (bounded by ``repair_cache_bytes``).
+        self.cache_bytes = 0
 
     def remember(self, mid: str, sender: str, wire: bytes) -> None:
         """Cache a delivered message if we may have to answer for it."""
@@ -37,11 +41,23 @@ class RepairBuffers:
         if cfg.repair_cache_size <= 0:
             return
         groups = cfg.num_response_groups
-        if groups != 1 and not in_response_group(self.participant_id, sender, mid, groups):
+        if groups != 1 and not in_response_group(self.participant_id, sender, mid, groups,
+                                                      self._hash):
             return
+        if len(wire) > cfg.repair_cache_bytes:
+            return
+        self.forget(mid)
         self.cache[mid] = (sender, wire)
-        if len(self.cache) > cfg.repair_cache_size:
-            self.cache.popitem(last=False)
+        self.cache_bytes += len(wire)
+        while len(self.cache) > cfg.repair_cache_size or self.cache_bytes > cfg.repair_cache_bytes:
+            _, (_, old) = self.cache.popitem(last=False)
+            self.cache_bytes -= len(old)
+
+    def forget(self, mid: str) -> None:
+        """Drop a cached message (its delivery was undone)."""
+        cached = self.cache.pop(mid, None)
+        if cached is not None:
+            self.cache_bytes -= len(cached[1])
 
     def want(self, ref: HistoryRef, now: float, *, at: float | None = None) -> None:
         """(Re-)arm a request for a missing message, after a T_req back-off by default."""
@@ -49,7 +65,7 @@ class RepairBuffers:
         when = (
             at
             if at is not None
-            else t_req(now, self.participant_id, ref.message_id, cfg.t_min, cfg.t_max)
+            else t_req(now, self.participant_id, ref.message_id, cfg.t_min, cfg.t_max, self._hash)
         )
         self.requests[ref.message_id] = (when, ref)
         self._timers.schedule(TimerKind.REPAIR_REQUEST, ref.message_id, when)
@@ -92,8 +108,9 @@ class RepairBuffers:
             if cached is None or mid in self.responses:
                 continue
             sender = cached[0]
-            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups):
-                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max)
+            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups,
+                                 self._hash):
+                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max, self._hash)
                 self.responses[mid] = when
                 self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
 

@@ -17,7 +17,7 @@ class HistoryEntry(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., retrieval_hint: _Optional[bytes] = ..., sender_id: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("sender_id", "message_id", "channel_id", "lamport_timestamp", "causal_history", "bloom_filter", "repair_request", "content", "signature", "bloom_bits", "bloom_hashes")
+    __slots__ = ("sender_id", "message_id", "channel_id", "lamport_timestamp", "causal_history", "bloom_filter", "repair_request", "content", "signature", "bloom_bits", "bloom_hashes", "bloom_signature")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class Message(_message.Message):
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     BLOOM_BITS_FIELD_NUMBER: _ClassVar[int]
     BLOOM_HASHES_FIELD_NUMBER: _ClassVar[int]
+    BLOOM_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     message_id: str
     channel_id: str
@@ -40,4 +41,5 @@ class Message(_message.Message):
     signature: bytes
     bloom_bits: int
     bloom_hashes: int
-    def __init__(self, sender_id: _Optional[str] = ..., message_id: _Optional[str] = ..., channel_id: _Optional[str] = ..., lamport_timestamp: _Optional[int] = ..., causal_history: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., bloom_filter: _Optional[bytes] = ..., repair_request: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., content: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., bloom_bits: _Optional[int] = ..., bloom_hashes: _Optional[int] = ...) -> None: ...
+    bloom_signature: bytes
+    def __init__(self, sender_id: _Optional[str] = ..., message_id: _Optional[str] = ..., channel_id: _Optional[str] = ..., lamport_timestamp: _Optional[int] = ..., causal_history: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., bloom_filter: _Optional[bytes] = ..., repair_request: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., content: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., bloom_bits: _Optional[int] = ..., bloom_hashes: _Optional[int] = ..., bloom_signature: _Optional[bytes] = ...) -> None: ...

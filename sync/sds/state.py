@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import RemoteProtocolError
-from sync.sds.buffers import OutgoingEntry, WaitingEntry
+from sync.sds.buffers import OutgoingEntry
+from sync.sds.clock import LAMPORT_MAX, recovered_clock
 from sync.sds.config import SdsConfig
+from sync.sds.delivered import DeliveredLookup
 from sync.sds.message import HistoryRef, decode_event
 from sync.sds.timers import TimerKind
 
@@ -64,6 +66,22 @@ def _ref(obj: Any) -> HistoryRef:
     return HistoryRef(mid, _unb64(obj["hint"]), sender)
 
 
+def _waiting_json(ch: SdsChannel) -> list[dict[str, Any]]:
+    """The newest waiting messages, up to ``waiting_state_bytes``: the state is saved every few
+    seconds, and a full waiting buffer (``max_waiting_bytes``) would cost that much again in
+    base64 each time. Those left out are not in any log yet; after a restart they come again
+    like any message we do not have (a resend, a repair, Recon)."""
+    budget = ch.config.waiting_state_bytes
+    out: list[dict[str, Any]] = []
+    for w in reversed(ch._waiting.values()):
+        budget -= len(w.event.wire)
+        if budget < 0:
+            break
+        out.append({"wire": _b64(w.event.wire), "lost": w.lost_dependency})
+    out.reverse()
+    return out
+
+
 def export_state(ch: SdsChannel) -> bytes:
     timers = ch._timers
     state = {
@@ -83,9 +101,7 @@ def export_state(ch: SdsChannel) -> bytes:
             }
             for e in ch._outgoing.values()
         ],
-        "waiting": [
-            {"wire": _b64(w.event.wire), "lost": w.lost_dependency} for w in ch._waiting.values()
-        ],
+        "waiting": _waiting_json(ch),
         "missing": [
             {"ref": _ref_json(ref), "lost_at": timers.due(TimerKind.LOST, mid)}
             for mid, ref in ch._missing.items()
@@ -112,6 +128,8 @@ def restore_channel(
     rng: random.Random | None,
     now: float,
     verify_signatures: bool,
+    lookup: DeliveredLookup | None = None,
+    log_truncated: bool = False,
     max_size: int = MAX_STATE_SIZE,
 ) -> SdsChannel:
     if len(state) > max_size:
@@ -128,12 +146,13 @@ def restore_channel(
             rng=rng,
             now=now,
             verify_signatures=verify_signatures,
+            lookup=lookup,
         )
-        _load_log(ch, log)
+        _load_log(ch, log, truncated=log_truncated)
         _load_buffers(ch, obj, now)
         for wire in cached_wires:
             event = decode_event(wire, max_size=ch.config.max_message_size, verify_signature=False)
-            if event.message_id in ch._log:
+            if ch._log.in_memory(event.message_id):
                 ch._repair.remember(event.message_id, event.sender_id, event.wire)
     except (
         KeyError,
@@ -147,7 +166,7 @@ def restore_channel(
     return ch
 
 
-def _load_log(ch: SdsChannel, log: Iterable[LogEntry]) -> None:
+def _load_log(ch: SdsChannel, log: Iterable[LogEntry], *, truncated: bool) -> None:
     entries: list[tuple[int, str, str | None]] = []
     for item in log:
         mid, lamport = item[0], item[1]
@@ -156,14 +175,11 @@ def _load_log(ch: SdsChannel, log: Iterable[LogEntry]) -> None:
             raise ValueError("bad log entry")
         entries.append((lamport, mid, sender))
     entries.sort()
-    for lamport, mid, _ in entries:
-        ch._log[mid] = lamport
-    if entries:
-        ch._lamport = max(ch._lamport, entries[-1][0])
+    ch._log.load([(lamport, mid) for lamport, mid, _ in entries], truncated=truncated)
     for lamport, mid, sender in entries[-ch._tail_size :]:
         ch._tail.append((lamport, mid))
         ch._tail_refs[mid] = HistoryRef(mid, None, sender)
-    for _, mid, _ in entries[-ch.config.bloom_capacity :]:
+    for _, mid, _ in entries[-ch._bloom.window :]:
         ch._bloom.add(mid)
 
 
@@ -173,16 +189,26 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
     lamport = int(obj["lamport"])
     if not 0 <= lamport < 1 << 64:
         raise ValueError("lamport out of range")
-    ch._lamport = max(ch._lamport, lamport)
+    # A clock persisted before the clock rule (or raised by a log entry accepted before it)
+    # may be out of range: start from the largest value the rule accepts now instead.
+    ch._lamport, ch.clock_recovered = recovered_clock(
+        [lamport, *(lam for _, lam in ch._log.items())], now, cfg.max_lamport_ahead_ms
+    )
     ch._last_activity = _finite(obj["last_activity"])
-    for ref_obj in obj["heads"]:
-        ref = _ref(ref_obj)
-        if ref.message_id in ch._log:
+    heads = [_ref(ref_obj) for ref_obj in obj["heads"]]
+    delivered = ch._log.known(ref.message_id for ref in heads)
+    for ref in heads:
+        if ref.message_id in delivered:
             ch._heads[ref.message_id] = ref
+            known_lamport = ch._log.lamport(ref.message_id)
+            ch._head_lamport[ref.message_id] = -1 if known_lamport is None else known_lamport
     if not ch._heads and ch._tail:
-        mid = ch._tail[-1][1]
+        lamport_of_tail, mid = ch._tail[-1]
         ch._heads[mid] = ch._tail_refs[mid]
-    ch._lost.update(str(mid) for mid in obj["lost"] if mid not in ch._log)
+        ch._head_lamport[mid] = lamport_of_tail
+    lost = [str(mid) for mid in obj["lost"]]
+    delivered = ch._log.known(lost)
+    ch._lost.update(mid for mid in lost if mid not in delivered)
     for item in obj["outgoing"]:
         wire = _unb64(item["wire"]) or b""
         event = decode_event(wire, max_size=cfg.max_message_size, verify_signature=False)
@@ -199,10 +225,13 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
         resend_at = item["resend_at"]
         when = _finite(resend_at) if resend_at is not None else now + cfg.resend_interval
         timers.schedule(TimerKind.RESEND, entry.message_id, when)
-    for item in obj["missing"]:
-        ref = _ref(item["ref"])
-        if ref.message_id in ch._log:
+    missing = [(_ref(item["ref"]), item) for item in obj["missing"]]
+    delivered = ch._log.known(ref.message_id for ref, _ in missing)
+    for ref, item in missing:
+        if ref.message_id in delivered:
             continue  # fetched by other means (e.g. Recon) while we were down
+        for old in ch._missing_quota.add(ref.message_id, ref.sender_id or "", 1):
+            ch._evict_missing(old)
         ch._missing[ref.message_id] = ref
         lost_at = item["lost_at"]
         when = _finite(lost_at) if lost_at is not None else now + cfg.lost_timeout
@@ -211,22 +240,22 @@ def _load_buffers(ch: SdsChannel, obj: dict[str, Any], now: float) -> None:
         event = decode_event(
             _unb64(item["wire"]) or b"", max_size=cfg.max_message_size, verify_signature=False
         )
-        if event.lamport is None or event.message_id in ch._log:
+        if event.lamport is None or event.lamport > LAMPORT_MAX:
             continue
-        unmet = {h for h in event.history_ids if h not in ch._log and h not in ch._lost}
-        waiting = WaitingEntry(event, unmet, bool(item["lost"]))
-        ch._waiting[event.message_id] = waiting
-        for dep in unmet:
-            ch._waiters.setdefault(dep, []).append(event.message_id)
+        delivered = ch._log.known([event.message_id, *event.history_ids])
+        if event.message_id in delivered:
+            continue
+        unmet = {h for h in event.history_ids if h not in delivered and h not in ch._lost}
+        ch._wait(event, unmet, bool(item["lost"]))
     ready = [w for w in ch._waiting.values() if not w.missing]
     for w in ready:
-        del ch._waiting[w.event.message_id]
+        ch._unwait(w.event.message_id)
         ch._deliver(w.event, lost_dependency=w.lost_dependency)
     unknown = {d for d in ch._waiters if d not in ch._missing and d not in ch._waiting}
-    ch._note_missing([HistoryRef(d) for d in sorted(unknown)], now)
+    ch._note_missing([HistoryRef(d) for d in sorted(unknown)], now, charged_to="")
     for item in obj["repair_out"]:
         ref = _ref(item["ref"])
-        if ref.message_id in ch._log:
+        if ch._log.contains(ref.message_id):
             continue
         ch._repair.want(ref, now, at=_finite(item["t_req"]))
     for item in obj["repair_in"]:

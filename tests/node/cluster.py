@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from sync.identity import peer_id_of
 from tests.node.procs import NodeProcess
 
 # Fast timers so that tests converge in seconds, not minutes.
@@ -22,6 +25,17 @@ FAST_ENV = {
     "SYNCNODE_SDS_REPAIR_T_MAX_S": "4",
     "SYNCNODE_STORAGE_SQLITE_SYNCHRONOUS": "NORMAL",
 }
+
+
+def preset_identity(data_dir: Path) -> str:
+    """Give a node its key before it starts, so that its peer id can go into others' config
+    (allowed_peers, blocks.producers); returns that peer id."""
+    key = Ed25519PrivateKey.generate()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    (data_dir / "identity.key").write_bytes(pem)
+    (data_dir / "identity.key").chmod(0o600)
+    return peer_id_of(key)
 
 
 def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
@@ -65,7 +79,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> Non
 def publish_many(node: NodeProcess, channel: str, contents: list[str],
                  threads: int = 8) -> list[str]:
     """Publish concurrently; returns the message ids of the publishes that were answered."""
-    with httpx.Client(base_url=node.api_url, timeout=60) as client:
+    with node.client(timeout=60) as client:
 
         def one(content: str) -> str:
             r = client.post(f"/v1/channels/{channel}/events", json={"content": content})
@@ -80,11 +94,11 @@ def channel_log(node: NodeProcess, channel: str) -> list[tuple[int, str, str]]:
     out: list[tuple[int, str, str]] = []
     params: dict[str, Any] = {"limit": 10_000}
     while True:
-        page = node.get(f"/v1/channels/{channel}/events", **params)["events"]
-        out.extend((e["lamport"], e["message_id"], e["content"]) for e in page)
-        if len(page) < 10_000:
+        answer = node.get(f"/v1/channels/{channel}/events", **params)
+        out.extend((e["lamport"], e["message_id"], e["content"]) for e in answer["events"])
+        if not answer["more"]:
             return out
-        params.update(after_lamport=page[-1]["lamport"], after_id=page[-1]["message_id"])
+        params.update(answer["next"])
 
 
 def metric(node: NodeProcess, name: str) -> float:

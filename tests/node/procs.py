@@ -10,11 +10,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from node.api_token import TOKEN_ENV, read_token
 from tests.conftest import ROOT
 
 
@@ -30,6 +32,7 @@ class NodeProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.peer_id = ""
         self.api_url = ""
+        self.token = ""
         self.listen_addrs: list[str] = []
         self.stderr_path = data_dir / "node.log"
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -46,7 +49,9 @@ class NodeProcess:
             env={**os.environ, "PYTHONPATH": str(ROOT), **self.env},
         )
         stderr.close()
-        threading.Thread(target=self._pump, daemon=True).start()
+        # A restart must not read the previous process's lines (nor its end marker).
+        self._lines = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
         self.listen_addrs = []
         deadline = time.monotonic() + timeout
         while True:
@@ -64,13 +69,15 @@ class NodeProcess:
                 self.listen_addrs.append(line.split()[-1])
             elif line.startswith("api:"):
                 self.api_url = line.split()[-1]
+                self.token = read_token(self.data_dir) or ""
                 return self
 
-    def _pump(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
+    @staticmethod
+    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -84,18 +91,30 @@ class NodeProcess:
         return subprocess.run(
             [sys.executable, "-m", "node.cli", *args, "--api", self.api_url],
             cwd=ROOT, capture_output=True, text=True, input=input, timeout=timeout,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env=self.cli_env(),
         )
 
+    def cli_env(self) -> dict[str, str]:
+        """The environment a CLI subprocess needs to reach this node (its API token)."""
+        return {**os.environ, "PYTHONPATH": str(ROOT), TOKEN_ENV: self.token}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, timeout: float = 30) -> httpx.Client:
+        """An HTTP client of this node's API that sends its token."""
+        return httpx.Client(base_url=self.api_url, headers=self.headers, timeout=timeout)
+
     def get(self, path: str, **params: Any) -> Any:
-        response = httpx.get(self.api_url + path, params=params, timeout=30)
+        response = httpx.get(self.api_url + path, params=params, headers=self.headers, timeout=30)
         response.raise_for_status()
         if "json" in response.headers.get("content-type", ""):
             return response.json()
         return response.text
 
     def post(self, path: str, body: Any) -> Any:
-        response = httpx.post(self.api_url + path, json=body, timeout=30)
+        response = httpx.post(self.api_url + path, json=body, headers=self.headers, timeout=30)
         response.raise_for_status()
         return response.json()
 
@@ -113,3 +132,12 @@ class NodeProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def running_node(base: Path, env: dict[str, str] | None = None) -> Iterator[NodeProcess]:
+    """A started node for a fixture to yield; killed when the fixture is torn down."""
+    proc = NodeProcess(base / "n", env=env).start()
+    try:
+        yield proc
+    finally:
+        proc.kill()

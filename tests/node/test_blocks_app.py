@@ -42,9 +42,16 @@ from sync.identity import peer_id_of
 from sync.sds import Delivered, SdsChannel
 from tests.storage.conftest import BACKENDS, fresh_url
 
+
+def producer_key(seed: int) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(hashlib.sha256(bytes([seed])).digest())
+
+
+# Producers 1 and 2 are declared; a ProducerNode(3) is any other member.
 SECTION = BlocksSection(
     enabled=True, channel="blocks", routes=("acct/=blocks-acct", "state/=blocks-state"),
     reorg_threshold=8, subbatch_chunk=2,
+    producers=(peer_id_of(producer_key(1)), peer_id_of(producer_key(2))),
 )
 
 
@@ -67,7 +74,7 @@ class ProducerNode:
     """A peer that produces blocks: each message becomes a signed event on its channel."""
 
     def __init__(self, seed: int, section: BlocksSection = SECTION) -> None:
-        self.key = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(bytes([seed])).digest())
+        self.key = producer_key(seed)
         self.peer = peer_id_of(self.key)
         self.section = section
         self.producer = Producer(router_of(section), subbatch_chunk=section.subbatch_chunk,
@@ -224,7 +231,10 @@ def test_plugin_is_off_by_default_and_declares_the_routed_channels() -> None:
     plugin = BlocksPlugin()
     assert plugin.channels(Config()) == []
     assert BlocksApplication(BlocksSection()).channels == ()
+    with pytest.raises(ConfigError, match=r"blocks\.producers"):
+        load_config(env={"SYNCNODE_BLOCKS_ENABLED": "true"})
     config = load_config(env={"SYNCNODE_BLOCKS_ENABLED": "true",
+                              "SYNCNODE_BLOCKS_PRODUCERS": SECTION.producers[0],
                               "SYNCNODE_BLOCKS_ROUTES": "acct/=blocks-acct, state/=blocks-state",
                               "SYNCNODE_BLOCKS_REORG_THRESHOLD": "4"})
     assert config.blocks.reorg_threshold == 4
@@ -386,7 +396,7 @@ async def test_malformed_content_is_counted_not_raised(engine: Engine) -> None:
 @pytest.mark.trio
 async def test_deep_reorg_from_two_producers_is_followed_once(engine: Engine) -> None:
     section = BlocksSection(enabled=True, channel="blocks", routes=SECTION.routes,
-                            reorg_threshold=1, subbatch_chunk=2)
+                            reorg_threshold=1, subbatch_chunk=2, producers=SECTION.producers)
     p1, p2, node = ProducerNode(1, section), ProducerNode(2, section), Node(engine, section)
     chain = [A, B, C, D, block("F", 4, D), ]
     await node.deliver(p1.publish(*chain) + p2.publish(*chain))
@@ -437,12 +447,16 @@ async def test_a_disabled_app_reads_nothing(engine: Engine) -> None:
     assert not await node.runner.step()
 
 
-def api_client(engine: Engine, section: BlocksSection) -> httpx.AsyncClient:
+def api_client(engine: Engine, section: BlocksSection,
+               producer: bool = True) -> httpx.AsyncClient:
     from node.api import create_app
     from node.runtime import NodeRuntime
 
+    key = Ed25519PrivateKey.generate()
+    if section.enabled and producer:
+        section = dataclasses.replace(section, producers=(*section.producers, peer_id_of(key)))
     runtime = NodeRuntime(config=dataclasses.replace(Config(), blocks=section),
-                          key=Ed25519PrivateKey.generate(), store=EventStore(engine))
+                          key=key, store=EventStore(engine))
     bundle = BlocksPlugin().build(runtime)
     transport = httpx.ASGITransport(app=create_app(runtime, bundle.routes))
     return httpx.AsyncClient(transport=transport, base_url="http://node")
@@ -477,3 +491,28 @@ async def test_routes_of_a_disabled_node_say_so(engine: Engine) -> None:
             answer = await client.request(method, path)
             assert answer.status_code == 404
             assert "blocks.enabled" in answer.json()["error"]
+
+
+@pytest.mark.trio
+async def test_a_reorg_from_a_non_producer_moves_nobody(engine: Engine) -> None:
+    """Attack 7: a member that is no producer sends a deep Reorg (and blocks of its own)."""
+    honest, intruder, node = ProducerNode(1), ProducerNode(3), Node(engine)
+    await node.deliver(honest.publish(A, B, C, D))
+    assert node.head() == "D"
+    x2 = block("X", 2, B, weight=50)
+    await node.deliver(intruder.publish_reorg(B, x2) + intruder.publish(block("Q", 4, D)))
+    assert node.head() == "D"
+    assert node.changes() == ["+A", "+B", "+C", "+D"]
+    assert node.metrics.value("blocks_rejected_total", reason="not a producer") > 0
+    # The honest chain goes on.
+    await node.deliver(honest.publish(block("F", 4, D)))
+    assert node.head() == "F"
+
+
+@pytest.mark.trio
+async def test_a_node_that_is_no_producer_cannot_publish_blocks(engine: Engine) -> None:
+    async with api_client(engine, SECTION, producer=False) as client:
+        for path in ("/v1/blocks", "/v1/blocks/reorg"):
+            answer = await client.post(path, json={"blocks": [payload_to_json(A)]})
+            assert answer.status_code == 403
+            assert "blocks.producers" in answer.json()["error"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import pytest
 
 from sync.cardinal import ZERO_HASH, BlockPayload, make_payload, make_sub_batch, payload_to_json
 from tests.conftest import ROOT
-from tests.node.cluster import metric, start_node, wait_for
+from tests.node.cluster import metric, preset_identity, start_node, wait_for
 from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -60,15 +59,17 @@ def test_two_producers_two_consumers_end_with_the_same_head(tmp_path: Path) -> N
     second = tmp_path / "blocks-reversed.jsonl"
     second.write_text("\n".join(reversed(lines)) + "\n\n")
 
+    producers = ",".join(preset_identity(tmp_path / name) for name in ("p1", "p2"))
+    env = {**BLOCKS_ENV, "SYNCNODE_BLOCKS_PRODUCERS": producers}
     nodes: list[NodeProcess] = []
     try:
-        p1 = start_node(tmp_path, "p1", env=BLOCKS_ENV)
+        p1 = start_node(tmp_path, "p1", env=env)
         nodes.append(p1)
-        p2 = start_node(tmp_path, "p2", env=BLOCKS_ENV, bootstrap=[p1])
+        p2 = start_node(tmp_path, "p2", env=env, bootstrap=[p1])
         nodes.append(p2)
-        c1 = start_node(tmp_path, "c1", env=BLOCKS_ENV, bootstrap=[p1, p2])
+        c1 = start_node(tmp_path, "c1", env=env, bootstrap=[p1, p2])
         nodes.append(c1)
-        c2 = start_node(tmp_path, "c2", env={**BLOCKS_ENV, "SYNCNODE_BLOCKS_TRACKED": "acct/"},
+        c2 = start_node(tmp_path, "c2", env={**env, "SYNCNODE_BLOCKS_TRACKED": "acct/"},
                         bootstrap=[p1, p2, c1])
         nodes.append(c2)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 3 for n in nodes), 60,
@@ -140,7 +141,7 @@ def follow_chain(node: NodeProcess, tip: str) -> list[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "node.cli", "blocks", "follow", "--from-start", "--json",
          "--api", node.api_url],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, env=node.cli_env(),
     )
     chain: list[str] = []
     deadline = time.monotonic() + 60

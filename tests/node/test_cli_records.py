@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from node.cli_records import register
+from node.cli_records_args import register
 from sync.identity import peer_id_of
 from sync.recordstream import RecordStreamWriter, SnapshotEvent, WriterConfig
 from tests.conftest import ROOT

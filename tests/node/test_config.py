@@ -53,7 +53,7 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
         ("[node]\nbogus = 1\n", {}, "node.bogus", "unknown key"),
         ("[nodes]\nx = 1\n", {}, "nodes", "unknown section"),
         ('[node]\nnetwork_id = "one"\n', {}, "node.network_id", "expected an integer"),
-        ("[node]\nnetwork_id = -1\n", {}, "node.network_id", "must be >= 0"),
+        ("[node]\nnetwork_id = -1\n", {}, "node.network_id", "must be in [0, 2^63)"),
         ('[api]\nlisten = "localhost"\n', {}, "api.listen", "HOST:PORT"),
         ('[p2p]\nlisten = "/ip4/1.2.3.4/tcp/1"\n', {}, "p2p.listen", "list of strings"),
         ('[p2p]\nbootstrap = ["1.2.3.4:5"]\n', {}, "p2p.bootstrap", "not a multiaddr"),
@@ -87,3 +87,22 @@ def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         "error: config error: node.network_id: expected an integer, got True"
     ]
+
+
+def test_channel_profiles_default_override_and_applications() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from node.services import channel_profiles
+    from sync.identity import peer_id_of
+
+    producer = peer_id_of(Ed25519PrivateKey.generate())
+    config = load_config(overrides={
+        "p2p.channels": ("chat", "news", "blocks"), "sds.profile": "waku",
+        "sds.channel_profiles": ("news=syncnode",),
+        "blocks.enabled": True, "blocks.producers": (producer,),
+    })
+    profiles = channel_profiles(config)
+    assert profiles["chat"] == "waku" and profiles["news"] == "syncnode"
+    assert profiles["blocks"] == "syncnode"  # an application's channel: writers are signed
+    with pytest.raises(ConfigError, match="channel_profiles"):
+        load_config(overrides={"sds.channel_profiles": ("chat=plain",)})

@@ -225,18 +225,23 @@ def test_no_tables_means_no_channel_and_nothing_to_apply() -> None:
 # -- config ------------------------------------------------------------------------------------
 
 
+PEER_A = "12D3KooWNd8DXeVtTXwf8i8RpqKKr16e9W8eLnefWP4s6VvHaNLf"
+
+
 def test_tables_are_declared_in_toml_or_in_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[db]\nstability_window = 3\nowners = ["users=peerA"]\n[db.tables.users]\n'
-                    'columns = { name = "text", age = "integer" }\nwriters = ["peerA"]\n'
+    path.write_text(f'[db]\nstability_window = 3\nowners = ["users={PEER_A}"]\n[db.tables.users]\n'
+                    f'columns = {{ name = "text", age = "integer" }}\nwriters = ["{PEER_A}"]\n'
                     '[db.tables.tags]\ncolumns = { label = "text" }\n')
     config = load_config(path, env={})
     assert config.db.tables == (
         TableSchema("tags", {"label": "text"}),
-        TableSchema("users", {"age": "integer", "name": "text"}, writers=frozenset({"peerA"})),
+        TableSchema("users", {"age": "integer", "name": "text"}, writers=frozenset({PEER_A})),
     )
     assert config.db.stability_window == 3
-    assert config.db.owner_pins() == {"users": "peerA"}
+    assert config.db.owner_pins() == {"users": PEER_A}
+    # Declared order is kept (db query prints columns in it).
+    assert list(config.db.tables[1].columns) == ["name", "age"]
     env = {"SYNCNODE_DB_TABLES": '{"t": {"columns": {"x": "real"}}}'}
     assert load_config(None, env=env).db.tables == (TableSchema("t", {"x": "real"}),)
 

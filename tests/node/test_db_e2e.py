@@ -41,11 +41,13 @@ def write_concurrently(node: NodeProcess, index: int) -> int:
     """Random upserts, updates and deletes of the same five records from every node; once the
     node knows the column ``extra``, its writes fill it too."""
     rng = random.Random(index)
-    with httpx.Client(base_url=node.api_url, timeout=60) as client:
+    with node.client(timeout=60) as client:
 
         def one(i: int) -> None:
             op = rng.choice(["upsert", "upsert", "update", "delete"])
             body: dict[str, Any] = {"op": op, "id": f"k{rng.randrange(5)}"}
+            if op == "update":
+                body["pending"] = True  # the record may reach this node only later
             if op != "delete":
                 known = client.get("/v1/db").json()["tables"]["kv"]["columns"]
                 body["values"] = {"v": f"n{index}-{i}", "n": i,
@@ -131,13 +133,21 @@ def test_db_cli_writes_reads_and_reports_errors(tmp_path: Path) -> None:
     node = NodeProcess(tmp_path / "n", env=ENV).start()
     try:
         wait_declared([node])
-        ok = node.cli("db", "update", "kv", "a/1", "n=5")
+        # An update of a record that does not exist is an error (exit 1, "not found") ...
+        missing = node.cli("db", "update", "kv", "a/1", "n=5")
+        assert missing.returncode == 1, missing.stderr
+        assert missing.stderr.startswith("error: ") and "no row 'a/1'" in missing.stderr
+        assert "applied" not in missing.stdout
+        # ... unless asked to wait for the record (it may come from a peer).
+        ok = node.cli("db", "update", "kv", "a/1", "n=5", "--pending")
         assert ok.returncode == 0, ok.stderr  # held: no upsert yet
         assert node.cli("db", "get", "kv", "a/1").returncode == 1
         ok = node.cli("db", "upsert", "kv", "a/1", "v=hello world", "ok:=null")
         assert ok.returncode == 0, ok.stderr
         shown = node.cli("db", "get", "kv", "a/1")
-        assert shown.stdout.split("\n")[:4] == ["id  a/1", "n   5", "ok  NULL", "v   hello world"]
+        # Columns in declared order (v, n, ok), not sorted.
+        assert shown.stdout.split("\n")[:4] == ["id  a/1", "v   hello world", "n   5", "ok  NULL"]
+        assert node.cli("db", "query", "kv").stdout.split()[:4] == ["id", "v", "n", "ok"]
         listed = node.cli("db", "query", "kv")
         assert listed.stdout.splitlines()[-1] == "(1 row)"
         assert node.cli("db", "delete", "kv", "a/1").returncode == 0
@@ -152,7 +162,7 @@ def test_db_cli_writes_reads_and_reports_errors(tmp_path: Path) -> None:
             bad = node.cli("db", *args)
             assert bad.returncode == 2, (args, bad.stderr)
             assert fragment in bad.stderr and bad.stderr.startswith("error: ")
-        wrong = httpx.post(node.api_url + "/v1/db/kv",
+        wrong = httpx.post(node.api_url + "/v1/db/kv", headers=node.headers,
                            json={"op": "upsert", "id": "x", "values": {"n": "str"}})
         assert wrong.status_code == 400 and "bad_type" in wrong.json()["error"]
         # A new version from the owner (this node): a type change hides the old cells.

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 def _publisher(node: NodeProcess, channel: str, tag: str, stop: threading.Event,
                answered: list[str]) -> None:
-    with httpx.Client(base_url=node.api_url, timeout=10) as client:
+    with node.client(timeout=10) as client:
         k = 0
         while not stop.is_set():
             try:
@@ -74,6 +74,6 @@ def test_twenty_percent_gossip_loss_still_delivers_everything(tmp_path: Path) ->
         dropped = sum(
             float(line.rsplit(" ", 1)[1])
             for n in nodes for line in n.get("/metrics").splitlines()
-            if line.startswith("syncnode_p2p_gossip_dropped_test ")
+            if line.startswith("syncnode_p2p_gossip_dropped_test_total ")
         )
         assert dropped > 0, "the loss switch dropped nothing: the test proved nothing"

@@ -31,7 +31,7 @@ def test_three_nodes_converge_on_identical_logs(tmp_path: Path) -> None:
         assert log == sorted(log)  # (lamport, message id) order
         # Published in a burst, so gossip batching (p2p.gossip_linger_ms) put several SDS
         # messages into each gossip message.
-        gossiped = [metric(n, "p2p_gossip_published") for n in nodes]
+        gossiped = [metric(n, "p2p_gossip_published_total") for n in nodes]
         assert all(0 < g < 100 for g in gossiped), gossiped
         assert {c for _, _, c in log} == {f"a-{i}-{k}" for i in range(3) for k in range(100)}
 
@@ -53,6 +53,6 @@ def test_late_joiner_catches_up_through_recon(tmp_path: Path) -> None:
             assert recon + by_id >= 2000
             # Never the same event twice through Recon (sessions in both directions overlap).
             assert 1000 <= recon <= 2000
-            assert metric(late, "p2p_gossip_received") == 0
+            assert metric(late, "p2p_gossip_received_total") == 0
         finally:
             late.kill()

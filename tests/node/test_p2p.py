@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from node.p2p import (
+    BanList,
     DialError,
     FramedStream,
     FrameError,
@@ -278,6 +279,48 @@ async def test_allowed_peers_refuses_outsider_and_accepts_member() -> None:
             await gate.connect(outsider.listen_addrs[0])
         assert gate.stats.refused_connections == refused_before + 1
         assert gate.connected_peers() == [member.peer_id]
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(30)
+async def test_banned_peer_is_disconnected_and_refused_both_ways_until_the_ban_ends() -> None:
+    async with _hosts(P2PConfig(dial_timeout=5.0), P2PConfig(), P2PConfig()) as (
+            host, bad, good):
+        host.set_stream_handler(ECHO, _echo)
+        await bad.connect(host.listen_addrs[0])
+        await good.connect(host.listen_addrs[0])
+        await _wait_for(lambda: len(host.connected_peers()) == 2)
+        host.ban(bad.peer_id, 1.5)
+        await _wait_for(lambda: host.connected_peers() == [good.peer_id])
+        await _wait_for(lambda: host.peer_id not in bad.connected_peers())
+        assert host.is_banned(bad.peer_id) and len(host.bans) == 1
+        with pytest.raises(DialError):  # inbound: refused after the Noise handshake
+            await bad.connect(host.listen_addrs[0])
+        with pytest.raises(PeerRefusedError):  # outbound: never dialled
+            await host.connect(bad.listen_addrs[0])
+        assert host.stats.refused_banned >= 2
+        assert host.stats.refused_connections == 0  # counted apart from closed groups
+        async with await good.open_stream(host.peer_id, ECHO) as stream:
+            await stream.send(b"unaffected")
+            assert await stream.receive() == b"unaffected"
+        await trio.sleep(1.6)
+        assert not host.is_banned(bad.peer_id)
+        await bad.connect(host.listen_addrs[0])
+        async with await bad.open_stream(host.peer_id, ECHO) as stream:
+            await stream.send(b"back")
+            assert await stream.receive() == b"back"
+
+
+def test_ban_list_is_bounded_and_keeps_the_longest_bans() -> None:
+    bans = BanList(max_entries=3)
+    now = time.monotonic()
+    for i in range(10):
+        bans.ban(f"p{i}", now + 100 + i)
+        assert len(bans) <= 3
+    assert bans.active() == 3
+    assert bans.is_banned("p9") and not bans.is_banned("p0")
+    bans.ban("p9", now + 1)  # a shorter ban never shortens a longer one
+    assert bans.is_banned("p9")
 
 
 @pytest.mark.trio

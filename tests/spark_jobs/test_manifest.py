@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,72 @@ def test_jdbc_urls(tmp_path: Path) -> None:
         jdbc_source("sqlite://")
     with pytest.raises(ValueError):
         jdbc_source("mysql://x/y")
+
+
+@settings(deadline=None, max_examples=10)
+@given(st.sets(st.integers(0, 10**7), min_size=0, max_size=3000))
+def test_buckets_built_apart_and_joined_equal_the_whole_tree(seeds: set[int]) -> None:
+    """What the snapshot job's tasks do (each bucket on its own, the driver joins the bucket
+    nodes) gives the same root and the same node bytes as one ``build_tree`` over all keys."""
+    from sync.snapshot_manifest import (
+        BUCKET_LEVEL,
+        build_buckets,
+        closes_bucket,
+        join_buckets,
+        object_emitter,
+    )
+
+    # Keys that close buckets are rare (1 in 32^3): add some so most examples have several.
+    keys = sorted(set(_keys(seeds)) | set(_bucket_closers(len(seeds) // 500)))
+    entries = _entries(keys)
+    root, objects, total = build_tree(entries)
+    buckets: list[list[TreeEntry]] = [[]]
+    for e in entries:
+        buckets[-1].append(e)
+        if closes_bucket(e.key):
+            buckets.append([])
+    apart: dict[str, bytes] = {}
+    emit = object_emitter(apart)
+    summaries = []
+    for bucket in (b for b in buckets if b):
+        made = build_buckets(bucket, emit)
+        assert len(made) == 1  # one level-(BUCKET_LEVEL - 1) node per bucket
+        summaries.extend(made)
+    assert join_buckets(summaries, emit) == (root, total)
+    assert apart == objects
+    import json
+
+    assert json.loads(objects[root])["level"] >= (BUCKET_LEVEL - 1 if keys else 0)
+
+
+def _bucket_closers(n: int) -> list[bytes]:
+    from sync.snapshot_manifest import closes_bucket
+
+    found: list[bytes] = []
+    i = 0
+    while len(found) < n:
+        key = b"\xce\x01\x05\x01" + hashlib.sha256(f"closer {i}".encode()).digest()
+        if closes_bucket(key):
+            found.append(key)
+        i += 1
+    return found
+
+
+def test_old_units_of_a_deep_tree_cover_it_in_buckets(tmp_path: Path) -> None:
+    """An incremental build re-reads the previous tree as its level-2 nodes (buckets): they
+    hold every entry once, in order, and every one but the last ends with a bucket-closing
+    key."""
+    from spark_jobs.manifest import iter_leaf_entries, write_objects
+    from spark_jobs.snapshot import old_units
+    from sync.snapshot_manifest import BUCKET_LEVEL, closes_bucket
+
+    keys = sorted(set(_keys(set(range(3000)))) | set(_bucket_closers(40)))
+    root, objects, _ = build_tree(_entries(keys))
+    write_objects(tmp_path, objects)
+    assert json.loads(objects[root])["level"] > BUCKET_LEVEL  # deep enough to descend twice
+    units = old_units(tmp_path, root)
+    covered = [e.key for cid, _last, _n in units for e in iter_leaf_entries(tmp_path, cid)]
+    assert covered == keys
+    assert [n for _c, _l, n in units] == [
+        sum(1 for _ in iter_leaf_entries(tmp_path, cid)) for cid, _l, _n in units]
+    assert all(closes_bucket(last) for _c, last, _n in units[:-1])

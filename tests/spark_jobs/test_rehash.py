@@ -91,6 +91,50 @@ def test_row_checker_matches_the_node_write_path() -> None:
         assert checker.problems(garbled)[0][0].startswith("wire: undecodable")
 
 
+def test_row_checker_reads_the_network_key_layout() -> None:
+    """With ``[recon] event_id_layout = "ceramic-one"`` the keys carry no Lamport time: the
+    checker of that layout agrees with the node's write path, the draft checker does not."""
+    from node.events import record_of_event
+    from spark_jobs.testlog import make_records
+    from sync.recon.eventid import CERAMIC_ONE
+    from sync.recon.sha256a import lanes_of
+    from sync.sds import decode_event
+
+    one = rehash.RowChecker(NETWORK_ID, layout=CERAMIC_ONE)
+    draft = rehash.RowChecker(NETWORK_ID)
+    for i, rec in enumerate(make_records(SPEC)[:20]):
+        key = record_of_event(NETWORK_ID, decode_event(rec.wire), CERAMIC_ONE).recon_key
+        lanes = lanes_of(key)
+        row = (i, key, rec.message_id, rec.channel, rec.sender, rec.lamport, rec.wire, *lanes)
+        assert one.problems(row)[0] == []
+        assert one.agrees(rec.wire, rec.message_id, rec.channel, rec.sender, rec.lamport, key,
+                          lanes)
+        assert not draft.agrees(rec.wire, rec.message_id, rec.channel, rec.sender, rec.lamport,
+                                key, lanes)
+        assert draft.problems(row)[0][0].startswith("recon_key:")
+
+
+def test_row_checker_reads_waku_channels() -> None:
+    """Events of a "waku" profile channel are named by their payload hash and unsigned: the
+    checker told about the channel agrees with the node's write path, one that is not
+    reports the id."""
+    from node.events import record_of_delivered
+    from sync.recon.sha256a import lanes_of
+    from sync.sds import Delivered, SdsChannel, SdsConfig
+
+    channel = SdsChannel("wk", "some-peer", None, SdsConfig(profile="waku"), now=1_000.0)
+    channel.send(b"hello", 1_000.0)
+    (ev,) = [e for e in channel.events() if isinstance(e, Delivered)]
+    rec = record_of_delivered(NETWORK_ID, "wk", ev)
+    row = (0, rec.recon_key, rec.message_id, rec.channel, rec.sender, rec.lamport, rec.wire,
+           *lanes_of(rec.recon_key))
+    waku = rehash.RowChecker(NETWORK_ID, verify_signatures=True, waku_channels=frozenset({"wk"}))
+    assert waku.problems(row)[0] == []
+    assert waku.agrees(rec.wire, rec.message_id, "wk", "some-peer", rec.lamport, rec.recon_key,
+                       lanes_of(rec.recon_key))
+    assert rehash.RowChecker(NETWORK_ID).problems(row)[0][0].startswith("digest:")
+
+
 def test_job_and_plain_loop_agree_on_a_damaged_log(spark: Any, log_url: str) -> None:
     """The Spark job's report equals the one folded from ``RowChecker.partition`` (the
     benchmark's baseline loop), and ``bad_rows`` counts every bad event even when the report

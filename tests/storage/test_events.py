@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import random
 
+import trio
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine
 
+from node.store import EventStore
 from storage import (
     append_events,
     count_events,
@@ -21,7 +23,9 @@ from storage import (
     metadata,
     range_hash,
     read_channel,
+    read_channel_newest,
     read_channel_ordered,
+    stored_message_ids,
     upgrade,
 )
 from sync.recon import Sha256a
@@ -80,6 +84,30 @@ def test_cursor_reads_page_through_a_channel(engine: Engine) -> None:
         assert tail == ordered[3:]
 
 
+def test_newest_part_of_a_channel_and_stored_ids(engine: Engine) -> None:
+    # Lamports repeat, so the log order's tie-break on message_id decides the cut.
+    records = [make_record(i, channel="a" if i % 4 else "b") for i in range(3000)]
+    records = [r.__class__(r.recon_key, r.message_id, r.channel, r.sender, r.lamport // 3,
+                           r.wire) for r in records]
+    random.Random(5).shuffle(records)
+    with engine.begin() as conn:
+        append_events(conn, records, received_at=5)
+    in_order = sorted((r.lamport, r.message_id) for r in records if r.channel == "a")
+    with engine.connect() as conn:
+        newest = read_channel_newest(conn, "a", 500)
+        assert [(e.lamport, e.message_id) for e in newest] == in_order[-500:]
+        assert [(e.lamport, e.message_id) for e in read_channel_newest(conn, "b", 10_000)] == (
+            sorted((r.lamport, r.message_id) for r in records if r.channel == "b"))
+        a_ids = [m for _, m in in_order]
+        b_id = next(r.message_id for r in records if r.channel == "b")
+        unknown = ["f" * 64, "0" * 64]
+        # More ids than one IN list holds; ids of another channel do not count.
+        asked = [*a_ids[:1500], b_id, *unknown]
+        assert stored_message_ids(conn, "a", asked) == set(a_ids[:1500])
+        assert stored_message_ids(conn, "b", asked) == {b_id}
+        assert stored_message_ids(conn, "a", []) == set()
+
+
 def test_range_hash_matches_pure_python(engine: Engine) -> None:
     records = [make_record(i, sender=f"p{i % 4}") for i in range(300)]
     with engine.begin() as conn:
@@ -113,3 +141,28 @@ def test_large_batches_cross_the_insert_chunk_size(engine: Engine) -> None:
     assert len(result.inserted) == 2500
     with engine.connect() as conn:
         assert count_events(conn) == 2500
+
+
+def test_event_store_answers_for_queued_and_committed_ids(engine: Engine) -> None:
+    """``EventStore.stored_ids``: what a channel keeping only recent ids in memory asks."""
+    store = EventStore(engine, max_batch=64, max_delay_ms=50)
+    committed = [make_record(i) for i in range(3)]
+    queued = [make_record(10 + i) for i in range(3)]
+    other = make_record(20, channel="other")
+    ids = [r.message_id for r in [*committed, *queued, other]] + ["f" * 64]
+    seen: dict[str, set[str]] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run_writer)
+            await store.append([*committed, other])
+            store.submit(queued)  # not committed yet: the writer has not run since
+            seen["queued"] = store.stored_ids("general", ids)
+            await store.append([make_record(30)])  # the writer commits what was queued too
+            seen["after"] = store.stored_ids("general", ids)
+            await store.close()
+
+    trio.run(main)
+    expected = {r.message_id for r in [*committed, *queued]}
+    assert seen["queued"] == expected and seen["after"] == expected
+    assert store.id_lookups == 2

@@ -7,6 +7,8 @@ identical logs, causal delivery, no duplicate delivery, every message acknowledg
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -36,6 +38,7 @@ def check_causal_and_unique(node: Node) -> None:
 
 class Convergence(RuleBasedStateMachine):
     signed = False
+    config = CFG
 
     @initialize(
         n=st.integers(2, 8),
@@ -45,7 +48,8 @@ class Convergence(RuleBasedStateMachine):
     )
     def setup(self, n: int, drop: float, dup: float, seed: int) -> None:
         self.net = Network(
-            n, seed=seed, drop=drop, dup=dup, max_delay=2.0, config=CFG, signed=self.signed
+            n, seed=seed, drop=drop, dup=dup, max_delay=2.0, config=self.config,
+            signed=self.signed
         )
         self.count = 0
 
@@ -83,7 +87,15 @@ class SignedConvergence(Convergence):
     signed = True
 
 
+class WakuConvergence(Convergence):
+    """The same guarantees on the @waku/sds wire: payload-hash ids, unsigned, its filter."""
+
+    config = replace(CFG, profile="waku")
+
+
 TestConvergence = Convergence.TestCase
 TestConvergence.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestSignedConvergence = SignedConvergence.TestCase
 TestSignedConvergence.settings = settings(max_examples=15, stateful_step_count=25, deadline=None)
+TestWakuConvergence = WakuConvergence.TestCase
+TestWakuConvergence.settings = settings(max_examples=50, stateful_step_count=40, deadline=None)

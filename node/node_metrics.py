@@ -1,0 +1,88 @@
+"""The node-wide metrics: what they mean, and the series computed from the store and the host.
+
+Counters incremented elsewhere (fetch, peers, discovery, applications) are described here so
+that every series on ``/metrics`` carries a help text that explains it. docs/node.md lists them.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from storage import AppendResult, EventRecord
+
+if TYPE_CHECKING:
+    from node.runtime import NodeRuntime
+
+__all__ = ["P2P_HELP", "register_node_metrics"]
+
+OTHER_COUNTERS = {
+    "events_stored_total": "Events newly committed to the database (from any source)",
+    "events_duplicate_total": "Events received again that were already stored",
+    "fetch_served_total": "Events sent to peers that asked for them by id",
+    "fetch_received_total": "Missing events received from peers after asking by id",
+    "fetch_failures_total": "Requests for missing events by id that failed or timed out",
+    "fetch_bad_requests_total": "Malformed fetch-by-id requests received from peers",
+    "peer_joins_total": "Peers joined through the API or CLI (join)",
+    "peer_dial_failures_total": "Dials of known or bootstrap peers that failed",
+    "dht_peers_found_total": "Peers found through DHT discovery",
+    "dht_errors_total": "DHT discovery rounds that failed",
+    "app_events_applied_total": "Events applied by a hosted application, by app",
+    "app_errors_total": "Events a hosted application failed to apply, by app",
+}
+
+P2P_HELP = {
+    "connections_opened": "libp2p connections opened (inbound and outbound)",
+    "connections_closed": "libp2p connections closed",
+    "refused_connections": "Connections refused because the peer is outside p2p.allowed_peers",
+    "dial_failures": "Outbound libp2p dials that failed",
+    "streams_opened": "Outbound streams opened and negotiated",
+    "streams_accepted": "Inbound streams handed to a protocol handler",
+    "stream_open_failures": "Outbound streams that could not be opened",
+    "frame_errors": "Garbage, oversized or truncated frames received from peers",
+    "timeouts": "Reads or writes on framed streams that timed out",
+    "handler_errors": "Exceptions that escaped a stream handler",
+    "gossip_published": "Gossip messages published",
+    "gossip_received": "Gossip messages delivered to this node's subscriptions",
+    "gossip_dropped_test": "Gossip messages dropped on purpose (p2p.test_drop_incoming_gossip)",
+    "gossip_dropped_overflow": "Gossip messages dropped because a subscriber's queue was full",
+    "gossip_refused_foreign": "Gossip messages refused: originated outside p2p.allowed_peers",
+    "refused_banned": "Connections and streams refused because the peer is banned for "
+                      "misbehaviour (see peer_bans_total)",
+    "peer_events_dropped": "Peer connect/disconnect notices dropped (listener queue full)",
+}
+
+
+def _p2p_reader(host: Any, name: str) -> Callable[[], float]:
+    return lambda: float(getattr(host.stats, name))
+
+
+def register_node_metrics(runtime: NodeRuntime) -> None:
+    metrics, store, host = runtime.metrics, runtime.store, runtime.host
+    for name, help_text in OTHER_COUNTERS.items():
+        metrics.describe(name, "counter", help_text)
+    # Unlabelled counters start at 0 so that rate() works from the first scrape.
+    for name in OTHER_COUNTERS:
+        if not name.startswith(("app_",)):
+            metrics.inc(name, 0)
+
+    def on_commit(result: AppendResult, _records: Sequence[EventRecord]) -> None:
+        metrics.inc("events_stored_total", len(result.inserted))
+        metrics.inc("events_duplicate_total", len(result.duplicates))
+
+    store.on_commit(on_commit)
+    metrics.describe("build_info", "gauge",
+                     "Always 1; the labels say which syncnode and Python this node runs")
+    metrics.set("build_info", 1, version=runtime.version,
+                python=platform.python_version(), implementation=platform.python_implementation())
+    metrics.counter_fn("store_batches_total", lambda: float(store.batches),
+                       "Write transactions committed by the event store (batches of events)")
+    metrics.gauge_fn("uptime_seconds", lambda: time.monotonic() - runtime.started_at,
+                     "Seconds since the node started")
+    metrics.gauge_fn("peers_connected", lambda: float(len(host.connected_peers())),
+                     "Peers with an open libp2p connection")
+    for name in host.stats.as_dict():
+        metrics.counter_fn(f"p2p_{name}_total", _p2p_reader(host, name),
+                           P2P_HELP.get(name, f"libp2p layer: {name.replace('_', ' ')}"))

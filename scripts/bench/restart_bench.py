@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Restart benchmark: start-up time and memory of a node whose database holds a long log.
+
+For each size (1,000,000 and 5,000,000 events; 100,000 and 500,000 with ``--quick``) a log of
+real signed SDS events (4 authors, each naming its previous event, as ``SdsChannel.send`` would
+with no other author heard) is written straight into a node database, then ``syncnode run``
+is started on it: ``restart_s`` is the time from spawning the process to its API answering,
+``rss_mib`` its resident memory then (VmRSS; VmHWM, the peak, is printed too). What must hold:
+memory independent of the log's length (the largest size within 1.2x of the smallest).
+
+Keys: ``restart_s_1m``, ``rss_mib_1m``, ``restart_s_5m``, ``rss_mib_5m`` (with ``--quick``:
+``_100k`` and ``_500k``). The last line is the JSON, also written to docs/bench/restart.json
+(not with ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+
+from catchup_log import node_database  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
+from node.events import record_of_event  # noqa: E402
+from storage import event_row, insert_rows  # noqa: E402
+from sync.identity import peer_id_of  # noqa: E402
+from sync.sds import HistoryRef, encode_event  # noqa: E402
+from tests.node.procs import NodeProcess  # noqa: E402
+
+OUT = ROOT / "docs" / "bench" / "restart.json"
+CHANNEL = "general"
+T0_MS = 1_700_000_000_000
+CHUNK = 20_000
+FULL_SIZES = ((1_000_000, "1m"), (5_000_000, "5m"))
+QUICK_SIZES = ((100_000, "100k"), (500_000, "500k"))
+
+
+def build(data_dir: Path, count: int, senders: int = 4) -> float:
+    """Write ``count`` events into ``data_dir``'s database; returns the seconds it took."""
+    started = time.monotonic()
+    engine = node_database(data_dir)
+    try:
+        rng = random.Random(7)
+        keys = [Ed25519PrivateKey.from_private_bytes(rng.randbytes(32)) for _ in range(senders)]
+        ids = [peer_id_of(k) for k in keys]
+        previous: list[tuple[HistoryRef, ...]] = [() for _ in keys]
+        rows: list[dict[str, object]] = []
+        for n in range(count):
+            i = n % senders
+            event = encode_event(CHANNEL, ids[i], T0_MS + n, previous[i],
+                                 f"restart {n} ".encode().ljust(64, b"."), keys[i])
+            previous[i] = (HistoryRef(event.message_id, None, ids[i]),)
+            rows.append(event_row(record_of_event(1, event), T0_MS))
+            if len(rows) >= CHUNK or n == count - 1:
+                with engine.begin() as conn:
+                    insert_rows(conn, rows)
+                rows = []
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        engine.dispose()
+    return time.monotonic() - started
+
+
+def memory_mib(node: NodeProcess) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a node process, in MiB."""
+    assert node.proc is not None
+    values = {}
+    for line in Path(f"/proc/{node.proc.pid}/status").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            values[name] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def measure(data_dir: Path) -> tuple[float, float, float]:
+    node = NodeProcess(data_dir)
+    started = time.monotonic()
+    node.start(timeout=1800)
+    seconds = time.monotonic() - started
+    try:
+        rss, peak = memory_mib(node)
+    finally:
+        node.terminate(timeout=120)
+    return seconds, rss, peak
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="100,000 and 500,000 events")
+    args = parser.parse_args()
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    base = Path(tempfile.mkdtemp(prefix="syncnode-restart-bench-"))
+    result: dict[str, object] = {"quick": args.quick,
+                                 "load_avg_1m": [round(os.getloadavg()[0], 2)]}
+    print(f"restart benchmark: {os.cpu_count()} cores, work dir {base}")
+    print(f"{'events':>10} {'build s':>8} {'restart s':>10} {'RSS MiB':>8} {'peak MiB':>9}")
+    try:
+        for count, tag in sizes:
+            data_dir = base / tag
+            built = build(data_dir, count)
+            seconds, rss, peak = measure(data_dir)
+            print(f"{count:>10} {built:>8.1f} {seconds:>10.2f} {rss:>8.1f} {peak:>9.1f}",
+                  flush=True)
+            result[f"restart_s_{tag}"] = round(seconds, 2)
+            result[f"rss_mib_{tag}"] = round(rss, 1)
+            result[f"peak_rss_mib_{tag}"] = round(peak, 1)
+            shutil.rmtree(data_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    small, large = (tag for _, tag in sizes)
+    ratio = float(result[f"rss_mib_{large}"]) / float(result[f"rss_mib_{small}"])  # type: ignore[arg-type]
+    result["rss_ratio"] = round(ratio, 3)
+    result["load_avg_1m"] = [*result["load_avg_1m"], round(os.getloadavg()[0], 2)]  # type: ignore[misc]
+    print(f"RSS {large} / {small}: {ratio:.2f}x (target <= 1.2x)")
+    if not args.quick:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""What a node does with a gossip message before SDS sees it, sans-IO.
+
+* **Batch format.** Several SDS messages queued for one channel travel as one gossip message
+  (py-libp2p's cost is per gossip message, not per byte): ``BATCH_MAGIC`` then the items, each
+  behind its uvarint length. A protobuf message never starts with a zero byte (field number 0
+  is invalid), so the marker cannot be mistaken for a plain SDS message, which travels as is.
+* **Budget.** Every neighbour that hands us gossip (the forwarder, authenticated by its
+  connection) has a token bucket of items: one token per item plus one per started
+  ``BYTES_PER_TOKEN`` bytes. A flood of validly signed events from fresh sender keys is
+  throttled at the neighbour that brings it, before any signature is checked; what is dropped
+  is counted. Only a peer's *own* messages (forwarder = publisher) are charged to a second
+  bucket whose overflow costs it standing: an honest neighbour that relays somebody's flood is
+  throttled with it, never penalised (GossipSub forwards before we validate).
+* **Senders.** In a closed group only members' events are accepted, whoever relays them; on a
+  channel with writers (block streams: ``blocks.producers``) only the writers' content messages
+  are (anyone in the group may still send sync messages, which carry acknowledgements and
+  repair requests but are never logged). Both are decided from the sender field alone, before
+  the signature is checked. Our own events coming back are echoes.
+
+docs/security.md ("Gossip floods", "Batches", "Application roles") has the reasoning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from sync.errors import RemoteProtocolError
+from sync.peerscore import PeerBuckets
+from sync.recon.eventid import read_varint, varint
+from sync.sds import sds_pb2
+
+__all__ = [
+    "BATCH_MAGIC",
+    "BYTES_PER_TOKEN",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_ITEMS",
+    "REASON_BUDGET",
+    "REASON_NOT_MEMBER",
+    "REASON_NOT_WRITER",
+    "Admitted",
+    "GossipGate",
+    "GossipLimits",
+    "SenderCheck",
+    "SenderPolicy",
+    "pack_batch",
+    "penalty_of",
+    "unpack_batch",
+]
+
+BATCH_MAGIC = b"\x00SB1"
+MAX_BATCH_ITEMS = 64
+MAX_BATCH_BYTES = 32 * 1024
+BYTES_PER_TOKEN = 64 * 1024
+REASON_BATCH = "bad gossip batch"
+REASON_BUDGET = "over gossip budget"
+REASON_NOT_MEMBER = "sender not in allowed_peers"
+REASON_NOT_WRITER = "sender not a writer of this channel"
+REASON_UNREADABLE = "undecodable message"
+
+# Rejection reason (prefix) -> peer score penalty (``sync.peerscore.DEFAULT_WEIGHTS``).
+_PENALTIES = {
+    REASON_BATCH: "protocol",
+    REASON_UNREADABLE: "invalid_event",
+    "bad signature": "invalid_event",
+    "message id does not match": "invalid_event",
+    "message id is not the sha256": "invalid_event",  # a waku channel (sync.sds.waku)
+    "message is not signed": "invalid_event",
+    "message too large": "invalid_event",
+    REASON_BUDGET: "flood",
+}
+
+
+def penalty_of(reason: str) -> str:
+    """The peer score penalty for a rejected gossip item: invalid bytes or signatures cost
+    most, a flood its own weight, anything else valid but refused by policy (clock, roles,
+    closed group, buffers) the least."""
+    for prefix, penalty in _PENALTIES.items():
+        if reason.startswith(prefix):
+            return penalty
+    return "rejected_event"
+
+
+def pack_batch(items: list[bytes]) -> bytes:
+    """One gossip payload for ``items``: a single item as is, several as a batch."""
+    if len(items) == 1:
+        return items[0]
+    return BATCH_MAGIC + b"".join(varint(len(i)) + i for i in items)
+
+
+def unpack_batch(data: bytes, *, max_items: int = MAX_BATCH_ITEMS,
+                 max_item_bytes: int) -> list[bytes]:
+    """The SDS messages of a gossip payload; ``RemoteProtocolError`` for bad bytes."""
+    if not data.startswith(BATCH_MAGIC):
+        return [data]
+    items: list[bytes] = []
+    pos = len(BATCH_MAGIC)
+    while pos < len(data):
+        if len(items) >= max_items:
+            raise RemoteProtocolError(f"{REASON_BATCH}: more than {max_items} items")
+        try:
+            length, pos = read_varint(data, pos)
+        except RemoteProtocolError as exc:
+            raise RemoteProtocolError(f"{REASON_BATCH}: {exc.reason}") from None
+        if length == 0 or length > max_item_bytes or pos + length > len(data):
+            raise RemoteProtocolError(f"{REASON_BATCH}: item empty, too large or truncated")
+        items.append(data[pos : pos + length])
+        pos += length
+    if not items:
+        raise RemoteProtocolError(f"{REASON_BATCH}: no items")
+    return items
+
+
+class SenderCheck(Enum):
+    ACCEPT = "accept"
+    OWN = "own"  # an echo of one of our own events
+
+
+@dataclass(frozen=True)
+class SenderPolicy:
+    """Who may send what. ``members``: the closed group (None: open); ``writers``: channel ->
+    the only senders whose content messages count on it."""
+
+    own_id: str
+    members: frozenset[str] | None = None
+    writers: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def check(self, sender: str, channel: str, has_content: bool) -> SenderCheck:
+        if sender == self.own_id:
+            return SenderCheck.OWN
+        if self.members is not None and sender not in self.members:
+            raise RemoteProtocolError(REASON_NOT_MEMBER)
+        allowed = self.writers.get(channel)
+        if allowed is not None and has_content and sender not in allowed:
+            raise RemoteProtocolError(f"{REASON_NOT_WRITER}: {channel}")
+        return SenderCheck.ACCEPT
+
+
+@dataclass(frozen=True)
+class GossipLimits:
+    #: Items per second (and burst) a gossip publisher may send us.
+    peer_rate: float = 1000.0
+    peer_burst: float = 5000.0
+    #: Publishers tracked at once (idle, i.e. full, buckets make room).
+    max_peers: int = 10_000
+    max_items: int = MAX_BATCH_ITEMS
+    max_item_bytes: int = 1 << 20
+
+
+@dataclass
+class Admitted:
+    """What to do with one gossip message: ``items`` go to SDS; each entry of ``rejected`` is
+    (reason, penalty) for the publisher, to count and to score (penalty None: count only)."""
+
+    items: list[bytes] = field(default_factory=list)
+    rejected: list[tuple[str, str | None]] = field(default_factory=list)
+
+    def reject(self, reason: str) -> None:
+        self.rejected.append((reason, penalty_of(reason)))
+
+
+def _peek(item: bytes) -> tuple[str, str, bool]:
+    """(sender, channel, has content) without checking anything: the cheap part of a parse."""
+    msg = sds_pb2.Message()
+    try:
+        msg.ParseFromString(item)
+    except Exception:  # the C decoder's error types vary; all mean "bad bytes"
+        raise RemoteProtocolError(REASON_UNREADABLE) from None
+    return msg.sender_id, msg.channel_id, bool(msg.content)
+
+
+class GossipGate:
+    """Per gossip message: unbatch, charge the publisher's budget, check each item's sender."""
+
+    def __init__(self, policy: SenderPolicy, limits: GossipLimits | None = None) -> None:
+        self.policy = policy
+        self.limits = limits or GossipLimits()
+        lim = self.limits
+        self._buckets = PeerBuckets(lim.peer_rate, lim.peer_burst, lim.max_peers)
+        self._own = PeerBuckets(lim.peer_rate, lim.peer_burst, lim.max_peers)
+
+    def admit(self, data: bytes, forwarder: str, now: float,
+              publisher: str | None = None) -> Admitted:
+        """``forwarder``: the neighbour that handed us ``data``; ``publisher``: who the gossip
+        message says published it (unauthenticated unless it is the forwarder)."""
+        out = Admitted()
+        try:
+            items = unpack_batch(data, max_items=self.limits.max_items,
+                                 max_item_bytes=self.limits.max_item_bytes)
+        except RemoteProtocolError as exc:
+            out.reject(exc.reason)
+            return out
+        own = publisher is None or publisher == forwarder
+        for item in items:
+            cost = 1 + len(item) // BYTES_PER_TOKEN
+            if own and not self._own.take(forwarder, now, cost):
+                out.reject(REASON_BUDGET)  # its own flood: it pays
+                continue
+            if not self._buckets.take(forwarder, now, cost):
+                out.rejected.append((REASON_BUDGET, None))  # throttled, not its fault
+                continue
+            try:
+                sender, channel, has_content = _peek(item)
+                self.policy.check(sender, channel, has_content)
+            except RemoteProtocolError as exc:
+                out.reject(exc.reason)
+                continue
+            # Echoes of our own events go on too: SDS notes them as seen (no repair needed).
+            out.items.append(item)
+        return out
+
+    @property
+    def tracked_peers(self) -> int:
+        return len(self._buckets)

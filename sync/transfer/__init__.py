@@ -1,0 +1,53 @@
+"""Sans-IO cores of the transfer protocols: the WANT/EVENTS transfer after Recon with its
+claims and budgets, fetch-by-id, and caps on what a peer may have in flight."""
+
+from __future__ import annotations
+
+from sync.transfer.claims import ClaimTable
+from sync.transfer.fetch import FetchReader, encode_request, parse_request, plan_peers
+from sync.transfer.frames import (
+    BUSY,
+    EVENTS,
+    EVENTS_LAST,
+    RECON,
+    WANT,
+    WANT_LAST,
+    FrameDecodeError,
+    pack_items,
+    pack_list,
+    unpack_items,
+)
+from sync.transfer.limits import InFlight
+from sync.transfer.want import (
+    EventsFrame,
+    EventsPacker,
+    WantFetcher,
+    WantList,
+    WantServer,
+    byte_batches,
+)
+
+__all__ = [
+    "BUSY",
+    "EVENTS",
+    "EVENTS_LAST",
+    "RECON",
+    "WANT",
+    "WANT_LAST",
+    "ClaimTable",
+    "EventsFrame",
+    "EventsPacker",
+    "FetchReader",
+    "FrameDecodeError",
+    "InFlight",
+    "WantFetcher",
+    "WantList",
+    "WantServer",
+    "byte_batches",
+    "encode_request",
+    "pack_items",
+    "pack_list",
+    "parse_request",
+    "plan_peers",
+    "unpack_items",
+]

@@ -1,0 +1,71 @@
+"""Fetch-by-id (``/syncnode/fetch/1.0.0``): request format, answer checks, whom to ask.
+
+Request: one frame, message ids as lowercase ASCII hex separated by newlines (at most
+``max_ids``). Response: one frame per event found (its canonical signed wire), then one empty
+frame. Unknown ids are simply absent from the answer; an answer with more events than ids asked
+for, or an event over the size limit, breaks the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sync.errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = ["FetchReader", "encode_request", "parse_request", "plan_peers"]
+
+_HEX = frozenset(b"0123456789abcdef")
+_ID_CHARS = 64
+
+
+def encode_request(ids: Sequence[str]) -> bytes:
+    return "\n".join(ids).encode("ascii")
+
+
+def parse_request(data: bytes, max_ids: int, peer: str | None = None) -> list[str]:
+    """Decode a request frame, checking its size before anything else is decoded."""
+    if len(data) > max_ids * (_ID_CHARS + 1):
+        raise RemoteProtocolError(f"fetch request of {len(data)} bytes, max {max_ids} ids", peer)
+    parts = [p for p in data.split(b"\n") if p]
+    if len(parts) > max_ids:
+        raise RemoteProtocolError(f"fetch request asks for {len(parts)} ids, max {max_ids}", peer)
+    if any(len(p) != _ID_CHARS or not set(p) <= _HEX for p in parts):
+        raise RemoteProtocolError("fetch request holds a malformed message id", peer)
+    return list(dict.fromkeys(p.decode("ascii") for p in parts))
+
+
+class FetchReader:
+    """Checks the frames answering one request of ``ids``."""
+
+    def __init__(self, ids: Sequence[str], max_event_bytes: int = 1 << 20,
+                 peer: str | None = None) -> None:
+        if not ids:
+            raise LocalProtocolError("a fetch request needs at least one id")
+        self.asked = len(ids)
+        self.max_event_bytes = max_event_bytes
+        self.peer = peer
+        self.received = 0
+        self.done = False
+
+    def receive(self, frame: bytes) -> bytes | None:
+        """An event's wire, or None at the end of the answer."""
+        if self.done:
+            raise LocalProtocolError("answer already complete")
+        if not frame:
+            self.done = True
+            return None
+        self.received += 1
+        if self.received > self.asked:
+            raise RemoteProtocolError("fetch answer holds more events than ids asked", self.peer)
+        if len(frame) > self.max_event_bytes:
+            raise RemoteProtocolError("fetched event over the size limit", self.peer)
+        return frame
+
+
+def plan_peers(senders: Sequence[str], others: Sequence[str], extra: int,
+               skip: frozenset[str] = frozenset()) -> list[str]:
+    """Whom to ask, in order: the original senders (they certainly had the events), then
+    ``extra`` of ``others`` (already shuffled by the caller); never a peer in ``skip``."""
+    first = [p for p in dict.fromkeys(senders) if p not in skip]
+    rest = [p for p in others if p not in skip and p not in first]
+    return first + rest[:extra]

@@ -1,0 +1,191 @@
+"""A hostile libp2p host speaking our transfer protocols: for the hostile-peer tests and the
+attack benchmark. Everything here is a real py-libp2p host with Noise, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.fetch import FETCH_PROTOCOL
+from node.p2p import FramedStream, P2PConfig, P2PHost, open_host
+from node.recon_service import RECON_PROTOCOL
+
+# Frames from node.recon_wire (not sync.transfer) so that this also runs against older code.
+from node.recon_wire import BUSY, EVENTS_LAST, RECON, WANT_LAST, pack_items, unpack_items
+from sync.recon import MemoryKeyStore
+from sync.recon.eventid import channel_bounds
+from sync.recon.session import MissingKeys, ReconConfig, ReconSession
+from sync.recon.wire import KEYS, Limits, MessageWriter
+from tests.node.procs import NodeProcess
+
+__all__ = [
+    "amplify",
+    "fetch_and_stall",
+    "hostile",
+    "key_list_bomb",
+    "peak_rss_mib",
+    "recon_and_withhold",
+    "recon_first_message",
+    "stored_ids",
+    "want_and_stall",
+]
+
+
+@asynccontextmanager
+async def hostile(target: str) -> AsyncIterator[tuple[P2PHost, str]]:
+    """A fresh hostile host (new key, so a new peer id) connected to ``target``."""
+    key = Ed25519PrivateKey.generate()
+    # Our side allows huge frames so that it can send one the node must refuse.
+    config = P2PConfig(max_frame_bytes=16 << 20, read_timeout=10)
+    async with open_host(key, config) as host:
+        yield host, await host.connect(target)
+
+
+def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:
+    """Message ids in the node's SQLite database, read directly (read-only): the API would
+    make the node itself load every event's content, which is what a memory test measures."""
+    uri = f"file:{node.data_dir / 'syncnode.db'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+        rows = conn.execute("SELECT message_id FROM events WHERE channel = ?", (channel,))
+        return {r[0] for r in rows}
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (VmHWM) in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc status")
+
+
+class Busy(Exception):
+    """The node declined the session (it is syncing with us already): try again."""
+
+
+async def _reconcile(stream: FramedStream, keys: list[bytes], channel: str) -> list[bytes]:
+    session = ReconSession.initiator(MemoryKeyStore.from_sorted(sorted(keys)),
+                                     [channel_bounds(1, channel)])
+    missing: list[bytes] = []
+    await stream.send(bytes([RECON]) + session.start())
+    while not session.done:
+        frame = await stream.receive()
+        if frame == bytes([BUSY]):
+            raise Busy()
+        reply = session.receive(frame[1:])
+        missing += [k for e in session.events() if isinstance(e, MissingKeys) for k in e.keys]
+        if reply is not None:
+            await stream.send(bytes([RECON]) + reply)
+    return missing
+
+
+async def recon_and_withhold(host: P2PHost, peer: str, keys: list[bytes],
+                             channel: str = "general") -> tuple[list[bytes], int]:
+    """A whole Recon session advertising ``keys``: wants nothing, and answers every want list
+    with an empty EVENTS_LAST. Returns the peer's keys we lack and how many keys it wanted."""
+    for _ in range(20):
+        try:
+            return await _withhold_once(host, peer, keys, channel)
+        except Busy:
+            await trio.sleep(0.5)
+    raise RuntimeError("the node stayed busy")
+
+
+async def _withhold_once(host: P2PHost, peer: str, keys: list[bytes],
+                         channel: str) -> tuple[list[bytes], int]:
+    async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+        missing = await _reconcile(stream, keys, channel)
+        await stream.send(pack_items(WANT_LAST, []))
+        await stream.receive()  # its (empty) answer
+        wanted = 0
+        while True:
+            frame = await stream.receive()
+            wanted += len(unpack_items(frame[1:], max_items=1 << 20, max_item_bytes=1024))
+            await stream.send(pack_items(EVENTS_LAST, []))
+            if frame[0] == WANT_LAST:
+                break
+    return missing, wanted
+
+
+async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:
+    """Open a Recon session with ``frame`` and return the node's reply (retried while the
+    node declines with BUSY because it is starting a session with us at the same moment)."""
+    for _ in range(20):
+        async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+            await stream.send(frame)
+            reply = await stream.receive()
+        if reply != bytes([BUSY]):
+            return reply
+        await trio.sleep(0.5)
+    raise RuntimeError("the node stayed busy")
+
+
+async def want_and_stall(host: P2PHost, peer: str, seconds: float,
+                         channel: str = "general") -> int:
+    """Reconcile with nothing, WANT everything the peer has, and never read the answer."""
+    for _ in range(20):
+        try:
+            return await _want_once(host, peer, seconds, channel)
+        except Busy:
+            await trio.sleep(0.5)
+    raise RuntimeError("the node stayed busy")
+
+
+async def _want_once(host: P2PHost, peer: str, seconds: float, channel: str) -> int:
+    async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+        missing = await _reconcile(stream, [], channel)
+        await stream.send(pack_items(WANT_LAST, missing[:1024]))
+        await trio.sleep(seconds)
+    return len(missing)
+
+
+async def fetch_and_stall(host: P2PHost, peer: str, ids: list[str], requests: int,
+                          seconds: float) -> int:
+    """Open ``requests`` fetch streams asking for ``ids`` and read no more than the first
+    frame of each answer; returns how many streams the node answered (the others were reset)."""
+    accepted = 0
+    async with trio.open_nursery() as nursery:
+        async def one() -> None:
+            nonlocal accepted
+            try:
+                async with await host.open_stream(peer, FETCH_PROTOCOL) as stream:
+                    await stream.send("\n".join(ids).encode("ascii"))
+                    await stream.receive()
+                    accepted += 1
+                    await trio.sleep(seconds)
+            except Exception:  # refused or reset: the node defended itself
+                return
+
+        for _ in range(requests):
+            nursery.start_soon(one)
+    return accepted
+
+
+async def amplify(target: str, ids: list[str], seconds: float) -> tuple[int, int]:
+    """Attack 3 from one fresh peer: 8 fetch requests for ``ids`` and a Recon WANT for every
+    key the node has, none of them read; returns (fetch streams served, keys wanted)."""
+    served: list[int] = []
+    async with hostile(target) as (host, peer), trio.open_nursery() as nursery:
+
+        async def fetches() -> None:
+            served.append(await fetch_and_stall(host, peer, ids, 8, seconds))
+
+        nursery.start_soon(fetches)
+        wanted = await want_and_stall(host, peer, seconds)
+    return served[0], wanted
+
+
+def key_list_bomb(channel: str = "general", count: int = 200_000) -> bytes:
+    """A first Recon message listing ``count`` made-up keys for one range (~600 KB)."""
+    lo, hi = channel_bounds(1, channel)
+    keys = [lo + i.to_bytes(4, "big") for i in range(1, count + 1)]
+    limits = ReconConfig().limits
+    writer = MessageWriter(Limits(8 << 20, limits.max_key_bytes, limits.max_interests,
+                                  limits.fingerprint_bytes), ((lo, hi),))
+    assert writer.try_keys(KEYS, lo, hi, keys) is not None
+    return bytes([RECON]) + writer.finish(more=False)

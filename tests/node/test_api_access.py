@@ -1,0 +1,169 @@
+"""Access control of the local API, against a real node process over real HTTP.
+
+What a web page could do before: drive the node with a cross-site ``text/plain`` POST or through
+DNS rebinding (a forged ``Host``). Now every request needs the data dir's token, the ``Host`` must
+name the node, browsers from other origins are refused, and no CORS header is ever sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from node.api_guard import HostPolicy
+from node.config import ConfigError, load_config
+from tests.conftest import ROOT
+from tests.node.procs import NodeProcess, running_node
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    yield from running_node(tmp_path_factory.mktemp("api"))
+
+
+def _events(node: NodeProcess) -> list[str]:
+    return [e["content"] for e in node.get("/v1/channels/general/events")["events"]]
+
+
+def test_token_is_created_private_and_required(node: NodeProcess) -> None:
+    path = node.data_dir / "api_token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(node.token) >= 32
+    bare = httpx.get(node.api_url + "/v1/status")
+    assert bare.status_code == 401
+    assert bare.headers["www-authenticate"].startswith("Bearer")
+    assert "token" in bare.json()["error"]
+    wrong = httpx.get(node.api_url + "/v1/status", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    for path_ in ("/metrics", "/openapi.json", "/v1/peers", "/v1/channels/general/events"):
+        assert httpx.get(node.api_url + path_).status_code == 401, path_
+    ok = httpx.get(node.api_url + "/v1/status", headers=node.headers)
+    assert ok.status_code == 200 and ok.json()["peer_id"] == node.peer_id
+    assert ok.headers["x-request-id"]
+
+
+def test_cross_site_text_plain_post_publishes_nothing(node: NodeProcess) -> None:
+    # What a form or fetch(..., {mode: "no-cors"}) on http://evil.example sends.
+    browser = {"Origin": "http://evil.example", "Content-Type": "text/plain",
+               "Sec-Fetch-Site": "cross-site"}
+    for headers in (browser, {**browser, **node.headers}):
+        r = httpx.post(node.api_url + "/v1/channels/general/events",
+                       content=b'{"content": "csrf"}', headers=headers)
+        assert r.status_code == 403, r.text
+        assert not any(k.lower().startswith("access-control-") for k in r.headers)
+    # A preflight gets no CORS grant either.
+    pre = httpx.request("OPTIONS", node.api_url + "/v1/channels/general/events",
+                        headers={"Origin": "http://evil.example",
+                                 "Access-Control-Request-Method": "POST"})
+    assert pre.status_code >= 400
+    assert not any(k.lower().startswith("access-control-") for k in pre.headers)
+    assert "csrf" not in _events(node)
+
+
+def test_text_plain_body_refused_even_with_token(node: NodeProcess) -> None:
+    r = httpx.post(node.api_url + "/v1/channels/general/events", content=b'{"content": "tp"}',
+                   headers={**node.headers, "Content-Type": "text/plain"})
+    assert r.status_code == 415 and "application/json" in r.json()["error"]
+    assert "tp" not in _events(node)
+
+
+def test_forged_host_is_refused(node: NodeProcess) -> None:
+    port = node.api_url.rsplit(":", 1)[1]
+    for host in ("attacker.example", f"attacker.example:{port}", "127.0.0.1:1"):
+        r = httpx.post(node.api_url + "/v1/channels/general/events", json={"content": "rebind"},
+                       headers={**node.headers, "Host": host})
+        assert r.status_code == 403, (host, r.text)
+        assert "Host" in r.json()["error"]
+    assert "rebind" not in _events(node)
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+        r = httpx.get(node.api_url + "/v1/status", headers={**node.headers, "Host": host})
+        assert r.status_code == 200, host
+    same_origin = httpx.post(node.api_url + "/v1/channels/general/events",
+                             json={"content": "same origin"},
+                             headers={**node.headers, "Origin": f"http://127.0.0.1:{port}"})
+    assert same_origin.status_code == 200
+
+
+def test_cli_finds_the_token(node: NodeProcess, tmp_path: Path) -> None:
+    env = {k: v for k, v in node.cli_env().items() if k != "SYNCNODE_API_TOKEN"}
+    base = [sys.executable, "-m", "node.cli", "status", "--json", "--api", node.api_url]
+
+    def run(*extra: str, **more_env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *extra], cwd=tmp_path, capture_output=True, text=True,
+                              env={**env, **more_env}, timeout=60)
+
+    assert run("--data-dir", str(node.data_dir)).returncode == 0
+    assert run("--token", node.token).returncode == 0
+    assert run(SYNCNODE_API_TOKEN=node.token).returncode == 0
+    missing = run()  # ./data under tmp_path holds no token
+    assert missing.returncode == 1
+    assert "HTTP 401" in missing.stderr and "api_token" in missing.stderr
+
+
+def test_remote_listen_needs_explicit_allow(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="allow_remote"):
+        load_config(None, overrides={"api.listen": "0.0.0.0:8700"})
+    allowed = load_config(None, overrides={"api.listen": "0.0.0.0:8700",
+                                           "api.allow_remote": True})
+    assert allowed.api.allow_remote
+    result = subprocess.run(
+        [sys.executable, "-m", "node.cli", "run", "--data-dir", str(tmp_path / "n"),
+         "--api", "0.0.0.0:0", "--listen", "/ip4/127.0.0.1/tcp/0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "api.allow_remote" in result.stderr and "loopback" in result.stderr
+
+
+def test_host_policy() -> None:
+    loop = HostPolicy("127.0.0.1")
+    assert loop.allows("127.0.0.1:8700", 8700) and loop.allows("localhost:8700", 8700)
+    assert loop.allows("[::1]:8700", 8700)
+    assert not loop.allows("evil.example:8700", 8700)
+    assert not loop.allows("127.0.0.1:8701", 8700)
+    assert not loop.allows("127.0.0.1:x", 8700) and not loop.allows("", 8700)
+    assert not loop.remote
+    wild = HostPolicy("0.0.0.0", ["node.example"])
+    assert wild.remote
+    assert wild.allows("192.0.2.7:8700", 8700) and wild.allows("node.example:8700", 8700)
+    assert not wild.allows("evil.example:8700", 8700)
+
+
+def test_binary_content_comes_back_as_base64(node: NodeProcess) -> None:
+    raw = b"\x00\xff\xfe binary \x80"
+    published = node.post("/v1/channels/general/events",
+                          {"content_b64": base64.b64encode(raw).decode()})
+    events = {e["message_id"]: e for e in node.get("/v1/channels/general/events")["events"]}
+    event = events[published["message_id"]]
+    assert event["content"] is None
+    assert base64.b64decode(event["content_b64"]) == raw
+    result = node.cli("log", "general", "--json")
+    assert result.returncode == 0, result.stderr
+    lines = {x["message_id"]: x for x in map(json.loads, result.stdout.splitlines())}
+    assert lines[published["message_id"]]["content"] is None
+    assert base64.b64decode(lines[published["message_id"]]["content_b64"]) == raw
+
+
+def test_websocket_upgrade_is_refused(node: NodeProcess) -> None:
+    # A page may open a WebSocket to any origin without a preflight: the node accepts none.
+    host = node.api_url.removeprefix("http://")
+    name, port = host.rsplit(":", 1)
+    with socket.create_connection((name, int(port)), timeout=10) as conn:
+        conn.sendall(
+            f"GET /v1/channels/general/follow HTTP/1.1\r\nHost: {host}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\nOrigin: http://evil.example\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            f"Authorization: Bearer {node.token}\r\n\r\n".encode())
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 403"), answer

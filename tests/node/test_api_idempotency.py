@@ -1,0 +1,136 @@
+"""Idempotent publishes against a real node: a repeated ``Idempotency-Key`` never makes a second
+event, across concurrent requests and a restart, and the CLI's retries rely on it."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT
+from tests.node.procs import NodeProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _contents(node: NodeProcess) -> list[str]:
+    return [e["content"] for e in node.get("/v1/channels/general/events")["events"]]
+
+
+def _publish(node: NodeProcess, content: str, key: str) -> httpx.Response:
+    return httpx.post(node.api_url + "/v1/channels/general/events", json={"content": content},
+                      headers={**node.headers, "Idempotency-Key": key}, timeout=30)
+
+
+def test_repeated_key_returns_the_first_answer(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "n").start()
+    try:
+        first = _publish(node, "once", "key-1")
+        again = _publish(node, "once", "key-1")
+        assert first.status_code == again.status_code == 200
+        assert again.json() == first.json()
+        assert again.headers["idempotent-replayed"] == "true"
+        other = _publish(node, "different", "key-1")
+        assert other.status_code == 422 and "Idempotency-Key" in other.json()["error"]
+        bad = _publish(node, "x", "has space")
+        assert bad.status_code == 400
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda _: _publish(node, "racing", "key-2"), range(32)))
+        assert {a.status_code for a in answers} == {200}
+        assert len({a.json()["message_id"] for a in answers}) == 1
+        assert _contents(node).count("once") == 1
+        assert _contents(node).count("racing") == 1
+        assert "different" not in _contents(node)
+    finally:
+        assert node.terminate() == 0, node.log_tail()
+    restarted = NodeProcess(tmp_path / "n").start()
+    try:
+        after = _publish(restarted, "once", "key-1")
+        assert after.status_code == 200 and after.json() == first.json()
+        assert _contents(restarted).count("once") == 1
+    finally:
+        restarted.kill()
+
+
+class DroppingProxy:
+    """Relays HTTP/1.1 requests to the node (with the node's Host), but swallows the answer to
+    the first one and closes the connection: the publish commits, the client sees it break."""
+
+    def __init__(self, target: str) -> None:
+        self.target_host, port = target.removeprefix("http://").rsplit(":", 1)
+        self.target_port = int(port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.requests = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        with client:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = client.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+            while len(body) < length:
+                body += client.recv(65536)
+            head = re.sub(rb"(?im)^host:.*$",
+                          f"Host: {self.target_host}:{self.target_port}".encode(), head)
+            head = re.sub(rb"(?im)^connection:.*\r\n", b"", head) + b"\r\nConnection: close"
+            with socket.create_connection((self.target_host, self.target_port)) as upstream:
+                upstream.sendall(head + b"\r\n\r\n" + body)
+                answer = b""
+                while chunk := upstream.recv(65536):
+                    answer += chunk
+            self.requests += 1
+            if self.requests == 1:
+                return  # dropped: the client's connection closes without an answer
+            client.sendall(answer)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    proc = NodeProcess(tmp_path / "n").start()
+    try:
+        yield proc
+    finally:
+        proc.kill()
+
+
+def test_cli_retries_a_broken_publish_with_the_same_key(node: NodeProcess) -> None:
+    proxy = DroppingProxy(node.api_url)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "node.cli", "publish", "general", "through a flaky link",
+             "--api", f"http://127.0.0.1:{proxy.port}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, env=node.cli_env())
+    finally:
+        proxy.close()
+    assert result.returncode == 0, result.stderr
+    assert proxy.requests == 2  # the first answer was lost, the retry got the original
+    message_id = result.stdout.strip()
+    events = node.get("/v1/channels/general/events")["events"]
+    assert [e["message_id"] for e in events if e["content"] == "through a flaky link"] == [
+        message_id]

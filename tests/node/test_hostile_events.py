@@ -1,0 +1,247 @@
+"""Hostile event content against real node processes: validly signed events a member (or a
+relay of members' events) crafts to stop, stall or exhaust the group. Each attack is rejected
+and counted, honest peers keep syncing, and no acknowledged event is lost.
+
+One pair of nodes serves every test of the module (their processes are the expensive part).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.blocks_app import encode_envelope
+from node.channels import topic_of
+from node.p2p import P2PConfig, open_host
+from storage import get_state, make_engine, put_state, write_transaction
+from sync.cardinal import ZERO_HASH, PrefixRouter, Producer, make_payload, payload_to_json
+from sync.identity import peer_id_of
+from sync.sds import HistoryRef, encode_event
+from tests.node.cluster import (
+    channel_log,
+    metric,
+    preset_identity,
+    publish_many,
+    start_node,
+    wait_for,
+)
+from tests.node.procs import NodeProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+POISON = (1 << 64) - (1 << 32) - 1
+
+
+# n0 is the block producer; n1 is a member that is not, and keeps a small gossip budget per
+# neighbour so that a flood shows in seconds.
+FLOOD_BUDGET = {"SYNCNODE_P2P_GOSSIP_PEER_RATE": "100", "SYNCNODE_P2P_GOSSIP_PEER_BURST": "200"}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
+    base = tmp_path_factory.mktemp("hostile-events")
+    producer = preset_identity(base / "n0")
+    blocks = {"SYNCNODE_BLOCKS_ENABLED": "true", "SYNCNODE_BLOCKS_PRODUCERS": producer}
+    nodes: list[NodeProcess] = []
+    try:
+        nodes.append(start_node(base, "n0", env=blocks))
+        nodes.append(start_node(base, "n1", env={**blocks, **FLOOD_BUDGET}, bootstrap=nodes))
+        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 1 for n in nodes), 30,
+                 "pair did not connect")
+        yield nodes
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+def signed_event(key: Ed25519PrivateKey, lamport: int, content: bytes,
+                 channel: str = "general") -> bytes:
+    """A validly signed SDS event with any Lamport timestamp, as a member can craft one."""
+    return encode_event(channel, peer_id_of(key), lamport, (), content, key).wire
+
+
+async def gossip(target: str, channel: str, wires: list[bytes], *, settle: float = 3.0,
+                 linger: float = 1.0, pace: float = 0.0) -> None:
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+        await host.connect(target)
+        topic = topic_of(1, channel)
+        await host.subscribe(topic)
+        await trio.sleep(settle)  # let the mesh form
+        for wire in wires:
+            await host.publish(topic, wire)
+            await trio.sleep(pace)
+        await trio.sleep(linger)  # let the queued messages leave before the host closes
+
+
+def publish_ok(node: NodeProcess, content: str) -> bool:
+    r = httpx.post(f"{node.api_url}/v1/channels/general/events", json={"content": content},
+                   timeout=30)
+    return r.status_code == 200
+
+
+def log_contents(node: NodeProcess) -> set[str]:
+    return {c for _, _, c in channel_log(node, "general")}
+
+
+def test_lamport_poisoning_stops_nobody(pair: list[NodeProcess]) -> None:
+    a, b = pair
+    acked = publish_many(a, "general", [f"before-{k}" for k in range(5)])
+    key = Ed25519PrivateKey.generate()
+    now_ms = int(time.time() * 1000)
+    wires = [
+        signed_event(key, POISON, b"poison uint64"),
+        signed_event(key, (1 << 63) - 1, b"poison int64 max"),
+        signed_event(key, now_ms + 10 * 86_400_000, b"poison ten days ahead"),
+        signed_event(key, now_ms, b"honest-looking event after the poison"),
+    ]
+    trio.run(gossip, a.listen_addrs[0], "general", wires)
+    wait_for(lambda: metric(a, "events_rejected_total") >= 3, 20, "poison not counted")
+    series = a.get("/metrics")
+    assert 'reason="lamport out of range"' in series
+    assert 'reason="lamport too far ahead"' in series
+    # Every node still publishes, and the group keeps syncing.
+    assert publish_ok(a, "after-a") and publish_ok(b, "after-b")
+    wait_for(lambda: {"after-a", "after-b", *[f"before-{k}" for k in range(5)]}
+             <= log_contents(a) & log_contents(b), 30, "sync stopped after the poison")
+    for node in pair:
+        assert not any(c.startswith("poison") for c in log_contents(node))
+        assert all(lamport <= now_ms + 600_000 + 60_000 for lamport, _, _ in
+                   channel_log(node, "general"))
+    assert "honest-looking event after the poison" in log_contents(a)
+    assert len(acked) == 5
+
+
+def test_poisoned_persisted_clock_is_recovered_at_start_up(pair: list[NodeProcess]) -> None:
+    a, b = pair
+    b.terminate()
+    engine = make_engine(f"sqlite:///{b.data_dir / 'syncnode.db'}")
+    with write_transaction(engine) as conn:
+        state = json.loads(get_state(conn, "sds/general") or b"{}")
+        assert state, "no channel state persisted"
+        state["lamport"] = POISON
+        put_state(conn, "sds/general", json.dumps(state).encode(), 0)
+    engine.dispose()
+    b.start()
+    wait_for(lambda: len(b.get("/v1/peers")["connected"]) >= 1
+             or len(a.get("/v1/peers")["connected"]) >= 1, 30, "b did not reconnect")
+    assert metric(b, "sds_clock_recovered_total") == 1
+    assert publish_ok(b, "after-restart-b") and publish_ok(a, "after-restart-a")
+    wait_for(lambda: {"after-restart-a", "after-restart-b"} <= log_contents(a) & log_contents(b),
+             30, "sync stopped after the restart")
+    assert max(lamport for lamport, _, _ in channel_log(b, "general")) < 1 << 62
+
+
+def rss_peak_mib(node: NodeProcess) -> float:
+    assert node.proc is not None
+    status = Path(f"/proc/{node.proc.pid}/status").read_text()
+    line = next(x for x in status.splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def orphans(count: int, size: int, deps: int = 1) -> list[bytes]:
+    """Validly signed events from fresh keys, each waiting on ids nobody has (worst case for
+    per-sender bounds: every message from another sender)."""
+    now_ms = int(time.time() * 1000)
+    out = []
+    for i in range(count):
+        key = Ed25519PrivateKey.generate()
+        history = tuple(HistoryRef(f"{i:08d}{d:04d}" + "f" * 52) for d in range(deps))
+        out.append(encode_event("general", peer_id_of(key), now_ms + i, history,
+                                os.urandom(size) if size else b"", key).wire)
+    return out
+
+
+def test_waiting_and_missing_buffers_stay_bounded(pair: list[NodeProcess]) -> None:
+    a, b = pair
+    # Attack 4: 150 messages of 900 KB waiting on a dependency that does not exist ...
+    # Attack 4: 150 messages of 900 KB waiting on a dependency that does not exist, then
+    # 300 sync messages naming 64 fake ids each (19,200 "missing" ids).
+    wires = orphans(150, 900 * 1024) + orphans(300, 0, deps=64)
+    trio.run(partial(gossip, linger=10, pace=0.02), a.listen_addrs[0], "general", wires)
+    wait_for(lambda: 'buffer="missing"' in a.get("/metrics"), 60, "no missing eviction")
+    assert metric(a, "sds_evicted_total") > 300  # waiting ones too
+    peak = rss_peak_mib(a)
+    print(f"victim peak RSS {peak:.0f} MiB")
+    assert peak <= 512, f"victim peak RSS {peak:.0f} MiB over its 512 MiB budget"
+    # Honest peers keep syncing.
+    acked = publish_many(b, "general", [f"after-flood-{k}" for k in range(10)])
+    assert len(acked) == 10
+    wait_for(lambda: {f"after-flood-{k}" for k in range(10)} <= log_contents(a), 30,
+             "honest sync stopped after the buffer attack")
+
+
+def block_messages(key: Ed25519PrivateKey) -> list[bytes]:
+    """A deep Reorg (with its blocks) signed by ``key``: what rolled every consumer back."""
+    producer = Producer(PrefixRouter({}, "blocks"))
+    fork = make_payload(b"\x66" * 32, 1, ZERO_HASH, weight=1000, updates={"k": b"evil"})
+    messages = producer.reorg_messages(ZERO_HASH, 0, [fork])
+    now_ms = int(time.time() * 1000)
+    return [encode_event("blocks", peer_id_of(key), now_ms + i, (),
+                         encode_envelope(m.key, m.value, messages[0].channel), key).wire
+            for i, m in enumerate(messages)]
+
+
+def test_block_messages_from_a_non_producer_are_dropped(pair: list[NodeProcess]) -> None:
+    producer, member = pair
+    chain = []
+    parent = ZERO_HASH
+    for n in range(3):
+        chain.append(make_payload(bytes([0xB0, n]) * 16, n, parent, updates={f"k/{n}": b"v"}))
+        parent = chain[-1].hash
+    producer.post("/v1/blocks", {"blocks": [payload_to_json(p) for p in chain]})
+    tip = "0x" + chain[-1].hash.hex()
+    wait_for(lambda: all(n.get("/v1/blocks/head")["hash"] == tip for n in pair), 30,
+             "consumers did not reach the producer's head")
+    # A member that is no producer cannot publish blocks ...
+    r = httpx.post(f"{member.api_url}/v1/blocks",
+                   json={"blocks": [payload_to_json(chain[0])]}, timeout=30)
+    assert r.status_code == 403
+    # ... and a Reorg signed by anybody else moves no consumer.
+    before = metric(member, "events_rejected_total")
+    wires = block_messages(Ed25519PrivateKey.generate())
+    for node in pair:
+        trio.run(gossip, node.listen_addrs[0], "blocks", wires)
+    series = 'reason="sender not a writer of this channel"'
+    wait_for(lambda: all(series in n.get("/metrics") for n in pair), 20, "reorg not counted")
+    assert metric(member, "events_rejected_total") >= before + len(wires)
+    time.sleep(2)
+    for node in pair:
+        assert node.get("/v1/blocks/head")["hash"] == tip
+        assert metric(node, "blocks_reverted_total") == 0
+
+
+def test_a_gossip_flood_costs_the_flooder_not_honest_publishers(
+        pair: list[NodeProcess]) -> None:
+    honest, victim = pair
+    now_ms = int(time.time() * 1000)
+    flood = []
+    for i in range(800):  # validly signed, each from a fresh key (an open group allows it)
+        key = Ed25519PrivateKey.generate()
+        flood.append(encode_event("general", peer_id_of(key), now_ms + i, (),
+                                  f"flood-{i}".encode(), key).wire)
+
+    async def attack_while_publishing() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(gossip, linger=3), victim.listen_addrs[0], "general",
+                               flood)
+            await trio.sleep(3.5)  # the flood is under way
+            await trio.to_thread.run_sync(
+                lambda: publish_many(honest, "general", [f"honest-{k}" for k in range(40)]))
+
+    trio.run(attack_while_publishing)
+    wait_for(lambda: {f"honest-{k}" for k in range(40)} <= log_contents(victim), 30,
+             "honest events did not get through the flood")
+    assert metric(victim, "events_rejected_total") > 0
+    assert 'reason="over gossip budget"' in victim.get("/metrics")
+    flooded = sum(c.startswith("flood-") for c in log_contents(victim))
+    assert flooded < 600, f"{flooded} of 800 flood events got through a 200-event burst"
+    # The flooder paid in standing.
+    assert metric(victim, "peer_penalties_total") > 0

@@ -1,0 +1,152 @@
+"""A hostile peer against the transfer protocols of real node processes: it withholds what it
+advertised, asks for answers it never reads, inflates Recon key lists, and keeps breaking the
+protocol. Each attack is rejected, counted and made to cost the attacker; the honest pair keeps
+syncing, nothing acknowledged is lost and the victim's memory stays within its budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from node.p2p import P2PError
+from node.recon_service import RECON_PROTOCOL
+from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.node.hostile import (
+    amplify,
+    hostile,
+    key_list_bomb,
+    peak_rss_mib,
+    recon_and_withhold,
+    recon_first_message,
+    stored_ids,
+)
+from tests.node.procs import NodeProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# No SDS resends within a test: resending 60 MB of big events (up to max_resends times each)
+# would swamp the victim's RSS figure with honest traffic, and this module measures attacks.
+ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4", "SYNCNODE_RECON_GOSSIP_GRACE_S": "0",
+       "SYNCNODE_SDS_RESEND_INTERVAL_S": "120"}
+RSS_BUDGET_MIB = 512
+GOSSIP_CACHE_S = 12
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
+    """The victim (nodes[0]) and an honest peer, shared by the tests of this module."""
+    with cluster(tmp_path_factory.mktemp("hostile"), 2, env=ENV) as nodes:
+        yield nodes
+
+
+def _contents(node: NodeProcess) -> set[str]:
+    return {c for _, _, c in channel_log(node, "general")}
+
+
+def test_withheld_keys_are_fetched_from_someone_else(tmp_path: Path,
+                                                     pair: list[NodeProcess]) -> None:
+    honest = pair[1]
+    victim = start_node(tmp_path, "isolated", env=ENV)  # no peers yet: gossip cannot help it
+    try:
+        acked = publish_many(honest, "general", [f"withheld-{k}" for k in range(300)])
+
+        async def attack() -> tuple[int, int]:
+            async with hostile(honest.listen_addrs[0]) as (host, peer):
+                keys, _ = await recon_and_withhold(host, peer, [])  # learn the real keys
+            async with hostile(victim.listen_addrs[0]) as (host, peer):
+                _, wanted = await recon_and_withhold(host, peer, keys)
+            return len(keys), wanted
+
+        published = time.monotonic()
+        advertised, wanted = trio.run(attack)
+        assert advertised >= 300 and wanted >= 300  # the victim fell for it
+        assert metric(victim, "recon_keys_withheld_total") >= 300
+        assert metric(victim, "peer_penalties_total") >= 1
+        # Past libp2p's message cache (IHAVE/IWANT would hand the victim the fresh events):
+        # from here on only Recon can deliver them.
+        time.sleep(max(0.0, published + GOSSIP_CACHE_S - time.monotonic()))
+        started = time.monotonic()
+        victim.cli("join", honest.listen_addrs[0])
+        wait_for(lambda: {f"withheld-{k}" for k in range(300)} <= _contents(victim), 30,
+                 "withheld events not fetched from the honest peer")
+        elapsed = time.monotonic() - started
+        assert elapsed < 30
+        assert metric(victim, "recon_claims") == 0  # nothing left claimed for good
+        got = {m for _, m, _ in channel_log(victim, "general")}
+        assert set(acked) <= got
+    finally:
+        victim.kill()
+
+
+def test_unread_answers_do_not_grow_memory(pair: list[NodeProcess]) -> None:
+    victim, honest = pair
+    # 120 events of ~500 KB: every answer below would be ~60 MB if loaded at once. The honest
+    # peer publishes them (a publisher's own unacknowledged events are its own memory cost).
+    big = "x" * (500 * 1024)
+    ids = publish_many(honest, "general", [f"big-{k}-{big}" for k in range(120)], threads=4)
+    wait_for(lambda: set(ids) <= stored_ids(victim), 60, "victim did not get the big events")
+    assert victim.proc is not None
+    before = peak_rss_mib(victim.proc.pid)
+
+    accepted, wanted = trio.run(amplify, victim.listen_addrs[0], ids, 8.0)
+    assert wanted >= 120
+    assert accepted <= 2  # the per-peer cap on fetch streams
+    assert metric(victim, "fetch_refused_total") >= 6
+    peak = peak_rss_mib(victim.proc.pid)
+    assert peak <= RSS_BUDGET_MIB, f"victim peak RSS {peak:.0f} MiB (was {before:.0f})"
+    # The honest pair keeps syncing.
+    acked = publish_many(honest, "general", [f"after-big-{k}" for k in range(20)])
+    wait_for(lambda: set(acked) <= stored_ids(victim), 30, "honest sync stopped after the attack")
+
+
+def test_key_list_bomb_is_rejected_and_counted(pair: list[NodeProcess]) -> None:
+    victim = pair[0]
+    bomb = key_list_bomb()
+    assert 400_000 < len(bomb) < 1_000_000
+
+    async def attack() -> None:
+        async with hostile(victim.listen_addrs[0]) as (host, peer):
+            with pytest.raises(P2PError):  # the victim resets the stream
+                await recon_first_message(host, peer, bomb)
+
+    before = metric(victim, "recon_protocol_errors_total")
+    trio.run(attack)
+    wait_for(lambda: metric(victim, "recon_protocol_errors_total") > before, 10,
+             "key-list bomb not counted")
+    assert metric(victim, "recon_missing_dropped_total") == 0  # rejected before any key held
+    assert metric(victim, "recon_claims") == 0
+
+
+def test_repeat_offender_is_banned_and_refused(pair: list[NodeProcess]) -> None:
+    victim, honest = pair
+
+    async def attack() -> None:
+        async with hostile(victim.listen_addrs[0]) as (host, peer):
+            for _ in range(6):
+                try:
+                    async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                        await stream.send(b"\x07nonsense")
+                        await stream.receive()
+                except P2PError:
+                    pass  # reset, or refused once banned
+            await trio.sleep(1)
+            assert peer not in host.connected_peers()  # the victim hung up on us
+            with pytest.raises(P2PError):
+                await host.connect(victim.listen_addrs[0])  # and refuses us
+
+    bans = metric(victim, "peer_bans_total")
+    trio.run(attack)
+    assert metric(victim, "peer_bans_total") == bans + 1
+    assert metric(victim, "p2p_refused_banned_total") >= 1
+    assert metric(victim, "peers_banned") >= 1
+    # The honest pair is untouched and keeps syncing; nothing acknowledged went missing.
+    acked = publish_many(honest, "general", [f"after-ban-{k}" for k in range(20)])
+    wait_for(lambda: set(acked) <= stored_ids(victim), 30, "honest sync stopped after the ban")
+    assert [p["peer_id"] for p in victim.get("/v1/peers")["connected"]] == [honest.peer_id]
+    assert victim.proc is not None and victim.proc.poll() is None
+    # Handlers ended by the ban's disconnect count as handler errors; none may be a bug.
+    assert " raised" not in victim.stderr_path.read_text()

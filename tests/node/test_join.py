@@ -1,0 +1,74 @@
+"""``join`` dials the address it is given, checks the peer id there, and stores only what worked;
+``/dns4`` addresses resolve; ``peers forget`` drops a peer for good."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.node.procs import NodeProcess
+from tests.node.test_cli_errors import assert_one_error
+
+
+def _connected(node: NodeProcess) -> set[str]:
+    return {p["peer_id"] for p in node.get("/v1/peers")["connected"]}
+
+
+def _wait_connected(node: NodeProcess, peer_id: str, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if peer_id in _connected(node):
+            return True
+        time.sleep(0.3)
+    return False
+
+
+@pytest.mark.timeout(240)
+def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> None:
+    a = NodeProcess(tmp_path / "a").start()
+    b = NodeProcess(tmp_path / "b").start()
+    c = NodeProcess(tmp_path / "c").start()
+    try:
+        a_port = a.listen_addrs[0].split("/")[4]
+        c_port = c.listen_addrs[0].split("/")[4]
+        joined = b.cli("join", a.listen_addrs[0])
+        assert joined.returncode == 0, joined.stderr
+        assert a.peer_id in _connected(b)
+        # Already connected to A, yet each address is dialled: a dead port fails ...
+        dead = b.cli("join", f"/ip4/127.0.0.1/tcp/9/p2p/{a.peer_id}")
+        assert_one_error(dead, 1, "tcp/9")
+        # ... and so does another node's port claiming to be A.
+        wrong = b.cli("join", f"/ip4/127.0.0.1/tcp/{c_port}/p2p/{a.peer_id}")
+        assert_one_error(wrong, 1, "HTTP 502")
+        # /dns4 resolves (a loopback name only, in tests).
+        dns = b.cli("join", f"/dns4/localhost/tcp/{a_port}/p2p/{a.peer_id}")
+        assert dns.returncode == 0, dns.stderr
+        peers = json.loads(b.cli("peers", "--json").stdout)
+        assert a.peer_id in peers["known"]
+    finally:
+        b.terminate()
+    # After a restart B redials the last address that worked (the /dns4 one), not a bad one.
+    b2 = NodeProcess(tmp_path / "b").start()
+    try:
+        assert _wait_connected(b2, a.peer_id), b2.log_tail()
+        forget = b2.cli("peers", "forget", a.peer_id)
+        assert forget.returncode == 0, forget.stderr
+        assert a.peer_id not in json.loads(b2.cli("peers", "--json").stdout)["known"]
+        again = b2.cli("peers", "forget", a.peer_id)
+        assert_one_error(again, 1, "not a known peer")
+    finally:
+        b2.terminate()
+    # Forgotten for good: after another restart B neither knows nor dials A.
+    b3 = NodeProcess(tmp_path / "b").start()
+    try:
+        time.sleep(2.0)
+        peers = json.loads(b3.cli("peers", "--json").stdout)
+        assert a.peer_id not in peers["known"]
+        assert a.peer_id not in _connected(b3)
+    finally:
+        b3.terminate()
+        a.terminate()
+        c.terminate()

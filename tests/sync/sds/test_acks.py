@@ -1,0 +1,98 @@
+"""Acknowledgements that cannot be forged (attack 5): only what a sender signed counts, and
+"acknowledged" from bloom filters needs several signers."""
+
+from __future__ import annotations
+
+from sync.sds import (
+    Acknowledged,
+    PossiblyAcknowledged,
+    RollingBloomFilter,
+    SdsChannel,
+    SdsConfig,
+    decode_transmission,
+    sds_pb2,
+    transmission_suffix,
+)
+from sync.sds.message import filter_signed_bytes
+from tests.sync.sds.helpers import CHANNEL, T0, channel, key, of_type
+
+CONFIG = SdsConfig(bloom_capacity=100)
+PARAMS = channel(0, config=CONFIG).bloom_params
+
+
+def sparse_filter(ids: list[str]) -> bytes:
+    """A filter holding exactly ``ids``: nearly empty, so its false-positive rate is tiny."""
+    bloom = RollingBloomFilter(PARAMS, 100)
+    for mid in ids:
+        bloom.add(mid)
+    return bloom.to_bytes()
+
+
+def setup(members: int = 3) -> tuple[SdsChannel, str, list[bytes]]:
+    """We sent one message and heard one (history-free) message from each other member;
+    returns us, our message id and their canonical events."""
+    us = channel(0, config=CONFIG)
+    heard = []
+    for i in range(1, members + 1):
+        wire = channel(i, config=CONFIG).send(b"hello", T0)
+        us.receive(wire, T0)
+        heard.append(decode_transmission(wire).event.wire)
+    mid = decode_transmission(us.send(b"ours", T0)).event.message_id
+    us.events()
+    return us, mid, heard
+
+
+def with_filter(event_wire: bytes, ids: list[str], signer: int | None) -> bytes:
+    signing_key = key(signer) if signer is not None else None
+    return event_wire + transmission_suffix(sparse_filter(ids), PARAMS, (),
+                                            channel_id=CHANNEL, signing_key=signing_key)
+
+
+def test_a_relay_cannot_attach_its_own_filter_to_another_senders_event() -> None:
+    us, mid, heard = setup()
+    # Unsigned filter on member 1's valid event ...
+    us.receive(with_filter(heard[0], [mid], None), T0 + 1)
+    # ... or one signed by the relay (member 3) in member 1's name; and again on member 2's.
+    us.receive(with_filter(heard[0], [mid], 3), T0 + 1)
+    us.receive(with_filter(heard[1], [mid], 3), T0 + 1)
+    events = us.events()
+    assert not of_type(events, Acknowledged)
+    assert mid in us.outgoing_ids
+    assert us._outgoing[mid].bloom_senders == set()  # counted as nobody's evidence
+    # At most a hint: possibly acknowledged (resent less often), never acknowledged.
+    assert [e.message_id for e in of_type(events, PossiblyAcknowledged)] == [mid]
+
+
+def test_one_signed_filter_is_not_enough_two_are() -> None:
+    us, mid, heard = setup()
+    us.receive(with_filter(heard[0], [mid], 1), T0 + 1)
+    assert not of_type(us.events(), Acknowledged)
+    assert mid in us.outgoing_ids and us._outgoing[mid].bloom_senders == {
+        channel(1).participant_id}
+    # The same member repeating itself adds nothing.
+    us.receive(with_filter(heard[0], [mid], 1), T0 + 2)
+    assert mid in us.outgoing_ids
+    us.receive(with_filter(heard[1], [mid], 2), T0 + 2)
+    acked = of_type(us.events(), Acknowledged)
+    assert [(a.message_id, a.by_bloom) for a in acked] == [(mid, True)]
+    assert mid not in us.outgoing_ids
+
+
+def test_in_a_pair_the_one_peer_filter_acknowledges() -> None:
+    us, mid, heard = setup(members=1)
+    us.receive(with_filter(heard[0], [mid], 1), T0 + 1)
+    assert [a.message_id for a in of_type(us.events(), Acknowledged)] == [mid]
+
+
+def test_filter_signature_travels_outside_the_canonical_wire() -> None:
+    us = channel(0, config=CONFIG)
+    tx = decode_transmission(us.send(b"x", T0))
+    assert tx.bloom_signature is not None and len(tx.bloom_signature) == 64
+    assert not sds_pb2.Message.FromString(tx.event.wire).HasField("bloom_signature")
+    # Spec field numbers are untouched: the filter is still field 12, ours are new ones.
+    fields = sds_pb2.Message.DESCRIPTOR.fields_by_name
+    assert fields["bloom_filter"].number == 12
+    assert fields["bloom_signature"].number == 33
+    # A signature over another channel's filter does not verify here.
+    other = filter_signed_bytes("other", PARAMS, sparse_filter([]))
+    assert filter_signed_bytes(CHANNEL, PARAMS, sparse_filter([])) != other

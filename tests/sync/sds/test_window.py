@@ -1,0 +1,146 @@
+"""A channel that keeps only its newest delivered ids in memory and asks its store for the rest
+behaves exactly like one that keeps the whole log: same deliveries in the same order, no
+duplicate delivered, old events still recognised."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sync.sds import Delivered, SdsChannel, SdsConfig
+from tests.sync.sds.helpers import CHANNEL, T0, channel, of_type
+
+CFG = SdsConfig(bloom_capacity=16, sync_history_size=4, delivered_window=64)
+
+
+class Store:
+    """The node's side: every delivered id, as its database would hold it."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.questions = 0
+
+    def lookup(self, ids: Sequence[str]) -> Collection[str]:
+        self.questions += 1
+        return [m for m in ids if m in self.ids]
+
+    def keep(self, ch: SdsChannel) -> list[Delivered]:
+        delivered = of_type(ch.events(), Delivered)
+        for d in delivered:
+            assert d.message_id not in self.ids, "delivered twice"
+            self.ids[d.message_id] = d.lamport
+        return delivered
+
+
+def _bounded(store: Store, i: int = 9) -> SdsChannel:
+    return SdsChannel(CHANNEL, f"p{i}", None, CFG, random.Random(i), T0, False,
+                      lookup=store.lookup)
+
+
+def _group_log(senders: int, messages: int, seed: int) -> list[bytes]:
+    """Wires of a group where everyone hears everyone, so histories cross senders."""
+    rng = random.Random(seed)
+    chans = [channel(i, config=CFG, signed=False) for i in range(senders)]
+    wires: list[bytes] = []
+    for n in range(messages):
+        src = rng.randrange(senders)
+        wire = chans[src].send(f"m{n}".encode(), T0 + n / 100)
+        wires.append(wire)
+        for j, other in enumerate(chans):
+            if j != src:
+                other.receive(wire, T0 + n / 100)
+                other.events()
+    return wires
+
+
+def _jumbled(wires: list[bytes], rng: random.Random, reach: int) -> list[bytes]:
+    """Each wire moved up to ``reach`` places, and a fifth of them again much later."""
+    keyed = sorted(range(len(wires)), key=lambda i: i + rng.uniform(0, reach))
+    out = [wires[i] for i in keyed]
+    for i in rng.sample(range(len(wires)), len(wires) // 5):
+        out.insert(rng.randrange(len(out) + 1), wires[i])
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), reach=st.integers(1, 40))
+def test_bounded_channel_delivers_like_the_whole_log(seed: int, reach: int) -> None:
+    wires = _jumbled(_group_log(3, 220, seed), random.Random(seed), reach)
+    whole = channel(9, config=CFG, signed=False)
+    store = Store()
+    bounded = _bounded(store)
+    reference: list[str] = []
+    got: list[str] = []
+    for step, wire in enumerate(wires):
+        now = T0 + 3 + step / 1000
+        whole.receive(wire, now)
+        reference.extend(d.message_id for d in of_type(whole.events(), Delivered))
+        bounded.receive(wire, now)
+        got.extend(d.message_id for d in store.keep(bounded))
+        assert bounded.delivered_in_memory <= CFG.delivered_window
+    assert got == reference and len(set(got)) == 220
+    assert bounded.waiting_ids == whole.waiting_ids == frozenset()
+
+
+def test_old_duplicates_are_recognised_through_the_store() -> None:
+    wires = _group_log(2, 300, 1)
+    store = Store()
+    ch = _bounded(store)
+    for wire in wires:
+        ch.receive(wire, T0 + 5)
+        store.keep(ch)
+    assert len(store.ids) == 300 and ch.delivered_in_memory == CFG.delivered_window
+    before = store.questions
+    for wire in wires[:50]:  # long out of the window: only the store knows them
+        ch.receive(wire, T0 + 6)
+        assert store.keep(ch) == []
+    assert store.questions > before
+    assert ch.has_delivered(next(iter(store.ids)))
+    # A fresh message naming recent ids needs no question at all.
+    more = _group_log(2, 301, 1)[-1]
+    asked = store.questions
+    ch.receive(more, T0 + 7)
+    assert [d.message_id for d in store.keep(ch)] and store.questions == asked
+
+
+def test_restore_from_the_newest_part_of_the_log() -> None:
+    wires = _group_log(2, 300, 2)
+    store = Store()
+    ch = _bounded(store)
+    for wire in wires[:299]:
+        ch.receive(wire, T0 + 5)
+        store.keep(ch)
+    newest = sorted((lam, mid) for mid, lam in store.ids.items())[-CFG.delivered_window:]
+    restored = SdsChannel.restore(
+        ch.export_state(), None, log=[(mid, lam) for lam, mid in newest], config=CFG,
+        rng=random.Random(9), now=T0 + 6, verify_signatures=False, lookup=store.lookup,
+        log_truncated=True,
+    )
+    assert restored.delivered_in_memory == CFG.delivered_window
+    assert restored._bloom.to_bytes() == ch._bloom.to_bytes()
+    for wire in wires[:20]:  # old events: recognised, not delivered again
+        restored.receive(wire, T0 + 7)
+        assert store.keep(restored) == []
+    restored.receive(wires[299], T0 + 7)
+    assert len(store.keep(restored)) == 1 and len(store.ids) == 300
+
+
+def test_without_a_store_the_whole_log_stays_in_memory() -> None:
+    wires = _group_log(2, 150, 3)
+    ch = channel(9, config=CFG, signed=False)
+    for wire in wires:
+        ch.receive(wire, T0 + 5)
+    assert ch.delivered_in_memory == 150 and ch.store_lookups == 0
+
+
+def test_retrieval_hints_are_bounded_like_the_ids() -> None:
+    sender = channel(0, config=CFG, signed=False)
+    receiver = _bounded(Store())
+    for n in range(300):
+        wire = sender.send(f"h{n}".encode(), T0 + n / 100, retrieval_hint=f"hint{n}".encode())
+        receiver.receive(wire, T0 + 3)
+    assert 0 < len(receiver._hints) <= CFG.delivered_window
+    assert len(sender._hints) <= CFG.delivered_window

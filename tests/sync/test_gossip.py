@@ -1,0 +1,125 @@
+"""The gossip gate (sync.gossip): batch format, per-publisher budget, sender rules; fixed clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sync.errors import RemoteProtocolError
+from sync.gossip import (
+    BATCH_MAGIC,
+    MAX_BATCH_ITEMS,
+    REASON_BUDGET,
+    REASON_NOT_MEMBER,
+    REASON_NOT_WRITER,
+    GossipGate,
+    GossipLimits,
+    SenderCheck,
+    SenderPolicy,
+    pack_batch,
+    penalty_of,
+    unpack_batch,
+)
+from sync.sds import encode_event
+from sync.sds.clock import REASON_AHEAD
+from tests.sync.sds.helpers import T0, channel, key
+
+ME, A, B = (channel(i).participant_id for i in range(3))
+
+
+def event(i: int, content: bytes = b"x", ch: str = "general", lamport: int = 1) -> bytes:
+    return encode_event(ch, channel(i).participant_id, lamport, (), content, key(i)).wire
+
+
+@given(st.lists(st.binary(min_size=1, max_size=200), min_size=1, max_size=MAX_BATCH_ITEMS))
+def test_batch_round_trip(items: list[bytes]) -> None:
+    items = [b"\x0a" + i for i in items]  # protobuf-looking: never starts with a zero byte
+    assert unpack_batch(pack_batch(items), max_item_bytes=1024) == items
+
+
+@pytest.mark.parametrize("data", [
+    BATCH_MAGIC,  # no items
+    BATCH_MAGIC + b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # bad varint
+    BATCH_MAGIC + b"\x05abc",  # truncated
+    BATCH_MAGIC + b"\x00",  # empty item
+    BATCH_MAGIC + b"\x10" + b"x" * 16,  # over max_item_bytes
+    BATCH_MAGIC + b"\x01x" * (MAX_BATCH_ITEMS + 1),  # too many items
+])
+def test_bad_batches_are_remote_protocol_errors(data: bytes) -> None:
+    with pytest.raises(RemoteProtocolError) as err:
+        unpack_batch(data, max_item_bytes=8)
+    assert err.value.reason.startswith("bad gossip batch")
+    assert penalty_of(err.value.reason) == "protocol"
+
+
+def test_plain_message_is_one_item() -> None:
+    assert unpack_batch(b"\x0aabc", max_item_bytes=8) == [b"\x0aabc"]
+
+
+def test_closed_group_and_writers_decide_on_the_sender_alone() -> None:
+    policy = SenderPolicy(ME, frozenset({ME, A}), {"blocks": frozenset({A})})
+    assert policy.check(ME, "general", True) is SenderCheck.OWN
+    assert policy.check(A, "general", True) is SenderCheck.ACCEPT
+    with pytest.raises(RemoteProtocolError, match=REASON_NOT_MEMBER):
+        policy.check(B, "general", True)
+    open_policy = SenderPolicy(ME, None, {"blocks": frozenset({A})})
+    assert open_policy.check(B, "general", True) is SenderCheck.ACCEPT
+    with pytest.raises(RemoteProtocolError, match=REASON_NOT_WRITER):
+        open_policy.check(B, "blocks", True)
+    # Sync messages (no content) carry acknowledgements: anyone in the group may send them.
+    assert open_policy.check(B, "blocks", False) is SenderCheck.ACCEPT
+
+
+def test_gate_drops_unlisted_senders_before_the_signature() -> None:
+    gate = GossipGate(SenderPolicy(ME, frozenset({ME, A})))
+    forged = bytearray(event(2))
+    forged[-1] ^= 1  # a bad signature would cost a check; the sender alone decides first
+    admitted = gate.admit(pack_batch([event(1), bytes(forged), event(0)]), A, T0)
+    assert admitted.items == [event(1), event(0)]
+    assert admitted.rejected == [(REASON_NOT_MEMBER, "rejected_event")]
+
+
+def test_budget_throttles_a_flooding_publisher_not_the_others() -> None:
+    gate = GossipGate(SenderPolicy(ME), GossipLimits(peer_rate=10, peer_burst=20))
+    flood = [event(i % 2 + 1, f"flood {i}".encode()) for i in range(MAX_BATCH_ITEMS)]
+    admitted = gate.admit(pack_batch(flood), "flooder", T0)
+    assert len(admitted.items) == 20
+    assert admitted.rejected == [(REASON_BUDGET, "flood")] * (MAX_BATCH_ITEMS - 20)
+    # An honest publisher at the same moment has its own budget.
+    honest = gate.admit(pack_batch([event(1, b"honest")] * 5), "honest", T0)
+    assert len(honest.items) == 5 and not honest.rejected
+    # The flooder's budget refills at its rate, no faster.
+    assert len(gate.admit(pack_batch(flood[:30]), "flooder", T0 + 1).items) == 10
+
+
+def test_big_items_cost_more_tokens() -> None:
+    gate = GossipGate(SenderPolicy(ME), GossipLimits(peer_rate=1, peer_burst=4))
+    big = event(1, b"x" * (200 * 1024))
+    assert len(gate.admit(big, "p", T0).items) == 1  # 1 + 3 tokens
+    assert gate.admit(event(1), "p", T0).rejected == [(REASON_BUDGET, "flood")]
+
+
+def test_undecodable_item_costs_an_invalid_event_penalty() -> None:
+    admitted = GossipGate(SenderPolicy(ME)).admit(b"\xff\xff\xff", "p", T0)
+    assert admitted.items == [] and admitted.rejected[0][1] == "invalid_event"
+
+
+def test_penalties_by_reason() -> None:
+    assert penalty_of("bad signature") == "invalid_event"
+    assert penalty_of(f"{REASON_AHEAD}: 5 at 1 ms") == "rejected_event"
+    assert penalty_of(REASON_BUDGET) == "flood"
+
+
+def test_a_relay_of_somebodys_flood_is_throttled_but_does_not_pay() -> None:
+    gate = GossipGate(SenderPolicy(ME), GossipLimits(peer_rate=1, peer_burst=10))
+    flood = [event(2, f"flood {i}".encode()) for i in range(30)]
+    relayed = gate.admit(pack_batch(flood), "relay", T0, publisher="flooder")
+    assert len(relayed.items) == 10
+    assert relayed.rejected == [(REASON_BUDGET, None)] * 20  # counted, no penalty
+    # The relay's own messages are now throttled with it (its neighbour bucket is empty) ...
+    own = gate.admit(event(1, b"the relay's own"), "relay", T0, publisher="relay")
+    assert own.items == [] and own.rejected == [(REASON_BUDGET, None)]
+    # ... but only a peer flooding with its own messages pays.
+    direct = gate.admit(pack_batch(flood), "flooder", T0, publisher="flooder")
+    assert (REASON_BUDGET, "flood") in direct.rejected

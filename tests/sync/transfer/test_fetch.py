@@ -1,0 +1,67 @@
+"""Fetch-by-id requests and answers, and in-flight caps."""
+
+from __future__ import annotations
+
+import pytest
+
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.transfer import FetchReader, InFlight, encode_request, parse_request, plan_peers
+
+IDS = [f"{i:064x}" for i in range(5)]
+
+
+def test_request_roundtrip_and_dedup() -> None:
+    assert parse_request(encode_request(IDS + IDS[:2]), max_ids=10) == IDS
+
+
+@pytest.mark.parametrize("data", [
+    b"\xff" * 100,
+    b"xyz\n",
+    ("ab" * 32).upper().encode(),
+    IDS[0][:63].encode(),
+])
+def test_malformed_requests(data: bytes) -> None:
+    with pytest.raises(RemoteProtocolError, match="malformed"):
+        parse_request(data, max_ids=10, peer="p")
+
+
+def test_request_size_checked_before_decoding() -> None:
+    with pytest.raises(RemoteProtocolError, match="max 2 ids"):
+        parse_request(b"\n" * 10_000, max_ids=2)
+    with pytest.raises(RemoteProtocolError, match="max 2 ids"):
+        parse_request(encode_request(IDS[:3]), max_ids=2)
+    with pytest.raises(RemoteProtocolError, match="asks for 3 ids"):
+        parse_request(b"a\nb\nc", max_ids=2)
+
+
+def test_reader_bounds_the_answer() -> None:
+    reader = FetchReader(IDS[:2], max_event_bytes=10, peer="p")
+    assert reader.receive(b"a") == b"a"
+    assert reader.receive(b"b") == b"b"
+    with pytest.raises(RemoteProtocolError, match="more events than ids"):
+        reader.receive(b"c")
+    with pytest.raises(RemoteProtocolError, match="size limit"):
+        FetchReader(IDS[:1], max_event_bytes=10).receive(b"x" * 11)
+    reader = FetchReader(IDS[:1])
+    assert reader.receive(b"") is None and reader.done
+    with pytest.raises(LocalProtocolError):
+        reader.receive(b"")
+
+
+def test_plan_peers_senders_first_never_banned() -> None:
+    assert plan_peers(["s1", "s1", "bad"], ["o1", "s1", "o2", "o3"], 2,
+                      frozenset({"bad", "o1"})) == ["s1", "o2", "o3"]
+
+
+def test_in_flight_caps() -> None:
+    caps = InFlight(per_peer=2, total=3)
+    assert caps.acquire("a") and caps.acquire("a")
+    assert not caps.acquire("a")
+    assert caps.acquire("b")
+    assert not caps.acquire("c")  # total reached
+    assert caps.refused_total == 2
+    caps.release("a")
+    assert caps.acquire("c")
+    for peer in ("a", "b", "c", "c"):
+        caps.release(peer)
+    assert len(caps) == 0 and caps.of("a") == 0
