@@ -23,6 +23,7 @@ from node.config_checks import (
     check_database_url,
     check_dir,
     check_listen_multiaddrs,
+    check_peer_id,
     check_peer_ids,
     check_peer_multiaddrs,
 )
@@ -306,7 +307,7 @@ class DbSection:
     # "TABLE=PEER_ID": only that peer's schema declarations count for TABLE (docs/crdt.md).
     owners: tuple[str, ...] = _opt((), lambda v: _owner_pins(v)[1])
     # Peer ids whose schema declarations count at all; empty: any peer may declare a table.
-    declarers: tuple[str, ...] = _opt(())
+    declarers: tuple[str, ...] = _opt((), check_peer_ids)
     # Lamport ticks (about milliseconds) after which a tombstone is forgotten; 0: never.
     stability_window: int = _opt(7 * 24 * 3600 * 1000, _non_negative)
     max_schema_versions: int = _opt(64, _positive)
@@ -324,6 +325,8 @@ def _owner_pins(items: Any) -> tuple[dict[str, str], str | None]:
             return {}, f"expected TABLE=PEER_ID entries, got {item!r}"
         if table in pins:
             return {}, f"table {table} pinned twice"
+        if problem := check_peer_id(peer):
+            return {}, f"{item!r}: {problem}"
         pins[table] = peer
     return pins, None
 
