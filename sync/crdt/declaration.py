@@ -1,7 +1,7 @@
 """Table schemas as signed declarations on the log, and the schema in force at a Lamport time.
 
 A declaration is the content of an event on the db channel, like a message, e.g.
-``{"columns":{"name":"text"},"crdt":1,"op":"schema","table":"users","writers":null}``; its
+``{"columns":[["name","text"]],"crdt":1,"op":"schema","table":"users","writers":null}``; its
 timestamp and sender come from the signed event. The rules (docs/crdt.md, "Schemas on the log"):
 
 - **Owner.** The sender of the table's first declaration in (timestamp, sender, bytes) order,
@@ -103,7 +103,8 @@ class SchemaDeclaration:
     @cached_property
     def encoded(self) -> bytes:
         doc = {
-            "columns": {c: ColumnType(t).value for c, t in sorted(self.columns.items())},
+            # [name, type] pairs: a JSON object would lose the declared order to sort_keys.
+            "columns": [[c, ColumnType(t).value] for c, t in self.columns.items()],
             "crdt": ENCODING_VERSION,
             "op": SCHEMA_OP,
             "table": self.table,
@@ -131,15 +132,19 @@ def _declaration_of_document(doc: dict[str, Any], raw: bytes, *, timestamp: int,
         keys = ", ".join(sorted(_KEYS))
         raise RemoteProtocolError(f"schema declaration must have keys {keys}", sender)
     columns, writers = doc["columns"], doc["writers"]
-    if not isinstance(columns, dict) or not all(isinstance(t, str) for t in columns.values()):
-        raise RemoteProtocolError("schema columns must map names to type names", sender)
+    if not isinstance(columns, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+        for p in columns
+    ):
+        raise RemoteProtocolError("schema columns must be [name, type] pairs", sender)
     if writers is not None and (
         not isinstance(writers, list) or not all(isinstance(w, str) for w in writers)
     ):
         raise RemoteProtocolError("schema writers must be null or a list of peer ids", sender)
     check_event_stamp(timestamp, sender)
     try:
-        declaration = SchemaDeclaration(doc["table"], columns,
+        # A repeated name collapses here, so the re-encoding check below rejects it.
+        declaration = SchemaDeclaration(doc["table"], dict(columns),
                                         None if writers is None else frozenset(writers),
                                         timestamp, sender)
     except LocalProtocolError as exc:

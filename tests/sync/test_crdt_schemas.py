@@ -40,8 +40,11 @@ def write(op: str, table: str, entity: str, ts: int, sender: str = "alice",
 
 def test_declaration_round_trips_in_one_canonical_form() -> None:
     d = declare("users", 5, "bob", writers=["p2", "p1"], name="text", age="integer")
-    assert d.encoded == (b'{"columns":{"age":"integer","name":"text"},"crdt":1,"op":"schema",'
+    # Columns keep the declared order (what db query shows); writers are a sorted set.
+    assert d.encoded == (b'{"columns":[["name","text"],["age","integer"]],"crdt":1,"op":"schema",'
                          b'"table":"users","writers":["p1","p2"]}')
+    assert list(decode_content(d.encoded, timestamp=5, sender="bob").schema.columns) == [
+        "name", "age"]
     back = decode_content(d.encoded, timestamp=5, sender="bob")
     assert back == d and isinstance(back, SchemaDeclaration)
     assert back.schema.writers == frozenset({"p1", "p2"})
@@ -50,15 +53,19 @@ def test_declaration_round_trips_in_one_canonical_form() -> None:
 
 
 @pytest.mark.parametrize("data", [
-    b'{"columns":{"age":"int"},"crdt":1,"op":"schema","table":"users","writers":null}',
-    b'{"columns":{"id":"text"},"crdt":1,"op":"schema","table":"users","writers":null}',
-    b'{"columns":{},"crdt":1,"op":"schema","table":"users","writers":"p1"}',
-    b'{"columns":{},"crdt":1,"op":"schema","table":"users","writers":["b","a"]}',
-    b'{"columns":{},"crdt":1,"op":"schema","table":"users"}',
-    b'{"columns":[],"crdt":1,"op":"schema","table":"users","writers":null}',
-    b'{"columns":{},"crdt":1,"op":"schema","table":"bad name","writers":null}',
-    b'{"columns":{}, "crdt":1,"op":"schema","table":"users","writers":null}',
-    b'{"columns":{},"crdt":2,"op":"schema","table":"users","writers":null}',
+    b'{"columns":[["age","int"]],"crdt":1,"op":"schema","table":"users","writers":null}',
+    b'{"columns":[["id","text"]],"crdt":1,"op":"schema","table":"users","writers":null}',
+    b'{"columns":[],"crdt":1,"op":"schema","table":"users","writers":"p1"}',
+    b'{"columns":[],"crdt":1,"op":"schema","table":"users","writers":["b","a"]}',
+    b'{"columns":[],"crdt":1,"op":"schema","table":"users"}',
+    b'{"columns":{},"crdt":1,"op":"schema","table":"users","writers":null}',
+    b'{"columns":{"a":"text"},"crdt":1,"op":"schema","table":"users","writers":null}',
+    b'{"columns":[["a","text"],["a","text"]],"crdt":1,"op":"schema","table":"users",'
+    b'"writers":null}',
+    b'{"columns":[["a"]],"crdt":1,"op":"schema","table":"users","writers":null}',
+    b'{"columns":[],"crdt":1,"op":"schema","table":"bad name","writers":null}',
+    b'{"columns":[], "crdt":1,"op":"schema","table":"users","writers":null}',
+    b'{"columns":[],"crdt":2,"op":"schema","table":"users","writers":null}',
 ])
 def test_bad_declarations_are_remote_errors(data: bytes) -> None:
     with pytest.raises(RemoteProtocolError):
