@@ -195,7 +195,7 @@ class GossipGate:
         for item in items:
             cost = 1 + len(item) // BYTES_PER_TOKEN
             if own and not self._own.take(forwarder, now, cost):
-                out.reject(REASON_BUDGET)  # its own flood: it pays
+                out.rejected.append(self._own_overflow(item))
                 continue
             if not self._buckets.take(forwarder, now, cost):
                 out.rejected.append((REASON_BUDGET, None))  # throttled, not its fault
@@ -209,6 +209,18 @@ class GossipGate:
             # Echoes of our own events go on too: SDS notes them as seen (no repair needed).
             out.items.append(item)
         return out
+
+    @staticmethod
+    def _own_overflow(item: bytes) -> tuple[str, str | None]:
+        """A publisher over its own budget pays for content (events: a flood), but its sync
+        messages (acknowledgements, repair requests) are only throttled: an honest node whose
+        buffers are under attack sends those in bursts, and banning it would cut its honest
+        neighbours off from it."""
+        try:
+            _sender, _channel, has_content = _peek(item)
+        except RemoteProtocolError as exc:
+            return exc.reason, penalty_of(exc.reason)
+        return REASON_BUDGET, penalty_of(REASON_BUDGET) if has_content else None
 
     @property
     def tracked_peers(self) -> int:

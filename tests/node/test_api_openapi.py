@@ -15,6 +15,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from tests.conftest import ROOT
+from tests.node.cluster import preset_identity
 from tests.node.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(180)
@@ -29,7 +30,10 @@ ENV = {
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    yield from running_node(tmp_path_factory.mktemp("openapi"), ENV)
+    base = tmp_path_factory.mktemp("openapi")
+    # Blocks need their producers named (issue 15): this node produces its own.
+    producer = preset_identity(base / "n")
+    yield from running_node(base, {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer})
 
 
 @pytest.fixture(scope="module")

@@ -83,7 +83,7 @@ async def gossip(target: str, channel: str, wires: list[bytes], *, settle: float
 
 def publish_ok(node: NodeProcess, content: str) -> bool:
     r = httpx.post(f"{node.api_url}/v1/channels/general/events", json={"content": content},
-                   timeout=30)
+                   headers=node.headers, timeout=30)
     return r.status_code == 200
 
 
@@ -201,7 +201,7 @@ def test_block_messages_from_a_non_producer_are_dropped(pair: list[NodeProcess])
     wait_for(lambda: all(n.get("/v1/blocks/head")["hash"] == tip for n in pair), 30,
              "consumers did not reach the producer's head")
     # A member that is no producer cannot publish blocks ...
-    r = httpx.post(f"{member.api_url}/v1/blocks",
+    r = httpx.post(f"{member.api_url}/v1/blocks", headers=member.headers,
                    json={"blocks": [payload_to_json(chain[0])]}, timeout=30)
     assert r.status_code == 403
     # ... and a Reorg signed by anybody else moves no consumer.

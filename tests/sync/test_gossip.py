@@ -123,3 +123,18 @@ def test_a_relay_of_somebodys_flood_is_throttled_but_does_not_pay() -> None:
     # ... but only a peer flooding with its own messages pays.
     direct = gate.admit(pack_batch(flood), "flooder", T0, publisher="flooder")
     assert (REASON_BUDGET, "flood") in direct.rejected
+
+
+def test_own_sync_messages_over_budget_are_throttled_without_a_penalty() -> None:
+    # A node whose buffers are under attack sends acknowledgements and repair requests in
+    # bursts; its honest neighbours must not ban it for that (they would cut it off).
+    from sync.sds import sds_pb2
+
+    gate = GossipGate(SenderPolicy(ME), GossipLimits(peer_rate=1, peer_burst=10))
+    sync = sds_pb2.Message(sender_id=A, channel_id="general", message_id="s").SerializeToString()
+    burst = gate.admit(pack_batch([sync] * 30), A, T0, publisher=A)
+    assert len(burst.items) == 10
+    assert burst.rejected == [(REASON_BUDGET, None)] * 20
+    # Its own content over the same budget is a flood and pays.
+    content = gate.admit(pack_batch([event(1, b"e")] * 5), A, T0, publisher=A)
+    assert content.items == [] and (REASON_BUDGET, "flood") in content.rejected
