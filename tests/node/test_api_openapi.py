@@ -23,8 +23,6 @@ pytestmark = pytest.mark.timeout(180)
 ENV = {
     "SYNCNODE_DB_TABLES": json.dumps({"kv": {"columns": {"v": "text"}}}),
     "SYNCNODE_BLOCKS_ENABLED": "true",
-    # Required with blocks on (config validation); any valid peer id documents the routes.
-    "SYNCNODE_BLOCKS_PRODUCERS": "12D3KooWNd8DXeVtTXwf8i8RpqKKr16e9W8eLnefWP4s6VvHaNLf",
 }
 
 
