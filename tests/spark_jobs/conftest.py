@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
-from sqlalchemy import text
 
 from spark_jobs.source import build_session
 from spark_jobs.testlog import LogSpec, build_log, test_key
-from storage import make_engine, metadata
+from storage import make_engine
+from tests.pg import reset_postgres
 
 PG_URL = os.environ.get("SYNCNODE_TEST_PG", "")
 BACKENDS = ["sqlite", *(["postgresql"] if PG_URL else [])]
@@ -44,14 +44,6 @@ def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     engine.dispose()
     return path
-
-
-def reset_postgres(url: str) -> None:
-    engine = make_engine(url)
-    with engine.begin() as conn:
-        metadata.drop_all(conn)
-        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    engine.dispose()
 
 
 def fresh_db(backend: str, tmp_path: Path, template: Path | None, name: str = "node.db") -> str:

@@ -8,22 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
-from storage import EventRecord, make_engine, metadata, upgrade
+from storage import EventRecord, make_engine, upgrade
+from tests.pg import reset_postgres
 
 PG_URL = os.environ.get("SYNCNODE_TEST_PG", "")
 BACKENDS = ["sqlite", *(["postgresql"] if PG_URL else [])]
-
-
-def reset_postgres(url: str) -> None:
-    engine = make_engine(url)
-    with engine.begin() as conn:
-        metadata.drop_all(conn)
-        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-        # Tables that later migrations dropped (no longer in metadata) left by older runs.
-        conn.execute(text("DROP TABLE IF EXISTS crdt_mempool"))
-    engine.dispose()
 
 
 def fresh_url(backend: str, tmp_path: Path) -> str:
