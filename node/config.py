@@ -381,7 +381,7 @@ class SparkSection:
     settle_ms: int = _opt(60_000, _non_negative)
     rehash: bool = _opt(False)
     job_timeout_s: float = _opt(21_600.0, _positive)
-    driver_memory: str = _opt("4g", _memory_size)
+    driver_memory: str = _opt("1g", _memory_size)
     max_events_per_file: int = _opt(100_000, _positive)
 
 

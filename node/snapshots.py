@@ -59,7 +59,7 @@ class SnapshotJobConfig:
     period_ms: int = 60_000
     settle_ms: int = 60_000
     rehash: bool = False
-    driver_memory: str = "4g"
+    driver_memory: str = "1g"
     max_events_per_file: int = 100_000
     event_id_layout: str = "cip124-draft"
     waku_channels: tuple[str, ...] = ()

@@ -42,9 +42,9 @@ PROGRESS_PREFIX = "SYNCNODE_PROGRESS "
 RESULT_PREFIX = "SYNCNODE_RESULT "
 
 
-#: The jobs' default driver heap: Spark's own 1 GiB lost task results of a 1,000,000-event
-#: snapshot (``TaskResultLost``); ``[spark] driver_memory`` raises it for bigger logs.
-DEFAULT_DRIVER_MEMORY = "4g"
+#: The jobs' default driver heap (Spark's own default): the driver receives per-file and
+#: per-bucket metadata only, so it does not grow with the log (``[spark] driver_memory``).
+DEFAULT_DRIVER_MEMORY = "1g"
 
 
 def build_session(
