@@ -2,7 +2,7 @@
 
 Same files as ``spark_jobs.snapshot`` (byte for byte with the same inputs; a test checks it),
 built from the same pieces (``BlockEncoder``, the fold, ``finish_block``, the tree), but in one
-process that reads the database in (lamport, message_id) order: no JDBC, no shuffles, no
+process that reads the database in (lamport, message_id) order: no JDBC, no shuffle, no
 Arrow. ``scripts/bench/spark_bench.py`` divides the job's rate by this one's
 (``snapshot_ratio``).
 
@@ -25,15 +25,19 @@ from sqlalchemy import select
 from spark_jobs.manifest import iter_leaf_entries
 from spark_jobs.snapshot import (
     DEFAULT_MAX_EVENTS_PER_FILE,
-    EVENT_COLUMNS,
     Build,
     begin_build,
     load_node_key,
     scratch,
 )
-from spark_jobs.snapshot_tasks import BlockEncoder, finish_block, fold_rows, write_object
+from spark_jobs.snapshot_tasks import (
+    ENCODE_COLUMNS,
+    BlockEncoder,
+    finish_block,
+    fold_rows,
+    write_object,
+)
 from storage import events, make_engine
-from sync.recordstream import consensus_time_ns
 from sync.snapshot_manifest import TreeEntry, build_buckets, join_buckets
 
 __all__ = ["run_plain"]
@@ -41,27 +45,18 @@ __all__ = ["run_plain"]
 _FETCH = 20_000
 
 
-def _ranked_rows(build: Build, period_ms: int, max_events: int) -> Iterator[tuple[Any, ...]]:
-    """The log in consensus order as ``ENCODE_COLUMNS`` rows (rank, period, k and item
-    computed on the way: the same numbers ``plan_blocks`` computes in Spark)."""
-    cols = [events.c[c] for c in EVENT_COLUMNS]
+def _ordered_rows(build: Build) -> Iterator[tuple[Any, ...]]:
+    """The log's rows (``ENCODE_COLUMNS``) in consensus order, as the job's tasks see them."""
+    cols = [events.c[c] for c in ENCODE_COLUMNS]
     stmt = (select(*cols)
             .where(events.c.lamport >= build.lo_ms, events.c.lamport < build.hi_ms)
             .order_by(events.c.lamport, events.c.message_id))
     engine = make_engine(build.url)
-    last_lamport, rank, period, index = -1, 0, -1, 0
     try:
         with engine.connect() as conn:
-            for seq, key, mid, channel, sender, lamport, wire, received in (
+            for seq, mid, channel, sender, lamport, wire, received, key in (
                     conn.execution_options(yield_per=_FETCH).execute(stmt)):
-                rank = rank + 1 if lamport == last_lamport else 0
-                last_lamport = lamport
-                if lamport // period_ms != period:
-                    period, index = lamport // period_ms, 0
-                k, item = divmod(index, max_events)
-                index += 1
-                yield (seq, mid, channel, sender, lamport, bytes(wire), received, bytes(key),
-                       consensus_time_ns(lamport, rank), rank, period, k, item)
+                yield seq, mid, channel, sender, lamport, bytes(wire), received, bytes(key)
     finally:
         engine.dispose()
 
@@ -96,8 +91,8 @@ def run_plain(
             blocks.append(block)
             entries.extend(TreeEntry(k, base + block["block"], i) for i, k in enumerate(keys))
 
-        for row in _ranked_rows(build, period_ms, max_events_per_file):
-            if encoder.block is not None and encoder.group_of(row) != encoder.block:
+        for row in _ordered_rows(build):
+            if encoder.group_of(row) != encoder.block and encoder.block is not None:
                 close()
             encoder.add(row)
         if encoder.block is not None:

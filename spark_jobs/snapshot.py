@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -91,11 +91,8 @@ from sync.snapshot_manifest import (
     join_buckets,
 )
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
 __all__ = ["DEFAULT_MAX_EVENTS_PER_FILE", "NODE_KEY_FILE", "check_chain", "end_period",
-           "load_node_key", "main", "plan_blocks", "run", "sign_block", "signature_file"]
+           "load_node_key", "main", "run", "sign_block", "signature_file"]
 
 #: The node key's file name under the data directory (``node.identity.KEY_FILE``; repeated here
 #: because a job never imports the node package, a test checks the two agree).
@@ -106,9 +103,6 @@ DEFAULT_MAX_EVENTS_PER_FILE = 100_000
 #: Tree entries one task turns into rows at most (one Arrow batch: ~60 bytes each).
 _ENTRIES_PER_TASK = 200_000
 
-EVENT_COLUMNS = ("seq", "recon_key", "message_id", "channel", "sender", "lamport", "wire",
-                 "received_at")
-_NS_PER_MS = 1_000_000
 
 
 def end_period(newest_ms: int, now_ms: int, period_ms: int, settle_ms: int,
@@ -123,34 +117,6 @@ def end_period(newest_ms: int, now_ms: int, period_ms: int, settle_ms: int,
     if include_open:
         return newest_ms // period_ms + 1
     return (now_ms - settle_ms) // period_ms
-
-
-def plan_blocks(df: DataFrame, period_ms: int, max_events_per_file: int) -> DataFrame:
-    """Add ``rank``, ``consensus_ns``, ``period``, ``k`` (block of the period) and ``item``
-    (index in the block) to events (``EVENT_COLUMNS``).
-
-    The index of an event in its period is (events of the period in earlier milliseconds) +
-    rank; the first term comes from the per-millisecond counts, prefix-summed per period (a
-    period has at most ``period_ms`` distinct milliseconds, so no task holds a period's events).
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    rank = F.row_number().over(Window.partitionBy("lamport").orderBy("message_id")) - 1
-    ranked = (
-        df.withColumn("rank", rank)
-        .withColumn("consensus_ns", F.col("lamport") * F.lit(_NS_PER_MS) + F.col("rank"))
-        .withColumn("period", F.floor(F.col("lamport") / F.lit(period_ms)).cast("long"))
-    )
-    earlier = (Window.partitionBy("period").orderBy("lamport")
-               .rowsBetween(Window.unboundedPreceding, -1))
-    offsets = (ranked.groupBy("lamport", "period").agg(F.count(F.lit(1)).alias("n"))
-               .select("lamport", F.coalesce(F.sum("n").over(earlier), F.lit(0))
-                       .cast("long").alias("offset")))
-    index = F.col("offset") + F.col("rank")
-    return (ranked.join(offsets, "lamport")
-            .withColumn("k", F.floor(index / F.lit(max_events_per_file)).cast("long"))
-            .withColumn("item", (index % F.lit(max_events_per_file)).cast("long")))
 
 
 def load_node_key(path: Path) -> Ed25519PrivateKey:
@@ -355,7 +321,7 @@ def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: i
                 "late": 0, "settle_ms": settle_ms, "period_ms": period_ms,
                 **_pending(url, max(end, first_period), period_ms, settle_ms)}
     build = out / BUILD_DIR / str(manifest.chain.next_block)
-    ctx = BlockContext(str(out), str(build), node, sidecars)
+    ctx = BlockContext(str(out), str(build), node, sidecars, period_ms, max_events_per_file)
     return Build(out, url, key, manifest, ctx, first_period * period_ms, end * period_ms, end,
                  total, period_ms, settle_ms)
 
@@ -402,14 +368,16 @@ def run(
         phases[name] = round(clock[-1] - clock[-2], 3)
 
     with scratch(build):
-        df = read_events(spark, url, EVENT_COLUMNS, partitions=partitions,
+        df = read_events(spark, url, ENCODE_COLUMNS, partitions=partitions,
                          where=f"lamport >= {build.lo_ms} AND lamport < {build.hi_ms}")
         with stage_progress(spark, "snapshot:encode"):
             meta = arrow_column(encode_blocks(ctx), BLOCK_META,
                                 *(F.col(c) for c in ENCODE_COLUMNS))
-            metas = (plan_blocks(df, period_ms, max_events_per_file)
-                     .repartition(parts, "period", "k")
-                     .sortWithinPartitions("period", "k", "consensus_ns")
+            # The one shuffle of the events: a period's events to one task, in consensus
+            # order; the encoder numbers them as they stream by (rank, index, block, item).
+            period = F.floor(F.col("lamport") / F.lit(period_ms)).cast("long")
+            metas = (df.withColumn("period", period).repartition(parts, "period")
+                     .sortWithinPartitions("period", "lamport", "message_id")
                      .select(meta.alias("m")).where(F.col("m").isNotNull()).select("m.*"))
             fold = arrow_column(fold_blocks(ctx, build.start, build.first_block), FOLDED,
                                 F.col("period"), F.col("k"))

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from spark_jobs.manifest import iter_leaf_entries
 from sync.recordstream import (
-    MAX_RANK,
+    consensus_time_ns,
     gzip_deterministic,
     record_file_name,
     sha384,
@@ -57,9 +57,11 @@ __all__ = [
 ]
 
 BUILD_DIR = ".build"
-#: Columns the block encoder reads, in this order (the job sorts them by period, k, consensus).
+#: Columns the block encoder reads, in this order, in consensus order: (lamport, message_id)
+#: with every period's events together (the job sorts each partition so; the plain writer reads
+#: the database so).
 ENCODE_COLUMNS = ("seq", "message_id", "channel", "sender", "lamport", "wire", "received_at",
-                  "recon_key", "consensus_ns", "rank", "period", "k", "item")
+                  "recon_key")
 BLOCK_META = ("period long, k long, count long, first_ns long, sidecar_hash binary, "
               "bounds array<binary>")
 FOLDED = "block long, start binary, end binary"
@@ -95,6 +97,8 @@ class BlockContext:
     build: str
     node: str
     sidecars: bool
+    period_ms: int
+    max_events: int
 
     def scratch(self, period: int, k: int, suffix: str) -> Path:
         return Path(self.build) / f"{period}-{k}.{suffix}"
@@ -104,13 +108,20 @@ class BlockContext:
 
 
 class BlockEncoder:
-    """Pass 1 for rows of ``ENCODE_COLUMNS`` in (period, k, consensus_ns) order: ``add`` encodes
-    an event into its block; ``close`` stores the block (scratch items and tree entries, the
-    sidecar file, the item hashes) and returns its metadata."""
+    """Pass 1 for rows of ``ENCODE_COLUMNS`` in consensus order, each period's rows together:
+    ``group_of`` numbers the next event (its rank in its millisecond, its index in its period,
+    hence its block ``k`` and item), ``add`` encodes it into its block; ``close`` stores the block
+    (scratch items and tree entries, the sidecar file, the item hashes) and returns its metadata.
+
+    The numbering needs nothing but the rows before it in the same period, so one sorted pass
+    gives every event its consensus time and file: ``group_of`` is called exactly once per row,
+    just before ``add`` (``group_ends`` and the plain writer do so)."""
 
     def __init__(self, ctx: BlockContext) -> None:
         self.ctx = ctx
         self._reset(None)
+        self._period = self._lamport = -1
+        self._index = self._rank = self._k = 0
 
     def _reset(self, block: tuple[int, int] | None) -> None:
         self.block = block
@@ -118,20 +129,31 @@ class BlockEncoder:
         self.keys: list[bytes] = []
         self.bounds: list[bytes] = []
 
-    @staticmethod
-    def group_of(row: Sequence[Any]) -> tuple[int, int]:
-        return row[10], row[11]
+    def group_of(self, row: Sequence[Any]) -> tuple[int, int]:
+        """Number the row (the next one in consensus order); its block (period, k)."""
+        lamport = row[4]
+        period = lamport // self.ctx.period_ms
+        if period != self._period:
+            if period < self._period:
+                raise RuntimeError(f"period {period} arrived after period {self._period}")
+            self._period, self._index, self._lamport = period, 0, -1
+        if lamport == self._lamport:
+            self._rank += 1
+        elif lamport < self._lamport:
+            raise RuntimeError(f"lamport {lamport} arrived after {self._lamport}")
+        else:
+            self._lamport, self._rank = lamport, 0
+        self._k = self._index // self.ctx.max_events
+        self._index += 1
+        return period, self._k
 
     def add(self, row: Sequence[Any]) -> None:
-        (seq, mid, channel, sender, lamport, wire, received, key, consensus, rank, period, k,
-         item) = row
-        if self.block != (period, k):
-            self._reset((period, k))
-        if rank >= MAX_RANK:
-            raise ValueError(f"more than {MAX_RANK} events at lamport {lamport}")
-        if item != self.body.count:
-            raise RuntimeError(f"block {period}/{k}: item {item} arrived as {self.body.count}")
-        self.body.add(seq, mid, channel, sender, lamport, wire, received, consensus)
+        seq, mid, channel, sender, lamport, wire, received, key = row
+        block = (self._period, self._k)
+        if self.block != block:
+            self._reset(block)
+        self.body.add(seq, mid, channel, sender, lamport, wire, received,
+                      consensus_time_ns(lamport, self._rank))
         self.keys.append(key)
         if closes_bucket(key):
             self.bounds.append(key)

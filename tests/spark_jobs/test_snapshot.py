@@ -283,3 +283,51 @@ def test_split_periods_match_the_plain_writer_byte_for_byte(
     target = fresh_db("sqlite", tmp_path, None, "fresh.db")
     assert bootstrap(make_engine(target), tmp_path / "job", NETWORK_ID).events == SPEC.events
     assert _log(target) == _log(url)
+
+
+def test_events_sharing_a_millisecond_are_ranked_across_files(
+        spark: Any, tmp_path: Path, node_key_file: Path) -> None:
+    """Five events per millisecond, files of 7 events: millisecond groups straddle files and
+    periods. Every item's consensus time is ``lamport * 10^6 + rank`` with rank its place in
+    (lamport, message_id) order, the files follow that order, and the job equals the plain
+    writer byte for byte."""
+    from spark_jobs.plain_snapshot import run_plain
+    from spark_jobs.testlog import LogSpec
+    from sync.recordstream import decode_record_file, record_consensus_ns
+
+    url = f"sqlite:///{tmp_path / 'dense.db'}"
+    build_log(url, LogSpec(events=240, keys=3, network_id=NETWORK_ID, step_s=0.0002),
+              processes=1)
+    key = snapshot.load_node_key(node_key_file)
+    options: dict[str, Any] = {"period_ms": 20, "include_open": True, "sidecars": False,
+                               "max_events_per_file": 7}
+    job = snapshot.run(spark, url, tmp_path / "job", key, NETWORK_ID, partitions=3, **options)
+    run_plain(url, tmp_path / "plain", key, NETWORK_ID, **options)
+    assert job["events"] == 240
+    assert _files(tmp_path / "job") == _files(tmp_path / "plain")
+
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(select(events.c.lamport, events.c.wire)
+                            .order_by(events.c.lamport, events.c.message_id)).all()
+    engine.dispose()
+    expected, rank = [], 0
+    for i, (lamport, wire) in enumerate(rows):
+        rank = rank + 1 if i and rows[i - 1][0] == lamport else 0
+        expected.append((lamport * 1_000_000 + rank, bytes(wire)))
+    assert max(ns % 1_000_000 for ns, _w in expected) >= 3  # milliseconds shared by 4+ events
+    manifest = load_manifest(tmp_path / "job")
+    assert manifest is not None
+    written = []
+    for entry in manifest.files:
+        message = decode_record_file((tmp_path / "job" / entry.path).read_bytes(),
+                                     entry.path).message
+        written += [(record_consensus_ns(item.record, entry.path), item.transaction)
+                    for item in message.record_stream_items]
+    assert written == expected
+    periods: dict[int, int] = {}
+    for lamport, _wire in rows:
+        periods[lamport // 20] = periods.get(lamport // 20, 0) + 1
+    assert [f.count for f in manifest.files] == [
+        n for c in periods.values() for n in [7] * (c // 7) + [c % 7] * (c % 7 > 0)]
+    assert len(periods) >= 3
