@@ -65,6 +65,8 @@ KEYS = ("events", "rehash_events_per_s", "python_baseline_events_per_s", "rehash
         "snapshot_events_per_s", "rehash_seconds", "rehash_seconds_5x", "snapshot_ratio",
         "snapshot_plain_events_per_s", "snapshot_driver_peak_rss_mib", "snapshot_events_10m_s",
         "bootstrap_events_per_s")
+REHASH_KEYS = ("rehash_events_per_s", "python_baseline_events_per_s", "rehash_ratio",
+               "rehash_seconds", "rehash_seconds_5x")
 
 
 
@@ -174,7 +176,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="masters of the scale run: local (local[2]) and/or standalone")
     parser.add_argument("--no-scale-bootstrap", action="store_true",
                         help="do not bootstrap a node from the scale run's snapshot")
+    parser.add_argument("--keep-scale-snapshot", metavar="DIR",
+                        help="move the local scale run's snapshot to DIR instead of bootstrapping "
+                             "from it here (scripts/bench/snapshot_catchup.py does, outside the "
+                             "benchmark lock)")
+    parser.add_argument("--no-bootstrap", action="store_true",
+                        help="no bootstrap from the main run's snapshot (bootstrap_events_per_s "
+                             "then comes from snapshot_catchup.py)")
     parser.add_argument("--no-rehash", action="store_true", help="measure the snapshot only")
+    parser.add_argument("--scale-only", action="store_true",
+                        help="only the scale run (--scale-masters), merged into --out")
     parser.add_argument("--cache-dir", default=os.environ.get(
         "SYNCNODE_BENCH_CACHE", str(ROOT / ".cache" / "bench")))
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "spark.json"))
@@ -185,6 +196,18 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = dict.fromkeys(KEYS)
     context: dict[str, Any] = {"partitions": args.partitions, "quick": args.quick,
                                "cores": os.cpu_count(), "driver_memory": args.driver_memory}
+    previous = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    if args.scale_only:
+        with tempfile.TemporaryDirectory(dir=cache) as tmp_name:
+            tmp = Path(tmp_name)
+            key_file = tmp / "node.key"
+            key_file.write_bytes(test_key("bench-node", 0).private_bytes(
+                Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+            result.update({k: previous.get(k) for k in KEYS})
+            context = previous.get("context", context)
+            scale_part(args, cache, tmp, key_file, rows, result, context)
+        report(args, rows, result, context, final=True)
+        return 0
 
     t0 = time.perf_counter()
     log = cached_log_path(LogSpec(events=n_events, network_id=NETWORK_ID), cache)
@@ -192,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
                  f"{time.perf_counter() - t0:.1f} s"))
     url = f"sqlite:///{log}"
     result["events"] = n_events
+    # Keys a part skipped here keep the figures of the run that measured them (named).
+    skipped = [*(REHASH_KEYS if args.no_rehash else ()),
+               *(("bootstrap_events_per_s",) if args.no_bootstrap else ())]
+    result.update({k: previous.get(k) for k in skipped})
+    context["carried_over"] = [k for k in skipped if previous.get(k) is not None]
     if not args.no_rehash:
         rehash_part(args, url, n_events, cache, rows, result, context)
 
@@ -218,16 +246,17 @@ def main(argv: list[str] | None = None) -> int:
                      f"({job['run_seconds']:.1f} s; {job['seconds']:.1f} s with the session); "
                      f"driver peak RSS {rss:,.0f} MiB"))
         rows.append(("  phases (s)", json.dumps(job.get("phases"))))
-        b_n, b_s = timed_bootstrap(tmp / "job", tmp)
-        rows.append(("bootstrap of a fresh node from it", f"{b_n / b_s:,.0f} events/s "
-                     f"({b_s:.1f} s)"))
+        if not args.no_bootstrap:
+            b_n, b_s = timed_bootstrap(tmp / "job", tmp)
+            rows.append(("bootstrap of a fresh node from it", f"{b_n / b_s:,.0f} events/s "
+                         f"({b_s:.1f} s)"))
+            result["bootstrap_events_per_s"] = round(b_n / b_s)
         shutil.rmtree(tmp / "job")
         result.update(
             snapshot_events_per_s=round(job["events"] / job["run_seconds"]),
             snapshot_plain_events_per_s=round(plain["events"] / plain_s),
             snapshot_ratio=round(plain_s / job["run_seconds"], 3),
-            snapshot_driver_peak_rss_mib=round(rss),
-            bootstrap_events_per_s=round(b_n / b_s))
+            snapshot_driver_peak_rss_mib=round(rss))
         context["snapshot"] = {"events": n_events, "run_seconds": job["run_seconds"],
                                "phases": job.get("phases"),
                                "seconds_with_session": job["seconds"],
@@ -261,9 +290,10 @@ def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
     n = args.scale_events
     log = cached_log_path(LogSpec(events=n, network_id=NETWORK_ID), cache)
     url = f"sqlite:///{log}"
-    context["scale"] = {"events": n}
+    context.setdefault("scale", {})["events"] = n
     for master in args.scale_masters.split(","):
         out = tmp / f"scale-{master}"
+        load_before = load()
         if master == "standalone":
             (tmp / "cluster").mkdir()
             with standalone_cluster(tmp / "cluster", workers=2, cores=1) as spark_url:
@@ -277,10 +307,16 @@ def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
                      f"({job['run_seconds']:.1f} s); driver peak RSS {rss:,.0f} MiB"))
         rows.append(("  phases (s)", json.dumps(job.get("phases"))))
         context["scale"][master] = {"run_seconds": job["run_seconds"], "phases": job.get("phases"),
+                                    "load_average": [load_before, load()],
                                     "seconds_with_session": job["seconds"],
                                     "driver_peak_rss_mib": round(rss), "files": job["files"]}
         if master == "local":
             result["snapshot_events_10m_s"] = job["run_seconds"]
+        if master == "local" and args.keep_scale_snapshot:
+            shutil.rmtree(args.keep_scale_snapshot, ignore_errors=True)
+            shutil.move(out, args.keep_scale_snapshot)
+            context["scale"]["kept_snapshot"] = args.keep_scale_snapshot
+            continue
         if master == "local" and not args.no_scale_bootstrap:
             b_n, b_s = timed_bootstrap(out, tmp)
             rows.append((f"scale: bootstrap of {b_n} events", f"{b_n / b_s:,.0f} events/s "
