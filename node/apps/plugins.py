@@ -1,4 +1,4 @@
-"""The applications this node hosts on its event log (see ``node.apps.runner.AppPlugin``)."""
+"""The applications this node hosts on its event log (see ``node.apps.AppPlugin``)."""
 
 from __future__ import annotations
 
