@@ -53,7 +53,7 @@ def _merge(out: Path, key: str, figures: dict[str, Any]) -> None:
 
 
 def bootstrap_step(args: argparse.Namespace) -> dict[str, Any]:
-    from node import cli_snapshot
+    from node.cli import snapshot as cli_snapshot
 
     fresh = Path(args.work) / "fresh"
     shutil.rmtree(fresh, ignore_errors=True)
