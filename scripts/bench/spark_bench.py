@@ -218,8 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     url = f"sqlite:///{log}"
     result["events"] = n_events
     # Keys a part skipped here keep the figures of the run that measured them (named).
+    no_scale = args.quick or not args.scale_events
     skipped = [*(REHASH_KEYS if args.no_rehash else ()),
-               *(("bootstrap_events_per_s",) if args.no_bootstrap else ())]
+               *(("bootstrap_events_per_s",) if args.no_bootstrap else ()),
+               *(("snapshot_events_10m_s",) if no_scale and not args.quick else ())]
+    if no_scale and not args.quick and "scale" in previous.get("context", {}):
+        context["scale"] = previous["context"]["scale"]
     result.update({k: previous.get(k) for k in skipped})
     context["carried_over"] = [k for k in skipped if previous.get(k) is not None]
     if not args.no_rehash:
