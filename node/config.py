@@ -144,6 +144,7 @@ class ApiConfig:
     idle_timeout_s: float = _opt(5.0, _positive)
     max_follows: int = _opt(64, _positive)
     idempotency_ttl_s: float = _opt(86400.0, _positive)
+    idempotency_max_keys: int = _opt(100_000, _positive)
 
     def __post_init__(self) -> None:
         # Anyone who can reach the API can publish as this node: exposing it is an explicit act.
