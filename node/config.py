@@ -172,6 +172,7 @@ class P2PSection:
     allowed_peers: tuple[str, ...] = _opt((), check_peer_ids)
     channels: tuple[str, ...] = _opt(("general",), _nonempty_names)
     dial_timeout_s: float = _opt(10.0, _positive)
+    read_timeout_s: float = _opt(30.0, _positive)
     max_frame_bytes: int = _opt(4 * 1024 * 1024, lambda v: None if v >= MIN_FRAME_BYTES else (
         f"must be >= {MIN_FRAME_BYTES} (a frame must hold the largest event with its envelope)"))
     dht: bool = _opt(False)

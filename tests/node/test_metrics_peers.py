@@ -1,0 +1,195 @@
+"""The metrics a peer's behaviour moves, each driven over real libp2p against real node
+processes and read from their ``/metrics``: a crafted peer (a real py-libp2p host in this
+process that signs real SDS messages) sends an event twice, leaves gaps for the node to fetch
+by id, answers those fetches well, not at all and wrongly, asks the node for events by id,
+stalls a stream, opens a second Recon session while one is open, and hangs up. A closed-group
+node behind the first one refuses the crafted peer's relayed gossip, and a dead bootstrap
+address fails to dial.
+
+The nodes and the crafted peer are shared by one test so that the module costs seconds."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.channels import topic_of
+from node.fetch import FETCH_PROTOCOL
+from node.p2p import FramedStream, P2PConfig, P2PHost, open_host
+from node.recon_service import RECON_PROTOCOL
+from node.recon_wire import BUSY
+from sync.identity import peer_id_of
+from sync.sds import SdsChannel, SdsConfig
+from sync.sds.message import decode_transmission
+from sync.transfer import encode_request, parse_request
+from tests.node.cluster import metric, preset_identity, start_node, wait_for
+from tests.node.procs import NodeProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+READ_TIMEOUT_S = 2
+
+
+def dead_address() -> str:
+    """A multiaddr nothing listens on, with a well-formed peer id."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(Ed25519PrivateKey.generate())}"
+
+
+class CraftedPeer:
+    """Signs SDS messages of its own on ``general`` and answers fetches as ``mode`` says."""
+
+    def __init__(self, host: P2PHost, key: Ed25519PrivateKey) -> None:
+        self.host = host
+        self.channel = SdsChannel("general", host.peer_id, key, SdsConfig(),
+                                  random.Random(7), time.time())
+        self.wires: dict[str, bytes] = {}
+        self.mode = "serve"
+        self.asked: list[list[str]] = []
+        host.set_stream_handler(FETCH_PROTOCOL, self._answer)
+
+    def message(self, content: bytes) -> tuple[str, bytes]:
+        """A new message: its id and what goes on the wire (gossiped or not)."""
+        data = self.channel.send(content, time.time())
+        self.channel.datagrams_to_send()
+        self.channel.events()
+        event = decode_transmission(data).event
+        self.wires[event.message_id] = event.wire
+        return event.message_id, data
+
+    async def gossip(self, data: bytes) -> None:
+        await self.host.publish(topic_of(1, "general"), data)
+
+    async def _answer(self, stream: FramedStream) -> None:
+        ids = parse_request(await stream.receive(), 256)
+        self.asked.append(ids)
+        if self.mode == "reset":
+            await stream.reset()
+            return
+        for mid in ids:
+            wire = self.wires[mid]
+            # "extra": more events than ids asked, which the protocol forbids.
+            for _ in range(2 if self.mode == "extra" else 1):
+                await stream.send(wire)
+        await stream.send(b"")
+        await stream.aclose()
+
+
+def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
+    a_id = preset_identity(tmp_path / "a")
+    closed = start_node(tmp_path, "closed", env={
+        "SYNCNODE_P2P_ALLOWED_PEERS": a_id,
+        # Room for no gossip message at all: each one overflows this node's queue.
+        "SYNCNODE_P2P_GOSSIP_QUEUE_BYTES": "16"})
+    a = start_node(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
+                   env={"SYNCNODE_P2P_READ_TIMEOUT_S": str(READ_TIMEOUT_S)})
+    nodes = {"a": a, "closed": closed}
+    try:
+        wait_for(lambda: closed.peer_id in [p["peer_id"] for p in a.get("/v1/peers")["connected"]],
+                 30, "a did not connect to the closed node")
+        before = {(n, m): metric(node, m) for n, node in nodes.items() for m in WATCHED[n]}
+        # Gossiped to the closed node too, whose queue has no room for it.
+        seed = a.post("/v1/channels/general/events", {"content": "seed"})["message_id"]
+        trio.run(_drive, a, seed)
+
+        def still() -> list[str]:
+            return [f"{n}:{m}" for n, node in nodes.items() for m in WATCHED[n]
+                    if metric(node, m) <= before[(n, m)]]
+
+        deadline = time.monotonic() + 30
+        while (left := still()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"these metrics did not move: {left}"
+        # Dialled at start-up (before any baseline could be read) and again with back-off.
+        assert metric(a, "peer_dial_failures_total") >= 1
+        assert metric(a, "peer_scores_tracked") >= 1  # the wrong answer cost the peer
+    finally:
+        a.kill()
+        closed.kill()
+
+
+WATCHED = {
+    "a": ["fetch_served_total", "events_duplicate_total", "fetch_received_total",
+          "fetch_failures_total", "fetch_bad_answers_total", "p2p_timeouts_total",
+          # The stalled fetch ends its handler with the timeout.
+          "p2p_handler_errors_total",
+          "p2p_stream_open_failures_total", "recon_sessions_declined_total",
+          "p2p_connections_closed_total"],
+    "closed": ["p2p_gossip_refused_foreign_total", "p2p_gossip_dropped_overflow_total"],
+}
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    with trio.move_on_after(timeout):
+        while not await trio.to_thread.run_sync(check):
+            await trio.sleep(0.2)
+        return
+    raise AssertionError(f"{what} within {timeout} s")
+
+
+async def _drive(a: NodeProcess, seed: str) -> None:
+    key = Ed25519PrivateKey.generate()
+    async with open_host(key, P2PConfig(read_timeout=10)) as host:
+        peer = CraftedPeer(host, key)
+        target = await host.connect(a.listen_addrs[0])
+        await trio.sleep(1.5)  # subscriptions exchanged: our gossip reaches a
+
+        def moved(name: str, base: float) -> Callable[[], bool]:
+            return lambda: metric(a, name) > base
+
+        async def step(name: str, action: Callable[[], Awaitable[None]]) -> None:
+            base = await trio.to_thread.run_sync(metric, a, name)
+            await action()
+            await _until(moved(name, base), f"{name} did not move")
+
+        # Asked by id, a answers with its event.
+        async def ask() -> None:
+            async with await host.open_stream(target, FETCH_PROTOCOL) as stream:
+                await stream.send(encode_request([seed]))
+                assert await stream.receive()
+                assert await stream.receive() == b""
+        await step("fetch_served_total", ask)
+
+        # One message twice: the second is a duplicate, dropped.
+        _mid, once = peer.message(b"twice")
+
+        async def twice() -> None:
+            await peer.gossip(once)
+            await trio.sleep(0.5)
+            await peer.gossip(once)
+        await step("events_duplicate_total", twice)
+
+        # A gap: a fetches the message it missed from us, then breaks on our reset, then on
+        # an answer with more events than it asked for.
+        for mode, name in (("serve", "fetch_received_total"), ("reset", "fetch_failures_total"),
+                           ("extra", "fetch_bad_answers_total")):
+            peer.mode = mode
+            missed, _unsent = peer.message(f"missed ({mode})".encode())
+            _mid, later = peer.message(f"after the gap ({mode})".encode())
+
+            async def gap(later: bytes = later) -> None:
+                await peer.gossip(later)
+            await step(name, gap)
+            assert any(missed in ids for ids in peer.asked)
+
+        # A fetch request that never comes: a's read times out.
+        async def stall() -> None:
+            async with await host.open_stream(target, FETCH_PROTOCOL):
+                await trio.sleep(READ_TIMEOUT_S + 1)
+        await step("p2p_timeouts_total", stall)
+
+        # A second Recon session while the first is open is declined.
+        async def second_session() -> None:
+            async with await host.open_stream(target, RECON_PROTOCOL):
+                await trio.sleep(0.3)
+                async with await host.open_stream(target, RECON_PROTOCOL) as again:
+                    assert await again.receive() == bytes([BUSY])
+        await step("recon_sessions_declined_total", second_session)
