@@ -21,6 +21,10 @@ from tests.node.procs import NodeProcess
 TABLES = {"kv": {"columns": {"v": "text", "n": "integer", "ok": "boolean"}}}
 ENV = {"SYNCNODE_DB_TABLES": json.dumps(TABLES)}
 WRITES_PER_NODE = 40
+DB_WRITE_METRICS = ("app_events_applied_total", "db_records_created_total", "db_cells_set_total",
+                    "db_upserts_noted_total", "db_tombstones_total", "db_records_deleted_total",
+                    "db_tables_reevaluated_total", "db_messages_reevaluated_total",
+                    "db_schema_declarations_total")
 
 
 def rows(node: NodeProcess) -> list[dict[str, Any]]:
@@ -119,6 +123,10 @@ def test_three_nodes_writing_the_same_cells_end_with_identical_tables(tmp_path: 
                      "the bad message was not counted")
             # Application batches take SQLite's write lock upfront: none may fail.
             assert metric(node, "app_errors_total") == 0
+            # Every kind of write moved its counter on every node, and version 2 made each
+            # node judge the table's writes again.
+            for name in DB_WRITE_METRICS:
+                assert metric(node, name) > 0, name
         # The CLI reads the same rows.
         got = nodes[1].cli("db", "get", "kv", "shared", "--json")
         assert got.returncode == 0, got.stderr

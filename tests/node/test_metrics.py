@@ -65,7 +65,8 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
         assert 'reason="none"' not in text
         assert re.search(r'^syncnode_build_info\{.*version="[^"]+".*\} 1$', text, re.M)
         for process in ("process_cpu_seconds_total", "process_resident_memory_bytes",
-                        "process_open_fds", "process_max_fds", "process_start_time_seconds"):
+                        "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                        "process_start_time_seconds"):
             assert before.get(process, 0) > 0, process
         assert families["process_cpu_seconds_total"][0] == "counter"
 
@@ -112,7 +113,7 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
                 "syncnode_api_request_seconds_count", "syncnode_uptime_seconds",
                 "syncnode_peers_connected", "process_cpu_seconds_total",
             ]
-            want_b = ["syncnode_recon_events_fetched_total",
+            want_b = ["syncnode_recon_events_fetched_total", "syncnode_recon_events_stored_total",
                       "syncnode_p2p_gossip_dropped_test_total"]
             return ([m for m in want_a if total(after, m) <= total(before, m)]
                     + [f"b:{m}" for m in want_b if total(after_b, m) <= 0])

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.custom_types import TProtocol
 
 from node.channels import topic_of
 from node.fetch import FETCH_PROTOCOL
@@ -27,7 +28,7 @@ from node.recon_service import RECON_PROTOCOL
 from node.recon_wire import BUSY
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
-from sync.sds.message import decode_transmission
+from sync.sds.message import decode_event, decode_transmission
 from sync.transfer import encode_request, parse_request
 from tests.node.cluster import metric, preset_identity, start_node, wait_for
 from tests.node.procs import NodeProcess
@@ -49,12 +50,19 @@ class CraftedPeer:
 
     def __init__(self, host: P2PHost, key: Ed25519PrivateKey) -> None:
         self.host = host
-        self.channel = SdsChannel("general", host.peer_id, key, SdsConfig(),
+        # A history of one: the message before is named, anything older only in the bloom.
+        self.channel = SdsChannel("general", host.peer_id, key, SdsConfig(causal_history_size=1),
                                   random.Random(7), time.time())
         self.wires: dict[str, bytes] = {}
         self.mode = "serve"
         self.asked: list[list[str]] = []
-        host.set_stream_handler(FETCH_PROTOCOL, self._answer)
+        self.serve_fetches(True)
+
+    def serve_fetches(self, serve: bool) -> None:
+        if serve:
+            self.host.set_stream_handler(FETCH_PROTOCOL, self._answer)
+        else:  # the protocol is then refused in negotiation (P2PHost has no way to stop)
+            self.host._host.remove_stream_handler(TProtocol(FETCH_PROTOCOL))
 
     def message(self, content: bytes) -> tuple[str, bytes]:
         """A new message: its id and what goes on the wire (gossiped or not)."""
@@ -87,6 +95,8 @@ def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
     a_id = preset_identity(tmp_path / "a")
     closed = start_node(tmp_path, "closed", env={
         "SYNCNODE_P2P_ALLOWED_PEERS": a_id,
+        # No sync messages: they would acknowledge a's probe below before the crafted peer can.
+        "SYNCNODE_SDS_SYNC_INTERVAL_S": "600",
         # Room for no gossip message at all: each one overflows this node's queue.
         "SYNCNODE_P2P_GOSSIP_QUEUE_BYTES": "16"})
     a = start_node(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
@@ -150,12 +160,16 @@ async def _drive(a: NodeProcess, seed: str) -> None:
             await action()
             await _until(moved(name, base), f"{name} did not move")
 
+        async def fetch(mid: str) -> bytes:
+            async with await host.open_stream(target, FETCH_PROTOCOL) as stream:
+                await stream.send(encode_request([mid]))
+                wire = await stream.receive()
+                assert await stream.receive() == b""
+            return wire
+
         # Asked by id, a answers with its event.
         async def ask() -> None:
-            async with await host.open_stream(target, FETCH_PROTOCOL) as stream:
-                await stream.send(encode_request([seed]))
-                assert await stream.receive()
-                assert await stream.receive() == b""
+            assert decode_event(await fetch(seed)).content == b"seed"
         await step("fetch_served_total", ask)
 
         # One message twice: the second is a duplicate, dropped.
@@ -167,18 +181,39 @@ async def _drive(a: NodeProcess, seed: str) -> None:
             await peer.gossip(once)
         await step("events_duplicate_total", twice)
 
-        # A gap: a fetches the message it missed from us, then breaks on our reset, then on
-        # an answer with more events than it asked for.
-        for mode, name in (("serve", "fetch_received_total"), ("reset", "fetch_failures_total"),
+        # A gap: a fetches the message it missed from us, then fails to open the stream (we
+        # stopped serving fetches), then breaks on our reset, then on an answer with more
+        # events than it asked for.
+        for mode, name in (("serve", "fetch_received_total"),
+                           ("refuse", "p2p_stream_open_failures_total"),
+                           ("reset", "fetch_failures_total"),
                            ("extra", "fetch_bad_answers_total")):
             peer.mode = mode
+            peer.serve_fetches(mode != "refuse")
             missed, _unsent = peer.message(f"missed ({mode})".encode())
             _mid, later = peer.message(f"after the gap ({mode})".encode())
 
             async def gap(later: bytes = later) -> None:
                 await peer.gossip(later)
             await step(name, gap)
-            assert any(missed in ids for ids in peer.asked)
+            assert mode == "refuse" or any(missed in ids for ids in peer.asked)
+
+        # Possibly acknowledged: a has heard two other senders, so the bloom filter of one
+        # holding a's message is evidence, not yet an acknowledgement.
+        other = Ed25519PrivateKey.generate()
+        second = SdsChannel("general", peer_id_of(other), other, SdsConfig(),
+                            random.Random(8), time.time())
+        await peer.gossip(second.send(b"a second sender", time.time()))
+
+        async def probe_in_bloom_only() -> None:
+            probe = await trio.to_thread.run_sync(
+                lambda: a.post("/v1/channels/general/events", {"content": "probe"}))
+            peer.channel.receive_event(decode_event(await fetch(probe["message_id"])),
+                                       time.time())
+            peer.message(b"names the probe")  # never gossiped
+            _mid, later = peer.message(b"names the message before; the probe is in its bloom")
+            await peer.gossip(later)
+        await step("sds_possibly_acknowledged_total", probe_in_bloom_only)
 
         # A fetch request that never comes: a's read times out.
         async def stall() -> None:
