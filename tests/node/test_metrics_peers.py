@@ -22,19 +22,26 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.custom_types import TProtocol
 
 from node.channels import topic_of
+from node.events import record_of_event
 from node.fetch import FETCH_PROTOCOL
 from node.p2p import FramedStream, P2PConfig, P2PHost, open_host
 from node.recon_service import RECON_PROTOCOL
 from node.recon_wire import BUSY
 from sync.identity import peer_id_of
-from sync.sds import SdsChannel, SdsConfig
+from sync.sds import SdsChannel, SdsConfig, SignedEvent
 from sync.sds.message import decode_event, decode_transmission
 from sync.transfer import encode_request, parse_request
 from tests.node.cluster import metric, preset_identity, start_node, wait_for
+from tests.node.hostile import recon_and_answer
 from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-READ_TIMEOUT_S = 2
+READ_TIMEOUT_S = 5
+CLAIM_TIMEOUT_S = 1.5
+
+
+def recon_key(event: SignedEvent) -> bytes:
+    return record_of_event(1, event).recon_key
 
 
 def dead_address() -> str:
@@ -100,7 +107,11 @@ def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
         # Room for no gossip message at all: each one overflows this node's queue.
         "SYNCNODE_P2P_GOSSIP_QUEUE_BYTES": "16"})
     a = start_node(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
-                   env={"SYNCNODE_P2P_READ_TIMEOUT_S": str(READ_TIMEOUT_S)})
+                   env={"SYNCNODE_P2P_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
+                        "SYNCNODE_RECON_CLAIM_TIMEOUT_S": str(CLAIM_TIMEOUT_S),
+                        # Fresh events are fetched at once, and one key per session.
+                        "SYNCNODE_RECON_GOSSIP_GRACE_S": "0",
+                        "SYNCNODE_RECON_MAX_MISSING_KEYS": "1"})
     nodes = {"a": a, "closed": closed}
     try:
         wait_for(lambda: closed.peer_id in [p["peer_id"] for p in a.get("/v1/peers")["connected"]],
@@ -215,6 +226,19 @@ async def _drive(a: NodeProcess, seed: str) -> None:
             await peer.gossip(later)
         await step("sds_possibly_acknowledged_total", probe_in_bloom_only)
 
+        # Recon: an event a fetches from us waits for a dependency nobody can give it (we
+        # stopped serving fetches), so its key stays held.
+        async def held() -> None:
+            _missed, _unsent = peer.message(b"missed, for Recon")
+            later = decode_transmission(peer.message(b"fetched by Recon")[1]).event
+
+            async def deliver(want: list[bytes]) -> list[bytes]:
+                return [later.wire] if want == [recon_key(later)] else []
+            peer.serve_fetches(False)
+            await recon_and_answer(host, target, [recon_key(later)], deliver)
+        await step("recon_claims_held", held)
+        peer.serve_fetches(True)
+
         # A fetch request that never comes: a's read times out.
         async def stall() -> None:
             async with await host.open_stream(target, FETCH_PROTOCOL):
@@ -228,3 +252,20 @@ async def _drive(a: NodeProcess, seed: str) -> None:
                 async with await host.open_stream(target, RECON_PROTOCOL) as again:
                     assert await again.receive() == bytes([BUSY])
         await step("recon_sessions_declined_total", second_session)
+
+        # Last (it costs us our standing: a bans us): two keys a lacks where it takes one per
+        # session; the one it claims we never send, and its claim lapses while we stall.
+        async def stalled() -> None:
+            events = [decode_transmission(peer.message(f"stalled {i}".encode())[1]).event
+                      for i in range(2)]
+            lapsed = await trio.to_thread.run_sync(metric, a, "recon_claims_lapsed_total")
+
+            async def stall_answer(want: list[bytes]) -> list[bytes]:
+                assert len(want) == 1
+                assert await trio.to_thread.run_sync(metric, a, "recon_claims") >= 1
+                await _until(moved("recon_claims_lapsed_total", lapsed), "no claim lapsed",
+                             READ_TIMEOUT_S - 0.5)
+                return []
+            await recon_and_answer(host, target, sorted(recon_key(e) for e in events),
+                                   stall_answer)
+        await step("recon_missing_dropped_total", stalled)
