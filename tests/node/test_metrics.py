@@ -259,6 +259,8 @@ DRIVEN: dict[str, str] = {
         "test_restart_reads_the_newest_window_and_recognises_old_events",
     "sds_unsigned_accepted_total":
         "tests/node/test_e2e_waku.py::test_waku_channel_replicates_unsigned_by_gossip_and_recon",
+    "blocks_pending":
+        "tests/node/test_blocks_e2e.py::test_a_block_without_its_parent_is_held_pending",
     "api_idempotency_keys_evicted_total":
         "tests/node/test_api_idempotency.py::test_at_most_max_keys_are_held_oldest_forgotten_first",
 }
@@ -270,6 +272,5 @@ NOT_YET_DRIVEN: dict[str, str] = {
     "events_store_failed_total": "a commit that fails: needs a failing database",
     "dht_errors_total": "a DHT round that fails: needs a DHT peer that stalls past the timeout",
     "p2p_peer_events_dropped_total": "1024 connection events queued faster than consumed",
-    "blocks_pending": "blocks being reassembled on a blocks node",
     "blocks_excess_producers": "sub batches from more producers than held",
 }
