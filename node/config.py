@@ -177,6 +177,7 @@ class P2PSection:
         f"must be >= {MIN_FRAME_BYTES} (a frame must hold the largest event with its envelope)"))
     dht: bool = _opt(False)
     dht_interval_s: float = _opt(60.0, _positive)
+    dht_timeout_s: float = _opt(30.0, _positive)
     gossip_linger_ms: int = _opt(100, _non_negative)
     test_drop_incoming_gossip: float = _opt(0.0, _fraction)
     # -- gossip floods (docs/security.md "Gossip floods") --

@@ -68,6 +68,7 @@ def p2p_config(config: Config) -> P2PConfig:
         gossip_queue_bytes=config.p2p.gossip_queue_bytes,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,
+        dht_timeout=config.p2p.dht_timeout_s,
         # SDS messages are signed by their senders and verified before use: libp2p's own
         # per-message signatures would only double the cost.
         gossip_strict_signing=False,
