@@ -1,10 +1,13 @@
 """The metrics a peer's behaviour moves, each driven over real libp2p against real node
-processes and read from their ``/metrics``: a crafted peer (a real py-libp2p host in this
-process that signs real SDS messages) sends an event twice, leaves gaps for the node to fetch
-by id, answers those fetches well, not at all and wrongly, asks the node for events by id,
-stalls a stream, opens a second Recon session while one is open, and hangs up. A closed-group
-node behind the first one refuses the crafted peer's relayed gossip, and a dead bootstrap
-address fails to dial.
+processes and read from their ``/metrics``. A crafted peer (a real py-libp2p host in this
+process that signs real SDS messages) asks the node for an event by id, sends an event twice,
+leaves gaps for the node to fetch by id and answers those fetches well, not at all, with a
+reset and with too much; holds a message of the node's in its bloom filter only; sends an
+unsigned message whose sender id the log cannot store; stalls a stream; opens a second Recon
+session while one is open; serves a Recon fetch whose dependency never comes and stalls
+another until its claim lapses (which gets it banned, so it goes last). A closed-group node
+behind the first one refuses the crafted peer's relayed gossip and has no queue room for any,
+and a dead bootstrap address fails to dial.
 
 The nodes and the crafted peer are shared by one test so that the module costs seconds."""
 
