@@ -105,13 +105,12 @@ class IdempotencyKeys:
 
     async def release(self, key: str, written: bool) -> None:
         """Hand ``key`` to the next request; ``written``: the publish committed it."""
-        new_row = written and key not in self._stale
+        if self._held is not None and written and key not in self._stale:
+            self._held += 1  # before any checkpoint: counted even if the request is cancelled
         self._wake(key)
         async with self._trim_lock:
-            if self._held is None:
+            if self._held is None:  # the database's count includes this key
                 self._held = await self.store.read(count_state, PREFIX)
-            elif new_row:
-                self._held += 1
             if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
                 self._last_prune = time.monotonic()
                 cutoff = int(time.time() * 1000) - self.ttl_ms
