@@ -104,7 +104,6 @@ DEFAULT_MAX_EVENTS_PER_FILE = 100_000
 _ENTRIES_PER_TASK = 200_000
 
 
-
 def end_period(newest_ms: int, now_ms: int, period_ms: int, settle_ms: int,
                include_open: bool = False) -> int:
     """The first period not written: periods that ended ``settle_ms`` before the job's clock.
