@@ -7,8 +7,10 @@ message_id)`` order). A period's events go into consecutive record files (blocks
 
 Executors write, the driver signs (see docs/spark.md, "snapshot"):
 
-1. pass 1 (tasks, per block): encode the items, write the sidecar file and scratch copies of
-   the encoded items, item hashes and tree entries; return the block's metadata;
+1. pass 1 (tasks; the one shuffle of the events sends each period's events to one task, sorted
+   in consensus order): number the events as they stream by (rank, index in the period, block,
+   item), encode the items, write the sidecar file and scratch copies of the encoded items,
+   item hashes and tree entries; return each block's metadata;
 2. fold (one task, block order): the running hash over the item hashes: every block's start
    and end hash. The driver receives per-block metadata only;
 3. pass 2 (tasks, per block): frame the encoded items with the chain hashes, gzip, write the
