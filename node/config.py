@@ -233,6 +233,8 @@ class ReconSection:
     max_missing_keys: int = _opt(100_000, _positive)
     serve_batch_bytes: int = _opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
     max_sessions: int = _opt(16, _positive)
+    # Processes verifying fetched events outside the daemon (docs/architecture.md "Ingest").
+    ingest_workers: int = _opt(2, lambda v: None if 0 <= v <= 64 else "must be in [0, 64]")
 
 
 @dataclass(frozen=True)

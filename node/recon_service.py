@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import trio
 
 from node.channels import ChannelService
+from node.ingest import IngestPool, IngestUnavailable
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
@@ -91,6 +92,7 @@ class ReconService:
         max_missing_keys: int = 100_000,
         serve_batch_bytes: int = 1 << 20,
         max_sessions: int = 16,
+        ingest: IngestPool | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -135,7 +137,7 @@ class ReconService:
             fetch_batch=fetch_batch, claims=self.claims, standing=standing,
             max_frame_bytes=host.config.max_frame_bytes, serve_batch_bytes=serve_batch_bytes,
             gossip_grace_ms=self.gossip_grace_ms, on_released=self.poke,
-            event_id_layout=event_id_layout, profiles=channels.profiles,
+            event_id_layout=event_id_layout, profiles=channels.profiles, ingest=ingest,
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
@@ -258,7 +260,8 @@ class ReconService:
         except PeerBusy:
             self.metrics.inc("recon_sessions_declined_total", role="initiator")
             return None
-        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
+        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort,
+                IngestUnavailable) as exc:
             self._failed(peer, state, exc)
             return None
         finally:
@@ -306,7 +309,8 @@ class ReconService:
                 state.interests = tuple(session.peer_interests or ())
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
-        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort) as exc:
+        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort,
+                IngestUnavailable) as exc:
             self._failed(peer, state, exc)
             return
         finally:

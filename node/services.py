@@ -15,14 +15,17 @@ from node.channels import ChannelService
 from node.config import Config, ConfigError, SdsSection
 from node.discovery import DhtDiscovery
 from node.fetch import Fetcher
+from node.ingest import IngestPool
 from node.peers import PeerManager
 from node.plugins import PLUGINS
 from node.recon_service import ReconService
+from node.recon_transfer import MAX_EVENT_BYTES
 from node.runtime import NodeRuntime
 from node.snapshots import scheduler_from_config
 from node.standing import PeerStanding, score_config
 from sync.errors import LocalProtocolError
 from sync.gossip import GossipLimits
+from sync.ingest import IngestSpec
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig
 
@@ -114,6 +117,11 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
     channels.on_missing = fetcher.want
     peers = PeerManager(host, store, metrics)
     await peers.load(config.p2p.bootstrap)
+    ingest = None
+    if config.recon.ingest_workers:
+        ingest = IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
+                                       channel_profiles(config), MAX_EVENT_BYTES),
+                            config.recon.ingest_workers, metrics)
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, interval_s=config.recon.interval_s,
@@ -123,12 +131,12 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         standing=standing, claim_timeout_s=config.recon.claim_timeout_s,
         max_missing_keys=config.recon.max_missing_keys,
         serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
-        event_id_layout=config.recon.event_id_layout,
+        event_id_layout=config.recon.event_id_layout, ingest=ingest,
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
     bundles = [plugin.build(runtime) for plugin in PLUGINS]
-    services: list[Any] = [channels, fetcher, peers, recon]
+    services: list[Any] = [channels, fetcher, peers, recon, *([ingest] if ingest else [])]
     # An application with no channels (disabled in config) costs nothing.
     services += [
         AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels

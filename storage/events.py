@@ -55,6 +55,9 @@ class EventRecord:
     sender: str
     lamport: int
     wire: bytes
+    #: The Sha256a lanes of ``recon_key`` when the caller has them already (the ingest
+    #: workers compute them outside the daemon); computed on insert otherwise.
+    lanes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +137,7 @@ def event_row(record: EventRecord, received_at: int) -> dict[str, object]:
         "wire": record.wire,
         "received_at": received_at,
     }
-    row.update(zip(LANE_COLUMNS, lanes_of(record.recon_key), strict=True))
+    row.update(zip(LANE_COLUMNS, record.lanes or lanes_of(record.recon_key), strict=True))
     return row
 
 
@@ -167,7 +170,7 @@ def _append_sqlite(
         before = cursor.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
         cursor.executemany(_SQLITE_INSERT, [
             (r.recon_key, r.message_id, r.channel, r.sender, r.lamport, r.wire, received_at,
-             *lanes_of(r.recon_key))
+             *(r.lanes or lanes_of(r.recon_key)))
             for r in records
         ])
         rows = cursor.execute("SELECT seq, message_id FROM events WHERE seq > ? ORDER BY seq",

@@ -11,7 +11,7 @@ import bisect
 import heapq
 import random
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -344,6 +344,52 @@ class SdsChannel:
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(exc.reason, peer) from None
         self._accept(event, None, (), now)
+
+    def deliver_settled(self, mids: Sequence[str], senders: Sequence[str],
+                        lamports: Sequence[int], histories: Sequence[Sequence[str]],
+                        now: float) -> tuple[list[int], list[int]]:
+        """Bulk delivery of verified *old* content events (a Recon catch-up), in the order
+        given (ascending Lamport time): an event older than the live window (the longest an
+        SDS exchange about it can go on: ``lost_timeout``, resends) whose dependencies are all
+        delivered is logged with only what SDS needs of it later (its id, for duplicates and
+        histories, and the clock); no bloom insertion (no peer awaits its acknowledgement),
+        no heads, tail, repair cache or causal tracking. Returns (positions delivered,
+        positions that need the full step, ``receive_event``: recent, own, awaited, missing,
+        naming our unacknowledged messages or an undelivered dependency); the rest were
+        duplicates. The caller has checked the clock rule and the channel."""
+        cfg = self.config
+        horizon = int(now * 1000) - int(1000 * max(cfg.lost_timeout,
+                                                   cfg.resend_interval * (cfg.max_resends + 1)))
+        log, waiting, missing, waiters, lost = (self._log, self._waiting, self._missing,
+                                                self._waiters, self._lost)
+        own, outgoing = self.participant_id, self._outgoing
+        stored: set[str] = set()
+        if not log.complete:
+            # One store question for the dependencies memory cannot answer (in a catch-up in
+            # Recon's key order they are mostly the same sender's previous events, in memory).
+            batch = set(mids)
+            stored = log.known({h for hist in histories for h in hist
+                                if not log.in_memory(h) and h not in batch})
+        delivered: list[int] = []
+        full: list[int] = []
+        for i, mid in enumerate(mids):
+            lamport, sender, hist = lamports[i], senders[i], histories[i]
+            if log.in_memory(mid):
+                continue
+            if (lamport >= horizon or sender == own or mid in waiting or mid in missing
+                    or mid in waiters or mid in lost
+                    or (outgoing and any(h in outgoing for h in hist))
+                    or not all(log.in_memory(h) or h in stored for h in hist)):
+                full.append(i)
+                continue
+            log.add(mid, lamport)
+            if lamport > self._lamport:
+                self._lamport = lamport
+            if len(self._others_seen) < cfg.ack_min_filters:
+                self._others_seen.add(sender)
+            self._repair.seen(mid)
+            delivered.append(i)
+        return delivered, full
 
     def _check_event(self, event: SignedEvent, now: float) -> None:
         if event.channel_id != self.channel_id:
