@@ -55,7 +55,7 @@ from sync.sds import (
     SdsConfig,
     SignedEvent,
 )
-from sync.sds.clock import check_lamport
+from sync.sds.clock import check_lamport, lamport_bound
 from sync.sds.profile import decode_event_in, peek_event
 
 __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
@@ -325,6 +325,7 @@ class ChannelService:
         ``peer`` as ``ingest`` does."""
         when = time.time() if now is None else now
         max_ahead = self.sds_config.max_lamport_ahead_ms
+        bound = lamport_bound(when, max_ahead)
         senders, lamports, names = batch.senders, batch.lamports, batch.channels
         refused = 0
         by_channel: dict[str, list[int]] = {}
@@ -335,7 +336,8 @@ class ChannelService:
                 if name not in self.channels:
                     raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
                 verdict = self.policy.check(senders[i], name, batch.has_content[i])
-                check_lamport(lamports[i], when, max_ahead)
+                if not 0 <= lamports[i] <= bound:
+                    check_lamport(lamports[i], when, max_ahead)  # raises, with the reason
             except RemoteProtocolError as exc:
                 self._reject(exc, peer)
                 refused += 1

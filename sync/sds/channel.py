@@ -363,23 +363,24 @@ class SdsChannel:
         log, waiting, missing, waiters, lost = (self._log, self._waiting, self._missing,
                                                 self._waiters, self._lost)
         own, outgoing = self.participant_id, self._outgoing
+        memory = log.memory
         stored: set[str] = set()
         if not log.complete:
             # One store question for the dependencies memory cannot answer (in a catch-up in
             # Recon's key order they are mostly the same sender's previous events, in memory).
             batch = set(mids)
             stored = log.known({h for hist in histories for h in hist
-                                if not log.in_memory(h) and h not in batch})
+                                if h not in memory and h not in batch})
         delivered: list[int] = []
         full: list[int] = []
         for i, mid in enumerate(mids):
             lamport, sender, hist = lamports[i], senders[i], histories[i]
-            if log.in_memory(mid):
+            if mid in memory:
                 continue
             if (lamport >= horizon or sender == own or mid in waiting or mid in missing
                     or mid in waiters or mid in lost
                     or (outgoing and any(h in outgoing for h in hist))
-                    or not all(log.in_memory(h) or h in stored for h in hist)):
+                    or not all(h in memory or h in stored for h in hist)):
                 full.append(i)
                 continue
             log.add(mid, lamport)
