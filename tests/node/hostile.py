@@ -30,6 +30,7 @@ __all__ = [
     "hostile",
     "key_list_bomb",
     "peak_rss_mib",
+    "recon_and_serve",
     "recon_and_withhold",
     "recon_first_message",
     "stored_ids",
@@ -110,6 +111,37 @@ async def _withhold_once(host: P2PHost, peer: str, keys: list[bytes],
             if frame[0] == WANT_LAST:
                 break
     return missing, wanted
+
+
+async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
+                          channel: str = "general") -> int:
+    """A whole Recon session advertising the events ``wires`` (valid or not) and answering
+    every want list with them: returns how many the node asked for."""
+    from node.events import record_of_event
+    from sync.sds import decode_event
+
+    by_key = {record_of_event(1, decode_event(w, verify_signature=False)).recon_key: w
+              for w in wires}
+    for _ in range(20):
+        try:
+            async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                await _reconcile(stream, list(by_key), channel)
+                await stream.send(pack_items(WANT_LAST, []))
+                await stream.receive()  # its (empty) answer
+                wanted = 0
+                with contextlib.suppress(Exception):  # the node may end the session on us
+                    while True:
+                        frame = await stream.receive()
+                        keys = unpack_items(frame[1:], max_items=1 << 20, max_item_bytes=1024)
+                        wanted += len(keys)
+                        await stream.send(pack_items(EVENTS_LAST,
+                                                     [by_key[k] for k in keys if k in by_key]))
+                        if frame[0] == WANT_LAST:
+                            break
+                return wanted
+        except Busy:
+            await trio.sleep(0.5)
+    raise RuntimeError("the node stayed busy")
 
 
 async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:
