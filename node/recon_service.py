@@ -274,6 +274,10 @@ class ReconService:
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
+        if stats.truncated and stats.fetched:
+            # A long catch-up: the peer has more than one session may list; go on at once
+            # instead of after the next round (each round would add its wait to the catch-up).
+            return await self.sync_with(peer)
         return stats
 
     def _failed(self, peer: str, state: PeerSyncState, exc: Exception) -> None:
@@ -359,6 +363,7 @@ class ReconService:
                         # Bounded memory for keys we do not have: the rest waits for a later
                         # session (an honest catch-up just takes more sessions).
                         self.metrics.inc("recon_missing_dropped_total", len(event.keys) - room)
+                        stats.truncated = True
                     stats.missing.extend(event.keys[: max(room, 0)])
             if reply is not None:
                 await stream.send(bytes([RECON]) + reply)

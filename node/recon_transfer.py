@@ -58,6 +58,8 @@ class SessionStats:
     rejected: int = 0
     withheld: int = 0
     missing: list[bytes] = field(default_factory=list)
+    #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
+    truncated: bool = False
 
 
 Decoder = Callable[[bytes], SignedEvent]
