@@ -322,6 +322,8 @@ class ReconService:
         self.metrics.inc("recon_sessions_total", role="responder")
         self.metrics.observe("recon_session_seconds", time.monotonic() - started,
                              role="responder")
+        if stats.truncated and stats.fetched:
+            await self.sync_with(peer)  # more to fetch: at once (see sync_with)
 
     def _state(self, peer: str) -> PeerSyncState:
         """The peer's sync state; the table is bounded (connected peers come first)."""
