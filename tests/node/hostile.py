@@ -12,12 +12,19 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.fetch import FETCH_PROTOCOL
-from node.p2p import FramedStream, P2PConfig, P2PHost, open_host
-from node.recon_service import RECON_PROTOCOL
+from node.p2p.host import FramedStream, P2PConfig, P2PHost, open_host
+from node.replication.fetch import FETCH_PROTOCOL
+from node.replication.recon import RECON_PROTOCOL
 
-# Frames from node.recon_wire (not sync.transfer) so that this also runs against older code.
-from node.recon_wire import BUSY, EVENTS_LAST, RECON, WANT_LAST, pack_items, unpack_items
+# Frames from node.replication.recon_wire (not sync.transfer): this also runs against older code.
+from node.replication.recon_wire import (
+    BUSY,
+    EVENTS_LAST,
+    RECON,
+    WANT_LAST,
+    pack_items,
+    unpack_items,
+)
 from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
@@ -117,7 +124,7 @@ async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
                           channel: str = "general") -> int:
     """A whole Recon session advertising the events ``wires`` (valid or not) and answering
     every want list with them: returns how many the node asked for."""
-    from node.events import record_of_event
+    from node.replication.events import record_of_event
     from sync.sds import decode_event
 
     by_key = {record_of_event(1, decode_event(w, verify_signature=False)).recon_key: w

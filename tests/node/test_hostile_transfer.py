@@ -14,8 +14,8 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p import P2PError
-from node.recon_service import RECON_PROTOCOL
+from node.p2p.host import P2PError
+from node.replication.recon import RECON_PROTOCOL
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, sds_pb2
 from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for

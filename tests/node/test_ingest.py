@@ -1,6 +1,7 @@
-"""The ingest worker pool (node.ingest) with real worker processes: what it returns matches a
-decode in the daemon, bad events are reported one by one, a crashed worker is restarted (and a
-crashing one stops the daemon), and no worker outlives its daemon, even one killed by SIGKILL."""
+"""The ingest worker pool (node.replication.ingest) with real worker processes: what it
+returns matches a decode in the daemon, bad events are reported one by one, a crashed worker
+is restarted (and a crashing one stops the daemon), and no worker outlives its daemon, even
+one killed by SIGKILL."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from node.ingest import IngestPool, IngestUnavailable, IngestWorkerFailed
 from node.metrics import Metrics
+from node.replication.ingest import IngestPool, IngestUnavailable, IngestWorkerFailed
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec, VerifiedBatch
 from sync.recon.sha256a import lanes_of
@@ -120,7 +121,7 @@ def test_a_crashed_worker_is_restarted_and_a_crashing_one_stops_the_daemon() -> 
 
 DAEMON = """
 import sys, trio
-from node.ingest import IngestPool
+from node.replication.ingest import IngestPool
 from node.metrics import Metrics
 from sync.ingest import IngestSpec
 
