@@ -269,7 +269,9 @@ class Transfer:
 
     async def _verify(self, wires: list[bytes], pending: _Pending) -> None:
         try:
-            if self.ingest is not None:
+            if not wires:  # an empty answer (the peer withheld everything): nothing to check
+                pending.result = VerifiedBatch()
+            elif self.ingest is not None:
                 pending.result = await self.ingest.verify(wires)
             else:
                 pending.result = await verify_in_threads(wires, decode=self._decode)
