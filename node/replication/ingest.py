@@ -112,7 +112,7 @@ class IngestPool:
     async def _run_one(self, index: int) -> int | None:
         """Start worker ``index`` and serve its answers until it exits; its exit code."""
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "node.replication.ingest_worker", str(os.getpid())],
+            [sys.executable, "-m", "node.ingest_worker", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         worker = _Worker(proc)
         try:

@@ -44,7 +44,7 @@ MAX_KEY_BYTES = 256
 MAX_EVENT_BYTES = 1 << 20
 VERIFY_THREADS = 2
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
-FETCH_AHEAD = 2
+FETCH_AHEAD = 4
 
 
 class TransferAbort(Exception):
