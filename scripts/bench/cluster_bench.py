@@ -35,9 +35,10 @@ a settling time at the end (a publish whose POST failed counts as not delivered)
 The last line is the JSON result, also written to docs/bench/cluster.json.
 
 Development modes (no JSON written): ``--catchup-only`` runs only 3 and prints the CPU time
-per event of both processes; ``--cpu-at RATE`` runs both clusters at one rate and prints the
-CPU time of all processes per published message, with the node cluster's gossip messages,
-Recon sessions and store batches per event.
+per event of both processes (with ``--update-json`` it replaces only the catch-up keys of the
+JSON, adding ``catchup_load_avg_1m`` and ``catchup_measured_utc``); ``--cpu-at RATE`` runs
+both clusters at one rate and prints the CPU time of all processes per published message, with
+the node cluster's gossip messages, Recon sessions and store batches per event.
 """
 
 from __future__ import annotations
@@ -679,6 +680,23 @@ def extra_catchups(base: Path, plan: Plan, pg_url: str | None
     return catchup_pg, catchup_1m
 
 
+def catchup_keys(catchup: Catchup, catchup_pg: Catchup | None,
+                 catchup_1m: Catchup | None) -> dict[str, Any]:
+    return {
+        "catchup_events_per_s": round(catchup.rate, 1),
+        "catchup_events": catchup.events,
+        "catchup_cpu_us_per_event": {"fresh": round(catchup.cpu_us_fresh),
+                                     "fresh_ingest_workers": round(catchup.cpu_us_workers),
+                                     "source": round(catchup.cpu_us_source)},
+        "catchup_fetched_ratio": round(catchup.fetched_ratio, 4),
+        "catchup_peak_rss_mib": round(catchup.peak_rss_mib, 1),
+        "catchup_events_per_s_pg": round(catchup_pg.rate, 1) if catchup_pg else None,
+        "catchup_events_1m_per_s": round(catchup_1m.rate, 1) if catchup_1m else None,
+        "catchup_1m_fetched_ratio": round(catchup_1m.fetched_ratio, 4) if catchup_1m else None,
+        "catchup_1m_peak_rss_mib": round(catchup_1m.peak_rss_mib, 1) if catchup_1m else None,
+    }
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
@@ -693,10 +711,14 @@ def main() -> int:
                              "(emptied first; default $SYNCNODE_TEST_PG; without it the key is "
                              "null)")
     parser.add_argument("--catchup-only", action="store_true",
-                        help="only the catch-up measurement (for development; writes no JSON)")
+                        help="only the catch-up measurements (writes no JSON unless "
+                             "--update-json)")
     parser.add_argument("--cpu-at", type=float, metavar="RATE",
                         help="only compare CPU per message of both clusters at RATE/s "
                              "(for development; writes no JSON)")
+    parser.add_argument("--update-json", action="store_true",
+                        help="with --catchup-only: replace the catch-up keys of "
+                             "docs/bench/cluster.json (the others stay from the last full run)")
     parser.add_argument("--catchup-events", type=int, metavar="N",
                         help="with --catchup-only: N events, and no 1M-event run")
     args = parser.parse_args()
@@ -713,12 +735,21 @@ def main() -> int:
         return 0
     if args.catchup_only:
         try:
+            load_start = load_avg()
             catchup = measure_catchup(base, plan, args.profile)
             print(catchup.summary())
-            extra_catchups(base, plan, args.pg)
+            catchup_pg, catchup_1m = extra_catchups(base, plan, args.pg)
         finally:
             if not args.keep:
                 shutil.rmtree(base, ignore_errors=True)
+        if args.update_json:
+            # Only the catch-up keys are replaced; the rest stays from the last full run.
+            result = json.loads(OUT.read_text()) if OUT.exists() else {}
+            result.update(catchup_keys(catchup, catchup_pg, catchup_1m))
+            result["catchup_load_avg_1m"] = [round(load_start, 2), round(load_avg(), 2)]
+            result["catchup_measured_utc"] = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
+            OUT.write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps(result))
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_start = load_avg()
@@ -793,15 +824,7 @@ def main() -> int:
         "latency_p50_ms": round(best_node.pct(50), 1) if best_node else None,
         "latency_p99_ms": round(best_node.pct(99), 1) if best_node else None,
         "raw_gossipsub_rate_per_s": round(raw_rate, 1),
-        "catchup_events_per_s": round(catchup.rate, 1),
-        "catchup_events": catchup.events,
-        "catchup_cpu_us_per_event": {"fresh": round(catchup.cpu_us_fresh),
-                                     "fresh_ingest_workers": round(catchup.cpu_us_workers),
-                                     "source": round(catchup.cpu_us_source)},
-        "catchup_fetched_ratio": round(catchup.fetched_ratio, 4),
-        "catchup_peak_rss_mib": round(catchup.peak_rss_mib, 1),
-        "catchup_events_per_s_pg": round(catchup_pg.rate, 1) if catchup_pg else None,
-        "catchup_events_1m_per_s": round(catchup_1m.rate, 1) if catchup_1m else None,
+        **catchup_keys(catchup, catchup_pg, catchup_1m),
         "quick": args.quick,
         "load_avg_1m": [round(load_start, 2), round(load_end, 2)],
     }
