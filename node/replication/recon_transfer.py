@@ -294,12 +294,7 @@ class Transfer:
                                       f"({reasons[0]})", peer)
         keys = batch.keys
         for key in keys:
-            try:
-                core.accept(key)
-            except RemoteProtocolError:
-                stats.rejected += 1
-                self.metrics.inc("events_rejected_total", reason="recon unrequested event")
-                raise
+            self._accept(core, key, stats)
         if not keys:
             return
         now = time.monotonic()
@@ -314,6 +309,15 @@ class Transfer:
         stats.fetched += len(keys) - refused
         self.metrics.inc("recon_events_fetched_total", len(keys))
 
+    def _accept(self, core: WantFetcher, key: bytes, stats: SessionStats) -> None:
+        """Was ``key`` asked for? An unrequested event ends the session."""
+        try:
+            core.accept(key)
+        except RemoteProtocolError:
+            stats.rejected += 1
+            self.metrics.inc("events_rejected_total", reason="recon unrequested event")
+            raise
+
     def _ingest(self, core: WantFetcher, sid: int, wires: list[bytes],
                 events: list[SignedEvent | None], peer: str, stats: SessionStats) -> None:
         parsed = []
@@ -323,12 +327,7 @@ class Transfer:
                 self.penalise(peer, "invalid_event")
                 raise RemoteProtocolError("peer sent an invalid event", peer)
             key = record_of_event(self.network_id, event, self.event_id_layout).recon_key
-            try:
-                core.accept(key)
-            except RemoteProtocolError:
-                stats.rejected += 1
-                self.metrics.inc("events_rejected_total", reason="recon unrequested event")
-                raise
+            self._accept(core, key, stats)
             parsed.append((event.lamport, key, wire, event))
         # Causal dependencies have lower Lamport timestamps: feeding in that order lets SDS
         # deliver at once instead of buffering and reporting gaps.
