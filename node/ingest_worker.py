@@ -6,9 +6,10 @@ It reads length-prefixed pickled frames on stdin: first an ``IngestSpec``, then 
 frames come only from its own daemon (never from a peer: peers' bytes reach it inside the
 ``wires`` list and are only ever parsed as protobuf).
 
-It never outlives the daemon: it exits when stdin closes (the daemon exited or closed it) and
-asks Linux to kill it when the daemon's thread that started it dies (``PR_SET_PDEATHSIG``),
-so even a daemon killed with SIGKILL leaves no worker behind.
+It never outlives the daemon: it exits when stdin closes, which the kernel does when the
+daemon exits however it dies (SIGKILL included), since only the daemon holds the pipe's other
+end. (Not ``PR_SET_PDEATHSIG``: it fires when the *thread* that started the child ends, and trio
+starts processes from its worker threads, which idle out: that killed healthy workers.)
 
 It lives at the top of ``node`` (not in ``node.replication`` with the pool) so that starting it
 imports only ``sync``: ~30 MiB per worker instead of the daemon's ~110 MiB of libp2p, trio
@@ -17,7 +18,6 @@ and SQLAlchemy.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
 import signal
@@ -30,7 +30,6 @@ from sync.ingest import IngestSpec, verify_wires
 __all__ = ["main", "read_frame", "write_frame"]
 
 _LEN = struct.Struct(">I")
-_PR_SET_PDEATHSIG = 1
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:
@@ -49,10 +48,7 @@ def write_frame(stream: BinaryIO, body: bytes) -> None:
 
 
 def _die_with_parent(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the daemon died before the request above took effect
+    if os.getppid() != parent:  # the daemon died before we started: nobody to serve
         os._exit(1)
 
 
@@ -69,10 +65,13 @@ def main() -> int:
     if not isinstance(spec, IngestSpec):
         print("ingest worker: the first frame must be an IngestSpec", file=sys.stderr)
         return 2
-    while (frame := read_frame(source)) is not None:
-        request_id, wires = pickle.loads(frame)
-        write_frame(sink, pickle.dumps((request_id, verify_wires(spec, wires)),
-                                       protocol=pickle.HIGHEST_PROTOCOL))
+    try:
+        while (frame := read_frame(source)) is not None:
+            request_id, wires = pickle.loads(frame)
+            write_frame(sink, pickle.dumps((request_id, verify_wires(spec, wires)),
+                                           protocol=pickle.HIGHEST_PROTOCOL))
+    except BrokenPipeError:  # the daemon is gone
+        return 0
     return 0
 
 

@@ -162,3 +162,24 @@ def test_workers_die_with_a_killed_daemon() -> None:
         assert not any(_alive(p) for p in pids), "an ingest worker outlived its daemon"
     finally:
         daemon.kill()
+
+
+@pytest.mark.slow
+def test_idle_workers_stay_up() -> None:
+    """trio starts processes from its worker threads, which end after 10 idle seconds: the
+    workers must not be tied to that thread (a PR_SET_PDEATHSIG once killed them then)."""
+    wires = _wires(100)
+
+    async def main() -> None:
+        metrics = Metrics()
+        pool = IngestPool(SPEC, 2, metrics)
+        async with trio.open_nursery() as nursery:
+            await _started(pool, nursery)
+            pids = _worker_pids(pool)
+            await trio.sleep(12)
+            assert _worker_pids(pool) == pids
+            _check(await pool.verify(wires), wires, set())
+            assert metrics.value("ingest_worker_restarts_total") == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
