@@ -251,6 +251,10 @@ DRIVEN: dict[str, str] = {
         "tests/node/test_hostile_transfer.py::test_withheld_keys_are_fetched_from_someone_else",
     "recon_keys_withheld_total":
         "tests/node/test_hostile_transfer.py::test_withheld_keys_are_fetched_from_someone_else",
+    "ingest_workers": "tests/node/test_hostile_transfer.py::"
+                      "test_forged_events_in_a_recon_answer_are_rejected_and_charged",
+    "ingest_worker_restarts_total": "tests/node/test_ingest.py::"
+                                    "test_a_crashed_worker_is_restarted_and_a_crashing_one_stops_the_daemon",
     "recon_protocol_errors_total":
         "tests/node/test_hostile_transfer.py::test_key_list_bomb_is_rejected_and_counted",
     "p2p_refused_connections_total":
