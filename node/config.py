@@ -225,7 +225,7 @@ class SdsSection:
 @dataclass(frozen=True)
 class ReconSection:
     interval_s: float = _opt(10.0, _positive)
-    fanout: int = _opt(16, lambda v: None if v >= 2 else "must be >= 2")
+    fanout: int = _opt(16, lambda v: None if 2 <= v <= 256 else "must be within 2..256")
     session_timeout_s: float = _opt(60.0, _positive)
     fetch_batch: int = _opt(500, _positive)
     gossip_grace_s: float = _opt(3.0, _non_negative)

@@ -14,6 +14,7 @@ from node.api.node_metrics import register_node_metrics
 from node.api.routes import NODE_ROUTES
 from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
+from node.config_combined import check_combined_keys
 from node.logs import kv
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.host import P2PConfig, open_host
@@ -97,7 +98,9 @@ async def serve(
 
     :raises StartupError: before anything is opened when the data dir is held by another
         process (its ``repo.lock``) or a configured port is taken.
+    :raises ConfigError: before anything is opened when config keys do not work together.
     """
+    check_combined_keys(config)
     lock = _open_data_dir(config)
     try:
         await _serve_locked(config, shutdown, routes, task_status)

@@ -31,8 +31,8 @@ from sync.sds import (
     SdsConfig,
     SdsEvent,
     decode_transmission,
+    sds_pb2,
 )
-from sync.sds import sds_pb2
 from sync.sds.bloom import BloomView, RollingBloomFilter
 from sync.sds.profile import decode_event_in
 from sync.sds.waku import (
