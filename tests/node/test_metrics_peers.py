@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import socket
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,7 +23,6 @@ from pathlib import Path
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from libp2p.custom_types import TProtocol
 
 from node.p2p.host import FramedStream, P2PConfig, P2PHost, open_host
 from node.replication.channels import topic_of
@@ -71,8 +71,8 @@ class CraftedPeer:
     def serve_fetches(self, serve: bool) -> None:
         if serve:
             self.host.set_stream_handler(FETCH_PROTOCOL, self._answer)
-        else:  # the protocol is then refused in negotiation (P2PHost has no way to stop)
-            self.host._host.remove_stream_handler(TProtocol(FETCH_PROTOCOL))
+        else:  # the protocol is then refused in negotiation
+            self.host.remove_stream_handler(FETCH_PROTOCOL)
 
     def message(self, content: bytes) -> tuple[str, bytes]:
         """A new message: its id and what goes on the wire (gossiped or not)."""
@@ -151,6 +151,11 @@ WATCHED = {
           "p2p_connections_closed_total", "events_store_failed_total"],
     "closed": ["p2p_gossip_refused_foreign_total", "p2p_gossip_dropped_overflow_total"],
 }
+
+
+def _sql(node: NodeProcess, statement: str) -> None:
+    with sqlite3.connect(node.data_dir / "syncnode.db", timeout=30) as conn:
+        conn.execute(statement)
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
@@ -244,14 +249,27 @@ async def _drive(a: NodeProcess, seed: str) -> None:
         await step("recon_claims_held", held)
         peer.serve_fetches(True)
 
-        # Unsigned (waku profile), the sender names itself: 200 characters pass the decoder
-        # (ids up to 256) but not the log's sender column (128). Not stored; delivery undone.
+        # Unsigned (waku profile), the sender names itself: a name longer than the log's
+        # sender column (128) is refused by the decoder, counted, never delivered.
         waku = SdsChannel("wk", "s" * 200, None, SdsConfig(profile="waku"), random.Random(9),
                           time.time(), False)
 
         async def long_sender() -> None:
             await host.publish(topic_of(1, "wk"), waku.send(b"from a long name", time.time()))
-        await step("events_store_failed_total", long_sender)
+        await step("events_rejected_total", long_sender)
+
+        # A database that refuses the insert (a trigger stands for a full disk or a broken
+        # database): the delivered event is not stored, its delivery undone and counted.
+        waku = SdsChannel("wk", "shortname", None, SdsConfig(profile="waku"), random.Random(9),
+                          time.time(), False)
+
+        async def refused_by_the_database() -> None:
+            await trio.to_thread.run_sync(_sql, a, "CREATE TRIGGER refuse_wk BEFORE INSERT ON "
+                                          "events WHEN NEW.channel = 'wk' BEGIN SELECT "
+                                          "RAISE(ABORT, 'refused by the test'); END")
+            await host.publish(topic_of(1, "wk"), waku.send(b"refused", time.time()))
+        await step("events_store_failed_total", refused_by_the_database)
+        await trio.to_thread.run_sync(_sql, a, "DROP TRIGGER refuse_wk")
 
         # A fetch request that never comes: a's read times out.
         async def stall() -> None:
