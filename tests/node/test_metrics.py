@@ -238,7 +238,7 @@ DRIVEN: dict[str, str] = {
     "blocks_rejected_total":
         "tests/node/test_blocks_app.py::test_a_reorg_from_a_non_producer_moves_nobody",
     "db_tombstones_compacted_total": "tests/node/test_db_schemas.py::"
-        "test_a_replica_joining_through_a_snapshot_and_recon_matches_after_compaction",
+        "test_tombstones_past_the_window_are_compacted_and_counted_exactly_once",
     "app_errors_total":
         "tests/node/test_db_e2e.py::test_a_failing_application_batch_is_counted_and_retried",
     "dht_errors_total": "tests/node/test_e2e_dht.py::"
