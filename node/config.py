@@ -184,6 +184,7 @@ class P2PSection:
     gossip_peer_rate: float = _opt(1000.0, _positive)
     gossip_peer_burst: float = _opt(5000.0, lambda v: None if v >= 1 else "must be >= 1")
     gossip_queue_bytes: int = _opt(64 * 1024 * 1024, _positive)
+    peer_event_queue: int = _opt(1024, _positive)
 
 
 def _channel_profiles(v: Any) -> str | None:

@@ -67,6 +67,7 @@ def p2p_config(config: Config) -> P2PConfig:
         read_timeout=config.p2p.read_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
         gossip_queue_bytes=config.p2p.gossip_queue_bytes,
+        peer_event_queue_size=config.p2p.peer_event_queue,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,
         dht_timeout=config.p2p.dht_timeout_s,

@@ -301,3 +301,33 @@ async def _drive(a: NodeProcess, seed: str) -> None:
             await recon_and_answer(host, target, sorted(recon_key(e) for e in events),
                                    stall_answer)
         await step("recon_missing_dropped_total", stalled)
+
+
+BURST_HOSTS = 12
+
+
+async def _connection_bursts(node: NodeProcess, rounds: int) -> None:
+    """Rounds of BURST_HOSTS real hosts that connect at once and leave together."""
+    for _ in range(rounds):
+        if await trio.to_thread.run_sync(metric, node, "p2p_peer_events_dropped_total") > 0:
+            return
+
+        async def visit() -> None:
+            async with open_host(Ed25519PrivateKey.generate(), P2PConfig()) as host:
+                await host.connect(node.listen_addrs[0])
+                await trio.sleep(0.3)
+        async with trio.open_nursery() as nursery:
+            for _ in range(BURST_HOSTS):
+                nursery.start_soon(visit)
+
+
+def test_connection_notices_beyond_the_queue_are_dropped_and_counted(tmp_path: Path) -> None:
+    # A queue of one notice per watching service: a burst of connections overflows it.
+    node = start_node(tmp_path, "a", env={"SYNCNODE_P2P_PEER_EVENT_QUEUE": "1"})
+    try:
+        assert metric(node, "p2p_peer_events_dropped_total") == 0
+        trio.run(_connection_bursts, node, 10)
+        assert metric(node, "p2p_peer_events_dropped_total") > 0
+        assert node.status()["peer_id"] == node.peer_id  # dropped notices, a node still serving
+    finally:
+        assert node.terminate() == 0, node.log_tail()
