@@ -237,6 +237,8 @@ DRIVEN: dict[str, str] = {
         "tests/node/test_blocks_app.py::test_conflicting_batch_first_fails_cleanly",
     "blocks_rejected_total":
         "tests/node/test_blocks_app.py::test_a_reorg_from_a_non_producer_moves_nobody",
+    "blocks_excess_producers": "tests/node/test_hostile_events.py::"
+        "test_a_sub_batch_from_more_producers_than_held_is_counted_then_completed",
     "p2p_peer_events_dropped_total": "tests/node/test_metrics_peers.py::"
         "test_connection_notices_beyond_the_queue_are_dropped_and_counted",
     "db_tombstones_compacted_total": "tests/node/test_db_schemas.py::"
@@ -273,8 +275,4 @@ DRIVEN: dict[str, str] = {
 
 # Served, and no test makes them move yet (each is a known gap, with why): this list may only
 # shrink.
-NOT_YET_DRIVEN: dict[str, str] = {
-    "blocks_excess_producers": "sub batches from more producers than a sub batch holds layouts "
-                               "for (counted in tests/sync/cardinal/test_consumer.py, not yet "
-                               "on a node)",
-}
+NOT_YET_DRIVEN: dict[str, str] = {}
