@@ -12,13 +12,18 @@ from sync.sds import SdsConfig
 
 __all__ = ["check_combined_keys", "recon_config", "sds_config"]
 
-# What a failed SdsConfig check asks of the node's keys (the ones a user meets in practice).
+# A failed SdsConfig check -> the node key to name and what it asks (SdsConfig's own field
+# names differ for some keys, and sync_history_size is fixed at 16 by the node).
 _SDS_HINTS = {
-    "delivered_window": "must be >= sds.bloom_capacity (and >= 64)",
-    "max_waiting_per_sender": "must be <= sds.max_waiting",
-    "max_waiting_bytes_per_sender": "must be <= sds.max_waiting_bytes and >= 2 MiB",
-    "max_waiting_bytes": "must be >= 2 MiB (two messages of the largest size)",
-    "max_missing_per_sender": "must be <= sds.max_missing",
+    "sync_history_size": ("causal_history_size", "must be <= 16 (the ids a sync message names)"),
+    "t_max": ("repair_t_max_s", "must be > sds.repair_t_min_s"),
+    "delivered_window": ("delivered_window", "must be >= sds.bloom_capacity (and >= 64)"),
+    "max_waiting_per_sender": ("max_waiting_per_sender", "must be <= sds.max_waiting"),
+    "max_waiting_bytes_per_sender": ("max_waiting_bytes_per_sender",
+                                     "must be <= sds.max_waiting_bytes and >= 2 MiB"),
+    "max_waiting_bytes": ("max_waiting_bytes",
+                          "must be >= 2 MiB (two messages of the largest size)"),
+    "max_missing_per_sender": ("max_missing_per_sender", "must be <= sds.max_missing"),
 }
 
 
@@ -27,9 +32,9 @@ def sds_config(config: Config) -> SdsConfig:
     try:
         return _sds_config(s)
     except LocalProtocolError as exc:  # a combination of keys SDS cannot work with
-        name = str(exc).rsplit(".", 1)[-1]
-        hint = _SDS_HINTS.get(name, "inconsistent with the other sds keys")
-        raise ConfigError(f"sds.{name}", f"{hint} (docs/security.md)") from None
+        field = str(exc).rsplit(".", 1)[-1]
+        key, hint = _SDS_HINTS.get(field, (field, "inconsistent with the other sds keys"))
+        raise ConfigError(f"sds.{key}", f"{hint} (docs/security.md)") from None
 
 
 def recon_config(config: Config) -> ReconConfig:

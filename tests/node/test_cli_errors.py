@@ -65,6 +65,9 @@ CONFIGS = [
      "sds.delivered_window: must be >= sds.bloom_capacity"),
     ("[sds]\nmax_waiting = 10\nmax_waiting_per_sender = 20\n",
      "sds.max_waiting_per_sender: must be <= sds.max_waiting"),
+    ("[sds]\ncausal_history_size = 100\n", "sds.causal_history_size: must be <= 16"),
+    ("[sds]\nrepair_t_min_s = 60.0\nrepair_t_max_s = 60.0\n",
+     "sds.repair_t_max_s: must be > sds.repair_t_min_s"),
     ("[recon]\nfanout = 1000\n", "recon.fanout: must be within 2..256"),
 ]
 
