@@ -98,7 +98,7 @@ class CraftedPeer:
             for _ in range(2 if self.mode == "extra" else 1):
                 await stream.send(wire)
         await stream.send(b"")
-        await stream.aclose()
+        await stream.close()
 
 
 def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
@@ -257,6 +257,8 @@ async def _drive(a: NodeProcess, seed: str) -> None:
         async def long_sender() -> None:
             await host.publish(topic_of(1, "wk"), waku.send(b"from a long name", time.time()))
         await step("events_rejected_total", long_sender)
+        await _until(lambda: 'reason="sender id longer than 128 characters"' in a.get("/metrics"),
+                     "the long sender's rejection was not counted with its reason")
 
         # A database that refuses the insert (a trigger stands for a full disk or a broken
         # database): the delivered event is not stored, its delivery undone and counted.
