@@ -107,7 +107,8 @@ async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
 
 class SchemaSeeder:
     """Declares the tables of ``db.tables`` that the log does not have yet, once the node has
-    applied what its log held at start (a pinned table only if this node is its owner)."""
+    applied what its log held at start (a pinned table only if this node is its owner);
+    backdated to Lamport 0 when the log already holds writes to the table."""
 
     def __init__(self, db: DbApplication, runtime: Any) -> None:
         self.db = db
@@ -125,8 +126,16 @@ class SchemaSeeder:
             if name in db.book or pins.get(name, node.peer_id) != node.peer_id or (
                     db.section.declarers and node.peer_id not in db.section.declarers):
                 continue
+            # A log with writes to a table nobody declared comes from before schemas were on
+            # the log (an upgraded database): the seed is backdated to Lamport 0 so that those
+            # writes count again, judged by this config as they were (docs/crdt.md, Upgrading).
+            legacy = await node.store.read(db.log_has_writes, name)
+            if legacy:
+                log.info("table has writes from before schemas were on the log; declaring it "
+                         "since Lamport 0, then re-deriving it from the log",
+                         extra={"table": name})
             declaration = SchemaDeclaration(name, schema.columns, schema.writers,
-                                            sender=node.peer_id)
+                                            sender=node.peer_id, backdated=legacy)
             try:
                 await _publish_and_wait(db, node, declaration.encoded)
             except Exception:  # the node keeps running; the table can be declared by hand
