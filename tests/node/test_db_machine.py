@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from hypothesis import settings
@@ -73,7 +74,7 @@ def table_of(record: EventRecord) -> str | None:
 
 
 class SqlInterleavings(RuleBasedStateMachine):
-    engines: list[Engine] = []
+    engines: ClassVar[list[Engine]] = []  # set by the test, per backend
 
     @initialize(pool=st.lists(declarations(), max_size=4).flatmap(
         lambda ds: st.lists(operations(), min_size=3, max_size=20).map(
