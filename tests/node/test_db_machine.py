@@ -1,4 +1,4 @@
-"""A hypothesis state machine over three SQL replicas (``node.db_app`` on SQLite, and on
+"""A hypothesis state machine over three SQL replicas (``node.apps.db_app`` on SQLite, and on
 PostgreSQL with SYNCNODE_TEST_PG): each receives the same schema versions, writes and deletes
 in its own interleaving, with duplicates and random batch sizes, under the bounds (two
 versions, two tables) and tombstone compaction. Once everything is delivered all three hold
