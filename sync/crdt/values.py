@@ -84,4 +84,15 @@ def value_problem(value: object) -> str | None:
 
 def value_text(value: Value) -> str:
     """The canonical text of a value: compact JSON, e.g. ``"abc"``, ``12``, ``1.5``, ``true``."""
+    # What json.dumps writes for these, without its per-call set-up (this runs for every cell
+    # written): ints and finite floats by their repr, the three constants by name.
+    kind = type(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        return float.__repr__(value)
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
