@@ -17,11 +17,20 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from sqlalchemy import Engine, make_url, text
 
 from node.config import DbSection
-from storage import EventRecord, append_events, make_engine, upgrade
+from storage import EventRecord, append_events, make_engine
 from sync.crdt import decode_content
 from sync.errors import RemoteProtocolError
 from sync.sds import decode_event
-from tests.node.db_helpers import CAROL, DECLARED, RECEIVED_AT, SCHEMAS, Replica, memory_of, wipe
+from tests.node.db_helpers import (
+    CAROL,
+    DECLARED,
+    RECEIVED_AT,
+    SCHEMAS,
+    Replica,
+    memory_of,
+    upgraded,
+    wipe,
+)
 from tests.node.test_db_app import declarations, operations
 from tests.storage.conftest import BACKENDS, PG_URL
 
@@ -52,12 +61,8 @@ def machine_engines(request: pytest.FixtureRequest,
                 conn.execute(text(f"CREATE SCHEMA machine_{i}"))
         urls = [make_url(PG_URL).update_query_dict({"options": f"-csearch_path=machine_{i}"})
                 .render_as_string(hide_password=False) for i in range(3)]
-    engines = [make_engine(url) for url in urls]
-    for eng in engines:
-        upgrade(eng)
-    yield engines
-    for eng in engines:
-        eng.dispose()
+    with upgraded(urls) as engines:
+        yield engines
     if admin is not None:
         with admin.begin() as conn:
             for i in range(3):
