@@ -55,7 +55,7 @@ from sync.crdt import (
 from sync.errors import RemoteProtocolError
 from sync.sds import sds_pb2
 
-__all__ = ["APP_NAME", "METRICS", "DbApplication", "book_of", "channel_max_seq"]
+__all__ = ["APP_NAME", "LEGACY_KEY", "METRICS", "DbApplication", "book_of", "channel_max_seq"]
 
 log = logging.getLogger("syncnode.db")
 
@@ -70,6 +70,8 @@ COMPACT_CHUNK = 5000
 # A long re-derivation (an upgraded database, a big table) logs its progress this often.
 PROGRESS_EVERY_S = 5.0
 _HIGH_KEY = f"app/{APP_NAME}/high"
+# Set by migration 0004 on a database that had events: the last seq stored before it.
+LEGACY_KEY = f"app/{APP_NAME}/legacy_seq"
 
 # name -> help, all counters; labelled ones carry a ``reason`` or an ``outcome``.
 METRICS = {
@@ -339,9 +341,13 @@ class DbApplication:
         return [d for _, chunk in self._log_of(conn, table, end) for d in chunk
                 if isinstance(d, SchemaDeclaration)]
 
-    def log_has_writes(self, conn: Connection, table: str) -> bool:
-        """Whether the db log holds any write (accepted or not) to ``table``."""
-        end = channel_max_seq(conn, self.section.channel)
+    def has_legacy_writes(self, conn: Connection, table: str) -> bool:
+        """Whether the log holds writes to ``table`` stored before schemas were on the log
+        (up to the seq migration 0004 kept, ``LEGACY_KEY``)."""
+        raw = get_state(conn, LEGACY_KEY)
+        if raw is None:
+            return False
+        end = min(int(raw), channel_max_seq(conn, self.section.channel))
         return any(isinstance(item, CrdtMessage)
                    for _, chunk in self._log_of(conn, table, end) for item in chunk)
 

@@ -108,7 +108,8 @@ async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
 class SchemaSeeder:
     """Declares the tables of ``db.tables`` that the log does not have yet, once the node has
     applied what its log held at start (a pinned table only if this node is its owner);
-    backdated to Lamport 0 when the log already holds writes to the table."""
+    backdated to Lamport 0 when the log holds writes to the table from before schemas were on
+    the log (migration 0004 keeps where those end)."""
 
     def __init__(self, db: DbApplication, runtime: Any) -> None:
         self.db = db
@@ -126,10 +127,10 @@ class SchemaSeeder:
             if name in db.book or pins.get(name, node.peer_id) != node.peer_id or (
                     db.section.declarers and node.peer_id not in db.section.declarers):
                 continue
-            # A log with writes to a table nobody declared comes from before schemas were on
-            # the log (an upgraded database): the seed is backdated to Lamport 0 so that those
-            # writes count again, judged by this config as they were (docs/crdt.md, Upgrading).
-            legacy = await node.store.read(db.log_has_writes, name)
+            # Writes to it stored before schemas were on the log (an upgraded database): the
+            # seed is backdated to Lamport 0 so that they count again, judged by this config
+            # as they were (docs/crdt.md, Upgrading).
+            legacy = await node.store.read(db.has_legacy_writes, name)
             if legacy:
                 log.info("table has writes from before schemas were on the log; declaring it "
                          "since Lamport 0, then re-deriving it from the log",

@@ -12,10 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine
 
+from node.apps.db_app import DbApplication
+from storage import append_events, make_engine, upgrade
 from tests.conftest import ROOT
 from tests.node.cluster import wait_for
+from tests.node.db_helpers import ALICE, RECEIVED_AT, SECTION, db_url, engine
 from tests.node.procs import NodeProcess
+
+__all__ = ["db_url", "engine"]  # the fixtures
 
 FIXTURE = ROOT / "tests" / "fixtures" / "pre0004"
 
@@ -74,3 +80,33 @@ def test_an_upgraded_node_serves_the_rows_it_served_before(tmp_path: Path) -> No
         assert node.terminate() == 0
     finally:
         node.kill()
+
+
+def test_only_writes_stored_before_the_upgrade_make_a_backdated_seed(db_url: str) -> None:
+    """Migration 0004 keeps where the old writes end: writes to a table stored after it (a
+    restarted node that has synced writes but not yet their table's declaration) never make
+    the node backdate its seed, which would take the table over."""
+    engine: Engine = make_engine(db_url)
+    try:
+        upgrade(engine, "0003")
+        old = ALICE.write("upsert", "artists", "a", 5, name="Ana")
+        with engine.begin() as conn:
+            append_events(conn, [old], RECEIVED_AT)
+        upgrade(engine)
+        new = [ALICE.write("upsert", "private", "p", 6, note="x"),
+               ALICE.write("upsert", "artists", "b", 7, name="Bo")]
+        with engine.begin() as conn:
+            append_events(conn, new, RECEIVED_AT)
+        app = DbApplication(SECTION)
+        with engine.connect() as conn:
+            assert app.has_legacy_writes(conn, "artists")
+            assert not app.has_legacy_writes(conn, "private")
+    finally:
+        engine.dispose()
+
+
+def test_a_database_that_starts_after_the_upgrade_has_no_old_writes(engine: Engine) -> None:
+    with engine.begin() as conn:
+        append_events(conn, [ALICE.write("upsert", "artists", "a", 5, name="Ana")], RECEIVED_AT)
+    with engine.connect() as conn:
+        assert not DbApplication(SECTION).has_legacy_writes(conn, "artists")
