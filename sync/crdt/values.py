@@ -82,6 +82,9 @@ def value_problem(value: object) -> str | None:
     return f"unsupported value type {type(value).__name__}"
 
 
+_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def value_text(value: Value) -> str:
     """The canonical text of a value: compact JSON, e.g. ``"abc"``, ``12``, ``1.5``, ``true``."""
     # What json.dumps writes for these, without its per-call set-up (this runs for every cell
@@ -95,4 +98,4 @@ def value_text(value: Value) -> str:
         return "null"
     if kind is float and math.isfinite(value):  # type: ignore[arg-type]
         return float.__repr__(value)
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return _TEXT.encode(value)
