@@ -68,7 +68,11 @@ class AppRunner:
     async def run(self) -> None:
         raw = await self.store.read(get_state, _cursor_key(self.app.name))
         self.cursor = int(raw.decode()) if raw else 0
-        await self.store.read(self.app.restore, self.cursor)
+        try:
+            await self.store.read(self.app.restore, self.cursor)
+        except Exception:  # the node keeps running; the db application retries with a batch
+            self.metrics.inc("app_errors_total", app=self.app.name)
+            log.exception("application state not restored", extra=kv(app=self.app.name))
         while True:
             signal = self.commit_signal()
             while await self.step():
