@@ -40,8 +40,8 @@ from sync.cardinal import (
     payload_to_json,
 )
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import read_varint, varint
 from sync.sds import sds_pb2
+from sync.varint import read_uvarint, uvarint
 
 __all__ = [
     "APP_NAME",
@@ -84,8 +84,8 @@ def encode_envelope(key: bytes, value: bytes, reorg_channel: str | None = None) 
         name = reorg_channel.encode("utf-8")
         if not 0 < len(name) <= MAX_REORG_CHANNEL:
             raise ValueError("reorg channel name must be 1..256 bytes")
-        head = bytes([ENVELOPE_REORG]) + varint(len(name)) + name
-    return head + varint(len(key)) + key + value
+        head = bytes([ENVELOPE_REORG]) + uvarint(len(name)) + name
+    return head + uvarint(len(key)) + key + value
 
 
 def decode_envelope(content: bytes, max_key: int = DEFAULT_LIMITS.max_key) -> Envelope:
@@ -95,7 +95,7 @@ def decode_envelope(content: bytes, max_key: int = DEFAULT_LIMITS.max_key) -> En
     kind, pos = content[0], 1
     channel = None
     if kind == ENVELOPE_REORG:
-        size, pos = read_varint(content, pos)
+        size, pos = read_uvarint(content, pos)
         if not 0 < size <= MAX_REORG_CHANNEL or pos + size > len(content):
             raise RemoteProtocolError("blocks envelope: bad reorg channel length")
         try:
@@ -105,7 +105,7 @@ def decode_envelope(content: bytes, max_key: int = DEFAULT_LIMITS.max_key) -> En
         pos += size
     elif kind != ENVELOPE_MESSAGE:
         raise RemoteProtocolError(f"blocks envelope: unknown kind {kind}")
-    size, pos = read_varint(content, pos)
+    size, pos = read_uvarint(content, pos)
     if size > max_key or pos + size > len(content):
         raise RemoteProtocolError("blocks envelope: bad key length")
     return Envelope(content[pos : pos + size], content[pos + size :], channel)

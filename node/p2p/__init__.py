@@ -24,7 +24,6 @@ from node.p2p.frames import (
     PeerRefusedError,
     StreamClosedError,
     StreamOpenError,
-    decode_uvarint_prefix,
     encode_frame,
 )
 from node.p2p.host import (
@@ -94,7 +93,6 @@ __all__ = [
     "check_libp2p_version",
     "close_host",
     "connection_direction",
-    "decode_uvarint_prefix",
     "encode_frame",
     "key_pair_from",
     "load_identity",

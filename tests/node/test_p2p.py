@@ -12,10 +12,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from node.p2p.frames import decode_uvarint_prefix, encode_frame
+from node.p2p.frames import encode_frame
 from node.p2p.host import (
     BanList,
     DialError,
@@ -61,43 +59,6 @@ async def _wait_for(predicate: object, timeout: float = 10.0) -> None:
     with trio.fail_after(timeout):
         while not predicate():  # type: ignore[operator]
             await trio.sleep(0.02)
-
-
-# -- framing codec (pure) -----------------------------------------------------------------
-
-
-@settings(deadline=None, max_examples=200)
-@given(st.binary(max_size=300), st.integers(min_value=300, max_value=10 * MIB))
-def test_frame_prefix_roundtrip(payload: bytes, limit: int) -> None:
-    frame = encode_frame(payload)
-    parsed = decode_uvarint_prefix(frame, limit)
-    assert parsed is not None
-    length, prefix_len = parsed
-    assert frame[prefix_len : prefix_len + length] == payload
-    assert prefix_len + length == len(frame)
-    # Any strict prefix of the length prefix is "need more bytes", never an error.
-    for cut in range(prefix_len):
-        assert decode_uvarint_prefix(frame[:cut], limit) is None
-
-
-@pytest.mark.parametrize(
-    ("raw", "reason"),
-    [
-        (encode_frame(b"x" * 11)[:1], "longer than"),  # 11 > limit 10
-        (bytes([0x80, 0x00]), "non-minimal"),
-        (bytes([0xFF] * 10), "longer than"),
-    ],
-)
-def test_bad_prefixes_raise_frame_error(raw: bytes, reason: str) -> None:
-    with pytest.raises(FrameError, match=reason) as info:
-        decode_uvarint_prefix(raw, 10, peer="12D3KooWpeer")
-    assert isinstance(info.value, RemoteProtocolError)
-    assert info.value.peer == "12D3KooWpeer"
-
-
-def test_overlong_varint_is_garbage_even_under_huge_limit() -> None:
-    with pytest.raises(FrameError, match="not a valid uvarint"):
-        decode_uvarint_prefix(bytes([0x80] * 10 + [0x01]), 2**80)
 
 
 def test_config_validation_names_the_key() -> None:
