@@ -23,9 +23,6 @@ from node.replication.fetch import (
     MAX_IDS,
     Fetcher,
 )
-from node.replication.linger import (
-    Linger,
-)
 from node.replication.peers import (
     KnownPeer,
     PeerManager,
@@ -50,7 +47,6 @@ __all__ = [
     "DhtDiscovery",
     "Fetcher",
     "KnownPeer",
-    "Linger",
     "PeerManager",
     "ReconService",
     "SessionStats",

@@ -23,7 +23,6 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import P2PError, P2PHost
 from node.replication.events import record_of_delivered, record_of_event
-from node.replication.linger import Linger
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_newest
 from sync.errors import RemoteProtocolError
@@ -37,6 +36,7 @@ from sync.gossip import (
     pack_batch,
     penalty_of,
 )
+from sync.linger import Linger
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
