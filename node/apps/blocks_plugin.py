@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from node.api.app import ApiError, ApiRoute, RouteDoc, follow_stream, int_param, read_json
 from node.api.openapi import INT64_MAX, Param, arr, obj
-from node.apps.blocks_app import APP_NAME, BlocksApplication, encode_envelope, router_of
+from node.apps.blocks_app import APP_NAME, BlocksApplication, router_of
 from node.apps.runner import LogApplication
 from node.config import Config
 from storage.blocks import (
@@ -37,6 +37,7 @@ from sync.cardinal import (
     BlockPayload,
     Producer,
     RoutedMessage,
+    encode_envelope,
     payload_from_json,
 )
 from sync.errors import LocalProtocolError, RemoteProtocolError
