@@ -20,7 +20,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from node.replication.events import record_of_event
 from storage import (
     EventRecord,
     append_events,
@@ -54,6 +53,7 @@ from sync.snapshot_manifest import (
     leaf_entries,
     object_path,
 )
+from sync.stored_event import record_of_event
 
 __all__ = ["BootstrapError", "BootstrapResult", "PullResult", "bootstrap", "pull",
            "verify_snapshot"]

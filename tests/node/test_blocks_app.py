@@ -24,7 +24,6 @@ from node.apps.blocks_plugin import BlocksPlugin
 from node.apps.runner import AppRunner
 from node.config import BlocksSection, Config, ConfigError, load_config
 from node.metrics import Metrics
-from node.replication.events import record_of_delivered
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, put_state, upgrade
 from storage.blocks import block_at, block_by_hash, get_head, read_changes
@@ -40,6 +39,7 @@ from sync.cardinal import (
 )
 from sync.identity import peer_id_of
 from sync.sds import Delivered, SdsChannel
+from sync.stored_event import record_of_delivered
 from tests.storage.conftest import BACKENDS, fresh_url
 
 
