@@ -12,7 +12,7 @@ error types still count it against that peer.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 
 import trio
@@ -209,27 +209,22 @@ class FramedStream:
 
     async def close(self) -> None:
         """Half-close our side and release the stream; idempotent, never raises."""
-        if self._closed:
-            return
-        self._closed = True
-        with trio.move_on_after(_CLOSE_GRACE_S) as scope:
-            scope.shield = True
-            try:
-                await self._stream.close()
-            except Exception:  # a stream already reset or broken is what we wanted anyway
-                logger.debug("close of stream to %s failed", self.peer_id, exc_info=True)
+        await self._release(self._stream.close, "close")
 
     async def reset(self) -> None:
         """Abort the stream in both directions; idempotent, never raises."""
+        await self._release(self._stream.reset, "reset")
+
+    async def _release(self, how: Callable[[], Awaitable[None]], what: str) -> None:
         if self._closed:
             return
         self._closed = True
         with trio.move_on_after(_CLOSE_GRACE_S) as scope:
             scope.shield = True
             try:
-                await self._stream.reset()
-            except Exception:
-                logger.debug("reset of stream to %s failed", self.peer_id, exc_info=True)
+                await how()
+            except Exception:  # a stream already reset or broken is what we wanted anyway
+                logger.debug("%s of stream to %s failed", what, self.peer_id, exc_info=True)
 
     @property
     def closed(self) -> bool:
