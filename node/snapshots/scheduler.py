@@ -19,16 +19,21 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
 from storage import AppendResult, EventRecord
 
+if TYPE_CHECKING:
+    from node.config import Config
+
 __all__ = [
     "JobCommand",
+    "JobProgress",
+    "RunState",
     "SnapshotJobConfig",
     "SnapshotScheduler",
     "job_commands",
@@ -86,6 +91,38 @@ def _now() -> float:
     return time.time()
 
 
+@dataclass
+class RunState:
+    """What the scheduler is doing and has done (``status()`` reports it)."""
+
+    state: str = "idle"  # "idle" or "running"
+    runs: int = 0
+    failures: int = 0
+    reason: str | None = None  # why the current or last run started; None before the first
+    started_at: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        # Before the first run there is no reason nor start time to report.
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """The running job's last ``SYNCNODE_PROGRESS`` line."""
+
+    job: str
+    phase: str
+    done: int = 0
+    total: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return round(self.done / self.total, 4) if self.total > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fraction": self.fraction}
+
+
 class SnapshotScheduler:
     """``async run()`` in the daemon's nursery; ``trigger()``/``status()`` for the API."""
 
@@ -109,8 +146,8 @@ class SnapshotScheduler:
         self._pending: str | None = None
         self._new_events = 0
         self._running = False
-        self._state: dict[str, Any] = {"state": "idle", "runs": 0, "failures": 0}
-        self._progress: dict[str, Any] | None = None
+        self._state = RunState()
+        self._progress: JobProgress | None = None
         self._last: dict[str, Any] | None = None
         self._finished = trio.Event()
 
@@ -132,9 +169,9 @@ class SnapshotScheduler:
 
     def status(self) -> dict[str, Any]:
         return {
-            **self._state,
+            **self._state.as_dict(),
             "running": self._running,
-            "progress": self._progress,
+            "progress": self._progress.as_dict() if self._progress else None,
             "last": self._last,
             "new_events": self._new_events,
             "interval_s": self.interval_s,
@@ -171,7 +208,7 @@ class SnapshotScheduler:
         self._running = True
         self._new_events = 0
         started = self._clock()
-        self._state.update(state="running", reason=reason, started_at=started)
+        self._state.state, self._state.reason, self._state.started_at = "running", reason, started
         results: list[dict[str, Any]] = []
         ok = True
         try:
@@ -184,10 +221,10 @@ class SnapshotScheduler:
         finally:
             self._running = False
             self._progress = None
-            self._state["runs"] += 1
+            self._state.runs += 1
             if not ok:
-                self._state["failures"] += 1
-            self._state["state"] = "idle"
+                self._state.failures += 1
+            self._state.state = "idle"
             self._last = {"ok": ok, "reason": reason, "started_at": started,
                           "finished_at": self._clock(),
                           "seconds": round(self._clock() - started, 3), "jobs": results}
@@ -199,8 +236,7 @@ class SnapshotScheduler:
             log.warning("snapshot job failed: %s", results[-1] if results else "?")
 
     async def _run_job(self, job: JobCommand) -> dict[str, Any]:
-        self._progress = {"job": job.name, "phase": job.name, "done": 0, "total": 0,
-                          "fraction": 0.0}
+        self._progress = JobProgress(job.name, job.name)
         result: dict[str, Any] | None = None
         stderr_tail: deque[str] = deque(maxlen=_STDERR_LINES)
         started = time.monotonic()
@@ -257,8 +293,7 @@ class SnapshotScheduler:
             phase = str(data["phase"])
         except (ValueError, KeyError, TypeError):
             return
-        self._progress = {"job": job, "phase": phase, "done": done, "total": total,
-                          "fraction": round(done / total, 4) if total > 0 else 0.0}
+        self._progress = JobProgress(job, phase, done, total)
 
     @staticmethod
     async def _read_lines(stream: Any, sink: Callable[[str], None]) -> None:
@@ -276,18 +311,12 @@ class SnapshotScheduler:
             sink(buf.decode("utf-8", "replace"))
 
 
-def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
-    """The scheduler a node's ``[spark]`` config asks for, or None (section absent or disabled).
-
-    Expects ``config.spark`` with ``enabled, master, partitions, snapshot_dir,
-    snapshot_interval_s, snapshot_every_events, period_ms, settle_ms, rehash, job_timeout_s,
-    driver_memory, max_events_per_file``.
-    """
+def scheduler_from_config(config: Config) -> SnapshotScheduler | None:
+    """The scheduler a node's ``[spark]`` config asks for, or None when it is disabled."""
     from node.services import channel_profiles  # services imports this module
 
-    config = runtime.config
-    spark = getattr(config, "spark", None)
-    if spark is None or not spark.enabled:
+    spark = config.spark
+    if not spark.enabled:
         return None
     snapshot_dir = spark.snapshot_dir or str(config.data_path / "snapshots")
     cfg = SnapshotJobConfig(

@@ -193,12 +193,12 @@ def test_scheduler_from_config(tmp_path: Path) -> None:
     from node.snapshots.scheduler import scheduler_from_config
 
     disabled = load_config(overrides={"node.data_dir": str(tmp_path), "spark.enabled": False})
-    assert scheduler_from_config(SimpleNamespace(config=disabled)) is None
+    assert scheduler_from_config(disabled) is None
     config = load_config(overrides={
         "node.data_dir": str(tmp_path), "spark.master": "local[2]",
         "spark.snapshot_interval_s": 3600.0, "spark.snapshot_every_events": 10_000,
     })
-    scheduler = scheduler_from_config(SimpleNamespace(config=config))
+    scheduler = scheduler_from_config(config)
     assert scheduler is not None
     assert scheduler.interval_s == 3600.0 and scheduler.every_events == 10_000
     (job,) = scheduler.jobs
