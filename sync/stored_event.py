@@ -26,6 +26,9 @@ class EventRecord:
     sender: str
     lamport: int
     wire: bytes
+    #: The Sha256a lanes of ``recon_key`` when the caller has them already (the ingest
+    #: workers compute them outside the daemon); computed on insert otherwise.
+    lanes: tuple[int, ...] | None = None
 
 
 def record_of(network_id: int, channel: str, sender: str, lamport: int, message_id: str,
