@@ -26,16 +26,20 @@ from node.p2p.frames import (
     StreamOpenError,
     encode_frame,
 )
+from node.p2p.gossip import (
+    GossipTopics,
+)
 from node.p2p.host import (
     P2PHost,
-    StreamHandler,
-    open_host,
 )
 from node.p2p.identity import (
     KEY_FILE,
     IdentityError,
     load_identity,
     load_or_create_identity,
+)
+from node.p2p.run import (
+    open_host,
 )
 from node.p2p.setup import (
     SUPPORTED_LIBP2P_VERSION,
@@ -53,6 +57,10 @@ from node.p2p.setup import (
 from node.p2p.standing import (
     PeerStanding,
     score_config,
+)
+from node.p2p.streams import (
+    StreamHandler,
+    Streams,
 )
 from node.p2p.types import (
     BanList,
@@ -75,6 +83,7 @@ __all__ = [
     "FrameError",
     "FramedStream",
     "GossipMessage",
+    "GossipTopics",
     "IdentityError",
     "P2PConfig",
     "P2PError",
@@ -87,6 +96,7 @@ __all__ = [
     "StreamClosedError",
     "StreamHandler",
     "StreamOpenError",
+    "Streams",
     "bind_problem",
     "build_host",
     "build_pubsub",

@@ -27,8 +27,8 @@ from node.p2p.host import (
     PeerRefusedError,
     StreamClosedError,
     StreamOpenError,
-    open_host,
 )
+from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 
@@ -140,7 +140,7 @@ async def test_three_hosts_form_a_full_mesh() -> None:
 _CHILD = """
 import sys, trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from node.p2p.host import open_host
+from node.p2p.run import open_host
 
 async def main():
     key = Ed25519PrivateKey.from_private_bytes(bytes([int(sys.argv[1])]) * 32)
@@ -701,7 +701,7 @@ async def test_malformed_pubsub_rpc_drops_one_stream_not_the_host() -> None:
         queues = await _gossip_group([victim, attacker, honest], "chan")
         # Bytes that are a valid length prefix but no RPC protobuf: libp2p 0.8.1 lets the
         # DecodeError escape its reader and stop the network service; ours must not.
-        raw = await attacker._open_raw(victim.peer_id, PROTOCOL_ID_V11)
+        raw = await attacker._streams.open_raw(victim.peer_id, PROTOCOL_ID_V11)
         await raw.write(b"\x05\xff\xff\xff\xff\xff")
         await trio.sleep(1)
         await honest.publish("chan", b"still alive")
