@@ -11,28 +11,23 @@ as its result. A job that fails, cannot start or hangs past its timeout is recor
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
+from node.snapshots.job_process import JobCommand, JobProgress, run_job
 from storage import AppendResult, EventRecord
 
 if TYPE_CHECKING:
     from node.config import Config
 
 __all__ = [
-    "JobCommand",
-    "JobProgress",
     "RunState",
     "SnapshotJobConfig",
     "SnapshotScheduler",
@@ -41,14 +36,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("syncnode.snapshots")
-_STDERR_LINES = 20
-_MAX_LINE = 1 << 20
-
-
-@dataclass(frozen=True)
-class JobCommand:
-    name: str
-    argv: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -104,23 +91,6 @@ class RunState:
     def as_dict(self) -> dict[str, Any]:
         # Before the first run there is no reason nor start time to report.
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-@dataclass(frozen=True)
-class JobProgress:
-    """The running job's last ``SYNCNODE_PROGRESS`` line."""
-
-    job: str
-    phase: str
-    done: int = 0
-    total: int = 0
-
-    @property
-    def fraction(self) -> float:
-        return round(self.done / self.total, 4) if self.total > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "fraction": self.fraction}
 
 
 class SnapshotScheduler:
@@ -237,78 +207,11 @@ class SnapshotScheduler:
 
     async def _run_job(self, job: JobCommand) -> dict[str, Any]:
         self._progress = JobProgress(job.name, job.name)
-        result: dict[str, Any] | None = None
-        stderr_tail: deque[str] = deque(maxlen=_STDERR_LINES)
-        started = time.monotonic()
-        try:
-            proc = await trio.lowlevel.open_process(
-                list(job.argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
-            )
-        except OSError as exc:
-            return {"job": job.name, "ok": False, "exit_code": None,
-                    "error": f"cannot start: {exc}"}
-        timed_out = False
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_lines, proc.stderr, stderr_tail.append)
+        return await run_job(job, timeout_s=self.timeout_s, env=self.env,
+                             on_progress=self._set_progress)
 
-                def on_line(line: str) -> None:
-                    nonlocal result
-                    if line.startswith(PROGRESS_PREFIX):
-                        self._update_progress(job.name, line[len(PROGRESS_PREFIX):])
-                    elif line.startswith(RESULT_PREFIX):
-                        try:
-                            result = json.loads(line[len(RESULT_PREFIX):])
-                        except ValueError:
-                            result = {"unparsed": line[len(RESULT_PREFIX):][:1000]}
-
-                with trio.move_on_after(self.timeout_s) as scope:
-                    await self._read_lines(proc.stdout, on_line)
-                    await proc.wait()
-                timed_out = scope.cancelled_caught
-                if timed_out:
-                    proc.kill()
-                    await proc.wait()
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                with trio.CancelScope(shield=True):
-                    await proc.wait()
-        code = proc.returncode
-        outcome: dict[str, Any] = {"job": job.name, "ok": code == 0 and not timed_out,
-                                   "exit_code": code,
-                                   "seconds": round(time.monotonic() - started, 3),
-                                   "result": result}
-        if timed_out:
-            outcome["error"] = f"killed after {self.timeout_s} s"
-        elif code != 0:
-            outcome["error"] = f"exit status {code}"
-            outcome["stderr"] = list(stderr_tail)
-        return outcome
-
-    def _update_progress(self, job: str, payload: str) -> None:
-        try:
-            data = json.loads(payload)
-            done, total = int(data["done"]), int(data["total"])
-            phase = str(data["phase"])
-        except (ValueError, KeyError, TypeError):
-            return
-        self._progress = JobProgress(job, phase, done, total)
-
-    @staticmethod
-    async def _read_lines(stream: Any, sink: Callable[[str], None]) -> None:
-        if stream is None:
-            return
-        buf = b""
-        async for chunk in stream:
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                sink(line.decode("utf-8", "replace").rstrip("\r"))
-            if len(buf) > _MAX_LINE:
-                buf = b""  # an endless line is noise; drop it rather than grow
-        if buf:
-            sink(buf.decode("utf-8", "replace"))
+    def _set_progress(self, progress: JobProgress) -> None:
+        self._progress = progress
 
 
 def scheduler_from_config(config: Config) -> SnapshotScheduler | None:

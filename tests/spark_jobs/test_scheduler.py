@@ -13,8 +13,9 @@ import trio
 
 from node.api.app import ApiError
 from node.cli.snapshot import progress_bar
+from node.snapshots.job_process import JobCommand
 from node.snapshots.routes import SNAPSHOT_ROUTES
-from node.snapshots.scheduler import JobCommand, SnapshotJobConfig, SnapshotScheduler, job_commands
+from node.snapshots.scheduler import SnapshotJobConfig, SnapshotScheduler, job_commands
 from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
 from storage import AppendResult
 
