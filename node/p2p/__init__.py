@@ -38,21 +38,23 @@ from node.p2p.identity import (
     load_identity,
     load_or_create_identity,
 )
+from node.p2p.patches import (
+    SUPPORTED_LIBP2P_VERSION,
+    check_libp2p_version,
+    tame_libp2p_logging,
+)
 from node.p2p.run import (
     open_host,
 )
 from node.p2p.setup import (
-    SUPPORTED_LIBP2P_VERSION,
     ConnectionNotifee,
     build_host,
     build_pubsub,
-    check_libp2p_version,
     close_host,
     connection_direction,
     key_pair_from,
     remote_address,
     stop_auto_connector,
-    tame_libp2p_logging,
 )
 from node.p2p.standing import (
     PeerStanding,

@@ -13,15 +13,14 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from node.p2p.dht import Discovery
 from node.p2p.host import P2PHost, count_refusal
+from node.p2p.patches import check_libp2p_version, tame_libp2p_logging
 from node.p2p.setup import (
     ConnectionNotifee,
     build_host,
     build_pubsub,
-    check_libp2p_version,
     close_host,
     key_pair_from,
     stop_auto_connector,
-    tame_libp2p_logging,
 )
 from node.p2p.types import BanList, P2PConfig, P2PStats
 
