@@ -91,10 +91,10 @@ _BLOCK = obj({"hash": _HASH, "number": _COUNT, "parent": _HASH,
 @dataclass
 class BlocksBundle:
     blocks: BlocksApplication
-    runtime: Any  # NodeRuntime
+    runtime: NodeRuntime
     producer: Producer
     enabled: bool
-    routes: list[Any] = field(default_factory=list)
+    routes: list[ApiRoute] = field(default_factory=list)
     app: LogApplication = field(init=False)
 
     def __post_init__(self) -> None:
@@ -146,7 +146,7 @@ class BlocksBundle:
                                 "drop its block messages")
 
     async def _send(self, messages: list[RoutedMessage], *, reorg: str | None = None) -> None:
-        channels = self.runtime.channels
+        channels = self.runtime.require_channels()
         if reorg is not None:
             # A reorg channel must be delivered in order: one at a time, on the default channel.
             for m in messages:

@@ -130,7 +130,7 @@ async def test_routes_trigger_and_report() -> None:
         nursery.cancel_scope.cancel()
     assert status["last"]["ok"] and status["runs"] == 1
     with pytest.raises(ApiError) as err:
-        await get.handler(SimpleNamespace(), None)  # type: ignore[arg-type]
+        await get.handler(SimpleNamespace(snapshots=None), None)  # type: ignore[arg-type]
     assert err.value.status == 503
 
 
