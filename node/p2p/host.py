@@ -23,15 +23,13 @@ import logging
 import time
 from dataclasses import replace
 
-import multiaddr
 import trio
 from libp2p.abc import IHost, INetConn
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
-from node.p2p.addrs import probe, resolve_dns
+from node.p2p.addrs import dial_fresh, dial_target, probe
 from node.p2p.dht import Discovery, rendezvous_key
 from node.p2p.frames import (
     DialError,
@@ -131,17 +129,7 @@ class P2PHost:
         :raises PeerRefusedError: the peer is outside ``allowed_peers``.
         :raises DialError: bad address, unreachable, handshake failure, or ``dial_timeout``.
         """
-        try:
-            info = info_from_p2p_addr(multiaddr.Multiaddr(address))
-        except Exception as exc:
-            raise DialError(f"not a dialable /p2p multiaddr: {address!r} ({exc})") from exc
-        try:
-            with trio.fail_after(self.config.dial_timeout):
-                resolved = await resolve_dns(address)
-        except trio.TooSlowError:
-            raise DialError(f"resolving {address} timed out") from None
-        if resolved != address:
-            info = info_from_p2p_addr(multiaddr.Multiaddr(resolved))
+        info, resolved = await dial_target(address, self.config.dial_timeout)
         peer = info.peer_id.to_base58()
         if peer == self.peer_id:
             raise DialError(f"refusing to dial ourselves at {address}")
@@ -160,31 +148,11 @@ class P2PHost:
                     self.stats.dial_failures += 1
                     raise
             return peer
-        # libp2p remembers failed peers for 60 s and refuses to redial them; the daemon runs
-        # its own back-off, so an explicit connect always gets a real attempt.
-        unblock = getattr(self._host.get_network(), "unblock_peer", None)
-        if unblock is not None:
-            unblock(info.peer_id)
-        # Dial exactly the address we were given: a stale one left in the peerstore by an
-        # earlier run of that peer (it restarted on a new port) makes the whole dial fail.
-        self._host.get_peerstore().clear_addrs(info.peer_id)
         try:
-            with trio.fail_after(self.config.dial_timeout):
-                await self._host.connect(info)
-        except trio.TooSlowError as exc:
+            await dial_fresh(self._host, info, address, self.config.dial_timeout)
+        except DialError:
             self.stats.dial_failures += 1
-            raise DialError(
-                f"dial to {address} timed out after {self.config.dial_timeout}s"
-            ) from exc
-        except Exception as exc:
-            self.stats.dial_failures += 1
-            raise DialError(
-                f"dial to {address} failed: {exc} (if the peer runs a closed group, it may not "
-                "admit our peer id)"
-            ) from exc
-        if not self._host.get_network().get_connections(info.peer_id):
-            self.stats.dial_failures += 1
-            raise DialError(f"connection to {peer} closed right after it opened (refused?)")
+            raise
         return peer
 
     def ban(self, peer_id: str, seconds: float) -> None:
