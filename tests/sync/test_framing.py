@@ -127,3 +127,19 @@ def test_stream_cut_inside_a_frame_is_an_error() -> None:
     assert decoder.next_frame() is None
     with pytest.raises(FrameError, match="inside a frame"):
         decoder.end_of_stream()
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.binary(max_size=400), st.integers(min_value=1, max_value=64))
+def test_garbage_gives_frames_or_a_frame_error_and_bounded_memory(data: bytes, step: int) -> None:
+    decoder = FrameDecoder(max_frame_bytes=100, peer="p")
+    try:
+        for pos in range(0, len(data), step):
+            decoder.feed(data[pos : pos + step])
+            while (frame := decoder.next_frame()) is not None:
+                assert len(frame) <= 100
+            # Never more than one frame's prefix and payload, plus the chunk just fed.
+            assert decoder.buffered <= 9 + 100 + step
+        decoder.end_of_stream()
+    except FrameError as exc:
+        assert exc.peer == "p" and exc.reason
