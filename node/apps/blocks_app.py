@@ -102,6 +102,9 @@ class BlocksApplication:
 
     # -- LogApplication ------------------------------------------------------------------------
 
+    def restore(self, conn: Connection, cursor: int) -> None:
+        pass  # the consumer is loaded with the first batch; the API reads the tables
+
     def apply(self, conn: Connection, batch: Sequence[StoredEvent]) -> None:
         if self.consumer is None or self._uncommitted:
             self._load(conn, batch[0].seq)

@@ -38,6 +38,12 @@ class LogApplication(Protocol):
     name: str
     channels: Sequence[str]
 
+    def restore(self, conn: Connection, cursor: int) -> None:
+        """Called once at start, in a worker thread, before any batch: load what the app keeps
+        in memory from its committed state (``cursor``: the last seq applied, 0: none), so
+        that it serves its tables before anything new arrives."""
+        ...
+
     def apply(self, conn: Connection, batch: Sequence[StoredEvent]) -> None:
         """Apply events (in storage order) within the caller's transaction. Bad content must be
         rejected and counted, never raised: the log is immutable, the batch must go through."""
@@ -67,6 +73,11 @@ class AppRunner:
     async def run(self) -> None:
         raw = await self.store.read(get_state, _cursor_key(self.app.name))
         self.cursor = int(raw.decode()) if raw else 0
+        try:
+            await self.store.read(self.app.restore, self.cursor)
+        except Exception:  # the node keeps running; the db application retries with a batch
+            self.metrics.inc("app_errors_total", app=self.app.name)
+            log.exception("application state not restored", extra=kv(app=self.app.name))
         while True:
             signal = self.commit_signal()
             while await self.step():
