@@ -206,6 +206,8 @@ class P2PHost:
         self._streams.set_handler(protocol_id, handler)
 
     def remove_stream_handler(self, protocol_id: str) -> None:
+        """Stop serving ``protocol_id``: peers' new streams for it are refused in protocol
+        negotiation (streams already open run to their end)."""
         self._streams.remove_handler(protocol_id)
 
     async def open_stream(self, peer_id: str, protocol_id: str) -> FramedStream:
