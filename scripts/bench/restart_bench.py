@@ -31,10 +31,10 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from catchup_log import node_database  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from node.replication.events import record_of_event  # noqa: E402
 from storage import event_row, insert_rows  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
+from sync.stored_event import record_of_event  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "restart.json"

@@ -19,8 +19,8 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.apps.blocks_app import encode_envelope
-from node.p2p.host import P2PConfig, open_host
+from node.p2p.host import P2PConfig
+from node.p2p.run import open_host
 from node.replication.channels import topic_of
 from storage import get_state, make_engine, put_state, write_transaction
 from sync.cardinal import (
@@ -28,6 +28,7 @@ from sync.cardinal import (
     PrefixRouter,
     Producer,
     RoutedMessage,
+    encode_envelope,
     make_payload,
     make_sub_batch,
     payload_to_json,
