@@ -48,7 +48,7 @@ from storage.events import (
     wire_sizes_by_keys,
     wire_sizes_by_message_ids,
 )
-from storage.keystore import SqlKeyStore
+from storage.keystore import SqlKeySource, SqlKeyStore, open_summary_store, scan_buckets
 from storage.migrate import current_revision, head_revision, upgrade
 from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
 from storage.state import delete_state, delete_state_before, get_state, list_state, put_state
@@ -60,6 +60,7 @@ __all__ = [
     "BlockHead",
     "BlockRow",
     "EventRecord",
+    "SqlKeySource",
     "SqlKeyStore",
     "StoredEvent",
     "append_events",
@@ -92,6 +93,7 @@ __all__ = [
     "max_seq",
     "metadata",
     "node_state",
+    "open_summary_store",
     "put_head",
     "put_state",
     "range_hash",
@@ -103,6 +105,7 @@ __all__ = [
     "read_events_after",
     "record_problem",
     "redacted_url",
+    "scan_buckets",
     "set_canonical",
     "store_blocks",
     "stored_message_ids",
