@@ -202,19 +202,21 @@ class SummaryKeyStore:
         return self.source.keys(lo, hi, limit)
 
     def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
+        if rank < 0:
+            raise LocalProtocolError("key_at rank out of range")
+        mismatched = self.mismatched_reads
         target = self._below(lo)[1] + rank
-        if rank < 0 or target >= self.summary.total:
+        if target < self.summary.total:
+            bucket, within = self.summary.find(target)
+            keys, _ = self._read(bucket)
+            if within < len(keys) and lo <= keys[within] < hi:
+                return keys[within]
+        if self.mismatched_reads == mismatched:
             raise LocalProtocolError("key_at rank out of range")
-        bucket, within = self.summary.find(target)
-        keys, _ = self._read(bucket)
-        key = keys[within] if within < len(keys) else None
-        if key is not None and lo <= key < hi:
-            return key
-        if len(keys) == self.summary.counts[bucket]:
+        # A read did not match the summary (keys not accounted yet): ask the source. Far ranks
+        # get the range's first key, which serves a split as well, only less evenly; answers
+        # are exact again once those keys are accounted.
+        near = self.source.keys(lo, hi, rank + 1 if rank <= 2 * self.summary.load else 1)
+        if not near or (len(near) <= rank and rank <= 2 * self.summary.load):
             raise LocalProtocolError("key_at rank out of range")
-        # A read that did not match the summary (keys not accounted yet): any key of the range
-        # serves a split as well, only less evenly; it is exact again once they are accounted.
-        first = self.source.keys(lo, hi, 1)
-        if not first:
-            raise LocalProtocolError("key_at rank out of range")
-        return first[0]
+        return near[-1]
