@@ -92,7 +92,7 @@ class ReconService:
         max_missing_keys: int = 100_000,
         serve_batch_bytes: int = 1 << 20,
         max_sessions: int = 16,
-        keystore_limits: tuple[int, int, int] = (1024, 16384, 131_072),
+        keystore_limits: tuple[int, int, int] = (256, 32768, 131_072),
     ) -> None:
         self.host = host
         self.store = store

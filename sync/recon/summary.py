@@ -59,8 +59,8 @@ class SummaryKeyStore:
         source: KeySource,
         summary: BucketSummary | None = None,
         *,
-        load: int = 1024,
-        max_buckets: int = 16384,
+        load: int = 256,
+        max_buckets: int = 32768,
         cache_keys: int = 131_072,
     ) -> None:
         if cache_keys < 0:
@@ -197,9 +197,22 @@ class SummaryKeyStore:
         return max(0, self._below(hi)[1] - self._below(lo)[1])
 
     def keys(self, lo: bytes, hi: bytes, limit: int) -> list[bytes]:
+        """Walks the buckets through the cache: a session asks next for hashes in them."""
+        out: list[bytes] = []
         if not lo < hi or limit <= 0:
-            return []
-        return self.source.keys(lo, hi, limit)
+            return out
+        summary = self.summary
+        bucket = summary.bucket_of(lo)
+        while len(out) < limit:
+            keys, _ = self._read(bucket) if summary.counts[bucket] else ([], [])
+            i = bisect_left(keys, lo) if not out else 0
+            j = bisect_left(keys, hi, i)
+            out += keys[i : min(j, i + limit - len(out))]
+            end = summary.end_of(bucket)
+            if j < len(keys) or end is None or end >= hi:
+                break
+            bucket += 1
+        return out
 
     def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
         if rank < 0:
