@@ -29,31 +29,24 @@ query_st = st.lists(
 
 
 class ListSource:
-    """A sorted list as the key source; ``lagging`` keys are held but not yet reported."""
+    """A sorted list (the brute-force model's) as the key source."""
 
     def __init__(self) -> None:
-        self.items: list[bytes] = []
+        self.model = BruteForceStore()
         self.reads = 0
 
     def add(self, key: bytes) -> bool:
-        i = bisect.bisect_left(self.items, key)
-        if i < len(self.items) and self.items[i] == key:
-            return False
-        self.items.insert(i, key)
-        return True
+        return self.model.insert(key)
 
     def present(self, keys: Sequence[bytes]) -> set[bytes]:
-        return {k for k in keys if self._has(k)}
-
-    def _has(self, key: bytes) -> bool:
-        i = bisect.bisect_left(self.items, key)
-        return i < len(self.items) and self.items[i] == key
+        return {k for k in keys if self.model.contains(k)}
 
     def keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes]:
         self.reads += 1
-        i = bisect.bisect_left(self.items, lo)
-        j = len(self.items) if hi is None else bisect.bisect_left(self.items, hi)
-        return self.items[i : min(j, i + limit)]
+        items = self.model.items
+        i = bisect.bisect_left(items, lo)
+        j = len(items) if hi is None else bisect.bisect_left(items, hi)
+        return items[i : min(j, i + limit)]
 
 
 class CommittedFirst(ListSource):
@@ -125,7 +118,7 @@ def test_restored_summary_then_batches_of_inserts(
     store hears of them, in batches as the node's writer commits them."""
     ordered = sorted(initial)
     source = CommittedFirst()
-    source.items = list(ordered)
+    source.model.items = list(ordered)
     summary = BucketSummary.restore(buckets_of(ordered, load), load=load, max_buckets=max_buckets)
     store = SummaryKeyStore(source, summary, cache_keys=16)
     memory = MemoryKeyStore.from_sorted(ordered, load=load)
