@@ -7,21 +7,21 @@ from typing import Any
 
 import trio
 
-from node.api import ApiRoute, create_app, serve_api
-from node.api_guard import ApiGuard, HostPolicy
+from node.api.app import ApiRoute, create_app, serve_api
+from node.api.guard import ApiGuard, HostPolicy
+from node.api.health import HEALTH_ROUTES
+from node.api.node_metrics import register_node_metrics
+from node.api.routes import NODE_ROUTES
 from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
-from node.health_routes import HEALTH_ROUTES
-from node.identity import load_or_create_identity
 from node.logs import kv
-from node.node_metrics import register_node_metrics
-from node.p2p import P2PConfig, open_host
-from node.p2p_addrs import bind_problem, unbindable_listen_addr
+from node.p2p.addrs import bind_problem, unbindable_listen_addr
+from node.p2p.host import P2PConfig, open_host
+from node.p2p.identity import load_or_create_identity
 from node.repo_lock import DataDirLocked, RepoLock
-from node.routes import NODE_ROUTES
 from node.runtime import NodeInfo, NodeRuntime
 from node.services import build_services
-from node.snapshot_routes import SNAPSHOT_ROUTES
+from node.snapshots.routes import SNAPSHOT_ROUTES
 from node.store import EventStore
 from storage import make_engine, upgrade
 

@@ -9,8 +9,8 @@ import trio
 
 from node.config import Config
 from node.daemon import StartupError, serve
-from node.identity import IdentityError
-from node.p2p_frames import P2PError
+from node.p2p.frames import P2PError
+from node.p2p.identity import IdentityError
 from node.runtime import package_version
 
 __all__ = ["run_node", "startup_problem"]

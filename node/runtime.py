@@ -42,12 +42,12 @@ class NodeRuntime:
     key: Ed25519PrivateKey
     store: EventStore
     metrics: Metrics = field(default_factory=Metrics)
-    host: Any = None  # node.p2p.P2PHost once the libp2p host is up
-    channels: Any = None  # node.channels.ChannelService
-    peers: Any = None  # node.peers.PeerManager
-    recon: Any = None  # node.recon_service.ReconService
-    standing: Any = None  # node.standing.PeerStanding: scores and bans of misbehaving peers
-    snapshots: Any = None  # node.snapshots.SnapshotScheduler, when [spark] is enabled
+    host: Any = None  # node.p2p.host.P2PHost once the libp2p host is up
+    channels: Any = None  # node.replication.channels.ChannelService
+    peers: Any = None  # node.replication.peers.PeerManager
+    recon: Any = None  # node.replication.recon.ReconService
+    standing: Any = None  # node.p2p.standing.PeerStanding: scores and bans of misbehaving peers
+    snapshots: Any = None  # node.snapshots.scheduler.SnapshotScheduler, when [spark] is enabled
     api_url: str = ""
     started_at: float = field(default_factory=time.monotonic)
     version: str = field(default_factory=package_version)

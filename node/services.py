@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.api import ApiRoute
-from node.apps import AppRunner
-from node.blocks_app import router_of
-from node.channels import ChannelService
+from node.api.app import ApiRoute
+from node.apps.blocks_app import router_of
+from node.apps.plugins import PLUGINS
+from node.apps.runner import AppRunner
 from node.config import Config, ConfigError, SdsSection
-from node.discovery import DhtDiscovery
-from node.fetch import Fetcher
-from node.peers import PeerManager
-from node.plugins import PLUGINS
-from node.recon_service import ReconService
+from node.p2p.standing import PeerStanding, score_config
+from node.replication.channels import ChannelService
+from node.replication.discovery import DhtDiscovery
+from node.replication.fetch import Fetcher
+from node.replication.peers import PeerManager
+from node.replication.recon import ReconService
 from node.runtime import NodeRuntime
-from node.snapshots import scheduler_from_config
-from node.standing import PeerStanding, score_config
+from node.snapshots.scheduler import scheduler_from_config
 from sync.errors import LocalProtocolError
 from sync.gossip import GossipLimits
 from sync.recon.session import ReconConfig

@@ -97,7 +97,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_EVENTS_PER_FILE", "NODE_KEY_FILE", "check_chain", "end_period",
            "load_node_key", "main", "plan_blocks", "run", "sign_block", "signature_file"]
 
-#: The node key's file name under the data directory (``node.identity.KEY_FILE``; repeated here
+#: The node key's file name under the data directory (``node.p2p.identity.KEY_FILE``; repeated here
 #: because a job never imports the node package, a test checks the two agree).
 NODE_KEY_FILE = "identity.key"
 #: ``[spark] max_events_per_file``: a longer period is split into several record files.

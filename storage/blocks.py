@@ -1,6 +1,6 @@
 """Repository functions for block streams: completed blocks, the head and the change log.
 
-The blocks application (``node.blocks_app``) calls the writers inside the transaction that
+The blocks application (``node.apps.blocks_app``) calls the writers inside the transaction that
 advances its log cursor, so these tables always match a prefix of the event log.
 """
 

@@ -5,7 +5,7 @@ version and tombstone) and ``crdt_cells`` (one LWW register per written column, 
 canonical JSON text; updates to records not upserted yet are invisible registers too). Together
 they store exactly the ``EntityState`` of every entity; a visible row is an alive entity with
 its cells, less those written before their column's epoch. ``crdt_schemas`` keeps the schema
-declarations that count. The database application (``node.db_app``) loads the states a batch
+declarations that count. The database application (``node.apps.db_app``) loads the states a batch
 touches, runs the pure rules on them and writes the difference back with ``write_states``, all
 in the transaction that advances its log cursor.
 """

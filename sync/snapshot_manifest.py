@@ -15,8 +15,8 @@ Sha256a lane are zero, so the expected fanout is 32 and adding keys changes only
 their paths; an incremental rebuild rewrites a few nodes and reuses the others by name.
 
 This module only encodes, decodes and checks bytes: the snapshot job (``spark_jobs.manifest``
-writes and reads the files) and the node's bootstrap / pull (``node.bootstrap``) both use it, so
-neither depends on the other.
+writes and reads the files) and the node's bootstrap / pull (``node.snapshots.bootstrap``) both
+use it, so neither depends on the other.
 """
 
 from __future__ import annotations

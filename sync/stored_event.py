@@ -1,6 +1,6 @@
 """The stored form of a signed SDS event: the columns a node keeps, with its Recon key (sans-IO).
 
-The node's write path (``node.events.record_of_event``) and the test-log generator of the Spark
+The node's write path (``node.replication.record_of_event``) and the test-log generator of the Spark
 jobs (``spark_jobs.testlog``) both turn a ``SignedEvent`` into these fields; keeping the rule
 here lets the jobs build logs without importing the node.
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 
-from node.events import record_of_delivered
+from node.replication.events import record_of_delivered
 from storage import EventRecord, append_events, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import Delivered, SdsChannel

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from catchup_log import build_log
 
-from node.events import record_of_event
+from node.replication.events import record_of_event
 from storage import (
     LANE_COLUMNS,
     EventRecord,

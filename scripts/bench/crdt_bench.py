@@ -33,11 +33,11 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, delete
 
-from node.apps import AppRunner
+from node.apps.db_app import DbApplication
+from node.apps.runner import AppRunner
 from node.config import DbSection
-from node.db_app import DbApplication
-from node.events import record_of_event
 from node.metrics import Metrics
+from node.replication.events import record_of_event
 from node.store import EventStore
 from storage import EventRecord, append_events, make_engine, node_state, upgrade
 from storage.schema import crdt_cells, crdt_entities, crdt_schemas

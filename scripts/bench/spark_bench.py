@@ -20,7 +20,7 @@ run: ~40 min to generate on 2 busy cores), then measures:
   manifests) and ``snapshot_ratio`` = job / plain;
 - ``snapshot_events_10m_s``: seconds of the job on --scale-events (10,000,000) events, on
   local[2] and (``context.scale``) on a standalone master with two 1-core workers on 127.0.0.1;
-  ``bootstrap_events_per_s``: ``node.bootstrap`` of a fresh SQLite node from the snapshot
+  ``bootstrap_events_per_s``: ``node.snapshots.bootstrap`` of a fresh SQLite node from the snapshot
   (verification of every file and signature included);
 - ``rehash_seconds`` and ``rehash_seconds_5x``: the rehash on the log and on a log five times
   larger (without --quick; generating 5,000,000 signed events the first time takes 15-30 min
@@ -142,7 +142,7 @@ def snapshot_job(url: str, out: Path, key_file: Path, master: str, partitions: i
 
 
 def timed_bootstrap(snap: Path, tmp: Path) -> tuple[int, float]:
-    from node.bootstrap import bootstrap
+    from node.snapshots.bootstrap import bootstrap
     from storage import upgrade
 
     url = f"sqlite:///{tmp / 'fresh.db'}"

@@ -1,5 +1,5 @@
 """Shared helpers of the replicated database tests: signing writers, SQL replicas that store
-events in the log and apply them with ``node.db_app``, and the reference replica fed alike."""
+events in the log and apply them with ``node.apps.db_app``, and the reference replica fed alike."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, delete
 
+from node.apps.db_app import DbApplication
 from node.config import DbSection
-from node.db_app import DbApplication
-from node.events import record_of_event
 from node.metrics import Metrics
+from node.replication.events import record_of_event
 from storage import (
     EventRecord,
     append_events,

@@ -12,12 +12,19 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.fetch import FETCH_PROTOCOL
-from node.p2p import FramedStream, P2PConfig, P2PHost, open_host
-from node.recon_service import RECON_PROTOCOL
+from node.p2p.host import FramedStream, P2PConfig, P2PHost, open_host
+from node.replication.fetch import FETCH_PROTOCOL
+from node.replication.recon import RECON_PROTOCOL
 
-# Frames from node.recon_wire (not sync.transfer) so that this also runs against older code.
-from node.recon_wire import BUSY, EVENTS_LAST, RECON, WANT_LAST, pack_items, unpack_items
+# Frames from node.replication.recon_wire (not sync.transfer): this also runs against older code.
+from node.replication.recon_wire import (
+    BUSY,
+    EVENTS_LAST,
+    RECON,
+    WANT_LAST,
+    pack_items,
+    unpack_items,
+)
 from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from node.api_guard import HostPolicy
+from node.api.guard import HostPolicy
 from node.config import ConfigError, load_config
 from tests.conftest import ROOT
 from tests.node.procs import NodeProcess, running_node

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from node.api import internal_error, serve_api
-from node.api_guard import ApiGuard, HostPolicy
+from node.api.app import internal_error, serve_api
+from node.api.guard import ApiGuard, HostPolicy
 from node.metrics import Metrics
 
 

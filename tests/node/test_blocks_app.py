@@ -19,12 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from node.apps import AppRunner
-from node.blocks_app import BlocksApplication, decode_envelope, encode_envelope, router_of
-from node.blocks_plugin import BlocksPlugin
+from node.apps.blocks_app import BlocksApplication, decode_envelope, encode_envelope, router_of
+from node.apps.blocks_plugin import BlocksPlugin
+from node.apps.runner import AppRunner
 from node.config import BlocksSection, Config, ConfigError, load_config
-from node.events import record_of_delivered
 from node.metrics import Metrics
+from node.replication.events import record_of_delivered
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, put_state, upgrade
 from storage.blocks import block_at, block_by_hash, get_head, read_changes
@@ -449,7 +449,7 @@ async def test_a_disabled_app_reads_nothing(engine: Engine) -> None:
 
 def api_client(engine: Engine, section: BlocksSection,
                producer: bool = True) -> httpx.AsyncClient:
-    from node.api import create_app
+    from node.api.app import create_app
     from node.runtime import NodeRuntime
 
     key = Ed25519PrivateKey.generate()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.channels import CHANNEL_METRICS, ChannelService
 from node.metrics import Metrics
+from node.replication.channels import CHANNEL_METRICS, ChannelService
 from node.store import EventStore
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of

@@ -58,7 +58,7 @@ def test_client_commands_import_only_what_they_need(node: NodeProcess, tmp_path:
     for args in (["--version"], ["--help"], ["status", *api], ["publish", "general", "x", *api],
                  ["log", "general", "--limit", "1", *api], ["snapshot", "status", *api]):
         modules = imported_modules(*args)
-        assert "node.cli_common" in modules  # (node.cli itself runs as __main__)
+        assert "node.cli.common" in modules  # (node.cli runs as __main__)
         heavy = sorted(m for m in modules if m.split(".")[0] in FORBIDDEN or m in FORBIDDEN)
         assert not heavy, (args, heavy)
 

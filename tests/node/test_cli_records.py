@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from node.cli_records_args import register
+from node.cli.records_args import register
 from sync.identity import peer_id_of
 from sync.recordstream import RecordStreamWriter, SnapshotEvent, WriterConfig
 from tests.conftest import ROOT
@@ -116,7 +116,7 @@ def test_verify_altered_copy_fails(
 def test_module_entry_point_end_to_end(hedera: Path, hedera_copy: Path) -> None:
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "node.cli_records", *argv],
+            [sys.executable, "-m", "node.cli.records", *argv],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -1,5 +1,5 @@
 """The replicated database in one process: signed CRDT events applied by the SQL application
-(``node.db_app``) on SQLite (and PostgreSQL with SYNCNODE_TEST_PG), compared with each other
+(``node.apps.db_app``) on SQLite (and PostgreSQL with SYNCNODE_TEST_PG), compared with each other
 and with the reference ``MemoryReplica`` of ``sync.crdt``."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from node.apps import AppRunner
+from node.apps.db_app import DbApplication
+from node.apps.db_plugin import DbPlugin
+from node.apps.runner import AppRunner
 from node.config import Config, ConfigError, DbSection, load_config
-from node.db_app import DbApplication
-from node.db_plugin import DbPlugin
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, upgrade

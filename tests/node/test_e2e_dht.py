@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.discovery import channel_rendezvous, network_rendezvous
+from node.replication.discovery import channel_rendezvous, network_rendezvous
 from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -10,10 +10,10 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from node.channels import topic_of
-from node.fetch import FETCH_PROTOCOL
-from node.p2p import P2PError
-from node.recon_service import RECON_PROTOCOL
+from node.p2p.host import P2PError
+from node.replication.channels import topic_of
+from node.replication.fetch import FETCH_PROTOCOL
+from node.replication.recon import RECON_PROTOCOL
 from sync.identity import peer_id_of
 from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds

@@ -19,9 +19,9 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.blocks_app import encode_envelope
-from node.channels import topic_of
-from node.p2p import P2PConfig, open_host
+from node.apps.blocks_app import encode_envelope
+from node.p2p.host import P2PConfig, open_host
+from node.replication.channels import topic_of
 from storage import get_state, make_engine, put_state, write_transaction
 from sync.cardinal import ZERO_HASH, PrefixRouter, Producer, make_payload, payload_to_json
 from sync.identity import peer_id_of

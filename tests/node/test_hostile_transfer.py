@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from node.p2p import P2PError
-from node.recon_service import RECON_PROTOCOL
+from node.p2p.host import P2PError
+from node.replication.recon import RECON_PROTOCOL
 from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
 from tests.node.hostile import (
     amplify,

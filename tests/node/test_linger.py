@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.linger import Linger
+from node.replication.linger import Linger
 
 
 def test_quiet_node_sends_at_once() -> None:

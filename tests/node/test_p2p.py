@@ -1,4 +1,4 @@
-"""node.p2p against real py-libp2p hosts on 127.0.0.1 (port 0)."""
+"""node.p2p.host against real py-libp2p hosts on 127.0.0.1 (port 0)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.p2p import (
+from node.p2p.frames import decode_uvarint_prefix, encode_frame
+from node.p2p.host import (
     BanList,
     DialError,
     FramedStream,
@@ -30,7 +31,6 @@ from node.p2p import (
     StreamOpenError,
     open_host,
 )
-from node.p2p_frames import decode_uvarint_prefix, encode_frame
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 
@@ -179,7 +179,7 @@ async def test_three_hosts_form_a_full_mesh() -> None:
 _CHILD = """
 import sys, trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from node.p2p import open_host
+from node.p2p.host import open_host
 
 async def main():
     key = Ed25519PrivateKey.from_private_bytes(bytes([int(sys.argv[1])]) * 32)

@@ -26,7 +26,8 @@ def test_spark_jobs_do_not_import_node() -> None:
 
 
 def test_bootstrap_does_not_import_spark_jobs() -> None:
-    bad = {n for n in _imports(ROOT / "node" / "bootstrap.py") if n.startswith("spark_jobs")}
+    bootstrap = ROOT / "node" / "snapshots" / "bootstrap.py"
+    bad = {n for n in _imports(bootstrap) if n.startswith("spark_jobs")}
     assert not bad
 
 
@@ -39,7 +40,7 @@ def test_new_sync_modules_are_sans_io() -> None:
 
 
 def test_node_key_file_name_matches_the_node() -> None:
-    from node.identity import KEY_FILE
+    from node.p2p.identity import KEY_FILE
     from spark_jobs.snapshot import NODE_KEY_FILE
 
     assert NODE_KEY_FILE == KEY_FILE

@@ -76,7 +76,7 @@ def test_flipped_byte_and_wrong_lane_are_named(spark: Any, log_url: str) -> None
 
 
 def test_row_checker_matches_the_node_write_path() -> None:
-    """The job's fast key recomputation equals node.events.record_of_event for every event."""
+    """The job's fast key recomputation equals node.replication.record_of_event for every event."""
     from spark_jobs.testlog import make_records
     from sync.recon.sha256a import lanes_of
 
@@ -94,7 +94,7 @@ def test_row_checker_matches_the_node_write_path() -> None:
 def test_row_checker_reads_the_network_key_layout() -> None:
     """With ``[recon] event_id_layout = "ceramic-one"`` the keys carry no Lamport time: the
     checker of that layout agrees with the node's write path, the draft checker does not."""
-    from node.events import record_of_event
+    from node.replication.events import record_of_event
     from spark_jobs.testlog import make_records
     from sync.recon.eventid import CERAMIC_ONE
     from sync.recon.sha256a import lanes_of
@@ -118,7 +118,7 @@ def test_row_checker_reads_waku_channels() -> None:
     """Events of a "waku" profile channel are named by their payload hash and unsigned: the
     checker told about the channel agrees with the node's write path, one that is not
     reports the id."""
-    from node.events import record_of_delivered
+    from node.replication.events import record_of_delivered
     from sync.recon.sha256a import lanes_of
     from sync.sds import Delivered, SdsChannel, SdsConfig
 
@@ -172,8 +172,8 @@ def test_job_and_plain_loop_agree_on_a_damaged_log(spark: Any, log_url: str) -> 
 
 
 def test_stored_fields_are_the_node_write_path() -> None:
-    """``sync.stored_event.stored_fields`` (used by the test logs) = ``node.events``' rule."""
-    from node.events import record_of_event
+    """``sync.stored_event.stored_fields`` (used by the test logs) = the node's rule."""
+    from node.replication.events import record_of_event
     from spark_jobs.testlog import test_key
     from sync.identity import peer_id_of
     from sync.sds import HistoryRef, encode_event

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import trio
 
-from node.api import ApiError
-from node.cli_snapshot import progress_bar
-from node.snapshot_routes import SNAPSHOT_ROUTES
-from node.snapshots import JobCommand, SnapshotJobConfig, SnapshotScheduler, job_commands
+from node.api.app import ApiError
+from node.cli.snapshot import progress_bar
+from node.snapshots.routes import SNAPSHOT_ROUTES
+from node.snapshots.scheduler import JobCommand, SnapshotJobConfig, SnapshotScheduler, job_commands
 from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
 from storage import AppendResult
 
@@ -190,7 +190,7 @@ async def test_scheduler_runs_the_real_snapshot_job(tmp_path: Path, template_db:
 
 def test_scheduler_from_config(tmp_path: Path) -> None:
     from node.config import load_config
-    from node.snapshots import scheduler_from_config
+    from node.snapshots.scheduler import scheduler_from_config
 
     disabled = load_config(overrides={"node.data_dir": str(tmp_path), "spark.enabled": False})
     assert scheduler_from_config(SimpleNamespace(config=disabled)) is None

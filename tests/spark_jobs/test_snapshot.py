@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select
 
-from node import cli_records
-from node.bootstrap import BootstrapError, bootstrap, pull
+from node.cli import records as cli_records
+from node.snapshots.bootstrap import BootstrapError, bootstrap, pull
 from spark_jobs import snapshot
 from spark_jobs.manifest import iter_leaf_entries, load_manifest
 from spark_jobs.testlog import build_log
@@ -158,7 +158,7 @@ def test_incremental_rebuild_continues_the_chain(spark: Any, log_url: str, tmp_p
 
 def test_bootstrap_and_pull_commands(built: Path, template_db: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from node import cli_snapshot
+    from node.cli import snapshot as cli_snapshot
 
     config = tmp_path / "node.toml"
     config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n")
@@ -181,7 +181,7 @@ def test_bootstrapped_node_pulls_only_the_rest_through_recon(
     exactly the events the snapshot lacks (it hears no gossip) and ends with the same log."""
     import shutil
 
-    from node import cli_snapshot
+    from node.cli import snapshot as cli_snapshot
     from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
 
     env = {"SYNCNODE_NODE_NETWORK_ID": str(NETWORK_ID),

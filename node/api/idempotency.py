@@ -1,0 +1,99 @@
+"""Idempotent publishes: an ``Idempotency-Key`` seen before returns the first answer again.
+
+A client whose connection broke cannot tell whether its publish committed; retrying with the same
+key is safe. The key and the answer are written in the same transaction as the event (so a
+committed event always has its key, and a failed one never does), in ``node_state`` under
+``idem/<key>``, and kept ``api.idempotency_ttl_s`` seconds: they survive a restart. Two requests
+with one key at the same time are serialised: the second waits and gets the first one's answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from sqlalchemy import Connection
+
+from node.api.app import ApiError
+from node.metrics import Metrics
+from node.store import EventStore
+from storage import delete_state_before, get_state, put_state
+from sync.sds import Delivered
+
+__all__ = ["MAX_KEY_LENGTH", "IdempotencyKeys"]
+
+PREFIX = "idem/"
+MAX_KEY_LENGTH = 128
+PRUNE_EVERY_S = 60.0
+
+
+def check_key(key: str) -> str:
+    if not 0 < len(key) <= MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in key):
+        raise ApiError(400, f"Idempotency-Key must be 1..{MAX_KEY_LENGTH} printable ASCII "
+                            "characters without spaces")
+    return key
+
+
+class IdempotencyKeys:
+    def __init__(self, store: EventStore, metrics: Metrics, ttl_s: float) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.ttl_ms = int(ttl_s * 1000)
+        self._inflight: dict[str, trio.Event] = {}
+        self._last_prune = 0.0
+
+    @staticmethod
+    def fingerprint(channel: str, content: bytes) -> str:
+        return hashlib.sha256(channel.encode() + b"\0" + content).hexdigest()
+
+    async def claim(self, key: str, fingerprint: str) -> dict[str, Any] | None:
+        """The earlier answer for ``key``, or None after which the caller owns the key until
+        ``release``. A key reused for a different publish is a 422."""
+        while (waiting := self._inflight.get(key)) is not None:
+            await waiting.wait()
+        # Taken before the first await below: whoever comes next waits for this request.
+        self._inflight[key] = trio.Event()
+        try:
+            raw = await self.store.read(get_state, PREFIX + key)
+            if raw is not None:
+                entry = json.loads(raw)
+                if entry["expires_ms"] > time.time() * 1000:
+                    if entry["fingerprint"] != fingerprint:
+                        raise ApiError(422, "Idempotency-Key already used for a different "
+                                            "publish")
+                    self.metrics.inc("api_idempotent_replays_total")
+                    self._wake(key)
+                    return dict(entry["answer"])
+        except BaseException:
+            self._wake(key)
+            raise
+        return None
+
+    def _wake(self, key: str) -> None:
+        event = self._inflight.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def writer(self, key: str, fingerprint: str,
+               answer_of: Callable[[Delivered], dict[str, Any]]
+               ) -> Callable[[Connection, Delivered], None]:
+        """What ``ChannelService.publish`` writes in the event's transaction."""
+
+        def write(conn: Connection, delivered: Delivered) -> None:
+            now_ms = int(time.time() * 1000)
+            entry = {"fingerprint": fingerprint, "expires_ms": now_ms + self.ttl_ms,
+                     "answer": answer_of(delivered)}
+            put_state(conn, PREFIX + key, json.dumps(entry).encode(), now_ms)
+
+        return write
+
+    async def release(self, key: str) -> None:
+        self._wake(key)
+        if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
+            self._last_prune = time.monotonic()
+            cutoff = int(time.time() * 1000) - self.ttl_ms
+            await self.store.write(delete_state_before, PREFIX, cutoff)

@@ -1,0 +1,342 @@
+"""The node's API routes: publish, read and follow channels, peers, join."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from node.api.app import ApiError, ApiRoute, follow_stream, int_param, read_json
+from node.api.idempotency import IdempotencyKeys, check_key
+from node.api.openapi import INT64_MAX, Param, RouteDoc, arr, obj
+from node.p2p.host import P2PError
+from node.replication.channels import UnknownChannel
+from storage import StoredEvent, count_events, read_channel, read_channel_ordered
+from sync.errors import LocalProtocolError
+from sync.sds import Delivered
+from sync.sds.profile import peek_event
+
+if TYPE_CHECKING:
+    from node.runtime import NodeRuntime
+
+__all__ = ["NODE_ROUTES", "event_json"]
+
+MAX_CONTENT_BYTES = 512 * 1024
+MAX_PAGE = 10_000
+# Rows per storage read while a page fills: small enough that one read of the largest events
+# stays a few MiB, large enough that a page of small events takes few round trips.
+FIRST_CHUNK = 100
+MAX_CHUNK = 1000
+
+
+def event_json(event: StoredEvent) -> dict[str, Any]:
+    # Stored wires were checked (under their channel's SDS profile) when they came in.
+    content = peek_event(event.wire).content
+    try:
+        text: str | None = content.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {
+        "seq": event.seq,
+        "message_id": event.message_id,
+        "channel": event.channel,
+        "sender": event.sender,
+        "lamport": event.lamport,
+        "content": text,
+        "content_b64": base64.b64encode(content).decode("ascii"),
+        "received_at": event.received_at,
+    }
+
+
+def _channel(node: NodeRuntime, request: Request) -> str:
+    name = request.path_params["channel"]
+    if node.channels is None or name not in node.channels.channels:
+        known = ", ".join(node.channels.names) if node.channels else ""
+        raise ApiError(404, f"unknown channel {name!r}; this node replicates {known}")
+    return str(name)
+
+
+def _idempotency(node: NodeRuntime, request: Request) -> IdempotencyKeys:
+    state = request.app.state
+    keys: IdempotencyKeys | None = getattr(state, "idempotency", None)
+    if keys is None:
+        keys = state.idempotency = IdempotencyKeys(node.store, node.metrics,
+                                                   node.config.api.idempotency_ttl_s)
+    return keys
+
+
+def _content_of(body: Any) -> bytes:
+    if not isinstance(body, dict):
+        raise ApiError(400, 'body must be {"content": "..."} or {"content_b64": "..."}')
+    if isinstance(body.get("content"), str):
+        content: bytes = body["content"].encode("utf-8")
+    elif isinstance(body.get("content_b64"), str):
+        try:
+            content = base64.b64decode(body["content_b64"], validate=True)
+        except binascii.Error:
+            raise ApiError(400, "content_b64 is not valid base64") from None
+    else:
+        raise ApiError(400, 'body must be {"content": "..."} or {"content_b64": "..."}')
+    if not content:
+        raise ApiError(400, "content must not be empty (empty content is an SDS sync message)")
+    if len(content) > MAX_CONTENT_BYTES:
+        raise ApiError(413, f"content over {MAX_CONTENT_BYTES} bytes")
+    return content
+
+
+async def _publish(node: NodeRuntime, request: Request) -> Response:
+    channel = _channel(node, request)
+    content = _content_of(await read_json(request))
+    assert node.channels is not None
+
+    def answer(delivered: Delivered) -> dict[str, Any]:
+        return {"message_id": delivered.message_id, "lamport": delivered.lamport,
+                "channel": channel, "sender": delivered.sender_id}
+
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return JSONResponse(answer(await _send(node, channel, content)))
+    keys = _idempotency(node, request)
+    check_key(key)
+    fingerprint = keys.fingerprint(channel, content)
+    earlier = await keys.claim(key, fingerprint)
+    if earlier is not None:
+        return JSONResponse(earlier, headers={"Idempotent-Replayed": "true"})
+    try:
+        delivered = await _send(node, channel, content, keys.writer(key, fingerprint, answer))
+    finally:
+        await keys.release(key)
+    return JSONResponse(answer(delivered))
+
+
+async def _send(node: NodeRuntime, channel: str, content: bytes,
+                also: Callable[[Any, Delivered], None] | None = None) -> Delivered:
+    try:
+        delivered: Delivered = await node.channels.publish(channel, content, also)
+    except UnknownChannel:
+        raise ApiError(404, f"unknown channel {channel!r}") from None
+    except LocalProtocolError as exc:  # a waku channel: this payload was sent already
+        raise ApiError(409, str(exc)) from None
+    return delivered
+
+
+async def _read(node: NodeRuntime, request: Request) -> Response:
+    """A page of events, bounded by ``limit`` rows and by ``api.page_max_bytes`` of JSON: it is
+    built from small storage reads, and ``more`` tells the client to ask again from ``next``."""
+    channel = _channel(node, request)
+    limit = int_param(request, "limit", 1000, MAX_PAGE, minimum=1)
+    order = request.query_params.get("order", "log")
+    after = int_param(request, "after", 0)
+    cursor: Any
+    if order == "seq":
+        cursor = after
+    elif order == "log":
+        cursor = None
+        if "after_lamport" in request.query_params:
+            after_id = request.query_params.get("after_id", "")
+            if len(after_id) > 256:
+                raise ApiError(400, "query parameter after_id is longer than a message id")
+            cursor = (int_param(request, "after_lamport", 0), after_id)
+    else:
+        raise ApiError(400, "query parameter order must be log or seq")
+    budget: int = request.app.state.page_max_bytes
+    parts: list[bytes] = []
+    size = 0
+    more = False
+    chunk = min(FIRST_CHUNK, limit)
+    while len(parts) < limit and not more:
+        if order == "seq":
+            rows = await node.store.read(read_channel, channel, cursor, chunk)
+        else:
+            rows = await node.store.read(read_channel_ordered, channel, cursor, chunk)
+        for event in rows:
+            encoded = json.dumps(event_json(event)).encode()
+            if parts and size + len(encoded) > budget:
+                more = True
+                break
+            parts.append(encoded)
+            size += len(encoded)
+            cursor = event.seq if order == "seq" else (event.lamport, event.message_id)
+        if len(rows) < chunk:
+            break
+        per_row = max(size // max(len(parts), 1), 1)
+        chunk = max(1, min(MAX_CHUNK, limit - len(parts), (budget - size) // per_row + 1))
+    more = more or len(parts) == limit
+    nxt = None
+    if more:
+        nxt = {"after": cursor} if order == "seq" else {"after_lamport": cursor[0],
+                                                         "after_id": cursor[1]}
+    head = json.dumps({"channel": channel, "more": more, "next": nxt})[:-1].encode()
+    return Response(head + b', "events": [' + b", ".join(parts) + b"]}",
+                    media_type="application/json")
+
+
+async def _follow(node: NodeRuntime, request: Request) -> Response:
+    """NDJSON stream of new events in storage order, starting after ``after`` (a seq)."""
+    channel = _channel(node, request)
+    cursor = int_param(request, "after", 0)
+
+    async def lines() -> AsyncIterator[bytes]:
+        nonlocal cursor
+        while True:
+            rows = await node.store.read(read_channel, channel, cursor, FIRST_CHUNK)
+            for event in rows:
+                yield (json.dumps(event_json(event)) + "\n").encode()
+                cursor = event.seq
+            if not rows:
+                with trio.move_on_after(1.0):
+                    await node.commit_signal().wait()
+
+    return follow_stream(node, request, lines())
+
+
+async def _peers(node: NodeRuntime, _request: Request) -> Response:
+    peers = [
+        {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
+         "connected_since": p.connected_since}
+        for p in node.host.peers()
+    ]
+    known = sorted(node.peers.known) if node.peers is not None else []
+    return JSONResponse({"connected": peers, "known": known})
+
+
+async def _join(node: NodeRuntime, request: Request) -> Response:
+    body = await read_json(request)
+    if not isinstance(body, dict) or not isinstance(body.get("multiaddr"), str):
+        raise ApiError(400, 'body must be {"multiaddr": "/ip4/.../tcp/.../p2p/<peer id>"}')
+    assert node.peers is not None
+    try:
+        peer_id = await node.peers.join(body["multiaddr"])
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+    except P2PError as exc:
+        raise ApiError(502, f"cannot connect: {exc}") from None
+    return JSONResponse({"peer_id": peer_id, "multiaddr": body["multiaddr"]})
+
+
+async def _forget(node: NodeRuntime, request: Request) -> Response:
+    peer_id = str(request.path_params["peer_id"])
+    assert node.peers is not None
+    if not await node.peers.forget(peer_id):
+        raise ApiError(404, f"{peer_id} is not a known peer")
+    return JSONResponse({"peer_id": peer_id, "forgotten": True})
+
+
+async def _channels(node: NodeRuntime, _request: Request) -> Response:
+    assert node.channels is not None
+    out = []
+    for name, ch in node.channels.channels.items():
+        out.append({
+            "channel": name,
+            "lamport": ch.lamport,
+            # The log's length is the database's; memory holds only the newest ids.
+            "delivered": await node.store.read(count_events, name),
+            "delivered_in_memory": ch.delivered_in_memory,
+            "waiting": len(ch.waiting_ids),
+            "missing": len(ch.missing_ids),
+            "unacknowledged": len(ch.outgoing_ids),
+        })
+    return JSONResponse({"channels": out})
+
+
+# -- the description ---------------------------------------------------------------------------
+
+_INT = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
+_CHANNEL = Param("channel", "path", {"type": "string", "minLength": 1, "maxLength": 128,
+                                     "examples": ["general"]},
+                 "Channel name (one this node replicates, see GET /v1/channels)")
+EVENT_SCHEMA = obj({
+    "seq": {**_INT, "description": "Local storage order (differs between nodes)"},
+    "message_id": {"type": "string"}, "channel": {"type": "string"},
+    "sender": {"type": "string", "description": "Peer id of the signer"},
+    "lamport": _INT,
+    "content": {"type": ["string", "null"], "description": "UTF-8 content, null if binary"},
+    "content_b64": {"type": "string", "description": "The content bytes, base64"},
+    "received_at": {"type": "integer", "description": "Epoch ms when this node stored it"},
+})
+PUBLISHED_SCHEMA = obj({"message_id": {"type": "string"}, "lamport": _INT,
+                        "channel": {"type": "string"}, "sender": {"type": "string"}})
+PUBLISH_BODY = {
+    "oneOf": [
+        obj({"content": {"type": "string", "minLength": 1, "examples": ["hello"]}},
+            extra=False),
+        obj({"content_b64": {"type": "string", "contentEncoding": "base64", "minLength": 1}},
+            extra=False),
+    ],
+    "description": f"UTF-8 text or base64 bytes; at most {MAX_CONTENT_BYTES} bytes of content",
+}
+PAGE_SCHEMA = obj({
+    "channel": {"type": "string"}, "events": arr(EVENT_SCHEMA),
+    "more": {"type": "boolean", "description": "The page stopped at limit or at "
+             "api.page_max_bytes: ask again with the query parameters in next"},
+    "next": {"type": ["object", "null"], "description": "Cursor parameters of the next page"},
+})
+PEERS_SCHEMA = obj({
+    "connected": arr(obj({"peer_id": {"type": "string"},
+                          "address": {"type": ["string", "null"]},
+                          "direction": {"type": "string"},
+                          "connected_since": {"type": "number"}})),
+    "known": arr({"type": "string"}),
+})
+CHANNELS_SCHEMA = obj({"channels": arr(obj({
+    "channel": {"type": "string"}, "lamport": _INT, "delivered": _INT,
+    "delivered_in_memory": _INT, "waiting": _INT, "missing": _INT, "unacknowledged": _INT}))})
+
+NODE_ROUTES: list[ApiRoute] = [
+    ApiRoute("POST", "/v1/channels/{channel}/events",
+             "Publish an event; answers once it is committed", _publish, RouteDoc(
+                 params=(_CHANNEL, Param(
+                     "Idempotency-Key", "header",
+                     {"type": "string", "minLength": 1, "maxLength": 128,
+                      "pattern": "^[!-~]+$"},
+                     "Repeating a key (within api.idempotency_ttl_s) returns the first "
+                     "answer, never a second event")),
+                 body=PUBLISH_BODY, response=PUBLISHED_SCHEMA,
+                 errors={404: "Unknown channel",
+                         422: "Idempotency-Key already used for a different publish"})),
+    ApiRoute("GET", "/v1/channels/{channel}/events",
+             "Read a channel after a cursor (order=log|seq), bounded in rows and bytes", _read,
+             RouteDoc(params=(
+                 _CHANNEL,
+                 Param("order", "query", {"type": "string", "enum": ["log", "seq"],
+                                          "default": "log"},
+                       "log: (lamport, message_id) order, the same on every node; seq: this "
+                       "node's storage order"),
+                 Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE,
+                                          "default": 1000}, "Most events in the page"),
+                 Param("after", "query", _INT, "order=seq: events stored after this seq"),
+                 Param("after_lamport", "query", _INT, "order=log: cursor lamport"),
+                 Param("after_id", "query", {"type": "string", "maxLength": 256},
+                       "order=log: cursor message id (with after_lamport)"),
+             ), response=PAGE_SCHEMA, errors={404: "Unknown channel"})),
+    ApiRoute("GET", "/v1/channels/{channel}/follow",
+             "Stream new events as NDJSON (one event object per line) in storage order",
+             _follow, RouteDoc(
+                 params=(_CHANNEL, Param("after", "query", _INT,
+                                         "Start after this seq (default 0: everything)")),
+                 media="application/x-ndjson", response={"type": "string"},
+                 errors={404: "Unknown channel",
+                         429: "api.max_follows streams already open"})),
+    ApiRoute("GET", "/v1/channels", "Channels with their SDS state", _channels,
+             RouteDoc(response=CHANNELS_SCHEMA)),
+    ApiRoute("GET", "/v1/peers", "Connected and known peers", _peers,
+             RouteDoc(response=PEERS_SCHEMA)),
+    ApiRoute("POST", "/v1/peers", "Join: dial a peer at an address, check its peer id and "
+             "remember the address", _join, RouteDoc(
+        body=obj({"multiaddr": {"type": "string",
+                                "description": "/ip4/HOST/tcp/PORT/p2p/PEER_ID"}}),
+        response=obj({"peer_id": {"type": "string"}, "multiaddr": {"type": "string"}}),
+        errors={502: "The peer could not be reached"})),
+    ApiRoute("DELETE", "/v1/peers/{peer_id}", "Forget a known peer: no more redials, its "
+             "stored address dropped, disconnected", _forget, RouteDoc(
+                 params=(Param("peer_id", "path", {"type": "string", "minLength": 1,
+                                                   "maxLength": 128}, "A known peer's id"),),
+                 response=obj({"peer_id": {"type": "string"}, "forgotten": {"const": True}}),
+                 errors={404: "Not a known peer"})),
+]

@@ -1,0 +1,73 @@
+"""Applications on the event log (replicated database, block streams) and the runner that
+applies committed batches to them.
+"""
+
+from __future__ import annotations
+
+from node.apps.blocks_app import (
+    ENVELOPE_MESSAGE,
+    ENVELOPE_REORG,
+    BlocksApplication,
+    Envelope,
+    decode_envelope,
+    encode_envelope,
+    router_of,
+)
+from node.apps.blocks_plugin import (
+    BlocksBundle,
+    BlocksPlugin,
+    change_json,
+)
+from node.apps.db_app import (
+    METRICS,
+    DbApplication,
+    book_of,
+    channel_max_seq,
+)
+from node.apps.db_plugin import (
+    WRITE_WAIT_S,
+    DbBundle,
+    DbPlugin,
+    SchemaSeeder,
+    history_json,
+    row_json,
+    schema_json,
+)
+from node.apps.plugins import (
+    PLUGINS,
+)
+from node.apps.runner import (
+    AppBundle,
+    AppPlugin,
+    AppRunner,
+    LogApplication,
+)
+
+__all__ = [
+    "ENVELOPE_MESSAGE",
+    "ENVELOPE_REORG",
+    "METRICS",
+    "PLUGINS",
+    "WRITE_WAIT_S",
+    "AppBundle",
+    "AppPlugin",
+    "AppRunner",
+    "BlocksApplication",
+    "BlocksBundle",
+    "BlocksPlugin",
+    "DbApplication",
+    "DbBundle",
+    "DbPlugin",
+    "Envelope",
+    "LogApplication",
+    "SchemaSeeder",
+    "book_of",
+    "change_json",
+    "channel_max_seq",
+    "decode_envelope",
+    "encode_envelope",
+    "history_json",
+    "router_of",
+    "row_json",
+    "schema_json",
+]

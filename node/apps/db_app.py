@@ -1,0 +1,362 @@
+"""The replicated database on the event log: the Spindexer CRDT as a log application.
+
+Every CRDT message and every schema declaration (``sync.crdt``) is the content of one event on
+the db channel; its timestamp is the event's Lamport timestamp and its sender the event's peer
+id. :class:`DbApplication` applies the committed events in storage order: it decodes a batch,
+loads the state of every entity the batch touches with a few queries, runs the pure rules
+(``sync.crdt.step``, against the schema version in force at each write's timestamp) in memory
+and writes the net change back (``storage.crdt.write_states``), in the transaction that also
+advances its cursor. A declaration that changes a table's versions re-derives that table from
+the log (every write is judged again); once the node has caught up with its log, tombstones
+older than the stability window are forgotten. So the tables are a function of the log, and a
+new replica rebuilds them by replaying it. Bad content is rejected and counted, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+
+import trio
+from google.protobuf.message import DecodeError
+from sqlalchemy import Connection, func, select
+
+from node.config import DbSection
+from node.logs import kv
+from node.metrics import Metrics
+from storage import StoredEvent, get_state, put_state, read_channel
+from storage.crdt import (
+    EntityKey,
+    clear_table,
+    load_declarations,
+    load_states,
+    store_declarations,
+    tombstoned_before,
+    write_states,
+)
+from storage.schema import events
+from sync.crdt import (
+    EMPTY,
+    Added,
+    CrdtMessage,
+    Effect,
+    EntityState,
+    Reject,
+    SchemaBook,
+    SchemaDeclaration,
+    compact_entity,
+    count_effects,
+    decode_content,
+    step,
+)
+from sync.errors import RemoteProtocolError
+from sync.sds import sds_pb2
+
+__all__ = ["APP_NAME", "METRICS", "DbApplication", "book_of", "channel_max_seq"]
+
+log = logging.getLogger("syncnode.db")
+
+APP_NAME = "db"
+# Committed entity states kept in memory, so that a batch touching recently written entities
+# does not read them back from SQL (applying is then mostly decoding and the rules).
+CACHE_ENTITIES = 100_000
+# Events read at a time when a table is re-derived from the log, and tombstones compacted per
+# batch: both bound the memory a re-evaluation or a compaction needs.
+SCAN_CHUNK = 2000
+COMPACT_CHUNK = 5000
+_HIGH_KEY = f"app/{APP_NAME}/high"
+
+# name -> help, all counters; labelled ones carry a ``reason`` or an ``outcome``.
+METRICS = {
+    "db_rejected_total": "CRDT messages rejected (reason: malformed, unknown_table, "
+                         "unknown_column, bad_type, unauthorised_writer); they stay in the log",
+    "db_schema_declarations_total": "Schema declarations applied (outcome: changed, rescan, "
+                                    "duplicate, not_owner, not_declarer, too_many_versions, "
+                                    "too_many_tables)",
+    "db_tables_reevaluated_total": "Tables re-derived from the log after their versions changed",
+    "db_messages_reevaluated_total": "Writes judged again while re-deriving a table",
+    "db_tombstones_compacted_total": "Tombstones forgotten after the stability window",
+    "db_cells_set_total": "Column registers that took a new winning write",
+    "db_records_created_total": "Records created or re-created by an upsert",
+    "db_records_deleted_total": "Visible records removed by a delete",
+    "db_tombstones_total": "Deletes that advanced a record's tombstone",
+    "db_upserts_noted_total": "Upserts that advanced the version of an existing record",
+}
+
+
+def book_of(section: DbSection) -> SchemaBook:
+    return SchemaBook(pins=section.owner_pins(), max_versions=section.max_schema_versions,
+                      max_tables=section.max_tables, declarers=section.declarers or None)
+
+
+def channel_max_seq(conn: Connection, channel: str) -> int:
+    """The storage position of ``channel``'s newest event (0: none)."""
+    stmt = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.channel == channel)
+    return int(conn.execute(stmt).scalar_one())
+
+
+def _metric_of(count_name: str) -> tuple[str, dict[str, str]]:
+    """(metric, labels) of a count key."""
+    if count_name.startswith("rejected_"):
+        return "db_rejected_total", {"reason": count_name.removeprefix("rejected_")}
+    if count_name.startswith("schema_"):
+        return "db_schema_declarations_total", {"outcome": count_name.removeprefix("schema_")}
+    return f"db_{count_name}_total", {}
+
+
+def _content(event: StoredEvent) -> bytes:
+    # Stored events were verified on arrival: only their content is needed here.
+    return sds_pb2.Message.FromString(event.wire).content
+
+
+class _Pending:
+    """What a batch changed in memory, taken over once its transaction committed."""
+
+    def __init__(self, book: SchemaBook, high: dict[str, int], counts: Counter[str],
+                 states: dict[EntityKey, EntityState], redone: set[str],
+                 compacted: dict[str, int]) -> None:
+        self.book, self.high, self.counts = book, high, counts
+        self.states, self.redone, self.compacted = states, redone, compacted
+
+
+class DbApplication:
+    """The :class:`node.apps.runner.LogApplication` of the replicated database.
+
+    ``apply`` runs in worker threads, one batch at a time; ``after_commit`` in the trio thread.
+    Its in-memory figures (schema book, newest write per table, counts, cache) are taken over
+    only once the batch committed, so a failed and retried batch changes nothing twice.
+    """
+
+    def __init__(self, section: DbSection, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.name = APP_NAME
+        self.section = section
+        self.seeds = {s.name: s for s in section.tables}
+        # No table seeded: no channel, so the runner never has anything to apply.
+        self.channels: Sequence[str] = (section.channel,) if self.seeds else ()
+        self.book = book_of(section)
+        self.metrics = metrics
+        self.clock = clock
+        self.applied_seq = 0  # the last seq of the last committed batch
+        self.high: dict[str, int] = {}  # table -> newest accepted write timestamp
+        self._compacted: dict[str, int] = {}  # table -> horizon compacted up to (this run)
+        self._loaded = False
+        self._changed = trio.Event()
+        self._pending: _Pending | None = None
+        # Exactly what the tables hold for these entities (EMPTY: nothing); only ever updated
+        # with states whose transaction committed.
+        self._cache: dict[EntityKey, EntityState] = {}
+
+    # -- LogApplication ---------------------------------------------------------------------
+
+    def apply(self, conn: Connection, batch: Sequence[StoredEvent]) -> None:
+        if not self._loaded:
+            stored: dict[str, list[SchemaDeclaration]] = {}
+            for declaration in load_declarations(conn):
+                stored.setdefault(declaration.table, []).append(declaration)
+            for table, declarations in sorted(stored.items()):
+                # Every stored table was kept, so it is admitted (within max_tables) first.
+                self.book.add(min(declarations, key=lambda d: d.identity))
+                self.book.reset_table(table, declarations)
+            raw = get_state(conn, _HIGH_KEY)
+            self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
+            self._loaded = True
+        now_ms = int(self.clock() * 1000)
+        counts: Counter[str] = Counter()
+        end = batch[-1].seq
+        items = self._decode(batch, counts)
+        declared = [i for i in items if isinstance(i, SchemaDeclaration)]
+        book = self.book.copy() if declared else self.book
+        redo, rescan = self._declare(book, declared, counts)
+        for table in sorted(rescan):
+            book.reset_table(table, self._declarations_in_log(conn, table, end))
+        high = dict(self.high)
+        writes = [m for m in items if isinstance(m, CrdtMessage) and m.table not in redo]
+        states = self._apply_writes(conn, book, writes, high, counts, use_cache=True)
+        for table in sorted(redo):
+            self._reevaluate(conn, book, table, end, high, counts)
+        compacted: dict[str, int] = {}
+        if self.section.stability_window and channel_max_seq(conn, self.section.channel) <= end:
+            states.update(self._compact(conn, high, compacted, counts, redo))
+        if high != self.high:
+            put_state(conn, _HIGH_KEY, json.dumps(high, sort_keys=True).encode(), now_ms)
+        self._pending = _Pending(book, high, counts, states, redo, compacted)
+
+    def after_commit(self, batch: Sequence[StoredEvent]) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.book, self.high = pending.book, pending.high
+            for table in pending.redone:
+                self._compacted.pop(table, None)
+            self._compacted.update(pending.compacted)
+            cache = self._cache
+            if pending.redone:
+                for key in [k for k in cache if k[0] in pending.redone]:
+                    del cache[key]
+            cache.update(pending.states)
+            if len(cache) > CACHE_ENTITIES:
+                # Evict the entities not touched by this batch, oldest insertion first.
+                for key in list(cache)[: len(cache) - CACHE_ENTITIES]:
+                    if key not in pending.states:
+                        del cache[key]
+            if self.metrics is not None:
+                for name, amount in pending.counts.items():
+                    metric, labels = _metric_of(name)
+                    self.metrics.inc(metric, amount, **labels)
+        if batch:
+            self.applied_seq = max(self.applied_seq, batch[-1].seq)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def change_signal(self) -> trio.Event:
+        """An event set after the next committed batch (call from the trio thread)."""
+        return self._changed
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _declare(self, book: SchemaBook, declared: list[SchemaDeclaration],
+                 counts: Counter[str]) -> tuple[set[str], set[str]]:
+        """Add declarations to ``book``: (tables to re-derive, tables to gather again)."""
+        redo: set[str] = set()
+        rescan: set[str] = set()
+        for declaration in declared:
+            added = book.add(declaration)
+            counts[f"schema_{added.value}"] += 1
+            redo.update(book.take_evicted())
+            if added is Added.RESCAN:
+                rescan.add(declaration.table)
+            if added in (Added.CHANGED, Added.RESCAN):
+                redo.add(declaration.table)
+                log.info("schema declared", extra=kv(
+                    table=declaration.table, sender=declaration.sender,
+                    lamport=declaration.timestamp, outcome=added.value))
+        return redo, rescan
+
+    def _apply_writes(self, conn: Connection, book: SchemaBook, messages: list[CrdtMessage],
+                      high: dict[str, int], counts: Counter[str], *,
+                      use_cache: bool) -> dict[EntityKey, EntityState]:
+        """Run the rules on ``messages`` and store the result; returns the entities' states."""
+        before = self._load(conn, book, messages, use_cache)
+        states: dict[EntityKey, EntityState] = dict(before)
+        dirty: set[EntityKey] = set()
+        applied: list[Effect] = []
+        for message in messages:
+            key = (message.table, message.entity_id)
+            effects, state = step(book, states.get(key, EMPTY), message)
+            if not effects:
+                continue
+            applied.extend(effects)
+            if isinstance(effects[0], Reject):
+                if use_cache:  # a re-evaluation does not log every write again
+                    log.info("rejected crdt message", extra=kv(
+                        sender=message.sender, lamport=message.timestamp,
+                        reason=effects[0].reason.value, detail=effects[0].detail))
+                continue
+            table = message.table
+            if message.timestamp > high.get(table, -1):
+                high[table] = message.timestamp
+            states[key] = state
+            dirty.add(key)
+        if use_cache:
+            counts.update(count_effects(applied))
+        write_states(conn, before, {key: states[key] for key in dirty})
+        return states
+
+    def _load(self, conn: Connection, book: SchemaBook, messages: list[CrdtMessage],
+              use_cache: bool) -> dict[EntityKey, EntityState]:
+        """The committed state of every entity ``messages`` touch (EMPTY when none)."""
+        # Unknown tables are rejected by the rules without looking at any state.
+        keys = {(m.table, m.entity_id) for m in messages if m.table in book}
+        cache = self._cache if use_cache else {}
+        states = {key: cache[key] for key in keys if key in cache}
+        missing = keys - states.keys()
+        if missing:
+            loaded = load_states(conn, missing)
+            for key in missing:
+                states[key] = loaded.get(key, EMPTY)
+        return states
+
+    def _decode(self, batch: Sequence[StoredEvent],
+                counts: Counter[str]) -> list[CrdtMessage | SchemaDeclaration]:
+        items: list[CrdtMessage | SchemaDeclaration] = []
+        for event in batch:
+            try:
+                items.append(decode_content(_content(event), timestamp=event.lamport,
+                                            sender=event.sender))
+            except (RemoteProtocolError, DecodeError) as exc:
+                counts["rejected_malformed"] += 1
+                detail = exc.reason if isinstance(exc, RemoteProtocolError) else "bad event"
+                log.info("rejected crdt message", extra=kv(
+                    sender=event.sender, seq=event.seq, reason="malformed", detail=detail))
+        return items
+
+    def _log_of(self, conn: Connection, table: str,
+                end: int) -> Iterator[list[CrdtMessage | SchemaDeclaration]]:
+        """The messages and declarations of ``table`` in the log up to ``end``, in chunks."""
+        marker = json.dumps({"table": table}, separators=(",", ":"))[1:-1].encode()
+        after = 0
+        while after < end:
+            chunk = [e for e in read_channel(conn, self.section.channel, after, SCAN_CHUNK)
+                     if e.seq <= end]
+            if not chunk:
+                return
+            after = chunk[-1].seq
+            items = []
+            for event in chunk:
+                try:
+                    content = _content(event)
+                    if marker in content:  # canonical content: a cheap filter before decoding
+                        item = decode_content(content, timestamp=event.lamport,
+                                              sender=event.sender)
+                        if item.table == table:
+                            items.append(item)
+                except (RemoteProtocolError, DecodeError):
+                    continue  # counted when the event was first applied
+            yield items
+
+    def _declarations_in_log(self, conn: Connection, table: str,
+                             end: int) -> list[SchemaDeclaration]:
+        return [d for chunk in self._log_of(conn, table, end) for d in chunk
+                if isinstance(d, SchemaDeclaration)]
+
+    def _reevaluate(self, conn: Connection, book: SchemaBook, table: str, end: int,
+                    high: dict[str, int], counts: Counter[str]) -> None:
+        """Re-derive ``table`` from the log up to ``end`` against ``book``, a chunk at a time
+        (the states of one chunk's entities in memory, the rest in SQL)."""
+        clear_table(conn, table)
+        high.pop(table, None)
+        store_declarations(conn, table, book.declarations(table))
+        counts["tables_reevaluated"] += 1
+        if table not in book:
+            return  # evicted: nothing of it counts any more
+        for chunk in self._log_of(conn, table, end):
+            writes = [m for m in chunk if isinstance(m, CrdtMessage)]
+            counts["messages_reevaluated"] += len(writes)
+            self._apply_writes(conn, book, writes, high, counts, use_cache=False)
+
+    def _compact(self, conn: Connection, high: dict[str, int], compacted: dict[str, int],
+                 counts: Counter[str], redone: set[str]) -> dict[EntityKey, EntityState]:
+        """Forget tombstones older than the stability window (run when caught up with the log,
+        so that a replay compacts only once it has every write: docs/crdt.md)."""
+        out: dict[EntityKey, EntityState] = {}
+        for table, newest in sorted(high.items()):
+            horizon = newest - self.section.stability_window
+            done = -1 if table in redone else self._compacted.get(table, -1)
+            if horizon < 0 or horizon <= done:
+                continue
+            entities = tombstoned_before(conn, table, horizon, COMPACT_CHUNK)
+            if len(entities) < COMPACT_CHUNK:
+                compacted[table] = horizon  # all done up to it; else the next batch goes on
+            if not entities:
+                continue
+            before = load_states(conn, [(table, e) for e in entities])
+            after: dict[EntityKey, EntityState] = {}
+            for (name, entity), state in before.items():
+                effects, after[(name, entity)] = compact_entity(name, entity, state, horizon)
+                counts.update(count_effects(effects))
+            write_states(conn, before, after)
+            out.update(after)
+        return out

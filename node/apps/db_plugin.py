@@ -1,0 +1,365 @@
+"""The replicated database plugin: its application and the ``/v1/db`` routes.
+
+A write (``POST /v1/db/{table}``) is checked against the table's latest schema version first (a
+write this node's own replica would reject is refused with 400/403 and never published), then
+published as one event on the db channel. Schemas are declarations on the same channel:
+``GET /v1/db-schemas/{table}`` lists a table's versions, ``POST`` publishes a new one (only the
+owner's count), and the node declares the tables of its config the log does not have yet. The
+answer comes once the event is committed *and* the database
+application has applied it (or after ``WRITE_WAIT_S``, with ``"applied": false``), so a ``get``
+after a write sees it, unless a newer write to the same cells won. Reads answer from the tables
+the application keeps (``storage.crdt``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from node.api.app import ApiError, ApiRoute, RouteDoc, read_json
+from node.api.openapi import Param, arr, obj
+from node.apps.db_app import APP_NAME, METRICS, DbApplication, channel_max_seq
+from node.apps.runner import LogApplication
+from node.config import Config
+from storage import events_by_message_ids
+from storage.crdt import StoredRow, get_row, query_rows
+from sync.crdt import (
+    ColumnType,
+    CrdtMessage,
+    Operation,
+    RejectReason,
+    SchemaDeclaration,
+    TableHistory,
+    TableSchema,
+    Value,
+    validate_against,
+)
+from sync.errors import LocalProtocolError
+
+if TYPE_CHECKING:
+    from node.runtime import NodeRuntime
+
+__all__ = ["WRITE_WAIT_S", "DbBundle", "DbPlugin", "SchemaSeeder", "history_json", "row_json",
+           "schema_json"]
+
+log = logging.getLogger("syncnode.db")
+
+WRITE_WAIT_S = 10.0
+MAX_PAGE = 10_000
+
+
+def schema_json(schema: TableSchema) -> dict[str, Any]:
+    return {"columns": {c: ColumnType(t).value for c, t in schema.columns.items()},
+            "writers": None if schema.writers is None else sorted(schema.writers)}
+
+
+def history_json(history: TableHistory) -> dict[str, Any]:
+    return {
+        "table": history.table,
+        "owner": history.owner,
+        "versions": [{"version": i + 1, "lamport": v.timestamp, "sender": v.sender,
+                      **schema_json(v.schema)} for i, v in enumerate(history.versions)],
+        "epochs": _declared_order(history),
+    }
+
+
+def _declared_order(history: TableHistory) -> dict[str, int]:
+    """Column epochs in the latest version's column order, columns it dropped after, by name."""
+    order = list(history.latest.columns) if history.latest is not None else []
+    rest = sorted(set(history.epochs) - set(order))
+    return {c: history.epochs[c] for c in [*order, *rest] if c in history.epochs}
+
+
+def row_json(schema: TableSchema, row: StoredRow) -> dict[str, Value]:
+    """The row with every declared column (null where never written), its id under ``id``."""
+    return {"id": row.entity_id, **{c: row.values.get(c) for c in schema.columns}}
+
+
+def _typed(schema: TableSchema, values: dict[str, Any]) -> dict[str, Any]:
+    # JSON has one number type for clients: a whole number is accepted for a real column.
+    out = dict(values)
+    for column, value in values.items():
+        if (schema.column_type(column) is ColumnType.REAL and isinstance(value, int)
+                and not isinstance(value, bool) and math.isfinite(value)):
+            out[column] = float(value)
+    return out
+
+
+async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
+                            content: bytes) -> dict[str, Any]:
+    """Publish ``content`` on the db channel; answer once it is committed and applied (or
+    after ``WRITE_WAIT_S`` with ``applied: false``)."""
+    delivered = await node.channels.publish(db.section.channel, content)
+    found = await node.store.read(events_by_message_ids, [delivered.message_id])
+    seq = found[0].seq if found else 0
+    with trio.move_on_after(WRITE_WAIT_S):
+        while db.applied_seq < seq:
+            await db.change_signal().wait()
+    return {"message_id": delivered.message_id, "lamport": delivered.lamport, "seq": seq,
+            "applied": db.applied_seq >= seq}
+
+
+class SchemaSeeder:
+    """Declares the tables of ``db.tables`` that the log does not have yet, once the node has
+    applied what its log held at start (a pinned table only if this node is its owner)."""
+
+    def __init__(self, db: DbApplication, runtime: Any) -> None:
+        self.db = db
+        self.runtime = runtime
+        self.published: list[str] = []
+
+    async def run(self) -> None:
+        db, node = self.db, self.runtime
+        target = await node.store.read(channel_max_seq, db.section.channel)
+        while db.applied_seq < target:
+            with trio.move_on_after(1.0):
+                await db.change_signal().wait()
+        pins = db.section.owner_pins()
+        for name, schema in sorted(db.seeds.items()):
+            if name in db.book or pins.get(name, node.peer_id) != node.peer_id or (
+                    db.section.declarers and node.peer_id not in db.section.declarers):
+                continue
+            declaration = SchemaDeclaration(name, schema.columns, schema.writers,
+                                            sender=node.peer_id)
+            try:
+                await _publish_and_wait(db, node, declaration.encoded)
+            except Exception:  # the node keeps running; the table can be declared by hand
+                log.exception("could not declare table from config", extra={"table": name})
+                continue
+            self.published.append(name)
+            log.info("declared table from config", extra={"table": name})
+        await trio.sleep_forever()
+
+
+_TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 128,
+                                 "examples": ["kv"]},
+               "A replicated table (declared on the log)")
+
+
+@dataclass
+class DbBundle:
+    db: DbApplication
+    runtime: Any  # NodeRuntime
+    routes: list[Any] = field(default_factory=list)
+    services: list[Any] = field(default_factory=list)
+    app: LogApplication = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.app = self.db
+        self.routes = [
+            ApiRoute("GET", "/v1/db", "Replicated tables: their latest schema versions",
+                     self._tables, RouteDoc(response=obj({
+                         "channel": {"type": "string"},
+                         "tables": {"type": "object", "additionalProperties": obj({
+                             "columns": {"type": "object",
+                                         "additionalProperties": {"type": "string"}},
+                             "writers": {"type": ["array", "null"], "items": {"type": "string"}},
+                             "owner": {"type": "string"},
+                             "versions": {"type": "integer"}})},
+                     }))),
+            ApiRoute("GET", "/v1/db-schemas/{table}",
+                     "A table's owner, schema versions and column epochs", self._schema_get,
+                     RouteDoc(params=(_TABLE,),
+                              response=obj({
+                                  "table": {"type": "string"},
+                                  "owner": {"type": "string"},
+                                  "versions": arr(obj({
+                                      "version": {"type": "integer"},
+                                      "lamport": {"type": "integer"},
+                                      "sender": {"type": "string"},
+                                      "columns": {"type": "object",
+                                                  "additionalProperties": {"type": "string"}},
+                                      "writers": {"type": ["array", "null"],
+                                                  "items": {"type": "string"}}})),
+                                  "epochs": {"type": "object",
+                                             "additionalProperties": {"type": "integer"},
+                                             "description": "COLUMN: Lamport time of the "
+                                                            "version that (re)typed it"}}),
+                              errors={404: "No such replicated table"})),
+            ApiRoute("POST", "/v1/db-schemas/{table}",
+                     'Declare a schema version: {"columns": {COLUMN: TYPE}, "writers": [...] | '
+                     'null}; only the owner\'s count', self._schema_post, RouteDoc(
+                         params=(_TABLE,),
+                         body=obj({"columns": {"type": "object",
+                                               "additionalProperties": {
+                                                   "enum": ["text", "integer", "real",
+                                                            "boolean"]}}},
+                                  {"writers": {"type": ["array", "null"],
+                                               "items": {"type": "string"}}}, extra=False),
+                         response=obj({"message_id": {"type": "string"},
+                                       "lamport": {"type": "integer"},
+                                       "seq": {"type": "integer"},
+                                       "applied": {"type": "boolean"}}),
+                         errors={403: "This node does not own the table or is not in "
+                                      "db.declarers"})),
+            ApiRoute("POST", "/v1/db/{table}",
+                     'Write a record: {"op": "upsert"|"update"|"delete", "id": ID, "values": '
+                     '{...}}; answers once committed and applied', self._write, RouteDoc(
+                         params=(_TABLE,),
+                         body=obj({"op": {"enum": ["upsert", "update", "delete"]},
+                                   "id": {"type": ["string", "integer"]}},
+                                  {"values": {"type": "object",
+                                              "description": "COLUMN: VALUE, typed as declared"},
+                                   "pending": {"type": "boolean", "description":
+                                               "update: park it until the record arrives "
+                                               "instead of answering 404"}}),
+                         response=obj({"message_id": {"type": "string"},
+                                       "lamport": {"type": "integer"},
+                                       "seq": {"type": "integer"},
+                                       "applied": {"type": "boolean"}}),
+                         errors={403: "This node may not write the table (writers)",
+                                 404: "No such replicated table"})),
+            ApiRoute("GET", "/v1/db/{table}",
+                     "Visible rows in id order (after=ID, limit=N)", self._query, RouteDoc(
+                         params=(_TABLE,
+                                 Param("after", "query", {"type": "string"},
+                                       "Rows with ids after this one"),
+                                 Param("limit", "query", {"type": "integer", "minimum": 1,
+                                                          "maximum": MAX_PAGE, "default": 1000},
+                                       "Most rows")),
+                         response=obj({"rows": arr({"type": "object"}),
+                                       "next_after": {"type": ["string", "null"]}}),
+                         errors={404: "No such replicated table"})),
+            ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
+                     self._get, RouteDoc(
+                         params=(_TABLE, Param("entity_id", "path", {"type": "string"},
+                                               "The row id (percent-encode a /)")),
+                         response={"type": "object"},
+                         errors={404: "No such table or row"})),
+        ]
+        if self.db.channels:
+            self.services = [SchemaSeeder(self.db, self.runtime)]
+
+    def _schema(self, request: Request) -> TableSchema:
+        name = str(request.path_params["table"])
+        schema = self.db.book.latest(name)
+        if schema is None:
+            known = ", ".join(self.db.book.tables()) or "none yet"
+            raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
+        return schema
+
+    async def _tables(self, _node: NodeRuntime, _request: Request) -> Response:
+        book = self.db.book
+        tables = {}
+        for name in book.tables():
+            history = book.history(name)
+            assert history is not None and history.latest is not None
+            tables[name] = {**schema_json(history.latest), "owner": history.owner,
+                            "versions": len(history.versions)}
+        return JSONResponse({"channel": self.db.section.channel, "tables": tables})
+
+    async def _schema_get(self, _node: NodeRuntime, request: Request) -> Response:
+        name = str(request.path_params["table"])
+        history = self.db.book.history(name)
+        if history is None:
+            known = ", ".join(self.db.book.tables()) or "none yet"
+            raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
+        return JSONResponse(history_json(history))
+
+    async def _schema_post(self, node: NodeRuntime, request: Request) -> Response:
+        name = str(request.path_params["table"])
+        body = await read_json(request, max_bytes=256 * 1024)
+        if not isinstance(body, dict) or not isinstance(body.get("columns"), dict) or (
+                set(body) - {"columns", "writers"}):
+            raise ApiError(400, 'body must be {"columns": {COLUMN: TYPE, ...}, "writers": '
+                                '[PEER_ID, ...] | null}')
+        writers = body.get("writers")
+        if writers is not None and (not isinstance(writers, list)
+                                    or not all(isinstance(w, str) for w in writers)):
+            raise ApiError(400, "writers must be null or a list of peer ids")
+        try:
+            declaration = SchemaDeclaration(name, body["columns"],
+                                            None if writers is None else frozenset(writers),
+                                            sender=node.peer_id)
+        except LocalProtocolError as exc:
+            raise ApiError(400, str(exc)) from None
+        declarers = self.db.section.declarers
+        if declarers and node.peer_id not in declarers:
+            raise ApiError(403, "this node is not in db.declarers; its declarations would not "
+                                "count")
+        history = self.db.book.history(name)
+        if history is not None and history.owner != node.peer_id:
+            raise ApiError(403, f"table {name} is owned by {history.owner}; only its "
+                                "declarations count")
+        answer = await _publish_and_wait(self.db, node, declaration.encoded)
+        return JSONResponse(answer)
+
+    async def _write(self, node: NodeRuntime, request: Request) -> Response:
+        schema = self._schema(request)
+        body = await read_json(request, max_bytes=256 * 1024)
+        if not isinstance(body, dict) or not isinstance(body.get("values", {}), dict):
+            raise ApiError(400, 'body must be {"op": "upsert"|"update"|"delete", "id": ID, '
+                                '"values": {COLUMN: VALUE, ...}}')
+        try:
+            operation = Operation(str(body.get("op")))
+        except ValueError:
+            raise ApiError(400, "op must be upsert, update or delete") from None
+        entity_id = body.get("id")
+        if operation is Operation.UPDATE and body.get("pending") is not True and isinstance(
+                entity_id, str) and await node.store.read(
+                    get_row, schema.name, entity_id, self._epochs(schema)) is None:
+            # An update of a record that does not exist (yet) is parked until its upsert
+            # arrives, maybe forever: say so rather than answer "applied".
+            raise ApiError(404, f"no row {entity_id!r} in {schema.name}: update changes an "
+                                "existing record (upsert creates one; \"pending\": true queues "
+                                "the update until the record arrives from a peer)")
+        try:
+            message = CrdtMessage(operation, schema.name, entity_id,  # type: ignore[arg-type]
+                                  _typed(schema, body.get("values", {})), sender=node.peer_id)
+        except LocalProtocolError as exc:
+            raise ApiError(400, str(exc)) from None
+        # This node's next Lamport time is past every version it knows: the latest judges it.
+        rejection = validate_against(schema, message)
+        if rejection is not None:
+            status = 403 if rejection.reason is RejectReason.UNAUTHORISED_WRITER else 400
+            raise ApiError(status, f"{rejection.reason.value}: {rejection.detail}")
+        return JSONResponse(await _publish_and_wait(self.db, node, message.encoded))
+
+    def _epochs(self, schema: TableSchema) -> dict[str, int]:
+        epochs = self.db.book.epochs(schema.name)
+        return {column: epochs.get(column, -1) for column in schema.columns}
+
+    async def _get(self, node: NodeRuntime, request: Request) -> Response:
+        schema = self._schema(request)
+        entity_id = str(request.path_params["entity_id"])
+        row = await node.store.read(get_row, schema.name, entity_id,
+                                    self._epochs(schema))
+        if row is None:
+            raise ApiError(404, f"no row {entity_id!r} in {schema.name}")
+        return JSONResponse(row_json(schema, row))
+
+    async def _query(self, node: NodeRuntime, request: Request) -> Response:
+        schema = self._schema(request)
+        after = request.query_params.get("after")
+        raw_limit = request.query_params.get("limit", "1000")
+        if not raw_limit.isdigit() or not 0 < int(raw_limit) <= MAX_PAGE:
+            raise ApiError(400, f"limit must be an integer in 1..{MAX_PAGE}")
+        limit = int(raw_limit)
+        rows = await node.store.read(query_rows, schema.name, self._epochs(schema), after,
+                                     limit)
+        return JSONResponse({
+            "rows": [row_json(schema, r) for r in rows],
+            "next_after": rows[-1].entity_id if len(rows) == limit else None,
+        })
+
+
+class DbPlugin:
+    """Declared in ``node.apps.plugins.PLUGINS``; costs nothing unless ``db.tables`` seeds one."""
+
+    name = APP_NAME
+
+    def channels(self, config: Config) -> list[str]:
+        return [config.db.channel] if config.db.tables else []
+
+    def build(self, runtime: NodeRuntime) -> DbBundle:
+        app = DbApplication(runtime.config.db, runtime.metrics)
+        metrics = runtime.metrics
+        for name, help_text in METRICS.items():
+            metrics.describe(name, "counter", help_text)
+        return DbBundle(app, runtime)

@@ -1,0 +1,118 @@
+"""Applications on the event log (replicated database, block streams).
+
+An application reads the committed log of its channels in storage order and applies each batch
+inside one transaction that also advances its cursor (``node_state`` key ``app/<name>/cursor``).
+So an application's tables are always the deterministic result of a prefix of the log, a crash
+never applies a batch twice or loses one, and a new replica rebuilds its tables by replaying the
+log from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import trio
+from sqlalchemy import Connection
+
+from node.logs import kv
+from node.metrics import Metrics
+from node.store import EventStore
+from storage import StoredEvent, get_state, put_state, read_channels_after, write_transaction
+
+__all__ = ["AppBundle", "AppPlugin", "AppRunner", "LogApplication", ]
+
+log = logging.getLogger("syncnode.apps")
+BATCH = 2000
+
+
+class LogApplication(Protocol):
+    """What an application implements; ``apply`` runs in a worker thread."""
+
+    name: str
+    channels: Sequence[str]
+
+    def apply(self, conn: Connection, batch: Sequence[StoredEvent]) -> None:
+        """Apply events (in storage order) within the caller's transaction. Bad content must be
+        rejected and counted, never raised: the log is immutable, the batch must go through."""
+        ...
+
+    def after_commit(self, batch: Sequence[StoredEvent]) -> None:
+        """Called in the trio thread once the batch's transaction committed (notify followers)."""
+        ...
+
+
+def _cursor_key(name: str) -> str:
+    return f"app/{name}/cursor"
+
+
+class AppRunner:
+    """Drives one application: after every commit, apply what is new."""
+
+    def __init__(self, app: LogApplication, store: EventStore, metrics: Metrics,
+                 commit_signal: Any) -> None:
+        self.app = app
+        self.store = store
+        self.metrics = metrics
+        self.commit_signal = commit_signal  # () -> trio.Event set at the next commit
+        self.cursor = 0
+        self.applied = 0
+
+    async def run(self) -> None:
+        raw = await self.store.read(get_state, _cursor_key(self.app.name))
+        self.cursor = int(raw.decode()) if raw else 0
+        while True:
+            signal = self.commit_signal()
+            while await self.step():
+                pass
+            with trio.move_on_after(1.0):
+                await signal.wait()
+
+    async def step(self) -> bool:
+        """Apply one batch; False when there was nothing new."""
+        app, cursor = self.app, self.cursor
+
+        def run() -> list[StoredEvent]:
+            with write_transaction(self.store.engine) as conn:
+                batch = read_channels_after(conn, app.channels, cursor, BATCH)
+                if batch:
+                    app.apply(conn, batch)
+                    put_state(conn, _cursor_key(app.name), str(batch[-1].seq).encode(),
+                              batch[-1].received_at)
+                return batch
+
+        try:
+            batch = await trio.to_thread.run_sync(run)
+        except Exception:
+            # An application bug must not stop the node; the batch is retried after a pause.
+            self.metrics.inc("app_errors_total", app=app.name)
+            log.exception("application batch failed", extra=kv(app=app.name, after=cursor))
+            await trio.sleep(5)
+            return False
+        if not batch:
+            return False
+        self.cursor = batch[-1].seq
+        self.applied += len(batch)
+        self.metrics.inc("app_events_applied_total", len(batch), app=app.name)
+        app.after_commit(batch)
+        return True
+
+
+class AppBundle(Protocol):
+    app: LogApplication
+    routes: list[Any]  # node.api.app.ApiRoute
+
+
+class AppPlugin(Protocol):
+    """An application the daemon can host: declared in ``node.apps.plugins.PLUGINS``."""
+
+    name: str
+
+    def channels(self, config: Any) -> list[str]:
+        """Channels the application needs replicated (added to ``p2p.channels``)."""
+        ...
+
+    def build(self, runtime: Any) -> AppBundle:
+        """Create the application for a running node (``runtime`` is a ``NodeRuntime``)."""
+        ...

@@ -1,0 +1,167 @@
+"""The ``syncnode`` command: ``run`` starts a node; the other subcommands talk to its local API.
+
+Importing this module and building the parser stays cheap (stdlib only): each command imports
+what it needs when it runs, so ``status``, ``publish``, ``log``, ``--help`` and ``--version``
+never load SQLAlchemy, trio, libp2p or the node runtime. ``tests/node/test_cli_commands.py`` checks.
+Errors are one ``error:`` line; exit codes follow the rule in ``node.cli.common``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from node.cli import blocks as cli_blocks
+from node.cli import config as cli_config
+from node.cli import db as cli_db
+from node.cli import node_commands as cli_node
+from node.cli import records_args as cli_records_args
+from node.cli import snapshot as cli_snapshot
+from node.cli.common import EXIT_FAILED, EXIT_USAGE, ApiClient, CliError, config_from
+
+__all__ = ["ApiClient", "CliError", "build_parser", "main"]
+
+EXTENSIONS = [
+    cli_node.register,
+    cli_records_args.register,
+    cli_blocks.register,
+    cli_db.register,
+    cli_snapshot.register,
+    cli_config.register,
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``error:`` line (exit 2), pointing at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+class _VersionAction(argparse.Action):
+    """``--version`` that reads the package metadata only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            shown = version("syncnode")
+        except PackageNotFoundError:
+            shown = "0+unknown"
+        parser.exit(0, f"syncnode {shown}\n")
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.data_dir:
+        overrides["node.data_dir"] = args.data_dir
+    if args.api:
+        overrides["api.listen"] = args.api
+    if args.listen:
+        overrides["p2p.listen"] = args.listen
+    if args.bootstrap:
+        overrides["p2p.bootstrap"] = args.bootstrap
+    config = config_from(args, overrides)
+    import trio
+
+    from node.logs import configure_logging
+    from node.node_main import run_node, startup_problem
+
+    configure_logging(config.node.log_level, config.node.log_format)
+    try:
+        return trio.run(run_node, config)
+    except BaseException as exc:
+        if (problem := startup_problem(exc)) is not None:
+            raise CliError(problem, code=EXIT_FAILED) from None
+        raise
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+class _Placeholder:
+    """Stands in for the parser of a command this invocation does not run: it takes every
+    declaration and keeps none (building all ~40 parsers costs more than the command itself)."""
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_args, **_kwargs: self
+
+
+class _OnlySelected:
+    """Subparsers that fully build only the ``selected`` command; the others get a name and a
+    help line (all that ``syncnode --help`` and an "invalid choice" error show)."""
+
+    def __init__(self, real: Any, selected: str | None) -> None:
+        self.real = real
+        self.selected = selected
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name == self.selected:
+            return self.real.add_parser(name, **kwargs)
+        self.real.add_parser(name, help=kwargs.get("help"), add_help=False)
+        return _Placeholder()
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (given ``argv``) one with only the command ``argv`` names built."""
+    parser = _Parser(
+        prog="syncnode", description="Peer-to-peer sync daemon for append-only event logs.",
+        epilog="Exit status: 0 done; 1 the command failed (no node, port or data dir in use, "
+               "not found, a failure on the node); 2 bad arguments, config or input.",
+    )
+    parser.add_argument("--version", action=_VersionAction)
+    sub: Any = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a node in the foreground")
+    run.add_argument("--config", metavar="FILE", help="TOML config (see config.example.toml)")
+    run.add_argument("--data-dir", metavar="DIR", help="override node.data_dir")
+    run.add_argument("--api", metavar="HOST:PORT", help="override api.listen")
+    run.add_argument("--listen", metavar="MULTIADDR", action="append", help="override p2p.listen")
+    run.add_argument("--bootstrap", metavar="MULTIADDR", action="append",
+                     help="peer to dial at start-up (repeatable)")
+    run.set_defaults(func=_cmd_run)
+
+    commands: Any = sub if argv is None else _OnlySelected(sub, _command_word(argv))
+    for register in EXTENSIONS:
+        register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except Exception as exc:
+        if os.environ.get("SYNCNODE_DEBUG"):
+            raise
+        print(f"error: unexpected {exc.__class__.__name__}: {exc} (a bug: please report it; "
+              "SYNCNODE_DEBUG=1 shows the traceback)".replace("\n", " "), file=sys.stderr)
+        return EXIT_FAILED
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,384 @@
+"""Building a hardened py-libp2p 0.8.1 host: identity, security, muxer, GossipSub tuning.
+
+Why each choice (measured on 0.8.1, see docs/p2p.md):
+
+* The library's default security list also accepts plaintext and SECIO dialers, so we pass
+  our own: Noise only, wrapped in an admission gate that enforces ``allowed_peers`` right
+  after the handshake has authenticated the remote peer id (before any stream can open).
+* Yamux only, and ``max_connections_per_peer=1`` (otherwise every connect waits ~250 ms).
+* GossipSub's defaults drop silently: spam protection (10 msg/s per peer and topic, applied
+  even to our own publishes), adaptive gossip (stretches the heartbeat to 30-60 s), a 32-slot
+  per-peer outbound queue and 32-slot subscription channels. The first two are constructor
+  arguments; the two queue sizes are module constants, patched here under a version check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import libp2p
+import libp2p.network.connection.swarm_connection as _swarm_connection_module
+import libp2p.pubsub.gossipsub as _gossipsub_module
+import libp2p.pubsub.pubsub as _pubsub_module
+import libp2p.transport.tcp.tcp as _tcp_module
+import multiaddr
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+)
+from libp2p.abc import (
+    IHost,
+    INetConn,
+    INetStream,
+    INetwork,
+    INotifee,
+    IRawConnection,
+    ISecureConn,
+    ISecureTransport,
+)
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.keys import KeyPair
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.network.config import ConnectionConfig
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
+from libp2p.pubsub.utils import maybe_consume_signed_record as _original_consume_record
+from libp2p.security.exceptions import HandshakeFailure
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+from node.p2p.frames import P2PError
+from node.p2p.types import BanList, P2PConfig
+from sync.identity import peer_id_of
+
+__all__ = [
+    "SUPPORTED_LIBP2P_VERSION",
+    "ConnectionNotifee",
+    "build_host",
+    "build_pubsub",
+    "check_libp2p_version",
+    "close_host",
+    "connection_direction",
+    "key_pair_from",
+    "remote_address",
+    "stop_auto_connector",
+    "tame_libp2p_logging",
+]
+
+SUPPORTED_LIBP2P_VERSION = "0.8.1"
+# libp2p's own subscription channel only feeds our drain task, which never blocks, so it can be
+# generous; drops are then visible only in our own bounded queues, where they are counted.
+_LIBP2P_SUBSCRIPTION_BUFFER = 1_000_000
+_SHUTDOWN_GRACE_S = 5.0
+
+logger = logging.getLogger("node.p2p")
+
+
+def check_libp2p_version() -> None:
+    """Refuse to run (and to patch internals) against any py-libp2p but the one we studied."""
+    installed = importlib.metadata.version("libp2p")
+    module_version = getattr(libp2p, "__version__", installed)
+    if installed != SUPPORTED_LIBP2P_VERSION or module_version != SUPPORTED_LIBP2P_VERSION:
+        raise P2PError(
+            f"node.p2p supports py-libp2p {SUPPORTED_LIBP2P_VERSION} only (found {installed}): "
+            "it tunes GossipSub internals whose names and defaults change between releases; "
+            "re-check docs/p2p.md section 'Library patches' before changing the pin"
+        )
+
+
+class _RoomyRpcQueue(RpcQueue):
+    """``RpcQueue`` whose default capacity is ours, not libp2p's 32."""
+
+    default_max_size = 32
+
+    def __init__(
+        self, max_size: int | None = None, max_message_size: int = DefaultMaxMessageSize
+    ) -> None:
+        super().__init__(max_size or type(self).default_max_size, max_message_size)
+
+
+def _patch_gossip_queues(peer_queue_size: int) -> None:
+    # Pubsub builds each per-peer queue as ``RpcQueue()`` and each subscription channel with
+    # ``SUBSCRIPTION_CHANNEL_SIZE``, both looked up in the pubsub module at call time.
+    check_libp2p_version()
+    for name in ("RpcQueue", "SUBSCRIPTION_CHANNEL_SIZE"):
+        if not hasattr(_pubsub_module, name):
+            raise P2PError(f"libp2p.pubsub.pubsub.{name} is gone: cannot tune GossipSub queues")
+    # Process-wide (module globals): keep the largest size any host asked for.
+    _RoomyRpcQueue.default_max_size = max(_RoomyRpcQueue.default_max_size, peer_queue_size)
+    setattr(_pubsub_module, "RpcQueue", _RoomyRpcQueue)  # noqa: B010
+    setattr(_pubsub_module, "SUBSCRIPTION_CHANNEL_SIZE", _LIBP2P_SUBSCRIPTION_BUFFER)  # noqa: B010
+
+
+# peer id -> the signed peer record bytes it last sent and we accepted.
+_accepted_records: dict[ID, bytes] = {}
+
+
+def _consume_record_once(msg: Any, host: IHost, peer_id: ID) -> bool:
+    """libp2p attaches the sender's signed peer record to every pubsub RPC and verifies it on
+    every receipt (7-10% of a busy node's CPU); the same bytes from the same peer were verified
+    already."""
+    if not msg.HasField("senderRecord"):
+        return True
+    record = bytes(msg.senderRecord)
+    if _accepted_records.get(peer_id) == record:
+        return True
+    accepted = bool(_original_consume_record(msg, host, peer_id))
+    if accepted:
+        if len(_accepted_records) >= 4096:
+            _accepted_records.clear()
+        _accepted_records[peer_id] = record
+    return accepted
+
+
+def _patch_record_verification() -> None:
+    check_libp2p_version()
+    for module in (_pubsub_module, _gossipsub_module):
+        if not hasattr(module, "maybe_consume_signed_record"):
+            raise P2PError(f"{module.__name__}.maybe_consume_signed_record is gone")
+        setattr(module, "maybe_consume_signed_record", _consume_record_once)  # noqa: B010
+
+
+class _NamedLoggingShim:
+    """Stands in for the ``logging`` module inside a libp2p module that logs on the root logger.
+
+    ``logging.debug(...)`` on a root logger without handlers runs ``logging.basicConfig()``,
+    which would install a stderr handler and make the daemon's own logging setup a no-op.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._logger = logging.getLogger(name)
+
+    def __getattr__(self, attr: str) -> object:
+        if attr in ("debug", "info", "warning", "error", "exception", "critical", "log"):
+            return getattr(self._logger, attr)
+        return getattr(logging, attr)
+
+
+def tame_libp2p_logging(level: str) -> None:
+    """Route libp2p's records through normal logging at ``level``, unless LIBP2P_DEBUG is set."""
+    if os.environ.get("LIBP2P_DEBUG"):
+        return
+    check_libp2p_version()
+    shim = _NamedLoggingShim(_swarm_connection_module.__name__)
+    setattr(_swarm_connection_module, "logging", shim)  # noqa: B010
+    numeric = logging.getLevelName(level.upper())
+    root = logging.getLogger("libp2p")
+    root.setLevel(numeric)
+    root.propagate = True
+    # Some modules pin their own level (auto_connector logs INFO every 30 s): lift them too.
+    for name, item in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("libp2p.") and isinstance(item, logging.Logger) and item.level:
+            item.setLevel(max(item.level, numeric))
+
+
+def key_pair_from(private_key: Ed25519PrivateKey) -> tuple[KeyPair, str]:
+    """The libp2p ``KeyPair`` of our Ed25519 key, built from its raw 32-byte seed."""
+    seed = private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    key_pair = create_new_key_pair(seed)
+    peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
+    expected = peer_id_of(private_key)
+    if peer_id != expected:
+        raise P2PError(f"libp2p derived peer id {peer_id}, sync.identity says {expected}")
+    return key_pair, peer_id
+
+
+class _AdmissionGate(ISecureTransport):
+    """Noise, plus a closed-group check on the authenticated remote peer id."""
+
+    def __init__(
+        self,
+        inner: ISecureTransport,
+        allowed: frozenset[str] | None,
+        on_refused: Callable[[str, str, str], None],
+        bans: BanList,
+    ) -> None:
+        self._inner = inner
+        self._allowed = allowed
+        self._on_refused = on_refused
+        self._bans = bans
+
+    def _refusal(self, peer_id: ID) -> str | None:
+        """Why ``peer_id`` may not connect: outside a closed group, or banned for a while."""
+        peer = peer_id.to_base58()
+        if self._allowed is not None and peer not in self._allowed:
+            return "not in allowed_peers"
+        return "banned" if self._bans.is_banned(peer) else None
+
+    async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
+        secure = await self._inner.secure_inbound(conn)
+        remote = secure.get_remote_peer()
+        if (reason := self._refusal(remote)) is not None:
+            self._on_refused(remote.to_base58(), "inbound", reason)
+            await secure.close()
+            raise HandshakeFailure(f"peer {remote} is refused: {reason}")
+        return secure
+
+    async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
+        if (reason := self._refusal(peer_id)) is not None:
+            self._on_refused(peer_id.to_base58(), "outbound", reason)
+            raise HandshakeFailure(f"peer {peer_id} is refused: {reason}")
+        return await self._inner.secure_outbound(conn, peer_id)
+
+
+def _exclusive_socket_flags(sock: Any) -> None:
+    """SO_REUSEADDR (a restarted node rebinds despite TIME_WAIT) but never SO_REUSEPORT.
+
+    libp2p 0.8.1 sets SO_REUSEPORT on its listeners for hole punching, which we do not use:
+    with it a second node binds a port already in use and the kernel splits incoming
+    connections between the two. Without it, a busy port is a bind error at start-up.
+    """
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
+def build_host(
+    key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str, str], None],
+    bans: BanList,
+) -> IHost:
+    setattr(_tcp_module, "_set_reuse_flags", _exclusive_socket_flags)  # noqa: B010
+    noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans)
+    connection_config = ConnectionConfig(
+        max_connections_per_peer=1,
+        dial_timeout=config.dial_timeout,
+        outbound_upgrade_timeout=config.dial_timeout,
+        inbound_upgrade_timeout=config.dial_timeout,
+        outbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
+        inbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
+    )
+    return libp2p.new_host(
+        key_pair=key_pair,
+        sec_opt={NOISE_PROTOCOL_ID: gate},
+        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
+        listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs],
+        connection_config=connection_config,
+        enable_mDNS=False,
+        enable_upnp=False,
+    )
+
+
+class _GuardedPubsub(Pubsub):
+    """``Pubsub`` whose per-peer reader survives a malformed RPC.
+
+    libp2p 0.8.1 catches only stream and varint errors there: a peer sending bytes that are not
+    a valid ``RPC`` protobuf raises ``DecodeError`` out of the handler and takes the whole
+    network service (and so the node) down. Here any such error resets that one stream, drops
+    the peer from pubsub and is counted.
+    """
+
+    bad_rpc_streams = 0
+
+    async def stream_handler(self, stream: INetStream) -> None:
+        try:
+            await super().stream_handler(stream)
+        except Exception as exc:
+            type(self).bad_rpc_streams += 1
+            peer_id = stream.muxed_conn.peer_id
+            logger.warning("dropping pubsub stream of %s after a malformed RPC: %r", peer_id, exc)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+            self._handle_dead_peer(peer_id)
+
+
+def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
+    _patch_gossip_queues(config.gossip_peer_queue_size)
+    _patch_record_verification()
+    router = GossipSub(
+        protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+        degree=config.gossip_degree,
+        degree_low=config.gossip_degree_low,
+        degree_high=config.gossip_degree_high,
+        heartbeat_interval=config.gossip_heartbeat_interval,  # type: ignore[arg-type]
+        gossip_window=3,
+        # libp2p keeps every message it saw for gossip_history heartbeats (to answer IWANT):
+        # with 10, a stream of 1 MB messages (a flood, or SDS resending big events) kept
+        # ten seconds of traffic in memory. IHAVE only advertises the last gossip_window, and
+        # SDS repairs what gossip misses, so a little over the window is enough.
+        gossip_history=4,
+        spam_protection_enabled=False,
+        adaptive_gossip_enabled=False,
+        # Closed groups on few hosts (often one IP): IP diversity is not a signal there.
+        eclipse_protection_enabled=False,
+        max_pending_messages_per_peer=config.gossip_peer_queue_size,
+    )
+    # IHAVE/IWANT are the repair path for what the mesh missed; 10/s per peer starves it.
+    router.max_iwant_requests_per_second = 10_000.0
+    router.max_ihave_messages_per_second = 10_000.0
+    pubsub = _GuardedPubsub(
+        host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing
+    )
+    return pubsub, router
+
+
+class ConnectionNotifee(INotifee):
+    """Forwards libp2p connection events to two plain callbacks, which must not block."""
+
+    def __init__(
+        self, on_connected: Callable[[INetConn], None], on_disconnected: Callable[[INetConn], None]
+    ) -> None:
+        self._on_connected = on_connected
+        self._on_disconnected = on_disconnected
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self._on_connected(conn)
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        self._on_disconnected(conn)
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+
+def remote_address(conn: INetConn) -> str | None:
+    try:
+        addrs = conn.get_transport_addresses()
+    except Exception:
+        return None
+    return str(addrs[0]) if addrs else None
+
+
+def connection_direction(conn: INetConn) -> str:
+    value = getattr(conn, "direction", None)
+    name = str(getattr(value, "name", value)).lower()
+    return name if name in ("inbound", "outbound") else "unknown"
+
+
+async def stop_auto_connector(host: IHost) -> None:
+    # libp2p would redial peerstore entries on its own to reach 150 connections; the daemon
+    # decides whom to dial (allowed_peers, remembered peers, back-off).
+    connector = getattr(host.get_network(), "auto_connector", None)
+    if connector is not None:
+        await connector.stop()
+
+
+async def close_host(host: IHost) -> None:
+    """``host.close()`` shielded from cancellation and bounded in time; never raises."""
+    with trio.CancelScope(shield=True), trio.move_on_after(_SHUTDOWN_GRACE_S):
+        try:
+            await host.close()
+        except Exception:
+            logger.warning("closing the libp2p host failed", exc_info=True)

@@ -1,0 +1,184 @@
+"""Fetch events by message id (``/syncnode/fetch/1.0.0``) to close SDS gaps in seconds.
+
+The protocol (request format, answer checks, whom to ask) is :mod:`sync.transfer.fetch`; this
+is the glue. Answers are read from the database in byte-bounded batches and sent as they are
+read, and each peer has at most ``max_streams_per_peer`` requests served at once, so requests
+that are never read cannot make the node hold their events. Everything fetched goes through
+``ChannelService.ingest``, which verifies id and signature before anything is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Sequence
+
+import trio
+
+from node.config import FetchSection
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p.host import FramedStream, P2PError, P2PHost
+from node.p2p.standing import PeerStanding
+from node.store import EventStore
+from storage import events_by_message_ids, wire_sizes_by_message_ids
+from sync.errors import RemoteProtocolError
+from sync.sds import MissingEntry
+from sync.transfer import (
+    FetchReader,
+    InFlight,
+    byte_batches,
+    encode_request,
+    parse_request,
+    plan_peers,
+)
+
+__all__ = ["FETCH_PROTOCOL", "MAX_IDS", "Fetcher"]
+
+log = logging.getLogger("syncnode.fetch")
+FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
+MAX_IDS = 256
+PEERS_PER_ID = 3
+GRACE_S = 1.0
+MAX_EVENT_BYTES = 1 << 20
+
+
+class Fetcher:
+    """Serves fetch requests and fetches the dependencies SDS reports missing."""
+
+    def __init__(
+        self,
+        host: P2PHost,
+        store: EventStore,
+        metrics: Metrics,
+        ingest: Callable[[bytes, str | None], str | None],
+        still_missing: Callable[[str], bool],
+        grace_s: float = GRACE_S,
+        standing: PeerStanding | None = None,
+        limits: FetchSection | None = None,
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.metrics = metrics
+        self.ingest = ingest
+        self.still_missing = still_missing
+        self.grace_s = grace_s
+        self._queue_send, self._queue = trio.open_memory_channel[tuple[float, MissingEntry]](
+            math.inf
+        )
+        self._in_flight: set[str] = set()
+        self.standing = standing
+        self.limits = limits or FetchSection()
+        self.max_ids = min(self.limits.max_ids, MAX_IDS)
+        self._serving = InFlight(self.limits.max_streams_per_peer,
+                                 max(self.limits.max_streams, self.limits.max_streams_per_peer))
+        host.set_stream_handler(FETCH_PROTOCOL, self._serve)
+        for name, text in (
+            ("fetch_bad_requests_total", "Malformed fetch requests"),
+            ("fetch_refused_total", "Fetch streams refused: over the per-peer or total cap"),
+            ("fetch_bad_answers_total", "Fetch answers that broke the protocol"),
+        ):
+            metrics.describe(name, "counter", text)
+            metrics.inc(name, 0)
+
+    def _penalise(self, peer: str, reason: str) -> None:
+        if self.standing is not None:
+            self.standing.penalise(peer, reason)
+
+    def want(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
+        due = trio.current_time() + self.grace_s
+        for entry in entries:
+            if entry.message_id not in self._in_flight:
+                self._in_flight.add(entry.message_id)
+                self._queue_send.send_nowait((due, entry))
+
+    async def _serve(self, stream: FramedStream) -> None:
+        peer = stream.peer_id
+        if not self._serving.acquire(peer):
+            self.metrics.inc("fetch_refused_total")
+            self._penalise(peer, "busy")
+            await stream.reset()
+            return
+        try:
+            async with stream:
+                await self._answer(stream)
+        finally:
+            self._serving.release(peer)
+
+    async def _answer(self, stream: FramedStream) -> None:
+        try:
+            ids = parse_request(await stream.receive(), self.max_ids, stream.peer_id)
+        except RemoteProtocolError as exc:
+            self.metrics.inc("fetch_bad_requests_total")
+            self._penalise(stream.peer_id, "protocol")
+            log.info("bad fetch request", extra=kv(peer=stream.peer_id, error=exc.reason))
+            return
+        sizes = await self.store.read(wire_sizes_by_message_ids, ids) if ids else []
+        served = 0
+        # Read and send a bounded batch at a time: a peer that never reads its answer holds
+        # one batch of ours, not every event it asked for.
+        for batch in byte_batches(sizes, self.limits.serve_batch_bytes, len(ids)):
+            found = await self.store.read(events_by_message_ids, batch)
+            for event in found:
+                await stream.send(event.wire)
+            served += len(found)
+            del found
+        await stream.send(b"")
+        self.metrics.inc("fetch_served_total", served)
+
+    async def run(self) -> None:
+        while True:
+            due, first = await self._queue.receive()
+            # Most gaps close by themselves within moments (the event is in flight, or Recon
+            # is delivering a whole range): only fetch what is still missing after the grace.
+            await trio.sleep_until(due)
+            batch = [first]
+            while len(batch) < self.max_ids:
+                try:
+                    batch.append(self._queue.receive_nowait()[1])
+                except trio.WouldBlock:
+                    break
+            wanted = [e for e in batch if self.still_missing(e.message_id)]
+            try:
+                if wanted:
+                    await self._fetch(wanted)
+            finally:
+                for entry in batch:
+                    self._in_flight.discard(entry.message_id)
+
+    async def _fetch(self, batch: list[MissingEntry]) -> None:
+        wanted = {e.message_id for e in batch}
+        connected = self.host.connected_peers()
+        senders = [e.sender_id for e in batch if e.sender_id in connected]
+        others = [p for p in connected if p not in senders]
+        random.shuffle(others)
+        banned = frozenset(p for p in connected if self.host.is_banned(p))
+        for peer in plan_peers(senders, others, PEERS_PER_ID, banned):
+            if not wanted:
+                return
+            try:
+                got = await self._request(peer, sorted(wanted))
+            except P2PError as exc:
+                self.metrics.inc("fetch_failures_total")
+                log.debug("fetch failed", extra=kv(peer=peer, error=str(exc)))
+                continue
+            except RemoteProtocolError as exc:
+                self.metrics.inc("fetch_bad_answers_total")
+                self._penalise(peer, "protocol")
+                log.info("bad fetch answer", extra=kv(peer=peer, error=exc.reason))
+                continue
+            for wire in got:
+                accepted = self.ingest(wire, peer)
+                if accepted is not None:
+                    self.metrics.inc("fetch_received_total")
+                    wanted.discard(accepted)
+
+    async def _request(self, peer: str, ids: list[str]) -> list[bytes]:
+        out: list[bytes] = []
+        reader = FetchReader(ids, MAX_EVENT_BYTES, peer)
+        async with await self.host.open_stream(peer, FETCH_PROTOCOL) as stream:
+            await stream.send(encode_request(ids))
+            while (wire := reader.receive(await stream.receive())) is not None:
+                out.append(wire)
+        return out

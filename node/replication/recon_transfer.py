@@ -1,0 +1,299 @@
+"""The WANT/EVENTS phase of a Recon session over a libp2p stream: glue around
+:mod:`sync.transfer` (read a frame, call the core, write what it says).
+
+Fetching: missing keys are claimed in a :class:`ClaimTable` (so no concurrent session fetches
+them too), asked for in want lists, verified in worker threads and ingested through SDS. Keys
+the peer leaves out of its answer return to the pool at once and cost it standing; so do claims
+that lapse because the peer stopped delivering.
+
+Serving: each want list is answered in byte-bounded batches read from the database and sent
+as they are packed, so one stream holds at most about ``serve_batch_bytes`` of events however
+many keys the peer asks for and however slowly it reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p.host import FramedStream, P2PError
+from node.p2p.standing import PeerStanding
+from node.replication.channels import ChannelService
+from node.replication.events import record_of_event
+from node.store import EventStore
+from storage import events_by_keys, wire_sizes_by_keys
+from sync.errors import RemoteProtocolError
+from sync.recon.eventid import CIP124_DRAFT, key_height
+from sync.sds import SignedEvent, decode_event
+from sync.sds.profile import decode_event_by_channel
+from sync.transfer import ClaimTable, EventsPacker, WantFetcher, WantServer, byte_batches
+
+__all__ = ["SessionStats", "Transfer", "TransferAbort", "verify_in_threads"]
+
+log = logging.getLogger("syncnode.recon")
+MAX_KEY_BYTES = 256
+MAX_EVENT_BYTES = 1 << 20
+VERIFY_THREADS = 2
+# Want lists in flight during a fetch: the peer prepares the next while we ingest one.
+FETCH_AHEAD = 2
+
+
+class TransferAbort(Exception):
+    """The peer broke the protocol; the session ends and the peer pays for it."""
+
+
+@dataclass
+class SessionStats:
+    fetched: int = 0
+    served: int = 0
+    rejected: int = 0
+    withheld: int = 0
+    missing: list[bytes] = field(default_factory=list)
+
+
+Decoder = Callable[[bytes], SignedEvent]
+
+
+def _default_decode(wire: bytes) -> SignedEvent:
+    return decode_event(wire, max_size=MAX_EVENT_BYTES)
+
+
+def _decode_all(wires: list[bytes], decode: Decoder = _default_decode
+                ) -> list[SignedEvent | None]:
+    out: list[SignedEvent | None] = []
+    for wire in wires:
+        try:
+            out.append(decode(wire))
+        except RemoteProtocolError:
+            out.append(None)
+    return out
+
+
+async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS,
+                            decode: Decoder = _default_decode) -> list[SignedEvent | None]:
+    """Decode and verify events (id and signature, or what the channel's SDS profile asks
+    for) in worker threads: libsodium releases the GIL, so a batch is verified on every core
+    while the event loop keeps serving."""
+    if len(wires) < 64:
+        return _decode_all(wires, decode)
+    step = -(-len(wires) // threads)
+    parts: list[list[SignedEvent | None]] = [[] for _ in range(threads)]
+
+    async def run(i: int) -> None:
+        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step],
+                                                 decode)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(threads):
+            nursery.start_soon(run, i)
+    return [event for part in parts for event in part]
+
+
+_Batch = tuple[list[bytes], list[SignedEvent | None], bool]
+
+
+class Transfer:
+    def __init__(
+        self,
+        *,
+        store: EventStore,
+        channels: ChannelService,
+        metrics: Metrics,
+        network_id: int,
+        fetch_batch: int,
+        claims: ClaimTable,
+        standing: PeerStanding | None,
+        max_frame_bytes: int,
+        serve_batch_bytes: int,
+        gossip_grace_ms: int = 0,
+        on_released: Callable[[], None] = lambda: None,
+        event_id_layout: str = CIP124_DRAFT,
+        profiles: Mapping[str, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.channels = channels
+        self.metrics = metrics
+        self.network_id = network_id
+        self.fetch_batch = fetch_batch
+        self.claims = claims
+        self.standing = standing
+        self.max_frame_bytes = max_frame_bytes
+        self.serve_batch_bytes = serve_batch_bytes
+        self.gossip_grace_ms = gossip_grace_ms
+        self.on_released = on_released
+        self.event_id_layout = event_id_layout
+        # Fetched events are checked under their channel's SDS profile (sync.sds.profile).
+        self._decode: Decoder = functools.partial(
+            decode_event_by_channel, profiles=dict(profiles or {}), max_size=MAX_EVENT_BYTES)
+        for name, text in (
+            ("recon_keys_withheld_total", "Keys a peer advertised and left out of its answer"),
+            ("recon_claims_lapsed_total", "Claimed keys released because the peer stalled"),
+        ):
+            metrics.describe(name, "counter", text)
+            metrics.inc(name, 0)
+
+    def penalise(self, peer: str, reason: str, count: float = 1.0) -> None:
+        if self.standing is not None:
+            self.standing.penalise(peer, reason, count)
+
+    def expire_claims(self) -> None:
+        """Claims of sessions that stopped delivering go back to the pool; their peers pay."""
+        lapsed = self.claims.expire(time.monotonic())
+        for peer, count in lapsed:
+            self.metrics.inc("recon_claims_lapsed_total", count)
+            self.penalise(peer, "withheld")
+        if lapsed:
+            self.on_released()
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    async def fetch(self, stream: FramedStream, stats: SessionStats) -> None:
+        """Ask for the events of our missing keys, validate and ingest what arrives."""
+        peer = stream.peer_id
+        now = time.monotonic()
+        self.expire_claims()
+        missing = stats.missing
+        if self.gossip_grace_ms:
+            missing = self._not_recent(missing)
+        sid = self.claims.open(peer, now)
+        try:
+            keys = self.claims.claim(sid, missing, now)
+            await self._fetch_claimed(stream, sid, keys, stats)
+        finally:
+            if self.claims.close(sid):
+                self.on_released()
+
+    def _not_recent(self, keys: list[bytes]) -> list[bytes]:
+        """Drop keys of events gossip is probably still delivering: under load, fetching them
+        as well would move and verify them twice just when the node has least time to spare.
+        A timestamp far ahead of our clock (a sender's fast clock) is not held back, and neither
+        is a key without one (the ceramic-one layout has no event height): fetched at once."""
+        now_ms = int(time.time() * 1000)
+        lo, hi = now_ms - self.gossip_grace_ms, now_ms + self.gossip_grace_ms
+        kept = []
+        for key in keys:
+            try:
+                height = key_height(key)
+            except RemoteProtocolError:  # malformed: fetched, and rejected on validation
+                height = None
+            if height is None or not lo <= height <= hi:
+                kept.append(key)
+        return kept
+
+    async def _fetch_claimed(self, stream: FramedStream, sid: int, keys: list[bytes],
+                             stats: SessionStats) -> None:
+        """Three stages overlap: the peer reads and sends the next want list while worker
+        threads verify the batch before it and this task ingests the one before that."""
+        core = WantFetcher(keys, batch=self.fetch_batch, ahead=FETCH_AHEAD,
+                           max_event_bytes=MAX_EVENT_BYTES, peer=stream.peer_id)
+        send, recv = trio.open_memory_channel[_Batch](FETCH_AHEAD)
+        failure: list[BaseException] = []
+
+        async def download() -> None:
+            try:
+                async with send:
+                    for frame in core.next_frames():
+                        await stream.send(frame)
+                    while core.answers_pending:
+                        got = core.receive(await stream.receive())
+                        if got.final:
+                            for frame in core.next_frames():
+                                await stream.send(frame)
+                        await send.send((got.wires, await verify_in_threads(got.wires,
+                                                                         decode=self._decode),
+                                         got.final))
+            except (P2PError, trio.TooSlowError, RemoteProtocolError) as exc:
+                failure.append(exc)
+                nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(download)
+            async with recv:
+                async for wires, events, final in recv:
+                    try:
+                        self._ingest(core, sid, wires, events, stream.peer_id, stats)
+                    except RemoteProtocolError as exc:
+                        failure.append(exc)
+                        nursery.cancel_scope.cancel()
+                        break
+                    if final:
+                        self._answer_done(core, sid, stream.peer_id, stats)
+                    await trio.lowlevel.checkpoint()
+        if failure:
+            raise failure[0]
+
+    def _answer_done(self, core: WantFetcher, sid: int, peer: str, stats: SessionStats) -> None:
+        withheld = core.answer_done()
+        if not withheld:
+            return
+        # The peer advertised these keys and did not deliver them: someone else will.
+        stats.withheld += len(withheld)
+        self.claims.release(sid, withheld)
+        self.metrics.inc("recon_keys_withheld_total", len(withheld))
+        self.penalise(peer, "short_answer")
+        log.info("peer withheld advertised events", extra=kv(peer=peer, keys=len(withheld)))
+        self.on_released()
+
+    def _ingest(self, core: WantFetcher, sid: int, wires: list[bytes],
+                events: list[SignedEvent | None], peer: str, stats: SessionStats) -> None:
+        parsed = []
+        for wire, event in zip(wires, events, strict=True):
+            if event is None or event.lamport is None:
+                stats.rejected += 1
+                self.penalise(peer, "invalid_event")
+                raise RemoteProtocolError("peer sent an invalid event", peer)
+            key = record_of_event(self.network_id, event, self.event_id_layout).recon_key
+            try:
+                core.accept(key)
+            except RemoteProtocolError:
+                stats.rejected += 1
+                self.metrics.inc("events_rejected_total", reason="recon unrequested event")
+                raise
+            parsed.append((event.lamport, key, wire, event))
+        # Causal dependencies have lower Lamport timestamps: feeding in that order lets SDS
+        # deliver at once instead of buffering and reporting gaps.
+        parsed.sort(key=lambda item: (item[0], item[1]))
+        now = time.monotonic()
+        if parsed:
+            self.claims.progress(sid, now)
+        for _, key, wire, event in parsed:
+            self.claims.delivered(sid, key, now)
+            if self.channels.ingest(wire, peer, verified=event) is None:
+                # Valid, but refused by policy (clock bound, roles, closed group): counted and
+                # charged by the channel service; an honest peer may hold such an event, so
+                # the session goes on.
+                stats.rejected += 1
+                continue
+            stats.fetched += 1
+        self.metrics.inc("recon_events_fetched_total", len(parsed))
+
+    # -- serving -------------------------------------------------------------------------------
+
+    async def serve(self, stream: FramedStream, budget: int, stats: SessionStats) -> None:
+        """Answer the peer's want lists with the events we hold, within a byte budget."""
+        core = WantServer(budget=budget, max_items=max(self.fetch_batch, 1024),
+                          max_key_bytes=MAX_KEY_BYTES, peer=stream.peer_id)
+        while not core.done:
+            want = core.receive(await stream.receive())
+            packer = EventsPacker(self.max_frame_bytes, self.fetch_batch)
+            sent = 0
+            if want.keys:
+                sizes = await self.store.read(wire_sizes_by_keys, want.keys)
+                for batch in byte_batches(sizes, self.serve_batch_bytes, self.fetch_batch):
+                    found = await self.store.read(events_by_keys, batch)
+                    for event in found:
+                        frame = packer.add(event.wire)
+                        if frame is not None:
+                            await stream.send(frame)
+                    sent += len(found)
+                    del found
+            await stream.send(packer.finish())
+            stats.served += sent
+            self.metrics.inc("recon_events_served_total", sent)

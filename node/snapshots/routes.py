@@ -1,0 +1,46 @@
+"""API routes of the snapshot scheduler: trigger a rebuild, read its progress and last result.
+
+The handlers reach the scheduler as ``node.snapshots`` (a ``node.snapshots.SnapshotScheduler``
+set by the daemon); a node without one answers 503.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from node.api.app import ApiError, ApiRoute, RouteDoc
+
+if TYPE_CHECKING:
+    from node.runtime import NodeRuntime
+    from node.snapshots.scheduler import SnapshotScheduler
+
+__all__ = ["SNAPSHOT_ROUTES"]
+
+
+def _scheduler(node: NodeRuntime) -> SnapshotScheduler:
+    scheduler: Any = getattr(node, "snapshots", None)
+    if scheduler is None:
+        raise ApiError(503, "snapshots are not enabled on this node (config [spark])")
+    return scheduler  # type: ignore[no-any-return]
+
+
+async def _trigger(node: NodeRuntime, _request: Request) -> Response:
+    return JSONResponse(_scheduler(node).trigger("api"), status_code=202)
+
+
+async def _status(node: NodeRuntime, _request: Request) -> Response:
+    return JSONResponse(_scheduler(node).status())
+
+
+_NOT_ENABLED = {503: "Snapshots are not enabled on this node (config [spark])"}
+
+SNAPSHOT_ROUTES: list[ApiRoute] = [
+    ApiRoute("POST", "/v1/snapshots", "Start a snapshot rebuild (queued if one is running)",
+             _trigger, RouteDoc(status=202, response={"type": "object"}, errors=_NOT_ENABLED)),
+    ApiRoute("GET", "/v1/snapshots/status",
+             "Snapshot job state, progress of the running job and the last result", _status,
+             RouteDoc(response={"type": "object"}, errors=_NOT_ENABLED)),
+]
