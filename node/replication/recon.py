@@ -154,6 +154,10 @@ class ReconService:
                          "Missing keys claimed by a session fetching them")
         metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
                          "Fetched keys waiting for their dependencies or the commit")
+        metrics.gauge_fn("recon_keystore_buckets", lambda: float(len(self.keys.summary)),
+                         "Buckets of the Recon key store's in-memory summary")
+        metrics.counter_fn("recon_keystore_reads_total", lambda: float(self.keys.reads),
+                           "Buckets of keys the Recon key store read from the database")
 
     async def load(self) -> None:
         """Rebuild the key store's summary: one scan of the key index, memory bounded."""
