@@ -71,9 +71,10 @@ def _summary_bytes(store: SummaryKeyStore) -> int:
     total += sum(sys.getsizeof(v) for v in (*summary.counts, *summary.wides))
     for tree in (summary._hashes.tree, summary._ranks.tree):
         total += sys.getsizeof(tree) + sum(sys.getsizeof(v) for v in tree)
-    for keys, prefix in store._cache.values():
-        total += sys.getsizeof(keys) + sys.getsizeof(prefix)
-        total += sum(sys.getsizeof(k) for k in keys) + sum(sys.getsizeof(p) for p in prefix)
+    for keys, sums in store._cache.values():
+        total += sys.getsizeof(keys) + sum(sys.getsizeof(k) for k in keys)
+        for run in sums:
+            total += sys.getsizeof(run) + sum(sys.getsizeof(p) for p in run)
     return total
 
 

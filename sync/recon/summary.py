@@ -69,7 +69,8 @@ class SummaryKeyStore:
         self.summary = summary or BucketSummary(load=load, max_buckets=max_buckets)
         self.cache_keys = cache_keys
         # bucket start -> (its keys, running wide sums); only reads that matched the summary.
-        self._cache: OrderedDict[bytes, tuple[list[bytes], list[int]]] = OrderedDict()
+        self._cache: OrderedDict[bytes, tuple[list[bytes], tuple[list[int], list[int]]]] = (
+            OrderedDict())
         self._cached = 0
         # bucket start -> count the bucket must reach before a failed split is tried again.
         self._split_retry: dict[bytes, int] = {}
@@ -112,9 +113,11 @@ class SummaryKeyStore:
         start = summary.starts[bucket]
         if summary.counts[bucket] < self._split_retry.get(start, 0):
             return []
-        keys, prefix = self._read(bucket)
+        keys, sums, exact = self._read(bucket)
+        if exact:
+            self._partial(keys, sums, len(keys), None)
         before = len(summary)
-        if not summary.split(bucket, keys, prefix):
+        if not exact or not summary.split(bucket, keys, sums[0]):
             self._split_retry[start] = summary.counts[bucket] + max(1, summary.load // 8)
             return []
         self._split_retry.pop(start, None)
@@ -132,30 +135,61 @@ class SummaryKeyStore:
         if entry is not None:
             self._cached -= len(entry[0])
 
-    def _read(self, bucket: int) -> tuple[list[bytes], list[int]]:
-        """The keys of ``bucket`` and their running wide sums, from the cache or the source."""
+    def _read(self, bucket: int) -> tuple[list[bytes], tuple[list[int], list[int]], bool]:
+        """The keys of ``bucket`` (from the cache or the source), their running wide sums as far
+        as computed yet (see :meth:`_partial`), and whether the read matches the summary (only
+        those are cached)."""
         summary = self.summary
         start = summary.starts[bucket]
         entry = self._cache.get(start)
         if entry is not None:
             self._cache.move_to_end(start)
-            return entry
+            return entry[0], entry[1], True
         count = summary.counts[bucket]
         keys = []
         if count:
             keys = self.source.keys(start, summary.end_of(bucket), count + summary.load)
-        prefix = list(accumulate(map(wide_of, keys), initial=0))
+        sums: tuple[list[int], list[int]] = ([0], [0])
         self.reads += 1
-        if len(keys) != count or prefix[-1] != summary.wides[bucket]:
+        # The source only ever gains keys, so a read matching the count holds exactly the
+        # accounted ones (split() checks the hash sum too).
+        if len(keys) != count:
             self.mismatched_reads += 1
-            return keys, prefix
+            return keys, sums, False
         if len(keys) <= self.cache_keys:
-            self._cache[start] = (keys, prefix)
+            self._cache[start] = (keys, sums)
             self._cached += len(keys)
             while self._cached > self.cache_keys:
                 _, (old, _) = self._cache.popitem(last=False)
                 self._cached -= len(old)
-        return keys, prefix
+        return keys, sums, True
+
+    @staticmethod
+    def _partial(keys: list[bytes], sums: tuple[list[int], list[int]], off: int,
+                 total: int | None) -> int:
+        """Wide sum of ``keys[:off]``, hashing as few keys as it can.
+
+        ``sums`` are running sums from the front (``front[i]``: ``keys[:i]``) and from the back
+        (``back[j]``: the last ``j`` keys), each as far as computed yet: most reads serve a bound
+        or two, so hashes are computed lazily, from the nearer end when the bucket's total is
+        known (a read matching the summary).
+        """
+        front, back = sums
+        need = len(keys) - off
+        if off < len(front):
+            return front[off]
+        if total is not None and need < len(back):
+            return total - back[need]
+        if total is not None and need - len(back) < off - len(front):
+            done = len(back) - 1
+            back += accumulate(map(wide_of, reversed(keys[off : len(keys) - done])),
+                               initial=back[-1])
+            del back[done + 1]  # accumulate repeats its initial value
+            return total - back[need]
+        done = len(front) - 1
+        front += accumulate(map(wide_of, keys[done:off]), initial=front[-1])
+        del front[done + 1]
+        return front[off]
 
     def _below(self, key: bytes) -> tuple[int, int]:
         """(wide sum, count) of the keys below ``key``."""
@@ -164,9 +198,10 @@ class SummaryKeyStore:
         wide, count = summary.before(bucket)
         if key == summary.starts[bucket] or not summary.counts[bucket]:
             return wide, count
-        keys, prefix = self._read(bucket)
+        keys, sums, exact = self._read(bucket)
         off = bisect_left(keys, key)
-        return wide + prefix[off], count + off
+        total = summary.wides[bucket] if exact else None
+        return wide + self._partial(keys, sums, off, total), count + off
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -204,7 +239,7 @@ class SummaryKeyStore:
         summary = self.summary
         bucket = summary.bucket_of(lo)
         while len(out) < limit:
-            keys, _ = self._read(bucket) if summary.counts[bucket] else ([], [])
+            keys = self._read(bucket)[0] if summary.counts[bucket] else []
             i = bisect_left(keys, lo) if not out else 0
             j = bisect_left(keys, hi, i)
             out += keys[i : min(j, i + limit - len(out))]
@@ -221,7 +256,7 @@ class SummaryKeyStore:
         target = self._below(lo)[1] + rank
         if target < self.summary.total:
             bucket, within = self.summary.find(target)
-            keys, _ = self._read(bucket)
+            keys = self._read(bucket)[0]
             if within < len(keys) and lo <= keys[within] < hi:
                 return keys[within]
         if self.mismatched_reads == mismatched:
