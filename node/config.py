@@ -144,6 +144,7 @@ class ApiConfig:
     idle_timeout_s: float = _opt(5.0, _positive)
     max_follows: int = _opt(64, _positive)
     idempotency_ttl_s: float = _opt(86400.0, _positive)
+    idempotency_max_keys: int = _opt(100_000, _positive)
 
     def __post_init__(self) -> None:
         # Anyone who can reach the API can publish as this node: exposing it is an explicit act.
@@ -171,10 +172,12 @@ class P2PSection:
     allowed_peers: tuple[str, ...] = _opt((), check_peer_ids)
     channels: tuple[str, ...] = _opt(("general",), _nonempty_names)
     dial_timeout_s: float = _opt(10.0, _positive)
+    read_timeout_s: float = _opt(30.0, _positive)
     max_frame_bytes: int = _opt(4 * 1024 * 1024, lambda v: None if v >= MIN_FRAME_BYTES else (
         f"must be >= {MIN_FRAME_BYTES} (a frame must hold the largest event with its envelope)"))
     dht: bool = _opt(False)
     dht_interval_s: float = _opt(60.0, _positive)
+    dht_timeout_s: float = _opt(30.0, _positive)
     gossip_linger_ms: int = _opt(100, _non_negative)
     test_drop_incoming_gossip: float = _opt(0.0, _fraction)
     # -- gossip floods (docs/security.md "Gossip floods") --

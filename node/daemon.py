@@ -63,10 +63,12 @@ def p2p_config(config: Config) -> P2PConfig:
         listen_addrs=tuple(config.p2p.listen),
         allowed_peers=frozenset(config.p2p.allowed_peers) or None,
         dial_timeout=config.p2p.dial_timeout_s,
+        read_timeout=config.p2p.read_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
         gossip_queue_bytes=config.p2p.gossip_queue_bytes,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,
+        dht_timeout=config.p2p.dht_timeout_s,
         # SDS messages are signed by their senders and verified before use: libp2p's own
         # per-message signatures would only double the cost.
         gossip_strict_signing=False,

@@ -59,6 +59,8 @@ class EventStore:
         self.batches = 0
         self.committed_events = 0
         self.failed_events = 0
+        # Records that were in the log already (SDS drops received duplicates before this).
+        self.duplicate_events = 0
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
         self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
         # Message ids queued and not yet committed (or failed): with the database they answer
@@ -202,6 +204,7 @@ class EventStore:
             errors.setdefault(mid, StoreRejected(why))
         self.batches += 1
         self.committed_events += len(combined.inserted)
+        self.duplicate_events += len(combined.duplicates)
         seq_of = {mid: seq for seq, mid in combined.inserted}
         for pending in batch:
             inserted, duplicates = [], []

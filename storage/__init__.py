@@ -51,7 +51,15 @@ from storage.events import (
 from storage.keystore import SqlKeySource, SqlKeyStore, open_summary_store, scan_buckets
 from storage.migrate import current_revision, head_revision, upgrade
 from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
-from storage.state import delete_state, delete_state_before, get_state, list_state, put_state
+from storage.state import (
+    count_state,
+    delete_oldest_state,
+    delete_state,
+    delete_state_before,
+    get_state,
+    list_state,
+    put_state,
+)
 
 __all__ = [
     "LANE_COLUMNS",
@@ -72,7 +80,9 @@ __all__ = [
     "column_bounds",
     "count_events",
     "count_from_lamport",
+    "count_state",
     "current_revision",
+    "delete_oldest_state",
     "delete_state",
     "delete_state_before",
     "event_row",

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.schema import node_state
 
-__all__ = ["delete_state", "delete_state_before", "get_state", "list_state", "put_state"]
+__all__ = [
+    "count_state",
+    "delete_oldest_state",
+    "delete_state",
+    "delete_state_before",
+    "get_state",
+    "list_state",
+    "put_state",
+]
 
 
 def get_state(conn: Connection, key: str) -> bytes | None:
@@ -42,3 +50,27 @@ def delete_state_before(conn: Connection, prefix: str, before_ms: int) -> int:
         node_state.c.key.startswith(prefix, autoescape=True), node_state.c.updated_at < before_ms
     )
     return int(conn.execute(stmt).rowcount or 0)
+
+
+def count_state(conn: Connection, prefix: str) -> int:
+    stmt = select(func.count()).select_from(node_state).where(
+        node_state.c.key.startswith(prefix, autoescape=True)
+    )
+    return int(conn.execute(stmt).scalar_one())
+
+
+def delete_oldest_state(conn: Connection, prefix: str, count: int) -> int:
+    """Delete the ``count`` entries under ``prefix`` written longest ago (ties: by key); how many
+    went."""
+    if count <= 0:
+        return 0
+    oldest = (
+        select(node_state.c.key)
+        .where(node_state.c.key.startswith(prefix, autoescape=True))
+        .order_by(node_state.c.updated_at, node_state.c.key)
+        .limit(count)
+    )
+    keys = [str(k) for k in conn.execute(oldest).scalars()]
+    if not keys:
+        return 0
+    return int(conn.execute(delete(node_state).where(node_state.c.key.in_(keys))).rowcount or 0)

@@ -217,7 +217,11 @@ def create_app(node: NodeRuntime, routes: list[ApiRoute],
     node.metrics.describe("api_idempotent_replays_total", "counter",
                           "Publishes answered from an earlier request with the same "
                           "Idempotency-Key (no second event)")
-    for name in ("api_follows_refused_total", "api_idempotent_replays_total"):
+    node.metrics.describe("api_idempotency_keys_evicted_total", "counter",
+                          "Idempotency-Keys forgotten before their TTL because more than "
+                          "api.idempotency_max_keys were held (oldest first)")
+    for name in ("api_follows_refused_total", "api_idempotent_replays_total",
+                 "api_idempotency_keys_evicted_total"):
         node.metrics.inc(name, 0)
     all_routes = [*BASE_ROUTES, *routes]
 

@@ -5,6 +5,10 @@ key is safe. The key and the answer are written in the same transaction as the e
 committed event always has its key, and a failed one never does), in ``node_state`` under
 ``idem/<key>``, and kept ``api.idempotency_ttl_s`` seconds: they survive a restart. Two requests
 with one key at the same time are serialised: the second waits and gets the first one's answer.
+
+At most ``api.idempotency_max_keys`` keys are held, whatever clients send: past that the oldest
+are evicted (down to 99 % of the cap, so that the sort over all keys runs once per 1 % of the cap
+new keys, not on every publish) and counted in ``api_idempotency_keys_evicted_total``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from sqlalchemy import Connection
 from node.api.app import ApiError
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import delete_state_before, get_state, put_state
+from storage import count_state, delete_oldest_state, delete_state_before, get_state, put_state
 from sync.sds import Delivered
 
 __all__ = ["MAX_KEY_LENGTH", "IdempotencyKeys"]
@@ -39,12 +43,18 @@ def check_key(key: str) -> str:
 
 
 class IdempotencyKeys:
-    def __init__(self, store: EventStore, metrics: Metrics, ttl_s: float) -> None:
+    def __init__(self, store: EventStore, metrics: Metrics, ttl_s: float, max_keys: int) -> None:
         self.store = store
         self.metrics = metrics
         self.ttl_ms = int(ttl_s * 1000)
+        self.max_keys = max_keys
         self._inflight: dict[str, trio.Event] = {}
         self._last_prune = 0.0
+        # Keys in the database: counted there at the first release, then kept up to date here.
+        self._held: int | None = None
+        # Claimed keys whose expired entry the publish overwrites (no new row).
+        self._stale: set[str] = set()
+        self._trim_lock = trio.Lock()
 
     @staticmethod
     def fingerprint(channel: str, content: bytes) -> str:
@@ -68,12 +78,14 @@ class IdempotencyKeys:
                     self.metrics.inc("api_idempotent_replays_total")
                     self._wake(key)
                     return dict(entry["answer"])
+                self._stale.add(key)
         except BaseException:
             self._wake(key)
             raise
         return None
 
     def _wake(self, key: str) -> None:
+        self._stale.discard(key)
         event = self._inflight.pop(key, None)
         if event is not None:
             event.set()
@@ -91,9 +103,20 @@ class IdempotencyKeys:
 
         return write
 
-    async def release(self, key: str) -> None:
+    async def release(self, key: str, written: bool) -> None:
+        """Hand ``key`` to the next request; ``written``: the publish committed it."""
+        if self._held is not None and written and key not in self._stale:
+            self._held += 1  # before any checkpoint: counted even if the request is cancelled
         self._wake(key)
-        if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
-            self._last_prune = time.monotonic()
-            cutoff = int(time.time() * 1000) - self.ttl_ms
-            await self.store.write(delete_state_before, PREFIX, cutoff)
+        async with self._trim_lock:
+            if self._held is None:  # the database's count includes this key
+                self._held = await self.store.read(count_state, PREFIX)
+            if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
+                self._last_prune = time.monotonic()
+                cutoff = int(time.time() * 1000) - self.ttl_ms
+                self._held -= await self.store.write(delete_state_before, PREFIX, cutoff)
+            if self._held > self.max_keys:
+                excess = self._held - self.max_keys + self.max_keys // 100
+                evicted = await self.store.write(delete_oldest_state, PREFIX, excess)
+                self._held -= evicted
+                self.metrics.inc("api_idempotency_keys_evicted_total", evicted)

@@ -20,7 +20,6 @@ __all__ = ["P2P_HELP", "register_node_metrics"]
 
 OTHER_COUNTERS = {
     "events_stored_total": "Events newly committed to the database (from any source)",
-    "events_duplicate_total": "Events received again that were already stored",
     "fetch_served_total": "Events sent to peers that asked for them by id",
     "fetch_received_total": "Missing events received from peers after asking by id",
     "fetch_failures_total": "Requests for missing events by id that failed or timed out",
@@ -70,7 +69,6 @@ def register_node_metrics(runtime: NodeRuntime) -> None:
 
     def on_commit(result: AppendResult, _records: Sequence[EventRecord]) -> None:
         metrics.inc("events_stored_total", len(result.inserted))
-        metrics.inc("events_duplicate_total", len(result.duplicates))
 
     store.on_commit(on_commit)
     metrics.describe("build_info", "gauge",

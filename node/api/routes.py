@@ -66,8 +66,9 @@ def _idempotency(node: NodeRuntime, request: Request) -> IdempotencyKeys:
     state = request.app.state
     keys: IdempotencyKeys | None = getattr(state, "idempotency", None)
     if keys is None:
+        api = node.config.api
         keys = state.idempotency = IdempotencyKeys(node.store, node.metrics,
-                                                   node.config.api.idempotency_ttl_s)
+                                                   api.idempotency_ttl_s, api.idempotency_max_keys)
     return keys
 
 
@@ -108,10 +109,12 @@ async def _publish(node: NodeRuntime, request: Request) -> Response:
     earlier = await keys.claim(key, fingerprint)
     if earlier is not None:
         return JSONResponse(earlier, headers={"Idempotent-Replayed": "true"})
+    written = False
     try:
         delivered = await _send(node, channel, content, keys.writer(key, fingerprint, answer))
+        written = True
     finally:
-        await keys.release(key)
+        await keys.release(key, written)
     return JSONResponse(answer(delivered))
 
 
@@ -295,8 +298,9 @@ NODE_ROUTES: list[ApiRoute] = [
                      "Idempotency-Key", "header",
                      {"type": "string", "minLength": 1, "maxLength": 128,
                       "pattern": "^[!-~]+$"},
-                     "Repeating a key (within api.idempotency_ttl_s) returns the first "
-                     "answer, never a second event")),
+                     "Repeating a key (within api.idempotency_ttl_s, while it is among "
+                     "the newest api.idempotency_max_keys) returns the first answer, never "
+                     "a second event")),
                  body=PUBLISH_BODY, response=PUBLISHED_SCHEMA,
                  errors={404: "Unknown channel",
                          422: "Idempotency-Key already used for a different publish"})),

@@ -90,6 +90,9 @@ class SdsChannel:
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
+        #: Content messages received again after their delivery (resends, repairs, the same
+        #: event by gossip and by Recon): dropped here, counted for ``events_duplicate_total``.
+        self.duplicates_received = 0
         self._timers = TimerQueue()
         self._events: list[SdsEvent] = []
         self._datagrams: list[bytes] = []
@@ -384,6 +387,7 @@ class SdsChannel:
         if mid in self._waiting or self._log.in_memory(mid):
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
             # waiting for exactly the acknowledgement our sync carries.
+            self.duplicates_received += 1
             return
         log, lost_ids = self._log, self._lost
         stored: set[str] = set()
@@ -401,6 +405,7 @@ class SdsChannel:
                 ask.append(mid)
             stored = log.known(ask) if ask else stored
             if mid in stored:
+                self.duplicates_received += 1
                 return
         self._last_activity = now
         self._bloom.add(mid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -37,6 +37,7 @@ __all__ = [
     "hostile",
     "key_list_bomb",
     "peak_rss_mib",
+    "recon_and_answer",
     "recon_and_withhold",
     "recon_first_message",
     "stored_ids",
@@ -95,28 +96,44 @@ async def recon_and_withhold(host: P2PHost, peer: str, keys: list[bytes],
                              channel: str = "general") -> tuple[list[bytes], int]:
     """A whole Recon session advertising ``keys``: wants nothing, and answers every want list
     with an empty EVENTS_LAST. Returns the peer's keys we lack and how many keys it wanted."""
+    wanted = 0
+
+    async def withhold(want: list[bytes]) -> list[bytes]:
+        nonlocal wanted
+        wanted += len(want)
+        return []
+
+    return await recon_and_answer(host, peer, keys, withhold, channel), wanted
+
+
+async def recon_and_answer(host: P2PHost, peer: str, keys: list[bytes],
+                           answer: Callable[[list[bytes]], Awaitable[list[bytes]]],
+                           channel: str = "general") -> list[bytes]:
+    """A whole Recon session advertising ``keys`` and wanting nothing; each want list of the
+    peer is answered with the event wires ``await answer(keys wanted)`` returns (taking as long
+    as it takes). Returns the peer's keys we lack."""
     for _ in range(20):
         try:
-            return await _withhold_once(host, peer, keys, channel)
+            return await _answer_once(host, peer, keys, answer, channel)
         except Busy:
             await trio.sleep(0.5)
     raise RuntimeError("the node stayed busy")
 
 
-async def _withhold_once(host: P2PHost, peer: str, keys: list[bytes],
-                         channel: str) -> tuple[list[bytes], int]:
+async def _answer_once(host: P2PHost, peer: str, keys: list[bytes],
+                       answer: Callable[[list[bytes]], Awaitable[list[bytes]]],
+                       channel: str) -> list[bytes]:
     async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
         missing = await _reconcile(stream, keys, channel)
         await stream.send(pack_items(WANT_LAST, []))
         await stream.receive()  # its (empty) answer
-        wanted = 0
         while True:
             frame = await stream.receive()
-            wanted += len(unpack_items(frame[1:], max_items=1 << 20, max_item_bytes=1024))
-            await stream.send(pack_items(EVENTS_LAST, []))
+            want = unpack_items(frame[1:], max_items=1 << 20, max_item_bytes=1024)
+            await stream.send(pack_items(EVENTS_LAST, await answer(want)))
             if frame[0] == WANT_LAST:
                 break
-    return missing, wanted
+    return missing
 
 
 async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:

@@ -134,3 +134,42 @@ def test_cli_retries_a_broken_publish_with_the_same_key(node: NodeProcess) -> No
     events = node.get("/v1/channels/general/events")["events"]
     assert [e["message_id"] for e in events if e["content"] == "through a flaky link"] == [
         message_id]
+
+
+def _evicted(node: NodeProcess) -> float:
+    line = next(line for line in node.get("/metrics").splitlines()
+                if line.startswith("syncnode_api_idempotency_keys_evicted_total "))
+    return float(line.split()[1])
+
+
+def test_at_most_max_keys_are_held_oldest_forgotten_first(tmp_path: Path) -> None:
+    env = {"SYNCNODE_API_IDEMPOTENCY_MAX_KEYS": "10"}
+    node = NodeProcess(tmp_path / "n", env=env).start()
+    try:
+        first = {i: _publish(node, f"c{i}", f"key-{i:02d}").json() for i in range(12)}
+        assert _evicted(node) == 2
+        kept = _publish(node, "c2", "key-02")
+        assert kept.headers.get("idempotent-replayed") == "true" and kept.json() == first[2]
+        forgotten = _publish(node, "c0", "key-00")  # evicted: publishes again
+        assert "idempotent-replayed" not in forgotten.headers
+        assert forgotten.json()["message_id"] != first[0]["message_id"]
+        assert _evicted(node) == 3  # key-00 is held again, so key-02 (now the oldest) went
+        assert "idempotent-replayed" not in _publish(node, "c1", "key-01").headers
+        assert _evicted(node) == 4
+    finally:
+        assert node.terminate() == 0, node.log_tail()
+    # After a restart the keys held are counted in the database before the cap is applied.
+    node = NodeProcess(tmp_path / "n", env=env).start()
+    try:
+        assert _evicted(node) == 0
+        _publish(node, "c12", "key-12")  # 11 held: key-04 goes
+        assert _evicted(node) == 1
+        assert "idempotent-replayed" not in _publish(node, "c3", "key-03").headers
+        assert _evicted(node) == 2  # key-05 went
+        replay = _publish(node, "c6", "key-06")
+        assert replay.headers.get("idempotent-replayed") == "true"
+        assert replay.json() == first[6]
+        assert "idempotent-replayed" not in _publish(node, "c5", "key-05").headers
+        assert _contents(node).count("c0") == 2 and _contents(node).count("c11") == 1
+    finally:
+        node.kill()

@@ -408,6 +408,9 @@ async def test_deep_reorg_from_two_producers_is_followed_once(engine: Engine) ->
     assert node.head() == "Z"
     assert node.canonical_at(2) == "X" and node.canonical_at(4) is None
     assert node.metrics.value("blocks_reorgs_total", reason="ReorgStarted") == 1
+    # F, D and C were undone and X, Z applied on top of A, B, C, D, F.
+    assert node.metrics.value("blocks_reverted_total") == 3
+    assert node.metrics.value("blocks_applied_total") == 7
 
 
 # -- convergence --------------------------------------------------------------------------------

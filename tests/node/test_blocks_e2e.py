@@ -159,3 +159,20 @@ def follow_chain(node: NodeProcess, tip: str) -> list[str]:
         proc.kill()
         proc.wait(timeout=10)
     return chain
+
+
+def test_a_block_without_its_parent_is_held_pending(tmp_path: Path) -> None:
+    """blocks_pending counts what the consumer holds: here a block whose parent has not
+    arrived (and, once applied, the recent blocks its tree keeps for reorgs)."""
+    producer = preset_identity(tmp_path / "p")
+    node = start_node(tmp_path, "p", env={**BLOCKS_ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer})
+    try:
+        assert metric(node, "blocks_pending") == 0
+        chain = make_chain(5)[0][:3]
+        node.post("/v1/blocks", {"blocks": [payload_to_json(chain[2])]})  # 0 and 1 withheld
+        wait_for(lambda: metric(node, "blocks_pending") >= 1, 30, "the orphan is not pending")
+        assert head_of(node) is None
+        node.post("/v1/blocks", {"blocks": [payload_to_json(p) for p in chain[:2]]})
+        wait_for(lambda: (head_of(node) or {}).get("number") == 2, 30, "chain not applied")
+    finally:
+        node.kill()

@@ -5,13 +5,16 @@ event happens. docs/node.md lists exactly the metrics a node serves."""
 
 from __future__ import annotations
 
+import ast
 import re
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sync.identity import peer_id_of
 from tests.conftest import ROOT
 from tests.node.cluster import start_node, wait_for
 from tests.node.procs import NodeProcess
@@ -65,7 +68,8 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
         assert 'reason="none"' not in text
         assert re.search(r'^syncnode_build_info\{.*version="[^"]+".*\} 1$', text, re.M)
         for process in ("process_cpu_seconds_total", "process_resident_memory_bytes",
-                        "process_open_fds", "process_max_fds", "process_start_time_seconds"):
+                        "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                        "process_start_time_seconds"):
             assert before.get(process, 0) > 0, process
         assert families["process_cpu_seconds_total"][0] == "counter"
 
@@ -112,7 +116,7 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
                 "syncnode_api_request_seconds_count", "syncnode_uptime_seconds",
                 "syncnode_peers_connected", "process_cpu_seconds_total",
             ]
-            want_b = ["syncnode_recon_events_fetched_total",
+            want_b = ["syncnode_recon_events_fetched_total", "syncnode_recon_events_stored_total",
                       "syncnode_p2p_gossip_dropped_test_total"]
             return ([m for m in want_a if total(after, m) <= total(before, m)]
                     + [f"b:{m}" for m in want_b if total(after_b, m) <= 0])
@@ -133,19 +137,143 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
         b.kill()
 
 
-def test_docs_list_exactly_the_served_metrics(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "n").start()
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The metric families of a node with every optional part on (the blocks application)."""
+    node = NodeProcess(tmp_path_factory.mktemp("served") / "n", env=BLOCKS_ON).start()
     try:
         families, _values = scrape(node)
     finally:
         node.kill()
+    return {n.removeprefix("syncnode_") for n in families}
+
+
+def test_docs_list_exactly_the_served_metrics(served: set[str]) -> None:
     doc = (ROOT / "docs" / "node.md").read_text()
     section = doc[doc.index("## Metrics"):]
     section = section[:section.index("\n## ", 4)] if "\n## " in section[4:] else section
     listed = set(re.findall(r"^\| `([a-z0-9_]+)`", section, re.M))
-    served = {n.removeprefix("syncnode_") for n in families}
-    # Application metrics appear only on nodes hosting the application (db, blocks).
-    app_only = {n for n in listed if n.startswith(("db_", "blocks_", "cardinal_", "snapshot"))}
     assert served - listed == set(), f"served but not in docs/node.md: {served - listed}"
-    assert listed - served - app_only == set(), \
-        f"in docs/node.md but not served: {listed - served - app_only}"
+    assert listed - served == set(), f"in docs/node.md but not served: {listed - served}"
+
+
+def _string_constants(tree: ast.AST) -> str:
+    return "\n".join(n.value for n in ast.walk(tree)
+                     if isinstance(n, ast.Constant) and isinstance(n.value, str))
+
+
+def test_every_served_metric_has_a_test_that_moves_it(served: set[str]) -> None:
+    """A metric nobody ever saw move may count nothing: each one is listed in DRIVEN with the
+    test that makes its event happen and asserts that it moved (a new metric needs one too)."""
+    assert not set(DRIVEN) & set(NOT_YET_DRIVEN)
+    unlisted = served - set(DRIVEN) - set(NOT_YET_DRIVEN)
+    assert not unlisted, f"no test drives these metrics (add one to DRIVEN): {sorted(unlisted)}"
+    stale = (set(DRIVEN) | set(NOT_YET_DRIVEN)) - served
+    assert not stale, f"listed but no longer served: {sorted(stale)}"
+    for name, where in DRIVEN.items():
+        path, _, function = where.partition("::")
+        tree = ast.parse((ROOT / path).read_text())
+        tests = {n.name: n for n in tree.body
+                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        assert function in tests, f"{name}: no test {where}"
+        # Named in the test itself or in its module's helpers and constants (not other tests).
+        own = [n for n in tree.body if n is tests[function] or not (
+            isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name.startswith("test_"))]
+        text = "\n".join(_string_constants(n) for n in own)
+        assert re.search(rf"(^|[^a-z_]|syncnode_){name}($|[^a-z_])", text, re.M), \
+            f"{name}: {where} does not name it"
+
+
+BLOCKS_ON = {"SYNCNODE_BLOCKS_ENABLED": "true", "SYNCNODE_BLOCKS_ROUTES": "acct/=blocks-acct",
+             "SYNCNODE_BLOCKS_PRODUCERS": peer_id_of(Ed25519PrivateKey.generate())}
+_HERE = "tests/node/test_metrics.py::test_exposition_conventions_and_every_metric_moves"
+_PEERS = "tests/node/test_metrics_peers.py::test_peer_behaviour_moves_its_metrics"
+_SDS = "tests/node/test_channel_metrics.py::test_sds_events_move_their_counters"
+_DB = ("tests/node/test_db_e2e.py::"
+       "test_three_nodes_writing_the_same_cells_end_with_identical_tables")
+_HOSTILE = "tests/node/test_e2e_hostile.py::test_hostile_peer_is_rejected_counted_and_harmless"
+_BAN = "tests/node/test_hostile_transfer.py::test_repeat_offender_is_banned_and_refused"
+_REORG = "tests/node/test_blocks_app.py::test_deep_reorg_from_two_producers_is_followed_once"
+
+# Every metric a node serves -> the test that makes its event happen and asserts it moved.
+DRIVEN: dict[str, str] = {
+    **{name: _HERE for name in (
+        "api_errors_total", "api_follows_refused_total", "api_idempotent_replays_total",
+        "api_refused_total", "api_request_seconds", "api_responses_total", "build_info",
+        "events_published_total", "events_stored_total", "gossip_bytes_received_total",
+        "gossip_bytes_sent_total", "p2p_connections_opened_total", "p2p_dial_failures_total",
+        "p2p_gossip_dropped_test_total", "p2p_gossip_published_total",
+        "p2p_gossip_received_total", "p2p_streams_accepted_total", "p2p_streams_opened_total",
+        "peer_joins_total", "peers_connected", "publish_commit_seconds",
+        "recon_events_fetched_total", "recon_events_served_total", "recon_events_stored_total",
+        "recon_session_seconds", "recon_sessions_total", "store_batches_total",
+        "uptime_seconds", "process_cpu_seconds_total", "process_resident_memory_bytes",
+        "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+        "process_start_time_seconds")},
+    **{name: _PEERS for name in (
+        "events_duplicate_total", "fetch_served_total", "fetch_received_total",
+        "fetch_failures_total", "fetch_bad_answers_total", "p2p_timeouts_total",
+        "p2p_handler_errors_total", "p2p_stream_open_failures_total",
+        "recon_sessions_declined_total", "p2p_connections_closed_total",
+        "peer_dial_failures_total", "peer_scores_tracked", "sds_possibly_acknowledged_total",
+        "p2p_gossip_refused_foreign_total", "p2p_gossip_dropped_overflow_total",
+        "recon_claims", "recon_claims_held", "recon_claims_lapsed_total",
+        "recon_missing_dropped_total", "events_store_failed_total")},
+    **{name: _SDS for name in (
+        "events_delivered_total", "events_rejected_total", "sds_acknowledged_total",
+        "sds_dependencies_lost_total", "sds_missing_total", "sds_repairs_answered_total",
+        "sds_repairs_requested_total", "sds_resend_exhausted_total", "sds_resends_total")},
+    **{name: _DB for name in (
+        "app_events_applied_total", "db_cells_set_total", "db_messages_reevaluated_total",
+        "db_records_created_total", "db_records_deleted_total", "db_rejected_total",
+        "db_schema_declarations_total", "db_tables_reevaluated_total", "db_tombstones_total",
+        "db_upserts_noted_total")},
+    **{name: _HOSTILE for name in (
+        "fetch_bad_requests_total", "p2p_frame_errors_total", "recon_errors_total")},
+    **{name: _BAN for name in ("p2p_refused_banned_total", "peer_bans_total", "peers_banned")},
+    **{name: _REORG for name in (
+        "blocks_applied_total", "blocks_reverted_total", "blocks_reorgs_total")},
+    "blocks_failed_total":
+        "tests/node/test_blocks_app.py::test_conflicting_batch_first_fails_cleanly",
+    "blocks_rejected_total":
+        "tests/node/test_blocks_app.py::test_a_reorg_from_a_non_producer_moves_nobody",
+    "db_tombstones_compacted_total": "tests/node/test_db_schemas.py::"
+        "test_a_replica_joining_through_a_snapshot_and_recon_matches_after_compaction",
+    "app_errors_total":
+        "tests/node/test_db_e2e.py::test_a_failing_application_batch_is_counted_and_retried",
+    "dht_errors_total": "tests/node/test_e2e_dht.py::"
+        "test_a_dht_peer_that_never_answers_fails_the_round_and_is_counted",
+    "dht_peers_found_total":
+        "tests/node/test_e2e_dht.py::test_two_nodes_that_only_know_a_third_find_each_other",
+    "fetch_refused_total":
+        "tests/node/test_hostile_transfer.py::test_unread_answers_do_not_grow_memory",
+    "peer_penalties_total":
+        "tests/node/test_hostile_transfer.py::test_withheld_keys_are_fetched_from_someone_else",
+    "recon_keys_withheld_total":
+        "tests/node/test_hostile_transfer.py::test_withheld_keys_are_fetched_from_someone_else",
+    "recon_protocol_errors_total":
+        "tests/node/test_hostile_transfer.py::test_key_list_bomb_is_rejected_and_counted",
+    "p2p_refused_connections_total":
+        "tests/node/test_e2e_hostile.py::test_allowed_peers_keeps_outsiders_out",
+    "sds_clock_recovered_total":
+        "tests/node/test_hostile_events.py::test_poisoned_persisted_clock_is_recovered_at_start_up",
+    "sds_evicted_total":
+        "tests/node/test_hostile_events.py::test_waiting_and_missing_buffers_stay_bounded",
+    "sds_store_lookups_total": "tests/node/test_e2e_restart_window.py::"
+        "test_restart_reads_the_newest_window_and_recognises_old_events",
+    "sds_unsigned_accepted_total":
+        "tests/node/test_e2e_waku.py::test_waku_channel_replicates_unsigned_by_gossip_and_recon",
+    "blocks_pending":
+        "tests/node/test_blocks_e2e.py::test_a_block_without_its_parent_is_held_pending",
+    "api_idempotency_keys_evicted_total":
+        "tests/node/test_api_idempotency.py::test_at_most_max_keys_are_held_oldest_forgotten_first",
+}
+
+# Served, and no test makes them move yet (each is a known gap, with why): this list may only
+# shrink.
+NOT_YET_DRIVEN: dict[str, str] = {
+    "p2p_peer_events_dropped_total": "1024 connection events queued faster than consumed",
+    "blocks_excess_producers": "sub batches from more producers than a sub batch holds layouts "
+                               "for (counted in tests/sync/cardinal/test_consumer.py, not yet "
+                               "on a node)",
+}

@@ -73,10 +73,11 @@ def test_receive_delivers_raises_lamport_and_ignores_own_and_duplicates() -> Non
     assert isinstance(ev, Delivered) and ev.content == b"hello" and ev.lamport == MS + 1
     assert b.lamport == MS + 1
     assert not ev.lost_dependency and ev.wire == decode_transmission(data).event.wire
+    assert b.duplicates_received == 0
     b.receive(data, T0)
-    assert b.events() == []
-    a.receive(data, T0)  # our own message echoed back
-    assert a.events() == [] and len(a.log()) == 1
+    assert b.events() == [] and b.duplicates_received == 1
+    a.receive(data, T0)  # our own message echoed back: not received from anyone
+    assert a.events() == [] and len(a.log()) == 1 and a.duplicates_received == 0
 
 
 def test_conflicting_lamport_ordered_by_message_id() -> None:
@@ -154,6 +155,8 @@ def test_waiting_message_is_not_a_met_dependency() -> None:
     reply = b.send(b"b", T0)  # names a2, a3
     c.receive(wires[0], T0)
     c.receive(wires[3], T0)  # waits for a1, a2
+    c.receive(wires[3], T0)  # again, while it waits
+    assert c.duplicates_received == 1
     c.receive(reply, T0)  # waits for a2 (missing) and a3 (waiting, not delivered)
     assert delivered_ids(c) == [ids[0]]
     assert len(c.waiting_ids) == 2

@@ -1,0 +1,285 @@
+"""The metrics a peer's behaviour moves, each driven over real libp2p against real node
+processes and read from their ``/metrics``. A crafted peer (a real py-libp2p host in this
+process that signs real SDS messages) asks the node for an event by id, sends an event twice,
+leaves gaps for the node to fetch by id and answers those fetches well, not at all, with a
+reset and with too much; holds a message of the node's in its bloom filter only; sends an
+unsigned message whose sender id the log cannot store; stalls a stream; opens a second Recon
+session while one is open; serves a Recon fetch whose dependency never comes and stalls
+another until its claim lapses (which gets it banned, so it goes last). A closed-group node
+behind the first one refuses the crafted peer's relayed gossip and has no queue room for any,
+and a dead bootstrap address fails to dial.
+
+The nodes and the crafted peer are shared by one test so that the module costs seconds."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.custom_types import TProtocol
+
+from node.p2p.host import FramedStream, P2PConfig, P2PHost, open_host
+from node.replication.channels import topic_of
+from node.replication.events import record_of_event
+from node.replication.fetch import FETCH_PROTOCOL
+from node.replication.recon import RECON_PROTOCOL
+from node.replication.recon_wire import BUSY
+from sync.identity import peer_id_of
+from sync.sds import SdsChannel, SdsConfig, SignedEvent
+from sync.sds.message import decode_event, decode_transmission
+from sync.transfer import encode_request, parse_request
+from tests.node.cluster import metric, preset_identity, start_node, wait_for
+from tests.node.hostile import recon_and_answer
+from tests.node.procs import NodeProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+READ_TIMEOUT_S = 5
+CLAIM_TIMEOUT_S = 1.5
+
+
+def recon_key(event: SignedEvent) -> bytes:
+    return record_of_event(1, event).recon_key
+
+
+def dead_address() -> str:
+    """A multiaddr nothing listens on, with a well-formed peer id."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(Ed25519PrivateKey.generate())}"
+
+
+class CraftedPeer:
+    """Signs SDS messages of its own on ``general`` and answers fetches as ``mode`` says."""
+
+    def __init__(self, host: P2PHost, key: Ed25519PrivateKey) -> None:
+        self.host = host
+        # A history of one: the message before is named, anything older only in the bloom.
+        self.channel = SdsChannel("general", host.peer_id, key, SdsConfig(causal_history_size=1),
+                                  random.Random(7), time.time())
+        self.wires: dict[str, bytes] = {}
+        self.mode = "serve"
+        self.asked: list[list[str]] = []
+        self.serve_fetches(True)
+
+    def serve_fetches(self, serve: bool) -> None:
+        if serve:
+            self.host.set_stream_handler(FETCH_PROTOCOL, self._answer)
+        else:  # the protocol is then refused in negotiation (P2PHost has no way to stop)
+            self.host._host.remove_stream_handler(TProtocol(FETCH_PROTOCOL))
+
+    def message(self, content: bytes) -> tuple[str, bytes]:
+        """A new message: its id and what goes on the wire (gossiped or not)."""
+        data = self.channel.send(content, time.time())
+        self.channel.datagrams_to_send()
+        self.channel.events()
+        event = decode_transmission(data).event
+        self.wires[event.message_id] = event.wire
+        return event.message_id, data
+
+    async def gossip(self, data: bytes) -> None:
+        await self.host.publish(topic_of(1, "general"), data)
+
+    async def _answer(self, stream: FramedStream) -> None:
+        ids = parse_request(await stream.receive(), 256)
+        self.asked.append(ids)
+        if self.mode == "reset":
+            await stream.reset()
+            return
+        for mid in ids:
+            wire = self.wires[mid]
+            # "extra": more events than ids asked, which the protocol forbids.
+            for _ in range(2 if self.mode == "extra" else 1):
+                await stream.send(wire)
+        await stream.send(b"")
+        await stream.aclose()
+
+
+def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
+    a_id = preset_identity(tmp_path / "a")
+    closed = start_node(tmp_path, "closed", env={
+        "SYNCNODE_P2P_ALLOWED_PEERS": a_id,
+        # No sync messages: they would acknowledge a's probe below before the crafted peer can.
+        "SYNCNODE_SDS_SYNC_INTERVAL_S": "600",
+        # Room for no gossip message at all: each one overflows this node's queue.
+        "SYNCNODE_P2P_GOSSIP_QUEUE_BYTES": "16"})
+    a = start_node(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
+                   env={"SYNCNODE_P2P_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
+                        "SYNCNODE_P2P_CHANNELS": "general,wk",
+                        "SYNCNODE_SDS_CHANNEL_PROFILES": "wk=waku",
+                        "SYNCNODE_RECON_CLAIM_TIMEOUT_S": str(CLAIM_TIMEOUT_S),
+                        # Fresh events are fetched at once, and one key per session.
+                        "SYNCNODE_RECON_GOSSIP_GRACE_S": "0",
+                        "SYNCNODE_RECON_MAX_MISSING_KEYS": "1"})
+    nodes = {"a": a, "closed": closed}
+    try:
+        wait_for(lambda: closed.peer_id in [p["peer_id"] for p in a.get("/v1/peers")["connected"]],
+                 30, "a did not connect to the closed node")
+        before = {(n, m): metric(node, m) for n, node in nodes.items() for m in WATCHED[n]}
+        # Gossiped to the closed node too, whose queue has no room for it.
+        seed = a.post("/v1/channels/general/events", {"content": "seed"})["message_id"]
+        trio.run(_drive, a, seed)
+
+        def still() -> list[str]:
+            return [f"{n}:{m}" for n, node in nodes.items() for m in WATCHED[n]
+                    if metric(node, m) <= before[(n, m)]]
+
+        deadline = time.monotonic() + 30
+        while (left := still()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"these metrics did not move: {left}"
+        # Dialled at start-up (before any baseline could be read) and again with back-off.
+        assert metric(a, "peer_dial_failures_total") >= 1
+        assert metric(a, "peer_scores_tracked") >= 1  # the wrong answer cost the peer
+    finally:
+        a.kill()
+        closed.kill()
+
+
+WATCHED = {
+    "a": ["fetch_served_total", "events_duplicate_total", "fetch_received_total",
+          "fetch_failures_total", "fetch_bad_answers_total", "p2p_timeouts_total",
+          # The stalled fetch ends its handler with the timeout.
+          "p2p_handler_errors_total",
+          "p2p_stream_open_failures_total", "recon_sessions_declined_total",
+          "p2p_connections_closed_total", "events_store_failed_total"],
+    "closed": ["p2p_gossip_refused_foreign_total", "p2p_gossip_dropped_overflow_total"],
+}
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    with trio.move_on_after(timeout):
+        while not await trio.to_thread.run_sync(check):
+            await trio.sleep(0.2)
+        return
+    raise AssertionError(f"{what} within {timeout} s")
+
+
+async def _drive(a: NodeProcess, seed: str) -> None:
+    key = Ed25519PrivateKey.generate()
+    async with open_host(key, P2PConfig(read_timeout=10)) as host:
+        peer = CraftedPeer(host, key)
+        target = await host.connect(a.listen_addrs[0])
+        await trio.sleep(1.5)  # subscriptions exchanged: our gossip reaches a
+
+        def moved(name: str, base: float) -> Callable[[], bool]:
+            return lambda: metric(a, name) > base
+
+        async def step(name: str, action: Callable[[], Awaitable[None]]) -> None:
+            base = await trio.to_thread.run_sync(metric, a, name)
+            await action()
+            await _until(moved(name, base), f"{name} did not move")
+
+        async def fetch(mid: str) -> bytes:
+            async with await host.open_stream(target, FETCH_PROTOCOL) as stream:
+                await stream.send(encode_request([mid]))
+                wire = await stream.receive()
+                assert await stream.receive() == b""
+            return wire
+
+        # Asked by id, a answers with its event.
+        async def ask() -> None:
+            assert decode_event(await fetch(seed)).content == b"seed"
+        await step("fetch_served_total", ask)
+
+        # One message twice: the second is a duplicate, dropped.
+        _mid, once = peer.message(b"twice")
+
+        async def twice() -> None:
+            await peer.gossip(once)
+            await trio.sleep(0.5)
+            await peer.gossip(once)
+        await step("events_duplicate_total", twice)
+
+        # A gap: a fetches the message it missed from us, then fails to open the stream (we
+        # stopped serving fetches), then breaks on our reset, then on an answer with more
+        # events than it asked for.
+        for mode, name in (("serve", "fetch_received_total"),
+                           ("refuse", "p2p_stream_open_failures_total"),
+                           ("reset", "fetch_failures_total"),
+                           ("extra", "fetch_bad_answers_total")):
+            peer.mode = mode
+            peer.serve_fetches(mode != "refuse")
+            missed, _unsent = peer.message(f"missed ({mode})".encode())
+            _mid, later = peer.message(f"after the gap ({mode})".encode())
+
+            async def gap(later: bytes = later) -> None:
+                await peer.gossip(later)
+            await step(name, gap)
+            assert mode == "refuse" or any(missed in ids for ids in peer.asked)
+
+        # Possibly acknowledged: a has heard two other senders, so the bloom filter of one
+        # holding a's message is evidence, not yet an acknowledgement.
+        other = Ed25519PrivateKey.generate()
+        second = SdsChannel("general", peer_id_of(other), other, SdsConfig(),
+                            random.Random(8), time.time())
+        await peer.gossip(second.send(b"a second sender", time.time()))
+
+        async def probe_in_bloom_only() -> None:
+            probe = await trio.to_thread.run_sync(
+                lambda: a.post("/v1/channels/general/events", {"content": "probe"}))
+            peer.channel.receive_event(decode_event(await fetch(probe["message_id"])),
+                                       time.time())
+            peer.message(b"names the probe")  # never gossiped
+            _mid, later = peer.message(b"names the message before; the probe is in its bloom")
+            await peer.gossip(later)
+        await step("sds_possibly_acknowledged_total", probe_in_bloom_only)
+
+        # Recon: an event a fetches from us waits for a dependency nobody can give it (we
+        # stopped serving fetches), so its key stays held.
+        async def held() -> None:
+            _missed, _unsent = peer.message(b"missed, for Recon")
+            later = decode_transmission(peer.message(b"fetched by Recon")[1]).event
+
+            async def deliver(want: list[bytes]) -> list[bytes]:
+                return [later.wire] if want == [recon_key(later)] else []
+            peer.serve_fetches(False)
+            await recon_and_answer(host, target, [recon_key(later)], deliver)
+        await step("recon_claims_held", held)
+        peer.serve_fetches(True)
+
+        # Unsigned (waku profile), the sender names itself: 200 characters pass the decoder
+        # (ids up to 256) but not the log's sender column (128). Not stored; delivery undone.
+        waku = SdsChannel("wk", "s" * 200, None, SdsConfig(profile="waku"), random.Random(9),
+                          time.time(), False)
+
+        async def long_sender() -> None:
+            await host.publish(topic_of(1, "wk"), waku.send(b"from a long name", time.time()))
+        await step("events_store_failed_total", long_sender)
+
+        # A fetch request that never comes: a's read times out.
+        async def stall() -> None:
+            async with await host.open_stream(target, FETCH_PROTOCOL):
+                await trio.sleep(READ_TIMEOUT_S + 1)
+        await step("p2p_timeouts_total", stall)
+
+        # A second Recon session while the first is open is declined.
+        async def second_session() -> None:
+            async with await host.open_stream(target, RECON_PROTOCOL):
+                await trio.sleep(0.3)
+                async with await host.open_stream(target, RECON_PROTOCOL) as again:
+                    assert await again.receive() == bytes([BUSY])
+        await step("recon_sessions_declined_total", second_session)
+
+        # Last (it costs us our standing: a bans us): two keys a lacks where it takes one per
+        # session; the one it claims we never send, and its claim lapses while we stall.
+        async def stalled() -> None:
+            events = [decode_transmission(peer.message(f"stalled {i}".encode())[1]).event
+                      for i in range(2)]
+            lapsed = await trio.to_thread.run_sync(metric, a, "recon_claims_lapsed_total")
+
+            async def stall_answer(want: list[bytes]) -> list[bytes]:
+                assert len(want) == 1
+                assert await trio.to_thread.run_sync(metric, a, "recon_claims") >= 1
+                await _until(moved("recon_claims_lapsed_total", lapsed), "no claim lapsed",
+                             READ_TIMEOUT_S - 0.5)
+                return []
+            await recon_and_answer(host, target, sorted(recon_key(e) for e in events),
+                                   stall_answer)
+        await step("recon_missing_dropped_total", stalled)
