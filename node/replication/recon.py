@@ -28,13 +28,13 @@ from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open
 from sync.errors import RemoteProtocolError
 from sync.recon import SummaryKeyStore
 from sync.recon.eventid import CIP124_DRAFT, channel_bounds, sender_bounds
-from sync.recon.session import MissingKeys, ReconConfig, ReconSession
+from sync.recon.session import PROTOCOL_ID, MissingKeys, ReconConfig, ReconSession
 from sync.transfer import BUSY, RECON, ClaimTable
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
 log = logging.getLogger("syncnode.recon")
-RECON_PROTOCOL = "/syncnode/recon/1.0.0"
+RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
 # Peers whose sync state (interests, back-off) is remembered while they are not connected.

@@ -36,10 +36,10 @@ from catchup_log import node_database  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from node.replication.events import record_of_event  # noqa: E402
 from storage import count_events, event_row, events, insert_rows  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
+from sync.stored_event import record_of_event  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "restart.json"
