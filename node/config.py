@@ -233,6 +233,11 @@ class ReconSection:
     max_missing_keys: int = _opt(100_000, _positive)
     serve_batch_bytes: int = _opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
     max_sessions: int = _opt(16, _positive)
+    # -- key store memory (docs/architecture.md "Recon key store") --
+    keystore_bucket_keys: int = _opt(256, lambda v: None if 16 <= v <= 65536 else
+                                     "must be between 16 and 65536")
+    keystore_max_buckets: int = _opt(32768, lambda v: None if v >= 64 else "must be >= 64")
+    keystore_cache_keys: int = _opt(131_072, _non_negative)
 
 
 @dataclass(frozen=True)

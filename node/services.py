@@ -85,6 +85,8 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         max_missing_keys=config.recon.max_missing_keys,
         serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
         event_id_layout=config.recon.event_id_layout,
+        keystore_limits=(config.recon.keystore_bucket_keys, config.recon.keystore_max_buckets,
+                         config.recon.keystore_cache_keys),
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
