@@ -15,7 +15,7 @@ from sync.errors import RemoteProtocolError
 from sync.recon.eventid import CIP124_DRAFT
 from sync.recon.sha256a import lanes_of
 from sync.sds.profile import decode_event_by_channel
-from sync.stored_event import stored_fields
+from sync.stored_event import record_of_event
 
 __all__ = ["IngestSpec", "VerifiedBatch", "verify_wires"]
 
@@ -79,7 +79,7 @@ def verify_wires(spec: IngestSpec, wires: Sequence[bytes]) -> VerifiedBatch:
             event = decode_event_by_channel(wire, profiles, max_size=spec.max_event_bytes)
             if event.lamport is None:
                 raise RemoteProtocolError("ephemeral message is not an event")
-            key = stored_fields(spec.network_id, event, spec.event_id_layout).recon_key
+            key = record_of_event(spec.network_id, event, spec.event_id_layout).recon_key
         except (RemoteProtocolError, ValueError) as exc:
             out.rejected[i] = getattr(exc, "reason", None) or str(exc)
             out.message_ids.append("")

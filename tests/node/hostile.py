@@ -12,7 +12,8 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import FramedStream, P2PConfig, P2PHost, open_host
+from node.p2p.host import FramedStream, P2PConfig, P2PHost
+from node.p2p.run import open_host
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
 
@@ -141,8 +142,8 @@ async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
                           channel: str = "general") -> int:
     """A whole Recon session advertising the events ``wires`` (valid or not) and answering
     every want list with them: returns how many the node asked for."""
-    from node.replication.events import record_of_event
     from sync.sds import decode_event
+    from sync.stored_event import record_of_event
 
     by_key = {record_of_event(1, decode_event(w, verify_signature=False)).recon_key: w
               for w in wires}

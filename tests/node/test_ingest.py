@@ -22,7 +22,7 @@ from sync.identity import peer_id_of
 from sync.ingest import IngestSpec, VerifiedBatch
 from sync.recon.sha256a import lanes_of
 from sync.sds import SdsChannel, decode_event, sds_pb2
-from sync.stored_event import stored_fields
+from sync.stored_event import record_of_event
 from tests.sync.sds.helpers import CHANNEL, T0, key
 
 SPEC = IngestSpec(network_id=1)
@@ -52,7 +52,7 @@ def _check(batch: VerifiedBatch, wires: list[bytes], bad: set[int]) -> None:
         if i in bad:
             continue
         event = decode_event(wire)
-        fields = stored_fields(1, event)
+        fields = record_of_event(1, event)
         assert batch.message_ids[i] == event.message_id
         assert batch.senders[i] == event.sender_id
         assert batch.lamports[i] == event.lamport
