@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import trio
 
@@ -14,12 +13,14 @@ from node.api.node_metrics import register_node_metrics
 from node.api.routes import NODE_ROUTES
 from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
+from node.config_combined import check_combined_keys
 from node.logs import kv
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
-from node.p2p.host import P2PConfig, open_host
+from node.p2p.host import P2PConfig
 from node.p2p.identity import load_or_create_identity
+from node.p2p.run import open_host
 from node.repo_lock import DataDirLocked, RepoLock
-from node.runtime import NodeInfo, NodeRuntime
+from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import build_services
 from node.snapshots.routes import SNAPSHOT_ROUTES
 from node.store import EventStore
@@ -66,6 +67,7 @@ def p2p_config(config: Config) -> P2PConfig:
         read_timeout=config.p2p.read_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
         gossip_queue_bytes=config.p2p.gossip_queue_bytes,
+        peer_event_queue_size=config.p2p.peer_event_queue,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,
         dht_timeout=config.p2p.dht_timeout_s,
@@ -79,7 +81,7 @@ def register_base_metrics(runtime: NodeRuntime) -> None:
     register_node_metrics(runtime)
 
 
-async def _run_services(scope: trio.CancelScope, *services: Any) -> None:
+async def _run_services(scope: trio.CancelScope, *services: Service) -> None:
     with scope:
         async with trio.open_nursery() as nursery:
             for service in services:
@@ -97,7 +99,9 @@ async def serve(
 
     :raises StartupError: before anything is opened when the data dir is held by another
         process (its ``repo.lock``) or a configured port is taken.
+    :raises ConfigError: before anything is opened when config keys do not work together.
     """
+    check_combined_keys(config)
     lock = _open_data_dir(config)
     try:
         await _serve_locked(config, shutdown, routes, task_status)

@@ -13,6 +13,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from storage.schema import LANE_COLUMNS, events
 from sync.recon.sha256a import Sha256a, lanes_of
+from sync.stored_event import EventRecord
 
 __all__ = [
     "AppendResult",
@@ -43,18 +44,6 @@ __all__ = [
 _MOD32 = 4294967296
 # Keep each INSERT's bound-parameter count well under SQLite's 32,766 limit.
 _CHUNK = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class EventRecord:
-    """An event validated by the caller and ready to store."""
-
-    recon_key: bytes
-    message_id: str
-    channel: str
-    sender: str
-    lamport: int
-    wire: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +123,7 @@ def event_row(record: EventRecord, received_at: int) -> dict[str, object]:
         "wire": record.wire,
         "received_at": received_at,
     }
-    row.update(zip(LANE_COLUMNS, lanes_of(record.recon_key), strict=True))
+    row.update(zip(LANE_COLUMNS, record.lanes or lanes_of(record.recon_key), strict=True))
     return row
 
 
@@ -167,7 +156,7 @@ def _append_sqlite(
         before = cursor.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
         cursor.executemany(_SQLITE_INSERT, [
             (r.recon_key, r.message_id, r.channel, r.sender, r.lamport, r.wire, received_at,
-             *lanes_of(r.recon_key))
+             *(r.lanes or lanes_of(r.recon_key)))
             for r in records
         ])
         rows = cursor.execute("SELECT seq, message_id FROM events WHERE seq > ? ORDER BY seq",

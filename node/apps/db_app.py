@@ -55,7 +55,7 @@ from sync.crdt import (
 from sync.errors import RemoteProtocolError
 from sync.sds import sds_pb2
 
-__all__ = ["APP_NAME", "METRICS", "DbApplication", "book_of", "channel_max_seq"]
+__all__ = ["APP_NAME", "LEGACY_KEY", "METRICS", "DbApplication", "book_of", "channel_max_seq"]
 
 log = logging.getLogger("syncnode.db")
 
@@ -67,7 +67,11 @@ CACHE_ENTITIES = 100_000
 # batch: both bound the memory a re-evaluation or a compaction needs.
 SCAN_CHUNK = 2000
 COMPACT_CHUNK = 5000
+# A long re-derivation (an upgraded database, a big table) logs its progress this often.
+PROGRESS_EVERY_S = 5.0
 _HIGH_KEY = f"app/{APP_NAME}/high"
+# Set by migration 0004 on a database that had events: the last seq stored before it.
+LEGACY_KEY = f"app/{APP_NAME}/legacy_seq"
 
 # name -> help, all counters; labelled ones carry a ``reason`` or an ``outcome``.
 METRICS = {
@@ -152,18 +156,25 @@ class DbApplication:
 
     # -- LogApplication ---------------------------------------------------------------------
 
+    def restore(self, conn: Connection, cursor: int) -> None:
+        """Load the schema book and the newest writes from the committed state."""
+        book = book_of(self.section)
+        stored: dict[str, list[SchemaDeclaration]] = {}
+        for declaration in load_declarations(conn):
+            stored.setdefault(declaration.table, []).append(declaration)
+        for table, declarations in sorted(stored.items()):
+            # Every stored table was kept, so it is admitted (within max_tables) first.
+            book.add(min(declarations, key=lambda d: d.identity))
+            book.reset_table(table, declarations)
+        raw = get_state(conn, _HIGH_KEY)
+        self.book = book
+        self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
+        self.applied_seq = max(self.applied_seq, cursor)
+        self._loaded = True
+
     def apply(self, conn: Connection, batch: Sequence[StoredEvent]) -> None:
         if not self._loaded:
-            stored: dict[str, list[SchemaDeclaration]] = {}
-            for declaration in load_declarations(conn):
-                stored.setdefault(declaration.table, []).append(declaration)
-            for table, declarations in sorted(stored.items()):
-                # Every stored table was kept, so it is admitted (within max_tables) first.
-                self.book.add(min(declarations, key=lambda d: d.identity))
-                self.book.reset_table(table, declarations)
-            raw = get_state(conn, _HIGH_KEY)
-            self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
-            self._loaded = True
+            self.restore(conn, 0)
         now_ms = int(self.clock() * 1000)
         counts: Counter[str] = Counter()
         end = batch[-1].seq
@@ -174,10 +185,16 @@ class DbApplication:
         for table in sorted(rescan):
             book.reset_table(table, self._declarations_in_log(conn, table, end))
         high = dict(self.high)
-        writes = [m for m in items if isinstance(m, CrdtMessage) and m.table not in redo]
-        states = self._apply_writes(conn, book, writes, high, counts, use_cache=True)
+        # A write is judged by the declarations in force at its Lamport time, whatever the
+        # order of arrival, and the merge is order-free: so a table whose versions changed is
+        # re-derived from the log *before* this batch, and the batch's own writes then go
+        # through the ordinary path (once each) with the new book. A table first declared by
+        # this batch (a replay's first batch) has nothing before it to re-derive.
         for table in sorted(redo):
-            self._reevaluate(conn, book, table, end, high, counts)
+            self._reevaluate(conn, book, table, batch[0].seq - 1, high, counts)
+        writes = [m for m in items if isinstance(m, CrdtMessage)]
+        states = self._apply_writes(conn, book, writes, high, counts, use_cache=True,
+                                    stale=redo)
         compacted: dict[str, int] = {}
         if self.section.stability_window and channel_max_seq(conn, self.section.channel) <= end:
             states.update(self._compact(conn, high, compacted, counts, redo))
@@ -236,10 +253,11 @@ class DbApplication:
         return redo, rescan
 
     def _apply_writes(self, conn: Connection, book: SchemaBook, messages: list[CrdtMessage],
-                      high: dict[str, int], counts: Counter[str], *,
-                      use_cache: bool) -> dict[EntityKey, EntityState]:
-        """Run the rules on ``messages`` and store the result; returns the entities' states."""
-        before = self._load(conn, book, messages, use_cache)
+                      high: dict[str, int], counts: Counter[str], *, use_cache: bool,
+                      stale: set[str] | None = None) -> dict[EntityKey, EntityState]:
+        """Run the rules on ``messages`` and store the result; returns the entities' states.
+        ``stale``: tables whose cached states no longer hold (re-derived in this batch)."""
+        before = self._load(conn, book, messages, use_cache, stale or set())
         states: dict[EntityKey, EntityState] = dict(before)
         dirty: set[EntityKey] = set()
         applied: list[Effect] = []
@@ -266,12 +284,12 @@ class DbApplication:
         return states
 
     def _load(self, conn: Connection, book: SchemaBook, messages: list[CrdtMessage],
-              use_cache: bool) -> dict[EntityKey, EntityState]:
-        """The committed state of every entity ``messages`` touch (EMPTY when none)."""
+              use_cache: bool, stale: set[str]) -> dict[EntityKey, EntityState]:
+        """The state of every entity ``messages`` touch (EMPTY when none)."""
         # Unknown tables are rejected by the rules without looking at any state.
         keys = {(m.table, m.entity_id) for m in messages if m.table in book}
         cache = self._cache if use_cache else {}
-        states = {key: cache[key] for key in keys if key in cache}
+        states = {key: cache[key] for key in keys if key in cache and key[0] not in stale}
         missing = keys - states.keys()
         if missing:
             loaded = load_states(conn, missing)
@@ -294,8 +312,9 @@ class DbApplication:
         return items
 
     def _log_of(self, conn: Connection, table: str,
-                end: int) -> Iterator[list[CrdtMessage | SchemaDeclaration]]:
-        """The messages and declarations of ``table`` in the log up to ``end``, in chunks."""
+                end: int) -> Iterator[tuple[int, list[CrdtMessage | SchemaDeclaration]]]:
+        """The messages and declarations of ``table`` in the log up to ``end``, in chunks,
+        each with the storage position read up to."""
         marker = json.dumps({"table": table}, separators=(",", ":"))[1:-1].encode()
         after = 0
         while after < end:
@@ -315,12 +334,22 @@ class DbApplication:
                             items.append(item)
                 except (RemoteProtocolError, DecodeError):
                     continue  # counted when the event was first applied
-            yield items
+            yield after, items
 
     def _declarations_in_log(self, conn: Connection, table: str,
                              end: int) -> list[SchemaDeclaration]:
-        return [d for chunk in self._log_of(conn, table, end) for d in chunk
+        return [d for _, chunk in self._log_of(conn, table, end) for d in chunk
                 if isinstance(d, SchemaDeclaration)]
+
+    def has_legacy_writes(self, conn: Connection, table: str) -> bool:
+        """Whether the log holds writes to ``table`` stored before schemas were on the log
+        (up to the seq migration 0004 kept, ``LEGACY_KEY``)."""
+        raw = get_state(conn, LEGACY_KEY)
+        if raw is None:
+            return False
+        end = min(int(raw), channel_max_seq(conn, self.section.channel))
+        return any(isinstance(item, CrdtMessage)
+                   for _, chunk in self._log_of(conn, table, end) for item in chunk)
 
     def _reevaluate(self, conn: Connection, book: SchemaBook, table: str, end: int,
                     high: dict[str, int], counts: Counter[str]) -> None:
@@ -332,10 +361,23 @@ class DbApplication:
         counts["tables_reevaluated"] += 1
         if table not in book:
             return  # evicted: nothing of it counts any more
-        for chunk in self._log_of(conn, table, end):
+        began = last = time.monotonic()
+        if end:
+            log.info("re-deriving table from the log", extra=kv(table=table, up_to_seq=end))
+        done = 0
+        for position, chunk in self._log_of(conn, table, end):
             writes = [m for m in chunk if isinstance(m, CrdtMessage)]
             counts["messages_reevaluated"] += len(writes)
+            done += len(writes)
             self._apply_writes(conn, book, writes, high, counts, use_cache=False)
+            if time.monotonic() - last >= PROGRESS_EVERY_S:
+                last = time.monotonic()
+                log.info("re-deriving table", extra=kv(
+                    table=table, seq=position, up_to_seq=end, writes=done,
+                    percent=round(100 * position / end)))
+        if end:
+            log.info("table re-derived", extra=kv(
+                table=table, writes=done, seconds=round(time.monotonic() - began, 1)))
 
     def _compact(self, conn: Connection, high: dict[str, int], compacted: dict[str, int],
                  counts: Counter[str], redone: set[str]) -> dict[EntityKey, EntityState]:

@@ -95,7 +95,7 @@ async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
                             content: bytes) -> dict[str, Any]:
     """Publish ``content`` on the db channel; answer once it is committed and applied (or
     after ``WRITE_WAIT_S`` with ``applied: false``)."""
-    delivered = await node.channels.publish(db.section.channel, content)
+    delivered = await node.require_channels().publish(db.section.channel, content)
     found = await node.store.read(events_by_message_ids, [delivered.message_id])
     seq = found[0].seq if found else 0
     with trio.move_on_after(WRITE_WAIT_S):
@@ -107,7 +107,9 @@ async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
 
 class SchemaSeeder:
     """Declares the tables of ``db.tables`` that the log does not have yet, once the node has
-    applied what its log held at start (a pinned table only if this node is its owner)."""
+    applied what its log held at start (a pinned table only if this node is its owner);
+    backdated to Lamport 0 when the log holds writes to the table from before schemas were on
+    the log (migration 0004 keeps where those end)."""
 
     def __init__(self, db: DbApplication, runtime: Any) -> None:
         self.db = db
@@ -125,8 +127,16 @@ class SchemaSeeder:
             if name in db.book or pins.get(name, node.peer_id) != node.peer_id or (
                     db.section.declarers and node.peer_id not in db.section.declarers):
                 continue
+            # Writes to it stored before schemas were on the log (an upgraded database): the
+            # seed is backdated to Lamport 0 so that they count again, judged by this config
+            # as they were (docs/crdt.md, Upgrading).
+            legacy = await node.store.read(db.has_legacy_writes, name)
+            if legacy:
+                log.info("table has writes from before schemas were on the log; declaring it "
+                         "since Lamport 0, then re-deriving it from the log",
+                         extra={"table": name})
             declaration = SchemaDeclaration(name, schema.columns, schema.writers,
-                                            sender=node.peer_id)
+                                            sender=node.peer_id, backdated=legacy)
             try:
                 await _publish_and_wait(db, node, declaration.encoded)
             except Exception:  # the node keeps running; the table can be declared by hand

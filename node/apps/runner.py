@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from sqlalchemy import Connection
@@ -20,6 +20,11 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import StoredEvent, get_state, put_state, read_channels_after, write_transaction
+
+if TYPE_CHECKING:  # the runtime and the API import this module's plugins
+    from node.api.app import ApiRoute
+    from node.config import Config
+    from node.runtime import NodeRuntime
 
 __all__ = ["AppBundle", "AppPlugin", "AppRunner", "LogApplication", ]
 
@@ -32,6 +37,12 @@ class LogApplication(Protocol):
 
     name: str
     channels: Sequence[str]
+
+    def restore(self, conn: Connection, cursor: int) -> None:
+        """Called once at start, in a worker thread, before any batch: load what the app keeps
+        in memory from its committed state (``cursor``: the last seq applied, 0: none), so
+        that it serves its tables before anything new arrives."""
+        ...
 
     def apply(self, conn: Connection, batch: Sequence[StoredEvent]) -> None:
         """Apply events (in storage order) within the caller's transaction. Bad content must be
@@ -62,6 +73,11 @@ class AppRunner:
     async def run(self) -> None:
         raw = await self.store.read(get_state, _cursor_key(self.app.name))
         self.cursor = int(raw.decode()) if raw else 0
+        try:
+            await self.store.read(self.app.restore, self.cursor)
+        except Exception:  # the node keeps running; the db application retries with a batch
+            self.metrics.inc("app_errors_total", app=self.app.name)
+            log.exception("application state not restored", extra=kv(app=self.app.name))
         while True:
             signal = self.commit_signal()
             while await self.step():
@@ -101,7 +117,7 @@ class AppRunner:
 
 class AppBundle(Protocol):
     app: LogApplication
-    routes: list[Any]  # node.api.app.ApiRoute
+    routes: list[ApiRoute]
 
 
 class AppPlugin(Protocol):
@@ -109,10 +125,10 @@ class AppPlugin(Protocol):
 
     name: str
 
-    def channels(self, config: Any) -> list[str]:
+    def channels(self, config: Config) -> list[str]:
         """Channels the application needs replicated (added to ``p2p.channels``)."""
         ...
 
-    def build(self, runtime: Any) -> AppBundle:
-        """Create the application for a running node (``runtime`` is a ``NodeRuntime``)."""
+    def build(self, runtime: NodeRuntime) -> AppBundle:
+        """Create the application for a running node."""
         ...

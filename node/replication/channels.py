@@ -22,8 +22,6 @@ from sqlalchemy import Connection
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import P2PError, P2PHost
-from node.replication.events import record_of_delivered, record_of_event
-from node.replication.linger import Linger
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_newest
 from sync.errors import RemoteProtocolError
@@ -37,6 +35,8 @@ from sync.gossip import (
     pack_batch,
     penalty_of,
 )
+from sync.ingest import VerifiedBatch
+from sync.linger import Linger
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
@@ -54,7 +54,9 @@ from sync.sds import (
     SdsConfig,
     SignedEvent,
 )
+from sync.sds.clock import check_lamport, lamport_bound
 from sync.sds.profile import decode_event_in, peek_event
+from sync.stored_event import record_of_delivered, record_of_event
 
 __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 
@@ -317,6 +319,70 @@ class ChannelService:
             return None
         self._after_input(name)
         return parsed.message_id
+
+    def ingest_verified(self, batch: VerifiedBatch, wires: Sequence[bytes],
+                        order: Sequence[int], peer: str, now: float | None = None) -> int:
+        """Feed events the ingest workers decoded and verified (``sync.ingest``); ``order``:
+        the positions to take, in causal (Lamport) order. Old events whose dependencies are
+        delivered take SDS's bulk path (``SdsChannel.deliver_settled``) and go to the store
+        as one submission; the rest take ``ingest``'s full step. Returns how many were
+        refused (clock rule, roles, closed group, unknown channel), counted and charged to
+        ``peer`` as ``ingest`` does."""
+        when = time.time() if now is None else now
+        max_ahead = self.sds_config.max_lamport_ahead_ms
+        bound = lamport_bound(when, max_ahead)
+        senders, lamports, names = batch.senders, batch.lamports, batch.channels
+        refused = 0
+        by_channel: dict[str, list[int]] = {}
+        full: list[int] = []
+        for i in order:
+            name = names[i]
+            try:
+                if name not in self.channels:
+                    raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
+                verdict = self.policy.check(senders[i], name, batch.has_content[i])
+                if not 0 <= lamports[i] <= bound:
+                    check_lamport(lamports[i], when, max_ahead)  # raises, with the reason
+            except RemoteProtocolError as exc:
+                self._reject(exc, peer)
+                refused += 1
+                continue
+            if verdict is SenderCheck.OWN or not batch.has_content[i]:
+                full.append(i)
+            else:
+                by_channel.setdefault(name, []).append(i)
+        records: list[EventRecord] = []
+        for name, taken in by_channel.items():
+            done, rest = self.channels[name].deliver_settled(
+                [batch.message_ids[i] for i in taken], [senders[i] for i in taken],
+                [lamports[i] for i in taken], [batch.histories[i] for i in taken], when)
+            for pos in done:
+                i = taken[pos]
+                records.append(EventRecord(batch.keys[i], batch.message_ids[i], name, senders[i],
+                                           lamports[i], batch.canonical.get(i, wires[i]),
+                                           batch.lanes[i]))
+            full.extend(taken[pos] for pos in rest)
+            if done:
+                self.metrics.inc("events_delivered_total", len(done), channel=name)
+                self._dirty.add(name)
+        if records:
+            self.store.submit(records)
+        if full:
+            rank = {i: r for r, i in enumerate(order)}
+            full.sort(key=rank.__getitem__)
+        for i in full:
+            wire = batch.canonical.get(i, wires[i])
+            # Verified by the worker: decoded again only for the full protocol step.
+            try:
+                event = decode_event_in(self.channels[names[i]].profile.name, wire,
+                                        max_size=len(wire), verify_signature=False)
+            except RemoteProtocolError as exc:  # not after the worker's check; never trusted
+                self._reject(exc, peer)
+                refused += 1
+                continue
+            if self.ingest(wire, peer, when, verified=event) is None:
+                refused += 1
+        return refused
 
     def is_missing(self, message_id: str) -> bool:
         return any(ch.is_missing(message_id) for ch in self.channels.values())

@@ -26,13 +26,15 @@ from node.metrics import Metrics
 from node.p2p.host import FramedStream, P2PError
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
-from node.replication.events import record_of_event
+from node.replication.ingest import IngestPool, IngestUnavailable
 from node.store import EventStore
 from storage import events_by_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
+from sync.ingest import VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT, key_height
 from sync.sds import SignedEvent, decode_event
 from sync.sds.profile import decode_event_by_channel
+from sync.stored_event import record_of_event
 from sync.transfer import ClaimTable, EventsPacker, WantFetcher, WantServer, byte_batches
 
 __all__ = ["SessionStats", "Transfer", "TransferAbort", "verify_in_threads"]
@@ -42,7 +44,7 @@ MAX_KEY_BYTES = 256
 MAX_EVENT_BYTES = 1 << 20
 VERIFY_THREADS = 2
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
-FETCH_AHEAD = 2
+FETCH_AHEAD = 4
 
 
 class TransferAbort(Exception):
@@ -56,6 +58,8 @@ class SessionStats:
     rejected: int = 0
     withheld: int = 0
     missing: list[bytes] = field(default_factory=list)
+    #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
+    truncated: bool = False
 
 
 Decoder = Callable[[bytes], SignedEvent]
@@ -96,7 +100,16 @@ async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS,
     return [event for part in parts for event in part]
 
 
-_Batch = tuple[list[bytes], list[SignedEvent | None], bool]
+@dataclass
+class _Pending:
+    """A batch being verified (in worker processes, or threads without them)."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    result: VerifiedBatch | list[SignedEvent | None] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+_Batch = tuple[list[bytes], _Pending, bool]
 
 
 class Transfer:
@@ -116,8 +129,11 @@ class Transfer:
         on_released: Callable[[], None] = lambda: None,
         event_id_layout: str = CIP124_DRAFT,
         profiles: Mapping[str, str] | None = None,
+        ingest: IngestPool | None = None,
     ) -> None:
         self.store = store
+        # Worker processes verifying fetched batches; without them, threads in the daemon.
+        self.ingest = ingest
         self.channels = channels
         self.metrics = metrics
         self.network_id = network_id
@@ -206,9 +222,11 @@ class Transfer:
                         if got.final:
                             for frame in core.next_frames():
                                 await stream.send(frame)
-                        await send.send((got.wires, await verify_in_threads(got.wires,
-                                                                         decode=self._decode),
-                                         got.final))
+                        # Verification runs while the next answer is read: the channel's
+                        # size bounds the batches in flight.
+                        pending = _Pending()
+                        nursery.start_soon(self._verify, got.wires, pending)
+                        await send.send((got.wires, pending, got.final))
             except (P2PError, trio.TooSlowError, RemoteProtocolError) as exc:
                 failure.append(exc)
                 nursery.cancel_scope.cancel()
@@ -216,10 +234,18 @@ class Transfer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(download)
             async with recv:
-                async for wires, events, final in recv:
+                async for wires, pending, final in recv:
                     try:
-                        self._ingest(core, sid, wires, events, stream.peer_id, stats)
-                    except RemoteProtocolError as exc:
+                        await pending.done.wait()
+                        if pending.error is not None:
+                            raise pending.error
+                        if isinstance(pending.result, VerifiedBatch):
+                            self._ingest_verified(core, sid, wires, pending.result,
+                                                  stream.peer_id, stats)
+                        else:
+                            self._ingest(core, sid, wires, pending.result, stream.peer_id,
+                                         stats)
+                    except (RemoteProtocolError, IngestUnavailable) as exc:
                         failure.append(exc)
                         nursery.cancel_scope.cancel()
                         break
@@ -241,6 +267,57 @@ class Transfer:
         log.info("peer withheld advertised events", extra=kv(peer=peer, keys=len(withheld)))
         self.on_released()
 
+    async def _verify(self, wires: list[bytes], pending: _Pending) -> None:
+        try:
+            if not wires:  # an empty answer (the peer withheld everything): nothing to check
+                pending.result = VerifiedBatch()
+            elif self.ingest is not None:
+                pending.result = await self.ingest.verify(wires)
+            else:
+                pending.result = await verify_in_threads(wires, decode=self._decode)
+        except IngestUnavailable as exc:
+            pending.error = exc
+        finally:
+            pending.done.set()
+
+    def _ingest_verified(self, core: WantFetcher, sid: int, wires: list[bytes],
+                         batch: VerifiedBatch, peer: str, stats: SessionStats) -> None:
+        """``_ingest`` for a batch the ingest workers checked: per event only the claim
+        bookkeeping here, the rest in bulk (``ChannelService.ingest_verified``)."""
+        if batch.rejected:
+            reasons = list(batch.rejected.values())
+            stats.rejected += len(reasons)
+            for reason in reasons:
+                self.metrics.inc("events_rejected_total", reason=reason.split(":")[0][:60])
+            self.penalise(peer, "invalid_event", float(len(reasons)))
+            raise RemoteProtocolError(f"peer sent {len(reasons)} invalid events "
+                                      f"({reasons[0]})", peer)
+        keys = batch.keys
+        for key in keys:
+            self._accept(core, key, stats)
+        if not keys:
+            return
+        now = time.monotonic()
+        self.claims.progress(sid, now)
+        for key in keys:
+            self.claims.delivered(sid, key, now)
+        # Causal dependencies have lower Lamport timestamps (see _ingest).
+        lamports = batch.lamports
+        order = sorted(range(len(keys)), key=lambda i: (lamports[i], keys[i]))
+        refused = self.channels.ingest_verified(batch, wires, order, peer)
+        stats.rejected += refused
+        stats.fetched += len(keys) - refused
+        self.metrics.inc("recon_events_fetched_total", len(keys))
+
+    def _accept(self, core: WantFetcher, key: bytes, stats: SessionStats) -> None:
+        """Was ``key`` asked for? An unrequested event ends the session."""
+        try:
+            core.accept(key)
+        except RemoteProtocolError:
+            stats.rejected += 1
+            self.metrics.inc("events_rejected_total", reason="recon unrequested event")
+            raise
+
     def _ingest(self, core: WantFetcher, sid: int, wires: list[bytes],
                 events: list[SignedEvent | None], peer: str, stats: SessionStats) -> None:
         parsed = []
@@ -250,12 +327,7 @@ class Transfer:
                 self.penalise(peer, "invalid_event")
                 raise RemoteProtocolError("peer sent an invalid event", peer)
             key = record_of_event(self.network_id, event, self.event_id_layout).recon_key
-            try:
-                core.accept(key)
-            except RemoteProtocolError:
-                stats.rejected += 1
-                self.metrics.inc("events_rejected_total", reason="recon unrequested event")
-                raise
+            self._accept(core, key, stats)
             parsed.append((event.lamport, key, wire, event))
         # Causal dependencies have lower Lamport timestamps: feeding in that order lets SDS
         # deliver at once instead of buffering and reporting gaps.

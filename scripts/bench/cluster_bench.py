@@ -11,7 +11,8 @@ Three measurements:
 3. ``catchup_events_per_s``: a fresh node bootstraps from a node holding 100,000 events (20,000
    with ``--quick``) and fetches them through Recon. With it: ``catchup_fetched_ratio`` (events
    the fresh node fetched / events it stored; 1.0 when each event is fetched once),
-   ``catchup_peak_rss_mib`` (the fresh node's peak resident memory, VmHWM), the same catch-up
+   ``catchup_peak_rss_mib`` (the fresh node's peak resident memory, VmHWM, its ingest worker
+   processes' included), the same catch-up
    with PostgreSQL as the fresh node's database (``catchup_events_per_s_pg``; needs ``--pg URL``
    or ``SYNCNODE_TEST_PG``, a database this script may empty) and a 1,000,000-event catch-up
    (``catchup_events_1m_per_s``; not with ``--quick``).
@@ -34,9 +35,10 @@ a settling time at the end (a publish whose POST failed counts as not delivered)
 The last line is the JSON result, also written to docs/bench/cluster.json.
 
 Development modes (no JSON written): ``--catchup-only`` runs only 3 and prints the CPU time
-per event of both processes; ``--cpu-at RATE`` runs both clusters at one rate and prints the
-CPU time of all processes per published message, with the node cluster's gossip messages,
-Recon sessions and store batches per event.
+per event of both processes (with ``--update-json`` it replaces only the catch-up keys of the
+JSON, adding ``catchup_load_avg_1m`` and ``catchup_measured_utc``); ``--cpu-at RATE`` runs
+both clusters at one rate and prints the CPU time of all processes per published message, with
+the node cluster's gossip messages, Recon sessions and store batches per event.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -479,9 +481,12 @@ class Catchup:
     load: float
     # CPU time (user + system) per stored event, of the fresh node and of the source: unlike
     # the rate, nearly independent of what else the 2 cores are running.
+    # The fresh node's figures include its ingest worker processes; their share apart.
     cpu_us_fresh: float = 0.0
     cpu_us_source: float = 0.0
+    cpu_us_workers: float = 0.0
     peak_rss_mib: float = 0.0
+    peak_rss_workers_mib: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -497,17 +502,41 @@ class Catchup:
                 f"failed sessions {self.recon_errors:.0f}; source log "
                 f"{'from cache' if self.from_cache else 'built now'}; load {self.load:.2f})"
                 f" -> {self.rate:.0f} events/s; CPU per event: fresh "
-                f"{self.cpu_us_fresh:.0f} us, source {self.cpu_us_source:.0f} us; fresh node "
-                f"peak RSS {self.peak_rss_mib:.0f} MiB")
+                f"{self.cpu_us_fresh:.0f} us (of which ingest workers "
+                f"{self.cpu_us_workers:.0f} us), source {self.cpu_us_source:.0f} us; fresh node "
+                f"peak RSS {self.peak_rss_mib:.0f} MiB (of which ingest workers "
+                f"{self.peak_rss_workers_mib:.0f} MiB)")
 
 
-def peak_rss_mib(node: NodeProcess) -> float:
-    """The process's peak resident set so far (VmHWM, Linux /proc)."""
-    assert node.proc is not None
-    for line in Path(f"/proc/{node.proc.pid}/status").read_text().splitlines():
+def _hwm_mib(pid: int) -> float:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:  # exited meanwhile
+        return 0.0
+    for line in lines:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (a node's ingest workers), from Linux /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def peak_rss_mib(node: NodeProcess) -> tuple[float, float]:
+    """Peak resident set (VmHWM, Linux /proc) of the node process and the sum over its worker
+    processes (each worker's own peak: together an upper bound of their simultaneous peak)."""
+    assert node.proc is not None
+    return _hwm_mib(node.proc.pid), sum(map(_hwm_mib, children(node.proc.pid)))
 
 
 def empty_database(url: str) -> None:
@@ -523,11 +552,25 @@ def empty_database(url: str) -> None:
         engine.dispose()
 
 
-def cpu_seconds(node: NodeProcess | RawWorker) -> float:
-    """utime + stime of a node (or raw worker) process so far (Linux /proc)."""
-    assert node.proc is not None
-    fields = Path(f"/proc/{node.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(node: NodeProcess | RawWorker) -> float:
+    """utime + stime of a node (or raw worker) process so far (Linux /proc), its live child
+    processes (a node's ingest workers) included."""
+    assert node.proc is not None
+    return _cpu_of(node.proc.pid) + sum(map(_cpu_of, children(node.proc.pid)))
+
+
+def worker_cpu_seconds(node: NodeProcess) -> float:
+    """The part of ``cpu_seconds`` spent in the node's worker processes."""
+    assert node.proc is not None
+    return sum(map(_cpu_of, children(node.proc.pid)))
 
 
 def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
@@ -582,7 +625,7 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
         fresh = NodeProcess(base / f"fresh{tag}", "--bootstrap", source.listen_addrs[0],
                             env=fresh_env).start()
         t0 = time.time()
-        cpu0 = cpu_seconds(fresh), cpu_seconds(source)
+        cpu0 = cpu_seconds(fresh), cpu_seconds(source), worker_cpu_seconds(fresh)
         spy = start_profile(fresh, profile / "catchup-fresh.txt", 20) if profile else None
         spy_src = start_profile(source, profile / "catchup-source.txt", 20) if profile else None
         deadline = t0 + (timeout_s or plan.catchup_timeout_s)
@@ -593,9 +636,10 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
                 break
             time.sleep(0.2)
         seconds = time.time() - t0
-        cpu = cpu_seconds(fresh) - cpu0[0], cpu_seconds(source) - cpu0[1]
+        cpu = (cpu_seconds(fresh) - cpu0[0], cpu_seconds(source) - cpu0[1],
+               worker_cpu_seconds(fresh) - cpu0[2])
         load = load_avg()
-        rss = peak_rss_mib(fresh)
+        rss, rss_workers = peak_rss_mib(fresh)
         # Sessions still running may fetch a little more after the last event is stored:
         # that counts against the ratio too.
         time.sleep(2)
@@ -606,7 +650,7 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
                 proc.wait()
         per = 1e6 / max(stored, 1)
         return Catchup(count, int(stored), seconds, from_cache, fetched, errors, load,
-                       cpu[0] * per, cpu[1] * per, rss)
+                       cpu[0] * per, cpu[1] * per, cpu[2] * per, rss + rss_workers, rss_workers)
     finally:
         for node in (fresh, source):
             if node is not None:
@@ -636,6 +680,32 @@ def extra_catchups(base: Path, plan: Plan, pg_url: str | None
     return catchup_pg, catchup_1m
 
 
+def catchup_keys(catchup: Catchup | None, catchup_pg: Catchup | None,
+                 catchup_1m: Catchup | None) -> dict[str, Any]:
+    main: dict[str, Any] = {}
+    if catchup is not None:
+        main = {
+            "catchup_events_per_s": round(catchup.rate, 1),
+            "catchup_events": catchup.events,
+            "catchup_cpu_us_per_event": {"fresh": round(catchup.cpu_us_fresh),
+                                         "fresh_ingest_workers": round(catchup.cpu_us_workers),
+                                         "source": round(catchup.cpu_us_source)},
+            "catchup_fetched_ratio": round(catchup.fetched_ratio, 4),
+            "catchup_peak_rss_mib": round(catchup.peak_rss_mib, 1),
+        }
+    return {
+        **main,
+        "catchup_events_per_s_pg": round(catchup_pg.rate, 1) if catchup_pg else None,
+        "catchup_events_1m_per_s": round(catchup_1m.rate, 1) if catchup_1m else None,
+        "catchup_1m_fetched_ratio": round(catchup_1m.fetched_ratio, 4) if catchup_1m else None,
+        "catchup_1m_peak_rss_mib": round(catchup_1m.peak_rss_mib, 1) if catchup_1m else None,
+        "catchup_1m_cpu_us_per_event": ({"fresh": round(catchup_1m.cpu_us_fresh),
+                                         "fresh_ingest_workers": round(catchup_1m.cpu_us_workers),
+                                         "source": round(catchup_1m.cpu_us_source)}
+                                        if catchup_1m else None),
+    }
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
@@ -650,12 +720,23 @@ def main() -> int:
                              "(emptied first; default $SYNCNODE_TEST_PG; without it the key is "
                              "null)")
     parser.add_argument("--catchup-only", action="store_true",
-                        help="only the catch-up measurement (for development; writes no JSON)")
+                        help="only the catch-up measurements (writes no JSON unless "
+                             "--update-json)")
     parser.add_argument("--cpu-at", type=float, metavar="RATE",
                         help="only compare CPU per message of both clusters at RATE/s "
                              "(for development; writes no JSON)")
+    parser.add_argument("--update-json", action="store_true",
+                        help="with --catchup-only: replace the catch-up keys of "
+                             "docs/bench/cluster.json (the others stay from the last full run)")
+    parser.add_argument("--only-1m", action="store_true",
+                        help="only the 1,000,000-event catch-up (writes no JSON unless "
+                             "--update-json)")
+    parser.add_argument("--catchup-events", type=int, metavar="N",
+                        help="with --catchup-only: N events, and no 1M-event run")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
+    if args.catchup_events:
+        plan = replace(plan, catchup_events=args.catchup_events, catchup_1m_events=None)
     base = Path(tempfile.mkdtemp(prefix="syncnode-cluster-bench-"))
     if args.cpu_at:
         try:
@@ -664,14 +745,34 @@ def main() -> int:
             if not args.keep:
                 shutil.rmtree(base, ignore_errors=True)
         return 0
-    if args.catchup_only:
+    if args.catchup_only or args.only_1m:
+        first: Catchup | None = None
+        catchup_pg_only: Catchup | None = None
+        catchup_1m_only: Catchup | None = None
         try:
-            catchup = measure_catchup(base, plan, args.profile)
-            print(catchup.summary())
-            extra_catchups(base, plan, args.pg)
+            load_start = load_avg()
+            if args.only_1m:
+                plan = replace(plan, catchup_events=plan.catchup_1m_events or 1_000_000)
+                catchup_1m_only = measure_catchup(base, plan, args.profile, tag="-1m",
+                                                  timeout_s=plan.catchup_1m_timeout_s)
+                print(catchup_1m_only.summary())
+            else:
+                first = measure_catchup(base, plan, args.profile)
+                print(first.summary())
+                catchup_pg_only, catchup_1m_only = extra_catchups(base, plan, args.pg)
         finally:
             if not args.keep:
                 shutil.rmtree(base, ignore_errors=True)
+        if args.update_json:
+            # Only the catch-up keys measured now are replaced; the rest stays as it was.
+            result = json.loads(OUT.read_text()) if OUT.exists() else {}
+            measured = catchup_keys(first, catchup_pg_only, catchup_1m_only)
+            result.update({k: v for k, v in measured.items() if v is not None})
+            tag = "catchup_1m" if args.only_1m else "catchup"
+            result[f"{tag}_load_avg_1m"] = [round(load_start, 2), round(load_avg(), 2)]
+            result[f"{tag}_measured_utc"] = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
+            OUT.write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps(result))
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_start = load_avg()
@@ -746,14 +847,7 @@ def main() -> int:
         "latency_p50_ms": round(best_node.pct(50), 1) if best_node else None,
         "latency_p99_ms": round(best_node.pct(99), 1) if best_node else None,
         "raw_gossipsub_rate_per_s": round(raw_rate, 1),
-        "catchup_events_per_s": round(catchup.rate, 1),
-        "catchup_events": catchup.events,
-        "catchup_cpu_us_per_event": {"fresh": round(catchup.cpu_us_fresh),
-                                     "source": round(catchup.cpu_us_source)},
-        "catchup_fetched_ratio": round(catchup.fetched_ratio, 4),
-        "catchup_peak_rss_mib": round(catchup.peak_rss_mib, 1),
-        "catchup_events_per_s_pg": round(catchup_pg.rate, 1) if catchup_pg else None,
-        "catchup_events_1m_per_s": round(catchup_1m.rate, 1) if catchup_1m else None,
+        **catchup_keys(catchup, catchup_pg, catchup_1m),
         "quick": args.quick,
         "load_avg_1m": [round(load_start, 2), round(load_end, 2)],
     }

@@ -8,6 +8,9 @@ timestamp and sender come from the signed event. The rules (docs/crdt.md, "Schem
   unless the node pins the owner (``owner=``): then only that sender's declarations count.
 - **Versions.** The owner's declarations in (timestamp, bytes) order; only the first
   ``max_versions`` count.
+- **Backdating.** A declaration may carry ``since`` (at most its event's timestamp): its
+  timestamp is then ``since``. A node seeds its config's table that way when its log holds
+  writes from before schemas were on the log (an upgraded database), so that they count.
 - **In force at t.** The last version with timestamp < t. A write at exactly a version's
   Lamport time is judged by the version before (a writer that saw the version has a greater
   clock). Before the first version the table does not exist (``unknown_table``).
@@ -57,6 +60,7 @@ __all__ = [
 MAX_COLUMNS = 256
 MAX_WRITERS = 1024
 _KEYS = frozenset({"columns", "crdt", "op", "table", "writers"})
+_KEYS_SINCE = _KEYS | {"since"}
 SCHEMA_OP = "schema"
 
 
@@ -65,7 +69,8 @@ class SchemaDeclaration:
     """One version of a table's schema, as declared by ``sender`` at Lamport ``timestamp``.
 
     Equality and hash are over (timestamp, sender, canonical bytes), like a message's.
-    Bad declarations raise ``LocalProtocolError``.
+    ``backdated``: the encoding carries ``since`` = ``timestamp``, which the carrying event's
+    own (later) timestamp then does not override. Bad declarations raise ``LocalProtocolError``.
     """
 
     table: str
@@ -73,6 +78,7 @@ class SchemaDeclaration:
     writers: frozenset[str] | None = None
     timestamp: int = 0
     sender: str = ""
+    backdated: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.columns, Mapping) or len(self.columns) > MAX_COLUMNS:
@@ -110,6 +116,8 @@ class SchemaDeclaration:
             "table": self.table,
             "writers": None if self.writers is None else sorted(self.writers),
         }
+        if self.backdated:
+            doc["since"] = self.timestamp
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return text.encode("utf-8")
 
@@ -128,9 +136,10 @@ class SchemaDeclaration:
 
 def _declaration_of_document(doc: dict[str, Any], raw: bytes, *, timestamp: int,
                              sender: str) -> SchemaDeclaration:
-    if doc.keys() != _KEYS:
+    if doc.keys() != _KEYS and doc.keys() != _KEYS_SINCE:
         keys = ", ".join(sorted(_KEYS))
-        raise RemoteProtocolError(f"schema declaration must have keys {keys}", sender)
+        raise RemoteProtocolError(f"schema declaration must have keys {keys} (and since)",
+                                  sender)
     columns, writers = doc["columns"], doc["writers"]
     if not isinstance(columns, list) or not all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
@@ -142,11 +151,16 @@ def _declaration_of_document(doc: dict[str, Any], raw: bytes, *, timestamp: int,
     ):
         raise RemoteProtocolError("schema writers must be null or a list of peer ids", sender)
     check_event_stamp(timestamp, sender)
+    since = doc.get("since")
+    if since is not None and (type(since) is not int or not 0 <= since <= timestamp):
+        raise RemoteProtocolError("schema since must be an integer from 0 to the event's "
+                                  "timestamp", sender)
     try:
         # A repeated name collapses here, so the re-encoding check below rejects it.
         declaration = SchemaDeclaration(doc["table"], dict(columns),
                                         None if writers is None else frozenset(writers),
-                                        timestamp, sender)
+                                        timestamp if since is None else since, sender,
+                                        backdated=since is not None)
     except LocalProtocolError as exc:
         raise RemoteProtocolError(f"bad schema declaration: {exc}", sender) from None
     if declaration.encoded != raw:
@@ -200,7 +214,10 @@ class TableHistory:
 
     def at(self, timestamp: int) -> TableSchema | None:
         """The schema in force for a write at ``timestamp`` (None: the table does not exist)."""
-        index = bisect.bisect_left(self._stamps, timestamp)
+        stamps = self._stamps
+        if stamps and timestamp > stamps[-1]:
+            return self.versions[-1].schema  # the common case: a write after every version
+        index = bisect.bisect_left(stamps, timestamp)
         return None if index == 0 else self.versions[index - 1].schema
 
     @property

@@ -46,6 +46,10 @@ MAX_TIMESTAMP = 2**64 - 1
 RESERVED_COLUMN = "id"
 
 _KEYS = frozenset({"crdt", "id", "op", "table", "values"})
+# One encoder for every canonical encoding: json.dumps with options builds a new one per call,
+# and messages are encoded once each on the hot path (the decoder's canonical check).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
 
 
 class Operation(StrEnum):
@@ -139,9 +143,7 @@ class CrdtMessage:
             "table": self.table,
             "values": dict(self.values),
         }
-        text = json.dumps(
-            doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _CANONICAL.encode(doc)
         return text.encode("utf-8")
 
     @property

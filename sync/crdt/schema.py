@@ -81,7 +81,8 @@ class TableSchema:
     def column_type(self, column: str) -> ColumnType | None:
         """The declared type of ``column``, or None if the table has no such column."""
         kind = self.columns.get(column)
-        return None if kind is None else ColumnType(kind)
+        # Declared types are normalised on construction: the enum call is only a fallback.
+        return kind if kind is None or isinstance(kind, ColumnType) else ColumnType(kind)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TableSchema):

@@ -82,6 +82,20 @@ def value_problem(value: object) -> str | None:
     return f"unsupported value type {type(value).__name__}"
 
 
+_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def value_text(value: Value) -> str:
     """The canonical text of a value: compact JSON, e.g. ``"abc"``, ``12``, ``1.5``, ``true``."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    # What json.dumps writes for these, without its per-call set-up (this runs for every cell
+    # written): ints and finite floats by their repr, the three constants by name.
+    kind = type(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        return float.__repr__(value)
+    return _TEXT.encode(value)

@@ -11,7 +11,7 @@ lookup nothing is evicted: the whole log stays in memory, as the pure protocol t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 __all__ = ["DeliveredIndex", "DeliveredLookup"]
 
@@ -46,6 +46,11 @@ class DeliveredIndex:
 
     def __bool__(self) -> bool:
         return bool(self._recent) or not self.complete
+
+    @property
+    def memory(self) -> Mapping[str, int]:
+        """The ids in memory (id -> Lamport time), for membership tests in bulk."""
+        return self._recent
 
     def in_memory(self, mid: str) -> bool:
         return mid in self._recent

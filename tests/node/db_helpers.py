@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, delete
@@ -13,12 +14,13 @@ from sqlalchemy import Engine, delete
 from node.apps.db_app import DbApplication
 from node.config import DbSection
 from node.metrics import Metrics
-from node.replication.events import record_of_event
 from storage import (
     EventRecord,
     append_events,
+    make_engine,
     node_state,
     read_channel,
+    upgrade,
 )
 from storage.crdt import get_row, load_all_states, query_rows
 from storage.schema import crdt_cells, crdt_entities, crdt_schemas, events
@@ -36,6 +38,7 @@ from sync.crdt import (
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds import decode_event, encode_event
+from sync.stored_event import record_of_event
 from tests.storage.conftest import db_url, engine  # the fixtures, for the db tests
 
 __all__ = ["db_url", "engine"]
@@ -139,6 +142,19 @@ class Replica:
 
     def counter(self, name: str, **labels: str) -> float:
         return self.metrics.value(name, **labels)
+
+
+@contextmanager
+def upgraded(urls: Sequence[str]) -> Iterator[list[Engine]]:
+    """Engines of ``urls`` with the schema migrated, disposed of at the end."""
+    engines = [make_engine(url) for url in urls]
+    try:
+        for eng in engines:
+            upgrade(eng)
+        yield engines
+    finally:
+        for eng in engines:
+            eng.dispose()
 
 
 def wipe(engine: Engine, *, log: bool = True) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import FramedStream, P2PConfig, P2PHost, open_host
+from node.p2p.host import FramedStream, P2PConfig, P2PHost
+from node.p2p.run import open_host
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
 
@@ -38,6 +39,7 @@ __all__ = [
     "key_list_bomb",
     "peak_rss_mib",
     "recon_and_answer",
+    "recon_and_serve",
     "recon_and_withhold",
     "recon_first_message",
     "stored_ids",
@@ -134,6 +136,25 @@ async def _answer_once(host: P2PHost, peer: str, keys: list[bytes],
             if frame[0] == WANT_LAST:
                 break
     return missing
+
+
+async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
+                          channel: str = "general") -> int:
+    """A whole Recon session advertising the events ``wires`` (valid or not) and answering
+    every want list with them: returns how many the node asked for."""
+    from sync.sds import decode_event
+    from sync.stored_event import record_of_event
+
+    by_key = {record_of_event(1, decode_event(w, verify_signature=False)).recon_key: w
+              for w in wires}
+    wanted: list[bytes] = []
+
+    async def answer(keys: list[bytes]) -> list[bytes]:
+        wanted.extend(keys)
+        return [by_key[k] for k in keys if k in by_key]
+
+    await recon_and_answer(host, peer, list(by_key), answer, channel)
+    return len(wanted)
 
 
 async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:

@@ -35,6 +35,7 @@ from tests.node.db_helpers import (
     engine,
     jittered,
     memory_of,
+    upgraded,
     wipe,
 )
 from tests.storage.conftest import BACKENDS, fresh_url
@@ -79,12 +80,8 @@ def replica_engines(request: pytest.FixtureRequest,
     base = tmp_path_factory.mktemp("replicas")
     urls = ([f"sqlite:///{base / f'r{i}.db'}" for i in range(3)] if request.param == "sqlite"
             else [fresh_url("postgresql", base)])
-    engines = [make_engine(url) for url in urls]
-    for eng in engines:
-        upgrade(eng)
-    yield engines
-    for eng in engines:
-        eng.dispose()
+    with upgraded(urls) as engines:
+        yield engines
 
 
 @st.composite

@@ -12,15 +12,19 @@ from pathlib import Path
 
 import pytest
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.p2p.host import P2PError
 from node.replication.recon import RECON_PROTOCOL
+from sync.identity import peer_id_of
+from sync.sds import SdsChannel, sds_pb2
 from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
 from tests.node.hostile import (
     amplify,
     hostile,
     key_list_bomb,
     peak_rss_mib,
+    recon_and_serve,
     recon_and_withhold,
     recon_first_message,
     stored_ids,
@@ -64,7 +68,9 @@ def test_withheld_keys_are_fetched_from_someone_else(tmp_path: Path,
         published = time.monotonic()
         advertised, wanted = trio.run(attack)
         assert advertised >= 300 and wanted >= 300  # the victim fell for it
-        assert metric(victim, "recon_keys_withheld_total") >= 300
+        # The victim takes in the (empty) answer after the attacker has left.
+        wait_for(lambda: metric(victim, "recon_keys_withheld_total") >= 300, 10,
+                 "withheld keys not counted")
         assert metric(victim, "peer_penalties_total") >= 1
         # Past libp2p's message cache (IHAVE/IWANT would hand the victim the fresh events):
         # from here on only Recon can deliver them.
@@ -150,3 +156,39 @@ def test_repeat_offender_is_banned_and_refused(pair: list[NodeProcess]) -> None:
     assert victim.proc is not None and victim.proc.poll() is None
     # Handlers ended by the ban's disconnect count as handler errors; none may be a bug.
     assert " raised" not in victim.stderr_path.read_text()
+
+
+def _signed_events(count: int, forged: int) -> list[bytes]:
+    """``count`` events of one sender, written an hour ago; event ``forged`` has a bad
+    signature."""
+    key = Ed25519PrivateKey.generate()
+    ch = SdsChannel("general", peer_id_of(key), key, now=time.time() - 3600)
+    wires = [ch.send(f"served-{i}".encode(), time.time() - 3600 + i) for i in range(count)]
+    msg = sds_pb2.Message.FromString(wires[forged])
+    msg.signature = bytes([msg.signature[0] ^ 1]) + msg.signature[1:]
+    wires[forged] = msg.SerializeToString()
+    return wires
+
+
+def test_forged_events_in_a_recon_answer_are_rejected_and_charged(
+        pair: list[NodeProcess]) -> None:
+    """The ingest workers find the bad signature; the node counts the event, charges the peer
+    that served it, ends the session and stores nothing it did not verify."""
+    victim = pair[0]
+    rejected = metric(victim, "events_rejected_total")
+    penalties = metric(victim, "peer_penalties_total")
+    wires = _signed_events(50, forged=10)
+
+    async def attack() -> int:
+        async with hostile(victim.listen_addrs[0]) as (host, peer):
+            return await recon_and_serve(host, peer, wires)
+
+    assert trio.run(attack) == 50
+    wait_for(lambda: metric(victim, "events_rejected_total") > rejected, 20,
+             "the forged event was not counted")
+    assert metric(victim, "peer_penalties_total") > penalties
+    assert "bad signature" in victim.get("/metrics")
+    assert metric(victim, "ingest_workers") == 2
+    contents = _contents(victim)
+    assert "served-10" not in contents
+    assert victim.get("/healthz")

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import pytest
 import trio
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -29,6 +31,7 @@ from storage import (
     upgrade,
 )
 from sync.recon import Sha256a
+from sync.recon.sha256a import lanes_of
 from tests.storage.conftest import make_record
 
 
@@ -108,8 +111,11 @@ def test_newest_part_of_a_channel_and_stored_ids(engine: Engine) -> None:
         assert stored_message_ids(conn, "a", []) == set()
 
 
-def test_range_hash_matches_pure_python(engine: Engine) -> None:
+@pytest.mark.parametrize("precomputed", [False, True])
+def test_range_hash_matches_pure_python(engine: Engine, precomputed: bool) -> None:
     records = [make_record(i, sender=f"p{i % 4}") for i in range(300)]
+    if precomputed:  # lanes computed by the caller (the ingest workers) are stored as given
+        records = [dataclasses.replace(r, lanes=lanes_of(r.recon_key)) for r in records]
     with engine.begin() as conn:
         append_events(conn, records, received_at=0)
     keys = sorted(r.recon_key for r in records)

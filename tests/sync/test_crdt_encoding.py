@@ -16,8 +16,10 @@ from sync.crdt import (
     MAX_MESSAGE_BYTES,
     CrdtMessage,
     Operation,
+    Value,
     decode_message,
     encode_message,
+    value_text,
 )
 from sync.errors import LocalProtocolError, RemoteProtocolError
 
@@ -280,3 +282,9 @@ def test_message_is_immutable_and_equality_is_by_content() -> None:
     assert len({message, as_bool, as_float}) == 3
     other_time = CrdtMessage(Operation.UPSERT, "t", "e", {"a": 1}, timestamp=2, sender="P")
     assert message != other_time
+
+
+@given(st.none() | st.booleans() | st.integers(INT64_MIN, INT64_MAX)
+       | st.floats(allow_nan=False, allow_infinity=False) | st.text())
+def test_value_text_is_compact_json(value: Value) -> None:
+    assert value_text(value) == json.dumps(value, ensure_ascii=False, allow_nan=False)

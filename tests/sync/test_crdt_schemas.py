@@ -66,10 +66,42 @@ def test_declaration_round_trips_in_one_canonical_form() -> None:
     b'{"columns":[],"crdt":1,"op":"schema","table":"bad name","writers":null}',
     b'{"columns":[], "crdt":1,"op":"schema","table":"users","writers":null}',
     b'{"columns":[],"crdt":2,"op":"schema","table":"users","writers":null}',
+    # since: an integer from 0 to the event's timestamp (1 here), present only when set
+    b'{"columns":[],"crdt":1,"op":"schema","since":2,"table":"users","writers":null}',
+    b'{"columns":[],"crdt":1,"op":"schema","since":-1,"table":"users","writers":null}',
+    b'{"columns":[],"crdt":1,"op":"schema","since":true,"table":"users","writers":null}',
+    b'{"columns":[],"crdt":1,"op":"schema","since":0.0,"table":"users","writers":null}',
+    b'{"columns":[],"crdt":1,"op":"schema","since":null,"table":"users","writers":null}',
 ])
 def test_bad_declarations_are_remote_errors(data: bytes) -> None:
     with pytest.raises(RemoteProtocolError):
         decode_content(data, timestamp=1, sender="p")
+
+
+def test_a_backdated_declaration_is_in_force_from_its_since() -> None:
+    d = SchemaDeclaration("users", {"name": "text"}, None, 0, "alice", backdated=True)
+    assert d.encoded == (b'{"columns":[["name","text"]],"crdt":1,"op":"schema","since":0,'
+                         b'"table":"users","writers":null}')
+    # Carried by an event at Lamport 900: its timestamp is 0, on every node alike.
+    back = decode_content(d.encoded, timestamp=900, sender="alice")
+    assert back == d and isinstance(back, SchemaDeclaration) and back.timestamp == 0
+    # Stored and read back with its own timestamp, it is the same declaration.
+    assert decode_content(d.encoded, timestamp=0, sender="alice") == d
+    # Writes from before the event (an upgraded node's old log) count from then on.
+    replica = MemoryReplica()
+    early = write("upsert", "users", "u1", 5, name="old row")
+    replica.apply(early)
+    assert replica.get("users", "u1") is None  # no such table yet: rejected
+    replica.apply(back)
+    assert replica.get("users", "u1") == {"name": "old row"}
+    # It owns the table against a declaration made at a later time, whatever the order.
+    later = declare("users", 300, "bob", name="text", extra="integer")
+    for order in ([back, later], [later, back]):
+        book = SchemaBook()
+        for declaration in order:
+            book.add(declaration)
+        history = book.history("users")
+        assert history is not None and history.owner == "alice"
 
 
 def test_declaration_bounds() -> None:

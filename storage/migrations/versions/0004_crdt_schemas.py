@@ -2,8 +2,10 @@
 
 Updates to records not upserted yet are now invisible registers in ``crdt_cells`` (bounded by
 the columns), so ``crdt_mempool`` goes; held updates it still has are in the event log, and the
-db application's tables are rebuilt from the log (its cursor is reset). ``crdt_schemas`` keeps
-the declarations that count, and an index finds the tombstones old enough to compact.
+db application's tables are rebuilt from the log (its cursor is reset); the last stored seq is
+kept (``app/db/legacy_seq``): writes up to it were made before schemas were on the log.
+``crdt_schemas`` keeps the declarations that count, and an index finds the tombstones old
+enough to compact.
 
 Revision ID: 0004
 Revises: 0003
@@ -20,6 +22,8 @@ branch_labels = None
 depends_on = None
 
 _TABLE = "Replicated table name, as declared in db.tables"
+# The last event stored before this migration (node.apps.db_app.LEGACY_KEY).
+LEGACY_KEY = "app/db/legacy_seq"
 
 
 def upgrade() -> None:
@@ -46,6 +50,14 @@ def upgrade() -> None:
     op.execute("DELETE FROM crdt_cells")
     op.execute("DELETE FROM crdt_entities")
     op.execute("DELETE FROM node_state WHERE key LIKE 'app/db/%'")
+    # The writes stored so far were made under config schemas: the node declares its config's
+    # tables backdated so that they count again (node.apps.db_plugin.SchemaSeeder).
+    conn = op.get_bind()
+    last = conn.execute(sa.text("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one()
+    if last:
+        conn.execute(sa.text("INSERT INTO node_state (key, value, updated_at) "
+                             "VALUES (:key, :value, 0)"),
+                     {"key": LEGACY_KEY, "value": str(last).encode()})
 
 
 def downgrade() -> None:
