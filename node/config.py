@@ -7,13 +7,9 @@ before exiting with status 2.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import json
-import os
 import re
-import tomllib
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,6 +232,11 @@ class ReconSection:
     max_missing_keys: int = _opt(100_000, _positive)
     serve_batch_bytes: int = _opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
     max_sessions: int = _opt(16, _positive)
+    # -- key store memory (docs/architecture.md "Recon key store") --
+    keystore_bucket_keys: int = _opt(256, lambda v: None if 16 <= v <= 65536 else
+                                     "must be between 16 and 65536")
+    keystore_max_buckets: int = _opt(32768, lambda v: None if v >= 64 else "must be >= 64")
+    keystore_cache_keys: int = _opt(131_072, _non_negative)
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,7 @@ class BlocksSection:
 @dataclass(frozen=True)
 class DbSection:
     channel: str = _opt("db", lambda v: _nonempty_names((v,)))
-    # [db.tables.NAME] columns = {COLUMN = TYPE, ...}, writers = [PEER_ID, ...]; see _tables.
+    # [db.tables.NAME] columns = {COLUMN = TYPE, ...}, writers = [PEER_ID, ...]; see parse_tables.
     tables: tuple[TableSchema, ...] = _opt(())
     # "TABLE=PEER_ID": only that peer's schema declarations count for TABLE (docs/crdt.md).
     owners: tuple[str, ...] = _opt((), lambda v: _owner_pins(v)[1])
@@ -334,7 +335,7 @@ def _owner_pins(items: Any) -> tuple[dict[str, str], str | None]:
     return pins, None
 
 
-def _tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema, ...]:
+def parse_tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema, ...]:
     """``db.tables``: a TOML table (a JSON object in the environment) of table declarations."""
     if from_text:
         try:
@@ -413,116 +414,16 @@ class Config:
         return f"sqlite:///{(self.data_path / 'syncnode.db').resolve()}"
 
 
-def _sections() -> dict[str, type[Any]]:
-    hints = typing.get_type_hints(Config)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
-
-
-def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
-    if expected == tuple[TableSchema, ...]:
-        return _tables(key, value, from_text=from_text)
-    origin = typing.get_origin(expected)
-    if origin is tuple:
-        if from_text:
-            value = [p.strip() for p in str(value).split(",") if p.strip()]
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(key, f"expected a list of strings, got {value!r}")
-        return tuple(value)
-    if expected is bool:
-        if from_text:
-            low = str(value).lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-        if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {value!r}")
-        return value
-    if expected is int:
-        if from_text:
-            try:
-                value = int(str(value), 0)
-            except ValueError:
-                raise ConfigError(key, f"expected an integer, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
-        return value
-    if expected is float:
-        if from_text:
-            try:
-                value = float(str(value))
-            except ValueError:
-                raise ConfigError(key, f"expected a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        return float(value)
-    if not isinstance(value, str):
-        raise ConfigError(key, f"expected a string, got {value!r}")
-    return value
-
-
-def _build_section(name: str, cls: type[Any], values: Mapping[str, tuple[Any, bool]]) -> Any:
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, (raw, from_text) in values.items():
-        dotted = f"{name}.{key}"
-        if key not in known:
-            raise ConfigError(dotted, "unknown key")
-        value = _coerce(dotted, hints[key], raw, from_text=from_text)
-        check = known[key].metadata.get("check")
-        problem = check(value) if check else None
-        if problem:
-            raise ConfigError(dotted, f"{problem} (got {value!r})")
-        kwargs[key] = value
-    return cls(**kwargs)
-
-
 def load_config(
     path: str | Path | None = None,
     *,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Config:
-    """Load and validate configuration; ``overrides`` maps ``"section.key"`` to CLI values."""
-    sections = _sections()
-    merged: dict[str, dict[str, tuple[Any, bool]]] = {name: {} for name in sections}
-    if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError("--config", f"file not found: {path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("--config", f"invalid TOML in {path}: {exc}") from None
-        for section, table in data.items():
-            if section not in sections:
-                raise ConfigError(section, "unknown section")
-            if not isinstance(table, dict):
-                raise ConfigError(section, "expected a table")
-            for key, value in table.items():
-                merged[section][key] = (value, False)
-    for name, value in (os.environ if env is None else env).items():
-        if not name.startswith(ENV_PREFIX):
-            continue
-        rest = name[len(ENV_PREFIX) :].lower()
-        section, _, key = rest.partition("_")
-        if section in sections and key:
-            merged[section][key] = (value, True)
-    for dotted, value in (overrides or {}).items():
-        section, _, key = dotted.partition(".")
-        if section not in sections:
-            raise ConfigError(dotted, "unknown section")
-        merged[section][key] = (value, isinstance(value, str))
-    built = {name: _build_section(name, cls, merged[name]) for name, cls in sections.items()}
-    config = Config(**built)
-    _check_relations(config)
-    return config
+    """Load and validate configuration; ``overrides`` maps ``"section.key"`` to CLI values.
 
+    The loader (``node.config_load``) reads the sections declared here.
+    """
+    from node.config_load import load
 
-def _check_relations(config: Config) -> None:
-    """Constraints between keys, each reported under the key a user would change."""
-    sds = config.sds
-    if sds.repair_t_min_s > sds.repair_t_max_s:
-        raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s "
-                          f"(got {sds.repair_t_min_s} > {sds.repair_t_max_s})")
-
+    return load(path, env=env, overrides=overrides)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import trio
 
@@ -16,10 +15,11 @@ from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
 from node.logs import kv
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
-from node.p2p.host import P2PConfig, open_host
+from node.p2p.host import P2PConfig
 from node.p2p.identity import load_or_create_identity
+from node.p2p.run import open_host
 from node.repo_lock import DataDirLocked, RepoLock
-from node.runtime import NodeInfo, NodeRuntime
+from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import build_services
 from node.snapshots.routes import SNAPSHOT_ROUTES
 from node.store import EventStore
@@ -79,7 +79,7 @@ def register_base_metrics(runtime: NodeRuntime) -> None:
     register_node_metrics(runtime)
 
 
-async def _run_services(scope: trio.CancelScope, *services: Any) -> None:
+async def _run_services(scope: trio.CancelScope, *services: Service) -> None:
     with scope:
         async with trio.open_nursery() as nursery:
             for service in services:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -17,7 +17,26 @@ from node.store import EventStore
 from storage import AppendResult, EventRecord, count_events, redacted_url
 from sync.identity import peer_id_of
 
-__all__ = ["NodeInfo", "NodeRuntime", "package_version"]
+if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle at run time
+    from node.p2p.host import P2PHost
+    from node.p2p.standing import PeerStanding
+    from node.replication.channels import ChannelService
+    from node.replication.peers import PeerManager
+    from node.replication.recon import ReconService
+    from node.snapshots.scheduler import SnapshotScheduler
+
+__all__ = ["NodeInfo", "NodeNotReady", "NodeRuntime", "Service", "package_version"]
+
+
+class NodeNotReady(RuntimeError):
+    """A part of the node was asked for before the daemon started it."""
+
+
+class Service(Protocol):
+    """A long-running part of the node: the daemon runs each ``run`` in its nursery until
+    shutdown cancels it."""
+
+    async def run(self) -> None: ...
 
 
 def package_version() -> str:
@@ -42,12 +61,13 @@ class NodeRuntime:
     key: Ed25519PrivateKey
     store: EventStore
     metrics: Metrics = field(default_factory=Metrics)
-    host: Any = None  # node.p2p.host.P2PHost once the libp2p host is up
-    channels: Any = None  # node.replication.channels.ChannelService
-    peers: Any = None  # node.replication.peers.PeerManager
-    recon: Any = None  # node.replication.recon.ReconService
-    standing: Any = None  # node.p2p.standing.PeerStanding: scores and bans of misbehaving peers
-    snapshots: Any = None  # node.snapshots.scheduler.SnapshotScheduler, when [spark] is enabled
+    # Filled in by the daemon as the node comes up (None before, and in tools without a host).
+    host: P2PHost | None = None
+    channels: ChannelService | None = None
+    peers: PeerManager | None = None
+    recon: ReconService | None = None
+    standing: PeerStanding | None = None  # scores and bans of misbehaving peers
+    snapshots: SnapshotScheduler | None = None  # when [spark] is enabled
     api_url: str = ""
     started_at: float = field(default_factory=time.monotonic)
     version: str = field(default_factory=package_version)
@@ -65,6 +85,18 @@ class NodeRuntime:
     def commit_signal(self) -> trio.Event:
         """An event set at the next commit that stores something new."""
         return self._commit
+
+    def require_host(self) -> P2PHost:
+        """The libp2p host; the daemon opens it before building anything that needs it."""
+        if self.host is None:
+            raise NodeNotReady("the libp2p host is not up")
+        return self.host
+
+    def require_channels(self) -> ChannelService:
+        """The SDS channels; built before the API and the applications start."""
+        if self.channels is None:
+            raise NodeNotReady("the channel service is not built")
+        return self.channels
 
     @property
     def peer_id(self) -> str:

@@ -6,8 +6,6 @@ cancels them together at shutdown.
 
 from __future__ import annotations
 
-from typing import Any
-
 from node.api.app import ApiRoute
 from node.apps.blocks_app import router_of
 from node.apps.plugins import PLUGINS
@@ -19,7 +17,7 @@ from node.replication.discovery import DhtDiscovery
 from node.replication.fetch import Fetcher
 from node.replication.peers import PeerManager
 from node.replication.recon import ReconService
-from node.runtime import NodeRuntime
+from node.runtime import NodeRuntime, Service
 from node.snapshots.scheduler import scheduler_from_config
 from sync.errors import LocalProtocolError
 from sync.gossip import GossipLimits
@@ -92,9 +90,10 @@ def channel_names(config: Config) -> list[str]:
     return list(dict.fromkeys([*config.p2p.channels, *needed]))
 
 
-async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute]]:
+async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiRoute]]:
     """Create (and load from the database) every service; returns them and the apps' routes."""
-    config, host, store, metrics = runtime.config, runtime.host, runtime.store, runtime.metrics
+    config, store, metrics = runtime.config, runtime.store, runtime.metrics
+    host = runtime.require_host()
     allowed = frozenset(config.p2p.allowed_peers) or None
     channels = ChannelService(
         host=host, store=store, metrics=metrics, key=runtime.key, peer_id=runtime.peer_id,
@@ -124,17 +123,19 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Any], list[ApiRoute
         max_missing_keys=config.recon.max_missing_keys,
         serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
         event_id_layout=config.recon.event_id_layout,
+        keystore_limits=(config.recon.keystore_bucket_keys, config.recon.keystore_max_buckets,
+                         config.recon.keystore_cache_keys),
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
     bundles = [plugin.build(runtime) for plugin in PLUGINS]
-    services: list[Any] = [channels, fetcher, peers, recon]
+    services: list[Service] = [channels, fetcher, peers, recon]
     # An application with no channels (disabled in config) costs nothing.
     services += [
         AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels
     ]
     services += [s for b in bundles for s in getattr(b, "services", ())]
-    snapshots = scheduler_from_config(runtime)
+    snapshots = scheduler_from_config(config)
     if snapshots is not None:
         runtime.snapshots = snapshots
         store.on_commit(snapshots.on_commit)

@@ -7,7 +7,6 @@ imported here, so that ``python -m`` runs them exactly once.
 
 from __future__ import annotations
 
-from spark_jobs.manifest import iter_leaf_entries, load_manifest, read_object
 from spark_jobs.source import (
     PROGRESS_PREFIX,
     RESULT_PREFIX,
@@ -17,6 +16,7 @@ from spark_jobs.source import (
     jdbc_source,
     read_events,
 )
+from storage.snapshot_files import iter_leaf_entries, load_manifest, read_object
 from sync.snapshot_manifest import (
     FORMAT,
     MANIFEST_NAME,

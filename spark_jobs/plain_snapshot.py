@@ -22,7 +22,6 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 
-from spark_jobs.manifest import iter_leaf_entries
 from spark_jobs.snapshot import (
     DEFAULT_MAX_EVENTS_PER_FILE,
     EVENT_COLUMNS,
@@ -33,6 +32,7 @@ from spark_jobs.snapshot import (
 )
 from spark_jobs.snapshot_tasks import BlockEncoder, finish_block, fold_rows, write_object
 from storage import events, make_engine
+from storage.snapshot_files import iter_leaf_entries
 from sync.recordstream import consensus_time_ns
 from sync.snapshot_manifest import TreeEntry, build_buckets, join_buckets
 

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from spark_jobs.manifest import load_manifest, read_object, write_manifest
 from spark_jobs.snapshot_tasks import (
     BLOCK_META,
     BUILD_DIR,
@@ -70,6 +69,7 @@ from spark_jobs.snapshot_tasks import (
 )
 from spark_jobs.source import DEFAULT_DRIVER_MEMORY
 from storage import column_bounds, count_from_lamport, make_engine
+from storage.snapshot_files import load_manifest, read_object, write_manifest
 from sync.identity import peer_id_of
 from sync.recon.sha256a import Sha256a
 from sync.recordstream import (

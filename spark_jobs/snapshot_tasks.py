@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from spark_jobs.manifest import iter_leaf_entries
+from storage.snapshot_files import iter_leaf_entries
 from sync.recordstream import (
     MAX_RANK,
     gzip_deterministic,

@@ -1,7 +1,7 @@
 """Build node databases full of real signed SDS events, for tests and benchmarks.
 
 Events are made the way a node makes its own: ``encode_event`` (what ``SdsChannel.send`` uses)
-signs them and ``sync.stored_event.stored_fields`` (the rule the node's write path follows)
+signs them and ``sync.stored_event.record_of_event`` (the node's write path)
 turns them into storage rows with their Recon keys. Signing dominates the cost, so time windows
 of the log are generated in worker processes and bulk-inserted; the result can be cached as a
 SQLite file and copied.
@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from storage import EventRecord, event_row, insert_rows, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event
-from sync.stored_event import stored_fields
+from sync.stored_event import record_of_event
 
 __all__ = ["LogSpec", "build_log", "cached_log", "cached_log_path", "iter_rows", "make_records",
            "test_key"]
@@ -82,7 +82,7 @@ def _window_rows(spec: LogSpec, first: int, count: int) -> list[dict[str, object
             content = (f"{spec.seed} {channel} {stream} #{j} ".encode() + pad)[: spec.content_bytes]
             ev = encode_event(channel, sender, lamport, tuple(history[-2:]), content, key)
             history = [*history[-1:], HistoryRef(ev.message_id)]
-            record = EventRecord(*stored_fields(spec.network_id, ev))
+            record = record_of_event(spec.network_id, ev)
             rows.append(event_row(record, received_at=lamport))
     return rows
 

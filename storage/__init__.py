@@ -48,7 +48,7 @@ from storage.events import (
     wire_sizes_by_keys,
     wire_sizes_by_message_ids,
 )
-from storage.keystore import SqlKeyStore
+from storage.keystore import SqlKeySource, SqlKeyStore, open_summary_store, scan_buckets
 from storage.migrate import current_revision, head_revision, upgrade
 from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
 from storage.state import (
@@ -68,6 +68,7 @@ __all__ = [
     "BlockHead",
     "BlockRow",
     "EventRecord",
+    "SqlKeySource",
     "SqlKeyStore",
     "StoredEvent",
     "append_events",
@@ -102,6 +103,7 @@ __all__ = [
     "max_seq",
     "metadata",
     "node_state",
+    "open_summary_store",
     "put_head",
     "put_state",
     "range_hash",
@@ -113,6 +115,7 @@ __all__ = [
     "read_events_after",
     "record_problem",
     "redacted_url",
+    "scan_buckets",
     "set_canonical",
     "store_blocks",
     "stored_message_ids",

@@ -13,6 +13,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from storage.schema import LANE_COLUMNS, events
 from sync.recon.sha256a import Sha256a, lanes_of
+from sync.stored_event import EventRecord
 
 __all__ = [
     "AppendResult",
@@ -43,18 +44,6 @@ __all__ = [
 _MOD32 = 4294967296
 # Keep each INSERT's bound-parameter count well under SQLite's 32,766 limit.
 _CHUNK = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class EventRecord:
-    """An event validated by the caller and ready to store."""
-
-    recon_key: bytes
-    message_id: str
-    channel: str
-    sender: str
-    lamport: int
-    wire: bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,8 @@ from enum import Enum
 
 from sync.errors import RemoteProtocolError
 from sync.peerscore import PeerBuckets
-from sync.recon.eventid import read_varint, varint
 from sync.sds import sds_pb2
+from sync.varint import read_uvarint, uvarint
 
 __all__ = [
     "BATCH_MAGIC",
@@ -86,7 +86,7 @@ def pack_batch(items: list[bytes]) -> bytes:
     """One gossip payload for ``items``: a single item as is, several as a batch."""
     if len(items) == 1:
         return items[0]
-    return BATCH_MAGIC + b"".join(varint(len(i)) + i for i in items)
+    return BATCH_MAGIC + b"".join(uvarint(len(i)) + i for i in items)
 
 
 def unpack_batch(data: bytes, *, max_items: int = MAX_BATCH_ITEMS,
@@ -100,7 +100,7 @@ def unpack_batch(data: bytes, *, max_items: int = MAX_BATCH_ITEMS,
         if len(items) >= max_items:
             raise RemoteProtocolError(f"{REASON_BATCH}: more than {max_items} items")
         try:
-            length, pos = read_varint(data, pos)
+            length, pos = read_uvarint(data, pos)
         except RemoteProtocolError as exc:
             raise RemoteProtocolError(f"{REASON_BATCH}: {exc.reason}") from None
         if length == 0 or length > max_item_bytes or pos + length > len(data):

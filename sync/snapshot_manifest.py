@@ -14,7 +14,7 @@ search tree (appendix B): a key ends a level-``L`` node when the low ``L * 5`` b
 Sha256a lane are zero, so the expected fanout is 32 and adding keys changes only the nodes on
 their paths; an incremental rebuild rewrites a few nodes and reuses the others by name.
 
-This module only encodes, decodes and checks bytes: the snapshot job (``spark_jobs.manifest``
+This module only encodes, decodes and checks bytes: the snapshot job (``storage.snapshot_files``
 writes and reads the files) and the node's bootstrap / pull (``node.snapshots.bootstrap``) both
 use it, so neither depends on the other.
 """

@@ -1,22 +1,24 @@
-"""The stored form of a signed SDS event: the columns a node keeps, with its Recon key (sans-IO).
+"""The stored form of an SDS event: the record a node keeps, with its Recon key (sans-IO).
 
-The node's write path (``node.replication.record_of_event``) and the test-log generator of the Spark
-jobs (``spark_jobs.testlog``) both turn a ``SignedEvent`` into these fields; keeping the rule
-here lets the jobs build logs without importing the node.
+The node's write paths (delivered by SDS, fetched by Recon, restored from a snapshot) and the
+test-log generator of the Spark jobs (``spark_jobs.testlog``) all build their records here, so
+the rule that names an event in Recon (``sync.recon.eventid.event_key``) is applied in one
+place; ``storage`` stores this type as it is.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from sync.recon.eventid import CIP124_DRAFT, event_key
-from sync.sds import SignedEvent
+from sync.sds import Delivered, SignedEvent
 
-__all__ = ["StoredFields", "stored_fields"]
+__all__ = ["EventRecord", "record_of", "record_of_delivered", "record_of_event"]
 
 
-class StoredFields(NamedTuple):
-    """In ``storage.EventRecord`` field order, so ``EventRecord(*fields)`` builds the record."""
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """An event validated by the caller and ready to store."""
 
     recon_key: bytes
     message_id: str
@@ -24,15 +26,29 @@ class StoredFields(NamedTuple):
     sender: str
     lamport: int
     wire: bytes
+    #: The Sha256a lanes of ``recon_key`` when the caller has them already (the ingest
+    #: workers compute them outside the daemon); computed on insert otherwise.
+    lanes: tuple[int, ...] | None = None
 
 
-def stored_fields(network_id: int, ev: SignedEvent, layout: str = CIP124_DRAFT) -> StoredFields:
-    """The stored columns of a content event of ``network_id`` (never an ephemeral one), its
-    Recon key in the network's eventId ``layout``."""
+def record_of(network_id: int, channel: str, sender: str, lamport: int, message_id: str,
+              wire: bytes, layout: str = CIP124_DRAFT) -> EventRecord:
+    """The record of a content event of ``network_id``, its Recon key in the network's
+    eventId ``layout``."""
+    key = event_key(network_id, channel, sender, lamport, bytes.fromhex(message_id), layout)
+    return EventRecord(key, message_id, channel, sender, lamport, wire)
+
+
+def record_of_delivered(network_id: int, channel: str, ev: Delivered,
+                        layout: str = CIP124_DRAFT) -> EventRecord:
+    """The record of an event SDS delivered on ``channel``."""
+    return record_of(network_id, channel, ev.sender_id, ev.lamport, ev.message_id, ev.wire,
+                     layout)
+
+
+def record_of_event(network_id: int, ev: SignedEvent, layout: str = CIP124_DRAFT) -> EventRecord:
+    """The record of a decoded event (never an ephemeral one: those are not stored)."""
     if ev.lamport is None:
         raise ValueError("ephemeral messages are never stored")
-    return StoredFields(
-        event_key(network_id, ev.channel_id, ev.sender_id, ev.lamport,
-                  bytes.fromhex(ev.message_id), layout),
-        ev.message_id, ev.channel_id, ev.sender_id, ev.lamport, ev.wire,
-    )
+    return record_of(network_id, ev.channel_id, ev.sender_id, ev.lamport, ev.message_id, ev.wire,
+                     layout)

@@ -59,7 +59,7 @@ def _p2p_reader(host: Any, name: str) -> Callable[[], float]:
 
 
 def register_node_metrics(runtime: NodeRuntime) -> None:
-    metrics, store, host = runtime.metrics, runtime.store, runtime.host
+    metrics, store, host = runtime.metrics, runtime.store, runtime.require_host()
     for name, help_text in OTHER_COUNTERS.items():
         metrics.describe(name, "counter", help_text)
     # Unlabelled counters start at 0 so that rate() works from the first scrape.

@@ -121,7 +121,7 @@ async def _publish(node: NodeRuntime, request: Request) -> Response:
 async def _send(node: NodeRuntime, channel: str, content: bytes,
                 also: Callable[[Any, Delivered], None] | None = None) -> Delivered:
     try:
-        delivered: Delivered = await node.channels.publish(channel, content, also)
+        delivered: Delivered = await node.require_channels().publish(channel, content, also)
     except UnknownChannel:
         raise ApiError(404, f"unknown channel {channel!r}") from None
     except LocalProtocolError as exc:  # a waku channel: this payload was sent already
@@ -203,7 +203,7 @@ async def _peers(node: NodeRuntime, _request: Request) -> Response:
     peers = [
         {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
          "connected_since": p.connected_since}
-        for p in node.host.peers()
+        for p in node.require_host().peers()
     ]
     known = sorted(node.peers.known) if node.peers is not None else []
     return JSONResponse({"connected": peers, "known": known})

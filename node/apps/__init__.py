@@ -5,12 +5,7 @@ applies committed batches to them.
 from __future__ import annotations
 
 from node.apps.blocks_app import (
-    ENVELOPE_MESSAGE,
-    ENVELOPE_REORG,
     BlocksApplication,
-    Envelope,
-    decode_envelope,
-    encode_envelope,
     router_of,
 )
 from node.apps.blocks_plugin import (
@@ -44,8 +39,6 @@ from node.apps.runner import (
 )
 
 __all__ = [
-    "ENVELOPE_MESSAGE",
-    "ENVELOPE_REORG",
     "METRICS",
     "PLUGINS",
     "WRITE_WAIT_S",
@@ -58,14 +51,11 @@ __all__ = [
     "DbApplication",
     "DbBundle",
     "DbPlugin",
-    "Envelope",
     "LogApplication",
     "SchemaSeeder",
     "book_of",
     "change_json",
     "channel_max_seq",
-    "decode_envelope",
-    "encode_envelope",
     "history_json",
     "router_of",
     "row_json",

@@ -1,10 +1,10 @@
 """Block streams on the event log: the Cardinal consumer as a log application.
 
-Every Cardinal message travels as one event on a blocks channel, wrapped in an envelope (see
-:func:`encode_envelope`). :class:`BlocksApplication` feeds the committed events of its channels,
-in storage order, into a :class:`sync.cardinal.Consumer` and persists what it reports (applied
-and reverted blocks, the head, the consumer's state) in the same transaction that advances its
-cursor; so a restart resumes exactly where the last committed batch ended.
+Every Cardinal message travels as one event on a blocks channel, wrapped in an envelope
+(``sync.cardinal.envelope``). :class:`BlocksApplication` feeds the committed events of its
+channels, in storage order, into a :class:`sync.cardinal.Consumer` and persists what it
+reports (applied and reverted blocks, the head, the consumer's state) in the same transaction
+that advances its cursor; so a restart resumes exactly where the last committed batch ended.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -26,7 +25,6 @@ from node.metrics import Metrics
 from storage import StoredEvent, get_state, put_state, read_channels_after
 from storage.blocks import BlockRow, get_head, log_changes, put_head, set_canonical, store_blocks
 from sync.cardinal import (
-    DEFAULT_LIMITS,
     BlockApplied,
     BlockFailed,
     BlockRef,
@@ -37,78 +35,26 @@ from sync.cardinal import (
     ReorgFinished,
     ReorgIgnored,
     ReorgStarted,
+    decode_envelope,
     payload_to_json,
 )
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import read_varint, varint
 from sync.sds import sds_pb2
 
 __all__ = [
     "APP_NAME",
-    "ENVELOPE_MESSAGE",
-    "ENVELOPE_REORG",
     "BlocksApplication",
-    "Envelope",
-    "decode_envelope",
-    "encode_envelope",
     "router_of",
 ]
 
 log = logging.getLogger("syncnode.blocks")
 
 APP_NAME = "blocks"
-ENVELOPE_MESSAGE = 0x00
-ENVELOPE_REORG = 0x01
-MAX_REORG_CHANNEL = 256
 # On a restart, the messages of blocks still being reassembled are fed again from the log; a
 # partial block older than this many events is given up (its producers must publish it again).
 MAX_REPLAY_EVENTS = 200_000
 _STATE_KEY = f"app/{APP_NAME}/consumer"
 _STATE_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """One Cardinal message as carried by an event; ``reorg_channel`` scopes deep reorgs."""
-
-    key: bytes
-    value: bytes
-    reorg_channel: str | None = None
-
-
-def encode_envelope(key: bytes, value: bytes, reorg_channel: str | None = None) -> bytes:
-    """``00 uvarint(len key) key value``, or ``01 uvarint(len name) name uvarint(len key) key
-    value`` for a message of the in-order reorg channel ``name``."""
-    head = bytes([ENVELOPE_MESSAGE])
-    if reorg_channel is not None:
-        name = reorg_channel.encode("utf-8")
-        if not 0 < len(name) <= MAX_REORG_CHANNEL:
-            raise ValueError("reorg channel name must be 1..256 bytes")
-        head = bytes([ENVELOPE_REORG]) + varint(len(name)) + name
-    return head + varint(len(key)) + key + value
-
-
-def decode_envelope(content: bytes, max_key: int = DEFAULT_LIMITS.max_key) -> Envelope:
-    """Raises only RemoteProtocolError."""
-    if not content:
-        raise RemoteProtocolError("blocks envelope: empty")
-    kind, pos = content[0], 1
-    channel = None
-    if kind == ENVELOPE_REORG:
-        size, pos = read_varint(content, pos)
-        if not 0 < size <= MAX_REORG_CHANNEL or pos + size > len(content):
-            raise RemoteProtocolError("blocks envelope: bad reorg channel length")
-        try:
-            channel = content[pos : pos + size].decode("utf-8")
-        except UnicodeDecodeError:
-            raise RemoteProtocolError("blocks envelope: reorg channel is not UTF-8") from None
-        pos += size
-    elif kind != ENVELOPE_MESSAGE:
-        raise RemoteProtocolError(f"blocks envelope: unknown kind {kind}")
-    size, pos = read_varint(content, pos)
-    if size > max_key or pos + size > len(content):
-        raise RemoteProtocolError("blocks envelope: bad key length")
-    return Envelope(content[pos : pos + size], content[pos + size :], channel)
 
 
 def router_of(config: BlocksSection) -> PrefixRouter:

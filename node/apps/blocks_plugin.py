@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from node.api.app import ApiError, ApiRoute, RouteDoc, follow_stream, int_param, read_json
 from node.api.openapi import INT64_MAX, Param, arr, obj
-from node.apps.blocks_app import APP_NAME, BlocksApplication, encode_envelope, router_of
+from node.apps.blocks_app import APP_NAME, BlocksApplication, router_of
 from node.apps.runner import LogApplication
 from node.config import Config
 from storage.blocks import (
@@ -37,6 +37,7 @@ from sync.cardinal import (
     BlockPayload,
     Producer,
     RoutedMessage,
+    encode_envelope,
     payload_from_json,
 )
 from sync.errors import LocalProtocolError, RemoteProtocolError
@@ -90,10 +91,10 @@ _BLOCK = obj({"hash": _HASH, "number": _COUNT, "parent": _HASH,
 @dataclass
 class BlocksBundle:
     blocks: BlocksApplication
-    runtime: Any  # NodeRuntime
+    runtime: NodeRuntime
     producer: Producer
     enabled: bool
-    routes: list[Any] = field(default_factory=list)
+    routes: list[ApiRoute] = field(default_factory=list)
     app: LogApplication = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,7 +146,7 @@ class BlocksBundle:
                                 "drop its block messages")
 
     async def _send(self, messages: list[RoutedMessage], *, reorg: str | None = None) -> None:
-        channels = self.runtime.channels
+        channels = self.runtime.require_channels()
         if reorg is not None:
             # A reorg channel must be delivered in order: one at a time, on the default channel.
             for m in messages:

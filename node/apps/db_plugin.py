@@ -95,7 +95,7 @@ async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
                             content: bytes) -> dict[str, Any]:
     """Publish ``content`` on the db channel; answer once it is committed and applied (or
     after ``WRITE_WAIT_S`` with ``applied: false``)."""
-    delivered = await node.channels.publish(db.section.channel, content)
+    delivered = await node.require_channels().publish(db.section.channel, content)
     found = await node.store.read(events_by_message_ids, [delivered.message_id])
     seq = found[0].seq if found else 0
     with trio.move_on_after(WRITE_WAIT_S):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from sqlalchemy import Connection
@@ -20,6 +20,11 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import StoredEvent, get_state, put_state, read_channels_after, write_transaction
+
+if TYPE_CHECKING:  # the runtime and the API import this module's plugins
+    from node.api.app import ApiRoute
+    from node.config import Config
+    from node.runtime import NodeRuntime
 
 __all__ = ["AppBundle", "AppPlugin", "AppRunner", "LogApplication", ]
 
@@ -112,7 +117,7 @@ class AppRunner:
 
 class AppBundle(Protocol):
     app: LogApplication
-    routes: list[Any]  # node.api.app.ApiRoute
+    routes: list[ApiRoute]
 
 
 class AppPlugin(Protocol):
@@ -120,10 +125,10 @@ class AppPlugin(Protocol):
 
     name: str
 
-    def channels(self, config: Any) -> list[str]:
+    def channels(self, config: Config) -> list[str]:
         """Channels the application needs replicated (added to ``p2p.channels``)."""
         ...
 
-    def build(self, runtime: Any) -> AppBundle:
-        """Create the application for a running node (``runtime`` is a ``NodeRuntime``)."""
+    def build(self, runtime: NodeRuntime) -> AppBundle:
+        """Create the application for a running node."""
         ...

@@ -1,4 +1,5 @@
-"""Client commands about the node itself: status, id, join, peers, publish, log.
+"""Client commands about the node itself: status, id, join, peers; publish and log
+(``node.cli.events``) are registered here too.
 
 Stdlib and ``node.cli.common`` only: these are the commands people script in loops.
 """
@@ -6,17 +7,11 @@ Stdlib and ``node.cli.common`` only: these are the commands people script in loo
 from __future__ import annotations
 
 import argparse
-import collections
-import json
-import re
-import sys
-import time
 from typing import Any
 from urllib.parse import quote
 
 from node.cli.common import (
     EXIT_USAGE,
-    ApiClient,
     CliError,
     add_client_options,
     client_for,
@@ -24,12 +19,9 @@ from node.cli.common import (
     lazy_command,
     print_json,
 )
+from node.cli.events import cmd_log, cmd_publish
 
-__all__ = ["parse_since", "register"]
-
-_PAGE = 10_000
-MAX_PUBLISH_BYTES = 512 * 1024
-
+__all__ = ["register"]
 
 # -- status and id -----------------------------------------------------------------------------
 
@@ -115,127 +107,6 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- events ------------------------------------------------------------------------------------
-
-
-def _read_message(arg: str) -> dict[str, str]:
-    """The publish body: the argument, or stdin for ``-`` (one trailing newline stripped)."""
-    if arg != "-":
-        return {"content": arg}
-    data = sys.stdin.buffer.read(MAX_PUBLISH_BYTES + 2)
-    # `echo hi | syncnode publish ch -` means "hi", as with shell command substitution.
-    if data.endswith(b"\r\n"):
-        data = data[:-2]
-    elif data.endswith(b"\n"):
-        data = data[:-1]
-    if len(data) > MAX_PUBLISH_BYTES:
-        raise CliError(f"stdin holds over {MAX_PUBLISH_BYTES} bytes (the largest event)",
-                       code=EXIT_USAGE)
-    if not data:
-        raise CliError("nothing on stdin to publish", code=EXIT_USAGE)
-    try:
-        return {"content": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        import base64
-
-        return {"content_b64": base64.b64encode(data).decode("ascii")}
-
-
-def _cmd_publish(args: argparse.Namespace) -> int:
-    import secrets
-
-    body = _read_message(args.message)
-    # One key per invocation: the client's retries after a broken connection cannot publish twice.
-    answer = client_for(args).post(f"/v1/channels/{quote(args.channel, safe='')}/events",
-                                   json=body, idempotency_key=secrets.token_hex(16))
-    print(answer["message_id"])
-    return 0
-
-
-def _event_line(event: dict[str, Any], as_json: bool) -> str:
-    if as_json:
-        keys = ("message_id", "sender", "lamport", "content")
-        line = {k: event[k] for k in keys}
-        if event["content"] is None:  # not UTF-8: the bytes, base64, rather than nothing
-            line["content_b64"] = event["content_b64"]
-        return json.dumps(line)
-    content = event["content"] if event["content"] is not None else f"<{event['content_b64']}>"
-    # One line per event, whatever the content holds.
-    content = content.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    return f"{event['lamport']}  {event['sender'][-8:]}  {event['message_id'][:12]}  {content}"
-
-
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_since(text: str, now_ms: int) -> int:
-    """``--since``: a duration ago (``90s``, ``10m``, ``2h``, ``1d``), an ISO 8601 time, or
-    epoch milliseconds; the Lamport time (epoch ms) from which events are shown."""
-    if match := _DURATION.fullmatch(text.strip()):
-        return now_ms - int(match[1]) * _UNIT_MS[match[2]]
-    if text.isdigit():
-        return int(text)
-    from datetime import UTC, datetime
-
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(f"--since {text!r}: expected 10m, 2h, 1d, an ISO time "
-                       "(2026-01-31T12:00:00Z) or epoch milliseconds", code=EXIT_USAGE) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
-
-
-def _cmd_log(args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 1:
-        raise CliError("--limit must be >= 1", code=EXIT_USAGE)
-    since = parse_since(args.since, int(time.time() * 1000)) if args.since else None
-    client = client_for(args)
-    path = f"/v1/channels/{quote(args.channel, safe='')}/events"
-    # Taken first so that nothing committed while the log prints is missed by --follow.
-    follow_from = _latest_seq(client, path) if args.follow else 0
-    params: dict[str, Any] = {"limit": _PAGE}
-    if since is not None:
-        # (lamport, id) > (since - 1, "~"): every id sorts below "~", so lamport >= since.
-        params.update(after_lamport=max(since - 1, 0), after_id="~")
-    # --limit N keeps the newest N (like `tail -n`), still printed in log order.
-    shown: collections.deque[str] | None = collections.deque(maxlen=args.limit) \
-        if args.limit else None
-    while True:
-        answer = client.get(path, params=params)
-        for event in answer["events"]:
-            line = _event_line(event, args.json)
-            if shown is None:
-                print(line, flush=True)
-            else:
-                shown.append(line)
-        # A page ends at its row limit or at the node's api.page_max_bytes: "more" says which.
-        if not answer.get("more"):
-            break
-        params.update(answer["next"])
-    for line in shown or ():
-        print(line)
-    if not args.follow:
-        return 0
-    # Follow in storage order from now on: late arrivals with old timestamps are shown too.
-    follow = f"/v1/channels/{quote(args.channel, safe='')}/follow"
-    for event in client.stream_lines(follow, params={"after": follow_from}):
-        print(_event_line(event, args.json), flush=True)
-    return 0
-
-
-def _latest_seq(client: ApiClient, path: str) -> int:
-    cursor = 0
-    while True:
-        answer = client.get(path, params={"order": "seq", "after": cursor, "limit": _PAGE})
-        if answer["events"]:
-            cursor = answer["events"][-1]["seq"]
-        if not answer.get("more"):
-            return int(cursor)
-
-
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -283,7 +154,7 @@ def register(sub: Any) -> None:
                          help="the content, or - to read it from stdin (one trailing newline is "
                               "stripped; bytes that are not UTF-8 are sent as binary)")
     add_client_options(publish)
-    publish.set_defaults(func=_cmd_publish)
+    publish.set_defaults(func=cmd_publish)
 
     log_cmd = sub.add_parser("log", help="print a channel's events in log order")
     log_cmd.add_argument("channel", metavar="CHANNEL")
@@ -295,7 +166,7 @@ def register(sub: Any) -> None:
                          help="only events from WHEN on: 10m, 2h, 1d, an ISO time or epoch ms")
     log_cmd.add_argument("--follow", action="store_true", help="keep printing new events")
     add_client_options(log_cmd)
-    log_cmd.set_defaults(func=_cmd_log)
+    log_cmd.set_defaults(func=cmd_log)
 
 
 _watch = lazy_command("node.cli.watch", "watch_status")

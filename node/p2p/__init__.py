@@ -24,13 +24,13 @@ from node.p2p.frames import (
     PeerRefusedError,
     StreamClosedError,
     StreamOpenError,
-    decode_uvarint_prefix,
     encode_frame,
+)
+from node.p2p.gossip import (
+    GossipTopics,
 )
 from node.p2p.host import (
     P2PHost,
-    StreamHandler,
-    open_host,
 )
 from node.p2p.identity import (
     KEY_FILE,
@@ -38,22 +38,31 @@ from node.p2p.identity import (
     load_identity,
     load_or_create_identity,
 )
-from node.p2p.setup import (
+from node.p2p.patches import (
     SUPPORTED_LIBP2P_VERSION,
+    check_libp2p_version,
+    tame_libp2p_logging,
+)
+from node.p2p.run import (
+    open_host,
+)
+from node.p2p.setup import (
     ConnectionNotifee,
     build_host,
     build_pubsub,
-    check_libp2p_version,
     close_host,
     connection_direction,
     key_pair_from,
     remote_address,
     stop_auto_connector,
-    tame_libp2p_logging,
 )
 from node.p2p.standing import (
     PeerStanding,
     score_config,
+)
+from node.p2p.streams import (
+    StreamHandler,
+    Streams,
 )
 from node.p2p.types import (
     BanList,
@@ -76,6 +85,7 @@ __all__ = [
     "FrameError",
     "FramedStream",
     "GossipMessage",
+    "GossipTopics",
     "IdentityError",
     "P2PConfig",
     "P2PError",
@@ -88,13 +98,13 @@ __all__ = [
     "StreamClosedError",
     "StreamHandler",
     "StreamOpenError",
+    "Streams",
     "bind_problem",
     "build_host",
     "build_pubsub",
     "check_libp2p_version",
     "close_host",
     "connection_direction",
-    "decode_uvarint_prefix",
     "encode_frame",
     "key_pair_from",
     "load_identity",

@@ -1,4 +1,5 @@
-"""Dialing helpers: DNS multiaddrs and a verifying probe dial (what ``join`` relies on).
+"""Dialing helpers: DNS multiaddrs, a fresh dial, and a verifying probe dial (what ``join``
+relies on).
 
 ``resolve_dns`` turns ``/dns4``, ``/dns6`` and ``/dns`` multiaddrs into IP ones: py-libp2p 0.8.1
 keeps the peerstore address as given and its dial path only takes IP addresses there.
@@ -18,10 +19,19 @@ import multiaddr
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from node.p2p.frames import DialError
 
-__all__ = ["DNS_PROTOCOLS", "bind_problem", "probe", "resolve_dns", "unbindable_listen_addr"]
+__all__ = [
+    "DNS_PROTOCOLS",
+    "bind_problem",
+    "dial_fresh",
+    "dial_target",
+    "probe",
+    "resolve_dns",
+    "unbindable_listen_addr",
+]
 
 DNS_PROTOCOLS = {"dns": socket.AF_UNSPEC, "dns4": socket.AF_INET, "dns6": socket.AF_INET6}
 
@@ -42,6 +52,51 @@ async def resolve_dns(address: str) -> str:
             proto = "ip4" if family == socket.AF_INET else "ip6"
             return "/".join(["", proto, str(sockaddr[0]), *parts[3:]])
     raise DialError(f"{name!r} in {address} resolves to no IP address")
+
+
+async def dial_target(address: str, timeout: float) -> tuple[PeerInfo, str]:
+    """The peer an ``/.../p2p/<peer id>`` address names, and the address with DNS resolved.
+
+    :raises DialError: not a dialable multiaddr, or resolving took longer than ``timeout``.
+    """
+    try:
+        info = info_from_p2p_addr(multiaddr.Multiaddr(address))
+    except Exception as exc:
+        raise DialError(f"not a dialable /p2p multiaddr: {address!r} ({exc})") from exc
+    try:
+        with trio.fail_after(timeout):
+            resolved = await resolve_dns(address)
+    except trio.TooSlowError:
+        raise DialError(f"resolving {address} timed out") from None
+    if resolved != address:
+        info = info_from_p2p_addr(multiaddr.Multiaddr(resolved))
+    return info, resolved
+
+
+async def dial_fresh(host: IHost, info: PeerInfo, address: str, timeout: float) -> None:
+    """Dial ``info`` at exactly its given address; :class:`DialError` when it fails."""
+    # libp2p remembers failed peers for 60 s and refuses to redial them; the daemon runs
+    # its own back-off, so an explicit connect always gets a real attempt.
+    unblock = getattr(host.get_network(), "unblock_peer", None)
+    if unblock is not None:
+        unblock(info.peer_id)
+    # Dial exactly the address we were given: a stale one left in the peerstore by an
+    # earlier run of that peer (it restarted on a new port) makes the whole dial fail.
+    host.get_peerstore().clear_addrs(info.peer_id)
+    try:
+        with trio.fail_after(timeout):
+            await host.connect(info)
+    except trio.TooSlowError as exc:
+        raise DialError(f"dial to {address} timed out after {timeout}s") from exc
+    except Exception as exc:
+        raise DialError(
+            f"dial to {address} failed: {exc} (if the peer runs a closed group, it may not "
+            "admit our peer id)"
+        ) from exc
+    if not host.get_network().get_connections(info.peer_id):
+        raise DialError(
+            f"connection to {info.peer_id.to_base58()} closed right after it opened (refused?)"
+        )
 
 
 async def probe(host: IHost, address: str, peer_id: str, timeout: float) -> None:

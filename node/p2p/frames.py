@@ -1,8 +1,7 @@
 """Length-prefixed frames over a libp2p stream, and the error types of the p2p layer.
 
-Wire format of one frame: ``uvarint(len(payload)) || payload`` (unsigned LEB128, minimal
-encoding, the same prefix libp2p itself uses for its own protocols). A frame longer than
-``max_frame_bytes`` is refused as soon as its prefix is read, before any payload is buffered.
+The frame format and its limits are ``sync.framing`` (sans-IO); this module only moves bytes
+between a libp2p stream and a :class:`sync.framing.FrameDecoder`, with timeouts.
 
 Everything a remote peer can get wrong in the byte stream (a bad prefix, an oversized frame, a
 frame cut short by EOF) raises :class:`FrameError`, which is also a
@@ -13,7 +12,7 @@ error types still count it against that peer.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 
 import trio
@@ -21,8 +20,9 @@ from libp2p.abc import INetStream
 from libp2p.io.exceptions import IOException
 from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 
+from sync import framing
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import varint
+from sync.framing import encode_frame
 
 __all__ = [
     "DialError",
@@ -33,13 +33,11 @@ __all__ = [
     "PeerRefusedError",
     "StreamClosedError",
     "StreamOpenError",
-    "decode_uvarint_prefix",
     "encode_frame",
 ]
 
 logger = logging.getLogger("node.p2p")
 
-_MAX_VARINT_BYTES = 10  # a uvarint of a 64-bit length never needs more
 _READ_CHUNK = 64 * 1024
 _CLOSE_GRACE_S = 2.0
 
@@ -68,39 +66,11 @@ class P2PTimeoutError(P2PError):
     """A read or write on a stream took longer than the configured timeout."""
 
 
-class FrameError(P2PError, RemoteProtocolError):
+class FrameError(P2PError, framing.FrameError):
     """The peer sent bytes that are not a valid frame (garbage, oversized, truncated)."""
 
     def __init__(self, reason: str, peer: str | None = None) -> None:
         RemoteProtocolError.__init__(self, reason, peer)
-
-
-def encode_frame(payload: bytes) -> bytes:
-    """``uvarint(len(payload)) || payload``."""
-    return varint(len(payload)) + payload
-
-
-def decode_uvarint_prefix(
-    buf: bytes | bytearray, max_value: int, peer: str | None = None
-) -> tuple[int, int] | None:
-    """Parse a length prefix at the start of ``buf``.
-
-    Returns ``(value, prefix_length)``, or ``None`` when ``buf`` holds only part of a prefix.
-    Raises :class:`FrameError` for a non-minimal or overlong varint and for a value above
-    ``max_value``, as early as the bytes seen so far allow.
-    """
-    value = 0
-    for i, byte in enumerate(buf[:_MAX_VARINT_BYTES]):
-        value |= (byte & 0x7F) << (7 * i)
-        if value > max_value:
-            raise FrameError(f"frame longer than the {max_value}-byte limit", peer)
-        if not byte & 0x80:
-            if byte == 0 and i > 0:
-                raise FrameError("non-minimal length prefix", peer)
-            return value, i + 1
-    if len(buf) >= _MAX_VARINT_BYTES:
-        raise FrameError("length prefix is not a valid uvarint", peer)
-    return None
 
 
 class FramedStream:
@@ -131,7 +101,7 @@ class FramedStream:
         self._write_timeout = write_timeout
         self._on_frame_error = on_frame_error
         self._on_timeout = on_timeout
-        self._buf = bytearray()
+        self._decoder = framing.FrameDecoder(max_frame_bytes, peer_id)
         self._closed = False
         self._broken: str | None = None
         self._eof = False  # the peer half-closed: no more frames, but we may still send
@@ -207,65 +177,54 @@ class FramedStream:
     async def _read_frame(self) -> bytes:
         while True:
             try:
-                parsed = decode_uvarint_prefix(self._buf, self._max_frame_bytes, self.peer_id)
-            except FrameError as exc:
-                await self._frame_error(exc)
-                raise
-            if parsed is not None:
-                break
-            await self._fill(len(self._buf) + 1, mid_frame=bool(self._buf))
-        length, prefix_len = parsed
-        await self._fill(prefix_len + length, mid_frame=True)
-        payload = bytes(self._buf[prefix_len : prefix_len + length])
-        del self._buf[: prefix_len + length]
-        return payload
+                frame = self._decoder.next_frame()
+            except framing.FrameError as exc:
+                raise await self._frame_error(exc.reason) from None
+            if frame is not None:
+                return frame
+            await self._fill(self._decoder.wanted())
 
-    async def _fill(self, needed: int, *, mid_frame: bool) -> None:
-        while len(self._buf) < needed:
-            try:
-                chunk = await self._stream.read(max(needed - len(self._buf), _READ_CHUNK))
-            except StreamEOF:
-                chunk = b""
-            except StreamReset as exc:
-                await self._break("reset by peer")
-                raise StreamClosedError(f"stream reset by {self.peer_id}") from exc
-            except (IOException, OSError) as exc:
-                await self._break(f"read failed: {exc!r}")
-                raise StreamClosedError(f"stream from {self.peer_id} broke: {exc!r}") from exc
-            if not chunk:
-                if mid_frame or self._buf:
-                    exc2 = FrameError("stream ended inside a frame", self.peer_id)
-                    await self._frame_error(exc2)
-                    raise exc2
-                self._eof = True
-                raise StreamClosedError(f"stream closed by {self.peer_id}")
-            self._buf += chunk
+    async def _fill(self, wanted: int) -> None:
+        try:
+            chunk = await self._stream.read(max(wanted, _READ_CHUNK))
+        except StreamEOF:
+            chunk = b""
+        except StreamReset as exc:
+            await self._break("reset by peer")
+            raise StreamClosedError(f"stream reset by {self.peer_id}") from exc
+        except (IOException, OSError) as exc:
+            await self._break(f"read failed: {exc!r}")
+            raise StreamClosedError(f"stream from {self.peer_id} broke: {exc!r}") from exc
+        if chunk:
+            self._decoder.feed(chunk)
+            return
+        try:
+            self._decoder.end_of_stream()
+        except framing.FrameError as exc:
+            raise await self._frame_error(exc.reason) from None
+        self._eof = True
+        raise StreamClosedError(f"stream closed by {self.peer_id}")
 
     # -- teardown -------------------------------------------------------------------------
 
     async def close(self) -> None:
         """Half-close our side and release the stream; idempotent, never raises."""
-        if self._closed:
-            return
-        self._closed = True
-        with trio.move_on_after(_CLOSE_GRACE_S) as scope:
-            scope.shield = True
-            try:
-                await self._stream.close()
-            except Exception:  # a stream already reset or broken is what we wanted anyway
-                logger.debug("close of stream to %s failed", self.peer_id, exc_info=True)
+        await self._release(self._stream.close, "close")
 
     async def reset(self) -> None:
         """Abort the stream in both directions; idempotent, never raises."""
+        await self._release(self._stream.reset, "reset")
+
+    async def _release(self, how: Callable[[], Awaitable[None]], what: str) -> None:
         if self._closed:
             return
         self._closed = True
         with trio.move_on_after(_CLOSE_GRACE_S) as scope:
             scope.shield = True
             try:
-                await self._stream.reset()
-            except Exception:
-                logger.debug("reset of stream to %s failed", self.peer_id, exc_info=True)
+                await how()
+            except Exception:  # a stream already reset or broken is what we wanted anyway
+                logger.debug("%s of stream to %s failed", what, self.peer_id, exc_info=True)
 
     @property
     def closed(self) -> bool:
@@ -289,14 +248,15 @@ class FramedStream:
         if self._closed:
             raise StreamClosedError(f"stream to {self.peer_id} was closed locally")
 
-    async def _frame_error(self, exc: FrameError) -> None:
+    async def _frame_error(self, reason: str) -> FrameError:
+        """Count and log a bad frame, drop the stream; the error for the caller to raise."""
         self._on_frame_error()
-        logger.warning("bad frame from %s on %s: %s", self.peer_id, self.protocol_id, exc.reason)
-        await self._break(exc.reason)
+        logger.warning("bad frame from %s on %s: %s", self.peer_id, self.protocol_id, reason)
+        await self._break(reason)
+        return FrameError(reason, self.peer_id)
 
     async def _break(self, why: str) -> None:
         self._broken = why
-        self._buf.clear()
         await self.reset()
 
 

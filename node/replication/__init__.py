@@ -1,5 +1,5 @@
 """Replication of the event log between peers: SDS channels over GossipSub, fetch by id,
-Recon catch-up, peer dialing and discovery, and the glue from deliveries to stored events.
+Recon catch-up, peer dialing and discovery (stored records are built by ``sync.stored_event``).
 """
 
 from __future__ import annotations
@@ -14,17 +14,10 @@ from node.replication.discovery import (
     channel_rendezvous,
     network_rendezvous,
 )
-from node.replication.events import (
-    record_of_delivered,
-    record_of_event,
-)
 from node.replication.fetch import (
     FETCH_PROTOCOL,
     MAX_IDS,
     Fetcher,
-)
-from node.replication.linger import (
-    Linger,
 )
 from node.replication.peers import (
     KnownPeer,
@@ -50,7 +43,6 @@ __all__ = [
     "DhtDiscovery",
     "Fetcher",
     "KnownPeer",
-    "Linger",
     "PeerManager",
     "ReconService",
     "SessionStats",
@@ -60,8 +52,6 @@ __all__ = [
     "channel_rendezvous",
     "network_rendezvous",
     "peer_id_of_addr",
-    "record_of_delivered",
-    "record_of_event",
     "topic_of",
     "verify_in_threads",
 ]

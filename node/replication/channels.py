@@ -22,8 +22,6 @@ from sqlalchemy import Connection
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import P2PError, P2PHost
-from node.replication.events import record_of_delivered, record_of_event
-from node.replication.linger import Linger
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_newest
 from sync.errors import RemoteProtocolError
@@ -37,6 +35,7 @@ from sync.gossip import (
     pack_batch,
     penalty_of,
 )
+from sync.linger import Linger
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Acknowledged,
@@ -55,6 +54,7 @@ from sync.sds import (
     SignedEvent,
 )
 from sync.sds.profile import decode_event_in, peek_event
+from sync.stored_event import record_of_delivered, record_of_event
 
 __all__ = ["ChannelService", "UnknownChannel", "topic_of"]
 

@@ -18,7 +18,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import P2PError, P2PHost
 from node.replication.peers import PeerManager
-from sync.recon.eventid import varint
+from sync.varint import uvarint
 
 __all__ = ["DhtDiscovery", "channel_rendezvous", "network_rendezvous"]
 
@@ -26,12 +26,12 @@ log = logging.getLogger("syncnode.discovery")
 
 
 def network_rendezvous(network_id: int) -> str:
-    return (varint(0xCE) + varint(0x05) + varint(network_id)).hex()
+    return (uvarint(0xCE) + uvarint(0x05) + uvarint(network_id)).hex()
 
 
 def channel_rendezvous(network_id: int, channel: str) -> str:
     tail = hashlib.sha256(channel.encode()).digest()[-16:]
-    return (varint(0xCE) + varint(0x71) + varint(network_id) + tail).hex()
+    return (uvarint(0xCE) + uvarint(0x71) + uvarint(network_id) + tail).hex()
 
 
 class DhtDiscovery:

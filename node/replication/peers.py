@@ -1,11 +1,13 @@
-"""Known peers: dialled at start-up, remembered in the database, redialled with back-off."""
+"""Known peers: dialled at start-up, remembered in the database, redialled with back-off.
+
+When to dial whom is ``sync.dialing.DialSchedule``; this module dials, stores and sleeps.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from dataclasses import dataclass
 
 import trio
 
@@ -14,26 +16,12 @@ from node.metrics import Metrics
 from node.p2p.host import P2PError, P2PHost
 from node.store import EventStore
 from storage import delete_state, list_state, put_state
+from sync.dialing import MIN_BACKOFF_S, DialSchedule, KnownPeer, peer_id_of_addr
 
 __all__ = ["KnownPeer", "PeerManager", "peer_id_of_addr"]
 
 log = logging.getLogger("syncnode.peers")
 _PREFIX = "peers/"
-MIN_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 60.0
-
-
-def peer_id_of_addr(multiaddr: str) -> str | None:
-    parts = multiaddr.rstrip("/").split("/")
-    return parts[-1] if len(parts) >= 2 and parts[-2] == "p2p" else None
-
-
-@dataclass
-class KnownPeer:
-    peer_id: str
-    addr: str
-    failures: int = 0
-    next_attempt: float = 0.0  # time.monotonic()
 
 
 class PeerManager:
@@ -43,8 +31,12 @@ class PeerManager:
         self.host = host
         self.store = store
         self.metrics = metrics
-        self.known: dict[str, KnownPeer] = {}
+        self.schedule = DialSchedule(host.peer_id)
         self._wake = trio.Event()
+
+    @property
+    def known(self) -> dict[str, KnownPeer]:
+        return self.schedule.known
 
     async def load(self, bootstrap: tuple[str, ...]) -> None:
         saved = await self.store.read(list_state, _PREFIX)
@@ -54,20 +46,9 @@ class PeerManager:
             except (ValueError, KeyError, TypeError):
                 log.warning("ignoring unreadable known-peer entry", extra=kv(key=key))
                 continue
-            self._remember(addr)
+            self.schedule.remember(addr)
         for addr in bootstrap:
-            self._remember(addr)
-
-    def _remember(self, addr: str) -> KnownPeer | None:
-        peer_id = peer_id_of_addr(addr)
-        if peer_id is None or peer_id == self.host.peer_id:
-            return None
-        peer = self.known.get(peer_id)
-        if peer is None:
-            peer = self.known[peer_id] = KnownPeer(peer_id, addr)
-        else:
-            peer.addr = addr
-        return peer
+            self.schedule.remember(addr)
 
     async def join(self, addr: str) -> str:
         """Connect now (errors propagate to the caller) and remember the peer across restarts."""
@@ -76,9 +57,9 @@ class PeerManager:
         # verify: dial this very address even when a connection to the peer exists already,
         # so that only an address proven to reach the peer is stored.
         peer_id = await self.host.connect(addr, verify=True)
-        peer = self._remember(addr)
+        peer = self.schedule.remember(addr)
         if peer is not None:
-            peer.failures = 0
+            self.schedule.connected(peer)
         entry = json.dumps({"addr": addr}).encode()
         await self.store.write(put_state, _PREFIX + peer_id, entry, int(time.time() * 1000))
         self.metrics.inc("peer_joins_total")
@@ -90,7 +71,7 @@ class PeerManager:
 
         Returns False when it was not a known peer. It may connect to us again on its own.
         """
-        known = self.known.pop(peer_id, None) is not None
+        known = self.schedule.forget(peer_id)
         saved = await self.store.read(list_state, _PREFIX + peer_id)
         await self.store.write(delete_state, _PREFIX + peer_id)
         await self.host.disconnect(peer_id)
@@ -109,22 +90,13 @@ class PeerManager:
     async def _dial_loop(self) -> None:
         """Dial every known peer that is not connected, backing off per peer on failure."""
         while True:
-            connected = set(self.host.connected_peers())
-            now = time.monotonic()
-            next_due = now + MAX_BACKOFF_S
+            plan = self.schedule.plan(time.monotonic(), set(self.host.connected_peers()),
+                                      self.host.is_banned)
             async with trio.open_nursery() as nursery:
-                for peer in list(self.known.values()):
-                    if peer.peer_id in connected:
-                        peer.failures = 0
-                        continue
-                    if self.host.is_banned(peer.peer_id):
-                        # Not redialled while banned: checked again after the usual back-off.
-                        continue
-                    if peer.next_attempt <= now:
-                        nursery.start_soon(self._dial, peer)
-                    next_due = min(next_due, max(peer.next_attempt, now + MIN_BACKOFF_S))
+                for peer in plan.dial:
+                    nursery.start_soon(self._dial, peer)
             self._wake = trio.Event()
-            with trio.move_on_after(max(next_due - time.monotonic(), MIN_BACKOFF_S)):
+            with trio.move_on_after(max(plan.wake_at - time.monotonic(), MIN_BACKOFF_S)):
                 await self._wake.wait()
 
     def poke(self) -> None:
@@ -135,11 +107,9 @@ class PeerManager:
         try:
             await self.host.connect(peer.addr)
         except P2PError as exc:
-            peer.failures += 1
-            delay = min(MAX_BACKOFF_S, MIN_BACKOFF_S * 2 ** min(peer.failures, 10))
-            peer.next_attempt = time.monotonic() + delay
+            delay = self.schedule.failed(peer, time.monotonic())
             self.metrics.inc("peer_dial_failures_total")
             log.info("dial failed", extra=kv(peer=peer.peer_id, retry_in_s=delay, error=str(exc)))
         else:
-            peer.failures = 0
+            self.schedule.connected(peer)
             log.info("connected", extra=kv(peer=peer.peer_id))

@@ -1,9 +1,10 @@
 """Recon over libp2p streams: reconcile event logs with peers, fetch what is missing.
 
-The key store is a ``MemoryKeyStore`` loaded from the database at start-up and updated after
-every commit, so it only ever holds keys of events that are durably stored. Events fetched from
-a peer are validated (id, signature, size, and that we asked for them) by the SDS channel before
-anything is stored.
+The key store is a ``SummaryKeyStore`` over the events table: in memory only a bounded bucket
+summary, rebuilt by one index scan at start-up and updated after every commit, so it only ever
+counts keys of events that are durably stored (docs/architecture.md "Recon key store").
+Events fetched from a peer are validated (id, signature, size, and that we asked for them) by
+the SDS channel before anything is stored.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
-from storage import AppendResult, EventRecord, keys_in_range
+from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_summary_store
 from sync.errors import RemoteProtocolError
-from sync.recon import MemoryKeyStore
+from sync.recon import SummaryKeyStore
 from sync.recon.eventid import CIP124_DRAFT, channel_bounds, sender_bounds
-from sync.recon.session import MissingKeys, ReconConfig, ReconSession
+from sync.recon.session import PROTOCOL_ID, MissingKeys, ReconConfig, ReconSession
 from sync.transfer import BUSY, RECON, ClaimTable
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
 log = logging.getLogger("syncnode.recon")
-RECON_PROTOCOL = "/syncnode/recon/1.0.0"
+RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
 # Peers whose sync state (interests, back-off) is remembered while they are not connected.
@@ -91,6 +92,7 @@ class ReconService:
         max_missing_keys: int = 100_000,
         serve_batch_bytes: int = 1 << 20,
         max_sessions: int = 16,
+        keystore_limits: tuple[int, int, int] = (256, 32768, 131_072),
     ) -> None:
         self.host = host
         self.store = store
@@ -107,7 +109,11 @@ class ReconService:
         # several round trips (at a few per second they were a fifth of an idle cluster's CPU).
         self.min_round_s = max(MIN_ROUND_S, gossip_grace_s)
         self.config = config
-        self.keys = MemoryKeyStore()
+        # (keys per bucket, most buckets, cached keys): what bounds the key store's memory.
+        self.keystore_limits = keystore_limits
+        load, max_buckets, cache_keys = keystore_limits
+        self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
+                                    max_buckets=max_buckets, cache_keys=cache_keys)
         if allowed_senders:
             # A closed group is only interested in its members' streams, so Recon never even
             # offers anything else.
@@ -148,30 +154,32 @@ class ReconService:
                          "Missing keys claimed by a session fetching them")
         metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
                          "Fetched keys waiting for their dependencies or the commit")
+        metrics.gauge_fn("recon_keystore_buckets", lambda: float(len(self.keys.summary)),
+                         "Buckets of the Recon key store's in-memory summary")
+        metrics.counter_fn("recon_keystore_reads_total", lambda: float(self.keys.reads),
+                           "Buckets of keys the Recon key store read from the database")
 
     async def load(self) -> None:
-        """Load every stored key (ascending) into the in-memory key store."""
-        keys: list[bytes] = []
-        cursor = b""
-        while True:
-            page = await self.store.read(keys_in_range, cursor, None, 100_000)
-            keys.extend(page)
-            if len(page) < 100_000:
-                break
-            cursor = page[-1] + b"\0"
-        self.keys = MemoryKeyStore.from_sorted(keys)
-        log.info("recon key store loaded", extra=kv(keys=len(keys)))
+        """Rebuild the key store's summary: one scan of the key index, memory bounded."""
+        load, max_buckets, cache_keys = self.keystore_limits
+        self.keys = await trio.to_thread.run_sync(
+            lambda: open_summary_store(self.store.engine, load=load, max_buckets=max_buckets,
+                                       cache_keys=cache_keys))
+        log.info("recon key store loaded", extra=kv(keys=len(self.keys),
+                                                    buckets=len(self.keys.summary)))
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
         if not result.inserted:
             return
         new = {m for _, m in result.inserted}
         fetched = 0
+        stored: list[bytes] = []
         for record in records:
             held = self.claims.committed(record.recon_key)
             if record.message_id in new:
-                self.keys.insert(record.recon_key)
+                stored.append(record.recon_key)
                 fetched += held
+        self.keys.insert_many(stored)
         # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
         self.metrics.inc("recon_events_stored_total", fetched)
         # CIP-124: a new event is announced by reconciling with a random peer soon.
@@ -360,7 +368,8 @@ class ReconService:
                 await stream.send(bytes([RECON]) + reply)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
-        stats.missing = [k for k in stats.missing if not self.keys.contains(k)]
+        held = await self.store.read(existing_keys, stats.missing) if stats.missing else set()
+        stats.missing = [k for k in stats.missing if k not in held]
         await self.transfer.fetch(stream, stats)
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:

@@ -26,13 +26,13 @@ from node.metrics import Metrics
 from node.p2p.host import FramedStream, P2PError
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
-from node.replication.events import record_of_event
 from node.store import EventStore
 from storage import events_by_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import CIP124_DRAFT, key_height
 from sync.sds import SignedEvent, decode_event
 from sync.sds.profile import decode_event_by_channel
+from sync.stored_event import record_of_event
 from sync.transfer import ClaimTable, EventsPacker, WantFetcher, WantServer, byte_batches
 
 __all__ = ["SessionStats", "Transfer", "TransferAbort", "verify_in_threads"]

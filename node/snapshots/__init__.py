@@ -12,11 +12,16 @@ from node.snapshots.bootstrap import (
     pull,
     verify_snapshot,
 )
+from node.snapshots.job_process import (
+    JobCommand,
+    JobProgress,
+    run_job,
+)
 from node.snapshots.routes import (
     SNAPSHOT_ROUTES,
 )
 from node.snapshots.scheduler import (
-    JobCommand,
+    RunState,
     SnapshotJobConfig,
     SnapshotScheduler,
     job_commands,
@@ -28,12 +33,15 @@ __all__ = [
     "BootstrapError",
     "BootstrapResult",
     "JobCommand",
+    "JobProgress",
     "PullResult",
+    "RunState",
     "SnapshotJobConfig",
     "SnapshotScheduler",
     "bootstrap",
     "job_commands",
     "pull",
+    "run_job",
     "scheduler_from_config",
     "verify_snapshot",
 ]

@@ -20,7 +20,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from node.replication.events import record_of_event
 from storage import (
     EventRecord,
     append_events,
@@ -32,6 +31,7 @@ from storage import (
     record_problem,
     write_transaction,
 )
+from storage.snapshot_files import load_manifest, read_object
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import CIP124_DRAFT, network_bounds
 from sync.recordstream import (
@@ -44,16 +44,11 @@ from sync.recordstream import (
 )
 from sync.sds.profile import decode_event_by_channel
 from sync.snapshot_manifest import (
-    MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
-    MAX_OBJECT_BYTES,
     FileEntry,
     Manifest,
-    decode_manifest,
-    decode_object,
     leaf_entries,
-    object_path,
 )
+from sync.stored_event import record_of_event
 
 __all__ = ["BootstrapError", "BootstrapResult", "PullResult", "bootstrap", "pull",
            "verify_snapshot"]
@@ -120,26 +115,6 @@ def _entry_problems(entry: FileEntry, files: dict[str, bytes]) -> list[str]:
             entry.file_hash, entry.start_running_hash, entry.end_running_hash):
         problems.append(f"{entry.path}: differs from its manifest entry (hashes)")
     return problems
-
-
-def _read_limited(path: Path, limit: int) -> bytes:
-    # One byte more than the limit: the decoder tells a too-large file from one at the limit.
-    with path.open("rb") as fh:
-        return fh.read(limit + 1)
-
-
-def load_manifest(snapshot: Path) -> Manifest | None:
-    """The snapshot's decoded manifest, or None when the directory holds none."""
-    path = snapshot / MANIFEST_NAME
-    if not path.exists():
-        return None
-    return decode_manifest(_read_limited(path, MAX_MANIFEST_BYTES), str(path))
-
-
-def read_object(snapshot: Path, cid: str) -> dict[str, Any]:
-    """A tree node of the snapshot, checked against its name."""
-    path = snapshot / object_path(cid)
-    return decode_object(cid, _read_limited(path, MAX_OBJECT_BYTES), str(path))
 
 
 def _manifest_problems(snapshot: Path, manifest: Manifest) -> list[str]:

@@ -6,7 +6,7 @@ set by the daemon); a node without one answers 503.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,10 +21,9 @@ __all__ = ["SNAPSHOT_ROUTES"]
 
 
 def _scheduler(node: NodeRuntime) -> SnapshotScheduler:
-    scheduler: Any = getattr(node, "snapshots", None)
-    if scheduler is None:
+    if node.snapshots is None:
         raise ApiError(503, "snapshots are not enabled on this node (config [spark])")
-    return scheduler  # type: ignore[no-any-return]
+    return node.snapshots
 
 
 async def _trigger(node: NodeRuntime, _request: Request) -> Response:

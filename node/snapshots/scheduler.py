@@ -11,24 +11,24 @@ as its result. A job that fails, cannot start or hangs past its timeout is recor
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
+from node.snapshots.job_process import JobCommand, JobProgress, run_job
 from storage import AppendResult, EventRecord
 
+if TYPE_CHECKING:
+    from node.config import Config
+
 __all__ = [
-    "JobCommand",
+    "RunState",
     "SnapshotJobConfig",
     "SnapshotScheduler",
     "job_commands",
@@ -36,14 +36,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("syncnode.snapshots")
-_STDERR_LINES = 20
-_MAX_LINE = 1 << 20
-
-
-@dataclass(frozen=True)
-class JobCommand:
-    name: str
-    argv: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -86,6 +78,21 @@ def _now() -> float:
     return time.time()
 
 
+@dataclass
+class RunState:
+    """What the scheduler is doing and has done (``status()`` reports it)."""
+
+    state: str = "idle"  # "idle" or "running"
+    runs: int = 0
+    failures: int = 0
+    reason: str | None = None  # why the current or last run started; None before the first
+    started_at: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        # Before the first run there is no reason nor start time to report.
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 class SnapshotScheduler:
     """``async run()`` in the daemon's nursery; ``trigger()``/``status()`` for the API."""
 
@@ -109,8 +116,8 @@ class SnapshotScheduler:
         self._pending: str | None = None
         self._new_events = 0
         self._running = False
-        self._state: dict[str, Any] = {"state": "idle", "runs": 0, "failures": 0}
-        self._progress: dict[str, Any] | None = None
+        self._state = RunState()
+        self._progress: JobProgress | None = None
         self._last: dict[str, Any] | None = None
         self._finished = trio.Event()
 
@@ -132,9 +139,9 @@ class SnapshotScheduler:
 
     def status(self) -> dict[str, Any]:
         return {
-            **self._state,
+            **self._state.as_dict(),
             "running": self._running,
-            "progress": self._progress,
+            "progress": self._progress.as_dict() if self._progress else None,
             "last": self._last,
             "new_events": self._new_events,
             "interval_s": self.interval_s,
@@ -171,7 +178,7 @@ class SnapshotScheduler:
         self._running = True
         self._new_events = 0
         started = self._clock()
-        self._state.update(state="running", reason=reason, started_at=started)
+        self._state.state, self._state.reason, self._state.started_at = "running", reason, started
         results: list[dict[str, Any]] = []
         ok = True
         try:
@@ -184,10 +191,10 @@ class SnapshotScheduler:
         finally:
             self._running = False
             self._progress = None
-            self._state["runs"] += 1
+            self._state.runs += 1
             if not ok:
-                self._state["failures"] += 1
-            self._state["state"] = "idle"
+                self._state.failures += 1
+            self._state.state = "idle"
             self._last = {"ok": ok, "reason": reason, "started_at": started,
                           "finished_at": self._clock(),
                           "seconds": round(self._clock() - started, 3), "jobs": results}
@@ -199,95 +206,20 @@ class SnapshotScheduler:
             log.warning("snapshot job failed: %s", results[-1] if results else "?")
 
     async def _run_job(self, job: JobCommand) -> dict[str, Any]:
-        self._progress = {"job": job.name, "phase": job.name, "done": 0, "total": 0,
-                          "fraction": 0.0}
-        result: dict[str, Any] | None = None
-        stderr_tail: deque[str] = deque(maxlen=_STDERR_LINES)
-        started = time.monotonic()
-        try:
-            proc = await trio.lowlevel.open_process(
-                list(job.argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
-            )
-        except OSError as exc:
-            return {"job": job.name, "ok": False, "exit_code": None,
-                    "error": f"cannot start: {exc}"}
-        timed_out = False
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_lines, proc.stderr, stderr_tail.append)
+        self._progress = JobProgress(job.name, job.name)
+        return await run_job(job, timeout_s=self.timeout_s, env=self.env,
+                             on_progress=self._set_progress)
 
-                def on_line(line: str) -> None:
-                    nonlocal result
-                    if line.startswith(PROGRESS_PREFIX):
-                        self._update_progress(job.name, line[len(PROGRESS_PREFIX):])
-                    elif line.startswith(RESULT_PREFIX):
-                        try:
-                            result = json.loads(line[len(RESULT_PREFIX):])
-                        except ValueError:
-                            result = {"unparsed": line[len(RESULT_PREFIX):][:1000]}
-
-                with trio.move_on_after(self.timeout_s) as scope:
-                    await self._read_lines(proc.stdout, on_line)
-                    await proc.wait()
-                timed_out = scope.cancelled_caught
-                if timed_out:
-                    proc.kill()
-                    await proc.wait()
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                with trio.CancelScope(shield=True):
-                    await proc.wait()
-        code = proc.returncode
-        outcome: dict[str, Any] = {"job": job.name, "ok": code == 0 and not timed_out,
-                                   "exit_code": code,
-                                   "seconds": round(time.monotonic() - started, 3),
-                                   "result": result}
-        if timed_out:
-            outcome["error"] = f"killed after {self.timeout_s} s"
-        elif code != 0:
-            outcome["error"] = f"exit status {code}"
-            outcome["stderr"] = list(stderr_tail)
-        return outcome
-
-    def _update_progress(self, job: str, payload: str) -> None:
-        try:
-            data = json.loads(payload)
-            done, total = int(data["done"]), int(data["total"])
-            phase = str(data["phase"])
-        except (ValueError, KeyError, TypeError):
-            return
-        self._progress = {"job": job, "phase": phase, "done": done, "total": total,
-                          "fraction": round(done / total, 4) if total > 0 else 0.0}
-
-    @staticmethod
-    async def _read_lines(stream: Any, sink: Callable[[str], None]) -> None:
-        if stream is None:
-            return
-        buf = b""
-        async for chunk in stream:
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                sink(line.decode("utf-8", "replace").rstrip("\r"))
-            if len(buf) > _MAX_LINE:
-                buf = b""  # an endless line is noise; drop it rather than grow
-        if buf:
-            sink(buf.decode("utf-8", "replace"))
+    def _set_progress(self, progress: JobProgress) -> None:
+        self._progress = progress
 
 
-def scheduler_from_config(runtime: Any) -> SnapshotScheduler | None:
-    """The scheduler a node's ``[spark]`` config asks for, or None (section absent or disabled).
-
-    Expects ``config.spark`` with ``enabled, master, partitions, snapshot_dir,
-    snapshot_interval_s, snapshot_every_events, period_ms, settle_ms, rehash, job_timeout_s,
-    driver_memory, max_events_per_file``.
-    """
+def scheduler_from_config(config: Config) -> SnapshotScheduler | None:
+    """The scheduler a node's ``[spark]`` config asks for, or None when it is disabled."""
     from node.services import channel_profiles  # services imports this module
 
-    config = runtime.config
-    spark = getattr(config, "spark", None)
-    if spark is None or not spark.enabled:
+    spark = config.spark
+    if not spark.enabled:
         return None
     snapshot_dir = spark.snapshot_dir or str(config.data_path / "snapshots")
     cfg = SnapshotJobConfig(

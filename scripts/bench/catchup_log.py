@@ -17,10 +17,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine
 
-from node.replication.events import record_of_delivered
 from storage import EventRecord, append_events, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import Delivered, SdsChannel
+from sync.stored_event import record_of_delivered
 
 T0 = 1_700_000_000.0
 BATCH = 5_000

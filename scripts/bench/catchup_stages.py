@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from catchup_log import build_log
 
-from node.replication.events import record_of_event
 from storage import (
     LANE_COLUMNS,
     EventRecord,
@@ -47,6 +46,7 @@ from storage import (
 from sync.identity import peer_id_of
 from sync.recon.sha256a import lanes_of
 from sync.sds import SdsChannel, decode_event
+from sync.stored_event import record_of_event
 
 BATCH = 512
 

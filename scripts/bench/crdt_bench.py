@@ -37,13 +37,13 @@ from node.apps.db_app import DbApplication
 from node.apps.runner import AppRunner
 from node.config import DbSection
 from node.metrics import Metrics
-from node.replication.events import record_of_event
 from node.store import EventStore
 from storage import EventRecord, append_events, make_engine, node_state, upgrade
 from storage.schema import crdt_cells, crdt_entities, crdt_schemas
 from sync.crdt import CrdtMessage, Operation, SchemaDeclaration, TableSchema, Value
 from sync.identity import peer_id_of
 from sync.sds import encode_event
+from sync.stored_event import record_of_event
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANNEL = "db"

@@ -11,6 +11,10 @@ memory independent of the log's length (the largest size within 1.2x of the smal
 Keys: ``restart_s_1m``, ``rss_mib_1m``, ``restart_s_5m``, ``rss_mib_5m`` (with ``--quick``:
 ``_100k`` and ``_500k``). The last line is the JSON, also written to docs/bench/restart.json
 (not with ``--quick``).
+
+``--data DIR`` keeps the built databases in DIR (outside the repository) and reuses them; with
+``--build-budget-s S`` a build stops after S seconds and the next run resumes it (5,000,000
+signed events take longer than one 12-minute slot of the shared lock on 2 cores).
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from catchup_log import node_database  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from sqlalchemy import select  # noqa: E402
 
-from node.replication.events import record_of_event  # noqa: E402
-from storage import event_row, insert_rows  # noqa: E402
+from storage import count_events, event_row, events, insert_rows  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
+from sync.stored_event import record_of_event  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "restart.json"
@@ -45,8 +50,12 @@ FULL_SIZES = ((1_000_000, "1m"), (5_000_000, "5m"))
 QUICK_SIZES = ((100_000, "100k"), (500_000, "500k"))
 
 
-def build(data_dir: Path, count: int, senders: int = 4) -> float:
-    """Write ``count`` events into ``data_dir``'s database; returns the seconds it took."""
+def build(data_dir: Path, count: int, senders: int = 4, budget_s: float = 1e9) -> float:
+    """Write ``count`` events into ``data_dir``'s database; returns the seconds it took.
+
+    Resumes a database built partly before (the log is deterministic); stops after
+    ``budget_s`` (the database then holds fewer than ``count`` events).
+    """
     started = time.monotonic()
     engine = node_database(data_dir)
     try:
@@ -54,8 +63,17 @@ def build(data_dir: Path, count: int, senders: int = 4) -> float:
         keys = [Ed25519PrivateKey.from_private_bytes(rng.randbytes(32)) for _ in range(senders)]
         ids = [peer_id_of(k) for k in keys]
         previous: list[tuple[HistoryRef, ...]] = [() for _ in keys]
+        with engine.connect() as conn:
+            done = count_events(conn)
+            for i, sender in enumerate(ids):
+                last = conn.execute(select(events.c.message_id).where(events.c.sender == sender)
+                                    .order_by(events.c.seq.desc()).limit(1)).scalar()
+                if last is not None:
+                    previous[i] = (HistoryRef(last, None, sender),)
         rows: list[dict[str, object]] = []
-        for n in range(count):
+        for n in range(done, count):
+            if n % CHUNK == 0 and time.monotonic() - started > budget_s:
+                break
             i = n % senders
             event = encode_event(CHANNEL, ids[i], T0_MS + n, previous[i],
                                  f"restart {n} ".encode().ljust(64, b"."), keys[i])
@@ -98,9 +116,12 @@ def measure(data_dir: Path) -> tuple[float, float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="100,000 and 500,000 events")
+    parser.add_argument("--data", type=Path, help="keep (and reuse) the databases here")
+    parser.add_argument("--build-budget-s", type=float, default=1e9,
+                        help="stop building after this long; the next run resumes")
     args = parser.parse_args()
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    base = Path(tempfile.mkdtemp(prefix="syncnode-restart-bench-"))
+    base = args.data or Path(tempfile.mkdtemp(prefix="syncnode-restart-bench-"))
     result: dict[str, object] = {"quick": args.quick,
                                  "load_avg_1m": [round(os.getloadavg()[0], 2)]}
     print(f"restart benchmark: {os.cpu_count()} cores, work dir {base}")
@@ -108,16 +129,23 @@ def main() -> int:
     try:
         for count, tag in sizes:
             data_dir = base / tag
-            built = build(data_dir, count)
+            built = build(data_dir, count, budget_s=args.build_budget_s)
+            with node_database(data_dir).connect() as conn:
+                stored = count_events(conn)
+            if stored < count:
+                print(f"{tag}: {stored} of {count} events built; run again to resume")
+                return 1
             seconds, rss, peak = measure(data_dir)
             print(f"{count:>10} {built:>8.1f} {seconds:>10.2f} {rss:>8.1f} {peak:>9.1f}",
                   flush=True)
             result[f"restart_s_{tag}"] = round(seconds, 2)
             result[f"rss_mib_{tag}"] = round(rss, 1)
             result[f"peak_rss_mib_{tag}"] = round(peak, 1)
-            shutil.rmtree(data_dir, ignore_errors=True)
+            if args.data is None:
+                shutil.rmtree(data_dir, ignore_errors=True)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.data is None:
+            shutil.rmtree(base, ignore_errors=True)
     small, large = (tag for _, tag in sizes)
     ratio = float(result[f"rss_mib_{large}"]) / float(result[f"rss_mib_{small}"])  # type: ignore[arg-type]
     result["rss_ratio"] = round(ratio, 3)

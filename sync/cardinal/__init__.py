@@ -26,6 +26,14 @@ from sync.cardinal.codec import (
     encode_message,
 )
 from sync.cardinal.consumer import Consumer
+from sync.cardinal.envelope import (
+    ENVELOPE_MESSAGE,
+    ENVELOPE_REORG,
+    MAX_REORG_CHANNEL,
+    Envelope,
+    decode_envelope,
+    encode_envelope,
+)
 from sync.cardinal.events import (
     BlockApplied,
     BlockFailed,
@@ -55,9 +63,12 @@ __all__ = [
     "BATCH_SCHEMA",
     "DEFAULT_CHANNEL",
     "DEFAULT_LIMITS",
+    "ENVELOPE_MESSAGE",
+    "ENVELOPE_REORG",
     "GENESIS",
     "HASH_SIZE",
     "LAYOUTS",
+    "MAX_REORG_CHANNEL",
     "SUBBATCH_SCHEMA",
     "ZERO_HASH",
     "Batch",
@@ -74,6 +85,7 @@ __all__ = [
     "Consumer",
     "ConsumerEvent",
     "ConsumerStats",
+    "Envelope",
     "Limits",
     "MessageType",
     "PrefixRouter",
@@ -87,7 +99,9 @@ __all__ = [
     "SubBatch",
     "SubBatchHeader",
     "SubBatchMsg",
+    "decode_envelope",
     "decode_message",
+    "encode_envelope",
     "encode_message",
     "encode_message_go",
     "iter_payloads_jsonl",

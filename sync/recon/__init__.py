@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sync.recon.buckets import BucketSummary
 from sync.recon.eventid import (
     EventId,
     channel_bounds,
@@ -26,13 +27,16 @@ from sync.recon.session import (
 )
 from sync.recon.sha256a import LANES, MASK32, Sha256a, lanes_of, wide_of
 from sync.recon.store import KeyStore, MemoryKeyStore
+from sync.recon.summary import KeySource, SummaryKeyStore
 
 __all__ = [
     "LANES",
     "MASK32",
     "PROTOCOL_ID",
+    "BucketSummary",
     "EventId",
     "Interests",
+    "KeySource",
     "KeyStore",
     "MemoryKeyStore",
     "MissingKeys",
@@ -43,6 +47,7 @@ __all__ = [
     "ReconFinished",
     "ReconSession",
     "Sha256a",
+    "SummaryKeyStore",
     "channel_bounds",
     "event_cid",
     "event_key",

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from sync.errors import RemoteProtocolError
+from sync.varint import read_uvarint, uvarint
 
 __all__ = [
     "CERAMIC_ONE",
@@ -56,10 +57,8 @@ __all__ = [
     "network_bounds",
     "parse_event_id",
     "prefix_successor",
-    "read_varint",
     "sender_bounds",
     "stream_prefix",
-    "varint",
 ]
 
 STREAMID_CODE = 0xCE
@@ -68,40 +67,9 @@ CODEC_RAW = 0x55
 SHA2_256 = 0x12
 MAX_EVENT_ID_LEN = 256
 _GENESIS_TAG = b"syncnode/recon/genesis/v1"
-_MAX_VARINT_BYTES = 9
 CIP124_DRAFT = "cip124-draft"
 CERAMIC_ONE = "ceramic-one"
 LAYOUTS = (CIP124_DRAFT, CERAMIC_ONE)
-
-
-def varint(value: int) -> bytes:
-    """Unsigned LEB128, as multiformats varints are written."""
-    if value < 0:
-        raise ValueError("varint of a negative number")
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """(value, next position); minimal encodings only, at most 9 bytes."""
-    value = 0
-    for i in range(_MAX_VARINT_BYTES):
-        if pos + i >= len(data):
-            raise RemoteProtocolError("truncated varint")
-        byte = data[pos + i]
-        value |= (byte & 0x7F) << (7 * i)
-        if not byte & 0x80:
-            if byte == 0 and i > 0:
-                raise RemoteProtocolError("non-minimal varint")
-            return value, pos + i + 1
-    raise RemoteProtocolError("varint too long")
 
 
 def cbor_uint(value: int) -> bytes:
@@ -140,7 +108,7 @@ def _last(data: bytes, n: int) -> bytes:
 
 
 def _cid_v1(codec: int, digest: bytes) -> bytes:
-    return b"\x01" + varint(codec) + varint(SHA2_256) + varint(len(digest)) + digest
+    return b"\x01" + uvarint(codec) + uvarint(SHA2_256) + uvarint(len(digest)) + digest
 
 
 def event_cid(digest: bytes) -> bytes:
@@ -150,18 +118,18 @@ def event_cid(digest: bytes) -> bytes:
     return _cid_v1(CODEC_RAW, digest)
 
 
-_EVENT_CID_HEAD = b"\x01" + varint(CODEC_RAW) + varint(SHA2_256) + varint(32)
+_EVENT_CID_HEAD = b"\x01" + uvarint(CODEC_RAW) + uvarint(SHA2_256) + uvarint(32)
 
 
 def genesis_cid(channel: str, sender: str) -> bytes:
     """The deterministic init-event CID of the (channel, sender) stream."""
     ch, se = channel.encode(), sender.encode()
-    preimage = _GENESIS_TAG + varint(len(ch)) + ch + varint(len(se)) + se
+    preimage = _GENESIS_TAG + uvarint(len(ch)) + ch + uvarint(len(se)) + se
     return _cid_v1(CODEC_RAW, hashlib.sha256(preimage).digest())
 
 
 def _head(network_id: int) -> bytes:
-    return varint(STREAMID_CODE) + varint(EVENTID_TYPE) + varint(network_id)
+    return uvarint(STREAMID_CODE) + uvarint(EVENTID_TYPE) + uvarint(network_id)
 
 
 def _separator(channel: str) -> bytes:
@@ -239,15 +207,15 @@ class EventId:
     @property
     def codec(self) -> int:
         """The multicodec of the event CID (0x55 raw for ours, 0x71 dag-cbor for Ceramic's)."""
-        return read_varint(self.event_cid, 1)[0]
+        return read_uvarint(self.event_cid, 1)[0]
 
     @property
     def digest(self) -> bytes:
         """The multihash digest inside ``event_cid`` (our 32-byte event digest)."""
         pos = 1
-        _codec, pos = read_varint(self.event_cid, pos)
-        _code, pos = read_varint(self.event_cid, pos)
-        _size, pos = read_varint(self.event_cid, pos)
+        _codec, pos = read_uvarint(self.event_cid, pos)
+        _code, pos = read_uvarint(self.event_cid, pos)
+        _size, pos = read_uvarint(self.event_cid, pos)
         return self.event_cid[pos:]
 
     def to_bytes(self) -> bytes:
@@ -272,7 +240,7 @@ def event_id_layout_of(data: bytes) -> str:
     """The layout of an eventId (without checking the rest of it)."""
     pos = 0
     for _ in range(3):  # stream id code, eventId type, network id
-        _value, pos = read_varint(data, pos)
+        _value, pos = read_uvarint(data, pos)
     if pos + 20 >= len(data):
         raise RemoteProtocolError("eventId truncated")
     return CERAMIC_ONE if _is_ceramic_one_tail(data[pos + 20 :]) else CIP124_DRAFT
@@ -283,11 +251,11 @@ def parse_event_id(data: bytes, layout: str | None = None) -> EventId:
     malformed raises ``RemoteProtocolError``."""
     if len(data) > MAX_EVENT_ID_LEN:
         raise RemoteProtocolError("eventId too long")
-    code, pos = read_varint(data, 0)
-    kind, pos = read_varint(data, pos)
+    code, pos = read_uvarint(data, 0)
+    kind, pos = read_uvarint(data, pos)
     if code != STREAMID_CODE or kind != EVENTID_TYPE:
         raise RemoteProtocolError("not a CIP-124 eventId")
-    network_id, pos = read_varint(data, pos)
+    network_id, pos = read_uvarint(data, pos)
     if pos + 20 > len(data):
         raise RemoteProtocolError("eventId truncated")
     separator, controller, init_tail = (
@@ -311,9 +279,9 @@ def parse_event_id(data: bytes, layout: str | None = None) -> EventId:
 def _check_cid(cid: bytes) -> None:
     if not cid or cid[0] != 0x01:
         raise RemoteProtocolError("event CID is not a CIDv1")
-    _codec, pos = read_varint(cid, 1)
-    _code, pos = read_varint(cid, pos)
-    size, pos = read_varint(cid, pos)
+    _codec, pos = read_uvarint(cid, 1)
+    _code, pos = read_uvarint(cid, pos)
+    size, pos = read_uvarint(cid, pos)
     if len(cid) - pos != size:
         raise RemoteProtocolError("event CID multihash length mismatch")
 
@@ -323,7 +291,7 @@ def key_height(data: bytes) -> int | None:
     ``None`` for a ceramic-one id, which carries no height."""
     pos = 0
     for _ in range(3):  # stream id code, eventId type, network id
-        _value, pos = read_varint(data, pos)
+        _value, pos = read_uvarint(data, pos)
     if _is_ceramic_one_tail(data[pos + 20 :]):
         return None
     return _read_cbor_uint(data, pos + 20)[0]

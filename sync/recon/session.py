@@ -155,6 +155,8 @@ class ReconSession:
         self._started = False
         self._sent_more = False
         self._hash_cache: dict[bytes, tuple[int, bytes]] = {}
+        # What the store said it holds of the keys listed in the message being handled.
+        self._held: set[bytes] | None = None
         self._listed: list[_Action] = []
         self._listed_dirty = False
 
@@ -240,6 +242,7 @@ class ReconSession:
         if first and self.is_initiator and self._pending:
             self._clip_pending(common)
         self._prehash(msg.items)
+        self._precheck(msg.items)
         for item in msg.items:
             if reclip:
                 assert self.peer_interests is not None
@@ -275,6 +278,19 @@ class ReconSession:
             self._on_keys(item.lo, item.hi, item.keys)
         else:
             self._on_diff(item)
+
+    def _precheck(self, items: tuple[Item, ...]) -> None:
+        """Ask a store that can batch (one query on SQL) which listed keys it holds."""
+        self._held = None
+        batch = getattr(self.store, "contains_many", None)
+        if batch is not None:
+            listed = [k for item in items if item.kind != HASH for k in item.keys]
+            if listed:
+                self._held = batch(listed)
+
+    def _has(self, key: bytes) -> bool:
+        held = self._held
+        return key in held if held is not None else self.store.contains(key)
 
     def _prehash(self, items: tuple[Item, ...]) -> None:
         """Hash runs of adjacent HASH items together: each shared bound is looked up once."""
@@ -332,7 +348,7 @@ class ReconSession:
         if len(keys) > self.config.max_key_list:
             raise RemoteProtocolError("key list over the limit")
         store = self.store
-        missing = frozenset(k for k in keys if not store.contains(k))
+        missing = frozenset(k for k in keys if not self._has(k))
         if missing:
             self._events.append(MissingKeys(tuple(k for k in keys if k in missing)))
         if missing or store.count(lo, hi) > len(keys):
@@ -340,8 +356,7 @@ class ReconSession:
 
     def _on_diff(self, item: Item) -> None:
         """The peer's answer to our key list: its keys we lack, and which of ours it lacks."""
-        store = self.store
-        missing = tuple(k for k in item.keys if not store.contains(k))
+        missing = tuple(k for k in item.keys if not self._has(k))
         if missing:
             self._events.append(MissingKeys(missing))
         listed = self._listed_in(item.lo, item.hi)

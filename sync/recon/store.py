@@ -21,6 +21,7 @@ from itertools import accumulate, pairwise
 from typing import Protocol, runtime_checkable
 
 from sync.errors import LocalProtocolError
+from sync.recon.fenwick import Fenwick
 from sync.recon.sha256a import Sha256a, digest_of_wide, wide_of
 
 __all__ = ["EMPTY_HASH", "KeyStore", "MemoryKeyStore"]
@@ -62,49 +63,6 @@ _COUNT_SHIFT = 512
 _WIDE_MASK = (1 << _COUNT_SHIFT) - 1
 
 
-class _Fenwick:
-    """Prefix sums over per-block values (big ints or counts)."""
-
-    __slots__ = ("tree",)
-
-    def __init__(self, values: list[int]) -> None:
-        tree = [0, *values]
-        for i in range(1, len(tree)):
-            parent = i + (i & -i)
-            if parent < len(tree):
-                tree[parent] += tree[i]
-        self.tree = tree
-
-    def add(self, index: int, delta: int) -> None:
-        tree = self.tree
-        i = index + 1
-        while i < len(tree):
-            tree[i] += delta
-            i += i & -i
-
-    def prefix(self, index: int) -> int:
-        """Sum of values[0:index]."""
-        tree = self.tree
-        total = 0
-        while index:
-            total += tree[index]
-            index &= index - 1
-        return total
-
-    def find(self, rank: int) -> tuple[int, int]:
-        """(index, rank within it) of the value holding 0-based position ``rank``."""
-        tree = self.tree
-        pos = 0
-        step = 1 << (len(tree).bit_length())
-        while step:
-            nxt = pos + step
-            if nxt < len(tree) and tree[nxt] <= rank:
-                pos = nxt
-                rank -= tree[nxt]
-            step >>= 1
-        return pos, rank
-
-
 class MemoryKeyStore:
     """In-memory :class:`KeyStore`: sorted blocks, in-block prefix sums, Fenwick over blocks."""
 
@@ -138,13 +96,13 @@ class MemoryKeyStore:
         return store
 
     def _rebuild_index(self) -> None:
-        self._hashes = _Fenwick(
+        self._hashes = Fenwick(
             [
                 p[-1] + (len(b) << _COUNT_SHIFT)
                 for p, b in zip(self._prefix, self._blocks, strict=True)
             ]
         )
-        self._counts = _Fenwick([len(b) for b in self._blocks])
+        self._counts = Fenwick([len(b) for b in self._blocks])
 
     def __len__(self) -> int:
         return self._len

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
-from sync.recon.eventid import varint
+from sync.varint import read_uvarint, uvarint
 
 __all__ = [
     "DIFF",
@@ -98,7 +98,7 @@ def _delta(prev: bytes, value: bytes) -> bytes:
     suffix = value[shared:]
     if shared < 0x80 and len(suffix) < 0x80:
         return bytes((shared, len(suffix))) + suffix
-    return varint(shared) + varint(len(suffix)) + suffix
+    return uvarint(shared) + uvarint(len(suffix)) + suffix
 
 
 class MessageWriter:
@@ -112,9 +112,9 @@ class MessageWriter:
         head = bytearray((VERSION, 0, limits.fingerprint_bytes))
         if interests is not None:
             head[1] |= FLAG_INTERESTS
-            head += varint(len(interests))
+            head += uvarint(len(interests))
             for lo, hi in interests:
-                head += varint(len(lo)) + lo + varint(len(hi)) + hi
+                head += uvarint(len(lo)) + lo + uvarint(len(hi)) + hi
         self._head = head
         self._body = bytearray()
         self._limit = limits.max_message_bytes - _COUNT_RESERVE
@@ -148,7 +148,7 @@ class MessageWriter:
 
     def try_hash(self, lo: bytes, hi: bytes, count: int, digest: bytes) -> bool:
         opening, skips = self._open(lo)
-        chunk = opening + b"\x01" + varint(count) + digest[: self._fp_len] + _delta(lo, hi)
+        chunk = opening + b"\x01" + uvarint(count) + digest[: self._fp_len] + _delta(lo, hi)
         if self._commit(chunk, hi, 1 + skips):
             self.demanding = True
             return True
@@ -172,7 +172,7 @@ class MessageWriter:
         ``lacking``.
         """
         opening, skips = self._open(lo)
-        parts = [opening, bytes((kind,)), varint(len(keys))]
+        parts = [opening, bytes((kind,)), uvarint(len(keys))]
         size = sum(map(len, parts))
         room = self.room() - len(_delta(lo, hi)) - self._slack - (len(listed) + 7) // 8
         prev = lo
@@ -188,7 +188,7 @@ class MessageWriter:
         if written < len(keys):
             if kind == KEYS or written == 0:
                 return None
-            parts[2] = varint(written)
+            parts[2] = uvarint(written)
             hi = separator(keys[written - 1], keys[written])
         if kind == DIFF:
             bits = 0
@@ -199,7 +199,7 @@ class MessageWriter:
                         bits |= 1 << n
                     n += 1
             bitmap = bits.to_bytes((n + 7) // 8, "little")
-            parts.append(varint(len(bitmap)) + bitmap)
+            parts.append(uvarint(len(bitmap)) + bitmap)
         parts.append(_delta(lo, hi))
         if not self._commit(b"".join(parts), hi, 1 + skips):
             return None
@@ -210,7 +210,7 @@ class MessageWriter:
     def finish(self, more: bool) -> bytes:
         if more:
             self._head[1] |= FLAG_MORE
-        return bytes(self._head) + varint(self.items) + self._body
+        return bytes(self._head) + uvarint(self.items) + self._body
 
 
 class _Reader:
@@ -229,18 +229,11 @@ class _Reader:
 
     def varint(self) -> int:
         data, pos = self.data, self.pos
-        if pos < len(data) and data[pos] < 0x80:
+        if pos < len(data) and data[pos] < 0x80:  # the common one-byte case, inline
             self.pos = pos + 1
             return data[pos]
-        value = 0
-        for shift in range(0, 63, 7):
-            byte = self.byte()
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                if byte == 0:
-                    raise RemoteProtocolError("non-minimal varint")
-                return value
-        raise RemoteProtocolError("varint too long")
+        value, self.pos = read_uvarint(data, pos)
+        return value
 
     def take(self, n: int) -> bytes:
         end = self.pos + n

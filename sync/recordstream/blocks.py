@@ -30,6 +30,7 @@ from sync.recordstream.hashing import (
     sha384,
 )
 from sync.recordstream.writer import SYNCNODE_FORMAT_VERSION
+from sync.varint import uvarint
 
 __all__ = ["SIDECAR_ID", "BlockBody", "encode_delivery", "encode_record", "fold_item_hashes",
            "frame_record_file"]
@@ -45,37 +46,19 @@ _U64 = (1 << 64) - 1
 _NS = 1_000_000_000
 
 
-def _varint_slow(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# Lengths, nanos and small numbers are below 2^14: a table lookup instead of a loop (this
-# runs ~20 times per event).
-_SMALL = tuple(_varint_slow(v) for v in range(1 << 14))
-
-
-def _varint(value: int) -> bytes:
-    return _SMALL[value] if value < 16384 else _varint_slow(value)
-
-
 def _field(tag: bytes, data: bytes) -> bytes:
     # proto3 leaves an empty bytes/string field out, as SerializeToString does.
-    return tag + _varint(len(data)) + data if data else b""
+    return tag + uvarint(len(data)) + data if data else b""
 
 
 def _message(tag: bytes, data: bytes) -> bytes:
     # A set sub-message is written even when empty.
-    return tag + _varint(len(data)) + data
+    return tag + uvarint(len(data)) + data
 
 
 def _uint(tag: bytes, value: int) -> bytes:
     # Scalars equal to zero are left out; negative int64 values are 10-byte varints.
-    return tag + _varint(value & _U64) if value else b""
+    return tag + uvarint(value & _U64) if value else b""
 
 
 def _timestamp(consensus_ns: int) -> bytes:
@@ -121,7 +104,7 @@ class BlockBody:
             wire: bytes, received_at_ms: int, consensus_ns: int) -> None:
         record = encode_record(wire, consensus_ns, message_id, channel, sender, lamport)
         item = _field(_WIRE_TAG, wire) + _field(_RECORD_TAG, record)
-        encoded = _ITEMS_TAG + _varint(len(item)) + item
+        encoded = _ITEMS_TAG + uvarint(len(item)) + item
         self.size += len(encoded)
         if self.size > DEFAULT_LIMITS.max_uncompressed:
             # Never write what our own reader refuses: lower max_events_per_file instead.
@@ -130,7 +113,7 @@ class BlockBody:
         self._hashes.append(item_hash(record, wire))
         if self.sidecars:
             side = encode_delivery(consensus_ns, message_id, seq, received_at_ms)
-            self._sidecar.append(_SIDECAR_TAG + _varint(len(side)) + side)
+            self._sidecar.append(_SIDECAR_TAG + uvarint(len(side)) + side)
         if self.count == 0:
             self.first_ns = consensus_ns
         self.count += 1

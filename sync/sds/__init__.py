@@ -43,7 +43,7 @@ from sync.sds.profile import (
     profile_of,
 )
 from sync.sds.repair import in_response_group, repair_hash, t_req, t_resp
-from sync.sds.state import LogEntry
+from sync.sds.state import ChannelState, LogEntry, decode_state, encode_state
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -53,6 +53,7 @@ __all__ = [
     "Acknowledged",
     "BloomParams",
     "BloomView",
+    "ChannelState",
     "DecodeLimits",
     "Delivered",
     "DeliveredIndex",
@@ -80,8 +81,10 @@ __all__ = [
     "decode_event",
     "decode_event_by_channel",
     "decode_event_in",
+    "decode_state",
     "decode_transmission",
     "encode_event",
+    "encode_state",
     "event_digest",
     "in_response_group",
     "message_id_of",

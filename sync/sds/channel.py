@@ -20,7 +20,7 @@ from sync.identity import peer_id_of
 from sync.sds.acks import FilterEvidence, review_acks
 from sync.sds.bloom import RollingBloomFilter
 from sync.sds.buffers import OutgoingEntry, WaitingEntry
-from sync.sds.clock import LAMPORT_MAX, check_lamport
+from sync.sds.clock import LAMPORT_MAX, check_lamport, recovered_clock
 from sync.sds.config import SdsConfig
 from sync.sds.delivered import DeliveredIndex, DeliveredLookup
 from sync.sds.events import (
@@ -37,11 +37,19 @@ from sync.sds.events import (
     ResendExhausted,
     SdsEvent,
 )
-from sync.sds.message import HistoryRef, SignedEvent, transmission_suffix
+from sync.sds.message import HistoryRef, SignedEvent, decode_event, transmission_suffix
 from sync.sds.profile import profile_of
 from sync.sds.quota import QuotaLimits, SenderQuota
 from sync.sds.repair_buffers import RepairBuffers
-from sync.sds.state import LogEntry, export_state, restore_channel
+from sync.sds.state import (
+    ChannelState,
+    LogEntry,
+    MissingState,
+    OutgoingState,
+    WaitingState,
+    decode_state,
+    encode_state,
+)
 from sync.sds.timers import TimerKind, TimerQueue
 from sync.sds.waku import waku_message_id
 
@@ -679,8 +687,47 @@ class SdsChannel:
         self._events.append(RepairAnswered(mid))
 
     # ------------------------------------------------------------------ persistence
+    def snapshot(self) -> ChannelState:
+        """What ``export_state`` persists: the clock, the buffers, the repair buffers, the heads
+        and when each timer is due."""
+        timers = self._timers
+        return ChannelState(
+            channel_id=self.channel_id,
+            participant_id=self.participant_id,
+            lamport=self._lamport,
+            last_activity=self._last_activity,
+            outgoing=tuple(
+                OutgoingState(e.wire, e.attempts, e.possibly, frozenset(e.bloom_senders),
+                              e.fp_product, timers.due(TimerKind.RESEND, e.message_id))
+                for e in self._outgoing.values()
+            ),
+            waiting=self._waiting_snapshot(),
+            missing=tuple(MissingState(ref, timers.due(TimerKind.LOST, mid))
+                          for mid, ref in self._missing.items()),
+            lost=tuple(sorted(self._lost)),
+            repair_out=tuple((ref, when) for when, ref in self._repair.requests.values()),
+            repair_in=tuple(self._repair.responses.items()),
+            heads=tuple(self._heads.values()),
+            sync_at=timers.due(TimerKind.SYNC, _SYNC_KEY),
+        )
+
+    def _waiting_snapshot(self) -> tuple[WaitingState, ...]:
+        """The newest waiting messages, up to ``waiting_state_bytes``: the state is saved every
+        few seconds, and a full waiting buffer (``max_waiting_bytes``) would cost that much again
+        in base64 each time. Those left out are not in any log yet; after a restart they come
+        again like any message we do not have (a resend, a repair, Recon)."""
+        budget = self.config.waiting_state_bytes
+        out: list[WaitingState] = []
+        for w in reversed(self._waiting.values()):
+            budget -= len(w.event.wire)
+            if budget < 0:
+                break
+            out.append(WaitingState(w.event.wire, w.lost_dependency))
+        out.reverse()
+        return tuple(out)
+
     def export_state(self) -> bytes:
-        return export_state(self)
+        return encode_state(self.snapshot())
 
     @classmethod
     def restore(
@@ -703,18 +750,98 @@ class SdsChannel:
         log, or with a ``lookup`` and ``log_truncated`` its newest part (at least
         ``delivered_window`` entries, the store answers for the rest); the bloom filter is
         rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
-        messages, to serve repairs.
+        messages, to serve repairs. A malformed state raises ``RemoteProtocolError``.
         """
-        return restore_channel(
-            cls,
-            state,
-            signing_key,
-            log=log,
-            cached_wires=cached_wires,
-            config=config,
-            rng=rng,
-            now=now,
-            verify_signatures=verify_signatures,
-            lookup=lookup,
-            log_truncated=log_truncated,
+        snap = decode_state(state)
+        ch = cls(snap.channel_id, snap.participant_id, signing_key, config=config, rng=rng,
+                 now=now, verify_signatures=verify_signatures, lookup=lookup)
+        try:
+            ch._load_log(log, truncated=log_truncated)
+            ch._load_state(snap, now)
+            for wire in cached_wires:
+                event = decode_event(wire, max_size=ch.config.max_message_size,
+                                     verify_signature=False)
+                if ch._log.in_memory(event.message_id):
+                    ch._repair.remember(event.message_id, event.sender_id, event.wire)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise RemoteProtocolError(f"bad channel state: {exc}") from None
+        return ch
+
+    def _load_log(self, log: Iterable[LogEntry], *, truncated: bool) -> None:
+        entries: list[tuple[int, str, str | None]] = []
+        for item in log:
+            mid, lamport = item[0], item[1]
+            sender = item[2] if len(item) > 2 else None
+            if not isinstance(mid, str) or not isinstance(lamport, int) or lamport < 0:
+                raise ValueError("bad log entry")
+            entries.append((lamport, mid, sender))
+        entries.sort()
+        self._log.load([(lamport, mid) for lamport, mid, _ in entries], truncated=truncated)
+        for lamport, mid, sender in entries[-self._tail_size :]:
+            self._tail.append((lamport, mid))
+            self._tail_refs[mid] = HistoryRef(mid, None, sender)
+        for _, mid, _ in entries[-self._bloom.window :]:
+            self._bloom.add(mid)
+
+    def _load_state(self, snap: ChannelState, now: float) -> None:
+        timers, cfg, log = self._timers, self.config, self._log
+        # A clock persisted before the clock rule (or raised by a log entry accepted before it)
+        # may be out of range: start from the largest value the rule accepts now instead.
+        self._lamport, self.clock_recovered = recovered_clock(
+            [snap.lamport, *(lam for _, lam in log.items())], now, cfg.max_lamport_ahead_ms
         )
+        self._last_activity = snap.last_activity
+        delivered = log.known(ref.message_id for ref in snap.heads)
+        for ref in snap.heads:
+            if ref.message_id in delivered:
+                self._heads[ref.message_id] = ref
+                known_lamport = log.lamport(ref.message_id)
+                self._head_lamport[ref.message_id] = -1 if known_lamport is None else known_lamport
+        if not self._heads and self._tail:
+            lamport_of_tail, mid = self._tail[-1]
+            self._heads[mid] = self._tail_refs[mid]
+            self._head_lamport[mid] = lamport_of_tail
+        delivered = log.known(snap.lost)
+        self._lost.update(mid for mid in snap.lost if mid not in delivered)
+        for out in snap.outgoing:
+            event = decode_event(out.wire, max_size=cfg.max_message_size, verify_signature=False)
+            entry = OutgoingEntry(event.message_id, event.wire, attempts=out.attempts,
+                                  possibly=out.possibly, bloom_senders=set(out.bloom_senders),
+                                  fp_product=out.fp_product)
+            self._outgoing[entry.message_id] = entry
+            self._repair.remember(entry.message_id, event.sender_id, event.wire)
+            when = out.resend_at if out.resend_at is not None else now + cfg.resend_interval
+            timers.schedule(TimerKind.RESEND, entry.message_id, when)
+        delivered = log.known(m.ref.message_id for m in snap.missing)
+        for m in snap.missing:
+            ref = m.ref
+            if ref.message_id in delivered:
+                continue  # fetched by other means (e.g. Recon) while we were down
+            for old in self._missing_quota.add(ref.message_id, ref.sender_id or "", 1):
+                self._evict_missing(old)
+            self._missing[ref.message_id] = ref
+            when = m.lost_at if m.lost_at is not None else now + cfg.lost_timeout
+            timers.schedule(TimerKind.LOST, ref.message_id, when)
+        for w in snap.waiting:
+            event = decode_event(w.wire, max_size=cfg.max_message_size, verify_signature=False)
+            if event.lamport is None or event.lamport > LAMPORT_MAX:
+                continue
+            delivered = log.known([event.message_id, *event.history_ids])
+            if event.message_id in delivered:
+                continue
+            unmet = {h for h in event.history_ids if h not in delivered and h not in self._lost}
+            self._wait(event, unmet, w.lost)
+        for ready in [w for w in self._waiting.values() if not w.missing]:
+            self._unwait(ready.event.message_id)
+            self._deliver(ready.event, lost_dependency=ready.lost_dependency)
+        unknown = {d for d in self._waiters if d not in self._missing and d not in self._waiting}
+        self._note_missing([HistoryRef(d) for d in sorted(unknown)], now, charged_to="")
+        for ref, when in snap.repair_out:
+            if not log.contains(ref.message_id):
+                self._repair.want(ref, now, at=when)
+        for mid, when in snap.repair_in:
+            self._repair.responses[mid] = when
+            timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
+        if snap.sync_at is not None:
+            self._sync_armed_at = self._last_activity
+            timers.schedule(TimerKind.SYNC, _SYNC_KEY, snap.sync_at)

@@ -16,7 +16,7 @@ with EVENTS_LAST); after its WANT_LAST has been answered the responder does the 
 from __future__ import annotations
 
 from sync.errors import RemoteProtocolError
-from sync.recon.eventid import read_varint, varint
+from sync.varint import read_uvarint, uvarint
 
 __all__ = [
     "BUSY",
@@ -45,7 +45,7 @@ class FrameDecodeError(RemoteProtocolError):
 
 def pack_list(items: list[bytes]) -> bytes:
     """Items, each behind its uvarint length."""
-    return b"".join(varint(len(i)) + i for i in items)
+    return b"".join(uvarint(len(i)) + i for i in items)
 
 
 def pack_items(tag: int, items: list[bytes]) -> bytes:
@@ -57,7 +57,7 @@ def unpack_items(body: bytes, *, max_items: int, max_item_bytes: int) -> list[by
     pos = 0
     while pos < len(body):
         try:
-            length, pos = read_varint(body, pos)
+            length, pos = read_uvarint(body, pos)
         except RemoteProtocolError as exc:
             raise FrameDecodeError(exc.reason) from None
         if length > max_item_bytes or pos + length > len(body):

@@ -14,7 +14,6 @@ from sqlalchemy import Engine, delete
 from node.apps.db_app import DbApplication
 from node.config import DbSection
 from node.metrics import Metrics
-from node.replication.events import record_of_event
 from storage import (
     EventRecord,
     append_events,
@@ -39,6 +38,7 @@ from sync.crdt import (
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds import decode_event, encode_event
+from sync.stored_event import record_of_event
 from tests.storage.conftest import db_url, engine  # the fixtures, for the db tests
 
 __all__ = ["db_url", "engine"]

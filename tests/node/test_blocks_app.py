@@ -19,12 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from node.apps.blocks_app import BlocksApplication, decode_envelope, encode_envelope, router_of
+from node.apps.blocks_app import BlocksApplication, router_of
 from node.apps.blocks_plugin import BlocksPlugin
 from node.apps.runner import AppRunner
 from node.config import BlocksSection, Config, ConfigError, load_config
 from node.metrics import Metrics
-from node.replication.events import record_of_delivered
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, put_state, upgrade
 from storage.blocks import block_at, block_by_hash, get_head, read_changes
@@ -33,13 +32,14 @@ from sync.cardinal import (
     BlockPayload,
     Producer,
     RoutedMessage,
+    encode_envelope,
     make_payload,
     make_sub_batch,
     payload_to_json,
 )
-from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds import Delivered, SdsChannel
+from sync.stored_event import record_of_delivered
 from tests.storage.conftest import BACKENDS, fresh_url
 
 
@@ -193,35 +193,6 @@ C = block("C", 2, B)
 D = block("D", 3, C)
 E = block("E", 2, B)  # a side branch, lighter than D
 CHAIN = [A, B, C, D]
-
-
-# -- envelope -----------------------------------------------------------------------------------
-
-
-def test_envelope_round_trip() -> None:
-    for reorg in (None, "blocks/reorg/" + "ab" * 32):
-        env = decode_envelope(encode_envelope(b"\x00key", b"value", reorg))
-        assert (env.key, env.value, env.reorg_channel) == (b"\x00key", b"value", reorg)
-    assert encode_envelope(b"k", b"v") == b"\x00\x01kv"
-
-
-@pytest.mark.parametrize("content", [
-    b"", b"\x02\x01kv", b"\x00", b"\x00\x80", b"\x00\x05kv", b"\x00\x80\x00k",
-    b"\x01\x00\x01kv", b"\x01\x05ab", b"\x01\x02\xff\xfe\x01kv", b"\x00\xff\xff\x03" + b"k" * 9,
-])
-def test_envelope_malformed(content: bytes) -> None:
-    with pytest.raises(RemoteProtocolError):
-        decode_envelope(content)
-
-
-@settings(deadline=None, max_examples=300)
-@given(st.binary(max_size=64))
-def test_envelope_fuzz(content: bytes) -> None:
-    try:
-        env = decode_envelope(content)
-    except RemoteProtocolError:
-        return
-    assert encode_envelope(env.key, env.value, env.reorg_channel) == content
 
 
 # -- config and plugin -------------------------------------------------------------------------

@@ -19,11 +19,18 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.apps.blocks_app import encode_envelope
-from node.p2p.host import P2PConfig, open_host
+from node.p2p.host import P2PConfig
+from node.p2p.run import open_host
 from node.replication.channels import topic_of
 from storage import get_state, make_engine, put_state, write_transaction
-from sync.cardinal import ZERO_HASH, PrefixRouter, Producer, make_payload, payload_to_json
+from sync.cardinal import (
+    ZERO_HASH,
+    PrefixRouter,
+    Producer,
+    encode_envelope,
+    make_payload,
+    payload_to_json,
+)
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event
 from tests.node.cluster import (

@@ -117,7 +117,8 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
                 "syncnode_peers_connected", "process_cpu_seconds_total",
             ]
             want_b = ["syncnode_recon_events_fetched_total", "syncnode_recon_events_stored_total",
-                      "syncnode_p2p_gossip_dropped_test_total"]
+                      "syncnode_p2p_gossip_dropped_test_total", "syncnode_recon_keystore_buckets",
+                      "syncnode_recon_keystore_reads_total"]
             return ([m for m in want_a if total(after, m) <= total(before, m)]
                     + [f"b:{m}" for m in want_b if total(after_b, m) <= 0])
 
@@ -207,6 +208,7 @@ DRIVEN: dict[str, str] = {
         "peer_joins_total", "peers_connected", "publish_commit_seconds",
         "recon_events_fetched_total", "recon_events_served_total", "recon_events_stored_total",
         "recon_session_seconds", "recon_sessions_total", "store_batches_total",
+        "recon_keystore_buckets", "recon_keystore_reads_total",
         "uptime_seconds", "process_cpu_seconds_total", "process_resident_memory_bytes",
         "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
         "process_start_time_seconds")},

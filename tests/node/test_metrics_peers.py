@@ -24,15 +24,16 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.custom_types import TProtocol
 
-from node.p2p.host import FramedStream, P2PConfig, P2PHost, open_host
+from node.p2p.host import FramedStream, P2PConfig, P2PHost
+from node.p2p.run import open_host
 from node.replication.channels import topic_of
-from node.replication.events import record_of_event
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
 from node.replication.recon_wire import BUSY
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig, SignedEvent
 from sync.sds.message import decode_event, decode_transmission
+from sync.stored_event import record_of_event
 from sync.transfer import encode_request, parse_request
 from tests.node.cluster import metric, preset_identity, start_node, wait_for
 from tests.node.hostile import recon_and_answer

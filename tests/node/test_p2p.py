@@ -12,10 +12,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from node.p2p.frames import decode_uvarint_prefix, encode_frame
+from node.p2p.frames import encode_frame
 from node.p2p.host import (
     BanList,
     DialError,
@@ -29,8 +27,8 @@ from node.p2p.host import (
     PeerRefusedError,
     StreamClosedError,
     StreamOpenError,
-    open_host,
 )
+from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 
@@ -61,43 +59,6 @@ async def _wait_for(predicate: object, timeout: float = 10.0) -> None:
     with trio.fail_after(timeout):
         while not predicate():  # type: ignore[operator]
             await trio.sleep(0.02)
-
-
-# -- framing codec (pure) -----------------------------------------------------------------
-
-
-@settings(deadline=None, max_examples=200)
-@given(st.binary(max_size=300), st.integers(min_value=300, max_value=10 * MIB))
-def test_frame_prefix_roundtrip(payload: bytes, limit: int) -> None:
-    frame = encode_frame(payload)
-    parsed = decode_uvarint_prefix(frame, limit)
-    assert parsed is not None
-    length, prefix_len = parsed
-    assert frame[prefix_len : prefix_len + length] == payload
-    assert prefix_len + length == len(frame)
-    # Any strict prefix of the length prefix is "need more bytes", never an error.
-    for cut in range(prefix_len):
-        assert decode_uvarint_prefix(frame[:cut], limit) is None
-
-
-@pytest.mark.parametrize(
-    ("raw", "reason"),
-    [
-        (encode_frame(b"x" * 11)[:1], "longer than"),  # 11 > limit 10
-        (bytes([0x80, 0x00]), "non-minimal"),
-        (bytes([0xFF] * 10), "longer than"),
-    ],
-)
-def test_bad_prefixes_raise_frame_error(raw: bytes, reason: str) -> None:
-    with pytest.raises(FrameError, match=reason) as info:
-        decode_uvarint_prefix(raw, 10, peer="12D3KooWpeer")
-    assert isinstance(info.value, RemoteProtocolError)
-    assert info.value.peer == "12D3KooWpeer"
-
-
-def test_overlong_varint_is_garbage_even_under_huge_limit() -> None:
-    with pytest.raises(FrameError, match="not a valid uvarint"):
-        decode_uvarint_prefix(bytes([0x80] * 10 + [0x01]), 2**80)
 
 
 def test_config_validation_names_the_key() -> None:
@@ -179,7 +140,7 @@ async def test_three_hosts_form_a_full_mesh() -> None:
 _CHILD = """
 import sys, trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from node.p2p.host import open_host
+from node.p2p.run import open_host
 
 async def main():
     key = Ed25519PrivateKey.from_private_bytes(bytes([int(sys.argv[1])]) * 32)
@@ -740,7 +701,7 @@ async def test_malformed_pubsub_rpc_drops_one_stream_not_the_host() -> None:
         queues = await _gossip_group([victim, attacker, honest], "chan")
         # Bytes that are a valid length prefix but no RPC protobuf: libp2p 0.8.1 lets the
         # DecodeError escape its reader and stop the network service; ours must not.
-        raw = await attacker._open_raw(victim.peer_id, PROTOCOL_ID_V11)
+        raw = await attacker._streams.open_raw(victim.peer_id, PROTOCOL_ID_V11)
         await raw.write(b"\x05\xff\xff\xff\xff\xff")
         await trio.sleep(1)
         await honest.publish("chan", b"still alive")

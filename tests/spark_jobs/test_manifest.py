@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_jobs.manifest import (
+from spark_jobs.source import jdbc_source
+from storage.snapshot_files import (
     iter_leaf_entries,
     load_manifest,
     read_object,
     write_manifest,
     write_objects,
 )
-from spark_jobs.source import jdbc_source
 from sync.errors import RemoteProtocolError
 from sync.recon.sha256a import Sha256a
 from sync.snapshot_manifest import Chain, FileEntry, Manifest, TreeEntry, build_tree
@@ -165,8 +165,8 @@ def test_old_units_of_a_deep_tree_cover_it_in_buckets(tmp_path: Path) -> None:
     """An incremental build re-reads the previous tree as its level-2 nodes (buckets): they
     hold every entry once, in order, and every one but the last ends with a bucket-closing
     key."""
-    from spark_jobs.manifest import iter_leaf_entries, write_objects
     from spark_jobs.snapshot import old_units
+    from storage.snapshot_files import iter_leaf_entries, write_objects
     from sync.snapshot_manifest import BUCKET_LEVEL, closes_bucket
 
     keys = sorted(set(_keys(set(range(3000)))) | set(_bucket_closers(40)))

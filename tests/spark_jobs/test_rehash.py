@@ -94,11 +94,11 @@ def test_row_checker_matches_the_node_write_path() -> None:
 def test_row_checker_reads_the_network_key_layout() -> None:
     """With ``[recon] event_id_layout = "ceramic-one"`` the keys carry no Lamport time: the
     checker of that layout agrees with the node's write path, the draft checker does not."""
-    from node.replication.events import record_of_event
     from spark_jobs.testlog import make_records
     from sync.recon.eventid import CERAMIC_ONE
     from sync.recon.sha256a import lanes_of
     from sync.sds import decode_event
+    from sync.stored_event import record_of_event
 
     one = rehash.RowChecker(NETWORK_ID, layout=CERAMIC_ONE)
     draft = rehash.RowChecker(NETWORK_ID)
@@ -118,9 +118,9 @@ def test_row_checker_reads_waku_channels() -> None:
     """Events of a "waku" profile channel are named by their payload hash and unsigned: the
     checker told about the channel agrees with the node's write path, one that is not
     reports the id."""
-    from node.replication.events import record_of_delivered
     from sync.recon.sha256a import lanes_of
     from sync.sds import Delivered, SdsChannel, SdsConfig
+    from sync.stored_event import record_of_delivered
 
     channel = SdsChannel("wk", "some-peer", None, SdsConfig(profile="waku"), now=1_000.0)
     channel.send(b"hello", 1_000.0)
@@ -169,22 +169,3 @@ def test_job_and_plain_loop_agree_on_a_damaged_log(spark: Any, log_url: str) -> 
             for c in report["channels"]] == loop["channels"]
     swapped = next(r for r in [*report["rows"], *loop["rows"]] if r["seq"] == channel_swapped)
     assert any(p.startswith("channel:") for p in swapped["problems"])
-
-
-def test_stored_fields_are_the_node_write_path() -> None:
-    """``sync.stored_event.stored_fields`` (used by the test logs) = the node's rule."""
-    from node.replication.events import record_of_event
-    from spark_jobs.testlog import test_key
-    from sync.identity import peer_id_of
-    from sync.sds import HistoryRef, encode_event
-    from sync.stored_event import stored_fields
-
-    key = test_key("stored-fields", 0)
-    history: tuple[HistoryRef, ...] = ()
-    for lamport in (0, 23, 24, 70_000, 1_700_000_000_123):
-        ev = encode_event("general", peer_id_of(key), lamport, history, b"x", key)
-        record = record_of_event(NETWORK_ID, ev)
-        assert tuple(stored_fields(NETWORK_ID, ev)) == (
-            record.recon_key, record.message_id, record.channel, record.sender, record.lamport,
-            record.wire)
-        history = (HistoryRef(ev.message_id),)

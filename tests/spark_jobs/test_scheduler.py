@@ -13,8 +13,9 @@ import trio
 
 from node.api.app import ApiError
 from node.cli.snapshot import progress_bar
+from node.snapshots.job_process import JobCommand
 from node.snapshots.routes import SNAPSHOT_ROUTES
-from node.snapshots.scheduler import JobCommand, SnapshotJobConfig, SnapshotScheduler, job_commands
+from node.snapshots.scheduler import SnapshotJobConfig, SnapshotScheduler, job_commands
 from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
 from storage import AppendResult
 
@@ -129,7 +130,7 @@ async def test_routes_trigger_and_report() -> None:
         nursery.cancel_scope.cancel()
     assert status["last"]["ok"] and status["runs"] == 1
     with pytest.raises(ApiError) as err:
-        await get.handler(SimpleNamespace(), None)  # type: ignore[arg-type]
+        await get.handler(SimpleNamespace(snapshots=None), None)  # type: ignore[arg-type]
     assert err.value.status == 503
 
 
@@ -193,12 +194,12 @@ def test_scheduler_from_config(tmp_path: Path) -> None:
     from node.snapshots.scheduler import scheduler_from_config
 
     disabled = load_config(overrides={"node.data_dir": str(tmp_path), "spark.enabled": False})
-    assert scheduler_from_config(SimpleNamespace(config=disabled)) is None
+    assert scheduler_from_config(disabled) is None
     config = load_config(overrides={
         "node.data_dir": str(tmp_path), "spark.master": "local[2]",
         "spark.snapshot_interval_s": 3600.0, "spark.snapshot_every_events": 10_000,
     })
-    scheduler = scheduler_from_config(SimpleNamespace(config=config))
+    scheduler = scheduler_from_config(config)
     assert scheduler is not None
     assert scheduler.interval_s == 3600.0 and scheduler.every_events == 10_000
     (job,) = scheduler.jobs

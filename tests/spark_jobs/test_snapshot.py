@@ -13,9 +13,9 @@ from sqlalchemy import delete, select
 from node.cli import records as cli_records
 from node.snapshots.bootstrap import BootstrapError, bootstrap, pull
 from spark_jobs import snapshot
-from spark_jobs.manifest import iter_leaf_entries, load_manifest
 from spark_jobs.testlog import build_log
 from storage import LANE_COLUMNS, events, make_engine
+from storage.snapshot_files import iter_leaf_entries, load_manifest
 from sync.recordstream import verify_tree
 from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, SPEC, fresh_db
 

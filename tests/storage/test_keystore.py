@@ -6,8 +6,8 @@ import random
 
 from sqlalchemy import Engine
 
-from storage import SqlKeyStore, append_events
-from sync.recon import MemoryKeyStore
+from storage import SqlKeyStore, append_events, open_summary_store, scan_buckets
+from sync.recon import MemoryKeyStore, wide_of
 from sync.recon.pair import reconcile_in_memory
 from tests.storage.conftest import make_record
 from tests.sync.recon.helpers import FULL, BruteForceStore, Query, check_store_against_model
@@ -48,3 +48,45 @@ def test_sql_and_memory_stores_reconcile_with_each_other(engine: Engine) -> None
     assert set(result.initiator_missing) == sql_keys - memory_keys
     assert set(result.responder_missing) == memory_keys - sql_keys
     assert result.round_trips <= 3
+
+
+def test_summary_store_on_the_events_table(engine: Engine) -> None:
+    """Start-up scan, then events committed in batches and reported after the commit."""
+    keys = _fill(engine, list(range(700)))
+    store = open_summary_store(engine, load=16, max_buckets=32, cache_keys=64)
+    memory = MemoryKeyStore.from_sorted(sorted(keys))
+    assert len(store) == 700
+    assert len(store.summary) <= 32
+    rng = random.Random(9)
+    for start in range(1000, 1400, 100):
+        batch = _fill(engine, list(range(start, start + 100)))
+        ordered = sorted(keys)
+        lo, hi = sorted(rng.sample(ordered, 2))
+        assert lo <= store.key_at(lo, hi, store.count(lo, hi) // 2) < hi  # not accounted yet
+        assert store.insert_many(batch) == 100
+        keys += batch
+        for key in batch:
+            memory.insert(key)
+    model = BruteForceStore()
+    for key in keys:
+        model.insert(key)
+    ordered = sorted(keys)
+    queries: list[Query] = []
+    for _ in range(20):
+        a, b = sorted(rng.sample(range(len(ordered)), 2))
+        queries.append((ordered[a], ordered[b], ordered[rng.randrange(len(ordered))],
+                        rng.randrange(0, 40)))
+    queries.append((b"", b"\xff" * 8, b"\x00missing", 5))
+    check_store_against_model(store, model, queries)
+    bounds = [b"", *ordered[::97], b"\xff"]
+    assert store.range_fingerprints(bounds) == memory.range_fingerprints(bounds)
+    assert store.contains_many([keys[0], b"\x00missing"]) == {keys[0]}
+    assert len(store.summary) <= 32 and store.summary.load > 16
+
+
+def test_scan_buckets_covers_every_key_once(engine: Engine) -> None:
+    keys = sorted(_fill(engine, list(range(250))))
+    buckets = list(scan_buckets(engine, 40, page=33))
+    assert [b[0] for b in buckets] == [b"", *keys[40::40]]
+    assert sum(b[1] for b in buckets) == 250
+    assert sum(b[2] for b in buckets) == sum(map(wide_of, keys))

@@ -7,7 +7,15 @@ import random
 import pytest
 
 from sync.errors import RemoteProtocolError
-from sync.sds import Delivered, SdsChannel, SdsConfig, decode_transmission
+from sync.sds import (
+    Delivered,
+    SdsChannel,
+    SdsConfig,
+    decode_event,
+    decode_state,
+    decode_transmission,
+    encode_state,
+)
 from tests.sync.sds.helpers import CHANNEL, T0, channel, key, of_type
 
 CFG = SdsConfig(resend_interval=10, t_min=30, t_max=120)
@@ -98,3 +106,22 @@ def test_restore_delivers_waiting_messages_whose_dependencies_were_logged_meanwh
     assert [e.message_id for e in of_type(b2.events(), Delivered)] == [a_log[2].message_id]
     assert b2.waiting_ids == frozenset() and b2.missing_ids == frozenset()
     assert b2.log() == a.log()
+
+
+def test_snapshot_is_a_public_value_that_round_trips_through_bytes() -> None:
+    a, b = channel(0, config=CFG), channel(1, config=CFG)
+    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(3)]
+    b.receive(wires[2], T0 + 3)  # waits for a0, a1: missing, repair requests, timers
+    for ch in (a, b):
+        snap = ch.snapshot()
+        assert decode_state(encode_state(snap)) == snap
+        assert encode_state(snap) == ch.export_state()
+    snap_b = b.snapshot()
+    a_log = of_type(a.events(), Delivered)
+    assert [decode_event(w.wire).message_id for w in snap_b.waiting] == [a_log[2].message_id]
+    assert {m.ref.message_id for m in snap_b.missing} == b.missing_ids
+    assert all(m.lost_at is not None for m in snap_b.missing)
+    assert {e.attempts for e in a.snapshot().outgoing} == {0}
+    # Restoring gives back the same buffers (the clock may only move forward).
+    restored = _restore(a, 0, a_log).snapshot()
+    assert restored.outgoing == a.snapshot().outgoing and restored.heads == a.snapshot().heads

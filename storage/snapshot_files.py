@@ -1,8 +1,10 @@
-"""Snapshot manifest files: reading and writing the objects of ``sync.snapshot_manifest``.
+"""Snapshot directories on the local file system: reading and writing the manifest and the
+range-tree objects of ``sync.snapshot_manifest``.
 
 The format itself (dataclasses, canonical bytes, the range tree, checks of what is read) is
-sans-IO in ``sync.snapshot_manifest``, shared with the node's bootstrap; this module only moves
-bytes between it and a snapshot directory on the local file system.
+sans-IO in ``sync.snapshot_manifest``; this module only moves bytes between it and a snapshot
+directory, every read bounded by the format's size limits. Both the snapshot job
+(``spark_jobs``) and the node's bootstrap read snapshots through it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""When to hold an outgoing gossip message back so that others can join it (linger.ms).
+"""When to hold an outgoing gossip message back so that others can join it (linger.ms), sans-IO.
 
 py-libp2p's cost is per gossip message, not per byte, so SDS messages that leave together in
 one gossip message are much cheaper than the same messages one by one. Holding a message back
@@ -20,6 +20,8 @@ MAX_GAP_S = 5.0
 
 
 class Linger:
+    """The linger rule; ``now`` is the caller's monotonic clock, in seconds."""
+
     def __init__(self, linger_s: float) -> None:
         self.linger_s = linger_s
         self._last = -math.inf

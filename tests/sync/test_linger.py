@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.replication.linger import Linger
+from sync.linger import Linger
 
 
 def test_quiet_node_sends_at_once() -> None:

@@ -1,0 +1,132 @@
+"""Reading the configuration: TOML file, then ``SYNCNODE_<SECTION>_<KEY>`` variables, then CLI
+flags, each value coerced to its declared type and checked (``node.config`` declares them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from node.config import ENV_PREFIX, Config, ConfigError, parse_tables
+from sync.crdt import TableSchema
+
+__all__ = ["load"]
+
+
+def _sections() -> dict[str, type[Any]]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
+    if expected == tuple[TableSchema, ...]:
+        return parse_tables(key, value, from_text=from_text)
+    origin = typing.get_origin(expected)
+    if origin is tuple:
+        if from_text:
+            value = [p.strip() for p in str(value).split(",") if p.strip()]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(key, f"expected a list of strings, got {value!r}")
+        return tuple(value)
+    if expected is bool:
+        if from_text:
+            low = str(value).lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {value!r}")
+        return value
+    if expected is int:
+        if from_text:
+            try:
+                value = int(str(value), 0)
+            except ValueError:
+                raise ConfigError(key, f"expected an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if expected is float:
+        if from_text:
+            try:
+                value = float(str(value))
+            except ValueError:
+                raise ConfigError(key, f"expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected a string, got {value!r}")
+    return value
+
+
+def _build_section(name: str, cls: type[Any], values: Mapping[str, tuple[Any, bool]]) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, (raw, from_text) in values.items():
+        dotted = f"{name}.{key}"
+        if key not in known:
+            raise ConfigError(dotted, "unknown key")
+        value = _coerce(dotted, hints[key], raw, from_text=from_text)
+        check = known[key].metadata.get("check")
+        problem = check(value) if check else None
+        if problem:
+            raise ConfigError(dotted, f"{problem} (got {value!r})")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def load(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Load and validate configuration; ``overrides`` maps ``"section.key"`` to CLI values."""
+    sections = _sections()
+    merged: dict[str, dict[str, tuple[Any, bool]]] = {name: {} for name in sections}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError("--config", f"file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("--config", f"invalid TOML in {path}: {exc}") from None
+        for section, table in data.items():
+            if section not in sections:
+                raise ConfigError(section, "unknown section")
+            if not isinstance(table, dict):
+                raise ConfigError(section, "expected a table")
+            for key, value in table.items():
+                merged[section][key] = (value, False)
+    for name, value in (os.environ if env is None else env).items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section, _, key = rest.partition("_")
+        if section in sections and key:
+            merged[section][key] = (value, True)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if section not in sections:
+            raise ConfigError(dotted, "unknown section")
+        merged[section][key] = (value, isinstance(value, str))
+    built = {name: _build_section(name, cls, merged[name]) for name, cls in sections.items()}
+    config = Config(**built)
+    _check_relations(config)
+    return config
+
+
+def _check_relations(config: Config) -> None:
+    """Constraints between keys, each reported under the key a user would change."""
+    sds = config.sds
+    if sds.repair_t_min_s > sds.repair_t_max_s:
+        raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s "
+                          f"(got {sds.repair_t_min_s} > {sds.repair_t_max_s})")
+

@@ -1,0 +1,135 @@
+"""Our changes to py-libp2p 0.8.1 internals, each under a version check.
+
+Every patch here replaces a module-level name libp2p looks up at call time; the names and
+defaults change between releases, so :func:`check_libp2p_version` refuses any other version
+(docs/p2p.md, section 4 "GossipSub configuration and library patches").
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+from typing import Any
+
+import libp2p
+import libp2p.network.connection.swarm_connection as _swarm_connection_module
+import libp2p.pubsub.gossipsub as _gossipsub_module
+import libp2p.pubsub.pubsub as _pubsub_module
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
+from libp2p.pubsub.utils import maybe_consume_signed_record as _original_consume_record
+
+from node.p2p.frames import P2PError
+
+__all__ = [
+    "SUPPORTED_LIBP2P_VERSION",
+    "check_libp2p_version",
+    "patch_gossip_queues",
+    "patch_record_verification",
+    "tame_libp2p_logging",
+]
+
+SUPPORTED_LIBP2P_VERSION = "0.8.1"
+# libp2p's own subscription channel only feeds our drain task, which never blocks, so it can be
+# generous; drops are then visible only in our own bounded queues, where they are counted.
+_LIBP2P_SUBSCRIPTION_BUFFER = 1_000_000
+
+
+def check_libp2p_version() -> None:
+    """Refuse to run (and to patch internals) against any py-libp2p but the one we studied."""
+    installed = importlib.metadata.version("libp2p")
+    module_version = getattr(libp2p, "__version__", installed)
+    if installed != SUPPORTED_LIBP2P_VERSION or module_version != SUPPORTED_LIBP2P_VERSION:
+        raise P2PError(
+            f"node.p2p supports py-libp2p {SUPPORTED_LIBP2P_VERSION} only (found {installed}): "
+            "it tunes GossipSub internals whose names and defaults change between releases; "
+            "re-check docs/p2p.md section 'Library patches' before changing the pin"
+        )
+
+
+class _RoomyRpcQueue(RpcQueue):
+    """``RpcQueue`` whose default capacity is ours, not libp2p's 32."""
+
+    default_max_size = 32
+
+    def __init__(
+        self, max_size: int | None = None, max_message_size: int = DefaultMaxMessageSize
+    ) -> None:
+        super().__init__(max_size or type(self).default_max_size, max_message_size)
+
+
+def patch_gossip_queues(peer_queue_size: int) -> None:
+    # Pubsub builds each per-peer queue as ``RpcQueue()`` and each subscription channel with
+    # ``SUBSCRIPTION_CHANNEL_SIZE``, both looked up in the pubsub module at call time.
+    check_libp2p_version()
+    for name in ("RpcQueue", "SUBSCRIPTION_CHANNEL_SIZE"):
+        if not hasattr(_pubsub_module, name):
+            raise P2PError(f"libp2p.pubsub.pubsub.{name} is gone: cannot tune GossipSub queues")
+    # Process-wide (module globals): keep the largest size any host asked for.
+    _RoomyRpcQueue.default_max_size = max(_RoomyRpcQueue.default_max_size, peer_queue_size)
+    setattr(_pubsub_module, "RpcQueue", _RoomyRpcQueue)  # noqa: B010
+    setattr(_pubsub_module, "SUBSCRIPTION_CHANNEL_SIZE", _LIBP2P_SUBSCRIPTION_BUFFER)  # noqa: B010
+
+
+# peer id -> the signed peer record bytes it last sent and we accepted.
+_accepted_records: dict[ID, bytes] = {}
+
+
+def _consume_record_once(msg: Any, host: IHost, peer_id: ID) -> bool:
+    """libp2p attaches the sender's signed peer record to every pubsub RPC and verifies it on
+    every receipt (7-10% of a busy node's CPU); the same bytes from the same peer were verified
+    already."""
+    if not msg.HasField("senderRecord"):
+        return True
+    record = bytes(msg.senderRecord)
+    if _accepted_records.get(peer_id) == record:
+        return True
+    accepted = bool(_original_consume_record(msg, host, peer_id))
+    if accepted:
+        if len(_accepted_records) >= 4096:
+            _accepted_records.clear()
+        _accepted_records[peer_id] = record
+    return accepted
+
+
+def patch_record_verification() -> None:
+    check_libp2p_version()
+    for module in (_pubsub_module, _gossipsub_module):
+        if not hasattr(module, "maybe_consume_signed_record"):
+            raise P2PError(f"{module.__name__}.maybe_consume_signed_record is gone")
+        setattr(module, "maybe_consume_signed_record", _consume_record_once)  # noqa: B010
+
+
+class _NamedLoggingShim:
+    """Stands in for the ``logging`` module inside a libp2p module that logs on the root logger.
+
+    ``logging.debug(...)`` on a root logger without handlers runs ``logging.basicConfig()``,
+    which would install a stderr handler and make the daemon's own logging setup a no-op.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._logger = logging.getLogger(name)
+
+    def __getattr__(self, attr: str) -> object:
+        if attr in ("debug", "info", "warning", "error", "exception", "critical", "log"):
+            return getattr(self._logger, attr)
+        return getattr(logging, attr)
+
+
+def tame_libp2p_logging(level: str) -> None:
+    """Route libp2p's records through normal logging at ``level``, unless LIBP2P_DEBUG is set."""
+    if os.environ.get("LIBP2P_DEBUG"):
+        return
+    check_libp2p_version()
+    shim = _NamedLoggingShim(_swarm_connection_module.__name__)
+    setattr(_swarm_connection_module, "logging", shim)  # noqa: B010
+    numeric = logging.getLevelName(level.upper())
+    root = logging.getLogger("libp2p")
+    root.setLevel(numeric)
+    root.propagate = True
+    # Some modules pin their own level (auto_connector logs INFO every 30 s): lift them too.
+    for name, item in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("libp2p.") and isinstance(item, logging.Logger) and item.level:
+            item.setLevel(max(item.level, numeric))

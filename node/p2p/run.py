@@ -1,0 +1,99 @@
+"""Starting and stopping a :class:`node.p2p.host.P2PHost`: :func:`open_host`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import multiaddr
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.tools.anyio_service import background_trio_service
+
+from node.p2p.dht import Discovery
+from node.p2p.host import P2PHost, count_refusal
+from node.p2p.patches import check_libp2p_version, tame_libp2p_logging
+from node.p2p.setup import (
+    ConnectionNotifee,
+    build_host,
+    build_pubsub,
+    close_host,
+    key_pair_from,
+    stop_auto_connector,
+)
+from node.p2p.types import BanList, P2PConfig, P2PStats
+
+__all__ = ["open_host"]
+
+
+@asynccontextmanager
+async def open_host(
+    private_key: Ed25519PrivateKey, config: P2PConfig | None = None
+) -> AsyncIterator[P2PHost]:
+    """Start a host with ``private_key``'s identity; stop it, releasing every socket, on exit.
+
+    The host's background tasks run in a nursery owned by this context manager.
+    """
+    config = config or P2PConfig()
+    check_libp2p_version()
+    tame_libp2p_logging(config.libp2p_log_level)
+    key_pair, peer_id = key_pair_from(private_key)
+    stats = P2PStats()
+    bans = BanList()
+    host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans)
+    pubsub, router = build_pubsub(host, config)
+    discovery = Discovery(host, config) if config.enable_dht else None
+    body_error: list[BaseException] = []
+    try:
+        async with host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs]):
+            try:
+                await stop_auto_connector(host)
+                async with AsyncExitStack() as services:
+                    await services.enter_async_context(background_trio_service(pubsub))
+                    await services.enter_async_context(background_trio_service(router))
+                    if discovery is not None:
+                        await services.enter_async_context(background_trio_service(discovery.dht))
+                    nursery = await services.enter_async_context(trio.open_nursery())
+                    p2p = P2PHost(
+                        host=host,
+                        pubsub=pubsub,
+                        router=router,
+                        discovery=discovery,
+                        config=config,
+                        peer_id=peer_id,
+                        stats=stats,
+                        nursery=nursery,
+                        bans=bans,
+                    )
+                    host.get_network().register_notifee(
+                        ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)
+                    )
+                    try:
+                        yield p2p
+                    except BaseException as exc:
+                        body_error.append(exc)
+                        raise
+                    finally:
+                        p2p._close_channels()
+                        nursery.cancel_scope.cancel()
+                        # The host closes before the pubsub/DHT services stop: the other
+                        # order leaves their streams to a network that is going away.
+                        await close_host(host)
+            finally:
+                await close_host(host)
+    except BaseExceptionGroup as group:
+        # The body's own exception comes back wrapped once per nursery between it and the
+        # caller (five of them, mostly libp2p's): hand it back as raised.
+        if body_error and _leaves(group) == body_error:
+            raise body_error[0] from None
+        raise
+    finally:
+        # A daemon thread per Pubsub sweeps its seen-messages cache; nothing else stops it.
+        pubsub.seen_messages.stop()
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]

@@ -1,0 +1,270 @@
+"""``SummaryKeyStore``: a Recon :class:`~sync.recon.store.KeyStore` with memory bounded by config.
+
+The keys live in a :class:`KeySource` (the events table in the node); in memory there is only a
+:class:`~sync.recon.buckets.BucketSummary` (count and hash sum per bucket of ``load`` to
+``2 * load`` keys, at most ``max_buckets`` buckets) and a least-recently-used cache of the keys of
+a few buckets (at most ``cache_keys`` keys). The hash of the keys below a bound is the sum of the
+whole buckets before it (a Fenwick walk) plus the keys of its own bucket below it, so a range
+hash costs two bucket reads at most (none when cached), whatever the length of the range.
+
+The source may hold keys the summary has not accounted yet (a database commit is visible before
+the store hears of it): a bucket read that does not match the summary is used once and not
+cached, and a split waits until it matches. Such a read can make one range hash differ from the
+peer's for a moment, which costs Recon one more round, never a wrong result: the keys themselves
+are always compared through the source.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, pairwise
+from typing import Protocol
+
+from sync.errors import LocalProtocolError
+from sync.recon.buckets import BucketSummary
+from sync.recon.sha256a import Sha256a, digest_of_wide, wide_of
+from sync.recon.store import EMPTY_HASH
+
+__all__ = ["KeySource", "SummaryKeyStore"]
+
+# Added to every difference of two prefix sums: a multiple of 2^32 in each 64-bit lane slot, so
+# a transiently inconsistent bucket read (see the module docstring) can never borrow across
+# slots or go negative; the lanes, taken mod 2^32, are unchanged.
+_BIAS = sum(1 << (62 + 64 * i) for i in range(8))
+
+
+class KeySource(Protocol):
+    """Where the keys are: ascending range reads and membership, both answered exactly."""
+
+    def add(self, key: bytes) -> bool:
+        """Make ``key`` part of the source; True when it was not there before."""
+        ...
+
+    def present(self, keys: Sequence[bytes]) -> set[bytes]:
+        """Those of ``keys`` the source holds."""
+        ...
+
+    def keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes]:
+        """Up to ``limit`` keys of ``[lo, hi)`` (``hi`` None: to the end), ascending."""
+        ...
+
+
+class SummaryKeyStore:
+    """Implements ``sync.recon.KeyStore`` (and ``range_fingerprints``) over a key source."""
+
+    def __init__(
+        self,
+        source: KeySource,
+        summary: BucketSummary | None = None,
+        *,
+        load: int = 256,
+        max_buckets: int = 32768,
+        cache_keys: int = 131_072,
+    ) -> None:
+        if cache_keys < 0:
+            raise LocalProtocolError("cache_keys must be >= 0")
+        self.source = source
+        self.summary = summary or BucketSummary(load=load, max_buckets=max_buckets)
+        self.cache_keys = cache_keys
+        # bucket start -> (its keys, running wide sums); only reads that matched the summary.
+        self._cache: OrderedDict[bytes, tuple[list[bytes], tuple[list[int], list[int]]]] = (
+            OrderedDict())
+        self._cached = 0
+        # bucket start -> count the bucket must reach before a failed split is tried again.
+        self._split_retry: dict[bytes, int] = {}
+        #: Bucket reads from the source, and those that did not match the summary.
+        self.reads = 0
+        self.mismatched_reads = 0
+
+    def __len__(self) -> int:
+        return self.summary.total
+
+    # -- updates ------------------------------------------------------------------------------
+
+    def insert(self, key: bytes) -> bool:
+        return self.insert_many([key]) == 1
+
+    def insert_many(self, keys: Iterable[bytes]) -> int:
+        """Add ``keys``; the number that were new. Splits wait until all are accounted."""
+        summary = self.summary
+        touched: set[int] = set()
+        added = 0
+        for key in keys:
+            if not self.source.add(key):
+                continue
+            bucket = summary.bucket_of(key)
+            summary.add(bucket, wide_of(key))
+            self._drop(summary.starts[bucket])
+            touched.add(bucket)
+            added += 1
+        # By start key, not index: a split shifts the indices after it, a merge halves them.
+        todo = [summary.starts[b] for b in touched]
+        while todo:
+            bucket = summary.bucket_of(todo.pop())
+            if summary.oversized(bucket):
+                todo += self._split(bucket)
+        return added
+
+    def _split(self, bucket: int) -> list[bytes]:
+        """Split ``bucket``; the start keys of its two halves (none when it must wait)."""
+        summary = self.summary
+        start = summary.starts[bucket]
+        if summary.counts[bucket] < self._split_retry.get(start, 0):
+            return []
+        keys, sums, exact = self._read(bucket)
+        if exact:
+            self._partial(keys, sums, len(keys), None)
+        before = len(summary)
+        if not exact or not summary.split(bucket, keys, sums[0]):
+            self._split_retry[start] = summary.counts[bucket] + max(1, summary.load // 8)
+            return []
+        self._split_retry.pop(start, None)
+        self._drop(start)  # the entry held both halves
+        if len(summary) < before:  # pairs were merged: every cached bucket changed
+            self._cache.clear()
+            self._cached = 0
+            self._split_retry.clear()
+        return [start, keys[len(keys) // 2]]
+
+    # -- bucket reads -------------------------------------------------------------------------
+
+    def _drop(self, start: bytes) -> None:
+        entry = self._cache.pop(start, None)
+        if entry is not None:
+            self._cached -= len(entry[0])
+
+    def _read(self, bucket: int) -> tuple[list[bytes], tuple[list[int], list[int]], bool]:
+        """The keys of ``bucket`` (from the cache or the source), their running wide sums as far
+        as computed yet (see :meth:`_partial`), and whether the read matches the summary (only
+        those are cached)."""
+        summary = self.summary
+        start = summary.starts[bucket]
+        entry = self._cache.get(start)
+        if entry is not None:
+            self._cache.move_to_end(start)
+            return entry[0], entry[1], True
+        count = summary.counts[bucket]
+        keys = []
+        if count:
+            keys = self.source.keys(start, summary.end_of(bucket), count + summary.load)
+        sums: tuple[list[int], list[int]] = ([0], [0])
+        self.reads += 1
+        # The source only ever gains keys, so a read matching the count holds exactly the
+        # accounted ones (split() checks the hash sum too).
+        if len(keys) != count:
+            self.mismatched_reads += 1
+            return keys, sums, False
+        if len(keys) <= self.cache_keys:
+            self._cache[start] = (keys, sums)
+            self._cached += len(keys)
+            while self._cached > self.cache_keys:
+                _, (old, _) = self._cache.popitem(last=False)
+                self._cached -= len(old)
+        return keys, sums, True
+
+    @staticmethod
+    def _partial(keys: list[bytes], sums: tuple[list[int], list[int]], off: int,
+                 total: int | None) -> int:
+        """Wide sum of ``keys[:off]``, hashing as few keys as it can.
+
+        ``sums`` are running sums from the front (``front[i]``: ``keys[:i]``) and from the back
+        (``back[j]``: the last ``j`` keys), each as far as computed yet: most reads serve a bound
+        or two, so hashes are computed lazily, from the nearer end when the bucket's total is
+        known (a read matching the summary).
+        """
+        front, back = sums
+        need = len(keys) - off
+        if off < len(front):
+            return front[off]
+        if total is not None and need < len(back):
+            return total - back[need]
+        if total is not None and need - len(back) < off - len(front):
+            done = len(back) - 1
+            back += accumulate(map(wide_of, reversed(keys[off : len(keys) - done])),
+                               initial=back[-1])
+            del back[done + 1]  # accumulate repeats its initial value
+            return total - back[need]
+        done = len(front) - 1
+        front += accumulate(map(wide_of, keys[done:off]), initial=front[-1])
+        del front[done + 1]
+        return front[off]
+
+    def _below(self, key: bytes) -> tuple[int, int]:
+        """(wide sum, count) of the keys below ``key``."""
+        summary = self.summary
+        bucket = summary.bucket_of(key)
+        wide, count = summary.before(bucket)
+        if key == summary.starts[bucket] or not summary.counts[bucket]:
+            return wide, count
+        keys, sums, exact = self._read(bucket)
+        off = bisect_left(keys, key)
+        total = summary.wides[bucket] if exact else None
+        return wide + self._partial(keys, sums, off, total), count + off
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def contains(self, key: bytes) -> bool:
+        return bool(self.source.present([key]))
+
+    def contains_many(self, keys: Sequence[bytes]) -> set[bytes]:
+        """Those of ``keys`` in the store, in one pass over the source."""
+        return self.source.present(keys)
+
+    def range_fingerprints(self, bounds: list[bytes]) -> list[tuple[int, bytes]]:
+        """(count, 32-byte digest) of the adjacent ranges ``[bounds[i], bounds[i+1])``."""
+        below = [self._below(bound) for bound in bounds]
+        out: list[tuple[int, bytes]] = []
+        for (w1, c1), (w2, c2) in pairwise(below):
+            out.append((c2 - c1, digest_of_wide(w2 - w1 + _BIAS)) if c2 > c1 else (0, bytes(32)))
+        return out
+
+    def range_hash(self, lo: bytes, hi: bytes) -> Sha256a:
+        if not lo < hi:
+            return EMPTY_HASH
+        (w1, c1), (w2, c2) = self._below(lo), self._below(hi)
+        return Sha256a.from_wide(w2 - w1 + _BIAS, c2 - c1) if c2 > c1 else EMPTY_HASH
+
+    def count(self, lo: bytes, hi: bytes) -> int:
+        if not lo < hi:
+            return 0
+        return max(0, self._below(hi)[1] - self._below(lo)[1])
+
+    def keys(self, lo: bytes, hi: bytes, limit: int) -> list[bytes]:
+        """Walks the buckets through the cache: a session asks next for hashes in them."""
+        out: list[bytes] = []
+        if not lo < hi or limit <= 0:
+            return out
+        summary = self.summary
+        bucket = summary.bucket_of(lo)
+        while len(out) < limit:
+            keys = self._read(bucket)[0] if summary.counts[bucket] else []
+            i = bisect_left(keys, lo) if not out else 0
+            j = bisect_left(keys, hi, i)
+            out += keys[i : min(j, i + limit - len(out))]
+            end = summary.end_of(bucket)
+            if j < len(keys) or end is None or end >= hi:
+                break
+            bucket += 1
+        return out
+
+    def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
+        if rank < 0:
+            raise LocalProtocolError("key_at rank out of range")
+        mismatched = self.mismatched_reads
+        target = self._below(lo)[1] + rank
+        if target < self.summary.total:
+            bucket, within = self.summary.find(target)
+            keys = self._read(bucket)[0]
+            if within < len(keys) and lo <= keys[within] < hi:
+                return keys[within]
+        if self.mismatched_reads == mismatched:
+            raise LocalProtocolError("key_at rank out of range")
+        # A read did not match the summary (keys not accounted yet): ask the source. Far ranks
+        # get the range's first key, which serves a split as well, only less evenly; answers
+        # are exact again once those keys are accounted.
+        near = self.source.keys(lo, hi, rank + 1 if rank <= 2 * self.summary.load else 1)
+        if not near or (len(near) <= rank and rank <= 2 * self.summary.load):
+            raise LocalProtocolError("key_at rank out of range")
+        return near[-1]

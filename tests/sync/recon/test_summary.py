@@ -1,0 +1,207 @@
+"""SummaryKeyStore (bucket summary + key source) answers exactly like MemoryKeyStore."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sync.errors import LocalProtocolError
+from sync.recon import (
+    BucketSummary,
+    KeyStore,
+    MemoryKeyStore,
+    ReconConfig,
+    SummaryKeyStore,
+    reconcile_in_memory,
+    wide_of,
+)
+from tests.sync.recon.helpers import FULL, BruteForceStore, Query, check_store_against_model
+
+keys_st = st.binary(min_size=0, max_size=3)
+query_st = st.lists(
+    st.tuples(keys_st, keys_st, keys_st, st.integers(0, 20)), min_size=1, max_size=30
+)
+
+
+class ListSource:
+    """A sorted list (the brute-force model's) as the key source."""
+
+    def __init__(self) -> None:
+        self.model = BruteForceStore()
+        self.reads = 0
+
+    def add(self, key: bytes) -> bool:
+        return self.model.insert(key)
+
+    def present(self, keys: Sequence[bytes]) -> set[bytes]:
+        return {k for k in keys if self.model.contains(k)}
+
+    def keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes]:
+        self.reads += 1
+        items = self.model.items
+        i = bisect.bisect_left(items, lo)
+        j = len(items) if hi is None else bisect.bisect_left(items, hi)
+        return items[i : min(j, i + limit)]
+
+
+class CommittedFirst(ListSource):
+    """A database table: keys are already in it when the store hears of them."""
+
+    def add(self, key: bytes) -> bool:
+        return True
+
+
+def buckets_of(keys: list[bytes], load: int) -> list[tuple[bytes, int, int]]:
+    """What ``storage.scan_buckets`` yields for these sorted keys (the start-up scan)."""
+    out: list[tuple[bytes, int, int]] = []
+    start, count, wide = b"", 0, 0
+    for key in keys:
+        if count == load:
+            out.append((start, count, wide))
+            start, count, wide = key, 0, 0
+        count += 1
+        wide += wide_of(key)
+    out.append((start, count, wide))
+    return out
+
+
+def _same(store: KeyStore, memory: MemoryKeyStore, model: BruteForceStore,
+          queries: list[Query]) -> None:
+    check_store_against_model(store, model, queries)
+    check_store_against_model(memory, model, queries)
+    for lo, hi, probe, _ in queries:
+        bounds = sorted({lo, hi, probe})
+        assert store.range_fingerprints(bounds) == memory.range_fingerprints(bounds)  # type: ignore[attr-defined]
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    inserts=st.lists(keys_st, max_size=300),
+    queries=query_st,
+    load=st.integers(1, 8),
+    max_buckets=st.integers(2, 12),
+    cache_keys=st.integers(0, 40),
+)
+def test_inserts_match_memory_store(
+    inserts: list[bytes], queries: list[Query], load: int, max_buckets: int, cache_keys: int
+) -> None:
+    store = SummaryKeyStore(ListSource(), load=load, max_buckets=max_buckets,
+                            cache_keys=cache_keys)
+    memory = MemoryKeyStore(load=load)
+    model = BruteForceStore()
+    for key in inserts:
+        new = model.insert(key)
+        assert store.insert(key) == new
+        assert memory.insert(key) == new
+    _same(store, memory, model, queries)
+    assert len(store.summary) <= max_buckets
+    assert store._cached <= cache_keys
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    initial=st.sets(keys_st, max_size=300),
+    more=st.lists(keys_st, max_size=100),
+    queries=query_st,
+    load=st.integers(1, 8),
+    max_buckets=st.integers(2, 12),
+)
+def test_restored_summary_then_batches_of_inserts(
+    initial: set[bytes], more: list[bytes], queries: list[Query], load: int, max_buckets: int
+) -> None:
+    """Start-up (the summary rebuilt from a scan), then keys that reach the table before the
+    store hears of them, in batches as the node's writer commits them."""
+    ordered = sorted(initial)
+    source = CommittedFirst()
+    source.model.items = list(ordered)
+    summary = BucketSummary.restore(buckets_of(ordered, load), load=load, max_buckets=max_buckets)
+    store = SummaryKeyStore(source, summary, cache_keys=16)
+    memory = MemoryKeyStore.from_sorted(ordered, load=load)
+    model = BruteForceStore()
+    for key in ordered:
+        model.insert(key)
+    _same(store, memory, model, queries)
+    fresh = list(dict.fromkeys(k for k in more if k not in initial))
+    for i in range(0, len(fresh), 7):
+        batch = fresh[i : i + 7]
+        for key in batch:
+            ListSource.add(source, key)  # committed: visible in the table ...
+        for lo, hi, _, _ in queries[:3]:  # ... and read by sessions before the store is told
+            inside = store.count(lo, hi)
+            assert inside >= 0
+            if inside > 1:
+                assert lo <= store.key_at(lo, hi, inside // 2) < hi
+        store.insert_many(batch)
+        for key in batch:
+            model.insert(key)
+            memory.insert(key)
+    _same(store, memory, model, queries)
+    assert len(store.summary) <= max_buckets
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    ours=st.sets(st.binary(min_size=1, max_size=4), max_size=400),
+    theirs=st.sets(st.binary(min_size=1, max_size=4), max_size=400),
+    load=st.integers(1, 16),
+)
+def test_sessions_split_and_answer_as_with_the_memory_store(
+    ours: set[bytes], theirs: set[bytes], load: int
+) -> None:
+    """Same store answers, same Recon exchange: every split, hash and key list is identical."""
+    config = ReconConfig(key_list_threshold=4)
+    summary = SummaryKeyStore(ListSource(), load=load, max_buckets=6, cache_keys=8)
+    summary.insert_many(sorted(ours))
+    with_summary = reconcile_in_memory(summary, MemoryKeyStore.from_sorted(sorted(theirs)),
+                                       FULL, FULL, config, apply=False)
+    with_memory = reconcile_in_memory(MemoryKeyStore.from_sorted(sorted(ours)),
+                                      MemoryKeyStore.from_sorted(sorted(theirs)),
+                                      FULL, FULL, config, apply=False)
+    assert with_summary == with_memory
+    assert set(with_summary.initiator_missing) == theirs - ours
+    assert set(with_summary.responder_missing) == ours - theirs
+
+
+def test_memory_is_bounded_by_config_not_by_keys() -> None:
+    keys = [i.to_bytes(4, "big") for i in range(0, 200_000, 7)]
+    store = SummaryKeyStore(ListSource(), load=16, max_buckets=64, cache_keys=100)
+    for i in range(0, len(keys), 1000):
+        store.insert_many(keys[i : i + 1000])
+    assert len(store) == len(keys)
+    assert len(store.summary) <= 64
+    assert store.summary.load > 16  # buckets merged pairwise as the log grew
+    for lo, hi in pairwise(keys[:: len(keys) // 20]):
+        assert store.count(lo, hi) == len(keys) // 20
+    assert store._cached <= 100
+
+
+def test_range_hash_reads_at_most_two_buckets() -> None:
+    source = ListSource()
+    store = SummaryKeyStore(source, load=64, max_buckets=1024, cache_keys=0)
+    keys = [i.to_bytes(4, "big") for i in range(50_000)]
+    store.insert_many(keys)
+    source.reads = 0
+    memory = MemoryKeyStore.from_sorted(keys)
+    lo, hi = keys[3].ljust(5, b"\x01"), keys[-3].ljust(5, b"\x01")
+    assert store.range_hash(lo, hi) == memory.range_hash(lo, hi)
+    assert source.reads == 2
+
+
+def test_bad_summaries_are_refused() -> None:
+    with pytest.raises(LocalProtocolError):
+        BucketSummary(load=0, max_buckets=4)
+    with pytest.raises(LocalProtocolError):
+        BucketSummary.restore([(b"a", 1, 1)], load=4, max_buckets=4)
+    with pytest.raises(LocalProtocolError):
+        BucketSummary.restore([(b"", 1, 1), (b"", 1, 1)], load=4, max_buckets=4)
+    with pytest.raises(LocalProtocolError):
+        SummaryKeyStore(ListSource(), cache_keys=-1)
+    store = SummaryKeyStore(ListSource())
+    assert isinstance(store, KeyStore)
+    with pytest.raises(LocalProtocolError):
+        store.key_at(b"", b"\xff", 0)
