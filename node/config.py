@@ -180,6 +180,7 @@ class P2PSection:
     gossip_peer_rate: float = _opt(1000.0, _positive)
     gossip_peer_burst: float = _opt(5000.0, lambda v: None if v >= 1 else "must be >= 1")
     gossip_queue_bytes: int = _opt(64 * 1024 * 1024, _positive)
+    peer_event_queue: int = _opt(1024, _positive)
 
 
 def _channel_profiles(v: Any) -> str | None:
@@ -221,7 +222,7 @@ class SdsSection:
 @dataclass(frozen=True)
 class ReconSection:
     interval_s: float = _opt(10.0, _positive)
-    fanout: int = _opt(16, lambda v: None if v >= 2 else "must be >= 2")
+    fanout: int = _opt(16, lambda v: None if 2 <= v <= 256 else "must be within 2..256")
     session_timeout_s: float = _opt(60.0, _positive)
     fetch_batch: int = _opt(500, _positive)
     gossip_grace_s: float = _opt(3.0, _non_negative)

@@ -13,6 +13,7 @@ from node.api.node_metrics import register_node_metrics
 from node.api.routes import NODE_ROUTES
 from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
+from node.config_combined import check_combined_keys
 from node.logs import kv
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.host import P2PConfig
@@ -66,6 +67,7 @@ def p2p_config(config: Config) -> P2PConfig:
         read_timeout=config.p2p.read_timeout_s,
         max_frame_bytes=config.p2p.max_frame_bytes,
         gossip_queue_bytes=config.p2p.gossip_queue_bytes,
+        peer_event_queue_size=config.p2p.peer_event_queue,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,
         dht_timeout=config.p2p.dht_timeout_s,
@@ -97,7 +99,9 @@ async def serve(
 
     :raises StartupError: before anything is opened when the data dir is held by another
         process (its ``repo.lock``) or a configured port is taken.
+    :raises ConfigError: before anything is opened when config keys do not work together.
     """
+    check_combined_keys(config)
     lock = _open_data_dir(config)
     try:
         await _serve_locked(config, shutdown, routes, task_status)

@@ -7,7 +7,7 @@ import signal
 
 import trio
 
-from node.config import Config
+from node.config import Config, ConfigError
 from node.daemon import StartupError, serve
 from node.p2p.frames import P2PError
 from node.p2p.identity import IdentityError
@@ -48,7 +48,7 @@ def _leaves(error: BaseException) -> list[BaseException]:
 def startup_problem(error: BaseException) -> str | None:
     """The one-line reason when ``error`` (often a group) means the node could not start."""
     for leaf in _leaves(error):
-        if isinstance(leaf, StartupError | IdentityError):
+        if isinstance(leaf, StartupError | IdentityError | ConfigError):
             return str(leaf)
         if isinstance(leaf, OSError) and leaf.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
             return (f"cannot listen: {leaf.strerror} (is api.listen or p2p.listen taken by "

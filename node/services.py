@@ -10,7 +10,8 @@ from node.api.app import ApiRoute
 from node.apps.blocks_app import router_of
 from node.apps.plugins import PLUGINS
 from node.apps.runner import AppRunner
-from node.config import Config, ConfigError, SdsSection
+from node.config import Config
+from node.config_combined import recon_config, sds_config
 from node.p2p.standing import PeerStanding, score_config
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
@@ -19,48 +20,9 @@ from node.replication.peers import PeerManager
 from node.replication.recon import ReconService
 from node.runtime import NodeRuntime, Service
 from node.snapshots.scheduler import scheduler_from_config
-from sync.errors import LocalProtocolError
 from sync.gossip import GossipLimits
-from sync.recon.session import ReconConfig
-from sync.sds import SdsConfig
 
 __all__ = ["build_services", "channel_profiles", "channel_writers", "sds_config"]
-
-
-def sds_config(config: Config) -> SdsConfig:
-    s = config.sds
-    try:
-        return _sds_config(s)
-    except LocalProtocolError as exc:  # a combination of keys SDS cannot work with
-        name = str(exc).rsplit(".", 1)[-1]
-        raise ConfigError(f"sds.{name}", "inconsistent with the other sds keys "
-                          "(docs/security.md)") from None
-
-
-def _sds_config(s: SdsSection) -> SdsConfig:
-    return SdsConfig(
-        causal_history_size=s.causal_history_size,
-        bloom_capacity=s.bloom_capacity,
-        bloom_fp_rate=s.bloom_fp_rate,
-        resend_interval=s.resend_interval_s,
-        possibly_acked_resend_interval=3 * s.resend_interval_s,
-        max_resends=s.max_resends,
-        lost_timeout=s.lost_timeout_s,
-        sync_interval=s.sync_interval_s,
-        sync_jitter=s.sync_interval_s,
-        t_min=s.repair_t_min_s,
-        t_max=s.repair_t_max_s,
-        max_lamport_ahead_ms=s.max_lamport_ahead_ms,
-        max_waiting=s.max_waiting,
-        max_waiting_bytes=s.max_waiting_bytes,
-        max_waiting_per_sender=s.max_waiting_per_sender,
-        max_waiting_bytes_per_sender=s.max_waiting_bytes_per_sender,
-        max_missing=s.max_missing,
-        delivered_window=s.delivered_window,
-        max_missing_per_sender=s.max_missing_per_sender,
-        repair_cache_bytes=s.repair_cache_bytes,
-        ack_min_filters=s.ack_min_filters,
-    )
 
 
 def channel_profiles(config: Config) -> dict[str, str]:
@@ -117,7 +79,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, interval_s=config.recon.interval_s,
         session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
-        config=ReconConfig(fanout=config.recon.fanout, max_key_list=config.recon.max_key_list),
+        config=recon_config(config),
         allowed_senders=allowed, gossip_grace_s=config.recon.gossip_grace_s,
         standing=standing, claim_timeout_s=config.recon.claim_timeout_s,
         max_missing_keys=config.recon.max_missing_keys,

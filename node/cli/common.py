@@ -66,11 +66,19 @@ class CliError(Exception):
         super().__init__(" ".join(message.split("\n")))
 
 
-def config_from(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Config:
+def config_from(args: argparse.Namespace, overrides: dict[str, Any] | None = None, *,
+                combined: bool = False) -> Config:
+    """The configuration, or a usage error; ``combined`` also checks that the keys work
+    together (``node.config_combined``: costs the protocol modules' import)."""
     from node.config import ConfigError, load_config
 
     try:
-        return load_config(getattr(args, "config", None), overrides=overrides)
+        config = load_config(getattr(args, "config", None), overrides=overrides)
+        if combined:
+            from node.config_combined import check_combined_keys
+
+            check_combined_keys(config)
+        return config
     except ConfigError as exc:
         raise CliError(str(exc), code=EXIT_USAGE) from None
 

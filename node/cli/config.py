@@ -66,7 +66,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    config_from(args)
+    config_from(args, combined=True)
     source = args.config or "defaults"
     print(f"ok: {source} is a valid configuration (with SYNCNODE_* variables applied)")
     return 0

@@ -70,7 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides["p2p.listen"] = args.listen
     if args.bootstrap:
         overrides["p2p.bootstrap"] = args.bootstrap
-    config = config_from(args, overrides)
+    config = config_from(args, overrides, combined=True)
     import trio
 
     from node.logs import configure_logging

@@ -72,6 +72,12 @@ class DecodeLimits:
     max_hint_length: int = 1024
 
 
+#: A message's sender and channel are stored in columns of this many characters
+#: (``storage.schema.events``): a longer one is refused here, where it is counted as a bad
+#: message, rather than by the database after the channel accepted it.
+MAX_STORED_ID_LENGTH = 128
+
+
 class SignedEvent(NamedTuple):
     """The stable, signed part of a message. ``lamport is None`` marks an ephemeral message,
     empty ``content`` a sync message. (A named tuple: one is built per received message.)"""
@@ -288,12 +294,16 @@ def _decode(
         raise RemoteProtocolError(f"undecodable message: {type(exc).__name__}") from None
     sender, mid, channel = msg.sender_id, msg.message_id, msg.channel_id
     max_id = limits.max_id_length
-    if not sender or len(sender) > max_id:
-        raise RemoteProtocolError("missing or oversized sender id")
+    if not sender:
+        raise RemoteProtocolError("missing sender id")
+    if len(sender) > min(max_id, MAX_STORED_ID_LENGTH):
+        raise RemoteProtocolError(
+            f"sender id longer than {min(max_id, MAX_STORED_ID_LENGTH)} characters")
     if not mid or len(mid) > max_id:
         raise RemoteProtocolError("missing or oversized message id")
-    if len(channel) > max_id:
-        raise RemoteProtocolError("oversized channel id")
+    if len(channel) > min(max_id, MAX_STORED_ID_LENGTH):
+        raise RemoteProtocolError(
+            f"channel id longer than {min(max_id, MAX_STORED_ID_LENGTH)} characters")
     lamport = msg.lamport_timestamp if msg.HasField("lamport_timestamp") else None
     content = msg.content
     if lamport is None and not content:

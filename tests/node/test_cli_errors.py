@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from node.config import ConfigError
+from node.node_main import startup_problem
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "config.example.toml"
@@ -58,6 +60,15 @@ CONFIGS = [
     ("[node]\nnetwork_id = 18446744073709551616\n", "must be in [0, 2^63)"),
     ("[node\n", "invalid TOML"),
     ("[node]\nbogus = 1\n", "node.bogus: unknown key"),
+    # Each key in range, the combination not (node.config_combined).
+    ("[sds]\nbloom_capacity = 1000000\n",
+     "sds.delivered_window: must be >= sds.bloom_capacity"),
+    ("[sds]\nmax_waiting = 10\nmax_waiting_per_sender = 20\n",
+     "sds.max_waiting_per_sender: must be <= sds.max_waiting"),
+    ("[sds]\ncausal_history_size = 100\n", "sds.causal_history_size: must be <= 16"),
+    ("[sds]\nrepair_t_min_s = 60.0\nrepair_t_max_s = 60.0\n",
+     "sds.repair_t_max_s: must be > sds.repair_t_min_s"),
+    ("[recon]\nfanout = 1000\n", "recon.fanout: must be within 2..256"),
 ]
 
 
@@ -79,9 +90,26 @@ def test_bad_config_stops_run_with_one_line(tmp_path: Path) -> None:
                      "node.data_dir")
     assert_one_error(run_cli("run", "--listen", "/ip4/1.2.3.4/udp/1"), 2, "p2p.listen")
     assert_one_error(run_cli("run", "--api", "foo:bar"), 2, "api.listen")
+    # Keys that do not work together: refused before the node opens anything (it used to
+    # start and fail inside its nursery: "unexpected ExceptionGroup ... a bug").
+    data_dir = tmp_path / "never"
+    assert_one_error(run_cli("run", "--data-dir", str(data_dir), "--api", "127.0.0.1:0",
+                             "--listen", "/ip4/127.0.0.1/tcp/0",
+                             env={"SYNCNODE_SDS_BLOOM_CAPACITY": "1000000"}), 2,
+                     "sds.delivered_window: must be >= sds.bloom_capacity")
+    assert not data_dir.exists()
     # Deeply nested JSON in the environment.
     deep = {"SYNCNODE_DB_TABLES": "[" * 50_000 + "]" * 50_000}  # (an env string is <128 KiB)
     assert_one_error(run_cli("config", "validate", env=deep), 2, "db.tables")
+
+
+def test_a_config_error_inside_the_started_node_is_one_line() -> None:
+    # In-process callers of node.daemon.serve meet the same check inside trio's groups.
+    group = BaseExceptionGroup("nursery", [ExceptionGroup("inner", [
+        ConfigError("sds.delivered_window", "must be >= sds.bloom_capacity")])])
+    assert startup_problem(group) == \
+        "config error: sds.delivered_window: must be >= sds.bloom_capacity"
+    assert startup_problem(ExceptionGroup("x", [RuntimeError("bug")])) is None
 
 
 def test_example_config_accepts_a_declared_table(tmp_path: Path) -> None:

@@ -169,6 +169,27 @@ def test_a_replica_joining_through_a_snapshot_and_recon_matches_after_compaction
                    for s in expected_states.values())
 
 
+def test_tombstones_past_the_window_are_compacted_and_counted_exactly_once(
+    engine: Engine
+) -> None:
+    """Three deletes at Lamport 20, 21 and 22, a window of 3: each tombstone is forgotten
+    once the table's newest write is 3 past it, and counted then, once."""
+    replica = Replica(engine, DbSection(tables=SCHEMAS, stability_window=WINDOW))
+    compacted = "db_tombstones_compacted_total"
+    replica.feed([ALICE.write("upsert", "artists", f"e{i}", 10 + i, plays=i) for i in range(4)])
+    replica.feed([ALICE.write("delete", "artists", f"e{i}", 20 + i) for i in range(3)])
+    assert replica.counter("db_tombstones_total") == 3
+    assert replica.counter(compacted) == 0  # newest 22: horizon 19, none is older
+    replica.feed([ALICE.write("update", "artists", "e3", 24, plays=9)])  # horizon 21
+    assert replica.counter(compacted) == 2
+    replica.feed([ALICE.write("update", "artists", "e3", 100, plays=10)])
+    assert replica.counter(compacted) == 3
+    replica.feed([ALICE.write("update", "artists", "e3", 200, plays=11)])
+    assert replica.counter(compacted) == 3  # nothing left to forget, nothing counted twice
+    assert not any(s.deleted for s in replica.states().values())
+    assert replica.tables()["artists"] == {"e3": row(plays=11)}
+
+
 def test_a_restarted_node_keeps_its_schema_versions(engine: Engine) -> None:
     first = Replica(engine)
     first.feed([ALICE.declare(10, V2)])

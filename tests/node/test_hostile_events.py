@@ -27,10 +27,13 @@ from sync.cardinal import (
     ZERO_HASH,
     PrefixRouter,
     Producer,
+    RoutedMessage,
     encode_envelope,
     make_payload,
+    make_sub_batch,
     payload_to_json,
 )
+from sync.cardinal.assembly import MAX_LAYOUTS_PER_SUB_BATCH
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event
 from tests.node.cluster import (
@@ -252,3 +255,68 @@ def test_a_gossip_flood_costs_the_flooder_not_honest_publishers(
     assert flooded < 600, f"{flooded} of 800 flood events got through a 200-event burst"
     # The flooder paid in standing.
     assert metric(victim, "peer_penalties_total") > 0
+
+
+def head_of(node: NodeProcess) -> str | None:
+    r = httpx.get(f"{node.api_url}/v1/blocks/head", headers=node.headers, timeout=30)
+    if r.status_code == 404:
+        return None
+    r.raise_for_status()
+    return str(r.json()["hash"])
+
+
+async def gossip_on_channels(target: str, wires: list[tuple[str, bytes]]) -> None:
+    """Publish (channel, wire) pairs in order from one crafted host."""
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+        await host.connect(target)
+        for channel in dict.fromkeys(c for c, _ in wires):
+            await host.subscribe(topic_of(1, channel))
+        await trio.sleep(3.0)  # let the mesh form
+        for channel, wire in wires:
+            await host.publish(topic_of(1, channel), wire)
+        await trio.sleep(1.0)
+
+
+def test_a_sub_batch_from_more_producers_than_held_is_counted_then_completed(
+    tmp_path: Path
+) -> None:
+    """Ten declared producers send the first piece of one sub batch; a consumer holds pieces of
+    eight (sync.cardinal.assembly) and counts the two others. One held producer's remaining
+    pieces then complete the block: nothing the bound set aside was needed."""
+    keys = [Ed25519PrivateKey.generate() for _ in range(MAX_LAYOUTS_PER_SUB_BATCH + 2)]
+    node = start_node(tmp_path, "consumer", env={
+        "SYNCNODE_BLOCKS_ENABLED": "true", "SYNCNODE_BLOCKS_ROUTES": "state/=blocks-state",
+        "SYNCNODE_BLOCKS_PRODUCERS": ",".join(peer_id_of(k) for k in keys)})
+    try:
+        producer = Producer(PrefixRouter({"state/": "blocks-state"}, "blocks"), subbatch_chunk=2)
+        sub = make_sub_batch("state/", b"\x5b" * 32, {f"state/{i}": b"v" for i in range(4)},
+                             ["state/old"])
+        payload = make_payload(b"\xb5" * 32, 0, ZERO_HASH, updates={"k": b"v"}, sub_batches=[sub])
+        messages = producer.messages_for(payload)
+        headers = [m for m in messages if m.key[0] == 1]
+        items = [m for m in messages if m.key[0] == 2]
+        rest = [m for m in messages if m.key[0] not in (1, 2)]
+        assert headers and len(items) >= 2 and rest
+        now_ms = int(time.time() * 1000)
+
+        def wire(key: Ed25519PrivateKey, i: int, m: RoutedMessage) -> tuple[str, bytes]:
+            content = encode_envelope(m.key, m.value)
+            return m.channel, encode_event(m.channel, peer_id_of(key), now_ms + i, (), content,
+                                           key).wire
+
+        first = [wire(keys[0], i, m) for i, m in enumerate(rest)]
+        first += [wire(k, 100, items[0]) for k in keys]
+        assert metric(node, "blocks_excess_producers") == 0
+        trio.run(gossip_on_channels, node.listen_addrs[0], first)
+        wait_for(lambda: metric(node, "blocks_excess_producers") == 2, 30,
+                 "the two producers beyond the bound were not counted")
+        tip = "0x" + payload.hash.hex()
+        assert head_of(node) is None  # no producer has sent its whole set yet
+        # Producer 3 (held) sends the rest of its set: the block completes from it.
+        trio.run(gossip_on_channels, node.listen_addrs[0],
+                 [wire(keys[3], 200 + i, m) for i, m in enumerate([*headers, *items[1:]])])
+        wait_for(lambda: head_of(node) == tip, 30,
+                 "the block did not complete from a held producer's set")
+        assert metric(node, "blocks_excess_producers") == 2
+    finally:
+        assert node.terminate() == 0, node.log_tail()

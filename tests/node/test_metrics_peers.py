@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import socket
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,7 +23,6 @@ from pathlib import Path
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from libp2p.custom_types import TProtocol
 
 from node.p2p.host import FramedStream, P2PConfig, P2PHost
 from node.p2p.run import open_host
@@ -72,8 +72,8 @@ class CraftedPeer:
     def serve_fetches(self, serve: bool) -> None:
         if serve:
             self.host.set_stream_handler(FETCH_PROTOCOL, self._answer)
-        else:  # the protocol is then refused in negotiation (P2PHost has no way to stop)
-            self.host._host.remove_stream_handler(TProtocol(FETCH_PROTOCOL))
+        else:  # the protocol is then refused in negotiation
+            self.host.remove_stream_handler(FETCH_PROTOCOL)
 
     def message(self, content: bytes) -> tuple[str, bytes]:
         """A new message: its id and what goes on the wire (gossiped or not)."""
@@ -99,7 +99,7 @@ class CraftedPeer:
             for _ in range(2 if self.mode == "extra" else 1):
                 await stream.send(wire)
         await stream.send(b"")
-        await stream.aclose()
+        await stream.close()
 
 
 def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
@@ -152,6 +152,11 @@ WATCHED = {
           "p2p_connections_closed_total", "events_store_failed_total"],
     "closed": ["p2p_gossip_refused_foreign_total", "p2p_gossip_dropped_overflow_total"],
 }
+
+
+def _sql(node: NodeProcess, statement: str) -> None:
+    with sqlite3.connect(node.data_dir / "syncnode.db", timeout=30) as conn:
+        conn.execute(statement)
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
@@ -245,14 +250,29 @@ async def _drive(a: NodeProcess, seed: str) -> None:
         await step("recon_claims_held", held)
         peer.serve_fetches(True)
 
-        # Unsigned (waku profile), the sender names itself: 200 characters pass the decoder
-        # (ids up to 256) but not the log's sender column (128). Not stored; delivery undone.
+        # Unsigned (waku profile), the sender names itself: a name longer than the log's
+        # sender column (128) is refused by the decoder, counted, never delivered.
         waku = SdsChannel("wk", "s" * 200, None, SdsConfig(profile="waku"), random.Random(9),
                           time.time(), False)
 
         async def long_sender() -> None:
             await host.publish(topic_of(1, "wk"), waku.send(b"from a long name", time.time()))
-        await step("events_store_failed_total", long_sender)
+        await step("events_rejected_total", long_sender)
+        await _until(lambda: 'reason="sender id longer than 128 characters"' in a.get("/metrics"),
+                     "the long sender's rejection was not counted with its reason")
+
+        # A database that refuses the insert (a trigger stands for a full disk or a broken
+        # database): the delivered event is not stored, its delivery undone and counted.
+        waku = SdsChannel("wk", "shortname", None, SdsConfig(profile="waku"), random.Random(9),
+                          time.time(), False)
+
+        async def refused_by_the_database() -> None:
+            await trio.to_thread.run_sync(_sql, a, "CREATE TRIGGER refuse_wk BEFORE INSERT ON "
+                                          "events WHEN NEW.channel = 'wk' BEGIN SELECT "
+                                          "RAISE(ABORT, 'refused by the test'); END")
+            await host.publish(topic_of(1, "wk"), waku.send(b"refused", time.time()))
+        await step("events_store_failed_total", refused_by_the_database)
+        await trio.to_thread.run_sync(_sql, a, "DROP TRIGGER refuse_wk")
 
         # A fetch request that never comes: a's read times out.
         async def stall() -> None:
@@ -284,3 +304,33 @@ async def _drive(a: NodeProcess, seed: str) -> None:
             await recon_and_answer(host, target, sorted(recon_key(e) for e in events),
                                    stall_answer)
         await step("recon_missing_dropped_total", stalled)
+
+
+BURST_HOSTS = 12
+
+
+async def _connection_bursts(node: NodeProcess, rounds: int) -> None:
+    """Rounds of BURST_HOSTS real hosts that connect at once and leave together."""
+    for _ in range(rounds):
+        if await trio.to_thread.run_sync(metric, node, "p2p_peer_events_dropped_total") > 0:
+            return
+
+        async def visit() -> None:
+            async with open_host(Ed25519PrivateKey.generate(), P2PConfig()) as host:
+                await host.connect(node.listen_addrs[0])
+                await trio.sleep(0.3)
+        async with trio.open_nursery() as nursery:
+            for _ in range(BURST_HOSTS):
+                nursery.start_soon(visit)
+
+
+def test_connection_notices_beyond_the_queue_are_dropped_and_counted(tmp_path: Path) -> None:
+    # A queue of one notice per watching service: a burst of connections overflows it.
+    node = start_node(tmp_path, "a", env={"SYNCNODE_P2P_PEER_EVENT_QUEUE": "1"})
+    try:
+        assert metric(node, "p2p_peer_events_dropped_total") == 0
+        trio.run(_connection_bursts, node, 10)
+        assert metric(node, "p2p_peer_events_dropped_total") > 0
+        assert node.status()["peer_id"] == node.peer_id  # dropped notices, a node still serving
+    finally:
+        assert node.terminate() == 0, node.log_tail()

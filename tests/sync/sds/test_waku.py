@@ -31,6 +31,7 @@ from sync.sds import (
     SdsConfig,
     SdsEvent,
     decode_transmission,
+    sds_pb2,
 )
 from sync.sds.bloom import BloomView, RollingBloomFilter
 from sync.sds.profile import decode_event_in
@@ -236,6 +237,28 @@ def test_a_payload_that_does_not_match_its_id_is_rejected() -> None:
     with pytest.raises(RemoteProtocolError, match="sha256 of the payload"):
         ch.receive(wire, T0 + 1.0)
     assert ch.events() == [] and ch.log() == []
+
+
+def with_sender(wire: bytes, sender: str) -> bytes:
+    msg = sds_pb2.Message()
+    msg.ParseFromString(wire)
+    msg.sender_id = sender
+    return msg.SerializeToString()
+
+
+@pytest.mark.parametrize("length", [129, 200, 256])
+def test_a_sender_id_longer_than_the_events_table_holds_is_refused(length: int) -> None:
+    # Unsigned waku messages let a peer name any sender; the events table stores 128 characters.
+    ch = fresh()
+    with pytest.raises(RemoteProtocolError, match="sender id longer than 128 characters"):
+        ch.receive(with_sender(THEIRS["a0"], "s" * length), T0 + 1.0)
+    assert ch.events() == [] and ch.log() == []
+
+
+def test_a_sender_id_of_128_characters_is_delivered() -> None:
+    ch = fresh()
+    ch.receive(with_sender(THEIRS["a0"], "s" * 128), T0 + 1.0)
+    assert delivered(ch.events()) == [mid("a0")]
 
 
 def test_a_filter_of_another_shape_is_rejected_without_state_change() -> None:
