@@ -168,7 +168,11 @@ crdt_cells = Table(
     comment="LWW register of every written column: the cells of the replicated tables",
 )
 
-Index("ix_crdt_entities_deleted", crdt_entities.c.table_name, crdt_entities.c.deleted_lamport)
+# Partial (migration 0005): only tombstones are looked up, and records without one then cost
+# no index write.
+_TOMBSTONED = crdt_entities.c.deleted_lamport.isnot(None)
+Index("ix_crdt_entities_deleted", crdt_entities.c.table_name, crdt_entities.c.deleted_lamport,
+      sqlite_where=_TOMBSTONED, postgresql_where=_TOMBSTONED)
 
 # migration 0004: schemas declared on the log (the mempool table of 0003 is gone)
 crdt_schemas = Table(
