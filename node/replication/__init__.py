@@ -31,7 +31,6 @@ from node.replication.recon import (
 from node.replication.recon_transfer import (
     SessionStats,
     Transfer,
-    TransferAbort,
     verify_in_threads,
 )
 
@@ -47,7 +46,6 @@ __all__ = [
     "ReconService",
     "SessionStats",
     "Transfer",
-    "TransferAbort",
     "UnknownChannel",
     "channel_rendezvous",
     "network_rendezvous",

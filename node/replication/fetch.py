@@ -57,6 +57,7 @@ class Fetcher:
         grace_s: float = GRACE_S,
         standing: PeerStanding | None = None,
         limits: FetchSection | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -69,6 +70,7 @@ class Fetcher:
         )
         self._in_flight: set[str] = set()
         self.standing = standing
+        self.rng = rng or random.Random()
         self.limits = limits or FetchSection()
         self.max_ids = min(self.limits.max_ids, MAX_IDS)
         self._serving = InFlight(self.limits.max_streams_per_peer,
@@ -151,10 +153,8 @@ class Fetcher:
         wanted = {e.message_id for e in batch}
         connected = self.host.connected_peers()
         senders = [e.sender_id for e in batch if e.sender_id in connected]
-        others = [p for p in connected if p not in senders]
-        random.shuffle(others)
         banned = frozenset(p for p in connected if self.host.is_banned(p))
-        for peer in plan_peers(senders, others, PEERS_PER_ID, banned):
+        for peer in plan_peers(senders, connected, PEERS_PER_ID, banned, self.rng):
             if not wanted:
                 return
             try:

@@ -31,13 +31,20 @@ from node.store import EventStore
 from storage import events_by_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import VerifiedBatch
-from sync.recon.eventid import CIP124_DRAFT, key_height
+from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import SignedEvent, decode_event
 from sync.sds.profile import decode_event_by_channel
 from sync.stored_event import record_of_event
-from sync.transfer import ClaimTable, EventsPacker, WantFetcher, WantServer, byte_batches
+from sync.transfer import (
+    ClaimTable,
+    EventsPacker,
+    WantFetcher,
+    WantServer,
+    byte_batches,
+    not_recent,
+)
 
-__all__ = ["SessionStats", "Transfer", "TransferAbort", "verify_in_threads"]
+__all__ = ["SessionStats", "Transfer", "verify_in_threads"]
 
 log = logging.getLogger("syncnode.recon")
 MAX_KEY_BYTES = 256
@@ -45,10 +52,6 @@ MAX_EVENT_BYTES = 1 << 20
 VERIFY_THREADS = 2
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
-
-
-class TransferAbort(Exception):
-    """The peer broke the protocol; the session ends and the peer pays for it."""
 
 
 @dataclass
@@ -177,7 +180,7 @@ class Transfer:
         self.expire_claims()
         missing = stats.missing
         if self.gossip_grace_ms:
-            missing = self._not_recent(missing)
+            missing = not_recent(missing, int(time.time() * 1000), self.gossip_grace_ms)
         sid = self.claims.open(peer, now)
         try:
             keys = self.claims.claim(sid, missing, now)
@@ -185,23 +188,6 @@ class Transfer:
         finally:
             if self.claims.close(sid):
                 self.on_released()
-
-    def _not_recent(self, keys: list[bytes]) -> list[bytes]:
-        """Drop keys of events gossip is probably still delivering: under load, fetching them
-        as well would move and verify them twice just when the node has least time to spare.
-        A timestamp far ahead of our clock (a sender's fast clock) is not held back, and neither
-        is a key without one (the ceramic-one layout has no event height): fetched at once."""
-        now_ms = int(time.time() * 1000)
-        lo, hi = now_ms - self.gossip_grace_ms, now_ms + self.gossip_grace_ms
-        kept = []
-        for key in keys:
-            try:
-                height = key_height(key)
-            except RemoteProtocolError:  # malformed: fetched, and rejected on validation
-                height = None
-            if height is None or not lo <= height <= hi:
-                kept.append(key)
-        return kept
 
     async def _fetch_claimed(self, stream: FramedStream, sid: int, keys: list[bytes],
                              stats: SessionStats) -> None:

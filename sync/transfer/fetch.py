@@ -8,6 +8,7 @@ for, or an event over the size limit, breaks the protocol.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
@@ -63,9 +64,14 @@ class FetchReader:
 
 
 def plan_peers(senders: Sequence[str], others: Sequence[str], extra: int,
-               skip: frozenset[str] = frozenset()) -> list[str]:
+               skip: frozenset[str] = frozenset(), rng: random.Random | None = None
+               ) -> list[str]:
     """Whom to ask, in order: the original senders (they certainly had the events), then
-    ``extra`` of ``others`` (already shuffled by the caller); never a peer in ``skip``."""
+    ``extra`` of ``others`` (in a random order drawn from ``rng``, so that the load of
+    answering spreads over the peers; in the given order without one); never a peer in
+    ``skip``."""
     first = [p for p in dict.fromkeys(senders) if p not in skip]
-    rest = [p for p in others if p not in skip and p not in first]
+    rest = [p for p in dict.fromkeys(others) if p not in skip and p not in first]
+    if rng is not None:
+        rng.shuffle(rest)
     return first + rest[:extra]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
@@ -65,3 +67,14 @@ def test_in_flight_caps() -> None:
     for peer in ("a", "b", "c", "c"):
         caps.release(peer)
     assert len(caps) == 0 and caps.of("a") == 0
+
+
+def test_plan_peers_random_order_from_the_seeded_generator() -> None:
+    others = [f"o{i}" for i in range(10)]
+    plans = [plan_peers(["s"], others, 3, frozenset({"o0"}), random.Random(seed))
+             for seed in (1, 1, 2, 3, 4)]
+    assert plans[0] == plans[1]  # same seed, same plan
+    assert len({tuple(p) for p in plans}) > 2
+    for plan in plans:
+        assert plan[0] == "s" and len(plan) == 4 and "o0" not in plan
+        assert len(set(plan)) == 4 and set(plan[1:]) <= set(others)
