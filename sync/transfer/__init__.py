@@ -12,7 +12,7 @@ from sync.transfer.exchange import (
     SendFrame,
     not_recent,
 )
-from sync.transfer.fetch import FetchReader, encode_request, parse_request, plan_peers
+from sync.transfer.fetch import FetchQueue, FetchReader, encode_request, parse_request, plan_peers
 from sync.transfer.frames import (
     BUSY,
     EVENTS,
@@ -47,6 +47,7 @@ __all__ = [
     "Declined",
     "EventsFrame",
     "EventsPacker",
+    "FetchQueue",
     "FetchReader",
     "FrameDecodeError",
     "InFlight",
