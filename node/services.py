@@ -19,7 +19,7 @@ from node.replication.fetch import Fetcher
 from node.replication.ingest import IngestPool
 from node.replication.peers import PeerManager
 from node.replication.recon import ReconService
-from node.replication.recon_transfer import MAX_EVENT_BYTES
+from node.replication.verify import MAX_EVENT_BYTES
 from node.runtime import NodeRuntime, Service
 from node.snapshots.scheduler import scheduler_from_config
 from sync.gossip import GossipLimits

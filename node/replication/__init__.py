@@ -31,8 +31,8 @@ from node.replication.recon import (
 from node.replication.recon_transfer import (
     SessionStats,
     Transfer,
-    verify_in_threads,
 )
+from node.replication.verify import verify_in_threads
 
 __all__ = [
     "FETCH_PROTOCOL",

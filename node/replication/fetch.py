@@ -21,6 +21,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
+from node.replication.verify import MAX_EVENT_BYTES
 from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
@@ -42,7 +43,6 @@ FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
 MAX_IDS = 256
 PEERS_PER_ID = 3
 GRACE_S = 1.0
-MAX_EVENT_BYTES = 1 << 20
 
 
 class Fetcher:

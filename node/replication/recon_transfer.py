@@ -27,12 +27,13 @@ from node.p2p.host import FramedStream, P2PError
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
+from node.replication.verify import MAX_EVENT_BYTES, Decoder, verify_in_threads
 from node.store import EventStore
 from storage import events_by_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT
-from sync.sds import SignedEvent, decode_event
+from sync.sds import SignedEvent
 from sync.sds.profile import decode_event_by_channel
 from sync.stored_event import record_of_event
 from sync.transfer import (
@@ -44,12 +45,10 @@ from sync.transfer import (
     not_recent,
 )
 
-__all__ = ["SessionStats", "Transfer", "verify_in_threads"]
+__all__ = ["SessionStats", "Transfer"]
 
 log = logging.getLogger("syncnode.recon")
 MAX_KEY_BYTES = 256
-MAX_EVENT_BYTES = 1 << 20
-VERIFY_THREADS = 2
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
 
@@ -63,44 +62,6 @@ class SessionStats:
     missing: list[bytes] = field(default_factory=list)
     #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
     truncated: bool = False
-
-
-Decoder = Callable[[bytes], SignedEvent]
-
-
-def _default_decode(wire: bytes) -> SignedEvent:
-    return decode_event(wire, max_size=MAX_EVENT_BYTES)
-
-
-def _decode_all(wires: list[bytes], decode: Decoder = _default_decode
-                ) -> list[SignedEvent | None]:
-    out: list[SignedEvent | None] = []
-    for wire in wires:
-        try:
-            out.append(decode(wire))
-        except RemoteProtocolError:
-            out.append(None)
-    return out
-
-
-async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS,
-                            decode: Decoder = _default_decode) -> list[SignedEvent | None]:
-    """Decode and verify events (id and signature, or what the channel's SDS profile asks
-    for) in worker threads: libsodium releases the GIL, so a batch is verified on every core
-    while the event loop keeps serving."""
-    if len(wires) < 64:
-        return _decode_all(wires, decode)
-    step = -(-len(wires) // threads)
-    parts: list[list[SignedEvent | None]] = [[] for _ in range(threads)]
-
-    async def run(i: int) -> None:
-        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step],
-                                                 decode)
-
-    async with trio.open_nursery() as nursery:
-        for i in range(threads):
-            nursery.start_soon(run, i)
-    return [event for part in parts for event in part]
 
 
 @dataclass
