@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
+from node.config import ReconSection
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import FramedStream, P2PError, P2PHost
@@ -27,7 +28,6 @@ from node.store import EventStore
 from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_summary_store
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
-from sync.recon.eventid import CIP124_DRAFT
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
 from sync.transfer import BUSY_FRAME, ClaimTable, KeysDropped, ReconExchange, SendFrame
 
@@ -62,19 +62,10 @@ class ReconService:
         channels: ChannelService,
         metrics: Metrics,
         network_id: int,
-        interval_s: float,
-        session_timeout_s: float,
-        fetch_batch: int,
+        section: ReconSection,
         config: ReconConfig,
         allowed_senders: frozenset[str] | None = None,
-        gossip_grace_s: float = 0.0,
-        event_id_layout: str = CIP124_DRAFT,
         standing: PeerStanding | None = None,
-        claim_timeout_s: float = 15.0,
-        max_missing_keys: int = 100_000,
-        serve_batch_bytes: int = 1 << 20,
-        max_sessions: int = 16,
-        keystore_limits: tuple[int, int, int] = (256, 32768, 131_072),
         ingest: IngestPool | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -83,15 +74,12 @@ class ReconService:
         self.channels = channels
         self.metrics = metrics
         self.network_id = network_id
-        self.event_id_layout = event_id_layout
-        self.interval_s = interval_s
-        self.session_timeout_s = session_timeout_s
-        self.fetch_batch = fetch_batch
-        self.gossip_grace_ms = int(gossip_grace_s * 1000)
+        self.section = section
+        self.session_timeout_s = section.session_timeout_s
+        self.fetch_batch = section.fetch_batch
+        self.max_missing_keys = section.max_missing_keys
         self.config = config
-        # (keys per bucket, most buckets, cached keys): what bounds the key store's memory.
-        self.keystore_limits = keystore_limits
-        load, max_buckets, cache_keys = keystore_limits
+        load, max_buckets, cache_keys = self._keystore_limits()
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
         # A closed group is only interested in its members' streams.
@@ -100,21 +88,22 @@ class ReconService:
         # Sessions started by new events come at most every min_round_s: one sooner could not
         # fetch anything gossip is still delivering (cluster CPU: docs/cluster-bench.md).
         self.schedule = PeerScheduler(
-            channels.peer_id, self.interests, rng or random.Random(), interval_s=interval_s,
-            min_round_s=max(MIN_ROUND_S, gossip_grace_s), max_sessions=max_sessions)
+            channels.peer_id, self.interests, rng or random.Random(),
+            interval_s=section.interval_s, min_round_s=max(MIN_ROUND_S, section.gossip_grace_s),
+            max_sessions=section.max_sessions)
         self._wake = trio.Event()
         self.standing = standing
-        self.max_missing_keys = max_missing_keys
         # Keys being fetched, and fetched keys handed to SDS but not committed yet: not
         # fetched again meanwhile, unless the claim lapses (the peer withholds them).
-        self.claims = ClaimTable(claim_timeout_s, max_keys=4 * max_missing_keys,
+        self.claims = ClaimTable(section.claim_timeout_s, max_keys=4 * self.max_missing_keys,
                                  hold_s=PENDING_GRACE_S)
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
-            fetch_batch=fetch_batch, claims=self.claims, standing=standing,
-            max_frame_bytes=host.config.max_frame_bytes, serve_batch_bytes=serve_batch_bytes,
-            gossip_grace_ms=self.gossip_grace_ms, on_released=self.poke,
-            event_id_layout=event_id_layout, profiles=channels.profiles, ingest=ingest,
+            fetch_batch=self.fetch_batch, claims=self.claims, standing=standing,
+            max_frame_bytes=host.config.max_frame_bytes,
+            serve_batch_bytes=section.serve_batch_bytes,
+            gossip_grace_ms=int(section.gossip_grace_s * 1000), on_released=self.poke,
+            event_id_layout=section.event_id_layout, profiles=channels.profiles, ingest=ingest,
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
@@ -134,12 +123,18 @@ class ReconService:
 
     async def load(self) -> None:
         """Rebuild the key store's summary: one scan of the key index, memory bounded."""
-        load, max_buckets, cache_keys = self.keystore_limits
+        load, max_buckets, cache_keys = self._keystore_limits()
         self.keys = await trio.to_thread.run_sync(
             lambda: open_summary_store(self.store.engine, load=load, max_buckets=max_buckets,
                                        cache_keys=cache_keys))
         log.info("recon key store loaded", extra=kv(keys=len(self.keys),
                                                     buckets=len(self.keys.summary)))
+
+    def _keystore_limits(self) -> tuple[int, int, int]:
+        """What bounds the key store's memory (docs/architecture.md "Recon key store"): keys
+        per bucket, most buckets, cached keys."""
+        return (self.section.keystore_bucket_keys, self.section.keystore_max_buckets,
+                self.section.keystore_cache_keys)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
         if not result.inserted:
