@@ -15,8 +15,8 @@ from node.api_token import load_or_create_token
 from node.config import Config, parse_host_port
 from node.config_combined import check_combined_keys
 from node.logs import kv
+from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
-from node.p2p.host import P2PConfig
 from node.p2p.identity import load_or_create_identity
 from node.p2p.run import open_host
 from node.repo_lock import DataDirLocked, RepoLock

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from node.api.app import ApiError, ApiRoute, follow_stream, int_param, read_json
 from node.api.idempotency import IdempotencyKeys, check_key
 from node.api.openapi import INT64_MAX, Param, RouteDoc, arr, obj
-from node.p2p.host import P2PError
+from node.p2p import P2PError
 from node.replication.channels import UnknownChannel
 from storage import StoredEvent, count_events, read_channel, read_channel_ordered
 from sync.errors import LocalProtocolError

@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from node.logs import kv
 from node.metrics import Metrics
-from node.p2p.host import P2PError, P2PHost
+from node.p2p import P2PError, P2PHost
 from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_newest
 from sync.errors import RemoteProtocolError

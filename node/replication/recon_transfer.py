@@ -23,7 +23,7 @@ import trio
 
 from node.logs import kv
 from node.metrics import Metrics
-from node.p2p.host import FramedStream, P2PError
+from node.p2p import FramedStream, P2PError
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable

@@ -14,7 +14,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import P2PError
+from node.p2p import P2PError
 from node.replication.recon import RECON_PROTOCOL
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, sds_pb2

@@ -24,7 +24,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import FramedStream, P2PConfig, P2PHost
+from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.run import open_host
 from node.replication.channels import topic_of
 from node.replication.fetch import FETCH_PROTOCOL
