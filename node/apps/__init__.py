@@ -17,7 +17,11 @@ from node.apps.db_app import (
     METRICS,
     DbApplication,
     book_of,
+)
+from node.apps.db_log import (
+    LEGACY_KEY,
     channel_max_seq,
+    has_legacy_writes,
 )
 from node.apps.db_plugin import (
     WRITE_WAIT_S,
@@ -39,6 +43,7 @@ from node.apps.runner import (
 )
 
 __all__ = [
+    "LEGACY_KEY",
     "METRICS",
     "PLUGINS",
     "WRITE_WAIT_S",
@@ -56,6 +61,7 @@ __all__ = [
     "book_of",
     "change_json",
     "channel_max_seq",
+    "has_legacy_writes",
     "history_json",
     "router_of",
     "row_json",

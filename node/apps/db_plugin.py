@@ -24,7 +24,8 @@ from starlette.responses import JSONResponse, Response
 
 from node.api.app import ApiError, ApiRoute, RouteDoc, read_json
 from node.api.openapi import Param, arr, obj
-from node.apps.db_app import APP_NAME, METRICS, DbApplication, channel_max_seq
+from node.apps.db_app import APP_NAME, METRICS, DbApplication
+from node.apps.db_log import channel_max_seq
 from node.apps.runner import LogApplication
 from node.config import Config
 from storage import events_by_message_ids

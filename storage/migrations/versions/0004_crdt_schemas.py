@@ -22,7 +22,7 @@ branch_labels = None
 depends_on = None
 
 _TABLE = "Replicated table name, as declared in db.tables"
-# The last event stored before this migration (node.apps.db_app.LEGACY_KEY).
+# The last event stored before this migration (node.apps.db_log.LEGACY_KEY).
 LEGACY_KEY = "app/db/legacy_seq"
 
 
