@@ -18,19 +18,25 @@ from node.apps.db_app import (
     DbApplication,
     book_of,
 )
+from node.apps.db_json import (
+    history_json,
+    row_json,
+    schema_json,
+    typed_values,
+)
 from node.apps.db_log import (
     LEGACY_KEY,
     channel_max_seq,
     has_legacy_writes,
 )
 from node.apps.db_plugin import (
-    WRITE_WAIT_S,
     DbBundle,
     DbPlugin,
+)
+from node.apps.db_publish import (
+    WRITE_WAIT_S,
     SchemaSeeder,
-    history_json,
-    row_json,
-    schema_json,
+    publish_and_wait,
 )
 from node.apps.plugins import (
     PLUGINS,
@@ -63,7 +69,9 @@ __all__ = [
     "channel_max_seq",
     "has_legacy_writes",
     "history_json",
+    "publish_and_wait",
     "router_of",
     "row_json",
     "schema_json",
+    "typed_values",
 ]

@@ -51,7 +51,7 @@ def upgrade() -> None:
     op.execute("DELETE FROM crdt_entities")
     op.execute("DELETE FROM node_state WHERE key LIKE 'app/db/%'")
     # The writes stored so far were made under config schemas: the node declares its config's
-    # tables backdated so that they count again (node.apps.db_plugin.SchemaSeeder).
+    # tables backdated so that they count again (node.apps.db_publish.SchemaSeeder).
     conn = op.get_bind()
     last = conn.execute(sa.text("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one()
     if last:
