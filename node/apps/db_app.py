@@ -31,7 +31,7 @@ from node.apps.db_log import (
     has_legacy_writes,
     log_of,
 )
-from node.config import DbSection
+from node.config_apps import DbSection
 from node.logs import kv
 from node.metrics import Metrics
 from storage import StoredEvent, get_state, put_state
