@@ -23,13 +23,22 @@ from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
+from node.replication.recon_metrics import describe_recon_metrics
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
 from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_summary_store
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
-from sync.transfer import BUSY_FRAME, ClaimTable, KeysDropped, ReconExchange, SendFrame
+from sync.transfer import (
+    BUSY_FRAME,
+    Abort,
+    ClaimTable,
+    KeysDropped,
+    ReconExchange,
+    SendFrame,
+)
+from sync.transfer.exchange import Action
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
@@ -37,20 +46,6 @@ log = logging.getLogger("syncnode.recon")
 RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
-
-
-RECON_METRICS = {
-    "recon_sessions_total": "Recon sessions completed, by role (initiator or responder)",
-    "recon_sessions_declined_total": "Recon sessions declined because one with the same peer "
-                                     "was already running, by role",
-    "recon_events_fetched_total": "Events received from peers through Recon",
-    "recon_events_stored_total": "Events fetched through Recon that were new to the database "
-                                 "(fetched / stored is 1 when each event is fetched once)",
-    "recon_events_served_total": "Events sent to peers through Recon",
-    "recon_errors_total": "Recon sessions that failed (the peer is backed off), by error kind",
-    "recon_missing_dropped_total": "Missing keys a session could not track (bounded list full)",
-    "recon_protocol_errors_total": "Recon sessions a peer broke the protocol in, by reason",
-}
 
 
 class ReconService:
@@ -107,19 +102,7 @@ class ReconService:
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
-        for name, help_text in RECON_METRICS.items():
-            metrics.describe(name, "counter", help_text)
-        metrics.describe_histogram(
-            "recon_session_seconds",
-            "Duration of completed Recon sessions (reconcile, fetch and serve), by role")
-        metrics.gauge_fn("recon_claims", lambda: float(len(self.claims)),
-                         "Missing keys claimed by a session fetching them")
-        metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
-                         "Fetched keys waiting for their dependencies or the commit")
-        metrics.gauge_fn("recon_keystore_buckets", lambda: float(len(self.keys.summary)),
-                         "Buckets of the Recon key store's in-memory summary")
-        metrics.counter_fn("recon_keystore_reads_total", lambda: float(self.keys.reads),
-                           "Buckets of keys the Recon key store read from the database")
+        describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys)
 
     async def load(self) -> None:
         """Rebuild the key store's summary: one scan of the key index, memory bounded."""
@@ -197,9 +180,7 @@ class ReconService:
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
                 exchange = self._exchange(ReconSession.initiator, peer)
-                with trio.fail_after(self.session_timeout_s):
-                    await stream.send(exchange.start())
-                    await self._reconcile(stream, exchange, stats)
+                await self._reconcile(stream, exchange, stats, first=exchange.start())
                 if exchange.declined:
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
                     return None
@@ -252,8 +233,7 @@ class ReconService:
         try:
             async with stream:
                 exchange = self._exchange(ReconSession.responder, peer)
-                with trio.fail_after(self.session_timeout_s):
-                    await self._reconcile(stream, exchange, stats)
+                await self._reconcile(stream, exchange, stats)
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
@@ -269,21 +249,36 @@ class ReconService:
 
     def _exchange(self, make: Callable[..., ReconSession], peer: str) -> ReconExchange:
         session = make(self.keys, self.interests, self.config, peer=peer)
-        return ReconExchange(session, self.max_missing_keys, peer)
+        # trio's clock: the exchange's timer is then a cancel scope's deadline as it is.
+        return ReconExchange(session, self.max_missing_keys, peer,
+                             timeout_s=self.session_timeout_s, started=trio.current_time())
 
-    async def _reconcile(
-        self, stream: FramedStream, exchange: ReconExchange, stats: SessionStats
-    ) -> None:
-        while not exchange.done:
-            for action in exchange.receive(await stream.receive(), time.monotonic()):
-                if isinstance(action, SendFrame):
-                    await stream.send(action.frame)
-                elif isinstance(action, KeysDropped):
-                    self.metrics.inc("recon_missing_dropped_total", action.count)
+    async def _reconcile(self, stream: FramedStream, exchange: ReconExchange,
+                         stats: SessionStats, first: bytes | None = None) -> None:
+        """Drive the reconciliation phase: read a frame, let the exchange decide, write, and
+        wake at its timer (the session deadline) if no frame comes before it."""
+        actions: list[Action] = [] if first is None else [SendFrame(first)]
+        while True:
+            with trio.move_on_at(exchange.get_timer()):
+                await self._carry_out(stream, actions)
+                if exchange.done:
+                    break
+                actions = exchange.receive(await stream.receive(), trio.current_time())
+                continue
+            actions = exchange.handle_timer(trio.current_time())
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated
         if not exchange.declined:
             self.schedule.learned(stream.peer_id, exchange.session.peer_interests)
+
+    async def _carry_out(self, stream: FramedStream, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, SendFrame):
+                await stream.send(action.frame)
+            elif isinstance(action, KeysDropped):
+                self.metrics.inc("recon_missing_dropped_total", action.count)
+            elif isinstance(action, Abort):
+                raise trio.TooSlowError(action.reason)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
         held = await self.store.read(existing_keys, stats.missing) if stats.missing else set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sync.transfer.claims import ClaimTable
 from sync.transfer.exchange import (
     BUSY_FRAME,
+    Abort,
     Declined,
     KeysDropped,
     ReconExchange,
@@ -43,6 +44,7 @@ __all__ = [
     "RECON",
     "WANT",
     "WANT_LAST",
+    "Abort",
     "ClaimTable",
     "Declined",
     "EventsFrame",
