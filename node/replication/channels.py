@@ -35,7 +35,7 @@ from sync.gossip import (
     pack_batch,
     penalty_of,
 )
-from sync.ingest import VerifiedBatch
+from sync.ingest import VerifiedBatch, triage
 from sync.linger import Linger
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
@@ -54,7 +54,6 @@ from sync.sds import (
     SdsConfig,
     SignedEvent,
 )
-from sync.sds.clock import check_lamport, lamport_bound
 from sync.sds.profile import decode_event_in, peek_event
 from sync.stored_event import record_of_delivered, record_of_event
 
@@ -329,30 +328,15 @@ class ChannelService:
         refused (clock rule, roles, closed group, unknown channel), counted and charged to
         ``peer`` as ``ingest`` does."""
         when = time.time() if now is None else now
-        max_ahead = self.sds_config.max_lamport_ahead_ms
-        bound = lamport_bound(when, max_ahead)
         senders, lamports, names = batch.senders, batch.lamports, batch.channels
-        refused = 0
-        by_channel: dict[str, list[int]] = {}
-        full: list[int] = []
-        for i in order:
-            name = names[i]
-            try:
-                if name not in self.channels:
-                    raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
-                verdict = self.policy.check(senders[i], name, batch.has_content[i])
-                if not 0 <= lamports[i] <= bound:
-                    check_lamport(lamports[i], when, max_ahead)  # raises, with the reason
-            except RemoteProtocolError as exc:
-                self._reject(exc, peer)
-                refused += 1
-                continue
-            if verdict is SenderCheck.OWN or not batch.has_content[i]:
-                full.append(i)
-            else:
-                by_channel.setdefault(name, []).append(i)
+        sorted_out = triage(batch, order, self.channels, self.policy, when,
+                            self.sds_config.max_lamport_ahead_ms)
+        for _, exc in sorted_out.refused:
+            self._reject(exc, peer)
+        refused = len(sorted_out.refused)
+        full = sorted_out.full
         records: list[EventRecord] = []
-        for name, taken in by_channel.items():
+        for name, taken in sorted_out.settled.items():
             done, rest = self.channels[name].deliver_settled(
                 [batch.message_ids[i] for i in taken], [senders[i] for i in taken],
                 [lamports[i] for i in taken], [batch.histories[i] for i in taken], when)
