@@ -26,13 +26,11 @@ from node.store import EventStore
 from storage import EventRecord, get_state, put_state, read_channel_newest
 from sync.errors import RemoteProtocolError
 from sync.gossip import (
-    MAX_BATCH_BYTES,
-    MAX_BATCH_ITEMS,
     GossipGate,
     GossipLimits,
+    OutgoingBatch,
     SenderCheck,
     SenderPolicy,
-    pack_batch,
     penalty_of,
 )
 from sync.ingest import VerifiedBatch, triage
@@ -472,17 +470,14 @@ class ChannelService:
             delay = self._linger.delay(trio.current_time())
             if delay:  # busy: let the messages due meanwhile join this gossip message
                 await trio.sleep(delay)
-            queued: dict[str, list[bytes]] = {name: [data]}
-            size = len(data)
-            while size < MAX_BATCH_BYTES and sum(map(len, queued.values())) < MAX_BATCH_ITEMS:
+            batch = OutgoingBatch()
+            batch.add(name, data)
+            while not batch.full:
                 try:
-                    more_name, more = self._outbox.receive_nowait()
+                    batch.add(*self._outbox.receive_nowait())
                 except trio.WouldBlock:
                     break
-                queued.setdefault(more_name, []).append(more)
-                size += len(more)
-            for channel, items in queued.items():
-                payload = pack_batch(items)
+            for channel, payload in batch.payloads():
                 try:
                     await self.host.publish(topic_of(self.network_id, channel), payload)
                     self.metrics.inc("gossip_bytes_sent_total", len(payload))
