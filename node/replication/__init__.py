@@ -4,10 +4,16 @@ Recon catch-up, peer dialing and discovery (stored records are built by ``sync.s
 
 from __future__ import annotations
 
+from node.replication.channel_metrics import (
+    CHANNEL_METRICS,
+    describe_channel_metrics,
+)
+from node.replication.channel_state import (
+    ChannelMaker,
+)
 from node.replication.channels import (
     ChannelService,
     UnknownChannel,
-    topic_of,
 )
 from node.replication.discovery import (
     DhtDiscovery,
@@ -19,6 +25,10 @@ from node.replication.fetch import (
     MAX_IDS,
     Fetcher,
 )
+from node.replication.gossip_outbox import (
+    GossipOutbox,
+    topic_of,
+)
 from node.replication.peers import (
     KnownPeer,
     PeerManager,
@@ -28,6 +38,10 @@ from node.replication.recon import (
     RECON_PROTOCOL,
     ReconService,
 )
+from node.replication.recon_metrics import (
+    RECON_METRICS,
+    describe_recon_metrics,
+)
 from node.replication.recon_transfer import (
     SessionStats,
     Transfer,
@@ -35,12 +49,16 @@ from node.replication.recon_transfer import (
 from node.replication.verify import verify_in_threads
 
 __all__ = [
+    "CHANNEL_METRICS",
     "FETCH_PROTOCOL",
     "MAX_IDS",
+    "RECON_METRICS",
     "RECON_PROTOCOL",
+    "ChannelMaker",
     "ChannelService",
     "DhtDiscovery",
     "Fetcher",
+    "GossipOutbox",
     "KnownPeer",
     "PeerManager",
     "ReconService",
@@ -48,6 +66,8 @@ __all__ = [
     "Transfer",
     "UnknownChannel",
     "channel_rendezvous",
+    "describe_channel_metrics",
+    "describe_recon_metrics",
     "network_rendezvous",
     "peer_id_of_addr",
     "topic_of",
