@@ -6,6 +6,7 @@ dataclasses; the daemon runs them in worker threads.
 
 from __future__ import annotations
 
+from storage.batch_append import append_isolating
 from storage.blocks import (
     BlockChange,
     BlockHead,
@@ -72,6 +73,7 @@ __all__ = [
     "SqlKeyStore",
     "StoredEvent",
     "append_events",
+    "append_isolating",
     "block_at",
     "block_by_hash",
     "block_head",
