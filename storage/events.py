@@ -36,6 +36,7 @@ __all__ = [
     "read_channels_after",
     "read_events_after",
     "record_problem",
+    "seqs_of_message_ids",
     "stored_message_ids",
 ]
 
@@ -278,6 +279,17 @@ def stored_message_ids(conn: Connection, channel: str, ids: Iterable[str]) -> se
         stmt = select(events.c.message_id).where(
             events.c.channel == channel, events.c.message_id.in_(wanted[start : start + _CHUNK]))
         found.update(str(m) for (m,) in conn.execute(stmt))
+    return found
+
+
+def seqs_of_message_ids(conn: Connection, ids: Iterable[str]) -> dict[str, int]:
+    """The seq of each of ``ids`` that is stored (any channel)."""
+    wanted = list(dict.fromkeys(ids))
+    found: dict[str, int] = {}
+    for start in range(0, len(wanted), _CHUNK):
+        stmt = select(events.c.message_id, events.c.seq).where(
+            events.c.message_id.in_(wanted[start : start + _CHUNK]))
+        found.update((str(m), int(seq)) for m, seq in conn.execute(stmt))
     return found
 
 
