@@ -32,7 +32,8 @@ import trio
 from node.ingest_worker import AppendRequest
 from node.logs import kv
 from node.metrics import Metrics
-from storage import AppendResult
+from node.store import RemoteWriter
+from storage import AppendResult, EventRecord
 from sync.ingest import IngestSpec, VerifiedBatch
 
 __all__ = ["IngestPool", "IngestUnavailable", "IngestWorkerFailed"]
@@ -204,6 +205,19 @@ class IngestPool:
             assert isinstance(slot.result, VerifiedBatch)
             out.extend(slot.result)
         return out
+
+    def remote_writer(self, db_url: str, sqlite_synchronous: str) -> RemoteWriter:
+        """The store's remote writer (``EventStore.set_remote_writer``): appends on a worker."""
+
+        async def write(records: Sequence[EventRecord], received_at: int
+                        ) -> tuple[AppendResult, dict[str, str]]:
+            return await self.append(AppendRequest(
+                db_url, sqlite_synchronous, received_at, [r.recon_key for r in records],
+                [r.message_id for r in records], [r.channel for r in records],
+                [r.sender for r in records], [r.lamport for r in records],
+                [r.wire for r in records], [r.lanes or () for r in records]))
+
+        return write
 
     async def append(self, request: AppendRequest) -> tuple[AppendResult, dict[str, str]]:
         """Have one worker append ``request``'s rows in its own transaction: what it stored
