@@ -92,7 +92,9 @@ class EventStore:
         # The highest seq this store committed (read at the first remote append): rows above
         # it after a remote writer died are that writer's (this store is the only writer).
         self._high_seq: int | None = None
-        #: Remote appends whose writer died, settled by reading the log.
+        #: Runs of fetched events appended by the remote writer, and those whose writer died
+        #: (settled by reading the log).
+        self.remote_appends = 0
         self.remote_settled = 0
 
     def set_remote_writer(self, writer: RemoteWriter | None) -> None:
@@ -311,6 +313,7 @@ class EventStore:
             error = StoreFailed(f"the ingest worker writing the batch died: {exc}")
             return AppendResult(inserted, duplicates), {
                 r.message_id: error for r in records if r.message_id not in found}
+        self.remote_appends += 1
         return combined, {mid: StoreFailed(text) for mid, text in why.items()}
 
     async def _insert(self, records: Sequence[EventRecord],

@@ -77,6 +77,12 @@ def register_node_metrics(runtime: NodeRuntime) -> None:
                 python=platform.python_version(), implementation=platform.python_implementation())
     metrics.counter_fn("store_batches_total", lambda: float(store.batches),
                        "Write transactions committed by the event store (batches of events)")
+    metrics.counter_fn("store_remote_appends_total", lambda: float(store.remote_appends),
+                       "Transactions of fetched events committed by an ingest worker "
+                       "(recon.ingest_workers_write)")
+    metrics.counter_fn("store_remote_settled_total", lambda: float(store.remote_settled),
+                       "Appends of fetched events whose ingest worker died before answering, "
+                       "settled by reading the log")
     metrics.gauge_fn("uptime_seconds", lambda: time.monotonic() - runtime.started_at,
                      "Seconds since the node started")
     metrics.gauge_fn("peers_connected", lambda: float(len(host.connected_peers())),

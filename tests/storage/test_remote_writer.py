@@ -74,6 +74,7 @@ def test_fetched_batches_go_to_the_remote_writer_in_queue_order(engine: Engine) 
                             [r.message_id for r in fetched_2]]
     assert committed == order
     assert store.committed_events == len(order) and store.remote_settled == 0
+    assert store.remote_appends == 2
 
 
 def test_a_writer_that_died_after_its_commit_is_settled_from_the_log(engine: Engine) -> None:
