@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from node.api.node_metrics import register_store_metrics
 from node.ingest_worker import AppendRequest
 from node.metrics import Metrics
 from node.replication.ingest import IngestPool, IngestUnavailable, IngestWorkerFailed
@@ -269,8 +270,10 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
     store.on_commit(lambda result, _: committed.extend(m for _, m in result.inserted))
     store.on_failure(lambda rs: failed.extend(r.message_id for r in rs))
 
+    metrics = Metrics()
+    register_store_metrics(metrics, store)
+
     async def main() -> None:
-        metrics = Metrics()
         pool = IngestPool(SPEC, 1, metrics)
         store.set_remote_writer(pool.remote_writer(url, "NORMAL"))
         async with trio.open_nursery() as nursery:
@@ -294,4 +297,5 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
     engine.dispose()
     assert sorted(committed) == sorted(stored)
     assert sorted(committed + failed) == sorted(r.message_id for r in records)
-    assert store.remote_settled == 1 and store.remote_appends == 0
+    assert metrics.value("store_remote_settled_total") == 1
+    assert metrics.value("store_remote_appends_total") == 0
