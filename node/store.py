@@ -244,7 +244,10 @@ class EventStore:
     async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
         errors: dict[str, BaseException] = {}
         if self._remote is not None and batch[0].fetched:
-            combined, errors = await self._commit_remote(self._remote, records)
+            # As ``_insert``: a commit once started is finished and reported, even when the
+            # node stops (the pool then kills the worker, and the log settles what it wrote).
+            with trio.CancelScope(shield=True):
+                combined, errors = await self._commit_remote(self._remote, records)
             self._finish(batch, records, combined, errors)
             return
         try:
