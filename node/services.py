@@ -21,7 +21,7 @@ from node.replication.fetch import Fetcher
 from node.replication.ingest import IngestPool
 from node.replication.peers import PeerManager
 from node.replication.recon import ReconService
-from node.replication.recon_transfer import MAX_EVENT_BYTES
+from node.replication.verify import MAX_EVENT_BYTES
 from node.runtime import NodeRuntime, Service
 from node.snapshots.scheduler import scheduler_from_config
 from sync.gossip import GossipLimits
@@ -96,16 +96,8 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
                 config.database_url, config.storage.sqlite_synchronous))
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
-        network_id=config.node.network_id, interval_s=config.recon.interval_s,
-        session_timeout_s=config.recon.session_timeout_s, fetch_batch=config.recon.fetch_batch,
-        config=recon_config(config),
-        allowed_senders=allowed, gossip_grace_s=config.recon.gossip_grace_s,
-        standing=standing, claim_timeout_s=config.recon.claim_timeout_s,
-        max_missing_keys=config.recon.max_missing_keys,
-        serve_batch_bytes=config.recon.serve_batch_bytes, max_sessions=config.recon.max_sessions,
-        event_id_layout=config.recon.event_id_layout, ingest=ingest,
-        keystore_limits=(config.recon.keystore_bucket_keys, config.recon.keystore_max_buckets,
-                         config.recon.keystore_cache_keys),
+        network_id=config.node.network_id, section=config.recon, config=recon_config(config),
+        allowed_senders=allowed, standing=standing, ingest=ingest,
     )
     await recon.load()
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon

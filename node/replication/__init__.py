@@ -31,9 +31,8 @@ from node.replication.recon import (
 from node.replication.recon_transfer import (
     SessionStats,
     Transfer,
-    TransferAbort,
-    verify_in_threads,
 )
+from node.replication.verify import verify_in_threads
 
 __all__ = [
     "FETCH_PROTOCOL",
@@ -47,7 +46,6 @@ __all__ = [
     "ReconService",
     "SessionStats",
     "Transfer",
-    "TransferAbort",
     "UnknownChannel",
     "channel_rendezvous",
     "network_rendezvous",

@@ -21,11 +21,13 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
+from node.replication.verify import MAX_EVENT_BYTES
 from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
 from sync.sds import MissingEntry
 from sync.transfer import (
+    FetchQueue,
     FetchReader,
     InFlight,
     byte_batches,
@@ -41,7 +43,6 @@ FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
 MAX_IDS = 256
 PEERS_PER_ID = 3
 GRACE_S = 1.0
-MAX_EVENT_BYTES = 1 << 20
 
 
 class Fetcher:
@@ -57,6 +58,7 @@ class Fetcher:
         grace_s: float = GRACE_S,
         standing: PeerStanding | None = None,
         limits: FetchSection | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -64,13 +66,12 @@ class Fetcher:
         self.ingest = ingest
         self.still_missing = still_missing
         self.grace_s = grace_s
-        self._queue_send, self._queue = trio.open_memory_channel[tuple[float, MissingEntry]](
-            math.inf
-        )
-        self._in_flight: set[str] = set()
+        self._wake = trio.Event()
         self.standing = standing
+        self.rng = rng or random.Random()
         self.limits = limits or FetchSection()
         self.max_ids = min(self.limits.max_ids, MAX_IDS)
+        self.queue = FetchQueue(grace_s, self.max_ids)
         self._serving = InFlight(self.limits.max_streams_per_peer,
                                  max(self.limits.max_streams, self.limits.max_streams_per_peer))
         host.set_stream_handler(FETCH_PROTOCOL, self._serve)
@@ -87,11 +88,8 @@ class Fetcher:
             self.standing.penalise(peer, reason)
 
     def want(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
-        due = trio.current_time() + self.grace_s
-        for entry in entries:
-            if entry.message_id not in self._in_flight:
-                self._in_flight.add(entry.message_id)
-                self._queue_send.send_nowait((due, entry))
+        self.queue.want(entries, trio.current_time())
+        self._wake.set()
 
     async def _serve(self, stream: FramedStream) -> None:
         peer = stream.peer_id
@@ -129,32 +127,26 @@ class Fetcher:
 
     async def run(self) -> None:
         while True:
-            due, first = await self._queue.receive()
-            # Most gaps close by themselves within moments (the event is in flight, or Recon
-            # is delivering a whole range): only fetch what is still missing after the grace.
-            await trio.sleep_until(due)
-            batch = [first]
-            while len(batch) < self.max_ids:
-                try:
-                    batch.append(self._queue.receive_nowait()[1])
-                except trio.WouldBlock:
-                    break
+            timer = self.queue.get_timer()
+            if timer is None or timer > trio.current_time():
+                self._wake = trio.Event()
+                with trio.move_on_at(math.inf if timer is None else timer):
+                    await self._wake.wait()
+                continue
+            batch = self.queue.handle_timer(trio.current_time())
             wanted = [e for e in batch if self.still_missing(e.message_id)]
             try:
                 if wanted:
                     await self._fetch(wanted)
             finally:
-                for entry in batch:
-                    self._in_flight.discard(entry.message_id)
+                self.queue.done(batch)
 
     async def _fetch(self, batch: list[MissingEntry]) -> None:
         wanted = {e.message_id for e in batch}
         connected = self.host.connected_peers()
         senders = [e.sender_id for e in batch if e.sender_id in connected]
-        others = [p for p in connected if p not in senders]
-        random.shuffle(others)
         banned = frozenset(p for p in connected if self.host.is_banned(p))
-        for peer in plan_peers(senders, others, PEERS_PER_ID, banned):
+        for peer in plan_peers(senders, connected, PEERS_PER_ID, banned, self.rng):
             if not wanted:
                 return
             try:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import trio
 
+from node.config import ReconSection
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p.host import FramedStream, P2PError, P2PHost
@@ -27,10 +27,9 @@ from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
 from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_summary_store
 from sync.errors import RemoteProtocolError
-from sync.recon import SummaryKeyStore
-from sync.recon.eventid import CIP124_DRAFT, channel_bounds, sender_bounds
-from sync.recon.session import PROTOCOL_ID, MissingKeys, ReconConfig, ReconSession
-from sync.transfer import BUSY, RECON, ClaimTable
+from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
+from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
+from sync.transfer import BUSY_FRAME, ClaimTable, KeysDropped, ReconExchange, SendFrame
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
@@ -38,8 +37,6 @@ log = logging.getLogger("syncnode.recon")
 RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
-# Peers whose sync state (interests, back-off) is remembered while they are not connected.
-MAX_PEER_STATES = 1024
 
 
 RECON_METRICS = {
@@ -56,22 +53,6 @@ RECON_METRICS = {
 }
 
 
-class ReconAbort(Exception):
-    """The peer broke the protocol; the session ends and the peer is backed off."""
-
-
-class PeerBusy(Exception):
-    """The peer declined the session: it is already syncing with us (not a failure)."""
-
-
-@dataclass
-class PeerSyncState:
-    interests: tuple[tuple[bytes, bytes], ...] | None = None
-    failures: int = 0
-    backoff_until: float = 0.0
-    sessions: int = 0
-
-
 class ReconService:
     def __init__(
         self,
@@ -81,69 +62,48 @@ class ReconService:
         channels: ChannelService,
         metrics: Metrics,
         network_id: int,
-        interval_s: float,
-        session_timeout_s: float,
-        fetch_batch: int,
+        section: ReconSection,
         config: ReconConfig,
         allowed_senders: frozenset[str] | None = None,
-        gossip_grace_s: float = 0.0,
-        event_id_layout: str = CIP124_DRAFT,
         standing: PeerStanding | None = None,
-        claim_timeout_s: float = 15.0,
-        max_missing_keys: int = 100_000,
-        serve_batch_bytes: int = 1 << 20,
-        max_sessions: int = 16,
-        keystore_limits: tuple[int, int, int] = (256, 32768, 131_072),
         ingest: IngestPool | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.host = host
         self.store = store
         self.channels = channels
         self.metrics = metrics
         self.network_id = network_id
-        self.event_id_layout = event_id_layout
-        self.interval_s = interval_s
-        self.session_timeout_s = session_timeout_s
-        self.fetch_batch = fetch_batch
-        self.gossip_grace_ms = int(gossip_grace_s * 1000)
-        # Sessions started by new events come at most this often: one sooner could not fetch
-        # anything gossip is still delivering, and each session costs both sides a stream and
-        # several round trips (at a few per second they were a fifth of an idle cluster's CPU).
-        self.min_round_s = max(MIN_ROUND_S, gossip_grace_s)
+        self.section = section
+        self.session_timeout_s = section.session_timeout_s
+        self.fetch_batch = section.fetch_batch
+        self.max_missing_keys = section.max_missing_keys
         self.config = config
-        # (keys per bucket, most buckets, cached keys): what bounds the key store's memory.
-        self.keystore_limits = keystore_limits
-        load, max_buckets, cache_keys = keystore_limits
+        load, max_buckets, cache_keys = self._keystore_limits()
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
-        if allowed_senders:
-            # A closed group is only interested in its members' streams, so Recon never even
-            # offers anything else.
-            members = allowed_senders | {channels.peer_id}
-            self.interests = sorted(
-                sender_bounds(network_id, c, m) for c in channels.names for m in members
-            )
-        else:
-            self.interests = sorted(channel_bounds(network_id, c) for c in channels.names)
-        self.peers: dict[str, PeerSyncState] = {}
+        # A closed group is only interested in its members' streams.
+        members = allowed_senders | {channels.peer_id} if allowed_senders else None
+        self.interests = node_interests(network_id, channels.names, members)
+        # Sessions started by new events come at most every min_round_s: one sooner could not
+        # fetch anything gossip is still delivering (cluster CPU: docs/cluster-bench.md).
+        self.schedule = PeerScheduler(
+            channels.peer_id, self.interests, rng or random.Random(),
+            interval_s=section.interval_s, min_round_s=max(MIN_ROUND_S, section.gossip_grace_s),
+            max_sessions=section.max_sessions)
         self._wake = trio.Event()
-        # Peers we have a session with, as initiator and as responder: one session per pair
-        # at a time, since two would reconcile and fetch the same difference twice.
-        self._busy: set[str] = set()
-        self._serving: set[str] = set()
         self.standing = standing
-        self.max_missing_keys = max_missing_keys
-        self.max_sessions = max_sessions
         # Keys being fetched, and fetched keys handed to SDS but not committed yet: not
         # fetched again meanwhile, unless the claim lapses (the peer withholds them).
-        self.claims = ClaimTable(claim_timeout_s, max_keys=4 * max_missing_keys,
+        self.claims = ClaimTable(section.claim_timeout_s, max_keys=4 * self.max_missing_keys,
                                  hold_s=PENDING_GRACE_S)
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
-            fetch_batch=fetch_batch, claims=self.claims, standing=standing,
-            max_frame_bytes=host.config.max_frame_bytes, serve_batch_bytes=serve_batch_bytes,
-            gossip_grace_ms=self.gossip_grace_ms, on_released=self.poke,
-            event_id_layout=event_id_layout, profiles=channels.profiles, ingest=ingest,
+            fetch_batch=self.fetch_batch, claims=self.claims, standing=standing,
+            max_frame_bytes=host.config.max_frame_bytes,
+            serve_batch_bytes=section.serve_batch_bytes,
+            gossip_grace_ms=int(section.gossip_grace_s * 1000), on_released=self.poke,
+            event_id_layout=section.event_id_layout, profiles=channels.profiles, ingest=ingest,
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
@@ -163,12 +123,18 @@ class ReconService:
 
     async def load(self) -> None:
         """Rebuild the key store's summary: one scan of the key index, memory bounded."""
-        load, max_buckets, cache_keys = self.keystore_limits
+        load, max_buckets, cache_keys = self._keystore_limits()
         self.keys = await trio.to_thread.run_sync(
             lambda: open_summary_store(self.store.engine, load=load, max_buckets=max_buckets,
                                        cache_keys=cache_keys))
         log.info("recon key store loaded", extra=kv(keys=len(self.keys),
                                                     buckets=len(self.keys.summary)))
+
+    def _keystore_limits(self) -> tuple[int, int, int]:
+        """What bounds the key store's memory (docs/architecture.md "Recon key store"): keys
+        per bucket, most buckets, cached keys."""
+        return (self.section.keystore_bucket_keys, self.section.keystore_max_buckets,
+                self.section.keystore_cache_keys)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
         if not result.inserted:
@@ -189,6 +155,7 @@ class ReconService:
 
     def poke(self) -> None:
         """Reconcile soon (e.g. after a new peer connected or a gap was seen)."""
+        self.schedule.poke()
         self._wake.set()
 
     # -- initiating ----------------------------------------------------------------------------
@@ -197,88 +164,57 @@ class ReconService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers)
             while True:
-                self.transfer.expire_claims()
-                peer = self._choose_peer()
-                if peer is not None:
-                    nursery.start_soon(self.sync_with, peer)
+                now = time.monotonic()
+                if now >= self.schedule.get_timer():
+                    self.transfer.expire_claims()
+                    peer = self.schedule.handle_timer(now, self.host.connected_peers(),
+                                                      self._latency)
+                    if peer is not None:
+                        nursery.start_soon(self.sync_with, peer)
+                    continue
                 self._wake = trio.Event()
-                # Pokes come with every commit: at most one new session per min_round_s.
-                await trio.sleep(self.min_round_s)
-                with trio.move_on_after(self.interval_s * random.uniform(0.5, 1.0)):
+                with trio.move_on_after(self.schedule.get_timer() - now):
                     await self._wake.wait()
+
+    def _latency(self, peer: str) -> float | None:
+        info = self.host.peer_info(peer)
+        return info.latency_s if info is not None else None
 
     async def _watch_peers(self) -> None:
         async for event in self.host.peer_events():
             if event.kind == "disconnected":
-                state = self.peers.get(event.peer_id)
-                if state is not None and state.backoff_until <= time.monotonic():
-                    del self.peers[event.peer_id]  # nothing worth remembering
+                self.schedule.disconnected(event.peer_id, time.monotonic())
             if event.kind == "connected":
-                self._state(event.peer_id)
-                # A fresh connection is the moment a late joiner needs to catch up.
-                self.poke()
-
-    def _choose_peer(self) -> str | None:
-        """CIP-124 random peer sync order: weighted by interest overlap, inversely by latency."""
-        now = time.monotonic()
-        candidates: list[tuple[str, float]] = []
-        for peer in self.host.connected_peers():
-            state = self._state(peer)
-            if peer in self._busy or peer in self._serving or state.backoff_until > now:
-                continue
-            overlap = 1.0
-            if state.interests is not None:
-                shared = sum(
-                    1 for lo, hi in self.interests
-                    if any(lo < theirs_hi and theirs_lo < hi
-                           for theirs_lo, theirs_hi in state.interests)
-                )
-                overlap = shared / max(len(self.interests), 1)
-                if overlap == 0:
-                    continue
-            info = self.host.peer_info(peer)
-            latency = info.latency_s if info is not None and info.latency_s else 0.05
-            candidates.append((peer, overlap / (latency + 0.01)))
-        if not candidates:
-            return None
-        chosen: str = random.choices([p for p, _ in candidates],
-                                     weights=[w for _, w in candidates])[0]
-        return chosen
+                self.schedule.connected(event.peer_id, self.host.connected_peers(),
+                                        time.monotonic())
+                self._wake.set()
 
     async def sync_with(self, peer: str) -> SessionStats | None:
-        if peer in self._busy or peer in self._serving:
+        if not self.schedule.begin_initiator(peer):
             return None
-        self._busy.add(peer)
-        state = self._state(peer)
         stats = SessionStats()
         started = time.monotonic()
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
-                session = ReconSession.initiator(self.keys, self.interests, self.config,
-                                                 peer=peer)
+                exchange = self._exchange(ReconSession.initiator, peer)
                 with trio.fail_after(self.session_timeout_s):
-                    await stream.send(bytes([RECON]) + session.start())
-                    await self._reconcile(stream, session, stats)
-                state.interests = tuple(session.peer_interests or ())
+                    await stream.send(exchange.start())
+                    await self._reconcile(stream, exchange, stats)
+                if exchange.declined:
+                    self.metrics.inc("recon_sessions_declined_total", role="initiator")
+                    return None
                 # The transfer phases have no overall deadline (a large catch-up takes as long
                 # as it takes): their work is bounded by what was reconciled, every read has a
                 # timeout, and a stalled batch ends the session.
                 await self._fetch(stream, stats)
                 await self._serve(stream, stats)
-        except PeerBusy:
-            self.metrics.inc("recon_sessions_declined_total", role="initiator")
-            return None
-        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort,
-                IngestUnavailable) as exc:
-            self._failed(peer, state, exc)
+        except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self._failed(peer, exc)
             return None
         finally:
-            self._busy.discard(peer)
-        state.failures = 0
-        state.sessions += 1
-        self.metrics.inc("recon_sessions_total", role="initiator")
-        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
-                             role="initiator")
+            self.schedule.end(peer, initiator=True)
+        self.schedule.succeeded(peer)
+        self._done("initiator", started)
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
@@ -288,13 +224,16 @@ class ReconService:
             return await self.sync_with(peer)
         return stats
 
-    def _failed(self, peer: str, state: PeerSyncState, exc: Exception) -> None:
+    def _done(self, role: str, started: float) -> None:
+        self.metrics.inc("recon_sessions_total", role=role)
+        self.metrics.observe("recon_session_seconds", time.monotonic() - started, role=role)
+
+    def _failed(self, peer: str, exc: Exception) -> None:
         if isinstance(exc, RemoteProtocolError):
             self.metrics.inc("recon_protocol_errors_total", reason=exc.reason[:80])
-        if isinstance(exc, RemoteProtocolError | ReconAbort) and self.standing is not None:
-            self.standing.penalise(peer, "protocol")
-        state.failures += 1
-        state.backoff_until = time.monotonic() + min(300.0, 2.0 ** state.failures)
+            if self.standing is not None:
+                self.standing.penalise(peer, "protocol")
+        self.schedule.failed(peer, time.monotonic())
         self.metrics.inc("recon_errors_total", kind=type(exc).__name__)
         log.info("recon session failed", extra=kv(peer=peer, error=str(exc) or type(exc).__name__))
 
@@ -302,81 +241,49 @@ class ReconService:
 
     async def _respond(self, stream: FramedStream) -> None:
         peer = stream.peer_id
-        state = self._state(peer)
         stats = SessionStats()
-        if self._declines(peer) or len(self._serving) + len(self._busy) >= self.max_sessions:
+        if not self.schedule.begin_responder(peer):
             async with stream:
                 with trio.move_on_after(self.session_timeout_s):
-                    await stream.send(bytes([BUSY]))
+                    await stream.send(BUSY_FRAME)
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
-        self._serving.add(peer)
         started = time.monotonic()
         try:
             async with stream:
-                session = ReconSession.responder(self.keys, self.interests, self.config,
-                                                 peer=peer)
+                exchange = self._exchange(ReconSession.responder, peer)
                 with trio.fail_after(self.session_timeout_s):
-                    await self._reconcile(stream, session, stats)
-                state.interests = tuple(session.peer_interests or ())
+                    await self._reconcile(stream, exchange, stats)
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
-        except (P2PError, trio.TooSlowError, RemoteProtocolError, ReconAbort,
-                IngestUnavailable) as exc:
-            self._failed(peer, state, exc)
+        except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self._failed(peer, exc)
             return
         finally:
-            self._serving.discard(peer)
-        self.metrics.inc("recon_sessions_total", role="responder")
-        self.metrics.observe("recon_session_seconds", time.monotonic() - started,
-                             role="responder")
+            self.schedule.end(peer, initiator=False)
+        self._done("responder", started)
         if stats.truncated and stats.fetched:
             await self.sync_with(peer)  # more to fetch: at once (see sync_with)
 
-    def _state(self, peer: str) -> PeerSyncState:
-        """The peer's sync state; the table is bounded (connected peers come first)."""
-        state = self.peers.get(peer)
-        if state is None:
-            if len(self.peers) >= MAX_PEER_STATES:
-                connected = set(self.host.connected_peers())
-                now = time.monotonic()
-                self.peers = {p: s for p, s in self.peers.items()
-                              if p in connected or s.backoff_until > now}
-                while len(self.peers) >= MAX_PEER_STATES:
-                    del self.peers[next(iter(self.peers))]
-            state = self.peers[peer] = PeerSyncState()
-        return state
-
-    def _declines(self, peer: str) -> bool:
-        """One session per pair: a second one from the same peer is declined, and when both
-        sides started one at the same moment the session of the smaller peer id goes on."""
-        if peer in self._serving:
-            return True
-        return peer in self._busy and self.channels.peer_id < peer
-
     # -- shared phases ---------------------------------------------------------------------------
 
+    def _exchange(self, make: Callable[..., ReconSession], peer: str) -> ReconExchange:
+        session = make(self.keys, self.interests, self.config, peer=peer)
+        return ReconExchange(session, self.max_missing_keys, peer)
+
     async def _reconcile(
-        self, stream: FramedStream, session: ReconSession, stats: SessionStats
+        self, stream: FramedStream, exchange: ReconExchange, stats: SessionStats
     ) -> None:
-        while not session.done:
-            frame = await stream.receive()
-            if frame == bytes([BUSY]) and session.is_initiator and session.messages_received == 0:
-                raise PeerBusy()
-            if not frame or frame[0] != RECON:
-                raise ReconAbort("expected a Recon message")
-            reply = session.receive(frame[1:])
-            for event in session.events():
-                if isinstance(event, MissingKeys):
-                    room = self.max_missing_keys - len(stats.missing)
-                    if len(event.keys) > room:
-                        # Bounded memory for keys we do not have: the rest waits for a later
-                        # session (an honest catch-up just takes more sessions).
-                        self.metrics.inc("recon_missing_dropped_total", len(event.keys) - room)
-                        stats.truncated = True
-                    stats.missing.extend(event.keys[: max(room, 0)])
-            if reply is not None:
-                await stream.send(bytes([RECON]) + reply)
+        while not exchange.done:
+            for action in exchange.receive(await stream.receive(), time.monotonic()):
+                if isinstance(action, SendFrame):
+                    await stream.send(action.frame)
+                elif isinstance(action, KeysDropped):
+                    self.metrics.inc("recon_missing_dropped_total", action.count)
+        stats.missing = exchange.missing
+        stats.truncated = exchange.truncated
+        if not exchange.declined:
+            self.schedule.learned(stream.peer_id, exchange.session.peer_interests)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
         held = await self.store.read(existing_keys, stats.missing) if stats.missing else set()

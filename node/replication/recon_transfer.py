@@ -27,28 +27,30 @@ from node.p2p.host import FramedStream, P2PError
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
+from node.replication.verify import MAX_EVENT_BYTES, Decoder, verify_in_threads
 from node.store import EventStore
 from storage import events_by_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import VerifiedBatch
-from sync.recon.eventid import CIP124_DRAFT, key_height
-from sync.sds import SignedEvent, decode_event
+from sync.recon.eventid import CIP124_DRAFT
+from sync.sds import SignedEvent
 from sync.sds.profile import decode_event_by_channel
 from sync.stored_event import record_of_event
-from sync.transfer import ClaimTable, EventsPacker, WantFetcher, WantServer, byte_batches
+from sync.transfer import (
+    ClaimTable,
+    EventsPacker,
+    WantFetcher,
+    WantServer,
+    byte_batches,
+    not_recent,
+)
 
-__all__ = ["SessionStats", "Transfer", "TransferAbort", "verify_in_threads"]
+__all__ = ["SessionStats", "Transfer"]
 
 log = logging.getLogger("syncnode.recon")
 MAX_KEY_BYTES = 256
-MAX_EVENT_BYTES = 1 << 20
-VERIFY_THREADS = 2
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
-
-
-class TransferAbort(Exception):
-    """The peer broke the protocol; the session ends and the peer pays for it."""
 
 
 @dataclass
@@ -60,44 +62,6 @@ class SessionStats:
     missing: list[bytes] = field(default_factory=list)
     #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
     truncated: bool = False
-
-
-Decoder = Callable[[bytes], SignedEvent]
-
-
-def _default_decode(wire: bytes) -> SignedEvent:
-    return decode_event(wire, max_size=MAX_EVENT_BYTES)
-
-
-def _decode_all(wires: list[bytes], decode: Decoder = _default_decode
-                ) -> list[SignedEvent | None]:
-    out: list[SignedEvent | None] = []
-    for wire in wires:
-        try:
-            out.append(decode(wire))
-        except RemoteProtocolError:
-            out.append(None)
-    return out
-
-
-async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS,
-                            decode: Decoder = _default_decode) -> list[SignedEvent | None]:
-    """Decode and verify events (id and signature, or what the channel's SDS profile asks
-    for) in worker threads: libsodium releases the GIL, so a batch is verified on every core
-    while the event loop keeps serving."""
-    if len(wires) < 64:
-        return _decode_all(wires, decode)
-    step = -(-len(wires) // threads)
-    parts: list[list[SignedEvent | None]] = [[] for _ in range(threads)]
-
-    async def run(i: int) -> None:
-        parts[i] = await trio.to_thread.run_sync(_decode_all, wires[i * step : (i + 1) * step],
-                                                 decode)
-
-    async with trio.open_nursery() as nursery:
-        for i in range(threads):
-            nursery.start_soon(run, i)
-    return [event for part in parts for event in part]
 
 
 @dataclass
@@ -177,7 +141,7 @@ class Transfer:
         self.expire_claims()
         missing = stats.missing
         if self.gossip_grace_ms:
-            missing = self._not_recent(missing)
+            missing = not_recent(missing, int(time.time() * 1000), self.gossip_grace_ms)
         sid = self.claims.open(peer, now)
         try:
             keys = self.claims.claim(sid, missing, now)
@@ -185,23 +149,6 @@ class Transfer:
         finally:
             if self.claims.close(sid):
                 self.on_released()
-
-    def _not_recent(self, keys: list[bytes]) -> list[bytes]:
-        """Drop keys of events gossip is probably still delivering: under load, fetching them
-        as well would move and verify them twice just when the node has least time to spare.
-        A timestamp far ahead of our clock (a sender's fast clock) is not held back, and neither
-        is a key without one (the ceramic-one layout has no event height): fetched at once."""
-        now_ms = int(time.time() * 1000)
-        lo, hi = now_ms - self.gossip_grace_ms, now_ms + self.gossip_grace_ms
-        kept = []
-        for key in keys:
-            try:
-                height = key_height(key)
-            except RemoteProtocolError:  # malformed: fetched, and rejected on validation
-                height = None
-            if height is None or not lo <= height <= hi:
-                kept.append(key)
-        return kept
 
     async def _fetch_claimed(self, stream: FramedStream, sid: int, keys: list[bytes],
                              stats: SessionStats) -> None:

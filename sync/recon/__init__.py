@@ -16,6 +16,7 @@ from sync.recon.eventid import (
 )
 from sync.recon.interests import Interests, intersect, normalize
 from sync.recon.pair import PairResult, reconcile_in_memory, shuttle
+from sync.recon.peers import PeerScheduler, PeerSyncState, node_interests
 from sync.recon.session import (
     PROTOCOL_ID,
     MissingKeys,
@@ -42,6 +43,8 @@ __all__ = [
     "MissingKeys",
     "PairResult",
     "PeerMissingKeys",
+    "PeerScheduler",
+    "PeerSyncState",
     "ReconConfig",
     "ReconEvent",
     "ReconFinished",
@@ -55,6 +58,7 @@ __all__ = [
     "intersect",
     "lanes_of",
     "network_bounds",
+    "node_interests",
     "normalize",
     "parse_event_id",
     "prefix_successor",

@@ -4,7 +4,15 @@ claims and budgets, fetch-by-id, and caps on what a peer may have in flight."""
 from __future__ import annotations
 
 from sync.transfer.claims import ClaimTable
-from sync.transfer.fetch import FetchReader, encode_request, parse_request, plan_peers
+from sync.transfer.exchange import (
+    BUSY_FRAME,
+    Declined,
+    KeysDropped,
+    ReconExchange,
+    SendFrame,
+    not_recent,
+)
+from sync.transfer.fetch import FetchQueue, FetchReader, encode_request, parse_request, plan_peers
 from sync.transfer.frames import (
     BUSY,
     EVENTS,
@@ -29,22 +37,29 @@ from sync.transfer.want import (
 
 __all__ = [
     "BUSY",
+    "BUSY_FRAME",
     "EVENTS",
     "EVENTS_LAST",
     "RECON",
     "WANT",
     "WANT_LAST",
     "ClaimTable",
+    "Declined",
     "EventsFrame",
     "EventsPacker",
+    "FetchQueue",
     "FetchReader",
     "FrameDecodeError",
     "InFlight",
+    "KeysDropped",
+    "ReconExchange",
+    "SendFrame",
     "WantFetcher",
     "WantList",
     "WantServer",
     "byte_batches",
     "encode_request",
+    "not_recent",
     "pack_items",
     "pack_list",
     "parse_request",

@@ -8,11 +8,14 @@ for, or an event over the size limit, breaks the protocol.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections import deque
+from collections.abc import Iterable, Sequence
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.sds.events import MissingEntry
 
-__all__ = ["FetchReader", "encode_request", "parse_request", "plan_peers"]
+__all__ = ["FetchQueue", "FetchReader", "encode_request", "parse_request", "plan_peers"]
 
 _HEX = frozenset(b"0123456789abcdef")
 _ID_CHARS = 64
@@ -63,9 +66,61 @@ class FetchReader:
 
 
 def plan_peers(senders: Sequence[str], others: Sequence[str], extra: int,
-               skip: frozenset[str] = frozenset()) -> list[str]:
+               skip: frozenset[str] = frozenset(), rng: random.Random | None = None
+               ) -> list[str]:
     """Whom to ask, in order: the original senders (they certainly had the events), then
-    ``extra`` of ``others`` (already shuffled by the caller); never a peer in ``skip``."""
+    ``extra`` of ``others`` (in a random order drawn from ``rng``, so that the load of
+    answering spreads over the peers; in the given order without one); never a peer in
+    ``skip``."""
     first = [p for p in dict.fromkeys(senders) if p not in skip]
-    rest = [p for p in others if p not in skip and p not in first]
+    rest = [p for p in dict.fromkeys(others) if p not in skip and p not in first]
+    if rng is not None:
+        rng.shuffle(rest)
     return first + rest[:extra]
+
+
+class FetchQueue:
+    """Which missing events to fetch, and when: the fetch timer, sans-IO.
+
+    Most gaps close by themselves within moments (the event is in flight, or Recon is
+    delivering a whole range), so an id is fetched only ``grace_s`` after SDS reported it, and
+    only if it is still missing then (the caller checks). Ids are fetched in batches of at most
+    ``max_ids``: when the oldest is due, the ids queued after it go along (one request instead
+    of several). An id queued or being fetched is not queued again until ``done``.
+    """
+
+    def __init__(self, grace_s: float, max_ids: int) -> None:
+        if grace_s < 0 or max_ids < 1:
+            raise ValueError("grace_s >= 0 and max_ids >= 1 are required")
+        self.grace_s = grace_s
+        self.max_ids = max_ids
+        self._queue: deque[tuple[float, MissingEntry]] = deque()
+        self._in_flight: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._in_flight)
+
+    def want(self, entries: Iterable[MissingEntry], now: float) -> None:
+        due = now + self.grace_s
+        for entry in entries:
+            if entry.message_id not in self._in_flight:
+                self._in_flight.add(entry.message_id)
+                self._queue.append((due, entry))
+
+    def get_timer(self) -> float | None:
+        """When the next batch is due; None while nothing is queued."""
+        return self._queue[0][0] if self._queue else None
+
+    def handle_timer(self, now: float) -> list[MissingEntry]:
+        """The batch to fetch now (empty if none is due); hand it back to ``done`` after."""
+        if not self._queue or self._queue[0][0] > now:
+            return []
+        batch: list[MissingEntry] = []
+        while self._queue and len(batch) < self.max_ids:
+            batch.append(self._queue.popleft()[1])
+        return batch
+
+    def done(self, batch: Iterable[MissingEntry]) -> None:
+        """The batch was fetched (or given up on): its ids may be queued again."""
+        for entry in batch:
+            self._in_flight.discard(entry.message_id)

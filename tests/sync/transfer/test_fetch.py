@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
-from sync.transfer import FetchReader, InFlight, encode_request, parse_request, plan_peers
+from sync.sds.events import MissingEntry
+from sync.transfer import (
+    FetchQueue,
+    FetchReader,
+    InFlight,
+    encode_request,
+    parse_request,
+    plan_peers,
+)
 
 IDS = [f"{i:064x}" for i in range(5)]
 
@@ -65,3 +75,42 @@ def test_in_flight_caps() -> None:
     for peer in ("a", "b", "c", "c"):
         caps.release(peer)
     assert len(caps) == 0 and caps.of("a") == 0
+
+
+def test_plan_peers_random_order_from_the_seeded_generator() -> None:
+    others = [f"o{i}" for i in range(10)]
+    plans = [plan_peers(["s"], others, 3, frozenset({"o0"}), random.Random(seed))
+             for seed in (1, 1, 2, 3, 4)]
+    assert plans[0] == plans[1]  # same seed, same plan
+    assert len({tuple(p) for p in plans}) > 2
+    for plan in plans:
+        assert plan[0] == "s" and len(plan) == 4 and "o0" not in plan
+        assert len(set(plan)) == 4 and set(plan[1:]) <= set(others)
+
+
+def entry(i: int) -> MissingEntry:
+    return MissingEntry(IDS[i], None, None)
+
+
+def test_fetch_queue_waits_for_the_grace_then_batches() -> None:
+    q = FetchQueue(grace_s=1.0, max_ids=3)
+    assert q.get_timer() is None and q.handle_timer(100.0) == []
+    q.want([entry(0), entry(1)], now=10.0)
+    q.want([entry(1), entry(2), entry(3)], now=10.5)  # entry 1 is queued already
+    assert q.get_timer() == 11.0
+    assert q.handle_timer(10.99) == []
+    first = q.handle_timer(11.0)
+    # The oldest is due: the next ones go along, up to max_ids.
+    assert [e.message_id for e in first] == [IDS[0], IDS[1], IDS[2]]
+    assert q.get_timer() == 11.5
+    q.want([entry(0)], now=11.2)  # still being fetched: not queued again
+    assert [e.message_id for e in q.handle_timer(11.5)] == [IDS[3]]
+    assert q.get_timer() is None
+    q.done(first)
+    q.want([entry(0)], now=12.0)
+    assert q.get_timer() == 13.0 and len(q) == 2  # ids 0 (queued) and 3 (in flight)
+
+
+def test_fetch_queue_refuses_bad_settings() -> None:
+    with pytest.raises(ValueError):
+        FetchQueue(grace_s=-1.0, max_ids=1)

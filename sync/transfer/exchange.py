@@ -1,0 +1,118 @@
+"""The reconciliation phase of a Recon stream, sans-IO: frame rules around a
+:class:`~sync.recon.session.ReconSession`, the BUSY answer, and the bound on missing keys; plus
+the gossip-grace filter applied to the keys before they are fetched.
+
+Every frame of the phase is ``RECON`` + a Recon message. The responder may instead answer the
+initiator's first message with a lone ``BUSY`` (it is already in a session with us): the
+exchange ends as *declined*, which is not a failure. Keys found missing are kept up to
+``max_missing_keys`` (bounded memory for keys we do not have); the rest waits for a later
+session and the exchange is marked *truncated* (an honest catch-up just takes more sessions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.recon.eventid import key_height
+from sync.recon.session import MissingKeys, ReconSession
+from sync.transfer.frames import BUSY, RECON
+
+__all__ = ["BUSY_FRAME", "Declined", "KeysDropped", "ReconExchange", "SendFrame",
+           "not_recent"]
+
+BUSY_FRAME = bytes([BUSY])
+
+
+@dataclass(frozen=True)
+class SendFrame:
+    """Write this frame to the stream."""
+
+    frame: bytes
+
+
+@dataclass(frozen=True)
+class Declined:
+    """The peer answered BUSY: the session ends, nobody is at fault."""
+
+
+@dataclass(frozen=True)
+class KeysDropped:
+    """Missing keys beyond the bound, left for a later session."""
+
+    count: int
+
+
+Action = SendFrame | Declined | KeysDropped
+
+
+@dataclass
+class ReconExchange:
+    session: ReconSession
+    max_missing_keys: int
+    peer: str | None = None
+    missing: list[bytes] = field(default_factory=list)
+    truncated: bool = False
+    declined: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.declined or self.session.done
+
+    def start(self) -> bytes:
+        """The initiator's first frame."""
+        return bytes([RECON]) + self.session.start()
+
+    def receive(self, frame: bytes, now: float) -> list[Action]:
+        """Feed one frame; the actions to carry out, in order. ``now`` is unused by the rules
+        of this phase (its deadline is the driver's session timeout) and kept for symmetry
+        with the other cores."""
+        del now
+        if self.done:
+            raise LocalProtocolError("the reconciliation is over")
+        session = self.session
+        if frame == BUSY_FRAME and session.is_initiator and session.messages_received == 0:
+            self.declined = True
+            return [Declined()]
+        if not frame or frame[0] != RECON:
+            raise RemoteProtocolError("expected a Recon message", self.peer)
+        reply = session.receive(frame[1:])
+        actions: list[Action] = []
+        for event in session.events():
+            if isinstance(event, MissingKeys):
+                dropped = self._keep(event.keys)
+                if dropped:
+                    actions.append(KeysDropped(dropped))
+        if reply is not None:
+            actions.append(SendFrame(bytes([RECON]) + reply))
+        return actions
+
+    def _keep(self, keys: tuple[bytes, ...] | list[bytes]) -> int:
+        room = max(self.max_missing_keys - len(self.missing), 0)
+        self.missing.extend(keys[:room])
+        if len(keys) > room:
+            self.truncated = True
+            return len(keys) - room
+        return 0
+
+
+def not_recent(keys: Iterable[bytes], now_ms: int, grace_ms: int) -> list[bytes]:
+    """The keys to fetch now: those of events gossip is probably still delivering (height
+    within ``grace_ms`` of ``now_ms``, our wall clock) are left out, since fetching them as
+    well would move and verify them twice just when the node has least time to spare. A height
+    far ahead of our clock (a sender's fast clock) is not held back, nor is a key without one
+    (the ceramic-one layout has no event height) or a malformed key (fetched, and rejected on
+    validation)."""
+    if grace_ms <= 0:
+        return list(keys)
+    lo, hi = now_ms - grace_ms, now_ms + grace_ms
+    kept = []
+    for key in keys:
+        try:
+            height = key_height(key)
+        except RemoteProtocolError:
+            height = None
+        if height is None or not lo <= height <= hi:
+            kept.append(key)
+    return kept

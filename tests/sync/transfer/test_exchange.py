@@ -1,0 +1,119 @@
+"""The reconciliation phase of a Recon stream, sans-IO: frames, BUSY, the bound on missing
+keys, and the gossip-grace filter on a fixed clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, event_key
+from sync.recon.eventid import CERAMIC_ONE
+from sync.transfer import (
+    BUSY_FRAME,
+    RECON,
+    Declined,
+    KeysDropped,
+    ReconExchange,
+    SendFrame,
+    not_recent,
+)
+from tests.sync.recon.helpers import FULL
+
+CONFIG = ReconConfig(fanout=2, key_list_threshold=2, split_levels=1)
+
+
+def pair(ours: list[bytes], theirs: list[bytes], max_missing: int = 1000
+         ) -> tuple[ReconExchange, ReconExchange]:
+    a = ReconSession.initiator(MemoryKeyStore.from_sorted(sorted(ours)), FULL, CONFIG, peer="b")
+    b = ReconSession.responder(MemoryKeyStore.from_sorted(sorted(theirs)), FULL, CONFIG,
+                               peer="a")
+    return ReconExchange(a, max_missing, "b"), ReconExchange(b, max_missing, "a")
+
+
+def run(a: ReconExchange, b: ReconExchange) -> list[KeysDropped]:
+    """Shuttle frames until both sides are done, as the stream driver does."""
+    dropped: list[KeysDropped] = []
+    inbox_b: list[bytes] = [a.start()]
+    inbox_a: list[bytes] = []
+    while inbox_a or inbox_b:
+        for frame_list, side, other in ((inbox_b, b, inbox_a), (inbox_a, a, inbox_b)):
+            while frame_list and not side.done:
+                for action in side.receive(frame_list.pop(0), now=0.0):
+                    if isinstance(action, SendFrame):
+                        assert action.frame[0] == RECON
+                        other.append(action.frame)
+                    elif isinstance(action, KeysDropped):
+                        dropped.append(action)
+            frame_list.clear()
+    return dropped
+
+
+@given(st.sets(st.integers(0, 200), max_size=60), st.sets(st.integers(0, 200), max_size=60))
+def test_missing_keys_found_both_ways(x: set[int], y: set[int]) -> None:
+    ours = [i.to_bytes(2, "big") for i in x]
+    theirs = [i.to_bytes(2, "big") for i in y]
+    a, b = pair(ours, theirs)
+    assert run(a, b) == []
+    assert a.done and b.done and not a.truncated
+    assert sorted(a.missing) == sorted(set(theirs) - set(ours))
+    assert sorted(b.missing) == sorted(set(ours) - set(theirs))
+
+
+def test_missing_keys_bounded_and_counted() -> None:
+    theirs = [i.to_bytes(2, "big") for i in range(50)]
+    a, b = pair([], theirs, max_missing=20)
+    dropped = run(a, b)
+    assert len(a.missing) == 20 and set(a.missing) <= set(theirs)
+    assert a.truncated and sum(d.count for d in dropped) == 30
+
+
+def test_busy_first_answer_declines() -> None:
+    a, _ = pair([b"k"], [])
+    a.start()
+    assert a.receive(BUSY_FRAME, now=0.0) == [Declined()]
+    assert a.declined and a.done
+    with pytest.raises(LocalProtocolError):
+        a.receive(BUSY_FRAME, now=0.0)
+
+
+def test_busy_later_or_to_a_responder_breaks_the_protocol() -> None:
+    _, b = pair([], [b"k"])
+    with pytest.raises(RemoteProtocolError) as err:
+        b.receive(BUSY_FRAME, now=0.0)
+    assert err.value.peer == "a"
+    a, b = pair([i.to_bytes(2, "big") for i in range(200)],
+                [i.to_bytes(2, "big") for i in range(100, 300)])
+    reply = b.receive(a.start(), now=0.0)[-1]
+    assert isinstance(reply, SendFrame)
+    a.receive(reply.frame, now=0.0)
+    assert not a.done
+    with pytest.raises(RemoteProtocolError):  # BUSY only as the first answer
+        a.receive(BUSY_FRAME, now=0.0)
+
+
+@pytest.mark.parametrize("frame", [b"", b"\x07junk", bytes([RECON]) + b"\xff\xff\xff"])
+def test_bad_frames_are_remote_errors(frame: bytes) -> None:
+    _, b = pair([], [b"k"])
+    with pytest.raises(RemoteProtocolError):
+        b.receive(frame, now=0.0)
+
+
+NOW_MS = 1_700_000_000_000
+DIGEST = bytes(32)
+
+
+def key(height: int) -> bytes:
+    return event_key(1, "chan", "sender", height, DIGEST)
+
+
+def test_not_recent_holds_back_what_gossip_is_delivering() -> None:
+    recent = [key(NOW_MS), key(NOW_MS - 999), key(NOW_MS + 1000)]
+    old = [key(NOW_MS - 1001), key(5)]
+    future = [key(NOW_MS + 1001)]  # a sender's fast clock: fetched at once
+    ceramic = event_key(1, "chan", "sender", NOW_MS, DIGEST, CERAMIC_ONE)  # no height
+    malformed = b"\x01"
+    keys = recent + old + future + [ceramic, malformed]
+    assert not_recent(keys, NOW_MS, 1000) == old + future + [ceramic, malformed]
+    assert not_recent(keys, NOW_MS, 0) == keys
