@@ -174,6 +174,9 @@ class ReconSection:
     keystore_cache_keys: int = opt(131_072, non_negative)
     # Processes verifying fetched events outside the daemon (docs/architecture.md "Ingest").
     ingest_workers: int = opt(2, lambda v: None if 0 <= v <= 64 else "must be in [0, 64]")
+    # The workers also append the events they verified (docs/cluster-bench.md, "the ingest
+    # worker as writer"); false: the daemon's store writes them, as before.
+    ingest_workers_write: bool = opt(True)
 
 
 @dataclass(frozen=True)
