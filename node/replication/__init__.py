@@ -42,6 +42,9 @@ from node.replication.recon_metrics import (
     RECON_METRICS,
     describe_recon_metrics,
 )
+from node.replication.recon_serve import (
+    serve_wants,
+)
 from node.replication.recon_transfer import (
     SessionStats,
     Transfer,
@@ -70,6 +73,7 @@ __all__ = [
     "describe_recon_metrics",
     "network_rendezvous",
     "peer_id_of_addr",
+    "serve_wants",
     "topic_of",
     "verify_in_threads",
 ]

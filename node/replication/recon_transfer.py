@@ -6,9 +6,7 @@ them too), asked for in want lists, verified in worker threads and ingested thro
 the peer leaves out of its answer return to the pool at once and cost it standing; so do claims
 that lapse because the peer stopped delivering.
 
-Serving: each want list is answered in byte-bounded batches read from the database and sent
-as they are packed, so one stream holds at most about ``serve_batch_bytes`` of events however
-many keys the peer asks for and however slowly it reads.
+Serving: ``recon_serve.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +25,9 @@ from node.p2p import FramedStream, P2PError
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
+from node.replication.recon_serve import serve_wants
 from node.replication.verify import MAX_EVENT_BYTES, Decoder, verify_in_threads
 from node.store import EventStore
-from storage import events_by_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT
@@ -38,17 +36,13 @@ from sync.sds.profile import decode_event_by_channel
 from sync.stored_event import record_of_event
 from sync.transfer import (
     ClaimTable,
-    EventsPacker,
     WantFetcher,
-    WantServer,
-    byte_batches,
     not_recent,
 )
 
 __all__ = ["SessionStats", "Transfer"]
 
 log = logging.getLogger("syncnode.recon")
-MAX_KEY_BYTES = 256
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
 
@@ -297,22 +291,7 @@ class Transfer:
 
     async def serve(self, stream: FramedStream, budget: int, stats: SessionStats) -> None:
         """Answer the peer's want lists with the events we hold, within a byte budget."""
-        core = WantServer(budget=budget, max_items=max(self.fetch_batch, 1024),
-                          max_key_bytes=MAX_KEY_BYTES, peer=stream.peer_id)
-        while not core.done:
-            want = core.receive(await stream.receive())
-            packer = EventsPacker(self.max_frame_bytes, self.fetch_batch)
-            sent = 0
-            if want.keys:
-                sizes = await self.store.read(wire_sizes_by_keys, want.keys)
-                for batch in byte_batches(sizes, self.serve_batch_bytes, self.fetch_batch):
-                    found = await self.store.read(events_by_keys, batch)
-                    for event in found:
-                        frame = packer.add(event.wire)
-                        if frame is not None:
-                            await stream.send(frame)
-                    sent += len(found)
-                    del found
-            await stream.send(packer.finish())
-            stats.served += sent
-            self.metrics.inc("recon_events_served_total", sent)
+        sent = await serve_wants(stream, self.store, budget, self.fetch_batch,
+                                 self.max_frame_bytes, self.serve_batch_bytes,
+                                 on_sent=lambda n: self.metrics.inc("recon_events_served_total", n))
+        stats.served += sent
