@@ -156,6 +156,9 @@ async def _serve_locked(
             services.cancel()
             # The API stops on ``shutdown`` by itself; the writer drains its queue, then returns.
             await store.close()
+        # Every commit is accounted now (the writer drained): the next start loads this.
+        if runtime.recon is not None:
+            await runtime.recon.save_summary()
     finally:
         engine.dispose()
         log.info("database closed")

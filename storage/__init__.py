@@ -50,7 +50,17 @@ from storage.events import (
 )
 from storage.keystore import SqlKeySource, SqlKeyStore, open_summary_store, scan_buckets
 from storage.migrate import current_revision, head_revision, upgrade
-from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
+from storage.recon_summary import OpenedKeyStore, open_key_store, save_summary
+from storage.schema import (
+    LANE_COLUMNS,
+    block_head,
+    block_log,
+    blocks,
+    events,
+    metadata,
+    node_state,
+    recon_summary,
+)
 from storage.state import (
     count_state,
     delete_oldest_state,
@@ -68,6 +78,7 @@ __all__ = [
     "BlockHead",
     "BlockRow",
     "EventRecord",
+    "OpenedKeyStore",
     "SqlKeySource",
     "SqlKeyStore",
     "StoredEvent",
@@ -103,6 +114,7 @@ __all__ = [
     "max_seq",
     "metadata",
     "node_state",
+    "open_key_store",
     "open_summary_store",
     "put_head",
     "put_state",
@@ -113,8 +125,10 @@ __all__ = [
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
+    "recon_summary",
     "record_problem",
     "redacted_url",
+    "save_summary",
     "scan_buckets",
     "set_canonical",
     "store_blocks",
