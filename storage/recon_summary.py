@@ -44,7 +44,7 @@ _SAMPLES = 8
 class OpenedKeyStore:
     """The key store and what it holds: every key of ``seq <= watermark``, ``total`` of them.
 
-    ``outcome`` is ``saved`` (restored from the saved summary) or ``scan:<reason>``."""
+    ``outcome`` is ``saved`` (restored from the saved summary) or ``scan_<reason>``."""
 
     store: SummaryKeyStore
     watermark: int
@@ -67,7 +67,7 @@ def open_key_store(engine: Engine, *, load: int, max_buckets: int, cache_keys: i
     with engine.connect() as conn:
         watermark = max_seq(conn)
     store = open_summary_store(engine, load=load, max_buckets=max_buckets, cache_keys=cache_keys)
-    return OpenedKeyStore(store, watermark, len(store), f"scan:{reason}")
+    return OpenedKeyStore(store, watermark, len(store), f"scan_{reason}")
 
 
 def _restore(engine: Engine, load: int, max_buckets: int, cache_keys: int,

@@ -43,14 +43,17 @@ class SummarySaver:
         self.metrics = metrics
         self.interval_s = interval_s
         self.watermark = 0
-        # (watermark, total) of the last save or load: the next save checks the log since.
+        # (watermark, total) of the last save or load: the next save checks the log since;
+        # and whether the saved row is that state (not after a scan or a replay at start-up).
         self._saved = (0, 0)
+        self._row_current = False
         for name, help_text in SUMMARY_METRICS.items():
             metrics.describe(name, "counter", help_text)
 
     def opened(self, opened: OpenedKeyStore) -> None:
         self.watermark = opened.watermark
         self._saved = (opened.watermark, opened.total)
+        self._row_current = opened.outcome == "saved" and not opened.replayed
         self.metrics.inc("recon_summary_loads_total", outcome=opened.outcome)
 
     def committed(self, result: AppendResult) -> None:
@@ -66,7 +69,7 @@ class SummarySaver:
     async def save(self, keys: SummaryKeyStore) -> bool:
         """Save ``keys``' summary if anything changed since the last save; True if written."""
         watermark, total = self.watermark, len(keys)
-        if (watermark, total) == self._saved:
+        if (watermark, total) == self._saved and self._row_current:
             return False
         summary = keys.summary
         parts = (summary.load, list(summary.starts), list(summary.counts), list(summary.wides))
@@ -85,6 +88,7 @@ class SummarySaver:
                         extra=kv(watermark=watermark, keys=total))
             return False
         self._saved = (watermark, total)
+        self._row_current = True
         self.metrics.inc("recon_summary_saves_total", outcome="saved")
         log.info("recon summary saved", extra=kv(watermark=watermark, keys=total,
                                                  buckets=len(parts[1]), bytes=len(blob)))

@@ -27,7 +27,7 @@ _SQLITE_TRIGGERS = (
     "BEGIN DELETE FROM recon_summary; END",
 )
 _PG_FUNCTION = (
-    "CREATE FUNCTION recon_summary_stale() RETURNS trigger LANGUAGE plpgsql AS "
+    "CREATE OR REPLACE FUNCTION recon_summary_stale() RETURNS trigger LANGUAGE plpgsql AS "
     "$$ BEGIN DELETE FROM recon_summary; RETURN NULL; END $$"
 )
 _PG_TRIGGER = (
