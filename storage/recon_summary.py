@@ -96,7 +96,7 @@ def _restore(engine: Engine, load: int, max_buckets: int, cache_keys: int,
         raise _Stale("decode") from None
     if saved.total != total:
         raise _Stale("decode")
-    # Replaying a key costs about five times what scanning one does (docs/architecture.md).
+    # Replaying a key costs twice what scanning one does, plus its read (docs/architecture.md).
     if tail > total // 4:
         raise _Stale("tail")
     summary = BucketSummary.restore(saved.buckets, load=max(load, saved.load),
