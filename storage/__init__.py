@@ -6,6 +6,7 @@ dataclasses; the daemon runs them in worker threads.
 
 from __future__ import annotations
 
+from storage.batch_append import append_isolating
 from storage.blocks import (
     BlockChange,
     BlockHead,
@@ -44,6 +45,7 @@ from storage.events import (
     read_channels_after,
     read_events_after,
     record_problem,
+    seqs_of_message_ids,
     stored_message_ids,
     wire_sizes_by_keys,
     wire_sizes_by_message_ids,
@@ -83,6 +85,7 @@ __all__ = [
     "SqlKeyStore",
     "StoredEvent",
     "append_events",
+    "append_isolating",
     "block_at",
     "block_by_hash",
     "block_head",
@@ -130,6 +133,7 @@ __all__ = [
     "redacted_url",
     "save_summary",
     "scan_buckets",
+    "seqs_of_message_ids",
     "set_canonical",
     "store_blocks",
     "stored_message_ids",
