@@ -133,7 +133,9 @@ class ReconService:
                                    cache_keys=cache_keys))
         self.keys = opened.store
         self.saver.opened(opened)
-        log.info("recon key store loaded", extra=kv(
+        # A fallback other than "no saved summary yet" means the saved one was unusable.
+        level = logging.INFO if opened.outcome in ("saved", "scan_missing") else logging.WARNING
+        log.log(level, "recon key store loaded", extra=kv(
             keys=len(self.keys), buckets=len(self.keys.summary), outcome=opened.outcome,
             watermark=opened.watermark, replayed=opened.replayed))
 
