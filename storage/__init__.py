@@ -52,7 +52,7 @@ from storage.events import (
 )
 from storage.keystore import SqlKeySource, SqlKeyStore, open_summary_store, scan_buckets
 from storage.migrate import current_revision, head_revision, upgrade
-from storage.recon_summary import OpenedKeyStore, open_key_store, save_summary
+from storage.recon_summary import OpenedKeyStore, log_matches, open_key_store, save_summary
 from storage.schema import (
     LANE_COLUMNS,
     block_head,
@@ -113,6 +113,7 @@ __all__ = [
     "last_change_seq",
     "list_state",
     "log_changes",
+    "log_matches",
     "make_engine",
     "max_seq",
     "metadata",

@@ -31,7 +31,7 @@ from sync.recon.sha256a import wide_of
 from sync.recon.summary import SummaryKeyStore
 from sync.recon.summary_codec import decode_summary, max_summary_bytes
 
-__all__ = ["MAX_KEY_BYTES", "OpenedKeyStore", "open_key_store", "save_summary"]
+__all__ = ["MAX_KEY_BYTES", "OpenedKeyStore", "log_matches", "open_key_store", "save_summary"]
 
 log = logging.getLogger("syncnode.storage")
 
@@ -135,18 +135,26 @@ def _samples_match(store: SummaryKeyStore, rng: random.Random) -> bool:
     return True
 
 
-def save_summary(conn: Connection, blob: bytes, *, watermark: int, total: int,
-                 since: tuple[int, int], now_ms: int) -> bool:
-    """Write the summary of the keys of ``seq <= watermark`` (``total`` of them), replacing the
-    saved one. ``since`` is the (watermark, total) of the last save or load, both checked then:
-    the rows between it and ``watermark`` must be exactly the keys added since (cheap, a seq
-    range), else nothing is written (False) and the last good save stays."""
+def log_matches(conn: Connection, *, watermark: int, total: int, since: tuple[int, int]) -> bool:
+    """Whether the log holds exactly ``total - since[1]`` rows of ``since[0] < seq <= watermark``:
+    ``since`` is the (watermark, total) of the last save or load, checked then, so the summary
+    of ``total`` keys then holds exactly the keys of ``seq <= watermark``. A seq range count of
+    the rows since, read outside the write transaction (it can take a while after a catch-up,
+    and those rows no longer change: deleting events empties the saved summary instead)."""
     old_watermark, old_total = since
     added = conn.execute(select(func.count()).select_from(events)
                          .where(events.c.seq > old_watermark, events.c.seq <= watermark)
                          ).scalar_one()
+    return int(added) == total - old_total
+
+
+def save_summary(conn: Connection, blob: bytes, *, watermark: int, total: int,
+                 now_ms: int) -> bool:
+    """Write the summary of the keys of ``seq <= watermark`` (``total`` of them, checked with
+    :func:`log_matches`), replacing the saved one; False, writing nothing, when the log has no
+    event at ``watermark`` (it changed since the check)."""
     key = conn.execute(select(events.c.recon_key).where(events.c.seq == watermark)).scalar()
-    if int(added) != total - old_total or (watermark and key is None):
+    if watermark and key is None:
         return False
     conn.execute(delete(recon_summary))
     conn.execute(insert(recon_summary).values(

@@ -3,8 +3,9 @@
 The watermark is the highest seq the key store has accounted: the store's writer commits in
 seq order and ``ReconService`` accounts each commit's keys before the next commit is reported,
 so at any moment of the trio thread the summary holds exactly the keys of ``seq <= watermark``.
-A save copies the summary there (no await between), encodes it in a worker thread and writes
-it in one transaction (``storage.save_summary``), every ``recon.summary_save_interval_s`` and
+A save copies the summary there (no await between), checks the log's rows since the last save
+(``storage.log_matches``, a read), encodes it in a worker thread and writes it in one
+transaction (``storage.save_summary``), every ``recon.summary_save_interval_s`` and
 once more at clean shutdown (docs/architecture.md "Recon key store").
 """
 
@@ -20,7 +21,7 @@ import trio
 from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import AppendResult, OpenedKeyStore, save_summary
+from storage import AppendResult, OpenedKeyStore, log_matches, save_summary
 from sync.recon import SummaryKeyStore, encode_summary
 
 __all__ = ["SUMMARY_METRICS", "SummarySaver"]
@@ -73,11 +74,15 @@ class SummarySaver:
             return False
         summary = keys.summary
         parts = (summary.load, list(summary.starts), list(summary.counts), list(summary.wides))
+        check = functools.partial(log_matches, watermark=watermark, total=total,
+                                  since=self._saved)
         write = functools.partial(save_summary, watermark=watermark, total=total,
-                                  since=self._saved, now_ms=int(time.time() * 1000))
+                                  now_ms=int(time.time() * 1000))
         try:
-            blob = await trio.to_thread.run_sync(encode_summary, *parts)
-            written = await self.store.write(write, blob)
+            written = await self.store.read(check)
+            if written:
+                blob = await trio.to_thread.run_sync(encode_summary, *parts)
+                written = await self.store.write(write, blob)
         except Exception as exc:  # a database error: the last save stays, try again later
             self.metrics.inc("recon_summary_saves_total", outcome="failed")
             log.warning("recon summary not saved", extra=kv(error=repr(exc)))

@@ -12,6 +12,7 @@ from storage import (
     OpenedKeyStore,
     append_events,
     events,
+    log_matches,
     open_key_store,
     recon_summary,
     save_summary,
@@ -37,11 +38,16 @@ def _open(engine: Engine) -> OpenedKeyStore:
 
 
 def _save(engine: Engine, opened: OpenedKeyStore, since: tuple[int, int] | None = None) -> bool:
+    """As the node saves: the check of the rows since, then the write."""
     s = opened.store.summary
     blob = encode_summary(s.load, s.starts, s.counts, s.wides)
+    with engine.connect() as conn:
+        if not log_matches(conn, watermark=opened.watermark, total=opened.total,
+                           since=since or (0, 0)):
+            return False
     with write_transaction(engine) as conn:
         return save_summary(conn, blob, watermark=opened.watermark, total=opened.total,
-                            since=since or (0, 0), now_ms=1)
+                            now_ms=1)
 
 
 def _check(store: SummaryKeyStore, keys: list[bytes]) -> None:
@@ -84,6 +90,8 @@ def test_save_refused_when_the_log_disagrees(engine: Engine) -> None:
     again = _open(engine)
     # Claims 10 keys were added since the last save when the log has 10 -> fine; 9 -> refused.
     assert not _save(engine, again, since=(300, 301))
+    with write_transaction(engine) as conn:  # no event at the watermark: nothing written
+        assert not save_summary(conn, b"x", watermark=5_000, total=5_000, now_ms=1)
     with engine.connect() as conn:
         assert conn.execute(select(recon_summary.c.watermark)).scalar_one() == 300
 
