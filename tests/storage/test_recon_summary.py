@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, select, update
 
 from storage import (
@@ -13,9 +15,11 @@ from storage import (
     append_events,
     events,
     log_matches,
+    make_engine,
     open_key_store,
     recon_summary,
     save_summary,
+    upgrade,
     write_transaction,
 )
 from sync.recon import BucketSummary, SummaryKeyStore, encode_summary
@@ -154,3 +158,34 @@ def test_empty_log(engine: Engine) -> None:
     after = _open(engine)
     assert after.outcome == "scan_tail"
     _check(after.store, keys)
+
+
+@settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.tuples(st.integers(0, 60), st.booleans(), st.booleans()),
+                      min_size=1, max_size=8))
+def test_any_history_of_appends_saves_and_crashes_restores_the_log(
+    steps: list[tuple[int, bool, bool]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Appends, saves now and then, restarts with or without a save since (a crash): every
+    start-up holds exactly the log's keys, restored or rescanned (SQLite)."""
+    engine = make_engine(f"sqlite:///{tmp_path_factory.mktemp('h') / 'n.db'}")
+    upgrade(engine)
+    try:
+        keys: list[bytes] = []
+        opened = _open(engine)
+        since = (opened.watermark, opened.total)
+        for n, save, restart in steps:
+            keys += _fill(engine, range(len(keys), len(keys) + n))
+            opened.store.insert_many(keys[len(keys) - n :])  # as the node accounts a commit
+            opened = OpenedKeyStore(opened.store, opened.watermark + n, opened.total + n, "")
+            if save and _save(engine, opened, since):
+                since = (opened.watermark, opened.total)
+            if restart:
+                opened = _open(engine)
+                assert opened.outcome in ("saved", "scan_missing", "scan_tail")
+                since = (opened.watermark, opened.total)
+            assert (opened.total, opened.watermark) == (len(keys), len(keys))
+            if keys:
+                _check(opened.store, keys)
+    finally:
+        engine.dispose()
