@@ -4,12 +4,15 @@ through Recon, which it could not if the restored summary left them out (equal r
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
+from tests.node.procs import NodeProcess
+from tests.pg import reset_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 FIRST, LATER = 120, 25
@@ -23,8 +26,24 @@ def _loads(node_log: Path) -> list[tuple[str, int]]:
     return [(outcome, int(replayed)) for outcome, replayed in found]
 
 
-def test_restart_after_sigkill_between_saves_serves_the_right_keys(tmp_path: Path) -> None:
-    with cluster(tmp_path, 2, env=NO_PERIODIC) as (a, b):
+def _backends() -> list[str]:
+    return ["sqlite", *(["postgresql"] if os.environ.get("SYNCNODE_TEST_PG") else [])]
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_restart_after_sigkill_between_saves_serves_the_right_keys(
+    tmp_path: Path, backend: str
+) -> None:
+    a_env = dict(NO_PERIODIC)
+    if backend == "postgresql":  # the restarted node's database (the other stays on SQLite)
+        reset_postgres(os.environ["SYNCNODE_TEST_PG"])
+        a_env["SYNCNODE_STORAGE_URL"] = os.environ["SYNCNODE_TEST_PG"]
+    nodes: list[NodeProcess] = []
+    try:
+        a = start_node(tmp_path, "n0", env=a_env)
+        nodes.append(a)
+        b = start_node(tmp_path, "n1", env=NO_PERIODIC, bootstrap=[a])
+        nodes.append(b)
         publish_many(a, "general", [f"first {i}" for i in range(FIRST)])
         wait_for(lambda: len(channel_log(b, "general")) == FIRST, 60, "b did not get them")
         b.terminate()
@@ -40,10 +59,11 @@ def test_restart_after_sigkill_between_saves_serves_the_right_keys(tmp_path: Pat
         wait_for(lambda: metric(a, "recon_summary_saves_total") >= 1, 30, "no periodic save")
         # b held the first events only: its range hashes equal a's unless a counts the later.
         b2 = start_node(tmp_path, "n1", env=NO_PERIODIC, bootstrap=[a])
-        try:
-            wait_for(lambda: len(channel_log(b2, "general")) == FIRST + LATER, 60,
-                     "b did not get the later events")
-            assert metric(b2, "recon_events_fetched_total") >= LATER
-            assert sorted(channel_log(b2, "general")) == sorted(channel_log(a, "general"))
-        finally:
-            b2.kill()
+        nodes.append(b2)
+        wait_for(lambda: len(channel_log(b2, "general")) == FIRST + LATER, 60,
+                 "b did not get the later events")
+        assert metric(b2, "recon_events_fetched_total") >= LATER
+        assert sorted(channel_log(b2, "general")) == sorted(channel_log(a, "general"))
+    finally:
+        for node in nodes:
+            node.kill()
