@@ -34,6 +34,8 @@ _SLOTS = struct.Struct(f"<{LANES * 2}I")
 # One bucket at most: start length varint (2), count varint (9), the wide value.
 _BUCKET_OVERHEAD = 2 + 9 + _WIDE_BYTES
 _HEADER_MAX = len(_MAGIC) + 4 * 9
+# Keys per bucket doubles with each merge: past 2^32 keys per bucket the log cannot be.
+_MAX_LOAD = 1 << 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ def decode_summary(data: bytes, *, max_buckets: int, max_key_bytes: int) -> Save
     load, pos = read_uvarint(body, pos)
     count_of, pos = read_uvarint(body, pos)
     total, pos = read_uvarint(body, pos)
-    if load < 1 or not 1 <= count_of <= max_buckets:
+    if not 1 <= load <= _MAX_LOAD or not 1 <= count_of <= max_buckets:
         raise RemoteProtocolError("saved summary load or bucket count out of range")
     buckets: list[tuple[bytes, int, int]] = []
     previous: bytes | None = None

@@ -103,12 +103,16 @@ def test_decoder_refuses_damaged_summaries() -> None:
         "empty": b"",
         "magic": _reencoded(blob, 0, b"XSUM"),
         "version": _reencoded(blob, 4, b"\x02"),
+        "load 0": _reencoded(blob, 5, b"\x00"),
         "trailing": _reencoded(blob, len(blob) - 32, b"\x00"),
     }
     for name, data in bad.items():
         with pytest.raises(RemoteProtocolError):
             decode(data)
         assert name
+    huge_load = encode_summary(1 << 33, [b""], [1], [wide_of(b"k")])
+    with pytest.raises(RemoteProtocolError, match="load"):
+        decode(huge_load)
     with pytest.raises(RemoteProtocolError, match="longer than its limit"):
         decode(blob, max_buckets=2)
     assert len(blob) <= max_summary_bytes(64, 8)
