@@ -45,6 +45,12 @@ from node.replication.recon_metrics import (
 from node.replication.recon_serve import (
     serve_wants,
 )
+from node.replication.recon_summary import (
+    SUMMARY_METRICS,
+    SummarySaver,
+    keystore_limits,
+    open_keys,
+)
 from node.replication.recon_transfer import (
     SessionStats,
     Transfer,
@@ -57,6 +63,7 @@ __all__ = [
     "MAX_IDS",
     "RECON_METRICS",
     "RECON_PROTOCOL",
+    "SUMMARY_METRICS",
     "ChannelMaker",
     "ChannelService",
     "DhtDiscovery",
@@ -66,12 +73,15 @@ __all__ = [
     "PeerManager",
     "ReconService",
     "SessionStats",
+    "SummarySaver",
     "Transfer",
     "UnknownChannel",
     "channel_rendezvous",
     "describe_channel_metrics",
     "describe_recon_metrics",
+    "keystore_limits",
     "network_rendezvous",
+    "open_keys",
     "peer_id_of_addr",
     "serve_wants",
     "topic_of",

@@ -25,10 +25,10 @@ from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_metrics import describe_recon_metrics
-from node.replication.recon_summary import SummarySaver
+from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
-from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_key_store
+from storage import AppendResult, EventRecord, SqlKeySource, existing_keys
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
@@ -76,7 +76,7 @@ class ReconService:
         self.fetch_batch = section.fetch_batch
         self.max_missing_keys = section.max_missing_keys
         self.config = config
-        load, max_buckets, cache_keys = self._keystore_limits()
+        load, max_buckets, cache_keys = keystore_limits(section)
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
         self.saver = SummarySaver(store, metrics, section.summary_save_interval_s)
@@ -109,28 +109,14 @@ class ReconService:
 
     async def load(self) -> None:
         """Open the key store: the saved summary plus newer keys, else one scan of the key
-        index (storage.open_key_store); memory bounded either way."""
-        load, max_buckets, cache_keys = self._keystore_limits()
-        opened = await trio.to_thread.run_sync(
-            lambda: open_key_store(self.store.engine, load=load, max_buckets=max_buckets,
-                                   cache_keys=cache_keys))
+        index (``recon_summary.open_keys``); memory bounded either way."""
+        opened = await open_keys(self.store, self.section)
         self.keys = opened.store
         self.saver.opened(opened)
-        # A fallback other than "no saved summary yet" means the saved one was unusable.
-        level = logging.INFO if opened.outcome in ("saved", "scan_missing") else logging.WARNING
-        log.log(level, "recon key store loaded", extra=kv(
-            keys=len(self.keys), buckets=len(self.keys.summary), outcome=opened.outcome,
-            watermark=opened.watermark, replayed=opened.replayed))
 
     async def save_summary(self) -> bool:
         """Save the key store's summary now (at clean shutdown, after the last commit)."""
         return await self.saver.save(self.keys)
-
-    def _keystore_limits(self) -> tuple[int, int, int]:
-        """What bounds the key store's memory (docs/architecture.md "Recon key store"): keys
-        per bucket, most buckets, cached keys."""
-        return (self.section.keystore_bucket_keys, self.section.keystore_max_buckets,
-                self.section.keystore_cache_keys)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
         if not result.inserted:
