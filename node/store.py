@@ -83,6 +83,7 @@ class EventStore:
         self.duplicate_events = 0
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
         self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        self._queue_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
         # Message ids queued and not yet committed (or failed): with the database they answer
         # "is this id in the log?" for channels that keep only recent ids in memory.
         self._queued: dict[str, int] = {}
@@ -104,6 +105,11 @@ class EventStore:
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
         self._listeners.append(listener)
+
+    def on_queued(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
+        """Call ``listener`` with records as they enter the queue; each is then reported to
+        ``on_commit`` or ``on_failure`` listeners exactly once."""
+        self._queue_listeners.append(listener)
 
     def on_failure(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) with the records a commit could not store."""
@@ -148,6 +154,9 @@ class EventStore:
         self._note_queued(records, 1)
 
     def _note_queued(self, records: Sequence[EventRecord], delta: int) -> None:
+        if delta > 0:
+            for listener in self._queue_listeners:
+                listener(records)
         queued = self._queued
         for record in records:
             mid = record.message_id

@@ -107,6 +107,8 @@ class ReconService:
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
+        # Fetched events in the store's queue stay claimed until their commit, however slow.
+        store.on_queued(lambda records: self.claims.queued(r.recon_key for r in records))
         for name, help_text in RECON_METRICS.items():
             metrics.describe(name, "counter", help_text)
         metrics.describe_histogram(
@@ -137,8 +139,8 @@ class ReconService:
                 self.section.keystore_cache_keys)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
-        if not result.inserted:
-            return
+        # Every record the store was given ends its claim's hold here: stored, a duplicate,
+        # or not stored at all (then it may be fetched again).
         new = {m for _, m in result.inserted}
         fetched = 0
         stored: list[bytes] = []
@@ -147,6 +149,8 @@ class ReconService:
             if record.message_id in new:
                 stored.append(record.recon_key)
                 fetched += held
+        if not stored:
+            return
         self.keys.insert_many(stored)
         # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
         self.metrics.inc("recon_events_stored_total", fetched)
