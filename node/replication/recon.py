@@ -29,7 +29,14 @@ from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
-from sync.transfer import BUSY_FRAME, ClaimTable, KeysDropped, ReconExchange, SendFrame
+from sync.transfer import (
+    BUSY_FRAME,
+    ClaimTable,
+    KeysDropped,
+    RangeBacklog,
+    ReconExchange,
+    SendFrame,
+)
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
@@ -97,6 +104,8 @@ class ReconService:
         # fetched again meanwhile, unless the claim lapses (the peer withholds them).
         self.claims = ClaimTable(section.claim_timeout_s, max_keys=4 * self.max_missing_keys,
                                  hold_s=PENDING_GRACE_S)
+        # What a truncated session left, cut into ranges of a session's worth (linear catch-up).
+        self.backlog = RangeBacklog()
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
             fetch_batch=self.fetch_batch, claims=self.claims, standing=standing,
@@ -194,10 +203,19 @@ class ReconService:
                 self._wake.set()
 
     async def sync_with(self, peer: str) -> SessionStats | None:
+        """Sessions with ``peer`` while a long catch-up has more to do: each next one at once
+        instead of after the next round (each round would add its wait to the catch-up)."""
+        while True:
+            stats = await self._sync_once(peer)
+            if stats is None or not stats.more:
+                return stats
+
+    async def _sync_once(self, peer: str) -> SessionStats | None:
         if not self.schedule.begin_initiator(peer):
             return None
         stats = SessionStats()
         started = time.monotonic()
+        exchange = None
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
                 exchange = self._exchange(ReconSession.initiator, peer)
@@ -205,6 +223,7 @@ class ReconService:
                     await stream.send(exchange.start())
                     await self._reconcile(stream, exchange, stats)
                 if exchange.declined:
+                    self.backlog.give_back(exchange.scope)
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
                     return None
                 # The transfer phases have no overall deadline (a large catch-up takes as long
@@ -213,6 +232,7 @@ class ReconService:
                 await self._fetch(stream, stats)
                 await self._serve(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc)
             return None
         finally:
@@ -222,11 +242,16 @@ class ReconService:
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
-        if stats.truncated and stats.fetched:
-            # A long catch-up: the peer has more than one session may list; go on at once
-            # instead of after the next round (each round would add its wait to the catch-up).
-            return await self.sync_with(peer)
+        self._finished(exchange, stats)
         return stats
+
+    def _finished(self, exchange: ReconExchange, stats: SessionStats) -> None:
+        """Cut what a truncated session left into the backlog; is there more to do at once?"""
+        self.backlog.finished(exchange.scope, self.interests, truncated=exchange.truncated,
+                              lowest_dropped=exchange.lowest_dropped, cuts=exchange.cuts)
+        # Each step either fetched something or used up a backlog range: it ends.
+        stats.more = (stats.truncated and stats.fetched > 0) or (
+            exchange.scope is not None and len(self.backlog) > 0)
 
     def _done(self, role: str, started: float) -> None:
         self.metrics.inc("recon_sessions_total", role=role)
@@ -253,6 +278,7 @@ class ReconService:
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
         started = time.monotonic()
+        exchange = None
         try:
             async with stream:
                 exchange = self._exchange(ReconSession.responder, peer)
@@ -261,19 +287,22 @@ class ReconService:
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc)
             return
         finally:
             self.schedule.end(peer, initiator=False)
         self._done("responder", started)
-        if stats.truncated and stats.fetched:
+        self._finished(exchange, stats)
+        if stats.more:
             await self.sync_with(peer)  # more to fetch: at once (see sync_with)
 
     # -- shared phases ---------------------------------------------------------------------------
 
     def _exchange(self, make: Callable[..., ReconSession], peer: str) -> ReconExchange:
-        session = make(self.keys, self.interests, self.config, peer=peer)
-        return ReconExchange(session, self.max_missing_keys, peer)
+        interests, scope = self.backlog.take(self.interests)
+        session = make(self.keys, interests, self.config, peer=peer)
+        return ReconExchange(session, self.max_missing_keys, peer, scope=scope)
 
     async def _reconcile(
         self, stream: FramedStream, exchange: ReconExchange, stats: SessionStats

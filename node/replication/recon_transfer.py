@@ -62,6 +62,8 @@ class SessionStats:
     missing: list[bytes] = field(default_factory=list)
     #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
     truncated: bool = False
+    #: A long catch-up has more to do: the next session at once.
+    more: bool = False
 
 
 @dataclass
