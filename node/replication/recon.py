@@ -126,7 +126,11 @@ class ReconService:
         metrics.gauge_fn("recon_claims", lambda: float(len(self.claims)),
                          "Missing keys claimed by a session fetching them")
         metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
-                         "Fetched keys waiting for their dependencies or the commit")
+                         "Fetched keys waiting for their dependencies or the commit (held "
+                         "until the store is done with them)")
+        metrics.counter_fn("recon_backlog_ranges_taken_total",
+                           lambda: float(self.backlog.taken_total),
+                           "Sessions that reconciled one backlog range instead of everything")
         metrics.gauge_fn("recon_keystore_buckets", lambda: float(len(self.keys.summary)),
                          "Buckets of the Recon key store's in-memory summary")
         metrics.counter_fn("recon_keystore_reads_total", lambda: float(self.keys.reads),
