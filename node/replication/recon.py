@@ -25,7 +25,7 @@ from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
-from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_summary_store
+from storage import AppendResult, EventRecord, SqlKeySource, open_summary_store
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
@@ -323,8 +323,6 @@ class ReconService:
             self.schedule.learned(stream.peer_id, exchange.session.peer_interests)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
-        held = await self.store.read(existing_keys, stats.missing) if stats.missing else set()
-        stats.missing = [k for k in stats.missing if k not in held]
         await self.transfer.fetch(stream, stats)
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:

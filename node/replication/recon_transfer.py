@@ -29,7 +29,7 @@ from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.verify import MAX_EVENT_BYTES, Decoder, verify_in_threads
 from node.store import EventStore
-from storage import events_by_keys, wire_sizes_by_keys
+from storage import events_by_keys, existing_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT
@@ -147,6 +147,14 @@ class Transfer:
         sid = self.claims.open(peer, now)
         try:
             keys = self.claims.claim(sid, missing, now)
+            if keys:
+                # Read after claiming: a key whose commit lands during the read was still
+                # held when claimed (so not claimed), or is committed before the read and seen
+                # by it. Read first, a slow store's commits in between were fetched twice.
+                stored = await self.store.read(existing_keys, keys)
+                if stored:
+                    self.claims.release(sid, [k for k in keys if k in stored])
+                    keys = [k for k in keys if k not in stored]
             await self._fetch_claimed(stream, sid, keys, stats)
         finally:
             if self.claims.close(sid):
