@@ -40,6 +40,10 @@ log = logging.getLogger("syncnode.store")
 T = TypeVar("T")
 
 
+#: A remote (worker) append takes up to this many store batches (``storage.batch_max_events``).
+FETCHED_RUN_BATCHES = 8
+
+
 class StoreClosed(RuntimeError):
     pass
 
@@ -84,6 +88,8 @@ class EventStore:
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
         self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
         self._queue_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        # Set (and replaced) after each commit: ``wait_room`` waits on it.
+        self._drained = trio.Event()
         # Message ids queued and not yet committed (or failed): with the database they answer
         # "is this id in the log?" for channels that keep only recent ids in memory.
         self._queued: dict[str, int] = {}
@@ -166,6 +172,17 @@ class EventStore:
             else:
                 queued.pop(mid, None)
 
+    @property
+    def backlog(self) -> int:
+        """Events queued and not committed yet (distinct message ids)."""
+        return len(self._queued)
+
+    async def wait_room(self, limit: int) -> None:
+        """Return once fewer than ``limit`` events wait for their commit (a fetch that runs
+        ahead of a slow store waits here instead of filling memory with its queue)."""
+        while len(self._queued) >= limit:
+            await self._drained.wait()
+
     def stored_ids(self, channel: str, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` in ``channel``'s log: committed, or queued to be.
 
@@ -212,15 +229,20 @@ class EventStore:
                     return
                 batch = [first]
                 size = len(first.records)
+                # Fetched events go to a worker in runs of several store batches: one round
+                # trip and one COMMIT (fsync) for each, during a catch-up whose queue is long.
+                cap = self.max_batch
+                if first.fetched and self._remote is not None:
+                    cap *= FETCHED_RUN_BATCHES
                 with trio.move_on_after(self.max_delay):
-                    while size < self.max_batch:
+                    while size < cap:
                         try:
                             more = await self._recv.receive()
                         except trio.EndOfChannel:
                             break
                         batch.append(more)
                         size += len(more.records)
-                while size < self.max_batch:
+                while size < cap:
                     try:
                         more = self._recv.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
@@ -249,6 +271,8 @@ class EventStore:
                 await self._commit_records(run, records)
             finally:
                 self._note_queued(records, -1)
+                self._drained.set()
+                self._drained = trio.Event()
 
     async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
         errors: dict[str, BaseException] = {}

@@ -51,6 +51,10 @@ log = logging.getLogger("syncnode.recon")
 MAX_KEY_BYTES = 256
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
+# A fetch asks for more only while fewer events than this wait for their commit: a fast
+# fetch in front of a slow store (PostgreSQL, a busy disk) would otherwise hold up to a whole
+# session's events (100,000, ~1.2 KB each) in the store's queue, and memory with them.
+STORE_BACKLOG_EVENTS = 20_000
 
 
 @dataclass
@@ -177,6 +181,7 @@ class Transfer:
                     while core.answers_pending:
                         got = core.receive(await stream.receive())
                         if got.final:
+                            await self.store.wait_room(STORE_BACKLOG_EVENTS)
                             for frame in core.next_frames():
                                 await stream.send(frame)
                         # Verification runs while the next answer is read: the channel's
