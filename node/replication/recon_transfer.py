@@ -182,6 +182,8 @@ class Transfer:
                         got = core.receive(await stream.receive())
                         if got.final:
                             await self.store.wait_room(STORE_BACKLOG_EVENTS)
+                            # Time spent waiting for our store is not the peer withholding.
+                            self.claims.progress(sid, time.monotonic())
                             for frame in core.next_frames():
                                 await stream.send(frame)
                         # Verification runs while the next answer is read: the channel's
