@@ -28,7 +28,7 @@ from node.replication.recon_metrics import describe_recon_metrics
 from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
-from storage import AppendResult, EventRecord, SqlKeySource, existing_keys
+from storage import AppendResult, EventRecord, SqlKeySource
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
@@ -37,6 +37,7 @@ from sync.transfer import (
     Abort,
     ClaimTable,
     KeysDropped,
+    RangeBacklog,
     ReconExchange,
     SendFrame,
 )
@@ -95,6 +96,8 @@ class ReconService:
         # fetched again meanwhile, unless the claim lapses (the peer withholds them).
         self.claims = ClaimTable(section.claim_timeout_s, max_keys=4 * self.max_missing_keys,
                                  hold_s=PENDING_GRACE_S)
+        # What a truncated session left, cut into ranges of a session's worth (linear catch-up).
+        self.backlog = RangeBacklog()
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
             fetch_batch=self.fetch_batch, claims=self.claims, standing=standing,
@@ -105,7 +108,10 @@ class ReconService:
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
-        describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys)
+        # Fetched events in the store's queue stay claimed until their commit, however slow.
+        store.on_queued(lambda records: self.claims.queued(r.recon_key for r in records))
+        describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys,
+                               lambda: self.backlog)
 
     async def load(self) -> None:
         """Open the key store: the saved summary plus newer keys, else one scan of the key
@@ -119,8 +125,8 @@ class ReconService:
         return await self.saver.save(self.keys)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
-        if not result.inserted:
-            return
+        # Every record the store was given ends its claim's hold here: stored, a duplicate,
+        # or not stored at all (then it may be fetched again).
         new = {m for _, m in result.inserted}
         fetched = 0
         stored: list[bytes] = []
@@ -129,6 +135,8 @@ class ReconService:
             if record.message_id in new:
                 stored.append(record.recon_key)
                 fetched += held
+        if not stored:
+            return
         self.keys.insert_many(stored)
         self.saver.committed(result)
         # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
@@ -175,15 +183,25 @@ class ReconService:
                 self._wake.set()
 
     async def sync_with(self, peer: str) -> SessionStats | None:
+        """Sessions with ``peer`` while a long catch-up has more to do: each next one at once
+        instead of after the next round (each round would add its wait to the catch-up)."""
+        while True:
+            stats = await self._sync_once(peer)
+            if stats is None or not stats.more:
+                return stats
+
+    async def _sync_once(self, peer: str) -> SessionStats | None:
         if not self.schedule.begin_initiator(peer):
             return None
         stats = SessionStats()
         started = time.monotonic()
+        exchange = None
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
                 exchange = self._exchange(ReconSession.initiator, peer)
                 await self._reconcile(stream, exchange, stats, first=exchange.start())
                 if exchange.declined:
+                    self.backlog.give_back(exchange.scope)
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
                     return None
                 # The transfer phases have no overall deadline (a large catch-up takes as long
@@ -192,6 +210,7 @@ class ReconService:
                 await self._fetch(stream, stats)
                 await self._serve(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc)
             return None
         finally:
@@ -201,11 +220,16 @@ class ReconService:
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
-        if stats.truncated and stats.fetched:
-            # A long catch-up: the peer has more than one session may list; go on at once
-            # instead of after the next round (each round would add its wait to the catch-up).
-            return await self.sync_with(peer)
+        self._finished(exchange, stats)
         return stats
+
+    def _finished(self, exchange: ReconExchange, stats: SessionStats) -> None:
+        """Cut what a truncated session left into the backlog; is there more to do at once?"""
+        self.backlog.finished(exchange.scope, self.interests, truncated=exchange.truncated,
+                              lowest_dropped=exchange.lowest_dropped, cuts=exchange.cuts)
+        # Each step either fetched something or used up a backlog range: it ends.
+        stats.more = (stats.truncated and stats.fetched > 0) or (
+            exchange.scope is not None and len(self.backlog) > 0)
 
     def _done(self, role: str, started: float) -> None:
         self.metrics.inc("recon_sessions_total", role=role)
@@ -232,6 +256,7 @@ class ReconService:
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
         started = time.monotonic()
+        exchange = None
         try:
             async with stream:
                 exchange = self._exchange(ReconSession.responder, peer)
@@ -239,20 +264,23 @@ class ReconService:
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc)
             return
         finally:
             self.schedule.end(peer, initiator=False)
         self._done("responder", started)
-        if stats.truncated and stats.fetched:
+        self._finished(exchange, stats)
+        if stats.more:
             await self.sync_with(peer)  # more to fetch: at once (see sync_with)
 
     # -- shared phases ---------------------------------------------------------------------------
 
     def _exchange(self, make: Callable[..., ReconSession], peer: str) -> ReconExchange:
-        session = make(self.keys, self.interests, self.config, peer=peer)
+        interests, scope = self.backlog.take(self.interests)
+        session = make(self.keys, interests, self.config, peer=peer)
         # trio's clock: the exchange's timer is then a cancel scope's deadline as it is.
-        return ReconExchange(session, self.max_missing_keys, peer,
+        return ReconExchange(session, self.max_missing_keys, peer, scope=scope,
                              timeout_s=self.session_timeout_s, started=trio.current_time())
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange,
@@ -283,8 +311,6 @@ class ReconService:
                 raise trio.TooSlowError(action.reason)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
-        held = await self.store.read(existing_keys, stats.missing) if stats.missing else set()
-        stats.missing = [k for k in stats.missing if k not in held]
         await self.transfer.fetch(stream, stats)
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from node.metrics import Metrics
 from sync.recon import SummaryKeyStore
-from sync.transfer import ClaimTable
+from sync.transfer import ClaimTable, RangeBacklog
 
 __all__ = ["RECON_METRICS", "describe_recon_metrics"]
 
@@ -25,9 +25,10 @@ RECON_METRICS = {
 
 
 def describe_recon_metrics(metrics: Metrics, claims: Callable[[], ClaimTable],
-                           keys: Callable[[], SummaryKeyStore]) -> None:
-    """Declare the series; the gauges read ``claims()`` and ``keys()`` when scraped (the key
-    store is replaced once it is loaded)."""
+                           keys: Callable[[], SummaryKeyStore],
+                           backlog: Callable[[], RangeBacklog]) -> None:
+    """Declare the series; the gauges read ``claims()``, ``keys()`` and ``backlog()`` when
+    scraped (the key store is replaced once it is loaded)."""
     for name, help_text in RECON_METRICS.items():
         metrics.describe(name, "counter", help_text)
     metrics.describe_histogram(
@@ -36,7 +37,11 @@ def describe_recon_metrics(metrics: Metrics, claims: Callable[[], ClaimTable],
     metrics.gauge_fn("recon_claims", lambda: float(len(claims())),
                      "Missing keys claimed by a session fetching them")
     metrics.gauge_fn("recon_claims_held", lambda: float(claims().held),
-                     "Fetched keys waiting for their dependencies or the commit")
+                     "Fetched keys waiting for their dependencies or the commit (held "
+                     "until the store is done with them)")
+    metrics.counter_fn("recon_backlog_ranges_taken_total",
+                       lambda: float(backlog().taken_total),
+                       "Sessions that reconciled one backlog range instead of everything")
     metrics.gauge_fn("recon_keystore_buckets", lambda: float(len(keys().summary)),
                      "Buckets of the Recon key store's in-memory summary")
     metrics.counter_fn("recon_keystore_reads_total", lambda: float(keys().reads),
