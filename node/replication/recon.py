@@ -158,15 +158,17 @@ class ReconService:
                 nursery.start_soon(self.saver.run, lambda: self.keys)
             while True:
                 now = time.monotonic()
+                if now >= self.claims.get_timer():
+                    self.transfer.handle_claims_timer(now)
                 if now >= self.schedule.get_timer():
-                    self.transfer.expire_claims()
                     peer = self.schedule.handle_timer(now, self.host.connected_peers(),
                                                       self._latency)
                     if peer is not None:
                         nursery.start_soon(self.sync_with, peer)
                     continue
                 self._wake = trio.Event()
-                with trio.move_on_after(self.schedule.get_timer() - now):
+                next_at = min(self.schedule.get_timer(), self.claims.get_timer())
+                with trio.move_on_after(next_at - now):
                     await self._wake.wait()
 
     def _latency(self, peer: str) -> float | None:

@@ -124,12 +124,12 @@ class Transfer:
         if self.standing is not None:
             self.standing.penalise(peer, reason, count)
 
-    def expire_claims(self) -> None:
+    def handle_claims_timer(self, now: float) -> None:
         """Claims of sessions that stopped delivering go back to the pool; their peers pay."""
-        lapsed = self.claims.expire(time.monotonic())
-        for peer, count in lapsed:
-            self.metrics.inc("recon_claims_lapsed_total", count)
-            self.penalise(peer, "withheld")
+        lapsed = self.claims.handle_timer(now)
+        for each in lapsed:
+            self.metrics.inc("recon_claims_lapsed_total", each.count)
+            self.penalise(each.peer, "withheld")
         if lapsed:
             self.on_released()
 
@@ -139,7 +139,7 @@ class Transfer:
         """Ask for the events of our missing keys, validate and ingest what arrives."""
         peer = stream.peer_id
         now = time.monotonic()
-        self.expire_claims()
+        self.handle_claims_timer(now)
         missing = stats.missing
         if self.gossip_grace_ms:
             missing = not_recent(missing, int(time.time() * 1000), self.gossip_grace_ms)

@@ -4,7 +4,7 @@ claims and budgets, fetch-by-id, and caps on what a peer may have in flight."""
 from __future__ import annotations
 
 from sync.transfer.backlog import KeyRange, RangeBacklog
-from sync.transfer.claims import ClaimTable
+from sync.transfer.claims import ClaimTable, Lapsed
 from sync.transfer.exchange import (
     BUSY_FRAME,
     Abort,
@@ -56,6 +56,7 @@ __all__ = [
     "InFlight",
     "KeyRange",
     "KeysDropped",
+    "Lapsed",
     "RangeBacklog",
     "ReconExchange",
     "SendFrame",
