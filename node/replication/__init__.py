@@ -42,6 +42,9 @@ from node.replication.recon_metrics import (
     RECON_METRICS,
     describe_recon_metrics,
 )
+from node.replication.recon_phase import (
+    reconcile,
+)
 from node.replication.recon_serve import (
     serve_wants,
 )
@@ -55,7 +58,7 @@ from node.replication.recon_transfer import (
     SessionStats,
     Transfer,
 )
-from node.replication.verify import verify_in_threads
+from node.replication.verify import PendingBatch, verify_batch, verify_in_threads
 
 __all__ = [
     "CHANNEL_METRICS",
@@ -71,6 +74,7 @@ __all__ = [
     "GossipOutbox",
     "KnownPeer",
     "PeerManager",
+    "PendingBatch",
     "ReconService",
     "SessionStats",
     "SummarySaver",
@@ -83,7 +87,9 @@ __all__ = [
     "network_rendezvous",
     "open_keys",
     "peer_id_of_addr",
+    "reconcile",
     "serve_wants",
     "topic_of",
+    "verify_batch",
     "verify_in_threads",
 ]

@@ -25,6 +25,7 @@ from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_metrics import describe_recon_metrics
+from node.replication.recon_phase import reconcile
 from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
@@ -34,14 +35,10 @@ from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
 from sync.transfer import (
     BUSY_FRAME,
-    Abort,
     ClaimTable,
-    KeysDropped,
     RangeBacklog,
     ReconExchange,
-    SendFrame,
 )
-from sync.transfer.exchange import Action
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
@@ -287,30 +284,12 @@ class ReconService:
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange,
                          stats: SessionStats, first: bytes | None = None) -> None:
-        """Drive the reconciliation phase: read a frame, let the exchange decide, write, and
-        wake at its timer (the session deadline) if no frame comes before it."""
-        actions: list[Action] = [] if first is None else [SendFrame(first)]
-        while True:
-            with trio.move_on_at(exchange.get_timer()):
-                await self._carry_out(stream, actions)
-                if exchange.done:
-                    break
-                actions = exchange.receive(await stream.receive(), trio.current_time())
-                continue
-            actions = exchange.handle_timer(trio.current_time())
+        await reconcile(stream, exchange, first,
+                        lambda n: self.metrics.inc("recon_missing_dropped_total", n))
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated
         if not exchange.declined:
             self.schedule.learned(stream.peer_id, exchange.session.peer_interests)
-
-    async def _carry_out(self, stream: FramedStream, actions: list[Action]) -> None:
-        for action in actions:
-            if isinstance(action, SendFrame):
-                await stream.send(action.frame)
-            elif isinstance(action, KeysDropped):
-                self.metrics.inc("recon_missing_dropped_total", action.count)
-            elif isinstance(action, Abort):
-                raise trio.TooSlowError(action.reason)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
         await self.transfer.fetch(stream, stats)

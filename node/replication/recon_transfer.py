@@ -26,7 +26,7 @@ from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_serve import serve_wants
-from node.replication.verify import MAX_EVENT_BYTES, Decoder, verify_in_threads
+from node.replication.verify import MAX_EVENT_BYTES, Decoder, PendingBatch, verify_batch
 from node.store import EventStore
 from storage import existing_keys
 from sync.errors import RemoteProtocolError
@@ -65,16 +65,7 @@ class SessionStats:
     more: bool = False
 
 
-@dataclass
-class _Pending:
-    """A batch being verified (in worker processes, or threads without them)."""
-
-    done: trio.Event = field(default_factory=trio.Event)
-    result: VerifiedBatch | list[SignedEvent | None] = field(default_factory=list)
-    error: BaseException | None = None
-
-
-_Batch = tuple[list[bytes], _Pending, bool]
+_Batch = tuple[list[bytes], PendingBatch, bool]
 
 
 class Transfer:
@@ -183,8 +174,9 @@ class Transfer:
                                 await stream.send(frame)
                         # Verification runs while the next answer is read: the channel's
                         # size bounds the batches in flight.
-                        pending = _Pending()
-                        nursery.start_soon(self._verify, got.wires, pending)
+                        pending = PendingBatch()
+                        nursery.start_soon(verify_batch, got.wires, pending, self.ingest,
+                                           self._decode)
                         await send.send((got.wires, pending, got.final))
             except (P2PError, trio.TooSlowError, RemoteProtocolError) as exc:
                 failure.append(exc)
@@ -225,19 +217,6 @@ class Transfer:
         self.penalise(peer, "short_answer")
         log.info("peer withheld advertised events", extra=kv(peer=peer, keys=len(withheld)))
         self.on_released()
-
-    async def _verify(self, wires: list[bytes], pending: _Pending) -> None:
-        try:
-            if not wires:  # an empty answer (the peer withheld everything): nothing to check
-                pending.result = VerifiedBatch()
-            elif self.ingest is not None:
-                pending.result = await self.ingest.verify(wires)
-            else:
-                pending.result = await verify_in_threads(wires, decode=self._decode)
-        except IngestUnavailable as exc:
-            pending.error = exc
-        finally:
-            pending.done.set()
 
     def _ingest_verified(self, core: WantFetcher, sid: int, wires: list[bytes],
                          batch: VerifiedBatch, peer: str, stats: SessionStats) -> None:
