@@ -26,8 +26,11 @@ from node.logs import kv
 from node.store_commits import (
     RemoteWriter,
     commit_remote,
+    gather,
     insert_one_by_one,
     insert_records,
+    runs_by,
+    split_result,
 )
 from storage import (
     AppendResult,
@@ -220,29 +223,13 @@ class EventStore:
                     first = await self._recv.receive()
                 except trio.EndOfChannel:
                     return
-                batch = [first]
-                size = len(first.records)
                 # Fetched events go to a worker in runs of several store batches: one round
                 # trip and one COMMIT (fsync) for each, during a catch-up whose queue is long.
                 cap = self.max_batch
                 if first.fetched and self._remote is not None:
                     cap *= FETCHED_RUN_BATCHES
-                with trio.move_on_after(self.max_delay):
-                    while size < cap:
-                        try:
-                            more = await self._recv.receive()
-                        except trio.EndOfChannel:
-                            break
-                        batch.append(more)
-                        size += len(more.records)
-                while size < cap:
-                    try:
-                        more = self._recv.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    batch.append(more)
-                    size += len(more.records)
-                await self._commit(batch)
+                await self._commit(await gather(self._recv, first, lambda p: len(p.records),
+                                                cap, self.max_delay))
 
     async def close(self) -> None:
         """Stop accepting writes; the writer drains what is queued and returns."""
@@ -251,14 +238,8 @@ class EventStore:
     async def _commit(self, batch: list[_Pending]) -> None:
         # Runs of fetched items go to the remote writer, the rest is committed here; in queue
         # order either way (the order of the log).
-        runs: list[list[_Pending]] = []
-        for pending in batch:
-            remote = pending.fetched and self._remote is not None
-            if runs and (runs[-1][0].fetched and self._remote is not None) == remote:
-                runs[-1].append(pending)
-            else:
-                runs.append([pending])
-        for run in runs:
+        remote = self._remote is not None
+        for run in runs_by(batch, lambda pending: pending.fetched and remote):
             records = [r for pending in run for r in pending.records]
             try:
                 await self._commit_records(run, records)
@@ -297,20 +278,9 @@ class EventStore:
         self.batches += 1
         self.committed_events += len(combined.inserted)
         self.duplicate_events += len(combined.duplicates)
-        seq_of = {mid: seq for seq, mid in combined.inserted}
-        for pending in batch:
-            inserted, duplicates = [], []
-            for record in pending.records:
-                error = errors.get(record.message_id)
-                if error is not None:
-                    pending.error = error
-                    continue
-                seq = seq_of.pop(record.message_id, None)
-                if seq is None:
-                    duplicates.append(record.message_id)
-                else:
-                    inserted.append((seq, record.message_id))
-            pending.result = AppendResult(tuple(inserted), tuple(duplicates))
+        split = split_result([p.records for p in batch], combined, errors)
+        for pending, (result, error) in zip(batch, split, strict=True):
+            pending.result, pending.error = result, error
             pending.done.set()
         failed = [r for r in records if r.message_id in errors]
         if failed:

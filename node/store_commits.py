@@ -1,6 +1,7 @@
-"""The database side of the store's commits: one transaction for a whole batch, or one per
-event to isolate the events that fail (in worker threads, never cancelled once started); or a
-run of fetched events appended by a remote writer, and what it stored when it died.
+"""The store's commits: gathering a batch from the queue, cutting it into the remote writer's
+runs and local ones, one transaction for a whole batch or one per event to isolate the events
+that fail (in worker threads, never cancelled once started), a run of fetched events appended
+by a remote writer (and what it stored when it died), and the result split per caller.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from sqlalchemy import Connection, Engine
@@ -22,9 +23,20 @@ from storage import (
     write_transaction,
 )
 
-__all__ = ["RemoteWriter", "StoreFailed", "commit_remote", "insert_one_by_one", "insert_records"]
+__all__ = [
+    "RemoteWriter",
+    "StoreFailed",
+    "commit_remote",
+    "gather",
+    "insert_one_by_one",
+    "insert_records",
+    "runs_by",
+    "split_result",
+]
 
 log = logging.getLogger("syncnode.store")
+P = TypeVar("P")
+Q = TypeVar("Q")
 
 #: Appends records in another process, in one transaction (``storage.append_isolating``):
 #: what was stored and, per message id, why not. Raises if the writer died with the request.
@@ -95,3 +107,63 @@ async def commit_remote(read: Reader, writer: RemoteWriter, records: list[EventR
         return AppendResult(inserted, duplicates), {
             r.message_id: error for r in records if r.message_id not in found}, True
     return combined, {mid: StoreFailed(text) for mid, text in why.items()}, False
+
+
+async def gather(recv: trio.MemoryReceiveChannel[Q], first: Q, size: Callable[[Q], int],
+                 cap: int, max_delay: float) -> list[Q]:
+    """One commit's worth: ``first``, what comes within ``max_delay``, then what is queued
+    already, up to ``cap`` records (``size`` of each item)."""
+    batch = [first]
+    total = size(first)
+    with trio.move_on_after(max_delay):
+        while total < cap:
+            try:
+                more = await recv.receive()
+            except trio.EndOfChannel:
+                break
+            batch.append(more)
+            total += size(more)
+    while total < cap:
+        try:
+            more = recv.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            break
+        batch.append(more)
+        total += size(more)
+    return batch
+
+
+def runs_by(items: Sequence[P], remote: Callable[[P], bool]) -> list[list[P]]:
+    """``items`` cut into runs of the same ``remote(item)``, in order: the remote writer's
+    runs and the local ones commit in queue order (the order of the log)."""
+    runs: list[list[P]] = []
+    for item in items:
+        if runs and remote(runs[-1][0]) == remote(item):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def split_result(callers: Sequence[Sequence[EventRecord]], combined: AppendResult,
+                 errors: dict[str, BaseException]
+                 ) -> list[tuple[AppendResult, BaseException | None]]:
+    """One commit's result, per caller (its records): what was inserted (with seqs) and what
+    was there already; the error of a record that failed (the last one, if several)."""
+    seq_of = {mid: seq for seq, mid in combined.inserted}
+    out: list[tuple[AppendResult, BaseException | None]] = []
+    for records in callers:
+        inserted, duplicates = [], []
+        failed: BaseException | None = None
+        for record in records:
+            error = errors.get(record.message_id)
+            if error is not None:
+                failed = error
+                continue
+            seq = seq_of.pop(record.message_id, None)
+            if seq is None:
+                duplicates.append(record.message_id)
+            else:
+                inserted.append((seq, record.message_id))
+        out.append((AppendResult(tuple(inserted), tuple(duplicates)), failed))
+    return out
