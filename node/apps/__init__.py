@@ -14,7 +14,6 @@ from node.apps.blocks_plugin import (
     change_json,
 )
 from node.apps.db_app import (
-    METRICS,
     DbApplication,
     book_of,
 )
@@ -28,6 +27,10 @@ from node.apps.db_log import (
     LEGACY_KEY,
     channel_max_seq,
     has_legacy_writes,
+)
+from node.apps.db_metrics import (
+    METRICS,
+    metric_of,
 )
 from node.apps.db_plugin import (
     DbBundle,
@@ -69,6 +72,7 @@ __all__ = [
     "channel_max_seq",
     "has_legacy_writes",
     "history_json",
+    "metric_of",
     "publish_and_wait",
     "router_of",
     "row_json",

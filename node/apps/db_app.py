@@ -31,6 +31,7 @@ from node.apps.db_log import (
     has_legacy_writes,
     log_of,
 )
+from node.apps.db_metrics import metric_of
 from node.config_apps import DbSection
 from node.logs import kv
 from node.metrics import Metrics
@@ -56,7 +57,7 @@ from sync.crdt import (
     step,
 )
 
-__all__ = ["APP_NAME", "METRICS", "DbApplication", "book_of"]
+__all__ = ["APP_NAME", "DbApplication", "book_of"]
 
 log = logging.getLogger("syncnode.db")
 
@@ -68,36 +69,9 @@ CACHE_ENTITIES = 100_000
 PROGRESS_EVERY_S = 5.0
 _HIGH_KEY = f"app/{APP_NAME}/high"
 
-# name -> help, all counters; labelled ones carry a ``reason`` or an ``outcome``.
-METRICS = {
-    "db_rejected_total": "CRDT messages rejected (reason: malformed, unknown_table, "
-                         "unknown_column, bad_type, unauthorised_writer); they stay in the log",
-    "db_schema_declarations_total": "Schema declarations applied (outcome: changed, rescan, "
-                                    "duplicate, not_owner, not_declarer, too_many_versions, "
-                                    "too_many_tables)",
-    "db_tables_reevaluated_total": "Tables re-derived from the log after their versions changed",
-    "db_messages_reevaluated_total": "Writes judged again while re-deriving a table",
-    "db_tombstones_compacted_total": "Tombstones forgotten after the stability window",
-    "db_cells_set_total": "Column registers that took a new winning write",
-    "db_records_created_total": "Records created or re-created by an upsert",
-    "db_records_deleted_total": "Visible records removed by a delete",
-    "db_tombstones_total": "Deletes that advanced a record's tombstone",
-    "db_upserts_noted_total": "Upserts that advanced the version of an existing record",
-}
-
-
 def book_of(section: DbSection) -> SchemaBook:
     return SchemaBook(pins=section.owner_pins(), max_versions=section.max_schema_versions,
                       max_tables=section.max_tables, declarers=section.declarers or None)
-
-
-def _metric_of(count_name: str) -> tuple[str, dict[str, str]]:
-    """(metric, labels) of a count key."""
-    if count_name.startswith("rejected_"):
-        return "db_rejected_total", {"reason": count_name.removeprefix("rejected_")}
-    if count_name.startswith("schema_"):
-        return "db_schema_declarations_total", {"outcome": count_name.removeprefix("schema_")}
-    return f"db_{count_name}_total", {}
 
 
 class _Pending:
@@ -208,7 +182,7 @@ class DbApplication:
                         del cache[key]
             if self.metrics is not None:
                 for name, amount in pending.counts.items():
-                    metric, labels = _metric_of(name)
+                    metric, labels = metric_of(name)
                     self.metrics.inc(metric, amount, **labels)
         if batch:
             self.applied_seq = max(self.applied_seq, batch[-1].seq)

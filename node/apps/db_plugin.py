@@ -23,8 +23,9 @@ from starlette.responses import JSONResponse, Response
 
 from node.api.app import ApiError, ApiRoute, RouteDoc, read_json
 from node.api.openapi import Param, arr, obj
-from node.apps.db_app import APP_NAME, METRICS, DbApplication
+from node.apps.db_app import APP_NAME, DbApplication
 from node.apps.db_json import history_json, row_json, schema_json, typed_values
+from node.apps.db_metrics import METRICS
 from node.apps.db_publish import SchemaSeeder, publish_and_wait
 from node.apps.runner import LogApplication
 from node.config import Config
