@@ -240,6 +240,9 @@ class ReconSection:
     keystore_cache_keys: int = _opt(131_072, _non_negative)
     # Processes verifying fetched events outside the daemon (docs/architecture.md "Ingest").
     ingest_workers: int = _opt(2, lambda v: None if 0 <= v <= 64 else "must be in [0, 64]")
+    # The workers also append the events they verified (docs/cluster-bench.md, "the ingest
+    # worker as writer"); false: the daemon's store writes them, as before.
+    ingest_workers_write: bool = _opt(True)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ cancels them together at shutdown.
 
 from __future__ import annotations
 
+from sqlalchemy.engine import make_url
+
 from node.api.app import ApiRoute
 from node.apps.blocks_app import router_of
 from node.apps.plugins import PLUGINS
@@ -49,6 +51,12 @@ def channel_writers(config: Config) -> dict[str, frozenset[str]]:
     return {name: producers for name in router_of(config.blocks).channels()}
 
 
+def _in_memory(url: str) -> bool:
+    """A database only this process can see (no worker can write to it)."""
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
 def channel_names(config: Config) -> list[str]:
     """Configured channels plus those the hosted applications need, in order, once each."""
     needed = [c for plugin in PLUGINS for c in plugin.channels(config)]
@@ -83,6 +91,9 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         ingest = IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
                                        channel_profiles(config), MAX_EVENT_BYTES),
                             config.recon.ingest_workers, metrics)
+        if config.recon.ingest_workers_write and not _in_memory(config.database_url):
+            store.set_remote_writer(ingest.remote_writer(
+                config.database_url, config.storage.sqlite_synchronous))
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),

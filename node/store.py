@@ -3,6 +3,12 @@
 Writes from every source (local publishes, gossip, Recon) queue here; one writer task commits
 them in batches (``storage.batch_max_events`` / ``batch_max_delay_ms``) and only then wakes
 each caller, so an event is acknowledged only after its transaction committed.
+
+Fetched events (``submit_fetched``) can be written by an ingest worker process instead
+(``set_remote_writer``; docs/cluster-bench.md, "the ingest worker as writer"): they stay items
+of the same queue, committed in queue order by the writer task, which hands them to the worker
+and waits for its commit. The writer task is thus the one write token: a worker never races
+the daemon for SQLite's lock, and the log keeps the order in which SDS delivered.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -22,11 +28,13 @@ from storage import (
     AppendResult,
     EventRecord,
     append_events,
+    max_seq,
+    seqs_of_message_ids,
     stored_message_ids,
     write_transaction,
 )
 
-__all__ = ["EventStore", "StoreClosed", "StoreRejected"]
+__all__ = ["EventStore", "RemoteWriter", "StoreClosed", "StoreFailed", "StoreRejected"]
 
 log = logging.getLogger("syncnode.store")
 T = TypeVar("T")
@@ -40,6 +48,16 @@ class StoreRejected(ValueError):
     """An event that no backend can store (``storage.record_problem``)."""
 
 
+class StoreFailed(RuntimeError):
+    """The database refused an event a remote writer tried to store (its error, as text)."""
+
+
+#: Appends records in another process, in one transaction (``storage.append_isolating``):
+#: what was stored and, per message id, why not. Raises if the writer died with the request.
+RemoteWriter = Callable[[Sequence[EventRecord], int], Awaitable[tuple[AppendResult,
+                                                                       dict[str, str]]]]
+
+
 @dataclass
 class _Pending:
     records: Sequence[EventRecord]
@@ -48,6 +66,8 @@ class _Pending:
     done: trio.Event = field(default_factory=trio.Event)
     result: AppendResult | None = None
     error: BaseException | None = None
+    #: Fetched events, for the remote writer when there is one.
+    fetched: bool = False
 
 
 class EventStore:
@@ -68,6 +88,18 @@ class EventStore:
         self._queued: dict[str, int] = {}
         #: Questions ``stored_ids`` sent to the database.
         self.id_lookups = 0
+        self._remote: RemoteWriter | None = None
+        # The highest seq this store committed (read at the first remote append): rows above
+        # it after a remote writer died are that writer's (this store is the only writer).
+        self._high_seq: int | None = None
+        #: Runs of fetched events appended by the remote writer, and those whose writer died
+        #: (settled by reading the log).
+        self.remote_appends = 0
+        self.remote_settled = 0
+
+    def set_remote_writer(self, writer: RemoteWriter | None) -> None:
+        """Write ``submit_fetched`` batches through ``writer`` (an ingest worker)."""
+        self._remote = writer
 
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
@@ -102,6 +134,16 @@ class EventStore:
             self._send.send_nowait(_Pending(records))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.warning("store closed; %d relayed events not stored (peers resend)", len(records))
+            return
+        self._note_queued(records, 1)
+
+    def submit_fetched(self, records: Sequence[EventRecord]) -> None:
+        """``submit`` for fetched events: written by the remote writer when one is set."""
+        try:
+            self._send.send_nowait(_Pending(records, fetched=True))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            log.warning("store closed; %d fetched events not stored (refetched later)",
+                        len(records))
             return
         self._note_queued(records, 1)
 
@@ -183,23 +225,46 @@ class EventStore:
         await self._send.aclose()
 
     async def _commit(self, batch: list[_Pending]) -> None:
-        records = [r for pending in batch for r in pending.records]
-        try:
-            await self._commit_records(batch, records)
-        finally:
-            self._note_queued(records, -1)
+        # Runs of fetched items go to the remote writer, the rest is committed here; in queue
+        # order either way (the order of the log).
+        runs: list[list[_Pending]] = []
+        for pending in batch:
+            remote = pending.fetched and self._remote is not None
+            if runs and (runs[-1][0].fetched and self._remote is not None) == remote:
+                runs[-1].append(pending)
+            else:
+                runs.append([pending])
+        for run in runs:
+            records = [r for pending in run for r in pending.records]
+            try:
+                await self._commit_records(run, records)
+            finally:
+                self._note_queued(records, -1)
 
     async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
+        errors: dict[str, BaseException] = {}
+        if self._remote is not None and batch[0].fetched:
+            # As ``_insert``: a commit once started is finished and reported, even when the
+            # node stops (the pool then kills the worker, and the log settles what it wrote).
+            with trio.CancelScope(shield=True):
+                combined, errors = await self._commit_remote(self._remote, records)
+            self._finish(batch, records, combined, errors)
+            return
         try:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.
             combined = await self._insert(records, [p.also for p in batch if p.also])
-            errors: dict[str, BaseException] = {}
         except Exception as exc:
             log.error("batch commit failed; retrying its events one by one", exc_info=True)
             # A caller's extra write goes with its last record (a publish's own event).
             also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
             combined, errors = await self._insert_each(records, exc, also_of)
+        self._finish(batch, records, combined, errors)
+
+    def _finish(self, batch: list[_Pending], records: list[EventRecord],
+                combined: AppendResult, errors: dict[str, BaseException]) -> None:
+        if combined.inserted and self._high_seq is not None:
+            self._high_seq = max(self._high_seq, max(seq for seq, _ in combined.inserted))
         for mid, why in combined.rejected:
             errors.setdefault(mid, StoreRejected(why))
         self.batches += 1
@@ -230,6 +295,29 @@ class EventStore:
         # Listeners see the batch once, as one commit.
         for listener in self._listeners:
             listener(combined, records)
+
+    async def _commit_remote(self, writer: RemoteWriter, records: list[EventRecord]
+                             ) -> tuple[AppendResult, dict[str, BaseException]]:
+        if self._high_seq is None:
+            self._high_seq = await self.read(max_seq)
+        try:
+            combined, why = await writer(records, int(time.time() * 1000))
+        except Exception as exc:
+            # The writer died with the batch, before or after its COMMIT. This task still
+            # holds the write token, so the log says exactly which rows it wrote: those of the
+            # batch above the highest seq committed so far.
+            log.error("remote writer failed; reading the log for what it stored",
+                      extra=kv(events=len(records), error=repr(exc)))
+            self.remote_settled += 1
+            found = await self.read(seqs_of_message_ids, [r.message_id for r in records])
+            high = self._high_seq
+            inserted = tuple(sorted((seq, mid) for mid, seq in found.items() if seq > high))
+            duplicates = tuple(mid for mid, seq in found.items() if seq <= high)
+            error = StoreFailed(f"the ingest worker writing the batch died: {exc}")
+            return AppendResult(inserted, duplicates), {
+                r.message_id: error for r in records if r.message_id not in found}
+        self.remote_appends += 1
+        return combined, {mid: StoreFailed(text) for mid, text in why.items()}
 
     async def _insert(self, records: Sequence[EventRecord],
                       extras: Sequence[Callable[[Connection], None]] = ()) -> AppendResult:

@@ -6,6 +6,7 @@ dataclasses; the daemon runs them in worker threads.
 
 from __future__ import annotations
 
+from storage.batch_append import append_isolating
 from storage.blocks import (
     BlockChange,
     BlockHead,
@@ -47,6 +48,7 @@ from storage.events import (
     read_channels_after,
     read_events_after,
     record_problem,
+    seqs_of_message_ids,
     stored_message_ids,
     wire_sizes_by_keys,
     wire_sizes_by_message_ids,
@@ -76,6 +78,7 @@ __all__ = [
     "SqlKeyStore",
     "StoredEvent",
     "append_events",
+    "append_isolating",
     "block_at",
     "block_by_hash",
     "block_head",
@@ -122,6 +125,7 @@ __all__ = [
     "record_problem",
     "redacted_url",
     "scan_buckets",
+    "seqs_of_message_ids",
     "set_canonical",
     "store_blocks",
     "stored_message_ids",

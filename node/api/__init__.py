@@ -31,6 +31,7 @@ from node.api.idempotency import (
 from node.api.node_metrics import (
     P2P_HELP,
     register_node_metrics,
+    register_store_metrics,
 )
 from node.api.openapi import (
     ERROR_SCHEMA,
@@ -75,5 +76,6 @@ __all__ = [
     "read_body",
     "read_json",
     "register_node_metrics",
+    "register_store_metrics",
     "serve_api",
 ]

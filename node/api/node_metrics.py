@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 from storage import AppendResult, EventRecord
 
 if TYPE_CHECKING:
+    from node.metrics import Metrics
     from node.runtime import NodeRuntime
+    from node.store import EventStore
 
-__all__ = ["P2P_HELP", "register_node_metrics"]
+__all__ = ["P2P_HELP", "register_node_metrics", "register_store_metrics"]
 
 OTHER_COUNTERS = {
     "events_stored_total": "Events newly committed to the database (from any source)",
@@ -58,6 +60,18 @@ def _p2p_reader(host: Any, name: str) -> Callable[[], float]:
     return lambda: float(getattr(host.stats, name))
 
 
+def register_store_metrics(metrics: Metrics, store: EventStore) -> None:
+    """The event store's own counters (its writer task's commits, local and remote)."""
+    metrics.counter_fn("store_batches_total", lambda: float(store.batches),
+                       "Write transactions committed by the event store (batches of events)")
+    metrics.counter_fn("store_remote_appends_total", lambda: float(store.remote_appends),
+                       "Transactions of fetched events committed by an ingest worker "
+                       "(recon.ingest_workers_write)")
+    metrics.counter_fn("store_remote_settled_total", lambda: float(store.remote_settled),
+                       "Appends of fetched events whose ingest worker died before answering, "
+                       "settled by reading the log")
+
+
 def register_node_metrics(runtime: NodeRuntime) -> None:
     metrics, store, host = runtime.metrics, runtime.store, runtime.require_host()
     for name, help_text in OTHER_COUNTERS.items():
@@ -75,8 +89,7 @@ def register_node_metrics(runtime: NodeRuntime) -> None:
                      "Always 1; the labels say which syncnode and Python this node runs")
     metrics.set("build_info", 1, version=runtime.version,
                 python=platform.python_version(), implementation=platform.python_implementation())
-    metrics.counter_fn("store_batches_total", lambda: float(store.batches),
-                       "Write transactions committed by the event store (batches of events)")
+    register_store_metrics(metrics, store)
     metrics.gauge_fn("uptime_seconds", lambda: time.monotonic() - runtime.started_at,
                      "Seconds since the node started")
     metrics.gauge_fn("peers_connected", lambda: float(len(host.connected_peers())),

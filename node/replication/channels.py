@@ -366,7 +366,7 @@ class ChannelService:
                 self.metrics.inc("events_delivered_total", len(done), channel=name)
                 self._dirty.add(name)
         if records:
-            self.store.submit(records)
+            self.store.submit_fetched(records)
         if full:
             rank = {i: r for r, i in enumerate(order)}
             full.sort(key=rank.__getitem__)

@@ -29,8 +29,11 @@ from dataclasses import dataclass, field
 
 import trio
 
+from node.ingest_worker import AppendRequest
 from node.logs import kv
 from node.metrics import Metrics
+from node.store import RemoteWriter
+from storage import AppendResult, EventRecord
 from sync.ingest import IngestSpec, VerifiedBatch
 
 __all__ = ["IngestPool", "IngestUnavailable", "IngestWorkerFailed"]
@@ -55,7 +58,7 @@ class IngestWorkerFailed(RuntimeError):
 @dataclass
 class _Slot:
     done: trio.Event = field(default_factory=trio.Event)
-    result: VerifiedBatch | None = None
+    result: object = None
     error: BaseException | None = None
 
 
@@ -163,37 +166,74 @@ class IngestPool:
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise IngestUnavailable("ingest worker's input is closed") from exc
 
-    async def _submit(self, worker: _Worker, wires: Sequence[bytes]) -> _Slot:
+    async def _submit(self, worker: _Worker, kind: str, body: object) -> _Slot:
         request_id = next(self._ids)
         slot = _Slot()
         worker.pending.append((request_id, slot))
         try:
-            await self._send(worker, pickle.dumps((request_id, list(wires)),
+            await self._send(worker, pickle.dumps((kind, request_id, body),
                                                   protocol=pickle.HIGHEST_PROTOCOL))
         except IngestUnavailable as exc:
             slot.error = exc
             slot.done.set()
         return slot
 
-    async def verify(self, wires: Sequence[bytes]) -> VerifiedBatch:
-        """Verify ``wires`` on the workers (split between them); columns in input order."""
+    async def _workers_up(self) -> list[_Worker]:
         if not self._ready.is_set():
             with trio.move_on_after(START_TIMEOUT_S):
                 await self._ready.wait()
         workers = self._alive()
         if not workers:
             raise IngestUnavailable("no ingest worker is running")
+        return workers
+
+    async def verify(self, wires: Sequence[bytes]) -> VerifiedBatch:
+        """Verify ``wires`` on the workers (split between them); columns in input order."""
+        workers = await self._workers_up()
         parts = min(len(workers), max(1, len(wires) // MIN_SPLIT))
         step = -(-len(wires) // parts) if wires else 0
         start = self._next
         self._next += parts
-        slots = [await self._submit(workers[(start + k) % len(workers)],
-                                    wires[k * step : (k + 1) * step]) for k in range(parts)]
+        slots = [await self._submit(workers[(start + k) % len(workers)], "verify",
+                                    list(wires[k * step : (k + 1) * step]))
+                 for k in range(parts)]
         out = VerifiedBatch()
         for slot in slots:
             await slot.done.wait()
             if slot.error is not None:
                 raise slot.error
-            assert slot.result is not None
+            assert isinstance(slot.result, VerifiedBatch)
             out.extend(slot.result)
         return out
+
+    def remote_writer(self, db_url: str, sqlite_synchronous: str) -> RemoteWriter:
+        """The store's remote writer (``EventStore.set_remote_writer``): appends on a worker."""
+
+        async def write(records: Sequence[EventRecord], received_at: int
+                        ) -> tuple[AppendResult, dict[str, str]]:
+            return await self.append(AppendRequest(
+                db_url, sqlite_synchronous, received_at, [r.recon_key for r in records],
+                [r.message_id for r in records], [r.channel for r in records],
+                [r.sender for r in records], [r.lamport for r in records],
+                [r.wire for r in records], [r.lanes or () for r in records]))
+
+        return write
+
+    async def append(self, request: AppendRequest) -> tuple[AppendResult, dict[str, str]]:
+        """Have one worker append ``request``'s rows in its own transaction: what it stored
+        and, per message id, why it could not (``storage.append_isolating``).
+
+        The caller must hold the store's write token. ``IngestUnavailable`` means the worker
+        died with the request: it may or may not have committed, and the caller, still
+        holding the token, settles that by reading the log.
+        """
+        workers = await self._workers_up()
+        worker = workers[self._next % len(workers)]
+        self._next += 1
+        slot = await self._submit(worker, "append", request)
+        await slot.done.wait()
+        if slot.error is not None:
+            raise slot.error
+        answer = slot.result
+        assert isinstance(answer, tuple) and isinstance(answer[0], AppendResult)
+        return answer[0], dict(answer[1])

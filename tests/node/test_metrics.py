@@ -259,6 +259,10 @@ DRIVEN: dict[str, str] = {
         "tests/node/test_hostile_transfer.py::test_withheld_keys_are_fetched_from_someone_else",
     "ingest_workers": "tests/node/test_hostile_transfer.py::"
                       "test_forged_events_in_a_recon_answer_are_rejected_and_charged",
+    "store_remote_appends_total": "tests/node/test_ingest_writer.py::"
+                                  "test_a_fresh_node_stores_an_old_log_through_its_ingest_workers",
+    "store_remote_settled_total": "tests/node/test_ingest.py::"
+        "test_a_worker_killed_while_appending_leaves_the_store_view_exact",
     "ingest_worker_restarts_total": "tests/node/test_ingest.py::"
                                     "test_a_crashed_worker_is_restarted_and_a_crashing_one_stops_the_daemon",
     "recon_protocol_errors_total":

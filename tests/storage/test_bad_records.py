@@ -9,7 +9,14 @@ import trio
 from sqlalchemy import Engine
 
 from node.store import EventStore, StoreRejected
-from storage import EventRecord, append_events, count_events, read_channel, record_problem
+from storage import (
+    EventRecord,
+    append_events,
+    append_isolating,
+    count_events,
+    read_channel,
+    record_problem,
+)
 from tests.storage.conftest import make_record
 
 POISON = (1 << 64) - (1 << 32) - 1
@@ -144,3 +151,26 @@ def test_single_event_error_is_reported(engine: Engine, n: int) -> None:
             await store.close()
 
     trio.run(main)
+
+
+def test_append_isolating_keeps_order_and_names_each_failure(engine: Engine) -> None:
+    """The ingest workers' append: an event the database refuses fails alone, an unstorable
+    one is rejected before the insert, the rest is stored in the order given."""
+    good = [make_record(i) for i in range(5)]
+    refused = make_record(60)
+    _refuse_in_database(engine, refused.message_id)
+    unstorable = bad_records()[0]
+    batch = [good[3], good[0], refused, unstorable, good[4], good[1], good[0]]
+    result, errors = append_isolating(engine, batch, received_at=5)
+    assert list(errors) == [refused.message_id] and "refused" in errors[refused.message_id]
+    assert result.rejected == ((unstorable.message_id, record_problem(unstorable)),)
+    assert [m for _, m in result.inserted] == [r.message_id for r in (good[3], good[0],
+                                                                     good[4], good[1])]
+    assert result.duplicates == (good[0].message_id,)
+    with engine.connect() as conn:
+        assert [e.message_id for e in read_channel(conn, "general")] == [
+            m for _, m in result.inserted]
+
+    again, errors = append_isolating(engine, [good[2], good[3]], received_at=6)
+    assert errors == {} and [m for _, m in again.inserted] == [good[2].message_id]
+    assert again.duplicates == (good[3].message_id,)

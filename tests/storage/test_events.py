@@ -172,3 +172,26 @@ def test_event_store_answers_for_queued_and_committed_ids(engine: Engine) -> Non
     expected = {r.message_id for r in [*committed, *queued]}
     assert seen["queued"] == expected and seen["after"] == expected
     assert store.id_lookups == 2
+
+
+def test_append_returns_the_seq_of_each_row_and_skips_key_conflicts(engine: Engine) -> None:
+    """The driver-level insert paths name exactly the rows they wrote: a record whose Recon key
+    is stored already (here under another message id, in the log or earlier in the same batch)
+    is a duplicate, and every returned (seq, id) pair is the stored row with its lanes."""
+    stored = [make_record(i) for i in range(5)]
+    with engine.begin() as conn:
+        append_events(conn, stored, received_at=1)
+    same_key_old = dataclasses.replace(make_record(100), recon_key=stored[2].recon_key)
+    new = make_record(101)
+    same_key_new = dataclasses.replace(make_record(102), recon_key=new.recon_key)
+    with engine.begin() as conn:
+        result = append_events(conn, [same_key_old, new, same_key_new, make_record(103)], 2)
+    assert [m for _, m in result.inserted] == [new.message_id, make_record(103).message_id]
+    assert sorted(result.duplicates) == sorted([same_key_old.message_id, same_key_new.message_id])
+    with engine.connect() as conn:
+        rows = {e.message_id: e for e in read_channel(conn, "general")}
+        assert len(rows) == 7
+        for seq, mid in result.inserted:
+            assert rows[mid].seq == seq and rows[mid].received_at == 2
+        everything = range_hash(conn, b"", None)
+    assert everything == Sha256a.of(r.recon_key for r in [*stored, new, make_record(103)])

@@ -1,0 +1,38 @@
+"""A fresh node catching up on an old log through Recon: its ingest workers write what they
+verified (recon.ingest_workers_write), and the log it ends with is the source's (real node
+processes, SQLite)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripts.bench.catchup_log import build_log
+from tests.node.cluster import channel_log, metric, start_node, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+EVENTS = 800
+
+
+def test_a_fresh_node_stores_an_old_log_through_its_ingest_workers(tmp_path: Path) -> None:
+    assert build_log(tmp_path / "source", EVENTS) == EVENTS
+    source = start_node(tmp_path, "source")
+    try:
+        fresh = start_node(tmp_path, "fresh", bootstrap=[source])
+        try:
+            wanted = {mid for _, mid, _ in channel_log(source, "general")}
+            assert len(wanted) == EVENTS
+            wait_for(lambda: {mid for _, mid, _ in channel_log(fresh, "general")} == wanted, 90,
+                     "the fresh node did not store the source's log")
+            assert metric(fresh, "store_remote_appends_total") >= 1
+            assert metric(fresh, "store_remote_settled_total") == 0
+            assert metric(fresh, "events_store_failed_total") == 0
+            # Each event fetched once and stored once (fetched vs stored).
+            wait_for(lambda: metric(fresh, "recon_events_stored_total") == EVENTS, 10,
+                     "stored events not counted")
+            assert metric(fresh, "recon_events_fetched_total") == EVENTS
+        finally:
+            fresh.kill()
+    finally:
+        source.kill()
