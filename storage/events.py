@@ -194,7 +194,7 @@ def _append_sqlite(
 
 _PG_TYPES = ("bytea", "text", "text", "text", "bigint", "bytea", "bigint",
              *("bigint",) * len(LANE_COLUMNS))
-_PG_INSERT = (f"INSERT INTO events ({', '.join(_SQLITE_COLUMNS)}) "
+_PG_INSERT = (f"INSERT INTO events ({', '.join(VALUE_COLUMNS)}) "
               f"SELECT * FROM unnest({', '.join(f'%s::{t}[]' for t in _PG_TYPES)}) "
               "ON CONFLICT DO NOTHING RETURNING seq, message_id")
 
