@@ -112,7 +112,8 @@ def catchup_step(args: argparse.Namespace) -> dict[str, Any]:
         source_env["SYNCNODE_STORAGE_URL"] = f"sqlite:///{log}"
     else:
         shutil.copyfile(log, source_dir / "syncnode.db")
-    copy_s = time.perf_counter() - started
+    # The copy of the log, or (in place) the count of its events that _restore checks against.
+    prepare_s = time.perf_counter() - started
     source = fresh = None
     try:
         started = time.perf_counter()
@@ -139,7 +140,9 @@ def catchup_step(args: argparse.Namespace) -> dict[str, Any]:
             "recon_events_fetched": metric(fresh, "recon_events_fetched_total"),
             "events_stored": metric(fresh, "events_stored_total"),
             "gossip_received": metric(fresh, "p2p_gossip_received_total"),
-            "copy_s": round(copy_s, 1), "source_start_s": round(source_start_s, 1),
+            "source_in_place": args.source_in_place,
+            ("count_s" if args.source_in_place else "copy_s"): round(prepare_s, 1),
+            "source_start_s": round(source_start_s, 1),
             "fresh_start_s": round(fresh_start_s, 1), "catchup_s": round(catchup_s, 1),
             "load_average": os.getloadavg()}
     finally:
