@@ -238,6 +238,8 @@ class ReconSection:
                                      "must be between 16 and 65536")
     keystore_max_buckets: int = _opt(32768, lambda v: None if v >= 64 else "must be >= 64")
     keystore_cache_keys: int = _opt(131_072, _non_negative)
+    # Saved summary: restart without rescanning every key (0: only at clean shutdown).
+    summary_save_interval_s: float = _opt(60.0, _non_negative)
     # Processes verifying fetched events outside the daemon (docs/architecture.md "Ingest").
     ingest_workers: int = _opt(2, lambda v: None if 0 <= v <= 64 else "must be in [0, 64]")
     # The workers also append the events they verified (docs/cluster-bench.md, "the ingest

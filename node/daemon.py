@@ -19,6 +19,7 @@ from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.host import P2PConfig
 from node.p2p.identity import load_or_create_identity
 from node.p2p.run import open_host
+from node.replication.recon import ReconService
 from node.repo_lock import DataDirLocked, RepoLock
 from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import build_services
@@ -29,6 +30,8 @@ from storage import make_engine, upgrade
 __all__ = ["StartupError", "serve"]
 
 log = logging.getLogger("syncnode.daemon")
+# Longest a clean shutdown waits to save the Recon key store summary (a few MiB, one write).
+SUMMARY_SAVE_TIMEOUT_S = 30.0
 
 
 class StartupError(RuntimeError):
@@ -119,6 +122,7 @@ async def _serve_locked(
     key = load_or_create_identity(config.data_path)
     token = load_or_create_token(config.data_path)
     engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous)
+    recon: ReconService | None = None
     try:
         await trio.to_thread.run_sync(upgrade, engine)
         store = EventStore(
@@ -137,6 +141,7 @@ async def _serve_locked(
             register_base_metrics(runtime)
             await nursery.start(store.run_writer)
             running, app_routes = await build_services(runtime)
+            recon = runtime.recon
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, *running)
             all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *HEALTH_ROUTES, *app_routes,
@@ -157,5 +162,10 @@ async def _serve_locked(
             # The API stops on ``shutdown`` by itself; the writer drains its queue, then returns.
             await store.close()
     finally:
+        # After the writer's last commit (the nursery is done): the next start loads this.
+        # Shielded and bounded: the process's shutdown arrives as a cancellation (node_main).
+        if recon is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(SUMMARY_SAVE_TIMEOUT_S):
+                await recon.save_summary()
         engine.dispose()
         log.info("database closed")

@@ -55,7 +55,17 @@ from storage.events import (
 )
 from storage.keystore import SqlKeySource, SqlKeyStore, open_summary_store, scan_buckets
 from storage.migrate import current_revision, head_revision, upgrade
-from storage.schema import LANE_COLUMNS, block_head, block_log, blocks, events, metadata, node_state
+from storage.recon_summary import OpenedKeyStore, log_matches, open_key_store, save_summary
+from storage.schema import (
+    LANE_COLUMNS,
+    block_head,
+    block_log,
+    blocks,
+    events,
+    metadata,
+    node_state,
+    recon_summary,
+)
 from storage.state import (
     count_state,
     delete_oldest_state,
@@ -74,6 +84,7 @@ __all__ = [
     "BlockHead",
     "BlockRow",
     "EventRecord",
+    "OpenedKeyStore",
     "SqlKeySource",
     "SqlKeyStore",
     "StoredEvent",
@@ -108,10 +119,12 @@ __all__ = [
     "last_change_seq",
     "list_state",
     "log_changes",
+    "log_matches",
     "make_engine",
     "max_seq",
     "metadata",
     "node_state",
+    "open_key_store",
     "open_summary_store",
     "put_head",
     "put_state",
@@ -122,8 +135,10 @@ __all__ = [
     "read_channel_ordered",
     "read_channels_after",
     "read_events_after",
+    "recon_summary",
     "record_problem",
     "redacted_url",
+    "save_summary",
     "scan_buckets",
     "seqs_of_message_ids",
     "set_canonical",

@@ -29,6 +29,7 @@ __all__ = [
     "events",
     "metadata",
     "node_state",
+    "recon_summary",
 ]
 
 metadata = MetaData(
@@ -187,4 +188,21 @@ crdt_schemas = Table(
     Column("declaration", LargeBinary, nullable=False,
            comment="The canonical declaration (docs/crdt.md, Schemas on the log)"),
     comment="Schema declarations that count for a replicated table (its owner's versions)",
+)
+
+# migration 0006: the Recon key store's summary, saved so a restart need not rescan every key
+recon_summary = Table(
+    "recon_summary",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False, comment="Always 1: one row"),
+    Column("watermark", BigInteger, nullable=False,
+           comment="Highest events.seq whose key the summary holds (it holds exactly those)"),
+    Column("watermark_key", LargeBinary(256), nullable=True,
+           comment="recon_key of the event at the watermark (None for an empty log): a log "
+                   "replaced since the save no longer has it there"),
+    Column("total", BigInteger, nullable=False, comment="Keys the summary holds"),
+    Column("summary", LargeBinary, nullable=False,
+           comment="Bucket boundaries, counts and hash sums (sync.recon.summary_codec)"),
+    Column("saved_at", BigInteger, nullable=False, comment="Epoch milliseconds of the save"),
+    comment="The Recon key store's bucket summary at a watermark (docs/architecture.md)",
 )

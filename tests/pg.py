@@ -15,4 +15,5 @@ def reset_postgres(url: str) -> None:
         metadata.drop_all(conn)
         conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
         conn.execute(text("DROP TABLE IF EXISTS crdt_mempool"))
+        conn.execute(text("DROP FUNCTION IF EXISTS recon_summary_stale() CASCADE"))  # 0006
     engine.dispose()

@@ -1,8 +1,9 @@
 """Recon over libp2p streams: reconcile event logs with peers, fetch what is missing.
 
 The key store is a ``SummaryKeyStore`` over the events table: in memory only a bounded bucket
-summary, rebuilt by one index scan at start-up and updated after every commit, so it only ever
-counts keys of events that are durably stored (docs/architecture.md "Recon key store").
+summary, updated after every commit, so it only ever counts keys of events that are durably
+stored; saved with its watermark now and then, so start-up loads it and inserts only newer keys
+(one index scan when there is no usable saved summary; docs/architecture.md "Recon key store").
 Events fetched from a peer are validated (id, signature, size, and that we asked for them) by
 the SDS channel before anything is stored.
 """
@@ -23,9 +24,10 @@ from node.p2p.host import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
+from node.replication.recon_summary import SummarySaver
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
-from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_summary_store
+from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_key_store
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
@@ -82,6 +84,7 @@ class ReconService:
         load, max_buckets, cache_keys = self._keystore_limits()
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
+        self.saver = SummarySaver(store, metrics, section.summary_save_interval_s)
         # A closed group is only interested in its members' streams.
         members = allowed_senders | {channels.peer_id} if allowed_senders else None
         self.interests = node_interests(network_id, channels.names, members)
@@ -122,13 +125,23 @@ class ReconService:
                            "Buckets of keys the Recon key store read from the database")
 
     async def load(self) -> None:
-        """Rebuild the key store's summary: one scan of the key index, memory bounded."""
+        """Open the key store: the saved summary plus newer keys, else one scan of the key
+        index (storage.open_key_store); memory bounded either way."""
         load, max_buckets, cache_keys = self._keystore_limits()
-        self.keys = await trio.to_thread.run_sync(
-            lambda: open_summary_store(self.store.engine, load=load, max_buckets=max_buckets,
-                                       cache_keys=cache_keys))
-        log.info("recon key store loaded", extra=kv(keys=len(self.keys),
-                                                    buckets=len(self.keys.summary)))
+        opened = await trio.to_thread.run_sync(
+            lambda: open_key_store(self.store.engine, load=load, max_buckets=max_buckets,
+                                   cache_keys=cache_keys))
+        self.keys = opened.store
+        self.saver.opened(opened)
+        # A fallback other than "no saved summary yet" means the saved one was unusable.
+        level = logging.INFO if opened.outcome in ("saved", "scan_missing") else logging.WARNING
+        log.log(level, "recon key store loaded", extra=kv(
+            keys=len(self.keys), buckets=len(self.keys.summary), outcome=opened.outcome,
+            watermark=opened.watermark, replayed=opened.replayed))
+
+    async def save_summary(self) -> bool:
+        """Save the key store's summary now (at clean shutdown, after the last commit)."""
+        return await self.saver.save(self.keys)
 
     def _keystore_limits(self) -> tuple[int, int, int]:
         """What bounds the key store's memory (docs/architecture.md "Recon key store"): keys
@@ -148,6 +161,7 @@ class ReconService:
                 stored.append(record.recon_key)
                 fetched += held
         self.keys.insert_many(stored)
+        self.saver.committed(result)
         # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
         self.metrics.inc("recon_events_stored_total", fetched)
         # CIP-124: a new event is announced by reconciling with a random peer soon.
@@ -163,6 +177,8 @@ class ReconService:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers)
+            if self.saver.interval_s > 0:
+                nursery.start_soon(self.saver.run, lambda: self.keys)
             while True:
                 now = time.monotonic()
                 if now >= self.schedule.get_timer():

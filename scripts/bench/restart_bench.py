@@ -4,13 +4,18 @@
 For each size (1,000,000 and 5,000,000 events; 100,000 and 500,000 with ``--quick``) a log of
 real signed SDS events (4 authors, each naming its previous event, as ``SdsChannel.send`` would
 with no other author heard) is written straight into a node database, then ``syncnode run``
-is started on it: ``restart_s`` is the time from spawning the process to its API answering,
-``rss_mib`` its resident memory then (VmRSS; VmHWM, the peak, is printed too). What must hold:
-memory independent of the log's length (the largest size within 1.2x of the smallest).
+is started on it twice. The first start finds no saved Recon key store summary (any saved
+one is deleted first) and scans every key (``scan_start_s``: a first start after the upgrade,
+or after a fallback); its clean shutdown saves the summary. The second is the normal restart:
+the saved summary plus the keys above its watermark (``restart_s``). Each time is from spawning
+the process to its API answering; ``rss_mib`` is the restarted node's resident memory then
+(VmRSS; VmHWM, the peak, is printed too). What must hold: start-up time and memory independent
+of the log's length (the largest size within 1.2x of the smallest).
 
-Keys: ``restart_s_1m``, ``rss_mib_1m``, ``restart_s_5m``, ``rss_mib_5m`` (with ``--quick``:
-``_100k`` and ``_500k``). The last line is the JSON, also written to docs/bench/restart.json
-(not with ``--quick``).
+Keys: ``restart_s_1m``, ``rss_mib_1m``, ``restart_s_5m``, ``rss_mib_5m``, ``scan_start_s_1m``,
+``scan_start_s_5m`` and the key store's outcome of each restart, ``restart_outcome_*`` (with
+``--quick``: ``_100k`` and ``_500k``). The last line is the JSON, also written to
+docs/bench/restart.json (not with ``--quick``).
 
 ``--data DIR`` keeps the built databases in DIR (outside the repository) and reuses them; with
 ``--build-budget-s S`` a build stops after S seconds and the next run resumes it (5,000,000
@@ -23,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -34,7 +40,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from catchup_log import node_database  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
-from sqlalchemy import select  # noqa: E402
+from sqlalchemy import inspect, select, text  # noqa: E402
 
 from storage import count_events, event_row, events, insert_rows  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
@@ -101,7 +107,19 @@ def memory_mib(node: NodeProcess) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
-def measure(data_dir: Path) -> tuple[float, float, float]:
+def forget_summary(data_dir: Path) -> None:
+    """Delete a saved key store summary (a run before this one saved it)."""
+    engine = node_database(data_dir)
+    try:
+        if inspect(engine).has_table("recon_summary"):
+            with engine.begin() as conn:
+                conn.execute(text("DELETE FROM recon_summary"))
+    finally:
+        engine.dispose()
+
+
+def measure(data_dir: Path) -> tuple[float, float, float, str]:
+    """(seconds to start, VmRSS, VmHWM, the key store's outcome) of one start-up."""
     node = NodeProcess(data_dir)
     started = time.monotonic()
     node.start(timeout=1800)
@@ -110,7 +128,8 @@ def measure(data_dir: Path) -> tuple[float, float, float]:
         rss, peak = memory_mib(node)
     finally:
         node.terminate(timeout=120)
-    return seconds, rss, peak
+    loads = re.findall(r"recon key store loaded.*?outcome=(\w+)", node.stderr_path.read_text())
+    return seconds, rss, peak, loads[-1] if loads else "?"
 
 
 def main() -> int:
@@ -125,7 +144,8 @@ def main() -> int:
     result: dict[str, object] = {"quick": args.quick,
                                  "load_avg_1m": [round(os.getloadavg()[0], 2)]}
     print(f"restart benchmark: {os.cpu_count()} cores, work dir {base}")
-    print(f"{'events':>10} {'build s':>8} {'restart s':>10} {'RSS MiB':>8} {'peak MiB':>9}")
+    print(f"{'events':>10} {'build s':>8} {'scan s':>7} {'restart s':>10} {'RSS MiB':>8} "
+          f"{'peak MiB':>9} outcome")
     try:
         for count, tag in sizes:
             data_dir = base / tag
@@ -135,10 +155,14 @@ def main() -> int:
             if stored < count:
                 print(f"{tag}: {stored} of {count} events built; run again to resume")
                 return 1
-            seconds, rss, peak = measure(data_dir)
-            print(f"{count:>10} {built:>8.1f} {seconds:>10.2f} {rss:>8.1f} {peak:>9.1f}",
-                  flush=True)
+            forget_summary(data_dir)
+            scan_s, _, _, first = measure(data_dir)
+            seconds, rss, peak, outcome = measure(data_dir)
+            print(f"{count:>10} {built:>8.1f} {scan_s:>7.2f} {seconds:>10.2f} {rss:>8.1f} "
+                  f"{peak:>9.1f} {first} -> {outcome}", flush=True)
+            result[f"scan_start_s_{tag}"] = round(scan_s, 2)
             result[f"restart_s_{tag}"] = round(seconds, 2)
+            result[f"restart_outcome_{tag}"] = outcome
             result[f"rss_mib_{tag}"] = round(rss, 1)
             result[f"peak_rss_mib_{tag}"] = round(peak, 1)
             if args.data is None:

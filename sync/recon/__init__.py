@@ -29,6 +29,7 @@ from sync.recon.session import (
 from sync.recon.sha256a import LANES, MASK32, Sha256a, lanes_of, wide_of
 from sync.recon.store import KeyStore, MemoryKeyStore
 from sync.recon.summary import KeySource, SummaryKeyStore
+from sync.recon.summary_codec import SavedBuckets, decode_summary, encode_summary
 
 __all__ = [
     "LANES",
@@ -49,9 +50,12 @@ __all__ = [
     "ReconEvent",
     "ReconFinished",
     "ReconSession",
+    "SavedBuckets",
     "Sha256a",
     "SummaryKeyStore",
     "channel_bounds",
+    "decode_summary",
+    "encode_summary",
     "event_cid",
     "event_key",
     "genesis_cid",

@@ -122,7 +122,8 @@ class SummaryKeyStore:
             return []
         self._split_retry.pop(start, None)
         self._drop(start)  # the entry held both halves
-        if len(summary) < before:  # pairs were merged: every cached bucket changed
+        # Pairs were merged (2 buckets -> 3 -> 2 as well): every cached bucket changed.
+        if len(summary) <= before:
             self._cache.clear()
             self._cached = 0
             self._split_retry.clear()

@@ -1,0 +1,100 @@
+"""Saving the Recon key store's summary with its watermark, so a restart is bounded in time.
+
+The watermark is the highest seq the key store has accounted: the store's writer commits in
+seq order and ``ReconService`` accounts each commit's keys before the next commit is reported,
+so at any moment of the trio thread the summary holds exactly the keys of ``seq <= watermark``.
+A save copies the summary there (no await between), checks the log's rows since the last save
+(``storage.log_matches``, a read), encodes it in a worker thread and writes it in one
+transaction (``storage.save_summary``), every ``recon.summary_save_interval_s`` and
+once more at clean shutdown (docs/architecture.md "Recon key store").
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+import trio
+
+from node.logs import kv
+from node.metrics import Metrics
+from node.store import EventStore
+from storage import AppendResult, OpenedKeyStore, log_matches, save_summary
+from sync.recon import SummaryKeyStore, encode_summary
+
+__all__ = ["SUMMARY_METRICS", "SummarySaver"]
+
+log = logging.getLogger("syncnode.recon")
+
+SUMMARY_METRICS = {
+    "recon_summary_loads_total": "Start-ups of the Recon key store, by outcome: saved (the "
+                                 "saved summary plus newer keys) or scan_<reason> (full scan)",
+    "recon_summary_saves_total": "Saves of the Recon key store's summary, by outcome (saved, "
+                                 "skipped: the log disagreed with it, failed: a database error)",
+}
+
+
+class SummarySaver:
+    """Keeps the watermark of a ``SummaryKeyStore`` and saves it with the summary."""
+
+    def __init__(self, store: EventStore, metrics: Metrics, interval_s: float) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.watermark = 0
+        # (watermark, total) of the last save or load: the next save checks the log since;
+        # and whether the saved row is that state (not after a scan or a replay at start-up).
+        self._saved = (0, 0)
+        self._row_current = False
+        for name, help_text in SUMMARY_METRICS.items():
+            metrics.describe(name, "counter", help_text)
+
+    def opened(self, opened: OpenedKeyStore) -> None:
+        self.watermark = opened.watermark
+        self._saved = (opened.watermark, opened.total)
+        self._row_current = opened.outcome == "saved" and not opened.replayed
+        self.metrics.inc("recon_summary_loads_total", outcome=opened.outcome)
+
+    def committed(self, result: AppendResult) -> None:
+        """Called with every commit, as its keys enter the key store."""
+        if result.inserted:
+            self.watermark = max(self.watermark, max(seq for seq, _ in result.inserted))
+
+    async def run(self, keys: Callable[[], SummaryKeyStore]) -> None:
+        while True:
+            await trio.sleep(self.interval_s)
+            await self.save(keys())
+
+    async def save(self, keys: SummaryKeyStore) -> bool:
+        """Save ``keys``' summary if anything changed since the last save; True if written."""
+        watermark, total = self.watermark, len(keys)
+        if (watermark, total) == self._saved and self._row_current:
+            return False
+        summary = keys.summary
+        parts = (summary.load, list(summary.starts), list(summary.counts), list(summary.wides))
+        check = functools.partial(log_matches, watermark=watermark, total=total,
+                                  since=self._saved)
+        write = functools.partial(save_summary, watermark=watermark, total=total,
+                                  now_ms=int(time.time() * 1000))
+        try:
+            written = await self.store.read(check)
+            if written:
+                blob = await trio.to_thread.run_sync(encode_summary, *parts)
+                written = await self.store.write(write, blob)
+        except Exception as exc:  # a database error: the last save stays, try again later
+            self.metrics.inc("recon_summary_saves_total", outcome="failed")
+            log.warning("recon summary not saved", extra=kv(error=repr(exc)))
+            return False
+        if not written:
+            self.metrics.inc("recon_summary_saves_total", outcome="skipped")
+            log.warning("recon summary not saved: the log disagrees with it",
+                        extra=kv(watermark=watermark, keys=total))
+            return False
+        self._saved = (watermark, total)
+        self._row_current = True
+        self.metrics.inc("recon_summary_saves_total", outcome="saved")
+        log.info("recon summary saved", extra=kv(watermark=watermark, keys=total,
+                                                 buckets=len(parts[1]), bytes=len(blob)))
+        return True
