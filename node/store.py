@@ -40,6 +40,10 @@ log = logging.getLogger("syncnode.store")
 T = TypeVar("T")
 
 
+#: A remote (worker) append takes up to this many store batches (``storage.batch_max_events``).
+FETCHED_RUN_BATCHES = 8
+
+
 class StoreClosed(RuntimeError):
     pass
 
@@ -83,6 +87,9 @@ class EventStore:
         self.duplicate_events = 0
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
         self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        self._queue_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        # Set (and replaced) after each commit: ``wait_room`` waits on it.
+        self._drained = trio.Event()
         # Message ids queued and not yet committed (or failed): with the database they answer
         # "is this id in the log?" for channels that keep only recent ids in memory.
         self._queued: dict[str, int] = {}
@@ -104,6 +111,11 @@ class EventStore:
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
         self._listeners.append(listener)
+
+    def on_queued(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
+        """Call ``listener`` with records as they enter the queue; each is then reported to
+        ``on_commit`` or ``on_failure`` listeners exactly once."""
+        self._queue_listeners.append(listener)
 
     def on_failure(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) with the records a commit could not store."""
@@ -148,6 +160,9 @@ class EventStore:
         self._note_queued(records, 1)
 
     def _note_queued(self, records: Sequence[EventRecord], delta: int) -> None:
+        if delta > 0:
+            for listener in self._queue_listeners:
+                listener(records)
         queued = self._queued
         for record in records:
             mid = record.message_id
@@ -156,6 +171,17 @@ class EventStore:
                 queued[mid] = count
             else:
                 queued.pop(mid, None)
+
+    @property
+    def backlog(self) -> int:
+        """Events queued and not committed yet (distinct message ids)."""
+        return len(self._queued)
+
+    async def wait_room(self, limit: int) -> None:
+        """Return once fewer than ``limit`` events wait for their commit (a fetch that runs
+        ahead of a slow store waits here instead of filling memory with its queue)."""
+        while len(self._queued) >= limit:
+            await self._drained.wait()
 
     def stored_ids(self, channel: str, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` in ``channel``'s log: committed, or queued to be.
@@ -203,15 +229,20 @@ class EventStore:
                     return
                 batch = [first]
                 size = len(first.records)
+                # Fetched events go to a worker in runs of several store batches: one round
+                # trip and one COMMIT (fsync) for each, during a catch-up whose queue is long.
+                cap = self.max_batch
+                if first.fetched and self._remote is not None:
+                    cap *= FETCHED_RUN_BATCHES
                 with trio.move_on_after(self.max_delay):
-                    while size < self.max_batch:
+                    while size < cap:
                         try:
                             more = await self._recv.receive()
                         except trio.EndOfChannel:
                             break
                         batch.append(more)
                         size += len(more.records)
-                while size < self.max_batch:
+                while size < cap:
                     try:
                         more = self._recv.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
@@ -240,6 +271,8 @@ class EventStore:
                 await self._commit_records(run, records)
             finally:
                 self._note_queued(records, -1)
+                self._drained.set()
+                self._drained = trio.Event()
 
     async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
         errors: dict[str, BaseException] = {}

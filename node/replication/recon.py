@@ -27,11 +27,18 @@ from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_summary import SummarySaver
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
-from storage import AppendResult, EventRecord, SqlKeySource, existing_keys, open_key_store
+from storage import AppendResult, EventRecord, SqlKeySource, open_key_store
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
-from sync.transfer import BUSY_FRAME, ClaimTable, KeysDropped, ReconExchange, SendFrame
+from sync.transfer import (
+    BUSY_FRAME,
+    ClaimTable,
+    KeysDropped,
+    RangeBacklog,
+    ReconExchange,
+    SendFrame,
+)
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
@@ -100,6 +107,8 @@ class ReconService:
         # fetched again meanwhile, unless the claim lapses (the peer withholds them).
         self.claims = ClaimTable(section.claim_timeout_s, max_keys=4 * self.max_missing_keys,
                                  hold_s=PENDING_GRACE_S)
+        # What a truncated session left, cut into ranges of a session's worth (linear catch-up).
+        self.backlog = RangeBacklog()
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
             fetch_batch=self.fetch_batch, claims=self.claims, standing=standing,
@@ -110,6 +119,8 @@ class ReconService:
         )
         host.set_stream_handler(RECON_PROTOCOL, self._respond)
         store.on_commit(self._on_commit)
+        # Fetched events in the store's queue stay claimed until their commit, however slow.
+        store.on_queued(lambda records: self.claims.queued(r.recon_key for r in records))
         for name, help_text in RECON_METRICS.items():
             metrics.describe(name, "counter", help_text)
         metrics.describe_histogram(
@@ -118,7 +129,11 @@ class ReconService:
         metrics.gauge_fn("recon_claims", lambda: float(len(self.claims)),
                          "Missing keys claimed by a session fetching them")
         metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
-                         "Fetched keys waiting for their dependencies or the commit")
+                         "Fetched keys waiting for their dependencies or the commit (held "
+                         "until the store is done with them)")
+        metrics.counter_fn("recon_backlog_ranges_taken_total",
+                           lambda: float(self.backlog.taken_total),
+                           "Sessions that reconciled one backlog range instead of everything")
         metrics.gauge_fn("recon_keystore_buckets", lambda: float(len(self.keys.summary)),
                          "Buckets of the Recon key store's in-memory summary")
         metrics.counter_fn("recon_keystore_reads_total", lambda: float(self.keys.reads),
@@ -150,8 +165,8 @@ class ReconService:
                 self.section.keystore_cache_keys)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
-        if not result.inserted:
-            return
+        # Every record the store was given ends its claim's hold here: stored, a duplicate,
+        # or not stored at all (then it may be fetched again).
         new = {m for _, m in result.inserted}
         fetched = 0
         stored: list[bytes] = []
@@ -160,6 +175,8 @@ class ReconService:
             if record.message_id in new:
                 stored.append(record.recon_key)
                 fetched += held
+        if not stored:
+            return
         self.keys.insert_many(stored)
         self.saver.committed(result)
         # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
@@ -206,10 +223,19 @@ class ReconService:
                 self._wake.set()
 
     async def sync_with(self, peer: str) -> SessionStats | None:
+        """Sessions with ``peer`` while a long catch-up has more to do: each next one at once
+        instead of after the next round (each round would add its wait to the catch-up)."""
+        while True:
+            stats = await self._sync_once(peer)
+            if stats is None or not stats.more:
+                return stats
+
+    async def _sync_once(self, peer: str) -> SessionStats | None:
         if not self.schedule.begin_initiator(peer):
             return None
         stats = SessionStats()
         started = time.monotonic()
+        exchange = None
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
                 exchange = self._exchange(ReconSession.initiator, peer)
@@ -217,6 +243,7 @@ class ReconService:
                     await stream.send(exchange.start())
                     await self._reconcile(stream, exchange, stats)
                 if exchange.declined:
+                    self.backlog.give_back(exchange.scope)
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
                     return None
                 # The transfer phases have no overall deadline (a large catch-up takes as long
@@ -225,6 +252,7 @@ class ReconService:
                 await self._fetch(stream, stats)
                 await self._serve(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc)
             return None
         finally:
@@ -234,11 +262,16 @@ class ReconService:
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
-        if stats.truncated and stats.fetched:
-            # A long catch-up: the peer has more than one session may list; go on at once
-            # instead of after the next round (each round would add its wait to the catch-up).
-            return await self.sync_with(peer)
+        self._finished(exchange, stats)
         return stats
+
+    def _finished(self, exchange: ReconExchange, stats: SessionStats) -> None:
+        """Cut what a truncated session left into the backlog; is there more to do at once?"""
+        self.backlog.finished(exchange.scope, self.interests, truncated=exchange.truncated,
+                              lowest_dropped=exchange.lowest_dropped, cuts=exchange.cuts)
+        # Each step either fetched something or used up a backlog range: it ends.
+        stats.more = (stats.truncated and stats.fetched > 0) or (
+            exchange.scope is not None and len(self.backlog) > 0)
 
     def _done(self, role: str, started: float) -> None:
         self.metrics.inc("recon_sessions_total", role=role)
@@ -265,6 +298,7 @@ class ReconService:
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
         started = time.monotonic()
+        exchange = None
         try:
             async with stream:
                 exchange = self._exchange(ReconSession.responder, peer)
@@ -273,19 +307,22 @@ class ReconService:
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+            self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc)
             return
         finally:
             self.schedule.end(peer, initiator=False)
         self._done("responder", started)
-        if stats.truncated and stats.fetched:
+        self._finished(exchange, stats)
+        if stats.more:
             await self.sync_with(peer)  # more to fetch: at once (see sync_with)
 
     # -- shared phases ---------------------------------------------------------------------------
 
     def _exchange(self, make: Callable[..., ReconSession], peer: str) -> ReconExchange:
-        session = make(self.keys, self.interests, self.config, peer=peer)
-        return ReconExchange(session, self.max_missing_keys, peer)
+        interests, scope = self.backlog.take(self.interests)
+        session = make(self.keys, interests, self.config, peer=peer)
+        return ReconExchange(session, self.max_missing_keys, peer, scope=scope)
 
     async def _reconcile(
         self, stream: FramedStream, exchange: ReconExchange, stats: SessionStats
@@ -302,8 +339,6 @@ class ReconService:
             self.schedule.learned(stream.peer_id, exchange.session.peer_interests)
 
     async def _fetch(self, stream: FramedStream, stats: SessionStats) -> None:
-        held = await self.store.read(existing_keys, stats.missing) if stats.missing else set()
-        stats.missing = [k for k in stats.missing if k not in held]
         await self.transfer.fetch(stream, stats)
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:

@@ -29,7 +29,7 @@ from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.verify import MAX_EVENT_BYTES, Decoder, verify_in_threads
 from node.store import EventStore
-from storage import events_by_keys, wire_sizes_by_keys
+from storage import events_by_keys, existing_keys, wire_sizes_by_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT
@@ -51,6 +51,10 @@ log = logging.getLogger("syncnode.recon")
 MAX_KEY_BYTES = 256
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
+# A fetch asks for more only while fewer events than this wait for their commit: a fast
+# fetch in front of a slow store (PostgreSQL, a busy disk) would otherwise hold up to a whole
+# session's events (100,000, ~1.2 KB each) in the store's queue, and memory with them.
+STORE_BACKLOG_EVENTS = 20_000
 
 
 @dataclass
@@ -62,6 +66,8 @@ class SessionStats:
     missing: list[bytes] = field(default_factory=list)
     #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
     truncated: bool = False
+    #: A long catch-up has more to do: the next session at once.
+    more: bool = False
 
 
 @dataclass
@@ -145,6 +151,14 @@ class Transfer:
         sid = self.claims.open(peer, now)
         try:
             keys = self.claims.claim(sid, missing, now)
+            if keys:
+                # Read after claiming: a key whose commit lands during the read was still
+                # held when claimed (so not claimed), or is committed before the read and seen
+                # by it. Read first, a slow store's commits in between were fetched twice.
+                stored = await self.store.read(existing_keys, keys)
+                if stored:
+                    self.claims.release(sid, [k for k in keys if k in stored])
+                    keys = [k for k in keys if k not in stored]
             await self._fetch_claimed(stream, sid, keys, stats)
         finally:
             if self.claims.close(sid):
@@ -167,6 +181,9 @@ class Transfer:
                     while core.answers_pending:
                         got = core.receive(await stream.receive())
                         if got.final:
+                            await self.store.wait_room(STORE_BACKLOG_EVENTS)
+                            # Time spent waiting for our store is not the peer withholding.
+                            self.claims.progress(sid, time.monotonic())
                             for frame in core.next_frames():
                                 await stream.send(frame)
                         # Verification runs while the next answer is read: the channel's

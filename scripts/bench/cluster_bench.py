@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -617,7 +618,11 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
 
 def measure_catchup(base: Path, plan: Plan, profile: Path | None,
                     fresh_env: dict[str, str] | None = None, *, events: int | None = None,
-                    timeout_s: float | None = None, tag: str = "") -> Catchup:
+                    timeout_s: float | None = None, tag: str = "",
+                    profile_at: Sequence[int] = ()) -> Catchup:
+    """One catch-up. ``profile``: py-spy profiles of both nodes, the first 20 s, and 15 s from
+    each count of stored events in ``profile_at`` (``catchup-{fresh,source}-N.txt``); the
+    rate per tenth of the log is printed as it goes (is it flat with size?)."""
     count, from_cache = cached_log(base / f"src{tag}", events or plan.catchup_events)
     source = NodeProcess(base / f"src{tag}").start(timeout=600)
     fresh = None
@@ -630,10 +635,24 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
         spy_src = start_profile(source, profile / "catchup-source.txt", 20) if profile else None
         deadline = t0 + (timeout_s or plan.catchup_timeout_s)
         stored = 0.0
+        todo = sorted(profile_at) if profile else []
+        spies: list[subprocess.Popen[bytes] | None] = [spy, spy_src]
+        step = max(count // 10, 1)
+        mark, mark_t = 0.0, t0
         while time.time() < deadline:
             stored = metric(fresh, "events_stored_total")
             if stored >= count:
                 break
+            if todo and stored >= todo[0] and profile is not None:
+                at = todo.pop(0)
+                spies += [start_profile(fresh, profile / f"catchup-fresh-{at}.txt", 15),
+                          start_profile(source, profile / f"catchup-source-{at}.txt", 15)]
+            if stored >= mark + step:
+                now = time.time()
+                print(f"    {stored:9.0f} stored at {now - t0:6.1f} s: "
+                      f"{(stored - mark) / (now - mark_t):7.0f} events/s since {mark:.0f} "
+                      f"(load {load_avg():.2f})", flush=True)
+                mark, mark_t = stored, now
             time.sleep(0.2)
         seconds = time.time() - t0
         cpu = (cpu_seconds(fresh) - cpu0[0], cpu_seconds(source) - cpu0[1],
@@ -645,7 +664,7 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
         time.sleep(2)
         fetched = metric(fresh, "recon_events_fetched_total")
         errors = metric(fresh, "recon_errors_total")
-        for proc in (spy, spy_src):
+        for proc in spies:
             if proc is not None:
                 proc.wait()
         per = 1e6 / max(stored, 1)
@@ -731,12 +750,21 @@ def main() -> int:
     parser.add_argument("--only-1m", action="store_true",
                         help="only the 1,000,000-event catch-up (writes no JSON unless "
                              "--update-json)")
+    parser.add_argument("--profile-at", metavar="N,N", default="",
+                        help="with --profile: also 15-s profiles of both nodes of the catch-up "
+                             "when the fresh node has stored N events")
+    parser.add_argument("--catchup-timeout", type=float, metavar="S",
+                        help="give the catch-up (the 1M one with --only-1m) at most S seconds")
     parser.add_argument("--catchup-events", type=int, metavar="N",
                         help="with --catchup-only: N events, and no 1M-event run")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.catchup_events:
         plan = replace(plan, catchup_events=args.catchup_events, catchup_1m_events=None)
+    if args.catchup_timeout:
+        plan = replace(plan, catchup_timeout_s=args.catchup_timeout,
+                       catchup_1m_timeout_s=args.catchup_timeout)
+    profile_at = [int(n) for n in args.profile_at.split(",") if n]
     base = Path(tempfile.mkdtemp(prefix="syncnode-cluster-bench-"))
     if args.cpu_at:
         try:
@@ -754,10 +782,11 @@ def main() -> int:
             if args.only_1m:
                 plan = replace(plan, catchup_events=plan.catchup_1m_events or 1_000_000)
                 catchup_1m_only = measure_catchup(base, plan, args.profile, tag="-1m",
+                                                  profile_at=profile_at,
                                                   timeout_s=plan.catchup_1m_timeout_s)
                 print(catchup_1m_only.summary())
             else:
-                first = measure_catchup(base, plan, args.profile)
+                first = measure_catchup(base, plan, args.profile, profile_at=profile_at)
                 print(first.summary())
                 catchup_pg_only, catchup_1m_only = extra_catchups(base, plan, args.pg)
         finally:

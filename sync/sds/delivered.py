@@ -11,6 +11,7 @@ lookup nothing is evicted: the whole log stays in memory, as the pure protocol t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 __all__ = ["DeliveredIndex", "DeliveredLookup"]
@@ -23,7 +24,11 @@ class DeliveredIndex:
     def __init__(self, window: int, lookup: DeliveredLookup | None = None) -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
-        self._recent: dict[str, int] = {}
+        # Ordered by delivery, oldest first. An OrderedDict, not a dict: evicting the oldest of
+        # a dict (``next(iter(d))`` then ``pop``) scans the deleted slots at the front of its
+        # entry table, which grow until the next resize, so it cost O(window) per delivery once
+        # the window was full (64% of a catch-up's busy samples at 200,000 events).
+        self._recent: OrderedDict[str, int] = OrderedDict()
         self._window = window
         self._lookup = lookup
         #: Every delivered id with a Lamport timestamp above this is in memory; -1: all are.
@@ -66,8 +71,7 @@ class DeliveredIndex:
         recent[mid] = lamport
         if self._lookup is not None and len(recent) > self._window:
             # The oldest delivery leaves memory; the store holds it (or its write is queued).
-            old = next(iter(recent))
-            self.floor = max(self.floor, recent.pop(old))
+            self.floor = max(self.floor, recent.popitem(last=False)[1])
 
     def load(self, entries: Sequence[tuple[int, str]], *, truncated: bool) -> None:
         """Fill from the persisted log: ``entries`` (lamport, id) in log order, the newest part

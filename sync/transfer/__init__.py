@@ -3,6 +3,7 @@ claims and budgets, fetch-by-id, and caps on what a peer may have in flight."""
 
 from __future__ import annotations
 
+from sync.transfer.backlog import KeyRange, RangeBacklog
 from sync.transfer.claims import ClaimTable
 from sync.transfer.exchange import (
     BUSY_FRAME,
@@ -51,7 +52,9 @@ __all__ = [
     "FetchReader",
     "FrameDecodeError",
     "InFlight",
+    "KeyRange",
     "KeysDropped",
+    "RangeBacklog",
     "ReconExchange",
     "SendFrame",
     "WantFetcher",

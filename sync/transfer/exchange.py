@@ -23,6 +23,8 @@ __all__ = ["BUSY_FRAME", "Declined", "KeysDropped", "ReconExchange", "SendFrame"
            "not_recent"]
 
 BUSY_FRAME = bytes([BUSY])
+#: Cut points kept of the dropped keys (a 1,000-range backlog; more only make ranges larger).
+MAX_CUTS = 1000
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,14 @@ class ReconExchange:
     missing: list[bytes] = field(default_factory=list)
     truncated: bool = False
     declined: bool = False
+    #: Of the keys dropped (beyond the bound): the smallest, and one in every
+    #: ``max_missing_keys`` (at most ``MAX_CUTS``): where to cut the rest into ranges of about
+    #: a session's worth (``sync.transfer.RangeBacklog``).
+    lowest_dropped: bytes | None = None
+    #: The backlog range this exchange reconciles (None: all the node's interests).
+    scope: tuple[bytes, bytes] | None = None
+    cuts: list[bytes] = field(default_factory=list)
+    dropped: int = 0
 
     @property
     def done(self) -> bool:
@@ -91,10 +101,20 @@ class ReconExchange:
     def _keep(self, keys: tuple[bytes, ...] | list[bytes]) -> int:
         room = max(self.max_missing_keys - len(self.missing), 0)
         self.missing.extend(keys[:room])
-        if len(keys) > room:
-            self.truncated = True
-            return len(keys) - room
-        return 0
+        if len(keys) <= room:
+            return 0
+        self.truncated = True
+        rest = keys[room:]
+        low = min(rest)
+        if self.lowest_dropped is None or low < self.lowest_dropped:
+            self.lowest_dropped = low
+        every = max(self.max_missing_keys, 1)
+        # Positions (in the order announced) that are multiples of ``every``.
+        first = -self.dropped % every
+        if len(self.cuts) < MAX_CUTS:
+            self.cuts.extend(rest[first::every][: MAX_CUTS - len(self.cuts)])
+        self.dropped += len(rest)
+        return len(rest)
 
 
 def not_recent(keys: Iterable[bytes], now_ms: int, grace_ms: int) -> list[bytes]:

@@ -1,6 +1,7 @@
 """A fresh node catching up on an old log through Recon: its ingest workers write what they
-verified (recon.ingest_workers_write), and the log it ends with is the source's (real node
-processes, SQLite)."""
+verified (recon.ingest_workers_write), sessions after the first reconcile the ranges it left,
+and the log it ends with is the source's, each event fetched once (real node processes,
+SQLite)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ def test_a_fresh_node_stores_an_old_log_through_its_ingest_workers(tmp_path: Pat
     assert build_log(tmp_path / "source", EVENTS) == EVENTS
     source = start_node(tmp_path, "source")
     try:
-        fresh = start_node(tmp_path, "fresh", bootstrap=[source])
+        # At most 200 missing keys a session: the catch-up takes several, the later ones
+        # over the ranges the first one left (RangeBacklog).
+        fresh = start_node(tmp_path, "fresh", bootstrap=[source],
+                           env={"SYNCNODE_RECON_MAX_MISSING_KEYS": "200"})
         try:
             wanted = {mid for _, mid, _ in channel_log(source, "general")}
             assert len(wanted) == EVENTS
@@ -32,6 +36,7 @@ def test_a_fresh_node_stores_an_old_log_through_its_ingest_workers(tmp_path: Pat
             wait_for(lambda: metric(fresh, "recon_events_stored_total") == EVENTS, 10,
                      "stored events not counted")
             assert metric(fresh, "recon_events_fetched_total") == EVENTS
+            assert metric(fresh, "recon_backlog_ranges_taken_total") >= 3
         finally:
             fresh.kill()
     finally:

@@ -261,6 +261,8 @@ DRIVEN: dict[str, str] = {
                       "test_forged_events_in_a_recon_answer_are_rejected_and_charged",
     "store_remote_appends_total": "tests/node/test_ingest_writer.py::"
                                   "test_a_fresh_node_stores_an_old_log_through_its_ingest_workers",
+    "recon_backlog_ranges_taken_total": "tests/node/test_ingest_writer.py::"
+        "test_a_fresh_node_stores_an_old_log_through_its_ingest_workers",
     "store_remote_settled_total": "tests/node/test_ingest.py::"
         "test_a_worker_killed_while_appending_leaves_the_store_view_exact",
     "ingest_worker_restarts_total": "tests/node/test_ingest.py::"
