@@ -49,6 +49,7 @@ __all__ = [
     "SenderPolicy",
     "pack_batch",
     "penalty_of",
+    "publisher_pays",
     "unpack_batch",
 ]
 
@@ -83,6 +84,14 @@ def penalty_of(reason: str) -> str:
         if reason.startswith(prefix):
             return penalty
     return "rejected_event"
+
+
+def publisher_pays(publisher: str, forwarder: str | None) -> bool:
+    """Whether a gossip message's faults are charged to its publisher: only when the publisher
+    itself handed it to us. The publisher field of a relayed message is not authenticated
+    (unsigned gossip), and an honest relay forwards before it validates (GossipSub), so a relay
+    is throttled by its budget but never penalised for what it carried."""
+    return forwarder is not None and forwarder == publisher
 
 
 def pack_batch(items: list[bytes]) -> bytes:

@@ -63,11 +63,9 @@ class FetchedIngest:
             if ch is None:
                 raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
             if verdict is SenderCheck.OWN:
-                # SDS ignores echoes of our own messages; one we no longer hold (a wiped
-                # database, say) is stored directly once its signature checks out.
+                # Stored directly (signature checked) when SDS says we no longer hold it.
                 own = verified or decode_event_in(ch.profile.name, wire)
-                if own.lamport is not None and not ch.has_delivered(own.message_id,
-                                                                    own.lamport):
+                if ch.stores_own_echo(own):
                     self.store.submit([record_of_event(self.network_id, own, self.event_id_layout)])
                 return own.message_id
             when = time.time() if now is None else now

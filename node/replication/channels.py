@@ -32,6 +32,7 @@ from sync.gossip import (
     GossipLimits,
     SenderPolicy,
     penalty_of,
+    publisher_pays,
 )
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
@@ -172,9 +173,8 @@ class ChannelService(FetchedIngest):
             async for message in receiver:
                 data: bytes = message.data  # type: ignore[attr-defined]
                 peer: str = message.from_peer  # type: ignore[attr-defined]
-                # Only the publisher itself, handing it to us directly, pays (GossipMessage).
                 forwarder: str | None = getattr(message, "forwarder", None)
-                direct = forwarder == peer
+                direct = publisher_pays(peer, forwarder)
                 self.metrics.inc("gossip_bytes_received_total", len(data))
                 now = time.time()
                 # The budget is the neighbour's that handed it to us: that one is authenticated

@@ -185,6 +185,15 @@ class SdsChannel:
     def has_delivered(self, message_id: str, lamport: int | None = None) -> bool:
         return self._log.contains(message_id, lamport)
 
+    def stores_own_echo(self, event: SignedEvent) -> bool:
+        """Whether an echo of one of our own events, fetched from a peer, must be stored.
+
+        ``receive`` ignores echoes of our own messages; one we no longer hold (a wiped
+        database, a restore from an older copy) is taken back so the log stays complete.
+        """
+        return event.lamport is not None and not self.has_delivered(event.message_id,
+                                                                     event.lamport)
+
     @property
     def outgoing_ids(self) -> frozenset[str]:
         return frozenset(self._outgoing)

@@ -21,6 +21,7 @@ from sync.gossip import (
     SenderPolicy,
     pack_batch,
     penalty_of,
+    publisher_pays,
     unpack_batch,
 )
 from sync.sds import encode_event
@@ -173,3 +174,9 @@ def test_a_full_batch_takes_no_more() -> None:
     big = OutgoingBatch()
     big.add("a", bytes(MAX_BATCH_BYTES))
     assert big.full and big.payloads() == [("a", bytes(MAX_BATCH_BYTES))]  # one: as is
+
+
+def test_only_a_publisher_handing_us_its_own_message_pays() -> None:
+    assert publisher_pays(A, A)
+    assert not publisher_pays(A, B)  # relayed: the publisher field is not authenticated
+    assert not publisher_pays(A, None)  # no forwarder known: nobody to charge for sure

@@ -390,3 +390,12 @@ def test_is_missing_follows_the_missing_set() -> None:
     assert bob.is_missing(first_id) and first_id in bob.missing_ids
     bob.receive(first, T0 + 4)
     assert not bob.is_missing(first_id) and first_id not in bob.missing_ids
+
+
+def test_an_own_echo_is_stored_only_when_the_channel_no_longer_holds_it() -> None:
+    a = channel(0)
+    event = decode_transmission(a.send(b"mine", T0)).event
+    a.events()
+    assert not a.stores_own_echo(event)  # held: SDS ignores the echo
+    wiped = channel(0)  # same identity, empty log (a wiped database)
+    assert wiped.stores_own_echo(event)
