@@ -31,7 +31,8 @@ _WIDE_MASK = (1 << _COUNT_SHIFT) - 1
 class BucketSummary:
     """Sorted bucket boundaries with the count and wide hash sum of each bucket."""
 
-    __slots__ = ("_hashes", "_ranks", "counts", "load", "max_buckets", "starts", "total", "wides")
+    __slots__ = ("_dirty", "_hashes", "_ranks", "counts", "load", "max_buckets", "starts",
+                 "total", "wides")
 
     def __init__(self, *, load: int, max_buckets: int) -> None:
         if load < 1 or max_buckets < 2:
@@ -74,6 +75,7 @@ class BucketSummary:
         return summary
 
     def _reindex(self) -> None:
+        self._dirty = False
         self._hashes = Fenwick(
             [w + (c << _COUNT_SHIFT) for w, c in zip(self.wides, self.counts, strict=True)]
         )
@@ -91,11 +93,15 @@ class BucketSummary:
 
     def before(self, bucket: int) -> tuple[int, int]:
         """(wide sum, count) of every key in the buckets before ``bucket``."""
+        if self._dirty:
+            self._reindex()
         total = self._hashes.prefix(bucket)
         return total & _WIDE_MASK, total >> _COUNT_SHIFT
 
     def find(self, rank: int) -> tuple[int, int]:
         """(bucket, rank within it) of the key of 0-based ``rank`` (rank < total)."""
+        if self._dirty:
+            self._reindex()
         return self._ranks.find(rank)
 
     def add(self, bucket: int, wide: int) -> None:
@@ -103,8 +109,9 @@ class BucketSummary:
         self.counts[bucket] += 1
         self.wides[bucket] += wide
         self.total += 1
-        self._hashes.add(bucket, wide + (1 << _COUNT_SHIFT))
-        self._ranks.add(bucket, 1)
+        if not self._dirty:  # else the next query rebuilds the trees from the lists
+            self._hashes.add(bucket, wide + (1 << _COUNT_SHIFT))
+            self._ranks.add(bucket, 1)
 
     def oversized(self, bucket: int) -> bool:
         return self.counts[bucket] > 2 * self.load
@@ -128,7 +135,9 @@ class BucketSummary:
                 self.starts, self.counts, self.wides
             )
             self.load *= 2
-        self._reindex()
+        # The trees are rebuilt once, by the next query, however many splits come before it
+        # (an insert batch can split many buckets; a rebuild is O(buckets)).
+        self._dirty = True
         return True
 
 
