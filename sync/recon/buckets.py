@@ -116,17 +116,18 @@ class BucketSummary:
     def oversized(self, bucket: int) -> bool:
         return self.counts[bucket] > 2 * self.load
 
-    def split(self, bucket: int, keys: Sequence[bytes], prefix: Sequence[int]) -> bool:
-        """Cut ``bucket`` in two at its middle key.
+    def split(self, bucket: int, keys: Sequence[bytes], left: int) -> bool:
+        """Cut ``bucket`` in two at its middle key ``keys[len(keys) // 2]``.
 
-        ``keys`` are the bucket's keys, ascending, and ``prefix`` the running sums of their wide
-        values (``prefix[0] == 0``). They must match what the bucket accounts exactly (a key
-        table may already hold keys not accounted yet); False, and no change, when they do not.
+        ``keys`` are the bucket's keys, ascending, and ``left`` the sum of the wide values of
+        the half below the middle key (the other half's is the bucket's sum less it). The keys
+        must be exactly the accounted ones; a read of a key table that only ever gains keys is,
+        when its length is the bucket's count, so the count is checked here (a table may hold
+        keys not accounted yet): False, and no change, when it differs.
         """
-        if len(keys) != self.counts[bucket] or prefix[-1] != self.wides[bucket] or len(keys) < 2:
+        if len(keys) != self.counts[bucket] or len(keys) < 2 or not 0 <= left <= self.wides[bucket]:
             return False
         half = len(keys) // 2
-        left = prefix[half]
         self.starts.insert(bucket + 1, keys[half])
         self.counts[bucket : bucket + 1] = [half, len(keys) - half]
         self.wides[bucket : bucket + 1] = [left, self.wides[bucket] - left]

@@ -114,10 +114,13 @@ class SummaryKeyStore:
         if summary.counts[bucket] < self._split_retry.get(start, 0):
             return []
         keys, sums, exact = self._read(bucket)
-        if exact:
-            self._partial(keys, sums, len(keys), None)
         before = len(summary)
-        if not exact or not summary.split(bucket, keys, sums[0]):
+        # Only the left half's sum is needed (the right's is the bucket's less it), hashed from
+        # the nearer end of what the read has computed already: an exact read holds exactly
+        # the accounted keys (see _read), so the bucket's sum is the total of its keys.
+        if not exact or not summary.split(
+            bucket, keys, self._partial(keys, sums, len(keys) // 2, summary.wides[bucket])
+        ):
             self._split_retry[start] = summary.counts[bucket] + max(1, summary.load // 8)
             return []
         self._split_retry.pop(start, None)
