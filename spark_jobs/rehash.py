@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INPUT_COLUMNS",
     "RowChecker",
+    "bad_partials",
     "bucket_bounds",
     "bucket_of",
     "build_report",
@@ -344,7 +345,7 @@ def explain_rows(df: DataFrame, network_id: int, *, verify_signatures: bool = Fa
     )
 
 
-def _bad_partials(explained: DataFrame) -> DataFrame:
+def bad_partials(explained: DataFrame) -> DataFrame:
     """Per (side, channel, bucket): count and lane sums of the disagreeing events, with their
     stored values (side ``stored``) and their recomputed ones (side ``computed``)."""
     from pyspark.sql import functions as F
@@ -492,7 +493,7 @@ def run(
 
     df = read_events(spark, url, INPUT_COLUMNS, partitions=partitions)
     good: list[tuple[str, int, int, list[int]]] = []
-    bad_partials: list[tuple[str, str, int, int, list[int]]] = []
+    partials: list[tuple[str, str, int, int, list[int]]] = []
     rows: list[dict[str, Any]] = []
     n_bad = 0
     with stage_progress(spark, "rehash"):
@@ -509,16 +510,16 @@ def run(
                                      layout=layout, waku_channels=waku_channels
                                      ).persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                bad_partials = [(r["side"], r["channel"], r["bucket"], r["count"],
-                                 [r[f"l{i}"] for i in range(8)])
-                                for r in _bad_partials(explained).collect()]
+                partials = [(r["side"], r["channel"], r["bucket"], r["count"],
+                             [r[f"l{i}"] for i in range(8)])
+                            for r in bad_partials(explained).collect()]
                 rows = [{"seq": r["seq"], "message_id": r["message_id"],
                          "channel": r["channel"], "problems": r["x"]["problems"]}
                         for r in explained.select("seq", "message_id", "channel", "x")
                         .limit(max_rows).collect()]
             finally:
                 explained.unpersist()
-    findings = findings_of(good, bad_partials, rows)
+    findings = findings_of(good, partials, rows)
     served = served_hashes(url, network_id, {f["channel"] for f in findings
                                              if f["level"] == "channel"})
     return build_report(findings, network_id, served, max_rows=max_rows, bad_rows=n_bad)

@@ -50,22 +50,21 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from spark_jobs.snapshot_frames import (
+    block_plans,
+    bucket_nodes,
+    encode_periods,
+    fold_chain,
+    tree_entries,
+    tree_sources,
+    write_records,
+)
 from spark_jobs.snapshot_tasks import (
-    BLOCK_META,
     BUILD_DIR,
     ENCODE_COLUMNS,
-    FOLDED,
-    TREE_ENTRY_FIELDS,
-    TREE_SUMMARY,
     BlockContext,
-    arrow_column,
-    encode_blocks,
-    finish_block,
-    fold_blocks,
     local_path,
     summary_of,
-    tree_buckets,
-    tree_source,
     write_atomic,
     write_object,
 )
@@ -207,8 +206,6 @@ def build_tree_from(spark: Any, ctx: BlockContext, manifest: Manifest,
                     blocks: list[dict[str, Any]], partitions: int) -> tuple[str, Sha256a]:
     """The range tree over the previous tree's entries and the new blocks' (tasks build and
     write the buckets' nodes; the driver joins the bucket summaries)."""
-    from pyspark.sql import functions as F
-
     out = Path(ctx.out)
     units = old_units(out, manifest.root) if manifest.root else []
     bounds = sorted({b for block in blocks for b in block["bounds"]}
@@ -216,21 +213,11 @@ def build_tree_from(spark: Any, ctx: BlockContext, manifest: Manifest,
     base = len(manifest.files) - manifest.chain.next_block
     sources = [(base + b["block"], str(ctx.scratch(b["period"], b["k"], "keys")), b["count"])
                for b in blocks] + [(-1, f"cid:{cid}", n) for cid, _last, n in units]
-    groups = source_groups(sources, _ENTRIES_PER_TASK)
     bcast = spark.sparkContext.broadcast(bounds)
     try:
-        src = spark.createDataFrame(
-            spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(lambda g: g),
-            "file long, path string")
-        entries = src.select(F.inline(arrow_column(
-            tree_source(ctx, bcast), f"array<struct<{TREE_ENTRY_FIELDS}>>",
-            F.col("file"), F.col("path"))))
-        summary = arrow_column(tree_buckets(ctx), TREE_SUMMARY, F.col("key"), F.col("file"),
-                               F.col("item"), F.col("bucket"))
-        rows = [r["s"] for r in (
-            entries.repartition(max(1, partitions), "bucket")
-            .sortWithinPartitions("bucket", "key")
-            .select(summary.alias("s")).where(F.col("s").isNotNull()).collect())]
+        entries = tree_entries(tree_sources(spark, source_groups(sources, _ENTRIES_PER_TASK)),
+                               ctx, bcast)
+        rows = bucket_nodes(entries, ctx, partitions).collect()
     finally:
         bcast.unpersist()
     summaries = [summary_of(r) for r in sorted(rows, key=lambda r: int(r["bucket"]))]
@@ -351,8 +338,6 @@ def run(
 
     ``now_ms`` (epoch ms, default the wall clock) decides which periods have settled.
     """
-    from pyspark.sql import functions as F
-
     from spark_jobs.source import emit_progress, read_events, stage_progress
 
     build = begin_build(url, out, key, network_id, period_ms=period_ms, settle_ms=settle_ms,
@@ -360,7 +345,7 @@ def run(
                         max_events_per_file=max_events_per_file, now_ms=now_ms)
     if not isinstance(build, Build):
         return build
-    ctx, parts = build.ctx, max(1, partitions)
+    ctx = build.ctx
     clock = [time.monotonic()]
     phases: dict[str, float] = {}
 
@@ -372,28 +357,14 @@ def run(
         df = read_events(spark, url, ENCODE_COLUMNS, partitions=partitions,
                          where=f"lamport >= {build.lo_ms} AND lamport < {build.hi_ms}")
         with stage_progress(spark, "snapshot:encode"):
-            meta = arrow_column(encode_blocks(ctx), BLOCK_META,
-                                *(F.col(c) for c in ENCODE_COLUMNS))
-            # The one shuffle of the events: a period's events to one task, in consensus
-            # order; the encoder numbers them as they stream by (rank, index, block, item).
-            period = F.floor(F.col("lamport") / F.lit(period_ms)).cast("long")
-            metas = (df.withColumn("period", period).repartition(parts, "period")
-                     .sortWithinPartitions("period", "lamport", "message_id")
-                     .select(meta.alias("m")).where(F.col("m").isNotNull()).select("m.*"))
-            fold = arrow_column(fold_blocks(ctx, build.start, build.first_block), FOLDED,
-                                F.col("period"), F.col("k"))
-            blocks = [{**r.asDict(), **r["f"].asDict()} for r in (
-                metas.repartition(1).sortWithinPartitions("period", "k")
-                .select("period", "k", "count", "first_ns", "sidecar_hash", "bounds",
-                        fold.alias("f")).collect())]
-        blocks.sort(key=lambda b: int(b["block"]))
+            folded = fold_chain(encode_periods(df, ctx, partitions), ctx, build.start,
+                                build.first_block)
+            blocks = sorted((r.asDict() for r in folded.collect()), key=lambda b: b["block"])
         lap("read_encode_fold")
         emit_progress("snapshot:encode", len(blocks), len(blocks))
         with stage_progress(spark, "snapshot:write"):
-            plans = [{k: b[k] for k in ("period", "k", "block", "first_ns", "start", "end",
-                                        "sidecar_hash")} for b in blocks]
-            written = spark.sparkContext.parallelize(plans, max(1, min(parts, len(plans)))).map(
-                lambda plan: finish_block(ctx, plan)).collect()
+            written = [{**r.asDict(), "file_hash": bytes(r["file_hash"])} for r in
+                       write_records(block_plans(spark, blocks, partitions), ctx).collect()]
         lap("write_files")
         new_files = build.sign(blocks, written)
         lap("sign")

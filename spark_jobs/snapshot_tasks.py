@@ -43,8 +43,10 @@ __all__ = [
     "BLOCK_META",
     "BUILD_DIR",
     "FOLDED",
+    "PLAN",
     "TREE_ENTRY",
     "TREE_SUMMARY",
+    "WRITTEN",
     "BlockContext",
     "encode_blocks",
     "finish_block",
@@ -53,6 +55,7 @@ __all__ = [
     "tree_buckets",
     "tree_source",
     "write_atomic",
+    "write_blocks",
     "write_object",
 ]
 
@@ -65,6 +68,10 @@ ENCODE_COLUMNS = ("seq", "message_id", "channel", "sender", "lamport", "wire", "
 BLOCK_META = ("period long, k long, count long, first_ns long, sidecar_hash binary, "
               "bounds array<binary>")
 FOLDED = "block long, start binary, end binary"
+#: A block for pass 2 (``finish_block``'s plan) and what pass 2 returns for it.
+PLAN = ("period long, k long, block long, first_ns long, start binary, end binary, "
+        "sidecar_hash binary")
+WRITTEN = "block long, path string, file_hash binary"
 TREE_ENTRY = "key binary, file long, item long, bucket long"
 TREE_ENTRY_FIELDS = "key: binary, file: bigint, item: bigint, bucket: bigint"
 TREE_SUMMARY = ("bucket long, first binary, last binary, lanes array<long>, count long, "
@@ -304,6 +311,22 @@ def finish_block(ctx: BlockContext, plan: dict[str, Any]) -> dict[str, Any]:
     path = f"{ctx.record_dir()}/{record_file_name(plan['first_ns'])}"
     write_atomic(Path(ctx.out) / path, gzip_deterministic(raw))
     return {"block": plan["block"], "path": path, "file_hash": sha384(raw)}
+
+
+def write_blocks(ctx: BlockContext) -> Any:
+    """Pass 2's UDF body over plan columns (``PLAN`` order): ``WRITTEN`` per block."""
+    import pyarrow as pa
+
+    kind = arrow_type(WRITTEN)
+    names = [f.split()[0] for f in PLAN.split(", ")]
+
+    def run(batches: Iterator[tuple[Any, ...]]) -> Iterator[Any]:
+        for cols in batches:
+            rows = zip(*(c.to_pylist() for c in cols), strict=True)
+            yield pa.array([finish_block(ctx, dict(zip(names, row, strict=True)))
+                            for row in rows], type=kind)
+
+    return run
 
 
 def tree_source(ctx: BlockContext, bounds: Any) -> Any:

@@ -23,6 +23,7 @@ from storage.blocks import (
 )
 from storage.engine import make_engine, redacted_url, write_transaction
 from storage.events import (
+    VALUE_COLUMNS,
     AppendResult,
     EventRecord,
     StoredEvent,
@@ -31,10 +32,12 @@ from storage.events import (
     count_events,
     count_from_lamport,
     event_row,
+    event_values,
     events_by_keys,
     events_by_message_ids,
     existing_keys,
     insert_rows,
+    insert_values,
     key_at,
     keys_in_range,
     max_seq,
@@ -75,6 +78,7 @@ from storage.state import (
 
 __all__ = [
     "LANE_COLUMNS",
+    "VALUE_COLUMNS",
     "AppendResult",
     "BlockChange",
     "BlockHead",
@@ -100,6 +104,7 @@ __all__ = [
     "delete_state",
     "delete_state_before",
     "event_row",
+    "event_values",
     "events",
     "events_by_keys",
     "events_by_message_ids",
@@ -108,6 +113,7 @@ __all__ = [
     "get_state",
     "head_revision",
     "insert_rows",
+    "insert_values",
     "key_at",
     "keys_in_range",
     "last_change_seq",

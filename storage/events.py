@@ -14,6 +14,7 @@ from sync.recon.sha256a import Sha256a, lanes_of
 from sync.stored_event import EventRecord
 
 __all__ = [
+    "VALUE_COLUMNS",
     "AppendResult",
     "EventRecord",
     "StoredEvent",
@@ -22,10 +23,12 @@ __all__ = [
     "count_events",
     "count_from_lamport",
     "event_row",
+    "event_values",
     "events_by_keys",
     "events_by_message_ids",
     "existing_keys",
     "insert_rows",
+    "insert_values",
     "key_at",
     "keys_in_range",
     "max_seq",
@@ -127,16 +130,44 @@ def event_row(record: EventRecord, received_at: int) -> dict[str, object]:
 
 
 def insert_rows(conn: Connection, rows: Sequence[dict[str, object]]) -> None:
-    """Bulk load (snapshot bootstrap, generated logs): one plain ``executemany``, no conflict
-    handling; a duplicate is an error, so callers use it only on logs they know are new."""
+    """Bulk load (generated logs): one plain ``executemany``, no conflict handling; a
+    duplicate is an error, so callers use it only on logs they know are new."""
     if rows:
         conn.execute(events.insert(), list(rows))
 
 
-_SQLITE_COLUMNS = ("recon_key", "message_id", "channel", "sender", "lamport", "wire",
-                   "received_at", *LANE_COLUMNS)
-_SQLITE_INSERT = (f"INSERT INTO events ({', '.join(_SQLITE_COLUMNS)}) "
-                  f"VALUES ({', '.join('?' * len(_SQLITE_COLUMNS))}) ON CONFLICT DO NOTHING")
+#: The columns of :func:`event_values` tuples, in order.
+VALUE_COLUMNS = ("recon_key", "message_id", "channel", "sender", "lamport", "wire",
+                 "received_at", *LANE_COLUMNS)
+_VALUES = f"({', '.join(VALUE_COLUMNS)}) VALUES ({', '.join('?' * len(VALUE_COLUMNS))})"
+_SQLITE_INSERT = f"INSERT INTO events {_VALUES} ON CONFLICT DO NOTHING"
+_SQLITE_LOAD = f"INSERT INTO events {_VALUES}"
+
+
+def event_values(record: EventRecord, received_at: int) -> tuple[object, ...]:
+    """The ``events`` row of a record as a plain tuple in :data:`VALUE_COLUMNS` order (cheap
+    to pickle between processes and to bind)."""
+    return (record.recon_key, record.message_id, record.channel, record.sender, record.lamport,
+            record.wire, received_at, *(record.lanes or lanes_of(record.recon_key)))
+
+
+def insert_values(conn: Connection, rows: Sequence[tuple[object, ...]]) -> None:
+    """Bulk load of :func:`event_values` tuples (snapshot bootstrap) into a log known not to
+    hold them: no conflict handling, a duplicate is an error. On SQLite through the driver's
+    own ``executemany`` (SQLAlchemy's per-row parameter processing cost as much as the
+    insert); elsewhere through SQLAlchemy's."""
+    if not rows:
+        return
+    if conn.dialect.name == "sqlite":
+        dbapi = conn.connection.driver_connection
+        assert dbapi is not None
+        cursor = dbapi.cursor()
+        try:
+            cursor.executemany(_SQLITE_LOAD, rows)
+        finally:
+            cursor.close()
+    else:
+        conn.execute(events.insert(), [dict(zip(VALUE_COLUMNS, r, strict=True)) for r in rows])
 
 
 def _append_sqlite(
@@ -153,11 +184,7 @@ def _append_sqlite(
     cursor = dbapi.cursor()
     try:
         before = cursor.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
-        cursor.executemany(_SQLITE_INSERT, [
-            (r.recon_key, r.message_id, r.channel, r.sender, r.lamport, r.wire, received_at,
-             *(r.lanes or lanes_of(r.recon_key)))
-            for r in records
-        ])
+        cursor.executemany(_SQLITE_INSERT, [event_values(r, received_at) for r in records])
         rows = cursor.execute("SELECT seq, message_id FROM events WHERE seq > ? ORDER BY seq",
                               (before,)).fetchall()
     finally:
@@ -167,7 +194,7 @@ def _append_sqlite(
 
 _PG_TYPES = ("bytea", "text", "text", "text", "bigint", "bytea", "bigint",
              *("bigint",) * len(LANE_COLUMNS))
-_PG_INSERT = (f"INSERT INTO events ({', '.join(_SQLITE_COLUMNS)}) "
+_PG_INSERT = (f"INSERT INTO events ({', '.join(VALUE_COLUMNS)}) "
               f"SELECT * FROM unnest({', '.join(f'%s::{t}[]' for t in _PG_TYPES)}) "
               "ON CONFLICT DO NOTHING RETURNING seq, message_id")
 

@@ -204,7 +204,8 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
 
     try:
         with _local_database(args) as (engine, network_id, layout, profiles):
-            result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles)
+            result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles,
+                               workers=args.workers)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
     print(f"loaded {result.events} events from {result.files} record files "
@@ -263,6 +264,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     boot = subparsers.add_parser(
         "bootstrap", help="verify a snapshot and load it into an empty node database")
     boot.add_argument("--from-snapshot", metavar="DIR", required=True)
+    boot.add_argument("--workers", type=int, metavar="N", default=None,
+                      help="processes that verify the record files (default: one per CPU; "
+                           "0: verify in this process)")
     _add_local_options(boot)
     boot.set_defaults(func=_cmd_bootstrap)
 

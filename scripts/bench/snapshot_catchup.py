@@ -11,10 +11,11 @@ the 10,000,000-event snapshot it built):
    It takes long (~20 min at 10M events) and runs alone, so it can run niced outside the
    benchmark lock.
 2. ``catchup``: a source node on a copy of the log the snapshot was built from (cached by
-   ``spark_bench.py``) takes ``--extra`` new events; the bootstrapped node starts against it
-   with incoming gossip dropped, so everything it lacks must come through Recon. Done when both
-   nodes hold the same number of events and Recon fetched exactly the new ones (the fresh node
-   stored nothing else: the rest came from the snapshot).
+   ``spark_bench.py``; ``--source-in-place``: on the cached file itself, the events the run
+   adds are deleted again afterwards) takes ``--extra`` new events; the bootstrapped node
+   starts against it with incoming gossip dropped, so everything it lacks must come through
+   Recon. Done when both nodes hold the same number of events and Recon fetched exactly the
+   new ones (the fresh node stored nothing else: the rest came from the snapshot).
 
 Each step merges its figures into ``context.scale`` of docs/bench/spark.json (the issue's keys
 are kept) and prints them; the last line is the JSON of the step.
@@ -23,9 +24,11 @@ are kept) and prints them; the last line is the JSON of the step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -73,6 +76,24 @@ def bootstrap_step(args: argparse.Namespace) -> dict[str, Any]:
             "load_average": os.getloadavg()}
 
 
+def _log_end(log: Path) -> tuple[int, int]:
+    """(events, largest seq) of a cached log."""
+    with contextlib.closing(sqlite3.connect(log)) as db:
+        count, top = db.execute("SELECT count(*), coalesce(max(seq), 0) FROM events").fetchone()
+    return int(count), int(top)
+
+
+def _restore(log: Path, before: tuple[int, int]) -> None:
+    """Remove the events a source node running on the cached log itself added; the log's
+    events are then exactly the cached ones again (else this fails loudly)."""
+    with contextlib.closing(sqlite3.connect(log)) as db:
+        db.execute("DELETE FROM events WHERE seq > ?", (before[1],))
+        db.commit()
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if _log_end(log) != before:
+        raise SystemExit(f"{log}: could not restore the cached log to {before} events/seq")
+
+
 def catchup_step(args: argparse.Namespace) -> dict[str, Any]:
     from tests.node.cluster import FAST_ENV, metric, publish_many, wait_for
     from tests.node.procs import NodeProcess
@@ -82,15 +103,21 @@ def catchup_step(args: argparse.Namespace) -> dict[str, Any]:
     source_dir = work / "source"
     shutil.rmtree(source_dir, ignore_errors=True)
     source_dir.mkdir(parents=True)
-    started = time.perf_counter()
-    shutil.copyfile(log, source_dir / "syncnode.db")
-    copy_s = time.perf_counter() - started
     env = {**FAST_ENV, "SYNCNODE_NODE_NETWORK_ID": str(NETWORK_ID),
            "SYNCNODE_P2P_CHANNELS": ",".join(CHANNELS)}
+    source_env = dict(env)
+    started = time.perf_counter()
+    if args.source_in_place:
+        before = _log_end(log)
+        source_env["SYNCNODE_STORAGE_URL"] = f"sqlite:///{log}"
+    else:
+        shutil.copyfile(log, source_dir / "syncnode.db")
+    # The copy of the log, or (in place) the count of its events that _restore checks against.
+    prepare_s = time.perf_counter() - started
     source = fresh = None
     try:
         started = time.perf_counter()
-        source = NodeProcess(source_dir, env=env).start(timeout=args.start_timeout)
+        source = NodeProcess(source_dir, env=source_env).start(timeout=args.start_timeout)
         source_start_s = time.perf_counter() - started
         extra = publish_many(source, CHANNELS[0], [f"after the snapshot {k}"
                                                    for k in range(args.extra)])
@@ -113,7 +140,9 @@ def catchup_step(args: argparse.Namespace) -> dict[str, Any]:
             "recon_events_fetched": metric(fresh, "recon_events_fetched_total"),
             "events_stored": metric(fresh, "events_stored_total"),
             "gossip_received": metric(fresh, "p2p_gossip_received_total"),
-            "copy_s": round(copy_s, 1), "source_start_s": round(source_start_s, 1),
+            "source_in_place": args.source_in_place,
+            ("count_s" if args.source_in_place else "copy_s"): round(prepare_s, 1),
+            "source_start_s": round(source_start_s, 1),
             "fresh_start_s": round(fresh_start_s, 1), "catchup_s": round(catchup_s, 1),
             "load_average": os.getloadavg()}
     finally:
@@ -121,6 +150,8 @@ def catchup_step(args: argparse.Namespace) -> dict[str, Any]:
             if node is not None:
                 node.kill()
         shutil.rmtree(source_dir, ignore_errors=True)
+        if args.source_in_place:
+            _restore(log, before)
     if not (figures["recon_events_fetched"] == figures["events_stored"] == len(extra)
             and figures["gossip_received"] == 0):
         raise SystemExit(f"the catch-up did not fetch exactly the new events: {figures}")
@@ -135,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=10_000_000,
                         help="size of the cached log the snapshot was built from (catchup)")
     parser.add_argument("--extra", type=int, default=60, help="events published after it")
+    parser.add_argument("--source-in-place", action="store_true",
+                        help="run the source node on the cached log itself instead of a copy "
+                             "(when the disk cannot hold a second 10M-event database); the "
+                             "events it adds are deleted again afterwards")
     parser.add_argument("--start-timeout", type=float, default=1800.0)
     parser.add_argument("--timeout", type=float, default=900.0, help="for the catch-up")
     parser.add_argument("--cache-dir", default=os.environ.get(

@@ -177,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-scale-bootstrap", action="store_true",
                         help="do not bootstrap a node from the scale run's snapshot")
     parser.add_argument("--keep-scale-snapshot", metavar="DIR",
-                        help="move the local scale run's snapshot to DIR instead of bootstrapping "
-                             "from it here (scripts/bench/snapshot_catchup.py does, outside the "
-                             "benchmark lock)")
+                        help="move the first master's scale snapshot to DIR instead of "
+                             "bootstrapping from it here (scripts/bench/snapshot_catchup.py "
+                             "does, outside the benchmark lock)")
     parser.add_argument("--no-bootstrap", action="store_true",
                         help="no bootstrap from the main run's snapshot (bootstrap_events_per_s "
                              "then comes from snapshot_catchup.py)")
@@ -318,6 +318,7 @@ def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
     log = cached_log_path(LogSpec(events=n, network_id=NETWORK_ID), cache)
     url = f"sqlite:///{log}"
     context.setdefault("scale", {})["events"] = n
+    kept = False
     for master in args.scale_masters.split(","):
         out = tmp / f"scale-{master}"
         load_before = load()
@@ -339,10 +340,12 @@ def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
                                     "driver_peak_rss_mib": round(rss), "files": job["files"]}
         if master == "local":
             result["snapshot_events_10m_s"] = job["run_seconds"]
-        if master == "local" and args.keep_scale_snapshot:
+        if args.keep_scale_snapshot and not kept:
+            # The first master's snapshot is kept (the masters write the same bytes).
             shutil.rmtree(args.keep_scale_snapshot, ignore_errors=True)
             shutil.move(out, args.keep_scale_snapshot)
             context["scale"]["kept_snapshot"] = args.keep_scale_snapshot
+            kept = True
             continue
         if master == "local" and not args.no_scale_bootstrap:
             b_n, b_s = timed_bootstrap(out, tmp)

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from sqlalchemy import select
 
 from spark_jobs.source import build_session
 from spark_jobs.testlog import LogSpec, build_log, test_key
-from storage import make_engine
+from storage import LANE_COLUMNS, events, make_engine
 from tests.pg import reset_postgres
 
 PG_URL = os.environ.get("SYNCNODE_TEST_PG", "")
@@ -44,6 +45,19 @@ def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     engine.dispose()
     return path
+
+
+_COMPARED = ("recon_key", "message_id", "channel", "sender", "lamport", "wire", *LANE_COLUMNS)
+
+
+def shared_log(url: str) -> list[tuple[Any, ...]]:
+    """The log as a node shares it: everything but the local seq and receive time."""
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(select(*(events.c[c] for c in _COMPARED))
+                            .order_by(events.c.recon_key)).all()
+    engine.dispose()
+    return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
 
 
 def fresh_db(backend: str, tmp_path: Path, template: Path | None, name: str = "node.db") -> str:

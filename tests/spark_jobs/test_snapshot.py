@@ -14,22 +14,10 @@ from node.cli import records as cli_records
 from node.snapshots.bootstrap import BootstrapError, bootstrap, pull
 from spark_jobs import snapshot
 from spark_jobs.testlog import build_log
-from storage import LANE_COLUMNS, events, make_engine
+from storage import events, make_engine
 from storage.snapshot_files import iter_leaf_entries, load_manifest
 from sync.recordstream import verify_tree
-from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, SPEC, fresh_db
-
-_COMPARED = ("recon_key", "message_id", "channel", "sender", "lamport", "wire", *LANE_COLUMNS)
-
-
-def _log(url: str) -> list[tuple[Any, ...]]:
-    """The log as a node shares it: everything but the local seq and receive time."""
-    engine = make_engine(url)
-    with engine.connect() as conn:
-        rows = conn.execute(select(*(events.c[c] for c in _COMPARED))
-                            .order_by(events.c.recon_key)).all()
-    engine.dispose()
-    return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, SPEC, fresh_db, shared_log
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -89,7 +77,7 @@ def test_bootstrap_gives_an_identical_log(built: Path, template_db: Path, backen
     target = fresh_db(backend, tmp_path, None, "fresh.db")
     result = bootstrap(make_engine(target), built, NETWORK_ID)
     assert result.events == SPEC.events
-    assert _log(target) == _log(f"sqlite:///{template_db}")
+    assert shared_log(target) == shared_log(f"sqlite:///{template_db}")
     with pytest.raises(BootstrapError, match="not empty"):
         bootstrap(make_engine(target), built, NETWORK_ID)
 
@@ -113,7 +101,7 @@ def test_bootstrap_refuses_a_tampered_snapshot(built: Path, tmp_path: Path) -> N
 def test_pull_fetches_only_differing_ranges(built: Path, template_db: Path, backend: str,
                                             tmp_path: Path) -> None:
     url = fresh_db(backend, tmp_path, template_db)
-    full = _log(url)
+    full = shared_log(url)
     missing = [full[i][0] for i in (3, 150, 151, 400)]
     engine = make_engine(url)
     with engine.begin() as conn:
@@ -122,7 +110,7 @@ def test_pull_fetches_only_differing_ranges(built: Path, template_db: Path, back
     assert result.fetched == len(missing)
     assert len(result.files_read) <= len(missing)
     assert result.subtrees_skipped > 0
-    assert _log(url) == full
+    assert shared_log(url) == full
     again = pull(engine, built, NETWORK_ID)
     assert again.fetched == 0 and again.nodes_read == 1
     engine.dispose()
@@ -166,7 +154,7 @@ def test_bootstrap_and_pull_commands(built: Path, template_db: Path, tmp_path: P
     args = ["--data-dir", str(data), "--config", str(config)]
     assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built), *args]) == 0
     assert f"loaded {SPEC.events} events" in capsys.readouterr().out
-    assert _log(f"sqlite:///{data / 'syncnode.db'}") == _log(f"sqlite:///{template_db}")
+    assert shared_log(f"sqlite:///{data / 'syncnode.db'}") == shared_log(f"sqlite:///{template_db}")
     assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built), *args]) == 1
     assert "not empty" in capsys.readouterr().err
     assert cli_snapshot.main(["snapshot", "pull", str(built), *args]) == 0
@@ -221,7 +209,7 @@ def test_settle_counts_from_the_clock_and_the_result_says_what_waits(
     from spark_jobs.testlog import test_key
 
     url = f"sqlite:///{template_db}"
-    lamports = sorted(row[4] for row in _log(url))
+    lamports = sorted(row[4] for row in shared_log(url))
     newest = lamports[-1]
     settle = 2 * PERIOD_MS
     key = test_key("snapshot-node", 0)
@@ -282,7 +270,7 @@ def test_split_periods_match_the_plain_writer_byte_for_byte(
     assert verify_tree({p: d for p, d in files.items() if p.startswith("record")}, None).ok
     target = fresh_db("sqlite", tmp_path, None, "fresh.db")
     assert bootstrap(make_engine(target), tmp_path / "job", NETWORK_ID).events == SPEC.events
-    assert _log(target) == _log(url)
+    assert shared_log(target) == shared_log(url)
 
 
 def test_events_sharing_a_millisecond_are_ranked_across_files(
