@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from node.config import ENV_PREFIX, Config, ConfigError, parse_tables
+from node.config import ENV_PREFIX, Config
+from node.config_apps import parse_tables
+from node.config_fields import ConfigError
 from sync.crdt import TableSchema
 
 __all__ = ["load"]

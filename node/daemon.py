@@ -12,11 +12,12 @@ from node.api.health import HEALTH_ROUTES
 from node.api.node_metrics import register_node_metrics
 from node.api.routes import NODE_ROUTES
 from node.api_token import load_or_create_token
-from node.config import Config, parse_host_port
+from node.config import Config
 from node.config_combined import check_combined_keys
+from node.config_fields import parse_host_port
 from node.logs import kv
+from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
-from node.p2p.host import P2PConfig
 from node.p2p.identity import load_or_create_identity
 from node.p2p.run import open_host
 from node.replication.recon import ReconService

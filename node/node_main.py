@@ -7,7 +7,8 @@ import signal
 
 import trio
 
-from node.config import Config, ConfigError
+from node.config import Config
+from node.config_fields import ConfigError
 from node.daemon import StartupError, serve
 from node.p2p.frames import P2PError
 from node.p2p.identity import IdentityError

@@ -18,7 +18,7 @@ from storage import AppendResult, EventRecord, count_events, redacted_url
 from sync.identity import peer_id_of
 
 if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle at run time
-    from node.p2p.host import P2PHost
+    from node.p2p import P2PHost
     from node.p2p.standing import PeerStanding
     from node.replication.channels import ChannelService
     from node.replication.peers import PeerManager

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,17 +23,24 @@ import trio
 from sqlalchemy import Connection, Engine
 
 from node.logs import kv
+from node.store_commits import (
+    RemoteWriter,
+    commit_remote,
+    gather,
+    insert_one_by_one,
+    insert_records,
+    runs_by,
+    split_result,
+)
 from storage import (
     AppendResult,
     EventRecord,
-    append_events,
     max_seq,
-    seqs_of_message_ids,
     stored_message_ids,
     write_transaction,
 )
 
-__all__ = ["EventStore", "RemoteWriter", "StoreClosed", "StoreFailed", "StoreRejected"]
+__all__ = ["EventStore", "StoreClosed", "StoreRejected"]
 
 log = logging.getLogger("syncnode.store")
 T = TypeVar("T")
@@ -50,16 +56,6 @@ class StoreClosed(RuntimeError):
 
 class StoreRejected(ValueError):
     """An event that no backend can store (``storage.record_problem``)."""
-
-
-class StoreFailed(RuntimeError):
-    """The database refused an event a remote writer tried to store (its error, as text)."""
-
-
-#: Appends records in another process, in one transaction (``storage.append_isolating``):
-#: what was stored and, per message id, why not. Raises if the writer died with the request.
-RemoteWriter = Callable[[Sequence[EventRecord], int], Awaitable[tuple[AppendResult,
-                                                                       dict[str, str]]]]
 
 
 @dataclass
@@ -227,29 +223,13 @@ class EventStore:
                     first = await self._recv.receive()
                 except trio.EndOfChannel:
                     return
-                batch = [first]
-                size = len(first.records)
                 # Fetched events go to a worker in runs of several store batches: one round
                 # trip and one COMMIT (fsync) for each, during a catch-up whose queue is long.
                 cap = self.max_batch
                 if first.fetched and self._remote is not None:
                     cap *= FETCHED_RUN_BATCHES
-                with trio.move_on_after(self.max_delay):
-                    while size < cap:
-                        try:
-                            more = await self._recv.receive()
-                        except trio.EndOfChannel:
-                            break
-                        batch.append(more)
-                        size += len(more.records)
-                while size < cap:
-                    try:
-                        more = self._recv.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    batch.append(more)
-                    size += len(more.records)
-                await self._commit(batch)
+                await self._commit(await gather(self._recv, first, lambda p: len(p.records),
+                                                cap, self.max_delay))
 
     async def close(self) -> None:
         """Stop accepting writes; the writer drains what is queued and returns."""
@@ -258,14 +238,8 @@ class EventStore:
     async def _commit(self, batch: list[_Pending]) -> None:
         # Runs of fetched items go to the remote writer, the rest is committed here; in queue
         # order either way (the order of the log).
-        runs: list[list[_Pending]] = []
-        for pending in batch:
-            remote = pending.fetched and self._remote is not None
-            if runs and (runs[-1][0].fetched and self._remote is not None) == remote:
-                runs[-1].append(pending)
-            else:
-                runs.append([pending])
-        for run in runs:
+        remote = self._remote is not None
+        for run in runs_by(batch, lambda pending: pending.fetched and remote):
             records = [r for pending in run for r in pending.records]
             try:
                 await self._commit_records(run, records)
@@ -277,7 +251,7 @@ class EventStore:
     async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
         errors: dict[str, BaseException] = {}
         if self._remote is not None and batch[0].fetched:
-            # As ``_insert``: a commit once started is finished and reported, even when the
+            # As ``insert_records``: a commit once started is finished and reported, even when the
             # node stops (the pool then kills the worker, and the log settles what it wrote).
             with trio.CancelScope(shield=True):
                 combined, errors = await self._commit_remote(self._remote, records)
@@ -286,12 +260,13 @@ class EventStore:
         try:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.
-            combined = await self._insert(records, [p.also for p in batch if p.also])
+            combined = await insert_records(self.engine, records,
+                                            [p.also for p in batch if p.also])
         except Exception as exc:
             log.error("batch commit failed; retrying its events one by one", exc_info=True)
             # A caller's extra write goes with its last record (a publish's own event).
             also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
-            combined, errors = await self._insert_each(records, exc, also_of)
+            combined, errors = await insert_one_by_one(self.engine, records, exc, also_of)
         self._finish(batch, records, combined, errors)
 
     def _finish(self, batch: list[_Pending], records: list[EventRecord],
@@ -303,20 +278,9 @@ class EventStore:
         self.batches += 1
         self.committed_events += len(combined.inserted)
         self.duplicate_events += len(combined.duplicates)
-        seq_of = {mid: seq for seq, mid in combined.inserted}
-        for pending in batch:
-            inserted, duplicates = [], []
-            for record in pending.records:
-                error = errors.get(record.message_id)
-                if error is not None:
-                    pending.error = error
-                    continue
-                seq = seq_of.pop(record.message_id, None)
-                if seq is None:
-                    duplicates.append(record.message_id)
-                else:
-                    inserted.append((seq, record.message_id))
-            pending.result = AppendResult(tuple(inserted), tuple(duplicates))
+        split = split_result([p.records for p in batch], combined, errors)
+        for pending, (result, error) in zip(batch, split, strict=True):
+            pending.result, pending.error = result, error
             pending.done.set()
         failed = [r for r in records if r.message_id in errors]
         if failed:
@@ -333,57 +297,10 @@ class EventStore:
                              ) -> tuple[AppendResult, dict[str, BaseException]]:
         if self._high_seq is None:
             self._high_seq = await self.read(max_seq)
-        try:
-            combined, why = await writer(records, int(time.time() * 1000))
-        except Exception as exc:
-            # The writer died with the batch, before or after its COMMIT. This task still
-            # holds the write token, so the log says exactly which rows it wrote: those of the
-            # batch above the highest seq committed so far.
-            log.error("remote writer failed; reading the log for what it stored",
-                      extra=kv(events=len(records), error=repr(exc)))
+        combined, errors, settled = await commit_remote(self.read, writer, records,
+                                                        self._high_seq)
+        if settled:
             self.remote_settled += 1
-            found = await self.read(seqs_of_message_ids, [r.message_id for r in records])
-            high = self._high_seq
-            inserted = tuple(sorted((seq, mid) for mid, seq in found.items() if seq > high))
-            duplicates = tuple(mid for mid, seq in found.items() if seq <= high)
-            error = StoreFailed(f"the ingest worker writing the batch died: {exc}")
-            return AppendResult(inserted, duplicates), {
-                r.message_id: error for r in records if r.message_id not in found}
-        self.remote_appends += 1
-        return combined, {mid: StoreFailed(text) for mid, text in why.items()}
-
-    async def _insert(self, records: Sequence[EventRecord],
-                      extras: Sequence[Callable[[Connection], None]] = ()) -> AppendResult:
-        def run() -> AppendResult:
-            with write_transaction(self.engine) as conn:
-                result = append_events(conn, records, int(time.time() * 1000))
-                for extra in extras:
-                    extra(conn)
-                return result
-
-        # Not cancellable: a commit once started must be allowed to finish and be reported.
-        return await trio.to_thread.run_sync(run, abandon_on_cancel=False)
-
-    async def _insert_each(
-        self, records: Sequence[EventRecord], first_error: BaseException,
-        also_of: dict[str, Callable[[Connection], None]] | None = None,
-    ) -> tuple[AppendResult, dict[str, BaseException]]:
-        """The batch failed as a whole: one transaction per event isolates the failing ones
-        (a full disk or a lost database fails them all, and all are reported failed)."""
-        if len(records) == 1:
-            return AppendResult((), ()), {records[0].message_id: first_error}
-        inserted: list[tuple[int, str]] = []
-        duplicates: list[str] = []
-        rejected: list[tuple[str, str]] = []
-        errors: dict[str, BaseException] = {}
-        for record in records:
-            try:
-                extra = (also_of or {}).get(record.message_id)
-                result = await self._insert([record], [extra] if extra else [])
-            except Exception as exc:
-                errors[record.message_id] = exc
-                continue
-            inserted.extend(result.inserted)
-            duplicates.extend(result.duplicates)
-            rejected.extend(result.rejected)
-        return AppendResult(tuple(inserted), tuple(duplicates), tuple(rejected)), errors
+        else:
+            self.remote_appends += 1
+        return combined, errors

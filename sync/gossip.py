@@ -4,6 +4,8 @@
   (py-libp2p's cost is per gossip message, not per byte): ``BATCH_MAGIC`` then the items, each
   behind its uvarint length. A protobuf message never starts with a zero byte (field number 0
   is invalid), so the marker cannot be mistaken for a plain SDS message, which travels as is.
+  :class:`OutgoingBatch` gathers what is queued into one payload per channel, within the
+  limits the receiving side enforces.
 * **Budget.** Every neighbour that hands us gossip (the forwarder, authenticated by its
   connection) has a token bucket of items: one token per item plus one per started
   ``BYTES_PER_TOKEN`` bytes. A flood of validly signed events from fresh sender keys is
@@ -42,6 +44,7 @@ __all__ = [
     "Admitted",
     "GossipGate",
     "GossipLimits",
+    "OutgoingBatch",
     "SenderCheck",
     "SenderPolicy",
     "pack_batch",
@@ -87,6 +90,33 @@ def pack_batch(items: list[bytes]) -> bytes:
     if len(items) == 1:
         return items[0]
     return BATCH_MAGIC + b"".join(uvarint(len(i)) + i for i in items)
+
+
+class OutgoingBatch:
+    """Messages queued for gossip, gathered into one payload per channel. It is *full* at
+    ``MAX_BATCH_ITEMS`` messages in all or once ``MAX_BATCH_BYTES`` is reached (the last one
+    may cross it: a single message is never split or refused here); a full batch takes no more,
+    so a receiver's ``unpack_batch`` never refuses what we send."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, list[bytes]] = {}
+        self.count = 0
+        self.size = 0
+
+    @property
+    def full(self) -> bool:
+        return self.count >= MAX_BATCH_ITEMS or self.size >= MAX_BATCH_BYTES
+
+    def add(self, channel: str, data: bytes) -> None:
+        if self.full:
+            raise ValueError("the batch is full: send it first")
+        self._items.setdefault(channel, []).append(data)
+        self.count += 1
+        self.size += len(data)
+
+    def payloads(self) -> list[tuple[str, bytes]]:
+        """(channel, gossip payload) each, channels in the order first added."""
+        return [(channel, pack_batch(items)) for channel, items in self._items.items()]
 
 
 def unpack_batch(data: bytes, *, max_items: int = MAX_BATCH_ITEMS,

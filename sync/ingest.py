@@ -4,20 +4,27 @@ The CPU-heavy part of taking in a fetched event (protobuf decode, id digest, Ed2
 Recon key, Sha256a lanes) depends on nothing but the event's bytes and the network's settings,
 so the node runs it in worker processes (``node.ingest``) and gets back, per batch, one
 :class:`VerifiedBatch`: plain lists the daemon reads without decoding anything again.
+
+:func:`triage` then decides, on those columns alone, what becomes of each verified event: refused
+(a channel we do not replicate, a sender the closed group or the channel's writers do not admit,
+a Lamport timestamp outside the clock rule at ``now``), a candidate for SDS's bulk path (content
+from another sender), or the full protocol step (our own echoes, sync messages).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sync.errors import RemoteProtocolError
+from sync.gossip import SenderCheck, SenderPolicy
 from sync.recon.eventid import CIP124_DRAFT
 from sync.recon.sha256a import lanes_of
+from sync.sds.clock import check_lamport, lamport_bound
 from sync.sds.profile import decode_event_by_channel
 from sync.stored_event import record_of_event
 
-__all__ = ["IngestSpec", "VerifiedBatch", "verify_wires"]
+__all__ = ["IngestSpec", "Triage", "VerifiedBatch", "triage", "verify_wires"]
 
 
 @dataclass(frozen=True)
@@ -101,4 +108,42 @@ def verify_wires(spec: IngestSpec, wires: Sequence[bytes]) -> VerifiedBatch:
         out.has_content.append(bool(event.content))
         if event.wire != wire:
             out.canonical[i] = event.wire
+    return out
+
+
+@dataclass
+class Triage:
+    """Positions of a :class:`VerifiedBatch`, by what becomes of them (each list in the order
+    taken)."""
+
+    #: channel -> content from other senders: SDS's bulk path may deliver them at once.
+    settled: dict[str, list[int]] = field(default_factory=dict)
+    #: Our own echoes and sync messages: the full protocol step.
+    full: list[int] = field(default_factory=list)
+    #: Refused, with why (counted and charged to the peer by the caller).
+    refused: list[tuple[int, RemoteProtocolError]] = field(default_factory=list)
+
+
+def triage(batch: VerifiedBatch, order: Sequence[int], channels: Container[str],
+           policy: SenderPolicy, now: float, max_ahead_ms: int) -> Triage:
+    """Sort the positions ``order`` of ``batch`` (verified, not rejected) by the rules that
+    need no channel state: the channel is one of ``channels``, ``policy`` admits the sender,
+    and the Lamport timestamp keeps the clock rule at ``now`` (wall seconds)."""
+    out = Triage()
+    bound = lamport_bound(now, max_ahead_ms)
+    for i in order:
+        name = batch.channels[i]
+        try:
+            if name not in channels:
+                raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
+            verdict = policy.check(batch.senders[i], name, batch.has_content[i])
+            if not 0 <= batch.lamports[i] <= bound:
+                check_lamport(batch.lamports[i], now, max_ahead_ms)  # raises, with the reason
+        except RemoteProtocolError as exc:
+            out.refused.append((i, exc))
+            continue
+        if verdict is SenderCheck.OWN or not batch.has_content[i]:
+            out.full.append(i)
+        else:
+            out.settled.setdefault(name, []).append(i)
     return out

@@ -43,6 +43,9 @@ from node.api.openapi import (
     obj,
     openapi_path,
 )
+from node.api.peer_routes import (
+    PEER_ROUTES,
+)
 from node.api.routes import (
     NODE_ROUTES,
     event_json,
@@ -56,6 +59,7 @@ __all__ = [
     "NODE_ROUTES",
     "OPEN_PATHS",
     "P2P_HELP",
+    "PEER_ROUTES",
     "ApiError",
     "ApiGuard",
     "ApiRoute",

@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from node.config import is_loopback_host
+from node.config_fields import is_loopback_host
 from node.logs import kv
 from node.metrics import Metrics
 

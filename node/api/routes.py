@@ -1,4 +1,4 @@
-"""The node's API routes: publish, read and follow channels, peers, join."""
+"""The node's API routes: publish, read and follow channels (the peer routes: peer_routes.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from node.api.app import ApiError, ApiRoute, follow_stream, int_param, read_json
 from node.api.idempotency import IdempotencyKeys, check_key
 from node.api.openapi import INT64_MAX, Param, RouteDoc, arr, obj
-from node.p2p.host import P2PError
+from node.api.peer_routes import PEER_ROUTES
 from node.replication.channels import UnknownChannel
 from storage import StoredEvent, count_events, read_channel, read_channel_ordered
 from sync.errors import LocalProtocolError
@@ -199,38 +199,6 @@ async def _follow(node: NodeRuntime, request: Request) -> Response:
     return follow_stream(node, request, lines())
 
 
-async def _peers(node: NodeRuntime, _request: Request) -> Response:
-    peers = [
-        {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
-         "connected_since": p.connected_since}
-        for p in node.require_host().peers()
-    ]
-    known = sorted(node.peers.known) if node.peers is not None else []
-    return JSONResponse({"connected": peers, "known": known})
-
-
-async def _join(node: NodeRuntime, request: Request) -> Response:
-    body = await read_json(request)
-    if not isinstance(body, dict) or not isinstance(body.get("multiaddr"), str):
-        raise ApiError(400, 'body must be {"multiaddr": "/ip4/.../tcp/.../p2p/<peer id>"}')
-    assert node.peers is not None
-    try:
-        peer_id = await node.peers.join(body["multiaddr"])
-    except ValueError as exc:
-        raise ApiError(400, str(exc)) from None
-    except P2PError as exc:
-        raise ApiError(502, f"cannot connect: {exc}") from None
-    return JSONResponse({"peer_id": peer_id, "multiaddr": body["multiaddr"]})
-
-
-async def _forget(node: NodeRuntime, request: Request) -> Response:
-    peer_id = str(request.path_params["peer_id"])
-    assert node.peers is not None
-    if not await node.peers.forget(peer_id):
-        raise ApiError(404, f"{peer_id} is not a known peer")
-    return JSONResponse({"peer_id": peer_id, "forgotten": True})
-
-
 async def _channels(node: NodeRuntime, _request: Request) -> Response:
     assert node.channels is not None
     out = []
@@ -280,13 +248,6 @@ PAGE_SCHEMA = obj({
              "api.page_max_bytes: ask again with the query parameters in next"},
     "next": {"type": ["object", "null"], "description": "Cursor parameters of the next page"},
 })
-PEERS_SCHEMA = obj({
-    "connected": arr(obj({"peer_id": {"type": "string"},
-                          "address": {"type": ["string", "null"]},
-                          "direction": {"type": "string"},
-                          "connected_since": {"type": "number"}})),
-    "known": arr({"type": "string"}),
-})
 CHANNELS_SCHEMA = obj({"channels": arr(obj({
     "channel": {"type": "string"}, "lamport": _INT, "delivered": _INT,
     "delivered_in_memory": _INT, "waiting": _INT, "missing": _INT, "unacknowledged": _INT}))})
@@ -329,18 +290,5 @@ NODE_ROUTES: list[ApiRoute] = [
                          429: "api.max_follows streams already open"})),
     ApiRoute("GET", "/v1/channels", "Channels with their SDS state", _channels,
              RouteDoc(response=CHANNELS_SCHEMA)),
-    ApiRoute("GET", "/v1/peers", "Connected and known peers", _peers,
-             RouteDoc(response=PEERS_SCHEMA)),
-    ApiRoute("POST", "/v1/peers", "Join: dial a peer at an address, check its peer id and "
-             "remember the address", _join, RouteDoc(
-        body=obj({"multiaddr": {"type": "string",
-                                "description": "/ip4/HOST/tcp/PORT/p2p/PEER_ID"}}),
-        response=obj({"peer_id": {"type": "string"}, "multiaddr": {"type": "string"}}),
-        errors={502: "The peer could not be reached"})),
-    ApiRoute("DELETE", "/v1/peers/{peer_id}", "Forget a known peer: no more redials, its "
-             "stored address dropped, disconnected", _forget, RouteDoc(
-                 params=(Param("peer_id", "path", {"type": "string", "minLength": 1,
-                                                   "maxLength": 128}, "A known peer's id"),),
-                 response=obj({"peer_id": {"type": "string"}, "forgotten": {"const": True}}),
-                 errors={404: "Not a known peer"})),
+    *PEER_ROUTES,
 ]

@@ -14,19 +14,32 @@ from node.apps.blocks_plugin import (
     change_json,
 )
 from node.apps.db_app import (
-    METRICS,
     DbApplication,
     book_of,
-    channel_max_seq,
 )
-from node.apps.db_plugin import (
-    WRITE_WAIT_S,
-    DbBundle,
-    DbPlugin,
-    SchemaSeeder,
+from node.apps.db_json import (
     history_json,
     row_json,
     schema_json,
+    typed_values,
+)
+from node.apps.db_log import (
+    LEGACY_KEY,
+    channel_max_seq,
+    has_legacy_writes,
+)
+from node.apps.db_metrics import (
+    METRICS,
+    metric_of,
+)
+from node.apps.db_plugin import (
+    DbBundle,
+    DbPlugin,
+)
+from node.apps.db_publish import (
+    WRITE_WAIT_S,
+    SchemaSeeder,
+    publish_and_wait,
 )
 from node.apps.plugins import (
     PLUGINS,
@@ -39,6 +52,7 @@ from node.apps.runner import (
 )
 
 __all__ = [
+    "LEGACY_KEY",
     "METRICS",
     "PLUGINS",
     "WRITE_WAIT_S",
@@ -56,8 +70,12 @@ __all__ = [
     "book_of",
     "change_json",
     "channel_max_seq",
+    "has_legacy_writes",
     "history_json",
+    "metric_of",
+    "publish_and_wait",
     "router_of",
     "row_json",
     "schema_json",
+    "typed_values",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 from sqlalchemy import Connection
 
-from node.config import BlocksSection
+from node.config_apps import BlocksSection
 from node.logs import kv
 from node.metrics import Metrics
 from storage import StoredEvent, get_state, put_state, read_channels_after

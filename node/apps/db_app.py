@@ -18,26 +18,32 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import trio
-from google.protobuf.message import DecodeError
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection
 
-from node.config import DbSection
+from node.apps.db_log import (
+    channel_max_seq,
+    compact_tombstones,
+    declarations_in_log,
+    decode_batch,
+    has_legacy_writes,
+    log_of,
+)
+from node.apps.db_metrics import metric_of
+from node.config_apps import DbSection
 from node.logs import kv
 from node.metrics import Metrics
-from storage import StoredEvent, get_state, put_state, read_channel
+from storage import StoredEvent, get_state, put_state
 from storage.crdt import (
     EntityKey,
     clear_table,
     load_declarations,
     load_states,
     store_declarations,
-    tombstoned_before,
     write_states,
 )
-from storage.schema import events
 from sync.crdt import (
     EMPTY,
     Added,
@@ -47,15 +53,11 @@ from sync.crdt import (
     Reject,
     SchemaBook,
     SchemaDeclaration,
-    compact_entity,
     count_effects,
-    decode_content,
     step,
 )
-from sync.errors import RemoteProtocolError
-from sync.sds import sds_pb2
 
-__all__ = ["APP_NAME", "LEGACY_KEY", "METRICS", "DbApplication", "book_of", "channel_max_seq"]
+__all__ = ["APP_NAME", "DbApplication", "book_of"]
 
 log = logging.getLogger("syncnode.db")
 
@@ -63,57 +65,13 @@ APP_NAME = "db"
 # Committed entity states kept in memory, so that a batch touching recently written entities
 # does not read them back from SQL (applying is then mostly decoding and the rules).
 CACHE_ENTITIES = 100_000
-# Events read at a time when a table is re-derived from the log, and tombstones compacted per
-# batch: both bound the memory a re-evaluation or a compaction needs.
-SCAN_CHUNK = 2000
-COMPACT_CHUNK = 5000
 # A long re-derivation (an upgraded database, a big table) logs its progress this often.
 PROGRESS_EVERY_S = 5.0
 _HIGH_KEY = f"app/{APP_NAME}/high"
-# Set by migration 0004 on a database that had events: the last seq stored before it.
-LEGACY_KEY = f"app/{APP_NAME}/legacy_seq"
-
-# name -> help, all counters; labelled ones carry a ``reason`` or an ``outcome``.
-METRICS = {
-    "db_rejected_total": "CRDT messages rejected (reason: malformed, unknown_table, "
-                         "unknown_column, bad_type, unauthorised_writer); they stay in the log",
-    "db_schema_declarations_total": "Schema declarations applied (outcome: changed, rescan, "
-                                    "duplicate, not_owner, not_declarer, too_many_versions, "
-                                    "too_many_tables)",
-    "db_tables_reevaluated_total": "Tables re-derived from the log after their versions changed",
-    "db_messages_reevaluated_total": "Writes judged again while re-deriving a table",
-    "db_tombstones_compacted_total": "Tombstones forgotten after the stability window",
-    "db_cells_set_total": "Column registers that took a new winning write",
-    "db_records_created_total": "Records created or re-created by an upsert",
-    "db_records_deleted_total": "Visible records removed by a delete",
-    "db_tombstones_total": "Deletes that advanced a record's tombstone",
-    "db_upserts_noted_total": "Upserts that advanced the version of an existing record",
-}
-
 
 def book_of(section: DbSection) -> SchemaBook:
     return SchemaBook(pins=section.owner_pins(), max_versions=section.max_schema_versions,
                       max_tables=section.max_tables, declarers=section.declarers or None)
-
-
-def channel_max_seq(conn: Connection, channel: str) -> int:
-    """The storage position of ``channel``'s newest event (0: none)."""
-    stmt = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.channel == channel)
-    return int(conn.execute(stmt).scalar_one())
-
-
-def _metric_of(count_name: str) -> tuple[str, dict[str, str]]:
-    """(metric, labels) of a count key."""
-    if count_name.startswith("rejected_"):
-        return "db_rejected_total", {"reason": count_name.removeprefix("rejected_")}
-    if count_name.startswith("schema_"):
-        return "db_schema_declarations_total", {"outcome": count_name.removeprefix("schema_")}
-    return f"db_{count_name}_total", {}
-
-
-def _content(event: StoredEvent) -> bytes:
-    # Stored events were verified on arrival: only their content is needed here.
-    return sds_pb2.Message.FromString(event.wire).content
 
 
 class _Pending:
@@ -178,12 +136,12 @@ class DbApplication:
         now_ms = int(self.clock() * 1000)
         counts: Counter[str] = Counter()
         end = batch[-1].seq
-        items = self._decode(batch, counts)
+        items = decode_batch(batch, counts)
         declared = [i for i in items if isinstance(i, SchemaDeclaration)]
         book = self.book.copy() if declared else self.book
         redo, rescan = self._declare(book, declared, counts)
         for table in sorted(rescan):
-            book.reset_table(table, self._declarations_in_log(conn, table, end))
+            book.reset_table(table, declarations_in_log(conn, self.section.channel, table, end))
         high = dict(self.high)
         # A write is judged by the declarations in force at its Lamport time, whatever the
         # order of arrival, and the merge is order-free: so a table whose versions changed is
@@ -197,7 +155,10 @@ class DbApplication:
                                     stale=redo)
         compacted: dict[str, int] = {}
         if self.section.stability_window and channel_max_seq(conn, self.section.channel) <= end:
-            states.update(self._compact(conn, high, compacted, counts, redo))
+            # A table re-derived in this batch lost its compaction: it starts again.
+            done = {t: h for t, h in self._compacted.items() if t not in redo}
+            states.update(compact_tombstones(conn, high, self.section.stability_window, done,
+                                             compacted, counts))
         if high != self.high:
             put_state(conn, _HIGH_KEY, json.dumps(high, sort_keys=True).encode(), now_ms)
         self._pending = _Pending(book, high, counts, states, redo, compacted)
@@ -221,7 +182,7 @@ class DbApplication:
                         del cache[key]
             if self.metrics is not None:
                 for name, amount in pending.counts.items():
-                    metric, labels = _metric_of(name)
+                    metric, labels = metric_of(name)
                     self.metrics.inc(metric, amount, **labels)
         if batch:
             self.applied_seq = max(self.applied_seq, batch[-1].seq)
@@ -297,59 +258,9 @@ class DbApplication:
                 states[key] = loaded.get(key, EMPTY)
         return states
 
-    def _decode(self, batch: Sequence[StoredEvent],
-                counts: Counter[str]) -> list[CrdtMessage | SchemaDeclaration]:
-        items: list[CrdtMessage | SchemaDeclaration] = []
-        for event in batch:
-            try:
-                items.append(decode_content(_content(event), timestamp=event.lamport,
-                                            sender=event.sender))
-            except (RemoteProtocolError, DecodeError) as exc:
-                counts["rejected_malformed"] += 1
-                detail = exc.reason if isinstance(exc, RemoteProtocolError) else "bad event"
-                log.info("rejected crdt message", extra=kv(
-                    sender=event.sender, seq=event.seq, reason="malformed", detail=detail))
-        return items
-
-    def _log_of(self, conn: Connection, table: str,
-                end: int) -> Iterator[tuple[int, list[CrdtMessage | SchemaDeclaration]]]:
-        """The messages and declarations of ``table`` in the log up to ``end``, in chunks,
-        each with the storage position read up to."""
-        marker = json.dumps({"table": table}, separators=(",", ":"))[1:-1].encode()
-        after = 0
-        while after < end:
-            chunk = [e for e in read_channel(conn, self.section.channel, after, SCAN_CHUNK)
-                     if e.seq <= end]
-            if not chunk:
-                return
-            after = chunk[-1].seq
-            items = []
-            for event in chunk:
-                try:
-                    content = _content(event)
-                    if marker in content:  # canonical content: a cheap filter before decoding
-                        item = decode_content(content, timestamp=event.lamport,
-                                              sender=event.sender)
-                        if item.table == table:
-                            items.append(item)
-                except (RemoteProtocolError, DecodeError):
-                    continue  # counted when the event was first applied
-            yield after, items
-
-    def _declarations_in_log(self, conn: Connection, table: str,
-                             end: int) -> list[SchemaDeclaration]:
-        return [d for _, chunk in self._log_of(conn, table, end) for d in chunk
-                if isinstance(d, SchemaDeclaration)]
-
     def has_legacy_writes(self, conn: Connection, table: str) -> bool:
-        """Whether the log holds writes to ``table`` stored before schemas were on the log
-        (up to the seq migration 0004 kept, ``LEGACY_KEY``)."""
-        raw = get_state(conn, LEGACY_KEY)
-        if raw is None:
-            return False
-        end = min(int(raw), channel_max_seq(conn, self.section.channel))
-        return any(isinstance(item, CrdtMessage)
-                   for _, chunk in self._log_of(conn, table, end) for item in chunk)
+        """Whether the log holds writes to ``table`` stored before schemas were on the log."""
+        return has_legacy_writes(conn, self.section.channel, table)
 
     def _reevaluate(self, conn: Connection, book: SchemaBook, table: str, end: int,
                     high: dict[str, int], counts: Counter[str]) -> None:
@@ -365,7 +276,7 @@ class DbApplication:
         if end:
             log.info("re-deriving table from the log", extra=kv(table=table, up_to_seq=end))
         done = 0
-        for position, chunk in self._log_of(conn, table, end):
+        for position, chunk in log_of(conn, self.section.channel, table, end):
             writes = [m for m in chunk if isinstance(m, CrdtMessage)]
             counts["messages_reevaluated"] += len(writes)
             done += len(writes)
@@ -378,27 +289,3 @@ class DbApplication:
         if end:
             log.info("table re-derived", extra=kv(
                 table=table, writes=done, seconds=round(time.monotonic() - began, 1)))
-
-    def _compact(self, conn: Connection, high: dict[str, int], compacted: dict[str, int],
-                 counts: Counter[str], redone: set[str]) -> dict[EntityKey, EntityState]:
-        """Forget tombstones older than the stability window (run when caught up with the log,
-        so that a replay compacts only once it has every write: docs/crdt.md)."""
-        out: dict[EntityKey, EntityState] = {}
-        for table, newest in sorted(high.items()):
-            horizon = newest - self.section.stability_window
-            done = -1 if table in redone else self._compacted.get(table, -1)
-            if horizon < 0 or horizon <= done:
-                continue
-            entities = tombstoned_before(conn, table, horizon, COMPACT_CHUNK)
-            if len(entities) < COMPACT_CHUNK:
-                compacted[table] = horizon  # all done up to it; else the next batch goes on
-            if not entities:
-                continue
-            before = load_states(conn, [(table, e) for e in entities])
-            after: dict[EntityKey, EntityState] = {}
-            for (name, entity), state in before.items():
-                effects, after[(name, entity)] = compact_entity(name, entity, state, horizon)
-                counts.update(count_effects(effects))
-            write_states(conn, before, after)
-            out.update(after)
-        return out

@@ -8,36 +8,34 @@ owner's count), and the node declares the tables of its config the log does not 
 answer comes once the event is committed *and* the database
 application has applied it (or after ``WRITE_WAIT_S``, with ``"applied": false``), so a ``get``
 after a write sees it, unless a newer write to the same cells won. Reads answer from the tables
-the application keeps (``storage.crdt``).
+the application keeps (``storage.crdt``). JSON views: db_json.py; publishing and declaring the
+config's tables: db_publish.py.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from node.api.app import ApiError, ApiRoute, RouteDoc, read_json
 from node.api.openapi import Param, arr, obj
-from node.apps.db_app import APP_NAME, METRICS, DbApplication, channel_max_seq
+from node.apps.db_app import APP_NAME, DbApplication
+from node.apps.db_json import history_json, row_json, schema_json, typed_values
+from node.apps.db_metrics import METRICS
+from node.apps.db_publish import SchemaSeeder, publish_and_wait
 from node.apps.runner import LogApplication
 from node.config import Config
-from storage import events_by_message_ids
-from storage.crdt import StoredRow, get_row, query_rows
+from storage.crdt import get_row, query_rows
 from sync.crdt import (
-    ColumnType,
     CrdtMessage,
     Operation,
     RejectReason,
     SchemaDeclaration,
-    TableHistory,
     TableSchema,
-    Value,
     validate_against,
 )
 from sync.errors import LocalProtocolError
@@ -45,106 +43,11 @@ from sync.errors import LocalProtocolError
 if TYPE_CHECKING:
     from node.runtime import NodeRuntime
 
-__all__ = ["WRITE_WAIT_S", "DbBundle", "DbPlugin", "SchemaSeeder", "history_json", "row_json",
-           "schema_json"]
+__all__ = ["DbBundle", "DbPlugin"]
 
 log = logging.getLogger("syncnode.db")
 
-WRITE_WAIT_S = 10.0
 MAX_PAGE = 10_000
-
-
-def schema_json(schema: TableSchema) -> dict[str, Any]:
-    return {"columns": {c: ColumnType(t).value for c, t in schema.columns.items()},
-            "writers": None if schema.writers is None else sorted(schema.writers)}
-
-
-def history_json(history: TableHistory) -> dict[str, Any]:
-    return {
-        "table": history.table,
-        "owner": history.owner,
-        "versions": [{"version": i + 1, "lamport": v.timestamp, "sender": v.sender,
-                      **schema_json(v.schema)} for i, v in enumerate(history.versions)],
-        "epochs": _declared_order(history),
-    }
-
-
-def _declared_order(history: TableHistory) -> dict[str, int]:
-    """Column epochs in the latest version's column order, columns it dropped after, by name."""
-    order = list(history.latest.columns) if history.latest is not None else []
-    rest = sorted(set(history.epochs) - set(order))
-    return {c: history.epochs[c] for c in [*order, *rest] if c in history.epochs}
-
-
-def row_json(schema: TableSchema, row: StoredRow) -> dict[str, Value]:
-    """The row with every declared column (null where never written), its id under ``id``."""
-    return {"id": row.entity_id, **{c: row.values.get(c) for c in schema.columns}}
-
-
-def _typed(schema: TableSchema, values: dict[str, Any]) -> dict[str, Any]:
-    # JSON has one number type for clients: a whole number is accepted for a real column.
-    out = dict(values)
-    for column, value in values.items():
-        if (schema.column_type(column) is ColumnType.REAL and isinstance(value, int)
-                and not isinstance(value, bool) and math.isfinite(value)):
-            out[column] = float(value)
-    return out
-
-
-async def _publish_and_wait(db: DbApplication, node: NodeRuntime,
-                            content: bytes) -> dict[str, Any]:
-    """Publish ``content`` on the db channel; answer once it is committed and applied (or
-    after ``WRITE_WAIT_S`` with ``applied: false``)."""
-    delivered = await node.require_channels().publish(db.section.channel, content)
-    found = await node.store.read(events_by_message_ids, [delivered.message_id])
-    seq = found[0].seq if found else 0
-    with trio.move_on_after(WRITE_WAIT_S):
-        while db.applied_seq < seq:
-            await db.change_signal().wait()
-    return {"message_id": delivered.message_id, "lamport": delivered.lamport, "seq": seq,
-            "applied": db.applied_seq >= seq}
-
-
-class SchemaSeeder:
-    """Declares the tables of ``db.tables`` that the log does not have yet, once the node has
-    applied what its log held at start (a pinned table only if this node is its owner);
-    backdated to Lamport 0 when the log holds writes to the table from before schemas were on
-    the log (migration 0004 keeps where those end)."""
-
-    def __init__(self, db: DbApplication, runtime: Any) -> None:
-        self.db = db
-        self.runtime = runtime
-        self.published: list[str] = []
-
-    async def run(self) -> None:
-        db, node = self.db, self.runtime
-        target = await node.store.read(channel_max_seq, db.section.channel)
-        while db.applied_seq < target:
-            with trio.move_on_after(1.0):
-                await db.change_signal().wait()
-        pins = db.section.owner_pins()
-        for name, schema in sorted(db.seeds.items()):
-            if name in db.book or pins.get(name, node.peer_id) != node.peer_id or (
-                    db.section.declarers and node.peer_id not in db.section.declarers):
-                continue
-            # Writes to it stored before schemas were on the log (an upgraded database): the
-            # seed is backdated to Lamport 0 so that they count again, judged by this config
-            # as they were (docs/crdt.md, Upgrading).
-            legacy = await node.store.read(db.has_legacy_writes, name)
-            if legacy:
-                log.info("table has writes from before schemas were on the log; declaring it "
-                         "since Lamport 0, then re-deriving it from the log",
-                         extra={"table": name})
-            declaration = SchemaDeclaration(name, schema.columns, schema.writers,
-                                            sender=node.peer_id, backdated=legacy)
-            try:
-                await _publish_and_wait(db, node, declaration.encoded)
-            except Exception:  # the node keeps running; the table can be declared by hand
-                log.exception("could not declare table from config", extra={"table": name})
-                continue
-            self.published.append(name)
-            log.info("declared table from config", extra={"table": name})
-        await trio.sleep_forever()
 
 
 _TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 128,
@@ -297,7 +200,7 @@ class DbBundle:
         if history is not None and history.owner != node.peer_id:
             raise ApiError(403, f"table {name} is owned by {history.owner}; only its "
                                 "declarations count")
-        answer = await _publish_and_wait(self.db, node, declaration.encoded)
+        answer = await publish_and_wait(self.db, node, declaration.encoded)
         return JSONResponse(answer)
 
     async def _write(self, node: NodeRuntime, request: Request) -> Response:
@@ -321,7 +224,7 @@ class DbBundle:
                                 "the update until the record arrives from a peer)")
         try:
             message = CrdtMessage(operation, schema.name, entity_id,  # type: ignore[arg-type]
-                                  _typed(schema, body.get("values", {})), sender=node.peer_id)
+                                  typed_values(schema, body.get("values", {})), sender=node.peer_id)
         except LocalProtocolError as exc:
             raise ApiError(400, str(exc)) from None
         # This node's next Lamport time is past every version it knows: the latest judges it.
@@ -329,7 +232,7 @@ class DbBundle:
         if rejection is not None:
             status = 403 if rejection.reason is RejectReason.UNAUTHORISED_WRITER else 400
             raise ApiError(status, f"{rejection.reason.value}: {rejection.detail}")
-        return JSONResponse(await _publish_and_wait(self.db, node, message.encoded))
+        return JSONResponse(await publish_and_wait(self.db, node, message.encoded))
 
     def _epochs(self, schema: TableSchema) -> dict[str, int]:
         epochs = self.db.book.epochs(schema.name)

@@ -70,7 +70,8 @@ def config_from(args: argparse.Namespace, overrides: dict[str, Any] | None = Non
                 combined: bool = False) -> Config:
     """The configuration, or a usage error; ``combined`` also checks that the keys work
     together (``node.config_combined``: costs the protocol modules' import)."""
-    from node.config import ConfigError, load_config
+    from node.config import load_config
+    from node.config_fields import ConfigError
 
     try:
         config = load_config(getattr(args, "config", None), overrides=overrides)

@@ -30,16 +30,12 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
 from node.p2p.addrs import dial_fresh, dial_target, probe
-from node.p2p.dht import Discovery, rendezvous_key
+from node.p2p.dht import Discovery
 from node.p2p.frames import (
     DialError,
     FramedStream,
-    FrameError,
     P2PError,
-    P2PTimeoutError,
     PeerRefusedError,
-    StreamClosedError,
-    StreamOpenError,
 )
 from node.p2p.gossip import GossipTopics, fan_out
 from node.p2p.setup import (
@@ -56,26 +52,7 @@ from node.p2p.types import (
     PeerEvent,
 )
 
-__all__ = [
-    "BanList",
-    "ConnectedPeer",
-    "DialError",
-    "FrameError",
-    "FramedStream",
-    "GossipMessage",
-    "P2PConfig",
-    "P2PError",
-    "P2PHost",
-    "P2PStats",
-    "P2PTimeoutError",
-    "PeerEvent",
-    "PeerRefusedError",
-    "StreamClosedError",
-    "StreamHandler",
-    "StreamOpenError",
-    "count_refusal",
-    "rendezvous_key",
-]
+__all__ = ["P2PHost", "count_refusal"]
 
 logger = logging.getLogger("node.p2p")
 

@@ -16,7 +16,7 @@ import trio
 
 from node.logs import kv
 from node.metrics import Metrics
-from node.p2p.host import P2PError, P2PHost
+from node.p2p import P2PError, P2PHost
 from node.replication.peers import PeerManager
 from sync.varint import uvarint
 

@@ -19,7 +19,7 @@ import trio
 from node.config import FetchSection
 from node.logs import kv
 from node.metrics import Metrics
-from node.p2p.host import FramedStream, P2PError, P2PHost
+from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.verify import MAX_EVENT_BYTES
 from node.store import EventStore

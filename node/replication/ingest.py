@@ -32,7 +32,7 @@ import trio
 from node.ingest_worker import AppendRequest
 from node.logs import kv
 from node.metrics import Metrics
-from node.store import RemoteWriter
+from node.store_commits import RemoteWriter
 from storage import AppendResult, EventRecord
 from sync.ingest import IngestSpec, VerifiedBatch
 

@@ -13,7 +13,7 @@ import trio
 
 from node.logs import kv
 from node.metrics import Metrics
-from node.p2p.host import P2PError, P2PHost
+from node.p2p import P2PError, P2PHost
 from node.store import EventStore
 from storage import delete_state, list_state, put_state
 from sync.dialing import MIN_BACKOFF_S, DialSchedule, KnownPeer, peer_id_of_addr

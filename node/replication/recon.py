@@ -20,24 +20,24 @@ import trio
 from node.config import ReconSection
 from node.logs import kv
 from node.metrics import Metrics
-from node.p2p.host import FramedStream, P2PError, P2PHost
+from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
-from node.replication.recon_summary import SummarySaver
+from node.replication.recon_metrics import describe_recon_metrics
+from node.replication.recon_phase import reconcile
+from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.store import EventStore
-from storage import AppendResult, EventRecord, SqlKeySource, open_key_store
+from storage import AppendResult, EventRecord, SqlKeySource
 from sync.errors import RemoteProtocolError
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
 from sync.transfer import (
     BUSY_FRAME,
     ClaimTable,
-    KeysDropped,
     RangeBacklog,
     ReconExchange,
-    SendFrame,
 )
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
@@ -46,20 +46,6 @@ log = logging.getLogger("syncnode.recon")
 RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 PENDING_GRACE_S = 30.0
 MIN_ROUND_S = 1.0
-
-
-RECON_METRICS = {
-    "recon_sessions_total": "Recon sessions completed, by role (initiator or responder)",
-    "recon_sessions_declined_total": "Recon sessions declined because one with the same peer "
-                                     "was already running, by role",
-    "recon_events_fetched_total": "Events received from peers through Recon",
-    "recon_events_stored_total": "Events fetched through Recon that were new to the database "
-                                 "(fetched / stored is 1 when each event is fetched once)",
-    "recon_events_served_total": "Events sent to peers through Recon",
-    "recon_errors_total": "Recon sessions that failed (the peer is backed off), by error kind",
-    "recon_missing_dropped_total": "Missing keys a session could not track (bounded list full)",
-    "recon_protocol_errors_total": "Recon sessions a peer broke the protocol in, by reason",
-}
 
 
 class ReconService:
@@ -88,7 +74,7 @@ class ReconService:
         self.fetch_batch = section.fetch_batch
         self.max_missing_keys = section.max_missing_keys
         self.config = config
-        load, max_buckets, cache_keys = self._keystore_limits()
+        load, max_buckets, cache_keys = keystore_limits(section)
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
         self.saver = SummarySaver(store, metrics, section.summary_save_interval_s)
@@ -121,48 +107,19 @@ class ReconService:
         store.on_commit(self._on_commit)
         # Fetched events in the store's queue stay claimed until their commit, however slow.
         store.on_queued(lambda records: self.claims.queued(r.recon_key for r in records))
-        for name, help_text in RECON_METRICS.items():
-            metrics.describe(name, "counter", help_text)
-        metrics.describe_histogram(
-            "recon_session_seconds",
-            "Duration of completed Recon sessions (reconcile, fetch and serve), by role")
-        metrics.gauge_fn("recon_claims", lambda: float(len(self.claims)),
-                         "Missing keys claimed by a session fetching them")
-        metrics.gauge_fn("recon_claims_held", lambda: float(self.claims.held),
-                         "Fetched keys waiting for their dependencies or the commit (held "
-                         "until the store is done with them)")
-        metrics.counter_fn("recon_backlog_ranges_taken_total",
-                           lambda: float(self.backlog.taken_total),
-                           "Sessions that reconciled one backlog range instead of everything")
-        metrics.gauge_fn("recon_keystore_buckets", lambda: float(len(self.keys.summary)),
-                         "Buckets of the Recon key store's in-memory summary")
-        metrics.counter_fn("recon_keystore_reads_total", lambda: float(self.keys.reads),
-                           "Buckets of keys the Recon key store read from the database")
+        describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys,
+                               lambda: self.backlog)
 
     async def load(self) -> None:
         """Open the key store: the saved summary plus newer keys, else one scan of the key
-        index (storage.open_key_store); memory bounded either way."""
-        load, max_buckets, cache_keys = self._keystore_limits()
-        opened = await trio.to_thread.run_sync(
-            lambda: open_key_store(self.store.engine, load=load, max_buckets=max_buckets,
-                                   cache_keys=cache_keys))
+        index (``recon_summary.open_keys``); memory bounded either way."""
+        opened = await open_keys(self.store, self.section)
         self.keys = opened.store
         self.saver.opened(opened)
-        # A fallback other than "no saved summary yet" means the saved one was unusable.
-        level = logging.INFO if opened.outcome in ("saved", "scan_missing") else logging.WARNING
-        log.log(level, "recon key store loaded", extra=kv(
-            keys=len(self.keys), buckets=len(self.keys.summary), outcome=opened.outcome,
-            watermark=opened.watermark, replayed=opened.replayed))
 
     async def save_summary(self) -> bool:
         """Save the key store's summary now (at clean shutdown, after the last commit)."""
         return await self.saver.save(self.keys)
-
-    def _keystore_limits(self) -> tuple[int, int, int]:
-        """What bounds the key store's memory (docs/architecture.md "Recon key store"): keys
-        per bucket, most buckets, cached keys."""
-        return (self.section.keystore_bucket_keys, self.section.keystore_max_buckets,
-                self.section.keystore_cache_keys)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
         # Every record the store was given ends its claim's hold here: stored, a duplicate,
@@ -198,15 +155,17 @@ class ReconService:
                 nursery.start_soon(self.saver.run, lambda: self.keys)
             while True:
                 now = time.monotonic()
+                if now >= self.claims.get_timer():
+                    self.transfer.handle_claims_timer(now)
                 if now >= self.schedule.get_timer():
-                    self.transfer.expire_claims()
                     peer = self.schedule.handle_timer(now, self.host.connected_peers(),
                                                       self._latency)
                     if peer is not None:
                         nursery.start_soon(self.sync_with, peer)
                     continue
                 self._wake = trio.Event()
-                with trio.move_on_after(self.schedule.get_timer() - now):
+                next_at = min(self.schedule.get_timer(), self.claims.get_timer())
+                with trio.move_on_after(next_at - now):
                     await self._wake.wait()
 
     def _latency(self, peer: str) -> float | None:
@@ -239,9 +198,7 @@ class ReconService:
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
                 exchange = self._exchange(ReconSession.initiator, peer)
-                with trio.fail_after(self.session_timeout_s):
-                    await stream.send(exchange.start())
-                    await self._reconcile(stream, exchange, stats)
+                await self._reconcile(stream, exchange, stats, first=exchange.start())
                 if exchange.declined:
                     self.backlog.give_back(exchange.scope)
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
@@ -302,8 +259,7 @@ class ReconService:
         try:
             async with stream:
                 exchange = self._exchange(ReconSession.responder, peer)
-                with trio.fail_after(self.session_timeout_s):
-                    await self._reconcile(stream, exchange, stats)
+                await self._reconcile(stream, exchange, stats)
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
@@ -322,17 +278,14 @@ class ReconService:
     def _exchange(self, make: Callable[..., ReconSession], peer: str) -> ReconExchange:
         interests, scope = self.backlog.take(self.interests)
         session = make(self.keys, interests, self.config, peer=peer)
-        return ReconExchange(session, self.max_missing_keys, peer, scope=scope)
+        # trio's clock: the exchange's timer is then a cancel scope's deadline as it is.
+        return ReconExchange(session, self.max_missing_keys, peer, scope=scope,
+                             timeout_s=self.session_timeout_s, started=trio.current_time())
 
-    async def _reconcile(
-        self, stream: FramedStream, exchange: ReconExchange, stats: SessionStats
-    ) -> None:
-        while not exchange.done:
-            for action in exchange.receive(await stream.receive(), time.monotonic()):
-                if isinstance(action, SendFrame):
-                    await stream.send(action.frame)
-                elif isinstance(action, KeysDropped):
-                    self.metrics.inc("recon_missing_dropped_total", action.count)
+    async def _reconcile(self, stream: FramedStream, exchange: ReconExchange,
+                         stats: SessionStats, first: bytes | None = None) -> None:
+        await reconcile(stream, exchange, first,
+                        lambda n: self.metrics.inc("recon_missing_dropped_total", n))
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated
         if not exchange.declined:

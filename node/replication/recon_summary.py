@@ -18,13 +18,14 @@ from collections.abc import Callable
 
 import trio
 
+from node.config import ReconSection
 from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import AppendResult, OpenedKeyStore, log_matches, save_summary
+from storage import AppendResult, OpenedKeyStore, log_matches, open_key_store, save_summary
 from sync.recon import SummaryKeyStore, encode_summary
 
-__all__ = ["SUMMARY_METRICS", "SummarySaver"]
+__all__ = ["SUMMARY_METRICS", "SummarySaver", "keystore_limits", "open_keys"]
 
 log = logging.getLogger("syncnode.recon")
 
@@ -34,6 +35,28 @@ SUMMARY_METRICS = {
     "recon_summary_saves_total": "Saves of the Recon key store's summary, by outcome (saved, "
                                  "skipped: the log disagreed with it, failed: a database error)",
 }
+
+
+def keystore_limits(section: ReconSection) -> tuple[int, int, int]:
+    """What bounds the key store's memory (docs/architecture.md "Recon key store"): keys per
+    bucket, most buckets, cached keys."""
+    return (section.keystore_bucket_keys, section.keystore_max_buckets,
+            section.keystore_cache_keys)
+
+
+async def open_keys(store: EventStore, section: ReconSection) -> OpenedKeyStore:
+    """Open the key store in a worker thread (``storage.open_key_store``) and say how."""
+    load, max_buckets, cache_keys = keystore_limits(section)
+    opened = await trio.to_thread.run_sync(
+        lambda: open_key_store(store.engine, load=load, max_buckets=max_buckets,
+                               cache_keys=cache_keys))
+    keys = opened.store
+    # A fallback other than "no saved summary yet" means the saved one was unusable.
+    level = logging.INFO if opened.outcome in ("saved", "scan_missing") else logging.WARNING
+    log.log(level, "recon key store loaded", extra=kv(
+        keys=len(keys), buckets=len(keys.summary), outcome=opened.outcome,
+        watermark=opened.watermark, replayed=opened.replayed))
+    return opened
 
 
 class SummarySaver:

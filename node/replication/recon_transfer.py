@@ -6,9 +6,7 @@ them too), asked for in want lists, verified in worker threads and ingested thro
 the peer leaves out of its answer return to the pool at once and cost it standing; so do claims
 that lapse because the peer stopped delivering.
 
-Serving: each want list is answered in byte-bounded batches read from the database and sent
-as they are packed, so one stream holds at most about ``serve_batch_bytes`` of events however
-many keys the peer asks for and however slowly it reads.
+Serving: ``recon_serve.py``.
 """
 
 from __future__ import annotations
@@ -23,13 +21,14 @@ import trio
 
 from node.logs import kv
 from node.metrics import Metrics
-from node.p2p.host import FramedStream, P2PError
+from node.p2p import FramedStream, P2PError
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
-from node.replication.verify import MAX_EVENT_BYTES, Decoder, verify_in_threads
+from node.replication.recon_serve import serve_wants
+from node.replication.verify import MAX_EVENT_BYTES, Decoder, PendingBatch, verify_batch
 from node.store import EventStore
-from storage import events_by_keys, existing_keys, wire_sizes_by_keys
+from storage import existing_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT
@@ -38,17 +37,13 @@ from sync.sds.profile import decode_event_by_channel
 from sync.stored_event import record_of_event
 from sync.transfer import (
     ClaimTable,
-    EventsPacker,
     WantFetcher,
-    WantServer,
-    byte_batches,
     not_recent,
 )
 
 __all__ = ["SessionStats", "Transfer"]
 
 log = logging.getLogger("syncnode.recon")
-MAX_KEY_BYTES = 256
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
 # A fetch asks for more only while fewer events than this wait for their commit: a fast
@@ -70,16 +65,7 @@ class SessionStats:
     more: bool = False
 
 
-@dataclass
-class _Pending:
-    """A batch being verified (in worker processes, or threads without them)."""
-
-    done: trio.Event = field(default_factory=trio.Event)
-    result: VerifiedBatch | list[SignedEvent | None] = field(default_factory=list)
-    error: BaseException | None = None
-
-
-_Batch = tuple[list[bytes], _Pending, bool]
+_Batch = tuple[list[bytes], PendingBatch, bool]
 
 
 class Transfer:
@@ -129,12 +115,12 @@ class Transfer:
         if self.standing is not None:
             self.standing.penalise(peer, reason, count)
 
-    def expire_claims(self) -> None:
+    def handle_claims_timer(self, now: float) -> None:
         """Claims of sessions that stopped delivering go back to the pool; their peers pay."""
-        lapsed = self.claims.expire(time.monotonic())
-        for peer, count in lapsed:
-            self.metrics.inc("recon_claims_lapsed_total", count)
-            self.penalise(peer, "withheld")
+        lapsed = self.claims.handle_timer(now)
+        for each in lapsed:
+            self.metrics.inc("recon_claims_lapsed_total", each.count)
+            self.penalise(each.peer, "withheld")
         if lapsed:
             self.on_released()
 
@@ -144,7 +130,7 @@ class Transfer:
         """Ask for the events of our missing keys, validate and ingest what arrives."""
         peer = stream.peer_id
         now = time.monotonic()
-        self.expire_claims()
+        self.handle_claims_timer(now)
         missing = stats.missing
         if self.gossip_grace_ms:
             missing = not_recent(missing, int(time.time() * 1000), self.gossip_grace_ms)
@@ -188,8 +174,9 @@ class Transfer:
                                 await stream.send(frame)
                         # Verification runs while the next answer is read: the channel's
                         # size bounds the batches in flight.
-                        pending = _Pending()
-                        nursery.start_soon(self._verify, got.wires, pending)
+                        pending = PendingBatch()
+                        nursery.start_soon(verify_batch, got.wires, pending, self.ingest,
+                                           self._decode)
                         await send.send((got.wires, pending, got.final))
             except (P2PError, trio.TooSlowError, RemoteProtocolError) as exc:
                 failure.append(exc)
@@ -230,19 +217,6 @@ class Transfer:
         self.penalise(peer, "short_answer")
         log.info("peer withheld advertised events", extra=kv(peer=peer, keys=len(withheld)))
         self.on_released()
-
-    async def _verify(self, wires: list[bytes], pending: _Pending) -> None:
-        try:
-            if not wires:  # an empty answer (the peer withheld everything): nothing to check
-                pending.result = VerifiedBatch()
-            elif self.ingest is not None:
-                pending.result = await self.ingest.verify(wires)
-            else:
-                pending.result = await verify_in_threads(wires, decode=self._decode)
-        except IngestUnavailable as exc:
-            pending.error = exc
-        finally:
-            pending.done.set()
 
     def _ingest_verified(self, core: WantFetcher, sid: int, wires: list[bytes],
                          batch: VerifiedBatch, peer: str, stats: SessionStats) -> None:
@@ -314,22 +288,7 @@ class Transfer:
 
     async def serve(self, stream: FramedStream, budget: int, stats: SessionStats) -> None:
         """Answer the peer's want lists with the events we hold, within a byte budget."""
-        core = WantServer(budget=budget, max_items=max(self.fetch_batch, 1024),
-                          max_key_bytes=MAX_KEY_BYTES, peer=stream.peer_id)
-        while not core.done:
-            want = core.receive(await stream.receive())
-            packer = EventsPacker(self.max_frame_bytes, self.fetch_batch)
-            sent = 0
-            if want.keys:
-                sizes = await self.store.read(wire_sizes_by_keys, want.keys)
-                for batch in byte_batches(sizes, self.serve_batch_bytes, self.fetch_batch):
-                    found = await self.store.read(events_by_keys, batch)
-                    for event in found:
-                        frame = packer.add(event.wire)
-                        if frame is not None:
-                            await stream.send(frame)
-                    sent += len(found)
-                    del found
-            await stream.send(packer.finish())
-            stats.served += sent
-            self.metrics.inc("recon_events_served_total", sent)
+        sent = await serve_wants(stream, self.store, budget, self.fetch_batch,
+                                 self.max_frame_bytes, self.serve_batch_bytes,
+                                 on_sent=lambda n: self.metrics.inc("recon_events_served_total", n))
+        stats.served += sent

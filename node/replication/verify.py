@@ -1,15 +1,20 @@
-"""Verifying fetched events in worker threads, when there are no ingest worker processes."""
+"""Verifying fetched events: in the ingest worker processes, or in worker threads when there
+are none."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import trio
 
+from node.replication.ingest import IngestPool, IngestUnavailable
 from sync.errors import RemoteProtocolError
+from sync.ingest import VerifiedBatch
 from sync.sds import SignedEvent, decode_event
 
-__all__ = ["MAX_EVENT_BYTES", "VERIFY_THREADS", "Decoder", "verify_in_threads"]
+__all__ = ["MAX_EVENT_BYTES", "VERIFY_THREADS", "Decoder", "PendingBatch", "verify_batch",
+           "verify_in_threads"]
 
 MAX_EVENT_BYTES = 1 << 20
 VERIFY_THREADS = 2
@@ -50,3 +55,29 @@ async def verify_in_threads(wires: list[bytes], threads: int = VERIFY_THREADS,
         for i in range(threads):
             nursery.start_soon(run, i)
     return [event for part in parts for event in part]
+
+
+@dataclass
+class PendingBatch:
+    """A batch being verified (in worker processes, or threads without them)."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    result: VerifiedBatch | list[SignedEvent | None] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+async def verify_batch(wires: list[bytes], pending: PendingBatch, ingest: IngestPool | None,
+                       decode: Decoder = _default_decode) -> None:
+    """Verify ``wires`` into ``pending`` (set ``done`` whatever happens): by the ingest
+    workers when there are some, else in threads."""
+    try:
+        if not wires:  # an empty answer (the peer withheld everything): nothing to check
+            pending.result = VerifiedBatch()
+        elif ingest is not None:
+            pending.result = await ingest.verify(wires)
+        else:
+            pending.result = await verify_in_threads(wires, decode=decode)
+    except IngestUnavailable as exc:
+        pending.error = exc
+    finally:
+        pending.done.set()

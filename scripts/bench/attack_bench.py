@@ -47,9 +47,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from node.p2p.host import P2PConfig, P2PError  # noqa: E402
+from node.p2p import P2PConfig, P2PError  # noqa: E402
 from node.p2p.run import open_host  # noqa: E402
-from node.replication.channels import topic_of  # noqa: E402
+from node.replication import topic_of  # noqa: E402
 from sync.cardinal import encode_envelope  # noqa: E402
 from sync.cardinal.codec import Reorg, encode_message  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402

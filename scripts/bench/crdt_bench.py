@@ -35,7 +35,7 @@ from sqlalchemy import Engine, delete
 
 from node.apps.db_app import DbApplication
 from node.apps.runner import AppRunner
-from node.config import DbSection
+from node.config_apps import DbSection
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, make_engine, node_state, upgrade

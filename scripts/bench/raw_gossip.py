@@ -30,7 +30,7 @@ from typing import Any
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import GossipMessage, P2PConfig, P2PHost
+from node.p2p import GossipMessage, P2PConfig, P2PHost
 from node.p2p.run import open_host
 
 TOPIC = "/syncnode-bench/raw"

@@ -4,9 +4,10 @@ claims and budgets, fetch-by-id, and caps on what a peer may have in flight."""
 from __future__ import annotations
 
 from sync.transfer.backlog import KeyRange, RangeBacklog
-from sync.transfer.claims import ClaimTable
+from sync.transfer.claims import ClaimTable, Lapsed
 from sync.transfer.exchange import (
     BUSY_FRAME,
+    Abort,
     Declined,
     KeysDropped,
     ReconExchange,
@@ -44,6 +45,7 @@ __all__ = [
     "RECON",
     "WANT",
     "WANT_LAST",
+    "Abort",
     "ClaimTable",
     "Declined",
     "EventsFrame",
@@ -54,6 +56,7 @@ __all__ = [
     "InFlight",
     "KeyRange",
     "KeysDropped",
+    "Lapsed",
     "RangeBacklog",
     "ReconExchange",
     "SendFrame",

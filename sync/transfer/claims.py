@@ -5,6 +5,8 @@ a concurrent session (with another peer, or the same peer the other way round) d
 it as well. A claim is not forever: it lapses when its session makes no progress for
 ``timeout`` seconds, or at once when the peer's answer leaves the key out, so that a peer that
 advertises keys and withholds their events only delays them.
+The next lapse is the table's timer: ``get_timer()``; the driver calls ``handle_timer(now)``
+then and gets one :class:`Lapsed` per session whose claims went back to the pool.
 
 A delivered key is *held*, in two stages:
 
@@ -26,10 +28,20 @@ is queued: a queued hold is never evicted (``evicted_total`` counts both).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["ClaimTable"]
+__all__ = ["ClaimTable", "Lapsed"]
+
+
+@dataclass(frozen=True)
+class Lapsed:
+    """A session's undelivered claims lapsed: ``count`` keys back to the pool; its peer
+    stopped delivering (the driver charges it and reconciles again soon)."""
+
+    peer: str
+    count: int
 
 
 @dataclass
@@ -172,6 +184,15 @@ class ClaimTable:
                 released += 1
         self.released_total += released
         return released
+
+    def get_timer(self) -> float:
+        """When the next claims lapse: the earliest deadline of a session holding undelivered
+        claims (``math.inf``: none). Holds need no timer: they lapse when next looked at."""
+        return min((s.deadline for s in self._sessions.values() if s.keys), default=math.inf)
+
+    def handle_timer(self, now: float) -> list[Lapsed]:
+        """The claims lapsed by ``now``, released (``expire``), one :class:`Lapsed` a session."""
+        return [Lapsed(peer, count) for peer, count in self.expire(now)]
 
     def expire(self, now: float) -> list[tuple[str, int]]:
         """Release the claims of sessions past their deadline: ``(peer, keys released)`` each.

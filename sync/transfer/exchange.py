@@ -7,10 +7,18 @@ initiator's first message with a lone ``BUSY`` (it is already in a session with 
 exchange ends as *declined*, which is not a failure. Keys found missing are kept up to
 ``max_missing_keys`` (bounded memory for keys we do not have); the rest waits for a later
 session and the exchange is marked *truncated* (an honest catch-up just takes more sessions).
+
+The phase has a deadline: ``timeout_s`` (``recon.session_timeout_s``) after ``started``, the
+driver's clock when the stream opened. ``get_timer()`` returns it while the phase runs; at or
+after it ``handle_timer(now)`` (and ``receive``, should a frame come in late) ends the exchange
+with :class:`Abort`: a peer that trickles frames cannot hold a session slot for longer. The
+transfer phases after it have no overall deadline (a large catch-up takes as long as it takes;
+their every read has a timeout and a stalled batch ends the session).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -19,7 +27,7 @@ from sync.recon.eventid import key_height
 from sync.recon.session import MissingKeys, ReconSession
 from sync.transfer.frames import BUSY, RECON
 
-__all__ = ["BUSY_FRAME", "Declined", "KeysDropped", "ReconExchange", "SendFrame",
+__all__ = ["BUSY_FRAME", "Abort", "Action", "Declined", "KeysDropped", "ReconExchange", "SendFrame",
            "not_recent"]
 
 BUSY_FRAME = bytes([BUSY])
@@ -46,7 +54,14 @@ class KeysDropped:
     count: int
 
 
-Action = SendFrame | Declined | KeysDropped
+@dataclass(frozen=True)
+class Abort:
+    """The phase ran past its deadline: end the session (the peer is backed off)."""
+
+    reason: str
+
+
+Action = SendFrame | Declined | KeysDropped | Abort
 
 
 @dataclass
@@ -54,6 +69,8 @@ class ReconExchange:
     session: ReconSession
     max_missing_keys: int
     peer: str | None = None
+    timeout_s: float = math.inf
+    started: float = 0.0
     missing: list[bytes] = field(default_factory=list)
     truncated: bool = False
     declined: bool = False
@@ -65,22 +82,38 @@ class ReconExchange:
     scope: tuple[bytes, bytes] | None = None
     cuts: list[bytes] = field(default_factory=list)
     dropped: int = 0
+    aborted: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s > 0 is required")
 
     @property
     def done(self) -> bool:
-        return self.declined or self.session.done
+        return self.declined or self.aborted or self.session.done
+
+    def get_timer(self) -> float:
+        """When the phase times out (``math.inf`` once it is over)."""
+        return math.inf if self.done else self.started + self.timeout_s
+
+    def handle_timer(self, now: float) -> list[Action]:
+        """``[Abort]`` once ``now`` reached the deadline of a phase still running, else []."""
+        if self.done or now < self.started + self.timeout_s:
+            return []
+        self.aborted = True
+        return [Abort(f"the reconciliation took longer than {self.timeout_s:g} s")]
 
     def start(self) -> bytes:
         """The initiator's first frame."""
         return bytes([RECON]) + self.session.start()
 
     def receive(self, frame: bytes, now: float) -> list[Action]:
-        """Feed one frame; the actions to carry out, in order. ``now`` is unused by the rules
-        of this phase (its deadline is the driver's session timeout) and kept for symmetry
-        with the other cores."""
-        del now
+        """Feed one frame; the actions to carry out, in order. A frame at or after the
+        deadline is not looked at: the exchange aborts."""
         if self.done:
             raise LocalProtocolError("the reconciliation is over")
+        if timed_out := self.handle_timer(now):
+            return timed_out
         session = self.session
         if frame == BUSY_FRAME and session.is_initiator and session.messages_received == 0:
             self.declined = True

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, delete
 
 from node.apps.db_app import DbApplication
-from node.config import DbSection
+from node.config_apps import DbSection
 from node.metrics import Metrics
 from storage import (
     EventRecord,

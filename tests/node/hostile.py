@@ -12,7 +12,7 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import FramedStream, P2PConfig, P2PHost
+from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.run import open_host
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL

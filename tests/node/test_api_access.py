@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from node.api.guard import HostPolicy
-from node.config import ConfigError, load_config
+from node.config import load_config
+from node.config_fields import ConfigError
 from tests.conftest import ROOT
 from tests.node.procs import NodeProcess, running_node
 

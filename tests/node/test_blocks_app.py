@@ -22,7 +22,9 @@ from sqlalchemy import Engine
 from node.apps.blocks_app import BlocksApplication, router_of
 from node.apps.blocks_plugin import BlocksPlugin
 from node.apps.runner import AppRunner
-from node.config import BlocksSection, Config, ConfigError, load_config
+from node.config import Config, load_config
+from node.config_apps import BlocksSection
+from node.config_fields import ConfigError
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, put_state, upgrade

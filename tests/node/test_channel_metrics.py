@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.metrics import Metrics
-from node.replication.channels import CHANNEL_METRICS, ChannelService
+from node.replication import CHANNEL_METRICS, ChannelService
 from node.store import EventStore
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
@@ -54,7 +54,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
                     to_us(data)
             while True:
                 try:
-                    _name, data = service._outbox.receive_nowait()
+                    _name, data = service.outbox._receive.receive_nowait()
                 except Exception:
                     break
                 if deliver_to_peer:

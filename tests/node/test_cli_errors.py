@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from node.config import ConfigError
+from node.config_fields import ConfigError
 from node.node_main import startup_problem
 from tests.conftest import ROOT
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from node.config import Config, ConfigError, load_config
+from node.config import Config, load_config
+from node.config_fields import ConfigError
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "config.example.toml"

@@ -17,7 +17,9 @@ from sqlalchemy import Engine
 from node.apps.db_app import DbApplication
 from node.apps.db_plugin import DbPlugin
 from node.apps.runner import AppRunner
-from node.config import Config, ConfigError, DbSection, load_config
+from node.config import Config, load_config
+from node.config_apps import DbSection
+from node.config_fields import ConfigError
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, upgrade

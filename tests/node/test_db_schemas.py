@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from node.config import DbSection
+from node.config_apps import DbSection
 from storage import EventRecord, append_events, read_channel
 from sync.crdt import TableSchema
 from tests.node.db_helpers import (

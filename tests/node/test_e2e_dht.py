@@ -8,7 +8,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import FramedStream, P2PConfig
+from node.p2p import FramedStream, P2PConfig
 from node.p2p.run import open_host
 from node.replication.discovery import channel_rendezvous, network_rendezvous
 from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for

@@ -10,8 +10,8 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from node.p2p.host import P2PError
-from node.replication.channels import topic_of
+from node.p2p import P2PError
+from node.replication import topic_of
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
 from sync.identity import peer_id_of

@@ -19,9 +19,9 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import P2PConfig
+from node.p2p import P2PConfig
 from node.p2p.run import open_host
-from node.replication.channels import topic_of
+from node.replication import topic_of
 from storage import get_state, make_engine, put_state, write_transaction
 from sync.cardinal import (
     ZERO_HASH,

@@ -14,9 +14,12 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.host import P2PError
+from node.p2p import P2PError, P2PTimeoutError
 from node.replication.recon import RECON_PROTOCOL
+from node.replication.recon_wire import BUSY, RECON
 from sync.identity import peer_id_of
+from sync.recon import MemoryKeyStore, ReconSession
+from sync.recon.eventid import channel_bounds
 from sync.sds import SdsChannel, sds_pb2
 from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
 from tests.node.hostile import (
@@ -125,6 +128,41 @@ def test_key_list_bomb_is_rejected_and_counted(pair: list[NodeProcess]) -> None:
              "key-list bomb not counted")
     assert metric(victim, "recon_missing_dropped_total") == 0  # rejected before any key held
     assert metric(victim, "recon_claims") == 0
+
+
+def test_a_stalled_reconciliation_ends_at_the_session_deadline(pair: list[NodeProcess]) -> None:
+    """A peer that answers the first round and then says nothing holds the victim's session
+    only until recon.session_timeout_s (4 s here), not the 30 s read timeout: the deadline is
+    the exchange core's timer, and the driver hangs up when it fires."""
+    victim = pair[0]
+    publish_many(victim, "general", [f"for-the-staller-{k}" for k in range(40)])
+    lo, _hi = channel_bounds(1, "general")
+    ours = MemoryKeyStore.from_sorted(sorted(lo + i.to_bytes(4, "big") for i in range(1, 400)))
+
+    async def stall() -> float:
+        async with hostile(victim.listen_addrs[0]) as (host, peer):
+            for _ in range(20):
+                async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                    session = ReconSession.initiator(ours, [channel_bounds(1, "general")])
+                    await stream.send(bytes([RECON]) + session.start())
+                    reply = await stream.receive()
+                    if reply == bytes([BUSY]):
+                        await trio.sleep(0.5)
+                        continue
+                    # The victim's answer needs ours: it waits for a frame that never comes.
+                    assert session.receive(reply[1:]) is not None and not session.done
+                    began = time.monotonic()
+                    with pytest.raises(P2PError) as hung_up:  # closed or reset, not timed out
+                        await stream.receive()
+                    assert not isinstance(hung_up.value, P2PTimeoutError)
+                    return time.monotonic() - began
+        raise RuntimeError("the node stayed busy")
+
+    before = metric(victim, 'recon_errors_total{kind="TooSlowError"}')
+    waited = trio.run(stall)
+    assert waited < 9, f"the victim held the stalled session {waited:.1f} s"
+    wait_for(lambda: metric(victim, 'recon_errors_total{kind="TooSlowError"}') > before, 10,
+             "session timeout not counted")
 
 
 def test_repeat_offender_is_banned_and_refused(pair: list[NodeProcess]) -> None:

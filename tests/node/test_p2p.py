@@ -13,8 +13,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p.frames import encode_frame
-from node.p2p.host import (
+from node.p2p import (
     BanList,
     DialError,
     FramedStream,
@@ -28,6 +27,7 @@ from node.p2p.host import (
     StreamClosedError,
     StreamOpenError,
 )
+from node.p2p.frames import encode_frame
 from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of

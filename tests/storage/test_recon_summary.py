@@ -61,7 +61,8 @@ def _check(store: SummaryKeyStore, keys: list[bytes]) -> None:
     ordered = sorted(keys)
     rng = random.Random(11)
     queries: list[Query] = [(b"", b"\xff" * 8, b"\x00missing", 5)]
-    for _ in range(15):
+    # Two distinct bounds need two keys; a one-key log is checked by the whole-range query.
+    for _ in range(15 if len(ordered) >= 2 else 0):
         a, b = sorted(rng.sample(range(len(ordered)), 2))
         queries.append((ordered[a], ordered[b], ordered[rng.randrange(len(ordered))],
                         rng.randrange(0, 40)))

@@ -9,12 +9,14 @@ from hypothesis import strategies as st
 from sync.errors import RemoteProtocolError
 from sync.gossip import (
     BATCH_MAGIC,
+    MAX_BATCH_BYTES,
     MAX_BATCH_ITEMS,
     REASON_BUDGET,
     REASON_NOT_MEMBER,
     REASON_NOT_WRITER,
     GossipGate,
     GossipLimits,
+    OutgoingBatch,
     SenderCheck,
     SenderPolicy,
     pack_batch,
@@ -138,3 +140,36 @@ def test_own_sync_messages_over_budget_are_throttled_without_a_penalty() -> None
     # Its own content over the same budget is a flood and pays.
     content = gate.admit(pack_batch([event(1, b"e")] * 5), A, T0, publisher=A)
     assert content.items == [] and (REASON_BUDGET, "flood") in content.rejected
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.binary(min_size=1, max_size=3000)),
+                min_size=1, max_size=200))
+def test_outgoing_batches_stay_within_what_receivers_accept(
+        queued: list[tuple[str, bytes]]) -> None:
+    """Drained as the publish loop does: every message goes out once, per channel in order,
+    and every payload unpacks within the receiving side's limits."""
+    sent: dict[str, list[bytes]] = {}
+    pending = list(queued)
+    while pending:
+        batch = OutgoingBatch()
+        while pending and not batch.full:
+            batch.add(*pending.pop(0))
+        assert batch.count <= MAX_BATCH_ITEMS
+        assert batch.size - max(len(d) for _, d in queued) < MAX_BATCH_BYTES
+        for name, payload in batch.payloads():
+            sent.setdefault(name, []).extend(unpack_batch(payload, max_item_bytes=3000))
+    for name in sent:
+        assert sent[name] == [d for c, d in queued if c == name]
+    assert sum(map(len, sent.values())) == len(queued)
+
+
+def test_a_full_batch_takes_no_more() -> None:
+    batch = OutgoingBatch()
+    for _ in range(MAX_BATCH_ITEMS):
+        batch.add("a", b"x")
+    assert batch.full and batch.payloads()[0][1].startswith(BATCH_MAGIC)
+    with pytest.raises(ValueError):
+        batch.add("a", b"x")
+    big = OutgoingBatch()
+    big.add("a", bytes(MAX_BATCH_BYTES))
+    assert big.full and big.payloads() == [("a", bytes(MAX_BATCH_BYTES))]  # one: as is

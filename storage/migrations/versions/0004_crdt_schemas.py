@@ -22,7 +22,7 @@ branch_labels = None
 depends_on = None
 
 _TABLE = "Replicated table name, as declared in db.tables"
-# The last event stored before this migration (node.apps.db_app.LEGACY_KEY).
+# The last event stored before this migration (node.apps.db_log.LEGACY_KEY).
 LEGACY_KEY = "app/db/legacy_seq"
 
 
@@ -51,7 +51,7 @@ def upgrade() -> None:
     op.execute("DELETE FROM crdt_entities")
     op.execute("DELETE FROM node_state WHERE key LIKE 'app/db/%'")
     # The writes stored so far were made under config schemas: the node declares its config's
-    # tables backdated so that they count again (node.apps.db_plugin.SchemaSeeder).
+    # tables backdated so that they count again (node.apps.db_publish.SchemaSeeder).
     conn = op.get_bind()
     last = conn.execute(sa.text("SELECT COALESCE(MAX(seq), 0) FROM events")).scalar_one()
     if last:

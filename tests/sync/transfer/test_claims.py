@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.transfer import ClaimTable
+from sync.transfer import ClaimTable, Lapsed
 
 KEYS = [bytes([i]) * 8 for i in range(10)]
 
@@ -239,3 +240,23 @@ def test_no_key_fetched_twice_while_delivered_and_uncommitted(
 @given(_OPS)
 def test_bounded_table_never_drops_a_queued_hold(ops: list[tuple[str, int, int, float]]) -> None:
     _run(ops, ClaimTable(timeout=5.0, hold_s=8.0, max_keys=4), _Model(), strict=False)
+
+
+def test_the_claim_timer_is_the_earliest_lapse() -> None:
+    table = ClaimTable(timeout=10.0)
+    assert table.get_timer() == math.inf
+    a, b = table.open("a", 0.0), table.open("b", 0.0)
+    assert table.get_timer() == math.inf  # sessions without claims: nothing can lapse
+    table.claim(a, KEYS[:3], 1.0)
+    table.claim(b, KEYS[3:6], 4.0)
+    assert table.get_timer() == 11.0
+    table.progress(a, 8.0)  # a delivered something: its claims live until 18
+    assert table.get_timer() == 14.0
+    assert table.handle_timer(13.9) == []
+    assert table.handle_timer(14.0) == [Lapsed("b", 3)]
+    assert table.lapsed_total == 3 and not table.is_claimed(KEYS[3], 14.0)
+    assert table.get_timer() == 18.0  # b holds no claims any more
+    for key in KEYS[:3]:
+        table.delivered(a, key, 9.0)
+    assert table.get_timer() == math.inf  # all delivered: held, not lapsing
+    assert table.handle_timer(100.0) == []

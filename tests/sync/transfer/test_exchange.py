@@ -1,7 +1,9 @@
 """The reconciliation phase of a Recon stream, sans-IO: frames, BUSY, the bound on missing
-keys, and the gossip-grace filter on a fixed clock."""
+keys, the session deadline, and the gossip-grace filter on a fixed clock."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from hypothesis import given
@@ -13,6 +15,7 @@ from sync.recon.eventid import CERAMIC_ONE
 from sync.transfer import (
     BUSY_FRAME,
     RECON,
+    Abort,
     Declined,
     KeysDropped,
     ReconExchange,
@@ -98,6 +101,63 @@ def test_bad_frames_are_remote_errors(frame: bytes) -> None:
     _, b = pair([], [b"k"])
     with pytest.raises(RemoteProtocolError):
         b.receive(frame, now=0.0)
+
+
+def timed_pair(started: float, timeout_s: float) -> tuple[ReconExchange, ReconExchange]:
+    """A pair with more than one round trip to go (enough keys on both sides)."""
+    ours = [i.to_bytes(2, "big") for i in range(200)]
+    theirs = [i.to_bytes(2, "big") for i in range(100, 300)]
+    a, b = pair(ours, theirs)
+    for side in (a, b):
+        side.timeout_s, side.started = timeout_s, started
+    return a, b
+
+
+def test_the_deadline_is_the_timer_and_aborts_the_phase() -> None:
+    a, b = timed_pair(started=100.0, timeout_s=60.0)
+    assert a.get_timer() == b.get_timer() == 160.0
+    assert a.handle_timer(159.999) == []
+    reply = b.receive(a.start(), now=120.0)[-1]
+    assert isinstance(reply, SendFrame)
+    a.receive(reply.frame, now=159.0)  # progress does not move the deadline
+    assert not a.done and a.get_timer() == 160.0
+    (abort,) = a.handle_timer(160.0)
+    assert isinstance(abort, Abort) and "60 s" in abort.reason
+    assert a.aborted and a.done and a.get_timer() == math.inf
+    assert a.handle_timer(1e9) == []  # once
+    with pytest.raises(LocalProtocolError):
+        a.receive(reply.frame, now=161.0)
+
+
+def test_a_frame_after_the_deadline_is_not_looked_at() -> None:
+    a, b = timed_pair(started=0.0, timeout_s=5.0)
+    first = a.start()
+    assert b.receive(first, now=5.0) == [Abort("the reconciliation took longer than 5 s")]
+    assert b.missing == [] and b.session.messages_received == 0
+    # Even a frame that would break the protocol: the deadline is checked first.
+    _, late = timed_pair(started=0.0, timeout_s=5.0)
+    assert isinstance(late.receive(b"junk", now=7.5)[0], Abort)
+
+
+def test_a_finished_or_declined_exchange_has_no_timer() -> None:
+    a, b = pair([b"k"], [b"k", b"l"])
+    for side in (a, b):
+        side.timeout_s, side.started = 1.0, 0.0
+    run(a, b)
+    assert a.done and b.done and not a.aborted
+    assert a.get_timer() == b.get_timer() == math.inf and a.handle_timer(100.0) == []
+    busy, _ = pair([b"k"], [])
+    busy.timeout_s = 1.0
+    busy.start()
+    busy.receive(BUSY_FRAME, now=0.5)
+    assert busy.get_timer() == math.inf and busy.handle_timer(2.0) == []
+
+
+@pytest.mark.parametrize("timeout_s", [0.0, -1.0, math.nan])
+def test_the_timeout_must_be_positive(timeout_s: float) -> None:
+    a, _ = pair([], [])
+    with pytest.raises(ValueError):
+        ReconExchange(a.session, 10, "b", timeout_s=timeout_s)
 
 
 NOW_MS = 1_700_000_000_000

@@ -1,0 +1,87 @@
+"""Making a node's SDS channels: fresh, or restored at start-up from the state saved in the
+database and the newest part of the channel's log (bounded time and memory however long the
+log is); the database answers for delivered ids older than what a channel keeps in memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.logs import kv
+from node.metrics import Metrics
+from node.store import EventStore
+from storage import get_state, read_channel_newest
+from sync.sds import DeliveredLookup, SdsChannel, SdsConfig
+
+__all__ = ["ChannelMaker"]
+
+log = logging.getLogger("syncnode.channels")
+
+
+@dataclass
+class ChannelMaker:
+    peer_id: str
+    key: Ed25519PrivateKey
+    sds_config: SdsConfig
+    #: channel -> SDS profile (sync.sds.profile); absent: "syncnode".
+    profiles: Mapping[str, str]
+    store: EventStore
+    metrics: Metrics
+
+    def config(self, name: str) -> SdsConfig:
+        return replace(self.sds_config, profile=self.profiles.get(name, "syncnode"))
+
+    def lookup(self, name: str) -> DeliveredLookup:
+        store, metrics = self.store, self.metrics
+
+        def lookup(ids: Sequence[str]) -> set[str]:
+            metrics.inc("sds_store_lookups_total")
+            return store.stored_ids(name, ids)
+
+        return lookup
+
+    def fresh(self, name: str, now: float) -> SdsChannel:
+        return SdsChannel(name, self.peer_id, self.key, self.config(name), random.Random(), now,
+                          lookup=self.lookup(name))
+
+    async def restore(self, name: str, now: float) -> SdsChannel:
+        """The channel as saved (or fresh), with the newest part of its log."""
+        cfg = self.sds_config
+        # Only the newest part of the log: what the channel keeps in memory (its delivered
+        # window covers the bloom filter, the history tail and the repair cache); the
+        # database answers for older ids.
+        limit = max(cfg.delivered_window, cfg.repair_cache_size)
+        state = await self.store.read(get_state, f"sds/{name}")
+        rows = await self.store.read(read_channel_newest, name, limit)
+        log_entries = [(e.message_id, e.lamport, e.sender) for e in rows]
+        cached = rows[len(rows) - cfg.repair_cache_size :] if cfg.repair_cache_size else []
+        wires = [e.wire for e in cached]
+        del rows, cached
+        if state is None:
+            if not log_entries:
+                return self.fresh(name, now)
+            state = self.fresh(name, now).export_state()
+        restore = functools.partial(
+            SdsChannel.restore, log=log_entries, cached_wires=wires, config=self.config(name),
+            rng=random.Random(), now=now, lookup=self.lookup(name),
+            log_truncated=len(log_entries) >= limit,
+        )
+        try:
+            ch = restore(state, self.key)
+        except Exception:  # a corrupt state blob must not keep the node down
+            log.exception("cannot restore channel state; starting it afresh from the log",
+                          extra=kv(channel=name))
+            ch = restore(self.fresh(name, now).export_state(), self.key)
+        if ch.clock_recovered:
+            self.metrics.inc("sds_clock_recovered_total", channel=name)
+            log.warning("persisted Lamport clock out of range; reset within the clock rule",
+                        extra=kv(channel=name, lamport=ch.lamport))
+        log.info("channel restored", extra=kv(channel=name, events_loaded=len(log_entries),
+                                              lamport=ch.lamport))
+        return ch

@@ -1,0 +1,61 @@
+"""SDS messages on their way out to GossipSub: queued by the channel service, held back by the
+linger rule while the node is busy (``sync.linger``) so that more join them, gathered into one
+payload per channel (``sync.gossip.OutgoingBatch``) and published on the channel's topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import trio
+
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p import P2PError, P2PHost
+from sync.gossip import OutgoingBatch
+from sync.linger import Linger
+
+__all__ = ["GossipOutbox", "topic_of"]
+
+log = logging.getLogger("syncnode.channels")
+
+
+def topic_of(network_id: int, channel: str) -> str:
+    return f"/syncnode/{network_id}/sds/{channel}"
+
+
+class GossipOutbox:
+    def __init__(self, host: P2PHost, network_id: int, metrics: Metrics,
+                 linger_s: float = 0.0) -> None:
+        self.host = host
+        self.network_id = network_id
+        self.metrics = metrics
+        self._linger = Linger(linger_s)
+        self._send, self._receive = trio.open_memory_channel[tuple[str, bytes]](math.inf)
+
+    def queue(self, channel: str, data: bytes) -> None:
+        self._linger.note(trio.current_time())
+        self._send.send_nowait((channel, data))
+
+    async def run(self) -> None:
+        async for name, data in self._receive:
+            delay = self._linger.delay(trio.current_time())
+            if delay:  # busy: let the messages due meanwhile join this gossip message
+                await trio.sleep(delay)
+            batch = OutgoingBatch()
+            batch.add(name, data)
+            while not batch.full:
+                try:
+                    batch.add(*self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            for channel, payload in batch.payloads():
+                try:
+                    await self.host.publish(topic_of(self.network_id, channel), payload)
+                    self.metrics.inc("gossip_bytes_sent_total", len(payload))
+                except P2PError as exc:
+                    # Only an oversized payload fails here; the 512 KiB content limit of every
+                    # local publisher and the batch limit keep payloads under the gossip limit,
+                    # so there is no counter that could never move (Recon carries the events).
+                    log.warning("publish failed", extra=kv(channel=channel, error=str(exc)))

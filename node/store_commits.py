@@ -1,0 +1,169 @@
+"""The store's commits: gathering a batch from the queue, cutting it into the remote writer's
+runs and local ones, one transaction for a whole batch or one per event to isolate the events
+that fail (in worker threads, never cancelled once started), a run of fetched events appended
+by a remote writer (and what it stored when it died), and the result split per caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+from sqlalchemy import Connection, Engine
+
+from node.logs import kv
+from storage import (
+    AppendResult,
+    EventRecord,
+    append_events,
+    seqs_of_message_ids,
+    write_transaction,
+)
+
+__all__ = [
+    "RemoteWriter",
+    "StoreFailed",
+    "commit_remote",
+    "gather",
+    "insert_one_by_one",
+    "insert_records",
+    "runs_by",
+    "split_result",
+]
+
+log = logging.getLogger("syncnode.store")
+P = TypeVar("P")
+Q = TypeVar("Q")
+
+#: Appends records in another process, in one transaction (``storage.append_isolating``):
+#: what was stored and, per message id, why not. Raises if the writer died with the request.
+RemoteWriter = Callable[[Sequence[EventRecord], int], Awaitable[tuple[AppendResult,
+                                                                       dict[str, str]]]]
+#: ``EventStore.read``: a repository function run with a connection in a worker thread.
+Reader = Callable[..., Awaitable[Any]]
+
+
+class StoreFailed(RuntimeError):
+    """The database refused an event a remote writer tried to store (its error, as text)."""
+
+
+async def insert_records(engine: Engine, records: Sequence[EventRecord],
+                         extras: Sequence[Callable[[Connection], None]] = ()) -> AppendResult:
+    """Append ``records`` and run ``extras`` in one transaction."""
+    def run() -> AppendResult:
+        with write_transaction(engine) as conn:
+            result = append_events(conn, records, int(time.time() * 1000))
+            for extra in extras:
+                extra(conn)
+            return result
+
+    # Not cancellable: a commit once started must be allowed to finish and be reported.
+    return await trio.to_thread.run_sync(run, abandon_on_cancel=False)
+
+
+async def insert_one_by_one(
+    engine: Engine, records: Sequence[EventRecord], first_error: BaseException,
+    also_of: dict[str, Callable[[Connection], None]] | None = None,
+) -> tuple[AppendResult, dict[str, BaseException]]:
+    """The batch failed as a whole: one transaction per event isolates the failing ones
+    (a full disk or a lost database fails them all, and all are reported failed)."""
+    if len(records) == 1:
+        return AppendResult((), ()), {records[0].message_id: first_error}
+    inserted: list[tuple[int, str]] = []
+    duplicates: list[str] = []
+    rejected: list[tuple[str, str]] = []
+    errors: dict[str, BaseException] = {}
+    for record in records:
+        try:
+            extra = (also_of or {}).get(record.message_id)
+            result = await insert_records(engine, [record], [extra] if extra else [])
+        except Exception as exc:
+            errors[record.message_id] = exc
+            continue
+        inserted.extend(result.inserted)
+        duplicates.extend(result.duplicates)
+        rejected.extend(result.rejected)
+    return AppendResult(tuple(inserted), tuple(duplicates), tuple(rejected)), errors
+
+
+async def commit_remote(read: Reader, writer: RemoteWriter, records: list[EventRecord],
+                        high_seq: int) -> tuple[AppendResult, dict[str, BaseException], bool]:
+    """Have ``writer`` append ``records``: (result, errors by message id, settled). Settled:
+    the writer died with the batch, before or after its COMMIT; the caller still holds the
+    write token, so the log says exactly which rows it wrote: those of the batch above
+    ``high_seq``, the highest seq committed before."""
+    try:
+        combined, why = await writer(records, int(time.time() * 1000))
+    except Exception as exc:
+        log.error("remote writer failed; reading the log for what it stored",
+                  extra=kv(events=len(records), error=repr(exc)))
+        found: dict[str, int] = await read(seqs_of_message_ids, [r.message_id for r in records])
+        inserted = tuple(sorted((seq, mid) for mid, seq in found.items() if seq > high_seq))
+        duplicates = tuple(mid for mid, seq in found.items() if seq <= high_seq)
+        error = StoreFailed(f"the ingest worker writing the batch died: {exc}")
+        return AppendResult(inserted, duplicates), {
+            r.message_id: error for r in records if r.message_id not in found}, True
+    return combined, {mid: StoreFailed(text) for mid, text in why.items()}, False
+
+
+async def gather(recv: trio.MemoryReceiveChannel[Q], first: Q, size: Callable[[Q], int],
+                 cap: int, max_delay: float) -> list[Q]:
+    """One commit's worth: ``first``, what comes within ``max_delay``, then what is queued
+    already, up to ``cap`` records (``size`` of each item)."""
+    batch = [first]
+    total = size(first)
+    with trio.move_on_after(max_delay):
+        while total < cap:
+            try:
+                more = await recv.receive()
+            except trio.EndOfChannel:
+                break
+            batch.append(more)
+            total += size(more)
+    while total < cap:
+        try:
+            more = recv.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            break
+        batch.append(more)
+        total += size(more)
+    return batch
+
+
+def runs_by(items: Sequence[P], remote: Callable[[P], bool]) -> list[list[P]]:
+    """``items`` cut into runs of the same ``remote(item)``, in order: the remote writer's
+    runs and the local ones commit in queue order (the order of the log)."""
+    runs: list[list[P]] = []
+    for item in items:
+        if runs and remote(runs[-1][0]) == remote(item):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def split_result(callers: Sequence[Sequence[EventRecord]], combined: AppendResult,
+                 errors: dict[str, BaseException]
+                 ) -> list[tuple[AppendResult, BaseException | None]]:
+    """One commit's result, per caller (its records): what was inserted (with seqs) and what
+    was there already; the error of a record that failed (the last one, if several)."""
+    seq_of = {mid: seq for seq, mid in combined.inserted}
+    out: list[tuple[AppendResult, BaseException | None]] = []
+    for records in callers:
+        inserted, duplicates = [], []
+        failed: BaseException | None = None
+        for record in records:
+            error = errors.get(record.message_id)
+            if error is not None:
+                failed = error
+                continue
+            seq = seq_of.pop(record.message_id, None)
+            if seq is None:
+                duplicates.append(record.message_id)
+            else:
+                inserted.append((seq, record.message_id))
+        out.append((AppendResult(tuple(inserted), tuple(duplicates)), failed))
+    return out
