@@ -6,6 +6,8 @@ The keys live in a :class:`KeySource` (the events table in the node); in memory 
 a few buckets (at most ``cache_keys`` keys). The hash of the keys below a bound is the sum of the
 whole buckets before it (a Fenwick walk) plus the keys of its own bucket below it, so a range
 hash costs two bucket reads at most (none when cached), whatever the length of the range.
+Inserts keep cached buckets current (and a split caches both halves), so a bucket that is split
+again and again as the log grows is read from the source once.
 
 The source may hold keys the summary has not accounted yet (a database commit is visible before
 the store hears of it): a bucket read that does not match the summary is used once and not
@@ -96,7 +98,7 @@ class SummaryKeyStore:
                 continue
             bucket = summary.bucket_of(key)
             summary.add(bucket, wide_of(key))
-            self._drop(summary.starts[bucket])
+            self._cache_insert(summary.starts[bucket], key)
             touched.add(bucket)
             added += 1
         # By start key, not index: a split shifts the indices after it, a merge halves them.
@@ -114,27 +116,69 @@ class SummaryKeyStore:
         if summary.counts[bucket] < self._split_retry.get(start, 0):
             return []
         keys, sums, exact = self._read(bucket)
-        if exact:
-            self._partial(keys, sums, len(keys), None)
         before = len(summary)
-        if not exact or not summary.split(bucket, keys, sums[0]):
+        # Only the left half's sum is needed (the right's is the bucket's less it), hashed from
+        # the nearer end of what the read has computed already: an exact read holds exactly
+        # the accounted keys (see _read), so the bucket's sum is the total of its keys.
+        if not exact or not summary.split(
+            bucket, keys, self._partial(keys, sums, len(keys) // 2, summary.wides[bucket])
+        ):
             self._split_retry[start] = summary.counts[bucket] + max(1, summary.load // 8)
             return []
         self._split_retry.pop(start, None)
-        self._drop(start)  # the entry held both halves
+        half = len(keys) // 2
         # Pairs were merged (2 buckets -> 3 -> 2 as well): every cached bucket changed.
         if len(summary) <= before:
             self._cache.clear()
             self._cached = 0
             self._split_retry.clear()
-        return [start, keys[len(keys) // 2]]
+        elif self._drop(start):
+            # A cached bucket stays cached as its two halves, with the running sums each keeps
+            # (front sums of the left half, back sums of the right one).
+            front, back = sums
+            self._put(start, keys[:half], (front[: half + 1], [0]))
+            self._put(keys[half], keys[half:], ([0], back[: len(keys) - half + 1]))
+        return [start, keys[half]]
 
     # -- bucket reads -------------------------------------------------------------------------
 
-    def _drop(self, start: bytes) -> None:
+    def _drop(self, start: bytes) -> bool:
+        """Forget the cached keys of the bucket at ``start``; whether there were any."""
         entry = self._cache.pop(start, None)
-        if entry is not None:
-            self._cached -= len(entry[0])
+        if entry is None:
+            return False
+        self._cached -= len(entry[0])
+        return True
+
+    def _put(self, start: bytes, keys: list[bytes], sums: tuple[list[int], list[int]]) -> None:
+        """Cache an exact read (see :meth:`_read`), evicting the least recently used."""
+        if len(keys) > self.cache_keys:
+            return
+        self._cache[start] = (keys, sums)
+        self._cached += len(keys)
+        self._evict()
+
+    def _evict(self) -> None:
+        while self._cached > self.cache_keys:
+            _, (old, _) = self._cache.popitem(last=False)
+            self._cached -= len(old)
+
+    def _cache_insert(self, start: bytes, key: bytes) -> None:
+        """Keep the cached keys of the bucket at ``start`` current with a key just accounted.
+
+        A cached read holds exactly the accounted keys, so the new key is not in it; the
+        running sums stay valid up to where it goes in (front) and after it (back).
+        """
+        entry = self._cache.get(start)
+        if entry is None:
+            return
+        keys, (front, back) = entry
+        at = bisect_left(keys, key)
+        del front[at + 1 :]
+        del back[len(keys) - at + 1 :]
+        keys.insert(at, key)
+        self._cached += 1
+        self._evict()
 
     def _read(self, bucket: int) -> tuple[list[bytes], tuple[list[int], list[int]], bool]:
         """The keys of ``bucket`` (from the cache or the source), their running wide sums as far
@@ -152,17 +196,12 @@ class SummaryKeyStore:
             keys = self.source.keys(start, summary.end_of(bucket), count + summary.load)
         sums: tuple[list[int], list[int]] = ([0], [0])
         self.reads += 1
-        # The source only ever gains keys, so a read matching the count holds exactly the
-        # accounted ones (split() checks the hash sum too).
+        # The source only ever gains keys and holds every accounted one, so a read matching
+        # the count holds exactly the accounted ones (all a split relies on).
         if len(keys) != count:
             self.mismatched_reads += 1
             return keys, sums, False
-        if len(keys) <= self.cache_keys:
-            self._cache[start] = (keys, sums)
-            self._cached += len(keys)
-            while self._cached > self.cache_keys:
-                _, (old, _) = self._cache.popitem(last=False)
-                self._cached -= len(old)
+        self._put(start, keys, sums)
         return keys, sums, True
 
     @staticmethod

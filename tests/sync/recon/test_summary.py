@@ -144,6 +144,43 @@ def test_restored_summary_then_batches_of_inserts(
     assert len(store.summary) <= max_buckets
 
 
+@settings(deadline=None, max_examples=100)
+@given(
+    batches=st.lists(st.lists(keys_st, max_size=40), min_size=1, max_size=12),
+    queries=query_st,
+    load=st.integers(1, 4),
+    # Few buckets: merges; 200: more splits than the trees follow without a rebuild.
+    max_buckets=st.one_of(st.integers(2, 6), st.just(200)),
+    cache_keys=st.integers(0, 24),
+    committed_first=st.booleans(),
+)
+def test_many_splits_and_merges_between_queries(
+    batches: list[list[bytes]], queries: list[Query], load: int, max_buckets: int,
+    cache_keys: int, committed_first: bool
+) -> None:
+    """Small buckets and few of them: every batch splits and merges buckets, and the store is
+    queried between batches (the trees are rebuilt lazily, cached buckets kept across inserts)."""
+    source = CommittedFirst() if committed_first else ListSource()
+    store = SummaryKeyStore(source, load=load, max_buckets=max_buckets, cache_keys=cache_keys)
+    memory = MemoryKeyStore(load=load)
+    model = BruteForceStore()
+    for batch in batches:
+        fresh = list(dict.fromkeys(k for k in batch if not model.contains(k)))
+        if committed_first:
+            for key in fresh:
+                ListSource.add(source, key)
+        assert store.insert_many(fresh if committed_first else batch) == len(fresh)
+        for key in fresh:
+            model.insert(key)
+            memory.insert(key)
+        _same(store, memory, model, queries[:4])
+        assert len(store.summary) <= max_buckets
+        assert store._cached <= cache_keys
+    _same(store, memory, model, queries)
+    assert sum(store.summary.counts) == store.summary.total == len(model.items)
+    assert sum(store.summary.wides) == sum(map(wide_of, model.items))
+
+
 @settings(deadline=None, max_examples=40)
 @given(
     ours=st.sets(st.binary(min_size=1, max_size=4), max_size=400),
