@@ -10,6 +10,7 @@ policy, store and counters.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from node.metrics import Metrics
@@ -25,7 +26,7 @@ from sync.stored_event import record_of_event
 __all__ = ["FetchedIngest"]
 
 
-class FetchedIngest:
+class FetchedIngest(ABC):
     channels: dict[str, SdsChannel]
     policy: SenderPolicy
     store: EventStore
@@ -35,16 +36,19 @@ class FetchedIngest:
     event_id_layout: str
     _dirty: set[str]
 
-    # Provided by ChannelService.
+    # The service's own steps, which fetched events share with gossip input (ChannelService).
+    @abstractmethod
     def _reject(self, exc: RemoteProtocolError, peer: str | None,
                 penalty: str | None = None, *, penalise: bool = True) -> None:
-        raise NotImplementedError
+        """Count a refused input and charge ``peer``."""
 
+    @abstractmethod
     def _after_input(self, name: str) -> None:
-        raise NotImplementedError
+        """Store what channel ``name`` delivered after an input."""
 
+    @abstractmethod
     def _count_unsigned(self, ch: SdsChannel, name: str) -> None:
-        raise NotImplementedError
+        """Count unsigned messages a channel accepted."""
 
     def ingest(
         self, wire: bytes, peer: str | None, now: float | None = None,
