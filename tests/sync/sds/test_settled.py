@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sync.sds import Delivered, SdsChannel, SdsConfig, SignedEvent, decode_event
-from tests.sync.sds.helpers import CHANNEL, T0, channel, of_type
-from tests.sync.sds.test_window import Store
+from tests.sync.sds.helpers import CHANNEL, T0, of_type
+from tests.sync.sds.test_window import Store, group_wires
 
 CFG = SdsConfig(bloom_capacity=16, sync_history_size=4, delivered_window=64)
 #: Long after the log was written: its events are past the live window.
@@ -23,18 +23,8 @@ LATER = T0 + 3600.0
 def _group_log(senders: int, messages: int, seed: int) -> list[SignedEvent]:
     """A group where each member hears a random part of the others, so that histories cross
     senders and Recon's key order (sender first) often names dependencies not fetched yet."""
-    rng = random.Random(seed)
-    chans = [channel(i, config=CFG, signed=False) for i in range(senders)]
-    events: list[SignedEvent] = []
-    for n in range(messages):
-        src = rng.randrange(senders)
-        wire = chans[src].send(f"m{n}".encode(), T0 + n / 100)
-        events.append(decode_event(wire, verify_signature=False))
-        for j, other in enumerate(chans):
-            if j != src and rng.random() < 0.7:
-                other.receive(wire, T0 + n / 100)
-                other.events()
-    return events
+    return [decode_event(wire, verify_signature=False)
+            for wire in group_wires(senders, messages, seed, hear=0.7)]
 
 
 def _receiver(store: Store | None) -> SdsChannel:

@@ -40,8 +40,9 @@ def _bounded(store: Store, i: int = 9) -> SdsChannel:
                       lookup=store.lookup)
 
 
-def _group_log(senders: int, messages: int, seed: int) -> list[bytes]:
-    """Wires of a group where everyone hears everyone, so histories cross senders."""
+def group_wires(senders: int, messages: int, seed: int, hear: float = 1.0) -> list[bytes]:
+    """Wires of a group where each member hears each other's message with probability ``hear``
+    (everyone hears everyone by default), so histories cross senders."""
     rng = random.Random(seed)
     chans = [channel(i, config=CFG, signed=False) for i in range(senders)]
     wires: list[bytes] = []
@@ -50,7 +51,8 @@ def _group_log(senders: int, messages: int, seed: int) -> list[bytes]:
         wire = chans[src].send(f"m{n}".encode(), T0 + n / 100)
         wires.append(wire)
         for j, other in enumerate(chans):
-            if j != src:
+            # No draw when everyone hears: the default logs stay what they were.
+            if j != src and (hear >= 1 or rng.random() < hear):
                 other.receive(wire, T0 + n / 100)
                 other.events()
     return wires
@@ -68,7 +70,7 @@ def _jumbled(wires: list[bytes], rng: random.Random, reach: int) -> list[bytes]:
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), reach=st.integers(1, 40))
 def test_bounded_channel_delivers_like_the_whole_log(seed: int, reach: int) -> None:
-    wires = _jumbled(_group_log(3, 220, seed), random.Random(seed), reach)
+    wires = _jumbled(group_wires(3, 220, seed), random.Random(seed), reach)
     whole = channel(9, config=CFG, signed=False)
     store = Store()
     bounded = _bounded(store)
@@ -86,7 +88,7 @@ def test_bounded_channel_delivers_like_the_whole_log(seed: int, reach: int) -> N
 
 
 def test_old_duplicates_are_recognised_through_the_store() -> None:
-    wires = _group_log(2, 300, 1)
+    wires = group_wires(2, 300, 1)
     store = Store()
     ch = _bounded(store)
     for wire in wires:
@@ -100,14 +102,14 @@ def test_old_duplicates_are_recognised_through_the_store() -> None:
     assert store.questions > before
     assert ch.has_delivered(next(iter(store.ids)))
     # A fresh message naming recent ids needs no question at all.
-    more = _group_log(2, 301, 1)[-1]
+    more = group_wires(2, 301, 1)[-1]
     asked = store.questions
     ch.receive(more, T0 + 7)
     assert [d.message_id for d in store.keep(ch)] and store.questions == asked
 
 
 def test_restore_from_the_newest_part_of_the_log() -> None:
-    wires = _group_log(2, 300, 2)
+    wires = group_wires(2, 300, 2)
     store = Store()
     ch = _bounded(store)
     for wire in wires[:299]:
@@ -130,7 +132,7 @@ def test_restore_from_the_newest_part_of_the_log() -> None:
 
 
 def test_without_a_store_the_whole_log_stays_in_memory() -> None:
-    wires = _group_log(2, 150, 3)
+    wires = group_wires(2, 150, 3)
     ch = channel(9, config=CFG, signed=False)
     for wire in wires:
         ch.receive(wire, T0 + 5)
