@@ -7,8 +7,6 @@ the epoch; the Lamport clock works in epoch milliseconds.
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import random
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -23,6 +21,7 @@ from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.clock import LAMPORT_MAX, check_lamport, recovered_clock
 from sync.sds.config import SdsConfig
 from sync.sds.delivered import DeliveredIndex, DeliveredLookup
+from sync.sds.history import CausalHistory
 from sync.sds.events import (
     Acknowledged,
     Delivered,
@@ -33,11 +32,19 @@ from sync.sds.events import (
     MissingEntry,
     PossiblyAcknowledged,
     RepairAnswered,
+    RepairRefused,
     RepairRequested,
     ResendExhausted,
     SdsEvent,
 )
-from sync.sds.message import HistoryRef, SignedEvent, decode_event, transmission_suffix
+from sync.sds.members import MemberEstimate, response_groups
+from sync.sds.message import (
+    HistoryRef,
+    SignedEvent,
+    decode_event,
+    transmission_suffix,
+    verify_repair,
+)
 from sync.sds.profile import profile_of
 from sync.sds.quota import QuotaLimits, SenderQuota
 from sync.sds.repair_buffers import RepairBuffers
@@ -107,13 +114,9 @@ class SdsChannel:
         # Local log: delivered ids (the newest in memory, see DeliveredIndex); a sorted recent
         # tail for histories.
         self._log = DeliveredIndex(cfg.delivered_window, lookup)
-        self._tail: list[tuple[int, str]] = []
-        self._tail_refs: dict[str, HistoryRef] = {}
-        self._tail_size = max(64, 4 * cfg.sync_history_size)
-        # Delivered messages no delivered message refers to (the frontier of the causal DAG).
-        self._heads: dict[str, HistoryRef] = {}
-        self._head_lamport: dict[str, int] = {}
-        self._hints: dict[str, bytes] = {}
+        # Heads (the frontier of the causal DAG, bounded), the log's tail and hints.
+        self._history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
+                                      cfg.head_ttl, cfg.delivered_window)
         # Incoming buffer: waiting messages, and who waits for which missing id.
         self._waiting: dict[str, WaitingEntry] = {}
         self._waiters: dict[str, list[str]] = {}
@@ -129,6 +132,11 @@ class SdsChannel:
         self._outgoing: dict[str, OutgoingEntry] = {}
         # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
         self._others_seen: set[str] = set()
+        # How many members the channel has (SDS-R response groups, sync.sds.members).
+        self._members = MemberEstimate(cfg.member_window, cfg.max_members_tracked)
+        #: Repair requests ignored because their sender did not sign them (a relay or a
+        #: replay attached them to someone else's message): a counter for metrics.
+        self.repair_unsigned_ignored = 0
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
         self._repair = RepairBuffers(participant_id, self.config, self._timers,
                                      self.profile.repair_hash)
@@ -194,6 +202,36 @@ class SdsChannel:
         return event.lamport is not None and not self.has_delivered(event.message_id,
                                                                      event.lamport)
 
+    def set_member_estimate(self, members: int) -> None:
+        """The node's own estimate of the channel's members (e.g. peers subscribed to its
+        topic); the channel uses the larger of it and the senders it heard recently."""
+        self._members.external = max(0, members)
+
+    def member_estimate(self, now: float) -> int:
+        return self._members.count(now)
+
+    def response_groups(self, now: float) -> int:
+        """SDS-R response groups G now: the config's, or ``members div 128 + 1``."""
+        repair = self._repair
+        if repair.auto_groups:
+            repair.groups = response_groups(self._members.count(now),
+                                            self.config.response_group_size)
+        return repair.groups
+
+    @property
+    def heads_count(self) -> int:
+        return len(self._history.heads)
+
+    @property
+    def heads_peak(self) -> int:
+        """The most DAG heads held at once (bounded by ``max_heads``)."""
+        return self._history.heads_peak
+
+    @property
+    def repair_refusals(self) -> dict[str, int]:
+        """Repair answers refused so far, by bound: requester, cooldown, total."""
+        return dict(self._repair.budget.refused)
+
     @property
     def outgoing_ids(self) -> frozenset[str]:
         return frozenset(self._outgoing)
@@ -216,15 +254,7 @@ class SdsChannel:
 
     def set_retrieval_hint(self, message_id: str, hint: bytes) -> None:
         """Attach a retrieval hint to a logged message for the histories that name it."""
-        hints = self._hints
-        hints[message_id] = hint
-        if len(hints) > self.config.delivered_window:
-            # Histories name recent messages: the oldest hint goes, as the ids do.
-            del hints[next(iter(hints))]
-        for refs in (self._heads, self._tail_refs):
-            ref = refs.get(message_id)
-            if ref is not None:
-                refs[message_id] = HistoryRef(message_id, hint, ref.sender_id)
+        self._history.set_hint(message_id, hint)
 
     def forget(self, message_id: str) -> bool:
         """Undo the delivery of a message its node could not store, so that it is neither
@@ -233,10 +263,7 @@ class SdsChannel:
         filter cannot remove an element.)"""
         if not self._log.discard(message_id):
             return False
-        self._tail_refs.pop(message_id, None)
-        self._tail = [item for item in self._tail if item[1] != message_id]
-        self._heads.pop(message_id, None)
-        self._head_lamport.pop(message_id, None)
+        self._history.forget(message_id)
         self._repair.forget(message_id)
         if self._outgoing.pop(message_id, None) is not None:
             self._timers.cancel(TimerKind.RESEND, message_id)
@@ -258,7 +285,7 @@ class SdsChannel:
             # The id is the payload's hash: a second send would be the same message.
             raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
-        history = self._choose_history(self.config.causal_history_size, sample=False)
+        history = self._history.choose(self.config.causal_history_size, None, now)
         event = self.profile.encode(
             self.channel_id, self.participant_id, lamport, history, content, self._key, self._rng
         )
@@ -270,7 +297,7 @@ class SdsChannel:
         self._outgoing[mid] = OutgoingEntry(mid, event.wire)
         self._timers.schedule(TimerKind.RESEND, mid, now + self.config.resend_interval)
         self._last_activity = now
-        return event.wire + self._suffix(now)
+        return event.wire + self._suffix(now, mid)
 
     def send_ephemeral(self, content: bytes, now: float) -> bytes:
         """An ephemeral message: no lamport, history or filter; not logged, not resent."""
@@ -282,18 +309,22 @@ class SdsChannel:
 
     def _sync_message(self, now: float) -> bytes:
         lamport = self._tick(now)
-        history = self._choose_history(self.config.sync_history_size, sample=True)
+        history = self._history.choose(self.config.sync_history_size, self._rng, now)
         event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
                                     self._key, self._rng)
         self._last_activity = now
-        return event.wire + self._suffix(now)
+        return event.wire + self._suffix(now, event.message_id)
 
-    def _suffix(self, now: float) -> bytes:
+    def _suffix(self, now: float, mid: str, *, requests: bool = True) -> bytes:
+        """Filter and due repair requests for a transmission of ``mid``; no requests on a
+        rebroadcast of someone else's message (they are signed by, and charged to, the
+        message's sender: ours would be ignored)."""
         return transmission_suffix(
-            self._bloom.to_bytes(), self.bloom_params, self._take_repair_requests(now),
+            self._bloom.to_bytes(), self.bloom_params,
+            self._take_repair_requests(now) if requests else (),
             announce_params=self.profile.announces_bloom_params, channel_id=self.channel_id,
             # A waku channel's wire has no signatures (sync.sds.profile).
-            signing_key=self._key if self.profile.signed else None,
+            signing_key=self._key if self.profile.signed else None, message_id=mid,
         )
 
     def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
@@ -301,33 +332,6 @@ class SdsChannel:
         if chosen:
             self._events.append(RepairRequested(tuple(r.message_id for r in chosen)))
         return chosen
-
-    def _choose_history(self, size: int, *, sample: bool) -> tuple[HistoryRef, ...]:
-        """The causal history: DAG heads first, most recent first, then the log's tail.
-
-        Naming heads guarantees that every logged message is reachable from some later history,
-        so a participant that missed it learns it is missing; a sync message samples the heads
-        when there are more than it can carry.
-        """
-        if size <= 0:
-            return ()
-        lamports = self._head_lamport
-        if len(self._heads) > size and sample:
-            ordered = sorted(self._heads, key=lambda i: (lamports.get(i, -1), i))
-            chosen = self._rng.sample(ordered, size)
-        else:
-            chosen = heapq.nlargest(size, self._heads, key=lambda i: (lamports.get(i, -1), i))
-        refs = [self._heads[i] for i in chosen]
-        lamport_of = {i: lamports.get(i, -1) for i in chosen}
-        if len(refs) < size:
-            for lamport, mid in reversed(self._tail):
-                if len(refs) >= size:
-                    break
-                if mid not in lamport_of:
-                    lamport_of[mid] = lamport
-                    refs.append(self._tail_refs[mid])
-        refs.sort(key=lambda r: (lamport_of[r.message_id], r.message_id))
-        return tuple(refs)
 
     # ------------------------------------------------------------------ receiving
     def receive(self, data: bytes, now: float, peer: str | None = None) -> None:
@@ -353,7 +357,7 @@ class SdsChannel:
         event = tx.event
         if event.signature is not None and self.verify_signatures:
             self._remember_signature(event.message_id, event.signature)
-        self._accept(event, evidence, tx.repair_request, now)
+        self._accept(event, evidence, tx.repair_request, now, tx.repair_signature)
 
     def receive_event(self, event: SignedEvent, now: float, peer: str | None = None) -> None:
         """Process an event its caller already decoded and checked (id and signature, say with
@@ -419,12 +423,14 @@ class SdsChannel:
             check_lamport(event.lamport, now, self.config.max_lamport_ahead_ms)
 
     def _accept(self, event: SignedEvent, evidence: FilterEvidence | None,
-                repair_request: tuple[HistoryRef, ...], now: float) -> None:
+                repair_request: tuple[HistoryRef, ...], now: float,
+                repair_signature: bytes | None = None) -> None:
         """The protocol steps for a valid message: nothing here raises on peer input."""
         mid = event.message_id
         self._repair.seen(mid)
         if event.sender_id == self.participant_id:
             return
+        self._members.heard(event.sender_id, now)
         if event.is_ephemeral:
             self._receive_ephemeral(event)
             return
@@ -439,9 +445,13 @@ class SdsChannel:
                 self._acknowledge(acked, by_bloom=by_bloom)
             self._note_possible_acks(review.possibly)
         if repair_request:
-            self._repair.on_requests(repair_request, now)
+            self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:
             self._last_activity = now
+            # Another member named these in its sync: those who missed them learn it from
+            # there, so they need not stay our heads (docs/sds.md "Heads").
+            for h in event.causal_history:
+                self._history.drop_head(h.message_id)
             unknown = [h for h in event.causal_history if self._is_unknown(h.message_id)]
             if unknown and not self._log.complete:
                 held = self._log.known(h.message_id for h in unknown)
@@ -493,6 +503,21 @@ class SdsChannel:
             self._timers.cancel(TimerKind.LOST, mid)
         self._note_missing([h for h in unmet if h.message_id not in self._waiting], now,
                            charged_to=event.sender_id)
+
+    def _on_repair_requests(self, event: SignedEvent, refs: tuple[HistoryRef, ...],
+                            signature: bytes | None, now: float) -> None:
+        """Only requests their sender signed on this message count (docs/sds.md "SDS-R"):
+        a relay or a replay cannot make us answer in someone else's name, and each request
+        is charged to whoever signed it."""
+        if (self.verify_signatures and self.profile.signed
+                and not verify_repair(event.sender_id, self.channel_id, event.message_id, refs,
+                                      signature)):
+            self.repair_unsigned_ignored += 1
+            return
+        self.response_groups(now)
+        refused = self._repair.on_requests(refs, now, event.sender_id)
+        if refused:
+            self._events.append(RepairRefused(event.sender_id, tuple(refused)))
 
     def _wait(self, event: SignedEvent, missing: set[str], lost: bool) -> bool:
         """Hold ``event`` until ``missing`` is delivered, within the waiting buffer's bounds."""
@@ -552,7 +577,7 @@ class SdsChannel:
 
     def _learn_hint(self, h: HistoryRef) -> None:
         assert h.retrieval_hint is not None
-        if h.message_id in self._hints:
+        if self._history.knows_hint(h.message_id):
             return
         if self._log.in_memory(h.message_id):
             self.set_retrieval_hint(h.message_id, h.retrieval_hint)
@@ -602,27 +627,14 @@ class SdsChannel:
         self._log.add(mid, lamport)
         if lamport > self._lamport:
             self._lamport = lamport
-        ref = HistoryRef(mid, self._hints.get(mid), ev.sender_id)
-        bisect.insort(self._tail, (lamport, mid))
-        self._tail_refs[mid] = ref
-        if len(self._tail) > 2 * self._tail_size:
-            for _, old in self._tail[: self._tail_size]:
-                self._tail_refs.pop(old, None)
-            del self._tail[: self._tail_size]
-        heads, head_lamport = self._heads, self._head_lamport
-        for h in ev.causal_history:
-            if heads.pop(h.message_id, None) is not None:
-                head_lamport.pop(h.message_id, None)
-        if mid in self._lost:
-            # Messages naming it were delivered already: it is not a head.
-            self._lost.discard(mid)
-        else:
-            heads[mid] = ref
-            head_lamport[mid] = lamport
+        # Messages naming a lost one were delivered already: it is not a head.
+        head = mid not in self._lost
+        self._lost.discard(mid)
+        history_ids = ev.history_ids
+        self._history.logged(mid, lamport, ev.sender_id, history_ids, head=head)
         if self._unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
         self._repair.remember(mid, ev.sender_id, ev.wire)
-        history_ids = tuple([h.message_id for h in ev.causal_history])
         self._events.append(
             Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)
         )
@@ -729,16 +741,16 @@ class SdsChannel:
             return
         entry.attempts += 1
         self.resends += 1
-        self._datagrams.append(entry.wire + self._suffix(now))
+        self._datagrams.append(entry.wire + self._suffix(now, mid))
         self._last_activity = now
         period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
         self._timers.schedule(TimerKind.RESEND, mid, now + period)
 
     def _answer_repair(self, mid: str, now: float) -> None:
-        wire = self._repair.respond(mid)
+        wire = self._repair.respond(mid, now)
         if wire is None:
             return
-        self._datagrams.append(wire + self._suffix(now))
+        self._datagrams.append(wire + self._suffix(now, mid, requests=False))
         self._last_activity = now
         self._events.append(RepairAnswered(mid))
 
@@ -763,7 +775,7 @@ class SdsChannel:
             lost=tuple(sorted(self._lost)),
             repair_out=tuple((ref, when) for when, ref in self._repair.requests.values()),
             repair_in=tuple(self._repair.responses.items()),
-            heads=tuple(self._heads.values()),
+            heads=tuple(self._history.heads.values()),
             sync_at=timers.due(TimerKind.SYNC, _SYNC_KEY),
         )
 
@@ -833,9 +845,7 @@ class SdsChannel:
             entries.append((lamport, mid, sender))
         entries.sort()
         self._log.load([(lamport, mid) for lamport, mid, _ in entries], truncated=truncated)
-        for lamport, mid, sender in entries[-self._tail_size :]:
-            self._tail.append((lamport, mid))
-            self._tail_refs[mid] = HistoryRef(mid, None, sender)
+        self._history.load_tail(entries)
         for _, mid, _ in entries[-self._bloom.window :]:
             self._bloom.add(mid)
 
@@ -848,15 +858,9 @@ class SdsChannel:
         )
         self._last_activity = snap.last_activity
         delivered = log.known(ref.message_id for ref in snap.heads)
-        for ref in snap.heads:
-            if ref.message_id in delivered:
-                self._heads[ref.message_id] = ref
-                known_lamport = log.lamport(ref.message_id)
-                self._head_lamport[ref.message_id] = -1 if known_lamport is None else known_lamport
-        if not self._heads and self._tail:
-            lamport_of_tail, mid = self._tail[-1]
-            self._heads[mid] = self._tail_refs[mid]
-            self._head_lamport[mid] = lamport_of_tail
+        self._history.load_heads(
+            (ref, -1 if (lam := log.lamport(ref.message_id)) is None else lam)
+            for ref in snap.heads if ref.message_id in delivered)
         delivered = log.known(snap.lost)
         self._lost.update(mid for mid in snap.lost if mid not in delivered)
         for out in snap.outgoing:

@@ -50,7 +50,27 @@ class SdsConfig:
     #: SDS-R: repair window (spec recommends T_min >= 30 s, T_max 120-600 s).
     t_min: float = 30.0
     t_max: float = 120.0
-    num_response_groups: int = 1
+    #: SDS-R response groups G. 0 (default): the spec's ``N div response_group_size + 1``
+    #: from the channel's member estimate (``sync.sds.members``); >= 1: fixed.
+    num_response_groups: int = 0
+    response_group_size: int = 128
+    #: Member estimate: distinct signed senders heard within ``member_window`` seconds (at
+    #: most ``max_members_tracked`` of them), or the node's own estimate if larger.
+    member_window: float = 600.0
+    max_members_tracked: int = 100_000
+    #: DAG heads (docs/sds.md "Heads"): at most ``max_heads``, the oldest dropped; a head
+    #: whose Lamport time is older than ``head_ttl`` seconds expires.
+    max_heads: int = 64
+    head_ttl: float = 300.0
+    #: SDS-R answers (docs/security.md "Repair"): one message is rebroadcast at most once per
+    #: ``repair_cooldown`` seconds; within each ``repair_window`` a requester's requests may
+    #: cost at most ``repair_requester_bytes`` and all requests ``repair_total_bytes`` of
+    #: rebroadcast wires. Requesters tracked: at most ``max_repair_requesters``.
+    repair_cooldown: float = 120.0
+    repair_window: float = 120.0
+    repair_requester_bytes: int = 1 << 20
+    repair_total_bytes: int = 16 << 20
+    max_repair_requesters: int = 10_000
     #: SDS-R: at most this many entries in one ``repair_request`` (spec recommends 3).
     max_repair_requests: int = 3
     #: SDS-R: full messages kept for rebroadcast (the most recent ones).
@@ -109,7 +129,17 @@ class SdsConfig:
             ("sync_jitter", self.sync_jitter >= 0),
             ("t_min", self.t_min >= 0),
             ("t_max", self.t_max > self.t_min),
-            ("num_response_groups", self.num_response_groups >= 1),
+            ("num_response_groups", self.num_response_groups >= 0),
+            ("response_group_size", self.response_group_size >= 1),
+            ("member_window", self.member_window > 0),
+            ("max_members_tracked", self.max_members_tracked >= 1),
+            ("max_heads", self.max_heads >= 1),
+            ("head_ttl", self.head_ttl > 0),
+            ("repair_cooldown", self.repair_cooldown >= 0),
+            ("repair_window", self.repair_window > 0),
+            ("repair_requester_bytes", self.repair_requester_bytes >= 0),
+            ("repair_total_bytes", self.repair_total_bytes >= self.repair_requester_bytes),
+            ("max_repair_requesters", self.max_repair_requesters >= 1),
             ("max_repair_requests", self.max_repair_requests >= 0),
             ("repair_cache_size", self.repair_cache_size >= 0),
             ("max_message_size", self.max_message_size > 0),

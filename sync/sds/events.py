@@ -14,6 +14,7 @@ __all__ = [
     "MissingEntry",
     "PossiblyAcknowledged",
     "RepairAnswered",
+    "RepairRefused",
     "RepairRequested",
     "ResendExhausted",
     "SdsEvent",
@@ -111,6 +112,16 @@ class RepairAnswered:
 
 
 @dataclass(frozen=True)
+class RepairRefused:
+    """``requester`` asked us to rebroadcast more than its repair budget allows
+    (``sync.sds.repair_budget``): the requests for ``message_ids`` were dropped. A requester
+    costing more than it could justify: the node penalises it."""
+
+    requester: str
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Evicted:
     """A bounded buffer (``"waiting"``, ``"missing"``) dropped or refused an entry to stay
     within its limits (docs/security.md "SDS buffers"). A dropped waiting message is accepted
@@ -131,6 +142,7 @@ SdsEvent = (
     | ResendExhausted
     | RepairRequested
     | RepairAnswered
+    | RepairRefused
     | Evicted
 )
 

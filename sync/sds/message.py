@@ -37,8 +37,10 @@ __all__ = [
     "event_digest",
     "filter_signed_bytes",
     "message_id_of",
+    "repair_signed_bytes",
     "transmission_suffix",
     "verify_filter",
+    "verify_repair",
     "without_signature",
 ]
 
@@ -48,6 +50,7 @@ SIGNATURE_DOMAIN = b"syncnode/sds/v1/event:"
 _DIGEST_DOMAIN = b"syncnode/sds/v1\x00"
 #: Prefix of a bloom filter's signed bytes (never valid as an event's: another domain).
 FILTER_DOMAIN = b"syncnode/sds/v1/filter:"
+REPAIR_DOMAIN = b"syncnode/sds/v1/repair:"
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
@@ -115,6 +118,8 @@ class Transmission:
     repair_request: tuple[HistoryRef, ...]
     #: The sender's signature over the filter (``filter_signed_bytes``), if it signed it.
     bloom_signature: bytes | None = None
+    #: The sender's signature over its repair requests (``repair_signed_bytes``), if any.
+    repair_signature: bytes | None = None
 
 
 def event_digest(
@@ -221,13 +226,40 @@ def verify_filter(sender_id: str, channel_id: str, params: BloomParams, bloom: b
     return verify(sender_id, signature, filter_signed_bytes(channel_id, params, bloom))
 
 
+def repair_signed_bytes(channel_id: str, message_id: str,
+                        repair_request: tuple[HistoryRef, ...]) -> bytes:
+    """What a sender signs for the repair requests of one transmission: bound to the channel
+    and to the message that carries them, so that they cannot be attached to anyone else's
+    message (a replay of the whole transmission repeats the same requester's request, which
+    ``sync.sds.repair_budget`` charges once)."""
+    parts = [REPAIR_DOMAIN]
+    for text in (channel_id, message_id):
+        raw = text.encode()
+        parts += (_U32.pack(len(raw)), raw)
+    parts.append(_U32.pack(len(repair_request)))
+    for ref in repair_request:
+        raw = ref.message_id.encode()
+        parts += (_U32.pack(len(raw)), raw)
+    return b"".join(parts)
+
+
+def verify_repair(sender_id: str, channel_id: str, message_id: str,
+                  repair_request: tuple[HistoryRef, ...], signature: bytes | None) -> bool:
+    """Whether ``sender_id`` signed these repair requests on this message."""
+    if signature is None:
+        return False
+    return verify(sender_id, signature,
+                  repair_signed_bytes(channel_id, message_id, repair_request))
+
+
 def transmission_suffix(
     bloom: bytes | None, params: BloomParams | None, repair_request: tuple[HistoryRef, ...],
     *, announce_params: bool = True, channel_id: str = "",
-    signing_key: Ed25519PrivateKey | None = None,
+    signing_key: Ed25519PrivateKey | None = None, message_id: str = "",
 ) -> bytes:
     """The per-transmission fields, serialised on their own, to append to a canonical wire.
-    With ``signing_key`` the filter is signed (``filter_signed_bytes``); without
+    With ``signing_key`` the filter and the repair requests are signed (``filter_signed_bytes``,
+    ``repair_signed_bytes`` with ``message_id``, the carrying message's); without
     ``announce_params`` the filter goes alone (a fixed-shape filter, as @waku/sds's)."""
     msg = sds_pb2.Message()
     if bloom is not None and params is not None:
@@ -238,6 +270,9 @@ def transmission_suffix(
         if signing_key is not None:
             msg.bloom_signature = signing_key.sign(filter_signed_bytes(channel_id, params, bloom))
     msg.repair_request.extend(_entry_pb(h) for h in repair_request)
+    if repair_request and signing_key is not None:
+        msg.repair_signature = signing_key.sign(
+            repair_signed_bytes(channel_id, message_id, repair_request))
     return msg.SerializeToString(deterministic=True)
 
 
@@ -317,6 +352,7 @@ def _decode(
             params = BloomParams(msg.bloom_bits, msg.bloom_hashes)
     signature = msg.signature if msg.HasField("signature") else None
     bloom_signature = msg.bloom_signature if msg.HasField("bloom_signature") else None
+    repair_signature = msg.repair_signature if msg.HasField("repair_signature") else None
     if check_id or verify_signature:
         ids = [h.message_id for h in history]
         digest = event_digest(channel, sender, lamport, ids, content)
@@ -330,7 +366,7 @@ def _decode(
                 _verify(sender, signature, digest)
     # The canonical wire: the same message without per-transmission and unknown fields.
     for name in ("bloom_filter", "repair_request", "bloom_bits", "bloom_hashes",
-                 "bloom_signature"):
+                 "bloom_signature", "repair_signature"):
         msg.ClearField(name)
     msg.DiscardUnknownFields()
     if not content and msg.HasField("content"):
@@ -345,7 +381,7 @@ def _decode(
         signature,
         msg.SerializeToString(deterministic=True),
     )
-    return Transmission(event, bloom, params, repair, bloom_signature)
+    return Transmission(event, bloom, params, repair, bloom_signature, repair_signature)
 
 
 def decode_transmission(

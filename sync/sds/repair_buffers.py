@@ -9,6 +9,7 @@ from collections import OrderedDict
 from sync.sds.config import SdsConfig
 from sync.sds.message import HistoryRef
 from sync.sds.repair import RepairHash, in_response_group, repair_hash, t_req, t_resp
+from sync.sds.repair_budget import RepairBudget
 from sync.sds.timers import TimerKind, TimerQueue
 
 __all__ = ["REPAIR_PACING", "RepairBuffers"]
@@ -30,6 +31,11 @@ class RepairBuffers:
         self.requests: dict[str, tuple[float, HistoryRef]] = {}
         #: Incoming repair request buffer: requested id -> T_resp.
         self.responses: dict[str, float] = {}
+        #: Response groups G: fixed by the config, or (``num_response_groups`` 0) set by the
+        #: channel from its member estimate; then every message is cached, since G changes.
+        self.auto_groups = config.num_response_groups == 0
+        self.groups = max(1, config.num_response_groups)
+        self.budget = RepairBudget(config)
         #: id -> (sender, canonical wire) of messages whose response group we are in.
         self.cache: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         #: Bytes of wires in ``cache`` (bounded by ``repair_cache_bytes``).
@@ -40,9 +46,9 @@ class RepairBuffers:
         cfg = self.config
         if cfg.repair_cache_size <= 0:
             return
-        groups = cfg.num_response_groups
-        if groups != 1 and not in_response_group(self.participant_id, sender, mid, groups,
-                                                      self._hash):
+        groups = self.groups
+        if (not self.auto_groups and groups != 1
+                and not in_response_group(self.participant_id, sender, mid, groups, self._hash)):
             return
         if len(wire) > cfg.repair_cache_bytes:
             return
@@ -97,9 +103,12 @@ class RepairBuffers:
             if when <= now:
                 self.want(ref, now, at=now + REPAIR_PACING)
 
-    def on_requests(self, refs: tuple[HistoryRef, ...], now: float) -> None:
-        """Somebody asked for ``refs``: back off our own requests, schedule our answers."""
-        cfg = self.config
+    def on_requests(self, refs: tuple[HistoryRef, ...], now: float,
+                    requester: str) -> list[str]:
+        """``requester`` asked for ``refs``: back off our own requests, schedule our answers
+        within the budgets. Returns the ids refused because ``requester`` is over its budget."""
+        cfg, budget = self.config, self.budget
+        refused: list[str] = []
         for ref in refs:
             mid = ref.message_id
             if mid in self.requests:
@@ -107,16 +116,26 @@ class RepairBuffers:
             cached = self.cache.get(mid)
             if cached is None or mid in self.responses:
                 continue
-            sender = cached[0]
-            if in_response_group(self.participant_id, sender, mid, cfg.num_response_groups,
-                                 self._hash):
-                when = t_resp(now, self.participant_id, sender, mid, cfg.t_max, self._hash)
-                self.responses[mid] = when
-                self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
+            sender, wire = cached
+            if not in_response_group(self.participant_id, sender, mid, self.groups,
+                                     self._hash):
+                continue
+            if not budget.admit(requester, mid, len(wire), now):
+                refused.append(mid)
+                continue
+            if budget.cooling(mid, now):
+                continue
+            when = t_resp(now, self.participant_id, sender, mid, cfg.t_max, self._hash)
+            self.responses[mid] = when
+            self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
+        return refused
 
-    def respond(self, mid: str) -> bytes | None:
-        """The wire to rebroadcast for a due response, if it is still wanted and cached."""
+    def respond(self, mid: str, now: float) -> bytes | None:
+        """The wire to rebroadcast for a due response, if it is still wanted, cached and
+        within the channel's repair budget."""
         if self.responses.pop(mid, None) is None:
             return None
         cached = self.cache.get(mid)
-        return None if cached is None else cached[1]
+        if cached is None or not self.budget.spend(mid, len(cached[1]), now):
+            return None
+        return cached[1]

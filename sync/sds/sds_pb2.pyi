@@ -17,7 +17,7 @@ class HistoryEntry(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., retrieval_hint: _Optional[bytes] = ..., sender_id: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("sender_id", "message_id", "channel_id", "lamport_timestamp", "causal_history", "bloom_filter", "repair_request", "content", "signature", "bloom_bits", "bloom_hashes", "bloom_signature")
+    __slots__ = ("sender_id", "message_id", "channel_id", "lamport_timestamp", "causal_history", "bloom_filter", "repair_request", "content", "signature", "bloom_bits", "bloom_hashes", "bloom_signature", "repair_signature")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class Message(_message.Message):
     BLOOM_BITS_FIELD_NUMBER: _ClassVar[int]
     BLOOM_HASHES_FIELD_NUMBER: _ClassVar[int]
     BLOOM_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     message_id: str
     channel_id: str
@@ -42,4 +43,5 @@ class Message(_message.Message):
     bloom_bits: int
     bloom_hashes: int
     bloom_signature: bytes
-    def __init__(self, sender_id: _Optional[str] = ..., message_id: _Optional[str] = ..., channel_id: _Optional[str] = ..., lamport_timestamp: _Optional[int] = ..., causal_history: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., bloom_filter: _Optional[bytes] = ..., repair_request: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., content: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., bloom_bits: _Optional[int] = ..., bloom_hashes: _Optional[int] = ..., bloom_signature: _Optional[bytes] = ...) -> None: ...
+    repair_signature: bytes
+    def __init__(self, sender_id: _Optional[str] = ..., message_id: _Optional[str] = ..., channel_id: _Optional[str] = ..., lamport_timestamp: _Optional[int] = ..., causal_history: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., bloom_filter: _Optional[bytes] = ..., repair_request: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., content: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., bloom_bits: _Optional[int] = ..., bloom_hashes: _Optional[int] = ..., bloom_signature: _Optional[bytes] = ..., repair_signature: _Optional[bytes] = ...) -> None: ...

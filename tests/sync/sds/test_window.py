@@ -145,5 +145,5 @@ def test_retrieval_hints_are_bounded_like_the_ids() -> None:
     for n in range(300):
         wire = sender.send(f"h{n}".encode(), T0 + n / 100, retrieval_hint=f"hint{n}".encode())
         receiver.receive(wire, T0 + 3)
-    assert 0 < len(receiver._hints) <= CFG.delivered_window
-    assert len(sender._hints) <= CFG.delivered_window
+    assert 0 < len(receiver._history.hints) <= CFG.delivered_window
+    assert len(sender._history.hints) <= CFG.delivered_window

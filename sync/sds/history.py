@@ -1,0 +1,164 @@
+"""Causal history of one channel: the DAG heads, the recent log tail and retrieval hints, and
+the choice of the ids a message names (docs/sds.md "Causal history" and "Heads").
+
+Heads are delivered messages no delivered message names. They are bounded (docs/sds.md
+"Heads"): at most ``max_heads`` (the oldest by Lamport time dropped), a head older than
+``head_ttl`` expires, and a head another member names in a sync message stops being one. A
+content message names the newest heads and, when there are more heads than it can name, the
+oldest one in its last slot, so concurrent messages that nobody would otherwise name are
+named (without that slot the heads of a busy group grow without end). Every operation costs
+O(max_heads) or O(log) at most, whatever the log's length.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import random
+from collections.abc import Iterable
+
+from sync.sds.message import HistoryRef
+
+__all__ = ["CausalHistory"]
+
+
+class CausalHistory:
+    def __init__(self, tail_size: int, max_heads: int, head_ttl: float,
+                 max_hints: int) -> None:
+        self.tail_size = tail_size
+        self.max_heads = max_heads
+        self.head_ttl_ms = int(head_ttl * 1000)
+        self.max_hints = max_hints
+        #: Sorted recent (lamport, id) of the log, and their references.
+        self.tail: list[tuple[int, str]] = []
+        self.tail_refs: dict[str, HistoryRef] = {}
+        #: Heads and their Lamport times; a min-heap of (lamport, id) with lazy deletion.
+        self.heads: dict[str, HistoryRef] = {}
+        self.head_lamport: dict[str, int] = {}
+        self._by_age: list[tuple[int, str]] = []
+        self.hints: dict[str, bytes] = {}
+        #: Largest number of heads held at once (a figure for the scale benchmark).
+        self.heads_peak = 0
+
+    # -- hints ----------------------------------------------------------------------------
+    def set_hint(self, message_id: str, hint: bytes) -> None:
+        hints = self.hints
+        hints[message_id] = hint
+        if len(hints) > self.max_hints:
+            # Histories name recent messages: the oldest hint goes, as the ids do.
+            del hints[next(iter(hints))]
+        for refs in (self.heads, self.tail_refs):
+            ref = refs.get(message_id)
+            if ref is not None:
+                refs[message_id] = HistoryRef(message_id, hint, ref.sender_id)
+
+    def knows_hint(self, message_id: str) -> bool:
+        return message_id in self.hints
+
+    # -- log ------------------------------------------------------------------------------
+    def logged(self, mid: str, lamport: int, sender: str, named: Iterable[str],
+               *, head: bool) -> None:
+        """A message entered the log: it joins the tail, the ids it names stop being heads,
+        and it becomes a head unless ``head`` is false (it was declared lost meanwhile)."""
+        ref = HistoryRef(mid, self.hints.get(mid), sender)
+        bisect.insort(self.tail, (lamport, mid))
+        self.tail_refs[mid] = ref
+        if len(self.tail) > 2 * self.tail_size:
+            for _, old in self.tail[: self.tail_size]:
+                self.tail_refs.pop(old, None)
+            del self.tail[: self.tail_size]
+        for h in named:
+            self.drop_head(h)
+        if head:
+            self.add_head(ref, lamport)
+
+    def add_head(self, ref: HistoryRef, lamport: int) -> None:
+        heads = self.heads
+        heads[ref.message_id] = ref
+        self.head_lamport[ref.message_id] = lamport
+        heapq.heappush(self._by_age, (lamport, ref.message_id))
+        while len(heads) > self.max_heads:
+            self._pop_oldest()
+        if len(heads) > self.heads_peak:
+            self.heads_peak = len(heads)
+        if len(self._by_age) > 4 * len(heads) + 64:
+            self._by_age = [(lam, m) for m, lam in self.head_lamport.items()]
+            heapq.heapify(self._by_age)
+
+    def drop_head(self, mid: str) -> None:
+        if self.heads.pop(mid, None) is not None:
+            self.head_lamport.pop(mid, None)
+
+    def _oldest(self) -> tuple[int, str] | None:
+        by_age, lamports = self._by_age, self.head_lamport
+        while by_age:
+            lamport, mid = by_age[0]
+            if lamports.get(mid) == lamport:
+                return lamport, mid
+            heapq.heappop(by_age)
+        return None
+
+    def _pop_oldest(self) -> None:
+        oldest = self._oldest()
+        if oldest is not None:
+            heapq.heappop(self._by_age)
+            self.drop_head(oldest[1])
+
+    def expire(self, now: float) -> None:
+        """Heads whose Lamport time is more than ``head_ttl`` before ``now`` stop being heads."""
+        horizon = int(now * 1000) - self.head_ttl_ms
+        while (oldest := self._oldest()) is not None and oldest[0] < horizon:
+            heapq.heappop(self._by_age)
+            self.drop_head(oldest[1])
+
+    def forget(self, mid: str) -> None:
+        self.tail_refs.pop(mid, None)
+        self.tail = [item for item in self.tail if item[1] != mid]
+        self.drop_head(mid)
+
+    # -- choice ---------------------------------------------------------------------------
+    def choose(self, size: int, rng: random.Random | None, now: float) -> tuple[HistoryRef, ...]:
+        """Up to ``size`` ids to name, in (lamport, id) order: heads first (newest first; a
+        content message's last slot for the oldest head when it cannot name them all; a sync
+        message, given ``rng``, a seeded sample), then the log's tail."""
+        if size <= 0:
+            return ()
+        self.expire(now)
+        heads, lamports = self.heads, self.head_lamport
+        if len(heads) > size and rng is not None:
+            ordered = sorted(heads, key=lambda i: (lamports[i], i))
+            chosen = rng.sample(ordered, size)
+        elif len(heads) > size:
+            chosen = heapq.nlargest(size - 1, heads, key=lambda i: (lamports[i], i))
+            oldest = self._oldest()
+            assert oldest is not None
+            chosen.append(oldest[1])
+        else:
+            chosen = list(heads)
+        refs = [heads[i] for i in chosen]
+        lamport_of = {i: lamports[i] for i in chosen}
+        if len(refs) < size:
+            for lamport, mid in reversed(self.tail):
+                if len(refs) >= size:
+                    break
+                if mid not in lamport_of:
+                    lamport_of[mid] = lamport
+                    refs.append(self.tail_refs[mid])
+        refs.sort(key=lambda r: (lamport_of[r.message_id], r.message_id))
+        return tuple(refs)
+
+    # -- restore --------------------------------------------------------------------------
+    def load_tail(self, entries: list[tuple[int, str, str | None]]) -> None:
+        """The newest entries of a restored log, sorted by (lamport, id)."""
+        for lamport, mid, sender in entries[-self.tail_size:]:
+            self.tail.append((lamport, mid))
+            self.tail_refs[mid] = HistoryRef(mid, None, sender)
+
+    def load_heads(self, heads: Iterable[tuple[HistoryRef, int]]) -> None:
+        """Restored heads with their Lamport times (-1 unknown); the newest log entry if
+        none survived."""
+        for ref, lamport in heads:
+            self.add_head(ref, lamport)
+        if not self.heads and self.tail:
+            lamport, mid = self.tail[-1]
+            self.add_head(self.tail_refs[mid], lamport)

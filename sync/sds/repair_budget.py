@@ -1,0 +1,104 @@
+"""What SDS-R answers may cost us (docs/security.md "SDS-R repairs").
+
+A repair answer rebroadcasts a whole cached message to the group, while a request names it in
+a few bytes: unbounded, requests are an amplifier. Three bounds, all over ``repair_window``:
+
+* per requester: the distinct messages it asks us for may add up to ``repair_requester_bytes``
+  of wires. A request beyond that is refused and reported (``RepairRefused``, for the node to
+  penalise: an honest member asks for what it missed, up to three ids per message it sends,
+  and misses more only after an outage that Recon repairs). The same (requester, id) counts
+  once per window, so a replay of an honest member's transmission (whose requests are signed
+  and bound to the message carrying them) adds nothing to that member's bill.
+* per message: we rebroadcast one message at most once per ``repair_cooldown``.
+* per channel: all answers together at most ``repair_total_bytes``.
+
+Memory is bounded too: ``max_repair_requesters`` requesters (the least recent dropped), each
+with at most ``_IDS_PER_REQUESTER`` remembered ids, and one entry per message in cooldown.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from sync.sds.config import SdsConfig
+
+__all__ = ["RepairBudget"]
+
+_IDS_PER_REQUESTER = 64
+
+
+@dataclass
+class _Bill:
+    since: float
+    spent: int = 0
+    ids: set[str] = field(default_factory=set)
+
+
+class RepairBudget:
+    def __init__(self, config: SdsConfig) -> None:
+        self.config = config
+        self._bills: OrderedDict[str, _Bill] = OrderedDict()
+        #: id -> when we last rebroadcast it, oldest first.
+        self._answered: OrderedDict[str, float] = OrderedDict()
+        self._total = _Bill(0.0)
+        #: Refusals by reason, for metrics.
+        self.refused: dict[str, int] = {"requester": 0, "cooldown": 0, "total": 0}
+
+    def _bill(self, requester: str, now: float) -> _Bill:
+        bills = self._bills
+        bill = bills.get(requester)
+        if bill is None or now - bill.since >= self.config.repair_window:
+            bill = _Bill(now)
+            bills.pop(requester, None)
+            while len(bills) >= self.config.max_repair_requesters:
+                bills.popitem(last=False)
+            bills[requester] = bill
+        else:
+            bills.move_to_end(requester)
+        return bill
+
+    def admit(self, requester: str, mid: str, size: int, now: float) -> bool:
+        """May ``requester``'s request for ``mid`` (a wire of ``size`` bytes) be scheduled?
+        False: it is over its budget (refused; the caller reports it)."""
+        bill = self._bill(requester, now)
+        if mid in bill.ids:
+            return True
+        if bill.spent + size > self.config.repair_requester_bytes:
+            self.refused["requester"] += 1
+            return False
+        bill.spent += size
+        if len(bill.ids) < _IDS_PER_REQUESTER:
+            bill.ids.add(mid)
+        return True
+
+    def cooling(self, mid: str, now: float) -> bool:
+        """Whether we rebroadcast ``mid`` less than ``repair_cooldown`` ago (counted)."""
+        answered = self._answered
+        horizon = now - self.config.repair_cooldown
+        while answered:
+            first = next(iter(answered))
+            if answered[first] > horizon:
+                break
+            del answered[first]
+        if mid in answered:
+            self.refused["cooldown"] += 1
+            return True
+        return False
+
+    def spend(self, mid: str, size: int, now: float) -> bool:
+        """Account for rebroadcasting ``mid`` now; False (counted) when the channel's total
+        budget for the window is spent."""
+        total = self._total
+        if now - total.since >= self.config.repair_window:
+            total.since, total.spent = now, 0
+        if total.spent + size > self.config.repair_total_bytes:
+            self.refused["total"] += 1
+            return False
+        total.spent += size
+        answered = self._answered
+        answered.pop(mid, None)
+        answered[mid] = now
+        if len(answered) > self.config.repair_cache_size:
+            answered.popitem(last=False)
+        return True
