@@ -16,6 +16,7 @@ from sync.sds.events import (
     MissingEntry,
     PossiblyAcknowledged,
     RepairAnswered,
+    RepairRefused,
     RepairRequested,
     ResendExhausted,
     SdsEvent,
@@ -42,6 +43,7 @@ from sync.sds.profile import (
     peek_event,
     profile_of,
 )
+from sync.sds.members import MemberEstimate, response_groups
 from sync.sds.repair import in_response_group, repair_hash, t_req, t_resp
 from sync.sds.state import ChannelState, LogEntry, decode_state, encode_state
 
@@ -64,10 +66,12 @@ __all__ = [
     "HistoryRef",
     "LogEntry",
     "LostPolicy",
+    "MemberEstimate",
     "MissingDependencies",
     "MissingEntry",
     "PossiblyAcknowledged",
     "RepairAnswered",
+    "RepairRefused",
     "RepairRequested",
     "ResendExhausted",
     "RollingBloomFilter",
@@ -91,6 +95,7 @@ __all__ = [
     "peek_event",
     "profile_of",
     "repair_hash",
+    "response_groups",
     "t_req",
     "t_resp",
     "transmission_suffix",

@@ -183,6 +183,10 @@ class SdsChannel:
         """True while ``message_id`` is a known-missing dependency (no copy of the set)."""
         return message_id in self._missing
 
+    def holds(self, message_id: str) -> bool:
+        """Received: delivered (as far as memory knows) or waiting for its dependencies."""
+        return message_id in self._waiting or self._log.in_memory(message_id)
+
     def trust(self, event: SignedEvent) -> None:
         """Note that ``event``'s signature was verified elsewhere (say, in a worker thread), so
         that ``receive`` of its wire skips the check. Its id is still checked against the
@@ -226,6 +230,16 @@ class SdsChannel:
     def heads_peak(self) -> int:
         """The most DAG heads held at once (bounded by ``max_heads``)."""
         return self._history.heads_peak
+
+    def sizes(self) -> dict[str, int]:
+        """How much each bounded structure holds now (no copies: cheap enough to check
+        after every step, as the simulator does)."""
+        repair = self._repair
+        return {"heads": len(self._history.heads), "waiting": len(self._waiting),
+                "missing": len(self._missing), "repair_cache": len(repair.cache),
+                "repair_requests": len(repair.requests),
+                "repair_responses": len(repair.responses), "members": len(self._members),
+                "outgoing": len(self._outgoing)}
 
     @property
     def repair_refusals(self) -> dict[str, int]:
@@ -307,9 +321,15 @@ class SdsChannel:
                                     self._key, self._rng)
         return event.wire
 
-    def _sync_message(self, now: float) -> bytes:
+    def _sync_message(self, now: float, *, periodic: bool = True) -> bytes:
+        """A sync message: a periodic one names up to ``sync_history_size`` heads (a seeded
+        sample); one sent only because repair requests fell due names what a content message
+        would (its job is the requests; at scale these are most syncs, docs/sds.md)."""
         lamport = self._tick(now)
-        history = self._history.choose(self.config.sync_history_size, self._rng, now)
+        if periodic:
+            history = self._history.choose(self.config.sync_history_size, self._rng, now)
+        else:
+            history = self._history.choose(self.config.causal_history_size, None, now)
         event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
                                     self._key, self._rng)
         self._last_activity = now
@@ -699,7 +719,7 @@ class SdsChannel:
             due = self._timers.pop_due(now)
             if not due:
                 return
-            want_sync = False
+            want_sync = periodic = False
             for kind, key in due:
                 if kind is TimerKind.LOST:
                     self._declare_lost(key)
@@ -710,9 +730,9 @@ class SdsChannel:
                 elif kind is TimerKind.REPAIR_REQUEST:
                     want_sync = want_sync or key in self._repair.requests
                 elif kind is TimerKind.SYNC:
-                    want_sync = want_sync or self._periodic_sync_due(now)
-            if want_sync:
-                self._send_sync(now)
+                    periodic = periodic or self._periodic_sync_due(now)
+            if want_sync or periodic:
+                self._send_sync(now, periodic=periodic)
 
     def _periodic_sync_due(self, now: float) -> bool:
         if self._last_activity > self._sync_armed_at:
@@ -725,8 +745,8 @@ class SdsChannel:
             return False
         return True
 
-    def _send_sync(self, now: float) -> None:
-        self._datagrams.append(self._sync_message(now))
+    def _send_sync(self, now: float, *, periodic: bool = True) -> None:
+        self._datagrams.append(self._sync_message(now, periodic=periodic))
         self._repair.pace_due(now)
         self._arm_sync(now)
 
@@ -750,7 +770,10 @@ class SdsChannel:
         wire = self._repair.respond(mid, now)
         if wire is None:
             return
-        self._datagrams.append(wire + self._suffix(now, mid, requests=False))
+        # A signed channel's answer goes without our filter: its signature would be checked
+        # against the message's sender, not us, so it could only cost bytes (most of them).
+        self._datagrams.append(wire if self.profile.signed
+                               else wire + self._suffix(now, mid, requests=False))
         self._last_activity = now
         self._events.append(RepairAnswered(mid))
 

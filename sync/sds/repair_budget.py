@@ -75,7 +75,7 @@ class RepairBudget:
     def cooling(self, mid: str, now: float) -> bool:
         """Whether we rebroadcast ``mid`` less than ``repair_cooldown`` ago (counted)."""
         answered = self._answered
-        horizon = now - self.config.repair_cooldown
+        horizon = now - min(self.config.repair_cooldown, self.config.t_min)
         while answered:
             first = next(iter(answered))
             if answered[first] > horizon:

@@ -1,0 +1,384 @@
+"""The discrete-event simulation: N members, each a real ``SdsChannel``, over ``sync.sim.network``.
+
+One heap of (time, seq, kind, member, payload) drives it; every member step (a delivery, a
+timer, a publish) is followed by the invariant checks of that member, and the run ends with
+the convergence check. A violated invariant raises :class:`SimFailure`, whose text carries the
+command that replays the run. Extension points for the later models (Recon, fetch-by-id,
+the database app, hostile members): ``Member.honest`` and ``Simulation.on_step``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sync.identity import peer_id_of
+from sync.sds import (
+    Acknowledged,
+    Delivered,
+    RepairAnswered,
+    RepairRefused,
+    RepairRequested,
+    SdsChannel,
+    decode_transmission,
+)
+from sync.sim.network import Mesh
+from sync.sim.scenario import Scenario
+from sync.sim.stats import Stats
+
+__all__ = ["Member", "SimFailure", "Simulation", "run"]
+
+_DELIVER, _TIMER, _PUBLISH, _CRASH, _RESTART, _LEAVE, _JOIN, _SPLIT, _HEAL, _CHECK = range(10)
+_CHANNEL = "sim"
+_CHECK_EVERY = 10.0
+
+
+class SimFailure(AssertionError):
+    """An invariant did not hold; the message says which and how to replay the run."""
+
+
+@dataclass
+class Member:
+    index: int
+    key: Ed25519PrivateKey
+    peer_id: str
+    channel: SdsChannel
+    skew: float
+    joined_at: float
+    online: bool = True
+    gone: bool = False
+    honest: bool = True
+    timer_at: float | None = None
+    #: Message numbers delivered, as a bitmap (1 byte per message of the run).
+    log: bytearray = field(default_factory=bytearray)
+
+
+def _key(rng: random.Random) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(rng.randbytes(32))
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario) -> None:
+        self.sc = scenario
+        self.rng = random.Random(scenario.seed)
+        self.mesh = Mesh(scenario.members, scenario.network, random.Random(scenario.seed + 1))
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self.now = 0.0
+        self.members: list[Member] = []
+        self.side: list[int] = []
+        #: payload number -> (bytes, origin, content message number or -1)
+        self.payloads: list[tuple[bytes, int, int]] = []
+        self.msg_no: dict[str, int] = {}
+        self.published_at: list[float] = []
+        self.holders: list[int] = []
+        self.wires: dict[str, bytes] = {}
+        self.stats = Stats()
+        self.on_step: Callable[[Simulation, Member], None] | None = None
+        self.steps = 0
+        self._broadcast_once: set[int] = set()
+        for _ in range(scenario.members):
+            self._new_member(0.0)
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _new_member(self, at: float) -> Member:
+        sc = self.sc
+        index = len(self.members)
+        key = _key(self.rng)
+        pid = peer_id_of(key)
+        skew = self.rng.uniform(-sc.skew, sc.skew) if sc.skew else 0.0
+        ch = SdsChannel(_CHANNEL, pid, key if sc.signed else None, config=sc.sds,
+                        rng=random.Random(self.rng.getrandbits(64)), now=at + skew,
+                        verify_signatures=sc.signed)
+        member = Member(index, key, pid, ch, skew, at)
+        self.members.append(member)
+        self.side.append(0)
+        if index >= len(self.mesh.peers):
+            self.mesh.add_member()
+        self._arm(member)
+        return member
+
+    def _push(self, at: float, kind: int, member: int = -1, payload: int = -1) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, (at, self._seq, kind, member, payload))
+
+    def _arm(self, m: Member) -> None:
+        due = m.channel.get_timer()
+        if due is None:
+            m.timer_at = None
+            return
+        at = max(due - m.skew, self.now)
+        if m.timer_at is None or at < m.timer_at or m.timer_at < self.now:
+            m.timer_at = at
+            self._push(at, _TIMER, m.index)
+
+    def fail(self, what: str) -> SimFailure:
+        return SimFailure(f"invariant violated at t={self.now:.3f}s, step {self.steps}: {what}\n"
+                          f"replay: {self.sc.command()}")
+
+    # -- running --------------------------------------------------------------------------
+    def run(self) -> Stats:
+        sc = self.sc
+        self._schedule_traffic()
+        end = sc.duration + sc.settle
+        self._push(sc.duration, _CHECK)
+        cpu0 = time.process_time()
+        while self.heap:
+            at, _, kind, who, payload = heapq.heappop(self.heap)
+            if at > end:
+                break
+            self.now = at
+            if kind == _CHECK:
+                if self._quiet():
+                    break
+                self._push(at + _CHECK_EVERY, _CHECK)
+                continue
+            self._dispatch(kind, who, payload)
+        self.stats.cpu_seconds = time.process_time() - cpu0
+        self.stats.sim_seconds = self.now
+        self._check_converged()
+        return self.stats
+
+    def _schedule_traffic(self) -> None:
+        sc, rng = self.sc, self.rng
+        t = 0.0
+        while sc.rate > 0:
+            t += rng.expovariate(sc.rate)
+            if t >= sc.duration:
+                break
+            self._push(t, _PUBLISH)
+        for rate, kind in ((sc.crash_rate, _CRASH), (sc.leave_rate, _LEAVE),
+                           (sc.join_rate, _JOIN)):
+            t = 0.0
+            while rate > 0:
+                t += rng.expovariate(rate)
+                if t >= sc.duration:
+                    break
+                self._push(t, kind)
+        for start, stop, fraction in sc.partitions:
+            self._push(start, _SPLIT, payload=int(fraction * 1000))
+            self._push(stop, _HEAL)
+
+    def _pick(self) -> Member | None:
+        live = [m for m in self.members if m.online and m.honest]
+        return self.rng.choice(live) if live else None
+
+    def _dispatch(self, kind: int, who: int, payload: int) -> None:
+        if kind == _DELIVER:
+            m = self.members[who]
+            if m.online:
+                self._deliver(m, payload)
+        elif kind == _TIMER:
+            m = self.members[who]
+            if m.online and m.timer_at == self.now:
+                m.timer_at = None
+                t0 = time.process_time()
+                m.channel.handle_timer(self.now + m.skew)
+                self.stats.member_cpu += time.process_time() - t0
+                self._after(m)
+        elif kind == _PUBLISH:
+            m = self._pick()
+            if m is not None:
+                self._publish(m)
+        elif kind in (_CRASH, _LEAVE):
+            m = self._pick()
+            if m is not None and sum(x.online for x in self.members) > 2:
+                m.online = False
+                if kind == _LEAVE:
+                    m.gone = True
+                else:
+                    self._push(self.now + self.sc.downtime, _RESTART, m.index)
+        elif kind == _RESTART:
+            self._restart(self.members[who])
+        elif kind == _JOIN:
+            self._new_member(self.now)
+        elif kind == _SPLIT:
+            for m in self.members:
+                self.side[m.index] = 1 if self.rng.random() < payload / 1000 else 0
+        elif kind == _HEAL:
+            self.side = [0] * len(self.members)
+
+    def _publish(self, m: Member) -> None:
+        content = self.rng.randbytes(self.sc.content_bytes)
+        t0 = time.process_time()
+        wire = m.channel.send(content, self.now + m.skew)
+        self.stats.member_cpu += time.process_time() - t0
+        self.stats.published += 1
+        self._after(m, published=True)
+        self._broadcast(m, wire)
+
+    def _deliver(self, m: Member, payload: int) -> None:
+        data, _, _ = self.payloads[payload]
+        t0 = time.process_time()
+        m.channel.receive(data, self.now + m.skew)
+        self.stats.member_cpu += time.process_time() - t0
+        self.stats.receptions += 1
+        self._after(m)
+
+    def _broadcast(self, m: Member, data: bytes) -> None:
+        sc, stats = self.sc, self.stats
+        number = len(self.payloads)
+        tx = decode_transmission(data, verify_signature=False, check_id=False)
+        content_no = self.msg_no.get(tx.event.message_id, -1) if tx.event.content else -1
+        # Losses are counted for a message's first broadcast only: a (message, member) pair
+        # that then needs a resend or a repair.
+        first = content_no >= 0 and content_no not in self._broadcast_once
+        if first:
+            self._broadcast_once.add(content_no)
+        if content_no < 0:
+            kind = "sync_request" if tx.repair_request else "sync"
+        elif first:
+            kind = "content"
+        else:
+            kind = "resend" if tx.event.sender_id == m.peer_id else "repair"
+        stats.floods[kind] = stats.floods.get(kind, 0) + 1
+        stats.flood_bytes[kind] = stats.flood_bytes.get(kind, 0) + len(data)
+        self.payloads.append((data, m.index, content_no))
+        if sc.signed:
+            # One Ed25519 check per message for the whole group (its result is the same at
+            # every member): members are told it is verified, as the node's worker does.
+            for other in self.members:
+                if other is not m and other.online:
+                    other.channel.trust(tx.event)
+        flood = self.mesh.flood(m.index, len(data), self.now,
+                                [x.online and not x.gone for x in self.members], self.side)
+        size = len(data)
+        for member, copies in flood.sent.items():
+            stats.sent(member, copies, size)
+        for member, copies in flood.received.items():
+            stats.got(member, copies, size)
+        loss = sc.network.delivery_loss
+        for member, at in flood.arrival.items():
+            if loss and self.rng.random() < loss:
+                if first:
+                    stats.lost += 1
+                continue
+            self._push(at, _DELIVER, member, number)
+        if first:
+            reached = len(flood.arrival)
+            stats.unreached += sum(1 for x in self.members if x.online and not x.gone) - 1 - reached
+
+    def _after(self, m: Member, *, published: bool = False) -> None:
+        self.steps += 1
+        ch, stats = m.channel, self.stats
+        for ev in ch.events():
+            if isinstance(ev, Delivered):
+                self._on_delivered(m, ev)
+            elif isinstance(ev, Acknowledged):
+                # Received (delivered or waiting: ids enter filters on reception) by another.
+                if not any(o is not m and o.channel.holds(ev.message_id)
+                           for o in self.members):
+                    raise self.fail(f"member {m.index} saw {ev.message_id[:12]} acknowledged "
+                                    "while no other member holds it")
+            elif isinstance(ev, RepairRequested):
+                stats.repair_requests += len(ev.message_ids)
+            elif isinstance(ev, RepairAnswered):
+                stats.repair_responses += 1
+            elif isinstance(ev, RepairRefused):
+                stats.repair_refused += len(ev.message_ids)
+        for data in ch.datagrams_to_send():
+            self._broadcast(m, data)
+        self._check_bounds(m)
+        if self.on_step is not None:
+            self.on_step(self, m)
+        self._arm(m)
+
+    def _on_delivered(self, m: Member, ev: Delivered) -> None:
+        no = self.msg_no.get(ev.message_id)
+        if no is None:
+            no = self.msg_no[ev.message_id] = len(self.published_at)
+            self.published_at.append(self.now)
+            self.holders.append(0)
+            self.wires[ev.message_id] = ev.wire
+        log = m.log
+        if len(log) <= no:
+            log.extend(bytes(no + 64 - len(log)))
+        if log[no]:
+            raise self.fail(f"member {m.index} delivered {ev.message_id[:12]} twice")
+        if not ev.lost_dependency:
+            for h in ev.causal_history:
+                hn = self.msg_no.get(h)
+                if hn is None or hn >= len(log) or not log[hn]:
+                    raise self.fail(f"member {m.index} delivered {ev.message_id[:12]} before "
+                                    f"its dependency {h[:12]}")
+        log[no] = 1
+        self.holders[no] += 1
+        if ev.sender_id != m.peer_id:
+            self.stats.latency.append(self.now - self.published_at[no])
+        else:
+            self.stats.deliveries_own += 1
+
+    def _check_bounds(self, m: Member) -> None:
+        cfg = self.sc.sds
+        sizes = m.channel.sizes()
+        bounds = {"heads": cfg.max_heads, "waiting": cfg.max_waiting,
+                  "missing": cfg.max_missing, "repair_cache": cfg.repair_cache_size,
+                  "members": cfg.max_members_tracked}
+        for name, bound in bounds.items():
+            if sizes[name] > bound:
+                raise self.fail(f"member {m.index}: {name} {sizes[name]} over its bound {bound}")
+        self.stats.heads_peak = max(self.stats.heads_peak, sizes["heads"])
+
+    def _restart(self, m: Member) -> None:
+        """A crashed member comes back from its saved state and its persisted log."""
+        sc = self.sc
+        ch = m.channel
+        state = ch.export_state()
+        log = [(mid, lamport) for lamport, mid in ch.log()]
+        recent = [self.wires[mid] for mid, _ in log[-sc.sds.repair_cache_size:]
+                  if mid in self.wires]
+        m.channel = SdsChannel.restore(state, m.key if sc.signed else None, log=log,
+                                       cached_wires=recent, config=sc.sds,
+                                       rng=random.Random(self.rng.getrandbits(64)),
+                                       now=self.now + m.skew, verify_signatures=sc.signed)
+        m.online = True
+        m.timer_at = None
+        self.stats.restarts += 1
+        self._after(m)
+
+    # -- convergence ----------------------------------------------------------------------
+    def _full(self) -> list[Member]:
+        return [m for m in self.members if m.honest and not m.gone and m.joined_at == 0.0]
+
+    def _quiet(self) -> bool:
+        total = len(self.published_at)
+        for m in self.members:
+            if m.gone or not m.honest:
+                continue
+            if not m.online:
+                return False
+            s = m.channel.sizes()
+            if s["waiting"] or s["missing"] or s["repair_requests"]:
+                return False
+            if m.joined_at == 0.0 and sum(m.log) != total:
+                return False
+        return True
+
+    def _check_converged(self) -> None:
+        full = self._full()
+        total = len(self.published_at)
+        for m in full:
+            have = sum(m.log)
+            if have != total:
+                missing = [i for i in range(total) if i >= len(m.log) or not m.log[i]]
+                raise self.fail(f"member {m.index} holds {have} of {total} messages after "
+                                f"settling (first missing: message #{missing[0]})")
+        for m in self.members:
+            if m.gone or not m.honest or m.joined_at == 0.0:
+                continue
+            late = [i for i, t in enumerate(self.published_at)
+                    if t > m.joined_at + 1.0 and (i >= len(m.log) or not m.log[i])]
+            if late:
+                raise self.fail(f"joiner {m.index} lacks {len(late)} messages published after "
+                                "it joined")
+        self.stats.members = len(full)
+        self.stats.messages = total
+
+
+def run(scenario: Scenario) -> Stats:
+    return Simulation(scenario).run()

@@ -1,0 +1,59 @@
+"""What one simulation run does: group size, traffic, network, churn, partitions, clocks.
+
+Every field is plain data, so a run is replayed exactly from its scenario and seed
+(``Scenario.command()`` prints the command line that does it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from sync.sds import SdsConfig
+from sync.sim.network import NetworkConfig
+
+__all__ = ["Scenario"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    members: int = 10
+    seed: int = 0
+    #: Content messages per second, group-wide (Poisson), for ``duration`` seconds ...
+    rate: float = 20.0
+    duration: float = 30.0
+    content_bytes: int = 100
+    #: ... then at most ``settle`` more seconds until every honest member is quiet.
+    settle: float = 900.0
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    #: Crash-and-restart, leave and join events per second, group-wide, while publishing;
+    #: a crashed member is down for ``downtime`` seconds.
+    crash_rate: float = 0.0
+    leave_rate: float = 0.0
+    join_rate: float = 0.0
+    downtime: float = 20.0
+    #: (start, end, fraction): from start to end a random ``fraction`` of the members is cut
+    #: off from the others.
+    partitions: tuple[tuple[float, float, float], ...] = ()
+    #: Each member's clock is off by a uniform amount in [-skew, +skew] seconds.
+    skew: float = 0.0
+    #: The SDS settings of every member (default: the node's, signed messages).
+    sds: SdsConfig = field(default_factory=SdsConfig)
+    signed: bool = True
+
+    def command(self) -> str:
+        """The ``python -m sync.sim`` command that replays this run."""
+        args = [f"--members {self.members}", f"--seed {self.seed}", f"--rate {self.rate}",
+                f"--duration {self.duration}", f"--settle {self.settle}",
+                f"--loss {self.network.delivery_loss}", f"--link-loss {self.network.link_loss}",
+                f"--degree {self.network.degree}", f"--bandwidth {self.network.bandwidth}",
+                f"--crash-rate {self.crash_rate}", f"--leave-rate {self.leave_rate}",
+                f"--join-rate {self.join_rate}", f"--skew {self.skew}"]
+        args += [f"--partition {a},{b},{f}" for a, b, f in self.partitions]
+        if not self.signed:
+            args.append("--unsigned")
+        defaults = SdsConfig()
+        for f in fields(SdsConfig):
+            value = getattr(self.sds, f.name)
+            if value != getattr(defaults, f.name):
+                args.append(f"--sds {f.name}={value}")
+        return "python -m sync.sim " + " ".join(args)

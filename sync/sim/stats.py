@@ -1,0 +1,80 @@
+"""What a simulation run measured, per member and per published message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Stats"]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Stats:
+    published: int = 0
+    messages: int = 0
+    members: int = 0
+    receptions: int = 0
+    deliveries_own: int = 0
+    #: Content messages dropped at a member (delivery loss) / not reached by a flood.
+    lost: int = 0
+    unreached: int = 0
+    repair_requests: int = 0
+    repair_responses: int = 0
+    repair_refused: int = 0
+    restarts: int = 0
+    heads_peak: int = 0
+    cpu_seconds: float = 0.0
+    member_cpu: float = 0.0
+    sim_seconds: float = 0.0
+    bytes_sent: dict[int, int] = field(default_factory=dict)
+    bytes_received: dict[int, int] = field(default_factory=dict)
+    msgs_sent: dict[int, int] = field(default_factory=dict)
+    msgs_received: dict[int, int] = field(default_factory=dict)
+    latency: list[float] = field(default_factory=list)
+    #: Broadcasts by kind: content, resend, repair (a rebroadcast answer), sync, sync_request.
+    floods: dict[str, int] = field(default_factory=dict)
+    flood_bytes: dict[str, int] = field(default_factory=dict)
+
+    def sent(self, member: int, copies: int, size: int) -> None:
+        self.msgs_sent[member] = self.msgs_sent.get(member, 0) + copies
+        self.bytes_sent[member] = self.bytes_sent.get(member, 0) + copies * size
+
+    def got(self, member: int, copies: int, size: int) -> None:
+        self.msgs_received[member] = self.msgs_received.get(member, 0) + copies
+        self.bytes_received[member] = self.bytes_received.get(member, 0) + copies * size
+
+    def per_member_event(self, table: dict[int, int]) -> float:
+        """Mean over members of the total in ``table``, per published message."""
+        if not self.published or not self.members:
+            return 0.0
+        return sum(table.values()) / max(1, len(self.bytes_received) or self.members) \
+            / self.published
+
+    def summary(self) -> dict[str, float]:
+        losses = self.lost + self.unreached
+        per = self.published * max(1, self.members)
+        return {
+            "published": self.published,
+            "bytes_recv_per_member_event": round(self.per_member_event(self.bytes_received), 1),
+            "bytes_sent_per_member_event": round(self.per_member_event(self.bytes_sent), 1),
+            "msgs_recv_per_member_event": round(self.per_member_event(self.msgs_received), 3),
+            "msgs_sent_per_member_event": round(self.per_member_event(self.msgs_sent), 3),
+            "cpu_us_per_event_member": round(1e6 * self.member_cpu / per, 2) if per else 0.0,
+            "losses": losses,
+            "requests_per_loss": round(self.repair_requests / losses, 3) if losses else 0.0,
+            "responses_per_loss": round(self.repair_responses / losses, 3) if losses else 0.0,
+            "repair_refused": self.repair_refused,
+            "delivery_p50_s": round(_percentile(self.latency, 0.50), 3),
+            "delivery_p99_s": round(_percentile(self.latency, 0.99), 3),
+            "heads_peak": self.heads_peak,
+            "floods": dict(sorted(self.floods.items())),
+            "flood_mean_bytes": {k: self.flood_bytes[k] // v for k, v in sorted(self.floods.items())},
+            "sim_seconds": round(self.sim_seconds, 1),
+            "cpu_seconds": round(self.cpu_seconds, 1),
+        }
