@@ -63,12 +63,14 @@ def review_acks(outgoing: Mapping[str, OutgoingEntry], event: SignedEvent,
     """``signers_needed``: distinct signed filters needed to acknowledge (see above);
     ``indexer``: the channel profile's bit positions of an id (``sync.sds.profile``)."""
     review = AckReview()
+    done: set[str] = set()
     for h in event.causal_history:
-        if h.message_id in outgoing:
+        # A history may name an id twice (a hostile sender's): acknowledge it once.
+        if h.message_id in outgoing and h.message_id not in done:
+            done.add(h.message_id)
             review.acknowledged.append((h.message_id, False))
     if evidence is None:
         return review
-    done = {mid for mid, _ in review.acknowledged}
     view, params, sender = evidence.view, evidence.view.params, event.sender_id
     for entry in outgoing.values():
         if entry.message_id in done or sender in entry.bloom_senders:

@@ -117,6 +117,7 @@ class SdsChannel:
         # Heads (the frontier of the causal DAG, bounded), the log's tail and hints.
         self._history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
                                       cfg.head_ttl, cfg.delivered_window)
+        self._history.touch(now)
         # Incoming buffer: waiting messages, and who waits for which missing id.
         self._waiting: dict[str, WaitingEntry] = {}
         self._waiters: dict[str, list[str]] = {}
@@ -299,7 +300,7 @@ class SdsChannel:
             # The id is the payload's hash: a second send would be the same message.
             raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
-        history = self._history.choose(self.config.causal_history_size, None, now)
+        history = self._history.choose(self.config.causal_history_size, now)
         event = self.profile.encode(
             self.channel_id, self.participant_id, lamport, history, content, self._key, self._rng
         )
@@ -327,9 +328,9 @@ class SdsChannel:
         would (its job is the requests; at scale these are most syncs, docs/sds.md)."""
         lamport = self._tick(now)
         if periodic:
-            history = self._history.choose(self.config.sync_history_size, self._rng, now)
+            history = self._history.choose(self.config.sync_history_size, now, rotate=True)
         else:
-            history = self._history.choose(self.config.causal_history_size, None, now)
+            history = self._history.choose(self.config.causal_history_size, now)
         event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
                                     self._key, self._rng)
         self._last_activity = now
@@ -451,6 +452,7 @@ class SdsChannel:
         if event.sender_id == self.participant_id:
             return
         self._members.heard(event.sender_id, now)
+        self._history.touch(now)
         if event.is_ephemeral:
             self._receive_ephemeral(event)
             return
@@ -468,10 +470,6 @@ class SdsChannel:
             self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:
             self._last_activity = now
-            # Another member named these in its sync: those who missed them learn it from
-            # there, so they need not stay our heads (docs/sds.md "Heads").
-            for h in event.causal_history:
-                self._history.drop_head(h.message_id)
             unknown = [h for h in event.causal_history if self._is_unknown(h.message_id)]
             if unknown and not self._log.complete:
                 held = self._log.known(h.message_id for h in unknown)
@@ -715,6 +713,7 @@ class SdsChannel:
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at ``now``; outgoing messages go to ``datagrams_to_send()``."""
+        self._history.touch(now)
         while True:
             due = self._timers.pop_due(now)
             if not due:

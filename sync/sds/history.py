@@ -2,9 +2,12 @@
 the choice of the ids a message names (docs/sds.md "Causal history" and "Heads").
 
 Heads are delivered messages no delivered message names. They are bounded (docs/sds.md
-"Heads"): at most ``max_heads`` (the oldest by Lamport time dropped), a head older than
-``head_ttl`` expires, and a head another member names in a sync message stops being one. A
-content message names the newest heads and, when there are more heads than it can name, the
+"Heads"): at most ``max_heads`` (the oldest dropped), and a head expires ``head_ttl`` after it
+became one here (its age counts from its delivery here, not from its Lamport time: a message
+delivered late, after waiting for a repair, still gets its full time to be named). A sync
+message names the heads least recently named first (a rotation, so every head is named within
+``max_heads / sync_history_size`` syncs before it expires). (A head another member names in a sync message stays one: a member
+that missed that sync, offline then, would never hear of it again.) A content message names the newest heads and, when there are more heads than it can name, the
 oldest one in its last slot, so concurrent messages that nobody would otherwise name are
 named (without that slot the heads of a busy group grow without end). Every operation costs
 O(max_heads) or O(log) at most, whatever the log's length.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import random
+import itertools
 from collections.abc import Iterable
 
 from sync.sds.message import HistoryRef
@@ -32,10 +35,14 @@ class CausalHistory:
         #: Sorted recent (lamport, id) of the log, and their references.
         self.tail: list[tuple[int, str]] = []
         self.tail_refs: dict[str, HistoryRef] = {}
-        #: Heads and their Lamport times; a min-heap of (lamport, id) with lazy deletion.
+        #: Heads (least recently named first) and their Lamport times; when each became a
+        #: head here (ms), and a min-heap of (that, id) with lazy deletion.
         self.heads: dict[str, HistoryRef] = {}
         self.head_lamport: dict[str, int] = {}
+        self._since: dict[str, int] = {}
         self._by_age: list[tuple[int, str]] = []
+        #: The latest ``now`` (ms) the channel told us.
+        self.now_ms = 0
         self.hints: dict[str, bytes] = {}
         #: Largest number of heads held at once (a figure for the scale benchmark).
         self.heads_peak = 0
@@ -72,29 +79,35 @@ class CausalHistory:
         if head:
             self.add_head(ref, lamport)
 
+    def touch(self, now: float) -> None:
+        self.now_ms = int(now * 1000)
+
     def add_head(self, ref: HistoryRef, lamport: int) -> None:
-        heads = self.heads
-        heads[ref.message_id] = ref
-        self.head_lamport[ref.message_id] = lamport
-        heapq.heappush(self._by_age, (lamport, ref.message_id))
+        heads, mid = self.heads, ref.message_id
+        heads[mid] = ref
+        self.head_lamport[mid] = lamport
+        since = max(self.now_ms, lamport)
+        self._since[mid] = since
+        heapq.heappush(self._by_age, (since, mid))
         while len(heads) > self.max_heads:
             self._pop_oldest()
         if len(heads) > self.heads_peak:
             self.heads_peak = len(heads)
         if len(self._by_age) > 4 * len(heads) + 64:
-            self._by_age = [(lam, m) for m, lam in self.head_lamport.items()]
+            self._by_age = [(since, m) for m, since in self._since.items()]
             heapq.heapify(self._by_age)
 
     def drop_head(self, mid: str) -> None:
         if self.heads.pop(mid, None) is not None:
             self.head_lamport.pop(mid, None)
+            self._since.pop(mid, None)
 
     def _oldest(self) -> tuple[int, str] | None:
-        by_age, lamports = self._by_age, self.head_lamport
+        by_age, since = self._by_age, self._since
         while by_age:
-            lamport, mid = by_age[0]
-            if lamports.get(mid) == lamport:
-                return lamport, mid
+            when, mid = by_age[0]
+            if since.get(mid) == when:
+                return when, mid
             heapq.heappop(by_age)
         return None
 
@@ -105,8 +118,9 @@ class CausalHistory:
             self.drop_head(oldest[1])
 
     def expire(self, now: float) -> None:
-        """Heads whose Lamport time is more than ``head_ttl`` before ``now`` stop being heads."""
-        horizon = int(now * 1000) - self.head_ttl_ms
+        """Heads that became heads more than ``head_ttl`` before ``now`` stop being heads."""
+        self.touch(now)
+        horizon = self.now_ms - self.head_ttl_ms
         while (oldest := self._oldest()) is not None and oldest[0] < horizon:
             heapq.heappop(self._by_age)
             self.drop_head(oldest[1])
@@ -117,21 +131,23 @@ class CausalHistory:
         self.drop_head(mid)
 
     # -- choice ---------------------------------------------------------------------------
-    def choose(self, size: int, rng: random.Random | None, now: float) -> tuple[HistoryRef, ...]:
-        """Up to ``size`` ids to name, in (lamport, id) order: heads first (newest first; a
-        content message's last slot for the oldest head when it cannot name them all; a sync
-        message, given ``rng``, a seeded sample), then the log's tail."""
+    def choose(self, size: int, now: float, *, rotate: bool = False) -> tuple[HistoryRef, ...]:
+        """Up to ``size`` ids to name, in (lamport, id) order: heads first (a content message
+        the newest, and the oldest in its last slot when it cannot name them all; a sync
+        message, ``rotate``, those least recently named), then the log's tail."""
         if size <= 0:
             return ()
         self.expire(now)
         heads, lamports = self.heads, self.head_lamport
-        if len(heads) > size and rng is not None:
-            ordered = sorted(heads, key=lambda i: (lamports[i], i))
-            chosen = rng.sample(ordered, size)
+        if len(heads) > size and rotate:
+            chosen = list(itertools.islice(heads, size))
+            for mid in chosen:  # to the back of the rotation
+                heads[mid] = heads.pop(mid)
         elif len(heads) > size:
-            chosen = heapq.nlargest(size - 1, heads, key=lambda i: (lamports[i], i))
             oldest = self._oldest()
             assert oldest is not None
+            chosen = heapq.nlargest(size - 1, (i for i in heads if i != oldest[1]),
+                                    key=lambda i: (lamports[i], i))
             chosen.append(oldest[1])
         else:
             chosen = list(heads)

@@ -57,7 +57,7 @@ class Mesh:
         self.peers[b].append(a)
         self.latency[(a, b)] = self.latency[(b, a)] = self.rng.uniform(lo, hi)
 
-    def _fill(self, member: int) -> None:
+    def _fill(self, member: int, alive: list[bool] | None = None) -> None:
         n = len(self.peers)
         want = min(self.config.degree, n - 1)
         tries = 0
@@ -66,14 +66,31 @@ class Mesh:
             other = self.rng.randrange(n)
             if other == member or other in self.peers[member]:
                 continue
+            if alive is not None and not alive[other]:
+                continue
             if len(self.peers[other]) >= 2 * self.config.degree:
                 continue
             self._link(member, other)
 
-    def add_member(self) -> int:
+    def detach(self, member: int, alive: list[bool]) -> None:
+        """``member`` went offline: its mesh peers drop it and graft others (GossipSub keeps
+        each mesh at its degree), among the members ``alive``."""
+        former = self.peers[member]
+        self.peers[member] = []
+        for peer in former:
+            self.peers[peer].remove(member)
+        for peer in former:
+            if alive[peer]:
+                self._fill(peer, alive)
+
+    def attach(self, member: int, alive: list[bool]) -> None:
+        """``member`` came back online: it grafts a fresh mesh."""
+        self._fill(member, alive)
+
+    def add_member(self, alive: list[bool] | None = None) -> int:
         self.peers.append([])
         member = len(self.peers) - 1
-        self._fill(member)
+        self._fill(member, alive)
         return member
 
     def flood(self, origin: int, size: int, start: float, reachable: list[bool],

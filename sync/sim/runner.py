@@ -21,6 +21,8 @@ from sync.identity import peer_id_of
 from sync.sds import (
     Acknowledged,
     Delivered,
+    DependencyLost,
+    MissingDependencies,
     RepairAnswered,
     RepairRefused,
     RepairRequested,
@@ -33,9 +35,13 @@ from sync.sim.stats import Stats
 
 __all__ = ["Member", "SimFailure", "Simulation", "run"]
 
-_DELIVER, _TIMER, _PUBLISH, _CRASH, _RESTART, _LEAVE, _JOIN, _SPLIT, _HEAL, _CHECK = range(10)
+(_DELIVER, _TIMER, _PUBLISH, _CRASH, _RESTART, _LEAVE, _JOIN, _SPLIT, _HEAL, _CHECK,
+ _FETCH, _FETCHED) = range(12)
+_FETCH_RETRY = 5.0
 _CHANNEL = "sim"
 _CHECK_EVERY = 10.0
+#: Members' clocks read epoch seconds: simulated time 0 is this instant (plus their skew).
+EPOCH = 1_800_000_000.0
 
 
 class SimFailure(AssertionError):
@@ -48,7 +54,8 @@ class Member:
     key: Ed25519PrivateKey
     peer_id: str
     channel: SdsChannel
-    skew: float
+    #: Local clock = simulated time + this (EPOCH plus the member's skew).
+    clock: float
     joined_at: float
     online: bool = True
     gone: bool = False
@@ -56,6 +63,8 @@ class Member:
     timer_at: float | None = None
     #: Message numbers delivered, as a bitmap (1 byte per message of the run).
     log: bytearray = field(default_factory=bytearray)
+    #: Message ids this member declared irretrievably lost.
+    declared_lost: set[str] = field(default_factory=set)
 
 
 def _key(rng: random.Random) -> Ed25519PrivateKey:
@@ -82,6 +91,7 @@ class Simulation:
         self.on_step: Callable[[Simulation, Member], None] | None = None
         self.steps = 0
         self._broadcast_once: set[int] = set()
+        self._fetched_ids: list[str] = []
         for _ in range(scenario.members):
             self._new_member(0.0)
 
@@ -91,15 +101,15 @@ class Simulation:
         index = len(self.members)
         key = _key(self.rng)
         pid = peer_id_of(key)
-        skew = self.rng.uniform(-sc.skew, sc.skew) if sc.skew else 0.0
+        clock = EPOCH + (self.rng.uniform(-sc.skew, sc.skew) if sc.skew else 0.0)
         ch = SdsChannel(_CHANNEL, pid, key if sc.signed else None, config=sc.sds,
-                        rng=random.Random(self.rng.getrandbits(64)), now=at + skew,
+                        rng=random.Random(self.rng.getrandbits(64)), now=at + clock,
                         verify_signatures=sc.signed)
-        member = Member(index, key, pid, ch, skew, at)
+        member = Member(index, key, pid, ch, clock, at)
         self.members.append(member)
         self.side.append(0)
         if index >= len(self.mesh.peers):
-            self.mesh.add_member()
+            self.mesh.add_member(self._alive())
         self._arm(member)
         return member
 
@@ -112,7 +122,7 @@ class Simulation:
         if due is None:
             m.timer_at = None
             return
-        at = max(due - m.skew, self.now)
+        at = max(due - m.clock, self.now)
         if m.timer_at is None or at < m.timer_at or m.timer_at < self.now:
             m.timer_at = at
             self._push(at, _TIMER, m.index)
@@ -164,6 +174,9 @@ class Simulation:
             self._push(start, _SPLIT, payload=int(fraction * 1000))
             self._push(stop, _HEAL)
 
+    def _alive(self) -> list[bool]:
+        return [x.online and not x.gone for x in self.members]
+
     def _pick(self) -> Member | None:
         live = [m for m in self.members if m.online and m.honest]
         return self.rng.choice(live) if live else None
@@ -178,7 +191,7 @@ class Simulation:
             if m.online and m.timer_at == self.now:
                 m.timer_at = None
                 t0 = time.process_time()
-                m.channel.handle_timer(self.now + m.skew)
+                m.channel.handle_timer(self.now + m.clock)
                 self.stats.member_cpu += time.process_time() - t0
                 self._after(m)
         elif kind == _PUBLISH:
@@ -189,6 +202,7 @@ class Simulation:
             m = self._pick()
             if m is not None and sum(x.online for x in self.members) > 2:
                 m.online = False
+                self.mesh.detach(m.index, self._alive())
                 if kind == _LEAVE:
                     m.gone = True
                 else:
@@ -202,20 +216,49 @@ class Simulation:
                 self.side[m.index] = 1 if self.rng.random() < payload / 1000 else 0
         elif kind == _HEAL:
             self.side = [0] * len(self.members)
+        elif kind == _FETCH:
+            self._fetch(self.members[who], payload)
+        elif kind == _FETCHED:
+            m = self.members[who]
+            if m.online:
+                wire = self.wires[self._fetched_ids[payload]]
+                if m.channel.is_missing(self._fetched_ids[payload]):
+                    self._receive(m, wire)
 
     def _publish(self, m: Member) -> None:
         content = self.rng.randbytes(self.sc.content_bytes)
         t0 = time.process_time()
-        wire = m.channel.send(content, self.now + m.skew)
+        wire = m.channel.send(content, self.now + m.clock)
         self.stats.member_cpu += time.process_time() - t0
         self.stats.published += 1
         self._after(m, published=True)
         self._broadcast(m, wire)
 
     def _deliver(self, m: Member, payload: int) -> None:
-        data, _, _ = self.payloads[payload]
+        self._receive(m, self.payloads[payload][0])
+
+    def _fetch(self, m: Member, want: int) -> None:
+        """The node's fetch-by-id: ask up to 3 reachable holders for a missing message."""
+        mid = self._fetched_ids[want]
+        if not m.online or not m.channel.is_missing(mid):
+            return
+        wire = self.wires.get(mid)
+        holders = [o for o in self.members if o is not m and o.online and not o.gone
+                   and self.side[o.index] == self.side[m.index] and o.channel.holds(mid)]
+        if wire is None or not holders:
+            self._push(self.now + _FETCH_RETRY, _FETCH, m.index, want)
+            return
+        asked = self.rng.sample(holders, min(3, len(holders)))
+        lo, hi = self.sc.network.latency
+        for _ in asked:
+            self.stats.sent(m.index, 1, 80)
+            self.stats.got(m.index, 1, len(wire))
+            self.stats.fetched += 1
+        self._push(self.now + 2 * self.rng.uniform(lo, hi), _FETCHED, m.index, want)
+
+    def _receive(self, m: Member, data: bytes) -> None:
         t0 = time.process_time()
-        m.channel.receive(data, self.now + m.skew)
+        m.channel.receive(data, self.now + m.clock)
         self.stats.member_cpu += time.process_time() - t0
         self.stats.receptions += 1
         self._after(m)
@@ -245,8 +288,7 @@ class Simulation:
             for other in self.members:
                 if other is not m and other.online:
                     other.channel.trust(tx.event)
-        flood = self.mesh.flood(m.index, len(data), self.now,
-                                [x.online and not x.gone for x in self.members], self.side)
+        flood = self.mesh.flood(m.index, len(data), self.now, self._alive(), self.side)
         size = len(data)
         for member, copies in flood.sent.items():
             stats.sent(member, copies, size)
@@ -275,6 +317,14 @@ class Simulation:
                            for o in self.members):
                     raise self.fail(f"member {m.index} saw {ev.message_id[:12]} acknowledged "
                                     "while no other member holds it")
+            elif isinstance(ev, MissingDependencies) and self.sc.fetch:
+                for entry in ev.entries:
+                    want = len(self._fetched_ids)
+                    self._fetched_ids.append(entry.message_id)
+                    self._push(self.now + self.sc.fetch_delay, _FETCH, m.index, want)
+            elif isinstance(ev, DependencyLost):
+                m.declared_lost.add(ev.message_id)
+                stats.declared_lost += 1
             elif isinstance(ev, RepairRequested):
                 stats.repair_requests += len(ev.message_ids)
             elif isinstance(ev, RepairAnswered):
@@ -335,9 +385,10 @@ class Simulation:
         m.channel = SdsChannel.restore(state, m.key if sc.signed else None, log=log,
                                        cached_wires=recent, config=sc.sds,
                                        rng=random.Random(self.rng.getrandbits(64)),
-                                       now=self.now + m.skew, verify_signatures=sc.signed)
+                                       now=self.now + m.clock, verify_signatures=sc.signed)
         m.online = True
         m.timer_at = None
+        self.mesh.attach(m.index, self._alive())
         self.stats.restarts += 1
         self._after(m)
 
@@ -362,12 +413,16 @@ class Simulation:
     def _check_converged(self) -> None:
         full = self._full()
         total = len(self.published_at)
+        ids = sorted(self.msg_no, key=self.msg_no.__getitem__)
         for m in full:
-            have = sum(m.log)
-            if have != total:
-                missing = [i for i in range(total) if i >= len(m.log) or not m.log[i]]
-                raise self.fail(f"member {m.index} holds {have} of {total} messages after "
-                                f"settling (first missing: message #{missing[0]})")
+            missing = [i for i in range(total) if i >= len(m.log) or not m.log[i]]
+            silent = [i for i in missing if ids[i] not in m.declared_lost]
+            if silent or (missing and not self.sc.allow_lost):
+                first = (silent or missing)[0]
+                raise self.fail(f"member {m.index} holds {total - len(missing)} of {total} "
+                                f"messages after settling; {len(silent)} gap(s) it never "
+                                f"declared lost (first missing: message #{first}, "
+                                f"{'declared lost' if ids[first] in m.declared_lost else 'silent'})")
         for m in self.members:
             if m.gone or not m.honest or m.joined_at == 0.0:
                 continue

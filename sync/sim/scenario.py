@@ -39,6 +39,16 @@ class Scenario:
     #: The SDS settings of every member (default: the node's, signed messages).
     sds: SdsConfig = field(default_factory=SdsConfig)
     signed: bool = True
+    #: Whether a member may end without a message it declared lost (``DependencyLost``: SDS
+    #: gave up after ``lost_timeout``; the node's Recon fetches it, not modelled here). A gap
+    #: nobody declared is a failure either way.
+    allow_lost: bool = False
+    #: The node's fetch-by-id (``node.replication.fetch``), modelled simply: ``fetch_delay``
+    #: after a member reports a dependency missing, it asks up to 3 random reachable members
+    #: holding it for the canonical wire (retried while still missing). Off: SDS and SDS-R
+    #: alone, as the scale benchmark measures them. Recon is not modelled.
+    fetch: bool = False
+    fetch_delay: float = 1.0
 
     def command(self) -> str:
         """The ``python -m sync.sim`` command that replays this run."""
@@ -51,6 +61,10 @@ class Scenario:
         args += [f"--partition {a},{b},{f}" for a, b, f in self.partitions]
         if not self.signed:
             args.append("--unsigned")
+        if self.allow_lost:
+            args.append("--allow-lost")
+        if self.fetch:
+            args.append("--fetch")
         defaults = SdsConfig()
         for f in fields(SdsConfig):
             value = getattr(self.sds, f.name)

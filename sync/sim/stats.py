@@ -28,6 +28,10 @@ class Stats:
     repair_responses: int = 0
     repair_refused: int = 0
     restarts: int = 0
+    #: Events fetched by id (``Scenario.fetch``), counting every holder asked.
+    fetched: int = 0
+    #: DependencyLost events (SDS gave up on a message; Recon's job in the node).
+    declared_lost: int = 0
     heads_peak: int = 0
     cpu_seconds: float = 0.0
     member_cpu: float = 0.0
@@ -70,6 +74,8 @@ class Stats:
             "requests_per_loss": round(self.repair_requests / losses, 3) if losses else 0.0,
             "responses_per_loss": round(self.repair_responses / losses, 3) if losses else 0.0,
             "repair_refused": self.repair_refused,
+            "declared_lost": self.declared_lost,
+            "fetched": self.fetched,
             "delivery_p50_s": round(_percentile(self.latency, 0.50), 3),
             "delivery_p99_s": round(_percentile(self.latency, 0.99), 3),
             "heads_peak": self.heads_peak,

@@ -1,0 +1,100 @@
+"""``python -m sync.sim``: run one scenario, or sweep seeds (``--seeds A-B``).
+
+A failing seed prints the exact command that replays it and the sweep exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from sync.sds import SdsConfig
+from sync.sim.network import NetworkConfig
+from sync.sim.runner import SimFailure, run
+from sync.sim.scenario import Scenario
+
+__all__ = ["main", "parse"]
+
+
+def _sds_overrides(items: Sequence[str]) -> SdsConfig:
+    base = SdsConfig()
+    changes: dict[str, object] = {}
+    types = {f.name: type(getattr(base, f.name)) for f in dataclasses.fields(SdsConfig)}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in types:
+            raise SystemExit(f"unknown SdsConfig field {name!r}")
+        kind = types[name]
+        changes[name] = (value.lower() == "true") if kind is bool else kind(value)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def parse(argv: Sequence[str] | None = None) -> tuple[Scenario, range | None, bool]:
+    p = argparse.ArgumentParser(prog="python -m sync.sim", description=__doc__)
+    p.add_argument("--members", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", help="sweep seeds A-B (inclusive) instead of one --seed")
+    p.add_argument("--rate", type=float, default=20.0)
+    p.add_argument("--duration", type=float, default=30.0)
+    p.add_argument("--settle", type=float, default=900.0)
+    p.add_argument("--loss", type=float, default=0.0, help="delivery loss per member")
+    p.add_argument("--link-loss", type=float, default=0.0)
+    p.add_argument("--degree", type=int, default=6)
+    p.add_argument("--bandwidth", type=float, default=0.0)
+    p.add_argument("--crash-rate", type=float, default=0.0)
+    p.add_argument("--leave-rate", type=float, default=0.0)
+    p.add_argument("--join-rate", type=float, default=0.0)
+    p.add_argument("--skew", type=float, default=0.0)
+    p.add_argument("--partition", action="append", default=[], help="START,END,FRACTION")
+    p.add_argument("--unsigned", action="store_true")
+    p.add_argument("--fetch", action="store_true", help="model the node's fetch-by-id")
+    p.add_argument("--allow-lost", action="store_true",
+                   help="a member may lack messages it declared lost (Recon's job)")
+    p.add_argument("--sds", action="append", default=[], help="SdsConfig override NAME=VALUE")
+    p.add_argument("--json", action="store_true", help="print each run's figures as JSON")
+    a = p.parse_args(argv)
+    partitions = tuple(tuple(float(x) for x in spec.split(",")) for spec in a.partition)
+    scenario = Scenario(
+        members=a.members, seed=a.seed, rate=a.rate, duration=a.duration, settle=a.settle,
+        network=NetworkConfig(degree=a.degree, link_loss=a.link_loss, delivery_loss=a.loss,
+                              bandwidth=a.bandwidth),
+        crash_rate=a.crash_rate, leave_rate=a.leave_rate, join_rate=a.join_rate,
+        skew=a.skew, partitions=partitions,  # type: ignore[arg-type]
+        sds=_sds_overrides(a.sds), signed=not a.unsigned, allow_lost=a.allow_lost,
+        fetch=a.fetch)
+    seeds = None
+    if a.seeds:
+        lo, _, hi = a.seeds.partition("-")
+        seeds = range(int(lo), int(hi or lo) + 1)
+    return scenario, seeds, a.json
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    scenario, seeds, as_json = parse(argv)
+    failed = 0
+    for seed in seeds if seeds is not None else [scenario.seed]:
+        sc = dataclasses.replace(scenario, seed=seed)
+        started = time.monotonic()
+        try:
+            stats = run(sc)
+        except SimFailure as exc:
+            failed += 1
+            print(f"seed {seed}: FAILED\n{exc}", flush=True)
+            continue
+        summary = stats.summary()
+        wall = time.monotonic() - started
+        if as_json:
+            print(json.dumps({"seed": seed, "wall_s": round(wall, 1), **summary}), flush=True)
+        else:
+            print(f"seed {seed}: ok, {summary['published']} messages, {stats.members} members, "
+                  f"{summary['sim_seconds']} s simulated in {wall:.1f} s", flush=True)
+    print(f"{failed} seed(s) failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The simulator: a small sweep of seeds over each kind of scenario (``make sim`` sweeps many),
+determinism, and the replay command of a failing seed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from node.config import Config
+from node.config_combined import sds_config
+from sync.sds import SdsConfig
+from sync.sim import NetworkConfig, Scenario, SimFailure, Simulation, run
+from sync.sim.__main__ import parse
+
+SCENARIOS = {
+    "loss": Scenario(members=20, duration=8, network=NetworkConfig(delivery_loss=0.05)),
+    "churn": Scenario(members=12, duration=8, crash_rate=0.1, join_rate=0.1, leave_rate=0.05,
+                      network=NetworkConfig(delivery_loss=0.02), fetch=True),
+    "partition": Scenario(members=12, duration=8, partitions=((2.0, 6.0, 0.3),), skew=2.0,
+                          fetch=True),
+    "mesh": Scenario(members=12, duration=8,
+                     network=NetworkConfig(degree=3, link_loss=0.05, bandwidth=200_000)),
+}
+
+
+def test_the_simulated_members_run_the_nodes_default_settings() -> None:
+    assert sds_config(Config()) == SdsConfig() == Scenario().sds
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_seed_sweep(name: str, seed: int) -> None:
+    stats = run(dataclasses.replace(SCENARIOS[name], seed=seed))
+    assert stats.published > 100 and stats.messages == stats.published
+    assert stats.heads_peak <= SdsConfig().max_heads
+
+
+def test_a_run_is_replayed_exactly_from_its_seed() -> None:
+    sc = dataclasses.replace(SCENARIOS["loss"], seed=5, members=10)
+    a, b = run(sc).summary(), run(sc).summary()
+    for volatile in ("cpu_seconds", "cpu_us_per_event_member"):
+        a.pop(volatile)
+        b.pop(volatile)
+    assert a == b
+
+
+def test_a_failing_seed_prints_the_command_that_replays_it() -> None:
+    sc = dataclasses.replace(SCENARIOS["churn"], seed=3, skew=0.5,
+                             sds=SdsConfig(max_heads=7, repair_cooldown=10.0))
+    sim = Simulation(sc)
+
+    def broken(sim: Simulation, member: object) -> None:
+        if sim.steps == 50:
+            raise sim.fail("a planted violation")
+
+    sim.on_step = broken
+    with pytest.raises(SimFailure) as failure:
+        sim.run()
+    command = str(failure.value).split("replay: ")[1]
+    assert command.startswith("python -m sync.sim ")
+    replayed, _, _ = parse(command.split()[3:])
+    assert replayed == sc
