@@ -151,6 +151,15 @@ class SdsSection:
     ack_min_filters: int = opt(2, positive)
     # -- memory (docs/architecture.md "Memory independent of the log's length") --
     delivered_window: int = opt(100_000, lambda v: None if v >= 1000 else "must be >= 1000")
+    # -- large groups (docs/sds.md "Heads", "SDS-R at scale"; docs/security.md "SDS-R") --
+    response_groups: int = opt(0, non_negative)
+    member_window_s: float = opt(600.0, positive)
+    max_heads: int = opt(64, positive)
+    head_ttl_s: float = opt(300.0, positive)
+    repair_cooldown_s: float = opt(30.0, non_negative)
+    repair_window_s: float = opt(120.0, positive)
+    repair_requester_bytes: int = opt(1 << 20, non_negative)
+    repair_total_bytes: int = opt(16 << 20, non_negative)
 
 
 @dataclass(frozen=True)

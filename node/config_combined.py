@@ -25,6 +25,7 @@ _SDS_HINTS = {
     "max_waiting_bytes": ("max_waiting_bytes",
                           "must be >= 2 MiB (two messages of the largest size)"),
     "max_missing_per_sender": ("max_missing_per_sender", "must be <= sds.max_missing"),
+    "repair_total_bytes": ("repair_total_bytes", "must be >= sds.repair_requester_bytes"),
 }
 
 
@@ -76,6 +77,14 @@ def _sds_config(s: SdsSection) -> SdsConfig:
         max_missing_per_sender=s.max_missing_per_sender,
         repair_cache_bytes=s.repair_cache_bytes,
         ack_min_filters=s.ack_min_filters,
+        num_response_groups=s.response_groups,
+        member_window=s.member_window_s,
+        max_heads=s.max_heads,
+        head_ttl=s.head_ttl_s,
+        repair_cooldown=s.repair_cooldown_s,
+        repair_window=s.repair_window_s,
+        repair_requester_bytes=s.repair_requester_bytes,
+        repair_total_bytes=s.repair_total_bytes,
     )
 
 

@@ -79,6 +79,21 @@ def describe_channel_metrics(metrics: Metrics, channels: Mapping[str, SdsChannel
                       + sum(ch.duplicates_received for ch in channels.values())),
         "Events received again after they were delivered (resends, repairs, one event by "
         "gossip and by Recon): dropped, not stored twice")
+    for bound, what in (("requester", "the requester was over sds.repair_requester_bytes "
+                                      "(penalised as flood)"),
+                        ("cooldown", "the message was rebroadcast less than "
+                                     "sds.repair_cooldown_s ago"),
+                        ("total", "all answers were over sds.repair_total_bytes")):
+        metrics.counter_fn(
+            f"sds_repairs_refused_{bound}_total",
+            lambda bound=bound: float(sum(ch.repair_refusals[bound]  # type: ignore[misc]
+                                          for ch in channels.values())),
+            f"Repair requests (SDS-R) not answered because {what}")
+    metrics.counter_fn(
+        "sds_repair_requests_unsigned_total",
+        lambda: float(sum(ch.repair_unsigned_ignored for ch in channels.values())),
+        "Repair requests ignored because their message's sender did not sign them (attached "
+        "by a relay or a replay)")
     metrics.describe_histogram("publish_commit_seconds",
                                "Time from a local publish to its event being committed to "
                                "the database")

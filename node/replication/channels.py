@@ -40,6 +40,7 @@ from sync.sds import (
     Evicted,
     MissingDependencies,
     MissingEntry,
+    RepairRefused,
     RepairRequested,
     SdsChannel,
     SdsConfig,
@@ -224,6 +225,10 @@ class ChannelService(FetchedIngest):
                 self.metrics.inc("events_delivered_total", channel=name)
             elif isinstance(ev, RepairRequested):
                 self.metrics.inc("sds_repairs_requested_total", len(ev.message_ids))
+            elif isinstance(ev, RepairRefused):
+                # It asked for more rebroadcasts than its budget (sync.sds.repair_budget).
+                if self.on_penalty is not None:
+                    self.on_penalty(ev.requester, "flood")
             elif isinstance(ev, Evicted):
                 self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):

@@ -21,6 +21,7 @@ from sync.sds.events import (
     ResendExhausted,
     SdsEvent,
 )
+from sync.sds.members import MemberEstimate, response_groups
 from sync.sds.message import (
     DEFAULT_MAX_SIZE,
     SIGNATURE_DOMAIN,
@@ -43,7 +44,6 @@ from sync.sds.profile import (
     peek_event,
     profile_of,
 )
-from sync.sds.members import MemberEstimate, response_groups
 from sync.sds.repair import in_response_group, repair_hash, t_req, t_resp
 from sync.sds.state import ChannelState, LogEntry, decode_state, encode_state
 

@@ -21,7 +21,6 @@ from sync.sds.buffers import OutgoingEntry, WaitingEntry
 from sync.sds.clock import LAMPORT_MAX, check_lamport, recovered_clock
 from sync.sds.config import SdsConfig
 from sync.sds.delivered import DeliveredIndex, DeliveredLookup
-from sync.sds.history import CausalHistory
 from sync.sds.events import (
     Acknowledged,
     Delivered,
@@ -37,6 +36,7 @@ from sync.sds.events import (
     ResendExhausted,
     SdsEvent,
 )
+from sync.sds.history import CausalHistory
 from sync.sds.members import MemberEstimate, response_groups
 from sync.sds.message import (
     HistoryRef,

@@ -4,13 +4,14 @@ the choice of the ids a message names (docs/sds.md "Causal history" and "Heads")
 Heads are delivered messages no delivered message names. They are bounded (docs/sds.md
 "Heads"): at most ``max_heads`` (the oldest dropped), and a head expires ``head_ttl`` after it
 became one here (its age counts from its delivery here, not from its Lamport time: a message
-delivered late, after waiting for a repair, still gets its full time to be named). A sync
-message names the heads least recently named first (a rotation, so every head is named within
-``max_heads / sync_history_size`` syncs before it expires). (A head another member names in a sync message stays one: a member
-that missed that sync, offline then, would never hear of it again.) A content message names the newest heads and, when there are more heads than it can name, the
-oldest one in its last slot, so concurrent messages that nobody would otherwise name are
-named (without that slot the heads of a busy group grow without end). Every operation costs
-O(max_heads) or O(log) at most, whatever the log's length.
+delivered late, after waiting for a repair, still gets its full time to be named). A content
+message names the newest heads and, when there are more heads than it can name, the oldest
+one in its last slot, so concurrent messages that nobody would otherwise name are named
+(without that slot the heads of a busy group grow without end). A sync message names the
+heads least recently named first (a rotation: every head is named within
+``max_heads / sync_history_size`` syncs). A head another member names in a sync stays one: a
+member that missed that sync (offline then) would never hear of it again. Every operation
+costs O(max_heads) or O(log) at most, whatever the log's length.
 """
 
 from __future__ import annotations

@@ -195,18 +195,18 @@ class Simulation:
                 self.stats.member_cpu += time.process_time() - t0
                 self._after(m)
         elif kind == _PUBLISH:
-            m = self._pick()
-            if m is not None:
-                self._publish(m)
+            publisher = self._pick()
+            if publisher is not None:
+                self._publish(publisher)
         elif kind in (_CRASH, _LEAVE):
-            m = self._pick()
-            if m is not None and sum(x.online for x in self.members) > 2:
-                m.online = False
-                self.mesh.detach(m.index, self._alive())
+            victim = self._pick()
+            if victim is not None and sum(x.online for x in self.members) > 2:
+                victim.online = False
+                self.mesh.detach(victim.index, self._alive())
                 if kind == _LEAVE:
-                    m.gone = True
+                    victim.gone = True
                 else:
-                    self._push(self.now + self.sc.downtime, _RESTART, m.index)
+                    self._push(self.now + self.sc.downtime, _RESTART, victim.index)
         elif kind == _RESTART:
             self._restart(self.members[who])
         elif kind == _JOIN:
@@ -419,10 +419,10 @@ class Simulation:
             silent = [i for i in missing if ids[i] not in m.declared_lost]
             if silent or (missing and not self.sc.allow_lost):
                 first = (silent or missing)[0]
+                how = "declared lost" if ids[first] in m.declared_lost else "silent"
                 raise self.fail(f"member {m.index} holds {total - len(missing)} of {total} "
                                 f"messages after settling; {len(silent)} gap(s) it never "
-                                f"declared lost (first missing: message #{first}, "
-                                f"{'declared lost' if ids[first] in m.declared_lost else 'silent'})")
+                                f"declared lost (first missing: message #{first}, {how})")
         for m in self.members:
             if m.gone or not m.honest or m.joined_at == 0.0:
                 continue

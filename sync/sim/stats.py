@@ -60,7 +60,7 @@ class Stats:
         return sum(table.values()) / max(1, len(self.bytes_received) or self.members) \
             / self.published
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, object]:
         losses = self.lost + self.unreached
         per = self.published * max(1, self.members)
         return {
@@ -80,7 +80,8 @@ class Stats:
             "delivery_p99_s": round(_percentile(self.latency, 0.99), 3),
             "heads_peak": self.heads_peak,
             "floods": dict(sorted(self.floods.items())),
-            "flood_mean_bytes": {k: self.flood_bytes[k] // v for k, v in sorted(self.floods.items())},
+            "flood_mean_bytes": {k: self.flood_bytes[k] // v
+                                 for k, v in sorted(self.floods.items())},
             "sim_seconds": round(self.sim_seconds, 1),
             "cpu_seconds": round(self.cpu_seconds, 1),
         }
