@@ -94,6 +94,11 @@ def describe_channel_metrics(metrics: Metrics, channels: Mapping[str, SdsChannel
         lambda: float(sum(ch.repair_unsigned_ignored for ch in channels.values())),
         "Repair requests ignored because their message's sender did not sign them (attached "
         "by a relay or a replay)")
+    metrics.counter_fn(
+        "sds_repair_requests_stale_total",
+        lambda: float(sum(ch.repair_stale_ignored for ch in channels.values())),
+        "Repair requests ignored because they rode on a message older than "
+        "sds.repair_t_min_s (a replay)")
     metrics.describe_histogram("publish_commit_seconds",
                                "Time from a local publish to its event being committed to "
                                "the database")

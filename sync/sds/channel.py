@@ -138,6 +138,8 @@ class SdsChannel:
         #: Repair requests ignored because their sender did not sign them (a relay or a
         #: replay attached them to someone else's message): a counter for metrics.
         self.repair_unsigned_ignored = 0
+        #: ... or because they rode on a message older than ``t_min`` (a replay).
+        self.repair_stale_ignored = 0
         # SDS-R buffers and the cache of messages we may have to rebroadcast.
         self._repair = RepairBuffers(participant_id, self.config, self._timers,
                                      self.profile.repair_hash)
@@ -525,8 +527,14 @@ class SdsChannel:
     def _on_repair_requests(self, event: SignedEvent, refs: tuple[HistoryRef, ...],
                             signature: bytes | None, now: float) -> None:
         """Only requests their sender signed on this message count (docs/sds.md "SDS-R"):
-        a relay or a replay cannot make us answer in someone else's name, and each request
-        is charged to whoever signed it."""
+        a relay cannot make us answer in someone else's name, and each request is charged to
+        whoever signed it. Requests ride on fresh messages only (new content and syncs, never
+        resends), so on a message older than ``t_min`` they are a replay: ignored."""
+        if self.profile.signed and (event.lamport is None
+                                    or event.lamport < (now - self.config.t_min) * 1000):
+            # (A waku channel's Lamport clock need not be epoch milliseconds: no such rule.)
+            self.repair_stale_ignored += 1
+            return
         if (self.verify_signatures and self.profile.signed
                 and not verify_repair(event.sender_id, self.channel_id, event.message_id, refs,
                                       signature)):
@@ -760,7 +768,9 @@ class SdsChannel:
             return
         entry.attempts += 1
         self.resends += 1
-        self._datagrams.append(entry.wire + self._suffix(now, mid))
+        # No repair requests on a resend: they would ride on an old message, which receivers
+        # take for a replay (``_on_repair_requests``); our next sync carries them.
+        self._datagrams.append(entry.wire + self._suffix(now, mid, requests=False))
         self._last_activity = now
         period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
         self._timers.schedule(TimerKind.RESEND, mid, now + period)

@@ -3,36 +3,36 @@
 A repair answer rebroadcasts a whole cached message to the group, while a request names it in
 a few bytes: unbounded, requests are an amplifier. Three bounds, all over ``repair_window``:
 
-* per requester: the distinct messages it asks us for may add up to ``repair_requester_bytes``
+* per message: we rebroadcast one message at most once per ``repair_cooldown`` (capped at
+  ``t_min``, the soonest an honest member asks again); a request for a message in its cooldown
+  is neither scheduled nor charged.
+* per requester: the answers its requests schedule may add up to ``repair_requester_bytes``
   of wires. A request beyond that is refused and reported (``RepairRefused``, for the node to
   penalise: an honest member asks for what it missed, up to three ids per message it sends,
-  and misses more only after an outage that Recon repairs). The same (requester, id) counts
-  once per window, so a replay of an honest member's transmission (whose requests are signed
-  and bound to the message carrying them) adds nothing to that member's bill.
-* per message: we rebroadcast one message at most once per ``repair_cooldown``.
+  and misses more only after an outage that Recon repairs). Requests are signed by their
+  requester and bound to a fresh message (``SdsChannel`` ignores them on a message older than
+  ``t_min``), so a replay cannot bill an honest member: within ``t_min`` the answer's
+  cooldown absorbs it, after that it is stale.
 * per channel: all answers together at most ``repair_total_bytes``.
 
-Memory is bounded too: ``max_repair_requesters`` requesters (the least recent dropped), each
-with at most ``_IDS_PER_REQUESTER`` remembered ids, and one entry per message in cooldown.
+Memory is bounded too: ``max_repair_requesters`` requesters (the least recent dropped), and
+one entry per message in cooldown.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sync.sds.config import SdsConfig
 
 __all__ = ["RepairBudget"]
-
-_IDS_PER_REQUESTER = 64
 
 
 @dataclass
 class _Bill:
     since: float
     spent: int = 0
-    ids: set[str] = field(default_factory=set)
 
 
 class RepairBudget:
@@ -58,18 +58,14 @@ class RepairBudget:
             bills.move_to_end(requester)
         return bill
 
-    def admit(self, requester: str, mid: str, size: int, now: float) -> bool:
-        """May ``requester``'s request for ``mid`` (a wire of ``size`` bytes) be scheduled?
-        False: it is over its budget (refused; the caller reports it)."""
+    def admit(self, requester: str, size: int, now: float) -> bool:
+        """May ``requester``'s request for a wire of ``size`` bytes be scheduled (and charged
+        to it)? False: it is over its budget (refused; the caller reports it)."""
         bill = self._bill(requester, now)
-        if mid in bill.ids:
-            return True
         if bill.spent + size > self.config.repair_requester_bytes:
             self.refused["requester"] += 1
             return False
         bill.spent += size
-        if len(bill.ids) < _IDS_PER_REQUESTER:
-            bill.ids.add(mid)
         return True
 
     def cooling(self, mid: str, now: float) -> bool:

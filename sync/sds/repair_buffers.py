@@ -120,10 +120,10 @@ class RepairBuffers:
             if not in_response_group(self.participant_id, sender, mid, self.groups,
                                      self._hash):
                 continue
-            if not budget.admit(requester, mid, len(wire), now):
-                refused.append(mid)
-                continue
             if budget.cooling(mid, now):
+                continue
+            if not budget.admit(requester, len(wire), now):
+                refused.append(mid)
                 continue
             when = t_resp(now, self.participant_id, sender, mid, cfg.t_max, self._hash)
             self.responses[mid] = when

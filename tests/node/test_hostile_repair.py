@@ -1,0 +1,164 @@
+"""Issue 30, finding 3, against real node processes: SDS-R repair requests as an amplifier.
+
+A real hostile libp2p host joins the group's gossip and (1) sends its own signed messages whose
+repair requests name the large events of node n0 again and again, (2) replays an honest
+member's message with repair requests of its own attached. On b4adb7a n0 rebroadcast every
+requested event each time (megabytes for a few kilobytes, nobody penalised); now (1) is bounded
+by the requester's budget and the requester is penalised, and (2) is ignored: nobody signed
+those requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.p2p import P2PConfig
+from node.p2p.run import open_host
+from node.replication import topic_of
+from sync.identity import peer_id_of
+from sync.sds import HistoryRef, encode_event, transmission_suffix
+from tests.node.cluster import metric, start_node, wait_for
+from tests.node.procs import NodeProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BIG = 200_000  # bytes of content per large event
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
+    base = tmp_path_factory.mktemp("hostile-repair")
+    nodes: list[NodeProcess] = []
+    try:
+        nodes.append(start_node(base, "n0"))
+        nodes.append(start_node(base, "n1", bootstrap=nodes))
+        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 1 for n in nodes), 30,
+                 "pair did not connect")
+        yield nodes
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+def publish_big(node: NodeProcess, count: int, tag: str) -> list[str]:
+    ids = []
+    for i in range(count):
+        r = httpx.post(f"{node.api_url}/v1/channels/general/events",
+                       json={"content": f"{tag}{i}-" + "x" * BIG}, headers=node.headers,
+                       timeout=60)
+        r.raise_for_status()
+        ids.append(str(r.json()["message_id"]))
+    return ids
+
+
+async def ask_for(target: str, ids: list[str], sender: str, messages: int) -> int:
+    """Messages of our own, validly signed, each with signed repair requests for 3 of ``ids``;
+    returns the bytes we sent."""
+    key = Ed25519PrivateKey.generate()
+    me = peer_id_of(key)
+    sent = 0
+    async with open_host(key, P2PConfig(read_timeout=10)) as host:
+        await host.connect(target)
+        topic = topic_of(1, "general")
+        await host.subscribe(topic)
+        await trio.sleep(3)  # let the mesh form
+        for n in range(messages):
+            event = encode_event("general", me, int(time.time() * 1000), (),
+                                 f"asking {n}".encode(), key)
+            refs = tuple(HistoryRef(ids[(3 * n + k) % len(ids)], None, sender)
+                         for k in range(3))
+            wire = event.wire + transmission_suffix(None, None, refs, channel_id="general",
+                                                    signing_key=key, **_bound(event.message_id))
+            sent += len(wire)
+            await host.publish(topic, wire)
+            await trio.sleep(0.1)
+        await trio.sleep(1)
+    return sent
+
+
+def _bound(mid: str) -> dict[str, str]:
+    import inspect
+    return ({"message_id": mid}
+            if "message_id" in inspect.signature(transmission_suffix).parameters else {})
+
+
+def honest_wire(node: NodeProcess) -> bytes:
+    """An honest member's message as it signed it: published through its API, read back from
+    its database (what a relay saw on the wire)."""
+    r = httpx.post(f"{node.api_url}/v1/channels/general/events", json={"content": "honest"},
+                   headers=node.headers, timeout=60)
+    r.raise_for_status()
+    uri = f"file:{node.data_dir / 'syncnode.db'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+        row = conn.execute("SELECT wire FROM events WHERE message_id = ?",
+                           (r.json()["message_id"],)).fetchone()
+    return bytes(row[0])
+
+
+async def replay_with_requests(target: str, captured: bytes, ids: list[str],
+                               sender: str) -> None:
+    """Replay an honest member's message with repair requests attached (unsigned: we cannot
+    sign in its name)."""
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+        await host.connect(target)
+        topic = topic_of(1, "general")
+        await host.subscribe(topic)
+        await trio.sleep(3)
+        for n in range(10):
+            refs = tuple(HistoryRef(ids[(3 * n + k) % len(ids)], None, sender)
+                         for k in range(3))
+            await host.publish(topic, captured + transmission_suffix(None, None, refs))
+            await trio.sleep(0.1)
+        await trio.sleep(1)
+
+
+def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeProcess]) -> None:
+    n0 = pair[0]
+    sender = n0.peer_id
+    ids = publish_big(n0, 6, "phase1-")
+    answered0 = metric(n0, "sds_repairs_answered_total")
+    flood0 = _penalties(n0, "flood")
+    asked = trio.run(ask_for, n0.listen_addrs[0], ids, sender, 20)
+    time.sleep(5)
+    answered = metric(n0, "sds_repairs_answered_total") - answered0
+    # The requester's budget (1 MiB per window) holds about five 200 KB events; on b4adb7a all
+    # 60 requests were answered (~12 MB for ~20 KB of requests).
+    assert answered <= 6, (f"{answered} rebroadcasts (~{answered * BIG} bytes) for {asked} "
+                           "bytes of requests")
+    assert metric(n0, "sds_repairs_refused_requester_total") >= 1
+    assert _penalties(n0, "flood") > flood0
+
+
+def test_replayed_messages_carry_nobodys_repair_requests(pair: list[NodeProcess]) -> None:
+    n0, n1 = pair
+    sender = n0.peer_id
+    ids2 = publish_big(n0, 6, "phase2-")
+    answered0 = metric(n0, "sds_repairs_answered_total")
+    ignored0 = _ignored(n0)
+    trio.run(replay_with_requests, n0.listen_addrs[0], honest_wire(n1), ids2, sender)
+    time.sleep(5)
+    answered = metric(n0, "sds_repairs_answered_total") - answered0
+    assert answered == 0, f"{answered} rebroadcasts for requests nobody signed"
+    wait_for(lambda: _ignored(n0) > ignored0, 30, "the replayed requests did not arrive")
+
+
+def _ignored(node: NodeProcess) -> float:
+    """Repair requests ignored as unsigned (attached by a relay) or stale (a replay)."""
+    return (metric(node, "sds_repair_requests_unsigned_total")
+            + metric(node, "sds_repair_requests_stale_total"))
+
+
+def _penalties(node: NodeProcess, reason: str) -> float:
+    total = 0.0
+    for line in node.get("/metrics").splitlines():
+        if line.startswith("syncnode_peer_penalties_total{") and f'reason="{reason}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
