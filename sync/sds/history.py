@@ -41,6 +41,8 @@ class CausalHistory:
         self.heads: dict[str, HistoryRef] = {}
         self.head_lamport: dict[str, int] = {}
         self._since: dict[str, int] = {}
+        #: Heads we named in a message of ours at least once (only those expire).
+        self._named: set[str] = set()
         self._by_age: list[tuple[int, str]] = []
         #: The latest ``now`` (ms) the channel told us.
         self.now_ms = 0
@@ -102,6 +104,7 @@ class CausalHistory:
         if self.heads.pop(mid, None) is not None:
             self.head_lamport.pop(mid, None)
             self._since.pop(mid, None)
+            self._named.discard(mid)
 
     def _oldest(self) -> tuple[int, str] | None:
         by_age, since = self._by_age, self._since
@@ -119,12 +122,20 @@ class CausalHistory:
             self.drop_head(oldest[1])
 
     def expire(self, now: float) -> None:
-        """Heads that became heads more than ``head_ttl`` before ``now`` stop being heads."""
+        """Heads that became heads more than ``head_ttl`` before ``now`` stop being heads,
+        once we named them at least once (one we never named gets another ``head_ttl``: the
+        rotation of our syncs names it next, so every head is named by every member before
+        it expires; ``max_heads`` stays the hard bound)."""
         self.touch(now)
         horizon = self.now_ms - self.head_ttl_ms
         while (oldest := self._oldest()) is not None and oldest[0] < horizon:
             heapq.heappop(self._by_age)
-            self.drop_head(oldest[1])
+            mid = oldest[1]
+            if mid in self._named:
+                self.drop_head(mid)
+            else:
+                self._since[mid] = self.now_ms
+                heapq.heappush(self._by_age, (self.now_ms, mid))
 
     def forget(self, mid: str) -> None:
         self.tail_refs.pop(mid, None)
@@ -153,6 +164,7 @@ class CausalHistory:
         else:
             chosen = list(heads)
         refs = [heads[i] for i in chosen]
+        self._named.update(chosen)
         lamport_of = {i: lamports[i] for i in chosen}
         if len(refs) < size:
             for lamport, mid in reversed(self.tail):
