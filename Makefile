@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= config.example.toml
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast bench lint demo clean protos
+.PHONY: setup run test test-fast bench lint demo clean protos sim
 
 setup: $(STAMP) jdbc java
 
@@ -36,6 +36,11 @@ run: setup
 test: setup
 	@$(PY) -m pytest -m "not bench" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The deterministic simulator (sync/sim, docs/sim.md) over many seeds; `make test` runs a few.
+SIM_SEEDS ?= 1-25
+sim: setup
+	$(PY) -m sync.sim --sweep --seeds $(SIM_SEEDS)
 
 bench: setup
 	@bash scripts/bench/run_all.sh

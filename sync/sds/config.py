@@ -66,7 +66,8 @@ class SdsConfig:
     #: ``repair_cooldown`` seconds (capped at ``t_min``: an honest member asks again no sooner
     #: than ``t_min`` after its last request, and must be answered); within each
     #: ``repair_window`` a requester's requests may cost at most ``repair_requester_bytes``
-    #: and all requests ``repair_total_bytes`` of rebroadcast wires. Requesters tracked: at most ``max_repair_requesters``.
+    #: and all requests ``repair_total_bytes`` of rebroadcast wires. Requesters tracked: at
+    #: most ``max_repair_requesters``.
     repair_cooldown: float = 30.0
     repair_window: float = 120.0
     repair_requester_bytes: int = 1 << 20

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sync.sim.network import Flood, Mesh, NetworkConfig
 from sync.sim.runner import Member, SimFailure, Simulation, run
-from sync.sim.scenario import Scenario
+from sync.sim.scenario import SWEEP, Scenario
 from sync.sim.stats import Stats
 
-__all__ = ["Flood", "Member", "Mesh", "NetworkConfig", "Scenario", "SimFailure", "Simulation",
-           "Stats", "run"]
+__all__ = ["SWEEP", "Flood", "Member", "Mesh", "NetworkConfig", "Scenario", "SimFailure",
+           "Simulation", "Stats", "run"]

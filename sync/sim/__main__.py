@@ -1,4 +1,5 @@
-"""``python -m sync.sim``: run one scenario, or sweep seeds (``--seeds A-B``).
+"""``python -m sync.sim``: run one scenario, or sweep seeds (``--seeds A-B``); ``--sweep``
+runs every scenario of ``sync.sim.scenario.SWEEP`` over the seeds (``make sim``).
 
 A failing seed prints the exact command that replays it and the sweep exits 1.
 """
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from sync.sds import SdsConfig
 from sync.sim.network import NetworkConfig
 from sync.sim.runner import SimFailure, run
-from sync.sim.scenario import Scenario
+from sync.sim.scenario import SWEEP, Scenario
 
 __all__ = ["main", "parse"]
 
@@ -34,6 +35,12 @@ def _sds_overrides(items: Sequence[str]) -> SdsConfig:
 
 
 def parse(argv: Sequence[str] | None = None) -> tuple[Scenario, range | None, bool]:
+    scenario, seeds, as_json, _ = parse_all(argv)
+    return scenario, seeds, as_json
+
+
+def parse_all(argv: Sequence[str] | None = None
+              ) -> tuple[Scenario, range | None, bool, bool]:
     p = argparse.ArgumentParser(prog="python -m sync.sim", description=__doc__)
     p.add_argument("--members", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -56,6 +63,7 @@ def parse(argv: Sequence[str] | None = None) -> tuple[Scenario, range | None, bo
                    help="a member may lack messages it declared lost (Recon's job)")
     p.add_argument("--sds", action="append", default=[], help="SdsConfig override NAME=VALUE")
     p.add_argument("--json", action="store_true", help="print each run's figures as JSON")
+    p.add_argument("--sweep", action="store_true", help="every scenario of SWEEP")
     a = p.parse_args(argv)
     partitions = tuple(tuple(float(x) for x in spec.split(",")) for spec in a.partition)
     scenario = Scenario(
@@ -70,14 +78,16 @@ def parse(argv: Sequence[str] | None = None) -> tuple[Scenario, range | None, bo
     if a.seeds:
         lo, _, hi = a.seeds.partition("-")
         seeds = range(int(lo), int(hi or lo) + 1)
-    return scenario, seeds, a.json
+    return scenario, seeds, a.json, a.sweep
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    scenario, seeds, as_json = parse(argv)
+    scenario, seeds, as_json, sweep = parse_all(argv)
     failed = 0
-    for seed in seeds if seeds is not None else [scenario.seed]:
-        sc = dataclasses.replace(scenario, seed=seed)
+    runs = [(sc, seed) for sc in (SWEEP.values() if sweep else [scenario])
+            for seed in (seeds if seeds is not None else [scenario.seed])]
+    for base, seed in runs:
+        sc = dataclasses.replace(base, seed=seed)
         started = time.monotonic()
         try:
             stats = run(sc)

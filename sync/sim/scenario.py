@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from sync.sds import SdsConfig
 from sync.sim.network import NetworkConfig
 
-__all__ = ["Scenario"]
+__all__ = ["SWEEP", "Scenario"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,16 @@ class Scenario:
             if value != getattr(defaults, f.name):
                 args.append(f"--sds {f.name}={value}")
         return "python -m sync.sim " + " ".join(args)
+
+
+#: The scenarios ``make test`` sweeps over a few seeds and ``make sim`` over many (small groups
+#: and short runs: each is seconds; the scale benchmark runs the large ones).
+SWEEP: dict[str, Scenario] = {
+    "loss": Scenario(members=20, duration=8, network=NetworkConfig(delivery_loss=0.05)),
+    "churn": Scenario(members=12, duration=8, crash_rate=0.1, join_rate=0.1, leave_rate=0.05,
+                      network=NetworkConfig(delivery_loss=0.02), fetch=True),
+    "partition": Scenario(members=12, duration=8, partitions=((2.0, 6.0, 0.3),), skew=2.0,
+                          fetch=True),
+    "mesh": Scenario(members=12, duration=8,
+                     network=NetworkConfig(degree=3, link_loss=0.05, bandwidth=200_000)),
+}

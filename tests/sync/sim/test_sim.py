@@ -10,18 +10,10 @@ import pytest
 from node.config import Config
 from node.config_combined import sds_config
 from sync.sds import SdsConfig
-from sync.sim import NetworkConfig, Scenario, SimFailure, Simulation, run
+from sync.sim import SWEEP, Scenario, SimFailure, Simulation, run
 from sync.sim.__main__ import parse
 
-SCENARIOS = {
-    "loss": Scenario(members=20, duration=8, network=NetworkConfig(delivery_loss=0.05)),
-    "churn": Scenario(members=12, duration=8, crash_rate=0.1, join_rate=0.1, leave_rate=0.05,
-                      network=NetworkConfig(delivery_loss=0.02), fetch=True),
-    "partition": Scenario(members=12, duration=8, partitions=((2.0, 6.0, 0.3),), skew=2.0,
-                          fetch=True),
-    "mesh": Scenario(members=12, duration=8,
-                     network=NetworkConfig(degree=3, link_loss=0.05, bandwidth=200_000)),
-}
+SCENARIOS = SWEEP
 
 
 def test_the_simulated_members_run_the_nodes_default_settings() -> None:

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Scale benchmark: SDS + SDS-R in groups of N members, in the deterministic simulator.
+
+Each run is ``sync.sim``: N members, each a real ``SdsChannel`` on the node's default settings
+(signed messages), over a GossipSub-like mesh (degree 6, every duplicate copy counted),
+20-200 ms per link, 20 content messages per second group-wide for ``duration`` seconds, then
+settling until every member holds every message (or 900 s). Recon and fetch-by-id are not
+modelled: this is what SDS-R alone costs. Loss is per (message, member): a member misses a
+broadcast with that probability.
+
+Per run: bytes and messages sent and received per member per published event (every copy the
+mesh delivers), CPU per (event x member) (process time inside the channels' calls), repair
+requests and responses per lost (message, member), delivery latency p50/p99 (publish to
+delivery at each other member), peak DAG heads. Keys (issue 30): ``bytes_growth_5pct`` (bytes
+received per member per event at the largest N / at N=10, 5% loss), ``responses_per_loss_max_n``
+(at the largest N, 5% loss), ``heads_peak`` (the peak over every run) with
+``heads_peak_short`` / ``heads_peak_long`` (the same group over one and three run lengths),
+``seeds_failed`` (runs whose invariants failed: each prints its replay command).
+
+``--smoke``: N = 10, 30, a few seconds, JSON to a temp file. ``--quick``: N = 10, 100, 300
+(under 5 minutes on a quiet machine). Default: N = 10, 100, 1000.
+The last line is the JSON result, also written to docs/bench/scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sync.sim import NetworkConfig, Scenario, SimFailure, run  # noqa: E402
+
+LOSSES = (0.0, 0.05)
+SIZES = {"smoke": (10, 30), "quick": (10, 100, 300), "full": (10, 100, 1000)}
+DURATION = {"smoke": 3.0, "quick": 10.0, "full": 20.0}
+COLUMNS = ("bytes_recv_per_member_event", "bytes_sent_per_member_event",
+           "msgs_recv_per_member_event", "msgs_sent_per_member_event",
+           "cpu_us_per_event_member", "requests_per_loss", "responses_per_loss",
+           "delivery_p50_s", "delivery_p99_s", "heads_peak")
+
+
+def one(members: int, loss: float, duration: float, seed: int) -> dict[str, object]:
+    scenario = Scenario(members=members, seed=seed, duration=duration,
+                        network=NetworkConfig(delivery_loss=loss))
+    started = time.monotonic()
+    try:
+        summary = run(scenario).summary()
+    except SimFailure as exc:
+        print(f"N={members} loss={loss}: FAILED\n{exc}", file=sys.stderr, flush=True)
+        return {"members": members, "loss": loss, "failed": True, "replay": scenario.command()}
+    row: dict[str, object] = {"members": members, "loss": loss, "duration_s": duration,
+                              "wall_s": round(time.monotonic() - started, 1), **summary}
+    print(f"  N={members:5d} loss={loss:.2f}: {row['wall_s']} s", file=sys.stderr, flush=True)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true")
+    size.add_argument("--smoke", action="store_true")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-write", action="store_true", help="do not write the JSON file")
+    args = parser.parse_args()
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    sizes, duration = SIZES[mode], DURATION[mode]
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    rows = [one(n, loss, duration, args.seed) for n in sizes for loss in LOSSES]
+    # Heads over one and three run lengths, same group (the middle size), no loss.
+    mid = sizes[1]
+    short = next(r for r in rows if r["members"] == mid and r["loss"] == 0.0)
+    long = one(mid, 0.0, 3 * duration, args.seed)
+    failed = [r for r in rows + [long] if r.get("failed")]
+
+    def at(n: int, loss: float, key: str) -> float:
+        row = next(r for r in rows if r["members"] == n and r["loss"] == loss)
+        value = row.get(key, 0.0)
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+    big = sizes[-1]
+    base_bytes = at(10, 0.05, "bytes_recv_per_member_event")
+    result = {
+        "mode": mode,
+        "sizes": list(sizes),
+        "duration_s": duration,
+        "bytes_growth_5pct": round(at(big, 0.05, "bytes_recv_per_member_event")
+                                   / base_bytes, 3) if base_bytes else None,
+        "responses_per_loss_max_n": at(big, 0.05, "responses_per_loss"),
+        "requests_per_loss_max_n": at(big, 0.05, "requests_per_loss"),
+        "heads_peak": max(int(r.get("heads_peak", 0)) for r in rows + [long]),  # type: ignore[call-overload]
+        "heads_peak_short": short.get("heads_peak"),
+        "heads_peak_long": long.get("heads_peak"),
+        "heads_run_lengths_s": [duration, 3 * duration],
+        "seeds_failed": len(failed),
+        "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "wall_s": round(time.monotonic() - started, 1),
+        "runs": rows + [dict(long, heads_run="long")],
+    }
+    print(f"Scale benchmark ({mode}): 20 msgs/s for {duration:.0f} s, then settling; "
+          f"load average {result['load_avg'][0]} -> {result['load_avg'][1]} on "
+          f"{os.cpu_count()} cores")
+    print(f"{'N':>5} {'loss':>5} " + " ".join(f"{c[:14]:>14}" for c in COLUMNS))
+    for r in rows:
+        if r.get("failed"):
+            print(f"{r['members']:>5} {r['loss']:>5} FAILED: {r['replay']}")
+            continue
+        print(f"{r['members']:>5} {r['loss']:>5} "
+              + " ".join(f"{r[c]!s:>14}" for c in COLUMNS))
+    print(f"heads_peak over {duration:.0f} s / {3 * duration:.0f} s at N={mid}: "
+          f"{result['heads_peak_short']} / {result['heads_peak_long']}")
+    for key in ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed"):
+        print(f"{key}: {result[key]}")
+    if args.smoke:
+        out = Path(tempfile.gettempdir()) / "scale_bench_smoke.json"
+    else:
+        out = ROOT / "docs" / "bench" / "scale.json"
+    if not args.no_write:
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
