@@ -17,10 +17,11 @@ from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds.acks import FilterEvidence, review_acks
 from sync.sds.bloom import RollingBloomFilter
-from sync.sds.buffers import OutgoingEntry, WaitingEntry
-from sync.sds.clock import LAMPORT_MAX, check_lamport, recovered_clock
+from sync.sds.buffers import OutgoingEntry
+from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
 from sync.sds.delivered import DeliveredIndex, DeliveredLookup
+from sync.sds.dependencies import DependencyBuffer
 from sync.sds.events import (
     Acknowledged,
     Delivered,
@@ -45,15 +46,12 @@ from sync.sds.message import (
     transmission_suffix,
     verify_repair,
 )
+from sync.sds.persist import SYNC_KEY, load_log, load_state, snapshot_of
 from sync.sds.profile import profile_of
-from sync.sds.quota import QuotaLimits, SenderQuota
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import (
     ChannelState,
     LogEntry,
-    MissingState,
-    OutgoingState,
-    WaitingState,
     decode_state,
     encode_state,
 )
@@ -66,9 +64,6 @@ __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
 #: has the whole rule): ``lamport + 1`` never leaves what a signed 64-bit SQL integer holds.
 LAMPORT_LIMIT = LAMPORT_MAX + 1
 _SIGNATURE_CACHE = 4096
-#: A missing-set entry is charged as one unit; the byte bounds follow from the counts.
-_MISSING_ENTRY_BYTES = 1
-_SYNC_KEY = ""
 
 
 class SdsChannel:
@@ -118,18 +113,14 @@ class SdsChannel:
         self._history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
                                       cfg.head_ttl, cfg.delivered_window)
         self._history.touch(now)
-        # Incoming buffer: waiting messages, and who waits for which missing id.
-        self._waiting: dict[str, WaitingEntry] = {}
-        self._waiters: dict[str, list[str]] = {}
-        self._missing: dict[str, HistoryRef] = {}
-        # What peers can make us hold is bounded (docs/security.md "SDS buffers").
-        self._waiting_quota = SenderQuota(QuotaLimits(
-            cfg.max_waiting, cfg.max_waiting_bytes, cfg.max_waiting_per_sender,
-            cfg.max_waiting_bytes_per_sender))
-        self._missing_quota = SenderQuota(QuotaLimits(
-            cfg.max_missing, cfg.max_missing * _MISSING_ENTRY_BYTES, cfg.max_missing_per_sender,
-            cfg.max_missing_per_sender * _MISSING_ENTRY_BYTES))
-        self._lost: set[str] = set()
+        # Incoming buffer: waiting messages, who waits for which missing id, missing and lost
+        # ids (sync.sds.dependencies; bounded, docs/security.md "SDS buffers"). The channel
+        # keeps direct references to its dicts: the receive path reads them for every message.
+        self._deps = DependencyBuffer(cfg)
+        self._waiting = self._deps.waiting
+        self._waiters = self._deps.waiters
+        self._missing = self._deps.missing
+        self._lost = self._deps.lost
         self._outgoing: dict[str, OutgoingEntry] = {}
         # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
         self._others_seen: set[str] = set()
@@ -519,7 +510,7 @@ class SdsChannel:
             return
         if not self._wait(event, {h.message_id for h in unmet}, lost):
             return
-        if self._unmiss(mid) is not None:
+        if self._deps.unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
         self._note_missing([h for h in unmet if h.message_id not in self._waiting], now,
                            charged_to=event.sender_id)
@@ -547,39 +538,14 @@ class SdsChannel:
 
     def _wait(self, event: SignedEvent, missing: set[str], lost: bool) -> bool:
         """Hold ``event`` until ``missing`` is delivered, within the waiting buffer's bounds."""
-        mid, sender = event.message_id, event.sender_id
-        size = len(event.wire) + len(event.content)
-        quota = self._waiting_quota
-        if not quota.fits(size):
-            self._events.append(Evicted("waiting", mid, sender))
+        evicted = self._deps.hold(event, missing, lost)
+        if evicted is None:
+            self._events.append(Evicted("waiting", event.message_id, event.sender_id))
             return False
-        for old in quota.add(mid, sender, size):
-            self._evict_waiting(old)
-        self._waiting[mid] = WaitingEntry(event, missing, lost)
-        for dep in missing:
-            self._waiters.setdefault(dep, []).append(mid)
+        for old in evicted:
+            # Its copy may come again (a resend, a repair, Recon) and is then accepted afresh.
+            self._events.append(Evicted("waiting", old.event.message_id, old.event.sender_id))
         return True
-
-    def _unwait(self, mid: str) -> WaitingEntry | None:
-        self._waiting_quota.remove(mid)
-        return self._waiting.pop(mid, None)
-
-    def _evict_waiting(self, mid: str) -> None:
-        entry = self._unwait(mid)
-        if entry is None:
-            return
-        for dep in entry.missing:
-            waiters = self._waiters.get(dep)
-            if waiters is not None and mid in waiters:
-                waiters.remove(mid)
-                if not waiters:
-                    del self._waiters[dep]
-        # Its copy may come again (a resend, a repair, Recon) and is then accepted afresh.
-        self._events.append(Evicted("waiting", mid, entry.event.sender_id))
-
-    def _unmiss(self, mid: str) -> HistoryRef | None:
-        self._missing_quota.remove(mid)
-        return self._missing.pop(mid, None)
 
     def _is_unknown(self, mid: str) -> bool:
         """Not delivered as far as memory knows, not waiting, not lost."""
@@ -643,7 +609,7 @@ class SdsChannel:
                     continue
                 waiting.missing.discard(ev.message_id)
                 if not waiting.missing:
-                    self._unwait(waiter)
+                    self._deps.release(waiter)
                     stack.append((waiting.event, waiting.lost_dependency))
 
     def _log_event(self, ev: SignedEvent, lost: bool) -> None:
@@ -658,7 +624,7 @@ class SdsChannel:
         self._lost.discard(mid)
         history_ids = ev.history_ids
         self._history.logged(mid, lamport, ev.sender_id, history_ids, head=head)
-        if self._unmiss(mid) is not None:
+        if self._deps.unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
         self._repair.remember(mid, ev.sender_id, ev.wire)
         self._events.append(
@@ -667,14 +633,12 @@ class SdsChannel:
 
     def _note_missing(self, refs: list[HistoryRef], now: float, *, charged_to: str) -> None:
         new = []
-        quota = self._missing_quota
         for ref in refs:
             mid = ref.message_id
             if mid in self._missing:
                 continue
-            for old in quota.add(mid, charged_to, _MISSING_ENTRY_BYTES):
+            for old in self._deps.add_missing(ref, charged_to):
                 self._evict_missing(old)
-            self._missing[mid] = ref
             self._timers.schedule(TimerKind.LOST, mid, now + self.config.lost_timeout)
             self._repair.want(ref, now)
             new.append(MissingEntry(mid, ref.retrieval_hint, ref.sender_id))
@@ -682,14 +646,14 @@ class SdsChannel:
             self._events.append(MissingDependencies(tuple(new)))
 
     def _evict_missing(self, mid: str) -> None:
-        if self._unmiss(mid) is None:
+        if self._deps.unmiss(mid) is None:
             return
         self._timers.cancel(TimerKind.LOST, mid)
         self._repair.seen(mid)  # no more repair requests for it
         self._events.append(Evicted("missing", mid))
 
     def _declare_lost(self, mid: str) -> None:
-        ref = self._unmiss(mid)
+        ref = self._deps.unmiss(mid)
         if ref is None:
             return
         self._repair.seen(mid)
@@ -706,10 +670,10 @@ class SdsChannel:
                 waiting.missing.discard(lost_id)
                 waiting.lost_dependency = True
                 if self.config.lost_policy == "drop":
-                    self._unwait(waiter)
+                    self._deps.release(waiter)
                     pending.append(waiter)
                 elif not waiting.missing:
-                    self._unwait(waiter)
+                    self._deps.release(waiter)
                     self._deliver(waiting.event, lost_dependency=True)
 
     # ------------------------------------------------------------------ timers
@@ -717,7 +681,7 @@ class SdsChannel:
         self._sync_armed_at = base
         cfg = self.config
         delay = cfg.sync_interval + self._rng.uniform(0.0, cfg.sync_jitter)
-        self._timers.schedule(TimerKind.SYNC, _SYNC_KEY, base + delay)
+        self._timers.schedule(TimerKind.SYNC, SYNC_KEY, base + delay)
 
     def handle_timer(self, now: float) -> None:
         """Run every timer due at ``now``; outgoing messages go to ``datagrams_to_send()``."""
@@ -789,42 +753,8 @@ class SdsChannel:
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> ChannelState:
         """What ``export_state`` persists: the clock, the buffers, the repair buffers, the heads
-        and when each timer is due."""
-        timers = self._timers
-        return ChannelState(
-            channel_id=self.channel_id,
-            participant_id=self.participant_id,
-            lamport=self._lamport,
-            last_activity=self._last_activity,
-            outgoing=tuple(
-                OutgoingState(e.wire, e.attempts, e.possibly, frozenset(e.bloom_senders),
-                              e.fp_product, timers.due(TimerKind.RESEND, e.message_id))
-                for e in self._outgoing.values()
-            ),
-            waiting=self._waiting_snapshot(),
-            missing=tuple(MissingState(ref, timers.due(TimerKind.LOST, mid))
-                          for mid, ref in self._missing.items()),
-            lost=tuple(sorted(self._lost)),
-            repair_out=tuple((ref, when) for when, ref in self._repair.requests.values()),
-            repair_in=tuple(self._repair.responses.items()),
-            heads=tuple(self._history.heads.values()),
-            sync_at=timers.due(TimerKind.SYNC, _SYNC_KEY),
-        )
-
-    def _waiting_snapshot(self) -> tuple[WaitingState, ...]:
-        """The newest waiting messages, up to ``waiting_state_bytes``: the state is saved every
-        few seconds, and a full waiting buffer (``max_waiting_bytes``) would cost that much again
-        in base64 each time. Those left out are not in any log yet; after a restart they come
-        again like any message we do not have (a resend, a repair, Recon)."""
-        budget = self.config.waiting_state_bytes
-        out: list[WaitingState] = []
-        for w in reversed(self._waiting.values()):
-            budget -= len(w.event.wire)
-            if budget < 0:
-                break
-            out.append(WaitingState(w.event.wire, w.lost_dependency))
-        out.reverse()
-        return tuple(out)
+        and when each timer is due (``sync.sds.persist``)."""
+        return snapshot_of(self)
 
     def export_state(self) -> bytes:
         return encode_state(self.snapshot())
@@ -856,8 +786,8 @@ class SdsChannel:
         ch = cls(snap.channel_id, snap.participant_id, signing_key, config=config, rng=rng,
                  now=now, verify_signatures=verify_signatures, lookup=lookup)
         try:
-            ch._load_log(log, truncated=log_truncated)
-            ch._load_state(snap, now)
+            load_log(ch, log, truncated=log_truncated)
+            load_state(ch, snap, now)
             for wire in cached_wires:
                 event = decode_event(wire, max_size=ch.config.max_message_size,
                                      verify_signature=False)
@@ -866,74 +796,3 @@ class SdsChannel:
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RemoteProtocolError(f"bad channel state: {exc}") from None
         return ch
-
-    def _load_log(self, log: Iterable[LogEntry], *, truncated: bool) -> None:
-        entries: list[tuple[int, str, str | None]] = []
-        for item in log:
-            mid, lamport = item[0], item[1]
-            sender = item[2] if len(item) > 2 else None
-            if not isinstance(mid, str) or not isinstance(lamport, int) or lamport < 0:
-                raise ValueError("bad log entry")
-            entries.append((lamport, mid, sender))
-        entries.sort()
-        self._log.load([(lamport, mid) for lamport, mid, _ in entries], truncated=truncated)
-        self._history.load_tail(entries)
-        for _, mid, _ in entries[-self._bloom.window :]:
-            self._bloom.add(mid)
-
-    def _load_state(self, snap: ChannelState, now: float) -> None:
-        timers, cfg, log = self._timers, self.config, self._log
-        # A clock persisted before the clock rule (or raised by a log entry accepted before it)
-        # may be out of range: start from the largest value the rule accepts now instead.
-        self._lamport, self.clock_recovered = recovered_clock(
-            [snap.lamport, *(lam for _, lam in log.items())], now, cfg.max_lamport_ahead_ms
-        )
-        self._last_activity = snap.last_activity
-        delivered = log.known(ref.message_id for ref in snap.heads)
-        self._history.load_heads(
-            (ref, -1 if (lam := log.lamport(ref.message_id)) is None else lam)
-            for ref in snap.heads if ref.message_id in delivered)
-        delivered = log.known(snap.lost)
-        self._lost.update(mid for mid in snap.lost if mid not in delivered)
-        for out in snap.outgoing:
-            event = decode_event(out.wire, max_size=cfg.max_message_size, verify_signature=False)
-            entry = OutgoingEntry(event.message_id, event.wire, attempts=out.attempts,
-                                  possibly=out.possibly, bloom_senders=set(out.bloom_senders),
-                                  fp_product=out.fp_product)
-            self._outgoing[entry.message_id] = entry
-            self._repair.remember(entry.message_id, event.sender_id, event.wire)
-            when = out.resend_at if out.resend_at is not None else now + cfg.resend_interval
-            timers.schedule(TimerKind.RESEND, entry.message_id, when)
-        delivered = log.known(m.ref.message_id for m in snap.missing)
-        for m in snap.missing:
-            ref = m.ref
-            if ref.message_id in delivered:
-                continue  # fetched by other means (e.g. Recon) while we were down
-            for old in self._missing_quota.add(ref.message_id, ref.sender_id or "", 1):
-                self._evict_missing(old)
-            self._missing[ref.message_id] = ref
-            when = m.lost_at if m.lost_at is not None else now + cfg.lost_timeout
-            timers.schedule(TimerKind.LOST, ref.message_id, when)
-        for w in snap.waiting:
-            event = decode_event(w.wire, max_size=cfg.max_message_size, verify_signature=False)
-            if event.lamport is None or event.lamport > LAMPORT_MAX:
-                continue
-            delivered = log.known([event.message_id, *event.history_ids])
-            if event.message_id in delivered:
-                continue
-            unmet = {h for h in event.history_ids if h not in delivered and h not in self._lost}
-            self._wait(event, unmet, w.lost)
-        for ready in [w for w in self._waiting.values() if not w.missing]:
-            self._unwait(ready.event.message_id)
-            self._deliver(ready.event, lost_dependency=ready.lost_dependency)
-        unknown = {d for d in self._waiters if d not in self._missing and d not in self._waiting}
-        self._note_missing([HistoryRef(d) for d in sorted(unknown)], now, charged_to="")
-        for ref, when in snap.repair_out:
-            if not log.contains(ref.message_id):
-                self._repair.want(ref, now, at=when)
-        for mid, when in snap.repair_in:
-            self._repair.responses[mid] = when
-            timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
-        if snap.sync_at is not None:
-            self._sync_armed_at = self._last_activity
-            timers.schedule(TimerKind.SYNC, _SYNC_KEY, snap.sync_at)

@@ -51,7 +51,7 @@ def test_waiting_buffer_is_bounded_per_sender_in_bytes_and_other_senders_keep_th
     for i in range(6):  # 6 x 60 KB from one sender: over its 200 KB (wire + content)
         victim.receive(orphan(1, i, size=60 * 1024), T0)
     assert honest_ids <= victim.waiting_ids
-    assert victim._waiting_quota.bytes <= CONFIG.max_waiting_bytes
+    assert victim._deps.waiting_quota.bytes <= CONFIG.max_waiting_bytes
     flooder = len(victim.waiting_ids - honest_ids)
     assert flooder == 1  # two of them (wire + content ~ 2 x 60 KB each) do not fit in 200 KB
 
@@ -114,7 +114,7 @@ def test_bounds_survive_export_and_restore() -> None:
     small = SdsConfig(**{**CONFIG.__dict__, "max_waiting": 2, "max_waiting_per_sender": 2})
     restored = type(victim).restore(state, key(0), config=small, now=T0)
     assert len(restored.waiting_ids) == 2
-    assert restored._waiting_quota.bytes == sum(
+    assert restored._deps.waiting_quota.bytes == sum(
         len(w.event.wire) + len(w.event.content) for w in restored._waiting.values())
 
 
