@@ -293,7 +293,7 @@ class SdsChannel:
             # The id is the payload's hash: a second send would be the same message.
             raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
-        history = self._history.choose(self.config.causal_history_size, now)
+        history = self._history.choose(self.config.causal_history_size, now, rng=self._rng)
         event = self.profile.encode(
             self.channel_id, self.participant_id, lamport, history, content, self._key, self._rng
         )
@@ -619,13 +619,15 @@ class SdsChannel:
         self._log.add(mid, lamport)
         if lamport > self._lamport:
             self._lamport = lamport
-        # Messages naming a lost one were delivered already: it is not a head.
-        head = mid not in self._lost
+        # Not a head: a lost one (messages naming it were delivered already), nor one we knew
+        # was missing (a message we received named it: others learn of it from there).
+        was_missing = self._deps.unmiss(mid) is not None
+        if was_missing:
+            self._timers.cancel(TimerKind.LOST, mid)
+        head = mid not in self._lost and not was_missing
         self._lost.discard(mid)
         history_ids = ev.history_ids
         self._history.logged(mid, lamport, ev.sender_id, history_ids, head=head)
-        if self._deps.unmiss(mid) is not None:
-            self._timers.cancel(TimerKind.LOST, mid)
         self._repair.remember(mid, ev.sender_id, ev.wire)
         self._events.append(
             Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)

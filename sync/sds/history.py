@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import random
 from collections.abc import Iterable
 
 from sync.sds.message import HistoryRef
@@ -143,10 +144,17 @@ class CausalHistory:
         self.drop_head(mid)
 
     # -- choice ---------------------------------------------------------------------------
-    def choose(self, size: int, now: float, *, rotate: bool = False) -> tuple[HistoryRef, ...]:
+    def choose(self, size: int, now: float, *, rotate: bool = False,
+               rng: random.Random | None = None) -> tuple[HistoryRef, ...]:
         """Up to ``size`` ids to name, in (lamport, id) order: heads first (a content message
-        the newest, and the oldest in its last slot when it cannot name them all; a sync
-        message, ``rotate``, those least recently named), then the log's tail."""
+        the newest, and in its last slot, when it cannot name them all, one of the others
+        drawn with ``rng`` (the oldest without one); a sync message, ``rotate``, those least
+        recently named), then the log's tail.
+
+        Why a draw: members hold nearly the same heads, so a fixed rule (the oldest) makes
+        concurrent senders name the same one, and the heads nobody names as newest pile up
+        faster than they are named (measured in the simulator: 16 -> 49 heads from a 10 s to
+        a 30 s run of 60 members); drawn, concurrent senders name different ones."""
         if size <= 0:
             return ()
         self.expire(now)
@@ -156,11 +164,18 @@ class CausalHistory:
             for mid in chosen:  # to the back of the rotation
                 heads[mid] = heads.pop(mid)
         elif len(heads) > size:
-            oldest = self._oldest()
-            assert oldest is not None
-            chosen = heapq.nlargest(size - 1, (i for i in heads if i != oldest[1]),
-                                    key=lambda i: (lamports[i], i))
-            chosen.append(oldest[1])
+            chosen = heapq.nlargest(size - 1, heads, key=lambda i: (lamports[i], i))
+            if rng is None:
+                oldest = self._oldest()
+                assert oldest is not None
+                extra = oldest[1]
+                if extra in chosen:
+                    chosen = heapq.nlargest(size, heads, key=lambda i: (lamports[i], i))
+                else:
+                    chosen.append(extra)
+            else:
+                others = [i for i in heads if i not in chosen]
+                chosen.append(others[rng.randrange(len(others))])
         else:
             chosen = list(heads)
         refs = [heads[i] for i in chosen]
