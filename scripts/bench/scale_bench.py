@@ -78,7 +78,7 @@ def main() -> int:
     mid = sizes[1]
     short = next(r for r in rows if r["members"] == mid and r["loss"] == 0.0)
     long = one(mid, 0.0, 3 * duration, args.seed)
-    failed = [r for r in rows + [long] if r.get("failed")]
+    failed = [r for r in [*rows, long] if r.get("failed")]
 
     def at(n: int, loss: float, key: str) -> float:
         row = next(r for r in rows if r["members"] == n and r["loss"] == loss)
@@ -95,14 +95,14 @@ def main() -> int:
                                    / base_bytes, 3) if base_bytes else None,
         "responses_per_loss_max_n": at(big, 0.05, "responses_per_loss"),
         "requests_per_loss_max_n": at(big, 0.05, "requests_per_loss"),
-        "heads_peak": max(int(r.get("heads_peak", 0)) for r in rows + [long]),  # type: ignore[call-overload]
+        "heads_peak": max(int(r.get("heads_peak", 0)) for r in [*rows, long]),  # type: ignore[call-overload]
         "heads_peak_short": short.get("heads_peak"),
         "heads_peak_long": long.get("heads_peak"),
         "heads_run_lengths_s": [duration, 3 * duration],
         "seeds_failed": len(failed),
         "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "wall_s": round(time.monotonic() - started, 1),
-        "runs": rows + [dict(long, heads_run="long")],
+        "runs": [*rows, dict(long, heads_run="long")],
     }
     print(f"Scale benchmark ({mode}): 20 msgs/s for {duration:.0f} s, then settling; "
           f"load average {result['load_avg'][0]} -> {result['load_avg'][1]} on "

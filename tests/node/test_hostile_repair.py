@@ -38,7 +38,9 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]
     base = tmp_path_factory.mktemp("hostile-repair")
     nodes: list[NodeProcess] = []
     try:
-        nodes.append(start_node(base, "n0"))
+        # All answers of a channel may cost 1.5 MiB per window here (default 16 MiB), so
+        # that a second requester meets the channel's bound in seconds.
+        nodes.append(start_node(base, "n0", env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}))
         nodes.append(start_node(base, "n1", bootstrap=nodes))
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 1 for n in nodes), 30,
                  "pair did not connect")
@@ -134,7 +136,16 @@ def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeProcess]
     assert answered <= 6, (f"{answered} rebroadcasts (~{answered * BIG} bytes) for {asked} "
                            "bytes of requests")
     assert metric(n0, "sds_repairs_refused_requester_total") >= 1
+    assert metric(n0, "sds_repairs_refused_cooldown_total") >= 1
     assert _penalties(n0, "flood") > flood0
+    # A second requester, within its own budget, meets the channel's: at most 1.5 MiB of
+    # answers per window in all.
+    time.sleep(1.5)  # past the answers' cooldown (repair_t_min_s = 1 here)
+    trio.run(ask_for, n0.listen_addrs[0], ids, sender, 10)
+    time.sleep(5)
+    answered = metric(n0, "sds_repairs_answered_total") - answered0
+    assert answered <= 8, f"{answered} rebroadcasts of {BIG}-byte events for two requesters"
+    assert metric(n0, "sds_repairs_refused_total_total") >= 1
 
 
 def test_replayed_messages_carry_nobodys_repair_requests(pair: list[NodeProcess]) -> None:

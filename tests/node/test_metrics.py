@@ -194,6 +194,10 @@ _DB = ("tests/node/test_db_e2e.py::"
        "test_three_nodes_writing_the_same_cells_end_with_identical_tables")
 _HOSTILE = "tests/node/test_e2e_hostile.py::test_hostile_peer_is_rejected_counted_and_harmless"
 _BAN = "tests/node/test_hostile_transfer.py::test_repeat_offender_is_banned_and_refused"
+_REPAIR_OWN = ("tests/node/test_hostile_repair.py::"
+               "test_a_requesters_own_requests_cost_it_not_the_group")
+_REPAIR_REPLAY = ("tests/node/test_hostile_repair.py::"
+                  "test_replayed_messages_carry_nobodys_repair_requests")
 _REORG = "tests/node/test_blocks_app.py::test_deep_reorg_from_two_producers_is_followed_once"
 
 # Every metric a node serves -> the test that makes its event happen and asserts it moved.
@@ -284,6 +288,11 @@ DRIVEN: dict[str, str] = {
         "tests/node/test_e2e_waku.py::test_waku_channel_replicates_unsigned_by_gossip_and_recon",
     "blocks_pending":
         "tests/node/test_blocks_e2e.py::test_a_block_without_its_parent_is_held_pending",
+    "sds_repairs_refused_requester_total": _REPAIR_OWN,
+    "sds_repairs_refused_cooldown_total": _REPAIR_OWN,
+    "sds_repairs_refused_total_total": _REPAIR_OWN,
+    "sds_repair_requests_unsigned_total": _REPAIR_REPLAY,
+    "sds_repair_requests_stale_total": _REPAIR_REPLAY,
     "api_idempotency_keys_evicted_total":
         "tests/node/test_api_idempotency.py::test_at_most_max_keys_are_held_oldest_forgotten_first",
 }
