@@ -25,7 +25,7 @@ from node.p2p.run import open_host
 from node.replication import topic_of
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event, transmission_suffix
-from tests.node.cluster import metric, start_node, wait_for
+from tests.node.cluster import cluster, metric, wait_for
 from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -35,19 +35,11 @@ BIG = 200_000  # bytes of content per large event
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
-    base = tmp_path_factory.mktemp("hostile-repair")
-    nodes: list[NodeProcess] = []
-    try:
-        # All answers of a channel may cost 1.5 MiB per window here (default 16 MiB), so
-        # that a second requester meets the channel's bound in seconds.
-        nodes.append(start_node(base, "n0", env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}))
-        nodes.append(start_node(base, "n1", bootstrap=nodes))
-        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 1 for n in nodes), 30,
-                 "pair did not connect")
+    # All answers of a channel may cost 1.5 MiB per window here (default 16 MiB), so that a
+    # second requester meets the channel's bound in seconds.
+    with cluster(tmp_path_factory.mktemp("hostile-repair"), 2,
+                 env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}) as nodes:
         yield nodes
-    finally:
-        for node in nodes:
-            node.kill()
 
 
 def publish_big(node: NodeProcess, count: int, tag: str) -> list[str]:
