@@ -51,7 +51,7 @@ def one(members: int, loss: float, duration: float, seed: int) -> dict[str, obje
                         network=NetworkConfig(delivery_loss=loss))
     started = time.monotonic()
     try:
-        summary = run(scenario).summary()
+        summary = run(scenario, time.process_time).summary()
     except SimFailure as exc:
         print(f"N={members} loss={loss}: FAILED\n{exc}", file=sys.stderr, flush=True)
         return {"members": members, "loss": loss, "failed": True, "replay": scenario.command()}
