@@ -70,6 +70,9 @@ class DbSection:
     declarers: tuple[str, ...] = opt((), check_peer_ids)
     # Lamport ticks (about milliseconds) after which a tombstone is forgotten; 0: never.
     stability_window: int = opt(7 * 24 * 3600 * 1000, non_negative)
+    # Milliseconds after this node first saw a table at which its owner is settled: later
+    # declarations from anyone else cannot take it over (docs/crdt.md "Settled owners").
+    settle_ms: int = opt(600_000, lambda v: None if v >= 1000 else "must be >= 1000")
     max_schema_versions: int = opt(64, positive)
     max_tables: int = opt(256, positive)
 
