@@ -138,6 +138,9 @@ class SparkSection:
         "expected local, local[N], local[*] or spark://HOST:PORT")
     partitions: int = opt(8, positive)
     snapshot_dir: str = opt("", check_dir)
+    # Peer ids whose signed snapshots `bootstrap` and `snapshot pull` accept (empty: this data
+    # dir's own key and p2p.allowed_peers); the --signer flag replaces them.
+    snapshot_signers: tuple[str, ...] = opt((), check_peer_ids)
     snapshot_interval_s: float = opt(0.0, non_negative)
     snapshot_every_events: int = opt(0, non_negative)
     period_ms: int = opt(60_000, positive)
