@@ -152,7 +152,7 @@ def timed_bootstrap(snap: Path, tmp: Path) -> tuple[int, float]:
     engine = make_engine(url)
     upgrade(engine)
     started = time.perf_counter()
-    rules = LoadRules.open([peer_id_of(test_key("bench-node", 0))], LogSpec().channels,
+    rules = LoadRules.open([peer_id_of(test_key("bench-node", 0))], LogSpec(1).channels,
                            time.time())
     result = bootstrap(engine, snap, NETWORK_ID, rules=rules)
     seconds = time.perf_counter() - started

@@ -151,12 +151,18 @@ def test_incremental_rebuild_continues_the_chain(spark: Any, log_url: str, tmp_p
     assert third["new_files"] == 0 and _files(out) == after
 
 
+# A loading node replicates the log's channels (else their events are refused, as from gossip).
+_LOADER_CONFIG = (f"[node]\nnetwork_id = {NETWORK_ID}\n[p2p]\nchannels = {list(SPEC.channels)}\n"
+                  f"[spark]\nsnapshot_signers = {sorted(snapshot_rules().signers)}\n"
+                  ).replace("'", '"')
+
+
 def test_bootstrap_and_pull_commands(built: Path, template_db: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     from node.cli import snapshot as cli_snapshot
 
     config = tmp_path / "node.toml"
-    config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n")
+    config.write_text(_LOADER_CONFIG)  # the config key names the trusted signer
     data = tmp_path / "data"
     args = ["--data-dir", str(data), "--config", str(config)]
     assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built), *args]) == 0
@@ -188,10 +194,10 @@ def test_bootstrapped_node_pulls_only_the_rest_through_recon(
     try:
         extra = publish_many(source, "general", [f"after the snapshot {k}" for k in range(60)])
         config = tmp_path / "node.toml"
-        config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n")
+        config.write_text(_LOADER_CONFIG.split("[spark]")[0])
         assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built),
-                                  "--data-dir", str(tmp_path / "fresh"),
-                                  "--config", str(config)]) == 0
+                                  "--data-dir", str(tmp_path / "fresh"), "--config", str(config),
+                                  "--signer", next(iter(snapshot_rules().signers))]) == 0
         fresh = start_node(tmp_path, "fresh", bootstrap=[source], env={
             **env, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0",
             "SYNCNODE_RECON_GOSSIP_GRACE_S": "0"})
