@@ -27,7 +27,7 @@ from sync.identity import peer_id_of
 from sync.sds import encode_event
 from sync.stored_event import record_of_event
 from tests.conftest import ROOT
-from tests.node.cluster import metric, preset_identity, start_node, wait_for
+from tests.node.cluster import channel_log, metric, preset_identity, start_node, wait_for
 from tests.node.procs import NodeProcess
 from tests.node.test_hostile_events import gossip, signed_event
 
@@ -74,20 +74,31 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over(tmp_path: Pat
                      "users", {"name": "text"}, frozenset({attacker}), 5,
                      attacker).encoded, channel="db")]
         trio.run(gossip, a.listen_addrs[0], "db", wires)
+        attack = {w.decode() for w in (takeover.encoded,)}
 
-        def refused(node: NodeProcess) -> bool:
-            return 'outcome="takeover"' in node.get("/metrics") and metric(
-                node, "db_schema_declarations_total") >= 1
-        wait_for(lambda: refused(a) and refused(b), 60, "takeover not refused on both nodes")
+        def judged(node: NodeProcess) -> bool:
+            """The attack is in the node's log and its application has judged it (refused as
+            a takeover, or, without the rule, made the attacker the owner)."""
+            stored = attack <= {c for _, _, c in channel_log(node, "db")}
+            return stored and (_owner(node) != owner or 'outcome="takeover"' in node.get(
+                "/metrics"))
+        wait_for(lambda: judged(a) and judged(b), 60, "the attack did not reach both nodes")
+        time.sleep(1.0)  # the second declaration too
         for node in nodes:
             assert _owner(node) == owner
             assert _rows(node) == 20
-            assert 'peer_penalties_total{reason="takeover"}' in node.get("/metrics")
+            series = node.get("/metrics")
+            assert 'outcome="takeover"' in series
+            assert 'peer_penalties_total{reason="takeover"}' in series
         # The honest owner still writes and declares.
         writer.post("/v1/db/users", {"op": "upsert", "id": "after", "values": {"n": 1}})
         writer.post("/v1/db-schemas/users", {"columns": {"name": "text", "n": "integer",
                                                          "extra": "real"}, "writers": None})
         wait_for(lambda: _rows(a) == 21 and _rows(b) == 21, 60, "owner's write lost")
+        # It holds across a restart (the settled owner is persisted).
+        a.terminate()
+        a.start()
+        assert _owner(a) == owner and _rows(a) == 21
     finally:
         for node in nodes:
             node.kill()
