@@ -142,6 +142,10 @@ class DbApplication:
             book.seen.update({str(k): int(v) for k, v in learned["seen"].items()})
             for table in book.settled:  # the history as settled (a pin filters the owner)
                 book.reset_table(table, stored.get(table, ()))
+        for table in book.tables():
+            # Known before this release kept first-seen times (or before a lost state): known
+            # for long, so its owner settles at the next declaration, not settle_ms after it.
+            book.seen.setdefault(table, 0)
         raw = get_state(conn, _HIGH_KEY)
         self.book = book
         self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}

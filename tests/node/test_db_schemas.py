@@ -7,10 +7,11 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine
+from sqlalchemy import Engine, delete
 
 from node.config_apps import DbSection
 from storage import EventRecord, append_events, read_channel
+from storage.schema import node_state
 from sync.crdt import TableSchema
 from tests.node.db_helpers import (
     ALICE,
@@ -146,6 +147,25 @@ def test_a_takeover_after_the_owner_settled_is_refused_live_after_restart_and_on
     assert replay.app.book.history("artists").owner == ALICE.id  # type: ignore[union-attr]
     assert replay.tables() == expected
     assert replay.counter("db_schema_declarations_total", outcome="takeover") == 2
+
+
+def test_a_table_known_before_first_seen_times_were_kept_counts_as_long_known(
+    engine: Engine
+) -> None:
+    """A database from before this release has tables but no first-seen times: on restore they
+    count as known for long, so the next foreign claim finds the owner settled."""
+    section = DbSection(tables=SCHEMAS, stability_window=0, settle_ms=1000)
+    old = Replica(engine, section, declared=False)
+    old.feed([ALICE.declare(5, ARTISTS)])
+    with engine.begin() as conn:
+        conn.execute(delete(node_state).where(node_state.c.key == "app/db/owners"))
+    upgraded = Replica(engine, section, declared=False)
+    upgraded.cursor = old.cursor
+    with engine.connect() as conn:
+        upgraded.app.restore(conn, old.cursor)
+    upgraded.feed([BOB.declare(2, ARTISTS)])  # at the same receipt time as alice's
+    assert upgraded.app.book.history("artists").owner == ALICE.id  # type: ignore[union-attr]
+    assert upgraded.counter("db_schema_declarations_total", outcome="takeover") == 1
 
 
 WINDOW = 3
