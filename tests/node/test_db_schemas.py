@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, delete
 
+from node.apps.db_owners import OWNERS_KEY
 from node.config_apps import DbSection
 from storage import EventRecord, append_events, read_channel
 from storage.schema import node_state
@@ -158,7 +159,7 @@ def test_a_table_known_before_first_seen_times_were_kept_counts_as_long_known(
     old = Replica(engine, section, declared=False)
     old.feed([ALICE.declare(5, ARTISTS)])
     with engine.begin() as conn:
-        conn.execute(delete(node_state).where(node_state.c.key == "app/db/owners"))
+        conn.execute(delete(node_state).where(node_state.c.key == OWNERS_KEY))
     upgraded = Replica(engine, section, declared=False)
     upgraded.cursor = old.cursor
     with engine.connect() as conn:
