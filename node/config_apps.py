@@ -69,6 +69,8 @@ class BlocksSection:
 
 @dataclass(frozen=True)
 class DbSection:
+    # On without a table in db.tables: tables come from `syncnode db declare` (issue 29).
+    enabled: bool = opt(False)
     channel: str = opt("db", lambda v: channel_names((v,)))
     # [db.tables.NAME] columns = {COLUMN = TYPE, ...}, writers = [PEER_ID, ...]; see parse_tables.
     tables: tuple[TableSchema, ...] = opt(())
@@ -80,6 +82,11 @@ class DbSection:
     stability_window: int = opt(7 * 24 * 3600 * 1000, non_negative, most=1 << 42)
     max_schema_versions: int = opt(64, positive, most=100_000)
     max_tables: int = opt(256, positive, most=100_000)
+
+    @property
+    def active(self) -> bool:
+        """The node replicates the db channel: asked for, or a table to declare."""
+        return self.enabled or bool(self.tables)
 
     def owner_pins(self) -> dict[str, str]:
         return _owner_pins(self.owners)[0]

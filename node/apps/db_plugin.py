@@ -29,7 +29,7 @@ from node.apps.db_metrics import METRICS
 from node.apps.db_publish import SchemaSeeder, publish_and_wait
 from node.apps.runner import LogApplication
 from node.config import Config
-from storage.crdt import get_row, query_rows
+from storage.crdt import get_row, load_states, query_rows
 from sync.crdt import (
     CrdtMessage,
     Operation,
@@ -110,7 +110,9 @@ class DbBundle:
                                        "seq": {"type": "integer"},
                                        "applied": {"type": "boolean"}}),
                          errors={403: "This node does not own the table or is not in "
-                                      "db.declarers"})),
+                                      "db.declarers",
+                                 409: "The replicated database is off on this node "
+                                      "(db.enabled)"})),
             ApiRoute("POST", "/v1/db/{table}",
                      'Write a record: {"op": "upsert"|"update"|"delete", "id": ID, "values": '
                      '{...}}; answers once committed and applied', self._write, RouteDoc(
@@ -120,14 +122,18 @@ class DbBundle:
                                   {"values": {"type": "object",
                                               "description": "COLUMN: VALUE, typed as declared"},
                                    "pending": {"type": "boolean", "description":
-                                               "update: park it until the record arrives "
-                                               "instead of answering 404"}}),
+                                               "update: park it until the record arrives; "
+                                               "delete: write the tombstone although this "
+                                               "node has not seen the record (instead of "
+                                               "answering 404)"}}),
                          response=obj({"message_id": {"type": "string"},
                                        "lamport": {"type": "integer"},
                                        "seq": {"type": "integer"},
                                        "applied": {"type": "boolean"}}),
                          errors={403: "This node may not write the table (writers)",
-                                 404: "No such replicated table"})),
+                                 404: "No such replicated table or (delete) no such row",
+                                 409: "The replicated database is off on this node "
+                                      "(db.enabled)"})),
             ApiRoute("GET", "/v1/db/{table}",
                      "Visible rows in id order (after=ID, limit=N)", self._query, RouteDoc(
                          params=(_TABLE,
@@ -149,7 +155,17 @@ class DbBundle:
         if self.db.channels:
             self.services = [SchemaSeeder(self.db, self.runtime)]
 
+    def _require_active(self) -> None:
+        """A write or declaration on a node that replicates no db channel: say how to turn
+        the database on rather than fail inside the publish (issue 29: it was a 500)."""
+        if not self.db.channels:
+            raise ApiError(409, "the replicated database is off on this node: set db.enabled = "
+                                "true (SYNCNODE_DB_ENABLED=true) or declare a table under "
+                                "[db.tables] in the config of every node of the group, and "
+                                "restart them")
+
     def _schema(self, request: Request) -> TableSchema:
+        self._require_active()
         name = str(request.path_params["table"])
         schema = self.db.book.latest(name)
         if schema is None:
@@ -176,6 +192,7 @@ class DbBundle:
         return JSONResponse(history_json(history))
 
     async def _schema_post(self, node: NodeRuntime, request: Request) -> Response:
+        self._require_active()
         name = str(request.path_params["table"])
         body = await read_json(request, max_bytes=256 * 1024)
         if not isinstance(body, dict) or not isinstance(body.get("columns"), dict) or (
@@ -222,6 +239,14 @@ class DbBundle:
             raise ApiError(404, f"no row {entity_id!r} in {schema.name}: update changes an "
                                 "existing record (upsert creates one; \"pending\": true queues "
                                 "the update until the record arrives from a peer)")
+        if operation is Operation.DELETE and body.get("pending") is not True and isinstance(
+                entity_id, str) and not (
+                await node.store.read(load_states, [(schema.name, entity_id)])):
+            # Nothing known of it, not even a tombstone: most likely a typo (issue 29).
+            raise ApiError(404, f"no row {entity_id!r} in {schema.name}: this node has never "
+                                "seen it written, so there is nothing to delete (\"pending\": "
+                                "true deletes it anyway, for a record still to come from a "
+                                "peer)")
         try:
             message = CrdtMessage(operation, schema.name, entity_id,  # type: ignore[arg-type]
                                   typed_values(schema, body.get("values", {})), sender=node.peer_id)
@@ -268,7 +293,7 @@ class DbPlugin:
     name = APP_NAME
 
     def channels(self, config: Config) -> list[str]:
-        return [config.db.channel] if config.db.tables else []
+        return [config.db.channel] if config.db.active else []
 
     def build(self, runtime: NodeRuntime) -> DbBundle:
         app = DbApplication(runtime.config.db, runtime.metrics)

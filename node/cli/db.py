@@ -98,6 +98,8 @@ def _write(args: argparse.Namespace, op: str) -> int:
             raise _usage("update needs at least one COLUMN=VALUE")
         if op == "update" and args.pending:
             body["pending"] = True
+    elif args.pending:
+        body["pending"] = True
     answer = client.post(f"/v1/db/{quote(args.table, safe='')}", json=body)
     state = "applied" if answer["applied"] else "committed (not applied yet)"
     print(f"{op} {args.table}/{args.id} {state}: lamport {answer['lamport']}, "
@@ -217,9 +219,13 @@ def register(sub: Any) -> None:
                                   "it waits until the record arrives (else: an error)")
         add_client_options(cmd)
         cmd.set_defaults(func=functools.partial(_write, op=op))
-    delete = commands.add_parser("delete", help="delete a record (a tombstone)")
+    delete = commands.add_parser("delete", help="delete a record (a tombstone); an id this "
+                                                "node never saw is an error unless --pending")
     delete.add_argument("table", metavar="TABLE")
     delete.add_argument("id", metavar="ID")
+    delete.add_argument("--pending", action="store_true",
+                        help="delete a record this node has not seen yet (it wins when the "
+                             "record arrives from a peer)")
     add_client_options(delete)
     delete.set_defaults(func=functools.partial(_write, op="delete"))
     get = commands.add_parser("get", help="show one row")
