@@ -308,7 +308,10 @@ def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: i
     _lo, newest, total = _lamport_range(url)
     clock_ms = int(time.time() * 1000) if now_ms is None else now_ms
     end = end_period(newest, clock_ms, period_ms, settle_ms, include_open)
-    if total == 0 or end <= first_period:
+    # Nothing settled to write, also when the periods to write hold no event at all (a first
+    # build while every event is still in the settle window): no chain step, no Spark.
+    if total == 0 or end <= first_period or _count_after(url, first_period * period_ms) == \
+            _count_after(url, end * period_ms):
         return {"job": "snapshot", "node": node, "new_files": 0, "new_events": 0,
                 "out": str(out), "events": manifest.count, "files": len(manifest.files),
                 "late": 0, "settle_ms": settle_ms, "period_ms": period_ms,

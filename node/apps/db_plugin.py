@@ -48,6 +48,9 @@ __all__ = ["DbBundle", "DbPlugin"]
 log = logging.getLogger("syncnode.db")
 
 MAX_PAGE = 10_000
+DB_OFF = ("the replicated database is off on this node: set db.enabled = true "
+          "(SYNCNODE_DB_ENABLED=true) or declare a table under [db.tables] in the config of "
+          "every node of the group, and restart them")
 
 
 _TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 128,
@@ -69,6 +72,9 @@ class DbBundle:
             ApiRoute("GET", "/v1/db", "Replicated tables: their latest schema versions",
                      self._tables, RouteDoc(response=obj({
                          "channel": {"type": "string"},
+                         "enabled": {"type": "boolean", "description":
+                                     "Whether this node replicates the db channel "
+                                     "(db.enabled, or a table in db.tables)"},
                          "tables": {"type": "object", "additionalProperties": obj({
                              "columns": {"type": "object",
                                          "additionalProperties": {"type": "string"}},
@@ -159,10 +165,7 @@ class DbBundle:
         """A write or declaration on a node that replicates no db channel: say how to turn
         the database on rather than fail inside the publish (issue 29: it was a 500)."""
         if not self.db.channels:
-            raise ApiError(409, "the replicated database is off on this node: set db.enabled = "
-                                "true (SYNCNODE_DB_ENABLED=true) or declare a table under "
-                                "[db.tables] in the config of every node of the group, and "
-                                "restart them")
+            raise ApiError(409, DB_OFF)
 
     def _schema(self, request: Request) -> TableSchema:
         self._require_active()
@@ -181,7 +184,8 @@ class DbBundle:
             assert history is not None and history.latest is not None
             tables[name] = {**schema_json(history.latest), "owner": history.owner,
                             "versions": len(history.versions)}
-        return JSONResponse({"channel": self.db.section.channel, "tables": tables})
+        return JSONResponse({"channel": self.db.section.channel,
+                             "enabled": bool(self.db.channels), "tables": tables})
 
     async def _schema_get(self, _node: NodeRuntime, request: Request) -> Response:
         name = str(request.path_params["table"])

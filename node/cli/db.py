@@ -81,9 +81,13 @@ def parse_assignments(table: str, columns: dict[str, str], items: list[str]) -> 
 
 
 def _columns(client: Any, table: str) -> dict[str, str]:
-    tables = client.get("/v1/db")["tables"]
+    answer = client.get("/v1/db")
+    if answer.get("enabled") is False:
+        # The node's own words (it names the config key), as for a declaration.
+        client.get(f"/v1/db/{quote(table, safe='')}", params={"limit": 1})
+    tables = answer["tables"]
     if table not in tables:
-        declared = ", ".join(sorted(tables)) or "none (the node sets no db.tables)"
+        declared = ", ".join(sorted(tables)) or "none yet (`syncnode db declare` one)"
         raise _usage(f"no replicated table {table!r}; declared: {declared}")
     return dict(tables[table]["columns"])
 
