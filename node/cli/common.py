@@ -160,11 +160,11 @@ class ApiClient:
                     continue
                 reason = "timed out" if isinstance(exc, socket.timeout) else \
                     exc.__class__.__name__
-                raise CliError(
-                    f"no node answering at {self.base_url} ({reason}; address from "
-                    f"{self.origin}); is `syncnode run` running on that data dir? (--api URL "
-                    "names another address)"
-                ) from None
+                hint = ("is `syncnode run` running, and is --api right?" if self.origin == "--api"
+                        else "is `syncnode run` running there? (--api URL names another "
+                             "address)")
+                raise CliError(f"no node answering at {self.base_url} ({reason}; address "
+                               f"from {self.origin}); {hint}") from None
         if response.status >= 400:
             raw = response.read()
             conn.close()
@@ -267,7 +267,10 @@ def api_url_for(args: argparse.Namespace) -> tuple[str, str, Config | None]:
     if found := read_api_url(data_dir):
         return parse_api_url(found), f"{os.path.join(data_dir, API_URL_FILE)}", config
     config = config or config_from(args)
-    return parse_api_url(config.api.listen), "api.listen", config
+    where = os.path.join(data_dir, API_URL_FILE)
+    return (parse_api_url(config.api.listen),
+            f"api.listen, as {where} is absent: no node runs on {data_dir}, or it is still "
+            "starting", config)
 
 
 def client_for(args: argparse.Namespace) -> ApiClient:

@@ -55,10 +55,10 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
         elif key == "events":
             rows.append(("events", f"{value:,}"))
         elif isinstance(value, list):
-            rows.append((key, ", ".join(map(str, value))))
+            rows.append((key.replace("_", " "), ", ".join(map(str, value))))
         else:
-            rows.append((key, str(value)))
-        if key == "network_id":  # the database right after the node's identity
+            rows.append((key.replace("_", " "), str(value)))
+        if key == "network_id":  # the database right after the network
             rows.append(("database", database + (f" ({human_size(size)})" if size is not None
                                                   else "")))
     rows.append(("snapshots", human_size(snapshots) if snapshots is not None else "none"))
