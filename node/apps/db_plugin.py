@@ -53,6 +53,7 @@ DB_OFF = ("the replicated database is off on this node: set db.enabled = true "
           "every node of the group, and restart them")
 
 
+_OFF = "The replicated database is off on this node (db.enabled, db.tables)"
 _TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 128,
                                  "examples": ["kv"]},
                "A replicated table (declared on the log)")
@@ -100,7 +101,7 @@ class DbBundle:
                                              "additionalProperties": {"type": "integer"},
                                              "description": "COLUMN: Lamport time of the "
                                                             "version that (re)typed it"}}),
-                              errors={404: "No such replicated table"})),
+                              errors={404: "No such replicated table", 409: _OFF})),
             ApiRoute("POST", "/v1/db-schemas/{table}",
                      'Declare a schema version: {"columns": {COLUMN: TYPE}, "writers": [...] | '
                      'null}; only the owner\'s count', self._schema_post, RouteDoc(
@@ -117,8 +118,7 @@ class DbBundle:
                                        "applied": {"type": "boolean"}}),
                          errors={403: "This node does not own the table or is not in "
                                       "db.declarers",
-                                 409: "The replicated database is off on this node "
-                                      "(db.enabled)"})),
+                                 409: _OFF})),
             ApiRoute("POST", "/v1/db/{table}",
                      'Write a record: {"op": "upsert"|"update"|"delete", "id": ID, "values": '
                      '{...}}; answers once committed and applied', self._write, RouteDoc(
@@ -138,8 +138,7 @@ class DbBundle:
                                        "applied": {"type": "boolean"}}),
                          errors={403: "This node may not write the table (writers)",
                                  404: "No such replicated table or (delete) no such row",
-                                 409: "The replicated database is off on this node "
-                                      "(db.enabled)"})),
+                                 409: _OFF})),
             ApiRoute("GET", "/v1/db/{table}",
                      "Visible rows in id order (after=ID, limit=N)", self._query, RouteDoc(
                          params=(_TABLE,
@@ -150,13 +149,13 @@ class DbBundle:
                                        "Most rows")),
                          response=obj({"rows": arr({"type": "object"}),
                                        "next_after": {"type": ["string", "null"]}}),
-                         errors={404: "No such replicated table"})),
+                         errors={404: "No such replicated table", 409: _OFF})),
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
                      self._get, RouteDoc(
                          params=(_TABLE, Param("entity_id", "path", {"type": "string"},
                                                "The row id (percent-encode a /)")),
                          response={"type": "object"},
-                         errors={404: "No such table or row"})),
+                         errors={404: "No such table or row", 409: _OFF})),
         ]
         if self.db.channels:
             self.services = [SchemaSeeder(self.db, self.runtime)]
