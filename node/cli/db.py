@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from node.cli.common import CliError, add_client_options, client_for
+from node.cli.human import iso_ms
 
 __all__ = ["parse_assignments", "parse_columns", "parse_value", "register"]
 
@@ -106,8 +107,8 @@ def _write(args: argparse.Namespace, op: str) -> int:
         body["pending"] = True
     answer = client.post(f"/v1/db/{quote(args.table, safe='')}", json=body)
     state = "applied" if answer["applied"] else "committed (not applied yet)"
-    print(f"{op} {args.table}/{args.id} {state}: lamport {answer['lamport']}, "
-          f"message {answer['message_id']}")
+    print(f"{op} {args.table}/{args.id} {state}: at {iso_ms(answer['lamport'])} (lamport "
+          f"{answer['lamport']}), message {answer['message_id']}")
     return 0
 
 
@@ -170,12 +171,13 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     for version in history["versions"]:
         writers = version["writers"]
         columns = ", ".join(f"{c} {t}" for c, t in version["columns"].items())
-        print(f"v{version['version']}  lamport {version['lamport']}  columns: "
+        print(f"v{version['version']}  {iso_ms(version['lamport'])}  columns: "
               f"{columns or '(none)'}  writers: "
               f"{'any' if writers is None else ', '.join(writers) or '(none)'}")
     hidden = {c: e for c, e in history["epochs"].items() if e >= 0}
     for column, epoch in hidden.items():
-        print(f"column {column}: cells written at or before lamport {epoch} read as NULL")
+        print(f"column {column}: cells written at or before {iso_ms(epoch)} (lamport {epoch}) "
+              "read as NULL")
     return 0
 
 
@@ -199,8 +201,8 @@ def _cmd_declare(args: argparse.Namespace) -> int:
             "writers": None if args.writer is None else sorted(set(args.writer))}
     answer = client.post(f"/v1/db-schemas/{quote(args.table, safe='')}", json=body)
     state = "applied" if answer["applied"] else "committed (not applied yet)"
-    print(f"schema of {args.table} declared, {state}: lamport {answer['lamport']}, "
-          f"message {answer['message_id']}")
+    print(f"schema of {args.table} declared, {state}: at {iso_ms(answer['lamport'])} (lamport "
+          f"{answer['lamport']}), message {answer['message_id']}")
     return 0
 
 

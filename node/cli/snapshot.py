@@ -70,7 +70,10 @@ def _describe_last(last: dict[str, Any] | None) -> str:
             line += f"  error: {job['error']}"
         parts.append(line)
         result = job.get("result") or {}
-        if job["job"] == "snapshot" and "events" in result:
+        if job["job"] == "snapshot" and "events" in result and last.get("unchanged"):
+            parts.append(f"    holds: {result['events']} events in {result['files']} record "
+                         f"files -> {result.get('out', '?')}")
+        elif job["job"] == "snapshot" and "events" in result:
             parts.extend(f"    {x}" for x in explain_snapshot(result))
         elif result:
             parts.append(f"    {json.dumps(result, sort_keys=True)}")

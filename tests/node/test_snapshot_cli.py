@@ -93,7 +93,7 @@ def test_rebuild_progress_follows_the_phases_and_an_unchanged_log_answers_at_onc
         assert again.returncode == 0, again.stderr
         assert again.stdout.startswith("snapshot up to date: nothing new since the last build")
         assert "Spark was not started" in again.stdout
-        assert "written: 5 events in" in again.stdout  # what the snapshot holds
+        assert "holds: 5 events in" in again.stdout  # what the snapshot holds
         status = node.get("/v1/snapshots/status")
         assert status["runs"] == runs + 1 and not status["running"]
         assert status["last"]["unchanged"] is True
