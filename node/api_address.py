@@ -30,6 +30,10 @@ def read_api_url(data_dir: str | Path) -> str | None:
     """The URL the data dir's node last announced, or None (never ran, or stopped cleanly)."""
     try:
         with (Path(data_dir).expanduser() / API_URL_FILE).open("rb") as f:
+            # The client sends its token to this address: one planted by another user (a
+            # shared or group-writable directory) is not followed, as ssh ignores such files.
+            if os.fstat(f.fileno()).st_uid not in (os.getuid(), 0):
+                return None
             text = f.read(_MAX_BYTES).decode("ascii", "replace").strip()
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return None
