@@ -18,6 +18,7 @@ from node.config_fields import (
     one_of,
     opt,
     positive,
+    shown,
 )
 from sync.crdt import TableSchema
 
@@ -114,7 +115,7 @@ def parse_tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema,
         except (ValueError, RecursionError):
             raise ConfigError(key, "expected a JSON object of table declarations") from None
     if not isinstance(value, dict):
-        raise ConfigError(key, f"expected a table of table declarations, got {value!r}")
+        raise ConfigError(key, f"expected a table of table declarations, got {shown(value)}")
     schemas = []
     for name, decl in value.items():
         where = f"{key}.{name}"
@@ -127,7 +128,8 @@ def parse_tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema,
         if writers is not None and (
             not isinstance(writers, list) or not all(isinstance(w, str) for w in writers)
         ):
-            raise ConfigError(f"{where}.writers", f"expected a list of peer ids, got {writers!r}")
+            raise ConfigError(f"{where}.writers",
+                              f"expected a list of peer ids, got {shown(writers)}")
         if writers is not None and (problem := check_peer_ids(writers)):
             raise ConfigError(f"{where}.writers", problem)
         try:
