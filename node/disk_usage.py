@@ -34,10 +34,9 @@ class DiskUsage:
     """Cached sizes of one node's database (SQLite files or ``pg_database_size``) and its
     snapshot directory. Its methods block: call them in a worker thread."""
 
-    def __init__(self, engine: Engine, sqlite_file: Path | None, snapshot_dir: Path | None,
+    def __init__(self, engine: Engine, snapshot_dir: Path | None,
                  max_age_s: float = 30.0) -> None:
         self.engine = engine
-        self.sqlite_file = sqlite_file
         self.snapshot_dir = snapshot_dir
         self.max_age_s = max_age_s
         self._at = -float("inf")
@@ -53,9 +52,12 @@ class DiskUsage:
         return dict(self._cached)
 
     def _database_bytes(self) -> int | None:
-        if self.sqlite_file is not None:
+        if self.engine.dialect.name == "sqlite":
+            database = self.engine.url.database
+            if not database or database == ":memory:":
+                return None
             # The database and its write-ahead log: what the node really occupies.
-            sizes = [Path(f"{self.sqlite_file}{s}") for s in ("", "-wal", "-shm")]
+            sizes = [Path(f"{database}{s}") for s in ("", "-wal", "-shm")]
             return sum(p.stat().st_size for p in sizes if p.exists())
         if self.engine.dialect.name == "postgresql":
             with self.engine.connect() as conn:

@@ -82,7 +82,6 @@ class NodeRuntime:
         spark = self.config.spark
         self._disk = DiskUsage(
             self.store.engine,
-            None if self.config.storage.url else self.config.data_path / "syncnode.db",
             Path(spark.snapshot_dir or self.config.data_path / "snapshots").expanduser()
             if spark.enabled else None)
 
