@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 __all__ = ["DiskUsage", "tree_bytes"]
 
@@ -60,7 +61,10 @@ class DiskUsage:
             sizes = [Path(f"{database}{s}") for s in ("", "-wal", "-shm")]
             return sum(p.stat().st_size for p in sizes if p.exists())
         if self.engine.dialect.name == "postgresql":
-            with self.engine.connect() as conn:
-                value = conn.execute(text("SELECT pg_database_size(current_database())"))
-                return int(value.scalar_one())
+            try:
+                with self.engine.connect() as conn:
+                    value = conn.execute(text("SELECT pg_database_size(current_database())"))
+                    return int(value.scalar_one())
+            except SQLAlchemyError:
+                return None  # a size is worth no failed status
         return None
