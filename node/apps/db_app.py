@@ -101,8 +101,9 @@ class DbApplication:
         self.name = APP_NAME
         self.section = section
         self.seeds = {s.name: s for s in section.tables}
-        # No table seeded: no channel, so the runner never has anything to apply.
-        self.channels: Sequence[str] = (section.channel,) if self.seeds else ()
+        # Off (no db.enabled, no table seeded): no channel, so the runner never has anything
+        # to apply.
+        self.channels: Sequence[str] = (section.channel,) if section.active else ()
         self.book = book_of(section)
         self.metrics = metrics
         self.clock = clock
