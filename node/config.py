@@ -22,7 +22,12 @@ from node.config_checks import (
     check_peer_multiaddrs,
 )
 from node.config_fields import (
+    DAY,
+    GIB,
+    HOUR,
+    MIB,
     ConfigError,
+    at_least,
     channel_names,
     fraction,
     host_names,
@@ -58,7 +63,8 @@ MIN_FRAME_BYTES = 1024 * 1024
 @dataclass(frozen=True)
 class NodeConfig:
     data_dir: str = opt("./data", lambda v: check_dir(v) if v else "must not be empty")
-    network_id: int = opt(1, lambda v: None if 0 <= v < 2**63 else "must be in [0, 2^63)")
+    network_id: int = opt(1, lambda v: None if 0 <= v < 2**63 else "must be in [0, 2^63)",
+                          most=2**63 - 1)
     log_level: str = opt("info", one_of("debug", "info", "warning", "error"))
     log_format: str = opt("text", one_of("text", "json"))
 
@@ -68,13 +74,13 @@ class ApiConfig:
     listen: str = opt("127.0.0.1:8700", host_port)
     allow_remote: bool = opt(False)
     hosts: tuple[str, ...] = opt((), host_names)
-    max_body_bytes: int = opt(4 * 1024 * 1024, positive)
-    body_timeout_s: float = opt(30.0, positive)
-    page_max_bytes: int = opt(8 * 1024 * 1024, positive)
-    idle_timeout_s: float = opt(5.0, positive)
-    max_follows: int = opt(64, positive)
-    idempotency_ttl_s: float = opt(86400.0, positive)
-    idempotency_max_keys: int = opt(100_000, positive)
+    max_body_bytes: int = opt(4 * 1024 * 1024, positive, most=GIB)
+    body_timeout_s: float = opt(30.0, positive, most=HOUR)
+    page_max_bytes: int = opt(8 * 1024 * 1024, positive, most=GIB)
+    idle_timeout_s: float = opt(5.0, positive, most=HOUR)
+    max_follows: int = opt(64, positive, most=10_000)
+    idempotency_ttl_s: float = opt(86400.0, positive, most=30 * DAY)
+    idempotency_max_keys: int = opt(100_000, positive, most=10_000_000)
 
     def __post_init__(self) -> None:
         # Anyone who can reach the API can publish as this node: exposing it is an explicit act.
@@ -91,8 +97,8 @@ class ApiConfig:
 class StorageConfig:
     url: str = opt("", check_database_url)
     sqlite_synchronous: str = opt("FULL", one_of("NORMAL", "FULL"))
-    batch_max_events: int = opt(512, positive)
-    batch_max_delay_ms: int = opt(5, non_negative)
+    batch_max_events: int = opt(512, positive, most=100_000)
+    batch_max_delay_ms: int = opt(5, non_negative, most=60_000)
 
 
 @dataclass(frozen=True)
@@ -101,20 +107,20 @@ class P2PSection:
     bootstrap: tuple[str, ...] = opt((), check_peer_multiaddrs)
     allowed_peers: tuple[str, ...] = opt((), check_peer_ids)
     channels: tuple[str, ...] = opt(("general",), channel_names)
-    dial_timeout_s: float = opt(10.0, positive)
-    read_timeout_s: float = opt(30.0, positive)
-    max_frame_bytes: int = opt(4 * 1024 * 1024, lambda v: None if v >= MIN_FRAME_BYTES else (
-        f"must be >= {MIN_FRAME_BYTES} (a frame must hold the largest event with its envelope)"))
+    dial_timeout_s: float = opt(10.0, positive, most=HOUR)
+    read_timeout_s: float = opt(30.0, positive, most=HOUR)
+    # A frame must hold the largest event with its envelope.
+    max_frame_bytes: int = opt(4 * MIB, at_least(MIN_FRAME_BYTES, "1 MiB"), most=256 * MIB)
     dht: bool = opt(False)
-    dht_interval_s: float = opt(60.0, positive)
-    dht_timeout_s: float = opt(30.0, positive)
-    gossip_linger_ms: int = opt(100, non_negative)
-    test_drop_incoming_gossip: float = opt(0.0, fraction)
+    dht_interval_s: float = opt(60.0, positive, most=DAY)
+    dht_timeout_s: float = opt(30.0, positive, most=HOUR)
+    gossip_linger_ms: int = opt(100, non_negative, most=60_000)
+    test_drop_incoming_gossip: float = opt(0.0, fraction, most=1.0)
     # -- gossip floods (docs/security.md "Gossip floods") --
-    gossip_peer_rate: float = opt(1000.0, positive)
-    gossip_peer_burst: float = opt(5000.0, lambda v: None if v >= 1 else "must be >= 1")
-    gossip_queue_bytes: int = opt(64 * 1024 * 1024, positive)
-    peer_event_queue: int = opt(1024, positive)
+    gossip_peer_rate: float = opt(1000.0, positive, most=1e6)
+    gossip_peer_burst: float = opt(5000.0, lambda v: None if v >= 1 else "must be >= 1", most=1e7)
+    gossip_queue_bytes: int = opt(64 * 1024 * 1024, positive, most=16 * GIB)
+    peer_event_queue: int = opt(1024, positive, most=1_000_000)
 
 
 def _channel_profiles(v: Any) -> str | None:
@@ -127,64 +133,64 @@ def _channel_profiles(v: Any) -> str | None:
 
 @dataclass(frozen=True)
 class SdsSection:
-    causal_history_size: int = opt(2, positive)
-    bloom_capacity: int = opt(1000, positive)
-    bloom_fp_rate: float = opt(0.01, lambda v: None if 0 < v < 1 else "must be in (0, 1)")
-    resend_interval_s: float = opt(10.0, positive)
-    max_resends: int = opt(5, non_negative)
-    lost_timeout_s: float = opt(300.0, positive)
-    sync_interval_s: float = opt(30.0, positive)
-    repair_t_min_s: float = opt(30.0, positive)
-    repair_t_max_s: float = opt(120.0, positive)
+    causal_history_size: int = opt(2, positive, most=1024)
+    bloom_capacity: int = opt(1000, positive, most=10_000_000)
+    bloom_fp_rate: float = opt(0.01, lambda v: None if 0 < v < 1 else "must be in (0, 1)", most=1.0)
+    resend_interval_s: float = opt(10.0, positive, most=DAY)
+    max_resends: int = opt(5, non_negative, most=1000)
+    lost_timeout_s: float = opt(300.0, positive, most=30 * DAY)
+    sync_interval_s: float = opt(30.0, positive, most=DAY)
+    repair_t_min_s: float = opt(30.0, positive, most=DAY)
+    repair_t_max_s: float = opt(120.0, positive, most=DAY)
     profile: str = opt("syncnode", one_of("syncnode", "waku"))
     channel_profiles: tuple[str, ...] = opt((), _channel_profiles)
     # -- limits against hostile peers (docs/security.md "Clocks", "SDS buffers") --
     max_lamport_ahead_ms: int = opt(600_000, lambda v: None if 0 <= v <= 1 << 40
-                                     else "must be in [0, 2^40]")
-    max_waiting: int = opt(10_000, positive)
-    max_waiting_bytes: int = opt(64 << 20, positive)
-    max_waiting_per_sender: int = opt(1_000, positive)
-    max_waiting_bytes_per_sender: int = opt(16 << 20, positive)
-    max_missing: int = opt(10_000, positive)
-    max_missing_per_sender: int = opt(1_000, positive)
-    repair_cache_bytes: int = opt(64 << 20, non_negative)
-    ack_min_filters: int = opt(2, positive)
+                                     else "must be in [0, 2^40]", most=1 << 40)
+    max_waiting: int = opt(10_000, positive, most=10_000_000)
+    max_waiting_bytes: int = opt(64 << 20, positive, most=16 * GIB)
+    max_waiting_per_sender: int = opt(1_000, positive, most=10_000_000)
+    max_waiting_bytes_per_sender: int = opt(16 << 20, positive, most=16 * GIB)
+    max_missing: int = opt(10_000, positive, most=10_000_000)
+    max_missing_per_sender: int = opt(1_000, positive, most=10_000_000)
+    repair_cache_bytes: int = opt(64 << 20, non_negative, most=16 * GIB)
+    ack_min_filters: int = opt(2, positive, most=1000)
     # -- memory (docs/architecture.md "Memory independent of the log's length") --
-    delivered_window: int = opt(100_000, lambda v: None if v >= 1000 else "must be >= 1000")
+    delivered_window: int = opt(100_000, at_least(1000), most=100_000_000)
     # -- large groups (docs/sds.md "Heads", "SDS-R at scale"; docs/security.md "SDS-R") --
-    response_groups: int = opt(0, non_negative)
-    member_window_s: float = opt(600.0, positive)
-    max_heads: int = opt(64, positive)
-    head_ttl_s: float = opt(300.0, positive)
-    repair_cooldown_s: float = opt(30.0, non_negative)
-    repair_window_s: float = opt(120.0, positive)
-    repair_requester_bytes: int = opt(1 << 20, non_negative)
-    repair_total_bytes: int = opt(16 << 20, non_negative)
+    response_groups: int = opt(0, non_negative, most=1_000_000)
+    member_window_s: float = opt(600.0, positive, most=DAY)
+    max_heads: int = opt(64, positive, most=100_000)
+    head_ttl_s: float = opt(300.0, positive, most=DAY)
+    repair_cooldown_s: float = opt(30.0, non_negative, most=DAY)
+    repair_window_s: float = opt(120.0, positive, most=DAY)
+    repair_requester_bytes: int = opt(1 << 20, non_negative, most=16 * GIB)
+    repair_total_bytes: int = opt(16 << 20, non_negative, most=16 * GIB)
 
 
 @dataclass(frozen=True)
 class ReconSection:
-    interval_s: float = opt(10.0, positive)
-    fanout: int = opt(16, lambda v: None if 2 <= v <= 256 else "must be within 2..256")
-    session_timeout_s: float = opt(60.0, positive)
-    fetch_batch: int = opt(500, positive)
-    gossip_grace_s: float = opt(3.0, non_negative)
+    interval_s: float = opt(10.0, positive, most=DAY)
+    fanout: int = opt(16, lambda v: None if 2 <= v <= 256 else "must be within 2..256", most=256)
+    session_timeout_s: float = opt(60.0, positive, most=DAY)
+    fetch_batch: int = opt(500, positive, most=100_000)
+    gossip_grace_s: float = opt(3.0, non_negative, most=HOUR)
     event_id_layout: str = opt(CIP124_DRAFT, one_of(*LAYOUTS))
     # Transfer limits (docs/security.md "Recon").
-    claim_timeout_s: float = opt(15.0, positive)
-    max_key_list: int = opt(256, lambda v: None if v >= 8 else "must be >= 8")
-    max_missing_keys: int = opt(100_000, positive)
-    serve_batch_bytes: int = opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
-    max_sessions: int = opt(16, positive)
+    claim_timeout_s: float = opt(15.0, positive, most=HOUR)
+    max_key_list: int = opt(256, at_least(8), most=1_000_000)
+    max_missing_keys: int = opt(100_000, positive, most=100_000_000)
+    serve_batch_bytes: int = opt(MIB, at_least(MIB, "1 MiB"), most=256 * MIB)
+    max_sessions: int = opt(16, positive, most=10_000)
     # -- key store memory (docs/architecture.md "Recon key store") --
     keystore_bucket_keys: int = opt(256, lambda v: None if 16 <= v <= 65536 else
-                                     "must be between 16 and 65536")
-    keystore_max_buckets: int = opt(32768, lambda v: None if v >= 64 else "must be >= 64")
-    keystore_cache_keys: int = opt(131_072, non_negative)
+                                     "must be between 16 and 65536", most=65536)
+    keystore_max_buckets: int = opt(32768, at_least(64), most=1 << 24)
+    keystore_cache_keys: int = opt(131_072, non_negative, most=1 << 30)
     # Saved summary: restart without rescanning every key (0: only at clean shutdown).
-    summary_save_interval_s: float = opt(60.0, non_negative)
+    summary_save_interval_s: float = opt(60.0, non_negative, most=DAY)
     # Processes verifying fetched events outside the daemon (docs/architecture.md "Ingest").
-    ingest_workers: int = opt(2, lambda v: None if 0 <= v <= 64 else "must be in [0, 64]")
+    ingest_workers: int = opt(2, lambda v: None if 0 <= v <= 64 else "must be in [0, 64]", most=64)
     # The workers also append the events they verified (docs/cluster-bench.md, "the ingest
     # worker as writer"); false: the daemon's store writes them, as before.
     ingest_workers_write: bool = opt(True)
@@ -194,21 +200,21 @@ class ReconSection:
 class FetchSection:
     """Fetch-by-id (docs/security.md "Fetch by id")."""
 
-    max_ids: int = opt(256, positive)
-    serve_batch_bytes: int = opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
-    max_streams_per_peer: int = opt(2, positive)
-    max_streams: int = opt(16, positive)
+    max_ids: int = opt(256, positive, most=100_000)
+    serve_batch_bytes: int = opt(MIB, at_least(MIB, "1 MiB"), most=256 * MIB)
+    max_streams_per_peer: int = opt(2, positive, most=1024)
+    max_streams: int = opt(16, positive, most=65536)
 
 
 @dataclass(frozen=True)
 class PeersSection:
     """Peer standing: scores, bans (docs/security.md "Peer scores and bans")."""
 
-    ban_threshold: float = opt(-100.0, lambda v: None if v < 0 else "must be < 0")
-    ban_s: float = opt(60.0, positive)
-    max_ban_s: float = opt(3600.0, positive)
-    score_half_life_s: float = opt(300.0, positive)
-    max_tracked: int = opt(10_000, positive)
+    ban_threshold: float = opt(-100.0, lambda v: None if v < 0 else "must be < 0", most=0.0)
+    ban_s: float = opt(60.0, positive, most=30 * DAY)
+    max_ban_s: float = opt(3600.0, positive, most=365 * DAY)
+    score_half_life_s: float = opt(300.0, positive, most=30 * DAY)
+    max_tracked: int = opt(10_000, positive, most=10_000_000)
 
 
 @dataclass(frozen=True)

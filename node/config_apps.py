@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.config_checks import check_dir, check_peer_id, check_peer_ids
-from node.config_fields import ConfigError, channel_names, non_negative, one_of, opt, positive
+from node.config_fields import (
+    DAY,
+    ConfigError,
+    channel_names,
+    non_negative,
+    one_of,
+    opt,
+    positive,
+    shown,
+)
 from sync.crdt import TableSchema
 
 __all__ = ["BlocksSection", "DbSection", "SparkSection", "parse_tables"]
@@ -46,8 +55,8 @@ class BlocksSection:
     channel: str = opt("blocks", lambda v: channel_names((v,)))
     routes: tuple[str, ...] = opt((), _block_routes)
     tracked: tuple[str, ...] = opt((), _regexes)
-    reorg_threshold: int = opt(128, non_negative)
-    subbatch_chunk: int = opt(64, positive)
+    reorg_threshold: int = opt(128, non_negative, most=1_000_000)
+    subbatch_chunk: int = opt(64, positive, most=100_000)
     producer_layout: str = opt("syncnode", one_of("syncnode", "go"))
     # Peer ids whose Cardinal messages count (docs/security.md "Application roles").
     producers: tuple[str, ...] = opt((), _peer_ids)
@@ -61,6 +70,8 @@ class BlocksSection:
 
 @dataclass(frozen=True)
 class DbSection:
+    # On without a table in db.tables: tables come from `syncnode db declare` (issue 29).
+    enabled: bool = opt(False)
     channel: str = opt("db", lambda v: channel_names((v,)))
     # [db.tables.NAME] columns = {COLUMN = TYPE, ...}, writers = [PEER_ID, ...]; see parse_tables.
     tables: tuple[TableSchema, ...] = opt(())
@@ -69,9 +80,19 @@ class DbSection:
     # Peer ids whose schema declarations count at all; empty: any peer may declare a table.
     declarers: tuple[str, ...] = opt((), check_peer_ids)
     # Lamport ticks (about milliseconds) after which a tombstone is forgotten; 0: never.
-    stability_window: int = opt(7 * 24 * 3600 * 1000, non_negative)
-    max_schema_versions: int = opt(64, positive)
-    max_tables: int = opt(256, positive)
+    stability_window: int = opt(7 * 24 * 3600 * 1000, non_negative, most=1 << 42)
+    # Milliseconds after this node first saw a table at which its owner is settled: later
+    # declarations from anyone else cannot take it over (docs/crdt.md "Settled owners").
+    settle_ms: int = opt(
+        600_000, lambda v: None if v >= 1000 else "must be >= 1000", most=30 * DAY * 1000
+    )
+    max_schema_versions: int = opt(64, positive, most=100_000)
+    max_tables: int = opt(256, positive, most=100_000)
+
+    @property
+    def active(self) -> bool:
+        """The node replicates the db channel: asked for, or a table to declare."""
+        return self.enabled or bool(self.tables)
 
     def owner_pins(self) -> dict[str, str]:
         return _owner_pins(self.owners)[0]
@@ -99,7 +120,7 @@ def parse_tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema,
         except (ValueError, RecursionError):
             raise ConfigError(key, "expected a JSON object of table declarations") from None
     if not isinstance(value, dict):
-        raise ConfigError(key, f"expected a table of table declarations, got {value!r}")
+        raise ConfigError(key, f"expected a table of table declarations, got {shown(value)}")
     schemas = []
     for name, decl in value.items():
         where = f"{key}.{name}"
@@ -112,7 +133,8 @@ def parse_tables(key: str, value: Any, *, from_text: bool) -> tuple[TableSchema,
         if writers is not None and (
             not isinstance(writers, list) or not all(isinstance(w, str) for w in writers)
         ):
-            raise ConfigError(f"{where}.writers", f"expected a list of peer ids, got {writers!r}")
+            raise ConfigError(f"{where}.writers",
+                              f"expected a list of peer ids, got {shown(writers)}")
         if writers is not None and (problem := check_peer_ids(writers)):
             raise ConfigError(f"{where}.writers", problem)
         try:
@@ -133,13 +155,16 @@ class SparkSection:
     master: str = opt("local[*]", lambda v: None if re.fullmatch(
         r"local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|[a-z0-9]+://\S+|yarn", v) else
         "expected local, local[N], local[*] or spark://HOST:PORT")
-    partitions: int = opt(8, positive)
+    partitions: int = opt(8, positive, most=100_000)
     snapshot_dir: str = opt("", check_dir)
-    snapshot_interval_s: float = opt(0.0, non_negative)
-    snapshot_every_events: int = opt(0, non_negative)
-    period_ms: int = opt(60_000, positive)
-    settle_ms: int = opt(60_000, non_negative)
+    # Peer ids whose signed snapshots `bootstrap` and `snapshot pull` accept (empty: this data
+    # dir's own key and p2p.allowed_peers); the --signer flag replaces them.
+    snapshot_signers: tuple[str, ...] = opt((), check_peer_ids)
+    snapshot_interval_s: float = opt(0.0, non_negative, most=365 * DAY)
+    snapshot_every_events: int = opt(0, non_negative, most=1 << 40)
+    period_ms: int = opt(60_000, positive, most=365 * DAY * 1000)
+    settle_ms: int = opt(60_000, non_negative, most=30 * DAY * 1000)
     rehash: bool = opt(False)
-    job_timeout_s: float = opt(21_600.0, positive)
+    job_timeout_s: float = opt(21_600.0, positive, most=30 * DAY)
     driver_memory: str = opt("1g", _memory_size)
-    max_events_per_file: int = opt(100_000, positive)
+    max_events_per_file: int = opt(100_000, positive, most=10_000_000)

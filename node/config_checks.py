@@ -67,7 +67,7 @@ def multiaddr_problem(value: str, *, need_peer: bool, allow_dns: bool) -> str | 
     except ValueError:
         return f"bad {proto} address {host!r} in {value!r}"
     if not port.isdigit() or not 0 <= int(port) <= 65535:
-        return f"bad tcp port {port!r} in {value!r}"
+        return f"tcp port {port!r} in {value!r} is not a number in 0..65535"
     rest = parts[5:]
     if need_peer:
         if len(rest) != 2 or rest[0] != "p2p":

@@ -13,8 +13,14 @@ from dataclasses import field
 from typing import Any
 
 __all__ = [
+    "CHANNEL_NAME",
+    "DAY",
+    "GIB",
+    "HOUR",
+    "MIB",
     "Check",
     "ConfigError",
+    "at_least",
     "channel_names",
     "fraction",
     "host_names",
@@ -25,7 +31,15 @@ __all__ = [
     "opt",
     "parse_host_port",
     "positive",
+    "shown",
 ]
+
+# Units for the keys' upper bounds (``opt(..., most=...)``).
+MIB = 1 << 20
+GIB = 1 << 30
+HOUR = 3600
+DAY = 86_400
+
 
 class ConfigError(ValueError):
     """A configuration value is unknown, of the wrong type or impossible."""
@@ -38,8 +52,33 @@ class ConfigError(ValueError):
 Check = Callable[[Any], str | None]
 
 
-def opt(default: Any, check: Check | None = None) -> Any:
-    return field(default=default, metadata={"check": check} if check else {})
+def opt(default: Any, check: Check | None = None, *, most: float | None = None) -> Any:
+    """A config key: its default, its check, and (numbers) ``most``, the largest sane value.
+
+    Every numeric key has a ``most`` (``tests/node/test_config_bounds.py`` holds them to it):
+    a value far past anything useful (``storage.batch_max_events = 2^63-1``) is a typo or an
+    attack on the node's memory, so it is refused with the bound named.
+    """
+    metadata: dict[str, Any] = {}
+    if check:
+        metadata["check"] = check
+    if most is not None:
+        metadata["most"] = most
+    return field(default=default, metadata=metadata)
+
+
+def shown(value: Any) -> str:
+    """A value as the user wrote it: strings quoted, lists comma-separated, no Python reprs
+    of tuples."""
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if isinstance(value, str):
+        return "'" + value + "'" if value.isprintable() else repr(value)
+    return str(value)
 
 
 def positive(v: Any) -> str | None:
@@ -48,6 +87,13 @@ def positive(v: Any) -> str | None:
 
 def non_negative(v: Any) -> str | None:
     return None if v >= 0 else "must be >= 0"
+
+
+def at_least(low: float, named: str | None = None) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v >= low else f"must be >= {named or shown(low)}"
+
+    return check
 
 
 def fraction(v: Any) -> str | None:
@@ -64,7 +110,7 @@ def one_of(*allowed: str) -> Check:
 def parse_host_port(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
+        raise ValueError(f"expected HOST:PORT with PORT in 0..65535, got {shown(value)}")
     return host.strip("[]"), int(port)
 
 
@@ -76,11 +122,17 @@ def host_port(v: Any) -> str | None:
     return None
 
 
+# A channel name goes into a gossip topic (/syncnode/NET/sds/NAME), API paths and file names:
+# no separators, no dot-dot, nothing a shell or URL must escape.
+CHANNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def channel_names(v: Any) -> str | None:
     if not v:
         return "at least one channel is required"
-    bad = [c for c in v if not c or len(c) > 128 or not c.isprintable()]
-    return f"invalid channel name {bad[0]!r}" if bad else None
+    bad = [c for c in v if not CHANNEL_NAME.fullmatch(c)]
+    return (f"invalid channel name {shown(bad[0])}: a channel name is 1 to 128 letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit") if bad else None
 
 
 def is_loopback_host(host: str) -> bool:

@@ -4,6 +4,7 @@ flags, each value coerced to its declared type and checked (``node.config`` decl
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import typing
@@ -11,12 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from node.api_token import TOKEN_ENV
 from node.config import ENV_PREFIX, Config
 from node.config_apps import parse_tables
-from node.config_fields import ConfigError
+from node.config_fields import ConfigError, shown
 from sync.crdt import TableSchema
 
-__all__ = ["load"]
+__all__ = ["CLIENT_VARIABLES", "load"]
 
 
 def _sections() -> dict[str, type[Any]]:
@@ -32,7 +34,7 @@ def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
         if from_text:
             value = [p.strip() for p in str(value).split(",") if p.strip()]
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(key, f"expected a list of strings, got {value!r}")
+            raise ConfigError(key, f"expected a list of strings, got {shown(value)}")
         return tuple(value)
     if expected is bool:
         if from_text:
@@ -42,28 +44,31 @@ def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
             if low in ("0", "false", "no", "off"):
                 return False
         if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {value!r}")
+            raise ConfigError(key, f"expected true or false, got {shown(value)}")
         return value
     if expected is int:
         if from_text:
             try:
                 value = int(str(value), 0)
             except ValueError:
-                raise ConfigError(key, f"expected an integer, got {value!r}") from None
+                raise ConfigError(key, f"expected an integer, got {shown(value)}") from None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
+            raise ConfigError(key, f"expected an integer, got {shown(value)}")
         return value
     if expected is float:
         if from_text:
             try:
                 value = float(str(value))
             except ValueError:
-                raise ConfigError(key, f"expected a number, got {value!r}") from None
+                raise ConfigError(key, f"expected a number, got {shown(value)}") from None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {value!r}")
+            raise ConfigError(key, f"expected a number, got {shown(value)}")
+        # TOML and float() accept inf and nan; no key means "forever" or "undefined" by them.
+        if not math.isfinite(value):
+            raise ConfigError(key, f"expected a finite number, got {shown(value)}")
         return float(value)
     if not isinstance(value, str):
-        raise ConfigError(key, f"expected a string, got {value!r}")
+        raise ConfigError(key, f"expected a string, got {shown(value)}")
     return value
 
 
@@ -78,10 +83,26 @@ def _build_section(name: str, cls: type[Any], values: Mapping[str, tuple[Any, bo
         value = _coerce(dotted, hints[key], raw, from_text=from_text)
         check = known[key].metadata.get("check")
         problem = check(value) if check else None
+        most = known[key].metadata.get("most")
+        if problem is None and most is not None and value > most:
+            problem = f"must be <= {shown(most)}"
         if problem:
-            raise ConfigError(dotted, f"{problem} (got {value!r})")
+            raise ConfigError(dotted, _sentence(problem, value))
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def _sentence(problem: str, value: Any) -> str:
+    """The check's reason, with the value given unless the reason already names it."""
+    items = value if isinstance(value, tuple) else (value,)
+    if any(isinstance(v, str) and v and shown(v) in problem for v in items):
+        return problem
+    return f"{problem}, got {shown(value)}"
+
+
+# Variables the client commands read (never config keys): SYNCNODE_API_TOKEN would otherwise
+# be read as a key "token" of [api] and stop `run` and `config show` with "unknown key".
+CLIENT_VARIABLES = frozenset({TOKEN_ENV})
 
 
 def load(
@@ -108,7 +129,7 @@ def load(
             for key, value in table.items():
                 merged[section][key] = (value, False)
     for name, value in (os.environ if env is None else env).items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in CLIENT_VARIABLES:
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         section, _, key = rest.partition("_")
@@ -129,6 +150,6 @@ def _check_relations(config: Config) -> None:
     """Constraints between keys, each reported under the key a user would change."""
     sds = config.sds
     if sds.repair_t_min_s > sds.repair_t_max_s:
-        raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s "
-                          f"(got {sds.repair_t_min_s} > {sds.repair_t_max_s})")
+        raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s, got "
+                          f"{shown(sds.repair_t_min_s)} > {shown(sds.repair_t_max_s)}")
 

@@ -11,6 +11,7 @@ from node.api.guard import ApiGuard, HostPolicy
 from node.api.health import HEALTH_ROUTES
 from node.api.node_metrics import register_node_metrics
 from node.api.routes import NODE_ROUTES
+from node.api_address import remove_api_url, write_api_url
 from node.api_token import load_or_create_token
 from node.config import Config
 from node.config_combined import check_combined_keys
@@ -124,6 +125,7 @@ async def _serve_locked(
     token = load_or_create_token(config.data_path)
     engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous)
     recon: ReconService | None = None
+    api_url = ""
     try:
         await trio.to_thread.run_sync(upgrade, engine)
         store = EventStore(
@@ -153,6 +155,9 @@ async def _serve_locked(
             )
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
                                                   config.api)
+            # For client commands given only --data-dir (node.api_address).
+            api_url = runtime.api_url
+            write_api_url(config.data_path, api_url)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,
                                                listen=",".join(info.listen_addrs)))
@@ -163,6 +168,8 @@ async def _serve_locked(
             # The API stops on ``shutdown`` by itself; the writer drains its queue, then returns.
             await store.close()
     finally:
+        if api_url:
+            remove_api_url(config.data_path, api_url)
         # After the writer's last commit (the nursery is done): the next start loads this.
         # Shielded and bounded: the process's shutdown arrives as a cancellation (node_main).
         if recon is not None:

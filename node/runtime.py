@@ -6,12 +6,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.config import Config
+from node.disk_usage import DiskUsage
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import AppendResult, EventRecord, count_events, redacted_url
@@ -73,9 +75,15 @@ class NodeRuntime:
     version: str = field(default_factory=package_version)
 
     _commit: trio.Event = field(default_factory=trio.Event)
+    _disk: DiskUsage | None = None
 
     def __post_init__(self) -> None:
         self.store.on_commit(self._on_commit)
+        spark = self.config.spark
+        self._disk = DiskUsage(
+            self.store.engine,
+            Path(spark.snapshot_dir or self.config.data_path / "snapshots").expanduser()
+            if spark.enabled else None)
 
     def _on_commit(self, result: AppendResult, _records: Sequence[EventRecord]) -> None:
         if result.inserted:
@@ -108,6 +116,7 @@ class NodeRuntime:
 
     async def status(self) -> dict[str, Any]:
         events = await self.store.read(count_events)
+        sizes = await trio.to_thread.run_sync(self._disk.sizes) if self._disk else {}
         return {
             "peer_id": self.peer_id,
             "version": self.version,
@@ -118,4 +127,7 @@ class NodeRuntime:
             "listen_addrs": self.listen_addrs,
             "api_url": self.api_url,
             "channels": list(self.channels.names if self.channels else self.config.p2p.channels),
+            # Bytes on disk (null: unknown, or no snapshot directory yet); refreshed every 30 s.
+            "database_bytes": sizes.get("database_bytes"),
+            "snapshot_bytes": sizes.get("snapshot_bytes"),
         }

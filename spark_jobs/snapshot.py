@@ -285,6 +285,11 @@ class Build:
                 **_pending(self.url, self.end_period, self.period_ms, self.settle_ms)}
 
 
+# The phases a build reports (``step`` of ``steps`` in its progress lines): plan, start Spark,
+# encode, write, tree, manifest.
+STEPS = 6
+
+
 def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: int, *,
                 period_ms: int, settle_ms: int, include_open: bool, sidecars: bool,
                 max_events_per_file: int, now_ms: int | None = None) -> Build | dict[str, Any]:
@@ -303,7 +308,10 @@ def begin_build(url: str, out: Path | str, key: Ed25519PrivateKey, network_id: i
     _lo, newest, total = _lamport_range(url)
     clock_ms = int(time.time() * 1000) if now_ms is None else now_ms
     end = end_period(newest, clock_ms, period_ms, settle_ms, include_open)
-    if total == 0 or end <= first_period:
+    # Nothing settled to write, also when the periods to write hold no event at all (a first
+    # build while every event is still in the settle window): no chain step, no Spark.
+    if total == 0 or end <= first_period or _count_after(url, first_period * period_ms) == \
+            _count_after(url, end * period_ms):
         return {"job": "snapshot", "node": node, "new_files": 0, "new_events": 0,
                 "out": str(out), "events": manifest.count, "files": len(manifest.files),
                 "late": 0, "settle_ms": settle_ms, "period_ms": period_ms,
@@ -333,16 +341,19 @@ def run(
     period_ms: int = 60_000, settle_ms: int = 60_000, include_open: bool = False,
     partitions: int = 8, sidecars: bool = True,
     max_events_per_file: int = DEFAULT_MAX_EVENTS_PER_FILE, now_ms: int | None = None,
+    planned: Build | dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build or extend the snapshot in ``out``; returns the job's summary.
 
-    ``now_ms`` (epoch ms, default the wall clock) decides which periods have settled.
+    ``now_ms`` (epoch ms, default the wall clock) decides which periods have settled;
+    ``planned`` is ``begin_build``'s answer when the caller asked it already.
     """
     from spark_jobs.source import emit_progress, read_events, stage_progress
 
-    build = begin_build(url, out, key, network_id, period_ms=period_ms, settle_ms=settle_ms,
-                        include_open=include_open, sidecars=sidecars,
-                        max_events_per_file=max_events_per_file, now_ms=now_ms)
+    build = planned if planned is not None else begin_build(
+        url, out, key, network_id, period_ms=period_ms, settle_ms=settle_ms,
+        include_open=include_open, sidecars=sidecars, max_events_per_file=max_events_per_file,
+        now_ms=now_ms)
     if not isinstance(build, Build):
         return build
     ctx = build.ctx
@@ -356,22 +367,23 @@ def run(
     with scratch(build):
         df = read_events(spark, url, ENCODE_COLUMNS, partitions=partitions,
                          where=f"lamport >= {build.lo_ms} AND lamport < {build.hi_ms}")
-        with stage_progress(spark, "snapshot:encode"):
+        with stage_progress(spark, "snapshot:encode", step=3, steps=STEPS):
             folded = fold_chain(encode_periods(df, ctx, partitions), ctx, build.start,
                                 build.first_block)
             blocks = sorted((r.asDict() for r in folded.collect()), key=lambda b: b["block"])
         lap("read_encode_fold")
-        emit_progress("snapshot:encode", len(blocks), len(blocks))
-        with stage_progress(spark, "snapshot:write"):
+        emit_progress("snapshot:encode", len(blocks), len(blocks), step=3, steps=STEPS)
+        with stage_progress(spark, "snapshot:write", step=4, steps=STEPS):
             written = [{**r.asDict(), "file_hash": bytes(r["file_hash"])} for r in
                        write_records(block_plans(spark, blocks, partitions), ctx).collect()]
         lap("write_files")
         new_files = build.sign(blocks, written)
         lap("sign")
-        emit_progress("snapshot:write", len(new_files), len(new_files))
-        with stage_progress(spark, "snapshot:tree"):
+        emit_progress("snapshot:write", len(new_files), len(new_files), step=4, steps=STEPS)
+        with stage_progress(spark, "snapshot:tree", step=5, steps=STEPS):
             root, ahash = build_tree_from(spark, ctx, build.manifest, blocks, partitions)
         lap("tree")
+    emit_progress("snapshot:manifest", 0, 1, step=6, steps=STEPS)
     summary = build.complete(blocks, new_files, root, ahash)
     lap("manifest")
     return {**summary, "phases": phases}
@@ -429,22 +441,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     key_path = Path(args.key) if args.key else Path(args.data_dir) / NODE_KEY_FILE
     key = load_node_key(key_path)
     started = time.monotonic()
-    spark = build_session(args.master, "syncnode-snapshot", shuffle_partitions=args.partitions,
-                          extra={"spark.driver.memory": args.driver_memory})
-    try:
-        emit_progress("snapshot", 0, 1)
-        run_started = time.monotonic()
-        summary = run(spark, args.db, args.out, key, args.network_id,
-                      period_ms=args.period_ms, settle_ms=args.settle_ms,
-                      include_open=args.all, partitions=args.partitions,
-                      sidecars=not args.no_sidecars,
-                      max_events_per_file=args.max_events_per_file)
-        # The build alone, without starting the session (what the benchmark divides by).
-        summary["run_seconds"] = round(time.monotonic() - run_started, 3)
-    finally:
-        spark.stop()
+    # What to write is known from the manifest and the database alone: with nothing settled
+    # to add, answer without starting Spark (its JVM costs ~10 s; issue 29).
+    emit_progress("snapshot:plan", 0, 1, step=1, steps=STEPS)
+    planned = begin_build(args.db, args.out, key, args.network_id, period_ms=args.period_ms,
+                          settle_ms=args.settle_ms, include_open=args.all,
+                          sidecars=not args.no_sidecars,
+                          max_events_per_file=args.max_events_per_file)
+    if isinstance(planned, Build):
+        emit_progress("snapshot:start-spark", 0, 1, step=2, steps=STEPS)
+        spark = build_session(args.master, "syncnode-snapshot",
+                              shuffle_partitions=args.partitions,
+                              extra={"spark.driver.memory": args.driver_memory})
+        try:
+            run_started = time.monotonic()
+            summary = run(spark, args.db, args.out, key, args.network_id,
+                          period_ms=args.period_ms, settle_ms=args.settle_ms,
+                          include_open=args.all, partitions=args.partitions,
+                          sidecars=not args.no_sidecars,
+                          max_events_per_file=args.max_events_per_file, planned=planned)
+            # The build alone, without starting the session (what the benchmark divides by).
+            summary["run_seconds"] = round(time.monotonic() - run_started, 3)
+        finally:
+            spark.stop()
+    else:
+        summary = {**planned, "run_seconds": 0.0, "spark": False}
     summary["seconds"] = round(time.monotonic() - started, 3)
-    emit_progress("snapshot", 1, 1)
+    emit_progress("snapshot:done", 1, 1, step=STEPS, steps=STEPS)
     print(RESULT_PREFIX + json.dumps(summary, sort_keys=True), flush=True)
     return 0
 

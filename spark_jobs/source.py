@@ -176,8 +176,10 @@ def emit_progress(phase: str, done: int, total: int, **extra: Any) -> None:
 
 
 @contextmanager
-def stage_progress(spark: SparkSession, phase: str, interval_s: float = 1.0) -> Iterator[None]:
-    """Report completed/total tasks of the running stages every ``interval_s`` while inside."""
+def stage_progress(spark: SparkSession, phase: str, interval_s: float = 1.0,
+                   **extra: Any) -> Iterator[None]:
+    """Report completed/total tasks of the running stages every ``interval_s`` while inside
+    (``extra``: more fields of each line, e.g. ``step``/``steps``)."""
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
 
@@ -192,7 +194,7 @@ def stage_progress(spark: SparkSession, phase: str, interval_s: float = 1.0) -> 
                     total += info.numTasks
             if total and (done, total) != last:
                 last = (done, total)
-                emit_progress(phase, done, total)
+                emit_progress(phase, done, total, **extra)
 
     thread = threading.Thread(target=poll, name=f"progress-{phase}", daemon=True)
     thread.start()

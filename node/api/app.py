@@ -71,6 +71,10 @@ STATUS_SCHEMA = obj({
     "uptime_s": {"type": "number"}, "events": {"type": "integer"},
     "listen_addrs": arr({"type": "string"}), "api_url": {"type": "string"},
     "channels": arr({"type": "string"}),
+    "database_bytes": {"type": ["integer", "null"],
+                       "description": "Bytes on disk of the database (null: unknown)"},
+    "snapshot_bytes": {"type": ["integer", "null"],
+                       "description": "Bytes under the snapshot directory (null: none)"},
 })
 
 BASE_ROUTES: list[ApiRoute] = [

@@ -29,7 +29,7 @@ from node.apps.db_metrics import METRICS
 from node.apps.db_publish import SchemaSeeder, publish_and_wait
 from node.apps.runner import LogApplication
 from node.config import Config
-from storage.crdt import get_row, query_rows
+from storage.crdt import get_row, load_states, query_rows
 from sync.crdt import (
     CrdtMessage,
     Operation,
@@ -48,8 +48,12 @@ __all__ = ["DbBundle", "DbPlugin"]
 log = logging.getLogger("syncnode.db")
 
 MAX_PAGE = 10_000
+DB_OFF = ("the replicated database is off on this node: set db.enabled = true "
+          "(SYNCNODE_DB_ENABLED=true) or declare a table under [db.tables] in the config of "
+          "every node of the group, and restart them")
 
 
+_OFF = "The replicated database is off on this node (db.enabled, db.tables)"
 _TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 128,
                                  "examples": ["kv"]},
                "A replicated table (declared on the log)")
@@ -69,6 +73,9 @@ class DbBundle:
             ApiRoute("GET", "/v1/db", "Replicated tables: their latest schema versions",
                      self._tables, RouteDoc(response=obj({
                          "channel": {"type": "string"},
+                         "enabled": {"type": "boolean", "description":
+                                     "Whether this node replicates the db channel "
+                                     "(db.enabled, or a table in db.tables)"},
                          "tables": {"type": "object", "additionalProperties": obj({
                              "columns": {"type": "object",
                                          "additionalProperties": {"type": "string"}},
@@ -94,7 +101,7 @@ class DbBundle:
                                              "additionalProperties": {"type": "integer"},
                                              "description": "COLUMN: Lamport time of the "
                                                             "version that (re)typed it"}}),
-                              errors={404: "No such replicated table"})),
+                              errors={404: "No such replicated table", 409: _OFF})),
             ApiRoute("POST", "/v1/db-schemas/{table}",
                      'Declare a schema version: {"columns": {COLUMN: TYPE}, "writers": [...] | '
                      'null}; only the owner\'s count', self._schema_post, RouteDoc(
@@ -110,7 +117,8 @@ class DbBundle:
                                        "seq": {"type": "integer"},
                                        "applied": {"type": "boolean"}}),
                          errors={403: "This node does not own the table or is not in "
-                                      "db.declarers"})),
+                                      "db.declarers",
+                                 409: _OFF})),
             ApiRoute("POST", "/v1/db/{table}",
                      'Write a record: {"op": "upsert"|"update"|"delete", "id": ID, "values": '
                      '{...}}; answers once committed and applied', self._write, RouteDoc(
@@ -120,14 +128,17 @@ class DbBundle:
                                   {"values": {"type": "object",
                                               "description": "COLUMN: VALUE, typed as declared"},
                                    "pending": {"type": "boolean", "description":
-                                               "update: park it until the record arrives "
-                                               "instead of answering 404"}}),
+                                               "update: park it until the record arrives; "
+                                               "delete: write the tombstone although this "
+                                               "node has not seen the record (instead of "
+                                               "answering 404)"}}),
                          response=obj({"message_id": {"type": "string"},
                                        "lamport": {"type": "integer"},
                                        "seq": {"type": "integer"},
                                        "applied": {"type": "boolean"}}),
                          errors={403: "This node may not write the table (writers)",
-                                 404: "No such replicated table"})),
+                                 404: "No such replicated table or (delete) no such row",
+                                 409: _OFF})),
             ApiRoute("GET", "/v1/db/{table}",
                      "Visible rows in id order (after=ID, limit=N)", self._query, RouteDoc(
                          params=(_TABLE,
@@ -138,18 +149,25 @@ class DbBundle:
                                        "Most rows")),
                          response=obj({"rows": arr({"type": "object"}),
                                        "next_after": {"type": ["string", "null"]}}),
-                         errors={404: "No such replicated table"})),
+                         errors={404: "No such replicated table", 409: _OFF})),
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
                      self._get, RouteDoc(
                          params=(_TABLE, Param("entity_id", "path", {"type": "string"},
                                                "The row id (percent-encode a /)")),
                          response={"type": "object"},
-                         errors={404: "No such table or row"})),
+                         errors={404: "No such table or row", 409: _OFF})),
         ]
         if self.db.channels:
             self.services = [SchemaSeeder(self.db, self.runtime)]
 
+    def _require_active(self) -> None:
+        """A write or declaration on a node that replicates no db channel: say how to turn
+        the database on rather than fail inside the publish (issue 29: it was a 500)."""
+        if not self.db.channels:
+            raise ApiError(409, DB_OFF)
+
     def _schema(self, request: Request) -> TableSchema:
+        self._require_active()
         name = str(request.path_params["table"])
         schema = self.db.book.latest(name)
         if schema is None:
@@ -165,7 +183,8 @@ class DbBundle:
             assert history is not None and history.latest is not None
             tables[name] = {**schema_json(history.latest), "owner": history.owner,
                             "versions": len(history.versions)}
-        return JSONResponse({"channel": self.db.section.channel, "tables": tables})
+        return JSONResponse({"channel": self.db.section.channel,
+                             "enabled": bool(self.db.channels), "tables": tables})
 
     async def _schema_get(self, _node: NodeRuntime, request: Request) -> Response:
         name = str(request.path_params["table"])
@@ -176,6 +195,7 @@ class DbBundle:
         return JSONResponse(history_json(history))
 
     async def _schema_post(self, node: NodeRuntime, request: Request) -> Response:
+        self._require_active()
         name = str(request.path_params["table"])
         body = await read_json(request, max_bytes=256 * 1024)
         if not isinstance(body, dict) or not isinstance(body.get("columns"), dict) or (
@@ -222,6 +242,14 @@ class DbBundle:
             raise ApiError(404, f"no row {entity_id!r} in {schema.name}: update changes an "
                                 "existing record (upsert creates one; \"pending\": true queues "
                                 "the update until the record arrives from a peer)")
+        if operation is Operation.DELETE and body.get("pending") is not True and isinstance(
+                entity_id, str) and not (
+                await node.store.read(load_states, [(schema.name, entity_id)])):
+            # Nothing known of it, not even a tombstone: most likely a typo (issue 29).
+            raise ApiError(404, f"no row {entity_id!r} in {schema.name}: this node has never "
+                                "seen it written, so there is nothing to delete (\"pending\": "
+                                "true deletes it anyway, for a record still to come from a "
+                                "peer)")
         try:
             message = CrdtMessage(operation, schema.name, entity_id,  # type: ignore[arg-type]
                                   typed_values(schema, body.get("values", {})), sender=node.peer_id)
@@ -268,10 +296,14 @@ class DbPlugin:
     name = APP_NAME
 
     def channels(self, config: Config) -> list[str]:
-        return [config.db.channel] if config.db.tables else []
+        return [config.db.channel] if config.db.active else []
 
     def build(self, runtime: NodeRuntime) -> DbBundle:
         app = DbApplication(runtime.config.db, runtime.metrics)
+        standing = runtime.standing
+        if standing is not None:
+            # A signed takeover declaration is evidence about its signer (not its relay).
+            app.on_takeover = lambda sender: standing.penalise(sender, "takeover")
         metrics = runtime.metrics
         for name, help_text in METRICS.items():
             metrics.describe(name, "counter", help_text)

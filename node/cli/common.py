@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
+from node.api_address import API_URL_FILE, read_api_url
 from node.api_token import TOKEN_ENV, TOKEN_FILE, read_token
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ __all__ = [
     "ApiClient",
     "CliError",
     "add_client_options",
+    "api_url_for",
     "client_for",
     "config_from",
     "exit_code_for_status",
@@ -117,8 +119,9 @@ class ApiClient:
     RETRIES = 3
 
     def __init__(self, base_url: str, timeout: float = 30.0, token: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, origin: str = "--api") -> None:
         self.base_url = base_url.rstrip("/")
+        self.origin = origin
         parts = urlsplit(self.base_url)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "127.0.0.1"
@@ -157,10 +160,11 @@ class ApiClient:
                     continue
                 reason = "timed out" if isinstance(exc, socket.timeout) else \
                     exc.__class__.__name__
-                raise CliError(
-                    f"no node answering at {self.base_url} ({reason}); "
-                    "is `syncnode run` running, and is --api right?"
-                ) from None
+                hint = ("is `syncnode run` running, and is --api right?" if self.origin == "--api"
+                        else "is `syncnode run` running there? (--api URL names another "
+                             "address)")
+                raise CliError(f"no node answering at {self.base_url} ({reason}; address "
+                               f"from {self.origin}); {hint}") from None
         if response.status >= 400:
             raw = response.read()
             conn.close()
@@ -247,27 +251,47 @@ def token_for(args: argparse.Namespace, config: Config | None) -> str | None:
     return read_token(data_dir)
 
 
-def client_for(args: argparse.Namespace) -> ApiClient:
-    config = None
+def api_url_for(args: argparse.Namespace) -> tuple[str, str, Config | None]:
+    """The node's API URL, where it came from (for error messages), and the config if read.
+
+    ``--api``, else the URL the node wrote into its data dir (``--data-dir``, else
+    ``node.data_dir`` of ``--config``; see ``node.api_address``), else ``api.listen``.
+    """
     if args.api:
-        url = parse_api_url(args.api)
-    else:
+        return parse_api_url(args.api), "--api", None
+    config = None
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir is None:
         config = config_from(args)
-        url = parse_api_url(config.api.listen)
+        data_dir = config.node.data_dir
+    if found := read_api_url(data_dir):
+        return parse_api_url(found), f"{os.path.join(data_dir, API_URL_FILE)}", config
+    config = config or config_from(args)
+    where = os.path.join(data_dir, API_URL_FILE)
+    return (parse_api_url(config.api.listen),
+            f"api.listen, as {where} is absent: no node runs on {data_dir}, or it is still "
+            "starting", config)
+
+
+def client_for(args: argparse.Namespace) -> ApiClient:
+    url, origin, config = api_url_for(args)
     try:
         token = token_for(args, config)
     except CliError:
         token = None  # no config to find a data dir in: the node will say a token is needed
-    return ApiClient(url, token=token)
+    return ApiClient(url, token=token, origin=origin)
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api", metavar="URL", help="node API (default: api.listen of --config)")
-    parser.add_argument("--config", metavar="FILE", help="config file to read the API address from")
+    parser.add_argument("--api", metavar="URL",
+                        help=f"node API (default: <data dir>/{API_URL_FILE}, which the node "
+                             "writes, else api.listen of --config)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="config file to find the node's data dir or API address in")
     parser.add_argument("--token", metavar="TOKEN",
                         help=f"API token (default: ${TOKEN_ENV}, else <data dir>/{TOKEN_FILE})")
     parser.add_argument("--data-dir", metavar="DIR",
-                        help="the node's data dir, to read its API token from "
+                        help="the node's data dir: its API address and token are read from it "
                              "(default: node.data_dir of --config)")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from node.cli.common import CliError, add_client_options, client_for
+from node.cli.human import iso_ms
 
 __all__ = ["parse_assignments", "parse_columns", "parse_value", "register"]
 
@@ -81,9 +82,13 @@ def parse_assignments(table: str, columns: dict[str, str], items: list[str]) -> 
 
 
 def _columns(client: Any, table: str) -> dict[str, str]:
-    tables = client.get("/v1/db")["tables"]
+    answer = client.get("/v1/db")
+    if answer.get("enabled") is False:
+        # The node's own words (it names the config key), as for a declaration.
+        client.get(f"/v1/db/{quote(table, safe='')}", params={"limit": 1})
+    tables = answer["tables"]
     if table not in tables:
-        declared = ", ".join(sorted(tables)) or "none (the node sets no db.tables)"
+        declared = ", ".join(sorted(tables)) or "none yet (`syncnode db declare` one)"
         raise _usage(f"no replicated table {table!r}; declared: {declared}")
     return dict(tables[table]["columns"])
 
@@ -98,10 +103,12 @@ def _write(args: argparse.Namespace, op: str) -> int:
             raise _usage("update needs at least one COLUMN=VALUE")
         if op == "update" and args.pending:
             body["pending"] = True
+    elif args.pending:
+        body["pending"] = True
     answer = client.post(f"/v1/db/{quote(args.table, safe='')}", json=body)
     state = "applied" if answer["applied"] else "committed (not applied yet)"
-    print(f"{op} {args.table}/{args.id} {state}: lamport {answer['lamport']}, "
-          f"message {answer['message_id']}")
+    print(f"{op} {args.table}/{args.id} {state}: at {iso_ms(answer['lamport'])} (lamport "
+          f"{answer['lamport']}), message {answer['message_id']}")
     return 0
 
 
@@ -164,12 +171,13 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     for version in history["versions"]:
         writers = version["writers"]
         columns = ", ".join(f"{c} {t}" for c, t in version["columns"].items())
-        print(f"v{version['version']}  lamport {version['lamport']}  columns: "
+        print(f"v{version['version']}  {iso_ms(version['lamport'])}  columns: "
               f"{columns or '(none)'}  writers: "
               f"{'any' if writers is None else ', '.join(writers) or '(none)'}")
     hidden = {c: e for c, e in history["epochs"].items() if e >= 0}
     for column, epoch in hidden.items():
-        print(f"column {column}: cells written at or before lamport {epoch} read as NULL")
+        print(f"column {column}: cells written at or before {iso_ms(epoch)} (lamport {epoch}) "
+              "read as NULL")
     return 0
 
 
@@ -193,8 +201,8 @@ def _cmd_declare(args: argparse.Namespace) -> int:
             "writers": None if args.writer is None else sorted(set(args.writer))}
     answer = client.post(f"/v1/db-schemas/{quote(args.table, safe='')}", json=body)
     state = "applied" if answer["applied"] else "committed (not applied yet)"
-    print(f"schema of {args.table} declared, {state}: lamport {answer['lamport']}, "
-          f"message {answer['message_id']}")
+    print(f"schema of {args.table} declared, {state}: at {iso_ms(answer['lamport'])} (lamport "
+          f"{answer['lamport']}), message {answer['message_id']}")
     return 0
 
 
@@ -217,9 +225,13 @@ def register(sub: Any) -> None:
                                   "it waits until the record arrives (else: an error)")
         add_client_options(cmd)
         cmd.set_defaults(func=functools.partial(_write, op=op))
-    delete = commands.add_parser("delete", help="delete a record (a tombstone)")
+    delete = commands.add_parser("delete", help="delete a record (a tombstone); an id this "
+                                                "node never saw is an error unless --pending")
     delete.add_argument("table", metavar="TABLE")
     delete.add_argument("id", metavar="ID")
+    delete.add_argument("--pending", action="store_true",
+                        help="delete a record this node has not seen yet (it wins when the "
+                             "record arrives from a peer)")
     add_client_options(delete)
     delete.set_defaults(func=functools.partial(_write, op="delete"))
     get = commands.add_parser("get", help="show one row")

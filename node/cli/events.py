@@ -20,6 +20,7 @@ from node.cli.common import (
     CliError,
     client_for,
 )
+from node.cli.human import iso_ms
 
 __all__ = ["cmd_log", "cmd_publish", "parse_since"]
 
@@ -71,7 +72,9 @@ def _event_line(event: dict[str, Any], as_json: bool) -> str:
     content = event["content"] if event["content"] is not None else f"<{event['content_b64']}>"
     # One line per event, whatever the content holds.
     content = content.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    return f"{event['lamport']}  {event['sender'][-8:]}  {event['message_id'][:12]}  {content}"
+    # The Lamport value is epoch milliseconds (SDS): shown as the UTC time it stands for.
+    return (f"{iso_ms(event['lamport'])}  {event['sender'][-8:]}  {event['message_id'][:12]}  "
+            f"{content}")
 
 
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")

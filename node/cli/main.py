@@ -22,7 +22,7 @@ from node.cli import records_args as cli_records_args
 from node.cli import snapshot as cli_snapshot
 from node.cli.common import EXIT_FAILED, EXIT_USAGE, ApiClient, CliError, config_from
 
-__all__ = ["ApiClient", "CliError", "build_parser", "main"]
+__all__ = ["ApiClient", "CliError", "build_parser", "main", "redact_secrets"]
 
 EXTENSIONS = [
     cli_node.register,
@@ -34,10 +34,32 @@ EXTENSIONS = [
 ]
 
 
+# The arguments being parsed, so that a usage error can redact the token among them.
+_ARGV: list[str] = []
+
+
+def redact_secrets(message: str, argv: Sequence[str]) -> str:
+    """``message`` without the API token: the value of ``--token`` (or of an abbreviation of
+    it, which argparse accepts) and ``$SYNCNODE_API_TOKEN``. argparse echoes arguments it does
+    not take ("unrecognized arguments: --token SECRET"), and error lines end up in logs."""
+    from node.api_token import TOKEN_ENV
+
+    secrets = {os.environ.get(TOKEN_ENV, "")}
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if len(name) > 3 and "--token".startswith(name):
+            secrets.add(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one ``error:`` line (exit 2), pointing at ``--help``."""
+    """Usage errors as one ``error:`` line (exit 2), pointing at ``--help``, never showing
+    the token."""
 
     def error(self, message: str) -> NoReturn:
+        message = redact_secrets(message, _ARGV)
         self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -142,6 +164,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    _ARGV[:] = argv
     args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.func(args)

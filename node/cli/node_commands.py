@@ -7,6 +7,7 @@ Stdlib and ``node.cli.common`` only: these are the commands people script in loo
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +21,7 @@ from node.cli.common import (
     print_json,
 )
 from node.cli.events import cmd_log, cmd_publish
+from node.cli.human import human_duration, human_size, iso_s
 
 __all__ = ["register"]
 
@@ -31,11 +33,36 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(status)
         return 0
-    width = max(len(k) for k in status)
-    for key, value in status.items():
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-        print(f"{key:<{width}}  {shown}")
+    rows = status_rows(status)
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
     return 0
+
+
+def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """``/v1/status`` for people: durations, sizes and times in human form, the raw numbers
+    stay in ``--json``."""
+    status = dict(status)
+    rows: list[tuple[str, str]] = []
+    database = str(status.pop("database", "?"))
+    size = status.pop("database_bytes", None)
+    snapshots = status.pop("snapshot_bytes", None)
+    for key, value in status.items():
+        if key == "uptime_s":
+            since = iso_s(time.time() - float(value))
+            rows.append(("uptime", f"{human_duration(float(value))} (since {since})"))
+        elif key == "events":
+            rows.append(("events", f"{value:,}"))
+        elif isinstance(value, list):
+            rows.append((key.replace("_", " "), ", ".join(map(str, value))))
+        else:
+            rows.append((key.replace("_", " "), str(value)))
+        if key == "network_id":  # the database right after the network
+            rows.append(("database", database + (f" ({human_size(size)})" if size is not None
+                                                  else "")))
+    rows.append(("snapshots", human_size(snapshots) if snapshots is not None else "none"))
+    return rows
 
 
 def _cmd_id(args: argparse.Namespace) -> int:
@@ -87,8 +114,12 @@ def _cmd_peers(args: argparse.Namespace) -> int:
     if args.json:
         print_json(answer)
         return 0
+    now = time.time()
     for peer in answer["connected"]:
-        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer['address'] or '-'}")
+        since = peer.get("connected_since")
+        when = (f"  connected {human_duration(max(now - since, 0))} ago ({iso_s(since)})"
+                if since else "")
+        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer['address'] or '-'}{when}")
     offline = [p for p in answer["known"] if p not in {c["peer_id"] for c in answer["connected"]}]
     for peer_id in offline:
         print(f"{peer_id}  offline   (known, redialling)")
@@ -116,7 +147,7 @@ def register(sub: Any) -> None:
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", action="store_true",
                         help="redraw rates (events in/out, Recon sessions, peers, lag) like top")
-    status.add_argument("--interval", type=float, default=2.0, metavar="S",
+    status.add_argument("--interval", type=float, default=None, metavar="S",
                         help="--watch refresh interval in seconds (default 2)")
     status.add_argument("--count", type=int, metavar="N",
                         help="--watch: stop after N refreshes (default: until Ctrl-C)")
@@ -173,4 +204,10 @@ _watch = lazy_command("node.cli.watch", "watch_status")
 
 
 def _dispatch_status(args: argparse.Namespace) -> int:
+    if not args.watch and (args.count is not None or args.interval is not None):
+        # Silently showing one status for `--count 3` would look like a hang-free success.
+        flag = "--count" if args.count is not None else "--interval"
+        raise CliError(f"{flag} needs --watch (status --watch {flag} ...)", code=EXIT_USAGE)
+    if args.interval is None:
+        args.interval = 2.0
     return _watch(args) if args.watch else _cmd_status(args)

@@ -26,11 +26,13 @@ from node.cli.records_show import (
 from sync.errors import RemoteProtocolError
 from sync.recordstream import (
     DEFAULT_LIMITS,
+    SIGNATURE_FIELDS,
     SIGNATURE_SUFFIX,
     FileReport,
     PublicKey,
     VerifyReport,
     load_public_keys_pem,
+    node_of_dir,
     split_stream_name,
     verify_tree,
 )
@@ -39,6 +41,7 @@ __all__ = ["main", "run_show", "run_verify"]
 
 _MAX_KEY_FILE = 64 << 10
 _MAX_FILES = 100_000
+_SIGNATURE_CHECKS = frozenset(name for name, _target in SIGNATURE_FIELDS)
 
 
 def _collect(root: Path) -> dict[str, bytes]:
@@ -85,8 +88,11 @@ def _load_keys(directory: Path) -> dict[str, list[PublicKey]]:
 
 
 def _report_json(report: VerifyReport) -> dict[str, Any]:
+    unchecked = sum(map(_unchecked_signatures, report.files))
     return {
         "ok": report.ok,
+        "verified": report.ok and not unchecked and bool(report.files),
+        "signatures_unchecked": unchecked,
         "files": [
             {
                 "path": f.path,
@@ -105,10 +111,21 @@ def _report_json(report: VerifyReport) -> dict[str, Any]:
     }
 
 
+def _unchecked_signatures(report: FileReport) -> int:
+    """Signatures of ``report`` left unchecked for want of a key: a skip is not a pass."""
+    return sum(c.status == "skip" and c.name in _SIGNATURE_CHECKS for c in report.checks)
+
+
+def _nodes_without_keys(report: VerifyReport) -> list[str]:
+    return sorted({node_of_dir(f.path.rpartition("/")[0]) for f in report.files
+                   if _unchecked_signatures(f)})
+
+
 def _report_line(report: FileReport) -> str:
     hashes = " ".join(f"{label}={value}" for label, value in report.hashes)
     checks = " ".join(f"{c.name}={c.status}" for c in report.checks)
-    line = f"{'OK  ' if report.ok else 'FAIL'} {report.kind:<9} {report.path}"
+    verdict = "FAIL" if not report.ok else "SKIP" if _unchecked_signatures(report) else "OK  "
+    line = f"{verdict} {report.kind:<9} {report.path}"
     line += f" {hashes}" if hashes else ""
     line += f" [{checks}]"
     failures = "; ".join(f"{c.name}: {c.detail}" for c in report.failures())
@@ -123,6 +140,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     keys = _load_keys(Path(args.keys)) if args.keys else None
     report = verify_tree(_collect(root), keys, require_sidecars=args.require_sidecars)
     failed = sum(not f.ok for f in report.files)
+    unchecked = sum(map(_unchecked_signatures, report.files))
     if args.json:
         print(json.dumps(_report_json(report), indent=2, sort_keys=True))
     else:
@@ -131,12 +149,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if not report.files:
             print(f"FAIL no record stream files under {root}")
         else:
-            verdict = "all checks passed" if report.ok else f"{failed} failed"
             skipped = sum(c.status == "skip" for f in report.files for c in f.checks)
             findings = sum(len(f.findings) for f in report.files)
+            if not report.ok:
+                verdict = f"{failed} failed"
+            elif unchecked:
+                # Hashes and chain hold, but nothing says who wrote the files: no pass.
+                nodes = ", ".join(_nodes_without_keys(report))
+                verdict = (f"NOT VERIFIED: {unchecked} signatures unchecked (no public key for "
+                           f"node {nodes}: give --keys KEYDIR); no check failed")
+            else:
+                verdict = "all checks passed"
             print(f"{len(report.files)} files, {verdict}, {skipped} checks skipped, "
                   f"{findings} findings")
-    return 0 if report.ok else 1
+    return 0 if report.ok and not unchecked else 1
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

@@ -18,7 +18,9 @@ def add_subcommands(records: argparse.ArgumentParser) -> None:
     verify = sub.add_parser(
         "verify",
         help="verify every record, sidecar and signature file under DIR",
-        description="Exit status: 0 all checks passed, 1 a check failed, 2 unusable arguments.",
+        description="Exit status: 0 every check passed and every signature was verified; 1 a "
+        "check failed, or a signature could not be checked (no key for its node: --keys); "
+        "2 unusable arguments.",
     )
     verify.add_argument("dir", metavar="DIR", help="directory holding record<node>/ folders")
     verify.add_argument(

@@ -24,6 +24,7 @@ from node.cli.common import (
     client_for,
     config_from,
 )
+from node.cli.human import human_duration
 
 __all__ = ["explain_snapshot", "progress_bar", "register"]
 
@@ -31,29 +32,48 @@ _BAR = 30
 
 
 def progress_bar(progress: dict[str, Any] | None, width: int = _BAR) -> str:
-    """``[#########.............]  45%  snapshot:write 9/20`` (or ``idle``)."""
+    """``[#########.............]  45%  snapshot:write 9/20`` (or ``idle``); a job that numbers
+    its phases adds ``(step 4 of 6)``, and the fraction is then of the whole job."""
     if not progress:
         return "idle"
     fraction = float(progress.get("fraction") or 0.0)
     fraction = min(max(fraction, 0.0), 1.0)
     filled = round(fraction * width)
     bar = "#" * filled + "." * (width - filled)
-    return (f"[{bar}] {fraction * 100:3.0f}%  {progress.get('phase', '?')} "
-            f"{progress.get('done', 0)}/{progress.get('total', 0)}")
+    line = f"[{bar}] {fraction * 100:3.0f}%  {_phase(progress)}"
+    if progress.get("total"):
+        line += f" {progress.get('done', 0)}/{progress['total']}"
+    return line
+
+
+def _phase(progress: dict[str, Any]) -> str:
+    phase = str(progress.get("phase", "?"))
+    if progress.get("steps"):
+        phase += f" (step {progress.get('step')} of {progress['steps']})"
+    return phase
 
 
 def _describe_last(last: dict[str, Any] | None) -> str:
     if not last:
         return "last run: none yet"
-    verdict = "ok" if last["ok"] else "FAILED"
-    parts = [f"last run: {verdict} ({last.get('reason')}, {last.get('seconds')} s)"]
+    if last.get("unchanged"):
+        built = last.get("built_at")
+        when = f" (built {_utc(int(built * 1000))})" if built else ""
+        parts = [f"last run: up to date{when}: nothing new since, so Spark was not started"]
+    else:
+        verdict = "ok" if last["ok"] else "FAILED"
+        parts = [f"last run: {verdict} ({last.get('reason')}, "
+                 f"{human_duration(float(last.get('seconds') or 0))})"]
     for job in last.get("jobs", []):
         line = f"  {job['job']}: exit {job.get('exit_code')}"
         if job.get("error"):
             line += f"  error: {job['error']}"
         parts.append(line)
         result = job.get("result") or {}
-        if job["job"] == "snapshot" and "events" in result:
+        if job["job"] == "snapshot" and "events" in result and last.get("unchanged"):
+            parts.append(f"    holds: {result['events']} events in {result['files']} record "
+                         f"files -> {result.get('out', '?')}")
+        elif job["job"] == "snapshot" and "events" in result:
             parts.extend(f"    {x}" for x in explain_snapshot(result))
         elif result:
             parts.append(f"    {json.dumps(result, sort_keys=True)}")
@@ -97,22 +117,24 @@ def _show(status: dict[str, Any], as_json: bool) -> None:
     print(_describe_last(status.get("last")))
 
 
-def _watch(client: Any, poll_s: float = 1.0) -> dict[str, Any]:
+def _watch(client: Any, poll_s: float = 0.5) -> dict[str, Any]:
     """Show progress until the run finishes; returns the final status.
 
-    On a terminal one bar is redrawn in place; otherwise (a pipe, a log) a line is printed only
-    when the phase changes, not once per poll.
+    On a terminal one bar is redrawn in place, with the time spent; otherwise (a pipe, a log)
+    a line is printed only when the phase changes, not once per poll.
     """
     tty = sys.stdout.isatty()
     status: dict[str, Any] = client.get("/v1/snapshots/status")
     phase = None
+    started = time.monotonic()
     while status["running"]:
         progress = status.get("progress") or {}
         if tty:
-            print("\r" + progress_bar(progress).ljust(72), end="", flush=True)
+            elapsed = human_duration(time.monotonic() - started)
+            print("\r" + f"{progress_bar(progress)}  {elapsed}".ljust(90), end="", flush=True)
         elif progress.get("phase") != phase:
             phase = progress.get("phase")
-            print(f"{phase or 'starting'} ...", flush=True)
+            print(f"{_phase(progress) if phase else 'starting'} ...", flush=True)
         time.sleep(poll_s)
         status = client.get("/v1/snapshots/status")
     if tty:
@@ -124,11 +146,15 @@ def _cmd_rebuild(args: argparse.Namespace) -> int:
 
     client = client_for(args)
     answer = client.post("/v1/snapshots")
+    if answer.get("unchanged"):
+        # Nothing committed since the last good build and nothing left out: done already.
+        print("snapshot up to date: nothing new since the last build, nothing to rebuild")
+        print(_describe_last(answer.get("last")))
+        return 0
     print("rebuild queued after the current run" if answer.get("queued_after_current")
           else "rebuild started")
     if not args.wait:
         return 0
-    time.sleep(0.5)
     status = _watch(client)
     print(_describe_last(status.get("last")))
     return 0 if status.get("last") and status["last"]["ok"] else 1
@@ -144,8 +170,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _local_database(args: argparse.Namespace
-                    ) -> Iterator[tuple[Any, int, str, dict[str, str]]]:
-    """The stopped node's database, holding its data dir's ``repo.lock`` meanwhile.
+                    ) -> Iterator[tuple[Any, int, str, dict[str, str], Any]]:
+    """The stopped node's database (engine, network id, layout, profiles, load rules),
+    holding its data dir's ``repo.lock`` meanwhile.
 
     On failure, a SQLite database (and data dir) this command created is removed again: a
     failed bootstrap must not leave an empty database that a later bootstrap would refuse.
@@ -155,6 +182,9 @@ def _local_database(args: argparse.Namespace
 
     overrides = {"node.data_dir": args.data_dir} if args.data_dir else {}
     config = config_from(args, overrides)
+    from node.snapshots.bootstrap import load_rules
+
+    rules = load_rules(config, args.signer or (), time.time())  # before anything is created
     data_dir = config.data_path
     created_dir = not data_dir.exists()
     try:
@@ -177,7 +207,7 @@ def _local_database(args: argparse.Namespace
             from node.services import channel_profiles
 
             yield (engine, config.node.network_id, config.recon.event_id_layout,
-                   channel_profiles(config))
+                   channel_profiles(config), rules)
             done = True
         finally:
             engine.dispose()
@@ -203,9 +233,9 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     from node.snapshots.bootstrap import BootstrapError, bootstrap
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles):
+        with _local_database(args) as (engine, network_id, layout, profiles, rules):
             result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles,
-                               workers=args.workers)
+                               rules=rules, workers=args.workers)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
     print(f"loaded {result.events} events from {result.files} record files "
@@ -218,10 +248,15 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     from node.snapshots.bootstrap import BootstrapError, pull
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles):
-            result = pull(engine, Path(args.directory), network_id, layout, profiles)
+        with _local_database(args) as (engine, network_id, layout, profiles, rules):
+            result = pull(engine, Path(args.directory), network_id, layout, profiles,
+                          rules=rules)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
+    if not result.fetched:
+        print(f"nothing to fetch: the log already holds every event of {args.directory} "
+              f"({result.nodes_read} tree nodes compared)")
+        return 0
     print(f"fetched {result.fetched} events from {len(result.files_read)} record files; "
           f"{result.nodes_read} tree nodes read, {result.subtrees_skipped} subtrees already equal")
     return 0
@@ -229,6 +264,10 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 def _add_local_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR", help="override node.data_dir")
+    parser.add_argument("--signer", metavar="PEER_ID", action="append",
+                        help="trust snapshots signed by this node (repeatable; replaces "
+                             "spark.snapshot_signers and the defaults: this data dir's key "
+                             "and p2p.allowed_peers)")
     parser.add_argument("--config", metavar="FILE", help="TOML config (database, network id)")
 
 

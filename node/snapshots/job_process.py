@@ -40,10 +40,17 @@ class JobProgress:
     phase: str
     done: int = 0
     total: int = 0
+    step: int = 0  # this phase's place among the job's ``steps`` (0: the job does not say)
+    steps: int = 0
 
     @property
     def fraction(self) -> float:
-        return round(self.done / self.total, 4) if self.total > 0 else 0.0
+        """Of the whole job when it numbers its phases (each an equal share), else of this
+        phase: the bar moves through the phases instead of sitting at 0% until the end."""
+        within = min(self.done / self.total, 1.0) if self.total > 0 else 0.0
+        if 0 < self.step <= self.steps:
+            return round((self.step - 1 + within) / self.steps, 4)
+        return round(within, 4)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "fraction": self.fraction}
@@ -53,8 +60,9 @@ def parse_progress(job: str, payload: str) -> JobProgress | None:
     """The progress a line's JSON payload reports, or None if it is not one."""
     try:
         data = json.loads(payload)
-        return JobProgress(job, str(data["phase"]), int(data["done"]), int(data["total"]))
-    except (ValueError, KeyError, TypeError):
+        return JobProgress(job, str(data["phase"]), int(data["done"]), int(data["total"]),
+                           int(data.get("step", 0)), int(data.get("steps", 0)))
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -124,11 +125,42 @@ class SnapshotScheduler:
     # -- inputs ---------------------------------------------------------------------------
 
     def trigger(self, reason: str = "api") -> dict[str, Any]:
-        """Ask for a run now; while one runs, the request is queued (once) for afterwards."""
+        """Ask for a run now; while one runs, the request is queued (once) for afterwards.
+        When nothing changed since the last good run, the answer says so at once and no job
+        starts (``unchanged``)."""
         queued = self._running
+        if not queued and self._pending is None and self._up_to_date():
+            self._record_unchanged(reason)
+            return {"accepted": True, "queued_after_current": False, "unchanged": True,
+                    **self.status()}
         self._pending = reason
         self._wake.set()
-        return {"accepted": True, "queued_after_current": queued, **self.status()}
+        return {"accepted": True, "queued_after_current": queued, "unchanged": False,
+                **self.status()}
+
+    def _up_to_date(self) -> bool:
+        """The last run succeeded, left no event out (settle window), no event was committed
+        since it started, and its snapshot directory is still there: a new run would write
+        nothing, so it is not worth starting Spark's JVM (issue 29)."""
+        last = self._last
+        if last is None or not last["ok"] or self._new_events:
+            return False
+        snapshots = [j.get("result") or {} for j in last["jobs"] if j["job"] == "snapshot"]
+        return bool(snapshots) and all(
+            r.get("pending_events") == 0 and Path(str(r.get("out", ""))).is_dir()
+            for r in snapshots)
+
+    def _record_unchanged(self, reason: str) -> None:
+        assert self._last is not None
+        now = self._clock()
+        built = self._last.get("built_at", self._last["finished_at"])
+        self._last = {**self._last, "reason": reason, "started_at": now, "finished_at": now,
+                      "seconds": 0.0, "unchanged": True, "built_at": built}
+        self._state.runs += 1
+        self._state.reason, self._state.started_at = reason, now
+        finished, self._finished = self._finished, trio.Event()
+        finished.set()
+        log.info("snapshot up to date (%s): nothing new since %s", reason, built)
 
     def on_commit(self, result: AppendResult, _records: Sequence[EventRecord]) -> None:
         """``EventStore.on_commit`` listener: counts new events toward ``every_events``."""
@@ -175,6 +207,9 @@ class SnapshotScheduler:
                 next_at = trio.current_time() + self.interval_s
 
     async def _run_once(self, reason: str) -> None:
+        if self._up_to_date():  # the interval or a queued request, with nothing new
+            self._record_unchanged(reason)
+            return
         self._running = True
         self._new_events = 0
         started = self._clock()
@@ -196,7 +231,7 @@ class SnapshotScheduler:
                 self._state.failures += 1
             self._state.state = "idle"
             self._last = {"ok": ok, "reason": reason, "started_at": started,
-                          "finished_at": self._clock(),
+                          "finished_at": self._clock(), "unchanged": False,
                           "seconds": round(self._clock() - started, 3), "jobs": results}
             finished, self._finished = self._finished, trio.Event()
             finished.set()
@@ -206,7 +241,7 @@ class SnapshotScheduler:
             log.warning("snapshot job failed: %s", results[-1] if results else "?")
 
     async def _run_job(self, job: JobCommand) -> dict[str, Any]:
-        self._progress = JobProgress(job.name, job.name)
+        self._progress = JobProgress(job.name, f"{job.name}:starting")
         return await run_job(job, timeout_s=self.timeout_s, env=self.env,
                              on_progress=self._set_progress)
 

@@ -48,12 +48,25 @@ CONFIGS = [
     ('[storage]\nurl = "notaurl"\n', "storage.url: expected sqlite"),
     ('[p2p]\nlisten = ["garbage"]\n', "p2p.listen: not a multiaddr"),
     ('[p2p]\nlisten = ["/ip4/300.1.1.1/tcp/1"]\n', "bad ip4 address"),
-    ('[p2p]\nlisten = ["/ip4/127.0.0.1/tcp/99999"]\n', "bad tcp port"),
-    ("[p2p]\nmax_frame_bytes = 1\n", "p2p.max_frame_bytes: must be >= 1048576"),
+    ('[p2p]\nlisten = ["/ip4/127.0.0.1/tcp/99999"]\n',
+     "p2p.listen: tcp port '99999' in '/ip4/127.0.0.1/tcp/99999' is not a number in 0..65535"),
+    ("[p2p]\nmax_frame_bytes = 1\n", "p2p.max_frame_bytes: must be >= 1 MiB, got 1"),
     ('[p2p]\nallowed_peers = ["junk"]\n', "p2p.allowed_peers: not a libp2p peer id"),
     ('[p2p]\nbootstrap = ["/ip4/127.0.0.1/tcp/1"]\n', "must end in /p2p/<peer id>"),
     (f'[p2p]\nbootstrap = ["/ip4/127.0.0.1/tcp/1/p2p/{PEER}x"]\n', "not a libp2p peer id"),
     ('[api]\nlisten = "foo:bar"\n', "api.listen: expected HOST:PORT"),
+    # Issue 29, bug 5: values that used to be accepted.
+    ("[recon]\nsession_timeout_s = inf\n",
+     "recon.session_timeout_s: expected a finite number, got inf"),
+    ("[sds]\nbloom_fp_rate = nan\n", "sds.bloom_fp_rate: expected a finite number, got nan"),
+    ("[storage]\nbatch_max_events = 9223372036854775807\n",
+     "storage.batch_max_events: must be <= 100000, got 9223372036854775807"),
+    ("[api]\nmax_body_bytes = 1099511627776\n", "api.max_body_bytes: must be <= 1073741824"),
+    ('[p2p]\nchannels = ["a/b"]\n', "p2p.channels: invalid channel name 'a/b': a channel name "
+     "is 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"),
+    ('[p2p]\nchannels = ["general", "../x"]\n', "invalid channel name '../x'"),
+    ('[db]\nchannel = "d b"\n', "db.channel: invalid channel name 'd b'"),
+    ('[blocks]\nchannel = ".."\n', "blocks.channel: invalid channel name '..'"),
     ('[db.tables.users]\ncolumns = { a = "text" }\nwriters = ["me"]\n', "not a libp2p peer id"),
     ('[spark]\nmaster = "lokal"\n', "spark.master"),
     ("[node]\nnetwork_id = -1\n", "must be in [0, 2^63)"),
@@ -76,7 +89,9 @@ CONFIGS = [
 def test_bad_config_is_one_line_exit_2(tmp_path: Path, toml: str, fragment: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(toml)
-    assert_one_error(run_cli("config", "validate", "--config", str(path)), 2, fragment)
+    line = assert_one_error(run_cli("config", "validate", "--config", str(path)), 2, fragment)
+    # One sentence for a person: no Python tuple or repr of what was read (issue 29).
+    assert "(got (" not in line and "(got" not in line and "',)" not in line, line
 
 
 def test_bad_config_stops_run_with_one_line(tmp_path: Path) -> None:
@@ -176,6 +191,17 @@ def _manifest(block: object) -> dict[str, object]:
             "chain": {}, "files": entries, "root": "", "count": 2, "ahash": "00"}
 
 
+def test_loading_a_snapshot_without_a_trusted_signer_is_refused_before_anything(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = run_cli("bootstrap", "--from-snapshot", str(tmp_path), "--data-dir", str(data))
+    assert_one_error(result, 2, "no trusted snapshot signer")
+    result = run_cli("snapshot", "pull", str(tmp_path), "--data-dir", str(data),
+                     "--signer", "nope")
+    assert_one_error(result, 2, "--signer:")
+    assert not data.exists()
+
+
 @pytest.mark.parametrize("manifest", [
     "block-x", "nested", "not-json", "a-list", "no-manifest",
 ])
@@ -194,11 +220,13 @@ def test_bad_manifests_fail_bootstrap_and_leave_nothing_behind(
     if content is not None:
         (snap / "manifest.json").write_text(content)
     data = tmp_path / "data"
-    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data))
+    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data),
+                     "--signer", PEER)
     assert_one_error(result, 2, str(snap) if manifest != "block-x" else "block")
     assert not data.exists(), list(data.iterdir())
     # Into an existing, empty data dir: the dir stays, no database is left in it.
     data.mkdir()
-    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data))
+    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data),
+                     "--signer", PEER)
     assert result.returncode == 2
     assert [p.name for p in data.iterdir()] == ["repo.lock"]  # an empty lock, no database

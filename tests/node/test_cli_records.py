@@ -76,12 +76,26 @@ def test_verify_json(hedera: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert checks["file_signature"] == checks["metadata_signature"] == "ok"
 
 
-def test_verify_without_keys_skips_signatures(
+def test_verify_without_keys_does_not_claim_a_pass(
     hedera: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(["verify", str(hedera)]) == 0
-    out = capsys.readouterr().out
-    assert "file_signature=skip" in out and "file_signature=ok" not in out
+    # Issue 29, bug 3: no key, no signature checked, yet "all checks passed" and exit 0.
+    assert run(["verify", str(hedera)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert all("file_signature=ok" not in line for line in lines)
+    sig_lines = [line for line in lines if " signature " in line]
+    assert len(sig_lines) == 8 and all(line.startswith("SKIP") for line in sig_lines)
+    assert "all checks passed" not in lines[-1]
+    assert lines[-1] == ("11 files, NOT VERIFIED: 16 signatures unchecked (no public key for "
+                         "node 0.0.3, 0.0.4, 0.0.5, 0.0.6: give --keys KEYDIR); no check "
+                         "failed, 17 checks skipped, 0 findings")
+    assert run(["verify", str(hedera), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True  # nothing failed...
+    assert report["verified"] is False and report["signatures_unchecked"] == 16  # ...no pass
+    assert run(["verify", str(hedera), "--keys", str(hedera / "node-keys"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verified"] is True and report["signatures_unchecked"] == 0
 
 
 @pytest.mark.parametrize(
@@ -235,8 +249,9 @@ def test_our_files_verify_with_ed25519_key_file(
     assert run(["verify", str(snapshot), "--keys", str(keys)]) == 0
     out_text = capsys.readouterr().out
     assert "file_signature=ok" in out_text and "sidecar_01=ok" in out_text
-    # Node "n1" is not a peer id: without --keys its Ed25519 signatures are only skipped.
-    assert run(["verify", str(snapshot)]) == 0
+    # Node "n1" is not a peer id: without --keys its Ed25519 signatures are only skipped,
+    # which is no pass.
+    assert run(["verify", str(snapshot)]) == 1
     assert "file_signature=skip" in capsys.readouterr().out
     record = sorted(snapshot.rglob("*Z.rcd.gz"))[0]
     assert run(["show", str(record), "--json"]) == 0

@@ -86,7 +86,7 @@ def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: config error: node.network_id: expected an integer, got True"
+        "error: config error: node.network_id: expected an integer, got true"
     ]
 
 

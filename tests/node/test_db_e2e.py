@@ -52,7 +52,7 @@ def write_concurrently(node: NodeProcess, index: int) -> int:
         def one(i: int) -> None:
             op = rng.choice(["upsert", "upsert", "update", "delete"])
             body: dict[str, Any] = {"op": op, "id": f"k{rng.randrange(5)}"}
-            if op == "update":
+            if op in ("update", "delete"):
                 body["pending"] = True  # the record may reach this node only later
             if op != "delete":
                 known = client.get("/v1/db").json()["tables"]["kv"]["columns"]

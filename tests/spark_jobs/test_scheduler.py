@@ -204,3 +204,19 @@ def test_scheduler_from_config(tmp_path: Path) -> None:
     assert scheduler.interval_s == 3600.0 and scheduler.every_events == 10_000
     (job,) = scheduler.jobs
     assert str(tmp_path / "snapshots") in job.argv and "local[2]" in job.argv
+
+
+def test_progress_of_a_job_that_numbers_its_phases() -> None:
+    from node.snapshots.job_process import JobProgress, parse_progress
+
+    # Step 2 of 6 half done: (1 + 0.5) / 6 of the whole job, not 50% nor 0%.
+    progress = parse_progress("snapshot", json.dumps(
+        {"phase": "snapshot:encode", "done": 2, "total": 4, "step": 2, "steps": 6}))
+    assert progress == JobProgress("snapshot", "snapshot:encode", 2, 4, 2, 6)
+    assert progress.fraction == 0.25
+    assert JobProgress("snapshot", "snapshot:plan", 0, 1, 1, 6).fraction == 0.0
+    assert JobProgress("snapshot", "snapshot:done", 1, 1, 6, 6).fraction == 1.0
+    assert JobProgress("x", "p", 3, 4).fraction == 0.75  # a job without steps: the phase's
+    bar = progress_bar(progress.as_dict(), width=12)
+    assert bar == "[###.........]  25%  snapshot:encode (step 2 of 6) 2/4"
+    assert parse_progress("x", '{"phase": "p", "done": 1, "total": 2, "step": "z"}') is None
