@@ -83,21 +83,22 @@ def parse_all(argv: Sequence[str] | None = None
 def main(argv: Sequence[str] | None = None) -> int:
     scenario, seeds, as_json, sweep = parse_all(argv)
     failed = 0
-    runs = [(sc, seed) for sc in (SWEEP.values() if sweep else [scenario])
+    named = SWEEP if sweep else {"run": scenario}
+    runs = [(name, sc, seed) for name, sc in named.items()
             for seed in (seeds if seeds is not None else [scenario.seed])]
-    for base, seed in runs:
+    for name, base, seed in runs:
         sc = dataclasses.replace(base, seed=seed)
         try:
             stats = run(sc)
         except SimFailure as exc:
             failed += 1
-            print(f"seed {seed}: FAILED\n{exc}", flush=True)
+            print(f"{name} seed {seed}: FAILED\n{exc}", flush=True)
             continue
         summary = stats.summary()
         if as_json:
-            print(json.dumps({"seed": seed, **summary}), flush=True)
+            print(json.dumps({"scenario": name, "seed": seed, **summary}), flush=True)
         else:
-            print(f"seed {seed}: ok, {summary['published']} messages, {stats.members} members, "
+            print(f"{name} seed {seed}: ok, {summary['published']} messages, {stats.members} members, "
                   f"{summary['sim_seconds']} s simulated", flush=True)
     print(f"{failed} seed(s) failed")
     return 1 if failed else 0
