@@ -98,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json:
             print(json.dumps({"scenario": name, "seed": seed, **summary}), flush=True)
         else:
-            print(f"{name} seed {seed}: ok, {summary['published']} messages, {stats.members} members, "
-                  f"{summary['sim_seconds']} s simulated", flush=True)
+            print(f"{name} seed {seed}: ok, {summary['published']} messages, "
+                  f"{stats.members} members, {summary['sim_seconds']} s simulated", flush=True)
     print(f"{failed} seed(s) failed")
     return 1 if failed else 0
 
