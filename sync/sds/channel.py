@@ -15,26 +15,22 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
-from sync.sds.acks import FilterEvidence, review_acks
+from sync.sds.acks import FilterEvidence
 from sync.sds.bloom import RollingBloomFilter
-from sync.sds.buffers import OutgoingEntry
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
 from sync.sds.delivered import DeliveredIndex, DeliveredLookup
 from sync.sds.dependencies import DependencyBuffer
 from sync.sds.events import (
-    Acknowledged,
     Delivered,
     DependencyLost,
     EphemeralReceived,
     Evicted,
     MissingDependencies,
     MissingEntry,
-    PossiblyAcknowledged,
     RepairAnswered,
     RepairRefused,
     RepairRequested,
-    ResendExhausted,
     SdsEvent,
 )
 from sync.sds.history import CausalHistory
@@ -46,6 +42,7 @@ from sync.sds.message import (
     transmission_suffix,
     verify_repair,
 )
+from sync.sds.outgoing import OutgoingBuffer
 from sync.sds.persist import SYNC_KEY, load_log, load_state, snapshot_of
 from sync.sds.profile import profile_of
 from sync.sds.repair_buffers import RepairBuffers
@@ -121,7 +118,9 @@ class SdsChannel:
         self._waiters = self._deps.waiters
         self._missing = self._deps.missing
         self._lost = self._deps.lost
-        self._outgoing: dict[str, OutgoingEntry] = {}
+        # Our unacknowledged messages and their resends (sync.sds.outgoing).
+        self._out = OutgoingBuffer(cfg, self._timers)
+        self._outgoing = self._out.entries
         # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
         self._others_seen: set[str] = set()
         # How many members the channel has (SDS-R response groups, sync.sds.members).
@@ -273,8 +272,7 @@ class SdsChannel:
             return False
         self._history.forget(message_id)
         self._repair.forget(message_id)
-        if self._outgoing.pop(message_id, None) is not None:
-            self._timers.cancel(TimerKind.RESEND, message_id)
+        self._out.discard(message_id)
         return True
 
     # ------------------------------------------------------------------ sending
@@ -302,8 +300,7 @@ class SdsChannel:
             self.set_retrieval_hint(mid, retrieval_hint)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
-        self._outgoing[mid] = OutgoingEntry(mid, event.wire)
-        self._timers.schedule(TimerKind.RESEND, mid, now + self.config.resend_interval)
+        self._out.add(mid, event.wire, now)
         self._last_activity = now
         return event.wire + self._suffix(now, mid)
 
@@ -454,11 +451,8 @@ class SdsChannel:
             others.add(event.sender_id)
         if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
-            review = review_acks(self._outgoing, event, evidence, self.channel_id, self.config,
-                                 needed, self.profile.indices)
-            for acked, by_bloom in review.acknowledged:
-                self._acknowledge(acked, by_bloom=by_bloom)
-            self._note_possible_acks(review.possibly)
+            self._out.review(event, evidence, self.channel_id, needed, self.profile.indices,
+                             self._events)
         if repair_request:
             self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:
@@ -575,23 +569,6 @@ class SdsChannel:
             self.set_retrieval_hint(h.message_id, h.retrieval_hint)
         elif h.message_id in self._missing:
             self._missing[h.message_id] = h
-
-    def _note_possible_acks(self, entries: list[OutgoingEntry]) -> None:
-        """Newly possibly acknowledged messages are resent less often (spec: distinct periods)."""
-        for entry in entries:
-            self._events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
-            if not entry.possibly:
-                entry.possibly = True
-                due = self._timers.due(TimerKind.RESEND, entry.message_id)
-                if due is not None:
-                    later = due - self.config.resend_interval
-                    later += self.config.possibly_acked_resend_interval
-                    self._timers.schedule(TimerKind.RESEND, entry.message_id, later)
-
-    def _acknowledge(self, mid: str, *, by_bloom: bool) -> None:
-        del self._outgoing[mid]
-        self._timers.cancel(TimerKind.RESEND, mid)
-        self._events.append(Acknowledged(mid, by_bloom))
 
     # ------------------------------------------------------------------ delivery
     def _deliver(self, event: SignedEvent, *, lost_dependency: bool) -> None:
@@ -724,22 +701,14 @@ class SdsChannel:
         self._arm_sync(now)
 
     def _resend(self, mid: str, now: float) -> None:
-        entry = self._outgoing.get(mid)
-        if entry is None:
+        wire = self._out.due(mid, now, self._events)
+        if wire is None:
             return
-        cfg = self.config
-        if entry.attempts >= cfg.max_resends:
-            del self._outgoing[mid]
-            self._events.append(ResendExhausted(mid, entry.attempts))
-            return
-        entry.attempts += 1
         self.resends += 1
         # No repair requests on a resend: they would ride on an old message, which receivers
         # take for a replay (``_on_repair_requests``); our next sync carries them.
-        self._datagrams.append(entry.wire + self._suffix(now, mid, requests=False))
+        self._datagrams.append(wire + self._suffix(now, mid, requests=False))
         self._last_activity = now
-        period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
-        self._timers.schedule(TimerKind.RESEND, mid, now + period)
 
     def _answer_repair(self, mid: str, now: float) -> None:
         wire = self._repair.respond(mid, now)
