@@ -73,6 +73,7 @@ class ApiConfig:
     page_max_bytes: int = opt(8 * 1024 * 1024, positive)
     idle_timeout_s: float = opt(5.0, positive)
     max_follows: int = opt(64, positive)
+    follow_buffer_bytes: int = opt(256 * 1024, positive)
     idempotency_ttl_s: float = opt(86400.0, positive)
     idempotency_max_keys: int = opt(100_000, positive)
 

@@ -72,6 +72,9 @@ class DbSection:
     stability_window: int = opt(7 * 24 * 3600 * 1000, non_negative)
     max_schema_versions: int = opt(64, positive)
     max_tables: int = opt(256, positive)
+    # Row changes kept for subscribers (GET /v1/db/{table}/changes), over every table; a
+    # subscriber resuming from before the oldest kept is told so (410).
+    changes_retain: int = opt(100_000, positive)
 
     def owner_pins(self) -> dict[str, str]:
         return _owner_pins(self.owners)[0]

@@ -263,12 +263,28 @@ def get_row(conn: Connection, table: str, entity_id: str,
 
 
 def query_rows(conn: Connection, table: str, epochs: Mapping[str, int],
-               after: str | None = None, limit: int = 1000) -> list[StoredRow]:
-    """Visible rows of ``table`` in entity id order, the first ``limit`` after ``after``."""
+               after: str | None = None, limit: int = 1000,
+               where: Mapping[str, Value] | None = None) -> list[StoredRow]:
+    """Visible rows of ``table`` in entity id order, the first ``limit`` after ``after``, with
+    every column of ``where`` (column -> value) equal to its value; the column ``id`` is the
+    entity id, and None matches an unwritten (NULL) cell."""
     e = crdt_entities.c
     stmt = select(e.entity_id).where(e.table_name == table, e.alive.is_(True))
     if after is not None:
         stmt = stmt.where(e.entity_id > after)
+    for column, value in (where or {}).items():
+        if column == "id":
+            stmt = stmt.where(e.entity_id == value)
+            continue
+        c = crdt_cells.c
+        # A cell hidden by its column's epoch reads NULL, as in _cells_of.
+        cell = select(c.entity_id).where(
+            c.table_name == table, c.entity_id == e.entity_id, c.column_name == column,
+            c.lamport > epochs.get(column, -1))
+        if value is None:
+            stmt = stmt.where(~cell.where(c.value != "null").exists())
+        else:
+            stmt = stmt.where(cell.where(c.value == value_text(value)).exists())
     ids = [str(r[0]) for r in conn.execute(stmt.order_by(e.entity_id).limit(limit))]
     cells = _cells_of(conn, table, ids, epochs)
     return [StoredRow(entity, cells.get(entity, {})) for entity in ids]

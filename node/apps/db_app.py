@@ -44,6 +44,7 @@ from storage.crdt import (
     store_declarations,
     write_states,
 )
+from storage.crdt_changes import PendingChange, record_changes
 from sync.crdt import (
     EMPTY,
     Added,
@@ -54,6 +55,7 @@ from sync.crdt import (
     SchemaBook,
     SchemaDeclaration,
     count_effects,
+    row_change,
     step,
 )
 
@@ -139,7 +141,8 @@ class DbApplication:
         items = decode_batch(batch, counts)
         declared = [i for i in items if isinstance(i, SchemaDeclaration)]
         book = self.book.copy() if declared else self.book
-        redo, rescan = self._declare(book, declared, counts)
+        causes = self._declare(book, declared, counts)
+        redo, rescan = set(causes), {t for t, (_, again) in causes.items() if again}
         for table in sorted(rescan):
             book.reset_table(table, declarations_in_log(conn, self.section.channel, table, end))
         high = dict(self.high)
@@ -148,11 +151,16 @@ class DbApplication:
         # re-derived from the log *before* this batch, and the batch's own writes then go
         # through the ordinary path (once each) with the new book. A table first declared by
         # this batch (a replay's first batch) has nothing before it to re-derive.
+        # A subscriber of a re-derived table is told to read it again (a reset), then sees
+        # the batch's own changes.
+        changes = [PendingChange(table, None, causes[table][0].timestamp,
+                                 causes[table][0].sender) for table in sorted(redo)]
         for table in sorted(redo):
             self._reevaluate(conn, book, table, batch[0].seq - 1, high, counts)
         writes = [m for m in items if isinstance(m, CrdtMessage)]
         states = self._apply_writes(conn, book, writes, high, counts, use_cache=True,
-                                    stale=redo)
+                                    stale=redo, changes=changes)
+        record_changes(conn, changes, now_ms, self.section.changes_retain)
         compacted: dict[str, int] = {}
         if self.section.stability_window and channel_max_seq(conn, self.section.channel) <= end:
             # A table re-derived in this batch lost its compaction: it starts again.
@@ -196,31 +204,35 @@ class DbApplication:
     # -- internals ----------------------------------------------------------------------------
 
     def _declare(self, book: SchemaBook, declared: list[SchemaDeclaration],
-                 counts: Counter[str]) -> tuple[set[str], set[str]]:
-        """Add declarations to ``book``: (tables to re-derive, tables to gather again)."""
-        redo: set[str] = set()
-        rescan: set[str] = set()
+                 counts: Counter[str]) -> dict[str, tuple[SchemaDeclaration, bool]]:
+        """Add declarations to ``book``: table to re-derive -> (the declaration that made it
+        so, whether its declarations must be gathered from the log again)."""
+        causes: dict[str, tuple[SchemaDeclaration, bool]] = {}
         for declaration in declared:
             added = book.add(declaration)
             counts[f"schema_{added.value}"] += 1
-            redo.update(book.take_evicted())
-            if added is Added.RESCAN:
-                rescan.add(declaration.table)
+            for table in book.take_evicted():
+                causes[table] = (declaration, causes.get(table, (declaration, False))[1])
             if added in (Added.CHANGED, Added.RESCAN):
-                redo.add(declaration.table)
+                again = added is Added.RESCAN or causes.get(declaration.table,
+                                                             (declaration, False))[1]
+                causes[declaration.table] = (declaration, again)
                 log.info("schema declared", extra=kv(
                     table=declaration.table, sender=declaration.sender,
                     lamport=declaration.timestamp, outcome=added.value))
-        return redo, rescan
+        return causes
 
     def _apply_writes(self, conn: Connection, book: SchemaBook, messages: list[CrdtMessage],
                       high: dict[str, int], counts: Counter[str], *, use_cache: bool,
-                      stale: set[str] | None = None) -> dict[EntityKey, EntityState]:
+                      stale: set[str] | None = None,
+                      changes: list[PendingChange] | None = None,
+                      ) -> dict[EntityKey, EntityState]:
         """Run the rules on ``messages`` and store the result; returns the entities' states.
-        ``stale``: tables whose cached states no longer hold (re-derived in this batch)."""
+        ``stale``: tables whose cached states no longer hold (re-derived in this batch);
+        ``changes``: gets the visible row changes, in the order of their last write."""
         before = self._load(conn, book, messages, use_cache, stale or set())
         states: dict[EntityKey, EntityState] = dict(before)
-        dirty: set[EntityKey] = set()
+        dirty: dict[EntityKey, CrdtMessage] = {}  # -> the last write that changed it
         applied: list[Effect] = []
         for message in messages:
             key = (message.table, message.entity_id)
@@ -238,9 +250,18 @@ class DbApplication:
             if message.timestamp > high.get(table, -1):
                 high[table] = message.timestamp
             states[key] = state
-            dirty.add(key)
+            dirty.pop(key, None)
+            dirty[key] = message
         if use_cache:
             counts.update(count_effects(applied))
+        if changes is not None:
+            for key, last in dirty.items():
+                schema = book.latest(key[0])
+                assert schema is not None  # only declared tables have accepted writes
+                change = row_change(key[1], before.get(key, EMPTY), states[key],
+                                    schema.columns, book.epochs(key[0]))
+                if change is not None:
+                    changes.append(PendingChange(key[0], change, last.timestamp, last.sender))
         write_states(conn, before, {key: states[key] for key in dirty})
         return states
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 from typing import Any
 from urllib.parse import quote
 
@@ -21,8 +20,6 @@ from node.cli.common import CliError, add_client_options, client_for
 __all__ = ["parse_assignments", "parse_columns", "parse_value", "register"]
 
 _TYPES = ("text", "integer", "real", "boolean")
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
 
 
 def _usage(message: str) -> Exception:
@@ -31,28 +28,14 @@ def _usage(message: str) -> Exception:
 
 def parse_value(column: str, kind: str, text: str) -> Any:
     """``text`` as a value of the declared type ``kind`` (text, integer, real, boolean)."""
-    if kind == "text":
-        return text
-    if kind == "integer":
-        try:
-            return int(text, 10)
-        except ValueError:
-            raise _usage(f"{column} is an integer column, got {text!r}") from None
-    if kind == "real":
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            raise _usage(f"{column} is a real column, got {text!r} (a finite number)")
-        return value
-    if kind == "boolean":
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise _usage(f"{column} is a boolean column, got {text!r} (true or false)")
-    raise _usage(f"{column} has a type this client does not know: {kind}")
+    from sync.crdt import ColumnType, parse_typed
+
+    try:
+        return parse_typed(ColumnType(kind), text)
+    except ValueError as exc:
+        if kind not in _TYPES:
+            raise _usage(f"{column} has a type this client does not know: {kind}") from None
+        raise _usage(f"{column} is {exc}") from None
 
 
 def parse_assignments(table: str, columns: dict[str, str], items: list[str]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ __all__ = [
     "Value",
     "is_identifier",
     "is_unicode",
+    "parse_typed",
     "value_problem",
     "value_text",
 ]
@@ -80,6 +81,40 @@ def value_problem(value: object) -> str | None:
     if isinstance(value, float):
         return None if math.isfinite(value) else "non-finite float"
     return f"unsupported value type {type(value).__name__}"
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def parse_typed(kind: ColumnType, text: str) -> Value:
+    """``text`` (as typed on a command line or in a query string) as a value of ``kind``.
+
+    :raises ValueError: with what was expected, when ``text`` is not one.
+    """
+    if kind is ColumnType.TEXT:
+        return text
+    if kind is ColumnType.INTEGER:
+        try:
+            number = int(text, 10)
+        except ValueError:
+            number = INT64_MAX + 1
+        if not INT64_MIN <= number <= INT64_MAX:
+            raise ValueError(f"an integer column, got {text!r} (a signed 64-bit integer)")
+        return number
+    if kind is ColumnType.REAL:
+        try:
+            real = float(text)
+        except ValueError:
+            real = math.nan
+        if not math.isfinite(real):
+            raise ValueError(f"a real column, got {text!r} (a finite number)")
+        return real
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise ValueError(f"a boolean column, got {text!r} (true or false)")
 
 
 _TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)

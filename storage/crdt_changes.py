@@ -1,0 +1,91 @@
+"""The change feed of the replicated tables: ``crdt_changes`` (migration 0007).
+
+The database application records the visible row changes of a batch (``sync.crdt.row_change``)
+in the transaction that applies it, so the feed and the tables never disagree, and a change id
+seen by a subscriber is there after a restart. Only the newest ``retain`` changes are kept; the
+highest pruned id is remembered, so a subscriber resuming from before it is told it missed
+changes instead of silently skipping them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, delete, func, select
+
+from storage.schema import crdt_changes
+from storage.state import get_state, put_state
+from sync.crdt import ChangeKind, RowChange, Value
+
+__all__ = ["PendingChange", "StoredChange", "change_horizon", "newest_change", "read_row_changes",
+           "record_changes"]
+
+_HORIZON_KEY = "app/db/changes_pruned"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChange:
+    table: str
+    change: RowChange | None  # None: the table was re-derived (a reset)
+    lamport: int
+    sender: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChange:
+    change_id: int
+    table: str
+    kind: str
+    entity_id: str | None
+    row: dict[str, Value] | None
+    lamport: int
+    sender: str
+    at: int
+
+
+def record_changes(conn: Connection, changes: Sequence[PendingChange], at_ms: int,
+                   retain: int) -> None:
+    """Append ``changes`` and prune all but the newest ``retain``."""
+    if not changes:
+        return
+    rows = []
+    for item in changes:
+        change = item.change
+        rows.append({
+            "table_name": item.table,
+            "entity_id": None if change is None else change.entity_id,
+            "kind": ChangeKind.RESET.value if change is None else change.kind.value,
+            "row": None if change is None or change.row is None else json.dumps(
+                change.row, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+            "lamport": item.lamport, "sender": item.sender, "at": at_ms,
+        })
+    conn.execute(crdt_changes.insert(), rows)
+    newest = newest_change(conn)
+    c = crdt_changes.c
+    if newest - retain > change_horizon(conn) and conn.execute(
+            delete(crdt_changes).where(c.change_id <= newest - retain)).rowcount:
+        put_state(conn, _HORIZON_KEY, str(newest - retain).encode(), at_ms)
+
+
+def newest_change(conn: Connection) -> int:
+    """The highest change id recorded (0: none yet)."""
+    return int(conn.execute(select(func.max(crdt_changes.c.change_id))).scalar() or 0)
+
+
+def change_horizon(conn: Connection) -> int:
+    """Every change id up to this one was pruned (0: none was)."""
+    raw = get_state(conn, _HORIZON_KEY)
+    return int(raw) if raw else 0
+
+
+def read_row_changes(conn: Connection, table: str, since: int, limit: int) -> list[StoredChange]:
+    """Up to ``limit`` changes of ``table`` with ids after ``since``, oldest first."""
+    c = crdt_changes.c
+    stmt = (select(c.change_id, c.table_name, c.kind, c.entity_id, c.row, c.lamport, c.sender,
+                   c.at)
+            .where(c.table_name == table, c.change_id > since)
+            .order_by(c.change_id).limit(limit))
+    return [StoredChange(int(r[0]), r[1], r[2], r[3], None if r[4] is None else json.loads(r[4]),
+                         int(r[5]), r[6], int(r[7])) for r in conn.execute(stmt)]
