@@ -152,9 +152,10 @@ class DbApplication:
         # through the ordinary path (once each) with the new book. A table first declared by
         # this batch (a replay's first batch) has nothing before it to re-derive.
         # A subscriber of a re-derived table is told to read it again (a reset), then sees
-        # the batch's own changes.
+        # the batch's own changes; a table new to this node had nothing to read.
         changes = [PendingChange(table, None, causes[table][0].timestamp,
-                                 causes[table][0].sender) for table in sorted(redo)]
+                                 causes[table][0].sender)
+                   for table in sorted(redo) if table in self.book]
         for table in sorted(redo):
             self._reevaluate(conn, book, table, batch[0].seq - 1, high, counts)
         writes = [m for m in items if isinstance(m, CrdtMessage)]

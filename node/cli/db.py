@@ -15,7 +15,13 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from node.cli.common import CliError, add_client_options, client_for
+from node.cli.common import (
+    CliError,
+    add_client_options,
+    client_for,
+    exit_code_for_status,
+)
+from node.cli.db_watch import cmd_watch, non_negative, positive, show
 
 __all__ = ["parse_assignments", "parse_columns", "parse_value", "register"]
 
@@ -88,33 +94,37 @@ def _write(args: argparse.Namespace, op: str) -> int:
     return 0
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
-    return json.dumps(value)
-
-
 def _cmd_get(args: argparse.Namespace) -> int:
     client = client_for(args)
-    row = client.get(f"/v1/db/{quote(args.table, safe='')}/{quote(args.id, safe='')}")
+    table = quote(args.table, safe="")
+    if args.id == "changes":  # GET /v1/db/TABLE/changes is the change feed
+        rows = client.get(f"/v1/db/{table}", params={"where": f"id={args.id}"})["rows"]
+        if not rows:
+            raise CliError(f"GET /v1/db/{args.table}: no row 'changes' in {args.table}",
+                           code=exit_code_for_status(404))
+        row = rows[0]
+    else:
+        row = client.get(f"/v1/db/{table}/{quote(args.id, safe='')}")
     if args.json:
         print(json.dumps(row, sort_keys=True, ensure_ascii=False))
         return 0
     width = max(len(k) for k in row)
     for key, value in row.items():
-        print(f"{key:<{width}}  {_show(value)}")
+        print(f"{key:<{width}}  {show(value)}")
     return 0
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
     client = client_for(args)
     path = f"/v1/db/{quote(args.table, safe='')}"
-    params: dict[str, Any] = {"limit": 1000}
+    wanted = args.limit
+    params: dict[str, Any] = {"where": args.where or []}
     rows: list[dict[str, Any]] = []
-    while True:
+    seen = 0
+    while wanted is None or seen < wanted:
+        params["limit"] = 1000 if wanted is None else min(1000, wanted - seen)
         page = client.get(path, params=params)
+        seen += len(page["rows"])
         if args.json:
             for row in page["rows"]:
                 print(json.dumps(row, sort_keys=True, ensure_ascii=False))
@@ -130,7 +140,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 def _print_table(columns: list[str], rows: list[dict[str, Any]]) -> None:
     header = ["id", *columns]  # declared order
-    cells = [[_show(row.get(c)) for c in header] for row in rows]
+    cells = [[show(row.get(c)) for c in header] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     for line in [header, *cells]:
         print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
@@ -214,8 +224,22 @@ def register(sub: Any) -> None:
     query = commands.add_parser("query", help="list a table's rows in id order")
     query.add_argument("table", metavar="TABLE")
     query.add_argument("--json", action="store_true", help="one JSON object per row")
+    query.add_argument("--limit", type=positive, metavar="N", help="at most N rows")
+    query.add_argument("--where", action="append", metavar="COLUMN=VALUE",
+                       help="only rows whose COLUMN equals VALUE (typed by the column; "
+                            "COLUMN:=JSON for a JSON literal, :=null for unwritten); repeat: "
+                            "all must hold")
     add_client_options(query)
     query.set_defaults(func=_cmd_query)
+    watch = commands.add_parser(
+        "watch", help="print a table's row changes as they happen (resumes after a restart)")
+    watch.add_argument("table", metavar="TABLE")
+    watch.add_argument("--since", type=non_negative, metavar="ID",
+                       help="first print the changes after this change id (0: every one kept)")
+    watch.add_argument("--json", action="store_true", help="one JSON object per change")
+    watch.add_argument("--count", type=positive, metavar="N", help="stop after N changes")
+    add_client_options(watch)
+    watch.set_defaults(func=cmd_watch)
     schema = commands.add_parser("schema", help="show a table's owner and schema versions")
     schema.add_argument("table", metavar="TABLE")
     schema.add_argument("--json", action="store_true", help="print the history as JSON")
