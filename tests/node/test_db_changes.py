@@ -98,7 +98,8 @@ def fold(replica: Replica, table: str) -> dict[str, dict[str, Value]]:
 
 
 # The engine is wiped at the start of every example.
-@settings(deadline=None, max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, max_examples=30,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(operations(), min_size=1, max_size=30), seed=st.integers(0, 2**32),
        redeclare=st.booleans())
 def test_a_subscriber_folding_the_feed_holds_the_table(
