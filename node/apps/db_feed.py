@@ -74,7 +74,8 @@ def _where_value(name: str, kind: ColumnType, text: str, as_json: bool) -> Value
         value = float(value)  # JSON has one number type
     if value_problem(value) is not None or not kind.accepts(value) or (
             name == "id" and value is None):
-        raise ApiError(400, f"where: {name} is a {kind.value} column, got {text!r}")
+        article = "an" if kind is ColumnType.INTEGER else "a"
+        raise ApiError(400, f"where: {name} is {article} {kind.value} column, got {text!r}")
     return value  # type: ignore[no-any-return]
 
 
