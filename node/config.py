@@ -48,6 +48,7 @@ __all__ = [
     "ReconSection",
     "SdsSection",
     "StorageConfig",
+    "UiSection",
     "load_config",
 ]
 
@@ -86,6 +87,19 @@ class ApiConfig:
                 f"{host} is not a loopback address; the API signs and publishes as this node, "
                 "so set api.allow_remote = true to expose it (every request then needs the token)",
             )
+
+
+@dataclass(frozen=True)
+class UiSection:
+    """The status page at ``GET /`` and its sign-in (docs/ops.md, "The status page")."""
+
+    link_ttl_s: float = opt(120.0, positive)
+    max_links: int = opt(16, positive)
+    session_ttl_s: float = opt(8 * 3600.0, positive)
+    max_sessions: int = opt(16, positive)
+    requests_per_s: float = opt(10.0, positive)
+    burst: int = opt(40, positive)
+    refresh_s: float = opt(2.0, lambda v: None if 0.5 <= v <= 3600 else "must be in 0.5..3600")
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,7 @@ class PeersSection:
 class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    ui: UiSection = field(default_factory=UiSection)
     storage: StorageConfig = field(default_factory=StorageConfig)
     p2p: P2PSection = field(default_factory=P2PSection)
     sds: SdsSection = field(default_factory=SdsSection)

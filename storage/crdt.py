@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, select
+from sqlalchemy import Connection, Table, delete, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from storage.schema import crdt_cells, crdt_entities, crdt_schemas
@@ -36,6 +36,7 @@ __all__ = [
     "EntityKey",
     "StoredRow",
     "clear_table",
+    "count_rows",
     "get_row",
     "load_all_states",
     "load_declarations",
@@ -288,3 +289,11 @@ def query_rows(conn: Connection, table: str, epochs: Mapping[str, int],
     ids = [str(r[0]) for r in conn.execute(stmt.order_by(e.entity_id).limit(limit))]
     cells = _cells_of(conn, table, ids, epochs)
     return [StoredRow(entity, cells.get(entity, {})) for entity in ids]
+
+
+def count_rows(conn: Connection) -> dict[str, int]:
+    """Visible rows of every replicated table that has any."""
+    e = crdt_entities.c
+    stmt = (select(e.table_name, func.count()).where(e.alive.is_(True))
+            .group_by(e.table_name))
+    return {str(table): int(count) for table, count in conn.execute(stmt)}

@@ -30,7 +30,7 @@ from node.apps.db_metrics import METRICS
 from node.apps.db_publish import SchemaSeeder, publish_and_wait
 from node.apps.runner import LogApplication
 from node.config import Config
-from storage.crdt import get_row, query_rows
+from storage.crdt import count_rows, get_row, query_rows
 from sync.crdt import (
     CrdtMessage,
     Operation,
@@ -75,7 +75,8 @@ class DbBundle:
                                          "additionalProperties": {"type": "string"}},
                              "writers": {"type": ["array", "null"], "items": {"type": "string"}},
                              "owner": {"type": "string"},
-                             "versions": {"type": "integer"}})},
+                             "versions": {"type": "integer"},
+                             "rows": {"type": "integer", "description": "Visible rows"}})},
                      }))),
             ApiRoute("GET", "/v1/db-schemas/{table}",
                      "A table's owner, schema versions and column epochs", self._schema_get,
@@ -161,14 +162,15 @@ class DbBundle:
             raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
         return schema
 
-    async def _tables(self, _node: NodeRuntime, _request: Request) -> Response:
+    async def _tables(self, node: NodeRuntime, _request: Request) -> Response:
         book = self.db.book
+        counts = await node.store.read(count_rows)
         tables = {}
         for name in book.tables():
             history = book.history(name)
             assert history is not None and history.latest is not None
             tables[name] = {**schema_json(history.latest), "owner": history.owner,
-                            "versions": len(history.versions)}
+                            "versions": len(history.versions), "rows": counts.get(name, 0)}
         return JSONResponse({"channel": self.db.section.channel, "tables": tables})
 
     async def _schema_get(self, _node: NodeRuntime, request: Request) -> Response:
