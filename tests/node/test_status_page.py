@@ -85,7 +85,7 @@ def evil_site(tmp_path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     pages: dict[str, str] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             body = pages.get(self.path.split("?")[0], "").encode()
             self.send_response(200 if body else 404)
             self.send_header("Content-Type", "text/html")
