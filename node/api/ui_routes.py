@@ -93,7 +93,7 @@ def ui_routes(sessions: UiSessions) -> list[ApiRoute]:
                  "(HttpOnly, SameSite=Strict) and go to /", login, RouteDoc(
                      params=(Param("nonce", "query", {"type": "string"},
                                    "The nonce of a link from POST /v1/ui/links", True),),
-                     status=303, media="text/html", open=True,
+                     status=303, media="text/html", open=True, error_media="text/html",
                      errors={403: "The link was used before, expired or never issued"})),
         ApiRoute("GET", "/v1/ui/session", "The status page's session: time left and refresh "
                  "interval (with the session cookie)", about, RouteDoc(

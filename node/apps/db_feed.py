@@ -32,7 +32,7 @@ MAX_WHERE = 16
 READ_CHANGES = 500
 
 WHERE_PARAM = Param(
-    "where", "query", {"type": "string", "examples": ["name=alice", "age:=42", "note:=null"]},
+    "where", "query", {"type": "string", "examples": ["id=k1", "name=alice", "age:=42"]},
     f"COLUMN=VALUE (typed by the column's declared type) or COLUMN:=JSON; repeat for more "
     f"(all must hold, at most {MAX_WHERE}); the column id is the row id; NULL matches an "
     "unwritten cell")

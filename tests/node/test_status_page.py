@@ -122,8 +122,9 @@ def link_of(node: NodeProcess) -> str:
 def labelled(node: NodeProcess, name: str, **labels: str) -> float:
     """The value of one labelled series of ``name`` on ``node`` (0 if absent)."""
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    series = f"syncnode_{name}{{{want}}}" if want else f"syncnode_{name}"
     for line in node.get("/metrics").splitlines():
-        if line.startswith(f"syncnode_{name}{{") and line.split(" ")[0].endswith(f"{{{want}}}"):
+        if line.split(" ")[0] == series:
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -177,6 +178,7 @@ def check_page(context: Any, node: NodeProcess, link: str, tmp_path: Path) -> No
     cookies = [c for c in context.cookies() if c["name"].startswith("syncnode_ui_")]
     assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict"
     assert page.evaluate("document.cookie") == ""  # HttpOnly: no script reads it
+    assert labelled(node, "ui_sessions") == 1
     assert node.token not in page.content()
     # Live figures: events published now appear without reloading.
     before = figure(page, "#t-events")
