@@ -18,8 +18,7 @@ from starlette.responses import Response
 from node.api.app import ApiError, ApiRoute, follow_rows, follow_stream, int_param
 from node.api.openapi import INT64_MAX, Param, RouteDoc, obj
 from storage.crdt_changes import StoredChange, change_horizon, newest_change, read_row_changes
-from sync.crdt import ColumnType, TableSchema, Value, parse_typed
-from sync.crdt.values import value_problem
+from sync.crdt import ColumnType, TableSchema, Value, parse_assignments
 
 if TYPE_CHECKING:
     from node.apps.db_app import DbApplication
@@ -42,41 +41,14 @@ def parse_where(schema: TableSchema, items: list[str]) -> dict[str, Value]:
     """``?where=`` items checked against ``schema`` (400 naming what is wrong)."""
     if len(items) > MAX_WHERE:
         raise ApiError(400, f"at most {MAX_WHERE} where conditions")
-    out: dict[str, Value] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        as_json = name.endswith(":")
-        name = name.removesuffix(":")
-        if not sep or not name:
-            raise ApiError(400, f"where must be COLUMN=VALUE or COLUMN:=JSON, got {item!r}")
-        kind = ColumnType.TEXT if name == "id" else schema.columns.get(name)
-        if kind is None:
-            columns = ", ".join(["id", *schema.columns])
-            raise ApiError(400, f"where: table {schema.name} has no column {name!r} "
-                                f"(columns: {columns})")
-        if name in out:
-            raise ApiError(400, f"where: column {name} given twice")
-        out[name] = _where_value(name, ColumnType(kind), text, as_json)
-    return out
-
-
-def _where_value(name: str, kind: ColumnType, text: str, as_json: bool) -> Value:
-    if not as_json:
-        try:
-            return parse_typed(kind, text)
-        except ValueError as exc:
-            raise ApiError(400, f"where: {name} is {exc}") from None
+    columns = {"id": ColumnType.TEXT, **{c: ColumnType(t) for c, t in schema.columns.items()}}
     try:
-        value: Any = json.loads(text)
-    except (ValueError, RecursionError):
-        raise ApiError(400, f"where: {name}:= needs a JSON value, got {text!r}") from None
-    if kind is ColumnType.REAL and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)  # JSON has one number type
-    if value_problem(value) is not None or not kind.accepts(value) or (
-            name == "id" and value is None):
-        article = "an" if kind is ColumnType.INTEGER else "a"
-        raise ApiError(400, f"where: {name} is {article} {kind.value} column, got {text!r}")
-    return value  # type: ignore[no-any-return]
+        where = parse_assignments(schema.name, columns, items)
+    except ValueError as exc:
+        raise ApiError(400, f"where: {exc}") from None
+    if "id" in where and where["id"] is None:
+        raise ApiError(400, "where: id is never null")
+    return where
 
 
 def change_json(change: StoredChange) -> dict[str, Any]:

@@ -46,27 +46,20 @@ def parse_value(column: str, kind: str, text: str) -> Any:
 
 def parse_assignments(table: str, columns: dict[str, str], items: list[str]) -> dict[str, Any]:
     """``COLUMN=VALUE`` / ``COLUMN:=JSON`` arguments as a values object, checked against the
-    declared ``columns`` (name -> type)."""
-    values: dict[str, Any] = {}
+    declared ``columns`` (name -> type; the node judges a JSON literal's type)."""
+    from sync.crdt import ColumnType
+    from sync.crdt import parse_assignments as parse
+
     for item in items:
-        name, sep, text = item.partition("=")
-        as_json = name.endswith(":")
-        name = name.removesuffix(":")
-        if not sep or not name:
-            raise _usage(f"expected COLUMN=VALUE or COLUMN:=JSON, got {item!r}")
-        if name not in columns:
-            declared = ", ".join(sorted(columns)) or "none"
-            raise _usage(f"table {table} has no column {name!r} (columns: {declared})")
-        if name in values:
-            raise _usage(f"column {name} given twice")
-        if as_json:
-            try:
-                values[name] = json.loads(text)
-            except (ValueError, RecursionError):
-                raise _usage(f"{name}:= needs a JSON value, got {text!r}") from None
-        else:
-            values[name] = parse_value(name, columns[name], text)
-    return values
+        name = item.partition("=")[0].removesuffix(":")
+        if name in columns and columns[name] not in _TYPES:
+            raise _usage(f"{name} has a type this client does not know: {columns[name]}")
+    kinds = {name: ColumnType(columns[name]) for name in sorted(columns)
+             if columns[name] in _TYPES}
+    try:
+        return parse(table, kinds, items, check_json=False)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
 
 
 def _columns(client: Any, table: str) -> dict[str, str]:

@@ -47,7 +47,15 @@ from sync.crdt.schema import (
     validate_message,
 )
 from sync.crdt.state import EMPTY, Cell, EntityState, Version, cell_wins
-from sync.crdt.values import INT64_MAX, INT64_MIN, ColumnType, Value, parse_typed, value_text
+from sync.crdt.values import (
+    INT64_MAX,
+    INT64_MIN,
+    ColumnType,
+    Value,
+    parse_assignments,
+    parse_typed,
+    value_text,
+)
 
 __all__ = [
     "EMPTY",
@@ -94,6 +102,7 @@ __all__ = [
     "decode_message",
     "encode_message",
     "fold_changes",
+    "parse_assignments",
     "parse_typed",
     "plan",
     "reduce_entity",

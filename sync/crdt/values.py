@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Value",
     "is_identifier",
     "is_unicode",
+    "parse_assignments",
     "parse_typed",
     "value_problem",
     "value_text",
@@ -115,6 +117,47 @@ def parse_typed(kind: ColumnType, text: str) -> Value:
     if text.lower() in _FALSE:
         return False
     raise ValueError(f"a boolean column, got {text!r} (true or false)")
+
+
+def parse_assignments(table: str, columns: Mapping[str, ColumnType], items: Iterable[str],
+                      *, check_json: bool = True) -> dict[str, Value]:
+    """``COLUMN=VALUE`` (typed by the column, ``parse_typed``) and ``COLUMN:=JSON`` items, as
+    given on a command line or in a query string, checked against ``columns`` (in the order to
+    name them in an error); ``check_json``: also check a JSON literal's type.
+
+    :raises ValueError: one sentence naming the item and what is allowed.
+    """
+    out: dict[str, Value] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        as_json = name.endswith(":")
+        name = name.removesuffix(":")
+        if not sep or not name:
+            raise ValueError(f"expected COLUMN=VALUE or COLUMN:=JSON, got {item!r}")
+        kind = columns.get(name)
+        if kind is None:
+            raise ValueError(f"table {table} has no column {name!r} (columns: "
+                             f"{', '.join(columns) or 'none'})")
+        if name in out:
+            raise ValueError(f"column {name} given twice")
+        if not as_json:
+            try:
+                out[name] = parse_typed(kind, text)
+            except ValueError as exc:
+                raise ValueError(f"{name} is {exc}") from None
+            continue
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ValueError(f"{name}:= needs a JSON value, got {text!r}") from None
+        if check_json:
+            if kind is ColumnType.REAL and type(value) is int:
+                value = float(value)  # JSON has one number type
+            if value_problem(value) is not None or not kind.accepts(value):
+                article = "an" if kind is ColumnType.INTEGER else "a"
+                raise ValueError(f"{name} is {article} {kind.value} column, got {text!r}")
+        out[name] = value
+    return out
 
 
 _TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)

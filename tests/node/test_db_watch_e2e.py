@@ -138,7 +138,7 @@ def test_db_query_limit_and_where(tmp_path: Path) -> None:
         for args, said in ((("--where", "nope=1"), "no column 'nope' (columns: id, v, n)"),
                            (("--where", "n=many"), "n is an integer column, got 'many'"),
                            (("--where", "n:=\"2\""), "n is an integer column, got '\"2\"'"),
-                           (("--where", "v"), "where must be COLUMN=VALUE")):
+                           (("--where", "v"), "where: expected COLUMN=VALUE or COLUMN:=JSON")):
             result = query(*args)
             assert result.returncode == 2, (args, result.stdout)
             assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
