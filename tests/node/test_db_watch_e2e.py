@@ -154,3 +154,41 @@ def test_db_query_limit_and_where(tmp_path: Path) -> None:
         assert {"where", "limit"} <= params
     finally:
         node.kill()
+
+
+def chunk_sizes(api_url: str, path: str, token: str, wanted_lines: int) -> list[int]:
+    """The sizes of the HTTP chunks of a follow stream, read off a raw socket until
+    ``wanted_lines`` lines came."""
+    url = httpx.URL(api_url)
+    with socket.create_connection((url.host, url.port), timeout=30) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+                     f"Authorization: Bearer {token}\r\n\r\n".encode())
+        reader = sock.makefile("rb")
+        while reader.readline() not in (b"\r\n", b""):
+            pass  # the status line and headers
+        sizes: list[int] = []
+        lines = 0
+        while lines < wanted_lines:
+            size = int(reader.readline().split(b";")[0], 16)
+            body = reader.read(size + 2)[:size]
+            sizes.append(size)
+            lines += body.count(b"\n")
+        return sizes
+
+
+@pytest.mark.timeout(180)
+def test_a_follow_writes_at_most_follow_buffer_bytes_at_a_time(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "n", env={**ENV, "SYNCNODE_DB_CHANGES_RETAIN": "1000",
+                                             "SYNCNODE_API_FOLLOW_BUFFER_BYTES": "2048"}).start()
+    try:
+        wait_for(lambda: "kv" in node.get("/v1/db")["tables"], 60, "kv was not declared")
+        with node.client() as client:
+            for i in range(40):
+                client.post("/v1/db/kv", json={"op": "upsert", "id": f"k{i:02}",
+                                               "values": {"v": "x" * 100, "n": i}})
+        sizes = chunk_sizes(node.api_url, "/v1/db/kv/changes?since=0", node.token, 40)
+        # About 8 lines of ~250 bytes fit in 2048: batched, and never more than the bound.
+        assert max(sizes) <= 2048, sizes
+        assert len(sizes) < 40 and sum(sizes) > 2 * 2048, sizes
+    finally:
+        node.kill()

@@ -129,7 +129,10 @@ function renderPeers(data) {
   });
   fill("peers", rows, "no peer connected", 8);
   const known = data.known || [];
-  $("peers-known").textContent = known.length ? `${known.length} known peer address${known.length === 1 ? "" : "es"} (redialled when disconnected)` : "";
+  const facts = [];
+  if (known.length) facts.push(`${known.length} known peer address${known.length === 1 ? "" : "es"} (redialled when disconnected)`);
+  if (typeof data.address_book === "number") facts.push(`${int(data.address_book)} in the address book`);
+  $("peers-known").textContent = facts.join(" · ");
 }
 
 function renderSnapshots(data) {
