@@ -53,15 +53,17 @@ def record_changes(conn: Connection, changes: Sequence[PendingChange], at_ms: in
     rows = []
     for item in changes:
         change = item.change
-        rows.append({
-            "table_name": item.table,
-            "entity_id": None if change is None else change.entity_id,
-            "kind": ChangeKind.RESET.value if change is None else change.kind.value,
-            "row": None if change is None or change.row is None else json.dumps(
+        rows.append((
+            item.table, None if change is None else change.entity_id,
+            ChangeKind.RESET.value if change is None else change.kind.value,
+            None if change is None or change.row is None else json.dumps(
                 change.row, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
-            "lamport": item.lamport, "sender": item.sender, "at": at_ms,
-        })
-    conn.execute(crdt_changes.insert(), rows)
+            item.lamport, item.sender, at_ms))
+    # A plain DB-API executemany: this runs in every batch the database application applies.
+    marker = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    conn.exec_driver_sql(
+        f"INSERT INTO {crdt_changes.name} (table_name, entity_id, kind, row_values, lamport, "
+        f"sender, at) VALUES ({', '.join([marker] * 7)})", rows)
     newest = newest_change(conn)
     c = crdt_changes.c
     if newest - retain > change_horizon(conn) and conn.execute(
@@ -83,8 +85,8 @@ def change_horizon(conn: Connection) -> int:
 def read_row_changes(conn: Connection, table: str, since: int, limit: int) -> list[StoredChange]:
     """Up to ``limit`` changes of ``table`` with ids after ``since``, oldest first."""
     c = crdt_changes.c
-    stmt = (select(c.change_id, c.table_name, c.kind, c.entity_id, c.row, c.lamport, c.sender,
-                   c.at)
+    stmt = (select(c.change_id, c.table_name, c.kind, c.entity_id, c.row_values, c.lamport,
+                   c.sender, c.at)
             .where(c.table_name == table, c.change_id > since)
             .order_by(c.change_id).limit(limit))
     return [StoredChange(int(r[0]), r[1], r[2], r[3], None if r[4] is None else json.loads(r[4]),

@@ -220,7 +220,7 @@ crdt_changes = Table(
     Column("kind", String(16), nullable=False,
            comment="upsert (visible with these values), delete (no longer visible) or reset "
                    "(the table was re-derived: read it again)"),
-    Column("row", Text, nullable=True,
+    Column("row_values", Text, nullable=True,
            comment="upsert: the visible row as canonical JSON (every declared column)"),
     Column("lamport", BigInteger, nullable=False,
            comment="Lamport timestamp of the last write that made the change"),

@@ -35,7 +35,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(16), nullable=False,
                   comment="upsert (visible with these values), delete (no longer visible) or "
                           "reset (the table was re-derived: read it again)"),
-        sa.Column("row", sa.Text, nullable=True,
+        sa.Column("row_values", sa.Text, nullable=True,
                   comment="upsert: the visible row as canonical JSON (every declared column)"),
         sa.Column("lamport", sa.BigInteger, nullable=False,
                   comment="Lamport timestamp of the last write that made the change"),
