@@ -129,7 +129,7 @@ class ApiGuard:
                          "with their request id)")
         metrics.describe("api_refused_total", "counter",
                          "Requests refused before any handler ran, by reason (host, origin, "
-                         "token, content_type)")
+                         "token, content_type, session)")
         metrics.describe_histogram("api_request_seconds",
                                    "Time from a request's arrival to its last response byte")
 
@@ -192,12 +192,13 @@ class ApiGuard:
             return 403, "origin", "cross-site request refused", {}
         path = scope["path"]
         sent_token = _header(scope, b"authorization")
-        if self.ui is not None and sent_token is None and path not in UI_PATHS:
+        open_path = (path in self.open_paths and not self.hosts.remote) or (
+            self.ui is not None and path in UI_PATHS)
+        if not open_path and self.ui is not None and sent_token is None:
             session = _cookie(scope, cookie_name(port))
             if session is not None:
                 return self._session_refusal(scope, session)
-        if not (path in self.open_paths and not self.hosts.remote) and not (
-                self.ui is not None and path in UI_PATHS):
+        if not open_path:
             sent = sent_token or ""
             scheme, _, credential = sent.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -211,7 +212,6 @@ class ApiGuard:
             if media != "application/json":
                 return 415, "content_type", "request bodies must be application/json", {}
         return None
-
 
     def _session_refusal(self, scope: Scope, session: str
                          ) -> tuple[int, str, str, dict[str, str]] | None:

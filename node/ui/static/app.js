@@ -178,6 +178,7 @@ function setLive(ok, text) {
 async function refresh() {
   const now = Date.now();
   const dt = previous.at ? (now - previous.at) / 1000 : 0;
+  let wait = refreshS * 1000;
   try {
     const [session, status, channels, peers, db] = await Promise.all([
       get("/v1/ui/session"), get("/v1/status"), get("/v1/channels"), get("/v1/peers"),
@@ -204,9 +205,13 @@ async function refresh() {
       $("signed-out").hidden = false;
       $("signed-out-why").textContent = e.message;
       setLive(false, "signed out");
-    } else setLive(false, `node not answering (${e.message})`);
+    } else if (e.status === 429) {
+      setLive(false, "too many requests (ui.requests_per_s): slowing down");
+      wait *= 3;  // other tabs share the session's rate
+    }
+    else setLive(false, `node not answering (${e.message})`);
   }
-  timer = setTimeout(refresh, refreshS * 1000);
+  timer = setTimeout(refresh, wait);
 }
 
 document.addEventListener("DOMContentLoaded", refresh);
