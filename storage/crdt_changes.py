@@ -10,17 +10,28 @@ changes instead of silently skipping them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete, func, select
 
+from storage.crdt import EntityKey
 from storage.schema import crdt_changes
 from storage.state import get_state, put_state
-from sync.crdt import ChangeKind, RowChange, Value, value_text
+from sync.crdt import (
+    EMPTY,
+    ChangeKind,
+    CrdtMessage,
+    EntityState,
+    RowChange,
+    SchemaBook,
+    Value,
+    row_change,
+    value_text,
+)
 
-__all__ = ["PendingChange", "StoredChange", "change_horizon", "newest_change", "read_row_changes",
-           "record_changes"]
+__all__ = ["PendingChange", "StoredChange", "change_horizon", "changes_of", "newest_change",
+           "read_row_changes", "record_changes"]
 
 _HORIZON_KEY = "app/db/changes_pruned"
 
@@ -43,6 +54,22 @@ class StoredChange:
     lamport: int
     sender: str
     at: int
+
+
+def changes_of(book: SchemaBook, before: Mapping[EntityKey, EntityState],
+               after: Mapping[EntityKey, EntityState],
+               last_writes: Mapping[EntityKey, CrdtMessage]) -> list[PendingChange]:
+    """The visible row changes of the records in ``last_writes`` (each with the last write
+    that changed it), from ``before`` (absent: nothing) to ``after``, under ``book``."""
+    out = []
+    for key, last in last_writes.items():
+        schema = book.latest(key[0])
+        assert schema is not None  # only declared tables have accepted writes
+        change = row_change(key[1], before.get(key, EMPTY), after[key], schema.columns,
+                            book.epochs(key[0]))
+        if change is not None:
+            out.append(PendingChange(key[0], change, last.timestamp, last.sender))
+    return out
 
 
 def record_changes(conn: Connection, changes: Sequence[PendingChange], at_ms: int,

@@ -27,11 +27,12 @@ from node.apps.db_log import (
     channel_max_seq,
     compact_tombstones,
     declarations_in_log,
-    decode_batch,
+    decode_batch_received,
     has_legacy_writes,
     log_of,
 )
 from node.apps.db_metrics import metric_of
+from node.apps.db_owners import restore_owners, save_owners
 from node.config_apps import DbSection
 from node.logs import kv
 from node.metrics import Metrics
@@ -44,7 +45,7 @@ from storage.crdt import (
     store_declarations,
     write_states,
 )
-from storage.crdt_changes import PendingChange, record_changes
+from storage.crdt_changes import PendingChange, changes_of, record_changes
 from sync.crdt import (
     EMPTY,
     Added,
@@ -55,7 +56,6 @@ from sync.crdt import (
     SchemaBook,
     SchemaDeclaration,
     count_effects,
-    row_change,
     step,
 )
 
@@ -71,9 +71,11 @@ CACHE_ENTITIES = 100_000
 PROGRESS_EVERY_S = 5.0
 _HIGH_KEY = f"app/{APP_NAME}/high"
 
+
 def book_of(section: DbSection) -> SchemaBook:
     return SchemaBook(pins=section.owner_pins(), max_versions=section.max_schema_versions,
-                      max_tables=section.max_tables, declarers=section.declarers or None)
+                      max_tables=section.max_tables, declarers=section.declarers or None,
+                      settle_ms=section.settle_ms)
 
 
 class _Pending:
@@ -81,9 +83,10 @@ class _Pending:
 
     def __init__(self, book: SchemaBook, high: dict[str, int], counts: Counter[str],
                  states: dict[EntityKey, EntityState], redone: set[str],
-                 compacted: dict[str, int]) -> None:
+                 compacted: dict[str, int], takeovers: list[str]) -> None:
         self.book, self.high, self.counts = book, high, counts
         self.states, self.redone, self.compacted = states, redone, compacted
+        self.takeovers = takeovers
 
 
 class DbApplication:
@@ -104,6 +107,8 @@ class DbApplication:
         self.book = book_of(section)
         self.metrics = metrics
         self.clock = clock
+        #: Called (trio thread) with the signer of each refused takeover, once committed.
+        self.on_takeover: Callable[[str], object] | None = None
         self.applied_seq = 0  # the last seq of the last committed batch
         self.high: dict[str, int] = {}  # table -> newest accepted write timestamp
         self._compacted: dict[str, int] = {}  # table -> horizon compacted up to (this run)
@@ -126,6 +131,7 @@ class DbApplication:
             # Every stored table was kept, so it is admitted (within max_tables) first.
             book.add(min(declarations, key=lambda d: d.identity))
             book.reset_table(table, declarations)
+        restore_owners(conn, book, stored)
         raw = get_state(conn, _HIGH_KEY)
         self.book = book
         self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
@@ -138,11 +144,15 @@ class DbApplication:
         now_ms = int(self.clock() * 1000)
         counts: Counter[str] = Counter()
         end = batch[-1].seq
-        items = decode_batch(batch, counts)
-        declared = [i for i in items if isinstance(i, SchemaDeclaration)]
+        received = decode_batch_received(batch, counts)
+        items = [item for item, _ in received]
+        declared = [(i, at) for i, at in received if isinstance(i, SchemaDeclaration)]
         book = self.book.copy() if declared else self.book
-        causes = self._declare(book, declared, counts)
+        takeovers: list[str] = []
+        causes = self._declare(book, declared, counts, takeovers)
         redo, rescan = set(causes), {t for t, (_, again) in causes.items() if again}
+        if declared:
+            save_owners(conn, self.book, book, now_ms)
         for table in sorted(rescan):
             book.reset_table(table, declarations_in_log(conn, self.section.channel, table, end))
         high = dict(self.high)
@@ -170,7 +180,7 @@ class DbApplication:
                                              compacted, counts))
         if high != self.high:
             put_state(conn, _HIGH_KEY, json.dumps(high, sort_keys=True).encode(), now_ms)
-        self._pending = _Pending(book, high, counts, states, redo, compacted)
+        self._pending = _Pending(book, high, counts, states, redo, compacted, takeovers)
 
     def after_commit(self, batch: Sequence[StoredEvent]) -> None:
         pending, self._pending = self._pending, None
@@ -193,6 +203,9 @@ class DbApplication:
                 for name, amount in pending.counts.items():
                     metric, labels = metric_of(name)
                     self.metrics.inc(metric, amount, **labels)
+            if self.on_takeover is not None:
+                for sender in pending.takeovers:
+                    self.on_takeover(sender)
         if batch:
             self.applied_seq = max(self.applied_seq, batch[-1].seq)
         self._changed.set()
@@ -204,14 +217,21 @@ class DbApplication:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _declare(self, book: SchemaBook, declared: list[SchemaDeclaration],
-                 counts: Counter[str]) -> dict[str, tuple[SchemaDeclaration, bool]]:
-        """Add declarations to ``book``: table to re-derive -> (the declaration that made it
-        so, whether its declarations must be gathered from the log again)."""
+    def _declare(self, book: SchemaBook, declared: list[tuple[SchemaDeclaration, int]],
+                 counts: Counter[str], takeovers: list[str]
+                 ) -> dict[str, tuple[SchemaDeclaration, bool]]:
+        """Add declarations (with when each was stored, which settles owners) to ``book``:
+        table to re-derive -> (the declaration that made it so, whether its declarations must
+        be gathered from the log again). Refused takeovers' signers go to ``takeovers``."""
         causes: dict[str, tuple[SchemaDeclaration, bool]] = {}
-        for declaration in declared:
-            added = book.add(declaration)
+        for declaration, received_at in declared:
+            added = book.add(declaration, received_at)
             counts[f"schema_{added.value}"] += 1
+            if added is Added.TAKEOVER:
+                takeovers.append(declaration.sender)
+                log.warning("schema takeover refused", extra=kv(
+                    table=declaration.table, sender=declaration.sender,
+                    lamport=declaration.timestamp, owner=book.owner_pin(declaration.table)))
             for table in book.take_evicted():
                 causes[table] = (declaration, causes.get(table, (declaration, False))[1])
             if added in (Added.CHANGED, Added.RESCAN):
@@ -256,13 +276,7 @@ class DbApplication:
         if use_cache:
             counts.update(count_effects(applied))
         if changes is not None:
-            for key, last in dirty.items():
-                schema = book.latest(key[0])
-                assert schema is not None  # only declared tables have accepted writes
-                change = row_change(key[1], before.get(key, EMPTY), states[key],
-                                    schema.columns, book.epochs(key[0]))
-                if change is not None:
-                    changes.append(PendingChange(key[0], change, last.timestamp, last.sender))
+            changes += changes_of(book, before, states, dirty)
         write_states(conn, before, {key: states[key] for key in dirty})
         return states
 
