@@ -145,6 +145,9 @@ def test_db_query_limit_and_where_and_the_follow_buffer(tmp_path: Path) -> None:
             assert result.returncode == 2, (args, result.stdout)
             assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
         assert node.cli("db", "query", "kv", "--limit", "0").returncode == 2
+        # An answer from the node ends a watch (only a lost connection is retried).
+        unknown = node.cli("db", "watch", "nope", timeout=30)
+        assert unknown.returncode != 0 and "no replicated table 'nope'" in unknown.stderr
         # The row named like the feed is still readable by id.
         got = node.cli("db", "get", "kv", "changes", "--json")
         assert got.returncode == 0, got.stderr
