@@ -197,7 +197,11 @@ _BAN = "tests/node/test_hostile_transfer.py::test_repeat_offender_is_banned_and_
 _REORG = "tests/node/test_blocks_app.py::test_deep_reorg_from_two_producers_is_followed_once"
 
 # Every metric a node serves -> the test that makes its event happen and asserts it moved.
+_UI = "tests/node/test_status_page.py::test_status_page_in_a_real_browser"
 DRIVEN: dict[str, str] = {
+    **{name: _UI for name in ("ui_links_total", "ui_requests_refused_total", "ui_sessions")},
+    "db_changes_gone_total": "tests/node/test_db_watch_e2e.py::"
+                             "test_db_watch_resumes_across_a_node_restart",
     **{name: _HERE for name in (
         "api_errors_total", "api_follows_refused_total", "api_idempotent_replays_total",
         "api_refused_total", "api_request_seconds", "api_responses_total", "build_info",
