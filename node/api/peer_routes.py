@@ -24,7 +24,8 @@ async def _peers(node: NodeRuntime, _request: Request) -> Response:
         for p in node.require_host().peers()
     ]
     known = sorted(node.peers.known) if node.peers is not None else []
-    return JSONResponse({"connected": peers, "known": known})
+    book = len(node.membership.book) if node.membership is not None else 0
+    return JSONResponse({"connected": peers, "known": known, "address_book": book})
 
 
 async def _join(node: NodeRuntime, request: Request) -> Response:
