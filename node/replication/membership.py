@@ -34,6 +34,8 @@ MEMBERSHIP_METRICS = {
     "membership_pruned_total": "Connections closed to come back under membership.high_watermark",
     "membership_dials_total": "Address-book peers dialled to reach membership.low_watermark, by "
                               "result (ok, failed)",
+    "p2p_inbound_refused_total": "Inbound connections refused after the handshake, by reason "
+                                 "(peer_rate, ip_limit, inbound_limit)",
     **PX_METRICS,
 }
 
@@ -56,6 +58,8 @@ class Membership:
             metrics.describe(name, "counter", text)
         metrics.gauge_fn("address_book_peers", lambda: float(len(self.book)),
                          "Peers in the address book")
+        metrics.counter_fn("p2p_inbound_evicted_total", lambda: float(host.guard.evicted),
+                           "Idle inbound connections closed to make room for a newcomer")
         host.set_stream_handler(PX_PROTOCOL, self.px.serve)
 
     async def load(self, known: list[str]) -> None:
@@ -118,6 +122,8 @@ class Membership:
 
     def tick(self, nursery: trio.Nursery) -> None:
         host = self.host
+        for reason, count in host.guard.refused.items():
+            self.metrics.set("p2p_inbound_refused_total", count, reason=reason)
         host.note_gossip_speakers()
         connected = set(host.connected_peers())
         protected = host.mesh_members() | {p for p in connected if self.in_session(p)}
