@@ -27,13 +27,15 @@ from sync.membership import AddressBook, BookEntry
 __all__ = ["MEMBERSHIP_METRICS", "Membership"]
 
 log = logging.getLogger("syncnode.membership")
+_VERIFY_PER_TICK = 4
 
 MEMBERSHIP_METRICS = {
     "membership_idle_closed_total": "Connections closed because the peer never spoke one of our "
                                     "protocols within membership.idle_timeout_s",
     "membership_pruned_total": "Connections closed to come back under membership.high_watermark",
-    "membership_dials_total": "Address-book peers dialled to reach membership.low_watermark, by "
-                              "result (ok, failed)",
+    "membership_dials_total": "Address-book peers dialled, by kind (dial: to reach "
+                              "membership.low_watermark; verify: a probe of the address an "
+                              "inbound peer advertises) and result (ok, failed)",
     "p2p_inbound_refused_total": "Inbound connections refused after the handshake, by reason "
                                  "(peer_rate, ip_limit, inbound_limit)",
     **PX_METRICS,
@@ -134,6 +136,7 @@ class Membership:
             host.guard.closed(peer)  # counted once, even if the disconnect takes a while
             log.info("closing connection", extra=kv(peer=peer, why=series.split("_")[1]))
             nursery.start_soon(host.disconnect, peer)
+        self._verify_inbound(nursery, connected)
         if plan.dial:
             exclude = connected | self._dialing | {p for p in self.book.entries
                                                    if host.is_banned(p)}
@@ -141,19 +144,40 @@ class Membership:
                 self._dialing.add(entry.peer_id)
                 nursery.start_soon(self._dial, entry)
 
-    async def _dial(self, entry: BookEntry) -> None:
+    def _verify_inbound(self, nursery: trio.Nursery, connected: set[str]) -> None:
+        """Peers that connected to us and sent their record have not proven its addresses:
+        dial one back (a probe beside the connection we have) before the entry counts as
+        tried, the kind a flood of records can never displace."""
+        now = time.time()
+        budget = _VERIFY_PER_TICK
+        for peer in sorted(connected - self._dialing):
+            entry = self.book.entries.get(peer)
+            if budget and entry is not None and not entry.tried and entry.next_attempt <= now \
+                    and any(not r for r in entry.relayed):
+                budget -= 1
+                self._dialing.add(peer)
+                nursery.start_soon(self._dial, entry, True)
+
+    async def _dial(self, entry: BookEntry, verify: bool = False) -> None:
         try:
             for addr in entry.dial_addrs():
                 try:
-                    await self.dial(addr)  # type: ignore[misc]
+                    if verify:
+                        if "/p2p-circuit" in addr:
+                            continue
+                        await self.host.connect(addr, verify=True)
+                    else:
+                        await self.dial(addr)  # type: ignore[misc]
                 except P2PError as exc:
                     log.debug("dial failed", extra=kv(peer=entry.peer_id, addr=addr,
                                                       error=str(exc)))
                     continue
-                self.metrics.inc("membership_dials_total", result="ok")
+                self.metrics.inc("membership_dials_total", result="ok",
+                                 kind="verify" if verify else "dial")
                 self.book.connected(entry.peer_id, time.time())
                 return
-            self.metrics.inc("membership_dials_total", result="failed")
+            self.metrics.inc("membership_dials_total", result="failed",
+                             kind="verify" if verify else "dial")
             self.book.dial_failed(entry.peer_id, time.time())
         finally:
             self._dialing.discard(entry.peer_id)
