@@ -120,4 +120,5 @@ class NodeRuntime:
             "listen_addrs": self.listen_addrs,
             "api_url": self.api_url,
             "channels": list(self.channels.names if self.channels else self.config.p2p.channels),
+            "address_book": len(self.membership.book) if self.membership is not None else 0,
         }

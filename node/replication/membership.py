@@ -8,6 +8,7 @@ Recon session), dials address-book peers up to the low watermark, and saves the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -20,6 +21,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
 from node.replication.addrbook_store import load_book, save_book
+from node.replication.peer_activity import PeerActivity
 from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
 from node.store import EventStore
 from sync.membership import AddressBook, BookEntry
@@ -28,6 +30,8 @@ __all__ = ["MEMBERSHIP_METRICS", "Membership"]
 
 log = logging.getLogger("syncnode.membership")
 _VERIFY_PER_TICK = 4
+_RTT_INTERVAL_S = 15.0
+_RTT_MAX_PEERS = 64
 
 MEMBERSHIP_METRICS = {
     "membership_idle_closed_total": "Connections closed because the peer never spoke one of our "
@@ -45,12 +49,14 @@ MEMBERSHIP_METRICS = {
 class Membership:
     def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics,
                  section: MembershipSection, *, in_session: Callable[[str], bool],
+                 activity: PeerActivity | None = None,
                  penalise: Callable[[str, str], object] | None = None) -> None:
         self.host = host
         self.store = store
         self.metrics = metrics
         self.section = section
         self.in_session = in_session
+        self.activity = activity or PeerActivity()
         self.book = AddressBook(host.peer_id, book_limits(section))
         self.px = PeerExchange(host, self.book, metrics, section, penalise)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
@@ -81,6 +87,7 @@ class Membership:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers, nursery)
             nursery.start_soon(self._housekeeping, nursery)
+            nursery.start_soon(self._rtt_rounds)
             if self.section.px:
                 nursery.start_soon(self._px_rounds)
             try:
@@ -94,6 +101,7 @@ class Membership:
             now = time.time()
             entry = self.book.entries.get(event.peer_id)
             if event.kind == "disconnected":
+                self.activity.seen(event.peer_id, now)
                 if entry is not None:
                     entry.last_seen = now
                 continue
@@ -113,6 +121,14 @@ class Membership:
             if peers:
                 await self.px.ask(random.choice(peers))
 
+    async def _rtt_rounds(self) -> None:
+        """Keep each connection's round-trip time fresh (``peers``, ``/metrics``)."""
+        while True:
+            await trio.sleep(_RTT_INTERVAL_S)
+            for peer in self.host.connected_peers()[:_RTT_MAX_PEERS]:
+                with trio.move_on_after(5), contextlib.suppress(P2PError):
+                    await self.host.ping(peer)
+
     async def _housekeeping(self, nursery: trio.Nursery) -> None:
         last_save = time.monotonic()
         while True:
@@ -124,6 +140,7 @@ class Membership:
 
     def tick(self, nursery: trio.Nursery) -> None:
         host = self.host
+        self.activity.export(self.metrics, host.peers())
         for reason, count in host.guard.refused.items():
             self.metrics.set("p2p_inbound_refused_total", count, reason=reason)
         host.note_gossip_speakers()

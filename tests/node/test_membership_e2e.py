@@ -78,6 +78,30 @@ async def _flood(target: NodeProcess, attackers: int) -> None:
         nursery.cancel_scope.cancel()
 
 
+def _check_what_a_user_sees(node: NodeProcess, other: NodeProcess) -> None:
+    """Path, round trip and the last Recon session per peer; the address book's size."""
+    def recon_done() -> bool:
+        listing = json.loads(node.cli("peers", "--json").stdout)
+        peer = next(p for p in listing["connected"] if p["peer_id"] == other.peer_id)
+        return peer["last_recon"] is not None and peer["rtt_ms"] is not None
+
+    wait_for(recon_done, 40, "no Recon session or round trip shown")
+    listing = json.loads(node.cli("peers", "--json").stdout)
+    peer = next(p for p in listing["connected"] if p["peer_id"] == other.peer_id)
+    assert peer["path"] == "direct" and peer["last_seen"] > 0
+    assert peer["last_recon"]["outcome"] == "ok", peer
+    text = node.cli("peers").stdout
+    assert f"{other.peer_id}" in text and "direct" in text and "rtt" in text, text
+    assert "address book:" in text
+    assert node.status()["address_book"] >= 2
+    watch = node.cli("status", "--watch", "--count", "1", "--interval", "0.2")
+    assert watch.returncode == 0 and "book=" in watch.stdout, watch
+    metrics = node.get("/metrics")
+    assert f'peer_last_recon_timestamp_seconds{{outcome="ok",peer="{other.peer_id[-12:]}"}}' \
+        in metrics, metrics[-2000:]
+    assert "syncnode_peer_rtt_seconds{" in metrics
+
+
 def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_its_loss(
         tmp_path: Path) -> None:
     flood_env = {"SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "0.5",
@@ -119,6 +143,7 @@ def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_
         nodes.append(late)
         assert late.cli("join", nodes[3].listen_addrs[0]).returncode == 0
         wait_for(lambda: n2.peer_id in _connected(late), 30, "n5 did not reach n2")
+        _check_what_a_user_sees(nodes[2], nodes[3])
         print(f"meshed in {meshed_s:.1f} s")
     finally:
         for node in nodes:
