@@ -21,7 +21,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
 from node.replication.addrbook_store import load_book, save_book
-from node.replication.peer_activity import PeerActivity
+from node.replication.peer_activity import PEER_SERIES, PeerActivity
 from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
 from node.store import EventStore
 from sync.membership import AddressBook, BookEntry
@@ -64,6 +64,8 @@ class Membership:
         self._dialing: set[str] = set()
         for name, text in MEMBERSHIP_METRICS.items():
             metrics.describe(name, "counter", text)
+        for name, text in PEER_SERIES.items():
+            metrics.describe(name, "gauge", text)
         metrics.gauge_fn("address_book_peers", lambda: float(len(self.book)),
                          "Peers in the address book")
         metrics.counter_fn("p2p_inbound_evicted_total", lambda: float(host.guard.evicted),

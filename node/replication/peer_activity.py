@@ -16,7 +16,7 @@ from typing import Any
 from node.metrics import Metrics
 from node.p2p import ConnectedPeer
 
-__all__ = ["LastSession", "PeerActivity", "path_of"]
+__all__ = ["PEER_SERIES", "LastSession", "PeerActivity", "path_of"]
 
 PEER_SERIES = {
     "peer_rtt_seconds": "Round-trip time to a connected peer (libp2p ping), by peer and path "
@@ -71,8 +71,7 @@ class PeerActivity:
 
     def export(self, metrics: Metrics, connected: Iterable[ConnectedPeer]) -> None:
         """Replace the per-peer series with those of the ``max_series`` most relevant peers."""
-        for name, text in PEER_SERIES.items():
-            metrics.describe(name, "gauge", text)
+        for name in PEER_SERIES:
             metrics.clear(name)
         now = time.time()
         live = {p.peer_id: p for p in connected}
