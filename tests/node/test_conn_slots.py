@@ -72,8 +72,11 @@ async def _idle_then_join(target: NodeProcess, honest: NodeProcess, count: int) 
 
 @pytest.mark.slow
 def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> None:
-    target = NodeProcess(tmp_path / "target",
-                         env={"SYNCNODE_MEMBERSHIP_IDLE_TIMEOUT_S": "5"}).start()
+    # A low high watermark and a short grace: silent connections are pruned before they are
+    # even old enough to count as idle.
+    target = NodeProcess(tmp_path / "target", env={
+        "SYNCNODE_MEMBERSHIP_IDLE_TIMEOUT_S": "5", "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1",
+        "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "8", "SYNCNODE_MEMBERSHIP_GRACE_S": "1"}).start()
     honest = NodeProcess(tmp_path / "honest").start()
     try:
         started = time.monotonic()
@@ -81,6 +84,7 @@ def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> No
         # slot (for good, even after they vanished) and the honest join failed (HTTP 502).
         trio.run(_idle_then_join, target, honest, 300)
         assert metric(target, "membership_idle_closed_total") > 0
+        assert metric(target, "membership_pruned_total") > 0
         assert metric(target, "p2p_inbound_evicted_total") > 0
         idle_s = time.monotonic() - started
         # 1,000 connect/disconnect cycles from one identity (libp2p's own per-peer rate limit,
@@ -88,6 +92,7 @@ def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> No
         # through took a slot for good on b4adb7a).
         upgraded = trio.run(churn, target.listen_addrs[0], 1000)
         assert upgraded >= 50, upgraded
+        assert metric(target, 'p2p_inbound_refused_total{reason="peer_rate"}') > 0
         _honest_join(honest, target)
         print(f"300 idle identities {idle_s:.1f} s; 1000 cycles ({upgraded} upgraded) "
               f"{time.monotonic() - started - idle_s:.1f} s")

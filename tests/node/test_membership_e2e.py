@@ -99,7 +99,11 @@ def _check_what_a_user_sees(node: NodeProcess, other: NodeProcess) -> None:
     metrics = node.get("/metrics")
     assert f'peer_last_recon_timestamp_seconds{{outcome="ok",peer="{other.peer_id[-12:]}"}}' \
         in metrics, metrics[-2000:]
-    assert "syncnode_peer_rtt_seconds{" in metrics
+    for family in ("peer_rtt_seconds", "peer_last_seen_timestamp_seconds",
+                   "peer_last_recon_events_fetched", "peer_last_recon_events_served"):
+        assert f'syncnode_{family}{{' in metrics, family
+    assert metric(node, "address_book_peers") >= 2
+    assert metric(node, "px_exchanges_total") > 0
 
 
 def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_its_loss(
@@ -144,6 +148,15 @@ def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_
         assert late.cli("join", nodes[3].listen_addrs[0]).returncode == 0
         wait_for(lambda: n2.peer_id in _connected(late), 30, "n5 did not reach n2")
         _check_what_a_user_sees(nodes[2], nodes[3])
+        # The address book outlives a restart: n4 only ever joined n1 (gone), yet it finds
+        # n2 and n3 again from its saved book.
+        n4 = nodes[3]
+        assert n4.terminate() == 0
+        n4.start()
+        assert {n2.peer_id, nodes[2].peer_id} <= set(_book(n4))
+        wait_for(lambda: _connected(n4) >= {n2.peer_id, nodes[2].peer_id}, 30,
+                 "the restarted n4 did not reconnect from its address book")
+        assert metric(n4, 'membership_dials_total{kind="dial",result="ok"}') >= 2
         print(f"meshed in {meshed_s:.1f} s")
     finally:
         for node in nodes:
