@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from sync.membership.addrs import ParsedAddr, bucket_of, parse_addr
 
-__all__ = ["OFFER_OUTCOMES", "AddressBook", "BookEntry", "BookLimits"]
+__all__ = ["OFFER_OUTCOMES", "AddressBook", "BookEntry", "BookLimits", "require_counts"]
 
 # What :meth:`AddressBook.offer` answers: the first three keep the record, the rest refuse it.
 OFFER_OUTCOMES = ("added", "updated", "unchanged", "self", "no_address", "stale",
@@ -48,10 +48,15 @@ class BookLimits:
     tried_max_failures: int = 20
 
     def __post_init__(self) -> None:
-        for name in ("capacity", "per_bucket", "per_source", "addrs_per_peer", "max_failures",
-                     "tried_max_failures"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+        require_counts(self, "capacity", "per_bucket", "per_source", "addrs_per_peer",
+                       "max_failures", "tried_max_failures")
+
+
+def require_counts(limits: object, *names: str) -> None:
+    """Each of ``limits``' fields ``names`` is a count of at least 1."""
+    for name in names:
+        if getattr(limits, name) < 1:
+            raise ValueError(f"{name} must be >= 1")
 
 
 @dataclass

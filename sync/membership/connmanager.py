@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from sync.membership.addrbook import require_counts
+
 __all__ = ["Admission", "ConnLimits", "ConnState", "ConnectionManager", "Housekeeping"]
 
 # An idle connection may be evicted for a newcomer from its IP once it is this old: long
@@ -41,10 +43,8 @@ class ConnLimits:
     def __post_init__(self) -> None:
         if not 1 <= self.low_watermark <= self.high_watermark:
             raise ValueError("need 1 <= low_watermark <= high_watermark")
-        for name in ("max_inbound", "max_inbound_per_ip", "inbound_per_peer_per_min",
-                     "max_tracked_peers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+        require_counts(self, "max_inbound", "max_inbound_per_ip", "inbound_per_peer_per_min",
+                       "max_tracked_peers")
         if self.grace_s < 0 or self.idle_timeout_s <= 0:
             raise ValueError("grace_s must be >= 0 and idle_timeout_s > 0")
 
