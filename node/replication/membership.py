@@ -58,7 +58,8 @@ class Membership:
         self.in_session = in_session
         self.activity = activity or PeerActivity()
         self.book = AddressBook(host.peer_id, book_limits(section))
-        self.px = PeerExchange(host, self.book, metrics, section, penalise)
+        self.rng = random.Random()
+        self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
         self._dialing: set[str] = set()
@@ -121,7 +122,7 @@ class Membership:
             await trio.sleep(self.section.px_interval_s * random.uniform(0.75, 1.25))
             peers = self.host.connected_peers()
             if peers:
-                await self.px.ask(random.choice(peers))
+                await self.px.ask(self.rng.choice(peers))
 
     async def _rtt_rounds(self) -> None:
         """Keep each connection's round-trip time fresh (``peers``, ``/metrics``)."""
@@ -159,7 +160,7 @@ class Membership:
         if plan.dial:
             exclude = connected | self._dialing | {p for p in self.book.entries
                                                    if host.is_banned(p)}
-            for entry in self.book.candidates(time.time(), exclude, plan.dial):
+            for entry in self.book.candidates(time.time(), exclude, plan.dial, self.rng):
                 self._dialing.add(entry.peer_id)
                 nursery.start_soon(self._dial, entry)
 

@@ -10,6 +10,7 @@ penalised like any protocol violation. Wire format: ``sync.membership.px_wire``.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 
@@ -39,8 +40,10 @@ PX_METRICS = {
 class PeerExchange:
     def __init__(self, host: P2PHost, book: AddressBook, metrics: Metrics,
                  section: MembershipSection,
-                 penalise: Callable[[str, str], object] | None = None) -> None:
+                 penalise: Callable[[str, str], object] | None = None,
+                 rng: random.Random | None = None) -> None:
         self.host = host
+        self.rng = rng or random.Random()
         self.book = book
         self.metrics = metrics
         self.section = section
@@ -48,7 +51,8 @@ class PeerExchange:
 
     def _answer(self, asker: str) -> bytes:
         connected = set(self.host.connected_peers())
-        shared = [e.record for e in self.book.shareable(self.section.px_max_records, connected)
+        shared = [e.record for e in self.book.shareable(self.section.px_max_records, connected,
+                                                     self.rng)
                   if e.peer_id != asker][: self.section.px_max_records - 1]
         return encode_records([self.host.local_record.envelope, *shared])
 
