@@ -86,6 +86,12 @@ class Membership:
         """An address proven to reach ``peer_id`` (``join`` succeeded on it)."""
         self.book.learn(peer_id, addr, time.time())
 
+    async def forget(self, peer_id: str) -> None:
+        """``peers forget``: out of the book, and the saved book, now. (Peer exchange may
+        teach it to us again later.)"""
+        if self.book.forget(peer_id):
+            await save_book(self.store, self.book)
+
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers, nursery)
