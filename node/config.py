@@ -39,6 +39,7 @@ from node.config_fields import (
     parse_host_port,
     positive,
 )
+from node.config_membership import MembershipSection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "ApiConfig",
     "Config",
     "FetchSection",
+    "MembershipSection",
     "NodeConfig",
     "P2PSection",
     "PeersSection",
@@ -236,6 +238,7 @@ class Config:
     recon: ReconSection = field(default_factory=ReconSection)
     fetch: FetchSection = field(default_factory=FetchSection)
     peers: PeersSection = field(default_factory=PeersSection)
+    membership: MembershipSection = field(default_factory=MembershipSection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
     db: DbSection = field(default_factory=DbSection)
     spark: SparkSection = field(default_factory=SparkSection)

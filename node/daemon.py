@@ -17,6 +17,7 @@ from node.api_token import load_or_create_token
 from node.config import Config
 from node.config_combined import check_combined_keys
 from node.config_fields import parse_host_port
+from node.config_membership import conn_limits
 from node.logs import kv
 from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
@@ -81,6 +82,7 @@ def p2p_config(config: Config) -> P2PConfig:
         # SDS messages are signed by their senders and verified before use: libp2p's own
         # per-message signatures would only double the cost.
         gossip_strict_signing=False,
+        conn_limits=conn_limits(config.membership),
     )
 
 

@@ -19,6 +19,7 @@ from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
 from node.replication.fetch import Fetcher
 from node.replication.ingest import IngestPool
+from node.replication.membership import Membership
 from node.replication.peers import PeerManager
 from node.replication.recon import ReconService
 from node.replication.verify import MAX_EVENT_BYTES
@@ -100,9 +101,16 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         allowed_senders=allowed, standing=standing, ingest=ingest,
     )
     await recon.load()
+    membership = Membership(host, store, metrics, config.membership,
+                            in_session=recon.schedule.in_session, activity=recon.activity,
+                            penalise=standing.penalise)
+    await membership.load([k.addr for k in peers.known.values()])
+    peers.on_joined, peers.on_forgotten = membership.learn, membership.forget
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
+    runtime.membership = membership
     bundles = [plugin.build(runtime) for plugin in PLUGINS]
-    services: list[Service] = [channels, fetcher, peers, recon, *([ingest] if ingest else [])]
+    services: list[Service] = [channels, fetcher, peers, recon, membership,
+                               *([ingest] if ingest else [])]
     # An application with no channels (disabled in config) costs nothing.
     services += [
         AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels

@@ -82,6 +82,7 @@ STATUS_SCHEMA = obj({
                        "description": "Bytes on disk of the database (null: unknown)"},
     "snapshot_bytes": {"type": ["integer", "null"],
                        "description": "Bytes under the snapshot directory (null: none)"},
+    "address_book": {"type": "integer", "description": "Peers in the address book"},
 })
 
 BASE_ROUTES: list[ApiRoute] = [

@@ -11,6 +11,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.host import P2PHost, count_refusal
 from node.p2p.patches import check_libp2p_version, tame_libp2p_logging
@@ -41,7 +42,8 @@ async def open_host(
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
     bans = BanList()
-    host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans)
+    guard = InboundGuard(config.conn_limits)
+    host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
     pubsub, router = build_pubsub(host, config)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
@@ -65,6 +67,7 @@ async def open_host(
                         stats=stats,
                         nursery=nursery,
                         bans=bans,
+                        guard=guard,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)
