@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test test-fast bench lint demo clean protos
 
-setup: $(STAMP) jdbc java
+setup: $(STAMP) jdbc java net
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,15 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	rm -rf $(VENV)/lib/python*/site-packages/trio-stubs
 	touch $(STAMP)
 
-.PHONY: jdbc java
+.PHONY: jdbc java net
 jdbc:
 	@bash scripts/setup_jdbc.sh
 
 java:
 	@bash scripts/check_java.sh
+
+net:
+	@bash scripts/setup_net.sh
 
 run: setup
 	$(VENV)/bin/syncnode run --config $(CONFIG)
