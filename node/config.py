@@ -34,6 +34,7 @@ from node.config_fields import (
     parse_host_port,
     positive,
 )
+from node.config_net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 
 __all__ = [
@@ -212,6 +213,7 @@ class Config:
     recon: ReconSection = field(default_factory=ReconSection)
     fetch: FetchSection = field(default_factory=FetchSection)
     peers: PeersSection = field(default_factory=PeersSection)
+    reachability: ReachabilitySection = field(default_factory=ReachabilitySection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
     db: DbSection = field(default_factory=DbSection)
     spark: SparkSection = field(default_factory=SparkSection)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle 
     from node.p2p.standing import PeerStanding
     from node.replication.channels import ChannelService
     from node.replication.peers import PeerManager
+    from node.replication.reachability import ReachabilityService
     from node.replication.recon import ReconService
     from node.snapshots.scheduler import SnapshotScheduler
 
@@ -68,6 +69,7 @@ class NodeRuntime:
     recon: ReconService | None = None
     standing: PeerStanding | None = None  # scores and bans of misbehaving peers
     snapshots: SnapshotScheduler | None = None  # when [spark] is enabled
+    reachability: ReachabilityService | None = None  # when [reachability] is enabled
     api_url: str = ""
     started_at: float = field(default_factory=time.monotonic)
     version: str = field(default_factory=package_version)
@@ -118,4 +120,6 @@ class NodeRuntime:
             "listen_addrs": self.listen_addrs,
             "api_url": self.api_url,
             "channels": list(self.channels.names if self.channels else self.config.p2p.channels),
+            **({"network": self.reachability.status()} if self.reachability is not None
+               else {"network": {"reachability": "unknown"}}),
         }

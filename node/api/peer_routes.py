@@ -20,7 +20,7 @@ __all__ = ["PEER_ROUTES"]
 async def _peers(node: NodeRuntime, _request: Request) -> Response:
     peers = [
         {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
-         "connected_since": p.connected_since}
+         "connected_since": p.connected_since, "path": node.require_host().path(p.peer_id)}
         for p in node.require_host().peers()
     ]
     known = sorted(node.peers.known) if node.peers is not None else []
@@ -53,7 +53,8 @@ PEERS_SCHEMA = obj({
     "connected": arr(obj({"peer_id": {"type": "string"},
                           "address": {"type": ["string", "null"]},
                           "direction": {"type": "string"},
-                          "connected_since": {"type": "number"}})),
+                          "connected_since": {"type": "number"},
+                          "path": {"type": "string"}})),
     "known": arr({"type": "string"}),
 })
 

@@ -38,6 +38,7 @@ from node.p2p.frames import (
     PeerRefusedError,
 )
 from node.p2p.gossip import GossipTopics, fan_out
+from node.p2p.relay import RelayLayer
 from node.p2p.setup import (
     connection_direction,
     remote_address,
@@ -73,8 +74,10 @@ class P2PHost:
         stats: P2PStats,
         nursery: trio.Nursery,
         bans: BanList | None = None,
+        relay: RelayLayer | None = None,
     ) -> None:
         self._host = host
+        self.relay = relay
         self._discovery = discovery
         self.config = config
         self.peer_id = peer_id
@@ -97,6 +100,20 @@ class P2PHost:
         """Full multiaddrs we listen on, with actual bound ports and ``/p2p/<peer id>``."""
         return [str(a) for a in self._host.get_addrs()]
 
+    @property
+    def advertised_addrs(self) -> list[str]:
+        """What others may dial us at: listen addresses (never a wildcard one) and our
+        addresses through the relays that hold a reservation for us."""
+        own = [a for a in self.listen_addrs if "/0.0.0.0/" not in a and "/::/" not in a]
+        return own + (self.relay.relayed_addrs() if self.relay is not None else [])
+
+    def path(self, peer_id: str) -> str | None:
+        """``"direct"`` or ``"relayed"`` (every connection to the peer goes through a relay),
+        None when not connected."""
+        if self.relay is not None:
+            return self.relay.path(peer_id)
+        return "direct" if peer_id in self._peers else None
+
     async def connect(self, address: str, *, verify: bool = False) -> str:
         """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; returns the peer id.
 
@@ -106,6 +123,8 @@ class P2PHost:
         :raises PeerRefusedError: the peer is outside ``allowed_peers``.
         :raises DialError: bad address, unreachable, handshake failure, or ``dial_timeout``.
         """
+        if "/p2p-circuit" in address:
+            return await self._connect_relayed(address)
         info, resolved = await dial_target(address, self.config.dial_timeout)
         peer = info.peer_id.to_base58()
         if peer == self.peer_id:
@@ -131,6 +150,19 @@ class P2PHost:
             self.stats.dial_failures += 1
             raise
         return peer
+
+    async def _connect_relayed(self, address: str) -> str:
+        if self.relay is None:
+            raise DialError(f"relayed addresses need [reachability] enabled: {address}")
+        peer = address.rsplit("/p2p/", 1)[-1]
+        if peer == self.peer_id:
+            raise DialError(f"refusing to dial ourselves at {address}")
+        if self.config.allowed_peers is not None and peer not in self.config.allowed_peers:
+            count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
+            raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
+        if peer in self._peers:
+            return peer
+        return await self.relay.dial_circuit(address, self.config.dial_timeout)
 
     def ban(self, peer_id: str, seconds: float) -> None:
         """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
