@@ -188,7 +188,13 @@ class P2PHost:
         return self._peers.get(peer_id)
 
     def peers(self) -> list[ConnectedPeer]:
-        return [self._peers[p] for p in sorted(self._peers)]
+        return [self._current(self._peers[p]) for p in sorted(self._peers)]
+
+    def _current(self, peer: ConnectedPeer) -> ConnectedPeer:
+        """``peer`` with the address of its direct connection once a relayed one was upgraded."""
+        if self.relay is not None and (address := self.relay.direct_address(peer.peer_id)):
+            return replace(peer, address=address) if address != peer.address else peer
+        return peer
 
     def peer_events(self) -> trio.MemoryReceiveChannel[PeerEvent]:
         """A new channel of connect/disconnect events from now on (one per listener).

@@ -1,0 +1,59 @@
+"""Reachability on an emulated internet (issue 27, finding 2): home nodes behind NAT reach each
+other through relays, hole-punch to direct connections, and keep syncing without public nodes.
+
+These tests join home nodes by their *relayed* addresses explicitly, so they exercise relaying
+and hole punching independently of peer exchange (tests/net/test_scenarios.py covers joining one
+public node only). On b4adb7a they fail at the first step: no relay, no relayed address.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.net.netns import Internet
+from tests.net.world import build_world, logs_identical, partition_seconds, wait_all
+from tests.node.cluster import publish_many, wait_for
+
+
+def _relayed_addrs(node) -> list[str]:  # type: ignore[no-untyped-def]
+    return list(node.get("/v1/status")["network"].get("relayed_addrs", []))
+
+
+def test_home_nodes_punch_through_nat_and_survive_public_loss(
+        internet: Internet, tmp_path: Path) -> None:
+    with build_world(internet, tmp_path, publics=2, homes=2, per_home=1) as world:
+        p0, p1 = world.public
+        h0, h1 = world.home
+        for node in (p1, h0, h1):
+            node.cli("join", p0.address)
+        for node in (h0, h1):
+            node.cli("join", p1.address)
+        # Verdicts from dial-backs; both home nodes reserve at both relays.
+        wait_all(world.public, lambda n: n.get("/v1/status")["network"]["reachability"]
+                 == "public", 60, "public nodes did not find themselves public")
+        wait_all(world.home, lambda n: n.get("/v1/status")["network"]["reachability"]
+                 == "private" and len(_relayed_addrs(n)) >= 2, 60,
+                 "home nodes did not see they are behind NAT and reserve at two relays")
+        # h0 reaches h1 only through a relay (NAT drops inbound); h1 punches a direct path.
+        joined = h0.cli("join", _relayed_addrs(h1)[0])
+        assert joined.returncode == 0, joined.stderr
+        wait_for(lambda: world.paths(h0).get(h1.peer_id) == "direct", 60,
+                 "relayed connection was not upgraded to a direct one")
+        address = next(p["address"] for p in h0.get("/v1/peers")["connected"]
+                       if p["peer_id"] == h1.peer_id)
+        assert internet.router_wan_ip(h1.host.home or 0) in address, address
+        # Both public nodes go: the home nodes still sync over their direct connection.
+        for node in world.public:
+            node.kill()
+        publish_many(h0, "general", [f"after-loss-{i}" for i in range(5)])
+        wait_for(lambda: logs_identical(world.home, "general", 5), 60,
+                 "home nodes stopped syncing after the public nodes left")
+        # Scenario 3 on top: h0's home is cut off, both sides publish, the uplink returns.
+        internet.set_uplink(h0.host.home or 0, up=False)
+        publish_many(h0, "general", [f"cut-a-{i}" for i in range(5)])
+        publish_many(h1, "general", [f"cut-b-{i}" for i in range(5)])
+        time.sleep(partition_seconds())  # the partition itself, not a proof of anything
+        internet.set_uplink(h0.host.home or 0, up=True)
+        wait_for(lambda: logs_identical(world.home, "general", 15), 60,
+                 "logs did not converge after the partition healed")
