@@ -58,6 +58,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from node.p2p.frames import P2PError
 from node.p2p.patches import (
     patch_gossip_queues,
+    patch_inbound_slots,
     patch_record_verification,
 )
 from node.p2p.types import BanList, P2PConfig
@@ -154,6 +155,7 @@ def build_host(
     punch = config.reachability is not None and config.reachability.hole_punch
     flags = _shared_port_flags if punch else _exclusive_socket_flags
     setattr(_tcp_module, "_set_reuse_flags", flags)  # noqa: B010
+    patch_inbound_slots()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans)
     connection_config = ConnectionConfig(
