@@ -34,6 +34,7 @@ from node.config_fields import (
     parse_host_port,
     positive,
 )
+from node.config_membership import MembershipSection
 from node.config_net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 
@@ -43,6 +44,7 @@ __all__ = [
     "ApiConfig",
     "Config",
     "FetchSection",
+    "MembershipSection",
     "NodeConfig",
     "P2PSection",
     "PeersSection",
@@ -214,6 +216,7 @@ class Config:
     fetch: FetchSection = field(default_factory=FetchSection)
     peers: PeersSection = field(default_factory=PeersSection)
     reachability: ReachabilitySection = field(default_factory=ReachabilitySection)
+    membership: MembershipSection = field(default_factory=MembershipSection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
     db: DbSection = field(default_factory=DbSection)
     spark: SparkSection = field(default_factory=SparkSection)

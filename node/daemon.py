@@ -15,6 +15,7 @@ from node.api_token import load_or_create_token
 from node.config import Config
 from node.config_combined import check_combined_keys
 from node.config_fields import parse_host_port
+from node.config_membership import conn_limits
 from node.config_net import reachability_config
 from node.logs import kv
 from node.p2p import P2PConfig
@@ -80,6 +81,7 @@ def p2p_config(config: Config) -> P2PConfig:
         # per-message signatures would only double the cost.
         gossip_strict_signing=False,
         reachability=reachability_config(config.reachability),
+        conn_limits=conn_limits(config.membership),
     )
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle 
     from node.p2p import P2PHost
     from node.p2p.standing import PeerStanding
     from node.replication.channels import ChannelService
+    from node.replication.membership import Membership
     from node.replication.peers import PeerManager
     from node.replication.reachability import ReachabilityService
     from node.replication.recon import ReconService
@@ -68,6 +69,7 @@ class NodeRuntime:
     peers: PeerManager | None = None
     recon: ReconService | None = None
     standing: PeerStanding | None = None  # scores and bans of misbehaving peers
+    membership: Membership | None = None  # address book, peer exchange, connection manager
     snapshots: SnapshotScheduler | None = None  # when [spark] is enabled
     reachability: ReachabilityService | None = None  # when [reachability] is enabled
     api_url: str = ""

@@ -230,9 +230,12 @@ class PunchPlanner:
     failed: int = 0
     gave_up: int = 0
 
-    def relayed(self, peer: str, inbound: bool, now: float) -> None:
-        """A relayed connection to ``peer`` appeared; we punch only if we accepted it."""
-        if inbound and self.config.hole_punch and peer not in self._plans:
+    def relayed(self, peer: str, *, accepted: bool, dialed: bool, us: str, now: float) -> None:
+        """Relayed connections to ``peer`` exist (``accepted``: one came in, ``dialed``: we
+        opened one). We punch only if we accepted; when both sides dialled each other through
+        relays at once, the side with the smaller peer id punches (two punches cross)."""
+        leads = accepted and (not dialed or us < peer)
+        if leads and self.config.hole_punch and peer not in self._plans:
             self._plans[peer] = _Punch(now + self.config.punch_delay_s)
 
     def direct(self, peer: str) -> None:

@@ -24,7 +24,21 @@ async def _peers(node: NodeRuntime, _request: Request) -> Response:
         for p in node.require_host().peers()
     ]
     known = sorted(node.peers.known) if node.peers is not None else []
-    return JSONResponse({"connected": peers, "known": known})
+    book = len(node.membership.book) if node.membership is not None else 0
+    return JSONResponse({"connected": peers, "known": known, "address_book": book})
+
+
+async def _book(node: NodeRuntime, _request: Request) -> Response:
+    if node.membership is None:
+        raise ApiError(503, "the node is starting")
+    entries = [
+        {"peer_id": e.peer_id, "addrs": list(e.addrs), "source": e.source or None,
+         "tried": e.tried, "last_seen": e.last_seen or None, "failures": e.failures,
+         "bucket": e.bucket}
+        for e in sorted(node.membership.book.entries.values(), key=lambda e: e.peer_id)
+    ]
+    return JSONResponse({"size": len(entries), "capacity": node.membership.book.limits.capacity,
+                         "entries": entries})
 
 
 async def _join(node: NodeRuntime, request: Request) -> Response:
@@ -61,6 +75,18 @@ PEERS_SCHEMA = obj({
 PEER_ROUTES: list[ApiRoute] = [
     ApiRoute("GET", "/v1/peers", "Connected and known peers", _peers,
              RouteDoc(response=PEERS_SCHEMA)),
+    ApiRoute("GET", "/v1/peers/book", "The address book: peers this node could dial, where it "
+             "learnt each, and whether it ever reached it", _book, RouteDoc(
+                 response=obj({"size": {"type": "integer"}, "capacity": {"type": "integer"},
+                               "entries": arr(obj({
+                                   "peer_id": {"type": "string"},
+                                   "addrs": arr({"type": "string"}),
+                                   "source": {"type": ["string", "null"]},
+                                   "tried": {"type": "boolean"},
+                                   "last_seen": {"type": ["number", "null"]},
+                                   "failures": {"type": "integer"},
+                                   "bucket": {"type": "string"}}))}),
+                 errors={503: "The node is starting"})),
     ApiRoute("POST", "/v1/peers", "Join: dial a peer at an address, check its peer id and "
              "remember the address", _join, RouteDoc(
         body=obj({"multiaddr": {"type": "string",

@@ -30,6 +30,7 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
 from node.p2p.addrs import dial_fresh, dial_target, probe
+from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.frames import (
     DialError,
@@ -38,6 +39,7 @@ from node.p2p.frames import (
     PeerRefusedError,
 )
 from node.p2p.gossip import GossipTopics, fan_out
+from node.p2p.records import LocalRecord
 from node.p2p.relay import RelayLayer
 from node.p2p.setup import (
     connection_direction,
@@ -75,9 +77,11 @@ class P2PHost:
         nursery: trio.Nursery,
         bans: BanList | None = None,
         relay: RelayLayer | None = None,
+        guard: InboundGuard | None = None,
     ) -> None:
         self._host = host
         self.relay = relay
+        self._pubsub = pubsub
         self._discovery = discovery
         self.config = config
         self.peer_id = peer_id
@@ -87,8 +91,12 @@ class P2PHost:
         self._peers: dict[str, ConnectedPeer] = {}
         self._conn_count: dict[str, int] = {}
         self._event_sinks: list[trio.MemorySendChannel[PeerEvent]] = []
+        self.guard = guard if guard is not None else InboundGuard(config.conn_limits)
+        self.guard.evict = self._evict
+        self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
+                                        self.listen_addrs)
         self._streams = Streams(host=host, config=config, stats=stats, bans=self.bans,
-                                connected=self._peers.__contains__)
+                                connected=self._peers.__contains__, spoke=self.guard.spoke)
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
                                     peer_id=peer_id, stats=stats, nursery=nursery)
         self._closing = False
@@ -171,6 +179,15 @@ class P2PHost:
         if peer_id in self._peers and not self._closing:
             self._nursery.start_soon(self.disconnect, peer_id)
 
+    def _evict(self, peer_id: str) -> None:
+        if not self._closing:
+            self._nursery.start_soon(self.disconnect, peer_id)
+
+    def note_gossip_speakers(self) -> None:
+        """Peers GossipSub negotiated with have spoken one of our protocols."""
+        for peer in list(self._pubsub.peers):
+            self.guard.spoke(peer.to_base58())
+
     def is_banned(self, peer_id: str) -> bool:
         return self.bans.is_banned(peer_id)
 
@@ -251,6 +268,9 @@ class P2PHost:
     def mesh_peers(self, topic: str) -> list[str]:
         return self._gossip.mesh_peers(topic)
 
+    def mesh_members(self) -> set[str]:
+        return self._gossip.mesh_members()
+
     # -- DHT discovery (config.enable_dht) ------------------------------------------------
 
     async def advertise(self, rendezvous: str) -> bool:
@@ -281,6 +301,7 @@ class P2PHost:
             return
         address = remote_address(conn)
         direction = connection_direction(conn)
+        self.guard.opened(peer, address, direction == "inbound")
         self._peers[peer] = ConnectedPeer(
             peer_id=peer, address=address, direction=direction, connected_since=time.time()
         )
@@ -301,6 +322,7 @@ class P2PHost:
             self._conn_count[peer] = count
             return
         self._conn_count.pop(peer, None)
+        self.guard.closed(peer)
         if self._peers.pop(peer, None) is None:
             return
         logger.info("disconnected from %s", peer)

@@ -200,6 +200,17 @@ class RelayLayer:
         self.stats.circuit_dials_ok += 1
         return str(conn.muxed_conn.peer_id.to_base58())
 
+    async def dial_direct(self, address: str, peer_id: str, timeout: float) -> bool:
+        """A new direct connection to ``peer_id`` at ``address`` even though a relayed one
+        exists (libp2p's connect would just return that one); True when it is direct now."""
+        try:
+            with trio.fail_after(timeout):
+                await self.host.get_network().dial_addr(
+                    multiaddr.Multiaddr(address), ID.from_base58(peer_id))
+        except Exception as exc:
+            logger.debug("direct dial to %s at %s failed: %s", peer_id, address, exc)
+        return self.path(peer_id) == "direct"
+
     async def punch(self, peer_id: str) -> bool:
         """One DCUtR attempt (we are the side that accepted the relayed connection)."""
         try:

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.tools.anyio_service import background_trio_service
 
 from node.p2p.addrs import unbindable_listen_addr
+from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost, count_refusal
@@ -49,7 +50,8 @@ async def open_host(
         # Hole punching shares the listen port (SO_REUSEPORT), so the kernel would let a second
         # node bind a busy port: refuse it here, before listening.
         raise P2PError(f"cannot listen on {busy[0]}: {busy[1]}")
-    host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans)
+    guard = InboundGuard(config.conn_limits)
+    host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
     relay = (RelayLayer(host, config.reachability, config.dial_timeout)
              if config.reachability is not None else None)
     pubsub, router = build_pubsub(host, config)
@@ -80,6 +82,7 @@ async def open_host(
                         nursery=nursery,
                         bans=bans,
                         relay=relay,
+                        guard=guard,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)

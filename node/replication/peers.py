@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -33,6 +34,8 @@ class PeerManager:
         self.metrics = metrics
         self.schedule = DialSchedule(host.peer_id)
         self._wake = trio.Event()
+        # Told of each address ``join`` proved (the address book keeps it too).
+        self.on_joined: Callable[[str, str], None] | None = None
 
     @property
     def known(self) -> dict[str, KnownPeer]:
@@ -63,6 +66,8 @@ class PeerManager:
         entry = json.dumps({"addr": addr}).encode()
         await self.store.write(put_state, _PREFIX + peer_id, entry, int(time.time() * 1000))
         self.metrics.inc("peer_joins_total")
+        if self.on_joined is not None:
+            self.on_joined(peer_id, addr)
         self._wake.set()
         return peer_id
 

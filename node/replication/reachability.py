@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -51,6 +52,11 @@ class ReachabilityService:
         host.set_stream_handler(DIALBACK_PROTOCOL, self.server.handle)
         self._listen_port = self._port()
         self._register(metrics)
+        # Hands our freshly signed record to a peer (membership's peer exchange), so that the
+        # peers we joined pass our relayed addresses on without waiting for their next round.
+        self.announce: Callable[[str], Awaitable[object]] | None = None
+        # A peer's advertised direct (non-relayed) addresses (membership's address book).
+        self.direct_addrs: Callable[[str], list[str]] | None = None
 
     def _port(self) -> int:
         for address in self.host.listen_addrs:
@@ -90,20 +96,27 @@ class ReachabilityService:
         for relay in self.relays.to_reserve(verdict, candidates, now):
             self.relays.reserved_ok(relay, now)  # in flight: not picked twice
             nursery.start_soon(self._reserve, relay)
+        if self.host.local_record.advertise(self.host.advertised_addrs):
+            # Peer exchange hands this record out: others learn our relayed addresses.
+            log.info("advertising %s", ", ".join(self.host.local_record.addrs))
+            if self.announce is not None:
+                for peer in direct:
+                    nursery.start_soon(self.announce, peer)
         for peer in connected:
             if peer in direct:
                 self.punches.direct(peer)
-            elif self._accepted_relayed(peer):
-                self.punches.relayed(peer, inbound=True, now=now)
+                continue
+            accepted, dialed = self._relayed_directions(peer)
+            self.punches.relayed(peer, accepted=accepted, dialed=dialed,
+                                 us=self.host.peer_id, now=now)
         for peer in self.punches.due(now):
             nursery.start_soon(self._punch, peer)
 
-    def _accepted_relayed(self, peer: str) -> bool:
-        for conn in self.relay.connections(peer):
-            if connection_is_relayed(conn):
-                direction = str(getattr(getattr(conn, "direction", None), "name", "")).lower()
-                return direction == "inbound"
-        return False
+    def _relayed_directions(self, peer: str) -> tuple[bool, bool]:
+        """Whether a relayed connection with ``peer`` came in, and whether we opened one."""
+        directions = {str(getattr(getattr(c, "direction", None), "name", "")).lower()
+                      for c in self.relay.connections(peer) if connection_is_relayed(c)}
+        return "inbound" in directions, "outbound" in directions
 
     async def _ask(self, peer: str) -> None:
         if self._listen_port == 0:
@@ -129,7 +142,13 @@ class ReachabilityService:
             self.relays.refused(relay, now)
 
     async def _punch(self, peer: str) -> None:
-        ok = await self.relay.punch(peer)
+        # A peer on our own LAN (or a public one) needs no punch: dial what it advertises.
+        ok = False
+        for address in self.direct_addrs(peer) if self.direct_addrs is not None else []:
+            if await self.relay.dial_direct(address, peer, self.host.config.dial_timeout):
+                ok = True
+                break
+        ok = ok or await self.relay.punch(peer)
         self.punches.result(peer, ok, time.monotonic())
         log.info("hole punch to %s: %s", peer, "direct" if ok else "failed")
 

@@ -15,6 +15,7 @@ from sync.membership.connmanager import (
     ConnState,
     Housekeeping,
 )
+from sync.membership.px_wire import decode_records, encode_records
 
 __all__ = [
     "OFFER_OUTCOMES",
@@ -28,6 +29,8 @@ __all__ = [
     "Housekeeping",
     "ParsedAddr",
     "bucket_of",
+    "decode_records",
+    "encode_records",
     "is_relayed",
     "parse_addr",
 ]

@@ -6,7 +6,10 @@ Layout (every name starts with a per-run random tag, so runs side by side never 
       |-- <tag>-p0 .. <tag>-pN      public hosts, eth0 = 198.18.0.(10+i)/15
       |-- <tag>-r0 .. <tag>-rM      home routers, wan = 198.18.1.(10+j)/15,
             |                         lan = 100.64.j.1/24, nftables masquerade out of wan,
-            |                         new connections coming in on wan dropped
+            |                         new connections coming in on wan dropped (hosts of one
+            |                         home reach each other: with br_netfilter loaded, bridged
+            |                         LAN frames pass the forward hook too, so it accepts all
+            |                         that does not come in on wan)
             |-- <tag>-h0 ..         home hosts, eth0 = 100.64.j.(10+k)/24,
                                       route 198.18.0.0/15 via the router (no default route)
 
@@ -38,7 +41,7 @@ table inet {tag}fw {{
   chain forward {{
     type filter hook forward priority filter; policy drop;
     ct state established,related accept
-    iifname "lan" oifname "wan" accept
+    iifname != "wan" accept
   }}
   chain input {{
     type filter hook input priority filter; policy accept;

@@ -31,12 +31,15 @@ def test_nat_lets_out_and_drops_in(internet: Internet) -> None:
     pub = internet.add_public()
     home = internet.add_home()
     inside = internet.add_home_host(home)
+    neighbour = internet.add_home_host(home)
     other = internet.add_home_host(internet.add_home())
     servers = [subprocess.Popen(["ip", "netns", "exec", h.ns, "python3", "-c", _SERVE])
                for h in (pub, inside)]
     try:
         time.sleep(0.5)
         assert _connect(inside.ns, pub.ip), "a home host must reach a public host"
+        assert _connect(neighbour.ns, inside.ip), "hosts of one home reach each other"
+        assert not _connect(other.ns, inside.ip), "another home's private address is unrouted"
         assert not _connect(pub.ns, internet.router_wan_ip(home)), "NAT must drop inbound"
         assert not _connect(pub.ns, inside.ip), "private addresses are not routed"
         assert not _connect(other.ns, internet.router_wan_ip(home)), "no home-to-home inbound"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ NET_ENV = {
     "SYNCNODE_REACHABILITY_PROBE_INTERVAL_S": "5",
     "SYNCNODE_REACHABILITY_RELAY_RETRY_S": "3",
     "SYNCNODE_REACHABILITY_PUNCH_BACKOFF_S": "2",
+    "SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "5",
 }
 
 
@@ -52,6 +54,31 @@ class World:
 
     def status(self, node: NetNode) -> dict:  # type: ignore[type-arg]
         return dict(node.get("/v1/status"))
+
+    def describe(self) -> str:
+        """One line per node: reachability, relays, and its connections by path."""
+        lines = []
+        for node in self.nodes:
+            try:
+                net = node.get("/v1/status")["network"]
+                paths = self.paths(node)
+            except Exception as exc:  # stopped, or not answering
+                lines.append(f"{node.host.name}: {exc!r}")
+                continue
+            names = {n.peer_id: n.host.name for n in self.nodes}
+            conns = " ".join(f"{names.get(p, p[-6:])}:{v[0]}" for p, v in sorted(paths.items()))
+            lines.append(f"{node.host.name}: {net['reachability']} relays={len(net['relays'])} "
+                         f"punch={net['punch']} conns={conns}")
+        return "\n".join(lines)
+
+    def wait(self, condition: Callable[[], bool], timeout: float, message: str) -> float:
+        """Seconds until ``condition`` held; AssertionError with every node's state if not."""
+        start = time.monotonic()
+        try:
+            wait_for(condition, timeout, message)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.describe()}") from None
+        return time.monotonic() - start
 
     def paths(self, node: NetNode) -> dict[str, str]:
         """Connected peer id -> "direct" or "relayed"."""

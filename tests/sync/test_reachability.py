@@ -91,8 +91,8 @@ def test_relays_reserved_up_to_wanted_and_refreshed() -> None:
 
 def test_only_the_accepting_side_punches_with_backoff() -> None:
     punch = PunchPlanner(CFG)
-    punch.relayed("dialer", inbound=False, now=0)
-    punch.relayed("acceptor", inbound=True, now=0)
+    punch.relayed("dialer", accepted=False, dialed=True, us="m", now=0)
+    punch.relayed("acceptor", accepted=True, dialed=False, us="m", now=0)
     assert punch.due(0.5) == []
     assert punch.get_timer() == 1
     assert punch.due(1) == ["acceptor"]
@@ -107,17 +107,24 @@ def test_only_the_accepting_side_punches_with_backoff() -> None:
 
 def test_direct_connection_cancels_the_plan() -> None:
     punch = PunchPlanner(CFG)
-    punch.relayed("p", inbound=True, now=0)
+    punch.relayed("p", accepted=True, dialed=False, us="m", now=0)
     punch.direct("p")
     assert punch.due(10) == [] and punch.pending() == 0
-    punch.relayed("q", inbound=True, now=0)
+    punch.relayed("q", accepted=True, dialed=False, us="m", now=0)
     punch.result("q", True, 1)
     assert punch.succeeded == 1 and punch.pending() == 0
 
 
+def test_crossed_relayed_dials_leave_one_puncher() -> None:
+    a, b = PunchPlanner(CFG), PunchPlanner(CFG)
+    a.relayed("B", accepted=True, dialed=True, us="A", now=0)
+    b.relayed("A", accepted=True, dialed=True, us="B", now=0)
+    assert (a.pending(), b.pending()) == (1, 0)
+
+
 def test_no_punching_when_disabled() -> None:
     punch = PunchPlanner(ReachabilityConfig(hole_punch=False))
-    punch.relayed("p", inbound=True, now=0)
+    punch.relayed("p", accepted=True, dialed=False, us="m", now=0)
     assert punch.pending() == 0
 
 
