@@ -122,6 +122,7 @@ class NodeRuntime:
             "listen_addrs": self.listen_addrs,
             "api_url": self.api_url,
             "channels": list(self.channels.names if self.channels else self.config.p2p.channels),
+            "address_book": len(self.membership.book) if self.membership is not None else 0,
             **({"network": self.reachability.status()} if self.reachability is not None
                else {"network": {"reachability": "unknown"}}),
         }

@@ -103,7 +103,8 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     )
     await recon.load()
     membership = Membership(host, store, metrics, config.membership,
-                            in_session=recon.schedule.in_session, penalise=standing.penalise)
+                            in_session=recon.schedule.in_session, activity=recon.activity,
+                            penalise=standing.penalise)
     await membership.load([k.addr for k in peers.known.values()])
     peers.on_joined = membership.learn
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon

@@ -71,6 +71,7 @@ STATUS_SCHEMA = obj({
     "uptime_s": {"type": "number"}, "events": {"type": "integer"},
     "listen_addrs": arr({"type": "string"}), "api_url": {"type": "string"},
     "channels": arr({"type": "string"}),
+    "address_book": {"type": "integer", "description": "Peers in the address book"},
 })
 
 BASE_ROUTES: list[ApiRoute] = [

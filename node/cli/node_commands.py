@@ -7,6 +7,7 @@ Stdlib and ``node.cli.common`` only: these are the commands people script in loo
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -88,13 +89,28 @@ def _cmd_peers(args: argparse.Namespace) -> int:
         print_json(answer)
         return 0
     for peer in answer["connected"]:
-        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer['address'] or '-'}")
+        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer_summary(peer)}  "
+              f"{peer['address'] or '-'}")
     offline = [p for p in answer["known"] if p not in {c["peer_id"] for c in answer["connected"]}]
     for peer_id in offline:
         print(f"{peer_id}  offline   (known, redialling)")
     if not answer["connected"] and not offline:
         print("no peers")
+    if "address_book" in answer:
+        print(f"address book: {answer['address_book']} peers")
     return 0
+
+
+def peer_summary(peer: dict[str, Any]) -> str:
+    """``direct   rtt 1.2ms  recon 3s ago ok +5/-0``: path, round trip, last Recon session."""
+    rtt = f"{peer['rtt_ms']:.1f}ms" if peer.get("rtt_ms") is not None else "-"
+    text = f"{peer.get('path', 'direct'):<7}  rtt {rtt:>8}"
+    last = peer.get("last_recon")
+    if last:
+        ago = max(0.0, time.time() - last["at"])
+        text += (f"  recon {ago:.0f}s ago {last['outcome']} "
+                 f"+{last['fetched']}/-{last['served']}")
+    return text
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.p2p import P2PConfig
 from node.p2p.patches import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.run import open_host
-from tests.node.cluster import wait_for
+from tests.node.cluster import metric, wait_for
 from tests.node.hostile_conns import churn, hold_idle
 from tests.node.procs import NodeProcess
 
@@ -44,42 +44,58 @@ async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
         assert limiter.borrowed_tokens == 0, f"{limiter.borrowed_tokens} slots never returned"
 
 
-async def _connect_then_drop(target: str, identities: int) -> int:
-    async with hold_idle(target, identities) as alive:
-        return sum(alive)
-
-
 def _connected(node: NodeProcess) -> set[str]:
     return {p["peer_id"] for p in node.get("/v1/peers")["connected"]}
 
 
 def _honest_join(honest: NodeProcess, node: NodeProcess) -> None:
-    honest.cli("peers", "forget", node.peer_id)
-    wait_for(lambda: node.peer_id not in _connected(honest), 30, "forget did not disconnect")
+    if node.peer_id in _connected(honest):
+        honest.cli("peers", "forget", node.peer_id)
+        wait_for(lambda: node.peer_id not in _connected(honest), 30, "forget did not disconnect")
     joined = honest.cli("join", node.listen_addrs[0])
     assert joined.returncode == 0, (joined.stderr, node.log_tail())
     wait_for(lambda: honest.peer_id in _connected(node), 30, "the honest peer is not connected")
 
 
+async def _idle_then_join(target: NodeProcess, honest: NodeProcess, count: int) -> int:
+    """``count`` idle identities connect and stay; an honest peer joins meanwhile; the node
+    must close every idle one; the rest vanish when this returns."""
+    async with hold_idle(target.listen_addrs[0], count) as alive:
+        held = sum(alive)
+        await trio.to_thread.run_sync(_honest_join, honest, target)
+        deadline = time.monotonic() + 30
+        while sum(alive) and time.monotonic() < deadline:
+            await trio.sleep(0.5)
+        assert sum(alive) == 0, f"{sum(alive)} of {held} idle connections still open"
+        return held
+
+
 @pytest.mark.slow
-def test_honest_joins_work_after_churn_and_after_dropped_identities(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "target").start()
+def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> None:
+    # A low high watermark and a short grace: silent connections are pruned before they are
+    # even old enough to count as idle.
+    target = NodeProcess(tmp_path / "target", env={
+        "SYNCNODE_MEMBERSHIP_IDLE_TIMEOUT_S": "5", "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1",
+        "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "8", "SYNCNODE_MEMBERSHIP_GRACE_S": "1"}).start()
     honest = NodeProcess(tmp_path / "honest").start()
     try:
         started = time.monotonic()
-        # 260 identities connect, hold their connections, then vanish at once: on b4adb7a
-        # the slots they took (all 250) were never given back and every later peer was refused.
-        held = trio.run(_connect_then_drop, node.listen_addrs[0], 260)
-        assert held >= 240, held
-        _honest_join(honest, node)
-        dropped = time.monotonic() - started
-        # 1,000 connect/disconnect cycles from one identity (libp2p's per-peer rate limit,
-        # 10/s after a burst of 50, refuses most of them after the Noise handshake).
-        upgraded = trio.run(churn, node.listen_addrs[0], 1000)
-        assert upgraded >= 100, upgraded
-        _honest_join(honest, node)
-        print(f"260 identities {dropped:.1f} s; 1000 cycles ({upgraded} upgraded) "
-              f"{time.monotonic() - started - dropped:.1f} s")
+        # 300 identities connect and never speak: on b4adb7a 250 of them held every inbound
+        # slot (for good, even after they vanished) and the honest join failed (HTTP 502).
+        trio.run(_idle_then_join, target, honest, 300)
+        assert metric(target, "membership_idle_closed_total") > 0
+        assert metric(target, "membership_pruned_total") > 0
+        assert metric(target, "p2p_inbound_evicted_total") > 0
+        idle_s = time.monotonic() - started
+        # 1,000 connect/disconnect cycles from one identity (libp2p's own per-peer rate limit,
+        # 10/s after a burst of 50, refuses most after the Noise handshake; each one that gets
+        # through took a slot for good on b4adb7a).
+        upgraded = trio.run(churn, target.listen_addrs[0], 1000)
+        assert upgraded >= 50, upgraded
+        assert metric(target, 'p2p_inbound_refused_total{reason="peer_rate"}') > 0
+        _honest_join(honest, target)
+        print(f"300 idle identities {idle_s:.1f} s; 1000 cycles ({upgraded} upgraded) "
+              f"{time.monotonic() - started - idle_s:.1f} s")
     finally:
-        node.kill()
+        target.kill()
         honest.kill()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.membership import AddressBook, BookLimits, parse_addr
+from sync.errors import RemoteProtocolError
+from sync.membership import AddressBook, BookLimits, decode_records, encode_records, parse_addr
 
 ME = "12D3KooWme"
 
@@ -119,3 +121,15 @@ def test_a_flood_of_fake_records_cannot_evict_honest_peers(
             t += 1
     assert all(pid(f"h{i}") in book for i in range(honest))
     assert all(book.source_count(f"evil{a}") <= 8 for a in range(attackers))
+
+
+def test_px_wire_round_trip_and_bounds() -> None:
+    records = [b"a" * 10, b"", b"b" * 300]
+    assert decode_records(encode_records(records), 3, 300) == records
+    for data, count, size in ((encode_records(records), 2, 300),  # too many records
+                              (encode_records(records), 3, 299),  # one too large
+                              (encode_records(records)[:-1], 3, 300),  # truncated
+                              (encode_records(records) + b"x", 3, 300),  # trailing bytes
+                              (b"\xff" * 12, 3, 300)):  # not a varint
+        with pytest.raises(RemoteProtocolError):
+            decode_records(data, count, size)
