@@ -17,7 +17,11 @@ from tests.node.cluster import publish_many, wait_for
 
 
 def _relayed_addrs(node) -> list[str]:  # type: ignore[no-untyped-def]
-    return list(node.get("/v1/status")["network"].get("relayed_addrs", []))
+    return list(node.get("/v1/status").get("network", {}).get("relayed_addrs", []))
+
+
+def _reachability(node) -> str | None:  # type: ignore[no-untyped-def]
+    return node.get("/v1/status").get("network", {}).get("reachability")  # type: ignore[no-any-return]
 
 
 def test_home_nodes_punch_through_nat_and_survive_public_loss(
@@ -30,10 +34,10 @@ def test_home_nodes_punch_through_nat_and_survive_public_loss(
         for node in (h0, h1):
             node.cli("join", p1.address)
         # Verdicts from dial-backs; both home nodes reserve at both relays.
-        wait_all(world.public, lambda n: n.get("/v1/status")["network"]["reachability"]
-                 == "public", 60, "public nodes did not find themselves public")
-        wait_all(world.home, lambda n: n.get("/v1/status")["network"]["reachability"]
-                 == "private" and len(_relayed_addrs(n)) >= 2, 60,
+        wait_all(world.public, lambda n: _reachability(n) == "public", 60,
+                 "public nodes did not find themselves public")
+        wait_all(world.home, lambda n: _reachability(n) == "private"
+                 and len(_relayed_addrs(n)) >= 2, 60,
                  "home nodes did not see they are behind NAT and reserve at two relays")
         # h0 reaches h1 only through a relay (NAT drops inbound); h1 punches a direct path.
         joined = h0.cli("join", _relayed_addrs(h1)[0])
