@@ -28,7 +28,8 @@ from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
-from node.p2p.frames import DialError
+from node.p2p.frames import DialError, P2PError
+from node.p2p.patches import check_libp2p_version
 from sync.reachability import RateGate, ReachabilityConfig
 
 __all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]
@@ -93,10 +94,21 @@ def connection_is_relayed(conn: INetConn) -> bool:
     return bool(addrs) and all("/p2p-circuit" in str(a) for a in addrs)
 
 
+def _check_library() -> None:
+    """The private names our subclasses override or use must still be there (0.8.1 only)."""
+    check_libp2p_version()
+    for cls, name in ((CircuitV2Protocol, "_read_stream_with_retry"),
+                      (CircuitV2Protocol, "_handle_hop_stream"),
+                      (DCUtRProtocol, "_auto_drive_loop")):
+        if not callable(getattr(cls, name, None)):
+            raise P2PError(f"libp2p {cls.__name__}.{name} is gone: node.p2p.relay needs review")
+
+
 class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
     def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float) -> None:
+        _check_library()
         self.host = host
         self.config = config
         self.stats = RelayStats()
