@@ -111,7 +111,7 @@ def loopback_loss(base: Path, plan: Plan) -> bool:
         publish_many(nodes[1], CHANNEL, ["after-first-loss"])
         rest = nodes[1:]
         return wait_until(lambda: logs_identical(rest, CHANNEL, 1), plan.converge_wait_s) \
-            is not None  # type: ignore[arg-type]
+            is not None
     finally:
         for node in nodes:
             node.kill()

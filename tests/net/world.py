@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from pathlib import Path
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
 from tests.node.cluster import FAST_ENV, channel_log, wait_for
+from tests.node.procs import NodeProcess
 
 __all__ = ["NET_ENV", "World", "build_world", "logs_identical", "partition_seconds"]
 
@@ -103,7 +104,7 @@ def build_world(internet: Internet, base: Path, *, publics: int = 2, homes: int 
             node.kill()
 
 
-def logs_identical(nodes: list[NetNode], channel: str, expected: int) -> bool:
+def logs_identical(nodes: Sequence[NodeProcess], channel: str, expected: int) -> bool:
     logs = [channel_log(n, channel) for n in nodes]
     return len(logs[0]) == expected and all(log == logs[0] for log in logs)
 
