@@ -168,6 +168,9 @@ class P2PHost:
         if self.config.allowed_peers is not None and peer not in self.config.allowed_peers:
             count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
             raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
+        if self.bans.is_banned(peer):
+            count_refusal(self.stats, peer, "outbound", "banned")
+            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
         if peer in self._peers:
             return peer
         return await self.relay.dial_circuit(address, self.config.dial_timeout)

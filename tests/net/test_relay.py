@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.net.netns import Internet
 from tests.net.world import build_world, logs_identical, partition_seconds, wait_all
-from tests.node.cluster import publish_many, wait_for
+from tests.node.cluster import metric, publish_many, wait_for
 
 
 def _relayed_addrs(node) -> list[str]:  # type: ignore[no-untyped-def]
@@ -26,12 +26,15 @@ def _reachability(node) -> str | None:  # type: ignore[no-untyped-def]
 
 def test_home_nodes_punch_through_nat_and_survive_public_loss(
         internet: Internet, tmp_path: Path) -> None:
-    with build_world(internet, tmp_path, publics=2, homes=2, per_home=1) as world:
+    # h2 never hole-punches: a connection it accepts through a relay stays relayed.
+    no_punch = {"SYNCNODE_REACHABILITY_HOLE_PUNCH": "false"}
+    with build_world(internet, tmp_path, publics=2, homes=3, per_home=1,
+                     home_env={2: no_punch}) as world:
         p0, p1 = world.public
-        h0, h1 = world.home
-        for node in (p1, h0, h1):
+        h0, h1, h2 = world.home
+        for node in (p1, h0, h1, h2):
             node.cli("join", p0.address)
-        for node in (h0, h1):
+        for node in (h0, h1, h2):
             node.cli("join", p1.address)
         # Verdicts from dial-backs; both home nodes reserve at both relays.
         wait_all(world.public, lambda n: _reachability(n) == "public", 60,
@@ -47,11 +50,22 @@ def test_home_nodes_punch_through_nat_and_survive_public_loss(
         address = next(p["address"] for p in h0.get("/v1/peers")["connected"]
                        if p["peer_id"] == h1.peer_id)
         assert internet.router_wan_ip(h1.host.home or 0) in address, address
-        # Both public nodes go: the home nodes still sync over their direct connection.
+        # h0 also joins h2 through a relay; h2 accepted and does not punch: gossip and Recon
+        # run over the relayed connection, within the relay's limits.
+        assert h0.cli("join", _relayed_addrs(h2)[0]).returncode == 0
+        publish_many(h0, "general", [f"relayed-{i}" for i in range(3)])
+        publish_many(h2, "general", [f"relayed-back-{i}" for i in range(3)])
+        wait_for(lambda: logs_identical(world.home, "general", 6), 60,
+                 "events did not cross the relayed connection")
+        assert world.paths(h2).get(h0.peer_id) == "relayed"
+        assert sum(metric(p, "relay_forwarded_bytes_total") for p in world.public) > 0
+        # Both public nodes go: h0 and h1 still sync over their direct connection (h2, only
+        # relayed, is cut off with them).
         for node in world.public:
             node.kill()
+        pair = [h0, h1]
         publish_many(h0, "general", [f"after-loss-{i}" for i in range(5)])
-        wait_for(lambda: logs_identical(world.home, "general", 5), 60,
+        wait_for(lambda: logs_identical(pair, "general", 11), 60,
                  "home nodes stopped syncing after the public nodes left")
         # Scenario 3 on top: h0's home is cut off, both sides publish, the uplink returns.
         internet.set_uplink(h0.host.home or 0, up=False)
@@ -59,5 +73,5 @@ def test_home_nodes_punch_through_nat_and_survive_public_loss(
         publish_many(h1, "general", [f"cut-b-{i}" for i in range(5)])
         time.sleep(partition_seconds())  # the partition itself, not a proof of anything
         internet.set_uplink(h0.host.home or 0, up=True)
-        wait_for(lambda: logs_identical(world.home, "general", 15), 60,
+        wait_for(lambda: logs_identical(pair, "general", 21), 60,
                  "logs did not converge after the partition healed")

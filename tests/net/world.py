@@ -83,17 +83,21 @@ class World:
 
     def paths(self, node: NetNode) -> dict[str, str]:
         """Connected peer id -> "direct" or "relayed"."""
-        return {p["peer_id"]: p["path"] for p in node.get("/v1/peers")["connected"]}
+        return {p["peer_id"]: p.get("path", "direct") for p in node.get("/v1/peers")["connected"]}
 
 
 @contextmanager
 def build_world(internet: Internet, base: Path, *, publics: int = 2, homes: int = 3,
-                per_home: int = 2, env: dict[str, str] | None = None) -> Iterator[World]:
+                per_home: int = 2, env: dict[str, str] | None = None,
+                home_env: dict[int, dict[str, str]] | None = None) -> Iterator[World]:
+    """``home_env``: extra environment for the i-th home node."""
     hosts = [internet.add_public() for _ in range(publics)]
     for _ in range(homes):
         index = internet.add_home()
         hosts += [internet.add_home_host(index) for _ in range(per_home)]
-    nodes = [NetNode(h, base / h.name, port=4001 + i, env={**NET_ENV, **(env or {})})
+    extra = {publics + i: e for i, e in (home_env or {}).items()}
+    nodes = [NetNode(h, base / h.name, port=4001 + i,
+                     env={**NET_ENV, **(env or {}), **extra.get(i, {})})
              for i, h in enumerate(hosts)]
     try:
         with ThreadPoolExecutor(len(nodes)) as pool:
