@@ -7,11 +7,7 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || need+=(iproute2)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "installing network test tools: ${need[*]}"
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+bash "$(dirname "$0")/apt_install.sh" "${need[@]}"
 for tool in nft ip tc; do
   command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool still missing" >&2; exit 1; }
 done

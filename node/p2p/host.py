@@ -135,15 +135,7 @@ class P2PHost:
             return await self._connect_relayed(address)
         info, resolved = await dial_target(address, self.config.dial_timeout)
         peer = info.peer_id.to_base58()
-        if peer == self.peer_id:
-            raise DialError(f"refusing to dial ourselves at {address}")
-        allowed = self.config.allowed_peers
-        if allowed is not None and peer not in allowed:
-            count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
-            raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
-        if self.bans.is_banned(peer):
-            count_refusal(self.stats, peer, "outbound", "banned")
-            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
+        self._check_dialable(peer, address)
         if peer in self._peers:
             if verify:
                 try:
@@ -163,17 +155,22 @@ class P2PHost:
         if self.relay is None:
             raise DialError(f"relayed addresses need [reachability] enabled: {address}")
         peer = address.rsplit("/p2p/", 1)[-1]
+        self._check_dialable(peer, address)
+        if peer in self._peers:
+            return peer
+        return await self.relay.dial_circuit(address, self.config.dial_timeout)
+
+    def _check_dialable(self, peer: str, address: str) -> None:
+        """Refuse to dial ourselves, a peer outside ``allowed_peers`` or a banned one."""
         if peer == self.peer_id:
             raise DialError(f"refusing to dial ourselves at {address}")
-        if self.config.allowed_peers is not None and peer not in self.config.allowed_peers:
+        allowed = self.config.allowed_peers
+        if allowed is not None and peer not in allowed:
             count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
             raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
         if self.bans.is_banned(peer):
             count_refusal(self.stats, peer, "outbound", "banned")
             raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
-        if peer in self._peers:
-            return peer
-        return await self.relay.dial_circuit(address, self.config.dial_timeout)
 
     def ban(self, peer_id: str, seconds: float) -> None:
         """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
