@@ -123,7 +123,7 @@ def join_one_public(world: World) -> None:
     first = world.public[0]
     for i, node in enumerate(world.nodes[1:]):
         target = world.public[i % len(world.public)] if node not in world.public else first
-        node.cli("join", target.address)
+        node.join(target.address)
 
 
 def direct_fraction(world: World) -> tuple[float, int, int]:
@@ -147,7 +147,7 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
         home = internet.add_home_host(0)
         newcomer = NetNode(home, base / "inet" / "new", port=4100, env=NET_ENV).start()
         try:
-            newcomer.cli("join", world.public[0].address)
+            newcomer.join(world.public[0].address)
             result["mesh_s"] = wait_until(lambda: connections(newcomer) >= want,
                                           plan.mesh_wait_s)
         finally:
@@ -178,7 +178,7 @@ def relay_cost(base: Path, plan: Plan) -> float | None:
         relay = world.public[0]
         a, b = world.home
         for node in world.home:
-            node.cli("join", relay.address)
+            node.join(relay.address)
         if wait_until(lambda: all(n.get("/v1/status")["network"]["relayed_addrs"]
                                   for n in world.home), 60) is None:
             return None

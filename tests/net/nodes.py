@@ -137,6 +137,10 @@ class NetNode(NodeProcess):
         response.raise_for_status()
         return response.json()
 
+    def join(self, address: str) -> str:
+        """``syncnode join`` through the API (no CLI process to start): the joined peer id."""
+        return str(self.post("/v1/peers", {"multiaddr": address})["peer_id"])
+
     def cli_command(self, *args: str) -> list[str]:
         return [*self.wrap, sys.executable, "-m", "node.cli", *args, "--api", self.api_url]
 

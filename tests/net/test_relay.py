@@ -33,9 +33,9 @@ def test_home_nodes_punch_through_nat_and_survive_public_loss(
         p0, p1 = world.public
         h0, h1, h2 = world.home
         for node in (p1, h0, h1, h2):
-            node.cli("join", p0.address)
+            node.join(p0.address)
         for node in (h0, h1, h2):
-            node.cli("join", p1.address)
+            node.join(p1.address)
         # Verdicts from dial-backs; both home nodes reserve at both relays.
         wait_all(world.public, lambda n: _reachability(n) == "public", 60,
                  "public nodes did not find themselves public")

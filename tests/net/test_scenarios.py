@@ -23,9 +23,9 @@ from tests.node.cluster import publish_many
 def test_scenarios_2_and_3(internet: Internet, tmp_path: Path) -> None:
     with build_world(internet, tmp_path, publics=2, homes=3, per_home=2) as world:
         p0, p1 = world.public
-        p1.cli("join", p0.address)
+        p1.join(p0.address)
         for i, node in enumerate(world.home):
-            assert node.cli("join", world.public[i % 2].address).returncode == 0
+            node.join(world.public[i % 2].address)
         joined = time.monotonic()
         world.wait(lambda: all(len(world.paths(n)) >= 5 for n in world.nodes), 30,
                  "every node holding connections to at least five others")
