@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.net.netns import Internet
 from tests.net.world import build_world, logs_identical, partition_seconds, wait_all
 from tests.node.cluster import metric, publish_many, wait_for
@@ -24,6 +26,8 @@ def _reachability(node) -> str | None:  # type: ignore[no-untyped-def]
     return node.get("/v1/status").get("network", {}).get("reachability")  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_home_nodes_punch_through_nat_and_survive_public_loss(
         internet: Internet, tmp_path: Path) -> None:
     # h2 never hole-punches: a connection it accepts through a relay stays relayed.

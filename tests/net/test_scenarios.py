@@ -15,11 +15,15 @@ import itertools
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.net.netns import Internet
 from tests.net.world import build_world, logs_identical, partition_seconds
 from tests.node.cluster import publish_many
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_scenarios_2_and_3(internet: Internet, tmp_path: Path) -> None:
     with build_world(internet, tmp_path, publics=2, homes=3, per_home=2) as world:
         p0, p1 = world.public
