@@ -34,9 +34,19 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 0
     width = max(len(k) for k in status)
     for key, value in status.items():
+        if isinstance(value, dict):  # e.g. "network": reachability, relays, hole punches
+            value = ", ".join(f"{k}={_flat(v)}" for k, v in value.items())
         shown = ", ".join(map(str, value)) if isinstance(value, list) else value
         print(f"{key:<{width}}  {shown}")
     return 0
+
+
+def _flat(value: object) -> str:
+    if isinstance(value, dict):
+        return "/".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, list):
+        return str(len(value))
+    return str(value)
 
 
 def _cmd_id(args: argparse.Namespace) -> int:
