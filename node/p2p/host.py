@@ -93,6 +93,8 @@ class P2PHost:
         self._event_sinks: list[trio.MemorySendChannel[PeerEvent]] = []
         self.guard = guard if guard is not None else InboundGuard(config.conn_limits)
         self.guard.evict = self._evict
+        if relay is not None:
+            relay.on_spoke = self.guard.spoke
         self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
                                         self.listen_addrs)
         self._streams = Streams(host=host, config=config, stats=stats, bans=self.bans,

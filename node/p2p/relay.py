@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import multiaddr
@@ -124,6 +125,9 @@ class RelayLayer:
         self.serving = False
         self._nursery: trio.Nursery | None = None
         self._relay_addrs: dict[str, str] = {}  # relay peer -> our address through it
+        # Marks a peer as having spoken one of our protocols (the connection manager's
+        # idle rule); the host sets it.
+        self.on_spoke: Callable[[str], None] = lambda _peer: None
 
     def services(self) -> list[Any]:
         return [self.protocol, self.dcutr]
@@ -136,11 +140,16 @@ class RelayLayer:
         if on == self.serving:
             return
         if on:
-            self.host.set_stream_handler(HOP_PROTOCOL_ID, self.protocol._handle_hop_stream)
+            self.host.set_stream_handler(HOP_PROTOCOL_ID, self._serve_hop)
         else:
             self.host.remove_stream_handler(HOP_PROTOCOL_ID)
         self.serving = on
         logger.info("relay service %s", "on" if on else "off")
+
+    async def _serve_hop(self, stream: INetStream) -> None:
+        # A peer reserving or opening a circuit uses the connection: it is not idle.
+        self.on_spoke(stream.muxed_conn.peer_id.to_base58())
+        await self.protocol._handle_hop_stream(stream)
 
     # -- paths ------------------------------------------------------------------------------
 

@@ -91,6 +91,9 @@ class ReachabilityService:
             if relay not in direct:
                 self.relays.lost(relay)
                 self.relay.forget(relay)
+            else:
+                # Our reservation lives as long as this connection: never idle for us.
+                self.host.guard.spoke(relay)
         # Relays must be reachable from anywhere: only peers we reach at a global address.
         candidates = [p for p in direct if address_scope(self._direct_ip(p) or "") == "global"]
         for relay in self.relays.to_reserve(verdict, candidates, now):
