@@ -21,8 +21,10 @@ class ReachabilitySection:
     confirmations: int = opt(2, positive)
     probe_interval_s: float = opt(120.0, positive)
     hole_punch: bool = opt(True)
-    punch_attempts: int = opt(4, positive)
+    punch_attempts: int = opt(8, positive)
     punch_backoff_s: float = opt(3.0, non_negative)
+    punch_backoff_max_s: float = opt(15.0, non_negative)
+    punch_rest_s: float = opt(300.0, non_negative)
     max_reservations: int = opt(32, positive)
     max_circuits: int = opt(64, positive)
     circuit_duration_s: int = opt(600, positive)
@@ -39,7 +41,8 @@ def reachability_config(section: ReachabilitySection) -> ReachabilityConfig | No
         relay_retry_s=section.relay_retry_s, reservation_refresh_s=section.reservation_refresh_s,
         confirmations=section.confirmations, probe_interval_s=section.probe_interval_s,
         hole_punch=section.hole_punch, punch_attempts=section.punch_attempts,
-        punch_backoff_s=section.punch_backoff_s, max_reservations=section.max_reservations,
+        punch_backoff_s=section.punch_backoff_s, punch_backoff_max_s=section.punch_backoff_max_s,
+        punch_rest_s=section.punch_rest_s, max_reservations=section.max_reservations,
         max_circuits=section.max_circuits, circuit_duration_s=section.circuit_duration_s,
         circuit_bytes=section.circuit_bytes, circuit_rate_bytes_s=section.circuit_rate_bytes_s,
         reservation_ttl_s=section.reservation_ttl_s,

@@ -13,7 +13,8 @@ actions; nothing here does I/O or reads a clock (``now`` comes in, in seconds).
   among its direct peers; a refusal backs that peer off for ``relay_retry_s``.
 * **Hole punching.** Only the side that *accepted* a relayed connection initiates (two
   initiators cross and fail, DESIGN §11), ``punch_delay_s`` after it appeared, then retries with
-  doubling back-off up to ``punch_attempts`` tries; a direct connection cancels the plan.
+  doubling back-off (at most ``punch_backoff_max_s``) up to ``punch_attempts`` tries, then rests
+  ``punch_rest_s`` before a new series; a direct connection (or the peer leaving) ends it.
 * **Circuit rate.** :class:`RateGate` paces a relayed circuit to ``circuit_rate_bytes_s``
   (libp2p's relay never enforces a rate).
 """
@@ -85,8 +86,12 @@ class ReachabilityConfig:
     max_evidence: int = 32
     hole_punch: bool = True
     punch_delay_s: float = 1.0
-    punch_attempts: int = 4
+    punch_attempts: int = 8
     punch_backoff_s: float = 3.0
+    punch_backoff_max_s: float = 15.0
+    # After punch_attempts failures in a row, rest this long, then try a new series (a NAT's
+    # behaviour or the machines' load may have changed; the relayed path works meanwhile).
+    punch_rest_s: float = 300.0
     # What a relay we serve grants (config keys; libp2p's defaults are 1 h and 1 GiB).
     max_reservations: int = 32
     max_circuits: int = 64
@@ -104,7 +109,8 @@ class ReachabilityConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
         for name in ("relay_retry_s", "reservation_refresh_s", "evidence_ttl_s",
-                     "probe_interval_s", "punch_delay_s", "punch_backoff_s"):
+                     "probe_interval_s", "punch_delay_s", "punch_backoff_s",
+                     "punch_backoff_max_s", "punch_rest_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must not be negative, got {getattr(self, name)!r}")
 
@@ -264,9 +270,11 @@ class PunchPlanner:
         plan.attempts += 1
         if plan.attempts >= self.config.punch_attempts:
             self.gave_up += 1
-            del self._plans[peer]
+            plan.attempts = 0
+            plan.due = now + self.config.punch_rest_s
             return
-        plan.due = now + self.config.punch_backoff_s * 2 ** (plan.attempts - 1)
+        plan.due = now + min(self.config.punch_backoff_max_s,
+                             self.config.punch_backoff_s * 2 ** (plan.attempts - 1))
 
     def get_timer(self) -> float | None:
         times = [p.due for p in self._plans.values() if p.due != float("inf")]
@@ -274,6 +282,9 @@ class PunchPlanner:
 
     def pending(self) -> int:
         return len(self._plans)
+
+    def planned(self) -> list[str]:
+        return list(self._plans)
 
 
 class RateGate:

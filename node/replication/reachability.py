@@ -112,6 +112,10 @@ class ReachabilityService:
             accepted, dialed = self._relayed_directions(peer)
             self.punches.relayed(peer, accepted=accepted, dialed=dialed,
                                  us=self.host.peer_id, now=now)
+        still = set(connected)
+        for peer in self.punches.planned():
+            if peer not in still:
+                self.punches.gone(peer)
         for peer in self.punches.due(now):
             nursery.start_soon(self._punch, peer)
 

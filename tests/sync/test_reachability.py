@@ -102,7 +102,23 @@ def test_only_the_accepting_side_punches_with_backoff() -> None:
     punch.result("acceptor", False, 4)
     assert punch.due(7) == [] and punch.due(8) == ["acceptor"]  # then 4 s
     punch.result("acceptor", False, 8)
-    assert punch.pending() == 0 and punch.gave_up == 1  # 3 attempts
+    assert punch.gave_up == 1 and punch.due(100) == []  # 3 attempts, then a rest
+    assert punch.due(8 + CFG.punch_rest_s) == ["acceptor"]
+    punch.gone("acceptor")
+    assert punch.pending() == 0
+
+
+def test_backoff_is_capped() -> None:
+    punch = PunchPlanner(ReachabilityConfig(punch_attempts=20, punch_backoff_s=2,
+                                            punch_backoff_max_s=5, punch_delay_s=0))
+    punch.relayed("p", accepted=True, dialed=False, us="a", now=0)
+    now = 0.0
+    for _ in range(10):
+        assert punch.due(now) == ["p"]
+        punch.result("p", False, now)
+        timer = punch.get_timer()
+        assert timer is not None and timer - now <= 5
+        now = timer
 
 
 def test_direct_connection_cancels_the_plan() -> None:
