@@ -106,7 +106,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
                             in_session=recon.schedule.in_session, activity=recon.activity,
                             penalise=standing.penalise)
     await membership.load([k.addr for k in peers.known.values()])
-    peers.on_joined = membership.learn
+    peers.on_joined, peers.on_forgotten = membership.learn, membership.forget
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
     runtime.membership = membership
     bundles = [plugin.build(runtime) for plugin in PLUGINS]

@@ -39,6 +39,7 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     "rejected_event": 5.0,  # valid but refused by policy (clock, roles, closed group)
     "flood": 10.0,  # went over a rate budget
     "busy": 2.0,  # too many concurrent streams
+    "takeover": 50.0,  # signed a declaration that would take a settled table over
 }
 
 

@@ -168,7 +168,11 @@ def build_host(
     patch_inbound_slots()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans, guard)
+    # libp2p's own inbound cap is max_connections - min_connections (50): keep it above ours
+    # (membership.max_inbound), which is the one that decides, evicts and counts.
+    limits = config.conn_limits
     connection_config = ConnectionConfig(
+        max_connections=max(300, limits.max_inbound + 100) if limits else 300,
         max_connections_per_peer=1,
         dial_timeout=config.dial_timeout,
         outbound_upgrade_timeout=config.dial_timeout,

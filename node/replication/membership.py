@@ -58,7 +58,8 @@ class Membership:
         self.in_session = in_session
         self.activity = activity or PeerActivity()
         self.book = AddressBook(host.peer_id, book_limits(section))
-        self.px = PeerExchange(host, self.book, metrics, section, penalise)
+        self.rng = random.Random()
+        self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
         self._dialing: set[str] = set()
@@ -91,6 +92,12 @@ class Membership:
     def learn(self, peer_id: str, addr: str) -> None:
         """An address proven to reach ``peer_id`` (``join`` succeeded on it)."""
         self.book.learn(peer_id, addr, time.time())
+
+    async def forget(self, peer_id: str) -> None:
+        """``peers forget``: out of the book, and the saved book, now. (Peer exchange may
+        teach it to us again later.)"""
+        if self.book.forget(peer_id):
+            await save_book(self.store, self.book)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -128,7 +135,7 @@ class Membership:
             await trio.sleep(self.section.px_interval_s * random.uniform(0.75, 1.25))
             peers = self.host.connected_peers()
             if peers:
-                await self.px.ask(random.choice(peers))
+                await self.px.ask(self.rng.choice(peers))
 
     async def _rtt_rounds(self) -> None:
         """Keep each connection's round-trip time fresh (``peers``, ``/metrics``)."""
@@ -166,7 +173,7 @@ class Membership:
         if plan.dial:
             exclude = connected | self._dialing | {p for p in self.book.entries
                                                    if host.is_banned(p)}
-            for entry in self.book.candidates(time.time(), exclude, plan.dial):
+            for entry in self.book.candidates(time.time(), exclude, plan.dial, self.rng):
                 self._dialing.add(entry.peer_id)
                 nursery.start_soon(self._dial, entry)
 

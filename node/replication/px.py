@@ -10,6 +10,7 @@ penalised like any protocol violation. Wire format: ``sync.membership.px_wire``.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 
@@ -27,20 +28,25 @@ __all__ = ["PX_METRICS", "PX_PROTOCOL", "PeerExchange"]
 
 PX_PROTOCOL = "/syncnode/px/1.0.0"
 _TIMEOUT_S = 10.0
+_MAX_SERVING = 8
 log = logging.getLogger("syncnode.membership")
 
 PX_METRICS = {
     "px_records_total": "Signed peer records received through peer exchange, by outcome (the "
                         "address book's verdict, or invalid: bad signature or key)",
-    "px_exchanges_total": "Peer exchanges, by role (asked, served) and result (ok, failed)",
+    "px_exchanges_total": "Peer exchanges, by role (asked, served) and result (ok, failed, "
+                          "busy: one with that peer running already, or too many)",
 }
 
 
 class PeerExchange:
     def __init__(self, host: P2PHost, book: AddressBook, metrics: Metrics,
                  section: MembershipSection,
-                 penalise: Callable[[str, str], object] | None = None) -> None:
+                 penalise: Callable[[str, str], object] | None = None,
+                 rng: random.Random | None = None) -> None:
         self.host = host
+        self.rng = rng or random.Random()
+        self._serving: set[str] = set()
         self.book = book
         self.metrics = metrics
         self.section = section
@@ -48,12 +54,24 @@ class PeerExchange:
 
     def _answer(self, asker: str) -> bytes:
         connected = set(self.host.connected_peers())
-        shared = [e.record for e in self.book.shareable(self.section.px_max_records, connected)
+        shared = [e.record for e in self.book.shareable(self.section.px_max_records, connected,
+                                                     self.rng)
                   if e.peer_id != asker][: self.section.px_max_records - 1]
         return encode_records([self.host.local_record.envelope, *shared])
 
     async def serve(self, stream: FramedStream) -> None:
         peer = stream.peer_id
+        # One exchange per peer at a time, a few in all: answering costs a sort of the book.
+        if peer in self._serving or len(self._serving) >= _MAX_SERVING:
+            self.metrics.inc("px_exchanges_total", role="served", result="busy")
+            return
+        self._serving.add(peer)
+        try:
+            await self._serve(stream, peer)
+        finally:
+            self._serving.discard(peer)
+
+    async def _serve(self, stream: FramedStream, peer: str) -> None:
         try:
             with trio.fail_after(_TIMEOUT_S):
                 request = await stream.receive()

@@ -22,13 +22,14 @@ Time is the caller's (``now``, seconds); nothing here reads a clock.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from sync.membership.addrs import ParsedAddr, bucket_of, parse_addr
 
-__all__ = ["OFFER_OUTCOMES", "AddressBook", "BookEntry", "BookLimits"]
+__all__ = ["OFFER_OUTCOMES", "AddressBook", "BookEntry", "BookLimits", "require_counts"]
 
 # What :meth:`AddressBook.offer` answers: the first three keep the record, the rest refuse it.
 OFFER_OUTCOMES = ("added", "updated", "unchanged", "self", "no_address", "stale",
@@ -48,10 +49,15 @@ class BookLimits:
     tried_max_failures: int = 20
 
     def __post_init__(self) -> None:
-        for name in ("capacity", "per_bucket", "per_source", "addrs_per_peer", "max_failures",
-                     "tried_max_failures"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+        require_counts(self, "capacity", "per_bucket", "per_source", "addrs_per_peer",
+                       "max_failures", "tried_max_failures")
+
+
+def require_counts(limits: object, *names: str) -> None:
+    """Each of ``limits``' fields ``names`` is a count of at least 1."""
+    for name in names:
+        if getattr(limits, name) < 1:
+            raise ValueError(f"{name} must be >= 1")
 
 
 @dataclass
@@ -227,17 +233,23 @@ class AddressBook:
 
     # -- choosing -------------------------------------------------------------------------
 
-    def candidates(self, now: float, exclude: Collection[str], count: int) -> list[BookEntry]:
-        """Up to ``count`` entries to dial now: tried ones first, one bucket at a time (so
-        that the peers we reach are spread over networks), fewest failures first."""
+    def candidates(self, now: float, exclude: Collection[str], count: int,
+                   rng: random.Random | None = None) -> list[BookEntry]:
+        """Up to ``count`` entries to dial now: ones that never failed first, tried before
+        untried, one bucket at a time (so that the peers we reach are spread over networks),
+        in an order ``rng`` shuffles within each tier: nodes that all learnt the same peers
+        must not all dial the same few (a herd of clusters that one loss can cut apart)."""
+        rng = rng or random.Random(0)
         due = [e for e in self.entries.values()
                if e.peer_id not in exclude and e.next_attempt <= now]
+        keyed = sorted(((e.failures > 0, not e.tried, rng.random(), e.peer_id), e) for e in due)
         by_bucket: dict[str, list[BookEntry]] = {}
-        for entry in sorted(due, key=lambda e: (not e.tried, e.failures, e.added, e.peer_id)):
+        rank: dict[str, tuple[object, ...]] = {}
+        for key, entry in keyed:
             by_bucket.setdefault(entry.bucket, []).append(entry)
+            rank.setdefault(entry.bucket, key)
         out: list[BookEntry] = []
-        queues = sorted(by_bucket.values(), key=lambda q: (not q[0].tried, q[0].failures,
-                                                             q[0].added, q[0].peer_id))
+        queues = [by_bucket[b] for b in sorted(by_bucket, key=lambda b: rank[b])]
         while len(out) < count and queues:
             for queue in queues:
                 if len(out) < count:
@@ -250,13 +262,16 @@ class AddressBook:
         times = [e.next_attempt for e in self.entries.values() if e.peer_id not in exclude]
         return max(now, min(times)) if times else None
 
-    def shareable(self, count: int, first: Collection[str] = ()) -> list[BookEntry]:
+    def shareable(self, count: int, first: Collection[str] = (),
+                  rng: random.Random | None = None) -> list[BookEntry]:
         """Up to ``count`` signed records to hand a peer: peers in ``first`` (connected now),
-        then tried ones, most recently seen first."""
+        then tried ones, in an order ``rng`` shuffles within each of those tiers (askers
+        should not all learn the same few peers)."""
+        rng = rng or random.Random(0)
         signed = [e for e in self.entries.values() if e.record]
-        signed.sort(key=lambda e: (e.peer_id not in first, not e.tried, -e.last_seen,
-                                   e.peer_id))
-        return signed[:count]
+        keyed = sorted(((e.peer_id not in first, not e.tried, rng.random(), e.peer_id), e)
+                       for e in signed)
+        return [e for _key, e in keyed[:count]]
 
     def restore(self, entry: BookEntry) -> bool:
         """Put back an entry saved by an earlier run (limits apply as for an offer)."""

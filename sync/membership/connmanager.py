@@ -18,12 +18,10 @@ from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from sync.membership.addrbook import require_counts
+
 __all__ = ["Admission", "ConnLimits", "ConnState", "ConnectionManager", "Housekeeping"]
 
-# An idle connection may be evicted for a newcomer from its IP once it is this old: long
-# enough for an honest peer to have spoken (it does within a second), short enough that an
-# attacker's fresh connections cannot shelter each other.
-EVICTABLE_AFTER_S = 2.0
 _RATE_WINDOW_S = 60.0
 
 
@@ -41,10 +39,8 @@ class ConnLimits:
     def __post_init__(self) -> None:
         if not 1 <= self.low_watermark <= self.high_watermark:
             raise ValueError("need 1 <= low_watermark <= high_watermark")
-        for name in ("max_inbound", "max_inbound_per_ip", "inbound_per_peer_per_min",
-                     "max_tracked_peers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+        require_counts(self, "max_inbound", "max_inbound_per_ip", "inbound_per_peer_per_min",
+                       "max_tracked_peers")
         if self.grace_s < 0 or self.idle_timeout_s <= 0:
             raise ValueError("grace_s must be >= 0 and idle_timeout_s > 0")
 
@@ -94,14 +90,14 @@ class ConnectionManager:
         same_ip = [c for c in self.conns.values() if c.inbound and ip is not None and c.ip == ip
                    and c.peer_id != peer_id]
         if len(same_ip) >= self.limits.max_inbound_per_ip:
-            victim = self._idle_victim(same_ip, now)
+            victim = self._idle_victim(same_ip)
             if victim is None:
                 return Admission(False, "ip_limit")
             evict.append(victim)
         inbound = [c for c in self.conns.values() if c.inbound and c.peer_id not in evict
                    and c.peer_id != peer_id]
         if existing is None and len(inbound) >= self.limits.max_inbound:
-            victim = self._idle_victim(inbound, now)
+            victim = self._idle_victim(inbound)
             if victim is None:
                 return Admission(False, "inbound_limit")
             evict.append(victim)
@@ -109,8 +105,12 @@ class ConnectionManager:
         return Admission(True, evict=tuple(evict))
 
     @staticmethod
-    def _idle_victim(conns: list[ConnState], now: float) -> str | None:
-        idle = [c for c in conns if not c.spoke and now - c.opened >= EVICTABLE_AFTER_S]
+    def _idle_victim(conns: list[ConnState]) -> str | None:
+        """The longest-idle connection. The newcomer is always the youngest, so an honest
+        peer is evicted only if a whole IP's worth of newcomers arrive before it speaks (it
+        does within a second); an age floor would instead let an attacker who keeps
+        connecting hold every slot of its IP young, and unevictable."""
+        idle = [c for c in conns if not c.spoke]
         return min(idle, key=lambda c: (c.opened, c.peer_id)).peer_id if idle else None
 
     def _forget_quiet(self, now: float) -> None:

@@ -72,11 +72,14 @@ async def _idle_then_join(target: NodeProcess, honest: NodeProcess, count: int) 
 
 @pytest.mark.slow
 def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> None:
-    # A low high watermark and a short grace: silent connections are pruned before they are
-    # even old enough to count as idle.
+    # Low limits, so that each defence acts within seconds: the per-IP limit (all of the test
+    # is on 127.0.0.1) evicts the longest-idle connection for a newcomer, the high watermark
+    # prunes silent connections before they are old enough to count as idle, and what stays
+    # is closed as idle.
     target = NodeProcess(tmp_path / "target", env={
         "SYNCNODE_MEMBERSHIP_IDLE_TIMEOUT_S": "5", "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1",
-        "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "8", "SYNCNODE_MEMBERSHIP_GRACE_S": "1"}).start()
+        "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "8", "SYNCNODE_MEMBERSHIP_GRACE_S": "1",
+        "SYNCNODE_MEMBERSHIP_MAX_INBOUND_PER_IP": "12"}).start()
     honest = NodeProcess(tmp_path / "honest").start()
     try:
         started = time.monotonic()

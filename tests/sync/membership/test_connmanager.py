@@ -6,7 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sync.membership import ConnectionManager, ConnLimits
-from sync.membership.connmanager import EVICTABLE_AFTER_S
 
 
 def test_idle_connections_close_and_speakers_stay() -> None:
@@ -24,11 +23,14 @@ def test_per_ip_limit_evicts_the_oldest_idle_connection_or_refuses() -> None:
         assert cm.admit_inbound(peer, "9.9.9.9", i).admit
         cm.opened(peer, "9.9.9.9", True, i)
     cm.spoke("b")
-    young = cm.admit_inbound("c", "9.9.9.9", 1.5)
-    assert not young.admit and young.reason == "ip_limit"  # a is too young to be evicted
-    later = cm.admit_inbound("c", "9.9.9.9", EVICTABLE_AFTER_S)
-    assert later.admit and later.evict == ("a",)
-    assert cm.admit_inbound("d", "8.8.8.8", 3).admit  # another IP is not affected
+    newcomer = cm.admit_inbound("c", "9.9.9.9", 1.5)
+    assert newcomer.admit and newcomer.evict == ("a",)  # the idle one goes, the speaker stays
+    cm.closed("a")
+    cm.opened("c", "9.9.9.9", True, 1.5)
+    cm.spoke("c")
+    full = cm.admit_inbound("d", "9.9.9.9", 2)
+    assert not full.admit and full.reason == "ip_limit"  # everyone there speaks: refused
+    assert cm.admit_inbound("e", "8.8.8.8", 3).admit  # another IP is not affected
 
 
 def test_per_identity_rate_limit() -> None:
