@@ -11,7 +11,6 @@ import contextlib
 import importlib.metadata
 import logging
 import os
-import socket
 from typing import Any
 
 import libp2p
@@ -19,7 +18,6 @@ import libp2p.network.connection.swarm_connection as _swarm_connection_module
 import libp2p.network.swarm as _swarm_module
 import libp2p.pubsub.gossipsub as _gossipsub_module
 import libp2p.pubsub.pubsub as _pubsub_module
-import libp2p.transport.tcp.tcp as _tcp_module
 from libp2p.abc import IHost, IMuxedConn
 from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.peer.id import ID
@@ -30,13 +28,10 @@ from node.p2p.frames import P2PError
 
 __all__ = [
     "SUPPORTED_LIBP2P_VERSION",
-    "TCP_RTO_MAX_MS",
-    "cap_retransmission_timeout",
     "check_libp2p_version",
     "patch_gossip_queues",
     "patch_inbound_slots",
     "patch_record_verification",
-    "patch_tcp_dial_rto",
     "tame_libp2p_logging",
 ]
 
@@ -193,36 +188,3 @@ def tame_libp2p_logging(level: str) -> None:
     for name, item in list(logging.root.manager.loggerDict.items()):
         if name.startswith("libp2p.") and isinstance(item, logging.Logger) and item.level:
             item.setLevel(max(item.level, numeric))
-
-
-# Linux 6.15+ ``TCP_RTO_MAX_MS`` (include/uapi/linux/tcp.h): the longest retransmission timeout.
-TCP_RTO_MAX_MS = 44
-RTO_MAX_MS = 5000
-
-
-def cap_retransmission_timeout(sock: Any) -> None:
-    """After a minute without answers (a link down, a NAT rebooting) TCP waits 30-60 s and more
-    between retransmissions, so a connection stays silent long after the path is back. Capping
-    the timeout at 5 s makes it resume within 5 s. Best effort: older kernels lack the option.
-    Accepted sockets inherit it from their listener."""
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, RTO_MAX_MS)
-
-
-def patch_tcp_dial_rto() -> None:
-    """Outbound TCP connections get :func:`cap_retransmission_timeout` too (libp2p opens them
-    with ``trio.open_tcp_stream``, no hook before or after connect)."""
-    check_libp2p_version()
-    tcp = _tcp_module.TCP
-    original = tcp._dial_resolved
-    if getattr(original, "_syncnode_rto", False):
-        return
-
-    async def dial_resolved(self: Any, maddr: Any, source: Any = None) -> Any:
-        raw = await original(self, maddr, source)
-        cap_retransmission_timeout(getattr(getattr(getattr(raw, "stream", None), "stream",
-                                                   None), "socket", None))
-        return raw
-
-    dial_resolved._syncnode_rto = True  # type: ignore[attr-defined]
-    setattr(tcp, "_dial_resolved", dial_resolved)  # noqa: B010

@@ -58,11 +58,9 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from node.p2p.conns import InboundGuard
 from node.p2p.frames import P2PError
 from node.p2p.patches import (
-    cap_retransmission_timeout,
     patch_gossip_queues,
     patch_inbound_slots,
     patch_record_verification,
-    patch_tcp_dial_rto,
 )
 from node.p2p.types import BanList, P2PConfig
 from sync.identity import peer_id_of
@@ -150,7 +148,6 @@ def _exclusive_socket_flags(sock: Any) -> None:
     """
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    cap_retransmission_timeout(sock)
 
 
 def _shared_port_flags(sock: Any) -> None:
@@ -159,7 +156,6 @@ def _shared_port_flags(sock: Any) -> None:
     for option in (socket.SO_REUSEADDR, socket.SO_REUSEPORT):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, option, 1)
-    cap_retransmission_timeout(sock)
 
 
 def build_host(
@@ -169,7 +165,6 @@ def build_host(
     punch = config.reachability is not None and config.reachability.hole_punch
     flags = _shared_port_flags if punch else _exclusive_socket_flags
     setattr(_tcp_module, "_set_reuse_flags", flags)  # noqa: B010
-    patch_tcp_dial_rto()
     patch_inbound_slots()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans, guard)

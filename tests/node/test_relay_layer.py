@@ -88,26 +88,3 @@ def test_dialback_answers_are_checked() -> None:
     for bad in (b"", b"maybe 1.2.3.4", b"ok", b"ok " + b"9" * 100):
         with pytest.raises(P2PError):
             parse_answer(bad)
-
-
-@pytest.mark.trio
-async def test_outbound_tcp_connections_cap_the_retransmission_timeout() -> None:
-    import socket
-
-    import multiaddr
-    from libp2p.transport.tcp.tcp import TCP
-
-    from node.p2p.patches import RTO_MAX_MS, TCP_RTO_MAX_MS, patch_tcp_dial_rto
-
-    patch_tcp_dial_rto()
-    listener = trio.socket.socket()
-    await listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    port = listener.getsockname()[1]
-    raw = await TCP().dial(multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}"))
-    try:
-        sock = raw.stream.stream.socket  # type: ignore[attr-defined]
-        assert sock.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) == RTO_MAX_MS
-    finally:
-        await raw.close()
-        listener.close()
