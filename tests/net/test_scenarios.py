@@ -35,7 +35,7 @@ def test_scenarios_2_and_3(internet: Internet, tmp_path: Path) -> None:
                  "every node holding connections to at least five others")
         print(f"meshed {time.monotonic() - joined:.1f} s after the joins")
         pairs = list(itertools.combinations(world.home, 2))
-        world.wait(lambda: all(world.paths(a).get(b.peer_id) == "direct" for a, b in pairs), 90,
+        world.wait(lambda: all(world.paths(a).get(b.peer_id) == "direct" for a, b in pairs), 180,
                  "every home-to-home pair connected directly")
         print(f"all {len(pairs)} home pairs direct {time.monotonic() - joined:.1f} s after")
         for node in world.public:
