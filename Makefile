@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test test-fast bench lint demo clean protos
 
-setup: $(STAMP) jdbc java chromium
+setup: $(STAMP) jdbc java chromium net
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	rm -rf $(VENV)/lib/python*/site-packages/trio-stubs
 	touch $(STAMP)
 
-.PHONY: jdbc java chromium
+.PHONY: jdbc java chromium net
 jdbc:
 	@bash scripts/setup_jdbc.sh
 
@@ -32,6 +32,9 @@ chromium:
 
 java:
 	@bash scripts/check_java.sh
+
+net:
+	@bash scripts/setup_net.sh
 
 run: setup
 	$(VENV)/bin/syncnode run --config $(CONFIG)

@@ -40,6 +40,7 @@ from node.config_fields import (
     positive,
 )
 from node.config_membership import MembershipSection
+from node.config_net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 
 __all__ = [
@@ -238,6 +239,7 @@ class Config:
     recon: ReconSection = field(default_factory=ReconSection)
     fetch: FetchSection = field(default_factory=FetchSection)
     peers: PeersSection = field(default_factory=PeersSection)
+    reachability: ReachabilitySection = field(default_factory=ReachabilitySection)
     membership: MembershipSection = field(default_factory=MembershipSection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
     db: DbSection = field(default_factory=DbSection)

@@ -18,6 +18,7 @@ from node.config import Config
 from node.config_combined import check_combined_keys
 from node.config_fields import parse_host_port
 from node.config_membership import conn_limits
+from node.config_net import reachability_config
 from node.logs import kv
 from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
@@ -82,6 +83,7 @@ def p2p_config(config: Config) -> P2PConfig:
         # SDS messages are signed by their senders and verified before use: libp2p's own
         # per-message signatures would only double the cost.
         gossip_strict_signing=False,
+        reachability=reachability_config(config.reachability),
         conn_limits=conn_limits(config.membership),
     )
 

@@ -21,6 +21,7 @@ from node.replication.fetch import Fetcher
 from node.replication.ingest import IngestPool
 from node.replication.membership import Membership
 from node.replication.peers import PeerManager
+from node.replication.reachability import ReachabilityService
 from node.replication.recon import ReconService
 from node.replication.verify import MAX_EVENT_BYTES
 from node.runtime import NodeRuntime, Service
@@ -121,6 +122,12 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         runtime.snapshots = snapshots
         store.on_commit(snapshots.on_commit)
         services.append(snapshots)
+    if host.relay is not None:
+        runtime.reachability = ReachabilityService(host, host.relay, metrics)
+        if config.membership.px:
+            runtime.reachability.announce = membership.px.ask
+        runtime.reachability.direct_addrs = membership.direct_addrs
+        services.append(runtime.reachability)
     if config.p2p.dht:
         services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,
                                      channels.names, config.p2p.dht_interval_s))

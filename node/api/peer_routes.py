@@ -27,7 +27,8 @@ def _activity(node: NodeRuntime, peer: str, connected: bool) -> dict[str, Any]:
 async def _peers(node: NodeRuntime, _request: Request) -> Response:
     peers = [
         {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
-         "connected_since": p.connected_since, "path": path_of(p.address),
+         "connected_since": p.connected_since,
+         "path": node.require_host().path(p.peer_id) or path_of(p.address),
          "rtt_ms": round(p.latency_s * 1000, 3) if p.latency_s is not None else None,
          **_activity(node, p.peer_id, True)}
         for p in node.require_host().peers()

@@ -56,6 +56,8 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("events", f"{value:,}"))
         elif isinstance(value, list):
             rows.append((key.replace("_", " "), ", ".join(map(str, value))))
+        elif isinstance(value, dict):  # e.g. "network": reachability, relays, hole punches
+            rows.append((key, ", ".join(f"{k}={_flat(v)}" for k, v in value.items())))
         else:
             rows.append((key.replace("_", " "), str(value)))
         if key == "network_id":  # the database right after the network
@@ -63,6 +65,14 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
                                                   else "")))
     rows.append(("snapshots", human_size(snapshots) if snapshots is not None else "none"))
     return rows
+
+
+def _flat(value: object) -> str:
+    if isinstance(value, dict):
+        return "/".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, list):
+        return str(len(value))
+    return str(value)
 
 
 def _cmd_id(args: argparse.Namespace) -> int:

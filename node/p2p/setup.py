@@ -150,11 +150,21 @@ def _exclusive_socket_flags(sock: Any) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 
 
+def _shared_port_flags(sock: Any) -> None:
+    """SO_REUSEADDR and SO_REUSEPORT: a hole-punch dial leaves from the listen port, which
+    needs both (DESIGN §11). ``open_host`` checks the port is free before listening instead."""
+    for option in (socket.SO_REUSEADDR, socket.SO_REUSEPORT):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, option, 1)
+
+
 def build_host(
     key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str, str], None],
     bans: BanList, guard: InboundGuard | None = None,
 ) -> IHost:
-    setattr(_tcp_module, "_set_reuse_flags", _exclusive_socket_flags)  # noqa: B010
+    punch = config.reachability is not None and config.reachability.hole_punch
+    flags = _shared_port_flags if punch else _exclusive_socket_flags
+    setattr(_tcp_module, "_set_reuse_flags", flags)  # noqa: B010
     patch_inbound_slots()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans, guard)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from sync.membership import ConnLimits
+from sync.reachability import ReachabilityConfig
 
 __all__ = [
     "BanList",
@@ -67,6 +68,8 @@ class P2PConfig:
     # Test-only: drop this fraction of received gossip messages before delivery.
     drop_incoming_gossip_fraction: float = 0.0
     drop_seed: int = 0
+    # Relay client/service, dial-back and hole punching (node.p2p.relay); None: none of them.
+    reachability: ReachabilityConfig | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.listen_addrs, str):

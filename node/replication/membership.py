@@ -82,6 +82,13 @@ class Membership:
             self.book.offer(peer, [addr], 0, b"", "", now)
         log.info("address book loaded", extra=kv(saved=kept, peers=len(self.book)))
 
+    def direct_addrs(self, peer_id: str) -> list[str]:
+        """``peer_id``'s advertised addresses that need no relay, as dialable multiaddrs."""
+        entry = self.book.entries.get(peer_id)
+        if entry is None:
+            return []
+        return [a for a in entry.dial_addrs() if "/p2p-circuit" not in a]
+
     def learn(self, peer_id: str, addr: str) -> None:
         """An address proven to reach ``peer_id`` (``join`` succeeded on it)."""
         self.book.learn(peer_id, addr, time.time())

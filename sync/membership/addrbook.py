@@ -160,8 +160,13 @@ class AddressBook:
         if bucket != entry.bucket and self._per_bucket[bucket] >= self.limits.per_bucket:
             return "bucket_full"
         self._remove(entry.peer_id)
+        addrs = tuple(a.text for a in parsed)
+        if addrs != entry.addrs:
+            # New addresses (e.g. relayed ones once the peer holds reservations) are worth a
+            # prompt dial, whatever the old ones' failures earned.
+            entry = replace(entry, next_attempt=0.0, failures=0)
         # The entry stays credited to whoever brought it first, unless we vouch for it now.
-        self._insert(replace(entry, addrs=tuple(a.text for a in parsed), bucket=bucket, seq=seq,
+        self._insert(replace(entry, addrs=addrs, bucket=bucket, seq=seq,
                              record=record or entry.record,
                              source="" if not source else entry.source,
                              relayed=tuple(a.relayed for a in parsed)))
