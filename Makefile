@@ -9,25 +9,32 @@ PYTEST_ARGS ?=
 
 .PHONY: setup run test test-fast bench lint demo clean protos sim
 
-setup: $(STAMP) jdbc java
+setup: $(STAMP) jdbc java chromium net
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@# libp2p pulls in trio-typing, whose stale trio-stubs hide trio's own inline types from
 	@# mypy (no trio.TaskStatus, old to_thread signature); the runtime never imports them.
 	rm -rf $(VENV)/lib/python*/site-packages/trio-stubs
 	touch $(STAMP)
 
-.PHONY: jdbc java
+.PHONY: jdbc java chromium net
 jdbc:
 	@bash scripts/setup_jdbc.sh
 
+# Debian's chromium, for the status page's browser test (Playwright never downloads one).
+chromium:
+	@bash scripts/setup_chromium.sh
+
 java:
 	@bash scripts/check_java.sh
+
+net:
+	@bash scripts/setup_net.sh
 
 run: setup
 	$(VENV)/bin/syncnode run --config $(CONFIG)

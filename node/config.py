@@ -39,6 +39,8 @@ from node.config_fields import (
     parse_host_port,
     positive,
 )
+from node.config_membership import MembershipSection
+from node.config_net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 
 __all__ = [
@@ -47,12 +49,14 @@ __all__ = [
     "ApiConfig",
     "Config",
     "FetchSection",
+    "MembershipSection",
     "NodeConfig",
     "P2PSection",
     "PeersSection",
     "ReconSection",
     "SdsSection",
     "StorageConfig",
+    "UiSection",
     "load_config",
 ]
 
@@ -79,6 +83,7 @@ class ApiConfig:
     page_max_bytes: int = opt(8 * 1024 * 1024, positive, most=GIB)
     idle_timeout_s: float = opt(5.0, positive, most=HOUR)
     max_follows: int = opt(64, positive, most=10_000)
+    follow_buffer_bytes: int = opt(256 * 1024, positive, most=GIB)
     idempotency_ttl_s: float = opt(86400.0, positive, most=30 * DAY)
     idempotency_max_keys: int = opt(100_000, positive, most=10_000_000)
 
@@ -91,6 +96,21 @@ class ApiConfig:
                 f"{host} is not a loopback address; the API signs and publishes as this node, "
                 "so set api.allow_remote = true to expose it (every request then needs the token)",
             )
+
+
+@dataclass(frozen=True)
+class UiSection:
+    """The status page at ``GET /`` and its sign-in (docs/ops.md, "The status page")."""
+
+    link_ttl_s: float = opt(120.0, positive, most=DAY)
+    max_links: int = opt(16, positive, most=10_000)
+    session_ttl_s: float = opt(8 * 3600.0, positive, most=30 * DAY)
+    max_sessions: int = opt(16, positive, most=10_000)
+    requests_per_s: float = opt(10.0, positive, most=100_000)
+    burst: int = opt(40, positive, most=1_000_000)
+    refresh_s: float = opt(
+        2.0, lambda v: None if 0.5 <= v <= 3600 else "must be in 0.5..3600", most=3600
+    )
 
 
 @dataclass(frozen=True)
@@ -221,12 +241,15 @@ class PeersSection:
 class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    ui: UiSection = field(default_factory=UiSection)
     storage: StorageConfig = field(default_factory=StorageConfig)
     p2p: P2PSection = field(default_factory=P2PSection)
     sds: SdsSection = field(default_factory=SdsSection)
     recon: ReconSection = field(default_factory=ReconSection)
     fetch: FetchSection = field(default_factory=FetchSection)
     peers: PeersSection = field(default_factory=PeersSection)
+    reachability: ReachabilitySection = field(default_factory=ReachabilitySection)
+    membership: MembershipSection = field(default_factory=MembershipSection)
     blocks: BlocksSection = field(default_factory=BlocksSection)
     db: DbSection = field(default_factory=DbSection)
     spark: SparkSection = field(default_factory=SparkSection)

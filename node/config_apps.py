@@ -93,6 +93,9 @@ class DbSection:
     def active(self) -> bool:
         """The node replicates the db channel: asked for, or a table to declare."""
         return self.enabled or bool(self.tables)
+    # Row changes kept for subscribers (GET /v1/db/{table}/changes), over every table; a
+    # subscriber resuming from before the oldest kept is told so (410).
+    changes_retain: int = opt(100_000, positive, most=100_000_000)
 
     def owner_pins(self) -> dict[str, str]:
         return _owner_pins(self.owners)[0]

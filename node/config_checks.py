@@ -70,6 +70,9 @@ def multiaddr_problem(value: str, *, need_peer: bool, allow_dns: bool) -> str | 
         return f"tcp port {port!r} in {value!r} is not a number in 0..65535"
     rest = parts[5:]
     if need_peer:
+        if len(rest) == 5 and rest[0] == "p2p" and rest[2:4] == ["p2p-circuit", "p2p"]:
+            # Through a relay: /ip4/R/tcp/P/p2p/<relay>/p2p-circuit/p2p/<peer> (docs/network.md).
+            return peer_id_problem(rest[1]) or peer_id_problem(rest[4])
         if len(rest) != 2 or rest[0] != "p2p":
             return f"must end in /p2p/<peer id>: {value!r}"
         return peer_id_problem(rest[1])

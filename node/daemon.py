@@ -11,11 +11,14 @@ from node.api.guard import ApiGuard, HostPolicy
 from node.api.health import HEALTH_ROUTES
 from node.api.node_metrics import register_node_metrics
 from node.api.routes import NODE_ROUTES
+from node.api.ui_routes import ui_routes
 from node.api_address import remove_api_url, write_api_url
 from node.api_token import load_or_create_token
 from node.config import Config
 from node.config_combined import check_combined_keys
 from node.config_fields import parse_host_port
+from node.config_membership import conn_limits
+from node.config_net import reachability_config
 from node.logs import kv
 from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
@@ -27,6 +30,7 @@ from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import build_services
 from node.snapshots.routes import SNAPSHOT_ROUTES
 from node.store import EventStore
+from node.ui import UiSessions
 from storage import make_engine, upgrade
 
 __all__ = ["StartupError", "serve"]
@@ -79,6 +83,8 @@ def p2p_config(config: Config) -> P2PConfig:
         # SDS messages are signed by their senders and verified before use: libp2p's own
         # per-message signatures would only double the cost.
         gossip_strict_signing=False,
+        reachability=reachability_config(config.reachability),
+        conn_limits=conn_limits(config.membership),
     )
 
 
@@ -147,11 +153,13 @@ async def _serve_locked(
             recon = runtime.recon
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, *running)
+            sessions = UiSessions(config.ui, runtime.metrics)
             all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *HEALTH_ROUTES, *app_routes,
-                          *(routes or [])]
+                          *ui_routes(sessions), *(routes or [])]
             app = ApiGuard(
                 create_app(runtime, all_routes, config.api),
                 token=token, hosts=HostPolicy(api_host, config.api.hosts), metrics=runtime.metrics,
+                ui=sessions,
             )
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
                                                   config.api)

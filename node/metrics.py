@@ -94,6 +94,10 @@ class Metrics:
     def set(self, name: str, value: float, **labels: str) -> None:
         self._values[name][tuple(sorted(labels.items()))] = value
 
+    def clear(self, name: str) -> None:
+        """Drop every series of ``name`` (a per-peer gauge whose label set is replaced)."""
+        self._values.pop(name, None)
+
     def observe(self, name: str, value: float, **labels: str) -> None:
         histogram = self._histograms.get(name)
         if histogram is None:

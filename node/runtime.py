@@ -23,7 +23,9 @@ if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle 
     from node.p2p import P2PHost
     from node.p2p.standing import PeerStanding
     from node.replication.channels import ChannelService
+    from node.replication.membership import Membership
     from node.replication.peers import PeerManager
+    from node.replication.reachability import ReachabilityService
     from node.replication.recon import ReconService
     from node.snapshots.scheduler import SnapshotScheduler
 
@@ -69,7 +71,9 @@ class NodeRuntime:
     peers: PeerManager | None = None
     recon: ReconService | None = None
     standing: PeerStanding | None = None  # scores and bans of misbehaving peers
+    membership: Membership | None = None  # address book, peer exchange, connection manager
     snapshots: SnapshotScheduler | None = None  # when [spark] is enabled
+    reachability: ReachabilityService | None = None  # when [reachability] is enabled
     api_url: str = ""
     started_at: float = field(default_factory=time.monotonic)
     version: str = field(default_factory=package_version)
@@ -130,4 +134,7 @@ class NodeRuntime:
             # Bytes on disk (null: unknown, or no snapshot directory yet); refreshed every 30 s.
             "database_bytes": sizes.get("database_bytes"),
             "snapshot_bytes": sizes.get("snapshot_bytes"),
+            "address_book": len(self.membership.book) if self.membership is not None else 0,
+            **({"network": self.reachability.status()} if self.reachability is not None
+               else {"network": {"reachability": "unknown"}}),
         }

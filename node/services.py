@@ -19,7 +19,9 @@ from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
 from node.replication.fetch import Fetcher
 from node.replication.ingest import IngestPool
+from node.replication.membership import Membership
 from node.replication.peers import PeerManager
+from node.replication.reachability import ReachabilityService
 from node.replication.recon import ReconService
 from node.replication.verify import MAX_EVENT_BYTES
 from node.runtime import NodeRuntime, Service
@@ -100,9 +102,16 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         allowed_senders=allowed, standing=standing, ingest=ingest,
     )
     await recon.load()
+    membership = Membership(host, store, metrics, config.membership,
+                            in_session=recon.schedule.in_session, activity=recon.activity,
+                            penalise=standing.penalise)
+    await membership.load([k.addr for k in peers.known.values()])
+    peers.on_joined, peers.on_forgotten = membership.learn, membership.forget
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
+    runtime.membership = membership
     bundles = [plugin.build(runtime) for plugin in PLUGINS]
-    services: list[Service] = [channels, fetcher, peers, recon, *([ingest] if ingest else [])]
+    services: list[Service] = [channels, fetcher, peers, recon, membership,
+                               *([ingest] if ingest else [])]
     # An application with no channels (disabled in config) costs nothing.
     services += [
         AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels
@@ -113,6 +122,12 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         runtime.snapshots = snapshots
         store.on_commit(snapshots.on_commit)
         services.append(snapshots)
+    if host.relay is not None:
+        runtime.reachability = ReachabilityService(host, host.relay, metrics)
+        if config.membership.px:
+            runtime.reachability.announce = membership.px.ask
+        runtime.reachability.direct_addrs = membership.direct_addrs
+        services.append(runtime.reachability)
     if config.p2p.dht:
         services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,
                                      channels.names, config.p2p.dht_interval_s))

@@ -7,11 +7,7 @@ need=()
 [ -e /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "installing JDBC drivers: ${need[*]}"
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+bash "$(dirname "$0")/apt_install.sh" "${need[@]}"
 for jar in sqlite-jdbc.jar postgresql.jar; do
   [ -e "/usr/share/java/$jar" ] || { echo "error: /usr/share/java/$jar still missing" >&2; exit 1; }
 done

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, select
+from sqlalchemy import Connection, Table, delete, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from storage.schema import crdt_cells, crdt_entities, crdt_schemas
@@ -36,6 +36,7 @@ __all__ = [
     "EntityKey",
     "StoredRow",
     "clear_table",
+    "count_rows",
     "get_row",
     "load_all_states",
     "load_declarations",
@@ -263,12 +264,36 @@ def get_row(conn: Connection, table: str, entity_id: str,
 
 
 def query_rows(conn: Connection, table: str, epochs: Mapping[str, int],
-               after: str | None = None, limit: int = 1000) -> list[StoredRow]:
-    """Visible rows of ``table`` in entity id order, the first ``limit`` after ``after``."""
+               after: str | None = None, limit: int = 1000,
+               where: Mapping[str, Value] | None = None) -> list[StoredRow]:
+    """Visible rows of ``table`` in entity id order, the first ``limit`` after ``after``, with
+    every column of ``where`` (column -> value) equal to its value; the column ``id`` is the
+    entity id, and None matches an unwritten (NULL) cell."""
     e = crdt_entities.c
     stmt = select(e.entity_id).where(e.table_name == table, e.alive.is_(True))
     if after is not None:
         stmt = stmt.where(e.entity_id > after)
+    for column, value in (where or {}).items():
+        if column == "id":
+            stmt = stmt.where(e.entity_id == value)
+            continue
+        c = crdt_cells.c
+        # A cell hidden by its column's epoch reads NULL, as in _cells_of.
+        cell = select(c.entity_id).where(
+            c.table_name == table, c.entity_id == e.entity_id, c.column_name == column,
+            c.lamport > epochs.get(column, -1))
+        if value is None:
+            stmt = stmt.where(~cell.where(c.value != "null").exists())
+        else:
+            stmt = stmt.where(cell.where(c.value == value_text(value)).exists())
     ids = [str(r[0]) for r in conn.execute(stmt.order_by(e.entity_id).limit(limit))]
     cells = _cells_of(conn, table, ids, epochs)
     return [StoredRow(entity, cells.get(entity, {})) for entity in ids]
+
+
+def count_rows(conn: Connection) -> dict[str, int]:
+    """Visible rows of every replicated table that has any."""
+    e = crdt_entities.c
+    stmt = (select(e.table_name, func.count()).where(e.alive.is_(True))
+            .group_by(e.table_name))
+    return {str(table): int(count) for table, count in conn.execute(stmt)}

@@ -24,6 +24,7 @@ __all__ = [
     "block_log",
     "blocks",
     "crdt_cells",
+    "crdt_changes",
     "crdt_entities",
     "crdt_schemas",
     "events",
@@ -206,3 +207,27 @@ recon_summary = Table(
     Column("saved_at", BigInteger, nullable=False, comment="Epoch milliseconds of the save"),
     comment="The Recon key store's bucket summary at a watermark (docs/architecture.md)",
 )
+
+# migration 0007 (h29b): the change feed of the replicated tables (GET /v1/db/{table}/changes)
+crdt_changes = Table(
+    "crdt_changes",
+    metadata,
+    Column("change_id", _Seq, primary_key=True, autoincrement=True,
+           comment="Change id: increases with every change, never reused (a subscriber's "
+                   "resume cursor, ?since=)"),
+    Column("table_name", String(64), nullable=False, comment=_CRDT_TABLE),
+    Column("entity_id", String(512), nullable=True, comment=_CRDT_ENTITY + " (NULL: reset)"),
+    Column("kind", String(16), nullable=False,
+           comment="upsert (visible with these values), delete (no longer visible) or reset "
+                   "(the table was re-derived: read it again)"),
+    Column("row_values", Text, nullable=True,
+           comment="upsert: the visible row as canonical JSON (every declared column)"),
+    Column("lamport", BigInteger, nullable=False,
+           comment="Lamport timestamp of the last write that made the change"),
+    Column("sender", String(128), nullable=False, comment="Peer id of that write's signer"),
+    Column("at", BigInteger, nullable=False,
+           comment="Epoch milliseconds when this node applied it"),
+    comment="Row changes of the replicated tables, newest db.changes_retain kept",
+    sqlite_autoincrement=True,
+)
+Index("ix_crdt_changes_table_name_change_id", crdt_changes.c.table_name, crdt_changes.c.change_id)

@@ -8,9 +8,9 @@ ids and the logging of failures live in ``node.api.guard``, wrapped around the a
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from node.runtime import NodeRuntime
 
 __all__ = [
-    "ApiError", "ApiRoute", "RouteDoc", "create_app", "follow_stream", "int_param",
+    "ApiError", "ApiRoute", "RouteDoc", "create_app", "follow_rows", "follow_stream",
+    "int_param",
     "internal_error", "read_body",
     "read_json",
     "serve_api",
@@ -36,7 +37,13 @@ __all__ = [
 Handler = Callable[["NodeRuntime", Request], Awaitable[Response]]
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
+DEFAULT_FOLLOW_BUFFER = 256 * 1024
 MAX_JSON_DEPTH = 64
+# A follow with nothing new looks again this often even if no commit signal came (a signal
+# can be missed between a read and the wait).
+FOLLOW_POLL_S = 1.0
+
+Row = TypeVar("Row")
 
 
 class ApiError(Exception):
@@ -75,6 +82,7 @@ STATUS_SCHEMA = obj({
                        "description": "Bytes on disk of the database (null: unknown)"},
     "snapshot_bytes": {"type": ["integer", "null"],
                        "description": "Bytes under the snapshot directory (null: none)"},
+    "address_book": {"type": "integer", "description": "Peers in the address book"},
 })
 
 BASE_ROUTES: list[ApiRoute] = [
@@ -187,6 +195,42 @@ def follow_stream(node: NodeRuntime, request: Request,
     return _CountedStream(lines, release)
 
 
+def follow_rows(request: Request, read: Callable[[int], Awaitable[Sequence[Row]]],
+                signal: Callable[[], trio.Event], line: Callable[[Row], tuple[int, bytes]],
+                cursor: int) -> AsyncIterator[bytes]:
+    """The NDJSON body of a follow: ``read(cursor)`` rows after a cursor, each turned by
+    ``line`` into (its cursor, one JSON line), waiting on ``signal()`` when there is nothing new.
+
+    Lines go out in chunks of at most ``api.follow_buffer_bytes`` (one line bigger than that
+    alone): the next chunk is built only once the previous one was handed to the connection,
+    so a reader that does not read holds one chunk here and a socket buffer, never a backlog.
+    """
+    state = request.app.state
+    limit: int = getattr(state, "follow_buffer_bytes", DEFAULT_FOLLOW_BUFFER)
+
+    async def lines() -> AsyncIterator[bytes]:
+        nonlocal cursor
+        while True:
+            waiter = signal()  # taken before the read, so a commit after it still wakes us
+            rows = await read(cursor)
+            chunk: list[bytes] = []
+            size = 0
+            for row in rows:
+                cursor, encoded = line(row)
+                if chunk and size + len(encoded) > limit:
+                    yield b"".join(chunk)
+                    chunk, size = [], 0
+                chunk.append(encoded)
+                size += len(encoded)
+            if chunk:
+                yield b"".join(chunk)
+            if not rows:
+                with trio.move_on_after(FOLLOW_POLL_S):
+                    await waiter.wait()
+
+    return lines()
+
+
 async def _no_route(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     what = "no such route" if status == 404 else f"{request.method} not allowed here"
@@ -246,6 +290,8 @@ def create_app(node: NodeRuntime, routes: list[ApiRoute],
     app.state.body_timeout_s = api_config.body_timeout_s if api_config else 30.0
     app.state.page_max_bytes = api_config.page_max_bytes if api_config else 8 * 1024 * 1024
     app.state.max_follows = api_config.max_follows if api_config else 64
+    app.state.follow_buffer_bytes = (api_config.follow_buffer_bytes if api_config
+                                     else DEFAULT_FOLLOW_BUFFER)
     app.state.follows = 0
     return app
 

@@ -7,7 +7,11 @@ An ASGI wrapper around the routes, checked in this order before any handler runs
 2. A browser's ``Origin`` (or ``Sec-Fetch-Site: cross-site``) must be this node's own origin:
    pages elsewhere get 403, and no CORS header is ever sent, so a browser shows them nothing.
 3. ``Authorization: Bearer <token>`` with the data dir's token (the routes in ``OPEN_PATHS`` are
-   exempt while the API is bound to loopback only).
+   exempt while the API is bound to loopback only; the status page's files and its sign-in
+   link, ``UI_PATHS``, always: they hold nothing secret). Without a token, the status page's
+   session cookie (``node.ui.sessions``) authorises GETs of the page's read-only data only,
+   sent by the page itself (the ``X-Syncnode-UI`` header, which a cross-origin page cannot
+   send without a preflight this API never grants), within ``ui.requests_per_s``.
 4. A request body must be ``application/json``: a cross-site ``text/plain`` form post cannot be.
 
 Every response carries an ``X-Request-Id``; every 5xx, and every exception a handler did not turn
@@ -28,8 +32,9 @@ from typing import Any
 from node.config_fields import is_loopback_host
 from node.logs import kv
 from node.metrics import Metrics
+from node.ui.sessions import READ_PATHS, UiSessions, cookie_name
 
-__all__ = ["OPEN_PATHS", "ApiGuard", "HostPolicy", "is_loopback_host"]
+__all__ = ["OPEN_PATHS", "UI_HEADER", "UI_PATHS", "ApiGuard", "HostPolicy", "is_loopback_host"]
 
 log = logging.getLogger("syncnode.api")
 
@@ -43,6 +48,8 @@ Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 # nothing but "up", and a supervisor should not need the secret to ask.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+UI_PATHS = frozenset({"/", "/ui/login", "/ui/app.js", "/ui/style.css", "/ui/icon.svg"})
+UI_HEADER = b"x-syncnode-ui"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
@@ -110,8 +117,9 @@ class ApiGuard:
     """ASGI middleware enforcing the checks above around ``app``."""
 
     def __init__(self, app: Asgi, *, token: str, hosts: HostPolicy, metrics: Metrics,
-                 open_paths: frozenset[str] = OPEN_PATHS) -> None:
+                 open_paths: frozenset[str] = OPEN_PATHS, ui: UiSessions | None = None) -> None:
         self.app = app
+        self.ui = ui
         self.token = token.encode("ascii")
         self.hosts = hosts
         self.metrics = metrics
@@ -121,7 +129,7 @@ class ApiGuard:
                          "with their request id)")
         metrics.describe("api_refused_total", "counter",
                          "Requests refused before any handler ran, by reason (host, origin, "
-                         "token, content_type)")
+                         "token, content_type, session)")
         metrics.describe_histogram("api_request_seconds",
                                    "Time from a request's arrival to its last response byte")
 
@@ -182,8 +190,16 @@ class ApiGuard:
             return 403, "origin", f"cross-origin request from {origin!r} refused", {}
         if (_header(scope, b"sec-fetch-site") or "").lower() == "cross-site":
             return 403, "origin", "cross-site request refused", {}
-        if not (scope["path"] in self.open_paths and not self.hosts.remote):
-            sent = _header(scope, b"authorization") or ""
+        path = scope["path"]
+        sent_token = _header(scope, b"authorization")
+        open_path = (path in self.open_paths and not self.hosts.remote) or (
+            self.ui is not None and path in UI_PATHS)
+        if not open_path and self.ui is not None and sent_token is None:
+            session = _cookie(scope, cookie_name(port))
+            if session is not None:
+                return self._session_refusal(scope, session)
+        if not open_path:
+            sent = sent_token or ""
             scheme, _, credential = sent.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                 credential.strip().encode("latin-1"), self.token
@@ -196,6 +212,38 @@ class ApiGuard:
             if media != "application/json":
                 return 415, "content_type", "request bodies must be application/json", {}
         return None
+
+    def _session_refusal(self, scope: Scope, session: str
+                         ) -> tuple[int, str, str, dict[str, str]] | None:
+        """None if the status page's ``session`` may make this request."""
+        assert self.ui is not None
+        if scope["method"] not in ("GET", "HEAD") or not READ_PATHS.match(scope["path"]):
+            self.ui.refuse("write")
+            return 403, "session", ("the status page's session only reads the page's data; "
+                                    "send the API token for anything else"), {}
+        site = (_header(scope, b"sec-fetch-site") or "same-origin").lower()
+        if _header(scope, UI_HEADER) != "1" or site != "same-origin":
+            self.ui.refuse("csrf")
+            return 403, "session", "not a request of the status page itself", {}
+        reason = self.ui.admit(session)
+        if reason == "rate":
+            return 429, "session", "too many requests from the status page (ui.requests_per_s)", {}
+        if reason is not None:
+            return 401, "session", "the status page's session has expired: run `syncnode ui` " \
+                                   "for a new sign-in link", {}
+        return None
+
+
+def _cookie(scope: Scope, name: str) -> str | None:
+    """The value of cookie ``name`` in the request's Cookie header(s), if any."""
+    for key, value in scope.get("headers", ()):
+        if key != b"cookie":
+            continue
+        for part in bytes(value).decode("latin-1").split(";"):
+            key_text, sep, found = part.strip().partition("=")
+            if sep and key_text == name:
+                return found
+    return None
 
 
 def _has_body(scope: Scope) -> bool:

@@ -88,6 +88,7 @@ class RouteDoc:
     media: str = "application/json"
     errors: dict[int, str] = field(default_factory=dict)
     open: bool = False  # answers without the token (on a loopback API)
+    error_media: str = "application/json"  # what its own errors (``errors``) are
 
 
 def openapi_path(path: str) -> str:
@@ -117,8 +118,9 @@ def _operation(method: str, path: str, summary: str, doc: RouteDoc) -> dict[str,
         str(doc.status): {"description": "Success", "content": _content(doc.media, doc.response)}
     }
     for status, text in sorted(errors.items()):
-        responses[str(status)] = {"description": text, "content": _content(
-            "application/json", {"$ref": "#/components/schemas/Error"})}
+        media = doc.error_media if status in doc.errors else "application/json"
+        schema = {"$ref": "#/components/schemas/Error"} if media == "application/json" else None
+        responses[str(status)] = {"description": text, "content": _content(media, schema)}
     op["responses"] = responses
     op["security"] = [] if doc.open else [{"bearerToken": []}]
     return op

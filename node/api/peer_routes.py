@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from node.api.app import ApiError, ApiRoute, read_json
 from node.api.openapi import Param, RouteDoc, arr, obj
 from node.p2p import P2PError
+from node.replication.peer_activity import path_of
 
 if TYPE_CHECKING:
     from node.runtime import NodeRuntime
@@ -17,14 +18,37 @@ if TYPE_CHECKING:
 __all__ = ["PEER_ROUTES"]
 
 
+def _activity(node: NodeRuntime, peer: str, connected: bool) -> dict[str, Any]:
+    if node.recon is None:
+        return {"last_seen": None, "last_recon": None}
+    return node.recon.activity.describe(peer, connected)
+
+
 async def _peers(node: NodeRuntime, _request: Request) -> Response:
     peers = [
         {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
-         "connected_since": p.connected_since}
+         "connected_since": p.connected_since,
+         "path": node.require_host().path(p.peer_id) or path_of(p.address),
+         "rtt_ms": round(p.latency_s * 1000, 3) if p.latency_s is not None else None,
+         **_activity(node, p.peer_id, True)}
         for p in node.require_host().peers()
     ]
     known = sorted(node.peers.known) if node.peers is not None else []
-    return JSONResponse({"connected": peers, "known": known})
+    book = len(node.membership.book) if node.membership is not None else 0
+    return JSONResponse({"connected": peers, "known": known, "address_book": book})
+
+
+async def _book(node: NodeRuntime, _request: Request) -> Response:
+    if node.membership is None:
+        raise ApiError(503, "the node is starting")
+    entries = [
+        {"peer_id": e.peer_id, "addrs": list(e.addrs), "source": e.source or None,
+         "tried": e.tried, "last_seen": e.last_seen or None, "failures": e.failures,
+         "bucket": e.bucket}
+        for e in sorted(node.membership.book.entries.values(), key=lambda e: e.peer_id)
+    ]
+    return JSONResponse({"size": len(entries), "capacity": node.membership.book.limits.capacity,
+                         "entries": entries})
 
 
 async def _join(node: NodeRuntime, request: Request) -> Response:
@@ -49,17 +73,36 @@ async def _forget(node: NodeRuntime, request: Request) -> Response:
     return JSONResponse({"peer_id": peer_id, "forgotten": True})
 
 
+_LAST_RECON = {"type": ["object", "null"], "description": "The last Recon session: at (Unix "
+               "time), role, outcome (ok or the error), events fetched and served"}
 PEERS_SCHEMA = obj({
     "connected": arr(obj({"peer_id": {"type": "string"},
                           "address": {"type": ["string", "null"]},
                           "direction": {"type": "string"},
-                          "connected_since": {"type": "number"}})),
+                          "connected_since": {"type": "number"},
+                          "path": {"enum": ["direct", "relayed"]},
+                          "rtt_ms": {"type": ["number", "null"]},
+                          "last_seen": {"type": ["number", "null"]},
+                          "last_recon": _LAST_RECON})),
     "known": arr({"type": "string"}),
+    "address_book": {"type": "integer"},
 })
 
 PEER_ROUTES: list[ApiRoute] = [
     ApiRoute("GET", "/v1/peers", "Connected and known peers", _peers,
              RouteDoc(response=PEERS_SCHEMA)),
+    ApiRoute("GET", "/v1/peers/book", "The address book: peers this node could dial, where it "
+             "learnt each, and whether it ever reached it", _book, RouteDoc(
+                 response=obj({"size": {"type": "integer"}, "capacity": {"type": "integer"},
+                               "entries": arr(obj({
+                                   "peer_id": {"type": "string"},
+                                   "addrs": arr({"type": "string"}),
+                                   "source": {"type": ["string", "null"]},
+                                   "tried": {"type": "boolean"},
+                                   "last_seen": {"type": ["number", "null"]},
+                                   "failures": {"type": "integer"},
+                                   "bucket": {"type": "string"}}))}),
+                 errors={503: "The node is starting"})),
     ApiRoute("POST", "/v1/peers", "Join: dial a peer at an address, check its peer id and "
              "remember the address", _join, RouteDoc(
         body=obj({"multiaddr": {"type": "string",

@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import ApiError, ApiRoute, follow_stream, int_param, read_json
+from node.api.app import ApiError, ApiRoute, follow_rows, follow_stream, int_param, read_json
 from node.api.idempotency import IdempotencyKeys, check_key
 from node.api.openapi import INT64_MAX, Param, RouteDoc, arr, obj
 from node.api.peer_routes import PEER_ROUTES
@@ -183,20 +182,15 @@ async def _read(node: NodeRuntime, request: Request) -> Response:
 async def _follow(node: NodeRuntime, request: Request) -> Response:
     """NDJSON stream of new events in storage order, starting after ``after`` (a seq)."""
     channel = _channel(node, request)
-    cursor = int_param(request, "after", 0)
 
-    async def lines() -> AsyncIterator[bytes]:
-        nonlocal cursor
-        while True:
-            rows = await node.store.read(read_channel, channel, cursor, FIRST_CHUNK)
-            for event in rows:
-                yield (json.dumps(event_json(event)) + "\n").encode()
-                cursor = event.seq
-            if not rows:
-                with trio.move_on_after(1.0):
-                    await node.commit_signal().wait()
+    async def read(cursor: int) -> list[StoredEvent]:
+        return await node.store.read(read_channel, channel, cursor, FIRST_CHUNK)
 
-    return follow_stream(node, request, lines())
+    def line(event: StoredEvent) -> tuple[int, bytes]:
+        return event.seq, (json.dumps(event_json(event)) + "\n").encode()
+
+    return follow_stream(node, request, follow_rows(
+        request, read, node.commit_signal, line, int_param(request, "after", 0)))
 
 
 async def _channels(node: NodeRuntime, _request: Request) -> Response:

@@ -9,7 +9,6 @@ the tables the application keeps (``storage.blocks``).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,15 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import ApiError, ApiRoute, RouteDoc, follow_stream, int_param, read_json
+from node.api.app import (
+    ApiError,
+    ApiRoute,
+    RouteDoc,
+    follow_rows,
+    follow_stream,
+    int_param,
+    read_json,
+)
 from node.api.openapi import INT64_MAX, Param, arr, obj
 from node.apps.blocks_app import APP_NAME, BlocksApplication, router_of
 from node.apps.runner import LogApplication
@@ -230,19 +237,14 @@ class BlocksBundle:
             cursor = int_param(request, "after", 0)
         stream = self.blocks.stream
 
-        async def lines() -> AsyncIterator[bytes]:
-            nonlocal cursor
-            while True:
-                signal = self.blocks.change_signal()
-                rows = await node.store.read(read_changes, stream, cursor, 1000)
-                for change in rows:
-                    yield (json.dumps(change_json(change)) + "\n").encode()
-                    cursor = change.seq
-                if not rows:
-                    with trio.move_on_after(1.0):
-                        await signal.wait()
+        async def read(after: int) -> list[BlockChange]:
+            return await node.store.read(read_changes, stream, after, 1000)
 
-        return follow_stream(node, request, lines())
+        def line(change: BlockChange) -> tuple[int, bytes]:
+            return change.seq, (json.dumps(change_json(change)) + "\n").encode()
+
+        return follow_stream(node, request, follow_rows(
+            request, read, self.blocks.change_signal, line, cursor))
 
 
 def _hash_of(value: Any) -> bytes | None:

@@ -45,6 +45,7 @@ from storage.crdt import (
     store_declarations,
     write_states,
 )
+from storage.crdt_changes import PendingChange, changes_of, record_changes
 from sync.crdt import (
     EMPTY,
     Added,
@@ -149,7 +150,8 @@ class DbApplication:
         declared = [(i, at) for i, at in received if isinstance(i, SchemaDeclaration)]
         book = self.book.copy() if declared else self.book
         takeovers: list[str] = []
-        redo, rescan = self._declare(book, declared, counts, takeovers)
+        causes = self._declare(book, declared, counts, takeovers)
+        redo, rescan = set(causes), {t for t, (_, again) in causes.items() if again}
         if declared:
             save_owners(conn, self.book, book, now_ms)
         for table in sorted(rescan):
@@ -160,11 +162,17 @@ class DbApplication:
         # re-derived from the log *before* this batch, and the batch's own writes then go
         # through the ordinary path (once each) with the new book. A table first declared by
         # this batch (a replay's first batch) has nothing before it to re-derive.
+        # A subscriber of a re-derived table is told to read it again (a reset), then sees
+        # the batch's own changes; a table new to this node had nothing to read.
+        changes = [PendingChange(table, None, causes[table][0].timestamp,
+                                 causes[table][0].sender)
+                   for table in sorted(redo) if table in self.book]
         for table in sorted(redo):
             self._reevaluate(conn, book, table, batch[0].seq - 1, high, counts)
         writes = [m for m in items if isinstance(m, CrdtMessage)]
         states = self._apply_writes(conn, book, writes, high, counts, use_cache=True,
-                                    stale=redo)
+                                    stale=redo, changes=changes)
+        record_changes(conn, changes, now_ms, self.section.changes_retain)
         compacted: dict[str, int] = {}
         if self.section.stability_window and channel_max_seq(conn, self.section.channel) <= end:
             # A table re-derived in this batch lost its compaction: it starts again.
@@ -211,12 +219,12 @@ class DbApplication:
     # -- internals ----------------------------------------------------------------------------
 
     def _declare(self, book: SchemaBook, declared: list[tuple[SchemaDeclaration, int]],
-                 counts: Counter[str], takeovers: list[str]) -> tuple[set[str], set[str]]:
+                 counts: Counter[str], takeovers: list[str]
+                 ) -> dict[str, tuple[SchemaDeclaration, bool]]:
         """Add declarations (with when each was stored, which settles owners) to ``book``:
-        (tables to re-derive, tables to gather again). Refused takeovers' signers go to
-        ``takeovers``."""
-        redo: set[str] = set()
-        rescan: set[str] = set()
+        table to re-derive -> (the declaration that made it so, whether its declarations must
+        be gathered from the log again). Refused takeovers' signers go to ``takeovers``."""
+        causes: dict[str, tuple[SchemaDeclaration, bool]] = {}
         for declaration, received_at in declared:
             added = book.add(declaration, received_at)
             counts[f"schema_{added.value}"] += 1
@@ -225,24 +233,28 @@ class DbApplication:
                 log.warning("schema takeover refused", extra=kv(
                     table=declaration.table, sender=declaration.sender,
                     lamport=declaration.timestamp, owner=book.owner_pin(declaration.table)))
-            redo.update(book.take_evicted())
-            if added is Added.RESCAN:
-                rescan.add(declaration.table)
+            for table in book.take_evicted():
+                causes[table] = (declaration, causes.get(table, (declaration, False))[1])
             if added in (Added.CHANGED, Added.RESCAN):
-                redo.add(declaration.table)
+                again = added is Added.RESCAN or causes.get(declaration.table,
+                                                             (declaration, False))[1]
+                causes[declaration.table] = (declaration, again)
                 log.info("schema declared", extra=kv(
                     table=declaration.table, sender=declaration.sender,
                     lamport=declaration.timestamp, outcome=added.value))
-        return redo, rescan
+        return causes
 
     def _apply_writes(self, conn: Connection, book: SchemaBook, messages: list[CrdtMessage],
                       high: dict[str, int], counts: Counter[str], *, use_cache: bool,
-                      stale: set[str] | None = None) -> dict[EntityKey, EntityState]:
+                      stale: set[str] | None = None,
+                      changes: list[PendingChange] | None = None,
+                      ) -> dict[EntityKey, EntityState]:
         """Run the rules on ``messages`` and store the result; returns the entities' states.
-        ``stale``: tables whose cached states no longer hold (re-derived in this batch)."""
+        ``stale``: tables whose cached states no longer hold (re-derived in this batch);
+        ``changes``: gets the visible row changes, in the order of their last write."""
         before = self._load(conn, book, messages, use_cache, stale or set())
         states: dict[EntityKey, EntityState] = dict(before)
-        dirty: set[EntityKey] = set()
+        dirty: dict[EntityKey, CrdtMessage] = {}  # -> the last write that changed it
         applied: list[Effect] = []
         for message in messages:
             key = (message.table, message.entity_id)
@@ -260,9 +272,12 @@ class DbApplication:
             if message.timestamp > high.get(table, -1):
                 high[table] = message.timestamp
             states[key] = state
-            dirty.add(key)
+            dirty.pop(key, None)
+            dirty[key] = message
         if use_cache:
             counts.update(count_effects(applied))
+        if changes is not None:
+            changes += changes_of(book, before, states, dirty)
         write_states(conn, before, {key: states[key] for key in dirty})
         return states
 

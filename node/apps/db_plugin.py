@@ -24,12 +24,13 @@ from starlette.responses import JSONResponse, Response
 from node.api.app import ApiError, ApiRoute, RouteDoc, read_json
 from node.api.openapi import Param, arr, obj
 from node.apps.db_app import APP_NAME, DbApplication
+from node.apps.db_feed import WHERE_PARAM, changes_route, parse_where
 from node.apps.db_json import history_json, row_json, schema_json, typed_values
 from node.apps.db_metrics import METRICS
 from node.apps.db_publish import SchemaSeeder, publish_and_wait
 from node.apps.runner import LogApplication
 from node.config import Config
-from storage.crdt import get_row, load_states, query_rows
+from storage.crdt import count_rows, get_row, load_states, query_rows
 from sync.crdt import (
     CrdtMessage,
     Operation,
@@ -81,7 +82,8 @@ class DbBundle:
                                          "additionalProperties": {"type": "string"}},
                              "writers": {"type": ["array", "null"], "items": {"type": "string"}},
                              "owner": {"type": "string"},
-                             "versions": {"type": "integer"}})},
+                             "versions": {"type": "integer"},
+                             "rows": {"type": "integer", "description": "Visible rows"}})},
                      }))),
             ApiRoute("GET", "/v1/db-schemas/{table}",
                      "A table's owner, schema versions and column epochs", self._schema_get,
@@ -140,8 +142,9 @@ class DbBundle:
                                  404: "No such replicated table or (delete) no such row",
                                  409: _OFF})),
             ApiRoute("GET", "/v1/db/{table}",
-                     "Visible rows in id order (after=ID, limit=N)", self._query, RouteDoc(
-                         params=(_TABLE,
+                     "Visible rows in id order (after=ID, limit=N, where=COLUMN=VALUE)",
+                     self._query, RouteDoc(
+                         params=(_TABLE, WHERE_PARAM,
                                  Param("after", "query", {"type": "string"},
                                        "Rows with ids after this one"),
                                  Param("limit", "query", {"type": "integer", "minimum": 1,
@@ -150,6 +153,8 @@ class DbBundle:
                          response=obj({"rows": arr({"type": "object"}),
                                        "next_after": {"type": ["string", "null"]}}),
                          errors={404: "No such replicated table", 409: _OFF})),
+            # Before the row route: a row whose id is "changes" is read with ?where=id=changes.
+            changes_route(self.db, _TABLE),
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
                      self._get, RouteDoc(
                          params=(_TABLE, Param("entity_id", "path", {"type": "string"},
@@ -175,14 +180,15 @@ class DbBundle:
             raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
         return schema
 
-    async def _tables(self, _node: NodeRuntime, _request: Request) -> Response:
+    async def _tables(self, node: NodeRuntime, _request: Request) -> Response:
         book = self.db.book
+        counts = await node.store.read(count_rows)
         tables = {}
         for name in book.tables():
             history = book.history(name)
             assert history is not None and history.latest is not None
             tables[name] = {**schema_json(history.latest), "owner": history.owner,
-                            "versions": len(history.versions)}
+                            "versions": len(history.versions), "rows": counts.get(name, 0)}
         return JSONResponse({"channel": self.db.section.channel,
                              "enabled": bool(self.db.channels), "tables": tables})
 
@@ -282,8 +288,9 @@ class DbBundle:
         if not raw_limit.isdigit() or not 0 < int(raw_limit) <= MAX_PAGE:
             raise ApiError(400, f"limit must be an integer in 1..{MAX_PAGE}")
         limit = int(raw_limit)
+        where = parse_where(schema, request.query_params.getlist("where"))
         rows = await node.store.read(query_rows, schema.name, self._epochs(schema), after,
-                                     limit)
+                                     limit, where)
         return JSONResponse({
             "rows": [row_json(schema, r) for r in rows],
             "next_after": rows[-1].entity_id if len(rows) == limit else None,
@@ -307,4 +314,8 @@ class DbPlugin:
         metrics = runtime.metrics
         for name, help_text in METRICS.items():
             metrics.describe(name, "counter", help_text)
+        metrics.describe("db_changes_gone_total", "counter",
+                         "Change feeds refused (410) because since was older than the changes "
+                         "kept (db.changes_retain)")
+        metrics.inc("db_changes_gone_total", 0)
         return DbBundle(app, runtime)

@@ -138,7 +138,7 @@ class ApiClient:
     def _send(self, method: str, path: str, json_body: Any, params: Mapping[str, Any] | None,
               timeout: float | None, idempotency_key: str | None = None
               ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        target = path + ("?" + urlencode(params) if params else "")
+        target = path + ("?" + urlencode(params, doseq=True) if params else "")
         headers = dict(self.headers)
         body = None
         if json_body is not None:

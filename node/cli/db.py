@@ -12,18 +12,21 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 from typing import Any
 from urllib.parse import quote
 
-from node.cli.common import CliError, add_client_options, client_for
+from node.cli.common import (
+    CliError,
+    add_client_options,
+    client_for,
+    exit_code_for_status,
+)
+from node.cli.db_watch import cmd_watch, non_negative, positive, show
 from node.cli.human import iso_ms
 
 __all__ = ["parse_assignments", "parse_columns", "parse_value", "register"]
 
 _TYPES = ("text", "integer", "real", "boolean")
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
 
 
 def _usage(message: str) -> Exception:
@@ -32,53 +35,32 @@ def _usage(message: str) -> Exception:
 
 def parse_value(column: str, kind: str, text: str) -> Any:
     """``text`` as a value of the declared type ``kind`` (text, integer, real, boolean)."""
-    if kind == "text":
-        return text
-    if kind == "integer":
-        try:
-            return int(text, 10)
-        except ValueError:
-            raise _usage(f"{column} is an integer column, got {text!r}") from None
-    if kind == "real":
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            raise _usage(f"{column} is a real column, got {text!r} (a finite number)")
-        return value
-    if kind == "boolean":
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise _usage(f"{column} is a boolean column, got {text!r} (true or false)")
-    raise _usage(f"{column} has a type this client does not know: {kind}")
+    from sync.crdt import ColumnType, parse_typed
+
+    try:
+        return parse_typed(ColumnType(kind), text)
+    except ValueError as exc:
+        if kind not in _TYPES:
+            raise _usage(f"{column} has a type this client does not know: {kind}") from None
+        raise _usage(f"{column} is {exc}") from None
 
 
 def parse_assignments(table: str, columns: dict[str, str], items: list[str]) -> dict[str, Any]:
     """``COLUMN=VALUE`` / ``COLUMN:=JSON`` arguments as a values object, checked against the
-    declared ``columns`` (name -> type)."""
-    values: dict[str, Any] = {}
+    declared ``columns`` (name -> type; the node judges a JSON literal's type)."""
+    from sync.crdt import ColumnType
+    from sync.crdt import parse_assignments as parse
+
     for item in items:
-        name, sep, text = item.partition("=")
-        as_json = name.endswith(":")
-        name = name.removesuffix(":")
-        if not sep or not name:
-            raise _usage(f"expected COLUMN=VALUE or COLUMN:=JSON, got {item!r}")
-        if name not in columns:
-            declared = ", ".join(sorted(columns)) or "none"
-            raise _usage(f"table {table} has no column {name!r} (columns: {declared})")
-        if name in values:
-            raise _usage(f"column {name} given twice")
-        if as_json:
-            try:
-                values[name] = json.loads(text)
-            except (ValueError, RecursionError):
-                raise _usage(f"{name}:= needs a JSON value, got {text!r}") from None
-        else:
-            values[name] = parse_value(name, columns[name], text)
-    return values
+        name = item.partition("=")[0].removesuffix(":")
+        if name in columns and columns[name] not in _TYPES:
+            raise _usage(f"{name} has a type this client does not know: {columns[name]}")
+    kinds = {name: ColumnType(columns[name]) for name in sorted(columns)
+             if columns[name] in _TYPES}
+    try:
+        return parse(table, kinds, items, check_json=False)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
 
 
 def _columns(client: Any, table: str) -> dict[str, str]:
@@ -112,33 +94,37 @@ def _write(args: argparse.Namespace, op: str) -> int:
     return 0
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
-    return json.dumps(value)
-
-
 def _cmd_get(args: argparse.Namespace) -> int:
     client = client_for(args)
-    row = client.get(f"/v1/db/{quote(args.table, safe='')}/{quote(args.id, safe='')}")
+    table = quote(args.table, safe="")
+    if args.id == "changes":  # GET /v1/db/TABLE/changes is the change feed
+        rows = client.get(f"/v1/db/{table}", params={"where": f"id={args.id}"})["rows"]
+        if not rows:
+            raise CliError(f"GET /v1/db/{args.table}: no row 'changes' in {args.table}",
+                           code=exit_code_for_status(404))
+        row = rows[0]
+    else:
+        row = client.get(f"/v1/db/{table}/{quote(args.id, safe='')}")
     if args.json:
         print(json.dumps(row, sort_keys=True, ensure_ascii=False))
         return 0
     width = max(len(k) for k in row)
     for key, value in row.items():
-        print(f"{key:<{width}}  {_show(value)}")
+        print(f"{key:<{width}}  {show(value)}")
     return 0
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
     client = client_for(args)
     path = f"/v1/db/{quote(args.table, safe='')}"
-    params: dict[str, Any] = {"limit": 1000}
+    wanted = args.limit
+    params: dict[str, Any] = {"where": args.where or []}
     rows: list[dict[str, Any]] = []
-    while True:
+    seen = 0
+    while wanted is None or seen < wanted:
+        params["limit"] = 1000 if wanted is None else min(1000, wanted - seen)
         page = client.get(path, params=params)
+        seen += len(page["rows"])
         if args.json:
             for row in page["rows"]:
                 print(json.dumps(row, sort_keys=True, ensure_ascii=False))
@@ -154,7 +140,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 def _print_table(columns: list[str], rows: list[dict[str, Any]]) -> None:
     header = ["id", *columns]  # declared order
-    cells = [[_show(row.get(c)) for c in header] for row in rows]
+    cells = [[show(row.get(c)) for c in header] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     for line in [header, *cells]:
         print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
@@ -243,8 +229,22 @@ def register(sub: Any) -> None:
     query = commands.add_parser("query", help="list a table's rows in id order")
     query.add_argument("table", metavar="TABLE")
     query.add_argument("--json", action="store_true", help="one JSON object per row")
+    query.add_argument("--limit", type=positive, metavar="N", help="at most N rows")
+    query.add_argument("--where", action="append", metavar="COLUMN=VALUE",
+                       help="only rows whose COLUMN equals VALUE (typed by the column; "
+                            "COLUMN:=JSON for a JSON literal, :=null for unwritten); repeat: "
+                            "all must hold")
     add_client_options(query)
     query.set_defaults(func=_cmd_query)
+    watch = commands.add_parser(
+        "watch", help="print a table's row changes as they happen (resumes after a restart)")
+    watch.add_argument("table", metavar="TABLE")
+    watch.add_argument("--since", type=non_negative, metavar="ID",
+                       help="first print the changes after this change id (0: every one kept)")
+    watch.add_argument("--json", action="store_true", help="one JSON object per change")
+    watch.add_argument("--count", type=positive, metavar="N", help="stop after N changes")
+    add_client_options(watch)
+    watch.set_defaults(func=cmd_watch)
     schema = commands.add_parser("schema", help="show a table's owner and schema versions")
     schema.add_argument("table", metavar="TABLE")
     schema.add_argument("--json", action="store_true", help="print the history as JSON")

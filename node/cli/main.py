@@ -20,6 +20,7 @@ from node.cli import db as cli_db
 from node.cli import node_commands as cli_node
 from node.cli import records_args as cli_records_args
 from node.cli import snapshot as cli_snapshot
+from node.cli import ui as cli_ui
 from node.cli.common import EXIT_FAILED, EXIT_USAGE, ApiClient, CliError, config_from
 
 __all__ = ["ApiClient", "CliError", "build_parser", "main", "redact_secrets"]
@@ -31,6 +32,7 @@ EXTENSIONS = [
     cli_db.register,
     cli_snapshot.register,
     cli_config.register,
+    cli_ui.register,
 ]
 
 

@@ -56,6 +56,8 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("events", f"{value:,}"))
         elif isinstance(value, list):
             rows.append((key.replace("_", " "), ", ".join(map(str, value))))
+        elif isinstance(value, dict):  # e.g. "network": reachability, relays, hole punches
+            rows.append((key, ", ".join(f"{k}={_flat(v)}" for k, v in value.items())))
         else:
             rows.append((key.replace("_", " "), str(value)))
         if key == "network_id":  # the database right after the network
@@ -63,6 +65,14 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
                                                   else "")))
     rows.append(("snapshots", human_size(snapshots) if snapshots is not None else "none"))
     return rows
+
+
+def _flat(value: object) -> str:
+    if isinstance(value, dict):
+        return "/".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, list):
+        return str(len(value))
+    return str(value)
 
 
 def _cmd_id(args: argparse.Namespace) -> int:
@@ -119,13 +129,28 @@ def _cmd_peers(args: argparse.Namespace) -> int:
         since = peer.get("connected_since")
         when = (f"  connected {human_duration(max(now - since, 0))} ago ({iso_s(since)})"
                 if since else "")
-        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer['address'] or '-'}{when}")
+        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer_summary(peer)}  "
+              f"{peer['address'] or '-'}{when}")
     offline = [p for p in answer["known"] if p not in {c["peer_id"] for c in answer["connected"]}]
     for peer_id in offline:
         print(f"{peer_id}  offline   (known, redialling)")
     if not answer["connected"] and not offline:
         print("no peers")
+    if "address_book" in answer:
+        print(f"address book: {answer['address_book']} peers")
     return 0
+
+
+def peer_summary(peer: dict[str, Any]) -> str:
+    """``direct   rtt 1.2ms  recon 3s ago ok +5/-0``: path, round trip, last Recon session."""
+    rtt = f"{peer['rtt_ms']:.1f}ms" if peer.get("rtt_ms") is not None else "-"
+    text = f"{peer.get('path', 'direct'):<7}  rtt {rtt:>8}"
+    last = peer.get("last_recon")
+    if last:
+        ago = max(0.0, time.time() - last["at"])
+        text += (f"  recon {ago:.0f}s ago {last['outcome']} "
+                 f"+{last['fetched']}/-{last['served']}")
+    return text
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:

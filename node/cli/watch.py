@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from node.cli.common import EXIT_USAGE, ApiClient, CliError, client_for
+from node.cli.node_commands import peer_summary
 
 __all__ = ["parse_metrics", "watch_status"]
 
@@ -22,6 +23,7 @@ PUBLISHED = "syncnode_events_published_total"
 RECON = "syncnode_recon_sessions_total"
 PEERS = "syncnode_peers_connected"
 FETCHED = "syncnode_recon_events_fetched_total"
+_PEER_ROWS = 12
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -43,7 +45,10 @@ def _sample(client: ApiClient) -> dict[str, Any]:
     metrics = parse_metrics(str(client.get("/metrics")))
     status = client.get("/v1/status")
     channels = client.get("/v1/channels")["channels"]
+    peers = client.get("/v1/peers")
     return {
+        "peers": peers["connected"],
+        "address_book": status.get("address_book", 0),
         "t": time.monotonic(),
         "metrics": metrics,
         "events": status.get("events", 0),
@@ -74,8 +79,10 @@ def _screen(now: dict[str, Any], rates: dict[str, float]) -> list[str]:
         f"  events in   /s     {rates['in']:>12.1f}   (from peers: gossip and Recon)",
         f"  events out  /s     {rates['out']:>12.1f}   (published here)",
         f"  recon sessions /s  {rates['recon']:>12.2f}   ({rates['fetched']:.1f} events fetched/s)",
-        f"  peers              {peers:>12}",
+        f"  peers              {peers:>12}   (address book: {now['address_book']})",
         f"  lag (events)       {now['lag']:>12}   (missing or waiting for dependencies)",
+        "",
+        *[f"  {p['peer_id'][-12:]}  {peer_summary(p)}" for p in now["peers"][:_PEER_ROWS]],
     ]
 
 
@@ -99,7 +106,8 @@ def watch_status(args: argparse.Namespace) -> int:
             sys.stdout.write(
                 f"{time.strftime('%H:%M:%S')} events={now['events']} in/s={rates['in']:.1f} "
                 f"out/s={rates['out']:.1f} recon/s={rates['recon']:.2f} "
-                f"peers={int(now['metrics'].get(PEERS, 0))} lag={now['lag']}\n")
+                f"peers={int(now['metrics'].get(PEERS, 0))} book={now['address_book']} "
+                f"lag={now['lag']}\n")
         sys.stdout.flush()
         prev = now
         shown += 1

@@ -112,6 +112,10 @@ class GossipTopics:
         """Peers in our GossipSub mesh for ``topic`` (they get full messages, not gossip)."""
         return sorted(p.to_base58() for p in self._router.mesh.get(topic, ()))
 
+    def mesh_members(self) -> set[str]:
+        """Peers in our mesh of any topic."""
+        return {p.to_base58() for peers in self._router.mesh.values() for p in peers}
+
     def close(self) -> None:
         """Close every subscriber channel (the host is stopping)."""
         for topic_sinks in self._topic_sinks.values():

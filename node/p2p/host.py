@@ -30,6 +30,7 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
 from node.p2p.addrs import dial_fresh, dial_target, probe
+from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.frames import (
     DialError,
@@ -38,6 +39,8 @@ from node.p2p.frames import (
     PeerRefusedError,
 )
 from node.p2p.gossip import GossipTopics, fan_out
+from node.p2p.records import LocalRecord
+from node.p2p.relay import RelayLayer
 from node.p2p.setup import (
     connection_direction,
     remote_address,
@@ -73,8 +76,12 @@ class P2PHost:
         stats: P2PStats,
         nursery: trio.Nursery,
         bans: BanList | None = None,
+        relay: RelayLayer | None = None,
+        guard: InboundGuard | None = None,
     ) -> None:
         self._host = host
+        self.relay = relay
+        self._pubsub = pubsub
         self._discovery = discovery
         self.config = config
         self.peer_id = peer_id
@@ -84,8 +91,14 @@ class P2PHost:
         self._peers: dict[str, ConnectedPeer] = {}
         self._conn_count: dict[str, int] = {}
         self._event_sinks: list[trio.MemorySendChannel[PeerEvent]] = []
+        self.guard = guard if guard is not None else InboundGuard(config.conn_limits)
+        self.guard.evict = self._evict
+        if relay is not None:
+            relay.on_spoke = self.guard.spoke
+        self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
+                                        self.listen_addrs)
         self._streams = Streams(host=host, config=config, stats=stats, bans=self.bans,
-                                connected=self._peers.__contains__)
+                                connected=self._peers.__contains__, spoke=self.guard.spoke)
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
                                     peer_id=peer_id, stats=stats, nursery=nursery)
         self._closing = False
@@ -97,6 +110,20 @@ class P2PHost:
         """Full multiaddrs we listen on, with actual bound ports and ``/p2p/<peer id>``."""
         return [str(a) for a in self._host.get_addrs()]
 
+    @property
+    def advertised_addrs(self) -> list[str]:
+        """What others may dial us at: listen addresses (never a wildcard one) and our
+        addresses through the relays that hold a reservation for us."""
+        own = [a for a in self.listen_addrs if "/0.0.0.0/" not in a and "/::/" not in a]
+        return own + (self.relay.relayed_addrs() if self.relay is not None else [])
+
+    def path(self, peer_id: str) -> str | None:
+        """``"direct"`` or ``"relayed"`` (every connection to the peer goes through a relay),
+        None when not connected."""
+        if self.relay is not None:
+            return self.relay.path(peer_id)
+        return "direct" if peer_id in self._peers else None
+
     async def connect(self, address: str, *, verify: bool = False) -> str:
         """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; returns the peer id.
 
@@ -106,17 +133,11 @@ class P2PHost:
         :raises PeerRefusedError: the peer is outside ``allowed_peers``.
         :raises DialError: bad address, unreachable, handshake failure, or ``dial_timeout``.
         """
+        if "/p2p-circuit" in address:
+            return await self._connect_relayed(address)
         info, resolved = await dial_target(address, self.config.dial_timeout)
         peer = info.peer_id.to_base58()
-        if peer == self.peer_id:
-            raise DialError(f"refusing to dial ourselves at {address}")
-        allowed = self.config.allowed_peers
-        if allowed is not None and peer not in allowed:
-            count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
-            raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
-        if self.bans.is_banned(peer):
-            count_refusal(self.stats, peer, "outbound", "banned")
-            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
+        self._check_dialable(peer, address)
         if peer in self._peers:
             if verify:
                 try:
@@ -132,12 +153,42 @@ class P2PHost:
             raise
         return peer
 
+    async def _connect_relayed(self, address: str) -> str:
+        if self.relay is None:
+            raise DialError(f"relayed addresses need [reachability] enabled: {address}")
+        peer = address.rsplit("/p2p/", 1)[-1]
+        self._check_dialable(peer, address)
+        if peer in self._peers:
+            return peer
+        return await self.relay.dial_circuit(address, self.config.dial_timeout)
+
+    def _check_dialable(self, peer: str, address: str) -> None:
+        """Refuse to dial ourselves, a peer outside ``allowed_peers`` or a banned one."""
+        if peer == self.peer_id:
+            raise DialError(f"refusing to dial ourselves at {address}")
+        allowed = self.config.allowed_peers
+        if allowed is not None and peer not in allowed:
+            count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
+            raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
+        if self.bans.is_banned(peer):
+            count_refusal(self.stats, peer, "outbound", "banned")
+            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
+
     def ban(self, peer_id: str, seconds: float) -> None:
         """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
         its current connection."""
         self.bans.ban(peer_id, time.monotonic() + seconds)
         if peer_id in self._peers and not self._closing:
             self._nursery.start_soon(self.disconnect, peer_id)
+
+    def _evict(self, peer_id: str) -> None:
+        if not self._closing:
+            self._nursery.start_soon(self.disconnect, peer_id)
+
+    def note_gossip_speakers(self) -> None:
+        """Peers GossipSub negotiated with have spoken one of our protocols."""
+        for peer in list(self._pubsub.peers):
+            self.guard.spoke(peer.to_base58())
 
     def is_banned(self, peer_id: str) -> bool:
         return self.bans.is_banned(peer_id)
@@ -156,7 +207,13 @@ class P2PHost:
         return self._peers.get(peer_id)
 
     def peers(self) -> list[ConnectedPeer]:
-        return [self._peers[p] for p in sorted(self._peers)]
+        return [self._current(self._peers[p]) for p in sorted(self._peers)]
+
+    def _current(self, peer: ConnectedPeer) -> ConnectedPeer:
+        """``peer`` with the address of its direct connection once a relayed one was upgraded."""
+        if self.relay is not None and (address := self.relay.direct_address(peer.peer_id)):
+            return replace(peer, address=address) if address != peer.address else peer
+        return peer
 
     def peer_events(self) -> trio.MemoryReceiveChannel[PeerEvent]:
         """A new channel of connect/disconnect events from now on (one per listener).
@@ -213,6 +270,9 @@ class P2PHost:
     def mesh_peers(self, topic: str) -> list[str]:
         return self._gossip.mesh_peers(topic)
 
+    def mesh_members(self) -> set[str]:
+        return self._gossip.mesh_members()
+
     # -- DHT discovery (config.enable_dht) ------------------------------------------------
 
     async def advertise(self, rendezvous: str) -> bool:
@@ -243,6 +303,7 @@ class P2PHost:
             return
         address = remote_address(conn)
         direction = connection_direction(conn)
+        self.guard.opened(peer, address, direction == "inbound")
         self._peers[peer] = ConnectedPeer(
             peer_id=peer, address=address, direction=direction, connected_since=time.time()
         )
@@ -263,6 +324,7 @@ class P2PHost:
             self._conn_count[peer] = count
             return
         self._conn_count.pop(peer, None)
+        self.guard.closed(peer)
         if self._peers.pop(peer, None) is None:
             return
         logger.info("disconnected from %s", peer)

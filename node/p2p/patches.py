@@ -7,6 +7,7 @@ defaults change between releases, so :func:`check_libp2p_version` refuses any ot
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import os
@@ -14,9 +15,11 @@ from typing import Any
 
 import libp2p
 import libp2p.network.connection.swarm_connection as _swarm_connection_module
+import libp2p.network.swarm as _swarm_module
 import libp2p.pubsub.gossipsub as _gossipsub_module
 import libp2p.pubsub.pubsub as _pubsub_module
-from libp2p.abc import IHost
+from libp2p.abc import IHost, IMuxedConn
+from libp2p.network.connection.raw_connection import RawConnection
 from libp2p.peer.id import ID
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 from libp2p.pubsub.utils import maybe_consume_signed_record as _original_consume_record
@@ -27,11 +30,13 @@ __all__ = [
     "SUPPORTED_LIBP2P_VERSION",
     "check_libp2p_version",
     "patch_gossip_queues",
+    "patch_inbound_slots",
     "patch_record_verification",
     "tame_libp2p_logging",
 ]
 
 SUPPORTED_LIBP2P_VERSION = "0.8.1"
+_logger = logging.getLogger("node.p2p")
 # libp2p's own subscription channel only feeds our drain task, which never blocks, so it can be
 # generous; drops are then visible only in our own bounded queues, where they are counted.
 _LIBP2P_SUBSCRIPTION_BUFFER = 1_000_000
@@ -100,6 +105,56 @@ def patch_record_verification() -> None:
         if not hasattr(module, "maybe_consume_signed_record"):
             raise P2PError(f"{module.__name__}.maybe_consume_signed_record is gone")
         setattr(module, "maybe_consume_signed_record", _consume_record_once)  # noqa: B010
+
+
+_original_do_handle_inbound = getattr(_swarm_module.Swarm, "_do_handle_inbound_connection", None)
+
+
+async def _serve_inbound_until_closed(
+    self: _swarm_module.Swarm, read_write_closer: Any, maddr: Any, failure_event: Any
+) -> None:
+    """Upgrade one accepted TCP connection, then hold its inbound slot until it closes.
+
+    py-libp2p 0.8.1 takes an inbound slot (``max_connections - min_connections``, 250 by
+    default) per accepted connection and, after a successful upgrade, holds it until the
+    *swarm* stops (``await self.manager.wait_finished()``), whatever becomes of the connection:
+    after 250 connections in the life of the process every new inbound one is refused. Here
+    the wait ends when that connection closes, so ``_handle_inbound_connection`` (unchanged)
+    gives the slot back. Pre-muxed transports (QUIC), which we do not use, keep the original.
+    """
+    if isinstance(read_write_closer, IMuxedConn):
+        original = _original_do_handle_inbound
+        if original is not None:
+            await original(self, read_write_closer, maddr, failure_event)
+        return
+    remote = self._build_remote_multiaddr(read_write_closer)
+    if remote is not None and not await self.connection_gate.is_allowed(remote):
+        with contextlib.suppress(Exception):
+            await read_write_closer.close()
+        return
+    raw_conn = RawConnection(read_write_closer, False)
+    try:
+        muxed = await self.upgrade_inbound_raw_conn(raw_conn, maddr)
+    except Exception as exc:
+        _logger.debug("inbound connection from %s failed: %s", remote, exc)
+        with contextlib.suppress(Exception):
+            await raw_conn.close()
+        return
+    for conn in list(self.connections.get(muxed.peer_id, ())):
+        if conn.muxed_conn is muxed:
+            await conn.event_closed.wait()  # type: ignore[attr-defined]
+            return
+    # Not registered (add_conn refused it, or it closed already): nothing to wait for.
+
+
+def patch_inbound_slots() -> None:
+    check_libp2p_version()
+    swarm = _swarm_module.Swarm
+    for name in ("_do_handle_inbound_connection", "_handle_inbound_connection",
+                 "_build_remote_multiaddr", "upgrade_inbound_raw_conn"):
+        if not hasattr(swarm, name):
+            raise P2PError(f"libp2p Swarm.{name} is gone: cannot fix inbound connection slots")
+    setattr(swarm, "_do_handle_inbound_connection", _serve_inbound_until_closed)  # noqa: B010
 
 
 class _NamedLoggingShim:

@@ -11,9 +11,13 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.p2p.addrs import unbindable_listen_addr
+from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
+from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost, count_refusal
 from node.p2p.patches import check_libp2p_version, tame_libp2p_logging
+from node.p2p.relay import RelayLayer
 from node.p2p.setup import (
     ConnectionNotifee,
     build_host,
@@ -41,7 +45,15 @@ async def open_host(
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
     bans = BanList()
-    host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans)
+    if config.reachability is not None and config.reachability.hole_punch and (
+            busy := unbindable_listen_addr(tuple(config.listen_addrs))):
+        # Hole punching shares the listen port (SO_REUSEPORT), so the kernel would let a second
+        # node bind a busy port: refuse it here, before listening.
+        raise P2PError(f"cannot listen on {busy[0]}: {busy[1]}")
+    guard = InboundGuard(config.conn_limits)
+    host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
+    relay = (RelayLayer(host, config.reachability, config.dial_timeout)
+             if config.reachability is not None else None)
     pubsub, router = build_pubsub(host, config)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
@@ -54,7 +66,11 @@ async def open_host(
                     await services.enter_async_context(background_trio_service(router))
                     if discovery is not None:
                         await services.enter_async_context(background_trio_service(discovery.dht))
+                    for service in relay.services() if relay is not None else ():
+                        await services.enter_async_context(background_trio_service(service))
                     nursery = await services.enter_async_context(trio.open_nursery())
+                    if relay is not None:
+                        relay.attach(nursery)
                     p2p = P2PHost(
                         host=host,
                         pubsub=pubsub,
@@ -65,6 +81,8 @@ async def open_host(
                         stats=stats,
                         nursery=nursery,
                         bans=bans,
+                        relay=relay,
+                        guard=guard,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)

@@ -55,9 +55,11 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
+from node.p2p.conns import InboundGuard
 from node.p2p.frames import P2PError
 from node.p2p.patches import (
     patch_gossip_queues,
+    patch_inbound_slots,
     patch_record_verification,
 )
 from node.p2p.types import BanList, P2PConfig
@@ -99,11 +101,13 @@ class _AdmissionGate(ISecureTransport):
         allowed: frozenset[str] | None,
         on_refused: Callable[[str, str, str], None],
         bans: BanList,
+        guard: InboundGuard | None,
     ) -> None:
         self._inner = inner
         self._allowed = allowed
         self._on_refused = on_refused
         self._bans = bans
+        self._guard = guard
 
     def _refusal(self, peer_id: ID) -> str | None:
         """Why ``peer_id`` may not connect: outside a closed group, or banned for a while."""
@@ -119,6 +123,13 @@ class _AdmissionGate(ISecureTransport):
             self._on_refused(remote.to_base58(), "inbound", reason)
             await secure.close()
             raise HandshakeFailure(f"peer {remote} is refused: {reason}")
+        if self._guard is not None:
+            address = conn.get_remote_address() if hasattr(conn, "get_remote_address") else None
+            ip = str(address[0]) if address else None
+            # The guard counts and logs its own refusals (a flood must not flood the log).
+            if (reason := self._guard.admit(remote.to_base58(), ip)) is not None:
+                await secure.close()
+                raise HandshakeFailure(f"peer {remote} is refused: {reason}")
         return secure
 
     async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
@@ -139,14 +150,29 @@ def _exclusive_socket_flags(sock: Any) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 
 
+def _shared_port_flags(sock: Any) -> None:
+    """SO_REUSEADDR and SO_REUSEPORT: a hole-punch dial leaves from the listen port, which
+    needs both (DESIGN §11). ``open_host`` checks the port is free before listening instead."""
+    for option in (socket.SO_REUSEADDR, socket.SO_REUSEPORT):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, option, 1)
+
+
 def build_host(
     key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str, str], None],
-    bans: BanList,
+    bans: BanList, guard: InboundGuard | None = None,
 ) -> IHost:
-    setattr(_tcp_module, "_set_reuse_flags", _exclusive_socket_flags)  # noqa: B010
+    punch = config.reachability is not None and config.reachability.hole_punch
+    flags = _shared_port_flags if punch else _exclusive_socket_flags
+    setattr(_tcp_module, "_set_reuse_flags", flags)  # noqa: B010
+    patch_inbound_slots()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans)
+    gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans, guard)
+    # libp2p's own inbound cap is max_connections - min_connections (50): keep it above ours
+    # (membership.max_inbound), which is the one that decides, evicts and counts.
+    limits = config.conn_limits
     connection_config = ConnectionConfig(
+        max_connections=max(300, limits.max_inbound + 100) if limits else 300,
         max_connections_per_peer=1,
         dial_timeout=config.dial_timeout,
         outbound_upgrade_timeout=config.dial_timeout,

@@ -38,12 +38,15 @@ class Streams:
     """The host's stream protocols; ``connected(peer)`` says whether a peer is connected."""
 
     def __init__(self, *, host: IHost, config: P2PConfig, stats: P2PStats, bans: BanList,
-                 connected: Callable[[str], bool]) -> None:
+                 connected: Callable[[str], bool],
+                 spoke: Callable[[str], None] | None = None) -> None:
         self._host = host
         self.config = config
         self.stats = stats
         self.bans = bans
         self._connected = connected
+        # Told of each peer that opened, or answered, a stream of one of our protocols.
+        self._spoke = spoke or (lambda _peer: None)
 
     def set_handler(self, protocol_id: str, handler: StreamHandler) -> None:
         """Serve ``protocol_id``: each inbound stream runs ``handler(FramedStream)``.
@@ -60,6 +63,7 @@ class Streams:
                 await framed.reset()
                 return
             self.stats.streams_accepted += 1
+            self._spoke(framed.peer_id)
             completed = False
             try:
                 await handler(framed)
@@ -92,6 +96,7 @@ class Streams:
         """
         raw = await self.open_raw(peer_id, TProtocol(protocol_id))
         self.stats.streams_opened += 1
+        self._spoke(peer_id)
         return self._wrap(raw, protocol_id)
 
     async def open_raw(self, peer_id: str, protocol_id: TProtocol) -> INetStream:

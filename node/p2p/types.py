@@ -9,6 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from sync.membership import ConnLimits
+from sync.reachability import ReachabilityConfig
+
 __all__ = [
     "BanList",
     "ConnectedPeer",
@@ -60,9 +63,13 @@ class P2PConfig:
     enable_dht: bool = False
     dht_server_mode: bool = True  # also store records for others (False: query only)
     dht_timeout: float = 30.0
+    # Connection manager limits (inbound admission, idle close); None: the defaults.
+    conn_limits: ConnLimits | None = None
     # Test-only: drop this fraction of received gossip messages before delivery.
     drop_incoming_gossip_fraction: float = 0.0
     drop_seed: int = 0
+    # Relay client/service, dial-back and hole punching (node.p2p.relay); None: none of them.
+    reachability: ReachabilityConfig | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.listen_addrs, str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -33,6 +34,10 @@ class PeerManager:
         self.metrics = metrics
         self.schedule = DialSchedule(host.peer_id)
         self._wake = trio.Event()
+        # Told of each address ``join`` proved (the address book keeps it too), and of each
+        # peer forgotten (the address book drops it too).
+        self.on_joined: Callable[[str, str], None] | None = None
+        self.on_forgotten: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def known(self) -> dict[str, KnownPeer]:
@@ -63,6 +68,8 @@ class PeerManager:
         entry = json.dumps({"addr": addr}).encode()
         await self.store.write(put_state, _PREFIX + peer_id, entry, int(time.time() * 1000))
         self.metrics.inc("peer_joins_total")
+        if self.on_joined is not None:
+            self.on_joined(peer_id, addr)
         self._wake.set()
         return peer_id
 
@@ -72,6 +79,8 @@ class PeerManager:
         Returns False when it was not a known peer. It may connect to us again on its own.
         """
         known = self.schedule.forget(peer_id)
+        if self.on_forgotten is not None:
+            await self.on_forgotten(peer_id)
         saved = await self.store.read(list_state, _PREFIX + peer_id)
         await self.store.write(delete_state, _PREFIX + peer_id)
         await self.host.disconnect(peer_id)

@@ -24,6 +24,7 @@ from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
+from node.replication.peer_activity import PeerActivity
 from node.replication.recon_metrics import describe_recon_metrics
 from node.replication.recon_phase import reconcile
 from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
@@ -88,6 +89,7 @@ class ReconService:
             interval_s=section.interval_s, min_round_s=max(MIN_ROUND_S, section.gossip_grace_s),
             max_sessions=section.max_sessions)
         self._wake = trio.Event()
+        self.activity = PeerActivity()  # each peer's last session, for peers/status/metrics
         self.standing = standing
         # Keys being fetched, and fetched keys handed to SDS but not committed yet: not
         # fetched again meanwhile, unless the claim lapses (the peer withholds them).
@@ -215,7 +217,7 @@ class ReconService:
         finally:
             self.schedule.end(peer, initiator=True)
         self.schedule.succeeded(peer)
-        self._done("initiator", started)
+        self._done("initiator", started, peer, stats)
         if stats.fetched:
             log.info("recon fetched events", extra=kv(
                 peer=peer, events=stats.fetched, seconds=round(time.monotonic() - started, 3)))
@@ -230,16 +232,18 @@ class ReconService:
         stats.more = (stats.truncated and stats.fetched > 0) or (
             exchange.scope is not None and len(self.backlog) > 0)
 
-    def _done(self, role: str, started: float) -> None:
+    def _done(self, role: str, started: float, peer: str, stats: SessionStats) -> None:
+        self.activity.session(peer, role, "ok", stats.fetched, stats.served)
         self.metrics.inc("recon_sessions_total", role=role)
         self.metrics.observe("recon_session_seconds", time.monotonic() - started, role=role)
 
-    def _failed(self, peer: str, exc: Exception) -> None:
+    def _failed(self, peer: str, exc: Exception, role: str = "initiator") -> None:
         if isinstance(exc, RemoteProtocolError):
             self.metrics.inc("recon_protocol_errors_total", reason=exc.reason[:80])
             if self.standing is not None:
                 self.standing.penalise(peer, "protocol")
         self.schedule.failed(peer, time.monotonic())
+        self.activity.session(peer, role, type(exc).__name__)
         self.metrics.inc("recon_errors_total", kind=type(exc).__name__)
         log.info("recon session failed", extra=kv(peer=peer, error=str(exc) or type(exc).__name__))
 
@@ -264,11 +268,11 @@ class ReconService:
                 await self._fetch(stream, stats)
         except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
             self.backlog.give_back(exchange.scope if exchange is not None else None)
-            self._failed(peer, exc)
+            self._failed(peer, exc, "responder")
             return
         finally:
             self.schedule.end(peer, initiator=False)
-        self._done("responder", started)
+        self._done("responder", started, peer, stats)
         self._finished(exchange, stats)
         if stats.more:
             await self.sync_with(peer)  # more to fetch: at once (see sync_with)

@@ -39,7 +39,7 @@ from node.config_apps import DbSection
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, make_engine, node_state, upgrade
-from storage.schema import crdt_cells, crdt_entities, crdt_schemas
+from storage.schema import crdt_cells, crdt_changes, crdt_entities, crdt_schemas
 from sync.crdt import CrdtMessage, Operation, SchemaDeclaration, TableSchema, Value
 from sync.identity import peer_id_of
 from sync.sds import encode_event
@@ -93,8 +93,9 @@ def build_log(messages: int, entities: int, rng: random.Random) -> list[EventRec
 
 
 def wipe(engine: Engine) -> None:
+    """A new replica: no application state, no change feed."""
     with engine.begin() as conn:
-        for table in (crdt_cells, crdt_entities, crdt_schemas, node_state):
+        for table in (crdt_cells, crdt_changes, crdt_entities, crdt_schemas, node_state):
             conn.execute(delete(table))
 
 

@@ -5,6 +5,7 @@ Sans-IO: the rules are pure functions, time is passed in as int milliseconds. Se
 
 from __future__ import annotations
 
+from sync.crdt.changes import ChangeKind, RowChange, fold_changes, row_change
 from sync.crdt.declaration import (
     MAX_COLUMNS,
     MAX_WRITERS,
@@ -46,7 +47,15 @@ from sync.crdt.schema import (
     validate_message,
 )
 from sync.crdt.state import EMPTY, Cell, EntityState, Version, cell_wins
-from sync.crdt.values import INT64_MAX, INT64_MIN, ColumnType, Value, value_text
+from sync.crdt.values import (
+    INT64_MAX,
+    INT64_MIN,
+    ColumnType,
+    Value,
+    parse_assignments,
+    parse_typed,
+    value_text,
+)
 
 __all__ = [
     "EMPTY",
@@ -61,6 +70,7 @@ __all__ = [
     "RESERVED_COLUMN",
     "Added",
     "Cell",
+    "ChangeKind",
     "ColumnType",
     "Compacted",
     "CrdtMessage",
@@ -74,6 +84,7 @@ __all__ = [
     "RejectReason",
     "Rejection",
     "Row",
+    "RowChange",
     "SchemaBook",
     "SchemaDeclaration",
     "Schemas",
@@ -90,8 +101,12 @@ __all__ = [
     "decode_content",
     "decode_message",
     "encode_message",
+    "fold_changes",
+    "parse_assignments",
+    "parse_typed",
     "plan",
     "reduce_entity",
+    "row_change",
     "schema_for",
     "schemas_by_name",
     "step",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "Value",
     "is_identifier",
     "is_unicode",
+    "parse_assignments",
+    "parse_typed",
     "value_problem",
     "value_text",
 ]
@@ -80,6 +83,81 @@ def value_problem(value: object) -> str | None:
     if isinstance(value, float):
         return None if math.isfinite(value) else "non-finite float"
     return f"unsupported value type {type(value).__name__}"
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def parse_typed(kind: ColumnType, text: str) -> Value:
+    """``text`` (as typed on a command line or in a query string) as a value of ``kind``.
+
+    :raises ValueError: with what was expected, when ``text`` is not one.
+    """
+    if kind is ColumnType.TEXT:
+        return text
+    if kind is ColumnType.INTEGER:
+        try:
+            number = int(text, 10)
+        except ValueError:
+            number = INT64_MAX + 1
+        if not INT64_MIN <= number <= INT64_MAX:
+            raise ValueError(f"an integer column, got {text!r} (a signed 64-bit integer)")
+        return number
+    if kind is ColumnType.REAL:
+        try:
+            real = float(text)
+        except ValueError:
+            real = math.nan
+        if not math.isfinite(real):
+            raise ValueError(f"a real column, got {text!r} (a finite number)")
+        return real
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise ValueError(f"a boolean column, got {text!r} (true or false)")
+
+
+def parse_assignments(table: str, columns: Mapping[str, ColumnType], items: Iterable[str],
+                      *, check_json: bool = True) -> dict[str, Value]:
+    """``COLUMN=VALUE`` (typed by the column, ``parse_typed``) and ``COLUMN:=JSON`` items, as
+    given on a command line or in a query string, checked against ``columns`` (in the order to
+    name them in an error); ``check_json``: also check a JSON literal's type.
+
+    :raises ValueError: one sentence naming the item and what is allowed.
+    """
+    out: dict[str, Value] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        as_json = name.endswith(":")
+        name = name.removesuffix(":")
+        if not sep or not name:
+            raise ValueError(f"expected COLUMN=VALUE or COLUMN:=JSON, got {item!r}")
+        kind = columns.get(name)
+        if kind is None:
+            raise ValueError(f"table {table} has no column {name!r} (columns: "
+                             f"{', '.join(columns) or 'none'})")
+        if name in out:
+            raise ValueError(f"column {name} given twice")
+        if not as_json:
+            try:
+                out[name] = parse_typed(kind, text)
+            except ValueError as exc:
+                raise ValueError(f"{name} is {exc}") from None
+            continue
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ValueError(f"{name}:= needs a JSON value, got {text!r}") from None
+        if check_json:
+            if kind is ColumnType.REAL and type(value) is int:
+                value = float(value)  # JSON has one number type
+            if value_problem(value) is not None or not kind.accepts(value):
+                article = "an" if kind is ColumnType.INTEGER else "a"
+                raise ValueError(f"{name} is {article} {kind.value} column, got {text!r}")
+        out[name] = value
+    return out
 
 
 _TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False)

@@ -23,7 +23,7 @@ from storage import (
     upgrade,
 )
 from storage.crdt import get_row, load_all_states, query_rows
-from storage.schema import crdt_cells, crdt_entities, crdt_schemas, events
+from storage.schema import crdt_cells, crdt_changes, crdt_entities, crdt_schemas, events
 from sync.crdt import (
     CrdtMessage,
     EntityState,
@@ -161,7 +161,7 @@ def upgraded(urls: Sequence[str]) -> Iterator[list[Engine]]:
 def wipe(engine: Engine, *, log: bool = True) -> None:
     """Drop the application's tables and state (and, with ``log``, the event log)."""
     with engine.begin() as conn:
-        for table in (crdt_cells, crdt_entities, crdt_schemas, node_state,
+        for table in (crdt_cells, crdt_entities, crdt_schemas, crdt_changes, node_state,
                       *((events,) if log else ())):
             conn.execute(delete(table))
 

@@ -36,11 +36,15 @@ class NodeProcess:
         self.listen_addrs: list[str] = []
         self.stderr_path = data_dir / "node.log"
         self._lines: queue.Queue[str | None] = queue.Queue()
+        # Subclasses run the node elsewhere (tests.net.nodes: inside a network namespace).
+        self.wrap: list[str] = []
+        self.listen = "/ip4/127.0.0.1/tcp/0"
 
     def start(self, timeout: float = 60.0) -> NodeProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "node.cli", "run", "--data-dir", str(self.data_dir),
-               "--api", "127.0.0.1:0", "--listen", "/ip4/127.0.0.1/tcp/0", *self.extra_args]
+        cmd = [*self.wrap, sys.executable, "-m", "node.cli", "run", "--data-dir",
+               str(self.data_dir), "--api", "127.0.0.1:0", "--listen", self.listen,
+               *self.extra_args]
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         stderr = self.stderr_path.open("a")
@@ -89,10 +93,13 @@ class NodeProcess:
         self, *args: str, input: str | None = None, timeout: float = 60.0
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "node.cli", *args, "--api", self.api_url],
+            self.cli_command(*args),
             cwd=ROOT, capture_output=True, text=True, input=input, timeout=timeout,
             env=self.cli_env(),
         )
+
+    def cli_command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "node.cli", *args, "--api", self.api_url]
 
     def cli_env(self) -> dict[str, str]:
         """The environment a CLI subprocess needs to reach this node (its API token)."""

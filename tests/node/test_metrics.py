@@ -201,7 +201,22 @@ _REPAIR_REPLAY = ("tests/node/test_hostile_repair.py::"
 _REORG = "tests/node/test_blocks_app.py::test_deep_reorg_from_two_producers_is_followed_once"
 
 # Every metric a node serves -> the test that makes its event happen and asserts it moved.
+_UI = "tests/node/test_status_page.py::test_status_page_in_a_real_browser"
+_MEMBERSHIP = ("tests/node/test_membership_e2e.py::"
+               "test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_its_loss")
+_SLOTS = "tests/node/test_conn_slots.py::test_honest_joins_work_after_idle_identities_and_churn"
 DRIVEN: dict[str, str] = {
+    **{name: _UI for name in ("ui_links_total", "ui_requests_refused_total", "ui_sessions")},
+    "db_changes_gone_total": "tests/node/test_db_watch_e2e.py::"
+                             "test_db_watch_resumes_across_a_node_restart",
+    **{name: _MEMBERSHIP for name in (
+        "address_book_peers", "membership_dials_total", "peer_last_recon_events_fetched",
+        "peer_last_recon_events_served", "peer_last_recon_timestamp_seconds",
+        "peer_last_seen_timestamp_seconds", "peer_rtt_seconds", "px_exchanges_total",
+        "px_records_total")},
+    **{name: _SLOTS for name in (
+        "membership_idle_closed_total", "membership_pruned_total", "p2p_inbound_evicted_total",
+        "p2p_inbound_refused_total")},
     **{name: _HERE for name in (
         "api_errors_total", "api_follows_refused_total", "api_idempotent_replays_total",
         "api_refused_total", "api_request_seconds", "api_responses_total", "build_info",

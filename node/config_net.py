@@ -1,0 +1,49 @@
+"""The ``[reachability]`` section: dial-back verdict, relay client and service, hole punching
+(docs/network.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from node.config_fields import DAY, non_negative, one_of, opt, positive
+from sync.reachability import ReachabilityConfig
+
+__all__ = ["ReachabilitySection", "reachability_config"]
+
+
+@dataclass(frozen=True)
+class ReachabilitySection:
+    enabled: bool = opt(True)
+    serve_relay: str = opt("auto", one_of("auto", "on", "off"))
+    relays_wanted: int = opt(2, positive, most=64)
+    relay_retry_s: float = opt(10.0, non_negative, most=DAY)
+    reservation_refresh_s: float = opt(300.0, positive, most=DAY)
+    confirmations: int = opt(2, positive, most=64)
+    probe_interval_s: float = opt(120.0, positive, most=DAY)
+    hole_punch: bool = opt(True)
+    punch_attempts: int = opt(8, positive, most=1000)
+    punch_backoff_s: float = opt(3.0, non_negative, most=DAY)
+    punch_backoff_max_s: float = opt(15.0, non_negative, most=DAY)
+    punch_rest_s: float = opt(300.0, non_negative, most=30 * DAY)
+    max_reservations: int = opt(32, positive, most=100_000)
+    max_circuits: int = opt(64, positive, most=100_000)
+    circuit_duration_s: int = opt(600, positive, most=30 * DAY)
+    circuit_bytes: int = opt(64 * 1024 * 1024, positive, most=1 << 40)
+    circuit_rate_bytes_s: int = opt(1024 * 1024, positive, most=1 << 34)
+    reservation_ttl_s: int = opt(900, positive, most=30 * DAY)
+
+
+def reachability_config(section: ReachabilitySection) -> ReachabilityConfig | None:
+    if not section.enabled:
+        return None
+    return ReachabilityConfig(
+        serve_relay=section.serve_relay, relays_wanted=section.relays_wanted,
+        relay_retry_s=section.relay_retry_s, reservation_refresh_s=section.reservation_refresh_s,
+        confirmations=section.confirmations, probe_interval_s=section.probe_interval_s,
+        hole_punch=section.hole_punch, punch_attempts=section.punch_attempts,
+        punch_backoff_s=section.punch_backoff_s, punch_backoff_max_s=section.punch_backoff_max_s,
+        punch_rest_s=section.punch_rest_s, max_reservations=section.max_reservations,
+        max_circuits=section.max_circuits, circuit_duration_s=section.circuit_duration_s,
+        circuit_bytes=section.circuit_bytes, circuit_rate_bytes_s=section.circuit_rate_bytes_s,
+        reservation_ttl_s=section.reservation_ttl_s,
+    )

@@ -1,0 +1,62 @@
+"""The host side of the connection manager (``sync.membership.ConnectionManager``): admits
+inbound connections after the Noise handshake, notes who speaks our protocols, and counts.
+
+The decisions are the sans-IO core's; this module feeds it libp2p's events and carries out
+evictions through a callback the host sets once it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from sync.membership import ConnectionManager, ConnLimits
+
+__all__ = ["InboundGuard", "ip_of"]
+
+logger = logging.getLogger("node.p2p")
+
+
+def ip_of(address: str | None) -> str | None:
+    """The IP of an ``/ip4|ip6/HOST/...`` multiaddr (None for others, e.g. relayed ones)."""
+    if not address or "/p2p-circuit" in address:
+        return None
+    parts = address.split("/")
+    return parts[2] if len(parts) > 2 and parts[1] in ("ip4", "ip6") else None
+
+
+class InboundGuard:
+    """One per host. ``evict`` is set by the host: it disconnects a peer (without waiting)."""
+
+    def __init__(self, limits: ConnLimits | None = None) -> None:
+        self.manager = ConnectionManager(limits)
+        self.evict: Callable[[str], None] | None = None
+        self.refused: Counter[str] = Counter()  # by reason: peer_rate, ip_limit, inbound_limit
+        self.evicted = 0
+
+    def admit(self, peer_id: str, ip: str | None) -> str | None:
+        """Called by the admission gate once Noise authenticated ``peer_id``: None to let it
+        in, else why not."""
+        decision = self.manager.admit_inbound(peer_id, ip, time.monotonic())
+        if not decision.admit:
+            self.refused[decision.reason] += 1
+            logger.info("refused inbound connection from %s (%s): %s", peer_id, ip,
+                        decision.reason)
+            return decision.reason
+        for victim in decision.evict:
+            self.evicted += 1
+            self.manager.closed(victim)
+            if self.evict is not None:
+                self.evict(victim)
+        return None
+
+    def opened(self, peer_id: str, address: str | None, inbound: bool) -> None:
+        self.manager.opened(peer_id, ip_of(address), inbound, time.monotonic())
+
+    def closed(self, peer_id: str) -> None:
+        self.manager.closed(peer_id)
+
+    def spoke(self, peer_id: str) -> None:
+        self.manager.spoke(peer_id)

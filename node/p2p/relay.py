@@ -1,0 +1,249 @@
+"""Circuit relay v2 and DCUtR from py-libp2p 0.8.1, wired the way DESIGN §11 measured works.
+
+* Every node runs ``CircuitV2Protocol`` (its STOP handler accepts relayed connections) and a
+  ``CircuitV2Transport`` to dial ``.../p2p-circuit/p2p/<peer>`` addresses (the swarm's own
+  connect skips them). The HOP handler (serving as a relay) is registered only while
+  :meth:`RelayLayer.set_serving` says so (the daemon: when the node is public).
+* The library enforces a circuit's duration and bytes but not the rate its config names:
+  :class:`_PacedRelay` paces every forwarded read with :class:`sync.reachability.RateGate`.
+* ``DCUtRProtocol`` serves the DCUtR stream on every node, but its auto-drive loop (which starts
+  punches from both ends, and crossing punches fail) is off: the daemon calls :meth:`punch` on
+  the side that accepted the relayed connection only, with its own retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p.abc import IHost, INetConn, INetStream
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
+from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
+from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL_ID
+from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.resources import RelayLimits
+from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+
+from node.p2p.frames import DialError, P2PError
+from node.p2p.patches import check_libp2p_version
+from sync.reachability import RateGate, ReachabilityConfig
+
+__all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]
+
+logger = logging.getLogger("node.p2p.relay")
+
+
+class RelayStats:
+    """Counters of relaying, for /metrics."""
+
+    def __init__(self) -> None:
+        self.relayed_bytes = 0  # bytes we forwarded for others as a relay
+        self.paced_s = 0.0  # seconds our rate limit held circuits back
+        self.reservations_made = 0
+        self.reservations_refused = 0
+        self.punch_ok = 0
+        self.punch_failed = 0
+        self.circuit_dials_ok = 0
+        self.circuit_dials_failed = 0
+
+
+class _PacedRelay(CircuitV2Protocol):
+    """``CircuitV2Protocol`` that forwards at most ``rate`` bytes/s per source stream."""
+
+    def __init__(self, host: IHost, limits: RelayLimits, rate: int, stats: RelayStats) -> None:
+        super().__init__(host, limits=limits, allow_hop=False)
+        self._rate = rate
+        self._gates: dict[int, RateGate] = {}
+        self._stats = stats
+
+    async def _read_stream_with_retry(self, stream: INetStream, max_retries: int = 3
+                                      ) -> bytes | None:
+        data: bytes | None = await super()._read_stream_with_retry(stream, max_retries)
+        if not data:
+            self._gates.pop(id(stream), None)
+            return data
+        now = time.monotonic()
+        gate = self._gates.get(id(stream))
+        if gate is None:
+            if len(self._gates) > 4 * self.limits.max_circuit_conns:
+                self._gates.clear()  # stale entries of closed circuits
+            gate = self._gates[id(stream)] = RateGate(self._rate, self._rate, now)
+        self._stats.relayed_bytes += len(data)
+        if (wait := gate.delay(len(data), now)) > 0:
+            self._stats.paced_s += wait
+            await trio.sleep(wait)
+        return data
+
+
+class _ResponderDCUtR(DCUtRProtocol):
+    """DCUtR that answers punches but never starts one by itself (we drive, one side only)."""
+
+    async def _auto_drive_loop(self) -> None:
+        return None
+
+
+def connection_is_relayed(conn: INetConn) -> bool:
+    try:
+        addrs = conn.get_transport_addresses()
+    except Exception:
+        return False
+    return bool(addrs) and all("/p2p-circuit" in str(a) for a in addrs)
+
+
+def _check_library() -> None:
+    """The private names our subclasses override or use must still be there (0.8.1 only)."""
+    check_libp2p_version()
+    for cls, name in ((CircuitV2Protocol, "_read_stream_with_retry"),
+                      (CircuitV2Protocol, "_handle_hop_stream"),
+                      (DCUtRProtocol, "_auto_drive_loop")):
+        if not callable(getattr(cls, name, None)):
+            raise P2PError(f"libp2p {cls.__name__}.{name} is gone: node.p2p.relay needs review")
+
+
+class RelayLayer:
+    """The relay client, the relay service (when serving) and hole punching of one host."""
+
+    def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float) -> None:
+        _check_library()
+        self.host = host
+        self.config = config
+        self.stats = RelayStats()
+        limits = RelayLimits(
+            duration=config.circuit_duration_s, data=config.circuit_bytes,
+            max_circuit_conns=config.max_circuits, max_reservations=config.max_reservations,
+            reservation_ttl=config.reservation_ttl_s,
+        )
+        self.protocol = _PacedRelay(host, limits, config.circuit_rate_bytes_s, self.stats)
+        self.transport = CircuitV2Transport(
+            host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
+        self.dcutr = _ResponderDCUtR(host, dial_timeout=int(max(1, dial_timeout)))
+        self.serving = False
+        self._nursery: trio.Nursery | None = None
+        self._relay_addrs: dict[str, str] = {}  # relay peer -> our address through it
+        # Marks a peer as having spoken one of our protocols (the connection manager's
+        # idle rule); the host sets it.
+        self.on_spoke: Callable[[str], None] = lambda _peer: None
+
+    def services(self) -> list[Any]:
+        return [self.protocol, self.dcutr]
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def set_serving(self, on: bool) -> None:
+        """Serve as a relay (HOP) or stop accepting new reservations and circuits."""
+        if on == self.serving:
+            return
+        if on:
+            self.host.set_stream_handler(HOP_PROTOCOL_ID, self._serve_hop)
+        else:
+            self.host.remove_stream_handler(HOP_PROTOCOL_ID)
+        self.serving = on
+        logger.info("relay service %s", "on" if on else "off")
+
+    async def _serve_hop(self, stream: INetStream) -> None:
+        # A peer reserving or opening a circuit uses the connection: it is not idle.
+        self.on_spoke(stream.muxed_conn.peer_id.to_base58())
+        await self.protocol._handle_hop_stream(stream)
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def connections(self, peer_id: str) -> list[INetConn]:
+        return list(self.host.get_network().get_connections(ID.from_base58(peer_id)))
+
+    def path(self, peer_id: str) -> str | None:
+        """``"direct"`` if any connection to the peer is direct, ``"relayed"``, or None."""
+        conns = self.connections(peer_id)
+        if not conns:
+            return None
+        return "relayed" if all(connection_is_relayed(c) for c in conns) else "direct"
+
+    def direct_address(self, peer_id: str) -> str | None:
+        """The remote address of a direct connection to ``peer_id``."""
+        for conn in self.connections(peer_id):
+            if not connection_is_relayed(conn):
+                try:
+                    addrs = conn.get_transport_addresses()
+                except Exception:
+                    continue
+                if addrs:
+                    return str(addrs[0])
+        return None
+
+    # -- client -----------------------------------------------------------------------------
+
+    async def reserve(self, relay_peer: str, timeout: float) -> bool:
+        """Reserve a slot at ``relay_peer`` (a connected peer); True when granted."""
+        assert self._nursery is not None, "attach() first"
+        relay = ID.from_base58(relay_peer)
+        try:
+            with trio.fail_after(timeout):
+                stream = await self.host.new_stream(relay, [HOP_PROTOCOL_ID])
+                try:
+                    ok = await self.transport.reserve(stream, relay, self._nursery)
+                finally:
+                    await stream.close()
+        except Exception as exc:
+            logger.debug("reservation at %s failed: %s", relay_peer, exc)
+            ok = False
+        if ok:
+            self.stats.reservations_made += 1
+            if (address := self.direct_address(relay_peer)) is not None:
+                me = self.host.get_id().to_base58()
+                self._relay_addrs[relay_peer] = (
+                    f"{address}/p2p/{relay_peer}/p2p-circuit/p2p/{me}")
+        else:
+            self.stats.reservations_refused += 1
+            self._relay_addrs.pop(relay_peer, None)
+        return ok
+
+    def forget(self, relay_peer: str) -> None:
+        self._relay_addrs.pop(relay_peer, None)
+
+    def relayed_addrs(self) -> list[str]:
+        """Our addresses through the relays we hold reservations at (what we advertise)."""
+        return [self._relay_addrs[r] for r in sorted(self._relay_addrs)]
+
+    async def dial_circuit(self, address: str, timeout: float) -> str:
+        """Connect through a relay: ``/ip4/R/tcp/P/p2p/<R>/p2p-circuit/p2p/<peer>``."""
+        try:
+            maddr = multiaddr.Multiaddr(address)
+            with trio.fail_after(timeout):
+                conn = await self.transport.dial(maddr)
+        except Exception as exc:
+            self.stats.circuit_dials_failed += 1
+            raise DialError(f"relayed dial to {address} failed: {exc}") from None
+        self.stats.circuit_dials_ok += 1
+        return str(conn.muxed_conn.peer_id.to_base58())
+
+    async def dial_direct(self, address: str, peer_id: str, timeout: float) -> bool:
+        """A new direct connection to ``peer_id`` at ``address`` even though a relayed one
+        exists (libp2p's connect would just return that one); True when it is direct now."""
+        try:
+            with trio.fail_after(timeout):
+                await self.host.get_network().dial_addr(
+                    multiaddr.Multiaddr(address), ID.from_base58(peer_id))
+        except Exception as exc:
+            logger.debug("direct dial to %s at %s failed: %s", peer_id, address, exc)
+        return self.path(peer_id) == "direct"
+
+    async def punch(self, peer_id: str) -> bool:
+        """One DCUtR attempt (we are the side that accepted the relayed connection)."""
+        try:
+            ok = bool(await self.dcutr.initiate_hole_punch(ID.from_base58(peer_id)))
+        except Exception as exc:
+            logger.debug("hole punch to %s failed: %s", peer_id, exc)
+            ok = False
+        # The library counts attempts per peer and stops at 5; our planner decides instead.
+        self.dcutr._hole_punch_attempts.pop(ID.from_base58(peer_id), None)
+        ok = ok and self.path(peer_id) == "direct"
+        if ok:
+            self.stats.punch_ok += 1
+        else:
+            self.stats.punch_failed += 1
+        return ok

@@ -1,0 +1,61 @@
+"""The address book saved in the node's database (one state row, JSON), so that a restarted
+node can reach the group without the peer it first joined. Records are verified again on load:
+the database is not trusted to hold only what we checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from typing import Any
+
+from node.logs import kv
+from node.p2p.records import RecordError, open_record
+from node.store import EventStore
+from storage import get_state, put_state
+from sync.membership import AddressBook, BookEntry
+
+__all__ = ["load_book", "save_book"]
+
+log = logging.getLogger("syncnode.membership")
+_KEY = "membership/address_book"
+
+
+def _to_json(entry: BookEntry) -> dict[str, Any]:
+    out = dataclasses.asdict(entry)
+    out["record"] = entry.record.hex()
+    return out
+
+
+async def save_book(store: EventStore, book: AddressBook) -> None:
+    data = json.dumps([_to_json(e) for e in book.entries.values()]).encode()
+    await store.write(put_state, _KEY, data, int(time.time() * 1000))
+
+
+async def load_book(store: EventStore, book: AddressBook, max_record_bytes: int) -> int:
+    """Restore the saved entries into ``book``; returns how many were kept."""
+    raw = await store.read(get_state, _KEY)
+    if raw is None:
+        return 0
+    try:
+        items = json.loads(raw)
+        if not isinstance(items, list):
+            raise ValueError("not a list")
+    except ValueError as exc:
+        log.warning("ignoring an unreadable saved address book", extra=kv(error=str(exc)))
+        return 0
+    kept = 0
+    for item in items:
+        try:
+            entry = BookEntry(**{**item, "record": bytes.fromhex(item["record"]),
+                                 "addrs": tuple(item["addrs"]),
+                                 "relayed": tuple(item.get("relayed", ()))})
+            if entry.record and open_record(entry.record, max_record_bytes).peer_id != \
+                    entry.peer_id:
+                raise RecordError("record of another peer")
+        except (TypeError, KeyError, ValueError, RecordError) as exc:
+            log.warning("ignoring a saved address book entry", extra=kv(error=str(exc)))
+            continue
+        kept += book.restore(entry)
+    return kept

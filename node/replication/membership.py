@@ -1,0 +1,216 @@
+"""Membership: the address book, peer exchange and the connection manager, driven.
+
+Every decision is in ``sync.membership``; this service feeds it the host's events and carries
+its answers out: it asks each peer it dials for records (and answers those who ask), closes idle
+connections, prunes above the high watermark (keeping GossipSub mesh members and peers in a
+Recon session), dials address-book peers up to the low watermark, and saves the book.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import trio
+
+from node.config_membership import MembershipSection, book_limits
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p import P2PError, P2PHost
+from node.replication.addrbook_store import load_book, save_book
+from node.replication.peer_activity import PEER_SERIES, PeerActivity
+from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
+from node.store import EventStore
+from sync.membership import AddressBook, BookEntry
+
+__all__ = ["MEMBERSHIP_METRICS", "Membership"]
+
+log = logging.getLogger("syncnode.membership")
+_VERIFY_PER_TICK = 4
+_RTT_INTERVAL_S = 15.0
+_RTT_MAX_PEERS = 64
+
+MEMBERSHIP_METRICS = {
+    "membership_idle_closed_total": "Connections closed because the peer never spoke one of our "
+                                    "protocols within membership.idle_timeout_s",
+    "membership_pruned_total": "Connections closed to come back under membership.high_watermark",
+    "membership_dials_total": "Address-book peers dialled, by kind (dial: to reach "
+                              "membership.low_watermark; verify: a probe of the address an "
+                              "inbound peer advertises) and result (ok, failed)",
+    "p2p_inbound_refused_total": "Inbound connections refused after the handshake, by reason "
+                                 "(peer_rate, ip_limit, inbound_limit)",
+    **PX_METRICS,
+}
+
+
+class Membership:
+    def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics,
+                 section: MembershipSection, *, in_session: Callable[[str], bool],
+                 activity: PeerActivity | None = None,
+                 penalise: Callable[[str, str], object] | None = None) -> None:
+        self.host = host
+        self.store = store
+        self.metrics = metrics
+        self.section = section
+        self.in_session = in_session
+        self.activity = activity or PeerActivity()
+        self.book = AddressBook(host.peer_id, book_limits(section))
+        self.rng = random.Random()
+        self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
+        # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
+        self.dial: Callable[[str], object] = host.connect
+        self._dialing: set[str] = set()
+        for name, text in MEMBERSHIP_METRICS.items():
+            metrics.describe(name, "counter", text)
+        for name, text in PEER_SERIES.items():
+            metrics.describe(name, "gauge", text)
+        metrics.gauge_fn("address_book_peers", lambda: float(len(self.book)),
+                         "Peers in the address book")
+        metrics.counter_fn("p2p_inbound_evicted_total", lambda: float(host.guard.evicted),
+                           "Idle inbound connections closed to make room for a newcomer")
+        host.set_stream_handler(PX_PROTOCOL, self.px.serve)
+
+    async def load(self, known: list[str]) -> None:
+        """Restore the saved book, then add the peers we were told about (join, bootstrap)."""
+        kept = await load_book(self.store, self.book, self.section.px_record_max_bytes)
+        now = time.time()
+        for addr in known:
+            peer = addr.rsplit("/p2p/", 1)[-1]
+            self.book.offer(peer, [addr], 0, b"", "", now)
+        log.info("address book loaded", extra=kv(saved=kept, peers=len(self.book)))
+
+    def direct_addrs(self, peer_id: str) -> list[str]:
+        """``peer_id``'s advertised addresses that need no relay, as dialable multiaddrs."""
+        entry = self.book.entries.get(peer_id)
+        if entry is None:
+            return []
+        return [a for a in entry.dial_addrs() if "/p2p-circuit" not in a]
+
+    def learn(self, peer_id: str, addr: str) -> None:
+        """An address proven to reach ``peer_id`` (``join`` succeeded on it)."""
+        self.book.learn(peer_id, addr, time.time())
+
+    async def forget(self, peer_id: str) -> None:
+        """``peers forget``: out of the book, and the saved book, now. (Peer exchange may
+        teach it to us again later.)"""
+        if self.book.forget(peer_id):
+            await save_book(self.store, self.book)
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_peers, nursery)
+            nursery.start_soon(self._housekeeping, nursery)
+            nursery.start_soon(self._rtt_rounds)
+            if self.section.px:
+                nursery.start_soon(self._px_rounds)
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await save_book(self.store, self.book)
+
+    async def _watch_peers(self, nursery: trio.Nursery) -> None:
+        async for event in self.host.peer_events():
+            now = time.time()
+            entry = self.book.entries.get(event.peer_id)
+            if event.kind == "disconnected":
+                self.activity.seen(event.peer_id, now)
+                if entry is not None:
+                    entry.last_seen = now
+                continue
+            if event.direction == "outbound" and event.address:
+                # We dialled it there: that address works (an inbound one is a source port).
+                self.book.learn(event.peer_id, f"{event.address}/p2p/{event.peer_id}", now)
+            elif entry is not None:
+                self.book.connected(event.peer_id, now)
+            if self.section.px and event.direction == "outbound":
+                nursery.start_soon(self.px.ask, event.peer_id)
+
+    async def _px_rounds(self) -> None:
+        """Now and then ask a random connected peer: records change as peers come and go."""
+        while True:
+            await trio.sleep(self.section.px_interval_s * random.uniform(0.75, 1.25))
+            peers = self.host.connected_peers()
+            if peers:
+                await self.px.ask(self.rng.choice(peers))
+
+    async def _rtt_rounds(self) -> None:
+        """Keep each connection's round-trip time fresh (``peers``, ``/metrics``)."""
+        while True:
+            await trio.sleep(_RTT_INTERVAL_S)
+            for peer in self.host.connected_peers()[:_RTT_MAX_PEERS]:
+                with trio.move_on_after(5), contextlib.suppress(P2PError):
+                    await self.host.ping(peer)
+
+    async def _housekeeping(self, nursery: trio.Nursery) -> None:
+        last_save = time.monotonic()
+        while True:
+            await trio.sleep(self.section.housekeeping_interval_s)
+            self.tick(nursery)
+            if time.monotonic() - last_save >= self.section.address_book_save_interval_s:
+                last_save = time.monotonic()
+                await save_book(self.store, self.book)
+
+    def tick(self, nursery: trio.Nursery) -> None:
+        host = self.host
+        self.activity.export(self.metrics, host.peers())
+        for reason, count in host.guard.refused.items():
+            self.metrics.set("p2p_inbound_refused_total", count, reason=reason)
+        host.note_gossip_speakers()
+        connected = set(host.connected_peers())
+        protected = host.mesh_members() | {p for p in connected if self.in_session(p)}
+        plan = host.guard.manager.housekeeping(time.monotonic(), protected)
+        for peer, series in [(p, "membership_idle_closed_total") for p in plan.close_idle] + \
+                            [(p, "membership_pruned_total") for p in plan.prune]:
+            self.metrics.inc(series)
+            host.guard.closed(peer)  # counted once, even if the disconnect takes a while
+            log.info("closing connection", extra=kv(peer=peer, why=series.split("_")[1]))
+            nursery.start_soon(host.disconnect, peer)
+        self._verify_inbound(nursery, connected)
+        if plan.dial:
+            exclude = connected | self._dialing | {p for p in self.book.entries
+                                                   if host.is_banned(p)}
+            for entry in self.book.candidates(time.time(), exclude, plan.dial, self.rng):
+                self._dialing.add(entry.peer_id)
+                nursery.start_soon(self._dial, entry)
+
+    def _verify_inbound(self, nursery: trio.Nursery, connected: set[str]) -> None:
+        """Peers that connected to us and sent their record have not proven its addresses:
+        dial one back (a probe beside the connection we have) before the entry counts as
+        tried, the kind a flood of records can never displace."""
+        now = time.time()
+        budget = _VERIFY_PER_TICK
+        for peer in sorted(connected - self._dialing):
+            entry = self.book.entries.get(peer)
+            if budget and entry is not None and not entry.tried and entry.next_attempt <= now \
+                    and any(not r for r in entry.relayed):
+                budget -= 1
+                self._dialing.add(peer)
+                nursery.start_soon(self._dial, entry, True)
+
+    async def _dial(self, entry: BookEntry, verify: bool = False) -> None:
+        try:
+            for addr in entry.dial_addrs():
+                try:
+                    if verify:
+                        if "/p2p-circuit" in addr:
+                            continue
+                        await self.host.connect(addr, verify=True)
+                    else:
+                        await self.dial(addr)  # type: ignore[misc]
+                except P2PError as exc:
+                    log.debug("dial failed", extra=kv(peer=entry.peer_id, addr=addr,
+                                                      error=str(exc)))
+                    continue
+                self.metrics.inc("membership_dials_total", result="ok",
+                                 kind="verify" if verify else "dial")
+                self.book.connected(entry.peer_id, time.time())
+                return
+            self.metrics.inc("membership_dials_total", result="failed",
+                             kind="verify" if verify else "dial")
+            self.book.dial_failed(entry.peer_id, time.time())
+        finally:
+            self._dialing.discard(entry.peer_id)

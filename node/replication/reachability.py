@@ -1,0 +1,207 @@
+"""The reachability driver: a short loop over the sans-IO rules of ``sync.reachability``.
+
+Once a second it asks peers to dial us back (the evidence of the verdict), turns the relay
+service on or off (``serve_relay = "auto"``: on when public), keeps reservations at relays while
+not public, and hole-punches relayed connections we accepted. It decides nothing itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from node.metrics import Metrics
+from node.p2p.dialback import DIALBACK_PROTOCOL, DialBackServer, parse_answer
+from node.p2p.frames import P2PError
+from node.p2p.host import P2PHost
+from node.p2p.relay import RelayLayer, connection_is_relayed
+from sync.reachability import (
+    PUBLIC,
+    PunchPlanner,
+    Reachability,
+    ReachabilityCore,
+    RelayPlanner,
+    address_scope,
+)
+
+__all__ = ["ReachabilityService"]
+
+log = logging.getLogger("syncnode.reachability")
+_TICK_S = 1.0
+
+
+def _ip_of(address: str | None) -> str | None:
+    parts = (address or "").split("/")
+    return parts[2] if len(parts) > 2 and parts[1] in ("ip4", "ip6") else None
+
+
+class ReachabilityService:
+    def __init__(self, host: P2PHost, relay: RelayLayer, metrics: Metrics) -> None:
+        self.host, self.relay = host, relay
+        self.config = relay.config
+        self.core = ReachabilityCore(self.config)
+        self.relays = RelayPlanner(self.config)
+        self.punches = PunchPlanner(self.config)
+        self.verdict: Reachability = self.core.verdict(time.monotonic())
+        self.server = DialBackServer(host._host, self._direct_ip, host.config.dial_timeout,
+                                     min_gap_s=self.config.probe_interval_s / 2)
+        host.set_stream_handler(DIALBACK_PROTOCOL, self.server.handle)
+        self._listen_port = self._port()
+        self._register(metrics)
+        # Hands our freshly signed record to a peer (membership's peer exchange), so that the
+        # peers we joined pass our relayed addresses on without waiting for their next round.
+        self.announce: Callable[[str], Awaitable[object]] | None = None
+        # A peer's advertised direct (non-relayed) addresses (membership's address book).
+        self.direct_addrs: Callable[[str], list[str]] | None = None
+
+    def _port(self) -> int:
+        for address in self.host.listen_addrs:
+            parts = address.split("/")
+            if len(parts) > 4 and parts[3] == "tcp" and parts[4].isdigit():
+                return int(parts[4])
+        return 0
+
+    def _direct_ip(self, peer: str) -> str | None:
+        return _ip_of(self.relay.direct_address(peer))
+
+    async def run(self) -> None:
+        if self.config.serve_relay == "on":
+            self.relay.set_serving(True)
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._tick(nursery, time.monotonic())
+                await trio.sleep(_TICK_S)
+
+    def _tick(self, nursery: trio.Nursery, now: float) -> None:
+        connected = self.host.connected_peers()
+        direct = [p for p in connected if self.relay.path(p) == "direct"]
+        for peer in self.core.to_ask(direct, now):
+            nursery.start_soon(self._ask, peer)
+        verdict = self.core.verdict(now)
+        if verdict != self.verdict:
+            log.info("reachability: %s -> %s", self.verdict.value, verdict.value)
+            self.verdict = verdict
+        if self.config.serve_relay == "auto":
+            self.relay.set_serving(verdict is PUBLIC)
+        for relay in list(self.relays.reserved):
+            if relay not in direct:
+                self.relays.lost(relay)
+                self.relay.forget(relay)
+            else:
+                # Our reservation lives as long as this connection: never idle for us.
+                self.host.guard.spoke(relay)
+        # Relays must be reachable from anywhere: only peers we reach at a global address.
+        candidates = [p for p in direct if address_scope(self._direct_ip(p) or "") == "global"]
+        for relay in self.relays.to_reserve(verdict, candidates, now):
+            self.relays.reserved_ok(relay, now)  # in flight: not picked twice
+            nursery.start_soon(self._reserve, relay)
+        if self.host.local_record.advertise(self.host.advertised_addrs):
+            # Peer exchange hands this record out: others learn our relayed addresses.
+            log.info("advertising %s", ", ".join(self.host.local_record.addrs))
+            if self.announce is not None:
+                for peer in direct:
+                    nursery.start_soon(self.announce, peer)
+        for peer in connected:
+            if peer in direct:
+                self.punches.direct(peer)
+                continue
+            accepted, dialed = self._relayed_directions(peer)
+            self.punches.relayed(peer, accepted=accepted, dialed=dialed,
+                                 us=self.host.peer_id, now=now)
+        still = set(connected)
+        for peer in self.punches.planned():
+            if peer not in still:
+                self.punches.gone(peer)
+        for peer in self.punches.due(now):
+            nursery.start_soon(self._punch, peer)
+
+    def _relayed_directions(self, peer: str) -> tuple[bool, bool]:
+        """Whether a relayed connection with ``peer`` came in, and whether we opened one."""
+        directions = {str(getattr(getattr(c, "direction", None), "name", "")).lower()
+                      for c in self.relay.connections(peer) if connection_is_relayed(c)}
+        return "inbound" in directions, "outbound" in directions
+
+    async def _ask(self, peer: str) -> None:
+        if self._listen_port == 0:
+            return
+        try:
+            async with await self.host.open_stream(peer, DIALBACK_PROTOCOL) as stream:
+                await stream.send(self._listen_port.to_bytes(2, "big"))
+                with trio.fail_after(self.host.config.dial_timeout * 2):
+                    ok, ip = parse_answer(await stream.receive())
+        except (P2PError, trio.TooSlowError) as exc:
+            log.debug("dial-back request to %s failed: %s", peer, exc)
+            return
+        if ip != "-":
+            self.core.observe(peer, ip, ok, time.monotonic())
+
+    async def _reserve(self, relay: str) -> None:
+        ok = await self.relay.reserve(relay, self.host.config.dial_timeout)
+        now = time.monotonic()
+        if ok:
+            self.relays.reserved_ok(relay, now)
+            log.info("reserved a relay slot at %s", relay)
+        else:
+            self.relays.refused(relay, now)
+
+    async def _punch(self, peer: str) -> None:
+        # A peer on our own LAN (or a public one) needs no punch: dial what it advertises.
+        ok = False
+        for address in self.direct_addrs(peer) if self.direct_addrs is not None else []:
+            if await self.relay.dial_direct(address, peer, self.host.config.dial_timeout):
+                ok = True
+                break
+        ok = ok or await self.relay.punch(peer)
+        self.punches.result(peer, ok, time.monotonic())
+        log.info("hole punch to %s: %s", peer, "direct" if ok else "failed")
+
+    def status(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "reachability": self.verdict.value,
+            "dialback": self.core.counts(now),
+            "relay_serving": self.relay.serving,
+            "relays": self.relays.relays(),
+            "relayed_addrs": self.relay.relayed_addrs(),
+            "punch": {"ok": self.relay.stats.punch_ok, "failed": self.relay.stats.punch_failed,
+                      "pending": self.punches.pending()},
+            "relayed_bytes": self.relay.stats.relayed_bytes,
+        }
+
+    def _register(self, metrics: Metrics) -> None:
+        stats = self.relay.stats
+        states = {"unknown": 0.0, "private": 1.0, "public": 2.0}
+        for name, fn, text in (
+            ("reachability_state", lambda: states[self.verdict.value],
+             "Reachability verdict: 0 unknown, 1 private (behind NAT), 2 public"),
+            ("relay_reservations", lambda: float(len(self.relays.reserved)),
+             "Relays holding a reservation for us"),
+            ("relay_serving", lambda: float(self.relay.serving), "1 while we serve as a relay"),
+            ("peers_direct", lambda: float(self._count_path("direct")),
+             "Connected peers with a direct connection"),
+            ("peers_relayed", lambda: float(self._count_path("relayed")),
+             "Connected peers reached only through a relay"),
+        ):
+            metrics.gauge_fn(name, fn, text)
+        for name, fn, text in (
+            ("relay_forwarded_bytes_total", lambda: float(stats.relayed_bytes),
+             "Bytes we forwarded for others as a relay"),
+            ("relay_paced_seconds_total", lambda: stats.paced_s,
+             "Seconds the per-circuit rate limit held relayed data back"),
+            ("hole_punch_ok_total", lambda: float(stats.punch_ok),
+             "Relayed connections upgraded to direct ones"),
+            ("hole_punch_failed_total", lambda: float(stats.punch_failed),
+             "Hole punch attempts that failed"),
+            ("dialback_served_total", lambda: float(self.server.served),
+             "Dial-back requests we served"),
+            ("dialback_refused_total", lambda: float(self.server.refused),
+             "Dial-back requests we refused (relayed, malformed or too frequent)"),
+        ):
+            metrics.counter_fn(name, fn, text)
+
+    def _count_path(self, path: str) -> int:
+        return sum(1 for p in self.host.connected_peers() if self.relay.path(p) == path)

@@ -1,0 +1,68 @@
+"""The emulated internet behaves like one: NAT lets connections out and drops them in."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from tests.net.netns import Internet, NetError, run
+
+_CONNECT = (
+    "import socket,sys\n"
+    "s=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
+    "print(s.getsockname()[0]); s.close()\n"
+)
+_SERVE = (
+    "import socket\n"
+    "l=socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "l.bind(('0.0.0.0', 7000)); l.listen(8); l.settimeout(20)\n"
+    "while True:\n"
+    "    c, a = l.accept(); c.sendall(a[0].encode()); c.close()\n"
+)
+
+
+def _connect(ns: str, ip: str) -> bool:
+    return run("python3", "-c", _CONNECT, ip, "7000", ns=ns, check=False).returncode == 0
+
+
+def test_nat_lets_out_and_drops_in(internet: Internet) -> None:
+    pub = internet.add_public()
+    home = internet.add_home()
+    inside = internet.add_home_host(home)
+    neighbour = internet.add_home_host(home)
+    other = internet.add_home_host(internet.add_home())
+    servers = [subprocess.Popen(["ip", "netns", "exec", h.ns, "python3", "-c", _SERVE])
+               for h in (pub, inside)]
+    try:
+        time.sleep(0.5)
+        assert _connect(inside.ns, pub.ip), "a home host must reach a public host"
+        assert _connect(neighbour.ns, inside.ip), "hosts of one home reach each other"
+        assert not _connect(other.ns, inside.ip), "another home's private address is unrouted"
+        assert not _connect(pub.ns, internet.router_wan_ip(home)), "NAT must drop inbound"
+        assert not _connect(pub.ns, inside.ip), "private addresses are not routed"
+        assert not _connect(other.ns, internet.router_wan_ip(home)), "no home-to-home inbound"
+        internet.set_uplink(home, up=False)
+        assert not _connect(inside.ns, pub.ip), "uplink down is a partition"
+        internet.set_uplink(home, up=True)
+        assert _connect(inside.ns, pub.ip)
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+
+
+def test_cleanup_removes_every_namespace() -> None:
+    net = Internet()
+    net.add_home_host(net.add_home())
+    names = [n for n in run("ip", "netns", "list").stdout.split() if n.startswith(net.tag)]
+    assert len(names) == 3
+    net.close()
+    left = [n for n in run("ip", "netns", "list").stdout.split() if n.startswith(net.tag)]
+    assert left == []
+
+
+def test_bad_command_is_an_error(internet: Internet) -> None:
+    with pytest.raises(NetError):
+        run("ip", "link", "set", "nosuchlink", "up", ns=internet.core)

@@ -1,0 +1,118 @@
+"""Scenario building blocks: a group of real nodes on an emulated internet, and what to wait on.
+
+``build_world(internet, base, publics=2, homes=3, per_home=2)`` starts every node in parallel
+(public nodes on 198.18.0.x, home nodes behind their NAT routers), each on its own listen port so
+the routers' masquerade keeps it (hole punching predicts the external port from it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.net.netns import Internet
+from tests.net.nodes import NetNode
+from tests.node.cluster import FAST_ENV, channel_log, wait_for
+from tests.node.procs import NodeProcess
+
+__all__ = ["NET_ENV", "World", "build_world", "logs_identical", "partition_seconds"]
+
+# Fast timers (tests/node/cluster.py) plus quick reachability probing.
+NET_ENV = {
+    **FAST_ENV,
+    "SYNCNODE_REACHABILITY_PROBE_INTERVAL_S": "5",
+    "SYNCNODE_REACHABILITY_RELAY_RETRY_S": "3",
+    "SYNCNODE_REACHABILITY_PUNCH_BACKOFF_S": "2",
+    "SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "5",
+}
+
+
+def partition_seconds() -> float:
+    """How long scenario 3 keeps a home's uplink down: 60 s in the benchmark, shorter in
+    ``make test`` (``SYNCNODE_TEST_PARTITION_S``, default 20)."""
+    return float(os.environ.get("SYNCNODE_TEST_PARTITION_S", "20"))
+
+
+@dataclass
+class World:
+    internet: Internet
+    public: list[NetNode]
+    home: list[NetNode]
+
+    @property
+    def nodes(self) -> list[NetNode]:
+        return self.public + self.home
+
+    def home_pairs_across_nats(self) -> list[tuple[NetNode, NetNode]]:
+        return [(a, b) for a, b in itertools.combinations(self.home, 2)
+                if a.host.home != b.host.home]
+
+    def status(self, node: NetNode) -> dict:  # type: ignore[type-arg]
+        return dict(node.get("/v1/status"))
+
+    def describe(self) -> str:
+        """One line per node: reachability, relays, and its connections by path."""
+        lines = []
+        for node in self.nodes:
+            try:
+                net = node.get("/v1/status")["network"]
+                paths = self.paths(node)
+            except Exception as exc:  # stopped, or not answering
+                lines.append(f"{node.host.name}: {exc!r}")
+                continue
+            names = {n.peer_id: n.host.name for n in self.nodes}
+            conns = " ".join(f"{names.get(p, p[-6:])}:{v[0]}" for p, v in sorted(paths.items()))
+            lines.append(f"{node.host.name}: {net['reachability']} relays={len(net['relays'])} "
+                         f"punch={net['punch']} conns={conns}")
+        return "\n".join(lines)
+
+    def wait(self, condition: Callable[[], bool], timeout: float, message: str) -> float:
+        """Seconds until ``condition`` held; AssertionError with every node's state if not."""
+        start = time.monotonic()
+        try:
+            wait_for(condition, timeout, message)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.describe()}") from None
+        return time.monotonic() - start
+
+    def paths(self, node: NetNode) -> dict[str, str]:
+        """Connected peer id -> "direct" or "relayed"."""
+        return {p["peer_id"]: p.get("path", "direct") for p in node.get("/v1/peers")["connected"]}
+
+
+@contextmanager
+def build_world(internet: Internet, base: Path, *, publics: int = 2, homes: int = 3,
+                per_home: int = 2, env: dict[str, str] | None = None,
+                home_env: dict[int, dict[str, str]] | None = None) -> Iterator[World]:
+    """``home_env``: extra environment for the i-th home node."""
+    hosts = [internet.add_public() for _ in range(publics)]
+    for _ in range(homes):
+        index = internet.add_home()
+        hosts += [internet.add_home_host(index) for _ in range(per_home)]
+    extra = {publics + i: e for i, e in (home_env or {}).items()}
+    nodes = [NetNode(h, base / h.name, port=4001 + i,
+                     env={**NET_ENV, **(env or {}), **extra.get(i, {})})
+             for i, h in enumerate(hosts)]
+    try:
+        with ThreadPoolExecutor(len(nodes)) as pool:
+            list(pool.map(lambda n: n.start(timeout=120), nodes))
+        yield World(internet, nodes[:publics], nodes[publics:])
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+def logs_identical(nodes: Sequence[NodeProcess], channel: str, expected: int) -> bool:
+    logs = [channel_log(n, channel) for n in nodes]
+    return len(logs[0]) == expected and all(log == logs[0] for log in logs)
+
+
+def wait_all(nodes: list[NetNode], check: Callable[[NetNode], bool], timeout: float,
+             message: str) -> None:
+    wait_for(lambda: all(check(n) for n in nodes), timeout, message)

@@ -1,0 +1,104 @@
+"""Finding 3 of issue 27: inbound connection slots come back, whatever closed the connection.
+
+py-libp2p 0.8.1 held each accepted connection's slot (250 in all) until the process stopped;
+``node.p2p.patches.patch_inbound_slots`` ends the hold when the connection closes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.p2p import P2PConfig
+from node.p2p.patches import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
+from node.p2p.run import open_host
+from tests.node.cluster import metric, wait_for
+from tests.node.hostile_conns import churn, hold_idle
+from tests.node.procs import NodeProcess
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_the_patch_is_for_the_pinned_libp2p() -> None:
+    check_libp2p_version()  # raises on any other installed version
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"libp2p=={SUPPORTED_LIBP2P_VERSION}"' in pyproject
+
+
+@pytest.mark.trio
+async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
+    config = P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))
+    async with open_host(Ed25519PrivateKey.generate(), config) as host:
+        swarm = host._host.get_network()
+        limiter = swarm._inbound_limiter  # type: ignore[attr-defined]
+        upgraded = await churn(host.listen_addrs[0], 60)
+        assert upgraded >= 30  # libp2p's own per-peer rate limit refuses some of them
+        with trio.move_on_after(30):
+            while limiter.borrowed_tokens or swarm.get_connections():
+                await trio.sleep(0.05)
+        assert swarm.get_connections() == []
+        assert limiter.borrowed_tokens == 0, f"{limiter.borrowed_tokens} slots never returned"
+
+
+def _connected(node: NodeProcess) -> set[str]:
+    return {p["peer_id"] for p in node.get("/v1/peers")["connected"]}
+
+
+def _honest_join(honest: NodeProcess, node: NodeProcess) -> None:
+    if node.peer_id in _connected(honest):
+        honest.cli("peers", "forget", node.peer_id)
+        wait_for(lambda: node.peer_id not in _connected(honest), 30, "forget did not disconnect")
+    joined = honest.cli("join", node.listen_addrs[0])
+    assert joined.returncode == 0, (joined.stderr, node.log_tail())
+    wait_for(lambda: honest.peer_id in _connected(node), 30, "the honest peer is not connected")
+
+
+async def _idle_then_join(target: NodeProcess, honest: NodeProcess, count: int) -> int:
+    """``count`` idle identities connect and stay; an honest peer joins meanwhile; the node
+    must close every idle one; the rest vanish when this returns."""
+    async with hold_idle(target.listen_addrs[0], count) as alive:
+        held = sum(alive)
+        await trio.to_thread.run_sync(_honest_join, honest, target)
+        deadline = time.monotonic() + 30
+        while sum(alive) and time.monotonic() < deadline:
+            await trio.sleep(0.5)
+        assert sum(alive) == 0, f"{sum(alive)} of {held} idle connections still open"
+        return held
+
+
+@pytest.mark.slow
+def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> None:
+    # Low limits, so that each defence acts within seconds: the per-IP limit (all of the test
+    # is on 127.0.0.1) evicts the longest-idle connection for a newcomer, the high watermark
+    # prunes silent connections before they are old enough to count as idle, and what stays
+    # is closed as idle.
+    target = NodeProcess(tmp_path / "target", env={
+        "SYNCNODE_MEMBERSHIP_IDLE_TIMEOUT_S": "5", "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1",
+        "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "8", "SYNCNODE_MEMBERSHIP_GRACE_S": "1",
+        "SYNCNODE_MEMBERSHIP_MAX_INBOUND_PER_IP": "12"}).start()
+    honest = NodeProcess(tmp_path / "honest").start()
+    try:
+        started = time.monotonic()
+        # 300 identities connect and never speak: on b4adb7a 250 of them held every inbound
+        # slot (for good, even after they vanished) and the honest join failed (HTTP 502).
+        trio.run(_idle_then_join, target, honest, 300)
+        assert metric(target, "membership_idle_closed_total") > 0
+        assert metric(target, "membership_pruned_total") > 0
+        assert metric(target, "p2p_inbound_evicted_total") > 0
+        idle_s = time.monotonic() - started
+        # 1,000 connect/disconnect cycles from one identity (libp2p's own per-peer rate limit,
+        # 10/s after a burst of 50, refuses most after the Noise handshake; each one that gets
+        # through took a slot for good on b4adb7a).
+        upgraded = trio.run(churn, target.listen_addrs[0], 1000)
+        assert upgraded >= 50, upgraded
+        assert metric(target, 'p2p_inbound_refused_total{reason="peer_rate"}') > 0
+        _honest_join(honest, target)
+        print(f"300 idle identities {idle_s:.1f} s; 1000 cycles ({upgraded} upgraded) "
+              f"{time.monotonic() - started - idle_s:.1f} s")
+    finally:
+        target.kill()
+        honest.kill()

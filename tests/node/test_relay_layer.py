@@ -1,0 +1,90 @@
+"""Circuit relay v2 through ``node.p2p.relay`` with real libp2p hosts on loopback: a reservation,
+a relayed connection, the rate we promise (libp2p never enforces it), and the hop service that
+only runs while we serve."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node.p2p import FramedStream, P2PConfig, P2PHost
+from node.p2p.dialback import parse_answer
+from node.p2p.frames import P2PError
+from node.p2p.relay import RelayLayer
+from node.p2p.run import open_host
+from sync.reachability import ReachabilityConfig
+
+SINK = "/test/sink/1.0.0"
+KIB = 1024
+
+
+def _key(n: int) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(bytes([n]) * 32)
+
+
+@asynccontextmanager
+async def _three(rate: int) -> AsyncIterator[list[P2PHost]]:
+    config = P2PConfig(reachability=ReachabilityConfig(circuit_rate_bytes_s=rate))
+    async with AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(open_host(_key(40 + i), config))
+               for i in range(3)]
+
+
+def _relay(host: P2PHost) -> RelayLayer:
+    assert host.relay is not None
+    return host.relay
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_relayed_connection_carries_streams_at_the_promised_rate() -> None:
+    rate = 128 * KIB
+    async with _three(rate) as (relay, a, b):
+        received = 0
+        done = trio.Event()
+
+        async def sink(stream: FramedStream) -> None:
+            nonlocal received
+            async for frame in stream:
+                received += len(frame)
+                if received >= 4 * rate:
+                    done.set()
+                    await stream.send(b"ok")
+
+        a.set_stream_handler(SINK, sink)
+        await a.connect(relay.listen_addrs[0])
+        await b.connect(relay.listen_addrs[0])
+        # Not serving yet: the reservation is refused.
+        assert not await _relay(a).reserve(relay.peer_id, 10)
+        _relay(relay).set_serving(True)
+        assert await _relay(a).reserve(relay.peer_id, 10)
+        [address] = _relay(a).relayed_addrs()
+        assert address.endswith(f"/p2p/{relay.peer_id}/p2p-circuit/p2p/{a.peer_id}")
+        assert await b.connect(address) == a.peer_id
+        assert b.path(a.peer_id) == "relayed"
+        started = time.monotonic()
+        async with await b.open_stream(a.peer_id, SINK) as stream:
+            for _ in range(8):
+                await stream.send(b"x" * (rate // 2))
+            with trio.fail_after(60):
+                await done.wait()
+        elapsed = time.monotonic() - started
+        stats = _relay(relay).stats
+        # One second of burst, then the rate: 4 x rate takes at least ~3 s through the relay.
+        assert elapsed >= 2.5, elapsed
+        assert stats.relayed_bytes >= 4 * rate and stats.paced_s > 0
+        _relay(relay).set_serving(False)
+        assert not await _relay(b).reserve(relay.peer_id, 10)
+
+
+def test_dialback_answers_are_checked() -> None:
+    assert parse_answer(b"ok 198.18.0.10") == (True, "198.18.0.10")
+    assert parse_answer(b"fail 198.18.1.10") == (False, "198.18.1.10")
+    for bad in (b"", b"maybe 1.2.3.4", b"ok", b"ok " + b"9" * 100):
+        with pytest.raises(P2PError):
+            parse_answer(bad)

@@ -1,0 +1,165 @@
+"""The reachability rules on a fixed clock: verdict, relay choice, hole-punch plan, rate gate."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sync.reachability import (
+    PRIVATE,
+    PUBLIC,
+    UNKNOWN,
+    PunchPlanner,
+    RateGate,
+    ReachabilityConfig,
+    ReachabilityCore,
+    RelayPlanner,
+    address_scope,
+)
+
+CFG = ReachabilityConfig(confirmations=2, evidence_ttl_s=100, probe_interval_s=10,
+                         relays_wanted=2, relay_retry_s=5, reservation_refresh_s=50,
+                         punch_delay_s=1, punch_attempts=3, punch_backoff_s=2)
+
+
+def test_address_scopes() -> None:
+    assert address_scope("127.0.0.1") == "loopback"
+    assert address_scope("0.0.0.0") == "unspecified"
+    assert address_scope("100.64.3.10") == "local"  # carrier-grade NAT space
+    assert address_scope("192.168.1.2") == "local"
+    assert address_scope("198.18.0.10") == "global"  # the emulated internet
+    assert address_scope("8.8.8.8") == "global"
+    assert address_scope("fe80::1") == "local"
+    assert address_scope("nonsense") == "invalid"
+
+
+def test_verdict_needs_confirmations_from_distinct_peers() -> None:
+    core = ReachabilityCore(CFG)
+    assert core.verdict(0) is UNKNOWN
+    core.observe("a", "198.18.0.10", True, 0)
+    core.observe("a", "198.18.0.10", True, 1)  # the same peer twice is one witness
+    assert core.verdict(1) is UNKNOWN
+    core.observe("b", "198.18.0.10", True, 2)
+    assert core.verdict(2) is PUBLIC
+    assert core.verdict(200) is UNKNOWN  # evidence expires
+
+
+def test_private_after_failures_and_lan_answers_do_not_count() -> None:
+    core = ReachabilityCore(CFG)
+    core.observe("lan-neighbour", "100.64.0.10", True, 0)  # same LAN: proves nothing
+    core.observe("lan-2", "100.64.0.10", True, 0)
+    assert core.verdict(0) is UNKNOWN and core.ignored == 2
+    core.observe("p0", "198.18.1.10", False, 1)
+    core.observe("p1", "198.18.1.10", False, 1)
+    assert core.verdict(1) is PRIVATE
+    # Two witnesses that reached us outweigh failures (those may be firewalled themselves).
+    core.observe("p2", "198.18.1.10", True, 2)
+    core.observe("p3", "198.18.1.10", True, 2)
+    assert core.verdict(2) is PUBLIC
+
+
+def test_ask_each_peer_once_per_interval() -> None:
+    core = ReachabilityCore(CFG)
+    assert core.to_ask(["a", "b"], 0) == ["a", "b"]
+    assert core.to_ask(["a", "b", "c"], 5) == ["c"]
+    assert core.to_ask(["a", "b", "c"], 10) == ["a", "b"]
+
+
+def test_evidence_is_bounded() -> None:
+    core = ReachabilityCore(ReachabilityConfig(max_evidence=4))
+    for i in range(100):
+        core.observe(f"p{i}", f"198.18.0.{i % 200}", bool(i % 2), float(i))
+    assert sum(core.counts(100).values()) <= 4
+    assert len(core.external_ips) <= 4
+
+
+def test_relays_reserved_up_to_wanted_and_refreshed() -> None:
+    plan = RelayPlanner(CFG)
+    assert plan.to_reserve(PUBLIC, ["r1", "r2"], 0) == []
+    assert plan.to_reserve(PRIVATE, ["r1", "r2", "r3"], 0) == ["r1", "r2"]
+    plan.reserved_ok("r1", 0)
+    plan.refused("r2", 0)
+    assert plan.to_reserve(PRIVATE, ["r1", "r2", "r3"], 1) == ["r3"]  # r2 backed off
+    plan.reserved_ok("r3", 1)
+    assert plan.to_reserve(PRIVATE, ["r1", "r2", "r3"], 2) == []
+    assert plan.to_reserve(PRIVATE, ["r1", "r2", "r3"], 50) == ["r1"]  # refresh due
+    plan.lost("r3")
+    assert plan.to_reserve(PRIVATE, ["r1", "r2", "r3"], 51) == ["r1", "r2"]
+    assert plan.relays() == ["r1"]
+
+
+def test_only_the_accepting_side_punches_with_backoff() -> None:
+    punch = PunchPlanner(CFG)
+    punch.relayed("dialer", accepted=False, dialed=True, us="m", now=0)
+    punch.relayed("acceptor", accepted=True, dialed=False, us="m", now=0)
+    assert punch.due(0.5) == []
+    assert punch.get_timer() == 1
+    assert punch.due(1) == ["acceptor"]
+    assert punch.due(1) == []  # in flight
+    punch.result("acceptor", False, 2)
+    assert punch.due(3) == [] and punch.due(4) == ["acceptor"]  # backoff 2 s
+    punch.result("acceptor", False, 4)
+    assert punch.due(7) == [] and punch.due(8) == ["acceptor"]  # then 4 s
+    punch.result("acceptor", False, 8)
+    assert punch.gave_up == 1 and punch.due(100) == []  # 3 attempts, then a rest
+    assert punch.due(8 + CFG.punch_rest_s) == ["acceptor"]
+    punch.gone("acceptor")
+    assert punch.pending() == 0
+
+
+def test_backoff_is_capped() -> None:
+    punch = PunchPlanner(ReachabilityConfig(punch_attempts=20, punch_backoff_s=2,
+                                            punch_backoff_max_s=5, punch_delay_s=0))
+    punch.relayed("p", accepted=True, dialed=False, us="a", now=0)
+    now = 0.0
+    for _ in range(10):
+        assert punch.due(now) == ["p"]
+        punch.result("p", False, now)
+        timer = punch.get_timer()
+        assert timer is not None and timer - now <= 5
+        now = timer
+
+
+def test_direct_connection_cancels_the_plan() -> None:
+    punch = PunchPlanner(CFG)
+    punch.relayed("p", accepted=True, dialed=False, us="m", now=0)
+    punch.direct("p")
+    assert punch.due(10) == [] and punch.pending() == 0
+    punch.relayed("q", accepted=True, dialed=False, us="m", now=0)
+    punch.result("q", True, 1)
+    assert punch.succeeded == 1 and punch.pending() == 0
+
+
+def test_crossed_relayed_dials_leave_one_puncher() -> None:
+    a, b = PunchPlanner(CFG), PunchPlanner(CFG)
+    a.relayed("B", accepted=True, dialed=True, us="A", now=0)
+    b.relayed("A", accepted=True, dialed=True, us="B", now=0)
+    assert (a.pending(), b.pending()) == (1, 0)
+
+
+def test_no_punching_when_disabled() -> None:
+    punch = PunchPlanner(ReachabilityConfig(hole_punch=False))
+    punch.relayed("p", accepted=True, dialed=False, us="m", now=0)
+    assert punch.pending() == 0
+
+
+@given(st.lists(st.tuples(st.integers(1, 100_000), st.floats(0, 2)), min_size=1, max_size=200))
+def test_rate_gate_never_exceeds_rate_plus_burst(steps: list[tuple[int, float]]) -> None:
+    rate, burst = 10_000.0, 20_000.0
+    gate = RateGate(rate, burst, 0.0)
+    now, sent = 0.0, 0
+    for size, gap in steps:
+        now += gap
+        now += gate.delay(size, now)  # the driver waits this long before forwarding
+        sent += size
+        assert sent <= burst + rate * now + 1e-6
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="serve_relay"):
+        ReachabilityConfig(serve_relay="maybe")
+    with pytest.raises(ValueError, match="relays_wanted"):
+        ReachabilityConfig(relays_wanted=0)
+    with pytest.raises(ValueError, match="punch_backoff_s"):
+        ReachabilityConfig(punch_backoff_s=-1)
