@@ -200,6 +200,13 @@ class PeersSection:
     max_ban_s: float = opt(3600.0, positive)
     score_half_life_s: float = opt(300.0, positive)
     max_tracked: int = opt(10_000, positive)
+    # Work budgets: Recon, fetch and transfer work per peer and in all (docs/security.md
+    # "Work budgets"); units are about one range operation each (sync.workbudget).
+    work_rate: float = opt(10_000.0, positive)
+    work_burst: float = opt(200_000.0, lambda v: None if v >= 1 else "must be >= 1")
+    work_total_rate: float = opt(30_000.0, positive)
+    work_total_burst: float = opt(400_000.0, lambda v: None if v >= 1 else "must be >= 1")
+    work_max_wait_s: float = opt(10.0, positive)
 
 
 @dataclass(frozen=True)

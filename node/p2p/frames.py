@@ -174,6 +174,33 @@ class FramedStream:
             raise P2PTimeoutError(f"no frame from {self.peer_id} within {self._read_timeout}s")
         return result
 
+    async def next_size(self) -> int:
+        """The payload length of the next frame, from its prefix (the payload may still be on
+        its way; the peer's flow-control window bounds what it sent): so that a peer can be
+        charged for a frame, or refused, before the node reads all of it. Raises as
+        :meth:`receive` does."""
+        self._check_usable()
+        if self._eof:
+            raise StreamClosedError(f"stream closed by {self.peer_id}")
+        size: int | None = None
+        with trio.move_on_after(_inf_if_none(self._read_timeout)):
+            size = await self._read_size()
+        if size is None:
+            self._on_timeout()
+            await self._break("read timeout")
+            raise P2PTimeoutError(f"no frame from {self.peer_id} within {self._read_timeout}s")
+        return size
+
+    async def _read_size(self) -> int:
+        while True:
+            try:
+                size = self._decoder.next_size()
+            except framing.FrameError as exc:
+                raise await self._frame_error(exc.reason) from None
+            if size is not None:
+                return size
+            await self._fill(1)
+
     async def _read_frame(self) -> bytes:
         while True:
             try:

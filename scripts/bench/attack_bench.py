@@ -111,7 +111,7 @@ class Publisher(threading.Thread):
             w.join()
 
     def _work(self, worker: int) -> None:
-        with httpx.Client(base_url=self.node.api_url, timeout=30) as client:
+        with self.node.client(timeout=30) as client:
             k = 0
             while not self._halt.is_set():
                 k += 1
@@ -176,7 +176,7 @@ def lamport_of(node: NodeProcess, message_id: str) -> int:
 def publish_ok(node: NodeProcess, content: str) -> bool:
     try:
         r = httpx.post(f"{node.api_url}/v1/channels/general/events",
-                       json={"content": content}, timeout=30)
+                       json={"content": content}, headers=node.headers, timeout=30)
     except httpx.HTTPError:
         return False
     return r.status_code == 200
