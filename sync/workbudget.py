@@ -15,8 +15,9 @@ peer asking faster than its rate is *slowed* to it. A request that would have to
 than ``max_wait_s`` for the peer's own bucket is *refused* (:class:`Refuse`, ``scope="peer"``)
 and not charged: the peer keeps asking far beyond its rate, which costs it standing (penalty
 reason ``over_budget``). When the node's total budget is what is short (many peers at once),
-the request is refused with ``scope="total"`` and nobody is penalised: an honest peer may be one
-of many.
+the request is refused with ``scope="total"`` and not penalised (an honest peer may be one of
+many), but its units still count against the peer's own bucket: an identity that keeps asking
+while the node is saturated soon finds itself refused for its own budget, and penalised.
 
 The table of per-peer buckets is bounded (``max_peers``): buckets back at their burst carry no
 information and are dropped first; a flood of fresh identities shares the total budget anyway.
@@ -164,6 +165,10 @@ class WorkBudget:
             return Refuse(units, "peer", peer_wait)
         total_wait = self._total.wait_after(units, now)
         if total_wait > limits.max_wait_s:
+            # What a peer asks for counts against its own budget even when the node as a whole
+            # has no room for it: an identity that keeps asking while we are saturated (one of
+            # many) ends up over its own budget, and pays for that.
+            bucket.tokens -= units
             self.refused["total"] += 1
             return Refuse(units, "total", total_wait)
         bucket.tokens -= units
