@@ -264,7 +264,8 @@ def recon_flood_frame(channel: str = "general", items: int = 60_000,
 
 
 async def recon_flood(target: str, frame: bytes, messages: int,
-                      stop: trio.Event | None = None, timeout: float = 30.0) -> int:
+                      stop: trio.Event | None = None, timeout: float = 30.0,
+                      on_sent: Callable[[], None] = lambda: None) -> int:
     """One fresh identity sending ``frame`` as the first message of ``messages`` Recon
     sessions back to back (or until ``stop``), each waiting for the node's first reply, its
     refusal or a reset; returns how many the node answered with a Recon reply."""
@@ -273,10 +274,14 @@ async def recon_flood(target: str, frame: bytes, messages: int,
         for _ in range(messages):
             if stop is not None and stop.is_set():
                 break
-            with trio.move_on_after(timeout), contextlib.suppress(P2PError):
-                async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
-                    await stream.send(frame)
-                    reply = await stream.receive()
-                    answered += reply[:1] == bytes([RECON])
+            with trio.move_on_after(timeout):
+                try:
+                    async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                        await stream.send(frame)
+                        on_sent()
+                        reply = await stream.receive()
+                        answered += reply[:1] == bytes([RECON])
+                except P2PError:  # refused, reset or banned: the next one at once
+                    await trio.sleep(0.05)
             await trio.lowlevel.checkpoint()
     return answered
