@@ -28,13 +28,15 @@ def smoke_path(name: str) -> Path:
     return Path(path)
 
 
-def finish(result: Mapping[str, Any], keys: Sequence[str], out: Path | None) -> int:
-    """Write and print ``result``; 0 when every key of ``keys`` has a figure, else 1."""
+def finish(result: Mapping[str, Any], keys: Sequence[str], out: Path | None,
+           optional: Sequence[str] = ()) -> int:
+    """Write and print ``result``; 0 when every key of ``keys`` has a figure, else 1.
+    ``optional``: keys of ``keys`` that this size does not measure (present, ``None``)."""
     text = json.dumps(result)
     if out is not None:
         out.write_text(json.dumps(result, indent=2) + "\n")
     missing = [k for k in keys if k not in result]
-    empty = [k for k in keys if k in result and result[k] is None]
+    empty = [k for k in keys if k in result and result[k] is None and k not in optional]
     if missing or empty:
         print(f"failed step: keys missing {missing}, keys without a figure {empty}",
               file=sys.stderr)

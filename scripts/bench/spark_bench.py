@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.serialization import (  # noqa: E402
 )
 from sqlalchemy import select  # noqa: E402
 
+from scripts.bench.benchjson import finish, smoke_path  # noqa: E402
 from spark_jobs import rehash  # noqa: E402
 from spark_jobs.plain_snapshot import run_plain  # noqa: E402
 from spark_jobs.source import RESULT_PREFIX, build_session  # noqa: E402
@@ -65,6 +66,10 @@ KEYS = ("events", "rehash_events_per_s", "python_baseline_events_per_s", "rehash
         "snapshot_events_per_s", "rehash_seconds", "rehash_seconds_5x", "snapshot_ratio",
         "snapshot_plain_events_per_s", "snapshot_driver_peak_rss_mib", "snapshot_events_10m_s",
         "bootstrap_events_per_s")
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = KEYS
+#: Not measured by --quick and --smoke runs (no 5x log, no scale run): present, null.
+QUICK_NULL_KEYS = ("rehash_seconds_5x", "snapshot_events_10m_s")
 REHASH_KEYS = ("rehash_events_per_s", "python_baseline_events_per_s", "rehash_ratio",
                "rehash_seconds", "rehash_seconds_5x")
 
@@ -191,14 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=os.environ.get(
         "SYNCNODE_BENCH_CACHE", str(ROOT / ".cache" / "bench")))
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "spark.json"))
+    parser.add_argument("--smoke", action="store_true",
+                        help="--quick on 2,000 events, JSON to a temp file (make test)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.quick, args.events, args.out = True, args.events or 2_000, str(smoke_path("spark"))
     n_events = args.events or (100_000 if args.quick else 1_000_000)
     cache = Path(args.cache_dir)
     rows: list[tuple[str, str]] = [("load average at start", load())]
     result: dict[str, Any] = dict.fromkeys(KEYS)
     context: dict[str, Any] = {"partitions": args.partitions, "quick": args.quick,
                                "cores": os.cpu_count(), "driver_memory": args.driver_memory}
-    previous = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    previous = (json.loads(Path(args.out).read_text())
+                if Path(args.out).exists() and Path(args.out).stat().st_size else {})
     if args.scale_only:
         with tempfile.TemporaryDirectory(dir=cache) as tmp_name:
             tmp = Path(tmp_name)
@@ -209,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             context = previous.get("context", context)
             scale_part(args, cache, tmp, key_file, rows, result, context)
         report(args, rows, result, context, final=True)
-        return 0
+        return finish({k: result[k] for k in KEYS}, JSON_KEYS, None)
 
     t0 = time.perf_counter()
     log = cached_log_path(LogSpec(events=n_events, network_id=NETWORK_ID), cache)
@@ -266,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             report(args, rows, result, context, final=False)
             scale_part(args, cache, tmp, key_file, rows, result, context)
     report(args, rows, result, context, final=True)
-    return 0
+    return finish({k: result[k] for k in KEYS}, JSON_KEYS, None,
+                  optional=QUICK_NULL_KEYS if args.quick else ())
 
 
 def snapshot_pair(args: argparse.Namespace, url: str, tmp: Path, key_file: Path,
@@ -305,7 +316,8 @@ def report(args: argparse.Namespace, rows: list[tuple[str, str]], result: dict[s
         print(f"{label:<{width}}  {value}")
     print(f"{'load average now':<{width}}  {load()}", flush=True)
     Path(args.out).write_text(json.dumps({**result, "context": context}, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in KEYS}), flush=True)
+    if not final:  # the final line is main's (benchjson.finish)
+        print(json.dumps({k: result[k] for k in KEYS}), flush=True)
 
 
 def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
