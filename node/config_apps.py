@@ -70,6 +70,9 @@ class DbSection:
     declarers: tuple[str, ...] = opt((), check_peer_ids)
     # Lamport ticks (about milliseconds) after which a tombstone is forgotten; 0: never.
     stability_window: int = opt(7 * 24 * 3600 * 1000, non_negative)
+    # Milliseconds after this node first saw a table at which its owner is settled: later
+    # declarations from anyone else cannot take it over (docs/crdt.md "Settled owners").
+    settle_ms: int = opt(600_000, lambda v: None if v >= 1000 else "must be >= 1000")
     max_schema_versions: int = opt(64, positive)
     max_tables: int = opt(256, positive)
 
@@ -135,6 +138,9 @@ class SparkSection:
         "expected local, local[N], local[*] or spark://HOST:PORT")
     partitions: int = opt(8, positive)
     snapshot_dir: str = opt("", check_dir)
+    # Peer ids whose signed snapshots `bootstrap` and `snapshot pull` accept (empty: this data
+    # dir's own key and p2p.allowed_peers); the --signer flag replaces them.
+    snapshot_signers: tuple[str, ...] = opt((), check_peer_ids)
     snapshot_interval_s: float = opt(0.0, non_negative)
     snapshot_every_events: int = opt(0, non_negative)
     period_ms: int = opt(60_000, positive)

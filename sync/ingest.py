@@ -24,7 +24,8 @@ from sync.sds.clock import check_lamport, lamport_bound
 from sync.sds.profile import decode_event_by_channel
 from sync.stored_event import record_of_event
 
-__all__ = ["IngestSpec", "Triage", "VerifiedBatch", "triage", "verify_wires"]
+__all__ = ["EventRules", "IngestSpec", "Triage", "VerifiedBatch", "admit_event", "triage",
+           "verify_wires"]
 
 
 @dataclass(frozen=True)
@@ -124,21 +125,50 @@ class Triage:
     refused: list[tuple[int, RemoteProtocolError]] = field(default_factory=list)
 
 
+def admit_event(channel: str, sender: str, has_content: bool, lamport: int,
+                channels: Container[str], policy: SenderPolicy, now: float, max_ahead_ms: int,
+                bound: int | None = None) -> SenderCheck:
+    """The rules every verified event from outside meets before it is stored, whatever
+    brought it (gossip, Recon, fetch, a snapshot): ``channel`` is one of ``channels``,
+    ``policy`` admits the sender, and ``lamport`` keeps the clock rule at ``now`` (wall
+    seconds; ``bound``: ``lamport_bound(now, max_ahead_ms)`` if the caller has it).
+    ``RemoteProtocolError`` says which failed."""
+    if channel not in channels:
+        raise RemoteProtocolError(f"event for a channel we do not replicate: {channel!r}")
+    verdict = policy.check(sender, channel, has_content)
+    if bound is None:
+        bound = lamport_bound(now, max_ahead_ms)
+    if not 0 <= lamport <= bound:
+        check_lamport(lamport, now, max_ahead_ms)  # raises, with the reason
+    return verdict
+
+
+@dataclass(frozen=True)
+class EventRules:
+    """``admit_event``'s settings, for callers that check events away from the daemon (the
+    snapshot loader's worker processes): a plain picklable value."""
+
+    channels: frozenset[str]
+    policy: SenderPolicy
+    max_ahead_ms: int
+
+    def admit(self, channel: str, sender: str, has_content: bool, lamport: int,
+              now: float) -> SenderCheck:
+        return admit_event(channel, sender, has_content, lamport, self.channels, self.policy,
+                           now, self.max_ahead_ms)
+
+
 def triage(batch: VerifiedBatch, order: Sequence[int], channels: Container[str],
            policy: SenderPolicy, now: float, max_ahead_ms: int) -> Triage:
     """Sort the positions ``order`` of ``batch`` (verified, not rejected) by the rules that
-    need no channel state: the channel is one of ``channels``, ``policy`` admits the sender,
-    and the Lamport timestamp keeps the clock rule at ``now`` (wall seconds)."""
+    need no channel state (``admit_event``)."""
     out = Triage()
     bound = lamport_bound(now, max_ahead_ms)
     for i in order:
         name = batch.channels[i]
         try:
-            if name not in channels:
-                raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
-            verdict = policy.check(batch.senders[i], name, batch.has_content[i])
-            if not 0 <= batch.lamports[i] <= bound:
-                check_lamport(batch.lamports[i], now, max_ahead_ms)  # raises, with the reason
+            verdict = admit_event(name, batch.senders[i], batch.has_content[i],
+                                  batch.lamports[i], channels, policy, now, max_ahead_ms, bound)
         except RemoteProtocolError as exc:
             out.refused.append((i, exc))
             continue

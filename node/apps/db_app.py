@@ -27,7 +27,7 @@ from node.apps.db_log import (
     channel_max_seq,
     compact_tombstones,
     declarations_in_log,
-    decode_batch,
+    decode_batch_received,
     has_legacy_writes,
     log_of,
 )
@@ -68,10 +68,18 @@ CACHE_ENTITIES = 100_000
 # A long re-derivation (an upgraded database, a big table) logs its progress this often.
 PROGRESS_EVERY_S = 5.0
 _HIGH_KEY = f"app/{APP_NAME}/high"
+# The owners this node settled and when it first saw each table (docs/crdt.md "Settled owners").
+_OWNERS_KEY = f"app/{APP_NAME}/owners"
+
 
 def book_of(section: DbSection) -> SchemaBook:
     return SchemaBook(pins=section.owner_pins(), max_versions=section.max_schema_versions,
-                      max_tables=section.max_tables, declarers=section.declarers or None)
+                      max_tables=section.max_tables, declarers=section.declarers or None,
+                      settle_ms=section.settle_ms)
+
+
+def _owners_json(book: SchemaBook) -> str:
+    return json.dumps({"settled": book.settled, "seen": book.seen}, sort_keys=True)
 
 
 class _Pending:
@@ -79,9 +87,10 @@ class _Pending:
 
     def __init__(self, book: SchemaBook, high: dict[str, int], counts: Counter[str],
                  states: dict[EntityKey, EntityState], redone: set[str],
-                 compacted: dict[str, int]) -> None:
+                 compacted: dict[str, int], takeovers: list[str]) -> None:
         self.book, self.high, self.counts = book, high, counts
         self.states, self.redone, self.compacted = states, redone, compacted
+        self.takeovers = takeovers
 
 
 class DbApplication:
@@ -102,6 +111,8 @@ class DbApplication:
         self.book = book_of(section)
         self.metrics = metrics
         self.clock = clock
+        #: Called (trio thread) with the signer of each refused takeover, once committed.
+        self.on_takeover: Callable[[str], object] | None = None
         self.applied_seq = 0  # the last seq of the last committed batch
         self.high: dict[str, int] = {}  # table -> newest accepted write timestamp
         self._compacted: dict[str, int] = {}  # table -> horizon compacted up to (this run)
@@ -124,6 +135,13 @@ class DbApplication:
             # Every stored table was kept, so it is admitted (within max_tables) first.
             book.add(min(declarations, key=lambda d: d.identity))
             book.reset_table(table, declarations)
+        owners = get_state(conn, _OWNERS_KEY)
+        if owners:
+            learned = json.loads(owners)
+            book.settled.update({str(k): str(v) for k, v in learned["settled"].items()})
+            book.seen.update({str(k): int(v) for k, v in learned["seen"].items()})
+            for table in book.settled:  # the history as settled (a pin filters the owner)
+                book.reset_table(table, stored.get(table, ()))
         raw = get_state(conn, _HIGH_KEY)
         self.book = book
         self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
@@ -136,10 +154,14 @@ class DbApplication:
         now_ms = int(self.clock() * 1000)
         counts: Counter[str] = Counter()
         end = batch[-1].seq
-        items = decode_batch(batch, counts)
-        declared = [i for i in items if isinstance(i, SchemaDeclaration)]
+        received = decode_batch_received(batch, counts)
+        items = [item for item, _ in received]
+        declared = [(i, at) for i, at in received if isinstance(i, SchemaDeclaration)]
         book = self.book.copy() if declared else self.book
-        redo, rescan = self._declare(book, declared, counts)
+        takeovers: list[str] = []
+        redo, rescan = self._declare(book, declared, counts, takeovers)
+        if declared and _owners_json(book) != _owners_json(self.book):
+            put_state(conn, _OWNERS_KEY, _owners_json(book).encode(), now_ms)
         for table in sorted(rescan):
             book.reset_table(table, declarations_in_log(conn, self.section.channel, table, end))
         high = dict(self.high)
@@ -161,7 +183,7 @@ class DbApplication:
                                              compacted, counts))
         if high != self.high:
             put_state(conn, _HIGH_KEY, json.dumps(high, sort_keys=True).encode(), now_ms)
-        self._pending = _Pending(book, high, counts, states, redo, compacted)
+        self._pending = _Pending(book, high, counts, states, redo, compacted, takeovers)
 
     def after_commit(self, batch: Sequence[StoredEvent]) -> None:
         pending, self._pending = self._pending, None
@@ -184,6 +206,9 @@ class DbApplication:
                 for name, amount in pending.counts.items():
                     metric, labels = metric_of(name)
                     self.metrics.inc(metric, amount, **labels)
+            if self.on_takeover is not None:
+                for sender in pending.takeovers:
+                    self.on_takeover(sender)
         if batch:
             self.applied_seq = max(self.applied_seq, batch[-1].seq)
         self._changed.set()
@@ -195,14 +220,21 @@ class DbApplication:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _declare(self, book: SchemaBook, declared: list[SchemaDeclaration],
-                 counts: Counter[str]) -> tuple[set[str], set[str]]:
-        """Add declarations to ``book``: (tables to re-derive, tables to gather again)."""
+    def _declare(self, book: SchemaBook, declared: list[tuple[SchemaDeclaration, int]],
+                 counts: Counter[str], takeovers: list[str]) -> tuple[set[str], set[str]]:
+        """Add declarations (with when each was stored, which settles owners) to ``book``:
+        (tables to re-derive, tables to gather again). Refused takeovers' signers go to
+        ``takeovers``."""
         redo: set[str] = set()
         rescan: set[str] = set()
-        for declaration in declared:
-            added = book.add(declaration)
+        for declaration, received_at in declared:
+            added = book.add(declaration, received_at)
             counts[f"schema_{added.value}"] += 1
+            if added is Added.TAKEOVER:
+                takeovers.append(declaration.sender)
+                log.warning("schema takeover refused", extra=kv(
+                    table=declaration.table, sender=declaration.sender,
+                    lamport=declaration.timestamp, owner=book.owner_pin(declaration.table)))
             redo.update(book.take_evicted())
             if added is Added.RESCAN:
                 rescan.add(declaration.table)

@@ -39,6 +39,7 @@ __all__ = [
     "compact_tombstones",
     "declarations_in_log",
     "decode_batch",
+    "decode_batch_received",
     "has_legacy_writes",
     "log_of",
 ]
@@ -69,11 +70,17 @@ def _content(event: StoredEvent) -> bytes:
 def decode_batch(batch: Sequence[StoredEvent], counts: Counter[str]) -> list[Item]:
     """The CRDT messages and declarations of ``batch``; malformed contents are counted
     (``rejected_malformed``) and logged, never raised."""
-    items: list[Item] = []
+    return [item for item, _ in decode_batch_received(batch, counts)]
+
+
+def decode_batch_received(batch: Sequence[StoredEvent],
+                          counts: Counter[str]) -> list[tuple[Item, int]]:
+    """``decode_batch`` with each item's ``received_at`` (ms; when the node stored it)."""
+    items: list[tuple[Item, int]] = []
     for event in batch:
         try:
-            items.append(decode_content(_content(event), timestamp=event.lamport,
-                                        sender=event.sender))
+            items.append((decode_content(_content(event), timestamp=event.lamport,
+                                         sender=event.sender), event.received_at))
         except (RemoteProtocolError, DecodeError) as exc:
             counts["rejected_malformed"] += 1
             detail = exc.reason if isinstance(exc, RemoteProtocolError) else "bad event"

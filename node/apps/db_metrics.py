@@ -10,7 +10,8 @@ METRICS = {
                          "unknown_column, bad_type, unauthorised_writer); they stay in the log",
     "db_schema_declarations_total": "Schema declarations applied (outcome: changed, rescan, "
                                     "duplicate, not_owner, not_declarer, too_many_versions, "
-                                    "too_many_tables)",
+                                    "too_many_tables, takeover: a late declaration that "
+                                    "would have taken a settled or pinned table over)",
     "db_tables_reevaluated_total": "Tables re-derived from the log after their versions changed",
     "db_messages_reevaluated_total": "Writes judged again while re-deriving a table",
     "db_tombstones_compacted_total": "Tombstones forgotten after the stability window",

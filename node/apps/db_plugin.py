@@ -272,6 +272,10 @@ class DbPlugin:
 
     def build(self, runtime: NodeRuntime) -> DbBundle:
         app = DbApplication(runtime.config.db, runtime.metrics)
+        standing = runtime.standing
+        if standing is not None:
+            # A signed takeover declaration is evidence about its signer (not its relay).
+            app.on_takeover = lambda sender: standing.penalise(sender, "takeover")
         metrics = runtime.metrics
         for name, help_text in METRICS.items():
             metrics.describe(name, "counter", help_text)

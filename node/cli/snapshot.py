@@ -144,8 +144,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _local_database(args: argparse.Namespace
-                    ) -> Iterator[tuple[Any, int, str, dict[str, str]]]:
-    """The stopped node's database, holding its data dir's ``repo.lock`` meanwhile.
+                    ) -> Iterator[tuple[Any, int, str, dict[str, str], Any]]:
+    """The stopped node's database (engine, network id, layout, profiles, load rules),
+    holding its data dir's ``repo.lock`` meanwhile.
 
     On failure, a SQLite database (and data dir) this command created is removed again: a
     failed bootstrap must not leave an empty database that a later bootstrap would refuse.
@@ -155,6 +156,9 @@ def _local_database(args: argparse.Namespace
 
     overrides = {"node.data_dir": args.data_dir} if args.data_dir else {}
     config = config_from(args, overrides)
+    from node.snapshots.bootstrap import load_rules
+
+    rules = load_rules(config, args.signer or (), time.time())  # before anything is created
     data_dir = config.data_path
     created_dir = not data_dir.exists()
     try:
@@ -177,7 +181,7 @@ def _local_database(args: argparse.Namespace
             from node.services import channel_profiles
 
             yield (engine, config.node.network_id, config.recon.event_id_layout,
-                   channel_profiles(config))
+                   channel_profiles(config), rules)
             done = True
         finally:
             engine.dispose()
@@ -203,9 +207,9 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     from node.snapshots.bootstrap import BootstrapError, bootstrap
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles):
+        with _local_database(args) as (engine, network_id, layout, profiles, rules):
             result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles,
-                               workers=args.workers)
+                               rules=rules, workers=args.workers)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
     print(f"loaded {result.events} events from {result.files} record files "
@@ -218,8 +222,9 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     from node.snapshots.bootstrap import BootstrapError, pull
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles):
-            result = pull(engine, Path(args.directory), network_id, layout, profiles)
+        with _local_database(args) as (engine, network_id, layout, profiles, rules):
+            result = pull(engine, Path(args.directory), network_id, layout, profiles,
+                          rules=rules)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
     print(f"fetched {result.fetched} events from {len(result.files_read)} record files; "
@@ -229,6 +234,10 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 def _add_local_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR", help="override node.data_dir")
+    parser.add_argument("--signer", metavar="PEER_ID", action="append",
+                        help="trust snapshots signed by this node (repeatable; replaces "
+                             "spark.snapshot_signers and the defaults: this data dir's key "
+                             "and p2p.allowed_peers)")
     parser.add_argument("--config", metavar="FILE", help="TOML config (database, network id)")
 
 

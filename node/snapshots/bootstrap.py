@@ -21,11 +21,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete
 
-from node.snapshots.load import default_workers, load_files
+from node.snapshots.load import default_workers, load_files, trusted_file_events
+from node.snapshots.trust import LoadRules, load_rules
 from node.snapshots.verify import (
     BootstrapError,
     fail,
-    file_events,
     manifest_problems,
     open_manifest,
     verify_snapshot,
@@ -42,11 +42,10 @@ from storage import (
 from storage.snapshot_files import read_object
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import CIP124_DRAFT, network_bounds
-from sync.recordstream import DEFAULT_LIMITS
 from sync.snapshot_manifest import Manifest, leaf_entries
 
-__all__ = ["BootstrapError", "BootstrapResult", "PullResult", "bootstrap", "pull",
-           "verify_snapshot"]
+__all__ = ["BootstrapError", "BootstrapResult", "LoadRules", "PullResult", "bootstrap",
+           "load_rules", "pull", "verify_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -66,11 +65,12 @@ class PullResult:
 
 
 def bootstrap(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_DRAFT,
-              profiles: Mapping[str, str] | None = None, *,
+              profiles: Mapping[str, str] | None = None, *, rules: LoadRules,
               workers: int | None = None) -> BootstrapResult:
     """Verify ``snapshot`` and load it into the empty database behind ``engine``; events are
-    checked under their channel's SDS profile (``profiles``, default "syncnode"). ``workers``
-    processes verify the files (default: one per CPU; 0: all in this process)."""
+    checked under their channel's SDS profile (``profiles``, default "syncnode"), every file
+    must be signed by one of ``rules.signers`` and every event meet ``rules.events``.
+    ``workers`` processes verify the files (default: one per CPU; 0: all in this process)."""
     started = time.monotonic()
     manifest = open_manifest(snapshot)
     if manifest.network_id != network_id:
@@ -90,7 +90,7 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP
         # `syncnode snapshot pull` completes from the same snapshot.
         loaded = load_files(conn, snapshot, list(manifest.files), network_id, layout,
                             profiles or {}, int(time.time() * 1000),
-                            default_workers() if workers is None else workers)
+                            default_workers() if workers is None else workers, rules)
         try:
             with conn.begin():
                 _check_total(conn, manifest, network_id)
@@ -116,8 +116,10 @@ def _range_of(child: dict[str, Any]) -> tuple[bytes, bytes]:
 
 
 def pull(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_DRAFT,
-         profiles: Mapping[str, str] | None = None) -> PullResult:
-    """Fetch from ``snapshot`` only the events whose ranges differ from the local log."""
+         profiles: Mapping[str, str] | None = None, *, rules: LoadRules) -> PullResult:
+    """Fetch from ``snapshot`` only the events whose ranges differ from the local log; a file
+    is read only when signed by one of ``rules.signers``, and every event it gives must meet
+    ``rules.events`` (else ``BootstrapError`` and nothing of that leaf is stored)."""
     manifest = open_manifest(snapshot)
     if manifest.network_id != network_id:
         raise BootstrapError(f"snapshot is of network {manifest.network_id}, not {network_id}")
@@ -132,7 +134,7 @@ def pull(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_D
         result.nodes_read += 1
         if node.get("level") == 0:
             _pull_leaf(engine, snapshot, manifest, node, network_id, layout, profiles or {},
-                       decoded, result)
+                       decoded, result, rules)
             continue
         with engine.connect() as conn:
             for child in node["children"]:
@@ -147,7 +149,7 @@ def pull(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_D
 def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[str, Any],
                network_id: int, layout: str, profiles: Mapping[str, str],
                decoded: dict[int, list[EventRecord]],
-               result: PullResult) -> None:
+               result: PullResult, rules: LoadRules) -> None:
     try:
         entries = leaf_entries(node)
     except RemoteProtocolError as exc:
@@ -162,11 +164,10 @@ def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[st
             raise BootstrapError(f"tree entry points at file {e.file}, the manifest has "
                                  f"{len(manifest.files)}")
         if e.file not in decoded:
-            path = manifest.files[e.file].path
-            with (snapshot / path).open("rb") as fh:
-                data = fh.read(DEFAULT_LIMITS.max_compressed + 1)
-            decoded[e.file] = list(file_events(path, data, network_id, layout, profiles))
-            result.files_read.add(path)
+            entry = manifest.files[e.file]
+            decoded[e.file] = trusted_file_events(snapshot, entry, network_id, layout,
+                                                  profiles, rules)
+            result.files_read.add(entry.path)
         items = decoded[e.file]
         if not 0 <= e.item < len(items) or items[e.item].recon_key != e.key:
             raise BootstrapError(f"tree entry {e.key.hex()} is not item {e.item} of its file")

@@ -23,11 +23,12 @@ from pathlib import Path
 
 from sqlalchemy import Connection, delete
 
+from node.snapshots.trust import LoadRules, signer_problem
 from node.snapshots.verify import BootstrapError, entry_problems, fail, file_events, read_entry
-from storage import event_values, events, insert_values
+from storage import EventRecord, event_values, events, insert_values
 from sync.snapshot_manifest import FileEntry
 
-__all__ = ["FileTask", "default_workers", "file_rows", "load_files"]
+__all__ = ["FileTask", "default_workers", "file_rows", "load_files", "trusted_file_events"]
 
 Rows = list[tuple[object, ...]]
 
@@ -47,6 +48,7 @@ class FileTask:
     layout: str
     profiles: Mapping[str, str]
     received_at: int
+    rules: LoadRules
 
 
 def file_rows(task: FileTask) -> tuple[str | None, Rows]:
@@ -54,12 +56,24 @@ def file_rows(task: FileTask) -> tuple[str | None, Rows]:
     signature file and sidecars, then every event re-verified from its signed bytes."""
     entry = task.entry
     try:
-        files = read_entry(Path(task.snapshot), entry)
-        fail(entry_problems(entry, files))
-        return None, [event_values(record, task.received_at) for record in file_events(
-            entry.path, files[entry.path], task.network_id, task.layout, task.profiles)]
+        records = trusted_file_events(Path(task.snapshot), entry, task.network_id, task.layout,
+                                      task.profiles, task.rules)
+        return None, [event_values(record, task.received_at) for record in records]
     except BootstrapError as exc:
         return str(exc), []
+
+
+def trusted_file_events(snapshot: Path, entry: FileEntry, network_id: int, layout: str,
+                        profiles: Mapping[str, str], rules: LoadRules) -> list[EventRecord]:
+    """The events of one listed record file, after every check: the file's own (signature,
+    chain, sidecars, manifest hashes), a trusted signer, and each event's ingest rules."""
+    fail([p for p in [signer_problem(entry.path, rules.signers)] if p])
+    files = read_entry(snapshot, entry)
+    fail(entry_problems(entry, files))
+    records = list(file_events(entry.path, files[entry.path], network_id, layout, profiles))
+    for record in records:
+        rules.check(entry.path, record)
+    return records
 
 
 def default_workers() -> int:
@@ -94,11 +108,11 @@ def _verified(tasks: list[FileTask], workers: int) -> Iterator[tuple[str | None,
 
 def load_files(conn: Connection, snapshot: Path, entries: list[FileEntry], network_id: int,
                layout: str, profiles: Mapping[str, str], received_at: int,
-               workers: int) -> int:
+               workers: int, rules: LoadRules) -> int:
     """Verify and insert every file of ``entries`` into the empty log behind ``conn`` (not in a
     transaction); the number of events loaded. On any failure every loaded row is deleted
     again before the error propagates: nothing of a bad snapshot stays."""
-    tasks = [FileTask(str(snapshot), e, network_id, layout, dict(profiles), received_at)
+    tasks = [FileTask(str(snapshot), e, network_id, layout, dict(profiles), received_at, rules)
              for e in entries]
     sqlite = conn.dialect.name == "sqlite"
     if sqlite:

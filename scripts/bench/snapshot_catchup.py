@@ -37,7 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from spark_jobs.testlog import LogSpec, cached_log_path  # noqa: E402
+from spark_jobs.testlog import LogSpec, cached_log_path, test_key  # noqa: E402
+from sync.identity import peer_id_of  # noqa: E402
 
 NETWORK_ID = 1
 CHANNELS = LogSpec(events=1).channels
@@ -62,11 +63,15 @@ def bootstrap_step(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(fresh, ignore_errors=True)
     config = Path(args.work) / "node.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n")
+    # The node replicates the log's channels and trusts the key spark_bench.py signs with.
+    channels = json.dumps(list(CHANNELS))
+    config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n[p2p]\nchannels = {channels}\n")
     manifest = json.loads((Path(args.snapshot) / "manifest.json").read_text())
+    signer = peer_id_of(test_key("bench-node", 0))
     started = time.perf_counter()
     code = cli_snapshot.main(["bootstrap", "--from-snapshot", str(args.snapshot),
-                              "--data-dir", str(fresh), "--config", str(config)])
+                              "--data-dir", str(fresh), "--config", str(config),
+                              "--signer", signer])
     seconds = time.perf_counter() - started
     if code != 0:
         raise SystemExit(f"bootstrap failed with exit status {code}")

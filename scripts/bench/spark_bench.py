@@ -149,14 +149,17 @@ def snapshot_job(url: str, out: Path, key_file: Path, master: str, partitions: i
 
 
 def timed_bootstrap(snap: Path, tmp: Path) -> tuple[int, float]:
-    from node.snapshots.bootstrap import bootstrap
+    from node.snapshots.bootstrap import LoadRules, bootstrap
     from storage import upgrade
+    from sync.identity import peer_id_of
 
     url = f"sqlite:///{tmp / 'fresh.db'}"
     engine = make_engine(url)
     upgrade(engine)
     started = time.perf_counter()
-    result = bootstrap(engine, snap, NETWORK_ID)
+    rules = LoadRules.open([peer_id_of(test_key("bench-node", 0))], LogSpec(1).channels,
+                           time.time())
+    result = bootstrap(engine, snap, NETWORK_ID, rules=rules)
     seconds = time.perf_counter() - started
     engine.dispose()
     (tmp / "fresh.db").unlink()

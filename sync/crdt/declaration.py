@@ -6,6 +6,13 @@ timestamp and sender come from the signed event. The rules (docs/crdt.md, "Schem
 
 - **Owner.** The sender of the table's first declaration in (timestamp, sender, bytes) order,
   unless the node pins the owner (``owner=``): then only that sender's declarations count.
+- **Settling.** With ``settle_ms``, a table's owner is *settled* once ``settle_ms`` have passed
+  (on the node's receipt clock, passed in as ``now_ms``) since the node first admitted the
+  table: from then on it is pinned like a configured owner, so a declaration that arrives late
+  with an early timestamp (a backdated takeover) can no longer change the owner or the
+  versions; it is refused as ``takeover``. Honest concurrent declarations (nodes seeding the
+  same table together) all arrive within the window, so every replica settles on the same
+  owner, the first in claim order.
 - **Versions.** The owner's declarations in (timestamp, bytes) order; only the first
   ``max_versions`` count.
 - **Backdating.** A declaration may carry ``since`` (at most its event's timestamp): its
@@ -238,6 +245,8 @@ class Added(StrEnum):
     NOT_DECLARER = "not_declarer"  # from a peer outside the book's ``declarers``
     TOO_MANY_VERSIONS = "too_many_versions"  # the owner's, beyond max_versions
     TOO_MANY_TABLES = "too_many_tables"  # a new table, later than max_tables earlier ones
+    TAKEOVER = "takeover"  # another sender's, earlier than the pinned or settled owner's first
+    # declaration: it would have taken the table over (refused; costs the sender standing)
     CHANGED = "changed"  # the table's versions changed: re-evaluate its writes
     RESCAN = "rescan"  # the owner changed or the table was (re)admitted: gather the table's
     # declarations from the log again (``reset_table``), then re-evaluate its writes
@@ -249,16 +258,25 @@ class SchemaBook:
     ``pins``: table -> owner fixed by this node's config; ``declarers``: if set, the only peers
     whose declarations count at all (pins included). ``max_tables``: the tables kept are
     the ones with the earliest first declarations; admitting an earlier one evicts the latest
-    (``evicted`` lists them until ``take_evicted``).
+    (``evicted`` lists them until ``take_evicted``). ``settle_ms``: a table's owner is settled
+    (pinned, ``settled``) once that long has passed since the table was first admitted, on the
+    clock passed to ``add``/``settle`` as ``now_ms`` (None: owners never settle; then the book
+    is a function of the set of declarations alone).
     """
 
     def __init__(self, declarations: Iterable[SchemaDeclaration] = (), *,
                  pins: Mapping[str, str] | None = None, max_versions: int = 64,
-                 max_tables: int = 256, declarers: Iterable[str] | None = None) -> None:
+                 max_tables: int = 256, declarers: Iterable[str] | None = None,
+                 settle_ms: int | None = None) -> None:
         self.pins = dict(pins or {})
         self.declarers = None if declarers is None else frozenset(declarers)
         self.max_versions = max_versions
         self.max_tables = max_tables
+        self.settle_ms = settle_ms
+        #: table -> owner settled on this node (learned pins; persisted by the caller).
+        self.settled: dict[str, str] = {}
+        #: table -> the ``now_ms`` at which this node first admitted it.
+        self.seen: dict[str, int] = {}
         self._kept: dict[str, set[SchemaDeclaration]] = {}
         self._history: dict[str, TableHistory] = {}
         self._evicted: list[str] = []
@@ -268,14 +286,39 @@ class SchemaBook:
     def _first(self, table: str) -> tuple[int, str, bytes]:
         return self._history[table].versions[0].identity
 
-    def add(self, declaration: SchemaDeclaration) -> Added:
+    def owner_pin(self, table: str) -> str | None:
+        """The owner fixed for ``table``: by config, else settled on this node."""
+        return self.pins.get(table) or self.settled.get(table)
+
+    def settle(self, now_ms: int, table: str | None = None) -> list[str]:
+        """Settle the owner of every table (or ``table``) admitted ``settle_ms`` or more before
+        ``now_ms``; returns the tables settled now."""
+        if self.settle_ms is None:
+            return []
+        out: list[str] = []
+        for name in [table] if table is not None else list(self._history):
+            history = self._history.get(name)
+            if history is None or name in self.pins or name in self.settled:
+                continue
+            if now_ms - self.seen.get(name, now_ms) >= self.settle_ms and history.owner:
+                self.settled[name] = history.owner
+                out.append(name)
+        return out
+
+    def add(self, declaration: SchemaDeclaration, now_ms: int | None = None) -> Added:
+        """Take ``declaration`` in; ``now_ms``: when it arrived (settles the table first)."""
         table = declaration.table
         if self.declarers is not None and declaration.sender not in self.declarers:
             return Added.NOT_DECLARER
-        pinned = self.pins.get(table)
-        if pinned is not None and declaration.sender != pinned:
-            return Added.NOT_OWNER
+        if now_ms is not None:
+            self.settle(now_ms, table)
+        pinned = self.owner_pin(table)
         history = self._history.get(table)
+        if pinned is not None and declaration.sender != pinned:
+            if history is not None and history.versions and (
+                    declaration.identity < self._first(table)):
+                return Added.TAKEOVER
+            return Added.NOT_OWNER
         if history is None:
             rescan = False
             if len(self._history) >= self.max_tables:
@@ -286,6 +329,8 @@ class SchemaBook:
                 self._evicted.append(latest)
                 rescan = True  # declarations of it may have been refused while it was out
             self._set(table, {declaration})
+            if now_ms is not None:
+                self.seen.setdefault(table, now_ms)
             return Added.RESCAN if rescan else Added.CHANGED
         kept = self._kept[table]
         if declaration in kept:
@@ -302,7 +347,7 @@ class SchemaBook:
         return Added.CHANGED
 
     def _set(self, table: str, declarations: set[SchemaDeclaration]) -> None:
-        history = TableHistory(table, declarations, owner=self.pins.get(table),
+        history = TableHistory(table, declarations, owner=self.owner_pin(table),
                                max_versions=self.max_versions)
         self._history[table] = history
         self._kept[table] = set(history.versions)
@@ -313,7 +358,7 @@ class SchemaBook:
         if table not in self._history:
             return
         mine = [d for d in declarations if d.table == table]
-        pinned = self.pins.get(table)
+        pinned = self.owner_pin(table)
         mine = [d for d in mine if (pinned is None or d.sender == pinned) and (
             self.declarers is None or d.sender in self.declarers)]
         if mine:
@@ -322,11 +367,15 @@ class SchemaBook:
     def drop_table(self, table: str) -> None:
         self._history.pop(table, None)
         self._kept.pop(table, None)
+        # A settled owner stays settled: evicting the table (max_tables) must not reopen it.
+        self.seen.pop(table, None)
 
     def copy(self) -> SchemaBook:
         """An independent book with the same contents (declarations are immutable)."""
         other = SchemaBook(pins=self.pins, max_versions=self.max_versions,
-                           max_tables=self.max_tables, declarers=self.declarers)
+                           max_tables=self.max_tables, declarers=self.declarers,
+                           settle_ms=self.settle_ms)
+        other.settled, other.seen = dict(self.settled), dict(self.seen)
         other._kept = {t: set(d) for t, d in self._kept.items()}
         other._history = dict(self._history)
         other._evicted = list(self._evicted)

@@ -45,11 +45,13 @@ class MemoryReplica:
         max_versions: int = 64,
         max_tables: int = 256,
         declarers: Iterable[str] | None = None,
+        settle_ms: int | None = None,
     ) -> None:
         self.schemas: Schemas
         if schemas is None:
             self.schemas = SchemaBook(pins=pins, max_versions=max_versions,
-                                      max_tables=max_tables, declarers=declarers)
+                                      max_tables=max_tables, declarers=declarers,
+                                      settle_ms=settle_ms)
         else:
             if isinstance(schemas, Mapping):
                 schemas = schemas.values()
@@ -61,9 +63,11 @@ class MemoryReplica:
         self._writes: dict[str, set[CrdtMessage]] = {}
         self._declarations: set[SchemaDeclaration] = set()
 
-    def apply(self, item: CrdtMessage | SchemaDeclaration) -> list[Effect]:
+    def apply(self, item: CrdtMessage | SchemaDeclaration,
+              now_ms: int | None = None) -> list[Effect]:
+        """Apply one item; ``now_ms``: when a declaration arrived (owners settle by it)."""
         if isinstance(item, SchemaDeclaration):
-            self._declare(item)
+            self._declare(item, now_ms)
             return []
         self._writes.setdefault(item.table, set()).add(item)
         effects = self._step(item)
@@ -79,13 +83,13 @@ class MemoryReplica:
         self._store(key, state, effects)
         return effects
 
-    def _declare(self, declaration: SchemaDeclaration) -> None:
+    def _declare(self, declaration: SchemaDeclaration, now_ms: int | None) -> None:
         self._declarations.add(declaration)
         book = self.schemas
         if not isinstance(book, SchemaBook):
             self.counters["schema_static"] += 1
             return
-        added = book.add(declaration)
+        added = book.add(declaration, now_ms)
         self.counters[f"schema_{added.value}"] += 1
         for table in book.take_evicted():
             self._clear(table)

@@ -176,6 +176,19 @@ def _manifest(block: object) -> dict[str, object]:
             "chain": {}, "files": entries, "root": "", "count": 2, "ahash": "00"}
 
 
+@pytest.mark.parametrize(("args", "fragment"), [
+    ((), "no trusted snapshot signer"),
+    (("--signer", "nope"), "--signer:"),
+])
+def test_bootstrap_without_a_trusted_signer_is_refused_before_anything(
+        tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
+    data = tmp_path / "data"
+    for command in (("bootstrap", "--from-snapshot"), ("snapshot", "pull")):
+        result = run_cli(*command, str(tmp_path), "--data-dir", str(data), *args)
+        assert_one_error(result, 2, fragment)
+        assert not data.exists()
+
+
 @pytest.mark.parametrize("manifest", [
     "block-x", "nested", "not-json", "a-list", "no-manifest",
 ])
@@ -194,11 +207,13 @@ def test_bad_manifests_fail_bootstrap_and_leave_nothing_behind(
     if content is not None:
         (snap / "manifest.json").write_text(content)
     data = tmp_path / "data"
-    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data))
+    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data),
+                     "--signer", PEER)
     assert_one_error(result, 2, str(snap) if manifest != "block-x" else "block")
     assert not data.exists(), list(data.iterdir())
     # Into an existing, empty data dir: the dir stays, no database is left in it.
     data.mkdir()
-    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data))
+    result = run_cli("bootstrap", "--from-snapshot", str(snap), "--data-dir", str(data),
+                     "--signer", PEER)
     assert result.returncode == 2
     assert [p.name for p in data.iterdir()] == ["repo.lock"]  # an empty lock, no database

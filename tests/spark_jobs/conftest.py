@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from sqlalchemy import select
 
+from node.snapshots.trust import LoadRules
 from spark_jobs.source import build_session
 from spark_jobs.testlog import LogSpec, build_log, test_key
 from storage import LANE_COLUMNS, events, make_engine
+from sync.identity import peer_id_of
 from tests.pg import reset_postgres
 
 PG_URL = os.environ.get("SYNCNODE_TEST_PG", "")
@@ -103,3 +106,10 @@ def node_key_file(tmp_path: Path) -> Path:
     key = test_key("snapshot-node", 0)
     path.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
     return path
+
+
+def snapshot_rules() -> LoadRules:
+    """What a node trusts when it loads the snapshots of these tests: their signer's key (the
+    node key of ``node_key_file`` and the plain writer's), this log's channels, now."""
+    return LoadRules.open([peer_id_of(test_key("snapshot-node", 0))], SPEC.channels,
+                          time.time())

@@ -18,7 +18,14 @@ from spark_jobs import testlog
 from spark_jobs.plain_snapshot import run_plain
 from storage import count_events, events, make_engine
 from storage.snapshot_files import load_manifest
-from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, SPEC, fresh_db, shared_log
+from tests.spark_jobs.conftest import (
+    NETWORK_ID,
+    PERIOD_MS,
+    SPEC,
+    fresh_db,
+    shared_log,
+    snapshot_rules,
+)
 
 
 def _plain(url: str, out: Path) -> Path:
@@ -55,7 +62,8 @@ def test_workers_load_the_same_log_in_consensus_order(
         plain_snapshot: Path, template_db: Path, backend: str, tmp_path: Path,
         workers: int) -> None:
     target = fresh_db(backend, tmp_path, None, "fresh.db")
-    result = bootstrap(make_engine(target), plain_snapshot, NETWORK_ID, workers=workers)
+    result = bootstrap(make_engine(target), plain_snapshot, NETWORK_ID, rules=snapshot_rules(),
+                       workers=workers)
     assert (result.events, result.files) == (SPEC.events, 5)
     assert shared_log(target) == shared_log(f"sqlite:///{template_db}")
     # seq follows the files (consensus order), whoever verified them.
@@ -83,10 +91,10 @@ def test_a_bad_file_after_loaded_ones_leaves_the_database_empty(
     bad.write_bytes(bytes(data))
     target = fresh_db("sqlite", tmp_path, None, "fresh.db")
     with pytest.raises(BootstrapError, match=manifest.files[3].path):
-        bootstrap(make_engine(target), copy, NETWORK_ID, workers=2)
+        bootstrap(make_engine(target), copy, NETWORK_ID, rules=snapshot_rules(), workers=2)
     assert _count(target) == 0
     # The database is still empty, so the good snapshot loads into it.
-    assert bootstrap(make_engine(target), plain_snapshot, NETWORK_ID,
+    assert bootstrap(make_engine(target), plain_snapshot, NETWORK_ID, rules=snapshot_rules(),
                      workers=2).events == SPEC.events
 
 
@@ -106,5 +114,5 @@ def test_an_event_with_a_bad_signature_in_a_signed_file_is_refused(
     snap = _plain(url, tmp_path / "snapshot")
     target = fresh_db("sqlite", tmp_path, None, "fresh.db")
     with pytest.raises(BootstrapError, match=r"\.rcd\.gz: bad signature"):
-        bootstrap(make_engine(target), snap, NETWORK_ID, workers=2)
+        bootstrap(make_engine(target), snap, NETWORK_ID, rules=snapshot_rules(), workers=2)
     assert _count(target) == 0

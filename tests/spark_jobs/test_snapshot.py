@@ -17,7 +17,14 @@ from spark_jobs.testlog import build_log
 from storage import events, make_engine
 from storage.snapshot_files import iter_leaf_entries, load_manifest
 from sync.recordstream import verify_tree
-from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, SPEC, fresh_db, shared_log
+from tests.spark_jobs.conftest import (
+    NETWORK_ID,
+    PERIOD_MS,
+    SPEC,
+    fresh_db,
+    shared_log,
+    snapshot_rules,
+)
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -75,11 +82,11 @@ def test_snapshot_verifies_with_records_verify(built: Path, capsys: pytest.Captu
 def test_bootstrap_gives_an_identical_log(built: Path, template_db: Path, backend: str,
                                           tmp_path: Path) -> None:
     target = fresh_db(backend, tmp_path, None, "fresh.db")
-    result = bootstrap(make_engine(target), built, NETWORK_ID)
+    result = bootstrap(make_engine(target), built, NETWORK_ID, rules=snapshot_rules())
     assert result.events == SPEC.events
     assert shared_log(target) == shared_log(f"sqlite:///{template_db}")
     with pytest.raises(BootstrapError, match="not empty"):
-        bootstrap(make_engine(target), built, NETWORK_ID)
+        bootstrap(make_engine(target), built, NETWORK_ID, rules=snapshot_rules())
 
 
 def test_bootstrap_refuses_a_tampered_snapshot(built: Path, tmp_path: Path) -> None:
@@ -93,9 +100,9 @@ def test_bootstrap_refuses_a_tampered_snapshot(built: Path, tmp_path: Path) -> N
     sig.unlink()
     target = fresh_db("sqlite", tmp_path, None, "fresh.db")
     with pytest.raises(BootstrapError, match="no valid signature"):
-        bootstrap(make_engine(target), copy, NETWORK_ID)
+        bootstrap(make_engine(target), copy, NETWORK_ID, rules=snapshot_rules())
     with pytest.raises(BootstrapError, match="network"):
-        bootstrap(make_engine(target), built, NETWORK_ID + 1)
+        bootstrap(make_engine(target), built, NETWORK_ID + 1, rules=snapshot_rules())
 
 
 def test_pull_fetches_only_differing_ranges(built: Path, template_db: Path, backend: str,
@@ -106,12 +113,12 @@ def test_pull_fetches_only_differing_ranges(built: Path, template_db: Path, back
     engine = make_engine(url)
     with engine.begin() as conn:
         conn.execute(delete(events).where(events.c.recon_key.in_(missing)))
-    result = pull(engine, built, NETWORK_ID)
+    result = pull(engine, built, NETWORK_ID, rules=snapshot_rules())
     assert result.fetched == len(missing)
     assert len(result.files_read) <= len(missing)
     assert result.subtrees_skipped > 0
     assert shared_log(url) == full
-    again = pull(engine, built, NETWORK_ID)
+    again = pull(engine, built, NETWORK_ID, rules=snapshot_rules())
     assert again.fetched == 0 and again.nodes_read == 1
     engine.dispose()
 
@@ -144,12 +151,18 @@ def test_incremental_rebuild_continues_the_chain(spark: Any, log_url: str, tmp_p
     assert third["new_files"] == 0 and _files(out) == after
 
 
+# A loading node replicates the log's channels (else their events are refused, as from gossip).
+_LOADER_CONFIG = (f"[node]\nnetwork_id = {NETWORK_ID}\n[p2p]\nchannels = {list(SPEC.channels)}\n"
+                  f"[spark]\nsnapshot_signers = {sorted(snapshot_rules().signers)}\n"
+                  ).replace("'", '"')
+
+
 def test_bootstrap_and_pull_commands(built: Path, template_db: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     from node.cli import snapshot as cli_snapshot
 
     config = tmp_path / "node.toml"
-    config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n")
+    config.write_text(_LOADER_CONFIG)  # the config key names the trusted signer
     data = tmp_path / "data"
     args = ["--data-dir", str(data), "--config", str(config)]
     assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built), *args]) == 0
@@ -181,10 +194,10 @@ def test_bootstrapped_node_pulls_only_the_rest_through_recon(
     try:
         extra = publish_many(source, "general", [f"after the snapshot {k}" for k in range(60)])
         config = tmp_path / "node.toml"
-        config.write_text(f"[node]\nnetwork_id = {NETWORK_ID}\n")
+        config.write_text(_LOADER_CONFIG.split("[spark]")[0])
         assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built),
-                                  "--data-dir", str(tmp_path / "fresh"),
-                                  "--config", str(config)]) == 0
+                                  "--data-dir", str(tmp_path / "fresh"), "--config", str(config),
+                                  "--signer", next(iter(snapshot_rules().signers))]) == 0
         fresh = start_node(tmp_path, "fresh", bootstrap=[source], env={
             **env, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0",
             "SYNCNODE_RECON_GOSSIP_GRACE_S": "0"})
@@ -269,7 +282,8 @@ def test_split_periods_match_the_plain_writer_byte_for_byte(
                for a, b in zip(manifest.files, manifest.files[1:], strict=False))
     assert verify_tree({p: d for p, d in files.items() if p.startswith("record")}, None).ok
     target = fresh_db("sqlite", tmp_path, None, "fresh.db")
-    assert bootstrap(make_engine(target), tmp_path / "job", NETWORK_ID).events == SPEC.events
+    loaded = bootstrap(make_engine(target), tmp_path / "job", NETWORK_ID, rules=snapshot_rules())
+    assert loaded.events == SPEC.events
     assert shared_log(target) == shared_log(url)
 
 

@@ -1,0 +1,99 @@
+"""Who may sign a snapshot this node loads, and the checks every loaded event passes.
+
+A snapshot is only as good as its signer: anyone can write record files and sign them with a
+fresh key, so ``bootstrap`` and ``snapshot pull`` accept a record file only when the node that
+signed it (the ``record<PEER_ID>`` directory, whose key verifies the signature file) is one the
+operator trusts: ``--signer`` flags, else ``spark.snapshot_signers``, else this data dir's own
+key and ``p2p.allowed_peers``. And a loaded event is held to exactly the rules an event from
+gossip, Recon or fetch meets (``sync.ingest.admit_event``: replicated channel, closed group and
+channel writers, the Lamport clock bound at load time), so the node never holds, and so never
+relays, an event its peers refuse (docs/security.md "Snapshots").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.config import Config
+from node.snapshots.verify import BootstrapError
+from storage import EventRecord
+from sync.errors import RemoteProtocolError
+from sync.gossip import SenderPolicy
+from sync.ingest import EventRules
+from sync.recordstream import node_of_dir
+
+__all__ = ["LoadRules", "load_rules", "signer_problem"]
+
+
+@dataclass(frozen=True)
+class LoadRules:
+    """What a snapshot load accepts (picklable: it goes to the verifying workers).
+
+    ``signers``: peer ids whose record files count; ``events``: the ingest rules, applied at
+    ``now`` (wall seconds, taken once when the load starts)."""
+
+    signers: frozenset[str]
+    events: EventRules
+    now: float
+
+    @classmethod
+    def open(cls, signers: Iterable[str], channels: Iterable[str], now: float,
+             max_ahead_ms: int = 600_000) -> LoadRules:
+        """Rules of an open group with no channel writers (tools, tests, benchmarks)."""
+        return cls(frozenset(signers), EventRules(frozenset(channels), SenderPolicy(""),
+                                                  max_ahead_ms), now)
+
+    def check(self, path: str, record: EventRecord) -> None:
+        """``BootstrapError`` naming the event and the rule it breaks."""
+        try:
+            self.events.admit(record.channel, record.sender, True, record.lamport, self.now)
+        except RemoteProtocolError as exc:
+            raise BootstrapError(
+                f"{path}: event {record.message_id} (sender {record.sender}, lamport "
+                f"{record.lamport}) is refused as it would be from a peer: {exc.reason}"
+            ) from None
+
+
+def signer_problem(path: str, signers: frozenset[str]) -> str | None:
+    """Why the record file at ``path`` is not from a trusted signer (None: it is)."""
+    signer = node_of_dir(path.rpartition("/")[0])
+    if signer in signers:
+        return None
+    return (f"{path}: signed by {signer or 'an unnamed node'}, which is not a trusted snapshot "
+            "signer (--signer PEER_ID, spark.snapshot_signers)")
+
+
+def _own_peer_id(data_dir: Path) -> str | None:
+    from node.p2p.identity import KEY_FILE, IdentityError, load_identity
+    from sync.identity import peer_id_of
+
+    if not (data_dir / KEY_FILE).is_file():
+        return None
+    try:
+        return peer_id_of(load_identity(data_dir / KEY_FILE))
+    except IdentityError:
+        return None
+
+
+def load_rules(config: Config, flags: Iterable[str], now: float) -> LoadRules:
+    """The rules for a load into ``config``'s data dir: trusted signers from ``flags``, else
+    the config key, else the defaults; ``BootstrapError`` when that leaves nobody."""
+    from node.config_checks import check_peer_ids
+    from node.services import channel_names, channel_writers
+
+    own = _own_peer_id(config.data_path)
+    flagged = tuple(flags)
+    if flagged and (problem := check_peer_ids(flagged)):
+        raise BootstrapError(f"--signer: {problem}")
+    signers = frozenset(flagged or config.spark.snapshot_signers or (
+        *([own] if own else []), *config.p2p.allowed_peers))
+    if not signers:
+        raise BootstrapError("no trusted snapshot signer: pass --signer PEER_ID (the node "
+                             "that built the snapshot) or set spark.snapshot_signers")
+    members = frozenset(config.p2p.allowed_peers) or None
+    policy = SenderPolicy(own or "", members, channel_writers(config))
+    events = EventRules(frozenset(channel_names(config)), policy,
+                        config.sds.max_lamport_ahead_ms)
+    return LoadRules(signers, events, now)

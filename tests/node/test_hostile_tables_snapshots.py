@@ -1,0 +1,177 @@
+"""Hostile peers, round two (issue 28), with real node processes and a real hostile host:
+
+1. a member's backdated schema declaration does not take a seeded table over (default config,
+   but a short ``db.settle_ms`` so that the owner settles in seconds);
+2. a snapshot is loaded only from a trusted signer, its events are held to the rules gossip
+   applies (a far-future one refuses the snapshot), and a node that relays what it loaded is
+   not penalised by its peer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from spark_jobs.plain_snapshot import run_plain
+from storage import append_events, make_engine, upgrade, write_transaction
+from sync.crdt import SchemaDeclaration
+from sync.identity import peer_id_of
+from sync.sds import encode_event
+from sync.stored_event import record_of_event
+from tests.conftest import ROOT
+from tests.node.cluster import channel_log, metric, preset_identity, start_node, wait_for
+from tests.node.procs import NodeProcess
+from tests.node.test_hostile_events import gossip, signed_event
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TABLES = json.dumps({"users": {"columns": {"name": "text", "n": "integer"}}})
+DB_ENV = {"SYNCNODE_DB_TABLES": TABLES, "SYNCNODE_DB_SETTLE_MS": "2000"}
+YEAR_MS = 365 * 86_400_000
+
+
+def _rows(node: NodeProcess) -> int:
+    return len(node.get("/v1/db/users", limit=1000)["rows"])
+
+
+def _owner(node: NodeProcess) -> str | None:
+    tables = node.get("/v1/db")["tables"]
+    return tables["users"]["owner"] if "users" in tables else None
+
+
+def test_a_backdated_declaration_does_not_take_a_seeded_table_over(tmp_path: Path) -> None:
+    nodes: list[NodeProcess] = []
+    try:
+        nodes.append(start_node(tmp_path, "n0", env=DB_ENV))
+        nodes.append(start_node(tmp_path, "n1", env=DB_ENV, bootstrap=nodes))
+        a, b = nodes
+        wait_for(lambda: _owner(a) is not None and _owner(a) == _owner(b), 60,
+                 "the seeded table has no common owner")
+        owner = _owner(a)
+        writer = a if a.peer_id == owner else b
+        for k in range(20):
+            writer.post("/v1/db/users", {"op": "upsert", "id": f"e{k}",
+                                         "values": {"name": f"v{k}", "n": k}})
+        wait_for(lambda: _rows(a) == 20 and _rows(b) == 20, 60, "rows did not replicate")
+        time.sleep(2.5)  # past db.settle_ms since both nodes first saw the table
+
+        key = Ed25519PrivateKey.generate()
+        attacker = peer_id_of(key)
+        takeover = SchemaDeclaration("users", {"name": "text"}, frozenset({attacker}), 0,
+                                     attacker, backdated=True)
+        now_ms = int(time.time() * 1000)
+        wires = [signed_event(key, now_ms, takeover.encoded, channel="db"),
+                 # The same claim as a plain early event, no `since` needed.
+                 signed_event(key, now_ms + 1, SchemaDeclaration(
+                     "users", {"name": "text"}, frozenset({attacker}), 5,
+                     attacker).encoded, channel="db")]
+        trio.run(gossip, a.listen_addrs[0], "db", wires)
+        attack = {w.decode() for w in (takeover.encoded,)}
+
+        def judged(node: NodeProcess) -> bool:
+            """The attack is in the node's log and its application has judged it (refused as
+            a takeover, or, without the rule, made the attacker the owner)."""
+            stored = attack <= {c for _, _, c in channel_log(node, "db")}
+            return stored and (_owner(node) != owner or 'outcome="takeover"' in node.get(
+                "/metrics"))
+        wait_for(lambda: judged(a) and judged(b), 60, "the attack did not reach both nodes")
+        time.sleep(1.0)  # the second declaration too
+        for node in nodes:
+            assert _owner(node) == owner
+            assert _rows(node) == 20
+            series = node.get("/metrics")
+            assert 'outcome="takeover"' in series
+            assert 'peer_penalties_total{reason="takeover"}' in series
+        # The honest owner still writes and declares.
+        writer.post("/v1/db/users", {"op": "upsert", "id": "after", "values": {"n": 1}})
+        writer.post("/v1/db-schemas/users", {"columns": {"name": "text", "n": "integer",
+                                                         "extra": "real"}, "writers": None})
+        wait_for(lambda: _rows(a) == 21 and _rows(b) == 21, 60, "owner's write lost")
+        # It holds across a restart (the settled owner is persisted).
+        a.terminate()
+        a.start()
+        assert _owner(a) == owner and _rows(a) == 21
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "node.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _snapshot(tmp: Path, name: str, signer: Ed25519PrivateKey, lamports: list[int]) -> Path:
+    """A snapshot signed by ``signer`` of events on ``general`` by a fresh member key."""
+    url = f"sqlite:///{tmp / (name + '.db')}"
+    engine = make_engine(url)
+    upgrade(engine)
+    member = Ed25519PrivateKey.generate()
+    sender = peer_id_of(member)
+    records = [record_of_event(1, encode_event("general", sender, lamport, (),
+                                               f"{name} {i}".encode(), member))
+               for i, lamport in enumerate(lamports)]
+    with write_transaction(engine) as conn:
+        append_events(conn, records, int(time.time() * 1000))
+    engine.dispose()
+    out = tmp / name
+    run_plain(url, out, signer, 1, include_open=True, settle_ms=0)
+    return out
+
+
+def test_snapshots_only_from_trusted_signers_and_never_from_the_future(tmp_path: Path) -> None:
+    signer = Ed25519PrivateKey.generate()
+    signer_id = peer_id_of(signer)
+    now_ms = int(time.time() * 1000)
+    past = [now_ms - 60_000 + i for i in range(30)]
+    honest = _snapshot(tmp_path, "honest", signer, past)
+    future = _snapshot(tmp_path, "future", signer, [now_ms + YEAR_MS + i for i in range(30)])
+    data = tmp_path / "victim"
+    preset_identity(data)
+
+    untrusted = _cli("bootstrap", "--from-snapshot", str(honest), "--data-dir", str(data))
+    assert untrusted.returncode == 2, untrusted.stderr
+    assert "not a trusted snapshot signer" in untrusted.stderr
+    ahead = _cli("bootstrap", "--from-snapshot", str(future), "--data-dir", str(data),
+                     "--signer", signer_id)
+    assert ahead.returncode == 2, ahead.stderr
+    assert "lamport too far ahead" in ahead.stderr
+    ok = _cli("bootstrap", "--from-snapshot", str(honest), "--data-dir", str(data),
+                  "--signer", signer_id)
+    assert ok.returncode == 0, ok.stderr
+    # `snapshot pull` holds to the same rules.
+    pulled = _cli("snapshot", "pull", str(future), "--data-dir", str(data),
+                      "--signer", signer_id)
+    assert pulled.returncode == 2 and "lamport too far ahead" in pulled.stderr, pulled.stderr
+
+    nodes: list[NodeProcess] = []
+    try:
+        nodes.append(start_node(tmp_path, "victim"))
+        nodes.append(start_node(tmp_path, "peer", bootstrap=nodes))
+        victim, peer = nodes
+        acked = victim.post("/v1/channels/general/events", {"content": "acknowledged"})
+        contents = {e["content"] for e in peer.get("/v1/channels/general/events",
+                                                   limit=1000)["events"]}
+
+        def relayed() -> bool:
+            nonlocal contents
+            contents = {e["content"] for e in peer.get("/v1/channels/general/events",
+                                                       limit=1000)["events"]}
+            return len(contents) == 31
+        wait_for(relayed, 90, "loaded and acknowledged events did not reach the peer")
+        assert "acknowledged" in contents and acked["message_id"]
+        assert metric(peer, "peer_penalties_total") == 0
+        assert metric(peer, "peer_bans_total") == 0
+        assert metric(peer, "events_rejected_total") == 0
+    finally:
+        for n in nodes:
+            n.kill()
