@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
-from scripts.bench.benchjson import finish, smoke_path  # noqa: E402
+from benchjson import finish, smoke_path  # noqa: E402
+
 from sync.cardinal import BlockApplied, Consumer, PrefixRouter, Producer, make_payload  # noqa: E402
 
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).

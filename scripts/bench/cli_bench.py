@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.bench.benchjson import finish, smoke_path  # noqa: E402
+from benchjson import finish, smoke_path  # noqa: E402
+
 from tests.node.procs import NodeProcess  # noqa: E402  (after the path set-up above)
 
 TARGET_S = 0.25

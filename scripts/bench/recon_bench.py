@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2])]
 
-from scripts.bench.benchjson import finish, smoke_path  # noqa: E402
+from benchjson import finish, smoke_path  # noqa: E402
+
 from sync.recon import (  # noqa: E402
     KeyStore,
     MemoryKeyStore,

@@ -37,11 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
+from benchjson import finish, smoke_path  # noqa: E402
 from catchup_log import node_database  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from sqlalchemy import inspect, select, text  # noqa: E402
 
-from scripts.bench.benchjson import finish, smoke_path  # noqa: E402
 from storage import count_events, event_row, events, insert_rows  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402

@@ -31,7 +31,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from scripts.bench.benchjson import finish, smoke_path  # noqa: E402
+from benchjson import finish, smoke_path  # noqa: E402
+
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import SdsChannel  # noqa: E402
 

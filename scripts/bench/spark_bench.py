@@ -47,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchjson import finish, smoke_path  # noqa: E402
 from cryptography.hazmat.primitives.serialization import (  # noqa: E402
     Encoding,
     NoEncryption,
@@ -54,7 +55,6 @@ from cryptography.hazmat.primitives.serialization import (  # noqa: E402
 )
 from sqlalchemy import select  # noqa: E402
 
-from scripts.bench.benchjson import finish, smoke_path  # noqa: E402
 from spark_jobs import rehash  # noqa: E402
 from spark_jobs.plain_snapshot import run_plain  # noqa: E402
 from spark_jobs.source import RESULT_PREFIX, build_session  # noqa: E402
