@@ -51,11 +51,12 @@ def _rows(node: NodeProcess) -> int:
     return len(node.get("/v1/db/users", limit=1000)["rows"])
 
 
-def table_takeover(honest: Sequence[NodeProcess], victim: NodeProcess, rows: int,
-                   settle_s: float, gossip: Gossip) -> tuple[bool, str]:
-    """(taken over?, what was seen). ``honest`` nodes and the victim share the seeded table;
-    ``gossip(target, wires, channel)`` sends as a fresh hostile host."""
-    nodes = [*honest, victim]
+def table_takeover(honest: Sequence[NodeProcess], rows: int, settle_s: float,
+                   gossip: Gossip) -> tuple[bool, str]:
+    """(taken over?, what was seen). The ``honest`` nodes, connected from their start, share
+    the seeded table; ``gossip(target, wires, channel)`` sends as a fresh hostile host to the
+    first of them."""
+    nodes = list(honest)
     wait_for(lambda: _owner(nodes[0]) is not None
              and all(_owner(n) == _owner(nodes[0]) for n in nodes), 90,
              "the seeded table has no common owner")
@@ -74,7 +75,7 @@ def table_takeover(honest: Sequence[NodeProcess], victim: NodeProcess, rows: int
     early = SchemaDeclaration("users", {"name": "text"}, frozenset({attacker}), 5, attacker)
     wires = [encode_event("db", attacker, now_ms + i, (), d.encoded, key).wire
              for i, d in enumerate((backdated, early))]
-    gossip(victim.listen_addrs[0], wires, "db")
+    gossip(nodes[0].listen_addrs[0], wires, "db")
     taken = False
 
     def judged() -> bool:
