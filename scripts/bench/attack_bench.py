@@ -24,7 +24,7 @@ is compared with the rate measured before the attacks.
 And the three of issue 28 (``attack_round2.py``), after the publish rate is measured:
 
 9. Table takeover: every node declares the seeded table ``users`` at start (``db.tables``,
-   ``db.settle_ms`` 2 s here); its owner writes 20 rows; a member then gossips a declaration
+   ``db.settle_ms`` 15 s here); its owner writes 20 rows; a member then gossips a declaration
    backdated to Lamport ``since: 0`` naming itself the only writer (``table_takeover_ok``:
    an honest node changed owner or lost rows).
 10. Poisoned snapshots: ``syncnode bootstrap`` from a snapshot signed by an untrusted key, and
@@ -108,8 +108,11 @@ RSS_TARGET_MIB = 512
 ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true",
        "SYNCNODE_SDS_RESEND_INTERVAL_S": "10", "SYNCNODE_SDS_SYNC_INTERVAL_S": "30",
        "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120",
-       "SYNCNODE_DB_TABLES": DB_TABLE, "SYNCNODE_DB_SETTLE_MS": "2000"}
-SETTLE_S = 2.5
+       "SYNCNODE_DB_TABLES": DB_TABLE, "SYNCNODE_DB_SETTLE_MS": "15000"}
+# db.settle_ms is 15 s (default 10 min): long enough for the pair, started a few seconds apart
+# on a loaded machine, to hear each other's declaration of the seeded table before either
+# settles (settled apart, they would keep different owners); attack 9 comes minutes later.
+SETTLE_S = 1.0
 # Sizes: (baseline seconds, big events, fresh ids, waiting events, sync messages, withheld
 # keys, gossip cache wait s, flood publishes).
 SIZES = {"full": (20, 120, 100, 150, 300, 300, 12, 200),
