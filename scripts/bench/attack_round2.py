@@ -22,15 +22,15 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from spark_jobs.plain_snapshot import run_plain
-from storage import append_events, make_engine, upgrade, write_transaction
 from sync.crdt import SchemaDeclaration
 from sync.identity import peer_id_of
 from sync.sds import encode_event
-from sync.stored_event import record_of_event
 from tests.node.cluster import wait_for
 from tests.node.procs import NodeProcess
 from tests.node.recon_flood import Flood, percentile_ms, publish_latencies
+
+# The hostile snapshot test's builder: a snapshot by a given signer of one member's events.
+from tests.node.test_hostile_tables_snapshots import _snapshot as signed_snapshot
 
 __all__ = ["DB_TABLE", "poisoned_snapshot", "recon_flood_p99_ms", "table_takeover"]
 
@@ -97,32 +97,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def _snapshot(work: Path, name: str, signer: Ed25519PrivateKey, lamports: list[int]) -> Path:
-    """A snapshot by ``signer`` of events on ``general`` from a fresh member key."""
-    url = f"sqlite:///{work / (name + '.db')}"
-    engine = make_engine(url)
-    upgrade(engine)
-    member = Ed25519PrivateKey.generate()
-    sender = peer_id_of(member)
-    records = [record_of_event(1, encode_event("general", sender, lamport, (),
-                                               f"{name} {i}".encode(), member))
-               for i, lamport in enumerate(lamports)]
-    with write_transaction(engine) as conn:
-        append_events(conn, records, int(time.time() * 1000))
-    engine.dispose()
-    out = work / name
-    run_plain(url, out, signer, 1, include_open=True, settle_ms=0)
-    return out
-
-
 def poisoned_snapshot(work: Path, events: int = 30) -> tuple[bool, str]:
     """(was either poisoned snapshot loaded?, the exit codes)."""
     work.mkdir(parents=True, exist_ok=True)
     stranger, trusted = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     now_ms = int(time.time() * 1000)
-    untrusted = _snapshot(work, "untrusted", stranger, [now_ms - 60_000 + i
+    untrusted = signed_snapshot(work, "untrusted", stranger, [now_ms - 60_000 + i
                                                          for i in range(events)])
-    future = _snapshot(work, "future", trusted, [now_ms + YEAR_MS + i for i in range(events)])
+    future = signed_snapshot(work, "future", trusted, [now_ms + YEAR_MS + i for i in range(events)])
     codes = [
         _cli("bootstrap", "--from-snapshot", str(untrusted), "--data-dir",
              str(work / "victim-untrusted")).returncode,
