@@ -44,7 +44,9 @@ def json_keys(script: Path) -> tuple[str, ...]:
     if isinstance(value, ast.Name):  # JSON_KEYS = KEYS
         value = values.get(value.id)
     if value is None:
-        pytest.fail(f"{script.name} declares no JSON_KEYS (docs/bench/README.md)")
+        pytest.fail(f"{script.name} declares no JSON_KEYS: add a module-level "
+                    "JSON_KEYS = (...) naming the keys of its JSON result "
+                    '(docs/bench/README.md "Smoke size")')
     keys = ast.literal_eval(value)
     assert keys and all(isinstance(k, str) for k in keys), f"{script.name}: bad JSON_KEYS"
     return tuple(keys)
