@@ -48,7 +48,10 @@ def test_recon_flood_from_ten_identities_is_charged_and_publish_stays_fast(
         assert flood_p99 <= bound, (
             f"publish p99 {flood_p99} ms during the flood (baseline {base_p99} ms, "
             f"p50 {percentile_ms(during, 0.5)} ms)")
-        # The flood was charged: requests slowed or refused, and identities penalised.
+        # The flood was charged: requests slowed and refused, and identities penalised.
+        assert metric(victim, "work_units_total") > 0
+        assert metric(victim, "work_budgets_tracked") >= 10
+        assert metric(victim, "work_deferred_total") > 0
         assert metric(victim, "work_refused_total") > 0
         penalties = victim.get("/metrics")
         assert 'syncnode_peer_penalties_total{reason="over_budget"}' in penalties

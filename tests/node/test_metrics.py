@@ -284,6 +284,10 @@ DRIVEN: dict[str, str] = {
         "tests/node/test_e2e_waku.py::test_waku_channel_replicates_unsigned_by_gossip_and_recon",
     "blocks_pending":
         "tests/node/test_blocks_e2e.py::test_a_block_without_its_parent_is_held_pending",
+    **{name: "tests/node/test_hostile_recon_work.py::"
+             "test_recon_flood_from_ten_identities_is_charged_and_publish_stays_fast"
+       for name in ("work_units_total", "work_deferred_total", "work_refused_total",
+                    "work_budgets_tracked")},
     "api_idempotency_keys_evicted_total":
         "tests/node/test_api_idempotency.py::test_at_most_max_keys_are_held_oldest_forgotten_first",
 }
