@@ -293,13 +293,7 @@ class ReconService:
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange,
                          stats: SessionStats, first: bytes | None = None) -> None:
-        peer = stream.peer_id
-        gate = self.work
-
-        async def charge(units: int) -> None:
-            if gate is not None:
-                await gate.charge(peer, "recon", units)
-
+        charge = self.work.charger(stream.peer_id, "recon") if self.work else None
         await reconcile(stream, exchange, first,
                         lambda n: self.metrics.inc("recon_missing_dropped_total", n),
                         work=self.keywork.run, charge=charge)

@@ -25,13 +25,9 @@ async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
     return fn()
 
 
-async def _free(_units: int) -> None:
-    return None
-
-
 async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes | None,
                     on_dropped: Callable[[int], None], *, work: Work = _inline,
-                    charge: Charge = _free) -> None:
+                    charge: Charge | None = None) -> None:
     """Run the exchange to its end (``first``: the initiator's opening frame). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
     missing keys beyond the bound. Each frame from the peer is ``charge``d to it (by its
@@ -44,7 +40,8 @@ async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes 
             if exchange.done:
                 return
             # Charged by the frame's announced size, before its body is read or decoded.
-            await charge(recon_units(await stream.next_size()))
+            if charge is not None:
+                await charge(recon_units(await stream.next_size()))
             frame = await stream.receive()
             now = trio.current_time()
             actions = await work(functools.partial(exchange.receive, frame, now))

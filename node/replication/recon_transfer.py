@@ -291,12 +291,7 @@ class Transfer:
 
     async def serve(self, stream: FramedStream, budget: int, stats: SessionStats) -> None:
         """Answer the peer's want lists with the events we hold, within a byte budget."""
-        gate, peer = self.work, stream.peer_id
-
-        async def charge(units: int) -> None:
-            if gate is not None:
-                await gate.charge(peer, "want", units)
-
+        charge = self.work.charger(stream.peer_id, "want") if self.work else None
         sent = await serve_wants(stream, self.store, budget, self.fetch_batch,
                                  self.max_frame_bytes, self.serve_batch_bytes,
                                  on_sent=lambda n: self.metrics.inc("recon_events_served_total", n),

@@ -10,6 +10,9 @@ wait would exceed ``peers.work_max_wait_s``: the caller ends that stream, the re
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
+
 import trio
 
 from node.config import PeersSection
@@ -50,6 +53,10 @@ class WorkGate:
             metrics.inc(name, 0)
         metrics.gauge_fn("work_budgets_tracked", lambda: float(len(self.budget)),
                          "Peers whose work budget is remembered")
+
+    def charger(self, peer: str, kind: str) -> Callable[[int], Awaitable[None]]:
+        """``charge`` bound to one peer and kind (what a protocol driver is handed)."""
+        return functools.partial(self.charge, peer, kind)
 
     async def charge(self, peer: str, kind: str, units: int) -> None:
         """Wait until ``units`` of work for ``peer`` may be done, or raise ``OverBudget``."""
