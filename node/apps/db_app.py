@@ -32,6 +32,7 @@ from node.apps.db_log import (
     log_of,
 )
 from node.apps.db_metrics import metric_of
+from node.apps.db_owners import restore_owners, save_owners
 from node.config_apps import DbSection
 from node.logs import kv
 from node.metrics import Metrics
@@ -68,18 +69,12 @@ CACHE_ENTITIES = 100_000
 # A long re-derivation (an upgraded database, a big table) logs its progress this often.
 PROGRESS_EVERY_S = 5.0
 _HIGH_KEY = f"app/{APP_NAME}/high"
-# The owners this node settled and when it first saw each table (docs/crdt.md "Settled owners").
-_OWNERS_KEY = f"app/{APP_NAME}/owners"
 
 
 def book_of(section: DbSection) -> SchemaBook:
     return SchemaBook(pins=section.owner_pins(), max_versions=section.max_schema_versions,
                       max_tables=section.max_tables, declarers=section.declarers or None,
                       settle_ms=section.settle_ms)
-
-
-def _owners_json(book: SchemaBook) -> str:
-    return json.dumps({"settled": book.settled, "seen": book.seen}, sort_keys=True)
 
 
 class _Pending:
@@ -135,13 +130,7 @@ class DbApplication:
             # Every stored table was kept, so it is admitted (within max_tables) first.
             book.add(min(declarations, key=lambda d: d.identity))
             book.reset_table(table, declarations)
-        owners = get_state(conn, _OWNERS_KEY)
-        if owners:
-            learned = json.loads(owners)
-            book.settled.update({str(k): str(v) for k, v in learned["settled"].items()})
-            book.seen.update({str(k): int(v) for k, v in learned["seen"].items()})
-            for table in book.settled:  # the history as settled (a pin filters the owner)
-                book.reset_table(table, stored.get(table, ()))
+        restore_owners(conn, book, stored)
         raw = get_state(conn, _HIGH_KEY)
         self.book = book
         self.high = {str(k): int(v) for k, v in json.loads(raw).items()} if raw else {}
@@ -160,8 +149,8 @@ class DbApplication:
         book = self.book.copy() if declared else self.book
         takeovers: list[str] = []
         redo, rescan = self._declare(book, declared, counts, takeovers)
-        if declared and _owners_json(book) != _owners_json(self.book):
-            put_state(conn, _OWNERS_KEY, _owners_json(book).encode(), now_ms)
+        if declared:
+            save_owners(conn, self.book, book, now_ms)
         for table in sorted(rescan):
             book.reset_table(table, declarations_in_log(conn, self.section.channel, table, end))
         high = dict(self.high)

@@ -97,10 +97,11 @@ class Replica:
         if declared:
             self.feed(DECLARED)
 
-    def feed(self, records: Sequence[EventRecord], batch: int = 1000) -> None:
+    def feed(self, records: Sequence[EventRecord], batch: int = 1000,
+             received_at: int = RECEIVED_AT) -> None:
         for start in range(0, len(records), batch):
             with self.engine.begin() as conn:
-                append_events(conn, list(records[start : start + batch]), RECEIVED_AT)
+                append_events(conn, list(records[start : start + batch]), received_at)
             self.apply_new(batch)
 
     def apply_new(self, batch: int = 1000) -> None:

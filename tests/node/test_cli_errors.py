@@ -176,17 +176,15 @@ def _manifest(block: object) -> dict[str, object]:
             "chain": {}, "files": entries, "root": "", "count": 2, "ahash": "00"}
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    ((), "no trusted snapshot signer"),
-    (("--signer", "nope"), "--signer:"),
-])
-def test_bootstrap_without_a_trusted_signer_is_refused_before_anything(
-        tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
+def test_loading_a_snapshot_without_a_trusted_signer_is_refused_before_anything(
+        tmp_path: Path) -> None:
     data = tmp_path / "data"
-    for command in (("bootstrap", "--from-snapshot"), ("snapshot", "pull")):
-        result = run_cli(*command, str(tmp_path), "--data-dir", str(data), *args)
-        assert_one_error(result, 2, fragment)
-        assert not data.exists()
+    result = run_cli("bootstrap", "--from-snapshot", str(tmp_path), "--data-dir", str(data))
+    assert_one_error(result, 2, "no trusted snapshot signer")
+    result = run_cli("snapshot", "pull", str(tmp_path), "--data-dir", str(data),
+                     "--signer", "nope")
+    assert_one_error(result, 2, "--signer:")
+    assert not data.exists()
 
 
 @pytest.mark.parametrize("manifest", [

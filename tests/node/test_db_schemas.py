@@ -7,10 +7,12 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine
+from sqlalchemy import Engine, delete
 
+from node.apps.db_owners import OWNERS_KEY
 from node.config_apps import DbSection
 from storage import EventRecord, append_events, read_channel
+from storage.schema import node_state
 from sync.crdt import TableSchema
 from tests.node.db_helpers import (
     ALICE,
@@ -18,6 +20,7 @@ from tests.node.db_helpers import (
     CAROL,
     DECLARED,
     PEERS,
+    RECEIVED_AT,
     SCHEMAS,
     Replica,
     db_url,
@@ -110,6 +113,60 @@ def test_a_backdated_first_declaration_moves_the_owner_everywhere_alike(
     expected = memory_of([*events, takeover])
     assert replica.states() == expected.state() and replica.tables() == expected.tables()
     assert replica.counter("db_schema_declarations_total", outcome="rescan") == 1
+
+
+def test_a_takeover_after_the_owner_settled_is_refused_live_after_restart_and_on_replay(
+    engine: Engine
+) -> None:
+    """The same late declaration, once alice's ownership settled on this node (db.settle_ms
+    after it stored her declaration): refused as a takeover, counted, reported for a penalty;
+    a restarted application and a replay of the log from scratch judge it the same way."""
+    section = DbSection(tables=SCHEMAS, stability_window=0, settle_ms=1000)
+    events = [ALICE.declare(5, ARTISTS), ALICE.write("upsert", "artists", "a", 6, name="Ana")]
+    replica = Replica(engine, section, declared=False)
+    penalised: list[str] = []
+    replica.app.on_takeover = penalised.append
+    replica.feed(events)
+    takeover = BOB.declare(2, TableSchema("artists", {"name": "integer"}))
+    replica.feed([takeover, BOB.declare(9, V2)], received_at=RECEIVED_AT + 1000)
+    assert replica.app.book.history("artists").owner == ALICE.id  # type: ignore[union-attr]
+    assert replica.get("artists", "a") == row(name="Ana")
+    assert replica.counter("db_schema_declarations_total", outcome="takeover") == 1
+    assert replica.counter("db_schema_declarations_total", outcome="not_owner") == 1
+    assert penalised == [BOB.id]
+    expected = replica.tables()
+    restarted = Replica(engine, section, declared=False)
+    restarted.cursor = replica.cursor
+    with engine.connect() as conn:
+        restarted.app.restore(conn, replica.cursor)
+    assert restarted.app.book.settled == {"artists": ALICE.id}
+    restarted.feed([BOB.declare(1, ARTISTS)], received_at=RECEIVED_AT + 5000)
+    assert restarted.tables() == expected
+    wipe(engine, log=False)
+    replay = Replica(engine, section, declared=False)
+    replay.apply_new(batch=1)
+    assert replay.app.book.history("artists").owner == ALICE.id  # type: ignore[union-attr]
+    assert replay.tables() == expected
+    assert replay.counter("db_schema_declarations_total", outcome="takeover") == 2
+
+
+def test_a_table_known_before_first_seen_times_were_kept_counts_as_long_known(
+    engine: Engine
+) -> None:
+    """A database from before this release has tables but no first-seen times: on restore they
+    count as known for long, so the next foreign claim finds the owner settled."""
+    section = DbSection(tables=SCHEMAS, stability_window=0, settle_ms=1000)
+    old = Replica(engine, section, declared=False)
+    old.feed([ALICE.declare(5, ARTISTS)])
+    with engine.begin() as conn:
+        conn.execute(delete(node_state).where(node_state.c.key == OWNERS_KEY))
+    upgraded = Replica(engine, section, declared=False)
+    upgraded.cursor = old.cursor
+    with engine.connect() as conn:
+        upgraded.app.restore(conn, old.cursor)
+    upgraded.feed([BOB.declare(2, ARTISTS)])  # at the same receipt time as alice's
+    assert upgraded.app.book.history("artists").owner == ALICE.id  # type: ignore[union-attr]
+    assert upgraded.counter("db_schema_declarations_total", outcome="takeover") == 1
 
 
 WINDOW = 3
