@@ -167,8 +167,8 @@ class ReconSection:
     # One Recon message: its bytes, ranges and keys (docs/security.md "Work budgets").
     max_message_bytes: int = opt(4 << 20, lambda v: None if 64 << 10 <= v <= 16 << 20 else
                                  "must be between 64 KiB and 16 MiB")
-    max_message_ranges: int = opt(65_536, lambda v: None if v >= 512 else "must be >= 512")
-    max_message_keys: int = opt(65_536, lambda v: None if v >= 2048 else "must be >= 2048")
+    max_message_ranges: int = opt(262_144, lambda v: None if v >= 512 else "must be >= 512")
+    max_message_keys: int = opt(262_144, lambda v: None if v >= 2048 else "must be >= 2048")
     max_missing_keys: int = opt(100_000, positive)
     serve_batch_bytes: int = opt(1 << 20, lambda v: None if v >= 1 << 20 else "must be >= 1 MiB")
     max_sessions: int = opt(16, positive)

@@ -61,8 +61,8 @@ class ReconConfig:
     fingerprint_bytes: int = 16
     max_message_bytes: int = 4 << 20
     # Ranges and keys one message may carry (both directions: sync.recon.wire.Limits).
-    max_message_ranges: int = 65_536
-    max_message_keys: int = 65_536
+    max_message_ranges: int = 262_144
+    max_message_keys: int = 262_144
     max_key_bytes: int = 256
     # Keys one range may list (KEYS): an honest peer lists at most its key_list_threshold, so
     # anything longer is a peer inflating our "missing" set (a 600 KB message held 200,000).

@@ -56,8 +56,8 @@ class Limits:
     # Ranges (items, SKIPs included) and keys (KEYS and DIFF lists) one message may carry: what
     # answering it can cost is bounded by these as much as by its bytes. Writers respect them
     # too, so an honest peer with the same limits never sends more (it sends MORE instead).
-    max_items: int = 65_536
-    max_keys: int = 65_536
+    max_items: int = 262_144
+    max_keys: int = 262_144
 
 
 @dataclass(frozen=True, slots=True)
