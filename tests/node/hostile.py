@@ -252,7 +252,7 @@ def recon_flood_frame(channel: str = "general", items: int = 60_000,
     """A first Recon message of ``items`` HASH claims over adjacent small ranges of one
     channel, each with a made-up count and fingerprint: every one mismatches, so a node
     without a work budget hashes, splits and lists all of them (1.3 MB at 60,000, within
-    the default ``recon.max_message_ranges``; 3.3 MB at 150,000)."""
+    the default ``recon.max_message_ranges``, 262,144; 3.3 MB at 150,000)."""
     lo, hi = channel_bounds(1, channel)
     limits = ReconConfig().limits
     writer = MessageWriter(_UNLIMITED, ((lo, hi),))
