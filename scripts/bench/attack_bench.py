@@ -219,8 +219,11 @@ def publish_ok(node: NodeProcess, content: str) -> bool:
     return r.status_code == 200
 
 
-def restart(node: NodeProcess, others: list[NodeProcess]) -> None:
-    node.terminate()
+def restart(node: NodeProcess, others: list[NodeProcess]) -> float:
+    """Restart ``node`` (SIGTERM, then start); returns how long its clean shutdown took."""
+    began = time.monotonic()
+    node.terminate(timeout=180)
+    shutdown_s = time.monotonic() - began
     node.extra_args = [a for a in node.extra_args if a != "--bootstrap" and
                        not a.startswith("/ip4")]
     for peer in others:
@@ -228,6 +231,7 @@ def restart(node: NodeProcess, others: list[NodeProcess]) -> None:
     node.start()
     wait_for(lambda: len(node.get("/v1/peers")["connected"]) >= len(others), 30,
              "restarted node did not reconnect")
+    return shutdown_s
 
 
 def run(size: str) -> dict[str, Any]:
@@ -390,7 +394,7 @@ def run(size: str) -> dict[str, Any]:
         peak.sample()  # before the restart (and before reading logs, which costs the node)
 
         # The poisoned victim after a restart.
-        restart(v, [a, b])
+        shutdown_s = restart(v, [a, b])
         poison_ok = poison_ok and all(publish_ok(n, f"after-restart-{i}")
                                       for i, n in enumerate(nodes))
 
@@ -418,6 +422,7 @@ def run(size: str) -> dict[str, Any]:
             "recon_flood_publish_p99_ms": flood_p99,
             "work_refused": metric(v, "work_refused_total"),
             "over_budget_penalties": _over_budget(v),
+            "victim_shutdown_s": round(shutdown_s, 1),
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
     finally:
