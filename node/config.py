@@ -199,6 +199,11 @@ class ReconSection:
     # Transfer limits (docs/security.md "Recon").
     claim_timeout_s: float = opt(15.0, positive, most=HOUR)
     max_key_list: int = opt(256, at_least(8), most=1_000_000)
+    # One Recon message: its bytes, ranges and keys (docs/security.md "Work budgets").
+    max_message_bytes: int = opt(4 << 20, lambda v: None if 64 << 10 <= v <= 16 << 20 else
+                                 "must be between 64 KiB and 16 MiB", most=16 << 20)
+    max_message_ranges: int = opt(262_144, at_least(512), most=1 << 24)
+    max_message_keys: int = opt(262_144, at_least(2048), most=1 << 24)
     max_missing_keys: int = opt(100_000, positive, most=100_000_000)
     serve_batch_bytes: int = opt(MIB, at_least(MIB, "1 MiB"), most=256 * MIB)
     max_sessions: int = opt(16, positive, most=10_000)
@@ -235,6 +240,15 @@ class PeersSection:
     max_ban_s: float = opt(3600.0, positive, most=365 * DAY)
     score_half_life_s: float = opt(300.0, positive, most=30 * DAY)
     max_tracked: int = opt(10_000, positive, most=10_000_000)
+    # Work budgets: Recon, fetch and transfer work per peer and in all (docs/security.md
+    # "Work budgets"); units are about one range operation each (sync.workbudget).
+    work_rate: float = opt(10_000.0, positive, most=1e9)
+    work_burst: float = opt(200_000.0, lambda v: None if v >= 1 else "must be >= 1", most=1e12)
+    work_total_rate: float = opt(30_000.0, positive, most=1e9)
+    work_total_burst: float = opt(
+        400_000.0, lambda v: None if v >= 1 else "must be >= 1", most=1e12
+    )
+    work_max_wait_s: float = opt(10.0, positive, most=HOUR)
 
 
 @dataclass(frozen=True)

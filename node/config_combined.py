@@ -41,7 +41,11 @@ def sds_config(config: Config) -> SdsConfig:
 
 def recon_config(config: Config) -> ReconConfig:
     try:
-        return ReconConfig(fanout=config.recon.fanout, max_key_list=config.recon.max_key_list)
+        r = config.recon
+        return ReconConfig(fanout=r.fanout, max_key_list=r.max_key_list,
+                           max_message_bytes=r.max_message_bytes,
+                           max_message_ranges=r.max_message_ranges,
+                           max_message_keys=r.max_message_keys)
     except LocalProtocolError as exc:  # e.g. a fanout above what a Recon message may carry
         raise ConfigError("recon", f"{exc} (docs/security.md)") from None
 

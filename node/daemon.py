@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import trio
 
@@ -38,6 +39,8 @@ __all__ = ["StartupError", "serve"]
 log = logging.getLogger("syncnode.daemon")
 # Longest a clean shutdown waits to save the Recon key store summary (a few MiB, one write).
 SUMMARY_SAVE_TIMEOUT_S = 30.0
+# The GIL switch interval in a node process (Python: 5 ms); see _serve_locked.
+SWITCH_INTERVAL_S = 0.001
 
 
 class StartupError(RuntimeError):
@@ -127,6 +130,10 @@ async def _serve_locked(
     task_status: trio.TaskStatus[NodeInfo],
 ) -> None:
     _check_ports(config)
+    # Recon work runs in a worker thread (node.replication.recon_work): while it computes, the
+    # trio thread waits up to one switch interval for the GIL at every step (5 ms by default,
+    # which added up to seconds of publish latency under a Recon flood; issue 28).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     key = load_or_create_identity(config.data_path)
     token = load_or_create_token(config.data_path)
     engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous)

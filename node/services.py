@@ -24,6 +24,7 @@ from node.replication.peers import PeerManager
 from node.replication.reachability import ReachabilityService
 from node.replication.recon import ReconService
 from node.replication.verify import MAX_EVENT_BYTES
+from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
 from node.snapshots.scheduler import scheduler_from_config
 from sync.gossip import GossipLimits
@@ -83,8 +84,9 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     await channels.load()
     standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers))
     channels.on_penalty = standing.penalise
+    work = WorkGate(work_limits(config.peers), metrics, standing)
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
-                      standing=standing, limits=config.fetch)
+                      standing=standing, limits=config.fetch, work=work)
     channels.on_missing = fetcher.want
     peers = PeerManager(host, store, metrics)
     await peers.load(config.p2p.bootstrap)
@@ -99,7 +101,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        allowed_senders=allowed, standing=standing, ingest=ingest,
+        allowed_senders=allowed, standing=standing, ingest=ingest, work=work,
     )
     await recon.load()
     membership = Membership(host, store, metrics, config.membership,

@@ -58,6 +58,15 @@ class FrameDecoder:
         length, prefix_len = parsed
         return max(prefix_len + length - len(self._buf), 0)
 
+    def next_size(self) -> int | None:
+        """The payload length of the next frame once its prefix is in (its payload may not
+        be), else ``None``: a receiver can charge for a frame before reading all of it.
+
+        :raises FrameError: a bad or oversized length prefix.
+        """
+        parsed = self._prefix()
+        return None if parsed is None else parsed[0]
+
     def next_frame(self) -> bytes | None:
         """The next whole frame's payload, or ``None`` until more bytes are fed.
 

@@ -38,6 +38,7 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     "invalid_event": 50.0,  # bad signature, bad id, over the size limit
     "rejected_event": 5.0,  # valid but refused by policy (clock, roles, closed group)
     "flood": 10.0,  # went over a rate budget
+    "over_budget": 20.0,  # asked for work far beyond its work budget (sync.workbudget)
     "busy": 2.0,  # too many concurrent streams
     "takeover": 50.0,  # signed a declaration that would take a settled table over
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
+from typing import TypeVar
 
 import trio
 from libp2p.abc import INetStream
@@ -39,6 +40,7 @@ __all__ = [
 logger = logging.getLogger("node.p2p")
 
 _READ_CHUNK = 64 * 1024
+_T = TypeVar("_T")
 _CLOSE_GRACE_S = 2.0
 
 
@@ -160,12 +162,22 @@ class FramedStream:
         :raises FrameError: garbage, oversized or truncated frame (counted; stream reset).
         :raises P2PTimeoutError: no complete frame within ``read_timeout`` (stream reset).
         """
+        return await self._timed_read(self._read_frame)
+
+    async def next_size(self) -> int:
+        """The payload length of the next frame, from its prefix (the payload may still be on
+        its way; the peer's flow-control window bounds what it sent): so that a peer can be
+        charged for a frame, or refused, before the node reads all of it. Raises as
+        :meth:`receive` does."""
+        return await self._timed_read(self._read_size)
+
+    async def _timed_read(self, read: Callable[[], Awaitable[_T]]) -> _T:
         self._check_usable()
         if self._eof:
             raise StreamClosedError(f"stream closed by {self.peer_id}")
-        result: bytes | None = None
+        result: _T | None = None
         with trio.move_on_after(_inf_if_none(self._read_timeout)):
-            result = await self._read_frame()
+            result = await read()
         if result is None:
             # A read cancelled midway may have consumed bytes we never saw: the byte stream is
             # no longer aligned on frames, so the only safe outcome is to drop the stream.
@@ -173,6 +185,16 @@ class FramedStream:
             await self._break("read timeout")
             raise P2PTimeoutError(f"no frame from {self.peer_id} within {self._read_timeout}s")
         return result
+
+    async def _read_size(self) -> int:
+        while True:
+            try:
+                size = self._decoder.next_size()
+            except framing.FrameError as exc:
+                raise await self._frame_error(exc.reason) from None
+            if size is not None:
+                return size
+            await self._fill(1)
 
     async def _read_frame(self) -> bytes:
         while True:

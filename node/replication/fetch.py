@@ -22,6 +22,7 @@ from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.verify import MAX_EVENT_BYTES
+from node.replication.work import OverBudget, WorkGate
 from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
@@ -35,6 +36,7 @@ from sync.transfer import (
     parse_request,
     plan_peers,
 )
+from sync.workbudget import fetch_units
 
 __all__ = ["FETCH_PROTOCOL", "MAX_IDS", "Fetcher"]
 
@@ -59,6 +61,7 @@ class Fetcher:
         standing: PeerStanding | None = None,
         limits: FetchSection | None = None,
         rng: random.Random | None = None,
+        work: WorkGate | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -68,6 +71,7 @@ class Fetcher:
         self.grace_s = grace_s
         self._wake = trio.Event()
         self.standing = standing
+        self.work = work
         self.rng = rng or random.Random()
         self.limits = limits or FetchSection()
         self.max_ids = min(self.limits.max_ids, MAX_IDS)
@@ -112,6 +116,11 @@ class Fetcher:
             self._penalise(stream.peer_id, "protocol")
             log.info("bad fetch request", extra=kv(peer=stream.peer_id, error=exc.reason))
             return
+        if self.work is not None:
+            try:
+                await self.work.charge(stream.peer_id, "fetch", fetch_units(len(ids)))
+            except OverBudget:
+                return  # counted and, if the peer's own budget is spent, penalised
         sizes = await self.store.read(wire_sizes_by_message_ids, ids) if ids else []
         served = 0
         # Read and send a bounded batch at a time: a peer that never reads its answer holds

@@ -29,6 +29,8 @@ from node.replication.recon_metrics import describe_recon_metrics
 from node.replication.recon_phase import reconcile
 from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import SessionStats, Transfer
+from node.replication.recon_work import KeyStoreWork
+from node.replication.work import OverBudget, WorkGate
 from node.store import EventStore
 from storage import AppendResult, EventRecord, SqlKeySource
 from sync.errors import RemoteProtocolError
@@ -46,6 +48,8 @@ __all__ = ["RECON_PROTOCOL", "ReconService"]
 log = logging.getLogger("syncnode.recon")
 RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 PENDING_GRACE_S = 30.0
+# What ends a session early (the peer is backed off; a protocol error also costs standing).
+FAILURES = (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable, OverBudget)
 MIN_ROUND_S = 1.0
 
 
@@ -64,6 +68,7 @@ class ReconService:
         standing: PeerStanding | None = None,
         ingest: IngestPool | None = None,
         rng: random.Random | None = None,
+        work: WorkGate | None = None,
     ) -> None:
         self.host = host
         self.store = store
@@ -78,6 +83,9 @@ class ReconService:
         load, max_buckets, cache_keys = keystore_limits(section)
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
+        # Session work runs in one worker thread at a time, charged to the peer first.
+        self.keywork = KeyStoreWork(self.keys)
+        self.work = work
         self.saver = SummarySaver(store, metrics, section.summary_save_interval_s)
         # A closed group is only interested in its members' streams.
         members = allowed_senders | {channels.peer_id} if allowed_senders else None
@@ -101,7 +109,7 @@ class ReconService:
             store=store, channels=channels, metrics=metrics, network_id=network_id,
             fetch_batch=self.fetch_batch, claims=self.claims, standing=standing,
             max_frame_bytes=host.config.max_frame_bytes,
-            serve_batch_bytes=section.serve_batch_bytes,
+            serve_batch_bytes=section.serve_batch_bytes, work=work,
             gossip_grace_ms=int(section.gossip_grace_s * 1000), on_released=self.poke,
             event_id_layout=section.event_id_layout, profiles=channels.profiles, ingest=ingest,
         )
@@ -116,12 +124,12 @@ class ReconService:
         """Open the key store: the saved summary plus newer keys, else one scan of the key
         index (``recon_summary.open_keys``); memory bounded either way."""
         opened = await open_keys(self.store, self.section)
-        self.keys = opened.store
+        self.keys = self.keywork.keys = opened.store
         self.saver.opened(opened)
 
     async def save_summary(self) -> bool:
         """Save the key store's summary now (at clean shutdown, after the last commit)."""
-        return await self.saver.save(self.keys)
+        return await self.saver.save(self.keys, self.keywork.try_locked)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
         # Every record the store was given ends its claim's hold here: stored, a duplicate,
@@ -136,7 +144,7 @@ class ReconService:
                 fetched += held
         if not stored:
             return
-        self.keys.insert_many(stored)
+        self.keywork.insert_many(stored)
         self.saver.committed(result)
         # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
         self.metrics.inc("recon_events_stored_total", fetched)
@@ -154,7 +162,7 @@ class ReconService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers)
             if self.saver.interval_s > 0:
-                nursery.start_soon(self.saver.run, lambda: self.keys)
+                nursery.start_soon(self.saver.run, lambda: self.keys, self.keywork.try_locked)
             while True:
                 now = time.monotonic()
                 if now >= self.claims.get_timer():
@@ -200,7 +208,8 @@ class ReconService:
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
                 exchange = self._exchange(ReconSession.initiator, peer)
-                await self._reconcile(stream, exchange, stats, first=exchange.start())
+                first = await self.keywork.run(exchange.start)
+                await self._reconcile(stream, exchange, stats, first=first)
                 if exchange.declined:
                     self.backlog.give_back(exchange.scope)
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
@@ -210,7 +219,7 @@ class ReconService:
                 # timeout, and a stalled batch ends the session.
                 await self._fetch(stream, stats)
                 await self._serve(stream, stats)
-        except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+        except FAILURES as exc:
             self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc)
             return None
@@ -266,7 +275,7 @@ class ReconService:
                 await self._reconcile(stream, exchange, stats)
                 await self._serve(stream, stats)
                 await self._fetch(stream, stats)
-        except (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable) as exc:
+        except FAILURES as exc:
             self.backlog.give_back(exchange.scope if exchange is not None else None)
             self._failed(peer, exc, "responder")
             return
@@ -288,8 +297,10 @@ class ReconService:
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange,
                          stats: SessionStats, first: bytes | None = None) -> None:
+        charge = self.work.charger(stream.peer_id, "recon") if self.work else None
         await reconcile(stream, exchange, first,
-                        lambda n: self.metrics.inc("recon_missing_dropped_total", n))
+                        lambda n: self.metrics.inc("recon_missing_dropped_total", n),
+                        work=self.keywork.run, charge=charge)
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated
         if not exchange.declined:

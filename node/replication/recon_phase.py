@@ -5,22 +5,33 @@ phase's deadline, ``recon.session_timeout_s``) when no frame comes before it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from node.p2p import FramedStream
 from sync.transfer import Abort, KeysDropped, ReconExchange, SendFrame
 from sync.transfer.exchange import Action
+from sync.workbudget import recon_units
 
 __all__ = ["reconcile"]
 
+Work = Callable[[Callable[[], list[Action]]], Awaitable[list[Action]]]
+Charge = Callable[[int], Awaitable[None]]
+
+
+async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
+    return fn()
+
 
 async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes | None,
-                    on_dropped: Callable[[int], None]) -> None:
+                    on_dropped: Callable[[int], None], *, work: Work = _inline,
+                    charge: Charge | None = None) -> None:
     """Run the exchange to its end (``first``: the initiator's opening frame). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
-    missing keys beyond the bound."""
+    missing keys beyond the bound. Each frame from the peer is ``charge``d to it (by its
+    size, before it is decoded) and handled by ``work`` (the Recon worker thread)."""
     actions: list[Action] = [] if first is None else [SendFrame(first)]
     while True:
         # trio's clock is the exchange's: its timer is a cancel scope's deadline as it is.
@@ -28,7 +39,12 @@ async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes 
             await _carry_out(stream, actions, on_dropped)
             if exchange.done:
                 return
-            actions = exchange.receive(await stream.receive(), trio.current_time())
+            # Charged by the frame's announced size, before its body is read or decoded.
+            if charge is not None:
+                await charge(recon_units(await stream.next_size()))
+            frame = await stream.receive()
+            now = trio.current_time()
+            actions = await work(functools.partial(exchange.receive, frame, now))
             continue
         actions = exchange.handle_timer(trio.current_time())
 

@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import trio
 
@@ -85,18 +86,26 @@ class SummarySaver:
         if result.inserted:
             self.watermark = max(self.watermark, max(seq for seq, _ in result.inserted))
 
-    async def run(self, keys: Callable[[], SummaryKeyStore]) -> None:
+    async def run(self, keys: Callable[[], SummaryKeyStore],
+                  locked: Callable[[], AbstractContextManager[bool]] | None = None) -> None:
         while True:
             await trio.sleep(self.interval_s)
-            await self.save(keys())
+            await self.save(keys(), locked)
 
-    async def save(self, keys: SummaryKeyStore) -> bool:
-        """Save ``keys``' summary if anything changed since the last save; True if written."""
-        watermark, total = self.watermark, len(keys)
-        if (watermark, total) == self._saved and self._row_current:
-            return False
-        summary = keys.summary
-        parts = (summary.load, list(summary.starts), list(summary.counts), list(summary.wides))
+    async def save(self, keys: SummaryKeyStore,
+                   locked: Callable[[], AbstractContextManager[bool]] | None = None) -> bool:
+        """Save ``keys``' summary if anything changed since the last save; True if written.
+        ``locked``: the key store to ourselves (True) or busy in a Recon worker (False: this
+        round is skipped; the watermark is only right for a summary with every key applied)."""
+        with locked() if locked is not None else nullcontext(True) as free:
+            if not free:
+                return False
+            watermark, total = self.watermark, len(keys)
+            if (watermark, total) == self._saved and self._row_current:
+                return False
+            summary = keys.summary
+            parts = (summary.load, list(summary.starts), list(summary.counts),
+                     list(summary.wides))
         check = functools.partial(log_matches, watermark=watermark, total=total,
                                   since=self._saved)
         write = functools.partial(save_summary, watermark=watermark, total=total,

@@ -27,6 +27,7 @@ from node.replication.channels import ChannelService
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_serve import serve_wants
 from node.replication.verify import MAX_EVENT_BYTES, Decoder, PendingBatch, verify_batch
+from node.replication.work import WorkGate
 from node.store import EventStore
 from storage import existing_keys
 from sync.errors import RemoteProtocolError
@@ -86,8 +87,10 @@ class Transfer:
         event_id_layout: str = CIP124_DRAFT,
         profiles: Mapping[str, str] | None = None,
         ingest: IngestPool | None = None,
+        work: WorkGate | None = None,
     ) -> None:
         self.store = store
+        self.work = work
         # Worker processes verifying fetched batches; without them, threads in the daemon.
         self.ingest = ingest
         self.channels = channels
@@ -288,7 +291,9 @@ class Transfer:
 
     async def serve(self, stream: FramedStream, budget: int, stats: SessionStats) -> None:
         """Answer the peer's want lists with the events we hold, within a byte budget."""
+        charge = self.work.charger(stream.peer_id, "want") if self.work else None
         sent = await serve_wants(stream, self.store, budget, self.fetch_batch,
                                  self.max_frame_bytes, self.serve_batch_bytes,
-                                 on_sent=lambda n: self.metrics.inc("recon_events_served_total", n))
+                                 on_sent=lambda n: self.metrics.inc("recon_events_served_total", n),
+                                 charge=charge)
         stats.served += sent

@@ -21,16 +21,29 @@ is compared with the rate measured before the attacks.
 8. Unchecked Recon key lists: one message listing 200,000 made-up keys; and 100 (quick: 30)
    fresh peer ids connecting once each (the per-peer tables must stay bounded).
 
+And the three of issue 28 (``attack_round2.py``), after the publish rate is measured:
+
+9. Table takeover: every node declares the seeded table ``users`` at start (``db.tables``,
+   ``db.settle_ms`` 15 s here); its owner writes 20 rows; a member then gossips a declaration
+   backdated to Lamport ``since: 0`` naming itself the only writer (``table_takeover_ok``:
+   an honest node changed owner or lost rows).
+10. Poisoned snapshots: ``syncnode bootstrap`` from a snapshot signed by an untrusted key, and
+    from one by a trusted key with events a year ahead (``poisoned_snapshot_loaded``).
+11. Recon flood: ten fresh identities push Recon messages of 60,000 made-up ranges at the
+    victim back to back while an honest client publishes on it
+    (``recon_flood_publish_p99_ms``).
+
 ``peak_rss_mib`` is the victim's peak RSS (VmHWM) over all attacks, ``acked_lost`` the events
 whose publish was answered by an honest node's API and that are missing from any node's log at
-the end. The last line is the JSON result, also written to docs/bench/attack.json.
+the end. The last line is the JSON result, also written to docs/bench/attack.json
+(``--smoke``: tiny sizes, to a temporary file instead).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import os
 import shutil
 import sqlite3
 import sys
@@ -46,6 +59,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT)]
+
+from attack_round2 import (  # noqa: E402
+    DB_TABLE,
+    gossip_with,
+    poisoned_snapshot,
+    recon_flood_p99_ms,
+    table_takeover,
+)
+from benchjson import finish, smoke_path  # noqa: E402
 
 from node.p2p import P2PConfig, P2PError  # noqa: E402
 from node.p2p.run import open_host  # noqa: E402
@@ -75,12 +97,27 @@ from tests.node.hostile import (  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "attack.json"
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("poison_publish_ok", "withheld_catchup_s", "peak_rss_mib", "honest_rate_ratio",
+             "honest_rate_before_per_s", "honest_rate_during_per_s", "acked_lost", "acked_total",
+             "victim_bans", "clock_ahead_ms", "table_takeover_ok", "poisoned_snapshot_loaded",
+             "recon_flood_publish_p99_ms")
 POISON = (1 << 64) - (1 << 32) - 1
 RSS_TARGET_MIB = 512
 # SDS timers at their config defaults (start_node would set the fast test timers).
 ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true",
        "SYNCNODE_SDS_RESEND_INTERVAL_S": "10", "SYNCNODE_SDS_SYNC_INTERVAL_S": "30",
-       "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120"}
+       "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120",
+       "SYNCNODE_DB_TABLES": DB_TABLE, "SYNCNODE_DB_SETTLE_MS": "15000"}
+# db.settle_ms is 15 s (default 10 min): long enough for the pair, started a few seconds apart
+# on a loaded machine, to hear each other's declaration of the seeded table before either
+# settles (settled apart, they would keep different owners); attack 9 comes minutes later.
+SETTLE_S = 1.0
+# Sizes: (baseline seconds, big events, fresh ids, waiting events, sync messages, withheld
+# keys, gossip cache wait s, flood publishes).
+SIZES = {"full": (20, 120, 100, 150, 300, 300, 12, 200),
+         "quick": (8, 60, 30, 60, 300, 300, 12, 100),
+         "smoke": (3, 6, 5, 5, 20, 30, 2, 20)}
 
 
 def signed(key: Ed25519PrivateKey, lamport: int, content: bytes, channel: str = "general",
@@ -111,7 +148,7 @@ class Publisher(threading.Thread):
             w.join()
 
     def _work(self, worker: int) -> None:
-        with httpx.Client(base_url=self.node.api_url, timeout=30) as client:
+        with self.node.client(timeout=30) as client:
             k = 0
             while not self._halt.is_set():
                 k += 1
@@ -176,14 +213,17 @@ def lamport_of(node: NodeProcess, message_id: str) -> int:
 def publish_ok(node: NodeProcess, content: str) -> bool:
     try:
         r = httpx.post(f"{node.api_url}/v1/channels/general/events",
-                       json={"content": content}, timeout=30)
+                       json={"content": content}, headers=node.headers, timeout=30)
     except httpx.HTTPError:
         return False
     return r.status_code == 200
 
 
-def restart(node: NodeProcess, others: list[NodeProcess]) -> None:
-    node.terminate()
+def restart(node: NodeProcess, others: list[NodeProcess]) -> float:
+    """Restart ``node`` (SIGTERM, then start); returns how long its clean shutdown took."""
+    began = time.monotonic()
+    node.terminate(timeout=180)
+    shutdown_s = time.monotonic() - began
     node.extra_args = [a for a in node.extra_args if a != "--bootstrap" and
                        not a.startswith("/ip4")]
     for peer in others:
@@ -191,14 +231,15 @@ def restart(node: NodeProcess, others: list[NodeProcess]) -> None:
     node.start()
     wait_for(lambda: len(node.get("/v1/peers")["connected"]) >= len(others), 30,
              "restarted node did not reconnect")
+    return shutdown_s
 
 
-def run(quick: bool) -> dict[str, Any]:
+def run(size: str) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="syncnode-attack-"))
     rows: list[tuple[str, str, str]] = []
     nodes: list[NodeProcess] = []
-    big_count = 60 if quick else 120
-    fresh = 30 if quick else 100
+    (baseline_s, big_count, fresh, waiting, sync_count, withheld_count, cache_s,
+     flood_publishes) = SIZES[size]
     try:
         producer = preset_identity(base / "a")
         env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer}
@@ -208,11 +249,12 @@ def run(quick: bool) -> dict[str, Any]:
         nodes += [a, b, v]
         peak = Peak(v)
         acked: list[str] = []
-        rate_before, ids = measure_rate(a, 8 if quick else 20, "baseline")
+        rate_before, ids = measure_rate(a, baseline_s, "baseline")
         acked += ids
 
         # 2. Withheld keys, while the victim has no honest peer.
-        withheld = set(publish_many(a, "general", [f"withheld-{k}" for k in range(300)]))
+        withheld = set(publish_many(a, "general", [f"withheld-{k}"
+                                                   for k in range(withheld_count)]))
         acked += withheld
 
         async def withhold() -> tuple[int, int]:
@@ -226,7 +268,7 @@ def run(quick: bool) -> dict[str, Any]:
         advertised, wanted = trio.run(withhold)
         # Past libp2p's message cache (IHAVE/IWANT would hand the victim the fresh events):
         # from here on only Recon can deliver them.
-        time.sleep(max(0.0, published + 12 - time.monotonic()))
+        time.sleep(max(0.0, published + cache_s - time.monotonic()))
         joined = time.monotonic()
         v.cli("join", a.listen_addrs[0])
         v.cli("join", b.listen_addrs[0])
@@ -238,7 +280,8 @@ def run(quick: bool) -> dict[str, Any]:
                 break
             time.sleep(0.25)
         rows.append(("2 withheld keys", f"advertised {advertised}, victim wanted {wanted}",
-                     f"all 300 after {catchup:.1f} s" if catchup is not None else "not in 120 s"))
+                     f"all {withheld_count} after {catchup:.1f} s" if catchup is not None
+                     else "not in 120 s"))
 
         during = Publisher(a, "during")
         during.start()
@@ -271,17 +314,17 @@ def run(quick: bool) -> dict[str, Any]:
                      f"{accepted} fetch streams served, peak {peak.sample():.0f} MiB"))
 
         # 4. Unbounded buffers: big events waiting on a dependency that does not exist.
-        waiting = 60 if quick else 150
         dep = (HistoryRef(fake_id(1), None, None),)
         wires = [signed(key, now_ms + k, b"w" * (900 * 1024), history=dep)
                  for k in range(waiting)]
         syncs = [signed(key, now_ms + 1000 + k, b"",
                         history=tuple(HistoryRef(fake_id(10_000 + 64 * k + j), None, None)
                                       for j in range(64)))
-                 for k in range(300)]
+                 for k in range(sync_count)]
         trio.run(gossip_from, v.listen_addrs[0], wires + syncs)
         time.sleep(3)
-        rows.append(("4 unbounded buffers", f"{waiting} x 900 KB waiting, 300 x 64 fake ids",
+        rows.append(("4 unbounded buffers",
+                     f"{waiting} x 900 KB waiting, {sync_count} x 64 fake ids",
                      f"peak {peak.sample():.0f} MiB, "
                      f"{metric(v, 'events_rejected_total'):.0f} rejected so far"))
 
@@ -337,10 +380,21 @@ def run(quick: bool) -> dict[str, Any]:
         during.stop()
         rate_during = len(during.acked) / (time.monotonic() - attack_started)
         acked += during.acked
+
+        # 9-11: issue 28's attacks.
+        # On the honest pair: the victim was isolated for longer than db.settle_ms, so it
+        # settled on its own declaration of the seeded table (its own owner).
+        taken, seen = table_takeover([a, b], 20, SETTLE_S, gossip_with(gossip_from))
+        rows.append(("9 table takeover", "backdated declaration, since 0", seen))
+        loaded, codes = poisoned_snapshot(base / "snapshots")
+        rows.append(("10 poisoned snapshots", "untrusted signer; a year ahead", codes))
+        flood_p99, flood_seen = recon_flood_p99_ms(v, 10, flood_publishes)
+        rows.append(("11 recon flood, 10 identities", "60,000 made-up ranges a message",
+                     flood_seen))
         peak.sample()  # before the restart (and before reading logs, which costs the node)
 
         # The poisoned victim after a restart.
-        restart(v, [a, b])
+        shutdown_s = restart(v, [a, b])
         poison_ok = poison_ok and all(publish_ok(n, f"after-restart-{i}")
                                       for i, n in enumerate(nodes))
 
@@ -352,7 +406,7 @@ def run(quick: bool) -> dict[str, Any]:
             wait_for(lambda: lost() == 0, 60, "acked events missing")
         acked_lost = lost()
         result = {
-            "quick": quick,
+            "size": size,
             "poison_publish_ok": poison_ok,
             "withheld_catchup_s": round(catchup, 2) if catchup is not None else None,
             "peak_rss_mib": round(peak.peak, 1),
@@ -363,6 +417,13 @@ def run(quick: bool) -> dict[str, Any]:
             "acked_total": len(acked),
             "victim_bans": metric(v, "peer_bans_total"),
             "clock_ahead_ms": clock_jump_ms,
+            "table_takeover_ok": taken,
+            "poisoned_snapshot_loaded": loaded,
+            "recon_flood_publish_p99_ms": flood_p99,
+            "work_refused": metric(v, "work_refused_total"),
+            "over_budget_penalties": _over_budget(v),
+            "victim_shutdown_s": round(shutdown_s, 1),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
         }
     finally:
         for node in nodes:
@@ -372,20 +433,29 @@ def run(quick: bool) -> dict[str, Any]:
     for name, what, outcome in rows:
         print(f"{name:<32} {what:<48} {outcome}")
     print(f"targets: withheld_catchup_s <= 30, peak_rss_mib <= {RSS_TARGET_MIB}, "
-          "honest_rate_ratio >= 0.5, acked_lost = 0, poison_publish_ok")
+          "honest_rate_ratio >= 0.5, acked_lost = 0, poison_publish_ok, table_takeover_ok "
+          "false, poisoned_snapshot_loaded false, recon_flood_publish_p99_ms <= 500")
     return result
 
 
-def main() -> None:
+def _over_budget(node: NodeProcess) -> float:
+    series = 'syncnode_peer_penalties_total{reason="over_budget"}'
+    lines = [line for line in node.get("/metrics").splitlines() if line.startswith(series)]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller attacks (< 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller attacks (< 4 minutes)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny attacks, JSON to a temp file (the make test smoke run)")
     parser.add_argument("--no-save", action="store_true", help="do not write docs/bench/")
     args = parser.parse_args()
-    result = run(args.quick)
-    if not args.no_save:
-        OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    result = run(size)
+    out = smoke_path("attack") if args.smoke else None if args.no_save else OUT
+    return finish(result, JSON_KEYS, out)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

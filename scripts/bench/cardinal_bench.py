@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import random
 import resource
@@ -21,9 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-from sync.cardinal import BlockApplied, Consumer, PrefixRouter, Producer, make_payload
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT)]
+
+from benchjson import finish, smoke_path  # noqa: E402
+
+from sync.cardinal import BlockApplied, Consumer, PrefixRouter, Producer, make_payload  # noqa: E402
+
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("msgs_per_s", "peak_rss_mb")
 KEYS_PER_BLOCK = 50
 WINDOW = 100
 DUP_RATE = 0.25
@@ -68,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000 blocks instead of 10,000")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the run")
+    parser.add_argument("--smoke", action="store_true",
+                        help="200 blocks, JSON to a temp file (the make test smoke run)")
     args = parser.parse_args(argv)
-    blocks = 1_000 if args.quick else 10_000
+    blocks = 200 if args.smoke else 1_000 if args.quick else 10_000
     msgs = build(blocks, random.Random(7))
     rss_before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.profile:
@@ -107,10 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in rows:
         print(f"{name:<{width}}  {value:>14}")
     result = {"msgs_per_s": round(rate), "peak_rss_mb": round(peak_rss_mb, 1)}
-    if not args.quick:
-        (ROOT / "docs" / "bench" / "cardinal.json").write_text(json.dumps(result) + "\n")
-    print(json.dumps(result))
-    return 0
+    out = (smoke_path("cardinal") if args.smoke else
+           None if args.quick else ROOT / "docs" / "bench" / "cardinal.json")
+    return finish(result, JSON_KEYS, out)
 
 
 if __name__ == "__main__":

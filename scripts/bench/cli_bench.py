@@ -13,7 +13,6 @@ a full run also writes docs/bench/cli.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -27,9 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchjson import finish, smoke_path  # noqa: E402
+
 from tests.node.procs import NodeProcess  # noqa: E402  (after the path set-up above)
 
 TARGET_S = 0.25
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("runs", "target_s", "status_s", "publish_s", "log_s", "version_s", "help_s",
+             "meets_target", "loadavg_1m")
 
 
 def syncnode() -> list[str]:
@@ -55,8 +59,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="10 runs per command, no save")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1 run per command, JSON to a temp file (the make test smoke run)")
     args = parser.parse_args()
-    runs = 10 if args.quick else args.runs
+    runs = 1 if args.smoke else 10 if args.quick else args.runs
     tmp = Path(tempfile.mkdtemp(prefix="cli-bench-"))
     node = NodeProcess(tmp / "node").start()
     try:
@@ -71,7 +77,8 @@ def main() -> int:
         }
         results: dict[str, list[float]] = {}
         for name, command in commands.items():
-            time_command(command, 2)  # warm the page cache and the node's first-request paths
+            # Warm the page cache and the node's first-request paths.
+            time_command(command, 0 if args.smoke else 2)
             results[name] = time_command(command, runs)
     finally:
         node.terminate()
@@ -97,11 +104,9 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
-    if not (args.quick or args.no_save):
-        out = ROOT / "docs" / "bench" / "cli.json"
-        out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
-    return 0
+    out = (smoke_path("cli") if args.smoke else
+           None if args.quick or args.no_save else ROOT / "docs" / "bench" / "cli.json")
+    return finish(summary, JSON_KEYS, out)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
+from benchjson import finish, smoke_path  # noqa: E402
 from catchup_log import cached_log  # noqa: E402
 from raw_gossip import schedule  # noqa: E402
 
@@ -78,6 +79,13 @@ WINDOW_S = 10.0
 CHANNEL = "general"
 CONTENT_SIZE = 64
 OUT = ROOT / "docs" / "bench" / "cluster.json"
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("nodes", "published", "delivered_fraction", "rate_per_s", "latency_p50_ms",
+             "latency_p99_ms", "raw_gossipsub_rate_per_s", "catchup_events_per_s",
+             "catchup_events", "catchup_fetched_ratio", "catchup_peak_rss_mib",
+             "catchup_events_per_s_pg", "catchup_events_1m_per_s", "quick", "load_avg_1m")
+#: Not measured without PostgreSQL, nor by --quick and --smoke runs: present, null.
+OPTIONAL_KEYS = ("catchup_events_per_s_pg", "catchup_events_1m_per_s")
 PY_SPY = ROOT / ".venv" / "bin" / "py-spy"
 
 
@@ -106,6 +114,9 @@ class Plan:
 
 QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=4, settle_s=10,
              catchup_events=20_000, catchup_timeout_s=15, ramp_budget_s=35)
+# One slow step pair and a tiny catch-up: only that every part still runs (make test).
+SMOKE = Plan(duration_s=2, start_rate=2, factor=2.0, refine=0, max_steps=1, settle_s=5,
+             catchup_events=500, catchup_timeout_s=120, ramp_budget_s=1)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
             catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20,
             settle_between_s=5, catchup_1m_events=1_000_000)
@@ -757,8 +768,10 @@ def main() -> int:
                         help="give the catch-up (the 1M one with --only-1m) at most S seconds")
     parser.add_argument("--catchup-events", type=int, metavar="N",
                         help="with --catchup-only: N events, and no 1M-event run")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one 2-msg/s step, a 500-event catch-up, JSON to a temp file")
     args = parser.parse_args()
-    plan = QUICK if args.quick else FULL
+    plan = SMOKE if args.smoke else QUICK if args.quick else FULL
     if args.catchup_events:
         plan = replace(plan, catchup_events=args.catchup_events, catchup_1m_events=None)
     if args.catchup_timeout:
@@ -877,13 +890,11 @@ def main() -> int:
         "latency_p99_ms": round(best_node.pct(99), 1) if best_node else None,
         "raw_gossipsub_rate_per_s": round(raw_rate, 1),
         **catchup_keys(catchup, catchup_pg, catchup_1m),
-        "quick": args.quick,
+        "quick": args.quick or args.smoke,
         "load_avg_1m": [round(load_start, 2), round(load_end, 2)],
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return 0
+    return finish(result, JSON_KEYS, smoke_path("cluster") if args.smoke else OUT,
+                  optional=OPTIONAL_KEYS)
 
 
 if __name__ == "__main__":

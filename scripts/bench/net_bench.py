@@ -46,6 +46,9 @@ from typing import Any
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("mesh_s", "direct_fraction", "survives_first_loss", "heal_s",
+             "inbound_after_churn_ok", "relay_bytes_per_event")
 sys.path[:0] = [str(ROOT)]
 
 from tests.net.netns import Internet  # noqa: E402

@@ -28,8 +28,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from sync.recon import KeyStore, MemoryKeyStore, ReconConfig, SummaryKeyStore, reconcile_in_memory
+sys.path[:0] = [str(Path(__file__).resolve().parents[2])]
 
+from benchjson import finish, smoke_path  # noqa: E402
+
+from sync.recon import (  # noqa: E402
+    KeyStore,
+    MemoryKeyStore,
+    ReconConfig,
+    SummaryKeyStore,
+    reconcile_in_memory,
+)
+
+#: The keys of the JSON result, one (N, D) row (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("n", "d", "round_trips", "messages", "bytes_total", "seconds", "cpu_seconds",
+             "range_hash_us", "store_overhead_bytes_per_key")
 KEY_BYTES = 70
 OUT = Path(__file__).resolve().parents[2] / "docs" / "bench" / "recon.json"
 GRID_N = (10_000, 100_000, 1_000_000)
@@ -210,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=int, default=8)
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--store", choices=("memory", "summary"), default="memory")
+    parser.add_argument("--smoke", action="store_true",
+                        help="N=2,000, D=10, JSON to a temp file (the make test smoke run)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.n, args.d, args.grid = 2_000, 10, False
     config = ReconConfig(fanout=args.fanout, key_list_threshold=args.threshold)
     plan = [(n, d) for n in GRID_N for d in GRID_D] if args.grid else [(args.n, args.d)]
     rows = []
@@ -226,10 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run(n, d, args.seed, config, args.store))
         print(_table(rows[-1:]), file=sys.stderr, flush=True)
     print(_table(rows))
-    if not args.no_save:
+    if not (args.no_save or args.smoke):
         _save(rows)
-    print(json.dumps(rows[-1]))
-    return 0
+    return finish(rows[-1], JSON_KEYS, smoke_path("recon") if args.smoke else None)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ signed events take longer than one 12-minute slot of the shared lock on 2 cores)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -38,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
+from benchjson import finish, smoke_path  # noqa: E402
 from catchup_log import node_database  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from sqlalchemy import inspect, select, text  # noqa: E402
@@ -54,6 +54,11 @@ T0_MS = 1_700_000_000_000
 CHUNK = 20_000
 FULL_SIZES = ((1_000_000, "1m"), (5_000_000, "5m"))
 QUICK_SIZES = ((100_000, "100k"), (500_000, "500k"))
+SMOKE_SIZES = ((1_000, "1k"), (4_000, "4k"))
+#: Keys of the JSON result at every size (the smoke contract, docs/bench/README.md); per size
+#: ``TAGGED_KEYS`` with its tag appended (``restart_s_1m``, ...).
+JSON_KEYS = ("quick", "load_avg_1m", "rss_ratio")
+TAGGED_KEYS = ("scan_start_s", "restart_s", "restart_outcome", "rss_mib", "peak_rss_mib")
 
 
 def build(data_dir: Path, count: int, senders: int = 4, budget_s: float = 1e9) -> float:
@@ -138,8 +143,10 @@ def main() -> int:
     parser.add_argument("--data", type=Path, help="keep (and reuse) the databases here")
     parser.add_argument("--build-budget-s", type=float, default=1e9,
                         help="stop building after this long; the next run resumes")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1,000 and 4,000 events, JSON to a temp file (make test)")
     args = parser.parse_args()
-    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    sizes = SMOKE_SIZES if args.smoke else QUICK_SIZES if args.quick else FULL_SIZES
     base = args.data or Path(tempfile.mkdtemp(prefix="syncnode-restart-bench-"))
     result: dict[str, object] = {"quick": args.quick,
                                  "load_avg_1m": [round(os.getloadavg()[0], 2)]}
@@ -175,11 +182,9 @@ def main() -> int:
     result["rss_ratio"] = round(ratio, 3)
     result["load_avg_1m"] = [*result["load_avg_1m"], round(os.getloadavg()[0], 2)]  # type: ignore[misc]
     print(f"RSS {large} / {small}: {ratio:.2f}x (target <= 1.2x)")
-    if not args.quick:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return 0
+    out = smoke_path("restart") if args.smoke else None if args.quick else OUT
+    keys = [*JSON_KEYS, *(f"{key}_{tag}" for key in TAGGED_KEYS for _, tag in sizes)]
+    return finish(result, keys, out)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed")
 sys.path.insert(0, str(ROOT))
 
 from sync.sim import NetworkConfig, Scenario, SimFailure, run  # noqa: E402

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = ("small_s", "no_change_s", "nothing_settled_s")
 SPARK_ENV = {"SYNCNODE_SPARK_MASTER": "local[1]", "SYNCNODE_SPARK_PARTITIONS": "1",
              "SYNCNODE_SPARK_DRIVER_MEMORY": "512m",
              "SYNCNODE_STORAGE_SQLITE_SYNCHRONOUS": "NORMAL"}

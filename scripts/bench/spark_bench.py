@@ -47,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchjson import finish, smoke_path  # noqa: E402
 from cryptography.hazmat.primitives.serialization import (  # noqa: E402
     Encoding,
     NoEncryption,
@@ -65,6 +66,10 @@ KEYS = ("events", "rehash_events_per_s", "python_baseline_events_per_s", "rehash
         "snapshot_events_per_s", "rehash_seconds", "rehash_seconds_5x", "snapshot_ratio",
         "snapshot_plain_events_per_s", "snapshot_driver_peak_rss_mib", "snapshot_events_10m_s",
         "bootstrap_events_per_s")
+#: The keys of the JSON result (the smoke contract, docs/bench/README.md).
+JSON_KEYS = KEYS
+#: Not measured by --quick and --smoke runs (no 5x log, no scale run): present, null.
+QUICK_NULL_KEYS = ("rehash_seconds_5x", "snapshot_events_10m_s")
 REHASH_KEYS = ("rehash_events_per_s", "python_baseline_events_per_s", "rehash_ratio",
                "rehash_seconds", "rehash_seconds_5x")
 
@@ -194,14 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=os.environ.get(
         "SYNCNODE_BENCH_CACHE", str(ROOT / ".cache" / "bench")))
     parser.add_argument("--out", default=str(ROOT / "docs" / "bench" / "spark.json"))
+    parser.add_argument("--smoke", action="store_true",
+                        help="--quick on 2,000 events, JSON to a temp file (make test)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.quick, args.events, args.out = True, args.events or 2_000, str(smoke_path("spark"))
     n_events = args.events or (100_000 if args.quick else 1_000_000)
     cache = Path(args.cache_dir)
     rows: list[tuple[str, str]] = [("load average at start", load())]
     result: dict[str, Any] = dict.fromkeys(KEYS)
     context: dict[str, Any] = {"partitions": args.partitions, "quick": args.quick,
                                "cores": os.cpu_count(), "driver_memory": args.driver_memory}
-    previous = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+    previous = (json.loads(Path(args.out).read_text())
+                if Path(args.out).exists() and Path(args.out).stat().st_size else {})
     if args.scale_only:
         with tempfile.TemporaryDirectory(dir=cache) as tmp_name:
             tmp = Path(tmp_name)
@@ -212,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             context = previous.get("context", context)
             scale_part(args, cache, tmp, key_file, rows, result, context)
         report(args, rows, result, context, final=True)
-        return 0
+        return finish({k: result[k] for k in KEYS}, JSON_KEYS, None)
 
     t0 = time.perf_counter()
     log = cached_log_path(LogSpec(events=n_events, network_id=NETWORK_ID), cache)
@@ -269,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             report(args, rows, result, context, final=False)
             scale_part(args, cache, tmp, key_file, rows, result, context)
     report(args, rows, result, context, final=True)
-    return 0
+    return finish({k: result[k] for k in KEYS}, JSON_KEYS, None,
+                  optional=QUICK_NULL_KEYS if args.quick else ())
 
 
 def snapshot_pair(args: argparse.Namespace, url: str, tmp: Path, key_file: Path,
@@ -308,7 +319,8 @@ def report(args: argparse.Namespace, rows: list[tuple[str, str]], result: dict[s
         print(f"{label:<{width}}  {value}")
     print(f"{'load average now':<{width}}  {load()}", flush=True)
     Path(args.out).write_text(json.dumps({**result, "context": context}, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in KEYS}), flush=True)
+    if not final:  # the final line is main's (benchjson.finish)
+        print(json.dumps({k: result[k] for k in KEYS}), flush=True)
 
 
 def scale_part(args: argparse.Namespace, cache: Path, tmp: Path, key_file: Path,
@@ -369,8 +381,9 @@ def rehash_part(args: argparse.Namespace, url: str, n_events: int, cache: Path,
                           extra={"spark.driver.memory": args.driver_memory})
     # Warm-up on a tiny log: starts the Python workers and imports the job's modules in them
     # (a one-time cost of a session, tens of seconds on this loaded machine, not per event).
-    tiny = cached_log_path(LogSpec(events=2_000, network_id=NETWORK_ID), cache)
-    timed_rehash(spark, f"sqlite:///{tiny}", args.partitions)
+    if not args.smoke:  # a smoke run's log is that tiny log: its one rehash is the warm-up
+        tiny = cached_log_path(LogSpec(events=2_000, network_id=NETWORK_ID), cache)
+        timed_rehash(spark, f"sqlite:///{tiny}", args.partitions)
     rows.append(("spark session start + warm-up (local[2])", f"{time.perf_counter() - t0:.1f} s"))
     try:
         n, seconds = timed_rehash(spark, url, args.partitions)

@@ -60,6 +60,9 @@ class ReconConfig:
     split_levels: int = 4
     fingerprint_bytes: int = 16
     max_message_bytes: int = 4 << 20
+    # Ranges and keys one message may carry (both directions: sync.recon.wire.Limits).
+    max_message_ranges: int = 262_144
+    max_message_keys: int = 262_144
     max_key_bytes: int = 256
     # Keys one range may list (KEYS): an honest peer lists at most its key_list_threshold, so
     # anything longer is a peer inflating our "missing" set (a 600 KB message held 200,000).
@@ -82,11 +85,17 @@ class ReconConfig:
             raise LocalProtocolError("fingerprint_bytes must be within 8..32")
         if self.max_message_bytes < 16 * (self.max_key_bytes + 16) + 1024:
             raise LocalProtocolError("max_message_bytes too small for max_key_bytes")
+        # A split must fit one message, and so must the longest key list we accept.
+        if self.max_message_ranges < 2 * self.max_fanout:
+            raise LocalProtocolError("max_message_ranges must be >= 2 * max_fanout")
+        if self.max_message_keys < max(self.max_key_list, 2048):
+            raise LocalProtocolError("max_message_keys must be >= max_key_list and >= 2048")
 
     @property
     def limits(self) -> Limits:
         return Limits(
-            self.max_message_bytes, self.max_key_bytes, self.max_interests, self.fingerprint_bytes
+            self.max_message_bytes, self.max_key_bytes, self.max_interests, self.fingerprint_bytes,
+            self.max_message_ranges, self.max_message_keys,
         )
 
 

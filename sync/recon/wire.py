@@ -53,6 +53,11 @@ class Limits:
     max_key_bytes: int = 256
     max_interests: int = 64
     fingerprint_bytes: int = 16
+    # Ranges (items, SKIPs included) and keys (KEYS and DIFF lists) one message may carry: what
+    # answering it can cost is bounded by these as much as by its bytes. Writers respect them
+    # too, so an honest peer with the same limits never sends more (it sends MORE instead).
+    max_items: int = 262_144
+    max_keys: int = 262_144
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,8 @@ class MessageWriter:
         # Room kept for the varint count rewrite and a cut bound as long as the longest key.
         self._slack = 12 + limits.max_key_bytes
         self._bound: bytes | None = None
+        self._max_items = limits.max_items
+        self._keys_left = limits.max_keys
         self.items = 0
         self.demanding = False
 
@@ -139,7 +146,7 @@ class MessageWriter:
         return b"\x00" + _delta(self._bound, lo), 1
 
     def _commit(self, chunk: bytes, hi: bytes, items: int) -> bool:
-        if len(chunk) > self.room():
+        if len(chunk) > self.room() or self.items + items > self._max_items:
             return False
         self._body += chunk
         self._bound = hi
@@ -179,7 +186,7 @@ class MessageWriter:
         written = 0
         for key in keys:
             piece = _delta(prev, key)
-            if size + len(piece) > room:
+            if size + len(piece) > room or written >= self._keys_left:
                 break
             parts.append(piece)
             size += len(piece)
@@ -203,6 +210,7 @@ class MessageWriter:
         parts.append(_delta(lo, hi))
         if not self._commit(b"".join(parts), hi, 1 + skips):
             return None
+        self._keys_left -= written
         if kind == KEYS:
             self.demanding = True
         return written
@@ -291,6 +299,9 @@ def decode_message(data: bytes, limits: Limits) -> Message:
     count = r.varint()
     if count > len(data):
         raise RemoteProtocolError("item count exceeds message size")
+    if count > limits.max_items:
+        raise RemoteProtocolError("more ranges than a message may carry")
+    keys_left = limits.max_keys
     items: list[Item] = []
     fp_len = limits.fingerprint_bytes
     lo = r.delta(b"", max_key) if count else b""
@@ -309,6 +320,9 @@ def decode_message(data: bytes, limits: Limits) -> Message:
             size = r.varint()
             if size > len(data):
                 raise RemoteProtocolError("key count exceeds message size")
+            keys_left -= size
+            if keys_left < 0:
+                raise RemoteProtocolError("more keys than a message may carry")
             prev = lo
             for i in range(size):
                 key = r.delta(prev, max_key)

@@ -64,3 +64,9 @@ def test_home_nodes_reserve_relay_and_punch_through_nat(
                  "events did not cross the relayed connection")
         assert world.paths(h2).get(h0.peer_id) == "relayed"
         assert sum(metric(p, "relay_forwarded_bytes_total") for p in world.public) > 0
+        # The same facts as /metrics shows them (docs/node.md).
+        assert metric(p0, "reachability_state") == 2 and metric(h0, "reachability_state") == 1
+        assert metric(p0, "relay_serving") == 1 and metric(h0, "relay_reservations") >= 2
+        assert sum(metric(n, "dialback_served_total") for n in world.public) > 0
+        assert sum(metric(n, "hole_punch_ok_total") for n in (h0, h1)) >= 1
+        assert metric(h0, "peers_direct") >= 1 and metric(h2, "peers_relayed") >= 1

@@ -4,6 +4,9 @@ attack benchmark. Everything here is a real py-libp2p host with Noise, on 127.0.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
+import random
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -12,7 +15,7 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p import FramedStream, P2PConfig, P2PHost
+from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
 from node.p2p.run import open_host
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
@@ -42,6 +45,8 @@ __all__ = [
     "recon_and_serve",
     "recon_and_withhold",
     "recon_first_message",
+    "recon_flood",
+    "recon_flood_frame",
     "stored_ids",
     "want_and_stall",
 ]
@@ -225,12 +230,58 @@ async def amplify(target: str, ids: list[str], seconds: float) -> tuple[int, int
     return served[0], wanted
 
 
+# What a hostile writer may put in one message: more than any node accepts (the item and key
+# caps are left out where the code, e.g. b4adb7a's, has none).
+_UNLIMITED = dataclasses.replace(ReconConfig().limits, **{
+    name: value for name, value in
+    {"max_message_bytes": 8 << 20, "max_items": 1 << 24, "max_keys": 1 << 24}.items()
+    if name in {f.name for f in dataclasses.fields(Limits)}})
+
+
 def key_list_bomb(channel: str = "general", count: int = 200_000) -> bytes:
     """A first Recon message listing ``count`` made-up keys for one range (~600 KB)."""
     lo, hi = channel_bounds(1, channel)
     keys = [lo + i.to_bytes(4, "big") for i in range(1, count + 1)]
-    limits = ReconConfig().limits
-    writer = MessageWriter(Limits(8 << 20, limits.max_key_bytes, limits.max_interests,
-                                  limits.fingerprint_bytes), ((lo, hi),))
+    writer = MessageWriter(_UNLIMITED, ((lo, hi),))
     assert writer.try_keys(KEYS, lo, hi, keys) is not None
     return bytes([RECON]) + writer.finish(more=False)
+
+
+def recon_flood_frame(channel: str = "general", items: int = 60_000,
+                      seed: int = 0) -> bytes:
+    """A first Recon message of ``items`` HASH claims over adjacent small ranges of one
+    channel, each with a made-up count and fingerprint: every one mismatches, so a node
+    without a work budget hashes, splits and lists all of them (1.3 MB at 60,000, within
+    the default ``recon.max_message_ranges``, 262,144; 3.3 MB at 150,000)."""
+    lo, hi = channel_bounds(1, channel)
+    limits = ReconConfig().limits
+    writer = MessageWriter(_UNLIMITED, ((lo, hi),))
+    rng = random.Random(seed)
+    bounds = [lo] + [lo + i.to_bytes(3, "big") for i in range(1, items)] + [hi]
+    for a, b in itertools.pairwise(bounds):
+        assert writer.try_hash(a, b, 1000, rng.randbytes(limits.fingerprint_bytes))
+    return bytes([RECON]) + writer.finish(more=False)
+
+
+async def recon_flood(target: str, frame: bytes, messages: int,
+                      stop: trio.Event | None = None, timeout: float = 30.0,
+                      on_sent: Callable[[], None] = lambda: None) -> int:
+    """One fresh identity sending ``frame`` as the first message of ``messages`` Recon
+    sessions back to back (or until ``stop``), each waiting for the node's first reply, its
+    refusal or a reset; returns how many the node answered with a Recon reply."""
+    answered = 0
+    async with hostile(target) as (host, peer):
+        for _ in range(messages):
+            if stop is not None and stop.is_set():
+                break
+            with trio.move_on_after(timeout):
+                try:
+                    async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                        await stream.send(frame)
+                        on_sent()
+                        reply = await stream.receive()
+                        answered += reply[:1] == bytes([RECON])
+                except P2PError:  # refused, reset or banned: the next one at once
+                    await trio.sleep(0.05)
+            await trio.lowlevel.checkpoint()
+    return answered

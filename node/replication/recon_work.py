@@ -1,0 +1,79 @@
+"""Recon key-store work off the trio thread: one worker thread at a time, the inserts never wait.
+
+A Recon message can cost seconds of range hashing, splitting and key listing (a hostile peer's
+3.3 MB of made-up ranges: ~1.6 s). Done on the trio thread, that froze every other task of the
+node, the local API's publishes with them (issue 28: p50 10 ms -> 1.5 s). So every call into the
+``ReconSession`` (and hence into the ``SummaryKeyStore``) runs in a worker thread, one at a time
+(a limiter of 1 over all sessions: ten peers cannot keep ten threads contending for the GIL), and
+holding ``lock``. The trio thread still inserts the keys of each commit: when a worker holds the
+lock it queues them instead of waiting, and whoever holds the lock next applies them first.
+The summary saver takes the lock without waiting (``try_locked``): it skips a round rather than
+stall the node.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import trio
+
+from sync.recon import SummaryKeyStore
+
+__all__ = ["KeyStoreWork"]
+
+T = TypeVar("T")
+
+
+class KeyStoreWork:
+    def __init__(self, keys: SummaryKeyStore) -> None:
+        self.keys = keys
+        self.lock = threading.Lock()
+        self._queued: list[bytes] = []
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """``fn()`` in the Recon worker thread, with the key store to itself."""
+
+        def locked() -> T:
+            with self.lock:
+                self._apply()
+                result = fn()
+                self._apply()
+            self._catch_up()
+            return result
+
+        return await trio.to_thread.run_sync(locked, limiter=self._limiter)
+
+    def insert_many(self, keys: Iterable[bytes]) -> None:
+        """From the trio thread: insert now if the store is free, else queue for its holder."""
+        self._queued.extend(keys)
+        self._catch_up()
+
+    @contextmanager
+    def try_locked(self) -> Iterator[bool]:
+        """The store to ourselves, with every queued key applied (True), or busy (False)."""
+        if not self.lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            self._apply()
+            yield True
+        finally:
+            self.lock.release()
+
+    def _catch_up(self) -> None:
+        # Keys queued while the lock was held, after its holder applied the queue: apply them
+        # unless someone else holds the lock (it applies them then).
+        while self._queued and self.lock.acquire(blocking=False):
+            try:
+                self._apply()
+            finally:
+                self.lock.release()
+
+    def _apply(self) -> None:
+        queued, self._queued = self._queued, []
+        if queued:
+            self.keys.insert_many(queued)

@@ -1,0 +1,72 @@
+"""Charging peers for the work they ask of us: the :mod:`sync.workbudget` core on trio's clock.
+
+``WorkGate.charge(peer, kind, units)`` is awaited before a Recon message is answered, a fetch
+request served or a want list read from the database: it returns at once within budget, sleeps
+while the peer (or all peers together) is over its rate, and raises :class:`OverBudget` when the
+wait would exceed ``peers.work_max_wait_s``: the caller ends that stream, the refusal is counted
+(``work_refused_total``) and, when the peer's own budget is the reason, costs it standing
+(penalty ``over_budget``). docs/security.md "Work budgets".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from node.config import PeersSection
+from node.metrics import Metrics
+from node.p2p.standing import PeerStanding
+from sync.workbudget import Refuse, Wait, WorkBudget, WorkLimits
+
+__all__ = ["OverBudget", "WorkGate", "work_limits"]
+
+
+class OverBudget(Exception):
+    """The peer's request was refused: its (or the node's) work budget is spent."""
+
+    def __init__(self, peer: str, kind: str, scope: str) -> None:
+        super().__init__(f"{kind} work refused: {scope} budget spent")
+        self.peer, self.kind, self.scope = peer, kind, scope
+
+
+def work_limits(section: PeersSection) -> WorkLimits:
+    return WorkLimits(peer_rate=section.work_rate, peer_burst=section.work_burst,
+                      total_rate=section.work_total_rate, total_burst=section.work_total_burst,
+                      max_wait_s=section.work_max_wait_s, max_peers=section.max_tracked)
+
+
+class WorkGate:
+    def __init__(self, limits: WorkLimits, metrics: Metrics,
+                 standing: PeerStanding | None = None) -> None:
+        self.budget = WorkBudget(limits, trio.current_time())
+        self.metrics = metrics
+        self.standing = standing
+        for name, text in (
+            ("work_units_total", "Work units granted to peers' requests, by kind"),
+            ("work_deferred_total", "Peer requests slowed to the peer's (or the total) work rate"),
+            ("work_refused_total", "Peer requests refused: a work budget spent for longer than "
+                                   "peers.work_max_wait_s (scope peer: penalised)"),
+        ):
+            metrics.describe(name, "counter", text)
+            metrics.inc(name, 0)
+        metrics.gauge_fn("work_budgets_tracked", lambda: float(len(self.budget)),
+                         "Peers whose work budget is remembered")
+
+    def charger(self, peer: str, kind: str) -> Callable[[int], Awaitable[None]]:
+        """``charge`` bound to one peer and kind (what a protocol driver is handed)."""
+        return functools.partial(self.charge, peer, kind)
+
+    async def charge(self, peer: str, kind: str, units: int) -> None:
+        """Wait until ``units`` of work for ``peer`` may be done, or raise ``OverBudget``."""
+        decision = self.budget.charge(peer, units, trio.current_time())
+        if isinstance(decision, Refuse):
+            self.metrics.inc("work_refused_total", kind=kind, scope=decision.scope)
+            if decision.scope == "peer" and self.standing is not None:
+                self.standing.penalise(peer, "over_budget")
+            raise OverBudget(peer, kind, decision.scope)
+        self.metrics.inc("work_units_total", decision.units, kind=kind)
+        if isinstance(decision, Wait):
+            self.metrics.inc("work_deferred_total", kind=kind)
+            await trio.sleep_until(decision.until)

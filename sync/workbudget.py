@@ -1,0 +1,204 @@
+"""Per-peer work budgets: the Recon, fetch and transfer work a peer asks of us, charged to it.
+
+Every request a peer makes (a Recon message to answer, a fetch by id, a want list to serve)
+has a cost in *work units* that the node computes from the request's size before it does any of
+the work (:func:`recon_units`, :func:`fetch_units`, :func:`want_units`); one unit is about one
+range operation (a range hash, a key looked up, a key listed), some 5-10 µs of CPU here. The
+cost of one request is bounded by its size, and its size by our limits (``recon.max_message_*``,
+``fetch.max_ids``), so no single request can cost more than ``max_units``.
+
+Two token buckets decide when the work may run: the peer's own (``peer_rate`` units/s up to
+``peer_burst``) and the node's total over all peers (``total_rate`` up to ``total_burst``), so
+ten identities cannot get ten times the work of one. A bucket may go into debt: a request is
+charged at once and then waits until both buckets are out of debt again (:class:`Wait`), so a
+peer asking faster than its rate is *slowed* to it. A request that would have to wait longer
+than ``max_wait_s`` for the peer's own bucket is *refused* (:class:`Refuse`, ``scope="peer"``)
+and not charged: the peer keeps asking far beyond its rate, which costs it standing (penalty
+reason ``over_budget``). When the node's total budget is what is short (many peers at once),
+the request is refused with ``scope="total"`` and not penalised (an honest peer may be one of
+many), but its units still count against the peer's own bucket: an identity that keeps asking
+while the node is saturated soon finds itself refused for its own budget, and penalised.
+
+The table of per-peer buckets is bounded (``max_peers``): buckets back at their burst carry no
+information and are dropped first; a flood of fresh identities shares the total budget anyway.
+
+Sans-IO: ``now`` (seconds, any monotonic origin) is passed into every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sync.errors import LocalProtocolError
+
+__all__ = [
+    "Admit",
+    "Decision",
+    "Refuse",
+    "Wait",
+    "WorkBudget",
+    "WorkLimits",
+    "fetch_units",
+    "recon_units",
+    "want_units",
+]
+
+#: Bytes of a Recon message per work unit: an item (a range with its claim) takes 16-30 bytes
+#: and costs one range operation to answer (decode, hash, compare); splits are bounded by
+#: ``recon.max_message_ranges`` and by what we hold.
+RECON_BYTES_PER_UNIT = 16
+#: Units per message id asked by fetch, and per key of a want list: a database lookup and the
+#: event sent (reads and sends run in worker threads and the network, hence cheap here).
+UNITS_PER_ID = 2
+
+
+def recon_units(nbytes: int) -> int:
+    """The cost of answering one Recon message of ``nbytes`` bytes."""
+    return 1 + max(nbytes, 0) // RECON_BYTES_PER_UNIT
+
+
+def fetch_units(ids: int) -> int:
+    """The cost of one fetch-by-id request naming ``ids`` message ids."""
+    return 1 + UNITS_PER_ID * max(ids, 0)
+
+
+def want_units(keys: int) -> int:
+    """The cost of serving one want list of ``keys`` keys."""
+    return 1 + UNITS_PER_ID * max(keys, 0)
+
+
+@dataclass(frozen=True)
+class WorkLimits:
+    """Rates in units per second, bursts in units (``peers.work_*`` in the node's config)."""
+
+    peer_rate: float = 10_000.0
+    peer_burst: float = 200_000.0
+    total_rate: float = 30_000.0
+    total_burst: float = 400_000.0
+    max_wait_s: float = 10.0
+    max_peers: int = 10_000
+
+    def __post_init__(self) -> None:
+        if min(self.peer_rate, self.total_rate) <= 0 or self.max_wait_s <= 0:
+            raise LocalProtocolError("work rates and max_wait_s must be > 0")
+        if self.peer_burst < 1 or self.total_burst < self.peer_burst:
+            raise LocalProtocolError("need 1 <= peer_burst <= total_burst")
+        if self.max_peers < 1:
+            raise LocalProtocolError("max_peers must be >= 1")
+
+    @property
+    def max_units(self) -> float:
+        """The most one request may cost and still be granted by an idle node."""
+        return self.peer_burst + self.peer_rate * self.max_wait_s
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Do the work now."""
+
+    units: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Charged; do the work at ``until`` (the peer, or all peers together, asked too fast)."""
+
+    units: int
+    until: float
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Not charged, not done: ``scope`` is ``"peer"`` (this peer is far over its budget) or
+    ``"total"`` (the node's budget for all peers is spent for longer than ``max_wait_s``)."""
+
+    units: int
+    scope: str
+    wait_s: float
+
+
+Decision = Admit | Wait | Refuse
+
+
+class _Bucket:
+    """Tokens refill at ``rate`` up to ``burst``; may be spent below zero (debt)."""
+
+    __slots__ = ("at", "burst", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
+
+    def level(self, now: float) -> float:
+        if now > self.at:
+            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+            self.at = now
+        return self.tokens
+
+    def wait_after(self, units: float, now: float) -> float:
+        """Seconds until the bucket is out of debt if ``units`` were spent now."""
+        left = self.level(now) - units
+        return 0.0 if left >= 0 else -left / self.rate
+
+
+class WorkBudget:
+    """``charge(peer, units, now)`` says whether, and when, a peer's request may be worked on."""
+
+    def __init__(self, limits: WorkLimits | None = None, now: float = 0.0) -> None:
+        self.limits = limits or WorkLimits()
+        self._total = _Bucket(self.limits.total_rate, self.limits.total_burst, now)
+        self._peers: dict[str, _Bucket] = {}
+        #: Units granted (admitted or waiting), requests slowed, refused per scope.
+        self.granted_units = 0
+        self.waits = 0
+        self.refused = {"peer": 0, "total": 0}
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def charge(self, peer: str, units: int, now: float) -> Decision:
+        limits = self.limits
+        units = max(int(units), 1)
+        bucket = self._bucket(peer, now)
+        peer_wait = bucket.wait_after(units, now)
+        if peer_wait > limits.max_wait_s or units > limits.max_units:
+            self.refused["peer"] += 1
+            return Refuse(units, "peer", peer_wait)
+        total_wait = self._total.wait_after(units, now)
+        if total_wait > limits.max_wait_s:
+            # What a peer asks for counts against its own budget even when the node as a whole
+            # has no room for it: an identity that keeps asking while we are saturated (one of
+            # many) ends up over its own budget, and pays for that.
+            bucket.tokens -= units
+            self.refused["total"] += 1
+            return Refuse(units, "total", total_wait)
+        bucket.tokens -= units
+        self._total.tokens -= units
+        self.granted_units += units
+        wait = max(peer_wait, total_wait)
+        if wait <= 0:
+            return Admit(units)
+        self.waits += 1
+        return Wait(units, now + wait)
+
+    def available(self, peer: str, now: float) -> float:
+        """The peer's tokens now (negative: in debt)."""
+        bucket = self._peers.get(peer)
+        return self.limits.peer_burst if bucket is None else bucket.level(now)
+
+    def _bucket(self, peer: str, now: float) -> _Bucket:
+        bucket = self._peers.get(peer)
+        if bucket is not None:
+            return bucket
+        if len(self._peers) >= self.limits.max_peers:
+            self._make_room(now)
+        bucket = self._peers[peer] = _Bucket(self.limits.peer_rate, self.limits.peer_burst, now)
+        return bucket
+
+    def _make_room(self, now: float) -> None:
+        burst = self.limits.peer_burst
+        self._peers = {p: b for p, b in self._peers.items() if b.level(now) < burst}
+        if len(self._peers) >= self.limits.max_peers:
+            # Everyone is spending: forget the peer with the most tokens left (the least in
+            # debt), so that dropping an entry never forgives a debtor first.
+            richest = max(self._peers, key=lambda p: self._peers[p].level(now))
+            del self._peers[richest]

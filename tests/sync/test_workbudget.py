@@ -1,0 +1,145 @@
+"""The per-peer work budget (sync.workbudget) on a fixed clock, and its bounds as properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sync.errors import LocalProtocolError
+from sync.workbudget import (
+    Admit,
+    Refuse,
+    Wait,
+    WorkBudget,
+    WorkLimits,
+    fetch_units,
+    recon_units,
+    want_units,
+)
+
+LIMITS = WorkLimits(peer_rate=100.0, peer_burst=1000.0, total_rate=300.0, total_burst=3000.0,
+                    max_wait_s=5.0, max_peers=4)
+
+
+def test_within_burst_is_admitted_at_once() -> None:
+    budget = WorkBudget(LIMITS, now=0.0)
+    assert budget.charge("a", 600, 0.0) == Admit(600)
+    assert budget.charge("a", 400, 0.0) == Admit(400)
+    assert budget.available("a", 0.0) == 0
+
+
+def test_over_burst_is_slowed_to_the_peer_rate() -> None:
+    budget = WorkBudget(LIMITS, now=0.0)
+    assert isinstance(budget.charge("a", 1000, 0.0), Admit)
+    decision = budget.charge("a", 200, 0.0)
+    assert decision == Wait(200, 2.0)  # 200 units at 100/s
+    # Charged: the next request queues behind it.
+    assert budget.charge("a", 100, 0.0) == Wait(100, 3.0)
+    assert budget.waits == 2
+
+
+def test_far_over_budget_is_refused_uncharged() -> None:
+    budget = WorkBudget(LIMITS, now=0.0)
+    budget.charge("a", 1000, 0.0)
+    refused = budget.charge("a", 600, 0.0)  # would wait 6 s > 5 s
+    assert isinstance(refused, Refuse) and refused.scope == "peer"
+    assert budget.available("a", 0.0) == 0  # not charged
+    assert budget.refused == {"peer": 1, "total": 0}
+    # The rate refills it: ten seconds later the same request goes through.
+    assert isinstance(budget.charge("a", 600, 10.0), Admit)
+
+
+def test_one_request_larger_than_any_budget_is_refused() -> None:
+    budget = WorkBudget(LIMITS, now=0.0)
+    assert LIMITS.max_units == 1500
+    assert isinstance(budget.charge("a", 1501, 0.0), Refuse)
+
+
+def test_many_identities_share_the_total_budget() -> None:
+    budget = WorkBudget(LIMITS, now=0.0)
+    decisions = [budget.charge(f"p{i}", 1000, 0.0) for i in range(4)]
+    assert [type(d) for d in decisions[:3]] == [Admit, Admit, Admit]
+    # The fourth fresh identity has its own burst but the node's total is spent: it waits
+    # for the total rate (1000 / 300 s), and nobody is refused as over its own budget.
+    assert isinstance(decisions[3], Wait)
+    assert decisions[3].until == pytest.approx(1000 / 300)
+    fifth = budget.charge("p4", 1000, 0.0)
+    assert isinstance(fifth, Refuse) and fifth.scope == "total"
+    # Asking again and again while the node is saturated spends the peer's own budget.
+    again = budget.charge("p4", 1000, 0.0)
+    assert isinstance(again, Refuse) and again.scope == "peer"
+
+
+def test_table_is_bounded_and_keeps_debtors() -> None:
+    budget = WorkBudget(LIMITS, now=0.0)
+    budget.charge("debtor", 1200, 0.0)
+    for i in range(10):
+        budget.charge(f"fresh{i}", 1, 0.0)
+    assert len(budget) <= LIMITS.max_peers
+    assert budget.available("debtor", 0.0) < 0  # still remembered, still in debt
+
+
+def test_costs_grow_with_size() -> None:
+    assert recon_units(0) == 1
+    assert recon_units(3_300_000) == 1 + 3_300_000 // 16
+    assert fetch_units(256) == want_units(256) == 513
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"peer_rate": 0}, {"total_rate": -1}, {"max_wait_s": 0}, {"peer_burst": 0},
+    {"peer_burst": 10.0, "total_burst": 5.0}, {"max_peers": 0},
+])
+def test_bad_limits_are_refused(kwargs: dict[str, float]) -> None:
+    with pytest.raises(LocalProtocolError):
+        WorkLimits(**kwargs)
+
+
+WIDE = WorkLimits(peer_rate=100.0, peer_burst=1000.0, total_rate=300.0, total_burst=3000.0,
+                  max_wait_s=5.0, max_peers=100)
+requests = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(1, 2000), st.floats(0, 2.0)),
+    min_size=1, max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests)
+def test_granted_work_never_exceeds_the_budgets(reqs: list[tuple[int, int, float]]) -> None:
+    """Whatever the peers ask and whenever: the work done by time t (a request is done at
+    its admit or wait time) is within burst + rate * t, per peer and in total; no grant waits
+    longer than max_wait_s; a refusal costs nothing."""
+    # Room for every peer: a peer forgotten while in debt would come back with a new burst.
+    budget = WorkBudget(WIDE, now=0.0)
+    now = 0.0
+    done: list[tuple[float, str, int]] = []
+    for peer_no, units, step in reqs:
+        now += step
+        peer = f"p{peer_no}"
+        before = budget.available(peer, now)
+        decision = budget.charge(peer, units, now)
+        if isinstance(decision, Refuse):
+            # Refused for its own budget: not charged (for the node's total: charged).
+            if decision.scope == "peer":
+                assert budget.available(peer, now) == before
+            continue
+        at = decision.until if isinstance(decision, Wait) else now
+        assert at - now <= LIMITS.max_wait_s + 1e-9
+        done.append((at, peer, decision.units))
+    for t, _, _ in done:
+        total = sum(u for at, _, u in done if at <= t)
+        assert total <= LIMITS.total_burst + LIMITS.total_rate * t + 1e-6
+        for peer in {p for _, p, _ in done}:
+            mine = sum(u for at, p, u in done if p == peer and at <= t)
+            assert mine <= LIMITS.peer_burst + LIMITS.peer_rate * t + 1e-6
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 50), st.floats(0.5, 20.0))
+def test_a_steady_peer_within_its_rate_is_never_refused(n: int, gap: float) -> None:
+    """An honest peer asking for at most its rate on average is never refused nor penalised."""
+    budget = WorkBudget(LIMITS, now=0.0)
+    units = int(LIMITS.peer_rate * gap)
+    for i in range(n):
+        decision = budget.charge("honest", min(units, int(LIMITS.peer_burst)), i * gap)
+        assert not isinstance(decision, Refuse)
