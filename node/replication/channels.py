@@ -31,9 +31,9 @@ from sync.gossip import (
     GossipGate,
     GossipLimits,
     SenderPolicy,
-    penalty_of,
     publisher_pays,
 )
+from sync.peerscore import penalty_of
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import (
     Delivered,
@@ -183,9 +183,8 @@ class ChannelService(FetchedIngest):
                 # neighbour relaying somebody's flood is throttled with it but not penalised:
                 # GossipSub forwards before we validate (sync.gossip).
                 admitted = self.gate.admit(data, forwarder or peer, now, publisher=peer)
-                for reason, penalty in admitted.rejected:
-                    self._reject(RemoteProtocolError(reason), peer, penalty,
-                                 penalise=direct and penalty is not None)
+                for exc, penalty in admitted.rejected:
+                    self._reject(exc, peer, penalty, penalise=direct and penalty is not None)
                 for item in admitted.items:
                     try:
                         ch.receive(item, now, peer=peer)
@@ -203,11 +202,11 @@ class ChannelService(FetchedIngest):
 
     def _reject(self, exc: RemoteProtocolError, peer: str | None,
                 penalty: str | None = None, *, penalise: bool = True) -> None:
-        reason = exc.reason.split(":")[0][:60]
-        self.metrics.inc("events_rejected_total", reason=reason)
+        # The label and the penalty follow from the error's kind (sync.errors.ErrorKind).
+        self.metrics.inc("events_rejected_total", reason=exc.kind.value)
         log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
         if penalise and peer is not None and self.on_penalty is not None:
-            self.on_penalty(peer, penalty or penalty_of(exc.reason))
+            self.on_penalty(peer, penalty or penalty_of(exc.kind))
 
     def _after_input(self, name: str) -> None:
         records, _ = self._process(name)

@@ -26,6 +26,7 @@ from node.replication.work import OverBudget, WorkGate
 from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
+from sync.peerscore import penalty_of
 from sync.sds import MissingEntry
 from sync.transfer import (
     FetchQueue,
@@ -113,7 +114,7 @@ class Fetcher:
             ids = parse_request(await stream.receive(), self.max_ids, stream.peer_id)
         except RemoteProtocolError as exc:
             self.metrics.inc("fetch_bad_requests_total")
-            self._penalise(stream.peer_id, "protocol")
+            self._penalise(stream.peer_id, penalty_of(exc.kind))
             log.info("bad fetch request", extra=kv(peer=stream.peer_id, error=exc.reason))
             return
         if self.work is not None:
@@ -166,7 +167,7 @@ class Fetcher:
                 continue
             except RemoteProtocolError as exc:
                 self.metrics.inc("fetch_bad_answers_total")
-                self._penalise(peer, "protocol")
+                self._penalise(peer, penalty_of(exc.kind))
                 log.info("bad fetch answer", extra=kv(peer=peer, error=exc.reason))
                 continue
             for wire in got:

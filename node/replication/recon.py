@@ -34,6 +34,7 @@ from node.replication.work import OverBudget, WorkGate
 from node.store import EventStore
 from storage import AppendResult, EventRecord, SqlKeySource
 from sync.errors import RemoteProtocolError
+from sync.peerscore import penalty_of
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
 from sync.transfer import (
@@ -248,9 +249,9 @@ class ReconService:
 
     def _failed(self, peer: str, exc: Exception, role: str = "initiator") -> None:
         if isinstance(exc, RemoteProtocolError):
-            self.metrics.inc("recon_protocol_errors_total", reason=exc.reason[:80])
+            self.metrics.inc("recon_protocol_errors_total", reason=exc.kind.value)
             if self.standing is not None:
-                self.standing.penalise(peer, "protocol")
+                self.standing.penalise(peer, penalty_of(exc.kind), float(exc.count))
         self.schedule.failed(peer, time.monotonic())
         self.activity.session(peer, role, type(exc).__name__)
         self.metrics.inc("recon_errors_total", kind=type(exc).__name__)

@@ -30,7 +30,7 @@ from node.replication.verify import MAX_EVENT_BYTES, Decoder, PendingBatch, veri
 from node.replication.work import WorkGate
 from node.store import EventStore
 from storage import existing_keys
-from sync.errors import RemoteProtocolError
+from sync.errors import ErrorKind, RemoteProtocolError
 from sync.ingest import VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT
 from sync.sds import SignedEvent
@@ -228,11 +228,12 @@ class Transfer:
         if batch.rejected:
             reasons = list(batch.rejected.values())
             stats.rejected += len(reasons)
-            for reason in reasons:
-                self.metrics.inc("events_rejected_total", reason=reason.split(":")[0][:60])
-            self.penalise(peer, "invalid_event", float(len(reasons)))
+            for kind in batch.rejected_kinds.values():
+                self.metrics.inc("events_rejected_total", reason=kind.value)
+            # Ends the session; the peer pays ``invalid_event`` per event (ReconService._failed).
             raise RemoteProtocolError(f"peer sent {len(reasons)} invalid events "
-                                      f"({reasons[0]})", peer)
+                                      f"({reasons[0]})", peer, ErrorKind.INVALID_EVENTS,
+                                      len(reasons))
         keys = batch.keys
         for key in keys:
             self._accept(core, key, stats)
@@ -256,7 +257,7 @@ class Transfer:
             core.accept(key)
         except RemoteProtocolError:
             stats.rejected += 1
-            self.metrics.inc("events_rejected_total", reason="recon unrequested event")
+            self.metrics.inc("events_rejected_total", reason=ErrorKind.UNREQUESTED.value)
             raise
 
     def _ingest(self, core: WantFetcher, sid: int, wires: list[bytes],
@@ -265,8 +266,8 @@ class Transfer:
         for wire, event in zip(wires, events, strict=True):
             if event is None or event.lamport is None:
                 stats.rejected += 1
-                self.penalise(peer, "invalid_event")
-                raise RemoteProtocolError("peer sent an invalid event", peer)
+                raise RemoteProtocolError("peer sent an invalid event", peer,
+                                          ErrorKind.INVALID_EVENTS)
             key = record_of_event(self.network_id, event, self.event_id_layout).recon_key
             self._accept(core, key, stats)
             parsed.append((event.lamport, key, wire, event))
