@@ -53,7 +53,7 @@ from sync.replication.actions import (
     StartSession,
 )
 from sync.replication.gaps import FetchPlan, GapPlanner
-from sync.replication.ingest import IngestPlan, order, plan, screen
+from sync.replication.ingest import IngestOutcome, IngestPlan, ingest_batch, order, plan, screen
 from sync.replication.lifecycle import LifecycleConfig, ReconLifecycle, SessionPlan
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "ClaimsLapsed",
     "FetchPlan",
     "GapPlanner",
+    "IngestOutcome",
     "IngestPlan",
     "KeysWithheld",
     "LifecycleConfig",
@@ -74,6 +75,7 @@ __all__ = [
     "SessionFailed",
     "SessionPlan",
     "StartSession",
+    "ingest_batch",
     "order",
     "plan",
     "screen",

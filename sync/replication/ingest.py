@@ -29,7 +29,7 @@ store (unique key).
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sync.errors import ErrorKind, RemoteProtocolError
@@ -37,8 +37,11 @@ from sync.gossip import SenderPolicy
 from sync.ingest import VerifiedBatch, triage
 from sync.peerscore import penalty_of
 from sync.replication.actions import Action, Penalize, Rejected
+from sync.sds import SdsChannel
+from sync.sds.profile import decode_event_in
+from sync.stored_event import EventRecord, record_of_event
 
-__all__ = ["IngestPlan", "order", "plan", "screen"]
+__all__ = ["IngestOutcome", "IngestPlan", "ingest_batch", "order", "plan", "screen"]
 
 
 def screen(batch: VerifiedBatch, peer: str) -> tuple[list[Action], RemoteProtocolError | None]:
@@ -68,6 +71,8 @@ class IngestPlan:
     #: Refused by policy: counted and charged (the caller carries the actions out).
     actions: list[Action] = field(default_factory=list)
     refused: int = 0
+    #: The refused positions, with why.
+    refused_at: list[tuple[int, RemoteProtocolError]] = field(default_factory=list)
     #: Our own events coming back (stored directly if SDS no longer holds them).
     own: list[int] = field(default_factory=list)
     #: channel -> content from other senders, for SDS's bulk path.
@@ -81,7 +86,8 @@ def plan(batch: VerifiedBatch, positions: Sequence[int], peer: str | None,
          max_ahead_ms: int) -> IngestPlan:
     """Triage ``positions`` (in causal order, none invalid) at wall time ``now``."""
     sorted_out = triage(batch, positions, channels, policy, now, max_ahead_ms)
-    out = IngestPlan(settled=sorted_out.settled, refused=len(sorted_out.refused))
+    out = IngestPlan(settled=sorted_out.settled, refused=len(sorted_out.refused),
+                     refused_at=sorted_out.refused)
     for _, exc in sorted_out.refused:
         out.actions.append(Rejected(peer, exc.kind, exc.reason))
         if peer is not None:
@@ -89,4 +95,72 @@ def plan(batch: VerifiedBatch, positions: Sequence[int], peer: str | None,
     own_id = policy.own_id
     for i in sorted_out.full:
         (out.own if batch.senders[i] == own_id else out.full).append(i)
+    return out
+
+
+@dataclass
+class IngestOutcome:
+    """What ``ingest_batch`` did; the driver stores ``records`` (bulk-delivered events and own
+    echoes SDS no longer held, in log order), drains the channels in ``touched`` (their
+    ``events()``: what the full step delivered) and carries out ``actions``."""
+
+    actions: list[Action] = field(default_factory=list)
+    records: list[EventRecord] = field(default_factory=list)
+    #: channel -> how many were delivered in bulk.
+    bulk: dict[str, int] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    #: channel -> events that took the full SDS step (waku channels count them as unsigned).
+    stepped: dict[str, int] = field(default_factory=dict)
+    refused: int = 0
+    #: Ids not refused: delivered, waiting for dependencies, already held, or an own echo.
+    taken: list[str] = field(default_factory=list)
+
+
+def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequence[int],
+                 peer: str | None, channels: Mapping[str, SdsChannel], policy: SenderPolicy,
+                 now: float, max_ahead_ms: int, network_id: int,
+                 event_id_layout: str) -> IngestOutcome:
+    """Feed the verified events at ``positions`` (causal order, none invalid: ``screen``
+    first) into their SDS channels at wall time ``now``: the one ingest path of events from
+    outside, whoever fetched and whoever verified them."""
+    p = plan(batch, positions, peer, channels, policy, now, max_ahead_ms)
+    out = IngestOutcome(actions=p.actions, refused=p.refused)
+    full = list(p.full)
+    for name, taken in p.settled.items():
+        done, rest = channels[name].deliver_settled(
+            [batch.message_ids[i] for i in taken], [batch.senders[i] for i in taken],
+            [batch.lamports[i] for i in taken], [batch.histories[i] for i in taken], now)
+        for pos in done:
+            i = taken[pos]
+            out.records.append(EventRecord(
+                batch.keys[i], batch.message_ids[i], name, batch.senders[i], batch.lamports[i],
+                batch.canonical.get(i, wires[i]), batch.lanes[i]))
+        full.extend(taken[pos] for pos in rest)
+        if done:
+            out.bulk[name] = len(done)
+            out.touched.add(name)
+    rank = {i: r for r, i in enumerate(positions)}
+    failed = {i for i, _ in p.refused_at}
+    for i in sorted(full + p.own, key=rank.__getitem__):
+        name, wire = batch.channels[i], batch.canonical.get(i, wires[i])
+        ch = channels[name]
+        try:
+            # Verified already: decoded again only for the full protocol step.
+            event = decode_event_in(ch.profile.name, wire, max_size=len(wire),
+                                    verify_signature=False)
+            if batch.senders[i] == policy.own_id:
+                # An echo of ours is never delivered again; stored when SDS no longer holds it.
+                if ch.stores_own_echo(event):
+                    out.records.append(record_of_event(network_id, event, event_id_layout))
+            else:
+                ch.receive_event(event, now, peer=peer)
+                out.touched.add(name)
+                out.stepped[name] = out.stepped.get(name, 0) + 1
+        except RemoteProtocolError as exc:  # not after the worker's check; never trusted
+            out.refused += 1
+            failed.add(i)
+            out.actions.append(Rejected(peer, exc.kind, exc.reason))
+            if peer is not None:
+                out.actions.append(Penalize(peer, penalty_of(exc.kind)))
+    out.taken = [batch.message_ids[i] for i in positions if i not in failed]
     return out
