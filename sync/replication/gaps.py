@@ -40,11 +40,11 @@ class FetchPlan:
 
 
 class GapPlanner:
-    def __init__(self, grace_s: float, max_ids: int, extra_peers: int = 3,
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, grace_s: float, max_ids: int, rng: random.Random,
+                 extra_peers: int = 3) -> None:
         self.queue = FetchQueue(grace_s, max_ids)
         self.extra_peers = extra_peers
-        self.rng = rng or random.Random()
+        self.rng = rng
 
     def missing(self, entries: Iterable[MissingEntry], now: float) -> None:
         """SDS reported ``entries`` missing at ``now``."""

@@ -17,7 +17,7 @@ def entry(mid: str, sender: str) -> MissingEntry:
 
 
 def test_sds_has_the_grace_then_senders_first_then_recon_for_the_rest() -> None:
-    g = GapPlanner(grace_s=1.0, max_ids=10, extra_peers=1, rng=random.Random(3))
+    g = GapPlanner(grace_s=1.0, max_ids=10, rng=random.Random(3), extra_peers=1)
     g.missing([entry("m1", "alice"), entry("m2", "bob")], T)
     assert g.get_timer() == T + 1.0
     assert g.handle_timer(T + 0.5, lambda _m: True, ["alice", "carol"], ()) is None
@@ -33,6 +33,6 @@ def test_sds_has_the_grace_then_senders_first_then_recon_for_the_rest() -> None:
 
 
 def test_a_bad_fetch_answer_costs_by_its_kind() -> None:
-    g = GapPlanner(grace_s=0.0, max_ids=4)
+    g = GapPlanner(grace_s=0.0, max_ids=4, rng=random.Random(0))
     err = RemoteProtocolError("more events than ids", "p", ErrorKind.UNREQUESTED)
     assert g.bad_answer("p", err) == [Penalize("p", "protocol")]
