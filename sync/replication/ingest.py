@@ -39,7 +39,7 @@ from sync.peerscore import penalty_of
 from sync.replication.actions import Action, Penalize, Rejected
 from sync.sds import SdsChannel
 from sync.sds.profile import decode_event_in
-from sync.stored_event import EventRecord, record_of_event
+from sync.stored_event import EventRecord
 
 __all__ = ["IngestOutcome", "IngestPlan", "ingest_batch", "order", "plan", "screen"]
 
@@ -118,8 +118,7 @@ class IngestOutcome:
 
 def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequence[int],
                  peer: str | None, channels: Mapping[str, SdsChannel], policy: SenderPolicy,
-                 now: float, max_ahead_ms: int, network_id: int,
-                 event_id_layout: str) -> IngestOutcome:
+                 now: float, max_ahead_ms: int) -> IngestOutcome:
     """Feed the verified events at ``positions`` (causal order, none invalid: ``screen``
     first) into their SDS channels at wall time ``now``: the one ingest path of events from
     outside, whoever fetched and whoever verified them."""
@@ -130,11 +129,7 @@ def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequen
         done, rest = channels[name].deliver_settled(
             [batch.message_ids[i] for i in taken], [batch.senders[i] for i in taken],
             [batch.lamports[i] for i in taken], [batch.histories[i] for i in taken], now)
-        for pos in done:
-            i = taken[pos]
-            out.records.append(EventRecord(
-                batch.keys[i], batch.message_ids[i], name, batch.senders[i], batch.lamports[i],
-                batch.canonical.get(i, wires[i]), batch.lanes[i]))
+        out.records += [_record(batch, wires, taken[pos]) for pos in done]
         full.extend(taken[pos] for pos in rest)
         if done:
             out.bulk[name] = len(done)
@@ -151,7 +146,7 @@ def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequen
             if batch.senders[i] == policy.own_id:
                 # An echo of ours is never delivered again; stored when SDS no longer holds it.
                 if ch.stores_own_echo(event):
-                    out.records.append(record_of_event(network_id, event, event_id_layout))
+                    out.records.append(_record(batch, wires, i))
             else:
                 ch.receive_event(event, now, peer=peer)
                 out.touched.add(name)
@@ -164,3 +159,9 @@ def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequen
                 out.actions.append(Penalize(peer, penalty_of(exc.kind)))
     out.taken = [batch.message_ids[i] for i in positions if i not in failed]
     return out
+
+
+def _record(batch: VerifiedBatch, wires: Sequence[bytes], i: int) -> EventRecord:
+    """The stored form of verified event ``i`` (its key and lanes computed by the verifier)."""
+    return EventRecord(batch.keys[i], batch.message_ids[i], batch.channels[i], batch.senders[i],
+                       batch.lamports[i], batch.canonical.get(i, wires[i]), batch.lanes[i])

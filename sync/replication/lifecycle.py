@@ -158,6 +158,10 @@ class ReconLifecycle:
         self.backlog.give_back(plan.scope)
         self._end(plan)
 
+    def abandoned(self, plan: SessionPlan) -> None:
+        """The session was cancelled on our side (shutdown): the range goes back, no backoff."""
+        self.declined(plan)
+
     def failed(self, plan: SessionPlan | None, peer: str, role: Role, error: Exception | None,
                now: float) -> list[Action]:
         """The session ended early (``plan`` None: before it began its exchange): its range is

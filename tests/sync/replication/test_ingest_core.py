@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from sync.errors import ErrorKind
 from sync.gossip import SenderPolicy
 from sync.ingest import IngestSpec, VerifiedBatch, verify_wires
-from sync.recon.eventid import CIP124_DRAFT
 from sync.replication import Penalize, Rejected, ingest_batch, order, screen
 from sync.sds import Delivered, SdsChannel
 from tests.sync.sds.helpers import CHANNEL, T0, channel
@@ -54,7 +53,7 @@ def feed(receiver: SdsChannel, wires: list[bytes], chunks: list[list[int]]
         screened, error = screen(batch, "peer")
         assert error is None and not screened
         out = ingest_batch(batch, part, order(batch), "peer", {CHANNEL: receiver}, policy,
-                           LATER, AHEAD_MS, 1, CIP124_DRAFT)
+                           LATER, AHEAD_MS)
         actions += out.actions
         delivered += [r.message_id for r in out.records]
         delivered += [e.message_id for e in receiver.events() if isinstance(e, Delivered)]
@@ -98,8 +97,7 @@ def test_policy_refusals_cost_the_least_and_the_rest_is_taken() -> None:
         s for s in verify_wires(SPEC, wires).senders if s != outsider})
     batch = verify_wires(SPEC, wires)
     out = ingest_batch(batch, wires, order(batch), "peer", {CHANNEL: receiver},
-                       SenderPolicy(receiver.participant_id, members), LATER, AHEAD_MS, 1,
-                       CIP124_DRAFT)
+                       SenderPolicy(receiver.participant_id, members), LATER, AHEAD_MS)
     refused = [i for i, s in enumerate(batch.senders) if s == outsider]
     assert out.refused == len(refused)
     assert Penalize("peer", "rejected_event") in out.actions
@@ -107,7 +105,7 @@ def test_policy_refusals_cost_the_least_and_the_rest_is_taken() -> None:
     assert len(out.taken) == len(wires) - len(refused)
     # The clock rule at ``now``: the same events seen from before they were made are refused.
     early = ingest_batch(batch, wires, order(batch), "peer", {CHANNEL: channel(8)},
-                         SenderPolicy("x"), T0 - 3600.0, AHEAD_MS, 1, CIP124_DRAFT)
+                         SenderPolicy("x"), T0 - 3600.0, AHEAD_MS)
     assert early.refused == len(wires)
 
 
@@ -117,12 +115,10 @@ def test_own_echoes_are_stored_only_when_sds_no_longer_holds_them() -> None:
     me.events()
     batch = verify_wires(SPEC, [wire])
     policy = SenderPolicy(me.participant_id)
-    held = ingest_batch(batch, [wire], [0], "peer", {CHANNEL: me}, policy, LATER, AHEAD_MS, 1,
-                        CIP124_DRAFT)
+    held = ingest_batch(batch, [wire], [0], "peer", {CHANNEL: me}, policy, LATER, AHEAD_MS)
     assert held.records == [] and held.taken == [batch.message_ids[0]]
     wiped = channel(1)  # the same key, a fresh state (a wiped database)
-    lost = ingest_batch(batch, [wire], [0], "peer", {CHANNEL: wiped}, policy, LATER, AHEAD_MS,
-                        1, CIP124_DRAFT)
+    lost = ingest_batch(batch, [wire], [0], "peer", {CHANNEL: wiped}, policy, LATER, AHEAD_MS)
     assert [r.message_id for r in lost.records] == [batch.message_ids[0]]
     assert not [e for e in wiped.events() if isinstance(e, Delivered)]  # never re-delivered
 
