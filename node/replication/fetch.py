@@ -23,6 +23,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
+from node.replication.clock import Clock, SystemClock
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import OverBudget, WorkGate
 from node.store import EventStore
@@ -64,8 +65,10 @@ class Fetcher:
         limits: FetchSection | None = None,
         rng: random.Random | None = None,
         work: WorkGate | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.host = host
+        self.clock = clock or SystemClock()
         self.store = store
         self.metrics = metrics
         self.ingest = ingest
@@ -96,7 +99,7 @@ class Fetcher:
             self.standing.penalise(peer, reason)
 
     def want(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
-        self.core.missing(entries, trio.current_time())
+        self.core.missing(entries, self.clock.now())
         self._wake.set()
 
     def _carry_out(self, actions: Sequence[Action]) -> None:
@@ -148,13 +151,13 @@ class Fetcher:
     async def run(self) -> None:
         while True:
             timer = self.core.get_timer()
-            if timer is None or timer > trio.current_time():
+            if timer is None or timer > self.clock.now():
                 self._wake = trio.Event()
                 with trio.move_on_at(math.inf if timer is None else timer):
                     await self._wake.wait()
                 continue
             connected = self.host.connected_peers()
-            plan = self.core.handle_timer(trio.current_time(), self.still_missing, connected,
+            plan = self.core.handle_timer(self.clock.now(), self.still_missing, connected,
                                           {p for p in connected if self.host.is_banned(p)})
             if plan is None:
                 continue

@@ -174,5 +174,5 @@ class ReconSessions(ABC):
             self.core.reconciled(plan, exchange.session.peer_interests)
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
-        # A peer cannot want more than we hold (plus one batch of slack for races).
-        await self.transfer.serve(stream, len(self.keys) + self.fetch_batch, stats)
+        await self.transfer.serve(
+            stream, self.core.serve_budget(len(self.keys), self.fetch_batch), stats)

@@ -250,6 +250,13 @@ class ReconLifecycle:
         self._wants.pop(ticket, None)
         return [self._released()] if self.claims.close(ticket) else []
 
+    @staticmethod
+    def serve_budget(held_keys: int, batch: int) -> int:
+        """How many events a peer may want from us in one session: no more than we hold, plus
+        one batch of slack for events committed while it asks (beyond it the session ends:
+        ``sync.transfer.WantServer``)."""
+        return held_keys + batch
+
     # -- the store -----------------------------------------------------------------------------
 
     def queued(self, keys: Iterable[bytes]) -> None:
