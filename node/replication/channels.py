@@ -35,12 +35,12 @@ from sync.gossip import (
 )
 from sync.peerscore import penalty_of
 from sync.recon.eventid import CIP124_DRAFT
+from sync.replication import sds_penalty
 from sync.sds import (
     Delivered,
     Evicted,
     MissingDependencies,
     MissingEntry,
-    RepairRefused,
     RepairRequested,
     SdsChannel,
     SdsConfig,
@@ -230,10 +230,8 @@ class ChannelService(FetchedIngest):
                 self.metrics.inc("events_delivered_total", channel=name)
             elif isinstance(ev, RepairRequested):
                 self.metrics.inc("sds_repairs_requested_total", len(ev.message_ids))
-            elif isinstance(ev, RepairRefused):
-                # It asked for more rebroadcasts than its budget (sync.sds.repair_budget).
-                if self.on_penalty is not None:
-                    self.on_penalty(ev.requester, "flood")
+            elif (penalty := sds_penalty(ev)) is not None:
+                self._penalise(penalty.peer, penalty.penalty)
             elif isinstance(ev, Evicted):
                 self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):

@@ -54,8 +54,6 @@ from sync.transfer import ClaimTable, RangeBacklog
 __all__ = ["RECON_PROTOCOL", "ReconService"]
 
 log = logging.getLogger("syncnode.recon")
-PENDING_GRACE_S = 30.0
-MIN_ROUND_S = 1.0
 
 
 class ReconService(ReconSessions):
@@ -97,16 +95,11 @@ class ReconService(ReconSessions):
         # A closed group is only interested in its members' streams.
         members = allowed_senders | {channels.peer_id} if allowed_senders else None
         self.interests = node_interests(network_id, channels.names, members)
-        # Sessions started by new events come at most every min_round_s: one sooner could not
-        # fetch anything gossip is still delivering (cluster CPU: docs/cluster-bench.md).
-        # Claims: keys being fetched, and fetched keys handed to SDS but not committed yet, are
-        # not fetched again meanwhile, unless the claim lapses (the peer withholds them).
         self.core = ReconLifecycle(channels.peer_id, self.interests, rng or random.Random(),
-                                   LifecycleConfig(
-            interval_s=section.interval_s, min_round_s=max(MIN_ROUND_S, section.gossip_grace_s),
+                                   LifecycleConfig.of(
+            interval_s=section.interval_s, gossip_grace_s=section.gossip_grace_s,
             max_sessions=section.max_sessions, claim_timeout_s=section.claim_timeout_s,
-            hold_s=PENDING_GRACE_S, max_claimed_keys=4 * self.max_missing_keys,
-            gossip_grace_ms=int(section.gossip_grace_s * 1000)))
+            max_missing_keys=self.max_missing_keys))
         self._wake = trio.Event()
         self.activity = PeerActivity()  # each peer's last session, for peers/status/metrics
         self.standing = standing

@@ -53,7 +53,15 @@ from sync.replication.actions import (
     StartSession,
 )
 from sync.replication.gaps import FetchPlan, GapPlanner
-from sync.replication.ingest import IngestOutcome, IngestPlan, ingest_batch, order, plan, screen
+from sync.replication.ingest import (
+    IngestOutcome,
+    IngestPlan,
+    ingest_batch,
+    order,
+    plan,
+    screen,
+    sds_penalty,
+)
 from sync.replication.lifecycle import LifecycleConfig, ReconLifecycle, SessionPlan
 
 __all__ = [
@@ -79,4 +87,5 @@ __all__ = [
     "order",
     "plan",
     "screen",
+    "sds_penalty",
 ]

@@ -37,11 +37,12 @@ from sync.gossip import SenderPolicy
 from sync.ingest import VerifiedBatch, triage
 from sync.peerscore import penalty_of
 from sync.replication.actions import Action, Penalize, Rejected
-from sync.sds import SdsChannel
+from sync.sds import RepairRefused, SdsChannel, SdsEvent
 from sync.sds.profile import decode_event_in
 from sync.stored_event import EventRecord
 
-__all__ = ["IngestOutcome", "IngestPlan", "ingest_batch", "order", "plan", "screen"]
+__all__ = ["IngestOutcome", "IngestPlan", "ingest_batch", "order", "plan", "screen",
+           "sds_penalty"]
 
 
 def screen(batch: VerifiedBatch, peer: str) -> tuple[list[Action], RemoteProtocolError | None]:
@@ -165,3 +166,11 @@ def _record(batch: VerifiedBatch, wires: Sequence[bytes], i: int) -> EventRecord
     """The stored form of verified event ``i`` (its key and lanes computed by the verifier)."""
     return EventRecord(batch.keys[i], batch.message_ids[i], batch.channels[i], batch.senders[i],
                        batch.lamports[i], batch.canonical.get(i, wires[i]), batch.lanes[i])
+
+
+def sds_penalty(event: SdsEvent) -> Penalize | None:
+    """What an SDS event costs a peer: a requester that asked for more rebroadcasts than its
+    repair budget (``RepairRefused``) pays ``flood``; nothing else SDS reports is a fault."""
+    if isinstance(event, RepairRefused):
+        return Penalize(event.requester, "flood")
+    return None

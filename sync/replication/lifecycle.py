@@ -60,6 +60,19 @@ class LifecycleConfig:
     gossip_grace_ms: int = 0
 
 
+    @classmethod
+    def of(cls, *, interval_s: float, gossip_grace_s: float, max_sessions: int,
+           claim_timeout_s: float, max_missing_keys: int) -> LifecycleConfig:
+        """The node's settings (``[recon]``) as the lifecycle's: sessions started by new
+        events come at most every second, and no sooner than the gossip grace (one sooner
+        could not fetch anything gossip is still delivering: docs/cluster-bench.md); a commit
+        holds its claims up to 30 s; claims are bounded at four sessions' worth of keys."""
+        return cls(interval_s=interval_s, min_round_s=max(1.0, gossip_grace_s),
+                   max_sessions=max_sessions, claim_timeout_s=claim_timeout_s, hold_s=30.0,
+                   max_claimed_keys=4 * max_missing_keys,
+                   gossip_grace_ms=int(gossip_grace_s * 1000))
+
+
 @dataclass
 class SessionPlan:
     """One session's part of the lifecycle, from ``begin`` to ``finished``/``failed``."""

@@ -126,3 +126,11 @@ def test_own_echoes_are_stored_only_when_sds_no_longer_holds_them() -> None:
 def test_order_is_lamport_then_key() -> None:
     b = VerifiedBatch(lamports=[5, 1, 5], keys=[b"b", b"z", b"a"])
     assert order(b) == [1, 2, 0]
+
+
+def test_a_requester_over_its_repair_budget_pays_flood() -> None:
+    from sync.replication import sds_penalty
+    from sync.sds import Acknowledged, RepairRefused
+
+    assert sds_penalty(RepairRefused("greedy", ("m",))) == Penalize("greedy", "flood")
+    assert sds_penalty(Acknowledged("m")) is None

@@ -162,3 +162,11 @@ def test_commits_end_holds_and_count_what_was_fetched() -> None:
     c.close(plan)
     stored, fetched = c.committed([b"k1", b"k2", b"k9"], {b"k1", b"k9"})
     assert stored == [b"k1", b"k9"] and fetched == 1
+
+
+def test_the_nodes_settings_become_the_lifecycles() -> None:
+    cfg = LifecycleConfig.of(interval_s=30.0, gossip_grace_s=2.5, max_sessions=4,
+                             claim_timeout_s=20.0, max_missing_keys=1000)
+    assert (cfg.min_round_s, cfg.gossip_grace_ms, cfg.max_claimed_keys) == (2.5, 2500, 4000)
+    assert LifecycleConfig.of(interval_s=30.0, gossip_grace_s=0.0, max_sessions=4,
+                              claim_timeout_s=20.0, max_missing_keys=10).min_round_s == 1.0
