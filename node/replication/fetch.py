@@ -33,6 +33,7 @@ from sync.peerscore import penalty_of
 from sync.replication import Action, FetchPlan, GapPlanner, Penalize, ReconcileSoon
 from sync.sds import MissingEntry
 from sync.transfer import (
+    REFUSED_PENALTY,
     FetchReader,
     InFlight,
     byte_batches,
@@ -113,7 +114,7 @@ class Fetcher:
         peer = stream.peer_id
         if not self._serving.acquire(peer):
             self.metrics.inc("fetch_refused_total")
-            self._penalise(peer, "busy")
+            self._penalise(peer, REFUSED_PENALTY)
             await stream.reset()
             return
         try:
