@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds import (
     Acknowledged,
@@ -28,17 +30,19 @@ from sync.sds import (
     SdsChannel,
     decode_transmission,
 )
+from sync.sim.hostile import HOSTILE, Hostile
 from sync.sim.network import Mesh
+from sync.sim.replication import RECON, Replication
 from sync.sim.scenario import Scenario
 from sync.sim.stats import Stats
 
 __all__ = ["Member", "SimFailure", "Simulation", "run"]
 
-(_DELIVER, _TIMER, _PUBLISH, _CRASH, _RESTART, _LEAVE, _JOIN, _SPLIT, _HEAL, _CHECK,
- _FETCH, _FETCHED) = range(12)
-_FETCH_RETRY = 5.0
+(_DELIVER, _TIMER, _PUBLISH, _CRASH, _RESTART, _LEAVE, _JOIN, _SPLIT, _HEAL,
+ _CHECK) = range(10)
 _CHANNEL = "sim"
-_CHECK_EVERY = 10.0
+#: How often (simulated seconds) the run looks whether every honest member is quiet.
+_CHECK_EVERY = 2.0
 #: Members' clocks read epoch seconds: simulated time 0 is this instant (plus their skew).
 EPOCH = 1_800_000_000.0
 
@@ -62,6 +66,8 @@ class Member:
     timer_at: float | None = None
     #: Message numbers delivered, as a bitmap (1 byte per message of the run).
     log: bytearray = field(default_factory=bytearray)
+    #: How many messages ``log`` holds.
+    held: int = 0
     #: Message ids this member declared irretrievably lost.
     declared_lost: set[str] = field(default_factory=set)
 
@@ -98,9 +104,22 @@ class Simulation:
         self.on_step: Callable[[Simulation, Member], None] | None = None
         self.steps = 0
         self._broadcast_once: set[int] = set()
-        self._fetched_ids: list[str] = []
+        self.channel = _CHANNEL
+        #: message number -> id, Lamport time; peer id -> member index
+        self.ids: list[str] = []
+        self.lamport_of: list[int] = []
+        self.senders: list[str] = []
+        #: message number -> honest members that delivered it
+        self.honest_holders: list[int] = []
+        #: member -> (time, bytes) of its repair rebroadcasts within the repair window
+        self._repairs: dict[int, deque[tuple[float, int]]] = {}
+        self.by_peer_id: dict[str, int] = {}
+        self.repl = Replication(self)
+        self.hostile = Hostile(self) if scenario.hostile else None
         for _ in range(scenario.members):
             self._new_member(0.0)
+        if self.hostile is not None:
+            self.hostile.recruit()
 
     # -- set-up ---------------------------------------------------------------------------
     def _new_member(self, at: float) -> Member:
@@ -114,13 +133,21 @@ class Simulation:
                         verify_signatures=sc.signed)
         member = Member(index, key, pid, ch, clock, at)
         self.members.append(member)
+        self.by_peer_id[pid] = index
         self.side.append(0)
         if index >= len(self.mesh.peers):
             self.mesh.add_member(self._alive())
         self._arm(member)
+        self.repl.add(member)
         return member
 
-    def _push(self, at: float, kind: int, member: int = -1, payload: int = -1) -> None:
+    def reachable(self, a: int, b: int) -> bool:
+        """Whether members ``a`` and ``b`` can talk now (both up, same side of a partition)."""
+        ma, mb = self.members[a], self.members[b]
+        return (ma.online and mb.online and not ma.gone and not mb.gone
+                and self.side[a] == self.side[b])
+
+    def push(self, at: float, kind: int, member: int = -1, payload: int = -1) -> None:
         self._seq += 1
         heapq.heappush(self.heap, (at, self._seq, kind, member, payload))
 
@@ -132,7 +159,7 @@ class Simulation:
         at = max(due - m.clock, self.now)
         if m.timer_at is None or at < m.timer_at or m.timer_at < self.now:
             m.timer_at = at
-            self._push(at, _TIMER, m.index)
+            self.push(at, _TIMER, m.index)
 
     def fail(self, what: str) -> SimFailure:
         return SimFailure(f"invariant violated at t={self.now:.3f}s, step {self.steps}: {what}\n"
@@ -143,7 +170,7 @@ class Simulation:
         sc = self.sc
         self._schedule_traffic()
         end = sc.duration + sc.settle
-        self._push(sc.duration, _CHECK)
+        self.push(sc.duration, _CHECK)
         cpu0 = self.cpu()
         while self.heap:
             at, _, kind, who, payload = heapq.heappop(self.heap)
@@ -152,11 +179,20 @@ class Simulation:
             self.now = at
             if kind == _CHECK:
                 if self._quiet():
+                    self.stats.quiet_at = at
                     break
-                self._push(at + _CHECK_EVERY, _CHECK)
+                self.push(at + _CHECK_EVERY, _CHECK)
                 continue
             self._dispatch(kind, who, payload)
         self.stats.cpu_seconds = self.cpu() - cpu0
+        self.stats.published_until = sc.duration
+        r = self.repl.stats
+        self.stats.replication = {
+            "recon_sessions": r.sessions, "recon_sessions_failed": r.sessions_failed,
+            "recon_declined": r.declined, "recon_frames": r.recon_frames,
+            "recon_bytes": r.recon_bytes, "transfer_bytes": r.transfer_bytes,
+            "recon_fetched": r.recon_fetched, "fetch_requests": r.fetch_requests,
+            "fetch_answered": r.fetch_answered, "withheld": r.withheld}
         self.stats.sim_seconds = self.now
         self._check_converged()
         return self.stats
@@ -168,7 +204,7 @@ class Simulation:
             t += rng.expovariate(sc.rate)
             if t >= sc.duration:
                 break
-            self._push(t, _PUBLISH)
+            self.push(t, _PUBLISH)
         for rate, kind in ((sc.crash_rate, _CRASH), (sc.leave_rate, _LEAVE),
                            (sc.join_rate, _JOIN)):
             t = 0.0
@@ -176,10 +212,10 @@ class Simulation:
                 t += rng.expovariate(rate)
                 if t >= sc.duration:
                     break
-                self._push(t, kind)
+                self.push(t, kind)
         for start, stop, fraction in sc.partitions:
-            self._push(start, _SPLIT, payload=int(fraction * 1000))
-            self._push(stop, _HEAL)
+            self.push(start, _SPLIT, payload=int(fraction * 1000))
+            self.push(stop, _HEAL)
 
     def _alive(self) -> list[bool]:
         return [x.online and not x.gone for x in self.members]
@@ -213,9 +249,10 @@ class Simulation:
                 if kind == _LEAVE:
                     victim.gone = True
                 else:
-                    self._push(self.now + self.sc.downtime, _RESTART, victim.index)
+                    self.push(self.now + self.sc.downtime, _RESTART, victim.index)
         elif kind == _RESTART:
             self._restart(self.members[who])
+            self.stats.disrupted_at = self.now
         elif kind == _JOIN:
             self._new_member(self.now)
         elif kind == _SPLIT:
@@ -223,14 +260,12 @@ class Simulation:
                 self.side[m.index] = 1 if self.rng.random() < payload / 1000 else 0
         elif kind == _HEAL:
             self.side = [0] * len(self.members)
-        elif kind == _FETCH:
-            self._fetch(self.members[who], payload)
-        elif kind == _FETCHED:
-            m = self.members[who]
-            if m.online:
-                wire = self.wires[self._fetched_ids[payload]]
-                if m.channel.is_missing(self._fetched_ids[payload]):
-                    self._receive(m, wire)
+            self.stats.disrupted_at = self.now
+        elif kind >= HOSTILE:
+            if self.hostile is not None:
+                self.hostile.handle(kind, who, payload)
+        elif kind >= RECON:
+            self.repl.handle(kind, who, payload)
 
     def _publish(self, m: Member) -> None:
         content = self.rng.randbytes(self.sc.content_bytes)
@@ -239,38 +274,37 @@ class Simulation:
         self.stats.member_cpu += self.cpu() - t0
         self.stats.published += 1
         self._after(m, published=True)
-        self._broadcast(m, wire)
+        self.broadcast(m, wire)
 
     def _deliver(self, m: Member, payload: int) -> None:
-        self._receive(m, self.payloads[payload][0])
+        data, origin, _ = self.payloads[payload]
+        self._receive(m, data, origin)
 
-    def _fetch(self, m: Member, want: int) -> None:
-        """The node's fetch-by-id: ask up to 3 reachable holders for a missing message."""
-        mid = self._fetched_ids[want]
-        if not m.online or not m.channel.is_missing(mid):
-            return
-        wire = self.wires.get(mid)
-        holders = [o for o in self.members if o is not m and o.online and not o.gone
-                   and self.side[o.index] == self.side[m.index] and o.channel.holds(mid)]
-        if wire is None or not holders:
-            self._push(self.now + _FETCH_RETRY, _FETCH, m.index, want)
-            return
-        asked = self.rng.sample(holders, min(3, len(holders)))
-        lo, hi = self.sc.network.latency
-        for _ in asked:
-            self.stats.sent(m.index, 1, 80)
-            self.stats.got(m.index, 1, len(wire))
-            self.stats.fetched += 1
-        self._push(self.now + 2 * self.rng.uniform(lo, hi), _FETCHED, m.index, want)
-
-    def _receive(self, m: Member, data: bytes) -> None:
+    def _receive(self, m: Member, data: bytes, origin: int = -1) -> None:
         t0 = self.cpu()
-        m.channel.receive(data, self.now + m.clock)
+        try:
+            m.channel.receive(data, self.now + m.clock)
+        except RemoteProtocolError as exc:
+            self.stats.member_cpu += self.cpu() - t0
+            self._rejected(m, origin, exc)
+            return
         self.stats.member_cpu += self.cpu() - t0
         self.stats.receptions += 1
         self._after(m)
 
-    def _broadcast(self, m: Member, data: bytes) -> None:
+    def receive_fetched(self, m: Member, wire: bytes) -> None:
+        """An event Recon or fetch-by-id brought (its canonical wire), unless already held."""
+        if m.online and not m.gone:
+            self._receive(m, wire)
+
+    def _rejected(self, m: Member, origin: int, exc: RemoteProtocolError) -> None:
+        """Hostile input is refused and counted; an honest member's never is."""
+        reason = exc.reason.split(":")[0][:60]
+        self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
+        if m.honest and (origin < 0 or self.members[origin].honest):
+            raise self.fail(f"member {m.index} rejected honest input: {exc.reason}")
+
+    def broadcast(self, m: Member, data: bytes) -> None:
         sc, stats = self.sc, self.stats
         number = len(self.payloads)
         tx = decode_transmission(data, verify_signature=False, check_id=False)
@@ -280,13 +314,17 @@ class Simulation:
         first = content_no >= 0 and content_no not in self._broadcast_once
         if first:
             self._broadcast_once.add(content_no)
-        if content_no < 0:
+        if not m.honest:
+            kind = "hostile"
+        elif content_no < 0:
             kind = "sync_request" if tx.repair_request else "sync"
         elif first:
             kind = "content"
         else:
             kind = "resend" if tx.event.sender_id == m.peer_id else "repair"
         stats.floods[kind] = stats.floods.get(kind, 0) + 1
+        if kind == "repair":
+            self._check_repair_budget(m, len(data))
         stats.flood_bytes[kind] = stats.flood_bytes.get(kind, 0) + len(data)
         self.payloads.append((data, m.index, content_no))
         if sc.signed:
@@ -307,7 +345,7 @@ class Simulation:
                 if first:
                     stats.lost += 1
                 continue
-            self._push(at, _DELIVER, member, number)
+            self.push(at, _DELIVER, member, number)
         if first:
             reached = len(flood.arrival)
             stats.unreached += sum(1 for x in self.members if x.online and not x.gone) - 1 - reached
@@ -318,17 +356,10 @@ class Simulation:
         for ev in ch.events():
             if isinstance(ev, Delivered):
                 self._on_delivered(m, ev)
-            elif isinstance(ev, Acknowledged):
-                # Received (delivered or waiting: ids enter filters on reception) by another.
-                if not any(o is not m and o.channel.holds(ev.message_id)
-                           for o in self.members):
-                    raise self.fail(f"member {m.index} saw {ev.message_id[:12]} acknowledged "
-                                    "while no other member holds it")
-            elif isinstance(ev, MissingDependencies) and self.sc.fetch:
-                for entry in ev.entries:
-                    want = len(self._fetched_ids)
-                    self._fetched_ids.append(entry.message_id)
-                    self._push(self.now + self.sc.fetch_delay, _FETCH, m.index, want)
+            elif isinstance(ev, Acknowledged) and m.honest:
+                self._check_ack(m, ev.message_id)
+            elif isinstance(ev, MissingDependencies):
+                self.repl.missing(m, ev.entries)
             elif isinstance(ev, DependencyLost):
                 m.declared_lost.add(ev.message_id)
                 stats.declared_lost += 1
@@ -339,11 +370,12 @@ class Simulation:
             elif isinstance(ev, RepairRefused):
                 stats.repair_refused += len(ev.message_ids)
         for data in ch.datagrams_to_send():
-            self._broadcast(m, data)
+            self.broadcast(m, data)
         self._check_bounds(m)
         if self.on_step is not None:
             self.on_step(self, m)
         self._arm(m)
+        self.repl.arm(m)
 
     def _on_delivered(self, m: Member, ev: Delivered) -> None:
         no = self.msg_no.get(ev.message_id)
@@ -351,7 +383,12 @@ class Simulation:
             no = self.msg_no[ev.message_id] = len(self.published_at)
             self.published_at.append(self.now)
             self.holders.append(0)
+            self.honest_holders.append(0)
             self.wires[ev.message_id] = ev.wire
+            self.ids.append(ev.message_id)
+            self.senders.append(ev.sender_id)
+            self.lamport_of.append(ev.lamport)
+            self.repl.new_message(no, ev.sender_id, ev.lamport, ev.message_id)
         log = m.log
         if len(log) <= no:
             log.extend(bytes(no + 64 - len(log)))
@@ -364,11 +401,37 @@ class Simulation:
                     raise self.fail(f"member {m.index} delivered {ev.message_id[:12]} before "
                                     f"its dependency {h[:12]}")
         log[no] = 1
+        m.held += 1
         self.holders[no] += 1
+        if m.honest:
+            self.honest_holders[no] += 1
+        self.repl.delivered(m, no)
         if ev.sender_id != m.peer_id:
             self.stats.latency.append(self.now - self.published_at[no])
         else:
             self.stats.deliveries_own += 1
+
+    def _check_ack(self, m: Member, mid: str) -> None:
+        """Nothing acknowledged is lost: another *honest* member holds it (delivered or
+        waiting: ids enter filters on reception), whatever hostile members claimed."""
+        no = self.msg_no.get(mid)
+        if no is not None and self.honest_holders[no] >= 2:
+            return  # the sender and at least one other honest member delivered it
+        if not any(o is not m and o.honest and o.channel.holds(mid) for o in self.members):
+            raise self.fail(f"member {m.index} saw {mid[:12]} acknowledged while no other "
+                            "honest member holds it")
+
+    def _check_repair_budget(self, m: Member, size: int) -> None:
+        """A member's repair rebroadcasts stay within ``repair_total_bytes`` per window."""
+        cfg = self.sc.sds
+        window = self._repairs.setdefault(m.index, deque())
+        window.append((self.now, size))
+        while window[0][0] <= self.now - cfg.repair_window:
+            window.popleft()
+        spent = sum(b for _, b in window)
+        if spent > cfg.repair_total_bytes:
+            raise self.fail(f"member {m.index} rebroadcast {spent} bytes of repairs within "
+                            f"{cfg.repair_window:g} s (budget {cfg.repair_total_bytes})")
 
     def _check_bounds(self, m: Member) -> None:
         cfg = self.sc.sds
@@ -380,6 +443,11 @@ class Simulation:
             if sizes[name] > bound:
                 raise self.fail(f"member {m.index}: {name} {sizes[name]} over its bound {bound}")
         self.stats.heads_peak = max(self.stats.heads_peak, sizes["heads"])
+        if m.honest:
+            ceiling = int((self.now + m.clock) * 1000) + cfg.max_lamport_ahead_ms + 1
+            if m.channel.lamport > ceiling:
+                raise self.fail(f"member {m.index}: Lamport clock {m.channel.lamport} beyond "
+                                f"wall clock + max_lamport_ahead_ms ({ceiling})")
 
     def _restart(self, m: Member) -> None:
         """A crashed member comes back from its saved state and its persisted log."""
@@ -398,6 +466,7 @@ class Simulation:
         self.mesh.attach(m.index, self._alive())
         self.stats.restarts += 1
         self._after(m)
+        self.repl.reconnected(m)
 
     # -- convergence ----------------------------------------------------------------------
     def _full(self) -> list[Member]:
@@ -413,7 +482,7 @@ class Simulation:
             s = m.channel.sizes()
             if s["waiting"] or s["missing"] or s["repair_requests"]:
                 return False
-            if m.joined_at == 0.0 and sum(m.log) != total:
+            if m.joined_at == 0.0 and m.held != total:
                 return False
         return True
 

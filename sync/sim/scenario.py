@@ -49,6 +49,13 @@ class Scenario:
     #: alone, as the scale benchmark measures them. Recon is not modelled.
     fetch: bool = False
     fetch_delay: float = 1.0
+    #: Recon (CIP-124) and the WANT/EVENTS transfer between mesh neighbours, with the node's
+    #: round timer (``recon_interval``, ``[recon] interval_s``): sync/sim/replication.py.
+    recon: bool = False
+    recon_interval: float = 10.0
+    #: Hostile members, one per behaviour named (sync/sim/hostile.py: clock, amplify, acks,
+    #: withhold).
+    hostile: tuple[str, ...] = ()
 
     def command(self) -> str:
         """The ``python -m sync.sim`` command that replays this run."""
@@ -65,6 +72,9 @@ class Scenario:
             args.append("--allow-lost")
         if self.fetch:
             args.append("--fetch")
+        if self.recon:
+            args += ["--recon", f"--recon-interval {self.recon_interval}"]
+        args += [f"--hostile {name}" for name in self.hostile]
         defaults = SdsConfig()
         for f in fields(SdsConfig):
             value = getattr(self.sds, f.name)
@@ -83,4 +93,13 @@ SWEEP: dict[str, Scenario] = {
                           fetch=True),
     "mesh": Scenario(members=12, duration=8,
                      network=NetworkConfig(degree=3, link_loss=0.05, bandwidth=200_000)),
+    # Recon and fetch-by-id after a partition and through churn: every honest member ends
+    # with every message (nothing may stay declared lost: Recon brings it).
+    "recon": Scenario(members=16, duration=8, partitions=((1.0, 6.0, 0.4),), crash_rate=0.1,
+                      join_rate=0.1, skew=1.0, recon=True, fetch=True,
+                      network=NetworkConfig(delivery_loss=0.02)),
+    # One member of each hostile behaviour (docs/security.md) in a lossy group with Recon.
+    "hostile": Scenario(members=16, duration=8, recon=True, fetch=True,
+                        hostile=("clock", "amplify", "acks", "withhold"),
+                        network=NetworkConfig(delivery_loss=0.03)),
 }

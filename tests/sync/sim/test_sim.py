@@ -23,9 +23,14 @@ def test_the_simulated_members_run_the_nodes_default_settings() -> None:
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_seed_sweep(name: str, seed: int) -> None:
-    stats = run(dataclasses.replace(SCENARIOS[name], seed=seed))
-    assert stats.published > 100 and stats.messages == stats.published
+    sc = dataclasses.replace(SCENARIOS[name], seed=seed)
+    stats = run(sc)
+    assert stats.published > 100
+    # Hostile members' valid events (amplify) are logged like anyone's; nothing else is.
+    assert stats.messages == stats.published or (sc.hostile and stats.messages > stats.published)
     assert stats.heads_peak <= SdsConfig().max_heads
+    if sc.recon:
+        assert stats.replication["recon_sessions"] > 0
 
 
 def test_a_run_is_replayed_exactly_from_its_seed() -> None:
