@@ -62,6 +62,8 @@ def parse_all(argv: Sequence[str] | None = None
     p.add_argument("--recon-interval", type=float, default=10.0)
     p.add_argument("--hostile", action="append", default=[],
                    help="a hostile member: clock, amplify, acks or withhold (repeatable)")
+    p.add_argument("--unshared", action="store_true",
+                   help="every member decodes and verifies on its own (slower)")
     p.add_argument("--allow-lost", action="store_true",
                    help="a member may lack messages it declared lost (Recon's job)")
     p.add_argument("--sds", action="append", default=[], help="SdsConfig override NAME=VALUE")
@@ -77,7 +79,7 @@ def parse_all(argv: Sequence[str] | None = None
         skew=a.skew, partitions=partitions,  # type: ignore[arg-type]
         sds=_sds_overrides(a.sds), signed=not a.unsigned, allow_lost=a.allow_lost,
         fetch=a.fetch, recon=a.recon, recon_interval=a.recon_interval,
-        hostile=tuple(a.hostile))
+        hostile=tuple(a.hostile), shared=not a.unshared)
     seeds = None
     if a.seeds:
         lo, _, hi = a.seeds.partition("-")

@@ -38,6 +38,8 @@ BEHAVIOURS = ("clock", "amplify", "acks", "withhold")
 HOSTILE = 30
 #: Seconds between two attack steps of one hostile member.
 PERIOD = 1.0
+#: The forger sends its filters often, so that they reach senders before any honest copy.
+ACK_PERIOD = 0.2
 _AHEAD_MS = 3_600_000
 _REQUESTS = 8
 
@@ -81,7 +83,8 @@ class Hostile:
                 self._amplify(m)
             elif name == "acks":
                 self._acks(m)
-        sim.push(sim.now + PERIOD, HOSTILE, who)
+        sim.push(sim.now + (ACK_PERIOD if self.behaviour[who] == "acks" else PERIOD),
+                 HOSTILE, who)
 
     # -- the attacks --------------------------------------------------------------------------
     def _wall_ms(self, m: Member) -> int:

@@ -34,6 +34,7 @@ from sync.sim.hostile import HOSTILE, Hostile
 from sync.sim.network import Mesh
 from sync.sim.replication import RECON, Replication
 from sync.sim.scenario import Scenario
+from sync.sim.shared import SharedDecodeProfile, shared_verification
 from sync.sim.stats import Stats
 
 __all__ = ["Member", "SimFailure", "Simulation", "run"]
@@ -114,6 +115,7 @@ class Simulation:
         #: member -> (time, bytes) of its repair rebroadcasts within the repair window
         self._repairs: dict[int, deque[tuple[float, int]]] = {}
         self.by_peer_id: dict[str, int] = {}
+        self._profile: SharedDecodeProfile | None = None
         self.repl = Replication(self)
         self.hostile = Hostile(self) if scenario.hostile else None
         for _ in range(scenario.members):
@@ -131,6 +133,7 @@ class Simulation:
         ch = SdsChannel(_CHANNEL, pid, key if sc.signed else None, config=sc.sds,
                         rng=random.Random(self.rng.getrandbits(64)), now=at + clock,
                         verify_signatures=sc.signed)
+        self._share(ch)
         member = Member(index, key, pid, ch, clock, at)
         self.members.append(member)
         self.by_peer_id[pid] = index
@@ -140,6 +143,12 @@ class Simulation:
         self._arm(member)
         self.repl.add(member)
         return member
+
+    def _share(self, ch: SdsChannel) -> None:
+        if self.sc.shared:
+            if self._profile is None:
+                self._profile = SharedDecodeProfile.of(ch.profile)
+            ch.profile = self._profile
 
     def reachable(self, a: int, b: int) -> bool:
         """Whether members ``a`` and ``b`` can talk now (both up, same side of a partition)."""
@@ -167,6 +176,12 @@ class Simulation:
 
     # -- running --------------------------------------------------------------------------
     def run(self) -> Stats:
+        if not self.sc.shared:
+            return self._run()
+        with shared_verification():
+            return self._run()
+
+    def _run(self) -> Stats:
         sc = self.sc
         self._schedule_traffic()
         end = sc.duration + sc.settle
@@ -461,6 +476,7 @@ class Simulation:
                                        cached_wires=recent, config=sc.sds,
                                        rng=random.Random(self.rng.getrandbits(64)),
                                        now=self.now + m.clock, verify_signatures=sc.signed)
+        self._share(m.channel)
         m.online = True
         m.timer_at = None
         self.mesh.attach(m.index, self._alive())
@@ -480,7 +496,7 @@ class Simulation:
             if not m.online:
                 return False
             s = m.channel.sizes()
-            if s["waiting"] or s["missing"] or s["repair_requests"]:
+            if s["waiting"] or s["missing"] or s["repair_requests"] or s["repair_responses"]:
                 return False
             if m.joined_at == 0.0 and m.held != total:
                 return False
