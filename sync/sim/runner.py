@@ -3,8 +3,9 @@
 One heap of (time, seq, kind, member, payload) drives it; every member step (a delivery, a
 timer, a publish) is followed by the invariant checks of that member, and the run ends with
 the convergence check. A violated invariant raises :class:`SimFailure`, whose text carries the
-command that replays the run. Extension points for the later models (Recon, fetch-by-id,
-the database app, hostile members): ``Member.honest`` and ``Simulation.on_step``.
+command that replays the run. Recon, the transfer and fetch-by-id live in
+``sync.sim.replication`` (heap kinds 20-29), hostile members in ``sync.sim.hostile`` (30);
+``Simulation.on_step`` lets a test look at every step.
 """
 
 from __future__ import annotations
@@ -202,6 +203,7 @@ class Simulation:
         self.stats.cpu_seconds = self.cpu() - cpu0
         self.stats.published_until = sc.duration
         r = self.repl.stats
+        self.stats.fetched = r.fetch_answered
         self.stats.replication = {
             "recon_sessions": r.sessions, "recon_sessions_failed": r.sessions_failed,
             "recon_declined": r.declined, "recon_frames": r.recon_frames,
@@ -314,7 +316,10 @@ class Simulation:
 
     def _rejected(self, m: Member, origin: int, exc: RemoteProtocolError) -> None:
         """Hostile input is refused and counted; an honest member's never is."""
-        reason = exc.reason.split(":")[0][:60]
+        # The error's kind is its metric label where sync.errors has kinds (issue 30), else
+        # the reason up to its first colon (what follows is detail: ids, timestamps).
+        kind = getattr(exc, "kind", None)
+        reason = str(getattr(kind, "value", None) or exc.reason.split(":")[0][:60])
         self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
         if m.honest and (origin < 0 or self.members[origin].honest):
             raise self.fail(f"member {m.index} rejected honest input: {exc.reason}")

@@ -58,3 +58,14 @@ def test_a_failing_seed_prints_the_command_that_replays_it() -> None:
     assert command.startswith("python -m sync.sim ")
     replayed, _, _ = parse(command.split()[3:])
     assert replayed == sc
+
+
+def test_sharing_decoding_and_signature_checks_changes_no_decision() -> None:
+    """sync/sim/shared.py only saves repeated work: with and without it, the same figures."""
+    sc = dataclasses.replace(SCENARIOS["hostile"], seed=6, members=10)
+    a = run(sc).summary()
+    b = run(dataclasses.replace(sc, shared=False)).summary()
+    for volatile in ("cpu_seconds", "cpu_us_per_event_member"):
+        a.pop(volatile)
+        b.pop(volatile)
+    assert a == b
