@@ -31,6 +31,7 @@ from sync.sds import (
     SdsChannel,
     decode_transmission,
 )
+from sync.sim import invariants
 from sync.sim.hostile import HOSTILE, Hostile
 from sync.sim.network import Mesh
 from sync.sim.replication import RECON, Replication
@@ -114,7 +115,7 @@ class Simulation:
         #: message number -> honest members that delivered it
         self.honest_holders: list[int] = []
         #: member -> (time, bytes) of its repair rebroadcasts within the repair window
-        self._repairs: dict[int, deque[tuple[float, int]]] = {}
+        self.repair_windows: dict[int, deque[tuple[float, int]]] = {}
         self.by_peer_id: dict[str, int] = {}
         self._profile: SharedDecodeProfile | None = None
         self.repl = Replication(self)
@@ -194,7 +195,7 @@ class Simulation:
                 break
             self.now = at
             if kind == _CHECK:
-                if self._quiet():
+                if invariants.quiet(self):
                     self.stats.quiet_at = at
                     break
                 self.push(at + _CHECK_EVERY, _CHECK)
@@ -211,7 +212,7 @@ class Simulation:
             "recon_fetched": r.recon_fetched, "fetch_requests": r.fetch_requests,
             "fetch_answered": r.fetch_answered, "withheld": r.withheld}
         self.stats.sim_seconds = self.now
-        self._check_converged()
+        invariants.check_converged(self)
         return self.stats
 
     def _schedule_traffic(self) -> None:
@@ -344,7 +345,7 @@ class Simulation:
             kind = "resend" if tx.event.sender_id == m.peer_id else "repair"
         stats.floods[kind] = stats.floods.get(kind, 0) + 1
         if kind == "repair":
-            self._check_repair_budget(m, len(data))
+            invariants.check_repair_budget(self, m, len(data))
         stats.flood_bytes[kind] = stats.flood_bytes.get(kind, 0) + len(data)
         self.payloads.append((data, m.index, content_no))
         if sc.signed:
@@ -377,7 +378,7 @@ class Simulation:
             if isinstance(ev, Delivered):
                 self._on_delivered(m, ev)
             elif isinstance(ev, Acknowledged) and m.honest:
-                self._check_ack(m, ev.message_id)
+                invariants.check_ack(self, m, ev.message_id)
             elif isinstance(ev, MissingDependencies):
                 self.repl.missing(m, ev.entries)
             elif isinstance(ev, DependencyLost):
@@ -391,7 +392,7 @@ class Simulation:
                 stats.repair_refused += len(ev.message_ids)
         for data in ch.datagrams_to_send():
             self.broadcast(m, data)
-        self._check_bounds(m)
+        invariants.check_bounds(self, m)
         if self.on_step is not None:
             self.on_step(self, m)
         self._arm(m)
@@ -431,44 +432,6 @@ class Simulation:
         else:
             self.stats.deliveries_own += 1
 
-    def _check_ack(self, m: Member, mid: str) -> None:
-        """Nothing acknowledged is lost: another *honest* member holds it (delivered or
-        waiting: ids enter filters on reception), whatever hostile members claimed."""
-        no = self.msg_no.get(mid)
-        if no is not None and self.honest_holders[no] >= 2:
-            return  # the sender and at least one other honest member delivered it
-        if not any(o is not m and o.honest and o.channel.holds(mid) for o in self.members):
-            raise self.fail(f"member {m.index} saw {mid[:12]} acknowledged while no other "
-                            "honest member holds it")
-
-    def _check_repair_budget(self, m: Member, size: int) -> None:
-        """A member's repair rebroadcasts stay within ``repair_total_bytes`` per window."""
-        cfg = self.sc.sds
-        window = self._repairs.setdefault(m.index, deque())
-        window.append((self.now, size))
-        while window[0][0] <= self.now - cfg.repair_window:
-            window.popleft()
-        spent = sum(b for _, b in window)
-        if spent > cfg.repair_total_bytes:
-            raise self.fail(f"member {m.index} rebroadcast {spent} bytes of repairs within "
-                            f"{cfg.repair_window:g} s (budget {cfg.repair_total_bytes})")
-
-    def _check_bounds(self, m: Member) -> None:
-        cfg = self.sc.sds
-        sizes = m.channel.sizes()
-        bounds = {"heads": cfg.max_heads, "waiting": cfg.max_waiting,
-                  "missing": cfg.max_missing, "repair_cache": cfg.repair_cache_size,
-                  "members": cfg.max_members_tracked}
-        for name, bound in bounds.items():
-            if sizes[name] > bound:
-                raise self.fail(f"member {m.index}: {name} {sizes[name]} over its bound {bound}")
-        self.stats.heads_peak = max(self.stats.heads_peak, sizes["heads"])
-        if m.honest:
-            ceiling = int((self.now + m.clock) * 1000) + cfg.max_lamport_ahead_ms + 1
-            if m.channel.lamport > ceiling:
-                raise self.fail(f"member {m.index}: Lamport clock {m.channel.lamport} beyond "
-                                f"wall clock + max_lamport_ahead_ms ({ceiling})")
-
     def _restart(self, m: Member) -> None:
         """A crashed member comes back from its saved state and its persisted log."""
         sc = self.sc
@@ -488,49 +451,6 @@ class Simulation:
         self.stats.restarts += 1
         self._after(m)
         self.repl.reconnected(m)
-
-    # -- convergence ----------------------------------------------------------------------
-    def _full(self) -> list[Member]:
-        return [m for m in self.members if m.honest and not m.gone and m.joined_at == 0.0]
-
-    def _quiet(self) -> bool:
-        total = len(self.published_at)
-        for m in self.members:
-            if m.gone or not m.honest:
-                continue
-            if not m.online:
-                return False
-            s = m.channel.sizes()
-            if s["waiting"] or s["missing"] or s["repair_requests"] or s["repair_responses"]:
-                return False
-            if m.joined_at == 0.0 and m.held != total:
-                return False
-        return True
-
-    def _check_converged(self) -> None:
-        full = self._full()
-        total = len(self.published_at)
-        ids = sorted(self.msg_no, key=self.msg_no.__getitem__)
-        for m in full:
-            missing = [i for i in range(total) if i >= len(m.log) or not m.log[i]]
-            silent = [i for i in missing if ids[i] not in m.declared_lost]
-            if silent or (missing and not self.sc.allow_lost):
-                first = (silent or missing)[0]
-                how = "declared lost" if ids[first] in m.declared_lost else "silent"
-                raise self.fail(f"member {m.index} holds {total - len(missing)} of {total} "
-                                f"messages after settling; {len(silent)} gap(s) it never "
-                                f"declared lost (first missing: message #{first}, {how})")
-        for m in self.members:
-            if m.gone or not m.honest or m.joined_at == 0.0:
-                continue
-            late = [i for i, t in enumerate(self.published_at)
-                    if t > m.joined_at + 1.0 and (i >= len(m.log) or not m.log[i])]
-            if late:
-                raise self.fail(f"joiner {m.index} lacks {len(late)} messages published after "
-                                "it joined")
-        self.stats.members = len(full)
-        self.stats.messages = total
-
 
 def run(scenario: Scenario, cpu_clock: Callable[[], float] = _no_clock) -> Stats:
     return Simulation(scenario, cpu_clock).run()
