@@ -57,7 +57,10 @@ def check_bounds(sim: Simulation, m: Member) -> None:
 def full(sim: Simulation) -> list[Member]:
     return [m for m in sim.members if m.honest and not m.gone and m.joined_at == 0.0]
 
-def quiet(sim: Simulation) -> bool:
+def quiet(sim: Simulation, *, answers: bool = True) -> bool:
+    """Every honest member is up, holds every message (if there from the start), and has
+    nothing waiting, missing or requested; with ``answers``, no repair answer scheduled
+    either (nothing more will be sent: the run may end). Without: the group has caught up."""
     total = len(sim.published_at)
     for m in sim.members:
         if m.gone or not m.honest:
@@ -65,7 +68,8 @@ def quiet(sim: Simulation) -> bool:
         if not m.online:
             return False
         s = m.channel.sizes()
-        if s["waiting"] or s["missing"] or s["repair_requests"] or s["repair_responses"]:
+        if s["waiting"] or s["missing"] or s["repair_requests"] \
+                or (answers and s["repair_responses"]):
             return False
         if m.joined_at == 0.0 and m.held != total:
             return False

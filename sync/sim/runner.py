@@ -195,8 +195,12 @@ class Simulation:
                 break
             self.now = at
             if kind == _CHECK:
+                stats = self.stats
+                if (at >= sc.duration and stats.caught_up_at <= stats.disrupted_at
+                        and invariants.quiet(self, answers=False)):
+                    stats.caught_up_at = at
                 if invariants.quiet(self):
-                    self.stats.quiet_at = at
+                    stats.quiet_at = at
                     break
                 self.push(at + _CHECK_EVERY, _CHECK)
                 continue

@@ -39,6 +39,9 @@ class Stats:
     hostile_messages: int = 0
     #: When every honest member was first seen quiet (converged), simulated seconds.
     quiet_at: float = 0.0
+    #: When every honest member first held every message after the last disruption and the
+    #: end of publishing (repair answers may still be due: ``quiet_at`` waits for those too).
+    caught_up_at: float = 0.0
     #: When the last disruption (partition healed, restart, join) happened.
     disrupted_at: float = 0.0
     #: Recon / transfer / fetch-by-id counters (``sync.sim.replication.ReplStats``).
@@ -101,8 +104,9 @@ class Stats:
             if self.hostile_bytes else 0.0,
             # Simulated seconds from the last disruption (or the end of publishing) until
             # every honest member held every message.
-            "catchup_s": round(self.quiet_at - max(self.disrupted_at, self.published_until), 1)
-            if self.quiet_at else None,
+            "catchup_s": round(self.caught_up_at
+                               - max(self.disrupted_at, self.published_until), 1)
+            if self.caught_up_at else None,
             "replication": dict(self.replication),
             "sim_seconds": round(self.sim_seconds, 1),
             "cpu_seconds": round(self.cpu_seconds, 1),
