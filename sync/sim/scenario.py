@@ -107,4 +107,10 @@ SWEEP: dict[str, Scenario] = {
     "hostile": Scenario(members=16, duration=8, recon=True, fetch=True,
                         hostile=("clock", "amplify", "acks", "withhold"),
                         network=NetworkConfig(delivery_loss=0.03)),
+    # All of it at once: heavy loss, churn of every kind, a partition, skewed clocks and every
+    # hostile behaviour, with Recon and fetch-by-id.
+    "storm": Scenario(members=30, duration=8, crash_rate=0.3, join_rate=0.2, leave_rate=0.1,
+                      skew=5.0, partitions=((2.0, 6.0, 0.4),), recon=True, fetch=True,
+                      hostile=("clock", "amplify", "acks", "withhold"),
+                      network=NetworkConfig(delivery_loss=0.1, link_loss=0.05)),
 }
