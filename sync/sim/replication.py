@@ -26,7 +26,14 @@ from sync.errors import RemoteProtocolError
 from sync.recon import MemoryKeyStore, PeerScheduler, ReconConfig, ReconSession, node_interests
 from sync.recon.eventid import event_key
 from sync.sds import MissingEntry
-from sync.transfer import EventsPacker, FetchQueue, ReconExchange, SendFrame, plan_peers
+from sync.transfer import (
+    EventsPacker,
+    FetchQueue,
+    ReconExchange,
+    SendFrame,
+    not_recent,
+    plan_peers,
+)
 
 if TYPE_CHECKING:
     from sync.sim.runner import Member, Simulation
@@ -45,6 +52,7 @@ _FETCH_EXTRA = 2
 _FETCH_RETRY_S = 5.0
 _FRAME_BYTES = 4 << 20
 _WANT_KEY_BYTES = 72
+_GRACE_MS = 3000
 
 
 @dataclass
@@ -207,8 +215,12 @@ class Replication:
         stats.recon_bytes += size
         sim.stats.sent(a.index, (frames + 1) // 2, size // 2)
         sim.stats.sent(b.index, frames // 2, size // 2)
-        wants = ([self.no_of_key[k] for k in ea.missing if k in self.no_of_key],
-                 [self.no_of_key[k] for k in eb.missing if k in self.no_of_key])
+        # The gossip grace (``not_recent``, [recon] gossip_grace_s): events younger than it
+        # by the fetching side's wall clock are left to gossip, as the node does.
+        wants = ([self.no_of_key[k] for k in not_recent(ea.missing, self._wall_ms(a), _GRACE_MS)
+                  if k in self.no_of_key],
+                 [self.no_of_key[k] for k in not_recent(eb.missing, self._wall_ms(b), _GRACE_MS)
+                  if k in self.no_of_key])
         pending = _Pending(a.index, b.index, wants, frames, size, ok)
         lat = sim.mesh.latency.get((a.index, b.index), 0.1)
         moved = sum(len(sim.wires[sim.ids[n]]) for side in wants for n in side)
@@ -216,6 +228,9 @@ class Replication:
         done = now + frames * lat + (2 * lat if any(wants) else 0.0) + (moved / bw if bw else 0)
         stats.pending.append(pending)
         sim.push(done, RECON_DONE, a.index, len(stats.pending) - 1)
+
+    def _wall_ms(self, m: Member) -> int:
+        return int((self.sim.now + m.clock) * 1000)
 
     def _finish(self, p: _Pending, slot: int) -> None:
         sim, stats = self.sim, self.stats
