@@ -61,7 +61,7 @@ def test_without_the_clock_rule_the_clock_invariant_fails(
 
 
 # A small repair budget, so that the invariant's bound is within reach of the attack.
-TIGHT = SdsConfig(repair_requester_bytes=1000, repair_total_bytes=2000)
+TIGHT = SdsConfig(repair_requester_bytes=600, repair_total_bytes=1000)
 
 
 def test_repair_amplification_stays_within_the_budget() -> None:
