@@ -9,7 +9,9 @@ modelled: this is what SDS-R alone costs. Loss is per (message, member): a membe
 broadcast with that probability.
 
 Per run: bytes and messages sent and received per member per published event (every copy the
-mesh delivers), CPU per (event x member) (process time inside the channels' calls), repair
+mesh delivers), CPU per (event x member) (process time inside the channels' calls; by default
+each broadcast is decoded and each signature checked once for the whole group, docs/sim.md
+"Speed": ``--unshared`` counts every member's own decoding, as before), repair
 requests and responses per lost (message, member), delivery latency p50/p99 (publish to
 delivery at each other member), peak DAG heads. Keys (issue 30): ``bytes_growth_5pct`` (bytes
 received per member per event at the largest N / at N=10, 5% loss), ``responses_per_loss_max_n``
@@ -31,6 +33,7 @@ The last line is the JSON result, also written to docs/bench/scale.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -50,6 +53,8 @@ CATCHUP_KEYS = ("catchup_s", "replication", "bytes_recv_per_member_event", "deli
                 "delivery_p99_s", "declared_lost", "sim_seconds", "wall_s")
 
 LOSSES = (0.0, 0.05)
+#: Decode and verify once for the whole group (sync/sim/shared.py; ``--unshared``: off).
+SHARED = True
 SIZES = {"smoke": (10, 30), "quick": (10, 100, 300), "full": (10, 100, 1000)}
 DURATION = {"smoke": 3.0, "quick": 10.0, "full": 20.0}
 COLUMNS = ("bytes_recv_per_member_event", "bytes_sent_per_member_event",
@@ -69,6 +74,7 @@ def one(members: int, loss: float, duration: float, seed: int,
         scenario: Scenario | None = None) -> dict[str, object]:
     scenario = scenario or Scenario(members=members, seed=seed, duration=duration,
                                     network=NetworkConfig(delivery_loss=loss))
+    scenario = dataclasses.replace(scenario, shared=SHARED)
     started = time.monotonic()
     try:
         summary = run(scenario, time.process_time).summary()
@@ -87,8 +93,13 @@ def main() -> int:
     size.add_argument("--quick", action="store_true")
     size.add_argument("--smoke", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--unshared", action="store_true",
+                        help="every member decodes and verifies on its own (sync/sim/shared.py "
+                             "off): slower, and the CPU figure counts that repeated work")
     parser.add_argument("--no-write", action="store_true", help="do not write the JSON file")
     args = parser.parse_args()
+    global SHARED
+    SHARED = not args.unshared
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     sizes, duration = SIZES[mode], DURATION[mode]
     load_before = os.getloadavg()[0]
@@ -126,6 +137,7 @@ def main() -> int:
         "heads_peak_long": long.get("heads_peak"),
         "heads_run_lengths_s": [duration, 3 * duration],
         "seeds_failed": len(failed),
+        "shared_decode": SHARED,
         "recon_catchup_s": catchup.get("catchup_s"),
         "recon_bytes_per_member_event": recon_bytes,
         "recon_catchup_members": mid,
