@@ -106,7 +106,9 @@ class Replication:
 
     # -- the runner's calls ------------------------------------------------------------------
     def add(self, m: Member) -> None:
-        rng = random.Random(self.sim.rng.getrandbits(64))
+        # A stream of its own (a str seed hashes the same in every process): the run's main
+        # generator is left as it was, so a run without Recon replays as before it existed.
+        rng = random.Random(f"recon {self.sim.sc.seed} {m.index}")
         sched = PeerScheduler(m.peer_id, self.interests, rng,
                               interval_s=self.sim.sc.recon_interval, min_round_s=_MIN_ROUND_S)
         self.state.append(PeerState(MemoryKeyStore(), sched,
