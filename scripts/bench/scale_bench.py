@@ -9,13 +9,21 @@ modelled: this is what SDS-R alone costs. Loss is per (message, member): a membe
 broadcast with that probability.
 
 Per run: bytes and messages sent and received per member per published event (every copy the
-mesh delivers), CPU per (event x member) (process time inside the channels' calls), repair
+mesh delivers), CPU per (event x member) (process time inside the channels' calls; by default
+each broadcast is decoded and each signature checked once for the whole group, docs/sim.md
+"Speed": ``--unshared`` counts every member's own decoding, as before), repair
 requests and responses per lost (message, member), delivery latency p50/p99 (publish to
 delivery at each other member), peak DAG heads. Keys (issue 30): ``bytes_growth_5pct`` (bytes
 received per member per event at the largest N / at N=10, 5% loss), ``responses_per_loss_max_n``
 (at the largest N, 5% loss), ``heads_peak`` (the peak over every run) with
 ``heads_peak_short`` / ``heads_peak_long`` (the same group over one and three run lengths),
 ``seeds_failed`` (runs whose invariants failed: each prints its replay command).
+
+Recon catch-up (the middle N, 5% loss, Recon + fetch-by-id on, as the node runs): 30% of the
+members cut off for the middle half of the publishing, and members crashing (down 10 s) and
+joining meanwhile. ``recon_catchup_s``: simulated seconds from the last heal or restart until
+every honest member holds every message; ``recon_bytes_per_member_event``: Recon and transfer
+bytes per member per published event; ``recon_seeds_failed`` counts into ``seeds_failed``.
 
 ``--smoke``: N = 10, 30, a few seconds, JSON to a temp file. ``--quick``: N = 10, 100, 300
 (under 5 minutes on a quiet machine). Default: N = 10, 100, 1000.
@@ -25,6 +33,7 @@ The last line is the JSON result, also written to docs/bench/scale.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -34,12 +43,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
-JSON_KEYS = ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed")
+JSON_KEYS = ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed",
+             "recon_catchup_s")
 sys.path.insert(0, str(ROOT))
 
 from sync.sim import NetworkConfig, Scenario, SimFailure, run  # noqa: E402
 
+CATCHUP_KEYS = ("catchup_s", "replication", "bytes_recv_per_member_event", "delivery_p50_s",
+                "delivery_p99_s", "declared_lost", "sim_seconds", "wall_s")
+
 LOSSES = (0.0, 0.05)
+#: Decode and verify once for the whole group (sync/sim/shared.py; ``--unshared``: off).
+SHARED = True
 SIZES = {"smoke": (10, 30), "quick": (10, 100, 300), "full": (10, 100, 1000)}
 DURATION = {"smoke": 3.0, "quick": 10.0, "full": 20.0}
 COLUMNS = ("bytes_recv_per_member_event", "bytes_sent_per_member_event",
@@ -48,9 +63,18 @@ COLUMNS = ("bytes_recv_per_member_event", "bytes_sent_per_member_event",
            "delivery_p50_s", "delivery_p99_s", "heads_peak")
 
 
-def one(members: int, loss: float, duration: float, seed: int) -> dict[str, object]:
-    scenario = Scenario(members=members, seed=seed, duration=duration,
-                        network=NetworkConfig(delivery_loss=loss))
+def catchup_scenario(members: int, duration: float, seed: int) -> Scenario:
+    return Scenario(members=members, seed=seed, duration=duration, recon=True, fetch=True,
+                    partitions=((duration / 4, 3 * duration / 4, 0.3),),
+                    crash_rate=members / 100, join_rate=members / 200, downtime=10.0,
+                    network=NetworkConfig(delivery_loss=0.05))
+
+
+def one(members: int, loss: float, duration: float, seed: int,
+        scenario: Scenario | None = None) -> dict[str, object]:
+    scenario = scenario or Scenario(members=members, seed=seed, duration=duration,
+                                    network=NetworkConfig(delivery_loss=loss))
+    scenario = dataclasses.replace(scenario, shared=SHARED)
     started = time.monotonic()
     try:
         summary = run(scenario, time.process_time).summary()
@@ -69,8 +93,13 @@ def main() -> int:
     size.add_argument("--quick", action="store_true")
     size.add_argument("--smoke", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--unshared", action="store_true",
+                        help="every member decodes and verifies on its own (sync/sim/shared.py "
+                             "off): slower, and the CPU figure counts that repeated work")
     parser.add_argument("--no-write", action="store_true", help="do not write the JSON file")
     args = parser.parse_args()
+    global SHARED
+    SHARED = not args.unshared
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     sizes, duration = SIZES[mode], DURATION[mode]
     load_before = os.getloadavg()[0]
@@ -80,7 +109,13 @@ def main() -> int:
     mid = sizes[1]
     short = next(r for r in rows if r["members"] == mid and r["loss"] == 0.0)
     long = one(mid, 0.0, 3 * duration, args.seed)
-    failed = [r for r in [*rows, long] if r.get("failed")]
+    catchup = one(mid, 0.05, duration, args.seed, catchup_scenario(mid, duration, args.seed))
+    failed = [r for r in [*rows, long, catchup] if r.get("failed")]
+    repl = catchup.get("replication")
+    recon_bytes = None
+    if isinstance(repl, dict) and catchup.get("published"):
+        moved = repl["recon_bytes"] + repl["transfer_bytes"]
+        recon_bytes = round(moved / mid / float(catchup["published"]), 1)  # type: ignore[arg-type]
 
     def at(n: int, loss: float, key: str) -> float:
         row = next(r for r in rows if r["members"] == n and r["loss"] == loss)
@@ -102,9 +137,14 @@ def main() -> int:
         "heads_peak_long": long.get("heads_peak"),
         "heads_run_lengths_s": [duration, 3 * duration],
         "seeds_failed": len(failed),
+        "shared_decode": SHARED,
+        "recon_catchup_s": catchup.get("catchup_s"),
+        "recon_bytes_per_member_event": recon_bytes,
+        "recon_catchup_members": mid,
+        "recon_catchup": {k: catchup.get(k) for k in CATCHUP_KEYS},
         "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "wall_s": round(time.monotonic() - started, 1),
-        "runs": [*rows, dict(long, heads_run="long")],
+        "runs": [*rows, dict(long, heads_run="long"), dict(catchup, run="recon_catchup")],
     }
     print(f"Scale benchmark ({mode}): 20 msgs/s for {duration:.0f} s, then settling; "
           f"load average {result['load_avg'][0]} -> {result['load_avg'][1]} on "
@@ -118,6 +158,9 @@ def main() -> int:
               + " ".join(f"{r[c]!s:>14}" for c in COLUMNS))
     print(f"heads_peak over {duration:.0f} s / {3 * duration:.0f} s at N={mid}: "
           f"{result['heads_peak_short']} / {result['heads_peak_long']}")
+    print(f"Recon catch-up at N={mid} (5% loss, 30% cut off, churn): "
+          f"{result['recon_catchup_s']} s after the last heal/restart, "
+          f"{recon_bytes} Recon+transfer bytes per member per event")
     for key in ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed"):
         print(f"{key}: {result[key]}")
     if args.smoke:

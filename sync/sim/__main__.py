@@ -58,6 +58,12 @@ def parse_all(argv: Sequence[str] | None = None
     p.add_argument("--partition", action="append", default=[], help="START,END,FRACTION")
     p.add_argument("--unsigned", action="store_true")
     p.add_argument("--fetch", action="store_true", help="model the node's fetch-by-id")
+    p.add_argument("--recon", action="store_true", help="model Recon and its transfer")
+    p.add_argument("--recon-interval", type=float, default=10.0)
+    p.add_argument("--hostile", action="append", default=[],
+                   help="a hostile member: clock, amplify, acks or withhold (repeatable)")
+    p.add_argument("--unshared", action="store_true",
+                   help="every member decodes and verifies on its own (slower)")
     p.add_argument("--allow-lost", action="store_true",
                    help="a member may lack messages it declared lost (Recon's job)")
     p.add_argument("--sds", action="append", default=[], help="SdsConfig override NAME=VALUE")
@@ -72,7 +78,8 @@ def parse_all(argv: Sequence[str] | None = None
         crash_rate=a.crash_rate, leave_rate=a.leave_rate, join_rate=a.join_rate,
         skew=a.skew, partitions=partitions,  # type: ignore[arg-type]
         sds=_sds_overrides(a.sds), signed=not a.unsigned, allow_lost=a.allow_lost,
-        fetch=a.fetch)
+        fetch=a.fetch, recon=a.recon, recon_interval=a.recon_interval,
+        hostile=tuple(a.hostile), shared=not a.unshared)
     seeds = None
     if a.seeds:
         lo, _, hi = a.seeds.partition("-")

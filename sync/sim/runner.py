@@ -3,19 +3,22 @@
 One heap of (time, seq, kind, member, payload) drives it; every member step (a delivery, a
 timer, a publish) is followed by the invariant checks of that member, and the run ends with
 the convergence check. A violated invariant raises :class:`SimFailure`, whose text carries the
-command that replays the run. Extension points for the later models (Recon, fetch-by-id,
-the database app, hostile members): ``Member.honest`` and ``Simulation.on_step``.
+command that replays the run. Recon, the transfer and fetch-by-id live in
+``sync.sim.replication`` (heap kinds 20-29), hostile members in ``sync.sim.hostile`` (30);
+``Simulation.on_step`` lets a test look at every step.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds import (
     Acknowledged,
@@ -28,17 +31,21 @@ from sync.sds import (
     SdsChannel,
     decode_transmission,
 )
+from sync.sim import invariants
+from sync.sim.hostile import HOSTILE, Hostile
 from sync.sim.network import Mesh
+from sync.sim.replication import RECON, Replication
 from sync.sim.scenario import Scenario
+from sync.sim.shared import SharedDecodeProfile, shared_verification
 from sync.sim.stats import Stats
 
 __all__ = ["Member", "SimFailure", "Simulation", "run"]
 
-(_DELIVER, _TIMER, _PUBLISH, _CRASH, _RESTART, _LEAVE, _JOIN, _SPLIT, _HEAL, _CHECK,
- _FETCH, _FETCHED) = range(12)
-_FETCH_RETRY = 5.0
+(_DELIVER, _TIMER, _PUBLISH, _CRASH, _RESTART, _LEAVE, _JOIN, _SPLIT, _HEAL,
+ _CHECK) = range(10)
 _CHANNEL = "sim"
-_CHECK_EVERY = 10.0
+#: How often (simulated seconds) the run looks whether every honest member is quiet.
+_CHECK_EVERY = 2.0
 #: Members' clocks read epoch seconds: simulated time 0 is this instant (plus their skew).
 EPOCH = 1_800_000_000.0
 
@@ -62,6 +69,8 @@ class Member:
     timer_at: float | None = None
     #: Message numbers delivered, as a bitmap (1 byte per message of the run).
     log: bytearray = field(default_factory=bytearray)
+    #: How many messages ``log`` holds.
+    held: int = 0
     #: Message ids this member declared irretrievably lost.
     declared_lost: set[str] = field(default_factory=set)
 
@@ -98,9 +107,23 @@ class Simulation:
         self.on_step: Callable[[Simulation, Member], None] | None = None
         self.steps = 0
         self._broadcast_once: set[int] = set()
-        self._fetched_ids: list[str] = []
+        self.channel = _CHANNEL
+        #: message number -> id, Lamport time; peer id -> member index
+        self.ids: list[str] = []
+        self.lamport_of: list[int] = []
+        self.senders: list[str] = []
+        #: message number -> honest members that delivered it
+        self.honest_holders: list[int] = []
+        #: member -> (time, bytes) of its repair rebroadcasts within the repair window
+        self.repair_windows: dict[int, deque[tuple[float, int]]] = {}
+        self.by_peer_id: dict[str, int] = {}
+        self._profile: SharedDecodeProfile | None = None
+        self.repl = Replication(self)
+        self.hostile = Hostile(self) if scenario.hostile else None
         for _ in range(scenario.members):
             self._new_member(0.0)
+        if self.hostile is not None:
+            self.hostile.recruit()
 
     # -- set-up ---------------------------------------------------------------------------
     def _new_member(self, at: float) -> Member:
@@ -112,15 +135,30 @@ class Simulation:
         ch = SdsChannel(_CHANNEL, pid, key if sc.signed else None, config=sc.sds,
                         rng=random.Random(self.rng.getrandbits(64)), now=at + clock,
                         verify_signatures=sc.signed)
+        self._share(ch)
         member = Member(index, key, pid, ch, clock, at)
         self.members.append(member)
+        self.by_peer_id[pid] = index
         self.side.append(0)
         if index >= len(self.mesh.peers):
             self.mesh.add_member(self._alive())
         self._arm(member)
+        self.repl.add(member)
         return member
 
-    def _push(self, at: float, kind: int, member: int = -1, payload: int = -1) -> None:
+    def _share(self, ch: SdsChannel) -> None:
+        if self.sc.shared:
+            if self._profile is None:
+                self._profile = SharedDecodeProfile.of(ch.profile)
+            ch.profile = self._profile
+
+    def reachable(self, a: int, b: int) -> bool:
+        """Whether members ``a`` and ``b`` can talk now (both up, same side of a partition)."""
+        ma, mb = self.members[a], self.members[b]
+        return (ma.online and mb.online and not ma.gone and not mb.gone
+                and self.side[a] == self.side[b])
+
+    def push(self, at: float, kind: int, member: int = -1, payload: int = -1) -> None:
         self._seq += 1
         heapq.heappush(self.heap, (at, self._seq, kind, member, payload))
 
@@ -132,7 +170,7 @@ class Simulation:
         at = max(due - m.clock, self.now)
         if m.timer_at is None or at < m.timer_at or m.timer_at < self.now:
             m.timer_at = at
-            self._push(at, _TIMER, m.index)
+            self.push(at, _TIMER, m.index)
 
     def fail(self, what: str) -> SimFailure:
         return SimFailure(f"invariant violated at t={self.now:.3f}s, step {self.steps}: {what}\n"
@@ -140,10 +178,16 @@ class Simulation:
 
     # -- running --------------------------------------------------------------------------
     def run(self) -> Stats:
+        if not self.sc.shared:
+            return self._run()
+        with shared_verification():
+            return self._run()
+
+    def _run(self) -> Stats:
         sc = self.sc
         self._schedule_traffic()
         end = sc.duration + sc.settle
-        self._push(sc.duration, _CHECK)
+        self.push(sc.duration, _CHECK)
         cpu0 = self.cpu()
         while self.heap:
             at, _, kind, who, payload = heapq.heappop(self.heap)
@@ -151,14 +195,28 @@ class Simulation:
                 break
             self.now = at
             if kind == _CHECK:
-                if self._quiet():
+                stats = self.stats
+                if (at >= sc.duration and stats.caught_up_at <= stats.disrupted_at
+                        and invariants.quiet(self, answers=False)):
+                    stats.caught_up_at = at
+                if invariants.quiet(self):
+                    stats.quiet_at = at
                     break
-                self._push(at + _CHECK_EVERY, _CHECK)
+                self.push(at + _CHECK_EVERY, _CHECK)
                 continue
             self._dispatch(kind, who, payload)
         self.stats.cpu_seconds = self.cpu() - cpu0
+        self.stats.published_until = sc.duration
+        r = self.repl.stats
+        self.stats.fetched = r.fetch_answered
+        self.stats.replication = {
+            "recon_sessions": r.sessions, "recon_sessions_failed": r.sessions_failed,
+            "recon_declined": r.declined, "recon_frames": r.recon_frames,
+            "recon_bytes": r.recon_bytes, "transfer_bytes": r.transfer_bytes,
+            "recon_fetched": r.recon_fetched, "fetch_requests": r.fetch_requests,
+            "fetch_answered": r.fetch_answered, "withheld": r.withheld}
         self.stats.sim_seconds = self.now
-        self._check_converged()
+        invariants.check_converged(self)
         return self.stats
 
     def _schedule_traffic(self) -> None:
@@ -168,7 +226,7 @@ class Simulation:
             t += rng.expovariate(sc.rate)
             if t >= sc.duration:
                 break
-            self._push(t, _PUBLISH)
+            self.push(t, _PUBLISH)
         for rate, kind in ((sc.crash_rate, _CRASH), (sc.leave_rate, _LEAVE),
                            (sc.join_rate, _JOIN)):
             t = 0.0
@@ -176,10 +234,10 @@ class Simulation:
                 t += rng.expovariate(rate)
                 if t >= sc.duration:
                     break
-                self._push(t, kind)
+                self.push(t, kind)
         for start, stop, fraction in sc.partitions:
-            self._push(start, _SPLIT, payload=int(fraction * 1000))
-            self._push(stop, _HEAL)
+            self.push(start, _SPLIT, payload=int(fraction * 1000))
+            self.push(stop, _HEAL)
 
     def _alive(self) -> list[bool]:
         return [x.online and not x.gone for x in self.members]
@@ -213,9 +271,10 @@ class Simulation:
                 if kind == _LEAVE:
                     victim.gone = True
                 else:
-                    self._push(self.now + self.sc.downtime, _RESTART, victim.index)
+                    self.push(self.now + self.sc.downtime, _RESTART, victim.index)
         elif kind == _RESTART:
             self._restart(self.members[who])
+            self.stats.disrupted_at = self.now
         elif kind == _JOIN:
             self._new_member(self.now)
         elif kind == _SPLIT:
@@ -223,14 +282,12 @@ class Simulation:
                 self.side[m.index] = 1 if self.rng.random() < payload / 1000 else 0
         elif kind == _HEAL:
             self.side = [0] * len(self.members)
-        elif kind == _FETCH:
-            self._fetch(self.members[who], payload)
-        elif kind == _FETCHED:
-            m = self.members[who]
-            if m.online:
-                wire = self.wires[self._fetched_ids[payload]]
-                if m.channel.is_missing(self._fetched_ids[payload]):
-                    self._receive(m, wire)
+            self.stats.disrupted_at = self.now
+        elif kind >= HOSTILE:
+            if self.hostile is not None:
+                self.hostile.handle(kind, who, payload)
+        elif kind >= RECON:
+            self.repl.handle(kind, who, payload)
 
     def _publish(self, m: Member) -> None:
         content = self.rng.randbytes(self.sc.content_bytes)
@@ -239,38 +296,40 @@ class Simulation:
         self.stats.member_cpu += self.cpu() - t0
         self.stats.published += 1
         self._after(m, published=True)
-        self._broadcast(m, wire)
+        self.broadcast(m, wire)
 
     def _deliver(self, m: Member, payload: int) -> None:
-        self._receive(m, self.payloads[payload][0])
+        data, origin, _ = self.payloads[payload]
+        self._receive(m, data, origin)
 
-    def _fetch(self, m: Member, want: int) -> None:
-        """The node's fetch-by-id: ask up to 3 reachable holders for a missing message."""
-        mid = self._fetched_ids[want]
-        if not m.online or not m.channel.is_missing(mid):
-            return
-        wire = self.wires.get(mid)
-        holders = [o for o in self.members if o is not m and o.online and not o.gone
-                   and self.side[o.index] == self.side[m.index] and o.channel.holds(mid)]
-        if wire is None or not holders:
-            self._push(self.now + _FETCH_RETRY, _FETCH, m.index, want)
-            return
-        asked = self.rng.sample(holders, min(3, len(holders)))
-        lo, hi = self.sc.network.latency
-        for _ in asked:
-            self.stats.sent(m.index, 1, 80)
-            self.stats.got(m.index, 1, len(wire))
-            self.stats.fetched += 1
-        self._push(self.now + 2 * self.rng.uniform(lo, hi), _FETCHED, m.index, want)
-
-    def _receive(self, m: Member, data: bytes) -> None:
+    def _receive(self, m: Member, data: bytes, origin: int = -1) -> None:
         t0 = self.cpu()
-        m.channel.receive(data, self.now + m.clock)
+        try:
+            m.channel.receive(data, self.now + m.clock)
+        except RemoteProtocolError as exc:
+            self.stats.member_cpu += self.cpu() - t0
+            self._rejected(m, origin, exc)
+            return
         self.stats.member_cpu += self.cpu() - t0
         self.stats.receptions += 1
         self._after(m)
 
-    def _broadcast(self, m: Member, data: bytes) -> None:
+    def receive_fetched(self, m: Member, wire: bytes) -> None:
+        """An event Recon or fetch-by-id brought (its canonical wire), unless already held."""
+        if m.online and not m.gone:
+            self._receive(m, wire)
+
+    def _rejected(self, m: Member, origin: int, exc: RemoteProtocolError) -> None:
+        """Hostile input is refused and counted; an honest member's never is."""
+        # The error's kind is its metric label where sync.errors has kinds (issue 30), else
+        # the reason up to its first colon (what follows is detail: ids, timestamps).
+        kind = getattr(exc, "kind", None)
+        reason = str(getattr(kind, "value", None) or exc.reason.split(":")[0][:60])
+        self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
+        if m.honest and (origin < 0 or self.members[origin].honest):
+            raise self.fail(f"member {m.index} rejected honest input: {exc.reason}")
+
+    def broadcast(self, m: Member, data: bytes) -> None:
         sc, stats = self.sc, self.stats
         number = len(self.payloads)
         tx = decode_transmission(data, verify_signature=False, check_id=False)
@@ -280,13 +339,17 @@ class Simulation:
         first = content_no >= 0 and content_no not in self._broadcast_once
         if first:
             self._broadcast_once.add(content_no)
-        if content_no < 0:
+        if not m.honest:
+            kind = "hostile"
+        elif content_no < 0:
             kind = "sync_request" if tx.repair_request else "sync"
         elif first:
             kind = "content"
         else:
             kind = "resend" if tx.event.sender_id == m.peer_id else "repair"
         stats.floods[kind] = stats.floods.get(kind, 0) + 1
+        if kind == "repair":
+            invariants.check_repair_budget(self, m, len(data))
         stats.flood_bytes[kind] = stats.flood_bytes.get(kind, 0) + len(data)
         self.payloads.append((data, m.index, content_no))
         if sc.signed:
@@ -307,7 +370,7 @@ class Simulation:
                 if first:
                     stats.lost += 1
                 continue
-            self._push(at, _DELIVER, member, number)
+            self.push(at, _DELIVER, member, number)
         if first:
             reached = len(flood.arrival)
             stats.unreached += sum(1 for x in self.members if x.online and not x.gone) - 1 - reached
@@ -318,17 +381,10 @@ class Simulation:
         for ev in ch.events():
             if isinstance(ev, Delivered):
                 self._on_delivered(m, ev)
-            elif isinstance(ev, Acknowledged):
-                # Received (delivered or waiting: ids enter filters on reception) by another.
-                if not any(o is not m and o.channel.holds(ev.message_id)
-                           for o in self.members):
-                    raise self.fail(f"member {m.index} saw {ev.message_id[:12]} acknowledged "
-                                    "while no other member holds it")
-            elif isinstance(ev, MissingDependencies) and self.sc.fetch:
-                for entry in ev.entries:
-                    want = len(self._fetched_ids)
-                    self._fetched_ids.append(entry.message_id)
-                    self._push(self.now + self.sc.fetch_delay, _FETCH, m.index, want)
+            elif isinstance(ev, Acknowledged) and m.honest:
+                invariants.check_ack(self, m, ev.message_id)
+            elif isinstance(ev, MissingDependencies):
+                self.repl.missing(m, ev.entries)
             elif isinstance(ev, DependencyLost):
                 m.declared_lost.add(ev.message_id)
                 stats.declared_lost += 1
@@ -339,11 +395,12 @@ class Simulation:
             elif isinstance(ev, RepairRefused):
                 stats.repair_refused += len(ev.message_ids)
         for data in ch.datagrams_to_send():
-            self._broadcast(m, data)
-        self._check_bounds(m)
+            self.broadcast(m, data)
+        invariants.check_bounds(self, m)
         if self.on_step is not None:
             self.on_step(self, m)
         self._arm(m)
+        self.repl.arm(m)
 
     def _on_delivered(self, m: Member, ev: Delivered) -> None:
         no = self.msg_no.get(ev.message_id)
@@ -351,7 +408,12 @@ class Simulation:
             no = self.msg_no[ev.message_id] = len(self.published_at)
             self.published_at.append(self.now)
             self.holders.append(0)
+            self.honest_holders.append(0)
             self.wires[ev.message_id] = ev.wire
+            self.ids.append(ev.message_id)
+            self.senders.append(ev.sender_id)
+            self.lamport_of.append(ev.lamport)
+            self.repl.new_message(no, ev.sender_id, ev.lamport, ev.message_id)
         log = m.log
         if len(log) <= no:
             log.extend(bytes(no + 64 - len(log)))
@@ -364,22 +426,15 @@ class Simulation:
                     raise self.fail(f"member {m.index} delivered {ev.message_id[:12]} before "
                                     f"its dependency {h[:12]}")
         log[no] = 1
+        m.held += 1
         self.holders[no] += 1
+        if m.honest:
+            self.honest_holders[no] += 1
+        self.repl.delivered(m, no)
         if ev.sender_id != m.peer_id:
             self.stats.latency.append(self.now - self.published_at[no])
         else:
             self.stats.deliveries_own += 1
-
-    def _check_bounds(self, m: Member) -> None:
-        cfg = self.sc.sds
-        sizes = m.channel.sizes()
-        bounds = {"heads": cfg.max_heads, "waiting": cfg.max_waiting,
-                  "missing": cfg.max_missing, "repair_cache": cfg.repair_cache_size,
-                  "members": cfg.max_members_tracked}
-        for name, bound in bounds.items():
-            if sizes[name] > bound:
-                raise self.fail(f"member {m.index}: {name} {sizes[name]} over its bound {bound}")
-        self.stats.heads_peak = max(self.stats.heads_peak, sizes["heads"])
 
     def _restart(self, m: Member) -> None:
         """A crashed member comes back from its saved state and its persisted log."""
@@ -393,54 +448,13 @@ class Simulation:
                                        cached_wires=recent, config=sc.sds,
                                        rng=random.Random(self.rng.getrandbits(64)),
                                        now=self.now + m.clock, verify_signatures=sc.signed)
+        self._share(m.channel)
         m.online = True
         m.timer_at = None
         self.mesh.attach(m.index, self._alive())
         self.stats.restarts += 1
         self._after(m)
-
-    # -- convergence ----------------------------------------------------------------------
-    def _full(self) -> list[Member]:
-        return [m for m in self.members if m.honest and not m.gone and m.joined_at == 0.0]
-
-    def _quiet(self) -> bool:
-        total = len(self.published_at)
-        for m in self.members:
-            if m.gone or not m.honest:
-                continue
-            if not m.online:
-                return False
-            s = m.channel.sizes()
-            if s["waiting"] or s["missing"] or s["repair_requests"]:
-                return False
-            if m.joined_at == 0.0 and sum(m.log) != total:
-                return False
-        return True
-
-    def _check_converged(self) -> None:
-        full = self._full()
-        total = len(self.published_at)
-        ids = sorted(self.msg_no, key=self.msg_no.__getitem__)
-        for m in full:
-            missing = [i for i in range(total) if i >= len(m.log) or not m.log[i]]
-            silent = [i for i in missing if ids[i] not in m.declared_lost]
-            if silent or (missing and not self.sc.allow_lost):
-                first = (silent or missing)[0]
-                how = "declared lost" if ids[first] in m.declared_lost else "silent"
-                raise self.fail(f"member {m.index} holds {total - len(missing)} of {total} "
-                                f"messages after settling; {len(silent)} gap(s) it never "
-                                f"declared lost (first missing: message #{first}, {how})")
-        for m in self.members:
-            if m.gone or not m.honest or m.joined_at == 0.0:
-                continue
-            late = [i for i, t in enumerate(self.published_at)
-                    if t > m.joined_at + 1.0 and (i >= len(m.log) or not m.log[i])]
-            if late:
-                raise self.fail(f"joiner {m.index} lacks {len(late)} messages published after "
-                                "it joined")
-        self.stats.members = len(full)
-        self.stats.messages = total
-
+        self.repl.reconnected(m)
 
 def run(scenario: Scenario, cpu_clock: Callable[[], float] = _no_clock) -> Stats:
     return Simulation(scenario, cpu_clock).run()

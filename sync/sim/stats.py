@@ -33,7 +33,21 @@ class Stats:
     #: DependencyLost events (SDS gave up on a message; Recon's job in the node).
     declared_lost: int = 0
     heads_peak: int = 0
+    #: Inputs refused (RemoteProtocolError), by reason: only ever hostile ones.
+    rejected: dict[str, int] = field(default_factory=dict)
+    hostile_bytes: int = 0
+    hostile_messages: int = 0
+    #: When every honest member was first seen quiet (converged), simulated seconds.
+    quiet_at: float = 0.0
+    #: When every honest member first held every message after the last disruption and the
+    #: end of publishing (repair answers may still be due: ``quiet_at`` waits for those too).
+    caught_up_at: float = 0.0
+    #: When the last disruption (partition healed, restart, join) happened.
+    disrupted_at: float = 0.0
+    #: Recon / transfer / fetch-by-id counters (``sync.sim.replication.ReplStats``).
+    replication: dict[str, int] = field(default_factory=dict)
     cpu_seconds: float = 0.0
+    published_until: float = 0.0
     member_cpu: float = 0.0
     sim_seconds: float = 0.0
     bytes_sent: dict[int, int] = field(default_factory=dict)
@@ -82,6 +96,18 @@ class Stats:
             "floods": dict(sorted(self.floods.items())),
             "flood_mean_bytes": {k: self.flood_bytes[k] // v
                                  for k, v in sorted(self.floods.items())},
+            "rejected": dict(sorted(self.rejected.items())),
+            "hostile_bytes": self.hostile_bytes,
+            # Bytes honest members rebroadcast as repairs per byte hostile members sent.
+            "repair_bytes_per_hostile_byte": round(self.flood_bytes.get("repair", 0)
+                                                   / self.hostile_bytes, 3)
+            if self.hostile_bytes else 0.0,
+            # Simulated seconds from the last disruption (or the end of publishing) until
+            # every honest member held every message.
+            "catchup_s": round(self.caught_up_at
+                               - max(self.disrupted_at, self.published_until), 1)
+            if self.caught_up_at else None,
+            "replication": dict(self.replication),
             "sim_seconds": round(self.sim_seconds, 1),
             "cpu_seconds": round(self.cpu_seconds, 1),
         }
