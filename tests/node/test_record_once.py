@@ -1,0 +1,77 @@
+"""py-libp2p 0.8.1 attaches the sender's signed peer record to every pubsub RPC and verifies it
+on every receipt; ``node.p2p.patches.patch_record_verification`` verifies each record once per
+peer (issue 31): the same bytes again cost no Ed25519 check, a new or forged record still goes
+through libp2p's full check. Real libp2p hosts and envelopes; the only wrapper counts calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import libp2p.pubsub.pubsub as pubsub_module
+import libp2p.pubsub.utils as utils_module
+import pytest
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerstore import issue_and_cache_local_record
+from libp2p.pubsub.pb.rpc_pb2 import RPC
+from multiaddr import Multiaddr
+
+from node.p2p.patches import SUPPORTED_LIBP2P_VERSION, patch_record_verification
+
+
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many times libp2p opened (and verified) an envelope."""
+    calls = [0]
+    original = utils_module.consume_envelope
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(utils_module, "consume_envelope", counted)
+    patch_record_verification()
+    yield calls
+
+
+def _sender(port: int) -> Any:
+    return new_host(key_pair=create_new_key_pair(),
+                    listen_addrs=[Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")])
+
+
+def _rpc(record: bytes) -> RPC:
+    rpc = RPC()
+    rpc.senderRecord = record
+    return rpc
+
+
+def test_each_record_is_verified_once_per_peer(checks: list[int]) -> None:
+    import importlib.metadata
+
+    assert importlib.metadata.version("libp2p") == SUPPORTED_LIBP2P_VERSION
+    consume = pubsub_module.maybe_consume_signed_record  # what libp2p's pubsub now calls
+    receiver, sender, other = _sender(4101), _sender(4102), _sender(4103)
+    record = issue_and_cache_local_record(sender)
+    assert consume(_rpc(record), receiver, sender.get_id())
+    for _ in range(100):  # the same record on the next 100 RPCs
+        assert consume(_rpc(record), receiver, sender.get_id())
+    assert checks[0] == 1
+    # The same bytes claimed by another peer id: checked, and refused (the record names sender).
+    assert not consume(_rpc(record), receiver, other.get_id())
+    assert checks[0] == 2
+    # A new record of the sender (addresses changed): checked again.
+    sender.get_network().listeners.clear()
+    fresh = issue_and_cache_local_record(sender)
+    assert fresh != record
+    assert consume(_rpc(fresh), receiver, sender.get_id())
+    assert checks[0] == 3
+    # A forged record (one signature byte flipped) is refused every time, never cached.
+    forged = bytearray(fresh)
+    forged[-1] ^= 1
+    for _ in range(3):
+        assert not consume(_rpc(bytes(forged)), receiver, sender.get_id())
+    assert checks[0] == 6
+    # An RPC without a record needs no check.
+    assert consume(RPC(), receiver, sender.get_id())
+    assert checks[0] == 6
