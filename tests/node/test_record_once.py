@@ -60,8 +60,7 @@ def test_each_record_is_verified_once_per_peer(checks: list[int]) -> None:
     # The same bytes claimed by another peer id: checked, and refused (the record names sender).
     assert not consume(_rpc(record), receiver, other.get_id())
     assert checks[0] == 2
-    # A new record of the sender (addresses changed): checked again.
-    sender.get_network().listeners.clear()
+    # A new record of the sender (libp2p issues one when its addresses change): checked again.
     fresh = issue_and_cache_local_record(sender)
     assert fresh != record
     assert consume(_rpc(fresh), receiver, sender.get_id())
@@ -75,3 +74,33 @@ def test_each_record_is_verified_once_per_peer(checks: list[int]) -> None:
     # An RPC without a record needs no check.
     assert consume(RPC(), receiver, sender.get_id())
     assert checks[0] == 6
+
+
+def test_the_sent_record_is_built_once_per_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sending side: the host's record bytes are reused for ``REFRESH_S`` (the clock is
+    the only thing replaced), then asked of libp2p again, so a changed address goes out."""
+    import libp2p.pubsub.gossipsub as gossipsub_module
+
+    from node.p2p import record_send
+
+    clock = [1000.0]
+    monkeypatch.setattr(record_send.time, "monotonic", lambda: clock[0])
+    built = [0]
+    original = record_send._original_env_to_send
+
+    def counted(host: Any) -> tuple[bytes, bool]:
+        built[0] += 1
+        return original(host)
+
+    monkeypatch.setattr(record_send, "_original_env_to_send", counted)
+    record_send.patch_record_sending()
+    send = gossipsub_module.env_to_send_in_RPC
+    host, other = _sender(4111), _sender(4112)
+    first = send(host)[0]
+    assert all(send(host)[0] == first for _ in range(100))
+    assert built[0] == 1
+    assert send(other)[0] != first and built[0] == 2  # per host
+    clock[0] += record_send.REFRESH_S + 0.01
+    send(host)  # asked libp2p again: a changed address would be in a new record from here
+    assert built[0] == 3
+    assert pubsub_module.env_to_send_in_RPC is send
