@@ -847,6 +847,8 @@ def main() -> int:
                         help="give the catch-up (the 1M one with --only-1m) at most S seconds")
     parser.add_argument("--catchup-events", type=int, metavar="N",
                         help="with --catchup-only: N events, and no 1M-event run")
+    parser.add_argument("--start-rate", type=float, metavar="R",
+                        help="first step of the single-publish ramps at R/s (default 10)")
     parser.add_argument("--live-only", action="store_true",
                         help="only the live measurements (rates, CPU per event, batches), no "
                              "catch-up; writes no JSON unless --update-json (then replaces the "
@@ -860,6 +862,8 @@ def main() -> int:
     if args.catchup_timeout:
         plan = replace(plan, catchup_timeout_s=args.catchup_timeout,
                        catchup_1m_timeout_s=args.catchup_timeout)
+    if args.start_rate:
+        plan = replace(plan, start_rate=args.start_rate)
     profile_at = [int(n) for n in args.profile_at.split(",") if n]
     base = Path(tempfile.mkdtemp(prefix="syncnode-cluster-bench-"))
     if args.cpu_at:
