@@ -451,7 +451,10 @@ async def _publish_all(
     """
     results: list[tuple[float, float | None, str | None]] = []
     errors: Counter[str] = Counter()
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    # Idle connections are dropped before the node's api.idle_timeout_s (5 s) would close
+    # them: a request on a connection the server is closing fails (h11 RemoteProtocolError).
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100,
+                          keepalive_expiry=2.0)
     # Clients first (each builds an SSL context: slow under load), then the clock starts.
     clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits,
                                  headers={"Authorization": f"Bearer {token}"})
@@ -522,7 +525,7 @@ def cpu_per_event_per_node(cluster: NodeCluster, plan: Plan) -> tuple[float, Ste
 def batch_ramp(cluster: NodeCluster, plan: Plan) -> list[Step]:
     """``batch_rate_per_s``: the same stepping as the single publishes, in batch bodies of
     ``rate x BATCH_PERIOD_S`` events (one request per node every second at most)."""
-    ramp = Ramp(replace(plan, start_rate=plan.batch_start_rate, factor=2.0,
+    ramp = Ramp(replace(plan, start_rate=plan.batch_start_rate, factor=1.5,
                         max_steps=plan.batch_max_steps, refine=min(plan.refine, 1)))
     while not ramp.done:
         assert ramp.rate is not None
