@@ -161,17 +161,18 @@ class ChannelService(FetchedIngest):
         """Send ``contents`` in order as one store item (one commit, at the durable level);
         returns the events once committed. A content SDS refuses (a waku channel's repeated
         payload) ends the batch: the events before it are committed and returned with the
-        error (raised when it is the first). ``also`` runs in that transaction with the last.
+        error (raised when it is the first; any other error is raised after that commit).
+        ``also`` runs in that transaction with the last.
         """
         ch = self.channel(name)
         started = time.monotonic()
         now = time.time()
         wires: list[bytes] = []
-        error: LocalProtocolError | None = None
+        error: Exception | None = None
         for content in contents:
             try:
                 wires.append(ch.send(content, now))
-            except LocalProtocolError as exc:
+            except Exception as exc:  # the events SDS took before it are still committed
                 error = exc
                 break
         if not wires:
@@ -187,6 +188,8 @@ class ChannelService(FetchedIngest):
         for wire in wires:
             self.outbox.queue(name, wire)
         self.metrics.inc("events_published_total", len(wires), channel=name)
+        if error is not None and not isinstance(error, LocalProtocolError):
+            raise error
         return own, error
 
     def is_missing(self, message_id: str) -> bool:
