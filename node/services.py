@@ -107,6 +107,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         allowed_senders=allowed, standing=standing, ingest=ingest, work=work,
     )
     await recon.load()
+    fetcher.reconcile_soon = recon.poke  # gaps fetch by id cannot close are Recon's
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, activity=recon.activity,
                             penalise=standing.penalise)

@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from sync.errors import RemoteProtocolError
-from sync.peerscore import PeerBuckets
+from sync.errors import ErrorKind, RemoteProtocolError
+from sync.peerscore import PeerBuckets, penalty_of
 from sync.sds import sds_pb2
 from sync.varint import read_uvarint, uvarint
 
@@ -48,7 +48,6 @@ __all__ = [
     "SenderCheck",
     "SenderPolicy",
     "pack_batch",
-    "penalty_of",
     "publisher_pays",
     "unpack_batch",
 ]
@@ -62,29 +61,6 @@ REASON_BUDGET = "over gossip budget"
 REASON_NOT_MEMBER = "sender not in allowed_peers"
 REASON_NOT_WRITER = "sender not a writer of this channel"
 REASON_UNREADABLE = "undecodable message"
-
-# Rejection reason (prefix) -> peer score penalty (``sync.peerscore.DEFAULT_WEIGHTS``).
-_PENALTIES = {
-    REASON_BATCH: "protocol",
-    REASON_UNREADABLE: "invalid_event",
-    "bad signature": "invalid_event",
-    "message id does not match": "invalid_event",
-    "message id is not the sha256": "invalid_event",  # a waku channel (sync.sds.waku)
-    "message is not signed": "invalid_event",
-    "message too large": "invalid_event",
-    REASON_BUDGET: "flood",
-}
-
-
-def penalty_of(reason: str) -> str:
-    """The peer score penalty for a rejected gossip item: invalid bytes or signatures cost
-    most, a flood its own weight, anything else valid but refused by policy (clock, roles,
-    closed group, buffers) the least."""
-    for prefix, penalty in _PENALTIES.items():
-        if reason.startswith(prefix):
-            return penalty
-    return "rejected_event"
-
 
 def publisher_pays(publisher: str, forwarder: str | None) -> bool:
     """Whether a gossip message's faults are charged to its publisher: only when the publisher
@@ -137,17 +113,20 @@ def unpack_batch(data: bytes, *, max_items: int = MAX_BATCH_ITEMS,
     pos = len(BATCH_MAGIC)
     while pos < len(data):
         if len(items) >= max_items:
-            raise RemoteProtocolError(f"{REASON_BATCH}: more than {max_items} items")
+            raise RemoteProtocolError(f"{REASON_BATCH}: more than {max_items} items",
+                                      kind=ErrorKind.BAD_BATCH)
         try:
             length, pos = read_uvarint(data, pos)
         except RemoteProtocolError as exc:
-            raise RemoteProtocolError(f"{REASON_BATCH}: {exc.reason}") from None
+            raise RemoteProtocolError(f"{REASON_BATCH}: {exc.reason}",
+                                      kind=ErrorKind.BAD_BATCH) from None
         if length == 0 or length > max_item_bytes or pos + length > len(data):
-            raise RemoteProtocolError(f"{REASON_BATCH}: item empty, too large or truncated")
+            raise RemoteProtocolError(f"{REASON_BATCH}: item empty, too large or truncated",
+                                      kind=ErrorKind.BAD_BATCH)
         items.append(data[pos : pos + length])
         pos += length
     if not items:
-        raise RemoteProtocolError(f"{REASON_BATCH}: no items")
+        raise RemoteProtocolError(f"{REASON_BATCH}: no items", kind=ErrorKind.BAD_BATCH)
     return items
 
 
@@ -169,10 +148,10 @@ class SenderPolicy:
         if sender == self.own_id:
             return SenderCheck.OWN
         if self.members is not None and sender not in self.members:
-            raise RemoteProtocolError(REASON_NOT_MEMBER)
+            raise RemoteProtocolError(REASON_NOT_MEMBER, kind=ErrorKind.NOT_MEMBER)
         allowed = self.writers.get(channel)
         if allowed is not None and has_content and sender not in allowed:
-            raise RemoteProtocolError(f"{REASON_NOT_WRITER}: {channel}")
+            raise RemoteProtocolError(f"{REASON_NOT_WRITER}: {channel}", kind=ErrorKind.NOT_WRITER)
         return SenderCheck.ACCEPT
 
 
@@ -190,13 +169,14 @@ class GossipLimits:
 @dataclass
 class Admitted:
     """What to do with one gossip message: ``items`` go to SDS; each entry of ``rejected`` is
-    (reason, penalty) for the publisher, to count and to score (penalty None: count only)."""
+    (error, penalty) for the publisher, to count and to score (penalty None: count only; else
+    ``sync.peerscore.penalty_of(error.kind)``)."""
 
     items: list[bytes] = field(default_factory=list)
-    rejected: list[tuple[str, str | None]] = field(default_factory=list)
+    rejected: list[tuple[RemoteProtocolError, str | None]] = field(default_factory=list)
 
-    def reject(self, reason: str) -> None:
-        self.rejected.append((reason, penalty_of(reason)))
+    def reject(self, exc: RemoteProtocolError) -> None:
+        self.rejected.append((exc, penalty_of(exc.kind)))
 
 
 def _peek(item: bytes) -> tuple[str, str, bool]:
@@ -205,8 +185,12 @@ def _peek(item: bytes) -> tuple[str, str, bool]:
     try:
         msg.ParseFromString(item)
     except Exception:  # the C decoder's error types vary; all mean "bad bytes"
-        raise RemoteProtocolError(REASON_UNREADABLE) from None
+        raise RemoteProtocolError(REASON_UNREADABLE, kind=ErrorKind.UNDECODABLE) from None
     return msg.sender_id, msg.channel_id, bool(msg.content)
+
+
+def _over_budget() -> RemoteProtocolError:
+    return RemoteProtocolError(REASON_BUDGET, kind=ErrorKind.OVER_BUDGET)
 
 
 class GossipGate:
@@ -228,7 +212,7 @@ class GossipGate:
             items = unpack_batch(data, max_items=self.limits.max_items,
                                  max_item_bytes=self.limits.max_item_bytes)
         except RemoteProtocolError as exc:
-            out.reject(exc.reason)
+            out.reject(exc)
             return out
         own = publisher is None or publisher == forwarder
         for item in items:
@@ -237,20 +221,20 @@ class GossipGate:
                 out.rejected.append(self._own_overflow(item))
                 continue
             if not self._buckets.take(forwarder, now, cost):
-                out.rejected.append((REASON_BUDGET, None))  # throttled, not its fault
+                out.rejected.append((_over_budget(), None))  # throttled, not its fault
                 continue
             try:
                 sender, channel, has_content = _peek(item)
                 self.policy.check(sender, channel, has_content)
             except RemoteProtocolError as exc:
-                out.reject(exc.reason)
+                out.reject(exc)
                 continue
             # Echoes of our own events go on too: SDS notes them as seen (no repair needed).
             out.items.append(item)
         return out
 
     @staticmethod
-    def _own_overflow(item: bytes) -> tuple[str, str | None]:
+    def _own_overflow(item: bytes) -> tuple[RemoteProtocolError, str | None]:
         """A publisher over its own budget pays for content (events: a flood), but its sync
         messages (acknowledgements, repair requests) are only throttled: an honest node whose
         buffers are under attack sends those in bursts, and banning it would cut its honest
@@ -258,8 +242,9 @@ class GossipGate:
         try:
             _sender, _channel, has_content = _peek(item)
         except RemoteProtocolError as exc:
-            return exc.reason, penalty_of(exc.reason)
-        return REASON_BUDGET, penalty_of(REASON_BUDGET) if has_content else None
+            return exc, penalty_of(exc.kind)
+        over = _over_budget()
+        return over, penalty_of(over.kind) if has_content else None
 
     @property
     def tracked_peers(self) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sync.errors import RemoteProtocolError
+from sync.errors import ErrorKind, RemoteProtocolError
 from sync.gossip import SenderCheck, SenderPolicy
 from sync.recon.eventid import CIP124_DRAFT
 from sync.recon.sha256a import lanes_of
@@ -56,6 +56,8 @@ class VerifiedBatch:
     #: Index -> canonical wire, only where it differs from the bytes received.
     canonical: dict[int, bytes] = field(default_factory=dict)
     rejected: dict[int, str] = field(default_factory=dict)
+    #: Index -> the kind of ``rejected[i]`` (what it costs the peer, its metric label).
+    rejected_kinds: dict[int, ErrorKind] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.message_ids)
@@ -73,6 +75,7 @@ class VerifiedBatch:
         self.has_content += other.has_content
         self.canonical.update({base + i: w for i, w in other.canonical.items()})
         self.rejected.update({base + i: r for i, r in other.rejected.items()})
+        self.rejected_kinds.update({base + i: k for i, k in other.rejected_kinds.items()})
 
 
 _NO_LANES = (0,) * 8
@@ -86,10 +89,14 @@ def verify_wires(spec: IngestSpec, wires: Sequence[bytes]) -> VerifiedBatch:
         try:
             event = decode_event_by_channel(wire, profiles, max_size=spec.max_event_bytes)
             if event.lamport is None:
-                raise RemoteProtocolError("ephemeral message is not an event")
+                raise RemoteProtocolError("ephemeral message is not an event",
+                                          kind=ErrorKind.REFUSED)
             key = record_of_event(spec.network_id, event, spec.event_id_layout).recon_key
         except (RemoteProtocolError, ValueError) as exc:
-            out.rejected[i] = getattr(exc, "reason", None) or str(exc)
+            if isinstance(exc, RemoteProtocolError):
+                out.rejected[i], out.rejected_kinds[i] = exc.reason, exc.kind
+            else:  # a field the record cannot hold
+                out.rejected[i], out.rejected_kinds[i] = str(exc), ErrorKind.MALFORMED_EVENT
             out.message_ids.append("")
             out.channels.append("")
             out.senders.append("")
@@ -134,7 +141,8 @@ def admit_event(channel: str, sender: str, has_content: bool, lamport: int,
     seconds; ``bound``: ``lamport_bound(now, max_ahead_ms)`` if the caller has it).
     ``RemoteProtocolError`` says which failed."""
     if channel not in channels:
-        raise RemoteProtocolError(f"event for a channel we do not replicate: {channel!r}")
+        raise RemoteProtocolError(f"event for a channel we do not replicate: {channel!r}",
+                                  kind=ErrorKind.UNKNOWN_CHANNEL)
     verdict = policy.check(sender, channel, has_content)
     if bound is None:
         bound = lamport_bound(now, max_ahead_ms)

@@ -20,12 +20,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sync.errors import ErrorKind
+
 __all__ = [
     "DEFAULT_WEIGHTS",
+    "KIND_PENALTIES",
     "PeerBuckets",
     "PeerScores",
     "ScoreConfig",
     "TokenBucket",
+    "penalty_of",
 ]
 
 # Weights per reason (subtracted from the score). A ban threshold of -100 means: one
@@ -42,6 +46,36 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     "busy": 2.0,  # too many concurrent streams
     "takeover": 50.0,  # signed a declaration that would take a settled table over
 }
+
+#: What a rejected input of each ``ErrorKind`` costs the peer that sent it: a broken protocol
+#: or bad batch the ``protocol`` weight, invalid bytes or signatures ``invalid_event``, a flood
+#: its own weight, anything valid but refused by policy (clock, roles, closed group, a malformed
+#: field an honest relay could pass on) the least. Every kind has an entry (a test checks it).
+KIND_PENALTIES: Mapping[ErrorKind, str] = {
+    ErrorKind.MALFORMED: "protocol",
+    ErrorKind.OVER_LIMIT: "protocol",
+    ErrorKind.UNREQUESTED: "protocol",
+    ErrorKind.BAD_BATCH: "protocol",
+    ErrorKind.UNDECODABLE: "invalid_event",
+    ErrorKind.BAD_SIGNATURE: "invalid_event",
+    ErrorKind.UNSIGNED: "invalid_event",
+    ErrorKind.BAD_ID: "invalid_event",
+    ErrorKind.TOO_LARGE: "invalid_event",
+    ErrorKind.INVALID_EVENTS: "invalid_event",
+    ErrorKind.OVER_BUDGET: "flood",
+    ErrorKind.MALFORMED_EVENT: "rejected_event",
+    ErrorKind.NOT_MEMBER: "rejected_event",
+    ErrorKind.NOT_WRITER: "rejected_event",
+    ErrorKind.LAMPORT_RANGE: "rejected_event",
+    ErrorKind.LAMPORT_AHEAD: "rejected_event",
+    ErrorKind.UNKNOWN_CHANNEL: "rejected_event",
+    ErrorKind.REFUSED: "rejected_event",
+}
+
+
+def penalty_of(kind: ErrorKind) -> str:
+    """The ``DEFAULT_WEIGHTS`` reason a rejection of ``kind`` is charged under."""
+    return KIND_PENALTIES[kind]
 
 
 @dataclass(frozen=True)

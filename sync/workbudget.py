@@ -116,6 +116,12 @@ class Refuse:
     scope: str
     wait_s: float
 
+    @property
+    def penalty(self) -> str | None:
+        """What the refusal costs the peer: far over its own budget, ``over_budget``; refused
+        because the node as a whole is saturated, nothing (it may be an honest peer)."""
+        return "over_budget" if self.scope == "peer" else None
+
 
 Decision = Admit | Wait | Refuse
 

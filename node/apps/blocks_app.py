@@ -212,7 +212,7 @@ class BlocksApplication:
             consumer.receive(envelope.key, envelope.value, channel, event.sender)
         except RemoteProtocolError as exc:
             # The log is immutable: count bad content against its sender and go on.
-            self._count("blocks_rejected_total", exc.reason.split(":")[0][:60])
+            self._count("blocks_rejected_total", exc.kind.value)
             log.info("rejected block message", extra=kv(sender=event.sender, seq=event.seq,
                                                         reason=exc.reason))
 

@@ -15,6 +15,7 @@ from node.replication.channels import (
     ChannelService,
     UnknownChannel,
 )
+from node.replication.clock import Clock, SystemClock, TrioWallClock
 from node.replication.discovery import (
     DhtDiscovery,
     channel_rendezvous,
@@ -69,6 +70,7 @@ __all__ = [
     "SUMMARY_METRICS",
     "ChannelMaker",
     "ChannelService",
+    "Clock",
     "DhtDiscovery",
     "Fetcher",
     "GossipOutbox",
@@ -78,7 +80,9 @@ __all__ = [
     "ReconService",
     "SessionStats",
     "SummarySaver",
+    "SystemClock",
     "Transfer",
+    "TrioWallClock",
     "UnknownChannel",
     "channel_rendezvous",
     "describe_channel_metrics",

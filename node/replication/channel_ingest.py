@@ -1,6 +1,7 @@
-"""Events fetched by Recon or by id entering the SDS channels: one at a time through the full
-protocol step, or a batch the ingest workers verified, sorted by ``sync.ingest.triage`` and
-delivered in bulk where SDS allows (``SdsChannel.deliver_settled``).
+"""Events fetched by Recon or by id entering the SDS channels: the driver of the one ingest path
+(``sync.replication.ingest_batch``), which holds every rule (refusals and their penalties, own
+echoes, SDS's bulk path or its full step, in causal order). This module stores what it delivered,
+counts and charges what it refused.
 
 :class:`FetchedIngest` is a part of :class:`node.replication.channels.ChannelService`, kept
 apart because it is the one path fetched events take; it uses the service's channels, sender
@@ -9,19 +10,17 @@ policy, store and counters.
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from node.metrics import Metrics
+from node.replication.clock import Clock
 from node.store import EventStore
-from storage import EventRecord
 from sync.errors import RemoteProtocolError
-from sync.gossip import SenderCheck, SenderPolicy
-from sync.ingest import VerifiedBatch, triage
-from sync.sds import SdsChannel, SdsConfig, SignedEvent
-from sync.sds.profile import decode_event_in, peek_event
-from sync.stored_event import record_of_event
+from sync.gossip import SenderPolicy
+from sync.ingest import IngestSpec, VerifiedBatch, verify_wires
+from sync.replication import Penalize, Rejected, ingest_batch, order, screen
+from sync.sds import SdsChannel, SdsConfig
 
 __all__ = ["FetchedIngest"]
 
@@ -34,6 +33,8 @@ class FetchedIngest(ABC):
     sds_config: SdsConfig
     network_id: int
     event_id_layout: str
+    profiles: dict[str, str]
+    clock: Clock
     _dirty: set[str]
 
     # The service's own steps, which fetched events share with gossip input (ChannelService).
@@ -43,92 +44,52 @@ class FetchedIngest(ABC):
         """Count a refused input and charge ``peer``."""
 
     @abstractmethod
+    def _penalise(self, peer: str, penalty: str) -> None:
+        """Charge ``peer`` (``on_penalty``)."""
+
+    @abstractmethod
     def _after_input(self, name: str) -> None:
         """Store what channel ``name`` delivered after an input."""
 
-    @abstractmethod
-    def _count_unsigned(self, ch: SdsChannel, name: str) -> None:
-        """Count unsigned messages a channel accepted."""
-
-    def ingest(
-        self, wire: bytes, peer: str | None, now: float | None = None,
-        verified: SignedEvent | None = None,
-    ) -> str | None:
-        """Feed an event fetched by Recon or by id; its message id, or None if rejected.
-
-        ``verified``: the event as already decoded and verified (in a worker thread), so that
-        its signature is not checked a second time here.
-        """
-        try:
-            parsed = verified or peek_event(wire, max_size=self.sds_config.max_message_size)
-            name = parsed.channel_id
-            verdict = self.policy.check(parsed.sender_id, name, bool(parsed.content))
-            ch = self.channels.get(name)
-            if ch is None:
-                raise RemoteProtocolError(f"event for a channel we do not replicate: {name!r}")
-            if verdict is SenderCheck.OWN:
-                # Stored directly (signature checked) when SDS says we no longer hold it.
-                own = verified or decode_event_in(ch.profile.name, wire)
-                if ch.stores_own_echo(own):
-                    self.store.submit([record_of_event(self.network_id, own, self.event_id_layout)])
-                return own.message_id
-            when = time.time() if now is None else now
-            if verified is not None:
-                ch.receive_event(verified, when, peer=peer)
-            else:
-                ch.receive(wire, when, peer=peer)
-            self._count_unsigned(ch, name)
-        except RemoteProtocolError as exc:
-            self._reject(exc, peer)
+    def ingest(self, wire: bytes, peer: str | None, now: float | None = None) -> str | None:
+        """Feed one event fetched by id; its message id, or None if rejected. Verified here
+        (it is one event) and then the same path as a Recon batch."""
+        spec = IngestSpec(self.network_id, self.event_id_layout, self.profiles,
+                          self.sds_config.max_message_size)
+        batch = verify_wires(spec, [wire])
+        actions, error = screen(batch, peer or "")
+        if error is not None:
+            kind = next(a.kind for a in actions if isinstance(a, Rejected))
+            self._reject(RemoteProtocolError(error.reason, peer, kind), peer)
             return None
-        self._after_input(name)
-        return parsed.message_id
+        refused = self.ingest_verified(batch, [wire], [0], peer, now)
+        return None if refused else batch.message_ids[0]
 
     def ingest_verified(self, batch: VerifiedBatch, wires: Sequence[bytes],
-                        order: Sequence[int], peer: str, now: float | None = None) -> int:
-        """Feed events the ingest workers decoded and verified (``sync.ingest``); ``order``:
-        the positions to take, in causal (Lamport) order. Old events whose dependencies are
-        delivered take SDS's bulk path (``SdsChannel.deliver_settled``) and go to the store
-        as one submission; the rest take ``ingest``'s full step. Returns how many were
-        refused (clock rule, roles, closed group, unknown channel), counted and charged to
-        ``peer`` as ``ingest`` does."""
-        when = time.time() if now is None else now
-        senders, lamports, names = batch.senders, batch.lamports, batch.channels
-        sorted_out = triage(batch, order, self.channels, self.policy, when,
-                            self.sds_config.max_lamport_ahead_ms)
-        for _, exc in sorted_out.refused:
-            self._reject(exc, peer)
-        refused = len(sorted_out.refused)
-        full = sorted_out.full
-        records: list[EventRecord] = []
-        for name, taken in sorted_out.settled.items():
-            done, rest = self.channels[name].deliver_settled(
-                [batch.message_ids[i] for i in taken], [senders[i] for i in taken],
-                [lamports[i] for i in taken], [batch.histories[i] for i in taken], when)
-            for pos in done:
-                i = taken[pos]
-                records.append(EventRecord(batch.keys[i], batch.message_ids[i], name, senders[i],
-                                           lamports[i], batch.canonical.get(i, wires[i]),
-                                           batch.lanes[i]))
-            full.extend(taken[pos] for pos in rest)
-            if done:
-                self.metrics.inc("events_delivered_total", len(done), channel=name)
-                self._dirty.add(name)
-        if records:
-            self.store.submit_fetched(records)
-        if full:
-            rank = {i: r for r, i in enumerate(order)}
-            full.sort(key=rank.__getitem__)
-        for i in full:
-            wire = batch.canonical.get(i, wires[i])
-            # Verified by the worker: decoded again only for the full protocol step.
-            try:
-                event = decode_event_in(self.channels[names[i]].profile.name, wire,
-                                        max_size=len(wire), verify_signature=False)
-            except RemoteProtocolError as exc:  # not after the worker's check; never trusted
-                self._reject(exc, peer)
-                refused += 1
-                continue
-            if self.ingest(wire, peer, when, verified=event) is None:
-                refused += 1
-        return refused
+                        positions: Sequence[int] | None, peer: str | None,
+                        now: float | None = None) -> int:
+        """Feed events the ingest workers (or threads) decoded and verified; ``positions``:
+        which to take (None: all, in causal order). Returns how many were refused (counted and
+        charged to ``peer``)."""
+        when = self.clock.wall() if now is None else now
+        out = ingest_batch(batch, wires, order(batch) if positions is None else positions,
+                           peer, self.channels, self.policy, when,
+                           self.sds_config.max_lamport_ahead_ms)
+        for action in out.actions:
+            if isinstance(action, Rejected):
+                self._reject(RemoteProtocolError(action.reason, peer, action.kind), peer,
+                             penalise=False)
+            elif isinstance(action, Penalize):
+                self._penalise(action.peer, action.penalty)
+        for name, count in out.bulk.items():
+            self.metrics.inc("events_delivered_total", count, channel=name)
+            self._dirty.add(name)
+        if out.records:
+            self.store.submit_fetched(out.records)
+        for name, count in out.stepped.items():
+            # A waku channel took messages nobody signed (docs/interop.md, the trust trade-off).
+            if self.channels[name].profile.is_waku:
+                self.metrics.inc("sds_unsigned_accepted_total", count, channel=name)
+        for name in sorted(out.touched):
+            self._after_input(name)
+        return out.refused

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 
 import trio
@@ -23,6 +22,7 @@ from node.p2p import P2PHost
 from node.replication.channel_ingest import FetchedIngest
 from node.replication.channel_metrics import EVENT_COUNTERS, describe_channel_metrics
 from node.replication.channel_state import ChannelMaker
+from node.replication.clock import Clock, SystemClock
 from node.replication.gossip_outbox import GossipOutbox, topic_of
 from node.store import EventStore
 from storage import EventRecord, put_state
@@ -31,16 +31,16 @@ from sync.gossip import (
     GossipGate,
     GossipLimits,
     SenderPolicy,
-    penalty_of,
     publisher_pays,
 )
+from sync.peerscore import penalty_of
 from sync.recon.eventid import CIP124_DRAFT
+from sync.replication import sds_penalty
 from sync.sds import (
     Delivered,
     Evicted,
     MissingDependencies,
     MissingEntry,
-    RepairRefused,
     RepairRequested,
     SdsChannel,
     SdsConfig,
@@ -82,8 +82,10 @@ class ChannelService(FetchedIngest):
         writers: Mapping[str, frozenset[str]] | None = None,
         gossip_limits: GossipLimits | None = None,
         on_penalty: PenaltyHandler | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.host = host
+        self.clock = clock or SystemClock()
         self.outbox = GossipOutbox(host, network_id, metrics, gossip_linger_s)
         self.store = store
         self.metrics = metrics
@@ -115,7 +117,7 @@ class ChannelService(FetchedIngest):
 
     async def load(self) -> None:
         """Restore every channel's state and log from the database (or start it fresh)."""
-        now = time.time()
+        now = self.clock.wall()
         for name in self.names:
             self.channels[name] = await self.maker.restore(name, now)
 
@@ -165,8 +167,8 @@ class ChannelService(FetchedIngest):
         ``also`` runs in that transaction with the last.
         """
         ch = self.channel(name)
-        started = time.monotonic()
-        now = time.time()
+        started = self.clock.now()
+        now = self.clock.wall()
         wires: list[bytes] = []
         error: Exception | None = None
         for content in contents:
@@ -184,7 +186,7 @@ class ChannelService(FetchedIngest):
         await self.store.append(
             records, None if also is None else (lambda conn: also(conn, own[-1]))
         )
-        self.metrics.observe("publish_commit_seconds", time.monotonic() - started)
+        self.metrics.observe("publish_commit_seconds", self.clock.now() - started)
         for wire in wires:
             self.outbox.queue(name, wire)
         self.metrics.inc("events_published_total", len(wires), channel=name)
@@ -206,15 +208,14 @@ class ChannelService(FetchedIngest):
                 forwarder: str | None = getattr(message, "forwarder", None)
                 direct = publisher_pays(peer, forwarder)
                 self.metrics.inc("gossip_bytes_received_total", len(data))
-                now = time.time()
+                now = self.clock.wall()
                 # The budget is the neighbour's that handed it to us: that one is authenticated
                 # by the connection, the publisher field is not (unsigned gossip). An honest
                 # neighbour relaying somebody's flood is throttled with it but not penalised:
                 # GossipSub forwards before we validate (sync.gossip).
                 admitted = self.gate.admit(data, forwarder or peer, now, publisher=peer)
-                for reason, penalty in admitted.rejected:
-                    self._reject(RemoteProtocolError(reason), peer, penalty,
-                                 penalise=direct and penalty is not None)
+                for exc, penalty in admitted.rejected:
+                    self._reject(exc, peer, penalty, penalise=direct and penalty is not None)
                 for item in admitted.items:
                     try:
                         ch.receive(item, now, peer=peer)
@@ -232,11 +233,15 @@ class ChannelService(FetchedIngest):
 
     def _reject(self, exc: RemoteProtocolError, peer: str | None,
                 penalty: str | None = None, *, penalise: bool = True) -> None:
-        reason = exc.reason.split(":")[0][:60]
-        self.metrics.inc("events_rejected_total", reason=reason)
+        # The label and the penalty follow from the error's kind (sync.errors.ErrorKind).
+        self.metrics.inc("events_rejected_total", reason=exc.kind.value)
         log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
-        if penalise and peer is not None and self.on_penalty is not None:
-            self.on_penalty(peer, penalty or penalty_of(exc.reason))
+        if penalise and peer is not None:
+            self._penalise(peer, penalty or penalty_of(exc.kind))
+
+    def _penalise(self, peer: str, penalty: str) -> None:
+        if self.on_penalty is not None:
+            self.on_penalty(peer, penalty)
 
     def _after_input(self, name: str) -> None:
         records, _ = self._process(name)
@@ -254,10 +259,8 @@ class ChannelService(FetchedIngest):
                 self.metrics.inc("events_delivered_total", channel=name)
             elif isinstance(ev, RepairRequested):
                 self.metrics.inc("sds_repairs_requested_total", len(ev.message_ids))
-            elif isinstance(ev, RepairRefused):
-                # It asked for more rebroadcasts than its budget (sync.sds.repair_budget).
-                if self.on_penalty is not None:
-                    self.on_penalty(ev.requester, "flood")
+            elif (penalty := sds_penalty(ev)) is not None:
+                self._penalise(penalty.peer, penalty.penalty)
             elif isinstance(ev, Evicted):
                 self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):
@@ -276,7 +279,7 @@ class ChannelService(FetchedIngest):
 
     async def _timer_loop(self) -> None:
         while True:
-            now = time.time()
+            now = self.clock.wall()
             next_at = math.inf
             for name, ch in self.channels.items():
                 due = ch.get_timer()
@@ -287,7 +290,7 @@ class ChannelService(FetchedIngest):
                 if due is not None:
                     next_at = min(next_at, due)
             self._wake = trio.Event()
-            with trio.move_on_after(min(max(next_at - time.time(), 0.005), 5.0)):
+            with trio.move_on_after(min(max(next_at - self.clock.wall(), 0.005), 5.0)):
                 await self._wake.wait()
 
     async def _state_loop(self) -> None:
@@ -302,7 +305,7 @@ class ChannelService(FetchedIngest):
     async def save_state(self, *, all_channels: bool = False) -> None:
         names = list(self.channels) if all_channels else sorted(self._dirty)
         self._dirty.clear()
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.clock.wall() * 1000)
         for name in names:
             await self.store.write(put_state, f"sds/{name}", self.channels[name].export_state(),
                                    now_ms)

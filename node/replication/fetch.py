@@ -1,10 +1,12 @@
 """Fetch events by message id (``/syncnode/fetch/1.0.0``) to close SDS gaps in seconds.
 
-The protocol (request format, answer checks, whom to ask) is :mod:`sync.transfer.fetch`; this
-is the glue. Answers are read from the database in byte-bounded batches and sent as they are
-read, and each peer has at most ``max_streams_per_peer`` requests served at once, so requests
-that are never read cannot make the node hold their events. Everything fetched goes through
-``ChannelService.ingest``, which verifies id and signature before anything is stored.
+The protocol (request format, answer checks) is :mod:`sync.transfer.fetch`; when to fetch, whom
+to ask and what is left to Recon is :class:`sync.replication.GapPlanner`'s; this is the glue.
+Answers are read from the database in byte-bounded batches and sent as they are read, and each
+peer has at most ``max_streams_per_peer`` requests served at once, so requests that are never
+read cannot make the node hold their events. Everything fetched goes through
+``ChannelService.ingest`` (the one ingest path), which verifies id and signature before
+anything is stored.
 """
 
 from __future__ import annotations
@@ -21,20 +23,22 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
+from node.replication.clock import Clock, SystemClock
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import OverBudget, WorkGate
 from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
+from sync.peerscore import penalty_of
+from sync.replication import Action, FetchPlan, GapPlanner, Penalize, ReconcileSoon
 from sync.sds import MissingEntry
 from sync.transfer import (
-    FetchQueue,
+    REFUSED_PENALTY,
     FetchReader,
     InFlight,
     byte_batches,
     encode_request,
     parse_request,
-    plan_peers,
 )
 from sync.workbudget import fetch_units
 
@@ -62,8 +66,10 @@ class Fetcher:
         limits: FetchSection | None = None,
         rng: random.Random | None = None,
         work: WorkGate | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.host = host
+        self.clock = clock or SystemClock()
         self.store = store
         self.metrics = metrics
         self.ingest = ingest
@@ -75,7 +81,9 @@ class Fetcher:
         self.rng = rng or random.Random()
         self.limits = limits or FetchSection()
         self.max_ids = min(self.limits.max_ids, MAX_IDS)
-        self.queue = FetchQueue(grace_s, self.max_ids)
+        self.core = GapPlanner(grace_s, self.max_ids, self.rng, PEERS_PER_ID)
+        #: Gaps fetch by id could not close are left to Recon (``ReconService.poke``).
+        self.reconcile_soon: Callable[[], None] | None = None
         self._serving = InFlight(self.limits.max_streams_per_peer,
                                  max(self.limits.max_streams, self.limits.max_streams_per_peer))
         host.set_stream_handler(FETCH_PROTOCOL, self._serve)
@@ -92,14 +100,21 @@ class Fetcher:
             self.standing.penalise(peer, reason)
 
     def want(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
-        self.queue.want(entries, trio.current_time())
+        self.core.missing(entries, self.clock.now())
         self._wake.set()
+
+    def _carry_out(self, actions: Sequence[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Penalize):
+                self._penalise(action.peer, action.penalty)
+            elif isinstance(action, ReconcileSoon) and self.reconcile_soon is not None:
+                self.reconcile_soon()
 
     async def _serve(self, stream: FramedStream) -> None:
         peer = stream.peer_id
         if not self._serving.acquire(peer):
             self.metrics.inc("fetch_refused_total")
-            self._penalise(peer, "busy")
+            self._penalise(peer, REFUSED_PENALTY)
             await stream.reset()
             return
         try:
@@ -113,7 +128,7 @@ class Fetcher:
             ids = parse_request(await stream.receive(), self.max_ids, stream.peer_id)
         except RemoteProtocolError as exc:
             self.metrics.inc("fetch_bad_requests_total")
-            self._penalise(stream.peer_id, "protocol")
+            self._penalise(stream.peer_id, penalty_of(exc.kind))
             log.info("bad fetch request", extra=kv(peer=stream.peer_id, error=exc.reason))
             return
         if self.work is not None:
@@ -136,44 +151,42 @@ class Fetcher:
 
     async def run(self) -> None:
         while True:
-            timer = self.queue.get_timer()
-            if timer is None or timer > trio.current_time():
+            timer = self.core.get_timer()
+            if timer is None or timer > self.clock.now():
                 self._wake = trio.Event()
                 with trio.move_on_at(math.inf if timer is None else timer):
                     await self._wake.wait()
                 continue
-            batch = self.queue.handle_timer(trio.current_time())
-            wanted = [e for e in batch if self.still_missing(e.message_id)]
+            connected = self.host.connected_peers()
+            plan = self.core.handle_timer(self.clock.now(), self.still_missing, connected,
+                                          {p for p in connected if self.host.is_banned(p)})
+            if plan is None:
+                continue
             try:
-                if wanted:
-                    await self._fetch(wanted)
+                await self._fetch(plan)
             finally:
-                self.queue.done(batch)
+                self._carry_out(self.core.done(plan))
 
-    async def _fetch(self, batch: list[MissingEntry]) -> None:
-        wanted = {e.message_id for e in batch}
-        connected = self.host.connected_peers()
-        senders = [e.sender_id for e in batch if e.sender_id in connected]
-        banned = frozenset(p for p in connected if self.host.is_banned(p))
-        for peer in plan_peers(senders, connected, PEERS_PER_ID, banned, self.rng):
-            if not wanted:
+    async def _fetch(self, plan: FetchPlan) -> None:
+        for peer in plan.peers:
+            if not plan.ids:
                 return
             try:
-                got = await self._request(peer, sorted(wanted))
+                got = await self._request(peer, sorted(plan.ids))
             except P2PError as exc:
                 self.metrics.inc("fetch_failures_total")
                 log.debug("fetch failed", extra=kv(peer=peer, error=str(exc)))
                 continue
             except RemoteProtocolError as exc:
                 self.metrics.inc("fetch_bad_answers_total")
-                self._penalise(peer, "protocol")
+                self._carry_out(self.core.bad_answer(peer, exc))
                 log.info("bad fetch answer", extra=kv(peer=peer, error=exc.reason))
                 continue
             for wire in got:
                 accepted = self.ingest(wire, peer)
                 if accepted is not None:
                     self.metrics.inc("fetch_received_total")
-                    wanted.discard(accepted)
+                    self.core.received(plan, accepted)
 
     async def _request(self, peer: str, ids: list[str]) -> list[bytes]:
         out: list[bytes] = []

@@ -63,8 +63,8 @@ class WorkGate:
         decision = self.budget.charge(peer, units, trio.current_time())
         if isinstance(decision, Refuse):
             self.metrics.inc("work_refused_total", kind=kind, scope=decision.scope)
-            if decision.scope == "peer" and self.standing is not None:
-                self.standing.penalise(peer, "over_budget")
+            if decision.penalty is not None and self.standing is not None:
+                self.standing.penalise(peer, decision.penalty)
             raise OverBudget(peer, kind, decision.scope)
         self.metrics.inc("work_units_total", decision.units, kind=kind)
         if isinstance(decision, Wait):

@@ -109,7 +109,7 @@ class Consumer:
         except RemoteProtocolError as exc:
             if peer is None:
                 raise
-            raise RemoteProtocolError(exc.reason, peer) from None
+            raise exc.from_peer(peer) from None
         self.receive_message(msg, channel, peer)
 
     def receive_message(

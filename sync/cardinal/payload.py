@@ -265,4 +265,4 @@ def iter_payloads_jsonl(lines: Iterable[str], source: str | None = None) -> Iter
         except (ValueError, RecursionError) as exc:  # e.g. a 5,000-digit number, deep nesting
             raise RemoteProtocolError(f"line {line_no}: invalid JSON: {exc}", source) from None
         except RemoteProtocolError as exc:
-            raise RemoteProtocolError(f"line {line_no}: {exc.reason}", source) from None
+            raise exc.from_peer(source, f"line {line_no}: ") from None

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Union
 
-from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.recon.interests import Interests, clip, intersect, normalize, within
 from sync.recon.store import KeyStore
 from sync.recon.wire import DIFF, HASH, KEYS, Item, Limits, MessageWriter, decode_message, separator
@@ -214,7 +214,7 @@ class ReconSession:
             return self._receive(data)
         except RemoteProtocolError as exc:
             self.done = True
-            self.error = RemoteProtocolError(exc.reason, self.peer)
+            self.error = exc.from_peer(self.peer)
             self._events.clear()
             self._pending.clear()
             raise self.error from None
@@ -231,9 +231,9 @@ class ReconSession:
         self.messages_received += 1
         self.bytes_received += len(data)
         if self.messages_received > cfg.max_messages:
-            raise RemoteProtocolError("session round budget exceeded")
+            raise RemoteProtocolError("session round budget exceeded", kind=ErrorKind.OVER_LIMIT)
         if self.bytes_received > cfg.max_bytes_received:
-            raise RemoteProtocolError("session byte budget exceeded")
+            raise RemoteProtocolError("session byte budget exceeded", kind=ErrorKind.OVER_LIMIT)
         msg = decode_message(data, self._limits)
         first = self.messages_received == 1
         if first:
@@ -265,7 +265,8 @@ class ReconSession:
                 raise RemoteProtocolError("range outside the common interest")
             self._handle(item, level)
             if len(self._pending) > cfg.max_pending_ranges:
-                raise RemoteProtocolError("message asks for too much work")
+                raise RemoteProtocolError("message asks for too much work",
+                                          kind=ErrorKind.OVER_LIMIT)
         # The peer waits for an answer to a HASH/KEYS/MORE, to our first message, or for the end
         # of what our last message announced as MORE (even if clipping left nothing to send).
         peer_waiting = msg.demanding or (first and not self.is_initiator) or self._sent_more
@@ -355,7 +356,7 @@ class ReconSession:
 
     def _on_keys(self, lo: bytes, hi: bytes, keys: tuple[bytes, ...]) -> None:
         if len(keys) > self.config.max_key_list:
-            raise RemoteProtocolError("key list over the limit")
+            raise RemoteProtocolError("key list over the limit", kind=ErrorKind.OVER_LIMIT)
         store = self.store
         missing = frozenset(k for k in keys if not self._has(k))
         if missing:

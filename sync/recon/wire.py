@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.varint import read_uvarint, uvarint
 
 __all__ = [
@@ -269,7 +269,7 @@ class _Reader:
 def decode_message(data: bytes, limits: Limits) -> Message:
     """Parse and check a message; anything malformed raises ``RemoteProtocolError`` only."""
     if len(data) > limits.max_message_bytes:
-        raise RemoteProtocolError("message too large")
+        raise RemoteProtocolError("message too large", kind=ErrorKind.OVER_LIMIT)
     r = _Reader(data)
     if r.byte() != VERSION:
         raise RemoteProtocolError("unknown message version")
@@ -283,7 +283,7 @@ def decode_message(data: bytes, limits: Limits) -> Message:
     if flags & FLAG_INTERESTS:
         n = r.varint()
         if n > limits.max_interests:
-            raise RemoteProtocolError("too many interests")
+            raise RemoteProtocolError("too many interests", kind=ErrorKind.OVER_LIMIT)
         pairs = []
         prev_hi = b""
         for _ in range(n):
@@ -298,9 +298,9 @@ def decode_message(data: bytes, limits: Limits) -> Message:
         interests = tuple(pairs)
     count = r.varint()
     if count > len(data):
-        raise RemoteProtocolError("item count exceeds message size")
+        raise RemoteProtocolError("item count exceeds message size", kind=ErrorKind.OVER_LIMIT)
     if count > limits.max_items:
-        raise RemoteProtocolError("more ranges than a message may carry")
+        raise RemoteProtocolError("more ranges than a message may carry", kind=ErrorKind.OVER_LIMIT)
     keys_left = limits.max_keys
     items: list[Item] = []
     fp_len = limits.fingerprint_bytes
@@ -314,15 +314,17 @@ def decode_message(data: bytes, limits: Limits) -> Message:
         if kind == HASH:
             n = r.varint()
             if n > _MAX_COUNT:
-                raise RemoteProtocolError("range count too large")
+                raise RemoteProtocolError("range count too large", kind=ErrorKind.OVER_LIMIT)
             fingerprint = r.take(fp_len)
         elif kind in (KEYS, DIFF):
             size = r.varint()
             if size > len(data):
-                raise RemoteProtocolError("key count exceeds message size")
+                raise RemoteProtocolError("key count exceeds message size",
+                                          kind=ErrorKind.OVER_LIMIT)
             keys_left -= size
             if keys_left < 0:
-                raise RemoteProtocolError("more keys than a message may carry")
+                raise RemoteProtocolError("more keys than a message may carry",
+                                          kind=ErrorKind.OVER_LIMIT)
             prev = lo
             for i in range(size):
                 key = r.delta(prev, max_key)

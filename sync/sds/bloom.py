@@ -16,7 +16,7 @@ from typing import NamedTuple
 import mmh3
 from bitarray import bitarray
 
-from sync.errors import RemoteProtocolError
+from sync.errors import ErrorKind, RemoteProtocolError
 
 __all__ = ["MAX_HASHES", "BloomParams", "BloomView", "RollingBloomFilter", "bloom_indices"]
 
@@ -138,9 +138,11 @@ class BloomView:
 
     def __init__(self, data: bytes, params: BloomParams, *, max_bits: int) -> None:
         if not 0 < params.bits <= max_bits or not 0 < params.hashes <= MAX_HASHES:
-            raise RemoteProtocolError("bloom filter parameters out of range")
+            raise RemoteProtocolError("bloom filter parameters out of range",
+                                      kind=ErrorKind.MALFORMED_EVENT)
         if len(data) != params.nbytes:
-            raise RemoteProtocolError("bloom filter length does not match its parameters")
+            raise RemoteProtocolError("bloom filter length does not match its parameters",
+                                      kind=ErrorKind.MALFORMED_EVENT)
         self.params = params
         self._data = data
         self._fp: float | None = None  # computed on the first hit: most filters never hit

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
 from sync.sds.acks import FilterEvidence
 from sync.sds.bloom import RollingBloomFilter
@@ -364,7 +364,7 @@ class SdsChannel:
                                           trusted=not self.verify_signatures
                                           or not self.profile.signed)
         except RemoteProtocolError as exc:
-            raise RemoteProtocolError(exc.reason, peer) from None
+            raise exc.from_peer(peer) from None
         event = tx.event
         if event.signature is not None and self.verify_signatures:
             self._remember_signature(event.message_id, event.signature)
@@ -377,7 +377,7 @@ class SdsChannel:
         try:
             self._check_event(event, now)
         except RemoteProtocolError as exc:
-            raise RemoteProtocolError(exc.reason, peer) from None
+            raise exc.from_peer(peer) from None
         self._accept(event, None, (), now)
 
     def deliver_settled(self, mids: Sequence[str], senders: Sequence[str],
@@ -429,7 +429,7 @@ class SdsChannel:
 
     def _check_event(self, event: SignedEvent, now: float) -> None:
         if event.channel_id != self.channel_id:
-            raise RemoteProtocolError("message for another channel")
+            raise RemoteProtocolError("message for another channel", kind=ErrorKind.REFUSED)
         if event.lamport is not None:
             check_lamport(event.lamport, now, self.config.max_lamport_ahead_ms)
 

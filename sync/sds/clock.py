@@ -15,7 +15,7 @@ publish after, or that its peers reject. The rule (docs/security.md "Clocks"):
 
 from __future__ import annotations
 
-from sync.errors import RemoteProtocolError
+from sync.errors import ErrorKind, RemoteProtocolError
 
 __all__ = [
     "LAMPORT_MAX",
@@ -41,9 +41,10 @@ def lamport_bound(now: float, max_ahead_ms: int) -> int:
 def check_lamport(lamport: int, now: float, max_ahead_ms: int) -> None:
     """``RemoteProtocolError`` if a received ``lamport`` breaks the rule at ``now``."""
     if not 0 <= lamport <= LAMPORT_MAX:
-        raise RemoteProtocolError(f"{REASON_RANGE}: {lamport}")
+        raise RemoteProtocolError(f"{REASON_RANGE}: {lamport}", kind=ErrorKind.LAMPORT_RANGE)
     if lamport > lamport_bound(now, max_ahead_ms):
-        raise RemoteProtocolError(f"{REASON_AHEAD}: {lamport} at {int(now * 1000)} ms")
+        raise RemoteProtocolError(f"{REASON_AHEAD}: {lamport} at {int(now * 1000)} ms",
+                                  kind=ErrorKind.LAMPORT_AHEAD)
 
 
 def recovered_clock(candidates: list[int], now: float, max_ahead_ms: int) -> tuple[int, bool]:

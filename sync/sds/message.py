@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sync.errors import RemoteProtocolError
+from sync.errors import ErrorKind, RemoteProtocolError
 from sync.identity import verify
 from sync.sds import sds_pb2
 from sync.sds.bloom import BloomParams
@@ -288,20 +288,23 @@ def _refs(entries: Any, limit: int, limits: DecodeLimits, what: str) -> tuple[Hi
     if not entries:
         return ()
     if len(entries) > limit:
-        raise RemoteProtocolError(f"too many {what} entries")
+        raise RemoteProtocolError(f"too many {what} entries", kind=ErrorKind.MALFORMED_EVENT)
     max_id = limits.max_id_length
     out = []
     for e in entries:
         mid = e.message_id
         if not mid or len(mid) > max_id:
-            raise RemoteProtocolError(f"{what} entry has a bad message id")
+            raise RemoteProtocolError(f"{what} entry has a bad message id",
+                                      kind=ErrorKind.MALFORMED_EVENT)
         # Empty and absent are the same: no hint, no sender (saves two presence checks).
         hint = e.retrieval_hint or None
         if hint is not None and len(hint) > limits.max_hint_length:
-            raise RemoteProtocolError(f"{what} retrieval hint too long")
+            raise RemoteProtocolError(f"{what} retrieval hint too long",
+                                      kind=ErrorKind.MALFORMED_EVENT)
         sender = e.sender_id or None
         if sender is not None and len(sender) > max_id:
-            raise RemoteProtocolError(f"{what} sender id too long")
+            raise RemoteProtocolError(f"{what} sender id too long",
+                                      kind=ErrorKind.MALFORMED_EVENT)
         out.append(HistoryRef(mid, hint, sender))
     return tuple(out)
 
@@ -310,7 +313,7 @@ def _verify(sender_id: str, signature: bytes, digest: bytes) -> None:
     """Ed25519 verification (libsodium, see ``sync.identity.verify``): the receive path's
     dominant cost."""
     if not verify(sender_id, signature, SIGNATURE_DOMAIN + digest):
-        raise RemoteProtocolError("bad signature")
+        raise RemoteProtocolError("bad signature", kind=ErrorKind.BAD_SIGNATURE)
 
 
 def _decode(
@@ -321,28 +324,33 @@ def _decode(
     known_signatures: Mapping[str, bytes] | None,
 ) -> Transmission:
     if len(data) > limits.max_size:
-        raise RemoteProtocolError("message too large")
+        raise RemoteProtocolError("message too large", kind=ErrorKind.TOO_LARGE)
     msg = sds_pb2.Message()
     try:
         msg.ParseFromString(data)
     except Exception as exc:  # the C decoder's error types vary; all mean "bad bytes"
-        raise RemoteProtocolError(f"undecodable message: {type(exc).__name__}") from None
+        raise RemoteProtocolError(f"undecodable message: {type(exc).__name__}",
+                                  kind=ErrorKind.UNDECODABLE) from None
     sender, mid, channel = msg.sender_id, msg.message_id, msg.channel_id
     max_id = limits.max_id_length
     if not sender:
-        raise RemoteProtocolError("missing sender id")
+        raise RemoteProtocolError("missing sender id", kind=ErrorKind.MALFORMED_EVENT)
     if len(sender) > min(max_id, MAX_STORED_ID_LENGTH):
         raise RemoteProtocolError(
-            f"sender id longer than {min(max_id, MAX_STORED_ID_LENGTH)} characters")
+            f"sender id longer than {min(max_id, MAX_STORED_ID_LENGTH)} characters",
+            kind=ErrorKind.MALFORMED_EVENT)
     if not mid or len(mid) > max_id:
-        raise RemoteProtocolError("missing or oversized message id")
+        raise RemoteProtocolError("missing or oversized message id",
+                                  kind=ErrorKind.MALFORMED_EVENT)
     if len(channel) > min(max_id, MAX_STORED_ID_LENGTH):
         raise RemoteProtocolError(
-            f"channel id longer than {min(max_id, MAX_STORED_ID_LENGTH)} characters")
+            f"channel id longer than {min(max_id, MAX_STORED_ID_LENGTH)} characters",
+            kind=ErrorKind.MALFORMED_EVENT)
     lamport = msg.lamport_timestamp if msg.HasField("lamport_timestamp") else None
     content = msg.content
     if lamport is None and not content:
-        raise RemoteProtocolError("message has neither lamport timestamp nor content")
+        raise RemoteProtocolError("message has neither lamport timestamp nor content",
+                                  kind=ErrorKind.MALFORMED_EVENT)
     history = _refs(msg.causal_history, limits.max_history_entries, limits, "causal history")
     repair = _refs(msg.repair_request, limits.max_repair_entries, limits, "repair request")
     bloom = params = None
@@ -357,10 +365,11 @@ def _decode(
         ids = [h.message_id for h in history]
         digest = event_digest(channel, sender, lamport, ids, content)
         if digest.hex() != mid:
-            raise RemoteProtocolError("message id does not match the message")
+            raise RemoteProtocolError("message id does not match the message",
+                                      kind=ErrorKind.BAD_ID)
         if verify_signature:
             if signature is None:
-                raise RemoteProtocolError("message is not signed")
+                raise RemoteProtocolError("message is not signed", kind=ErrorKind.UNSIGNED)
             known = known_signatures.get(mid) if known_signatures else None
             if known is None or signature != known:
                 _verify(sender, signature, digest)

@@ -27,7 +27,7 @@ import random
 
 import mmh3
 
-from sync.errors import RemoteProtocolError
+from sync.errors import ErrorKind, RemoteProtocolError
 from sync.sds.bloom import BloomParams
 
 __all__ = [
@@ -71,7 +71,8 @@ def check_waku_message_id(message_id: str, payload: bytes) -> None:
     """A message with a payload is named by its hash (what the package's senders do); a sync
     message (no payload) can be named anything."""
     if payload and message_id != waku_message_id(payload):
-        raise RemoteProtocolError("message id is not the sha256 of the payload")
+        raise RemoteProtocolError("message id is not the sha256 of the payload",
+                                  kind=ErrorKind.BAD_ID)
 
 
 def waku_sync_id(rng: random.Random) -> str:
@@ -85,7 +86,8 @@ def _nim_hash(item: str) -> int:
     try:
         data = item.encode("latin-1")
     except UnicodeEncodeError:
-        raise RemoteProtocolError("waku bloom ids are Latin-1 text") from None
+        raise RemoteProtocolError("waku bloom ids are Latin-1 text",
+                                  kind=ErrorKind.MALFORMED_EVENT) from None
     return int(mmh3.hash(data, 0, signed=True))
 
 

@@ -27,7 +27,7 @@ from sync.transfer.frames import (
     pack_list,
     unpack_items,
 )
-from sync.transfer.limits import InFlight
+from sync.transfer.limits import REFUSED_PENALTY, InFlight
 from sync.transfer.want import (
     EventsFrame,
     EventsPacker,
@@ -43,6 +43,7 @@ __all__ = [
     "EVENTS",
     "EVENTS_LAST",
     "RECON",
+    "REFUSED_PENALTY",
     "WANT",
     "WANT_LAST",
     "Abort",

@@ -12,7 +12,7 @@ import random
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.sds.events import MissingEntry
 
 __all__ = ["FetchQueue", "FetchReader", "encode_request", "parse_request", "plan_peers"]
@@ -28,10 +28,12 @@ def encode_request(ids: Sequence[str]) -> bytes:
 def parse_request(data: bytes, max_ids: int, peer: str | None = None) -> list[str]:
     """Decode a request frame, checking its size before anything else is decoded."""
     if len(data) > max_ids * (_ID_CHARS + 1):
-        raise RemoteProtocolError(f"fetch request of {len(data)} bytes, max {max_ids} ids", peer)
+        raise RemoteProtocolError(f"fetch request of {len(data)} bytes, max {max_ids} ids", peer,
+                                  ErrorKind.OVER_LIMIT)
     parts = [p for p in data.split(b"\n") if p]
     if len(parts) > max_ids:
-        raise RemoteProtocolError(f"fetch request asks for {len(parts)} ids, max {max_ids}", peer)
+        raise RemoteProtocolError(f"fetch request asks for {len(parts)} ids, max {max_ids}", peer,
+                                  ErrorKind.OVER_LIMIT)
     if any(len(p) != _ID_CHARS or not set(p) <= _HEX for p in parts):
         raise RemoteProtocolError("fetch request holds a malformed message id", peer)
     return list(dict.fromkeys(p.decode("ascii") for p in parts))
@@ -59,9 +61,11 @@ class FetchReader:
             return None
         self.received += 1
         if self.received > self.asked:
-            raise RemoteProtocolError("fetch answer holds more events than ids asked", self.peer)
+            raise RemoteProtocolError("fetch answer holds more events than ids asked", self.peer,
+                                      ErrorKind.UNREQUESTED)
         if len(frame) > self.max_event_bytes:
-            raise RemoteProtocolError("fetched event over the size limit", self.peer)
+            raise RemoteProtocolError("fetched event over the size limit", self.peer,
+                                      ErrorKind.TOO_LARGE)
         return frame
 
 

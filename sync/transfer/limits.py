@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["InFlight"]
+__all__ = ["REFUSED_PENALTY", "InFlight"]
+
+#: What a stream refused over the caps costs its peer (``sync.peerscore``): little, since an
+#: honest peer may just be retrying, but a peer that keeps opening streams pays.
+REFUSED_PENALTY = "busy"
 
 
 class InFlight:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sync.errors import LocalProtocolError, RemoteProtocolError
+from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.transfer.frames import (
     EVENTS,
     EVENTS_LAST,
@@ -97,7 +97,7 @@ class WantFetcher:
     def receive(self, frame: bytes) -> EventsFrame:
         """One frame of an answer; ``RemoteProtocolError`` if it breaks the protocol."""
         if self._answered >= self._sent:
-            raise RemoteProtocolError("events nobody asked for", self.peer)
+            raise RemoteProtocolError("events nobody asked for", self.peer, ErrorKind.UNREQUESTED)
         if not frame or frame[0] not in (EVENTS, EVENTS_LAST):
             raise RemoteProtocolError("expected events", self.peer)
         wires = _unpack(frame, self.batch, self.max_event_bytes, self.peer)
@@ -106,7 +106,7 @@ class WantFetcher:
             raise RemoteProtocolError("empty events frame", self.peer)
         self._frames += 1
         if self._frames > self.batch:  # one answer cannot hold more frames than keys
-            raise RemoteProtocolError("too many events frames", self.peer)
+            raise RemoteProtocolError("too many events frames", self.peer, ErrorKind.OVER_LIMIT)
         if final:
             self._answered += 1
             self._frames = 0
@@ -115,7 +115,8 @@ class WantFetcher:
     def accept(self, key: bytes) -> None:
         """An event arrived (its key computed from the verified event): was it asked for?"""
         if key not in self._wanted:
-            raise RemoteProtocolError("event we did not ask for", self.peer)
+            raise RemoteProtocolError("event we did not ask for", self.peer,
+                                      ErrorKind.UNREQUESTED)
         self._wanted.discard(key)
 
     def answer_done(self) -> list[bytes]:
@@ -156,7 +157,8 @@ class WantServer:
             raise RemoteProtocolError("empty want frame", self.peer)
         self.budget -= len(keys)
         if self.budget < 0:
-            raise RemoteProtocolError("peer wants more events than we hold", self.peer)
+            raise RemoteProtocolError("peer wants more events than we hold", self.peer,
+                                      ErrorKind.OVER_LIMIT)
         self.done = last
         return WantList(keys, last)
 
@@ -165,7 +167,7 @@ def _unpack(frame: bytes, max_items: int, max_item_bytes: int, peer: str | None)
     try:
         return unpack_items(frame[1:], max_items=max_items, max_item_bytes=max_item_bytes)
     except RemoteProtocolError as exc:
-        raise RemoteProtocolError(exc.reason, peer) from None
+        raise exc.from_peer(peer) from None
 
 
 def byte_batches(sizes: Sequence[tuple[_T, int]], max_bytes: int,

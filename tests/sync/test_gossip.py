@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sync.errors import RemoteProtocolError
+from sync.errors import ErrorKind, RemoteProtocolError
 from sync.gossip import (
     BATCH_MAGIC,
     MAX_BATCH_BYTES,
@@ -14,21 +14,26 @@ from sync.gossip import (
     REASON_BUDGET,
     REASON_NOT_MEMBER,
     REASON_NOT_WRITER,
+    Admitted,
     GossipGate,
     GossipLimits,
     OutgoingBatch,
     SenderCheck,
     SenderPolicy,
     pack_batch,
-    penalty_of,
     publisher_pays,
     unpack_batch,
 )
+from sync.peerscore import KIND_PENALTIES, penalty_of
 from sync.sds import encode_event
-from sync.sds.clock import REASON_AHEAD
 from tests.sync.sds.helpers import T0, channel, key
 
 ME, A, B = (channel(i).participant_id for i in range(3))
+
+
+def rejected(admitted: Admitted) -> list[tuple[str, str | None]]:
+    """(reason text without detail, penalty) per rejection."""
+    return [(e.reason.split(":")[0], p) for e, p in admitted.rejected]
 
 
 def event(i: int, content: bytes = b"x", ch: str = "general", lamport: int = 1) -> bytes:
@@ -53,7 +58,8 @@ def test_bad_batches_are_remote_protocol_errors(data: bytes) -> None:
     with pytest.raises(RemoteProtocolError) as err:
         unpack_batch(data, max_item_bytes=8)
     assert err.value.reason.startswith("bad gossip batch")
-    assert penalty_of(err.value.reason) == "protocol"
+    assert err.value.kind is ErrorKind.BAD_BATCH
+    assert penalty_of(err.value.kind) == "protocol"
 
 
 def test_plain_message_is_one_item() -> None:
@@ -80,7 +86,7 @@ def test_gate_drops_unlisted_senders_before_the_signature() -> None:
     forged[-1] ^= 1  # a bad signature would cost a check; the sender alone decides first
     admitted = gate.admit(pack_batch([event(1), bytes(forged), event(0)]), A, T0)
     assert admitted.items == [event(1), event(0)]
-    assert admitted.rejected == [(REASON_NOT_MEMBER, "rejected_event")]
+    assert rejected(admitted) == [(REASON_NOT_MEMBER, "rejected_event")]
 
 
 def test_budget_throttles_a_flooding_publisher_not_the_others() -> None:
@@ -88,7 +94,7 @@ def test_budget_throttles_a_flooding_publisher_not_the_others() -> None:
     flood = [event(i % 2 + 1, f"flood {i}".encode()) for i in range(MAX_BATCH_ITEMS)]
     admitted = gate.admit(pack_batch(flood), "flooder", T0)
     assert len(admitted.items) == 20
-    assert admitted.rejected == [(REASON_BUDGET, "flood")] * (MAX_BATCH_ITEMS - 20)
+    assert rejected(admitted) == [(REASON_BUDGET, "flood")] * (MAX_BATCH_ITEMS - 20)
     # An honest publisher at the same moment has its own budget.
     honest = gate.admit(pack_batch([event(1, b"honest")] * 5), "honest", T0)
     assert len(honest.items) == 5 and not honest.rejected
@@ -100,7 +106,7 @@ def test_big_items_cost_more_tokens() -> None:
     gate = GossipGate(SenderPolicy(ME), GossipLimits(peer_rate=1, peer_burst=4))
     big = event(1, b"x" * (200 * 1024))
     assert len(gate.admit(big, "p", T0).items) == 1  # 1 + 3 tokens
-    assert gate.admit(event(1), "p", T0).rejected == [(REASON_BUDGET, "flood")]
+    assert rejected(gate.admit(event(1), "p", T0)) == [(REASON_BUDGET, "flood")]
 
 
 def test_undecodable_item_costs_an_invalid_event_penalty() -> None:
@@ -108,10 +114,11 @@ def test_undecodable_item_costs_an_invalid_event_penalty() -> None:
     assert admitted.items == [] and admitted.rejected[0][1] == "invalid_event"
 
 
-def test_penalties_by_reason() -> None:
-    assert penalty_of("bad signature") == "invalid_event"
-    assert penalty_of(f"{REASON_AHEAD}: 5 at 1 ms") == "rejected_event"
-    assert penalty_of(REASON_BUDGET) == "flood"
+def test_penalties_by_kind() -> None:
+    assert penalty_of(ErrorKind.BAD_SIGNATURE) == "invalid_event"
+    assert penalty_of(ErrorKind.LAMPORT_AHEAD) == "rejected_event"
+    assert penalty_of(ErrorKind.OVER_BUDGET) == "flood"
+    assert set(KIND_PENALTIES) == set(ErrorKind)  # every kind is priced
 
 
 def test_a_relay_of_somebodys_flood_is_throttled_but_does_not_pay() -> None:
@@ -119,13 +126,13 @@ def test_a_relay_of_somebodys_flood_is_throttled_but_does_not_pay() -> None:
     flood = [event(2, f"flood {i}".encode()) for i in range(30)]
     relayed = gate.admit(pack_batch(flood), "relay", T0, publisher="flooder")
     assert len(relayed.items) == 10
-    assert relayed.rejected == [(REASON_BUDGET, None)] * 20  # counted, no penalty
+    assert rejected(relayed) == [(REASON_BUDGET, None)] * 20  # counted, no penalty
     # The relay's own messages are now throttled with it (its neighbour bucket is empty) ...
     own = gate.admit(event(1, b"the relay's own"), "relay", T0, publisher="relay")
-    assert own.items == [] and own.rejected == [(REASON_BUDGET, None)]
+    assert own.items == [] and rejected(own) == [(REASON_BUDGET, None)]
     # ... but only a peer flooding with its own messages pays.
     direct = gate.admit(pack_batch(flood), "flooder", T0, publisher="flooder")
-    assert (REASON_BUDGET, "flood") in direct.rejected
+    assert (REASON_BUDGET, "flood") in rejected(direct)
 
 
 def test_own_sync_messages_over_budget_are_throttled_without_a_penalty() -> None:
@@ -137,10 +144,10 @@ def test_own_sync_messages_over_budget_are_throttled_without_a_penalty() -> None
     sync = sds_pb2.Message(sender_id=A, channel_id="general", message_id="s").SerializeToString()
     burst = gate.admit(pack_batch([sync] * 30), A, T0, publisher=A)
     assert len(burst.items) == 10
-    assert burst.rejected == [(REASON_BUDGET, None)] * 20
+    assert rejected(burst) == [(REASON_BUDGET, None)] * 20
     # Its own content over the same budget is a flood and pays.
     content = gate.admit(pack_batch([event(1, b"e")] * 5), A, T0, publisher=A)
-    assert content.items == [] and (REASON_BUDGET, "flood") in content.rejected
+    assert content.items == [] and (REASON_BUDGET, "flood") in rejected(content)
 
 
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.binary(min_size=1, max_size=3000)),

@@ -143,3 +143,10 @@ def test_a_steady_peer_within_its_rate_is_never_refused(n: int, gap: float) -> N
     for i in range(n):
         decision = budget.charge("honest", min(units, int(LIMITS.peer_burst)), i * gap)
         assert not isinstance(decision, Refuse)
+
+
+def test_only_a_refusal_for_the_peers_own_budget_costs_it() -> None:
+    from sync.workbudget import Refuse
+
+    assert Refuse(5, "peer", 2.0).penalty == "over_budget"
+    assert Refuse(5, "total", 2.0).penalty is None

@@ -1,0 +1,178 @@
+"""One Recon session over a libp2p stream, as :class:`ReconService` runs it: begin it with the
+lifecycle core, reconcile (``recon_phase``), run the transfer phases in the order the core says,
+and report the end (``finished`` or ``failed``) back to the core. A part of ``ReconService``
+(kept apart for size), using its core, clock, stores and counters.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+import trio
+
+from node.config import ReconSection
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p import FramedStream, P2PError, P2PHost
+from node.replication.clock import Clock
+from node.replication.ingest import IngestUnavailable
+from node.replication.peer_activity import PeerActivity
+from node.replication.recon_phase import reconcile
+from node.replication.recon_transfer import SessionStats, Transfer
+from node.replication.recon_work import KeyStoreWork
+from node.replication.work import OverBudget, WorkGate
+from sync.errors import RemoteProtocolError
+from sync.recon import SummaryKeyStore
+from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
+from sync.replication import Action, ReconLifecycle, Role, SessionPlan
+from sync.transfer import BUSY_FRAME, ReconExchange
+
+__all__ = ["FAILURES", "RECON_PROTOCOL", "ReconSessions"]
+
+log = logging.getLogger("syncnode.recon")
+RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
+# What ends a session early (the peer is backed off; a protocol error also costs standing).
+FAILURES = (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable, OverBudget)
+
+
+class ReconSessions(ABC):
+    host: P2PHost
+    core: ReconLifecycle
+    clock: Clock
+    metrics: Metrics
+    keys: SummaryKeyStore
+    keywork: KeyStoreWork
+    config: ReconConfig
+    section: ReconSection
+    session_timeout_s: float
+    max_missing_keys: int
+    fetch_batch: int
+    transfer: Transfer
+    activity: PeerActivity
+    work: WorkGate | None
+
+    @abstractmethod
+    def _carry_out(self, actions: Sequence[Action]) -> None:
+        """Do what the core decided."""
+
+    async def sync_with(self, peer: str) -> SessionStats | None:
+        """Sessions with ``peer`` while a long catch-up has more to do: each next one at once
+        instead of after the next round (each round would add its wait to the catch-up)."""
+        while True:
+            stats = await self._sync_once(peer)
+            if stats is None or not stats.more:
+                return stats
+
+    async def _sync_once(self, peer: str) -> SessionStats | None:
+        plan = self.core.begin(peer, Role.INITIATOR, self.clock.now())
+        if plan is None:
+            return None
+        stats = SessionStats()
+        try:
+            async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
+                exchange = self._exchange(ReconSession.initiator, plan)
+                first = await self.keywork.run(exchange.start)
+                await self._reconcile(stream, exchange, plan, stats, first=first)
+                if exchange.declined:
+                    self.core.declined(plan)
+                    self.metrics.inc("recon_sessions_declined_total", role="initiator")
+                    return None
+                # The transfer phases have no overall deadline (a large catch-up takes as long
+                # as it takes): their work is bounded by what was reconciled, every read has a
+                # timeout, and a stalled batch ends the session.
+                await self._phases(stream, plan, stats)
+        except FAILURES as exc:
+            self._failed(plan, peer, Role.INITIATOR, exc)
+            return None
+        except BaseException:  # cancelled (shutdown): the core must not keep the pair busy
+            self.core.abandoned(plan)
+            raise
+        self._done(plan, stats)
+        if stats.fetched:
+            log.info("recon fetched events", extra=kv(
+                peer=peer, events=stats.fetched,
+                seconds=round(self.clock.now() - plan.started, 3)))
+        self._finished(plan, exchange, stats)
+        return stats
+
+    async def _phases(self, stream: FramedStream, plan: SessionPlan,
+                      stats: SessionStats) -> None:
+        """The transfer phases, in the order the core says (``SessionPlan.fetch_first``)."""
+        if plan.fetch_first:
+            await self.transfer.fetch(stream, plan, stats)
+            await self._serve(stream, stats)
+        else:
+            await self._serve(stream, stats)
+            await self.transfer.fetch(stream, plan, stats)
+
+    def _finished(self, plan: SessionPlan, exchange: ReconExchange, stats: SessionStats) -> None:
+        plan.fetched = stats.fetched
+        stats.more = self.core.finished(plan, truncated=exchange.truncated,
+                                        lowest_dropped=exchange.lowest_dropped,
+                                        cuts=exchange.cuts)
+
+    def _done(self, plan: SessionPlan, stats: SessionStats) -> None:
+        role = plan.role.value
+        self.activity.session(plan.peer, role, "ok", stats.fetched, stats.served)
+        self.metrics.inc("recon_sessions_total", role=role)
+        self.metrics.observe("recon_session_seconds", self.clock.now() - plan.started,
+                             role=role)
+
+    def _failed(self, plan: SessionPlan, peer: str, role: Role, exc: Exception) -> None:
+        self._carry_out(self.core.failed(plan, peer, role, exc, self.clock.now()))
+        self.activity.session(peer, role.value, type(exc).__name__)
+        self.metrics.inc("recon_errors_total", kind=type(exc).__name__)
+        log.info("recon session failed", extra=kv(peer=peer, error=str(exc) or type(exc).__name__))
+
+    # -- responding ----------------------------------------------------------------------------
+
+    async def _respond(self, stream: FramedStream) -> None:
+        peer = stream.peer_id
+        stats = SessionStats()
+        plan = self.core.begin(peer, Role.RESPONDER, self.clock.now())
+        if plan is None:
+            async with stream:
+                with trio.move_on_after(self.session_timeout_s):
+                    await stream.send(BUSY_FRAME)
+            self.metrics.inc("recon_sessions_declined_total", role="responder")
+            return
+        try:
+            async with stream:
+                exchange = self._exchange(ReconSession.responder, plan)
+                await self._reconcile(stream, exchange, plan, stats)
+                await self._phases(stream, plan, stats)
+        except FAILURES as exc:
+            self._failed(plan, peer, Role.RESPONDER, exc)
+            return
+        except BaseException:  # cancelled (shutdown): the core must not keep the pair busy
+            self.core.abandoned(plan)
+            raise
+        self._done(plan, stats)
+        self._finished(plan, exchange, stats)
+        if stats.more:
+            await self.sync_with(peer)  # more to fetch: at once (see sync_with)
+
+    # -- shared phases ---------------------------------------------------------------------------
+
+    def _exchange(self, make: Callable[..., ReconSession], plan: SessionPlan) -> ReconExchange:
+        session = make(self.keys, plan.interests, self.config, peer=plan.peer)
+        # The driver's clock is trio's: the exchange's timer is a cancel scope's deadline.
+        return ReconExchange(session, self.max_missing_keys, plan.peer, scope=plan.scope,
+                             timeout_s=self.session_timeout_s, started=self.clock.now())
+
+    async def _reconcile(self, stream: FramedStream, exchange: ReconExchange, plan: SessionPlan,
+                         stats: SessionStats, first: bytes | None = None) -> None:
+        charge = self.work.charger(stream.peer_id, "recon") if self.work else None
+        await reconcile(stream, exchange, first,
+                        lambda n: self.metrics.inc("recon_missing_dropped_total", n),
+                        work=self.keywork.run, charge=charge)
+        stats.missing = exchange.missing
+        stats.truncated = exchange.truncated
+        if not exchange.declined:
+            self.core.reconciled(plan, exchange.session.peer_interests)
+
+    async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
+        await self.transfer.serve(
+            stream, self.core.serve_budget(len(self.keys), self.fetch_batch), stats)

@@ -1,0 +1,91 @@
+"""The replication core: every rule of how a node replicates, sans-IO (no trio, libp2p, SQL or
+clock), so that the node (``node.replication``) and the simulator (``sync.sim``) run the same
+rules. Time comes in as ``now``; what to do comes back as typed actions (``actions``); what a
+rule must read from storage it asks for (``ReadStored``) and the driver answers.
+
+Three small cores, each with its own module doc:
+
+* :class:`ReconLifecycle` (``lifecycle``): Recon sessions — when the next starts and with whom,
+  backoff, which backlog range a session owns and giving it back when it fails, which side
+  fetches first, whether another follows at once; the claims of the transfer (what to fetch,
+  what the log already holds, what a peer withheld); a failed session's penalty by its kind.
+* ``ingest`` (:func:`screen`, :func:`order`, :func:`plan`): triage of verified events from
+  outside — invalid, refused by policy, own echo, settled (bulk) or the full SDS step — in
+  causal order, with counts and penalties. One path whoever verified the batch.
+* :class:`GapPlanner` (``gaps``): how SDS repair, fetch-by-id and Recon divide the work of
+  closing a gap.
+
+Driving a ``ReconLifecycle`` (what ``node.replication.recon`` does; a simulator does the same
+with its network model)::
+
+    core = ReconLifecycle(my_id, interests, random.Random(seed), LifecycleConfig())
+    # whenever now >= core.get_timer():
+    for action in core.handle_timer(now, connected_peers, latency_of):
+        ...  # StartSession(peer) -> open a session; Penalize/ClaimsLapsed -> standing/metrics
+    plan = core.begin(peer, Role.INITIATOR, now)        # None: not now (BUSY if responder)
+    exchange = ReconExchange(ReconSession.initiator(keys, plan.interests, ...), ...)
+    ...  # reconcile; then core.reconciled(plan, peer_interests), or core.declined(plan)
+    actions = core.want(plan, exchange.missing, now, wall_ms)   # ends with ReadStored(ticket)
+    keys = core.stored(ticket, held_keys)                       # what to fetch
+    ...  # per answer: core.delivered(ticket, keys, now); core.answer_done(ticket, withheld)
+    core.close(plan)                                            # end of the fetch phase
+    more = core.finished(plan, truncated=..., lowest_dropped=..., cuts=...)  # or:
+    actions = core.failed(plan, peer, role, error, now)        # range given back, backoff
+    # and from the store: core.queued(keys); stored, fetched = core.committed(keys, new)
+
+Penalties and metric labels follow from ``sync.errors.ErrorKind`` by table lookup
+(``sync.peerscore.penalty_of``; the label is ``kind.value``). docs/replication.md has the design.
+"""
+
+from __future__ import annotations
+
+from sync.replication.actions import (
+    Action,
+    ClaimsLapsed,
+    KeysWithheld,
+    Penalize,
+    ReadStored,
+    ReconcileSoon,
+    Rejected,
+    Released,
+    Role,
+    SessionFailed,
+    StartSession,
+)
+from sync.replication.gaps import FetchPlan, GapPlanner
+from sync.replication.ingest import (
+    IngestOutcome,
+    IngestPlan,
+    ingest_batch,
+    order,
+    plan,
+    screen,
+    sds_penalty,
+)
+from sync.replication.lifecycle import LifecycleConfig, ReconLifecycle, SessionPlan
+
+__all__ = [
+    "Action",
+    "ClaimsLapsed",
+    "FetchPlan",
+    "GapPlanner",
+    "IngestOutcome",
+    "IngestPlan",
+    "KeysWithheld",
+    "LifecycleConfig",
+    "Penalize",
+    "ReadStored",
+    "ReconLifecycle",
+    "ReconcileSoon",
+    "Rejected",
+    "Released",
+    "Role",
+    "SessionFailed",
+    "SessionPlan",
+    "StartSession",
+    "ingest_batch",
+    "order",
+    "plan",
+    "screen",
+    "sds_penalty",
+]

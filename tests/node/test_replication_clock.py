@@ -1,0 +1,57 @@
+"""The replication drivers read one injected clock (node/replication/clock.py), so a driver that
+waits on time runs on trio's MockClock: here the channel service's SDS timer loop resends an
+unacknowledged message and gives it up over 20 virtual seconds, with no real sleeping. The
+real event store on SQLite behind it."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from trio.testing import MockClock
+
+from node.metrics import Metrics
+from node.replication import ChannelService
+from node.replication.clock import TrioWallClock
+from node.store import EventStore
+from storage import make_engine, upgrade
+from sync.identity import peer_id_of
+from sync.sds import SdsChannel, SdsConfig
+
+CONFIG = SdsConfig(resend_interval=1.0, possibly_acked_resend_interval=3.0, max_resends=2,
+                   lost_timeout=6.0, sync_interval=1.0, sync_jitter=0.5, t_min=0.2, t_max=0.4)
+T0 = 1_000_000.0
+
+
+def test_the_sds_timer_loop_runs_on_a_mock_clock(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'node.db'}")
+    upgrade(engine)
+    key = Ed25519PrivateKey.generate()
+    metrics = Metrics()
+    sent: list[bytes] = []
+
+    async def main() -> float:
+        clock = TrioWallClock(T0)
+        service = ChannelService(host=None, store=EventStore(engine), metrics=metrics,  # type: ignore[arg-type]
+                                 key=key, peer_id=peer_id_of(key), network_id=1,
+                                 channels=["c"], sds_config=CONFIG, clock=clock)
+        ch = service.channels["c"] = SdsChannel("c", service.peer_id, key, CONFIG,
+                                                random.Random(1), clock.wall())
+        sent.append(ch.send(b"nobody acknowledges this", clock.wall()))
+        service._after_input("c")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service._timer_loop)
+            await trio.sleep(20.0)  # virtual: the mock clock jumps whenever all tasks wait
+            nursery.cancel_scope.cancel()
+        while True:
+            try:
+                sent.append(service.outbox._receive.receive_nowait()[1])
+            except trio.WouldBlock:
+                return clock.wall()
+
+    end = trio.run(main, clock=MockClock(autojump_threshold=0))
+    assert end >= T0 + 20.0  # the wall clock moved with the mock clock
+    assert metrics.value("sds_resend_exhausted_total") == 1  # resent, then given up
+    assert len(sent) > CONFIG.max_resends + 1  # the message, its resends and sync messages
