@@ -161,7 +161,10 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
                 newcomer.kill()
         # Scenario 3 as the issue writes it: a home's uplink down while the public nodes run.
         result["heal_s"] = partition_heal(internet, world, plan, "with", 10)
-        # Scenario 2's loss of every public node.
+        # Scenario 2's loss of every public node, once the home nodes' direct connections join
+        # them all again (the cut-off home came back through relays: it must re-punch first).
+        result["direct_again_s"] = wait_until(
+            lambda: direct_group(world), plan.direct_wait_s + plan.converge_wait_s)
         for node in world.public:
             node.kill()
         publish_many(world.home[0], CHANNEL, ["after-public-loss"])
@@ -169,6 +172,19 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
             lambda: logs_identical(world.home, CHANNEL, 11), plan.converge_wait_s) is not None
         # Scenario 3 again with no public node left: no relay to meet again through.
         result["heal_without_relays_s"] = partition_heal(internet, world, plan, "without", 21)
+
+
+def direct_group(world: World) -> bool:
+    """True when the direct connections among the home nodes make one connected graph."""
+    home = {n.peer_id: n for n in world.home}
+    first = world.home[0].peer_id
+    seen, todo = {first}, [first]
+    while todo:
+        for peer, path in world.paths(home[todo.pop()]).items():
+            if path == "direct" and peer in home and peer not in seen:
+                seen.add(peer)
+                todo.append(peer)
+    return len(seen) == len(home)
 
 
 def partition_heal(internet: Internet, world: World, plan: Plan, tag: str,
@@ -229,7 +245,7 @@ def table(result: dict[str, Any]) -> str:
     rows = [("mesh_s", "<= 10"), ("group_mesh_s", ""), ("direct_fraction", ">= 0.9"),
             ("direct_pairs", ""), ("survives_first_loss", "true"), ("survives_loopback_loss", ""),
             ("survives_public_loss", ""), ("heal_s", "<= 10"),
-            ("heal_without_relays_s", ""), ("partition_s", ""),
+            ("direct_again_s", ""), ("heal_without_relays_s", ""), ("partition_s", ""),
             ("relay_bytes_per_event", ""), ("inbound_after_churn_ok", "true"),
             ("churn_cycles_completed", "")]
     lines = [f"{'figure':<26}{'measured':>14}  target"]
