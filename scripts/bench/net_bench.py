@@ -53,7 +53,13 @@ sys.path[:0] = [str(ROOT)]
 
 from tests.net.netns import Internet  # noqa: E402
 from tests.net.nodes import NetNode  # noqa: E402
-from tests.net.world import NET_ENV, World, build_world, logs_identical  # noqa: E402
+from tests.net.world import (  # noqa: E402
+    NET_ENV,
+    World,
+    build_world,
+    direct_group,
+    logs_identical,
+)
 from tests.node.cluster import channel_log, metric, publish_many, start_node  # noqa: E402
 from tests.node.hostile_conns import churn  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
@@ -172,19 +178,6 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
             lambda: logs_identical(world.home, CHANNEL, 11), plan.converge_wait_s) is not None
         # Scenario 3 again with no public node left: no relay to meet again through.
         result["heal_without_relays_s"] = partition_heal(internet, world, plan, "without", 21)
-
-
-def direct_group(world: World) -> bool:
-    """True when the direct connections among the home nodes make one connected graph."""
-    home = {n.peer_id: n for n in world.home}
-    first = world.home[0].peer_id
-    seen, todo = {first}, [first]
-    while todo:
-        for peer, path in world.paths(home[todo.pop()]).items():
-            if path == "direct" and peer in home and peer not in seen:
-                seen.add(peer)
-                todo.append(peer)
-    return len(seen) == len(home)
 
 
 def partition_heal(internet: Internet, world: World, plan: Plan, tag: str,

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.net.netns import Internet
-from tests.net.nodes import NetNode
-from tests.net.world import build_world, logs_identical, partition_seconds
+from tests.net.world import build_world, direct_group, logs_identical, partition_seconds
 from tests.node.cluster import metric, publish_many
 
 
@@ -61,7 +59,7 @@ def test_scenarios_2_and_3(internet: Internet, tmp_path: Path) -> None:
         print(f"healed (public nodes up) in {time.monotonic() - healed:.1f} s")
         # The relays are about to go: the home nodes' direct connections must join them all
         # (not every pair re-punches: DCUtR rests after repeated failures).
-        world.wait(lambda: direct_group(world.home, world.paths), 180,
+        world.wait(lambda: direct_group(world), 180,
                    "the home nodes' direct connections joining them all again")
         for node in world.public:
             node.kill()
@@ -83,15 +81,3 @@ def test_scenarios_2_and_3(internet: Internet, tmp_path: Path) -> None:
                  "all logs converging after the uplink came back (no public node)")
         print(f"healed (no public node) in {time.monotonic() - healed:.1f} s")
 
-
-def direct_group(nodes: list[NetNode], paths: Callable[[NetNode], dict[str, str]]) -> bool:
-    """True when the direct connections among ``nodes`` make one connected graph."""
-    by_id = {n.peer_id: n for n in nodes}
-    seen = {nodes[0].peer_id}
-    todo = [nodes[0]]
-    while todo:
-        for peer, path in paths(todo.pop()).items():
-            if path == "direct" and peer in by_id and peer not in seen:
-                seen.add(peer)
-                todo.append(by_id[peer])
-    return len(seen) == len(nodes)
