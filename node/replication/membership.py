@@ -24,7 +24,7 @@ from node.replication.addrbook_store import load_book, save_book
 from node.replication.peer_activity import PEER_SERIES, PeerActivity
 from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
 from node.store import EventStore
-from sync.membership import AddressBook, BookEntry
+from sync.membership import AddressBook, BookEntry, Liveness
 
 __all__ = ["MEMBERSHIP_METRICS", "Membership"]
 
@@ -32,6 +32,7 @@ log = logging.getLogger("syncnode.membership")
 _VERIFY_PER_TICK = 4
 _RTT_INTERVAL_S = 15.0
 _RTT_MAX_PEERS = 64
+_RTT_TIMEOUT_S = 5.0
 
 MEMBERSHIP_METRICS = {
     "membership_idle_closed_total": "Connections closed because the peer never spoke one of our "
@@ -40,6 +41,8 @@ MEMBERSHIP_METRICS = {
     "membership_dials_total": "Address-book peers dialled, by kind (dial: to reach "
                               "membership.low_watermark; verify: a probe of the address an "
                               "inbound peer advertises) and result (ok, failed)",
+    "membership_liveness_closed_total": "Connections closed because membership."
+                                        "ping_failures_close pings in a row failed",
     "p2p_inbound_refused_total": "Inbound connections refused after the handshake, by reason "
                                  "(peer_rate, ip_limit, inbound_limit)",
     **PX_METRICS,
@@ -59,6 +62,7 @@ class Membership:
         self.activity = activity or PeerActivity()
         self.book = AddressBook(host.peer_id, book_limits(section))
         self.rng = random.Random()
+        self.liveness = Liveness(section.ping_failures_close)
         self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
@@ -103,7 +107,7 @@ class Membership:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers, nursery)
             nursery.start_soon(self._housekeeping, nursery)
-            nursery.start_soon(self._rtt_rounds)
+            nursery.start_soon(self._rtt_rounds, nursery)
             if self.section.px:
                 nursery.start_soon(self._px_rounds)
             try:
@@ -117,6 +121,7 @@ class Membership:
             now = time.time()
             entry = self.book.entries.get(event.peer_id)
             if event.kind == "disconnected":
+                self.liveness.closed(event.peer_id)
                 self.activity.seen(event.peer_id, now)
                 if entry is not None:
                     entry.last_seen = now
@@ -137,13 +142,25 @@ class Membership:
             if peers:
                 await self.px.ask(self.rng.choice(peers))
 
-    async def _rtt_rounds(self) -> None:
-        """Keep each connection's round-trip time fresh (``peers``, ``/metrics``)."""
+    async def _rtt_rounds(self, nursery: trio.Nursery) -> None:
+        """Keep each connection's round-trip time fresh (``peers``, ``/metrics``) and close
+        the ones whose pings keep failing (sync.membership.liveness). Concurrent: one dead
+        peer's timeout must not delay the others' pings."""
         while True:
             await trio.sleep(_RTT_INTERVAL_S)
-            for peer in self.host.connected_peers()[:_RTT_MAX_PEERS]:
-                with trio.move_on_after(5), contextlib.suppress(P2PError):
-                    await self.host.ping(peer)
+            async with trio.open_nursery() as pings:
+                for peer in self.host.connected_peers()[:_RTT_MAX_PEERS]:
+                    pings.start_soon(self._ping, nursery, peer)
+
+    async def _ping(self, nursery: trio.Nursery, peer: str) -> None:
+        with trio.move_on_after(_RTT_TIMEOUT_S), contextlib.suppress(P2PError):
+            await self.host.ping(peer)
+            self.liveness.ping_ok(peer)
+            return
+        if peer in self.host.connected_peers() and self.liveness.ping_failed(peer, time.time()):
+            self.metrics.inc("membership_liveness_closed_total")
+            log.info("closing connection", extra=kv(peer=peer, why="liveness"))
+            nursery.start_soon(self.host.disconnect, peer)
 
     async def _housekeeping(self, nursery: trio.Nursery) -> None:
         last_save = time.monotonic()
@@ -208,9 +225,16 @@ class Membership:
                 self.metrics.inc("membership_dials_total", result="ok",
                                  kind="verify" if verify else "dial")
                 self.book.connected(entry.peer_id, time.time())
+                if self.liveness.dialled_ok():
+                    log.info("network back after an outage: every address-book entry due")
+                    self.book.all_due()
                 return
             self.metrics.inc("membership_dials_total", result="failed",
                              kind="verify" if verify else "dial")
-            self.book.dial_failed(entry.peer_id, time.time())
+            retry_at = self.liveness.dial_failed_retry_at(time.time())
+            if retry_at is None:
+                self.book.dial_failed(entry.peer_id, time.time())
+            else:  # our own network is down: no mark against the peer
+                self.book.retry_at(entry.peer_id, retry_at)
         finally:
             self._dialing.discard(entry.peer_id)

@@ -15,6 +15,7 @@ from sync.membership.connmanager import (
     ConnState,
     Housekeeping,
 )
+from sync.membership.liveness import Liveness
 from sync.membership.px_wire import decode_records, encode_records
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ConnState",
     "ConnectionManager",
     "Housekeeping",
+    "Liveness",
     "ParsedAddr",
     "bucket_of",
     "decode_records",
