@@ -46,6 +46,7 @@ from node.p2p.setup import (
     remote_address,
 )
 from node.p2p.streams import StreamHandler, Streams
+from node.p2p.teardown import abort_socket
 from node.p2p.types import (
     BanList,
     ConnectedPeer,
@@ -200,6 +201,19 @@ class P2PHost:
         except Exception:
             logger.debug("disconnect from %s failed", peer_id, exc_info=True)
 
+    async def drop(self, peer_id: str, timeout: float = 5.0) -> None:
+        """Close every connection to ``peer_id`` now, even one whose peer went silent
+        (its socket first: :mod:`node.p2p.teardown`)."""
+        network = self._host.get_network()
+        for conn in network.get_connections(ID.from_base58(peer_id)):
+            abort_socket(conn)
+        with trio.move_on_after(timeout):
+            await self.disconnect(peer_id)
+        if peer_id in self._peers and not network.get_connections(ID.from_base58(peer_id)):
+            # An earlier polite close, cut short, left libp2p without a notification.
+            self._conn_count.pop(peer_id, None)
+            self._gone(peer_id)
+
     def connected_peers(self) -> list[str]:
         return sorted(self._peers)
 
@@ -324,6 +338,9 @@ class P2PHost:
             self._conn_count[peer] = count
             return
         self._conn_count.pop(peer, None)
+        self._gone(peer)
+
+    def _gone(self, peer: str) -> None:
         self.guard.closed(peer)
         if self._peers.pop(peer, None) is None:
             return

@@ -15,7 +15,7 @@ from sync.membership.connmanager import (
     ConnState,
     Housekeeping,
 )
-from sync.membership.liveness import Liveness
+from sync.membership.liveness import Liveness, NetworkBack
 from sync.membership.px_wire import decode_records, encode_records
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "ConnectionManager",
     "Housekeeping",
     "Liveness",
+    "NetworkBack",
     "ParsedAddr",
     "bucket_of",
     "decode_records",
