@@ -71,6 +71,7 @@ class Membership:
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
         self._dialing: set[str] = set()
+        self._pinging: set[str] = set()
         for name, text in MEMBERSHIP_METRICS.items():
             metrics.describe(name, "counter", text)
         for name, text in PEER_SERIES.items():
@@ -160,7 +161,9 @@ class Membership:
                 continue
             next_round = time.monotonic() + self.section.ping_interval_s
             for peer in self.host.connected_peers()[:_RTT_MAX_PEERS]:
-                nursery.start_soon(self._ping, nursery, peer)
+                if peer not in self._pinging:  # one ping in flight per peer
+                    self._pinging.add(peer)
+                    nursery.start_soon(self._ping, nursery, peer)
 
     def _remote(self, peer: str) -> bool:
         """Reached across the internet (a global address or a relay), not on our LAN."""
@@ -171,11 +174,15 @@ class Membership:
 
     async def _ping(self, nursery: trio.Nursery, peer: str) -> None:
         remote = self._remote(peer)
-        with trio.move_on_after(self.section.ping_timeout_s), contextlib.suppress(P2PError):
-            await self.host.ping(peer)
-            self._network_back(nursery, self.liveness.ping_ok(peer, time.monotonic(), remote))
-            return
-        if peer in self.host.connected_peers() and \
+        try:
+            with trio.move_on_after(self.section.ping_timeout_s), contextlib.suppress(P2PError):
+                await self.host.ping(peer)
+                self._network_back(nursery,
+                                   self.liveness.ping_ok(peer, time.monotonic(), remote))
+                return
+        finally:
+            self._pinging.discard(peer)
+        if self.host.peer_info(peer) is not None and \
                 self.liveness.ping_failed(peer, time.monotonic(), remote):
             self.metrics.inc("membership_liveness_closed_total")
             log.info("closing connection", extra=kv(peer=peer, why="liveness",
