@@ -34,16 +34,14 @@ async def connect(host: P2PHost, address: str, *, verify: bool = False) -> str:
     info, resolved = await dial_target(address, timeout)
     peer = info.peer_id.to_base58()
     check_dialable(host, peer, address)
-    if host.peer_info(peer) is not None:
-        if verify:
-            try:
-                await probe(host._host, resolved, peer, timeout)
-            except DialError:
-                host.stats.dial_failures += 1
-                raise
+    connected = host.peer_info(peer) is not None
+    if connected and not verify:
         return peer
     try:
-        await dial_fresh(host._host, info, address, timeout)
+        if connected:  # a probe beside the connection we have
+            await probe(host._host, resolved, peer, timeout)
+        else:
+            await dial_fresh(host._host, info, address, timeout)
     except DialError:
         host.stats.dial_failures += 1
         raise
