@@ -27,6 +27,10 @@ class MembershipSection:
     max_inbound_per_ip: int = opt(64, _at_least(1), most=10_000)
     inbound_per_peer_per_min: int = opt(60, _at_least(1), most=100_000)
     housekeeping_interval_s: float = opt(2.0, positive, most=HOUR)
+    # -- liveness (sync.membership.liveness) --
+    ping_interval_s: float = opt(5.0, positive, most=HOUR)
+    ping_timeout_s: float = opt(5.0, positive, most=HOUR)
+    ping_failures_close: int = opt(3, _at_least(1), most=100)
     # -- address book --
     address_book_size: int = opt(1000, _at_least(16), most=1_000_000)
     address_book_per_bucket: int = opt(32, _at_least(1), most=100_000)

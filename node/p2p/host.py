@@ -29,23 +29,19 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
-from node.p2p.addrs import dial_fresh, dial_target, probe
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
+from node.p2p.dialer import connect
 from node.p2p.frames import (
-    DialError,
     FramedStream,
     P2PError,
-    PeerRefusedError,
 )
-from node.p2p.gossip import GossipTopics, fan_out
+from node.p2p.gossip import GossipTopics
+from node.p2p.peer_table import PeerTable
 from node.p2p.records import LocalRecord
 from node.p2p.relay import RelayLayer
-from node.p2p.setup import (
-    connection_direction,
-    remote_address,
-)
 from node.p2p.streams import StreamHandler, Streams
+from node.p2p.teardown import abort_socket
 from node.p2p.types import (
     BanList,
     ConnectedPeer,
@@ -55,7 +51,7 @@ from node.p2p.types import (
     PeerEvent,
 )
 
-__all__ = ["P2PHost", "count_refusal"]
+__all__ = ["P2PHost"]
 
 logger = logging.getLogger("node.p2p")
 
@@ -88,10 +84,9 @@ class P2PHost:
         self.stats = stats
         self.bans = bans if bans is not None else BanList()
         self._nursery = nursery
-        self._peers: dict[str, ConnectedPeer] = {}
-        self._conn_count: dict[str, int] = {}
-        self._event_sinks: list[trio.MemorySendChannel[PeerEvent]] = []
         self.guard = guard if guard is not None else InboundGuard(config.conn_limits)
+        self._table = PeerTable(config, stats, self.guard)
+        self._peers = self._table.peers
         self.guard.evict = self._evict
         if relay is not None:
             relay.on_spoke = self.guard.spoke
@@ -125,54 +120,9 @@ class P2PHost:
         return "direct" if peer_id in self._peers else None
 
     async def connect(self, address: str, *, verify: bool = False) -> str:
-        """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; returns the peer id.
-
-        ``verify``: when already connected to that peer, still dial ``address`` (a probe) so
-        that a wrong or stale address is an error rather than a silent success.
-
-        :raises PeerRefusedError: the peer is outside ``allowed_peers``.
-        :raises DialError: bad address, unreachable, handshake failure, or ``dial_timeout``.
-        """
-        if "/p2p-circuit" in address:
-            return await self._connect_relayed(address)
-        info, resolved = await dial_target(address, self.config.dial_timeout)
-        peer = info.peer_id.to_base58()
-        self._check_dialable(peer, address)
-        if peer in self._peers:
-            if verify:
-                try:
-                    await probe(self._host, resolved, peer, self.config.dial_timeout)
-                except DialError:
-                    self.stats.dial_failures += 1
-                    raise
-            return peer
-        try:
-            await dial_fresh(self._host, info, address, self.config.dial_timeout)
-        except DialError:
-            self.stats.dial_failures += 1
-            raise
-        return peer
-
-    async def _connect_relayed(self, address: str) -> str:
-        if self.relay is None:
-            raise DialError(f"relayed addresses need [reachability] enabled: {address}")
-        peer = address.rsplit("/p2p/", 1)[-1]
-        self._check_dialable(peer, address)
-        if peer in self._peers:
-            return peer
-        return await self.relay.dial_circuit(address, self.config.dial_timeout)
-
-    def _check_dialable(self, peer: str, address: str) -> None:
-        """Refuse to dial ourselves, a peer outside ``allowed_peers`` or a banned one."""
-        if peer == self.peer_id:
-            raise DialError(f"refusing to dial ourselves at {address}")
-        allowed = self.config.allowed_peers
-        if allowed is not None and peer not in allowed:
-            count_refusal(self.stats, peer, "outbound", "not in allowed_peers")
-            raise PeerRefusedError(f"peer {peer} is not in allowed_peers")
-        if self.bans.is_banned(peer):
-            count_refusal(self.stats, peer, "outbound", "banned")
-            raise PeerRefusedError(f"peer {peer} is banned for misbehaviour")
+        """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>`` or a relayed address;
+        returns the peer id (:func:`node.p2p.dialer.connect`: errors, ``verify``)."""
+        return await connect(self, address, verify=verify)
 
     def ban(self, peer_id: str, seconds: float) -> None:
         """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
@@ -200,6 +150,17 @@ class P2PHost:
         except Exception:
             logger.debug("disconnect from %s failed", peer_id, exc_info=True)
 
+    async def drop(self, peer_id: str, timeout: float = 5.0) -> None:
+        """Close every connection to ``peer_id`` now, even one whose peer went silent
+        (its socket first: :mod:`node.p2p.teardown`)."""
+        network = self._host.get_network()
+        for conn in network.get_connections(ID.from_base58(peer_id)):
+            abort_socket(conn)
+        with trio.move_on_after(timeout):
+            await self.disconnect(peer_id)
+        if peer_id in self._peers and not network.get_connections(ID.from_base58(peer_id)):
+            self._table.gone(peer_id)
+
     def connected_peers(self) -> list[str]:
         return sorted(self._peers)
 
@@ -216,14 +177,8 @@ class P2PHost:
         return peer
 
     def peer_events(self) -> trio.MemoryReceiveChannel[PeerEvent]:
-        """A new channel of connect/disconnect events from now on (one per listener).
-
-        If the listener falls ``peer_event_queue_size`` events behind, further events are
-        dropped and counted in ``stats.peer_events_dropped``. Closed when the host stops.
-        """
-        send, receive = trio.open_memory_channel[PeerEvent](self.config.peer_event_queue_size)
-        self._event_sinks.append(send)
-        return receive
+        """A new channel of connect/disconnect events (:meth:`PeerTable.events`)."""
+        return self._table.events()
 
     async def ping(self, peer_id: str) -> float:
         """Round-trip time to a connected peer with libp2p's ping protocol, in seconds."""
@@ -295,41 +250,16 @@ class P2PHost:
     # -- connection bookkeeping (called from the libp2p notifee) --------------------------
 
     def _on_connected(self, conn: INetConn) -> None:
-        peer = conn.muxed_conn.peer_id.to_base58()
-        self.stats.connections_opened += 1
-        count = self._conn_count.get(peer, 0) + 1
-        self._conn_count[peer] = count
-        if count > 1 or self._closing:
+        peer = self._table.opened(conn)
+        if peer is None:
             return
-        address = remote_address(conn)
-        direction = connection_direction(conn)
-        self.guard.opened(peer, address, direction == "inbound")
-        self._peers[peer] = ConnectedPeer(
-            peer_id=peer, address=address, direction=direction, connected_since=time.time()
-        )
-        logger.info("connected to %s (%s, %s)", peer, direction, address)
-        fan_out(self._event_sinks,
-                PeerEvent("connected", peer, address=address, direction=direction),
-                self.stats, "peer_events_dropped")
         if self.config.ping_on_connect:
             self._nursery.start_soon(self._measure_latency, peer)
         if self._discovery is not None:
             self._nursery.start_soon(self._discovery.add_peer, peer)
 
     def _on_disconnected(self, conn: INetConn) -> None:
-        peer = conn.muxed_conn.peer_id.to_base58()
-        self.stats.connections_closed += 1
-        count = self._conn_count.get(peer, 0) - 1
-        if count > 0:
-            self._conn_count[peer] = count
-            return
-        self._conn_count.pop(peer, None)
-        self.guard.closed(peer)
-        if self._peers.pop(peer, None) is None:
-            return
-        logger.info("disconnected from %s", peer)
-        fan_out(self._event_sinks, PeerEvent("disconnected", peer), self.stats,
-                "peer_events_dropped")
+        self._table.closed(conn)
 
     async def _measure_latency(self, peer: str) -> None:
         try:
@@ -339,15 +269,5 @@ class P2PHost:
 
     def _close_channels(self) -> None:
         self._closing = True
-        for sink in self._event_sinks:
-            sink.close()
+        self._table.close()
         self._gossip.close()
-        self._event_sinks.clear()
-
-
-def count_refusal(stats: P2PStats, peer: str, direction: str, reason: str) -> None:
-    if reason == "banned":
-        stats.refused_banned += 1
-    else:
-        stats.refused_connections += 1
-    logger.warning("refused %s connection with %s: %s", direction, peer, reason)

@@ -122,6 +122,9 @@ class RelayLayer:
         self.transport = CircuitV2Transport(
             host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
         self.dcutr = _ResponderDCUtR(host, dial_timeout=int(max(1, dial_timeout)))
+        for name in ("_direct_connections", "_hole_punch_attempts"):  # used in punch()
+            if not hasattr(self.dcutr, name):
+                raise P2PError(f"libp2p DCUtRProtocol.{name} is gone: node.p2p.relay needs review")
         self.serving = False
         self._nursery: trio.Nursery | None = None
         self._relay_addrs: dict[str, str] = {}  # relay peer -> our address through it
@@ -234,6 +237,11 @@ class RelayLayer:
 
     async def punch(self, peer_id: str) -> bool:
         """One DCUtR attempt (we are the side that accepted the relayed connection)."""
+        # The library caches "directly connected" per peer and answers True at once while the
+        # entry stays; a direct connection closed without libp2p's notification (a dead one,
+        # closed by liveness during an outage) leaves it stale, and every later punch "fails".
+        if self.path(peer_id) != "direct":
+            self.dcutr._direct_connections.discard(ID.from_base58(peer_id))
         try:
             ok = bool(await self.dcutr.initiate_hole_punch(ID.from_base58(peer_id)))
         except Exception as exc:

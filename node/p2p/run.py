@@ -14,8 +14,9 @@ from libp2p.tools.anyio_service import background_trio_service
 from node.p2p.addrs import unbindable_listen_addr
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
+from node.p2p.dialer import count_refusal
 from node.p2p.frames import P2PError
-from node.p2p.host import P2PHost, count_refusal
+from node.p2p.host import P2PHost
 from node.p2p.patches import check_libp2p_version, tame_libp2p_logging
 from node.p2p.relay import RelayLayer
 from node.p2p.setup import (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -24,14 +25,15 @@ from node.replication.addrbook_store import load_book, save_book
 from node.replication.peer_activity import PEER_SERIES, PeerActivity
 from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
 from node.store import EventStore
-from sync.membership import AddressBook, BookEntry
+from sync.membership import AddressBook, BookEntry, Liveness, NetworkBack
+from sync.reachability import address_scope
 
 __all__ = ["MEMBERSHIP_METRICS", "Membership"]
 
 log = logging.getLogger("syncnode.membership")
 _VERIFY_PER_TICK = 4
-_RTT_INTERVAL_S = 15.0
 _RTT_MAX_PEERS = 64
+_CLOSE_TIMEOUT_S = 5.0
 
 MEMBERSHIP_METRICS = {
     "membership_idle_closed_total": "Connections closed because the peer never spoke one of our "
@@ -40,6 +42,10 @@ MEMBERSHIP_METRICS = {
     "membership_dials_total": "Address-book peers dialled, by kind (dial: to reach "
                               "membership.low_watermark; verify: a probe of the address an "
                               "inbound peer advertises) and result (ok, failed)",
+    "membership_liveness_closed_total": "Connections closed because membership."
+                                        "ping_failures_close pings in a row failed",
+    "membership_outages_total": "Outages of our own network that ended (remote pings all "
+                                "failing, then a dial or ping got through)",
     "p2p_inbound_refused_total": "Inbound connections refused after the handshake, by reason "
                                  "(peer_rate, ip_limit, inbound_limit)",
     **PX_METRICS,
@@ -59,10 +65,13 @@ class Membership:
         self.activity = activity or PeerActivity()
         self.book = AddressBook(host.peer_id, book_limits(section))
         self.rng = random.Random()
+        self.liveness = Liveness(section.ping_failures_close)
+        self._nursery: trio.Nursery | None = None
         self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
         self._dialing: set[str] = set()
+        self._pinging: set[str] = set()
         for name, text in MEMBERSHIP_METRICS.items():
             metrics.describe(name, "counter", text)
         for name, text in PEER_SERIES.items():
@@ -101,9 +110,10 @@ class Membership:
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._watch_peers, nursery)
             nursery.start_soon(self._housekeeping, nursery)
-            nursery.start_soon(self._rtt_rounds)
+            nursery.start_soon(self._rtt_rounds, nursery)
             if self.section.px:
                 nursery.start_soon(self._px_rounds)
             try:
@@ -117,6 +127,7 @@ class Membership:
             now = time.time()
             entry = self.book.entries.get(event.peer_id)
             if event.kind == "disconnected":
+                self.liveness.closed(event.peer_id)
                 self.activity.seen(event.peer_id, now)
                 if entry is not None:
                     entry.last_seen = now
@@ -137,13 +148,71 @@ class Membership:
             if peers:
                 await self.px.ask(self.rng.choice(peers))
 
-    async def _rtt_rounds(self) -> None:
-        """Keep each connection's round-trip time fresh (``peers``, ``/metrics``)."""
+    async def _rtt_rounds(self, nursery: trio.Nursery) -> None:
+        """Keep each connection's round-trip time fresh (``peers``, ``/metrics``) and close
+        the ones whose pings keep failing (sync.membership.liveness). Concurrent: one dead
+        peer's timeout must not delay the others' pings. During an outage, probe dials."""
+        next_round = time.monotonic() + self.section.ping_interval_s
         while True:
-            await trio.sleep(_RTT_INTERVAL_S)
+            await trio.sleep(min(self.liveness.probe_s, self.section.ping_interval_s))
+            if self.liveness.probe_due(time.monotonic()):
+                self._probe(nursery)
+            if time.monotonic() < next_round:
+                continue
+            next_round = time.monotonic() + self.section.ping_interval_s
             for peer in self.host.connected_peers()[:_RTT_MAX_PEERS]:
-                with trio.move_on_after(5), contextlib.suppress(P2PError):
-                    await self.host.ping(peer)
+                if peer not in self._pinging:  # one ping in flight per peer
+                    self._pinging.add(peer)
+                    nursery.start_soon(self._ping, nursery, peer)
+
+    def _remote(self, peer: str) -> bool:
+        """Reached across the internet (a global address or a relay), not on our LAN."""
+        info = self.host.peer_info(peer)
+        parts = (info.address or "").split("/") if info is not None else []
+        ip = parts[2] if len(parts) > 2 else ""
+        return self.host.path(peer) == "relayed" or address_scope(ip) == "global"
+
+    async def _ping(self, nursery: trio.Nursery, peer: str) -> None:
+        remote = self._remote(peer)
+        try:
+            with trio.move_on_after(self.section.ping_timeout_s), contextlib.suppress(P2PError):
+                await self.host.ping(peer)
+                self._network_back(nursery,
+                                   self.liveness.ping_ok(peer, time.monotonic(), remote))
+                return
+        finally:
+            self._pinging.discard(peer)
+        if self.host.peer_info(peer) is not None and \
+                self.liveness.ping_failed(peer, time.monotonic(), remote):
+            self.metrics.inc("membership_liveness_closed_total")
+            log.info("closing connection", extra=kv(peer=peer, why="liveness",
+                                                    outage=self.liveness.in_outage))
+            nursery.start_soon(self._close, peer)
+
+    async def _close(self, peer: str) -> None:
+        # A dead connection's polite close would hang on writes that never drain.
+        await self.host.drop(peer, _CLOSE_TIMEOUT_S)
+
+    def _probe(self, nursery: trio.Nursery) -> None:
+        """Our network is down (an outage): dial one known peer, whatever our connection
+        count, so that the first dial that gets through tells us it is back."""
+        connected = set(self.host.connected_peers())
+        # Back-off ignored: the point is to learn whether anything gets through.
+        for entry in self.book.candidates(math.inf, connected | self._dialing, 1, self.rng):
+            self._dialing.add(entry.peer_id)
+            nursery.start_soon(self._dial, entry)
+
+    def _network_back(self, nursery: trio.Nursery, back: NetworkBack | None) -> None:
+        """After an outage: close what is stuck in TCP back-off, dial everyone now."""
+        if back is None:
+            return
+        self.metrics.inc("membership_outages_total")
+        log.info("network back after an outage", extra=kv(
+            outage_s=round(time.monotonic() - back.since, 1), closing=len(back.close)))
+        for peer in back.close:
+            nursery.start_soon(self._close, peer)
+        self.book.all_due()
+        self.tick(nursery, exclude=set(back.close))
 
     async def _housekeeping(self, nursery: trio.Nursery) -> None:
         last_save = time.monotonic()
@@ -154,13 +223,13 @@ class Membership:
                 last_save = time.monotonic()
                 await save_book(self.store, self.book)
 
-    def tick(self, nursery: trio.Nursery) -> None:
+    def tick(self, nursery: trio.Nursery, exclude: set[str] | None = None) -> None:
         host = self.host
         self.activity.export(self.metrics, host.peers())
         for reason, count in host.guard.refused.items():
             self.metrics.set("p2p_inbound_refused_total", count, reason=reason)
         host.note_gossip_speakers()
-        connected = set(host.connected_peers())
+        connected = set(host.connected_peers()) - (exclude or set())
         protected = host.mesh_members() | {p for p in connected if self.in_session(p)}
         plan = host.guard.manager.housekeeping(time.monotonic(), protected)
         for peer, series in [(p, "membership_idle_closed_total") for p in plan.close_idle] + \
@@ -208,9 +277,15 @@ class Membership:
                 self.metrics.inc("membership_dials_total", result="ok",
                                  kind="verify" if verify else "dial")
                 self.book.connected(entry.peer_id, time.time())
+                if self._nursery is not None:
+                    self._network_back(self._nursery, self.liveness.dialled_ok())
                 return
             self.metrics.inc("membership_dials_total", result="failed",
                              kind="verify" if verify else "dial")
-            self.book.dial_failed(entry.peer_id, time.time())
+            retry_at = self.liveness.dial_failed_retry_at(time.time())
+            if retry_at is None:
+                self.book.dial_failed(entry.peer_id, time.time())
+            else:  # our own network is down: no mark against the peer
+                self.book.retry_at(entry.peer_id, retry_at)
         finally:
             self._dialing.discard(entry.peer_id)

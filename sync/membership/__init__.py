@@ -15,6 +15,7 @@ from sync.membership.connmanager import (
     ConnState,
     Housekeeping,
 )
+from sync.membership.liveness import Liveness, NetworkBack
 from sync.membership.px_wire import decode_records, encode_records
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "ConnState",
     "ConnectionManager",
     "Housekeeping",
+    "Liveness",
+    "NetworkBack",
     "ParsedAddr",
     "bucket_of",
     "decode_records",

@@ -231,6 +231,19 @@ class AddressBook:
                                        _MIN_BACKOFF_S * 2.0 ** min(entry.failures, 16))
         return False
 
+    def retry_at(self, peer_id: str, at: float) -> None:
+        """A failed dial that does not count against ``peer_id`` (our own network was down,
+        :class:`~sync.membership.liveness.Liveness`): try again at ``at``."""
+        entry = self.entries.get(peer_id)
+        if entry is not None:
+            entry.next_attempt = at
+
+    def all_due(self) -> None:
+        """Our network is back: every backed-off entry may be dialled now (its failure count
+        stays, so a really dead peer is backed off again after its next failure)."""
+        for entry in self.entries.values():
+            entry.next_attempt = 0.0
+
     # -- choosing -------------------------------------------------------------------------
 
     def candidates(self, now: float, exclude: Collection[str], count: int,

@@ -21,7 +21,8 @@ from tests.net.nodes import NetNode
 from tests.node.cluster import FAST_ENV, channel_log, wait_for
 from tests.node.procs import NodeProcess
 
-__all__ = ["NET_ENV", "World", "build_world", "logs_identical", "partition_seconds"]
+__all__ = ["NET_ENV", "World", "build_world", "direct_group", "logs_identical",
+           "partition_seconds"]
 
 # Fast timers (tests/node/cluster.py) plus quick reachability probing.
 NET_ENV = {
@@ -106,6 +107,20 @@ def build_world(internet: Internet, base: Path, *, publics: int = 2, homes: int 
     finally:
         for node in nodes:
             node.kill()
+
+
+def direct_group(world: World) -> bool:
+    """True when the direct connections among the home nodes make one connected graph (what
+    they need to keep syncing once the public nodes, and their relays, are gone)."""
+    home = {n.peer_id: n for n in world.home}
+    first = world.home[0].peer_id
+    seen, todo = {first}, [first]
+    while todo:
+        for peer, path in world.paths(home[todo.pop()]).items():
+            if path == "direct" and peer in home and peer not in seen:
+                seen.add(peer)
+                todo.append(peer)
+    return len(seen) == len(home)
 
 
 def logs_identical(nodes: Sequence[NodeProcess], channel: str, expected: int) -> bool:

@@ -30,7 +30,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.transport.tcp.tcp import TCP
 from libp2p.transport.upgrader import TransportUpgrader
 
-__all__ = ["Identity", "churn", "hold_idle"]
+__all__ = ["Identity", "churn", "churn_counts", "hold_idle"]
 
 
 class Identity:
@@ -86,12 +86,18 @@ async def _ping(muxed: IMuxedConn) -> None:
 async def churn(target: str, cycles: int, parallel: int = 1) -> int:
     """``cycles`` connections from one identity, each upgraded then dropped; returns how many
     completed the upgrade (the rest were refused or failed)."""
+    return (await churn_counts(target, cycles, parallel))[1]
+
+
+async def churn_counts(target: str, cycles: int, parallel: int = 1) -> tuple[int, int]:
+    """:func:`churn`, returning (cycles attempted, cycles that completed the upgrade)."""
     identity = Identity()
-    done = 0
+    attempted = done = 0
 
     async def worker(count: int) -> None:
-        nonlocal done
+        nonlocal attempted, done
         for _ in range(count):
+            attempted += 1
             with contextlib.suppress(Exception), trio.fail_after(10):
                 async with identity.connection(target, ping=True):
                     done += 1
@@ -99,7 +105,7 @@ async def churn(target: str, cycles: int, parallel: int = 1) -> int:
     async with trio.open_nursery() as nursery:
         for i in range(parallel):
             nursery.start_soon(worker, cycles // parallel + (i < cycles % parallel))
-    return done
+    return attempted, done
 
 
 @asynccontextmanager

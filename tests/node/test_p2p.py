@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import threading
@@ -12,6 +13,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.peer.id import ID
 
 from node.p2p import (
     BanList,
@@ -709,3 +711,47 @@ async def test_malformed_pubsub_rpc_drops_one_stream_not_the_host() -> None:
             msg = await queues[0].receive()
         assert msg.data == b"still alive"
         assert victim.peer_id in honest.connected_peers()
+
+
+@pytest.mark.trio
+async def test_drop_closes_a_connection_whose_writes_block() -> None:
+    """A connection whose peer went silent (writes never drain: a network outage) is closed
+    at once by ``drop``, and the peer is reported gone; a polite ``disconnect`` hangs on the
+    blocked writes (py-libp2p 0.8.1 writes GO_AWAY first), so the peer would stay
+    "connected" and never be redialled."""
+    from node.p2p.teardown import tcp_socket_of
+
+    async with _hosts(P2PConfig(), P2PConfig()) as (a, b), trio.open_nursery() as nursery:
+        b.set_stream_handler(ECHO, _echo)
+        events = a.peer_events()
+        await a.connect(b.listen_addrs[0])
+        conn = a._host.get_network().get_connections(ID.from_base58(b.peer_id))[0]
+        assert tcp_socket_of(conn) is not None
+        # b stops reading its socket (as a peer behind a dead link does): a's writes block.
+        b_conn = b._host.get_network().get_connections(ID.from_base58(a.peer_id))[0]
+        b_raw = b_conn.muxed_conn.secured_conn.conn.read_writer.read_write_closer.stream
+        stream = await a.open_stream(b.peer_id, ECHO)
+        await stream.send(b"hello")
+        assert await stream.receive() == b"hello"
+        await b_raw.read_lock.acquire()
+
+        flooded = trio.Event()
+
+        async def flood() -> None:
+            with contextlib.suppress(P2PError):
+                for _ in range(1000):
+                    await stream.send(b"x" * 60_000)
+            flooded.set()
+
+        nursery.start_soon(flood)
+        await trio.sleep(2.0)
+        assert not flooded.is_set(), "a's writes were expected to block"
+        with trio.fail_after(10):
+            await a.drop(b.peer_id, timeout=5.0)
+            await _wait_for(lambda: b.peer_id not in a.connected_peers())
+        kinds = []
+        with contextlib.suppress(trio.WouldBlock):
+            while True:
+                kinds.append(events.receive_nowait().kind)
+        assert kinds[-1] == "disconnected"
+        b_raw.read_lock.release()
