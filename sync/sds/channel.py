@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -97,6 +97,9 @@ class SdsChannel:
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
+        #: Set by ``restore``: our unacknowledged messages the saved state named whose wires
+        #: were not given back (they stay in the log; they are just not resent).
+        self.outgoing_unrestored = 0
         #: Content messages received again after their delivery (resends, repairs, the same
         #: event by gossip and by Recon): dropped here, counted for ``events_duplicate_total``.
         self.duplicates_received = 0
@@ -733,11 +736,12 @@ class SdsChannel:
     @classmethod
     def restore(
         cls,
-        state: bytes,
+        state: bytes | ChannelState,
         signing_key: Ed25519PrivateKey | None,
         *,
         log: Iterable[LogEntry] = (),
         cached_wires: Iterable[bytes] = (),
+        outgoing_wires: Mapping[str, bytes] | None = None,
         config: SdsConfig | None = None,
         rng: random.Random | None = None,
         now: float = 0.0,
@@ -751,19 +755,31 @@ class SdsChannel:
         log, or with a ``lookup`` and ``log_truncated`` its newest part (at least
         ``delivered_window`` entries, the store answers for the rest); the bloom filter is
         rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
-        messages, to serve repairs. A malformed state raises ``RemoteProtocolError``.
+        messages, to serve repairs. ``outgoing_wires``: id -> canonical wire of our own
+        unacknowledged messages, which the state names by id only (``outgoing_ids_of``); any
+        missing here is looked for in ``cached_wires``. ``state`` may be the decoded
+        ``ChannelState``. A malformed state raises ``RemoteProtocolError``.
         """
-        snap = decode_state(state)
+        snap = decode_state(state) if isinstance(state, bytes) else state
         ch = cls(snap.channel_id, snap.participant_id, signing_key, config=config, rng=rng,
                  now=now, verify_signatures=verify_signatures, lookup=lookup)
         try:
             load_log(ch, log, truncated=log_truncated)
-            load_state(ch, snap, now)
+            wanted = {o.message_id for o in snap.outgoing if o.wire is None}
+            wires = dict(outgoing_wires or {})
+            cached: list[tuple[str, str, bytes]] = []
             for wire in cached_wires:
                 event = decode_event(wire, max_size=ch.config.max_message_size,
                                      verify_signature=False)
-                if ch._log.in_memory(event.message_id):
-                    ch._repair.remember(event.message_id, event.sender_id, event.wire)
+                # (id, sender, wire) only: the decoded content would be a second copy.
+                cached.append((event.message_id, event.sender_id, event.wire))
+                if event.message_id in wanted:
+                    wires.setdefault(event.message_id, event.wire)
+                del event
+            load_state(ch, snap, now, wires)
+            for mid, sender, wire in cached:
+                if ch._log.in_memory(mid):
+                    ch._repair.remember(mid, sender, wire)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RemoteProtocolError(f"bad channel state: {exc}") from None
         return ch
