@@ -180,6 +180,7 @@ class SdsSection:
     # -- large groups (docs/sds.md "Heads", "SDS-R at scale"; docs/security.md "SDS-R") --
     response_groups: int = opt(0, non_negative, most=1_000_000)
     member_window_s: float = opt(600.0, positive, most=DAY)
+    member_estimate: int = opt(0, non_negative, most=10_000_000)
     max_heads: int = opt(64, positive, most=100_000)
     head_ttl_s: float = opt(300.0, positive, most=DAY)
     repair_cooldown_s: float = opt(30.0, non_negative, most=DAY)
