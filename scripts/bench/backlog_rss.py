@@ -51,10 +51,15 @@ def _publish(client: httpx.Client, content: bytes) -> str:
 
 
 def run(events: int = 200, size: int = 500_000, hold_s: float = 25.0,
-        base: Path | None = None) -> dict[str, Any]:
-    """Start a node, publish ``events`` x ``size`` bytes of its own, hold, measure, stop."""
+        base: Path | None = None, config_toml: str = "") -> dict[str, Any]:
+    """Start a node, publish ``events`` x ``size`` bytes of its own, hold, measure, stop.
+    ``config_toml``: the node's config file (default: none, the defaults)."""
     tmp = Path(tempfile.mkdtemp(prefix="syncnode-backlog-", dir=base))
-    node = NodeProcess(tmp / "node")
+    config = None
+    if config_toml:
+        config = tmp / "node.toml"
+        config.write_text(config_toml)
+    node = NodeProcess(tmp / "node", config=config)
     node.start(timeout=120.0)
     assert node.proc is not None
     pid = node.proc.pid

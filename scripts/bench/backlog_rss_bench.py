@@ -40,12 +40,14 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--size", type=int, default=500_000)
     parser.add_argument("--hold", type=float, default=25.0)
+    parser.add_argument("--config", type=Path, help="a node config file (experiments)")
     args = parser.parse_args()
+    toml = args.config.read_text() if args.config else ""
     if args.smoke:
         result = run(events=10, size=50_000, hold_s=6.0)
         out = smoke_path("backlog_rss")
     else:
-        result = run(events=args.events, size=args.size, hold_s=args.hold)
+        result = run(events=args.events, size=args.size, hold_s=args.hold, config_toml=toml)
         out = ROOT / "docs" / "bench" / "backlog_rss.json"
     print(f"{'figure':<28} value")
     for key in JSON_KEYS:

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
+from sync.sds.ackfilter import AckFilter
 from sync.sds.acks import FilterEvidence
 from sync.sds.bloom import RollingBloomFilter
 from sync.sds.clock import LAMPORT_MAX, check_lamport
@@ -94,6 +95,11 @@ class SdsChannel:
         self.bloom_params = self.profile.bloom_params
         self._bloom = RollingBloomFilter(self.bloom_params, self.profile.bloom_window,
                                          self.profile.indices)
+        # What our transmissions carry: the unnamed ids, sized (a profile whose filter has
+        # fixed parameters, waku's, always sends the full one).
+        self._ack_filter = AckFilter(
+            self._bloom, min(cfg.bloom_fp_rate, cfg.ack_fp_bound ** (1 / cfg.ack_min_filters)),
+            cfg.bloom_small_max if self.profile.announces_bloom_params else 0)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
@@ -301,9 +307,10 @@ class SdsChannel:
         mid = event.message_id
         if retrieval_hint is not None:
             self.set_retrieval_hint(mid, retrieval_hint)
+        self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
-        self._out.add(mid, event.wire, now)
+        self._out.add(mid, event.wire, now, self._events)
         self._last_activity = now
         return event.wire + self._suffix(now, mid)
 
@@ -326,6 +333,7 @@ class SdsChannel:
             history = self._history.choose(self.config.causal_history_size, now)
         event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
                                     self._key, self._rng)
+        self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._last_activity = now
         return event.wire + self._suffix(now, event.message_id)
 
@@ -333,8 +341,9 @@ class SdsChannel:
         """Filter and due repair requests for a transmission of ``mid``; no requests on a
         rebroadcast of someone else's message (they are signed by, and charged to, the
         message's sender: ours would be ignored)."""
+        bloom, params = self._ack_filter.encoded()
         return transmission_suffix(
-            self._bloom.to_bytes(), self.bloom_params,
+            bloom, params,
             self._take_repair_requests(now) if requests else (),
             announce_params=self.profile.announces_bloom_params, channel_id=self.channel_id,
             # A waku channel's wire has no signatures (sync.sds.profile).
@@ -452,6 +461,8 @@ class SdsChannel:
         others = self._others_seen
         if len(others) < self.config.ack_min_filters:
             others.add(event.sender_id)
+        if event.causal_history:
+            self._ack_filter.named(event.history_ids, event.sender_id)
         if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
             self._out.review(event, evidence, self.channel_id, needed, self.profile.indices,
@@ -470,6 +481,8 @@ class SdsChannel:
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
             # waiting for exactly the acknowledgement our sync carries.
             self.duplicates_received += 1
+            if not event.is_sync:  # its sender has no acknowledgement yet: say we have it
+                self._ack_filter.received(mid, event.sender_id, again=True)
             return
         log, lost_ids = self._log, self._lost
         stored: set[str] = set()
@@ -490,7 +503,7 @@ class SdsChannel:
                 self.duplicates_received += 1
                 return
         self._last_activity = now
-        self._bloom.add(mid)
+        self._ack_filter.received(mid, event.sender_id)
         unmet: list[HistoryRef] = []
         lost = False
         for h in event.causal_history:

@@ -119,10 +119,11 @@ def load_state(ch: SdsChannel, snap: ChannelState, now: float,
         entry = OutgoingEntry(event.message_id, event.wire, attempts=out.attempts,
                               possibly=out.possibly, bloom_senders=set(out.bloom_senders),
                               fp_product=out.fp_product)
-        ch._outgoing[entry.message_id] = entry
-        ch._repair.remember(entry.message_id, event.sender_id, event.wire)
         when = out.resend_at if out.resend_at is not None else now + cfg.resend_interval
-        timers.schedule(TimerKind.RESEND, entry.message_id, when)
+        if not ch._out.restore(entry, when):
+            ch.outgoing_unrestored += 1
+            continue
+        ch._repair.remember(entry.message_id, event.sender_id, event.wire)
     delivered = log.known(m.ref.message_id for m in snap.missing)
     for m in snap.missing:
         ref = m.ref

@@ -47,7 +47,7 @@ def test_send_sets_lamport_max_of_now_and_previous_plus_one() -> None:
 
 
 def test_send_delivers_locally_and_includes_history_hints_and_bloom() -> None:
-    ch = channel(0)
+    ch = channel(0, config=SdsConfig(bloom_small_max=0))  # the full filter, on every message
     a = ch.send(b"a", T0, retrieval_hint=b"hint-a")
     b = ch.send(b"b", T0)
     c = decode_transmission(ch.send(b"c", T0))
@@ -91,7 +91,8 @@ def test_conflicting_lamport_ordered_by_message_id() -> None:
 
 
 def test_history_acknowledges_and_bloom_possibly_acknowledges_then_promotes() -> None:
-    cfg = SdsConfig(causal_history_size=0, sync_history_size=0, ack_fp_bound=1e-30)
+    cfg = SdsConfig(causal_history_size=0, sync_history_size=0, ack_fp_bound=1e-30,
+                    bloom_small_max=0)  # the full filter: sparse, its rate from its fill
     a, b, c = (channel(i, config=cfg) for i in range(3))
     m = a.send(b"m", T0)
     mid = delivered_ids(a)[0]
@@ -99,9 +100,10 @@ def test_history_acknowledges_and_bloom_possibly_acknowledges_then_promotes() ->
         other.receive(m, T0)
     b_msg = b.send(b"from b", T0)
     a.receive(b_msg, T0)
-    fp_b = BloomView(
-        decode_transmission(b_msg).bloom_filter or b"", a.bloom_params, max_bits=1 << 20
-    ).false_positive_rate
+    tx_b = decode_transmission(b_msg)
+    assert tx_b.bloom_params is not None
+    fp_b = BloomView(tx_b.bloom_filter or b"", tx_b.bloom_params, max_bits=1 << 20
+                     ).false_positive_rate
     assert fp_b > 1e-30
     assert of_type(a.events(), PossiblyAcknowledged) == [PossiblyAcknowledged(mid, 1)]
     a.receive(b.send(b"again", T0), T0)  # the same participant is no new evidence
