@@ -12,11 +12,11 @@ So :class:`AckFilter` keeps the rolling filter of the newest ``bloom_capacity`` 
 and beside it the ordered set of such unnamed ids (at most ``bloom_capacity``, the oldest
 dropped). A transmission carries a filter of the unnamed ids only, sized for their number (a
 power of two of at least 8) while there are at most ``bloom_small_max`` of them; beyond that,
-the full rolling filter as before. The small filter's design rate is ``bloom_fp_rate`` or, if
-lower, ``ack_fp_bound ** (1 / ack_min_filters)``: a sender promotes a bloom hit to an
-acknowledgement once the hits' false-positive rates multiply below ``ack_fp_bound``, and in a
-small group it hears only ``ack_min_filters`` others (the sparse full filter of a young
-channel has a far lower actual rate; a small filter must not be worse evidence than that). The bit positions and the wire are
+the full rolling filter as before. The small filter's design rate is ``ack_fp_bound`` (1e-6;
+about 29 bits per id): members' small filters hold nearly the same ids with the same fixed
+hashing, so their false positives are correlated and multiplying their rates (the promotion
+rule) would overstate the evidence; sized so, one filter alone meets the bound. The simulator
+caught the first choice (1e-3 per filter) acknowledging a message nobody held. The bit positions and the wire are
 the same as before (fields 31 and 32 give m and k), so any receiver reads either. docs/sds.md
 section 3 has the argument and the figures.
 """
@@ -33,6 +33,12 @@ from sync.sds.bloom import BloomParams, RollingBloomFilter, bloom_indices
 __all__ = ["AckFilter"]
 
 _MIN_CLASS = 8
+
+
+def _prime_from(n: int) -> int:
+    while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
+        n += 1
+    return n
 
 
 class AckFilter:
@@ -89,7 +95,10 @@ class AckFilter:
                 size *= 2
             params = self._params.get(size)
             if params is None:
-                params = self._params[size] = BloomParams.optimal(size, self._fp)
+                best = BloomParams.optimal(size, self._fp)
+                # A prime m: with double hashing, an h2 sharing a factor with m gives an id
+                # fewer than k distinct bits (sync.sds.acks weighs such a hit accordingly).
+                params = self._params[size] = BloomParams(_prime_from(best.bits), best.hashes)
             bits = bitarray(params.bits, endian="big")
             bits.setall(0)
             for mid in self._unnamed:

@@ -98,7 +98,7 @@ class SdsChannel:
         # What our transmissions carry: the unnamed ids, sized (a profile whose filter has
         # fixed parameters, waku's, always sends the full one).
         self._ack_filter = AckFilter(
-            self._bloom, min(cfg.bloom_fp_rate, cfg.ack_fp_bound ** (1 / cfg.ack_min_filters)),
+            self._bloom, min(cfg.bloom_fp_rate, cfg.ack_fp_bound),
             cfg.bloom_small_max if self.profile.announces_bloom_params else 0)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
@@ -471,6 +471,7 @@ class SdsChannel:
             self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:
             self._last_activity = now
+            self._history.named_by_others(event.history_ids)
             unknown = [h for h in event.causal_history if self._is_unknown(h.message_id)]
             if unknown and not self._log.complete:
                 held = self._log.known(h.message_id for h in unknown)
