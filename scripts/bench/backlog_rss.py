@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from catchup_log import node_database  # noqa: E402
+
 from storage import get_state  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
 

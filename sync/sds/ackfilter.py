@@ -16,9 +16,9 @@ the full rolling filter as before. The small filter's design rate is ``ack_fp_bo
 about 29 bits per id): members' small filters hold nearly the same ids with the same fixed
 hashing, so their false positives are correlated and multiplying their rates (the promotion
 rule) would overstate the evidence; sized so, one filter alone meets the bound. The simulator
-caught the first choice (1e-3 per filter) acknowledging a message nobody held. The bit positions and the wire are
-the same as before (fields 31 and 32 give m and k), so any receiver reads either. docs/sds.md
-section 3 has the argument and the figures.
+caught the first choice (1e-3 per filter) acknowledging a message nobody held. The bit
+positions and the wire are the same as before (fields 31 and 32 give m and k), so any
+receiver reads either. docs/sds.md section 3 has the argument and the figures.
 """
 
 from __future__ import annotations
