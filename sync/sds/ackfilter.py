@@ -99,6 +99,8 @@ class AckFilter:
                 # A prime m: with double hashing, an h2 sharing a factor with m gives an id
                 # fewer than k distinct bits (sync.sds.acks weighs such a hit accordingly).
                 params = self._params[size] = BloomParams(_prime_from(best.bits), best.hashes)
+            if params.nbytes >= self.full.params.nbytes:  # no smaller: the full filter
+                return self.full.to_bytes(), self.full.params
             bits = bitarray(params.bits, endian="big")
             bits.setall(0)
             for mid in self._unnamed:
