@@ -98,7 +98,9 @@ class SdsChannel:
         # What our transmissions carry: the unnamed ids, sized (a profile whose filter has
         # fixed parameters, waku's, always sends the full one).
         self._ack_filter = AckFilter(
-            self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound, 1e-9)),
+            # A margin below the bound: a filter near its class capacity reads ~at its design
+            # rate, and in a pair the one other member's filter must meet the bound alone.
+            self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound / 16, 1e-9)),
             cfg.bloom_small_max if self.profile.announces_bloom_params else 0)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
