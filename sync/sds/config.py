@@ -30,8 +30,9 @@ class SdsConfig:
     bloom_fp_rate: float = 0.01
     #: Our transmissions carry a filter of only the ids no history named yet, sized for their
     #: number, while there are at most this many (``sync.sds.ackfilter``; capped at
-    #: ``bloom_capacity``); 0: always the full filter of ``bloom_capacity`` ids.
-    bloom_small_max: int = 256
+    #: ``bloom_capacity``); 0 (the default for now, docs/sds.md section 3): always the full
+    #: filter of ``bloom_capacity`` ids.
+    bloom_small_max: int = 0
     #: Promote "possibly acknowledged" to "acknowledged" once the probability that every bloom
     #: hit (from distinct participants) was a false positive falls below this bound.
     ack_fp_bound: float = 1e-6
