@@ -164,6 +164,7 @@ class SdsSection:
     causal_history_size: int = opt(2, positive, most=1024)
     bloom_capacity: int = opt(1000, positive, most=10_000_000)
     bloom_fp_rate: float = opt(0.01, lambda v: None if 0 < v < 1 else "must be in (0, 1)", most=1.0)
+    bloom_small_max: int = opt(0, non_negative, most=10_000_000)
     resend_interval_s: float = opt(10.0, positive, most=DAY)
     max_resends: int = opt(5, non_negative, most=1000)
     lost_timeout_s: float = opt(300.0, positive, most=30 * DAY)
@@ -182,12 +183,15 @@ class SdsSection:
     max_missing: int = opt(10_000, positive, most=10_000_000)
     max_missing_per_sender: int = opt(1_000, positive, most=10_000_000)
     repair_cache_bytes: int = opt(64 << 20, non_negative, most=16 * GIB)
+    max_outgoing_bytes: int = opt(64 << 20, positive, most=16 * GIB)
+    resend_bytes_per_s: int = opt(8 << 20, positive, most=16 * GIB)
     ack_min_filters: int = opt(2, positive, most=1000)
     # -- memory (docs/architecture.md "Memory independent of the log's length") --
     delivered_window: int = opt(100_000, at_least(1000), most=100_000_000)
     # -- large groups (docs/sds.md "Heads", "SDS-R at scale"; docs/security.md "SDS-R") --
     response_groups: int = opt(0, non_negative, most=1_000_000)
     member_window_s: float = opt(600.0, positive, most=DAY)
+    member_estimate: int = opt(0, non_negative, most=10_000_000)
     max_heads: int = opt(64, positive, most=100_000)
     head_ttl_s: float = opt(300.0, positive, most=DAY)
     repair_cooldown_s: float = opt(30.0, non_negative, most=DAY)

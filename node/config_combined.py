@@ -62,6 +62,7 @@ def _sds_config(s: SdsSection) -> SdsConfig:
     return SdsConfig(
         causal_history_size=s.causal_history_size,
         bloom_capacity=s.bloom_capacity,
+        bloom_small_max=s.bloom_small_max,
         bloom_fp_rate=s.bloom_fp_rate,
         resend_interval=s.resend_interval_s,
         possibly_acked_resend_interval=3 * s.resend_interval_s,
@@ -80,6 +81,8 @@ def _sds_config(s: SdsSection) -> SdsConfig:
         delivered_window=s.delivered_window,
         max_missing_per_sender=s.max_missing_per_sender,
         repair_cache_bytes=s.repair_cache_bytes,
+        max_outgoing_bytes=s.max_outgoing_bytes,
+        resend_bytes_per_s=s.resend_bytes_per_s,
         ack_min_filters=s.ack_min_filters,
         num_response_groups=s.response_groups,
         member_window=s.member_window_s,

@@ -78,7 +78,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
         event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
-        writers=channel_writers(config),
+        writers=channel_writers(config), member_estimate=config.sds.member_estimate,
         gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
                                    peer_burst=config.p2p.gossip_peer_burst),
     )

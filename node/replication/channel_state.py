@@ -16,8 +16,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
-from storage import get_state, read_channel_newest
-from sync.sds import DeliveredLookup, SdsChannel, SdsConfig
+from storage import events_by_message_ids, get_state, read_channel_newest
+from sync.errors import RemoteProtocolError
+from sync.sds import ChannelState, DeliveredLookup, SdsChannel, SdsConfig, decode_state
 
 __all__ = ["ChannelMaker"]
 
@@ -62,22 +63,42 @@ class ChannelMaker:
         log_entries = [(e.message_id, e.lamport, e.sender) for e in rows]
         cached = rows[len(rows) - cfg.repair_cache_size :] if cfg.repair_cache_size else []
         wires = [e.wire for e in cached]
+        in_cache = {e.message_id for e in cached}
         del rows, cached
         if state is None:
             if not log_entries:
                 return self.fresh(name, now)
             state = self.fresh(name, now).export_state()
+        snap: bytes | ChannelState = state
+        outgoing: dict[str, bytes] = {}
+        try:
+            snap = decode_state(state)
+        except RemoteProtocolError:
+            pass  # restore() below reports it and starts afresh
+        else:
+            # Our unacknowledged messages are saved by id (sync.sds.state): their wires come
+            # from the log (the newest rows, passed as cached_wires, hold most of them).
+            ids = [o.message_id for o in snap.outgoing
+                   if o.wire is None and o.message_id not in in_cache]
+            if ids:
+                rows = await self.store.read(events_by_message_ids, ids)
+                outgoing = {e.message_id: e.wire for e in rows if e.channel == name}
+                del rows
         restore = functools.partial(
-            SdsChannel.restore, log=log_entries, cached_wires=wires, config=self.config(name),
+            SdsChannel.restore, log=log_entries, cached_wires=wires, outgoing_wires=outgoing,
+            config=self.config(name),
             rng=random.Random(), now=now, lookup=self.lookup(name),
             log_truncated=len(log_entries) >= limit,
         )
         try:
-            ch = restore(state, self.key)
+            ch = restore(snap, self.key)
         except Exception:  # a corrupt state blob must not keep the node down
             log.exception("cannot restore channel state; starting it afresh from the log",
                           extra=kv(channel=name))
             ch = restore(self.fresh(name, now).export_state(), self.key)
+        if ch.outgoing_unrestored:
+            log.warning("own unacknowledged events not in the log; not resent",
+                        extra=kv(channel=name, count=ch.outgoing_unrestored))
         if ch.clock_recovered:
             self.metrics.inc("sds_clock_recovered_total", channel=name)
             log.warning("persisted Lamport clock out of range; reset within the clock rule",

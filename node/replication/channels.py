@@ -83,6 +83,7 @@ class ChannelService(FetchedIngest):
         gossip_limits: GossipLimits | None = None,
         on_penalty: PenaltyHandler | None = None,
         clock: Clock | None = None,
+        member_estimate: int = 0,
     ) -> None:
         self.host = host
         self.clock = clock or SystemClock()
@@ -100,6 +101,8 @@ class ChannelService(FetchedIngest):
         self.maker = ChannelMaker(peer_id, key, sds_config, self.profiles, store, metrics)
         self.on_missing = on_missing
         self.on_penalty = on_penalty
+        #: sds.member_estimate: > 0 overrides what the node counts (``estimate_members``).
+        self.member_estimate = member_estimate
         # Closed group: only members' events are accepted, whoever relays them.
         self.allowed_senders = allowed_senders | {peer_id} if allowed_senders else None
         self.policy = SenderPolicy(peer_id, self.allowed_senders, dict(writers or {}))
@@ -293,9 +296,20 @@ class ChannelService(FetchedIngest):
             with trio.move_on_after(min(max(next_at - self.clock.wall(), 0.005), 5.0)):
                 await self._wake.wait()
 
+    def estimate_members(self) -> None:
+        """Give each channel the node's member estimate (SDS-R response groups are
+        ``N div 128 + 1``; the channel takes the larger of this and the senders it heard)."""
+        for name, ch in self.channels.items():
+            members = self.member_estimate
+            if not members:  # the closed group, else our neighbours on the topic and us
+                members = len(self.allowed_senders or ()) or len(self.host.gossip_peers(
+                    topic_of(self.network_id, name))) + 1
+            ch.set_member_estimate(members)
+
     async def _state_loop(self) -> None:
         try:
             while True:
+                self.estimate_members()
                 await trio.sleep(STATE_SAVE_INTERVAL_S)
                 await self.save_state()
         finally:

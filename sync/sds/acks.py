@@ -87,7 +87,14 @@ def review_acks(outgoing: Mapping[str, OutgoingEntry], event: SignedEvent,
         # Filters of distinct signers are independent evidence: multiply their false-positive
         # rates (each from the filter's own size, hashes and fill).
         entry.bloom_senders.add(sender)
-        entry.fp_product *= view.false_positive_rate
+        # The rate for *this* id: double hashing gives fewer distinct bits than k when h2
+        # shares a factor with m (in a small filter, often: m = 231 has 3, 7 and 11), and a
+        # random id hits those few bits far more often than (ones/m)^k says.
+        distinct = len(set(indices))
+        rate = view.false_positive_rate
+        if distinct < params.hashes:
+            rate = rate ** (distinct / params.hashes)
+        entry.fp_product *= rate
         if (len(entry.bloom_senders) >= signers_needed
                 and entry.fp_product <= config.ack_fp_bound):
             review.acknowledged.append((entry.message_id, True))

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.identity import peer_id_of
+from sync.sds.ackfilter import AckFilter
 from sync.sds.acks import FilterEvidence
 from sync.sds.bloom import RollingBloomFilter
 from sync.sds.clock import LAMPORT_MAX, check_lamport
@@ -94,9 +95,19 @@ class SdsChannel:
         self.bloom_params = self.profile.bloom_params
         self._bloom = RollingBloomFilter(self.bloom_params, self.profile.bloom_window,
                                          self.profile.indices)
+        # What our transmissions carry: the unnamed ids, sized (a profile whose filter has
+        # fixed parameters, waku's, always sends the full one).
+        self._ack_filter = AckFilter(
+            # A margin below the bound: a filter near its class capacity reads ~at its design
+            # rate, and in a pair the one other member's filter must meet the bound alone.
+            self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound / 16, 1e-9)),
+            cfg.bloom_small_max if self.profile.announces_bloom_params else 0)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
+        #: Set by ``restore``: our unacknowledged messages the saved state named whose wires
+        #: were not given back (they stay in the log; they are just not resent).
+        self.outgoing_unrestored = 0
         #: Content messages received again after their delivery (resends, repairs, the same
         #: event by gossip and by Recon): dropped here, counted for ``events_duplicate_total``.
         self.duplicates_received = 0
@@ -298,9 +309,10 @@ class SdsChannel:
         mid = event.message_id
         if retrieval_hint is not None:
             self.set_retrieval_hint(mid, retrieval_hint)
+        self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
-        self._out.add(mid, event.wire, now)
+        self._out.add(mid, event.wire, now, self._events)
         self._last_activity = now
         return event.wire + self._suffix(now, mid)
 
@@ -323,6 +335,7 @@ class SdsChannel:
             history = self._history.choose(self.config.causal_history_size, now)
         event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
                                     self._key, self._rng)
+        self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._last_activity = now
         return event.wire + self._suffix(now, event.message_id)
 
@@ -330,8 +343,9 @@ class SdsChannel:
         """Filter and due repair requests for a transmission of ``mid``; no requests on a
         rebroadcast of someone else's message (they are signed by, and charged to, the
         message's sender: ours would be ignored)."""
+        bloom, params = self._ack_filter.encoded()
         return transmission_suffix(
-            self._bloom.to_bytes(), self.bloom_params,
+            bloom, params,
             self._take_repair_requests(now) if requests else (),
             announce_params=self.profile.announces_bloom_params, channel_id=self.channel_id,
             # A waku channel's wire has no signatures (sync.sds.profile).
@@ -449,6 +463,8 @@ class SdsChannel:
         others = self._others_seen
         if len(others) < self.config.ack_min_filters:
             others.add(event.sender_id)
+        if event.causal_history:
+            self._ack_filter.named(event.history_ids, event.sender_id)
         if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
             self._out.review(event, evidence, self.channel_id, needed, self.profile.indices,
@@ -457,6 +473,7 @@ class SdsChannel:
             self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:
             self._last_activity = now
+            self._history.named_by_others(event.history_ids)
             unknown = [h for h in event.causal_history if self._is_unknown(h.message_id)]
             if unknown and not self._log.complete:
                 held = self._log.known(h.message_id for h in unknown)
@@ -467,6 +484,8 @@ class SdsChannel:
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
             # waiting for exactly the acknowledgement our sync carries.
             self.duplicates_received += 1
+            if not event.is_sync:  # its sender has no acknowledgement yet: say we have it
+                self._ack_filter.received(mid, event.sender_id, again=True)
             return
         log, lost_ids = self._log, self._lost
         stored: set[str] = set()
@@ -487,7 +506,7 @@ class SdsChannel:
                 self.duplicates_received += 1
                 return
         self._last_activity = now
-        self._bloom.add(mid)
+        self._ack_filter.received(mid, event.sender_id)
         unmet: list[HistoryRef] = []
         lost = False
         for h in event.causal_history:
@@ -733,11 +752,12 @@ class SdsChannel:
     @classmethod
     def restore(
         cls,
-        state: bytes,
+        state: bytes | ChannelState,
         signing_key: Ed25519PrivateKey | None,
         *,
         log: Iterable[LogEntry] = (),
         cached_wires: Iterable[bytes] = (),
+        outgoing_wires: Mapping[str, bytes] | None = None,
         config: SdsConfig | None = None,
         rng: random.Random | None = None,
         now: float = 0.0,
@@ -751,19 +771,31 @@ class SdsChannel:
         log, or with a ``lookup`` and ``log_truncated`` its newest part (at least
         ``delivered_window`` entries, the store answers for the rest); the bloom filter is
         rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
-        messages, to serve repairs. A malformed state raises ``RemoteProtocolError``.
+        messages, to serve repairs. ``outgoing_wires``: id -> canonical wire of our own
+        unacknowledged messages, which the state names by id only (``outgoing_ids_of``); any
+        missing here is looked for in ``cached_wires``. ``state`` may be the decoded
+        ``ChannelState``. A malformed state raises ``RemoteProtocolError``.
         """
-        snap = decode_state(state)
+        snap = decode_state(state) if isinstance(state, bytes) else state
         ch = cls(snap.channel_id, snap.participant_id, signing_key, config=config, rng=rng,
                  now=now, verify_signatures=verify_signatures, lookup=lookup)
         try:
             load_log(ch, log, truncated=log_truncated)
-            load_state(ch, snap, now)
+            wanted = {o.message_id for o in snap.outgoing if o.wire is None}
+            wires = dict(outgoing_wires or {})
+            cached: list[tuple[str, str, bytes]] = []
             for wire in cached_wires:
                 event = decode_event(wire, max_size=ch.config.max_message_size,
                                      verify_signature=False)
-                if ch._log.in_memory(event.message_id):
-                    ch._repair.remember(event.message_id, event.sender_id, event.wire)
+                # (id, sender, wire) only: the decoded content would be a second copy.
+                cached.append((event.message_id, event.sender_id, event.wire))
+                if event.message_id in wanted:
+                    wires.setdefault(event.message_id, event.wire)
+                del event
+            load_state(ch, snap, now, wires)
+            for mid, sender, wire in cached:
+                if ch._log.in_memory(mid):
+                    ch._repair.remember(mid, sender, wire)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RemoteProtocolError(f"bad channel state: {exc}") from None
         return ch

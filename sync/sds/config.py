@@ -28,6 +28,11 @@ class SdsConfig:
     bloom_capacity: int = 1000
     #: ... with at most this false-positive rate; m and k are derived optimally from both.
     bloom_fp_rate: float = 0.01
+    #: Our transmissions carry a filter of only the ids no history named yet, sized for their
+    #: number, while there are at most this many (``sync.sds.ackfilter``; capped at
+    #: ``bloom_capacity``); 0 (the default for now, docs/sds.md section 3): always the full
+    #: filter of ``bloom_capacity`` ids.
+    bloom_small_max: int = 0
     #: Promote "possibly acknowledged" to "acknowledged" once the probability that every bloom
     #: hit (from distinct participants) was a false positive falls below this bound.
     ack_fp_bound: float = 1e-6
@@ -104,6 +109,11 @@ class SdsConfig:
     #: Of the waiting buffer, at most this many bytes of wires (the newest) go into the saved
     #: channel state.
     waiting_state_bytes: int = 8 << 20
+    #: Our unacknowledged messages held for resending, in wire bytes (``sync.sds.outgoing``:
+    #: beyond, the oldest is no longer resent; it stays in the log).
+    max_outgoing_bytes: int = 64 << 20
+    #: Resends per second, in wire bytes (one message larger than this still goes alone).
+    resend_bytes_per_s: int = 8 << 20
     #: Bounds of the missing set (ids named by messages but not received), per channel and
     #: per sender of the naming message.
     max_missing: int = 10_000
@@ -120,6 +130,7 @@ class SdsConfig:
             ("sync_history_size", self.sync_history_size >= self.causal_history_size),
             ("bloom_capacity", self.bloom_capacity > 0),
             ("bloom_fp_rate", 0.0 < self.bloom_fp_rate < 1.0),
+            ("bloom_small_max", self.bloom_small_max >= 0),
             ("ack_fp_bound", 0.0 < self.ack_fp_bound < 1.0),
             ("ack_min_filters", self.ack_min_filters >= 1),
             ("resend_interval", self.resend_interval > 0),
@@ -159,6 +170,8 @@ class SdsConfig:
             ("max_missing_per_sender", 1 <= self.max_missing_per_sender <= self.max_missing),
             ("repair_cache_bytes", self.repair_cache_bytes >= 0),
             ("waiting_state_bytes", self.waiting_state_bytes >= 0),
+            ("max_outgoing_bytes", self.max_outgoing_bytes > 0),
+            ("resend_bytes_per_s", self.resend_bytes_per_s > 0),
             ("delivered_window", self.delivered_window >= max(self.bloom_capacity,
                                                               4 * self.sync_history_size, 64)),
         ]

@@ -2,6 +2,14 @@
 "Review ACK status"): our messages not yet acknowledged, their resend deadlines, and what a
 received message's history and signed filter acknowledge (``sync.sds.acks``). A layer of the
 channel: it returns the events to report; the channel sends the resends.
+
+Memory (issue 31): an entry holds a reference to the message's canonical wire (the same bytes
+object the ``Delivered`` event, the repair cache and the node's store write were given, never
+a copy); the buffer holds at most ``max_outgoing_bytes`` of wires (beyond, the oldest entry
+leaves it, reported as ``Evicted("outgoing")``: it is in the log, and Recon carries it to
+peers; only SDS resends stop), and resends are paced to ``resend_bytes_per_s`` (a due resend
+beyond it waits for the next second) so that a backlog of large messages does not turn into
+one burst of transmissions held at once by the transport.
 """
 
 from __future__ import annotations
@@ -12,7 +20,13 @@ from sync.sds.acks import FilterEvidence, review_acks
 from sync.sds.bloom import BloomParams
 from sync.sds.buffers import OutgoingEntry
 from sync.sds.config import SdsConfig
-from sync.sds.events import Acknowledged, PossiblyAcknowledged, ResendExhausted, SdsEvent
+from sync.sds.events import (
+    Acknowledged,
+    Evicted,
+    PossiblyAcknowledged,
+    ResendExhausted,
+    SdsEvent,
+)
 from sync.sds.message import SignedEvent
 from sync.sds.timers import TimerKind, TimerQueue
 
@@ -24,13 +38,43 @@ class OutgoingBuffer:
         self.config = config
         self._timers = timers
         self.entries: dict[str, OutgoingEntry] = {}
+        #: Bytes of the entries' wires (at most ``max_outgoing_bytes``).
+        self.nbytes = 0
+        # Resend pacing: the second being spent and the bytes resent in it.
+        self._pace_start = float("-inf")
+        self._pace_bytes = 0
+        #: Resends moved to a later second by the pacing (a counter, for tests and metrics).
+        self.deferred = 0
 
-    def add(self, mid: str, wire: bytes, now: float) -> None:
+    def add(self, mid: str, wire: bytes, now: float, events: list[SdsEvent] | None = None
+            ) -> None:
         self.entries[mid] = OutgoingEntry(mid, wire)
+        self.nbytes += len(wire)
         self._timers.schedule(TimerKind.RESEND, mid, now + self.config.resend_interval)
+        limit = self.config.max_outgoing_bytes
+        while self.nbytes > limit and len(self.entries) > 1:
+            oldest = next(iter(self.entries))
+            self.discard(oldest)
+            if events is not None:
+                events.append(Evicted("outgoing", oldest))
+
+    def restore(self, entry: OutgoingEntry, resend_at: float) -> bool:
+        """An entry from saved state, if within the byte bound (the oldest come first)."""
+        if self.entries and self.nbytes + len(entry.wire) > self.config.max_outgoing_bytes:
+            return False
+        self.entries[entry.message_id] = entry
+        self.nbytes += len(entry.wire)
+        self._timers.schedule(TimerKind.RESEND, entry.message_id, resend_at)
+        return True
+
+    def _drop(self, mid: str) -> OutgoingEntry | None:
+        entry = self.entries.pop(mid, None)
+        if entry is not None:
+            self.nbytes -= len(entry.wire)
+        return entry
 
     def discard(self, mid: str) -> None:
-        if self.entries.pop(mid, None) is not None:
+        if self._drop(mid) is not None:
             self._timers.cancel(TimerKind.RESEND, mid)
 
     def review(self, event: SignedEvent, evidence: FilterEvidence | None, channel_id: str,
@@ -43,7 +87,7 @@ class OutgoingBuffer:
                              indexer)
         timers, cfg = self._timers, self.config
         for mid, by_bloom in review.acknowledged:
-            del self.entries[mid]
+            self._drop(mid)
             timers.cancel(TimerKind.RESEND, mid)
             events.append(Acknowledged(mid, by_bloom))
         for entry in review.possibly:
@@ -63,9 +107,17 @@ class OutgoingBuffer:
             return None
         cfg = self.config
         if entry.attempts >= cfg.max_resends:
-            del self.entries[mid]
+            self._drop(mid)
             events.append(ResendExhausted(mid, entry.attempts))
             return None
+        if now >= self._pace_start + 1.0:
+            self._pace_start, self._pace_bytes = now, 0
+        size = len(entry.wire)
+        if self._pace_bytes and self._pace_bytes + size > cfg.resend_bytes_per_s:
+            self.deferred += 1
+            self._timers.schedule(TimerKind.RESEND, mid, self._pace_start + 1.0)
+            return None
+        self._pace_bytes += size
         entry.attempts += 1
         period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
         self._timers.schedule(TimerKind.RESEND, mid, now + period)

@@ -5,7 +5,7 @@ section 5). A layer of the channel: it reads and fills the channel's own structu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from sync.sds.buffers import OutgoingEntry
@@ -39,8 +39,10 @@ def snapshot_of(ch: SdsChannel) -> ChannelState:
         lamport=ch._lamport,
         last_activity=ch._last_activity,
         outgoing=tuple(
-            OutgoingState(e.wire, e.attempts, e.possibly, frozenset(e.bloom_senders),
-                          e.fp_product, timers.due(TimerKind.RESEND, e.message_id))
+            # By reference: the wire is in the node's log (restore is given it back).
+            OutgoingState(e.message_id, None, e.attempts, e.possibly,
+                          frozenset(e.bloom_senders), e.fp_product,
+                          timers.due(TimerKind.RESEND, e.message_id))
             for e in ch._outgoing.values()
         ),
         waiting=waiting_snapshot(ch),
@@ -88,7 +90,11 @@ def load_log(ch: SdsChannel, log: Iterable[LogEntry], *, truncated: bool) -> Non
 
 
 
-def load_state(ch: SdsChannel, snap: ChannelState, now: float) -> None:
+def load_state(ch: SdsChannel, snap: ChannelState, now: float,
+               outgoing_wires: Mapping[str, bytes]) -> None:
+    """``outgoing_wires``: id -> canonical wire of our messages the state names by reference
+    (version 2); one that is not given is not resent (it is in the log; Recon carries it) and
+    counted in ``ch.outgoing_unrestored``."""
     timers, cfg, log = ch._timers, ch.config, ch._log
     # A clock persisted before the clock rule (or raised by a log entry accepted before it)
     # may be out of range: start from the largest value the rule accepts now instead.
@@ -103,14 +109,21 @@ def load_state(ch: SdsChannel, snap: ChannelState, now: float) -> None:
     delivered = log.known(snap.lost)
     ch._lost.update(mid for mid in snap.lost if mid not in delivered)
     for out in snap.outgoing:
-        event = decode_event(out.wire, max_size=cfg.max_message_size, verify_signature=False)
+        wire = out.wire if out.wire is not None else outgoing_wires.get(out.message_id)
+        if wire is None:
+            ch.outgoing_unrestored += 1
+            continue
+        event = decode_event(wire, max_size=cfg.max_message_size, verify_signature=False)
+        if out.wire is None and event.message_id != out.message_id:
+            raise ValueError("outgoing wire does not match its id")
         entry = OutgoingEntry(event.message_id, event.wire, attempts=out.attempts,
                               possibly=out.possibly, bloom_senders=set(out.bloom_senders),
                               fp_product=out.fp_product)
-        ch._outgoing[entry.message_id] = entry
-        ch._repair.remember(entry.message_id, event.sender_id, event.wire)
         when = out.resend_at if out.resend_at is not None else now + cfg.resend_interval
-        timers.schedule(TimerKind.RESEND, entry.message_id, when)
+        if not ch._out.restore(entry, when):
+            ch.outgoing_unrestored += 1
+            continue
+        ch._repair.remember(entry.message_id, event.sender_id, event.wire)
     delivered = log.known(m.ref.message_id for m in snap.missing)
     for m in snap.missing:
         ref = m.ref

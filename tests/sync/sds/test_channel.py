@@ -47,7 +47,7 @@ def test_send_sets_lamport_max_of_now_and_previous_plus_one() -> None:
 
 
 def test_send_delivers_locally_and_includes_history_hints_and_bloom() -> None:
-    ch = channel(0)
+    ch = channel(0, config=SdsConfig(bloom_small_max=0))  # the full filter, on every message
     a = ch.send(b"a", T0, retrieval_hint=b"hint-a")
     b = ch.send(b"b", T0)
     c = decode_transmission(ch.send(b"c", T0))
@@ -91,7 +91,8 @@ def test_conflicting_lamport_ordered_by_message_id() -> None:
 
 
 def test_history_acknowledges_and_bloom_possibly_acknowledges_then_promotes() -> None:
-    cfg = SdsConfig(causal_history_size=0, sync_history_size=0, ack_fp_bound=1e-30)
+    cfg = SdsConfig(causal_history_size=0, sync_history_size=0, ack_fp_bound=1e-30,
+                    bloom_small_max=0)  # the full filter: sparse, its rate from its fill
     a, b, c = (channel(i, config=cfg) for i in range(3))
     m = a.send(b"m", T0)
     mid = delivered_ids(a)[0]
@@ -99,9 +100,10 @@ def test_history_acknowledges_and_bloom_possibly_acknowledges_then_promotes() ->
         other.receive(m, T0)
     b_msg = b.send(b"from b", T0)
     a.receive(b_msg, T0)
-    fp_b = BloomView(
-        decode_transmission(b_msg).bloom_filter or b"", a.bloom_params, max_bits=1 << 20
-    ).false_positive_rate
+    tx_b = decode_transmission(b_msg)
+    assert tx_b.bloom_params is not None
+    fp_b = BloomView(tx_b.bloom_filter or b"", tx_b.bloom_params, max_bits=1 << 20
+                     ).false_positive_rate
     assert fp_b > 1e-30
     assert of_type(a.events(), PossiblyAcknowledged) == [PossiblyAcknowledged(mid, 1)]
     a.receive(b.send(b"again", T0), T0)  # the same participant is no new evidence
@@ -399,3 +401,27 @@ def test_an_own_echo_is_stored_only_when_the_channel_no_longer_holds_it() -> Non
     assert not a.stores_own_echo(event)  # held: SDS ignores the echo
     wiped = channel(0)  # same identity, empty log (a wiped database)
     assert wiped.stores_own_echo(event)
+
+
+def test_filter_of_unnamed_ids_is_small_and_still_acknowledges() -> None:
+    """Issue 31 (``bloom_small_max``): the filter holds only ids no other member's history
+    named yet, sized for their number; a pair still acknowledges by it, and an id named by
+    someone else's history leaves it."""
+    cfg = SdsConfig(bloom_small_max=256, causal_history_size=0, sync_history_size=0)
+    a, b, c = (channel(i, config=cfg) for i in range(3))
+    x = a.send(b"x", T0)
+    [x_id] = delivered_ids(a)
+    b.receive(x, T0)
+    tx = decode_transmission(b.send(b"y", T0))
+    assert tx.bloom_filter is not None and tx.bloom_params is not None
+    assert len(tx.bloom_filter) < 64 < b.bloom_params.nbytes
+    view = BloomView(tx.bloom_filter, tx.bloom_params, max_bits=1 << 20)
+    assert view.contains_indices(bloom_indices(x_id, tx.bloom_params))
+    a.receive(b.send(b"z", T0), T0)
+    assert Acknowledged(x_id, by_bloom=True) in a.events()
+    # c names x in a history: b drops it from its filter.
+    named = channel(2, config=SdsConfig(bloom_small_max=256))
+    named.receive(x, T0)
+    b.receive(named.send(b"names x", T0), T0)
+    assert x_id not in b._ack_filter._unnamed
+    del c

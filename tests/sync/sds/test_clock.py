@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sync.errors import RemoteProtocolError
-from sync.sds import Delivered, SdsConfig, encode_event
+from sync.sds import Delivered, SdsConfig, encode_event, encode_state
 from sync.sds.clock import (
     LAMPORT_MAX,
     REASON_AHEAD,
@@ -107,10 +107,9 @@ def test_recovered_clock_ignores_out_of_range_values() -> None:
 def test_restore_recovers_a_poisoned_persisted_clock() -> None:
     ch = channel(0)
     ch.send(b"hello", T0)
-    state = json.loads(ch.export_state())
-    state["lamport"] = (1 << 64) - (1 << 32) - 1
+    state = dataclasses.replace(ch.snapshot(), lamport=(1 << 64) - (1 << 32) - 1)
     log = [(mid, lamport) for lamport, mid in ch.log()]
-    restored = type(ch).restore(json.dumps(state).encode(), key(0), log=log,
+    restored = type(ch).restore(encode_state(state), key(0), log=log,
                                 config=ch.config, now=T0 + 5)
     assert restored.clock_recovered
     assert restored.lamport == int((T0 + 5) * 1000)

@@ -127,3 +127,28 @@ def test_a_history_naming_our_message_twice_acknowledges_it_once() -> None:
                            b"twice", key(4))
     ours.receive(hostile.wire, T0 + 1)
     assert [e.message_id for e in ours.events() if isinstance(e, Acknowledged)] == [mid]
+
+
+def test_a_received_sync_moves_the_heads_it_names_to_the_back_of_our_rotation() -> None:
+    """Issue 30 (seed 1, N=100, 5% loss): every member's sync named the same oldest heads, so
+    a head beyond them stayed unnamed while the group was quiet. A sync we receive now moves
+    the heads it names behind ours: our next sync names the others."""
+    history = CausalHistory(64, 64, 300.0, 1000)
+    refs = [HistoryRef(f"m{i:02d}", None, "s") for i in range(20)]
+    for i, ref in enumerate(refs):
+        history.logged(ref.message_id, i, "s", (), head=True)
+    history.named_by_others([r.message_id for r in refs[:16]])
+    chosen = {r.message_id for r in history.choose(16, T0, rotate=True)}
+    assert {r.message_id for r in refs[16:]} <= chosen
+
+
+def test_seed_1_at_100_members_with_loss_converges() -> None:
+    """The scale benchmark's failing seed (docs/sds.md 4b): one member never learned that it
+    lacked a message, because no sync named that head for 900 s. ~20 s of CPU."""
+    from sync.sim import run
+    from sync.sim.__main__ import parse
+
+    scenario = parse(["--members", "100", "--seed", "1", "--duration", "20",
+                      "--loss", "0.05"])[0]
+    stats = run(scenario)
+    assert stats.members == 100 and stats.messages > 300

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +18,10 @@ from sync.sds import (
     decode_transmission,
     encode_state,
 )
+from sync.sds.state import STATE_MAGIC
 from tests.sync.sds.helpers import CHANNEL, T0, channel, key, of_type
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 CFG = SdsConfig(resend_interval=10, t_min=30, t_max=120)
 
@@ -79,7 +84,9 @@ def test_restored_timers_and_repair_service() -> None:
 
 @pytest.mark.parametrize(
     "state",
-    [b"", b"{", b"[]", b'{"v": 2}', b'{"v": 1}', b'{"v":1,"channel_id":"c","participant_id":3}'],
+    [b"", b"{", b"[]", b'{"v": 2}', b'{"v": 1}', b'{"v":1,"channel_id":"c","participant_id":3}',
+     STATE_MAGIC + b"\xff\xff", STATE_MAGIC + b"\x22\x08" + b"\x00" * 8 + b"\x7f",
+     b"\x00SDS\x03"],
 )
 def test_bad_state_is_a_remote_protocol_error(state: bytes) -> None:
     with pytest.raises(RemoteProtocolError):
@@ -87,12 +94,67 @@ def test_bad_state_is_a_remote_protocol_error(state: bytes) -> None:
 
 
 def test_state_from_a_valid_export_with_corrupted_wire() -> None:
-    a = channel(0, config=CFG)
-    a.send(b"x", T0)
-    state = a.export_state().replace(b'"wire":"', b'"wire":"AAAA')
+    a, b = channel(0, config=CFG), channel(1, config=CFG)
+    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(2)]
+    b.receive(wires[1], T0 + 2)  # waits for a0: its wire is in b's state
+    wire = decode_event(wires[1]).wire
+    state = b.export_state()
+    assert wire in state and CHANNEL.encode() in state
     with pytest.raises(RemoteProtocolError):
-        SdsChannel.restore(state, key(0), config=CFG)
-    assert CHANNEL in a.export_state().decode()
+        SdsChannel.restore(state.replace(wire, wire[:-9]), key(1), config=CFG)
+    # An outgoing wire given back for an id is checked against that id.
+    a_log = of_type(a.events(), Delivered)
+    with pytest.raises(RemoteProtocolError):
+        SdsChannel.restore(a.export_state(), key(0), config=CFG,
+                           log=[(d.message_id, d.lamport) for d in a_log],
+                           outgoing_wires={a_log[0].message_id: a_log[1].wire})
+
+
+def test_outgoing_messages_are_saved_by_reference() -> None:
+    """Issue 31: our unacknowledged messages' wires are not in the saved state (the node's log
+    holds them); restore takes them back by id, and one not given back is counted, not resent."""
+    a = channel(0, config=CFG)
+    big = [a.send(bytes([i]) * 100_000, T0 + i) for i in range(3)]
+    a_log = of_type(a.events(), Delivered)
+    state = a.export_state()
+    assert len(state) < 2_000 < sum(map(len, big))
+    log = [(d.message_id, d.lamport, d.sender_id) for d in a_log]
+    given = {d.message_id: d.wire for d in a_log[:2]}
+    a2 = SdsChannel.restore(state, key(0), log=log, outgoing_wires=given, config=CFG,
+                            now=T0 + 5)
+    assert a2.outgoing_ids == frozenset(given) and a2.outgoing_unrestored == 1
+    # ... found in cached_wires just as well.
+    a3 = SdsChannel.restore(state, key(0), log=log, cached_wires=[d.wire for d in a_log],
+                            config=CFG, now=T0 + 5)
+    assert a3.outgoing_ids == a.outgoing_ids and a3.outgoing_unrestored == 0
+    a3.handle_timer(T0 + 13)
+    resent = {decode_transmission(d).event.message_id for d in a3.datagrams_to_send()}
+    assert resent == a.outgoing_ids
+
+
+def test_version_1_json_state_is_migrated() -> None:
+    """A state saved by the JSON codec (fixture written by main 9e1104c) restores with every
+    buffer, and the next save is version 2 binary, which restores to the same channel."""
+    fixture = json.loads((FIXTURES / "state_v1.json").read_text())
+    for i, role in ((0, "sender"), (1, "receiver")):
+        old = fixture[role]
+        assert old["state"].startswith('{"channel_id"') and '"v":1' in old["state"]
+        log = [tuple(e) for e in old["log"]]
+        ch = SdsChannel.restore(old["state"].encode(), key(i), log=log, config=CFG, now=T0 + 5)
+        assert [list(e) for e in sorted((lam, mid) for mid, lam, _ in log)] == [
+            list(e) for e in ch.log()]
+        if role == "sender":
+            assert sorted(ch.outgoing_ids) == old["outgoing"]
+        else:
+            assert sorted(ch.waiting_ids) == old["waiting"]
+            assert sorted(ch.missing_ids) == old["missing"]
+            assert sorted(ch.repair_request_ids) == old["repair"]
+        new = ch.export_state()
+        assert new.startswith(STATE_MAGIC) and not new.startswith(b"{")
+        again = SdsChannel.restore(new, key(i), log=log, config=CFG, now=T0 + 5,
+                                   outgoing_wires={mid: ch._outgoing[mid].wire
+                                                   for mid in ch.outgoing_ids})
+        assert again.snapshot() == ch.snapshot()
 
 
 def test_restore_delivers_waiting_messages_whose_dependencies_were_logged_meanwhile() -> None:
