@@ -86,8 +86,8 @@ JSON_KEYS = ("nodes", "published", "delivered_fraction", "rate_per_s", "latency_
              "catchup_events_per_s_pg", "catchup_events_1m_per_s", "quick", "load_avg_1m",
              "cpu_us_per_event_per_node", "batch_rate_per_s", "own_backlog_peak_rss_mib")
 #: Not measured without PostgreSQL, nor by --quick and --smoke runs: present, null.
-#: ``own_backlog_peak_rss_mib`` is measured by h31b's backlog benchmark (issue 31's memory
-#: part); until it is merged in here the key stays null (the seam: ``own_backlog_peak``).
+#: ``own_backlog_peak_rss_mib`` (issue 31's memory) is backlog_rss.run's figure, measured alone
+#: after the cluster stops; null at --smoke size (backlog_rss_bench.py's own smoke run covers it).
 OPTIONAL_KEYS = ("catchup_events_per_s_pg", "catchup_events_1m_per_s", "own_backlog_peak_rss_mib")
 #: The fixed open-loop rate of ``cpu_us_per_event_per_node`` (issue 31).
 CPU_RATE = 100.0
@@ -539,14 +539,20 @@ def batch_ramp(cluster: NodeCluster, plan: Plan) -> list[Step]:
     return ramp.steps
 
 
-def own_backlog_peak() -> float | None:
-    """``own_backlog_peak_rss_mib``: h31b's backlog benchmark (issue 31, memory) plugs in
-    here; None (the key is null) until it does."""
-    return None
+def own_backlog_peak(smoke: bool) -> float | None:
+    """``own_backlog_peak_rss_mib``: a node holding 200 unacknowledged 500 KB events of its own
+    (scripts/bench/backlog_rss.py); None at smoke size."""
+    if smoke:
+        return None
+    from backlog_rss import run as backlog_run
+    print("\nown backlog: one node holds 200 unacknowledged 500 KB events of its own")
+    figure = backlog_run()["own_backlog_peak_rss_mib"]
+    print(f"  own_backlog_peak_rss_mib {figure} (target <= 512)")
+    return float(figure)
 
 
 def live_keys(node_steps: list[Step], raw_steps: list[Step], cpu_us: float | None,
-              batch_steps: list[Step]) -> dict[str, Any]:
+              batch_steps: list[Step], backlog_mib: float | None) -> dict[str, Any]:
     best_node, best_raw = best_step(node_steps), best_step(raw_steps)
     best_batch = best_step(batch_steps)
     return {
@@ -557,7 +563,7 @@ def live_keys(node_steps: list[Step], raw_steps: list[Step], cpu_us: float | Non
         "cpu_us_per_event_per_node": round(cpu_us) if cpu_us is not None else None,
         "batch_rate_per_s": round(best_batch.achieved, 1) if best_batch else 0.0,
         "batch_latency_p99_ms": round(best_batch.pct(99), 1) if best_batch else None,
-        "own_backlog_peak_rss_mib": own_backlog_peak(),
+        "own_backlog_peak_rss_mib": backlog_mib,
     }
 
 
@@ -967,7 +973,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
 
-    live = live_keys(node_steps, raw_steps, cpu_us, batch_steps)
+    live = live_keys(node_steps, raw_steps, cpu_us, batch_steps, own_backlog_peak(args.smoke))
     rate, raw_rate = live["rate_per_s"], live["raw_gossipsub_rate_per_s"]
     load_end = load_avg()
     print(f"\nnode exit codes after SIGTERM: {exit_codes}")
