@@ -9,6 +9,11 @@ holding ``lock``. The trio thread still inserts the keys of each commit: when a 
 lock it queues them instead of waiting, and whoever holds the lock next applies them first.
 The summary saver takes the lock without waiting (``try_locked``): it skips a round rather than
 stall the node.
+
+No step reads SQL: the key store asks (``SummaryKeyStore.asks``, sync/recon/reads.py). A step
+that lacks reads raises ``KeysNeeded`` undone; the driver reads them here, between steps and
+with the lock still held (no insert comes between the answer and the step that uses it), and
+runs the step again.
 """
 
 from __future__ import annotations
@@ -20,16 +25,22 @@ from typing import TypeVar
 
 import trio
 
-from sync.recon import SummaryKeyStore
+from sync.errors import LocalProtocolError
+from sync.recon import KeysNeeded, SummaryKeyStore, read_keys
 
 __all__ = ["KeyStoreWork"]
 
 T = TypeVar("T")
 
+# Each run of a step answers at least one more read; a step needs a handful at most (a split
+# reads a rank, then its successor). The bound only turns a bug into an error, not a hang.
+MAX_RUNS = 64
+
 
 class KeyStoreWork:
     def __init__(self, keys: SummaryKeyStore) -> None:
         self.keys = keys
+        self.answered_reads = 0
         self.lock = threading.Lock()
         self._queued: list[bytes] = []
         self._limiter = trio.CapacityLimiter(1)
@@ -40,12 +51,32 @@ class KeyStoreWork:
         def locked() -> T:
             with self.lock:
                 self._apply()
-                result = fn()
+                result = self._answering(fn)
                 self._apply()
             self._catch_up()
             return result
 
         return await trio.to_thread.run_sync(locked, limiter=self._limiter)
+
+    @property
+    def keys(self) -> SummaryKeyStore:
+        return self._keys
+
+    @keys.setter
+    def keys(self, keys: SummaryKeyStore) -> None:
+        keys.asks = True
+        self._keys = keys
+
+    def _answering(self, step: Callable[[], T]) -> T:
+        """``step()``, answering the reads it asks for (outside it) until it runs through."""
+        for _ in range(MAX_RUNS):
+            try:
+                return step()
+            except KeysNeeded as need:
+                keys, held = read_keys(self._keys.source, need.reads)
+                self._keys.answer(need.reads, keys, held)
+                self.answered_reads += len(need.reads.ranges) + bool(need.reads.present)
+        raise LocalProtocolError(f"a Recon step still lacked reads after {MAX_RUNS} runs")
 
     def insert_many(self, keys: Iterable[bytes]) -> None:
         """From the trio thread: insert now if the store is free, else queue for its holder."""
