@@ -198,6 +198,7 @@ class SummaryKeyStore:
     def answer(self, reads: KeyReads, keys: Sequence[list[bytes]], held: set[bytes]) -> None:
         """The driver's answers to ``reads`` (``keys`` in the order of ``reads.ranges``)."""
         self._answers.update(zip(reads.ranges, keys, strict=True))
+        self.reads += len(reads.ranges)
         for key in reads.present:
             self._held[key] = key in held
 
@@ -259,7 +260,8 @@ class SummaryKeyStore:
             if got is None:  # asked for: this run of the step is undone
                 return [], sums, False
             keys = got
-        self.reads += 1
+        if not self.asks or self._direct:  # asked reads are counted once, when answered
+            self.reads += 1
         # The source only ever gains keys and holds every accounted one, so a read matching
         # the count holds exactly the accounted ones (all a split relies on).
         if len(keys) != count:
