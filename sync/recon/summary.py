@@ -87,6 +87,8 @@ class SummaryKeyStore:
         self._held: dict[bytes, bool] = {}
         self._want_ranges: dict[RangeRead, None] = {}
         self._want_present: dict[bytes, None] = {}
+        #: Keys held in the answers of the step being run (its driver bounds them).
+        self.answered_keys = 0
         self._direct = False  # inserts read the source themselves (the driver's own work)
 
     def __len__(self) -> int:
@@ -101,8 +103,7 @@ class SummaryKeyStore:
         """Add ``keys``; the number that were new. Splits wait until all are accounted."""
         # Inserts come from the driver, between steps: their splits read the source directly,
         # and answers given before them may lack the new keys.
-        self._answers.clear()
-        self._held.clear()
+        self.forget_answers()
         self._direct = True
         try:
             return self._insert_many(keys)
@@ -187,8 +188,7 @@ class SummaryKeyStore:
         """After a step in asking mode: the reads it lacked (the step must be run again once
         they are answered), or None when it had every answer (they are spent then)."""
         if not (self._want_ranges or self._want_present):
-            self._answers.clear()
-            self._held.clear()
+            self.forget_answers()
             return None
         reads = KeyReads(tuple(self._want_ranges), tuple(self._want_present))
         self._want_ranges.clear()
@@ -199,8 +199,17 @@ class SummaryKeyStore:
         """The driver's answers to ``reads`` (``keys`` in the order of ``reads.ranges``)."""
         self._answers.update(zip(reads.ranges, keys, strict=True))
         self.reads += len(reads.ranges)
+        self.answered_keys += sum(map(len, keys))
         for key in reads.present:
             self._held[key] = key in held
+
+    def forget_answers(self) -> None:
+        """Drop the answers given (spent, or stale after an insert) and what was asked."""
+        self._answers.clear()
+        self._held.clear()
+        self._want_ranges.clear()
+        self._want_present.clear()
+        self.answered_keys = 0
 
     # -- bucket reads -------------------------------------------------------------------------
 

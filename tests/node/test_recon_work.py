@@ -8,8 +8,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 import trio
 
+from node.replication import recon_work
 from node.replication.recon_work import KeyStoreWork
 from storage import SqlKeySource, append_events, make_engine, upgrade
 from sync.recon import MissingKeys, ReconConfig, ReconSession, SummaryKeyStore
@@ -129,9 +131,9 @@ def _sql_side(tmp_path: Path, name: str, indexes: list[int]) -> tuple[
     return make(store, FULL, config), work, source, {r.recon_key for r in records}
 
 
-def test_no_sql_inside_a_step_on_the_events_table(tmp_path: Path) -> None:
-    """Two sessions over real SQLite event tables, each step run by the Recon worker: every
-    read the sessions need is made by the driver between steps, and they reconcile."""
+def _reconcile_sql(tmp_path: Path, *, guard: bool) -> tuple[KeyStoreWork, KeyStoreWork]:
+    """Two sessions over real SQLite event tables, each step run by the Recon worker; they
+    must reconcile (``guard``: and no step reads SQL)."""
     a, work_a, src_a, keys_a = _sql_side(tmp_path, "a", [*range(300), *range(1000, 1030)])
     b, work_b, src_b, keys_b = _sql_side(tmp_path, "b", [*range(300), *range(2000, 2020)])
     missing: dict[int, set[bytes]] = {id(a): set(), id(b): set()}
@@ -139,7 +141,7 @@ def test_no_sql_inside_a_step_on_the_events_table(tmp_path: Path) -> None:
     def stepping(session: ReconSession, source: _GuardedSql,
                  step: Callable[[], bytes | None]) -> Callable[[], bytes | None]:
         def run() -> bytes | None:
-            source.in_step = True
+            source.in_step = guard
             try:
                 return step()
             finally:
@@ -163,4 +165,20 @@ def test_no_sql_inside_a_step_on_the_events_table(tmp_path: Path) -> None:
     assert a.done and b.done
     assert missing[id(a)] == keys_b - keys_a
     assert missing[id(b)] == keys_a - keys_b
+    return work_a, work_b
+
+
+def test_no_sql_inside_a_step_on_the_events_table(tmp_path: Path) -> None:
+    """Every read the sessions need is made by the driver between steps."""
+    work_a, work_b = _reconcile_sql(tmp_path, guard=True)
     assert work_a.answered_reads > 0 and work_b.answered_reads > 0
+    assert work_a.direct_steps == work_b.direct_steps == 0
+
+
+def test_a_step_over_the_answer_budget_reads_as_it_goes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers are bounded like the cache (a hostile message may name ranges all over a large
+    log): past the bound the step runs once reading through the bounded cache, and counts."""
+    monkeypatch.setattr(recon_work, "MIN_ANSWER_KEYS", 0)
+    work_a, work_b = _reconcile_sql(tmp_path, guard=False)
+    assert work_a.direct_steps > 0 and work_b.direct_steps > 0
