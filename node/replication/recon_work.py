@@ -9,6 +9,11 @@ holding ``lock``. The trio thread still inserts the keys of each commit: when a 
 lock it queues them instead of waiting, and whoever holds the lock next applies them first.
 The summary saver takes the lock without waiting (``try_locked``): it skips a round rather than
 stall the node.
+
+No step reads SQL: the key store asks (``SummaryKeyStore.asks``, sync/recon/reads.py). A step
+that lacks reads raises ``KeysNeeded`` undone; the driver reads them here, between steps and
+with the lock still held (no insert comes between the answer and the step that uses it), and
+runs the step again.
 """
 
 from __future__ import annotations
@@ -20,16 +25,24 @@ from typing import TypeVar
 
 import trio
 
-from sync.recon import SummaryKeyStore
+from sync.recon import KeysNeeded, SummaryKeyStore, read_keys
 
 __all__ = ["KeyStoreWork"]
 
 T = TypeVar("T")
 
+# Each run of a step answers at least one more read; a step needs a handful at most (a split
+# reads a rank, then its successor). The bound only turns a bug into an error, not a hang.
+MAX_RUNS = 64
+# The answers one step may hold when the cache is smaller (tests use tiny caches).
+MIN_ANSWER_KEYS = 65_536
+
 
 class KeyStoreWork:
     def __init__(self, keys: SummaryKeyStore) -> None:
         self.keys = keys
+        self.answered_reads = 0
+        self.direct_steps = 0
         self.lock = threading.Lock()
         self._queued: list[bytes] = []
         self._limiter = trio.CapacityLimiter(1)
@@ -40,12 +53,47 @@ class KeyStoreWork:
         def locked() -> T:
             with self.lock:
                 self._apply()
-                result = fn()
+                result = self._answering(fn)
                 self._apply()
             self._catch_up()
             return result
 
         return await trio.to_thread.run_sync(locked, limiter=self._limiter)
+
+    @property
+    def keys(self) -> SummaryKeyStore:
+        return self._keys
+
+    @keys.setter
+    def keys(self, keys: SummaryKeyStore) -> None:
+        keys.asks = True
+        self._keys = keys
+
+    def _answering(self, step: Callable[[], T]) -> T:
+        """``step()``, answering the reads it asks for (outside it) until it runs through.
+
+        The answers of one step are all in memory at once, so they are bounded like the key
+        store's cache (``max(cache_keys, MIN_ANSWER_KEYS)`` keys): a step that needs more (a
+        hostile message naming ranges all over a large log) runs once reading as it goes,
+        through the bounded cache as before, and is counted (``direct_steps``)."""
+        keys = self._keys
+        budget = max(keys.cache_keys, MIN_ANSWER_KEYS)
+        for _ in range(MAX_RUNS):
+            try:
+                return step()
+            except KeysNeeded as need:
+                got, held = read_keys(keys.source, need.reads)
+                keys.answer(need.reads, got, held)
+                self.answered_reads += len(need.reads.ranges) + bool(need.reads.present)
+                if keys.answered_keys > budget:
+                    break
+        self.direct_steps += 1
+        keys.forget_answers()
+        keys.asks = False
+        try:
+            return step()
+        finally:
+            keys.asks = True
 
     def insert_many(self, keys: Iterable[bytes]) -> None:
         """From the trio thread: insert now if the store is free, else queue for its holder."""

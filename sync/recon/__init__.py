@@ -17,6 +17,7 @@ from sync.recon.eventid import (
 from sync.recon.interests import Interests, intersect, normalize
 from sync.recon.pair import PairResult, reconcile_in_memory, shuttle
 from sync.recon.peers import PeerScheduler, PeerSyncState, node_interests
+from sync.recon.reads import KeyReads, KeysNeeded, read_keys
 from sync.recon.session import (
     PROTOCOL_ID,
     MissingKeys,
@@ -38,8 +39,10 @@ __all__ = [
     "BucketSummary",
     "EventId",
     "Interests",
+    "KeyReads",
     "KeySource",
     "KeyStore",
+    "KeysNeeded",
     "MemoryKeyStore",
     "MissingKeys",
     "PairResult",
@@ -66,6 +69,7 @@ __all__ = [
     "normalize",
     "parse_event_id",
     "prefix_successor",
+    "read_keys",
     "reconcile_in_memory",
     "sender_bounds",
     "shuttle",

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Union
+from typing import Any, TypeVar, Union
 
 from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.recon.interests import Interests, clip, intersect, normalize, within
+from sync.recon.reads import KeyReads, KeysNeeded
 from sync.recon.store import KeyStore
 from sync.recon.wire import DIFF, HASH, KEYS, Item, Limits, MessageWriter, decode_message, separator
 
@@ -123,6 +124,8 @@ class ReconFinished:
 
 ReconEvent = Union[MissingKeys, PeerMissingKeys, ReconFinished]  # noqa: UP007
 
+_T = TypeVar("_T")
+
 # Pending work, in key order: ("h", lo, hi, count, digest) | ("k", lo, hi, keys)
 # | ("d", lo, hi, keys the peer listed, those of them we lack).
 _Action = tuple[str, bytes, bytes, object, object]
@@ -194,9 +197,13 @@ class ReconSession:
     # -- API ---------------------------------------------------------------------------------
 
     def start(self) -> bytes:
-        """The initiator's first message: its interests and the hashes of their first split."""
+        """The initiator's first message: its interests and the hashes of their first split.
+        Raises :class:`KeysNeeded` (nothing done) when an asking store lacks reads."""
         if not self.is_initiator or self._started:
             raise LocalProtocolError("start() is for a fresh initiator only")
+        return self._atomic(self._start)
+
+    def _start(self) -> bytes:
         self._started = True
         for lo, hi in self.interests:
             self._split(lo, hi, self.store.count(lo, hi), 1)
@@ -204,11 +211,47 @@ class ReconSession:
         return data
 
     def receive(self, data: bytes) -> bytes | None:
-        """Process one message from the peer; returns the reply, or None when there is none."""
+        """Process one message from the peer; returns the reply, or None when there is none.
+        Raises :class:`KeysNeeded` (nothing done: feed the same message again once the reads
+        are answered) when an asking store lacks reads (sync/recon/reads.py)."""
         if self.done:
             raise LocalProtocolError("session is finished")
         if self.is_initiator and not self._started:
             raise LocalProtocolError("initiator must start() first")
+        return self._atomic(lambda: self._receive_once(data))
+
+    def _atomic(self, step: Callable[[], _T]) -> _T:
+        """Run ``step``; undo it and ask when the store lacked reads for it (any outcome of a
+        run on missing reads is void: it saw empty ranges)."""
+        wanted: Callable[[], KeyReads | None] | None = getattr(self.store, "wanted", None)
+        if wanted is None:
+            return step()
+        saved = self._state()
+        try:
+            result = step()
+        except Exception:
+            if (reads := wanted()) is None:
+                raise
+            self._restore(saved)
+            raise KeysNeeded(reads) from None
+        if (reads := wanted()) is not None:
+            self._restore(saved)
+            raise KeysNeeded(reads)
+        return result
+
+    def _state(self) -> dict[str, Any]:
+        # Lists and dicts a step changes in place are copied; their items never change.
+        state = dict(vars(self))
+        for name in ("_pending", "_events", "_listed"):
+            state[name] = list(state[name])
+        state["_hash_cache"] = dict(self._hash_cache)
+        return state
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        vars(self).clear()
+        vars(self).update(state)
+
+    def _receive_once(self, data: bytes) -> bytes | None:
         self._started = True
         try:
             return self._receive(data)

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from sync.errors import LocalProtocolError
 from sync.recon.buckets import BucketSummary
+from sync.recon.reads import KeyReads, RangeRead
 from sync.recon.sha256a import Sha256a, digest_of_wide, wide_of
 from sync.recon.store import EMPTY_HASH
 
@@ -79,6 +80,16 @@ class SummaryKeyStore:
         #: Bucket reads from the source, and those that did not match the summary.
         self.reads = 0
         self.mismatched_reads = 0
+        #: Asking mode (sync/recon/reads.py): queries never call the source; the reads they
+        #: lack are recorded for :meth:`wanted` and answered through :meth:`answer`.
+        self.asks = False
+        self._answers: dict[RangeRead, list[bytes]] = {}
+        self._held: dict[bytes, bool] = {}
+        self._want_ranges: dict[RangeRead, None] = {}
+        self._want_present: dict[bytes, None] = {}
+        #: Keys held in the answers of the step being run (its driver bounds them).
+        self.answered_keys = 0
+        self._direct = False  # inserts read the source themselves (the driver's own work)
 
     def __len__(self) -> int:
         return self.summary.total
@@ -90,6 +101,16 @@ class SummaryKeyStore:
 
     def insert_many(self, keys: Iterable[bytes]) -> int:
         """Add ``keys``; the number that were new. Splits wait until all are accounted."""
+        # Inserts come from the driver, between steps: their splits read the source directly,
+        # and answers given before them may lack the new keys.
+        self.forget_answers()
+        self._direct = True
+        try:
+            return self._insert_many(keys)
+        finally:
+            self._direct = False
+
+    def _insert_many(self, keys: Iterable[bytes]) -> int:
         summary = self.summary
         touched: set[int] = set()
         added = 0
@@ -139,6 +160,56 @@ class SummaryKeyStore:
             self._put(start, keys[:half], (front[: half + 1], [0]))
             self._put(keys[half], keys[half:], ([0], back[: len(keys) - half + 1]))
         return [start, keys[half]]
+
+    # -- source reads, or requests for them ----------------------------------------------------
+
+    def _source_keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes] | None:
+        """``source.keys``, or in asking mode its answer (None: not answered yet, recorded)."""
+        if not self.asks or self._direct:
+            return self.source.keys(lo, hi, limit)
+        got = self._answers.get((lo, hi, limit))
+        if got is None:
+            self._want_ranges[lo, hi, limit] = None
+        return got
+
+    def _source_present(self, keys: Sequence[bytes]) -> set[bytes]:
+        if not self.asks:
+            return self.source.present(keys)
+        out: set[bytes] = set()
+        for key in keys:
+            held = self._held.get(key)
+            if held is None:
+                self._want_present[key] = None
+            elif held:
+                out.add(key)
+        return out
+
+    def wanted(self) -> KeyReads | None:
+        """After a step in asking mode: the reads it lacked (the step must be run again once
+        they are answered), or None when it had every answer (they are spent then)."""
+        if not (self._want_ranges or self._want_present):
+            self.forget_answers()
+            return None
+        reads = KeyReads(tuple(self._want_ranges), tuple(self._want_present))
+        self._want_ranges.clear()
+        self._want_present.clear()
+        return reads
+
+    def answer(self, reads: KeyReads, keys: Sequence[list[bytes]], held: set[bytes]) -> None:
+        """The driver's answers to ``reads`` (``keys`` in the order of ``reads.ranges``)."""
+        self._answers.update(zip(reads.ranges, keys, strict=True))
+        self.reads += len(reads.ranges)
+        self.answered_keys += sum(map(len, keys))
+        for key in reads.present:
+            self._held[key] = key in held
+
+    def forget_answers(self) -> None:
+        """Drop the answers given (spent, or stale after an insert) and what was asked."""
+        self._answers.clear()
+        self._held.clear()
+        self._want_ranges.clear()
+        self._want_present.clear()
+        self.answered_keys = 0
 
     # -- bucket reads -------------------------------------------------------------------------
 
@@ -191,11 +262,15 @@ class SummaryKeyStore:
             self._cache.move_to_end(start)
             return entry[0], entry[1], True
         count = summary.counts[bucket]
-        keys = []
-        if count:
-            keys = self.source.keys(start, summary.end_of(bucket), count + summary.load)
         sums: tuple[list[int], list[int]] = ([0], [0])
-        self.reads += 1
+        keys: list[bytes] = []
+        if count:
+            got = self._source_keys(start, summary.end_of(bucket), count + summary.load)
+            if got is None:  # asked for: this run of the step is undone
+                return [], sums, False
+            keys = got
+        if not self.asks or self._direct:  # asked reads are counted once, when answered
+            self.reads += 1
         # The source only ever gains keys and holds every accounted one, so a read matching
         # the count holds exactly the accounted ones (all a split relies on).
         if len(keys) != count:
@@ -246,11 +321,11 @@ class SummaryKeyStore:
     # -- queries ------------------------------------------------------------------------------
 
     def contains(self, key: bytes) -> bool:
-        return bool(self.source.present([key]))
+        return bool(self._source_present([key]))
 
     def contains_many(self, keys: Sequence[bytes]) -> set[bytes]:
         """Those of ``keys`` in the store, in one pass over the source."""
-        return self.source.present(keys)
+        return self._source_present(keys)
 
     def range_fingerprints(self, bounds: list[bytes]) -> list[tuple[int, bytes]]:
         """(count, 32-byte digest) of the adjacent ranges ``[bounds[i], bounds[i+1])``."""
@@ -292,19 +367,21 @@ class SummaryKeyStore:
     def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
         if rank < 0:
             raise LocalProtocolError("key_at rank out of range")
-        mismatched = self.mismatched_reads
+        mismatched, asked = self.mismatched_reads, len(self._want_ranges)
         target = self._below(lo)[1] + rank
         if target < self.summary.total:
             bucket, within = self.summary.find(target)
             keys = self._read(bucket)[0]
             if within < len(keys) and lo <= keys[within] < hi:
                 return keys[within]
-        if self.mismatched_reads == mismatched:
+        if self.mismatched_reads == mismatched and len(self._want_ranges) == asked:
             raise LocalProtocolError("key_at rank out of range")
         # A read did not match the summary (keys not accounted yet): ask the source. Far ranks
         # get the range's first key, which serves a split as well, only less evenly; answers
         # are exact again once those keys are accounted.
-        near = self.source.keys(lo, hi, rank + 1 if rank <= 2 * self.summary.load else 1)
+        near = self._source_keys(lo, hi, rank + 1 if rank <= 2 * self.summary.load else 1)
+        if near is None:  # asked for: any answer will do, this run is undone
+            return lo
         if not near or (len(near) <= rank and rank <= 2 * self.summary.load):
             raise LocalProtocolError("key_at rank out of range")
         return near[-1]

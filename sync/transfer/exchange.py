@@ -109,7 +109,8 @@ class ReconExchange:
 
     def receive(self, frame: bytes, now: float) -> list[Action]:
         """Feed one frame; the actions to carry out, in order. A frame at or after the
-        deadline is not looked at: the exchange aborts."""
+        deadline is not looked at: the exchange aborts. ``sync.recon.KeysNeeded`` (from an
+        asking key store) leaves the exchange as it was: answer it, feed the frame again."""
         if self.done:
             raise LocalProtocolError("the reconciliation is over")
         if timed_out := self.handle_timer(now):

@@ -1,0 +1,163 @@
+"""Key-store reads as requests (sync/recon/reads.py): no Recon step calls its key source.
+
+Sessions over asking ``SummaryKeyStore``s whose sources raise when called during a step
+reconcile exactly as sessions over memory stores do; the driver answers each ``KeysNeeded``
+between steps, and a step that asks has changed nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from typing import TypeVar, cast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sync.recon import (
+    KeysNeeded,
+    MemoryKeyStore,
+    ReconConfig,
+    ReconSession,
+    SummaryKeyStore,
+    read_keys,
+    shuttle,
+)
+from tests.sync.recon.helpers import FULL
+
+T = TypeVar("T")
+
+keys_st = st.lists(st.binary(min_size=1, max_size=3), max_size=200, unique=True)
+
+
+class GuardedSource:
+    """A sorted list as the key source, which fails the test if read during a step."""
+
+    def __init__(self, keys: list[bytes]) -> None:
+        self.items = sorted(keys)
+        self.in_step = False
+        self.calls = 0
+
+    def _check(self) -> None:
+        if self.in_step:
+            raise AssertionError("the key source was read inside a session step")
+        self.calls += 1
+
+    def add(self, key: bytes) -> bool:
+        i = bisect.bisect_left(self.items, key)
+        if i < len(self.items) and self.items[i] == key:
+            return False
+        self.items.insert(i, key)
+        return True
+
+    def present(self, keys: Sequence[bytes]) -> set[bytes]:
+        self._check()
+        held = set(self.items)
+        return {k for k in keys if k in held}
+
+    def keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes]:
+        self._check()
+        i = bisect.bisect_left(self.items, lo)
+        j = len(self.items) if hi is None else bisect.bisect_left(self.items, hi)
+        return self.items[i : min(j, i + limit)]
+
+
+class Driven:
+    """A session driven as the node's Recon worker drives it: steps under the guard, reads
+    answered between them."""
+
+    def __init__(self, session: ReconSession, store: SummaryKeyStore,
+                 source: GuardedSource) -> None:
+        self.session, self.store, self.source = session, store, source
+        self.asked = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.session, name)
+
+    def _run(self, step: Callable[[], T]) -> T:
+        while True:
+            self.source.in_step = True
+            try:
+                return step()
+            except KeysNeeded as need:
+                self.asked += 1
+                self.source.in_step = False
+                self.store.answer(need.reads, *read_keys(self.source, need.reads))
+            finally:
+                self.source.in_step = False
+
+    def start(self) -> bytes:
+        return self._run(self.session.start)
+
+    def receive(self, data: bytes) -> bytes | None:
+        return self._run(lambda: self.session.receive(data))
+
+
+def _asking(keys: list[bytes], config: ReconConfig, *, initiator: bool,
+            cache_keys: int) -> Driven:
+    source = GuardedSource([])
+    store = SummaryKeyStore(source, load=4, max_buckets=64, cache_keys=cache_keys)
+    store.insert_many(keys)
+    store.asks = True
+    make = ReconSession.initiator if initiator else ReconSession.responder
+    return Driven(make(store, FULL, config), store, source)
+
+
+def _memory(keys: list[bytes], config: ReconConfig, *, initiator: bool) -> ReconSession:
+    store = MemoryKeyStore()
+    for key in keys:
+        store.insert(key)
+    make = ReconSession.initiator if initiator else ReconSession.responder
+    return make(store, FULL, config)
+
+
+@settings(deadline=None, max_examples=60)
+@given(ours=keys_st, theirs=keys_st, threshold=st.integers(2, 12),
+       cache_keys=st.sampled_from([0, 8, 1000]))
+def test_asking_sessions_reconcile_like_memory_ones(
+        ours: list[bytes], theirs: list[bytes], threshold: int, cache_keys: int) -> None:
+    config = ReconConfig(key_list_threshold=threshold)
+    a = _asking(ours, config, initiator=True, cache_keys=cache_keys)
+    b = _asking(theirs, config, initiator=False, cache_keys=cache_keys)
+    got = shuttle(cast(ReconSession, a), cast(ReconSession, b))
+    want = shuttle(_memory(ours, config, initiator=True),
+                   _memory(theirs, config, initiator=False))
+    assert got == want
+    assert sorted(got.initiator_missing) == sorted(set(theirs) - set(ours))
+    assert sorted(got.responder_missing) == sorted(set(ours) - set(theirs))
+    if (ours or theirs) and not cache_keys:
+        assert a.asked + b.asked > 0  # with no cache every step that reads asks
+
+
+def test_a_step_that_asks_changes_nothing() -> None:
+    keys = [bytes([i, j]) for i in range(0, 256, 3) for j in range(0, 256, 51)]
+    config = ReconConfig(key_list_threshold=4)
+    a = _asking(keys, config, initiator=True, cache_keys=0)
+    b = _asking(keys[::2], config, initiator=False, cache_keys=0)
+    first = a.start()
+    before = dict(vars(b.session))
+    b.source.in_step = True
+    with pytest.raises(KeysNeeded) as asked:
+        b.session.receive(first)
+    b.source.in_step = False
+    assert asked.value.reads.ranges or asked.value.reads.present
+    assert vars(b.session) == before
+    assert b.receive(first) is not None  # answered: the same message now goes through
+
+
+def test_reads_outside_asking_mode_go_to_the_source() -> None:
+    source = GuardedSource([])
+    store = SummaryKeyStore(source, load=2, max_buckets=8, cache_keys=0)
+    store.insert_many([b"a", b"b", b"c"])
+    assert store.keys(b"", b"z", 10) == [b"a", b"b", b"c"]
+    assert source.calls > 0
+    calls = source.calls
+    store.asks = True
+    store.count(b"b", b"z")  # nothing answered: recorded, not read
+    assert source.calls == calls
+    reads = store.wanted()
+    assert reads is not None and reads.ranges
+    store.answer(reads, *read_keys(source, reads))
+    assert store.count(b"b", b"z") == 2
+    assert store.wanted() is None
