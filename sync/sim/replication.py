@@ -306,16 +306,17 @@ class Replication:
         assert p is not None
         a, b = (sim.members[s.member] for s in p.sides)
         alive = p.ok and sim.reachable(a.index, b.index)
+        more: list[tuple[Member, Member]] = []
         if alive:
             for side, giver in zip(p.sides, (b, a), strict=True):
                 self._transfer(side, giver)
-            for side in p.sides:
+            for side, peer in zip(p.sides, (b, a), strict=True):
                 core = self.state[side.member].core
-                core.close(side.plan)
+                self._carry_out(sim.members[side.member], core.close(side.plan))
                 ex = side.exchange
                 if core.finished(side.plan, truncated=ex.truncated,
                                  lowest_dropped=ex.lowest_dropped, cuts=ex.cuts):
-                    core.poke()  # the next session follows at once
+                    more.append((sim.members[side.member], peer))
         else:
             stats.sessions_failed += 1
             for side, peer in zip(p.sides, (b, a), strict=True):
@@ -325,6 +326,11 @@ class Replication:
         for m in (a, b):
             if m.online:
                 self.arm(m)
+        # More to fetch (a truncated session, or backlog ranges left): the next session with
+        # the same peer starts at once, with us as initiator (the node's ``sync_with``).
+        for m, peer in more:
+            if m.online and peer.online and sim.reachable(m.index, peer.index):
+                self._session(m, peer)
 
     def _transfer(self, side: _Side, giver: Member) -> None:
         """WANT the claimed keys, EVENTS back in frames, through the ingest core into SDS; a
