@@ -86,6 +86,11 @@ class ApiConfig:
     follow_buffer_bytes: int = opt(256 * 1024, positive, most=GIB)
     idempotency_ttl_s: float = opt(86400.0, positive, most=30 * DAY)
     idempotency_max_keys: int = opt(100_000, positive, most=10_000_000)
+    # A batch publish (docs/node.md "Publishing many events"): most events in one request, and
+    # most bytes of that request's body (the publish route reads up to the larger of this and
+    # max_body_bytes).
+    publish_batch_max_events: int = opt(5000, positive, most=1_000_000)
+    publish_batch_max_bytes: int = opt(4 * 1024 * 1024, positive, most=GIB)
 
     def __post_init__(self) -> None:
         # Anyone who can reach the API can publish as this node: exposing it is an explicit act.
@@ -117,6 +122,9 @@ class UiSection:
 class StorageConfig:
     url: str = opt("", check_database_url)
     sqlite_synchronous: str = opt("FULL", one_of("NORMAL", "FULL"))
+    # Level of commits holding only events relayed or fetched from peers (never stronger
+    # than sqlite_synchronous; docs/node.md "Durability contract").
+    relayed_synchronous: str = opt("NORMAL", one_of("NORMAL", "FULL"))
     batch_max_events: int = opt(512, positive, most=100_000)
     batch_max_delay_ms: int = opt(5, non_negative, most=60_000)
 
@@ -134,7 +142,7 @@ class P2PSection:
     dht: bool = opt(False)
     dht_interval_s: float = opt(60.0, positive, most=DAY)
     dht_timeout_s: float = opt(30.0, positive, most=HOUR)
-    gossip_linger_ms: int = opt(100, non_negative, most=60_000)
+    gossip_linger_ms: int = opt(300, non_negative, most=60_000)
     test_drop_incoming_gossip: float = opt(0.0, fraction, most=1.0)
     # -- gossip floods (docs/security.md "Gossip floods") --
     gossip_peer_rate: float = opt(1000.0, positive, most=1e6)

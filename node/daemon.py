@@ -136,7 +136,8 @@ async def _serve_locked(
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     key = load_or_create_identity(config.data_path)
     token = load_or_create_token(config.data_path)
-    engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous)
+    engine = make_engine(config.database_url, sqlite_synchronous=config.storage.sqlite_synchronous,
+                         relayed_synchronous=config.storage.relayed_synchronous)
     recon: ReconService | None = None
     api_url = ""
     try:

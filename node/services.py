@@ -27,6 +27,7 @@ from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
 from node.snapshots.scheduler import scheduler_from_config
+from storage import weaker_level
 from sync.gossip import GossipLimits
 from sync.ingest import IngestSpec
 
@@ -96,8 +97,10 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
                                        channel_profiles(config), MAX_EVENT_BYTES),
                             config.recon.ingest_workers, metrics)
         if config.recon.ingest_workers_write and not _in_memory(config.database_url):
+            # The workers write only fetched events: the relayed durability level.
             store.set_remote_writer(ingest.remote_writer(
-                config.database_url, config.storage.sqlite_synchronous))
+                config.database_url, weaker_level(config.storage.sqlite_synchronous,
+                                         config.storage.relayed_synchronous)))
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),

@@ -68,6 +68,10 @@ class _Pending:
     error: BaseException | None = None
     #: Fetched events, for the remote writer when there is one.
     fetched: bool = False
+    #: Our own events, acknowledged after the commit: committed at the full durability level
+    #: (relayed and fetched events, which peers hold and Recon fetches again, may use the
+    #: relayed level; docs/node.md "Durability contract").
+    durable: bool = False
 
 
 class EventStore:
@@ -124,7 +128,7 @@ class EventStore:
 
         ``also`` runs inside the same transaction: it is committed exactly when the records are.
         """
-        pending = _Pending(records, also)
+        pending = _Pending(records, also, durable=True)
         try:
             self._send.send_nowait(pending)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -260,13 +264,15 @@ class EventStore:
         try:
             # One statement for the whole batch (during a catch-up a batch is hundreds of
             # single-event submissions); the result is split per caller below.
+            durable = any(p.durable for p in batch)
             combined = await insert_records(self.engine, records,
-                                            [p.also for p in batch if p.also])
+                                            [p.also for p in batch if p.also], durable=durable)
         except Exception as exc:
             log.error("batch commit failed; retrying its events one by one", exc_info=True)
             # A caller's extra write goes with its last record (a publish's own event).
             also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
-            combined, errors = await insert_one_by_one(self.engine, records, exc, also_of)
+            combined, errors = await insert_one_by_one(self.engine, records, exc, also_of,
+                                                       durable=any(p.durable for p in batch))
         self._finish(batch, records, combined, errors)
 
     def _finish(self, batch: list[_Pending], records: list[EventRecord],

@@ -51,10 +51,12 @@ class StoreFailed(RuntimeError):
 
 
 async def insert_records(engine: Engine, records: Sequence[EventRecord],
-                         extras: Sequence[Callable[[Connection], None]] = ()) -> AppendResult:
-    """Append ``records`` and run ``extras`` in one transaction."""
+                         extras: Sequence[Callable[[Connection], None]] = (), *,
+                         durable: bool = True) -> AppendResult:
+    """Append ``records`` and run ``extras`` in one transaction (``durable``: at the engine's
+    level for our own events, else at its relayed level; ``storage.write_transaction``)."""
     def run() -> AppendResult:
-        with write_transaction(engine) as conn:
+        with write_transaction(engine, durable=durable) as conn:
             result = append_events(conn, records, int(time.time() * 1000))
             for extra in extras:
                 extra(conn)
@@ -66,7 +68,7 @@ async def insert_records(engine: Engine, records: Sequence[EventRecord],
 
 async def insert_one_by_one(
     engine: Engine, records: Sequence[EventRecord], first_error: BaseException,
-    also_of: dict[str, Callable[[Connection], None]] | None = None,
+    also_of: dict[str, Callable[[Connection], None]] | None = None, *, durable: bool = True,
 ) -> tuple[AppendResult, dict[str, BaseException]]:
     """The batch failed as a whole: one transaction per event isolates the failing ones
     (a full disk or a lost database fails them all, and all are reported failed)."""
@@ -79,7 +81,8 @@ async def insert_one_by_one(
     for record in records:
         try:
             extra = (also_of or {}).get(record.message_id)
-            result = await insert_records(engine, [record], [extra] if extra else [])
+            result = await insert_records(engine, [record], [extra] if extra else [],
+                                          durable=durable)
         except Exception as exc:
             errors[record.message_id] = exc
             continue

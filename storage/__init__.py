@@ -21,7 +21,7 @@ from storage.blocks import (
     set_canonical,
     store_blocks,
 )
-from storage.engine import make_engine, redacted_url, write_transaction
+from storage.engine import make_engine, redacted_url, weaker_level, write_transaction
 from storage.events import (
     VALUE_COLUMNS,
     AppendResult,
@@ -145,6 +145,7 @@ __all__ = [
     "store_blocks",
     "stored_message_ids",
     "upgrade",
+    "weaker_level",
     "wire_sizes_by_keys",
     "wire_sizes_by_message_ids",
     "write_transaction",

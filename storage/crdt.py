@@ -225,7 +225,8 @@ def store_declarations(conn: Connection, table: str,
                        declarations: Iterable[SchemaDeclaration]) -> None:
     """Make ``declarations`` the stored declarations of ``table``."""
     conn.execute(delete(crdt_schemas).where(crdt_schemas.c.table_name == table))
-    rows = [{"table_name": table, "lamport": d.timestamp, "sender": d.sender,
+    # The event's own Lamport time (the claim's): ``since`` is in the encoding.
+    rows = [{"table_name": table, "lamport": d.claimed, "sender": d.sender,
              "digest": _digest(d.encoded), "declaration": d.encoded} for d in declarations]
     if rows:
         conn.execute(crdt_schemas.insert(), rows)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from node.api.app import ApiError, ApiRoute, follow_rows, follow_stream, int_par
 from node.api.idempotency import IdempotencyKeys, check_key
 from node.api.openapi import INT64_MAX, Param, RouteDoc, arr, obj
 from node.api.peer_routes import PEER_ROUTES
+from node.api.publish import MAX_CONTENT_BYTES, batch_contents, content_of
 from node.replication.channels import UnknownChannel
 from storage import StoredEvent, count_events, read_channel, read_channel_ordered
 from sync.errors import LocalProtocolError
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NODE_ROUTES", "event_json"]
 
-MAX_CONTENT_BYTES = 512 * 1024
 MAX_PAGE = 10_000
 # Rows per storage read while a page fills: small enough that one read of the largest events
 # stays a few MiB, large enough that a page of small events takes few round trips.
@@ -71,28 +70,14 @@ def _idempotency(node: NodeRuntime, request: Request) -> IdempotencyKeys:
     return keys
 
 
-def _content_of(body: Any) -> bytes:
-    if not isinstance(body, dict):
-        raise ApiError(400, 'body must be {"content": "..."} or {"content_b64": "..."}')
-    if isinstance(body.get("content"), str):
-        content: bytes = body["content"].encode("utf-8")
-    elif isinstance(body.get("content_b64"), str):
-        try:
-            content = base64.b64decode(body["content_b64"], validate=True)
-        except binascii.Error:
-            raise ApiError(400, "content_b64 is not valid base64") from None
-    else:
-        raise ApiError(400, 'body must be {"content": "..."} or {"content_b64": "..."}')
-    if not content:
-        raise ApiError(400, "content must not be empty (empty content is an SDS sync message)")
-    if len(content) > MAX_CONTENT_BYTES:
-        raise ApiError(413, f"content over {MAX_CONTENT_BYTES} bytes")
-    return content
-
-
 async def _publish(node: NodeRuntime, request: Request) -> Response:
     channel = _channel(node, request)
-    content = _content_of(await read_json(request))
+    api = node.config.api
+    body = await read_json(request, max(api.max_body_bytes, api.publish_batch_max_bytes))
+    batch = batch_contents(body, api.publish_batch_max_events)
+    if batch is not None:
+        return await _publish_batch(node, request, channel, batch)
+    content = content_of(body)
     assert node.channels is not None
 
     def answer(delivered: Delivered) -> dict[str, Any]:
@@ -115,6 +100,27 @@ async def _publish(node: NodeRuntime, request: Request) -> Response:
     finally:
         await keys.release(key, written)
     return JSONResponse(answer(delivered))
+
+
+async def _publish_batch(node: NodeRuntime, request: Request, channel: str,
+                         contents: list[bytes]) -> Response:
+    if "idempotency-key" in request.headers:
+        raise ApiError(400, "Idempotency-Key is for single publishes, not batch bodies")
+    try:
+        sent, error = await node.require_channels().publish_many(channel, contents)
+    except UnknownChannel:
+        raise ApiError(404, f"unknown channel {channel!r}") from None
+    except LocalProtocolError as exc:
+        raise ApiError(409, f"events[0]: {exc}") from None
+    node.metrics.inc("api_publish_batches_total")
+    answers = [{"message_id": d.message_id, "lamport": d.lamport, "channel": channel,
+                "sender": d.sender_id} for d in sent]
+    if error is None:
+        return JSONResponse({"events": answers})
+    # A waku channel refused a repeated payload: what came before it is committed.
+    node.metrics.inc("api_errors_total", status="409")
+    return JSONResponse({"error": f"events[{len(sent)}]: {error}; the {len(sent)} before it "
+                                  "were published", "events": answers}, status_code=409)
 
 
 async def _send(node: NodeRuntime, channel: str, content: bytes,
@@ -227,14 +233,17 @@ EVENT_SCHEMA = obj({
 })
 PUBLISHED_SCHEMA = obj({"message_id": {"type": "string"}, "lamport": _INT,
                         "channel": {"type": "string"}, "sender": {"type": "string"}})
+_ONE_EVENT = [
+    obj({"content": {"type": "string", "minLength": 1, "examples": ["hello"]}}, extra=False),
+    obj({"content_b64": {"type": "string", "contentEncoding": "base64", "minLength": 1}},
+        extra=False),
+]
 PUBLISH_BODY = {
-    "oneOf": [
-        obj({"content": {"type": "string", "minLength": 1, "examples": ["hello"]}},
-            extra=False),
-        obj({"content_b64": {"type": "string", "contentEncoding": "base64", "minLength": 1}},
-            extra=False),
-    ],
-    "description": f"UTF-8 text or base64 bytes; at most {MAX_CONTENT_BYTES} bytes of content",
+    "oneOf": [*_ONE_EVENT, obj({"events": {"type": "array", "minItems": 1,
+                                           "items": {"oneOf": _ONE_EVENT}}}, extra=False)],
+    "description": f"UTF-8 text or base64 bytes, at most {MAX_CONTENT_BYTES} bytes of content; "
+                   "or a batch, {\"events\": [...]}: at most api.publish_batch_max_events "
+                   "events in one transaction, answered {\"events\": [...]} once committed",
 }
 PAGE_SCHEMA = obj({
     "channel": {"type": "string"}, "events": arr(EVENT_SCHEMA),
@@ -248,7 +257,7 @@ CHANNELS_SCHEMA = obj({"channels": arr(obj({
 
 NODE_ROUTES: list[ApiRoute] = [
     ApiRoute("POST", "/v1/channels/{channel}/events",
-             "Publish an event; answers once it is committed", _publish, RouteDoc(
+             "Publish an event (or a batch); answers once it is committed", _publish, RouteDoc(
                  params=(_CHANNEL, Param(
                      "Idempotency-Key", "header",
                      {"type": "string", "minLength": 1, "maxLength": 128,
@@ -256,8 +265,12 @@ NODE_ROUTES: list[ApiRoute] = [
                      "Repeating a key (within api.idempotency_ttl_s, while it is among "
                      "the newest api.idempotency_max_keys) returns the first answer, never "
                      "a second event")),
-                 body=PUBLISH_BODY, response=PUBLISHED_SCHEMA,
+                 body=PUBLISH_BODY, response={"oneOf": [
+                     PUBLISHED_SCHEMA, obj({"events": arr(PUBLISHED_SCHEMA)})]},
                  errors={404: "Unknown channel",
+                         409: "A waku channel refused a repeated payload (in a batch: the "
+                              "events before it were published and are listed)",
+                         413: "Content, batch or body over its bound",
                          422: "Idempotency-Key already used for a different publish"})),
     ApiRoute("GET", "/v1/channels/{channel}/events",
              "Read a channel after a cursor (order=log|seq), bounded in rows and bytes", _read,

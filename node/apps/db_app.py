@@ -130,7 +130,7 @@ class DbApplication:
             stored.setdefault(declaration.table, []).append(declaration)
         for table, declarations in sorted(stored.items()):
             # Every stored table was kept, so it is admitted (within max_tables) first.
-            book.add(min(declarations, key=lambda d: d.identity))
+            book.add(min(declarations, key=lambda d: d.claim))
             book.reset_table(table, declarations)
         restore_owners(conn, book, stored)
         raw = get_state(conn, _HIGH_KEY)

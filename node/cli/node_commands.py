@@ -25,6 +25,16 @@ from node.cli.human import human_duration, human_size, iso_s
 
 __all__ = ["register"]
 
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
 # -- status and id -----------------------------------------------------------------------------
 
 
@@ -204,11 +214,18 @@ def register(sub: Any) -> None:
     add_client_options(forget)
     forget.set_defaults(func=_cmd_forget)
 
-    publish = sub.add_parser("publish", help="publish an event; prints its message id")
+    publish = sub.add_parser("publish", help="publish an event (or one per line of --lines); "
+                                             "prints the message ids")
     publish.add_argument("channel", metavar="CHANNEL")
-    publish.add_argument("message", metavar="MESSAGE",
+    publish.add_argument("message", metavar="MESSAGE", nargs="?",
                          help="the content, or - to read it from stdin (one trailing newline is "
                               "stripped; bytes that are not UTF-8 are sent as binary)")
+    publish.add_argument("--lines", metavar="FILE",
+                         help="publish one event per line of FILE (- for stdin), in batch "
+                              "requests; every line is checked before any is sent")
+    publish.add_argument("--batch", metavar="N", type=_positive, default=1000,
+                         help="events per batch request with --lines (default 1000; at most "
+                              "the node's api.publish_batch_max_events)")
     add_client_options(publish)
     publish.set_defaults(func=cmd_publish)
 

@@ -62,6 +62,7 @@ from node.p2p.patches import (
     patch_inbound_slots,
     patch_record_verification,
 )
+from node.p2p.record_send import patch_record_sending
 from node.p2p.types import BanList, P2PConfig
 from sync.identity import peer_id_of
 
@@ -217,6 +218,7 @@ class _GuardedPubsub(Pubsub):
 def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
     patch_gossip_queues(config.gossip_peer_queue_size)
     patch_record_verification()
+    patch_record_sending()
     router = GossipSub(
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=config.gossip_degree,

@@ -26,7 +26,7 @@ from node.replication.clock import Clock, SystemClock
 from node.replication.gossip_outbox import GossipOutbox, topic_of
 from node.store import EventStore
 from storage import EventRecord, put_state
-from sync.errors import RemoteProtocolError
+from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.gossip import (
     GossipGate,
     GossipLimits,
@@ -151,19 +151,48 @@ class ChannelService(FetchedIngest):
 
         ``also(conn, delivered)`` is written in the event's own transaction (idempotency keys).
         """
+        sent, error = await self.publish_many(name, [content], also)
+        if error is not None:
+            raise error
+        return sent[0]
+
+    async def publish_many(
+        self, name: str, contents: Sequence[bytes],
+        also: Callable[[Connection, Delivered], None] | None = None,
+    ) -> tuple[list[Delivered], LocalProtocolError | None]:
+        """Send ``contents`` in order as one store item (one commit, at the durable level);
+        returns the events once committed. A content SDS refuses (a waku channel's repeated
+        payload) ends the batch: the events before it are committed and returned with the
+        error (raised when it is the first; any other error is raised after that commit).
+        ``also`` runs in that transaction with the last.
+        """
         ch = self.channel(name)
         started = self.clock.now()
-        wire = ch.send(content, self.clock.wall())
+        now = self.clock.wall()
+        wires: list[bytes] = []
+        error: Exception | None = None
+        for content in contents:
+            try:
+                wires.append(ch.send(content, now))
+            except Exception as exc:  # the events SDS took before it are still committed
+                error = exc
+                break
+        if not wires:
+            assert error is not None
+            raise error
         records, delivered = self._process(name)
-        # send() delivers our own message at once; it is the only delivery of ours in this drain.
-        own = [d for d in delivered if d.sender_id == self.peer_id][-1]
+        # send() delivers our own messages at once: the last len(wires) of ours in this drain.
+        own = [d for d in delivered if d.sender_id == self.peer_id][-len(wires):]
         await self.store.append(
-            records, None if also is None else (lambda conn: also(conn, own))
+            records, None if also is None else (lambda conn: also(conn, own[-1]))
         )
         self.metrics.observe("publish_commit_seconds", self.clock.now() - started)
-        self.outbox.queue(name, wire)
-        self.metrics.inc("events_published_total", channel=name)
-        return own
+        for wire in wires:
+            self.outbox.queue(name, wire)
+        self.metrics.inc("events_published_total", len(wires), channel=name)
+        if error is not None and not isinstance(error, LocalProtocolError):
+            raise error
+        return own, error
 
     def is_missing(self, message_id: str) -> bool:
         return any(ch.is_missing(message_id) for ch in self.channels.values())

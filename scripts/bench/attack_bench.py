@@ -60,6 +60,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT)]
 
+from attack_profile import PhaseProfile  # noqa: E402
 from attack_round2 import (  # noqa: E402
     DB_TABLE,
     gossip_with,
@@ -90,6 +91,7 @@ from tests.node.hostile import (  # noqa: E402
     hostile,
     key_list_bomb,
     peak_rss_mib,
+    recon_and_answer,
     recon_and_withhold,
     recon_first_message,
     stored_ids,
@@ -234,7 +236,7 @@ def restart(node: NodeProcess, others: list[NodeProcess]) -> float:
     return shutdown_s
 
 
-def run(size: str) -> dict[str, Any]:
+def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="syncnode-attack-"))
     rows: list[tuple[str, str, str]] = []
     nodes: list[NodeProcess] = []
@@ -249,7 +251,15 @@ def run(size: str) -> dict[str, Any]:
         nodes += [a, b, v]
         peak = Peak(v)
         acked: list[str] = []
+
+        def profile(phase: str) -> PhaseProfile:
+            pids = {n.data_dir.name: n.proc.pid for n in nodes if n.proc is not None}
+            return PhaseProfile({**pids, "bench": os.getpid()},
+                                spy_dir / phase if spy_dir is not None else None).start()
+
+        baseline_profile = profile("baseline")
         rate_before, ids = measure_rate(a, baseline_s, "baseline")
+        cpu = {"baseline": baseline_profile.stop()}
         acked += ids
 
         # 2. Withheld keys, while the victim has no honest peer.
@@ -257,15 +267,24 @@ def run(size: str) -> dict[str, Any]:
                                                    for k in range(withheld_count)]))
         acked += withheld
 
-        async def withhold() -> tuple[int, int]:
+        async def withhold() -> tuple[int, int, str]:
             async with hostile(a.listen_addrs[0]) as (host, peer):
                 keys, _ = await recon_and_withhold(host, peer, [])
+            wanted: list[bytes] = []
+
+            async def nothing(want: list[bytes]) -> list[bytes]:
+                wanted.extend(want)
+                return []
+
             async with hostile(v.listen_addrs[0]) as (host, peer):
-                _, wanted = await recon_and_withhold(host, peer, keys)
-            return len(keys), wanted
+                try:
+                    await recon_and_answer(host, peer, keys, nothing)
+                except P2PError as exc:  # the victim refused or reset us: it defended itself
+                    return len(keys), len(wanted), f"victim ended the session: {exc}"[:60]
+            return len(keys), len(wanted), "session completed"
 
         published = time.monotonic()
-        advertised, wanted = trio.run(withhold)
+        advertised, wanted, withhold_end = trio.run(withhold)
         # Past libp2p's message cache (IHAVE/IWANT would hand the victim the fresh events):
         # from here on only Recon can deliver them.
         time.sleep(max(0.0, published + cache_s - time.monotonic()))
@@ -279,11 +298,13 @@ def run(size: str) -> dict[str, Any]:
                 catchup = time.monotonic() - joined
                 break
             time.sleep(0.25)
-        rows.append(("2 withheld keys", f"advertised {advertised}, victim wanted {wanted}",
+        rows.append(("2 withheld keys", f"advertised {advertised}, victim wanted {wanted}; "
+                     f"{withhold_end}",
                      f"all {withheld_count} after {catchup:.1f} s" if catchup is not None
                      else "not in 120 s"))
 
         during = Publisher(a, "during")
+        during_profile = profile("during")
         during.start()
         attack_started = time.monotonic()
 
@@ -379,7 +400,11 @@ def run(size: str) -> dict[str, Any]:
 
         during.stop()
         rate_during = len(during.acked) / (time.monotonic() - attack_started)
+        cpu["during"] = during_profile.stop()
         acked += during.acked
+        for phase, spent in cpu.items():
+            rows.append((f"cpu s, {phase}", "per process over the phase",
+                         ", ".join(f"{k} {x}" for k, x in spent.items())))
 
         # 9-11: issue 28's attacks.
         # On the honest pair: the victim was isolated for longer than db.settle_ms, so it
@@ -392,6 +417,11 @@ def run(size: str) -> dict[str, Any]:
         rows.append(("11 recon flood, 10 identities", "60,000 made-up ranges a message",
                      flood_seen))
         peak.sample()  # before the restart (and before reading logs, which costs the node)
+        # The victim's counters before the restart resets them.
+        defended = {"victim_bans": metric(v, "peer_bans_total"),
+                    "work_refused": metric(v, "work_refused_total"),
+                    "work_deferred": metric(v, "work_deferred_total"),
+                    "over_budget_penalties": _over_budget(v)}
 
         # The poisoned victim after a restart.
         shutdown_s = restart(v, [a, b])
@@ -415,13 +445,16 @@ def run(size: str) -> dict[str, Any]:
             "honest_rate_during_per_s": round(rate_during, 1),
             "acked_lost": acked_lost,
             "acked_total": len(acked),
-            "victim_bans": metric(v, "peer_bans_total"),
+            "victim_bans": defended["victim_bans"],
             "clock_ahead_ms": clock_jump_ms,
             "table_takeover_ok": taken,
             "poisoned_snapshot_loaded": loaded,
             "recon_flood_publish_p99_ms": flood_p99,
-            "work_refused": metric(v, "work_refused_total"),
-            "over_budget_penalties": _over_budget(v),
+            "work_refused": defended["work_refused"],
+            "work_deferred": defended["work_deferred"],
+            "over_budget_penalties": defended["over_budget_penalties"],
+            "withheld_session": withhold_end,
+            "cpu_s": cpu,
             "victim_shutdown_s": round(shutdown_s, 1),
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
@@ -450,9 +483,12 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="tiny attacks, JSON to a temp file (the make test smoke run)")
     parser.add_argument("--no-save", action="store_true", help="do not write docs/bench/")
+    parser.add_argument("--spy-dir", type=Path, default=None,
+                        help="py-spy every process over the baseline and the attacks (raw "
+                             "stacks to DIR/PHASE/NAME.txt; summarise with spy_summary.py)")
     args = parser.parse_args()
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
-    result = run(size)
+    result = run(size, args.spy_dir)
     out = smoke_path("attack") if args.smoke else None if args.no_save else OUT
     return finish(result, JSON_KEYS, out)
 

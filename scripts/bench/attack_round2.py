@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sync.crdt import SchemaDeclaration
 from sync.identity import peer_id_of
 from sync.sds import encode_event
-from tests.node.cluster import wait_for
+from tests.node.cluster import metric, wait_for
 from tests.node.procs import NodeProcess
 from tests.node.recon_flood import Flood, percentile_ms, publish_latencies
 
@@ -118,15 +118,23 @@ def recon_flood_p99_ms(victim: NodeProcess, identities: int, publishes: int) -> 
                                                                                        str]:
     """(publish p99 ms on ``victim`` during the flood, a summary line)."""
     base = publish_latencies(victim, max(publishes // 2, 10), prefix="flood-base")
+    counters = ("work_units_total", "work_deferred_total", "work_refused_total")
+    before = [metric(victim, name) for name in counters]
     flood = Flood(victim.listen_addrs[0], identities=identities).start()
     try:
         wait_for(lambda: flood.sent >= identities, 60, "the Recon flood did not start")
         during = publish_latencies(victim, publishes, prefix="flood")
     finally:
         flood.stop()
+    units, deferred, refused = (metric(victim, n) - b for n, b in zip(counters, before,
+                                                                       strict=True))
     p99 = percentile_ms(during, 0.99)
+    # Whether the flood asked for more than the budget: messages sent vs answered, and what
+    # the victim's work gate did meanwhile (granted units, requests slowed and refused).
     return p99, (f"p50/p99 {percentile_ms(base, 0.5)}/{percentile_ms(base, 0.99)} ms before, "
-                 f"{percentile_ms(during, 0.5)}/{p99} ms during; {flood.sent} messages sent")
+                 f"{percentile_ms(during, 0.5)}/{p99} ms during; {flood.sent} messages sent, "
+                 f"{flood.answered} answered; work units {units:.0f}, slowed {deferred:.0f}, "
+                 f"refused {refused:.0f}")
 
 
 def gossip_with(run: Callable[..., Awaitable[None]]) -> Gossip:

@@ -83,9 +83,16 @@ OUT = ROOT / "docs" / "bench" / "cluster.json"
 JSON_KEYS = ("nodes", "published", "delivered_fraction", "rate_per_s", "latency_p50_ms",
              "latency_p99_ms", "raw_gossipsub_rate_per_s", "catchup_events_per_s",
              "catchup_events", "catchup_fetched_ratio", "catchup_peak_rss_mib",
-             "catchup_events_per_s_pg", "catchup_events_1m_per_s", "quick", "load_avg_1m")
+             "catchup_events_per_s_pg", "catchup_events_1m_per_s", "quick", "load_avg_1m",
+             "cpu_us_per_event_per_node", "batch_rate_per_s", "own_backlog_peak_rss_mib")
 #: Not measured without PostgreSQL, nor by --quick and --smoke runs: present, null.
-OPTIONAL_KEYS = ("catchup_events_per_s_pg", "catchup_events_1m_per_s")
+#: ``own_backlog_peak_rss_mib`` is measured by h31b's backlog benchmark (issue 31's memory
+#: part); until it is merged in here the key stays null (the seam: ``own_backlog_peak``).
+OPTIONAL_KEYS = ("catchup_events_per_s_pg", "catchup_events_1m_per_s", "own_backlog_peak_rss_mib")
+#: The fixed open-loop rate of ``cpu_us_per_event_per_node`` (issue 31).
+CPU_RATE = 100.0
+#: A batch request every this many seconds per step of ``batch_rate_per_s``.
+BATCH_PERIOD_S = 0.2
 PY_SPY = ROOT / ".venv" / "bin" / "py-spy"
 
 
@@ -110,13 +117,21 @@ class Plan:
     # (raw: RPCs queued up to the 10-s window; node: acknowledgements, Recon), which would land
     # on the other system's next step.
     settle_between_s: float = 0.0
+    # cpu_us_per_event_per_node: one step at CPU_RATE of this many seconds (smoke: slower).
+    cpu_duration_s: float = 15.0
+    cpu_rate: float = CPU_RATE
+    # batch_rate_per_s: the ramp of batched publishes (events/s), steps of batch_duration_s.
+    batch_start_rate: float = 500.0
+    batch_duration_s: float = 10.0
+    batch_max_steps: int = 6
 
 
 QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=4, settle_s=10,
              catchup_events=20_000, catchup_timeout_s=15, ramp_budget_s=35)
 # One slow step pair and a tiny catch-up: only that every part still runs (make test).
 SMOKE = Plan(duration_s=2, start_rate=2, factor=2.0, refine=0, max_steps=1, settle_s=5,
-             catchup_events=500, catchup_timeout_s=120, ramp_budget_s=1)
+             catchup_events=500, catchup_timeout_s=120, ramp_budget_s=1, cpu_duration_s=2,
+             cpu_rate=10, batch_start_rate=50, batch_duration_s=2, batch_max_steps=1)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
             catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20,
             settle_between_s=5, catchup_1m_events=1_000_000)
@@ -375,7 +390,10 @@ class NodeCluster:
                 return
             time.sleep(0.5)
 
-    def measure(self, rate: float, duration: float, profile: Path | None = None) -> Step:
+    def measure(self, rate: float, duration: float, profile: Path | None = None,
+                batch: int = 1) -> Step:
+        """One open-loop step; ``batch`` > 1: events go in batch bodies of that many, one
+        request every ``batch / rate`` s (each event's send time is its request's)."""
         self.step_no += 1
         total = schedule(rate, duration)
         urls = [(n.api_url, n.token) for n in self.nodes]
@@ -383,7 +401,7 @@ class NodeCluster:
         if profile is not None:
             spy = start_profile(self.nodes[1], profile / f"node-step{self.step_no}-"
                                 f"{rate:.0f}per_s.txt", duration)
-        start_at, results = trio.run(_publish_all, urls, self.step_no, rate, total)
+        start_at, results = trio.run(_publish_all, urls, self.step_no, rate, total, batch)
         load = load_avg()
         self.attempts += total
         sends = {mid: t for (t, _, mid) in results if mid is not None}
@@ -402,8 +420,8 @@ class NodeCluster:
                 latency = max(0.0, received_at / 1000 - t_sent)
                 latencies.append(latency)
                 within += latency <= WINDOW_S
-        return Step("node", rate, total, len(sends),
-                    achieved_rate([r[0] for r in results], start_at, rate),
+        return Step("node" if batch == 1 else "batch", rate, total, len(sends),
+                    achieved_rate([r[0] for r in results], start_at, rate / batch),
                     delivered, within, latencies, load)
 
     def delivered_fraction(self, settle_s: float) -> float:
@@ -424,41 +442,54 @@ class NodeCluster:
 
 
 async def _publish_all(
-    urls: list[tuple[str, str]], step: int, rate: float, total: int
+    urls: list[tuple[str, str]], step: int, rate: float, total: int, batch: int = 1
 ) -> tuple[float, list[tuple[float, float | None, str | None]]]:
-    """Publish ``total`` events round-robin over the nodes, open loop at ``rate``.
+    """Publish ``total`` events round-robin over the nodes, open loop at ``rate``, in
+    requests of ``batch`` events (a batch body when > 1).
 
-    Returns the scheduled start and (send time, answer time, message id) per publish.
+    Returns the scheduled start and (send time, answer time, message id) per event.
     """
     results: list[tuple[float, float | None, str | None]] = []
     errors: Counter[str] = Counter()
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    # Idle connections are dropped before the node's api.idle_timeout_s (5 s) would close
+    # them: a request on a connection the server is closing fails (h11 RemoteProtocolError).
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100,
+                          keepalive_expiry=2.0)
     # Clients first (each builds an SSL context: slow under load), then the clock starts.
     clients = [httpx.AsyncClient(base_url=u, timeout=60, limits=limits,
                                  headers={"Authorization": f"Bearer {token}"})
                for u, token in urls]
     start_at = time.time() + 0.2
 
-    async def one(j: int) -> None:
-        content = f"bench s{step} j{j} "
-        content += "." * max(0, CONTENT_SIZE - len(content))
+    def content(j: int) -> str:
+        text = f"bench s{step} j{j} "
+        return text + "." * max(0, CONTENT_SIZE - len(text))
+
+    async def one(r: int) -> None:
+        first, last = r * batch, min(total, (r + 1) * batch)
+        body: dict[str, Any] = (
+            {"content": content(first)} if batch == 1 else
+            {"events": [{"content": content(j)} for j in range(first, last)]})
         t_sent = time.time()
         try:
-            r = await clients[j % len(clients)].post(f"/v1/channels/{CHANNEL}/events",
-                                                     json={"content": content})
-            r.raise_for_status()
-            results.append((t_sent, time.time(), str(r.json()["message_id"])))
+            answer = await clients[r % len(clients)].post(f"/v1/channels/{CHANNEL}/events",
+                                                          json=body)
+            answer.raise_for_status()
+            t_answer = time.time()
+            data = answer.json()
+            for event in data["events"] if batch > 1 else [data]:
+                results.append((t_sent, t_answer, str(event["message_id"])))
         except httpx.HTTPError as exc:
-            results.append((t_sent, None, None))
+            results.extend((t_sent, None, None) for _ in range(first, last))
             errors[type(exc).__name__] += 1
 
     try:
         async with trio.open_nursery() as nursery:
-            for j in range(total):
-                delay = start_at + j / rate - time.time()
+            for r in range(math.ceil(total / batch)):
+                delay = start_at + r * batch / rate - time.time()
                 if delay > 0:
                     await trio.sleep(delay)
-                nursery.start_soon(one, j)
+                nursery.start_soon(one, r)
     finally:
         for client in clients:
             await client.aclose()
@@ -477,6 +508,57 @@ def start_profile(node: NodeProcess, out: Path, duration: float) -> subprocess.P
          *(["--gil"] if os.environ.get("SYNCNODE_SPY_GIL") else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+
+
+def cpu_per_event_per_node(cluster: NodeCluster, plan: Plan) -> tuple[float, Step]:
+    """``cpu_us_per_event_per_node``: CPU time (user + system, ingest workers included) of the
+    5 node processes over one open-loop step at ``plan.cpu_rate`` (100/s), its delivery
+    everywhere and 2 s more, per published event and per node. Unlike a rate, it hardly
+    depends on what else the machine runs."""
+    before = sum(map(cpu_seconds, cluster.nodes))
+    step = cluster.measure(plan.cpu_rate, plan.cpu_duration_s)
+    time.sleep(2)
+    spent = sum(map(cpu_seconds, cluster.nodes)) - before
+    return spent / max(step.published, 1) / NODES * 1e6, step
+
+
+def batch_ramp(cluster: NodeCluster, plan: Plan) -> list[Step]:
+    """``batch_rate_per_s``: the same stepping as the single publishes, in batch bodies of
+    ``rate x BATCH_PERIOD_S`` events (one request per node every second at most)."""
+    ramp = Ramp(replace(plan, start_rate=plan.batch_start_rate, factor=1.5,
+                        max_steps=plan.batch_max_steps, refine=min(plan.refine, 1)))
+    while not ramp.done:
+        assert ramp.rate is not None
+        batch = max(1, round(ramp.rate * BATCH_PERIOD_S))
+        ramp.record(cluster.measure(ramp.rate, plan.batch_duration_s, batch=batch))
+        print(ramp.steps[-1].row() + f" (batches of {batch})", flush=True)
+        if not ramp.steps[-1].ok:
+            cluster.wait_everywhere(list(cluster.published), time.time() + 60)
+            time.sleep(plan.cooldown_s)
+        time.sleep(plan.settle_between_s)
+    return ramp.steps
+
+
+def own_backlog_peak() -> float | None:
+    """``own_backlog_peak_rss_mib``: h31b's backlog benchmark (issue 31, memory) plugs in
+    here; None (the key is null) until it does."""
+    return None
+
+
+def live_keys(node_steps: list[Step], raw_steps: list[Step], cpu_us: float | None,
+              batch_steps: list[Step]) -> dict[str, Any]:
+    best_node, best_raw = best_step(node_steps), best_step(raw_steps)
+    best_batch = best_step(batch_steps)
+    return {
+        "rate_per_s": round(best_node.achieved, 1) if best_node else 0.0,
+        "latency_p50_ms": round(best_node.pct(50), 1) if best_node else None,
+        "latency_p99_ms": round(best_node.pct(99), 1) if best_node else None,
+        "raw_gossipsub_rate_per_s": round(best_raw.achieved, 1) if best_raw else 0.0,
+        "cpu_us_per_event_per_node": round(cpu_us) if cpu_us is not None else None,
+        "batch_rate_per_s": round(best_batch.achieved, 1) if best_batch else 0.0,
+        "batch_latency_p99_ms": round(best_batch.pct(99), 1) if best_batch else None,
+        "own_backlog_peak_rss_mib": own_backlog_peak(),
+    }
 
 
 # -- catch-up ----------------------------------------------------------------------------------
@@ -768,6 +850,12 @@ def main() -> int:
                         help="give the catch-up (the 1M one with --only-1m) at most S seconds")
     parser.add_argument("--catchup-events", type=int, metavar="N",
                         help="with --catchup-only: N events, and no 1M-event run")
+    parser.add_argument("--start-rate", type=float, metavar="R",
+                        help="first step of the single-publish ramps at R/s (default 10)")
+    parser.add_argument("--live-only", action="store_true",
+                        help="only the live measurements (rates, CPU per event, batches), no "
+                             "catch-up; writes no JSON unless --update-json (then replaces the "
+                             "live keys of docs/bench/cluster.json)")
     parser.add_argument("--smoke", action="store_true",
                         help="one 2-msg/s step, a 500-event catch-up, JSON to a temp file")
     args = parser.parse_args()
@@ -777,6 +865,8 @@ def main() -> int:
     if args.catchup_timeout:
         plan = replace(plan, catchup_timeout_s=args.catchup_timeout,
                        catchup_1m_timeout_s=args.catchup_timeout)
+    if args.start_rate:
+        plan = replace(plan, start_rate=args.start_rate)
     profile_at = [int(n) for n in args.profile_at.split(",") if n]
     base = Path(tempfile.mkdtemp(prefix="syncnode-cluster-bench-"))
     if args.cpu_at:
@@ -854,15 +944,21 @@ def main() -> int:
         raw_steps, node_steps = raw_ramp.steps, node_ramp.steps
         raw.stop()
         raw = None
+        cpu_us, cpu_step = cpu_per_event_per_node(cluster, plan)
+        print(f"{cpu_step.row()}  -> CPU {cpu_us:.0f} us per event per node at "
+              f"{plan.cpu_rate:g}/s (target <= 400)", flush=True)
+        batch_steps = batch_ramp(cluster, plan)
         fraction = cluster.delivered_fraction(plan.settle_s)
         published = cluster.attempts
         exit_codes = cluster.stop()
         cluster = None
 
-        print(f"\ncatch-up: a fresh node fetches {plan.catchup_events} events through Recon")
-        catchup = measure_catchup(base, plan, args.profile)
-        print(f"  {catchup.summary()}")
-        catchup_pg, catchup_1m = extra_catchups(base, plan, args.pg)
+        catchup = catchup_pg = catchup_1m = None
+        if not args.live_only:
+            print(f"\ncatch-up: a fresh node fetches {plan.catchup_events} events through Recon")
+            catchup = measure_catchup(base, plan, args.profile)
+            print(f"  {catchup.summary()}")
+            catchup_pg, catchup_1m = extra_catchups(base, plan, args.pg)
     finally:
         if raw is not None:
             raw.stop()
@@ -871,28 +967,36 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
 
-    best_node, best_raw = best_step(node_steps), best_step(raw_steps)
-    rate = best_node.achieved if best_node else 0.0
-    raw_rate = best_raw.achieved if best_raw else 0.0
+    live = live_keys(node_steps, raw_steps, cpu_us, batch_steps)
+    rate, raw_rate = live["rate_per_s"], live["raw_gossipsub_rate_per_s"]
     load_end = load_avg()
     print(f"\nnode exit codes after SIGTERM: {exit_codes}")
     print(f"rate_per_s {rate:.1f} vs raw GossipSub {raw_rate:.1f} "
-          f"({rate / raw_rate if raw_rate else 0:.2f}x; target >= 0.8x); "
-          f"delivered_fraction {fraction:.4f}; catch-up {catchup.rate:.0f} events/s "
-          f"(target >= 10000); load average {load_start:.2f} -> {load_end:.2f}; "
+          f"({rate / raw_rate if raw_rate else 0:.2f}x; target >= 3x, p99 <= 1000 ms: "
+          f"{live['latency_p99_ms']}); delivered_fraction {fraction:.4f}; "
+          f"cpu_us_per_event_per_node {live['cpu_us_per_event_per_node']} (target <= 400); "
+          f"batch_rate_per_s {live['batch_rate_per_s']} (target >= 2000); "
+          + (f"catch-up {catchup.rate:.0f} events/s (target >= 10000); " if catchup else "")
+          + f"load average {load_start:.2f} -> {load_end:.2f}; "
           f"{time.monotonic() - started:.0f} s")
     result = {
         "nodes": NODES,
         "published": published,
         "delivered_fraction": round(fraction, 6),
-        "rate_per_s": round(rate, 1),
-        "latency_p50_ms": round(best_node.pct(50), 1) if best_node else None,
-        "latency_p99_ms": round(best_node.pct(99), 1) if best_node else None,
-        "raw_gossipsub_rate_per_s": round(raw_rate, 1),
+        **live,
         **catchup_keys(catchup, catchup_pg, catchup_1m),
         "quick": args.quick or args.smoke,
         "load_avg_1m": [round(load_start, 2), round(load_end, 2)],
     }
+    if args.live_only:
+        # Only the live keys measured now; the catch-up keys stay from the last run.
+        keep = json.loads(OUT.read_text()) if OUT.exists() else {}
+        result = {**keep, **{k: v for k, v in result.items() if not k.startswith("catchup")},
+                  "live_measured_utc": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())}
+        if args.update_json and not args.smoke:
+            OUT.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result))
+        return 0
     return finish(result, JSON_KEYS, smoke_path("cluster") if args.smoke else OUT,
                   optional=OPTIONAL_KEYS)
 

@@ -4,8 +4,11 @@ A declaration is the content of an event on the db channel, like a message, e.g.
 ``{"columns":[["name","text"]],"crdt":1,"op":"schema","table":"users","writers":null}``; its
 timestamp and sender come from the signed event. The rules (docs/crdt.md, "Schemas on the log"):
 
-- **Owner.** The sender of the table's first declaration in (timestamp, sender, bytes) order,
-  unless the node pins the owner (``owner=``): then only that sender's declarations count.
+- **Owner.** The sender of the table's first *claim* in (claim time, sender, bytes) order, where
+  a declaration's claim time is its event's own Lamport time (``claimed_at``): ``since`` dates a
+  version, never a claim, so a declaration backdated with ``since`` claims the table only from
+  when it was signed, on every replica alike (however late it joined). Unless the node pins the
+  owner (``owner=``): then only that sender's declarations count.
 - **Settling.** With ``settle_ms``, a table's owner is *settled* once ``settle_ms`` have passed
   (on the node's receipt clock, passed in as ``now_ms``) since the node first admitted the
   table: from then on it is pinned like a configured owner, so a declaration that arrives late
@@ -75,9 +78,11 @@ SCHEMA_OP = "schema"
 class SchemaDeclaration:
     """One version of a table's schema, as declared by ``sender`` at Lamport ``timestamp``.
 
-    Equality and hash are over (timestamp, sender, canonical bytes), like a message's.
-    ``backdated``: the encoding carries ``since`` = ``timestamp``, which the carrying event's
-    own (later) timestamp then does not override. Bad declarations raise ``LocalProtocolError``.
+    Equality and hash are over (timestamp, sender, canonical bytes), like a message's, and the
+    claim time. ``backdated``: the encoding carries ``since`` = ``timestamp``, which the carrying
+    event's own (later) timestamp, ``claimed_at``, then does not override as the version's time;
+    ``claimed_at`` (default: ``timestamp``) is what the declaration's claim to own the table is
+    dated by (:attr:`claim`). Bad declarations raise ``LocalProtocolError``.
     """
 
     table: str
@@ -86,6 +91,7 @@ class SchemaDeclaration:
     timestamp: int = 0
     sender: str = ""
     backdated: bool = False
+    claimed_at: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.columns, Mapping) or len(self.columns) > MAX_COLUMNS:
@@ -103,6 +109,13 @@ class SchemaDeclaration:
             raise LocalProtocolError("timestamp must be an unsigned 64-bit integer")
         if not isinstance(self.sender, str) or not self.sender:
             raise LocalProtocolError("sender must be a non-empty peer id")
+        claimed = self.timestamp if self.claimed_at is None else self.claimed_at
+        if (not isinstance(claimed, int) or isinstance(claimed, bool)
+                or not self.timestamp <= claimed <= MAX_TIMESTAMP
+                or (claimed != self.timestamp and not self.backdated)):
+            raise LocalProtocolError("claimed_at must be the event's timestamp: at least the "
+                                     "declaration's, and equal to it unless backdated")
+        object.__setattr__(self, "claimed_at", claimed)
         object.__setattr__(self, "columns", schema.columns)
         object.__setattr__(self, "writers", schema.writers)
         object.__setattr__(self, "_schema", schema)
@@ -130,15 +143,30 @@ class SchemaDeclaration:
 
     @property
     def identity(self) -> tuple[int, str, bytes]:
+        """The version's place: (timestamp, sender, bytes), ``since`` included."""
         return (self.timestamp, self.sender, self.encoded)
+
+    @property
+    def claim(self) -> tuple[int, str, bytes]:
+        """The claim's place in the owner race: dated by the signed event, never ``since``."""
+        return (self.claimed, self.sender, self.encoded)
+
+    @property
+    def claimed(self) -> int:
+        return self.claimed_at  # type: ignore[return-value]  # set in __post_init__
+
+    @property
+    def order(self) -> tuple[int, str, bytes, int]:
+        """A total order of declarations (identity, then claim time)."""
+        return (*self.identity, self.claimed)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SchemaDeclaration):
             return NotImplemented
-        return self.identity == other.identity
+        return self.order == other.order
 
     def __hash__(self) -> int:
-        return hash(self.identity)
+        return hash(self.order)
 
 
 def _declaration_of_document(doc: dict[str, Any], raw: bytes, *, timestamp: int,
@@ -167,7 +195,7 @@ def _declaration_of_document(doc: dict[str, Any], raw: bytes, *, timestamp: int,
         declaration = SchemaDeclaration(doc["table"], dict(columns),
                                         None if writers is None else frozenset(writers),
                                         timestamp if since is None else since, sender,
-                                        backdated=since is not None)
+                                        backdated=since is not None, claimed_at=timestamp)
     except LocalProtocolError as exc:
         raise RemoteProtocolError(f"bad schema declaration: {exc}", sender) from None
     if declaration.encoded != raw:
@@ -190,17 +218,21 @@ def decode_content(
 class TableHistory:
     """The versions of one table, computed from the declarations kept for it."""
 
-    __slots__ = ("_stamps", "epochs", "owner", "table", "versions")
+    __slots__ = ("_stamps", "claim", "epochs", "owner", "table", "versions")
 
     def __init__(self, table: str, declarations: Iterable[SchemaDeclaration], *,
                  owner: str | None = None, max_versions: int = 64) -> None:
         candidates = sorted(
             (d for d in set(declarations) if owner is None or d.sender == owner),
-            key=lambda d: d.identity,
+            key=lambda d: d.order,
         )
         self.table = table
-        self.owner = owner if owner is not None or not candidates else candidates[0].sender
-        self.versions = tuple([d for d in candidates if d.sender == self.owner][:max_versions])
+        first = min(candidates, key=lambda d: d.claim) if candidates else None
+        self.owner = owner if owner is not None or first is None else first.sender
+        mine = [d for d in candidates if d.sender == self.owner]
+        #: The owner's earliest claim (kept even when it is not among the versions kept).
+        self.claim: SchemaDeclaration | None = min(mine, key=lambda d: d.claim) if mine else None
+        self.versions = tuple(mine[:max_versions])
         self._stamps = [v.timestamp for v in self.versions]
         self.epochs: Mapping[str, int] = MappingProxyType(self._epochs())
 
@@ -280,11 +312,16 @@ class SchemaBook:
         self._kept: dict[str, set[SchemaDeclaration]] = {}
         self._history: dict[str, TableHistory] = {}
         self._evicted: list[str] = []
-        for declaration in sorted(declarations, key=lambda d: d.identity):
+        for declaration in sorted(declarations, key=lambda d: d.order):
             self.add(declaration)
 
     def _first(self, table: str) -> tuple[int, str, bytes]:
         return self._history[table].versions[0].identity
+
+    def _first_claim(self, table: str) -> tuple[int, str, bytes]:
+        claim = self._history[table].claim
+        assert claim is not None  # a kept table has at least one declaration
+        return claim.claim
 
     def owner_pin(self, table: str) -> str | None:
         """The owner fixed for ``table``: by config, else settled on this node."""
@@ -315,15 +352,17 @@ class SchemaBook:
         pinned = self.owner_pin(table)
         history = self._history.get(table)
         if pinned is not None and declaration.sender != pinned:
+            # An attempt: backdated (``since``) or claimed before the owner's first version.
             if history is not None and history.versions and (
-                    declaration.identity < self._first(table)):
+                    declaration.identity < self._first(table)
+                    or declaration.claim < self._first_claim(table)):
                 return Added.TAKEOVER
             return Added.NOT_OWNER
         if history is None:
             rescan = False
             if len(self._history) >= self.max_tables:
-                latest = max(self._history, key=self._first)
-                if declaration.identity > self._first(latest):
+                latest = max(self._history, key=self._first_claim)
+                if declaration.claim > self._first_claim(latest):
                     return Added.TOO_MANY_TABLES
                 self.drop_table(latest)
                 self._evicted.append(latest)
@@ -336,12 +375,13 @@ class SchemaBook:
         if declaration in kept:
             return Added.DUPLICATE
         if declaration.sender != history.owner:
-            if declaration.identity > self._first(table):
+            if declaration.claim > self._first_claim(table):
                 return Added.NOT_OWNER
             self._set(table, {declaration})
             return Added.RESCAN
         versions = history.versions
-        if len(versions) >= self.max_versions and declaration.identity > versions[-1].identity:
+        if (len(versions) >= self.max_versions and declaration.order > versions[-1].order
+                and declaration.claim >= self._first_claim(table)):
             return Added.TOO_MANY_VERSIONS
         self._set(table, kept | {declaration})
         return Added.CHANGED
@@ -350,7 +390,10 @@ class SchemaBook:
         history = TableHistory(table, declarations, owner=self.owner_pin(table),
                                max_versions=self.max_versions)
         self._history[table] = history
-        self._kept[table] = set(history.versions)
+        # The owner's earliest claim stays kept (and stored) even beyond max_versions: it is
+        # what later claims are compared with.
+        self._kept[table] = set(history.versions) | (
+            {history.claim} if history.claim is not None else set())
 
     def reset_table(self, table: str, declarations: Iterable[SchemaDeclaration]) -> None:
         """Recompute ``table`` from every declaration of it (gathered from the log); a table
@@ -405,7 +448,7 @@ class SchemaBook:
 
     def declarations(self, table: str) -> list[SchemaDeclaration]:
         """The kept declarations of ``table`` (what storage keeps), in identity order."""
-        return sorted(self._kept.get(table, ()), key=lambda d: d.identity)
+        return sorted(self._kept.get(table, ()), key=lambda d: d.order)
 
     def __contains__(self, table: object) -> bool:
         return table in self._history

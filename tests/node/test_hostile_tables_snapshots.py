@@ -1,7 +1,9 @@
 """Hostile peers, round two (issue 28), with real node processes and a real hostile host:
 
 1. a member's backdated schema declaration does not take a seeded table over (default config,
-   but a short ``db.settle_ms`` so that the owner settles in seconds);
+   but a short ``db.settle_ms`` so that the owner settles in seconds), neither on the nodes that
+   had settled its owner nor on a node that joins later (its own window open, the refused
+   declaration in the log it catches up on, and the hostile host sending it again);
 2. a snapshot is loaded only from a trusted signer, its events are held to the rules gossip
    applies (a far-future one refuses the snapshot), and a node that relays what it loaded is
    not penalised by its peer.
@@ -43,7 +45,8 @@ def _owner(node: NodeProcess) -> str | None:
     return tables["users"]["owner"] if "users" in tables else None
 
 
-def test_a_backdated_declaration_does_not_take_a_seeded_table_over(tmp_path: Path) -> None:
+def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_late_joiner(
+        tmp_path: Path) -> None:
     nodes: list[NodeProcess] = []
     try:
         nodes.append(start_node(tmp_path, "n0", env=DB_ENV))
@@ -98,6 +101,21 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over(tmp_path: Pat
         a.terminate()
         a.start()
         assert _owner(a) == owner and _rows(a) == 21
+
+        # A late joiner with the same config, its settle window at the default (10 minutes:
+        # open throughout): it seeds the table itself, catches up on the log by Recon (the
+        # refused declarations included), and the hostile host sends it the takeover again.
+        # The claim order alone must give it the honest owner: a claim is dated by its
+        # signed event, and `since` dates only a version.
+        late = start_node(tmp_path, "late", env={**DB_ENV, "SYNCNODE_DB_SETTLE_MS": "600000"},
+                          bootstrap=[a, b])
+        nodes.append(late)
+        wait_for(lambda: attack <= {c for _, _, c in channel_log(late, "db")}, 90,
+                 "the late joiner did not catch up on the db log")
+        trio.run(gossip, late.listen_addrs[0], "db", wires[:1])
+        wait_for(lambda: _rows(late) == 21, 90, "the late joiner lost or lacks rows")
+        assert _owner(late) == owner
+        assert 'outcome="not_owner"' in late.get("/metrics")
     finally:
         for node in nodes:
             node.kill()

@@ -3,6 +3,8 @@ state machine over interleavings of declarations, writes, deletes and compaction
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -84,9 +86,11 @@ def test_a_backdated_declaration_is_in_force_from_its_since() -> None:
                          b'"table":"users","writers":null}')
     # Carried by an event at Lamport 900: its timestamp is 0, on every node alike.
     back = decode_content(d.encoded, timestamp=900, sender="alice")
-    assert back == d and isinstance(back, SchemaDeclaration) and back.timestamp == 0
-    # Stored and read back with its own timestamp, it is the same declaration.
-    assert decode_content(d.encoded, timestamp=0, sender="alice") == d
+    assert isinstance(back, SchemaDeclaration) and back.timestamp == 0
+    # Its claim on the table is dated by the event (Lamport 900), not by since.
+    assert back.claim[0] == 900 and back == dataclasses.replace(d, claimed_at=900)
+    # Stored with the event's timestamp and read back, it is the same declaration.
+    assert decode_content(d.encoded, timestamp=900, sender="alice") == back
     # Writes from before the event (an upgraded node's old log) count from then on.
     replica = MemoryReplica()
     early = write("upsert", "users", "u1", 5, name="old row")
@@ -94,14 +98,17 @@ def test_a_backdated_declaration_is_in_force_from_its_since() -> None:
     assert replica.get("users", "u1") is None  # no such table yet: rejected
     replica.apply(back)
     assert replica.get("users", "u1") == {"name": "old row"}
-    # It owns the table against a declaration made at a later time, whatever the order.
-    later = declare("users", 300, "bob", name="text", extra="integer")
-    for order in ([back, later], [later, back]):
-        book = SchemaBook()
-        for declaration in order:
-            book.add(declaration)
-        history = book.history("users")
-        assert history is not None and history.owner == "alice"
+    # It owns the table against a declaration signed later, whatever the order; but since
+    # dates the version, not the claim: one signed before its event (300 < 900) owns it.
+    for bob_at, owner in ((1000, "alice"), (300, "bob")):
+        other = declare("users", bob_at, "bob", name="text", extra="integer")
+        for order in ([back, other], [other, back]):
+            book = SchemaBook()
+            for declaration in order:
+                book.add(declaration)
+            history = book.history("users")
+            assert history is not None and history.owner == owner
+            assert SchemaBook(order).history("users").timeline == history.timeline  # type: ignore[union-attr]
 
 
 def test_declaration_bounds() -> None:
