@@ -1,39 +1,56 @@
-"""Recon, the WANT/EVENTS transfer and fetch-by-id in the simulator, driven by the node's own
-sans-IO cores: ``PeerScheduler`` (when and with whom), ``ReconExchange``/``ReconSession`` over
-a ``MemoryKeyStore`` per member (what differs), ``WantServer``/``EventsPacker`` for the sizes
-of the transfer, ``FetchQueue`` and ``plan_peers`` (which missing ids to fetch, when and from
-whom).
+"""Recon, the WANT/EVENTS transfer and fetch-by-id in the simulator, driven by the node's
+replication cores (``sync.replication``) exactly as ``node/replication``'s drivers drive them:
 
-The seam (docs/sim.md): this module is the one place the simulator calls replication rules.
-It stands where ``node/replication`` drivers stand, so when those rules move into one
-replication core in ``sync/`` (issue 30), this driver is what changes; the runner only calls
-``delivered``, ``missing``, ``arm`` and ``handle``.
+* ``ReconLifecycle`` (one per member): when a session starts and with whom, backoff, BUSY, the
+  backlog range a session owns (given back when it fails or is declined), the claims of its
+  transfer (gossip grace, ``ReadStored`` answered from the member's in-memory key store,
+  withheld and lapsed keys back to the pool with their penalties), whether another follows;
+* ``GapPlanner`` (one per member): how SDS repair, fetch-by-id and Recon divide a gap;
+* the ingest core's ``screen``/``order``/``plan``: triage and causal order of every fetched
+  batch before SDS.
 
-Timing: a reconciliation runs at once in memory, frame by frame through both exchanges, and
-its outcome lands ``frames x link latency`` (plus the transfer's round trip and bytes at the
-link's bandwidth) later, when the fetched events are fed to SDS in Lamport order (the order a
-catch-up is ingested in). A peer that went offline or across a partition meanwhile fails the
-session (the initiator backs it off, as the node does).
+What this module adds is the network model, nothing that decides: who is reachable, how long
+a round trip takes, what a hostile peer sends. The runner only calls ``add``, ``new_message``,
+``delivered``, ``missing``, ``reconnected``, ``arm`` and ``handle``.
+
+Timing: a reconciliation runs at once in memory, frame by frame through both exchanges
+(``ReconExchange`` around a ``ReconSession`` over each member's ``MemoryKeyStore``), and its
+outcome lands ``frames x link latency`` (plus the transfer's round trip and bytes at the link's
+bandwidth) later. A peer that went offline or across a partition meanwhile fails the session.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sync.errors import RemoteProtocolError
-from sync.recon import MemoryKeyStore, PeerScheduler, ReconConfig, ReconSession, node_interests
+from sync.gossip import SenderPolicy
+from sync.ingest import VerifiedBatch
+from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, node_interests
 from sync.recon.eventid import event_key
-from sync.sds import MissingEntry
-from sync.transfer import (
-    EventsPacker,
-    FetchQueue,
-    ReconExchange,
-    SendFrame,
-    not_recent,
-    plan_peers,
+from sync.recon.sha256a import lanes_of
+from sync.replication import (
+    Action,
+    FetchPlan,
+    GapPlanner,
+    KeysWithheld,
+    LifecycleConfig,
+    Penalize,
+    ReadStored,
+    ReconcileSoon,
+    ReconLifecycle,
+    Role,
+    SessionPlan,
+    StartSession,
+    order,
+    plan,
+    screen,
 )
+from sync.sds import MissingEntry
+from sync.transfer import EventsPacker, ReconExchange, SendFrame
 
 if TYPE_CHECKING:
     from sync.sim.runner import Member, Simulation
@@ -44,15 +61,16 @@ NETWORK_ID = 1
 #: Heap kinds of this module (the runner's are below 20).
 RECON, RECON_DONE, FETCH, FETCHED = 20, 21, 22, 23
 _RECON_CONFIG = ReconConfig()
+#: Node defaults (config.example.toml [recon] / [fetch]; node.replication.fetch).
 _MAX_MISSING_KEYS = 100_000
-#: Node defaults (config.example.toml [recon] / [fetch]).
-_MIN_ROUND_S = 1.0
-_FETCH_BATCH = 64
-_FETCH_EXTRA = 2
+_GRACE_S = 3.0
+_MAX_SESSIONS = 16
+_CLAIM_TIMEOUT_S = 15.0
+_FETCH_MAX_IDS = 256
+_FETCH_PEERS = 3
 _FETCH_RETRY_S = 5.0
 _FRAME_BYTES = 4 << 20
 _WANT_KEY_BYTES = 72
-_GRACE_MS = 3000
 
 
 @dataclass
@@ -60,18 +78,25 @@ class PeerState:
     """One member's replication state beside its SDS channel."""
 
     keys: MemoryKeyStore
-    sched: PeerScheduler
-    fetch: FetchQueue
+    core: ReconLifecycle
+    gaps: GapPlanner
     recon_at: float | None = None
     fetch_at: float | None = None
 
 
 @dataclass
+class _Side:
+    """One side's part of a session: its plan and the keys it fetches (answered ``stored``)."""
+
+    member: int
+    plan: SessionPlan
+    exchange: ReconExchange
+    keys: list[bytes] = field(default_factory=list)
+
+
+@dataclass
 class _Pending:
-    initiator: int
-    responder: int
-    #: Message numbers each side fetches (initiator's, responder's).
-    wants: tuple[list[int], list[int]]
+    sides: tuple[_Side, _Side]
     frames: int
     bytes: int
     ok: bool = True
@@ -89,7 +114,9 @@ class ReplStats:
     fetch_requests: int = 0
     fetch_answered: int = 0
     withheld: int = 0
-    pending: list[_Pending] = field(default_factory=list)
+    #: Penalties the cores asked for, by name (``Penalize``).
+    penalties: dict[str, int] = field(default_factory=dict)
+    pending: list[_Pending | None] = field(default_factory=list)
 
 
 class Replication:
@@ -98,57 +125,67 @@ class Replication:
         self.interests = node_interests(NETWORK_ID, [sim.channel])
         self.state: list[PeerState] = []
         self.key_of: list[bytes] = []
+        self.sender_of: list[str] = []
         self.no_of_key: dict[bytes, int] = {}
         self.stats = ReplStats()
-        self._fetches: list[tuple[int, list[MissingEntry], list[int]]] = []
+        #: A fetch in flight: (member, its plan, {peer index: message numbers it answered}).
+        self._fetches: list[tuple[int, FetchPlan, dict[int, list[int]]] | None] = []
         self.recon = sim.sc.recon
         self.fetch_on = sim.sc.fetch
+        self._config = LifecycleConfig.of(
+            interval_s=sim.sc.recon_interval, gossip_grace_s=_GRACE_S,
+            max_sessions=_MAX_SESSIONS, claim_timeout_s=_CLAIM_TIMEOUT_S,
+            max_missing_keys=_MAX_MISSING_KEYS)
+        self._channels = frozenset([sim.channel])
 
     # -- the runner's calls ------------------------------------------------------------------
     def add(self, m: Member) -> None:
-        # A stream of its own (a str seed hashes the same in every process): the run's main
-        # generator is left as it was, so a run without Recon replays as before it existed.
-        rng = random.Random(f"recon {self.sim.sc.seed} {m.index}")
-        sched = PeerScheduler(m.peer_id, self.interests, rng,
-                              interval_s=self.sim.sc.recon_interval, min_round_s=_MIN_ROUND_S)
-        self.state.append(PeerState(MemoryKeyStore(), sched,
-                                    FetchQueue(self.sim.sc.fetch_delay, _FETCH_BATCH)))
-        if self.recon:
-            for no in range(len(self.key_of)):
-                if m.log and no < len(m.log) and m.log[no]:
-                    self.state[m.index].keys.insert(self.key_of[no])
+        # Streams of their own (a str seed hashes the same in every process): the run's main
+        # generator is left as it was, so a run without Recon and fetch replays as before.
+        seed = f"{self.sim.sc.seed} {m.index}"
+        keys = MemoryKeyStore()
+        self.state.append(PeerState(
+            keys, ReconLifecycle(m.peer_id, self.interests, random.Random(f"recon {seed}"),
+                                 self._config),
+            GapPlanner(self.sim.sc.fetch_delay, _FETCH_MAX_IDS,
+                       random.Random(f"fetch {seed}"), _FETCH_PEERS)))
+        if self.recon and m.log:
+            for no, held in enumerate(m.log[:len(self.key_of)]):
+                if held:
+                    keys.insert(self.key_of[no])
         self.arm(m)
 
     def new_message(self, no: int, sender: str, lamport: int, mid: str) -> None:
         key = event_key(NETWORK_ID, self.sim.channel, sender, lamport, bytes.fromhex(mid))
         self.key_of.append(key)
+        self.sender_of.append(sender)
         self.no_of_key[key] = no
 
     def delivered(self, m: Member, no: int) -> None:
         if self.recon:
             st = self.state[m.index]
             st.keys.insert(self.key_of[no])
-            st.sched.poke()
+            st.core.poke()
 
     def missing(self, m: Member, entries: tuple[MissingEntry, ...]) -> None:
         if self.fetch_on:
-            self.state[m.index].fetch.want(entries, self.sim.now)
+            self.state[m.index].gaps.missing(entries, self.sim.now)
 
     def reconnected(self, m: Member) -> None:
         """A member came back (restart) or joined: a fresh connection pokes Recon."""
         if self.recon:
-            self.state[m.index].sched.poke()
+            self.state[m.index].core.poke()
         self.arm(m)
 
     def arm(self, m: Member) -> None:
         st, now = self.state[m.index], self.sim.now
         if self.recon:
-            due = max(st.sched.get_timer(), now)
+            due = max(st.core.get_timer(), now)
             if st.recon_at is None or due < st.recon_at or st.recon_at < now:
                 st.recon_at = due
                 self.sim.push(due, RECON, m.index)
         if self.fetch_on:
-            t = st.fetch.get_timer()
+            t = st.gaps.get_timer()
             if t is not None:
                 due = max(t, now)
                 if st.fetch_at is None or due < st.fetch_at or st.fetch_at < now:
@@ -159,11 +196,23 @@ class Replication:
         if kind == RECON:
             self._round(who)
         elif kind == RECON_DONE:
-            self._finish(self.stats.pending[payload], payload)
+            self._finish(payload)
         elif kind == FETCH:
             self._fetch(who)
         elif kind == FETCHED:
             self._fetched(payload)
+
+    def _carry_out(self, m: Member, actions: Sequence[Action]) -> None:
+        """What the node's drivers do with the cores' actions: penalties to standing (here:
+        counted), withheld keys counted, ``ReconcileSoon`` pokes Recon."""
+        stats = self.stats
+        for action in actions:
+            if isinstance(action, Penalize):
+                stats.penalties[action.penalty] = stats.penalties.get(action.penalty, 0) + 1
+            elif isinstance(action, KeysWithheld):
+                stats.withheld += action.count
+            elif isinstance(action, ReconcileSoon) and self.recon:
+                self.state[m.index].core.poke()
 
     # -- Recon -------------------------------------------------------------------------------
     def _connected(self, m: Member) -> dict[str, int]:
@@ -179,26 +228,29 @@ class Replication:
         st.recon_at = None
         connected = self._connected(m)
         latency = sim.mesh.latency
-        chosen = st.sched.handle_timer(sim.now, connected,
+        actions = st.core.handle_timer(sim.now, connected,
                                        lambda pid: latency.get((who, connected[pid])))
-        if chosen is not None:
-            self._session(m, sim.members[connected[chosen]])
+        self._carry_out(m, actions)
+        for action in actions:
+            if isinstance(action, StartSession):
+                self._session(m, sim.members[connected[action.peer]])
         self.arm(m)
 
     def _session(self, a: Member, b: Member) -> None:
-        sim, stats = self.sim, self.stats
+        sim, stats, now = self.sim, self.stats, self.sim.now
         sa, sb = self.state[a.index], self.state[b.index]
-        if not sa.sched.begin_initiator(b.peer_id):
+        pa = sa.core.begin(b.peer_id, Role.INITIATOR, now)
+        if pa is None:
             return
-        if not sb.sched.begin_responder(a.peer_id):
-            sa.sched.end(b.peer_id, initiator=True)
+        pb = sb.core.begin(a.peer_id, Role.RESPONDER, now)
+        if pb is None:
+            sa.core.declined(pa)
             stats.declined += 1
             return
-        now = sim.now
-        ea = ReconExchange(ReconSession.initiator(sa.keys, self.interests, _RECON_CONFIG,
+        ea = ReconExchange(ReconSession.initiator(sa.keys, pa.interests, _RECON_CONFIG,
                                                   peer=b.peer_id), _MAX_MISSING_KEYS,
                            peer=b.peer_id, started=now)
-        eb = ReconExchange(ReconSession.responder(sb.keys, self.interests, _RECON_CONFIG,
+        eb = ReconExchange(ReconSession.responder(sb.keys, pb.interests, _RECON_CONFIG,
                                                   peer=a.peer_id), _MAX_MISSING_KEYS,
                            peer=a.peer_id, started=now)
         frame: bytes | None = ea.start()
@@ -217,63 +269,87 @@ class Replication:
         stats.recon_bytes += size
         sim.stats.sent(a.index, (frames + 1) // 2, size // 2)
         sim.stats.sent(b.index, frames // 2, size // 2)
-        # The gossip grace (``not_recent``, [recon] gossip_grace_s): events younger than it
-        # by the fetching side's wall clock are left to gossip, as the node does.
-        wants = ([self.no_of_key[k] for k in not_recent(ea.missing, self._wall_ms(a), _GRACE_MS)
-                  if k in self.no_of_key],
-                 [self.no_of_key[k] for k in not_recent(eb.missing, self._wall_ms(b), _GRACE_MS)
-                  if k in self.no_of_key])
-        pending = _Pending(a.index, b.index, wants, frames, size, ok)
+        sides = (_Side(a.index, pa, ea), _Side(b.index, pb, eb))
+        if ok:
+            # The fetch phase: the initiator's want first (``SessionPlan.fetch_first``).
+            for side in sorted(sides, key=lambda s: not s.plan.fetch_first):
+                self._want(side)
+        moved = sum(len(sim.wires[sim.ids[self.no_of_key[k]]])
+                    for side in sides for k in side.keys)
         lat = sim.mesh.latency.get((a.index, b.index), 0.1)
-        moved = sum(len(sim.wires[sim.ids[n]]) for side in wants for n in side)
         bw = sim.sc.network.bandwidth
-        done = now + frames * lat + (2 * lat if any(wants) else 0.0) + (moved / bw if bw else 0)
-        stats.pending.append(pending)
+        fetching = any(side.keys for side in sides)
+        done = now + frames * lat + (2 * lat if fetching else 0.0) + (moved / bw if bw else 0)
+        stats.pending.append(_Pending(sides, frames, size, ok))
         sim.push(done, RECON_DONE, a.index, len(stats.pending) - 1)
+
+    def _want(self, side: _Side) -> None:
+        """``want`` (gossip grace, claims), ``ReadStored`` answered from the key store."""
+        m = self.sim.members[side.member]
+        st = self.state[side.member]
+        st.core.reconciled(side.plan, side.exchange.session.peer_interests)
+        actions = st.core.want(side.plan, side.exchange.missing, self.sim.now, self._wall_ms(m))
+        self._carry_out(m, actions)
+        read = actions[-1]
+        assert isinstance(read, ReadStored)
+        held = {k for k in read.keys if st.keys.contains(k)}
+        # Keys of events the simulator never published (none from honest peers) are not asked.
+        side.keys = [k for k in st.core.stored(read.ticket, held) if k in self.no_of_key]
 
     def _wall_ms(self, m: Member) -> int:
         return int((self.sim.now + m.clock) * 1000)
 
-    def _finish(self, p: _Pending, slot: int) -> None:
+    def _finish(self, slot: int) -> None:
         sim, stats = self.sim, self.stats
-        self.stats.pending[slot] = _DONE
-        a, b = sim.members[p.initiator], sim.members[p.responder]
-        sa, sb = self.state[a.index], self.state[b.index]
-        sa.sched.end(b.peer_id, initiator=True)
-        sb.sched.end(a.peer_id, initiator=False)
+        p = stats.pending[slot]
+        stats.pending[slot] = None
+        assert p is not None
+        a, b = (sim.members[s.member] for s in p.sides)
         alive = p.ok and sim.reachable(a.index, b.index)
-        withheld = False
+        more: list[tuple[Member, Member]] = []
         if alive:
-            for receiver, giver, nos in ((a, b, p.wants[0]), (b, a, p.wants[1])):
-                if not giver.honest and sim.hostile is not None \
-                        and sim.hostile.withholds(giver):
-                    withheld = withheld or bool(nos)
-                    stats.withheld += len(nos)
-                    continue
-                self._ingest(receiver, giver, nos)
-        if alive and not withheld:
-            sa.sched.succeeded(b.peer_id)
-            sa.sched.learned(b.peer_id, self.interests)
+            for side, giver in zip(p.sides, (b, a), strict=True):
+                self._transfer(side, giver)
+            for side, peer in zip(p.sides, (b, a), strict=True):
+                core = self.state[side.member].core
+                self._carry_out(sim.members[side.member], core.close(side.plan))
+                ex = side.exchange
+                if core.finished(side.plan, truncated=ex.truncated,
+                                 lowest_dropped=ex.lowest_dropped, cuts=ex.cuts):
+                    more.append((sim.members[side.member], peer))
         else:
             stats.sessions_failed += 1
-            sa.sched.failed(b.peer_id, sim.now)
-        if a.online:
-            self.arm(a)
-        if b.online:
-            self.arm(b)
+            for side, peer in zip(p.sides, (b, a), strict=True):
+                actions = self.state[side.member].core.failed(
+                    side.plan, peer.peer_id, side.plan.role, None, sim.now)
+                self._carry_out(sim.members[side.member], actions)
+        for m in (a, b):
+            if m.online:
+                self.arm(m)
+        # More to fetch (a truncated session, or backlog ranges left): the next session with
+        # the same peer starts at once, with us as initiator (the node's ``sync_with``).
+        for m, peer in more:
+            if m.online and peer.online and sim.reachable(m.index, peer.index):
+                self._session(m, peer)
 
-    def _ingest(self, receiver: Member, giver: Member, nos: list[int]) -> None:
-        """The transfer: WANT the keys, EVENTS back in frames, fed to SDS oldest first."""
+    def _transfer(self, side: _Side, giver: Member) -> None:
+        """WANT the claimed keys, EVENTS back in frames, through the ingest core into SDS; a
+        withholding giver answers without them (``answer_done``: back to the pool, penalty)."""
         sim = self.sim
-        if not nos or not receiver.online:
+        receiver, st = sim.members[side.member], self.state[side.member]
+        ticket = side.plan.ticket
+        if ticket is None or not side.keys:
             return
+        if not giver.honest and sim.hostile is not None and sim.hostile.withholds(giver):
+            self._carry_out(receiver, st.core.answer_done(ticket, side.keys))
+            return
+        if not receiver.online:
+            return
+        nos = [self.no_of_key[k] for k in side.keys]
         packer = EventsPacker(_FRAME_BYTES, 4096)
         moved = 0
-        wires = []
-        for n in sorted(nos, key=lambda n: sim.lamport_of[n]):
-            wire = sim.wires[sim.ids[n]]
-            wires.append(wire)
-            frame = packer.add(wire)
+        for n in nos:
+            frame = packer.add(sim.wires[sim.ids[n]])
             if frame is not None:
                 moved += len(frame)
         moved += len(packer.finish())
@@ -283,8 +359,45 @@ class Replication:
         sim.stats.got(giver.index, 1, _WANT_KEY_BYTES * len(nos))
         sim.stats.sent(giver.index, 1, moved)
         sim.stats.got(receiver.index, 1, moved)
-        for wire in wires:
-            sim.receive_fetched(receiver, wire)
+        st.core.delivered(ticket, side.keys, sim.now)
+        self._carry_out(receiver, st.core.answer_done(ticket, []))
+        self._ingest(receiver, giver, nos)
+        # The store took them at once (a simulated member persists what it delivers).
+        st.core.committed(side.keys, {k for k in side.keys if st.keys.contains(k)})
+
+    def _ingest(self, receiver: Member, giver: Member, nos: list[int]) -> None:
+        """Fetched events through the ingest core: ``screen`` (invalid ends the session),
+        ``order`` (causal), ``plan`` (refused by policy: counted; the rest to SDS)."""
+        sim = self.sim
+        batch = VerifiedBatch()
+        for n in nos:
+            key = self.key_of[n]
+            # Verified once for the group (sync/sim/shared.py): the columns are the message's.
+            batch.message_ids.append(sim.ids[n])
+            batch.channels.append(sim.channel)
+            batch.senders.append(self.sender_of[n])
+            batch.lamports.append(sim.lamport_of[n])
+            batch.keys.append(key)
+            batch.lanes.append(lanes_of(key))
+            batch.histories.append(())
+            batch.has_content.append(True)
+        actions, error = screen(batch, giver.peer_id)
+        self._carry_out(receiver, actions)
+        if error is not None:
+            sim._rejected(receiver, giver.index, error)
+            return
+        positions = order(batch)
+        triaged = plan(batch, positions, giver.peer_id, self._channels,
+                       SenderPolicy(receiver.peer_id), sim.now + receiver.clock,
+                       receiver.channel.config.max_lamport_ahead_ms)
+        self._carry_out(receiver, triaged.actions)
+        refused = set()
+        for i, exc in triaged.refused_at:
+            refused.add(i)
+            sim._rejected(receiver, giver.index, exc)
+        for i in positions:
+            if i not in refused:
+                sim.receive_fetched(receiver, sim.wires[batch.message_ids[i]])
 
     # -- fetch by id -------------------------------------------------------------------------
     def _fetch(self, who: int) -> None:
@@ -295,60 +408,50 @@ class Replication:
         st.fetch_at = None
         if not m.online:
             return
-        batch = [e for e in st.fetch.handle_timer(sim.now) if m.channel.is_missing(e.message_id)]
-        if batch:
-            self._ask(m, batch)
+        fetch = st.gaps.handle_timer(sim.now, m.channel.is_missing,
+                                     list(self._connected(m)), ())
+        if fetch is not None:
+            self._ask(m, fetch)
         self.arm(m)
 
-    def _ask(self, m: Member, batch: list[MissingEntry]) -> None:
-        """Whom to ask (``plan_peers``: the senders, then others at random) and what each
-        answers: the ids it holds that nobody before it answered."""
+    def _ask(self, m: Member, fetch: FetchPlan) -> None:
+        """Each peer the plan names, in order, answers the ids it holds that are still
+        wanted, after a round trip."""
         sim = self.sim
         by_pid = sim.by_peer_id
-        senders = [e.sender_id for e in batch if e.sender_id in by_pid]
-        others = [sim.members[p].peer_id for p in sim.mesh.peers[m.index]]
-        order = plan_peers(senders, others, _FETCH_EXTRA, frozenset([m.peer_id]), sim.rng)
-        wanted = {e.message_id for e in batch}
-        got: list[int] = []
+        st = self.state[m.index]
+        got: dict[int, list[int]] = {}
         slowest = 0.0
-        for pid in order:
-            if not wanted:
+        for pid in fetch.peers:
+            if not fetch.ids:
                 break
             peer = sim.members[by_pid[pid]]
             if not sim.reachable(m.index, peer.index) or not peer.honest:
                 continue
             self.stats.fetch_requests += 1
-            sim.stats.sent(m.index, 1, 8 + 66 * len(wanted))
-            held = [mid for mid in wanted if peer.channel.has_delivered(mid)]
-            for mid in held:
-                no = sim.msg_no[mid]
-                got.append(no)
+            sim.stats.sent(m.index, 1, 8 + 66 * len(fetch.ids))
+            for mid in [mid for mid in fetch.ids if peer.channel.has_delivered(mid)]:
+                st.gaps.received(fetch, mid)
+                got.setdefault(peer.index, []).append(sim.msg_no[mid])
                 size = len(sim.wires[mid])
                 sim.stats.sent(peer.index, 1, size)
                 sim.stats.got(m.index, 1, size)
-            wanted.difference_update(held)
-            lo, hi = sim.sc.network.latency
             slowest = max(slowest, 2 * sim.mesh.latency.get((m.index, peer.index),
-                                                             (lo + hi) / 2))
-        self.stats.fetch_answered += len(got)
-        self._fetches.append((m.index, batch, got))
+                                                             sum(sim.sc.network.latency) / 2))
+        self.stats.fetch_answered += sum(map(len, got.values()))
+        self._fetches.append((m.index, fetch, got))
         sim.push(sim.now + (slowest or _FETCH_RETRY_S), FETCHED, m.index,
                  len(self._fetches) - 1)
 
     def _fetched(self, slot: int) -> None:
         sim = self.sim
-        who, batch, got = self._fetches[slot]
-        self._fetches[slot] = (who, [], [])
+        entry = self._fetches[slot]
+        self._fetches[slot] = None
+        assert entry is not None
+        who, fetch, got = entry
         m, st = sim.members[who], self.state[who]
-        st.fetch.done(batch)
+        self._carry_out(m, st.gaps.done(fetch))
         if m.online:
-            for no in sorted(got, key=lambda n: sim.lamport_of[n]):
-                sim.receive_fetched(m, sim.wires[sim.ids[no]])
-            still = [e for e in batch if m.channel.is_missing(e.message_id)]
-            if still:
-                # Asked again later (the node retries while SDS still reports it missing).
-                st.fetch.want(still, sim.now + _FETCH_RETRY_S - sim.sc.fetch_delay)
+            for peer, nos in got.items():
+                self._ingest(m, sim.members[peer], nos)
             self.arm(m)
-
-
-_DONE = _Pending(-1, -1, ([], []), 0, 0, False)
