@@ -34,7 +34,14 @@ from node.api.node_metrics import (
     register_node_metrics,
     register_store_metrics,
 )
-from node.api.openapi import (
+from node.api.peer_routes import (
+    PEER_ROUTES,
+)
+from node.api.routes import (
+    NODE_ROUTES,
+    event_json,
+)
+from node.httpkit.openapi import (
     ERROR_SCHEMA,
     INT64_MAX,
     Param,
@@ -43,13 +50,6 @@ from node.api.openapi import (
     document,
     obj,
     openapi_path,
-)
-from node.api.peer_routes import (
-    PEER_ROUTES,
-)
-from node.api.routes import (
-    NODE_ROUTES,
-    event_json,
 )
 
 __all__ = [

@@ -93,7 +93,7 @@ def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
 def test_channel_profiles_default_override_and_applications() -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from node.services import channel_profiles
+    from node.config_channels import channel_profiles
     from sync.identity import peer_id_of
 
     producer = peer_id_of(Ed25519PrivateKey.generate())
