@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,20 +20,25 @@ def testdata() -> Path:
     return TESTDATA
 
 
-# ``make test`` runs the suite on pytest-xdist workers with ``--dist loadgroup``: tests of one
-# group run on one worker, one after another. Two kinds of tests must not overlap:
+# ``make test`` runs the suite on pytest-xdist workers (``--dist loadgroup``). Tests of one group
+# run on one worker, one after another; every other test goes to whichever worker is free. Two
+# kinds of tests must not overlap:
 # - those on the one PostgreSQL database of ``SYNCNODE_TEST_PG`` (each resets it) and the
 #   Spark jobs (one local session per worker, a JVM each): group "shared-db";
-# - the multi-process clusters, network namespaces and benchmark smokes (several node
-#   processes each, timing-sensitive on 2 cores): group "processes", so at most one of them
-#   runs at a time, beside at most one lighter test.
+# - the network namespaces and benchmark smokes (several node processes each, timing-sensitive
+#   on 2 cores): group "processes", so at most one of them runs at a time.
+# xdist 3.8 groups by an ``xdist_group`` mark, through a node id attribute pytest 9 no longer
+# reads, so the scheduler below groups by the test's file instead (a benchmark smoke also by
+# the script it runs).
 SHARED_DB_DIRS = ("storage", "spark_jobs")
 SHARED_DB_WORDS = ("SYNCNODE_TEST_PG", "PG_URL", "tests.pg", "db_helpers")
 PROCESS_DIRS = ("net", "bench")
+BENCH_SCRIPTS = ROOT / "scripts" / "bench"
 
 
 def xdist_group(path: Path, source: str) -> str | None:
-    """The group of a test module (``None``: any worker, side by side with anything)."""
+    """The group of a test file whose text (with its script's) is ``source``; ``None``: any
+    worker, side by side with anything."""
     directory = path.relative_to(ROOT / "tests").parts[0]
     if directory in SHARED_DB_DIRS or any(word in source for word in SHARED_DB_WORDS):
         return "shared-db"
@@ -40,12 +47,28 @@ def xdist_group(path: Path, source: str) -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    groups: dict[Path, str | None] = {}
-    for item in items:
-        path = Path(str(item.path))
-        if path not in groups:
-            groups[path] = xdist_group(path, path.read_text())
-        group = groups[path] or ("processes" if item.get_closest_marker("slow") else None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+@functools.cache
+def _source(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""
+
+
+def group_of(nodeid: str) -> str | None:
+    """The group of a test by its node id (``tests/x/test_y.py::test_z[param]``)."""
+    path = ROOT / nodeid.split("::", 1)[0]
+    text = _source(path)
+    param = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
+    if param:  # a benchmark smoke: what the script it runs uses counts too
+        text += _source(BENCH_SCRIPTS / f"{param}.py")
+    return xdist_group(path, text)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FileGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return FileGroupScheduling(config, log)
