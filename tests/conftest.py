@@ -57,8 +57,8 @@ def group_of(nodeid: str) -> str | None:
     path = ROOT / nodeid.split("::", 1)[0]
     text = _source(path)
     param = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
-    if param:  # a benchmark smoke: what the script it runs uses counts too
-        text += _source(BENCH_SCRIPTS / f"{param}.py")
+    if path.parent.name == "bench" and param.isidentifier():
+        text += _source(BENCH_SCRIPTS / f"{param}.py")  # a smoke: what its script uses counts
     return xdist_group(path, text)
 
 
