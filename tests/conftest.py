@@ -25,8 +25,9 @@ def testdata() -> Path:
 # kinds of tests must not overlap:
 # - those on the one PostgreSQL database of ``SYNCNODE_TEST_PG`` (each resets it) and the
 #   Spark jobs (one local session per worker, a JVM each): group "shared-db";
-# - the network namespaces and benchmark smokes (several node processes each, timing-sensitive
-#   on 2 cores): group "processes", so at most one of them runs at a time.
+# - the network namespaces, benchmark smokes and every file with a ``slow`` test (several node
+#   processes each, timing-sensitive on 2 cores): group "processes", so at most one of them runs
+#   at a time, beside at most one lighter test.
 # xdist 3.8 groups by an ``xdist_group`` mark, through a node id attribute pytest 9 no longer
 # reads, so the scheduler below groups by the test's file instead (a benchmark smoke also by
 # the script it runs).
@@ -42,7 +43,7 @@ def xdist_group(path: Path, source: str) -> str | None:
     directory = path.relative_to(ROOT / "tests").parts[0]
     if directory in SHARED_DB_DIRS or any(word in source for word in SHARED_DB_WORDS):
         return "shared-db"
-    if directory in PROCESS_DIRS:
+    if directory in PROCESS_DIRS or "mark.slow" in source:
         return "processes"
     return None
 
