@@ -38,7 +38,9 @@ from node.config_fields import (
     opt,
     parse_host_port,
     positive,
+    shown,
 )
+from node.config_load import ENV_PREFIX, load
 from node.config_membership import MembershipSection
 from node.config_net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
@@ -60,7 +62,6 @@ __all__ = [
     "load_config",
 ]
 
-ENV_PREFIX = "SYNCNODE_"
 MIN_FRAME_BYTES = 1024 * 1024
 
 
@@ -301,6 +302,16 @@ def load_config(
 
     The loader (``node.config_load``) reads the sections declared here.
     """
-    from node.config_load import load
+    config = load(Config, path, env=env, overrides=overrides)
+    _check_relations(config)
+    return config
 
-    return load(path, env=env, overrides=overrides)
+
+def _check_relations(config: Config) -> None:
+    """Constraints between keys, each reported under the key a user would change."""
+    sds = config.sds
+    if sds.repair_t_min_s > sds.repair_t_max_s:
+        raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s, got "
+                          f"{shown(sds.repair_t_min_s)} > {shown(sds.repair_t_max_s)}")
+
+

@@ -10,20 +10,22 @@ import tomllib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from node.api_token import TOKEN_ENV
-from node.config import ENV_PREFIX, Config
 from node.config_apps import parse_tables
 from node.config_fields import ConfigError, shown
 from sync.crdt import TableSchema
 
-__all__ = ["CLIENT_VARIABLES", "load"]
+__all__ = ["CLIENT_VARIABLES", "ENV_PREFIX", "load"]
+
+ENV_PREFIX = "SYNCNODE_"
+Root = TypeVar("Root")
 
 
-def _sections() -> dict[str, type[Any]]:
-    hints = typing.get_type_hints(Config)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+def _sections(root: type[Any]) -> dict[str, type[Any]]:
+    hints = typing.get_type_hints(root)
+    return {f.name: hints[f.name] for f in dataclasses.fields(root)}
 
 
 def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
@@ -106,13 +108,17 @@ CLIENT_VARIABLES = frozenset({TOKEN_ENV})
 
 
 def load(
+    root: type[Root],
     path: str | Path | None = None,
     *,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
-) -> Config:
-    """Load and validate configuration; ``overrides`` maps ``"section.key"`` to CLI values."""
-    sections = _sections()
+) -> Root:
+    """The dataclass ``root`` (one field per section, each a dataclass of keys) from defaults <
+    the TOML file < ``SYNCNODE_*`` variables < ``overrides`` (``"section.key"`` to CLI values),
+    each key validated. ``root`` is given by ``node.config.load_config``: this module reads
+    nothing of it by import, so the config does not import back the module that loads it."""
+    sections = _sections(root)
     merged: dict[str, dict[str, tuple[Any, bool]]] = {name: {} for name in sections}
     if path is not None:
         try:
@@ -141,15 +147,4 @@ def load(
             raise ConfigError(dotted, "unknown section")
         merged[section][key] = (value, isinstance(value, str))
     built = {name: _build_section(name, cls, merged[name]) for name, cls in sections.items()}
-    config = Config(**built)
-    _check_relations(config)
-    return config
-
-
-def _check_relations(config: Config) -> None:
-    """Constraints between keys, each reported under the key a user would change."""
-    sds = config.sds
-    if sds.repair_t_min_s > sds.repair_t_max_s:
-        raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s, got "
-                          f"{shown(sds.repair_t_min_s)} > {shown(sds.repair_t_max_s)}")
-
+    return root(**built)

@@ -7,12 +7,9 @@ import sys
 
 import trio
 
-from node.api.app import ApiRoute, create_app, serve_api
+from node.api.app import create_app, serve_api
 from node.api.guard import ApiGuard, HostPolicy
-from node.api.health import HEALTH_ROUTES
 from node.api.node_metrics import register_node_metrics
-from node.api.routes import NODE_ROUTES
-from node.api.ui_routes import ui_routes
 from node.api_address import remove_api_url, write_api_url
 from node.api_token import load_or_create_token
 from node.config import Config
@@ -20,6 +17,7 @@ from node.config_combined import check_combined_keys
 from node.config_fields import parse_host_port
 from node.config_membership import conn_limits
 from node.config_net import reachability_config
+from node.httpkit import ApiRoute
 from node.logs import kv
 from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
@@ -28,8 +26,7 @@ from node.p2p.run import open_host
 from node.replication.recon import ReconService
 from node.repo_lock import DataDirLocked, RepoLock
 from node.runtime import NodeInfo, NodeRuntime, Service
-from node.services import build_services
-from node.snapshots.routes import SNAPSHOT_ROUTES
+from node.services import api_routes, build_services, node_views
 from node.store import EventStore
 from node.ui import UiSessions
 from storage import make_engine, upgrade
@@ -92,7 +89,7 @@ def p2p_config(config: Config) -> P2PConfig:
 
 
 def register_base_metrics(runtime: NodeRuntime) -> None:
-    register_node_metrics(runtime)
+    register_node_metrics(node_views(runtime).metrics)
 
 
 async def _run_services(scope: trio.CancelScope, *services: Service) -> None:
@@ -162,10 +159,10 @@ async def _serve_locked(
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, *running)
             sessions = UiSessions(config.ui, runtime.metrics)
-            all_routes = [*NODE_ROUTES, *SNAPSHOT_ROUTES, *HEALTH_ROUTES, *app_routes,
-                          *ui_routes(sessions), *(routes or [])]
+            views = node_views(runtime)
             app = ApiGuard(
-                create_app(runtime, all_routes, config.api),
+                create_app(views.api, api_routes(app_routes, sessions, routes),
+                           config.api),
                 token=token, hosts=HostPolicy(api_host, config.api.hosts), metrics=runtime.metrics,
                 ui=sessions,
             )

@@ -1,19 +1,28 @@
-"""Builds a node's long-running services from its configuration.
+"""The composition root: builds a node's long-running services and the routes of its API.
 
 Each returned service has an ``async run()``; the daemon runs them all in one nursery and
-cancels them together at shutdown.
+cancels them together at shutdown. This is the one module that knows both the runtime and every
+part of the node: route tables and applications read the node through their own narrow
+interfaces (``NodeViews``), so none of them imports the runtime or this module back.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sqlalchemy.engine import make_url
 
-from node.api.app import ApiRoute
-from node.apps.blocks_app import router_of
+from node.api.app import ApiNode
+from node.api.health import HEALTH_ROUTES, HealthNode
+from node.api.node_metrics import MetricsNode
+from node.api.peer_routes import PeersNode
+from node.api.routes import NODE_ROUTES, EventsNode
+from node.api.ui_routes import ui_routes
 from node.apps.plugins import PLUGINS
-from node.apps.runner import AppRunner
-from node.config import Config
+from node.apps.runner import AppHost, AppRunner
+from node.config_channels import channel_names, channel_profiles, channel_writers
 from node.config_combined import recon_config, sds_config
+from node.httpkit import ApiRoute
 from node.p2p.standing import PeerStanding, score_config
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
@@ -26,45 +35,50 @@ from node.replication.recon import ReconService
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
+from node.snapshots.routes import SNAPSHOT_ROUTES, SnapshotsNode
 from node.snapshots.scheduler import scheduler_from_config
+from node.ui import UiSessions
 from storage import weaker_level
 from sync.gossip import GossipLimits
 from sync.ingest import IngestSpec
 
-__all__ = ["build_services", "channel_profiles", "channel_writers", "sds_config"]
+__all__ = [
+    "NodeViews", "api_routes", "build_services", "channel_names", "channel_profiles",
+    "channel_writers", "node_views", "sds_config",
+]
 
 
-def channel_profiles(config: Config) -> dict[str, str]:
-    """The SDS profile of every channel: ``[sds] profile`` for the configured channels, the
-    applications' channels "syncnode" (their writers are authorised by signature), then the
-    ``[sds] channel_profiles`` overrides."""
-    apps = {c for plugin in PLUGINS for c in plugin.channels(config)}
-    out = {name: "syncnode" for name in channel_names(config)}
-    out.update({name: config.sds.profile for name in config.p2p.channels if name not in apps})
-    for item in config.sds.channel_profiles:
-        name, _, profile = item.partition("=")
-        out[name] = profile
-    return out
+class NodeViews(NamedTuple):
+    """The runtime as each consumer sees it: one narrow interface per route table, for the
+    node-wide metrics and for the applications."""
+
+    api: ApiNode
+    events: EventsNode
+    peers: PeersNode
+    health: HealthNode
+    snapshots: SnapshotsNode
+    metrics: MetricsNode
+    apps: AppHost
 
 
-def channel_writers(config: Config) -> dict[str, frozenset[str]]:
-    """Channels whose content only some peers may send: the block streams' producers."""
-    if not config.blocks.enabled:
-        return {}
-    producers = frozenset(config.blocks.producers)
-    return {name: producers for name in router_of(config.blocks).channels()}
+def node_views(runtime: NodeRuntime) -> NodeViews:
+    """The runtime behind every interface (mypy checks here that it offers each one)."""
+    return NodeViews(runtime, runtime, runtime, runtime, runtime, runtime, runtime)
+
+
+def api_routes(app_routes: list[ApiRoute], sessions: UiSessions,
+               extra: list[ApiRoute] | None = None) -> list[ApiRoute]:
+    """Every route the API serves. A handler is called with the object the app was created
+    with (``views.api``: the runtime, which ``node_views`` shows offers every table's
+    interface); each table's handlers are typed by the interface they use."""
+    return [*NODE_ROUTES, *SNAPSHOT_ROUTES, *HEALTH_ROUTES, *app_routes, *ui_routes(sessions),
+            *(extra or [])]
 
 
 def _in_memory(url: str) -> bool:
     """A database only this process can see (no worker can write to it)."""
     parsed = make_url(url)
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
-
-
-def channel_names(config: Config) -> list[str]:
-    """Configured channels plus those the hosted applications need, in order, once each."""
-    needed = [c for plugin in PLUGINS for c in plugin.channels(config)]
-    return list(dict.fromkeys([*config.p2p.channels, *needed]))
 
 
 async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiRoute]]:
@@ -115,7 +129,8 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     peers.on_joined, peers.on_forgotten = membership.learn, membership.forget
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
     runtime.membership = membership
-    bundles = [plugin.build(runtime) for plugin in PLUGINS]
+    apps = node_views(runtime).apps
+    bundles = [plugin.build(apps) for plugin in PLUGINS]
     services: list[Service] = [channels, fetcher, peers, recon, membership,
                                *([ingest] if ingest else [])]
     # An application with no channels (disabled in config) costs nothing.

@@ -1,5 +1,6 @@
 """The local HTTP API: the app and its guard (host check, token, limits), routes, health,
-OpenAPI, idempotency keys and the node-wide metric series.
+idempotency keys and the node-wide metric series. The toolkit and the OpenAPI description it
+builds on are ``node.httpkit``.
 """
 
 from __future__ import annotations
@@ -34,16 +35,6 @@ from node.api.node_metrics import (
     register_node_metrics,
     register_store_metrics,
 )
-from node.api.openapi import (
-    ERROR_SCHEMA,
-    INT64_MAX,
-    Param,
-    RouteDoc,
-    arr,
-    document,
-    obj,
-    openapi_path,
-)
 from node.api.peer_routes import (
     PEER_ROUTES,
 )
@@ -53,9 +44,7 @@ from node.api.routes import (
 )
 
 __all__ = [
-    "ERROR_SCHEMA",
     "HEALTH_ROUTES",
-    "INT64_MAX",
     "MAX_KEY_LENGTH",
     "NODE_ROUTES",
     "OPEN_PATHS",
@@ -66,19 +55,13 @@ __all__ = [
     "ApiRoute",
     "HostPolicy",
     "IdempotencyKeys",
-    "Param",
-    "RouteDoc",
-    "arr",
     "create_app",
-    "document",
     "event_json",
     "follow_rows",
     "follow_stream",
     "int_param",
     "internal_error",
     "is_loopback_host",
-    "obj",
-    "openapi_path",
     "read_body",
     "read_json",
     "register_node_metrics",

@@ -10,25 +10,44 @@ Kubernetes. Both answer without the API token while the API is on loopback (``OP
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from sqlalchemy import Connection, text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import ApiRoute
-from node.api.openapi import RouteDoc, obj
+from node.httpkit import ApiRoute
+from node.httpkit.openapi import RouteDoc, obj
 
 if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
+    from node.config import Config
+    from node.p2p import P2PHost
+    from node.store import EventStore
 
-__all__ = ["HEALTH_ROUTES"]
+__all__ = ["HEALTH_ROUTES", "HealthNode"]
+
+
+class HealthNode(Protocol):
+    """What the probes read of the node (``node.runtime.NodeRuntime``)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def store(self) -> EventStore: ...
+
+    @property
+    def host(self) -> P2PHost | None: ...
+
+    @property
+    def started_at(self) -> float: ...
+
 
 DB_CHECK_TIMEOUT_S = 5.0
 
 
-async def _healthz(node: NodeRuntime, _request: Request) -> Response:
+async def _healthz(node: HealthNode, _request: Request) -> Response:
     return JSONResponse({"status": "ok", "uptime_s": round(time.monotonic() - node.started_at, 3)})
 
 
@@ -36,7 +55,7 @@ def _select_one(conn: Connection) -> Any:
     return conn.execute(text("SELECT 1")).scalar()
 
 
-async def _database_check(node: NodeRuntime) -> str | None:
+async def _database_check(node: HealthNode) -> str | None:
     try:
         with trio.fail_after(DB_CHECK_TIMEOUT_S):
             await node.store.read(_select_one)
@@ -47,7 +66,7 @@ async def _database_check(node: NodeRuntime) -> str | None:
     return None
 
 
-async def _readyz(node: NodeRuntime, _request: Request) -> Response:
+async def _readyz(node: HealthNode, _request: Request) -> Response:
     checks: dict[str, Any] = {}
     problems: list[str] = []
     db_problem = await _database_check(node)

@@ -22,7 +22,7 @@ from typing import Any
 import trio
 from sqlalchemy import Connection
 
-from node.api.app import ApiError
+from node.httpkit import ApiError
 from node.metrics import Metrics
 from node.store import EventStore
 from storage import count_state, delete_oldest_state, delete_state_before, get_state, put_state

@@ -9,16 +9,34 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from storage import AppendResult, EventRecord
 
 if TYPE_CHECKING:
     from node.metrics import Metrics
-    from node.runtime import NodeRuntime
+    from node.p2p import P2PHost
     from node.store import EventStore
 
-__all__ = ["P2P_HELP", "register_node_metrics", "register_store_metrics"]
+__all__ = ["P2P_HELP", "MetricsNode", "register_node_metrics", "register_store_metrics"]
+
+
+class MetricsNode(Protocol):
+    """What the node-wide series read of the node (``node.runtime.MetricsNode``)."""
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def store(self) -> EventStore: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+    def require_host(self) -> P2PHost: ...
 
 OTHER_COUNTERS = {
     "events_stored_total": "Events newly committed to the database (from any source)",
@@ -72,7 +90,7 @@ def register_store_metrics(metrics: Metrics, store: EventStore) -> None:
                        "settled by reading the log")
 
 
-def register_node_metrics(runtime: NodeRuntime) -> None:
+def register_node_metrics(runtime: MetricsNode) -> None:
     metrics, store, host = runtime.metrics, runtime.store, runtime.require_host()
     for name, help_text in OTHER_COUNTERS.items():
         metrics.describe(name, "counter", help_text)

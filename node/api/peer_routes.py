@@ -2,29 +2,48 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import ApiError, ApiRoute, read_json
-from node.api.openapi import Param, RouteDoc, arr, obj
+from node.httpkit import ApiError, ApiRoute, read_json
+from node.httpkit.openapi import Param, RouteDoc, arr, obj
 from node.p2p import P2PError
 from node.replication.peer_activity import path_of
 
 if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
+    from node.p2p import P2PHost
+    from node.replication.membership import Membership
+    from node.replication.peers import PeerManager
+    from node.replication.recon import ReconService
 
-__all__ = ["PEER_ROUTES"]
+__all__ = ["PEER_ROUTES", "PeersNode"]
 
 
-def _activity(node: NodeRuntime, peer: str, connected: bool) -> dict[str, Any]:
+class PeersNode(Protocol):
+    """What the peer routes read of the node (``node.runtime.NodeRuntime``)."""
+
+    @property
+    def peers(self) -> PeerManager | None: ...
+
+    @property
+    def membership(self) -> Membership | None: ...
+
+    @property
+    def recon(self) -> ReconService | None: ...
+
+    def require_host(self) -> P2PHost: ...
+
+
+
+def _activity(node: PeersNode, peer: str, connected: bool) -> dict[str, Any]:
     if node.recon is None:
         return {"last_seen": None, "last_recon": None}
     return node.recon.activity.describe(peer, connected)
 
 
-async def _peers(node: NodeRuntime, _request: Request) -> Response:
+async def _peers(node: PeersNode, _request: Request) -> Response:
     peers = [
         {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
          "connected_since": p.connected_since,
@@ -38,7 +57,7 @@ async def _peers(node: NodeRuntime, _request: Request) -> Response:
     return JSONResponse({"connected": peers, "known": known, "address_book": book})
 
 
-async def _book(node: NodeRuntime, _request: Request) -> Response:
+async def _book(node: PeersNode, _request: Request) -> Response:
     if node.membership is None:
         raise ApiError(503, "the node is starting")
     entries = [
@@ -51,7 +70,7 @@ async def _book(node: NodeRuntime, _request: Request) -> Response:
                          "entries": entries})
 
 
-async def _join(node: NodeRuntime, request: Request) -> Response:
+async def _join(node: PeersNode, request: Request) -> Response:
     body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("multiaddr"), str):
         raise ApiError(400, 'body must be {"multiaddr": "/ip4/.../tcp/.../p2p/<peer id>"}')
@@ -65,7 +84,7 @@ async def _join(node: NodeRuntime, request: Request) -> Response:
     return JSONResponse({"peer_id": peer_id, "multiaddr": body["multiaddr"]})
 
 
-async def _forget(node: NodeRuntime, request: Request) -> Response:
+async def _forget(node: PeersNode, request: Request) -> Response:
     peer_id = str(request.path_params["peer_id"])
     assert node.peers is not None
     if not await node.peers.forget(peer_id):

@@ -14,7 +14,7 @@ import base64
 import binascii
 from typing import Any
 
-from node.api.app import ApiError
+from node.httpkit import ApiError
 
 __all__ = ["MAX_CONTENT_BYTES", "batch_contents", "content_of"]
 

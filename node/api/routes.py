@@ -5,16 +5,16 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import ApiError, ApiRoute, follow_rows, follow_stream, int_param, read_json
 from node.api.idempotency import IdempotencyKeys, check_key
-from node.api.openapi import INT64_MAX, Param, RouteDoc, arr, obj
 from node.api.peer_routes import PEER_ROUTES
 from node.api.publish import MAX_CONTENT_BYTES, batch_contents, content_of
+from node.httpkit import ApiError, ApiRoute, follow_rows, follow_stream, int_param, read_json
+from node.httpkit.openapi import INT64_MAX, Param, RouteDoc, arr, obj
 from node.replication.channels import UnknownChannel
 from storage import StoredEvent, count_events, read_channel, read_channel_ordered
 from sync.errors import LocalProtocolError
@@ -22,9 +22,35 @@ from sync.sds import Delivered
 from sync.sds.profile import peek_event
 
 if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
+    import trio
 
-__all__ = ["NODE_ROUTES", "event_json"]
+    from node.config import Config
+    from node.metrics import Metrics
+    from node.replication.channels import ChannelService
+    from node.store import EventStore
+
+__all__ = ["NODE_ROUTES", "EventsNode", "event_json"]
+
+
+class EventsNode(Protocol):
+    """What the event routes read of the node (``node.runtime.NodeRuntime``)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def store(self) -> EventStore: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def channels(self) -> ChannelService | None: ...
+
+    def require_channels(self) -> ChannelService: ...
+
+    def commit_signal(self) -> trio.Event: ...
+
 
 MAX_PAGE = 10_000
 # Rows per storage read while a page fills: small enough that one read of the largest events
@@ -52,7 +78,7 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
     }
 
 
-def _channel(node: NodeRuntime, request: Request) -> str:
+def _channel(node: EventsNode, request: Request) -> str:
     name = request.path_params["channel"]
     if node.channels is None or name not in node.channels.channels:
         known = ", ".join(node.channels.names) if node.channels else ""
@@ -60,7 +86,7 @@ def _channel(node: NodeRuntime, request: Request) -> str:
     return str(name)
 
 
-def _idempotency(node: NodeRuntime, request: Request) -> IdempotencyKeys:
+def _idempotency(node: EventsNode, request: Request) -> IdempotencyKeys:
     state = request.app.state
     keys: IdempotencyKeys | None = getattr(state, "idempotency", None)
     if keys is None:
@@ -70,7 +96,7 @@ def _idempotency(node: NodeRuntime, request: Request) -> IdempotencyKeys:
     return keys
 
 
-async def _publish(node: NodeRuntime, request: Request) -> Response:
+async def _publish(node: EventsNode, request: Request) -> Response:
     channel = _channel(node, request)
     api = node.config.api
     body = await read_json(request, max(api.max_body_bytes, api.publish_batch_max_bytes))
@@ -102,7 +128,7 @@ async def _publish(node: NodeRuntime, request: Request) -> Response:
     return JSONResponse(answer(delivered))
 
 
-async def _publish_batch(node: NodeRuntime, request: Request, channel: str,
+async def _publish_batch(node: EventsNode, request: Request, channel: str,
                          contents: list[bytes]) -> Response:
     if "idempotency-key" in request.headers:
         raise ApiError(400, "Idempotency-Key is for single publishes, not batch bodies")
@@ -123,7 +149,7 @@ async def _publish_batch(node: NodeRuntime, request: Request, channel: str,
                                   "were published", "events": answers}, status_code=409)
 
 
-async def _send(node: NodeRuntime, channel: str, content: bytes,
+async def _send(node: EventsNode, channel: str, content: bytes,
                 also: Callable[[Any, Delivered], None] | None = None) -> Delivered:
     try:
         delivered: Delivered = await node.require_channels().publish(channel, content, also)
@@ -134,7 +160,7 @@ async def _send(node: NodeRuntime, channel: str, content: bytes,
     return delivered
 
 
-async def _read(node: NodeRuntime, request: Request) -> Response:
+async def _read(node: EventsNode, request: Request) -> Response:
     """A page of events, bounded by ``limit`` rows and by ``api.page_max_bytes`` of JSON: it is
     built from small storage reads, and ``more`` tells the client to ask again from ``next``."""
     channel = _channel(node, request)
@@ -185,7 +211,7 @@ async def _read(node: NodeRuntime, request: Request) -> Response:
                     media_type="application/json")
 
 
-async def _follow(node: NodeRuntime, request: Request) -> Response:
+async def _follow(node: EventsNode, request: Request) -> Response:
     """NDJSON stream of new events in storage order, starting after ``after`` (a seq)."""
     channel = _channel(node, request)
 
@@ -199,7 +225,7 @@ async def _follow(node: NodeRuntime, request: Request) -> Response:
         request, read, node.commit_signal, line, int_param(request, "after", 0)))
 
 
-async def _channels(node: NodeRuntime, _request: Request) -> Response:
+async def _channels(node: EventsNode, _request: Request) -> Response:
     assert node.channels is not None
     out = []
     for name, ch in node.channels.channels.items():

@@ -9,17 +9,13 @@ other host (docs/ops.md, "The status page").
 from __future__ import annotations
 
 from importlib import resources
-from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from node.api.app import ApiError, ApiRoute
-from node.api.openapi import Param, RouteDoc, obj
+from node.httpkit import ApiError, ApiRoute
+from node.httpkit.openapi import Param, RouteDoc, obj
 from node.ui.sessions import UiSessions, cookie_name
-
-if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
 
 __all__ = ["PAGE_HEADERS", "ui_routes"]
 
@@ -52,17 +48,17 @@ def _static(name: str) -> bytes:
 def ui_routes(sessions: UiSessions) -> list[ApiRoute]:
     files = {path: (_static(name), media) for path, (name, media) in _FILES.items()}
 
-    async def page(_node: NodeRuntime, request: Request) -> Response:
+    async def page(_node: object, request: Request) -> Response:
         body, media = files[request.url.path]
         return Response(body, media_type=media, headers=PAGE_HEADERS)
 
-    async def link(_node: NodeRuntime, request: Request) -> Response:
+    async def link(_node: object, request: Request) -> Response:
         nonce = sessions.issue_link()
         base = f"{request.url.scheme}://{request.headers['host']}"
         return JSONResponse({"url": f"{base}/ui/login?nonce={nonce}",
                              "expires_in_s": sessions.section.link_ttl_s})
 
-    async def login(_node: NodeRuntime, request: Request) -> Response:
+    async def login(_node: object, request: Request) -> Response:
         session = sessions.redeem(request.query_params.get("nonce", ""))
         if session is None:
             return HTMLResponse(_REFUSED_LINK, status_code=403, headers=PAGE_HEADERS)
@@ -72,7 +68,7 @@ def ui_routes(sessions: UiSessions) -> list[ApiRoute]:
                           httponly=True, samesite="strict")
         return answer
 
-    async def about(_node: NodeRuntime, request: Request) -> Response:
+    async def about(_node: object, request: Request) -> Response:
         session = request.cookies.get(cookie_name(request.url.port))
         if request.headers.get("authorization") is not None or session is None:
             raise ApiError(404, "no status page session in this request (the token was sent)")

@@ -20,6 +20,7 @@ import trio
 from sqlalchemy import Connection
 
 from node.config_apps import BlocksSection
+from node.config_channels import blocks_router as router_of
 from node.logs import kv
 from node.metrics import Metrics
 from storage import StoredEvent, get_state, put_state, read_channels_after
@@ -31,7 +32,6 @@ from sync.cardinal import (
     BlockReverted,
     Consumer,
     ConsumerEvent,
-    PrefixRouter,
     ReorgFinished,
     ReorgIgnored,
     ReorgStarted,
@@ -56,14 +56,6 @@ MAX_REPLAY_EVENTS = 200_000
 _STATE_KEY = f"app/{APP_NAME}/consumer"
 _STATE_VERSION = 1
 
-
-def router_of(config: BlocksSection) -> PrefixRouter:
-    """The ``routes`` entries (``REGEX=CHANNEL``, first match wins) as a PrefixRouter."""
-    table: dict[str, str] = {}
-    for entry in config.routes:
-        pattern, _, channel = entry.rpartition("=")
-        table.setdefault(pattern, channel)
-    return PrefixRouter(table, config.channel)
 
 
 class BlocksApplication:

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import (
+from node.apps.blocks_app import APP_NAME, BlocksApplication
+from node.apps.runner import AppHost, LogApplication
+from node.config import Config
+from node.config_channels import blocks_channels
+from node.httpkit import (
     ApiError,
     ApiRoute,
     RouteDoc,
@@ -25,10 +29,7 @@ from node.api.app import (
     int_param,
     read_json,
 )
-from node.api.openapi import INT64_MAX, Param, arr, obj
-from node.apps.blocks_app import APP_NAME, BlocksApplication, router_of
-from node.apps.runner import LogApplication
-from node.config import Config
+from node.httpkit.openapi import INT64_MAX, Param, arr, obj
 from storage.blocks import (
     BlockChange,
     BlockRow,
@@ -48,9 +49,6 @@ from sync.cardinal import (
     payload_from_json,
 )
 from sync.errors import LocalProtocolError, RemoteProtocolError
-
-if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
 
 __all__ = ["BlocksBundle", "BlocksPlugin", "change_json"]
 
@@ -98,7 +96,7 @@ _BLOCK = obj({"hash": _HASH, "number": _COUNT, "parent": _HASH,
 @dataclass
 class BlocksBundle:
     blocks: BlocksApplication
-    runtime: NodeRuntime
+    runtime: AppHost
     producer: Producer
     enabled: bool
     routes: list[ApiRoute] = field(default_factory=list)
@@ -177,7 +175,7 @@ class BlocksBundle:
         except LocalProtocolError as exc:
             raise ApiError(400, str(exc)) from None
 
-    async def _publish(self, _node: NodeRuntime, request: Request) -> Response:
+    async def _publish(self, _node: AppHost, request: Request) -> Response:
         self._check_producer()
         body = await read_json(request, max_bytes=16 * 1024 * 1024)
         if not isinstance(body, dict):
@@ -187,7 +185,7 @@ class BlocksBundle:
         await self._send(messages)
         return JSONResponse({"blocks": len(payloads), "messages": len(messages)})
 
-    async def _publish_reorg(self, _node: NodeRuntime, request: Request) -> Response:
+    async def _publish_reorg(self, _node: AppHost, request: Request) -> Response:
         self._check_producer()
         body = await read_json(request, max_bytes=16 * 1024 * 1024)
         if not isinstance(body, dict):
@@ -206,7 +204,7 @@ class BlocksBundle:
         return JSONResponse({"blocks": len(payloads), "messages": len(messages),
                              "reorg_channel": messages[0].channel})
 
-    async def _head(self, node: NodeRuntime, _request: Request) -> Response:
+    async def _head(self, node: AppHost, _request: Request) -> Response:
         self._check_enabled()
         head = await node.store.read(get_head, self.blocks.stream)
         if head is None:
@@ -215,7 +213,7 @@ class BlocksBundle:
                              "number": head.number, "weight": str(head.weight),
                              "updated_at": head.updated_at})
 
-    async def _get(self, node: NodeRuntime, request: Request) -> Response:
+    async def _get(self, node: AppHost, request: Request) -> Response:
         self._check_enabled()
         ref = str(request.path_params["ref"])
         if ref.isdigit():
@@ -229,7 +227,7 @@ class BlocksBundle:
             raise ApiError(404, f"no block {ref}")
         return JSONResponse(_block_json(row))
 
-    async def _follow(self, node: NodeRuntime, request: Request) -> Response:
+    async def _follow(self, node: AppHost, request: Request) -> Response:
         self._check_enabled()
         if request.query_params.get("after") is None:
             cursor = await node.store.read(last_change_seq, self.blocks.stream)
@@ -265,11 +263,9 @@ class BlocksPlugin:
     name = APP_NAME
 
     def channels(self, config: Config) -> list[str]:
-        if not config.blocks.enabled:
-            return []
-        return list(router_of(config.blocks).channels())
+        return blocks_channels(config)
 
-    def build(self, runtime: NodeRuntime) -> BlocksBundle:
+    def build(self, runtime: AppHost) -> BlocksBundle:
         section = runtime.config.blocks
         app = BlocksApplication(section, runtime.metrics)
         producer = Producer(app.router, subbatch_chunk=section.subbatch_chunk,

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from node.api.app import ApiError, ApiRoute, follow_rows, follow_stream, int_param
-from node.api.openapi import INT64_MAX, Param, RouteDoc, obj
+from node.httpkit import ApiError, ApiRoute, follow_rows, follow_stream, int_param
+from node.httpkit.openapi import INT64_MAX, Param, RouteDoc, obj
 from storage.crdt_changes import StoredChange, change_horizon, newest_change, read_row_changes
 from sync.crdt import ColumnType, TableSchema, Value, parse_assignments
 
 if TYPE_CHECKING:
     from node.apps.db_app import DbApplication
-    from node.runtime import NodeRuntime
+    from node.apps.runner import AppHost
 
 __all__ = ["MAX_WHERE", "WHERE_PARAM", "change_json", "changes_route", "parse_where"]
 
@@ -58,7 +58,7 @@ def change_json(change: StoredChange) -> dict[str, Any]:
 
 
 def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
-    async def changes(node: NodeRuntime, request: Request) -> Response:
+    async def changes(node: AppHost, request: Request) -> Response:
         name = str(request.path_params["table"])
         if name not in db.book:
             known = ", ".join(db.book.tables()) or "none yet"

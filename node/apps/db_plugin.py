@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import ApiError, ApiRoute, RouteDoc, read_json
-from node.api.openapi import Param, arr, obj
 from node.apps.db_app import APP_NAME, DbApplication
 from node.apps.db_feed import WHERE_PARAM, changes_route, parse_where
 from node.apps.db_json import history_json, row_json, schema_json, typed_values
 from node.apps.db_metrics import METRICS
 from node.apps.db_publish import SchemaSeeder, publish_and_wait
-from node.apps.runner import LogApplication
+from node.apps.runner import AppHost, LogApplication
 from node.config import Config
+from node.config_channels import db_channels
+from node.httpkit import ApiError, ApiRoute, RouteDoc, read_json
+from node.httpkit.openapi import Param, arr, obj
 from storage.crdt import count_rows, get_row, load_states, query_rows
 from sync.crdt import (
     CrdtMessage,
@@ -40,9 +41,6 @@ from sync.crdt import (
     validate_against,
 )
 from sync.errors import LocalProtocolError
-
-if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
 
 __all__ = ["DbBundle", "DbPlugin"]
 
@@ -63,7 +61,7 @@ _TABLE = Param("table", "path", {"type": "string", "minLength": 1, "maxLength": 
 @dataclass
 class DbBundle:
     db: DbApplication
-    runtime: Any  # NodeRuntime
+    runtime: AppHost
     routes: list[Any] = field(default_factory=list)
     services: list[Any] = field(default_factory=list)
     app: LogApplication = field(init=False)
@@ -180,7 +178,7 @@ class DbBundle:
             raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
         return schema
 
-    async def _tables(self, node: NodeRuntime, _request: Request) -> Response:
+    async def _tables(self, node: AppHost, _request: Request) -> Response:
         book = self.db.book
         counts = await node.store.read(count_rows)
         tables = {}
@@ -192,7 +190,7 @@ class DbBundle:
         return JSONResponse({"channel": self.db.section.channel,
                              "enabled": bool(self.db.channels), "tables": tables})
 
-    async def _schema_get(self, _node: NodeRuntime, request: Request) -> Response:
+    async def _schema_get(self, _node: AppHost, request: Request) -> Response:
         name = str(request.path_params["table"])
         history = self.db.book.history(name)
         if history is None:
@@ -200,7 +198,7 @@ class DbBundle:
             raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
         return JSONResponse(history_json(history))
 
-    async def _schema_post(self, node: NodeRuntime, request: Request) -> Response:
+    async def _schema_post(self, node: AppHost, request: Request) -> Response:
         self._require_active()
         name = str(request.path_params["table"])
         body = await read_json(request, max_bytes=256 * 1024)
@@ -229,7 +227,7 @@ class DbBundle:
         answer = await publish_and_wait(self.db, node, declaration.encoded)
         return JSONResponse(answer)
 
-    async def _write(self, node: NodeRuntime, request: Request) -> Response:
+    async def _write(self, node: AppHost, request: Request) -> Response:
         schema = self._schema(request)
         body = await read_json(request, max_bytes=256 * 1024)
         if not isinstance(body, dict) or not isinstance(body.get("values", {}), dict):
@@ -272,7 +270,7 @@ class DbBundle:
         epochs = self.db.book.epochs(schema.name)
         return {column: epochs.get(column, -1) for column in schema.columns}
 
-    async def _get(self, node: NodeRuntime, request: Request) -> Response:
+    async def _get(self, node: AppHost, request: Request) -> Response:
         schema = self._schema(request)
         entity_id = str(request.path_params["entity_id"])
         row = await node.store.read(get_row, schema.name, entity_id,
@@ -281,7 +279,7 @@ class DbBundle:
             raise ApiError(404, f"no row {entity_id!r} in {schema.name}")
         return JSONResponse(row_json(schema, row))
 
-    async def _query(self, node: NodeRuntime, request: Request) -> Response:
+    async def _query(self, node: AppHost, request: Request) -> Response:
         schema = self._schema(request)
         after = request.query_params.get("after")
         raw_limit = request.query_params.get("limit", "1000")
@@ -303,9 +301,9 @@ class DbPlugin:
     name = APP_NAME
 
     def channels(self, config: Config) -> list[str]:
-        return [config.db.channel] if config.db.active else []
+        return db_channels(config)
 
-    def build(self, runtime: NodeRuntime) -> DbBundle:
+    def build(self, runtime: AppHost) -> DbBundle:
         app = DbApplication(runtime.config.db, runtime.metrics)
         standing = runtime.standing
         if standing is not None:

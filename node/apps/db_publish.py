@@ -15,7 +15,7 @@ from storage import events_by_message_ids
 from sync.crdt import SchemaDeclaration
 
 if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
+    from node.apps.runner import AppHost
 
 __all__ = ["WRITE_WAIT_S", "SchemaSeeder", "publish_and_wait"]
 
@@ -25,7 +25,7 @@ log = logging.getLogger("syncnode.db")
 WRITE_WAIT_S = 10.0
 
 
-async def publish_and_wait(db: DbApplication, node: NodeRuntime,
+async def publish_and_wait(db: DbApplication, node: AppHost,
                            content: bytes) -> dict[str, Any]:
     """Publish ``content`` on the db channel; answer once it is committed and applied (or
     after ``WRITE_WAIT_S`` with ``applied: false``)."""

@@ -29,15 +29,40 @@ from storage import (
 )
 from sync.stored_event import EventRecord
 
-if TYPE_CHECKING:  # the runtime and the API import this module's plugins
-    from node.api.app import ApiRoute
+if TYPE_CHECKING:
     from node.config import Config
-    from node.runtime import NodeRuntime
+    from node.httpkit import ApiRoute
+    from node.p2p.standing import PeerStanding
+    from node.replication.channels import ChannelService
 
-__all__ = ["AppBundle", "AppPlugin", "AppRunner", "LogApplication", ]
+__all__ = ["AppBundle", "AppHost", "AppPlugin", "AppRunner", "LogApplication"]
 
 log = logging.getLogger("syncnode.apps")
 BATCH = 2000
+
+
+class AppHost(Protocol):
+    """What an application and its routes read of the running node: the narrow interface the
+    composition root (``node.services``) hands over (``node.runtime.NodeRuntime`` has it)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def store(self) -> EventStore: ...
+
+    @property
+    def standing(self) -> PeerStanding | None: ...
+
+    @property
+    def peer_id(self) -> str: ...
+
+    def require_channels(self) -> ChannelService: ...
+
+    def commit_signal(self) -> trio.Event: ...
 
 
 class LogApplication(Protocol):
@@ -153,6 +178,6 @@ class AppPlugin(Protocol):
         """Channels the application needs replicated (added to ``p2p.channels``)."""
         ...
 
-    def build(self, runtime: NodeRuntime) -> AppBundle:
+    def build(self, runtime: AppHost) -> AppBundle:
         """Create the application for a running node."""
         ...

@@ -1,4 +1,5 @@
-"""``syncnode config show|validate`` and ``syncnode completion bash|zsh``."""
+"""``syncnode config show|validate``, and the script behind ``syncnode completion bash|zsh``
+(registered by ``node.cli.main``, which owns the whole parser)."""
 
 from __future__ import annotations
 
@@ -111,13 +112,6 @@ complete -o default -F _syncnode syncnode
     return "# bash completion for syncnode: source <(syncnode completion bash)\n" + body
 
 
-def _cmd_completion(args: argparse.Namespace) -> int:
-    from node.cli.main import build_parser
-
-    sys.stdout.write(completion_script(build_parser(), args.shell))
-    return 0
-
-
 def register(sub: Any) -> None:
     config = sub.add_parser("config", help="show or check the effective configuration")
     actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -131,10 +125,3 @@ def register(sub: Any) -> None:
                                                    "range and its relations; exit 2 if bad")
     validate.add_argument("--config", metavar="FILE", help="TOML config")
     validate.set_defaults(func=_cmd_validate)
-
-    completion = sub.add_parser(
-        "completion", help="print a shell completion script",
-        description="bash: source <(syncnode completion bash); zsh: syncnode completion zsh > "
-                    "\"${fpath[1]}/_syncnode\"")
-    completion.add_argument("shell", choices=["bash", "zsh"])
-    completion.set_defaults(func=_cmd_completion)

@@ -25,6 +25,20 @@ from node.cli.common import EXIT_FAILED, EXIT_USAGE, ApiClient, CliError, config
 
 __all__ = ["ApiClient", "CliError", "build_parser", "main", "redact_secrets"]
 
+def _cmd_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(cli_config.completion_script(build_parser(), args.shell))
+    return 0
+
+
+def _register_completion(sub: Any) -> None:
+    completion = sub.add_parser(
+        "completion", help="print a shell completion script",
+        description="bash: source <(syncnode completion bash); zsh: syncnode completion zsh > "
+                    "\"${fpath[1]}/_syncnode\"")
+    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.set_defaults(func=_cmd_completion)
+
+
 EXTENSIONS = [
     cli_node.register,
     cli_records_args.register,
@@ -32,6 +46,7 @@ EXTENSIONS = [
     cli_db.register,
     cli_snapshot.register,
     cli_config.register,
+    _register_completion,
     cli_ui.register,
 ]
 

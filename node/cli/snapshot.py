@@ -204,7 +204,7 @@ def _local_database(args: argparse.Namespace
                              sqlite_synchronous=config.storage.sqlite_synchronous)
         try:
             upgrade(engine)
-            from node.services import channel_profiles
+            from node.config_channels import channel_profiles
 
             yield (engine, config.node.network_id, config.recon.event_id_layout,
                    channel_profiles(config), rules)

@@ -6,31 +6,37 @@ set by the daemon); a node without one answers 503.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from node.api.app import ApiError, ApiRoute, RouteDoc
+from node.httpkit import ApiError, ApiRoute, RouteDoc
 
 if TYPE_CHECKING:
-    from node.runtime import NodeRuntime
     from node.snapshots.scheduler import SnapshotScheduler
 
-__all__ = ["SNAPSHOT_ROUTES"]
+__all__ = ["SNAPSHOT_ROUTES", "SnapshotsNode"]
 
 
-def _scheduler(node: NodeRuntime) -> SnapshotScheduler:
+class SnapshotsNode(Protocol):
+    """What these routes read of the node (``node.runtime.NodeRuntime``)."""
+
+    @property
+    def snapshots(self) -> SnapshotScheduler | None: ...
+
+
+def _scheduler(node: SnapshotsNode) -> SnapshotScheduler:
     if node.snapshots is None:
         raise ApiError(503, "snapshots are not enabled on this node (config [spark])")
     return node.snapshots
 
 
-async def _trigger(node: NodeRuntime, _request: Request) -> Response:
+async def _trigger(node: SnapshotsNode, _request: Request) -> Response:
     return JSONResponse(_scheduler(node).trigger("api"), status_code=202)
 
 
-async def _status(node: NodeRuntime, _request: Request) -> Response:
+async def _status(node: SnapshotsNode, _request: Request) -> Response:
     return JSONResponse(_scheduler(node).status())
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from node.config_channels import channel_profiles
 from node.snapshots.job_process import JobCommand, JobProgress, run_job
 from storage import AppendResult, EventRecord
 
@@ -251,8 +252,6 @@ class SnapshotScheduler:
 
 def scheduler_from_config(config: Config) -> SnapshotScheduler | None:
     """The scheduler a node's ``[spark]`` config asks for, or None when it is disabled."""
-    from node.services import channel_profiles  # services imports this module
-
     spark = config.spark
     if not spark.enabled:
         return None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config import Config
+from node.config_channels import channel_names, channel_writers
 from node.snapshots.verify import BootstrapError
 from storage import EventRecord
 from sync.errors import RemoteProtocolError
@@ -81,7 +82,6 @@ def load_rules(config: Config, flags: Iterable[str], now: float) -> LoadRules:
     """The rules for a load into ``config``'s data dir: trusted signers from ``flags``, else
     the config key, else the defaults; ``BootstrapError`` when that leaves nobody."""
     from node.config_checks import check_peer_ids
-    from node.services import channel_names, channel_writers
 
     own = _own_peer_id(config.data_path)
     flagged = tuple(flags)

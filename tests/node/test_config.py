@@ -93,7 +93,7 @@ def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
 def test_channel_profiles_default_override_and_applications() -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from node.services import channel_profiles
+    from node.config_channels import channel_profiles
     from sync.identity import peer_id_of
 
     producer = peer_id_of(Ed25519PrivateKey.generate())
@@ -107,3 +107,22 @@ def test_channel_profiles_default_override_and_applications() -> None:
     assert profiles["blocks"] == "syncnode"  # an application's channel: writers are signed
     with pytest.raises(ConfigError, match="channel_profiles"):
         load_config(overrides={"sds.channel_profiles": ("chat=plain",)})
+
+
+def test_every_hosted_application_channel_is_a_configured_one() -> None:
+    """``node.config_channels.app_channels`` (read without importing the applications) names
+    what every plugin of ``PLUGINS`` asks for, in order: a new plugin must be added there."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from node.apps.plugins import PLUGINS
+    from node.config_channels import app_channels, channel_names
+    from sync.identity import peer_id_of
+
+    producer = peer_id_of(Ed25519PrivateKey.generate())
+    config = load_config(overrides={
+        "p2p.channels": ("chat",), "blocks.enabled": True, "blocks.producers": (producer,),
+        "blocks.routes": ("^eth=eth-blocks",), "db.enabled": True,
+    })
+    wanted = [c for plugin in PLUGINS for c in plugin.channels(config)]
+    assert len(wanted) >= 3 and app_channels(config) == wanted
+    assert channel_names(config) == ["chat", *wanted]

@@ -17,10 +17,12 @@ from spark_jobs.standalone import SPARK_HOME, standalone_cluster
 from tests.spark_jobs.conftest import NETWORK_ID
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[str]:
-    """``spark://127.0.0.1:PORT`` of a master with one registered 2-core worker."""
-    with standalone_cluster(tmp_path) as url:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``spark://127.0.0.1:PORT`` of a master with one registered 2-core worker, started once
+    for both tests (each job is its own Spark application; the cluster keeps no state between
+    them that a result depends on)."""
+    with standalone_cluster(tmp_path_factory.mktemp("cluster")) as url:
         yield url
 
 
