@@ -5,21 +5,37 @@ probe of an address when the peer is connected already."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from node.p2p.addrs import dial_fresh, dial_target, probe
 from node.p2p.frames import DialError, PeerRefusedError
-from node.p2p.types import P2PStats
+from node.p2p.types import BanList, ConnectedPeer, P2PConfig, P2PStats
 
 if TYPE_CHECKING:
-    from node.p2p.host import P2PHost
+    from libp2p.abc import IHost
 
-__all__ = ["check_dialable", "connect", "count_refusal"]
+    from node.p2p.relay import RelayLayer
+
+__all__ = ["DialingHost", "check_dialable", "connect", "count_refusal"]
+
+
+class DialingHost(Protocol):
+    """What dialing reads of ``node.p2p.host.P2PHost`` (a Protocol, so that the host can
+    import this module without an import cycle)."""
+
+    config: P2PConfig
+    peer_id: str
+    stats: P2PStats
+    bans: BanList
+    relay: RelayLayer | None
+    _host: IHost
+
+    def peer_info(self, peer_id: str) -> ConnectedPeer | None: ...
 
 logger = logging.getLogger("node.p2p")
 
 
-async def connect(host: P2PHost, address: str, *, verify: bool = False) -> str:
+async def connect(host: DialingHost, address: str, *, verify: bool = False) -> str:
     """Connect ``host`` to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; the peer id.
 
     ``verify``: when already connected to that peer, still dial ``address`` (a probe) so that
@@ -48,7 +64,7 @@ async def connect(host: P2PHost, address: str, *, verify: bool = False) -> str:
     return peer
 
 
-async def _connect_relayed(host: P2PHost, address: str) -> str:
+async def _connect_relayed(host: DialingHost, address: str) -> str:
     if host.relay is None:
         raise DialError(f"relayed addresses need [reachability] enabled: {address}")
     peer = address.rsplit("/p2p/", 1)[-1]
@@ -58,7 +74,7 @@ async def _connect_relayed(host: P2PHost, address: str) -> str:
     return await host.relay.dial_circuit(address, host.config.dial_timeout)
 
 
-def check_dialable(host: P2PHost, peer: str, address: str) -> None:
+def check_dialable(host: DialingHost, peer: str, address: str) -> None:
     """Refuse to dial ourselves, a peer outside ``allowed_peers`` or a banned one."""
     if peer == host.peer_id:
         raise DialError(f"refusing to dial ourselves at {address}")
