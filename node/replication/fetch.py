@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -59,7 +59,7 @@ class Fetcher:
         host: P2PHost,
         store: EventStore,
         metrics: Metrics,
-        ingest: Callable[[bytes, str | None], str | None],
+        ingest: Callable[[bytes, str | None], Awaitable[str | None]],
         still_missing: Callable[[str], bool],
         grace_s: float = GRACE_S,
         standing: PeerStanding | None = None,
@@ -183,7 +183,7 @@ class Fetcher:
                 log.info("bad fetch answer", extra=kv(peer=peer, error=exc.reason))
                 continue
             for wire in got:
-                accepted = self.ingest(wire, peer)
+                accepted = await self.ingest(wire, peer)
                 if accepted is not None:
                     self.metrics.inc("fetch_received_total")
                     self.core.received(plan, accepted)

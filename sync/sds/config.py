@@ -120,8 +120,8 @@ class SdsConfig:
     max_missing_per_sender: int = 1_000
     #: SDS-R: the repair cache also holds at most this many bytes of wires.
     repair_cache_bytes: int = 64 << 20
-    #: Delivered ids kept in memory (the newest deliveries) when the channel has a store to
-    #: ask about older ones (``SdsChannel(lookup=...)``); without one the whole log is kept.
+    #: Delivered ids kept in memory (the newest deliveries) when the channel's driver answers
+    #: for older ones (``SdsChannel(bounded=True)``); unbounded, the whole log is kept.
     delivered_window: int = 100_000
 
     def __post_init__(self) -> None:
