@@ -24,8 +24,8 @@ from sync.sds import (
     SdsConfig,
     decode_event,
 )
-from tests.sync.sds.helpers import CHANNEL, T0, channel, of_type
 from tests.sync.replication.test_ingest_core import history
+from tests.sync.sds.helpers import CHANNEL, T0, channel, of_type
 from tests.sync.sds.test_window import CFG, Store, group_wires
 
 LATER = T0 + 3600.0
