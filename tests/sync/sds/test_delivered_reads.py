@@ -92,9 +92,10 @@ def test_the_bulk_path_and_own_echo_check_ask_before_anything() -> None:
     store = Store()
     ch = _filled(store, wires)
     e = decode_event(wires[1], verify_signature=False)
-    assert e.lamport is not None
+    lamport = e.lamport
+    assert lamport is not None
     _asks_and_does_nothing(ch, lambda: ch.deliver_settled(
-        [e.message_id], [e.sender_id], [e.lamport], [e.history_ids], LATER))
+        [e.message_id], [e.sender_id], [lamport], [e.history_ids], LATER))
     _asks_and_does_nothing(ch, lambda: ch.has_delivered(e.message_id, e.lamport))
     store.answer(ch, ch.reads_for([(e.message_id, e.lamport, e.history_ids)]))
     assert ch.has_delivered(e.message_id, e.lamport)
