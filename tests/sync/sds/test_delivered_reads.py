@@ -99,7 +99,7 @@ def test_the_bulk_path_and_own_echo_check_ask_before_anything() -> None:
     _asks_and_does_nothing(ch, lambda: ch.has_delivered(e.message_id, e.lamport))
     store.answer(ch, ch.reads_for([(e.message_id, e.lamport, e.history_ids)]))
     assert ch.has_delivered(e.message_id, e.lamport)
-    done, full = ch.deliver_settled([e.message_id], [e.sender_id], [e.lamport],
+    done, full = ch.deliver_settled([e.message_id], [e.sender_id], [lamport],
                                     [e.history_ids], LATER)
     assert (done, full) == ([], [])  # held (the store said so): a duplicate
 
