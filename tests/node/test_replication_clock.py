@@ -81,7 +81,7 @@ def test_redials_back_off_on_the_mock_clock(tmp_path: Path) -> None:
             with trio.move_on_after(150.0):  # virtual
                 await peers._dial_loop()
 
-    trio.run(main, clock=MockClock(autojump_threshold=0.02))
+    trio.run(main, clock=MockClock(autojump_threshold=0.005))
     # Waits 2, 4, 8, 16, 32, then 60 s: dials at 0, 2, 6, 14, 30, 62 and 122 s (the next at
     # 182). A driver on another clock dials as often as real time allows: once or twice.
     failures = metrics.value("peer_dial_failures_total")
