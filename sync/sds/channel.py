@@ -44,7 +44,7 @@ from sync.sds.message import (
     verify_repair,
 )
 from sync.sds.outgoing import OutgoingBuffer
-from sync.sds.persist import SYNC_KEY, load_log, load_state, snapshot_of
+from sync.sds.persist import REPAIR_SYNC_KEY, SYNC_KEY, load_log, load_state, snapshot_of
 from sync.sds.profile import profile_of
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import (
@@ -678,7 +678,10 @@ class SdsChannel:
     def _arm_sync(self, base: float) -> None:
         self._sync_armed_at = base
         cfg = self.config
-        delay = cfg.sync_interval + self._rng.uniform(0.0, cfg.sync_jitter)
+        jitter = cfg.sync_jitter
+        if cfg.sync_jitter_scaled and self._repair.auto_groups:
+            jitter *= self.response_groups(base)
+        delay = cfg.sync_interval + self._rng.uniform(0.0, jitter)
         self._timers.schedule(TimerKind.SYNC, SYNC_KEY, base + delay)
 
     def handle_timer(self, now: float) -> None:
@@ -697,11 +700,24 @@ class SdsChannel:
                 elif kind is TimerKind.REPAIR_RESPONSE:
                     self._answer_repair(key, now)
                 elif kind is TimerKind.REPAIR_REQUEST:
-                    want_sync = want_sync or key in self._repair.requests
+                    if key in self._repair.requests:
+                        want_sync = want_sync or self._linger(now)
+                elif kind is TimerKind.SYNC and key == REPAIR_SYNC_KEY:
+                    want_sync = want_sync or self._repair.has_due(now)
                 elif kind is TimerKind.SYNC:
                     periodic = periodic or self._periodic_sync_due(now)
             if want_sync or periodic:
                 self._send_sync(now, periodic=periodic)
+
+    def _linger(self, now: float) -> bool:
+        """A request fell due: send it now, or (``repair_linger``) on whatever we send within
+        the linger, so that requests falling due close together share one message."""
+        linger = min(self.config.repair_linger, self.config.t_min)
+        if linger <= 0:
+            return True
+        if self._timers.due(TimerKind.SYNC, REPAIR_SYNC_KEY) is None:
+            self._timers.schedule(TimerKind.SYNC, REPAIR_SYNC_KEY, now + linger)
+        return False
 
     def _periodic_sync_due(self, now: float) -> bool:
         if self._last_activity > self._sync_armed_at:

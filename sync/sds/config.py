@@ -52,9 +52,17 @@ class SdsConfig:
     #: Mean quiet period before a sync message; the back-off adds up to ``sync_jitter`` more.
     sync_interval: float = 30.0
     sync_jitter: float = 30.0
+    #: The jitter grows with the group: ``sync_jitter`` times the response groups G
+    #: (``N div response_group_size + 1``), so that the group's periodic syncs, which the
+    #: first one sent suppresses, stay about as frequent as in a small group (docs/sds.md).
+    sync_jitter_scaled: bool = True
     #: SDS-R: repair window (spec recommends T_min >= 30 s, T_max 120-600 s).
     t_min: float = 30.0
     t_max: float = 120.0
+    #: SDS-R: a request that falls due waits this long (at most ``t_min``) for the next
+    #: message we send, so that requests falling due close together share one message (up
+    #: to ``max_repair_requests``), then goes on a sync of its own (docs/sds.md section 4a).
+    repair_linger: float = 15.0
     #: SDS-R response groups G. 0 (default): the spec's ``N div response_group_size + 1``
     #: from the channel's member estimate (``sync.sds.members``); >= 1: fixed.
     num_response_groups: int = 0
@@ -142,6 +150,7 @@ class SdsConfig:
             ("sync_jitter", self.sync_jitter >= 0),
             ("t_min", self.t_min >= 0),
             ("t_max", self.t_max > self.t_min),
+            ("repair_linger", self.repair_linger >= 0),
             ("num_response_groups", self.num_response_groups >= 0),
             ("response_group_size", self.response_group_size >= 1),
             ("member_window", self.member_window > 0),

@@ -365,6 +365,7 @@ class Simulation:
             stats.sent(member, copies, size)
         for member, copies in flood.received.items():
             stats.got(member, copies, size)
+        stats.by_kind(kind, sum(flood.received.values()) * size, len(tx.repair_request))
         loss = sc.network.delivery_loss
         for member, at in flood.arrival.items():
             if loss and self.rng.random() < loss:

@@ -58,6 +58,10 @@ class Stats:
     #: Broadcasts by kind: content, resend, repair (a rebroadcast answer), sync, sync_request.
     floods: dict[str, int] = field(default_factory=dict)
     flood_bytes: dict[str, int] = field(default_factory=dict)
+    #: Bytes received (every copy, all members) by broadcast kind, and the repair request
+    #: entries the broadcasts carried (which kind grows with N: docs/sim.md).
+    recv_bytes: dict[str, int] = field(default_factory=dict)
+    request_entries: int = 0
 
     def sent(self, member: int, copies: int, size: int) -> None:
         self.msgs_sent[member] = self.msgs_sent.get(member, 0) + copies
@@ -66,6 +70,10 @@ class Stats:
     def got(self, member: int, copies: int, size: int) -> None:
         self.msgs_received[member] = self.msgs_received.get(member, 0) + copies
         self.bytes_received[member] = self.bytes_received.get(member, 0) + copies * size
+
+    def by_kind(self, kind: str, received: int, entries: int) -> None:
+        self.recv_bytes[kind] = self.recv_bytes.get(kind, 0) + received
+        self.request_entries += entries
 
     def per_member_event(self, table: dict[int, int]) -> float:
         """Mean over members of the total in ``table``, per published message."""
@@ -96,6 +104,12 @@ class Stats:
             "floods": dict(sorted(self.floods.items())),
             "flood_mean_bytes": {k: self.flood_bytes[k] // v
                                  for k, v in sorted(self.floods.items())},
+            # Bytes received per member per published event, by broadcast kind.
+            "recv_by_kind_per_member_event": {
+                k: round(v / max(1, len(self.bytes_received) or self.members)
+                         / self.published, 1)
+                for k, v in sorted(self.recv_bytes.items())} if self.published else {},
+            "request_entries": self.request_entries,
             "rejected": dict(sorted(self.rejected.items())),
             "hostile_bytes": self.hostile_bytes,
             # Bytes honest members rebroadcast as repairs per byte hostile members sent.
