@@ -23,7 +23,8 @@ from sync.sds.timers import TimerKind
 if TYPE_CHECKING:
     from sync.sds.channel import SdsChannel
 
-__all__ = ["REPAIR_SYNC_KEY", "SYNC_KEY", "load_log", "load_state", "snapshot_of", "waiting_snapshot"]
+__all__ = ["REPAIR_SYNC_KEY", "SYNC_KEY", "load_log", "load_state", "snapshot_of",
+           "waiting_snapshot"]
 
 #: The timer key of a channel's (one) sync timer.
 SYNC_KEY = ""
