@@ -712,7 +712,11 @@ class SdsChannel:
     def _linger(self, now: float) -> bool:
         """A request fell due: send it now, or (``repair_linger``) on whatever we send within
         the linger, so that requests falling due close together share one message."""
-        linger = min(self.config.repair_linger, self.config.t_min)
+        cfg = self.config
+        # Longer in a larger group (G = N div 128 + 1), where a member has more entries
+        # falling due to share a message; never beyond T_min, the spec's shortest wait.
+        scale = self.response_groups(now) if self._repair.auto_groups else 1
+        linger = min(cfg.repair_linger * scale, cfg.t_min)
         if linger <= 0:
             return True
         if self._timers.due(TimerKind.SYNC, REPAIR_SYNC_KEY) is None:

@@ -59,9 +59,10 @@ class SdsConfig:
     #: SDS-R: repair window (spec recommends T_min >= 30 s, T_max 120-600 s).
     t_min: float = 30.0
     t_max: float = 120.0
-    #: SDS-R: a request that falls due waits this long (at most ``t_min``) for the next
-    #: message we send, so that requests falling due close together share one message (up
-    #: to ``max_repair_requests``), then goes on a sync of its own (docs/sds.md section 4a).
+    #: SDS-R: a request that falls due waits this long times the response groups G (at most
+    #: ``t_min``) for the next message we send, so that requests falling due close together
+    #: share one message (up to ``max_repair_requests``), then goes on a sync of its own
+    #: (docs/sds.md section 4).
     repair_linger: float = 15.0
     #: SDS-R response groups G. 0 (default): the spec's ``N div response_group_size + 1``
     #: from the channel's member estimate (``sync.sds.members``); >= 1: fixed.
