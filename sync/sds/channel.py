@@ -101,7 +101,8 @@ class SdsChannel:
             # A margin below the bound: a filter near its class capacity reads ~at its design
             # rate, and in a pair the one other member's filter must meet the bound alone.
             self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound / 16, 1e-9)),
-            cfg.bloom_small_max if self.profile.announces_bloom_params else 0)
+            cfg.bloom_small_max if self.profile.announces_bloom_params else 0,
+            cfg.bloom_small_max_request_sync if self.profile.announces_bloom_params else 0)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
@@ -337,13 +338,14 @@ class SdsChannel:
                                     self._key, self._rng)
         self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._last_activity = now
-        return event.wire + self._suffix(now, event.message_id)
+        return event.wire + self._suffix(now, event.message_id, request_sync=not periodic)
 
-    def _suffix(self, now: float, mid: str, *, requests: bool = True) -> bytes:
+    def _suffix(self, now: float, mid: str, *, requests: bool = True,
+                request_sync: bool = False) -> bytes:
         """Filter and due repair requests for a transmission of ``mid``; no requests on a
         rebroadcast of someone else's message (they are signed by, and charged to, the
         message's sender: ours would be ignored)."""
-        bloom, params = self._ack_filter.encoded()
+        bloom, params = self._ack_filter.encoded(request_sync=request_sync)
         return transmission_suffix(
             bloom, params,
             self._take_repair_requests(now) if requests else (),
