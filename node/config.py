@@ -166,6 +166,7 @@ class SdsSection:
     bloom_capacity: int = opt(1000, positive, most=10_000_000)
     bloom_fp_rate: float = opt(0.01, lambda v: None if 0 < v < 1 else "must be in (0, 1)", most=1.0)
     bloom_small_max: int = opt(0, non_negative, most=10_000_000)
+    bloom_small_max_request_sync: int = opt(256, non_negative, most=10_000_000)
     resend_interval_s: float = opt(10.0, positive, most=DAY)
     max_resends: int = opt(5, non_negative, most=1000)
     lost_timeout_s: float = opt(300.0, positive, most=30 * DAY)
