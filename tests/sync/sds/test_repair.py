@@ -185,6 +185,12 @@ def test_due_requests_linger_and_share_one_message() -> None:
     assert tx.event.is_sync
     assert [r.message_id for r in tx.repair_request] == together
     assert len(together) >= 1
+    # Its job is the requests: it carries the small filter of unnamed ids, not the full one
+    # (``bloom_small_max_request_sync``); a content message still carries the full filter.
+    assert tx.bloom_params is not None and tx.bloom_filter is not None
+    assert tx.bloom_params.bits < SdsConfig().bloom_capacity  # the full one has 9,593
+    full = decode_transmission(c.send(b"c", first + 16))
+    assert full.bloom_params is not None and full.bloom_params.bits > 9_000
 
 
 def test_lingering_request_rides_on_a_content_message() -> None:
