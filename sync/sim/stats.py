@@ -56,6 +56,7 @@ class Stats:
     msgs_received: dict[int, int] = field(default_factory=dict)
     latency: list[float] = field(default_factory=list)
     #: Broadcasts by kind: content, resend, repair (a rebroadcast answer), sync, sync_request.
+    #: Unicast kinds (``unicast``): fetch_request, fetch_answer, recon, transfer.
     floods: dict[str, int] = field(default_factory=dict)
     flood_bytes: dict[str, int] = field(default_factory=dict)
     #: Bytes received (every copy, all members) by broadcast kind, and the repair request
@@ -70,6 +71,15 @@ class Stats:
     def got(self, member: int, copies: int, size: int) -> None:
         self.msgs_received[member] = self.msgs_received.get(member, 0) + copies
         self.bytes_received[member] = self.bytes_received.get(member, 0) + copies * size
+
+    def unicast(self, sender: int, receiver: int, kind: str, frames: int, size: int) -> None:
+        """``frames`` of ``size`` bytes in all from one member to another (fetch-by-id, Recon,
+        transfer), counted at both ends and by kind."""
+        self.msgs_sent[sender] = self.msgs_sent.get(sender, 0) + frames
+        self.bytes_sent[sender] = self.bytes_sent.get(sender, 0) + size
+        self.msgs_received[receiver] = self.msgs_received.get(receiver, 0) + frames
+        self.bytes_received[receiver] = self.bytes_received.get(receiver, 0) + size
+        self.recv_bytes[kind] = self.recv_bytes.get(kind, 0) + size
 
     def by_kind(self, kind: str, received: int, entries: int) -> None:
         self.recv_bytes[kind] = self.recv_bytes.get(kind, 0) + received
