@@ -35,7 +35,8 @@ bytes per member per published event; ``recon_seeds_failed`` counts into ``seeds
 
 ``--smoke``: N = 10, 30, a few seconds, JSON to a temp file. ``--quick``: N = 10, 100, 300
 (under 5 minutes on a quiet machine). Default: N = 10, 100, 1000.
-The last line is the JSON result, also written to docs/bench/scale.json.
+The last line is the JSON result, also written to docs/bench/scale.json
+(``--quick``: docs/bench/scale_quick.json).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
 JSON_KEYS = ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed",
-             "recon_catchup_s")
+             "recon_catchup_s", "bytes_growth_5pct_sds_r_only", "delivery_p50_s_5pct_max_n",
+             "delivery_p99_s_5pct_max_n")
 sys.path.insert(0, str(ROOT))
 
 from sync.sim import NetworkConfig, Scenario, SimFailure, run  # noqa: E402
@@ -207,7 +209,7 @@ def main() -> int:
     if args.smoke:
         out = Path(tempfile.gettempdir()) / "scale_bench_smoke.json"
     else:
-        out = ROOT / "docs" / "bench" / "scale.json"
+        out = ROOT / "docs" / "bench" / ("scale_quick.json" if args.quick else "scale.json")
     if not args.no_write:
         out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}))
