@@ -121,13 +121,6 @@ def main() -> int:
                         help="every member decodes and verifies on its own (sync/sim/shared.py "
                              "off): slower, and the CPU figure counts that repeated work")
     parser.add_argument("--no-write", action="store_true", help="do not write the JSON file")
-    parser.add_argument("--only-comparison", metavar="OUT", type=Path,
-                        help="run only the SDS + SDS-R alone rows and write them to OUT (to "
-                             "split a full run in two under the bench lock)")
-    parser.add_argument("--comparison-rows", metavar="FILE", type=Path,
-                        help="take the SDS + SDS-R alone rows from FILE (written by "
-                             "--only-comparison with the same size and seed) instead of "
-                             "running them")
     args = parser.parse_args()
     global SHARED
     SHARED = not args.unshared
@@ -135,25 +128,8 @@ def main() -> int:
     sizes, duration = SIZES[mode], DURATION[mode]
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    if args.only_comparison is not None:
-        part = {"mode": mode, "seed": args.seed, "duration_s": duration,
-                "runs": [one(n, 0.05, duration, args.seed, stack=SDS_R_ONLY) for n in sizes],
-                "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-                "wall_s": round(time.monotonic() - started, 1)}
-        args.only_comparison.write_text(json.dumps(part, indent=2) + "\n")
-        print(json.dumps({k: v for k, v in part.items() if k != "runs"}))
-        return 1 if any(r.get("failed") for r in part["runs"]) else 0
     rows = [one(n, loss, duration, args.seed) for n in sizes for loss in LOSSES]
-    comparison_from = None
-    if args.comparison_rows is not None:
-        part = json.loads(args.comparison_rows.read_text())
-        if (part["mode"], part["seed"], part["duration_s"]) != (mode, args.seed, duration):
-            parser.error(f"{args.comparison_rows} is not of this size and seed")
-        rows += part["runs"]
-        comparison_from = {"file": str(args.comparison_rows), "load_avg": part["load_avg"],
-                           "wall_s": part["wall_s"]}
-    else:
-        rows += [one(n, 0.05, duration, args.seed, stack=SDS_R_ONLY) for n in sizes]
+    rows += [one(n, 0.05, duration, args.seed, stack=SDS_R_ONLY) for n in sizes]
     # Heads over one and three run lengths, same group (the middle size), no loss.
     mid = sizes[1]
     short = next(r for r in rows if r["members"] == mid and r["loss"] == 0.0
@@ -206,8 +182,6 @@ def main() -> int:
         "recon_catchup": {k: catchup.get(k) for k in CATCHUP_KEYS},
         "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "wall_s": round(time.monotonic() - started, 1),
-        # The SDS + SDS-R alone rows, when a separate run (--only-comparison) measured them.
-        "comparison_rows_from": comparison_from,
         "runs": [*rows, dict(long, heads_run="long"), dict(catchup, run="recon_catchup")],
     }
     print(f"Scale benchmark ({mode}): 20 msgs/s for {duration:.0f} s, then settling; "
