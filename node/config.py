@@ -44,6 +44,7 @@ from node.config_load import ENV_PREFIX, load
 from node.config_membership import MembershipSection
 from node.config_net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
+from sync.replication import FETCH_GRACE_S
 
 __all__ = [
     "ENV_PREFIX",
@@ -314,5 +315,11 @@ def _check_relations(config: Config) -> None:
     if sds.repair_t_min_s > sds.repair_t_max_s:
         raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s, got "
                           f"{shown(sds.repair_t_min_s)} > {shown(sds.repair_t_max_s)}")
+    if sds.repair_t_min_s < FETCH_GRACE_S:
+        # SDS-R's requests and answers are group-wide floods; fetch-by-id closes a gap with one
+        # request on one link after this grace, so SDS-R must wait at least as long.
+        raise ConfigError("sds.repair_t_min_s", f"must be >= {shown(FETCH_GRACE_S)}, the "
+                          "fetch-by-id grace (docs/replication.md \"Closing gaps\"), got "
+                          f"{shown(sds.repair_t_min_s)}")
 
 
