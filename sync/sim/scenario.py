@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from sync.replication import FETCH_GRACE_S
 from sync.sds import SdsConfig
 from sync.sim.network import NetworkConfig
 
@@ -49,7 +50,7 @@ class Scenario:
     #: other over their links; what nobody answered is left to Recon. Off (and Recon off):
     #: SDS and SDS-R alone (the scale benchmark's ``--sds-r-only`` comparison).
     fetch: bool = False
-    fetch_delay: float = 1.0
+    fetch_delay: float = FETCH_GRACE_S
     #: Recon (CIP-124) and the WANT/EVENTS transfer between mesh neighbours, with the node's
     #: round timer (``recon_interval``, ``[recon] interval_s``): sync/sim/replication.py.
     recon: bool = False
