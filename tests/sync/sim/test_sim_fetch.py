@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 import node.replication.fetch as node_fetch
 import node.replication.verify as node_verify
 import sync.sim.fetch as sim_fetch
@@ -72,3 +75,20 @@ def test_a_fetch_peer_that_withholds_is_passed_over() -> None:
     stats = run(dataclasses.replace(HOSTILE, seed=2, hostile=("withhold",), recon=False))
     assert stats.messages == stats.published
     assert stats.replication["fetch_answered"] > 0
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(members=st.integers(5, 12), seed=st.integers(0, 1 << 30),
+       loss=st.sampled_from([0.05, 0.15]), recon=st.booleans(),
+       hostile=st.sampled_from([("junk",), ("withhold",), ("junk", "withhold")]))
+def test_hostile_fetch_answers_never_stop_convergence(
+        members: int, seed: int, loss: float, recon: bool, hostile: tuple[str, ...]) -> None:
+    """Forged or withheld fetch answers, with or without Recon: every honest member ends with
+    every message (the invariants hold at every step: honest input never refused, nothing
+    acknowledged lost)."""
+    stats = run(Scenario(members=members, seed=seed, rate=10.0, duration=4.0, fetch=True,
+                         recon=recon, hostile=hostile,
+                         network=NetworkConfig(delivery_loss=loss)))
+    assert stats.messages == stats.published > 0
+    assert stats.replication["fetch_requests"] > 0
