@@ -30,7 +30,14 @@ from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
 from sync.peerscore import penalty_of
-from sync.replication import Action, FetchPlan, GapPlanner, Penalize, ReconcileSoon
+from sync.replication import (
+    FETCH_GRACE_S,
+    Action,
+    FetchPlan,
+    GapPlanner,
+    Penalize,
+    ReconcileSoon,
+)
 from sync.sds import MissingEntry
 from sync.transfer import (
     REFUSED_PENALTY,
@@ -48,7 +55,7 @@ log = logging.getLogger("syncnode.fetch")
 FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
 MAX_IDS = 256
 PEERS_PER_ID = 3
-GRACE_S = 1.0
+GRACE_S = FETCH_GRACE_S
 
 
 class Fetcher:

@@ -44,7 +44,7 @@ from sync.sds.message import (
     verify_repair,
 )
 from sync.sds.outgoing import OutgoingBuffer
-from sync.sds.persist import SYNC_KEY, load_log, load_state, snapshot_of
+from sync.sds.persist import REPAIR_SYNC_KEY, SYNC_KEY, load_log, load_state, snapshot_of
 from sync.sds.profile import profile_of
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import (
@@ -102,7 +102,8 @@ class SdsChannel:
             # A margin below the bound: a filter near its class capacity reads ~at its design
             # rate, and in a pair the one other member's filter must meet the bound alone.
             self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound / 16, 1e-9)),
-            cfg.bloom_small_max if self.profile.announces_bloom_params else 0)
+            cfg.bloom_small_max if self.profile.announces_bloom_params else 0,
+            cfg.bloom_small_max_request_sync if self.profile.announces_bloom_params else 0)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
@@ -376,13 +377,14 @@ class SdsChannel:
                                     self._key, self._rng)
         self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._last_activity = now
-        return event.wire + self._suffix(now, event.message_id)
+        return event.wire + self._suffix(now, event.message_id, request_sync=not periodic)
 
-    def _suffix(self, now: float, mid: str, *, requests: bool = True) -> bytes:
+    def _suffix(self, now: float, mid: str, *, requests: bool = True,
+                request_sync: bool = False) -> bytes:
         """Filter and due repair requests for a transmission of ``mid``; no requests on a
         rebroadcast of someone else's message (they are signed by, and charged to, the
         message's sender: ours would be ignored)."""
-        bloom, params = self._ack_filter.encoded()
+        bloom, params = self._ack_filter.encoded(request_sync=request_sync)
         return transmission_suffix(
             bloom, params,
             self._take_repair_requests(now) if requests else (),
@@ -731,7 +733,10 @@ class SdsChannel:
     def _arm_sync(self, base: float) -> None:
         self._sync_armed_at = base
         cfg = self.config
-        delay = cfg.sync_interval + self._rng.uniform(0.0, cfg.sync_jitter)
+        jitter = cfg.sync_jitter
+        if cfg.sync_jitter_scaled and self._repair.auto_groups:
+            jitter *= self.response_groups(base)
+        delay = cfg.sync_interval + self._rng.uniform(0.0, jitter)
         self._timers.schedule(TimerKind.SYNC, SYNC_KEY, base + delay)
 
     def handle_timer(self, now: float) -> None:
@@ -750,11 +755,28 @@ class SdsChannel:
                 elif kind is TimerKind.REPAIR_RESPONSE:
                     self._answer_repair(key, now)
                 elif kind is TimerKind.REPAIR_REQUEST:
-                    want_sync = want_sync or key in self._repair.requests
+                    if key in self._repair.requests:
+                        want_sync = want_sync or self._linger(now)
+                elif kind is TimerKind.SYNC and key == REPAIR_SYNC_KEY:
+                    want_sync = want_sync or self._repair.has_due(now)
                 elif kind is TimerKind.SYNC:
                     periodic = periodic or self._periodic_sync_due(now)
             if want_sync or periodic:
                 self._send_sync(now, periodic=periodic)
+
+    def _linger(self, now: float) -> bool:
+        """A request fell due: send it now, or (``repair_linger``) on whatever we send within
+        the linger, so that requests falling due close together share one message."""
+        cfg = self.config
+        # Longer in a larger group (G = N div 128 + 1), where a member has more entries
+        # falling due to share a message; never beyond T_min, the spec's shortest wait.
+        scale = self.response_groups(now) if self._repair.auto_groups else 1
+        linger = min(cfg.repair_linger * scale, cfg.t_min)
+        if linger <= 0:
+            return True
+        if self._timers.due(TimerKind.SYNC, REPAIR_SYNC_KEY) is None:
+            self._timers.schedule(TimerKind.SYNC, REPAIR_SYNC_KEY, now + linger)
+        return False
 
     def _periodic_sync_due(self, now: float) -> bool:
         if self._last_activity > self._sync_armed_at:

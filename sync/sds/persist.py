@@ -23,11 +23,13 @@ from sync.sds.timers import TimerKind
 if TYPE_CHECKING:
     from sync.sds.channel import SdsChannel
 
-__all__ = ["SYNC_KEY", "load_log", "load_state", "snapshot_of", "state_reads",
-           "waiting_snapshot"]
+__all__ = ["REPAIR_SYNC_KEY", "SYNC_KEY", "load_log", "load_state", "snapshot_of",
+           "state_reads", "waiting_snapshot"]
 
 #: The timer key of a channel's (one) sync timer.
 SYNC_KEY = ""
+#: The timer of a sync carrying lingering repair requests (``SdsConfig.repair_linger``).
+REPAIR_SYNC_KEY = "repair"
 
 
 def snapshot_of(ch: SdsChannel) -> ChannelState:
