@@ -13,6 +13,7 @@ from sync.sds import (
     sds_pb2,
     transmission_suffix,
 )
+from sync.sds.bloom import BloomView, bloom_indices
 from sync.sds.message import filter_signed_bytes
 from tests.sync.sds.helpers import CHANNEL, T0, channel, key, of_type
 
@@ -96,3 +97,24 @@ def test_filter_signature_travels_outside_the_canonical_wire() -> None:
     # A signature over another channel's filter does not verify here.
     other = filter_signed_bytes("other", PARAMS, sparse_filter([]))
     assert filter_signed_bytes(CHANNEL, PARAMS, sparse_filter([])) != other
+
+
+def test_a_resend_of_an_id_gone_from_the_rolling_filter_is_acknowledged_again() -> None:
+    """Issue 31: at 1,000 events/s the rolling filter covers about a second, so an id could
+    leave it before the receiver's next message; its resends were dropped as duplicates without
+    going back into the filter, and the sender resent it until ``max_resends``."""
+    config = SdsConfig(bloom_capacity=50)
+    sender, receiver, other = (channel(i, config=config) for i in range(3))
+    wire = sender.send(b"mine", T0)
+    mid = decode_transmission(wire).event.message_id
+    receiver.receive(wire, T0)
+    for n in range(60):  # the window moves on past it
+        receiver.receive(other.send(b"%d" % n, T0), T0)
+    assert mid not in receiver._ack_filter.full
+    receiver.receive(wire, T0 + 10)  # the resend: a duplicate
+    assert receiver.duplicates_received == 1
+    assert mid in receiver._ack_filter.full
+    sent = decode_transmission(receiver.send(b"next", T0 + 10))
+    assert sent.bloom_filter is not None and sent.bloom_params is not None
+    view = BloomView(sent.bloom_filter, sent.bloom_params, max_bits=1 << 20)
+    assert view.contains_indices(bloom_indices(mid, sent.bloom_params))
