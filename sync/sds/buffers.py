@@ -23,6 +23,8 @@ class OutgoingEntry:
     fp_product: float = 1.0
     #: Bit positions of the id per filter geometry seen, computed once.
     indices: dict[BloomParams, tuple[int, ...]] = field(default_factory=dict)
+    #: The ids its causal history names (``sync.sds.outgoing``: acknowledged with it).
+    history: tuple[str, ...] = ()
 
 
 @dataclass

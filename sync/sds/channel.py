@@ -312,7 +312,7 @@ class SdsChannel:
         self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
-        self._out.add(mid, event.wire, now, self._events)
+        self._out.add(mid, event.wire, now, self._events, history=event.history_ids)
         self._last_activity = now
         return event.wire + self._suffix(now, mid)
 
