@@ -25,6 +25,8 @@ class OutgoingEntry:
     indices: dict[BloomParams, tuple[int, ...]] = field(default_factory=dict)
     #: The ids its causal history names (``sync.sds.outgoing``: acknowledged with it).
     history: tuple[str, ...] = ()
+    #: When it was sent first (None: restored from saved state): acknowledgement delays.
+    sent_at: float | None = None
 
 
 @dataclass

@@ -468,7 +468,7 @@ class SdsChannel:
         if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
             self._out.review(event, evidence, self.channel_id, needed, self.profile.indices,
-                             self._events)
+                             self._events, now)
         if repair_request:
             self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:

@@ -45,12 +45,39 @@ class OutgoingBuffer:
         self._pace_bytes = 0
         #: Resends moved to a later second by the pacing (a counter, for tests and metrics).
         self.deferred = 0
+        # Acknowledgement delay, smoothed, and its mean deviation (TCP's SRTT and RTTVAR).
+        self._ack_delay: float | None = None
+        self._ack_dev = 0.0
+
+    def timeout(self) -> float:
+        """How long a message waits for its acknowledgement before its first resend: the
+        configured interval, or longer while acknowledgements take longer (issue 31: at a
+        rate the cluster could not keep up with, acknowledgements came after the interval
+        and nearly every event was resent 3-4 times, which took the rest of the cores; the
+        resends now back off as TCP's retransmission timeout does), at most 3 intervals."""
+        cfg = self.config
+        if self._ack_delay is None:
+            return cfg.resend_interval
+        rto = self._ack_delay + 4 * self._ack_dev
+        return min(max(cfg.resend_interval, rto), 3 * cfg.resend_interval)
+
+    def _sample(self, entry: OutgoingEntry, now: float) -> None:
+        """One acknowledgement delay, from a message never resent (Karn's rule: a resent
+        one's acknowledgement could answer any of its transmissions)."""
+        if entry.attempts or entry.sent_at is None:
+            return
+        delay = max(0.0, now - entry.sent_at)
+        if self._ack_delay is None:
+            self._ack_delay, self._ack_dev = delay, delay / 2
+        else:
+            self._ack_dev += (abs(delay - self._ack_delay) - self._ack_dev) / 4
+            self._ack_delay += (delay - self._ack_delay) / 8
 
     def add(self, mid: str, wire: bytes, now: float, events: list[SdsEvent] | None = None,
             *, history: tuple[str, ...] = ()) -> None:
-        self.entries[mid] = OutgoingEntry(mid, wire, history=history)
+        self.entries[mid] = OutgoingEntry(mid, wire, history=history, sent_at=now)
         self.nbytes += len(wire)
-        self._timers.schedule(TimerKind.RESEND, mid, now + self.config.resend_interval)
+        self._timers.schedule(TimerKind.RESEND, mid, now + self.timeout())
         limit = self.config.max_outgoing_bytes
         while self.nbytes > limit and len(self.entries) > 1:
             oldest = next(iter(self.entries))
@@ -79,7 +106,7 @@ class OutgoingBuffer:
 
     def review(self, event: SignedEvent, evidence: FilterEvidence | None, channel_id: str,
                needed: int, indexer: Callable[[str, BloomParams], tuple[int, ...]],
-               events: list[SdsEvent]) -> None:
+               events: list[SdsEvent], now: float) -> None:
         """What ``event`` acknowledges of ours (appended to ``events``): acknowledged ones
         leave the buffer; newly possibly acknowledged ones are resent less often (spec:
         distinct periods)."""
@@ -92,6 +119,7 @@ class OutgoingBuffer:
             timers.cancel(TimerKind.RESEND, mid)
             events.append(Acknowledged(mid, by_bloom))
             if entry is not None and not by_bloom:
+                self._sample(entry, now)
                 past.extend(entry.history)
         self._acknowledge_past(past, events)
         for entry in review.possibly:
@@ -100,7 +128,7 @@ class OutgoingBuffer:
                 entry.possibly = True
                 due = timers.due(TimerKind.RESEND, entry.message_id)
                 if due is not None:
-                    later = due - cfg.resend_interval + cfg.possibly_acked_resend_interval
+                    later = due - self.timeout() + cfg.possibly_acked_resend_interval
                     timers.schedule(TimerKind.RESEND, entry.message_id, later)
 
     def _acknowledge_past(self, stack: list[str], events: list[SdsEvent]) -> None:
@@ -143,6 +171,7 @@ class OutgoingBuffer:
             return None
         self._pace_bytes += size
         entry.attempts += 1
-        period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
+        period = (cfg.possibly_acked_resend_interval if entry.possibly
+                  else max(cfg.resend_interval, self.timeout()))
         self._timers.schedule(TimerKind.RESEND, mid, now + period)
         return entry.wire

@@ -140,3 +140,27 @@ def test_naming_our_newest_message_acknowledges_its_causal_past() -> None:
     acked = {e.message_id: e.by_bloom for e in of_type(us.events(), Acknowledged)}
     assert acked == dict.fromkeys(ids, False)
     assert not us.outgoing_ids & set(ids)
+
+
+def test_resends_back_off_while_acknowledgements_are_slow() -> None:
+    """Issue 31: acknowledgements slower than the resend interval (an overloaded cluster)
+    turned every event into 3-4 resends; the first resend now waits for the smoothed delay
+    plus four deviations (TCP's RTO), between 1 and 3 intervals."""
+    us, peer = channel(0), channel(1)
+    interval = us.config.resend_interval
+    first = us.send(b"first", T0)
+    peer.receive(first, T0)
+    late = T0 + 2 * interval  # acknowledged by a history after two intervals, never resent
+    reply = decode_transmission(peer.send(b"reply", late))
+    us.receive(reply.event.wire, late)
+    assert of_type(us.events(), Acknowledged)
+    us.send(b"second", late)
+    us.handle_timer(late + interval + 1)
+    assert us.resends == 0  # before: resent here
+    us.handle_timer(late + 3 * interval + 1)
+    assert us.resends == 1
+    # With no acknowledgement delay measured yet, the first resend comes after one interval.
+    quick = channel(0)
+    quick.send(b"x", T0)
+    quick.handle_timer(T0 + interval + 1)
+    assert quick.resends == 1
