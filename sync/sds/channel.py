@@ -407,8 +407,9 @@ class SdsChannel:
         naming our unacknowledged messages or an undelivered dependency); the rest were
         duplicates. The caller has checked the clock rule and the channel."""
         cfg = self.config
-        horizon = int(now * 1000) - int(1000 * max(cfg.lost_timeout,
-                                                   cfg.resend_interval * (cfg.max_resends + 1)))
+        # Resends wait up to 3 intervals while acknowledgements are slow (sync.sds.outgoing).
+        horizon = int(now * 1000) - int(1000 * max(
+            cfg.lost_timeout, 3 * cfg.resend_interval * (cfg.max_resends + 1)))
         log, waiting, missing, waiters, lost = (self._log, self._waiting, self._missing,
                                                 self._waiters, self._lost)
         own, outgoing = self.participant_id, self._outgoing
