@@ -75,7 +75,7 @@ class OutgoingBuffer:
 
     def add(self, mid: str, wire: bytes, now: float, events: list[SdsEvent] | None = None,
             *, history: tuple[str, ...] = ()) -> None:
-        self.entries[mid] = OutgoingEntry(mid, wire, history=history, sent_at=now)
+        self.entries[mid] = OutgoingEntry(mid, wire, history=history, sent_at=now, last_sent=now)
         self.nbytes += len(wire)
         self._timers.schedule(TimerKind.RESEND, mid, now + self.timeout())
         limit = self.config.max_outgoing_bytes
@@ -121,32 +121,44 @@ class OutgoingBuffer:
             if entry is not None and not by_bloom:
                 self._sample(entry, now)
                 past.extend(entry.history)
-        self._acknowledge_past(past, events)
+        self._acknowledge_past(past, events, now)
         for entry in review.possibly:
             events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
             if not entry.possibly:
                 entry.possibly = True
-                due = timers.due(TimerKind.RESEND, entry.message_id)
-                if due is not None:
-                    later = due - self.timeout() + cfg.possibly_acked_resend_interval
-                    timers.schedule(TimerKind.RESEND, entry.message_id, later)
+                if timers.due(TimerKind.RESEND, entry.message_id) is not None:
+                    # From its last transmission, not from the due time minus the current
+                    # timeout: that one may have grown since it was scheduled (the resend
+                    # came early, the very case the back-off is for).
+                    base = entry.last_sent if entry.last_sent is not None else now
+                    timers.schedule(TimerKind.RESEND, entry.message_id,
+                                    max(now, base + cfg.possibly_acked_resend_interval))
 
-    def _acknowledge_past(self, stack: list[str], events: list[SdsEvent]) -> None:
+    def _acknowledge_past(self, stack: list[str], events: list[SdsEvent], now: float) -> None:
         """A causal history names only what its sender delivered, and a message is delivered
         after its causal past: so ours that a named one depends on (its history, theirs, ...)
         were delivered there too, and are acknowledged with it (issue 31). Without this, of a
         batch of 200 messages chained by their histories only the newest is named (the DAG
         head), the other 199 wait for bloom filters, which at 1,000 events/s cover about a
-        second of receipts, and many were resent that had arrived everywhere. (A past
-        delivered with a *lost* dependency is the exception: lost only after ``lost_timeout``,
-        300 s, longer than our resends last by default, 5 x 30 s at most.) A member lying in
-        its history could stop these resends as it can by naming each id; Recon still
-        carries them."""
+        second of receipts, and many were resent that had arrived everywhere.
+
+        The exception is a message delivered with a *lost* dependency: the namer may not hold
+        that past. A member declares an id lost ``lost_timeout`` after it first missed it, and
+        nobody can miss it before we first sent it; so while ``now`` is within
+        ``lost_timeout`` of an entry's first send, no member can have declared it lost, and
+        the walk acknowledges it; an older entry (or one restored from saved state, whose
+        first send is unknown) waits for an acknowledgement of its own, and the walk does not
+        go past it (its own past is older still). This holds whatever the resend settings
+        and restarts; it assumes the channel's members share ``lost_timeout`` (a member with
+        a shorter one could give up on an id sooner). A member lying in its history could
+        stop these resends as it can by naming each id; Recon still carries them."""
+        horizon = now - self.config.lost_timeout
         while stack:
             mid = stack.pop()
-            entry = self._drop(mid)
-            if entry is None:
+            entry = self.entries.get(mid)
+            if entry is None or entry.sent_at is None or entry.sent_at <= horizon:
                 continue
+            self._drop(mid)
             self._timers.cancel(TimerKind.RESEND, mid)
             events.append(Acknowledged(mid, False))
             stack.extend(entry.history)
@@ -171,6 +183,7 @@ class OutgoingBuffer:
             return None
         self._pace_bytes += size
         entry.attempts += 1
+        entry.last_sent = now
         period = (cfg.possibly_acked_resend_interval if entry.possibly
                   else max(cfg.resend_interval, self.timeout()))
         self._timers.schedule(TimerKind.RESEND, mid, now + period)

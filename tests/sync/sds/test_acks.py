@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sync.sds import (
     Acknowledged,
+    Delivered,
     PossiblyAcknowledged,
     RollingBloomFilter,
     SdsChannel,
@@ -164,3 +165,57 @@ def test_resends_back_off_while_acknowledgements_are_slow() -> None:
     quick.send(b"x", T0)
     quick.handle_timer(T0 + interval + 1)
     assert quick.resends == 1
+
+
+def test_a_past_the_namer_may_have_declared_lost_is_not_acknowledged_with_it() -> None:
+    """Review of the above (h31d): a message delivered with a *lost* dependency is named
+    although its namer never held that dependency. With ``lost_timeout`` shorter than our
+    resends last (5 s here, resends every 10 s), the walk acknowledged our first message,
+    which the peer never received and had declared lost: an acknowledgement for an event
+    nobody else holds. Only an entry first sent within ``lost_timeout`` is acknowledged by
+    a later one's."""
+    cfg = SdsConfig(lost_timeout=5.0, resend_interval=10.0)
+    us, peer, other = channel(0, config=cfg), channel(1, config=cfg), channel(2, config=cfg)
+    hello = other.send(b"hello", T0)
+    us.receive(hello, T0)
+    peer.receive(hello, T0)
+    lost = decode_transmission(us.send(b"lost on the way", T0 + 1)).event.message_id
+    second = us.send(b"second", T0 + 2)
+    mid = decode_transmission(second).event.message_id
+    us.events()
+    assert lost in decode_transmission(second).event.history_ids
+    peer.receive(second, T0 + 2)  # its dependency never arrives: declared lost at T0 + 7
+    peer.handle_timer(T0 + 8)
+    assert not peer.holds(lost) and peer.holds(mid)
+    reply = decode_transmission(peer.send(b"reply", T0 + 8))
+    assert mid in reply.event.history_ids
+    us.receive(reply.event.wire, T0 + 8)
+    acked = {e.message_id for e in of_type(us.events(), Acknowledged)}
+    assert acked == {mid}
+    assert lost in us.outgoing_ids  # still resent: the peer asks for it (SDS-R) or Recon
+
+
+def test_the_causal_past_of_a_restored_entry_waits_for_its_own_acknowledgement() -> None:
+    """After a restart our entries' first sends are unknown: none is acknowledged by the walk
+    (a member may have declared it lost meanwhile), each still is by a history naming it."""
+    us, peer, other = channel(0), channel(1), channel(2)
+    hello = other.send(b"hello", T0)
+    us.receive(hello, T0)
+    peer.receive(hello, T0)
+    ours = [us.send(b"%d" % i, T0 + 1) for i in range(5)]
+    ids = [decode_transmission(w).event.message_id for w in ours]
+    delivered = of_type(us.events(), Delivered)
+    again = SdsChannel.restore(us.export_state(), key(0), now=T0 + 2,
+                               log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
+                               cached_wires=[d.wire for d in delivered])
+    assert set(ids) <= again.outgoing_ids
+    again.events()
+    for wire in ours:
+        peer.receive(wire, T0 + 2)
+    reply = decode_transmission(peer.send(b"reply", T0 + 3))
+    named = set(reply.event.history_ids) & set(ids)
+    assert ids[-1] in named and ids[0] not in named
+    again.receive(reply.event.wire, T0 + 3)
+    acked = {e.message_id for e in of_type(again.events(), Acknowledged)}
+    assert acked == named
+    assert set(ids) - named == again.outgoing_ids
