@@ -219,3 +219,33 @@ def test_the_causal_past_of_a_restored_entry_waits_for_its_own_acknowledgement()
     acked = {e.message_id for e in of_type(again.events(), Acknowledged)}
     assert acked == named
     assert set(ids) - named == again.outgoing_ids
+
+
+def _resent(ch: SdsChannel, mid: str, now: float) -> bool:
+    ch.handle_timer(now)
+    return any(decode_transmission(d).event.message_id == mid for d in ch.datagrams_to_send())
+
+
+def test_a_possibly_acknowledged_message_waits_from_its_last_send_when_the_timeout_grew() -> None:
+    """Review of h31c's back-off (h31d): a message turning possibly acknowledged was rescheduled
+    to its due time minus the *current* timeout plus 30 s; when acknowledgements had slowed
+    since it was sent (timeout 10 s -> 30 s), that was its send + 10 s, as if it were not
+    possibly acknowledged at all. It waits 30 s from its last send."""
+    us, late = channel(0, config=CONFIG), channel(4, config=CONFIG)
+    heard = []
+    for i in (1, 2, 3):
+        wire = channel(i, config=CONFIG).send(b"hello", T0)
+        us.receive(wire, T0)
+        late.receive(wire, T0)  # what "first" depends on
+        heard.append(decode_transmission(wire).event.wire)
+    first = us.send(b"first", T0)
+    late.receive(first, T0 + 1)
+    ours = decode_transmission(us.send(b"ours too", T0 + 20)).event.message_id  # due T0 + 30
+    reply = decode_transmission(late.send(b"reply", T0 + 25)).event.wire
+    us.receive(reply, T0 + 25)  # "first" acknowledged after 25 s: the timeout grows to 30 s
+    assert us._out.timeout() == 30.0
+    us.receive(with_filter(heard[1], [ours], 2), T0 + 26)
+    events = us.events()
+    assert [e.message_id for e in of_type(events, PossiblyAcknowledged)] == [ours]
+    assert not _resent(us, ours, T0 + 31)
+    assert _resent(us, ours, T0 + 51)
