@@ -47,6 +47,7 @@ __all__ = [
     "OutgoingBatch",
     "SenderCheck",
     "SenderPolicy",
+    "batch_would_fill",
     "pack_batch",
     "publisher_pays",
     "unpack_batch",
@@ -54,7 +55,7 @@ __all__ = [
 
 BATCH_MAGIC = b"\x00SB1"
 MAX_BATCH_ITEMS = 64
-MAX_BATCH_BYTES = 32 * 1024
+MAX_BATCH_BYTES = 128 * 1024
 BYTES_PER_TOKEN = 64 * 1024
 REASON_BATCH = "bad gossip batch"
 REASON_BUDGET = "over gossip budget"
@@ -77,6 +78,11 @@ def pack_batch(items: list[bytes]) -> bytes:
     return BATCH_MAGIC + b"".join(uvarint(len(i)) + i for i in items)
 
 
+def batch_would_fill(items: int, size: int) -> bool:
+    """Whether ``items`` queued messages of ``size`` bytes in all fill one gossip message."""
+    return items >= MAX_BATCH_ITEMS or size >= MAX_BATCH_BYTES
+
+
 class OutgoingBatch:
     """Messages queued for gossip, gathered into one payload per channel. It is *full* at
     ``MAX_BATCH_ITEMS`` messages in all or once ``MAX_BATCH_BYTES`` is reached (the last one
@@ -90,7 +96,7 @@ class OutgoingBatch:
 
     @property
     def full(self) -> bool:
-        return self.count >= MAX_BATCH_ITEMS or self.size >= MAX_BATCH_BYTES
+        return batch_would_fill(self.count, self.size)
 
     def add(self, channel: str, data: bytes) -> None:
         if self.full:

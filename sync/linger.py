@@ -33,10 +33,13 @@ class Linger:
         self._last = now
         self._gap = gap if self._gap == math.inf else self._gap + GAP_WEIGHT * (gap - self._gap)
 
-    def delay(self, now: float) -> float:
+    def delay(self, now: float, *, batch_full: bool = False) -> float:
         """Seconds to wait before sending what is queued: the linger while messages come
-        faster than one per linger on average, else 0."""
-        if self.linger_s <= 0:
+        faster than one per linger on average, else 0. ``batch_full``: what is queued already
+        fills a gossip message; waiting would not make it any bigger, only cap the sender at
+        one gossip message per linger (issue 31: a batch publish of 200 events left in 11
+        gossip messages over 3.3 s, ~60 events/s per node at most)."""
+        if self.linger_s <= 0 or batch_full:
             return 0.0
         expected = max(self._gap, now - self._last)
         return self.linger_s if expected < self.linger_s else 0.0

@@ -64,6 +64,7 @@ from node.p2p.patches import (
 )
 from node.p2p.record_send import patch_record_sending
 from node.p2p.types import BanList, P2PConfig
+from node.p2p.yamux_tuning import patch_yamux
 from sync.identity import peer_id_of
 
 __all__ = [
@@ -167,6 +168,7 @@ def build_host(
     flags = _shared_port_flags if punch else _exclusive_socket_flags
     setattr(_tcp_module, "_set_reuse_flags", flags)  # noqa: B010
     patch_inbound_slots()
+    patch_yamux()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans, guard)
     # libp2p's own inbound cap is max_connections - min_connections (50): keep it above ours

@@ -13,7 +13,7 @@ import trio
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
-from sync.gossip import OutgoingBatch
+from sync.gossip import OutgoingBatch, batch_would_fill
 from sync.linger import Linger
 
 __all__ = ["GossipOutbox", "topic_of"]
@@ -33,23 +33,36 @@ class GossipOutbox:
         self.metrics = metrics
         self._linger = Linger(linger_s)
         self._send, self._receive = trio.open_memory_channel[tuple[str, bytes]](math.inf)
+        # What is queued and not yet taken into a batch: whether it fills one already.
+        self._queued_items = 0
+        self._queued_bytes = 0
 
     def queue(self, channel: str, data: bytes) -> None:
         self._linger.note(trio.current_time())
+        self._queued_items += 1
+        self._queued_bytes += len(data)
         self._send.send_nowait((channel, data))
+
+    def _took(self, data: bytes) -> None:
+        self._queued_items -= 1
+        self._queued_bytes -= len(data)
 
     async def run(self) -> None:
         async for name, data in self._receive:
-            delay = self._linger.delay(trio.current_time())
+            full = batch_would_fill(self._queued_items, self._queued_bytes)
+            delay = self._linger.delay(trio.current_time(), batch_full=full)
             if delay:  # busy: let the messages due meanwhile join this gossip message
                 await trio.sleep(delay)
             batch = OutgoingBatch()
             batch.add(name, data)
+            self._took(data)
             while not batch.full:
                 try:
-                    batch.add(*self._receive.receive_nowait())
+                    item = self._receive.receive_nowait()
                 except trio.WouldBlock:
                     break
+                batch.add(*item)
+                self._took(item[1])
             for channel, payload in batch.payloads():
                 try:
                     await self.host.publish(topic_of(self.network_id, channel), payload)

@@ -63,7 +63,11 @@ class AckFilter:
     def received(self, mid: str, sender: str, *, again: bool = False) -> None:
         """A content message arrived (``again``: a copy of one delivered or waiting already:
         only the unnamed set takes it back)."""
-        if not again:
+        if not again or mid not in self.full:
+            # A copy of one we hold whose id has left the rolling filter (issue 31): its sender
+            # resends because no acknowledgement reached it, and without this none ever would
+            # (every later resend finds the id gone too) until it gives up after
+            # ``max_resends``, at a busy channel's rate for nearly every message.
             self.full.add(mid)
         if not self._tracking:
             return

@@ -23,6 +23,14 @@ class OutgoingEntry:
     fp_product: float = 1.0
     #: Bit positions of the id per filter geometry seen, computed once.
     indices: dict[BloomParams, tuple[int, ...]] = field(default_factory=dict)
+    #: The ids its causal history names (``sync.sds.outgoing``: acknowledged with it).
+    history: tuple[str, ...] = ()
+    #: When it was sent first (None: restored from saved state): acknowledgement delays, and
+    #: whether a later message's acknowledgement may stand for it (``sync.sds.outgoing``).
+    sent_at: float | None = None
+    #: When it was last sent (first send or resend; None: restored): the base of its next
+    #: resend when it becomes possibly acknowledged.
+    last_sent: float | None = None
 
 
 @dataclass

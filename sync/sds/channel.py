@@ -352,7 +352,7 @@ class SdsChannel:
         self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._bloom.add(mid)
         self._deliver(event, lost_dependency=False)
-        self._out.add(mid, event.wire, now, self._events)
+        self._out.add(mid, event.wire, now, self._events, history=event.history_ids)
         self._last_activity = now
         return event.wire + self._suffix(now, mid)
 
@@ -448,8 +448,9 @@ class SdsChannel:
         naming our unacknowledged messages or an undelivered dependency); the rest were
         duplicates. The caller has checked the clock rule and the channel."""
         cfg = self.config
-        horizon = int(now * 1000) - int(1000 * max(cfg.lost_timeout,
-                                                   cfg.resend_interval * (cfg.max_resends + 1)))
+        # Resends wait up to 3 intervals while acknowledgements are slow (sync.sds.outgoing).
+        horizon = int(now * 1000) - int(1000 * max(
+            cfg.lost_timeout, 3 * cfg.resend_interval * (cfg.max_resends + 1)))
         log, waiting, missing, waiters, lost = (self._log, self._waiting, self._missing,
                                                 self._waiters, self._lost)
         own, outgoing = self.participant_id, self._outgoing
@@ -514,7 +515,7 @@ class SdsChannel:
         if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
             self._out.review(event, evidence, self.channel_id, needed, self.profile.indices,
-                             self._events)
+                             self._events, now)
         if repair_request:
             self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:

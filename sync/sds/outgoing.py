@@ -45,12 +45,39 @@ class OutgoingBuffer:
         self._pace_bytes = 0
         #: Resends moved to a later second by the pacing (a counter, for tests and metrics).
         self.deferred = 0
+        # Acknowledgement delay, smoothed, and its mean deviation (TCP's SRTT and RTTVAR).
+        self._ack_delay: float | None = None
+        self._ack_dev = 0.0
 
-    def add(self, mid: str, wire: bytes, now: float, events: list[SdsEvent] | None = None
-            ) -> None:
-        self.entries[mid] = OutgoingEntry(mid, wire)
+    def timeout(self) -> float:
+        """How long a message waits for its acknowledgement before its first resend: the
+        configured interval, or longer while acknowledgements take longer (issue 31: at a
+        rate the cluster could not keep up with, acknowledgements came after the interval
+        and nearly every event was resent 3-4 times, which took the rest of the cores; the
+        resends now back off as TCP's retransmission timeout does), at most 3 intervals."""
+        cfg = self.config
+        if self._ack_delay is None:
+            return cfg.resend_interval
+        rto = self._ack_delay + 4 * self._ack_dev
+        return min(max(cfg.resend_interval, rto), 3 * cfg.resend_interval)
+
+    def _sample(self, entry: OutgoingEntry, now: float) -> None:
+        """One acknowledgement delay, from a message never resent (Karn's rule: a resent
+        one's acknowledgement could answer any of its transmissions)."""
+        if entry.attempts or entry.sent_at is None:
+            return
+        delay = max(0.0, now - entry.sent_at)
+        if self._ack_delay is None:
+            self._ack_delay, self._ack_dev = delay, delay / 2
+        else:
+            self._ack_dev += (abs(delay - self._ack_delay) - self._ack_dev) / 4
+            self._ack_delay += (delay - self._ack_delay) / 8
+
+    def add(self, mid: str, wire: bytes, now: float, events: list[SdsEvent] | None = None,
+            *, history: tuple[str, ...] = ()) -> None:
+        self.entries[mid] = OutgoingEntry(mid, wire, history=history, sent_at=now, last_sent=now)
         self.nbytes += len(wire)
-        self._timers.schedule(TimerKind.RESEND, mid, now + self.config.resend_interval)
+        self._timers.schedule(TimerKind.RESEND, mid, now + self.timeout())
         limit = self.config.max_outgoing_bytes
         while self.nbytes > limit and len(self.entries) > 1:
             oldest = next(iter(self.entries))
@@ -79,25 +106,62 @@ class OutgoingBuffer:
 
     def review(self, event: SignedEvent, evidence: FilterEvidence | None, channel_id: str,
                needed: int, indexer: Callable[[str, BloomParams], tuple[int, ...]],
-               events: list[SdsEvent]) -> None:
+               events: list[SdsEvent], now: float) -> None:
         """What ``event`` acknowledges of ours (appended to ``events``): acknowledged ones
         leave the buffer; newly possibly acknowledged ones are resent less often (spec:
         distinct periods)."""
         review = review_acks(self.entries, event, evidence, channel_id, self.config, needed,
                              indexer)
         timers, cfg = self._timers, self.config
+        past: list[str] = []
         for mid, by_bloom in review.acknowledged:
-            self._drop(mid)
+            entry = self._drop(mid)
             timers.cancel(TimerKind.RESEND, mid)
             events.append(Acknowledged(mid, by_bloom))
+            if entry is not None and not by_bloom:
+                self._sample(entry, now)
+                past.extend(entry.history)
+        self._acknowledge_past(past, events, now)
         for entry in review.possibly:
             events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
             if not entry.possibly:
                 entry.possibly = True
-                due = timers.due(TimerKind.RESEND, entry.message_id)
-                if due is not None:
-                    later = due - cfg.resend_interval + cfg.possibly_acked_resend_interval
-                    timers.schedule(TimerKind.RESEND, entry.message_id, later)
+                if timers.due(TimerKind.RESEND, entry.message_id) is not None:
+                    # From its last transmission, not from the due time minus the current
+                    # timeout: that one may have grown since it was scheduled (the resend
+                    # came early, the very case the back-off is for).
+                    base = entry.last_sent if entry.last_sent is not None else now
+                    timers.schedule(TimerKind.RESEND, entry.message_id,
+                                    max(now, base + cfg.possibly_acked_resend_interval))
+
+    def _acknowledge_past(self, stack: list[str], events: list[SdsEvent], now: float) -> None:
+        """A causal history names only what its sender delivered, and a message is delivered
+        after its causal past: so ours that a named one depends on (its history, theirs, ...)
+        were delivered there too, and are acknowledged with it (issue 31). Without this, of a
+        batch of 200 messages chained by their histories only the newest is named (the DAG
+        head), the other 199 wait for bloom filters, which at 1,000 events/s cover about a
+        second of receipts, and many were resent that had arrived everywhere.
+
+        The exception is a message delivered with a *lost* dependency: the namer may not hold
+        that past. A member declares an id lost ``lost_timeout`` after it first missed it, and
+        nobody can miss it before we first sent it; so while ``now`` is within
+        ``lost_timeout`` of an entry's first send, no member can have declared it lost, and
+        the walk acknowledges it; an older entry (or one restored from saved state, whose
+        first send is unknown) waits for an acknowledgement of its own, and the walk does not
+        go past it (its own past is older still). This holds whatever the resend settings
+        and restarts; it assumes the channel's members share ``lost_timeout`` (a member with
+        a shorter one could give up on an id sooner). A member lying in its history could
+        stop these resends as it can by naming each id; Recon still carries them."""
+        horizon = now - self.config.lost_timeout
+        while stack:
+            mid = stack.pop()
+            entry = self.entries.get(mid)
+            if entry is None or entry.sent_at is None or entry.sent_at <= horizon:
+                continue
+            self._drop(mid)
+            self._timers.cancel(TimerKind.RESEND, mid)
+            events.append(Acknowledged(mid, False))
+            stack.extend(entry.history)
 
     def due(self, mid: str, now: float, events: list[SdsEvent]) -> bytes | None:
         """The wire to resend for a due RESEND timer (rescheduled), or None: acknowledged
@@ -119,6 +183,8 @@ class OutgoingBuffer:
             return None
         self._pace_bytes += size
         entry.attempts += 1
-        period = cfg.possibly_acked_resend_interval if entry.possibly else cfg.resend_interval
+        entry.last_sent = now
+        period = (cfg.possibly_acked_resend_interval if entry.possibly
+                  else max(cfg.resend_interval, self.timeout()))
         self._timers.schedule(TimerKind.RESEND, mid, now + period)
         return entry.wire

@@ -135,7 +135,7 @@ def load_state(ch: SdsChannel, snap: ChannelState, now: float,
             raise ValueError("outgoing wire does not match its id")
         entry = OutgoingEntry(event.message_id, event.wire, attempts=out.attempts,
                               possibly=out.possibly, bloom_senders=set(out.bloom_senders),
-                              fp_product=out.fp_product)
+                              fp_product=out.fp_product, history=event.history_ids)
         when = out.resend_at if out.resend_at is not None else now + cfg.resend_interval
         if not ch._out.restore(entry, when):
             ch.outgoing_unrestored += 1

@@ -48,3 +48,13 @@ def test_zero_linger_never_waits() -> None:
     for i in range(10):
         linger.note(i * 0.001)
     assert linger.delay(0.01) == 0.0
+
+
+def test_a_full_batch_queued_goes_at_once() -> None:
+    """Issue 31: a batch publish queues more than one gossip message holds; lingering before
+    each of them capped a node at one gossip message per linger."""
+    linger = Linger(0.3)
+    for _ in range(200):  # a batch publish: 200 messages at the same instant
+        linger.note(5.0)
+    assert linger.delay(5.0) == 0.3
+    assert linger.delay(5.0, batch_full=True) == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sync.sds import (
     Acknowledged,
+    Delivered,
     PossiblyAcknowledged,
     RollingBloomFilter,
     SdsChannel,
@@ -13,6 +14,7 @@ from sync.sds import (
     sds_pb2,
     transmission_suffix,
 )
+from sync.sds.bloom import BloomView, bloom_indices
 from sync.sds.message import filter_signed_bytes
 from tests.sync.sds.helpers import CHANNEL, T0, channel, key, of_type
 
@@ -96,3 +98,154 @@ def test_filter_signature_travels_outside_the_canonical_wire() -> None:
     # A signature over another channel's filter does not verify here.
     other = filter_signed_bytes("other", PARAMS, sparse_filter([]))
     assert filter_signed_bytes(CHANNEL, PARAMS, sparse_filter([])) != other
+
+
+def test_a_resend_of_an_id_gone_from_the_rolling_filter_is_acknowledged_again() -> None:
+    """Issue 31: at 1,000 events/s the rolling filter covers about a second, so an id could
+    leave it before the receiver's next message; its resends were dropped as duplicates without
+    going back into the filter, and the sender resent it until ``max_resends``."""
+    config = SdsConfig(bloom_capacity=50)
+    sender, receiver, other = (channel(i, config=config) for i in range(3))
+    wire = sender.send(b"mine", T0)
+    mid = decode_transmission(wire).event.message_id
+    receiver.receive(wire, T0)
+    for n in range(60):  # the window moves on past it
+        receiver.receive(other.send(b"%d" % n, T0), T0)
+    assert mid not in receiver._ack_filter.full
+    receiver.receive(wire, T0 + 10)  # the resend: a duplicate
+    assert receiver.duplicates_received == 1
+    assert mid in receiver._ack_filter.full
+    sent = decode_transmission(receiver.send(b"next", T0 + 10))
+    assert sent.bloom_filter is not None and sent.bloom_params is not None
+    view = BloomView(sent.bloom_filter, sent.bloom_params, max_bits=1 << 20)
+    assert view.contains_indices(bloom_indices(mid, sent.bloom_params))
+
+
+def test_naming_our_newest_message_acknowledges_its_causal_past() -> None:
+    """Issue 31: a history names only what its sender delivered, and so its causal past; of a
+    batch chained by histories only the newest is a head, and the rest were resent although
+    they had arrived everywhere (bloom filters cover about a second at 1,000 events/s)."""
+    us, peer, other = channel(0), channel(1), channel(2)
+    hello = other.send(b"hello", T0)
+    us.receive(hello, T0)  # two others heard: one filter is not enough
+    peer.receive(hello, T0)
+    ours = [us.send(b"%d" % i, T0 + 1) for i in range(5)]
+    ids = [decode_transmission(w).event.message_id for w in ours]
+    us.events()
+    for wire in ours:
+        peer.receive(wire, T0 + 1)
+    reply = decode_transmission(peer.send(b"reply", T0 + 2))
+    named = set(reply.event.history_ids)
+    assert ids[-1] in named and not named & set(ids[:3])
+    us.receive(reply.event.wire, T0 + 2)  # its event alone: no filter at all
+    acked = {e.message_id: e.by_bloom for e in of_type(us.events(), Acknowledged)}
+    assert acked == dict.fromkeys(ids, False)
+    assert not us.outgoing_ids & set(ids)
+
+
+def test_resends_back_off_while_acknowledgements_are_slow() -> None:
+    """Issue 31: acknowledgements slower than the resend interval (an overloaded cluster)
+    turned every event into 3-4 resends; the first resend now waits for the smoothed delay
+    plus four deviations (TCP's RTO), between 1 and 3 intervals."""
+    us, peer = channel(0), channel(1)
+    interval = us.config.resend_interval
+    first = us.send(b"first", T0)
+    peer.receive(first, T0)
+    late = T0 + 2 * interval  # acknowledged by a history after two intervals, never resent
+    reply = decode_transmission(peer.send(b"reply", late))
+    us.receive(reply.event.wire, late)
+    assert of_type(us.events(), Acknowledged)
+    us.send(b"second", late)
+    us.handle_timer(late + interval + 1)
+    assert us.resends == 0  # before: resent here
+    us.handle_timer(late + 3 * interval + 1)
+    assert us.resends == 1
+    # With no acknowledgement delay measured yet, the first resend comes after one interval.
+    quick = channel(0)
+    quick.send(b"x", T0)
+    quick.handle_timer(T0 + interval + 1)
+    assert quick.resends == 1
+
+
+def test_a_past_the_namer_may_have_declared_lost_is_not_acknowledged_with_it() -> None:
+    """Review of the above (h31d): a message delivered with a *lost* dependency is named
+    although its namer never held that dependency. With ``lost_timeout`` shorter than our
+    resends last (5 s here, resends every 10 s), the walk acknowledged our first message,
+    which the peer never received and had declared lost: an acknowledgement for an event
+    nobody else holds. Only an entry first sent within ``lost_timeout`` is acknowledged by
+    a later one's."""
+    cfg = SdsConfig(lost_timeout=5.0, resend_interval=10.0)
+    us, peer, other = channel(0, config=cfg), channel(1, config=cfg), channel(2, config=cfg)
+    hello = other.send(b"hello", T0)
+    us.receive(hello, T0)
+    peer.receive(hello, T0)
+    lost = decode_transmission(us.send(b"lost on the way", T0 + 1)).event.message_id
+    second = us.send(b"second", T0 + 2)
+    mid = decode_transmission(second).event.message_id
+    us.events()
+    assert lost in decode_transmission(second).event.history_ids
+    peer.receive(second, T0 + 2)  # its dependency never arrives: declared lost at T0 + 7
+    peer.handle_timer(T0 + 8)
+    assert not peer.holds(lost) and peer.holds(mid)
+    reply = decode_transmission(peer.send(b"reply", T0 + 8))
+    assert mid in reply.event.history_ids
+    us.receive(reply.event.wire, T0 + 8)
+    acked = {e.message_id for e in of_type(us.events(), Acknowledged)}
+    assert acked == {mid}
+    assert lost in us.outgoing_ids  # still resent: the peer asks for it (SDS-R) or Recon
+
+
+def test_the_causal_past_of_a_restored_entry_waits_for_its_own_acknowledgement() -> None:
+    """After a restart our entries' first sends are unknown: none is acknowledged by the walk
+    (a member may have declared it lost meanwhile), each still is by a history naming it."""
+    us, peer, other = channel(0), channel(1), channel(2)
+    hello = other.send(b"hello", T0)
+    us.receive(hello, T0)
+    peer.receive(hello, T0)
+    ours = [us.send(b"%d" % i, T0 + 1) for i in range(5)]
+    ids = [decode_transmission(w).event.message_id for w in ours]
+    delivered = of_type(us.events(), Delivered)
+    again = SdsChannel.restore(us.export_state(), key(0), now=T0 + 2,
+                               log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
+                               cached_wires=[d.wire for d in delivered])
+    assert set(ids) <= again.outgoing_ids
+    again.events()
+    for wire in ours:
+        peer.receive(wire, T0 + 2)
+    reply = decode_transmission(peer.send(b"reply", T0 + 3))
+    named = set(reply.event.history_ids) & set(ids)
+    assert ids[-1] in named and ids[0] not in named
+    again.receive(reply.event.wire, T0 + 3)
+    acked = {e.message_id for e in of_type(again.events(), Acknowledged)}
+    assert acked == named
+    assert set(ids) - named == again.outgoing_ids
+
+
+def _resent(ch: SdsChannel, mid: str, now: float) -> bool:
+    ch.handle_timer(now)
+    return any(decode_transmission(d).event.message_id == mid for d in ch.datagrams_to_send())
+
+
+def test_a_possibly_acknowledged_message_waits_from_its_last_send_when_the_timeout_grew() -> None:
+    """Review of h31c's back-off (h31d): a message turning possibly acknowledged was rescheduled
+    to its due time minus the *current* timeout plus 30 s; when acknowledgements had slowed
+    since it was sent (timeout 10 s -> 30 s), that was its send + 10 s, as if it were not
+    possibly acknowledged at all. It waits 30 s from its last send."""
+    us, late = channel(0, config=CONFIG), channel(4, config=CONFIG)
+    heard = []
+    for i in (1, 2, 3):
+        wire = channel(i, config=CONFIG).send(b"hello", T0)
+        us.receive(wire, T0)
+        late.receive(wire, T0)  # what "first" depends on
+        heard.append(decode_transmission(wire).event.wire)
+    first = us.send(b"first", T0)
+    late.receive(first, T0 + 1)
+    ours = decode_transmission(us.send(b"ours too", T0 + 20)).event.message_id  # due T0 + 30
+    reply = decode_transmission(late.send(b"reply", T0 + 25)).event.wire
+    us.receive(reply, T0 + 25)  # "first" acknowledged after 25 s: the timeout grows to 30 s
+    assert us._out.timeout() == 30.0
+    us.receive(with_filter(heard[1], [ours], 2), T0 + 26)
+    events = us.events()
+    assert [e.message_id for e in of_type(events, PossiblyAcknowledged)] == [ours]
+    assert not _resent(us, ours, T0 + 31)
+    assert _resent(us, ours, T0 + 51)
