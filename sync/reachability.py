@@ -169,6 +169,29 @@ class ReachabilityCore:
                 del self._asked[peer]
         return out
 
+    def punch_addrs(self, listen_port: int, now: float, limit: int = 4) -> list[str]:
+        """The addresses a hole punch should tell the other side to dial: each global IP a
+        peer saw us on within ``evidence_ttl_s`` (newest first) with our listen port (the punch
+        dial leaves from it and masquerading NATs keep the port).
+
+        libp2p's own prediction rests on identify's observed addresses, which it drops with
+        the connection they came on and does not learn again when the peer reconnects (identify
+        is skipped for a peer whose protocols it has cached): after an outage closed every
+        remote connection, a node behind NAT only knew the address its LAN neighbours see, so
+        it told the other side to dial its private address and every punch failed. The
+        evidence here outlives connections."""
+        if not 0 < listen_port < 65536:
+            return []
+        fresh = sorted((at, ip) for ip, at in self.external_ips.items()
+                       if now - at <= self.config.evidence_ttl_s)
+        out: list[str] = []
+        for _at, ip in reversed(fresh):
+            family = "ip6" if ":" in ip else "ip4"
+            out.append(f"/{family}/{ip}/tcp/{listen_port}")
+            if len(out) >= limit:
+                break
+        return out
+
     def counts(self, now: float) -> dict[str, int]:
         fresh = [e for e in self._evidence.values() if now - e.at <= self.config.evidence_ttl_s]
         return {"success": sum(e.ok for e in fresh), "failure": sum(not e.ok for e in fresh)}

@@ -74,6 +74,27 @@ def test_evidence_is_bounded() -> None:
     assert len(core.external_ips) <= 4
 
 
+def test_punch_addresses_come_from_evidence_that_outlives_connections() -> None:
+    # Issue 27: after an outage had closed every remote connection, libp2p knew only the
+    # address LAN neighbours see and a NAT'd node told the other side to dial its private
+    # address. The IPs peers saw us on, with our listen port, are what a punch must dial.
+    core = ReachabilityCore(CFG)
+    assert core.punch_addrs(4003, 0) == []
+    core.observe("lan", "100.64.0.11", True, 0)  # a neighbour's view: not the internet's
+    core.observe("p0", "198.18.1.10", False, 1)
+    core.observe("p1", "198.18.1.10", False, 2)
+    assert core.punch_addrs(4003, 50) == ["/ip4/198.18.1.10/tcp/4003"]
+    core.observe("p0", "198.18.1.20", False, 60)  # our WAN IP changed: newest first
+    assert core.punch_addrs(4003, 61) == ["/ip4/198.18.1.20/tcp/4003",
+                                          "/ip4/198.18.1.10/tcp/4003"]
+    assert core.punch_addrs(4003, 61, limit=1) == ["/ip4/198.18.1.20/tcp/4003"]
+    assert core.punch_addrs(4003, 155) == ["/ip4/198.18.1.20/tcp/4003"]  # the old one expired
+    assert core.punch_addrs(4003, 161) == []
+    core.observe("p0", "2001:db8::7", True, 200)
+    assert core.punch_addrs(4003, 200) == ["/ip6/2001:db8::7/tcp/4003"]
+    assert core.punch_addrs(0, 200) == []  # no TCP listen port: nothing to predict
+
+
 def test_relays_reserved_up_to_wanted_and_refreshed() -> None:
     plan = RelayPlanner(CFG)
     assert plan.to_reserve(PUBLIC, ["r1", "r2"], 0) == []
