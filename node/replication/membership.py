@@ -66,6 +66,7 @@ class Membership:
         self.book = AddressBook(host.peer_id, book_limits(section))
         self.rng = random.Random()
         self.liveness = Liveness(section.ping_failures_close)
+        host.on_heard = lambda peer: self.liveness.heard(peer, time.monotonic())
         self._nursery: trio.Nursery | None = None
         self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
@@ -153,8 +154,13 @@ class Membership:
         the ones whose pings keep failing (sync.membership.liveness). Concurrent: one dead
         peer's timeout must not delay the others' pings. During an outage, probe dials."""
         next_round = time.monotonic() + self.section.ping_interval_s
+        step = min(self.liveness.probe_s, self.section.ping_interval_s)
         while True:
-            await trio.sleep(min(self.liveness.probe_s, self.section.ping_interval_s))
+            before = time.monotonic()
+            await trio.sleep(step)
+            # Woken late: this process was starved (a loaded machine), pings in flight may
+            # have their answers waiting unread; the liveness rule excuses their timeouts.
+            self.liveness.stalled(time.monotonic(), time.monotonic() - before - step)
             if self.liveness.probe_due(time.monotonic()):
                 self._probe(nursery)
             if time.monotonic() < next_round:
@@ -174,6 +180,7 @@ class Membership:
 
     async def _ping(self, nursery: trio.Nursery, peer: str) -> None:
         remote = self._remote(peer)
+        sent_at = time.monotonic()
         try:
             with trio.move_on_after(self.section.ping_timeout_s), contextlib.suppress(P2PError):
                 await self.host.ping(peer)
@@ -183,7 +190,7 @@ class Membership:
         finally:
             self._pinging.discard(peer)
         if self.host.peer_info(peer) is not None and \
-                self.liveness.ping_failed(peer, time.monotonic(), remote):
+                self.liveness.ping_failed(peer, time.monotonic(), remote, sent_at):
             self.metrics.inc("membership_liveness_closed_total")
             log.info("closing connection", extra=kv(peer=peer, why="liveness",
                                                     outage=self.liveness.in_outage))
