@@ -63,6 +63,7 @@ class Liveness:
         self.stall_s = stall_s
         self.failures: dict[str, int] = {}
         self.excused = 0  # failed pings not counted (heard from, or we were stalled)
+        self.last_excuse: str | None = None  # why the last failed ping was not counted
         self._failing_since: dict[str, float] = {}
         self._heard: dict[str, float] = {}
         self._stall_excuses: dict[str, int] = {}
@@ -100,7 +101,9 @@ class Liveness:
                     sent_at: float | None = None) -> bool:
         """A ping to ``peer`` sent at ``sent_at`` failed or timed out: True when its connection
         should close."""
+        self.last_excuse = None
         if sent_at is not None and self._heard.get(peer, float("-inf")) >= sent_at:
+            self.last_excuse = "heard"
             self.excused += 1
             self.failures.pop(peer, None)
             self._failing_since.pop(peer, None)
@@ -108,6 +111,7 @@ class Liveness:
             return False
         if sent_at is not None and self._stalled_at >= sent_at and \
                 self._stall_excuses.get(peer, 0) < self.max_failures:
+            self.last_excuse = "stalled"
             self.excused += 1
             self._stall_excuses[peer] = self._stall_excuses.get(peer, 0) + 1
             return False
