@@ -159,6 +159,29 @@ def test_crossed_relayed_dials_leave_one_puncher() -> None:
     assert (a.pending(), b.pending()) == (1, 0)
 
 
+def test_a_waiting_side_takes_over_when_the_other_never_punches() -> None:
+    # Seen after an outage (both sides redial through relays at once): B sees both relayed
+    # connections and waits for A (the smaller id), but A sees only the one it dialled, so it
+    # does not punch either. On 645de8f the pair stayed relayed for good.
+    cfg = ReachabilityConfig(punch_delay_s=1, punch_follow_s=15)
+    a, b = PunchPlanner(cfg), PunchPlanner(cfg)
+    for now in range(0, 15):
+        a.relayed("B", accepted=False, dialed=True, us="A", now=now)
+        b.relayed("A", accepted=True, dialed=True, us="B", now=now)
+        assert (a.pending(), b.pending()) == (0, 0)
+    b.relayed("A", accepted=True, dialed=True, us="B", now=15)
+    assert b.due(16) == ["A"] and a.pending() == 0
+    # A pair that turned direct (or left) and comes back relayed waits afresh.
+    b.direct("A")
+    b.relayed("A", accepted=True, dialed=True, us="B", now=100)
+    assert b.pending() == 0 and b.planned() == ["A"]
+    b.gone("A")
+    assert b.planned() == []
+    # The side that only dialled never takes over: the accepting side leads or follows.
+    a.relayed("B", accepted=False, dialed=True, us="A", now=1000)
+    assert a.pending() == 0
+
+
 def test_no_punching_when_disabled() -> None:
     punch = PunchPlanner(ReachabilityConfig(hole_punch=False))
     punch.relayed("p", accepted=True, dialed=False, us="m", now=0)

@@ -235,3 +235,36 @@ def test_heard_memory_is_bounded() -> None:
 def test_stall_threshold_is_validated() -> None:
     with pytest.raises(ValueError):
         Liveness(stall_s=0)
+
+
+@given(st.lists(st.sampled_from(["ok", "heard", "stalled", "silent"]), max_size=80),
+       st.integers(1, 5))
+def test_a_peer_heard_from_is_never_closed_and_stalls_only_delay(
+        pings: list[str], limit: int) -> None:
+    """Whatever the sequence: a failed ping with the peer heard meanwhile never closes; a
+    close needs ``limit`` counted failures; stalls delay a close by at most ``limit`` pings."""
+    live = Liveness(max_failures=limit, stall_s=1.0)
+    uncounted_run = counted = 0
+    for i, kind in enumerate(pings):
+        sent, now = 10.0 * i, 10.0 * i + 5.0
+        if kind == "ok":
+            live.ping_ok(PEER, now)
+            uncounted_run = counted = 0
+            continue
+        if kind == "heard":
+            live.heard(PEER, sent + 1.0)
+        elif kind == "stalled":
+            live.stalled(sent + 1.0, 3.0)
+        closed = live.ping_failed(PEER, now, sent_at=sent)
+        if kind == "heard":
+            assert not closed
+            uncounted_run = counted = 0
+            continue
+        if kind == "stalled" and uncounted_run < limit:
+            assert not closed
+            uncounted_run += 1
+            continue
+        counted += 1
+        assert closed == (counted == limit)
+        if closed:
+            uncounted_run = counted = 0
