@@ -44,6 +44,7 @@ from node.config_load import ENV_PREFIX, load
 from node.config_membership import MembershipSection
 from node.config_net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
+from sync.replication import FETCH_GRACE_S
 
 __all__ = [
     "ENV_PREFIX",
@@ -166,6 +167,7 @@ class SdsSection:
     bloom_capacity: int = opt(1000, positive, most=10_000_000)
     bloom_fp_rate: float = opt(0.01, lambda v: None if 0 < v < 1 else "must be in (0, 1)", most=1.0)
     bloom_small_max: int = opt(0, non_negative, most=10_000_000)
+    bloom_small_max_request_sync: int = opt(256, non_negative, most=10_000_000)
     resend_interval_s: float = opt(10.0, positive, most=DAY)
     max_resends: int = opt(5, non_negative, most=1000)
     lost_timeout_s: float = opt(300.0, positive, most=30 * DAY)
@@ -313,5 +315,11 @@ def _check_relations(config: Config) -> None:
     if sds.repair_t_min_s > sds.repair_t_max_s:
         raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s, got "
                           f"{shown(sds.repair_t_min_s)} > {shown(sds.repair_t_max_s)}")
+    if sds.repair_t_min_s < FETCH_GRACE_S:
+        # SDS-R's requests and answers are group-wide floods; fetch-by-id closes a gap with one
+        # request on one link after this grace, so SDS-R must wait at least as long.
+        raise ConfigError("sds.repair_t_min_s", f"must be >= {shown(FETCH_GRACE_S)}, the "
+                          "fetch-by-id grace (docs/replication.md \"Closing gaps\"), got "
+                          f"{shown(sds.repair_t_min_s)}")
 
 

@@ -63,6 +63,7 @@ def _sds_config(s: SdsSection) -> SdsConfig:
         causal_history_size=s.causal_history_size,
         bloom_capacity=s.bloom_capacity,
         bloom_small_max=s.bloom_small_max,
+        bloom_small_max_request_sync=s.bloom_small_max_request_sync,
         bloom_fp_rate=s.bloom_fp_rate,
         resend_interval=s.resend_interval_s,
         possibly_acked_resend_interval=3 * s.resend_interval_s,

@@ -183,20 +183,20 @@ class EventStore:
         while len(self._queued) >= limit:
             await self._drained.wait()
 
-    def stored_ids(self, channel: str, ids: Sequence[str]) -> set[str]:
-        """Those of ``ids`` in ``channel``'s log: committed, or queued to be.
+    async def stored_ids(self, channel: str, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` in ``channel``'s log: committed, or queued to be (an SDS channel's
+        ``ReadDelivered`` request, answered between its steps, never inside one).
 
-        Synchronous, on the caller's (trio) thread: an SDS protocol step is synchronous, and
-        a channel asks only about ids older than the window it keeps in memory (old events
-        fetched by Recon, duplicates of old events), one indexed query per received message.
+        The database is read in a worker thread; the queue is looked at before and after, so
+        that a write committed while the query ran is not missed.
         """
         queued = self._queued
         found = {mid for mid in ids if mid in queued}
         rest = [mid for mid in ids if mid not in found]
         if rest:
             self.id_lookups += 1
-            with self.engine.connect() as conn:
-                found |= stored_message_ids(conn, channel, rest)
+            found |= await self.read(stored_message_ids, channel, rest)
+            found.update(mid for mid in rest if mid in queued)
         return found
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:

@@ -16,6 +16,7 @@ from node.replication.channels import (
     UnknownChannel,
 )
 from node.replication.clock import Clock, SystemClock, TrioWallClock
+from node.replication.delivered_reads import DeliveredReads
 from node.replication.discovery import (
     DhtDiscovery,
     channel_rendezvous,
@@ -71,6 +72,7 @@ __all__ = [
     "ChannelMaker",
     "ChannelService",
     "Clock",
+    "DeliveredReads",
     "DhtDiscovery",
     "Fetcher",
     "GossipOutbox",

@@ -1,7 +1,9 @@
 """Events fetched by Recon or by id entering the SDS channels: the driver of the one ingest path
 (``sync.replication.ingest_batch``), which holds every rule (refusals and their penalties, own
-echoes, SDS's bulk path or its full step, in causal order). This module stores what it delivered,
-counts and charges what it refused.
+echoes, SDS's bulk path or its full step, in causal order). This module first answers what the
+channels will ask of their logs for the batch (``sync.replication.ingest_reads``, read from the
+store before the steps run, never inside one), then stores what they delivered, counts and
+charges what they refused.
 
 :class:`FetchedIngest` is a part of :class:`node.replication.channels.ChannelService`, kept
 apart because it is the one path fetched events take; it uses the service's channels, sender
@@ -15,11 +17,12 @@ from collections.abc import Sequence
 
 from node.metrics import Metrics
 from node.replication.clock import Clock
+from node.replication.delivered_reads import ATTEMPTS, DeliveredReads
 from node.store import EventStore
 from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
 from sync.ingest import IngestSpec, VerifiedBatch, verify_wires
-from sync.replication import Penalize, Rejected, ingest_batch, order, screen
+from sync.replication import Penalize, Rejected, ingest_batch, ingest_reads, order, screen
 from sync.sds import SdsChannel, SdsConfig
 
 __all__ = ["FetchedIngest"]
@@ -35,6 +38,7 @@ class FetchedIngest(ABC):
     event_id_layout: str
     profiles: dict[str, str]
     clock: Clock
+    reads: DeliveredReads
     _dirty: set[str]
 
     # The service's own steps, which fetched events share with gossip input (ChannelService).
@@ -51,7 +55,8 @@ class FetchedIngest(ABC):
     def _after_input(self, name: str) -> None:
         """Store what channel ``name`` delivered after an input."""
 
-    def ingest(self, wire: bytes, peer: str | None, now: float | None = None) -> str | None:
+    async def ingest(self, wire: bytes, peer: str | None, now: float | None = None
+                     ) -> str | None:
         """Feed one event fetched by id; its message id, or None if rejected. Verified here
         (it is one event) and then the same path as a Recon batch."""
         spec = IngestSpec(self.network_id, self.event_id_layout, self.profiles,
@@ -62,18 +67,28 @@ class FetchedIngest(ABC):
             kind = next(a.kind for a in actions if isinstance(a, Rejected))
             self._reject(RemoteProtocolError(error.reason, peer, kind), peer)
             return None
-        refused = self.ingest_verified(batch, [wire], [0], peer, now)
+        refused = await self.ingest_verified(batch, [wire], [0], peer, now)
         return None if refused else batch.message_ids[0]
 
-    def ingest_verified(self, batch: VerifiedBatch, wires: Sequence[bytes],
-                        positions: Sequence[int] | None, peer: str | None,
-                        now: float | None = None) -> int:
+    async def ingest_verified(self, batch: VerifiedBatch, wires: Sequence[bytes],
+                              positions: Sequence[int] | None, peer: str | None,
+                              now: float | None = None) -> int:
         """Feed events the ingest workers (or threads) decoded and verified; ``positions``:
         which to take (None: all, in causal order). Returns how many were refused (counted and
         charged to ``peer``)."""
+        taken = order(batch) if positions is None else positions
+        for attempt in range(1, ATTEMPTS + 1):
+            # Every channel's questions are read first, then all answered and the batch run
+            # with no await between: no other step can replace an answer before it is used.
+            reads = ingest_reads(batch, taken, self.channels)
+            found = {name: await self.reads.read(name, read.ids) for name, read in reads.items()}
+            fresh = [self.channels[name].answer_delivered(read, found[name],
+                                                          force=attempt == ATTEMPTS)
+                     for name, read in reads.items()]
+            if all(fresh):
+                break
         when = self.clock.wall() if now is None else now
-        out = ingest_batch(batch, wires, order(batch) if positions is None else positions,
-                           peer, self.channels, self.policy, when,
+        out = ingest_batch(batch, wires, taken, peer, self.channels, self.policy, when,
                            self.sds_config.max_lamport_ahead_ms)
         for action in out.actions:
             if isinstance(action, Rejected):

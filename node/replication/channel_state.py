@@ -1,6 +1,7 @@
 """Making a node's SDS channels: fresh, or restored at start-up from the state saved in the
 database and the newest part of the channel's log (bounded time and memory however long the
-log is); the database answers for delivered ids older than what a channel keeps in memory.
+log is); the database answers for delivered ids older than what a channel keeps in memory
+(``DeliveredReads``: asked between steps, never inside one).
 """
 
 from __future__ import annotations
@@ -8,17 +9,25 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.logs import kv
 from node.metrics import Metrics
+from node.replication.delivered_reads import DeliveredReads
 from node.store import EventStore
 from storage import events_by_message_ids, get_state, read_channel_newest
 from sync.errors import RemoteProtocolError
-from sync.sds import ChannelState, DeliveredLookup, SdsChannel, SdsConfig, decode_state
+from sync.sds import (
+    ChannelState,
+    ReadDelivered,
+    SdsChannel,
+    SdsConfig,
+    decode_state,
+    state_reads,
+)
 
 __all__ = ["ChannelMaker"]
 
@@ -38,18 +47,9 @@ class ChannelMaker:
     def config(self, name: str) -> SdsConfig:
         return replace(self.sds_config, profile=self.profiles.get(name, "syncnode"))
 
-    def lookup(self, name: str) -> DeliveredLookup:
-        store, metrics = self.store, self.metrics
-
-        def lookup(ids: Sequence[str]) -> set[str]:
-            metrics.inc("sds_store_lookups_total")
-            return store.stored_ids(name, ids)
-
-        return lookup
-
     def fresh(self, name: str, now: float) -> SdsChannel:
         return SdsChannel(name, self.peer_id, self.key, self.config(name), random.Random(), now,
-                          lookup=self.lookup(name))
+                          bounded=True)
 
     async def restore(self, name: str, now: float) -> SdsChannel:
         """The channel as saved (or fresh), with the newest part of its log."""
@@ -71,11 +71,16 @@ class ChannelMaker:
             state = self.fresh(name, now).export_state()
         snap: bytes | ChannelState = state
         outgoing: dict[str, bytes] = {}
+        delivered: tuple[ReadDelivered, set[str]] | None = None
         try:
             snap = decode_state(state)
+            asked = tuple(state_reads(snap, cfg.max_message_size))
         except RemoteProtocolError:
             pass  # restore() below reports it and starts afresh
         else:
+            # What restoring the buffers asks of the log, read before (no SQL inside it).
+            delivered = (ReadDelivered(asked),
+                         await DeliveredReads(self.store, self.metrics).read(name, asked))
             # Our unacknowledged messages are saved by id (sync.sds.state): their wires come
             # from the log (the newest rows, passed as cached_wires, hold most of them).
             ids = [o.message_id for o in snap.outgoing
@@ -87,11 +92,11 @@ class ChannelMaker:
         restore = functools.partial(
             SdsChannel.restore, log=log_entries, cached_wires=wires, outgoing_wires=outgoing,
             config=self.config(name),
-            rng=random.Random(), now=now, lookup=self.lookup(name),
+            rng=random.Random(), now=now, bounded=True,
             log_truncated=len(log_entries) >= limit,
         )
         try:
-            ch = restore(snap, self.key)
+            ch = restore(snap, self.key, delivered=delivered)
         except Exception:  # a corrupt state blob must not keep the node down
             log.exception("cannot restore channel state; starting it afresh from the log",
                           extra=kv(channel=name))

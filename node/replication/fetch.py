@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -30,7 +30,14 @@ from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
 from sync.peerscore import penalty_of
-from sync.replication import Action, FetchPlan, GapPlanner, Penalize, ReconcileSoon
+from sync.replication import (
+    FETCH_GRACE_S,
+    Action,
+    FetchPlan,
+    GapPlanner,
+    Penalize,
+    ReconcileSoon,
+)
 from sync.sds import MissingEntry
 from sync.transfer import (
     REFUSED_PENALTY,
@@ -48,7 +55,7 @@ log = logging.getLogger("syncnode.fetch")
 FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
 MAX_IDS = 256
 PEERS_PER_ID = 3
-GRACE_S = 1.0
+GRACE_S = FETCH_GRACE_S
 
 
 class Fetcher:
@@ -59,7 +66,7 @@ class Fetcher:
         host: P2PHost,
         store: EventStore,
         metrics: Metrics,
-        ingest: Callable[[bytes, str | None], str | None],
+        ingest: Callable[[bytes, str | None], Awaitable[str | None]],
         still_missing: Callable[[str], bool],
         grace_s: float = GRACE_S,
         standing: PeerStanding | None = None,
@@ -183,7 +190,7 @@ class Fetcher:
                 log.info("bad fetch answer", extra=kv(peer=peer, error=exc.reason))
                 continue
             for wire in got:
-                accepted = self.ingest(wire, peer)
+                accepted = await self.ingest(wire, peer)
                 if accepted is not None:
                     self.metrics.inc("fetch_received_total")
                     self.core.received(plan, accepted)

@@ -32,6 +32,7 @@ import trio
 from node.ingest_worker import AppendRequest
 from node.logs import kv
 from node.metrics import Metrics
+from node.replication.clock import Clock, SystemClock
 from node.store_commits import RemoteWriter
 from storage import AppendResult, EventRecord
 from sync.ingest import IngestSpec, VerifiedBatch
@@ -71,9 +72,11 @@ class _Worker:
 
 
 class IngestPool:
-    def __init__(self, spec: IngestSpec, workers: int, metrics: Metrics) -> None:
+    def __init__(self, spec: IngestSpec, workers: int, metrics: Metrics,
+                 clock: Clock | None = None) -> None:
         if workers < 1:
             raise ValueError("an ingest pool needs at least one worker")
+        self.clock = clock or SystemClock()
         self.spec = spec
         self.size = workers
         self.metrics = metrics
@@ -99,7 +102,7 @@ class IngestPool:
         deaths: deque[float] = deque()
         while True:
             code = await self._run_one(index)
-            now = trio.current_time()
+            now = self.clock.now()
             deaths.append(now)
             while deaths and deaths[0] < now - RESTART_WINDOW_S:
                 deaths.popleft()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -15,6 +14,7 @@ import trio
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
+from node.replication.clock import Clock, SystemClock
 from node.store import EventStore
 from storage import delete_state, list_state, put_state
 from sync.dialing import MIN_BACKOFF_S, DialSchedule, KnownPeer, peer_id_of_addr
@@ -28,8 +28,11 @@ _PREFIX = "peers/"
 class PeerManager:
     """Keeps a connection to every known peer; ``join`` adds one for good."""
 
-    def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics) -> None:
+    def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics,
+                 clock: Clock | None = None) -> None:
         self.host = host
+        # Backoff and redial times on the injected clock (trio's: MockClock in tests).
+        self.clock = clock or SystemClock()
         self.store = store
         self.metrics = metrics
         self.schedule = DialSchedule(host.peer_id)
@@ -66,7 +69,7 @@ class PeerManager:
         if peer is not None:
             self.schedule.connected(peer)
         entry = json.dumps({"addr": addr}).encode()
-        await self.store.write(put_state, _PREFIX + peer_id, entry, int(time.time() * 1000))
+        await self.store.write(put_state, _PREFIX + peer_id, entry, int(self.clock.wall() * 1000))
         self.metrics.inc("peer_joins_total")
         if self.on_joined is not None:
             self.on_joined(peer_id, addr)
@@ -99,13 +102,13 @@ class PeerManager:
     async def _dial_loop(self) -> None:
         """Dial every known peer that is not connected, backing off per peer on failure."""
         while True:
-            plan = self.schedule.plan(time.monotonic(), set(self.host.connected_peers()),
+            plan = self.schedule.plan(self.clock.now(), set(self.host.connected_peers()),
                                       self.host.is_banned)
             async with trio.open_nursery() as nursery:
                 for peer in plan.dial:
                     nursery.start_soon(self._dial, peer)
             self._wake = trio.Event()
-            with trio.move_on_after(max(plan.wake_at - time.monotonic(), MIN_BACKOFF_S)):
+            with trio.move_on_after(max(plan.wake_at - self.clock.now(), MIN_BACKOFF_S)):
                 await self._wake.wait()
 
     def poke(self) -> None:
@@ -116,7 +119,7 @@ class PeerManager:
         try:
             await self.host.connect(peer.addr)
         except P2PError as exc:
-            delay = self.schedule.failed(peer, time.monotonic())
+            delay = self.schedule.failed(peer, self.clock.now())
             self.metrics.inc("peer_dial_failures_total")
             log.info("dial failed", extra=kv(peer=peer.peer_id, retry_in_s=delay, error=str(exc)))
         else:

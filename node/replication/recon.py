@@ -91,7 +91,7 @@ class ReconService(ReconSessions):
         # Session work runs in one worker thread at a time, charged to the peer first.
         self.keywork = KeyStoreWork(self.keys)
         self.work = work
-        self.saver = SummarySaver(store, metrics, section.summary_save_interval_s)
+        self.saver = SummarySaver(store, metrics, section.summary_save_interval_s, self.clock)
         # A closed group is only interested in its members' streams.
         members = allowed_senders | {channels.peer_id} if allowed_senders else None
         self.interests = node_interests(network_id, channels.names, members)

@@ -27,11 +27,14 @@ async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
 
 async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes | None,
                     on_dropped: Callable[[int], None], *, work: Work = _inline,
-                    charge: Charge | None = None) -> None:
+                    charge: Charge | None = None,
+                    now: Callable[[], float] = trio.current_time) -> None:
     """Run the exchange to its end (``first``: the initiator's opening frame). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
     missing keys beyond the bound. Each frame from the peer is ``charge``d to it (by its
-    size, before it is decoded) and handled by ``work`` (the Recon worker thread)."""
+    size, before it is decoded) and handled by ``work`` (the Recon worker thread). ``now``:
+    the driver's injected clock (``Clock.now``, trio's: the timer is a cancel scope's
+    deadline)."""
     actions: list[Action] = [] if first is None else [SendFrame(first)]
     while True:
         # trio's clock is the exchange's: its timer is a cancel scope's deadline as it is.
@@ -43,10 +46,9 @@ async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes 
             if charge is not None:
                 await charge(recon_units(await stream.next_size()))
             frame = await stream.receive()
-            now = trio.current_time()
-            actions = await work(functools.partial(exchange.receive, frame, now))
+            actions = await work(functools.partial(exchange.receive, frame, now()))
             continue
-        actions = exchange.handle_timer(trio.current_time())
+        actions = exchange.handle_timer(now())
 
 
 async def _carry_out(stream: FramedStream, actions: list[Action],

@@ -167,7 +167,7 @@ class ReconSessions(ABC):
         charge = self.work.charger(stream.peer_id, "recon") if self.work else None
         await reconcile(stream, exchange, first,
                         lambda n: self.metrics.inc("recon_missing_dropped_total", n),
-                        work=self.keywork.run, charge=charge)
+                        work=self.keywork.run, charge=charge, now=self.clock.now)
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated
         if not exchange.declined:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
@@ -22,6 +21,7 @@ import trio
 from node.config import ReconSection
 from node.logs import kv
 from node.metrics import Metrics
+from node.replication.clock import Clock, SystemClock
 from node.store import EventStore
 from storage import AppendResult, OpenedKeyStore, log_matches, open_key_store, save_summary
 from sync.recon import SummaryKeyStore, encode_summary
@@ -63,8 +63,10 @@ async def open_keys(store: EventStore, section: ReconSection) -> OpenedKeyStore:
 class SummarySaver:
     """Keeps the watermark of a ``SummaryKeyStore`` and saves it with the summary."""
 
-    def __init__(self, store: EventStore, metrics: Metrics, interval_s: float) -> None:
+    def __init__(self, store: EventStore, metrics: Metrics, interval_s: float,
+                 clock: Clock | None = None) -> None:
         self.store = store
+        self.clock = clock or SystemClock()
         self.metrics = metrics
         self.interval_s = interval_s
         self.watermark = 0
@@ -109,7 +111,7 @@ class SummarySaver:
         check = functools.partial(log_matches, watermark=watermark, total=total,
                                   since=self._saved)
         write = functools.partial(save_summary, watermark=watermark, total=total,
-                                  now_ms=int(time.time() * 1000))
+                                  now_ms=int(self.clock.wall() * 1000))
         try:
             written = await self.store.read(check)
             if written:

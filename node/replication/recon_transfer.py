@@ -177,7 +177,7 @@ class Transfer:
                         await pending.done.wait()
                         if pending.error is not None:
                             raise pending.error
-                        self._ingest_verified(core, sid, wires, pending.result,
+                        await self._ingest_verified(core, sid, wires, pending.result,
                                               stream.peer_id, stats)
                     except (RemoteProtocolError, IngestUnavailable) as exc:
                         failure.append(exc)
@@ -195,8 +195,8 @@ class Transfer:
         # The peer advertised these keys and did not deliver them: someone else will.
         self._carry_out(self.core.answer_done(sid, withheld))
 
-    def _ingest_verified(self, core: WantFetcher, sid: int, wires: list[bytes],
-                         batch: VerifiedBatch, peer: str, stats: SessionStats) -> None:
+    async def _ingest_verified(self, core: WantFetcher, sid: int, wires: list[bytes],
+                               batch: VerifiedBatch, peer: str, stats: SessionStats) -> None:
         """One verified batch: invalid events end the session (``screen``), unrequested ones
         too (``WantFetcher.accept``); the claims learn what was delivered; the events go to
         SDS in causal order (``ChannelService.ingest_verified``)."""
@@ -211,7 +211,7 @@ class Transfer:
         if not keys:
             return
         self.core.delivered(sid, keys, self.clock.now())
-        refused = self.channels.ingest_verified(batch, wires, None, peer)
+        refused = await self.channels.ingest_verified(batch, wires, None, peer)
         stats.rejected += refused
         stats.fetched += len(keys) - refused
         self.metrics.inc("recon_events_fetched_total", len(keys))

@@ -18,6 +18,7 @@ import trio
 from node.config import PeersSection
 from node.metrics import Metrics
 from node.p2p.standing import PeerStanding
+from node.replication.clock import Clock, SystemClock
 from sync.workbudget import Refuse, Wait, WorkBudget, WorkLimits
 
 __all__ = ["OverBudget", "WorkGate", "work_limits"]
@@ -39,8 +40,9 @@ def work_limits(section: PeersSection) -> WorkLimits:
 
 class WorkGate:
     def __init__(self, limits: WorkLimits, metrics: Metrics,
-                 standing: PeerStanding | None = None) -> None:
-        self.budget = WorkBudget(limits, trio.current_time())
+                 standing: PeerStanding | None = None, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self.budget = WorkBudget(limits, self.clock.now())
         self.metrics = metrics
         self.standing = standing
         for name, text in (
@@ -60,7 +62,7 @@ class WorkGate:
 
     async def charge(self, peer: str, kind: str, units: int) -> None:
         """Wait until ``units`` of work for ``peer`` may be done, or raise ``OverBudget``."""
-        decision = self.budget.charge(peer, units, trio.current_time())
+        decision = self.budget.charge(peer, units, self.clock.now())
         if isinstance(decision, Refuse):
             self.metrics.inc("work_refused_total", kind=kind, scope=decision.scope)
             if decision.penalty is not None and self.standing is not None:

@@ -1,23 +1,31 @@
 #!/usr/bin/env python3
-"""Scale benchmark: SDS + SDS-R in groups of N members, in the deterministic simulator.
+"""Scale benchmark: groups of N members replicating as the node does, in the deterministic
+simulator.
 
 Each run is ``sync.sim``: N members, each a real ``SdsChannel`` on the node's default settings
 (signed messages), over a GossipSub-like mesh (degree 6, every duplicate copy counted),
 20-200 ms per link, 20 content messages per second group-wide for ``duration`` seconds, then
-settling until every member holds every message (or 900 s). Recon and fetch-by-id are not
-modelled: this is what SDS-R alone costs. Loss is per (message, member): a member misses a
-broadcast with that probability.
+settling until every member holds every message (or 900 s). Each member runs what the node
+runs (docs/replication.md "Closing gaps"): SDS + SDS-R, fetch-by-id (``GapPlanner``: 1 s after
+SDS reports a dependency missing, unicast to the original sender and 3 other connected peers,
+sync/sim/fetch.py) and Recon + transfer between mesh neighbours every 10 s
+(``ReconLifecycle``). Loss is per (message, member): a member misses a broadcast with that
+probability. The 5% loss rows are also run with SDS + SDS-R alone (``stack``
+``sds_r_only``: fetch-by-id and Recon off, the figures of earlier sessions) for comparison.
 
 Per run: bytes and messages sent and received per member per published event (every copy the
-mesh delivers), CPU per (event x member) (process time inside the channels' calls; by default
-each broadcast is decoded and each signature checked once for the whole group, docs/sim.md
-"Speed": ``--unshared`` counts every member's own decoding, as before), repair
-requests and responses per lost (message, member), delivery latency p50/p99 (publish to
-delivery at each other member), peak DAG heads. Keys (issue 30): ``bytes_growth_5pct`` (bytes
-received per member per event at the largest N / at N=10, 5% loss), ``responses_per_loss_max_n``
-(at the largest N, 5% loss), ``heads_peak`` (the peak over every run) with
-``heads_peak_short`` / ``heads_peak_long`` (the same group over one and three run lengths),
-``seeds_failed`` (runs whose invariants failed: each prints its replay command).
+mesh delivers, and every fetch request and answer, Recon frame and transfer frame, counted at
+both ends; ``recv_by_kind_per_member_event`` splits what is received by kind), CPU per
+(event x member) (process time inside the channels' calls; by default each broadcast is
+decoded and each signature checked once for the whole group, docs/sim.md "Speed":
+``--unshared`` counts every member's own decoding, as before), SDS-R repair requests and
+responses and fetch-by-id requests per lost (message, member), delivery latency p50/p99
+(publish to delivery at each other member), peak DAG heads. Keys (issue 30):
+``bytes_growth_5pct`` (bytes received per member per event at the largest N / at N=10, 5%
+loss), ``responses_per_loss_max_n`` (at the largest N, 5% loss), each also
+``..._sds_r_only``; ``heads_peak`` (the peak over every run) with ``heads_peak_short`` /
+``heads_peak_long`` (the same group over one and three run lengths), ``seeds_failed`` (runs
+whose invariants failed: each prints its replay command).
 
 Recon catch-up (the middle N, 5% loss, Recon + fetch-by-id on, as the node runs): 30% of the
 members cut off for the middle half of the publishing, and members crashing (down 10 s) and
@@ -27,7 +35,8 @@ bytes per member per published event; ``recon_seeds_failed`` counts into ``seeds
 
 ``--smoke``: N = 10, 30, a few seconds, JSON to a temp file. ``--quick``: N = 10, 100, 300
 (under 5 minutes on a quiet machine). Default: N = 10, 100, 1000.
-The last line is the JSON result, also written to docs/bench/scale.json.
+The last line is the JSON result, also written to docs/bench/scale.json
+(``--quick``: docs/bench/scale_quick.json).
 """
 
 from __future__ import annotations
@@ -44,7 +53,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
 JSON_KEYS = ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed",
-             "recon_catchup_s")
+             "recon_catchup_s", "bytes_growth_5pct_sds_r_only", "delivery_p50_s_5pct_max_n",
+             "delivery_p99_s_5pct_max_n")
 sys.path.insert(0, str(ROOT))
 
 from sync.sim import NetworkConfig, Scenario, SimFailure, run  # noqa: E402
@@ -60,6 +70,7 @@ DURATION = {"smoke": 3.0, "quick": 10.0, "full": 20.0}
 COLUMNS = ("bytes_recv_per_member_event", "bytes_sent_per_member_event",
            "msgs_recv_per_member_event", "msgs_sent_per_member_event",
            "cpu_us_per_event_member", "requests_per_loss", "responses_per_loss",
+           "fetch_requests_per_loss",
            "delivery_p50_s", "delivery_p99_s", "heads_peak")
 
 
@@ -70,9 +81,15 @@ def catchup_scenario(members: int, duration: float, seed: int) -> Scenario:
                     network=NetworkConfig(delivery_loss=0.05))
 
 
+#: What each member runs: as the node (SDS + SDS-R, fetch-by-id, Recon), or SDS + SDS-R alone.
+NODE, SDS_R_ONLY = "node", "sds_r_only"
+
+
 def one(members: int, loss: float, duration: float, seed: int,
-        scenario: Scenario | None = None) -> dict[str, object]:
+        scenario: Scenario | None = None, stack: str = NODE) -> dict[str, object]:
+    full = stack == NODE
     scenario = scenario or Scenario(members=members, seed=seed, duration=duration,
+                                    fetch=full, recon=full,
                                     network=NetworkConfig(delivery_loss=loss))
     scenario = dataclasses.replace(scenario, shared=SHARED)
     started = time.monotonic()
@@ -80,10 +97,17 @@ def one(members: int, loss: float, duration: float, seed: int,
         summary = run(scenario, time.process_time).summary()
     except SimFailure as exc:
         print(f"N={members} loss={loss}: FAILED\n{exc}", file=sys.stderr, flush=True)
-        return {"members": members, "loss": loss, "failed": True, "replay": scenario.command()}
-    row: dict[str, object] = {"members": members, "loss": loss, "duration_s": duration,
+        return {"members": members, "loss": loss, "stack": stack, "failed": True,
+                "replay": scenario.command()}
+    row: dict[str, object] = {"members": members, "loss": loss, "stack": stack,
+                              "duration_s": duration,
                               "wall_s": round(time.monotonic() - started, 1), **summary}
-    print(f"  N={members:5d} loss={loss:.2f}: {row['wall_s']} s", file=sys.stderr, flush=True)
+    repl, losses = summary["replication"], summary["losses"]
+    assert isinstance(repl, dict) and isinstance(losses, int)
+    # Fetch-by-id requests (one per peer asked) per lost (message, member).
+    row["fetch_requests_per_loss"] = round(repl["fetch_requests"] / losses, 3) if losses else 0.0
+    print(f"  N={members:5d} loss={loss:.2f} {stack}: {row['wall_s']} s", file=sys.stderr,
+          flush=True)
     return row
 
 
@@ -105,9 +129,11 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     rows = [one(n, loss, duration, args.seed) for n in sizes for loss in LOSSES]
+    rows += [one(n, 0.05, duration, args.seed, stack=SDS_R_ONLY) for n in sizes]
     # Heads over one and three run lengths, same group (the middle size), no loss.
     mid = sizes[1]
-    short = next(r for r in rows if r["members"] == mid and r["loss"] == 0.0)
+    short = next(r for r in rows if r["members"] == mid and r["loss"] == 0.0
+                 and r["stack"] == NODE)
     long = one(mid, 0.0, 3 * duration, args.seed)
     catchup = one(mid, 0.05, duration, args.seed, catchup_scenario(mid, duration, args.seed))
     failed = [r for r in [*rows, long, catchup] if r.get("failed")]
@@ -117,21 +143,33 @@ def main() -> int:
         moved = repl["recon_bytes"] + repl["transfer_bytes"]
         recon_bytes = round(moved / mid / float(catchup["published"]), 1)  # type: ignore[arg-type]
 
-    def at(n: int, loss: float, key: str) -> float:
-        row = next(r for r in rows if r["members"] == n and r["loss"] == loss)
+    def at(n: int, loss: float, key: str, stack: str = NODE) -> float:
+        row = next(r for r in rows
+                   if r["members"] == n and r["loss"] == loss and r["stack"] == stack)
         value = row.get(key, 0.0)
         return float(value) if isinstance(value, (int, float)) else 0.0
 
+    def growth(stack: str) -> float | None:
+        base = at(10, 0.05, "bytes_recv_per_member_event", stack)
+        top = at(sizes[-1], 0.05, "bytes_recv_per_member_event", stack)
+        return round(top / base, 3) if base else None
+
     big = sizes[-1]
-    base_bytes = at(10, 0.05, "bytes_recv_per_member_event")
     result = {
         "mode": mode,
         "sizes": list(sizes),
         "duration_s": duration,
-        "bytes_growth_5pct": round(at(big, 0.05, "bytes_recv_per_member_event")
-                                   / base_bytes, 3) if base_bytes else None,
+        "stack": "SDS + SDS-R, fetch-by-id, Recon + transfer (as the node)",
+        "bytes_growth_5pct": growth(NODE),
         "responses_per_loss_max_n": at(big, 0.05, "responses_per_loss"),
         "requests_per_loss_max_n": at(big, 0.05, "requests_per_loss"),
+        "fetch_requests_per_loss_max_n": at(big, 0.05, "fetch_requests_per_loss"),
+        "delivery_p50_s_5pct_max_n": at(big, 0.05, "delivery_p50_s"),
+        "delivery_p99_s_5pct_max_n": at(big, 0.05, "delivery_p99_s"),
+        "bytes_growth_5pct_sds_r_only": growth(SDS_R_ONLY),
+        "responses_per_loss_max_n_sds_r_only": at(big, 0.05, "responses_per_loss", SDS_R_ONLY),
+        "delivery_p50_s_5pct_max_n_sds_r_only": at(big, 0.05, "delivery_p50_s", SDS_R_ONLY),
+        "delivery_p99_s_5pct_max_n_sds_r_only": at(big, 0.05, "delivery_p99_s", SDS_R_ONLY),
         "heads_peak": max(int(r.get("heads_peak", 0)) for r in [*rows, long]),  # type: ignore[call-overload]
         "heads_peak_short": short.get("heads_peak"),
         "heads_peak_long": long.get("heads_peak"),
@@ -149,24 +187,29 @@ def main() -> int:
     print(f"Scale benchmark ({mode}): 20 msgs/s for {duration:.0f} s, then settling; "
           f"load average {result['load_avg'][0]} -> {result['load_avg'][1]} on "
           f"{os.cpu_count()} cores")
-    print(f"{'N':>5} {'loss':>5} " + " ".join(f"{c[:14]:>14}" for c in COLUMNS))
+    print(f"{'N':>5} {'loss':>5} {'stack':>10} " + " ".join(f"{c[:14]:>14}" for c in COLUMNS))
     for r in rows:
         if r.get("failed"):
-            print(f"{r['members']:>5} {r['loss']:>5} FAILED: {r['replay']}")
+            print(f"{r['members']:>5} {r['loss']:>5} {r['stack']!s:>10} FAILED: {r['replay']}")
             continue
-        print(f"{r['members']:>5} {r['loss']:>5} "
+        print(f"{r['members']:>5} {r['loss']:>5} {r['stack']!s:>10} "
               + " ".join(f"{r[c]!s:>14}" for c in COLUMNS))
+    print("bytes received per member per event by kind, 5% loss:")
+    for r in rows:
+        if r["loss"] == 0.05 and not r.get("failed"):
+            print(f"  N={r['members']} {r['stack']}: {r['recv_by_kind_per_member_event']}")
     print(f"heads_peak over {duration:.0f} s / {3 * duration:.0f} s at N={mid}: "
           f"{result['heads_peak_short']} / {result['heads_peak_long']}")
     print(f"Recon catch-up at N={mid} (5% loss, 30% cut off, churn): "
           f"{result['recon_catchup_s']} s after the last heal/restart, "
           f"{recon_bytes} Recon+transfer bytes per member per event")
-    for key in ("bytes_growth_5pct", "responses_per_loss_max_n", "heads_peak", "seeds_failed"):
+    for key in ("bytes_growth_5pct", "bytes_growth_5pct_sds_r_only", "responses_per_loss_max_n",
+                "heads_peak", "seeds_failed"):
         print(f"{key}: {result[key]}")
     if args.smoke:
         out = Path(tempfile.gettempdir()) / "scale_bench_smoke.json"
     else:
-        out = ROOT / "docs" / "bench" / "scale.json"
+        out = ROOT / "docs" / "bench" / ("scale_quick.json" if args.quick else "scale.json")
     if not args.no_write:
         out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}))

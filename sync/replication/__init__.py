@@ -52,11 +52,12 @@ from sync.replication.actions import (
     SessionFailed,
     StartSession,
 )
-from sync.replication.gaps import FetchPlan, GapPlanner
+from sync.replication.gaps import FETCH_GRACE_S, FetchPlan, GapPlanner
 from sync.replication.ingest import (
     IngestOutcome,
     IngestPlan,
     ingest_batch,
+    ingest_reads,
     order,
     plan,
     screen,
@@ -65,6 +66,7 @@ from sync.replication.ingest import (
 from sync.replication.lifecycle import LifecycleConfig, ReconLifecycle, SessionPlan
 
 __all__ = [
+    "FETCH_GRACE_S",
     "Action",
     "ClaimsLapsed",
     "FetchPlan",
@@ -84,6 +86,7 @@ __all__ = [
     "SessionPlan",
     "StartSession",
     "ingest_batch",
+    "ingest_reads",
     "order",
     "plan",
     "screen",

@@ -12,6 +12,12 @@ When SDS reports a message missing (a causal dependency it has not delivered):
    range soon (``ReconcileSoon``); Recon finds it by key, whoever holds it.
 
 A peer whose fetch answer breaks the protocol pays by the error's kind.
+
+SDS-R's own requests wait ``T_req`` >= ``t_min`` (30 s by default), so they go out only for
+what fetch-by-id and Recon did not close: a repair request and its answers are group-wide
+floods, a fetch is one request and one copy on one link (docs/replication.md "Closing gaps").
+``t_min`` below ``FETCH_GRACE_S`` would send the floods first; the node refuses such a
+configuration.
 """
 
 from __future__ import annotations
@@ -26,7 +32,10 @@ from sync.replication.actions import Action, Penalize, ReconcileSoon
 from sync.sds import MissingEntry
 from sync.transfer import FetchQueue, plan_peers
 
-__all__ = ["FetchPlan", "GapPlanner"]
+__all__ = ["FETCH_GRACE_S", "FetchPlan", "GapPlanner"]
+
+#: The node's ``grace_s``: how long a gap is left to close by itself before it is fetched by id.
+FETCH_GRACE_S = 1.0
 
 
 @dataclass

@@ -22,6 +22,11 @@ In order, per event:
    bulk path; **the rest** (sync messages, missing dependencies, which wait in SDS's
    dependency buffer) takes the full protocol step, in causal order.
 
+Before ``ingest_batch``, ``ingest_reads`` names what the channels' steps may ask of the log that
+memory cannot answer (``sync.sds.ReadDelivered``, one per bounded channel); the driver reads its
+store and answers each (``SdsChannel.answer_delivered``), then runs ``ingest_batch``, which
+reads no storage.
+
 Duplicates never get this far on Recon: claims and ``ReadStored`` keep stored keys from being
 fetched; a duplicate that still arrives is dropped by SDS (already delivered) and by the
 store (unique key).
@@ -37,12 +42,12 @@ from sync.gossip import SenderPolicy
 from sync.ingest import VerifiedBatch, triage
 from sync.peerscore import penalty_of
 from sync.replication.actions import Action, Penalize, Rejected
-from sync.sds import RepairRefused, SdsChannel, SdsEvent
+from sync.sds import ReadDelivered, RepairRefused, SdsChannel, SdsEvent
 from sync.sds.profile import decode_event_in
 from sync.stored_event import EventRecord
 
-__all__ = ["IngestOutcome", "IngestPlan", "ingest_batch", "order", "plan", "screen",
-           "sds_penalty"]
+__all__ = ["IngestOutcome", "IngestPlan", "ingest_batch", "ingest_reads", "order", "plan",
+           "screen", "sds_penalty"]
 
 
 def screen(batch: VerifiedBatch, peer: str) -> tuple[list[Action], RemoteProtocolError | None]:
@@ -115,6 +120,25 @@ class IngestOutcome:
     refused: int = 0
     #: Ids not refused: delivered, waiting for dependencies, already held, or an own echo.
     taken: list[str] = field(default_factory=list)
+
+
+def ingest_reads(batch: VerifiedBatch, positions: Sequence[int],
+                 channels: Mapping[str, SdsChannel]) -> dict[str, ReadDelivered]:
+    """channel -> the one request that settles every question ``ingest_batch`` of
+    ``positions`` can put to that channel's log (whatever triage, bulk path and full steps
+    decide; channels holding their whole log in memory ask nothing)."""
+    wanted: dict[str, list[tuple[str, int | None, Sequence[str]]]] = {}
+    for i in positions:
+        name = batch.channels[i]
+        if name in channels and i not in batch.rejected:
+            wanted.setdefault(name, []).append(
+                (batch.message_ids[i], batch.lamports[i], batch.histories[i]))
+    out: dict[str, ReadDelivered] = {}
+    for name, events in wanted.items():
+        read = channels[name].reads_for(events)
+        if read is not None:
+            out[name] = read
+    return out
 
 
 def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequence[int],

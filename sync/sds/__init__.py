@@ -5,7 +5,7 @@ from __future__ import annotations
 from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
 from sync.sds.channel import LAMPORT_LIMIT, SdsChannel
 from sync.sds.config import LostPolicy, SdsConfig
-from sync.sds.delivered import DeliveredIndex, DeliveredLookup
+from sync.sds.delivered import DeliveredIndex, DeliveredNeeded, ReadDelivered
 from sync.sds.events import (
     Acknowledged,
     Delivered,
@@ -36,6 +36,7 @@ from sync.sds.message import (
     message_id_of,
     transmission_suffix,
 )
+from sync.sds.persist import state_reads
 from sync.sds.profile import (
     PROFILES,
     SdsProfile,
@@ -59,7 +60,7 @@ __all__ = [
     "DecodeLimits",
     "Delivered",
     "DeliveredIndex",
-    "DeliveredLookup",
+    "DeliveredNeeded",
     "DependencyLost",
     "EphemeralReceived",
     "Evicted",
@@ -70,6 +71,7 @@ __all__ = [
     "MissingDependencies",
     "MissingEntry",
     "PossiblyAcknowledged",
+    "ReadDelivered",
     "RepairAnswered",
     "RepairRefused",
     "RepairRequested",
@@ -96,6 +98,7 @@ __all__ = [
     "profile_of",
     "repair_hash",
     "response_groups",
+    "state_reads",
     "t_req",
     "t_resp",
     "transmission_suffix",

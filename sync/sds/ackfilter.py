@@ -44,10 +44,14 @@ def _prime_from(n: int) -> int:
 class AckFilter:
     """``small_max`` 0: always the full filter (a profile whose filter is fixed, like waku's)."""
 
-    def __init__(self, full: RollingBloomFilter, fp_rate: float, small_max: int) -> None:
+    def __init__(self, full: RollingBloomFilter, fp_rate: float, small_max: int,
+                 small_max_request_sync: int = 0) -> None:
         self.full = full
         self._fp = fp_rate
         self._small_max = min(small_max, full.window)
+        #: ``encoded(request_sync=True)``'s own bound; the unnamed set is tracked if any is on.
+        self._small_max_sync = min(small_max_request_sync, full.window)
+        self._tracking = bool(self._small_max or self._small_max_sync)
         #: id -> its sender, oldest first.
         self._unnamed: OrderedDict[str, str] = OrderedDict()
         self._params: dict[int, BloomParams] = {}
@@ -61,7 +65,7 @@ class AckFilter:
         only the unnamed set takes it back)."""
         if not again:
             self.full.add(mid)
-        if not self._small_max:
+        if not self._tracking:
             return
         unnamed = self._unnamed
         if mid in unnamed:
@@ -84,10 +88,12 @@ class AckFilter:
                 del unnamed[mid]
                 self._encoded = None
 
-    def encoded(self) -> tuple[bytes, BloomParams]:
-        """The filter to transmit and its parameters."""
+    def encoded(self, *, request_sync: bool = False) -> tuple[bytes, BloomParams]:
+        """The filter to transmit and its parameters (``request_sync``: for a sync sent only
+        for due repair requests)."""
         count = len(self._unnamed)
-        if not self._small_max or count > self._small_max:
+        limit = self._small_max_sync if request_sync else self._small_max
+        if not limit or count > limit:
             return self.full.to_bytes(), self.full.params
         if self._encoded is None:
             size = _MIN_CLASS

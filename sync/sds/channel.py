@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -20,7 +20,7 @@ from sync.sds.acks import FilterEvidence
 from sync.sds.bloom import RollingBloomFilter
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
-from sync.sds.delivered import DeliveredIndex, DeliveredLookup
+from sync.sds.delivered import DeliveredIndex, ReadDelivered
 from sync.sds.dependencies import DependencyBuffer
 from sync.sds.events import (
     Delivered,
@@ -44,7 +44,7 @@ from sync.sds.message import (
     verify_repair,
 )
 from sync.sds.outgoing import OutgoingBuffer
-from sync.sds.persist import SYNC_KEY, load_log, load_state, snapshot_of
+from sync.sds.persist import REPAIR_SYNC_KEY, SYNC_KEY, load_log, load_state, snapshot_of
 from sync.sds.profile import profile_of
 from sync.sds.repair_buffers import RepairBuffers
 from sync.sds.state import (
@@ -76,10 +76,11 @@ class SdsChannel:
         rng: random.Random | None = None,
         now: float = 0.0,
         verify_signatures: bool = True,
-        lookup: DeliveredLookup | None = None,
+        bounded: bool = False,
     ) -> None:
-        """``lookup``: the store's answer to "which of these ids are in this channel's log";
-        with it only the newest ``config.delivered_window`` delivered ids stay in memory."""
+        """``bounded``: only the newest ``config.delivered_window`` delivered ids stay in
+        memory; a step that must know about an older one raises ``DeliveredNeeded`` (nothing
+        done) for its driver to read the store and ``answer_delivered`` (docs/sds.md)."""
         if signing_key is not None and peer_id_of(signing_key) != participant_id:
             raise LocalProtocolError("participant_id is not the peer id of signing_key")
         self.channel_id = channel_id
@@ -101,7 +102,8 @@ class SdsChannel:
             # A margin below the bound: a filter near its class capacity reads ~at its design
             # rate, and in a pair the one other member's filter must meet the bound alone.
             self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound / 16, 1e-9)),
-            cfg.bloom_small_max if self.profile.announces_bloom_params else 0)
+            cfg.bloom_small_max if self.profile.announces_bloom_params else 0,
+            cfg.bloom_small_max_request_sync if self.profile.announces_bloom_params else 0)
         self._lamport = int(now * 1000)
         #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
         self.clock_recovered = False
@@ -116,7 +118,7 @@ class SdsChannel:
         self._datagrams: list[bytes] = []
         # Local log: delivered ids (the newest in memory, see DeliveredIndex); a sorted recent
         # tail for histories.
-        self._log = DeliveredIndex(cfg.delivered_window, lookup)
+        self._log = DeliveredIndex(cfg.delivered_window, bounded)
         # Heads (the frontier of the causal DAG, bounded), the log's tail and hints.
         self._history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
                                       cfg.head_ttl, cfg.delivered_window)
@@ -170,7 +172,7 @@ class SdsChannel:
         return self._timers.next_deadline()
 
     def log(self) -> list[tuple[int, str]]:
-        """The local log as (lamport, message_id), in log order: with a ``lookup``, only the
+        """The local log as (lamport, message_id), in log order: when ``bounded``, only the
         part in memory (``delivered_in_memory`` entries; the store has the whole log)."""
         return sorted((lamport, mid) for mid, lamport in self._log.items())
 
@@ -180,8 +182,46 @@ class SdsChannel:
 
     @property
     def store_lookups(self) -> int:
-        """How often this channel asked its store about ids memory did not hold."""
+        """How often this channel asked its driver about ids memory did not hold."""
         return self._log.lookups
+
+    @property
+    def delivered_epoch(self) -> int:
+        """Deliveries so far: a ``ReadDelivered`` made now carries it (``epoch``)."""
+        return self._log.added
+
+    def answer_delivered(self, read: ReadDelivered, found: Collection[str], *,
+                         force: bool = False) -> bool:
+        """The driver's answer to ``read`` (from ``DeliveredNeeded`` or ``reads_for``):
+        ``found``, those of ``read.ids`` in the log (committed or queued). Run the step again
+        next, before anything else touches this channel. False: the "not delivered" answers
+        were void (a whole window of deliveries came in while the driver read): read again,
+        or take them anyway with ``force``."""
+        return self._log.answer(read, found, force=force)
+
+    def reads_for(self, events: Iterable[tuple[str, int | None, Sequence[str]]]
+                  ) -> ReadDelivered | None:
+        """One request that settles every delivered-id question the steps for ``events``
+        ((message id, lamport, history ids), say an ingest batch: ``deliver_settled``, then
+        ``receive_event`` or ``stores_own_echo`` for each in turn) can ask, however the batch
+        goes; None when the channel is not bounded. Answer it, then run the steps."""
+        if not self._log.bounded:
+            return None
+        ids: list[str] = []
+        lamports: dict[str, int] = {}
+        for mid, lamport, history in events:
+            ids.append(mid)
+            ids.extend(history)
+            if lamport is not None:
+                lamports[mid] = lamport
+        return self._log.reads_for(ids, lamports)
+
+    def send_reads(self, contents: Iterable[bytes]) -> ReadDelivered | None:
+        """What ``send`` of ``contents`` must know first (a waku channel refuses a payload it
+        sent already: its id is the payload's hash); None: nothing."""
+        if not self.profile.is_waku or not self._log.bounded:
+            return None
+        return self._log.reads_for([waku_message_id(c) for c in contents], {})
 
     def is_missing(self, message_id: str) -> bool:
         """True while ``message_id`` is a known-missing dependency (no copy of the set)."""
@@ -337,13 +377,14 @@ class SdsChannel:
                                     self._key, self._rng)
         self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._last_activity = now
-        return event.wire + self._suffix(now, event.message_id)
+        return event.wire + self._suffix(now, event.message_id, request_sync=not periodic)
 
-    def _suffix(self, now: float, mid: str, *, requests: bool = True) -> bytes:
+    def _suffix(self, now: float, mid: str, *, requests: bool = True,
+                request_sync: bool = False) -> bytes:
         """Filter and due repair requests for a transmission of ``mid``; no requests on a
         rebroadcast of someone else's message (they are signed by, and charged to, the
         message's sender: ours would be ignored)."""
-        bloom, params = self._ack_filter.encoded()
+        bloom, params = self._ack_filter.encoded(request_sync=request_sync)
         return transmission_suffix(
             bloom, params,
             self._take_repair_requests(now) if requests else (),
@@ -416,15 +457,18 @@ class SdsChannel:
         stored: set[str] = set()
         if not log.complete:
             # One store question for the dependencies memory cannot answer (in a catch-up in
-            # Recon's key order they are mostly the same sender's previous events, in memory).
-            batch = set(mids)
+            # Recon's key order they are mostly the same sender's previous events, in memory)
+            # and for events older than memory's floor (held ones are duplicates).
+            batch, floor = set(mids), log.floor
             stored = log.known({h for hist in histories for h in hist
-                                if h not in memory and h not in batch})
+                                if h not in memory and h not in batch}
+                               | {m for m, lam in zip(mids, lamports, strict=True)
+                                  if lam <= floor and m not in memory})
         delivered: list[int] = []
         full: list[int] = []
         for i, mid in enumerate(mids):
             lamport, sender, hist = lamports[i], senders[i], histories[i]
-            if mid in memory:
+            if mid in memory or mid in stored:
                 continue
             if (lamport >= horizon or sender == own or mid in waiting or mid in missing
                     or mid in waiters or mid in lost
@@ -450,7 +494,9 @@ class SdsChannel:
     def _accept(self, event: SignedEvent, evidence: FilterEvidence | None,
                 repair_request: tuple[HistoryRef, ...], now: float,
                 repair_signature: bytes | None = None) -> None:
-        """The protocol steps for a valid message: nothing here raises on peer input."""
+        """The protocol steps for a valid message: nothing here raises on peer input. First
+        what only the store knows (``DeliveredNeeded``, raised before anything changes)."""
+        stored = self._stored_of(event)
         mid = event.message_id
         self._repair.seen(mid)
         if event.sender_id == self.participant_id:
@@ -474,10 +520,8 @@ class SdsChannel:
         if event.is_sync:
             self._last_activity = now
             self._history.named_by_others(event.history_ids)
-            unknown = [h for h in event.causal_history if self._is_unknown(h.message_id)]
-            if unknown and not self._log.complete:
-                held = self._log.known(h.message_id for h in unknown)
-                unknown = [h for h in unknown if h.message_id not in held]
+            unknown = [h for h in event.causal_history
+                       if self._is_unknown(h.message_id) and h.message_id not in stored]
             self._note_missing(unknown, now, charged_to=event.sender_id)
             return
         if mid in self._waiting or self._log.in_memory(mid):
@@ -488,23 +532,9 @@ class SdsChannel:
                 self._ack_filter.received(mid, event.sender_id, again=True)
             return
         log, lost_ids = self._log, self._lost
-        stored: set[str] = set()
-        if not log.complete:
-            # One store question for what memory cannot answer: the event itself when it is
-            # older than the window, and history entries not in memory. Ids already known
-            # missing were not delivered when noted, and only a delivery (into memory) changes
-            # that: no question for them (a catch-up in Recon's key order names many).
-            missing, waiters = self._missing, self._waiters
-            ask = [h.message_id for h in event.causal_history
-                   if not log.in_memory(h.message_id) and h.message_id not in lost_ids
-                   and h.message_id not in missing and h.message_id not in waiters]
-            assert event.lamport is not None
-            if event.lamport <= log.floor:
-                ask.append(mid)
-            stored = log.known(ask) if ask else stored
-            if mid in stored:
-                self.duplicates_received += 1
-                return
+        if mid in stored:
+            self.duplicates_received += 1
+            return
         self._last_activity = now
         self._ack_filter.received(mid, event.sender_id)
         unmet: list[HistoryRef] = []
@@ -527,6 +557,31 @@ class SdsChannel:
             self._timers.cancel(TimerKind.LOST, mid)
         self._note_missing([h for h in unmet if h.message_id not in self._waiting], now,
                            charged_to=event.sender_id)
+
+    def _stored_of(self, event: SignedEvent) -> set[str]:
+        """Those ids ``_accept`` of ``event`` must know about that memory cannot answer and
+        the log holds: one question (``DeliveredNeeded``) for a sync's unknown history
+        entries; for content, the event itself when it is older than the window and history
+        entries not in memory. Ids already known missing were not delivered when noted, and
+        only a delivery (into memory) changes that: no question for them (a catch-up in
+        Recon's key order names many). Asked before the step changes anything."""
+        log = self._log
+        if log.complete or event.sender_id == self.participant_id or event.is_ephemeral:
+            return set()
+        if event.is_sync:
+            return log.known(h.message_id for h in event.causal_history
+                             if self._is_unknown(h.message_id))
+        mid = event.message_id
+        if mid in self._waiting or log.in_memory(mid):
+            return set()  # a duplicate memory knows
+        lost, missing, waiters = self._lost, self._missing, self._waiters
+        ask = [h.message_id for h in event.causal_history
+               if not log.in_memory(h.message_id) and h.message_id not in lost
+               and h.message_id not in missing and h.message_id not in waiters]
+        assert event.lamport is not None
+        if event.lamport <= log.floor:
+            ask.append(mid)
+        return log.known(ask) if ask else set()
 
     def _on_repair_requests(self, event: SignedEvent, refs: tuple[HistoryRef, ...],
                             signature: bytes | None, now: float) -> None:
@@ -678,7 +733,10 @@ class SdsChannel:
     def _arm_sync(self, base: float) -> None:
         self._sync_armed_at = base
         cfg = self.config
-        delay = cfg.sync_interval + self._rng.uniform(0.0, cfg.sync_jitter)
+        jitter = cfg.sync_jitter
+        if cfg.sync_jitter_scaled and self._repair.auto_groups:
+            jitter *= self.response_groups(base)
+        delay = cfg.sync_interval + self._rng.uniform(0.0, jitter)
         self._timers.schedule(TimerKind.SYNC, SYNC_KEY, base + delay)
 
     def handle_timer(self, now: float) -> None:
@@ -697,11 +755,28 @@ class SdsChannel:
                 elif kind is TimerKind.REPAIR_RESPONSE:
                     self._answer_repair(key, now)
                 elif kind is TimerKind.REPAIR_REQUEST:
-                    want_sync = want_sync or key in self._repair.requests
+                    if key in self._repair.requests:
+                        want_sync = want_sync or self._linger(now)
+                elif kind is TimerKind.SYNC and key == REPAIR_SYNC_KEY:
+                    want_sync = want_sync or self._repair.has_due(now)
                 elif kind is TimerKind.SYNC:
                     periodic = periodic or self._periodic_sync_due(now)
             if want_sync or periodic:
                 self._send_sync(now, periodic=periodic)
+
+    def _linger(self, now: float) -> bool:
+        """A request fell due: send it now, or (``repair_linger``) on whatever we send within
+        the linger, so that requests falling due close together share one message."""
+        cfg = self.config
+        # Longer in a larger group (G = N div 128 + 1), where a member has more entries
+        # falling due to share a message; never beyond T_min, the spec's shortest wait.
+        scale = self.response_groups(now) if self._repair.auto_groups else 1
+        linger = min(cfg.repair_linger * scale, cfg.t_min)
+        if linger <= 0:
+            return True
+        if self._timers.due(TimerKind.SYNC, REPAIR_SYNC_KEY) is None:
+            self._timers.schedule(TimerKind.SYNC, REPAIR_SYNC_KEY, now + linger)
+        return False
 
     def _periodic_sync_due(self, now: float) -> bool:
         if self._last_activity > self._sync_armed_at:
@@ -762,14 +837,16 @@ class SdsChannel:
         rng: random.Random | None = None,
         now: float = 0.0,
         verify_signatures: bool = True,
-        lookup: DeliveredLookup | None = None,
+        bounded: bool = False,
         log_truncated: bool = False,
+        delivered: tuple[ReadDelivered, Collection[str]] | None = None,
     ) -> SdsChannel:
         """Rebuild a channel from ``export_state()`` output and the persisted log.
 
         ``log``: delivered (message_id, lamport) or (message_id, lamport, sender_id): the whole
-        log, or with a ``lookup`` and ``log_truncated`` its newest part (at least
-        ``delivered_window`` entries, the store answers for the rest); the bloom filter is
+        log, or when ``bounded`` and ``log_truncated`` its newest part (at least
+        ``delivered_window`` entries, the store answers for the rest: ``delivered`` is the
+        answer to ``state_reads(state, ...)``, asked before); the bloom filter is
         rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
         messages, to serve repairs. ``outgoing_wires``: id -> canonical wire of our own
         unacknowledged messages, which the state names by id only (``outgoing_ids_of``); any
@@ -778,9 +855,11 @@ class SdsChannel:
         """
         snap = decode_state(state) if isinstance(state, bytes) else state
         ch = cls(snap.channel_id, snap.participant_id, signing_key, config=config, rng=rng,
-                 now=now, verify_signatures=verify_signatures, lookup=lookup)
+                 now=now, verify_signatures=verify_signatures, bounded=bounded)
         try:
             load_log(ch, log, truncated=log_truncated)
+            if delivered is not None:
+                ch.answer_delivered(*delivered, force=True)
             wanted = {o.message_id for o in snap.outgoing if o.wire is None}
             wires = dict(outgoing_wires or {})
             cached: list[tuple[str, str, bytes]] = []

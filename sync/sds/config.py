@@ -33,6 +33,10 @@ class SdsConfig:
     #: ``bloom_capacity``); 0 (the default for now, docs/sds.md section 3): always the full
     #: filter of ``bloom_capacity`` ids.
     bloom_small_max: int = 0
+    #: The same for the syncs we send only because repair requests fell due (docs/sds.md
+    #: section 4): their job is the requests, and at scale they are most of what members
+    #: send after a loss; the full filter was ~1.2 KB of their ~2 KB.
+    bloom_small_max_request_sync: int = 256
     #: Promote "possibly acknowledged" to "acknowledged" once the probability that every bloom
     #: hit (from distinct participants) was a false positive falls below this bound.
     ack_fp_bound: float = 1e-6
@@ -52,9 +56,18 @@ class SdsConfig:
     #: Mean quiet period before a sync message; the back-off adds up to ``sync_jitter`` more.
     sync_interval: float = 30.0
     sync_jitter: float = 30.0
+    #: The jitter grows with the group: ``sync_jitter`` times the response groups G
+    #: (``N div response_group_size + 1``), so that the group's periodic syncs, which the
+    #: first one sent suppresses, stay about as frequent as in a small group (docs/sds.md).
+    sync_jitter_scaled: bool = True
     #: SDS-R: repair window (spec recommends T_min >= 30 s, T_max 120-600 s).
     t_min: float = 30.0
     t_max: float = 120.0
+    #: SDS-R: a request that falls due waits this long times the response groups G (at most
+    #: ``t_min``) for the next message we send, so that requests falling due close together
+    #: share one message (up to ``max_repair_requests``), then goes on a sync of its own
+    #: (docs/sds.md section 4).
+    repair_linger: float = 15.0
     #: SDS-R response groups G. 0 (default): the spec's ``N div response_group_size + 1``
     #: from the channel's member estimate (``sync.sds.members``); >= 1: fixed.
     num_response_groups: int = 0
@@ -120,8 +133,8 @@ class SdsConfig:
     max_missing_per_sender: int = 1_000
     #: SDS-R: the repair cache also holds at most this many bytes of wires.
     repair_cache_bytes: int = 64 << 20
-    #: Delivered ids kept in memory (the newest deliveries) when the channel has a store to
-    #: ask about older ones (``SdsChannel(lookup=...)``); without one the whole log is kept.
+    #: Delivered ids kept in memory (the newest deliveries) when the channel's driver answers
+    #: for older ones (``SdsChannel(bounded=True)``); unbounded, the whole log is kept.
     delivered_window: int = 100_000
 
     def __post_init__(self) -> None:
@@ -131,6 +144,7 @@ class SdsConfig:
             ("bloom_capacity", self.bloom_capacity > 0),
             ("bloom_fp_rate", 0.0 < self.bloom_fp_rate < 1.0),
             ("bloom_small_max", self.bloom_small_max >= 0),
+            ("bloom_small_max_request_sync", self.bloom_small_max_request_sync >= 0),
             ("ack_fp_bound", 0.0 < self.ack_fp_bound < 1.0),
             ("ack_min_filters", self.ack_min_filters >= 1),
             ("resend_interval", self.resend_interval > 0),
@@ -142,6 +156,7 @@ class SdsConfig:
             ("sync_jitter", self.sync_jitter >= 0),
             ("t_min", self.t_min >= 0),
             ("t_max", self.t_max > self.t_min),
+            ("repair_linger", self.repair_linger >= 0),
             ("num_response_groups", self.num_response_groups >= 0),
             ("response_group_size", self.response_group_size >= 1),
             ("member_window", self.member_window > 0),

@@ -1,27 +1,53 @@
-"""Which message ids a channel has delivered: the newest in memory, the rest asked of the store.
+"""Which message ids a channel has delivered: the newest in memory, the rest asked of the driver.
 
 A channel's log grows without bound, but SDS only needs recent ids in memory (causal histories,
 the bloom filter and repairs name recent messages). ``DeliveredIndex`` keeps the ids of the
 newest ``window`` deliveries, in delivery order, and the *floor*: every delivered id with a
 Lamport timestamp above it is in memory. A question memory cannot answer (an id below the
-floor, or a history entry not in memory once something was evicted) goes to ``lookup``, the
-store's answer (the node asks its database and its queue of uncommitted writes). Without a
-lookup nothing is evicted: the whole log stays in memory, as the pure protocol tests expect.
+floor, or a history entry not in memory once something was evicted) is never put to storage
+from inside a step: the step raises :class:`DeliveredNeeded` with a :class:`ReadDelivered`
+request before it changes anything, the driver reads its store (the node: its database and
+its queue of uncommitted writes, off the protocol step) and hands the answer back with
+``answer``, then runs the same step again (as Recon's ``KeysNeeded``). Unbounded (the pure
+protocol tests, the simulator) nothing is evicted: the whole log stays in memory and nothing
+is ever asked.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-__all__ = ["DeliveredIndex", "DeliveredLookup"]
+__all__ = ["DeliveredIndex", "DeliveredNeeded", "ReadDelivered"]
 
-#: Given message ids, return those the store holds in this channel's log.
-DeliveredLookup = Callable[[Sequence[str]], Collection[str]]
+
+@dataclass(frozen=True)
+class ReadDelivered:
+    """A request to the driver: which of ``ids`` are in this channel's log (committed or
+    queued to be)? Answer with ``SdsChannel.answer_delivered(read, found)``.
+
+    ``held`` / ``not_held``: what memory could say when the request was made (an ingest batch
+    asks for every id it names up front: a long batch may evict some of them from memory
+    before a later event names them). ``epoch``: the index's delivery count then (a "not held"
+    answer is void if a whole window of deliveries came in while the driver read)."""
+
+    ids: tuple[str, ...]
+    held: frozenset[str] = frozenset()
+    not_held: frozenset[str] = frozenset()
+    epoch: int = 0
+
+
+class DeliveredNeeded(Exception):
+    """Raised by a channel step that needs ``read`` answered; the step did nothing."""
+
+    def __init__(self, read: ReadDelivered) -> None:
+        super().__init__(f"{len(read.ids)} delivered ids to read")
+        self.read = read
 
 
 class DeliveredIndex:
-    def __init__(self, window: int, lookup: DeliveredLookup | None = None) -> None:
+    def __init__(self, window: int, bounded: bool = False) -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
         # Ordered by delivery, oldest first. An OrderedDict, not a dict: evicting the oldest of
@@ -30,15 +56,19 @@ class DeliveredIndex:
         # the window was full (64% of a catch-up's busy samples at 200,000 events).
         self._recent: OrderedDict[str, int] = OrderedDict()
         self._window = window
-        self._lookup = lookup
+        self._bounded = bounded
         #: Every delivered id with a Lamport timestamp above this is in memory; -1: all are.
         self.floor = -1
-        #: Questions the store answered (for tests and metrics).
+        #: Requests made (``DeliveredNeeded`` raised or ``reads_for`` asked): for tests/metrics.
         self.lookups = 0
+        #: Deliveries into memory so far (a request's ``epoch``).
+        self.added = 0
+        # The driver's latest answer (id -> delivered), valid until the next one replaces it.
+        self._answers: dict[str, bool] = {}
 
     @property
     def bounded(self) -> bool:
-        return self._lookup is not None
+        return self._bounded
 
     @property
     def complete(self) -> bool:
@@ -69,25 +99,31 @@ class DeliveredIndex:
     def add(self, mid: str, lamport: int) -> None:
         recent = self._recent
         recent[mid] = lamport
-        if self._lookup is not None and len(recent) > self._window:
+        self.added += 1
+        if self._bounded and len(recent) > self._window:
             # The oldest delivery leaves memory; the store holds it (or its write is queued).
-            self.floor = max(self.floor, recent.popitem(last=False)[1])
+            old, old_lamport = recent.popitem(last=False)
+            self.floor = max(self.floor, old_lamport)
+            if old in self._answers:
+                self._answers[old] = True  # an answer taken before it was delivered
 
     def load(self, entries: Sequence[tuple[int, str]], *, truncated: bool) -> None:
         """Fill from the persisted log: ``entries`` (lamport, id) in log order, the newest part
         of the log when ``truncated`` (the rest is on disk, below the oldest loaded)."""
-        keep = entries[-self._window :] if self._lookup is not None else entries
+        keep = entries[-self._window :] if self._bounded else entries
         for lamport, mid in keep:
             self._recent[mid] = lamport
-        if self._lookup is not None and (truncated or len(keep) < len(entries)) and keep:
+        if self._bounded and (truncated or len(keep) < len(entries)) and keep:
             # Ids sharing the oldest loaded timestamp may be on disk only.
             self.floor = max(self.floor, keep[0][0])
 
     def discard(self, mid: str) -> bool:
+        self._answers.pop(mid, None)  # its write failed: no longer in the log
         return self._recent.pop(mid, None) is not None
 
     def contains(self, mid: str, lamport: int | None = None) -> bool:
-        """Is ``mid`` delivered? ``lamport``, when known, lets memory answer above the floor."""
+        """Is ``mid`` delivered? ``lamport``, when known, lets memory answer above the floor.
+        Raises ``DeliveredNeeded`` when only the store can say."""
         if mid in self._recent:
             return True
         if self.complete or (lamport is not None and lamport > self.floor):
@@ -95,15 +131,56 @@ class DeliveredIndex:
         return bool(self.known([mid]))
 
     def known(self, ids: Iterable[str]) -> set[str]:
-        """Those of ``ids`` that are delivered (one store question for all not in memory)."""
-        recent = self._recent
+        """Those of ``ids`` that are delivered, from memory and the driver's answer; raises
+        ``DeliveredNeeded`` (nothing changed) for those neither can settle."""
+        recent, answers = self._recent, self._answers
         wanted = list(dict.fromkeys(ids))
         found = {mid for mid in wanted if mid in recent}
-        if self.complete or self._lookup is None:
+        if self.complete:
             return found
-        ask = [mid for mid in wanted if mid not in recent]
-        if ask:
+        rest = [mid for mid in wanted if mid not in recent]
+        if any(mid not in answers for mid in rest):
+            # All of them: the answer replaces the one that settled some.
             self.lookups += 1
-            asked = set(ask)
-            found.update(mid for mid in self._lookup(ask) if mid in asked)
+            raise DeliveredNeeded(ReadDelivered(tuple(rest), epoch=self.added))
+        found.update(mid for mid in rest if answers[mid])
         return found
+
+    def reads_for(self, ids: Iterable[str], lamports: Mapping[str, int]) -> ReadDelivered | None:
+        """The request that settles every one of ``ids`` for the step about to run (None: the
+        index is not bounded). ``lamports``: the timestamps known for some of them (an id
+        above the floor not in memory is not delivered: no need to ask)."""
+        if not self._bounded:
+            return None
+        # While memory holds the whole log an id it lacks is not delivered; a long step may
+        # evict some and raise the floor, so those answers are kept too.
+        recent, floor = self._recent, self.floor
+        ask: list[str] = []
+        held: set[str] = set()
+        not_held: set[str] = set()
+        for mid in dict.fromkeys(ids):
+            if mid in recent:
+                held.add(mid)
+            elif floor < 0 or ((lam := lamports.get(mid)) is not None and lam > floor):
+                not_held.add(mid)
+            else:
+                ask.append(mid)
+        self.lookups += bool(ask)
+        return ReadDelivered(tuple(ask), frozenset(held), frozenset(not_held), self.added)
+
+    def answer(self, read: ReadDelivered, found: Collection[str], *, force: bool = False) -> bool:
+        """Take the driver's answer to ``read`` (it replaces the previous one). Returns False
+        when its "not delivered" answers were dropped: a whole window of deliveries came in
+        while the driver read, so one of them may have been delivered and already evicted
+        (ask again; ``force`` takes them anyway)."""
+        fresh = force or self.added - read.epoch < self._window
+        answers: dict[str, bool] = dict.fromkeys(read.held, True)
+        if fresh:
+            answers.update(dict.fromkeys(read.not_held, False))
+        for mid in read.ids:
+            if mid in found:
+                answers[mid] = True
+            elif fresh:
+                answers[mid] = False
+        self._answers = answers
+        return fresh

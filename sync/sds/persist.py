@@ -23,10 +23,13 @@ from sync.sds.timers import TimerKind
 if TYPE_CHECKING:
     from sync.sds.channel import SdsChannel
 
-__all__ = ["SYNC_KEY", "load_log", "load_state", "snapshot_of", "waiting_snapshot"]
+__all__ = ["REPAIR_SYNC_KEY", "SYNC_KEY", "load_log", "load_state", "snapshot_of",
+           "state_reads", "waiting_snapshot"]
 
 #: The timer key of a channel's (one) sync timer.
 SYNC_KEY = ""
+#: The timer of a sync carrying lingering repair requests (``SdsConfig.repair_linger``).
+REPAIR_SYNC_KEY = "repair"
 
 
 def snapshot_of(ch: SdsChannel) -> ChannelState:
@@ -88,6 +91,20 @@ def load_log(ch: SdsChannel, log: Iterable[LogEntry], *, truncated: bool) -> Non
     for _, mid, _ in entries[-ch._bloom.window :]:
         ch._bloom.add(mid)
 
+
+
+def state_reads(snap: ChannelState, max_message_size: int) -> list[str]:
+    """Every id ``load_state`` asks whether the log holds (heads, lost and missing ids, the
+    waiting messages and what they name, repair requests): a bounded channel's driver reads
+    them before ``SdsChannel.restore`` and passes the answer in (``delivered``)."""
+    ids = [ref.message_id for ref in snap.heads]
+    ids += snap.lost
+    ids += [m.ref.message_id for m in snap.missing]
+    for w in snap.waiting:
+        event = decode_event(w.wire, max_size=max_message_size, verify_signature=False)
+        ids += [event.message_id, *event.history_ids]
+    ids += [ref.message_id for ref, _ in snap.repair_out]
+    return list(dict.fromkeys(ids))
 
 
 def load_state(ch: SdsChannel, snap: ChannelState, now: float,

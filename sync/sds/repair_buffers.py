@@ -97,6 +97,9 @@ class RepairBuffers:
             self.want(ref, now)
         return chosen
 
+    def has_due(self, now: float) -> bool:
+        return any(when <= now for when, _ in self.requests.values())
+
     def pace_due(self, now: float) -> None:
         """Move due requests left over after a message to one pacing step later."""
         for when, ref in list(self.requests.values()):

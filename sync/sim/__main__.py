@@ -61,7 +61,7 @@ def parse_all(argv: Sequence[str] | None = None
     p.add_argument("--recon", action="store_true", help="model Recon and its transfer")
     p.add_argument("--recon-interval", type=float, default=10.0)
     p.add_argument("--hostile", action="append", default=[],
-                   help="a hostile member: clock, amplify, acks or withhold (repeatable)")
+                   help="a hostile member: clock, amplify, acks, withhold or junk (repeatable)")
     p.add_argument("--unshared", action="store_true",
                    help="every member decodes and verifies on its own (slower)")
     p.add_argument("--allow-lost", action="store_true",

@@ -14,7 +14,11 @@ Behaviours (``Scenario.hostile``, one member each, chosen by the run's seed):
   never received may count as acknowledged, and nothing acknowledged may be lost.
 - ``withhold``: withheld keys. It reconciles like anyone (its key store holds what it has)
   but never serves the events a Recon session found its peer lacks; the peer backs it off and
-  gets them elsewhere.
+  gets them elsewhere. Asked for events by id, it answers nothing.
+- ``junk``: forged fetch answers. It answers every fetch-by-id with a forged copy (one bit
+  flipped) of each event asked that it holds, and every other answer with one frame more
+  than ids were asked (sync/sim/fetch.py); the asker refuses and counts them, the peer pays,
+  and the next peer is asked.
 
 The runner checks the invariants (honest input never refused, honest clocks bounded, repair
 answers within budget, convergence of the honest members); this module only attacks and
@@ -33,7 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BEHAVIOURS", "HOSTILE", "Hostile"]
 
-BEHAVIOURS = ("clock", "amplify", "acks", "withhold")
+BEHAVIOURS = ("clock", "amplify", "acks", "withhold", "junk")
+#: Behaviours that only answer (nothing scheduled of their own).
+_PASSIVE = ("withhold", "junk")
 #: Heap kind of an attack step (the runner's kinds are below 20, replication's 20-29).
 HOSTILE = 30
 #: Seconds between two attack steps of one hostile member.
@@ -64,7 +70,7 @@ class Hostile:
             m = sim.members[index]
             m.honest = False
             self.behaviour[index] = name
-            if name != "withhold":
+            if name not in _PASSIVE:
                 sim.push(sim.rng.uniform(0.5, 1.5), HOSTILE, index)
 
     def withholds(self, m: Member) -> bool:

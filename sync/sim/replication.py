@@ -34,7 +34,6 @@ from sync.recon.eventid import event_key
 from sync.recon.sha256a import lanes_of
 from sync.replication import (
     Action,
-    FetchPlan,
     GapPlanner,
     KeysWithheld,
     LifecycleConfig,
@@ -50,6 +49,7 @@ from sync.replication import (
     screen,
 )
 from sync.sds import MissingEntry
+from sync.sim.fetch import FETCH, FETCHED, Fetching
 from sync.transfer import EventsPacker, ReconExchange, SendFrame
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ __all__ = ["NETWORK_ID", "Replication"]
 
 NETWORK_ID = 1
 #: Heap kinds of this module (the runner's are below 20).
-RECON, RECON_DONE, FETCH, FETCHED = 20, 21, 22, 23
+RECON, RECON_DONE = 20, 21  # fetch-by-id: FETCH, FETCHED (sync.sim.fetch)
 _RECON_CONFIG = ReconConfig()
 #: Node defaults (config.example.toml [recon] / [fetch]; node.replication.fetch).
 _MAX_MISSING_KEYS = 100_000
@@ -82,6 +82,8 @@ class PeerState:
     gaps: GapPlanner
     recon_at: float | None = None
     fetch_at: float | None = None
+    #: The fetch in flight (``sync.sim.fetch``): one at a time, as the node's ``Fetcher``.
+    fetching: int | None = None
 
 
 @dataclass
@@ -113,6 +115,7 @@ class ReplStats:
     recon_fetched: int = 0
     fetch_requests: int = 0
     fetch_answered: int = 0
+    fetch_bad_answers: int = 0
     withheld: int = 0
     #: Penalties the cores asked for, by name (``Penalize``).
     penalties: dict[str, int] = field(default_factory=dict)
@@ -127,9 +130,9 @@ class Replication:
         self.key_of: list[bytes] = []
         self.sender_of: list[str] = []
         self.no_of_key: dict[bytes, int] = {}
+        self.network_id = NETWORK_ID
         self.stats = ReplStats()
-        #: A fetch in flight: (member, its plan, {peer index: message numbers it answered}).
-        self._fetches: list[tuple[int, FetchPlan, dict[int, list[int]]] | None] = []
+        self.fetching = Fetching(self)
         self.recon = sim.sc.recon
         self.fetch_on = sim.sc.fetch
         self._config = LifecycleConfig.of(
@@ -184,7 +187,7 @@ class Replication:
             if st.recon_at is None or due < st.recon_at or st.recon_at < now:
                 st.recon_at = due
                 self.sim.push(due, RECON, m.index)
-        if self.fetch_on:
+        if self.fetch_on and st.fetching is None:
             t = st.gaps.get_timer()
             if t is not None:
                 due = max(t, now)
@@ -198,11 +201,11 @@ class Replication:
         elif kind == RECON_DONE:
             self._finish(payload)
         elif kind == FETCH:
-            self._fetch(who)
+            self.fetching.due(who)
         elif kind == FETCHED:
-            self._fetched(payload)
+            self.fetching.answered(payload)
 
-    def _carry_out(self, m: Member, actions: Sequence[Action]) -> None:
+    def carry_out(self, m: Member, actions: Sequence[Action]) -> None:
         """What the node's drivers do with the cores' actions: penalties to standing (here:
         counted), withheld keys counted, ``ReconcileSoon`` pokes Recon."""
         stats = self.stats
@@ -215,7 +218,7 @@ class Replication:
                 self.state[m.index].core.poke()
 
     # -- Recon -------------------------------------------------------------------------------
-    def _connected(self, m: Member) -> dict[str, int]:
+    def connected(self, m: Member) -> dict[str, int]:
         sim = self.sim
         return {sim.members[p].peer_id: p for p in sim.mesh.peers[m.index]
                 if sim.reachable(m.index, p)}
@@ -226,11 +229,11 @@ class Replication:
         if st.recon_at != sim.now or not m.online or m.gone:
             return
         st.recon_at = None
-        connected = self._connected(m)
+        connected = self.connected(m)
         latency = sim.mesh.latency
         actions = st.core.handle_timer(sim.now, connected,
                                        lambda pid: latency.get((who, connected[pid])))
-        self._carry_out(m, actions)
+        self.carry_out(m, actions)
         for action in actions:
             if isinstance(action, StartSession):
                 self._session(m, sim.members[connected[action.peer]])
@@ -255,11 +258,15 @@ class Replication:
                            peer=a.peer_id, started=now)
         frame: bytes | None = ea.start()
         frames, size, turn = 0, 0, (eb, ea)
+        #: Bytes and frames each side sent (a's frames are the odd ones).
+        by_side = [[0, 0], [0, 0]]
         ok = True
         try:
             while frame is not None:
                 frames += 1
                 size += len(frame)
+                by_side[frames % 2 == 0][0] += 1
+                by_side[frames % 2 == 0][1] += len(frame)
                 actions = turn[frames % 2 == 0].receive(frame, now)
                 frame = next((x.frame for x in actions if isinstance(x, SendFrame)), None)
         except RemoteProtocolError:
@@ -267,8 +274,8 @@ class Replication:
         stats.sessions += 1
         stats.recon_frames += frames
         stats.recon_bytes += size
-        sim.stats.sent(a.index, (frames + 1) // 2, size // 2)
-        sim.stats.sent(b.index, frames // 2, size // 2)
+        sim.stats.unicast(a.index, b.index, "recon", *by_side[0])
+        sim.stats.unicast(b.index, a.index, "recon", *by_side[1])
         sides = (_Side(a.index, pa, ea), _Side(b.index, pb, eb))
         if ok:
             # The fetch phase: the initiator's want first (``SessionPlan.fetch_first``).
@@ -289,7 +296,7 @@ class Replication:
         st = self.state[side.member]
         st.core.reconciled(side.plan, side.exchange.session.peer_interests)
         actions = st.core.want(side.plan, side.exchange.missing, self.sim.now, self._wall_ms(m))
-        self._carry_out(m, actions)
+        self.carry_out(m, actions)
         read = actions[-1]
         assert isinstance(read, ReadStored)
         held = {k for k in read.keys if st.keys.contains(k)}
@@ -312,7 +319,7 @@ class Replication:
                 self._transfer(side, giver)
             for side, peer in zip(p.sides, (b, a), strict=True):
                 core = self.state[side.member].core
-                self._carry_out(sim.members[side.member], core.close(side.plan))
+                self.carry_out(sim.members[side.member], core.close(side.plan))
                 ex = side.exchange
                 if core.finished(side.plan, truncated=ex.truncated,
                                  lowest_dropped=ex.lowest_dropped, cuts=ex.cuts):
@@ -322,7 +329,7 @@ class Replication:
             for side, peer in zip(p.sides, (b, a), strict=True):
                 actions = self.state[side.member].core.failed(
                     side.plan, peer.peer_id, side.plan.role, None, sim.now)
-                self._carry_out(sim.members[side.member], actions)
+                self.carry_out(sim.members[side.member], actions)
         for m in (a, b):
             if m.online:
                 self.arm(m)
@@ -341,7 +348,7 @@ class Replication:
         if ticket is None or not side.keys:
             return
         if not giver.honest and sim.hostile is not None and sim.hostile.withholds(giver):
-            self._carry_out(receiver, st.core.answer_done(ticket, side.keys))
+            self.carry_out(receiver, st.core.answer_done(ticket, side.keys))
             return
         if not receiver.online:
             return
@@ -355,19 +362,18 @@ class Replication:
         moved += len(packer.finish())
         self.stats.transfer_bytes += moved
         self.stats.recon_fetched += len(nos)
-        sim.stats.sent(receiver.index, 1, _WANT_KEY_BYTES * len(nos))
-        sim.stats.got(giver.index, 1, _WANT_KEY_BYTES * len(nos))
-        sim.stats.sent(giver.index, 1, moved)
-        sim.stats.got(receiver.index, 1, moved)
+        sim.stats.unicast(receiver.index, giver.index, "transfer", 1, _WANT_KEY_BYTES * len(nos))
+        sim.stats.unicast(giver.index, receiver.index, "transfer", 1, moved)
         st.core.delivered(ticket, side.keys, sim.now)
-        self._carry_out(receiver, st.core.answer_done(ticket, []))
-        self._ingest(receiver, giver, nos)
+        self.carry_out(receiver, st.core.answer_done(ticket, []))
+        self.ingest(receiver, giver, nos)
         # The store took them at once (a simulated member persists what it delivers).
         st.core.committed(side.keys, {k for k in side.keys if st.keys.contains(k)})
 
-    def _ingest(self, receiver: Member, giver: Member, nos: list[int]) -> None:
+    def ingest(self, receiver: Member, giver: Member, nos: list[int]) -> list[str]:
         """Fetched events through the ingest core: ``screen`` (invalid ends the session),
-        ``order`` (causal), ``plan`` (refused by policy: counted; the rest to SDS)."""
+        ``order`` (causal), ``plan`` (refused by policy: counted; the rest to SDS). The ids
+        taken (not refused)."""
         sim = self.sim
         batch = VerifiedBatch()
         for n in nos:
@@ -382,76 +388,20 @@ class Replication:
             batch.histories.append(())
             batch.has_content.append(True)
         actions, error = screen(batch, giver.peer_id)
-        self._carry_out(receiver, actions)
+        self.carry_out(receiver, actions)
         if error is not None:
             sim._rejected(receiver, giver.index, error)
-            return
+            return []
         positions = order(batch)
         triaged = plan(batch, positions, giver.peer_id, self._channels,
                        SenderPolicy(receiver.peer_id), sim.now + receiver.clock,
                        receiver.channel.config.max_lamport_ahead_ms)
-        self._carry_out(receiver, triaged.actions)
+        self.carry_out(receiver, triaged.actions)
         refused = set()
         for i, exc in triaged.refused_at:
             refused.add(i)
             sim._rejected(receiver, giver.index, exc)
-        for i in positions:
-            if i not in refused:
-                sim.receive_fetched(receiver, sim.wires[batch.message_ids[i]])
-
-    # -- fetch by id -------------------------------------------------------------------------
-    def _fetch(self, who: int) -> None:
-        sim = self.sim
-        m, st = sim.members[who], self.state[who]
-        if st.fetch_at != sim.now:
-            return
-        st.fetch_at = None
-        if not m.online:
-            return
-        fetch = st.gaps.handle_timer(sim.now, m.channel.is_missing,
-                                     list(self._connected(m)), ())
-        if fetch is not None:
-            self._ask(m, fetch)
-        self.arm(m)
-
-    def _ask(self, m: Member, fetch: FetchPlan) -> None:
-        """Each peer the plan names, in order, answers the ids it holds that are still
-        wanted, after a round trip."""
-        sim = self.sim
-        by_pid = sim.by_peer_id
-        st = self.state[m.index]
-        got: dict[int, list[int]] = {}
-        slowest = 0.0
-        for pid in fetch.peers:
-            if not fetch.ids:
-                break
-            peer = sim.members[by_pid[pid]]
-            if not sim.reachable(m.index, peer.index) or not peer.honest:
-                continue
-            self.stats.fetch_requests += 1
-            sim.stats.sent(m.index, 1, 8 + 66 * len(fetch.ids))
-            for mid in [mid for mid in fetch.ids if peer.channel.has_delivered(mid)]:
-                st.gaps.received(fetch, mid)
-                got.setdefault(peer.index, []).append(sim.msg_no[mid])
-                size = len(sim.wires[mid])
-                sim.stats.sent(peer.index, 1, size)
-                sim.stats.got(m.index, 1, size)
-            slowest = max(slowest, 2 * sim.mesh.latency.get((m.index, peer.index),
-                                                             sum(sim.sc.network.latency) / 2))
-        self.stats.fetch_answered += sum(map(len, got.values()))
-        self._fetches.append((m.index, fetch, got))
-        sim.push(sim.now + (slowest or _FETCH_RETRY_S), FETCHED, m.index,
-                 len(self._fetches) - 1)
-
-    def _fetched(self, slot: int) -> None:
-        sim = self.sim
-        entry = self._fetches[slot]
-        self._fetches[slot] = None
-        assert entry is not None
-        who, fetch, got = entry
-        m, st = sim.members[who], self.state[who]
-        self._carry_out(m, st.gaps.done(fetch))
-        if m.online:
-            for peer, nos in got.items():
-                self._ingest(m, sim.members[peer], nos)
-            self.arm(m)
+        taken = [batch.message_ids[i] for i in positions if i not in refused]
+        for mid in taken:
+            sim.receive_fetched(receiver, sim.wires[mid])
+        return taken

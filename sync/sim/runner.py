@@ -214,8 +214,10 @@ class Simulation:
             "recon_declined": r.declined, "recon_frames": r.recon_frames,
             "recon_bytes": r.recon_bytes, "transfer_bytes": r.transfer_bytes,
             "recon_fetched": r.recon_fetched, "fetch_requests": r.fetch_requests,
-            "fetch_answered": r.fetch_answered, "withheld": r.withheld,
-            "short_answer_penalties": r.penalties.get("short_answer", 0)}
+            "fetch_answered": r.fetch_answered, "fetch_bad_answers": r.fetch_bad_answers,
+            "withheld": r.withheld,
+            "short_answer_penalties": r.penalties.get("short_answer", 0),
+            **{f"penalty_{k}": v for k, v in sorted(r.penalties.items())}}
         self.stats.sim_seconds = self.now
         invariants.check_converged(self)
         return self.stats
@@ -365,6 +367,7 @@ class Simulation:
             stats.sent(member, copies, size)
         for member, copies in flood.received.items():
             stats.got(member, copies, size)
+        stats.by_kind(kind, sum(flood.received.values()) * size, len(tx.repair_request))
         loss = sc.network.delivery_loss
         for member, at in flood.arrival.items():
             if loss and self.rng.random() < loss:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from sync.replication import FETCH_GRACE_S
 from sync.sds import SdsConfig
 from sync.sim.network import NetworkConfig
 
@@ -43,18 +44,19 @@ class Scenario:
     #: gave up after ``lost_timeout``; the node's Recon fetches it, not modelled here). A gap
     #: nobody declared is a failure either way.
     allow_lost: bool = False
-    #: The node's fetch-by-id (``node.replication.fetch``), modelled simply: ``fetch_delay``
-    #: after a member reports a dependency missing, it asks up to 3 random reachable members
-    #: holding it for the canonical wire (retried while still missing). Off: SDS and SDS-R
-    #: alone, as the scale benchmark measures them. Recon is not modelled.
+    #: The node's fetch-by-id (``node.replication.fetch``, sync/sim/fetch.py): ``fetch_delay``
+    #: (the node's grace, 1 s) after a member reports a dependency missing, the node's
+    #: ``GapPlanner`` asks the original sender, then 3 other connected peers, one after the
+    #: other over their links; what nobody answered is left to Recon. Off (and Recon off):
+    #: SDS and SDS-R alone (the scale benchmark's ``--sds-r-only`` comparison).
     fetch: bool = False
-    fetch_delay: float = 1.0
+    fetch_delay: float = FETCH_GRACE_S
     #: Recon (CIP-124) and the WANT/EVENTS transfer between mesh neighbours, with the node's
     #: round timer (``recon_interval``, ``[recon] interval_s``): sync/sim/replication.py.
     recon: bool = False
     recon_interval: float = 10.0
     #: Hostile members, one per behaviour named (sync/sim/hostile.py: clock, amplify, acks,
-    #: withhold).
+    #: withhold, junk).
     hostile: tuple[str, ...] = ()
     #: Decode each broadcast and check each signature once for the whole group
     #: (sync/sim/shared.py): same decisions, ~2x faster; off, every member does its own.
@@ -105,12 +107,12 @@ SWEEP: dict[str, Scenario] = {
                       network=NetworkConfig(delivery_loss=0.02)),
     # One member of each hostile behaviour (docs/security.md) in a lossy group with Recon.
     "hostile": Scenario(members=16, duration=8, recon=True, fetch=True,
-                        hostile=("clock", "amplify", "acks", "withhold"),
+                        hostile=("clock", "amplify", "acks", "withhold", "junk"),
                         network=NetworkConfig(delivery_loss=0.03)),
     # All of it at once: heavy loss, churn of every kind, a partition, skewed clocks and every
     # hostile behaviour, with Recon and fetch-by-id.
     "storm": Scenario(members=30, duration=8, crash_rate=0.3, join_rate=0.2, leave_rate=0.1,
                       skew=5.0, partitions=((2.0, 6.0, 0.4),), recon=True, fetch=True,
-                      hostile=("clock", "amplify", "acks", "withhold"),
+                      hostile=("clock", "amplify", "acks", "withhold", "junk"),
                       network=NetworkConfig(delivery_loss=0.1, link_loss=0.05)),
 }

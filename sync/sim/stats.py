@@ -56,8 +56,13 @@ class Stats:
     msgs_received: dict[int, int] = field(default_factory=dict)
     latency: list[float] = field(default_factory=list)
     #: Broadcasts by kind: content, resend, repair (a rebroadcast answer), sync, sync_request.
+    #: Unicast kinds (``unicast``): fetch_request, fetch_answer, recon, transfer.
     floods: dict[str, int] = field(default_factory=dict)
     flood_bytes: dict[str, int] = field(default_factory=dict)
+    #: Bytes received (every copy, all members) by broadcast kind, and the repair request
+    #: entries the broadcasts carried (which kind grows with N: docs/sim.md).
+    recv_bytes: dict[str, int] = field(default_factory=dict)
+    request_entries: int = 0
 
     def sent(self, member: int, copies: int, size: int) -> None:
         self.msgs_sent[member] = self.msgs_sent.get(member, 0) + copies
@@ -66,6 +71,19 @@ class Stats:
     def got(self, member: int, copies: int, size: int) -> None:
         self.msgs_received[member] = self.msgs_received.get(member, 0) + copies
         self.bytes_received[member] = self.bytes_received.get(member, 0) + copies * size
+
+    def unicast(self, sender: int, receiver: int, kind: str, frames: int, size: int) -> None:
+        """``frames`` of ``size`` bytes in all from one member to another (fetch-by-id, Recon,
+        transfer), counted at both ends and by kind."""
+        self.msgs_sent[sender] = self.msgs_sent.get(sender, 0) + frames
+        self.bytes_sent[sender] = self.bytes_sent.get(sender, 0) + size
+        self.msgs_received[receiver] = self.msgs_received.get(receiver, 0) + frames
+        self.bytes_received[receiver] = self.bytes_received.get(receiver, 0) + size
+        self.recv_bytes[kind] = self.recv_bytes.get(kind, 0) + size
+
+    def by_kind(self, kind: str, received: int, entries: int) -> None:
+        self.recv_bytes[kind] = self.recv_bytes.get(kind, 0) + received
+        self.request_entries += entries
 
     def per_member_event(self, table: dict[int, int]) -> float:
         """Mean over members of the total in ``table``, per published message."""
@@ -96,6 +114,12 @@ class Stats:
             "floods": dict(sorted(self.floods.items())),
             "flood_mean_bytes": {k: self.flood_bytes[k] // v
                                  for k, v in sorted(self.floods.items())},
+            # Bytes received per member per published event, by broadcast kind.
+            "recv_by_kind_per_member_event": {
+                k: round(v / max(1, len(self.bytes_received) or self.members)
+                         / self.published, 1)
+                for k, v in sorted(self.recv_bytes.items())} if self.published else {},
+            "request_entries": self.request_entries,
             "rejected": dict(sorted(self.rejected.items())),
             "hostile_bytes": self.hostile_bytes,
             # Bytes honest members rebroadcast as repairs per byte hostile members sent.

@@ -83,7 +83,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
     run_until(now + 3, deliver_to_peer=True, deliver_to_us=True)
 
     # D: garbage from a peer is refused and counted by reason.
-    assert service.ingest(b"\x00 not an event", "peer", now=now) is None
+    assert await service.ingest(b"\x00 not an event", "peer", now=now) is None
 
     moved = {name: metrics.total(name) for name in CHANNEL_METRICS}
     moved["sds_resends_total"] = metrics.value("sds_resends_total")

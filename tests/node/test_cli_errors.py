@@ -45,6 +45,8 @@ def assert_one_error(result: subprocess.CompletedProcess[Any], code: int, fragme
 
 CONFIGS = [
     ("[sds]\nrepair_t_min_s = 200.0\nrepair_t_max_s = 120.0\n", "repair_t_min_s: must be <="),
+    # SDS-R may not flood before fetch-by-id has had its chance (docs/replication.md).
+    ("[sds]\nrepair_t_min_s = 0.5\n", "repair_t_min_s: must be >= 1"),
     ('[storage]\nurl = "notaurl"\n', "storage.url: expected sqlite"),
     ('[p2p]\nlisten = ["garbage"]\n', "p2p.listen: not a multiaddr"),
     ('[p2p]\nlisten = ["/ip4/300.1.1.1/tcp/1"]\n', "bad ip4 address"),

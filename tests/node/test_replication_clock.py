@@ -6,6 +6,7 @@ real event store on SQLite behind it."""
 from __future__ import annotations
 
 import random
+import socket
 from pathlib import Path
 
 import trio
@@ -13,7 +14,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from trio.testing import MockClock
 
 from node.metrics import Metrics
-from node.replication import ChannelService
+from node.p2p import P2PConfig
+from node.p2p.run import open_host
+from node.replication import ChannelService, PeerManager
 from node.replication.clock import TrioWallClock
 from node.store import EventStore
 from storage import make_engine, upgrade
@@ -55,3 +58,31 @@ def test_the_sds_timer_loop_runs_on_a_mock_clock(tmp_path: Path) -> None:
     assert end >= T0 + 20.0  # the wall clock moved with the mock clock
     assert metrics.value("sds_resend_exhausted_total") == 1  # resent, then given up
     assert len(sent) > CONFIG.max_resends + 1  # the message, its resends and sync messages
+
+
+def test_redials_back_off_on_the_mock_clock(tmp_path: Path) -> None:
+    """``PeerManager`` redials a known peer that refuses every dial (a real libp2p host
+    dialling a closed loopback port) with ``sync.dialing`` back-off (2, 4, 8 ... 60 s) on its
+    injected clock: two virtual minutes pass in a few seconds. A driver that
+    read ``time.monotonic`` saw no time pass and dialled only as often as real time allowed."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'node.db'}")
+    upgrade(engine)
+    metrics = Metrics()
+    with socket.socket() as probe:  # a port nobody listens on (closed again at once)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    absent = peer_id_of(Ed25519PrivateKey.from_private_bytes(b"\x05" * 32))
+
+    async def main() -> None:
+        async with open_host(Ed25519PrivateKey.from_private_bytes(b"\x06" * 32),
+                             P2PConfig(dial_timeout=5.0)) as host:
+            peers = PeerManager(host, EventStore(engine), metrics, clock=TrioWallClock(T0))
+            peers.schedule.remember(f"/ip4/127.0.0.1/tcp/{port}/p2p/{absent}")
+            with trio.move_on_after(150.0):  # virtual
+                await peers._dial_loop()
+
+    trio.run(main, clock=MockClock(autojump_threshold=0.005))
+    # Waits 2, 4, 8, 16, 32, then 60 s: dials at 0, 2, 6, 14, 30, 62 and 122 s (the next at
+    # 182). A driver on another clock dials as often as real time allows: once or twice.
+    failures = metrics.value("peer_dial_failures_total")
+    assert failures == 7, failures

@@ -163,9 +163,9 @@ def test_event_store_answers_for_queued_and_committed_ids(engine: Engine) -> Non
             await nursery.start(store.run_writer)
             await store.append([*committed, other])
             store.submit(queued)  # not committed yet: the writer has not run since
-            seen["queued"] = store.stored_ids("general", ids)
+            seen["queued"] = await store.stored_ids("general", ids)
             await store.append([make_record(30)])  # the writer commits what was queued too
-            seen["after"] = store.stored_ids("general", ids)
+            seen["after"] = await store.stored_ids("general", ids)
             await store.close()
 
     trio.run(main)

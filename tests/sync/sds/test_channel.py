@@ -425,3 +425,32 @@ def test_filter_of_unnamed_ids_is_small_and_still_acknowledges() -> None:
     b.receive(named.send(b"names x", T0), T0)
     assert x_id not in b._ack_filter._unnamed
     del c
+
+
+def _sync_delays(scaled: bool, members: int) -> list[float]:
+    cfg = SdsConfig(resend_interval=10_000, sync_interval=30, sync_jitter=30,
+                    sync_jitter_scaled=scaled)
+    delays = []
+    for i in range(40):
+        ch = channel(i, config=cfg)
+        ch.set_member_estimate(members)
+        ch.send(b"x", T0)
+        first = ch.get_timer()
+        assert first is not None
+        ch.handle_timer(first)
+        assert ch.datagrams_to_send()  # the periodic sync
+        nxt = ch.get_timer()
+        assert nxt is not None
+        delays.append(nxt - first)
+    return delays
+
+
+def test_sync_jitter_grows_with_the_response_groups() -> None:
+    """With G = N div 128 + 1 groups the jitter is G times ``sync_jitter``: the first sync
+    suppresses the rest, so spreading N members' timers G times wider keeps the group's sync
+    rate near a small group's (docs/sds.md "Sync messages")."""
+    small = _sync_delays(True, 10)
+    assert all(30 <= d <= 60 for d in small)
+    big = _sync_delays(True, 300)  # G = 3
+    assert all(30 <= d <= 120 for d in big) and max(big) > 70
+    assert all(30 <= d <= 60 for d in _sync_delays(False, 300))

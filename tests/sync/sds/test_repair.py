@@ -16,7 +16,8 @@ from sync.sds import (
 from tests.sync.sds.helpers import T0, channel, of_type
 
 # Resends effectively off: only SDS-R repairs here.
-CFG = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000)
+# repair_linger 0: a request goes on a sync the moment it falls due (the linger has its own test).
+CFG = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000, repair_linger=0)
 
 
 def test_t_req_is_within_t_min_t_max() -> None:
@@ -41,13 +42,9 @@ def test_response_groups() -> None:
 
 
 def _gap() -> tuple[list[SdsChannel], list[bytes], list[str]]:
-    a, b, c = (channel(i, config=CFG) for i in range(3))
-    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(3)]
-    ids = [e.message_id for e in of_type(a.events(), Delivered)]
+    (a, b, c), wires, ids = _gap_with(CFG)
     for data in wires:
         b.receive(data, T0 + 3)
-    for i in (0, 2):  # c misses a1
-        c.receive(wires[i], T0 + 3)
     return [a, b, c], wires, ids
 
 
@@ -112,7 +109,8 @@ def test_seeing_anothers_request_backs_off_our_own() -> None:
 
 
 def test_repair_requests_capped_at_three_lowest_t_req() -> None:
-    cfg = SdsConfig(causal_history_size=6, resend_interval=10_000, t_min=30, t_max=120)
+    cfg = SdsConfig(causal_history_size=6, resend_interval=10_000, t_min=30, t_max=120,
+                    repair_linger=0)
     a, c = channel(0, config=cfg), channel(2, config=cfg)
     wires = [a.send(f"a{i}".encode(), T0) for i in range(7)]
     ids = [e.message_id for e in of_type(a.events(), Delivered)]
@@ -130,7 +128,7 @@ def test_repair_requests_capped_at_three_lowest_t_req() -> None:
 
 def test_only_the_response_group_answers() -> None:
     groups = 2
-    cfg = SdsConfig(resend_interval=10_000, num_response_groups=groups)
+    cfg = SdsConfig(resend_interval=10_000, num_response_groups=groups, repair_linger=0)
     a = channel(0, config=cfg)
     wires = [a.send(f"a{i}".encode(), T0) for i in range(2)]
     ids = [e.message_id for e in of_type(a.events(), Delivered)]
@@ -165,3 +163,54 @@ def test_retrieval_hints_travel_with_history_entries() -> None:
     assert [(m.message_id, m.retrieval_hint) for m in missing] == [(mid, b"recon-key")]
     b.receive(first, T0)
     assert b.missing_ids == frozenset()
+
+
+def test_due_requests_linger_and_share_one_message() -> None:
+    """``repair_linger``: a request that falls due waits for the next message we send; those
+    falling due within the linger share one sync, and nothing goes out before it ends."""
+    cfg = SdsConfig(causal_history_size=6, resend_interval=10_000, t_min=30, t_max=120,
+                    sync_interval=1000, repair_linger=15)
+    a, c = channel(0, config=cfg), channel(2, config=cfg)
+    wires = [a.send(f"a{i}".encode(), T0) for i in range(7)]
+    ids = [e.message_id for e in of_type(a.events(), Delivered)]
+    c.receive(wires[6], T0)  # names a0..a5, all missing
+    due = sorted((t_req(T0, c.participant_id, m, 30, 120), m) for m in ids[:6])
+    first = due[0][0]
+    c.handle_timer(first)
+    assert c.datagrams_to_send() == []  # lingering
+    together = [m for when, m in due if when <= first + 15][:3]
+    c.handle_timer(first + 15)
+    [sync] = c.datagrams_to_send()
+    tx = decode_transmission(sync)
+    assert tx.event.is_sync
+    assert [r.message_id for r in tx.repair_request] == together
+    assert len(together) >= 1
+    # Its job is the requests: it carries the small filter of unnamed ids, not the full one
+    # (``bloom_small_max_request_sync``); a content message still carries the full filter.
+    assert tx.bloom_params is not None and tx.bloom_filter is not None
+    assert tx.bloom_params.bits < SdsConfig().bloom_capacity  # the full one has 9,593
+    full = decode_transmission(c.send(b"c", first + 16))
+    assert full.bloom_params is not None and full.bloom_params.bits > 9_000
+
+
+def test_lingering_request_rides_on_a_content_message() -> None:
+    cfg = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000,
+                    repair_linger=15)
+    (_, _, c), _, ids = _gap_with(cfg)
+    when = c.get_timer()
+    assert when is not None
+    c.handle_timer(when)
+    assert c.datagrams_to_send() == []
+    carried = decode_transmission(c.send(b"c", when + 1)).repair_request
+    assert [r.message_id for r in carried] == [ids[1]]
+    c.handle_timer(when + 15)  # the linger ends: nothing left to ask for
+    assert c.datagrams_to_send() == []
+
+
+def _gap_with(cfg: SdsConfig) -> tuple[list[SdsChannel], list[bytes], list[str]]:
+    a, b, c = (channel(i, config=cfg) for i in range(3))
+    wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(3)]
+    ids = [e.message_id for e in of_type(a.events(), Delivered)]
+    for i in (0, 2):  # c misses a1
+        c.receive(wires[i], T0 + 3)
+    return [a, b, c], wires, ids

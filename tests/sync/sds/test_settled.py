@@ -29,15 +29,19 @@ def _group_log(senders: int, messages: int, seed: int) -> list[SignedEvent]:
 
 def _receiver(store: Store | None) -> SdsChannel:
     return SdsChannel(CHANNEL, "fresh", None, CFG, random.Random(99), LATER, False,
-                      lookup=store.lookup if store else None)
+                      bounded=store is not None)
 
 
 def _feed(ch: SdsChannel, batch: list[SignedEvent], now: float, store: Store | None
           ) -> list[str]:
     """What the node does with one fetched batch (``ChannelService.ingest_verified``): the
-    bulk path's events are queued to the store first, then each of the rest goes the full way
-    and its deliveries are queued. The ids delivered, in delivery (storage) order."""
+    channel's questions about its log for the whole batch are answered first
+    (``reads_for``); then the bulk path's events are queued to the store, then each of the
+    rest goes the full way and its deliveries are queued: no step asks anything more (a
+    ``DeliveredNeeded`` would fail the test). The ids delivered, in delivery order."""
     batch = sorted(batch, key=lambda e: (e.lamport or 0, e.message_id))
+    if store is not None:
+        store.answer(ch, ch.reads_for((e.message_id, e.lamport, e.history_ids) for e in batch))
     done, full = ch.deliver_settled(
         [e.message_id for e in batch], [e.sender_id for e in batch],
         [e.lamport or 0 for e in batch], [e.history_ids for e in batch], now)
@@ -82,6 +86,9 @@ def test_bulk_path_delivers_each_event_once_after_its_dependencies(
         reference.receive_event(e, LATER)
     assert {d.message_id for d in of_type(reference.events(), Delivered)} == set(delivered)
     # A copy fetched again is neither delivered nor taken the full way again.
+    if store is not None:
+        store.answer(ch, ch.reads_for([(events[-1].message_id, events[-1].lamport,
+                                        events[-1].history_ids)]))
     done, full = ch.deliver_settled([events[-1].message_id], [events[-1].sender_id],
                                     [events[-1].lamport or 0], [events[-1].history_ids], LATER)
     if not bounded:

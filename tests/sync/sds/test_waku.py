@@ -49,7 +49,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "waku"
 SCENARIO = json.loads((FIXTURES / "scenario.json").read_text())
 BLOOM = json.loads((FIXTURES / "bloom.json").read_text())
 CHANNEL, US, T0 = SCENARIO["channel"], SCENARIO["us"], SCENARIO["t0"]
-CONFIG = SdsConfig(**SCENARIO["our_config"])
+# Recorded before requests lingered (SdsConfig.repair_linger): a due request goes at once.
+CONFIG = SdsConfig(**{"repair_linger": 0.0, **SCENARIO["our_config"]})
 
 
 def unpack(packed: str) -> bytes:

@@ -1,31 +1,52 @@
-"""A channel that keeps only its newest delivered ids in memory and asks its store for the rest
-behaves exactly like one that keeps the whole log: same deliveries in the same order, no
-duplicate delivered, old events still recognised."""
+"""A channel that keeps only its newest delivered ids in memory and asks its driver for the rest
+(``DeliveredNeeded``, answered between steps) behaves exactly like one that keeps the whole
+log: same deliveries in the same order, no duplicate delivered, old events still recognised."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Callable
+from typing import TypeVar
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.sds import Delivered, SdsChannel, SdsConfig
+from sync.sds import (
+    Delivered,
+    DeliveredNeeded,
+    ReadDelivered,
+    SdsChannel,
+    SdsConfig,
+    decode_state,
+    state_reads,
+)
 from tests.sync.sds.helpers import CHANNEL, T0, channel, of_type
 
 CFG = SdsConfig(bloom_capacity=16, sync_history_size=4, delivered_window=64)
+T = TypeVar("T")
 
 
 class Store:
-    """The node's side: every delivered id, as its database would hold it."""
+    """The driver's side: every delivered id, as its database would hold it; it answers a
+    channel's questions between steps."""
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         self.questions = 0
 
-    def lookup(self, ids: Sequence[str]) -> Collection[str]:
-        self.questions += 1
-        return [m for m in ids if m in self.ids]
+    def answer(self, ch: SdsChannel, read: ReadDelivered | None) -> None:
+        if read is not None:
+            self.questions += bool(read.ids)
+            assert ch.answer_delivered(read, [m for m in read.ids if m in self.ids])
+
+    def step(self, ch: SdsChannel, run: Callable[[], T]) -> T:
+        """Run a step; when it asks, check it did nothing, answer, and run it again."""
+        try:
+            return run()
+        except DeliveredNeeded as need:
+            assert ch.events() == [] and ch.datagrams_to_send() == []
+            self.answer(ch, need.read)
+        return run()  # a second question for the same step would fail the test
 
     def keep(self, ch: SdsChannel) -> list[Delivered]:
         delivered = of_type(ch.events(), Delivered)
@@ -36,8 +57,7 @@ class Store:
 
 
 def _bounded(store: Store, i: int = 9) -> SdsChannel:
-    return SdsChannel(CHANNEL, f"p{i}", None, CFG, random.Random(i), T0, False,
-                      lookup=store.lookup)
+    return SdsChannel(CHANNEL, f"p{i}", None, CFG, random.Random(i), T0, False, bounded=True)
 
 
 def group_wires(senders: int, messages: int, seed: int, hear: float = 1.0) -> list[bytes]:
@@ -80,7 +100,7 @@ def test_bounded_channel_delivers_like_the_whole_log(seed: int, reach: int) -> N
         now = T0 + 3 + step / 1000
         whole.receive(wire, now)
         reference.extend(d.message_id for d in of_type(whole.events(), Delivered))
-        bounded.receive(wire, now)
+        store.step(bounded, lambda: bounded.receive(wire, now))  # noqa: B023 (run at once)
         got.extend(d.message_id for d in store.keep(bounded))
         assert bounded.delivered_in_memory <= CFG.delivered_window
     assert got == reference and len(set(got)) == 220
@@ -92,15 +112,15 @@ def test_old_duplicates_are_recognised_through_the_store() -> None:
     store = Store()
     ch = _bounded(store)
     for wire in wires:
-        ch.receive(wire, T0 + 5)
+        store.step(ch, lambda: ch.receive(wire, T0 + 5))  # noqa: B023
         store.keep(ch)
     assert len(store.ids) == 300 and ch.delivered_in_memory == CFG.delivered_window
     before = store.questions
     for wire in wires[:50]:  # long out of the window: only the store knows them
-        ch.receive(wire, T0 + 6)
+        store.step(ch, lambda: ch.receive(wire, T0 + 6))  # noqa: B023
         assert store.keep(ch) == []
     assert store.questions > before
-    assert ch.has_delivered(next(iter(store.ids)))
+    assert store.step(ch, lambda: ch.has_delivered(next(iter(store.ids))))
     # A fresh message naming recent ids needs no question at all.
     more = group_wires(2, 301, 1)[-1]
     asked = store.questions
@@ -113,21 +133,24 @@ def test_restore_from_the_newest_part_of_the_log() -> None:
     store = Store()
     ch = _bounded(store)
     for wire in wires[:299]:
-        ch.receive(wire, T0 + 5)
+        store.step(ch, lambda: ch.receive(wire, T0 + 5))  # noqa: B023
         store.keep(ch)
     newest = sorted((lam, mid) for mid, lam in store.ids.items())[-CFG.delivered_window:]
+    state = ch.export_state()
+    asked = tuple(state_reads(decode_state(state), CFG.max_message_size))
     restored = SdsChannel.restore(
-        ch.export_state(), None, log=[(mid, lam) for lam, mid in newest], config=CFG,
-        rng=random.Random(9), now=T0 + 6, verify_signatures=False, lookup=store.lookup,
+        state, None, log=[(mid, lam) for lam, mid in newest], config=CFG,
+        rng=random.Random(9), now=T0 + 6, verify_signatures=False, bounded=True,
         log_truncated=True,
+        delivered=(ReadDelivered(asked), [m for m in asked if m in store.ids]),
     )
     assert restored.delivered_in_memory == CFG.delivered_window
     assert restored._bloom.to_bytes() == ch._bloom.to_bytes()
     for wire in wires[:20]:  # old events: recognised, not delivered again
-        restored.receive(wire, T0 + 7)
+        store.step(restored, lambda: restored.receive(wire, T0 + 7))  # noqa: B023
         assert store.keep(restored) == []
     assert restored.duplicates_received == 20  # counted though only the store knew them
-    restored.receive(wires[299], T0 + 7)
+    store.step(restored, lambda: restored.receive(wires[299], T0 + 7))
     assert len(store.keep(restored)) == 1 and len(store.ids) == 300
 
 
@@ -144,6 +167,6 @@ def test_retrieval_hints_are_bounded_like_the_ids() -> None:
     receiver = _bounded(Store())
     for n in range(300):
         wire = sender.send(f"h{n}".encode(), T0 + n / 100, retrieval_hint=f"hint{n}".encode())
-        receiver.receive(wire, T0 + 3)
+        receiver.receive(wire, T0 + 3)  # in order: no question
     assert 0 < len(receiver._history.hints) <= CFG.delivered_window
     assert len(sender._history.hints) <= CFG.delivered_window

@@ -33,6 +33,14 @@ def test_seed_sweep(name: str, seed: int) -> None:
         assert stats.replication["recon_sessions"] > 0
 
 
+def test_churn_seed_31_waits_for_the_joiners_gap_to_close() -> None:
+    """Churn seed 31 (on main 3f41c63) ended at the first quiet moment with a joiner lacking
+    a message nobody had named to it yet; the run now goes on until a sync names it."""
+    stats = run(dataclasses.replace(SCENARIOS["churn"], seed=31))
+    assert stats.messages == stats.published
+    assert stats.quiet_at > 18.0
+
+
 def test_a_run_is_replayed_exactly_from_its_seed() -> None:
     sc = dataclasses.replace(SCENARIOS["loss"], seed=5, members=10)
     a, b = run(sc).summary(), run(sc).summary()
