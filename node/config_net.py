@@ -25,6 +25,7 @@ class ReachabilitySection:
     punch_backoff_s: float = opt(3.0, non_negative, most=DAY)
     punch_backoff_max_s: float = opt(15.0, non_negative, most=DAY)
     punch_rest_s: float = opt(300.0, non_negative, most=30 * DAY)
+    punch_follow_s: float = opt(15.0, non_negative, most=DAY)
     max_reservations: int = opt(32, positive, most=100_000)
     max_circuits: int = opt(64, positive, most=100_000)
     circuit_duration_s: int = opt(600, positive, most=30 * DAY)
@@ -42,7 +43,8 @@ def reachability_config(section: ReachabilitySection) -> ReachabilityConfig | No
         confirmations=section.confirmations, probe_interval_s=section.probe_interval_s,
         hole_punch=section.hole_punch, punch_attempts=section.punch_attempts,
         punch_backoff_s=section.punch_backoff_s, punch_backoff_max_s=section.punch_backoff_max_s,
-        punch_rest_s=section.punch_rest_s, max_reservations=section.max_reservations,
+        punch_rest_s=section.punch_rest_s, punch_follow_s=section.punch_follow_s,
+        max_reservations=section.max_reservations,
         max_circuits=section.max_circuits, circuit_duration_s=section.circuit_duration_s,
         circuit_bytes=section.circuit_bytes, circuit_rate_bytes_s=section.circuit_rate_bytes_s,
         reservation_ttl_s=section.reservation_ttl_s,

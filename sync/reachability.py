@@ -12,9 +12,11 @@ actions; nothing here does I/O or reads a clock (``now`` comes in, in seconds).
 * **Relays.** A node that is not public keeps reservations at ``relays_wanted`` relays, tried
   among its direct peers; a refusal backs that peer off for ``relay_retry_s``.
 * **Hole punching.** Only the side that *accepted* a relayed connection initiates (two
-  initiators cross and fail, DESIGN §11), ``punch_delay_s`` after it appeared, then retries with
-  doubling back-off (at most ``punch_backoff_max_s``) up to ``punch_attempts`` tries, then rests
-  ``punch_rest_s`` before a new series; a direct connection (or the peer leaving) ends it.
+  initiators cross and fail, DESIGN §11; if both accepted one, the smaller peer id, and the
+  other after ``punch_follow_s`` if the pair is still relayed), ``punch_delay_s`` after it
+  appeared, then retries with doubling back-off (at most ``punch_backoff_max_s``) up to
+  ``punch_attempts`` tries, then rests ``punch_rest_s`` before a new series; a direct
+  connection (or the peer leaving) ends it.
 * **Circuit rate.** :class:`RateGate` paces a relayed circuit to ``circuit_rate_bytes_s``
   (libp2p's relay never enforces a rate).
 """
@@ -92,6 +94,9 @@ class ReachabilityConfig:
     # After punch_attempts failures in a row, rest this long, then try a new series (a NAT's
     # behaviour or the machines' load may have changed; the relayed path works meanwhile).
     punch_rest_s: float = 300.0
+    # The side that should not punch (it dialled too and has the larger peer id) takes over
+    # when the pair is still relayed this long after it first saw it relayed.
+    punch_follow_s: float = 15.0
     # What a relay we serve grants (config keys; libp2p's defaults are 1 h and 1 GiB).
     max_reservations: int = 32
     max_circuits: int = 64
@@ -110,7 +115,7 @@ class ReachabilityConfig:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
         for name in ("relay_retry_s", "reservation_refresh_s", "evidence_ttl_s",
                      "probe_interval_s", "punch_delay_s", "punch_backoff_s",
-                     "punch_backoff_max_s", "punch_rest_s"):
+                     "punch_backoff_max_s", "punch_rest_s", "punch_follow_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must not be negative, got {getattr(self, name)!r}")
 
@@ -167,6 +172,29 @@ class ReachabilityCore:
         if len(self._asked) > 4 * self.config.max_evidence:
             for peer in sorted(self._asked, key=self._asked.__getitem__)[: len(self._asked) // 2]:
                 del self._asked[peer]
+        return out
+
+    def punch_addrs(self, listen_port: int, now: float, limit: int = 4) -> list[str]:
+        """The addresses a hole punch should tell the other side to dial: each global IP a
+        peer saw us on within ``evidence_ttl_s`` (newest first) with our listen port (the punch
+        dial leaves from it and masquerading NATs keep the port).
+
+        libp2p's own prediction rests on identify's observed addresses, which it drops with
+        the connection they came on and does not learn again when the peer reconnects (identify
+        is skipped for a peer whose protocols it has cached): after an outage closed every
+        remote connection, a node behind NAT only knew the address its LAN neighbours see, so
+        it told the other side to dial its private address and every punch failed. The
+        evidence here outlives connections."""
+        if not 0 < listen_port < 65536:
+            return []
+        fresh = sorted((at, ip) for ip, at in self.external_ips.items()
+                       if now - at <= self.config.evidence_ttl_s)
+        out: list[str] = []
+        for _at, ip in reversed(fresh):
+            family = "ip6" if ":" in ip else "ip4"
+            out.append(f"/{family}/{ip}/tcp/{listen_port}")
+            if len(out) >= limit:
+                break
         return out
 
     def counts(self, now: float) -> dict[str, int]:
@@ -232,6 +260,7 @@ class PunchPlanner:
 
     config: ReachabilityConfig
     _plans: dict[str, _Punch] = field(default_factory=dict)
+    _following: dict[str, float] = field(default_factory=dict)  # peer -> relayed since
     succeeded: int = 0
     failed: int = 0
     gave_up: int = 0
@@ -239,17 +268,27 @@ class PunchPlanner:
     def relayed(self, peer: str, *, accepted: bool, dialed: bool, us: str, now: float) -> None:
         """Relayed connections to ``peer`` exist (``accepted``: one came in, ``dialed``: we
         opened one). We punch only if we accepted; when both sides dialled each other through
-        relays at once, the side with the smaller peer id punches (two punches cross)."""
+        relays at once, the side with the smaller peer id punches (two punches cross). The
+        two sides may not see the same connections (a relay keeps one circuit per pair and a
+        second overwrites the first; one side's connection may not have been set up yet): the
+        accepting side that waits for the other takes over after ``punch_follow_s`` still
+        relayed, else (seen after an outage, when both sides redial at once) both could wait
+        for each other for good."""
         leads = accepted and (not dialed or us < peer)
+        if accepted and not leads:
+            since = self._following.setdefault(peer, now)
+            leads = now - since >= self.config.punch_follow_s
         if leads and self.config.hole_punch and peer not in self._plans:
             self._plans[peer] = _Punch(now + self.config.punch_delay_s)
 
     def direct(self, peer: str) -> None:
         """A direct connection to ``peer`` exists (punched or dialled): nothing to do."""
         self._plans.pop(peer, None)
+        self._following.pop(peer, None)
 
     def gone(self, peer: str) -> None:
         self._plans.pop(peer, None)
+        self._following.pop(peer, None)
 
     def due(self, now: float) -> list[str]:
         """Peers to punch now; each is then not due again until :meth:`result` is called."""
@@ -284,7 +323,7 @@ class PunchPlanner:
         return len(self._plans)
 
     def planned(self) -> list[str]:
-        return list(self._plans)
+        return list(self._plans.keys() | self._following.keys())
 
 
 class RateGate:

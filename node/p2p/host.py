@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import trio
@@ -88,12 +89,15 @@ class P2PHost:
         self._table = PeerTable(config, stats, self.guard)
         self._peers = self._table.peers
         self.guard.evict = self._evict
+        # Told each time a peer proves alive on its connection (a stream it opened or accepted:
+        # the liveness rule's evidence, sync.membership.liveness); membership sets it.
+        self.on_heard: Callable[[str], None] = lambda _peer: None
         if relay is not None:
-            relay.on_spoke = self.guard.spoke
+            relay.on_spoke = self._spoke
         self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
                                         self.listen_addrs)
         self._streams = Streams(host=host, config=config, stats=stats, bans=self.bans,
-                                connected=self._peers.__contains__, spoke=self.guard.spoke)
+                                connected=self._peers.__contains__, spoke=self._spoke)
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
                                     peer_id=peer_id, stats=stats, nursery=nursery)
         self._closing = False
@@ -131,6 +135,10 @@ class P2PHost:
         if peer_id in self._peers and not self._closing:
             self._nursery.start_soon(self.disconnect, peer_id)
 
+    def _spoke(self, peer_id: str) -> None:
+        self.guard.spoke(peer_id)
+        self.on_heard(peer_id)
+
     def _evict(self, peer_id: str) -> None:
         if not self._closing:
             self._nursery.start_soon(self.disconnect, peer_id)
@@ -165,7 +173,10 @@ class P2PHost:
         return sorted(self._peers)
 
     def peer_info(self, peer_id: str) -> ConnectedPeer | None:
-        return self._peers.get(peer_id)
+        peer = self._peers.get(peer_id)
+        # The address of its direct connection once a relayed one was upgraded (membership's
+        # liveness rule tells remote peers from LAN neighbours by it).
+        return None if peer is None else self._current(peer)
 
     def peers(self) -> list[ConnectedPeer]:
         return [self._current(self._peers[p]) for p in sorted(self._peers)]

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import trio
 from libp2p.abc import IHost, INetConn, INetStream
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
+from libp2p.relay.circuit_v2.dcutr import MAX_OBSERVED_ADDRS as _MAX_OBS_ADDRS
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL_ID
 from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
@@ -81,10 +83,27 @@ class _PacedRelay(CircuitV2Protocol):
 
 
 class _ResponderDCUtR(DCUtRProtocol):
-    """DCUtR that answers punches but never starts one by itself (we drive, one side only)."""
+    """DCUtR that answers punches but never starts one by itself (we drive, one side only),
+    and tells the other side our external addresses from our own evidence first
+    (``punch_addrs``: :meth:`sync.reachability.ReachabilityCore.punch_addrs`)."""
+
+    def __init__(self, host: IHost, dial_timeout: int) -> None:
+        super().__init__(host, dial_timeout=dial_timeout)
+        self.punch_addrs: Callable[[], list[str]] = lambda: []
 
     async def _auto_drive_loop(self) -> None:
         return None
+
+    async def _get_observed_addrs(self) -> list[bytes]:
+        # The library's own list, after an outage, holds only what LAN neighbours see
+        # (sync/reachability.py: punch_addrs says why); ours go first.
+        theirs: list[bytes] = list(await super()._get_observed_addrs())
+        ours: list[bytes] = []
+        for address in self.punch_addrs():
+            with contextlib.suppress(Exception):
+                ours.append(multiaddr.Multiaddr(address).to_bytes())
+        out = list(dict.fromkeys(ours + theirs))
+        return out[:_MAX_OBS_ADDRS]
 
 
 def connection_is_relayed(conn: INetConn) -> bool:
@@ -100,7 +119,8 @@ def _check_library() -> None:
     check_libp2p_version()
     for cls, name in ((CircuitV2Protocol, "_read_stream_with_retry"),
                       (CircuitV2Protocol, "_handle_hop_stream"),
-                      (DCUtRProtocol, "_auto_drive_loop")):
+                      (DCUtRProtocol, "_auto_drive_loop"),
+                      (DCUtRProtocol, "_get_observed_addrs")):
         if not callable(getattr(cls, name, None)):
             raise P2PError(f"libp2p {cls.__name__}.{name} is gone: node.p2p.relay needs review")
 

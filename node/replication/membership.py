@@ -8,7 +8,6 @@ Recon session), dials address-book peers up to the low watermark, and saves the 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import random
@@ -23,6 +22,7 @@ from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
 from node.replication.addrbook_store import load_book, save_book
 from node.replication.peer_activity import PEER_SERIES, PeerActivity
+from node.replication.pings import PingRounds
 from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
 from node.store import EventStore
 from sync.membership import AddressBook, BookEntry, Liveness, NetworkBack
@@ -66,12 +66,13 @@ class Membership:
         self.book = AddressBook(host.peer_id, book_limits(section))
         self.rng = random.Random()
         self.liveness = Liveness(section.ping_failures_close)
+        host.on_heard = lambda peer: self.liveness.heard(peer, time.monotonic())
         self._nursery: trio.Nursery | None = None
         self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
         self._dialing: set[str] = set()
-        self._pinging: set[str] = set()
+        self._pings: PingRounds | None = None
         for name, text in MEMBERSHIP_METRICS.items():
             metrics.describe(name, "counter", text)
         for name, text in PEER_SERIES.items():
@@ -128,6 +129,8 @@ class Membership:
             entry = self.book.entries.get(event.peer_id)
             if event.kind == "disconnected":
                 self.liveness.closed(event.peer_id)
+                if self._pings is not None:
+                    self._pings.forget(event.peer_id)
                 self.activity.seen(event.peer_id, now)
                 if entry is not None:
                     entry.last_seen = now
@@ -152,18 +155,27 @@ class Membership:
         """Keep each connection's round-trip time fresh (``peers``, ``/metrics``) and close
         the ones whose pings keep failing (sync.membership.liveness). Concurrent: one dead
         peer's timeout must not delay the others' pings. During an outage, probe dials."""
+        pings = self._pings = PingRounds(
+            self.host, self.section.ping_timeout_s,
+            on_ok=lambda peer: self._ping_ok(nursery, peer),
+            on_failed=lambda peer, sent_at: self._ping_failed(nursery, peer, sent_at))
         next_round = time.monotonic() + self.section.ping_interval_s
+        step = min(self.liveness.probe_s, self.section.ping_interval_s)
         while True:
-            await trio.sleep(min(self.liveness.probe_s, self.section.ping_interval_s))
-            if self.liveness.probe_due(time.monotonic()):
+            before = time.monotonic()
+            await trio.sleep(step)
+            now = time.monotonic()
+            # Woken late: this process was starved (a loaded machine), pings in flight may
+            # have their answers waiting unread; the liveness rule excuses their timeouts.
+            if (late := now - before - step) >= self.liveness.stall_s:
+                log.info("liveness timer woke late", extra=kv(late_s=round(late, 1)))
+            self.liveness.stalled(now, late)
+            pings.check(now)
+            if self.liveness.probe_due(now):
                 self._probe(nursery)
-            if time.monotonic() < next_round:
-                continue
-            next_round = time.monotonic() + self.section.ping_interval_s
-            for peer in self.host.connected_peers()[:_RTT_MAX_PEERS]:
-                if peer not in self._pinging:  # one ping in flight per peer
-                    self._pinging.add(peer)
-                    nursery.start_soon(self._ping, nursery, peer)
+            if now >= next_round:
+                next_round = now + self.section.ping_interval_s
+                pings.send(nursery, self.host.connected_peers()[:_RTT_MAX_PEERS], now)
 
     def _remote(self, peer: str) -> bool:
         """Reached across the internet (a global address or a relay), not on our LAN."""
@@ -172,18 +184,17 @@ class Membership:
         ip = parts[2] if len(parts) > 2 else ""
         return self.host.path(peer) == "relayed" or address_scope(ip) == "global"
 
-    async def _ping(self, nursery: trio.Nursery, peer: str) -> None:
-        remote = self._remote(peer)
-        try:
-            with trio.move_on_after(self.section.ping_timeout_s), contextlib.suppress(P2PError):
-                await self.host.ping(peer)
-                self._network_back(nursery,
-                                   self.liveness.ping_ok(peer, time.monotonic(), remote))
-                return
-        finally:
-            self._pinging.discard(peer)
-        if self.host.peer_info(peer) is not None and \
-                self.liveness.ping_failed(peer, time.monotonic(), remote):
+    def _ping_ok(self, nursery: trio.Nursery, peer: str) -> None:
+        now = time.monotonic()
+        self._network_back(nursery, self.liveness.ping_ok(peer, now, self._remote(peer)))
+
+    def _ping_failed(self, nursery: trio.Nursery, peer: str, sent_at: float) -> None:
+        if self.host.peer_info(peer) is None:
+            return
+        closing = self.liveness.ping_failed(peer, time.monotonic(), self._remote(peer), sent_at)
+        if self.liveness.last_excuse is not None:
+            log.info("ping failure excused", extra=kv(peer=peer, why=self.liveness.last_excuse))
+        if closing:
             self.metrics.inc("membership_liveness_closed_total")
             log.info("closing connection", extra=kv(peer=peer, why="liveness",
                                                     outage=self.liveness.in_outage))

@@ -51,6 +51,8 @@ class ReachabilityService:
                                      min_gap_s=self.config.probe_interval_s / 2)
         host.set_stream_handler(DIALBACK_PROTOCOL, self.server.handle)
         self._listen_port = self._port()
+        relay.dcutr.punch_addrs = lambda: self.core.punch_addrs(self._listen_port,
+                                                                time.monotonic())
         self._register(metrics)
         # Hands our freshly signed record to a peer (membership's peer exchange), so that the
         # peers we joined pass our relayed addresses on without waiting for their next round.

@@ -16,8 +16,11 @@ Measurements (docs/network.md "Measured"):
    nodes run (issue 27's scenario 3), both sides publish, the uplink returns: seconds until every
    home log is identical (target <= 10). ``direct_again_s``: then, seconds until the home nodes'
    direct connections join them all again (the cut-off home re-punches through the relays),
-   before scenario 2's loss of the public nodes. Liveness runs at its defaults here (pings
-   every 5 s, 3 failures close), the other timers as ``tests/net/world.py``'s ``NET_ENV``.
+   before scenario 2's loss of the public nodes. ``direct_after_heal_s``: seconds from the
+   uplink's return until every pair of the cut-off home's nodes with a node behind another NAT
+   is direct again (target <= 60; null if not within the wait; the smoke has one such pair).
+   Liveness runs at its defaults here (pings every 5 s, 3 failures close), the other timers as
+   ``tests/net/world.py``'s ``NET_ENV``.
 5. ``relay_bytes_per_event``: two home nodes with hole punching off, connected only through a
    relay: bytes the relay forwarded per event published on one and stored by the other.
 6. ``inbound_after_churn_ok``: one identity attempts 1,000 connect/disconnect cycles (4
@@ -55,7 +58,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
 JSON_KEYS = ("mesh_s", "direct_fraction", "survives_first_loss", "heal_s",
-             "inbound_after_churn_ok", "relay_bytes_per_event")
+             "direct_after_heal_s", "inbound_after_churn_ok", "relay_bytes_per_event")
 sys.path[:0] = [str(ROOT)]
 
 from tests.net.netns import Internet  # noqa: E402
@@ -173,7 +176,15 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
             finally:
                 newcomer.kill()
         # Scenario 3 as the issue writes it: a home's uplink down while the public nodes run.
-        result["heal_s"] = partition_heal(internet, world, plan, "with", 10)
+        result["heal_s"], healed_at = partition_heal(internet, world, plan, "with", 10)
+        cut_home = world.home[0].host.home
+        cut_pairs = [(a, b) for a, b in world.home_pairs_across_nats()
+                     if cut_home in (a.host.home, b.host.home)]
+        again = wait_until(lambda: all(world.paths(a).get(b.peer_id) == "direct"
+                                       for a, b in cut_pairs),
+                           plan.direct_wait_s + plan.converge_wait_s)
+        result["direct_after_heal_s"] = (
+            None if again is None else round(time.monotonic() - healed_at, 2))
         # Scenario 2's loss of every public node, once the home nodes' direct connections join
         # them all again (the cut-off home came back through relays: it must re-punch first).
         result["direct_again_s"] = wait_until(
@@ -186,9 +197,10 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
 
 
 def partition_heal(internet: Internet, world: World, plan: Plan, tag: str,
-                   expected: int) -> float | None:
+                   expected: int) -> tuple[float | None, float]:
     """One home router's uplink down for ``partition_s``, both sides publish, the uplink
-    returns: seconds until every home log holds ``expected`` events, identical."""
+    returns: seconds until every home log holds ``expected`` events, identical (and the
+    monotonic time the uplink returned)."""
     cut = world.home[0]
     other = next(n for n in world.home if n.host.home != cut.host.home)
     internet.set_uplink(cut.host.home or 0, up=False)
@@ -196,8 +208,9 @@ def partition_heal(internet: Internet, world: World, plan: Plan, tag: str,
     publish_many(other, CHANNEL, [f"cut-out-{tag}-{i}" for i in range(5)])
     time.sleep(plan.partition_s)
     internet.set_uplink(cut.host.home or 0, up=True)
+    healed_at = time.monotonic()
     return wait_until(lambda: logs_identical(world.home, CHANNEL, expected),
-                      plan.converge_wait_s)
+                      plan.converge_wait_s), healed_at
 
 
 def relay_cost(base: Path, plan: Plan) -> float | None:
@@ -252,7 +265,7 @@ def table(result: dict[str, Any]) -> str:
     rows = [("mesh_s", "<= 10"), ("group_mesh_s", ""), ("direct_fraction", ">= 0.9"),
             ("direct_pairs", ""), ("survives_first_loss", "true"), ("survives_loopback_loss", ""),
             ("survives_public_loss", ""), ("heal_s", "<= 10"),
-            ("direct_again_s", ""), ("partition_s", ""),
+            ("direct_again_s", ""), ("direct_after_heal_s", "<= 60"), ("partition_s", ""),
             ("relay_bytes_per_event", ""), ("inbound_after_churn_ok", "true"),
             ("churn_cycles_attempted", ""), ("churn_cycles_upgraded", ""),
             ("churn_refused_by_node", "")]

@@ -74,6 +74,27 @@ def test_evidence_is_bounded() -> None:
     assert len(core.external_ips) <= 4
 
 
+def test_punch_addresses_come_from_evidence_that_outlives_connections() -> None:
+    # Issue 27: after an outage had closed every remote connection, libp2p knew only the
+    # address LAN neighbours see and a NAT'd node told the other side to dial its private
+    # address. The IPs peers saw us on, with our listen port, are what a punch must dial.
+    core = ReachabilityCore(CFG)
+    assert core.punch_addrs(4003, 0) == []
+    core.observe("lan", "100.64.0.11", True, 0)  # a neighbour's view: not the internet's
+    core.observe("p0", "198.18.1.10", False, 1)
+    core.observe("p1", "198.18.1.10", False, 2)
+    assert core.punch_addrs(4003, 50) == ["/ip4/198.18.1.10/tcp/4003"]
+    core.observe("p0", "198.18.1.20", False, 60)  # our WAN IP changed: newest first
+    assert core.punch_addrs(4003, 61) == ["/ip4/198.18.1.20/tcp/4003",
+                                          "/ip4/198.18.1.10/tcp/4003"]
+    assert core.punch_addrs(4003, 61, limit=1) == ["/ip4/198.18.1.20/tcp/4003"]
+    assert core.punch_addrs(4003, 155) == ["/ip4/198.18.1.20/tcp/4003"]  # the old one expired
+    assert core.punch_addrs(4003, 161) == []
+    core.observe("p0", "2001:db8::7", True, 200)
+    assert core.punch_addrs(4003, 200) == ["/ip6/2001:db8::7/tcp/4003"]
+    assert core.punch_addrs(0, 200) == []  # no TCP listen port: nothing to predict
+
+
 def test_relays_reserved_up_to_wanted_and_refreshed() -> None:
     plan = RelayPlanner(CFG)
     assert plan.to_reserve(PUBLIC, ["r1", "r2"], 0) == []
@@ -136,6 +157,29 @@ def test_crossed_relayed_dials_leave_one_puncher() -> None:
     a.relayed("B", accepted=True, dialed=True, us="A", now=0)
     b.relayed("A", accepted=True, dialed=True, us="B", now=0)
     assert (a.pending(), b.pending()) == (1, 0)
+
+
+def test_a_waiting_side_takes_over_when_the_other_never_punches() -> None:
+    # Seen after an outage (both sides redial through relays at once): B sees both relayed
+    # connections and waits for A (the smaller id), but A sees only the one it dialled, so it
+    # does not punch either. On 645de8f the pair stayed relayed for good.
+    cfg = ReachabilityConfig(punch_delay_s=1, punch_follow_s=15)
+    a, b = PunchPlanner(cfg), PunchPlanner(cfg)
+    for now in range(0, 15):
+        a.relayed("B", accepted=False, dialed=True, us="A", now=now)
+        b.relayed("A", accepted=True, dialed=True, us="B", now=now)
+        assert (a.pending(), b.pending()) == (0, 0)
+    b.relayed("A", accepted=True, dialed=True, us="B", now=15)
+    assert b.due(16) == ["A"] and a.pending() == 0
+    # A pair that turned direct (or left) and comes back relayed waits afresh.
+    b.direct("A")
+    b.relayed("A", accepted=True, dialed=True, us="B", now=100)
+    assert b.pending() == 0 and b.planned() == ["A"]
+    b.gone("A")
+    assert b.planned() == []
+    # The side that only dialled never takes over: the accepting side leads or follows.
+    a.relayed("B", accepted=False, dialed=True, us="A", now=1000)
+    assert a.pending() == 0
 
 
 def test_no_punching_when_disabled() -> None:

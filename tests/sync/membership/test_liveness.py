@@ -176,3 +176,95 @@ def test_outage_iff_no_remote_answer_since_the_closed_one_began_failing(
             runs.pop(peer)
             since.pop(peer)
         assert live.in_outage == outage
+
+
+# -- loaded, not dead (issue 27: a healthy connection was closed ~35 s into a loaded test run) --
+
+
+def test_a_peer_heard_from_during_the_ping_is_not_counted_dead() -> None:
+    """Its pings time out (its answers queue behind a busy machine) but it opens streams to
+    us, or accepts ours: alive. On b4adb7a's rule three timeouts closed it."""
+    live = Liveness(max_failures=3)
+    for sent in (0.0, 6.0, 12.0, 18.0, 24.0):
+        live.heard(PEER, sent + 2.0)  # a Recon session it opened while the ping waited
+        assert not live.ping_failed(PEER, sent + 5.0, sent_at=sent)
+    assert live.excused == 5 and PEER not in live.failures
+    assert not live.in_outage
+
+
+def test_heard_before_the_ping_was_sent_proves_nothing() -> None:
+    live = Liveness(max_failures=2)
+    live.heard(PEER, 1.0)
+    assert not live.ping_failed(PEER, 7.0, sent_at=2.0)
+    assert live.ping_failed(PEER, 13.0, sent_at=8.0)
+    assert live.excused == 0
+
+
+def test_our_own_stall_excuses_a_bounded_number_of_timeouts() -> None:
+    """Our process woke 3 s late while the ping waited: the answer may be unread in our socket.
+    A dead peer on a node that stays starved is still closed, after twice as many failures."""
+    live = Liveness(max_failures=2, stall_s=2.0)
+    live.stalled(3.0, 1.5)  # a short hiccup is no excuse
+    assert not live.ping_failed(PEER, 5.0, sent_at=0.0)
+    live.ping_ok(PEER, 6.0)
+    closes = []
+    for sent in range(10, 70, 6):
+        live.stalled(sent + 2.0, 3.0)
+        closes.append(live.ping_failed(PEER, sent + 5.0, sent_at=float(sent)))
+    # 2 excused, then 2 counted (closed); the next connection's run starts from zero again.
+    assert closes == [False, False, False, True] * 2 + [False, False]
+    assert live.excused == 6
+    assert not live.ping_failed(PEER, 1000.0, sent_at=990.0)  # no stall then: counted
+    assert live.failures[PEER] == 1
+
+
+def test_a_closed_connection_forgets_that_it_was_heard() -> None:
+    live = Liveness(max_failures=1)
+    live.heard(PEER, 5.0)
+    live.closed(PEER)
+    assert live.ping_failed(PEER, 9.0, sent_at=4.0)
+
+
+def test_heard_memory_is_bounded() -> None:
+    live = Liveness()
+    for i in range(5000):
+        live.heard(f"p{i}", float(i))
+    assert len(live._heard) <= 4096 and "p4999" in live._heard
+
+
+def test_stall_threshold_is_validated() -> None:
+    with pytest.raises(ValueError):
+        Liveness(stall_s=0)
+
+
+@given(st.lists(st.sampled_from(["ok", "heard", "stalled", "silent"]), max_size=80),
+       st.integers(1, 5))
+def test_a_peer_heard_from_is_never_closed_and_stalls_only_delay(
+        pings: list[str], limit: int) -> None:
+    """Whatever the sequence: a failed ping with the peer heard meanwhile never closes; a
+    close needs ``limit`` counted failures; stalls delay a close by at most ``limit`` pings."""
+    live = Liveness(max_failures=limit, stall_s=1.0)
+    uncounted_run = counted = 0
+    for i, kind in enumerate(pings):
+        sent, now = 10.0 * i, 10.0 * i + 5.0
+        if kind == "ok":
+            live.ping_ok(PEER, now)
+            uncounted_run = counted = 0
+            continue
+        if kind == "heard":
+            live.heard(PEER, sent + 1.0)
+        elif kind == "stalled":
+            live.stalled(sent + 1.0, 3.0)
+        closed = live.ping_failed(PEER, now, sent_at=sent)
+        if kind == "heard":
+            assert not closed
+            uncounted_run = counted = 0
+            continue
+        if kind == "stalled" and uncounted_run < limit:
+            assert not closed
+            uncounted_run += 1
+            continue
+        counted += 1
+        assert closed == (counted == limit)
+        if closed:
+            uncounted_run = counted = 0
