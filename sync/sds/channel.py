@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence, Set
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -57,6 +57,9 @@ from sync.sds.timers import TimerKind, TimerQueue
 from sync.sds.waku import waku_message_id
 
 __all__ = ["LAMPORT_LIMIT", "SdsChannel"]
+
+#: ``_accept``'s answer from the store while memory holds the whole log (no question).
+_NOTHING_STORED: frozenset[str] = frozenset()
 
 #: Received timestamps at or above this are rejected whatever the clock (``sync.sds.clock``
 #: has the whole rule): ``lamport + 1`` never leaves what a signed 64-bit SQL integer holds.
@@ -497,21 +500,28 @@ class SdsChannel:
                 repair_signature: bytes | None = None) -> None:
         """The protocol steps for a valid message: nothing here raises on peer input. First
         what only the store knows (``DeliveredNeeded``, raised before anything changes)."""
-        stored = self._stored_of(event)
+        # While memory holds the whole log the store has nothing to add: no question, and no
+        # call (issue 30: the receive path's per-step overhead).
+        stored: Set[str] = (_NOTHING_STORED if self._log.complete
+                            else self._stored_of(event))
         mid = event.message_id
+        sender = event.sender_id
         self._repair.seen(mid)
-        if event.sender_id == self.participant_id:
+        if sender == self.participant_id:
             return
-        self._members.heard(event.sender_id, now)
+        self._members.heard(sender, now)
         self._history.touch(now)
         if event.is_ephemeral:
             self._receive_ephemeral(event)
             return
         others = self._others_seen
         if len(others) < self.config.ack_min_filters:
-            others.add(event.sender_id)
-        if event.causal_history:
-            self._ack_filter.named(event.history_ids, event.sender_id)
+            others.add(sender)
+        # The named ids, built once for the ack filter, the heads and the Delivered event.
+        hist = event.causal_history
+        history_ids = tuple([h.message_id for h in hist]) if hist else ()
+        if hist:
+            self._ack_filter.named(history_ids, sender)
         if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
             self._out.review(event, evidence, self.channel_id, needed, self.profile.indices,
@@ -520,7 +530,7 @@ class SdsChannel:
             self._on_repair_requests(event, repair_request, repair_signature, now)
         if event.is_sync:
             self._last_activity = now
-            self._history.named_by_others(event.history_ids)
+            self._history.named_by_others(history_ids)
             unknown = [h for h in event.causal_history
                        if self._is_unknown(h.message_id) and h.message_id not in stored]
             self._note_missing(unknown, now, charged_to=event.sender_id)
@@ -550,7 +560,7 @@ class SdsChannel:
             else:
                 unmet.append(h)
         if not unmet:
-            self._deliver(event, lost_dependency=lost)
+            self._deliver(event, lost_dependency=lost, history_ids=history_ids)
             return
         if not self._wait(event, {h.message_id for h in unmet}, lost):
             return
@@ -646,10 +656,12 @@ class SdsChannel:
             self._missing[h.message_id] = h
 
     # ------------------------------------------------------------------ delivery
-    def _deliver(self, event: SignedEvent, *, lost_dependency: bool) -> None:
-        """Log ``event``, then every waiting message this completes (cascade, no sweep)."""
+    def _deliver(self, event: SignedEvent, *, lost_dependency: bool,
+                 history_ids: tuple[str, ...] | None = None) -> None:
+        """Log ``event``, then every waiting message this completes (cascade, no sweep).
+        ``history_ids``: ``event.history_ids`` if the caller has them already."""
         if not self._waiters:
-            self._log_event(event, lost_dependency)
+            self._log_event(event, lost_dependency, history_ids)
             return
         stack = [(event, lost_dependency)]
         while stack:
@@ -664,7 +676,8 @@ class SdsChannel:
                     self._deps.release(waiter)
                     stack.append((waiting.event, waiting.lost_dependency))
 
-    def _log_event(self, ev: SignedEvent, lost: bool) -> None:
+    def _log_event(self, ev: SignedEvent, lost: bool,
+                   history_ids: tuple[str, ...] | None = None) -> None:
         mid = ev.message_id
         lamport = ev.lamport
         assert lamport is not None
@@ -673,12 +686,17 @@ class SdsChannel:
             self._lamport = lamport
         # Not a head: a lost one (messages naming it were delivered already), nor one we knew
         # was missing (a message we received named it: others learn of it from there).
-        was_missing = self._deps.unmiss(mid) is not None
-        if was_missing:
+        # (Only a missing id is in the missing quota: no call for the common case.)
+        head = True
+        if mid in self._missing and self._deps.unmiss(mid) is not None:
             self._timers.cancel(TimerKind.LOST, mid)
-        head = mid not in self._lost and not was_missing
-        self._lost.discard(mid)
-        history_ids = ev.history_ids
+            head = False
+        lost_ids = self._lost
+        if mid in lost_ids:
+            lost_ids.discard(mid)
+            head = False
+        if history_ids is None:
+            history_ids = ev.history_ids
         self._history.logged(mid, lamport, ev.sender_id, history_ids, head=head)
         self._repair.remember(mid, ev.sender_id, ev.wire)
         self._events.append(

@@ -78,8 +78,15 @@ class CausalHistory:
             for _, old in self.tail[: self.tail_size]:
                 self.tail_refs.pop(old, None)
             del self.tail[: self.tail_size]
-        for h in named:
-            self.drop_head(h)
+        heads = self.heads
+        if heads:
+            # drop_head, inlined: this runs for every id of every delivered message.
+            head_lamport, since, named_by_us = self.head_lamport, self._since, self._named
+            for h in named:
+                if heads.pop(h, None) is not None:
+                    head_lamport.pop(h, None)
+                    since.pop(h, None)
+                    named_by_us.discard(h)
         if head:
             self.add_head(ref, lamport)
 
@@ -90,7 +97,7 @@ class CausalHistory:
         heads, mid = self.heads, ref.message_id
         heads[mid] = ref
         self.head_lamport[mid] = lamport
-        since = max(self.now_ms, lamport)
+        since = self.now_ms if self.now_ms > lamport else lamport
         self._since[mid] = since
         heapq.heappush(self._by_age, (since, mid))
         while len(heads) > self.max_heads:

@@ -96,7 +96,7 @@ class SignedEvent(NamedTuple):
 
     @property
     def history_ids(self) -> tuple[str, ...]:
-        return tuple(h.message_id for h in self.causal_history)
+        return tuple([h.message_id for h in self.causal_history])  # (a list: faster)
 
     @property
     def is_ephemeral(self) -> bool:

@@ -121,7 +121,8 @@ class OutgoingBuffer:
             if entry is not None and not by_bloom:
                 self._sample(entry, now)
                 past.extend(entry.history)
-        self._acknowledge_past(past, events, now)
+        if past:
+            self._acknowledge_past(past, events, now)
         for entry in review.possibly:
             events.append(PossiblyAcknowledged(entry.message_id, len(entry.bloom_senders)))
             if not entry.possibly:
