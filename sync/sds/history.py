@@ -99,12 +99,16 @@ class CausalHistory:
         self.head_lamport[mid] = lamport
         since = self.now_ms if self.now_ms > lamport else lamport
         self._since[mid] = since
-        heapq.heappush(self._by_age, (since, mid))
-        while len(heads) > self.max_heads:
-            self._pop_oldest()
-        if len(heads) > self.heads_peak:
-            self.heads_peak = len(heads)
-        if len(self._by_age) > 4 * len(heads) + 64:
+        by_age = self._by_age
+        heapq.heappush(by_age, (since, mid))
+        count = len(heads)
+        if count > self.max_heads:
+            while len(heads) > self.max_heads:
+                self._pop_oldest()
+            count = len(heads)
+        if count > self.heads_peak:
+            self.heads_peak = count
+        if len(by_age) > 4 * count + 64:
             self._by_age = [(since, m) for m, since in self._since.items()]
             heapq.heapify(self._by_age)
 

@@ -112,6 +112,8 @@ class OutgoingBuffer:
         distinct periods)."""
         review = review_acks(self.entries, event, evidence, channel_id, self.config, needed,
                              indexer)
+        if not review.acknowledged and not review.possibly:
+            return
         timers, cfg = self._timers, self.config
         past: list[str] = []
         for mid, by_bloom in review.acknowledged:
@@ -119,7 +121,8 @@ class OutgoingBuffer:
             timers.cancel(TimerKind.RESEND, mid)
             events.append(Acknowledged(mid, by_bloom))
             if entry is not None and not by_bloom:
-                self._sample(entry, now)
+                if not entry.attempts:  # (``_sample``'s own first test: saves the call)
+                    self._sample(entry, now)
                 past.extend(entry.history)
         if past:
             self._acknowledge_past(past, events, now)
