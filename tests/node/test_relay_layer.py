@@ -28,11 +28,11 @@ def _key(n: int) -> Ed25519PrivateKey:
 
 
 @asynccontextmanager
-async def _three(rate: int) -> AsyncIterator[list[P2PHost]]:
+async def _three(rate: int, count: int = 3) -> AsyncIterator[list[P2PHost]]:
     config = P2PConfig(reachability=ReachabilityConfig(circuit_rate_bytes_s=rate))
     async with AsyncExitStack() as stack:
         yield [await stack.enter_async_context(open_host(_key(40 + i), config))
-               for i in range(3)]
+               for i in range(count)]
 
 
 def _relay(host: P2PHost) -> RelayLayer:
@@ -80,6 +80,40 @@ async def test_relayed_connection_carries_streams_at_the_promised_rate() -> None
         assert stats.relayed_bytes >= 4 * rate and stats.paced_s > 0
         _relay(relay).set_serving(False)
         assert not await _relay(b).reserve(relay.peer_id, 10)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open() -> None:
+    """py-libp2p 0.8.1 files a circuit's streams under each end's peer id; a circuit to ``a``
+    that ended closed the newest circuit to ``a`` instead (scenario 3's relayed h0-h3
+    connection, closed a second after each redial while the cut-off home's old circuits died).
+    """
+    async with _three(1 << 20, count=4) as (relay, a, b, c):
+        async def echo(stream: FramedStream) -> None:
+            async for frame in stream:
+                await stream.send(frame)
+
+        a.set_stream_handler(SINK, echo)
+        for host in (a, b, c):
+            await host.connect(relay.listen_addrs[0])
+        _relay(relay).set_serving(True)
+        assert await _relay(a).reserve(relay.peer_id, 10)
+        [address] = _relay(a).relayed_addrs()
+        assert await c.connect(address) == a.peer_id
+        assert await b.connect(address) == a.peer_id  # the newest circuit to a
+        assert b.path(a.peer_id) == "relayed" and c.path(a.peer_id) == "relayed"
+        await a.disconnect(c.peer_id)  # c's circuit ends, from a's side
+        with trio.fail_after(30):
+            while c.path(a.peer_id) is not None:
+                await trio.sleep(0.05)
+        for round_trip in range(3):
+            await trio.sleep(0.5)  # the relay's clean-up of c's circuit runs meanwhile
+            assert b.path(a.peer_id) == "relayed", round_trip
+            async with await b.open_stream(a.peer_id, SINK) as stream:
+                await stream.send(b"still here")
+                with trio.fail_after(10):
+                    assert await stream.receive() == b"still here"
 
 
 def test_dialback_answers_are_checked() -> None:
