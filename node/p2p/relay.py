@@ -131,6 +131,17 @@ class _ResponderDCUtR(DCUtRProtocol):
     async def _auto_drive_loop(self) -> None:
         return None
 
+    async def _have_direct_connection(self, peer_id: ID) -> bool:
+        # The library trusts its cache of punched peers, and a direct connection closed
+        # without its notification (a dead one, closed by liveness in an outage) stays there:
+        # as the answering side we then closed every later punch's stream at once ("already
+        # direct") and the pair stayed relayed (scenario 3: four homes' punches to the
+        # cut-off node failed for a minute). Ask the swarm instead.
+        if await self._verify_direct_connection(peer_id):
+            return True
+        self._direct_connections.discard(peer_id)
+        return False
+
     async def _get_observed_addrs(self) -> list[bytes]:
         # The library's own list, after an outage, holds only what LAN neighbours see
         # (sync/reachability.py: punch_addrs says why); ours go first.

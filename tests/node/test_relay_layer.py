@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.peer.id import ID
 
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.dialback import parse_answer
@@ -114,6 +115,25 @@ async def test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open()
                 await stream.send(b"still here")
                 with trio.fail_after(10):
                     assert await stream.receive() == b"still here"
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punch() -> None:
+    """py-libp2p 0.8.1's DCUtR answers "already direct" from a cache that outlives a direct
+    connection closed without its notification (liveness closing a dead one in an outage)."""
+    async with _three(1 << 20) as (relay, a, b):
+        for host in (a, b):
+            await host.connect(relay.listen_addrs[0])
+        _relay(relay).set_serving(True)
+        assert await _relay(a).reserve(relay.peer_id, 10)
+        [address] = _relay(a).relayed_addrs()
+        assert await b.connect(address) == a.peer_id
+        assert a.path(b.peer_id) == "relayed"
+        # What a missed disconnect notification leaves behind on the answering side.
+        _relay(b).dcutr._direct_connections.add(ID.from_base58(a.peer_id))
+        assert await _relay(a).punch(b.peer_id)
+        assert a.path(b.peer_id) == "direct"
 
 
 def test_dialback_answers_are_checked() -> None:
