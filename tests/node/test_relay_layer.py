@@ -136,6 +136,42 @@ async def test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punc
         assert a.path(b.peer_id) == "direct"
 
 
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
+    """Liveness closes the connection its pings died on, not one the peer opened since."""
+    async with _three(1 << 20) as (relay, a, b):
+        async def echo(stream: FramedStream) -> None:
+            async for frame in stream:
+                await stream.send(frame)
+
+        a.set_stream_handler(SINK, echo)
+        for host in (a, b):
+            await host.connect(relay.listen_addrs[0])
+        _relay(relay).set_serving(True)
+        assert await _relay(a).reserve(relay.peer_id, 10)
+        [address] = _relay(a).relayed_addrs()
+        assert await b.connect(address) == a.peer_id
+        assert b.path(a.peer_id) == "relayed"
+        await trio.sleep(0.05)
+        between = time.monotonic()
+        await trio.sleep(0.05)
+        assert await _relay(b).dial_direct(a.listen_addrs[0], a.peer_id, 10)
+        conns = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
+        assert len(conns) == 2
+        await b.drop(a.peer_id, 5, opened_before=between)  # the relayed one only
+        with trio.fail_after(10):
+            while len(b._host.get_network().get_connections(ID.from_base58(a.peer_id))) > 1:
+                await trio.sleep(0.05)
+        assert b.path(a.peer_id) == "direct"
+        async with await b.open_stream(a.peer_id, SINK) as stream:
+            await stream.send(b"direct")
+            with trio.fail_after(10):
+                assert await stream.receive() == b"direct"
+        await b.drop(a.peer_id, 5)
+        assert b.path(a.peer_id) is None
+
+
 def test_dialback_answers_are_checked() -> None:
     assert parse_answer(b"ok 198.18.0.10") == (True, "198.18.0.10")
     assert parse_answer(b"fail 198.18.1.10") == (False, "198.18.1.10")
