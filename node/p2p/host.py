@@ -19,8 +19,11 @@ Design notes, wire formats and measured figures: docs/p2p.md.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -101,6 +104,7 @@ class P2PHost:
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
                                     peer_id=peer_id, stats=stats, nursery=nursery)
         self._closing = False
+        self._opened_at: weakref.WeakKeyDictionary[INetConn, float] = weakref.WeakKeyDictionary()
 
     # -- addresses and connections --------------------------------------------------------
 
@@ -158,14 +162,24 @@ class P2PHost:
         except Exception:
             logger.debug("disconnect from %s failed", peer_id, exc_info=True)
 
-    async def drop(self, peer_id: str, timeout: float = 5.0) -> None:
+    async def drop(self, peer_id: str, timeout: float = 5.0, *,
+                   opened_before: float | None = None) -> None:
         """Close every connection to ``peer_id`` now, even one whose peer went silent
-        (its socket first: :mod:`node.p2p.teardown`)."""
+        (its socket first: :mod:`node.p2p.teardown`); with ``opened_before`` (monotonic: a
+        failed ping's send time) only those opened before it: a relayed connection the peer
+        opened since is not the dead one (docs/network.md, "Network back")."""
         network = self._host.get_network()
-        for conn in network.get_connections(ID.from_base58(peer_id)):
+        conns = list(network.get_connections(ID.from_base58(peer_id)))
+        doomed = [c for c in conns if opened_before is None
+                  or self._opened_at.get(c, -math.inf) < opened_before]
+        for conn in doomed:
             abort_socket(conn)
         with trio.move_on_after(timeout):
-            await self.disconnect(peer_id)
+            if len(doomed) == len(conns):
+                await self.disconnect(peer_id)
+            for conn in doomed if len(doomed) < len(conns) else []:
+                with contextlib.suppress(Exception):
+                    await conn.close()
         if peer_id in self._peers and not network.get_connections(ID.from_base58(peer_id)):
             self._table.gone(peer_id)
 
@@ -261,6 +275,7 @@ class P2PHost:
     # -- connection bookkeeping (called from the libp2p notifee) --------------------------
 
     def _on_connected(self, conn: INetConn) -> None:
+        self._opened_at[conn] = time.monotonic()
         peer = self._table.opened(conn)
         if peer is None:
             return

@@ -6,6 +6,9 @@
   :meth:`RelayLayer.set_serving` says so (the daemon: when the node is public).
 * The library enforces a circuit's duration and bytes but not the rate its config names:
   :class:`_PacedRelay` paces every forwarded read with :class:`sync.reachability.RateGate`.
+* The library files a circuit's streams under each end's peer id, so the end of one circuit
+  closed whichever circuit last named that peer (:class:`_CircuitStreams` says why); each
+  circuit closes only its own streams here.
 * ``DCUtRProtocol`` serves the DCUtR stream on every node, but its auto-drive loop (which starts
   punches from both ends, and crossing punches fail) is off: the daemon calls :meth:`punch` on
   the side that accepted the relayed connection only, with its own retries.
@@ -54,11 +57,30 @@ class RelayStats:
         self.circuit_dials_failed = 0
 
 
+class _CircuitStreams(dict[ID, tuple[INetStream, INetStream | None]]):
+    """py-libp2p 0.8.1's ``_active_relays``, kept for its stop() but never matched by the
+    clean-up at the end of ``_relay_data``.
+
+    The library files each circuit's streams under the source's and the destination's peer id,
+    and when either direction of a circuit ends it closes the streams filed under *its* peer:
+    by then often another circuit's (the newest one to or from the same peer, through this
+    relay). After an outage, each stale circuit of the cut-off home that died closed the
+    fresh circuit of another pair a second or two after it was set up (scenario 3: h0 to h3
+    relayed, closed after each redial for ~30 s, by no rule of ours). :class:`_PacedRelay`
+    closes a circuit's own two streams instead."""
+
+    def __contains__(self, key: object) -> bool:
+        return False
+
+
 class _PacedRelay(CircuitV2Protocol):
-    """``CircuitV2Protocol`` that forwards at most ``rate`` bytes/s per source stream."""
+    """``CircuitV2Protocol`` that forwards at most ``rate`` bytes/s per source stream, and
+    whose circuits end closing their own streams only (:class:`_CircuitStreams`)."""
 
     def __init__(self, host: IHost, limits: RelayLimits, rate: int, stats: RelayStats) -> None:
         super().__init__(host, limits=limits, allow_hop=False)
+        check_libp2p_version()
+        self._active_relays = _CircuitStreams()
         self._rate = rate
         self._gates: dict[int, RateGate] = {}
         self._stats = stats
@@ -81,6 +103,21 @@ class _PacedRelay(CircuitV2Protocol):
             await trio.sleep(wait)
         return data
 
+    async def _relay_data(self, src_stream: INetStream, dst_stream: INetStream, peer_id: ID,
+                          deadline: float | None = None,
+                          circuit_data_limit: list[int] | None = None) -> None:
+        try:
+            await super()._relay_data(src_stream, dst_stream, peer_id, deadline,
+                                      circuit_data_limit)
+        finally:
+            # Ours only: the other direction then reads EOF and ends too.
+            with trio.CancelScope(shield=True):
+                await self._close_stream(src_stream)
+                await self._close_stream(dst_stream)
+            for key, pair in list(self._active_relays.items()):
+                if src_stream in pair or dst_stream in pair:
+                    del self._active_relays[key]
+
 
 class _ResponderDCUtR(DCUtRProtocol):
     """DCUtR that answers punches but never starts one by itself (we drive, one side only),
@@ -93,6 +130,17 @@ class _ResponderDCUtR(DCUtRProtocol):
 
     async def _auto_drive_loop(self) -> None:
         return None
+
+    async def _have_direct_connection(self, peer_id: ID) -> bool:
+        # The library trusts its cache of punched peers, and a direct connection closed
+        # without its notification (a dead one, closed by liveness in an outage) stays there:
+        # as the answering side we then closed every later punch's stream at once ("already
+        # direct") and the pair stayed relayed (scenario 3: four homes' punches to the
+        # cut-off node failed for a minute). Ask the swarm instead.
+        if await self._verify_direct_connection(peer_id):
+            return True
+        self._direct_connections.discard(peer_id)
+        return False
 
     async def _get_observed_addrs(self) -> list[bytes]:
         # The library's own list, after an outage, holds only what LAN neighbours see

@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.peer.id import ID
 
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.dialback import parse_answer
@@ -28,11 +29,11 @@ def _key(n: int) -> Ed25519PrivateKey:
 
 
 @asynccontextmanager
-async def _three(rate: int) -> AsyncIterator[list[P2PHost]]:
+async def _three(rate: int, count: int = 3) -> AsyncIterator[list[P2PHost]]:
     config = P2PConfig(reachability=ReachabilityConfig(circuit_rate_bytes_s=rate))
     async with AsyncExitStack() as stack:
         yield [await stack.enter_async_context(open_host(_key(40 + i), config))
-               for i in range(3)]
+               for i in range(count)]
 
 
 def _relay(host: P2PHost) -> RelayLayer:
@@ -80,6 +81,95 @@ async def test_relayed_connection_carries_streams_at_the_promised_rate() -> None
         assert stats.relayed_bytes >= 4 * rate and stats.paced_s > 0
         _relay(relay).set_serving(False)
         assert not await _relay(b).reserve(relay.peer_id, 10)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open() -> None:
+    """py-libp2p 0.8.1 files a circuit's streams under each end's peer id; a circuit to ``a``
+    that ended closed the newest circuit to ``a`` instead (scenario 3's relayed h0-h3
+    connection, closed a second after each redial while the cut-off home's old circuits died).
+    """
+    async with _three(1 << 20, count=4) as (relay, a, b, c):
+        async def echo(stream: FramedStream) -> None:
+            async for frame in stream:
+                await stream.send(frame)
+
+        a.set_stream_handler(SINK, echo)
+        for host in (a, b, c):
+            await host.connect(relay.listen_addrs[0])
+        _relay(relay).set_serving(True)
+        assert await _relay(a).reserve(relay.peer_id, 10)
+        [address] = _relay(a).relayed_addrs()
+        assert await c.connect(address) == a.peer_id
+        assert await b.connect(address) == a.peer_id  # the newest circuit to a
+        assert b.path(a.peer_id) == "relayed" and c.path(a.peer_id) == "relayed"
+        await a.disconnect(c.peer_id)  # c's circuit ends, from a's side
+        with trio.fail_after(30):
+            while c.path(a.peer_id) is not None:
+                await trio.sleep(0.05)
+        for round_trip in range(3):
+            await trio.sleep(0.5)  # the relay's clean-up of c's circuit runs meanwhile
+            assert b.path(a.peer_id) == "relayed", round_trip
+            async with await b.open_stream(a.peer_id, SINK) as stream:
+                await stream.send(b"still here")
+                with trio.fail_after(10):
+                    assert await stream.receive() == b"still here"
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punch() -> None:
+    """py-libp2p 0.8.1's DCUtR answers "already direct" from a cache that outlives a direct
+    connection closed without its notification (liveness closing a dead one in an outage)."""
+    async with _three(1 << 20) as (relay, a, b):
+        for host in (a, b):
+            await host.connect(relay.listen_addrs[0])
+        _relay(relay).set_serving(True)
+        assert await _relay(a).reserve(relay.peer_id, 10)
+        [address] = _relay(a).relayed_addrs()
+        assert await b.connect(address) == a.peer_id
+        assert a.path(b.peer_id) == "relayed"
+        # What a missed disconnect notification leaves behind on the answering side.
+        _relay(b).dcutr._direct_connections.add(ID.from_base58(a.peer_id))
+        assert await _relay(a).punch(b.peer_id)
+        assert a.path(b.peer_id) == "direct"
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
+    """Liveness closes the connection its pings died on, not one the peer opened since."""
+    async with _three(1 << 20) as (relay, a, b):
+        async def echo(stream: FramedStream) -> None:
+            async for frame in stream:
+                await stream.send(frame)
+
+        a.set_stream_handler(SINK, echo)
+        for host in (a, b):
+            await host.connect(relay.listen_addrs[0])
+        _relay(relay).set_serving(True)
+        assert await _relay(a).reserve(relay.peer_id, 10)
+        [address] = _relay(a).relayed_addrs()
+        assert await b.connect(address) == a.peer_id
+        assert b.path(a.peer_id) == "relayed"
+        await trio.sleep(0.05)
+        between = time.monotonic()
+        await trio.sleep(0.05)
+        assert await _relay(b).dial_direct(a.listen_addrs[0], a.peer_id, 10)
+        conns = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
+        assert len(conns) == 2
+        await b.drop(a.peer_id, 5, opened_before=between)  # the relayed one only
+        with trio.fail_after(10):
+            while len(b._host.get_network().get_connections(ID.from_base58(a.peer_id))) > 1:
+                await trio.sleep(0.05)
+        assert b.path(a.peer_id) == "direct"
+        async with await b.open_stream(a.peer_id, SINK) as stream:
+            await stream.send(b"direct")
+            with trio.fail_after(10):
+                assert await stream.receive() == b"direct"
+        await b.drop(a.peer_id, 5)
+        assert b.path(a.peer_id) is None
 
 
 def test_dialback_answers_are_checked() -> None:
