@@ -198,11 +198,13 @@ class Membership:
             self.metrics.inc("membership_liveness_closed_total")
             log.info("closing connection", extra=kv(peer=peer, why="liveness",
                                                     outage=self.liveness.in_outage))
-            nursery.start_soon(self._close, peer)
+            # Only connections older than the unanswered ping: one the peer opened since (a
+            # redial through a relay after an outage) is not the dead one.
+            nursery.start_soon(self._close, peer, sent_at)
 
-    async def _close(self, peer: str) -> None:
+    async def _close(self, peer: str, opened_before: float | None = None) -> None:
         # A dead connection's polite close would hang on writes that never drain.
-        await self.host.drop(peer, _CLOSE_TIMEOUT_S)
+        await self.host.drop(peer, _CLOSE_TIMEOUT_S, opened_before=opened_before)
 
     def _probe(self, nursery: trio.Nursery) -> None:
         """Our network is down (an outage): dial one known peer, whatever our connection
