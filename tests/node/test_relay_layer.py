@@ -41,6 +41,22 @@ def _relay(host: P2PHost) -> RelayLayer:
     return host.relay
 
 
+async def _echo(stream: FramedStream) -> None:
+    async for frame in stream:
+        await stream.send(frame)
+
+
+async def _reserved(relay: P2PHost, target: P2PHost, *others: P2PHost) -> str:
+    """``target`` and ``others`` connected to ``relay``, which serves; ``target`` reserved a
+    slot there: its relayed address."""
+    for host in (target, *others):
+        await host.connect(relay.listen_addrs[0])
+    _relay(relay).set_serving(True)
+    assert await _relay(target).reserve(relay.peer_id, 10)
+    [address] = _relay(target).relayed_addrs()
+    return address
+
+
 @pytest.mark.trio
 @pytest.mark.timeout(120)
 async def test_relayed_connection_carries_streams_at_the_promised_rate() -> None:
@@ -91,16 +107,8 @@ async def test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open()
     connection, closed a second after each redial while the cut-off home's old circuits died).
     """
     async with _three(1 << 20, count=4) as (relay, a, b, c):
-        async def echo(stream: FramedStream) -> None:
-            async for frame in stream:
-                await stream.send(frame)
-
-        a.set_stream_handler(SINK, echo)
-        for host in (a, b, c):
-            await host.connect(relay.listen_addrs[0])
-        _relay(relay).set_serving(True)
-        assert await _relay(a).reserve(relay.peer_id, 10)
-        [address] = _relay(a).relayed_addrs()
+        a.set_stream_handler(SINK, _echo)
+        address = await _reserved(relay, a, b, c)
         assert await c.connect(address) == a.peer_id
         assert await b.connect(address) == a.peer_id  # the newest circuit to a
         assert b.path(a.peer_id) == "relayed" and c.path(a.peer_id) == "relayed"
@@ -123,11 +131,7 @@ async def test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punc
     """py-libp2p 0.8.1's DCUtR answers "already direct" from a cache that outlives a direct
     connection closed without its notification (liveness closing a dead one in an outage)."""
     async with _three(1 << 20) as (relay, a, b):
-        for host in (a, b):
-            await host.connect(relay.listen_addrs[0])
-        _relay(relay).set_serving(True)
-        assert await _relay(a).reserve(relay.peer_id, 10)
-        [address] = _relay(a).relayed_addrs()
+        address = await _reserved(relay, a, b)
         assert await b.connect(address) == a.peer_id
         assert a.path(b.peer_id) == "relayed"
         # What a missed disconnect notification leaves behind on the answering side.
@@ -141,16 +145,8 @@ async def test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punc
 async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
     """Liveness closes the connection its pings died on, not one the peer opened since."""
     async with _three(1 << 20) as (relay, a, b):
-        async def echo(stream: FramedStream) -> None:
-            async for frame in stream:
-                await stream.send(frame)
-
-        a.set_stream_handler(SINK, echo)
-        for host in (a, b):
-            await host.connect(relay.listen_addrs[0])
-        _relay(relay).set_serving(True)
-        assert await _relay(a).reserve(relay.peer_id, 10)
-        [address] = _relay(a).relayed_addrs()
+        a.set_stream_handler(SINK, _echo)
+        address = await _reserved(relay, a, b)
         assert await b.connect(address) == a.peer_id
         assert b.path(a.peer_id) == "relayed"
         await trio.sleep(0.05)
