@@ -177,9 +177,10 @@ class P2PHost:
         with trio.move_on_after(timeout):
             if len(doomed) == len(conns):
                 await self.disconnect(peer_id)
-            for conn in doomed if len(doomed) < len(conns) else []:
-                with contextlib.suppress(Exception):
-                    await conn.close()
+            else:
+                for conn in doomed:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
         if peer_id in self._peers and not network.get_connections(ID.from_base58(peer_id)):
             self._table.gone(peer_id)
 
