@@ -121,8 +121,7 @@ class OutgoingBuffer:
             timers.cancel(TimerKind.RESEND, mid)
             events.append(Acknowledged(mid, by_bloom))
             if entry is not None and not by_bloom:
-                if not entry.attempts:  # (``_sample``'s own first test: saves the call)
-                    self._sample(entry, now)
+                self._sample(entry, now)
                 past.extend(entry.history)
         if past:
             self._acknowledge_past(past, events, now)
