@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from node.metrics import Metrics
 from node.replication.clock import Clock
-from node.replication.delivered_reads import ATTEMPTS, DeliveredReads
+from node.replication.delivered_reads import DeliveredReads
 from node.store import EventStore
 from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
@@ -77,16 +77,9 @@ class FetchedIngest(ABC):
         which to take (None: all, in causal order). Returns how many were refused (counted and
         charged to ``peer``)."""
         taken = order(batch) if positions is None else positions
-        for attempt in range(1, ATTEMPTS + 1):
-            # Every channel's questions are read first, then all answered and the batch run
-            # with no await between: no other step can replace an answer before it is used.
-            reads = ingest_reads(batch, taken, self.channels)
-            found = {name: await self.reads.read(name, read.ids) for name, read in reads.items()}
-            fresh = [self.channels[name].answer_delivered(read, found[name],
-                                                          force=attempt == ATTEMPTS)
-                     for name, read in reads.items()]
-            if all(fresh):
-                break
+        # Every channel's questions answered, then the batch run with no await between.
+        await self.reads.answer_all(self.channels,
+                                    lambda: ingest_reads(batch, taken, self.channels))
         when = self.clock.wall() if now is None else now
         out = ingest_batch(batch, wires, taken, peer, self.channels, self.policy, when,
                            self.sds_config.max_lamport_ahead_ms)

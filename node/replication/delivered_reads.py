@@ -9,7 +9,7 @@ the answer; the caller then runs the same step again, as Recon's ``KeysNeeded`` 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from node.logs import kv
 from node.metrics import Metrics
@@ -48,6 +48,21 @@ class DeliveredReads:
             # Asked again from now: what memory held still is, what it lacked may not be.
             read = ReadDelivered(read.ids + tuple(read.not_held), read.held,
                                  epoch=ch.delivered_epoch)
+
+    async def answer_all(self, channels: Mapping[str, SdsChannel],
+                         requests: Callable[[], Mapping[str, ReadDelivered]]) -> None:
+        """Answer every channel's request of ``requests()`` (channel name -> request): all
+        read first, then all answered with no await between, so no other step can replace an
+        answer before the caller's step (run right after) uses it. Asked again while an answer
+        came back stale, as :meth:`answer` does for one channel."""
+        for attempt in range(1, ATTEMPTS + 1):
+            reads = requests()
+            found = {name: await self.read(name, read.ids) for name, read in reads.items()}
+            fresh = [channels[name].answer_delivered(read, found[name],
+                                                     force=attempt == ATTEMPTS)
+                     for name, read in reads.items()]
+            if all(fresh):
+                return
 
     async def step(self, name: str, ch: SdsChannel, run: Callable[[], object]) -> bool:
         """``run()`` (one channel step); when it needs delivered ids, read them and run it
