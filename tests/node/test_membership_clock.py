@@ -19,6 +19,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.abc import INetStream
 from libp2p.host.ping import ID as PING_PROTOCOL_ID
+from libp2p.host.ping import handle_ping
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from trio.testing import MockClock
@@ -34,6 +35,7 @@ from node.store import EventStore
 from storage import make_engine, upgrade
 from storage.schema import node_state
 from sync.peerscore import ScoreConfig
+from sync.reachability import ReachabilityConfig
 
 T0 = 1_700_000_000.0  # the wall clock's reading when the mock clock is at 0
 AUTOJUMP_S = 0.002  # real seconds every task must wait before the mock clock jumps
@@ -50,10 +52,19 @@ def _engine(tmp_path: Path, name: str = "node") -> Engine:
 
 
 @asynccontextmanager
-async def _hosts(clock: TrioWallClock, count: int) -> AsyncIterator[list[P2PHost]]:
+async def _hosts(clock: TrioWallClock, count: int,
+                 config: P2PConfig | None = None) -> AsyncIterator[list[P2PHost]]:
+    config = config or P2PConfig(dial_timeout=5.0)
     async with AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(
-            open_host(_key(60 + i), P2PConfig(dial_timeout=5.0), clock)) for i in range(count)]
+        yield [await stack.enter_async_context(open_host(_key(60 + i), config, clock))
+               for i in range(count)]
+
+
+def _membership(host: P2PHost, engine: Engine, metrics: Metrics, section: MembershipSection,
+                clock: TrioWallClock | None) -> Membership:
+    """The driver on a real store, nobody in a Recon session."""
+    return Membership(host, EventStore(engine), metrics, section,
+                      in_session=lambda _peer: False, clock=clock)
 
 
 async def _until(done: Callable[[], bool], within_s: float) -> float:
@@ -91,8 +102,7 @@ def test_liveness_closes_a_silent_peer_after_virtual_minutes(tmp_path: Path) -> 
     async def main() -> None:
         clock = TrioWallClock(T0)
         async with _hosts(clock, 2) as (a, b), trio.open_nursery() as nursery:
-            membership = Membership(a, EventStore(engine), metrics, section,
-                                    in_session=lambda _peer: False, clock=clock)
+            membership = _membership(a, engine, metrics, section, clock)
             await a.connect(b.listen_addrs[0])
             nursery.start_soon(membership.run)
             await trio.sleep(120.0)
@@ -112,6 +122,67 @@ def test_liveness_closes_a_silent_peer_after_virtual_minutes(tmp_path: Path) -> 
     assert 2 * section.ping_interval_s <= took <= 4 * section.ping_interval_s, took
     assert metrics.value("membership_liveness_closed_total") == 1
     assert metrics.value("membership_outages_total") == 0  # a LAN peer died, not our uplink
+
+
+def test_an_outage_is_noticed_probed_and_ended_on_virtual_time(tmp_path: Path) -> None:
+    """Our only remote peer is reached through a relay (a remote path, as across the
+    internet). Its pings stop answering and the relay stops relaying: liveness closes the
+    connection, and since no remote peer answered meanwhile an outage begins. For a virtual
+    minute every probe dial fails (through a relay that refuses circuits), none of them held
+    against the peer; when the relay relays again the next probe gets through, and the outage
+    ends and is counted. The relay is a LAN peer: its answered pings never end the outage."""
+    section = MembershipSection(ping_interval_s=10.0, ping_timeout_s=5.0, ping_failures_close=3,
+                                px=False, idle_timeout_s=3600.0)
+    config = P2PConfig(dial_timeout=5.0, reachability=ReachabilityConfig())
+    metrics = Metrics()
+    engine = _engine(tmp_path)
+    seen: dict[str, float] = {}
+
+    async def main() -> None:
+        clock = TrioWallClock(T0)
+        async with _hosts(clock, 3, config) as (relay, a, b), trio.open_nursery() as nursery:
+            assert relay.relay is not None and b.relay is not None
+            for host in (a, b):
+                await host.connect(relay.listen_addrs[0])
+            relay.relay.set_serving(True)
+            assert await b.relay.reserve(relay.peer_id, 10)
+            [address] = b.relay.relayed_addrs()
+            membership = _membership(a, engine, metrics, section, clock)
+            nursery.start_soon(membership.run)
+            await trio.sleep(1.0)
+            assert await a.connect(address) == b.peer_id and a.path(b.peer_id) == "relayed"
+            membership.learn(b.peer_id, address)  # as join does
+            await trio.sleep(30.0)  # answered remote pings
+            seen["remote_ok"] = float(membership.liveness.last_remote_ok is not None)
+            b._host.set_stream_handler(PING_PROTOCOL_ID, _never_answer)
+            relay.relay.set_serving(False)
+            seen["cut"] = trio.current_time()
+            seen["began"] = await _until(lambda: membership.liveness.in_outage, 120.0)
+            seen["closed"] = metrics.value("membership_liveness_closed_total")
+            await trio.sleep(60.0)
+            seen["still_out"] = float(membership.liveness.in_outage)
+            seen["probe_dials_failed"] = metrics.value("membership_dials_total", kind="dial",
+                                                       result="failed")
+            seen["failures_held"] = membership.book.entries[b.peer_id].failures
+            b._host.set_stream_handler(PING_PROTOCOL_ID, handle_ping)
+            relay.relay.set_serving(True)
+            seen["healed"] = trio.current_time()
+            seen["ended"] = await _until(lambda: not membership.liveness.in_outage, 60.0)
+            seen["back"] = float(b.peer_id in a.connected_peers())
+            nursery.cancel_scope.cancel()
+
+    real_s = _run(main)
+    print(f"outage {seen['ended'] - seen['began']:.0f} virtual s, {real_s:.1f} s real")
+    assert seen["remote_ok"] == 1.0
+    # Three unanswered pings 10 s apart (the first up to 10 s after the cut), the last timing
+    # out 5 s later: the connection closed, and the outage began, 25-40 s after the cut.
+    assert 20.0 <= seen["began"] - seen["cut"] <= 45.0, seen["began"] - seen["cut"]
+    assert seen["closed"] == 1
+    assert seen["still_out"] == 1.0 and seen["probe_dials_failed"] >= 10
+    assert seen["failures_held"] == 0  # our outage, not the peer's fault
+    assert seen["ended"] - seen["healed"] <= 5.0  # the first probe after the heal
+    assert seen["back"] == 1.0
+    assert metrics.value("membership_outages_total") == 1
 
 
 def _saved_at(engine: Engine) -> float:
@@ -135,10 +206,8 @@ def test_peer_exchange_and_book_saves_run_on_virtual_time(tmp_path: Path) -> Non
     async def main() -> None:
         clock = TrioWallClock(T0)
         async with _hosts(clock, 2) as (a, b), trio.open_nursery() as nursery:
-            ours = Membership(a, EventStore(engine), metrics, section,
-                              in_session=lambda _peer: False, clock=clock)
-            theirs = Membership(b, EventStore(other_engine), other_metrics, section,
-                                in_session=lambda _peer: False, clock=clock)
+            ours = _membership(a, engine, metrics, section, clock)
+            theirs = _membership(b, other_engine, other_metrics, section, clock)
             nursery.start_soon(ours.run)
             nursery.start_soon(theirs.run)
             await trio.sleep(1.0)  # both listening to their host's peer events
@@ -206,14 +275,12 @@ def test_a_ban_ends_on_virtual_time(tmp_path: Path) -> None:
 def test_the_host_clock_is_the_one_membership_reads(tmp_path: Path) -> None:
     """One clock object from the host to the drivers: membership, its peer exchange and
     activity, and the connection manager's host all read it (so their instants compare)."""
-    section = MembershipSection()
-    engine = _engine(tmp_path)
+    section, engine = MembershipSection(), _engine(tmp_path)
 
     async def main() -> None:
         clock = TrioWallClock(T0)
         async with _hosts(clock, 1) as (host,):
-            membership = Membership(host, EventStore(engine), Metrics(), section,
-                                    in_session=lambda _peer: False)
+            membership = _membership(host, engine, Metrics(), section, None)  # the host's
             assert membership.clock is host.clock is host.guard.clock is host.bans.clock \
                 is clock
             assert membership.px.clock is clock and membership.activity.clock is clock
