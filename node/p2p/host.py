@@ -81,8 +81,7 @@ class P2PHost:
         clock: Clock | None = None,
     ) -> None:
         self._host = host
-        # The node's one clock (node.clock): bans, connection ages, the connection manager and
-        # the liveness evidence membership compares with them all read its now().
+        # The node's one clock: bans, connection ages, the connection manager (membership's too).
         self.clock = clock or SystemClock()
         self.relay = relay
         self._pubsub = pubsub
@@ -170,10 +169,9 @@ class P2PHost:
     async def drop(self, peer_id: str, timeout: float = 5.0, *,
                    opened_before: float | None = None) -> None:
         """Close every connection to ``peer_id`` now, even one whose peer went silent
-        (its socket first: :mod:`node.p2p.teardown`); with ``opened_before`` (an instant of
-        ``self.clock.now()``: a failed ping's send time) only those opened before it: a
-        relayed connection the peer opened since is not the dead one (docs/network.md,
-        "Network back")."""
+        (its socket first: :mod:`node.p2p.teardown`); with ``opened_before`` (``clock.now()``
+        when a failed ping went out) only those opened before it: a relayed connection the
+        peer opened since is not the dead one (docs/network.md, "Network back")."""
         network = self._host.get_network()
         conns = list(network.get_connections(ID.from_base58(peer_id)))
         doomed = [c for c in conns if opened_before is None

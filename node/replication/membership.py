@@ -4,10 +4,8 @@ Every decision is in ``sync.membership``; this service feeds it the host's event
 its answers out: it asks each peer it dials for records (and answers those who ask), closes idle
 connections, prunes above the high watermark (keeping GossipSub mesh members and peers in a
 Recon session), dials address-book peers up to the low watermark, and saves the book.
-
-Time is the host's clock (``host.clock`` unless another is given): its ``now()`` for liveness,
-pings and the connection manager, whose instants the host keeps too (connection ages, bans);
-its ``wall()`` for the address book, which is saved and so outlives the process.
+Its clock is the host's (whose connection ages and manager share ``now()``); the address book,
+saved beyond this process, is on ``wall()``.
 """
 
 from __future__ import annotations
