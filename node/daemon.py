@@ -146,7 +146,8 @@ async def _serve_locked(
         )
         runtime = NodeRuntime(config=config, key=key, store=store)
         api_host, api_port = parse_host_port(config.api.listen)
-        async with open_host(key, p2p_config(config)) as host, trio.open_nursery() as nursery:
+        async with open_host(key, p2p_config(config), runtime.clock) as host, \
+                trio.open_nursery() as nursery:
             runtime.host = host
             if len(host.listen_addrs) < len(config.p2p.listen):
                 # libp2p logs a failed bind and carries on: a node must not run half-deaf.

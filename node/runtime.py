@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import Clock, SystemClock
 from node.config import Config
 from node.disk_usage import DiskUsage
 from node.metrics import Metrics
@@ -65,6 +66,9 @@ class NodeRuntime:
     key: Ed25519PrivateKey
     store: EventStore
     metrics: Metrics = field(default_factory=Metrics)
+    # The node's one clock (node.clock): the daemon hands it to the p2p host and
+    # build_services to every driver, so their instants compare (trio's, not time.monotonic).
+    clock: Clock = field(default_factory=SystemClock)
     # Filled in by the daemon as the node comes up (None before, and in tools without a host).
     host: P2PHost | None = None
     channels: ChannelService | None = None

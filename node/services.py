@@ -83,8 +83,8 @@ def _in_memory(url: str) -> bool:
 
 async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiRoute]]:
     """Create (and load from the database) every service; returns them and the apps' routes."""
-    config, store, metrics = runtime.config, runtime.store, runtime.metrics
-    host = runtime.require_host()
+    config, store, metrics, clock = runtime.config, runtime.store, runtime.metrics, runtime.clock
+    host = runtime.require_host()  # opened on the same clock
     allowed = frozenset(config.p2p.allowed_peers) or None
     channels = ChannelService(
         host=host, store=store, metrics=metrics, key=runtime.key, peer_id=runtime.peer_id,
@@ -95,21 +95,22 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         writers=channel_writers(config), member_estimate=config.sds.member_estimate,
         gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
                                    peer_burst=config.p2p.gossip_peer_burst),
+        clock=clock,
     )
     await channels.load()
-    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers))
+    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers), clock)
     channels.on_penalty = standing.penalise
-    work = WorkGate(work_limits(config.peers), metrics, standing)
+    work = WorkGate(work_limits(config.peers), metrics, standing, clock)
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
-                      standing=standing, limits=config.fetch, work=work)
+                      standing=standing, limits=config.fetch, work=work, clock=clock)
     channels.on_missing = fetcher.want
-    peers = PeerManager(host, store, metrics)
+    peers = PeerManager(host, store, metrics, clock=clock)
     await peers.load(config.p2p.bootstrap)
     ingest = None
     if config.recon.ingest_workers:
         ingest = IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
                                        channel_profiles(config), MAX_EVENT_BYTES),
-                            config.recon.ingest_workers, metrics)
+                            config.recon.ingest_workers, metrics, clock=clock)
         if config.recon.ingest_workers_write and not _in_memory(config.database_url):
             # The workers write only fetched events: the relayed durability level.
             store.set_remote_writer(ingest.remote_writer(
@@ -118,13 +119,13 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        allowed_senders=allowed, standing=standing, ingest=ingest, work=work,
+        allowed_senders=allowed, standing=standing, ingest=ingest, work=work, clock=clock,
     )
     await recon.load()
     fetcher.reconcile_soon = recon.poke  # gaps fetch by id cannot close are Recon's
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, activity=recon.activity,
-                            penalise=standing.penalise)
+                            penalise=standing.penalise, clock=clock)
     await membership.load([k.addr for k in peers.known.values()])
     peers.on_joined, peers.on_forgotten = membership.learn, membership.forget
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
@@ -144,7 +145,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         store.on_commit(snapshots.on_commit)
         services.append(snapshots)
     if host.relay is not None:
-        runtime.reachability = ReachabilityService(host, host.relay, metrics)
+        runtime.reachability = ReachabilityService(host, host.relay, metrics, clock)
         if config.membership.px:
             runtime.reachability.announce = membership.px.ask
         runtime.reachability.direct_addrs = membership.direct_addrs

@@ -8,10 +8,10 @@ evictions through a callback the host sets once it runs.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
 
+from node.clock import Clock, SystemClock
 from sync.membership import ConnectionManager, ConnLimits
 
 __all__ = ["InboundGuard", "ip_of"]
@@ -28,10 +28,12 @@ def ip_of(address: str | None) -> str | None:
 
 
 class InboundGuard:
-    """One per host. ``evict`` is set by the host: it disconnects a peer (without waiting)."""
+    """One per host. ``evict`` is set by the host: it disconnects a peer (without waiting).
+    ``clock`` is the host's: membership's housekeeping asks the manager with the same ``now``."""
 
-    def __init__(self, limits: ConnLimits | None = None) -> None:
+    def __init__(self, limits: ConnLimits | None = None, clock: Clock | None = None) -> None:
         self.manager = ConnectionManager(limits)
+        self.clock = clock or SystemClock()
         self.evict: Callable[[str], None] | None = None
         self.refused: Counter[str] = Counter()  # by reason: peer_rate, ip_limit, inbound_limit
         self.evicted = 0
@@ -39,7 +41,7 @@ class InboundGuard:
     def admit(self, peer_id: str, ip: str | None) -> str | None:
         """Called by the admission gate once Noise authenticated ``peer_id``: None to let it
         in, else why not."""
-        decision = self.manager.admit_inbound(peer_id, ip, time.monotonic())
+        decision = self.manager.admit_inbound(peer_id, ip, self.clock.now())
         if not decision.admit:
             self.refused[decision.reason] += 1
             logger.info("refused inbound connection from %s (%s): %s", peer_id, ip,
@@ -53,7 +55,7 @@ class InboundGuard:
         return None
 
     def opened(self, peer_id: str, address: str | None, inbound: bool) -> None:
-        self.manager.opened(peer_id, ip_of(address), inbound, time.monotonic())
+        self.manager.opened(peer_id, ip_of(address), inbound, self.clock.now())
 
     def closed(self, peer_id: str) -> None:
         self.manager.closed(peer_id)

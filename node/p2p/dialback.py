@@ -12,11 +12,11 @@ runs at most ``max_parallel`` dial-backs at once; refusals are counted.
 from __future__ import annotations
 
 import logging
-import time
 
 import trio
 from libp2p.abc import IHost
 
+from node.clock import Clock, SystemClock
 from node.p2p.addrs import probe
 from node.p2p.frames import DialError, FramedStream, P2PError
 
@@ -39,8 +39,9 @@ class DialBackServer:
     """Serves dial-back requests for one host."""
 
     def __init__(self, host: IHost, remote_ip: object, timeout: float, min_gap_s: float,
-                 max_parallel: int = 4) -> None:
+                 max_parallel: int = 4, clock: Clock | None = None) -> None:
         self._host = host
+        self._clock = clock or SystemClock()
         self._remote_ip = remote_ip  # callable: peer id -> direct remote IP or None
         self._timeout = timeout
         self._min_gap_s = min_gap_s
@@ -57,7 +58,7 @@ class DialBackServer:
             return
         port = int.from_bytes(request, "big")
         ip = self._remote_ip(peer)  # type: ignore[operator]
-        now = time.monotonic()
+        now = self._clock.now()
         last = self._last.get(peer)
         if ip is None or port == 0 or (last is not None and now - last < self._min_gap_s):
             self.refused += 1  # relayed (no IP of its own), bad port, or asking too often

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
@@ -33,6 +32,7 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
+from node.clock import Clock, SystemClock
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.dialer import connect
@@ -78,18 +78,21 @@ class P2PHost:
         bans: BanList | None = None,
         relay: RelayLayer | None = None,
         guard: InboundGuard | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._host = host
+        # The node's one clock: bans, connection ages, the connection manager (membership's too).
+        self.clock = clock or SystemClock()
         self.relay = relay
         self._pubsub = pubsub
         self._discovery = discovery
         self.config = config
         self.peer_id = peer_id
         self.stats = stats
-        self.bans = bans if bans is not None else BanList()
+        self.bans = bans if bans is not None else BanList(clock=self.clock)
         self._nursery = nursery
-        self.guard = guard if guard is not None else InboundGuard(config.conn_limits)
-        self._table = PeerTable(config, stats, self.guard)
+        self.guard = guard if guard is not None else InboundGuard(config.conn_limits, self.clock)
+        self._table = PeerTable(config, stats, self.guard, self.clock)
         self._peers = self._table.peers
         self.guard.evict = self._evict
         # Told each time a peer proves alive on its connection (a stream it opened or accepted:
@@ -100,7 +103,8 @@ class P2PHost:
         self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
                                         self.listen_addrs)
         self._streams = Streams(host=host, config=config, stats=stats, bans=self.bans,
-                                connected=self._peers.__contains__, spoke=self._spoke)
+                                connected=self._peers.__contains__, spoke=self._spoke,
+                                clock=self.clock)
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
                                     peer_id=peer_id, stats=stats, nursery=nursery)
         self._closing = False
@@ -135,7 +139,7 @@ class P2PHost:
     def ban(self, peer_id: str, seconds: float) -> None:
         """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
         its current connection."""
-        self.bans.ban(peer_id, time.monotonic() + seconds)
+        self.bans.ban(peer_id, self.clock.now() + seconds)
         if peer_id in self._peers and not self._closing:
             self._nursery.start_soon(self.disconnect, peer_id)
 
@@ -165,9 +169,9 @@ class P2PHost:
     async def drop(self, peer_id: str, timeout: float = 5.0, *,
                    opened_before: float | None = None) -> None:
         """Close every connection to ``peer_id`` now, even one whose peer went silent
-        (its socket first: :mod:`node.p2p.teardown`); with ``opened_before`` (monotonic: a
-        failed ping's send time) only those opened before it: a relayed connection the peer
-        opened since is not the dead one (docs/network.md, "Network back")."""
+        (its socket first: :mod:`node.p2p.teardown`); with ``opened_before`` (``clock.now()``
+        when a failed ping went out) only those opened before it: a relayed connection the
+        peer opened since is not the dead one (docs/network.md, "Network back")."""
         network = self._host.get_network()
         conns = list(network.get_connections(ID.from_base58(peer_id)))
         doomed = [c for c in conns if opened_before is None
@@ -276,7 +280,7 @@ class P2PHost:
     # -- connection bookkeeping (called from the libp2p notifee) --------------------------
 
     def _on_connected(self, conn: INetConn) -> None:
-        self._opened_at[conn] = time.monotonic()
+        self._opened_at[conn] = self.clock.now()
         peer = self._table.opened(conn)
         if peer is None:
             return

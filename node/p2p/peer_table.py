@@ -9,11 +9,11 @@ one closing makes it gone, and each of those two moments is fanned out as a
 from __future__ import annotations
 
 import logging
-import time
 
 import trio
 from libp2p.abc import INetConn
 
+from node.clock import Clock
 from node.p2p.conns import InboundGuard
 from node.p2p.gossip import fan_out
 from node.p2p.setup import connection_direction, remote_address
@@ -25,8 +25,10 @@ logger = logging.getLogger("node.p2p")
 
 
 class PeerTable:
-    def __init__(self, config: P2PConfig, stats: P2PStats, guard: InboundGuard) -> None:
+    def __init__(self, config: P2PConfig, stats: P2PStats, guard: InboundGuard,
+                 clock: Clock) -> None:
         self.config = config
+        self.clock = clock  # the host's: connected_since is its wall() (shown to people)
         self.stats = stats
         self.guard = guard
         self.peers: dict[str, ConnectedPeer] = {}
@@ -56,7 +58,7 @@ class PeerTable:
         direction = connection_direction(conn)
         self.guard.opened(peer, address, direction == "inbound")
         self.peers[peer] = ConnectedPeer(
-            peer_id=peer, address=address, direction=direction, connected_since=time.time()
+            peer_id=peer, address=address, direction=direction, connected_since=self.clock.wall()
         )
         logger.info("connected to %s (%s, %s)", peer, direction, address)
         fan_out(self._sinks, PeerEvent("connected", peer, address=address, direction=direction),

@@ -2,7 +2,8 @@
 builds it on each send (``env_to_send_in_RPC``: the host's addresses as a set, compared with the
 cached record's, then the envelope marshalled again): 2.7% of a busy node's samples (issue 31,
 docs/cluster-bench.md). The bytes change only when the host's addresses do, so they are kept
-per host for ``REFRESH_S``: a new address reaches peers' records at most that much later (the
+per host for ``REFRESH_S`` of the host's clock (:func:`use_clock`: the node's one clock; a host
+given none is not cached): a new address reaches peers' records at most that much later (the
 record is advisory there: certified addresses for dialling, never a check on our messages).
 
 Under the same version check as ``node.p2p.patches`` (the patched names are module globals
@@ -11,7 +12,6 @@ that the pubsub modules look up at call time).
 
 from __future__ import annotations
 
-import time
 import weakref
 from typing import Any
 
@@ -20,20 +20,30 @@ import libp2p.pubsub.pubsub as _pubsub_module
 from libp2p.abc import IHost
 from libp2p.peer.peerstore import env_to_send_in_RPC as _original_env_to_send
 
+from node.clock import Clock
 from node.p2p.frames import P2PError
 from node.p2p.patches import check_libp2p_version
 
-__all__ = ["REFRESH_S", "patch_record_sending"]
+__all__ = ["REFRESH_S", "patch_record_sending", "use_clock"]
 
 #: How long the marshalled record of a host is reused.
 REFRESH_S = 1.0
 
 _sent: weakref.WeakKeyDictionary[Any, tuple[float, bytes]] = weakref.WeakKeyDictionary()
+_clocks: weakref.WeakKeyDictionary[Any, Clock] = weakref.WeakKeyDictionary()
+
+
+def use_clock(host: IHost, clock: Clock) -> None:
+    """Cache ``host``'s record on ``clock`` (the patched function is global, the clock per host)."""
+    _clocks[host] = clock
 
 
 def _env_to_send_cached(host: IHost) -> tuple[bytes, bool]:
     """``env_to_send_in_RPC`` with the host's last answer reused for ``REFRESH_S``."""
-    now = time.monotonic()
+    clock = _clocks.get(host)
+    if clock is None:
+        return _original_env_to_send(host)
+    now = clock.now()
     kept = _sent.get(host)
     if kept is not None and now < kept[0]:
         return kept[1], False

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +33,7 @@ from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
+from node.clock import Clock, SystemClock
 from node.p2p.frames import DialError, P2PError
 from node.p2p.patches import check_libp2p_version
 from sync.reachability import RateGate, ReachabilityConfig
@@ -77,8 +77,10 @@ class _PacedRelay(CircuitV2Protocol):
     """``CircuitV2Protocol`` that forwards at most ``rate`` bytes/s per source stream, and
     whose circuits end closing their own streams only (:class:`_CircuitStreams`)."""
 
-    def __init__(self, host: IHost, limits: RelayLimits, rate: int, stats: RelayStats) -> None:
+    def __init__(self, host: IHost, limits: RelayLimits, rate: int, stats: RelayStats,
+                 clock: Clock) -> None:
         super().__init__(host, limits=limits, allow_hop=False)
+        self._clock = clock
         check_libp2p_version()
         self._active_relays = _CircuitStreams()
         self._rate = rate
@@ -91,7 +93,7 @@ class _PacedRelay(CircuitV2Protocol):
         if not data:
             self._gates.pop(id(stream), None)
             return data
-        now = time.monotonic()
+        now = self._clock.now()
         gate = self._gates.get(id(stream))
         if gate is None:
             if len(self._gates) > 4 * self.limits.max_circuit_conns:
@@ -176,7 +178,8 @@ def _check_library() -> None:
 class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
-    def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float) -> None:
+    def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float,
+                 clock: Clock | None = None) -> None:
         _check_library()
         self.host = host
         self.config = config
@@ -186,7 +189,8 @@ class RelayLayer:
             max_circuit_conns=config.max_circuits, max_reservations=config.max_reservations,
             reservation_ttl=config.reservation_ttl_s,
         )
-        self.protocol = _PacedRelay(host, limits, config.circuit_rate_bytes_s, self.stats)
+        self.protocol = _PacedRelay(host, limits, config.circuit_rate_bytes_s, self.stats,
+                                    clock or SystemClock())
         self.transport = CircuitV2Transport(
             host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
         self.dcutr = _ResponderDCUtR(host, dial_timeout=int(max(1, dial_timeout)))

@@ -11,6 +11,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.tools.anyio_service import background_trio_service
 
+from node.clock import Clock, SystemClock
 from node.p2p.addrs import unbindable_listen_addr
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
@@ -34,28 +35,31 @@ __all__ = ["open_host"]
 
 @asynccontextmanager
 async def open_host(
-    private_key: Ed25519PrivateKey, config: P2PConfig | None = None
+    private_key: Ed25519PrivateKey, config: P2PConfig | None = None, clock: Clock | None = None
 ) -> AsyncIterator[P2PHost]:
     """Start a host with ``private_key``'s identity; stop it, releasing every socket, on exit.
 
-    The host's background tasks run in a nursery owned by this context manager.
+    The host's background tasks run in a nursery owned by this context manager. Every part of
+    it that keeps time (bans, the connection manager, connection ages, relay pacing, the record
+    cache, ping round trips) reads ``clock`` (the node's one clock; trio's by default).
     """
     config = config or P2PConfig()
+    clock = clock or SystemClock()
     check_libp2p_version()
     tame_libp2p_logging(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
-    bans = BanList()
+    bans = BanList(clock=clock)
     if config.reachability is not None and config.reachability.hole_punch and (
             busy := unbindable_listen_addr(tuple(config.listen_addrs))):
         # Hole punching shares the listen port (SO_REUSEPORT), so the kernel would let a second
         # node bind a busy port: refuse it here, before listening.
         raise P2PError(f"cannot listen on {busy[0]}: {busy[1]}")
-    guard = InboundGuard(config.conn_limits)
+    guard = InboundGuard(config.conn_limits, clock)
     host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
-    relay = (RelayLayer(host, config.reachability, config.dial_timeout)
+    relay = (RelayLayer(host, config.reachability, config.dial_timeout, clock)
              if config.reachability is not None else None)
-    pubsub, router = build_pubsub(host, config)
+    pubsub, router = build_pubsub(host, config, clock)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
     try:
@@ -84,6 +88,7 @@ async def open_host(
                         bans=bans,
                         relay=relay,
                         guard=guard,
+                        clock=clock,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)

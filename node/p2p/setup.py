@@ -55,6 +55,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
+from node.clock import Clock
 from node.p2p.conns import InboundGuard
 from node.p2p.frames import P2PError
 from node.p2p.patches import (
@@ -62,7 +63,7 @@ from node.p2p.patches import (
     patch_inbound_slots,
     patch_record_verification,
 )
-from node.p2p.record_send import patch_record_sending
+from node.p2p.record_send import patch_record_sending, use_clock
 from node.p2p.types import BanList, P2PConfig
 from node.p2p.yamux_tuning import patch_yamux
 from sync.identity import peer_id_of
@@ -217,10 +218,11 @@ class _GuardedPubsub(Pubsub):
             self._handle_dead_peer(peer_id)
 
 
-def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
+def build_pubsub(host: IHost, config: P2PConfig, clock: Clock) -> tuple[Pubsub, GossipSub]:
     patch_gossip_queues(config.gossip_peer_queue_size)
     patch_record_verification()
     patch_record_sending()
+    use_clock(host, clock)
     router = GossipSub(
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
         degree=config.gossip_degree,

@@ -1,12 +1,13 @@
-"""Peer standing in the running node: the :mod:`sync.peerscore` core on the monotonic clock,
-with bans enforced by the p2p layer (disconnect, refuse connections and streams) and counted.
+"""Peer standing in the running node: the :mod:`sync.peerscore` core on the host's clock (its
+``now()``: the ban list it fills reads the same one), with bans enforced by the p2p layer
+(disconnect, refuse connections and streams) and counted.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 
+from node.clock import Clock
 from node.config import PeersSection
 from node.logs import kv
 from node.metrics import Metrics
@@ -31,8 +32,10 @@ def score_config(section: PeersSection) -> ScoreConfig:
 class PeerStanding:
     """``penalise(peer, reason)`` from any service; a ban disconnects and refuses the peer."""
 
-    def __init__(self, host: P2PHost, metrics: Metrics, config: ScoreConfig) -> None:
+    def __init__(self, host: P2PHost, metrics: Metrics, config: ScoreConfig,
+                 clock: Clock | None = None) -> None:
         self.host = host
+        self.clock = clock or host.clock
         self.metrics = metrics
         self.scores = PeerScores(config)
         metrics.describe("peer_penalties_total", "counter",
@@ -49,7 +52,7 @@ class PeerStanding:
         """Lower ``peer``'s score; returns True when this banned it."""
         if not peer or peer == self.host.peer_id:
             return False
-        now = time.monotonic()
+        now = self.clock.now()
         self.metrics.inc("peer_penalties_total", reason=reason)
         if not self.scores.penalise(peer, reason, now, count):
             return False
@@ -63,4 +66,4 @@ class PeerStanding:
         return self.host.is_banned(peer)
 
     def score(self, peer: str) -> float:
-        return self.scores.score(peer, time.monotonic())
+        return self.scores.score(peer, self.clock.now())

@@ -17,6 +17,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.host.ping import ID as PING_PROTOCOL_ID
 from libp2p.peer.id import ID
 
+from node.clock import Clock, SystemClock
 from node.p2p.frames import (
     FramedStream,
     FrameError,
@@ -39,8 +40,10 @@ class Streams:
 
     def __init__(self, *, host: IHost, config: P2PConfig, stats: P2PStats, bans: BanList,
                  connected: Callable[[str], bool],
-                 spoke: Callable[[str], None] | None = None) -> None:
+                 spoke: Callable[[str], None] | None = None,
+                 clock: Clock | None = None) -> None:
         self._host = host
+        self.clock = clock or SystemClock()
         self.config = config
         self.stats = stats
         self.bans = bans
@@ -141,7 +144,7 @@ class Streams:
         stream = await self.open_raw(peer_id, PING_PROTOCOL_ID)
         try:
             with trio.fail_after(self.config.stream_open_timeout):
-                start = trio.current_time()
+                start = self.clock.now()
                 await stream.write(payload)
                 echoed = b""
                 while len(echoed) < _PING_BYTES:
@@ -149,7 +152,7 @@ class Streams:
                     if not chunk:
                         raise P2PError(f"ping stream to {peer_id} closed early")
                     echoed += chunk
-                rtt = trio.current_time() - start
+                rtt = self.clock.now() - start
         except trio.TooSlowError as exc:
             raise P2PTimeoutError(f"ping to {peer_id} timed out") from exc
         except P2PError:

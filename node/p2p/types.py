@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from node.clock import Clock, SystemClock
 from sync.membership import ConnLimits
 from sync.reachability import ReachabilityConfig
 
@@ -171,18 +171,19 @@ class ConnectedPeer:
     peer_id: str
     address: str | None  # remote multiaddr of the connection
     direction: str  # "inbound", "outbound" or "unknown"
-    connected_since: float  # wall-clock seconds (time.time()) when the connection came up
+    connected_since: float  # Unix seconds (the host clock's wall()) when it came up
     latency_s: float | None = None  # last ping round trip, if measured
 
 
 class BanList:
-    """Peers refused until a ``time.monotonic()`` instant: connections both ways and streams.
+    """Peers refused until an instant of ``clock.now()``: connections both ways and streams.
 
     Bounded: when full, expired entries go first, then the ban ending soonest.
     """
 
-    def __init__(self, max_entries: int = 10_000) -> None:
+    def __init__(self, max_entries: int = 10_000, clock: Clock | None = None) -> None:
         self.max_entries = max_entries
+        self.clock = clock or SystemClock()
         self._until: dict[str, float] = {}
 
     def __len__(self) -> int:
@@ -190,7 +191,7 @@ class BanList:
 
     def ban(self, peer_id: str, until: float) -> None:
         if peer_id not in self._until and len(self._until) >= self.max_entries:
-            now = time.monotonic()
+            now = self.clock.now()
             self._until = {p: u for p, u in self._until.items() if u > now}
             if len(self._until) >= self.max_entries:
                 del self._until[min(self._until, key=self._until.__getitem__)]
@@ -200,11 +201,11 @@ class BanList:
         until = self._until.get(peer_id)
         if until is None:
             return False
-        if until <= time.monotonic():
+        if until <= self.clock.now():
             del self._until[peer_id]
             return False
         return True
 
     def active(self) -> int:
-        now = time.monotonic()
+        now = self.clock.now()
         return sum(1 for u in self._until.values() if u > now)

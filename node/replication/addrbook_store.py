@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 from typing import Any
 
 from node.logs import kv
@@ -28,9 +27,10 @@ def _to_json(entry: BookEntry) -> dict[str, Any]:
     return out
 
 
-async def save_book(store: EventStore, book: AddressBook) -> None:
+async def save_book(store: EventStore, book: AddressBook, now: float) -> None:
+    """Save ``book`` at ``now`` (Unix seconds: the driver's ``clock.wall()``)."""
     data = json.dumps([_to_json(e) for e in book.entries.values()]).encode()
-    await store.write(put_state, _KEY, data, int(time.time() * 1000))
+    await store.write(put_state, _KEY, data, int(now * 1000))
 
 
 async def load_book(store: EventStore, book: AddressBook, max_record_bytes: int) -> int:

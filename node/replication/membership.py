@@ -4,6 +4,8 @@ Every decision is in ``sync.membership``; this service feeds it the host's event
 its answers out: it asks each peer it dials for records (and answers those who ask), closes idle
 connections, prunes above the high watermark (keeping GossipSub mesh members and peers in a
 Recon session), dials address-book peers up to the low watermark, and saves the book.
+Its clock is the host's (whose connection ages and manager share ``now()``); the address book,
+saved beyond this process, is on ``wall()``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
 from collections.abc import Callable
 
 import trio
 
+from node.clock import Clock
 from node.config_membership import MembershipSection, book_limits
 from node.logs import kv
 from node.metrics import Metrics
@@ -56,19 +58,21 @@ class Membership:
     def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics,
                  section: MembershipSection, *, in_session: Callable[[str], bool],
                  activity: PeerActivity | None = None,
-                 penalise: Callable[[str, str], object] | None = None) -> None:
+                 penalise: Callable[[str, str], object] | None = None,
+                 clock: Clock | None = None) -> None:
         self.host = host
+        self.clock = clock or host.clock
         self.store = store
         self.metrics = metrics
         self.section = section
         self.in_session = in_session
-        self.activity = activity or PeerActivity()
+        self.activity = activity or PeerActivity(clock=self.clock)
         self.book = AddressBook(host.peer_id, book_limits(section))
         self.rng = random.Random()
         self.liveness = Liveness(section.ping_failures_close)
-        host.on_heard = lambda peer: self.liveness.heard(peer, time.monotonic())
+        host.on_heard = lambda peer: self.liveness.heard(peer, self.clock.now())
         self._nursery: trio.Nursery | None = None
-        self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng)
+        self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng, self.clock)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
         self._dialing: set[str] = set()
@@ -86,7 +90,7 @@ class Membership:
     async def load(self, known: list[str]) -> None:
         """Restore the saved book, then add the peers we were told about (join, bootstrap)."""
         kept = await load_book(self.store, self.book, self.section.px_record_max_bytes)
-        now = time.time()
+        now = self.clock.wall()
         for addr in known:
             peer = addr.rsplit("/p2p/", 1)[-1]
             self.book.offer(peer, [addr], 0, b"", "", now)
@@ -101,13 +105,13 @@ class Membership:
 
     def learn(self, peer_id: str, addr: str) -> None:
         """An address proven to reach ``peer_id`` (``join`` succeeded on it)."""
-        self.book.learn(peer_id, addr, time.time())
+        self.book.learn(peer_id, addr, self.clock.wall())
 
     async def forget(self, peer_id: str) -> None:
         """``peers forget``: out of the book, and the saved book, now. (Peer exchange may
         teach it to us again later.)"""
         if self.book.forget(peer_id):
-            await save_book(self.store, self.book)
+            await save_book(self.store, self.book, self.clock.wall())
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -121,11 +125,11 @@ class Membership:
                 await trio.sleep_forever()
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await save_book(self.store, self.book)
+                    await save_book(self.store, self.book, self.clock.wall())
 
     async def _watch_peers(self, nursery: trio.Nursery) -> None:
         async for event in self.host.peer_events():
-            now = time.time()
+            now = self.clock.wall()
             entry = self.book.entries.get(event.peer_id)
             if event.kind == "disconnected":
                 self.liveness.closed(event.peer_id)
@@ -146,7 +150,7 @@ class Membership:
     async def _px_rounds(self) -> None:
         """Now and then ask a random connected peer: records change as peers come and go."""
         while True:
-            await trio.sleep(self.section.px_interval_s * random.uniform(0.75, 1.25))
+            await trio.sleep(self.section.px_interval_s * self.rng.uniform(0.75, 1.25))
             peers = self.host.connected_peers()
             if peers:
                 await self.px.ask(self.rng.choice(peers))
@@ -159,12 +163,12 @@ class Membership:
             self.host, self.section.ping_timeout_s,
             on_ok=lambda peer: self._ping_ok(nursery, peer),
             on_failed=lambda peer, sent_at: self._ping_failed(nursery, peer, sent_at))
-        next_round = time.monotonic() + self.section.ping_interval_s
+        next_round = self.clock.now() + self.section.ping_interval_s
         step = min(self.liveness.probe_s, self.section.ping_interval_s)
         while True:
-            before = time.monotonic()
+            before = self.clock.now()
             await trio.sleep(step)
-            now = time.monotonic()
+            now = self.clock.now()
             # Woken late: this process was starved (a loaded machine), pings in flight may
             # have their answers waiting unread; the liveness rule excuses their timeouts.
             if (late := now - before - step) >= self.liveness.stall_s:
@@ -185,13 +189,13 @@ class Membership:
         return self.host.path(peer) == "relayed" or address_scope(ip) == "global"
 
     def _ping_ok(self, nursery: trio.Nursery, peer: str) -> None:
-        now = time.monotonic()
+        now = self.clock.now()
         self._network_back(nursery, self.liveness.ping_ok(peer, now, self._remote(peer)))
 
     def _ping_failed(self, nursery: trio.Nursery, peer: str, sent_at: float) -> None:
         if self.host.peer_info(peer) is None:
             return
-        closing = self.liveness.ping_failed(peer, time.monotonic(), self._remote(peer), sent_at)
+        closing = self.liveness.ping_failed(peer, self.clock.now(), self._remote(peer), sent_at)
         if self.liveness.last_excuse is not None:
             log.info("ping failure excused", extra=kv(peer=peer, why=self.liveness.last_excuse))
         if closing:
@@ -221,20 +225,20 @@ class Membership:
             return
         self.metrics.inc("membership_outages_total")
         log.info("network back after an outage", extra=kv(
-            outage_s=round(time.monotonic() - back.since, 1), closing=len(back.close)))
+            outage_s=round(self.clock.now() - back.since, 1), closing=len(back.close)))
         for peer in back.close:
             nursery.start_soon(self._close, peer)
         self.book.all_due()
         self.tick(nursery, exclude=set(back.close))
 
     async def _housekeeping(self, nursery: trio.Nursery) -> None:
-        last_save = time.monotonic()
+        last_save = self.clock.now()
         while True:
             await trio.sleep(self.section.housekeeping_interval_s)
             self.tick(nursery)
-            if time.monotonic() - last_save >= self.section.address_book_save_interval_s:
-                last_save = time.monotonic()
-                await save_book(self.store, self.book)
+            if self.clock.now() - last_save >= self.section.address_book_save_interval_s:
+                last_save = self.clock.now()
+                await save_book(self.store, self.book, self.clock.wall())
 
     def tick(self, nursery: trio.Nursery, exclude: set[str] | None = None) -> None:
         host = self.host
@@ -244,7 +248,7 @@ class Membership:
         host.note_gossip_speakers()
         connected = set(host.connected_peers()) - (exclude or set())
         protected = host.mesh_members() | {p for p in connected if self.in_session(p)}
-        plan = host.guard.manager.housekeeping(time.monotonic(), protected)
+        plan = host.guard.manager.housekeeping(self.clock.now(), protected)
         for peer, series in [(p, "membership_idle_closed_total") for p in plan.close_idle] + \
                             [(p, "membership_pruned_total") for p in plan.prune]:
             self.metrics.inc(series)
@@ -255,7 +259,7 @@ class Membership:
         if plan.dial:
             exclude = connected | self._dialing | {p for p in self.book.entries
                                                    if host.is_banned(p)}
-            for entry in self.book.candidates(time.time(), exclude, plan.dial, self.rng):
+            for entry in self.book.candidates(self.clock.wall(), exclude, plan.dial, self.rng):
                 self._dialing.add(entry.peer_id)
                 nursery.start_soon(self._dial, entry)
 
@@ -263,7 +267,7 @@ class Membership:
         """Peers that connected to us and sent their record have not proven its addresses:
         dial one back (a probe beside the connection we have) before the entry counts as
         tried, the kind a flood of records can never displace."""
-        now = time.time()
+        now = self.clock.wall()
         budget = _VERIFY_PER_TICK
         for peer in sorted(connected - self._dialing):
             entry = self.book.entries.get(peer)
@@ -289,15 +293,16 @@ class Membership:
                     continue
                 self.metrics.inc("membership_dials_total", result="ok",
                                  kind="verify" if verify else "dial")
-                self.book.connected(entry.peer_id, time.time())
+                self.book.connected(entry.peer_id, self.clock.wall())
                 if self._nursery is not None:
                     self._network_back(self._nursery, self.liveness.dialled_ok())
                 return
             self.metrics.inc("membership_dials_total", result="failed",
                              kind="verify" if verify else "dial")
-            retry_at = self.liveness.dial_failed_retry_at(time.time())
+            # Wall time: the retry is the address book's (the outage only decides whether).
+            retry_at = self.liveness.dial_failed_retry_at(self.clock.wall())
             if retry_at is None:
-                self.book.dial_failed(entry.peer_id, time.time())
+                self.book.dial_failed(entry.peer_id, self.clock.wall())
             else:  # our own network is down: no mark against the peer
                 self.book.retry_at(entry.peer_id, retry_at)
         finally:

@@ -8,11 +8,11 @@ first, most recently active first) so that the label set stays small whatever th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from node.clock import Clock, SystemClock
 from node.metrics import Metrics
 from node.p2p import ConnectedPeer
 
@@ -44,7 +44,9 @@ class LastSession:
 
 
 class PeerActivity:
-    def __init__(self, max_peers: int = 4096, max_series: int = 32) -> None:
+    def __init__(self, max_peers: int = 4096, max_series: int = 32,
+                 clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()  # wall(): Unix times, shown to people
         self.max_peers = max_peers
         self.max_series = max_series
         self.sessions: dict[str, LastSession] = {}
@@ -53,27 +55,27 @@ class PeerActivity:
     def session(self, peer: str, role: str, outcome: str, fetched: int = 0,
                 served: int = 0) -> None:
         self.sessions.pop(peer, None)
-        self.sessions[peer] = LastSession(time.time(), role, outcome, fetched, served)
+        self.sessions[peer] = LastSession(self.clock.wall(), role, outcome, fetched, served)
         self.seen(peer)
         while len(self.sessions) > self.max_peers:
             del self.sessions[next(iter(self.sessions))]
 
     def seen(self, peer: str, at: float | None = None) -> None:
         self.last_seen.pop(peer, None)
-        self.last_seen[peer] = time.time() if at is None else at
+        self.last_seen[peer] = self.clock.wall() if at is None else at
         while len(self.last_seen) > self.max_peers:
             del self.last_seen[next(iter(self.last_seen))]
 
     def describe(self, peer: str, connected: bool) -> dict[str, Any]:
         session = self.sessions.get(peer)
-        return {"last_seen": time.time() if connected else self.last_seen.get(peer),
+        return {"last_seen": self.clock.wall() if connected else self.last_seen.get(peer),
                 "last_recon": asdict(session) if session is not None else None}
 
     def export(self, metrics: Metrics, connected: Iterable[ConnectedPeer]) -> None:
         """Replace the per-peer series with those of the ``max_series`` most relevant peers."""
         for name in PEER_SERIES:
             metrics.clear(name)
-        now = time.time()
+        now = self.clock.wall()
         live = {p.peer_id: p for p in connected}
         ranked = sorted(set(live) | set(self.sessions),
                         key=lambda p: (p not in live, -self.last_seen.get(p, 0.0), p))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 
 import trio
 
+from node.clock import Clock
 from node.config_membership import MembershipSection
 from node.logs import kv
 from node.metrics import Metrics
@@ -43,8 +43,9 @@ class PeerExchange:
     def __init__(self, host: P2PHost, book: AddressBook, metrics: Metrics,
                  section: MembershipSection,
                  penalise: Callable[[str, str], object] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, clock: Clock | None = None) -> None:
         self.host = host
+        self.clock = clock or host.clock  # wall(): the address book's times
         self.rng = rng or random.Random()
         self._serving: set[str] = set()
         self.book = book
@@ -114,7 +115,7 @@ class PeerExchange:
     def consider(self, records: list[bytes], source: str, *, own_only: bool = False) -> int:
         """Verify each record and offer it to the book; returns how many it took."""
         taken = 0
-        now = time.time()
+        now = self.clock.wall()
         for data in records:
             try:
                 record = open_record(data, self.section.px_record_max_bytes)

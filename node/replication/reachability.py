@@ -8,12 +8,12 @@ not public, and hole-punches relayed connections we accepted. It decides nothing
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
+from node.clock import Clock
 from node.metrics import Metrics
 from node.p2p.dialback import DIALBACK_PROTOCOL, DialBackServer, parse_answer
 from node.p2p.frames import P2PError
@@ -40,19 +40,22 @@ def _ip_of(address: str | None) -> str | None:
 
 
 class ReachabilityService:
-    def __init__(self, host: P2PHost, relay: RelayLayer, metrics: Metrics) -> None:
+    def __init__(self, host: P2PHost, relay: RelayLayer, metrics: Metrics,
+                 clock: Clock | None = None) -> None:
         self.host, self.relay = host, relay
+        self.clock = clock or host.clock
         self.config = relay.config
         self.core = ReachabilityCore(self.config)
         self.relays = RelayPlanner(self.config)
         self.punches = PunchPlanner(self.config)
-        self.verdict: Reachability = self.core.verdict(time.monotonic())
+        self.verdict: Reachability = self.core.verdict(self.clock.now())
         self.server = DialBackServer(host._host, self._direct_ip, host.config.dial_timeout,
-                                     min_gap_s=self.config.probe_interval_s / 2)
+                                     min_gap_s=self.config.probe_interval_s / 2,
+                                     clock=self.clock)
         host.set_stream_handler(DIALBACK_PROTOCOL, self.server.handle)
         self._listen_port = self._port()
         relay.dcutr.punch_addrs = lambda: self.core.punch_addrs(self._listen_port,
-                                                                time.monotonic())
+                                                                self.clock.now())
         self._register(metrics)
         # Hands our freshly signed record to a peer (membership's peer exchange), so that the
         # peers we joined pass our relayed addresses on without waiting for their next round.
@@ -75,7 +78,7 @@ class ReachabilityService:
             self.relay.set_serving(True)
         async with trio.open_nursery() as nursery:
             while True:
-                self._tick(nursery, time.monotonic())
+                self._tick(nursery, self.clock.now())
                 await trio.sleep(_TICK_S)
 
     def _tick(self, nursery: trio.Nursery, now: float) -> None:
@@ -139,11 +142,11 @@ class ReachabilityService:
             log.debug("dial-back request to %s failed: %s", peer, exc)
             return
         if ip != "-":
-            self.core.observe(peer, ip, ok, time.monotonic())
+            self.core.observe(peer, ip, ok, self.clock.now())
 
     async def _reserve(self, relay: str) -> None:
         ok = await self.relay.reserve(relay, self.host.config.dial_timeout)
-        now = time.monotonic()
+        now = self.clock.now()
         if ok:
             self.relays.reserved_ok(relay, now)
             log.info("reserved a relay slot at %s", relay)
@@ -158,11 +161,11 @@ class ReachabilityService:
                 ok = True
                 break
         ok = ok or await self.relay.punch(peer)
-        self.punches.result(peer, ok, time.monotonic())
+        self.punches.result(peer, ok, self.clock.now())
         log.info("hole punch to %s: %s", peer, "direct" if ok else "failed")
 
     def status(self) -> dict[str, Any]:
-        now = time.monotonic()
+        now = self.clock.now()
         return {
             "reachability": self.verdict.value,
             "dialback": self.core.counts(now),

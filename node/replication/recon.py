@@ -101,7 +101,8 @@ class ReconService(ReconSessions):
             max_sessions=section.max_sessions, claim_timeout_s=section.claim_timeout_s,
             max_missing_keys=self.max_missing_keys))
         self._wake = trio.Event()
-        self.activity = PeerActivity()  # each peer's last session, for peers/status/metrics
+        # Each peer's last session, for peers/status/metrics.
+        self.activity = PeerActivity(clock=self.clock)
         self.standing = standing
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,

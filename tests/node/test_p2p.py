@@ -33,6 +33,7 @@ from node.p2p.frames import encode_frame
 from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
+from tests.node.clocks import ManualClock
 
 ECHO = "/test/echo/1.0.0"
 MIB = 1024 * 1024
@@ -275,8 +276,9 @@ async def test_banned_peer_is_disconnected_and_refused_both_ways_until_the_ban_e
 
 
 def test_ban_list_is_bounded_and_keeps_the_longest_bans() -> None:
-    bans = BanList(max_entries=3)
-    now = time.monotonic()
+    clock = ManualClock()
+    bans = BanList(max_entries=3, clock=clock)
+    now = clock.now()
     for i in range(10):
         bans.ban(f"p{i}", now + 100 + i)
         assert len(bans) <= 3
@@ -284,6 +286,8 @@ def test_ban_list_is_bounded_and_keeps_the_longest_bans() -> None:
     assert bans.is_banned("p9") and not bans.is_banned("p0")
     bans.ban("p9", now + 1)  # a shorter ban never shortens a longer one
     assert bans.is_banned("p9")
+    clock.advance(107.5)  # on its clock: p7's ban is over, p8's and p9's are not
+    assert bans.active() == 2 and not bans.is_banned("p7") and bans.is_banned("p8")
 
 
 @pytest.mark.trio

@@ -18,6 +18,7 @@ from libp2p.pubsub.pb.rpc_pb2 import RPC
 from multiaddr import Multiaddr
 
 from node.p2p.patches import SUPPORTED_LIBP2P_VERSION, patch_record_verification
+from tests.node.clocks import ManualClock
 
 
 @pytest.fixture
@@ -83,8 +84,7 @@ def test_the_sent_record_is_built_once_per_refresh(monkeypatch: pytest.MonkeyPat
 
     from node.p2p import record_send
 
-    clock = [1000.0]
-    monkeypatch.setattr(record_send.time, "monotonic", lambda: clock[0])
+    clock = ManualClock()
     built = [0]
     original = record_send._original_env_to_send
 
@@ -96,11 +96,15 @@ def test_the_sent_record_is_built_once_per_refresh(monkeypatch: pytest.MonkeyPat
     record_send.patch_record_sending()
     send = gossipsub_module.env_to_send_in_RPC
     host, other = _sender(4111), _sender(4112)
+    assert send(host)[0] == send(host)[0] and built[0] == 2  # no clock given: never kept
+    built[0] = 0
+    record_send.use_clock(host, clock)
+    record_send.use_clock(other, clock)
     first = send(host)[0]
     assert all(send(host)[0] == first for _ in range(100))
     assert built[0] == 1
     assert send(other)[0] != first and built[0] == 2  # per host
-    clock[0] += record_send.REFRESH_S + 0.01
+    clock.advance(record_send.REFRESH_S + 0.01)
     send(host)  # asked libp2p again: a changed address would be in a new record from here
     assert built[0] == 3
     assert pubsub_module.env_to_send_in_RPC is send
