@@ -40,6 +40,7 @@ __all__ = [
     "fetch_and_stall",
     "hostile",
     "key_list_bomb",
+    "meshed",
     "peak_rss_mib",
     "recon_and_answer",
     "recon_and_serve",
@@ -60,6 +61,15 @@ async def hostile(target: str) -> AsyncIterator[tuple[P2PHost, str]]:
     config = P2PConfig(max_frame_bytes=16 << 20, read_timeout=10)
     async with open_host(key, config) as host:
         yield host, await host.connect(target)
+
+
+async def meshed(host: P2PHost, peer: str, topic: str, timeout: float = 30.0) -> None:
+    """Wait until ``peer`` is in our GossipSub mesh of ``topic``: from then on a publish reaches
+    it as a full message (a fixed pause for the mesh to form cost seconds per hostile host, and
+    was still a guess on a loaded machine). Fails after ``timeout``."""
+    with trio.fail_after(timeout):
+        while peer not in host.mesh_peers(topic):
+            await trio.sleep(0.05)
 
 
 def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:

@@ -50,7 +50,9 @@ class NodeProcess:
         stderr = self.stderr_path.open("a")
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT), **self.env},
+            # SYNCNODE_DEBUG: a node that dies of a bug leaves its traceback in its log (the
+            # CLI otherwise prints one line), so a failed run says where it broke.
+            env={**os.environ, "PYTHONPATH": str(ROOT), "SYNCNODE_DEBUG": "1", **self.env},
         )
         stderr.close()
         # A restart must not read the previous process's lines (nor its end marker).

@@ -20,7 +20,7 @@ from sync.recon.eventid import channel_bounds
 from sync.recon.session import ReconSession
 from sync.sds import SdsChannel, sds_pb2
 from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
-from tests.node.hostile import hostile
+from tests.node.hostile import hostile, meshed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 FAST_TIMEOUT = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4"}
@@ -64,7 +64,7 @@ async def attack(target: str) -> None:
         # 4. Events with bad signatures, over gossip.
         topic = topic_of(1, "general")
         await host.subscribe(topic)
-        await trio.sleep(2)  # let the mesh form
+        await meshed(host, peer, topic)
         for wire in forged_events(5):
             await host.publish(topic, wire)
         await trio.sleep(1)  # bad signatures handed over directly: the forger is banned

@@ -44,6 +44,7 @@ from tests.node.cluster import (
     start_node,
     wait_for,
 )
+from tests.node.hostile import meshed
 from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -78,13 +79,13 @@ def signed_event(key: Ed25519PrivateKey, lamport: int, content: bytes,
     return encode_event(channel, peer_id_of(key), lamport, (), content, key).wire
 
 
-async def gossip(target: str, channel: str, wires: list[bytes], *, settle: float = 3.0,
-                 linger: float = 1.0, pace: float = 0.0) -> None:
+async def gossip(target: str, channel: str, wires: list[bytes], *, linger: float = 1.0,
+                 pace: float = 0.0) -> None:
     async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
-        await host.connect(target)
+        peer = await host.connect(target)
         topic = topic_of(1, channel)
         await host.subscribe(topic)
-        await trio.sleep(settle)  # let the mesh form
+        await meshed(host, peer, topic)
         for wire in wires:
             await host.publish(topic, wire)
             await trio.sleep(pace)
@@ -269,10 +270,11 @@ def head_of(node: NodeProcess) -> str | None:
 async def gossip_on_channels(target: str, wires: list[tuple[str, bytes]]) -> None:
     """Publish (channel, wire) pairs in order from one crafted host."""
     async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
-        await host.connect(target)
+        peer = await host.connect(target)
         for channel in dict.fromkeys(c for c, _ in wires):
             await host.subscribe(topic_of(1, channel))
-        await trio.sleep(3.0)  # let the mesh form
+        for channel in dict.fromkeys(c for c, _ in wires):
+            await meshed(host, peer, topic_of(1, channel))
         for channel, wire in wires:
             await host.publish(topic_of(1, channel), wire)
         await trio.sleep(1.0)

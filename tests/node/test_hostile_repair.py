@@ -26,6 +26,7 @@ from node.replication import topic_of
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event, transmission_suffix
 from tests.node.cluster import cluster, metric, wait_for
+from tests.node.hostile import meshed
 from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -60,10 +61,10 @@ async def ask_for(target: str, ids: list[str], sender: str, messages: int) -> in
     me = peer_id_of(key)
     sent = 0
     async with open_host(key, P2PConfig(read_timeout=10)) as host:
-        await host.connect(target)
+        peer = await host.connect(target)
         topic = topic_of(1, "general")
         await host.subscribe(topic)
-        await trio.sleep(3)  # let the mesh form
+        await meshed(host, peer, topic)
         for n in range(messages):
             event = encode_event("general", me, int(time.time() * 1000), (),
                                  f"asking {n}".encode(), key)
@@ -102,10 +103,10 @@ async def replay_with_requests(target: str, captured: bytes, ids: list[str],
     """Replay an honest member's message with repair requests attached (unsigned: we cannot
     sign in its name)."""
     async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
-        await host.connect(target)
+        peer = await host.connect(target)
         topic = topic_of(1, "general")
         await host.subscribe(topic)
-        await trio.sleep(3)
+        await meshed(host, peer, topic)
         for n in range(10):
             refs = tuple(HistoryRef(ids[(3 * n + k) % len(ids)], None, sender)
                          for k in range(3))
