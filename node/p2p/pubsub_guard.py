@@ -13,8 +13,16 @@
    bytes and dropped each other as "malformed" (41-82 per overloaded cluster_bench run). Here
    a whole RPC is written under a per-stream lock, and a write cut part-way (Yamux's 5-s wait
    for credit, a cancellation) resets the stream, so the receiver never parses the remains
-   (``cut_writes``). Both overrides rely on 0.8.1's ``write_msg``/``stream_handler``
-   signatures, pinned by ``node.p2p.patches.check_libp2p_version``.
+   (``cut_writes``).
+3. *A dead stream of a live peer.* 0.8.1's ``_handle_dead_peer`` forgets the peer's
+   subscriptions and then re-opens our stream to it when it is still connected; but those
+   subscriptions came on the peer's own stream, which is alive and will not repeat them, so
+   we never sent that peer gossip again (until the connection closed): after an overload's
+   write timeouts, honest nodes stopped relaying to each other. Here a still-connected
+   peer's subscriptions (and its replay gate) are kept.
+
+The overrides rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_dead_peer`` and its
+``peer_topics`` bookkeeping, pinned by ``node.p2p.patches.check_libp2p_version``.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import weakref
 
 import trio
 from libp2p.abc import INetStream
+from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 
@@ -72,3 +81,19 @@ class GuardedPubsub(Pubsub):
                         contextlib.suppress(Exception):
                     await stream.reset()
                 raise
+
+    def _handle_dead_peer(self, peer_id: ID) -> None:
+        connected = self._peer_is_connected(peer_id)
+        topics = [t for t, peers in self.peer_topics.items() if peer_id in peers]
+        replayed = self._replayed_recent_topics.get(peer_id)
+        super()._handle_dead_peer(peer_id)
+        if not connected:
+            return
+        for topic in topics:
+            peers = self.peer_topics.setdefault(topic, set())
+            if peer_id not in peers:
+                peers.add(peer_id)
+                self._peer_subscription_count[peer_id] = (
+                    self._peer_subscription_count.get(peer_id, 0) + 1)
+        if replayed:
+            self._replayed_recent_topics.setdefault(peer_id, set()).update(replayed)

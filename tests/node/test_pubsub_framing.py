@@ -64,3 +64,31 @@ async def test_concurrent_rpc_writes_to_one_peer_arrive_whole(
         malformed = [r for r in caplog.records if "malformed RPC" in r.getMessage()]
         assert not malformed, malformed
         assert got == set(payloads)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_gossip_to_a_live_peer_goes_on_after_its_stream_died() -> None:
+    """libp2p drops a peer from pubsub when a write to its stream fails (a write cut by
+    Yamux's 5-s wait for credit under overload, a reset stream) and re-opens the stream when
+    the peer is still connected. 0.8.1 also forgot the peer's subscriptions, which came on the
+    peer's own stream (alive, never repeated): we never sent that peer gossip again."""
+    keys = [Ed25519PrivateKey.from_private_bytes(bytes([80 + i]) * 32) for i in range(2)]
+    async with open_host(keys[0], P2PConfig()) as sender, \
+            open_host(keys[1], P2PConfig()) as receiver:
+        inbox = await receiver.subscribe(TOPIC)
+        await sender.subscribe(TOPIC)
+        await sender.connect(receiver.listen_addrs[0])
+        pubsub = sender._gossip._pubsub
+        peer = ID.from_base58(receiver.peer_id)
+        with trio.fail_after(60):
+            while receiver.peer_id not in sender.mesh_peers(TOPIC):
+                await trio.sleep(0.05)
+        pubsub._handle_dead_peer(peer)  # as after a failed write
+        with trio.fail_after(60):
+            while True:
+                await sender.publish(TOPIC, b"after the dead stream")
+                with trio.move_on_after(1):
+                    if (await inbox.receive()).data == b"after the dead stream":
+                        break
+        assert receiver.peer_id in sender.gossip_peers(TOPIC)
