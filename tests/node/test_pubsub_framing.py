@@ -14,16 +14,27 @@ RPC under a per-stream lock
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 
-from node.p2p import P2PConfig
+from node.p2p import P2PConfig, P2PHost
 from node.p2p.run import open_host
 
 TOPIC = "framing-test"
+
+
+async def _linked(sender: P2PHost, receiver: P2PHost) -> tuple[Any, Any, ID]:
+    """Both subscribed to TOPIC and connected: the receiver's inbox, the sender's libp2p
+    Pubsub and the receiver's peer id."""
+    inbox = await receiver.subscribe(TOPIC)
+    await sender.subscribe(TOPIC)
+    await sender.connect(receiver.listen_addrs[0])
+    return inbox, sender._gossip._pubsub, ID.from_base58(receiver.peer_id)
 
 
 @pytest.mark.trio
@@ -35,11 +46,7 @@ async def test_concurrent_rpc_writes_to_one_peer_arrive_whole(
     config = P2PConfig(gossip_strict_signing=False)
     async with open_host(keys[0], config) as sender, \
             open_host(keys[1], config) as receiver:
-        inbox = await receiver.subscribe(TOPIC)
-        await sender.subscribe(TOPIC)
-        await sender.connect(receiver.listen_addrs[0])
-        pubsub = sender._gossip._pubsub
-        peer = ID.from_base58(receiver.peer_id)
+        inbox, pubsub, peer = await _linked(sender, receiver)
         with trio.fail_after(60):
             while peer not in pubsub.peers or peer not in pubsub.peer_topics.get(TOPIC, set()):
                 await trio.sleep(0.05)
@@ -76,11 +83,7 @@ async def test_gossip_to_a_live_peer_goes_on_after_its_stream_died() -> None:
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([80 + i]) * 32) for i in range(2)]
     async with open_host(keys[0], P2PConfig()) as sender, \
             open_host(keys[1], P2PConfig()) as receiver:
-        inbox = await receiver.subscribe(TOPIC)
-        await sender.subscribe(TOPIC)
-        await sender.connect(receiver.listen_addrs[0])
-        pubsub = sender._gossip._pubsub
-        peer = ID.from_base58(receiver.peer_id)
+        inbox, pubsub, peer = await _linked(sender, receiver)
         with trio.fail_after(60):
             while receiver.peer_id not in sender.mesh_peers(TOPIC):
                 await trio.sleep(0.05)
