@@ -129,6 +129,9 @@ class StorageConfig:
     relayed_synchronous: str = opt("NORMAL", one_of("NORMAL", "FULL"))
     batch_max_events: int = opt(512, positive, most=100_000)
     batch_max_delay_ms: int = opt(5, non_negative, most=60_000)
+    # A batch that starts with relayed events (gossip; nobody waits for their commit) waits
+    # this long for more (an own publish arriving ends it within batch_max_delay_ms).
+    relayed_batch_delay_ms: int = opt(50, non_negative, most=60_000)
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,7 @@ async def _serve_locked(
             engine,
             max_batch=config.storage.batch_max_events,
             max_delay_ms=config.storage.batch_max_delay_ms,
+            relayed_delay_ms=config.storage.relayed_batch_delay_ms,
         )
         runtime = NodeRuntime(config=config, key=key, store=store)
         api_host, api_port = parse_host_port(config.api.listen)

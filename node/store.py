@@ -74,11 +74,21 @@ class _Pending:
     durable: bool = False
 
 
+def _waited_for(pending: _Pending) -> bool:
+    """A caller waits for this item's commit (a publish), or a fetch's backlog is behind it."""
+    return pending.durable or pending.fetched or pending.also is not None
+
+
 class EventStore:
-    def __init__(self, engine: Engine, *, max_batch: int = 512, max_delay_ms: int = 5) -> None:
+    def __init__(self, engine: Engine, *, max_batch: int = 512, max_delay_ms: int = 5,
+                 relayed_delay_ms: int | None = None) -> None:
         self.engine = engine
         self.max_batch = max_batch
         self.max_delay = max_delay_ms / 1000
+        # A batch of relayed events (nobody waits for their commit) gathers longer: fewer
+        # commits per relayed event, and an own publish arriving meanwhile shares its commit.
+        self.relayed_delay = max(self.max_delay, (relayed_delay_ms if relayed_delay_ms
+                                                  is not None else max_delay_ms) / 1000)
         self._send, self._recv = trio.open_memory_channel[_Pending](math.inf)
         self.batches = 0
         self.committed_events = 0
@@ -232,8 +242,9 @@ class EventStore:
                 cap = self.max_batch
                 if first.fetched and self._remote is not None:
                     cap *= FETCHED_RUN_BATCHES
-                await self._commit(await gather(self._recv, first, lambda p: len(p.records),
-                                                cap, self.max_delay))
+                await self._commit(await gather(
+                    self._recv, first, lambda p: len(p.records), cap, self.max_delay,
+                    patient_delay=self.relayed_delay, waits=_waited_for))
 
     async def close(self) -> None:
         """Stop accepting writes; the writer drains what is queued and returns."""

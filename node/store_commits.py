@@ -113,12 +113,20 @@ async def commit_remote(read: Reader, writer: RemoteWriter, records: list[EventR
 
 
 async def gather(recv: trio.MemoryReceiveChannel[Q], first: Q, size: Callable[[Q], int],
-                 cap: int, max_delay: float) -> list[Q]:
+                 cap: int, max_delay: float, *, patient_delay: float | None = None,
+                 waits: Callable[[Q], bool] | None = None) -> list[Q]:
     """One commit's worth: ``first``, what comes within ``max_delay``, then what is queued
-    already, up to ``cap`` records (``size`` of each item)."""
+    already, up to ``cap`` records (``size`` of each item).
+
+    With ``patient_delay``, a batch that starts with an item nobody waits for (``waits`` is
+    false: relayed events) gathers for that long instead, until an item somebody waits for
+    arrives: from then on for at most ``max_delay`` (a publish is not delayed by the wait).
+    """
     batch = [first]
     total = size(first)
-    with trio.move_on_after(max_delay):
+    patient = patient_delay is not None and waits is not None and not waits(first)
+    with trio.move_on_after(patient_delay if patient and patient_delay is not None
+                            else max_delay) as scope:
         while total < cap:
             try:
                 more = await recv.receive()
@@ -126,6 +134,9 @@ async def gather(recv: trio.MemoryReceiveChannel[Q], first: Q, size: Callable[[Q
                 break
             batch.append(more)
             total += size(more)
+            if patient and waits is not None and waits(more):
+                patient = False
+                scope.deadline = min(scope.deadline, trio.current_time() + max_delay)
     while total < cap:
         try:
             more = recv.receive_nowait()

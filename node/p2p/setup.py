@@ -63,6 +63,7 @@ from node.p2p.patches import (
     patch_inbound_slots,
     patch_record_verification,
 )
+from node.p2p.pubsub_guard import GuardedPubsub
 from node.p2p.record_send import patch_record_sending, use_clock
 from node.p2p.types import BanList, P2PConfig
 from node.p2p.yamux_tuning import patch_yamux
@@ -195,29 +196,6 @@ def build_host(
     )
 
 
-class _GuardedPubsub(Pubsub):
-    """``Pubsub`` whose per-peer reader survives a malformed RPC.
-
-    libp2p 0.8.1 catches only stream and varint errors there: a peer sending bytes that are not
-    a valid ``RPC`` protobuf raises ``DecodeError`` out of the handler and takes the whole
-    network service (and so the node) down. Here any such error resets that one stream, drops
-    the peer from pubsub and is counted.
-    """
-
-    bad_rpc_streams = 0
-
-    async def stream_handler(self, stream: INetStream) -> None:
-        try:
-            await super().stream_handler(stream)
-        except Exception as exc:
-            type(self).bad_rpc_streams += 1
-            peer_id = stream.muxed_conn.peer_id
-            logger.warning("dropping pubsub stream of %s after a malformed RPC: %r", peer_id, exc)
-            with contextlib.suppress(Exception):
-                await stream.reset()
-            self._handle_dead_peer(peer_id)
-
-
 def build_pubsub(host: IHost, config: P2PConfig, clock: Clock) -> tuple[Pubsub, GossipSub]:
     patch_gossip_queues(config.gossip_peer_queue_size)
     patch_record_verification()
@@ -244,7 +222,7 @@ def build_pubsub(host: IHost, config: P2PConfig, clock: Clock) -> tuple[Pubsub, 
     # IHAVE/IWANT are the repair path for what the mesh missed; 10/s per peer starves it.
     router.max_iwant_requests_per_second = 10_000.0
     router.max_ihave_messages_per_second = 10_000.0
-    pubsub = _GuardedPubsub(
+    pubsub = GuardedPubsub(
         host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing
     )
     return pubsub, router

@@ -430,6 +430,15 @@ class NodeCluster:
         everywhere = sum(1 for m in ids if all(m in seen for seen in self.seen))
         return everywhere / max(self.attempts, 1)
 
+    def post_mortem(self) -> str:
+        """Each node's state after a failed step: running, or its exit code and log tail."""
+        lines = []
+        for i, node in enumerate(self.nodes):
+            code = node.proc.poll() if node.proc is not None else None
+            lines.append(f"node {i}: " + ("running" if code is None else
+                                          f"exited {code}; log tail:\n{node.log_tail(30)}"))
+        return "\n".join(lines)
+
     def stop(self) -> list[int | None]:
         codes: list[int | None] = []
         for node in self.nodes:
@@ -965,6 +974,14 @@ def main() -> int:
             catchup = measure_catchup(base, plan, args.profile)
             print(f"  {catchup.summary()}")
             catchup_pg, catchup_1m = extra_catchups(base, plan, args.pg)
+    except BaseException:
+        # A step that failed with an error (a node's API refusing connections: issue 31) keeps
+        # the work dir and says which node stopped and why, instead of losing its log.
+        if cluster is not None:
+            print(cluster.post_mortem(), file=sys.stderr)
+        print(f"work dir kept: {base}", file=sys.stderr)
+        args.keep = True
+        raise
     finally:
         if raw is not None:
             raw.stop()

@@ -1,0 +1,99 @@
+"""``GuardedPubsub``: py-libp2p 0.8.1's ``Pubsub`` with two faults of its stream handling fixed.
+
+1. *Reading.* 0.8.1 catches only stream and varint errors in a peer's reader: bytes that are not
+   a valid ``RPC`` protobuf raise ``DecodeError`` out of the handler and take the whole network
+   service (and so the node) down. Here any such error resets that one stream, drops the peer
+   from pubsub and is counted (``bad_rpc_streams``).
+2. *Writing* (issue 31). ``YamuxStream.write`` holds the stream's write lock per frame, not per
+   call: when the send window runs out in the middle of an RPC (a busy receiver, an RPC larger
+   than the window) the writer waits for credit and another writer on the same stream puts its
+   frames in between. Several libp2p tasks write to a peer's pubsub stream (the per-peer send
+   loop, ``flush_pending_messages``, ``send_recent_messages`` when a peer (re)subscribes or its
+   stream is re-established), so under overload honest peers received RPCs made of two RPCs'
+   bytes and dropped each other as "malformed" (41-82 per overloaded cluster_bench run). Here
+   a whole RPC is written under a per-stream lock, and a write cut part-way (Yamux's 5-s wait
+   for credit, a cancellation) resets the stream, so the receiver never parses the remains
+   (``cut_writes``).
+3. *A dead stream of a live peer.* 0.8.1's ``_handle_dead_peer`` forgets the peer's
+   subscriptions and then re-opens our stream to it when it is still connected; but those
+   subscriptions came on the peer's own stream, which is alive and will not repeat them, so
+   we never sent that peer gossip again (until the connection closed): after an overload's
+   write timeouts, honest nodes stopped relaying to each other. Here a still-connected
+   peer's subscriptions (and its replay gate) are kept.
+
+The overrides rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_dead_peer`` and its
+``peer_topics`` bookkeeping, pinned by ``node.p2p.patches.check_libp2p_version``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.peer.id import ID
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+
+__all__ = ["GuardedPubsub"]
+
+logger = logging.getLogger("node.p2p")
+
+
+class GuardedPubsub(Pubsub):
+    """``Pubsub`` whose readers survive a malformed RPC and whose writers never interleave."""
+
+    bad_rpc_streams = 0
+    cut_writes = 0
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
+            weakref.WeakKeyDictionary())
+
+    async def stream_handler(self, stream: INetStream) -> None:
+        try:
+            await super().stream_handler(stream)
+        except Exception as exc:
+            type(self).bad_rpc_streams += 1
+            peer_id = stream.muxed_conn.peer_id
+            logger.warning("dropping pubsub stream of %s after a malformed RPC: %r", peer_id, exc)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+            self._handle_dead_peer(peer_id)
+
+    async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
+        lock = self._write_locks.get(stream)
+        if lock is None:
+            lock = self._write_locks[stream] = trio.Lock()
+        async with lock:
+            try:
+                return await super().write_msg(stream, rpc_msg)
+            except BaseException as exc:
+                # Part of the RPC may be on the wire: whatever followed it on this stream would
+                # be read as its remainder. Reset it (libp2p re-opens a live peer's stream).
+                type(self).cut_writes += 1
+                logger.info("resetting pubsub stream of %s after a cut write: %r",
+                            stream.muxed_conn.peer_id, exc)
+                with trio.CancelScope(shield=True), trio.move_on_after(2), \
+                        contextlib.suppress(Exception):
+                    await stream.reset()
+                raise
+
+    def _handle_dead_peer(self, peer_id: ID) -> None:
+        connected = self._peer_is_connected(peer_id)
+        topics = [t for t, peers in self.peer_topics.items() if peer_id in peers]
+        replayed = self._replayed_recent_topics.get(peer_id)
+        super()._handle_dead_peer(peer_id)
+        if not connected:
+            return
+        for topic in topics:
+            peers = self.peer_topics.setdefault(topic, set())
+            if peer_id not in peers:
+                peers.add(peer_id)
+                self._peer_subscription_count[peer_id] = (
+                    self._peer_subscription_count.get(peer_id, 0) + 1)
+        if replayed:
+            self._replayed_recent_topics.setdefault(peer_id, set()).update(replayed)
