@@ -104,17 +104,21 @@ class RollingBloomFilter:
         self.add_indices(self._indexer(message_id, self.params))
 
     def add_indices(self, indices: tuple[int, ...]) -> None:
+        # (Each counter read once: this runs for every received message, k times.)
         counts = self._counts
         bits = self._bits
         for i in indices:
-            counts[i] += 1
-            if counts[i] == 1:
+            c = counts[i]
+            counts[i] = c + 1
+            if not c:
                 bits[i] = 1
-        self._order.append(indices)
-        if len(self._order) > self.window:
-            for i in self._order.popleft():
-                counts[i] -= 1
-                if counts[i] == 0:
+        order = self._order
+        order.append(indices)
+        if len(order) > self.window:
+            for i in order.popleft():
+                c = counts[i] - 1
+                counts[i] = c
+                if not c:
                     bits[i] = 0
         self._encoded = None
 

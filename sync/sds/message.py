@@ -107,10 +107,11 @@ class SignedEvent(NamedTuple):
         return self.lamport is not None and not self.content
 
 
-@dataclass(frozen=True)
-class Transmission:
+class Transmission(NamedTuple):
     """A decoded message: the event plus what its sender attached to this one transmission.
-    ``bloom_params`` is ``None`` when the sender did not say how to read its filter."""
+    ``bloom_params`` is ``None`` when the sender did not say how to read its filter. (A named
+    tuple: one is built per received message, and a frozen dataclass's ``__init__`` cost
+    about a microsecond more.)"""
 
     event: SignedEvent
     bloom_filter: bytes | None
@@ -284,6 +285,11 @@ def without_signature(event: SignedEvent) -> SignedEvent:
     return event._replace(signature=None, wire=msg.SerializeToString(deterministic=True))
 
 
+# The named tuples built without their Python-level ``__new__`` (every field given here; the
+# receive path builds several per message): ``_tuple_new(HistoryRef, (...))``.
+_tuple_new = tuple.__new__
+
+
 def _refs(entries: Any, limit: int, limits: DecodeLimits, what: str) -> tuple[HistoryRef, ...]:
     if not entries:
         return ()
@@ -305,7 +311,7 @@ def _refs(entries: Any, limit: int, limits: DecodeLimits, what: str) -> tuple[Hi
         if sender is not None and len(sender) > max_id:
             raise RemoteProtocolError(f"{what} sender id too long",
                                       kind=ErrorKind.MALFORMED_EVENT)
-        out.append(HistoryRef(mid, hint, sender))
+        out.append(_tuple_new(HistoryRef, (mid, hint, sender)))
     return tuple(out)
 
 
@@ -380,7 +386,7 @@ def _decode(
     msg.DiscardUnknownFields()
     if not content and msg.HasField("content"):
         msg.ClearField("content")
-    event = SignedEvent(
+    event = _tuple_new(SignedEvent, (
         channel,
         sender,
         mid,
@@ -389,8 +395,9 @@ def _decode(
         content,
         signature,
         msg.SerializeToString(deterministic=True),
-    )
-    return Transmission(event, bloom, params, repair, bloom_signature, repair_signature)
+    ))
+    return _tuple_new(Transmission,
+                      (event, bloom, params, repair, bloom_signature, repair_signature))
 
 
 def decode_transmission(
