@@ -359,14 +359,30 @@ def _decode(
                                   kind=ErrorKind.MALFORMED_EVENT)
     history = _refs(msg.causal_history, limits.max_history_entries, limits, "causal history")
     repair = _refs(msg.repair_request, limits.max_repair_entries, limits, "repair request")
-    bloom = params = None
-    if msg.HasField("bloom_filter"):
+    # The per-transmission fields are read and cleared as they are found (what is left is the
+    # canonical wire, below): clearing one that is absent cost as much as reading it.
+    has, clear = msg.HasField, msg.ClearField
+    bloom = params = bits = hashes = bloom_signature = repair_signature = None
+    if has("bloom_filter"):
         bloom = msg.bloom_filter
-        if msg.HasField("bloom_bits") and msg.HasField("bloom_hashes"):
-            params = BloomParams(msg.bloom_bits, msg.bloom_hashes)
-    signature = msg.signature if msg.HasField("signature") else None
-    bloom_signature = msg.bloom_signature if msg.HasField("bloom_signature") else None
-    repair_signature = msg.repair_signature if msg.HasField("repair_signature") else None
+        clear("bloom_filter")
+    if has("bloom_bits"):
+        bits = msg.bloom_bits
+        clear("bloom_bits")
+    if has("bloom_hashes"):
+        hashes = msg.bloom_hashes
+        clear("bloom_hashes")
+    if bloom is not None and bits is not None and hashes is not None:
+        params = _tuple_new(BloomParams, (bits, hashes))
+    if has("bloom_signature"):
+        bloom_signature = msg.bloom_signature
+        clear("bloom_signature")
+    if has("repair_signature"):
+        repair_signature = msg.repair_signature
+        clear("repair_signature")
+    if repair:
+        clear("repair_request")
+    signature = msg.signature if has("signature") else None
     if check_id or verify_signature:
         ids = [h.message_id for h in history]
         digest = event_digest(channel, sender, lamport, ids, content)
@@ -379,13 +395,11 @@ def _decode(
             known = known_signatures.get(mid) if known_signatures else None
             if known is None or signature != known:
                 _verify(sender, signature, digest)
-    # The canonical wire: the same message without per-transmission and unknown fields.
-    for name in ("bloom_filter", "repair_request", "bloom_bits", "bloom_hashes",
-                 "bloom_signature", "repair_signature"):
-        msg.ClearField(name)
+    # The canonical wire: the same message without per-transmission (cleared above) and
+    # unknown fields.
     msg.DiscardUnknownFields()
-    if not content and msg.HasField("content"):
-        msg.ClearField("content")
+    if not content and has("content"):
+        clear("content")
     event = _tuple_new(SignedEvent, (
         channel,
         sender,
