@@ -506,7 +506,9 @@ class SdsChannel:
         stored: Set[str] = _NOTHING_STORED if log.complete else self._stored_of(event)
         mid = event.message_id
         sender = event.sender_id
-        self._repair.seen(mid)
+        repair = self._repair
+        if repair.requests or repair.responses:  # (nothing to forget otherwise: no call)
+            repair.seen(mid)
         if sender == self.participant_id:
             return
         self._members.heard(sender, now)
