@@ -359,29 +359,23 @@ def _decode(
                                   kind=ErrorKind.MALFORMED_EVENT)
     history = _refs(msg.causal_history, limits.max_history_entries, limits, "causal history")
     repair = _refs(msg.repair_request, limits.max_repair_entries, limits, "repair request")
-    # The per-transmission fields are read and cleared as they are found (what is left is the
-    # canonical wire, below): clearing one that is absent cost as much as reading it.
+    # The per-transmission fields are read, then cleared only where present (what is left is
+    # the canonical wire, below): clearing an absent one cost as much as reading it.
     has, clear = msg.HasField, msg.ClearField
-    bloom = params = bits = hashes = bloom_signature = repair_signature = None
-    if has("bloom_filter"):
-        bloom = msg.bloom_filter
-        clear("bloom_filter")
-    if has("bloom_bits"):
-        bits = msg.bloom_bits
-        clear("bloom_bits")
-    if has("bloom_hashes"):
-        hashes = msg.bloom_hashes
-        clear("bloom_hashes")
+    bloom = msg.bloom_filter if has("bloom_filter") else None
+    bits = msg.bloom_bits if has("bloom_bits") else None
+    hashes = msg.bloom_hashes if has("bloom_hashes") else None
+    bloom_signature = msg.bloom_signature if has("bloom_signature") else None
+    repair_signature = msg.repair_signature if has("repair_signature") else None
+    params = None
     if bloom is not None and bits is not None and hashes is not None:
         params = _tuple_new(BloomParams, (bits, hashes))
-    if has("bloom_signature"):
-        bloom_signature = msg.bloom_signature
-        clear("bloom_signature")
-    if has("repair_signature"):
-        repair_signature = msg.repair_signature
-        clear("repair_signature")
-    if repair:
-        clear("repair_request")
+    for name, value in (("bloom_filter", bloom), ("bloom_bits", bits), ("bloom_hashes", hashes),
+                        ("bloom_signature", bloom_signature),
+                        ("repair_signature", repair_signature),
+                        ("repair_request", repair or None)):
+        if value is not None:  # (present, even if empty: b"" or 0 must go too)
+            clear(name)
     signature = msg.signature if has("signature") else None
     if check_id or verify_signature:
         ids = [h.message_id for h in history]
