@@ -21,7 +21,6 @@ from sync.errors import ErrorKind, RemoteProtocolError
 __all__ = ["MAX_HASHES", "BloomParams", "BloomView", "RollingBloomFilter", "bloom_indices"]
 
 MAX_HASHES = 64
-_MASK64 = (1 << 64) - 1
 
 
 class BloomParams(NamedTuple):
@@ -69,10 +68,13 @@ class BloomParams(NamedTuple):
 
 
 def bloom_indices(message_id: str, params: BloomParams) -> tuple[int, ...]:
-    h = mmh3.hash128(message_id.encode("utf-8", "surrogatepass"), 0, False)
-    h1 = h & _MASK64
-    h2 = h >> 64
+    # The two 64-bit halves of MurmurHash3's x86 128-bit hash (``hash128(..., 0, False)``'s
+    # low and high words), reduced mod m first: the same positions with small-int arithmetic
+    # (every received id is hashed here).
+    h1, h2 = mmh3.hash64(message_id.encode("utf-8", "surrogatepass"), 0, False, False)
     m = params.bits
+    h1 %= m
+    h2 %= m
     return tuple([(h1 + i * h2) % m for i in range(params.hashes)])
 
 
@@ -104,17 +106,21 @@ class RollingBloomFilter:
         self.add_indices(self._indexer(message_id, self.params))
 
     def add_indices(self, indices: tuple[int, ...]) -> None:
+        # (Each counter read once: this runs for every received message, k times.)
         counts = self._counts
         bits = self._bits
         for i in indices:
-            counts[i] += 1
-            if counts[i] == 1:
+            c = counts[i]
+            counts[i] = c + 1
+            if not c:
                 bits[i] = 1
-        self._order.append(indices)
-        if len(self._order) > self.window:
-            for i in self._order.popleft():
-                counts[i] -= 1
-                if counts[i] == 0:
+        order = self._order
+        order.append(indices)
+        if len(order) > self.window:
+            for i in order.popleft():
+                c = counts[i] - 1
+                counts[i] = c
+                if not c:
                     bits[i] = 0
         self._encoded = None
 

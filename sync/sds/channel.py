@@ -502,16 +502,19 @@ class SdsChannel:
         what only the store knows (``DeliveredNeeded``, raised before anything changes)."""
         # While memory holds the whole log the store has nothing to add: no question, and no
         # call (issue 30: the receive path's per-step overhead).
-        stored: Set[str] = (_NOTHING_STORED if self._log.complete
-                            else self._stored_of(event))
+        log = self._log
+        stored: Set[str] = _NOTHING_STORED if log.complete else self._stored_of(event)
         mid = event.message_id
         sender = event.sender_id
-        self._repair.seen(mid)
+        repair = self._repair
+        if repair.requests or repair.responses:  # (nothing to forget otherwise: no call)
+            repair.seen(mid)
         if sender == self.participant_id:
             return
         self._members.heard(sender, now)
         self._history.touch(now)
-        if event.is_ephemeral:
+        # (``is_ephemeral`` and ``is_sync`` spelled out: this runs for every message.)
+        if event.lamport is None:
             self._receive_ephemeral(event)
             return
         others = self._others_seen
@@ -528,32 +531,33 @@ class SdsChannel:
                              self._events, now)
         if repair_request:
             self._on_repair_requests(event, repair_request, repair_signature, now)
-        if event.is_sync:
+        if not event.content:  # a sync
             self._last_activity = now
             self._history.named_by_others(history_ids)
             unknown = [h for h in event.causal_history
                        if self._is_unknown(h.message_id) and h.message_id not in stored]
             self._note_missing(unknown, now, charged_to=event.sender_id)
             return
-        if mid in self._waiting or self._log.in_memory(mid):
+        memory = log.memory
+        if mid in self._waiting or mid in memory:
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
-            # waiting for exactly the acknowledgement our sync carries.
+            # waiting for exactly the acknowledgement our sync carries. (Not a sync, so its
+            # sender has no acknowledgement yet: say we have it.)
             self.duplicates_received += 1
-            if not event.is_sync:  # its sender has no acknowledgement yet: say we have it
-                self._ack_filter.received(mid, event.sender_id, again=True)
+            self._ack_filter.received(mid, sender, again=True)
             return
-        log, lost_ids = self._log, self._lost
+        lost_ids = self._lost
         if mid in stored:
             self.duplicates_received += 1
             return
         self._last_activity = now
-        self._ack_filter.received(mid, event.sender_id)
+        self._ack_filter.received(mid, sender)
         unmet: list[HistoryRef] = []
         lost = False
-        for h in event.causal_history:
+        for h in hist:
             if h.retrieval_hint is not None:
                 self._learn_hint(h)
-            if log.in_memory(h.message_id) or h.message_id in stored:
+            if h.message_id in memory or h.message_id in stored:
                 continue
             if h.message_id in lost_ids:
                 lost = True

@@ -26,6 +26,9 @@ from sync.sds.message import HistoryRef
 
 __all__ = ["CausalHistory"]
 
+#: ``HistoryRef`` built without its Python-level ``__new__`` (one per delivery).
+_tuple_new = tuple.__new__
+
 
 class CausalHistory:
     def __init__(self, tail_size: int, max_heads: int, head_ttl: float,
@@ -71,13 +74,14 @@ class CausalHistory:
                *, head: bool) -> None:
         """A message entered the log: it joins the tail, the ids it names stop being heads,
         and it becomes a head unless ``head`` is false (it was declared lost meanwhile)."""
-        ref = HistoryRef(mid, self.hints.get(mid), sender)
-        bisect.insort(self.tail, (lamport, mid))
-        self.tail_refs[mid] = ref
-        if len(self.tail) > 2 * self.tail_size:
-            for _, old in self.tail[: self.tail_size]:
-                self.tail_refs.pop(old, None)
-            del self.tail[: self.tail_size]
+        ref = _tuple_new(HistoryRef, (mid, self.hints.get(mid), sender))
+        tail, tail_refs = self.tail, self.tail_refs
+        bisect.insort(tail, (lamport, mid))
+        tail_refs[mid] = ref
+        if len(tail) > 2 * self.tail_size:
+            for _, old in tail[: self.tail_size]:
+                tail_refs.pop(old, None)
+            del tail[: self.tail_size]
         heads = self.heads
         if heads:
             # drop_head, inlined: this runs for every id of every delivered message.
@@ -97,17 +101,19 @@ class CausalHistory:
         heads, mid = self.heads, ref.message_id
         heads[mid] = ref
         self.head_lamport[mid] = lamport
-        since = self.now_ms if self.now_ms > lamport else lamport
+        now_ms = self.now_ms
+        since = now_ms if now_ms > lamport else lamport
         self._since[mid] = since
         by_age = self._by_age
         heapq.heappush(by_age, (since, mid))
         count = len(heads)
-        if count > self.max_heads:
-            while len(heads) > self.max_heads:
-                self._pop_oldest()
-            count = len(heads)
-        if count > self.heads_peak:
-            self.heads_peak = count
+        if count > self.heads_peak:  # (the peak is at most max_heads: both checks are here)
+            if count > self.max_heads:
+                while len(heads) > self.max_heads:
+                    self._pop_oldest()
+                count = len(heads)
+            if count > self.heads_peak:
+                self.heads_peak = count
         if len(by_age) > 4 * count + 64:
             self._by_age = [(since, m) for m, since in self._since.items()]
             heapq.heapify(self._by_age)

@@ -33,10 +33,11 @@ class MemberEstimate:
 
     def heard(self, sender: str, now: float) -> None:
         seen = self._seen
-        if sender in seen:
+        try:  # (a known sender, the common case, in one lookup: every reception calls this)
             seen.move_to_end(sender)
-        elif len(seen) >= self.cap:
-            seen.popitem(last=False)
+        except KeyError:
+            if len(seen) >= self.cap:
+                seen.popitem(last=False)
         seen[sender] = now
 
     def count(self, now: float) -> int:

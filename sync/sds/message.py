@@ -107,10 +107,11 @@ class SignedEvent(NamedTuple):
         return self.lamport is not None and not self.content
 
 
-@dataclass(frozen=True)
-class Transmission:
+class Transmission(NamedTuple):
     """A decoded message: the event plus what its sender attached to this one transmission.
-    ``bloom_params`` is ``None`` when the sender did not say how to read its filter."""
+    ``bloom_params`` is ``None`` when the sender did not say how to read its filter. (A named
+    tuple: one is built per received message, and a frozen dataclass's ``__init__`` cost
+    about a microsecond more.)"""
 
     event: SignedEvent
     bloom_filter: bytes | None
@@ -284,6 +285,11 @@ def without_signature(event: SignedEvent) -> SignedEvent:
     return event._replace(signature=None, wire=msg.SerializeToString(deterministic=True))
 
 
+# The named tuples built without their Python-level ``__new__`` (every field given here; the
+# receive path builds several per message): ``_tuple_new(HistoryRef, (...))``.
+_tuple_new = tuple.__new__
+
+
 def _refs(entries: Any, limit: int, limits: DecodeLimits, what: str) -> tuple[HistoryRef, ...]:
     if not entries:
         return ()
@@ -305,7 +311,7 @@ def _refs(entries: Any, limit: int, limits: DecodeLimits, what: str) -> tuple[Hi
         if sender is not None and len(sender) > max_id:
             raise RemoteProtocolError(f"{what} sender id too long",
                                       kind=ErrorKind.MALFORMED_EVENT)
-        out.append(HistoryRef(mid, hint, sender))
+        out.append(_tuple_new(HistoryRef, (mid, hint, sender)))
     return tuple(out)
 
 
@@ -353,14 +359,24 @@ def _decode(
                                   kind=ErrorKind.MALFORMED_EVENT)
     history = _refs(msg.causal_history, limits.max_history_entries, limits, "causal history")
     repair = _refs(msg.repair_request, limits.max_repair_entries, limits, "repair request")
-    bloom = params = None
-    if msg.HasField("bloom_filter"):
-        bloom = msg.bloom_filter
-        if msg.HasField("bloom_bits") and msg.HasField("bloom_hashes"):
-            params = BloomParams(msg.bloom_bits, msg.bloom_hashes)
-    signature = msg.signature if msg.HasField("signature") else None
-    bloom_signature = msg.bloom_signature if msg.HasField("bloom_signature") else None
-    repair_signature = msg.repair_signature if msg.HasField("repair_signature") else None
+    # The per-transmission fields are read, then cleared only where present (what is left is
+    # the canonical wire, below): clearing an absent one cost as much as reading it.
+    has, clear = msg.HasField, msg.ClearField
+    bloom = msg.bloom_filter if has("bloom_filter") else None
+    bits = msg.bloom_bits if has("bloom_bits") else None
+    hashes = msg.bloom_hashes if has("bloom_hashes") else None
+    bloom_signature = msg.bloom_signature if has("bloom_signature") else None
+    repair_signature = msg.repair_signature if has("repair_signature") else None
+    params = None
+    if bloom is not None and bits is not None and hashes is not None:
+        params = _tuple_new(BloomParams, (bits, hashes))
+    for name, value in (("bloom_filter", bloom), ("bloom_bits", bits), ("bloom_hashes", hashes),
+                        ("bloom_signature", bloom_signature),
+                        ("repair_signature", repair_signature),
+                        ("repair_request", repair or None)):
+        if value is not None:  # (present, even if empty: b"" or 0 must go too)
+            clear(name)
+    signature = msg.signature if has("signature") else None
     if check_id or verify_signature:
         ids = [h.message_id for h in history]
         digest = event_digest(channel, sender, lamport, ids, content)
@@ -373,14 +389,12 @@ def _decode(
             known = known_signatures.get(mid) if known_signatures else None
             if known is None or signature != known:
                 _verify(sender, signature, digest)
-    # The canonical wire: the same message without per-transmission and unknown fields.
-    for name in ("bloom_filter", "repair_request", "bloom_bits", "bloom_hashes",
-                 "bloom_signature", "repair_signature"):
-        msg.ClearField(name)
+    # The canonical wire: the same message without per-transmission (cleared above) and
+    # unknown fields.
     msg.DiscardUnknownFields()
-    if not content and msg.HasField("content"):
-        msg.ClearField("content")
-    event = SignedEvent(
+    if not content and has("content"):
+        clear("content")
+    event = _tuple_new(SignedEvent, (
         channel,
         sender,
         mid,
@@ -389,8 +403,9 @@ def _decode(
         content,
         signature,
         msg.SerializeToString(deterministic=True),
-    )
-    return Transmission(event, bloom, params, repair, bloom_signature, repair_signature)
+    ))
+    return _tuple_new(Transmission,
+                      (event, bloom, params, repair, bloom_signature, repair_signature))
 
 
 def decode_transmission(

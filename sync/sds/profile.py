@@ -101,9 +101,9 @@ class SdsProfile:
             check_waku_message_id(event.message_id, event.content)
         if event.signature is not None:
             # Not a field of the waku wire: stored and relayed without it.
-            tx = replace(tx, event=without_signature(event))
+            tx = tx._replace(event=without_signature(event))
         # The package reads a filter with its own shape whatever else the message says.
-        return replace(tx, bloom_params=WAKU_BLOOM if tx.bloom_filter is not None else None)
+        return tx._replace(bloom_params=WAKU_BLOOM if tx.bloom_filter is not None else None)
 
     def view(self, tx: Transmission, max_bits: int) -> BloomView | None:
         if tx.bloom_filter is None or tx.bloom_params is None:

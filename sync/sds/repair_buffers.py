@@ -50,13 +50,17 @@ class RepairBuffers:
         if (not self.auto_groups and groups != 1
                 and not in_response_group(self.participant_id, sender, mid, groups, self._hash)):
             return
-        if len(wire) > cfg.repair_cache_bytes:
+        size = len(wire)
+        if size > cfg.repair_cache_bytes:
             return
-        self.forget(mid)
-        self.cache[mid] = (sender, wire)
-        self.cache_bytes += len(wire)
-        while len(self.cache) > cfg.repair_cache_size or self.cache_bytes > cfg.repair_cache_bytes:
-            _, (_, old) = self.cache.popitem(last=False)
+        cache = self.cache
+        cached = cache.pop(mid, None)  # (``forget``, inlined: every delivery comes here)
+        if cached is not None:
+            self.cache_bytes -= len(cached[1])
+        cache[mid] = (sender, wire)
+        self.cache_bytes += size
+        while len(cache) > cfg.repair_cache_size or self.cache_bytes > cfg.repair_cache_bytes:
+            _, (_, old) = cache.popitem(last=False)
             self.cache_bytes -= len(old)
 
     def forget(self, mid: str) -> None:

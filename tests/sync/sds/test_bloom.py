@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import mmh3
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sync.errors import RemoteProtocolError
 from sync.sds import BloomParams, BloomView, RollingBloomFilter, SdsConfig, bloom_indices
@@ -57,3 +60,16 @@ def test_hits_needed_for_promotion_follow_from_the_parameters() -> None:
     assert params.hits_needed(1000, 1e-6) == 3  # 1% ** 3 = 1e-6
     assert params.hits_needed(1000, 1e-7) == 4
     assert params.hits_needed(10, 1e-6) == 1  # a sparse filter is strong evidence
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=80), st.integers(1, 1 << 40), st.integers(1, 30))
+def test_bit_positions_are_the_documented_double_hashing(mid: str, bits: int,
+                                                         hashes: int) -> None:
+    """``bloom_indices`` (computed from mmh3's two 64-bit words, reduced mod m first: the
+    receive path's fast form) gives exactly docs/sds.md's positions: (h1 + i*h2) mod m of
+    MurmurHash3 x86 128-bit, h1 its low and h2 its high 64 bits."""
+    h = mmh3.hash128(mid.encode("utf-8", "surrogatepass"), 0, False)
+    h1, h2 = h & ((1 << 64) - 1), h >> 64
+    expected = tuple((h1 + i * h2) % bits for i in range(hashes))
+    assert bloom_indices(mid, BloomParams(bits, hashes)) == expected

@@ -97,6 +97,20 @@ def test_any_timestamp_either_rejected_or_leaves_a_storable_clock(lamport: int, 
     assert lamport + (1 << 32) <= INT64_MAX
 
 
+@given(st.integers(-(1 << 64), 1 << 64), st.floats(-1e12, 1e16, allow_nan=False),
+       st.integers(0, 1 << 62))
+def test_check_is_exactly_range_and_bound(lamport: int, now: float, ahead: int) -> None:
+    """``check_lamport`` inlines ``lamport_bound`` (the receive path's fast form): it rejects
+    exactly what is out of range or above the bound, whatever the clock (negative too)."""
+    ok = 0 <= lamport <= LAMPORT_MAX and lamport <= lamport_bound(now, ahead)
+    try:
+        check_lamport(lamport, now, ahead)
+    except RemoteProtocolError:
+        assert not ok
+    else:
+        assert ok
+
+
 def test_recovered_clock_ignores_out_of_range_values() -> None:
     now_ms = int(T0 * 1000)
     assert recovered_clock([now_ms - 5, now_ms + 10], T0, AHEAD) == (now_ms + 10, False)

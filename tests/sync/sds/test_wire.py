@@ -138,3 +138,27 @@ def test_foreign_implementation_message_is_accepted_without_our_extensions() -> 
     del foreign.causal_history[:]
     ch.receive(foreign.SerializeToString(), T0)  # ... without it the message is delivered
     assert [e.message_id for e in ch.events() if isinstance(e, Delivered)] == ["opaque-id"]
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"bloom_filter": b"", "bloom_bits": 0, "bloom_hashes": 0, "bloom_signature": b"",
+     "repair_signature": b""},
+    {"bloom_filter": b"\x01\x02", "bloom_bits": 16, "bloom_hashes": 2,
+     "bloom_signature": b"s" * 64, "repair_signature": b"r" * 64},
+])
+def test_per_transmission_fields_never_reach_the_canonical_wire(extra: dict[str, object]
+                                                                 ) -> None:
+    """Present (even empty or zero) or absent, the per-transmission fields are cleared: the
+    decoder clears only those it found (the receive path's fast form), and the canonical
+    wire is the encoder's own."""
+    k = key(1)
+    event = encode_event(CHANNEL, peer_id_of(k), 5, (), b"content", k)
+    msg = sds_pb2.Message()
+    msg.ParseFromString(event.wire)
+    for name, value in extra.items():
+        setattr(msg, name, value)
+    msg.repair_request.add(message_id="ab" * 32)
+    tx = decode_transmission(msg.SerializeToString())
+    assert tx.event.wire == event.wire
+    assert tx.repair_request[0].message_id == "ab" * 32
