@@ -790,16 +790,22 @@ class SdsChannel:
     def _linger(self, now: float) -> bool:
         """A request fell due: send it now, or (``repair_linger``) on whatever we send within
         the linger, so that requests falling due close together share one message."""
+        linger = self._linger_s(now)
+        if linger <= 0:
+            return True
+        self._arm_linger(now + linger)
+        return False
+
+    def _linger_s(self, now: float) -> float:
         cfg = self.config
         # Longer in a larger group (G = N div 128 + 1), where a member has more entries
         # falling due to share a message; never beyond T_min, the spec's shortest wait.
         scale = self.response_groups(now) if self._repair.auto_groups else 1
-        linger = min(cfg.repair_linger * scale, cfg.t_min)
-        if linger <= 0:
-            return True
+        return min(cfg.repair_linger * scale, cfg.t_min)
+
+    def _arm_linger(self, at: float) -> None:
         if self._timers.due(TimerKind.SYNC, REPAIR_SYNC_KEY) is None:
-            self._timers.schedule(TimerKind.SYNC, REPAIR_SYNC_KEY, now + linger)
-        return False
+            self._timers.schedule(TimerKind.SYNC, REPAIR_SYNC_KEY, at)
 
     def _periodic_sync_due(self, now: float) -> bool:
         if self._last_activity > self._sync_armed_at:

@@ -167,6 +167,12 @@ def load_state(ch: SdsChannel, snap: ChannelState, now: float,
     for ref, when in snap.repair_out:
         if not log.contains(ref.message_id):
             ch._repair.want(ref, now, at=when)
+    # The linger's own timer is not in the state: requests already due when we stopped keep
+    # the deadline they had (due + linger) instead of lingering again from the restart.
+    overdue = [when for when, _ in ch._repair.requests.values() if when <= now]
+    linger = ch._linger_s(now)
+    if overdue and linger > 0:
+        ch._arm_linger(max(now, min(overdue) + linger))
     for mid, when in snap.repair_in:
         ch._repair.responses[mid] = when
         timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)

@@ -13,7 +13,7 @@ from sync.sds import (
     t_req,
     t_resp,
 )
-from tests.sync.sds.helpers import T0, channel, of_type
+from tests.sync.sds.helpers import T0, channel, key, of_type
 
 # Resends effectively off: only SDS-R repairs here.
 # repair_linger 0: a request goes on a sync the moment it falls due (the linger has its own test).
@@ -214,3 +214,25 @@ def _gap_with(cfg: SdsConfig) -> tuple[list[SdsChannel], list[bytes], list[str]]
     for i in (0, 2):  # c misses a1
         c.receive(wires[i], T0 + 3)
     return [a, b, c], wires, ids
+
+
+def test_a_lingering_request_keeps_its_deadline_across_a_restart() -> None:
+    """The linger's timer is not saved: a request due before a restart goes out when its
+    linger ends (due + linger), not a whole linger after the restart."""
+    cfg = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000,
+                    repair_linger=15)
+    (_, _, c), _, ids = _gap_with(cfg)
+    due = c.get_timer()
+    assert due is not None
+    c.handle_timer(due)
+    assert c.datagrams_to_send() == []  # lingering until due + 15
+    delivered = of_type(c.events(), Delivered)
+    again = SdsChannel.restore(c.export_state(), key(2), config=cfg, now=due + 5,
+                               log=[(d.message_id, d.lamport, d.sender_id) for d in delivered])
+    again.events()
+    again.handle_timer(due + 5)
+    assert again.datagrams_to_send() == []
+    assert again.get_timer() == due + 15
+    again.handle_timer(due + 15)
+    [sync] = again.datagrams_to_send()
+    assert [r.message_id for r in decode_transmission(sync).repair_request] == [ids[1]]
