@@ -55,7 +55,7 @@ async def open_host(
     host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
     relay = (RelayLayer(host, config.reachability, config.dial_timeout)
              if config.reachability is not None else None)
-    pubsub, router = build_pubsub(host, config)
+    pubsub, router = build_pubsub(host, config, stats)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
     try:

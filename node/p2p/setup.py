@@ -48,6 +48,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.exceptions import HandshakeFailure
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
@@ -63,7 +64,7 @@ from node.p2p.patches import (
     patch_record_verification,
 )
 from node.p2p.record_send import patch_record_sending
-from node.p2p.types import BanList, P2PConfig
+from node.p2p.types import BanList, P2PConfig, P2PStats
 from node.p2p.yamux_tuning import patch_yamux
 from sync.identity import peer_id_of
 
@@ -204,6 +205,17 @@ class _GuardedPubsub(Pubsub):
     """
 
     bad_rpc_streams = 0
+    stats: P2PStats | None = None
+
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        # Every mesh peer sends us each message once; all but the first copy are dropped by
+        # libp2p's seen cache after Noise, Yamux and the RPC decode have been paid for: the
+        # count shows what the mesh degree costs (docs/p2p.md "Mesh degree").
+        if self.stats is not None and msg_forwarder != self.my_id:
+            self.stats.gossip_copies_received += 1
+            if self._is_msg_seen(msg):
+                self.stats.gossip_duplicates_received += 1
+        await super().push_msg(msg_forwarder, msg)
 
     async def stream_handler(self, stream: INetStream) -> None:
         try:
@@ -217,7 +229,8 @@ class _GuardedPubsub(Pubsub):
             self._handle_dead_peer(peer_id)
 
 
-def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
+def build_pubsub(host: IHost, config: P2PConfig,
+                 stats: P2PStats | None = None) -> tuple[Pubsub, GossipSub]:
     patch_gossip_queues(config.gossip_peer_queue_size)
     patch_record_verification()
     patch_record_sending()
@@ -245,6 +258,7 @@ def build_pubsub(host: IHost, config: P2PConfig) -> tuple[Pubsub, GossipSub]:
     pubsub = _GuardedPubsub(
         host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing
     )
+    pubsub.stats = stats
     return pubsub, router
 
 
