@@ -1,10 +1,10 @@
 """The node's GossipSub mesh degree (``p2p.gossip_degree*``, docs/p2p.md "Mesh degree").
 
 Each mesh peer forwards every message once, and py-libp2p decrypts, de-frames and parses each
-copy before its seen cache drops the duplicate: in a 5-node full mesh that is 4 copies read per
-message delivered. The node's default mesh is thinner; these tests run real libp2p hosts with
-the node's own settings and check that every message still arrives, while the copies read per
-delivered message fall.
+copy before its seen cache drops the duplicate: in a 5-node full mesh that is up to 4 copies
+read per message delivered. The keys reach the GossipSub router, bad combinations are refused
+before a node starts, and the copies are counted (``p2p_gossip_copies_received_total``,
+``p2p_gossip_duplicates_received_total``) with real libp2p hosts.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from node.daemon import p2p_config
 from node.p2p import P2PConfig, P2PHost
 from node.p2p.run import open_host
 
+# The node's metrics read these host counters (node/api/node_metrics.py P2P_HELP).
+COUNTED = ("p2p_gossip_copies_received_total", "p2p_gossip_duplicates_received_total")
 TOPIC = "degree"
 HOSTS = 5
 PER_HOST = 20
@@ -36,8 +38,13 @@ def _node_p2p_config() -> P2PConfig:
 
 def test_default_degree_reaches_the_host_and_bad_combinations_are_refused() -> None:
     p2p = _node_p2p_config()
-    assert (p2p.gossip_degree_low, p2p.gossip_degree, p2p.gossip_degree_high) == (2, 3, 3)
+    assert (p2p.gossip_degree_low, p2p.gossip_degree, p2p.gossip_degree_high) == (4, 6, 12)
     check_combined_keys(Config())
+    thin = load_config(env={"SYNCNODE_P2P_GOSSIP_DEGREE": "3",
+                            "SYNCNODE_P2P_GOSSIP_DEGREE_LOW": "2",
+                            "SYNCNODE_P2P_GOSSIP_DEGREE_HIGH": "3"})
+    check_combined_keys(thin)
+    assert (p2p_config(thin).gossip_degree, p2p_config(thin).gossip_degree_high) == (3, 3)
     for low, degree, high in ((3, 2, 3), (2, 4, 3)):
         config = load_config(env={}, overrides={"p2p.gossip_degree_low": low,
                                                 "p2p.gossip_degree": degree,
@@ -101,16 +108,11 @@ async def _copies_per_delivery(config: P2PConfig, settled: object) -> float:
 
 
 @pytest.mark.trio
-@pytest.mark.timeout(150)
-async def test_the_node_mesh_reads_fewer_copies_and_still_delivers_everything() -> None:
+@pytest.mark.timeout(90)
+async def test_every_copy_read_is_counted_and_every_message_delivered_once() -> None:
     node = _node_p2p_config()
-    thin = await _copies_per_delivery(
-        node, lambda n: node.gossip_degree_low <= n <= node.gossip_degree_high)
-    full = await _copies_per_delivery(
-        P2PConfig(listen_addrs=node.listen_addrs, gossip_strict_signing=False),
-        lambda n: n == HOSTS - 1)
-    print(f"\ncopies read per delivered message: full mesh {full:.2f}, node default {thin:.2f}")
-    # A 5-node full mesh reads 4 copies per delivery (the origin's and 3 relays'); a mesh of
-    # 2-3 peers per node reads at most 3 and, as wired, about 2.
-    assert full > 3.0
-    assert thin < 2.8
+    per_delivery = await _copies_per_delivery(node, lambda n: n == HOSTS - 1)
+    print(f"\ncopies read per delivered message, 5-node full mesh: {per_delivery:.2f}")
+    # The origin's copy and those of the relays that got it from the origin first: with 3
+    # possible relays, more than one copy per delivery (at most 4) on any schedule.
+    assert 1.5 < per_delivery <= 4.0
