@@ -148,6 +148,13 @@ class P2PSection:
     dht_interval_s: float = opt(60.0, positive, most=DAY)
     dht_timeout_s: float = opt(30.0, positive, most=HOUR)
     gossip_linger_ms: int = opt(300, non_negative, most=60_000)
+    # GossipSub mesh degree D, D_lo, D_hi (docs/p2p.md "Mesh degree"): each mesh peer sends us a
+    # copy of every message. A thinner mesh reads fewer copies, but on py-libp2p 0.8.1 a D_hi
+    # below the group size makes peers prune, and a node pruned by all (60-s backoff) gets
+    # gossip only by IHAVE/IWANT: measured, so the default stays GossipSub's.
+    gossip_degree: int = opt(6, positive, most=64)
+    gossip_degree_low: int = opt(4, positive, most=64)
+    gossip_degree_high: int = opt(12, positive, most=64)
     test_drop_incoming_gossip: float = opt(0.0, fraction, most=1.0)
     # -- gossip floods (docs/security.md "Gossip floods") --
     gossip_peer_rate: float = opt(1000.0, positive, most=1e6)

@@ -56,6 +56,14 @@ def check_combined_keys(config: Config) -> None:
     running node."""
     sds_config(config)
     recon_config(config)
+    _check_gossip_degrees(config)
+
+
+def _check_gossip_degrees(config: Config) -> None:
+    p = config.p2p
+    if not p.gossip_degree_low <= p.gossip_degree <= p.gossip_degree_high:
+        raise ConfigError("p2p", "need gossip_degree_low <= gossip_degree <= gossip_degree_high,"
+                          f" got {p.gossip_degree_low}, {p.gossip_degree}, {p.gossip_degree_high}")
 
 
 def _sds_config(s: SdsSection) -> SdsConfig:

@@ -65,6 +65,9 @@ P2P_HELP = {
     "handler_errors": "Exceptions that escaped a stream handler",
     "gossip_published": "Gossip messages published",
     "gossip_received": "Gossip messages delivered to this node's subscriptions",
+    "gossip_copies_received": "Gossip messages read from peers, duplicate copies included",
+    "gossip_duplicates_received": "Gossip copies dropped as duplicates of a message already "
+                                  "seen (one per extra mesh peer; p2p.gossip_degree)",
     "gossip_dropped_test": "Gossip messages dropped on purpose (p2p.test_drop_incoming_gossip)",
     "gossip_dropped_overflow": "Gossip messages dropped because a subscriber's queue was full",
     "gossip_refused_foreign": "Gossip messages refused: originated outside p2p.allowed_peers",

@@ -37,6 +37,8 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 
+from node.p2p.types import P2PStats
+
 __all__ = ["GuardedPubsub"]
 
 logger = logging.getLogger("node.p2p")
@@ -47,11 +49,22 @@ class GuardedPubsub(Pubsub):
 
     bad_rpc_streams = 0
     cut_writes = 0
+    stats: P2PStats | None = None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
             weakref.WeakKeyDictionary())
+
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        # Every mesh peer sends us each message once; all but the first copy are dropped by
+        # libp2p's seen cache after Noise, Yamux and the RPC decode have been paid for: the
+        # count shows what the mesh degree costs (docs/p2p.md "Mesh degree").
+        if self.stats is not None and msg_forwarder != self.my_id:
+            self.stats.gossip_copies_received += 1
+            if self._is_msg_seen(msg):
+                self.stats.gossip_duplicates_received += 1
+        await super().push_msg(msg_forwarder, msg)
 
     async def stream_handler(self, stream: INetStream) -> None:
         try:

@@ -59,7 +59,7 @@ async def open_host(
     host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
     relay = (RelayLayer(host, config.reachability, config.dial_timeout, clock)
              if config.reachability is not None else None)
-    pubsub, router = build_pubsub(host, config, clock)
+    pubsub, router = build_pubsub(host, config, clock, stats)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
     try:

@@ -65,7 +65,7 @@ from node.p2p.patches import (
 )
 from node.p2p.pubsub_guard import GuardedPubsub
 from node.p2p.record_send import patch_record_sending, use_clock
-from node.p2p.types import BanList, P2PConfig
+from node.p2p.types import BanList, P2PConfig, P2PStats
 from node.p2p.yamux_tuning import patch_yamux
 from sync.identity import peer_id_of
 
@@ -196,7 +196,8 @@ def build_host(
     )
 
 
-def build_pubsub(host: IHost, config: P2PConfig, clock: Clock) -> tuple[Pubsub, GossipSub]:
+def build_pubsub(host: IHost, config: P2PConfig, clock: Clock,
+                 stats: P2PStats | None = None) -> tuple[Pubsub, GossipSub]:
     patch_gossip_queues(config.gossip_peer_queue_size)
     patch_record_verification()
     patch_record_sending()
@@ -225,6 +226,7 @@ def build_pubsub(host: IHost, config: P2PConfig, clock: Clock) -> tuple[Pubsub, 
     pubsub = GuardedPubsub(
         host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing
     )
+    pubsub.stats = stats
     return pubsub, router
 
 

@@ -128,6 +128,8 @@ class P2PStats:
     handler_errors: int = 0  # exceptions that escaped a stream handler
     gossip_published: int = 0
     gossip_received: int = 0  # delivered to our subscription queues
+    gossip_copies_received: int = 0  # messages read from peers, duplicates included
+    gossip_duplicates_received: int = 0  # of them, copies of a message already seen
     gossip_dropped_test: int = 0  # dropped by drop_incoming_gossip_fraction
     gossip_dropped_overflow: int = 0  # a subscriber's queue was full
     gossip_refused_foreign: int = 0  # originated outside allowed_peers (relayed by someone)

@@ -693,7 +693,8 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
         cluster.measure(5, 1)
         print(f"CPU per published message at {rate:g}/s, {duration:g}-s steps "
               "(5 processes, through delivery everywhere + 2 s):")
-        counters = ("p2p_gossip_published_total", "p2p_streams_opened_total",
+        counters = ("p2p_gossip_published_total", "p2p_gossip_copies_received_total",
+                    "p2p_gossip_duplicates_received_total", "p2p_streams_opened_total",
                     "recon_sessions_total", "sds_resends_total", "store_batches_total")
 
         def totals() -> list[float]:

@@ -322,6 +322,10 @@ _RELAY = "tests/net/test_relay.py::test_home_nodes_reserve_relay_and_punch_throu
 DRIVEN.update({name: _RELAY for name in (
     "reachability_state", "relay_serving", "relay_reservations", "dialback_served_total",
     "hole_punch_ok_total", "peers_direct", "peers_relayed", "relay_forwarded_bytes_total")})
+DRIVEN.update({name: "tests/node/test_gossip_degree.py::"
+                      "test_every_copy_read_is_counted_and_every_message_delivered_once"
+               for name in ("p2p_gossip_copies_received_total",
+                            "p2p_gossip_duplicates_received_total")})
 DRIVEN["membership_liveness_closed_total"] = "tests/net/test_scenarios.py::test_scenario_3"
 # The cut node's closes come 15-20 s into the scenario's 30 s outage, before any remote answer.
 DRIVEN["membership_outages_total"] = "tests/net/test_scenarios.py::test_scenario_3"
