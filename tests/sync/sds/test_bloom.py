@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import mmh3
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from sync.errors import RemoteProtocolError
 from sync.sds import BloomParams, BloomView, RollingBloomFilter, SdsConfig, bloom_indices
+from sync.sds.bloom import index_mask
 
 
 def test_default_parameters_meet_the_targets() -> None:
@@ -73,3 +76,24 @@ def test_bit_positions_are_the_documented_double_hashing(mid: str, bits: int,
     h1, h2 = h & ((1 << 64) - 1), h >> 64
     expected = tuple((h1 + i * h2) % bits for i in range(hashes))
     assert bloom_indices(mid, BloomParams(bits, hashes)) == expected
+
+
+@settings(max_examples=200)
+@given(st.integers(min_value=1, max_value=2_000), st.integers(min_value=1, max_value=16),
+       st.randoms(use_true_random=False), st.lists(st.text(min_size=1, max_size=8), max_size=40))
+def test_a_mask_test_answers_as_the_bit_test(bits: int, hashes: int, rnd: random.Random,
+                                             ids: list[str]) -> None:
+    """The acknowledgement review's integer-AND test (``contains_mask``) gives the same answer
+    as reading the bits (``contains_indices``), for ids added and not added, any geometry."""
+    params = BloomParams(bits, hashes)
+    data = bytearray(params.nbytes)
+    for mid in ids[: len(ids) // 2]:  # half the ids set, then random noise bits
+        for i in bloom_indices(mid, params):
+            data[i >> 3] |= 0x80 >> (i & 7)
+    for _ in range(rnd.randrange(bits // 4 + 1)):
+        i = rnd.randrange(bits)
+        data[i >> 3] |= 0x80 >> (i & 7)
+    view = BloomView(bytes(data), params, max_bits=2_000)
+    for mid in ids:
+        indices = bloom_indices(mid, params)
+        assert view.contains_mask(index_mask(indices, params)) == view.contains_indices(indices)
