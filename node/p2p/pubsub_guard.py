@@ -20,15 +20,15 @@
    we never sent that peer gossip again (until the connection closed): after an overload's
    write timeouts, honest nodes stopped relaying to each other. Here a still-connected
    peer's subscriptions (and its replay gate) are kept.
-4. *A hello cut by a dying connection* (issue: the node that crashed in scenario 3).
-   ``_handle_new_peer`` writes the hello on a freshly opened stream and 0.8.1's retry loop
-   (``_handle_new_peer_with_retry``, a task of the pubsub service) catches only
-   ``SwarmException`` and ``StreamClosed``: a reset (``StreamReset``) or a broken socket
-   (``StreamError('Write operation failed: TCP connection reset by remote peer')``, the stale
-   connections of a node whose uplink comes back) escaped, stopped the pubsub service and took
-   the whole node down ("unexpected ExceptionGroup"). Here any such error of the registration
-   counts (``failed_registrations``) and is handed to the retry loop as ``StreamClosed``: it
-   retries while the peer stays connected, gives up when it is gone.
+4. *A hello cut by a dying connection.* ``_handle_new_peer`` writes the hello on a freshly
+   opened stream and 0.8.1's retry loop (``_handle_new_peer_with_retry``, a task of the pubsub
+   service) catches only ``SwarmException`` and ``StreamClosed``: a reset (``StreamReset``), a
+   broken socket (``StreamError('Write operation failed: TCP connection reset by remote
+   peer')``, the stale connections of a node whose uplink comes back) or Yamux's window
+   timeout escaped the task, which ended: the peer was never registered and never sent gossip
+   again while that connection lived. Here any such error of the registration counts
+   (``failed_registrations``) and is handed to the retry loop as ``StreamClosed``: it retries
+   while the peer stays connected, gives up when it is gone.
 
 The overrides rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_dead_peer`` and its
 ``peer_topics`` bookkeeping, pinned by ``node.p2p.patches.check_libp2p_version``.

@@ -108,15 +108,13 @@ async def _window_timeout(data: bytes) -> None:
 @pytest.mark.parametrize("cut", ["reset", "window_timeout"])
 async def test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host(
         monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
-    """The cut-off home of scenario 3 died when its uplink came back: a pubsub stream opened on
-    a dying connection failed its hello write with ``StreamReset``/``StreamError``, which
-    0.8.1's registration retry (a pubsub service task) does not catch, so the pubsub service
-    and the whole host stopped. The sender's first pubsub stream here is really reset right
-    after it opened (the peer's RST, made to happen: 0.8.1 then gave the peer up for good and
-    never sent it gossip), or its Yamux write times out waiting for window credit (the error
-    Yamux raises on a connection whose peer went silent: 0.8.1's service manager counts it as
-    a crash and stops pubsub, and the node, with "unexpected ExceptionGroup"); the host must
-    keep running, retry, and gossip must flow."""
+    """A pubsub stream opened on a dying connection (the cut-off home of scenario 3 when its
+    uplink comes back) fails its hello write with ``StreamReset``/``StreamError``, which 0.8.1's
+    registration retry (a pubsub service task) does not catch: the task ended and the peer was
+    never sent gossip. The sender's first pubsub stream here is really reset right after it
+    opened (the peer's RST, made to happen), or its Yamux write fails as Yamux's 5-s wait for
+    window credit does on a connection whose peer went silent; the host must retry and gossip
+    must flow (both cases fail on the code before this test)."""
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([90 + i]) * 32) for i in range(2)]
     async with open_host(keys[0], P2PConfig()) as sender, \
             open_host(keys[1], P2PConfig()) as receiver:
