@@ -39,6 +39,16 @@ async def _linked(sender: P2PHost, receiver: P2PHost) -> tuple[Any, Any, ID]:
     return inbox, sender._gossip._pubsub, ID.from_base58(receiver.peer_id)
 
 
+async def _published_until_received(sender: P2PHost, inbox: Any, data: bytes) -> None:
+    """Publish ``data`` each second until the receiver's inbox gets it (60 s at most)."""
+    with trio.fail_after(60):
+        while True:
+            await sender.publish(TOPIC, data)
+            with trio.move_on_after(1):
+                if (await inbox.receive()).data == data:
+                    return
+
+
 @pytest.mark.trio
 @pytest.mark.timeout(120)
 async def test_concurrent_rpc_writes_to_one_peer_arrive_whole(
@@ -90,12 +100,7 @@ async def test_gossip_to_a_live_peer_goes_on_after_its_stream_died() -> None:
             while receiver.peer_id not in sender.mesh_peers(TOPIC):
                 await trio.sleep(0.05)
         pubsub._handle_dead_peer(peer)  # as after a failed write
-        with trio.fail_after(60):
-            while True:
-                await sender.publish(TOPIC, b"after the dead stream")
-                with trio.move_on_after(1):
-                    if (await inbox.receive()).data == b"after the dead stream":
-                        break
+        await _published_until_received(sender, inbox, b"after the dead stream")
         assert receiver.peer_id in sender.gossip_peers(TOPIC)
 
 
@@ -135,11 +140,6 @@ async def test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host(
         monkeypatch.setattr(libp2p_host, "new_stream", new_stream)
         failed_before = GuardedPubsub.failed_registrations
         inbox, _, _ = await _linked(sender, receiver)
-        with trio.fail_after(60):
-            while True:
-                await sender.publish(TOPIC, b"after the reset hello")
-                with trio.move_on_after(1):
-                    if (await inbox.receive()).data == b"after the reset hello":
-                        break
+        await _published_until_received(sender, inbox, b"after the reset hello")
         assert reset, "the pubsub stream was never opened"
         assert GuardedPubsub.failed_registrations == failed_before + 1
