@@ -27,11 +27,11 @@
    peer')``, the stale connections of a node whose uplink comes back) or Yamux's window
    timeout escaped the task, which ended: the peer was never registered and never sent gossip
    again while that connection lived. So did ``StreamFailure`` from ``new_stream`` itself (a
-   ``HostException``, not a ``SwarmException``: 25 times in one scenario-3 run, on every home
-   node): when its cause is not one 0.8.1's service manager classes as a normal connection
-   shutdown (a protocol negotiation timing out on a loaded machine), the manager logs the task
-   as failed, cancels the pubsub service and raises an ExceptionGroup out of it, which ends
-   the node (read in ``libp2p.tools.anyio_service.trio_manager``; not reproduced here).
+   ``HostException``, not a ``SwarmException``: 24-25 times in one scenario-3 run, on every
+   home node, half of them Multiselect's "response timed out after 10s"). Such a cause is not
+   one ``libp2p.utils.connection_shutdown`` classes as a normal shutdown, and for those
+   ``libp2p.tools.anyio_service.trio_manager`` logs the task as failed and cancels the service:
+   the suspected path of the scenario-3 node crash (read, not reproduced).
    Here any such error of the registration counts (``failed_registrations``) and is handed to
    the retry loop as ``StreamClosed``: it retries while the peer stays connected, gives up
    when it is gone.
