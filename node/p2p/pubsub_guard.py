@@ -26,12 +26,9 @@
    broken socket (``StreamError('Write operation failed: TCP connection reset by remote
    peer')``, the stale connections of a node whose uplink comes back) or Yamux's window
    timeout escaped the task, which ended: the peer was never registered and never sent gossip
-   again while that connection lived. So did ``StreamFailure`` from ``new_stream`` itself (a
-   ``HostException``, not a ``SwarmException``: 24-25 times in one scenario-3 run, on every
-   home node, half of them Multiselect's "response timed out after 10s"). Such a cause is not
-   one ``libp2p.utils.connection_shutdown`` classes as a normal shutdown, and for those
-   ``libp2p.tools.anyio_service.trio_manager`` logs the task as failed and cancels the service:
-   the suspected path of the scenario-3 node crash (read, not reproduced).
+   again while that connection lived. ``StreamFailure`` from ``new_stream`` itself (a
+   ``HostException``, not a ``SwarmException``) is caught too: 24-25 a scenario-3 run, on
+   every home node, half of them Multiselect's "response timed out after 10s".
    Here any such error of the registration counts (``failed_registrations``) and is handed to
    the retry loop as ``StreamClosed``: it retries while the peer stays connected, gives up
    when it is gone.
