@@ -20,6 +20,18 @@
    we never sent that peer gossip again (until the connection closed): after an overload's
    write timeouts, honest nodes stopped relaying to each other. Here a still-connected
    peer's subscriptions (and its replay gate) are kept.
+4. *A hello cut by a dying connection.* ``_handle_new_peer`` writes the hello on a freshly
+   opened stream and 0.8.1's retry loop (``_handle_new_peer_with_retry``, a task of the pubsub
+   service) catches only ``SwarmException`` and ``StreamClosed``: a reset (``StreamReset``), a
+   broken socket (``StreamError('Write operation failed: TCP connection reset by remote
+   peer')``, the stale connections of a node whose uplink comes back) or Yamux's window
+   timeout escaped the task, which ended: the peer was never registered and never sent gossip
+   again while that connection lived. ``StreamFailure`` from ``new_stream`` itself (a
+   ``HostException``, not a ``SwarmException``) is caught too: 24-25 a scenario-3 run, on
+   every home node, half of them Multiselect's "response timed out after 10s".
+   Here any such error of the registration counts (``failed_registrations``) and is handed to
+   the retry loop as ``StreamClosed``: it retries while the peer stays connected, gives up
+   when it is gone.
 
 The overrides rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_dead_peer`` and its
 ``peer_topics`` bookkeeping, pinned by ``node.p2p.patches.check_libp2p_version``.
@@ -33,6 +45,8 @@ import weakref
 
 import trio
 from libp2p.abc import INetStream
+from libp2p.network.exceptions import SwarmException
+from libp2p.network.stream.exceptions import StreamClosed
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
@@ -49,6 +63,7 @@ class GuardedPubsub(Pubsub):
 
     bad_rpc_streams = 0
     cut_writes = 0
+    failed_registrations = 0
     stats: P2PStats | None = None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -76,6 +91,17 @@ class GuardedPubsub(Pubsub):
             with contextlib.suppress(Exception):
                 await stream.reset()
             self._handle_dead_peer(peer_id)
+
+    async def _handle_new_peer(self, peer_id: ID) -> None:
+        try:
+            await super()._handle_new_peer(peer_id)
+        except (SwarmException, StreamClosed):
+            raise  # 0.8.1's retry loop handles these
+        except Exception as exc:
+            type(self).failed_registrations += 1
+            logger.info("opening the pubsub stream to %s failed: %r (cause: %r)", peer_id, exc,
+                        exc.__cause__)
+            raise StreamClosed(f"pubsub stream to {peer_id} broke: {exc!r}") from exc
 
     async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
         lock = self._write_locks.get(stream)

@@ -21,8 +21,10 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
+from libp2p.stream_muxer.exceptions import MuxedStreamError
 
 from node.p2p import P2PConfig, P2PHost
+from node.p2p.pubsub_guard import GuardedPubsub
 from node.p2p.run import open_host
 
 TOPIC = "framing-test"
@@ -35,6 +37,16 @@ async def _linked(sender: P2PHost, receiver: P2PHost) -> tuple[Any, Any, ID]:
     await sender.subscribe(TOPIC)
     await sender.connect(receiver.listen_addrs[0])
     return inbox, sender._gossip._pubsub, ID.from_base58(receiver.peer_id)
+
+
+async def _published_until_received(sender: P2PHost, inbox: Any, data: bytes) -> None:
+    """Publish ``data`` each second until the receiver's inbox gets it (60 s at most)."""
+    with trio.fail_after(60):
+        while True:
+            await sender.publish(TOPIC, data)
+            with trio.move_on_after(1):
+                if (await inbox.receive()).data == data:
+                    return
 
 
 @pytest.mark.trio
@@ -88,10 +100,46 @@ async def test_gossip_to_a_live_peer_goes_on_after_its_stream_died() -> None:
             while receiver.peer_id not in sender.mesh_peers(TOPIC):
                 await trio.sleep(0.05)
         pubsub._handle_dead_peer(peer)  # as after a failed write
-        with trio.fail_after(60):
-            while True:
-                await sender.publish(TOPIC, b"after the dead stream")
-                with trio.move_on_after(1):
-                    if (await inbox.receive()).data == b"after the dead stream":
-                        break
+        await _published_until_received(sender, inbox, b"after the dead stream")
         assert receiver.peer_id in sender.gossip_peers(TOPIC)
+
+
+async def _window_timeout(data: bytes) -> None:
+    raise MuxedStreamError("Timed out waiting for window update after 5 seconds.")
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cut", ["reset", "window_timeout"])
+async def test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host(
+        monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
+    """A pubsub stream opened on a dying connection (the cut-off home of scenario 3 when its
+    uplink comes back) fails its hello write with ``StreamReset``/``StreamError``, which 0.8.1's
+    registration retry (a pubsub service task) does not catch: the task ended and the peer was
+    never sent gossip. The sender's first pubsub stream here is really reset right after it
+    opened (the peer's RST, made to happen), or its Yamux write fails as Yamux's 5-s wait for
+    window credit does on a connection whose peer went silent; the host must retry and gossip
+    must flow (both cases fail on the code before this test)."""
+    keys = [Ed25519PrivateKey.from_private_bytes(bytes([90 + i]) * 32) for i in range(2)]
+    async with open_host(keys[0], P2PConfig()) as sender, \
+            open_host(keys[1], P2PConfig()) as receiver:
+        libp2p_host = sender._gossip._pubsub.host
+        real_new_stream = libp2p_host.new_stream
+        reset: list[str] = []
+
+        async def new_stream(peer_id: ID, protocols: list[Any]) -> Any:
+            stream = await real_new_stream(peer_id, protocols)
+            if not reset and any("meshsub" in str(p) for p in protocols):
+                reset.append(str(stream.get_protocol()))
+                if cut == "reset":
+                    await stream.reset()  # the hello write now raises StreamReset
+                else:
+                    monkeypatch.setattr(stream.muxed_stream, "write", _window_timeout)
+            return stream
+
+        monkeypatch.setattr(libp2p_host, "new_stream", new_stream)
+        failed_before = GuardedPubsub.failed_registrations
+        inbox, _, _ = await _linked(sender, receiver)
+        await _published_until_received(sender, inbox, b"after the reset hello")
+        assert reset, "the pubsub stream was never opened"
+        assert GuardedPubsub.failed_registrations == failed_before + 1
