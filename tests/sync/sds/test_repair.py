@@ -193,14 +193,22 @@ def test_due_requests_linger_and_share_one_message() -> None:
     assert full.bloom_params is not None and full.bloom_params.bits > 9_000
 
 
-def test_lingering_request_rides_on_a_content_message() -> None:
-    cfg = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000,
-                    repair_linger=15)
-    (_, _, c), _, ids = _gap_with(cfg)
+LINGER_CFG = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000,
+                       repair_linger=15)
+
+
+def _lingering() -> tuple[SdsChannel, list[str], float]:
+    """c misses a1; its request fell due and lingers (nothing sent yet)."""
+    (_, _, c), _, ids = _gap_with(LINGER_CFG)
     when = c.get_timer()
     assert when is not None
     c.handle_timer(when)
     assert c.datagrams_to_send() == []
+    return c, ids, when
+
+
+def test_lingering_request_rides_on_a_content_message() -> None:
+    c, ids, when = _lingering()
     carried = decode_transmission(c.send(b"c", when + 1)).repair_request
     assert [r.message_id for r in carried] == [ids[1]]
     c.handle_timer(when + 15)  # the linger ends: nothing left to ask for
@@ -219,15 +227,9 @@ def _gap_with(cfg: SdsConfig) -> tuple[list[SdsChannel], list[bytes], list[str]]
 def test_a_lingering_request_keeps_its_deadline_across_a_restart() -> None:
     """The linger's timer is not saved: a request due before a restart goes out when its
     linger ends (due + linger), not a whole linger after the restart."""
-    cfg = SdsConfig(resend_interval=10_000, t_min=30, t_max=120, sync_interval=1000,
-                    repair_linger=15)
-    (_, _, c), _, ids = _gap_with(cfg)
-    due = c.get_timer()
-    assert due is not None
-    c.handle_timer(due)
-    assert c.datagrams_to_send() == []  # lingering until due + 15
+    c, ids, due = _lingering()  # until due + 15
     delivered = of_type(c.events(), Delivered)
-    again = SdsChannel.restore(c.export_state(), key(2), config=cfg, now=due + 5,
+    again = SdsChannel.restore(c.export_state(), key(2), config=LINGER_CFG, now=due + 5,
                                log=[(d.message_id, d.lamport, d.sender_id) for d in delivered])
     again.events()
     again.handle_timer(due + 5)
