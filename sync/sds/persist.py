@@ -170,8 +170,7 @@ def load_state(ch: SdsChannel, snap: ChannelState, now: float,
     # The linger's own timer is not in the state: requests already due when we stopped keep
     # the deadline they had (due + linger) instead of lingering again from the restart.
     overdue = [when for when, _ in ch._repair.requests.values() if when <= now]
-    linger = ch._linger_s(now)
-    if overdue and linger > 0:
+    if overdue and (linger := ch._linger_s(now)) > 0:
         ch._arm_linger(max(now, min(overdue) + linger))
     for mid, when in snap.repair_in:
         ch._repair.responses[mid] = when
