@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTDATA = ROOT.parent / "shared" / "testdata"
+TESTDATA = ROOT / "tests" / "testdata"
 
 
 @pytest.fixture(scope="session")
 def testdata() -> Path:
-    """``../shared/testdata``; a missing directory fails the test, it never skips it."""
-    if not (TESTDATA / "README.md").is_file():
-        pytest.fail(f"conformance data missing: {TESTDATA} (shared/ must sit beside the checkout)")
+    """``tests/testdata`` (sources and licences in its README); a missing file fails, never skips."""
+    if not (TESTDATA / "vectors.md").is_file():
+        pytest.fail(f"conformance data missing: {TESTDATA / 'vectors.md'}")
     return TESTDATA
 
 

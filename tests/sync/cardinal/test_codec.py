@@ -80,7 +80,7 @@ def spec_schemas(spec: str) -> list[dict]:  # type: ignore[type-arg]
 
 
 def test_schemas_are_the_specs_verbatim(testdata: Path) -> None:
-    spec = (testdata.parent / "specs" / "cardinal-streams-spec.txt").read_text()
+    spec = (testdata / "cardinal" / "message-payloads.txt").read_text()
     assert spec_schemas(spec) == [BATCH_SCHEMA, SUBBATCH_SCHEMA]
     assert BATCH_SCHEMA["avro.codec"] == "snappy"
 

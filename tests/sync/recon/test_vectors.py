@@ -1,4 +1,4 @@
-"""Conformance vectors from ../shared/testdata/README.md: Sha256a and the eventId layout."""
+"""Conformance vectors from tests/testdata/vectors.md: Sha256a and the eventId layout."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ EVENT_CID = "01711220f4ef7ec208944d257025408bb647949e6b72930520bc80f34d8bfbafd26
 
 @pytest.fixture(scope="module")
 def readme(testdata: Path) -> str:
-    return (testdata / "README.md").read_text()
+    return (testdata / "vectors.md").read_text()
 
 
 @pytest.mark.parametrize(("elements", "expected"), SHA256A_VECTORS)

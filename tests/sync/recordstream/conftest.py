@@ -1,4 +1,4 @@
-"""Fixtures: the real Hedera v6 files and node keys from ``../shared/testdata/hedera-v6``."""
+"""Fixtures: the real Hedera v6 files and node keys from ``tests/testdata/hedera-v6``."""
 
 from __future__ import annotations
 
