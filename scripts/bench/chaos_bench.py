@@ -31,8 +31,9 @@ Invariants and figures (the JSON keys):
   events published in quiet gaps, every live receiver (target <= 2,000);
 - ``restart_gossip_s_max`` (target <= 2);
 - ``catchup_after_restart_per_s``: after a burst cut short by SIGKILL (or ended by SIGTERM), the
-  events a peer still lacked when the node came back, per second from the first of them to
-  arrive to the last; the slowest peer of the slowest such fault with at least
+  events a peer still lacked when the node came back, per second of the time it was taking
+  them in (50 ms bins in which one arrived, as ``restart_catchup_bench.py`` times it); the
+  slowest peer of the slowest such fault with at least
   ``catchup_min_events`` to take (target >= 5,000; null when no fault left that many). How long
   the first took to arrive is ``catchup_start_s``;
 - ``rss_slope_mib_per_h``: the steepest least-squares slope of a node process's resident memory
@@ -77,7 +78,7 @@ JSON_KEYS = ("acked_lost", "unexpected_exits", "converge_s_max", "live_p99_ms",
              "direct_fraction_end", "faults")
 OUT = ROOT / "docs" / "bench" / "chaos.json"
 KINDS = ("term_restart", "kill_restart", "burst_kill", "burst_term", "uplink_cut", "burst")
-RESTARTS = ("term_restart", "kill_restart", "burst_kill", "burst_term")
+ACTIVE_BIN_MS = 50
 
 
 @dataclass(frozen=True)
@@ -344,9 +345,11 @@ def catchup_rate(chaos: Chaos) -> float | None:
             missing = sum(1 for i in ids if i not in peer.seen)
             if missing or len(late) < chaos.plan.catchup_min_events:
                 continue
-            # The transfer's own rate, first to last arrival; how long it took to start is
-            # catchup_start_s (a Recon round must first find the difference).
-            rate = (len(late) - 1) / max((late[-1] - late[0]) / 1000, 0.001)
+            # Over the time the peer was taking events in (50 ms bins with an arrival), as
+            # restart_catchup_bench times it: idle waits between Recon rounds are left out and
+            # reported as catchup_start_s (the wait for the first) instead.
+            active_s = len({t // ACTIVE_BIN_MS for t in late}) * ACTIVE_BIN_MS / 1000
+            rate = len(late) / active_s
             slowest = rate if slowest is None else min(slowest, rate)
             start = (late[0] - fault.restart_wall_ms) / 1000
             chaos.catchup_start_s = max(chaos.catchup_start_s or 0.0, round(start, 2))
