@@ -68,6 +68,17 @@ def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
         else:
             since = int_param(request, "since", 0)
             horizon = await node.store.read(change_horizon)
+            newest = max(await node.store.read(newest_change), horizon)
+            if since > newest:
+                # Change ids are this node's own count: one from another node, or a typo, would
+                # otherwise wait for ids this node has not reached and skip every change up to
+                # them without a word.
+                node.metrics.inc("db_changes_ahead_total")
+                raise ApiError(409, f"since={since} is beyond this node's newest change id "
+                                    f"{newest}: change ids are per node (an id seen on another "
+                                    "node means nothing here); read the table again, then "
+                                    f"follow with since={newest}, or omit since to follow "
+                                    "from now")
             if since < horizon:
                 node.metrics.inc("db_changes_gone_total")
                 raise ApiError(410, f"changes up to {horizon} were pruned (db.changes_retain): "
@@ -89,16 +100,19 @@ def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
         "Stream the table's row changes as NDJSON, resumable from a change id", changes,
         RouteDoc(params=(table_param, Param(
             "since", "query", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
-            "Start after this change id (0: every change kept; omitted: from now on)")),
+            "Start after this change id of this node (0: every change kept; omitted: from now "
+            "on; beyond the newest: 409)")),
             media="application/x-ndjson", response=CHANGE_SCHEMA,
             errors={404: "No such replicated table",
+                    409: "since is beyond this node's newest change id (ids are per node)",
                     410: "since is older than the changes kept (db.changes_retain)",
                     429: "api.max_follows streams already open"}))
 
 
 CHANGE_SCHEMA = obj({
     "change_id": {"type": "integer", "description": "Increases with every change of any "
-                  "table, kept across restarts: resume with since=<the last one seen>"},
+                  "table, kept across restarts: resume with since=<the last one seen>, on the same "
+                  "node (each node numbers its own changes)"},
     "table": {"type": "string"},
     "kind": {"enum": ["upsert", "delete", "reset"], "description": "upsert: the row is visible "
              "with these values (new or changed); delete: it is not any more; reset: the table "

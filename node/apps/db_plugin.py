@@ -316,4 +316,8 @@ class DbPlugin:
                          "Change feeds refused (410) because since was older than the changes "
                          "kept (db.changes_retain)")
         metrics.inc("db_changes_gone_total", 0)
+        metrics.describe("db_changes_ahead_total", "counter",
+                         "Change feeds refused (409) because since was beyond this node's "
+                         "newest change id (ids are per node)")
+        metrics.inc("db_changes_ahead_total", 0)
         return DbBundle(app, runtime)
