@@ -85,6 +85,19 @@ def _utc(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
+def _when_included(result: dict[str, Any]) -> str:
+    """When rebuilds take the events left out, from their periods' settle times: the oldest
+    period's events first, all of them once the newest one's period settled."""
+    until, last = result.get("pending_until_ms"), result.get("pending_all_until_ms")
+    if not until:
+        return "a later rebuild includes them"
+    first = result.get("pending_first_events")
+    if not last or last == until or first is None or first >= result["pending_events"]:
+        return f"a rebuild after {_utc(until)} includes them"
+    return (f"a rebuild after {_utc(until)} includes {first} of them, one after {_utc(last)} "
+            "all of them")
+
+
 def explain_snapshot(result: dict[str, Any]) -> list[str]:
     """A snapshot job's result in words: what it wrote, what it left out, why and until when."""
     lines = [f"written: {result['events']} events in {result['files']} record files "
@@ -92,9 +105,8 @@ def explain_snapshot(result: dict[str, Any]) -> list[str]:
              f"in this run) -> {result.get('out', '?')}"]
     pending = result.get("pending_events") or 0
     if pending:
-        until = result.get("pending_until_ms")
-        when = f"a rebuild after {_utc(until)} includes them" if until else "a later rebuild"
-        lines.append(f"left out: {pending} events {result.get('pending_reason') or ''}; {when} "
+        lines.append(f"left out: {pending} events {result.get('pending_reason') or ''}; "
+                     f"{_when_included(result)} "
                      "(spark.settle_ms; snapshot_interval_s can rebuild by itself)".replace(
                          "  ", " "))
     else:
