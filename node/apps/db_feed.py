@@ -10,6 +10,7 @@ in the transaction that applies the writes, so they survive restarts.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -57,8 +58,10 @@ def change_json(change: StoredChange) -> dict[str, Any]:
             "sender": change.sender, "at": change.at}
 
 
-def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
+def changes_route(db: DbApplication, table_param: Param,
+                  require_active: Callable[[], None]) -> ApiRoute:
     async def changes(node: AppHost, request: Request) -> Response:
+        require_active()  # 409 naming db.enabled when the database is off
         name = str(request.path_params["table"])
         if name not in db.book:
             known = ", ".join(db.book.tables()) or "none yet"
@@ -104,7 +107,8 @@ def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
             "on; beyond the newest: 409)")),
             media="application/x-ndjson", response=CHANGE_SCHEMA,
             errors={404: "No such replicated table",
-                    409: "since is beyond this node's newest change id (ids are per node)",
+                    409: "since is beyond this node's newest change id (ids are per node), "
+                         "or the replicated database is off on this node",
                     410: "since is older than the changes kept (db.changes_retain)",
                     429: "api.max_follows streams already open"}))
 

@@ -152,7 +152,7 @@ class DbBundle:
                                        "next_after": {"type": ["string", "null"]}}),
                          errors={404: "No such replicated table", 409: _OFF})),
             # Before the row route: a row whose id is "changes" is read with ?where=id=changes.
-            changes_route(self.db, _TABLE),
+            changes_route(self.db, _TABLE, self._require_active),
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
                      self._get, RouteDoc(
                          params=(_TABLE, Param("entity_id", "path", {"type": "string"},

@@ -61,6 +61,11 @@ def test_db_declare_on_a_default_config_is_a_clear_error(plain: NodeProcess) -> 
     written = syncnode("db", "upsert", "users", "u1", "name=x", *at(plain))
     assert written.returncode == 1 and "replicated database is off" in written.stderr
     assert "UnknownChannel" not in plain.log_tail(200)
+    # A disabled application answers alike, whichever it is: 409 naming the key to set.
+    for command in (("blocks", "head"), ("db", "watch", "users")):
+        off = syncnode(*command, *at(plain))
+        assert off.returncode == 1, off.stderr
+        assert "HTTP 409" in off.stderr and ".enabled = true" in off.stderr, off.stderr
 
 
 def test_db_enabled_declare_write_and_delete_of_unknown_ids(tmp_path: Path) -> None:
@@ -77,6 +82,13 @@ def test_db_enabled_declare_write_and_delete_of_unknown_ids(tmp_path: Path) -> N
         assert missing.returncode == 1
         assert "HTTP 404" in missing.stderr and "no row 'nobody' in users" in missing.stderr
         assert "nothing to delete" in missing.stderr
+        # The hint names this command's flag, not the API's body field.
+        assert "--pending deletes it anyway" in missing.stderr
+        assert '"pending"' not in missing.stderr
+        parked = syncnode("db", "update", "users", "nobody", "name=x", *where)
+        assert parked.returncode == 1 and "HTTP 404" in parked.stderr
+        assert "--pending queues the update" in parked.stderr
+        assert '"pending"' not in parked.stderr
         assert syncnode("db", "delete", "users", "u1", *where).returncode == 0
         # Deleting it again is fine (its tombstone is known), and --pending deletes a record
         # still to come from a peer.
