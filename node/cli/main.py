@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from node.cli import blocks as cli_blocks
@@ -77,7 +77,33 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         message = redact_secrets(message, _ARGV)
+        message += _suggestion(self, message)
         self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def _options(parser: argparse.ArgumentParser) -> Iterator[str]:
+    """Every option string of ``parser`` and of the subcommand parsers built under it."""
+    for action in parser._actions:
+        yield from (o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _options(sub)
+
+
+def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    """``; did you mean --data-dir?`` for an unrecognized ``--dat-dir`` (difflib)."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    import difflib
+
+    known = sorted(set(_options(parser)))
+    flags = [w.partition("=")[0] for w in message.removeprefix("unrecognized arguments:").split()
+             if w.startswith("--")]
+    hints = {flag: close[0] for flag in flags
+             if (close := difflib.get_close_matches(flag, known, n=1))}
+    if len(flags) == 1 and hints:
+        return f"; did you mean {hints[flags[0]]}?"
+    return "".join(f"; {wrong}: did you mean {right}?" for wrong, right in hints.items())
 
 
 class _VersionAction(argparse.Action):

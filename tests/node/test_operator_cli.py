@@ -163,6 +163,37 @@ def test_a_client_finds_its_node_from_the_data_dir_alone(tmp_path: Path) -> None
     assert gone.returncode == 1 and "address from api.listen" in gone.stderr
 
 
+def test_an_api_url_left_by_a_killed_node_is_not_followed(tmp_path: Path) -> None:
+    """kill -9 leaves <data dir>/api_url behind: a client must not take it for a running node
+    (another process may serve that address by then), and a restarted node drops it before it
+    answers."""
+    node = NodeProcess(tmp_path / "a", env={"SYNCNODE_SPARK_ENABLED": "false"}).start()
+    other: NodeProcess | None = None
+    data_dir = str(node.data_dir)
+    try:
+        old_url = node.api_url
+        node.kill()  # SIGKILL: no clean stop
+        assert (node.data_dir / API_URL_FILE).read_text().strip() == old_url
+        # Someone else now answers at that address.
+        other = NodeProcess(tmp_path / "b", "--api", old_url.removeprefix("http://"),
+                            env={"SYNCNODE_SPARK_ENABLED": "false"}).start()
+        asked = syncnode("status", "--data-dir", data_dir, env={TOKEN_ENV: other.token})
+        assert asked.returncode == 1, asked.stdout
+        assert f"no node runs on {data_dir}: its api_url is left from a node that did not " \
+               "stop cleanly" in asked.stderr, asked.stderr
+        other.terminate()
+        other = None
+        # Restarted (on another port): the file names the new address once it answers.
+        node.start()
+        found = syncnode("id", "--data-dir", data_dir)
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.splitlines()[0] == node.peer_id
+    finally:
+        if other is not None:
+            other.kill()
+        node.kill()
+
+
 def test_status_count_without_watch_is_an_error(plain: NodeProcess) -> None:
     where = at(plain)
     for flag in (("--count", "3"), ("--interval", "1")):
