@@ -9,6 +9,7 @@ Errors are one ``error:`` line; exit codes follow the rule in ``node.cli.common`
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -143,11 +144,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     configure_logging(config.node.log_level, config.node.log_format)
     try:
-        return trio.run(run_node, config)
+        code = trio.run(run_node, config)
     except BaseException as exc:
         if (problem := startup_problem(exc)) is not None:
             raise CliError(problem, code=EXIT_FAILED) from None
         raise
+    # The node has stopped and closed everything ("stopped" is printed). What the interpreter
+    # would still do is collect the node's objects cycle by cycle while it tears modules down:
+    # 0.4 s for a fresh node's ~150,000 objects, seconds for one that ran long. Nothing left
+    # needs it (atexit handlers, logging's flush among them, still run), so leave them be.
+    gc.freeze()
+    return code
 
 
 # -- parser ------------------------------------------------------------------------------------
