@@ -4,7 +4,6 @@ flags, each value coerced to its declared type and checked (``node.config`` decl
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import tomllib
@@ -86,6 +85,8 @@ Given = tuple[Any, bool, str | None]
 
 def _did_you_mean(word: str, choices: list[str], shown_as: Callable[[str], str] = str) -> str:
     """``; did you mean X?`` for the closest of ``choices`` (difflib), or nothing."""
+    import difflib  # only on an error: every client command loads the config
+
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f"; did you mean {shown_as(close[0])}?" if close else ""
 
