@@ -1,7 +1,8 @@
 """Where a data dir's node serves its API: ``<data_dir>/api_url``, as kubo's ``$IPFS_PATH/api``.
 
 The node writes the URL it actually bound (``api.listen`` may name port 0, and ``run --api``
-overrides the config) once the API answers, and removes it when it stops cleanly; client
+overrides the config) once the API answers, and removes it when it stops cleanly (and, at
+start, one a killed node left); client
 commands read it so that ``--data-dir DIR`` (or ``--config``) alone finds the node. Nothing
 secret is in it. Stdlib only: every client command reads it.
 """
@@ -12,7 +13,7 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["API_URL_FILE", "read_api_url", "remove_api_url", "write_api_url"]
+__all__ = ["API_URL_FILE", "clear_api_url", "read_api_url", "remove_api_url", "write_api_url"]
 
 API_URL_FILE = "api_url"
 _MAX_BYTES = 1024
@@ -45,3 +46,10 @@ def remove_api_url(data_dir: str | Path, url: str) -> None:
     if read_api_url(data_dir) == url:
         with contextlib.suppress(OSError):
             (Path(data_dir) / API_URL_FILE).unlink()
+
+
+def clear_api_url(data_dir: str | Path) -> None:
+    """Remove whatever the file says: called by a node that just took the data dir's lock, so
+    any URL in it is a killed node's."""
+    with contextlib.suppress(OSError):
+        (Path(data_dir) / API_URL_FILE).unlink()

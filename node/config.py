@@ -322,9 +322,13 @@ def load_config(
 def _check_relations(config: Config) -> None:
     """Constraints between keys, each reported under the key a user would change."""
     sds = config.sds
-    if sds.repair_t_min_s > sds.repair_t_max_s:
-        raise ConfigError("sds.repair_t_min_s", f"must be <= sds.repair_t_max_s, got "
-                          f"{shown(sds.repair_t_min_s)} > {shown(sds.repair_t_max_s)}")
+    if sds.repair_t_min_s >= sds.repair_t_max_s:
+        # SDS-R draws a repair's wait as hash % (T_max - T_min) + T_min (the SDS spec,
+        # "Determine T_req"): equal values leave no range to spread the group's requests over
+        # (a modulo by zero), so the rule is strict, as sync.sds.SdsConfig checks it.
+        raise ConfigError("sds.repair_t_min_s", f"must be < sds.repair_t_max_s (SDS-R spreads "
+                          "repair requests over T_max - T_min), got "
+                          f"{shown(sds.repair_t_min_s)} >= {shown(sds.repair_t_max_s)}")
     if sds.repair_t_min_s < FETCH_GRACE_S:
         # SDS-R's requests and answers are group-wide floods; fetch-by-id closes a gap with one
         # request on one link after this grace, so SDS-R must wait at least as long.

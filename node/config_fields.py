@@ -42,11 +42,12 @@ DAY = 86_400
 
 
 class ConfigError(ValueError):
-    """A configuration value is unknown, of the wrong type or impossible."""
+    """A configuration value is unknown, of the wrong type or impossible. ``origin``: the
+    environment variable it came from, named first (the user wrote that, not the key)."""
 
-    def __init__(self, key: str, message: str) -> None:
+    def __init__(self, key: str, message: str, origin: str | None = None) -> None:
         self.key = key
-        super().__init__(f"config error: {key}: {message}")
+        super().__init__(f"config error: {f'{origin} ({key})' if origin else key}: {message}")
 
 
 Check = Callable[[Any], str | None]

@@ -8,7 +8,7 @@ import math
 import os
 import tomllib
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +54,11 @@ def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
                 value = int(str(value), 0)
             except ValueError:
                 raise ConfigError(key, f"expected an integer, got {shown(value)}") from None
+        if isinstance(value, float):
+            # TOML reads 1e9 and 1000000000.0 as floats; shown() would print 1000000000.
+            whole = (f": write {int(value)} (no '.', no exponent)"
+                     if value.is_integer() and abs(value) < 2**63 else "")
+            raise ConfigError(key, f"expected an integer, got the float {value:g}{whole}")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {shown(value)}")
         return value
@@ -74,22 +79,43 @@ def _coerce(key: str, expected: Any, value: Any, *, from_text: bool) -> Any:
     return value
 
 
-def _build_section(name: str, cls: type[Any], values: Mapping[str, tuple[Any, bool]]) -> Any:
+# A value as given: (the value, whether it is text to parse, the variable it came from or None).
+Given = tuple[Any, bool, str | None]
+
+
+def _did_you_mean(word: str, choices: list[str], shown_as: Callable[[str], str] = str) -> str:
+    """``; did you mean X?`` for the closest of ``choices`` (difflib), or nothing."""
+    import difflib  # only on an error: every client command loads the config
+
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {shown_as(close[0])}?" if close else ""
+
+
+def _build_section(name: str, cls: type[Any], values: Mapping[str, Given]) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
-    for key, (raw, from_text) in values.items():
+    for key, (raw, from_text, origin) in values.items():
         dotted = f"{name}.{key}"
-        if key not in known:
-            raise ConfigError(dotted, "unknown key")
-        value = _coerce(dotted, hints[key], raw, from_text=from_text)
-        check = known[key].metadata.get("check")
-        problem = check(value) if check else None
-        most = known[key].metadata.get("most")
-        if problem is None and most is not None and value > most:
-            problem = f"must be <= {shown(most)}"
-        if problem:
-            raise ConfigError(dotted, _sentence(problem, value))
+        try:
+            if key not in known:
+                raise ConfigError(dotted, "unknown key" + _did_you_mean(
+                    key, list(known),
+                    (lambda k: f"{ENV_PREFIX}{name}_{k}".upper()) if origin else str))
+            value = _coerce(dotted, hints[key], raw, from_text=from_text)
+            check = known[key].metadata.get("check")
+            problem = check(value) if check else None
+            most = known[key].metadata.get("most")
+            if problem is None and most is not None and value > most:
+                problem = f"must be <= {shown(most)}"
+            if problem:
+                raise ConfigError(dotted, _sentence(problem, value))
+        except ConfigError as exc:
+            if origin is None:
+                raise
+            # Name the variable the user set, not only the key it stands for.
+            message = str(exc).removeprefix(f"config error: {dotted}: ")
+            raise ConfigError(dotted, message, origin) from None
         kwargs[key] = value
     return cls(**kwargs)
 
@@ -119,7 +145,7 @@ def load(
     each key validated. ``root`` is given by ``node.config.load_config``: this module reads
     nothing of it by import, so the config does not import back the module that loads it."""
     sections = _sections(root)
-    merged: dict[str, dict[str, tuple[Any, bool]]] = {name: {} for name in sections}
+    merged: dict[str, dict[str, Given]] = {name: {} for name in sections}
     if path is not None:
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -129,22 +155,23 @@ def load(
             raise ConfigError("--config", f"invalid TOML in {path}: {exc}") from None
         for section, table in data.items():
             if section not in sections:
-                raise ConfigError(section, "unknown section")
+                raise ConfigError(section, "unknown section" + _did_you_mean(
+                    section, list(sections), lambda k: f"[{k}]"))
             if not isinstance(table, dict):
                 raise ConfigError(section, "expected a table")
             for key, value in table.items():
-                merged[section][key] = (value, False)
+                merged[section][key] = (value, False, None)
     for name, value in (os.environ if env is None else env).items():
         if not name.startswith(ENV_PREFIX) or name in CLIENT_VARIABLES:
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         section, _, key = rest.partition("_")
         if section in sections and key:
-            merged[section][key] = (value, True)
+            merged[section][key] = (value, True, name)
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if section not in sections:
             raise ConfigError(dotted, "unknown section")
-        merged[section][key] = (value, isinstance(value, str))
+        merged[section][key] = (value, isinstance(value, str), None)
     built = {name: _build_section(name, cls, merged[name]) for name, cls in sections.items()}
     return root(**built)

@@ -10,7 +10,7 @@ import trio
 from node.api.app import create_app, serve_api
 from node.api.guard import ApiGuard, HostPolicy
 from node.api.node_metrics import register_node_metrics
-from node.api_address import remove_api_url, write_api_url
+from node.api_address import clear_api_url, remove_api_url, write_api_url
 from node.api_token import load_or_create_token
 from node.config import Config
 from node.config_combined import check_combined_keys
@@ -65,6 +65,9 @@ def _open_data_dir(config: Config) -> RepoLock:
         raise StartupError(str(exc)) from None
     except OSError as exc:
         raise StartupError(f"cannot use data dir {data_dir}: {exc.strerror or exc}") from None
+    # Ours now: an api_url still here is a killed node's; until this node answers, clients
+    # must not be sent to that address.
+    clear_api_url(data_dir)
     return lock
 
 

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["LOCK_NAME", "DataDirLocked", "RepoLock"]
+__all__ = ["LOCK_NAME", "DataDirLocked", "RepoLock", "stale_holder"]
 
 LOCK_NAME = "repo.lock"
 
@@ -27,6 +27,33 @@ def _read_pid(fd: int) -> int | None:
     os.lseek(fd, 0, os.SEEK_SET)
     text = os.read(fd, 32).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
+
+
+def stale_holder(data_dir: Path) -> int | None:
+    """The PID a crashed holder left in ``data_dir``'s lock (None: the lock names a live
+    process, nobody, or there is no lock). A clean stop empties the file; a ``kill -9`` leaves
+    the PID, whose process is then gone (or a zombie). Read without locking: a client taking
+    the lock, even for a moment, could make a node starting then fail with "in use"."""
+    try:
+        with (data_dir / LOCK_NAME).open("rb") as f:
+            text = f.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    except PermissionError:
+        return None  # another user's live process
+    try:  # a killed process its parent has not reaped yet is gone too
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return None
+    return pid if state == [b"Z"] else None
 
 
 class RepoLock:

@@ -26,10 +26,11 @@ written: those that ended ``--settle-ms`` before now, by the wall clock (``--all
 period). The clock, not the newest event: a quiet log's last period is written once it settled,
 rather than waiting forever for a newer event; and one event stamped far in the future
 cannot close periods early (``end_period``). The result says what it left out and until when:
-``pending_events`` (in periods not settled yet) and ``pending_until_ms`` (the epoch ms after
-which a rebuild includes the oldest of them). Events that arrive later for an already written
-period are not in the file chain (counted as ``late``); a node bootstrapped from the snapshot
-gets them through Recon.
+``pending_events`` (in periods not settled yet), ``pending_until_ms`` (the epoch ms after
+which a rebuild includes the oldest of them, ``pending_first_events`` of them: those of the
+oldest pending event's period) and ``pending_all_until_ms`` (after which it includes them all).
+Events that arrive later for an already written period are not in the file chain (counted as
+``late``); a node bootstrapped from the snapshot gets them through Recon.
 
 ``python -m spark_jobs.snapshot --db URL --out DIR --network-id N --data-dir DIR`` (or ``--key``).
 """
@@ -69,7 +70,7 @@ from spark_jobs.snapshot_tasks import (
     write_object,
 )
 from spark_jobs.source import DEFAULT_DRIVER_MEMORY
-from storage import column_bounds, count_from_lamport, make_engine
+from storage import column_bounds, count_from_lamport, lamports_from, make_engine
 from storage.snapshot_files import load_manifest, read_object, write_manifest
 from sync.identity import peer_id_of
 from sync.recon.sha256a import Sha256a
@@ -391,12 +392,27 @@ def run(
 
 def _pending(url: str, first_open: int, period_ms: int, settle_ms: int) -> dict[str, Any]:
     """What this build left out: events of periods from ``first_open`` on (not settled yet),
-    and when the oldest of them settles (a rebuild after that includes them)."""
-    pending = _count_after(url, first_open * period_ms)
+    and when they settle, from their own periods (period ``p`` is written by a build at
+    ``(p + 1) * period_ms + settle_ms`` or later: ``end_period``): ``pending_until_ms`` the
+    oldest pending event's, with ``pending_first_events`` the events a rebuild after it
+    includes; ``pending_all_until_ms`` the newest's, after which a rebuild includes them all."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            oldest, newest, pending = lamports_from(conn, first_open * period_ms)
+            first = oldest // period_ms + 1
+            settles_first = pending - count_from_lamport(conn, first * period_ms)
+    finally:
+        engine.dispose()
+    if not pending:
+        return {"pending_events": 0, "pending_reason": None, "pending_until_ms": None,
+                "pending_first_events": 0, "pending_all_until_ms": None}
     return {"pending_events": pending,
             "pending_reason": f"in periods that ended less than settle_ms={settle_ms} ago or "
-                              "are still open (late arrivals may still come)" if pending else None,
-            "pending_until_ms": (first_open + 1) * period_ms + settle_ms if pending else None}
+                              "are still open (late arrivals may still come)",
+            "pending_until_ms": first * period_ms + settle_ms,
+            "pending_first_events": settles_first,
+            "pending_all_until_ms": (newest // period_ms + 1) * period_ms + settle_ms}
 
 
 def _count_after(url: str, lamport_ms: int) -> int:

@@ -345,6 +345,15 @@ def count_from_lamport(conn: Connection, lamport: int) -> int:
     return int(conn.execute(stmt).scalar_one())
 
 
+def lamports_from(conn: Connection, lamport: int) -> tuple[int, int, int]:
+    """(oldest, newest Lamport timestamp, count) of the events stamped ``lamport`` or later
+    (zeros when there are none)."""
+    col = events.c.lamport
+    stmt = select(func.min(col), func.max(col), func.count()).where(col >= lamport)
+    lo, hi, n = conn.execute(stmt).one()
+    return int(lo or 0), int(hi or 0), int(n)
+
+
 def read_channels_after(
     conn: Connection, channels: Sequence[str], after_seq: int, limit: int
 ) -> list[StoredEvent]:

@@ -83,7 +83,11 @@ def _payloads(objs: Any, where: str) -> list[BlockPayload]:
     return out
 
 
-_DISABLED = {404: "Block streams are disabled on this node (blocks.enabled)"}
+# The database answers the same when it is off (node.apps.db_plugin.DB_OFF): 409, the node's
+# configuration conflicts with the request, naming the key to set; 404 stays "no such thing".
+BLOCKS_OFF = ("block streams are off on this node: set blocks.enabled = true "
+              "(SYNCNODE_BLOCKS_ENABLED=true) with blocks.producers, and restart it")
+_DISABLED = {409: "Block streams are off on this node (blocks.enabled)"}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
 _HASH = {"type": "string", "pattern": "^0x[0-9a-fA-F]{64}$"}
 _PAYLOADS = arr({"type": "object", "description": "A block payload: hash, number, parent, "
@@ -123,7 +127,7 @@ class BlocksBundle:
                          "stream": {"type": "string"}, "hash": _HASH, "number": _COUNT,
                          "weight": {"type": "string", "description": "Decimal"},
                          "updated_at": {"type": "integer"}}),
-                         errors={404: "Block streams disabled, or no block applied yet"})),
+                         errors={**_DISABLED, 404: "No block applied yet"})),
             ApiRoute("GET", "/v1/blocks/follow",
                      "Stream applied and reverted blocks as NDJSON (after=SEQ, default now)",
                      self._follow, RouteDoc(
@@ -137,12 +141,12 @@ class BlocksBundle:
                                                        "maxLength": 80, "examples": ["0"]},
                                        "A block number (decimal) or a 0x + 64 hex hash"),),
                          response=_BLOCK,
-                         errors={404: "Block streams disabled, or no such block"})),
+                         errors={**_DISABLED, 404: "No such block"})),
         ]
 
     def _check_enabled(self) -> None:
         if not self.enabled:
-            raise ApiError(404, "block streams are disabled on this node (blocks.enabled)")
+            raise ApiError(409, BLOCKS_OFF)
 
     def _check_producer(self) -> None:
         self._check_enabled()

@@ -10,6 +10,7 @@ in the transaction that applies the writes, so they survive restarts.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -57,8 +58,10 @@ def change_json(change: StoredChange) -> dict[str, Any]:
             "sender": change.sender, "at": change.at}
 
 
-def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
+def changes_route(db: DbApplication, table_param: Param,
+                  require_active: Callable[[], None]) -> ApiRoute:
     async def changes(node: AppHost, request: Request) -> Response:
+        require_active()  # 409 naming db.enabled when the database is off
         name = str(request.path_params["table"])
         if name not in db.book:
             known = ", ".join(db.book.tables()) or "none yet"
@@ -68,6 +71,17 @@ def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
         else:
             since = int_param(request, "since", 0)
             horizon = await node.store.read(change_horizon)
+            newest = max(await node.store.read(newest_change), horizon)
+            if since > newest:
+                # Change ids are this node's own count: one from another node, or a typo, would
+                # otherwise wait for ids this node has not reached and skip every change up to
+                # them without a word.
+                node.metrics.inc("db_changes_ahead_total")
+                raise ApiError(409, f"since={since} is beyond this node's newest change id "
+                                    f"{newest}: change ids are per node (an id seen on another "
+                                    "node means nothing here); read the table again, then "
+                                    f"follow with since={newest}, or omit since to follow "
+                                    "from now")
             if since < horizon:
                 node.metrics.inc("db_changes_gone_total")
                 raise ApiError(410, f"changes up to {horizon} were pruned (db.changes_retain): "
@@ -89,16 +103,20 @@ def changes_route(db: DbApplication, table_param: Param) -> ApiRoute:
         "Stream the table's row changes as NDJSON, resumable from a change id", changes,
         RouteDoc(params=(table_param, Param(
             "since", "query", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
-            "Start after this change id (0: every change kept; omitted: from now on)")),
+            "Start after this change id of this node (0: every change kept; omitted: from now "
+            "on; beyond the newest: 409)")),
             media="application/x-ndjson", response=CHANGE_SCHEMA,
             errors={404: "No such replicated table",
+                    409: "since is beyond this node's newest change id (ids are per node), "
+                         "or the replicated database is off on this node",
                     410: "since is older than the changes kept (db.changes_retain)",
                     429: "api.max_follows streams already open"}))
 
 
 CHANGE_SCHEMA = obj({
     "change_id": {"type": "integer", "description": "Increases with every change of any "
-                  "table, kept across restarts: resume with since=<the last one seen>"},
+                  "table, kept across restarts: resume with since=<the last one seen>, on the same "
+                  "node (each node numbers its own changes)"},
     "table": {"type": "string"},
     "kind": {"enum": ["upsert", "delete", "reset"], "description": "upsert: the row is visible "
              "with these values (new or changed); delete: it is not any more; reset: the table "

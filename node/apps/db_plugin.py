@@ -152,7 +152,7 @@ class DbBundle:
                                        "next_after": {"type": ["string", "null"]}}),
                          errors={404: "No such replicated table", 409: _OFF})),
             # Before the row route: a row whose id is "changes" is read with ?where=id=changes.
-            changes_route(self.db, _TABLE),
+            changes_route(self.db, _TABLE, self._require_active),
             ApiRoute("GET", "/v1/db/{table}/{entity_id:path}", "One visible row by id",
                      self._get, RouteDoc(
                          params=(_TABLE, Param("entity_id", "path", {"type": "string"},
@@ -316,4 +316,8 @@ class DbPlugin:
                          "Change feeds refused (410) because since was older than the changes "
                          "kept (db.changes_retain)")
         metrics.inc("db_changes_gone_total", 0)
+        metrics.describe("db_changes_ahead_total", "counter",
+                         "Change feeds refused (409) because since was beyond this node's "
+                         "newest change id (ids are per node)")
+        metrics.inc("db_changes_ahead_total", 0)
         return DbBundle(app, runtime)

@@ -25,11 +25,13 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from node.api_address import API_URL_FILE, read_api_url
 from node.api_token import TOKEN_ENV, TOKEN_FILE, read_token
+from node.repo_lock import stale_holder
 
 if TYPE_CHECKING:
     from node.config import Config
@@ -238,6 +240,15 @@ TOKEN_HINT = (f"the CLI reads the token from --token, ${TOKEN_ENV}, or <data dir
               "(--data-dir, or node.data_dir of --config)")
 
 
+def _data_dir(args: argparse.Namespace) -> tuple[str, str, Config | None]:
+    """The data dir the client reads, how it was named (for errors), and the config if read."""
+    if (data_dir := getattr(args, "data_dir", None)) is not None:
+        return data_dir, "--data-dir", None
+    config = config_from(args)
+    return (config.node.data_dir, "node.data_dir of --config" if getattr(args, "config", None)
+            else "the default node.data_dir", config)
+
+
 def token_for(args: argparse.Namespace, config: Config | None) -> str | None:
     """--token, then $SYNCNODE_API_TOKEN, then the data dir's token file."""
     if getattr(args, "token", None):
@@ -255,16 +266,23 @@ def api_url_for(args: argparse.Namespace) -> tuple[str, str, Config | None]:
     """The node's API URL, where it came from (for error messages), and the config if read.
 
     ``--api``, else the URL the node wrote into its data dir (``--data-dir``, else
-    ``node.data_dir`` of ``--config``; see ``node.api_address``), else ``api.listen``.
+    ``node.data_dir`` of ``--config``; see ``node.api_address``), else ``api.listen``. A data
+    dir that does not exist, or an ``api_url`` a killed node left behind (``repo.lock`` names
+    a process that is gone), is an error: no node runs there, whatever answers elsewhere.
     """
     if args.api:
         return parse_api_url(args.api), "--api", None
-    config = None
-    data_dir = getattr(args, "data_dir", None)
-    if data_dir is None:
-        config = config_from(args)
-        data_dir = config.node.data_dir
-    if found := read_api_url(data_dir):
+    data_dir, named, config = _data_dir(args)
+    path = Path(data_dir).expanduser()
+    if not path.is_dir():
+        raise CliError(f"no data dir {data_dir} ({named}): no node was ever started there; "
+                       "name the node's data dir with --data-dir DIR (or its address with "
+                       "--api URL)")
+    if found := read_api_url(path):
+        if (pid := stale_holder(path)) is not None:
+            raise CliError(f"no node runs on {data_dir}: its {API_URL_FILE} is left from a "
+                           f"node that did not stop cleanly (pid {pid} is gone); start it with "
+                           f"`syncnode run --data-dir {data_dir}`")
         return parse_api_url(found), f"{os.path.join(data_dir, API_URL_FILE)}", config
     config = config or config_from(args)
     where = os.path.join(data_dir, API_URL_FILE)

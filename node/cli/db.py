@@ -87,7 +87,11 @@ def _write(args: argparse.Namespace, op: str) -> int:
             body["pending"] = True
     elif args.pending:
         body["pending"] = True
-    answer = client.post(f"/v1/db/{quote(args.table, safe='')}", json=body)
+    try:
+        answer = client.post(f"/v1/db/{quote(args.table, safe='')}", json=body)
+    except CliError as exc:
+        # The node's hint names the API's body field; this command's is the flag.
+        raise CliError(str(exc).replace('"pending": true', "--pending"), code=exc.code) from None
     state = "applied" if answer["applied"] else "committed (not applied yet)"
     print(f"{op} {args.table}/{args.id} {state}: at {iso_ms(answer['lamport'])} (lamport "
           f"{answer['lamport']}), message {answer['message_id']}")

@@ -67,7 +67,7 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
         elif isinstance(value, list):
             rows.append((key.replace("_", " "), ", ".join(map(str, value))))
         elif isinstance(value, dict):  # e.g. "network": reachability, relays, hole punches
-            rows.append((key, ", ".join(f"{k}={_flat(v)}" for k, v in value.items())))
+            rows.append((key, ", ".join(_named(k, v) for k, v in value.items())))
         else:
             rows.append((key.replace("_", " "), str(value)))
         if key == "network_id":  # the database right after the network
@@ -78,11 +78,21 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _flat(value: object) -> str:
+    """A nested status value in words: ``relay serving no``, ``punch ok 2 / failed 0``,
+    ``relayed 1.5 KiB`` (never Python's ``False`` or ``{...}``)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, dict):
-        return "/".join(f"{k}:{v}" for k, v in value.items())
+        return " / ".join(_named(k, v) for k, v in value.items())
     if isinstance(value, list):
         return str(len(value))
-    return str(value)
+    return "-" if value is None else str(value)
+
+
+def _named(key: str, value: object) -> str:
+    if key.endswith("_bytes") and isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{key.removesuffix('_bytes').replace('_', ' ')} {human_size(value)}"
+    return f"{key.replace('_', ' ')} {_flat(value)}"
 
 
 def _cmd_id(args: argparse.Namespace) -> int:
@@ -134,32 +144,54 @@ def _cmd_peers(args: argparse.Namespace) -> int:
     if args.json:
         print_json(answer)
         return 0
-    now = time.time()
-    for peer in answer["connected"]:
-        since = peer.get("connected_since")
-        when = (f"  connected {human_duration(max(now - since, 0))} ago ({iso_s(since)})"
-                if since else "")
-        print(f"{peer['peer_id']}  {peer['direction']:<8}  {peer_summary(peer)}  "
-              f"{peer['address'] or '-'}{when}")
-    offline = [p for p in answer["known"] if p not in {c["peer_id"] for c in answer["connected"]}]
-    for peer_id in offline:
-        print(f"{peer_id}  offline   (known, redialling)")
-    if not answer["connected"] and not offline:
-        print("no peers")
-    if "address_book" in answer:
-        print(f"address book: {answer['address_book']} peers")
+    for line in peer_lines(answer, time.time()):
+        print(line)
     return 0
 
 
-def peer_summary(peer: dict[str, Any]) -> str:
-    """``direct   rtt 1.2ms  recon 3s ago ok +5/-0``: path, round trip, last Recon session."""
-    rtt = f"{peer['rtt_ms']:.1f}ms" if peer.get("rtt_ms") is not None else "-"
-    text = f"{peer.get('path', 'direct'):<7}  rtt {rtt:>8}"
+PEER_HEADER = ("PEER ID", "DIRECTION", "PATH", "RTT", "LAST RECON", "CONNECTED", "ADDRESS")
+
+
+def _ago(seconds: float) -> str:
+    return f"{human_duration(max(seconds, 0.0))} ago"
+
+
+def _rtt(peer: dict[str, Any]) -> str:
+    return f"{peer['rtt_ms']:.1f} ms" if peer.get("rtt_ms") is not None else "-"
+
+
+def _last_recon(peer: dict[str, Any], now: float) -> str:
     last = peer.get("last_recon")
-    if last:
-        ago = max(0.0, time.time() - last["at"])
-        text += (f"  recon {ago:.0f}s ago {last['outcome']} "
-                 f"+{last['fetched']}/-{last['served']}")
+    if not last:
+        return "-"
+    return f"{_ago(now - last['at'])} {last['outcome']} +{last['fetched']}/-{last['served']}"
+
+
+def peer_lines(answer: dict[str, Any], now: float) -> list[str]:
+    """``/v1/peers`` as a table under a header, every age in the same form (``3.0 s ago``,
+    ``2 min 05 s ago``), then the address book's size."""
+    rows = [(p["peer_id"], p["direction"], p.get("path", "direct"), _rtt(p), _last_recon(p, now),
+             _ago(now - p["connected_since"]) if p.get("connected_since") else "-",
+             p["address"] or "-") for p in answer["connected"]]
+    connected = {p["peer_id"] for p in answer["connected"]}
+    rows += [(peer_id, "-", "offline", "-", "-", "-", "(known, redialling)")
+             for peer_id in answer["known"] if peer_id not in connected]
+    lines = ["no peers"]
+    if rows:
+        widths = [max(len(row[i]) for row in (PEER_HEADER, *rows)) for i in range(len(PEER_HEADER))]
+        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                 .rstrip() for row in (PEER_HEADER, *rows)]
+    if "address_book" in answer:
+        lines.append(f"address book: {answer['address_book']} peers")
+    return lines
+
+
+def peer_summary(peer: dict[str, Any]) -> str:
+    """``direct   rtt 1.2 ms  recon 3.0 s ago ok +5/-0``: path, round trip, last Recon
+    session (``status --watch``'s peer lines)."""
+    text = f"{peer.get('path', 'direct'):<7}  rtt {_rtt(peer):>9}"
+    if peer.get("last_recon"):
+        text += f"  recon {_last_recon(peer, time.time())}"
     return text
 
 

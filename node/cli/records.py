@@ -17,11 +17,13 @@ from typing import Any
 
 from node.cli.records_show import (
     Failure,
+    abbreviate_hex,
     describe_record,
     describe_sidecar,
     describe_signature,
     print_description,
     read_limited,
+    short_hashes,
 )
 from sync.errors import RemoteProtocolError
 from sync.recordstream import (
@@ -144,8 +146,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_report_json(report), indent=2, sort_keys=True))
     else:
+        short = short_hashes(args)
         for file_report in report.files:
-            print(_report_line(file_report))
+            line = _report_line(file_report)
+            print(abbreviate_hex(line) if short else line)
         if not report.files:
             print(f"FAIL no record stream files under {root}")
         else:
@@ -182,7 +186,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
     else:
-        print_description(info)
+        print_description(info, short=short_hashes(args))
     return 0
 
 

@@ -36,11 +36,17 @@ def add_subcommands(records: argparse.ArgumentParser) -> None:
         "as not checked: HIP-435 lets a mirror node skip them)",
     )
     verify.add_argument("--json", action="store_true", help="print a JSON report")
+    verify.add_argument("--full", action="store_true",
+                        help="print hashes and signatures in full (on a terminal they are cut "
+                             "to 16 hex digits; piped output and --json are always full)")
     verify.set_defaults(func=lazy_command("node.cli.records", "run_verify"))
 
     show = sub.add_parser("show", help="print a record, sidecar or signature file")
     show.add_argument("file", metavar="FILE")
     show.add_argument("--json", action="store_true", help="print JSON")
+    show.add_argument("--full", action="store_true",
+                        help="print hashes and signatures in full (on a terminal they are cut "
+                             "to 16 hex digits; piped output and --json are always full)")
     show.set_defaults(func=lazy_command("node.cli.records", "run_show"))
 
 

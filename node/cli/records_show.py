@@ -8,6 +8,9 @@ decodes a file's bytes (with ``sync.recordstream``, which raises
 
 from __future__ import annotations
 
+import argparse
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +34,13 @@ from sync.recordstream import record_stream_pb2 as pb
 
 __all__ = [
     "Failure",
+    "abbreviate_hex",
     "describe_record",
     "describe_sidecar",
     "describe_signature",
     "print_description",
     "read_limited",
+    "short_hashes",
 ]
 
 
@@ -172,17 +177,34 @@ def _enum_name(enum: Any, value: int) -> str:
         return str(value)
 
 
-def print_description(info: dict[str, Any], indent: str = "") -> None:
+# A hash or signature in hex: SHA-384 is 96 digits, an RSA-3072 signature 768. On a terminal
+# the first 16 stand for it (as git abbreviates commits); --full, --json or a pipe keep it all.
+# Message ids (64 digits, what a user looks up) stay whole.
+_LONG_HEX = re.compile(r"\b([0-9a-f]{16})[0-9a-f]{49,}\b")
+
+
+def abbreviate_hex(text: str) -> str:
+    """``text`` with every hex run longer than 64 digits cut to its first 16 and ``…``."""
+    return _LONG_HEX.sub(r"\1…", text)
+
+
+def short_hashes(args: argparse.Namespace) -> bool:
+    """Abbreviate hashes: stdout is a terminal, and neither --full nor --json was given."""
+    return not (args.full or args.json) and sys.stdout.isatty()
+
+
+def print_description(info: dict[str, Any], indent: str = "", *, short: bool = False) -> None:
     for key, value in info.items():
         if isinstance(value, list) and all(isinstance(entry, dict) for entry in value):
             print(f"{indent}{key}: {len(value)}")
             for number, entry in enumerate(value):
                 print(f"{indent}  [{number}]")
-                print_description(entry, indent + "    ")
+                print_description(entry, indent + "    ", short=short)
         elif isinstance(value, list):
             print(f"{indent}{key}: {', '.join(map(str, value))}")
         elif isinstance(value, dict):
             print(f"{indent}{key}:")
-            print_description(value, indent + "  ")
+            print_description(value, indent + "  ", short=short)
         else:
-            print(f"{indent}{key}: {value}")
+            text = str(value)
+            print(f"{indent}{key}: {abbreviate_hex(text) if short else text}")

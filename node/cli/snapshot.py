@@ -85,6 +85,19 @@ def _utc(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
+def _when_included(result: dict[str, Any]) -> str:
+    """When rebuilds take the events left out, from their periods' settle times: the oldest
+    period's events first, all of them once the newest one's period settled."""
+    until, last = result.get("pending_until_ms"), result.get("pending_all_until_ms")
+    if not until:
+        return "a later rebuild includes them"
+    first = result.get("pending_first_events")
+    if not last or last == until or first is None or first >= result["pending_events"]:
+        return f"a rebuild after {_utc(until)} includes them"
+    return (f"a rebuild after {_utc(until)} includes {first} of them, one after {_utc(last)} "
+            "all of them")
+
+
 def explain_snapshot(result: dict[str, Any]) -> list[str]:
     """A snapshot job's result in words: what it wrote, what it left out, why and until when."""
     lines = [f"written: {result['events']} events in {result['files']} record files "
@@ -92,9 +105,8 @@ def explain_snapshot(result: dict[str, Any]) -> list[str]:
              f"in this run) -> {result.get('out', '?')}"]
     pending = result.get("pending_events") or 0
     if pending:
-        until = result.get("pending_until_ms")
-        when = f"a rebuild after {_utc(until)} includes them" if until else "a later rebuild"
-        lines.append(f"left out: {pending} events {result.get('pending_reason') or ''}; {when} "
+        lines.append(f"left out: {pending} events {result.get('pending_reason') or ''}; "
+                     f"{_when_included(result)} "
                      "(spark.settle_ms; snapshot_interval_s can rebuild by itself)".replace(
                          "  ", " "))
     else:
@@ -170,8 +182,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _local_database(args: argparse.Namespace
-                    ) -> Iterator[tuple[Any, int, str, dict[str, str], Any]]:
-    """The stopped node's database (engine, network id, layout, profiles, load rules),
+                    ) -> Iterator[tuple[Any, int, str, dict[str, str], Any, Any]]:
+    """The stopped node's database (engine, network id, layout, profiles, load rules, config),
     holding its data dir's ``repo.lock`` meanwhile.
 
     On failure, a SQLite database (and data dir) this command created is removed again: a
@@ -207,7 +219,7 @@ def _local_database(args: argparse.Namespace
             from node.config_channels import channel_profiles
 
             yield (engine, config.node.network_id, config.recon.event_id_layout,
-                   channel_profiles(config), rules)
+                   channel_profiles(config), rules, config)
             done = True
         finally:
             engine.dispose()
@@ -233,28 +245,38 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     from node.snapshots.bootstrap import BootstrapError, bootstrap
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles, rules):
+        with _local_database(args) as (engine, network_id, layout, profiles, rules, config):
             result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles,
                                rules=rules, workers=args.workers)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
     print(f"loaded {result.events} events from {result.files} record files "
           f"in {result.seconds} s; chain ends at {result.running_hash[:16]}...")
+    _print_left_out(result.left_out, config, args.from_snapshot)
     print("start the node (`syncnode run`): Recon fetches everything newer than the snapshot")
     return 0
+
+
+def _print_left_out(left_out: dict[str, int], config: Any, snapshot: str) -> None:
+    from node.snapshots.trust import left_out_hint
+
+    for channel, count in sorted(left_out.items()):
+        print(left_out_hint(channel, count, config, snapshot))
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     from node.snapshots.bootstrap import BootstrapError, pull
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles, rules):
+        with _local_database(args) as (engine, network_id, layout, profiles, rules, config):
             result = pull(engine, Path(args.directory), network_id, layout, profiles,
                           rules=rules)
     except (BootstrapError, OSError) as exc:
         raise _bootstrap_failure(exc) from None
+    _print_left_out(result.left_out, config, args.directory)
     if not result.fetched:
         print(f"nothing to fetch: the log already holds every event of {args.directory} "
+              f"{'this node replicates ' if result.left_out else ''}"
               f"({result.nodes_read} tree nodes compared)")
         return 0
     print(f"fetched {result.fetched} events from {len(result.files_read)} record files; "

@@ -2,9 +2,11 @@
 
 - :func:`bootstrap` (``syncnode bootstrap --from-snapshot DIR``): verify every file (signatures,
   running-hash chain, sidecars) and the manifest's chain, re-verify every event (digest and
-  sender signature) and recompute its Recon key with this node's network id, then bulk-load all
+  sender signature) and recompute its Recon key with this node's network id, then bulk-load the
   events into an EMPTY database (files verified in worker processes, one transaction per
-  file: :mod:`node.snapshots.load`). Recon fetches whatever came later.
+  file: :mod:`node.snapshots.load`). Recon fetches whatever came later. Events of a channel
+  this node does not replicate are verified, left out and reported (``left_out``); the loaded
+  keys plus those left out must still hash to the manifest's root.
 - :func:`pull` (``syncnode snapshot pull DIR``): sync a database that already holds part of the
   log against the snapshot's range tree (CIP-124 appendix C): a subtree whose Sha256a and count
   equal the local range's is skipped, and only the missing events of differing leaves are read
@@ -21,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete
 
-from node.snapshots.load import default_workers, load_files, trusted_file_events
+from node.snapshots.load import LeftOut, default_workers, load_files, trusted_file_events
 from node.snapshots.trust import LoadRules, load_rules
 from node.snapshots.verify import (
     BootstrapError,
@@ -42,6 +44,7 @@ from storage import (
 from storage.snapshot_files import read_object
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import CIP124_DRAFT, network_bounds
+from sync.recon.sha256a import Sha256a
 from sync.snapshot_manifest import Manifest, leaf_entries
 
 __all__ = ["BootstrapError", "BootstrapResult", "LoadRules", "PullResult", "bootstrap",
@@ -54,6 +57,8 @@ class BootstrapResult:
     files: int
     running_hash: str
     seconds: float
+    #: channel -> events of it left out (a channel this node does not replicate).
+    left_out: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -62,6 +67,8 @@ class PullResult:
     nodes_read: int = 0
     subtrees_skipped: int = 0
     files_read: set[str] = field(default_factory=set)
+    #: channel -> events of it left out (a channel this node does not replicate).
+    left_out: dict[str, int] = field(default_factory=dict)
 
 
 def bootstrap(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_DRAFT,
@@ -88,26 +95,36 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP
         # transaction per file; a failure later on deletes what was loaded, so nothing of a
         # bad snapshot stays. A bootstrap killed half-way leaves a partial log, which
         # `syncnode snapshot pull` completes from the same snapshot.
+        left_out: LeftOut = {}
         loaded = load_files(conn, snapshot, list(manifest.files), network_id, layout,
                             profiles or {}, int(time.time() * 1000),
-                            default_workers() if workers is None else workers, rules)
+                            default_workers() if workers is None else workers, rules, left_out)
         try:
             with conn.begin():
-                _check_total(conn, manifest, network_id)
+                _check_total(conn, manifest, network_id, sum(left_out.values(), Sha256a()))
         except BootstrapError:
             with conn.begin():
                 conn.execute(delete(events))
             raise
     return BootstrapResult(loaded, len(manifest.files), manifest.chain.running_hash,
-                           round(time.monotonic() - started, 3))
+                           round(time.monotonic() - started, 3),
+                           {channel: keys.count for channel, keys in sorted(left_out.items())})
 
 
-def _check_total(conn: Connection, manifest: Manifest, network_id: int) -> None:
-    """The loaded keys must hash to the manifest's tree root (else the transaction rolls back)."""
-    have = range_hash(conn, *network_bounds(network_id))
+def _check_total(conn: Connection, manifest: Manifest, network_id: int, left_out: Sha256a
+                 ) -> None:
+    """The loaded keys and those left out must hash to the manifest's tree root (else the
+    transaction rolls back)."""
+    have = range_hash(conn, *network_bounds(network_id)) + left_out
     if (have.hex(), have.count) != (manifest.ahash, manifest.count):
-        raise BootstrapError(f"loaded events hash to {have.hex()} ({have.count} events), the "
-                             f"manifest says {manifest.ahash} ({manifest.count})")
+        raise BootstrapError(f"loaded events hash to {have.hex()} ({have.count} events, "
+                             f"{left_out.count} of them left out), the manifest says "
+                             f"{manifest.ahash} ({manifest.count})")
+
+
+# A record file read by ``pull``: its loadable events by Recon key, and the keys left out (a
+# channel this node does not replicate) with their channel.
+_FileEvents = tuple[dict[bytes, EventRecord], dict[bytes, str]]
 
 
 def _range_of(child: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -124,7 +141,7 @@ def pull(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_D
     if manifest.network_id != network_id:
         raise BootstrapError(f"snapshot is of network {manifest.network_id}, not {network_id}")
     result = PullResult()
-    decoded: dict[int, list[EventRecord]] = {}
+    decoded: dict[int, _FileEvents] = {}
     stack = [manifest.root] if manifest.root else []
     while stack:
         try:
@@ -148,7 +165,7 @@ def pull(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP124_D
 
 def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[str, Any],
                network_id: int, layout: str, profiles: Mapping[str, str],
-               decoded: dict[int, list[EventRecord]],
+               decoded: dict[int, _FileEvents],
                result: PullResult, rules: LoadRules) -> None:
     try:
         entries = leaf_entries(node)
@@ -165,13 +182,20 @@ def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[st
                                  f"{len(manifest.files)}")
         if e.file not in decoded:
             entry = manifest.files[e.file]
-            decoded[e.file] = trusted_file_events(snapshot, entry, network_id, layout,
-                                                  profiles, rules)
+            kept, skipped = trusted_file_events(snapshot, entry, network_id, layout,
+                                                profiles, rules)
+            decoded[e.file] = ({record.recon_key: record for record in kept},
+                               {key: channel for channel, keys in skipped.items()
+                                for key in keys})
             result.files_read.add(entry.path)
-        items = decoded[e.file]
-        if not 0 <= e.item < len(items) or items[e.item].recon_key != e.key:
-            raise BootstrapError(f"tree entry {e.key.hex()} is not item {e.item} of its file")
-        wanted.append(items[e.item])
+        records, left_out = decoded[e.file]
+        if (record := records.get(e.key)) is not None:
+            wanted.append(record)
+        elif (channel := left_out.get(e.key)) is not None:
+            result.left_out[channel] = result.left_out.get(channel, 0) + 1
+        else:
+            raise BootstrapError(f"tree entry {e.key.hex()} is not an event of its file "
+                                 f"(item {e.item})")
     if wanted:
         with write_transaction(engine) as conn:
             append_events(conn, wanted, int(time.time() * 1000))

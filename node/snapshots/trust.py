@@ -5,9 +5,12 @@ fresh key, so ``bootstrap`` and ``snapshot pull`` accept a record file only when
 signed it (the ``record<PEER_ID>`` directory, whose key verifies the signature file) is one the
 operator trusts: ``--signer`` flags, else ``spark.snapshot_signers``, else this data dir's own
 key and ``p2p.allowed_peers``. And a loaded event is held to exactly the rules an event from
-gossip, Recon or fetch meets (``sync.ingest.admit_event``: replicated channel, closed group and
-channel writers, the Lamport clock bound at load time), so the node never holds, and so never
-relays, an event its peers refuse (docs/security.md "Snapshots").
+gossip, Recon or fetch meets (``sync.ingest.admit_event``: closed group and channel writers, the
+Lamport clock bound at load time), so the node never holds, and so never relays, an event its
+peers refuse (docs/security.md "Snapshots"). Events of a channel this node does not replicate
+are left out rather than refused: a group that uses the database, loaded by a node that has not
+enabled it, still gives that node every channel it runs, and the load says what it left out and
+which key takes it (``left_out_hint``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from sync.gossip import SenderPolicy
 from sync.ingest import EventRules
 from sync.recordstream import node_of_dir
 
-__all__ = ["LoadRules", "load_rules", "signer_problem"]
+__all__ = ["LoadRules", "left_out_hint", "load_rules", "signer_problem"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,11 @@ class LoadRules:
         return cls(frozenset(signers), EventRules(frozenset(channels), SenderPolicy(""),
                                                   max_ahead_ms), now)
 
+    def replicates(self, channel: str) -> bool:
+        """This node replicates ``channel``: its events are loaded (and checked), the others
+        are left out (counted and reported), as the node would never store them."""
+        return channel in self.events.channels
+
     def check(self, path: str, record: EventRecord) -> None:
         """``BootstrapError`` naming the event and the rule it breaks."""
         try:
@@ -55,6 +63,21 @@ class LoadRules:
                 f"{path}: event {record.message_id} (sender {record.sender}, lamport "
                 f"{record.lamport}) is refused as it would be from a peer: {exc.reason}"
             ) from None
+
+
+def left_out_hint(channel: str, count: int, config: Config, snapshot: str) -> str:
+    """What was left out of a load, and how to take it: the key that makes this node replicate
+    ``channel`` (the snapshot's group uses a hosted application or channel this node does not
+    run), then ``snapshot pull`` (bootstrap needs an empty database, pull adds the rest)."""
+    if channel == config.db.channel:
+        enable = "set SYNCNODE_DB_ENABLED=true (or [db] enabled = true)"
+    elif channel == config.blocks.channel:
+        enable = ("set SYNCNODE_BLOCKS_ENABLED=true (or [blocks] enabled = true, with "
+                  "blocks.producers)")
+    else:
+        enable = f"add {channel!r} to p2p.channels (SYNCNODE_P2P_CHANNELS)"
+    return (f"left out {count} events of channel {channel!r} (this node does not replicate it): "
+            f"to take them, {enable} and run `syncnode snapshot pull {snapshot}`")
 
 
 def signer_problem(path: str, signers: frozenset[str]) -> str | None:

@@ -217,9 +217,8 @@ def test_empty_directory_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "no record stream files" in capsys.readouterr().out
 
 
-def test_our_files_verify_with_ed25519_key_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _our_files(tmp_path: Path) -> tuple[Path, Path]:
+    """Five events written as record files with sidecars (snapshot dir, public keys dir)."""
     key = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
     writer = RecordStreamWriter(
         WriterConfig(node="n1", period_ns=10**9, delivery_sidecar=True), ed25519_key=key
@@ -246,6 +245,13 @@ def test_our_files_verify_with_ed25519_key_file(
     (keys / "n1.pem").write_bytes(
         key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     )
+    return snapshot, keys
+
+
+def test_our_files_verify_with_ed25519_key_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot, keys = _our_files(tmp_path)
     assert run(["verify", str(snapshot), "--keys", str(keys)]) == 0
     out_text = capsys.readouterr().out
     assert "file_signature=ok" in out_text and "sidecar_01=ok" in out_text
@@ -258,3 +264,48 @@ def test_our_files_verify_with_ed25519_key_file(
     shown = json.loads(capsys.readouterr().out)
     assert shown["items"][0]["event"]["message_id"] == f"{0:064x}"
     assert shown["sidecars"][0]["records"][0]["delivery"]["seq"] == 0
+
+
+def _on_a_terminal(*args: str) -> str:
+    """What ``syncnode records ARGS`` prints when stdout is a terminal (a pseudo-terminal)."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "node.cli", "records", *args], cwd=ROOT,
+                            stdout=slave, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_hashes_are_abbreviated_on_a_terminal_only(tmp_path: Path) -> None:
+    snapshot, keys = _our_files(tmp_path)
+    args = ("verify", str(snapshot), "--keys", str(keys))
+    piped = subprocess.run([sys.executable, "-m", "node.cli", "records", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60).stdout
+    assert max(map(len, piped.splitlines())) > 400  # full hashes for scripts
+    lines = _on_a_terminal(*args).splitlines()
+    assert len(lines) == len(piped.splitlines()) and lines[-1] == piped.splitlines()[-1]
+    assert max(map(len, lines)) < 250, max(lines, key=len)
+    assert "…" in lines[0] and "…" not in piped
+    # The first 16 digits stand for each hash, as in the full output.
+    cut = lines[0].split("file=")[1][:16]
+    assert f"file={cut}" in piped.splitlines()[0]
+    assert _on_a_terminal(*args, "--full") == piped
+    record = sorted(snapshot.rglob("*Z.rcd.gz"))[0]
+    shown = _on_a_terminal("show", str(record))
+    assert "file_hash: " in shown and "…" in shown
+    assert f"message_id: {0:064x}" in shown  # an id to look up stays whole
+    assert "…" not in _on_a_terminal("show", str(record), "--full")

@@ -77,6 +77,49 @@ def test_bad_values_name_the_key(
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("toml", "env", "said"),
+    [
+        # A typo gets the closest name (difflib), as the user would write it.
+        ("[storage]\nbatch_max_evnts = 5\n", {},
+         "storage.batch_max_evnts: unknown key; did you mean batch_max_events?"),
+        ("[storag]\nx = 1\n", {}, "storag: unknown section; did you mean [storage]?"),
+        ("", {"SYNCNODE_STORAGE_BATCH_MAX_EVNTS": "5"},
+         "SYNCNODE_STORAGE_BATCH_MAX_EVNTS (storage.batch_max_evnts): unknown key; did you "
+         "mean SYNCNODE_STORAGE_BATCH_MAX_EVENTS?"),
+        # A variable's error names the variable first.
+        ("", {"SYNCNODE_STORAGE_BATCH_MAX_EVENTS": "many"},
+         "SYNCNODE_STORAGE_BATCH_MAX_EVENTS (storage.batch_max_events): expected an integer, "
+         "got 'many'"),
+        ("", {"SYNCNODE_STORAGE_BATCH_MAX_EVENTS": "999999999"},
+         "SYNCNODE_STORAGE_BATCH_MAX_EVENTS (storage.batch_max_events): must be <= 100000"),
+        # TOML reads 1e9 as a float: say so, and what to write.
+        ("[api]\nmax_body_bytes = 1e9\n", {},
+         "api.max_body_bytes: expected an integer, got the float 1e+09: write 1000000000"),
+        ("[api]\nmax_body_bytes = 2.5\n", {},
+         "api.max_body_bytes: expected an integer, got the float 2.5"),
+        # Equal values are refused (SDS-R draws T_req modulo T_max - T_min): the message says <.
+        ("[sds]\nrepair_t_min_s = 10\nrepair_t_max_s = 10\n", {},
+         "sds.repair_t_min_s: must be < sds.repair_t_max_s"),
+        ("[sds]\nrepair_t_min_s = 10\nrepair_t_max_s = 5\n", {},
+         "sds.repair_t_min_s: must be < sds.repair_t_max_s"),
+    ],
+)
+def test_errors_say_what_the_user_wrote_and_what_to_write(
+    tmp_path: Path, toml: str, env: dict[str, str], said: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env=env)
+    assert said in str(info.value), str(info.value)
+
+
+def test_repair_times_one_apart_are_accepted() -> None:
+    config = load_config(overrides={"sds.repair_t_min_s": 10.0, "sds.repair_t_max_s": 10.5})
+    assert config.sds.repair_t_max_s > config.sds.repair_t_min_s
+
+
 def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[node]\nnetwork_id = true\n")

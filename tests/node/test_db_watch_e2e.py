@@ -1,7 +1,8 @@
 """Database subscriptions end to end against a real node process: ``syncnode db watch`` prints
 each change once, across a restart of the node (change ids persist, the watch reconnects and
 resumes after the last one it printed); ``?since=`` resumes; the feed is bounded like the other
-follows (api.max_follows, 429) and tells a subscriber it fell behind the changes kept (410);
+follows (api.max_follows, 429) and tells a subscriber it fell behind the changes kept (410)
+or asks for ids this node has not reached (409: ids are per node);
 ``db query --limit --where`` is checked against the table's schema; a follow writes at most
 ``api.follow_buffer_bytes`` at a time."""
 
@@ -104,6 +105,21 @@ def test_db_watch_resumes_across_a_node_restart(tmp_path: Path) -> None:
         status, body = first_line(node, 0)
         assert status == 410 and body is not None and "db.changes_retain" in body["error"]
         assert metric(node, "db_changes_gone_total") == 1
+        # A since beyond this node's newest change id (an id from another node, a typo) is
+        # refused at once, naming the newest id: never a wait that skips changes silently.
+        status, body = first_line(node, ids[-1] + 1)
+        assert status == 409 and body is not None, (status, body)
+        assert f"beyond this node's newest change id {ids[-1]}" in body["error"]
+        ahead = node.cli("db", "watch", "kv", "--since", "999", timeout=30)
+        assert ahead.returncode == 1, ahead.stdout + ahead.stderr
+        assert "since=999 is beyond this node's newest change id" in ahead.stderr
+        assert "change ids are per node" in ahead.stderr
+        assert metric(node, "db_changes_ahead_total") == 2
+        # The newest id itself is accepted: the feed follows from there (headers only: no
+        # change comes).
+        with httpx.stream("GET", f"{node.api_url}/v1/db/kv/changes", params={"since": ids[-1]},
+                          headers=node.headers, timeout=30) as response:
+            assert response.status_code == 200
         # The feed takes the follow slots of the other follows (api.max_follows = 2).
         follow = f"{node.api_url}/v1/channels/db/follow"
         with httpx.Client(headers=node.headers, timeout=30) as client, \

@@ -91,7 +91,7 @@ def _check_what_a_user_sees(node: NodeProcess, other: NodeProcess) -> None:
     assert peer["path"] == "direct" and peer["last_seen"] > 0
     assert peer["last_recon"]["outcome"] == "ok", peer
     text = node.cli("peers").stdout
-    assert f"{other.peer_id}" in text and "direct" in text and "rtt" in text, text
+    assert f"{other.peer_id}" in text and "direct" in text and "RTT" in text, text
     assert "address book:" in text
     assert node.status()["address_book"] >= 2
     watch = node.cli("status", "--watch", "--count", "1", "--interval", "0.2")

@@ -61,6 +61,11 @@ def test_db_declare_on_a_default_config_is_a_clear_error(plain: NodeProcess) -> 
     written = syncnode("db", "upsert", "users", "u1", "name=x", *at(plain))
     assert written.returncode == 1 and "replicated database is off" in written.stderr
     assert "UnknownChannel" not in plain.log_tail(200)
+    # A disabled application answers alike, whichever it is: 409 naming the key to set.
+    for command in (("blocks", "head"), ("db", "watch", "users")):
+        off = syncnode(*command, *at(plain))
+        assert off.returncode == 1, off.stderr
+        assert "HTTP 409" in off.stderr and ".enabled = true" in off.stderr, off.stderr
 
 
 def test_db_enabled_declare_write_and_delete_of_unknown_ids(tmp_path: Path) -> None:
@@ -77,6 +82,13 @@ def test_db_enabled_declare_write_and_delete_of_unknown_ids(tmp_path: Path) -> N
         assert missing.returncode == 1
         assert "HTTP 404" in missing.stderr and "no row 'nobody' in users" in missing.stderr
         assert "nothing to delete" in missing.stderr
+        # The hint names this command's flag, not the API's body field.
+        assert "--pending deletes it anyway" in missing.stderr
+        assert '"pending"' not in missing.stderr
+        parked = syncnode("db", "update", "users", "nobody", "name=x", *where)
+        assert parked.returncode == 1 and "HTTP 404" in parked.stderr
+        assert "--pending queues the update" in parked.stderr
+        assert '"pending"' not in parked.stderr
         assert syncnode("db", "delete", "users", "u1", *where).returncode == 0
         # Deleting it again is fine (its tombstone is known), and --pending deletes a record
         # still to come from a peer.
@@ -149,6 +161,37 @@ def test_a_client_finds_its_node_from_the_data_dir_alone(tmp_path: Path) -> None
     assert not (node.data_dir / API_URL_FILE).exists()
     gone = syncnode("status", "--data-dir", data_dir)
     assert gone.returncode == 1 and "address from api.listen" in gone.stderr
+
+
+def test_an_api_url_left_by_a_killed_node_is_not_followed(tmp_path: Path) -> None:
+    """kill -9 leaves <data dir>/api_url behind: a client must not take it for a running node
+    (another process may serve that address by then), and a restarted node drops it before it
+    answers."""
+    node = NodeProcess(tmp_path / "a", env={"SYNCNODE_SPARK_ENABLED": "false"}).start()
+    other: NodeProcess | None = None
+    data_dir = str(node.data_dir)
+    try:
+        old_url = node.api_url
+        node.kill()  # SIGKILL: no clean stop
+        assert (node.data_dir / API_URL_FILE).read_text().strip() == old_url
+        # Someone else now answers at that address.
+        other = NodeProcess(tmp_path / "b", "--api", old_url.removeprefix("http://"),
+                            env={"SYNCNODE_SPARK_ENABLED": "false"}).start()
+        asked = syncnode("status", "--data-dir", data_dir, env={TOKEN_ENV: other.token})
+        assert asked.returncode == 1, asked.stdout
+        assert f"no node runs on {data_dir}: its api_url is left from a node that did not " \
+               "stop cleanly" in asked.stderr, asked.stderr
+        other.terminate()
+        other = None
+        # Restarted (on another port): the file names the new address once it answers.
+        node.start()
+        found = syncnode("id", "--data-dir", data_dir)
+        assert found.returncode == 0, found.stderr
+        assert found.stdout.splitlines()[0] == node.peer_id
+    finally:
+        if other is not None:
+            other.kill()
+        node.kill()
 
 
 def test_status_count_without_watch_is_an_error(plain: NodeProcess) -> None:

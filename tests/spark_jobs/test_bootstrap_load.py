@@ -6,18 +6,25 @@ Spark session needed)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select, update
 
-from node.snapshots.bootstrap import BootstrapError, bootstrap
+from node.snapshots.bootstrap import BootstrapError, LoadRules, bootstrap, pull
 from spark_jobs import testlog
 from spark_jobs.plain_snapshot import run_plain
 from storage import count_events, events, make_engine
 from storage.snapshot_files import load_manifest
+from sync.gossip import SenderPolicy
+from sync.ingest import EventRules
+from tests.conftest import ROOT
 from tests.spark_jobs.conftest import (
     NETWORK_ID,
     PERIOD_MS,
@@ -116,3 +123,56 @@ def test_an_event_with_a_bad_signature_in_a_signed_file_is_refused(
     with pytest.raises(BootstrapError, match=r"\.rcd\.gz: bad signature"):
         bootstrap(make_engine(target), snap, NETWORK_ID, rules=snapshot_rules(), workers=2)
     assert _count(target) == 0
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_events_of_a_channel_this_node_does_not_replicate_are_left_out_and_told(
+        plain_snapshot: Path, template_db: Path, tmp_path: Path, workers: int) -> None:
+    """A group that uses a channel this node has not enabled (the database, block streams):
+    the node loads the channels it replicates and says what it left out, rather than refusing
+    the whole snapshot; ``snapshot pull`` takes the rest once the channel is enabled."""
+    signer = next(iter(snapshot_rules().signers))
+    only_general = LoadRules.open([signer], ("general",), time.time())
+    target = fresh_db("sqlite", tmp_path, None, "fresh.db")
+    result = bootstrap(make_engine(target), plain_snapshot, NETWORK_ID, rules=only_general,
+                       workers=workers)
+    per_channel = SPEC.events // len(SPEC.channels)
+    assert (result.events, result.left_out) == (per_channel, {"blocks": per_channel})
+    assert _count(target) == per_channel
+    assert {row[2] for row in shared_log(target)} == {"general"}
+    # Enabled later: the pull adds exactly the events left out.
+    pulled = pull(make_engine(target), plain_snapshot, NETWORK_ID, rules=snapshot_rules())
+    assert (pulled.fetched, pulled.left_out) == (per_channel, {})
+    assert shared_log(target) == shared_log(f"sqlite:///{template_db}")
+
+
+def test_events_refused_for_another_reason_still_refuse_the_snapshot(
+        plain_snapshot: Path, tmp_path: Path) -> None:
+    """Leaving out is for channels this node does not run; an event it would refuse from a peer
+    (here: a sender outside the closed group) refuses the snapshot as before."""
+    signer = next(iter(snapshot_rules().signers))
+    closed = LoadRules(frozenset([signer]), EventRules(
+        frozenset(["general"]), SenderPolicy("", frozenset([signer])), 600_000), time.time())
+    target = fresh_db("sqlite", tmp_path, None, "fresh.db")
+    with pytest.raises(BootstrapError, match="refused as it would be from a peer: sender not in"):
+        bootstrap(make_engine(target), plain_snapshot, NETWORK_ID, rules=closed, workers=0)
+    assert _count(target) == 0
+
+
+def test_the_bootstrap_command_says_what_it_left_out_and_how_to_take_it(
+        plain_snapshot: Path, tmp_path: Path) -> None:
+    signer = next(iter(snapshot_rules().signers))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCNODE_")}
+    env.update(PYTHONPATH=str(ROOT), SYNCNODE_P2P_CHANNELS="general",
+               SYNCNODE_NODE_NETWORK_ID=str(NETWORK_ID))
+    done = subprocess.run(
+        [sys.executable, "-m", "node.cli", "bootstrap", "--from-snapshot", str(plain_snapshot),
+         "--data-dir", str(tmp_path / "n"), "--signer", signer, "--workers", "0"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    half = SPEC.events // 2
+    assert f"loaded {half} events from 5 record files" in done.stdout
+    assert (f"left out {half} events of channel 'blocks' (this node does not replicate it): "
+            "to take them, set SYNCNODE_BLOCKS_ENABLED=true (or [blocks] enabled = true, with "
+            f"blocks.producers) and run `syncnode snapshot pull {plain_snapshot}`"
+            ) in done.stdout, done.stdout

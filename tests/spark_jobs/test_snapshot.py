@@ -244,6 +244,39 @@ def test_settle_counts_from_the_clock_and_the_result_says_what_waits(
     assert second["events"] == SPEC.events and second["late"] == 0
 
 
+def test_the_hint_says_when_each_left_out_period_settles(template_db: Path) -> None:
+    """Events left out in several periods are included period by period, each once it ended
+    settle_ms ago: the result (and `snapshot status`) says how many the first rebuild after
+    the oldest one's settle time takes, and when all of them are in (not "after T includes
+    them" when most wait a period longer)."""
+    from node.cli.snapshot import explain_snapshot
+    from spark_jobs.testlog import test_key
+
+    url = f"sqlite:///{template_db}"
+    lamports = sorted(row[4] for row in shared_log(url))
+    settle = lamports[-1] + 1  # nothing has settled: every event is left out, no Spark
+    summary = snapshot.begin_build(url, Path("/nonexistent/snapshot"), test_key("snapshot-node", 0),
+                                   NETWORK_ID, period_ms=PERIOD_MS, settle_ms=settle,
+                                   include_open=False, sidecars=False, max_events_per_file=100,
+                                   now_ms=lamports[-1])
+    assert isinstance(summary, dict) and summary["pending_events"] == SPEC.events
+    oldest_period = lamports[0] // PERIOD_MS
+    in_oldest = sum(1 for x in lamports if x // PERIOD_MS == oldest_period)
+    assert 0 < in_oldest < SPEC.events
+    assert summary["pending_until_ms"] == (oldest_period + 1) * PERIOD_MS + settle
+    assert summary["pending_first_events"] == in_oldest
+    assert summary["pending_all_until_ms"] == (lamports[-1] // PERIOD_MS + 1) * PERIOD_MS + settle
+    # The settle rule itself: a build at each of those times writes exactly what was said.
+    for now, written in ((summary["pending_until_ms"] - 1, 0),
+                         (summary["pending_until_ms"], in_oldest),
+                         (summary["pending_all_until_ms"], SPEC.events)):
+        end = snapshot.end_period(lamports[-1], now, PERIOD_MS, settle)
+        assert sum(1 for x in lamports if x // PERIOD_MS < end) == written
+    left = explain_snapshot({"events": 0, "files": 0, **summary})[1]
+    assert f"left out: {SPEC.events} events" in left
+    assert f"includes {in_oldest} of them, one after " in left and "all of them" in left
+
+
 @pytest.mark.parametrize("sidecars", [False, True])
 def test_split_periods_match_the_plain_writer_byte_for_byte(
         spark: Any, template_db: Path, tmp_path: Path, node_key_file: Path, sidecars: bool
