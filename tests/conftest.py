@@ -14,7 +14,7 @@ TESTDATA = ROOT / "tests" / "testdata"
 
 @pytest.fixture(scope="session")
 def testdata() -> Path:
-    """``tests/testdata`` (sources and licences in its README); a missing file fails, never skips."""
+    """``tests/testdata`` (sources and licences in its README); a missing file fails."""
     if not (TESTDATA / "vectors.md").is_file():
         pytest.fail(f"conformance data missing: {TESTDATA / 'vectors.md'}")
     return TESTDATA

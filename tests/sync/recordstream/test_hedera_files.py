@@ -1,4 +1,4 @@
-"""Every expected value of the tests/testdata/vectors.md, recomputed from the real Hedera v6 files."""
+"""Every expected value of tests/testdata/vectors.md, recomputed from the Hedera v6 files."""
 
 from __future__ import annotations
 
