@@ -41,7 +41,7 @@ from sync.replication.actions import (
     SessionFailed,
     StartSession,
 )
-from sync.transfer import ClaimTable, KeyRange, RangeBacklog, not_recent
+from sync.transfer import ClaimTable, KeyRange, RangeBacklog, causal_order, not_recent
 
 __all__ = ["LifecycleConfig", "ReconLifecycle", "SessionPlan"]
 
@@ -220,6 +220,9 @@ class ReconLifecycle:
         actions = self._lapse(now)
         if self.config.gossip_grace_ms:
             missing = not_recent(missing, wall_ms, self.config.gossip_grace_ms)
+        # Claimed and fetched in causal order, so that SDS never waits on a dependency that
+        # comes later in the same fetch (sync.transfer.causal).
+        missing = causal_order(missing)
         ticket = plan.ticket = self.claims.open(plan.peer, now)
         keys = self.claims.claim(ticket, missing, now)
         self._wants[ticket] = _Want(plan, keys)
