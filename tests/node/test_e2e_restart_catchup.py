@@ -1,0 +1,65 @@
+"""Catch-up after a restart, with real node processes on the default settings (issue 37,
+finding 2): b is killed with SIGKILL in the middle of a publish burst and restarted; its peers
+a and c then take in every event b holds, in one pass: none is evicted from SDS's dependency
+buffer and none is fetched twice (``recon_events_fetched_total`` equals
+``recon_events_stored_total``, the fetched events that were new to the database).
+
+Before the fix each Recon session fetched thousands of b's events out of causal order, SDS's
+bounded buffer evicted most of them and the next session (``recon.interval_s`` later) fetched
+them again: minutes for a few thousand events (``sync.transfer.causal``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.node.burst import burst_and_kill, events_held
+from tests.node.cluster import metric, wait_for
+from tests.node.procs import NodeProcess
+
+pytestmark = [pytest.mark.slow]
+
+BURST = 5_000
+KILL_AFTER = 3_000  # stored on b when it is killed: more than SDS buffers per sender (1,000)
+EVICTED = 'sds_evicted_total{buffer="waiting"}'
+
+
+def start(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
+    args: list[str] = []
+    for peer in peers:
+        args += ["--bootstrap", peer.listen_addrs[0]]
+    return NodeProcess(base / name, *args).start()
+
+
+def test_peers_of_a_node_killed_mid_burst_take_in_its_events_once(tmp_path: Path) -> None:
+    nodes: list[NodeProcess] = []
+    try:
+        a = start(tmp_path, "a")
+        nodes.append(a)
+        b = start(tmp_path, "b", a)
+        nodes.append(b)
+        c = start(tmp_path, "c", a, b)
+        nodes.append(c)
+        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
+                 "the three nodes did not connect")
+        burst_and_kill(b, BURST, KILL_AFTER, tmp_path)
+        b.start()
+        stored = events_held(b)
+        assert stored >= KILL_AFTER
+        started = time.monotonic()
+        # Generous: one Recon round (10 s by default) and the gossip grace, then the fetch.
+        wait_for(lambda: all(events_held(n) == stored for n in (a, c)), 180,
+                 f"a and c did not take in b's {stored} events")
+        took = time.monotonic() - started
+        for peer in (a, c):
+            fetched = metric(peer, "recon_events_fetched_total")
+            new = metric(peer, "recon_events_stored_total")
+            assert fetched == new, f"{fetched} fetched for {new} stored: fetched twice"
+            assert metric(peer, EVICTED) == 0, peer.log_tail()
+        print(f"a and c held b's {stored} events {took:.1f} s after its restart")
+    finally:
+        for n in nodes:
+            n.kill()
