@@ -44,7 +44,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
 
-from tests.node.burst import burst_and_kill, events_held  # noqa: E402
+from tests.node.burst import events_held, killed_mid_burst, start_on_defaults  # noqa: E402
 from tests.node.cluster import metric  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
 
@@ -56,13 +56,6 @@ JSON_KEYS = ("burst", "stored_on_b", "lacked", "catchup_after_restart_s",
 EVICTED = 'sds_evicted_total{buffer="waiting"}'
 TIMEOUT_S = 900.0
 POLL_S = 0.05
-
-
-def start(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
-    args: list[str] = []
-    for peer in peers:
-        args += ["--bootstrap", peer.listen_addrs[0]]
-    return NodeProcess(base / name, *args).start()
 
 
 @dataclass
@@ -107,49 +100,40 @@ def watch(nodes: list[NodeProcess], target: int, started: float) -> list[CatchUp
 
 def run(burst: int, kill_after: int, keep: Path | None) -> dict[str, object]:
     base = Path(tempfile.mkdtemp(prefix="syncnode-restart-catchup-"))
-    nodes: list[NodeProcess] = []
     try:
-        a = start(base, "a")
-        nodes.append(a)
-        b = start(base, "b", a)
-        nodes.append(b)
-        c = start(base, "c", a, b)
-        nodes.append(c)
-        deadline = time.monotonic() + 60
-        while any(len(n.get("/v1/peers")["connected"]) < 2 for n in nodes):
-            if time.monotonic() > deadline:
-                raise SystemExit("the three nodes did not connect")
-            time.sleep(0.2)
-        burst_and_kill(b, burst, kill_after, base)
-        b.start()
-        stored = events_held(b)
-        peers = watch([a, c], stored, time.monotonic())
-        d = start(base, "d", a)
-        nodes.append(d)
-        (fresh,) = watch([d], stored, time.monotonic())
-        # The slower peer of b's is the figure (the issue's: both must hold everything).
-        slow = min(peers, key=lambda p: p.rate)
-        # Nothing fetched twice: every fetched event was new to the database.
-        refetched = int(sum(metric(n, "recon_events_fetched_total")
-                            - metric(n, "recon_events_stored_total") for n in (a, c, d)))
-        evicted = int(sum(metric(n, EVICTED) for n in (a, c, d)))
-        return {
-            "burst": burst, "stored_on_b": stored, "lacked": [p.lacked for p in peers],
-            "catchup_after_restart_s": round(max(p.wall_s for p in peers), 2),
-            "catchup_after_restart_fetch_s": [round(p.fetch_s, 2) for p in peers],
-            "catchup_after_restart_per_s": _figure(slow.rate),
-            "catchup_fresh_s": round(fresh.wall_s, 2),
-            "catchup_fresh_fetch_s": round(fresh.fetch_s, 2),
-            "catchup_fresh_per_s": _figure(fresh.rate),
-            "refetched": refetched, "evicted_waiting": evicted,
-            "load_avg_1m": round(os.getloadavg()[0], 2),
-        }
+        with killed_mid_burst(base, burst, kill_after) as (nodes, stored):
+            return measure(base, nodes, stored, burst)
     finally:
-        for n in nodes:
-            n.kill()
         if keep is not None:
             shutil.copytree(base, keep, dirs_exist_ok=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def measure(base: Path, nodes: list[NodeProcess], stored: int, burst: int
+            ) -> dict[str, object]:
+    """Time the catch-up of b's peers, then of a fresh node d (appended to ``nodes``)."""
+    a, _, c = nodes
+    peers = watch([a, c], stored, time.monotonic())
+    d = start_on_defaults(base, "d", a)
+    nodes.append(d)
+    (fresh,) = watch([d], stored, time.monotonic())
+    # The slower peer of b's is the figure (the issue's: both must hold everything).
+    slow = min(peers, key=lambda p: p.rate)
+    # Nothing fetched twice: every fetched event was new to the database.
+    refetched = int(sum(metric(n, "recon_events_fetched_total")
+                        - metric(n, "recon_events_stored_total") for n in (a, c, d)))
+    evicted = int(sum(metric(n, EVICTED) for n in (a, c, d)))
+    return {
+        "burst": burst, "stored_on_b": stored, "lacked": [p.lacked for p in peers],
+        "catchup_after_restart_s": round(max(p.wall_s for p in peers), 2),
+        "catchup_after_restart_fetch_s": [round(p.fetch_s, 2) for p in peers],
+        "catchup_after_restart_per_s": _figure(slow.rate),
+        "catchup_fresh_s": round(fresh.wall_s, 2),
+        "catchup_fresh_fetch_s": round(fresh.fetch_s, 2),
+        "catchup_fresh_per_s": _figure(fresh.rate),
+        "refetched": refetched, "evicted_waiting": evicted,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def _figure(rate: float) -> int | None:

@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.node.cluster import wait_for
 from tests.node.procs import NodeProcess
+
+
+def start_on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
+    """A node on the default settings (no fast timers), bootstrapped from ``peers``."""
+    args: list[str] = []
+    for peer in peers:
+        args += ["--bootstrap", peer.listen_addrs[0]]
+    return NodeProcess(base / name, *args).start()
 
 
 def events_held(node: NodeProcess) -> int:
@@ -32,3 +43,26 @@ def burst_and_kill(node: NodeProcess, count: int, kill_after: int, workdir: Path
     finally:
         publisher.kill()
         publisher.wait(timeout=30)
+
+
+@contextmanager
+def killed_mid_burst(base: Path, count: int, kill_after: int
+                     ) -> Iterator[tuple[list[NodeProcess], int]]:
+    """Nodes a, b and c on the defaults, connected; b publishes ``count`` events and is killed
+    with SIGKILL once it stored ``kill_after``, then restarted. Yields ([a, b, c], the events b
+    holds after its restart); nodes appended to the list are killed at the end too."""
+    nodes: list[NodeProcess] = []
+    try:
+        a = start_on_defaults(base, "a")
+        nodes.append(a)
+        b = start_on_defaults(base, "b", a)
+        nodes.append(b)
+        nodes.append(start_on_defaults(base, "c", a, b))
+        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
+                 "the three nodes did not connect")
+        burst_and_kill(b, count, kill_after, base)
+        b.start()
+        yield nodes, events_held(b)
+    finally:
+        for n in nodes:
+            n.kill()

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.burst import burst_and_kill, events_held
+from tests.node.burst import events_held, killed_mid_burst
 from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow]
 
@@ -27,27 +26,8 @@ KILL_AFTER = 3_000  # stored on b when it is killed: more than SDS buffers per s
 EVICTED = 'sds_evicted_total{buffer="waiting"}'
 
 
-def start(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
-    args: list[str] = []
-    for peer in peers:
-        args += ["--bootstrap", peer.listen_addrs[0]]
-    return NodeProcess(base / name, *args).start()
-
-
 def test_peers_of_a_node_killed_mid_burst_take_in_its_events_once(tmp_path: Path) -> None:
-    nodes: list[NodeProcess] = []
-    try:
-        a = start(tmp_path, "a")
-        nodes.append(a)
-        b = start(tmp_path, "b", a)
-        nodes.append(b)
-        c = start(tmp_path, "c", a, b)
-        nodes.append(c)
-        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
-                 "the three nodes did not connect")
-        burst_and_kill(b, BURST, KILL_AFTER, tmp_path)
-        b.start()
-        stored = events_held(b)
+    with killed_mid_burst(tmp_path, BURST, KILL_AFTER) as ([a, _, c], stored):
         assert stored >= KILL_AFTER
         started = time.monotonic()
         # Generous: one Recon round (10 s by default) and the gossip grace, then the fetch.
@@ -60,6 +40,3 @@ def test_peers_of_a_node_killed_mid_burst_take_in_its_events_once(tmp_path: Path
             assert fetched == new, f"{fetched} fetched for {new} stored: fetched twice"
             assert metric(peer, EVICTED) == 0, peer.log_tail()
         print(f"a and c held b's {stored} events {took:.1f} s after its restart")
-    finally:
-        for n in nodes:
-            n.kill()
