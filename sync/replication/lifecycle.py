@@ -41,7 +41,7 @@ from sync.replication.actions import (
     SessionFailed,
     StartSession,
 )
-from sync.transfer import ClaimTable, KeyRange, RangeBacklog, causal_order, not_recent
+from sync.transfer import ClaimTable, KeyRange, RangeBacklog, not_recent
 
 __all__ = ["LifecycleConfig", "ReconLifecycle", "SessionPlan"]
 
@@ -214,15 +214,14 @@ class ReconLifecycle:
 
     def want(self, plan: SessionPlan, missing: Iterable[bytes], now: float,
              wall_ms: int) -> list[Action]:
-        """The fetch phase begins with ``missing`` (what reconciliation found): lapsed claims
-        are settled first, keys gossip is still delivering left out, the rest claimed. Returns
-        a ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
+        """The fetch phase begins with ``missing`` (what reconciliation found, in causal order:
+        ``sync.transfer.ReconExchange``): lapsed claims are settled first, keys gossip is still
+        delivering left out, the rest claimed, their order kept (it is the fetch order, and
+        SDS delivers what comes in causal order without buffering it). Returns a
+        ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
         actions = self._lapse(now)
         if self.config.gossip_grace_ms:
             missing = not_recent(missing, wall_ms, self.config.gossip_grace_ms)
-        # Claimed and fetched in causal order, so that SDS never waits on a dependency that
-        # comes later in the same fetch (sync.transfer.causal).
-        missing = causal_order(missing)
         ticket = plan.ticket = self.claims.open(plan.peer, now)
         keys = self.claims.claim(ticket, missing, now)
         self._wants[ticket] = _Want(plan, keys)

@@ -5,10 +5,12 @@ the gossip-grace filter applied to the keys before they are fetched.
 Every frame of the phase is ``RECON`` + a Recon message. The responder may instead answer the
 initiator's first message with a lone ``BUSY`` (it is already in a session with us): the
 exchange ends as *declined*, which is not a failure. Of the keys found missing the causally
-first ``max_missing_keys`` are kept (bounded memory for keys we do not have; lowest height
-first, so that what is fetched can be delivered: ``sync.transfer.causal``); the rest waits for
-a later session and the exchange is marked *truncated* (an honest catch-up just takes more
-sessions).
+first ``max_missing_keys`` are kept (bounded memory for keys we do not have); the rest waits
+for a later session and the exchange is marked *truncated* (an honest catch-up just takes more
+sessions). Once the session is done, ``missing`` is in causal order (lowest height first), the
+order they are claimed and fetched in, so that SDS can deliver each fetched event as it
+arrives (``sync.transfer.causal``). The order is put here, in the Recon worker thread where
+the driver runs the exchange, rather than in the event loop.
 
 The phase has a deadline: ``timeout_s`` (``recon.session_timeout_s``) after ``started``, the
 driver's clock when the stream opened. ``get_timer()`` returns it while the phase runs; at or
@@ -128,6 +130,7 @@ class ReconExchange:
         dropped = sum(self._keep(event.keys) for event in session.events()
                       if isinstance(event, MissingKeys))
         if session.done:
+            # In causal order once complete: the order the keys are claimed and fetched in.
             dropped += self._trim()
         if dropped:
             actions.append(KeysDropped(dropped))
@@ -151,17 +154,19 @@ class ReconExchange:
         return self._trim()
 
     def _trim(self) -> int:
-        """Cut ``missing`` back to its causally first ``max_missing_keys``; how many went."""
-        if len(self.missing) <= self.max_missing_keys:
-            return 0
+        """Put ``missing`` in causal order and cut it back to its first ``max_missing_keys``;
+        how many went."""
         ranked = causal_order(self.missing)
         bound = self.max_missing_keys
-        self.missing, rest = ranked[:bound], sorted(ranked[bound:])
+        self.missing = ranked[:bound]
+        if len(ranked) <= bound:
+            return 0
+        rest = sorted(ranked[bound:])
         self.truncated = True
         low = rest[0]
         if self.lowest_dropped is None or low < self.lowest_dropped:
             self.lowest_dropped = low
-        every = max(self.max_missing_keys, 1)
+        every = max(bound, 1)
         # Dropped keys in key order, one in every ``every`` (counting across cuts).
         first = -self.dropped % every
         if len(self.cuts) < MAX_CUTS:

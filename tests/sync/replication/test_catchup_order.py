@@ -1,9 +1,9 @@
 """A Recon catch-up of a peer that already holds part of a stream (the gossip it heard before
-the sender crashed), through the real cores on a fixed clock: a ``ReconSession`` finds the
-missing keys, ``ReconLifecycle`` claims them and says in which order to fetch them,
-``WantFetcher`` cuts them into want lists of the node's default size, and each answer takes the
-one ingest path (``verify_wires``, ``order``, ``ingest_batch``) into a real ``SdsChannel`` with
-the default (bounded) dependency buffer.
+the sender crashed), through the real cores on a fixed clock: a ``ReconSession`` in a
+``ReconExchange`` finds the missing keys (and puts them in the order to fetch them),
+``ReconLifecycle`` claims them, they are cut into want lists of the node's default size (as
+``WantFetcher`` does), and each answer takes the one ingest path (``verify_wires``, ``order``,
+``ingest_batch``) into a real ``SdsChannel`` with the default (bounded) dependency buffer.
 
 What must hold (issue 37, "catch-up after a restart crawls"): one session delivers every
 missing event, none is evicted from SDS's dependency buffer, and so none is ever fetched twice.
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from sync.gossip import SenderPolicy
 from sync.ingest import IngestSpec, VerifiedBatch, verify_wires
-from sync.recon import MemoryKeyStore, ReconSession, network_bounds, shuttle
+from sync.recon import MemoryKeyStore, ReconSession, network_bounds
 from sync.replication import (
     LifecycleConfig,
     ReadStored,
@@ -33,14 +33,16 @@ from sync.replication import (
     screen,
 )
 from sync.sds import Delivered, Evicted, SdsChannel
+from sync.transfer import ReconExchange, SendFrame
 from tests.sync.sds.helpers import CHANNEL, T0, channel
 
 SPEC = IngestSpec(network_id=1)
 AHEAD_MS = 600_000
 #: More than SDS's default dependency buffer holds per sender (1,000).
 BURST = 2_500
-#: The node's default ``recon.fetch_batch``.
+#: The node's default ``recon.fetch_batch`` and ``recon.max_missing_keys``.
 FETCH_BATCH = 500
+MAX_MISSING = 100_000
 
 
 @cache
@@ -49,6 +51,21 @@ def burst() -> tuple[list[bytes], VerifiedBatch]:
     sender = channel(1)
     wires = [sender.send(f"burst {k}".encode(), T0 + k / 2000) for k in range(BURST)]
     return wires, verify_wires(SPEC, wires)
+
+
+def reconcile(ours: ReconExchange, theirs: ReconExchange) -> list[bytes]:
+    """Carry frames between the two sides of a reconciliation, as the stream driver does;
+    the keys our side found missing (``ReconExchange.missing``)."""
+    to_theirs, to_ours = [ours.start()], []
+    while to_theirs or to_ours:
+        for inbox, side, outbox in ((to_theirs, theirs, to_ours), (to_ours, ours, to_theirs)):
+            for frame in inbox:
+                if not side.done:
+                    outbox += [a.frame for a in side.receive(frame, now=0.0)
+                               if isinstance(a, SendFrame)]
+            inbox.clear()
+    assert ours.done and theirs.done
+    return ours.missing
 
 
 def catch_up(held: set[int], now: float) -> tuple[set[str], int, int]:
@@ -66,13 +83,13 @@ def catch_up(held: set[int], now: float) -> tuple[set[str], int, int]:
     for key in verified.keys:
         theirs.insert(key)
     interests = [network_bounds(1)]
-    result = shuttle(ReconSession.initiator(ours, interests), ReconSession.responder(
-        theirs, interests))
+    found = reconcile(ReconExchange(ReconSession.initiator(ours, interests), MAX_MISSING),
+                      ReconExchange(ReconSession.responder(theirs, interests), MAX_MISSING))
 
     core = ReconLifecycle("me", interests, random.Random(1), LifecycleConfig())
     plan = core.begin("sender", Role.INITIATOR, now)
     assert plan is not None
-    read = core.want(plan, result.initiator_missing, now, int(now * 1000))[-1]
+    read = core.want(plan, found, now, int(now * 1000))[-1]
     assert isinstance(read, ReadStored)
     keys = core.stored(read.ticket, set())
     by_key = dict(zip(verified.keys, wires, strict=True))
