@@ -74,7 +74,8 @@ def test_missing_keys_bounded_and_counted() -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 1999), st.integers(1, 1500))
-def test_missing_keys_come_in_causal_order_and_truncation_keeps_the_first(held: int, bound: int) -> None:
+def test_missing_keys_come_in_causal_order_and_truncation_keeps_the_first(
+        held: int, bound: int) -> None:
     # One sender's stream of 2,000 events; we hold its first ``held``. Reconciliation (default
     # settings) announces the ranges above the held part first (they settle sooner): keeping
     # the first announced would keep later events and drop the ones they depend on (fetched,
