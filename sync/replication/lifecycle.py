@@ -221,7 +221,13 @@ class ReconLifecycle:
         ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
         actions = self._lapse(now)
         if self.config.gossip_grace_ms:
-            missing = not_recent(missing, wall_ms, self.config.gossip_grace_ms)
+            found = list(missing)
+            missing = not_recent(found, wall_ms, self.config.gossip_grace_ms)
+            if len(missing) < len(found):
+                # Left to gossip: if gossip does not bring them (their sender restarted and
+                # will not resend them), the round after the grace fetches them, not one a
+                # whole interval later (the next round is min_round_s >= the grace away).
+                self.poke()
         ticket = plan.ticket = self.claims.open(plan.peer, now)
         keys = self.claims.claim(ticket, missing, now)
         self._wants[ticket] = _Want(plan, keys)
