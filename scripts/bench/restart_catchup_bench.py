@@ -13,11 +13,13 @@ every 50 ms, and each catch-up is timed two ways:
   the pair took in over the time either of them was taking any in (the polling intervals in
   which a count rose). Idle intervals are left out: between two Recon sessions nothing is
   fetched, and the first session after a restart leaves b's newest events to gossip for
-  ``recon.gossip_grace_s`` (3 s; b will not resend them, so the next round fetches them).
+  ``recon.gossip_grace_s`` (3 s; b will not resend them, so the round after the grace
+  fetches them).
   Issue 37's crawl was this rate (~30-40 events/s: each Recon session fetched thousands and
   kept a few hundred). ``*_per_peer_per_s``: the same per node (its own active intervals).
 * ``catchup_after_restart_s`` and ``catchup_fresh_s``: wall time from b's restart (d's and e's
-  start) until both hold everything, waits for Recon rounds included: what a user waits.
+  start, side by side) until both hold everything, waits for Recon rounds included: what a
+  user waits. ``lacked`` and ``fresh_lacked``: what each lacked when the polling began.
 
 No event may be fetched twice: ``refetched`` sums, over a, c, d and e, the events fetched by
 Recon (``recon_events_fetched_total``) beyond those new to the database
@@ -36,6 +38,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +52,7 @@ from tests.node.cluster import metric  # noqa: E402
 from tests.node.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "restart_catchup.json"
-JSON_KEYS = ("burst", "stored_on_b", "lacked", "catchup_after_restart_s",
+JSON_KEYS = ("burst", "stored_on_b", "lacked", "fresh_lacked", "catchup_after_restart_s",
              "catchup_after_restart_per_s", "catchup_after_restart_per_peer_per_s",
              "catchup_fresh_s", "catchup_fresh_per_s", "catchup_fresh_per_peer_per_s",
              "refetched", "evicted_waiting", "load_avg_1m")
@@ -76,23 +79,28 @@ def _rate(events: int, seconds: float) -> int | None:
 
 
 def watch(nodes: list[NodeProcess], target: int) -> CatchUp:
-    """Poll the nodes (every ``POLL_S``) until each holds ``target`` events."""
+    """Poll the nodes (every ``POLL_S``) until each holds ``target`` events. A rate counts the
+    events taken in over the intervals in which they were (a node may have begun before the
+    first poll: what it took in before is neither counted nor timed)."""
     started = last = time.monotonic()
     counts = [events_held(n) for n in nodes]
     lacked = [target - c for c in counts]
-    active_any, active = 0.0, [0.0] * len(nodes)
+    taken, active, active_any = [0] * len(nodes), [0.0] * len(nodes), 0.0
     while min(counts) < target:
         if last > started + TIMEOUT_S:
             raise SystemExit(f"not caught up within {TIMEOUT_S:.0f} s: {counts} of {target}")
         time.sleep(POLL_S)
         now_counts = [events_held(n) for n in nodes]
         now = time.monotonic()
-        rose = [c > before for c, before in zip(now_counts, counts, strict=True)]
-        active_any += (now - last) if any(rose) else 0.0
-        active = [t + ((now - last) if up else 0.0) for t, up in zip(active, rose, strict=True)]
+        rose = [c - before for c, before in zip(now_counts, counts, strict=True)]
+        active_any += (now - last) if any(r > 0 for r in rose) else 0.0
+        for i, r in enumerate(rose):
+            if r > 0:
+                taken[i] += r
+                active[i] += now - last
         counts, last = now_counts, now
-    return CatchUp(lacked, round(last - started, 2), _rate(sum(lacked), active_any),
-                   [_rate(n, s) for n, s in zip(lacked, active, strict=True)])
+    return CatchUp(lacked, round(last - started, 2), _rate(sum(taken), active_any),
+                   [_rate(n, s) for n, s in zip(taken, active, strict=True)])
 
 
 def measure(base: Path, nodes: list[NodeProcess], stored: int, burst: int
@@ -100,7 +108,9 @@ def measure(base: Path, nodes: list[NodeProcess], stored: int, burst: int
     """Time the catch-up of b's peers, then of two fresh nodes (appended to ``nodes``)."""
     a, _, c = nodes
     restart = watch([a, c], stored)
-    fresh_nodes = [start_on_defaults(base, name, a) for name in ("d", "e")]
+    # Started side by side, so that their catch-ups overlap as a's and c's did.
+    with ThreadPoolExecutor(2) as pool:
+        fresh_nodes = list(pool.map(lambda name: start_on_defaults(base, name, a), "de"))
     nodes += fresh_nodes
     fresh = watch(fresh_nodes, stored)
     takers = [a, c, *fresh_nodes]
@@ -113,6 +123,7 @@ def measure(base: Path, nodes: list[NodeProcess], stored: int, burst: int
         "catchup_after_restart_s": restart.wall_s,
         "catchup_after_restart_per_s": restart.rate,
         "catchup_after_restart_per_peer_per_s": restart.per_peer,
+        "fresh_lacked": fresh.lacked,
         "catchup_fresh_s": fresh.wall_s,
         "catchup_fresh_per_s": fresh.rate,
         "catchup_fresh_per_peer_per_s": fresh.per_peer,
@@ -144,7 +155,7 @@ def main() -> int:
     result = run(burst, kill_after, args.keep)
     print(f"{'':24}{'lacked':>14}{'wall s':>8}{'events/s':>10}{'per node':>16}")
     for label, tag, lacked in (("after restart (a, c)", "after_restart", result["lacked"]),
-                               ("fresh (d, e)", "fresh", [result["stored_on_b"]] * 2)):
+                               ("fresh (d, e)", "fresh", result["fresh_lacked"])):
         print(f"{label:24}{lacked!s:>14}{result[f'catchup_{tag}_s']!s:>8}"
               f"{result[f'catchup_{tag}_per_s']!s:>10}"
               f"{result[f'catchup_{tag}_per_peer_per_s']!s:>16}")
