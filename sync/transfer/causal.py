@@ -12,7 +12,9 @@ backlog of thousands evicted most of what it fetched, which the next session fet
 A dependency always has a lower Lamport time than the event naming it, and a key carries its
 event's Lamport time (its height, ``sync.recon.key_height``), so fetching by (height, key)
 hands SDS every event after its dependencies, whatever order reconciliation found them in:
-nothing waits, nothing is evicted, nothing is fetched twice. Keys without a height (the
+nothing waits, nothing is evicted, nothing is fetched twice. ``ReconExchange`` puts its missing
+keys in this order when the session is done (and keeps the causally first when it must drop
+some); ``ReconLifecycle.want`` claims them, and the transfer fetches them, in that order. Keys without a height (the
 ceramic-one layout, or malformed: rejected when they arrive) follow in key order, which is
 the order a fresh node's reconciliation announces anyway.
 """
