@@ -14,9 +14,9 @@ event's Lamport time (its height, ``sync.recon.key_height``), so fetching by (he
 hands SDS every event after its dependencies, whatever order reconciliation found them in:
 nothing waits, nothing is evicted, nothing is fetched twice. ``ReconExchange`` puts its missing
 keys in this order when the session is done (and keeps the causally first when it must drop
-some); ``ReconLifecycle.want`` claims them, and the transfer fetches them, in that order. Keys without a height (the
-ceramic-one layout, or malformed: rejected when they arrive) follow in key order, which is
-the order a fresh node's reconciliation announces anyway.
+some); ``ReconLifecycle.want`` claims them, and the transfer fetches them, in that order.
+Keys without a height (the ceramic-one layout, or malformed: rejected when they arrive) follow
+in key order, which is the order a fresh node's reconciliation announces anyway.
 """
 
 from __future__ import annotations
