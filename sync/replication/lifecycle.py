@@ -214,12 +214,20 @@ class ReconLifecycle:
 
     def want(self, plan: SessionPlan, missing: Iterable[bytes], now: float,
              wall_ms: int) -> list[Action]:
-        """The fetch phase begins with ``missing`` (what reconciliation found): lapsed claims
-        are settled first, keys gossip is still delivering left out, the rest claimed. Returns
-        a ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
+        """The fetch phase begins with ``missing`` (what reconciliation found, in causal order:
+        ``sync.transfer.ReconExchange``): lapsed claims are settled first, keys gossip is still
+        delivering left out, the rest claimed, their order kept (it is the fetch order, and
+        SDS delivers what comes in causal order without buffering it). Returns a
+        ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
         actions = self._lapse(now)
         if self.config.gossip_grace_ms:
-            missing = not_recent(missing, wall_ms, self.config.gossip_grace_ms)
+            found = list(missing)
+            missing = not_recent(found, wall_ms, self.config.gossip_grace_ms)
+            if len(missing) < len(found):
+                # Left to gossip: if gossip does not bring them (their sender restarted and
+                # will not resend them), the round after the grace fetches them, not one a
+                # whole interval later (the next round is min_round_s >= the grace away).
+                self.poke()
         ticket = plan.ticket = self.claims.open(plan.peer, now)
         keys = self.claims.claim(ticket, missing, now)
         self._wants[ticket] = _Want(plan, keys)

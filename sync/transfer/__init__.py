@@ -4,6 +4,7 @@ claims and budgets, fetch-by-id, and caps on what a peer may have in flight."""
 from __future__ import annotations
 
 from sync.transfer.backlog import KeyRange, RangeBacklog
+from sync.transfer.causal import causal_order
 from sync.transfer.claims import ClaimTable, Lapsed
 from sync.transfer.exchange import (
     BUSY_FRAME,
@@ -65,6 +66,7 @@ __all__ = [
     "WantList",
     "WantServer",
     "byte_batches",
+    "causal_order",
     "encode_request",
     "not_recent",
     "pack_items",

@@ -4,9 +4,13 @@ the gossip-grace filter applied to the keys before they are fetched.
 
 Every frame of the phase is ``RECON`` + a Recon message. The responder may instead answer the
 initiator's first message with a lone ``BUSY`` (it is already in a session with us): the
-exchange ends as *declined*, which is not a failure. Keys found missing are kept up to
-``max_missing_keys`` (bounded memory for keys we do not have); the rest waits for a later
-session and the exchange is marked *truncated* (an honest catch-up just takes more sessions).
+exchange ends as *declined*, which is not a failure. Of the keys found missing the causally
+first ``max_missing_keys`` are kept (bounded memory for keys we do not have); the rest waits
+for a later session and the exchange is marked *truncated* (an honest catch-up just takes more
+sessions). Once the session is done, ``missing`` is in causal order (lowest height first), the
+order they are claimed and fetched in, so that SDS can deliver each fetched event as it
+arrives (``sync.transfer.causal``). The order is put here, in the Recon worker thread where
+the driver runs the exchange, rather than in the event loop.
 
 The phase has a deadline: ``timeout_s`` (``recon.session_timeout_s``) after ``started``, the
 driver's clock when the stream opened. ``get_timer()`` returns it while the phase runs; at or
@@ -23,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
-from sync.recon.eventid import key_height
 from sync.recon.session import MissingKeys, ReconSession
+from sync.transfer.causal import causal_order, height_of
 from sync.transfer.frames import BUSY, RECON
 
 __all__ = ["BUSY_FRAME", "Abort", "Action", "Declined", "KeysDropped", "ReconExchange", "SendFrame",
@@ -123,27 +127,47 @@ class ReconExchange:
             raise RemoteProtocolError("expected a Recon message", self.peer)
         reply = session.receive(frame[1:])
         actions: list[Action] = []
-        for event in session.events():
-            if isinstance(event, MissingKeys):
-                dropped = self._keep(event.keys)
-                if dropped:
-                    actions.append(KeysDropped(dropped))
+        dropped = sum(self._keep(event.keys) for event in session.events()
+                      if isinstance(event, MissingKeys))
+        if session.done:
+            # In causal order once complete: the order the keys are claimed and fetched in.
+            dropped += self._trim()
+        if dropped:
+            actions.append(KeysDropped(dropped))
         if reply is not None:
             actions.append(SendFrame(bytes([RECON]) + reply))
         return actions
 
     def _keep(self, keys: tuple[bytes, ...] | list[bytes]) -> int:
-        room = max(self.max_missing_keys - len(self.missing), 0)
-        self.missing.extend(keys[:room])
-        if len(keys) <= room:
+        """Take announced missing keys; how many were dropped to stay within the bound.
+
+        The keys kept are the causally first ``max_missing_keys`` of all announced, not the
+        first announced: reconciliation announces the ranges that settle soonest first, which
+        for a peer holding part of a stream are its later events, and fetched without their
+        dependencies those wait in SDS's bounded buffer, are evicted and are fetched again
+        (``sync.transfer.causal``). Found keys are gathered up to twice the bound, then cut
+        back to the causally first (every key dropped ranks after every key kept, since the
+        cut only moves down)."""
+        self.missing.extend(keys)
+        if len(self.missing) < 2 * max(self.max_missing_keys, 1):
             return 0
+        return self._trim()
+
+    def _trim(self) -> int:
+        """Put ``missing`` in causal order and cut it back to its first ``max_missing_keys``;
+        how many went."""
+        ranked = causal_order(self.missing)
+        bound = self.max_missing_keys
+        self.missing = ranked[:bound]
+        if len(ranked) <= bound:
+            return 0
+        rest = sorted(ranked[bound:])
         self.truncated = True
-        rest = keys[room:]
-        low = min(rest)
+        low = rest[0]
         if self.lowest_dropped is None or low < self.lowest_dropped:
             self.lowest_dropped = low
-        every = max(self.max_missing_keys, 1)
-        # Positions (in the order announced) that are multiples of ``every``.
+        every = max(bound, 1)
+        # Dropped keys in key order, one in every ``every`` (counting across cuts).
         first = -self.dropped % every
         if len(self.cuts) < MAX_CUTS:
             self.cuts.extend(rest[first::every][: MAX_CUTS - len(self.cuts)])
@@ -163,10 +187,7 @@ def not_recent(keys: Iterable[bytes], now_ms: int, grace_ms: int) -> list[bytes]
     lo, hi = now_ms - grace_ms, now_ms + grace_ms
     kept = []
     for key in keys:
-        try:
-            height = key_height(key)
-        except RemoteProtocolError:
-            height = None
+        height = height_of(key)
         if height is None or not lo <= height <= hi:
             kept.append(key)
     return kept

@@ -150,6 +150,34 @@ def test_gossip_is_left_the_keys_it_is_still_delivering() -> None:
     assert isinstance(read, ReadStored) and list(read.keys) == [old]
 
 
+def test_keys_left_to_gossip_are_fetched_the_round_after_the_grace() -> None:
+    # Issue 37: the peers of a node back from a crash reconcile with it at once, find its last
+    # burst within the gossip grace and leave it to gossip, which the restarted node will not
+    # resend; the next round must come once the grace passed, not a whole interval later.
+    from sync.recon.eventid import CIP124_DRAFT, event_key
+
+    cfg = LifecycleConfig.of(interval_s=10.0, gossip_grace_s=3.0, max_sessions=4,
+                             claim_timeout_s=15.0, max_missing_keys=1000)
+    for recent, due in ((True, T + cfg.min_round_s), (False, T + cfg.min_round_s + 5.0)):
+        c = ReconLifecycle("me", OURS, random.Random(1), cfg)
+        assert c.handle_timer(T, ["a"], no_latency) == [StartSession("a")]
+        plan = c.begin("a", Role.INITIATOR, T)
+        assert plan is not None
+        height = int(T * 1000) - (500 if recent else 60_000)
+        key = event_key(1, "general", "sender", height, b"\xab" * 32, CIP124_DRAFT)
+        read = c.want(plan, [key], T, int(T * 1000))[-1]
+        assert isinstance(read, ReadStored) and bool(read.keys) is not recent
+        fetched = c.stored(read.ticket, set())
+        c.delivered(read.ticket, fetched, T)
+        c.queued(fetched)
+        c.committed(fetched, set())
+        c.close(plan)
+        c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
+        # Left to gossip: the next round min_round_s (3 s, the grace) after this one; else
+        # after min_round_s plus half to all of the interval.
+        assert (c.get_timer() == due) if recent else (c.get_timer() >= due)
+
+
 def test_commits_end_holds_and_count_what_was_fetched() -> None:
     c = core()
     plan = c.begin("a", Role.INITIATOR, T)

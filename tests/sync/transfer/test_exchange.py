@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
@@ -70,6 +70,29 @@ def test_missing_keys_bounded_and_counted() -> None:
     dropped = run(a, b)
     assert len(a.missing) == 20 and set(a.missing) <= set(theirs)
     assert a.truncated and sum(d.count for d in dropped) == 30
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 1999), st.integers(1, 1500))
+def test_missing_keys_come_in_causal_order_and_truncation_keeps_the_first(
+        held: int, bound: int) -> None:
+    # One sender's stream of 2,000 events; we hold its first ``held``. Reconciliation (default
+    # settings) announces the ranges above the held part first (they settle sooner): keeping
+    # the first announced would keep later events and drop the ones they depend on (fetched,
+    # then evicted by SDS's bounded buffer, and fetched again).
+    stream = [event_key(1, "chan", "sender", NOW_MS + h, h.to_bytes(32, "big"))
+              for h in range(2000)]
+    ours = MemoryKeyStore.from_sorted(stream[:held])
+    a = ReconExchange(ReconSession.initiator(ours, FULL, peer="b"), bound, "b")
+    b = ReconExchange(ReconSession.responder(MemoryKeyStore.from_sorted(stream), FULL,
+                                             peer="a"), bound, "a")
+    dropped = run(a, b)
+    missing = stream[held:]
+    assert a.truncated == (len(missing) > bound)
+    assert a.missing == missing[:bound]  # the lowest heights, in causal order
+    assert sum(d.count for d in dropped) == max(len(missing) - bound, 0)
+    if a.truncated:
+        assert a.lowest_dropped == missing[bound]
 
 
 def test_busy_first_answer_declines() -> None:

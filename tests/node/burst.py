@@ -1,0 +1,85 @@
+"""A publish burst cut short by SIGKILL, for the tests and the benchmark of what a node's peers
+go through when it dies mid-burst and comes back (issue 37)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.node.cluster import wait_for
+from tests.node.procs import NodeProcess
+
+
+def start_on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
+    """A node on the default settings (no fast timers), bootstrapped from ``peers``."""
+    args: list[str] = []
+    for peer in peers:
+        args += ["--bootstrap", peer.listen_addrs[0]]
+    return NodeProcess(base / name, *args).start()
+
+
+def events_held(node: NodeProcess) -> int:
+    """How many events the node's log holds."""
+    return int(node.get("/v1/status")["events"])
+
+
+def _publish(node: NodeProcess, count: int, path: Path, channel: str) -> subprocess.Popen[bytes]:
+    """Start ``syncnode publish --lines`` of ``count`` lines on ``node``."""
+    path.write_text("".join(f"{path.stem} event {i:06d}\n" for i in range(count)))
+    return subprocess.Popen(node.cli_command("publish", channel, "--lines", str(path)),
+                            cwd=ROOT, env=node.cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def burst_and_kill(node: NodeProcess, count: int, kill_after: int, workdir: Path,
+                   channel: str = "general") -> None:
+    """Publish ``count`` lines on ``node`` (``syncnode publish --lines``) and kill the node with
+    SIGKILL as soon as its log holds ``kill_after`` events (or the burst ended first)."""
+    publisher = _publish(node, count, workdir / "burst.txt", channel)
+    try:
+        while events_held(node) < kill_after and publisher.poll() is None:
+            time.sleep(0.02)
+        node.kill()
+    finally:
+        publisher.kill()
+        publisher.wait(timeout=30)
+
+
+@contextmanager
+def killed_mid_burst(base: Path, count: int, kill_after: int, *, away_after: int = 0
+                     ) -> Iterator[tuple[list[NodeProcess], int]]:
+    """Nodes a, b and c on the defaults, connected; b publishes ``count`` events and is killed
+    with SIGKILL once it stored ``kill_after``, then restarted. Yields ([a, b, c], the events b
+    holds after its restart); nodes appended to the list are killed at the end too.
+
+    ``away_after``: b first publishes that many events, which a and c take in, and c is
+    stopped (SIGTERM) for the burst and started again after b: c then holds exactly the
+    start of b's stream and lacks the whole burst, whatever gossip delivered to a."""
+    nodes: list[NodeProcess] = []
+    try:
+        a = start_on_defaults(base, "a")
+        nodes.append(a)
+        b = start_on_defaults(base, "b", a)
+        nodes.append(b)
+        c = start_on_defaults(base, "c", a, b)
+        nodes.append(c)
+        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
+                 "the three nodes did not connect")
+        if away_after:
+            with _publish(b, away_after, base / "before.txt", "general") as first:
+                assert first.wait(timeout=120) == 0
+            wait_for(lambda: all(events_held(n) == away_after for n in nodes), 120,
+                     "a and c did not take in b's first events")
+            c.terminate()
+        burst_and_kill(b, count, kill_after, base)
+        b.start()
+        if away_after:
+            c.start()
+        yield nodes, events_held(b)
+    finally:
+        for n in nodes:
+            n.kill()
