@@ -4,6 +4,7 @@ logged with the traceback of its leaf exception (however deep the task groups ne
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import logging
 from pathlib import Path
@@ -129,3 +130,24 @@ def test_a_node_whose_dial_loop_raises_keeps_serving(
     assert [f["task"] for f in fields] == ["PeerManager", "PeerManager"]
     assert fields[0]["error"] == "PeerStoreError: 'peer ID is expired'"
     assert "expired_twice" in fields[0]["traceback"]
+
+
+def test_the_cli_names_the_leaf_of_an_unexpected_group(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The daemon's exit line named only the outer group ("unexpected ExceptionGroup:
+    Exceptions from Trio nursery (1 sub-exception)"); it names the leaf now, and
+    SYNCNODE_DEBUG=1 prints the leaf's traceback, which the default hook cut at ten levels."""
+    cli_main = importlib.import_module("node.cli.main")  # (node.cli exports the function)
+
+    def crash(_args: object) -> int:
+        raise _nested(12)
+
+    monkeypatch.setattr(cli_main, "_cmd_run", crash)
+    monkeypatch.delenv("SYNCNODE_DEBUG", raising=False)
+    assert cli_main.main(["run"]) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: unexpected RuntimeError: the leaf that matters (a bug"), line
+    monkeypatch.setenv("SYNCNODE_DEBUG", "1")
+    with pytest.raises(ExceptionGroup):
+        cli_main.main(["run"])
+    assert "in _deep_failure" in capsys.readouterr().err
