@@ -1,4 +1,4 @@
-"""``GuardedPubsub``: py-libp2p 0.8.1's ``Pubsub`` with two faults of its stream handling fixed.
+"""``GuardedPubsub``: py-libp2p 0.8.1's ``Pubsub`` with five of its faults fixed.
 
 1. *Reading.* 0.8.1 catches only stream and varint errors in a peer's reader: bytes that are not
    a valid ``RPC`` protobuf raise ``DecodeError`` out of the handler and take the whole network
