@@ -17,7 +17,6 @@ came 10 s later with SDS's resend, a new gossip message, or by Recon with the de
 from __future__ import annotations
 
 import socket
-import tempfile
 import time
 from pathlib import Path
 
@@ -72,52 +71,55 @@ def _burst(b: NodeProcess, receivers: list[NodeProcess], base: Path) -> None:
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
-def test_restarted_node_is_heard_by_gossip_after_a_burst(stop: str) -> None:
-    # Short paths: the node's data dirs hold unix sockets in some configurations.
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        a = _node(base, "a")
-        nodes = [a]
-        try:
-            b = _node(base, "b", a)
-            nodes.append(b)
-            c = _node(base, "c", a, b)
-            nodes.append(c)
-            wait_for(lambda: _connected(b, a, c) and _connected(a, c), 30, "no cluster")
-            receivers = [a, c]
-            _burst(b, receivers, base)
+def test_restarted_node_is_heard_by_gossip_after_a_burst(stop: str, tmp_path: Path) -> None:
+    base = tmp_path
+    a = _node(base, "a")
+    nodes = [a]
+    try:
+        b = _node(base, "b", a)
+        nodes.append(b)
+        c = _node(base, "c", a, b)
+        nodes.append(c)
+        wait_for(lambda: _connected(b, a, c) and _connected(a, c), 30, "no cluster")
+        receivers = [a, c]
+        _burst(b, receivers, base)
 
-            if stop == "sigterm":
-                assert b.terminate() == 0
-            else:
-                b.kill()
-            b.extra_args = ["--bootstrap", a.listen_addrs[0], "--bootstrap", c.listen_addrs[0]]
-            b.start()
-            wait_for(lambda: _connected(b, a, c) and _connected(a, b) and _connected(c, b), 60,
-                     "the restarted node did not reconnect")
-            # The subscriptions are exchanged as a connection opens; a few heartbeats (1 s)
-            # let the meshes settle (nothing is asserted about this pause).
-            time.sleep(3)
-            delivered = [_delivered(r) for r in receivers]
-            other_paths = [[metric(r, name) for name in NOT_GOSSIP] for r in receivers]
+        if stop == "sigterm":
+            assert b.terminate() == 0
+        else:
+            b.kill()
+        b.extra_args = ["--bootstrap", a.listen_addrs[0], "--bootstrap", c.listen_addrs[0]]
+        b.start()
+        wait_for(lambda: _connected(b, a, c) and _connected(a, b) and _connected(c, b), 60,
+                 "the restarted node did not reconnect")
+        # The subscriptions are exchanged as a connection opens; a few heartbeats (1 s)
+        # let the meshes settle (nothing is asserted about this pause).
+        time.sleep(3)
+        delivered = [_delivered(r) for r in receivers]
+        other_paths = [[metric(r, name) for name in NOT_GOSSIP] for r in receivers]
 
-            started = time.monotonic()
-            answer = b.post("/v1/channels/general/events", {"content": "after the restart"})
-            arrival: dict[str, float] = {}
+        started = time.monotonic()
+        answer = b.post("/v1/channels/general/events", {"content": "after the restart"})
+        arrival: dict[str, float] = {}
 
-            def arrived() -> bool:
-                for receiver, count in zip(receivers, delivered, strict=True):
-                    if receiver.peer_id not in arrival and _delivered(receiver) > count:
-                        arrival[receiver.peer_id] = time.monotonic() - started
-                return len(arrival) == len(receivers)
+        def arrived() -> bool:
+            for receiver, count in zip(receivers, delivered, strict=True):
+                if receiver.peer_id not in arrival and _delivered(receiver) > count:
+                    arrival[receiver.peer_id] = time.monotonic() - started
+            return len(arrival) == len(receivers)
 
-            wait_for(arrived, 30, "the event published after the restart did not arrive")
-            for receiver, before in zip(receivers, other_paths, strict=True):
-                assert [metric(receiver, name) for name in NOT_GOSSIP] == before, \
-                    "the event came by Recon or fetch-by-id, not by gossip"
-                assert answer["message_id"] in {m for _, m, _ in channel_log(receiver, "general")}
-            print(f"{stop}: the first event after the restart arrived after", arrival)
-            assert max(arrival.values()) <= RESTART_GOSSIP_S, arrival
-        finally:
-            for node in nodes:
-                node.kill()
+        # A steady 20-ms poll (wait_for backs off to 0.5 s, too coarse for the 1-s bound).
+        deadline = started + 30
+        while not arrived():
+            assert time.monotonic() < deadline, \
+                f"the event published after the restart did not arrive within 30 s: {arrival}"
+            time.sleep(0.02)
+        for receiver, before in zip(receivers, other_paths, strict=True):
+            assert [metric(receiver, name) for name in NOT_GOSSIP] == before, \
+                "the event came by Recon or fetch-by-id, not by gossip"
+            assert answer["message_id"] in {m for _, m, _ in channel_log(receiver, "general")}
+        print(f"{stop}: the first event after the restart arrived after", arrival)
+        assert max(arrival.values()) <= RESTART_GOSSIP_S, arrival
+    finally:
+        for node in nodes:
+            node.kill()
