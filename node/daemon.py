@@ -28,6 +28,7 @@ from node.repo_lock import DataDirLocked, RepoLock
 from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import api_routes, build_services, node_views
 from node.store import EventStore
+from node.supervisor import supervise
 from node.ui import UiSessions
 from storage import make_engine, upgrade
 
@@ -98,11 +99,15 @@ def register_base_metrics(runtime: NodeRuntime) -> None:
     register_node_metrics(node_views(runtime).metrics)
 
 
-async def _run_services(scope: trio.CancelScope, *services: Service) -> None:
+async def _run_services(scope: trio.CancelScope, runtime: NodeRuntime,
+                        *services: Service) -> None:
+    # Each under its supervisor: an unexpected error is logged, counted and the service
+    # restarted; it never unwinds this nursery (and the node) with it.
     with scope:
         async with trio.open_nursery() as nursery:
             for service in services:
-                nursery.start_soon(service.run)
+                nursery.start_soon(supervise, type(service).__name__, service.run,
+                                   runtime.metrics, runtime.clock)
 
 
 async def serve(
@@ -165,7 +170,7 @@ async def _serve_locked(
             running, app_routes = await build_services(runtime)
             recon = runtime.recon
             services = trio.CancelScope()
-            nursery.start_soon(_run_services, services, *running)
+            nursery.start_soon(_run_services, services, runtime, *running)
             sessions = UiSessions(config.ui, runtime.metrics)
             views = node_views(runtime)
             app = ApiGuard(

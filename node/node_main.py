@@ -10,6 +10,7 @@ import trio
 from node.config import Config
 from node.config_fields import ConfigError
 from node.daemon import StartupError, serve
+from node.leaves import leaf_exceptions
 from node.p2p.frames import P2PError
 from node.p2p.identity import IdentityError
 from node.runtime import package_version
@@ -40,15 +41,9 @@ async def run_node(config: Config) -> int:
     return 0
 
 
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
-
-
 def startup_problem(error: BaseException) -> str | None:
     """The one-line reason when ``error`` (often a group) means the node could not start."""
-    for leaf in _leaves(error):
+    for leaf in leaf_exceptions(error):
         if isinstance(leaf, StartupError | IdentityError | ConfigError):
             return str(leaf)
         if isinstance(leaf, OSError) and leaf.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):

@@ -50,6 +50,8 @@ OTHER_COUNTERS = {
     "dht_errors_total": "DHT discovery rounds that failed",
     "app_events_applied_total": "Events applied by a hosted application, by app",
     "app_errors_total": "Events a hosted application failed to apply, by app",
+    "node_task_failures_total": "Unexpected errors a long-lived task of the node raised, by "
+                                "task (it was logged and restarted; the node stayed up)",
 }
 
 P2P_HELP = {
@@ -99,7 +101,7 @@ def register_node_metrics(runtime: MetricsNode) -> None:
         metrics.describe(name, "counter", help_text)
     # Unlabelled counters start at 0 so that rate() works from the first scrape.
     for name in OTHER_COUNTERS:
-        if not name.startswith(("app_",)):
+        if not name.startswith(("app_", "node_task_")):
             metrics.inc(name, 0)
 
     def on_commit(result: AppendResult, _records: Sequence[EventRecord]) -> None:

@@ -228,10 +228,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
     except Exception as exc:
+        # A daemon's error comes wrapped in many nested task groups: name the leaves (the
+        # default hook stops printing at ten levels, before them).
+        from node.leaves import format_leaves, summarise_leaves
+
         if os.environ.get("SYNCNODE_DEBUG"):
+            if isinstance(exc, BaseExceptionGroup):
+                print(format_leaves(exc), file=sys.stderr, end="")
             raise
-        print(f"error: unexpected {exc.__class__.__name__}: {exc} (a bug: please report it; "
-              "SYNCNODE_DEBUG=1 shows the traceback)".replace("\n", " "), file=sys.stderr)
+        print(f"error: unexpected {summarise_leaves(exc)} (a bug: please report it; "
+              "SYNCNODE_DEBUG=1 shows the traceback)", file=sys.stderr)
         return EXIT_FAILED
     return code
 

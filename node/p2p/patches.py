@@ -16,6 +16,7 @@ from typing import Any
 import libp2p
 import libp2p.network.connection.swarm_connection as _swarm_connection_module
 import libp2p.network.swarm as _swarm_module
+import libp2p.peer.peerstore as _peerstore_module
 import libp2p.pubsub.gossipsub as _gossipsub_module
 import libp2p.pubsub.pubsub as _pubsub_module
 from libp2p.abc import IHost, IMuxedConn
@@ -29,6 +30,7 @@ from node.p2p.frames import P2PError
 __all__ = [
     "SUPPORTED_LIBP2P_VERSION",
     "check_libp2p_version",
+    "patch_expired_peer_records",
     "patch_gossip_queues",
     "patch_inbound_slots",
     "patch_record_verification",
@@ -155,6 +157,34 @@ def patch_inbound_slots() -> None:
         if not hasattr(swarm, name):
             raise P2PError(f"libp2p Swarm.{name} is gone: cannot fix inbound connection slots")
     setattr(swarm, "_do_handle_inbound_connection", _serve_inbound_until_closed)  # noqa: B010
+
+
+def _drop_record_without_live_addrs(self: _peerstore_module.PeerStore, peer_id: ID) -> None:
+    """Forget ``peer_id``'s signed peer record when it has no live address left.
+
+    0.8.1 asks ``addrs(peer_id)``, which *raises* ``PeerStoreError('peer ID is expired')`` once
+    the entry's TTL has passed, out of ``clear_addrs``, ``add_addrs`` and the peerstore's own
+    cleanup. ``host.connect`` stores a peer's addresses with a 120-s TTL, and a record that
+    keeps arriving unchanged is not consumed again (``_consume_record_once``), so two minutes
+    after a connect the redial of a peer that left (``dial_fresh`` clears its addresses first)
+    raised out of the dial loop and ended the daemon. An expired entry has no live address:
+    its addresses are cleared (as ``addrs`` does) and the record dropped, never raised.
+    """
+    if peer_id not in self.peer_record_map:
+        return
+    data = self.peer_data_map.get(peer_id)
+    if data is not None and data.is_expired():
+        data.clear_addrs()
+    if data is None or not data.get_addrs():
+        self.peer_record_map.pop(peer_id, None)
+
+
+def patch_expired_peer_records() -> None:
+    check_libp2p_version()
+    store = _peerstore_module.PeerStore
+    if not hasattr(store, "maybe_delete_peer_record"):
+        raise P2PError("libp2p PeerStore.maybe_delete_peer_record is gone")
+    setattr(store, "maybe_delete_peer_record", _drop_record_without_live_addrs)  # noqa: B010
 
 
 class _NamedLoggingShim:

@@ -1,4 +1,4 @@
-"""``GuardedPubsub``: py-libp2p 0.8.1's ``Pubsub`` with two faults of its stream handling fixed.
+"""``GuardedPubsub``: py-libp2p 0.8.1's ``Pubsub`` with five of its faults fixed.
 
 1. *Reading.* 0.8.1 catches only stream and varint errors in a peer's reader: bytes that are not
    a valid ``RPC`` protobuf raise ``DecodeError`` out of the handler and take the whole network
@@ -32,6 +32,14 @@
    Here any such error of the registration counts (``failed_registrations``) and is handed to
    the retry loop as ``StreamClosed``: it retries while the peer stays connected, gives up
    when it is gone.
+5. *Message ids that repeat after a restart.* The message id is sender + ``seqno``, and 0.8.1
+   starts the seqno counter at ``int(time.time())``, adding one per message: a node that sent
+   more than one message a second before a restart (a burst) starts again below its last
+   seqno and reuses ids its peers still hold in their seen cache (``gossip_seen_ttl``, 600 s),
+   so they dropped its live gossip as duplicates for up to ten minutes. Here the counter starts
+   at the wall clock in nanoseconds (as go-libp2p does): a restart begins far above any seqno
+   the previous run could reach (it would have had to publish a billion messages a second).
+   The wire format and the id function are unchanged, so stock and older peers interoperate.
 
 The overrides rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_dead_peer`` and its
 ``peer_topics`` bookkeeping, pinned by ``node.p2p.patches.check_libp2p_version``.
@@ -41,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import weakref
 
 import trio
@@ -68,6 +77,9 @@ class GuardedPubsub(Pubsub):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        # The wall clock, not the node's clock: the ids must differ from those of every earlier
+        # run of this identity, which only real time orders (fault 5 above).
+        self.counter = time.time_ns()
         self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
             weakref.WeakKeyDictionary())
 

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.tools.anyio_service import background_trio_service
 
 from node.clock import Clock, SystemClock
+from node.leaves import leaf_exceptions
 from node.p2p.addrs import unbindable_listen_addr
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
@@ -109,15 +110,9 @@ async def open_host(
     except BaseExceptionGroup as group:
         # The body's own exception comes back wrapped once per nursery between it and the
         # caller (five of them, mostly libp2p's): hand it back as raised.
-        if body_error and _leaves(group) == body_error:
+        if body_error and leaf_exceptions(group) == body_error:
             raise body_error[0] from None
         raise
     finally:
         # A daemon thread per Pubsub sweeps its seen-messages cache; nothing else stops it.
         pubsub.seen_messages.stop()
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]

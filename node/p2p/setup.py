@@ -59,6 +59,7 @@ from node.clock import Clock
 from node.p2p.conns import InboundGuard
 from node.p2p.frames import P2PError
 from node.p2p.patches import (
+    patch_expired_peer_records,
     patch_gossip_queues,
     patch_inbound_slots,
     patch_record_verification,
@@ -170,6 +171,7 @@ def build_host(
     flags = _shared_port_flags if punch else _exclusive_socket_flags
     setattr(_tcp_module, "_set_reuse_flags", flags)  # noqa: B010
     patch_inbound_slots()
+    patch_expired_peer_records()
     patch_yamux()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans, guard)

@@ -10,8 +10,10 @@ row in the store's ``executemany``.
 
 The workers are stateless, so a crashed one is simply restarted (the batches it held fail
 with ``IngestUnavailable``: their Recon session ends and its keys are fetched again); more
-than ``MAX_RESTARTS`` deaths within ``RESTART_WINDOW_S`` raise ``IngestWorkerFailed``, which
-stops the daemon: a worker that dies on every batch must be seen, not retried forever.
+than ``MAX_RESTARTS`` deaths within ``RESTART_WINDOW_S`` raise ``IngestWorkerFailed`` out of
+``run``: a worker that dies on every batch must be seen, not retried quietly. The daemon's
+supervisor (``node.supervisor``) logs it, counts it in ``node_task_failures_total`` and starts
+the pool again after a back-off that grows to a minute; the rest of the node keeps serving.
 """
 
 from __future__ import annotations
