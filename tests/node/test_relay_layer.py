@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import multiaddr
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -138,6 +139,40 @@ async def test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punc
         _relay(b).dcutr._direct_connections.add(ID.from_base58(a.peer_id))
         assert await _relay(a).punch(b.peer_id)
         assert a.path(b.peer_id) == "direct"
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
+async def test_a_punch_dials_no_peerstore_address_before_the_exchange() -> None:
+    """py-libp2p 0.8.1 first dials every direct address its peerstore holds for the peer, for
+    up to the dial timeout, before the DCUtR exchange: among them the NAT addresses an earlier
+    punch learnt, which drop unsolicited SYNs, so every re-punch after an outage hung there
+    10 s (docs/network.md, "Hole punching"). Here a decoy listener stands for such an address:
+    the punch must not touch it (on d9bdd2e it was dialled)."""
+    async with _three(1 << 20) as (relay, a, b), trio.open_nursery() as nursery:
+        decoy = trio.socket.socket()
+        await decoy.bind(("127.0.0.1", 0))
+        decoy.listen(8)
+        dialled: list[object] = []
+
+        async def count() -> None:
+            while True:
+                conn, _ = await decoy.accept()
+                dialled.append(conn)
+                conn.close()
+
+        nursery.start_soon(count)
+        address = await _reserved(relay, a, b)
+        assert await b.connect(address) == a.peer_id
+        port = decoy.getsockname()[1]
+        a._host.get_peerstore().add_addrs(
+            ID.from_base58(b.peer_id), [multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")], 600)
+        assert await _relay(a).punch(b.peer_id)
+        assert a.path(b.peer_id) == "direct"
+        await trio.sleep(0.5)
+        assert dialled == [], "the punch dialled a peerstore address"
+        nursery.cancel_scope.cancel()
+    decoy.close()
 
 
 @pytest.mark.trio
