@@ -1,13 +1,14 @@
 """The defaults on the emulated internet: what a user runs (issue 37, finding 3).
 
-Two public nodes, two homes of one node each behind its own masquerading router, every node on
-the default port 4001 with the default timers, all joined to the first public node. The homes
-must go direct within 30 s of meeting, home 1 must hold a direct connection to the second
-public node (not a circuit through the first), and once the first public node stops an event
-published on home 1 must reach home 2 and the second public node within 10 s, with no node
-exiting. On d9bdd2e the homes never went direct (the punch told the other side an external
-port the NAT had not kept, docs/network.md "Hole punching"), home 1 reached the second public
-node through a circuit at the first, and delivery after the loss failed in half the runs.
+Two public nodes, two homes of one node each behind its own masquerading router, every node
+listening on ``0.0.0.0`` at the default port 4001 (config.example.toml) with the default
+timers, all joined to the first public node. The homes must go direct within 30 s of meeting,
+learn the second public node's address through peer exchange and hold a direct connection to
+it, and once the first public node stops an event published on home 1 must reach home 2 and
+the second public node within 10 s, with no node exiting.
+On d9bdd2e this fails at the address book: a node listening on a wildcard signed a record with
+no direct address, so the homes knew the second public node at best through a circuit at the
+first, and lost it with the first (delivery after the loss took 10 s in the run here).
 """
 
 from __future__ import annotations
