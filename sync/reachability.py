@@ -200,21 +200,20 @@ class ReachabilityCore:
 
     def confirmed_addrs(self, listen_port: int, now: float, limit: int = 2) -> list[str]:
         """Our addresses a dial-back reached within ``evidence_ttl_s`` (a global IP with our
-        listen port), newest first: dialable from the internet, so worth advertising (a
-        wildcard listen address says nothing of them, ``sync.own_addrs``)."""
+        listen port), each confirmed by ``confirmations`` distinct peers (one liar must not
+        make our record point peers at an address of its choosing): dialable from the
+        internet, so worth advertising (a wildcard listen address says nothing of them,
+        ``sync.own_addrs``). Most confirmed first."""
         if not 0 < listen_port < 65536:
             return []
-        fresh = sorted(((e.at, e.ip) for e in self._evidence.values()
-                        if e.ok and e.ip and now - e.at <= self.config.evidence_ttl_s),
-                       reverse=True)
-        out: list[str] = []
-        for _at, ip in fresh:
-            address = f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{listen_port}"
-            if address not in out:
-                out.append(address)
-            if len(out) >= limit:
-                break
-        return out
+        votes: dict[str, int] = {}
+        for e in self._evidence.values():
+            if e.ok and e.ip and now - e.at <= self.config.evidence_ttl_s:
+                votes[e.ip] = votes.get(e.ip, 0) + 1
+        confirmed = sorted((ip for ip, n in votes.items() if n >= self.config.confirmations),
+                           key=lambda ip: (-votes[ip], ip))
+        return [f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{listen_port}"
+                for ip in confirmed[:limit]]
 
     def counts(self, now: float) -> dict[str, int]:
         fresh = [e for e in self._evidence.values() if now - e.at <= self.config.evidence_ttl_s]
