@@ -209,3 +209,19 @@ def test_dialback_answers_are_checked() -> None:
     for bad in (b"", b"maybe 1.2.3.4", b"ok", b"ok " + b"9" * 100):
         with pytest.raises(P2PError):
             parse_answer(bad)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_a_wildcard_listener_tells_a_punch_no_wildcard_address() -> None:
+    """With no observed address py-libp2p's DCUtR sends our listen addresses: for a node
+    listening on 0.0.0.0 (what config.example.toml suggests) that was ``/ip4/0.0.0.0/...``,
+    and the other side dialled itself. Nor does our record list one (``sync.own_addrs``)."""
+    config = P2PConfig(listen_addrs=("/ip4/0.0.0.0/tcp/0",),
+                       reachability=ReachabilityConfig())
+    async with open_host(_key(60), config) as host:
+        observed = await _relay(host).dcutr._get_observed_addrs()
+        sent = [str(multiaddr.Multiaddr(a)) for a in observed]
+        assert not any("/0.0.0.0/" in a for a in sent), sent
+        record = host.local_record.addrs
+        assert not any("/0.0.0.0/" in a for a in record), record
