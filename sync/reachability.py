@@ -124,6 +124,7 @@ class ReachabilityConfig:
 class _Evidence:
     ok: bool
     at: float
+    ip: str = ""
 
 
 class ReachabilityCore:
@@ -145,7 +146,7 @@ class ReachabilityCore:
         if len(self.external_ips) > self.config.max_evidence:
             del self.external_ips[min(self.external_ips, key=self.external_ips.__getitem__)]
         self._evidence.pop(peer, None)
-        self._evidence[peer] = _Evidence(ok, now)
+        self._evidence[peer] = _Evidence(ok, now, dialed_ip)
         if len(self._evidence) > self.config.max_evidence:
             del self._evidence[next(iter(self._evidence))]
 
@@ -196,6 +197,23 @@ class ReachabilityCore:
             if len(out) >= limit:
                 break
         return out
+
+    def confirmed_addrs(self, listen_port: int, now: float, limit: int = 2) -> list[str]:
+        """Our addresses a dial-back reached within ``evidence_ttl_s`` (a global IP with our
+        listen port), each confirmed by ``confirmations`` distinct peers (one liar must not
+        make our record point peers at an address of its choosing): dialable from the
+        internet, so worth advertising (a wildcard listen address says nothing of them,
+        ``sync.own_addrs``). Most confirmed first."""
+        if not 0 < listen_port < 65536:
+            return []
+        votes: dict[str, int] = {}
+        for e in self._evidence.values():
+            if e.ok and e.ip and now - e.at <= self.config.evidence_ttl_s:
+                votes[e.ip] = votes.get(e.ip, 0) + 1
+        confirmed = sorted((ip for ip, n in votes.items() if n >= self.config.confirmations),
+                           key=lambda ip: (-votes[ip], ip))
+        return [f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{listen_port}"
+                for ip in confirmed[:limit]]
 
     def counts(self, now: float) -> dict[str, int]:
         fresh = [e for e in self._evidence.values() if now - e.at <= self.config.evidence_ttl_s]
@@ -265,7 +283,8 @@ class PunchPlanner:
     failed: int = 0
     gave_up: int = 0
 
-    def relayed(self, peer: str, *, accepted: bool, dialed: bool, us: str, now: float) -> None:
+    def relayed(self, peer: str, *, accepted: bool, dialed: bool, us: str, now: float,
+                dialable: bool = False) -> None:
         """Relayed connections to ``peer`` exist (``accepted``: one came in, ``dialed``: we
         opened one). We punch only if we accepted; when both sides dialled each other through
         relays at once, the side with the smaller peer id punches (two punches cross). The
@@ -273,8 +292,14 @@ class PunchPlanner:
         second overwrites the first; one side's connection may not have been set up yet): the
         accepting side that waits for the other takes over after ``punch_follow_s`` still
         relayed, else (seen after an outage, when both sides redial at once) both could wait
-        for each other for good."""
-        leads = accepted and (not dialed or us < peer)
+        for each other for good.
+
+        ``dialable``: the peer advertises a global direct address (a public node). Then we
+        move to the direct path whoever opened the circuit: a plain dial crosses nothing, and
+        a node behind NAT must hold direct connections to the public nodes it knows (a
+        public node that reached it through a circuit at another public node would otherwise
+        be lost with that relay)."""
+        leads = dialable or (accepted and (not dialed or us < peer))
         if accepted and not leads:
             since = self._following.setdefault(peer, now)
             leads = now - since >= self.config.punch_follow_s

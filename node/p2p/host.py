@@ -23,7 +23,7 @@ import contextlib
 import logging
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import trio
@@ -41,6 +41,7 @@ from node.p2p.frames import (
     P2PError,
 )
 from node.p2p.gossip import GossipTopics
+from node.p2p.interfaces import interface_ips
 from node.p2p.peer_table import PeerTable
 from node.p2p.records import LocalRecord
 from node.p2p.relay import RelayLayer
@@ -54,6 +55,7 @@ from node.p2p.types import (
     P2PStats,
     PeerEvent,
 )
+from sync.own_addrs import own_addrs
 
 __all__ = ["P2PHost"]
 
@@ -101,7 +103,7 @@ class P2PHost:
         if relay is not None:
             relay.on_spoke = self._spoke
         self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
-                                        self.listen_addrs)
+                                        self.advertised_addrs())
         self._streams = Streams(host=host, config=config, stats=stats, bans=self.bans,
                                 connected=self._peers.__contains__, spoke=self._spoke,
                                 clock=self.clock)
@@ -117,11 +119,11 @@ class P2PHost:
         """Full multiaddrs we listen on, with actual bound ports and ``/p2p/<peer id>``."""
         return [str(a) for a in self._host.get_addrs()]
 
-    @property
-    def advertised_addrs(self) -> list[str]:
-        """What others may dial us at: listen addresses (never a wildcard one) and our
-        addresses through the relays that hold a reservation for us."""
-        own = [a for a in self.listen_addrs if "/0.0.0.0/" not in a and "/::/" not in a]
+    def advertised_addrs(self, confirmed: Sequence[str] = ()) -> list[str]:
+        """What others may dial us at: ``confirmed`` (reachable by dial-back), our listen
+        addresses (a wildcard one as the interfaces' addresses: ``sync.own_addrs``), then
+        our addresses through the relays that hold a reservation for us."""
+        own = own_addrs(self.listen_addrs, interface_ips(), confirmed)
         return own + (self.relay.relayed_addrs() if self.relay is not None else [])
 
     def path(self, peer_id: str) -> str | None:

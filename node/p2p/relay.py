@@ -36,7 +36,7 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from node.clock import Clock, SystemClock
 from node.p2p.frames import DialError, P2PError
 from node.p2p.patches import check_libp2p_version
-from sync.reachability import RateGate, ReachabilityConfig
+from sync.reachability import RateGate, ReachabilityConfig, address_scope
 
 __all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]
 
@@ -133,6 +133,16 @@ class _ResponderDCUtR(DCUtRProtocol):
     async def _auto_drive_loop(self) -> None:
         return None
 
+    async def _try_unilateral_upgrade(self, peer_id: ID) -> bool:
+        # The library first dials every direct address in the peerstore, for up to the dial
+        # timeout (10 s), before the DCUtR exchange. Those include the NAT addresses an
+        # earlier punch learnt (kept 10 minutes), which no unsolicited dial gets through: every
+        # punch after the first with a peer hung there 10 s (scenario 3's re-punch after an
+        # outage: 10 s of this, then 0.2 s of exchange; a failed attempt cost the next one
+        # 10 s more, past the minute). ReachabilityService._punch dials the addresses the
+        # peer advertises itself before calling us.
+        return False
+
     async def _have_direct_connection(self, peer_id: ID) -> bool:
         # The library trusts its cache of punched peers, and a direct connection closed
         # without its notification (a dead one, closed by liveness in an outage) stays there:
@@ -147,13 +157,23 @@ class _ResponderDCUtR(DCUtRProtocol):
     async def _get_observed_addrs(self) -> list[bytes]:
         # The library's own list, after an outage, holds only what LAN neighbours see
         # (sync/reachability.py: punch_addrs says why); ours go first.
-        theirs: list[bytes] = list(await super()._get_observed_addrs())
+        # With no observation the library falls back to our listen addresses: a wildcard
+        # one (0.0.0.0) would have the other side dial itself. Only what a peer can dial.
+        theirs = [a for a in await super()._get_observed_addrs() if _dialable(a)]
         ours: list[bytes] = []
         for address in self.punch_addrs():
             with contextlib.suppress(Exception):
                 ours.append(multiaddr.Multiaddr(address).to_bytes())
         out = list(dict.fromkeys(ours + theirs))
         return out[:_MAX_OBS_ADDRS]
+
+
+def _dialable(address: bytes) -> bool:
+    try:
+        ip = str(multiaddr.Multiaddr(address)).split("/")[2]
+    except Exception:
+        return False
+    return address_scope(ip) not in ("unspecified", "invalid")
 
 
 def connection_is_relayed(conn: INetConn) -> bool:
@@ -170,7 +190,8 @@ def _check_library() -> None:
     for cls, name in ((CircuitV2Protocol, "_read_stream_with_retry"),
                       (CircuitV2Protocol, "_handle_hop_stream"),
                       (DCUtRProtocol, "_auto_drive_loop"),
-                      (DCUtRProtocol, "_get_observed_addrs")):
+                      (DCUtRProtocol, "_get_observed_addrs"),
+                      (DCUtRProtocol, "_try_unilateral_upgrade")):
         if not callable(getattr(cls, name, None)):
             raise P2PError(f"libp2p {cls.__name__}.{name} is gone: node.p2p.relay needs review")
 

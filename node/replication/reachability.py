@@ -104,7 +104,8 @@ class ReachabilityService:
         for relay in self.relays.to_reserve(verdict, candidates, now):
             self.relays.reserved_ok(relay, now)  # in flight: not picked twice
             nursery.start_soon(self._reserve, relay)
-        if self.host.local_record.advertise(self.host.advertised_addrs):
+        confirmed = self.core.confirmed_addrs(self._listen_port, now)
+        if self.host.local_record.advertise(self.host.advertised_addrs(confirmed)):
             # Peer exchange hands this record out: others learn our relayed addresses.
             log.info("advertising %s", ", ".join(self.host.local_record.addrs))
             if self.announce is not None:
@@ -116,13 +117,18 @@ class ReachabilityService:
                 continue
             accepted, dialed = self._relayed_directions(peer)
             self.punches.relayed(peer, accepted=accepted, dialed=dialed,
-                                 us=self.host.peer_id, now=now)
+                                 us=self.host.peer_id, now=now, dialable=self._public(peer))
         still = set(connected)
         for peer in self.punches.planned():
             if peer not in still:
                 self.punches.gone(peer)
         for peer in self.punches.due(now):
             nursery.start_soon(self._punch, peer)
+
+    def _public(self, peer: str) -> bool:
+        """The peer advertises an address on the internet (reachable without a relay)."""
+        addrs = self.direct_addrs(peer) if self.direct_addrs is not None else []
+        return any(address_scope(_ip_of(a) or "") == "global" for a in addrs)
 
     def _relayed_directions(self, peer: str) -> tuple[bool, bool]:
         """Whether a relayed connection with ``peer`` came in, and whether we opened one."""

@@ -97,12 +97,14 @@ class NetNode(NodeProcess):
     """A node process in ``host``'s namespace, listening on ``host.ip:port``."""
 
     def __init__(self, host: Host, data_dir: Path, *extra_args: str, port: int = 4001,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, wildcard: bool = False) -> None:
+        """``wildcard``: listen on ``0.0.0.0`` (what config.example.toml tells a user to
+        write), not on the host's own address."""
         super().__init__(data_dir, *extra_args, env=env)
         self.host = host
         self.port = port
         self.wrap = ["ip", "netns", "exec", host.ns]
-        self.listen = f"/ip4/{host.ip}/tcp/{port}"
+        self.listen = f"/ip4/{'0.0.0.0' if wildcard else host.ip}/tcp/{port}"
         self.bridge: ApiBridge | None = None
 
     def start(self, timeout: float = 60.0) -> NetNode:
@@ -115,8 +117,8 @@ class NetNode(NodeProcess):
 
     @property
     def address(self) -> str:
-        """The multiaddr others join: the node's own listen address with its peer id."""
-        return f"{self.listen}/p2p/{self.peer_id}"
+        """The multiaddr others join: the host's address and listen port with its peer id."""
+        return f"/ip4/{self.host.ip}/tcp/{self.port}/p2p/{self.peer_id}"
 
     def client(self, timeout: float = 30) -> httpx.Client:
         assert self.bridge is not None, "node not started"

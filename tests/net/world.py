@@ -91,15 +91,19 @@ class World:
 @contextmanager
 def build_world(internet: Internet, base: Path, *, publics: int = 2, homes: int = 3,
                 per_home: int = 2, env: dict[str, str] | None = None,
-                home_env: dict[int, dict[str, str]] | None = None) -> Iterator[World]:
-    """``home_env``: extra environment for the i-th home node."""
+                home_env: dict[int, dict[str, str]] | None = None,
+                defaults: bool = False) -> Iterator[World]:
+    """``home_env``: extra environment for the i-th home node. ``defaults``: what a user runs,
+    every node listening on ``0.0.0.0`` at the default port 4001 (config.example.toml) and
+    none of ``NET_ENV``'s fast timers."""
     hosts = [internet.add_public() for _ in range(publics)]
     for _ in range(homes):
         index = internet.add_home()
         hosts += [internet.add_home_host(index) for _ in range(per_home)]
     extra = {publics + i: e for i, e in (home_env or {}).items()}
-    nodes = [NetNode(h, base / h.name, port=4001 + i,
-                     env={**NET_ENV, **(env or {}), **extra.get(i, {})})
+    timers = {} if defaults else NET_ENV
+    nodes = [NetNode(h, base / h.name, port=4001 if defaults else 4001 + i,
+                     env={**timers, **(env or {}), **extra.get(i, {})}, wildcard=defaults)
              for i, h in enumerate(hosts)]
     try:
         with ThreadPoolExecutor(len(nodes)) as pool:

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import multiaddr
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -142,6 +143,40 @@ async def test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punc
 
 @pytest.mark.trio
 @pytest.mark.timeout(120)
+async def test_a_punch_dials_no_peerstore_address_before_the_exchange() -> None:
+    """py-libp2p 0.8.1 first dials every direct address its peerstore holds for the peer, for
+    up to the dial timeout, before the DCUtR exchange: among them the NAT addresses an earlier
+    punch learnt, which drop unsolicited SYNs, so every re-punch after an outage hung there
+    10 s (docs/network.md, "Hole punching"). Here a decoy listener stands for such an address:
+    the punch must not touch it (on d9bdd2e it was dialled)."""
+    async with _three(1 << 20) as (relay, a, b), trio.open_nursery() as nursery:
+        decoy = trio.socket.socket()
+        await decoy.bind(("127.0.0.1", 0))
+        decoy.listen(8)
+        dialled: list[object] = []
+
+        async def count() -> None:
+            while True:
+                conn, _ = await decoy.accept()
+                dialled.append(conn)
+                conn.close()
+
+        nursery.start_soon(count)
+        address = await _reserved(relay, a, b)
+        assert await b.connect(address) == a.peer_id
+        port = decoy.getsockname()[1]
+        a._host.get_peerstore().add_addrs(
+            ID.from_base58(b.peer_id), [multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")], 600)
+        assert await _relay(a).punch(b.peer_id)
+        assert a.path(b.peer_id) == "direct"
+        await trio.sleep(0.5)
+        assert dialled == [], "the punch dialled a peerstore address"
+        nursery.cancel_scope.cancel()
+    decoy.close()
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(120)
 async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
     """Liveness closes the connection its pings died on, not one the peer opened since."""
     async with _three(1 << 20) as (relay, a, b):
@@ -174,3 +209,19 @@ def test_dialback_answers_are_checked() -> None:
     for bad in (b"", b"maybe 1.2.3.4", b"ok", b"ok " + b"9" * 100):
         with pytest.raises(P2PError):
             parse_answer(bad)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_a_wildcard_listener_tells_a_punch_no_wildcard_address() -> None:
+    """With no observed address py-libp2p's DCUtR sends our listen addresses: for a node
+    listening on 0.0.0.0 (what config.example.toml suggests) that was ``/ip4/0.0.0.0/...``,
+    and the other side dialled itself. Nor does our record list one (``sync.own_addrs``)."""
+    config = P2PConfig(listen_addrs=("/ip4/0.0.0.0/tcp/0",),
+                       reachability=ReachabilityConfig())
+    async with open_host(_key(60), config) as host:
+        observed = await _relay(host).dcutr._get_observed_addrs()
+        sent = [str(multiaddr.Multiaddr(a)) for a in observed]
+        assert not any("/0.0.0.0/" in a for a in sent), sent
+        record = host.local_record.addrs
+        assert not any("/0.0.0.0/" in a for a in record), record

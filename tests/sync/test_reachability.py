@@ -129,6 +129,16 @@ def test_only_the_accepting_side_punches_with_backoff() -> None:
     assert punch.pending() == 0
 
 
+def test_a_relayed_connection_to_a_public_peer_moves_to_the_direct_path_whoever_dialled() -> None:
+    # A public node that reached a home through a circuit at another public node: the home
+    # dials it directly (on d9bdd2e only the accepting side acted, and the circuit died with
+    # the relay).
+    punch = PunchPlanner(CFG)
+    punch.relayed("public", accepted=False, dialed=True, us="m", now=0, dialable=True)
+    punch.relayed("home", accepted=False, dialed=True, us="m", now=0, dialable=False)
+    assert punch.due(1) == ["public"]
+
+
 def test_backoff_is_capped() -> None:
     punch = PunchPlanner(ReachabilityConfig(punch_attempts=20, punch_backoff_s=2,
                                             punch_backoff_max_s=5, punch_delay_s=0))

@@ -1,0 +1,31 @@
+"""This machine's interface addresses: what a wildcard listen address stands for
+(``sync.own_addrs`` decides which of them to advertise)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import psutil
+
+__all__ = ["interface_ips"]
+
+# Interfaces rarely change; the reachability loop asks once a second.
+_CACHE_S = 10.0
+_cache: tuple[float, list[str]] = (-_CACHE_S, [])
+
+
+def interface_ips() -> list[str]:
+    """Every IPv4 and IPv6 address of this machine's interfaces (unfiltered)."""
+    global _cache
+    at, ips = _cache
+    if time.monotonic() - at < _CACHE_S:
+        return ips
+    try:
+        found = [a.address.split("%", 1)[0]
+                 for addrs in psutil.net_if_addrs().values() for a in addrs
+                 if a.family in (socket.AF_INET, socket.AF_INET6)]
+    except OSError:
+        found = []
+    _cache = (time.monotonic(), found)
+    return found
