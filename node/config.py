@@ -107,7 +107,7 @@ class ApiConfig:
 
 @dataclass(frozen=True)
 class UiSection:
-    """The status page at ``GET /`` and its sign-in (docs/ops.md, "The status page")."""
+    """The status page at ``GET /`` and its sign-in (docs/ops/README.md, "The status page")."""
 
     link_ttl_s: float = opt(120.0, positive, most=DAY)
     max_links: int = opt(16, positive, most=10_000)

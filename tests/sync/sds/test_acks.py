@@ -171,8 +171,8 @@ def test_a_past_the_namer_may_have_declared_lost_is_not_acknowledged_with_it() -
     """A message delivered with a *lost* dependency is named although its namer never held
     that dependency. With ``lost_timeout`` shorter than our resends last (5 s here, resends
     every 10 s), a walk that ignored this would acknowledge our first message, which the peer
-    never received and had declared lost: an acknowledgement for an event nobody else holds. Only an entry first sent within ``lost_timeout`` is acknowledged by
-    a later one's."""
+    never received and had declared lost: an acknowledgement for an event nobody else holds.
+    Only an entry first sent within ``lost_timeout`` is acknowledged by a later one's."""
     cfg = SdsConfig(lost_timeout=5.0, resend_interval=10.0)
     us, peer, other = channel(0, config=cfg), channel(1, config=cfg), channel(2, config=cfg)
     hello = other.send(b"hello", T0)
