@@ -209,9 +209,8 @@ class Metrics:
     def _cell(self, key: object, name: str, labels: dict[str, str]) -> list[float]:
         family = self.family(name)
         if family.kind == "histogram" or name in self._fns:
-            raise ValueError(f"metric {name} is a {family.kind} "
-                             f"{'computed at each scrape' if name in self._fns else ''}; "
-                             "it takes no inc or set")
+            computed = " computed at each scrape" if name in self._fns else ""
+            raise ValueError(f"metric {name} is a {family.kind}{computed}; it takes no inc or set")
         cell = family.values.setdefault(_label_key(labels), [0.0])
         self._cells[key] = cell
         return cell
@@ -232,7 +231,9 @@ class Metrics:
         family.values.clear()
         family.histograms.clear()
         for cache in (self._cells, self._histograms):
-            stale = [k for k in cache if k == name or (isinstance(k, tuple) and k[0] == name)]
+            # list(): one atomic copy (application threads may add series meanwhile).
+            stale = [k for k in list(cache)
+                     if k == name or (isinstance(k, tuple) and k[0] == name)]
             for key in stale:
                 del cache[key]
 
