@@ -66,7 +66,7 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
             assert len(help_text.split()) >= 3, (name, help_text)
         text = a.get("/metrics")
         assert 'reason="none"' not in text
-        assert re.search(r'^syncnode_build_info\{.*version="[^"]+".*\} 1$', text, re.M)
+        assert re.search(r'^syncnode_build_info\{.*version="[^"]+".*\} 1\.0$', text, re.M)
         for process in ("process_cpu_seconds_total", "process_resident_memory_bytes",
                         "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
                         "process_start_time_seconds"):
