@@ -45,6 +45,7 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     "over_budget": 20.0,  # asked for work far beyond its work budget (sync.workbudget)
     "busy": 2.0,  # too many concurrent streams
     "takeover": 50.0,  # signed a declaration that would take a settled table over
+    "dialback_lie": 50.0,  # claimed a dial-back it cannot have made (sync.reachability)
 }
 
 #: What a rejected input of each ``ErrorKind`` costs the peer that sent it: a broken protocol

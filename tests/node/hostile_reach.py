@@ -1,0 +1,123 @@
+"""Hostile libp2p hosts against reachability, the relay service, liveness and the connection
+manager: for the hostile-peer tests and the attack benchmark (scripts/bench/attack_reach.py).
+Every host here is a real py-libp2p host with Noise, on 127.0.0.1, with a fresh key."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.abc import INetStream
+from libp2p.host.ping import ID as PING_PROTOCOL_ID
+
+from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
+from node.p2p.dialback import DIALBACK_PROTOCOL
+from node.p2p.run import open_host
+from sync.reachability import ReachabilityConfig
+
+__all__ = ["dialback_liars", "grab_reservations", "late_pingers", "mesh_squatters"]
+
+PING_BYTES = 32
+
+
+@asynccontextmanager
+async def _hosts(target: str, count: int, config: P2PConfig | None = None
+                 ) -> AsyncIterator[list[P2PHost]]:
+    """``count`` fresh identities in this process, each connected to ``target``."""
+    async with AsyncExitStack() as stack:
+        hosts: list[P2PHost] = []
+        for _ in range(count):
+            host = await stack.enter_async_context(
+                open_host(Ed25519PrivateKey.generate(), config or P2PConfig()))
+            await host.connect(target)
+            hosts.append(host)
+        yield hosts
+
+
+@asynccontextmanager
+async def dialback_liars(target: str, count: int, claim: str = "198.18.0.99"
+                         ) -> AsyncIterator[list[int]]:
+    """``count`` identities that answer every dial-back request with ``ok <claim>`` without
+    dialling anything (issue 38, finding 1). Yields the number of requests each answered."""
+    answered = [0] * count
+
+    def liar(index: int):  # type: ignore[no-untyped-def]
+        async def handle(stream: FramedStream) -> None:
+            await stream.receive()  # the requester's listen port
+            await stream.send(f"ok {claim}".encode())
+            answered[index] += 1
+        return handle
+
+    async with AsyncExitStack() as stack:
+        for i in range(count):
+            host = await stack.enter_async_context(
+                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+            # Served before connecting: the node asks as soon as it sees the connection.
+            host.set_stream_handler(DIALBACK_PROTOCOL, liar(i))
+            await host.connect(target)
+        yield answered
+
+
+async def grab_reservations(target: str, relay_peer: str, identities: int) -> int:
+    """``identities`` fresh identities from this process each ask ``target`` (serving as a
+    relay) for a reservation, holding every connection until all have asked; returns how many
+    were granted (issue 38, finding 4: 32 of 34)."""
+    config = P2PConfig(reachability=ReachabilityConfig())
+    granted = 0
+    async with _hosts(target, identities, config) as hosts:
+        for host in hosts:
+            assert host.relay is not None
+            granted += await host.relay.reserve(relay_peer, 10)
+    return granted
+
+
+@asynccontextmanager
+async def late_pingers(target: str, count: int, delay_s: float | None
+                       ) -> AsyncIterator[list[P2PHost]]:
+    """``count`` identities whose libp2p ping handler answers ``delay_s`` late (None: reads
+    the ping and never answers), connected to ``target``: a liveness probe (issue 38, 6a)."""
+
+    async def stall(stream: INetStream) -> None:
+        try:
+            while True:
+                data = await stream.read(PING_BYTES)
+                if not data:
+                    return
+                if delay_s is None:
+                    await trio.sleep_forever()
+                await trio.sleep(delay_s)
+                await stream.write(data)
+        except Exception:
+            return
+
+    async with AsyncExitStack() as stack:
+        hosts: list[P2PHost] = []
+        for _ in range(count):
+            host = await stack.enter_async_context(
+                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+            host._host.set_stream_handler(PING_PROTOCOL_ID, stall)
+            await host.connect(target)
+            hosts.append(host)
+        yield hosts
+
+
+@asynccontextmanager
+async def mesh_squatters(target: str, count: int, topics: list[str]
+                         ) -> AsyncIterator[list[P2PHost]]:
+    """``count`` identities that connect to ``target`` and join its GossipSub mesh of each of
+    ``topics`` (mesh members are protected from pruning): an eclipse probe (issue 38, 6b)."""
+    async with AsyncExitStack() as stack:
+        hosts: list[P2PHost] = []
+        for _ in range(count):
+            host = await stack.enter_async_context(
+                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+            for topic in topics:
+                await host.subscribe(topic)
+            try:
+                await host.connect(target)
+            except P2PError:
+                continue  # refused (the node's inbound limits): the others still try
+            hosts.append(host)
+        yield hosts
