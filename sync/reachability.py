@@ -7,8 +7,8 @@ actions; nothing here does I/O or reads a clock (``now`` comes in, in seconds).
 * **Verdict from evidence.** A node asks connected peers to dial it back at the IP they see it
   on and its listen port (``/syncnode/dialback/1.0.0``). Only answers about a *global* address
   count (a neighbour on the same LAN dialling our private address proves nothing about the
-  internet). ``confirmations`` successes from distinct peers -> public; as many failures and no
-  success -> private; otherwise unknown. Evidence expires after ``evidence_ttl_s``.
+  internet), one vote per *network* of the answering peer (peer ids are free), lies refused:
+  :class:`ReachabilityCore` says how. Evidence expires after ``evidence_ttl_s``.
 * **Relays.** A node that is not public keeps reservations at ``relays_wanted`` relays, tried
   among its direct peers; a refusal backs that peer off for ``relay_retry_s``.
 * **Hole punching.** Only the side that *accepted* a relayed connection initiates (two
@@ -241,7 +241,7 @@ class ReachabilityCore:
 
     def punch_addrs(self, listen_port: int, now: float, limit: int = 4) -> list[str]:
         """The addresses a hole punch should tell the other side to dial: each global IP a
-        peer saw us on within ``evidence_ttl_s`` (newest first) with our listen port (the punch
+        peer saw us on within ``evidence_ttl_s`` (ranked below) with our listen port (the punch
         dial leaves from it and masquerading NATs keep the port).
 
         libp2p's own prediction rests on identify's observed addresses, which it drops with

@@ -4,7 +4,7 @@ Every host here is a real py-libp2p host with Noise, on 127.0.0.1, with a fresh 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import trio
@@ -15,9 +15,13 @@ from libp2p.host.ping import ID as PING_PROTOCOL_ID
 from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
 from node.p2p.dialback import DIALBACK_PROTOCOL
 from node.p2p.run import open_host
+from node.replication import topic_of
 from sync.reachability import ReachabilityConfig
+from tests.node.cluster import metric, wait_for
+from tests.node.procs import NodeProcess
 
-__all__ = ["dialback_liars", "grab_reservations", "late_pingers", "mesh_squatters"]
+__all__ = ["dialback_liars", "grab_reservations", "honest_connected", "late_pingers", "lie_to",
+           "mesh_squatters", "squat", "stall_pings"]
 
 PING_BYTES = 32
 
@@ -121,3 +125,64 @@ async def mesh_squatters(target: str, count: int, topics: list[str]
                 continue  # refused (the node's inbound limits): the others still try
             hosts.append(host)
         yield hosts
+
+
+async def _poll(condition: Callable[[], bool], timeout: float, message: str) -> None:
+    """``wait_for`` without blocking the hostile hosts' event loop."""
+    await trio.to_thread.run_sync(wait_for, condition, timeout, message)
+
+
+async def lie_to(node: NodeProcess, liars: int) -> dict[str, float]:
+    """``liars`` dial-back liars connect to ``node``; once it weighed every answer (counted
+    lies or, on d9bdd2e, believed them), its reachability gauges and the charges."""
+    async with dialback_liars(node.listen_addrs[0], liars) as answered:
+        await _poll(lambda: all(answered), 60, f"not every liar was asked: {answered}")
+        await _poll(lambda: metric(node, "dialback_lies_total") >= liars
+                    or metric(node, "reachability_state") == 2,
+                    60, "the node never weighed the answers")
+        seen = {name: metric(node, name) for name in (
+            "reachability_state", "relay_serving", "dialback_lies_total")}
+        seen["penalties"] = metric(node, 'peer_penalties_total{reason="dialback_lie"}')
+        return seen
+
+
+def honest_connected(node: NodeProcess, honest: set[str]) -> int:
+    return len(honest & {p["peer_id"] for p in node.get("/v1/peers")["connected"]})
+
+
+async def _watch(victim: NodeProcess, honest: set[str], window_s: float) -> tuple[int, int]:
+    """(the fewest of ``honest`` the victim held, how often one of them dropped) over
+    ``window_s``, sampled twice a second."""
+    held = fewest = await trio.to_thread.run_sync(honest_connected, victim, honest)
+    drops = 0
+    deadline = trio.current_time() + window_s
+    while trio.current_time() < deadline:
+        await trio.sleep(0.5)
+        now_held = await trio.to_thread.run_sync(honest_connected, victim, honest)
+        drops += max(0, held - now_held)
+        held, fewest = now_held, min(fewest, now_held)
+    return fewest, drops
+
+
+async def squat(victim: NodeProcess, honest: set[str], identities: int,
+                window_s: float) -> tuple[int, int]:
+    """``identities`` join the victim's GossipSub mesh of ``general`` while it holds
+    ``honest`` (peers it dialled); returns (the fewest honest peers it held over ``window_s``
+    once pruning began, how many squatters connected)."""
+    async with mesh_squatters(victim.listen_addrs[0], identities,
+                              [topic_of(1, "general")]) as squatters:
+        await _poll(lambda: metric(victim, "membership_pruned_total") > 0, 60,
+                    "the victim never pruned")
+        fewest, _drops = await _watch(victim, honest, window_s)
+        return fewest, len(squatters)
+
+
+async def stall_pings(victim: NodeProcess, honest: set[str], identities: int,
+                      window_s: float, late_s: float) -> tuple[int, int]:
+    """Half of ``identities`` never answer the victim's pings, half answer ``late_s`` late;
+    returns (how often an honest connection dropped over ``window_s``, liveness closes)."""
+    target = victim.listen_addrs[0]
+    async with late_pingers(target, identities - identities // 2, None), \
+            late_pingers(target, identities // 2, late_s):
+        _fewest, drops = await _watch(victim, honest, window_s)
+        return drops, int(metric(victim, "membership_liveness_closed_total"))

@@ -15,38 +15,23 @@ import pytest
 import trio
 
 from tests.node.cluster import metric, wait_for
-from tests.node.hostile_reach import dialback_liars, grab_reservations
+from tests.node.hostile_reach import (
+    grab_reservations,
+    honest_connected,
+    lie_to,
+    squat,
+    stall_pings,
+)
 from tests.node.procs import NodeProcess
 
 pytestmark = pytest.mark.timeout(240)
-
-
-async def _poll(condition, timeout: float, message: str) -> None:  # type: ignore[no-untyped-def]
-    """``wait_for`` without blocking the hostile hosts' event loop."""
-    await trio.to_thread.run_sync(wait_for, condition, timeout, message)
-
-
-def _lies(node: NodeProcess) -> float:
-    return metric(node, "dialback_lies_total")
-
-
-async def _lie_to(node: NodeProcess, liars: int) -> dict[str, float]:
-    async with dialback_liars(node.listen_addrs[0], liars) as answered:
-        await _poll(lambda: all(answered), 60, f"not every liar was asked: {answered}")
-        # The node has weighed every answer: counted as lies, or (d9bdd2e) believed.
-        await _poll(lambda: _lies(node) >= liars or metric(node, "reachability_state") == 2,
-                    60, "the node never weighed the answers")
-        seen = {name: metric(node, name) for name in (
-            "reachability_state", "relay_serving", "dialback_lies_total")}
-        seen["penalties"] = metric(node, 'peer_penalties_total{reason="dialback_lie"}')
-        return seen
 
 
 def test_dialback_liars_do_not_make_a_node_public(tmp_path: Path) -> None:
     # Default settings: serve_relay = "auto", two confirmations.
     node = NodeProcess(tmp_path / "victim").start()
     try:
-        seen = trio.run(_lie_to, node, 2)
+        seen = trio.run(lie_to, node, 2)
         assert seen["reachability_state"] == 0, seen  # unknown, as before the lies
         assert seen["relay_serving"] == 0, seen
         assert seen["dialback_lies_total"] >= 2 and seen["penalties"] >= 2, seen
@@ -68,3 +53,39 @@ def test_one_source_gets_only_its_share_of_relay_reservations(tmp_path: Path) ->
         print(f"12 identities, {granted} reservations, {time.monotonic() - started:.1f} s")
     finally:
         node.kill()
+
+
+def test_mesh_squatters_do_not_prune_the_peers_a_node_dialled(tmp_path: Path) -> None:
+    # Small watermarks, so that a dozen identities are far above the high one: GossipSub mesh
+    # members are protected from pruning, and the squatters all join the mesh.
+    honest = [NodeProcess(tmp_path / f"h{i}").start() for i in range(3)]
+    victim = NodeProcess(tmp_path / "victim", env={
+        "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "2", "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "6",
+        "SYNCNODE_MEMBERSHIP_GRACE_S": "1"}).start()
+    try:
+        ids = {h.peer_id for h in honest}
+        for h in honest:
+            assert victim.cli("join", h.listen_addrs[0]).returncode == 0
+        wait_for(lambda: honest_connected(victim, ids) == 3, 60, "honest peers not joined")
+        fewest, squatters = trio.run(squat, victim, ids, 12, 20.0)
+        # d9bdd2e: the squatters' protected connections left no room and the peers the
+        # victim had dialled itself were pruned (it never dialled again: above its low mark).
+        assert fewest >= 2, (fewest, squatters)
+    finally:
+        for node in (victim, *honest):
+            node.kill()
+
+
+def test_late_and_silent_pingers_close_no_honest_connection(tmp_path: Path) -> None:
+    # Default liveness settings: a ping every 5 s, 5 s to answer, closed after 3 failures.
+    honest = NodeProcess(tmp_path / "honest").start()
+    victim = NodeProcess(tmp_path / "victim").start()
+    try:
+        assert victim.cli("join", honest.listen_addrs[0]).returncode == 0
+        wait_for(lambda: honest_connected(victim, {honest.peer_id}) == 1, 60, "not joined")
+        drops, closed = trio.run(stall_pings, victim, {honest.peer_id}, 8, 40.0, 6.0)
+        assert drops == 0, (drops, closed)
+        print(f"honest drops {drops}, liveness closes {closed}")
+    finally:
+        victim.kill()
+        honest.kill()
