@@ -155,8 +155,8 @@ class _SharedRelay(_PacedRelay):
 
     async def _refuse(self, stream: INetStream, what: str) -> None:
         self._stats.share_refused[what] += 1
-        logger.info("relay %s refused to %s: its network's share is used",
-                    what, stream.muxed_conn.peer_id)
+        logger.debug("relay %s refused to %s: its network's share is used",
+                     what, stream.muxed_conn.peer_id)
         await self._send_status(stream, StatusCode.RESOURCE_LIMIT_EXCEEDED,
                                 f"this network's share of {what}s is used")
 
@@ -179,6 +179,7 @@ class _SharedRelay(_PacedRelay):
     async def _handle_connect(self, stream: INetStream, msg: HopMessage) -> None:
         if not self.circuits.take(stream, self._network(stream)):
             await self._refuse(stream, "circuit")
+            await trio.sleep(0.5)  # as the library does: the peer reads the status first
             await stream.reset()
             return
         try:

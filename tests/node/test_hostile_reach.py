@@ -9,11 +9,17 @@ relay reservation; each test here fails there.
 from __future__ import annotations
 
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.p2p import P2PConfig
+from node.p2p.frames import DialError
+from node.p2p.run import open_host
+from sync.reachability import ReachabilityConfig
 from tests.node.cluster import metric, wait_for
 from tests.node.hostile_reach import (
     grab_reservations,
@@ -89,3 +95,23 @@ def test_late_and_silent_pingers_close_no_honest_connection(tmp_path: Path) -> N
     finally:
         victim.kill()
         honest.kill()
+
+
+@pytest.mark.trio
+async def test_a_source_network_gets_only_its_share_of_circuits() -> None:
+    # In-process hosts (every one on 127.0.0.1, one network): a share of one circuit.
+    config = P2PConfig(reachability=ReachabilityConfig(relay_circuits_per_network=1))
+    async with AsyncExitStack() as stack:
+        relay, target, a, b = [await stack.enter_async_context(
+            open_host(Ed25519PrivateKey.generate(), config)) for _ in range(4)]
+        for host in (target, a, b):
+            await host.connect(relay.listen_addrs[0])
+        assert relay.relay is not None and target.relay is not None
+        assert a.relay is not None and b.relay is not None
+        relay.relay.set_serving(True)
+        assert await target.relay.reserve(relay.peer_id, 10)
+        [address] = target.relay.relayed_addrs()
+        assert await a.relay.dial_circuit(address, 10) == target.peer_id  # held open
+        with pytest.raises(DialError):
+            await b.relay.dial_circuit(address, 10)
+        assert relay.relay.stats.share_refused["circuit"] == 1
