@@ -33,6 +33,9 @@ __all__ = ["ReachabilityService"]
 log = logging.getLogger("syncnode.reachability")
 _TICK_S = 1.0
 _ARRIVAL_GRACE_S = 5.0  # how long after a claimed success its dial-back may still arrive
+# What each kind of lie costs (sync.peerscore): a mismatch is proof; an unverified success
+# could also be our own listener refusing connections under a flood.
+_CHARGES = {"mismatch": "dialback_lie", "unverified": "dialback_unverified"}
 
 
 def _ip_of(address: str | None) -> str | None:
@@ -161,7 +164,7 @@ class ReachabilityService:
                         "ok" if ok else "fail", ip)
             self.metrics.inc("dialback_lies_total", reason=outcome)
             if self.penalise is not None:
-                self.penalise(peer, "dialback_lie")
+                self.penalise(peer, _CHARGES[outcome])
 
     async def _dialled_back(self, peer: str, since: float) -> bool:
         with trio.move_on_after(_ARRIVAL_GRACE_S):
