@@ -22,8 +22,10 @@ import trio
 
 from tests.node.cluster import metric, wait_for
 from tests.node.hostile_reach import (
+    SQUAT_HONEST_ENV,
+    SQUAT_VICTIM_ENV,
+    dialled_by,
     grab_reservations,
-    honest_connected,
     lie_to,
     squat,
     stall_pings,
@@ -38,14 +40,6 @@ TARGETS = ("dialback_lie_public false, relay_reservations_one_source_max <= 4 (t
 SIZES = {"full": (34, 8, 40.0, 20.0), "quick": (34, 8, 30.0, 15.0),
          "smoke": (8, 4, 12.0, 6.0)}
 Row = tuple[str, str, str]
-
-
-def _joined(victim: NodeProcess, honest: list[NodeProcess]) -> set[str]:
-    ids = {h.peer_id for h in honest}
-    for h in honest:
-        victim.cli("join", h.listen_addrs[0])
-    wait_for(lambda: honest_connected(victim, ids) == len(ids), 60, "honest peers not joined")
-    return ids
 
 
 def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
@@ -77,7 +71,7 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
                      f"{metric(relay, 'relay_share_refused_reservations_total'):.0f}"))
 
         live = start("live-victim")
-        ids = _joined(live, [start("live-honest")])
+        ids = dialled_by(live, [start("live-honest")])
         t0 = time.monotonic()
         drops, closed = trio.run(stall_pings, live, ids, ping_ids, ping_window, 6.0)
         result["liveness_honest_closed"] = drops
@@ -85,10 +79,8 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
                      f"honest drops {drops}, liveness closes {closed}, "
                      f"{time.monotonic() - t0:.0f} s"))
 
-        ecl = start("ecl-victim", {
-            "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "2", "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "6",
-            "SYNCNODE_MEMBERSHIP_GRACE_S": "1"})
-        ids = _joined(ecl, [start(f"ecl-h{i}") for i in range(3)])
+        ecl = start("ecl-victim", SQUAT_VICTIM_ENV)
+        ids = dialled_by(ecl, [start(f"ecl-h{i}", SQUAT_HONEST_ENV) for i in range(3)])
         fewest, squatters = trio.run(squat, ecl, ids, 12, eclipse_window)
         result["eclipse_honest_min"] = fewest
         rows.append((f"15 eclipse, {squatters} mesh squatters", "watermarks 2/6, 3 dialled",

@@ -20,8 +20,9 @@ from sync.reachability import ReachabilityConfig
 from tests.node.cluster import metric, wait_for
 from tests.node.procs import NodeProcess
 
-__all__ = ["dialback_liars", "grab_reservations", "honest_connected", "late_pingers", "lie_to",
-           "mesh_squatters", "squat", "stall_pings"]
+__all__ = ["SQUAT_HONEST_ENV", "SQUAT_VICTIM_ENV", "dialback_liars", "dialled_by",
+           "grab_reservations", "honest_connected", "late_pingers", "lie_to", "mesh_squatters",
+           "squat", "stall_pings"]
 
 PING_BYTES = 32
 
@@ -148,6 +149,26 @@ async def lie_to(node: NodeProcess, liars: int) -> dict[str, float]:
 
 def honest_connected(node: NodeProcess, honest: set[str]) -> int:
     return len(honest & {p["peer_id"] for p in node.get("/v1/peers")["connected"]})
+
+
+#: The eclipse probe's victim: watermarks small enough that a dozen identities are far above
+#: the high one. Its honest peers are content with one connection (they hold each other), so
+#: they do not redial a victim that pruned them, as peers with many others would not either.
+SQUAT_VICTIM_ENV = {"SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "2",
+                    "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "6", "SYNCNODE_MEMBERSHIP_GRACE_S": "1"}
+SQUAT_HONEST_ENV = {"SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1"}
+
+
+def dialled_by(victim: NodeProcess, honest: list[NodeProcess]) -> set[str]:
+    """The honest nodes join the first of them and ``victim`` dials each; their ids once it
+    holds them all."""
+    for h in honest[1:]:
+        assert h.cli("join", honest[0].listen_addrs[0]).returncode == 0
+    for h in honest:
+        assert victim.cli("join", h.listen_addrs[0]).returncode == 0
+    ids = {h.peer_id for h in honest}
+    wait_for(lambda: honest_connected(victim, ids) == len(ids), 60, "honest peers not joined")
+    return ids
 
 
 async def _watch(victim: NodeProcess, honest: set[str], window_s: float) -> tuple[int, int]:

@@ -22,8 +22,10 @@ from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
 from tests.node.cluster import metric, wait_for
 from tests.node.hostile_reach import (
+    SQUAT_HONEST_ENV,
+    SQUAT_VICTIM_ENV,
+    dialled_by,
     grab_reservations,
-    honest_connected,
     lie_to,
     squat,
     stall_pings,
@@ -62,17 +64,12 @@ def test_one_source_gets_only_its_share_of_relay_reservations(tmp_path: Path) ->
 
 
 def test_mesh_squatters_do_not_prune_the_peers_a_node_dialled(tmp_path: Path) -> None:
-    # Small watermarks, so that a dozen identities are far above the high one: GossipSub mesh
-    # members are protected from pruning, and the squatters all join the mesh.
-    honest = [NodeProcess(tmp_path / f"h{i}").start() for i in range(3)]
-    victim = NodeProcess(tmp_path / "victim", env={
-        "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "2", "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "6",
-        "SYNCNODE_MEMBERSHIP_GRACE_S": "1"}).start()
+    # GossipSub mesh members are protected from pruning, and a dozen squatters join the mesh
+    # of a victim whose high watermark is 6 (SQUAT_VICTIM_ENV).
+    honest = [NodeProcess(tmp_path / f"h{i}", env=SQUAT_HONEST_ENV).start() for i in range(3)]
+    victim = NodeProcess(tmp_path / "victim", env=SQUAT_VICTIM_ENV).start()
     try:
-        ids = {h.peer_id for h in honest}
-        for h in honest:
-            assert victim.cli("join", h.listen_addrs[0]).returncode == 0
-        wait_for(lambda: honest_connected(victim, ids) == 3, 60, "honest peers not joined")
+        ids = dialled_by(victim, honest)
         fewest, squatters = trio.run(squat, victim, ids, 12, 20.0)
         # d9bdd2e: the squatters' protected connections left no room and the peers the
         # victim had dialled itself were pruned (it never dialled again: above its low mark).
@@ -87,9 +84,8 @@ def test_late_and_silent_pingers_close_no_honest_connection(tmp_path: Path) -> N
     honest = NodeProcess(tmp_path / "honest").start()
     victim = NodeProcess(tmp_path / "victim").start()
     try:
-        assert victim.cli("join", honest.listen_addrs[0]).returncode == 0
-        wait_for(lambda: honest_connected(victim, {honest.peer_id}) == 1, 60, "not joined")
-        drops, closed = trio.run(stall_pings, victim, {honest.peer_id}, 8, 40.0, 6.0)
+        ids = dialled_by(victim, [honest])
+        drops, closed = trio.run(stall_pings, victim, ids, 8, 40.0, 6.0)
         assert drops == 0, (drops, closed)
         print(f"honest drops {drops}, liveness closes {closed}")
     finally:
