@@ -38,6 +38,7 @@ from tests.node.procs import NodeProcess
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.mark.slow
 def test_dialback_liars_do_not_make_a_node_public(tmp_path: Path) -> None:
     # Default settings: serve_relay = "auto", two confirmations.
     node = NodeProcess(tmp_path / "victim").start()
@@ -51,6 +52,7 @@ def test_dialback_liars_do_not_make_a_node_public(tmp_path: Path) -> None:
         node.kill()
 
 
+@pytest.mark.slow
 def test_one_source_gets_only_its_share_of_relay_reservations(tmp_path: Path) -> None:
     # Default share: 4 reservations per /24; every identity here comes from 127.0.0.1.
     node = NodeProcess(tmp_path / "relay", env={
@@ -66,6 +68,7 @@ def test_one_source_gets_only_its_share_of_relay_reservations(tmp_path: Path) ->
         node.kill()
 
 
+@pytest.mark.slow
 def test_mesh_squatters_do_not_prune_the_peers_a_node_dialled(tmp_path: Path) -> None:
     # GossipSub mesh members are protected from pruning, and a dozen squatters join the mesh
     # of a victim whose high watermark is 6 (SQUAT_VICTIM_ENV).
@@ -81,6 +84,7 @@ def test_mesh_squatters_do_not_prune_the_peers_a_node_dialled(tmp_path: Path) ->
             node.kill()
 
 
+@pytest.mark.slow
 def test_late_and_silent_pingers_close_no_honest_connection(tmp_path: Path) -> None:
     # Default liveness settings: a ping every 5 s, 5 s to answer, closed after 3 failures.
     honest = NodeProcess(tmp_path / "honest").start()
