@@ -38,6 +38,11 @@ _ARRIVAL_GRACE_S = 5.0  # how long after a claimed success its dial-back may sti
 _CHARGES = {"mismatch": "dialback_lie", "unverified": "dialback_unverified"}
 
 
+def _direction(conn: object) -> str:
+    """``"inbound"`` or ``"outbound"`` (libp2p's connection direction), else ``""``."""
+    return str(getattr(getattr(conn, "direction", None), "name", "")).lower()
+
+
 def _ip_of(address: str | None) -> str | None:
     parts = (address or "").split("/")
     return parts[2] if len(parts) > 2 and parts[1] in ("ip4", "ip6") else None
@@ -135,8 +140,8 @@ class ReachabilityService:
 
     def _relayed_directions(self, peer: str) -> tuple[bool, bool]:
         """Whether a relayed connection with ``peer`` came in, and whether we opened one."""
-        directions = {str(getattr(getattr(c, "direction", None), "name", "")).lower()
-                      for c in self.relay.connections(peer) if connection_is_relayed(c)}
+        directions = {_direction(c) for c in self.relay.connections(peer)
+                      if connection_is_relayed(c)}
         return "inbound" in directions, "outbound" in directions
 
     async def _ask(self, peer: str) -> None:
@@ -174,8 +179,7 @@ class ReachabilityService:
         return False
 
     def _dialled_by_us(self, peer: str) -> bool:
-        return any(str(getattr(getattr(c, "direction", None), "name", "")).lower()
-                   == "outbound" for c in self.relay.connections(peer)
+        return any(_direction(c) == "outbound" for c in self.relay.connections(peer)
                    if not connection_is_relayed(c))
 
     async def _reserve(self, relay: str) -> None:
