@@ -20,16 +20,8 @@ from typing import Any
 
 import trio
 
+from tests.node import hostile_reach as hostile
 from tests.node.cluster import metric, wait_for
-from tests.node.hostile_reach import (
-    SQUAT_HONEST_ENV,
-    SQUAT_VICTIM_ENV,
-    dialled_by,
-    grab_reservations,
-    lie_to,
-    squat,
-    stall_pings,
-)
 from tests.node.procs import NodeProcess
 
 __all__ = ["TARGETS", "reach_attacks"]
@@ -55,7 +47,7 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
 
     try:
         victim = start("lie-victim")
-        seen = trio.run(lie_to, victim, 2)
+        seen = trio.run(hostile.lie_to, victim, 2)
         result["dialback_lie_public"] = seen["reachability_state"] == 2
         rows.append(("12 dial-back lies, 2 ids", "ok 198.18.0.99, never dialled",
                      f"state {seen['reachability_state']:.0f}, relay {seen['relay_serving']:.0f}"
@@ -64,24 +56,26 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
 
         relay = start("relay", {"SYNCNODE_REACHABILITY_SERVE_RELAY": "on"})
         wait_for(lambda: metric(relay, "relay_serving") == 1, 60, "the relay never served")
-        granted = trio.run(grab_reservations, relay.listen_addrs[0], relay.peer_id, relay_ids)
+        granted = trio.run(hostile.grab_reservations, relay.listen_addrs[0], relay.peer_id,
+                           relay_ids)
         result["relay_reservations_one_source_max"] = granted
         rows.append((f"13 relay, {relay_ids} ids one source", "a reservation each",
                      f"{granted} granted, refused "
                      f"{metric(relay, 'relay_share_refused_reservations_total'):.0f}"))
 
         live = start("live-victim")
-        ids = dialled_by(live, [start("live-honest")])
+        ids = hostile.dialled_by(live, [start("live-honest")])
         t0 = time.monotonic()
-        drops, closed = trio.run(stall_pings, live, ids, ping_ids, ping_window, 6.0)
+        drops, closed = trio.run(hostile.stall_pings, live, ids, ping_ids, ping_window, 6.0)
         result["liveness_honest_closed"] = drops
         rows.append((f"14 late pings, {ping_ids} ids", "never / 6 s late (timeout 5 s)",
                      f"honest drops {drops}, liveness closes {closed}, "
                      f"{time.monotonic() - t0:.0f} s"))
 
-        ecl = start("ecl-victim", SQUAT_VICTIM_ENV)
-        ids = dialled_by(ecl, [start(f"ecl-h{i}", SQUAT_HONEST_ENV) for i in range(3)])
-        fewest, squatters = trio.run(squat, ecl, ids, 12, eclipse_window)
+        ecl = start("ecl-victim", hostile.SQUAT_VICTIM_ENV)
+        honest = [start(f"ecl-h{i}", hostile.SQUAT_HONEST_ENV) for i in range(3)]
+        ids = hostile.dialled_by(ecl, honest)
+        fewest, squatters = trio.run(hostile.squat, ecl, ids, 12, eclipse_window)
         result["eclipse_honest_min"] = fewest
         rows.append((f"15 eclipse, {squatters} mesh squatters", "watermarks 2/6, 3 dialled",
                      f"fewest honest held {fewest} of 3"))
