@@ -122,7 +122,8 @@ def test_a_node_whose_dial_loop_raises_keeps_serving(
                     while len(dials) < 3:  # failed, restarted, failed, restarted, dialled
                         assert (await client.get("/v1/status")).status_code == 200
                         await trio.sleep(0.1)
-                assert await failures() == 'syncnode_node_task_failures_total{task="PeerManager"} 2.0'
+                want = 'syncnode_node_task_failures_total{task="PeerManager"} 2.0'
+                assert await failures() == want
             shutdown.set()
 
     with caplog.at_level(logging.ERROR, "syncnode.supervisor"):
