@@ -36,6 +36,7 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from node.clock import Clock, SystemClock
 from node.p2p.frames import DialError, P2PError
 from node.p2p.patches import check_libp2p_version
+from node.p2p.scope_guard import Refusals, punch_refusal
 from sync.reachability import RateGate, ReachabilityConfig
 
 __all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]
@@ -126,9 +127,21 @@ class _ResponderDCUtR(DCUtRProtocol):
     and tells the other side our external addresses from our own evidence first
     (``punch_addrs``: :meth:`sync.reachability.ReachabilityCore.punch_addrs`)."""
 
-    def __init__(self, host: IHost, dial_timeout: int) -> None:
+    def __init__(self, host: IHost, dial_timeout: int, refused: Refusals) -> None:
         super().__init__(host, dial_timeout=dial_timeout)
         self.punch_addrs: Callable[[], list[str]] = lambda: []
+        self.refused = refused
+
+    async def _dial_peer(self, peer_id: ID, addr: multiaddr.Multiaddr,
+                         source: tuple[str, int] | None = None,
+                         as_responder: bool = False) -> None:
+        # Every punch dial (the peer's CONNECT addresses, identify's listen addresses) passes
+        # here: the peer may aim it only within its own scope (node.p2p.scope_guard).
+        if (reason := punch_refusal(self.host, peer_id, str(addr))) is not None:
+            self.refused["punch", reason] += 1
+            logger.debug("refused punch dial of %s at %s: %s", peer_id, addr, reason)
+            return
+        await super()._dial_peer(peer_id, addr, source, as_responder)
 
     async def _auto_drive_loop(self) -> None:
         return None
@@ -170,7 +183,8 @@ def _check_library() -> None:
     for cls, name in ((CircuitV2Protocol, "_read_stream_with_retry"),
                       (CircuitV2Protocol, "_handle_hop_stream"),
                       (DCUtRProtocol, "_auto_drive_loop"),
-                      (DCUtRProtocol, "_get_observed_addrs")):
+                      (DCUtRProtocol, "_get_observed_addrs"),
+                      (DCUtRProtocol, "_dial_peer")):
         if not callable(getattr(cls, name, None)):
             raise P2PError(f"libp2p {cls.__name__}.{name} is gone: node.p2p.relay needs review")
 
@@ -179,7 +193,7 @@ class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
     def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, refused: Refusals | None = None) -> None:
         _check_library()
         self.host = host
         self.config = config
@@ -193,7 +207,8 @@ class RelayLayer:
                                     clock or SystemClock())
         self.transport = CircuitV2Transport(
             host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
-        self.dcutr = _ResponderDCUtR(host, dial_timeout=int(max(1, dial_timeout)))
+        self.dcutr = _ResponderDCUtR(host, int(max(1, dial_timeout)),
+                                     refused if refused is not None else Refusals())
         for name in ("_direct_connections", "_hole_punch_attempts"):  # used in punch()
             if not hasattr(self.dcutr, name):
                 raise P2PError(f"libp2p DCUtRProtocol.{name} is gone: node.p2p.relay needs review")

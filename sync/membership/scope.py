@@ -24,7 +24,16 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-__all__ = ["SCOPE_REASONS", "Scope", "addr_host", "addr_refusal", "in_scope", "scope_of"]
+__all__ = [
+    "SCOPE_REASONS",
+    "Scope",
+    "addr_host",
+    "addr_refusal",
+    "in_scope",
+    "relay_of",
+    "scope_of",
+    "source_ip",
+]
 
 # The reasons :func:`addr_refusal` gives: the label values of the refusal metric.
 SCOPE_REASONS = ("loopback", "private", "link_local", "dns", "invalid")
@@ -94,6 +103,22 @@ def addr_host(addr: str) -> tuple[str, str] | None:
         return None
     if parts[1] in ("ip4", "ip6") or parts[1] in _DNS_PROTOCOLS:
         return parts[1], parts[2]
+    return None
+
+
+def source_ip(address: str | None) -> str | None:
+    """The IP (or name) a connection's remote multiaddr starts with: the source to check a
+    peer's addresses against (a relay's, when the connection is relayed)."""
+    found = addr_host(address) if address else None
+    return found[1] if found is not None else None
+
+
+def relay_of(address: str | None) -> str | None:
+    """The relay's peer id when ``address`` is a relayed connection's remote address
+    (``/p2p/<relay>/p2p-circuit/...``, as libp2p reports it): its source is that relay's."""
+    parts = (address or "").split("/")
+    if len(parts) >= 4 and parts[1] == "p2p" and parts[3] == "p2p-circuit" and parts[2]:
+        return parts[2]
     return None
 
 

@@ -7,7 +7,15 @@ import ipaddress
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sync.membership.scope import SCOPE_REASONS, addr_host, addr_refusal, in_scope, scope_of
+from sync.membership.scope import (
+    SCOPE_REASONS,
+    addr_host,
+    addr_refusal,
+    in_scope,
+    relay_of,
+    scope_of,
+    source_ip,
+)
 
 PRIVATE_BLOCKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
 
@@ -53,6 +61,10 @@ def test_multiaddrs() -> None:
     assert addr_refusal("/dns4/example.com/tcp/4001", "198.18.0.1") == "dns"
     assert addr_refusal("/dns4/example.com/tcp/4001", "198.18.0.1", names=True) is None
     assert addr_refusal("/dns4/example.com/tcp/4001", "127.0.0.1") is None
+    # A relayed connection's remote address names no IP: its relay's connection tells.
+    assert relay_of("/p2p/12D3KooWrelay/p2p-circuit/p2p/12D3KooWpeer") == "12D3KooWrelay"
+    assert relay_of("/ip4/1.2.3.4/tcp/1") is None and relay_of(None) is None
+    assert source_ip("/ip4/1.2.3.4/tcp/1") == "1.2.3.4" and source_ip(None) is None
     for bad in ("", "/", "/tcp/1", "/unix/x", "ip4/1.2.3.4/tcp/1", "/ip4//tcp/1"):
         assert addr_refusal(bad, "127.0.0.1") == "invalid", bad
 
