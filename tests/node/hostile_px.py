@@ -10,6 +10,7 @@ tests and the attack benchmark. Every host here is a real py-libp2p host with No
 
 from __future__ import annotations
 
+import itertools
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -28,6 +29,8 @@ from tests.node.cluster import metric, wait_for
 from tests.node.procs import NodeProcess
 
 __all__ = ["book_share_of_one_source", "lan_ip", "px_internal_dials"]
+
+PX_BATCH = 16  # records per answer: membership.px_max_records (more is a protocol error)
 
 
 def lan_ip() -> str:
@@ -118,12 +121,21 @@ async def book_share_of_one_source(victim: NodeProcess, identities: int, bound: 
     reached) some of them (4, or ``bound`` if fewer: it dials up to its low watermark only)
     and asked that source ``rounds`` more times."""
     async with AsyncExitStack() as stack:
-        live = [await stack.enter_async_context(open_host(Ed25519PrivateKey.generate(),
-                                                          P2PConfig()))
-                for _ in range(identities)]
+        # Over four /16s of 127/8 (all loopback): the book's bound per network must not be
+        # the one that stops them.
+        live = [await stack.enter_async_context(open_host(
+                    Ed25519PrivateKey.generate(),
+                    P2PConfig(listen_addrs=(f"/ip4/127.{1 + i % 4}.0.1/tcp/0",))))
+                for i in range(identities)]
         records = [h.local_record.envelope for h in live]
         ids = {h.peer_id for h in live}
-        host = await stack.enter_async_context(_px_server("127.0.0.1", lambda: records))
+        turns = itertools.count()
+
+        def batch() -> list[bytes]:  # the next PX_BATCH of them, round and round
+            start = next(turns) * PX_BATCH % len(records)
+            return (records + records)[start:start + min(PX_BATCH, len(records))]
+
+        host = await stack.enter_async_context(_px_server("127.0.0.1", batch))
         joined = await trio.to_thread.run_sync(victim.cli, "join", host.listen_addrs[0])
         assert joined.returncode == 0, joined.stderr
         dials = 'membership_dials_total{kind="dial",result="ok"}'
