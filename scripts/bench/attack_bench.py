@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from attack_profile import PhaseProfile  # noqa: E402
-from attack_px import PX_KEYS, px_attacks  # noqa: E402
+from attack_px import px_attacks  # noqa: E402
 from attack_round2 import (  # noqa: E402
     DB_TABLE,
     gossip_with,
@@ -106,7 +106,7 @@ OUT = ROOT / "docs" / "bench" / "attack.json"
 JSON_KEYS = ("poison_publish_ok", "withheld_catchup_s", "peak_rss_mib", "honest_rate_ratio",
              "honest_rate_before_per_s", "honest_rate_during_per_s", "acked_lost", "acked_total",
              "victim_bans", "clock_ahead_ms", "table_takeover_ok", "poisoned_snapshot_loaded",
-             "recon_flood_publish_p99_ms", *PX_KEYS)
+             "recon_flood_publish_p99_ms", "px_internal_dials", "addrbook_per_source_max")
 POISON = (1 << 64) - (1 << 32) - 1
 RSS_TARGET_MIB = 512
 # SDS timers at their config defaults (start_node would set the fast test timers).

@@ -19,14 +19,14 @@ import trio
 from tests.node.cluster import start_node
 from tests.node.hostile_px import book_share_of_one_source, px_internal_dials
 
-__all__ = ["PX_KEYS", "px_attacks"]
+__all__ = ["px_attacks"]
 
-PX_KEYS = ("px_internal_dials", "addrbook_per_source_max")
 _FAST_PX = {"SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "0.5"}
 
 
 def px_attacks(base: Path, size: str) -> tuple[dict[str, object], list[tuple[str, str, str]]]:
-    """The results (keys :data:`PX_KEYS`, and the bound) and the table rows."""
+    """The results (``px_internal_dials``, ``addrbook_per_source_max`` and the bound) and
+    the table rows."""
     bound = 4 if size == "smoke" else 32
     env = {**_FAST_PX, "SYNCNODE_MEMBERSHIP_ADDRESS_BOOK_PER_SOURCE": str(bound)}
     victim = start_node(base, "px-victim", env=_FAST_PX)
