@@ -39,6 +39,7 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from node.clock import Clock, SystemClock
 from node.p2p.frames import DialError, P2PError
 from node.p2p.patches import check_libp2p_version
+from node.p2p.scope_guard import Refusals, punch_refusal
 from sync.networks import NetworkShare, network_of
 from sync.reachability import RateGate, ReachabilityConfig, address_scope
 
@@ -193,9 +194,21 @@ class _ResponderDCUtR(DCUtRProtocol):
     and tells the other side our external addresses from our own evidence first
     (``punch_addrs``: :meth:`sync.reachability.ReachabilityCore.punch_addrs`)."""
 
-    def __init__(self, host: IHost, dial_timeout: int) -> None:
+    def __init__(self, host: IHost, dial_timeout: int, refused: Refusals) -> None:
         super().__init__(host, dial_timeout=dial_timeout)
         self.punch_addrs: Callable[[], list[str]] = lambda: []
+        self.refused = refused
+
+    async def _dial_peer(self, peer_id: ID, addr: multiaddr.Multiaddr,
+                         source: tuple[str, int] | None = None,
+                         as_responder: bool = False) -> None:
+        # Every punch dial (the peer's CONNECT addresses, identify's listen addresses) passes
+        # here: the peer may aim it only within its own scope (node.p2p.scope_guard).
+        if (reason := punch_refusal(self.host, peer_id, str(addr))) is not None:
+            self.refused["punch", reason] += 1
+            logger.debug("refused punch dial of %s at %s: %s", peer_id, addr, reason)
+            return
+        await super()._dial_peer(peer_id, addr, source, as_responder)
 
     async def _auto_drive_loop(self) -> None:
         return None
@@ -260,7 +273,8 @@ def _check_library() -> None:
                       (CircuitV2Protocol, "_handle_connect"),
                       (DCUtRProtocol, "_auto_drive_loop"),
                       (DCUtRProtocol, "_get_observed_addrs"),
-                      (DCUtRProtocol, "_try_unilateral_upgrade")):
+                      (DCUtRProtocol, "_try_unilateral_upgrade"),
+                      (DCUtRProtocol, "_dial_peer")):
         if not callable(getattr(cls, name, None)):
             raise P2PError(f"libp2p {cls.__name__}.{name} is gone: node.p2p.relay needs review")
 
@@ -269,7 +283,7 @@ class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
     def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, refused: Refusals | None = None) -> None:
         _check_library()
         self.host = host
         self.config = config
@@ -282,7 +296,8 @@ class RelayLayer:
         self.protocol = _SharedRelay(host, limits, config, self.stats, clock or SystemClock())
         self.transport = CircuitV2Transport(
             host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
-        self.dcutr = _ResponderDCUtR(host, dial_timeout=int(max(1, dial_timeout)))
+        self.dcutr = _ResponderDCUtR(host, int(max(1, dial_timeout)),
+                                     refused if refused is not None else Refusals())
         for name in ("_direct_connections", "_hole_punch_attempts"):  # used in punch()
             if not hasattr(self.dcutr, name):
                 raise P2PError(f"libp2p DCUtRProtocol.{name} is gone: node.p2p.relay needs review")

@@ -338,3 +338,6 @@ NOT_YET_DRIVEN: dict[str, str] = {
     "hole_punch_failed_total": "the emulated NATs let every punch through (no symmetric NAT)",
     "dialback_refused_total": "refusal rules are tested in test_relay_layer.py",
 }
+DRIVEN["peer_addrs_refused_total"] = ("tests/node/test_hostile_px.py::"
+                                      "test_records_from_a_remote_peer_cannot_make_the_node_"
+                                      "dial_its_own_host")
