@@ -55,6 +55,7 @@ def _sample(client: ApiClient) -> dict[str, Any]:
         "peer_id": status.get("peer_id", "?"),
         # Events this node knows it lacks: SDS dependencies missing or waiting for delivery.
         "lag": sum(c.get("missing", 0) + c.get("waiting", 0) for c in channels),
+        "sync": (status.get("sync") or {}).get("text", "unknown"),
     }
 
 
@@ -81,6 +82,7 @@ def _screen(now: dict[str, Any], rates: dict[str, float]) -> list[str]:
         f"  recon sessions /s  {rates['recon']:>12.2f}   ({rates['fetched']:.1f} events fetched/s)",
         f"  peers              {peers:>12}   (address book: {now['address_book']})",
         f"  lag (events)       {now['lag']:>12}   (missing or waiting for dependencies)",
+        f"  sync               {now['sync']}",
         "",
         *[f"  {p['peer_id'][-12:]}  {peer_summary(p)}" for p in now["peers"][:_PEER_ROWS]],
     ]
