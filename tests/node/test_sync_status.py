@@ -84,6 +84,7 @@ def test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns
         # On its way it said it was behind, per peer and in total, and by how much.
         behind = [s for s in seen if s["state"] == "behind"]
         assert behind, [s["text"] for s in seen][-20:]
+        print("SEEN", len(seen), "behind", len(behind), [s["text"] for s in behind][:3], [s["text"] for s in behind][-3:])
         first = behind[0]
         assert 0 < first["behind"] <= EVENTS
         assert re.fullmatch(r"behind ~\d+ events(, catching up at \d+/s)?", first["text"])
