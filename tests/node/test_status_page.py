@@ -234,27 +234,38 @@ def check_page(context: Any, node: NodeProcess, link: str, tmp_path: Path) -> No
 
 def check_sync_and_times(page: Any, node: NodeProcess) -> None:
     """The sync status (in total and per peer), Lamport times as raw numbers, times in UTC ISO
-    like the CLI."""
-    page.wait_for_function("() => document.getElementById('t-sync').dataset.state === "
-                           "'in_sync'", timeout=60_000)
-    assert page.locator("#t-sync").inner_text() == "in sync"
-    peer = node.get("/v1/peers")["connected"][0]["peer_id"]
-    page.wait_for_function(f"() => document.querySelector(\"#peers tr[data-peer='{peer}'] "
-                           f"td:last-child\").textContent === 'in sync'", timeout=30_000)
-    # Behind: how many events and how fast it catches up, drawn by the page's own code.
-    shown = page.evaluate("""() => { renderSync({state: 'behind', behind: 3000,
-        rate_per_s: 812.4, eta_s: 3.7, text: 'behind ~3000 events, catching up at 812/s',
-        peers: {}});
-        return [document.getElementById('t-sync').textContent,
-                document.getElementById('t-sync-detail').textContent]; }""")
-    assert shown == ["behind ~3,000", "catching up at 812/s · about 4s left"]
+    like the CLI. Every check runs and each failure is listed."""
+    from playwright.sync_api import Error as PageError
+
+    problems: list[str] = []
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
     lamports = {c["channel"]: c["lamport"] for c in node.get("/v1/channels")["channels"]}
     cell = page.locator("#channels tr[data-channel='ops'] td").nth(6).inner_text()
-    assert cell == str(lamports["ops"]) and lamports["ops"] > 10**12, (cell, lamports)
+    if not (cell == str(lamports["ops"]) and lamports["ops"] > 10**12):
+        problems.append(f"Lamport time not the raw number: {cell!r} for {lamports['ops']}")
     live = page.locator("#live-text").inner_text()
-    assert re.fullmatch(r"live · \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", live), live
-    title = page.locator(f"#peers tr[data-peer='{peer}'] td").nth(4).locator("span")
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", title.get_attribute("title") or "")
+    if not re.fullmatch(rf"live · {iso}", live):
+        problems.append(f"refresh time not UTC ISO: {live!r}")
+    title = page.locator("#peers tbody tr td").nth(4).locator("span")
+    if not (title.count() and re.fullmatch(iso, title.get_attribute("title") or "")):
+        problems.append("no UTC time on the peer's connected-since cell")
+    peer = node.get("/v1/peers")["connected"][0]["peer_id"]
+    try:
+        page.wait_for_function("() => document.getElementById('t-sync').dataset.state === "
+                               "'in_sync'", timeout=60_000)
+        page.wait_for_function(f"() => document.querySelector(\"#peers tr[data-peer='{peer}'] "
+                               f"td:last-child\").textContent === 'in sync'", timeout=30_000)
+        # Behind: how many events and how fast it catches up, drawn by the page's own code.
+        shown = page.evaluate("""() => { renderSync({state: 'behind', behind: 3000,
+            rate_per_s: 812.4, eta_s: 3.7, text: 'behind ~3000 events, catching up at 812/s',
+            peers: {}});
+            return [document.getElementById('t-sync').textContent,
+                    document.getElementById('t-sync-detail').textContent]; }""")
+        if shown != ["behind ~3,000", "catching up at 812/s · about 4s left"]:
+            problems.append(f"behind drawn as {shown}")
+    except PageError as exc:
+        problems.append(f"no sync status: {str(exc).splitlines()[0]}")
+    assert not problems, problems
 
 
 def check_cross_origin(context: Any, node: NodeProcess, node_origin: str, port: int,

@@ -5,6 +5,7 @@ once it holds every event, and says what it waits for when it gives up."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import threading
@@ -38,10 +39,8 @@ class Watcher:
     def _run(self) -> None:
         with self.node.client() as client:
             while not self._stop.is_set():
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     self.seen.append(client.get("/v1/status").json()["sync"])
-                except httpx.HTTPError:
-                    pass
                 time.sleep(0.05)
 
     def stop(self) -> list[dict[str, Any]]:
@@ -84,7 +83,6 @@ def test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns
         # On its way it said it was behind, per peer and in total, and by how much.
         behind = [s for s in seen if s["state"] == "behind"]
         assert behind, [s["text"] for s in seen][-20:]
-        print("SEEN", len(seen), "behind", len(behind), [s["text"] for s in behind][:3], [s["text"] for s in behind][-3:])
         first = behind[0]
         assert 0 < first["behind"] <= EVENTS
         assert re.fullmatch(r"behind ~\d+ events(, catching up at \d+/s)?", first["text"])
