@@ -117,3 +117,23 @@ def test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns
     finally:
         b.kill()
         a.kill()
+
+
+def test_status_and_peers_text_for_each_state() -> None:
+    from node.cli.node_commands import peer_summary, sync_rows
+
+    behind = {"state": "behind", "text": "behind ~3412 events, catching up at 5120/s",
+              "behind": 3412, "rate_per_s": 5120.0, "eta_s": 0.7,
+              "peers": {"12D3KooWpeerAAAAX4xGm8UuK2aB": {
+                  "behind": 3412, "measured": 4000, "reconciled_ago_s": 0.4,
+                  "partial": False}}}
+    assert sync_rows(behind) == [
+        ("sync", "behind ~3412 events, catching up at 5120/s (about 0.7 s left)"),
+        ("  X4xGm8UuK2aB", "behind ~3412, reconciled 0.4 s ago")]
+    unknown = {"state": "unknown", "text": "unknown (no peer connected)", "behind": 0,
+               "rate_per_s": None, "eta_s": None, "peers": {}}
+    assert sync_rows(unknown) == [("sync", "unknown (no peer connected)")]
+    peer = {"path": "direct", "rtt_ms": 1.0, "last_recon": None, "sync": None}
+    assert peer_summary(peer).endswith("  sync unknown")
+    assert peer_summary({**peer, "sync": {"behind": 0}}).endswith("  in sync")
+    assert peer_summary({**peer, "sync": {"behind": 7}}).endswith("  behind ~7")
