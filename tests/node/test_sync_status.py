@@ -20,6 +20,12 @@ from tests.node.cluster import wait_for
 from tests.node.procs import NodeProcess
 
 EVENTS = 4000
+GAUGE = "syncnode_sync_behind_events"
+
+
+def gauge(text: str) -> float:
+    return next(float(line.split()[1]) for line in text.splitlines()
+                if line.startswith(GAUGE + " "))
 
 
 def sync_of(node: NodeProcess) -> dict[str, Any]:
@@ -32,6 +38,7 @@ class Watcher:
     def __init__(self, node: NodeProcess) -> None:
         self.node = node
         self.seen: list[dict[str, Any]] = []
+        self.gauges: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -41,6 +48,7 @@ class Watcher:
             while not self._stop.is_set():
                 with contextlib.suppress(httpx.HTTPError):
                     self.seen.append(client.get("/v1/status").json()["sync"])
+                    self.gauges.append(gauge(client.get("/metrics").text))
                 time.sleep(0.05)
 
     def stop(self) -> list[dict[str, Any]]:
@@ -89,6 +97,7 @@ def test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns
         assert first["peers"][a.peer_id]["behind"] == first["behind"]
         assert first["peers"][a.peer_id]["measured"] > 0
         assert seen.index(first) < max(i for i, s in enumerate(seen) if s["state"] == "in_sync")
+        assert max(watcher.gauges) > 0 and gauge(b.get("/metrics")) == 0
         # Once in sync, every way of looking says so.
         assert sync_of(b)["peers"][a.peer_id]["behind"] == 0
         status = b.cli("status")
