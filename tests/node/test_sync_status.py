@@ -5,7 +5,6 @@ once it holds every event, and says what it waits for when it gives up."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import threading
@@ -13,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.node.cluster import wait_for
@@ -23,9 +21,10 @@ EVENTS = 4000
 GAUGE = "syncnode_sync_behind_events"
 
 
-def gauge(text: str) -> float:
-    return next(float(line.split()[1]) for line in text.splitlines()
-                if line.startswith(GAUGE + " "))
+def gauge(text: str) -> float | None:
+    """The gauge's value in a /metrics text (None: not served yet, the node is starting)."""
+    return next((float(line.split()[1]) for line in text.splitlines()
+                 if line.startswith(GAUGE + " ")), None)
 
 
 def sync_of(node: NodeProcess) -> dict[str, Any]:
@@ -38,7 +37,8 @@ class Watcher:
     def __init__(self, node: NodeProcess) -> None:
         self.node = node
         self.seen: list[dict[str, Any]] = []
-        self.gauges: list[float] = []
+        self.gauges: list[float | None] = []
+        self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -46,15 +46,23 @@ class Watcher:
     def _run(self) -> None:
         with self.node.client() as client:
             while not self._stop.is_set():
-                with contextlib.suppress(httpx.HTTPError):
+                try:
                     self.seen.append(client.get("/v1/status").json()["sync"])
                     self.gauges.append(gauge(client.get("/metrics").text))
+                except Exception as exc:  # any: the story says why a state was missed
+                    self.errors.append(repr(exc))
                 time.sleep(0.05)
 
     def stop(self) -> list[dict[str, Any]]:
         self._stop.set()
         self._thread.join(timeout=30)
         return self.seen
+
+    def story(self) -> str:
+        """The states seen, each run of equal texts once, with the errors met."""
+        texts = [s["text"] for s in self.seen]
+        runs = [t for i, t in enumerate(texts) if i == 0 or texts[i - 1] != t]
+        return f"{len(texts)} samples: {runs[:12]} ... {runs[-6:]}; errors {self.errors[:3]}"
 
 
 @pytest.mark.timeout(300)
@@ -90,14 +98,14 @@ def test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns
         assert b.status()["events"] == total
         # On its way it said it was behind, per peer and in total, and by how much.
         behind = [s for s in seen if s["state"] == "behind"]
-        assert behind, [s["text"] for s in seen][-20:]
+        assert behind, watcher.story()
         first = behind[0]
         assert 0 < first["behind"] <= EVENTS
         assert re.fullmatch(r"behind ~\d+ events(, catching up at \d+/s)?", first["text"])
         assert first["peers"][a.peer_id]["behind"] == first["behind"]
         assert first["peers"][a.peer_id]["measured"] > 0
         assert seen.index(first) < max(i for i, s in enumerate(seen) if s["state"] == "in_sync")
-        assert max(watcher.gauges) > 0 and gauge(b.get("/metrics")) == 0
+        assert max(g or 0 for g in watcher.gauges) > 0 and gauge(b.get("/metrics")) == 0
         # Once in sync, every way of looking says so.
         assert sync_of(b)["peers"][a.peer_id]["behind"] == 0
         status = b.cli("status")
