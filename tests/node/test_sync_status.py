@@ -68,8 +68,10 @@ class Watcher:
 @pytest.mark.timeout(300)
 def test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns(
         tmp_path: Path) -> None:
-    # The default settings: no fast timers.
-    a = NodeProcess(tmp_path / "a").start()
+    # b, the node under test, runs the default settings (no fast timers). a does not resend
+    # its unacknowledged events (SDS resends, a second way back for them, race b's first Recon
+    # round: when they win, b holds everything before Recon could tell it was behind).
+    a = NodeProcess(tmp_path / "a", env={"SYNCNODE_SDS_MAX_RESENDS": "0"}).start()
     b = NodeProcess(tmp_path / "b", "--bootstrap", a.listen_addrs[0])
     try:
         b.start()
