@@ -17,7 +17,7 @@ import pytest
 from tests.node.cluster import wait_for
 from tests.node.procs import NodeProcess
 
-EVENTS = 4000
+EVENTS = 10_000  # enough that the catch-up lasts longer than a few polls
 GAUGE = "syncnode_sync_behind_events"
 
 
