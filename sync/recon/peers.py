@@ -96,6 +96,8 @@ class PeerScheduler:
         self._prompts: dict[str, float] = {}
         #: When each connected peer's last prompt session started (the per-peer limit).
         self._prompted: dict[str, float] = {}
+        #: Prompt sessions returned by ``due_prompts`` and not begun yet.
+        self._starting: set[str] = set()
 
     # -- the round timer -----------------------------------------------------------------------
 
@@ -156,18 +158,20 @@ class PeerScheduler:
         for peer in due:
             del self._prompts[peer]
             self._prompted[peer] = now
+            self._starting.add(peer)
         return due
 
     def prompted(self, peer: str, now: float) -> bool:
         """A session with ``peer`` begins (either side): whether it answers a prompt (one
-        pending, consumed now, or one consumed within ``prompt_min_s``: when both sides
-        prompted, one session goes on and the other side's is declined)."""
+        ``due_prompts`` returned, or one still pending, which this session consumes)."""
+        if peer in self._starting:
+            self._starting.discard(peer)
+            return True
         if peer in self._prompts:
             del self._prompts[peer]
             self._prompted[peer] = now
             return True
-        last = self._prompted.get(peer)
-        return last is not None and now < last + self.prompt_min_s
+        return False
 
     def choose(self, now: float, connected: Collection[str],
                latency: Callable[[str], float | None]) -> str | None:
@@ -222,6 +226,7 @@ class PeerScheduler:
 
     def disconnected(self, peer: str, now: float) -> None:
         self._prompts.pop(peer, None)  # (its limit stays: reconnecting does not reset it)
+        self._starting.discard(peer)
         state = self.peers.get(peer)
         if state is not None and state.backoff_until <= now:
             del self.peers[peer]  # nothing worth remembering

@@ -121,6 +121,8 @@ class ReconLifecycle:
         self.claims = ClaimTable(cfg.claim_timeout_s, max_keys=cfg.max_claimed_keys,
                                  hold_s=cfg.hold_s)
         self._wants: dict[int, _Want] = {}
+        #: Peers our running prompt sessions are with (initiator side).
+        self._prompting: set[str] = set()
 
     # -- timers and peers ----------------------------------------------------------------------
 
@@ -188,8 +190,13 @@ class ReconLifecycle:
         if not ok:
             return None
         interests, scope = self.backlog.take(self.interests)
-        return SessionPlan(peer, role, interests, scope, now,
-                           prompt=self.schedule.prompted(peer, now))
+        # A responder's session answers our prompt too when both sides started one at once
+        # and ours is the one the peer declines (the peer's goes on: ``begin_responder``).
+        prompt = self.schedule.prompted(peer, now) or (
+            role is Role.RESPONDER and peer in self._prompting)
+        if prompt and role is Role.INITIATOR:
+            self._prompting.add(peer)
+        return SessionPlan(peer, role, interests, scope, now, prompt=prompt)
 
     def reconciled(self, plan: SessionPlan, peer_interests: Sequence[Range] | None) -> None:
         self.schedule.learned(plan.peer, peer_interests)
@@ -210,6 +217,8 @@ class ReconLifecycle:
         if plan is not None:
             self.backlog.give_back(plan.scope)
         self.schedule.end(peer, initiator=role is Role.INITIATOR)
+        if role is Role.INITIATOR:
+            self._prompting.discard(peer)
         actions: list[Action] = []
         kind = None
         if isinstance(error, RemoteProtocolError):
@@ -236,6 +245,8 @@ class ReconLifecycle:
 
     def _end(self, plan: SessionPlan) -> None:
         self.schedule.end(plan.peer, initiator=plan.role is Role.INITIATOR)
+        if plan.role is Role.INITIATOR:
+            self._prompting.discard(plan.peer)
         self.close(plan)
 
     # -- its transfer ------------------------------------------------------------------------

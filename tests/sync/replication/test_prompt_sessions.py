@@ -119,12 +119,23 @@ def test_a_prompt_session_leaves_nothing_to_the_gossip_grace_on_either_side() ->
     for role in Role:
         c = defaults()
         assert c.connected("b", PEERS, T)
-        if role is Role.INITIATOR:
-            assert c.handle_timer(T, PEERS, no_latency)[0] == StartSession("b")
-        plan = c.begin("b", role, T + 0.1)
-        assert plan is not None and plan.prompt
+        assert c.handle_timer(T, PEERS, no_latency)[0] == StartSession("b")
+        ours = c.begin("b", Role.INITIATOR, T)
+        assert ours is not None and ours.prompt
+        plan = ours
+        if role is Role.RESPONDER:  # b started one too; "b" < "me", so b declines ours
+            plan = c.begin("b", Role.RESPONDER, T + 0.1)
+            assert plan is not None and plan.prompt
         read = c.want(plan, [recent], T + 0.1, now_ms)[-1]
         assert list(getattr(read, "keys", ())) == [recent]
+        if role is Role.RESPONDER:
+            c.declined(ours)
+        c.close(plan)
+        c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
+        # A later session with b (a round's) leaves the newest events to gossip again.
+        c.poke()
+        later = c.begin("b", Role.INITIATOR, T + 4.0)
+        assert later is not None and not later.prompt
     # A round's session still leaves it to gossip.
     c = defaults()
     (start,) = c.handle_timer(T, ["a"], no_latency)
