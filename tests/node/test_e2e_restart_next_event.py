@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.burst import burst_and_kill, events_held, start_on_defaults
+from tests.node.burst import burst_and_kill, events_held, start_three
 from tests.node.cluster import wait_for
 from tests.node.procs import NodeProcess
 
@@ -55,14 +55,7 @@ class _Log:
 def test_next_event_of_a_node_killed_mid_burst_arrives_at_once(tmp_path: Path) -> None:
     nodes: list[NodeProcess] = []
     try:
-        a = start_on_defaults(tmp_path, "a")
-        nodes.append(a)
-        b = start_on_defaults(tmp_path, "b", a)
-        nodes.append(b)
-        c = start_on_defaults(tmp_path, "c", a, b)
-        nodes.append(c)
-        wait_for(lambda: _connected(a, b, c) and _connected(b, a, c) and _connected(c, a, b),
-                 60, "the three nodes did not connect")
+        a, b, c = start_three(tmp_path, nodes)
         burst_and_kill(b, BURST, KILL_AFTER, tmp_path)
         lacking = {n.data_dir.name: events_held(n) for n in (a, c)}
         b.extra_args = ["--bootstrap", a.listen_addrs[0], "--bootstrap", c.listen_addrs[0]]
