@@ -106,7 +106,8 @@ class PeerScheduler:
         self._poked = True
 
     def get_timer(self) -> float:
-        """When the next round is due (``handle_timer`` then chooses its peer)."""
+        """When the next round or prompt session is due (``handle_timer`` then chooses the
+        round's peer; ``due_prompts`` lists the prompted ones)."""
         return min(self._round_at(), self._next_prompt())
 
     def _round_at(self) -> float:
