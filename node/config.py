@@ -232,6 +232,8 @@ class ReconSection:
     max_missing_keys: int = opt(100_000, positive, most=100_000_000)
     serve_batch_bytes: int = opt(MIB, at_least(MIB, "1 MiB"), most=256 * MIB)
     max_sessions: int = opt(16, positive, most=10_000)
+    # Prompt sessions with one peer (on connecting, on a gap its events show) at most this often.
+    prompt_interval_s: float = opt(5.0, positive, most=HOUR)
     # -- key store memory (docs/architecture.md "Recon key store") --
     keystore_bucket_keys: int = opt(256, lambda v: None if 16 <= v <= 65536 else
                                      "must be between 16 and 65536", most=65536)

@@ -8,6 +8,7 @@ interfaces (``NodeViews``), so none of them imports the runtime or this module b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from sqlalchemy.engine import make_url
@@ -41,6 +42,7 @@ from node.ui import UiSessions
 from storage import weaker_level
 from sync.gossip import GossipLimits
 from sync.ingest import IngestSpec
+from sync.sds import MissingEntry
 
 __all__ = [
     "NodeViews", "api_routes", "build_services", "channel_names", "channel_profiles",
@@ -103,7 +105,6 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
     fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
                       standing=standing, limits=config.fetch, work=work, clock=clock)
-    channels.on_missing = fetcher.want
     peers = PeerManager(host, store, metrics, clock=clock)
     await peers.load(config.p2p.bootstrap)
     ingest = None
@@ -123,6 +124,12 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     )
     await recon.load()
     fetcher.reconcile_soon = recon.poke  # gaps fetch by id cannot close are Recon's
+
+    def missing(channel: str, entries: Sequence[MissingEntry]) -> None:
+        fetcher.want(channel, entries)  # the few ids a gap names, by id
+        recon.gap(channel, entries)  # the rest of it (a burst lost on a restart), from them
+
+    channels.on_missing = missing
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, activity=recon.activity,
                             penalise=standing.penalise, clock=clock)

@@ -50,6 +50,7 @@ from sync.replication import (
     SessionFailed,
     StartSession,
 )
+from sync.sds import MissingEntry
 from sync.transfer import ClaimTable, RangeBacklog
 
 __all__ = ["RECON_PROTOCOL", "ReconService"]
@@ -100,7 +101,7 @@ class ReconService(ReconSessions):
                                    LifecycleConfig.of(
             interval_s=section.interval_s, gossip_grace_s=section.gossip_grace_s,
             max_sessions=section.max_sessions, claim_timeout_s=section.claim_timeout_s,
-            max_missing_keys=self.max_missing_keys))
+            max_missing_keys=self.max_missing_keys, prompt_min_s=section.prompt_interval_s))
         self._wake = trio.Event()
         # Each peer's last session, for peers/status/metrics.
         self.activity = PeerActivity(clock=self.clock)
@@ -179,6 +180,18 @@ class ReconService(ReconSessions):
         self.core.poke()
         self._wake.set()
 
+    def gap(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
+        """SDS found events' dependencies missing: reconcile with their senders at once."""
+        at_once, deferred = self.core.gap((e.sender_id for e in entries),
+                                          self.host.connected_peers(), self.clock.now())
+        self._prompted("gap", at_once, deferred)
+
+    def _prompted(self, reason: str, at_once: int, deferred: int) -> None:
+        for outcome, count in (("at_once", at_once), ("deferred", deferred)):
+            if count:
+                self.metrics.inc("recon_prompts_total", count, reason=reason, outcome=outcome)
+        self._wake.set()
+
     # -- initiating ----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -194,11 +207,17 @@ class ReconService(ReconSessions):
                     self._carry_out(actions)
                     for action in actions:
                         if isinstance(action, StartSession):
-                            nursery.start_soon(self.sync_with, action.peer)
+                            nursery.start_soon(self._session, action.peer)
                     continue
                 self._wake = trio.Event()
                 with trio.move_on_after(self.core.get_timer() - now):
                     await self._wake.wait()
+
+    async def _session(self, peer: str) -> None:
+        try:
+            await self.sync_with(peer)
+        finally:  # a prompt that waited for this session's end may start now
+            self._wake.set()
 
     def _latency(self, peer: str) -> float | None:
         info = self.host.peer_info(peer)
@@ -209,6 +228,6 @@ class ReconService(ReconSessions):
             if event.kind == "disconnected":
                 self.core.disconnected(event.peer_id, self.clock.now())
             if event.kind == "connected":
-                self.core.connected(event.peer_id, self.host.connected_peers(),
-                                    self.clock.now())
-                self._wake.set()
+                at_once = self.core.connected(event.peer_id, self.host.connected_peers(),
+                                              self.clock.now())
+                self._prompted("connected", int(at_once), int(not at_once))

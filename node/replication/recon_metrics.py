@@ -21,6 +21,9 @@ RECON_METRICS = {
     "recon_errors_total": "Recon sessions that failed (the peer is backed off), by error kind",
     "recon_missing_dropped_total": "Missing keys a session could not track (bounded list full)",
     "recon_protocol_errors_total": "Recon sessions a peer broke the protocol in, by reason",
+    "recon_prompts_total": "Prompt sessions asked for (a new connection, a gap its events "
+                           "showed), by reason and outcome (at_once, or deferred by "
+                           "recon.prompt_interval_s)",
 }
 
 

@@ -17,8 +17,9 @@ quiet gaps between them, while a steady load publishes on random live nodes:
   stops for good; ``public_join`` (once, at 60 %): a new public node joins the second one.
 
 After each restart, once the node is connected again (and 2 s for GossipSub's heartbeat to graft
-it into the mesh), it publishes one probe event: the seconds until every other live node stored
-it are ``restart_gossip_s`` (a restarted node's gossip must not be taken for duplicates). After
+it into the mesh), it publishes one probe event: the seconds until every other live node that was
+in the group then stored it are ``restart_gossip_s`` (a restarted node's gossip must not be taken
+for duplicates; a node that joined later took the probe in with its first catch-up). After
 every fault the run waits until every live node holds every acknowledged event.
 
 Invariants and figures (the JSON keys):
@@ -33,7 +34,7 @@ Invariants and figures (the JSON keys):
 - ``catchup_after_restart_per_s``: after a burst cut short by SIGKILL (or ended by SIGTERM), the
   events a peer still lacked when the node came back, per second of the time it was taking
   them in (50 ms bins in which one arrived, as ``restart_catchup_bench.py`` times it); the
-  slowest peer of the slowest such fault with at least
+  slowest peer (of those in the group before the restart) of the slowest such fault with at least
   ``catchup_min_events`` to take (target >= 5,000; null when no fault left that many). How long
   the first took to arrive is ``catchup_start_s``;
 - ``rss_slope_mib_per_h``: the steepest least-squares slope of a node process's resident memory
@@ -323,7 +324,10 @@ def restart_gossip(chaos: Chaos) -> float | None:
         if not fault.probe:
             continue
         t0 = origin_ms(chaos.group, fault.probe)
-        others = [m for m in chaos.group.live() if m.name != fault.target]
+        # A node that joined the group after the probe took it in with its first catch-up,
+        # not by the restarted node's gossip.
+        others = [m for m in chaos.group.live()
+                  if m.name != fault.target and t0 is not None and m.joined_ms <= t0]
         if t0 is None or not others:
             continue
         arrivals = [m.seen.get(fault.probe) for m in others]
@@ -339,8 +343,8 @@ def catchup_rate(chaos: Chaos) -> float | None:
         if not fault.restart_wall_ms:
             continue
         for peer in chaos.group.live():
-            if peer.name == fault.target:
-                continue
+            if peer.name == fault.target or peer.joined_ms > fault.restart_wall_ms:
+                continue  # (one that joined later took the events in as a fresh node)
             late = sorted(peer.seen[i] for i in ids if peer.seen.get(i, 0) >= fault.restart_wall_ms)
             missing = sum(1 for i in ids if i not in peer.seen)
             if missing or len(late) < chaos.plan.catchup_min_events:

@@ -59,6 +59,7 @@ class Member:
     seen: dict[str, int] = field(default_factory=dict)  # message id -> received_at (ms)
     cursor: int = 0  # the last seq read from its log
     since_ms: int = 0  # when its current process answered (epoch ms)
+    joined_ms: int = 0  # when its first process answered: it is in the group from then on
     rss: list[list[tuple[float, float]]] = field(default_factory=list)  # per process life
 
     @property
@@ -110,6 +111,7 @@ class Group:
         with self.lock:
             member.up = True
             member.since_ms = int(time.time() * 1000)
+            member.joined_ms = member.joined_ms or member.since_ms
             member.rss.append([])
 
     def join(self, member: Member, to: Member) -> None:

@@ -15,6 +15,13 @@ twice. A session from a peer we already serve is declined; when both sides start
 same moment, the session of the smaller peer id goes on (each side decides the same way without
 talking). A peer that fails a session is backed off for 2^failures seconds (at most
 ``max_backoff_s``); a success resets it.
+
+Prompt sessions: a peer that just connected (a restart, a healed link), or whose events show we
+lack their causal dependencies, is reconciled with at once (``prompt``), outside the rounds: a
+round would wait ``min_round_s`` and then choose a random peer, often one that lacks the same
+events. A prompt waits only for a session already running with that peer and for its back-off,
+and comes at most once per ``prompt_min_s`` per peer, so a peer cannot make us loop (a peer whose
+events keep showing gaps gets one session per ``prompt_min_s``).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class PeerScheduler:
         max_sessions: int = 16,
         max_backoff_s: float = 300.0,
         max_states: int = MAX_PEER_STATES,
+        prompt_min_s: float = 5.0,
     ) -> None:
         if interval_s <= 0 or min_round_s < 0 or max_sessions < 1 or max_states < 1:
             raise ValueError("interval_s > 0, min_round_s >= 0, max_sessions and max_states "
@@ -83,6 +91,13 @@ class PeerScheduler:
         self._last_round: float | None = None
         self._idle_until = 0.0
         self._poked = True  # the first round comes at once
+        self.prompt_min_s = prompt_min_s
+        #: Peers to reconcile with at once (connected ones only) -> earliest start.
+        self._prompts: dict[str, float] = {}
+        #: When each connected peer's last prompt session started (the per-peer limit).
+        self._prompted: dict[str, float] = {}
+        #: Prompt sessions returned by ``due_prompts`` and not begun yet.
+        self._starting: set[str] = set()
 
     # -- the round timer -----------------------------------------------------------------------
 
@@ -91,7 +106,11 @@ class PeerScheduler:
         self._poked = True
 
     def get_timer(self) -> float:
-        """When the next round is due (``handle_timer`` then chooses its peer)."""
+        """When the next round or prompt session is due (``handle_timer`` then chooses the
+        round's peer; ``due_prompts`` lists the prompted ones)."""
+        return min(self._round_at(), self._next_prompt())
+
+    def _round_at(self) -> float:
         if self._last_round is None:
             return 0.0
         earliest = self._last_round + self.min_round_s
@@ -99,13 +118,61 @@ class PeerScheduler:
 
     def handle_timer(self, now: float, connected: Collection[str],
                      latency: Callable[[str], float | None]) -> str | None:
-        """Start a round if one is due: the peer to start a session with, or None."""
-        if now < self.get_timer():
+        """Start a round if one is due: the peer to start a session with, or None (prompt
+        sessions are ``due_prompts``')."""
+        if now < self._round_at():
             return None
         self._last_round = now
         self._poked = False
         self._idle_until = now + self.min_round_s + self.interval_s * self.rng.uniform(0.5, 1.0)
         return self.choose(now, connected, latency)
+
+    # -- prompt sessions -----------------------------------------------------------------------
+
+    def prompt(self, peer: str, now: float) -> bool:
+        """Reconcile with ``peer`` (connected) at once. Returns False when the per-peer limit
+        defers it (its last prompt session started less than ``prompt_min_s`` ago)."""
+        if peer == self.own_peer_id:
+            return True
+        last = self._prompted.get(peer)
+        at = now if last is None else max(now, last + self.prompt_min_s)
+        self._prompts[peer] = min(self._prompts.get(peer, at), at)
+        return at <= now
+
+    def _start_at(self, peer: str, due: float) -> float:
+        state = self.peers.get(peer)
+        return max(due, state.backoff_until) if state is not None else due
+
+    def _next_prompt(self) -> float:
+        """When the next prompt session may start (a peer in a session waits for its end:
+        the driver looks again when a session ends)."""
+        return min((self._start_at(p, due) for p, due in self._prompts.items()
+                    if not self.in_session(p)), default=float("inf"))
+
+    def due_prompts(self, now: float) -> list[str]:
+        """The peers whose prompt session starts now (each counts against its limit)."""
+        due = [p for p, at in self._prompts.items()
+               if not self.in_session(p) and self._start_at(p, at) <= now]
+        if due and len(self._prompted) >= self.max_states:  # bounded: forget spent limits
+            self._prompted = {p: t for p, t in self._prompted.items()
+                              if t + self.prompt_min_s > now}
+        for peer in due:
+            del self._prompts[peer]
+            self._prompted[peer] = now
+            self._starting.add(peer)
+        return due
+
+    def prompted(self, peer: str, now: float) -> bool:
+        """A session with ``peer`` begins (either side): whether it answers a prompt (one
+        ``due_prompts`` returned, or one still pending, which this session consumes)."""
+        if peer in self._starting:
+            self._starting.discard(peer)
+            return True
+        if peer in self._prompts:
+            del self._prompts[peer]
+            self._prompted[peer] = now
+            return True
+        return False
 
     def choose(self, now: float, connected: Collection[str],
                latency: Callable[[str], float | None]) -> str | None:
@@ -150,12 +217,17 @@ class PeerScheduler:
             state = self.peers[peer] = PeerSyncState()
         return state
 
-    def connected(self, peer: str, connected: Collection[str], now: float) -> None:
-        """A fresh connection is the moment a late joiner needs to catch up."""
+    def connected(self, peer: str, connected: Collection[str], now: float) -> bool:
+        """A fresh connection is the moment a late joiner (or a restarted peer, or one behind a
+        healed link) and we need to catch up with each other: a prompt session with it.
+        Returns ``prompt``'s answer."""
         self.state(peer, connected, now)
         self.poke()
+        return self.prompt(peer, now)
 
     def disconnected(self, peer: str, now: float) -> None:
+        self._prompts.pop(peer, None)  # (its limit stays: reconnecting does not reset it)
+        self._starting.discard(peer)
         state = self.peers.get(peer)
         if state is not None and state.backoff_until <= now:
             del self.peers[peer]  # nothing worth remembering

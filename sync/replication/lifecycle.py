@@ -5,7 +5,9 @@ Rules it owns (each used to be inline in the node's Recon service):
 
 * **When the next session starts, and with whom**: ``PeerScheduler`` (rounds, pokes by new
   events, a minimum gap between rounds, latency and interest overlap in the choice), read by
-  ``get_timer``/``handle_timer``.
+  ``get_timer``/``handle_timer``; and **prompt sessions** outside the rounds, at once, with a
+  peer that just connected or whose events show a gap (``connected``, ``gap``), at most once
+  per ``prompt_min_s`` per peer.
 * **Backoff**: a failed session backs its peer off exponentially; success resets it.
 * **Who takes which range**: a session takes the first range of the backlog a truncated session
   left (linear catch-up); a session that fails or is declined **gives its range back** first in
@@ -58,11 +60,15 @@ class LifecycleConfig:
     max_claimed_keys: int = 400_000
     #: Keys of events younger than this (by their height) are left to gossip.
     gossip_grace_ms: int = 0
-
+    #: Prompt sessions (a new connection, a gap) with one peer come at most this often.
+    prompt_min_s: float = 5.0
+    #: A gap prompts sessions with at most this many of the missing events' senders.
+    gap_peers: int = 3
 
     @classmethod
     def of(cls, *, interval_s: float, gossip_grace_s: float, max_sessions: int,
-           claim_timeout_s: float, max_missing_keys: int) -> LifecycleConfig:
+           claim_timeout_s: float, max_missing_keys: int,
+           prompt_min_s: float = 5.0) -> LifecycleConfig:
         """The node's settings (``[recon]``) as the lifecycle's: sessions started by new
         events come at most every second, and no sooner than the gossip grace (one sooner
         could not fetch anything gossip is still delivering: docs/bench/cluster.md); a commit
@@ -70,7 +76,7 @@ class LifecycleConfig:
         return cls(interval_s=interval_s, min_round_s=max(1.0, gossip_grace_s),
                    max_sessions=max_sessions, claim_timeout_s=claim_timeout_s, hold_s=30.0,
                    max_claimed_keys=4 * max_missing_keys,
-                   gossip_grace_ms=int(gossip_grace_s * 1000))
+                   gossip_grace_ms=int(gossip_grace_s * 1000), prompt_min_s=prompt_min_s)
 
 
 @dataclass
@@ -83,6 +89,9 @@ class SessionPlan:
     #: The backlog range this session owns (None: all our interests).
     scope: KeyRange | None
     started: float
+    #: It answers a prompt (a new connection, a gap): nothing is left to the gossip grace
+    #: (gossip did not bring what the gap lacks; a restarted peer's lost gossip never comes).
+    prompt: bool = False
     #: The claim session of its fetch phase (``want``), if it reached it.
     ticket: int | None = None
     fetched: int = 0
@@ -106,11 +115,14 @@ class ReconLifecycle:
         self.interests = interests
         self.schedule = PeerScheduler(own_id, interests, rng, interval_s=cfg.interval_s,
                                       min_round_s=cfg.min_round_s,
-                                      max_sessions=cfg.max_sessions)
+                                      max_sessions=cfg.max_sessions,
+                                      prompt_min_s=cfg.prompt_min_s)
         self.backlog = RangeBacklog()
         self.claims = ClaimTable(cfg.claim_timeout_s, max_keys=cfg.max_claimed_keys,
                                  hold_s=cfg.hold_s)
         self._wants: dict[int, _Want] = {}
+        #: Peers our running prompt sessions are with (initiator side).
+        self._prompting: set[str] = set()
 
     # -- timers and peers ----------------------------------------------------------------------
 
@@ -123,13 +135,17 @@ class ReconLifecycle:
 
     def handle_timer(self, now: float, connected: Collection[str],
                      latency: Callable[[str], float | None]) -> list[Action]:
-        """Lapsed claims (their peers pay ``withheld``), then at most one session to start."""
+        """Lapsed claims (their peers pay ``withheld``), the prompt sessions due, then at most
+        one round's session."""
         actions: list[Action] = []
         if now >= self.claims.get_timer():
             actions += self._lapse(now)
         if now >= self.schedule.get_timer():
+            up = set(connected)
+            prompts = [p for p in self.schedule.due_prompts(now) if p in up]
+            actions += [StartSession(p) for p in prompts]
             peer = self.schedule.handle_timer(now, connected, latency)
-            if peer is not None:
+            if peer is not None and peer not in prompts:
                 actions.append(StartSession(peer))
         return actions
 
@@ -145,8 +161,21 @@ class ReconLifecycle:
         self.poke()
         return Released()
 
-    def connected(self, peer: str, connected: Collection[str], now: float) -> None:
-        self.schedule.connected(peer, connected, now)
+    def connected(self, peer: str, connected: Collection[str], now: float) -> bool:
+        """A new connection: a prompt session with ``peer`` (a restarted peer and we may each
+        lack what the other holds). False: deferred by the per-peer limit."""
+        return self.schedule.connected(peer, connected, now)
+
+    def gap(self, senders: Iterable[str | None], connected: Collection[str],
+            now: float) -> tuple[int, int]:
+        """Events arrived whose causal dependencies we lack, sent by ``senders``: prompt
+        sessions with the first ``gap_peers`` of them that are connected (they certainly
+        held those events) instead of waiting for a round, whose random peer may lack them
+        too. Returns (prompted at once, deferred by the per-peer limit)."""
+        up = set(connected)
+        peers = list(dict.fromkeys(p for p in senders if p is not None and p in up))
+        at_once = sum(self.schedule.prompt(p, now) for p in peers[:self.config.gap_peers])
+        return at_once, min(len(peers), self.config.gap_peers) - at_once
 
     def disconnected(self, peer: str, now: float) -> None:
         self.schedule.disconnected(peer, now)
@@ -161,7 +190,13 @@ class ReconLifecycle:
         if not ok:
             return None
         interests, scope = self.backlog.take(self.interests)
-        return SessionPlan(peer, role, interests, scope, now)
+        # A responder's session answers our prompt too when both sides started one at once
+        # and ours is the one the peer declines (the peer's goes on: ``begin_responder``).
+        prompt = self.schedule.prompted(peer, now) or (
+            role is Role.RESPONDER and peer in self._prompting)
+        if prompt and role is Role.INITIATOR:
+            self._prompting.add(peer)
+        return SessionPlan(peer, role, interests, scope, now, prompt=prompt)
 
     def reconciled(self, plan: SessionPlan, peer_interests: Sequence[Range] | None) -> None:
         self.schedule.learned(plan.peer, peer_interests)
@@ -182,6 +217,8 @@ class ReconLifecycle:
         if plan is not None:
             self.backlog.give_back(plan.scope)
         self.schedule.end(peer, initiator=role is Role.INITIATOR)
+        if role is Role.INITIATOR:
+            self._prompting.discard(peer)
         actions: list[Action] = []
         kind = None
         if isinstance(error, RemoteProtocolError):
@@ -208,6 +245,8 @@ class ReconLifecycle:
 
     def _end(self, plan: SessionPlan) -> None:
         self.schedule.end(plan.peer, initiator=plan.role is Role.INITIATOR)
+        if plan.role is Role.INITIATOR:
+            self._prompting.discard(plan.peer)
         self.close(plan)
 
     # -- its transfer ------------------------------------------------------------------------
@@ -220,7 +259,7 @@ class ReconLifecycle:
         SDS delivers what comes in causal order without buffering it). Returns a
         ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
         actions = self._lapse(now)
-        if self.config.gossip_grace_ms:
+        if self.config.gossip_grace_ms and not plan.prompt:
             found = list(missing)
             missing = not_recent(found, wall_ms, self.config.gossip_grace_ms)
             if len(missing) < len(found):

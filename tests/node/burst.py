@@ -49,6 +49,16 @@ def burst_and_kill(node: NodeProcess, count: int, kill_after: int, workdir: Path
         publisher.wait(timeout=30)
 
 
+def start_three(base: Path, nodes: list[NodeProcess]) -> list[NodeProcess]:
+    """Nodes a, b and c on the defaults, each connected to both others; each is appended to
+    ``nodes`` as it starts (the caller kills them)."""
+    for name in ("a", "b", "c"):
+        nodes.append(start_on_defaults(base, name, *nodes))
+    wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
+             "the three nodes did not connect")
+    return nodes[:3]
+
+
 @contextmanager
 def killed_mid_burst(base: Path, count: int, kill_after: int, *, away_after: int = 0
                      ) -> Iterator[tuple[list[NodeProcess], int]]:
@@ -61,14 +71,7 @@ def killed_mid_burst(base: Path, count: int, kill_after: int, *, away_after: int
     start of b's stream and lacks the whole burst, whatever gossip delivered to a."""
     nodes: list[NodeProcess] = []
     try:
-        a = start_on_defaults(base, "a")
-        nodes.append(a)
-        b = start_on_defaults(base, "b", a)
-        nodes.append(b)
-        c = start_on_defaults(base, "c", a, b)
-        nodes.append(c)
-        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
-                 "the three nodes did not connect")
+        _, b, c = start_three(base, nodes)
         if away_after:
             with _publish(b, away_after, base / "before.txt", "general") as first:
                 assert first.wait(timeout=120) == 0

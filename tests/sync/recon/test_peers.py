@@ -100,6 +100,9 @@ def test_connection_pokes() -> None:
     s.handle_timer(0.0, [], no_latency)
     assert s.get_timer() > 5.0
     s.connected("a", ["a"], 0.5)
+    # A prompt session with the new peer at once, and the round poked.
+    assert s.get_timer() == 0.5
+    assert s.due_prompts(0.5) == ["a"]
     assert s.get_timer() == 1.0
 
 

@@ -1,0 +1,144 @@
+"""Prompt Recon sessions (sync.replication.ReconLifecycle, sync.recon.PeerScheduler) on a fixed
+clock: a peer that connects, or whose events show a gap, is reconciled with at once, not at the
+next round (issue 37: a restarted node's next event waited ~25 s for a round to reach it)."""
+
+from __future__ import annotations
+
+import random
+
+from sync.replication import LifecycleConfig, ReconLifecycle, Role, StartSession
+
+OURS = [(b"\x10", b"\x40")]
+T = 1000.0
+PEERS = ["a", "b", "c", "d"]
+
+
+def defaults() -> ReconLifecycle:
+    """The lifecycle on the node's default settings (``[recon]``)."""
+    cfg = LifecycleConfig.of(interval_s=10.0, gossip_grace_s=3.0, max_sessions=16,
+                             claim_timeout_s=15.0, max_missing_keys=100_000)
+    return ReconLifecycle("me", OURS, random.Random(7), cfg)
+
+
+def no_latency(_peer: str) -> float | None:
+    return None
+
+
+def after_a_round(c: ReconLifecycle, peers: list[str]) -> None:
+    """The first round has run and its session ended: the next round is seconds away."""
+    (start,) = c.handle_timer(T, peers, no_latency)
+    assert isinstance(start, StartSession)
+    plan = c.begin(start.peer, Role.INITIATOR, T)
+    assert plan is not None
+    c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
+    assert c.get_timer() >= T + 3.0
+
+
+def test_a_peer_that_connects_is_reconciled_with_at_once() -> None:
+    c = defaults()
+    after_a_round(c, ["a", "c", "d"])
+    assert c.connected("b", PEERS, T + 0.5)  # b restarted and came back
+    assert c.get_timer() == T + 0.5
+    assert c.handle_timer(T + 0.5, PEERS, no_latency) == [StartSession("b")]
+
+
+def test_a_gap_in_a_peers_events_reconciles_with_that_peer_at_once() -> None:
+    c = defaults()
+    after_a_round(c, PEERS)
+    # An event of b's names dependencies we lack (b's burst, lost to gossip by its restart);
+    # a sender not connected and an unknown one are no one to ask.
+    assert c.gap(["b", "b", "gone", None], PEERS, T + 1.0) == (1, 0)
+    assert c.handle_timer(T + 1.0, PEERS, no_latency) == [StartSession("b")]
+
+
+def test_prompts_with_one_peer_come_at_most_once_per_interval() -> None:
+    c = defaults()
+    after_a_round(c, PEERS)
+    assert c.gap(["b"], PEERS, T + 1.0) == (1, 0)
+    assert c.handle_timer(T + 1.0, PEERS, no_latency) == [StartSession("b")]
+    plan = c.begin("b", Role.INITIATOR, T + 1.0)
+    assert plan is not None
+    c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
+    # b's next gaps (and reconnections) are deferred to 5 s after its last prompt session.
+    assert c.gap(["b"], PEERS, T + 2.0) == (0, 1)
+    assert not c.connected("b", PEERS, T + 2.5)
+    assert c.get_timer() == T + 3.0  # the round (poked by the connection); b's prompt: T + 6
+    assert c.handle_timer(T + 3.0, ["a"], no_latency) == [StartSession("a")]
+    assert c.get_timer() == T + 6.0
+    assert c.handle_timer(T + 6.0, PEERS, no_latency) == [StartSession("b")]
+
+
+def test_a_peer_whose_events_always_show_gaps_gets_one_session_per_interval() -> None:
+    c = defaults()
+    now, started = T, 0
+    while now < T + 60.0:
+        c.gap(["b"], ["b"], now)
+        for action in c.handle_timer(now, ["b"], no_latency) if now >= c.get_timer() else []:
+            assert action == StartSession("b")
+            plan = c.begin("b", Role.INITIATOR, now)
+            assert plan is not None
+            c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
+            started += 1
+        now += 0.1
+    # Prompts every 5 s plus rounds (>= 3 s apart) could share the peer: never a loop.
+    assert started <= 60 / 5 + 60 / 3 + 1
+
+
+def test_a_prompt_waits_for_the_running_session_and_for_the_back_off() -> None:
+    c = defaults()
+    after_a_round(c, PEERS)
+    running = c.begin("b", Role.RESPONDER, T + 1.0)  # b reconciles with us already
+    assert running is not None
+    c.gap(["b"], PEERS, T + 1.0)
+    assert c.get_timer() > T + 1.0  # no busy loop while that session runs
+    c.finished(running, truncated=False, lowest_dropped=None, cuts=[])
+    assert c.get_timer() == T + 1.0
+    assert c.handle_timer(T + 1.2, PEERS, no_latency) == [StartSession("b")]
+    plan = c.begin("b", Role.INITIATOR, T + 1.2)
+    c.failed(plan, "b", Role.INITIATOR, TimeoutError(), T + 1.2)  # backed off 2 s
+    c.gap(["b"], PEERS, T + 7.0)  # past the 5-s limit; the back-off has ended too
+    assert c.handle_timer(T + 7.0, PEERS, no_latency)[0] == StartSession("b")
+
+
+def test_a_prompt_for_a_peer_that_left_is_dropped() -> None:
+    c = defaults()
+    after_a_round(c, PEERS)
+    c.gap(["b"], PEERS, T + 1.0)
+    c.disconnected("b", T + 1.0)
+    assert StartSession("b") not in c.handle_timer(T + 10.0, ["a"], no_latency)
+
+
+def test_a_prompt_session_leaves_nothing_to_the_gossip_grace_on_either_side() -> None:
+    # The newest events of a peer killed mid-burst are seconds old when it is back: left to
+    # gossip, they would wait for a round; gossip will never bring them (and a gap showed it
+    # did not). Both sides prompted at once: whichever session goes on skips the grace.
+    from sync.recon.eventid import CIP124_DRAFT, event_key
+
+    now_ms = int(T * 1000)
+    recent = event_key(1, "general", "b", now_ms - 500, b"\xab" * 32, CIP124_DRAFT)
+    for role in Role:
+        c = defaults()
+        assert c.connected("b", PEERS, T)
+        assert c.handle_timer(T, PEERS, no_latency)[0] == StartSession("b")
+        ours = c.begin("b", Role.INITIATOR, T)
+        assert ours is not None and ours.prompt
+        plan = ours
+        if role is Role.RESPONDER:  # b started one too; "b" < "me", so b declines ours
+            plan = c.begin("b", Role.RESPONDER, T + 0.1)
+            assert plan is not None and plan.prompt
+        read = c.want(plan, [recent], T + 0.1, now_ms)[-1]
+        assert list(getattr(read, "keys", ())) == [recent]
+        if role is Role.RESPONDER:
+            c.declined(ours)
+        c.close(plan)
+        c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
+        # A later session with b (a round's) leaves the newest events to gossip again.
+        c.poke()
+        later = c.begin("b", Role.INITIATOR, T + 4.0)
+        assert later is not None and not later.prompt
+    # A round's session still leaves it to gossip.
+    c = defaults()
+    (start,) = c.handle_timer(T, ["a"], no_latency)
+    plan = c.begin(start.peer, Role.INITIATOR, T)
+    assert plan is not None and not plan.prompt
+    assert list(getattr(c.want(plan, [recent], T, now_ms)[-1], "keys", ())) == []
