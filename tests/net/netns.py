@@ -4,7 +4,7 @@ Layout (every name starts with a per-run random tag, so runs side by side never 
 
     <tag>-inet                      the "internet": one bridge, no addresses of its own
       |-- <tag>-p0 .. <tag>-pN      public hosts, eth0 = 198.18.0.(10+i)/15
-      |-- <tag>-r0 .. <tag>-rM      home routers, wan = 198.18.1.(10+j)/15,
+      |-- <tag>-r0 .. <tag>-rM      home routers, wan = 198.19.1.(10+j)/15,
             |                         lan = 100.64.j.1/24, nftables masquerade out of wan,
             |                         new connections coming in on wan dropped (hosts of one
             |                         home reach each other: with br_netfilter loaded, bridged
@@ -33,6 +33,9 @@ __all__ = ["MARK_DIR", "Host", "Internet", "NetError", "run", "sweep_stale"]
 
 MARK_DIR = Path("/run/syncnode-net")
 INTERNET_PREFIX = 15  # 198.18.0.0/15 spans 198.18.x.x and 198.19.x.x
+# Public hosts in 198.18/16, home routers in 198.19/16: two of the /16 networks the
+# reachability verdict counts (a node is public once two networks confirm it, docs/network.md),
+# so a public node on the default settings can be confirmed by its peers.
 ROUTER_NFT = """
 table ip {tag}nat {{
   chain postrouting {{ type nat hook postrouting priority srcnat; oifname "wan" masquerade; }}
@@ -143,7 +146,7 @@ class Internet:
         index = len(self.routers)
         ns = self._namespace(f"r{index}")
         self._wire(ns, "wan", self.core, "br0")
-        run("ip", "addr", "add", f"198.18.1.{10 + index}/{INTERNET_PREFIX}", "dev", "wan", ns=ns)
+        run("ip", "addr", "add", f"198.19.1.{10 + index}/{INTERNET_PREFIX}", "dev", "wan", ns=ns)
         run("ip", "link", "add", "lan", "type", "bridge", ns=ns)
         run("ip", "addr", "add", f"100.64.{index}.1/24", "dev", "lan", ns=ns)
         run("ip", "link", "set", "lan", "up", ns=ns)
@@ -154,7 +157,7 @@ class Internet:
         return index
 
     def router_wan_ip(self, home: int) -> str:
-        return f"198.18.1.{10 + home}"
+        return f"198.19.1.{10 + home}"
 
     def add_home_host(self, home: int) -> Host:
         k = self._home_hosts[home]
