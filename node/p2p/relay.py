@@ -34,8 +34,8 @@ from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
 from node.clock import Clock, SystemClock
+from node.p2p.compat.version import check_libp2p_version
 from node.p2p.frames import DialError, P2PError
-from node.p2p.patches import check_libp2p_version
 from sync.reachability import RateGate, ReachabilityConfig, address_scope
 
 __all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]

@@ -13,13 +13,13 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from node.clock import Clock, SystemClock
 from node.leaves import leaf_exceptions
+from node.p2p import compat
 from node.p2p.addrs import unbindable_listen_addr
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.dialer import count_refusal
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost
-from node.p2p.patches import check_libp2p_version, tame_libp2p_logging
 from node.p2p.relay import RelayLayer
 from node.p2p.setup import (
     ConnectionNotifee,
@@ -46,8 +46,8 @@ async def open_host(
     """
     config = config or P2PConfig()
     clock = clock or SystemClock()
-    check_libp2p_version()
-    tame_libp2p_logging(config.libp2p_log_level)
+    compat.apply()
+    compat.set_libp2p_log_level(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
     bans = BanList(clock=clock)
@@ -63,6 +63,9 @@ async def open_host(
     pubsub, router = build_pubsub(host, config, clock, stats)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
+    # This host's sockets (and only its) share their port when it punches holes (entry T2).
+    reuse = compat.choose_reuse_flags(
+        config.reachability is not None and config.reachability.hole_punch)
     try:
         async with host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs]):
             try:
@@ -116,3 +119,4 @@ async def open_host(
     finally:
         # A daemon thread per Pubsub sweeps its seen-messages cache; nothing else stops it.
         pubsub.seen_messages.stop()
+        compat.restore_reuse_flags(reuse)

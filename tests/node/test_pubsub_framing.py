@@ -9,7 +9,7 @@ replay of recent messages when a peer (re)subscribes or its stream is re-establi
 receiver then reads an RPC made of two RPCs' bytes and drops the stream as "malformed"
 (41-82 times per overloaded cluster_bench run). ``GuardedPubsub.write_msg`` writes a whole
 RPC under a per-stream lock
-(``node.p2p.pubsub_guard``).
+(``node.p2p.compat.pubsub``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.stream_muxer.exceptions import MuxedStreamError
 
 from node.p2p import P2PConfig, P2PHost
-from node.p2p.pubsub_guard import GuardedPubsub
+from node.p2p.compat import GuardedPubsub
 from node.p2p.run import open_host
 
 TOPIC = "framing-test"

@@ -1,0 +1,88 @@
+"""Every patch, override and private access of py-libp2p 0.8.1, in one place.
+
+Nothing else in the project touches a private name of libp2p (``tests/node/test_libp2p_compat.py``
+scans for it); :func:`apply` installs every module-level replacement once per process, after the
+version check, and is idempotent. Settings stay per host: the replacements ask the host they
+serve (``GuardedPubsub.peer_queue_size``, the clock given to :func:`use_clock`, the reuse flags
+chosen by :func:`choose_reuse_flags` for the task running a host), never a process global.
+
+The table (``node.p2p.compat.table.ENTRIES``; docs/upstream.md has a reproduction and the fix
+of each, ready to send upstream). Kind: *replaced* = a libp2p name set by :func:`apply`,
+*overridden* = a method of our subclass, *read* = a private attribute we read.
+
+==== ========== =========================================================== ====================
+key  kind       libp2p name (0.8.1)                                         contract test
+==== ========== =========================================================== ====================
+S1   replaced   ``Swarm._do_handle_inbound_connection``                     test_conn_slots
+S2   replaced   ``PeerStore.maybe_delete_peer_record``                      test_peerstore_expiry
+R1   replaced   ``pubsub/gossipsub.maybe_consume_signed_record``            test_libp2p_compat
+R2   replaced   ``pubsub/gossipsub.env_to_send_in_RPC``                     test_record_once
+P1   overridden ``Pubsub.stream_handler``                                   test_libp2p_compat
+P2   overridden ``Pubsub.write_msg``                                        test_pubsub_framing
+P3   overridden ``Pubsub._handle_dead_peer`` (reads ``_peer_is_connected``,  test_pubsub_framing
+                ``_peer_subscription_count``, ``_replayed_recent_topics``)
+P4   overridden ``Pubsub._handle_new_peer``                                 test_pubsub_framing
+P5   overridden ``Pubsub.counter`` (set at start)                           test_gossip_seqno
+P6   replaced   ``pubsub.RpcQueue``, ``pubsub.SUBSCRIPTION_CHANNEL_SIZE``   test_libp2p_compat
+P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test_gossip_degree
+Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
+Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
+L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
+T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
+T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
+==== ========== =========================================================== ====================
+
+All checked against py-libp2p 0.8.1 (:data:`SUPPORTED_LIBP2P_VERSION`).
+"""
+
+from __future__ import annotations
+
+from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
+from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
+from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
+from node.p2p.compat.sockets import (
+    choose_reuse_flags,
+    patch_reuse_flags,
+    restore_reuse_flags,
+    tcp_socket_of,
+)
+from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slots
+from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
+from node.p2p.compat.yamux import patch_yamux
+
+__all__ = [
+    "SUPPORTED_LIBP2P_VERSION",
+    "GuardedPubsub",
+    "applied",
+    "apply",
+    "check_libp2p_version",
+    "choose_reuse_flags",
+    "restore_reuse_flags",
+    "set_libp2p_log_level",
+    "tcp_socket_of",
+    "use_clock",
+]
+
+_applied = False
+
+
+def apply() -> None:
+    """Check the libp2p version, then install every replacement of the table; once per process
+    (later calls return at once). Raises ``P2PError`` on another version or a missing name."""
+    global _applied
+    if _applied:
+        return
+    check_libp2p_version()
+    patch_inbound_slots()  # S1
+    patch_expired_peer_records()  # S2
+    patch_record_verification()  # R1
+    patch_record_sending()  # R2
+    patch_gossip_queues()  # P6
+    patch_yamux()  # Y1, Y2
+    patch_root_logging()  # L1
+    patch_reuse_flags()  # T2
+    _applied = True
+
+
+def applied() -> bool:
+    return _applied
