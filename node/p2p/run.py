@@ -63,9 +63,6 @@ async def open_host(
     pubsub, router = build_pubsub(host, config, clock, stats)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
-    # This host's sockets (and only its) share their port when it punches holes (entry T2).
-    reuse = compat.choose_reuse_flags(
-        config.reachability is not None and config.reachability.hole_punch)
     try:
         async with host.run(listen_addrs=[multiaddr.Multiaddr(a) for a in config.listen_addrs]):
             try:
@@ -119,4 +116,3 @@ async def open_host(
     finally:
         # A daemon thread per Pubsub sweeps its seen-messages cache; nothing else stops it.
         pubsub.seen_messages.stop()
-        compat.restore_reuse_flags(reuse)

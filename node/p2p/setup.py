@@ -152,7 +152,7 @@ def build_host(
         outbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
         inbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
     )
-    return libp2p.new_host(
+    host = libp2p.new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: gate},
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
@@ -161,6 +161,9 @@ def build_host(
         enable_mDNS=False,
         enable_upnp=False,
     )
+    # SO_REUSEPORT for this host's sockets only when it punches holes (compat entry T2).
+    compat.share_port(host, config.reachability is not None and config.reachability.hole_punch)
+    return host
 
 
 def build_pubsub(host: IHost, config: P2PConfig, clock: Clock,

@@ -4,7 +4,7 @@ Nothing else in the project touches a private name of libp2p (``tests/node/test_
 scans for it); :func:`apply` installs every module-level replacement once per process, after the
 version check, and is idempotent. Settings stay per host: the replacements ask the host they
 serve (``GuardedPubsub.peer_queue_size``, the clock given to :func:`use_clock`, the reuse flags
-chosen by :func:`choose_reuse_flags` for the task running a host), never a process global.
+given to :func:`share_port`), never a process global.
 
 The table (``node.p2p.compat.table.ENTRIES``; docs/upstream.md has a reproduction and the fix
 of each, ready to send upstream). Kind: *replaced* = a libp2p name set by :func:`apply`,
@@ -40,12 +40,7 @@ from __future__ import annotations
 from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
 from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
 from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
-from node.p2p.compat.sockets import (
-    choose_reuse_flags,
-    patch_reuse_flags,
-    restore_reuse_flags,
-    tcp_socket_of,
-)
+from node.p2p.compat.sockets import patch_reuse_flags, share_port, tcp_socket_of
 from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slots
 from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.compat.yamux import patch_yamux
@@ -56,9 +51,8 @@ __all__ = [
     "applied",
     "apply",
     "check_libp2p_version",
-    "choose_reuse_flags",
-    "restore_reuse_flags",
     "set_libp2p_log_level",
+    "share_port",
     "tcp_socket_of",
     "use_clock",
 ]

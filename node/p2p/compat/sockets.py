@@ -9,9 +9,10 @@ socket (:func:`tcp_socket_of`).
 T2, reuse flags. 0.8.1 sets SO_REUSEPORT on every listener and on hole-punch dials (its
 module function ``_set_reuse_flags``). With it a second node binds a port already in use and
 the kernel splits incoming connections between the two; without hole punching we want a busy
-port to be a bind error. The module function is replaced by one that asks the host being
-built or run: :func:`choose_reuse_flags` sets, for the task opening the host and every task it
-starts, whether that host punches holes (shared port) or not (SO_REUSEADDR only).
+port to be a bind error. The module function is replaced by one that reads a context variable,
+and :func:`share_port` wraps one host's TCP transport (its ``dial_with_source``, its listeners'
+``listen``: the two paths to ``_set_reuse_flags``) so that the variable holds that host's
+choice for the length of each call: two hosts of a process keep their own flags.
 """
 
 from __future__ import annotations
@@ -19,34 +20,52 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import libp2p.transport.tcp.tcp as _tcp_module
 import trio
-from libp2p.abc import INetConn
+from libp2p.abc import IHost, INetConn
 
 from node.p2p.compat.version import require
 
 __all__ = [
-    "choose_reuse_flags",
     "patch_reuse_flags",
-    "restore_reuse_flags",
+    "share_port",
     "tcp_socket_of",
 ]
 
-# Whether the host of the current task shares its listen port (hole punching).
+# Whether the socket being set up belongs to a host that punches holes (set by share_port).
 _share_port: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "libp2p_share_port", default=False)
 
 
-def choose_reuse_flags(hole_punch: bool) -> contextvars.Token[bool]:
-    """Sockets that this task (and the tasks it starts) opens share their port iff
-    ``hole_punch``; hand the token back to :func:`restore_reuse_flags` when the host stops."""
-    return _share_port.set(hole_punch)
+def _with_flags(call: Callable[..., Awaitable[Any]], share: bool) -> Callable[..., Any]:
+    async def flagged(*args: Any, **kwargs: Any) -> Any:
+        token = _share_port.set(share)
+        try:
+            return await call(*args, **kwargs)
+        finally:
+            _share_port.reset(token)
+    return flagged
 
 
-def restore_reuse_flags(token: contextvars.Token[bool]) -> None:
-    _share_port.reset(token)
+def share_port(host: IHost, share: bool) -> None:
+    """``host``'s TCP listeners and hole-punch dials share their port iff ``share``."""
+    network: Any = host.get_network()  # the Swarm (INetworkService lacks its manager)
+    for transport in network.transport_manager.get_transports():
+        if not isinstance(transport, _tcp_module.TCP):
+            continue
+        create_listener = transport.create_listener
+
+        def listener_with_flags(*args: Any, _create: Any = create_listener) -> Any:
+            listener = _create(*args)
+            setattr(listener, "listen", _with_flags(listener.listen, share))  # noqa: B010
+            return listener
+
+        setattr(transport, "create_listener", listener_with_flags)  # noqa: B010
+        setattr(transport, "dial_with_source",  # noqa: B010
+                _with_flags(transport.dial_with_source, share))
 
 
 def _set_reuse_flags(sock: Any) -> None:
@@ -63,6 +82,8 @@ def _set_reuse_flags(sock: Any) -> None:
 
 def patch_reuse_flags() -> None:
     require(_tcp_module, "_set_reuse_flags", "_open_reuseport_listeners", "_open_tcp_stream_from")
+    require(_tcp_module.TCP, "create_listener", "dial_with_source")
+    require(_tcp_module.TCPListener, "listen")
     setattr(_tcp_module, "_set_reuse_flags", _set_reuse_flags)  # noqa: B010
 
 # The wrappers between a yamux connection and its trio socket, in libp2p 0.8.1: the secure
