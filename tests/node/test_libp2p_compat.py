@@ -406,14 +406,13 @@ async def test_t2_two_hosts_keep_their_own_reuse_flags() -> None:
     so the first host's punches left from another port)."""
     plain, punching = P2PConfig(), P2PConfig(reachability=ReachabilityConfig(hole_punch=True))
     async with open_host(Ed25519PrivateKey.generate(), punching) as first, \
-            open_host(Ed25519PrivateKey.generate(), plain) as second, \
-            open_host(Ed25519PrivateKey.generate(), punching) as third:
-        assert _reuseport(first) == {1}
-        assert _reuseport(second) == {0}
-        assert _reuseport(third) == {1}
+            open_host(Ed25519PrivateKey.generate(), punching) as other, \
+            open_host(Ed25519PrivateKey.generate(), plain) as last:
+        assert _reuseport(first) == _reuseport(other) == {1}
+        assert _reuseport(last) == {0}
         first_port = int(first.listen_addrs[0].split("/")[4])
-        second_port = int(second.listen_addrs[0].split("/")[4])
-        assert await _punch_source_port(first, third) == first_port
-        assert await _punch_source_port(second, third) != second_port
+        last_port = int(last.listen_addrs[0].split("/")[4])
+        assert await _punch_source_port(first, other) == first_port
+        assert await _punch_source_port(last, other) != last_port
     async with open_host(Ed25519PrivateKey.generate(), plain) as alone:
         assert _reuseport(alone) == {0}
