@@ -107,9 +107,6 @@ def patch_gossip_queues() -> None:
 class GuardedPubsub(Pubsub):
     """``Pubsub`` whose readers survive a malformed RPC and whose writers never interleave."""
 
-    bad_rpc_streams = 0
-    cut_writes = 0
-    failed_registrations = 0
     stats: P2PStats | None = None
 
     def __init__(self, *args: object, peer_queue_size: int = LIBP2P_PEER_QUEUE_SIZE,
@@ -117,6 +114,10 @@ class GuardedPubsub(Pubsub):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         #: Outbound RPCs queued per peer before libp2p drops (``gossip_peer_queue_size``).
         self.peer_queue_size = peer_queue_size
+        # This host's counts of faults 1, 2 and 4 below.
+        self.bad_rpc_streams = 0
+        self.cut_writes = 0
+        self.failed_registrations = 0
         # The wall clock, not the node's clock: the ids must differ from those of every earlier
         # run of this identity, which only real time orders (fault 5 above).
         self.counter = time.time_ns()
@@ -137,7 +138,7 @@ class GuardedPubsub(Pubsub):
         try:
             await super().stream_handler(stream)
         except Exception as exc:
-            type(self).bad_rpc_streams += 1
+            self.bad_rpc_streams += 1
             peer_id = stream.muxed_conn.peer_id
             logger.warning("dropping pubsub stream of %s after a malformed RPC: %r", peer_id, exc)
             with contextlib.suppress(Exception):
@@ -151,7 +152,7 @@ class GuardedPubsub(Pubsub):
         except (SwarmException, StreamClosed):
             raise  # 0.8.1's retry loop handles these
         except Exception as exc:
-            type(self).failed_registrations += 1
+            self.failed_registrations += 1
             logger.info("opening the pubsub stream to %s failed: %r (cause: %r)", peer_id, exc,
                         exc.__cause__)
             raise StreamClosed(f"pubsub stream to {peer_id} broke: {exc!r}") from exc
@@ -168,7 +169,7 @@ class GuardedPubsub(Pubsub):
             except BaseException as exc:
                 # Part of the RPC may be on the wire: whatever followed it on this stream would
                 # be read as its remainder. Reset it (libp2p re-opens a live peer's stream).
-                type(self).cut_writes += 1
+                self.cut_writes += 1
                 logger.info("resetting pubsub stream of %s after a cut write: %r",
                             stream.muxed_conn.peer_id, exc)
                 with trio.CancelScope(shield=True), trio.move_on_after(2), \
