@@ -114,7 +114,7 @@ class GuardedPubsub(Pubsub):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         #: Outbound RPCs queued per peer before libp2p drops (``gossip_peer_queue_size``).
         self.peer_queue_size = peer_queue_size
-        # This host's counts of faults 1, 2 and 4 below.
+        # This host's counts of faults 1, 2 and 4 (the module docstring).
         self.bad_rpc_streams = 0
         self.cut_writes = 0
         self.failed_registrations = 0
