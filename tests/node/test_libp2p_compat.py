@@ -91,6 +91,13 @@ def test_every_entry_has_its_contract_test_and_its_upstream_note(entry: Entry) -
     assert re.search(rf"^{entry.key}\s", table, re.M), f"{entry.key} not in compat's docstring"
 
 
+def _run_fresh(script: str) -> None:
+    """Run ``script`` in a fresh interpreter (nothing patched yet); it must exit 0."""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
 def test_apply_is_idempotent_and_checks_the_version_before_any_patch() -> None:
     compat.apply()
     compat.apply()
@@ -111,9 +118,7 @@ def test_apply_is_idempotent_and_checks_the_version_before_any_patch() -> None:
         "    raise SystemExit('applied on 0.9.0')\n"
         "assert t._set_reuse_flags is before and not compat.applied()\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
+    _run_fresh(script)
 
 
 # -- the rule: no private libp2p name outside node/p2p/compat -------------------------------
@@ -373,9 +378,7 @@ def test_l1_libp2p_never_configures_the_root_logger() -> None:
         "m.logging.debug('x'); m.logging.warning('y')\n"
         "assert logging.root.handlers == [], logging.root.handlers\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
+    _run_fresh(script)
     assert swarm_connection_module.logging is not logging
 
 
