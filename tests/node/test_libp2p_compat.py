@@ -179,6 +179,11 @@ def private_uses(source: str, libp2p_private: frozenset[str]) -> list[str]:
                         item.name in libp2p_private):
                     found.append(f"{item.lineno}: {node.name} overrides {item.name}")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id in ("getattr", "hasattr", "setattr", "delattr")) and (
+                len(node.args) > 1 and isinstance(node.args[1], ast.Constant)) and (
+                node.args[1].value in KNOWN_PRIVATE | libp2p_private):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
                 node.func.id == "setattr") and node.args:
             root = node.args[0]
             while isinstance(root, ast.Attribute):
@@ -219,6 +224,7 @@ def test_the_scan_catches_each_kind_of_private_use() -> None:
         "    def f(self, other):\n"
         "        return other._host\n"
         "setattr(tcp, '_set_reuse_flags', print)\n"
+        "getattr(tcp, '_set_reuse_flags')\n"
     )
     found = private_uses(source, names)
     assert any("import _private_thing" in f for f in found)
@@ -227,6 +233,7 @@ def test_the_scan_catches_each_kind_of_private_use() -> None:
     assert any("uses self._direct_connections" in f for f in found)
     assert any("other._host" in f for f in found)
     assert any("setattr on libp2p's tcp" in f for f in found)
+    assert any("getattr(tcp, '_set_reuse_flags')" in f for f in found)
     assert not any("self._host" in f for f in found)
 
 
