@@ -107,7 +107,7 @@ class ApiConfig:
 
 @dataclass(frozen=True)
 class UiSection:
-    """The status page at ``GET /`` and its sign-in (docs/ops.md, "The status page")."""
+    """The status page at ``GET /`` and its sign-in (docs/ops/README.md, "The status page")."""
 
     link_ttl_s: float = opt(120.0, positive, most=DAY)
     max_links: int = opt(16, positive, most=10_000)
@@ -241,7 +241,7 @@ class ReconSection:
     summary_save_interval_s: float = opt(60.0, non_negative, most=DAY)
     # Processes verifying fetched events outside the daemon (docs/architecture.md "Ingest").
     ingest_workers: int = opt(2, lambda v: None if 0 <= v <= 64 else "must be in [0, 64]", most=64)
-    # The workers also append the events they verified (docs/cluster-bench.md, "the ingest
+    # The workers also append the events they verified (docs/bench/cluster.md, "the ingest
     # worker as writer"); false: the daemon's store writes them, as before.
     ingest_workers_write: bool = opt(True)
 

@@ -19,6 +19,9 @@ class ReachabilitySection:
     relay_retry_s: float = opt(10.0, non_negative, most=DAY)
     reservation_refresh_s: float = opt(300.0, positive, most=DAY)
     confirmations: int = opt(2, positive, most=64)
+    network_prefix_v4: int = opt(16, non_negative, most=32)
+    network_prefix_v6: int = opt(32, non_negative, most=128)
+    evidence_per_network: int = opt(2, positive, most=64)
     probe_interval_s: float = opt(120.0, positive, most=DAY)
     hole_punch: bool = opt(True)
     punch_attempts: int = opt(8, positive, most=1000)
@@ -32,6 +35,10 @@ class ReachabilitySection:
     circuit_bytes: int = opt(64 * 1024 * 1024, positive, most=1 << 40)
     circuit_rate_bytes_s: int = opt(1024 * 1024, positive, most=1 << 34)
     reservation_ttl_s: int = opt(900, positive, most=30 * DAY)
+    relay_share_prefix_v4: int = opt(24, non_negative, most=32)
+    relay_share_prefix_v6: int = opt(48, non_negative, most=128)
+    relay_reservations_per_network: int = opt(4, positive, most=100_000)
+    relay_circuits_per_network: int = opt(16, positive, most=100_000)
 
 
 def reachability_config(section: ReachabilitySection) -> ReachabilityConfig | None:
@@ -48,4 +55,10 @@ def reachability_config(section: ReachabilitySection) -> ReachabilityConfig | No
         max_circuits=section.max_circuits, circuit_duration_s=section.circuit_duration_s,
         circuit_bytes=section.circuit_bytes, circuit_rate_bytes_s=section.circuit_rate_bytes_s,
         reservation_ttl_s=section.reservation_ttl_s,
+        network_prefix_v4=section.network_prefix_v4, network_prefix_v6=section.network_prefix_v6,
+        evidence_per_network=section.evidence_per_network,
+        relay_share_prefix_v4=section.relay_share_prefix_v4,
+        relay_share_prefix_v6=section.relay_share_prefix_v6,
+        relay_reservations_per_network=section.relay_reservations_per_network,
+        relay_circuits_per_network=section.relay_circuits_per_network,
     )

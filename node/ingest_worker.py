@@ -8,7 +8,7 @@ each answered on stdout in order:
 - ``("append", request_id, AppendRequest)`` -> ``(request_id, (AppendResult, errors))``: the
   worker appends the rows to the node's database in its own transaction
   (``storage.append_isolating``) and answers only after the commit. The daemon sends one only
-  while it holds the store's write token (docs/cluster-bench.md, "the ingest worker as
+  while it holds the store's write token (docs/bench/cluster.md, "the ingest worker as
   writer"), so the worker never races the daemon's writer for SQLite's lock.
 
 The frames come only from its own daemon (never from a peer: peers' bytes reach it inside the

@@ -149,6 +149,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         if config.membership.px:
             runtime.reachability.announce = membership.px.ask
         runtime.reachability.direct_addrs = membership.direct_addrs
+        runtime.reachability.penalise = standing.penalise
         services.append(runtime.reachability)
     if config.p2p.dht:
         services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,

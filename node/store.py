@@ -5,7 +5,7 @@ them in batches (``storage.batch_max_events`` / ``batch_max_delay_ms``) and only
 each caller, so an event is acknowledged only after its transaction committed.
 
 Fetched events (``submit_fetched``) can be written by an ingest worker process instead
-(``set_remote_writer``; docs/cluster-bench.md, "the ingest worker as writer"): they stay items
+(``set_remote_writer``; docs/bench/cluster.md, "the ingest worker as writer"): they stay items
 of the same queue, committed in queue order by the writer task, which hands them to the worker
 and waits for its commit. The writer task is thus the one write token: a worker never races
 the daemon for SQLite's lock, and the log keeps the order in which SDS delivered.

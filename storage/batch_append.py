@@ -1,7 +1,7 @@
 """A batch append that isolates the events a transaction cannot take (ingest workers' path).
 
 The daemon's ``EventStore`` commits batches and, when one fails as a whole, retries its
-events one transaction each; an ingest worker appending a fetched batch (docs/cluster-bench.md,
+events one transaction each; an ingest worker appending a fetched batch (docs/bench/cluster.md,
 "the ingest worker as writer") needs the same behaviour without trio, so it lives here.
 """
 

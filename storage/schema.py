@@ -208,7 +208,7 @@ recon_summary = Table(
     comment="The Recon key store's bucket summary at a watermark (docs/architecture.md)",
 )
 
-# migration 0007 (h29b): the change feed of the replicated tables (GET /v1/db/{table}/changes)
+# migration 0007: the change feed of the replicated tables (GET /v1/db/{table}/changes)
 crdt_changes = Table(
     "crdt_changes",
     metadata,

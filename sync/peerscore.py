@@ -45,6 +45,10 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
     "over_budget": 20.0,  # asked for work far beyond its work budget (sync.workbudget)
     "busy": 2.0,  # too many concurrent streams
     "takeover": 50.0,  # signed a declaration that would take a settled table over
+    "dialback_lie": 50.0,  # named an address it cannot have seen us on (sync.reachability)
+    # Claimed a dial-back that never reached our listener: a lie, or our own listener was
+    # too busy to take it (an inbound flood), so it weighs less.
+    "dialback_unverified": 10.0,
 }
 
 #: What a rejected input of each ``ErrorKind`` costs the peer that sent it: a broken protocol

@@ -7,8 +7,8 @@ actions; nothing here does I/O or reads a clock (``now`` comes in, in seconds).
 * **Verdict from evidence.** A node asks connected peers to dial it back at the IP they see it
   on and its listen port (``/syncnode/dialback/1.0.0``). Only answers about a *global* address
   count (a neighbour on the same LAN dialling our private address proves nothing about the
-  internet). ``confirmations`` successes from distinct peers -> public; as many failures and no
-  success -> private; otherwise unknown. Evidence expires after ``evidence_ttl_s``.
+  internet), one vote per *network* of the answering peer (peer ids are free), lies refused:
+  :class:`ReachabilityCore` says how. Evidence expires after ``evidence_ttl_s``.
 * **Relays.** A node that is not public keeps reservations at ``relays_wanted`` relays, tried
   among its direct peers; a refusal backs that peer off for ``relay_retry_s``.
 * **Hole punching.** Only the side that *accepted* a relayed connection initiates (two
@@ -26,6 +26,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from sync.networks import network_of
 
 __all__ = [
     "PRIVATE",
@@ -86,6 +88,11 @@ class ReachabilityConfig:
     evidence_ttl_s: float = 600.0
     probe_interval_s: float = 120.0  # between two dial-back requests to the same peer
     max_evidence: int = 32
+    # What one network is (sync.networks) when dial-back answers are counted, and how many
+    # answers one network may have on record.
+    network_prefix_v4: int = 16
+    network_prefix_v6: int = 32
+    evidence_per_network: int = 2
     hole_punch: bool = True
     punch_delay_s: float = 1.0
     punch_attempts: int = 8
@@ -104,15 +111,25 @@ class ReachabilityConfig:
     circuit_bytes: int = 64 * 1024 * 1024
     circuit_rate_bytes_s: int = 1024 * 1024
     reservation_ttl_s: int = 900
+    # A relay's share per source network (sync.networks): reservations and open circuits.
+    relay_share_prefix_v4: int = 24
+    relay_share_prefix_v6: int = 48
+    relay_reservations_per_network: int = 4
+    relay_circuits_per_network: int = 16
 
     def __post_init__(self) -> None:
         if self.serve_relay not in ("auto", "on", "off"):
             raise ValueError(f"serve_relay: expected auto, on or off, got {self.serve_relay!r}")
         for name in ("relays_wanted", "confirmations", "max_evidence", "punch_attempts",
                      "max_reservations", "max_circuits", "circuit_duration_s", "circuit_bytes",
-                     "circuit_rate_bytes_s", "reservation_ttl_s"):
+                     "circuit_rate_bytes_s", "reservation_ttl_s", "evidence_per_network",
+                     "relay_reservations_per_network", "relay_circuits_per_network"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
+        for name, most in (("network_prefix_v4", 32), ("network_prefix_v6", 128),
+                           ("relay_share_prefix_v4", 32), ("relay_share_prefix_v6", 128)):
+            if not 0 <= getattr(self, name) <= most:
+                raise ValueError(f"{name}: must be 0 to {most}, got {getattr(self, name)!r}")
         for name in ("relay_retry_s", "reservation_refresh_s", "evidence_ttl_s",
                      "probe_interval_s", "punch_delay_s", "punch_backoff_s",
                      "punch_backoff_max_s", "punch_rest_s", "punch_follow_s"):
@@ -124,37 +141,84 @@ class ReachabilityConfig:
 class _Evidence:
     ok: bool
     at: float
-    ip: str = ""
+    ip: str  # the global IP the peer says it saw (and dialled) us on
+    network: str  # the peer's own network (sync.networks), not the one it names
+    outbound: bool  # we dialled this peer: not a stranger who chose to come to us
 
 
 class ReachabilityCore:
-    """The verdict, from dial-back answers; and whom to ask next."""
+    """The verdict, from dial-back answers; and whom to ask next.
+
+    Peer ids cost nothing, so answers are counted by the *network* of the answering peer
+    (``network_prefix_v4``/``_v6``): each network casts one vote, that of its latest answer
+    from a peer we dialled ourselves if it has one (an inbound stranger chose to come to us),
+    else its latest answer. ``confirmations`` networks voting success and more successes than
+    failures -> public (honest failures veto); ``confirmations`` failing networks and no
+    success -> private. At most ``evidence_per_network`` answers are kept per network.
+
+    Two answers are lies, refused and returned as such for the driver to charge the peer:
+    a global address named by a peer we reach on a loopback or LAN address (it sees us on one
+    of those: ``"mismatch"``), and a success whose dial-back connection never reached us
+    (``"unverified"``: the driver watches its own listener)."""
 
     def __init__(self, config: ReachabilityConfig) -> None:
         self.config = config
         self._evidence: dict[str, _Evidence] = {}
         self._asked: dict[str, float] = {}
-        self.external_ips: dict[str, float] = {}  # global IPs peers saw us on -> when
         self.ignored = 0  # answers about non-global addresses (same LAN): no evidence
+        self.lies: dict[str, int] = {"mismatch": 0, "unverified": 0}
 
-    def observe(self, peer: str, dialed_ip: str, ok: bool, now: float) -> None:
-        """``peer`` tried to dial us back at ``dialed_ip`` (the IP it sees us on)."""
-        if address_scope(dialed_ip) != "global":
+    def network(self, ip: str | None) -> str | None:
+        return network_of(ip, self.config.network_prefix_v4, self.config.network_prefix_v6)
+
+    def observe(self, peer: str, dialed_ip: str, ok: bool, now: float, *, peer_ip: str | None,
+                outbound: bool = False, arrived: bool = True) -> str:
+        """``peer`` (which we reach at ``peer_ip``) says it dialled us back at ``dialed_ip``
+        (the IP it sees us on), successfully or not; ``arrived``: our listener saw its
+        dial-back connection. Returns ``"counted"``, ``"ignored"`` or the lie's reason."""
+        network = self.network(peer_ip)
+        if address_scope(dialed_ip) != "global" or network is None:
             self.ignored += 1
-            return
-        self.external_ips[dialed_ip] = now
-        if len(self.external_ips) > self.config.max_evidence:
-            del self.external_ips[min(self.external_ips, key=self.external_ips.__getitem__)]
+            return "ignored"
+        lie = None
+        if address_scope(peer_ip or "") in ("loopback", "local"):
+            lie = "mismatch"
+        elif ok and not arrived:
+            lie = "unverified"
+        if lie is not None:
+            self.lies[lie] += 1
+            self._evidence.pop(peer, None)
+            return lie
         self._evidence.pop(peer, None)
-        self._evidence[peer] = _Evidence(ok, now, dialed_ip)
+        self._evidence[peer] = _Evidence(ok, now, dialed_ip, network, outbound)
+        same = [p for p, e in self._evidence.items() if e.network == network]
+        if len(same) > self.config.evidence_per_network:
+            # Strangers' answers go first, then the oldest (the dict keeps arrival order).
+            self._drop(same)
         if len(self._evidence) > self.config.max_evidence:
-            del self._evidence[next(iter(self._evidence))]
+            self._drop(list(self._evidence))
+        return "counted"
+
+    def _drop(self, peers: list[str]) -> None:
+        inbound = [p for p in peers if not self._evidence[p].outbound]
+        del self._evidence[(inbound or peers)[0]]
+
+    def _votes(self, now: float) -> dict[str, _Evidence]:
+        """Each network's vote among fresh evidence (arrival order: later wins)."""
+        votes: dict[str, _Evidence] = {}
+        for e in self._evidence.values():
+            if now - e.at > self.config.evidence_ttl_s:
+                continue
+            held = votes.get(e.network)
+            if held is None or e.outbound or not held.outbound:
+                votes[e.network] = e
+        return votes
 
     def verdict(self, now: float) -> Reachability:
-        fresh = [e for e in self._evidence.values() if now - e.at <= self.config.evidence_ttl_s]
-        successes = sum(1 for e in fresh if e.ok)
-        failures = len(fresh) - successes
-        if successes >= self.config.confirmations:
+        votes = self._votes(now).values()
+        successes = sum(1 for e in votes if e.ok)
+        failures = len(votes) - successes
+        if successes >= self.config.confirmations and successes > failures:
             return PUBLIC
         if failures >= self.config.confirmations and successes == 0:
             return PRIVATE
@@ -177,7 +241,7 @@ class ReachabilityCore:
 
     def punch_addrs(self, listen_port: int, now: float, limit: int = 4) -> list[str]:
         """The addresses a hole punch should tell the other side to dial: each global IP a
-        peer saw us on within ``evidence_ttl_s`` (newest first) with our listen port (the punch
+        peer saw us on within ``evidence_ttl_s`` (ranked below) with our listen port (the punch
         dial leaves from it and masquerading NATs keep the port).
 
         libp2p's own prediction rests on identify's observed addresses, which it drops with
@@ -188,36 +252,40 @@ class ReachabilityCore:
         evidence here outlives connections."""
         if not 0 < listen_port < 65536:
             return []
-        fresh = sorted((at, ip) for ip, at in self.external_ips.items()
-                       if now - at <= self.config.evidence_ttl_s)
-        out: list[str] = []
-        for _at, ip in reversed(fresh):
-            family = "ip6" if ":" in ip else "ip4"
-            out.append(f"/{family}/{ip}/tcp/{listen_port}")
-            if len(out) >= limit:
-                break
-        return out
+        # An IP named from more networks goes first, then one a peer we dialled named, then
+        # the newest: one network cannot put its choice ahead of what others saw.
+        named: dict[str, tuple[set[str], bool, float]] = {}
+        for e in self._evidence.values():
+            if now - e.at <= self.config.evidence_ttl_s:
+                networks, outbound, at = named.get(e.ip, (set(), False, e.at))
+                named[e.ip] = (networks | {e.network}, outbound or e.outbound, max(at, e.at))
+        ranked = sorted(named, key=lambda ip: (len(named[ip][0]), named[ip][1], named[ip][2]),
+                        reverse=True)
+        return [f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{listen_port}"
+                for ip in ranked[:limit]]
 
     def confirmed_addrs(self, listen_port: int, now: float, limit: int = 2) -> list[str]:
         """Our addresses a dial-back reached within ``evidence_ttl_s`` (a global IP with our
-        listen port), each confirmed by ``confirmations`` distinct peers (one liar must not
-        make our record point peers at an address of its choosing): dialable from the
-        internet, so worth advertising (a wildcard listen address says nothing of them,
-        ``sync.own_addrs``). Most confirmed first."""
+        listen port), each confirmed from ``confirmations`` distinct networks (peer ids cost
+        nothing: Sybils of one network must not make our record point peers at an address of
+        their choosing): dialable from the internet, so worth advertising (a wildcard listen
+        address says nothing of them, ``sync.own_addrs``). Most confirmed first."""
         if not 0 < listen_port < 65536:
             return []
-        votes: dict[str, int] = {}
+        networks: dict[str, set[str]] = {}
         for e in self._evidence.values():
             if e.ok and e.ip and now - e.at <= self.config.evidence_ttl_s:
-                votes[e.ip] = votes.get(e.ip, 0) + 1
+                networks.setdefault(e.ip, set()).add(e.network)
+        votes = {ip: len(nets) for ip, nets in networks.items()}
         confirmed = sorted((ip for ip, n in votes.items() if n >= self.config.confirmations),
                            key=lambda ip: (-votes[ip], ip))
         return [f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{listen_port}"
                 for ip in confirmed[:limit]]
 
     def counts(self, now: float) -> dict[str, int]:
-        fresh = [e for e in self._evidence.values() if now - e.at <= self.config.evidence_ttl_s]
-        return {"success": sum(e.ok for e in fresh), "failure": sum(not e.ok for e in fresh)}
+        votes = self._votes(now).values()
+        return {"success": sum(e.ok for e in votes), "failure": sum(not e.ok for e in votes),
+                "lies": sum(self.lies.values())}
 
 
 @dataclass

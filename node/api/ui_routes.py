@@ -3,7 +3,7 @@
 
 Every answer of the page forbids framing, sniffing, referrers and caching, and its content
 security policy allows nothing but this origin's own files and JSON: no inline script, no
-other host (docs/ops.md, "The status page").
+other host (docs/ops/README.md, "The status page").
 """
 
 from __future__ import annotations

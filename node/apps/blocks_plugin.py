@@ -91,7 +91,7 @@ _DISABLED = {409: "Block streams are off on this node (blocks.enabled)"}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
 _HASH = {"type": "string", "pattern": "^0x[0-9a-fA-F]{64}$"}
 _PAYLOADS = arr({"type": "object", "description": "A block payload: hash, number, parent, "
-                 "sub_batches (docs/blocks.md)"}, minItems=1, maxItems=MAX_BLOCKS_PER_REQUEST)
+                 "sub_batches (docs/cardinal.md)"}, minItems=1, maxItems=MAX_BLOCKS_PER_REQUEST)
 _BLOCK = obj({"hash": _HASH, "number": _COUNT, "parent": _HASH,
               "weight": {"type": "string"}, "canonical": {"type": "boolean"},
               "applied_at": {"type": "integer"}, "payload": {"type": "object"}})

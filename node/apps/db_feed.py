@@ -66,6 +66,12 @@ def changes_route(db: DbApplication, table_param: Param,
         if name not in db.book:
             known = ", ".join(db.book.tables()) or "none yet"
             raise ApiError(404, f"no replicated table {name!r}; declared: {known}")
+        if "where" in request.query_params:
+            # A filter on a feed is ambiguous (a row leaving the filter is a change too), and
+            # ignoring it silently handed callers every change: refuse it.
+            raise ApiError(400, "where is not supported on the change feed: it streams every "
+                                "change of the table (filter the lines by their row, or query "
+                                f"GET /v1/db/{name}?where=...)")
         if request.query_params.get("since") is None:
             since = await node.store.read(newest_change)  # from now on
         else:
@@ -106,7 +112,8 @@ def changes_route(db: DbApplication, table_param: Param,
             "Start after this change id of this node (0: every change kept; omitted: from now "
             "on; beyond the newest: 409)")),
             media="application/x-ndjson", response=CHANGE_SCHEMA,
-            errors={404: "No such replicated table",
+            errors={400: "where given (the feed has no filter), or since is not an integer",
+                    404: "No such replicated table",
                     409: "since is beyond this node's newest change id (ids are per node), "
                          "or the replicated database is off on this node",
                     410: "since is older than the changes kept (db.changes_retain)",

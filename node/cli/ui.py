@@ -1,7 +1,7 @@
 """``syncnode ui``: a one-time sign-in link to the node's status page (``GET /``).
 
 The link holds a nonce, not the API token: it works once, within ``ui.link_ttl_s``, and leaves
-an HttpOnly session cookie and ``/`` in the browser, nothing else (docs/ops.md).
+an HttpOnly session cookie and ``/`` in the browser, nothing else (docs/ops/README.md).
 """
 
 from __future__ import annotations

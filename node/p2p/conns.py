@@ -17,6 +17,7 @@ from sync.membership import ConnectionManager, ConnLimits
 __all__ = ["InboundGuard", "ip_of"]
 
 logger = logging.getLogger("node.p2p")
+_MAX_HANDSHAKES = 1024
 
 
 def ip_of(address: str | None) -> str | None:
@@ -37,11 +38,19 @@ class InboundGuard:
         self.evict: Callable[[str], None] | None = None
         self.refused: Counter[str] = Counter()  # by reason: peer_rate, ip_limit, inbound_limit
         self.evicted = 0
+        # When each peer last completed a Noise handshake inbound (admitted or not): the
+        # reachability driver checks that a dial-back a peer claims really reached us.
+        self.handshakes: dict[str, float] = {}
 
     def admit(self, peer_id: str, ip: str | None) -> str | None:
         """Called by the admission gate once Noise authenticated ``peer_id``: None to let it
         in, else why not."""
-        decision = self.manager.admit_inbound(peer_id, ip, self.clock.now())
+        now = self.clock.now()
+        self.handshakes.pop(peer_id, None)
+        self.handshakes[peer_id] = now
+        if len(self.handshakes) > _MAX_HANDSHAKES:
+            del self.handshakes[next(iter(self.handshakes))]
+        decision = self.manager.admit_inbound(peer_id, ip, now)
         if not decision.admit:
             self.refused[decision.reason] += 1
             logger.info("refused inbound connection from %s (%s): %s", peer_id, ip,

@@ -45,6 +45,7 @@ from node.p2p.interfaces import interface_ips
 from node.p2p.peer_table import PeerTable
 from node.p2p.records import LocalRecord
 from node.p2p.relay import RelayLayer
+from node.p2p.scope_guard import Refusals, conn_source_ip
 from node.p2p.streams import StreamHandler, Streams
 from node.p2p.teardown import abort_socket
 from node.p2p.types import (
@@ -81,11 +82,15 @@ class P2PHost:
         relay: RelayLayer | None = None,
         guard: InboundGuard | None = None,
         clock: Clock | None = None,
+        addr_refused: Refusals | None = None,
     ) -> None:
         self._host = host
         # The node's one clock: bans, connection ages, the connection manager (membership's too).
         self.clock = clock or SystemClock()
         self.relay = relay
+        # Addresses peers told us that were out of their scope, by (via, reason): the layer's
+        # own (identify, hole punching, GossipSub PX) and the daemon's (peer exchange, DHT).
+        self.addr_refused = addr_refused if addr_refused is not None else Refusals()
         self._pubsub = pubsub
         self._discovery = discovery
         self.config = config
@@ -192,6 +197,14 @@ class P2PHost:
 
     def connected_peers(self) -> list[str]:
         return sorted(self._peers)
+
+    def source_ip(self, peer_id: str) -> str | None:
+        """The IP we reach ``peer_id`` on (its relay's when relayed; None: not connected):
+        what the addresses it tells us are checked against (sync.membership.scope)."""
+        network = self._host.get_network()
+        for conn in network.get_connections(ID.from_base58(peer_id)):
+            return conn_source_ip(conn, network)
+        return None
 
     def peer_info(self, peer_id: str) -> ConnectedPeer | None:
         peer = self._peers.get(peer_id)

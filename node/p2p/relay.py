@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -28,14 +29,18 @@ from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
 from libp2p.relay.circuit_v2.dcutr import MAX_OBSERVED_ADDRS as _MAX_OBS_ADDRS
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL_ID
 from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
 from node.clock import Clock, SystemClock
 from node.p2p.compat.version import check_libp2p_version
 from node.p2p.frames import DialError, P2PError
+from node.p2p.scope_guard import Refusals, punch_refusal
+from sync.networks import NetworkShare, network_of
 from sync.reachability import RateGate, ReachabilityConfig, address_scope
 
 __all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]
@@ -55,6 +60,8 @@ class RelayStats:
         self.punch_failed = 0
         self.circuit_dials_ok = 0
         self.circuit_dials_failed = 0
+        # Refused because the source network's share was used, by "reservation"/"circuit".
+        self.share_refused: Counter[str] = Counter()
 
 
 class _CircuitStreams(dict[ID, tuple[INetStream, INetStream | None]]):
@@ -121,14 +128,87 @@ class _PacedRelay(CircuitV2Protocol):
                     del self._active_relays[key]
 
 
+def _stream_ip(stream: INetStream) -> str | None:
+    """The remote IP of the connection ``stream`` runs on."""
+    try:
+        address = stream.get_remote_address()
+    except Exception:
+        return None
+    return str(address[0]) if address else None
+
+
+class _SharedRelay(_PacedRelay):
+    """:class:`_PacedRelay` that grants each source network (``sync.networks``) at most a
+    share of its reservations and circuits: without it, identities from one machine (free)
+    took 32 of 34 reservations. Refusals answer ``RESOURCE_LIMIT_EXCEEDED`` and are counted
+    in ``stats.share_refused``."""
+
+    def __init__(self, host: IHost, limits: RelayLimits, config: ReachabilityConfig,
+                 stats: RelayStats, clock: Clock) -> None:
+        super().__init__(host, limits, config.circuit_rate_bytes_s, stats, clock)
+        self._config = config
+        self.reservations = NetworkShare(config.relay_reservations_per_network)
+        self.circuits = NetworkShare(config.relay_circuits_per_network)
+
+    def _network(self, stream: INetStream) -> str | None:
+        return network_of(_stream_ip(stream), self._config.relay_share_prefix_v4,
+                          self._config.relay_share_prefix_v6)
+
+    async def _refuse(self, stream: INetStream, what: str) -> None:
+        self._stats.share_refused[what] += 1
+        logger.debug("relay %s refused to %s: its network's share is used",
+                     what, stream.muxed_conn.peer_id)
+        await self._send_status(stream, StatusCode.RESOURCE_LIMIT_EXCEEDED,
+                                f"this network's share of {what}s is used")
+
+    async def _handle_reserve(self, stream: INetStream, msg: HopMessage) -> None:
+        peer = stream.muxed_conn.peer_id
+        if msg.HasField("peer") and msg.peer.id and ID(msg.peer.id) != peer:
+            # The library would reserve for the peer the message names, outside any share.
+            await self._refuse(stream, "reservation")
+            return
+        # Reservations end by expiry inside the library: release theirs first.
+        held = self.resource_manager._reservations
+        self.reservations.keep_only({p for p, r in list(held.items()) if not r.is_expired()})
+        if not self.reservations.take(peer, self._network(stream)):
+            await self._refuse(stream, "reservation")
+            return
+        await super()._handle_reserve(stream, msg)
+        if peer not in held:
+            self.reservations.release(peer)
+
+    async def _handle_connect(self, stream: INetStream, msg: HopMessage) -> None:
+        if not self.circuits.take(stream, self._network(stream)):
+            await self._refuse(stream, "circuit")
+            await trio.sleep(0.5)  # as the library does: the peer reads the status first
+            await stream.reset()
+            return
+        try:
+            await super()._handle_connect(stream, msg)
+        finally:
+            self.circuits.release(stream)
+
+
 class _ResponderDCUtR(DCUtRProtocol):
     """DCUtR that answers punches but never starts one by itself (we drive, one side only),
     and tells the other side our external addresses from our own evidence first
     (``punch_addrs``: :meth:`sync.reachability.ReachabilityCore.punch_addrs`)."""
 
-    def __init__(self, host: IHost, dial_timeout: int) -> None:
+    def __init__(self, host: IHost, dial_timeout: int, refused: Refusals) -> None:
         super().__init__(host, dial_timeout=dial_timeout)
         self.punch_addrs: Callable[[], list[str]] = lambda: []
+        self.refused = refused
+
+    async def _dial_peer(self, peer_id: ID, addr: multiaddr.Multiaddr,
+                         source: tuple[str, int] | None = None,
+                         as_responder: bool = False) -> None:
+        # Every punch dial (the peer's CONNECT addresses, identify's listen addresses) passes
+        # here: the peer may aim it only within its own scope (node.p2p.scope_guard).
+        if (reason := punch_refusal(self.host, peer_id, str(addr))) is not None:
+            self.refused["punch", reason] += 1
+            logger.debug("refused punch dial of %s at %s: %s", peer_id, addr, reason)
+            return
+        await super()._dial_peer(peer_id, addr, source, as_responder)
 
     async def _auto_drive_loop(self) -> None:
         return None
@@ -189,9 +269,12 @@ def _check_library() -> None:
     check_libp2p_version()
     for cls, name in ((CircuitV2Protocol, "_read_stream_with_retry"),
                       (CircuitV2Protocol, "_handle_hop_stream"),
+                      (CircuitV2Protocol, "_handle_reserve"),
+                      (CircuitV2Protocol, "_handle_connect"),
                       (DCUtRProtocol, "_auto_drive_loop"),
                       (DCUtRProtocol, "_get_observed_addrs"),
-                      (DCUtRProtocol, "_try_unilateral_upgrade")):
+                      (DCUtRProtocol, "_try_unilateral_upgrade"),
+                      (DCUtRProtocol, "_dial_peer")):
         if not callable(getattr(cls, name, None)):
             raise P2PError(f"libp2p {cls.__name__}.{name} is gone: node.p2p.relay needs review")
 
@@ -200,7 +283,7 @@ class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
     def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, refused: Refusals | None = None) -> None:
         _check_library()
         self.host = host
         self.config = config
@@ -210,11 +293,11 @@ class RelayLayer:
             max_circuit_conns=config.max_circuits, max_reservations=config.max_reservations,
             reservation_ttl=config.reservation_ttl_s,
         )
-        self.protocol = _PacedRelay(host, limits, config.circuit_rate_bytes_s, self.stats,
-                                    clock or SystemClock())
+        self.protocol = _SharedRelay(host, limits, config, self.stats, clock or SystemClock())
         self.transport = CircuitV2Transport(
             host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
-        self.dcutr = _ResponderDCUtR(host, dial_timeout=int(max(1, dial_timeout)))
+        self.dcutr = _ResponderDCUtR(host, int(max(1, dial_timeout)),
+                                     refused if refused is not None else Refusals())
         for name in ("_direct_connections", "_hole_punch_attempts"):  # used in punch()
             if not hasattr(self.dcutr, name):
                 raise P2PError(f"libp2p DCUtRProtocol.{name} is gone: node.p2p.relay needs review")

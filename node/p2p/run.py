@@ -21,6 +21,7 @@ from node.p2p.dialer import count_refusal
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost
 from node.p2p.relay import RelayLayer
+from node.p2p.scope_guard import Refusals, guard_gossip_px, guard_observed_addrs
 from node.p2p.setup import (
     ConnectionNotifee,
     build_host,
@@ -58,9 +59,12 @@ async def open_host(
         raise P2PError(f"cannot listen on {busy[0]}: {busy[1]}")
     guard = InboundGuard(config.conn_limits, clock)
     host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
-    relay = (RelayLayer(host, config.reachability, config.dial_timeout, clock)
+    refused = Refusals()  # addresses peers told us that were out of scope, by (via, reason)
+    guard_observed_addrs(host, refused)
+    relay = (RelayLayer(host, config.reachability, config.dial_timeout, clock, refused)
              if config.reachability is not None else None)
     pubsub, router = build_pubsub(host, config, clock, stats)
+    guard_gossip_px(router, refused)
     discovery = Discovery(host, config) if config.enable_dht else None
     body_error: list[BaseException] = []
     try:
@@ -90,6 +94,7 @@ async def open_host(
                         relay=relay,
                         guard=guard,
                         clock=clock,
+                        addr_refused=refused,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)

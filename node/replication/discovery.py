@@ -3,7 +3,8 @@
 Two keys, both in the eventId format (hex-encoded as the DHT record name):
 ``varint(0xce) varint(0x05) varint(network_id)`` for every peer of the network, and
 ``varint(0xce) varint(0x71) varint(network_id) last16(sha256(channel))`` per channel (the sort
-value). A node advertises both kinds periodically and dials the peers it finds there.
+value). A node advertises both kinds periodically and dials the peers it finds there, at
+addresses in the scope of the peers it is connected to (``sync.membership.scope``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
 from node.replication.peers import PeerManager
+from sync.membership.scope import addr_refusal
 from sync.varint import uvarint
 
 __all__ = ["DhtDiscovery", "channel_rendezvous", "network_rendezvous"]
@@ -66,6 +68,8 @@ class DhtDiscovery:
                 if peer_id == self.host.peer_id or peer_id in self.peers.known:
                     continue
                 for addr in addrs:
+                    if not self._in_scope(addr):
+                        continue
                     try:
                         await self.peers.join(addr)
                     except (P2PError, ValueError):
@@ -73,3 +77,14 @@ class DhtDiscovery:
                     self.metrics.inc("dht_peers_found_total")
                     log.info("peer found through the DHT", extra=kv(peer=peer_id, key=key))
                     break
+
+    def _in_scope(self, addr: str) -> bool:
+        """A DHT answer may come from any peer we are connected to (the lookup does not say
+        which): ``addr`` must be in the scope of one of them (sync.membership.scope). Names
+        are kept: other implementations advertise them."""
+        origins = {self.host.source_ip(p) for p in self.host.connected_peers()} or {None}
+        reasons = [addr_refusal(addr, origin, names=True) for origin in origins]
+        if None in reasons:
+            return True
+        self.host.addr_refused["dht", str(reasons[0])] += 1
+        return False

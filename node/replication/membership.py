@@ -245,6 +245,8 @@ class Membership:
         self.activity.export(self.metrics, host.peers())
         for reason, count in host.guard.refused.items():
             self.metrics.set("p2p_inbound_refused_total", count, reason=reason)
+        for (via, reason), count in host.addr_refused.items():
+            self.metrics.set("peer_addrs_refused_total", count, via=via, reason=reason)
         host.note_gossip_speakers()
         connected = set(host.connected_peers()) - (exclude or set())
         protected = host.mesh_members() | {p for p in connected if self.in_session(p)}

@@ -1,8 +1,10 @@
 """Peer exchange (``/syncnode/px/1.0.0``): hand connected peers signed peer records, take
 theirs into the address book.
 
-Only records signed by the peer they describe count (``node.p2p.records.open_record``); what
-to keep is the address book's decision (``sync.membership.AddressBook``: bounded per source,
+Only records signed by the peer they describe count (``node.p2p.records.open_record``), and
+of their addresses only those in the sender's scope (``sync.membership.scope``: no loopback
+address from a remote peer, a private one only from that private network); what to keep is
+the address book's decision (``sync.membership.AddressBook``: bounded per source,
 per network and in all). A peer that sends malformed frames or badly signed records is
 penalised like any protocol violation. Wire format: ``sync.membership.px_wire``.
 """
@@ -23,6 +25,7 @@ from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.records import RecordError, open_record
 from sync.errors import RemoteProtocolError
 from sync.membership import AddressBook, decode_records, encode_records
+from sync.membership.scope import addr_refusal
 
 __all__ = ["PX_METRICS", "PX_PROTOCOL", "PeerExchange"]
 
@@ -33,7 +36,12 @@ log = logging.getLogger("syncnode.membership")
 
 PX_METRICS = {
     "px_records_total": "Signed peer records received through peer exchange, by outcome (the "
-                        "address book's verdict, or invalid: bad signature or key)",
+                        "address book's verdict; invalid: bad signature or key; out_of_scope: "
+                        "no address the sender may make us dial)",
+    "peer_addrs_refused_total": "Addresses a peer told us that we will not dial, by via (px, "
+                                "dht, observed, punch, gossip_px) and reason (loopback, "
+                                "private, link_local, dns, invalid: outside the scope of the "
+                                "peer's own address; ignored: GossipSub PX is never used)",
     "px_exchanges_total": "Peer exchanges, by role (asked, served) and result (ok, failed, "
                           "busy: one with that peer running already, or too many)",
 }
@@ -112,6 +120,18 @@ class PeerExchange:
         self.penalise(peer, "protocol")
         log.info("bad peer exchange", extra=kv(peer=peer, error=exc.reason))
 
+    def _in_scope(self, addrs: tuple[str, ...], source: str) -> list[str]:
+        """The addresses ``source`` may make us dial (sync.membership.scope); the others are
+        counted, not charged: an honest peer passes on records listing LAN addresses."""
+        origin = self.host.source_ip(source)
+        kept = []
+        for addr in addrs:
+            if (reason := addr_refusal(addr, origin)) is None:
+                kept.append(addr)
+            else:
+                self.host.addr_refused["px", reason] += 1
+        return kept
+
     def consider(self, records: list[bytes], source: str, *, own_only: bool = False) -> int:
         """Verify each record and offer it to the book; returns how many it took."""
         taken = 0
@@ -127,7 +147,11 @@ class PeerExchange:
             if own_only and record.peer_id != source:
                 self.metrics.inc("px_records_total", outcome="invalid")
                 continue
-            outcome = self.book.offer(record.peer_id, record.addrs, record.seq, record.envelope,
+            addrs = self._in_scope(record.addrs, source)
+            if not addrs:
+                self.metrics.inc("px_records_total", outcome="out_of_scope")
+                continue
+            outcome = self.book.offer(record.peer_id, addrs, record.seq, record.envelope,
                                       source, now)
             self.metrics.inc("px_records_total", outcome=outcome)
             taken += outcome in ("added", "updated")

@@ -32,6 +32,15 @@ __all__ = ["ReachabilityService"]
 
 log = logging.getLogger("syncnode.reachability")
 _TICK_S = 1.0
+_ARRIVAL_GRACE_S = 5.0  # how long after a claimed success its dial-back may still arrive
+# What each kind of lie costs (sync.peerscore): a mismatch is proof; an unverified success
+# could also be our own listener refusing connections under a flood.
+_CHARGES = {"mismatch": "dialback_lie", "unverified": "dialback_unverified"}
+
+
+def _direction(conn: object) -> str:
+    """``"inbound"`` or ``"outbound"`` (libp2p's connection direction), else ``""``."""
+    return str(getattr(getattr(conn, "direction", None), "name", "")).lower()
 
 
 def _ip_of(address: str | None) -> str | None:
@@ -44,6 +53,7 @@ class ReachabilityService:
                  clock: Clock | None = None) -> None:
         self.host, self.relay = host, relay
         self.clock = clock or host.clock
+        self.metrics = metrics
         self.config = relay.config
         self.core = ReachabilityCore(self.config)
         self.relays = RelayPlanner(self.config)
@@ -62,6 +72,8 @@ class ReachabilityService:
         self.announce: Callable[[str], Awaitable[object]] | None = None
         # A peer's advertised direct (non-relayed) addresses (membership's address book).
         self.direct_addrs: Callable[[str], list[str]] | None = None
+        # Charges a peer's standing (node.p2p.standing) for a dial-back lie.
+        self.penalise: Callable[[str, str], object] | None = None
 
     def _port(self) -> int:
         for address in self.host.listen_addrs:
@@ -84,7 +96,9 @@ class ReachabilityService:
     def _tick(self, nursery: trio.Nursery, now: float) -> None:
         connected = self.host.connected_peers()
         direct = [p for p in connected if self.relay.path(p) == "direct"]
-        for peer in self.core.to_ask(direct, now):
+        # Peers we dialled ourselves are asked first: a stranger chose to come to us.
+        ours = sorted(direct, key=lambda p: not self._dialled_by_us(p))
+        for peer in self.core.to_ask(ours, now):
             nursery.start_soon(self._ask, peer)
         verdict = self.core.verdict(now)
         if verdict != self.verdict:
@@ -132,13 +146,14 @@ class ReachabilityService:
 
     def _relayed_directions(self, peer: str) -> tuple[bool, bool]:
         """Whether a relayed connection with ``peer`` came in, and whether we opened one."""
-        directions = {str(getattr(getattr(c, "direction", None), "name", "")).lower()
-                      for c in self.relay.connections(peer) if connection_is_relayed(c)}
+        directions = {_direction(c) for c in self.relay.connections(peer)
+                      if connection_is_relayed(c)}
         return "inbound" in directions, "outbound" in directions
 
     async def _ask(self, peer: str) -> None:
         if self._listen_port == 0:
             return
+        asked = self.clock.now()
         try:
             async with await self.host.open_stream(peer, DIALBACK_PROTOCOL) as stream:
                 await stream.send(self._listen_port.to_bytes(2, "big"))
@@ -147,8 +162,31 @@ class ReachabilityService:
         except (P2PError, trio.TooSlowError) as exc:
             log.debug("dial-back request to %s failed: %s", peer, exc)
             return
-        if ip != "-":
-            self.core.observe(peer, ip, ok, self.clock.now())
+        if ip == "-":
+            return
+        # The server answers once its side of the Noise handshake is done; ours finishes a
+        # moment later. A success whose connection never came is a lie.
+        arrived = await self._dialled_back(peer, asked) if ok else False
+        outcome = self.core.observe(peer, ip, ok, self.clock.now(),
+                                    peer_ip=self._direct_ip(peer),
+                                    outbound=self._dialled_by_us(peer), arrived=arrived)
+        if outcome in ("mismatch", "unverified"):
+            log.warning("dial-back lie from %s (%s): claimed %s %s", peer, outcome,
+                        "ok" if ok else "fail", ip)
+            self.metrics.inc("dialback_lies_total", reason=outcome)
+            if self.penalise is not None:
+                self.penalise(peer, _CHARGES[outcome])
+
+    async def _dialled_back(self, peer: str, since: float) -> bool:
+        with trio.move_on_after(_ARRIVAL_GRACE_S):
+            while self.host.guard.handshakes.get(peer, float("-inf")) < since:
+                await trio.sleep(0.05)
+            return True
+        return False
+
+    def _dialled_by_us(self, peer: str) -> bool:
+        return any(_direction(c) == "outbound" for c in self.relay.connections(peer)
+                   if not connection_is_relayed(c))
 
     async def _reserve(self, relay: str) -> None:
         ok = await self.relay.reserve(relay, self.host.config.dial_timeout)
@@ -198,6 +236,10 @@ class ReachabilityService:
              "Connected peers reached only through a relay"),
         ):
             metrics.gauge_fn(name, fn, text)
+        metrics.describe("dialback_lies_total", "counter",
+                         "Dial-back answers refused as lies, by reason (the peer is charged)")
+        for reason in ("mismatch", "unverified"):
+            metrics.inc("dialback_lies_total", 0, reason=reason)
         for name, fn, text in (
             ("relay_forwarded_bytes_total", lambda: float(stats.relayed_bytes),
              "Bytes we forwarded for others as a relay"),
@@ -207,6 +249,12 @@ class ReachabilityService:
              "Relayed connections upgraded to direct ones"),
             ("hole_punch_failed_total", lambda: float(stats.punch_failed),
              "Hole punch attempts that failed"),
+            ("relay_share_refused_reservations_total",
+             lambda: float(stats.share_refused["reservation"]),
+             "Relay reservations refused: the source network's share was used"),
+            ("relay_share_refused_circuits_total",
+             lambda: float(stats.share_refused["circuit"]),
+             "Relayed circuits refused: the source network's share was used"),
             ("dialback_served_total", lambda: float(self.server.served),
              "Dial-back requests we served"),
             ("dialback_refused_total", lambda: float(self.server.refused),

@@ -168,7 +168,7 @@ class ReconService(ReconSessions):
             return
         self.keywork.insert_many(stored)
         self.saver.committed(result)
-        # Fetched vs stored: each event should be fetched once (docs/cluster-bench.md).
+        # Fetched vs stored: each event should be fetched once (docs/bench/cluster.md).
         self.metrics.inc("recon_events_stored_total", fetched)
         self._wake.set()
 

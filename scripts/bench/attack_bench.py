@@ -21,7 +21,9 @@ is compared with the rate measured before the attacks.
 8. Unchecked Recon key lists: one message listing 200,000 made-up keys; and 100 (quick: 30)
    fresh peer ids connecting once each (the per-peer tables must stay bounded).
 
-And the three of issue 28 (``attack_round2.py``), after the publish rate is measured:
+And the three of issue 28 (``attack_round2.py``), after the publish rate is measured, then
+issue 38's peer-exchange attacks (``attack_px.py``: 12 internal dials, 13 one source's share
+of the address book):
 
 9. Table takeover: every node declares the seeded table ``users`` at start (``db.tables``,
    ``db.settle_ms`` 15 s here); its owner writes 20 rows; a member then gossips a declaration
@@ -32,6 +34,9 @@ And the three of issue 28 (``attack_round2.py``), after the publish rate is meas
 11. Recon flood: ten fresh identities push Recon messages of 60,000 made-up ranges at the
     victim back to back while an honest client publishes on it
     (``recon_flood_publish_p99_ms``).
+
+And issue 38's (``attack_reach.py``: dial-back lies, one source's relay reservations, late
+pings, mesh squatters), each on fresh nodes of its own, at the end.
 
 ``peak_rss_mib`` is the victim's peak RSS (VmHWM) over all attacks, ``acked_lost`` the events
 whose publish was answered by an honest node's API and that are missing from any node's log at
@@ -61,6 +66,9 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from attack_profile import PhaseProfile  # noqa: E402
+from attack_px import px_attacks  # noqa: E402
+from attack_reach import TARGETS as REACH_TARGETS  # noqa: E402
+from attack_reach import reach_attacks  # noqa: E402
 from attack_round2 import (  # noqa: E402
     DB_TABLE,
     gossip_with,
@@ -103,7 +111,9 @@ OUT = ROOT / "docs" / "bench" / "attack.json"
 JSON_KEYS = ("poison_publish_ok", "withheld_catchup_s", "peak_rss_mib", "honest_rate_ratio",
              "honest_rate_before_per_s", "honest_rate_during_per_s", "acked_lost", "acked_total",
              "victim_bans", "clock_ahead_ms", "table_takeover_ok", "poisoned_snapshot_loaded",
-             "recon_flood_publish_p99_ms")
+             "recon_flood_publish_p99_ms", "dialback_lie_public",
+             "relay_reservations_one_source_max", "liveness_honest_closed",
+             "px_internal_dials", "addrbook_per_source_max")
 POISON = (1 << 64) - (1 << 32) - 1
 RSS_TARGET_MIB = 512
 # SDS timers at their config defaults (start_node would set the fast test timers).
@@ -416,6 +426,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         flood_p99, flood_seen = recon_flood_p99_ms(v, 10, flood_publishes)
         rows.append(("11 recon flood, 10 identities", "60,000 made-up ranges a message",
                      flood_seen))
+        px, px_rows = px_attacks(base / "px", size)  # 12-13: issue 38's (attack_px.py)
+        rows += px_rows
         peak.sample()  # before the restart (and before reading logs, which costs the node)
         # The victim's counters before the restart resets them.
         defended = {"victim_bans": metric(v, "peer_bans_total"),
@@ -435,6 +447,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         with contextlib.suppress(AssertionError):  # reported as acked_lost
             wait_for(lambda: lost() == 0, 60, "acked events missing")
         acked_lost = lost()
+        reach, reach_rows = reach_attacks(base / "reach", size)
+        rows += reach_rows
         result = {
             "size": size,
             "poison_publish_ok": poison_ok,
@@ -450,6 +464,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
             "table_takeover_ok": taken,
             "poisoned_snapshot_loaded": loaded,
             "recon_flood_publish_p99_ms": flood_p99,
+            **reach,
+            **px,
             "work_refused": defended["work_refused"],
             "work_deferred": defended["work_deferred"],
             "over_budget_penalties": defended["over_budget_penalties"],
@@ -467,7 +483,9 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         print(f"{name:<32} {what:<48} {outcome}")
     print(f"targets: withheld_catchup_s <= 30, peak_rss_mib <= {RSS_TARGET_MIB}, "
           "honest_rate_ratio >= 0.5, acked_lost = 0, poison_publish_ok, table_takeover_ok "
-          "false, poisoned_snapshot_loaded false, recon_flood_publish_p99_ms <= 500")
+          "false, poisoned_snapshot_loaded false, recon_flood_publish_p99_ms <= 500, "
+          "px_internal_dials = 0, addrbook_per_source_max <= addrbook_per_source_bound, "
+          + REACH_TARGETS)
     return result
 
 

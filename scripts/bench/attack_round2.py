@@ -27,7 +27,7 @@ from sync.identity import peer_id_of
 from sync.sds import encode_event
 from tests.node.cluster import metric, wait_for
 from tests.node.procs import NodeProcess
-from tests.node.recon_flood import Flood, percentile_ms, publish_latencies
+from tests.node.recon_flood import Flood, percentile_ms, publish_latencies, wait_flood_started
 
 # The hostile snapshot test's builder: a snapshot by a given signer of one member's events.
 from tests.node.test_hostile_tables_snapshots import _snapshot as signed_snapshot
@@ -122,7 +122,7 @@ def recon_flood_p99_ms(victim: NodeProcess, identities: int, publishes: int) -> 
     before = [metric(victim, name) for name in counters]
     flood = Flood(victim.listen_addrs[0], identities=identities).start()
     try:
-        wait_for(lambda: flood.sent >= identities, 60, "the Recon flood did not start")
+        wait_flood_started(victim, flood, identities)
         during = publish_latencies(victim, publishes, prefix="flood")
     finally:
         flood.stop()

@@ -25,7 +25,7 @@ from sync.stored_event import record_of_delivered
 T0 = 1_700_000_000.0
 BATCH = 5_000
 # The log is deterministic (seeded keys and clocks), so a built one is kept and copied: building
-# 100,000 events takes minutes here, mostly in storage.append_events (see docs/cluster-bench.md).
+# it signs every event, which takes long for the 1,000,000-event log (docs/bench/cluster.md).
 CACHE_DIR = Path(tempfile.gettempdir()) / "syncnode-bench-cache"
 CACHE_VERSION = 1
 

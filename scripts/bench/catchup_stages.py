@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU cost per event of each stage a Recon-fetched event goes through, in one process.
 
-Backs the catch-up analysis in docs/cluster-bench.md: it times (CPU time of this process, so
+Backs the catch-up analysis in docs/bench/cluster.md: it times (CPU time of this process, so
 that other jobs on the machine inflate it less than wall time) decoding, signature checking,
 the Recon key, ``SdsChannel.receive``, and three ways of storing the records:
 

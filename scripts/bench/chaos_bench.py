@@ -397,10 +397,14 @@ def measure(chaos: Chaos, plan: Plan) -> dict[str, Any]:
     group = chaos.group
     with group.lock:
         acked = {a.message_id for a in group.acks}
-    final_wait = _wait(lambda: group.holds(group.live(), acked), plan.converge_wait_s)
-    for member in group.live():
-        with contextlib.suppress(Exception):
-            group.read_new(member)
+
+    def caught_up() -> bool:  # the observer has stopped: read the logs here
+        for member in group.live():
+            with contextlib.suppress(Exception):
+                group.read_new(member)
+        return group.holds(group.live(), acked)
+
+    final_wait = _wait(caught_up, plan.converge_wait_s)
     lost = {i for m in group.live() for i in acked - m.seen.keys()}
     converged = [f.converge_s for f in chaos.faults]
     unexpected = group.unexpected_log_lines()

@@ -7,7 +7,8 @@ verifies each envelope and that its key is the record's peer id); this core deci
 keep, under rules that stop one peer, or one block of addresses, from filling the book:
 
 * ``capacity`` entries in all, ``per_bucket`` per network (``sync.membership.addrs``),
-  ``per_source`` credited to one source;
+  ``per_source`` credited to one source, for the entry's whole life (dialling it, even
+  successfully, keeps it on its source's account);
 * a *tried* entry (we connected to that peer) is never displaced by an offer: an eclipse needs
   our honest peers to fail, not just a flood of records;
 * a full bucket or book takes a new entry only by evicting an untried one credited to a
@@ -114,7 +115,7 @@ class AddressBook:
         bucket = bucket_of(parsed)
         entry = self.entries.get(peer_id)
         if entry is not None:
-            return self._update(entry, parsed, bucket, seq, record, source, now)
+            return self._update(entry, parsed, bucket, seq, record)
         if source and self._per_source[source] >= self.limits.per_source:
             return "source_full"
         if self._per_bucket[bucket] >= self.limits.per_bucket and \
@@ -154,7 +155,7 @@ class AddressBook:
         return out
 
     def _update(self, entry: BookEntry, parsed: list[ParsedAddr], bucket: str, seq: int,
-                record: bytes, source: str, now: float) -> str:
+                record: bytes) -> str:
         if seq <= entry.seq:
             return "unchanged" if seq == entry.seq else "stale"
         if bucket != entry.bucket and self._per_bucket[bucket] >= self.limits.per_bucket:
@@ -165,10 +166,10 @@ class AddressBook:
             # New addresses (e.g. relayed ones once the peer holds reservations) are worth a
             # prompt dial, whatever the old ones' failures earned.
             entry = replace(entry, next_attempt=0.0, failures=0)
-        # The entry stays credited to whoever brought it first, unless we vouch for it now.
+        # The entry stays credited to whoever brought it first, for its whole life (a dial
+        # that worked, our own ``learn``, changes nothing: see ``connected``).
         self._insert(replace(entry, addrs=addrs, bucket=bucket, seq=seq,
                              record=record or entry.record,
-                             source="" if not source else entry.source,
                              relayed=tuple(a.relayed for a in parsed)))
         return "updated"
 
@@ -209,13 +210,10 @@ class AddressBook:
         entry = self.entries.get(peer_id)
         if entry is None:
             return
+        # The entry stays credited to its source: a source whose records we dialled must not
+        # gain room for more (its share would grow without bound, and tried entries are
+        # never displaced).
         entry.tried, entry.failures, entry.last_seen, entry.next_attempt = True, 0, now, 0.0
-        if entry.source:  # we vouch for it now: it no longer counts against its source
-            self._per_source[entry.source] -= 1
-            if self._per_source[entry.source] <= 0:
-                del self._per_source[entry.source]
-            entry.source = ""
-            self._per_source[""] += 1
 
     def dial_failed(self, peer_id: str, now: float) -> bool:
         """Back off ``peer_id``; returns True when the entry was dropped for good."""

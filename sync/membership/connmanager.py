@@ -7,7 +7,9 @@ closed after ``idle_timeout_s``. Inbound connections are limited per IP address 
 makes room by evicting its longest-idle connection, if it has one) and per identity (at most
 ``inbound_per_peer_per_min`` inbound connections a minute). Pruning keeps *protected* peers
 (the caller's: GossipSub mesh members, peers in a Recon session) and peers younger than
-``grace_s``, and drops the least useful first: idle ones, then inbound, then the newest.
+``grace_s``, and drops the least useful first: idle ones, then inbound, then the newest; it
+never leaves fewer than ``low_watermark`` of the connections we dialled (an eclipse by
+identities holding protected inbound connections would otherwise prune them all).
 
 Time is the caller's monotonic ``now`` in seconds.
 """
@@ -143,6 +145,17 @@ class ConnectionManager:
             candidates = [c for c in remaining if c.peer_id not in protected
                           and now - c.opened >= limits.grace_s]
             candidates.sort(key=lambda c: (c.spoke, not c.inbound, -c.opened, c.peer_id))
-            prune = [c.peer_id for c in candidates[:excess]]
+            # Never below low_watermark connections we dialled ourselves: identities that
+            # came to us and hold protected connections (mesh members, sessions) would
+            # otherwise have every peer we chose pruned, and the count kept us from dialling.
+            outbound = sum(1 for c in remaining if not c.inbound)
+            for c in candidates:
+                if len(prune) >= excess:
+                    break
+                if not c.inbound:
+                    if outbound <= limits.low_watermark:
+                        continue
+                    outbound -= 1
+                prune.append(c.peer_id)
         dial = max(0, limits.low_watermark - (len(remaining) - len(prune)))
         return Housekeeping(close_idle=idle, prune=prune, dial=dial)

@@ -65,7 +65,7 @@ class LifecycleConfig:
            claim_timeout_s: float, max_missing_keys: int) -> LifecycleConfig:
         """The node's settings (``[recon]``) as the lifecycle's: sessions started by new
         events come at most every second, and no sooner than the gossip grace (one sooner
-        could not fetch anything gossip is still delivering: docs/cluster-bench.md); a commit
+        could not fetch anything gossip is still delivering: docs/bench/cluster.md); a commit
         holds its claims up to 30 s; claims are bounded at four sessions' worth of keys."""
         return cls(interval_s=interval_s, min_round_s=max(1.0, gossip_grace_s),
                    max_sessions=max_sessions, claim_timeout_s=claim_timeout_s, hold_s=30.0,

@@ -31,6 +31,10 @@ NET_ENV = {
     "SYNCNODE_REACHABILITY_RELAY_RETRY_S": "3",
     "SYNCNODE_REACHABILITY_PUNCH_BACKOFF_S": "2",
     "SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "5",
+    # The emulated internet is one 198.18.0.0/15: each of its addresses counts as a network
+    # of its own for the dial-back verdict and the relay's per-network share.
+    "SYNCNODE_REACHABILITY_NETWORK_PREFIX_V4": "32",
+    "SYNCNODE_REACHABILITY_RELAY_SHARE_PREFIX_V4": "32",
 }
 
 

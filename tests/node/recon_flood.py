@@ -11,10 +11,11 @@ import time
 import httpx
 import trio
 
+from tests.node.cluster import metric, wait_for
 from tests.node.hostile import recon_flood, recon_flood_frame
 from tests.node.procs import NodeProcess
 
-__all__ = ["Flood", "percentile_ms", "publish_latencies"]
+__all__ = ["Flood", "percentile_ms", "publish_latencies", "wait_flood_started"]
 
 
 def publish_latencies(node: NodeProcess, count: int, gap_s: float = 0.05,
@@ -94,3 +95,12 @@ class Flood:
         if self._token is not None and self._stop is not None:
             self._token.run_sync_soon(self._stop.set)
         self._thread.join(timeout=60)
+
+
+def wait_flood_started(victim: NodeProcess, flood: Flood, identities: int) -> None:
+    """Every identity has reached the node: as many whole messages sent, or the node charging
+    as many identities (a refusal can reset a stream before the whole frame is written, so
+    ``sent`` alone may stay low while the flood runs: the CI flake "did not start")."""
+    wait_for(lambda: flood.sent >= identities
+             or metric(victim, "work_budgets_tracked") >= identities,
+             60, "the Recon flood did not start")

@@ -21,7 +21,8 @@ from tests.node.procs import NodeProcess
 
 # What a client command must never load: the node runtime and everything heavy behind it.
 FORBIDDEN = ("sqlalchemy", "trio", "libp2p", "node.runtime", "node.daemon", "node.store",
-             "httpx", "starlette", "hypercorn", "cryptography", "google.protobuf", "pyspark")
+             "httpx", "starlette", "hypercorn", "cryptography", "google.protobuf", "pyspark",
+             "prometheus_client", "node.metrics")
 
 
 @pytest.fixture(scope="module")

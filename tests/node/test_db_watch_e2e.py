@@ -59,9 +59,11 @@ def write(node: NodeProcess, *args: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def first_line(node: NodeProcess, since: int) -> tuple[int, dict[str, Any] | None]:
-    with httpx.stream("GET", f"{node.api_url}/v1/db/kv/changes", params={"since": since},
-                      headers=node.headers, timeout=30) as response:
+def first_line(node: NodeProcess, since: int, **params: str
+               ) -> tuple[int, dict[str, Any] | None]:
+    with httpx.stream("GET", f"{node.api_url}/v1/db/kv/changes",
+                      params={"since": since, **params}, headers=node.headers,
+                      timeout=30) as response:
         if response.status_code != 200:
             response.read()
             return response.status_code, response.json()
@@ -100,6 +102,11 @@ def test_db_watch_resumes_across_a_node_restart(tmp_path: Path) -> None:
         assert lines.get(timeout=10) is None  # nothing more than the four
         # ?since= resumes exactly after a change, after the restart too.
         assert first_line(node, ids[1])[1] == seen[2]
+        # The feed has no filter: a where is refused, not silently ignored (it used to stream
+        # every change for where=nosuch=1).
+        for where in ("nosuch=1", "v=one"):
+            status, body = first_line(node, ids[1], where=where)
+            assert status == 400 and body is not None and "where" in body["error"], body
         # Four changes with db.changes_retain = 3: the first one is gone, and a subscriber
         # asking for it is told so rather than silently skipping it.
         status, body = first_line(node, 0)

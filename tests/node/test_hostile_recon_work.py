@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.cluster import metric, publish_many, start_node, wait_for
-from tests.node.recon_flood import Flood, percentile_ms, publish_latencies
+from tests.node.cluster import metric, publish_many, start_node
+from tests.node.recon_flood import Flood, percentile_ms, publish_latencies, wait_flood_started
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -35,11 +35,7 @@ def test_recon_flood_from_ten_identities_is_charged_and_publish_stays_fast(
         baseline = publish_latencies(victim, 40, prefix="base")
         flood = Flood(victim.listen_addrs[0], identities=10).start()
         try:
-            # Every identity has reached the node before we measure: ten whole messages sent,
-            # or the node charging ten identities (a refusal can reset a stream before the
-            # whole frame is written, so ``sent`` alone may stay low while the flood runs).
-            wait_for(lambda: flood.sent >= 10 or metric(victim, "work_budgets_tracked") >= 10,
-                     60, "the flood did not start")
+            wait_flood_started(victim, flood, 10)  # every identity reached the node
             during = publish_latencies(victim, 80, prefix="flood")
         finally:
             flood.stop()

@@ -66,7 +66,7 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
             assert len(help_text.split()) >= 3, (name, help_text)
         text = a.get("/metrics")
         assert 'reason="none"' not in text
-        assert re.search(r'^syncnode_build_info\{.*version="[^"]+".*\} 1$', text, re.M)
+        assert re.search(r'^syncnode_build_info\{.*version="[^"]+".*\} 1\.0$', text, re.M)
         for process in ("process_cpu_seconds_total", "process_resident_memory_bytes",
                         "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
                         "process_start_time_seconds"):
@@ -337,4 +337,14 @@ NOT_YET_DRIVEN: dict[str, str] = {
     "relay_paced_seconds_total": "pacing is tested on real hosts in test_relay_layer.py",
     "hole_punch_failed_total": "the emulated NATs let every punch through (no symmetric NAT)",
     "dialback_refused_total": "refusal rules are tested in test_relay_layer.py",
+    "relay_share_refused_circuits_total": "the circuit share is tested on real hosts in one "
+                                          "process (test_hostile_reach.py)",
 }
+DRIVEN["dialback_lies_total"] = ("tests/node/test_hostile_reach.py::"
+                                  "test_dialback_liars_do_not_make_a_node_public")
+DRIVEN["relay_share_refused_reservations_total"] = (
+    "tests/node/test_hostile_reach.py::"
+    "test_one_source_gets_only_its_share_of_relay_reservations")
+DRIVEN["peer_addrs_refused_total"] = ("tests/node/test_hostile_px.py::"
+                                      "test_records_from_a_remote_peer_cannot_make_the_node_"
+                                      "dial_its_own_host")

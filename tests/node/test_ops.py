@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT
 from tests.node.procs import NodeProcess
@@ -23,17 +24,18 @@ def _probe(node: NodeProcess, path: str) -> httpx.Response:
     return httpx.get(node.api_url + path, timeout=30)
 
 
-def _metric_names(text: str) -> set[str]:
-    """Names with samples, and every family the node declares (``# TYPE``): a labelled counter
-    such as events_rejected_total has no sample until the first rejection."""
-    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
-             if line and not line.startswith("#")}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _hash, _type, name, kind = line.split()[:4]
-            names.add(name)
-            if kind == "histogram":
-                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+def _metric_names(text: str) -> dict[str, set[str]]:
+    """Every sample name a node serves -> the label names its samples carry, read with
+    prometheus_client's own parser; a family declared without samples yet (a labelled counter
+    such as events_rejected_total before the first rejection) counts with its sample names."""
+    names: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        declared = {"counter": [f"{family.name}_total"],
+                    "histogram": [f"{family.name}_{s}" for s in ("bucket", "sum", "count")]}
+        for name in declared.get(family.type, [family.name]):
+            names.setdefault(name, set())
+        for sample in family.samples:
+            names.setdefault(sample.name, set()).update(sample.labels)
     return names
 
 
@@ -74,12 +76,20 @@ def test_health_readiness_and_dashboard_metric_names(tmp_path: Path) -> None:
             for i in range(3):
                 assert node.cli("publish", "general", f"ops {i}").returncode == 0
         time.sleep(2.0)
-        exported = _metric_names(a.get("/metrics")) | _metric_names(b.get("/metrics"))
+        exported = _metric_names(a.get("/metrics"))
+        for name, labels in _metric_names(b.get("/metrics")).items():
+            exported.setdefault(name, set()).update(labels)
         dashboard = json.loads(DASHBOARD.read_text())
         exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
         assert len(exprs) >= 10
         used = {m for e in exprs for m in re.findall(r"\b((?:syncnode|process)_[a-z0-9_]+)", e)}
-        assert used and used <= exported, sorted(used - exported)
+        assert used and used <= set(exported), sorted(used - set(exported))
+        # The labels a query groups by (besides the scrape's own) are on its series.
+        for expr in exprs:
+            grouped = {label.strip() for group in re.findall(r"\bby \(([^)]*)\)", expr)
+                       for label in group.split(",")} - {"instance", "job"}
+            for name in re.findall(r"\b((?:syncnode|process)_[a-z0-9_]+)", expr):
+                assert grouped <= exported[name], (expr, sorted(exported[name]))
         # The core panels are there (event flow, peers).
         assert {"syncnode_events_stored_total", "syncnode_peers_connected"} <= used
     finally:

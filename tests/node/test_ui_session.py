@@ -111,6 +111,10 @@ def test_the_session_reads_the_page_data_only(node: NodeProcess) -> None:
     link = httpx.post(node.api_url + "/v1/ui/links", cookies=jar, headers=PAGE)
     assert link.status_code == 403  # a session cannot mint links either
     assert node.status()["events"] == before
+    # No Sec-Fetch-Site at all (a browser that does not send it) is accepted: the page header
+    # alone already needs a CORS preflight from any other origin (docs/security.md).
+    assert "Sec-Fetch-Site" not in PAGE and get("/v1/status", **PAGE) == 200
+    assert get("/v1/status", **PAGE, **{"Sec-Fetch-Site": "same-origin"}) == 200
     # Not from the page itself: no page header, or another site or origin says so.
     assert get("/v1/status") == 403
     assert get("/v1/status", **PAGE, **{"Sec-Fetch-Site": "same-site"}) == 403

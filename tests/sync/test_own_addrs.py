@@ -29,14 +29,17 @@ def test_confirmed_addresses_come_first_and_the_list_is_bounded() -> None:
     assert len(out) == 4
 
 
-def test_confirmed_addrs_are_global_ips_dial_backs_reached_confirmed_by_distinct_peers() -> None:
+def test_confirmed_addrs_are_global_ips_dial_backs_reached_confirmed_by_distinct_networks(
+) -> None:
     core = ReachabilityCore(ReachabilityConfig(evidence_ttl_s=100, confirmations=2))
-    core.observe("a", "198.18.1.10", True, now=0)
+    core.observe("a", "198.18.1.10", True, now=0, peer_ip="198.18.0.10")
     assert core.confirmed_addrs(4001, now=1) == []  # one peer's word is not enough
-    core.observe("b", "198.18.1.10", True, now=1)
-    core.observe("c", "198.18.1.11", False, now=1)  # not reached: not dialable
-    core.observe("d", "100.64.0.10", True, now=2)  # a neighbour: proves nothing
-    core.observe("e", "100.64.0.10", True, now=2)
+    core.observe("s", "198.18.1.10", True, now=1, peer_ip="198.18.0.11")
+    assert core.confirmed_addrs(4001, now=1) == []  # nor a second identity of its network
+    core.observe("b", "198.18.1.10", True, now=1, peer_ip="198.19.0.10")
+    core.observe("c", "198.18.1.11", False, now=1, peer_ip="198.19.0.11")  # not reached
+    core.observe("d", "100.64.0.10", True, now=2, peer_ip="100.64.0.1")  # a neighbour
+    core.observe("e", "100.64.0.10", True, now=2, peer_ip="100.64.0.2")
     assert core.confirmed_addrs(4001, now=50) == ["/ip4/198.18.1.10/tcp/4001"]
-    assert core.confirmed_addrs(4001, now=101) == []  # expired
+    assert core.confirmed_addrs(4001, now=102) == []  # expired
     assert core.confirmed_addrs(0, now=50) == []

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sync.networks import NetworkShare, network_of
 from sync.reachability import (
     PRIVATE,
     PUBLIC,
@@ -34,29 +35,76 @@ def test_address_scopes() -> None:
     assert address_scope("nonsense") == "invalid"
 
 
-def test_verdict_needs_confirmations_from_distinct_peers() -> None:
+# Answering peers' own IPs: three /16 networks of the emulated internet, and a LAN.
+NET_A, NET_A2, NET_B, NET_C, LAN = "198.18.0.10", "198.18.7.7", "198.19.0.10", "203.0.113.5", \
+    "192.168.1.20"
+
+
+def test_verdict_needs_confirmations_from_distinct_networks() -> None:
     core = ReachabilityCore(CFG)
     assert core.verdict(0) is UNKNOWN
-    core.observe("a", "198.18.0.10", True, 0)
-    core.observe("a", "198.18.0.10", True, 1)  # the same peer twice is one witness
+    core.observe("a", "198.18.0.10", True, 0, peer_ip=NET_A)
+    core.observe("a", "198.18.0.10", True, 1, peer_ip=NET_A)  # the same peer twice is one
+    core.observe("a2", "198.18.0.10", True, 1, peer_ip=NET_A2)  # so is its /16 (free ids)
     assert core.verdict(1) is UNKNOWN
-    core.observe("b", "198.18.0.10", True, 2)
+    core.observe("b", "198.18.0.10", True, 2, peer_ip=NET_B)
     assert core.verdict(2) is PUBLIC
     assert core.verdict(200) is UNKNOWN  # evidence expires
 
 
 def test_private_after_failures_and_lan_answers_do_not_count() -> None:
     core = ReachabilityCore(CFG)
-    core.observe("lan-neighbour", "100.64.0.10", True, 0)  # same LAN: proves nothing
-    core.observe("lan-2", "100.64.0.10", True, 0)
+    assert core.observe("lan-neighbour", "100.64.0.10", True, 0, peer_ip=LAN) == "ignored"
+    core.observe("lan-2", "100.64.0.10", True, 0, peer_ip=LAN)  # same LAN: proves nothing
     assert core.verdict(0) is UNKNOWN and core.ignored == 2
-    core.observe("p0", "198.18.1.10", False, 1)
-    core.observe("p1", "198.18.1.10", False, 1)
+    core.observe("p0", "198.18.1.10", False, 1, peer_ip=NET_A)
+    core.observe("p1", "198.18.1.10", False, 1, peer_ip=NET_B)
     assert core.verdict(1) is PRIVATE
-    # Two witnesses that reached us outweigh failures (those may be firewalled themselves).
-    core.observe("p2", "198.18.1.10", True, 2)
-    core.observe("p3", "198.18.1.10", True, 2)
-    assert core.verdict(2) is PUBLIC
+    # Successes from as many networks as failed do not make it public: failures veto.
+    core.observe("p2", "198.18.1.10", True, 2, peer_ip=NET_C)
+    core.observe("p3", "198.18.1.10", True, 2, peer_ip="198.51.100.1")
+    assert core.verdict(2) is UNKNOWN
+    core.observe("p4", "198.18.1.10", True, 3, peer_ip="192.0.2.1")
+    assert core.verdict(3) is PUBLIC
+
+
+def test_lies_are_refused_and_reported() -> None:
+    # Issue 38 finding 1: two fresh identities on our own machine answered "ok 198.18.0.99"
+    # (never dialled) and the node went public.
+    core = ReachabilityCore(CFG)
+    assert core.observe("s1", "198.18.0.99", True, 0, peer_ip="127.0.0.1") == "mismatch"
+    assert core.observe("s2", "198.18.0.99", False, 0, peer_ip=LAN) == "mismatch"
+    assert core.observe("s3", "198.18.0.99", True, 0, peer_ip=NET_A,
+                        arrived=False) == "unverified"
+    assert core.observe("s4", "198.18.0.99", True, 0, peer_ip=NET_B,
+                        arrived=False) == "unverified"
+    assert core.verdict(0) is UNKNOWN and core.punch_addrs(4003, 0) == []
+    assert core.lies == {"mismatch": 2, "unverified": 2}
+    # A failure needs no arrival (nothing came): it counts.
+    assert core.observe("h", "198.18.1.10", False, 0, peer_ip=NET_C, arrived=False) == "counted"
+
+
+def test_a_network_votes_once_and_peers_we_dialled_speak_for_it() -> None:
+    core = ReachabilityCore(CFG)
+    core.observe("ours", "198.18.1.10", False, 0, peer_ip=NET_A, outbound=True)
+    core.observe("stranger", "198.18.1.10", True, 1, peer_ip=NET_A2)  # same /16, inbound
+    core.observe("b", "198.18.1.10", True, 1, peer_ip=NET_B)
+    assert core.counts(1) == {"success": 1, "failure": 1, "lies": 0}
+    assert core.verdict(1) is UNKNOWN
+    # Evidence per network is capped: strangers' answers are dropped first.
+    for i in range(10):
+        core.observe(f"s{i}", "198.18.1.10", True, 2, peer_ip=f"198.18.9.{i}")
+    kept = [p for p in ("ours", "stranger", *(f"s{i}" for i in range(10)))
+            if p in core._evidence]
+    assert len(kept) == CFG.evidence_per_network and "ours" in kept
+
+
+def test_one_network_cannot_put_its_address_first_for_punching() -> None:
+    core = ReachabilityCore(CFG)
+    core.observe("p0", "198.18.1.10", False, 0, peer_ip=NET_A)
+    core.observe("p1", "198.18.1.10", False, 0, peer_ip=NET_B)
+    core.observe("x", "198.18.0.99", False, 5, peer_ip=NET_C)  # newer, one network
+    assert core.punch_addrs(4003, 5)[0] == "/ip4/198.18.1.10/tcp/4003"
 
 
 def test_ask_each_peer_once_per_interval() -> None:
@@ -69,9 +117,10 @@ def test_ask_each_peer_once_per_interval() -> None:
 def test_evidence_is_bounded() -> None:
     core = ReachabilityCore(ReachabilityConfig(max_evidence=4))
     for i in range(100):
-        core.observe(f"p{i}", f"198.18.0.{i % 200}", bool(i % 2), float(i))
-    assert sum(core.counts(100).values()) <= 4
-    assert len(core.external_ips) <= 4
+        core.observe(f"p{i}", f"198.18.0.{i % 200}", bool(i % 2), float(i),
+                     peer_ip=f"198.{i}.0.1")
+    assert len(core._evidence) <= 4
+    assert len(core.punch_addrs(4003, 100)) <= 4
 
 
 def test_punch_addresses_come_from_evidence_that_outlives_connections() -> None:
@@ -80,17 +129,17 @@ def test_punch_addresses_come_from_evidence_that_outlives_connections() -> None:
     # address. The IPs peers saw us on, with our listen port, are what a punch must dial.
     core = ReachabilityCore(CFG)
     assert core.punch_addrs(4003, 0) == []
-    core.observe("lan", "100.64.0.11", True, 0)  # a neighbour's view: not the internet's
-    core.observe("p0", "198.18.1.10", False, 1)
-    core.observe("p1", "198.18.1.10", False, 2)
+    core.observe("lan", "100.64.0.11", True, 0, peer_ip=LAN)  # a neighbour's view
+    core.observe("p0", "198.18.1.10", False, 1, peer_ip=NET_A)
+    core.observe("p1", "198.18.1.10", False, 2, peer_ip=NET_B)
     assert core.punch_addrs(4003, 50) == ["/ip4/198.18.1.10/tcp/4003"]
-    core.observe("p0", "198.18.1.20", False, 60)  # our WAN IP changed: newest first
+    core.observe("p0", "198.18.1.20", False, 60, peer_ip=NET_A)  # new WAN IP: newest first
     assert core.punch_addrs(4003, 61) == ["/ip4/198.18.1.20/tcp/4003",
                                           "/ip4/198.18.1.10/tcp/4003"]
     assert core.punch_addrs(4003, 61, limit=1) == ["/ip4/198.18.1.20/tcp/4003"]
     assert core.punch_addrs(4003, 155) == ["/ip4/198.18.1.20/tcp/4003"]  # the old one expired
     assert core.punch_addrs(4003, 161) == []
-    core.observe("p0", "2001:db8::7", True, 200)
+    core.observe("p0", "2001:db8::7", True, 200, peer_ip="2001:db8:1::1")
     assert core.punch_addrs(4003, 200) == ["/ip6/2001:db8::7/tcp/4003"]
     assert core.punch_addrs(0, 200) == []  # no TCP listen port: nothing to predict
 
@@ -217,3 +266,18 @@ def test_config_is_validated() -> None:
         ReachabilityConfig(relays_wanted=0)
     with pytest.raises(ValueError, match="punch_backoff_s"):
         ReachabilityConfig(punch_backoff_s=-1)
+
+
+def test_network_share() -> None:
+    assert network_of("198.18.3.4", 16, 32) == "198.18.0.0/16"
+    assert network_of("::ffff:198.18.3.4", 24, 48) == "198.18.3.0/24"
+    assert network_of("2001:db8:1:2::9", 16, 48) == "2001:db8:1::/48"
+    assert network_of("nonsense", 16, 32) is None and network_of(None, 16, 32) is None
+    share = NetworkShare(2)
+    assert share.take("a", "n1") and share.take("b", "n1") and share.take("a", "n1")
+    assert not share.take("c", "n1") and share.refused == 1
+    assert share.take("c", "n2") and share.most() == 2
+    share.release("a")
+    assert share.take("c2", "n1")
+    share.keep_only({"c"})
+    assert share.held("n1") == 0 and share.held("n2") == 1

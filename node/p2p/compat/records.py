@@ -7,7 +7,7 @@ host's peerstore still gets every peer's record once.
 
 R2, sending: libp2p builds the host's record on each send (``env_to_send_in_RPC``: the
 host's addresses as a set, compared with the cached record's, then the envelope marshalled
-again): 2.7% of a busy node's samples (issue 31, docs/cluster-bench.md). The bytes change only
+again): 2.7% of a busy node's samples (issue 31, docs/bench/cluster.md). The bytes change only
 when the host's addresses do, so they are kept per host for ``REFRESH_S`` of the host's clock
 (:func:`use_clock`: the node's one clock; a host given none is not cached): a new address
 reaches peers' records at most that much later (the record is advisory there: certified

@@ -1,4 +1,4 @@
-"""Two per-frame costs of py-libp2p 0.8.1's Yamux, removed (issue 31, docs/cluster-bench.md):
+"""Two per-frame costs of py-libp2p 0.8.1's Yamux, removed (issue 31, docs/bench/cluster.md):
 
 1. *A window update for every read.* ``YamuxStream._auto_tune_and_send_window_update`` runs
    after each read, and when less than half the window was consumed (its "partial slack"

@@ -3,7 +3,7 @@
 ``ix_crdt_entities_deleted`` (0004) indexed every record, so every record write of the db
 application also rewrote an index entry, although the compaction query it serves only reads
 records with a tombstone (``deleted_lamport <= horizon`` never matches NULL). Made partial, it
-holds only those: a replay of the log writes about 6% fewer bytes (docs/crdt.md).
+holds only those: a replay of the log writes about 6% fewer bytes (docs/bench/crdt.md).
 
 Revision ID: 0005
 Revises: 0004

@@ -133,3 +133,16 @@ def test_px_wire_round_trip_and_bounds() -> None:
                               (b"\xff" * 12, 3, 300)):  # not a varint
         with pytest.raises(RemoteProtocolError):
             decode_records(data, count, size)
+
+
+def test_a_source_share_holds_after_its_entries_are_dialled() -> None:
+    """Issue 38, finding 3: dialling a source's entries (connected, or learn on an outbound
+    connection) used to move their credit to us, so one source got 38 entries kept, bound 32."""
+    book = AddressBook(ME, BookLimits(per_source=4, per_bucket=100))
+    for i in range(12):
+        if book.offer(pid(i), [addr(198, 18, 0, i + 1)], 1, b"r", "evil", i) == "added":
+            book.connected(pid(i), i)  # we dialled it, it answered
+            book.learn(pid(i), addr(198, 18, 0, i + 1) + f"/p2p/{pid(i)}", i)
+            book.learn(pid(i), addr(198, 19, 0, i + 1) + f"/p2p/{pid(i)}", i)  # a new address
+    assert book.source_count("evil") == 4
+    assert len(book) == 4 and all(e.source == "evil" and e.tried for e in book.entries.values())

@@ -56,11 +56,30 @@ def test_prune_keeps_protected_and_young_peers_and_dials_to_the_low_mark() -> No
     cm.opened("young", None, True, 95)
     cm.spoke("young")
     plan = cm.housekeeping(100, protected={"p0", "p2"})
-    assert len(plan.prune) == 4 and not {"p0", "p2", "young"} & set(plan.prune)
+    # p4 (inbound) goes, and one of the three we dialled: two (the low mark) stay.
+    assert len(plan.prune) == 2 and not {"p0", "p2", "young"} & set(plan.prune)
+    assert "p4" in plan.prune
     assert plan.dial == 0
     for peer in list(cm.conns):
         cm.closed(peer)
     assert cm.housekeeping(100).dial == 2
+
+
+def test_protected_inbound_identities_never_prune_the_peers_we_dialled() -> None:
+    # Issue 38, 6b: a dozen identities in the GossipSub mesh (protected) left no room, and the
+    # three peers the node had dialled were pruned; above the low mark, it dialled nobody.
+    cm = ConnectionManager(ConnLimits(low_watermark=2, high_watermark=6, grace_s=1))
+    for i in range(3):
+        cm.opened(f"honest{i}", "198.51.100.1", False, 0)
+        cm.spoke(f"honest{i}")
+    squatters = {f"s{i}" for i in range(12)}
+    for i, peer in enumerate(sorted(squatters)):
+        cm.opened(peer, "203.0.113.9", True, 1 + i)
+        cm.spoke(peer)
+    plan = cm.housekeeping(100, protected=squatters)
+    assert len([p for p in plan.prune if p.startswith("honest")]) == 1  # down to the low mark
+    plan = cm.housekeeping(100, protected=squatters - {"s0"})
+    assert plan.prune[0] == "s0"  # an unprotected inbound one goes before any we dialled
 
 
 @settings(max_examples=150, deadline=None)

@@ -168,12 +168,11 @@ def test_resends_back_off_while_acknowledgements_are_slow() -> None:
 
 
 def test_a_past_the_namer_may_have_declared_lost_is_not_acknowledged_with_it() -> None:
-    """Review of the above (h31d): a message delivered with a *lost* dependency is named
-    although its namer never held that dependency. With ``lost_timeout`` shorter than our
-    resends last (5 s here, resends every 10 s), the walk acknowledged our first message,
-    which the peer never received and had declared lost: an acknowledgement for an event
-    nobody else holds. Only an entry first sent within ``lost_timeout`` is acknowledged by
-    a later one's."""
+    """A message delivered with a *lost* dependency is named although its namer never held
+    that dependency. With ``lost_timeout`` shorter than our resends last (5 s here, resends
+    every 10 s), a walk that ignored this would acknowledge our first message, which the peer
+    never received and had declared lost: an acknowledgement for an event nobody else holds.
+    Only an entry first sent within ``lost_timeout`` is acknowledged by a later one's."""
     cfg = SdsConfig(lost_timeout=5.0, resend_interval=10.0)
     us, peer, other = channel(0, config=cfg), channel(1, config=cfg), channel(2, config=cfg)
     hello = other.send(b"hello", T0)
@@ -227,10 +226,10 @@ def _resent(ch: SdsChannel, mid: str, now: float) -> bool:
 
 
 def test_a_possibly_acknowledged_message_waits_from_its_last_send_when_the_timeout_grew() -> None:
-    """Review of h31c's back-off (h31d): a message turning possibly acknowledged was rescheduled
-    to its due time minus the *current* timeout plus 30 s; when acknowledgements had slowed
-    since it was sent (timeout 10 s -> 30 s), that was its send + 10 s, as if it were not
-    possibly acknowledged at all. It waits 30 s from its last send."""
+    """The back-off and possible acknowledgement together: rescheduling a message turning
+    possibly acknowledged to its due time minus the *current* timeout plus 30 s would, when
+    acknowledgements had slowed since it was sent (timeout 10 s -> 30 s), give its send + 10 s,
+    as if it were not possibly acknowledged at all. It waits 30 s from its last send."""
     us, late = channel(0, config=CONFIG), channel(4, config=CONFIG)
     heard = []
     for i in (1, 2, 3):
