@@ -427,3 +427,16 @@ async def test_t2_two_hosts_keep_their_own_reuse_flags() -> None:
         assert await _punch_source_port(last, other) != last_port
     async with open_host(Ed25519PrivateKey.generate(), plain) as alone:
         assert _reuseport(alone) == {0}
+
+
+def test_d1_d6_the_dcutr_names_we_drive_are_still_used_by_the_library() -> None:
+    """D1: the service's ``run`` starts ``_auto_drive_loop`` (ours returns at once, so no
+    punch starts by itself); D6: the attempt count we reset is the one the library counts
+    and caps, and the "directly connected" cache we clear is the one it consults."""
+    from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
+
+    assert "self._auto_drive_loop" in inspect.getsource(DCUtRProtocol.run)
+    source = inspect.getsource(DCUtRProtocol)
+    assert "self._hole_punch_attempts[peer_id] = attempts + 1" in source
+    assert "peer_id in self._direct_connections" in source
+    assert "attempts >= MAX_HOLE_PUNCH_ATTEMPTS" in source

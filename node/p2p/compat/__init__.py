@@ -30,6 +30,18 @@ Y2   replaced   ``Yamux._write_frame``                                      test
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
+C1   overridden ``CircuitV2Protocol._read_stream_with_retry`` (pacing)       test_relay_layer
+C2   overridden ``CircuitV2Protocol._relay_data``, ``_active_relays``        test_relay_layer
+C3   overridden ``CircuitV2Protocol._handle_reserve``, ``_handle_connect``   test_hostile_reach
+C4   read       ``CircuitV2Protocol._handle_hop_stream``                     test_relay_layer
+D1   overridden ``DCUtRProtocol._auto_drive_loop``                           test_libp2p_compat
+D2   overridden ``DCUtRProtocol._try_unilateral_upgrade``                    test_relay_layer
+D3   overridden ``DCUtRProtocol._have_direct_connection``                    test_relay_layer
+D4   overridden ``DCUtRProtocol._get_observed_addrs``                        test_relay_layer
+D5   overridden ``DCUtRProtocol._dial_peer``                                 test_scope_guard
+D6   read       ``DCUtRProtocol._direct_connections``, ``_hole_punch_attempts`` test_libp2p_compat
+A1   replaced   ``BasicHost._observed_addr_manager.record_observation``      test_scope_guard
+A2   replaced   ``GossipSub._do_px`` (per router)                            test_scope_guard
 ==== ========== =========================================================== ====================
 
 All checked against py-libp2p 0.8.1 (:data:`SUPPORTED_LIBP2P_VERSION`).

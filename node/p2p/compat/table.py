@@ -121,4 +121,80 @@ ENTRIES: tuple[Entry, ...] = (
           "SO_REUSEPORT on every listener: a second node binds a busy port and the kernel "
           "splits connections; set per host (only hosts that punch holes share their port)",
           _T + "test_t2_two_hosts_keep_their_own_reuse_flags"),
+    Entry("C1", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._read_stream_with_retry",
+           "libp2p.relay.circuit_v2.protocol:CircuitV2Protocol.limits"),
+          "a circuit's duration and bytes are enforced but not the rate the config names: "
+          "each forwarded read is paced",
+          "tests/node/test_relay_layer.py::"
+          "test_relayed_connection_carries_streams_at_the_promised_rate"),
+    Entry("C2", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._relay_data",
+           "libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._active_relays",
+           "libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._close_stream"),
+          "circuit streams are filed under each end's peer id: the end of one circuit closed "
+          "the newest other circuit to or from the same peer",
+          "tests/node/test_relay_layer.py::"
+          "test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open"),
+    Entry("C3", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._handle_reserve",
+           "libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._handle_connect",
+           "libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._send_status",
+           "libp2p.relay.circuit_v2.resources:RelayResourceManager._reservations"),
+          "not a defect: no hook to admit a reservation or circuit per source network "
+          "(identities are free: one machine took 32 of 34 reservations)",
+          "tests/node/test_hostile_reach.py::test_a_source_network_gets_only_its_share_of_circuits"),
+    Entry("C4", "relay", "read",
+          ("libp2p.relay.circuit_v2.protocol:CircuitV2Protocol._handle_hop_stream",),
+          "the HOP handler is registered by the protocol for its life; we register it only "
+          "while serving as a relay (PacedRelay.serve_hop)",
+          "tests/node/test_relay_layer.py::"
+          "test_relayed_connection_carries_streams_at_the_promised_rate"),
+    Entry("D1", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._auto_drive_loop",),
+          "the auto-drive loop starts punches from both ends of a relayed connection, and "
+          "crossing punches fail: we drive punches from one side",
+          _T + "test_d1_d6_the_dcutr_names_we_drive_are_still_used_by_the_library"),
+    Entry("D2", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._try_unilateral_upgrade",),
+          "before each exchange every peerstore address is dialled for up to the dial "
+          "timeout, including stale NAT addresses: each re-punch hung 10 s",
+          "tests/node/test_relay_layer.py::"
+          "test_a_punch_dials_no_peerstore_address_before_the_exchange"),
+    Entry("D3", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._have_direct_connection",
+           "libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._verify_direct_connection"),
+          "the answering side trusts its cache of punched peers, stale after a direct "
+          "connection closed without notification: every later punch refused",
+          "tests/node/test_relay_layer.py::"
+          "test_a_stale_direct_entry_on_the_answering_side_does_not_refuse_a_punch"),
+    Entry("D4", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._get_observed_addrs",),
+          "the addresses offered to the other side: only LAN observations after an outage, "
+          "or a wildcard listen address (the peer dials itself)",
+          "tests/node/test_relay_layer.py::"
+          "test_a_wildcard_listener_tells_a_punch_no_wildcard_address"),
+    Entry("D5", "relay", "overridden", ("libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._dial_peer",),
+          "every punch dial goes to whatever address the peer names (our loopback, our LAN): "
+          "checked against the peer's scope first",
+          "tests/node/test_scope_guard.py::"
+          "test_a_remote_peer_cannot_aim_punches_observations_or_gossip_px_inward"),
+    Entry("D6", "relay", "read",
+          ("libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._direct_connections",
+           "libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._hole_punch_attempts"),
+          "a stale 'directly connected' entry makes our punch 'succeed' at once; attempts "
+          "stop at 5 per peer for the process's life: both reset before/after our punches",
+          _T + "test_d1_d6_the_dcutr_names_we_drive_are_still_used_by_the_library"),
+    Entry("A1", "scope", "replaced",
+          ("libp2p.host.basic_host:BasicHost._observed_addr_manager",
+           "libp2p.host.observed_addr_manager:ObservedAddrManager.record_observation"),
+          "identify's observed address is recorded whoever says it (an outsider names our "
+          "private address): filtered per host by the observer's scope",
+          "tests/node/test_scope_guard.py::"
+          "test_a_remote_peer_cannot_aim_punches_observations_or_gossip_px_inward"),
+    Entry("A2", "scope", "replaced", ("libp2p.pubsub.gossipsub:GossipSub._do_px",),
+          "peer exchange in a PRUNE dials every address listed, whoever sent it: ignored and "
+          "counted per router",
+          "tests/node/test_scope_guard.py::"
+          "test_a_remote_peer_cannot_aim_punches_observations_or_gossip_px_inward"),
 )
