@@ -138,8 +138,8 @@ async def test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host(
             return stream
 
         monkeypatch.setattr(libp2p_host, "new_stream", new_stream)
-        failed_before = GuardedPubsub.failed_registrations
-        inbox, _, _ = await _linked(sender, receiver)
+        inbox, pubsub, _ = await _linked(sender, receiver)
+        assert isinstance(pubsub, GuardedPubsub)
         await _published_until_received(sender, inbox, b"after the reset hello")
         assert reset, "the pubsub stream was never opened"
-        assert GuardedPubsub.failed_registrations == failed_before + 1
+        assert pubsub.failed_registrations == 1  # this host's count
