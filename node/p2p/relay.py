@@ -4,14 +4,13 @@
   ``CircuitV2Transport`` to dial ``.../p2p-circuit/p2p/<peer>`` addresses (the swarm's own
   connect skips them). The HOP handler (serving as a relay) is registered only while
   :meth:`RelayLayer.set_serving` says so (the daemon: when the node is public).
-* The library enforces a circuit's duration and bytes but not the rate its config names:
-  :class:`_PacedRelay` paces every forwarded read with :class:`sync.reachability.RateGate`.
-* The library files a circuit's streams under each end's peer id, so the end of one circuit
-  closed whichever circuit last named that peer (:class:`_CircuitStreams` says why); each
-  circuit closes only its own streams here.
+* The relay paces every circuit (the library enforces duration and bytes, not the rate its
+  config names), closes only a circuit's own streams when it ends, and grants each source
+  network a share of reservations and circuits: ``node.p2p.compat.relay.SharedRelay``.
 * ``DCUtRProtocol`` serves the DCUtR stream on every node, but its auto-drive loop (which starts
   punches from both ends, and crossing punches fail) is off: the daemon calls :meth:`punch` on
-  the side that accepted the relayed connection only, with its own retries.
+  the side that accepted the relayed connection only, with its own retries
+  (``node.p2p.compat.relay.ResponderDCUtR``; the overrides are entries of the compat table).
 """
 
 from __future__ import annotations
