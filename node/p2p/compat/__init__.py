@@ -1,10 +1,14 @@
 """Every patch, override and private access of py-libp2p 0.8.1, in one place.
 
 Nothing else in the project touches a private name of libp2p (``tests/node/test_libp2p_compat.py``
-scans for it); :func:`apply` installs every module-level replacement once per process, after the
-version check, and is idempotent. Settings stay per host: the replacements ask the host they
-serve (``GuardedPubsub.peer_queue_size``, the clock given to :func:`use_clock`, the reuse flags
-given to :func:`share_port`), never a process global.
+scans for it; docs/upstream.md states the rule). :func:`apply` installs every module-level
+replacement once per process, after the version check, and is idempotent. The rest is per
+host, set when a host is built: our subclasses (``GuardedPubsub``, ``relay.SharedRelay``,
+``relay.ResponderDCUtR``), the host's TCP transport (:func:`share_port`), its identify
+observations and its router's peer exchange (``scope``). Settings stay per host: a module-level
+replacement asks the host it serves (``GuardedPubsub.peer_queue_size``, the clock given to
+:func:`use_clock`, the flags given to :func:`share_port`), never a process global. The one
+process-wide setting is the ``libp2p`` logger level (:func:`set_libp2p_log_level`).
 
 The table (``node.p2p.compat.table.ENTRIES``; docs/upstream.md has a reproduction and the fix
 of each, ready to send upstream). Kind: *replaced* = a libp2p name set by :func:`apply`,
