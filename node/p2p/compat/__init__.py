@@ -11,8 +11,9 @@ replacement asks the host it serves (``GuardedPubsub.peer_queue_size``, the cloc
 process-wide setting is the ``libp2p`` logger level (:func:`set_libp2p_log_level`).
 
 The table (``node.p2p.compat.table.ENTRIES``; docs/upstream.md has a reproduction and the fix
-of each, ready to send upstream). Kind: *replaced* = a libp2p name set by :func:`apply`,
-*overridden* = a method of our subclass, *read* = a private attribute we read.
+of each, ready to send upstream). Kind: *replaced* = a libp2p name we set (by :func:`apply`,
+or on one host's own object), *overridden* = a method of our subclass, *read* = a private
+attribute we read.
 
 ==== ========== =========================================================== ====================
 key  kind       libp2p name (0.8.1)                                         contract test
