@@ -33,6 +33,11 @@ if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle 
 __all__ = ["NodeInfo", "NodeNotReady", "NodeRuntime", "Service", "package_version"]
 
 
+# ``/v1/status``'s ``sync`` before Recon is up.
+STARTING_SYNC = {"state": "unknown", "text": "unknown (the node is starting)", "behind": 0,
+                 "rate_per_s": None, "eta_s": None, "peers": {}}
+
+
 class NodeNotReady(RuntimeError):
     """A part of the node was asked for before the daemon started it."""
 
@@ -141,4 +146,10 @@ class NodeRuntime:
             "address_book": len(self.membership.book) if self.membership is not None else 0,
             **({"network": self.reachability.status()} if self.reachability is not None
                else {"network": {"reachability": "unknown"}}),
+            "sync": self.recon.sync.describe() if self.recon is not None else STARTING_SYNC,
         }
+
+    async def wait_synced(self, timeout_s: float) -> None:
+        """Return once the node is in sync with its peers, or after ``timeout_s``."""
+        if self.recon is not None:
+            await self.recon.sync.wait_synced(timeout_s)

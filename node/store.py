@@ -32,6 +32,7 @@ from node.store_commits import (
     runs_by,
     split_result,
 )
+from node.store_thread import CommitThread
 from storage import (
     AppendResult,
     EventRecord,
@@ -90,6 +91,9 @@ class EventStore:
         self.relayed_delay = max(self.max_delay, (relayed_delay_ms if relayed_delay_ms
                                                   is not None else max_delay_ms) / 1000)
         self._send, self._recv = trio.open_memory_channel[_Pending](math.inf)
+        # Every local commit of the writer task runs in this one thread (one queue hand-off
+        # per batch, not a thread-pool round trip).
+        self._thread = CommitThread()
         self.batches = 0
         self.committed_events = 0
         self.failed_events = 0
@@ -231,6 +235,12 @@ class EventStore:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started()
+        try:
+            await self._write_loop()
+        finally:
+            self._thread.stop()
+
+    async def _write_loop(self) -> None:
         async with self._recv:
             while True:
                 try:
@@ -277,13 +287,15 @@ class EventStore:
             # single-event submissions); the result is split per caller below.
             durable = any(p.durable for p in batch)
             combined = await insert_records(self.engine, records,
-                                            [p.also for p in batch if p.also], durable=durable)
+                                            [p.also for p in batch if p.also], durable=durable,
+                                            run=self._thread.run)
         except Exception as exc:
             log.error("batch commit failed; retrying its events one by one", exc_info=True)
             # A caller's extra write goes with its last record (a publish's own event).
             also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
             combined, errors = await insert_one_by_one(self.engine, records, exc, also_of,
-                                                       durable=any(p.durable for p in batch))
+                                                       durable=any(p.durable for p in batch),
+                                                       run=self._thread.run)
         self._finish(batch, records, combined, errors)
 
     def _finish(self, batch: list[_Pending], records: list[EventRecord],

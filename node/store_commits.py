@@ -1,7 +1,8 @@
 """The store's commits: gathering a batch from the queue, cutting it into the remote writer's
 runs and local ones, one transaction for a whole batch or one per event to isolate the events
-that fail (in worker threads, never cancelled once started), a run of fetched events appended
-by a remote writer (and what it stored when it died), and the result split per caller.
+that fail (in the store's writer thread, ``node.store_thread``, never cancelled once started),
+a run of fetched events appended by a remote writer (and what it stored when it died), and the
+result split per caller.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ RemoteWriter = Callable[[Sequence[EventRecord], int], Awaitable[tuple[AppendResu
                                                                        dict[str, str]]]]
 #: ``EventStore.read``: a repository function run with a connection in a worker thread.
 Reader = Callable[..., Awaitable[Any]]
+#: Runs a blocking function in a thread: ``CommitThread.run`` (the store's writer thread).
+Runner = Callable[[Callable[[], AppendResult]], Awaitable[AppendResult]]
+
+
+async def _in_worker_thread(fn: Callable[[], AppendResult]) -> AppendResult:
+    # Not cancellable: a commit once started must be allowed to finish and be reported.
+    return await trio.to_thread.run_sync(fn, abandon_on_cancel=False)
 
 
 class StoreFailed(RuntimeError):
@@ -52,23 +60,24 @@ class StoreFailed(RuntimeError):
 
 async def insert_records(engine: Engine, records: Sequence[EventRecord],
                          extras: Sequence[Callable[[Connection], None]] = (), *,
-                         durable: bool = True) -> AppendResult:
+                         durable: bool = True, run: Runner = _in_worker_thread) -> AppendResult:
     """Append ``records`` and run ``extras`` in one transaction (``durable``: at the engine's
-    level for our own events, else at its relayed level; ``storage.write_transaction``)."""
-    def run() -> AppendResult:
+    level for our own events, else at its relayed level; ``storage.write_transaction``), in a
+    thread: ``run`` (not cancellable once started)."""
+    def commit() -> AppendResult:
         with write_transaction(engine, durable=durable) as conn:
             result = append_events(conn, records, int(time.time() * 1000))
             for extra in extras:
                 extra(conn)
             return result
 
-    # Not cancellable: a commit once started must be allowed to finish and be reported.
-    return await trio.to_thread.run_sync(run, abandon_on_cancel=False)
+    return await run(commit)
 
 
 async def insert_one_by_one(
     engine: Engine, records: Sequence[EventRecord], first_error: BaseException,
     also_of: dict[str, Callable[[Connection], None]] | None = None, *, durable: bool = True,
+    run: Runner = _in_worker_thread,
 ) -> tuple[AppendResult, dict[str, BaseException]]:
     """The batch failed as a whole: one transaction per event isolates the failing ones
     (a full disk or a lost database fails them all, and all are reported failed)."""
@@ -82,7 +91,7 @@ async def insert_one_by_one(
         try:
             extra = (also_of or {}).get(record.message_id)
             result = await insert_records(engine, [record], [extra] if extra else [],
-                                          durable=durable)
+                                          durable=durable, run=run)
         except Exception as exc:
             errors[record.message_id] = exc
             continue

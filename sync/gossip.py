@@ -72,8 +72,10 @@ def publisher_pays(publisher: str, forwarder: str | None) -> bool:
 
 
 def pack_batch(items: list[bytes]) -> bytes:
-    """One gossip payload for ``items``: a single item as is, several as a batch."""
-    if len(items) == 1:
+    """One gossip payload for ``items``: a single item as is, several as a batch. A single
+    item that itself begins with the batch marker goes as a batch of one, or the receiver
+    would read it as a batch (an SDS message never does: protobuf has no field 0)."""
+    if len(items) == 1 and not items[0].startswith(BATCH_MAGIC):
         return items[0]
     return BATCH_MAGIC + b"".join(uvarint(len(i)) + i for i in items)
 

@@ -11,21 +11,30 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 
-__all__ = ["NetworkShare", "network_of"]
+__all__ = ["NetworkShare", "network_of", "parse_ip"]
 
 
 def network_of(ip: str | None, prefix_v4: int, prefix_v6: int) -> str | None:
     """``ip``'s network as text (``"198.18.0.0/16"``), or None when ``ip`` is no address."""
-    if not ip:
+    address = parse_ip(ip)
+    if address is None:
+        return None
+    prefix = prefix_v4 if address.version == 4 else prefix_v6
+    return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
+
+
+def parse_ip(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``text`` as an IP address (an IPv4-mapped IPv6 address as the IPv4 one it carries),
+    None when it is none."""
+    if not text:
         return None
     try:
-        address = ipaddress.ip_address(ip)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    prefix = prefix_v4 if address.version == 4 else prefix_v6
-    return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
+        return address.ipv4_mapped
+    return address
 
 
 class NetworkShare:

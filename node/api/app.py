@@ -26,6 +26,7 @@ from node.httpkit import (
     ApiError,
     ApiRoute,
     Handler,
+    Param,
     RouteDoc,
     arr,
     document,
@@ -59,8 +60,17 @@ class ApiNode(Protocol):
 
     async def status(self) -> dict[str, Any]: ...
 
+    async def wait_synced(self, timeout_s: float) -> None: ...
 
-async def _status(node: ApiNode, _request: Request) -> Response:
+
+# The longest ``wait_synced`` one request may ask for (a client that waits longer asks again).
+MAX_WAIT_SYNCED_S = 3600
+
+
+async def _status(node: ApiNode, request: Request) -> Response:
+    wait = int_param(request, "wait_synced", 0, maximum=MAX_WAIT_SYNCED_S)
+    if wait:
+        await node.wait_synced(wait)
     return JSONResponse(await node.status())
 
 
@@ -79,11 +89,32 @@ STATUS_SCHEMA = obj({
     "snapshot_bytes": {"type": ["integer", "null"],
                        "description": "Bytes under the snapshot directory (null: none)"},
     "address_book": {"type": "integer", "description": "Peers in the address book"},
+    "sync": obj({
+        "state": {"enum": ["in_sync", "behind", "unknown"], "description":
+                  "in_sync: a connected peer was reconciled with and none holds events this "
+                  "node lacks; behind: some do; unknown: no peer connected or reconciled yet"},
+        "text": {"type": "string", "description": "The state for people: \"in sync\", "
+                 "\"behind ~N events, catching up at R/s\", \"unknown (why)\""},
+        "behind": {"type": "integer", "description": "Events the connected peers hold that "
+                   "this node lacks: the largest peer estimate"},
+        "rate_per_s": {"type": ["number", "null"],
+                       "description": "Events stored per second over the last 10 s"},
+        "eta_s": {"type": ["number", "null"], "description": "behind / rate_per_s"},
+        "peers": {"type": "object", "description": "Per reconciled connected peer: behind "
+                  "(estimate now), measured (what its last Recon round found), "
+                  "reconciled_ago_s, partial (the round covered a part of the key space)"},
+    }),
 })
+_WAIT_SYNCED = Param("wait_synced", "query", {"type": "integer", "minimum": 0,
+                                              "maximum": MAX_WAIT_SYNCED_S},
+                     "Wait up to this many seconds for the node to be in sync with its peers "
+                     "(sync.state in_sync) before answering; the answer says whether it is "
+                     "(`syncnode status --wait-synced`)")
 
 BASE_ROUTES: list[ApiRoute] = [
-    ApiRoute("GET", "/v1/status", "Node identity, version, database, uptime and counts", _status,
-             RouteDoc(response=STATUS_SCHEMA)),
+    ApiRoute("GET", "/v1/status", "Node identity, version, database, uptime, counts and sync "
+             "status; ?wait_synced=S waits until it is in sync with its peers", _status,
+             RouteDoc(params=(_WAIT_SYNCED,), response=STATUS_SCHEMA)),
     ApiRoute("GET", "/metrics", "Prometheus metrics (text exposition format 0.0.4)", _metrics,
              RouteDoc(media="text/plain")),
 ]

@@ -44,12 +44,13 @@ def _activity(node: PeersNode, peer: str, connected: bool) -> dict[str, Any]:
 
 
 async def _peers(node: PeersNode, _request: Request) -> Response:
+    synced = node.recon.sync.peers() if node.recon is not None else {}
     peers = [
         {"peer_id": p.peer_id, "address": p.address, "direction": p.direction,
          "connected_since": p.connected_since,
          "path": node.require_host().path(p.peer_id) or path_of(p.address),
          "rtt_ms": round(p.latency_s * 1000, 3) if p.latency_s is not None else None,
-         **_activity(node, p.peer_id, True)}
+         **_activity(node, p.peer_id, True), "sync": synced.get(p.peer_id)}
         for p in node.require_host().peers()
     ]
     known = sorted(node.peers.known) if node.peers is not None else []
@@ -94,6 +95,10 @@ async def _forget(node: PeersNode, request: Request) -> Response:
 
 _LAST_RECON = {"type": ["object", "null"], "description": "The last Recon session: at (Unix "
                "time), role, outcome (ok or the error), events fetched and served"}
+_PEER_SYNC = {"type": ["object", "null"], "description": "How far behind this peer the node "
+              "is: behind (events it holds that we lack, estimated now), measured (what the "
+              "last Recon round found), reconciled_ago_s, partial; null: no Recon round with "
+              "it yet"}
 PEERS_SCHEMA = obj({
     "connected": arr(obj({"peer_id": {"type": "string"},
                           "address": {"type": ["string", "null"]},
@@ -102,7 +107,8 @@ PEERS_SCHEMA = obj({
                           "path": {"enum": ["direct", "relayed"]},
                           "rtt_ms": {"type": ["number", "null"]},
                           "last_seen": {"type": ["number", "null"]},
-                          "last_recon": _LAST_RECON})),
+                          "last_recon": _LAST_RECON,
+                          "sync": _PEER_SYNC})),
     "known": arr({"type": "string"}),
     "address_book": {"type": "integer"},
 })

@@ -39,7 +39,7 @@ def _positive(text: str) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    status = client_for(args).get("/v1/status")
+    status = _wait_synced(args) if args.wait_synced else client_for(args).get("/v1/status")
     if args.json:
         print_json(status)
         return 0
@@ -48,6 +48,29 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     return 0
+
+
+# A wait asks the node for at most this long at a time (then asks again, until --timeout).
+_WAIT_STEP_S = 60
+
+
+def _wait_synced(args: argparse.Namespace) -> dict[str, Any]:
+    """``/v1/status`` once the node is in sync with its peers (``?wait_synced``); a
+    ``CliError`` naming what it is still waiting for after ``--timeout``."""
+    if args.timeout <= 0:
+        raise CliError("--timeout must be > 0", code=EXIT_USAGE)
+    client = client_for(args)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        step = max(1, min(_WAIT_STEP_S, round(deadline - time.monotonic())))
+        status: dict[str, Any] = client.get("/v1/status", params={"wait_synced": step},
+                                            timeout=step + client.timeout)
+        sync = status.get("sync") or {}
+        if sync.get("state") == "in_sync":
+            return status
+        if time.monotonic() >= deadline:
+            raise CliError(f"not in sync after {args.timeout:g} s: "
+                           f"{sync.get('text', 'the node reports no sync status')}")
 
 
 def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
@@ -59,7 +82,9 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
     size = status.pop("database_bytes", None)
     snapshots = status.pop("snapshot_bytes", None)
     for key, value in status.items():
-        if key == "uptime_s":
+        if key == "sync":
+            rows += sync_rows(value)
+        elif key == "uptime_s":
             since = iso_s(time.time() - float(value))
             rows.append(("uptime", f"{human_duration(float(value))} (since {since})"))
         elif key == "events":
@@ -75,6 +100,26 @@ def status_rows(status: dict[str, Any]) -> list[tuple[str, str]]:
                                                   else "")))
     rows.append(("snapshots", human_size(snapshots) if snapshots is not None else "none"))
     return rows
+
+
+def sync_rows(sync: dict[str, Any]) -> list[tuple[str, str]]:
+    """``sync  behind ~N events, catching up at R/s (about 12 s left)``, then one row per
+    peer reconciled with."""
+    text = str(sync.get("text", "unknown"))
+    if sync.get("eta_s") is not None:
+        text += f" (about {human_duration(float(sync['eta_s']))} left)"
+    rows = [("sync", text)]
+    for peer, state in sorted(sync.get("peers", {}).items()):
+        rows.append((f"  {peer[-12:]}", f"{peer_sync(state)}, reconciled "
+                                        f"{human_duration(state['reconciled_ago_s'])} ago"))
+    return rows
+
+
+def peer_sync(state: dict[str, Any] | None) -> str:
+    """``in sync``, ``behind ~N`` or ``sync unknown`` (not reconciled with yet)."""
+    if state is None:
+        return "sync unknown"
+    return "in sync" if not state["behind"] else f"behind ~{state['behind']}"
 
 
 def _flat(value: object) -> str:
@@ -170,17 +215,23 @@ def _last_recon(peer: dict[str, Any], now: float) -> str:
 def peer_lines(answer: dict[str, Any], now: float) -> list[str]:
     """``/v1/peers`` as a table under a header, every age in the same form (``3.0 s ago``,
     ``2 min 05 s ago``), then the address book's size."""
+    # A SYNC column when the node reports how far behind each peer it is (every node that
+    # runs Recon does).
+    sync = any("sync" in p for p in answer["connected"])
+    header = (*PEER_HEADER[:-1], "SYNC", PEER_HEADER[-1]) if sync else PEER_HEADER
     rows = [(p["peer_id"], p["direction"], p.get("path", "direct"), _rtt(p), _last_recon(p, now),
              _ago(now - p["connected_since"]) if p.get("connected_since") else "-",
+             *((peer_sync(p.get("sync")),) if sync else ()),
              p["address"] or "-") for p in answer["connected"]]
     connected = {p["peer_id"] for p in answer["connected"]}
-    rows += [(peer_id, "-", "offline", "-", "-", "-", "(known, redialling)")
+    rows += [(peer_id, "-", "offline", "-", "-", "-", *(("-",) if sync else ()),
+              "(known, redialling)")
              for peer_id in answer["known"] if peer_id not in connected]
     lines = ["no peers"]
     if rows:
-        widths = [max(len(row[i]) for row in (PEER_HEADER, *rows)) for i in range(len(PEER_HEADER))]
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
         lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-                 .rstrip() for row in (PEER_HEADER, *rows)]
+                 .rstrip() for row in (header, *rows)]
     if "address_book" in answer:
         lines.append(f"address book: {answer['address_book']} peers")
     return lines
@@ -192,6 +243,8 @@ def peer_summary(peer: dict[str, Any]) -> str:
     text = f"{peer.get('path', 'direct'):<7}  rtt {_rtt(peer):>9}"
     if peer.get("last_recon"):
         text += f"  recon {_last_recon(peer, time.time())}"
+    if "sync" in peer:
+        text += f"  {peer_sync(peer['sync'])}"
     return text
 
 
@@ -218,6 +271,11 @@ def register(sub: Any) -> None:
                         help="--watch refresh interval in seconds (default 2)")
     status.add_argument("--count", type=int, metavar="N",
                         help="--watch: stop after N refreshes (default: until Ctrl-C)")
+    status.add_argument("--wait-synced", action="store_true",
+                        help="wait until the node is in sync with its peers, then print the "
+                             "status (exit 1 with what it still lacks after --timeout)")
+    status.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                        help="--wait-synced: give up after S seconds (default 300)")
     status.set_defaults(func=_dispatch_status)
 
     id_cmd = sub.add_parser("id", help="print the node's peer id and full listen multiaddrs")
@@ -282,6 +340,8 @@ def _dispatch_status(args: argparse.Namespace) -> int:
         # Silently showing one status for `--count 3` would look like a hang-free success.
         flag = "--count" if args.count is not None else "--interval"
         raise CliError(f"{flag} needs --watch (status --watch {flag} ...)", code=EXIT_USAGE)
+    if args.watch and args.wait_synced:
+        raise CliError("--wait-synced and --watch do not go together", code=EXIT_USAGE)
     if args.interval is None:
         args.interval = 2.0
     return _watch(args) if args.watch else _cmd_status(args)

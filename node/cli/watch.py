@@ -55,6 +55,7 @@ def _sample(client: ApiClient) -> dict[str, Any]:
         "peer_id": status.get("peer_id", "?"),
         # Events this node knows it lacks: SDS dependencies missing or waiting for delivery.
         "lag": sum(c.get("missing", 0) + c.get("waiting", 0) for c in channels),
+        "sync": status.get("sync") or {},
     }
 
 
@@ -81,6 +82,7 @@ def _screen(now: dict[str, Any], rates: dict[str, float]) -> list[str]:
         f"  recon sessions /s  {rates['recon']:>12.2f}   ({rates['fetched']:.1f} events fetched/s)",
         f"  peers              {peers:>12}   (address book: {now['address_book']})",
         f"  lag (events)       {now['lag']:>12}   (missing or waiting for dependencies)",
+        f"  sync               {now['sync'].get('text', 'unknown')}",
         "",
         *[f"  {p['peer_id'][-12:]}  {peer_summary(p)}" for p in now["peers"][:_PEER_ROWS]],
     ]
@@ -107,7 +109,8 @@ def watch_status(args: argparse.Namespace) -> int:
                 f"{time.strftime('%H:%M:%S')} events={now['events']} in/s={rates['in']:.1f} "
                 f"out/s={rates['out']:.1f} recon/s={rates['recon']:.2f} "
                 f"peers={int(now['metrics'].get(PEERS, 0))} book={now['address_book']} "
-                f"lag={now['lag']}\n")
+                f"lag={now['lag']} sync={now['sync'].get('state', 'unknown')} "
+                f"behind={now['sync'].get('behind', 0)}\n")
         sys.stdout.flush()
         prev = now
         shown += 1

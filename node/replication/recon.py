@@ -35,6 +35,7 @@ from node.replication.recon_session import RECON_PROTOCOL, ReconSessions
 from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import Transfer
 from node.replication.recon_work import KeyStoreWork
+from node.replication.sync_status import SyncStatus
 from node.replication.work import WorkGate
 from node.store import EventStore
 from storage import AppendResult, EventRecord, SqlKeySource
@@ -103,6 +104,7 @@ class ReconService(ReconSessions):
         self._wake = trio.Event()
         # Each peer's last session, for peers/status/metrics.
         self.activity = PeerActivity(clock=self.clock)
+        self.sync = SyncStatus(store, metrics, self.clock, host.connected_peers)
         self.standing = standing
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,

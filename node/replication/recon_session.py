@@ -22,6 +22,7 @@ from node.replication.peer_activity import PeerActivity
 from node.replication.recon_phase import reconcile
 from node.replication.recon_transfer import SessionStats, Transfer
 from node.replication.recon_work import KeyStoreWork
+from node.replication.sync_status import SyncStatus
 from node.replication.work import OverBudget, WorkGate
 from sync.errors import RemoteProtocolError
 from sync.recon import SummaryKeyStore
@@ -51,6 +52,7 @@ class ReconSessions(ABC):
     fetch_batch: int
     transfer: Transfer
     activity: PeerActivity
+    sync: SyncStatus
     work: WorkGate | None
 
     @abstractmethod
@@ -172,6 +174,9 @@ class ReconSessions(ABC):
         stats.truncated = exchange.truncated
         if not exchange.declined:
             self.core.reconciled(plan, exchange.session.peer_interests)
+            # All the peer holds that we lack: the keys kept and those beyond the bound.
+            self.sync.reconciled(plan.peer, len(exchange.missing) + exchange.dropped,
+                                 partial=plan.scope is not None)
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
         await self.transfer.serve(

@@ -24,6 +24,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from sync.networks import parse_ip
+
 __all__ = [
     "SCOPE_REASONS",
     "Scope",
@@ -65,12 +67,9 @@ def scope_of(host: str | None) -> Scope:
     name = host.lower().rstrip(".")
     if name == "localhost" or name.endswith(".localhost"):
         return Scope("loopback")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
+    ip = parse_ip(host)
+    if ip is None:
         return _INVALID
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
     if ip.is_loopback:
         return Scope("loopback")
     if ip.is_unspecified or ip.is_multicast or \

@@ -154,7 +154,7 @@ def test_status_watch_shows_rates_without_and_with_a_tty(node: NodeProcess) -> N
     # No TTY: one plain line per refresh, no escape codes.
     assert len(lines) == 2 and "\x1b" not in out, out
     assert all("in/s=" in x and "out/s=" in x and "recon/s=" in x and "peers=" in x
-               and "lag=" in x for x in lines)
+               and "lag=" in x and re.search(r" sync=\w+ behind=\d+$", x) for x in lines)
     assert sum(float(re.search(r"out/s=([\d.]+)", x)[1]) for x in lines) > 0  # type: ignore[index]
     # On a terminal the screen is redrawn in place.
     leader, follower = pty.openpty()
@@ -172,3 +172,4 @@ def test_status_watch_shows_rates_without_and_with_a_tty(node: NodeProcess) -> N
     screen = b"".join(chunks).decode("utf-8", "replace")
     assert tty.returncode == 0
     assert screen.count("\x1b[H") == 2 and "events in" in screen and "recon sessions" in screen
+    assert "sync " in screen

@@ -35,8 +35,14 @@ async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
     async with open_host(Ed25519PrivateKey.generate(), config) as host:
         swarm = host._host.get_network()
         limiter = swarm._inbound_limiter  # type: ignore[attr-defined]
-        upgraded = await churn(host.listen_addrs[0], 60)
-        assert upgraded >= 30  # libp2p's own per-peer rate limit refuses some of them
+        # libp2p's own per-peer rate limit refuses some cycles, the more the faster they come
+        # (a quiet machine churns faster): go on, within a bound, until 30 were upgraded.
+        upgraded = 0
+        for _ in range(10):
+            upgraded += await churn(host.listen_addrs[0], 20)
+            if upgraded >= 30:
+                break
+        assert upgraded >= 30
         with trio.move_on_after(30):
             while limiter.borrowed_tokens or swarm.get_connections():
                 await trio.sleep(0.05)

@@ -207,6 +207,8 @@ _MEMBERSHIP = ("tests/node/test_membership_e2e.py::"
 _SLOTS = "tests/node/test_conn_slots.py::test_honest_joins_work_after_idle_identities_and_churn"
 DRIVEN: dict[str, str] = {
     **{name: _UI for name in ("ui_links_total", "ui_requests_refused_total", "ui_sessions")},
+    "sync_behind_events": "tests/node/test_sync_status.py::"
+                          "test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns",
     **{name: "tests/node/test_db_watch_e2e.py::test_db_watch_resumes_across_a_node_restart"
        for name in ("db_changes_gone_total", "db_changes_ahead_total")},
     **{name: _MEMBERSHIP for name in (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -192,6 +193,7 @@ def check_page(context: Any, node: NodeProcess, link: str, tmp_path: Path) -> No
     assert users == "3"
     assert page.locator("#peers tbody tr").count() == 1
     assert page.locator("#signed-out").is_hidden()
+    check_sync_and_times(page, node)
     # Events keep arriving while the screenshot is taken, so that the rates show.
     trickle = threading.Thread(target=lambda: [publish(node, c, 1) or time.sleep(0.15)
                                                for c in ["general", "ops"] * 12])
@@ -228,6 +230,42 @@ def check_page(context: Any, node: NodeProcess, link: str, tmp_path: Path) -> No
     bare.wait_for_selector("#signed-out:not([hidden])", timeout=30_000)
     assert "syncnode ui" in bare.locator("#signed-out").inner_text()
     bare.close()
+
+
+def check_sync_and_times(page: Any, node: NodeProcess) -> None:
+    """The sync status (in total and per peer), Lamport times as raw numbers, times in UTC ISO
+    like the CLI. Every check runs and each failure is listed."""
+    from playwright.sync_api import Error as PageError
+
+    problems: list[str] = []
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    lamports = {c["channel"]: c["lamport"] for c in node.get("/v1/channels")["channels"]}
+    cell = page.locator("#channels tr[data-channel='ops'] td").nth(6).inner_text()
+    if not (cell == str(lamports["ops"]) and lamports["ops"] > 10**12):
+        problems.append(f"Lamport time not the raw number: {cell!r} for {lamports['ops']}")
+    live = page.locator("#live-text").inner_text()
+    if not re.fullmatch(rf"live · {iso}", live):
+        problems.append(f"refresh time not UTC ISO: {live!r}")
+    title = page.locator("#peers tbody tr td").nth(4).locator("span")
+    if not (title.count() and re.fullmatch(iso, title.get_attribute("title") or "")):
+        problems.append("no UTC time on the peer's connected-since cell")
+    peer = node.get("/v1/peers")["connected"][0]["peer_id"]
+    try:
+        page.wait_for_function("() => document.getElementById('t-sync').dataset.state === "
+                               "'in_sync'", timeout=60_000)
+        page.wait_for_function(f"() => document.querySelector(\"#peers tr[data-peer='{peer}'] "
+                               f"td:last-child\").textContent === 'in sync'", timeout=30_000)
+        # Behind: how many events and how fast it catches up, drawn by the page's own code.
+        shown = page.evaluate("""() => { renderSync({state: 'behind', behind: 3000,
+            rate_per_s: 812.4, eta_s: 3.7, text: 'behind ~3000 events, catching up at 812/s',
+            peers: {}});
+            return [document.getElementById('t-sync').textContent,
+                    document.getElementById('t-sync-detail').textContent]; }""")
+        if shown != ["behind ~3,000", "catching up at 812/s · about 4s left"]:
+            problems.append(f"behind drawn as {shown}")
+    except PageError as exc:
+        problems.append(f"no sync status: {str(exc).splitlines()[0]}")
+    assert not problems, problems
 
 
 def check_cross_origin(context: Any, node: NodeProcess, node_origin: str, port: int,

@@ -171,6 +171,12 @@ def test_outgoing_batches_stay_within_what_receivers_accept(
     assert sum(map(len, sent.values())) == len(queued)
 
 
+def test_an_item_that_looks_like_a_batch_goes_as_a_batch_of_one() -> None:
+    """Found by the property above: b"\\x00SB1" alone was sent as is and read as an empty batch."""
+    for item in (BATCH_MAGIC, BATCH_MAGIC + b"\x01x"):
+        assert unpack_batch(pack_batch([item]), max_item_bytes=100) == [item]
+
+
 def test_a_full_batch_takes_no_more() -> None:
     batch = OutgoingBatch()
     for _ in range(MAX_BATCH_ITEMS):

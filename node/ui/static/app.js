@@ -41,6 +41,12 @@ function fill(tableId, rows, emptyText, columns) {
 
 function int(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
 
+// A Lamport time as the API and the CLI print it: the raw number, no separators.
+function raw(n) { return n === null || n === undefined ? "–" : String(n); }
+
+// Epoch milliseconds in UTC ISO, to the second, as the CLI prints times: 2026-11-26T07:40:12Z.
+function iso(ms) { return new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z"); }
+
 function duration(seconds) {
   if (seconds === null || seconds === undefined || !isFinite(seconds)) return "–";
   let s = Math.max(0, Math.round(seconds));
@@ -60,6 +66,19 @@ function ago(value) {
   if (typeof value === "number") ms = value > 1e12 ? value : value * 1000;
   else { ms = Date.parse(value); if (isNaN(ms)) return String(value); }
   return `${duration((Date.now() - ms) / 1000)} ago`;
+}
+
+// A cell of ago(value) whose tooltip is the time itself, in UTC.
+function agoCell(value) {
+  const cell = el("span", ago(value));
+  if (typeof value === "number") cell.title = iso(value > 1e12 ? value : value * 1000);
+  return cell;
+}
+
+// A peer's sync (/v1/peers): "in sync", "behind ~N", or "–" before the first Recon round.
+function peerSync(sync) {
+  if (!sync) return ["–", "muted"];
+  return sync.behind ? [`behind ~${int(sync.behind)}`, "warn"] : ["in sync", "good"];
 }
 
 function short(id) { return id && id.length > 16 ? `${id.slice(0, 8)}…${id.slice(-6)}` : (id || "–"); }
@@ -91,6 +110,30 @@ function renderStatus(status) {
     $("t-rate").textContent = rate >= 0 ? rate.toFixed(1) : "–";
   }
   previous.events = status.events;
+  renderSync(status.sync);
+}
+
+// How far behind its peers the node is (/v1/status "sync").
+function renderSync(sync) {
+  const value = $("t-sync");
+  const detail = $("t-sync-detail");
+  if (!sync) { value.textContent = "–"; value.className = "tile-value"; detail.textContent = ""; return; }
+  if (sync.state === "in_sync") {
+    value.textContent = "in sync";
+    const n = Object.keys(sync.peers || {}).length;
+    detail.textContent = `with ${n} peer${n === 1 ? "" : "s"}`;
+  } else if (sync.state === "behind") {
+    value.textContent = `behind ~${int(sync.behind)}`;
+    const parts = [];
+    if (sync.rate_per_s) parts.push(`catching up at ${int(Math.round(sync.rate_per_s))}/s`);
+    if (sync.eta_s !== null && sync.eta_s !== undefined) parts.push(`about ${duration(sync.eta_s)} left`);
+    detail.textContent = parts.join(" · ") || "events peers hold that this node lacks";
+  } else {
+    value.textContent = "unknown";
+    detail.textContent = (sync.text || "").replace(/^unknown \((.*)\)$/, "$1");
+  }
+  value.className = `tile-value ${{ in_sync: "good", behind: "warn" }[sync.state] || "muted"}`;
+  value.dataset.state = sync.state;
 }
 
 function renderChannels(data, dt) {
@@ -100,7 +143,7 @@ function renderChannels(data, dt) {
     previous.channels.set(ch.channel, ch.delivered);
     const tr = row([[ch.channel, "mono"], [int(ch.delivered), "num"], [rate, "num"],
       [int(ch.waiting), "num"], [int(ch.missing), "num"], [int(ch.unacknowledged), "num"],
-      [int(ch.lamport), "num mono"]]);
+      [raw(ch.lamport), "num mono"]]);
     tr.dataset.channel = ch.channel;
     if (before !== undefined && before !== ch.delivered) tr.classList.add("flash");
     return tr;
@@ -122,12 +165,14 @@ function renderPeers(data) {
     } else recon = ago(recon);
     const peer = el("span", short(p.peer_id), "mono");
     peer.title = p.peer_id;
-    return row([peer, [p.address || "–", "mono small"], first(p, ["path", "transport"]) ?? "–",
-      p.direction || "–", ago(p.connected_since),
+    const tr = row([peer, [p.address || "–", "mono small"], first(p, ["path", "transport"]) ?? "–",
+      p.direction || "–", agoCell(p.connected_since),
       [rtt === null ? "–" : `${Number(rtt).toFixed(1)} ms`, "num"],
-      ago(first(p, ["last_seen", "last_seen_at"])), recon]);
+      agoCell(first(p, ["last_seen", "last_seen_at"])), recon, peerSync(p.sync)]);
+    tr.dataset.peer = p.peer_id;
+    return tr;
   });
-  fill("peers", rows, "no peer connected", 8);
+  fill("peers", rows, "no peer connected", 9);
   const known = data.known || [];
   const facts = [];
   if (known.length) facts.push(`${known.length} known peer address${known.length === 1 ? "" : "es"} (redialled when disconnected)`);
@@ -197,7 +242,7 @@ async function refresh() {
     if (session.refresh_s && session.refresh_s !== refreshS) { refreshS = session.refresh_s; }
     $("refresh").textContent = String(refreshS);
     $("session-left").textContent = session.expires_in_s !== null ? `signed in for ${duration(session.expires_in_s)} more` : "";
-    setLive(true, `live · ${new Date().toLocaleTimeString()}`);
+    setLive(true, `live · ${iso(now)}`);
     document.body.dataset.updated = String(now);
   } catch (e) {
     if (e.signedOut) {
