@@ -11,6 +11,11 @@ from node.p2p.addrs import (
     resolve_dns,
     unbindable_listen_addr,
 )
+from node.p2p.compat import (
+    SUPPORTED_LIBP2P_VERSION,
+    check_libp2p_version,
+    set_libp2p_log_level,
+)
 from node.p2p.dht import (
     Discovery,
     rendezvous_key,
@@ -37,11 +42,6 @@ from node.p2p.identity import (
     IdentityError,
     load_identity,
     load_or_create_identity,
-)
-from node.p2p.patches import (
-    SUPPORTED_LIBP2P_VERSION,
-    check_libp2p_version,
-    tame_libp2p_logging,
 )
 from node.p2p.run import (
     open_host,
@@ -115,7 +115,7 @@ __all__ = [
     "rendezvous_key",
     "resolve_dns",
     "score_config",
+    "set_libp2p_log_level",
     "stop_auto_connector",
-    "tame_libp2p_logging",
     "unbindable_listen_addr",
 ]

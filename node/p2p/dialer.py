@@ -28,15 +28,16 @@ class DialingHost(Protocol):
     stats: P2PStats
     bans: BanList
     relay: RelayLayer | None
-    _host: IHost
 
     def peer_info(self, peer_id: str) -> ConnectedPeer | None: ...
 
 logger = logging.getLogger("node.p2p")
 
 
-async def connect(host: DialingHost, address: str, *, verify: bool = False) -> str:
-    """Connect ``host`` to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; the peer id.
+async def connect(host: DialingHost, network: IHost, address: str, *, verify: bool = False
+                  ) -> str:
+    """Connect ``host`` (over ``network``, its libp2p host) to
+    ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>``; the peer id.
 
     ``verify``: when already connected to that peer, still dial ``address`` (a probe) so that
     a wrong or stale address is an error rather than a silent success.
@@ -55,9 +56,9 @@ async def connect(host: DialingHost, address: str, *, verify: bool = False) -> s
         return peer
     try:
         if connected:  # a probe beside the connection we have
-            await probe(host._host, resolved, peer, timeout)
+            await probe(network, resolved, peer, timeout)
         else:
-            await dial_fresh(host._host, info, address, timeout)
+            await dial_fresh(network, info, address, timeout)
     except DialError:
         host.stats.dial_failures += 1
         raise

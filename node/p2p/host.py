@@ -35,6 +35,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from node.clock import Clock, SystemClock
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
+from node.p2p.dialback import DialBackServer
 from node.p2p.dialer import connect
 from node.p2p.frames import (
     FramedStream,
@@ -141,7 +142,7 @@ class P2PHost:
     async def connect(self, address: str, *, verify: bool = False) -> str:
         """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>`` or a relayed address;
         returns the peer id (:func:`node.p2p.dialer.connect`: errors, ``verify``)."""
-        return await connect(self, address, verify=verify)
+        return await connect(self, self._host, address, verify=verify)
 
     def ban(self, peer_id: str, seconds: float) -> None:
         """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
@@ -205,6 +206,13 @@ class P2PHost:
         for conn in network.get_connections(ID.from_base58(peer_id)):
             return conn_source_ip(conn, network)
         return None
+
+    def dialback_server(self, remote_ip: Callable[[str], str | None], min_gap_s: float,
+                        clock: Clock) -> DialBackServer:
+        """A server of dial-back requests over this host (:mod:`node.p2p.dialback`):
+        ``remote_ip`` gives a peer's direct remote IP, the only one it may ask us to dial."""
+        return DialBackServer(self._host, remote_ip, self.config.dial_timeout,
+                              min_gap_s=min_gap_s, clock=clock)
 
     def peer_info(self, peer_id: str) -> ConnectedPeer | None:
         peer = self._peers.get(peer_id)

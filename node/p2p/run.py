@@ -13,13 +13,13 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from node.clock import Clock, SystemClock
 from node.leaves import leaf_exceptions
+from node.p2p import compat
 from node.p2p.addrs import unbindable_listen_addr
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.dialer import count_refusal
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost
-from node.p2p.patches import check_libp2p_version, tame_libp2p_logging
 from node.p2p.relay import RelayLayer
 from node.p2p.scope_guard import Refusals, guard_gossip_px, guard_observed_addrs
 from node.p2p.setup import (
@@ -47,8 +47,8 @@ async def open_host(
     """
     config = config or P2PConfig()
     clock = clock or SystemClock()
-    check_libp2p_version()
-    tame_libp2p_logging(config.libp2p_log_level)
+    compat.apply()
+    compat.set_libp2p_log_level(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)
     stats = P2PStats()
     bans = BanList(clock=clock)

@@ -22,6 +22,7 @@ from libp2p.abc import IHost, INetConn, INetwork
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 
+from node.p2p.compat.scope import filter_observations, replace_gossip_px
 from sync.membership.scope import addr_refusal, relay_of, source_ip
 
 __all__ = ["Refusals", "conn_source_ip", "guard_gossip_px", "guard_observed_addrs",
@@ -49,20 +50,14 @@ def conn_source_ip(conn: INetConn, network: INetwork | None = None) -> str | Non
 
 def guard_observed_addrs(host: IHost, refused: Refusals) -> None:
     """Drop identify observations of our address that the observer is not in scope for."""
-    manager: Any = getattr(host, "_observed_addr_manager", None)
-    if manager is None:
-        return
-    record = manager.record_observation
-
-    def checked(conn: INetConn, observed: Any, local_addrs: Any) -> None:
+    def keep(conn: INetConn, observed: Any) -> bool:
         reason = addr_refusal(str(observed), conn_source_ip(conn))
         if reason is not None:
             refused["observed", reason] += 1
             logger.debug("ignored observed address %s: %s", observed, reason)
-            return
-        record(conn, observed, local_addrs)
+        return reason is None
 
-    manager.record_observation = checked
+    filter_observations(host, keep)
 
 
 def guard_gossip_px(router: GossipSub, refused: Refusals) -> None:
@@ -70,7 +65,7 @@ def guard_gossip_px(router: GossipSub, refused: Refusals) -> None:
     async def ignore(px_peers: list[Any]) -> None:
         refused["gossip_px", "ignored"] += len(px_peers)
 
-    router._do_px = ignore  # type: ignore[method-assign]
+    replace_gossip_px(router, ignore)
 
 
 def punch_refusal(host: IHost, peer_id: ID, addr: str) -> str | None:

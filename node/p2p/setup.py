@@ -9,20 +9,16 @@ Why each choice (measured on 0.8.1, see docs/p2p.md):
 * GossipSub's defaults drop silently: spam protection (10 msg/s per peer and topic, applied
   even to our own publishes), adaptive gossip (stretches the heartbeat to 30-60 s), a 32-slot
   per-peer outbound queue and 32-slot subscription channels. The first two are constructor
-  arguments; the two queue sizes are module constants, patched under a version check
-  (``node.p2p.patches``).
+  arguments; the queue sizes are set per host through ``node.p2p.compat`` (entry P6), which
+  holds every patch of libp2p and applies them after the version check.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
 from collections.abc import Callable
-from typing import Any
 
 import libp2p
-import libp2p.transport.tcp.tcp as _tcp_module
 import multiaddr
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -56,18 +52,11 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from node.clock import Clock
+from node.p2p import compat
+from node.p2p.compat import GuardedPubsub, use_clock
 from node.p2p.conns import InboundGuard
 from node.p2p.frames import P2PError
-from node.p2p.patches import (
-    patch_expired_peer_records,
-    patch_gossip_queues,
-    patch_inbound_slots,
-    patch_record_verification,
-)
-from node.p2p.pubsub_guard import GuardedPubsub
-from node.p2p.record_send import patch_record_sending, use_clock
 from node.p2p.types import BanList, P2PConfig, P2PStats
-from node.p2p.yamux_tuning import patch_yamux
 from sync.identity import peer_id_of
 
 __all__ = [
@@ -144,35 +133,11 @@ class _AdmissionGate(ISecureTransport):
         return await self._inner.secure_outbound(conn, peer_id)
 
 
-def _exclusive_socket_flags(sock: Any) -> None:
-    """SO_REUSEADDR (a restarted node rebinds despite TIME_WAIT) but never SO_REUSEPORT.
-
-    libp2p 0.8.1 sets SO_REUSEPORT on its listeners for hole punching, which we do not use:
-    with it a second node binds a port already in use and the kernel splits incoming
-    connections between the two. Without it, a busy port is a bind error at start-up.
-    """
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-
-
-def _shared_port_flags(sock: Any) -> None:
-    """SO_REUSEADDR and SO_REUSEPORT: a hole-punch dial leaves from the listen port, which
-    needs both (DESIGN §11). ``open_host`` checks the port is free before listening instead."""
-    for option in (socket.SO_REUSEADDR, socket.SO_REUSEPORT):
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, option, 1)
-
-
 def build_host(
     key_pair: KeyPair, config: P2PConfig, on_refused: Callable[[str, str, str], None],
     bans: BanList, guard: InboundGuard | None = None,
 ) -> IHost:
-    punch = config.reachability is not None and config.reachability.hole_punch
-    flags = _shared_port_flags if punch else _exclusive_socket_flags
-    setattr(_tcp_module, "_set_reuse_flags", flags)  # noqa: B010
-    patch_inbound_slots()
-    patch_expired_peer_records()
-    patch_yamux()
+    compat.apply()
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     gate = _AdmissionGate(noise, config.allowed_peers, on_refused, bans, guard)
     # libp2p's own inbound cap is max_connections - min_connections (50): keep it above ours
@@ -187,7 +152,7 @@ def build_host(
         outbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
         inbound_stream_protocol_negotiation_timeout=config.stream_open_timeout,
     )
-    return libp2p.new_host(
+    host = libp2p.new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: gate},
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
@@ -196,13 +161,14 @@ def build_host(
         enable_mDNS=False,
         enable_upnp=False,
     )
+    # SO_REUSEPORT for this host's sockets only when it punches holes (compat entry T2).
+    compat.share_port(host, config.reachability is not None and config.reachability.hole_punch)
+    return host
 
 
 def build_pubsub(host: IHost, config: P2PConfig, clock: Clock,
                  stats: P2PStats | None = None) -> tuple[Pubsub, GossipSub]:
-    patch_gossip_queues(config.gossip_peer_queue_size)
-    patch_record_verification()
-    patch_record_sending()
+    compat.apply()
     use_clock(host, clock)
     router = GossipSub(
         protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
@@ -226,7 +192,8 @@ def build_pubsub(host: IHost, config: P2PConfig, clock: Clock,
     router.max_iwant_requests_per_second = 10_000.0
     router.max_ihave_messages_per_second = 10_000.0
     pubsub = GuardedPubsub(
-        host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing
+        host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing,
+        peer_queue_size=config.gossip_peer_queue_size,
     )
     pubsub.stats = stats
     return pubsub, router

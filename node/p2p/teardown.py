@@ -1,4 +1,5 @@
-"""Closing a dead connection at once (a workaround for py-libp2p 0.8.1).
+"""Closing a dead connection at once (a workaround for py-libp2p 0.8.1, entry T1 of
+``node.p2p.compat``).
 
 libp2p closes a connection politely: yamux writes a GO_AWAY frame and a reset for each open
 stream, and only then tells the notifees (our host's peer table, "disconnected"). Over a
@@ -18,39 +19,18 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-from typing import Any
 
-import trio
 from libp2p.abc import INetConn
 
+from node.p2p.compat import tcp_socket_of
 from node.p2p.relay import connection_is_relayed
 
-__all__ = ["abort_socket", "tcp_socket_of"]
-
-# The wrappers between a yamux connection and its trio socket, in libp2p 0.8.1: the secure
-# session (``secured_conn``), noise's reader-writer, the raw connection, the TCP stream.
-_LINKS = ("secured_conn", "read_writer", "read_write_closer", "conn", "stream")
-_MAX_DEPTH = 8
-
-
-def tcp_socket_of(conn: INetConn) -> Any | None:
-    """The trio socket under a direct connection, or None (relayed, or not found)."""
-    if connection_is_relayed(conn):
-        return None
-    obj: Any = getattr(conn, "muxed_conn", None)
-    for _ in range(_MAX_DEPTH):
-        if obj is None:
-            return None
-        if isinstance(obj, trio.SocketStream):
-            return obj.socket
-        obj = next((getattr(obj, name) for name in _LINKS
-                    if getattr(obj, name, None) is not None), None)
-    return None
+__all__ = ["abort_socket"]
 
 
 def abort_socket(conn: INetConn) -> bool:
     """Shut ``conn``'s TCP socket down now; False when it has none we can reach."""
-    sock = tcp_socket_of(conn)
+    sock = None if connection_is_relayed(conn) else tcp_socket_of(conn)
     if sock is None:
         return False
     with contextlib.suppress(OSError):

@@ -15,7 +15,7 @@ import trio
 
 from node.clock import Clock
 from node.metrics import Metrics
-from node.p2p.dialback import DIALBACK_PROTOCOL, DialBackServer, parse_answer
+from node.p2p.dialback import DIALBACK_PROTOCOL, parse_answer
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost
 from node.p2p.relay import RelayLayer, connection_is_relayed
@@ -59,9 +59,9 @@ class ReachabilityService:
         self.relays = RelayPlanner(self.config)
         self.punches = PunchPlanner(self.config)
         self.verdict: Reachability = self.core.verdict(self.clock.now())
-        self.server = DialBackServer(host._host, self._direct_ip, host.config.dial_timeout,
-                                     min_gap_s=self.config.probe_interval_s / 2,
-                                     clock=self.clock)
+        self.server = host.dialback_server(self._direct_ip,
+                                           min_gap_s=self.config.probe_interval_s / 2,
+                                           clock=self.clock)
         host.set_stream_handler(DIALBACK_PROTOCOL, self.server.handle)
         self._listen_port = self._port()
         relay.dcutr.punch_addrs = lambda: self.core.punch_addrs(self._listen_port,

@@ -1,7 +1,7 @@
 """Finding 3 of issue 27: inbound connection slots come back, whatever closed the connection.
 
 py-libp2p 0.8.1 held each accepted connection's slot (250 in all) until the process stopped;
-``node.p2p.patches.patch_inbound_slots`` ends the hold when the connection closes.
+``node.p2p.compat.swarm.patch_inbound_slots`` ends the hold when the connection closes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.p2p import P2PConfig
-from node.p2p.patches import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
+from node.p2p.compat import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.run import open_host
 from tests.node.cluster import metric, wait_for
 from tests.node.hostile_conns import churn, hold_idle

@@ -723,7 +723,7 @@ async def test_drop_closes_a_connection_whose_writes_block() -> None:
     at once by ``drop``, and the peer is reported gone; a polite ``disconnect`` hangs on the
     blocked writes (py-libp2p 0.8.1 writes GO_AWAY first), so the peer would stay
     "connected" and never be redialled."""
-    from node.p2p.teardown import tcp_socket_of
+    from node.p2p.compat import tcp_socket_of
 
     async with _hosts(P2PConfig(), P2PConfig()) as (a, b), trio.open_nursery() as nursery:
         b.set_stream_handler(ECHO, _echo)

@@ -1,7 +1,8 @@
 """py-libp2p 0.8.1 attaches the sender's signed peer record to every pubsub RPC and verifies it
-on every receipt; ``node.p2p.patches.patch_record_verification`` verifies each record once per
-peer (issue 31): the same bytes again cost no Ed25519 check, a new or forged record still goes
-through libp2p's full check. Real libp2p hosts and envelopes; the only wrapper counts calls."""
+on every receipt; ``node.p2p.compat.records.patch_record_verification`` verifies each record
+once per peer (issue 31): the same bytes again cost no Ed25519 check, a new or forged record
+still goes through libp2p's full check. Real libp2p hosts and envelopes; the only wrapper
+counts calls."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from libp2p.peer.peerstore import issue_and_cache_local_record
 from libp2p.pubsub.pb.rpc_pb2 import RPC
 from multiaddr import Multiaddr
 
-from node.p2p.patches import SUPPORTED_LIBP2P_VERSION, patch_record_verification
+from node.p2p.compat import SUPPORTED_LIBP2P_VERSION
+from node.p2p.compat.records import patch_record_verification
 from tests.node.clocks import ManualClock
 
 
@@ -82,7 +84,7 @@ def test_the_sent_record_is_built_once_per_refresh(monkeypatch: pytest.MonkeyPat
     the only thing replaced), then asked of libp2p again, so a changed address goes out."""
     import libp2p.pubsub.gossipsub as gossipsub_module
 
-    from node.p2p import record_send
+    from node.p2p.compat import records as record_send
 
     clock = ManualClock()
     built = [0]

@@ -1,4 +1,4 @@
-"""``node.p2p.yamux_tuning`` against real py-libp2p hosts on 127.0.0.1 (issue 31): py-libp2p
+"""``node.p2p.compat.yamux`` against real py-libp2p hosts on 127.0.0.1 (issue 31): py-libp2p
 0.8.1 answered every read of a Yamux stream with a WINDOW_UPDATE frame (one more Noise message
 and socket send per read); with the patch a stream reading small messages sends an update only
 once half the window was consumed (go-yamux's rule), and transfers many times the window still

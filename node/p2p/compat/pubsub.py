@@ -41,17 +41,28 @@
    the previous run could reach (it would have had to publish a billion messages a second).
    The wire format and the id function are unchanged, so stock and older peers interoperate.
 
-The overrides rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_dead_peer`` and its
-``peer_topics`` bookkeeping, pinned by ``node.p2p.patches.check_libp2p_version``.
+6. *Queues* (set per host here, not per process). 0.8.1 builds each peer's outbound queue as
+   ``RpcQueue()`` (32 RPCs, then silent drops) and each subscription channel with the module
+   constant ``SUBSCRIPTION_CHANNEL_SIZE`` (32). :func:`patch_gossip_queues` makes the module's
+   ``RpcQueue`` read its size from the ``GuardedPubsub`` registering the peer (its
+   ``peer_queue_size``, through a context variable set for that call), and gives libp2p's own
+   subscription channel room: it only feeds our drain task, which never blocks, so drops are
+   counted in our bounded queues only.
+
+These are entries P1-P6 of the table in ``node.p2p.compat``; they rely on 0.8.1's
+``write_msg``/``stream_handler``/``_handle_new_peer``/``_handle_dead_peer`` and its
+``peer_topics`` bookkeeping, pinned by the version check of :func:`node.p2p.compat.apply`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import time
 import weakref
 
+import libp2p.pubsub.pubsub as _pubsub_module
 import trio
 from libp2p.abc import INetStream
 from libp2p.network.exceptions import SwarmException
@@ -59,24 +70,54 @@ from libp2p.network.stream.exceptions import StreamClosed
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
+from node.p2p.compat.version import require
 from node.p2p.types import P2PStats
 
-__all__ = ["GuardedPubsub"]
+__all__ = ["GuardedPubsub", "patch_gossip_queues"]
 
 logger = logging.getLogger("node.p2p")
+
+#: 0.8.1's per-peer outbound queue, for a ``Pubsub`` that is not ours.
+LIBP2P_PEER_QUEUE_SIZE = 32
+# libp2p's own subscription channel only feeds our drain task, which never blocks.
+_LIBP2P_SUBSCRIPTION_BUFFER = 1_000_000
+# The queue size of the GuardedPubsub registering a peer, for the ``RpcQueue()`` it builds.
+_peer_queue_size: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "libp2p_peer_queue_size", default=LIBP2P_PEER_QUEUE_SIZE)
+
+
+class _SizedRpcQueue(RpcQueue):
+    """``RpcQueue`` whose default capacity is that of the host building it."""
+
+    def __init__(
+        self, max_size: int | None = None, max_message_size: int = DefaultMaxMessageSize
+    ) -> None:
+        super().__init__(max_size or _peer_queue_size.get(), max_message_size)
+
+
+def patch_gossip_queues() -> None:
+    # Both names are looked up in the pubsub module at call time.
+    require(_pubsub_module, "RpcQueue", "SUBSCRIPTION_CHANNEL_SIZE")
+    setattr(_pubsub_module, "RpcQueue", _SizedRpcQueue)  # noqa: B010
+    setattr(_pubsub_module, "SUBSCRIPTION_CHANNEL_SIZE", _LIBP2P_SUBSCRIPTION_BUFFER)  # noqa: B010
 
 
 class GuardedPubsub(Pubsub):
     """``Pubsub`` whose readers survive a malformed RPC and whose writers never interleave."""
 
-    bad_rpc_streams = 0
-    cut_writes = 0
-    failed_registrations = 0
     stats: P2PStats | None = None
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: object, peer_queue_size: int = LIBP2P_PEER_QUEUE_SIZE,
+                 **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        #: Outbound RPCs queued per peer before libp2p drops (``gossip_peer_queue_size``).
+        self.peer_queue_size = peer_queue_size
+        # This host's counts of faults 1, 2 and 4 (the module docstring).
+        self.bad_rpc_streams = 0
+        self.cut_writes = 0
+        self.failed_registrations = 0
         # The wall clock, not the node's clock: the ids must differ from those of every earlier
         # run of this identity, which only real time orders (fault 5 above).
         self.counter = time.time_ns()
@@ -97,7 +138,7 @@ class GuardedPubsub(Pubsub):
         try:
             await super().stream_handler(stream)
         except Exception as exc:
-            type(self).bad_rpc_streams += 1
+            self.bad_rpc_streams += 1
             peer_id = stream.muxed_conn.peer_id
             logger.warning("dropping pubsub stream of %s after a malformed RPC: %r", peer_id, exc)
             with contextlib.suppress(Exception):
@@ -105,15 +146,18 @@ class GuardedPubsub(Pubsub):
             self._handle_dead_peer(peer_id)
 
     async def _handle_new_peer(self, peer_id: ID) -> None:
+        token = _peer_queue_size.set(self.peer_queue_size)
         try:
             await super()._handle_new_peer(peer_id)
         except (SwarmException, StreamClosed):
             raise  # 0.8.1's retry loop handles these
         except Exception as exc:
-            type(self).failed_registrations += 1
+            self.failed_registrations += 1
             logger.info("opening the pubsub stream to %s failed: %r (cause: %r)", peer_id, exc,
                         exc.__cause__)
             raise StreamClosed(f"pubsub stream to {peer_id} broke: {exc!r}") from exc
+        finally:
+            _peer_queue_size.reset(token)
 
     async def write_msg(self, stream: INetStream, rpc_msg: rpc_pb2.RPC) -> bool:
         lock = self._write_locks.get(stream)
@@ -125,7 +169,7 @@ class GuardedPubsub(Pubsub):
             except BaseException as exc:
                 # Part of the RPC may be on the wire: whatever followed it on this stream would
                 # be read as its remainder. Reset it (libp2p re-opens a live peer's stream).
-                type(self).cut_writes += 1
+                self.cut_writes += 1
                 logger.info("resetting pubsub stream of %s after a cut write: %r",
                             stream.muxed_conn.peer_id, exc)
                 with trio.CancelScope(shield=True), trio.move_on_after(2), \

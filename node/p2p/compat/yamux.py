@@ -15,7 +15,7 @@
    The replacement writes the frame as the original does (under the connection's write lock,
    then a checkpoint) and keeps the original, with its log line, for when debug is on.
 
-Under the same version check as ``node.p2p.patches``.
+Entries Y1, Y2 of the table in ``node.p2p.compat``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from typing import Any
 import libp2p.stream_muxer.yamux.yamux as _yamux_module
 import trio
 
-from node.p2p.frames import P2PError
-from node.p2p.patches import check_libp2p_version
+from node.p2p.compat.version import require
 
 __all__ = ["patch_yamux"]
 
@@ -65,12 +64,9 @@ async def _window_update_at_half(self: Any, *, bytes_read: int = 0) -> None:
 
 
 def patch_yamux() -> None:
-    check_libp2p_version()
-    for name in ("_auto_tune_and_send_window_update", "_grow_to_delta",
-                 "_apply_autotune_epoch", "send_window_update"):
-        if not hasattr(_Stream, name):
-            raise P2PError(f"libp2p YamuxStream.{name} is gone: re-check window updates")
-    if _original_write_frame is None or not hasattr(_yamux_module, "logger"):
-        raise P2PError("libp2p Yamux._write_frame or its logger is gone")
+    require(_Stream, "_auto_tune_and_send_window_update", "_grow_to_delta",
+            "_apply_autotune_epoch", "send_window_update")
+    require(_Yamux, "_write_frame")
+    require(_yamux_module, "logger")
     setattr(_Stream, "_auto_tune_and_send_window_update", _window_update_at_half)  # noqa: B010
     setattr(_Yamux, "_write_frame", _write_frame)  # noqa: B010

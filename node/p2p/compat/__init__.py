@@ -1,0 +1,99 @@
+"""Every patch, override and private access of py-libp2p 0.8.1, in one place.
+
+Nothing else in the project touches a private name of libp2p (``tests/node/test_libp2p_compat.py``
+scans for it; docs/upstream.md states the rule). :func:`apply` installs every module-level
+replacement once per process, after the version check, and is idempotent. The rest is per
+host, set when a host is built: our subclasses (``GuardedPubsub``, ``relay.SharedRelay``,
+``relay.ResponderDCUtR``), the host's TCP transport (:func:`share_port`), its identify
+observations and its router's peer exchange (``scope``). Settings stay per host: a module-level
+replacement asks the host it serves (``GuardedPubsub.peer_queue_size``, the clock given to
+:func:`use_clock`, the flags given to :func:`share_port`), never a process global. The one
+process-wide setting is the ``libp2p`` logger level (:func:`set_libp2p_log_level`).
+
+The table (``node.p2p.compat.table.ENTRIES``; docs/upstream.md has a reproduction and the fix
+of each, ready to send upstream). Kind: *replaced* = a libp2p name we set (by :func:`apply`,
+or on one host's own object), *overridden* = a method of our subclass, *read* = a private
+attribute we read.
+
+==== ========== =========================================================== ====================
+key  kind       libp2p name (0.8.1)                                         contract test
+==== ========== =========================================================== ====================
+S1   replaced   ``Swarm._do_handle_inbound_connection``                     test_conn_slots
+S2   replaced   ``PeerStore.maybe_delete_peer_record``                      test_peerstore_expiry
+R1   replaced   ``pubsub/gossipsub.maybe_consume_signed_record``            test_libp2p_compat
+R2   replaced   ``pubsub/gossipsub.env_to_send_in_RPC``                     test_record_once
+P1   overridden ``Pubsub.stream_handler``                                   test_libp2p_compat
+P2   overridden ``Pubsub.write_msg``                                        test_pubsub_framing
+P3   overridden ``Pubsub._handle_dead_peer`` (reads ``_peer_is_connected``,  test_pubsub_framing
+                ``_peer_subscription_count``, ``_replayed_recent_topics``)
+P4   overridden ``Pubsub._handle_new_peer``                                 test_pubsub_framing
+P5   overridden ``Pubsub.counter`` (set at start)                           test_gossip_seqno
+P6   replaced   ``pubsub.RpcQueue``, ``pubsub.SUBSCRIPTION_CHANNEL_SIZE``   test_libp2p_compat
+P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test_gossip_degree
+Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
+Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
+L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
+T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
+T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
+C1   overridden ``CircuitV2Protocol._read_stream_with_retry`` (pacing)       test_relay_layer
+C2   overridden ``CircuitV2Protocol._relay_data``, ``_active_relays``        test_relay_layer
+C3   overridden ``CircuitV2Protocol._handle_reserve``, ``_handle_connect``   test_hostile_reach
+C4   read       ``CircuitV2Protocol._handle_hop_stream``                     test_relay_layer
+D1   overridden ``DCUtRProtocol._auto_drive_loop``                           test_libp2p_compat
+D2   overridden ``DCUtRProtocol._try_unilateral_upgrade``                    test_relay_layer
+D3   overridden ``DCUtRProtocol._have_direct_connection``                    test_relay_layer
+D4   overridden ``DCUtRProtocol._get_observed_addrs``                        test_relay_layer
+D5   overridden ``DCUtRProtocol._dial_peer``                                 test_scope_guard
+D6   read       ``DCUtRProtocol._direct_connections``, ``_hole_punch_attempts`` test_libp2p_compat
+A1   replaced   ``BasicHost._observed_addr_manager.record_observation``      test_scope_guard
+A2   replaced   ``GossipSub._do_px`` (per router)                            test_scope_guard
+==== ========== =========================================================== ====================
+
+All checked against py-libp2p 0.8.1 (:data:`SUPPORTED_LIBP2P_VERSION`).
+"""
+
+from __future__ import annotations
+
+from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
+from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
+from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
+from node.p2p.compat.sockets import patch_reuse_flags, share_port, tcp_socket_of
+from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slots
+from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
+from node.p2p.compat.yamux import patch_yamux
+
+__all__ = [
+    "SUPPORTED_LIBP2P_VERSION",
+    "GuardedPubsub",
+    "applied",
+    "apply",
+    "check_libp2p_version",
+    "set_libp2p_log_level",
+    "share_port",
+    "tcp_socket_of",
+    "use_clock",
+]
+
+_applied = False
+
+
+def apply() -> None:
+    """Check the libp2p version, then install every replacement of the table; once per process
+    (later calls return at once). Raises ``P2PError`` on another version or a missing name."""
+    global _applied
+    if _applied:
+        return
+    check_libp2p_version()
+    patch_inbound_slots()  # S1
+    patch_expired_peer_records()  # S2
+    patch_record_verification()  # R1
+    patch_record_sending()  # R2
+    patch_gossip_queues()  # P6
+    patch_yamux()  # Y1, Y2
+    patch_root_logging()  # L1
+    patch_reuse_flags()  # T2
+    _applied = True
+
+
+def applied() -> bool:
+    return _applied

@@ -1,0 +1,442 @@
+"""The py-libp2p compat package (``node.p2p.compat``): its table, one contract test per entry
+that no other test file covers, per-host settings, and the rule that no private libp2p name is
+used outside the package.
+
+Each entry of ``node.p2p.compat.table.ENTRIES`` names the libp2p names it relies on and its
+contract test; the tests here fail when a name disappears from the installed library, when a
+named test is missing, when docs/upstream.md lacks the entry, or when a new private access
+appears outside ``node/p2p/compat``. Real libp2p hosts where the behaviour needs them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import logging
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import libp2p.network.connection.swarm_connection as swarm_connection_module
+import libp2p.stream_muxer.yamux.yamux as yamux_module
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from libp2p.peer.peerstore import issue_and_cache_local_record
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+from libp2p.pubsub.pb.rpc_pb2 import RPC
+from multiaddr import Multiaddr
+
+from node.p2p import FramedStream, P2PConfig, P2PHost, compat
+from node.p2p.compat import yamux as compat_yamux
+from node.p2p.compat.pubsub import GuardedPubsub
+from node.p2p.compat.table import CHECKED_VERSION, ENTRIES, Entry
+from node.p2p.run import open_host
+from sync.reachability import ReachabilityConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPAT = ROOT / "node" / "p2p" / "compat"
+ECHO = "/test/compat-echo/1.0.0"
+
+# -- the table ------------------------------------------------------------------------------
+
+
+def _resolve(target: str) -> bool:
+    """Whether ``module:Owner.attr`` (or ``module:name``) exists in the installed libp2p: as an
+    attribute, or, for an instance attribute, assigned as ``self.attr`` in the owner's MRO."""
+    module_name, _, dotted = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    *owners, attr = dotted.split(".")
+    for name in owners:
+        obj = getattr(obj, name)
+    if hasattr(obj, attr):
+        return True
+    if not inspect.isclass(obj):
+        return False
+    for cls in obj.__mro__:
+        with_source = inspect.getmodule(cls)
+        if with_source is None or not with_source.__name__.startswith("libp2p"):
+            continue
+        if re.search(rf"self\.{re.escape(attr)}\s*(:[^=]*)?=", inspect.getsource(cls)):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.key)
+def test_every_libp2p_name_of_the_table_is_still_there(entry: Entry) -> None:
+    assert entry.checked == CHECKED_VERSION == compat.SUPPORTED_LIBP2P_VERSION
+    missing = [t for t in entry.targets if not _resolve(t)]
+    assert not missing, f"{entry.key}: gone from the installed libp2p: {missing}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.key)
+def test_every_entry_has_its_contract_test_and_its_upstream_note(entry: Entry) -> None:
+    path, _, function = entry.test.partition("::")
+    source = (ROOT / path).read_text()
+    assert re.search(rf"^(async )?def {function}\(", source, re.M), entry.test
+    assert (COMPAT / f"{entry.module}.py").exists()
+    upstream = (ROOT / "docs" / "upstream.md").read_text()
+    section = re.search(rf"^## {entry.key}\b.*?(?=^## |\Z)", upstream, re.M | re.S)
+    assert section, f"docs/upstream.md has no section for {entry.key}"
+    for target in entry.targets:
+        assert target.rsplit(".", 1)[-1].rsplit(":", 1)[-1] in section.group(0), target
+    table = (COMPAT / "__init__.py").read_text()
+    assert re.search(rf"^{entry.key}\s", table, re.M), f"{entry.key} not in compat's docstring"
+
+
+def _run_fresh(script: str) -> None:
+    """Run ``script`` in a fresh interpreter (nothing patched yet); it must exit 0."""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_apply_is_idempotent_and_checks_the_version_before_any_patch() -> None:
+    compat.apply()
+    compat.apply()
+    assert compat.applied()
+    # A fresh interpreter that sees another libp2p version: refused, nothing replaced.
+    script = (
+        "import importlib.metadata as m, libp2p.transport.tcp.tcp as t\n"
+        "real = m.version\n"
+        "m.version = lambda name: '0.9.0' if name == 'libp2p' else real(name)\n"
+        "before = t._set_reuse_flags\n"
+        "from node.p2p import compat\n"
+        "from node.p2p.frames import P2PError\n"
+        "try:\n"
+        "    compat.apply()\n"
+        "except P2PError as exc:\n"
+        "    assert '0.8.1' in str(exc)\n"
+        "else:\n"
+        "    raise SystemExit('applied on 0.9.0')\n"
+        "assert t._set_reuse_flags is before and not compat.applied()\n"
+    )
+    _run_fresh(script)
+
+
+# -- the rule: no private libp2p name outside node/p2p/compat -------------------------------
+
+#: Private libp2p names the code outside compat used before the package existed: a practical
+#: list (a static scan cannot tell a libp2p object from ours), extended with every private
+#: attribute and method name the installed libp2p itself defines.
+KNOWN_PRIVATE = frozenset({
+    "_host", "_peer_record", "_conn", "_swarm", "_direct_connections", "_hole_punch_attempts",
+    "_handle_hop_stream", "_read_stream_with_retry", "_relay_data", "_active_relays",
+    "_close_stream", "_auto_drive_loop", "_try_unilateral_upgrade", "_have_direct_connection",
+    "_verify_direct_connection", "_get_observed_addrs", "_set_reuse_flags",
+    "_handle_new_peer", "_handle_dead_peer", "_is_msg_seen", "_write_frame",
+})
+#: Modules outside compat allowed a name of the list on an object of their own (``self``).
+_SELF = {"self", "cls"}
+
+
+def _libp2p_private_names() -> frozenset[str]:
+    import libp2p
+
+    names: set[str] = set()
+    for path in Path(libp2p.__file__).parent.rglob("*.py"):
+        try:
+            tree = ast.parse(path.read_text())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+    return frozenset(n for n in names if n.startswith("_") and not n.startswith("__"))
+
+
+def private_uses(source: str, libp2p_private: frozenset[str]) -> list[str]:
+    """The private libp2p uses of one module outside compat (the rule of docs/upstream.md)."""
+    tree = ast.parse(source)
+    from_libp2p: set[str] = set()  # local names bound by a libp2p import
+    libp2p_bases: set[str] = set()  # classes of this module that subclass a libp2p class
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("libp2p"):
+            for alias in node.names:
+                from_libp2p.add(alias.asname or alias.name)
+                if alias.name.startswith("_"):
+                    found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("libp2p"):
+                    from_libp2p.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+                isinstance(b, ast.Name) and b.id in from_libp2p for b in node.bases):
+            libp2p_bases.add(node.name)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        item.name in libp2p_private):
+                    found.append(f"{item.lineno}: {node.name} overrides {item.name}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id in ("getattr", "hasattr", "setattr", "delattr")) and (
+                len(node.args) > 1 and isinstance(node.args[1], ast.Constant)) and (
+                node.args[1].value in KNOWN_PRIVATE | libp2p_private):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id == "setattr") and node.args:
+            root = node.args[0]
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in from_libp2p:
+                found.append(f"{node.lineno}: setattr on libp2p's {ast.unparse(node.args[0])}")
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and (
+                not node.attr.startswith("__")):
+            # On ``self``: our own attribute, unless the class is a libp2p subclass (below).
+            on_self = isinstance(node.value, ast.Name) and node.value.id in _SELF
+            if not on_self and (node.attr in KNOWN_PRIVATE or node.attr in libp2p_private):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    # ``self._x`` inside a libp2p subclass is libp2p's ``_x``, unless the class sets it itself
+    # (an attribute of ours that happens to share a libp2p name) and it is not a known one.
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                and n.name in libp2p_bases):
+        selfs = [n for n in ast.walk(cls) if isinstance(n, ast.Attribute)
+                 and isinstance(n.value, ast.Name) and n.value.id in _SELF]
+        own = {n.attr for n in selfs if isinstance(n.ctx, ast.Store)} - KNOWN_PRIVATE
+        for node in selfs:
+            if node.attr in libp2p_private and node.attr not in own:
+                found.append(f"{node.lineno}: {cls.name} uses {ast.unparse(node)}")
+    return found
+
+
+def test_the_scan_catches_each_kind_of_private_use() -> None:
+    names = frozenset({"_handle_new_peer", "_direct_connections", "_set_reuse_flags"})
+    source = (
+        "import libp2p.transport.tcp.tcp as tcp\n"
+        "from libp2p.pubsub.pubsub import Pubsub, _private_thing\n"
+        "class P(Pubsub):\n"
+        "    async def _handle_new_peer(self, p):\n"
+        "        await super()._handle_new_peer(p)\n"
+        "        self._direct_connections.clear()\n"
+        "class Ours:\n"
+        "    def __init__(self, h):\n"
+        "        self._host = h\n"  # our own attribute: allowed
+        "    def f(self, other):\n"
+        "        return other._host\n"
+        "setattr(tcp, '_set_reuse_flags', print)\n"
+        "getattr(tcp, '_set_reuse_flags')\n"
+    )
+    found = private_uses(source, names)
+    assert any("import _private_thing" in f for f in found)
+    assert any("overrides _handle_new_peer" in f for f in found)
+    assert any("super()._handle_new_peer" in f for f in found)
+    assert any("uses self._direct_connections" in f for f in found)
+    assert any("other._host" in f for f in found)
+    assert any("setattr on libp2p's tcp" in f for f in found)
+    assert any("getattr(tcp, '_set_reuse_flags')" in f for f in found)
+    assert not any("self._host" in f for f in found)
+
+
+def test_no_private_libp2p_name_is_used_outside_the_compat_package() -> None:
+    libp2p_private = _libp2p_private_names()
+    assert not KNOWN_PRIVATE - libp2p_private - {"_peer_record"}
+    offenders: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "node").rglob("*.py")):
+        if COMPAT in path.parents:
+            continue
+        if found := private_uses(path.read_text(), libp2p_private):
+            offenders[str(path.relative_to(ROOT))] = found
+    assert not offenders, (
+        "private libp2p names outside node/p2p/compat (move them there, with a table entry, "
+        f"or give P2PHost a public method): {offenders}")
+
+
+# -- contract tests of the entries no other file covers --------------------------------------
+
+
+def _bare_host(port: int) -> Any:
+    return new_host(key_pair=create_new_key_pair(),
+                    listen_addrs=[Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")])
+
+
+def test_r1_record_checked_once_per_receiving_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each receiving host verifies (and so stores in its own peerstore) a peer's record once:
+    a record one host accepted is not taken as accepted by another host of the process."""
+    import libp2p.pubsub.pubsub as pubsub_module
+    import libp2p.pubsub.utils as utils_module
+
+    compat.apply()
+    opened: list[Any] = []
+    original = utils_module.consume_envelope
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(utils_module, "consume_envelope", counted)
+    consume = pubsub_module.maybe_consume_signed_record
+    first, second, sender = _bare_host(4121), _bare_host(4122), _bare_host(4123)
+    record = issue_and_cache_local_record(sender)
+    rpc = RPC()
+    rpc.senderRecord = record
+    for receiver in (first, second):
+        for _ in range(20):
+            assert consume(rpc, receiver, sender.get_id())
+    assert len(opened) == 2  # once per receiving host
+
+
+async def _echo(stream: FramedStream) -> None:
+    async for frame in stream:
+        await stream.send(frame)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_p1_a_malformed_rpc_costs_one_stream_not_the_host() -> None:
+    """Bytes that are not an RPC protobuf on a pubsub stream: that stream is dropped and
+    counted (per host), the host goes on (0.8.1 let ``DecodeError`` end its network service)."""
+    async with open_host(Ed25519PrivateKey.generate()) as a, \
+            open_host(Ed25519PrivateKey.generate()) as b:
+        b.set_stream_handler(ECHO, _echo)
+        await b.subscribe("compat")
+        await a.connect(b.listen_addrs[0])
+        pubsub = b._gossip._pubsub
+        assert isinstance(pubsub, GuardedPubsub)
+        raw = await a._streams.open_raw(b.peer_id, PROTOCOL_ID_V11)
+        garbage = b"\x0a\xff\xff\xff\x0f"  # field 1, a length far past the end
+        await raw.write(bytes([len(garbage)]) + garbage)
+        with trio.fail_after(30):
+            while pubsub.bad_rpc_streams == 0:
+                await trio.sleep(0.05)
+        stream = await a.open_stream(b.peer_id, ECHO)
+        await stream.send(b"still up")
+        assert await stream.receive() == b"still up"
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_p6_two_hosts_keep_their_own_peer_queue_size() -> None:
+    """``gossip_peer_queue_size`` is per host: two hosts of one process with different sizes
+    each build their peers' outbound queues with their own (0.8.1's is 32; the patch once
+    kept the largest any host asked for, process-wide)."""
+    sizes = {}
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(gossip_peer_queue_size=64)) \
+            as small, open_host(Ed25519PrivateKey.generate(),
+                                P2PConfig(gossip_peer_queue_size=50_000)) as big, \
+            open_host(Ed25519PrivateKey.generate()) as hub:
+        await hub.subscribe("compat")
+        for host in (small, big):
+            await host.subscribe("compat")
+            await host.connect(hub.listen_addrs[0])
+        with trio.fail_after(30):
+            while len(sizes) < 2:
+                for host in (small, big):
+                    queue = host._gossip._pubsub.peer_queues.get(ID.from_base58(hub.peer_id))
+                    if queue is not None:
+                        sizes[host.peer_id] = queue._queue.max_size
+                await trio.sleep(0.05)
+        assert sizes == {small.peer_id: 64, big.peer_id: 50_000}
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_y2_frames_are_written_whole_without_debug_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With debug logging off no frame goes through 0.8.1's ``_write_frame`` (which builds a
+    debug f-string per frame); with it on, every frame does, log line and all."""
+    calls = [0]
+    original = compat_yamux._original_write_frame
+
+    async def counted(self: Any, data: bytes) -> None:
+        calls[0] += 1
+        assert original is not None
+        await original(self, data)
+
+    monkeypatch.setattr(compat_yamux, "_original_write_frame", counted)
+    logger = logging.getLogger(yamux_module.logger.name)
+    async with open_host(Ed25519PrivateKey.generate()) as a, \
+            open_host(Ed25519PrivateKey.generate()) as b:
+        b.set_stream_handler(ECHO, _echo)
+        await a.connect(b.listen_addrs[0])
+        stream = await a.open_stream(b.peer_id, ECHO)
+        for _ in range(20):
+            await stream.send(b"x" * 100)
+            assert await stream.receive() == b"x" * 100
+        assert calls[0] == 0
+        monkeypatch.setattr(logger, "level", logging.DEBUG)
+        monkeypatch.setattr(logger, "disabled", False)
+        logger.manager._clear_cache()  # type: ignore[attr-defined]
+        for _ in range(5):
+            await stream.send(b"y" * 100)
+            assert await stream.receive() == b"y" * 100
+        assert calls[0] >= 5
+    logger.manager._clear_cache()  # type: ignore[attr-defined]
+
+
+def test_l1_libp2p_never_configures_the_root_logger() -> None:
+    """0.8.1's swarm_connection logs on the root logger (``logging.debug``), which runs
+    ``basicConfig`` when the root has no handler; through the shim it cannot."""
+    compat.apply()
+    script = (
+        "import logging\n"
+        "from node.p2p import compat\n"
+        "compat.apply()\n"
+        "import libp2p.network.connection.swarm_connection as m\n"
+        "m.logging.debug('x'); m.logging.warning('y')\n"
+        "assert logging.root.handlers == [], logging.root.handlers\n"
+    )
+    _run_fresh(script)
+    assert swarm_connection_module.logging is not logging
+
+
+def _reuseport(host: P2PHost) -> set[int]:
+    listeners = host._host.get_network().listeners.values()
+    return {int(bool(sock.socket.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)))
+            for listener in listeners for sock in listener.listeners}
+
+
+async def _punch_source_port(host: P2PHost, target: P2PHost) -> int:
+    """The local port of a hole-punch style dial (from ``host``'s listen port) to ``target``:
+    the listen port when both sockets may share it, another one when libp2p fell back."""
+    port = int(host.listen_addrs[0].split("/")[4])
+    transport = host._host.get_network().transport_manager.get_transports()[0]
+    address = Multiaddr("/".join(target.listen_addrs[0].split("/")[:5]))
+    raw = await transport.dial_with_source(address, ("127.0.0.1", port))
+    try:
+        return int(raw.stream.stream.socket.getsockname()[1])
+    finally:
+        await raw.close()
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_t2_two_hosts_keep_their_own_reuse_flags() -> None:
+    """A host that punches holes shares its listen port (SO_REUSEPORT) and dials from it; one
+    that does not, opened in the same process (even the same task), keeps its port to itself,
+    in either order (the flags were once a process-wide function set by the last host built,
+    so the first host's punches left from another port)."""
+    plain, punching = P2PConfig(), P2PConfig(reachability=ReachabilityConfig(hole_punch=True))
+    async with open_host(Ed25519PrivateKey.generate(), punching) as first, \
+            open_host(Ed25519PrivateKey.generate(), punching) as other, \
+            open_host(Ed25519PrivateKey.generate(), plain) as last:
+        assert _reuseport(first) == _reuseport(other) == {1}
+        assert _reuseport(last) == {0}
+        first_port = int(first.listen_addrs[0].split("/")[4])
+        last_port = int(last.listen_addrs[0].split("/")[4])
+        assert await _punch_source_port(first, other) == first_port
+        assert await _punch_source_port(last, other) != last_port
+    async with open_host(Ed25519PrivateKey.generate(), plain) as alone:
+        assert _reuseport(alone) == {0}
+
+
+def test_d1_d6_the_dcutr_names_we_drive_are_still_used_by_the_library() -> None:
+    """D1: the service's ``run`` starts ``_auto_drive_loop`` (ours returns at once, so no
+    punch starts by itself); D6: the attempt count we reset is the one the library counts
+    and caps, and the "directly connected" cache we clear is the one it consults."""
+    from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
+
+    assert "self._auto_drive_loop" in inspect.getsource(DCUtRProtocol.run)
+    source = inspect.getsource(DCUtRProtocol)
+    assert "self._hole_punch_attempts[peer_id] = attempts + 1" in source
+    assert "peer_id in self._direct_connections" in source
+    assert "attempts >= MAX_HOLE_PUNCH_ATTEMPTS" in source
