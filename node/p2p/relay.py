@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -32,28 +31,13 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from node.clock import Clock, SystemClock
 from node.p2p.compat.relay import ResponderDCUtR, SharedRelay, check_relay_library
 from node.p2p.frames import DialError
+from node.p2p.relay_stats import RelayStats
 from node.p2p.scope_guard import Refusals
 from sync.reachability import ReachabilityConfig
 
 __all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]
 
 logger = logging.getLogger("node.p2p.relay")
-
-
-class RelayStats:
-    """Counters of relaying, for /metrics."""
-
-    def __init__(self) -> None:
-        self.relayed_bytes = 0  # bytes we forwarded for others as a relay
-        self.paced_s = 0.0  # seconds our rate limit held circuits back
-        self.reservations_made = 0
-        self.reservations_refused = 0
-        self.punch_ok = 0
-        self.punch_failed = 0
-        self.circuit_dials_ok = 0
-        self.circuit_dials_failed = 0
-        # Refused because the source network's share was used, by "reservation"/"circuit".
-        self.share_refused: Counter[str] = Counter()
 
 
 def connection_is_relayed(conn: INetConn) -> bool:

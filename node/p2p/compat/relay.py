@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import multiaddr
 import trio
@@ -43,12 +42,10 @@ from libp2p.relay.circuit_v2.resources import RelayLimits
 from node.clock import Clock
 from node.p2p.compat.version import check_libp2p_version
 from node.p2p.frames import P2PError
+from node.p2p.relay_stats import RelayStats
 from node.p2p.scope_guard import Refusals, punch_refusal
 from sync.networks import NetworkShare, network_of
 from sync.reachability import RateGate, ReachabilityConfig, address_scope
-
-if TYPE_CHECKING:
-    from node.p2p.relay import RelayStats
 
 __all__ = ["PacedRelay", "ResponderDCUtR", "SharedRelay", "check_relay_library"]
 
