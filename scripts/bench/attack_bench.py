@@ -447,7 +447,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         with contextlib.suppress(AssertionError):  # reported as acked_lost
             wait_for(lambda: lost() == 0, 60, "acked events missing")
         acked_lost = lost()
-        reach, reach_rows = reach_attacks(base / "reach", size)
+        reach, reach_rows = reach_attacks(base / "reach", size)  # 14-17 (attack_reach.py)
         rows += reach_rows
         result = {
             "size": size,

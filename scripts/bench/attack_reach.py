@@ -49,7 +49,7 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
         victim = start("lie-victim")
         seen = trio.run(hostile.lie_to, victim, 2)
         result["dialback_lie_public"] = seen["reachability_state"] == 2
-        rows.append(("12 dial-back lies, 2 ids", "ok 198.18.0.99, never dialled",
+        rows.append(("14 dial-back lies, 2 ids", "ok 198.18.0.99, never dialled",
                      f"state {seen['reachability_state']:.0f}, relay {seen['relay_serving']:.0f}"
                      f", lies {seen['dialback_lies_total']:.0f}, charged "
                      f"{seen['penalties']:.0f}"))
@@ -59,7 +59,7 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
         granted = trio.run(hostile.grab_reservations, relay.listen_addrs[0], relay.peer_id,
                            relay_ids)
         result["relay_reservations_one_source_max"] = granted
-        rows.append((f"13 relay, {relay_ids} ids one source", "a reservation each",
+        rows.append((f"15 relay, {relay_ids} ids one source", "a reservation each",
                      f"{granted} granted, refused "
                      f"{metric(relay, 'relay_share_refused_reservations_total'):.0f}"))
 
@@ -68,7 +68,7 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
         t0 = time.monotonic()
         drops, closed = trio.run(hostile.stall_pings, live, ids, ping_ids, ping_window, 6.0)
         result["liveness_honest_closed"] = drops
-        rows.append((f"14 late pings, {ping_ids} ids", "never / 6 s late (timeout 5 s)",
+        rows.append((f"16 late pings, {ping_ids} ids", "never / 6 s late (timeout 5 s)",
                      f"honest drops {drops}, liveness closes {closed}, "
                      f"{time.monotonic() - t0:.0f} s"))
 
@@ -77,7 +77,7 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
         ids = hostile.dialled_by(ecl, honest)
         fewest, squatters = trio.run(hostile.squat, ecl, ids, 12, eclipse_window)
         result["eclipse_honest_min"] = fewest
-        rows.append((f"15 eclipse, {squatters} mesh squatters", "watermarks 2/6, 3 dialled",
+        rows.append((f"17 eclipse, {squatters} mesh squatters", "watermarks 2/6, 3 dialled",
                      f"fewest honest held {fewest} of 3"))
     finally:
         for node in started:
