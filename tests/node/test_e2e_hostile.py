@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -19,6 +20,7 @@ from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds
 from sync.recon.session import ReconSession
 from sync.sds import SdsChannel, sds_pb2
+from sync.transfer import BUSY_FRAME
 from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
 from tests.node.hostile import hostile, meshed
 
@@ -38,17 +40,31 @@ def forged_events(count: int) -> list[bytes]:
     return out
 
 
+async def rejected(host: Any, peer: str, garbage: bytes) -> None:
+    """Send ``garbage`` on a Recon stream; the node must reset it. The node opens a Recon
+    session of its own with every new peer at once and answers BUSY to a second one meanwhile
+    (this host serves no Recon, so its own fails within moments): then send it again."""
+    with trio.fail_after(30):
+        while True:
+            async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+                await stream.send(garbage)
+                try:
+                    answer = await stream.receive()
+                except P2PError:
+                    return
+            assert answer == BUSY_FRAME, answer
+            await trio.sleep(0.2)
+
+
 async def attack(target: str) -> None:
     # Each attack comes from its own identity: a peer that breaks the protocol a few times is
     # banned (tests/node/test_hostile_transfer.py), and each of these must be rejected alone.
     async with hostile(target) as (host, peer):
         # 1. Garbage and truncated Recon frames.
         for garbage in (b"\x01\xff\xff\xff\xff", b"\x07nonsense", b"\x01"):
-            async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
-                await stream.send(garbage)
-                with pytest.raises(P2PError):
-                    await stream.receive()
+            await rejected(host, peer, garbage)
     async with hostile(target) as (host, peer):
+        await rejected(host, peer, b"\x01")  # the node is not busy with its own session now
         # 2. An oversized frame (5 MiB > the node's 4 MiB limit).
         # The node resets the stream on seeing the length prefix, maybe mid-send.
         with pytest.raises(P2PError):
@@ -69,6 +85,7 @@ async def attack(target: str) -> None:
             await host.publish(topic, wire)
         await trio.sleep(1)  # bad signatures handed over directly: the forger is banned
     async with hostile(target) as (host, peer):
+        await rejected(host, peer, b"\x01")  # the node is not busy with its own session now
         # 5. A Recon session that never ends: a valid first message, then silence.
         session = ReconSession.initiator(MemoryKeyStore(), [channel_bounds(1, "general")])
         async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
