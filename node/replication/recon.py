@@ -229,5 +229,9 @@ class ReconService(ReconSessions):
                 self.core.disconnected(event.peer_id, self.clock.now())
             if event.kind == "connected":
                 at_once = self.core.connected(event.peer_id, self.host.connected_peers(),
-                                              self.clock.now())
-                self._prompted("connected", int(at_once), int(not at_once))
+                                              self.clock.now(),
+                                              dialled=event.direction != "inbound")
+                if at_once is None:
+                    self._wake.set()  # a stranger's connection: the round, not a prompt
+                else:
+                    self._prompted("connected", int(at_once), int(not at_once))

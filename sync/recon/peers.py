@@ -217,13 +217,18 @@ class PeerScheduler:
             state = self.peers[peer] = PeerSyncState()
         return state
 
-    def connected(self, peer: str, connected: Collection[str], now: float) -> bool:
+    def connected(self, peer: str, connected: Collection[str], now: float,
+                  dialled: bool = True) -> bool | None:
         """A fresh connection is the moment a late joiner (or a restarted peer, or one behind a
-        healed link) and we need to catch up with each other: a prompt session with it.
-        Returns ``prompt``'s answer."""
+        healed link) and we need to catch up with each other: a prompt session with it when we
+        dialled it (the restarted side dials its peers, and one session serves both ways).
+        A connection a stranger opened only pokes the round: each one costing us a session at
+        once would let identities that connect and never answer hold sessions (and their
+        connections, protected from pruning) for nothing. Returns ``prompt``'s answer, None
+        when no prompt was asked."""
         self.state(peer, connected, now)
         self.poke()
-        return self.prompt(peer, now)
+        return self.prompt(peer, now) if dialled else None
 
     def disconnected(self, peer: str, now: float) -> None:
         self._prompts.pop(peer, None)  # (its limit stays: reconnecting does not reset it)

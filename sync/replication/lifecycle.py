@@ -161,10 +161,12 @@ class ReconLifecycle:
         self.poke()
         return Released()
 
-    def connected(self, peer: str, connected: Collection[str], now: float) -> bool:
-        """A new connection: a prompt session with ``peer`` (a restarted peer and we may each
-        lack what the other holds). False: deferred by the per-peer limit."""
-        return self.schedule.connected(peer, connected, now)
+    def connected(self, peer: str, connected: Collection[str], now: float,
+                  dialled: bool = True) -> bool | None:
+        """A new connection: a prompt session with ``peer`` when we dialled it (a restarted
+        peer and we may each lack what the other holds). False: deferred by the per-peer
+        limit; None: an inbound connection, which only pokes the round."""
+        return self.schedule.connected(peer, connected, now, dialled)
 
     def gap(self, senders: Iterable[str | None], connected: Collection[str],
             now: float) -> tuple[int, int]:

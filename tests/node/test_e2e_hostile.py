@@ -41,9 +41,9 @@ def forged_events(count: int) -> list[bytes]:
 
 
 async def rejected(host: Any, peer: str, garbage: bytes) -> None:
-    """Send ``garbage`` on a Recon stream; the node must reset it. The node opens a Recon
-    session of its own with every new peer at once and answers BUSY to a second one meanwhile
-    (this host serves no Recon, so its own fails within moments): then send it again."""
+    """Send ``garbage`` on a Recon stream; the node must reset it. A node answers BUSY while a
+    session of its own with that peer runs (a round may pick this host; it serves no Recon, so
+    that session fails within moments): then send it again."""
     with trio.fail_after(30):
         while True:
             async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
@@ -64,7 +64,7 @@ async def attack(target: str) -> None:
         for garbage in (b"\x01\xff\xff\xff\xff", b"\x07nonsense", b"\x01"):
             await rejected(host, peer, garbage)
     async with hostile(target) as (host, peer):
-        await rejected(host, peer, b"\x01")  # the node is not busy with its own session now
+        await rejected(host, peer, b"\x01")  # the node is not busy with a session of its own
         # 2. An oversized frame (5 MiB > the node's 4 MiB limit).
         # The node resets the stream on seeing the length prefix, maybe mid-send.
         with pytest.raises(P2PError):
@@ -85,7 +85,7 @@ async def attack(target: str) -> None:
             await host.publish(topic, wire)
         await trio.sleep(1)  # bad signatures handed over directly: the forger is banned
     async with hostile(target) as (host, peer):
-        await rejected(host, peer, b"\x01")  # the node is not busy with its own session now
+        await rejected(host, peer, b"\x01")  # the node is not busy with a session of its own
         # 5. A Recon session that never ends: a valid first message, then silence.
         session = ReconSession.initiator(MemoryKeyStore(), [channel_bounds(1, "general")])
         async with await host.open_stream(peer, RECON_PROTOCOL) as stream:

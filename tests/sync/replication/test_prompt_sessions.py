@@ -42,6 +42,15 @@ def test_a_peer_that_connects_is_reconciled_with_at_once() -> None:
     assert c.handle_timer(T + 0.5, PEERS, no_latency) == [StartSession("b")]
 
 
+def test_a_stranger_that_connects_to_us_gets_no_session_at_once() -> None:
+    """A connection we did not dial only pokes the round: identities that connect and never
+    answer must not each cost a session (holding their connections out of pruning)."""
+    c = defaults()
+    after_a_round(c, ["a", "c", "d"])
+    assert c.connected("b", PEERS, T + 0.5, dialled=False) is None
+    assert c.handle_timer(T + 0.5, PEERS, no_latency) == []
+
+
 def test_a_gap_in_a_peers_events_reconciles_with_that_peer_at_once() -> None:
     c = defaults()
     after_a_round(c, PEERS)
