@@ -234,10 +234,10 @@ async def _channels(node: EventsNode, _request: Request) -> Response:
             "lamport": ch.lamport,
             # The log's length is the database's; memory holds only the newest ids.
             "delivered": await node.store.read(count_events, name),
-            "delivered_in_memory": ch.delivered_in_memory,
-            "waiting": len(ch.waiting_ids),
-            "missing": len(ch.missing_ids),
-            "unacknowledged": len(ch.outgoing_ids),
+            "delivered_in_memory": len(ch.log),
+            "waiting": len(ch.incoming.waiting_ids),
+            "missing": len(ch.incoming.missing_ids),
+            "unacknowledged": len(ch.outgoing.ids),
         })
     return JSONResponse({"channels": out})
 

@@ -28,6 +28,7 @@ from sync.sds import (
     decode_state,
     state_reads,
 )
+from sync.sds.state import encode_state
 
 __all__ = ["ChannelMaker"]
 
@@ -68,7 +69,7 @@ class ChannelMaker:
         if state is None:
             if not log_entries:
                 return self.fresh(name, now)
-            state = self.fresh(name, now).export_state()
+            state = encode_state(self.fresh(name, now).snapshot())
         snap: bytes | ChannelState = state
         outgoing: dict[str, bytes] = {}
         delivered: tuple[ReadDelivered, set[str]] | None = None
@@ -100,11 +101,11 @@ class ChannelMaker:
         except Exception:  # a corrupt state blob must not keep the node down
             log.exception("cannot restore channel state; starting it afresh from the log",
                           extra=kv(channel=name))
-            ch = restore(self.fresh(name, now).export_state(), self.key)
-        if ch.outgoing_unrestored:
+            ch = restore(encode_state(self.fresh(name, now).snapshot()), self.key)
+        if ch.stats.outgoing_unrestored:
             log.warning("own unacknowledged events not in the log; not resent",
-                        extra=kv(channel=name, count=ch.outgoing_unrestored))
-        if ch.clock_recovered:
+                        extra=kv(channel=name, count=ch.stats.outgoing_unrestored))
+        if ch.stats.clock_recovered:
             self.metrics.inc("sds_clock_recovered_total", channel=name)
             log.warning("persisted Lamport clock out of range; reset within the clock rule",
                         extra=kv(channel=name, lamport=ch.lamport))

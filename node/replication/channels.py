@@ -47,6 +47,8 @@ from sync.sds import (
     SdsChannel,
     SdsConfig,
 )
+from sync.sds.state import encode_state
+from sync.sds.waku import send_reads
 from sync.stored_event import record_of_delivered
 
 __all__ = ["ChannelService", "UnknownChannel"]
@@ -175,7 +177,7 @@ class ChannelService(FetchedIngest):
         """
         ch = self.channel(name)
         started = self.clock.now()
-        read = ch.send_reads(contents)
+        read = send_reads(ch.log, contents) if ch.profile.is_waku else None
         if read is not None:  # a waku channel: were these payloads sent already?
             await self.reads.answer(name, ch, read)
         now = self.clock.wall()
@@ -205,7 +207,7 @@ class ChannelService(FetchedIngest):
         return own, error
 
     def is_missing(self, message_id: str) -> bool:
-        return any(ch.is_missing(message_id) for ch in self.channels.values())
+        return any(ch.incoming.is_missing(message_id) for ch in self.channels.values())
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -312,7 +314,7 @@ class ChannelService(FetchedIngest):
             if not members:  # the closed group, else our neighbours on the topic and us
                 members = len(self.allowed_senders or ()) or len(self.host.gossip_peers(
                     topic_of(self.network_id, name))) + 1
-            ch.set_member_estimate(members)
+            ch.repair.members.set_external(members)
 
     async def _state_loop(self) -> None:
         try:
@@ -329,7 +331,7 @@ class ChannelService(FetchedIngest):
         self._dirty.clear()
         now_ms = int(self.clock.wall() * 1000)
         for name in names:
-            await self.store.write(put_state, f"sds/{name}", self.channels[name].export_state(),
-                                   now_ms)
+            await self.store.write(put_state, f"sds/{name}",
+                                   encode_state(self.channels[name].snapshot()), now_ms)
 
 

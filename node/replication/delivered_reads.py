@@ -43,11 +43,11 @@ class DeliveredReads:
         """Read ``read`` and hand the answer to ``ch``; run the step right after (no await)."""
         for attempt in range(1, ATTEMPTS + 1):
             found = await self.read(name, read.ids)
-            if ch.answer_delivered(read, found, force=attempt == ATTEMPTS):
+            if ch.log.answer(read, found, force=attempt == ATTEMPTS):
                 return
             # Asked again from now: what memory held still is, what it lacked may not be.
             read = ReadDelivered(read.ids + tuple(read.not_held), read.held,
-                                 epoch=ch.delivered_epoch)
+                                 epoch=ch.log.added)
 
     async def answer_all(self, channels: Mapping[str, SdsChannel],
                          requests: Callable[[], Mapping[str, ReadDelivered]]) -> None:
@@ -58,7 +58,7 @@ class DeliveredReads:
         for attempt in range(1, ATTEMPTS + 1):
             reads = requests()
             found = {name: await self.read(name, read.ids) for name, read in reads.items()}
-            fresh = [channels[name].answer_delivered(read, found[name],
+            fresh = [channels[name].log.answer(read, found[name],
                                                      force=attempt == ATTEMPTS)
                      for name, read in reads.items()]
             if all(fresh):

@@ -135,7 +135,7 @@ def ingest_reads(batch: VerifiedBatch, positions: Sequence[int],
                 (batch.message_ids[i], batch.lamports[i], batch.histories[i]))
     out: dict[str, ReadDelivered] = {}
     for name, events in wanted.items():
-        read = channels[name].reads_for(events)
+        read = channels[name].log.reads_for_steps(events)
         if read is not None:
             out[name] = read
     return out
@@ -170,7 +170,7 @@ def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequen
                                     verify_signature=False)
             if batch.senders[i] == policy.own_id:
                 # An echo of ours is never delivered again; stored when SDS no longer holds it.
-                if ch.stores_own_echo(event):
+                if ch.log.takes_back(event):
                     out.records.append(_record(batch, wires, i))
             else:
                 ch.receive_event(event, now, peer=peer)

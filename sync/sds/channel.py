@@ -1,8 +1,15 @@
 """``SdsChannel``: SDS and SDS-R for one (channel, participant), sans-IO.
 
-Driven by ``send`` / ``send_ephemeral`` / ``receive`` / ``handle_timer``; read through
-``events()``, ``datagrams_to_send()`` and ``get_timer()``. ``now`` is always float seconds since
+Driven by ``send`` / ``send_ephemeral`` / ``receive`` / ``receive_event`` / ``deliver_settled``
+/ ``handle_timer``; read through ``events()``, ``datagrams_to_send()`` and ``get_timer()``;
+saved with ``snapshot()`` and rebuilt with ``restore``. ``now`` is always float seconds since
 the epoch; the Lamport clock works in epoch milliseconds.
+
+The channel decides what a step does and builds the messages; its layers hold the state, each
+an object of its own that the channel exposes for reading: ``log`` (the delivered ids,
+``sync.sds.delivered``: also the driver's reads), ``history`` (heads and tail),
+``incoming`` (delivery, the dependency buffer, the clock), ``outgoing`` (our unacknowledged
+messages), ``repair`` (SDS-R and the member estimate) and ``stats`` (counters).
 """
 
 from __future__ import annotations
@@ -21,21 +28,16 @@ from sync.sds.bloom import RollingBloomFilter
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
 from sync.sds.delivered import DeliveredIndex, ReadDelivered
-from sync.sds.dependencies import DependencyBuffer
 from sync.sds.events import (
-    Delivered,
-    DependencyLost,
     EphemeralReceived,
-    Evicted,
-    MissingDependencies,
-    MissingEntry,
     RepairAnswered,
     RepairRefused,
     RepairRequested,
     SdsEvent,
 )
 from sync.sds.history import CausalHistory
-from sync.sds.members import MemberEstimate, response_groups
+from sync.sds.incoming import Incoming
+from sync.sds.layers import ChannelLayers
 from sync.sds.message import (
     HistoryRef,
     SignedEvent,
@@ -44,15 +46,12 @@ from sync.sds.message import (
     verify_repair,
 )
 from sync.sds.outgoing import OutgoingBuffer
-from sync.sds.persist import REPAIR_SYNC_KEY, SYNC_KEY, load_log, load_state, snapshot_of
+from sync.sds.persist import load_log, load_state, snapshot_of
 from sync.sds.profile import profile_of
 from sync.sds.repair_buffers import RepairBuffers
-from sync.sds.state import (
-    ChannelState,
-    LogEntry,
-    decode_state,
-    encode_state,
-)
+from sync.sds.state import ChannelState, LogEntry, decode_state
+from sync.sds.stats import ChannelStats
+from sync.sds.sync_schedule import REPAIR_SYNC_KEY, SyncSchedule
 from sync.sds.timers import TimerKind, TimerQueue
 from sync.sds.waku import waku_message_id
 
@@ -83,21 +82,19 @@ class SdsChannel:
     ) -> None:
         """``bounded``: only the newest ``config.delivered_window`` delivered ids stay in
         memory; a step that must know about an older one raises ``DeliveredNeeded`` (nothing
-        done) for its driver to read the store and ``answer_delivered`` (docs/sds.md)."""
+        done) for its driver to read the store and answer (``log.answer``, docs/sds.md)."""
         if signing_key is not None and peer_id_of(signing_key) != participant_id:
             raise LocalProtocolError("participant_id is not the peer id of signing_key")
         self.channel_id = channel_id
         self.participant_id = participant_id
-        self.config = config or SdsConfig()
-        self.verify_signatures = verify_signatures
-        self._check_ids = self.config.check_message_ids
+        self.config = cfg = config or SdsConfig()
+        self._verify = verify_signatures
+        self._check_ids = cfg.check_message_ids
         self._key = signing_key
         self._rng = rng or random.Random(0)
-        cfg = self.config
         # The wire rules (ids, signatures, filter shape and hashing): sync.sds.profile.
         self.profile = profile_of(cfg)
-        self.bloom_params = self.profile.bloom_params
-        self._bloom = RollingBloomFilter(self.bloom_params, self.profile.bloom_window,
+        self._bloom = RollingBloomFilter(self.profile.bloom_params, self.profile.bloom_window,
                                          self.profile.indices)
         # What our transmissions carry: the unnamed ids, sized (a profile whose filter has
         # fixed parameters, waku's, always sends the full one).
@@ -107,63 +104,43 @@ class SdsChannel:
             self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound / 16, 1e-9)),
             cfg.bloom_small_max if self.profile.announces_bloom_params else 0,
             cfg.bloom_small_max_request_sync if self.profile.announces_bloom_params else 0)
-        self._lamport = int(now * 1000)
-        #: Set by ``restore`` when the persisted clock broke the clock rule and was reset.
-        self.clock_recovered = False
-        #: Set by ``restore``: our unacknowledged messages the saved state named whose wires
-        #: were not given back (they stay in the log; they are just not resent).
-        self.outgoing_unrestored = 0
-        #: Content messages received again after their delivery (resends, repairs, the same
-        #: event by gossip and by Recon): dropped here, counted for ``events_duplicate_total``.
-        self.duplicates_received = 0
+        self.stats = ChannelStats()
         self._timers = TimerQueue()
         self._events: list[SdsEvent] = []
         self._datagrams: list[bytes] = []
-        # Local log: delivered ids (the newest in memory, see DeliveredIndex); a sorted recent
-        # tail for histories.
-        self._log = DeliveredIndex(cfg.delivered_window, bounded)
-        # Heads (the frontier of the causal DAG, bounded), the log's tail and hints.
-        self._history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
-                                      cfg.head_ttl, cfg.delivered_window)
-        self._history.touch(now)
-        # Incoming buffer: waiting messages, who waits for which missing id, missing and lost
-        # ids (sync.sds.dependencies; bounded, docs/security.md "SDS buffers"). The channel
-        # keeps direct references to its dicts: the receive path reads them for every message.
-        self._deps = DependencyBuffer(cfg)
-        self._waiting = self._deps.waiting
-        self._waiters = self._deps.waiters
-        self._missing = self._deps.missing
-        self._lost = self._deps.lost
-        # Our unacknowledged messages and their resends (sync.sds.outgoing).
-        self._out = OutgoingBuffer(cfg, self._timers)
-        self._outgoing = self._out.entries
+        #: The delivered ids: the newest in memory (``sync.sds.delivered``).
+        self.log = DeliveredIndex(cfg.delivered_window, bounded)
+        #: Heads (the frontier of the causal DAG, bounded), the log's tail and hints.
+        self.history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
+                                     cfg.head_ttl, cfg.delivered_window)
+        self.history.touch(now)
+        #: SDS-R buffers, the cache of messages we may have to rebroadcast, the members.
+        self.repair = RepairBuffers(participant_id, cfg, self._timers, self.profile.repair_hash)
+        #: Delivery, waiting messages, missing and lost ids (bounded, docs/security.md "SDS
+        #: buffers"), the Lamport clock.
+        self.incoming = Incoming(cfg, self.log, self.history, self.repair, self._timers,
+                                 self._events, int(now * 1000))
+        #: Our unacknowledged messages and their resends.
+        self.outgoing = OutgoingBuffer(cfg, self._timers)
+        self._schedule = SyncSchedule(cfg, self._timers, self.repair, self._rng, now)
+        self._layers = ChannelLayers(cfg, self._timers, self.log, self.history, self._bloom,
+                                     self.incoming, self.outgoing, self.repair, self._schedule,
+                                     self.stats)
         # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
         self._others_seen: set[str] = set()
-        # How many members the channel has (SDS-R response groups, sync.sds.members).
-        self._members = MemberEstimate(cfg.member_window, cfg.max_members_tracked)
-        #: Repair requests ignored because their sender did not sign them (a relay or a
-        #: replay attached them to someone else's message): a counter for metrics.
-        self.repair_unsigned_ignored = 0
-        #: ... or because they rode on a message older than ``t_min`` (a replay).
-        self.repair_stale_ignored = 0
-        # SDS-R buffers and the cache of messages we may have to rebroadcast.
-        self._repair = RepairBuffers(participant_id, self.config, self._timers,
-                                     self.profile.repair_hash)
+        self._members = self.repair.members
         self._verified: dict[str, bytes] = {}
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
-        self._last_activity = now
-        self._sync_armed_at = now
-        # Resends of own messages since this object was made (a counter for metrics).
-        self.resends = 0
-        self._arm_sync(now)
+        self._schedule.arm(now)
 
     # ------------------------------------------------------------------ reading
     @property
     def lamport(self) -> int:
-        return self._lamport
+        return self.incoming.lamport
 
     def events(self) -> list[SdsEvent]:
-        out, self._events = self._events, []
+        out = self._events[:]
+        self._events.clear()  # (the layers append to this very list)
         return out
 
     def datagrams_to_send(self) -> list[bytes]:
@@ -174,65 +151,15 @@ class SdsChannel:
     def get_timer(self) -> float | None:
         return self._timers.next_deadline()
 
-    def log(self) -> list[tuple[int, str]]:
-        """The local log as (lamport, message_id), in log order: when ``bounded``, only the
-        part in memory (``delivered_in_memory`` entries; the store has the whole log)."""
-        return sorted((lamport, mid) for mid, lamport in self._log.items())
-
-    @property
-    def delivered_in_memory(self) -> int:
-        return len(self._log)
-
-    @property
-    def store_lookups(self) -> int:
-        """How often this channel asked its driver about ids memory did not hold."""
-        return self._log.lookups
-
-    @property
-    def delivered_epoch(self) -> int:
-        """Deliveries so far: a ``ReadDelivered`` made now carries it (``epoch``)."""
-        return self._log.added
-
-    def answer_delivered(self, read: ReadDelivered, found: Collection[str], *,
-                         force: bool = False) -> bool:
-        """The driver's answer to ``read`` (from ``DeliveredNeeded`` or ``reads_for``):
-        ``found``, those of ``read.ids`` in the log (committed or queued). Run the step again
-        next, before anything else touches this channel. False: the "not delivered" answers
-        were void (a whole window of deliveries came in while the driver read): read again,
-        or take them anyway with ``force``."""
-        return self._log.answer(read, found, force=force)
-
-    def reads_for(self, events: Iterable[tuple[str, int | None, Sequence[str]]]
-                  ) -> ReadDelivered | None:
-        """One request that settles every delivered-id question the steps for ``events``
-        ((message id, lamport, history ids), say an ingest batch: ``deliver_settled``, then
-        ``receive_event`` or ``stores_own_echo`` for each in turn) can ask, however the batch
-        goes; None when the channel is not bounded. Answer it, then run the steps."""
-        if not self._log.bounded:
-            return None
-        ids: list[str] = []
-        lamports: dict[str, int] = {}
-        for mid, lamport, history in events:
-            ids.append(mid)
-            ids.extend(history)
-            if lamport is not None:
-                lamports[mid] = lamport
-        return self._log.reads_for(ids, lamports)
-
-    def send_reads(self, contents: Iterable[bytes]) -> ReadDelivered | None:
-        """What ``send`` of ``contents`` must know first (a waku channel refuses a payload it
-        sent already: its id is the payload's hash); None: nothing."""
-        if not self.profile.is_waku or not self._log.bounded:
-            return None
-        return self._log.reads_for([waku_message_id(c) for c in contents], {})
-
-    def is_missing(self, message_id: str) -> bool:
-        """True while ``message_id`` is a known-missing dependency (no copy of the set)."""
-        return message_id in self._missing
-
-    def holds(self, message_id: str) -> bool:
-        """Received: delivered (as far as memory knows) or waiting for its dependencies."""
-        return message_id in self._waiting or self._log.in_memory(message_id)
+    def sizes(self) -> dict[str, int]:
+        """How much each bounded structure holds now (no copies: cheap enough to check
+        after every step, as the simulator does)."""
+        repair, incoming = self.repair, self.incoming
+        return {"heads": len(self.history.heads), "waiting": len(incoming.waiting),
+                "missing": len(incoming.missing), "repair_cache": len(repair.cache),
+                "repair_requests": len(repair.requests),
+                "repair_responses": len(repair.responses), "members": len(repair.members),
+                "outgoing": len(self.outgoing.entries)}
 
     def trust(self, event: SignedEvent) -> None:
         """Note that ``event``'s signature was verified elsewhere (say, in a worker thread), so
@@ -241,122 +168,46 @@ class SdsChannel:
         if event.signature is not None:
             self._remember_signature(event.message_id, event.signature)
 
-    def has_delivered(self, message_id: str, lamport: int | None = None) -> bool:
-        return self._log.contains(message_id, lamport)
-
-    def stores_own_echo(self, event: SignedEvent) -> bool:
-        """Whether an echo of one of our own events, fetched from a peer, must be stored.
-
-        ``receive`` ignores echoes of our own messages; one we no longer hold (a wiped
-        database, a restore from an older copy) is taken back so the log stays complete.
-        """
-        return event.lamport is not None and not self.has_delivered(event.message_id,
-                                                                     event.lamport)
-
-    def set_member_estimate(self, members: int) -> None:
-        """The node's own estimate of the channel's members (e.g. peers subscribed to its
-        topic); the channel uses the larger of it and the senders it heard recently."""
-        self._members.external = max(0, members)
-
-    def member_estimate(self, now: float) -> int:
-        return self._members.count(now)
-
-    def response_groups(self, now: float) -> int:
-        """SDS-R response groups G now: the config's, or ``members div 128 + 1``."""
-        repair = self._repair
-        if repair.auto_groups:
-            repair.groups = response_groups(self._members.count(now),
-                                            self.config.response_group_size)
-        return repair.groups
-
-    @property
-    def heads_count(self) -> int:
-        return len(self._history.heads)
-
-    @property
-    def heads_peak(self) -> int:
-        """The most DAG heads held at once (bounded by ``max_heads``)."""
-        return self._history.heads_peak
-
-    def sizes(self) -> dict[str, int]:
-        """How much each bounded structure holds now (no copies: cheap enough to check
-        after every step, as the simulator does)."""
-        repair = self._repair
-        return {"heads": len(self._history.heads), "waiting": len(self._waiting),
-                "missing": len(self._missing), "repair_cache": len(repair.cache),
-                "repair_requests": len(repair.requests),
-                "repair_responses": len(repair.responses), "members": len(self._members),
-                "outgoing": len(self._outgoing)}
-
-    @property
-    def repair_refusals(self) -> dict[str, int]:
-        """Repair answers refused so far, by bound: requester, cooldown, total."""
-        return dict(self._repair.budget.refused)
-
-    @property
-    def outgoing_ids(self) -> frozenset[str]:
-        return frozenset(self._outgoing)
-
-    @property
-    def waiting_ids(self) -> frozenset[str]:
-        return frozenset(self._waiting)
-
-    @property
-    def missing_ids(self) -> frozenset[str]:
-        return frozenset(self._missing)
-
-    @property
-    def repair_request_ids(self) -> frozenset[str]:
-        return frozenset(self._repair.requests)
-
-    @property
-    def repair_response_ids(self) -> frozenset[str]:
-        return frozenset(self._repair.responses)
-
-    def set_retrieval_hint(self, message_id: str, hint: bytes) -> None:
-        """Attach a retrieval hint to a logged message for the histories that name it."""
-        self._history.set_hint(message_id, hint)
-
     def forget(self, message_id: str) -> bool:
         """Undo the delivery of a message its node could not store, so that it is neither
         named in our histories, served as a repair, resent nor counted as logged; a later copy
         is delivered afresh. (Its bit in the rolling bloom filter stays until it rolls out: a
         filter cannot remove an element.)"""
-        if not self._log.discard(message_id):
+        if not self.log.discard(message_id):
             return False
-        self._history.forget(message_id)
-        self._repair.forget(message_id)
-        self._out.discard(message_id)
+        self.history.forget(message_id)
+        self.repair.forget(message_id)
+        self.outgoing.discard(message_id)
         return True
 
     # ------------------------------------------------------------------ sending
     def _tick(self, now: float) -> int:
-        lamport = max(int(now * 1000), self._lamport + 1)
+        lamport = max(int(now * 1000), self.incoming.lamport + 1)
         if lamport > LAMPORT_MAX:
             raise LocalProtocolError("lamport clock exhausted")
-        self._lamport = lamport
+        self.incoming.lamport = lamport
         return lamport
 
     def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None) -> bytes:
         """Create, log and return a content message to broadcast."""
         if not content:
             raise LocalProtocolError("content must not be empty (empty content is a sync)")
-        if self.profile.is_waku and self._log.contains(waku_message_id(content)):
+        if self.profile.is_waku and self.log.contains(waku_message_id(content)):
             # The id is the payload's hash: a second send would be the same message.
             raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
-        history = self._history.choose(self.config.causal_history_size, now, rng=self._rng)
+        history = self.history.choose(self.config.causal_history_size, now, rng=self._rng)
         event = self.profile.encode(
             self.channel_id, self.participant_id, lamport, history, content, self._key, self._rng
         )
         mid = event.message_id
         if retrieval_hint is not None:
-            self.set_retrieval_hint(mid, retrieval_hint)
+            self.history.set_hint(mid, retrieval_hint)
         self._ack_filter.named((h.message_id for h in history), self.participant_id)
         self._bloom.add(mid)
-        self._deliver(event, lost_dependency=False)
-        self._out.add(mid, event.wire, now, self._events, history=event.history_ids)
-        self._last_activity = now
+        self.incoming.deliver(event, lost_dependency=False)
+        self.outgoing.add(mid, event.wire, now, self._events, history=event.history_ids)
+        self._schedule.last_activity = now
         return event.wire + self._suffix(now, mid)
 
     def send_ephemeral(self, content: bytes, now: float) -> bytes:
@@ -373,13 +224,13 @@ class SdsChannel:
         would (its job is the requests; at scale these are most syncs, docs/sds.md)."""
         lamport = self._tick(now)
         if periodic:
-            history = self._history.choose(self.config.sync_history_size, now, rotate=True)
+            history = self.history.choose(self.config.sync_history_size, now, rotate=True)
         else:
-            history = self._history.choose(self.config.causal_history_size, now)
+            history = self.history.choose(self.config.causal_history_size, now)
         event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
                                     self._key, self._rng)
         self._ack_filter.named((h.message_id for h in history), self.participant_id)
-        self._last_activity = now
+        self._schedule.last_activity = now
         return event.wire + self._suffix(now, event.message_id, request_sync=not periodic)
 
     def _suffix(self, now: float, mid: str, *, requests: bool = True,
@@ -397,7 +248,7 @@ class SdsChannel:
         )
 
     def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
-        chosen = self._repair.take_due(now)
+        chosen = self.repair.take_due(now)
         if chosen:
             self._events.append(RepairRequested(tuple(r.message_id for r in chosen)))
         return chosen
@@ -409,7 +260,7 @@ class SdsChannel:
             tx = self.profile.decode(
                 data,
                 check_id=self._check_ids,
-                verify_signature=self.verify_signatures,
+                verify_signature=self._verify,
                 known_signatures=self._verified,
             )
             self._check_event(tx.event, now)
@@ -419,12 +270,12 @@ class SdsChannel:
                 # A waku channel's filters are never signed: taken as their sender's evidence
                 # (docs/interop.md, "Acknowledgements on a waku channel").
                 evidence = FilterEvidence(view, tx.bloom_filter, tx.bloom_signature,
-                                          trusted=not self.verify_signatures
+                                          trusted=not self._verify
                                           or not self.profile.signed)
         except RemoteProtocolError as exc:
             raise exc.from_peer(peer) from None
         event = tx.event
-        if event.signature is not None and self.verify_signatures:
+        if event.signature is not None and self._verify:
             self._remember_signature(event.message_id, event.signature)
         self._accept(event, evidence, tx.repair_request, now, tx.repair_signature)
 
@@ -454,9 +305,10 @@ class SdsChannel:
         # Resends wait up to 3 intervals while acknowledgements are slow (sync.sds.outgoing).
         horizon = int(now * 1000) - int(1000 * max(
             cfg.lost_timeout, 3 * cfg.resend_interval * (cfg.max_resends + 1)))
-        log, waiting, missing, waiters, lost = (self._log, self._waiting, self._missing,
-                                                self._waiters, self._lost)
-        own, outgoing = self.participant_id, self._outgoing
+        incoming = self.incoming
+        log, waiting, missing, waiters, lost = (self.log, incoming.waiting, incoming.missing,
+                                                incoming.waiters, incoming.lost)
+        own, outgoing = self.participant_id, self.outgoing.entries
         memory = log.memory
         stored: set[str] = set()
         if not log.complete:
@@ -481,11 +333,11 @@ class SdsChannel:
                 full.append(i)
                 continue
             log.add(mid, lamport)
-            if lamport > self._lamport:
-                self._lamport = lamport
+            if lamport > incoming.lamport:
+                incoming.lamport = lamport
             if len(self._others_seen) < cfg.ack_min_filters:
                 self._others_seen.add(sender)
-            self._repair.seen(mid)
+            self.repair.seen(mid)
             delivered.append(i)
         return delivered, full
 
@@ -502,17 +354,17 @@ class SdsChannel:
         what only the store knows (``DeliveredNeeded``, raised before anything changes)."""
         # While memory holds the whole log the store has nothing to add: no question, and no
         # call (issue 30: the receive path's per-step overhead).
-        log = self._log
+        log = self.log
         stored: Set[str] = _NOTHING_STORED if log.complete else self._stored_of(event)
         mid = event.message_id
         sender = event.sender_id
-        repair = self._repair
+        repair = self.repair
         if repair.requests or repair.responses:  # (nothing to forget otherwise: no call)
             repair.seen(mid)
         if sender == self.participant_id:
             return
         self._members.heard(sender, now)
-        self._history.touch(now)
+        self.history.touch(now)
         # (``is_ephemeral`` and ``is_sync`` spelled out: this runs for every message.)
         if event.lamport is None:
             self._receive_ephemeral(event)
@@ -525,38 +377,39 @@ class SdsChannel:
         history_ids = tuple([h.message_id for h in hist]) if hist else ()
         if hist:
             self._ack_filter.named(history_ids, sender)
-        if self._outgoing:
+        if self.outgoing.entries:
             needed = min(self.config.ack_min_filters, len(others))
-            self._out.review(event, evidence, self.channel_id, needed, self.profile.indices,
-                             self._events, now)
+            self.outgoing.review(event, evidence, self.channel_id, needed,
+                                 self.profile.indices, self._events, now)
         if repair_request:
             self._on_repair_requests(event, repair_request, repair_signature, now)
+        incoming = self.incoming
         if not event.content:  # a sync
-            self._last_activity = now
-            self._history.named_by_others(history_ids)
+            self._schedule.last_activity = now
+            self.history.named_by_others(history_ids)
             unknown = [h for h in event.causal_history
-                       if self._is_unknown(h.message_id) and h.message_id not in stored]
-            self._note_missing(unknown, now, charged_to=event.sender_id)
+                       if incoming.is_unknown(h.message_id) and h.message_id not in stored]
+            incoming.note_missing(unknown, now, charged_to=event.sender_id)
             return
         memory = log.memory
-        if mid in self._waiting or mid in memory:
+        if mid in incoming.waiting or mid in memory:
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
             # waiting for exactly the acknowledgement our sync carries. (Not a sync, so its
             # sender has no acknowledgement yet: say we have it.)
-            self.duplicates_received += 1
+            self.stats.duplicates_received += 1
             self._ack_filter.received(mid, sender, again=True)
             return
-        lost_ids = self._lost
+        lost_ids = incoming.lost
         if mid in stored:
-            self.duplicates_received += 1
+            self.stats.duplicates_received += 1
             return
-        self._last_activity = now
+        self._schedule.last_activity = now
         self._ack_filter.received(mid, sender)
         unmet: list[HistoryRef] = []
         lost = False
         for h in hist:
             if h.retrieval_hint is not None:
-                self._learn_hint(h)
+                incoming.learn_hint(h)
             if h.message_id in memory or h.message_id in stored:
                 continue
             if h.message_id in lost_ids:
@@ -564,14 +417,13 @@ class SdsChannel:
             else:
                 unmet.append(h)
         if not unmet:
-            self._deliver(event, lost_dependency=lost, history_ids=history_ids)
+            incoming.deliver(event, lost_dependency=lost, history_ids=history_ids)
             return
-        if not self._wait(event, {h.message_id for h in unmet}, lost):
+        if not incoming.wait(event, {h.message_id for h in unmet}, lost):
             return
-        if self._deps.unmiss(mid) is not None:
-            self._timers.cancel(TimerKind.LOST, mid)
-        self._note_missing([h for h in unmet if h.message_id not in self._waiting], now,
-                           charged_to=event.sender_id)
+        incoming.received(mid)
+        incoming.note_missing([h for h in unmet if h.message_id not in incoming.waiting], now,
+                              charged_to=event.sender_id)
 
     def _stored_of(self, event: SignedEvent) -> set[str]:
         """Those ids ``_accept`` of ``event`` must know about that memory cannot answer and
@@ -580,16 +432,16 @@ class SdsChannel:
         entries not in memory. Ids already known missing were not delivered when noted, and
         only a delivery (into memory) changes that: no question for them (a catch-up in
         Recon's key order names many). Asked before the step changes anything."""
-        log = self._log
+        log, incoming = self.log, self.incoming
         if log.complete or event.sender_id == self.participant_id or event.is_ephemeral:
             return set()
         if event.is_sync:
             return log.known(h.message_id for h in event.causal_history
-                             if self._is_unknown(h.message_id))
+                             if incoming.is_unknown(h.message_id))
         mid = event.message_id
-        if mid in self._waiting or log.in_memory(mid):
+        if mid in incoming.waiting or log.in_memory(mid):
             return set()  # a duplicate memory knows
-        lost, missing, waiters = self._lost, self._missing, self._waiters
+        lost, missing, waiters = incoming.lost, incoming.missing, incoming.waiters
         ask = [h.message_id for h in event.causal_history
                if not log.in_memory(h.message_id) and h.message_id not in lost
                and h.message_id not in missing and h.message_id not in waiters]
@@ -607,33 +459,17 @@ class SdsChannel:
         if self.profile.signed and (event.lamport is None
                                     or event.lamport < (now - self.config.t_min) * 1000):
             # (A waku channel's Lamport clock need not be epoch milliseconds: no such rule.)
-            self.repair_stale_ignored += 1
+            self.stats.repair_stale_ignored += 1
             return
-        if (self.verify_signatures and self.profile.signed
+        if (self._verify and self.profile.signed
                 and not verify_repair(event.sender_id, self.channel_id, event.message_id, refs,
                                       signature)):
-            self.repair_unsigned_ignored += 1
+            self.stats.repair_unsigned_ignored += 1
             return
-        self.response_groups(now)
-        refused = self._repair.on_requests(refs, now, event.sender_id)
+        self.repair.response_groups(now)
+        refused = self.repair.on_requests(refs, now, event.sender_id)
         if refused:
             self._events.append(RepairRefused(event.sender_id, tuple(refused)))
-
-    def _wait(self, event: SignedEvent, missing: set[str], lost: bool) -> bool:
-        """Hold ``event`` until ``missing`` is delivered, within the waiting buffer's bounds."""
-        evicted = self._deps.hold(event, missing, lost)
-        if evicted is None:
-            self._events.append(Evicted("waiting", event.message_id, event.sender_id))
-            return False
-        for old in evicted:
-            # Its copy may come again (a resend, a repair, Recon) and is then accepted afresh.
-            self._events.append(Evicted("waiting", old.event.message_id, old.event.sender_id))
-        return True
-
-    def _is_unknown(self, mid: str) -> bool:
-        """Not delivered as far as memory knows, not waiting, not lost."""
-        return (not self._log.in_memory(mid) and mid not in self._waiting
-                and mid not in self._lost)
 
     def _remember_signature(self, mid: str, signature: bytes) -> None:
         if mid not in self._verified:
@@ -650,121 +486,11 @@ class SdsChannel:
             seen.popitem(last=False)
         self._events.append(EphemeralReceived(event.message_id, event.sender_id, event.content))
 
-    def _learn_hint(self, h: HistoryRef) -> None:
-        assert h.retrieval_hint is not None
-        if self._history.knows_hint(h.message_id):
-            return
-        if self._log.in_memory(h.message_id):
-            self.set_retrieval_hint(h.message_id, h.retrieval_hint)
-        elif h.message_id in self._missing:
-            self._missing[h.message_id] = h
-
-    # ------------------------------------------------------------------ delivery
-    def _deliver(self, event: SignedEvent, *, lost_dependency: bool,
-                 history_ids: tuple[str, ...] | None = None) -> None:
-        """Log ``event``, then every waiting message this completes (cascade, no sweep).
-        ``history_ids``: ``event.history_ids`` if the caller has them already."""
-        if not self._waiters:
-            self._log_event(event, lost_dependency, history_ids)
-            return
-        stack = [(event, lost_dependency)]
-        while stack:
-            ev, lost = stack.pop()
-            self._log_event(ev, lost)
-            for waiter in self._waiters.pop(ev.message_id, ()):
-                waiting = self._waiting.get(waiter)
-                if waiting is None:
-                    continue
-                waiting.missing.discard(ev.message_id)
-                if not waiting.missing:
-                    self._deps.release(waiter)
-                    stack.append((waiting.event, waiting.lost_dependency))
-
-    def _log_event(self, ev: SignedEvent, lost: bool,
-                   history_ids: tuple[str, ...] | None = None) -> None:
-        mid = ev.message_id
-        lamport = ev.lamport
-        assert lamport is not None
-        self._log.add(mid, lamport)
-        if lamport > self._lamport:
-            self._lamport = lamport
-        # Not a head: a lost one (messages naming it were delivered already), nor one we knew
-        # was missing (a message we received named it: others learn of it from there).
-        # (Only a missing id is in the missing quota: no call for the common case.)
-        head = True
-        if mid in self._missing and self._deps.unmiss(mid) is not None:
-            self._timers.cancel(TimerKind.LOST, mid)
-            head = False
-        lost_ids = self._lost
-        if mid in lost_ids:
-            lost_ids.discard(mid)
-            head = False
-        if history_ids is None:
-            history_ids = ev.history_ids
-        self._history.logged(mid, lamport, ev.sender_id, history_ids, head=head)
-        self._repair.remember(mid, ev.sender_id, ev.wire)
-        self._events.append(
-            Delivered(mid, ev.sender_id, lamport, ev.content, history_ids, ev.wire, lost)
-        )
-
-    def _note_missing(self, refs: list[HistoryRef], now: float, *, charged_to: str) -> None:
-        new = []
-        for ref in refs:
-            mid = ref.message_id
-            if mid in self._missing:
-                continue
-            for old in self._deps.add_missing(ref, charged_to):
-                self._evict_missing(old)
-            self._timers.schedule(TimerKind.LOST, mid, now + self.config.lost_timeout)
-            self._repair.want(ref, now)
-            new.append(MissingEntry(mid, ref.retrieval_hint, ref.sender_id))
-        if new:
-            self._events.append(MissingDependencies(tuple(new)))
-
-    def _evict_missing(self, mid: str) -> None:
-        if self._deps.unmiss(mid) is None:
-            return
-        self._timers.cancel(TimerKind.LOST, mid)
-        self._repair.seen(mid)  # no more repair requests for it
-        self._events.append(Evicted("missing", mid))
-
-    def _declare_lost(self, mid: str) -> None:
-        ref = self._deps.unmiss(mid)
-        if ref is None:
-            return
-        self._repair.seen(mid)
-        pending = [mid]
-        while pending:
-            lost_id = pending.pop()
-            self._lost.add(lost_id)
-            dependants = tuple(self._waiters.pop(lost_id, ()))
-            self._events.append(DependencyLost(lost_id, dependants))
-            for waiter in dependants:
-                waiting = self._waiting.get(waiter)
-                if waiting is None:
-                    continue
-                waiting.missing.discard(lost_id)
-                waiting.lost_dependency = True
-                if self.config.lost_policy == "drop":
-                    self._deps.release(waiter)
-                    pending.append(waiter)
-                elif not waiting.missing:
-                    self._deps.release(waiter)
-                    self._deliver(waiting.event, lost_dependency=True)
-
     # ------------------------------------------------------------------ timers
-    def _arm_sync(self, base: float) -> None:
-        self._sync_armed_at = base
-        cfg = self.config
-        jitter = cfg.sync_jitter
-        if cfg.sync_jitter_scaled and self._repair.auto_groups:
-            jitter *= self.response_groups(base)
-        delay = cfg.sync_interval + self._rng.uniform(0.0, jitter)
-        self._timers.schedule(TimerKind.SYNC, SYNC_KEY, base + delay)
-
     def handle_timer(self, now: float) -> None:
         """Run every timer due at ``now``; outgoing messages go to ``datagrams_to_send()``."""
-        self._history.touch(now)
+        self.history.touch(now)
+        schedule = self._schedule
         while True:
             due = self._timers.pop_due(now)
             if not due:
@@ -772,86 +498,52 @@ class SdsChannel:
             want_sync = periodic = False
             for kind, key in due:
                 if kind is TimerKind.LOST:
-                    self._declare_lost(key)
+                    self.incoming.declare_lost(key)
                 elif kind is TimerKind.RESEND:
                     self._resend(key, now)
                 elif kind is TimerKind.REPAIR_RESPONSE:
                     self._answer_repair(key, now)
                 elif kind is TimerKind.REPAIR_REQUEST:
-                    if key in self._repair.requests:
-                        want_sync = want_sync or self._linger(now)
+                    if key in self.repair.requests:
+                        want_sync = want_sync or schedule.linger(now)
                 elif kind is TimerKind.SYNC and key == REPAIR_SYNC_KEY:
-                    want_sync = want_sync or self._repair.has_due(now)
+                    want_sync = want_sync or self.repair.has_due(now)
                 elif kind is TimerKind.SYNC:
-                    periodic = periodic or self._periodic_sync_due(now)
+                    periodic = periodic or schedule.periodic_due(now, has_log=bool(self.log))
             if want_sync or periodic:
                 self._send_sync(now, periodic=periodic)
 
-    def _linger(self, now: float) -> bool:
-        """A request fell due: send it now, or (``repair_linger``) on whatever we send within
-        the linger, so that requests falling due close together share one message."""
-        linger = self._linger_s(now)
-        if linger <= 0:
-            return True
-        self._arm_linger(now + linger)
-        return False
-
-    def _linger_s(self, now: float) -> float:
-        cfg = self.config
-        # Longer in a larger group (G = N div 128 + 1), where a member has more entries
-        # falling due to share a message; never beyond T_min, the spec's shortest wait.
-        scale = self.response_groups(now) if self._repair.auto_groups else 1
-        return min(cfg.repair_linger * scale, cfg.t_min)
-
-    def _arm_linger(self, at: float) -> None:
-        if self._timers.due(TimerKind.SYNC, REPAIR_SYNC_KEY) is None:
-            self._timers.schedule(TimerKind.SYNC, REPAIR_SYNC_KEY, at)
-
-    def _periodic_sync_due(self, now: float) -> bool:
-        if self._last_activity > self._sync_armed_at:
-            # Somebody broadcast since we armed: back off from that instead.
-            self._arm_sync(self._last_activity)
-            return False
-        if not self._log:
-            # Nothing to say: no history, no filter content (due repairs have their own timer).
-            self._arm_sync(now)
-            return False
-        return True
-
     def _send_sync(self, now: float, *, periodic: bool = True) -> None:
         self._datagrams.append(self._sync_message(now, periodic=periodic))
-        self._repair.pace_due(now)
-        self._arm_sync(now)
+        self.repair.pace_due(now)
+        self._schedule.arm(now)
 
     def _resend(self, mid: str, now: float) -> None:
-        wire = self._out.due(mid, now, self._events)
+        wire = self.outgoing.due(mid, now, self._events)
         if wire is None:
             return
-        self.resends += 1
+        self.stats.resends += 1
         # No repair requests on a resend: they would ride on an old message, which receivers
         # take for a replay (``_on_repair_requests``); our next sync carries them.
         self._datagrams.append(wire + self._suffix(now, mid, requests=False))
-        self._last_activity = now
+        self._schedule.last_activity = now
 
     def _answer_repair(self, mid: str, now: float) -> None:
-        wire = self._repair.respond(mid, now)
+        wire = self.repair.respond(mid, now)
         if wire is None:
             return
         # A signed channel's answer goes without our filter: its signature would be checked
         # against the message's sender, not us, so it could only cost bytes (most of them).
         self._datagrams.append(wire if self.profile.signed
                                else wire + self._suffix(now, mid, requests=False))
-        self._last_activity = now
+        self._schedule.last_activity = now
         self._events.append(RepairAnswered(mid))
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> ChannelState:
-        """What ``export_state`` persists: the clock, the buffers, the repair buffers, the heads
-        and when each timer is due (``sync.sds.persist``)."""
-        return snapshot_of(self)
-
-    def export_state(self) -> bytes:
-        return encode_state(self.snapshot())
+        """What is persisted (``encode_state``): the clock, the buffers, the repair buffers,
+        the heads and when each timer is due (``sync.sds.persist``)."""
+        return snapshot_of(self._layers, self.channel_id, self.participant_id)
 
     @classmethod
     def restore(
@@ -870,7 +562,8 @@ class SdsChannel:
         log_truncated: bool = False,
         delivered: tuple[ReadDelivered, Collection[str]] | None = None,
     ) -> SdsChannel:
-        """Rebuild a channel from ``export_state()`` output and the persisted log.
+        """Rebuild a channel from a ``snapshot()`` (or its ``encode_state`` bytes) and the
+        persisted log.
 
         ``log``: delivered (message_id, lamport) or (message_id, lamport, sender_id): the whole
         log, or when ``bounded`` and ``log_truncated`` its newest part (at least
@@ -878,17 +571,16 @@ class SdsChannel:
         answer to ``state_reads(state, ...)``, asked before); the bloom filter is
         rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
         messages, to serve repairs. ``outgoing_wires``: id -> canonical wire of our own
-        unacknowledged messages, which the state names by id only (``outgoing_ids_of``); any
-        missing here is looked for in ``cached_wires``. ``state`` may be the decoded
-        ``ChannelState``. A malformed state raises ``RemoteProtocolError``.
+        unacknowledged messages, which the state names by id only; any missing here is
+        looked for in ``cached_wires``. A malformed state raises ``RemoteProtocolError``.
         """
         snap = decode_state(state) if isinstance(state, bytes) else state
         ch = cls(snap.channel_id, snap.participant_id, signing_key, config=config, rng=rng,
                  now=now, verify_signatures=verify_signatures, bounded=bounded)
         try:
-            load_log(ch, log, truncated=log_truncated)
+            load_log(ch._layers, log, truncated=log_truncated)
             if delivered is not None:
-                ch.answer_delivered(*delivered, force=True)
+                ch.log.answer(*delivered, force=True)
             wanted = {o.message_id for o in snap.outgoing if o.wire is None}
             wires = dict(outgoing_wires or {})
             cached: list[tuple[str, str, bytes]] = []
@@ -900,10 +592,10 @@ class SdsChannel:
                 if event.message_id in wanted:
                     wires.setdefault(event.message_id, event.wire)
                 del event
-            load_state(ch, snap, now, wires)
+            load_state(ch._layers, snap, now, wires)
             for mid, sender, wire in cached:
-                if ch._log.in_memory(mid):
-                    ch._repair.remember(mid, sender, wire)
+                if ch.log.in_memory(mid):
+                    ch.repair.remember(mid, sender, wire)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RemoteProtocolError(f"bad channel state: {exc}") from None
         return ch

@@ -19,13 +19,15 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from sync.sds.message import SignedEvent
+
 __all__ = ["DeliveredIndex", "DeliveredNeeded", "ReadDelivered"]
 
 
 @dataclass(frozen=True)
 class ReadDelivered:
     """A request to the driver: which of ``ids`` are in this channel's log (committed or
-    queued to be)? Answer with ``SdsChannel.answer_delivered(read, found)``.
+    queued to be)? Answer with ``SdsChannel.log.answer(read, found)``.
 
     ``held`` / ``not_held``: what memory could say when the request was made (an ingest batch
     asks for every id it names up front: a long batch may evict some of them from memory
@@ -167,6 +169,34 @@ class DeliveredIndex:
                 ask.append(mid)
         self.lookups += bool(ask)
         return ReadDelivered(tuple(ask), frozenset(held), frozenset(not_held), self.added)
+
+    def reads_for_steps(self, events: Iterable[tuple[str, int | None, Sequence[str]]]
+                        ) -> ReadDelivered | None:
+        """One request that settles every delivered-id question the channel's steps for
+        ``events`` ((message id, lamport, history ids), say an ingest batch:
+        ``deliver_settled``, then ``receive_event`` or ``takes_back`` for each in turn) can
+        ask, however the batch goes; None when not bounded. Answer it, then run the steps."""
+        if not self._bounded:
+            return None
+        ids: list[str] = []
+        lamports: dict[str, int] = {}
+        for mid, lamport, history in events:
+            ids.append(mid)
+            ids.extend(history)
+            if lamport is not None:
+                lamports[mid] = lamport
+        return self.reads_for(ids, lamports)
+
+    def takes_back(self, event: SignedEvent) -> bool:
+        """Whether an echo of one of our own events, fetched from a peer, must be stored:
+        ``receive`` ignores echoes of our own messages; one the log no longer holds (a wiped
+        database, a restore from an older copy) is taken back so the log stays complete."""
+        return event.lamport is not None and not self.contains(event.message_id, event.lamport)
+
+    def entries(self) -> list[tuple[int, str]]:
+        """(lamport, message_id) in log order: when bounded, only the part in memory (the
+        store has the whole log)."""
+        return sorted((lamport, mid) for mid, lamport in self._recent.items())
 
     def answer(self, read: ReadDelivered, found: Collection[str], *, force: bool = False) -> bool:
         """Take the driver's answer to ``read`` (it replaces the previous one). Returns False

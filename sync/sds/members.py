@@ -31,6 +31,11 @@ class MemberEstimate:
         self._seen: OrderedDict[str, float] = OrderedDict()
         self.external = 0
 
+    def set_external(self, members: int) -> None:
+        """The node's own estimate of the channel's members (e.g. peers subscribed to its
+        topic); the count is the larger of it and the senders heard recently."""
+        self.external = max(0, members)
+
     def heard(self, sender: str, now: float) -> None:
         seen = self._seen
         try:  # (a known sender, the common case, in one lookup: every reception calls this)

@@ -49,6 +49,10 @@ class OutgoingBuffer:
         self._ack_delay: float | None = None
         self._ack_dev = 0.0
 
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(self.entries)
+
     def timeout(self) -> float:
         """How long a message waits for its acknowledgement before its first resend: the
         configured interval, or longer while acknowledgements take longer (issue 31: at a

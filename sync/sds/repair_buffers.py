@@ -1,5 +1,6 @@
-"""SDS-R state of one participant: the outgoing and incoming repair request buffers and the cache
-of full messages it may be asked to rebroadcast."""
+"""SDS-R state of one participant: the outgoing and incoming repair request buffers, the cache
+of full messages it may be asked to rebroadcast, and the estimate of the channel's members that
+sizes the response groups. A layer of an ``SdsChannel``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import heapq
 from collections import OrderedDict
 
 from sync.sds.config import SdsConfig
+from sync.sds.members import MemberEstimate, response_groups
 from sync.sds.message import HistoryRef
 from sync.sds.repair import RepairHash, in_response_group, repair_hash, t_req, t_resp
 from sync.sds.repair_budget import RepairBudget
@@ -40,6 +42,29 @@ class RepairBuffers:
         self.cache: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         #: Bytes of wires in ``cache`` (bounded by ``repair_cache_bytes``).
         self.cache_bytes = 0
+        #: How many members the channel has (response groups, ``sync.sds.members``); the
+        #: node may set ``members.external``, its own estimate (say, its topic's subscribers).
+        self.members = MemberEstimate(config.member_window, config.max_members_tracked)
+
+    def response_groups(self, now: float) -> int:
+        """SDS-R response groups G now: the config's, or ``members div 128 + 1``."""
+        if self.auto_groups:
+            self.groups = response_groups(self.members.count(now),
+                                          self.config.response_group_size)
+        return self.groups
+
+    @property
+    def request_ids(self) -> frozenset[str]:
+        return frozenset(self.requests)
+
+    @property
+    def response_ids(self) -> frozenset[str]:
+        return frozenset(self.responses)
+
+    @property
+    def refusals(self) -> dict[str, int]:
+        """Repair answers refused so far, by bound: requester, cooldown, total."""
+        return dict(self.budget.refused)
 
     def remember(self, mid: str, sender: str, wire: bytes) -> None:
         """Cache a delivered message if we may have to answer for it."""
@@ -136,6 +161,11 @@ class RepairBuffers:
             self.responses[mid] = when
             self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
         return refused
+
+    def restore_response(self, mid: str, when: float) -> None:
+        """An answer from saved state, due at ``when``."""
+        self.responses[mid] = when
+        self._timers.schedule(TimerKind.REPAIR_RESPONSE, mid, when)
 
     def respond(self, mid: str, now: float) -> bytes | None:
         """The wire to rebroadcast for a due response, if it is still wanted, cached and

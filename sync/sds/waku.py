@@ -24,11 +24,13 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Iterable
 
 import mmh3
 
 from sync.errors import ErrorKind, RemoteProtocolError
 from sync.sds.bloom import BloomParams
+from sync.sds.delivered import DeliveredIndex, ReadDelivered
 
 __all__ = [
     "WAKU_BLOOM",
@@ -39,6 +41,7 @@ __all__ = [
     "WAKU_BLOOM_HASHES",
     "WAKU_CAUSAL_HISTORY_SIZE",
     "check_waku_message_id",
+    "send_reads",
     "waku_bloom_indices",
     "waku_hash_n",
     "waku_message_id",
@@ -65,6 +68,14 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 def waku_message_id(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
+
+
+def send_reads(log: DeliveredIndex, contents: Iterable[bytes]) -> ReadDelivered | None:
+    """What sending ``contents`` on a waku channel whose log is ``log`` must know first (it
+    refuses a payload it sent already: the id is the payload's hash); None: nothing to ask."""
+    if not log.bounded:
+        return None
+    return log.reads_for([waku_message_id(c) for c in contents], {})
 
 
 def check_waku_message_id(message_id: str, payload: bytes) -> None:

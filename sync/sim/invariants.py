@@ -22,7 +22,7 @@ def check_ack(sim: Simulation, m: Member, mid: str) -> None:
     no = sim.msg_no.get(mid)
     if no is not None and sim.honest_holders[no] >= 2:
         return  # the sender and at least one other honest member delivered it
-    if not any(o is not m and o.honest and o.channel.holds(mid) for o in sim.members):
+    if not any(o is not m and o.honest and o.channel.incoming.holds(mid) for o in sim.members):
         raise sim.fail(f"member {m.index} saw {mid[:12]} acknowledged while no other "
                         "honest member holds it")
 

@@ -31,6 +31,7 @@ from sync.sds import (
     SdsChannel,
     decode_transmission,
 )
+from sync.sds.state import encode_state
 from sync.sim import invariants
 from sync.sim.hostile import HOSTILE, Hostile
 from sync.sim.network import Mesh
@@ -444,8 +445,8 @@ class Simulation:
         """A crashed member comes back from its saved state and its persisted log."""
         sc = self.sc
         ch = m.channel
-        state = ch.export_state()
-        log = [(mid, lamport) for lamport, mid in ch.log()]
+        state = encode_state(ch.snapshot())
+        log = [(mid, lamport) for lamport, mid in ch.log.entries()]
         recent = [self.wires[mid] for mid, _ in log[-sc.sds.repair_cache_size:]
                   if mid in self.wires]
         m.channel = SdsChannel.restore(state, m.key if sc.signed else None, log=log,

@@ -125,13 +125,13 @@ class Network:
             pass
 
     def quiet(self) -> bool:
-        logs = [n.ch.log() for n in self.nodes]
+        logs = [n.ch.log.entries() for n in self.nodes]
         return (
             not self._queue
             and all(log == logs[0] for log in logs)
             and all(
-                not (n.ch.outgoing_ids or n.ch.waiting_ids or n.ch.missing_ids)
-                and not (n.ch.repair_request_ids or n.ch.repair_response_ids)
+                not (n.ch.outgoing.ids or n.ch.incoming.waiting_ids or n.ch.incoming.missing_ids)
+                and not (n.ch.repair.request_ids or n.ch.repair.response_ids)
                 for n in self.nodes
             )
         )

@@ -122,13 +122,13 @@ def test_restore_recovers_a_poisoned_persisted_clock() -> None:
     ch = channel(0)
     ch.send(b"hello", T0)
     state = dataclasses.replace(ch.snapshot(), lamport=(1 << 64) - (1 << 32) - 1)
-    log = [(mid, lamport) for lamport, mid in ch.log()]
+    log = [(mid, lamport) for lamport, mid in ch.log.entries()]
     restored = type(ch).restore(encode_state(state), key(0), log=log,
                                 config=ch.config, now=T0 + 5)
-    assert restored.clock_recovered
+    assert restored.stats.clock_recovered
     assert restored.lamport == int((T0 + 5) * 1000)
     restored.send(b"after restart", T0 + 5)
     assert restored.lamport <= LAMPORT_MAX
 
-    healthy = type(ch).restore(ch.export_state(), key(0), log=log, config=ch.config, now=T0 + 5)
-    assert not healthy.clock_recovered
+    healthy = type(ch).restore(ch.snapshot(), key(0), log=log, config=ch.config, now=T0 + 5)
+    assert not healthy.stats.clock_recovered

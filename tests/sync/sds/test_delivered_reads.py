@@ -25,6 +25,8 @@ from sync.sds import (
     SdsConfig,
     decode_event,
 )
+from sync.sds.state import encode_state
+from sync.sds.waku import send_reads
 from tests.sync.replication.test_ingest_core import history
 from tests.sync.sds.helpers import CHANNEL, T0, channel, of_type
 from tests.sync.sds.test_window import CFG, Store, group_wires
@@ -42,15 +44,17 @@ def _filled(store: Store, wires: list[bytes], now: float = T0 + 5) -> SdsChannel
     for wire in wires:
         store.step(ch, lambda: ch.receive(wire, now))  # noqa: B023 (run at once)
         store.keep(ch)
-    assert ch.delivered_in_memory == CFG.delivered_window < len(store.ids)
+    assert len(ch.log) == CFG.delivered_window < len(store.ids)
     return ch
 
 
 def _asks_and_does_nothing(ch: SdsChannel, run: Callable[[], object]) -> ReadDelivered:
-    before = (ch.export_state(), ch.log(), ch.lamport, ch.duplicates_received)
+    before = (encode_state(ch.snapshot()), ch.log.entries(), ch.lamport,
+              ch.stats.duplicates_received)
     with pytest.raises(DeliveredNeeded) as need:
         run()
-    assert (ch.export_state(), ch.log(), ch.lamport, ch.duplicates_received) == before
+    assert (encode_state(ch.snapshot()), ch.log.entries(), ch.lamport,
+            ch.stats.duplicates_received) == before
     assert ch.events() == [] and ch.datagrams_to_send() == []
     return need.value.read
 
@@ -64,7 +68,7 @@ def test_an_old_duplicate_is_a_question_then_a_duplicate() -> None:
     assert old.message_id in read.ids
     store.answer(ch, read)
     ch.receive(wires[0], T0 + 6)
-    assert of_type(ch.events(), Delivered) == [] and ch.duplicates_received == 1
+    assert of_type(ch.events(), Delivered) == [] and ch.stats.duplicates_received == 1
 
 
 def test_a_sync_naming_old_ids_asks_once_then_notes_nothing_missing() -> None:
@@ -84,7 +88,7 @@ def test_a_sync_naming_old_ids_asks_once_then_notes_nothing_missing() -> None:
     assert named and named <= {e.message_id for e in olds} and named <= set(read.ids)
     store.answer(ch, read)
     ch.receive(sync, T0 + 1000)
-    assert ch.missing_ids == frozenset()
+    assert ch.incoming.missing_ids == frozenset()
 
 
 def test_the_bulk_path_and_own_echo_check_ask_before_anything() -> None:
@@ -96,9 +100,9 @@ def test_the_bulk_path_and_own_echo_check_ask_before_anything() -> None:
     assert lamport is not None
     _asks_and_does_nothing(ch, lambda: ch.deliver_settled(
         [e.message_id], [e.sender_id], [lamport], [e.history_ids], LATER))
-    _asks_and_does_nothing(ch, lambda: ch.has_delivered(e.message_id, e.lamport))
-    store.answer(ch, ch.reads_for([(e.message_id, e.lamport, e.history_ids)]))
-    assert ch.has_delivered(e.message_id, e.lamport)
+    _asks_and_does_nothing(ch, lambda: ch.log.contains(e.message_id, e.lamport))
+    store.answer(ch, ch.log.reads_for_steps([(e.message_id, e.lamport, e.history_ids)]))
+    assert ch.log.contains(e.message_id, e.lamport)
     done, full = ch.deliver_settled([e.message_id], [e.sender_id], [lamport],
                                     [e.history_ids], LATER)
     assert (done, full) == ([], [])  # held (the store said so): a duplicate
@@ -110,11 +114,11 @@ def test_a_waku_send_asks_whether_the_payload_was_sent() -> None:
     ch = _bounded(config=cfg)
     store = Store()
     for n in range(100):  # once the window is full, every send asks (as the node does)
-        store.answer(ch, ch.send_reads([f"w{n}".encode()]))
+        store.answer(ch, send_reads(ch.log, [f"w{n}".encode()]))
         ch.send(f"w{n}".encode(), T0 + n)
         store.keep(ch)
     _asks_and_does_nothing(ch, lambda: ch.send(b"w0", T0 + 200))
-    store.answer(ch, ch.send_reads([b"w0", b"new"]))
+    store.answer(ch, send_reads(ch.log, [b"w0", b"new"]))
     with pytest.raises(Exception, match="sent already"):
         ch.send(b"w0", T0 + 200)
     ch.send(b"new", T0 + 201)
@@ -131,15 +135,15 @@ def test_an_answer_read_while_a_window_was_delivered_is_void() -> None:
     for wire in wires[200:]:  # while the driver reads, the window fills again
         store.step(ch, lambda: ch.receive(wire, T0 + 6))  # noqa: B023
         store.keep(ch)
-    assert not ch.answer_delivered(read, [])
+    assert not ch.log.answer(read, [])
     with pytest.raises(DeliveredNeeded):
         ch.receive(wires[0], T0 + 6)
-    assert ch.answer_delivered(read, [], force=True)
+    assert ch.log.answer(read, [], force=True)
 
 
 def test_an_unbounded_channel_never_asks() -> None:
     ch = channel(9, config=CFG, signed=False)
-    assert ch.reads_for([("x", 1, ("y",))]) is None and ch.send_reads([b"x"]) is None
+    assert ch.log.reads_for_steps([("x", 1, ("y",))]) is None and send_reads(ch.log, [b"x"]) is None
 
 
 @functools.cache

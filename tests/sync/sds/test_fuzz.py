@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from sync.errors import RemoteProtocolError
 from sync.sds import SdsChannel, SdsConfig, decode_event, sds_pb2
+from sync.sds.state import encode_state
 from tests.sync.sds.helpers import CHANNEL, T0, channel
 
 LOOSE = SdsConfig(check_message_ids=False)
@@ -30,7 +31,8 @@ VALID = _valid_transmissions()
 
 
 def _snapshot(ch: SdsChannel) -> tuple[object, ...]:
-    return (ch.log(), ch.waiting_ids, ch.missing_ids, ch.outgoing_ids, ch.lamport)
+    return (ch.log.entries(), ch.incoming.waiting_ids, ch.incoming.missing_ids, ch.outgoing.ids,
+            ch.lamport)
 
 
 def _feed(ch: SdsChannel, data: bytes) -> None:
@@ -119,7 +121,7 @@ def _state() -> bytes:
     a, b = channel(0), channel(1)
     wires = [a.send(f"a{i}".encode(), T0) for i in range(3)]
     b.receive(wires[2], T0)
-    return b.export_state()
+    return encode_state(b.snapshot())
 
 
 STATE = _state()

@@ -13,6 +13,7 @@ from sync.sds import (
     t_req,
     t_resp,
 )
+from sync.sds.state import encode_state
 from tests.sync.sds.helpers import T0, channel, key, of_type
 
 # Resends effectively off: only SDS-R repairs here.
@@ -50,7 +51,7 @@ def _gap() -> tuple[list[SdsChannel], list[bytes], list[str]]:
 
 def test_gap_repaired_by_original_sender_and_others_cancel() -> None:
     (a, b, c), _, ids = _gap()
-    assert c.repair_request_ids == {ids[1]}
+    assert c.repair.request_ids == {ids[1]}
     when = c.get_timer()
     assert when == t_req(T0 + 3, c.participant_id, ids[1], 30, 120)
     c.handle_timer(when)
@@ -62,18 +63,18 @@ def test_gap_repaired_by_original_sender_and_others_cancel() -> None:
     assert tx.repair_request[0].sender_id == a.participant_id
     a.receive(request, when)
     b.receive(request, when)
-    assert a.repair_response_ids == {ids[1]} and b.repair_response_ids == {ids[1]}
+    assert a.repair.response_ids == {ids[1]} and b.repair.response_ids == {ids[1]}
     # The original sender's back-off is zero: it answers first.
     a.handle_timer(when)
     [answer] = a.datagrams_to_send()
     assert of_type(a.events(), RepairAnswered) == [RepairAnswered(ids[1])]
     b.receive(answer, when + 0.1)
-    assert b.repair_response_ids == frozenset()
+    assert b.repair.response_ids == frozenset()
     b.handle_timer(when + 200)
     assert of_type(b.events(), RepairAnswered) == []
     c.receive(answer, when + 0.1)
     assert [e.message_id for e in of_type(c.events(), Delivered)] == ids[1:]
-    assert c.repair_request_ids == frozenset()
+    assert c.repair.request_ids == frozenset()
 
 
 def test_a_peer_answers_when_the_sender_is_silent() -> None:
@@ -104,8 +105,8 @@ def test_seeing_anothers_request_backs_off_our_own() -> None:
     d_due = d.get_timer()
     d.receive(request, c_when)
     assert d.get_timer() != d_due
-    assert d.repair_request_ids == {ids[1]}  # still wanted, asked later if not repaired
-    assert b.repair_request_ids == frozenset()
+    assert d.repair.request_ids == {ids[1]}  # still wanted, asked later if not repaired
+    assert b.repair.request_ids == frozenset()
 
 
 def test_repair_requests_capped_at_three_lowest_t_req() -> None:
@@ -115,7 +116,7 @@ def test_repair_requests_capped_at_three_lowest_t_req() -> None:
     wires = [a.send(f"a{i}".encode(), T0) for i in range(7)]
     ids = [e.message_id for e in of_type(a.events(), Delivered)]
     c.receive(wires[6], T0)  # names a0..a5, all missing
-    assert c.repair_request_ids == set(ids[:6])
+    assert c.repair.request_ids == set(ids[:6])
     c.handle_timer(T0 + 120)
     sent = c.datagrams_to_send()
     first = decode_transmission(sent[0]).repair_request
@@ -144,25 +145,25 @@ def test_only_the_response_group_answers() -> None:
     for p in peers:
         p.receive(request, when)
         member = in_response_group(p.participant_id, a.participant_id, ids[0], groups)
-        assert (p.repair_response_ids == {ids[0]}) == member
+        assert (p.repair.response_ids == {ids[0]}) == member
         members.add(member)
     assert members == {True, False}
     a.receive(request, when)
-    assert a.repair_response_ids == {ids[0]}  # the sender is always in its own group
+    assert a.repair.response_ids == {ids[0]}  # the sender is always in its own group
 
 
 def test_retrieval_hints_travel_with_history_entries() -> None:
     a, b = channel(0, config=CFG), channel(1, config=CFG)
     first = a.send(b"a0", T0)
     [mid] = [e.message_id for e in of_type(a.events(), Delivered)]
-    a.set_retrieval_hint(mid, b"recon-key")
+    a.history.set_hint(mid, b"recon-key")
     second = decode_transmission(a.send(b"a1", T0))
     assert second.event.causal_history[0].retrieval_hint == b"recon-key"
     b.receive(second.event.wire, T0)  # a0 missing: the hint comes with the missing entry
     missing = [e for ev in b.events() if hasattr(ev, "entries") for e in ev.entries]
     assert [(m.message_id, m.retrieval_hint) for m in missing] == [(mid, b"recon-key")]
     b.receive(first, T0)
-    assert b.missing_ids == frozenset()
+    assert b.incoming.missing_ids == frozenset()
 
 
 def test_due_requests_linger_and_share_one_message() -> None:
@@ -229,7 +230,7 @@ def test_a_lingering_request_keeps_its_deadline_across_a_restart() -> None:
     linger ends (due + linger), not a whole linger after the restart."""
     c, ids, due = _lingering()  # until due + 15
     delivered = of_type(c.events(), Delivered)
-    again = SdsChannel.restore(c.export_state(), key(2), config=LINGER_CFG, now=due + 5,
+    again = SdsChannel.restore(encode_state(c.snapshot()), key(2), config=LINGER_CFG, now=due + 5,
                                log=[(d.message_id, d.lamport, d.sender_id) for d in delivered])
     again.events()
     again.handle_timer(due + 5)

@@ -41,7 +41,7 @@ def test_finding1_response_groups_follow_the_member_estimate() -> None:
     asking = requester.send(b"asking again", T0 + 2)
     for m in members[2:]:
         m.receive(asking + ask, T0 + 3)
-    responders = sum(1 for m in members[2:] if target in m.repair_response_ids)
+    responders = sum(1 for m in members[2:] if target in m.repair.response_ids)
     holders = n - 2
     assert responders > 0
     assert responders <= holders / 2, f"{responders} of {holders} holders would answer"

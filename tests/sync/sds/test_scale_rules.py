@@ -89,7 +89,7 @@ def test_an_over_budget_requester_is_reported_for_a_penalty() -> None:
     refused = [e for e in victim.events() if isinstance(e, RepairRefused)]
     assert refused and refused[0].requester == asker.participant_id
     assert len(refused[0].message_ids) == 3  # 2 x 4 KB fit in 10 KB, 3 do not
-    assert victim.repair_refusals["requester"] == 3
+    assert victim.repair.refusals["requester"] == 3
 
 
 def test_a_replayed_request_costs_at_most_one_answer_per_cooldown_then_nothing() -> None:
@@ -108,7 +108,7 @@ def test_a_replayed_request_costs_at_most_one_answer_per_cooldown_then_nothing()
         answers += sum(1 for d in victim.datagrams_to_send() if len(d) > 4000)
     # Fresh for t_min (30 s): one answer, then the cooldown; after that, stale.
     assert answers == 1
-    assert victim.repair_stale_ignored > 30
+    assert victim.stats.repair_stale_ignored > 30
     assert not [e for e in victim.events() if isinstance(e, RepairRefused)]
 
 

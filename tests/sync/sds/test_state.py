@@ -28,7 +28,7 @@ CFG = SdsConfig(resend_interval=10, t_min=30, t_max=120)
 
 def _restore(ch: SdsChannel, i: int, delivered: list[Delivered]) -> SdsChannel:
     return SdsChannel.restore(
-        ch.export_state(),
+        encode_state(ch.snapshot()),
         key(i),
         log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
         cached_wires=[d.wire for d in delivered],
@@ -46,10 +46,12 @@ def test_round_trip_keeps_clock_buffers_repairs_and_filter() -> None:
         b.receive(wires[i], T0 + 3)
     b_log = of_type(b.events(), Delivered)
     a2, b2 = _restore(a, 0, a_log), _restore(b, 1, b_log)
-    assert a2.lamport == max(a.lamport, int((T0 + 5) * 1000)) and a2.log() == a.log()
-    assert a2.outgoing_ids == a.outgoing_ids
-    assert b2.waiting_ids == b.waiting_ids and b2.missing_ids == b.missing_ids
-    assert b2.repair_request_ids == b.repair_request_ids
+    assert a2.lamport == max(a.lamport, int((T0 + 5) * 1000))
+    assert a2.log.entries() == a.log.entries()
+    assert a2.outgoing.ids == a.outgoing.ids
+    assert b2.incoming.waiting_ids == b.incoming.waiting_ids
+    assert b2.incoming.missing_ids == b.incoming.missing_ids
+    assert b2.repair.request_ids == b.repair.request_ids
     assert a2._bloom.to_bytes() == a._bloom.to_bytes()
     # The next message of the restored sender carries the same history and filter.
     before = decode_transmission(a.send(b"next", T0 + 6))
@@ -60,7 +62,7 @@ def test_round_trip_keeps_clock_buffers_repairs_and_filter() -> None:
     a2.handle_timer(T0 + 11)
     for data in a2.datagrams_to_send():
         b2.receive(data, T0 + 12)
-    assert b2.log() == a.log()[:3]
+    assert b2.log.entries() == a.log.entries()[:3]
 
 
 def test_restored_timers_and_repair_service() -> None:
@@ -79,7 +81,7 @@ def test_restored_timers_and_repair_service() -> None:
     a2.handle_timer(when)
     for answer in a2.datagrams_to_send():
         c2.receive(answer, when)
-    assert c2.log() == a.log()
+    assert c2.log.entries() == a.log.entries()
 
 
 @pytest.mark.parametrize(
@@ -98,14 +100,14 @@ def test_state_from_a_valid_export_with_corrupted_wire() -> None:
     wires = [a.send(f"a{i}".encode(), T0 + i) for i in range(2)]
     b.receive(wires[1], T0 + 2)  # waits for a0: its wire is in b's state
     wire = decode_event(wires[1]).wire
-    state = b.export_state()
+    state = encode_state(b.snapshot())
     assert wire in state and CHANNEL.encode() in state
     with pytest.raises(RemoteProtocolError):
         SdsChannel.restore(state.replace(wire, wire[:-9]), key(1), config=CFG)
     # An outgoing wire given back for an id is checked against that id.
     a_log = of_type(a.events(), Delivered)
     with pytest.raises(RemoteProtocolError):
-        SdsChannel.restore(a.export_state(), key(0), config=CFG,
+        SdsChannel.restore(encode_state(a.snapshot()), key(0), config=CFG,
                            log=[(d.message_id, d.lamport) for d in a_log],
                            outgoing_wires={a_log[0].message_id: a_log[1].wire})
 
@@ -116,20 +118,20 @@ def test_outgoing_messages_are_saved_by_reference() -> None:
     a = channel(0, config=CFG)
     big = [a.send(bytes([i]) * 100_000, T0 + i) for i in range(3)]
     a_log = of_type(a.events(), Delivered)
-    state = a.export_state()
+    state = encode_state(a.snapshot())
     assert len(state) < 2_000 < sum(map(len, big))
     log = [(d.message_id, d.lamport, d.sender_id) for d in a_log]
     given = {d.message_id: d.wire for d in a_log[:2]}
     a2 = SdsChannel.restore(state, key(0), log=log, outgoing_wires=given, config=CFG,
                             now=T0 + 5)
-    assert a2.outgoing_ids == frozenset(given) and a2.outgoing_unrestored == 1
+    assert a2.outgoing.ids == frozenset(given) and a2.stats.outgoing_unrestored == 1
     # ... found in cached_wires just as well.
     a3 = SdsChannel.restore(state, key(0), log=log, cached_wires=[d.wire for d in a_log],
                             config=CFG, now=T0 + 5)
-    assert a3.outgoing_ids == a.outgoing_ids and a3.outgoing_unrestored == 0
+    assert a3.outgoing.ids == a.outgoing.ids and a3.stats.outgoing_unrestored == 0
     a3.handle_timer(T0 + 13)
     resent = {decode_transmission(d).event.message_id for d in a3.datagrams_to_send()}
-    assert resent == a.outgoing_ids
+    assert resent == a.outgoing.ids
 
 
 def test_version_1_json_state_is_migrated() -> None:
@@ -142,18 +144,18 @@ def test_version_1_json_state_is_migrated() -> None:
         log = [tuple(e) for e in old["log"]]
         ch = SdsChannel.restore(old["state"].encode(), key(i), log=log, config=CFG, now=T0 + 5)
         assert [list(e) for e in sorted((lam, mid) for mid, lam, _ in log)] == [
-            list(e) for e in ch.log()]
+            list(e) for e in ch.log.entries()]
         if role == "sender":
-            assert sorted(ch.outgoing_ids) == old["outgoing"]
+            assert sorted(ch.outgoing.ids) == old["outgoing"]
         else:
-            assert sorted(ch.waiting_ids) == old["waiting"]
-            assert sorted(ch.missing_ids) == old["missing"]
-            assert sorted(ch.repair_request_ids) == old["repair"]
-        new = ch.export_state()
+            assert sorted(ch.incoming.waiting_ids) == old["waiting"]
+            assert sorted(ch.incoming.missing_ids) == old["missing"]
+            assert sorted(ch.repair.request_ids) == old["repair"]
+        new = encode_state(ch.snapshot())
         assert new.startswith(STATE_MAGIC) and not new.startswith(b"{")
         again = SdsChannel.restore(new, key(i), log=log, config=CFG, now=T0 + 5,
-                                   outgoing_wires={mid: ch._outgoing[mid].wire
-                                                   for mid in ch.outgoing_ids})
+                                   outgoing_wires={mid: ch.outgoing.entries[mid].wire
+                                                   for mid in ch.outgoing.ids})
         assert again.snapshot() == ch.snapshot()
 
 
@@ -166,8 +168,8 @@ def test_restore_delivers_waiting_messages_whose_dependencies_were_logged_meanwh
     # The node fetched a1 by id (e.g. over Recon) and logged it before restarting.
     b2 = _restore(b, 1, a_log[:2])
     assert [e.message_id for e in of_type(b2.events(), Delivered)] == [a_log[2].message_id]
-    assert b2.waiting_ids == frozenset() and b2.missing_ids == frozenset()
-    assert b2.log() == a.log()
+    assert b2.incoming.waiting_ids == frozenset() and b2.incoming.missing_ids == frozenset()
+    assert b2.log.entries() == a.log.entries()
 
 
 def test_snapshot_is_a_public_value_that_round_trips_through_bytes() -> None:
@@ -177,11 +179,11 @@ def test_snapshot_is_a_public_value_that_round_trips_through_bytes() -> None:
     for ch in (a, b):
         snap = ch.snapshot()
         assert decode_state(encode_state(snap)) == snap
-        assert encode_state(snap) == ch.export_state()
+        assert encode_state(snap) == encode_state(ch.snapshot())
     snap_b = b.snapshot()
     a_log = of_type(a.events(), Delivered)
     assert [decode_event(w.wire).message_id for w in snap_b.waiting] == [a_log[2].message_id]
-    assert {m.ref.message_id for m in snap_b.missing} == b.missing_ids
+    assert {m.ref.message_id for m in snap_b.missing} == b.incoming.missing_ids
     assert all(m.lost_at is not None for m in snap_b.missing)
     assert {e.attempts for e in a.snapshot().outgoing} == {0}
     # Restoring gives back the same buffers (the clock may only move forward).

@@ -20,6 +20,7 @@ from sync.sds import (
     decode_state,
     state_reads,
 )
+from sync.sds.state import encode_state
 from tests.sync.sds.helpers import CHANNEL, T0, channel, of_type
 
 CFG = SdsConfig(bloom_capacity=16, sync_history_size=4, delivered_window=64)
@@ -37,7 +38,7 @@ class Store:
     def answer(self, ch: SdsChannel, read: ReadDelivered | None) -> None:
         if read is not None:
             self.questions += bool(read.ids)
-            assert ch.answer_delivered(read, [m for m in read.ids if m in self.ids])
+            assert ch.log.answer(read, [m for m in read.ids if m in self.ids])
 
     def step(self, ch: SdsChannel, run: Callable[[], T]) -> T:
         """Run a step; when it asks, check it did nothing, answer, and run it again."""
@@ -102,9 +103,9 @@ def test_bounded_channel_delivers_like_the_whole_log(seed: int, reach: int) -> N
         reference.extend(d.message_id for d in of_type(whole.events(), Delivered))
         store.step(bounded, lambda: bounded.receive(wire, now))  # noqa: B023 (run at once)
         got.extend(d.message_id for d in store.keep(bounded))
-        assert bounded.delivered_in_memory <= CFG.delivered_window
+        assert len(bounded.log) <= CFG.delivered_window
     assert got == reference and len(set(got)) == 220
-    assert bounded.waiting_ids == whole.waiting_ids == frozenset()
+    assert bounded.incoming.waiting_ids == whole.incoming.waiting_ids == frozenset()
 
 
 def test_old_duplicates_are_recognised_through_the_store() -> None:
@@ -114,13 +115,13 @@ def test_old_duplicates_are_recognised_through_the_store() -> None:
     for wire in wires:
         store.step(ch, lambda: ch.receive(wire, T0 + 5))  # noqa: B023
         store.keep(ch)
-    assert len(store.ids) == 300 and ch.delivered_in_memory == CFG.delivered_window
+    assert len(store.ids) == 300 and len(ch.log) == CFG.delivered_window
     before = store.questions
     for wire in wires[:50]:  # long out of the window: only the store knows them
         store.step(ch, lambda: ch.receive(wire, T0 + 6))  # noqa: B023
         assert store.keep(ch) == []
     assert store.questions > before
-    assert store.step(ch, lambda: ch.has_delivered(next(iter(store.ids))))
+    assert store.step(ch, lambda: ch.log.contains(next(iter(store.ids))))
     # A fresh message naming recent ids needs no question at all.
     more = group_wires(2, 301, 1)[-1]
     asked = store.questions
@@ -136,7 +137,7 @@ def test_restore_from_the_newest_part_of_the_log() -> None:
         store.step(ch, lambda: ch.receive(wire, T0 + 5))  # noqa: B023
         store.keep(ch)
     newest = sorted((lam, mid) for mid, lam in store.ids.items())[-CFG.delivered_window:]
-    state = ch.export_state()
+    state = encode_state(ch.snapshot())
     asked = tuple(state_reads(decode_state(state), CFG.max_message_size))
     restored = SdsChannel.restore(
         state, None, log=[(mid, lam) for lam, mid in newest], config=CFG,
@@ -144,12 +145,12 @@ def test_restore_from_the_newest_part_of_the_log() -> None:
         log_truncated=True,
         delivered=(ReadDelivered(asked), [m for m in asked if m in store.ids]),
     )
-    assert restored.delivered_in_memory == CFG.delivered_window
+    assert len(restored.log) == CFG.delivered_window
     assert restored._bloom.to_bytes() == ch._bloom.to_bytes()
     for wire in wires[:20]:  # old events: recognised, not delivered again
         store.step(restored, lambda: restored.receive(wire, T0 + 7))  # noqa: B023
         assert store.keep(restored) == []
-    assert restored.duplicates_received == 20  # counted though only the store knew them
+    assert restored.stats.duplicates_received == 20  # counted though only the store knew them
     store.step(restored, lambda: restored.receive(wires[299], T0 + 7))
     assert len(store.keep(restored)) == 1 and len(store.ids) == 300
 
@@ -159,7 +160,7 @@ def test_without_a_store_the_whole_log_stays_in_memory() -> None:
     ch = channel(9, config=CFG, signed=False)
     for wire in wires:
         ch.receive(wire, T0 + 5)
-    assert ch.delivered_in_memory == 150 and ch.store_lookups == 0
+    assert len(ch.log) == 150 and ch.log.lookups == 0
 
 
 def test_retrieval_hints_are_bounded_like_the_ids() -> None:
@@ -168,5 +169,5 @@ def test_retrieval_hints_are_bounded_like_the_ids() -> None:
     for n in range(300):
         wire = sender.send(f"h{n}".encode(), T0 + n / 100, retrieval_hint=f"hint{n}".encode())
         receiver.receive(wire, T0 + 3)  # in order: no question
-    assert 0 < len(receiver._history.hints) <= CFG.delivered_window
-    assert len(sender._history.hints) <= CFG.delivered_window
+    assert 0 < len(receiver.history.hints) <= CFG.delivered_window
+    assert len(sender.history.hints) <= CFG.delivered_window
