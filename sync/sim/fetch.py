@@ -27,19 +27,17 @@ it holds, and every other request with one frame more than was asked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sync.errors import RemoteProtocolError
 from sync.framing import encode_frame
 from sync.ingest import IngestSpec, verify_wires
 from sync.peerscore import penalty_of
-from sync.replication import FetchPlan, Penalize, Rejected, screen
+from sync.replication import Action, FetchPlan, Penalize, Rejected, screen
+from sync.sim.world import Member, PeerState, World
 from sync.transfer import FetchReader, encode_request
-
-if TYPE_CHECKING:
-    from sync.sim.replication import Replication
-    from sync.sim.runner import Member
 
 __all__ = ["FETCH", "FETCHED", "STREAM_BYTES", "Fetching"]
 
@@ -66,8 +64,33 @@ class _Run:
     numbers: list[int] = field(default_factory=list)
 
 
+class FetchCounters(Protocol):
+    fetch_requests: int
+    fetch_answered: int
+    fetch_bad_answers: int
+
+
+class Replicator(Protocol):
+    """What fetch-by-id asks of the simulated replication that runs it
+    (``sync.sim.replication.Replication``)."""
+
+    @property
+    def sim(self) -> World: ...
+    @property
+    def network_id(self) -> int: ...
+    @property
+    def state(self) -> Sequence[PeerState]: ...
+    @property
+    def stats(self) -> FetchCounters: ...
+
+    def connected(self, m: Member) -> dict[str, int]: ...
+    def arm(self, m: Member) -> None: ...
+    def carry_out(self, m: Member, actions: Sequence[Action]) -> None: ...
+    def ingest(self, receiver: Member, giver: Member, nos: list[int]) -> list[str]: ...
+
+
 class Fetching:
-    def __init__(self, repl: Replication) -> None:
+    def __init__(self, repl: Replicator) -> None:
         self.repl = repl
         self.sim = repl.sim
         self._runs: list[_Run | None] = []
@@ -172,7 +195,7 @@ class Fetching:
         actions, error = screen(verify_wires(self._spec, [wire]), peer.peer_id)
         assert error is not None, "a forged event passed verification"
         kind = next(a.kind for a in actions if isinstance(a, Rejected))
-        self.sim._rejected(m, peer.index, RemoteProtocolError(error.reason, peer.peer_id, kind))
+        self.sim.rejected(m, peer.index, RemoteProtocolError(error.reason, peer.peer_id, kind))
         self.repl.carry_out(m, [Penalize(peer.peer_id, penalty_of(kind))])
 
     def _end(self, slot: int) -> None:

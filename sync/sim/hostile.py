@@ -27,13 +27,9 @@ counts what it sent (``Stats.hostile_bytes``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sync.sds import HistoryRef, encode_event, transmission_suffix
 from sync.sds.bloom import BloomParams
-
-if TYPE_CHECKING:
-    from sync.sim.runner import Member, Simulation
+from sync.sim.world import Member, World
 
 __all__ = ["BEHAVIOURS", "HOSTILE", "Hostile"]
 
@@ -51,7 +47,7 @@ _REQUESTS = 8
 
 
 class Hostile:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: World) -> None:
         self.sim = sim
         self.behaviour: dict[int, str] = {}
         self._count = 0

@@ -7,16 +7,14 @@ command."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sync.sim.runner import Member, Simulation
+from sync.sim.world import Member, World
 
 __all__ = ["check_ack", "check_bounds", "check_converged", "check_repair_budget", "full",
            "quiet"]
 
 
-def check_ack(sim: Simulation, m: Member, mid: str) -> None:
+def check_ack(sim: World, m: Member, mid: str) -> None:
     """Nothing acknowledged is lost: another *honest* member holds it (delivered or
     waiting: ids enter filters on reception), whatever hostile members claimed."""
     no = sim.msg_no.get(mid)
@@ -26,7 +24,7 @@ def check_ack(sim: Simulation, m: Member, mid: str) -> None:
         raise sim.fail(f"member {m.index} saw {mid[:12]} acknowledged while no other "
                         "honest member holds it")
 
-def check_repair_budget(sim: Simulation, m: Member, size: int) -> None:
+def check_repair_budget(sim: World, m: Member, size: int) -> None:
     """A member's repair rebroadcasts stay within ``repair_total_bytes`` per window."""
     cfg = sim.sc.sds
     window = sim.repair_windows.setdefault(m.index, deque())
@@ -38,7 +36,7 @@ def check_repair_budget(sim: Simulation, m: Member, size: int) -> None:
         raise sim.fail(f"member {m.index} rebroadcast {spent} bytes of repairs within "
                         f"{cfg.repair_window:g} s (budget {cfg.repair_total_bytes})")
 
-def check_bounds(sim: Simulation, m: Member) -> None:
+def check_bounds(sim: World, m: Member) -> None:
     cfg = sim.sc.sds
     sizes = m.channel.sizes()
     bounds = {"heads": cfg.max_heads, "waiting": cfg.max_waiting,
@@ -54,10 +52,10 @@ def check_bounds(sim: Simulation, m: Member) -> None:
             raise sim.fail(f"member {m.index}: Lamport clock {m.channel.lamport} beyond "
                             f"wall clock + max_lamport_ahead_ms ({ceiling})")
 
-def full(sim: Simulation) -> list[Member]:
+def full(sim: World) -> list[Member]:
     return [m for m in sim.members if m.honest and not m.gone and m.joined_at == 0.0]
 
-def quiet(sim: Simulation, *, answers: bool = True) -> bool:
+def quiet(sim: World, *, answers: bool = True) -> bool:
     """Every honest member is up, holds every message (if there from the start), and has
     nothing waiting, missing or requested; with ``answers``, no repair answer scheduled
     either (nothing more will be sent: the run may end). Without: the group has caught up."""
@@ -81,12 +79,12 @@ def quiet(sim: Simulation, *, answers: bool = True) -> bool:
     return True
 
 
-def late_for(sim: Simulation, m: Member) -> list[int]:
+def late_for(sim: World, m: Member) -> list[int]:
     """Messages published after joiner ``m`` joined (plus a second) that it lacks."""
     return [i for i, t in enumerate(sim.published_at)
             if t > m.joined_at + 1.0 and (i >= len(m.log) or not m.log[i])]
 
-def check_converged(sim: Simulation) -> None:
+def check_converged(sim: World) -> None:
     members = full(sim)
     total = len(sim.published_at)
     ids = sorted(sim.msg_no, key=sim.msg_no.__getitem__)

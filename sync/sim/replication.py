@@ -24,7 +24,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
@@ -50,10 +49,8 @@ from sync.replication import (
 )
 from sync.sds import MissingEntry
 from sync.sim.fetch import FETCH, FETCHED, Fetching
+from sync.sim.world import Member, PeerState, World
 from sync.transfer import EventsPacker, ReconExchange, SendFrame
-
-if TYPE_CHECKING:
-    from sync.sim.runner import Member, Simulation
 
 __all__ = ["NETWORK_ID", "Replication"]
 
@@ -71,19 +68,6 @@ _FETCH_PEERS = 3
 _FETCH_RETRY_S = 5.0
 _FRAME_BYTES = 4 << 20
 _WANT_KEY_BYTES = 72
-
-
-@dataclass
-class PeerState:
-    """One member's replication state beside its SDS channel."""
-
-    keys: MemoryKeyStore
-    core: ReconLifecycle
-    gaps: GapPlanner
-    recon_at: float | None = None
-    fetch_at: float | None = None
-    #: The fetch in flight (``sync.sim.fetch``): one at a time, as the node's ``Fetcher``.
-    fetching: int | None = None
 
 
 @dataclass
@@ -123,7 +107,7 @@ class ReplStats:
 
 
 class Replication:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: World) -> None:
         self.sim = sim
         self.interests = node_interests(NETWORK_ID, [sim.channel])
         self.state: list[PeerState] = []
@@ -390,7 +374,7 @@ class Replication:
         actions, error = screen(batch, giver.peer_id)
         self.carry_out(receiver, actions)
         if error is not None:
-            sim._rejected(receiver, giver.index, error)
+            sim.rejected(receiver, giver.index, error)
             return []
         positions = order(batch)
         triaged = plan(batch, positions, giver.peer_id, self._channels,
@@ -400,7 +384,7 @@ class Replication:
         refused = set()
         for i, exc in triaged.refused_at:
             refused.add(i)
-            sim._rejected(receiver, giver.index, exc)
+            sim.rejected(receiver, giver.index, exc)
         taken = [batch.message_ids[i] for i in positions if i not in refused]
         for mid in taken:
             sim.receive_fetched(receiver, sim.wires[mid])

@@ -14,7 +14,6 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -39,6 +38,7 @@ from sync.sim.replication import RECON, Replication
 from sync.sim.scenario import Scenario
 from sync.sim.shared import SharedDecodeProfile, shared_verification
 from sync.sim.stats import Stats
+from sync.sim.world import Member, SimFailure
 
 __all__ = ["Member", "SimFailure", "Simulation", "run"]
 
@@ -49,31 +49,6 @@ _CHANNEL = "sim"
 _CHECK_EVERY = 2.0
 #: Members' clocks read epoch seconds: simulated time 0 is this instant (plus their skew).
 EPOCH = 1_800_000_000.0
-
-
-class SimFailure(AssertionError):
-    """An invariant did not hold; the message says which and how to replay the run."""
-
-
-@dataclass
-class Member:
-    index: int
-    key: Ed25519PrivateKey
-    peer_id: str
-    channel: SdsChannel
-    #: Local clock = simulated time + this (EPOCH plus the member's skew).
-    clock: float
-    joined_at: float
-    online: bool = True
-    gone: bool = False
-    honest: bool = True
-    timer_at: float | None = None
-    #: Message numbers delivered, as a bitmap (1 byte per message of the run).
-    log: bytearray = field(default_factory=bytearray)
-    #: How many messages ``log`` holds.
-    held: int = 0
-    #: Message ids this member declared irretrievably lost.
-    declared_lost: set[str] = field(default_factory=set)
 
 
 def _key(rng: random.Random) -> Ed25519PrivateKey:
@@ -312,7 +287,7 @@ class Simulation:
             m.channel.receive(data, self.now + m.clock)
         except RemoteProtocolError as exc:
             self.stats.member_cpu += self.cpu() - t0
-            self._rejected(m, origin, exc)
+            self.rejected(m, origin, exc)
             return
         self.stats.member_cpu += self.cpu() - t0
         self.stats.receptions += 1
@@ -323,7 +298,7 @@ class Simulation:
         if m.online and not m.gone:
             self._receive(m, wire)
 
-    def _rejected(self, m: Member, origin: int, exc: RemoteProtocolError) -> None:
+    def rejected(self, m: Member, origin: int, exc: RemoteProtocolError) -> None:
         """Hostile input is refused and counted; an honest member's never is."""
         # The error's kind is its metric label where sync.errors has kinds (issue 30), else
         # the reason up to its first colon (what follows is detail: ids, timestamps).
