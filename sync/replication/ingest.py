@@ -24,7 +24,7 @@ In order, per event:
 
 Before ``ingest_batch``, ``ingest_reads`` names what the channels' steps may ask of the log that
 memory cannot answer (``sync.sds.ReadDelivered``, one per bounded channel); the driver reads its
-store and answers each (``SdsChannel.answer_delivered``), then runs ``ingest_batch``, which
+store and answers each (``SdsChannel.log.answer``), then runs ``ingest_batch``, which
 reads no storage.
 
 Duplicates never get this far on Recon: claims and ``ReadStored`` keep stored keys from being

@@ -1,7 +1,7 @@
 """How many members a channel has, as SDS-R's response groups need it (``N div 128 + 1``).
 
 The channel counts the distinct senders of valid (signed) messages heard within a window; the
-node may add its own estimate (``SdsChannel.set_member_estimate``: say, the peers subscribed to
+node may add its own estimate (``MemberEstimate.set_external``: say, the peers subscribed to
 the channel's topic) and the larger of the two counts. Both are bounded: the tracked senders by
 ``max_members_tracked`` (the least recently heard dropped first), so a flood of fresh keys costs
 a fixed amount of memory and can at most push G up to ``max_members_tracked div 128 + 1``; the
