@@ -1,9 +1,10 @@
 """The driver's side of an SDS channel's storage questions: a bounded channel keeps only its
 newest delivered ids in memory and, when a step must know about an older one, raises
 ``sync.sds.DeliveredNeeded`` before it changes anything (or names its questions up front:
-``SdsChannel.log.reads_for_steps``, ``sync.sds.waku.send_reads``). Here the store answers (its queue of uncommitted
-writes, then the database in a worker thread: never on the protocol step) and the channel takes
-the answer; the caller then runs the same step again, as Recon's ``KeysNeeded`` driver does.
+``SdsChannel.log.reads_for_steps``, ``sync.sds.waku.send_reads``). Here the store answers
+(its queue of uncommitted writes, then the database in a worker thread: never on the protocol
+step) and the channel takes the answer; the caller then runs the same step again, as Recon's
+``KeysNeeded`` driver does.
 """
 
 from __future__ import annotations

@@ -122,6 +122,7 @@ class SdsChannel:
                                  self._events, int(now * 1000))
         #: Our unacknowledged messages and their resends.
         self.outgoing = OutgoingBuffer(cfg, self._timers)
+        self._outgoing = self.outgoing.entries  # (read for every received message)
         self._schedule = SyncSchedule(cfg, self._timers, self.repair, self._rng, now)
         self._layers = ChannelLayers(cfg, self._timers, self.log, self.history, self._bloom,
                                      self.incoming, self.outgoing, self.repair, self._schedule,
@@ -377,7 +378,7 @@ class SdsChannel:
         history_ids = tuple([h.message_id for h in hist]) if hist else ()
         if hist:
             self._ack_filter.named(history_ids, sender)
-        if self.outgoing.entries:
+        if self._outgoing:
             needed = min(self.config.ack_min_filters, len(others))
             self.outgoing.review(event, evidence, self.channel_id, needed,
                                  self.profile.indices, self._events, now)
