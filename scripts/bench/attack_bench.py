@@ -98,6 +98,7 @@ from tests.node.hostile import (  # noqa: E402
     amplify,
     hostile,
     key_list_bomb,
+    meshed,
     peak_rss_mib,
     recon_and_answer,
     recon_and_withhold,
@@ -203,10 +204,10 @@ class Peak:
 
 
 async def gossip_from(target: str, wires: list[bytes], channel: str = "general",
-                      settle: float = 2.0, pace: float = 0.0) -> None:
-    async with hostile(target) as (host, _peer):
+                      pace: float = 0.0) -> None:
+    async with hostile(target) as (host, peer):
         await host.subscribe(topic_of(1, channel))
-        await trio.sleep(settle)  # let the mesh form
+        await meshed(host, peer, topic_of(1, channel))  # publishes reach it as full messages
         for wire in wires:
             await host.publish(topic_of(1, channel), wire)
             if pace:
