@@ -89,13 +89,13 @@ def test_benchmark_runs_at_smoke_size(script: Path) -> None:
 
 
 # Imports every helper, each in a child forked from one interpreter that has imported what
-# they share (the node, libp2p, tests.node): one start-up for all of them instead of one each
+# they share (the node, libp2p): one start-up for all of them instead of one each
 # (seconds apiece), and still a fresh module namespace and sys.path per helper.
 _IMPORT_ALL = """
 import json, os, runpy, sys, traceback
 root, bench, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path[:0] = [root, bench]
-import libp2p, node.replication, storage, sync.sds, tests.node.cluster, tests.node.hostile  # shared
+import httpx, libp2p, node.replication, node.store, storage, sync.sds, trio  # shared by most
 errors = {}
 for path in paths:
     read, write = os.pipe()
