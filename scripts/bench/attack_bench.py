@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -257,9 +258,12 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         producer = preset_identity(base / "a")
         env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer}
         a = start_node(base, "a", env=env)
-        b = start_node(base, "b", env=env, bootstrap=[a])
-        v = start_node(base, "v", env=env)  # isolated until attack 2 is over
-        nodes += [a, b, v]
+        nodes.append(a)
+        with ThreadPoolExecutor(2) as pool:  # at once: a start is mostly the CLI's imports
+            starts = [pool.submit(start_node, base, "b", env=env, bootstrap=[a]),
+                      pool.submit(start_node, base, "v", env=env)]  # v: isolated until attack 2
+        nodes += [f.result() for f in starts if f.exception() is None]  # killed at the end
+        b, v = (f.result() for f in starts)
         peak = Peak(v)
         acked: list[str] = []
 
