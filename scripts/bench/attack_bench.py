@@ -55,7 +55,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +98,6 @@ from tests.node.hostile import (  # noqa: E402
     amplify,
     hostile,
     key_list_bomb,
-    meshed,
     peak_rss_mib,
     recon_and_answer,
     recon_and_withhold,
@@ -205,10 +203,10 @@ class Peak:
 
 
 async def gossip_from(target: str, wires: list[bytes], channel: str = "general",
-                      pace: float = 0.0) -> None:
-    async with hostile(target) as (host, peer):
+                      settle: float = 2.0, pace: float = 0.0) -> None:
+    async with hostile(target) as (host, _peer):
         await host.subscribe(topic_of(1, channel))
-        await meshed(host, peer, topic_of(1, channel))  # publishes reach it as full messages
+        await trio.sleep(settle)  # let the mesh form
         for wire in wires:
             await host.publish(topic_of(1, channel), wire)
             if pace:
@@ -258,12 +256,9 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         producer = preset_identity(base / "a")
         env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer}
         a = start_node(base, "a", env=env)
-        nodes.append(a)
-        with ThreadPoolExecutor(2) as pool:  # at once: a start is mostly the CLI's imports
-            starts = [pool.submit(start_node, base, "b", env=env, bootstrap=[a]),
-                      pool.submit(start_node, base, "v", env=env)]  # v: isolated until attack 2
-        nodes += [f.result() for f in starts if f.exception() is None]  # killed at the end
-        b, v = (f.result() for f in starts)
+        b = start_node(base, "b", env=env, bootstrap=[a])
+        v = start_node(base, "v", env=env)  # isolated until attack 2 is over
+        nodes += [a, b, v]
         peak = Peak(v)
         acked: list[str] = []
 

@@ -15,8 +15,6 @@ processes of its own on loopback, with real hostile py-libp2p hosts (tests/node/
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +42,8 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
     started: list[NodeProcess] = []
 
     def start(name: str, env: dict[str, str] | None = None) -> NodeProcess:
-        return start_all([(name, env)])[0]
-
-    def start_all(specs: Sequence[tuple[str, dict[str, str] | None]]) -> list[NodeProcess]:
-        """Start several nodes at once (a start is mostly the CLI's imports: one core each)."""
-        procs = [NodeProcess(base / name, env=env) for name, env in specs]
-        started.extend(procs)  # killed at the end, started or not
-        with ThreadPoolExecutor(len(procs)) as pool:
-            list(pool.map(NodeProcess.start, procs))
-        return procs
+        started.append(NodeProcess(base / name, env=env).start())
+        return started[-1]
 
     try:
         victim = start("lie-victim")
@@ -72,8 +63,8 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
                      f"{granted} granted, refused "
                      f"{metric(relay, 'relay_share_refused_reservations_total'):.0f}"))
 
-        live, live_honest = start_all([("live-victim", None), ("live-honest", None)])
-        ids = hostile.dialled_by(live, [live_honest])
+        live = start("live-victim")
+        ids = hostile.dialled_by(live, [start("live-honest")])
         t0 = time.monotonic()
         drops, closed = trio.run(hostile.stall_pings, live, ids, ping_ids, ping_window, 6.0)
         result["liveness_honest_closed"] = drops
@@ -81,8 +72,8 @@ def reach_attacks(base: Path, size: str) -> tuple[dict[str, Any], list[Row]]:
                      f"honest drops {drops}, liveness closes {closed}, "
                      f"{time.monotonic() - t0:.0f} s"))
 
-        ecl, *honest = start_all([("ecl-victim", hostile.SQUAT_VICTIM_ENV)]
-                                 + [(f"ecl-h{i}", hostile.SQUAT_HONEST_ENV) for i in range(3)])
+        ecl = start("ecl-victim", hostile.SQUAT_VICTIM_ENV)
+        honest = [start(f"ecl-h{i}", hostile.SQUAT_HONEST_ENV) for i in range(3)]
         ids = hostile.dialled_by(ecl, honest)
         fewest, squatters = trio.run(hostile.squat, ecl, ids, 12, eclipse_window)
         result["eclipse_honest_min"] = fewest

@@ -104,7 +104,7 @@ class Plan:
 
 FULL = Plan()
 QUICK = Plan(duration_s=600.0, rss_min_s=300.0)
-SMOKE = Plan(publics=2, homes=2, duration_s=12.0, gap_s=(4.0, 8.0), down_s=(1.0, 2.0),
+SMOKE = Plan(publics=2, homes=2, duration_s=25.0, gap_s=(4.0, 8.0), down_s=(1.0, 2.0),
              cut_s=(4.0, 6.0), kill_after_s=(0.3, 0.8), burst=400, batch=100,
              steady_every_s=1.0, converge_wait_s=120.0, direct_wait_s=30.0,
              catchup_min_events=50, rss_warmup_s=5.0, rss_min_s=20.0,
