@@ -42,6 +42,15 @@ class SystemClock:
         return time.time()
 
 
+def _trio_time() -> float:
+    """trio's clock, from the trio thread or from one of its worker threads (where the
+    applications' batches run and read ``wall()``)."""
+    try:
+        return trio.current_time()
+    except RuntimeError:  # not the trio thread: ask it
+        return trio.from_thread.run_sync(trio.current_time)
+
+
 class TrioWallClock:
     """Both from trio's clock: ``wall`` is ``origin`` plus trio's time, so a ``MockClock``
     (which starts at 0) that jumps moves the wall clock with it. For tests."""
@@ -50,7 +59,7 @@ class TrioWallClock:
         self.origin = origin
 
     def now(self) -> float:
-        return trio.current_time()
+        return _trio_time()
 
     def wall(self) -> float:
-        return self.origin + trio.current_time()
+        return self.origin + _trio_time()

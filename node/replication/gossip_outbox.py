@@ -10,6 +10,7 @@ import math
 
 import trio
 
+from node.clock import Clock
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
@@ -26,9 +27,10 @@ def topic_of(network_id: int, channel: str) -> str:
 
 
 class GossipOutbox:
-    def __init__(self, host: P2PHost, network_id: int, metrics: Metrics,
+    def __init__(self, host: P2PHost, network_id: int, metrics: Metrics, clock: Clock,
                  linger_s: float = 0.0) -> None:
         self.host = host
+        self.clock = clock
         self.network_id = network_id
         self.metrics = metrics
         self._linger = Linger(linger_s)
@@ -38,7 +40,7 @@ class GossipOutbox:
         self._queued_bytes = 0
 
     def queue(self, channel: str, data: bytes) -> None:
-        self._linger.note(trio.current_time())
+        self._linger.note(self.clock.now())
         self._queued_items += 1
         self._queued_bytes += len(data)
         self._send.send_nowait((channel, data))
@@ -50,7 +52,7 @@ class GossipOutbox:
     async def run(self) -> None:
         async for name, data in self._receive:
             full = batch_would_fill(self._queued_items, self._queued_bytes)
-            delay = self._linger.delay(trio.current_time(), batch_full=full)
+            delay = self._linger.delay(self.clock.now(), batch_full=full)
             if delay:  # busy: let the messages due meanwhile join this gossip message
                 await trio.sleep(delay)
             batch = OutgoingBatch()

@@ -78,6 +78,7 @@ from attack_round2 import (  # noqa: E402
 )
 from benchjson import finish, smoke_path  # noqa: E402
 
+from node.clock import SystemClock  # noqa: E402
 from node.p2p import P2PConfig, P2PError  # noqa: E402
 from node.p2p.run import open_host  # noqa: E402
 from node.replication import topic_of  # noqa: E402
@@ -397,7 +398,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                     await recon_first_message(host, peer, key_list_bomb())
             for _ in range(fresh):
                 async with open_host(Ed25519PrivateKey.generate(),
-                                     P2PConfig(read_timeout=5)) as host:
+                                     P2PConfig(read_timeout=5), clock=SystemClock()) as host:
                     await host.connect(v.listen_addrs[0])
 
         trio.run(bomb)

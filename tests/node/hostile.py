@@ -15,6 +15,7 @@ from pathlib import Path
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
 from node.p2p.run import open_host
 from node.replication.fetch import FETCH_PROTOCOL
@@ -59,7 +60,7 @@ async def hostile(target: str) -> AsyncIterator[tuple[P2PHost, str]]:
     key = Ed25519PrivateKey.generate()
     # Our side allows huge frames so that it can send one the node must refuse.
     config = P2PConfig(max_frame_bytes=16 << 20, read_timeout=10)
-    async with open_host(key, config) as host:
+    async with open_host(key, config, clock=SystemClock()) as host:
         yield host, await host.connect(target)
 
 

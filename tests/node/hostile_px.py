@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
@@ -58,7 +59,7 @@ async def _px_server(listen_ip: str, records: Callable[[], list[bytes]]
         await stream.send(encode_records(records()))
 
     config = P2PConfig(listen_addrs=(f"/ip4/{listen_ip}/tcp/0",))
-    async with open_host(Ed25519PrivateKey.generate(), config) as host:
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
         host.set_stream_handler(PX_PROTOCOL, serve)
         yield host
 
@@ -125,7 +126,8 @@ async def book_share_of_one_source(victim: NodeProcess, identities: int, bound: 
         # the one that stops them.
         live = [await stack.enter_async_context(open_host(
                     Ed25519PrivateKey.generate(),
-                    P2PConfig(listen_addrs=(f"/ip4/127.{1 + i % 4}.0.1/tcp/0",))))
+                    P2PConfig(listen_addrs=(f"/ip4/127.{1 + i % 4}.0.1/tcp/0",)),
+                    clock=SystemClock()))
                 for i in range(identities)]
         records = [h.local_record.envelope for h in live]
         ids = {h.peer_id for h in live}

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.abc import INetStream
 from libp2p.host.ping import ID as PING_PROTOCOL_ID
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
 from node.p2p.dialback import DIALBACK_PROTOCOL
 from node.p2p.run import open_host
@@ -35,7 +36,7 @@ async def _hosts(target: str, count: int, config: P2PConfig | None = None
         hosts: list[P2PHost] = []
         for _ in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), config or P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), config or P2PConfig(), clock=SystemClock()))
             await host.connect(target)
             hosts.append(host)
         yield hosts
@@ -58,7 +59,7 @@ async def dialback_liars(target: str, count: int, claim: str = "198.18.0.99"
     async with AsyncExitStack() as stack:
         for i in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()))
             # Served before connecting: the node asks as soon as it sees the connection.
             host.set_stream_handler(DIALBACK_PROTOCOL, liar(i))
             await host.connect(target)
@@ -101,7 +102,7 @@ async def late_pingers(target: str, count: int, delay_s: float | None
         hosts: list[P2PHost] = []
         for _ in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()))
             host._host.set_stream_handler(PING_PROTOCOL_ID, stall)
             await host.connect(target)
             hosts.append(host)
@@ -117,7 +118,7 @@ async def mesh_squatters(target: str, count: int, topics: list[str]
         hosts: list[P2PHost] = []
         for _ in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()))
             for topic in topics:
                 await host.subscribe(topic)
             try:

@@ -13,6 +13,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.compat import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.run import open_host
@@ -32,7 +33,7 @@ def test_the_patch_is_for_the_pinned_libp2p() -> None:
 @pytest.mark.trio
 async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
     config = P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))
-    async with open_host(Ed25519PrivateKey.generate(), config) as host:
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
         swarm = host._host.get_network()
         limiter = swarm._inbound_limiter  # type: ignore[attr-defined]
         # libp2p's own per-peer rate limit refuses some cycles, the more the faster they come

@@ -8,6 +8,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig
 from node.p2p.run import open_host
 from node.replication.discovery import channel_rendezvous, network_rendezvous
@@ -56,7 +57,7 @@ def test_a_dht_peer_that_never_answers_fails_the_round_and_is_counted(tmp_path: 
 
     async def stall_dht() -> None:
         key = Ed25519PrivateKey.generate()
-        async with open_host(key, P2PConfig()) as host:
+        async with open_host(key, P2PConfig(), clock=SystemClock()) as host:
 
             async def never_answer(_stream: FramedStream) -> None:
                 await trio.sleep(60)

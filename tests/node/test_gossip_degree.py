@@ -16,6 +16,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.config import Config, load_config
 from node.config_combined import check_combined_keys
 from node.config_fields import ConfigError
@@ -59,7 +60,8 @@ def test_default_degree_reaches_the_host_and_bad_combinations_are_refused() -> N
 async def _group(config: P2PConfig) -> AsyncIterator[list[P2PHost]]:
     async with AsyncExitStack() as stack:
         hosts = [await stack.enter_async_context(
-            open_host(Ed25519PrivateKey.from_private_bytes(bytes([40 + i]) * 32), config))
+            open_host(Ed25519PrivateKey.from_private_bytes(bytes([40 + i]) * 32), config,
+                      clock=SystemClock()))
             for i in range(HOSTS)]
         for i, host in enumerate(hosts):
             for other in hosts[i + 1:]:

@@ -19,6 +19,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.frames import DialError
 from node.p2p.run import open_host
@@ -105,7 +106,7 @@ async def test_a_source_network_gets_only_its_share_of_circuits() -> None:
     config = P2PConfig(reachability=ReachabilityConfig(relay_circuits_per_network=1))
     async with AsyncExitStack() as stack:
         relay, target, a, b = [await stack.enter_async_context(
-            open_host(Ed25519PrivateKey.generate(), config)) for _ in range(4)]
+            open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock())) for _ in range(4)]
         for host in (target, a, b):
             await host.connect(relay.listen_addrs[0])
         assert relay.relay is not None and target.relay is not None

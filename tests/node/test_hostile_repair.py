@@ -20,6 +20,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.run import open_host
 from node.replication import topic_of
@@ -60,7 +61,7 @@ async def ask_for(target: str, ids: list[str], sender: str, messages: int) -> in
     key = Ed25519PrivateKey.generate()
     me = peer_id_of(key)
     sent = 0
-    async with open_host(key, P2PConfig(read_timeout=10)) as host:
+    async with open_host(key, P2PConfig(read_timeout=10), clock=SystemClock()) as host:
         peer = await host.connect(target)
         topic = topic_of(1, "general")
         await host.subscribe(topic)
@@ -102,7 +103,8 @@ async def replay_with_requests(target: str, captured: bytes, ids: list[str],
                                sender: str) -> None:
     """Replay an honest member's message with repair requests attached (unsigned: we cannot
     sign in its name)."""
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
+                         clock=SystemClock()) as host:
         peer = await host.connect(target)
         topic = topic_of(1, "general")
         await host.subscribe(topic)

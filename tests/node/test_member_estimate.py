@@ -12,6 +12,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.metrics import Metrics
 from node.p2p.run import open_host
 from node.replication import ChannelService
@@ -40,7 +41,7 @@ async def test_node_gives_channels_its_member_estimate(tmp_path: Path) -> None:
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([40 + i]) * 32) for i in range(3)]
     topic = topic_of(1, "c")
     async with AsyncExitStack() as stack:
-        hosts = [await stack.enter_async_context(open_host(k)) for k in keys]
+        hosts = [await stack.enter_async_context(open_host(k, clock=SystemClock())) for k in keys]
         for host in hosts:
             await host.subscribe(topic)
         for other in hosts[1:]:

@@ -56,7 +56,7 @@ async def _hosts(clock: TrioWallClock, count: int,
                  config: P2PConfig | None = None) -> AsyncIterator[list[P2PHost]]:
     config = config or P2PConfig(dial_timeout=5.0)
     async with AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(open_host(_key(60 + i), config, clock))
+        yield [await stack.enter_async_context(open_host(_key(60 + i), config, clock=clock))
                for i in range(count)]
 
 

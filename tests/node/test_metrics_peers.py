@@ -24,6 +24,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.run import open_host
 from node.replication import topic_of
@@ -169,7 +170,7 @@ async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> N
 
 async def _drive(a: NodeProcess, seed: str) -> None:
     key = Ed25519PrivateKey.generate()
-    async with open_host(key, P2PConfig(read_timeout=10)) as host:
+    async with open_host(key, P2PConfig(read_timeout=10), clock=SystemClock()) as host:
         peer = CraftedPeer(host, key)
         target = await host.connect(a.listen_addrs[0])
         await trio.sleep(1.5)  # subscriptions exchanged: our gossip reaches a
@@ -316,7 +317,8 @@ async def _connection_bursts(node: NodeProcess, rounds: int) -> None:
             return
 
         async def visit() -> None:
-            async with open_host(Ed25519PrivateKey.generate(), P2PConfig()) as host:
+            async with open_host(Ed25519PrivateKey.generate(), P2PConfig(),
+                                 clock=SystemClock()) as host:
                 await host.connect(node.listen_addrs[0])
                 await trio.sleep(0.3)
         async with trio.open_nursery() as nursery:

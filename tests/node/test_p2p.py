@@ -15,6 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 
+from node.clock import SystemClock
 from node.p2p import (
     BanList,
     DialError,
@@ -47,7 +48,8 @@ def _key(n: int) -> Ed25519PrivateKey:
 async def _hosts(*configs: P2PConfig, first_key: int = 1) -> AsyncIterator[list[P2PHost]]:
     async with AsyncExitStack() as stack:
         hosts = [
-            await stack.enter_async_context(open_host(_key(first_key + i), config))
+            await stack.enter_async_context(open_host(_key(first_key + i), config,
+                                                      clock=SystemClock()))
             for i, config in enumerate(configs)
         ]
         yield hosts
@@ -85,7 +87,7 @@ async def test_peer_id_is_stable_and_matches_sync_identity() -> None:
     key = _key(7)
     ids = []
     for _ in range(2):
-        async with open_host(key) as host:
+        async with open_host(key, clock=SystemClock()) as host:
             ids.append(host.peer_id)
             [addr] = host.listen_addrs
             assert addr.startswith("/ip4/127.0.0.1/tcp/")
@@ -689,7 +691,7 @@ async def test_an_error_in_the_body_comes_out_unwrapped_and_the_host_is_closed()
         pass
 
     with pytest.raises(Boom):
-        async with open_host(_key(30)) as host:
+        async with open_host(_key(30), clock=SystemClock()) as host:
             address = host.listen_addrs[0]
             raise Boom
     # The listener is gone: nobody answers on that address any more.

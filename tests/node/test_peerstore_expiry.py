@@ -18,6 +18,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerstore import issue_and_cache_local_record
 from libp2p.pubsub.pb.rpc_pb2 import RPC
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.run import open_host
 
@@ -29,7 +30,8 @@ def _key(n: int) -> Ed25519PrivateKey:
 @pytest.mark.trio
 @pytest.mark.timeout(60)
 async def test_redial_after_the_peerstore_entry_expired() -> None:
-    async with open_host(_key(71), P2PConfig()) as a, open_host(_key(72), P2PConfig()) as b:
+    async with open_host(_key(71), P2PConfig(), clock=SystemClock()) as a, \
+            open_host(_key(72), P2PConfig(), clock=SystemClock()) as b:
         b_id = ID.from_base58(b.peer_id)
         address = b.listen_addrs[0]
         assert await a.connect(address) == b.peer_id

@@ -14,6 +14,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.dialback import parse_answer
 from node.p2p.frames import P2PError
@@ -33,7 +34,7 @@ def _key(n: int) -> Ed25519PrivateKey:
 async def _three(rate: int, count: int = 3) -> AsyncIterator[list[P2PHost]]:
     config = P2PConfig(reachability=ReachabilityConfig(circuit_rate_bytes_s=rate))
     async with AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(open_host(_key(40 + i), config))
+        yield [await stack.enter_async_context(open_host(_key(40 + i), config, clock=SystemClock()))
                for i in range(count)]
 
 
@@ -219,7 +220,7 @@ async def test_a_wildcard_listener_tells_a_punch_no_wildcard_address() -> None:
     and the other side dialled itself. Nor does our record list one (``sync.own_addrs``)."""
     config = P2PConfig(listen_addrs=("/ip4/0.0.0.0/tcp/0",),
                        reachability=ReachabilityConfig())
-    async with open_host(_key(60), config) as host:
+    async with open_host(_key(60), config, clock=SystemClock()) as host:
         observed = await _relay(host).dcutr._get_observed_addrs()
         sent = [str(multiaddr.Multiaddr(a)) for a in observed]
         assert not any("/0.0.0.0/" in a for a in sent), sent

@@ -109,7 +109,7 @@ def test_a_node_whose_dial_loop_raises_keeps_serving(
     async def main() -> None:
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
-            info: NodeInfo = await nursery.start(serve, config, shutdown)
+            info: NodeInfo = await nursery.start(serve, config, shutdown, SystemClock())
             headers = {"Authorization": f"Bearer {read_token(config.data_path)}"}
             async with httpx.AsyncClient(base_url=info.api_url, headers=headers) as client:
 
