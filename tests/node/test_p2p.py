@@ -15,7 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 
-from node.clock import SystemClock
+from node.clock import Clock, SystemClock
 from node.p2p import (
     BanList,
     DialError,
@@ -45,11 +45,12 @@ def _key(n: int) -> Ed25519PrivateKey:
 
 
 @asynccontextmanager
-async def _hosts(*configs: P2PConfig, first_key: int = 1) -> AsyncIterator[list[P2PHost]]:
+async def _hosts(*configs: P2PConfig, first_key: int = 1,
+                 clock: Clock | None = None) -> AsyncIterator[list[P2PHost]]:
+    clock = SystemClock() if clock is None else clock
     async with AsyncExitStack() as stack:
         hosts = [
-            await stack.enter_async_context(open_host(_key(first_key + i), config,
-                                                      clock=SystemClock()))
+            await stack.enter_async_context(open_host(_key(first_key + i), config, clock=clock))
             for i, config in enumerate(configs)
         ]
         yield hosts
@@ -250,7 +251,8 @@ async def test_allowed_peers_refuses_outsider_and_accepts_member() -> None:
 @pytest.mark.trio
 @pytest.mark.timeout(30)
 async def test_banned_peer_is_disconnected_and_refused_both_ways_until_the_ban_ends() -> None:
-    async with _hosts(P2PConfig(dial_timeout=5.0), P2PConfig(), P2PConfig()) as (
+    clock = ManualClock()  # the ban ends on the host's clock, not after a real wait
+    async with _hosts(P2PConfig(dial_timeout=5.0), P2PConfig(), P2PConfig(), clock=clock) as (
             host, bad, good):
         host.set_stream_handler(ECHO, _echo)
         await bad.connect(host.listen_addrs[0])
@@ -269,7 +271,9 @@ async def test_banned_peer_is_disconnected_and_refused_both_ways_until_the_ban_e
         async with await good.open_stream(host.peer_id, ECHO) as stream:
             await stream.send(b"unaffected")
             assert await stream.receive() == b"unaffected"
-        await trio.sleep(1.6)
+        clock.advance(1.4)
+        assert host.is_banned(bad.peer_id)
+        clock.advance(0.2)
         assert not host.is_banned(bad.peer_id)
         await bad.connect(host.listen_addrs[0])
         async with await bad.open_stream(host.peer_id, ECHO) as stream:

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 import trio
+from trio.testing import MockClock
 
 from node.api.app import ApiError
 from node.cli.snapshot import progress_bar
-from node.clock import SystemClock
+from node.clock import SystemClock, TrioWallClock
 from node.snapshots.job_process import JobCommand
 from node.snapshots.routes import SNAPSHOT_ROUTES
 from node.snapshots.scheduler import SnapshotJobConfig, SnapshotScheduler, job_commands
@@ -100,6 +101,24 @@ async def test_new_events_and_interval_start_runs() -> None:
         nursery.cancel_scope.cancel()
     assert by_events is not None and by_events["reason"] == "events"
     assert by_interval is not None and by_interval["reason"] == "interval"
+
+
+def test_hourly_runs_on_the_mock_clock() -> None:
+    """``interval_s`` counts on the scheduler's clock, and the run times it reports are that
+    clock's wall time: three hourly runs pass in an instant of real time."""
+    t0 = 1_700_000_000.0
+
+    async def main() -> list[dict[str, Any] | None]:
+        scheduler = SnapshotScheduler([], interval_s=3600.0, clock=TrioWallClock(t0))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(scheduler.run)
+            runs = [await scheduler.wait_finished() for _ in range(3)]
+            nursery.cancel_scope.cancel()
+        return runs
+
+    runs = trio.run(main, clock=MockClock(autojump_threshold=0))
+    assert [(r or {}).get("reason") for r in runs] == ["interval"] * 3
+    assert [(r or {}).get("started_at") for r in runs] == [t0 + 3600, t0 + 7200, t0 + 10800]
 
 
 @pytest.mark.trio
