@@ -71,3 +71,17 @@ def test_a_day_on_the_mock_clock_expires_an_idempotency_key(tmp_path: Path) -> N
             shutdown.set()
 
     trio.run(main, clock=mock)
+
+
+def test_the_test_clock_is_read_from_a_worker_thread() -> None:
+    """The applications stamp their rows with ``wall()`` in a worker thread: the mock clock's
+    wall time is readable there too (trio's clock is asked from the thread)."""
+    mock = MockClock()
+    clock = TrioWallClock(T0)
+
+    async def main() -> tuple[float, float]:
+        mock.jump(10)
+        return (await trio.to_thread.run_sync(clock.wall),
+                await trio.to_thread.run_sync(clock.now))
+
+    assert trio.run(main, clock=mock) == (T0 + 10, 10)
