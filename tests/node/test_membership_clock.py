@@ -61,7 +61,7 @@ async def _hosts(clock: TrioWallClock, count: int,
 
 
 def _membership(host: P2PHost, engine: Engine, metrics: Metrics, section: MembershipSection,
-                clock: TrioWallClock | None) -> Membership:
+                clock: TrioWallClock) -> Membership:
     """The driver on a real store, nobody in a Recon session."""
     return Membership(host, EventStore(engine), metrics, section,
                       in_session=lambda _peer: False, clock=clock)
@@ -274,13 +274,14 @@ def test_a_ban_ends_on_virtual_time(tmp_path: Path) -> None:
 
 def test_the_host_clock_is_the_one_membership_reads(tmp_path: Path) -> None:
     """One clock object from the host to the drivers: membership, its peer exchange and
-    activity, and the connection manager's host all read it (so their instants compare)."""
+    activity, and the connection manager's host all read the one they are given (so their
+    instants compare)."""
     section, engine = MembershipSection(), _engine(tmp_path)
 
     async def main() -> None:
         clock = TrioWallClock(T0)
         async with _hosts(clock, 1) as (host,):
-            membership = _membership(host, engine, Metrics(), section, None)  # the host's
+            membership = _membership(host, engine, Metrics(), section, clock)
             assert membership.clock is host.clock is host.guard.clock is host.bans.clock \
                 is clock
             assert membership.px.clock is clock and membership.activity.clock is clock
