@@ -23,7 +23,7 @@ from node.api.guard import HostPolicy
 from node.config import load_config
 from node.config_fields import ConfigError
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(120)
 

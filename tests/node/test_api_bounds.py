@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.node.cluster import metric
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.cluster import metric
+from tests.harness.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,8 +15,8 @@ import pytest
 from openapi_spec_validator import validate
 
 from tests.conftest import ROOT
-from tests.node.cluster import preset_identity
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.cluster import preset_identity
+from tests.harness.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(180)
 

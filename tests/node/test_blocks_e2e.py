@@ -13,8 +13,8 @@ import pytest
 
 from sync.cardinal import ZERO_HASH, BlockPayload, make_payload, make_sub_batch, payload_to_json
 from tests.conftest import ROOT
-from tests.node.cluster import metric, preset_identity, start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, preset_identity, start_node, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

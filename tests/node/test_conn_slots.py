@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.p2p import P2PConfig
 from node.p2p.compat import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.run import open_host
-from tests.node.cluster import metric, wait_for
-from tests.node.hostile_conns import churn, hold_idle
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, wait_for
+from tests.harness.hostile_conns import churn, hold_idle
+from tests.harness.procs import NodeProcess
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.node.cluster import channel_log, cluster, metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, cluster, metric, wait_for
+from tests.harness.procs import NodeProcess
 
 TABLES = {"kv": {"columns": {"v": "text", "n": "integer", "ok": "boolean"}}}
 ENV = {"SYNCNODE_DB_TABLES": json.dumps(TABLES)}

@@ -8,7 +8,7 @@ import pytest
 
 from storage import keys_in_range, make_engine
 from sync.recon.eventid import CERAMIC_ONE, network_bounds, parse_event_id
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 ENV = {"SYNCNODE_P2P_CHANNELS": "alpha", "SYNCNODE_RECON_EVENT_ID_LAYOUT": CERAMIC_ONE}

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.p2p import FramedStream, P2PConfig
 from node.p2p.run import open_host
 from node.replication.discovery import channel_rendezvous, network_rendezvous
-from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 DHT = {"SYNCNODE_P2P_DHT": "true", "SYNCNODE_P2P_DHT_INTERVAL_S": "2"}

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.node.cluster import channel_log, cluster, publish_many, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, cluster, publish_many, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -21,8 +21,8 @@ from sync.recon.eventid import channel_bounds
 from sync.recon.session import ReconSession
 from sync.sds import SdsChannel, sds_pb2
 from sync.transfer import BUSY_FRAME
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
-from tests.node.hostile import hostile, meshed
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.hostile import hostile, meshed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 FAST_TIMEOUT = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4"}

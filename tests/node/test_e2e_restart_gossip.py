@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.cluster import channel_log, metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, metric, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 BURST = 3000

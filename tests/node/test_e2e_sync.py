@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 CHANNELS = {"SYNCNODE_P2P_CHANNELS": "alpha,beta"}

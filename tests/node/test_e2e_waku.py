@@ -9,7 +9,7 @@ import pytest
 
 from storage import make_engine, read_channel_ordered
 from sync.sds import decode_transmission
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 ENV = {"SYNCNODE_P2P_CHANNELS": "alpha,wk", "SYNCNODE_SDS_CHANNEL_PROFILES": "wk=waku"}

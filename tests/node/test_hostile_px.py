@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.node.cluster import metric, start_node
-from tests.node.hostile_px import book_share_of_one_source, px_internal_dials
+from tests.harness.cluster import metric, start_node
+from tests.harness.hostile_px import book_share_of_one_source, px_internal_dials
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 FAST_PX = {"SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "0.5"}

@@ -1,5 +1,5 @@
 """Issue 38, findings 1, 4 and 6: hostile libp2p hosts against reachability, the relay service,
-liveness and the connection manager of real node processes (tests/node/hostile_reach.py).
+liveness and the connection manager of real node processes (tests/harness/hostile_reach.py).
 
 On d9bdd2e two free identities on the node's own machine answering ``ok 198.18.0.99`` to the
 dial-back protocol made it public (and a relay) within seconds, and one process took every
@@ -23,8 +23,8 @@ from node.p2p import P2PConfig
 from node.p2p.frames import DialError
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
-from tests.node.cluster import metric, wait_for
-from tests.node.hostile_reach import (
+from tests.harness.cluster import metric, wait_for
+from tests.harness.hostile_reach import (
     SQUAT_HONEST_ENV,
     SQUAT_VICTIM_ENV,
     dialled_by,
@@ -33,7 +33,7 @@ from tests.node.hostile_reach import (
     squat,
     stall_pings,
 )
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 pytestmark = pytest.mark.timeout(240)
 

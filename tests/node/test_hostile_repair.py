@@ -25,9 +25,9 @@ from node.p2p.run import open_host
 from node.replication import topic_of
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event, transmission_suffix
-from tests.node.cluster import cluster, metric, wait_for
-from tests.node.hostile import meshed
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import cluster, metric, wait_for
+from tests.harness.hostile import meshed
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

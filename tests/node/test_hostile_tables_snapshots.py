@@ -19,14 +19,11 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from spark_jobs.plain_snapshot import run_plain
-from storage import append_events, make_engine, upgrade, write_transaction
 from sync.crdt import SchemaDeclaration
 from sync.identity import peer_id_of
-from sync.sds import encode_event
-from sync.stored_event import record_of_event
-from tests.node.cluster import channel_log, metric, preset_identity, start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, metric, preset_identity, start_node, wait_for
+from tests.harness.procs import NodeProcess
+from tests.harness.snapshots import signed_snapshot
 from tests.node.test_hostile_events import gossip, signed_event
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -134,32 +131,14 @@ def _load(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def _snapshot(tmp: Path, name: str, signer: Ed25519PrivateKey, lamports: list[int]) -> Path:
-    """A snapshot signed by ``signer`` of events on ``general`` by a fresh member key."""
-    url = f"sqlite:///{tmp / (name + '.db')}"
-    engine = make_engine(url)
-    upgrade(engine)
-    member = Ed25519PrivateKey.generate()
-    sender = peer_id_of(member)
-    records = [record_of_event(1, encode_event("general", sender, lamport, (),
-                                               f"{name} {i}".encode(), member))
-               for i, lamport in enumerate(lamports)]
-    with write_transaction(engine) as conn:
-        append_events(conn, records, int(time.time() * 1000))
-    engine.dispose()
-    out = tmp / name
-    run_plain(url, out, signer, 1, include_open=True, settle_ms=0)
-    return out
-
-
 def test_snapshots_only_from_trusted_signers_and_never_from_the_future(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     signer = Ed25519PrivateKey.generate()
     signer_id = peer_id_of(signer)
     now_ms = int(time.time() * 1000)
     past = [now_ms - 60_000 + i for i in range(30)]
-    honest = _snapshot(tmp_path, "honest", signer, past)
-    future = _snapshot(tmp_path, "future", signer, [now_ms + YEAR_MS + i for i in range(30)])
+    honest = signed_snapshot(tmp_path, "honest", signer, past)
+    future = signed_snapshot(tmp_path, "future", signer, [now_ms + YEAR_MS + i for i in range(30)])
     data = tmp_path / "victim"
     preset_identity(data)
 

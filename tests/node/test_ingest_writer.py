@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scripts.bench.catchup_log import build_log
-from tests.node.cluster import channel_log, metric, start_node, wait_for
+from tests.harness.cluster import channel_log, metric, start_node, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 EVENTS = 800

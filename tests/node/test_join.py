@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 from tests.node.test_cli_errors import assert_one_error
 
 

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.identity import peer_id_of
 from tests.conftest import ROOT
-from tests.node.cluster import start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import start_node, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

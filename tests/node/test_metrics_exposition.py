@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.metrics import Metrics
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 # A sample line's value: the last field (no timestamps are written).
 _VALUE = re.compile(r"^[^#].* (\S+)$", re.M)

@@ -35,9 +35,9 @@ from sync.sds import SdsChannel, SdsConfig, SignedEvent
 from sync.sds.message import decode_event, decode_transmission
 from sync.stored_event import record_of_event
 from sync.transfer import encode_request, parse_request
-from tests.node.cluster import metric, preset_identity, start_node, wait_for
-from tests.node.hostile import recon_and_answer
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, preset_identity, start_node, wait_for
+from tests.harness.hostile import recon_and_answer
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 READ_TIMEOUT_S = 5

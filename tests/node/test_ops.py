@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 DASHBOARD = ROOT / "docs" / "ops" / "grafana-dashboard.json"
 DEAD_PEER = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWNd8DXeVtTXwf8i8RpqKKr16e9W8eLnefWP4s6VvHaNLf"

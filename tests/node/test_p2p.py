@@ -33,7 +33,7 @@ from node.p2p.frames import encode_frame
 from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
-from tests.node.clocks import ManualClock
+from tests.harness.clocks import ManualClock
 
 ECHO = "/test/echo/1.0.0"
 MIB = 1024 * 1024

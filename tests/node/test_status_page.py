@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.cluster import start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import start_node, wait_for
+from tests.harness.procs import NodeProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -12,7 +12,7 @@ import pytest
 from node.config import UiSection
 from node.metrics import Metrics
 from node.ui import UiSessions, cookie_name
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(120)
 

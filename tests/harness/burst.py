@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.node.cluster import wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import wait_for
+from tests.harness.procs import NodeProcess
 
 
 def start_on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:

@@ -17,8 +17,8 @@ from node.p2p.dialback import DIALBACK_PROTOCOL
 from node.p2p.run import open_host
 from node.replication import topic_of
 from sync.reachability import ReachabilityConfig
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess
 
 __all__ = ["SQUAT_HONEST_ENV", "SQUAT_VICTIM_ENV", "dialback_liars", "dialled_by",
            "grab_reservations", "honest_connected", "late_pingers", "lie_to", "mesh_squatters",

@@ -33,7 +33,7 @@ from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.recon.wire import KEYS, Limits, MessageWriter
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 __all__ = [
     "amplify",

@@ -25,8 +25,8 @@ from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
 from node.replication.px import PX_PROTOCOL
 from sync.membership import encode_records
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess
 
 __all__ = ["book_share_of_one_source", "lan_ip", "px_internal_dials"]
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from sync.identity import peer_id_of
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 # Fast timers so that tests converge in seconds, not minutes.
 FAST_ENV = {
