@@ -1,4 +1,5 @@
-"""A cluster of real node processes on loopback, and helpers to publish and compare logs."""
+"""A cluster of real nodes on loopback (processes, or nodes in this process), and helpers to
+publish, compare logs and read metrics."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from sync.identity import peer_id_of
-from tests.harness.procs import NodeProcess
+from tests.harness.inproc import InProcessNode, start_all
+from tests.harness.procs import NodeApi, NodeProcess
 
 # Fast timers so that tests converge in seconds, not minutes.
 FAST_ENV = {
@@ -39,23 +41,47 @@ def preset_identity(data_dir: Path) -> str:
 
 
 def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
-               bootstrap: Sequence[NodeProcess] = ()) -> NodeProcess:
+               bootstrap: Sequence[NodeApi] = ()) -> NodeProcess:
     extra = list(args)
     for peer in bootstrap:
         extra += ["--bootstrap", peer.listen_addrs[0]]
     return NodeProcess(base / name, *extra, env={**FAST_ENV, **(env or {})}).start()
 
 
+def start_in_process(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
+                     bootstrap: Sequence[NodeApi] = ()) -> InProcessNode:
+    """``start_node``'s node, run in this process (tests.harness.inproc)."""
+    extra = list(args)
+    for peer in bootstrap:
+        extra += ["--bootstrap", peer.listen_addrs[0]]
+    return InProcessNode(base / name, *extra, env={**FAST_ENV, **(env or {})}).start()
+
+
+def join_all(nodes: Sequence[NodeApi]) -> None:
+    """Have each node join every node before it (``syncnode join``'s API call)."""
+    for i, node in enumerate(nodes):
+        for peer in nodes[:i]:
+            node.post("/v1/peers", {"multiaddr": peer.listen_addrs[0]})
+
+
 @contextmanager
 def cluster(
-    base: Path, size: int, *, env: dict[str, str] | None = None
-) -> Iterator[list[NodeProcess]]:
-    nodes: list[NodeProcess] = []
+    base: Path, size: int, *, env: dict[str, str] | None = None, in_process: bool = False
+) -> Iterator[list[NodeApi]]:
+    """``size`` connected nodes on fast timers: processes, each bootstrapped from the ones
+    before it, or (``in_process``) nodes in this process started at once, then joined."""
+    nodes: list[NodeApi] = []
     try:
-        first = start_node(base, "n0", env=env)
-        nodes.append(first)
-        for i in range(1, size):
-            nodes.append(start_node(base, f"n{i}", env=env, bootstrap=nodes[:i]))
+        if in_process:
+            inproc = [InProcessNode(base / f"n{i}", env={**FAST_ENV, **(env or {})})
+                      for i in range(size)]
+            nodes.extend(inproc)
+            start_all(inproc)
+            join_all(nodes)
+        else:
+            nodes.append(start_node(base, "n0", env=env))
+            for i in range(1, size):
+                nodes.append(start_node(base, f"n{i}", env=env, bootstrap=nodes[:i]))
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= size - 1 for n in nodes),
                  30, "cluster did not connect")
         yield nodes
@@ -84,7 +110,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> Non
     raise AssertionError(f"{message} within {timeout} s")
 
 
-def publish_many(node: NodeProcess, channel: str, contents: list[str],
+def publish_many(node: NodeApi, channel: str, contents: list[str],
                  threads: int = 8) -> list[str]:
     """Publish concurrently; returns the message ids of the publishes that were answered."""
     with node.client(timeout=60) as client:
@@ -98,7 +124,7 @@ def publish_many(node: NodeProcess, channel: str, contents: list[str],
             return list(pool.map(one, contents))
 
 
-def channel_log(node: NodeProcess, channel: str) -> list[tuple[int, str, str]]:
+def channel_log(node: NodeApi, channel: str) -> list[tuple[int, str, str]]:
     out: list[tuple[int, str, str]] = []
     params: dict[str, Any] = {"limit": 10_000}
     while True:
@@ -109,7 +135,7 @@ def channel_log(node: NodeProcess, channel: str) -> list[tuple[int, str, str]]:
         params.update(answer["next"])
 
 
-def metric(node: NodeProcess, name: str) -> float:
+def metric(node: NodeApi, name: str) -> float:
     total = 0.0
     for line in node.get("/metrics").splitlines():
         if line.startswith(f"syncnode_{name}") and not line.startswith("#"):
