@@ -3,6 +3,7 @@ publish, compare logs and read metrics."""
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
@@ -96,17 +98,41 @@ def cluster(
 POLL_FIRST_S, POLL_MAX_S = 0.05, 0.5
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
+def _pauses() -> Iterator[float]:
     pause = POLL_FIRST_S
-    while time.monotonic() < deadline:
+    while True:
+        yield pause
+        pause = min(pause * 1.5, POLL_MAX_S)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> None:
+    """Return once ``condition()`` holds (an HTTP error counts as not yet); fail after
+    ``timeout`` seconds of the test's real time."""
+    deadline = time.monotonic() + timeout
+    for pause in _pauses():
         try:
             if condition():
                 return
         except httpx.HTTPError:
             pass
+        if time.monotonic() >= deadline:
+            break
         time.sleep(pause)
-        pause = min(pause * 1.5, POLL_MAX_S)
+    raise AssertionError(f"{message} within {timeout} s")
+
+
+async def until(condition: Callable[[], object], timeout: float, message: str,
+                pause_max: float = POLL_MAX_S) -> None:
+    """``wait_for`` inside trio: poll ``condition()`` (a value, or an awaitable of one) between
+    checkpoints of the run (its clock: a MockClock's virtual time in a test that runs on one)."""
+    with trio.move_on_after(timeout):
+        for pause in _pauses():
+            held = condition()
+            if inspect.isawaitable(held):
+                held = await held
+            if held:
+                return
+            await trio.sleep(min(pause, pause_max))
     raise AssertionError(f"{message} within {timeout} s")
 
 

@@ -33,6 +33,7 @@ from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.recon.wire import KEYS, Limits, MessageWriter
+from tests.harness.cluster import until
 from tests.harness.procs import NodeProcess
 
 __all__ = [
@@ -67,9 +68,7 @@ async def meshed(host: P2PHost, peer: str, topic: str, timeout: float = 30.0) ->
     """Wait until ``peer`` is in our GossipSub mesh of ``topic``: from then on a publish reaches
     it as a full message (a fixed pause for the mesh to form cost seconds per hostile host, and
     was still a guess on a loaded machine). Fails after ``timeout``."""
-    with trio.fail_after(timeout):
-        while peer not in host.mesh_peers(topic):
-            await trio.sleep(0.05)
+    await until(lambda: peer in host.mesh_peers(topic), timeout, f"{peer} not in our {topic} mesh")
 
 
 def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.p2p import P2PConfig
 from node.p2p.compat import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.run import open_host
-from tests.harness.cluster import metric, wait_for
+from tests.harness.cluster import metric, until, wait_for
 from tests.harness.hostile_conns import churn, hold_idle
 from tests.harness.procs import NodeProcess
 
@@ -43,9 +43,8 @@ async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
             if upgraded >= 30:
                 break
         assert upgraded >= 30
-        with trio.move_on_after(30):
-            while limiter.borrowed_tokens or swarm.get_connections():
-                await trio.sleep(0.05)
+        await until(lambda: not (limiter.borrowed_tokens or swarm.get_connections()), 30,
+                    "slots or connections still held")
         assert swarm.get_connections() == []
         assert limiter.borrowed_tokens == 0, f"{limiter.borrowed_tokens} slots never returned"
 

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.p2p import FramedStream, P2PConfig
 from node.p2p.run import open_host
 from node.replication.discovery import channel_rendezvous, network_rendezvous
-from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, metric, publish_many, start_node, until, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 DHT = {"SYNCNODE_P2P_DHT": "true", "SYNCNODE_P2P_DHT_INTERVAL_S": "2"}
@@ -62,9 +62,8 @@ def test_a_dht_peer_that_never_answers_fails_the_round_and_is_counted(tmp_path: 
                 await trio.sleep(60)
             host.set_stream_handler(KAD_PROTOCOL, never_answer)
             await host.connect(node.listen_addrs[0])
-            with trio.move_on_after(30):
-                while not await trio.to_thread.run_sync(metric, node, "dht_errors_total"):
-                    await trio.sleep(0.5)
+            await until(lambda: trio.to_thread.run_sync(metric, node, "dht_errors_total"), 30,
+                        "no DHT error counted")
 
     try:
         assert metric(node, "dht_errors_total") == 0

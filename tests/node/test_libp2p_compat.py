@@ -40,6 +40,7 @@ from node.p2p.compat.pubsub import GuardedPubsub
 from node.p2p.compat.table import CHECKED_VERSION, ENTRIES, Entry
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
+from tests.harness.cluster import until
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT = ROOT / "node" / "p2p" / "compat"
@@ -305,9 +306,7 @@ async def test_p1_a_malformed_rpc_costs_one_stream_not_the_host() -> None:
         raw = await a._streams.open_raw(b.peer_id, PROTOCOL_ID_V11)
         garbage = b"\x0a\xff\xff\xff\x0f"  # field 1, a length far past the end
         await raw.write(bytes([len(garbage)]) + garbage)
-        with trio.fail_after(30):
-            while pubsub.bad_rpc_streams == 0:
-                await trio.sleep(0.05)
+        await until(lambda: pubsub.bad_rpc_streams != 0, 30, "no bad RPC stream counted")
         stream = await a.open_stream(b.peer_id, ECHO)
         await stream.send(b"still up")
         assert await stream.receive() == b"still up"

@@ -35,7 +35,7 @@ from sync.sds import SdsChannel, SdsConfig, SignedEvent
 from sync.sds.message import decode_event, decode_transmission
 from sync.stored_event import record_of_event
 from sync.transfer import encode_request, parse_request
-from tests.harness.cluster import metric, preset_identity, start_node, wait_for
+from tests.harness.cluster import metric, preset_identity, start_node, until, wait_for
 from tests.harness.hostile import recon_and_answer
 from tests.harness.procs import NodeProcess
 
@@ -160,11 +160,7 @@ def _sql(node: NodeProcess, statement: str) -> None:
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    with trio.move_on_after(timeout):
-        while not await trio.to_thread.run_sync(check):
-            await trio.sleep(0.2)
-        return
-    raise AssertionError(f"{what} within {timeout} s")
+    await until(lambda: trio.to_thread.run_sync(check), timeout, what)
 
 
 async def _drive(a: NodeProcess, seed: str) -> None:

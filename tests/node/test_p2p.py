@@ -34,6 +34,7 @@ from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
 from tests.harness.clocks import ManualClock
+from tests.harness.cluster import until
 
 ECHO = "/test/echo/1.0.0"
 MIB = 1024 * 1024
@@ -59,9 +60,7 @@ async def _echo(stream: FramedStream) -> None:
 
 
 async def _wait_for(predicate: object, timeout: float = 10.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():  # type: ignore[operator]
-            await trio.sleep(0.02)
+    await until(predicate, timeout, "the predicate did not hold")  # type: ignore[arg-type]
 
 
 def test_config_validation_names_the_key() -> None:
