@@ -105,9 +105,10 @@ def _pauses() -> Iterator[float]:
         pause = min(pause * 1.5, POLL_MAX_S)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float,
+             message: str | Callable[[], str]) -> None:
     """Return once ``condition()`` holds (an HTTP error counts as not yet); fail after
-    ``timeout`` seconds of the test's real time."""
+    ``timeout`` seconds of the test's real time, saying ``message`` (or what it returns)."""
     deadline = time.monotonic() + timeout
     for pause in _pauses():
         try:
@@ -118,7 +119,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, message: str) -> Non
         if time.monotonic() >= deadline:
             break
         time.sleep(pause)
-    raise AssertionError(f"{message} within {timeout} s")
+    said = message if isinstance(message, str) else message()
+    raise AssertionError(f"{said} within {timeout} s")
 
 
 async def until(condition: Callable[[], object], timeout: float, message: str,

@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -88,6 +89,9 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM in /proc status")
 
 
+T = TypeVar("T")
+
+
 class Busy(Exception):
     """The node declined the session (it is syncing with us already): try again."""
 
@@ -128,11 +132,17 @@ async def recon_and_answer(host: P2PHost, peer: str, keys: list[bytes],
     """A whole Recon session advertising ``keys`` and wanting nothing; each want list of the
     peer is answered with the event wires ``await answer(keys wanted)`` returns (taking as long
     as it takes). Returns the peer's keys we lack."""
-    for _ in range(20):
+    return await while_busy(lambda: _answer_once(host, peer, keys, answer, channel))
+
+
+async def while_busy(attempt: Callable[[], Awaitable[T]]) -> T:
+    """``attempt()`` again while the node declines with BUSY (it is starting a session with us
+    at the same moment), a little later each time; fails if it stays busy."""
+    for pause in (0.1, 0.2, 0.4, *[0.5] * 17):
         try:
-            return await _answer_once(host, peer, keys, answer, channel)
+            return await attempt()
         except Busy:
-            await trio.sleep(0.5)
+            await trio.sleep(pause)
     raise RuntimeError("the node stayed busy")
 
 
@@ -174,25 +184,21 @@ async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
 async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:
     """Open a Recon session with ``frame`` and return the node's reply (retried while the
     node declines with BUSY because it is starting a session with us at the same moment)."""
-    for _ in range(20):
+    async def once() -> bytes:
         async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
             await stream.send(frame)
             reply = await stream.receive()
-        if reply != bytes([BUSY]):
-            return reply
-        await trio.sleep(0.5)
-    raise RuntimeError("the node stayed busy")
+        if reply == bytes([BUSY]):
+            raise Busy
+        return reply
+
+    return await while_busy(once)
 
 
 async def want_and_stall(host: P2PHost, peer: str, seconds: float,
                          channel: str = "general") -> int:
     """Reconcile with nothing, WANT everything the peer has, and never read the answer."""
-    for _ in range(20):
-        try:
-            return await _want_once(host, peer, seconds, channel)
-        except Busy:
-            await trio.sleep(0.5)
-    raise RuntimeError("the node stayed busy")
+    return await while_busy(lambda: _want_once(host, peer, seconds, channel))
 
 
 async def _want_once(host: P2PHost, peer: str, seconds: float, channel: str) -> int:

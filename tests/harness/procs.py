@@ -160,10 +160,15 @@ class NodeProcess(NodeApi):
             self.proc.wait(timeout=10)
 
 
-def running_node(base: Path, env: dict[str, str] | None = None) -> Iterator[NodeProcess]:
-    """A started node for a fixture to yield; killed when the fixture is torn down."""
-    proc = NodeProcess(base / "n", env=env).start()
+def running_node(base: Path, env: dict[str, str] | None = None, *,
+                 in_process: bool = False) -> Iterator[NodeApi]:
+    """A started node for a fixture to yield (``in_process``: in this process,
+    tests.harness.inproc); stopped when the fixture is torn down."""
+    from tests.harness.inproc import InProcessNode  # it builds on this module
+
+    runner = InProcessNode if in_process else NodeProcess
+    node = runner(base / "n", env=env).start()
     try:
-        yield proc
+        yield node
     finally:
-        proc.kill()
+        node.kill()

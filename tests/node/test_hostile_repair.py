@@ -39,7 +39,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]
     # All answers of a channel may cost 1.5 MiB per window here (default 16 MiB), so that a
     # second requester meets the channel's bound in seconds.
     with cluster(tmp_path_factory.mktemp("hostile-repair"), 2,
-                 env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}) as nodes:
+                 env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}, in_process=True) as nodes:
         yield nodes
 
 
