@@ -106,7 +106,7 @@ def _pauses() -> Iterator[float]:
 
 
 def wait_for(condition: Callable[[], bool], timeout: float,
-             message: str | Callable[[], str]) -> None:
+             message: str | Callable[[], str], pause_max: float = POLL_MAX_S) -> None:
     """Return once ``condition()`` holds (an HTTP error counts as not yet); fail after
     ``timeout`` seconds of the test's real time, saying ``message`` (or what it returns)."""
     deadline = time.monotonic() + timeout
@@ -118,7 +118,7 @@ def wait_for(condition: Callable[[], bool], timeout: float,
             pass
         if time.monotonic() >= deadline:
             break
-        time.sleep(pause)
+        time.sleep(min(pause, pause_max))
     said = message if isinstance(message, str) else message()
     raise AssertionError(f"{said} within {timeout} s")
 

@@ -72,10 +72,8 @@ async def _idle_then_join(target: NodeProcess, honest: NodeProcess, count: int) 
     async with hold_idle(target.listen_addrs[0], count) as alive:
         held = sum(alive)
         await trio.to_thread.run_sync(_honest_join, honest, target)
-        deadline = time.monotonic() + 30
-        while sum(alive) and time.monotonic() < deadline:
-            await trio.sleep(0.5)
-        assert sum(alive) == 0, f"{sum(alive)} of {held} idle connections still open"
+        await until(lambda: not sum(alive), 30,
+                    f"some of {held} idle connections still open")
         return held
 
 

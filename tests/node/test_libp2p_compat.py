@@ -24,7 +24,6 @@ from typing import Any
 import libp2p.network.connection.swarm_connection as swarm_connection_module
 import libp2p.stream_muxer.yamux.yamux as yamux_module
 import pytest
-import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -327,13 +326,14 @@ async def test_p6_two_hosts_keep_their_own_peer_queue_size() -> None:
         for host in (small, big):
             await host.subscribe("compat")
             await host.connect(hub.listen_addrs[0])
-        with trio.fail_after(30):
-            while len(sizes) < 2:
-                for host in (small, big):
-                    queue = host._gossip._pubsub.peer_queues.get(ID.from_base58(hub.peer_id))
-                    if queue is not None:
-                        sizes[host.peer_id] = queue._queue.max_size
-                await trio.sleep(0.05)
+        def both_sized() -> bool:
+            for host in (small, big):
+                queue = host._gossip._pubsub.peer_queues.get(ID.from_base58(hub.peer_id))
+                if queue is not None:
+                    sizes[host.peer_id] = queue._queue.max_size
+            return len(sizes) == 2
+
+        await until(both_sized, 30, "no queue to the hub")
         assert sizes == {small.peer_id: 64, big.peer_id: 50_000}
 
 
