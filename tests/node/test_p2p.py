@@ -708,7 +708,8 @@ async def test_malformed_pubsub_rpc_drops_one_stream_not_the_host() -> None:
         # DecodeError escape its reader and stop the network service; ours must not.
         raw = await attacker._streams.open_raw(victim.peer_id, PROTOCOL_ID_V11)
         await raw.write(b"\x05\xff\xff\xff\xff\xff")
-        await trio.sleep(1)
+        pubsub = victim._gossip._pubsub
+        await until(lambda: pubsub.bad_rpc_streams > 0, 20, "the garbage was not read")
         await honest.publish("chan", b"still alive")
         with trio.fail_after(20):
             msg = await queues[0].receive()
