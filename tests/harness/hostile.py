@@ -135,14 +135,17 @@ async def recon_and_answer(host: P2PHost, peer: str, keys: list[bytes],
     return await while_busy(lambda: _answer_once(host, peer, keys, answer, channel))
 
 
-async def while_busy(attempt: Callable[[], Awaitable[T]]) -> T:
+async def while_busy(attempt: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
     """``attempt()`` again while the node declines with BUSY (it is starting a session with us
-    at the same moment), a little later each time; fails if it stays busy."""
-    for pause in (0.1, 0.2, 0.4, *[0.5] * 17):
-        try:
-            return await attempt()
-        except Busy:
-            await trio.sleep(pause)
+    at the same moment), a little later each time; fails if it stays busy ``timeout`` s."""
+    pause = 0.1
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                return await attempt()
+            except Busy:
+                await trio.sleep(pause)
+                pause = min(pause * 2, 0.5)
     raise RuntimeError("the node stayed busy")
 
 
