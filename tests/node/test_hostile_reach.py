@@ -33,6 +33,7 @@ from tests.harness.hostile_reach import (
     squat,
     stall_pings,
 )
+from tests.harness.inproc import InProcessNode
 from tests.harness.procs import NodeProcess
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.mark.slow
 def test_dialback_liars_do_not_make_a_node_public(tmp_path: Path) -> None:
     # Default settings: serve_relay = "auto", two confirmations.
-    node = NodeProcess(tmp_path / "victim").start()
+    node = InProcessNode(tmp_path / "victim").start()
     try:
         seen = trio.run(lie_to, node, 2)
         assert seen["reachability_state"] == 0, seen  # unknown, as before the lies
@@ -55,7 +56,7 @@ def test_dialback_liars_do_not_make_a_node_public(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_one_source_gets_only_its_share_of_relay_reservations(tmp_path: Path) -> None:
     # Default share: 4 reservations per /24; every identity here comes from 127.0.0.1.
-    node = NodeProcess(tmp_path / "relay", env={
+    node = InProcessNode(tmp_path / "relay", env={
         "SYNCNODE_REACHABILITY_SERVE_RELAY": "on"}).start()
     try:
         wait_for(lambda: metric(node, "relay_serving") == 1, 60, "the relay never served")
