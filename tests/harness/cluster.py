@@ -42,21 +42,22 @@ def preset_identity(data_dir: Path) -> str:
     return peer_id_of(key)
 
 
+def _bootstrapped(args: Sequence[str], bootstrap: Sequence[NodeApi]) -> list[str]:
+    return [*args, *(a for peer in bootstrap for a in ("--bootstrap", peer.listen_addrs[0]))]
+
+
 def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
                bootstrap: Sequence[NodeApi] = ()) -> NodeProcess:
-    extra = list(args)
-    for peer in bootstrap:
-        extra += ["--bootstrap", peer.listen_addrs[0]]
-    return NodeProcess(base / name, *extra, env={**FAST_ENV, **(env or {})}).start()
+    """A node process on fast timers in ``base / name``, dialling ``bootstrap`` at start."""
+    return NodeProcess(base / name, *_bootstrapped(args, bootstrap),
+                       env={**FAST_ENV, **(env or {})}).start()
 
 
-def start_in_process(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
+def start_inproc(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
                      bootstrap: Sequence[NodeApi] = ()) -> InProcessNode:
     """``start_node``'s node, run in this process (tests.harness.inproc)."""
-    extra = list(args)
-    for peer in bootstrap:
-        extra += ["--bootstrap", peer.listen_addrs[0]]
-    return InProcessNode(base / name, *extra, env={**FAST_ENV, **(env or {})}).start()
+    return InProcessNode(base / name, *_bootstrapped(args, bootstrap),
+                         env={**FAST_ENV, **(env or {})}).start()
 
 
 def join_all(nodes: Sequence[NodeApi]) -> None:

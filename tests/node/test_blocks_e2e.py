@@ -13,7 +13,7 @@ import pytest
 
 from sync.cardinal import ZERO_HASH, BlockPayload, make_payload, make_sub_batch, payload_to_json
 from tests.conftest import ROOT
-from tests.harness.cluster import metric, preset_identity, start_in_process, wait_for
+from tests.harness.cluster import metric, preset_identity, start_inproc, wait_for
 from tests.harness.procs import NodeApi
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -63,13 +63,13 @@ def test_two_producers_two_consumers_end_with_the_same_head(tmp_path: Path) -> N
     env = {**BLOCKS_ENV, "SYNCNODE_BLOCKS_PRODUCERS": producers}
     nodes: list[NodeApi] = []
     try:
-        p1 = start_in_process(tmp_path, "p1", env=env)
+        p1 = start_inproc(tmp_path, "p1", env=env)
         nodes.append(p1)
-        p2 = start_in_process(tmp_path, "p2", env=env, bootstrap=[p1])
+        p2 = start_inproc(tmp_path, "p2", env=env, bootstrap=[p1])
         nodes.append(p2)
-        c1 = start_in_process(tmp_path, "c1", env=env, bootstrap=[p1, p2])
+        c1 = start_inproc(tmp_path, "c1", env=env, bootstrap=[p1, p2])
         nodes.append(c1)
-        c2 = start_in_process(tmp_path, "c2", env={**env, "SYNCNODE_BLOCKS_TRACKED": "acct/"},
+        c2 = start_inproc(tmp_path, "c2", env={**env, "SYNCNODE_BLOCKS_TRACKED": "acct/"},
                               bootstrap=[p1, p2, c1])
         nodes.append(c2)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 3 for n in nodes), 60,
@@ -165,7 +165,7 @@ def test_a_block_without_its_parent_is_held_pending(tmp_path: Path) -> None:
     """blocks_pending counts what the consumer holds: here a block whose parent has not
     arrived (and, once applied, the recent blocks its tree keeps for reorgs)."""
     producer = preset_identity(tmp_path / "p")
-    node = start_in_process(tmp_path, "p",
+    node = start_inproc(tmp_path, "p",
                             env={**BLOCKS_ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer})
     try:
         assert metric(node, "blocks_pending") == 0

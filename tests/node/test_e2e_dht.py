@@ -15,7 +15,7 @@ from tests.harness.cluster import (
     channel_log,
     metric,
     publish_many,
-    start_in_process,
+    start_inproc,
     until,
     wait_for,
 )
@@ -33,9 +33,9 @@ def test_rendezvous_keys_follow_cip_124() -> None:
 
 
 def test_two_nodes_that_only_know_a_third_find_each_other(tmp_path: Path) -> None:
-    hub = start_in_process(tmp_path, "hub", env=DHT)
-    left = start_in_process(tmp_path, "left", env=DHT, bootstrap=[hub])
-    right = start_in_process(tmp_path, "right", env=DHT, bootstrap=[hub])
+    hub = start_inproc(tmp_path, "hub", env=DHT)
+    left = start_inproc(tmp_path, "left", env=DHT, bootstrap=[hub])
+    right = start_inproc(tmp_path, "right", env=DHT, bootstrap=[hub])
     try:
         def linked() -> bool:
             peers = {p["peer_id"] for p in left.get("/v1/peers")["connected"]}
@@ -58,7 +58,7 @@ def test_two_nodes_that_only_know_a_third_find_each_other(tmp_path: Path) -> Non
 def test_a_dht_peer_that_never_answers_fails_the_round_and_is_counted(tmp_path: Path) -> None:
     """A peer that takes DHT queries and never answers: each round times out after
     p2p.dht_timeout_s and is counted, and the node keeps serving."""
-    node = start_in_process(tmp_path, "n", env={**DHT, "SYNCNODE_P2P_DHT_INTERVAL_S": "1",
+    node = start_inproc(tmp_path, "n", env={**DHT, "SYNCNODE_P2P_DHT_INTERVAL_S": "1",
                                                 "SYNCNODE_P2P_DHT_TIMEOUT_S": "1"})
 
     async def stall_dht() -> None:

@@ -26,7 +26,7 @@ from tests.harness.cluster import (
     metric,
     preset_identity,
     publish_many,
-    start_in_process,
+    start_inproc,
     wait_for,
 )
 from tests.harness.hostile import Busy, hostile, meshed, while_busy
@@ -128,9 +128,9 @@ def test_hostile_peer_is_rejected_counted_and_harmless(tmp_path: Path) -> None:
 def test_allowed_peers_keeps_outsiders_out(tmp_path: Path) -> None:
     members = [preset_identity(tmp_path / "a"), preset_identity(tmp_path / "b")]
     closed = {"SYNCNODE_P2P_ALLOWED_PEERS": ",".join(members)}
-    a = start_in_process(tmp_path, "a", env=closed)
-    b = start_in_process(tmp_path, "b", env=closed, bootstrap=[a])
-    outsider = start_in_process(tmp_path, "outsider", bootstrap=[a, b])
+    a = start_inproc(tmp_path, "a", env=closed)
+    b = start_inproc(tmp_path, "b", env=closed, bootstrap=[a])
+    outsider = start_inproc(tmp_path, "outsider", bootstrap=[a, b])
     try:
         assert [a.peer_id, b.peer_id] == members
         wait_for(lambda: len(a.get("/v1/peers")["connected"]) == 1, 30, "members not linked")

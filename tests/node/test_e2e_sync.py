@@ -7,14 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import (
-    channel_log,
-    cluster,
-    metric,
-    publish_many,
-    start_in_process,
-    wait_for,
-)
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_inproc, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 CHANNELS = {"SYNCNODE_P2P_CHANNELS": "alpha,beta"}
@@ -50,7 +43,7 @@ def test_late_joiner_catches_up_through_recon(tmp_path: Path) -> None:
         publish_many(nodes[1], "beta", [f"y{k}" for k in range(1000)])
         wait_for(lambda: identical_logs(nodes, ("alpha",), 1000), 60, "first two did not sync")
         # The late node hears no gossip at all: whatever it gets, it pulled.
-        late = start_in_process(tmp_path, "late", bootstrap=nodes[:1],
+        late = start_inproc(tmp_path, "late", bootstrap=nodes[:1],
                                 env={**CHANNELS, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
         try:
             wait_for(lambda: identical_logs([*nodes, late], ("alpha", "beta"), 1000), 60,

@@ -9,14 +9,7 @@ import pytest
 
 from storage import make_engine, read_channel_ordered
 from sync.sds import decode_transmission
-from tests.harness.cluster import (
-    channel_log,
-    cluster,
-    metric,
-    publish_many,
-    start_in_process,
-    wait_for,
-)
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_inproc, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 ENV = {"SYNCNODE_P2P_CHANNELS": "alpha,wk", "SYNCNODE_SDS_CHANNEL_PROFILES": "wk=waku"}
@@ -44,7 +37,7 @@ def test_waku_channel_replicates_unsigned_by_gossip_and_recon(tmp_path: Path) ->
         with nodes[0].client() as client:
             r = client.post("/v1/channels/wk/events", json={"content": "w0"})
         assert r.status_code == 409, r.text
-        late = start_in_process(tmp_path, "late", bootstrap=nodes[:1],
+        late = start_inproc(tmp_path, "late", bootstrap=nodes[:1],
                                 env={**ENV, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
         try:
             wait_for(lambda: channel_log(late, "wk") == channel_log(nodes[0], "wk")

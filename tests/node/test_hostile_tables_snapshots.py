@@ -25,7 +25,7 @@ from tests.harness.cluster import (
     channel_log,
     metric,
     preset_identity,
-    start_in_process,
+    start_inproc,
     start_node,
     wait_for,
 )
@@ -53,11 +53,11 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_lat
         tmp_path: Path) -> None:
     nodes: list[NodeApi] = []
     try:
-        nodes.append(start_in_process(tmp_path, "n0", env=DB_ENV))
+        nodes.append(start_inproc(tmp_path, "n0", env=DB_ENV))
         # n1 starts once n0 has seeded the table: with a window of 2 s, seeds racing on a
         # loaded machine could each settle first (the window is 10 minutes by default).
         wait_for(lambda: _owner(nodes[0]) is not None, 60, "n0 did not seed the table")
-        nodes.append(start_in_process(tmp_path, "n1", env=DB_ENV, bootstrap=nodes))
+        nodes.append(start_inproc(tmp_path, "n1", env=DB_ENV, bootstrap=nodes))
         a, b = nodes
         wait_for(lambda: _owner(a) is not None and _owner(a) == _owner(b), 60,
                  "the seeded table has no common owner")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scripts.bench.catchup_log import build_log
-from tests.harness.cluster import channel_log, metric, start_in_process, wait_for
+from tests.harness.cluster import channel_log, metric, start_inproc, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 EVENTS = 800
@@ -18,11 +18,11 @@ EVENTS = 800
 
 def test_a_fresh_node_stores_an_old_log_through_its_ingest_workers(tmp_path: Path) -> None:
     assert build_log(tmp_path / "source", EVENTS) == EVENTS
-    source = start_in_process(tmp_path, "source")
+    source = start_inproc(tmp_path, "source")
     try:
         # At most 200 missing keys a session: the catch-up takes several, the later ones
         # over the ranges the first one left (RangeBacklog).
-        fresh = start_in_process(tmp_path, "fresh", bootstrap=[source],
+        fresh = start_inproc(tmp_path, "fresh", bootstrap=[source],
                                  env={"SYNCNODE_RECON_MAX_MISSING_KEYS": "200"})
         try:
             wanted = {mid for _, mid, _ in channel_log(source, "general")}

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.identity import peer_id_of
 from tests.conftest import ROOT
-from tests.harness.cluster import start_in_process, wait_for
+from tests.harness.cluster import start_inproc, wait_for
 from tests.harness.inproc import InProcessNode
 from tests.harness.procs import NodeApi
 
@@ -52,9 +52,9 @@ def scrape(node: NodeApi) -> tuple[dict[str, tuple[str, str]], dict[str, float]]
 
 def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
     env = {"SYNCNODE_API_MAX_FOLLOWS": "1"}
-    a = start_in_process(tmp_path, "a", env=env)
+    a = start_inproc(tmp_path, "a", env=env)
     # b hears no gossip: a's events reach it by Recon, and a resends them meanwhile.
-    b = start_in_process(tmp_path, "b",
+    b = start_inproc(tmp_path, "b",
                          env={**env, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
     try:
         families, before = scrape(a)

@@ -38,7 +38,7 @@ from sync.transfer import encode_request, parse_request
 from tests.harness.cluster import (
     metric,
     preset_identity,
-    start_in_process,
+    start_inproc,
     start_node,
     until,
     wait_for,
@@ -111,13 +111,13 @@ class CraftedPeer:
 
 def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
     a_id = preset_identity(tmp_path / "a")
-    closed = start_in_process(tmp_path, "closed", env={
+    closed = start_inproc(tmp_path, "closed", env={
         "SYNCNODE_P2P_ALLOWED_PEERS": a_id,
         # No sync messages: they would acknowledge a's probe below before the crafted peer can.
         "SYNCNODE_SDS_SYNC_INTERVAL_S": "600",
         # Room for no gossip message at all: each one overflows this node's queue.
         "SYNCNODE_P2P_GOSSIP_QUEUE_BYTES": "16"})
-    a = start_in_process(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
+    a = start_inproc(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
                          env={"SYNCNODE_P2P_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
                               "SYNCNODE_P2P_CHANNELS": "general,wk",
                               "SYNCNODE_SDS_CHANNEL_PROFILES": "wk=waku",

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.harness.cluster import start_in_process, wait_for
+from tests.harness.cluster import start_inproc, wait_for
 from tests.harness.procs import NodeApi
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -141,8 +141,8 @@ def test_status_page_in_a_real_browser(tmp_path: Path,
     assert CHROMIUM.exists(), "chromium missing: run `make setup` (scripts/setup_chromium.sh)"
     from playwright.sync_api import sync_playwright
 
-    first = start_in_process(tmp_path, "n1", env=ENV)
-    second = start_in_process(tmp_path, "n2", env=ENV, bootstrap=[first])
+    first = start_inproc(tmp_path, "n1", env=ENV)
+    second = start_inproc(tmp_path, "n2", env=ENV, bootstrap=[first])
     try:
         wait_for(lambda: len(first.get("/v1/peers")["connected"]) == 1, 60, "no peer")
         wait_for(lambda: len(first.get("/v1/db")["tables"]) == 2, 60, "tables not declared")
