@@ -4,7 +4,7 @@ Every host here is a real py-libp2p host with Noise, on 127.0.0.1, with a fresh 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import trio
@@ -159,7 +159,7 @@ SQUAT_VICTIM_ENV = {"SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "2",
 SQUAT_HONEST_ENV = {"SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1"}
 
 
-def dialled_by(victim: NodeApi, honest: list[NodeApi]) -> set[str]:
+def dialled_by(victim: NodeApi, honest: Sequence[NodeApi]) -> set[str]:
     """The honest nodes join the first of them and ``victim`` dials each; their ids once it
     holds them all."""
     for h in honest[1:]:
