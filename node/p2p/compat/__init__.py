@@ -59,6 +59,7 @@ from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
 from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
 from node.p2p.compat.sockets import patch_reuse_flags, share_port, tcp_socket_of
 from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slots
+from node.p2p.compat.validation import patch_signature_check
 from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.compat.yamux import patch_yamux
 
@@ -89,6 +90,7 @@ def apply() -> None:
     patch_record_verification()  # R1
     patch_record_sending()  # R2
     patch_gossip_queues()  # P6
+    patch_signature_check()  # V2
     patch_yamux()  # Y1, Y2
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2

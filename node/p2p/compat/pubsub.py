@@ -69,9 +69,11 @@ from libp2p.network.exceptions import SwarmException
 from libp2p.network.stream.exceptions import StreamClosed
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
+from node.p2p.compat.receive import InlineReceive
+from node.p2p.compat.records import drop_repeated_record
+from node.p2p.compat.validation import BoundedValidationCache, publishing
 from node.p2p.compat.version import require
 from node.p2p.types import P2PStats
 
@@ -104,7 +106,7 @@ def patch_gossip_queues() -> None:
     setattr(_pubsub_module, "SUBSCRIPTION_CHANNEL_SIZE", _LIBP2P_SUBSCRIPTION_BUFFER)  # noqa: B010
 
 
-class GuardedPubsub(Pubsub):
+class GuardedPubsub(InlineReceive):
     """``Pubsub`` whose readers survive a malformed RPC and whose writers never interleave."""
 
     stats: P2PStats | None = None
@@ -123,12 +125,22 @@ class GuardedPubsub(Pubsub):
         self.counter = time.time_ns()
         self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
             weakref.WeakKeyDictionary())
+        # The signed record last written on each stream (entry R3).
+        self._records_sent: weakref.WeakKeyDictionary[INetStream, bytes] = (
+            weakref.WeakKeyDictionary())
+        # O(1) per message (entry V1); same ttl and bound as libp2p's.
+        self.validation_cache = BoundedValidationCache(self.validation_cache.ttl,
+                                                       self.validation_cache.max_size)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        if msg_forwarder == self.my_id:  # our own publish, signed a moment ago (entry V2)
+            with publishing(msg):
+                await super().push_msg(msg_forwarder, msg)
+            return
         # Every mesh peer sends us each message once; all but the first copy are dropped by
         # libp2p's seen cache after Noise, Yamux and the RPC decode have been paid for: the
         # count shows what the mesh degree costs (docs/p2p.md "Mesh degree").
-        if self.stats is not None and msg_forwarder != self.my_id:
+        if self.stats is not None:
             self.stats.gossip_copies_received += 1
             if self._is_msg_seen(msg):
                 self.stats.gossip_duplicates_received += 1
@@ -164,6 +176,7 @@ class GuardedPubsub(Pubsub):
         if lock is None:
             lock = self._write_locks[stream] = trio.Lock()
         async with lock:
+            drop_repeated_record(self._records_sent, stream, rpc_msg)
             try:
                 return await super().write_msg(stream, rpc_msg)
             except BaseException as exc:
