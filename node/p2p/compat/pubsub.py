@@ -49,6 +49,11 @@
    subscription channel room: it only feeds our drain task, which never blocks, so drops are
    counted in our bounded queues only.
 
+7. *Per-message cost.* Its reader handles each message itself, no task each (P8,
+   ``receive.InlineReceive``, its base class); its validation cache is O(1) (V1) and its own
+   publishes are not verified again (V2, ``validation``); its signed record goes once per
+   stream (R3, ``records.drop_repeated_record`` in :meth:`GuardedPubsub.write_msg`).
+
 These are entries P1-P6 of the table in ``node.p2p.compat``; they rely on 0.8.1's
 ``write_msg``/``stream_handler``/``_handle_new_peer``/``_handle_dead_peer`` and its
 ``peer_topics`` bookkeeping, pinned by the version check of :func:`node.p2p.compat.apply`.
