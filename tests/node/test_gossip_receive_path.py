@@ -188,3 +188,15 @@ async def test_r3_the_signed_record_goes_once_per_stream(monkeypatch: pytest.Mon
         # sent it on every one of the 50 publishes too.
         assert with_record[0] <= 6, with_record[0]
         assert receiver.peer_id in sender.mesh_peers(TOPIC)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(90)
+async def test_g1_no_list_grows_with_every_message() -> None:
+    """0.8.1 appends every message's time to ``recent_message_deliveries`` and prunes it only
+    in adaptive gossip's health check, which the node turns off: it grew for ever."""
+    async with _meshed() as (sender, receiver, inbox):
+        await _send(sender, inbox, 200)
+        for host in (sender, receiver):
+            kept = host._gossip._router.recent_message_deliveries
+            assert sum(len(times) for times in kept.values()) == 0

@@ -114,6 +114,12 @@ ENTRIES: tuple[Entry, ...] = (
           "not a defect: counts every copy received and the duplicates (the mesh degree's cost)",
           "tests/node/test_gossip_degree.py::"
           "test_every_copy_read_is_counted_and_every_message_delivered_once"),
+    Entry("G1", "pubsub", "replaced",
+          ("libp2p.pubsub.gossipsub:GossipSub.recent_message_deliveries",
+           "libp2p.pubsub.gossipsub:GossipSub.adaptive_gossip_enabled"),
+          "every message's time is appended to a list only adaptive gossip's health check "
+          "prunes: with adaptive gossip off it grows for the process's life",
+          "tests/node/test_gossip_receive_path.py::test_g1_no_list_grows_with_every_message"),
     Entry("Y1", "yamux", "replaced",
           ("libp2p.stream_muxer.yamux.yamux:YamuxStream._auto_tune_and_send_window_update",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream._grow_to_delta",
