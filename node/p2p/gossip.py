@@ -21,7 +21,6 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 
-from node.p2p.compat import GuardedPubsub
 from node.p2p.frames import P2PError
 from node.p2p.types import GossipMessage, P2PConfig, P2PStats
 
@@ -73,8 +72,6 @@ class GossipTopics:
         self._queued_bytes: dict[int, int] = {}
         # (from, seqno) -> the neighbour that forwarded it, noted by the topic validator.
         self._forwarders: dict[tuple[bytes, bytes], str] = {}
-        if isinstance(pubsub, GuardedPubsub):  # handed over as they are accepted, no drain task
-            pubsub.deliver = self._deliver
 
     async def subscribe(self, topic: str) -> trio.MemoryReceiveChannel[GossipMessage]:
         """A new channel receiving every message on ``topic`` (one channel per call).
@@ -92,8 +89,7 @@ class GossipTopics:
             # so members never spread them; the forwarder of every message is noted.
             self._pubsub.set_topic_validator(topic, self._from_member, False)
             subscription = await self._pubsub.subscribe(topic)
-            if not isinstance(self._pubsub, GuardedPubsub):
-                self._nursery.start_soon(self._drain, topic, subscription)
+            self._nursery.start_soon(self._drain, topic, subscription)
         sinks.append(send)
         return receive
 

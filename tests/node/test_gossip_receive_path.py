@@ -200,27 +200,3 @@ async def test_g1_no_list_grows_with_every_message() -> None:
         for host in (sender, receiver):
             kept = host._gossip._router.recent_message_deliveries
             assert sum(len(times) for times in kept.values()) == 0
-
-
-class _Steps(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.names.append(task.name)
-
-
-@pytest.mark.trio
-@pytest.mark.timeout(90)
-async def test_p9_messages_reach_subscribers_without_a_channel_hop() -> None:
-    """Each accepted message goes to the subscriber channels from the task that accepted it:
-    no libp2p subscription channel drained by a task of its own (a hop and a wake-up each)."""
-    async with _meshed() as (sender, _receiver, inbox):
-        steps = _Steps()
-        trio.lowlevel.add_instrument(steps)
-        try:
-            await _send(sender, inbox, 100)
-        finally:
-            trio.lowlevel.remove_instrument(steps)
-        drains = [n for n in steps.names if n.endswith("_drain")]
-        assert not drains, len(drains)

@@ -34,7 +34,6 @@ P5   overridden ``Pubsub.counter`` (set at start)                           test
 P6   replaced   ``pubsub.RpcQueue``, ``pubsub.SUBSCRIPTION_CHANNEL_SIZE``   test_libp2p_compat
 P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test_gossip_degree
 P8   overridden ``Pubsub.continuously_read_stream`` (no task per message)   test_gossip_receive_path
-P9   overridden ``Pubsub.notify_subscriptions`` (to ``deliver``)          test_gossip_receive_path
 G1   replaced   ``GossipSub.recent_message_deliveries`` (per router)        test_gossip_receive_path
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat

@@ -1,4 +1,4 @@
-"""``GuardedPubsub``: py-libp2p 0.8.1's ``Pubsub``, its faults fixed, its per-message cost cut.
+"""``GuardedPubsub``: py-libp2p 0.8.1's ``Pubsub`` with five of its faults fixed.
 
 1. *Reading.* 0.8.1 catches only stream and varint errors in a peer's reader: bytes that are not
    a valid ``RPC`` protobuf raise ``DecodeError`` out of the handler and take the whole network
@@ -58,11 +58,9 @@
 8. *Per-message cost.* Its reader handles each message itself, no task each (P8,
    ``receive.InlineReceive``, its base class); its validation cache is O(1) (V1) and its own
    publishes are not verified again (V2, ``validation``); its signed record goes once per
-   stream (R3, ``records.drop_repeated_record`` in :meth:`GuardedPubsub.write_msg`); its
-   messages go straight to ``deliver`` when set (P9, :meth:`GuardedPubsub.notify_subscriptions`),
-   not through libp2p's subscription channel and a task draining it.
+   stream (R3, ``records.drop_repeated_record`` in :meth:`GuardedPubsub.write_msg`).
 
-These are entries P1-P9, G1, R3, V1 and V2 of the table in ``node.p2p.compat``; they rely on 0.8.1's
+These are entries P1-P6 of the table in ``node.p2p.compat``; they rely on 0.8.1's
 ``write_msg``/``stream_handler``/``_handle_new_peer``/``_handle_dead_peer`` and its
 ``peer_topics`` bookkeeping, pinned by the version check of :func:`node.p2p.compat.apply`.
 """
@@ -75,7 +73,6 @@ import contextvars
 import logging
 import time
 import weakref
-from collections.abc import Callable
 
 import libp2p.pubsub.pubsub as _pubsub_module
 import trio
@@ -133,9 +130,6 @@ class GuardedPubsub(InlineReceive):
     """``Pubsub`` whose readers survive a malformed RPC and whose writers never interleave."""
 
     stats: P2PStats | None = None
-    #: Called with (topic, message) for each message of a subscribed topic, in place of
-    #: libp2p's subscription channel (entry P9); it must not block.
-    deliver: Callable[[str, rpc_pb2.Message], None] | None = None
 
     def __init__(self, *args: object, peer_queue_size: int = LIBP2P_PEER_QUEUE_SIZE,
                  **kwargs: object) -> None:
@@ -217,18 +211,6 @@ class GuardedPubsub(InlineReceive):
                         contextlib.suppress(Exception):
                     await stream.reset()
                 raise
-
-    def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
-        deliver = self.deliver
-        if deliver is None:
-            super().notify_subscriptions(publish_message)
-            return
-        for topic in publish_message.topicIDs:
-            if topic in self.topic_ids:
-                try:
-                    deliver(topic, publish_message)
-                except Exception:  # one odd message must not cost the peer's stream
-                    logger.exception("delivering a gossip message on %s failed", topic)
 
     def _handle_dead_peer(self, peer_id: ID) -> None:
         connected = self._peer_is_connected(peer_id)

@@ -114,12 +114,6 @@ ENTRIES: tuple[Entry, ...] = (
           "not a defect: counts every copy received and the duplicates (the mesh degree's cost)",
           "tests/node/test_gossip_degree.py::"
           "test_every_copy_read_is_counted_and_every_message_delivered_once"),
-    Entry("P9", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub.notify_subscriptions",
-                                         "libp2p.pubsub.pubsub:Pubsub.topic_ids"),
-          "each message goes through a subscription channel that only a task of ours drains: "
-          "a hop and a wake-up per message; handed to the host's callback instead",
-          "tests/node/test_gossip_receive_path.py::"
-          "test_p9_messages_reach_subscribers_without_a_channel_hop"),
     Entry("G1", "pubsub", "replaced",
           ("libp2p.pubsub.gossipsub:GossipSub.recent_message_deliveries",
            "libp2p.pubsub.gossipsub:GossipSub.adaptive_gossip_enabled"),
