@@ -60,7 +60,7 @@
    publishes are not verified again (V2, ``validation``); its signed record goes once per
    stream (R3, ``records.drop_repeated_record`` in :meth:`GuardedPubsub.write_msg`).
 
-These are entries P1-P6 of the table in ``node.p2p.compat``; they rely on 0.8.1's
+XX
 ``write_msg``/``stream_handler``/``_handle_new_peer``/``_handle_dead_peer`` and its
 ``peer_topics`` bookkeeping, pinned by the version check of :func:`node.p2p.compat.apply`.
 """
