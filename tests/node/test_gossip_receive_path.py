@@ -1,11 +1,12 @@
-"""The per-message cost of py-libp2p 0.8.1's pubsub receive and validation path (issue 40),
-cut in ``node.p2p.compat`` (entries V1, V2, P8, R3): counted on real hosts, never timed.
+"""The per-message cost of py-libp2p 0.8.1's pubsub receive and validation path,
+cut in ``node.p2p.compat`` (entries V1, V2, P8, R3, G1): counted on real hosts, never timed.
 
 - V1: ``ValidationCache.put`` scanned a list per message; ours is O(1) and still bounded.
 - V2: the publisher verified its own signature; each message is now verified once, by its
   receiver, and a forged one is still refused.
 - P8: no task spawned per received message, no base58 work per message or RPC.
 - R3: the signed peer record goes once per stream, not on every RPC.
+- G1: no list grows by one entry per message.
 
 The only wrappers count calls and call through.
 """
