@@ -47,8 +47,9 @@ Invariants and figures (the JSON keys):
   its ends, peak and slope.
 
 When an invariant fails, or a full or quick run misses a target (``targets_missed``), the run
-directory (every node's log) is kept and its path printed; otherwise it is removed. ``--quick`` runs 10 minutes; ``--smoke`` (for ``make test``) runs a
-miniature (2 public nodes, 2 homes, under a minute of faults) whose JSON goes to a temp file.
+directory (every node's log) is kept and its path printed; otherwise it is removed.
+``--quick`` runs 10 minutes; ``--smoke`` (for ``make test``) runs a miniature (2 public nodes,
+2 homes, under a minute of faults) whose JSON goes to a temp file.
 Full size writes docs/bench/chaos.json. Needs root and nftables (scripts/setup_net.sh).
 """
 
