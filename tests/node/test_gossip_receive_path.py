@@ -30,6 +30,7 @@ from libp2p.pubsub.pubsub import ValidationResult
 
 from node.p2p import P2PHost, compat
 from node.p2p.run import open_host
+from tests.harness.cluster import until
 
 TOPIC = "receive-path"
 SIGNED = b"libp2p-pubsub:"
@@ -43,9 +44,7 @@ async def _meshed() -> AsyncIterator[tuple[P2PHost, P2PHost, Any]]:
         inbox = await receiver.subscribe(TOPIC)
         await sender.subscribe(TOPIC)
         await sender.connect(receiver.listen_addrs[0])
-        with trio.fail_after(30):
-            while receiver.peer_id not in sender.mesh_peers(TOPIC):
-                await trio.sleep(0.05)
+        await until(lambda: receiver.peer_id in sender.mesh_peers(TOPIC), 30, "not meshed")
         yield sender, receiver, inbox
 
 
