@@ -88,14 +88,14 @@ from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
 from sync.sds.bloom import BloomParams  # noqa: E402
 from sync.sds.message import transmission_suffix  # noqa: E402
-from tests.node.cluster import (  # noqa: E402
+from tests.harness.cluster import (  # noqa: E402
     metric,
     preset_identity,
     publish_many,
     start_node,
     wait_for,
 )
-from tests.node.hostile import (  # noqa: E402
+from tests.harness.hostile import (  # noqa: E402
     amplify,
     hostile,
     key_list_bomb,
@@ -105,7 +105,7 @@ from tests.node.hostile import (  # noqa: E402
     recon_first_message,
     stored_ids,
 )
-from tests.node.procs import NodeProcess  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "attack.json"
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).

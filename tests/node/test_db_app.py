@@ -25,7 +25,7 @@ from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, upgrade
 from sync.crdt import TableSchema, Value
-from tests.node.db_helpers import (
+from tests.harness.db_helpers import (
     ALICE,
     BOB,
     CAROL,

@@ -18,9 +18,9 @@ from node.apps.db_app import DbApplication
 from node.clock import SystemClock
 from storage import append_events, make_engine, upgrade
 from tests.conftest import ROOT
-from tests.node.cluster import wait_for
-from tests.node.db_helpers import ALICE, RECEIVED_AT, SECTION, db_url, engine
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import wait_for
+from tests.harness.db_helpers import ALICE, RECEIVED_AT, SECTION, db_url, engine
+from tests.harness.procs import NodeProcess
 
 __all__ = ["db_url", "engine"]  # the fixtures
 

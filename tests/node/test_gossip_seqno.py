@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.clock import SystemClock
 from node.p2p import P2PConfig, P2PHost
 from node.p2p.run import open_host
+from tests.harness.cluster import until
 
 TOPIC = "restart"
 BURST = 50
@@ -31,10 +32,8 @@ async def _publish(receiver: P2PHost, inbox: trio.MemoryReceiveChannel, count: i
     async with open_host(_key(82), P2PConfig(), clock=SystemClock()) as sender:
         await sender.connect(receiver.listen_addrs[0])
         await sender.subscribe(TOPIC)
-        with trio.fail_after(20):
-            while sender.peer_id not in receiver.mesh_peers(TOPIC) or \
-                    receiver.peer_id not in sender.gossip_peers(TOPIC):
-                await trio.sleep(0.02)
+        await until(lambda: sender.peer_id in receiver.mesh_peers(TOPIC)
+                    and receiver.peer_id in sender.gossip_peers(TOPIC), 20, "not meshed")
         seqnos = []
         for i in range(count):
             await sender.publish(TOPIC, b"%d" % i)

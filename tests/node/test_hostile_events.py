@@ -37,7 +37,7 @@ from sync.cardinal import (
 from sync.cardinal.assembly import MAX_LAYOUTS_PER_SUB_BATCH
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, decode_state, encode_event, encode_state
-from tests.node.cluster import (
+from tests.harness.cluster import (
     channel_log,
     metric,
     preset_identity,
@@ -45,8 +45,8 @@ from tests.node.cluster import (
     start_node,
     wait_for,
 )
-from tests.node.hostile import meshed
-from tests.node.procs import NodeProcess
+from tests.harness.hostile import meshed
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 POISON = (1 << 64) - (1 << 32) - 1

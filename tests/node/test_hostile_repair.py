@@ -26,9 +26,9 @@ from node.p2p.run import open_host
 from node.replication import topic_of
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event, transmission_suffix
-from tests.node.cluster import cluster, metric, wait_for
-from tests.node.hostile import meshed
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import cluster, metric, wait_for
+from tests.harness.hostile import meshed
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -40,7 +40,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]
     # All answers of a channel may cost 1.5 MiB per window here (default 16 MiB), so that a
     # second requester meets the channel's bound in seconds.
     with cluster(tmp_path_factory.mktemp("hostile-repair"), 2,
-                 env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}) as nodes:
+                 env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}, in_process=True) as nodes:
         yield nodes
 
 

@@ -24,7 +24,6 @@ from typing import Any
 import libp2p.network.connection.swarm_connection as swarm_connection_module
 import libp2p.stream_muxer.yamux.yamux as yamux_module
 import pytest
-import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -41,6 +40,7 @@ from node.p2p.compat.pubsub import GuardedPubsub
 from node.p2p.compat.table import CHECKED_VERSION, ENTRIES, Entry
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
+from tests.harness.cluster import until
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT = ROOT / "node" / "p2p" / "compat"
@@ -306,9 +306,7 @@ async def test_p1_a_malformed_rpc_costs_one_stream_not_the_host() -> None:
         raw = await a._streams.open_raw(b.peer_id, PROTOCOL_ID_V11)
         garbage = b"\x0a\xff\xff\xff\x0f"  # field 1, a length far past the end
         await raw.write(bytes([len(garbage)]) + garbage)
-        with trio.fail_after(30):
-            while pubsub.bad_rpc_streams == 0:
-                await trio.sleep(0.05)
+        await until(lambda: pubsub.bad_rpc_streams != 0, 30, "no bad RPC stream counted")
         stream = await a.open_stream(b.peer_id, ECHO)
         await stream.send(b"still up")
         assert await stream.receive() == b"still up"
@@ -330,13 +328,14 @@ async def test_p6_two_hosts_keep_their_own_peer_queue_size() -> None:
         for host in (small, big):
             await host.subscribe("compat")
             await host.connect(hub.listen_addrs[0])
-        with trio.fail_after(30):
-            while len(sizes) < 2:
-                for host in (small, big):
-                    queue = host._gossip._pubsub.peer_queues.get(ID.from_base58(hub.peer_id))
-                    if queue is not None:
-                        sizes[host.peer_id] = queue._queue.max_size
-                await trio.sleep(0.05)
+        def both_sized() -> bool:
+            for host in (small, big):
+                queue = host._gossip._pubsub.peer_queues.get(ID.from_base58(hub.peer_id))
+                if queue is not None:
+                    sizes[host.peer_id] = queue._queue.max_size
+            return len(sizes) == 2
+
+        await until(both_sized, 30, "no queue to the hub")
         assert sizes == {small.peer_id: 64, big.peer_id: 50_000}
 
 

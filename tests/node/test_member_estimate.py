@@ -9,7 +9,6 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
@@ -21,6 +20,7 @@ from node.store import EventStore
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
+from tests.harness.cluster import until
 
 T0 = 1_000_000.0
 
@@ -46,9 +46,7 @@ async def test_node_gives_channels_its_member_estimate(tmp_path: Path) -> None:
             await host.subscribe(topic)
         for other in hosts[1:]:
             await hosts[0].connect(other.listen_addrs[0])
-        with trio.fail_after(30):
-            while len(hosts[0].gossip_peers(topic)) < 2:
-                await trio.sleep(0.05)
+        await until(lambda: len(hosts[0].gossip_peers(topic)) >= 2, 30, "fewer than 2 gossip peers")
         # Automatic: the peers subscribed to the topic, and us.
         auto = _service(hosts[0], keys[0], tmp_path)
         ch = auto.channels["c"]

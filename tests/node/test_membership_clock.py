@@ -36,6 +36,7 @@ from storage import make_engine, upgrade
 from storage.schema import node_state
 from sync.peerscore import ScoreConfig
 from sync.reachability import ReachabilityConfig
+from tests.harness.cluster import until
 
 T0 = 1_700_000_000.0  # the wall clock's reading when the mock clock is at 0
 AUTOJUMP_S = 0.002  # real seconds every task must wait before the mock clock jumps
@@ -69,9 +70,7 @@ def _membership(host: P2PHost, engine: Engine, metrics: Metrics, section: Member
 
 async def _until(done: Callable[[], bool], within_s: float) -> float:
     """Wait (virtual seconds) until ``done()``; returns the clock's time then."""
-    with trio.move_on_after(within_s):
-        while not done():
-            await trio.sleep(0.5)
+    await until(done, within_s, "not done")
     return trio.current_time()
 
 

@@ -20,8 +20,8 @@ from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
 from node.replication.px import PX_PROTOCOL
 from sync.membership import encode_records
-from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 PER_SOURCE = 16

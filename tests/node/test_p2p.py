@@ -34,7 +34,8 @@ from node.p2p.frames import encode_frame
 from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
-from tests.node.clocks import ManualClock
+from tests.harness.clocks import ManualClock
+from tests.harness.cluster import until
 
 ECHO = "/test/echo/1.0.0"
 MIB = 1024 * 1024
@@ -64,9 +65,7 @@ async def _echo(stream: FramedStream) -> None:
 
 
 async def _wait_for(predicate: object, timeout: float = 10.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():  # type: ignore[operator]
-            await trio.sleep(0.02)
+    await until(predicate, timeout, "the predicate did not hold")  # type: ignore[arg-type]
 
 
 def test_config_validation_names_the_key() -> None:
@@ -725,7 +724,8 @@ async def test_malformed_pubsub_rpc_drops_one_stream_not_the_host() -> None:
         # DecodeError escape its reader and stop the network service; ours must not.
         raw = await attacker._streams.open_raw(victim.peer_id, PROTOCOL_ID_V11)
         await raw.write(b"\x05\xff\xff\xff\xff\xff")
-        await trio.sleep(1)
+        pubsub = victim._gossip._pubsub
+        await until(lambda: pubsub.bad_rpc_streams > 0, 20, "the garbage was not read")
         await honest.publish("chan", b"still alive")
         with trio.fail_after(20):
             msg = await queues[0].receive()

@@ -27,6 +27,7 @@ from node.clock import SystemClock
 from node.p2p import P2PConfig, P2PHost
 from node.p2p.compat import GuardedPubsub
 from node.p2p.run import open_host
+from tests.harness.cluster import until
 
 TOPIC = "framing-test"
 
@@ -60,9 +61,8 @@ async def test_concurrent_rpc_writes_to_one_peer_arrive_whole(
     async with open_host(keys[0], config, clock=SystemClock()) as sender, \
             open_host(keys[1], config, clock=SystemClock()) as receiver:
         inbox, pubsub, peer = await _linked(sender, receiver)
-        with trio.fail_after(60):
-            while peer not in pubsub.peers or peer not in pubsub.peer_topics.get(TOPIC, set()):
-                await trio.sleep(0.05)
+        await until(lambda: peer in pubsub.peers and peer in pubsub.peer_topics.get(TOPIC, set()),
+                    60, "the peer is not subscribed")
         stream = pubsub.peers[peer]
         # Each RPC is larger than Yamux's initial 256 KiB window, so every write waits for
         # credit mid-RPC: the moment another task's write could cut in.
@@ -97,9 +97,7 @@ async def test_gossip_to_a_live_peer_goes_on_after_its_stream_died() -> None:
     async with open_host(keys[0], P2PConfig(), clock=SystemClock()) as sender, \
             open_host(keys[1], P2PConfig(), clock=SystemClock()) as receiver:
         inbox, pubsub, peer = await _linked(sender, receiver)
-        with trio.fail_after(60):
-            while receiver.peer_id not in sender.mesh_peers(TOPIC):
-                await trio.sleep(0.05)
+        await until(lambda: receiver.peer_id in sender.mesh_peers(TOPIC), 60, "not in the mesh")
         pubsub._handle_dead_peer(peer)  # as after a failed write
         await _published_until_received(sender, inbox, b"after the dead stream")
         assert receiver.peer_id in sender.gossip_peers(TOPIC)

@@ -21,6 +21,7 @@ from node.p2p.frames import P2PError
 from node.p2p.relay import RelayLayer
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
+from tests.harness.cluster import until
 
 SINK = "/test/sink/1.0.0"
 KIB = 1024
@@ -115,9 +116,7 @@ async def test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open()
         assert await b.connect(address) == a.peer_id  # the newest circuit to a
         assert b.path(a.peer_id) == "relayed" and c.path(a.peer_id) == "relayed"
         await a.disconnect(c.peer_id)  # c's circuit ends, from a's side
-        with trio.fail_after(30):
-            while c.path(a.peer_id) is not None:
-                await trio.sleep(0.05)
+        await until(lambda: c.path(a.peer_id) is None, 30, "c still has a path to a")
         for round_trip in range(3):
             await trio.sleep(0.5)  # the relay's clean-up of c's circuit runs meanwhile
             assert b.path(a.peer_id) == "relayed", round_trip
@@ -192,9 +191,9 @@ async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
         conns = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
         assert len(conns) == 2
         await b.drop(a.peer_id, 5, opened_before=between)  # the relayed one only
-        with trio.fail_after(10):
-            while len(b._host.get_network().get_connections(ID.from_base58(a.peer_id))) > 1:
-                await trio.sleep(0.05)
+        network = b._host.get_network()
+        await until(lambda: len(network.get_connections(ID.from_base58(a.peer_id))) <= 1, 10,
+                    "the relayed connection was not dropped")
         assert b.path(a.peer_id) == "direct"
         async with await b.open_stream(a.peer_id, SINK) as stream:
             await stream.send(b"direct")

@@ -17,7 +17,7 @@ from node.p2p import P2PConfig
 from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
-from tests.node.hostile_px import lan_ip
+from tests.harness.hostile_px import lan_ip
 
 pytestmark = pytest.mark.timeout(120)
 

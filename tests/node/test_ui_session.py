@@ -12,7 +12,7 @@ import pytest
 from node.config import UiSection
 from node.metrics import Metrics
 from node.ui import UiSessions, cookie_name
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.procs import NodeApi, running_node
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,11 +75,11 @@ def test_a_session_gets_burst_requests_then_its_rate() -> None:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    yield from running_node(tmp_path_factory.mktemp("ui"))
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeApi]:
+    yield from running_node(tmp_path_factory.mktemp("ui"), in_process=True)
 
 
-def sign_in(node: NodeProcess) -> tuple[str, str]:
+def sign_in(node: NodeApi) -> tuple[str, str]:
     """(the session cookie's name, its value) after trading a fresh link."""
     link = httpx.post(node.api_url + "/v1/ui/links", headers=node.headers).json()["url"]
     answer = httpx.get(link, follow_redirects=False)
@@ -96,7 +96,7 @@ def sign_in(node: NodeProcess) -> tuple[str, str]:
 PAGE = {"X-Syncnode-UI": "1"}
 
 
-def test_the_session_reads_the_page_data_only(node: NodeProcess) -> None:
+def test_the_session_reads_the_page_data_only(node: NodeApi) -> None:
     name, value = sign_in(node)
     jar = {name: value}
 
@@ -132,7 +132,7 @@ def test_the_session_reads_the_page_data_only(node: NodeProcess) -> None:
     assert fake.status_code == 401 and "syncnode ui" in fake.json()["error"]
 
 
-def test_the_page_files_are_open_and_locked_down(node: NodeProcess) -> None:
+def test_the_page_files_are_open_and_locked_down(node: NodeApi) -> None:
     page = httpx.get(node.api_url + "/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     policy = page.headers["content-security-policy"]
