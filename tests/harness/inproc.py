@@ -20,6 +20,7 @@ import trio
 
 from node.api_token import read_token
 from node.cli.main import build_parser, run_overrides
+from node.clock import SystemClock
 from node.config import Config, load_config
 from node.daemon import serve
 from node.runtime import NodeInfo
@@ -89,7 +90,7 @@ class InProcessNode(NodeApi):
             self._trio_token = trio.lowlevel.current_trio_token()
             self._reachable.set()
             async with trio.open_nursery() as nursery:
-                info = await nursery.start(serve, config, self._shutdown)
+                info = await nursery.start(serve, config, self._shutdown, SystemClock())
                 self._started.put(info)
 
         try:

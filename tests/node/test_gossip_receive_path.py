@@ -28,6 +28,7 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import ValidationResult
 
+from node.clock import SystemClock
 from node.p2p import P2PHost, compat
 from node.p2p.run import open_host
 from tests.harness.cluster import until
@@ -39,8 +40,8 @@ SIGNED = b"libp2p-pubsub:"
 @asynccontextmanager
 async def _meshed() -> AsyncIterator[tuple[P2PHost, P2PHost, Any]]:
     """Sender and receiver on the default settings, in each other's mesh; the receiver's inbox."""
-    async with open_host(Ed25519PrivateKey.generate()) as sender, \
-            open_host(Ed25519PrivateKey.generate()) as receiver:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as sender, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as receiver:
         inbox = await receiver.subscribe(TOPIC)
         await sender.subscribe(TOPIC)
         await sender.connect(receiver.listen_addrs[0])
@@ -76,7 +77,7 @@ class _Key:
 @pytest.mark.trio
 @pytest.mark.timeout(60)
 async def test_v1_validation_cache_is_constant_time_and_bounded() -> None:
-    async with open_host(Ed25519PrivateKey.generate()) as host:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as host:
         cache = host._gossip._pubsub.validation_cache
         size = cache.max_size
         assert size == 1000  # libp2p's default bound is kept
