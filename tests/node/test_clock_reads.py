@@ -34,6 +34,8 @@ ALLOWED: dict[tuple[str, str], int] = {
     ("node_main.py", "SystemClock"): 1,  # the daemon's entry builds the one clock
     # A seqno counter must not repeat across restarts: libp2p's rule, on the wall clock.
     ("p2p/compat/pubsub.py", "time.time_ns"): 1,
+    # libp2p stamps its validation results with time.time(): their age is read on that clock.
+    ("p2p/compat/validation.py", "time.time"): 2,
     # `syncnode snapshot bootstrap/pull`: a CLI tool on a stopped node's database.
     ("snapshots/bootstrap.py", "time.time"): 2,
     ("snapshots/bootstrap.py", "time.monotonic"): 2,

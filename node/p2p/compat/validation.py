@@ -58,6 +58,7 @@ class BoundedValidationCache(ValidationCache):
         result = self.cache.get(msg_id)
         if result is None:
             return None
+        # libp2p stamps its results with time.time(): their age is read on the same clock.
         if time.time() - result.timestamp > self.ttl:
             del self.cache[msg_id]
             return None
@@ -74,7 +75,7 @@ class BoundedValidationCache(ValidationCache):
         self.cache.pop(msg_id, None)
 
     def clear_expired(self) -> None:
-        oldest_kept = time.time() - self.ttl
+        oldest_kept = time.time() - self.ttl  # libp2p's stamps: time.time() (see get)
         for msg_id in [m for m, r in self.cache.items() if r.timestamp < oldest_kept]:
             del self.cache[msg_id]
 
