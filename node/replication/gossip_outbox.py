@@ -1,6 +1,7 @@
 """SDS messages on their way out to GossipSub: queued by the channel service, held back by the
 linger rule while the node is busy (``sync.linger``) so that more join them, gathered into one
-payload per channel (``sync.gossip.OutgoingBatch``) and published on the channel's topic.
+payload per channel (``sync.gossip.OutgoingBatch``), kept to the pace our peers' gossip budgets
+take from one publisher (``sync.gossip.GossipPace``) and published on the channel's topic.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import math
 
 import trio
 
+from node.clock import Clock
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
-from sync.gossip import OutgoingBatch, batch_would_fill
+from sync.gossip import GossipLimits, GossipPace, OutgoingBatch, batch_would_fill
 from sync.linger import Linger
 
 __all__ = ["GossipOutbox", "topic_of"]
@@ -26,9 +28,12 @@ def topic_of(network_id: int, channel: str) -> str:
 
 
 class GossipOutbox:
-    def __init__(self, host: P2PHost, network_id: int, metrics: Metrics,
-                 linger_s: float = 0.0) -> None:
+    def __init__(self, host: P2PHost, network_id: int, metrics: Metrics, clock: Clock,
+                 linger_s: float = 0.0, limits: GossipLimits | None = None) -> None:
         self.host = host
+        self.clock = clock
+        self._limits = limits or GossipLimits()
+        self._pace: GossipPace | None = None  # made in run(), where the clock can be read
         self.network_id = network_id
         self.metrics = metrics
         self._linger = Linger(linger_s)
@@ -38,7 +43,7 @@ class GossipOutbox:
         self._queued_bytes = 0
 
     def queue(self, channel: str, data: bytes) -> None:
-        self._linger.note(trio.current_time())
+        self._linger.note(self.clock.now())
         self._queued_items += 1
         self._queued_bytes += len(data)
         self._send.send_nowait((channel, data))
@@ -48,9 +53,10 @@ class GossipOutbox:
         self._queued_bytes -= len(data)
 
     async def run(self) -> None:
+        self._pace = GossipPace(self._limits, self.clock.now())
         async for name, data in self._receive:
             full = batch_would_fill(self._queued_items, self._queued_bytes)
-            delay = self._linger.delay(trio.current_time(), batch_full=full)
+            delay = self._linger.delay(self.clock.now(), batch_full=full)
             if delay:  # busy: let the messages due meanwhile join this gossip message
                 await trio.sleep(delay)
             batch = OutgoingBatch()
@@ -63,6 +69,7 @@ class GossipOutbox:
                     break
                 batch.add(*item)
                 self._took(item[1])
+            await self._keep_pace(batch)
             for channel, payload in batch.payloads():
                 try:
                     await self.host.publish(topic_of(self.network_id, channel), payload)
@@ -72,3 +79,11 @@ class GossipOutbox:
                     # local publisher and the batch limit keep payloads under the gossip limit,
                     # so there is no counter that could never move (Recon carries the events).
                     log.warning("publish failed", extra=kv(channel=channel, error=str(exc)))
+
+    async def _keep_pace(self, batch: OutgoingBatch) -> None:
+        """Wait until our peers' budgets for us have room for ``batch`` (counted in
+        ``gossip_paced_seconds_total``: how long local bursts waited for it)."""
+        assert self._pace is not None
+        while (wait := self._pace.delay(batch.cost, self.clock.now())) > 0:
+            self.metrics.inc("gossip_paced_seconds_total", wait)
+            await trio.sleep(wait)

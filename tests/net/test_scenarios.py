@@ -26,10 +26,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.harness.cluster import channel_log, metric, publish_many
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
 from tests.net.world import World, build_world, logs_identical, partition_seconds
-from tests.node.cluster import channel_log, metric, publish_many
 
 # A dead connection is closed within ~14 s (3 pings 3 s apart, 5 s each); a loaded machine's
 # slow answers (seconds, under make test) must not close live ones.
