@@ -33,6 +33,7 @@ P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test
 P8   replaced   ``pubsub.read_varint_prefixed_bytes_limited`` (buffered)    test_libp2p_compat
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
+W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
@@ -94,7 +95,7 @@ def apply() -> None:
     patch_record_sending()  # R2
     patch_gossip_queues()  # P6
     patch_rpc_reads()  # P8
-    patch_yamux()  # Y1, Y2
+    patch_yamux()  # Y1, Y2, W1
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
     patch_noise_reads()  # N1

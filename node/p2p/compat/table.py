@@ -88,6 +88,12 @@ ENTRIES: tuple[Entry, ...] = (
           "not a defect: counts every copy received and the duplicates (the mesh degree's cost)",
           "tests/node/test_gossip_degree.py::"
           "test_every_copy_read_is_counted_and_every_message_delivered_once"),
+    Entry("P8", "rpc_reads", "replaced",
+          ("libp2p.pubsub.pubsub:read_varint_prefixed_bytes_limited",
+           "libp2p.pubsub.pubsub:Pubsub.continuously_read_stream"),
+          "each RPC's varint length is read one stream.read(1) per byte, then the body: three "
+          "or four reads (each three locks) per RPC; read in chunks into a per-stream buffer",
+          _T + "test_p8_pubsub_reads_rpcs_in_chunks_not_bytes"),
     Entry("Y1", "yamux", "replaced",
           ("libp2p.stream_muxer.yamux.yamux:YamuxStream._auto_tune_and_send_window_update",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream._grow_to_delta",
@@ -103,6 +109,20 @@ ENTRIES: tuple[Entry, ...] = (
           "each frame's header is unpacked and a debug f-string built before every write, "
           "debug logging on or off",
           _T + "test_y2_frames_are_written_whole_without_debug_text"),
+    Entry("W1", "yamux", "replaced",
+          ("libp2p.stream_muxer.yamux.yamux:Yamux._write_frame",
+           "libp2p.stream_muxer.yamux.yamux:Yamux._write_lock",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.secured_conn"),
+          "every frame is its own Noise message and socket send, also when other writers "
+          "wait for the connection; the lock holder sends the frames queued behind it as one",
+          _T + "test_w1_frames_written_together_share_one_socket_write"),
+    Entry("N1", "noise", "replaced",
+          ("libp2p.security.noise.io:NoiseTransportReadWriter.read_msg",
+           "libp2p.security.noise.io:NoiseTransportReadWriter.decrypt",
+           "libp2p.security.noise.io:SIZE_NOISE_MESSAGE_LEN"),
+          "each Noise message is read with two exact socket reads (length, then body): two "
+          "recv calls, locks and scheduler passes per message; cut from 64 KiB reads instead",
+          _T + "test_n1_noise_messages_are_cut_from_buffered_socket_reads"),
     Entry("L1", "logs", "replaced", ("libp2p.network.connection.swarm_connection:logging",),
           "that module logs on the root logger: logging.basicConfig() runs on its first "
           "record, installing a stderr handler and voiding the daemon's logging setup",

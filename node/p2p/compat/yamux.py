@@ -14,8 +14,12 @@
    formats a ``logger.debug`` f-string before the write, whether or not debug logging is on.
    The replacement writes the frame as the original does (under the connection's write lock,
    then a checkpoint) and keeps the original, with its log line, for when debug is on.
+3. *One Noise message and one socket send per frame* (W1). Frames of other writers that
+   queued while the lock was held (other streams, window updates) are sent by the holder with
+   its own, as one write: one encryption and one send for the lot. Nothing waits for company
+   (a lone frame goes at once) and each writer returns once its frame went to the socket.
 
-Entries Y1, Y2 of the table in ``node.p2p.compat``.
+Entries Y1, Y2, W1 of the table in ``node.p2p.compat``.
 """
 
 from __future__ import annotations
