@@ -26,6 +26,7 @@ import libp2p.network.connection.swarm_connection as swarm_connection_module
 import libp2p.stream_muxer.yamux.yamux as yamux_module
 import pytest
 import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -603,3 +604,52 @@ async def test_w1_frames_written_together_share_one_socket_write(
             await stream.close()
     assert sorted(received[len(streams):]) == sorted(sent)
     assert writes.count < len(sent), writes.count
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_k1_a_connections_free_locks_are_taken_without_a_yield() -> None:
+    """The locks a message passes on its way (the connection's socket, write and stream locks,
+    a stream's window lock) are taken without going back to the scheduler when free (0.8.1's
+    ``trio.Lock`` yields even then), and queue in order when held."""
+    async with open_host(Ed25519PrivateKey.generate()) as a, \
+            open_host(Ed25519PrivateKey.generate()) as b:
+        b.set_stream_handler(ECHO, _echo)
+        await a.connect(b.listen_addrs[0])
+        async with await a.open_stream(b.peer_id, ECHO) as stream:
+            await stream.send(b"up")
+            assert await stream.receive() == b"up"
+            conn = a._host.get_network().get_connections(ID.from_base58(b.peer_id))[0]
+            muxed = conn.muxed_conn
+            tcp = muxed.secured_conn.conn.read_writer.read_write_closer.stream
+            yamux_stream = next(iter(muxed.streams.values()))
+            locks = [muxed._write_lock, muxed.streams_lock, tcp.write_lock, tcp.read_lock,
+                     yamux_stream.window_lock]
+            ran: list[str] = []
+
+            async def sibling() -> None:
+                ran.append("sibling")
+
+            for lock in locks[:3] + locks[4:]:  # the socket's read lock is held by its reader
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sibling)
+                    await lock.acquire()  # the sibling is runnable: a yield would run it
+                    ran.append("held")
+                    lock.release()
+                assert ran == ["held", "sibling"], (lock, ran)
+                ran.clear()
+
+            lock = locks[0]
+            order: list[int] = []
+
+            async def waiter(i: int) -> None:
+                async with lock:
+                    order.append(i)
+
+            await lock.acquire()
+            async with trio.open_nursery() as nursery:
+                for i in range(3):
+                    nursery.start_soon(waiter, i)
+                    await trio.testing.wait_all_tasks_blocked()
+                lock.release()
+            assert order == [0, 1, 2]

@@ -38,6 +38,8 @@ L1   replaced   ``swarm_connection.logging``                                test
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
 N1   replaced   ``NoiseTransportReadWriter.read_msg`` (buffered)            test_libp2p_compat
+K1   replaced   the locks of ``TrioTCPStream``, ``Yamux``, ``YamuxStream``      test_libp2p_compat
+                (``__init__`` wrapped: no yield when free)
 C1   overridden ``CircuitV2Protocol._read_stream_with_retry`` (pacing)       test_relay_layer
 C2   overridden ``CircuitV2Protocol._relay_data``, ``_active_relays``        test_relay_layer
 C3   overridden ``CircuitV2Protocol._handle_reserve``, ``_handle_connect``   test_hostile_reach
@@ -57,6 +59,7 @@ All checked against py-libp2p 0.8.1 (:data:`SUPPORTED_LIBP2P_VERSION`).
 
 from __future__ import annotations
 
+from node.p2p.compat.locks import patch_quick_locks
 from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
 from node.p2p.compat.noise import patch_noise_reads
 from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
@@ -99,6 +102,7 @@ def apply() -> None:
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
     patch_noise_reads()  # N1
+    patch_quick_locks()  # K1
     _applied = True
 
 

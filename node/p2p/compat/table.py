@@ -69,9 +69,12 @@ ENTRIES: tuple[Entry, ...] = (
           "not repeat: that peer is never sent gossip again",
           "tests/node/test_pubsub_framing.py::"
           "test_gossip_to_a_live_peer_goes_on_after_its_stream_died"),
-    Entry("P4", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub._handle_new_peer",),
+    Entry("P4", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub._handle_new_peer",
+                                         "libp2p.pubsub.pubsub:Pubsub.get_hello_packet",
+                                         "libp2p.pubsub.pubsub:Pubsub.topic_ids"),
           "the registration retry catches only SwarmException/StreamClosed: a reset or broken "
-          "socket during the hello ends it, and the peer is never registered",
+          "socket during the hello ends it, and the peer is never registered; a topic "
+          "subscribed while the hello is written is never told to that peer",
           "tests/node/test_pubsub_framing.py::"
           "test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host"),
     Entry("P5", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub.counter",),
@@ -123,6 +126,15 @@ ENTRIES: tuple[Entry, ...] = (
           "each Noise message is read with two exact socket reads (length, then body): two "
           "recv calls, locks and scheduler passes per message; cut from 64 KiB reads instead",
           _T + "test_n1_noise_messages_are_cut_from_buffered_socket_reads"),
+    Entry("K1", "locks", "replaced",
+          ("libp2p.io.trio:TrioTCPStream.read_lock", "libp2p.io.trio:TrioTCPStream.write_lock",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.streams_lock",
+           "libp2p.stream_muxer.yamux.yamux:Yamux._write_lock",
+           "libp2p.stream_muxer.yamux.yamux:YamuxStream.window_lock"),
+          "a free trio.Lock still yields to the scheduler: ~9 locks per message, each a "
+          "scheduler pass; these five (each followed by a checkpoint of its own) do not yield "
+          "when free",
+          _T + "test_k1_a_connections_free_locks_are_taken_without_a_yield"),
     Entry("L1", "logs", "replaced", ("libp2p.network.connection.swarm_connection:logging",),
           "that module logs on the root logger: logging.basicConfig() runs on its first "
           "record, installing a stderr handler and voiding the daemon's logging setup",
