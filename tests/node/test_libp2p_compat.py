@@ -501,7 +501,7 @@ async def test_n1_noise_messages_are_cut_from_buffered_socket_reads(
 
 @pytest.mark.trio
 @pytest.mark.timeout(60)
-async def test_p8_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pubsub reader takes each RPC from a per-stream buffer: about one stream read per RPC
     or fewer (0.8.1: one per byte of each varint length, then the body: three per 1.7 KB
     message), and every message is delivered whole."""
@@ -530,7 +530,7 @@ async def test_p8_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.Monk
 
 @pytest.mark.trio
 @pytest.mark.timeout(60)
-async def test_p8_an_rpc_cut_anywhere_across_writes_is_read_whole() -> None:
+async def test_b1_an_rpc_cut_anywhere_across_writes_is_read_whole() -> None:
     """RPCs whose varint and body arrive split across many writes (one byte of the length
     at a time) are read whole; a length above the limit ends that reader, not the host."""
     async with open_host(Ed25519PrivateKey.generate()) as a, \
@@ -631,6 +631,9 @@ async def test_k1_a_connections_free_locks_are_taken_without_a_yield() -> None:
                 ran.append("sibling")
 
             for lock in locks[:3] + locks[4:]:  # the socket's read lock is held by its reader
+                with trio.fail_after(30):
+                    while lock.locked():  # a connection task (a ping, a window update) has it
+                        await trio.sleep(0.01)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(sibling)
                     await lock.acquire()  # the sibling is runnable: a yield would run it

@@ -30,7 +30,7 @@ P4   overridden ``Pubsub._handle_new_peer``                                 test
 P5   overridden ``Pubsub.counter`` (set at start)                           test_gossip_seqno
 P6   replaced   ``pubsub.RpcQueue``, ``pubsub.SUBSCRIPTION_CHANNEL_SIZE``   test_libp2p_compat
 P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test_gossip_degree
-P8   replaced   ``pubsub.read_varint_prefixed_bytes_limited`` (buffered)    test_libp2p_compat
+B1   replaced   ``pubsub.read_varint_prefixed_bytes_limited`` (buffered)    test_libp2p_compat
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
 W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat
@@ -97,7 +97,7 @@ def apply() -> None:
     patch_record_verification()  # R1
     patch_record_sending()  # R2
     patch_gossip_queues()  # P6
-    patch_rpc_reads()  # P8
+    patch_rpc_reads()  # B1
     patch_yamux()  # Y1, Y2, W1
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2

@@ -1,4 +1,4 @@
-"""Pubsub's length-prefixed RPC reads from a buffer (entry P8 of the table in ``node.p2p.compat``).
+"""Pubsub's length-prefixed RPC reads from a buffer (entry B1 of the table in ``node.p2p.compat``).
 
 py-libp2p 0.8.1's pubsub reader (``Pubsub.continuously_read_stream``) reads each RPC with
 ``read_varint_prefixed_bytes_limited``: the varint length one ``stream.read(1)`` per byte, then

@@ -91,12 +91,12 @@ ENTRIES: tuple[Entry, ...] = (
           "not a defect: counts every copy received and the duplicates (the mesh degree's cost)",
           "tests/node/test_gossip_degree.py::"
           "test_every_copy_read_is_counted_and_every_message_delivered_once"),
-    Entry("P8", "rpc_reads", "replaced",
+    Entry("B1", "rpc_reads", "replaced",
           ("libp2p.pubsub.pubsub:read_varint_prefixed_bytes_limited",
            "libp2p.pubsub.pubsub:Pubsub.continuously_read_stream"),
           "each RPC's varint length is read one stream.read(1) per byte, then the body: three "
           "or four reads (each three locks) per RPC; read in chunks into a per-stream buffer",
-          _T + "test_p8_pubsub_reads_rpcs_in_chunks_not_bytes"),
+          _T + "test_b1_pubsub_reads_rpcs_in_chunks_not_bytes"),
     Entry("Y1", "yamux", "replaced",
           ("libp2p.stream_muxer.yamux.yamux:YamuxStream._auto_tune_and_send_window_update",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream._grow_to_delta",
