@@ -472,35 +472,6 @@ class _Calls:
 
 @pytest.mark.trio
 @pytest.mark.timeout(60)
-async def test_n1_noise_messages_are_cut_from_buffered_socket_reads(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Noise message costs at most one socket read (0.8.1: two exact reads each, its length
-    then its body), and a burst of messages fewer; every frame still arrives whole."""
-    from libp2p.io.trio import TrioTCPStream
-    from libp2p.security.noise.io import NoiseTransportReadWriter
-
-    reads = _Calls(monkeypatch, TrioTCPStream, "read")
-    messages = _Calls(monkeypatch, NoiseTransportReadWriter, "decrypt")
-    async with open_host(Ed25519PrivateKey.generate()) as a, \
-            open_host(Ed25519PrivateKey.generate()) as b:
-        b.set_stream_handler(ECHO, _echo)
-        await a.connect(b.listen_addrs[0])
-        async with await a.open_stream(b.peer_id, ECHO) as stream:
-            await stream.send(b"warm")
-            assert await stream.receive() == b"warm"
-            reads.on = messages.on = True
-            payloads = [bytes([i]) * (100 + 37 * i) for i in range(100)]
-            for payload in payloads:
-                await stream.send(payload)
-            for payload in payloads:
-                assert await stream.receive() == payload
-            reads.on = messages.on = False
-    assert messages.count >= 100
-    assert reads.count <= messages.count + 2, (reads.count, messages.count)
-
-
-@pytest.mark.trio
-@pytest.mark.timeout(60)
 async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pubsub reader takes each RPC from a per-stream buffer: about one stream read per RPC
     or fewer (0.8.1: one per byte of each varint length, then the body: three per 1.7 KB

@@ -37,7 +37,6 @@ W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     tes
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
-N1   replaced   ``NoiseTransportReadWriter.read_msg`` (buffered)            test_libp2p_compat
 K1   replaced   the locks of ``TrioTCPStream``, ``Yamux``, ``YamuxStream``      test_libp2p_compat
                 (``__init__`` wrapped: no yield when free)
 C1   overridden ``CircuitV2Protocol._read_stream_with_retry`` (pacing)       test_relay_layer
@@ -61,7 +60,6 @@ from __future__ import annotations
 
 from node.p2p.compat.locks import patch_quick_locks
 from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
-from node.p2p.compat.noise import patch_noise_reads
 from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
 from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
 from node.p2p.compat.rpc_reads import patch_rpc_reads
@@ -101,7 +99,6 @@ def apply() -> None:
     patch_yamux()  # Y1, Y2, W1
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
-    patch_noise_reads()  # N1
     patch_quick_locks()  # K1
     _applied = True
 

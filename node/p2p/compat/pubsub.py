@@ -53,7 +53,7 @@
    builds the hello from our topics, writes it (an await), and only then lists the peer in
    ``peers``; ``subscribe`` announces a topic to the peers listed. A topic subscribed during
    that write is in neither, and the peer never learns it (no mesh with it for that topic:
-   1 in 4 runs of a three-host group once Noise reads got faster). Here the hello's topics
+   1 in 4 runs of a three-host group with a faster Noise reader). Here the hello's topics
    are noted (``get_hello_packet``, through a context variable set by our
    ``_handle_new_peer``) and, once the peer is listed, what changed since is sent to it.
 

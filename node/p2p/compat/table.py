@@ -119,13 +119,6 @@ ENTRIES: tuple[Entry, ...] = (
           "every frame is its own Noise message and socket send, also when other writers "
           "wait for the connection; the lock holder sends the frames queued behind it as one",
           _T + "test_w1_frames_written_together_share_one_socket_write"),
-    Entry("N1", "noise", "replaced",
-          ("libp2p.security.noise.io:NoiseTransportReadWriter.read_msg",
-           "libp2p.security.noise.io:NoiseTransportReadWriter.decrypt",
-           "libp2p.security.noise.io:SIZE_NOISE_MESSAGE_LEN"),
-          "each Noise message is read with two exact socket reads (length, then body): two "
-          "recv calls, locks and scheduler passes per message; cut from 64 KiB reads instead",
-          _T + "test_n1_noise_messages_are_cut_from_buffered_socket_reads"),
     Entry("K1", "locks", "replaced",
           ("libp2p.io.trio:TrioTCPStream.read_lock", "libp2p.io.trio:TrioTCPStream.write_lock",
            "libp2p.stream_muxer.yamux.yamux:Yamux.streams_lock",
