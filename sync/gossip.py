@@ -13,6 +13,10 @@
   is counted. Only a peer's *own* messages (forwarder = publisher) are charged to a second
   bucket whose overflow costs it standing: an honest neighbour that relays somebody's flood is
   throttled with it, never penalised (GossipSub forwards before we validate).
+* **Pace.** Our own gossip keeps within the budget a peer with our limits gives us
+  (:class:`GossipPace`: ``SEND_SHARE`` of its rate and burst): a local burst of thousands of
+  publishes (``publish --lines``) must not read as a flood at our neighbours, whose penalty for
+  a publisher over its own budget is a ban. What waits for the pace stays queued, in order.
 * **Senders.** In a closed group only members' events are accepted, whoever relays them; on a
   channel with writers (block streams: ``blocks.producers``) only the writers' content messages
   are (anyone in the group may still send sync messages, which carry acknowledgements and
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from sync.errors import ErrorKind, RemoteProtocolError
-from sync.peerscore import PeerBuckets, penalty_of
+from sync.peerscore import PeerBuckets, TokenBucket, penalty_of
 from sync.sds import sds_pb2
 from sync.varint import read_uvarint, uvarint
 
@@ -41,13 +45,16 @@ __all__ = [
     "REASON_BUDGET",
     "REASON_NOT_MEMBER",
     "REASON_NOT_WRITER",
+    "SEND_SHARE",
     "Admitted",
     "GossipGate",
     "GossipLimits",
+    "GossipPace",
     "OutgoingBatch",
     "SenderCheck",
     "SenderPolicy",
     "batch_would_fill",
+    "item_cost",
     "pack_batch",
     "publisher_pays",
     "unpack_batch",
@@ -57,11 +64,20 @@ BATCH_MAGIC = b"\x00SB1"
 MAX_BATCH_ITEMS = 64
 MAX_BATCH_BYTES = 128 * 1024
 BYTES_PER_TOKEN = 64 * 1024
+#: The share of a peer's per-publisher budget our own gossip uses: the rest absorbs arrivals
+#: bunched by the network (1,000 tokens at the default burst: over a second of the default rate).
+SEND_SHARE = 0.8
 REASON_BATCH = "bad gossip batch"
 REASON_BUDGET = "over gossip budget"
 REASON_NOT_MEMBER = "sender not in allowed_peers"
 REASON_NOT_WRITER = "sender not a writer of this channel"
 REASON_UNREADABLE = "undecodable message"
+
+def item_cost(item: bytes) -> int:
+    """Tokens one SDS message costs a publisher's budget: one, plus one per started
+    ``BYTES_PER_TOKEN`` beyond the first."""
+    return 1 + len(item) // BYTES_PER_TOKEN
+
 
 def publisher_pays(publisher: str, forwarder: str | None) -> bool:
     """Whether a gossip message's faults are charged to its publisher: only when the publisher
@@ -95,6 +111,7 @@ class OutgoingBatch:
         self._items: dict[str, list[bytes]] = {}
         self.count = 0
         self.size = 0
+        self.cost = 0  # tokens at a receiver's budget (item_cost)
 
     @property
     def full(self) -> bool:
@@ -106,6 +123,7 @@ class OutgoingBatch:
         self._items.setdefault(channel, []).append(data)
         self.count += 1
         self.size += len(data)
+        self.cost += item_cost(data)
 
     def payloads(self) -> list[tuple[str, bytes]]:
         """(channel, gossip payload) each, channels in the order first added."""
@@ -174,6 +192,26 @@ class GossipLimits:
     max_item_bytes: int = 1 << 20
 
 
+class GossipPace:
+    """The pace of our own gossip: ``SEND_SHARE`` of ``limits``' rate and burst, so that a peer
+    whose :class:`GossipGate` has the same limits never finds us over our own budget."""
+
+    def __init__(self, limits: GossipLimits, now: float, share: float = SEND_SHARE) -> None:
+        self._bucket = TokenBucket(limits.peer_rate * share, max(1.0, limits.peer_burst * share),
+                                   now)
+
+    def delay(self, cost: float, now: float) -> float:
+        """0.0 once ``cost`` tokens are spent on a send now; else the seconds to wait before
+        asking again (nothing spent). A cost beyond the burst waits for a full bucket."""
+        bucket = self._bucket
+        want = min(cost, bucket.burst)
+        have = bucket.available(now)
+        if have >= want - 1e-3:  # (the wait computed last time, give or take float rounding)
+            bucket.take(now, min(want, have))
+            return 0.0
+        return (want - have) / bucket.rate if bucket.rate > 0 else float("inf")
+
+
 @dataclass
 class Admitted:
     """What to do with one gossip message: ``items`` go to SDS; each entry of ``rejected`` is
@@ -224,7 +262,7 @@ class GossipGate:
             return out
         own = publisher is None or publisher == forwarder
         for item in items:
-            cost = 1 + len(item) // BYTES_PER_TOKEN
+            cost = item_cost(item)
             if own and not self._own.take(forwarder, now, cost):
                 out.rejected.append(self._own_overflow(item))
                 continue

@@ -44,6 +44,8 @@ CHANNEL_METRICS = {
     "sds_dependencies_lost_total": "Dependencies still missing after sds.lost_timeout_s, "
                                    "declared lost",
     "gossip_bytes_sent_total": "Bytes of gossip messages this node published",
+    "gossip_paced_seconds_total": "Seconds our gossip waited to keep within our peers' "
+                                  "per-publisher budget (p2p.gossip_peer_rate/_burst)",
     "gossip_bytes_received_total": "Bytes of gossip messages received",
     "sds_evicted_total": "Entries dropped or refused by a bounded SDS buffer (waiting, missing) "
                          "to stay within its limits, by buffer",

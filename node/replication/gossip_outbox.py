@@ -1,6 +1,7 @@
 """SDS messages on their way out to GossipSub: queued by the channel service, held back by the
 linger rule while the node is busy (``sync.linger``) so that more join them, gathered into one
-payload per channel (``sync.gossip.OutgoingBatch``) and published on the channel's topic.
+payload per channel (``sync.gossip.OutgoingBatch``), kept to the pace our peers' gossip budgets
+take from one publisher (``sync.gossip.GossipPace``) and published on the channel's topic.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import trio
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
-from sync.gossip import OutgoingBatch, batch_would_fill
+from sync.gossip import GossipLimits, GossipPace, OutgoingBatch, batch_would_fill
 from sync.linger import Linger
 
 __all__ = ["GossipOutbox", "topic_of"]
@@ -27,8 +28,10 @@ def topic_of(network_id: int, channel: str) -> str:
 
 class GossipOutbox:
     def __init__(self, host: P2PHost, network_id: int, metrics: Metrics,
-                 linger_s: float = 0.0) -> None:
+                 linger_s: float = 0.0, limits: GossipLimits | None = None) -> None:
         self.host = host
+        self._limits = limits or GossipLimits()
+        self._pace: GossipPace | None = None  # made in run(), where trio's clock is
         self.network_id = network_id
         self.metrics = metrics
         self._linger = Linger(linger_s)
@@ -48,6 +51,7 @@ class GossipOutbox:
         self._queued_bytes -= len(data)
 
     async def run(self) -> None:
+        self._pace = GossipPace(self._limits, trio.current_time())
         async for name, data in self._receive:
             full = batch_would_fill(self._queued_items, self._queued_bytes)
             delay = self._linger.delay(trio.current_time(), batch_full=full)
@@ -63,6 +67,7 @@ class GossipOutbox:
                     break
                 batch.add(*item)
                 self._took(item[1])
+            await self._keep_pace(batch)
             for channel, payload in batch.payloads():
                 try:
                     await self.host.publish(topic_of(self.network_id, channel), payload)
@@ -72,3 +77,11 @@ class GossipOutbox:
                     # local publisher and the batch limit keep payloads under the gossip limit,
                     # so there is no counter that could never move (Recon carries the events).
                     log.warning("publish failed", extra=kv(channel=channel, error=str(exc)))
+
+    async def _keep_pace(self, batch: OutgoingBatch) -> None:
+        """Wait until our peers' budgets for us have room for ``batch`` (counted in
+        ``gossip_paced_seconds_total``: how long local bursts waited for it)."""
+        assert self._pace is not None
+        while (wait := self._pace.delay(batch.cost, trio.current_time())) > 0:
+            self.metrics.inc("gossip_paced_seconds_total", wait)
+            await trio.sleep(wait)

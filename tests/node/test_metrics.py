@@ -347,6 +347,8 @@ DRIVEN["dialback_lies_total"] = ("tests/node/test_hostile_reach.py::"
 DRIVEN["relay_share_refused_reservations_total"] = (
     "tests/node/test_hostile_reach.py::"
     "test_one_source_gets_only_its_share_of_relay_reservations")
+DRIVEN["gossip_paced_seconds_total"] = ("tests/node/test_publish_burst_pace.py::"
+                                        "test_a_burst_of_publishes_is_paced_not_banned")
 DRIVEN["recon_prompts_total"] = ("tests/node/test_e2e_restart_next_event.py::"
                                   "test_next_event_of_a_node_killed_mid_burst_arrives_at_once")
 DRIVEN["peer_addrs_refused_total"] = ("tests/node/test_hostile_px.py::"

@@ -17,6 +17,7 @@ from sync.gossip import (
     Admitted,
     GossipGate,
     GossipLimits,
+    GossipPace,
     OutgoingBatch,
     SenderCheck,
     SenderPolicy,
@@ -193,3 +194,34 @@ def test_only_a_publisher_handing_us_its_own_message_pays() -> None:
     assert publisher_pays(A, A)
     assert not publisher_pays(A, B)  # relayed: the publisher field is not authenticated
     assert not publisher_pays(A, None)  # no forwarder known: nobody to charge for sure
+
+
+def test_pace_spends_its_share_then_waits_for_the_rate() -> None:
+    pace = GossipPace(GossipLimits(peer_rate=100, peer_burst=50), T0)  # 80/s, burst 40
+    assert pace.delay(40, T0) == 0.0
+    assert pace.delay(8, T0) == pytest.approx(0.1)  # nothing spent while it waits
+    assert pace.delay(8, T0 + 0.1) == 0.0
+    # A cost beyond the burst waits for a full bucket, then goes.
+    assert pace.delay(1000, T0 + 0.1) == pytest.approx(0.5)
+    assert pace.delay(1000, T0 + 0.6) == 0.0
+
+
+@given(st.lists(st.tuples(st.integers(1, MAX_BATCH_ITEMS), st.floats(0, 0.5), st.floats(0, 1.0)),
+                min_size=1, max_size=300))
+def test_a_paced_publisher_never_pays_at_a_receiver_with_the_same_limits(
+        sends: list[tuple[int, float, float]]) -> None:
+    """Whatever a local burst looks like (batches of 1-64 events, any gaps) and however the
+    network bunches the arrivals (each up to a second late, in any order that keeps each
+    batch whole), a receiver with the sender's limits takes every event: a publisher is never
+    banned for its own publishes."""
+    limits = GossipLimits(peer_rate=1000, peer_burst=5000)
+    pace, gate, now = GossipPace(limits, T0), GossipGate(SenderPolicy(ME), limits), T0
+    arrivals: list[tuple[float, list[bytes]]] = []
+    for n, gap, late in sends:
+        now += gap
+        now += pace.delay(n, now)  # the outbox sleeps this long, then asks again
+        assert pace.delay(n, now) == 0.0
+        arrivals.append((now + late, [event(1, b"e")] * n))
+    for at, batch in sorted(arrivals, key=lambda a: a[0]):
+        admitted = gate.admit(pack_batch(batch), A, at, publisher=A)
+        assert not admitted.rejected

@@ -1,0 +1,54 @@
+"""A local burst on the default settings does not read as a flood at the node's peers.
+
+Three ``syncnode publish --lines`` bursts of 5,000 events, 12 s apart, each as fast as the API
+takes it: the receiver's default gossip budget for one publisher is 1,000 events/s in bursts of
+5,000, and a publisher over its own budget is banned. The SDS resends of a burst (due after
+``sds.resend_interval_s``, 10 s, while the receiver acknowledges by its sync messages every
+~30 s) fall on the next burst: unpaced, the publisher went over and was banned for 60 s, then
+120 s. The publisher keeps all its gossip to 80 % of that budget (``sync.gossip.GossipPace``),
+so its peer takes every event and bans no one.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.node.burst import events_held, start_on_defaults
+from tests.node.cluster import metric, wait_for
+from tests.node.procs import NodeProcess
+
+pytestmark = pytest.mark.slow
+
+BURSTS, BURST, GAP_S = 3, 5000, 12.0
+
+
+def test_a_burst_of_publishes_is_paced_not_banned(tmp_path: Path) -> None:
+    nodes: list[NodeProcess] = []
+    try:
+        a = start_on_defaults(tmp_path, "a")
+        nodes.append(a)
+        b = start_on_defaults(tmp_path, "b", a)
+        nodes.append(b)
+        wait_for(lambda: len(b.get("/v1/peers")["connected"]) >= 1, 60, "b did not connect")
+        for burst in range(BURSTS):
+            if burst:
+                time.sleep(GAP_S)  # the schedule under test: the next burst meets the resends
+            lines = tmp_path / f"burst{burst}.txt"
+            lines.write_text("".join(f"burst {burst} event {i:06d}\n" for i in range(BURST)))
+            subprocess.run(a.cli_command("publish", "general", "--lines", str(lines)), cwd=ROOT,
+                           env=a.cli_env(), check=True, stdout=subprocess.DEVNULL, timeout=300)
+        wait_for(lambda: events_held(b) >= BURSTS * BURST, 180, "b did not take in every burst")
+        refused = [line for line in b.get("/metrics").splitlines()
+                   if ("rejected" in line or "ban" in line) and not line.startswith("#")]
+        assert metric(b, 'events_rejected_total{reason="over gossip budget"}') == 0, refused
+        assert metric(b, "peer_bans_total") == 0, refused
+        assert a.get("/v1/peers")["connected"], "a lost its only peer"
+        assert metric(a, "gossip_paced_seconds_total") > 0  # the pace, not luck, kept it in
+    finally:
+        for node in nodes:
+            node.kill()
