@@ -6,10 +6,11 @@ scopes and the cores agree; tests run a driver on ``trio.testing.MockClock`` wit
 :class:`TrioWallClock`, whose wall time moves with it (no sleeping to let time pass).
 
 trio's clock has a random offset from ``time.monotonic()``: an instant from one never compares
-with an instant from the other. So the composition root (``NodeRuntime.clock``) builds one
-clock and hands it to the p2p host (``open_host``) and to every driver; nothing in ``node/p2p``
-or the membership drivers reads ``time`` itself. It imports nothing of ``node/`` (the p2p layer
-and the replication drivers both use it).
+with an instant from the other. So the daemon's entry (``node.node_main``) builds one clock and
+``serve`` hands it down (``NodeRuntime.clock``) to the p2p host (``open_host``) and to every
+driver, each taking it as a required parameter; tests/node/test_clock_reads.py fails when code
+in ``node/`` reads time or builds a clock of its own. It imports nothing of ``node/`` (the p2p
+layer and the replication drivers both use it).
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ class SystemClock:
         return time.time()
 
 
+def _trio_time() -> float:
+    """trio's clock, from the trio thread or from one of its worker threads (where the
+    applications' batches run and read ``wall()``)."""
+    try:
+        return trio.current_time()
+    except RuntimeError:  # not the trio thread: ask it
+        return trio.from_thread.run_sync(trio.current_time)
+
+
 class TrioWallClock:
     """Both from trio's clock: ``wall`` is ``origin`` plus trio's time, so a ``MockClock``
     (which starts at 0) that jumps moves the wall clock with it. For tests."""
@@ -50,7 +60,7 @@ class TrioWallClock:
         self.origin = origin
 
     def now(self) -> float:
-        return trio.current_time()
+        return _trio_time()
 
     def wall(self) -> float:
-        return self.origin + trio.current_time()
+        return self.origin + _trio_time()

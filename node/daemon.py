@@ -12,6 +12,7 @@ from node.api.guard import ApiGuard, HostPolicy
 from node.api.node_metrics import register_node_metrics
 from node.api_address import clear_api_url, remove_api_url, write_api_url
 from node.api_token import load_or_create_token
+from node.clock import Clock
 from node.config import Config
 from node.config_combined import check_combined_keys
 from node.config_fields import parse_host_port
@@ -113,11 +114,15 @@ async def _run_services(scope: trio.CancelScope, runtime: NodeRuntime,
 async def serve(
     config: Config,
     shutdown: trio.Event,
+    clock: Clock,
     *,
     routes: list[ApiRoute] | None = None,
     task_status: trio.TaskStatus[NodeInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a node until ``shutdown`` is set; then stop every service and close the database.
+
+    ``clock`` is the node's one clock (``node.clock``): the p2p host and every service read it,
+    so a test can run the daemon's services on trio's ``MockClock`` (``TrioWallClock``).
 
     :raises StartupError: before anything is opened when the data dir is held by another
         process (its ``repo.lock``) or a configured port is taken.
@@ -126,7 +131,7 @@ async def serve(
     check_combined_keys(config)
     lock = _open_data_dir(config)
     try:
-        await _serve_locked(config, shutdown, routes, task_status)
+        await _serve_locked(config, shutdown, clock, routes, task_status)
     finally:
         lock.release()
 
@@ -134,6 +139,7 @@ async def serve(
 async def _serve_locked(
     config: Config,
     shutdown: trio.Event,
+    clock: Clock,
     routes: list[ApiRoute] | None,
     task_status: trio.TaskStatus[NodeInfo],
 ) -> None:
@@ -156,9 +162,9 @@ async def _serve_locked(
             max_delay_ms=config.storage.batch_max_delay_ms,
             relayed_delay_ms=config.storage.relayed_batch_delay_ms,
         )
-        runtime = NodeRuntime(config=config, key=key, store=store)
+        runtime = NodeRuntime(config=config, key=key, store=store, clock=clock)
         api_host, api_port = parse_host_port(config.api.listen)
-        async with open_host(key, p2p_config(config), runtime.clock) as host, \
+        async with open_host(key, p2p_config(config), clock=clock) as host, \
                 trio.open_nursery() as nursery:
             runtime.host = host
             if len(host.listen_addrs) < len(config.p2p.listen):
@@ -171,12 +177,13 @@ async def _serve_locked(
             recon = runtime.recon
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, runtime, *running)
-            sessions = UiSessions(config.ui, runtime.metrics)
+            sessions = UiSessions(config.ui, runtime.metrics, runtime.clock)
             views = node_views(runtime)
             app = ApiGuard(
                 create_app(views.api, api_routes(app_routes, sessions, routes),
                            config.api),
                 token=token, hosts=HostPolicy(api_host, config.api.hosts), metrics=runtime.metrics,
+                clock=runtime.clock,
                 ui=sessions,
             )
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,

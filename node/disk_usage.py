@@ -7,7 +7,6 @@ many thousand files: a walk is repeated at most every ``DiskUsage.max_age_s``.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from sqlalchemy import text
@@ -43,9 +42,10 @@ class DiskUsage:
         self._at = -float("inf")
         self._cached: dict[str, int | None] = {}
 
-    def sizes(self) -> dict[str, int | None]:
-        now = time.monotonic()
-        if now - self._at >= self.max_age_s:
+    def sizes(self, now: float) -> dict[str, int | None]:
+        """The sizes, walked again when the cache is older than ``max_age_s`` at ``now`` (the
+        node clock's ``now()``, read by the caller: this runs in a worker thread)."""
+        if not 0 <= now - self._at < self.max_age_s:
             self._cached = {"database_bytes": self._database_bytes(),
                             "snapshot_bytes": tree_bytes(self.snapshot_dir)
                             if self.snapshot_dir is not None else None}

@@ -7,6 +7,7 @@ import signal
 
 import trio
 
+from node.clock import SystemClock
 from node.config import Config
 from node.config_fields import ConfigError
 from node.daemon import StartupError, serve
@@ -29,7 +30,8 @@ async def run_node(config: Config) -> int:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch_signals)
-        info = await nursery.start(serve, config, shutdown)
+        # The process's one clock: trio's for now(), the system's for wall() (node.clock).
+        info = await nursery.start(serve, config, shutdown, SystemClock())
         print(f"syncnode {package_version()} running", flush=True)
         print(f"peer id:   {info.peer_id}")
         for addr in info.listen_addrs:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from node.config import Config
 from node.disk_usage import DiskUsage
 from node.metrics import Metrics
@@ -70,10 +69,11 @@ class NodeRuntime:
     config: Config
     key: Ed25519PrivateKey
     store: EventStore
+    # The node's one clock (node.clock), built by the daemon's entry: the daemon hands it to the
+    # p2p host and build_services to every driver, so their instants compare (and a test runs
+    # them all on trio's MockClock).
+    clock: Clock
     metrics: Metrics = field(default_factory=Metrics)
-    # The node's one clock (node.clock): the daemon hands it to the p2p host and
-    # build_services to every driver, so their instants compare (trio's, not time.monotonic).
-    clock: Clock = field(default_factory=SystemClock)
     # Filled in by the daemon as the node comes up (None before, and in tools without a host).
     host: P2PHost | None = None
     channels: ChannelService | None = None
@@ -84,13 +84,14 @@ class NodeRuntime:
     snapshots: SnapshotScheduler | None = None  # when [spark] is enabled
     reachability: ReachabilityService | None = None  # when [reachability] is enabled
     api_url: str = ""
-    started_at: float = field(default_factory=time.monotonic)
+    started_at: float = field(init=False)  # clock.now() when built
     version: str = field(default_factory=package_version)
 
     _commit: trio.Event = field(default_factory=trio.Event)
     _disk: DiskUsage | None = None
 
     def __post_init__(self) -> None:
+        self.started_at = self.clock.now()
         self.store.on_commit(self._on_commit)
         spark = self.config.spark
         self._disk = DiskUsage(
@@ -106,6 +107,9 @@ class NodeRuntime:
     def commit_signal(self) -> trio.Event:
         """An event set at the next commit that stores something new."""
         return self._commit
+
+    def uptime_s(self) -> float:
+        return self.clock.now() - self.started_at
 
     def require_host(self) -> P2PHost:
         """The libp2p host; the daemon opens it before building anything that needs it."""
@@ -129,13 +133,14 @@ class NodeRuntime:
 
     async def status(self) -> dict[str, Any]:
         events = await self.store.read(count_events)
-        sizes = await trio.to_thread.run_sync(self._disk.sizes) if self._disk else {}
+        sizes = (await trio.to_thread.run_sync(self._disk.sizes, self.clock.now())
+                 if self._disk else {})
         return {
             "peer_id": self.peer_id,
             "version": self.version,
             "network_id": self.config.node.network_id,
             "database": redacted_url(self.config.database_url),
-            "uptime_s": round(time.monotonic() - self.started_at, 3),
+            "uptime_s": round(self.uptime_s(), 3),
             "events": events,
             "listen_addrs": self.listen_addrs,
             "api_url": self.api_url,

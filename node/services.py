@@ -143,10 +143,11 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
                                *([ingest] if ingest else [])]
     # An application with no channels (disabled in config) costs nothing.
     services += [
-        AppRunner(b.app, store, metrics, runtime.commit_signal) for b in bundles if b.app.channels
+        AppRunner(b.app, store, metrics, runtime.commit_signal, clock)
+        for b in bundles if b.app.channels
     ]
     services += [s for b in bundles for s in getattr(b, "services", ())]
-    snapshots = scheduler_from_config(config)
+    snapshots = scheduler_from_config(config, clock)
     if snapshots is not None:
         runtime.snapshots = snapshots
         store.on_commit(snapshots.on_commit)

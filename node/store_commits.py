@@ -66,6 +66,7 @@ async def insert_records(engine: Engine, records: Sequence[EventRecord],
     thread: ``run`` (not cancellable once started)."""
     def commit() -> AppendResult:
         with write_transaction(engine, durable=durable) as conn:
+            # A worker thread (no trio clock here); stored-at stamps are real Unix time.
             result = append_events(conn, records, int(time.time() * 1000))
             for extra in extras:
                 extra(conn)
@@ -108,6 +109,7 @@ async def commit_remote(read: Reader, writer: RemoteWriter, records: list[EventR
     write token, so the log says exactly which rows it wrote: those of the batch above
     ``high_seq``, the highest seq committed before."""
     try:
+        # Stored-at, as the local commit stamps it (real Unix time, read in its thread).
         combined, why = await writer(records, int(time.time() * 1000))
     except Exception as exc:
         log.error("remote writer failed; reading the log for what it stored",
@@ -145,6 +147,7 @@ async def gather(recv: trio.MemoryReceiveChannel[Q], first: Q, size: Callable[[Q
             total += size(more)
             if patient and waits is not None and waits(more):
                 patient = False
+                # A cancel scope's deadline is on trio's clock by definition.
                 scope.deadline = min(scope.deadline, trio.current_time() + max_delay)
     while total < cap:
         try:

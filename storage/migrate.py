@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -13,6 +14,10 @@ from sqlalchemy import Engine
 __all__ = ["current_revision", "head_revision", "upgrade"]
 
 _SCRIPTS = Path(__file__).resolve().parent / "migrations"
+# Alembic's ``op`` and ``context`` are module-level proxies, one per process: two upgrades in
+# two threads at once (several nodes started in one process) would run each other's operations
+# on the wrong database. Upgrades take turns.
+_UPGRADING = threading.Lock()
 
 
 def _config() -> AlembicConfig:
@@ -35,6 +40,6 @@ def current_revision(engine: Engine) -> str | None:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database to ``revision``; a no-op when it is already there."""
     cfg = _config()
-    with engine.begin() as conn:
+    with _UPGRADING, engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)

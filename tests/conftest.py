@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw their examples from a seed fixed per test ("ci", the default): a run
+# passes or fails as the one before it did, and a failure replays by running the test again.
+# Each test sizes its own ``max_examples``. ``HYPOTHESIS_PROFILE=explore`` draws fresh examples
+# each run (and keeps failing ones in .hypothesis/) to hunt for new counterexamples.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None,
+                          print_blob=True)
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTDATA = ROOT / "tests" / "testdata"

@@ -25,10 +25,10 @@ import ipaddress
 import json
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from node.clock import Clock
 from node.config_fields import is_loopback_host
 from node.logs import kv
 from node.metrics import Metrics
@@ -117,7 +117,9 @@ class ApiGuard:
     """ASGI middleware enforcing the checks above around ``app``."""
 
     def __init__(self, app: Asgi, *, token: str, hosts: HostPolicy, metrics: Metrics,
-                 open_paths: frozenset[str] = OPEN_PATHS, ui: UiSessions | None = None) -> None:
+                 clock: Clock, open_paths: frozenset[str] = OPEN_PATHS,
+                 ui: UiSessions | None = None) -> None:
+        self.clock = clock
         self.app = app
         self.ui = ui
         self.token = token.encode("ascii")
@@ -143,7 +145,7 @@ class ApiGuard:
             return
         request_id = secrets.token_hex(8)
         scope.setdefault("state", {})["request_id"] = request_id
-        started = time.monotonic()
+        started = self.clock.now()
         status = 0
 
         async def tracked_send(message: Message) -> None:
@@ -173,7 +175,7 @@ class ApiGuard:
                 status = 500
         finally:
             self.metrics.inc("api_responses_total", status=str(status or 500))
-            self.metrics.observe("api_request_seconds", time.monotonic() - started)
+            self.metrics.observe("api_request_seconds", self.clock.now() - started)
             if status >= 500:
                 log.warning("API answered %d", status,
                             extra=kv(request_id=request_id, method=scope.get("method"),

@@ -9,7 +9,6 @@ Kubernetes. Both answer without the API token while the API is on loopback (``OP
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -40,15 +39,14 @@ class HealthNode(Protocol):
     @property
     def host(self) -> P2PHost | None: ...
 
-    @property
-    def started_at(self) -> float: ...
+    def uptime_s(self) -> float: ...
 
 
 DB_CHECK_TIMEOUT_S = 5.0
 
 
 async def _healthz(node: HealthNode, _request: Request) -> Response:
-    return JSONResponse({"status": "ok", "uptime_s": round(time.monotonic() - node.started_at, 3)})
+    return JSONResponse({"status": "ok", "uptime_s": round(node.uptime_s(), 3)})
 
 
 def _select_one(conn: Connection) -> Any:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
 import trio
 from sqlalchemy import Connection
 
+from node.clock import Clock
 from node.httpkit import ApiError
 from node.metrics import Metrics
 from node.store import EventStore
@@ -43,13 +43,15 @@ def check_key(key: str) -> str:
 
 
 class IdempotencyKeys:
-    def __init__(self, store: EventStore, metrics: Metrics, ttl_s: float, max_keys: int) -> None:
+    def __init__(self, store: EventStore, metrics: Metrics, clock: Clock, ttl_s: float,
+                 max_keys: int) -> None:
         self.store = store
+        self.clock = clock  # wall(): expiry times are stored; now(): the prune interval
         self.metrics = metrics
         self.ttl_ms = int(ttl_s * 1000)
         self.max_keys = max_keys
         self._inflight: dict[str, trio.Event] = {}
-        self._last_prune = 0.0
+        self._last_prune = -float("inf")
         # Keys in the database: counted there at the first release, then kept up to date here.
         self._held: int | None = None
         # Claimed keys whose expired entry the publish overwrites (no new row).
@@ -71,7 +73,7 @@ class IdempotencyKeys:
             raw = await self.store.read(get_state, PREFIX + key)
             if raw is not None:
                 entry = json.loads(raw)
-                if entry["expires_ms"] > time.time() * 1000:
+                if entry["expires_ms"] > self.clock.wall() * 1000:
                     if entry["fingerprint"] != fingerprint:
                         raise ApiError(422, "Idempotency-Key already used for a different "
                                             "publish")
@@ -95,8 +97,9 @@ class IdempotencyKeys:
                ) -> Callable[[Connection, Delivered], None]:
         """What ``ChannelService.publish`` writes in the event's transaction."""
 
+        now_ms = int(self.clock.wall() * 1000)  # here: ``write`` runs in the store's thread
+
         def write(conn: Connection, delivered: Delivered) -> None:
-            now_ms = int(time.time() * 1000)
             entry = {"fingerprint": fingerprint, "expires_ms": now_ms + self.ttl_ms,
                      "answer": answer_of(delivered)}
             put_state(conn, PREFIX + key, json.dumps(entry).encode(), now_ms)
@@ -111,9 +114,9 @@ class IdempotencyKeys:
         async with self._trim_lock:
             if self._held is None:  # the database's count includes this key
                 self._held = await self.store.read(count_state, PREFIX)
-            if time.monotonic() - self._last_prune > PRUNE_EVERY_S:
-                self._last_prune = time.monotonic()
-                cutoff = int(time.time() * 1000) - self.ttl_ms
+            if self.clock.now() - self._last_prune > PRUNE_EVERY_S:
+                self._last_prune = self.clock.now()
+                cutoff = int(self.clock.wall() * 1000) - self.ttl_ms
                 self._held -= await self.store.write(delete_state_before, PREFIX, cutoff)
             if self._held > self.max_keys:
                 excess = self._held - self.max_keys + self.max_keys // 100

@@ -7,7 +7,6 @@ that every series on ``/metrics`` carries a help text that explains it. docs/nod
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,8 +32,7 @@ class MetricsNode(Protocol):
     @property
     def version(self) -> str: ...
 
-    @property
-    def started_at(self) -> float: ...
+    def uptime_s(self) -> float: ...
 
     def require_host(self) -> P2PHost: ...
 
@@ -113,7 +111,7 @@ def register_node_metrics(runtime: MetricsNode) -> None:
     metrics.set("build_info", 1, version=runtime.version,
                 python=platform.python_version(), implementation=platform.python_implementation())
     register_store_metrics(metrics, store)
-    metrics.gauge_fn("uptime_seconds", lambda: time.monotonic() - runtime.started_at,
+    metrics.gauge_fn("uptime_seconds", runtime.uptime_s,
                      "Seconds since the node started")
     metrics.gauge_fn("peers_connected", lambda: float(len(host.connected_peers())),
                      "Peers with an open libp2p connection")

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from node.api.idempotency import IdempotencyKeys, check_key
 from node.api.peer_routes import PEER_ROUTES
 from node.api.publish import MAX_CONTENT_BYTES, batch_contents, content_of
+from node.clock import Clock
 from node.httpkit import ApiError, ApiRoute, follow_rows, follow_stream, int_param, read_json
 from node.httpkit.openapi import INT64_MAX, Param, RouteDoc, arr, obj
 from node.replication.channels import UnknownChannel
@@ -50,6 +51,9 @@ class EventsNode(Protocol):
     def require_channels(self) -> ChannelService: ...
 
     def commit_signal(self) -> trio.Event: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 MAX_PAGE = 10_000
@@ -91,7 +95,7 @@ def _idempotency(node: EventsNode, request: Request) -> IdempotencyKeys:
     keys: IdempotencyKeys | None = getattr(state, "idempotency", None)
     if keys is None:
         api = node.config.api
-        keys = state.idempotency = IdempotencyKeys(node.store, node.metrics,
+        keys = state.idempotency = IdempotencyKeys(node.store, node.metrics, node.clock,
                                                    api.idempotency_ttl_s, api.idempotency_max_keys)
     return keys
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import trio
 from sqlalchemy import Connection
 
+from node.clock import Clock
 from node.config_apps import BlocksSection
 from node.config_channels import blocks_router as router_of
 from node.logs import kv
@@ -66,13 +66,13 @@ class BlocksApplication:
     transaction fails, the next batch first reloads it from the database.
     """
 
-    def __init__(self, config: BlocksSection, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: BlocksSection, metrics: Metrics | None = None, *,
+                 clock: Clock) -> None:
         self.name = APP_NAME
         self.stream = config.channel
         self.router = router_of(config)
         self.channels: Sequence[str] = self.router.channels() if config.enabled else ()
-        self.clock = clock
+        self.clock = clock  # wall(), read in the worker thread (node.clock's clocks allow it)
         self.producers = frozenset(config.producers)
         self._options: dict[str, Any] = {
             "tracked": list(config.tracked) or None,
@@ -102,7 +102,7 @@ class BlocksApplication:
             self._load(conn, batch[0].seq)
         self._uncommitted = True
         assert self.consumer is not None
-        now_ms = int(self.clock() * 1000)
+        now_ms = int(self.clock.wall() * 1000)
         for event in batch:
             self._feed(event, now_ms)
         self._flush(conn, now_ms)
@@ -161,7 +161,7 @@ class BlocksApplication:
             self.consumer = Consumer(anchor=self._stored_head, **self._options)
         cursor = self._replay_from - 1
         replayed = 0
-        now_ms = int(self.clock() * 1000)
+        now_ms = int(self.clock.wall() * 1000)
         while cursor < first_seq - 1:
             rows = [e for e in read_channels_after(conn, self.channels, cursor, 2000)
                     if e.seq < first_seq]

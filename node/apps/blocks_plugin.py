@@ -271,7 +271,7 @@ class BlocksPlugin:
 
     def build(self, runtime: AppHost) -> BlocksBundle:
         section = runtime.config.blocks
-        app = BlocksApplication(section, runtime.metrics)
+        app = BlocksApplication(section, runtime.metrics, clock=runtime.clock)
         producer = Producer(app.router, subbatch_chunk=section.subbatch_chunk,
                             layout=section.producer_layout,
                             limits=replace(DEFAULT_LIMITS, max_value=MAX_MESSAGE_VALUE))

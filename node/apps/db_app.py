@@ -33,6 +33,7 @@ from node.apps.db_log import (
 )
 from node.apps.db_metrics import metric_of
 from node.apps.db_owners import restore_owners, save_owners
+from node.clock import Clock
 from node.config_apps import DbSection
 from node.logs import kv
 from node.metrics import Metrics
@@ -97,8 +98,8 @@ class DbApplication:
     only once the batch committed, so a failed and retried batch changes nothing twice.
     """
 
-    def __init__(self, section: DbSection, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, section: DbSection, metrics: Metrics | None = None, *,
+                 clock: Clock) -> None:
         self.name = APP_NAME
         self.section = section
         self.seeds = {s.name: s for s in section.tables}
@@ -107,7 +108,7 @@ class DbApplication:
         self.channels: Sequence[str] = (section.channel,) if section.active else ()
         self.book = book_of(section)
         self.metrics = metrics
-        self.clock = clock
+        self.clock = clock  # wall(), read in the worker thread (node.clock's clocks allow it)
         #: Called (trio thread) with the signer of each refused takeover, once committed.
         self.on_takeover: Callable[[str], object] | None = None
         self.applied_seq = 0  # the last seq of the last committed batch
@@ -142,7 +143,7 @@ class DbApplication:
     def apply(self, conn: Connection, batch: Sequence[StoredEvent]) -> None:
         if not self._loaded:
             self.restore(conn, 0)
-        now_ms = int(self.clock() * 1000)
+        now_ms = int(self.clock.wall() * 1000)
         counts: Counter[str] = Counter()
         end = batch[-1].seq
         received = decode_batch_received(batch, counts)
@@ -309,6 +310,7 @@ class DbApplication:
         counts["tables_reevaluated"] += 1
         if table not in book:
             return  # evicted: nothing of it counts any more
+        # A worker thread, where trio's clock cannot be read: the progress log's pace is real time.
         began = last = time.monotonic()
         if end:
             log.info("re-deriving table from the log", extra=kv(table=table, up_to_seq=end))

@@ -304,7 +304,7 @@ class DbPlugin:
         return db_channels(config)
 
     def build(self, runtime: AppHost) -> DbBundle:
-        app = DbApplication(runtime.config.db, runtime.metrics)
+        app = DbApplication(runtime.config.db, runtime.metrics, clock=runtime.clock)
         standing = runtime.standing
         if standing is not None:
             # A signed takeover declaration is evidence about its signer (not its relay).

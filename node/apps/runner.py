@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 from sqlalchemy import Connection
 
+from node.clock import Clock
 from node.logs import kv
 from node.metrics import Metrics
 from node.store import EventStore
@@ -64,6 +65,9 @@ class AppHost(Protocol):
 
     def commit_signal(self) -> trio.Event: ...
 
+    @property
+    def clock(self) -> Clock: ...
+
 
 class LogApplication(Protocol):
     """What an application implements; ``apply`` runs in a worker thread."""
@@ -95,8 +99,9 @@ class AppRunner:
     """Drives one application: after every commit, apply what is new."""
 
     def __init__(self, app: LogApplication, store: EventStore, metrics: Metrics,
-                 commit_signal: Any) -> None:
+                 commit_signal: Any, clock: Clock) -> None:
         self.app = app
+        self.clock = clock
         self.store = store
         self.metrics = metrics
         self.commit_signal = commit_signal  # () -> trio.Event set at the next commit
@@ -107,7 +112,7 @@ class AppRunner:
         # commit of any channel (a hundred publishes a second on `general`), it contended
         # with the publishes for SQLite's write lock and the GIL for nothing.
         self._dirty = True
-        self._stepped_at = 0.0
+        self._stepped_at = -float("inf")
         store.on_commit(self._on_commit)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
@@ -126,9 +131,9 @@ class AppRunner:
         while True:
             signal = self.commit_signal()
             # Once a second anyway: a write to the log that bypassed the store's listeners.
-            if self._dirty or trio.current_time() - self._stepped_at >= 1.0:
+            if self._dirty or self.clock.now() - self._stepped_at >= 1.0:
                 self._dirty = False
-                self._stepped_at = trio.current_time()
+                self._stepped_at = self.clock.now()
                 while await self.step():
                     pass
             with trio.move_on_after(1.0):

@@ -24,7 +24,7 @@ from node.cli import snapshot as cli_snapshot
 from node.cli import ui as cli_ui
 from node.cli.common import EXIT_FAILED, EXIT_USAGE, ApiClient, CliError, config_from
 
-__all__ = ["ApiClient", "CliError", "build_parser", "main", "redact_secrets"]
+__all__ = ["ApiClient", "CliError", "build_parser", "main", "redact_secrets", "run_overrides"]
 
 def _cmd_completion(args: argparse.Namespace) -> int:
     sys.stdout.write(cli_config.completion_script(build_parser(), args.shell))
@@ -126,7 +126,9 @@ class _VersionAction(argparse.Action):
 # -- run ---------------------------------------------------------------------------------------
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def run_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config keys ``run``'s options set (``"section.key"``: value); also read by the test
+    harness, which runs nodes in its own process from the same arguments."""
     overrides: dict[str, Any] = {}
     if args.data_dir:
         overrides["node.data_dir"] = args.data_dir
@@ -136,7 +138,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overrides["p2p.listen"] = args.listen
     if args.bootstrap:
         overrides["p2p.bootstrap"] = args.bootstrap
-    config = config_from(args, overrides, combined=True)
+    return overrides
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = config_from(args, run_overrides(args), combined=True)
     import trio
 
     from node.logs import configure_logging

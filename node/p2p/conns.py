@@ -11,7 +11,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from sync.membership import ConnectionManager, ConnLimits
 
 __all__ = ["InboundGuard", "ip_of"]
@@ -32,9 +32,9 @@ class InboundGuard:
     """One per host. ``evict`` is set by the host: it disconnects a peer (without waiting).
     ``clock`` is the host's: membership's housekeeping asks the manager with the same ``now``."""
 
-    def __init__(self, limits: ConnLimits | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, limits: ConnLimits | None, clock: Clock) -> None:
         self.manager = ConnectionManager(limits)
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.evict: Callable[[str], None] | None = None
         self.refused: Counter[str] = Counter()  # by reason: peer_rate, ip_limit, inbound_limit
         self.evicted = 0

@@ -16,7 +16,7 @@ import logging
 import trio
 from libp2p.abc import IHost
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from node.p2p.addrs import probe
 from node.p2p.frames import DialError, FramedStream, P2PError
 
@@ -39,9 +39,9 @@ class DialBackServer:
     """Serves dial-back requests for one host."""
 
     def __init__(self, host: IHost, remote_ip: object, timeout: float, min_gap_s: float,
-                 max_parallel: int = 4, clock: Clock | None = None) -> None:
+                 clock: Clock, max_parallel: int = 4) -> None:
         self._host = host
-        self._clock = clock or SystemClock()
+        self._clock = clock
         self._remote_ip = remote_ip  # callable: peer id -> direct remote IP or None
         self._timeout = timeout
         self._min_gap_s = min_gap_s

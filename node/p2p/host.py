@@ -5,7 +5,7 @@ payloads as ``bytes``, trio channels, and the errors of :mod:`node.p2p.frames`.
 
 Usage::
 
-    async with open_host(key, P2PConfig()) as host:  # node.p2p.run
+    async with open_host(key, P2PConfig(), clock=SystemClock()) as host:  # node.p2p.run
         host.set_stream_handler("/syncnode/recon/1.0.0", handle)
         peer = await host.connect("/ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...")
         async with await host.open_stream(peer, "/syncnode/recon/1.0.0") as stream:
@@ -32,7 +32,7 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.dialback import DialBackServer
@@ -79,15 +79,15 @@ class P2PHost:
         peer_id: str,
         stats: P2PStats,
         nursery: trio.Nursery,
+        clock: Clock,
         bans: BanList | None = None,
         relay: RelayLayer | None = None,
         guard: InboundGuard | None = None,
-        clock: Clock | None = None,
         addr_refused: Refusals | None = None,
     ) -> None:
         self._host = host
         # The node's one clock: bans, connection ages, the connection manager (membership's too).
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.relay = relay
         # Addresses peers told us that were out of their scope, by (via, reason): the layer's
         # own (identify, hole punching, GossipSub PX) and the daemon's (peer exchange, DHT).
@@ -129,7 +129,7 @@ class P2PHost:
         """What others may dial us at: ``confirmed`` (reachable by dial-back), our listen
         addresses (a wildcard one as the interfaces' addresses: ``sync.own_addrs``), then
         our addresses through the relays that hold a reservation for us."""
-        own = own_addrs(self.listen_addrs, interface_ips(), confirmed)
+        own = own_addrs(self.listen_addrs, interface_ips(self.clock.now()), confirmed)
         return own + (self.relay.relayed_addrs() if self.relay is not None else [])
 
     def path(self, peer_id: str) -> str | None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import socket
-import time
 
 import psutil
 
@@ -15,11 +14,12 @@ _CACHE_S = 10.0
 _cache: tuple[float, list[str]] = (-_CACHE_S, [])
 
 
-def interface_ips() -> list[str]:
-    """Every IPv4 and IPv6 address of this machine's interfaces (unfiltered)."""
+def interface_ips(now: float) -> list[str]:
+    """Every IPv4 and IPv6 address of this machine's interfaces (unfiltered); ``now`` on the
+    node's clock (its ``now()``) ages the cache."""
     global _cache
     at, ips = _cache
-    if time.monotonic() - at < _CACHE_S:
+    if 0 <= now - at < _CACHE_S:
         return ips
     try:
         found = [a.address.split("%", 1)[0]
@@ -27,5 +27,5 @@ def interface_ips() -> list[str]:
                  if a.family in (socket.AF_INET, socket.AF_INET6)]
     except OSError:
         found = []
-    _cache = (time.monotonic(), found)
+    _cache = (now, found)
     return found

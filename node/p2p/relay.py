@@ -28,7 +28,7 @@ from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL_ID
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from node.p2p.compat.relay import ResponderDCUtR, SharedRelay, check_relay_library
 from node.p2p.frames import DialError
 from node.p2p.relay_stats import RelayStats
@@ -52,7 +52,7 @@ class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
     def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float,
-                 clock: Clock | None = None, refused: Refusals | None = None) -> None:
+                 clock: Clock, refused: Refusals | None = None) -> None:
         check_relay_library()
         self.host = host
         self.config = config
@@ -62,7 +62,7 @@ class RelayLayer:
             max_circuit_conns=config.max_circuits, max_reservations=config.max_reservations,
             reservation_ttl=config.reservation_ttl_s,
         )
-        self.protocol = SharedRelay(host, limits, config, self.stats, clock or SystemClock())
+        self.protocol = SharedRelay(host, limits, config, self.stats, clock)
         self.transport = CircuitV2Transport(
             host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
         self.dcutr = ResponderDCUtR(host, int(max(1, dial_timeout)),

@@ -11,7 +11,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.tools.anyio_service import background_trio_service
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from node.leaves import leaf_exceptions
 from node.p2p import compat
 from node.p2p.addrs import unbindable_listen_addr
@@ -37,16 +37,15 @@ __all__ = ["open_host"]
 
 @asynccontextmanager
 async def open_host(
-    private_key: Ed25519PrivateKey, config: P2PConfig | None = None, clock: Clock | None = None
+    private_key: Ed25519PrivateKey, config: P2PConfig | None = None, *, clock: Clock
 ) -> AsyncIterator[P2PHost]:
     """Start a host with ``private_key``'s identity; stop it, releasing every socket, on exit.
 
     The host's background tasks run in a nursery owned by this context manager. Every part of
     it that keeps time (bans, the connection manager, connection ages, relay pacing, the record
-    cache, ping round trips) reads ``clock`` (the node's one clock; trio's by default).
+    cache, ping round trips) reads ``clock``: the node's one clock (``node.clock``).
     """
     config = config or P2PConfig()
-    clock = clock or SystemClock()
     compat.apply()
     compat.set_libp2p_log_level(config.libp2p_log_level)
     key_pair, peer_id = key_pair_from(private_key)

@@ -33,9 +33,9 @@ class PeerStanding:
     """``penalise(peer, reason)`` from any service; a ban disconnects and refuses the peer."""
 
     def __init__(self, host: P2PHost, metrics: Metrics, config: ScoreConfig,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock) -> None:
         self.host = host
-        self.clock = clock or host.clock
+        self.clock = clock
         self.metrics = metrics
         self.scores = PeerScores(config)
         metrics.describe("peer_penalties_total", "counter",

@@ -17,7 +17,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.host.ping import ID as PING_PROTOCOL_ID
 from libp2p.peer.id import ID
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from node.p2p.frames import (
     FramedStream,
     FrameError,
@@ -40,10 +40,9 @@ class Streams:
 
     def __init__(self, *, host: IHost, config: P2PConfig, stats: P2PStats, bans: BanList,
                  connected: Callable[[str], bool],
-                 spoke: Callable[[str], None] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock, spoke: Callable[[str], None] | None = None) -> None:
         self._host = host
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.config = config
         self.stats = stats
         self.bans = bans

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from sync.membership import ConnLimits
 from sync.reachability import ReachabilityConfig
 
@@ -183,9 +183,9 @@ class BanList:
     Bounded: when full, expired entries go first, then the ban ending soonest.
     """
 
-    def __init__(self, max_entries: int = 10_000, clock: Clock | None = None) -> None:
+    def __init__(self, max_entries: int = 10_000, *, clock: Clock) -> None:
         self.max_entries = max_entries
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self._until: dict[str, float] = {}
 
     def __len__(self) -> int:

@@ -89,7 +89,8 @@ class ChannelService(FetchedIngest):
     ) -> None:
         self.host = host
         self.clock = clock or SystemClock()
-        self.outbox = GossipOutbox(host, network_id, metrics, gossip_linger_s, gossip_limits)
+        self.outbox = GossipOutbox(host, network_id, metrics, self.clock, gossip_linger_s,
+                                   gossip_limits)
         self.store = store
         self.metrics = metrics
         self.key = key

@@ -11,6 +11,7 @@ import math
 
 import trio
 
+from node.clock import Clock
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
@@ -27,11 +28,12 @@ def topic_of(network_id: int, channel: str) -> str:
 
 
 class GossipOutbox:
-    def __init__(self, host: P2PHost, network_id: int, metrics: Metrics,
+    def __init__(self, host: P2PHost, network_id: int, metrics: Metrics, clock: Clock,
                  linger_s: float = 0.0, limits: GossipLimits | None = None) -> None:
         self.host = host
+        self.clock = clock
         self._limits = limits or GossipLimits()
-        self._pace: GossipPace | None = None  # made in run(), where trio's clock is
+        self._pace: GossipPace | None = None  # made in run(), where the clock can be read
         self.network_id = network_id
         self.metrics = metrics
         self._linger = Linger(linger_s)
@@ -41,7 +43,7 @@ class GossipOutbox:
         self._queued_bytes = 0
 
     def queue(self, channel: str, data: bytes) -> None:
-        self._linger.note(trio.current_time())
+        self._linger.note(self.clock.now())
         self._queued_items += 1
         self._queued_bytes += len(data)
         self._send.send_nowait((channel, data))
@@ -51,10 +53,10 @@ class GossipOutbox:
         self._queued_bytes -= len(data)
 
     async def run(self) -> None:
-        self._pace = GossipPace(self._limits, trio.current_time())
+        self._pace = GossipPace(self._limits, self.clock.now())
         async for name, data in self._receive:
             full = batch_would_fill(self._queued_items, self._queued_bytes)
-            delay = self._linger.delay(trio.current_time(), batch_full=full)
+            delay = self._linger.delay(self.clock.now(), batch_full=full)
             if delay:  # busy: let the messages due meanwhile join this gossip message
                 await trio.sleep(delay)
             batch = OutgoingBatch()
@@ -82,6 +84,6 @@ class GossipOutbox:
         """Wait until our peers' budgets for us have room for ``batch`` (counted in
         ``gossip_paced_seconds_total``: how long local bursts waited for it)."""
         assert self._pace is not None
-        while (wait := self._pace.delay(batch.cost, trio.current_time())) > 0:
+        while (wait := self._pace.delay(batch.cost, self.clock.now())) > 0:
             self.metrics.inc("gossip_paced_seconds_total", wait)
             await trio.sleep(wait)

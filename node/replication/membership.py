@@ -59,9 +59,9 @@ class Membership:
                  section: MembershipSection, *, in_session: Callable[[str], bool],
                  activity: PeerActivity | None = None,
                  penalise: Callable[[str, str], object] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock) -> None:
         self.host = host
-        self.clock = clock or host.clock
+        self.clock = clock
         self.store = store
         self.metrics = metrics
         self.section = section
@@ -72,7 +72,8 @@ class Membership:
         self.liveness = Liveness(section.ping_failures_close)
         host.on_heard = lambda peer: self.liveness.heard(peer, self.clock.now())
         self._nursery: trio.Nursery | None = None
-        self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng, self.clock)
+        self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng,
+                               clock=self.clock)
         # Dials a multiaddr, returns the peer id (reachability may dial relayed ones its way).
         self.dial: Callable[[str], object] = host.connect
         self._dialing: set[str] = set()

@@ -14,7 +14,7 @@ import trio
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
-from node.replication.clock import Clock, SystemClock
+from node.replication.clock import Clock
 from node.store import EventStore
 from storage import delete_state, list_state, put_state
 from sync.dialing import MIN_BACKOFF_S, DialSchedule, KnownPeer, peer_id_of_addr
@@ -29,10 +29,10 @@ class PeerManager:
     """Keeps a connection to every known peer; ``join`` adds one for good."""
 
     def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock) -> None:
         self.host = host
         # Backoff and redial times on the injected clock (trio's: MockClock in tests).
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.store = store
         self.metrics = metrics
         self.schedule = DialSchedule(host.peer_id)

@@ -51,9 +51,9 @@ class PeerExchange:
     def __init__(self, host: P2PHost, book: AddressBook, metrics: Metrics,
                  section: MembershipSection,
                  penalise: Callable[[str, str], object] | None = None,
-                 rng: random.Random | None = None, clock: Clock | None = None) -> None:
+                 rng: random.Random | None = None, *, clock: Clock) -> None:
         self.host = host
-        self.clock = clock or host.clock  # wall(): the address book's times
+        self.clock = clock  # wall(): the address book's times
         self.rng = rng or random.Random()
         self._serving: set[str] = set()
         self.book = book

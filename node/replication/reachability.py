@@ -50,9 +50,9 @@ def _ip_of(address: str | None) -> str | None:
 
 class ReachabilityService:
     def __init__(self, host: P2PHost, relay: RelayLayer, metrics: Metrics,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock) -> None:
         self.host, self.relay = host, relay
-        self.clock = clock or host.clock
+        self.clock = clock
         self.metrics = metrics
         self.config = relay.config
         self.core = ReachabilityCore(self.config)

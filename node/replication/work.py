@@ -18,7 +18,7 @@ import trio
 from node.config import PeersSection
 from node.metrics import Metrics
 from node.p2p.standing import PeerStanding
-from node.replication.clock import Clock, SystemClock
+from node.replication.clock import Clock
 from sync.workbudget import Refuse, Wait, WorkBudget, WorkLimits
 
 __all__ = ["OverBudget", "WorkGate", "work_limits"]
@@ -40,8 +40,8 @@ def work_limits(section: PeersSection) -> WorkLimits:
 
 class WorkGate:
     def __init__(self, limits: WorkLimits, metrics: Metrics,
-                 standing: PeerStanding | None = None, clock: Clock | None = None) -> None:
-        self.clock = clock or SystemClock()
+                 standing: PeerStanding | None, clock: Clock) -> None:
+        self.clock = clock
         self.budget = WorkBudget(limits, self.clock.now())
         self.metrics = metrics
         self.standing = standing

@@ -78,6 +78,7 @@ def bootstrap(engine: Engine, snapshot: Path, network_id: int, layout: str = CIP
     checked under their channel's SDS profile (``profiles``, default "syncnode"), every file
     must be signed by one of ``rules.signers`` and every event meet ``rules.events``.
     ``workers`` processes verify the files (default: one per CPU; 0: all in this process)."""
+    # A CLI tool (`syncnode snapshot bootstrap`) on a stopped node's database: no node clock.
     started = time.monotonic()
     manifest = open_manifest(snapshot)
     if manifest.network_id != network_id:
@@ -198,5 +199,6 @@ def _pull_leaf(engine: Engine, snapshot: Path, manifest: Manifest, node: dict[st
                                  f"(item {e.item})")
     if wanted:
         with write_transaction(engine) as conn:
+            # `syncnode snapshot pull`, a CLI tool in a worker thread: no node clock.
             append_events(conn, wanted, int(time.time() * 1000))
         result.fetched += len(wanted)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 import trio
 
+from node.clock import Clock
 from spark_jobs.source import PROGRESS_PREFIX, RESULT_PREFIX
 
 __all__ = ["JobCommand", "JobProgress", "parse_progress", "read_lines", "run_job"]
@@ -67,12 +67,12 @@ def parse_progress(job: str, payload: str) -> JobProgress | None:
 
 
 async def run_job(job: JobCommand, *, timeout_s: float, env: dict[str, str] | None,
-                  on_progress: Callable[[JobProgress], None]) -> dict[str, Any]:
+                  on_progress: Callable[[JobProgress], None], clock: Clock) -> dict[str, Any]:
     """Run ``job`` to its end (killed after ``timeout_s``); its outcome: ``job``, ``ok``,
     ``exit_code``, ``seconds``, ``result`` and, when it failed, ``error`` (and ``stderr``)."""
     result: dict[str, Any] | None = None
     stderr_tail: deque[str] = deque(maxlen=_STDERR_LINES)
-    started = time.monotonic()
+    started = clock.now()
     try:
         proc = await trio.lowlevel.open_process(
             list(job.argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
@@ -110,7 +110,7 @@ async def run_job(job: JobCommand, *, timeout_s: float, env: dict[str, str] | No
                 await proc.wait()
     code = proc.returncode
     outcome: dict[str, Any] = {"job": job.name, "ok": code == 0 and not timed_out,
-                               "exit_code": code, "seconds": round(time.monotonic() - started, 3),
+                               "exit_code": code, "seconds": round(clock.now() - started, 3),
                                "result": result}
     if timed_out:
         outcome["error"] = f"killed after {timeout_s} s"

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 import math
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from node.clock import Clock
 from node.config_channels import channel_profiles
 from node.snapshots.job_process import JobCommand, JobProgress, run_job
 from storage import AppendResult, EventRecord
@@ -76,10 +76,6 @@ def job_commands(cfg: SnapshotJobConfig) -> list[JobCommand]:
     return jobs
 
 
-def _now() -> float:
-    return time.time()
-
-
 @dataclass
 class RunState:
     """What the scheduler is doing and has done (``status()`` reports it)."""
@@ -106,14 +102,14 @@ class SnapshotScheduler:
         every_events: int = 0,
         timeout_s: float = 6 * 3600.0,
         env: dict[str, str] | None = None,
-        wall_clock: Callable[[], float] = _now,
+        clock: Clock,
     ) -> None:
         self.jobs = list(jobs)
         self.interval_s = interval_s
         self.every_events = every_events
         self.timeout_s = timeout_s
         self.env = env
-        self._clock = wall_clock
+        self.clock = clock  # wall(): run times reported; now(): the interval
         self._wake = trio.Event()
         self._pending: str | None = None
         self._new_events = 0
@@ -153,7 +149,7 @@ class SnapshotScheduler:
 
     def _record_unchanged(self, reason: str) -> None:
         assert self._last is not None
-        now = self._clock()
+        now = self.clock.wall()
         built = self._last.get("built_at", self._last["finished_at"])
         self._last = {**self._last, "reason": reason, "started_at": now, "finished_at": now,
                       "seconds": 0.0, "unchanged": True, "built_at": built}
@@ -189,13 +185,13 @@ class SnapshotScheduler:
     # -- the service ----------------------------------------------------------------------
 
     async def run(self) -> None:
-        next_at = trio.current_time() + self.interval_s if self.interval_s > 0 else math.inf
+        next_at = self.clock.now() + self.interval_s if self.interval_s > 0 else math.inf
         while True:
             with trio.move_on_at(next_at):
                 await self._wake.wait()
             self._wake = trio.Event()
             reason = self._pending
-            if reason is None and trio.current_time() >= next_at:
+            if reason is None and self.clock.now() >= next_at:
                 reason = "interval"
             if reason is None:
                 continue
@@ -205,7 +201,7 @@ class SnapshotScheduler:
                 self._pending = self._pending or "events"
                 self._wake.set()
             if self.interval_s > 0:
-                next_at = trio.current_time() + self.interval_s
+                next_at = self.clock.now() + self.interval_s
 
     async def _run_once(self, reason: str) -> None:
         if self._up_to_date():  # the interval or a queued request, with nothing new
@@ -213,7 +209,7 @@ class SnapshotScheduler:
             return
         self._running = True
         self._new_events = 0
-        started = self._clock()
+        started = self.clock.wall()
         self._state.state, self._state.reason, self._state.started_at = "running", reason, started
         results: list[dict[str, Any]] = []
         ok = True
@@ -232,8 +228,8 @@ class SnapshotScheduler:
                 self._state.failures += 1
             self._state.state = "idle"
             self._last = {"ok": ok, "reason": reason, "started_at": started,
-                          "finished_at": self._clock(), "unchanged": False,
-                          "seconds": round(self._clock() - started, 3), "jobs": results}
+                          "finished_at": self.clock.wall(), "unchanged": False,
+                          "seconds": round(self.clock.wall() - started, 3), "jobs": results}
             finished, self._finished = self._finished, trio.Event()
             finished.set()
         if ok:
@@ -244,13 +240,13 @@ class SnapshotScheduler:
     async def _run_job(self, job: JobCommand) -> dict[str, Any]:
         self._progress = JobProgress(job.name, f"{job.name}:starting")
         return await run_job(job, timeout_s=self.timeout_s, env=self.env,
-                             on_progress=self._set_progress)
+                             on_progress=self._set_progress, clock=self.clock)
 
     def _set_progress(self, progress: JobProgress) -> None:
         self._progress = progress
 
 
-def scheduler_from_config(config: Config) -> SnapshotScheduler | None:
+def scheduler_from_config(config: Config, clock: Clock) -> SnapshotScheduler | None:
     """The scheduler a node's ``[spark]`` config asks for, or None when it is disabled."""
     spark = config.spark
     if not spark.enabled:
@@ -267,5 +263,5 @@ def scheduler_from_config(config: Config) -> SnapshotScheduler | None:
     )
     return SnapshotScheduler(
         job_commands(cfg), interval_s=spark.snapshot_interval_s,
-        every_events=spark.snapshot_every_events, timeout_s=spark.job_timeout_s,
+        every_events=spark.snapshot_every_events, timeout_s=spark.job_timeout_s, clock=clock,
     )

@@ -16,11 +16,10 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from node.clock import Clock
 from node.config import UiSection
 from node.metrics import Metrics
 
@@ -52,8 +51,7 @@ class _Session:
 class UiSessions:
     """The pending links and live sessions of one node (in memory: a restart signs out)."""
 
-    def __init__(self, section: UiSection, metrics: Metrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, section: UiSection, metrics: Metrics, clock: Clock) -> None:
         self.section = section
         self.metrics = metrics
         self.clock = clock
@@ -75,7 +73,7 @@ class UiSessions:
 
     def issue_link(self) -> str:
         """A new one-time nonce (the oldest pending one is dropped past ``ui.max_links``)."""
-        now = self.clock()
+        now = self.clock.now()
         self._expire(now)
         nonce = secrets.token_urlsafe(32)
         self._links[_digest(nonce)] = now + self.section.link_ttl_s
@@ -86,7 +84,7 @@ class UiSessions:
 
     def redeem(self, nonce: str) -> str | None:
         """A new session id for a valid unused ``nonce`` (which is then spent), else None."""
-        now = self.clock()
+        now = self.clock.now()
         self._expire(now)
         if self._links.pop(_digest(nonce), None) is None:
             self.metrics.inc("ui_links_total", outcome="refused")
@@ -102,7 +100,7 @@ class UiSessions:
     def admit(self, session: str) -> str | None:
         """None if ``session`` may make a request now (one token spent), else the refusal
         reason (``session`` or ``rate``), counted."""
-        now = self.clock()
+        now = self.clock.now()
         self._expire(now)
         state = self._sessions.get(_digest(session))
         if state is None:
@@ -117,7 +115,7 @@ class UiSessions:
 
     def expires_in(self, session: str) -> float | None:
         state = self._sessions.get(_digest(session))
-        return None if state is None else max(0.0, state.expires - self.clock())
+        return None if state is None else max(0.0, state.expires - self.clock.now())
 
     def refuse(self, reason: str) -> str:
         self.metrics.inc("ui_requests_refused_total", reason=reason)

@@ -78,6 +78,7 @@ from attack_round2 import (  # noqa: E402
 )
 from benchjson import finish, smoke_path  # noqa: E402
 
+from node.clock import SystemClock  # noqa: E402
 from node.p2p import P2PConfig, P2PError  # noqa: E402
 from node.p2p.run import open_host  # noqa: E402
 from node.replication import topic_of  # noqa: E402
@@ -87,14 +88,14 @@ from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
 from sync.sds.bloom import BloomParams  # noqa: E402
 from sync.sds.message import transmission_suffix  # noqa: E402
-from tests.node.cluster import (  # noqa: E402
+from tests.harness.cluster import (  # noqa: E402
     metric,
     preset_identity,
     publish_many,
     start_node,
     wait_for,
 )
-from tests.node.hostile import (  # noqa: E402
+from tests.harness.hostile import (  # noqa: E402
     amplify,
     hostile,
     key_list_bomb,
@@ -104,7 +105,7 @@ from tests.node.hostile import (  # noqa: E402
     recon_first_message,
     stored_ids,
 )
-from tests.node.procs import NodeProcess  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "attack.json"
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
@@ -397,7 +398,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                     await recon_first_message(host, peer, key_list_bomb())
             for _ in range(fresh):
                 async with open_host(Ed25519PrivateKey.generate(),
-                                     P2PConfig(read_timeout=5)) as host:
+                                     P2PConfig(read_timeout=5), clock=SystemClock()) as host:
                     await host.connect(v.listen_addrs[0])
 
         trio.run(bomb)

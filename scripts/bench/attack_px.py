@@ -16,8 +16,8 @@ from pathlib import Path
 
 import trio
 
-from tests.node.cluster import start_node
-from tests.node.hostile_px import book_share_of_one_source, px_internal_dials
+from tests.harness.cluster import start_node
+from tests.harness.hostile_px import book_share_of_one_source, px_internal_dials
 
 __all__ = ["px_attacks"]
 

@@ -1,6 +1,7 @@
 """Issue 38's attacks on reachability, the relay service, liveness and the connection manager,
 for ``attack_bench.py`` (a helper module, not a benchmark). Each runs against fresh node
-processes of its own on loopback, with real hostile py-libp2p hosts (tests/node/hostile_reach.py):
+processes of its own on loopback, with real hostile py-libp2p hosts
+(tests/harness/hostile_reach.py):
 
 * dial-back lies: two identities answer ``ok 198.18.0.99`` without dialling at a node on its
   defaults (``dialback_lie_public``: did it go public?);
@@ -20,9 +21,9 @@ from typing import Any
 
 import trio
 
-from tests.node import hostile_reach as hostile
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness import hostile_reach as hostile
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess
 
 __all__ = ["TARGETS", "reach_attacks"]
 

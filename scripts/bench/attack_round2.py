@@ -25,12 +25,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sync.crdt import SchemaDeclaration
 from sync.identity import peer_id_of
 from sync.sds import encode_event
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
-from tests.node.recon_flood import Flood, percentile_ms, publish_latencies, wait_flood_started
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess
+from tests.harness.recon_flood import Flood, percentile_ms, publish_latencies, wait_flood_started
 
 # The hostile snapshot test's builder: a snapshot by a given signer of one member's events.
-from tests.node.test_hostile_tables_snapshots import _snapshot as signed_snapshot
+from tests.harness.snapshots import signed_snapshot
 
 __all__ = ["DB_TABLE", "poisoned_snapshot", "recon_flood_p99_ms", "table_takeover"]
 

@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 from catchup_log import node_database  # noqa: E402
 
 from storage import get_state  # noqa: E402
-from tests.node.procs import NodeProcess  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
 
 __all__ = ["run"]
 

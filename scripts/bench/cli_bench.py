@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchjson import finish, smoke_path  # noqa: E402
 
-from tests.node.procs import NodeProcess  # noqa: E402  (after the path set-up above)
+from tests.harness.procs import NodeProcess  # noqa: E402  (after the path set-up above)
 
 TARGET_S = 0.25
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).

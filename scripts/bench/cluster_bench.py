@@ -71,8 +71,8 @@ from catchup_log import cached_log  # noqa: E402
 from raw_gossip import schedule  # noqa: E402
 
 from sync.sds import SdsChannel  # noqa: E402
-from tests.node.cluster import metric  # noqa: E402
-from tests.node.procs import NodeProcess  # noqa: E402
+from tests.harness.cluster import metric  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
 
 NODES = 5
 WINDOW_S = 10.0

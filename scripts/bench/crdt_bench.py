@@ -38,6 +38,7 @@ from benchjson import finish, smoke_path  # noqa: E402
 
 from node.apps.db_app import DbApplication  # noqa: E402
 from node.apps.runner import AppRunner  # noqa: E402
+from node.clock import SystemClock  # noqa: E402
 from node.config_apps import DbSection  # noqa: E402
 from node.metrics import Metrics  # noqa: E402
 from node.store import EventStore  # noqa: E402
@@ -114,8 +115,8 @@ def run_live(engine: Engine, log: list[EventRecord],
              section: DbSection) -> tuple[float, float, Metrics]:
     """Seconds of wall clock and of process CPU spent applying, and the app's metrics."""
     metrics = Metrics()
-    app = DbApplication(section, metrics)
-    runner = AppRunner(app, EventStore(engine), metrics, trio.Event)
+    app = DbApplication(section, metrics, clock=SystemClock())
+    runner = AppRunner(app, EventStore(engine), metrics, trio.Event, clock=SystemClock())
     wall = cpu = 0.0
     for start in range(0, len(log), LIVE_COMMIT):
         with engine.begin() as conn:
@@ -131,7 +132,9 @@ def run_live(engine: Engine, log: list[EventRecord],
 def run_replay(engine: Engine, section: DbSection) -> tuple[float, float]:
     wipe(engine)
     metrics = Metrics()
-    runner = AppRunner(DbApplication(section, metrics), EventStore(engine), metrics, trio.Event)
+    clock = SystemClock()
+    runner = AppRunner(DbApplication(section, metrics, clock=clock), EventStore(engine), metrics,
+                       trio.Event, clock=clock)
     began, began_cpu = time.perf_counter(), time.process_time()
     trio.run(drain, runner)
     wall, cpu = time.perf_counter() - began, time.process_time() - began_cpu

@@ -61,6 +61,9 @@ JSON_KEYS = ("mesh_s", "direct_fraction", "survives_first_loss", "heal_s",
              "direct_after_heal_s", "inbound_after_churn_ok", "relay_bytes_per_event")
 sys.path[:0] = [str(ROOT)]
 
+from tests.harness.cluster import channel_log, metric, publish_many, start_node  # noqa: E402
+from tests.harness.hostile_conns import churn_counts  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
 from tests.net.netns import Internet  # noqa: E402
 from tests.net.nodes import NetNode  # noqa: E402
 from tests.net.world import (  # noqa: E402
@@ -70,9 +73,6 @@ from tests.net.world import (  # noqa: E402
     direct_group,
     logs_identical,
 )
-from tests.node.cluster import channel_log, metric, publish_many, start_node  # noqa: E402
-from tests.node.hostile_conns import churn_counts  # noqa: E402
-from tests.node.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "net.json"
 CHANNEL = "general"

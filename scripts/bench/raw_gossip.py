@@ -30,6 +30,7 @@ from typing import Any
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import GossipMessage, P2PConfig, P2PHost
 from node.p2p.run import open_host
 
@@ -94,7 +95,8 @@ class Worker:
 
 async def main() -> None:
     key = Ed25519PrivateKey.generate()
-    async with open_host(key, P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))) as host:
+    config = P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))
+    async with open_host(key, config, clock=SystemClock()) as host:
         messages = await host.subscribe(TOPIC)
         worker = Worker(host, messages)
         async with trio.open_nursery() as nursery:

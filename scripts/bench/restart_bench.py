@@ -46,7 +46,7 @@ from storage import count_events, event_row, events, insert_rows  # noqa: E402
 from sync.identity import peer_id_of  # noqa: E402
 from sync.sds import HistoryRef, encode_event  # noqa: E402
 from sync.stored_event import record_of_event  # noqa: E402
-from tests.node.procs import NodeProcess  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "restart.json"
 CHANNEL = "general"

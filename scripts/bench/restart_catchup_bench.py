@@ -47,9 +47,9 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
 
-from tests.node.burst import events_held, killed_mid_burst, start_on_defaults  # noqa: E402
-from tests.node.cluster import metric  # noqa: E402
-from tests.node.procs import NodeProcess  # noqa: E402
+from tests.harness.burst import events_held, killed_mid_burst, start_on_defaults  # noqa: E402
+from tests.harness.cluster import metric  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "restart_catchup.json"
 JSON_KEYS = ("burst", "stored_on_b", "lacked", "fresh_lacked", "catchup_after_restart_s",

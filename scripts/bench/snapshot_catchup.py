@@ -100,8 +100,8 @@ def _restore(log: Path, before: tuple[int, int]) -> None:
 
 
 def catchup_step(args: argparse.Namespace) -> dict[str, Any]:
-    from tests.node.cluster import FAST_ENV, metric, publish_many, wait_for
-    from tests.node.procs import NodeProcess
+    from tests.harness.cluster import FAST_ENV, metric, publish_many, wait_for
+    from tests.harness.procs import NodeProcess
 
     work = Path(args.work)
     log = cached_log_path(LogSpec(events=args.events, network_id=NETWORK_ID), Path(args.cache_dir))

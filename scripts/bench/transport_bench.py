@@ -50,6 +50,8 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
 
+from node.clock import SystemClock  # noqa: E402
+
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
 JSON_KEYS = ("hop_us", "hop_us_stock", "gossip_hop_us", "gossip_hop_us_stock",
              "hop_wall_us", "hop_wall_us_stock", "gossip_hop_wall_us",
@@ -113,8 +115,9 @@ async def ours(case: str, warmup: int, n: int) -> tuple[float, float]:
 
     config = P2PConfig(listen_addrs=(LISTEN,))
     got = Counter()
-    async with open_host(Ed25519PrivateKey.generate(), config) as a, \
-            open_host(Ed25519PrivateKey.generate(), config) as b, trio.open_nursery() as nursery:
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as b, \
+            trio.open_nursery() as nursery:
         await a.connect(f"{b.listen_addrs[0]}/p2p/{b.peer_id}")
         if case == "raw":
             async def serve(stream: FramedStream) -> None:

@@ -10,6 +10,7 @@ import sys
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig
 from node.p2p.dialback import DIALBACK_PROTOCOL
 from node.p2p.run import open_host
@@ -21,7 +22,7 @@ async def main(listen: str, claim: str) -> None:
         await stream.send(f"ok {claim}".encode())
 
     config = P2PConfig(listen_addrs=(listen,), reachability=None)
-    async with open_host(Ed25519PrivateKey.generate(), config) as host:
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
         host.set_stream_handler(DIALBACK_PROTOCOL, lie)
         print(f"{listen}/p2p/{host.peer_id}", flush=True)
         await trio.sleep_forever()

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
+from tests.harness.procs import NodeProcess
 from tests.net.netns import Host
-from tests.node.procs import NodeProcess
 
 __all__ = ["ApiBridge", "NetNode", "enter_namespace"]
 

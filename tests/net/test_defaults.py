@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.cluster import channel_log, publish_many, wait_for
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
 from tests.net.world import World, build_world
-from tests.node.cluster import channel_log, publish_many, wait_for
 
 
 def _path(world: World, a: NetNode, b: NetNode) -> str | None:

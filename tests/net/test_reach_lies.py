@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.harness.cluster import metric, wait_for
 from tests.net.netns import Host, Internet
 from tests.net.world import build_world, wait_all
-from tests.node.cluster import metric, wait_for
 
 
 @contextmanager

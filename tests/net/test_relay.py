@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.cluster import metric, publish_many, wait_for
 from tests.net.netns import Internet
 from tests.net.world import build_world, logs_identical, wait_all
-from tests.node.cluster import metric, publish_many, wait_for
 
 
 def _relayed_addrs(node) -> list[str]:  # type: ignore[no-untyped-def]

@@ -5,10 +5,10 @@ holds connections to at least five others; home-to-home pairs across NATs become
 (hole-punched); both public nodes stop and the home nodes keep syncing. (Two nodes of one
 home that met through a remote peer stay relayed: a remote peer's word never makes a node dial
 a private address, docs/security.md "Address scope"; a user joins them by their LAN address.)
-Scenario 3 (on a world of its own): once every home pair across NATs is direct, one home
-router's uplink goes down (60 s in scripts/bench/net_bench.py; ``SYNCNODE_TEST_PARTITION_S``,
-30 s by default, here), both sides publish, the uplink returns: all logs converge, and the
-cut-off home's pairs are direct again within 60 s of the heal. Liveness
+Scenario 3 (on the same world, before scenario 2 stops its public nodes): once every home pair
+across NATs is direct, one home router's uplink goes down (60 s in scripts/bench/net_bench.py;
+``SYNCNODE_TEST_PARTITION_S``, 30 s by default, here), both sides publish, the uplink returns:
+all logs converge, and the cut-off home's pairs are direct again within 60 s of the heal. Liveness
 (sync/membership/liveness.py) must close the dead connections during the outage (an outage of
 our own network: counted) and the cut-off nodes must notice the network back, redial and
 hole-punch again (pings every 3 s here so that the outage is long enough to be noticed; the
@@ -22,14 +22,14 @@ the others to dial its private address, docs/network.md).
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
+from tests.harness.cluster import channel_log, metric, publish_many
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
 from tests.net.world import World, build_world, logs_identical, partition_seconds
-from tests.node.cluster import metric, publish_many
 
 # A dead connection is closed within ~14 s (3 pings 3 s apart, 5 s each); a loaded machine's
 # slow answers (seconds, under make test) must not close live ones.
@@ -56,56 +56,72 @@ def _meshed(world: World) -> None:
     print(f"meshed {time.monotonic() - joined:.1f} s after the joins")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_scenario_2(internet: Internet, tmp_path: Path) -> None:
-    with build_world(internet, tmp_path, publics=2, homes=3, per_home=2,
-                     env=FAST_LIVENESS) as world:
-        _meshed(world)
-        started = time.monotonic()
-        pairs = world.home_pairs_across_nats()
-        world.wait(lambda: all(world.paths(a).get(b.peer_id) == "direct" for a, b in pairs), 180,
-                   "every home-to-home pair across NATs connected directly")
-        print(f"all {len(pairs)} home pairs direct {time.monotonic() - started:.1f} s after")
-        for node in world.public:
-            node.kill()
-        publish_many(world.home[0], "general", ["after-public-loss-0"])
-        publish_many(world.home[5], "general", ["after-public-loss-1"])
-        world.wait(lambda: logs_identical(world.home, "general", 2), 60,
-                   "home nodes syncing without the public nodes")
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """One world for both scenarios (its start, mesh and hole punching cost as much as a
+    scenario): meshed, and every home pair across NATs direct (scenario 2's first claim).
+    Scenario 3 runs first and gives the uplink back; scenario 2 then stops the public nodes."""
+    internet = Internet()
+    try:
+        with build_world(internet, tmp_path_factory.mktemp("scenarios"), publics=2, homes=3,
+                         per_home=2, env=FAST_LIVENESS) as world:
+            _meshed(world)
+            started = time.monotonic()
+            pairs = world.home_pairs_across_nats()
+            world.wait(lambda: _direct(world, pairs), 180,
+                       "every home-to-home pair across NATs connected directly")
+            print(f"all {len(pairs)} home pairs direct {time.monotonic() - started:.1f} s after")
+            yield world
+    finally:
+        internet.close()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_scenario_3(internet: Internet, tmp_path: Path) -> None:
-    with build_world(internet, tmp_path, publics=2, homes=3, per_home=2,
-                     env=FAST_LIVENESS) as world:
-        _meshed(world)
-        cut = world.home[0]
-        pairs = world.home_pairs_across_nats()
-        cut_pairs = [(a, b) for a, b in pairs if cut.host.home in (a.host.home, b.host.home)]
-        world.wait(lambda: _direct(world, pairs), 180,
-                   "every home pair across NATs direct before the outage")
-        internet.set_uplink(cut.host.home or 0, up=False)
+def test_scenario_3(world: World) -> None:
+    cut = world.home[0]
+    pairs = world.home_pairs_across_nats()
+    cut_pairs = [(a, b) for a, b in pairs if cut.host.home in (a.host.home, b.host.home)]
+    world.wait(lambda: _direct(world, pairs), 180,
+               "every home pair across NATs direct before the outage")
+    before = len(channel_log(world.home[0], "general"))
+    world.internet.set_uplink(cut.host.home or 0, up=False)
+    try:
         publish_many(cut, "general", [f"in-{i}" for i in range(5)])
         publish_many(world.home[2], "general", [f"out-{i}" for i in range(5)])
         time.sleep(partition_seconds())
-        internet.set_uplink(cut.host.home or 0, up=True)
-        healed = time.monotonic()
-        world.wait(lambda: logs_identical(world.home, "general", 10), 60,
-                   "all logs converging after the uplink came back")
-        print(f"healed to identical logs in {time.monotonic() - healed:.1f} s")
-        # The cut-off home's direct connections died in the outage; it comes back relayed and
-        # must hole-punch again (on 645de8f it told the others to dial its private address,
-        # and stayed relayed for minutes).
-        world.wait(lambda: _direct(world, cut_pairs), max(5.0, healed + 60 - time.monotonic()),
-                   "the cut-off home's pairs direct again within 60 s of the heal")
-        print(f"cut-off home's {len(cut_pairs)} pairs direct again "
-              f"{time.monotonic() - healed:.1f} s after the heal")
-        assert metric(cut, "membership_liveness_closed_total") >= 1
-        # The cut node closed remote connections by liveness with no remote answer meanwhile:
-        # an outage, counted when the first dial got through after the heal.
-        assert metric(cut, "membership_outages_total") >= 1
+    finally:
+        world.internet.set_uplink(cut.host.home or 0, up=True)
+    healed = time.monotonic()
+    world.wait(lambda: logs_identical(world.home, "general", before + 10), 60,
+               "all logs converging after the uplink came back")
+    print(f"healed to identical logs in {time.monotonic() - healed:.1f} s")
+    # The cut-off home's direct connections died in the outage; it comes back relayed and
+    # must hole-punch again (on 645de8f it told the others to dial its private address,
+    # and stayed relayed for minutes).
+    world.wait(lambda: _direct(world, cut_pairs), max(5.0, healed + 60 - time.monotonic()),
+               "the cut-off home's pairs direct again within 60 s of the heal")
+    print(f"cut-off home's {len(cut_pairs)} pairs direct again "
+          f"{time.monotonic() - healed:.1f} s after the heal")
+    assert metric(cut, "membership_liveness_closed_total") >= 1
+    # The cut node closed remote connections by liveness with no remote answer meanwhile:
+    # an outage, counted when the first dial got through after the heal.
+    assert metric(cut, "membership_outages_total") >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_scenario_2(world: World) -> None:
+    pairs = world.home_pairs_across_nats()
+    world.wait(lambda: _direct(world, pairs), 180,
+               "every home-to-home pair across NATs connected directly")
+    before = len(channel_log(world.home[0], "general"))
+    for node in world.public:
+        node.kill()
+    publish_many(world.home[0], "general", ["after-public-loss-0"])
+    publish_many(world.home[5], "general", ["after-public-loss-1"])
+    world.wait(lambda: logs_identical(world.home, "general", before + 2), 60,
+               "home nodes syncing without the public nodes")
 
 
 def _direct(world: World, pairs: list[tuple[NetNode, NetNode]]) -> bool:

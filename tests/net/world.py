@@ -16,15 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.harness.cluster import FAST_ENV, channel_log, wait_for
+from tests.harness.procs import NodeProcess
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
-from tests.node.cluster import FAST_ENV, channel_log, wait_for
-from tests.node.procs import NodeProcess
 
 __all__ = ["NET_ENV", "World", "build_world", "direct_group", "logs_identical",
            "partition_seconds"]
 
-# Fast timers (tests/node/cluster.py) plus quick reachability probing.
+# Fast timers (tests/harness/cluster.py) plus quick reachability probing.
 NET_ENV = {
     **FAST_ENV,
     "SYNCNODE_REACHABILITY_PROBE_INTERVAL_S": "5",

@@ -23,21 +23,21 @@ from node.api.guard import HostPolicy
 from node.config import load_config
 from node.config_fields import ConfigError
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.procs import NodeApi, running_node
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    yield from running_node(tmp_path_factory.mktemp("api"))
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeApi]:
+    yield from running_node(tmp_path_factory.mktemp("api"), in_process=True)
 
 
-def _events(node: NodeProcess) -> list[str]:
+def _events(node: NodeApi) -> list[str]:
     return [e["content"] for e in node.get("/v1/channels/general/events")["events"]]
 
 
-def test_token_is_created_private_and_required(node: NodeProcess) -> None:
+def test_token_is_created_private_and_required(node: NodeApi) -> None:
     path = node.data_dir / "api_token"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(node.token) >= 32
@@ -54,7 +54,7 @@ def test_token_is_created_private_and_required(node: NodeProcess) -> None:
     assert ok.headers["x-request-id"]
 
 
-def test_cross_site_text_plain_post_publishes_nothing(node: NodeProcess) -> None:
+def test_cross_site_text_plain_post_publishes_nothing(node: NodeApi) -> None:
     # What a form or fetch(..., {mode: "no-cors"}) on http://evil.example sends.
     browser = {"Origin": "http://evil.example", "Content-Type": "text/plain",
                "Sec-Fetch-Site": "cross-site"}
@@ -72,14 +72,14 @@ def test_cross_site_text_plain_post_publishes_nothing(node: NodeProcess) -> None
     assert "csrf" not in _events(node)
 
 
-def test_text_plain_body_refused_even_with_token(node: NodeProcess) -> None:
+def test_text_plain_body_refused_even_with_token(node: NodeApi) -> None:
     r = httpx.post(node.api_url + "/v1/channels/general/events", content=b'{"content": "tp"}',
                    headers={**node.headers, "Content-Type": "text/plain"})
     assert r.status_code == 415 and "application/json" in r.json()["error"]
     assert "tp" not in _events(node)
 
 
-def test_forged_host_is_refused(node: NodeProcess) -> None:
+def test_forged_host_is_refused(node: NodeApi) -> None:
     port = node.api_url.rsplit(":", 1)[1]
     for host in ("attacker.example", f"attacker.example:{port}", "127.0.0.1:1"):
         r = httpx.post(node.api_url + "/v1/channels/general/events", json={"content": "rebind"},
@@ -96,7 +96,7 @@ def test_forged_host_is_refused(node: NodeProcess) -> None:
     assert same_origin.status_code == 200
 
 
-def test_cli_finds_the_token(node: NodeProcess, tmp_path: Path) -> None:
+def test_cli_finds_the_token(node: NodeApi, tmp_path: Path) -> None:
     env = {k: v for k, v in node.cli_env().items() if k != "SYNCNODE_API_TOKEN"}
     base = [sys.executable, "-m", "node.cli", "status", "--json", "--api", node.api_url]
 
@@ -141,7 +141,7 @@ def test_host_policy() -> None:
     assert not wild.allows("evil.example:8700", 8700)
 
 
-def test_binary_content_comes_back_as_base64(node: NodeProcess) -> None:
+def test_binary_content_comes_back_as_base64(node: NodeApi) -> None:
     raw = b"\x00\xff\xfe binary \x80"
     published = node.post("/v1/channels/general/events",
                           {"content_b64": base64.b64encode(raw).decode()})
@@ -156,7 +156,7 @@ def test_binary_content_comes_back_as_base64(node: NodeProcess) -> None:
     assert base64.b64decode(lines[published["message_id"]]["content_b64"]) == raw
 
 
-def test_websocket_upgrade_is_refused(node: NodeProcess) -> None:
+def test_websocket_upgrade_is_refused(node: NodeApi) -> None:
     # A page may open a WebSocket to any origin without a preflight: the node accepts none.
     host = node.api_url.removeprefix("http://")
     name, port = host.rsplit(":", 1)

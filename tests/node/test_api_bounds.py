@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.node.cluster import metric
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -181,10 +181,8 @@ def test_follow_streams_are_limited(node: NodeProcess) -> None:
             third = client.get(url)
             assert third.status_code == 429
             assert "max_follows" in _one_line_4xx(third)
-        deadline = time.monotonic() + 10
-        while True:  # the closed streams give their slots back
+        def slot_back() -> bool:  # the closed streams give their slots back
             with client.stream("GET", url) as again:
-                if again.status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "follow slots were not released"
-            time.sleep(0.2)
+                return again.status_code == 200
+
+        wait_for(slot_back, 10, "follow slots were not released")

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from node.api.app import internal_error, serve_api
 from node.api.guard import ApiGuard, HostPolicy
+from node.clock import SystemClock
 from node.metrics import Metrics
 
 
@@ -35,7 +36,8 @@ async def test_5xx_logged_with_request_id_and_counted(caplog: pytest.LogCaptureF
     metrics = Metrics()
     app = Starlette(routes=[Route("/boom", _boom), Route("/stream", _broken_stream)],
                     exception_handlers={Exception: internal_error})
-    guarded = ApiGuard(app, token="t" * 32, hosts=HostPolicy("127.0.0.1"), metrics=metrics)
+    guarded = ApiGuard(app, token="t" * 32, hosts=HostPolicy("127.0.0.1"), metrics=metrics,
+                       clock=SystemClock())
     shutdown = trio.Event()
     caplog.set_level(logging.INFO, logger="syncnode.api")
     async with trio.open_nursery() as nursery:

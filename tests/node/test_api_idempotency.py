@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 pytestmark = pytest.mark.timeout(180)
 

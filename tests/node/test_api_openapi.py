@@ -15,8 +15,8 @@ import pytest
 from openapi_spec_validator import validate
 
 from tests.conftest import ROOT
-from tests.node.cluster import preset_identity
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.cluster import preset_identity
+from tests.harness.procs import NodeApi, running_node
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,15 +27,15 @@ ENV = {
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeApi]:
     base = tmp_path_factory.mktemp("openapi")
     # Blocks need their producers named (issue 15): this node produces its own.
     producer = preset_identity(base / "n")
-    yield from running_node(base, {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer})
+    yield from running_node(base, {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer}, in_process=True)
 
 
 @pytest.fixture(scope="module")
-def document(node: NodeProcess) -> dict[str, Any]:
+def document(node: NodeApi) -> dict[str, Any]:
     doc: dict[str, Any] = node.get("/openapi.json")
     return doc
 
@@ -117,7 +117,7 @@ def test_document_is_valid_openapi_31(document: dict[str, Any]) -> None:
             assert "requestBody" in op, (method, path)
 
 
-def test_generated_requests_get_documented_answers(node: NodeProcess,
+def test_generated_requests_get_documented_answers(node: NodeApi,
                                                    document: dict[str, Any]) -> None:
     answered_ok = []
     with httpx.Client(base_url=node.api_url, timeout=30) as client:
@@ -154,7 +154,7 @@ def test_generated_requests_get_documented_answers(node: NodeProcess,
         assert needed in answered_ok, (needed, answered_ok)
 
 
-def test_out_of_range_parameters_get_the_documented_400(node: NodeProcess,
+def test_out_of_range_parameters_get_the_documented_400(node: NodeApi,
                                                         document: dict[str, Any]) -> None:
     checked = 0
     for method, path, op in operations(document):

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from node.apps.blocks_app import BlocksApplication, router_of
 from node.apps.blocks_plugin import BlocksPlugin
 from node.apps.runner import AppRunner
+from node.clock import SystemClock
 from node.config import Config, load_config
 from node.config_apps import BlocksSection
 from node.config_fields import ConfigError
@@ -119,8 +120,9 @@ class Node:
     def start(self) -> None:
         """A fresh application and runner, as after a process restart."""
         self.metrics = Metrics()
-        self.app = BlocksApplication(self.section, self.metrics)
-        self.runner = AppRunner(self.app, EventStore(self.engine), self.metrics, trio.Event)
+        self.app = BlocksApplication(self.section, self.metrics, clock=SystemClock())
+        self.runner = AppRunner(self.app, EventStore(self.engine), self.metrics, trio.Event,
+                                clock=SystemClock())
         with self.engine.connect() as conn:
             raw = get_state(conn, "app/blocks/cursor")
         self.runner.cursor = int(raw.decode()) if raw else 0
@@ -203,7 +205,7 @@ CHAIN = [A, B, C, D]
 def test_plugin_is_off_by_default_and_declares_the_routed_channels() -> None:
     plugin = BlocksPlugin()
     assert plugin.channels(Config()) == []
-    assert BlocksApplication(BlocksSection()).channels == ()
+    assert BlocksApplication(BlocksSection(), clock=SystemClock()).channels == ()
     with pytest.raises(ConfigError, match=r"blocks\.producers"):
         load_config(env={"SYNCNODE_BLOCKS_ENABLED": "true"})
     config = load_config(env={"SYNCNODE_BLOCKS_ENABLED": "true",
@@ -432,7 +434,7 @@ def api_client(engine: Engine, section: BlocksSection,
     if section.enabled and producer:
         section = dataclasses.replace(section, producers=(*section.producers, peer_id_of(key)))
     runtime = NodeRuntime(config=dataclasses.replace(Config(), blocks=section),
-                          key=key, store=EventStore(engine))
+                          key=key, store=EventStore(engine), clock=SystemClock())
     bundle = BlocksPlugin().build(runtime)
     transport = httpx.ASGITransport(app=create_app(runtime, bundle.routes))
     return httpx.AsyncClient(transport=transport, base_url="http://node")

@@ -13,8 +13,8 @@ import pytest
 
 from sync.cardinal import ZERO_HASH, BlockPayload, make_payload, make_sub_batch, payload_to_json
 from tests.conftest import ROOT
-from tests.node.cluster import metric, preset_identity, start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, preset_identity, start_inproc, wait_for
+from tests.harness.procs import NodeApi
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,7 +42,7 @@ def make_chain(length: int) -> tuple[list[BlockPayload], BlockPayload]:
     return chain, side
 
 
-def head_of(node: NodeProcess) -> dict[str, object] | None:
+def head_of(node: NodeApi) -> dict[str, object] | None:
     try:
         head = node.get("/v1/blocks/head")
     except httpx.HTTPStatusError:
@@ -61,16 +61,16 @@ def test_two_producers_two_consumers_end_with_the_same_head(tmp_path: Path) -> N
 
     producers = ",".join(preset_identity(tmp_path / name) for name in ("p1", "p2"))
     env = {**BLOCKS_ENV, "SYNCNODE_BLOCKS_PRODUCERS": producers}
-    nodes: list[NodeProcess] = []
+    nodes: list[NodeApi] = []
     try:
-        p1 = start_node(tmp_path, "p1", env=env)
+        p1 = start_inproc(tmp_path, "p1", env=env)
         nodes.append(p1)
-        p2 = start_node(tmp_path, "p2", env=env, bootstrap=[p1])
+        p2 = start_inproc(tmp_path, "p2", env=env, bootstrap=[p1])
         nodes.append(p2)
-        c1 = start_node(tmp_path, "c1", env=env, bootstrap=[p1, p2])
+        c1 = start_inproc(tmp_path, "c1", env=env, bootstrap=[p1, p2])
         nodes.append(c1)
-        c2 = start_node(tmp_path, "c2", env={**env, "SYNCNODE_BLOCKS_TRACKED": "acct/"},
-                        bootstrap=[p1, p2, c1])
+        c2 = start_inproc(tmp_path, "c2", env={**env, "SYNCNODE_BLOCKS_TRACKED": "acct/"},
+                              bootstrap=[p1, p2, c1])
         nodes.append(c2)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 3 for n in nodes), 60,
                  "cluster did not connect")
@@ -136,7 +136,7 @@ def test_two_producers_two_consumers_end_with_the_same_head(tmp_path: Path) -> N
             node.kill()
 
 
-def follow_chain(node: NodeProcess, tip: str) -> list[str]:
+def follow_chain(node: NodeApi, tip: str) -> list[str]:
     """The chain `blocks follow --from-start` replays, up to the moment it reaches ``tip``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "node.cli", "blocks", "follow", "--from-start", "--json",
@@ -165,7 +165,8 @@ def test_a_block_without_its_parent_is_held_pending(tmp_path: Path) -> None:
     """blocks_pending counts what the consumer holds: here a block whose parent has not
     arrived (and, once applied, the recent blocks its tree keeps for reorgs)."""
     producer = preset_identity(tmp_path / "p")
-    node = start_node(tmp_path, "p", env={**BLOCKS_ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer})
+    node = start_inproc(tmp_path, "p",
+                            env={**BLOCKS_ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer})
     try:
         assert metric(node, "blocks_pending") == 0
         chain = make_chain(5)[0][:3]

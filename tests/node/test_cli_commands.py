@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 # What a client command must never load: the node runtime and everything heavy behind it.
 FORBIDDEN = ("sqlalchemy", "trio", "libp2p", "node.runtime", "node.daemon", "node.store",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.cluster import start_node, wait_for
+from tests.harness.cluster import start_node, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

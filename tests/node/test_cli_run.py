@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 # Loaded into the node's process (sitecustomize): at exit, after the node stopped and every
 # atexit handler of its own ran, say how many objects the interpreter's final garbage

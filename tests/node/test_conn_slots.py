@@ -13,12 +13,13 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.compat import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.run import open_host
-from tests.node.cluster import metric, wait_for
-from tests.node.hostile_conns import churn, hold_idle
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, until, wait_for
+from tests.harness.hostile_conns import churn, hold_idle
+from tests.harness.procs import NodeProcess
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,7 +33,7 @@ def test_the_patch_is_for_the_pinned_libp2p() -> None:
 @pytest.mark.trio
 async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
     config = P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))
-    async with open_host(Ed25519PrivateKey.generate(), config) as host:
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
         swarm = host._host.get_network()
         limiter = swarm._inbound_limiter  # type: ignore[attr-defined]
         # libp2p's own per-peer rate limit refuses some cycles, the more the faster they come
@@ -43,9 +44,8 @@ async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
             if upgraded >= 30:
                 break
         assert upgraded >= 30
-        with trio.move_on_after(30):
-            while limiter.borrowed_tokens or swarm.get_connections():
-                await trio.sleep(0.05)
+        await until(lambda: not (limiter.borrowed_tokens or swarm.get_connections()), 30,
+                    "slots or connections still held")
         assert swarm.get_connections() == []
         assert limiter.borrowed_tokens == 0, f"{limiter.borrowed_tokens} slots never returned"
 
@@ -73,10 +73,8 @@ async def _idle_then_join(target: NodeProcess, honest: NodeProcess, count: int) 
     async with hold_idle(target.listen_addrs[0], count) as alive:
         held = sum(alive)
         await trio.to_thread.run_sync(_honest_join, honest, target)
-        deadline = time.monotonic() + 30
-        while sum(alive) and time.monotonic() < deadline:
-            await trio.sleep(0.5)
-        assert sum(alive) == 0, f"{sum(alive)} of {held} idle connections still open"
+        await until(lambda: not sum(alive), 30,
+                    f"some of {held} idle connections still open")
         return held
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from node.apps.db_app import DbApplication
 from node.apps.db_plugin import DbPlugin
 from node.apps.runner import AppRunner
+from node.clock import SystemClock
 from node.config import Config, load_config
 from node.config_apps import DbSection
 from node.config_fields import ConfigError
@@ -24,7 +25,7 @@ from node.metrics import Metrics
 from node.store import EventStore
 from storage import EventRecord, append_events, get_state, make_engine, upgrade
 from sync.crdt import TableSchema, Value
-from tests.node.db_helpers import (
+from tests.harness.db_helpers import (
     ALICE,
     BOB,
     CAROL,
@@ -215,7 +216,7 @@ def test_delete_wins_ties_and_a_newer_upsert_recreates_from_scratch(engine: Engi
 
 
 def test_no_tables_means_no_channel_and_nothing_to_apply() -> None:
-    app = DbApplication(DbSection())
+    app = DbApplication(DbSection(), clock=SystemClock())
     assert app.channels == ()
     assert DbPlugin().channels(Config()) == []
     assert DbPlugin().channels(Config(db=SECTION)) == ["db"]
@@ -283,7 +284,7 @@ def log_events(n: int, seed: int) -> list[EventRecord]:
 
 
 async def run_app(engine: Engine, app: DbApplication) -> AppRunner:
-    runner = AppRunner(app, EventStore(engine), Metrics(), trio.Event)
+    runner = AppRunner(app, EventStore(engine), Metrics(), trio.Event, clock=SystemClock())
     with engine.connect() as conn:
         raw = get_state(conn, "app/db/cursor")
     runner.cursor = int(raw) if raw else 0
@@ -298,7 +299,7 @@ async def test_runner_applies_the_log_and_a_new_replica_replays_it(engine: Engin
     events = DECLARED + log_events(300, 7)
     with engine.begin() as conn:
         append_events(conn, events, 1_700_000_000_000)
-    app = DbApplication(SECTION)
+    app = DbApplication(SECTION, clock=SystemClock())
     runner = await run_app(engine, app)
     assert runner.cursor == 302 and app.applied_seq == 302
     first = Replica(engine, declared=False)
@@ -306,7 +307,7 @@ async def test_runner_applies_the_log_and_a_new_replica_replays_it(engine: Engin
     assert first.states() == expected.state()
     # Replay: drop the application's tables and cursor, start again from seq 0.
     wipe(engine, log=False)
-    await run_app(engine, DbApplication(SECTION))
+    await run_app(engine, DbApplication(SECTION, clock=SystemClock()))
     replayed = Replica(engine, declared=False)
     replayed.apply_new()
     assert replayed.tables() == expected.tables()

@@ -14,7 +14,7 @@ from node.config_apps import DbSection
 from storage.crdt import query_rows
 from storage.crdt_changes import StoredChange, change_horizon, newest_change, read_row_changes
 from sync.crdt import TableSchema, Value
-from tests.node.db_helpers import ALICE, BOB, SCHEMAS, SECTION, Replica, db_url, engine, wipe
+from tests.harness.db_helpers import ALICE, BOB, SCHEMAS, SECTION, Replica, db_url, engine, wipe
 from tests.node.test_db_app import operations
 
 __all__ = ["db_url", "engine"]  # the fixtures

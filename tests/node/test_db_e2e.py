@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.node.cluster import channel_log, cluster, metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, cluster, metric, wait_for
+from tests.harness.inproc import InProcessNode
+from tests.harness.procs import NodeApi
 
 TABLES = {"kv": {"columns": {"v": "text", "n": "integer", "ok": "boolean"}}}
 ENV = {"SYNCNODE_DB_TABLES": json.dumps(TABLES)}
@@ -29,21 +30,21 @@ DB_WRITE_METRICS = ("app_events_applied_total", "db_records_created_total", "db_
                     "db_schema_declarations_total")
 
 
-def rows(node: NodeProcess) -> list[dict[str, Any]]:
+def rows(node: NodeApi) -> list[dict[str, Any]]:
     return list(node.get("/v1/db/kv", limit=10_000)["rows"])
 
 
-def columns(node: NodeProcess) -> set[str]:
+def columns(node: NodeApi) -> set[str]:
     tables = node.get("/v1/db")["tables"]
     return set(tables["kv"]["columns"]) if "kv" in tables else set()
 
 
-def wait_declared(nodes: list[NodeProcess]) -> None:
+def wait_declared(nodes: list[NodeApi]) -> None:
     """The nodes declare the table of their config on the log; wait until every one knows it."""
     wait_for(lambda: all(columns(n) for n in nodes), 60, "the table was not declared")
 
 
-def write_concurrently(node: NodeProcess, index: int) -> int:
+def write_concurrently(node: NodeApi, index: int) -> int:
     """Random upserts, updates and deletes of the same five records from every node; once the
     node knows the column ``extra``, its writes fill it too."""
     rng = random.Random(index)
@@ -66,7 +67,7 @@ def write_concurrently(node: NodeProcess, index: int) -> int:
     return WRITES_PER_NODE
 
 
-def add_column(nodes: list[NodeProcess], started: threading.Event) -> str:
+def add_column(nodes: list[NodeApi], started: threading.Event) -> str:
     """The owner's node declares version 2 (a new column) while the others write."""
     started.wait()
     owner = nodes[0].get("/v1/db-schemas/kv")["owner"]
@@ -80,7 +81,7 @@ def add_column(nodes: list[NodeProcess], started: threading.Event) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_three_nodes_writing_the_same_cells_end_with_identical_tables(tmp_path: Path) -> None:
-    with cluster(tmp_path, 3, env=ENV) as nodes:
+    with cluster(tmp_path, 3, env=ENV, in_process=True) as nodes:
         wait_declared(nodes)
         started = threading.Event()
         with ThreadPoolExecutor(4) as pool:
@@ -140,7 +141,7 @@ def test_three_nodes_writing_the_same_cells_end_with_identical_tables(tmp_path: 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_db_cli_writes_reads_and_reports_errors(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "n", env=ENV).start()
+    node = InProcessNode(tmp_path / "n", env=ENV).start()
     try:
         wait_declared([node])
         # An update of a record that does not exist is an error (exit 1, "not found") ...
@@ -194,7 +195,7 @@ def test_a_failing_application_batch_is_counted_and_retried(tmp_path: Path) -> N
     """The db application's table vanishes under it (renamed by another SQLite connection):
     its batch fails, is counted in app_errors_total and retried; the node keeps running, and
     once the table is back the write is applied. Nothing is lost."""
-    node = NodeProcess(tmp_path / "n", env=ENV).start()
+    node = InProcessNode(tmp_path / "n", env=ENV).start()
     db = tmp_path / "n" / "syncnode.db"
     try:
         wait_declared([node])

@@ -21,7 +21,7 @@ from storage import EventRecord, append_events, make_engine
 from sync.crdt import decode_content
 from sync.errors import RemoteProtocolError
 from sync.sds import decode_event
-from tests.node.db_helpers import (
+from tests.harness.db_helpers import (
     CAROL,
     DECLARED,
     RECEIVED_AT,

@@ -14,7 +14,7 @@ from node.config_apps import DbSection
 from storage import EventRecord, append_events, read_channel
 from storage.schema import node_state
 from sync.crdt import TableSchema
-from tests.node.db_helpers import (
+from tests.harness.db_helpers import (
     ALICE,
     BOB,
     CAROL,

@@ -15,11 +15,12 @@ import pytest
 from sqlalchemy import Engine
 
 from node.apps.db_app import DbApplication
+from node.clock import SystemClock
 from storage import append_events, make_engine, upgrade
 from tests.conftest import ROOT
-from tests.node.cluster import wait_for
-from tests.node.db_helpers import ALICE, RECEIVED_AT, SECTION, db_url, engine
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import wait_for
+from tests.harness.db_helpers import ALICE, RECEIVED_AT, SECTION, db_url, engine
+from tests.harness.procs import NodeProcess
 
 __all__ = ["db_url", "engine"]  # the fixtures
 
@@ -97,7 +98,7 @@ def test_only_writes_stored_before_the_upgrade_make_a_backdated_seed(db_url: str
                ALICE.write("upsert", "artists", "b", 7, name="Bo")]
         with engine.begin() as conn:
             append_events(conn, new, RECEIVED_AT)
-        app = DbApplication(SECTION)
+        app = DbApplication(SECTION, clock=SystemClock())
         with engine.connect() as conn:
             assert app.has_legacy_writes(conn, "artists")
             assert not app.has_legacy_writes(conn, "private")
@@ -109,4 +110,4 @@ def test_a_database_that_starts_after_the_upgrade_has_no_old_writes(engine: Engi
     with engine.begin() as conn:
         append_events(conn, [ALICE.write("upsert", "artists", "a", 5, name="Ana")], RECEIVED_AT)
     with engine.connect() as conn:
-        assert not DbApplication(SECTION).has_legacy_writes(conn, "artists")
+        assert not DbApplication(SECTION, clock=SystemClock()).has_legacy_writes(conn, "artists")

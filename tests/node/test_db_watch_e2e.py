@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess
 
 TABLES = {"kv": {"columns": {"v": "text", "n": "integer"}}}
 ENV = {"SYNCNODE_DB_TABLES": json.dumps(TABLES), "SYNCNODE_API_MAX_FOLLOWS": "2",

@@ -8,7 +8,7 @@ import pytest
 
 from storage import keys_in_range, make_engine
 from sync.recon.eventid import CERAMIC_ONE, network_bounds, parse_event_id
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_inproc, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 ENV = {"SYNCNODE_P2P_CHANNELS": "alpha", "SYNCNODE_RECON_EVENT_ID_LAYOUT": CERAMIC_ONE}
@@ -25,13 +25,13 @@ def _stored_keys(data_dir: Path) -> list[bytes]:
 
 
 def test_late_joiner_catches_up_with_ceramic_one_keys(tmp_path: Path) -> None:
-    with cluster(tmp_path, 1, env=ENV) as (first,):
+    with cluster(tmp_path, 1, env=ENV, in_process=True) as (first,):
         publish_many(first, "alpha", [f"c{k}" for k in range(300)])
         wait_for(lambda: len(channel_log(first, "alpha")) == 300, 30, "publishing stalled")
         # No gossip at all for the late node: everything it has, Recon (or the fetch of ids
         # SDS reported missing) pulled, keyed without heights.
-        late = start_node(tmp_path, "late", bootstrap=[first],
-                          env={**ENV, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
+        late = start_inproc(tmp_path, "late", bootstrap=[first],
+                                env={**ENV, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
         try:
             wait_for(lambda: channel_log(late, "alpha") == channel_log(first, "alpha"), 60,
                      "late joiner did not catch up")

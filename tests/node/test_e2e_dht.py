@@ -8,10 +8,18 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig
 from node.p2p.run import open_host
 from node.replication.discovery import channel_rendezvous, network_rendezvous
-from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import (
+    channel_log,
+    metric,
+    publish_many,
+    start_inproc,
+    until,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 DHT = {"SYNCNODE_P2P_DHT": "true", "SYNCNODE_P2P_DHT_INTERVAL_S": "2"}
@@ -26,9 +34,9 @@ def test_rendezvous_keys_follow_cip_124() -> None:
 
 
 def test_two_nodes_that_only_know_a_third_find_each_other(tmp_path: Path) -> None:
-    hub = start_node(tmp_path, "hub", env=DHT)
-    left = start_node(tmp_path, "left", env=DHT, bootstrap=[hub])
-    right = start_node(tmp_path, "right", env=DHT, bootstrap=[hub])
+    hub = start_inproc(tmp_path, "hub", env=DHT)
+    left = start_inproc(tmp_path, "left", env=DHT, bootstrap=[hub])
+    right = start_inproc(tmp_path, "right", env=DHT, bootstrap=[hub])
     try:
         def linked() -> bool:
             peers = {p["peer_id"] for p in left.get("/v1/peers")["connected"]}
@@ -51,20 +59,19 @@ def test_two_nodes_that_only_know_a_third_find_each_other(tmp_path: Path) -> Non
 def test_a_dht_peer_that_never_answers_fails_the_round_and_is_counted(tmp_path: Path) -> None:
     """A peer that takes DHT queries and never answers: each round times out after
     p2p.dht_timeout_s and is counted, and the node keeps serving."""
-    node = start_node(tmp_path, "n", env={**DHT, "SYNCNODE_P2P_DHT_INTERVAL_S": "1",
-                                          "SYNCNODE_P2P_DHT_TIMEOUT_S": "1"})
+    node = start_inproc(tmp_path, "n", env={**DHT, "SYNCNODE_P2P_DHT_INTERVAL_S": "1",
+                                                "SYNCNODE_P2P_DHT_TIMEOUT_S": "1"})
 
     async def stall_dht() -> None:
         key = Ed25519PrivateKey.generate()
-        async with open_host(key, P2PConfig()) as host:
+        async with open_host(key, P2PConfig(), clock=SystemClock()) as host:
 
             async def never_answer(_stream: FramedStream) -> None:
                 await trio.sleep(60)
             host.set_stream_handler(KAD_PROTOCOL, never_answer)
             await host.connect(node.listen_addrs[0])
-            with trio.move_on_after(30):
-                while not await trio.to_thread.run_sync(metric, node, "dht_errors_total"):
-                    await trio.sleep(0.5)
+            await until(lambda: trio.to_thread.run_sync(metric, node, "dht_errors_total"), 30,
+                        "no DHT error counted")
 
     try:
         assert metric(node, "dht_errors_total") == 0

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.node.cluster import channel_log, cluster, publish_many, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, cluster, publish_many, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -39,10 +38,15 @@ def test_sigkill_mid_stream_loses_no_answered_event(tmp_path: Path) -> None:
         ]
         for t in threads:
             t.start()
-        time.sleep(4)
+        wait_for(lambda: all(len(ids) >= 20 for ids in answered), 60,
+                 "every publisher should have had answers before the kill")
         victim = nodes[2]
         victim.kill()  # SIGKILL while its publisher is mid-request
-        time.sleep(2)
+        # The survivors go on being answered meanwhile.
+        survivors = [len(ids) for ids in answered[:2]]
+        wait_for(lambda: all(len(ids) >= n + 20 for ids, n in zip(answered, survivors,
+                                                                   strict=False)), 60,
+                 "the survivors' publishers stalled after the kill")
         stop.set()
         for t in threads:
             t.join(timeout=30)
@@ -62,7 +66,7 @@ def test_sigkill_mid_stream_loses_no_answered_event(tmp_path: Path) -> None:
 
 def test_twenty_percent_gossip_loss_still_delivers_everything(tmp_path: Path) -> None:
     env = {"SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "0.2"}
-    with cluster(tmp_path, 3, env=env) as nodes:
+    with cluster(tmp_path, 3, env=env, in_process=True) as nodes:
         for i, node in enumerate(nodes):
             publish_many(node, "general", [f"lossy-{i}-{k}" for k in range(100)])
 

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from node.p2p import P2PError
 from node.replication import topic_of
@@ -21,8 +20,17 @@ from sync.recon.eventid import channel_bounds
 from sync.recon.session import ReconSession
 from sync.sds import SdsChannel, sds_pb2
 from sync.transfer import BUSY_FRAME
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
-from tests.node.hostile import hostile, meshed
+from tests.harness.cluster import (
+    channel_log,
+    cluster,
+    metric,
+    preset_identity,
+    publish_many,
+    start_inproc,
+    wait_for,
+)
+from tests.harness.hostile import Busy, hostile, meshed, while_busy
+from tests.harness.inproc import InProcessNode
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 FAST_TIMEOUT = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "4"}
@@ -44,16 +52,17 @@ async def rejected(host: Any, peer: str, garbage: bytes) -> None:
     """Send ``garbage`` on a Recon stream; the node must reset it. A node answers BUSY while a
     session of its own with that peer runs (a round may pick this host; it serves no Recon, so
     that session fails within moments): then send it again."""
-    with trio.fail_after(30):
-        while True:
-            async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
-                await stream.send(garbage)
-                try:
-                    answer = await stream.receive()
-                except P2PError:
-                    return
-            assert answer == BUSY_FRAME, answer
-            await trio.sleep(0.2)
+    async def once() -> None:
+        async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
+            await stream.send(garbage)
+            try:
+                answer = await stream.receive()
+            except P2PError:
+                return
+        assert answer == BUSY_FRAME, answer
+        raise Busy
+
+    await while_busy(once)
 
 
 async def attack(target: str) -> None:
@@ -97,7 +106,7 @@ async def attack(target: str) -> None:
 
 
 def test_hostile_peer_is_rejected_counted_and_harmless(tmp_path: Path) -> None:
-    with cluster(tmp_path, 2, env=FAST_TIMEOUT) as nodes:
+    with cluster(tmp_path, 2, env=FAST_TIMEOUT, in_process=True) as nodes:
         target = nodes[0]
         trio.run(attack, target.listen_addrs[0])
         # The forger is banned after its second bad signature; the rest may never arrive.
@@ -113,25 +122,15 @@ def test_hostile_peer_is_rejected_counted_and_harmless(tmp_path: Path) -> None:
         publish_many(nodes[1], "general", [f"after-{k}" for k in range(20)])
         wait_for(lambda: len(channel_log(target, "general")) == 20, 30,
                  "honest sync stopped after the attack")
-        assert target.proc is not None and target.proc.poll() is None
-
-
-def _identity(data_dir: Path) -> str:
-    """Give a node its key before it starts, so that its peer id can go into others' config."""
-    key = Ed25519PrivateKey.generate()
-    data_dir.mkdir(parents=True)
-    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    (data_dir / "identity.key").write_bytes(pem)
-    (data_dir / "identity.key").chmod(0o600)
-    return peer_id_of(key)
+        assert isinstance(target, InProcessNode) and target.alive()
 
 
 def test_allowed_peers_keeps_outsiders_out(tmp_path: Path) -> None:
-    members = [_identity(tmp_path / "a"), _identity(tmp_path / "b")]
+    members = [preset_identity(tmp_path / "a"), preset_identity(tmp_path / "b")]
     closed = {"SYNCNODE_P2P_ALLOWED_PEERS": ",".join(members)}
-    a = start_node(tmp_path, "a", env=closed)
-    b = start_node(tmp_path, "b", env=closed, bootstrap=[a])
-    outsider = start_node(tmp_path, "outsider", bootstrap=[a, b])
+    a = start_inproc(tmp_path, "a", env=closed)
+    b = start_inproc(tmp_path, "b", env=closed, bootstrap=[a])
+    outsider = start_inproc(tmp_path, "outsider", bootstrap=[a, b])
     try:
         assert [a.peer_id, b.peer_id] == members
         wait_for(lambda: len(a.get("/v1/peers")["connected"]) == 1, 30, "members not linked")

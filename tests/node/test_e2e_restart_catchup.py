@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.burst import events_held, killed_mid_burst
-from tests.node.cluster import metric, wait_for
+from tests.harness.burst import events_held, killed_mid_burst
+from tests.harness.cluster import metric, wait_for
 
 pytestmark = [pytest.mark.slow]
 

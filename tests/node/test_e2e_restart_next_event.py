@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.burst import burst_and_kill, events_held, start_three
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.burst import burst_and_kill, events_held, start_three
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 BURST = 20_000

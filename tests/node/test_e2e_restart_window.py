@@ -12,8 +12,8 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tests.node.cluster import channel_log, cluster, metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, cluster, metric, wait_for
+from tests.harness.procs import NodeProcess
 from tests.node.test_hostile_events import gossip, signed_event
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
+from tests.harness.procs import NodeProcess
 from tests.pg import reset_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

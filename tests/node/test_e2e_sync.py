@@ -1,4 +1,5 @@
-"""End-to-end: real node processes on 127.0.0.1 replicating over SDS, GossipSub and Recon."""
+"""End-to-end: real nodes on 127.0.0.1 (in this process: tests.harness.inproc) replicating over
+SDS, GossipSub and Recon."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_inproc, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 CHANNELS = {"SYNCNODE_P2P_CHANNELS": "alpha,beta"}
@@ -21,7 +22,7 @@ def identical_logs(nodes: list, channels: tuple[str, ...], expected: int) -> boo
 
 
 def test_three_nodes_converge_on_identical_logs(tmp_path: Path) -> None:
-    with cluster(tmp_path, 3, env=CHANNELS) as nodes:
+    with cluster(tmp_path, 3, env=CHANNELS, in_process=True) as nodes:
         for i, node in enumerate(nodes):
             publish_many(node, "alpha", [f"a-{i}-{k}" for k in range(100)])
             publish_many(node, "beta", [f"b-{i}-{k}" for k in range(100)])
@@ -37,13 +38,13 @@ def test_three_nodes_converge_on_identical_logs(tmp_path: Path) -> None:
 
 
 def test_late_joiner_catches_up_through_recon(tmp_path: Path) -> None:
-    with cluster(tmp_path, 2, env=CHANNELS) as nodes:
+    with cluster(tmp_path, 2, env=CHANNELS, in_process=True) as nodes:
         publish_many(nodes[0], "alpha", [f"x{k}" for k in range(1000)])
         publish_many(nodes[1], "beta", [f"y{k}" for k in range(1000)])
         wait_for(lambda: identical_logs(nodes, ("alpha",), 1000), 60, "first two did not sync")
         # The late node hears no gossip at all: whatever it gets, it pulled.
-        late = start_node(tmp_path, "late", bootstrap=nodes[:1],
-                          env={**CHANNELS, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
+        late = start_inproc(tmp_path, "late", bootstrap=nodes[:1],
+                                env={**CHANNELS, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
         try:
             wait_for(lambda: identical_logs([*nodes, late], ("alpha", "beta"), 1000), 60,
                      "late joiner did not catch up")

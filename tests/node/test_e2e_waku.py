@@ -9,7 +9,7 @@ import pytest
 
 from storage import make_engine, read_channel_ordered
 from sync.sds import decode_transmission
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_inproc, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 ENV = {"SYNCNODE_P2P_CHANNELS": "alpha,wk", "SYNCNODE_SDS_CHANNEL_PROFILES": "wk=waku"}
@@ -25,7 +25,7 @@ def _stored_wires(data_dir: Path, channel: str) -> list[bytes]:
 
 
 def test_waku_channel_replicates_unsigned_by_gossip_and_recon(tmp_path: Path) -> None:
-    with cluster(tmp_path, 2, env=ENV) as nodes:
+    with cluster(tmp_path, 2, env=ENV, in_process=True) as nodes:
         ids = publish_many(nodes[0], "wk", [f"w{k}" for k in range(60)])
         assert ids[0] == hashlib.sha256(b"w0").hexdigest()  # the package's id rule
         publish_many(nodes[0], "alpha", [f"s{k}" for k in range(10)])
@@ -37,8 +37,8 @@ def test_waku_channel_replicates_unsigned_by_gossip_and_recon(tmp_path: Path) ->
         with nodes[0].client() as client:
             r = client.post("/v1/channels/wk/events", json={"content": "w0"})
         assert r.status_code == 409, r.text
-        late = start_node(tmp_path, "late", bootstrap=nodes[:1],
-                          env={**ENV, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
+        late = start_inproc(tmp_path, "late", bootstrap=nodes[:1],
+                                env={**ENV, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
         try:
             wait_for(lambda: channel_log(late, "wk") == channel_log(nodes[0], "wk")
                      and len(channel_log(late, "alpha")) == 10, 60,

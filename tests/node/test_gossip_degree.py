@@ -16,12 +16,14 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.config import Config, load_config
 from node.config_combined import check_combined_keys
 from node.config_fields import ConfigError
 from node.daemon import p2p_config
 from node.p2p import P2PConfig, P2PHost
 from node.p2p.run import open_host
+from tests.harness.cluster import until
 
 # The node's metrics read these host counters (node/api/node_metrics.py P2P_HELP).
 COUNTED = ("p2p_gossip_copies_received_total", "p2p_gossip_duplicates_received_total")
@@ -59,7 +61,8 @@ def test_default_degree_reaches_the_host_and_bad_combinations_are_refused() -> N
 async def _group(config: P2PConfig) -> AsyncIterator[list[P2PHost]]:
     async with AsyncExitStack() as stack:
         hosts = [await stack.enter_async_context(
-            open_host(Ed25519PrivateKey.from_private_bytes(bytes([40 + i]) * 32), config))
+            open_host(Ed25519PrivateKey.from_private_bytes(bytes([40 + i]) * 32), config,
+                      clock=SystemClock()))
             for i in range(HOSTS)]
         for i, host in enumerate(hosts):
             for other in hosts[i + 1:]:
@@ -72,9 +75,8 @@ async def _copies_per_delivery(config: P2PConfig, settled: object) -> float:
     Returns the copies read from peers per message delivered."""
     async with _group(config) as hosts:
         queues = [await h.subscribe(TOPIC) for h in hosts]
-        with trio.fail_after(60):
-            while not all(settled(len(h.mesh_peers(TOPIC))) for h in hosts):  # type: ignore[operator]
-                await trio.sleep(0.05)
+        await until(lambda: all(settled(len(h.mesh_peers(TOPIC))) for h in hosts), 60,  # type: ignore[operator]
+                    "the meshes did not settle")
         before = [h.stats.snapshot() for h in hosts]
         expected = (HOSTS - 1) * PER_HOST
         received: list[set[bytes]] = [set() for _ in hosts]

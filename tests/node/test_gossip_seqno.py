@@ -13,8 +13,10 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig, P2PHost
 from node.p2p.run import open_host
+from tests.harness.cluster import until
 
 TOPIC = "restart"
 BURST = 50
@@ -27,13 +29,11 @@ def _key(n: int) -> Ed25519PrivateKey:
 async def _publish(receiver: P2PHost, inbox: trio.MemoryReceiveChannel, count: int,  # type: ignore[type-arg]
                    ) -> list[int]:
     """Start the sender, publish ``count`` messages, return their seqnos as received."""
-    async with open_host(_key(82), P2PConfig()) as sender:
+    async with open_host(_key(82), P2PConfig(), clock=SystemClock()) as sender:
         await sender.connect(receiver.listen_addrs[0])
         await sender.subscribe(TOPIC)
-        with trio.fail_after(20):
-            while sender.peer_id not in receiver.mesh_peers(TOPIC) or \
-                    receiver.peer_id not in sender.gossip_peers(TOPIC):
-                await trio.sleep(0.02)
+        await until(lambda: sender.peer_id in receiver.mesh_peers(TOPIC)
+                    and receiver.peer_id in sender.gossip_peers(TOPIC), 20, "not meshed")
         seqnos = []
         for i in range(count):
             await sender.publish(TOPIC, b"%d" % i)
@@ -46,7 +46,7 @@ async def _publish(receiver: P2PHost, inbox: trio.MemoryReceiveChannel, count: i
 @pytest.mark.trio
 @pytest.mark.timeout(60)
 async def test_a_restarted_sender_never_reuses_a_seqno() -> None:
-    async with open_host(_key(81), P2PConfig()) as receiver:
+    async with open_host(_key(81), P2PConfig(), clock=SystemClock()) as receiver:
         inbox = await receiver.subscribe(TOPIC)
         first = await _publish(receiver, inbox, BURST)
         second = await _publish(receiver, inbox, 1)

@@ -19,6 +19,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.run import open_host
 from node.replication import topic_of
@@ -36,7 +37,7 @@ from sync.cardinal import (
 from sync.cardinal.assembly import MAX_LAYOUTS_PER_SUB_BATCH
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, decode_state, encode_event, encode_state
-from tests.node.cluster import (
+from tests.harness.cluster import (
     channel_log,
     metric,
     preset_identity,
@@ -44,8 +45,8 @@ from tests.node.cluster import (
     start_node,
     wait_for,
 )
-from tests.node.hostile import meshed
-from tests.node.procs import NodeProcess
+from tests.harness.hostile import meshed
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 POISON = (1 << 64) - (1 << 32) - 1
@@ -81,7 +82,8 @@ def signed_event(key: Ed25519PrivateKey, lamport: int, content: bytes,
 
 async def gossip(target: str, channel: str, wires: list[bytes], *, linger: float = 1.0,
                  pace: float = 0.0) -> None:
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
+                         clock=SystemClock()) as host:
         peer = await host.connect(target)
         topic = topic_of(1, channel)
         await host.subscribe(topic)
@@ -269,7 +271,8 @@ def head_of(node: NodeProcess) -> str | None:
 
 async def gossip_on_channels(target: str, wires: list[tuple[str, bytes]]) -> None:
     """Publish (channel, wire) pairs in order from one crafted host."""
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
+                         clock=SystemClock()) as host:
         peer = await host.connect(target)
         for channel in dict.fromkeys(c for c, _ in wires):
             await host.subscribe(topic_of(1, channel))

@@ -1,6 +1,6 @@
-"""Hostile peer exchange against real node processes (issue 38, findings 2 and 3): a stranger's
-records cannot aim the victim's dials at its own host, and one source's share of the address
-book holds after the victim dialled its entries."""
+"""Hostile peer exchange against real nodes in the test process (issue 38, findings 2 and 3): a
+stranger's records cannot aim the victim's dials at its own host, and one source's share of the
+address book holds after the victim dialled its entries."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.node.cluster import metric, start_node
-from tests.node.hostile_px import book_share_of_one_source, px_internal_dials
+from tests.harness.cluster import metric, start_inproc
+from tests.harness.hostile_px import book_share_of_one_source, px_internal_dials
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 FAST_PX = {"SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "0.5"}
@@ -18,7 +18,7 @@ FAST_PX = {"SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "0.5"}
 
 def test_records_from_a_remote_peer_cannot_make_the_node_dial_its_own_host(
         tmp_path: Path) -> None:
-    victim = start_node(tmp_path, "victim", env=FAST_PX)
+    victim = start_inproc(tmp_path, "victim", env=FAST_PX)
     try:
         hits, _ = trio.run(px_internal_dials, victim, 8)
         # Before: 8 of 8 canaries (and the node's own API port) got connections.
@@ -37,7 +37,7 @@ def test_one_source_share_of_the_book_holds_after_its_entries_are_dialled(
     if per_source is not None:
         env["SYNCNODE_MEMBERSHIP_ADDRESS_BOOK_PER_SOURCE"] = str(per_source)
     bound = per_source or 32
-    victim = start_node(tmp_path, "victim", env=env)
+    victim = start_inproc(tmp_path, "victim", env=env)
     try:
         kept = trio.run(book_share_of_one_source, victim, bound + 8, bound)
         # Before: entries the victim reached moved off the source's account (38 kept of 39,

@@ -1,5 +1,5 @@
 """Issue 38, findings 1, 4 and 6: hostile libp2p hosts against reachability, the relay service,
-liveness and the connection manager of real node processes (tests/node/hostile_reach.py).
+liveness and the connection manager of real node processes (tests/harness/hostile_reach.py).
 
 On d9bdd2e two free identities on the node's own machine answering ``ok 198.18.0.99`` to the
 dial-back protocol made it public (and a relay) within seconds, and one process took every
@@ -19,12 +19,13 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.frames import DialError
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
-from tests.node.cluster import metric, wait_for
-from tests.node.hostile_reach import (
+from tests.harness.cluster import metric, wait_for
+from tests.harness.hostile_reach import (
     SQUAT_HONEST_ENV,
     SQUAT_VICTIM_ENV,
     dialled_by,
@@ -33,7 +34,8 @@ from tests.node.hostile_reach import (
     squat,
     stall_pings,
 )
-from tests.node.procs import NodeProcess
+from tests.harness.inproc import InProcessNode
+from tests.harness.procs import NodeProcess
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -41,7 +43,7 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.mark.slow
 def test_dialback_liars_do_not_make_a_node_public(tmp_path: Path) -> None:
     # Default settings: serve_relay = "auto", two confirmations.
-    node = NodeProcess(tmp_path / "victim").start()
+    node = InProcessNode(tmp_path / "victim").start()
     try:
         seen = trio.run(lie_to, node, 2)
         assert seen["reachability_state"] == 0, seen  # unknown, as before the lies
@@ -55,7 +57,7 @@ def test_dialback_liars_do_not_make_a_node_public(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_one_source_gets_only_its_share_of_relay_reservations(tmp_path: Path) -> None:
     # Default share: 4 reservations per /24; every identity here comes from 127.0.0.1.
-    node = NodeProcess(tmp_path / "relay", env={
+    node = InProcessNode(tmp_path / "relay", env={
         "SYNCNODE_REACHABILITY_SERVE_RELAY": "on"}).start()
     try:
         wait_for(lambda: metric(node, "relay_serving") == 1, 60, "the relay never served")
@@ -105,7 +107,7 @@ async def test_a_source_network_gets_only_its_share_of_circuits() -> None:
     config = P2PConfig(reachability=ReachabilityConfig(relay_circuits_per_network=1))
     async with AsyncExitStack() as stack:
         relay, target, a, b = [await stack.enter_async_context(
-            open_host(Ed25519PrivateKey.generate(), config)) for _ in range(4)]
+            open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock())) for _ in range(4)]
         for host in (target, a, b):
             await host.connect(relay.listen_addrs[0])
         assert relay.relay is not None and target.relay is not None

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.cluster import metric, publish_many, start_node
-from tests.node.recon_flood import Flood, percentile_ms, publish_latencies, wait_flood_started
+from tests.harness.cluster import metric, publish_many, start_node
+from tests.harness.recon_flood import Flood, percentile_ms, publish_latencies, wait_flood_started
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -20,14 +20,15 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.run import open_host
 from node.replication import topic_of
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event, transmission_suffix
-from tests.node.cluster import cluster, metric, wait_for
-from tests.node.hostile import meshed
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import cluster, metric, wait_for
+from tests.harness.hostile import meshed
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -39,7 +40,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]
     # All answers of a channel may cost 1.5 MiB per window here (default 16 MiB), so that a
     # second requester meets the channel's bound in seconds.
     with cluster(tmp_path_factory.mktemp("hostile-repair"), 2,
-                 env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}) as nodes:
+                 env={"SYNCNODE_SDS_REPAIR_TOTAL_BYTES": "1572864"}, in_process=True) as nodes:
         yield nodes
 
 
@@ -60,7 +61,7 @@ async def ask_for(target: str, ids: list[str], sender: str, messages: int) -> in
     key = Ed25519PrivateKey.generate()
     me = peer_id_of(key)
     sent = 0
-    async with open_host(key, P2PConfig(read_timeout=10)) as host:
+    async with open_host(key, P2PConfig(read_timeout=10), clock=SystemClock()) as host:
         peer = await host.connect(target)
         topic = topic_of(1, "general")
         await host.subscribe(topic)
@@ -102,7 +103,8 @@ async def replay_with_requests(target: str, captured: bytes, ids: list[str],
                                sender: str) -> None:
     """Replay an honest member's message with repair requests attached (unsigned: we cannot
     sign in its name)."""
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10)) as host:
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
+                         clock=SystemClock()) as host:
         peer = await host.connect(target)
         topic = topic_of(1, "general")
         await host.subscribe(topic)

@@ -19,14 +19,18 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from spark_jobs.plain_snapshot import run_plain
-from storage import append_events, make_engine, upgrade, write_transaction
 from sync.crdt import SchemaDeclaration
 from sync.identity import peer_id_of
-from sync.sds import encode_event
-from sync.stored_event import record_of_event
-from tests.node.cluster import channel_log, metric, preset_identity, start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import (
+    channel_log,
+    metric,
+    preset_identity,
+    start_inproc,
+    start_node,
+    wait_for,
+)
+from tests.harness.procs import NodeApi, NodeProcess
+from tests.harness.snapshots import signed_snapshot
 from tests.node.test_hostile_events import gossip, signed_event
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -36,24 +40,24 @@ DB_ENV = {"SYNCNODE_DB_TABLES": TABLES, "SYNCNODE_DB_SETTLE_MS": "2000"}
 YEAR_MS = 365 * 86_400_000
 
 
-def _rows(node: NodeProcess) -> int:
+def _rows(node: NodeApi) -> int:
     return len(node.get("/v1/db/users", limit=1000)["rows"])
 
 
-def _owner(node: NodeProcess) -> str | None:
+def _owner(node: NodeApi) -> str | None:
     tables = node.get("/v1/db")["tables"]
     return tables["users"]["owner"] if "users" in tables else None
 
 
 def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_late_joiner(
         tmp_path: Path) -> None:
-    nodes: list[NodeProcess] = []
+    nodes: list[NodeApi] = []
     try:
-        nodes.append(start_node(tmp_path, "n0", env=DB_ENV))
+        nodes.append(start_inproc(tmp_path, "n0", env=DB_ENV))
         # n1 starts once n0 has seeded the table: with a window of 2 s, seeds racing on a
         # loaded machine could each settle first (the window is 10 minutes by default).
         wait_for(lambda: _owner(nodes[0]) is not None, 60, "n0 did not seed the table")
-        nodes.append(start_node(tmp_path, "n1", env=DB_ENV, bootstrap=nodes))
+        nodes.append(start_inproc(tmp_path, "n1", env=DB_ENV, bootstrap=nodes))
         a, b = nodes
         wait_for(lambda: _owner(a) is not None and _owner(a) == _owner(b), 60,
                  "the seeded table has no common owner")
@@ -70,22 +74,20 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_lat
         takeover = SchemaDeclaration("users", {"name": "text"}, frozenset({attacker}), 0,
                                      attacker, backdated=True)
         now_ms = int(time.time() * 1000)
+        # The same claim as a plain early event, no `since` needed.
+        early = SchemaDeclaration("users", {"name": "text"}, frozenset({attacker}), 5, attacker)
         wires = [signed_event(key, now_ms, takeover.encoded, channel="db"),
-                 # The same claim as a plain early event, no `since` needed.
-                 signed_event(key, now_ms + 1, SchemaDeclaration(
-                     "users", {"name": "text"}, frozenset({attacker}), 5,
-                     attacker).encoded, channel="db")]
+                 signed_event(key, now_ms + 1, early.encoded, channel="db")]
         trio.run(gossip, a.listen_addrs[0], "db", wires)
-        attack = {w.decode() for w in (takeover.encoded,)}
+        attack = {w.decode() for w in (takeover.encoded, early.encoded)}
 
-        def judged(node: NodeProcess) -> bool:
+        def judged(node: NodeApi) -> bool:
             """The attack is in the node's log and its application has judged it (refused as
             a takeover, or, without the rule, made the attacker the owner)."""
             stored = attack <= {c for _, _, c in channel_log(node, "db")}
             return stored and (_owner(node) != owner or 'outcome="takeover"' in node.get(
                 "/metrics"))
         wait_for(lambda: judged(a) and judged(b), 60, "the attack did not reach both nodes")
-        time.sleep(1.0)  # the second declaration too
         for node in nodes:
             assert _owner(node) == owner
             assert _rows(node) == 20
@@ -134,32 +136,14 @@ def _load(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def _snapshot(tmp: Path, name: str, signer: Ed25519PrivateKey, lamports: list[int]) -> Path:
-    """A snapshot signed by ``signer`` of events on ``general`` by a fresh member key."""
-    url = f"sqlite:///{tmp / (name + '.db')}"
-    engine = make_engine(url)
-    upgrade(engine)
-    member = Ed25519PrivateKey.generate()
-    sender = peer_id_of(member)
-    records = [record_of_event(1, encode_event("general", sender, lamport, (),
-                                               f"{name} {i}".encode(), member))
-               for i, lamport in enumerate(lamports)]
-    with write_transaction(engine) as conn:
-        append_events(conn, records, int(time.time() * 1000))
-    engine.dispose()
-    out = tmp / name
-    run_plain(url, out, signer, 1, include_open=True, settle_ms=0)
-    return out
-
-
 def test_snapshots_only_from_trusted_signers_and_never_from_the_future(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     signer = Ed25519PrivateKey.generate()
     signer_id = peer_id_of(signer)
     now_ms = int(time.time() * 1000)
     past = [now_ms - 60_000 + i for i in range(30)]
-    honest = _snapshot(tmp_path, "honest", signer, past)
-    future = _snapshot(tmp_path, "future", signer, [now_ms + YEAR_MS + i for i in range(30)])
+    honest = signed_snapshot(tmp_path, "honest", signer, past)
+    future = signed_snapshot(tmp_path, "future", signer, [now_ms + YEAR_MS + i for i in range(30)])
     data = tmp_path / "victim"
     preset_identity(data)
 

@@ -21,8 +21,8 @@ from sync.identity import peer_id_of
 from sync.recon import MemoryKeyStore, ReconSession
 from sync.recon.eventid import channel_bounds
 from sync.sds import SdsChannel, sds_pb2
-from tests.node.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
-from tests.node.hostile import (
+from tests.harness.cluster import channel_log, cluster, metric, publish_many, start_node, wait_for
+from tests.harness.hostile import (
     amplify,
     hostile,
     key_list_bomb,
@@ -32,7 +32,7 @@ from tests.node.hostile import (
     recon_first_message,
     stored_ids,
 )
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # No SDS resends within a test: resending 60 MB of big events (up to max_resends times each)

@@ -12,7 +12,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from sync.ingest import IngestSpec, VerifiedBatch
 from sync.recon.sha256a import lanes_of
 from sync.sds import SdsChannel, decode_event, sds_pb2
 from sync.stored_event import record_of_event
+from tests.harness.cluster import until, wait_for
 from tests.pg import reset_postgres
 from tests.sync.sds.helpers import CHANNEL, T0, key
 
@@ -48,8 +48,7 @@ def _worker_pids(pool: IngestPool) -> list[int]:
 
 async def _started(pool: IngestPool, nursery: trio.Nursery) -> None:
     nursery.start_soon(pool.run)
-    while len(_worker_pids(pool)) < pool.size:
-        await trio.sleep(0.05)
+    await until(lambda: len(_worker_pids(pool)) >= pool.size, 60, "the workers did not start")
 
 
 def _check(batch: VerifiedBatch, wires: list[bytes], bad: set[int]) -> None:
@@ -109,8 +108,8 @@ def test_a_crashed_worker_is_restarted_and_a_crashing_one_stops_the_daemon() -> 
                     for _ in range(100):
                         await pool.verify(wires)
                         await trio.sleep(0.01)
-                while not _worker_pids(pool) or _worker_pids(pool)[0] == first:
-                    await trio.sleep(0.05)
+                await until(lambda: _worker_pids(pool) and _worker_pids(pool)[0] != first, 60,
+                            "the killed worker was not replaced")
                 _check(await pool.verify(wires), wires, set())
                 assert metrics.value("ingest_worker_restarts_total") == 1
                 # Dying again and again: the pool gives up and raises out of run().
@@ -163,10 +162,8 @@ def test_workers_die_with_a_killed_daemon() -> None:
         assert len(pids) == 2 and all(_alive(p) for p in pids)
         daemon.kill()
         daemon.wait()
-        deadline = time.monotonic() + 10
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(_alive(p) for p in pids), "an ingest worker outlived its daemon"
+        wait_for(lambda: not any(_alive(p) for p in pids), 10,
+                 "an ingest worker outlived its daemon")
     finally:
         daemon.kill()
 
@@ -282,12 +279,12 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
             store.submit_fetched(records)
             worker = pool._workers[0]
             assert worker is not None
-            while not worker.pending:  # the request is on its way: the answer is not
-                await trio.sleep(0.01)
+            # The request is on its way: the answer is not.
+            await until(lambda: worker.pending, 30, "no request pending", pause_max=0.01)
             await trio.sleep(0.2)
             os.kill(worker.proc.pid, signal.SIGKILL)
-            while len(committed) + len(failed) < len(records):
-                await trio.sleep(0.05)
+            await until(lambda: len(committed) + len(failed) >= len(records), 60,
+                        "not every record was committed or failed")
             assert metrics.value("ingest_worker_restarts_total") == 1
             nursery.cancel_scope.cancel()
 

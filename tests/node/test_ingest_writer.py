@@ -1,6 +1,6 @@
 """A fresh node catching up on an old log through Recon: its ingest workers write what they
 verified (recon.ingest_workers_write), sessions after the first reconcile the ranges it left,
-and the log it ends with is the source's, each event fetched once (real node processes,
+and the log it ends with is the source's, each event fetched once (real nodes in the test process,
 SQLite)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scripts.bench.catchup_log import build_log
-from tests.node.cluster import channel_log, metric, start_node, wait_for
+from tests.harness.cluster import channel_log, metric, start_inproc, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 EVENTS = 800
@@ -18,12 +18,12 @@ EVENTS = 800
 
 def test_a_fresh_node_stores_an_old_log_through_its_ingest_workers(tmp_path: Path) -> None:
     assert build_log(tmp_path / "source", EVENTS) == EVENTS
-    source = start_node(tmp_path, "source")
+    source = start_inproc(tmp_path, "source")
     try:
         # At most 200 missing keys a session: the catch-up takes several, the later ones
         # over the ranges the first one left (RangeBacklog).
-        fresh = start_node(tmp_path, "fresh", bootstrap=[source],
-                           env={"SYNCNODE_RECON_MAX_MISSING_KEYS": "200"})
+        fresh = start_inproc(tmp_path, "fresh", bootstrap=[source],
+                                 env={"SYNCNODE_RECON_MAX_MISSING_KEYS": "200"})
         try:
             wanted = {mid for _, mid, _ in channel_log(source, "general")}
             assert len(wanted) == EVENTS

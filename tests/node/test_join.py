@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import wait_for
+from tests.harness.procs import NodeProcess
 from tests.node.test_cli_errors import assert_one_error
 
 
@@ -18,12 +19,11 @@ def _connected(node: NodeProcess) -> set[str]:
 
 
 def _wait_connected(node: NodeProcess, peer_id: str, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if peer_id in _connected(node):
-            return True
-        time.sleep(0.3)
-    return False
+    try:
+        wait_for(lambda: peer_id in _connected(node), timeout, "not connected")
+    except AssertionError:
+        return False
+    return True
 
 
 @pytest.mark.timeout(240)

@@ -37,12 +37,14 @@ from libp2p.pubsub.pb.rpc_pb2 import RPC
 from libp2p.utils.varint import encode_uvarint
 from multiaddr import Multiaddr
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost, compat
 from node.p2p.compat import yamux as compat_yamux
 from node.p2p.compat.pubsub import GuardedPubsub
 from node.p2p.compat.table import CHECKED_VERSION, ENTRIES, Entry
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
+from tests.harness.cluster import until
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT = ROOT / "node" / "p2p" / "compat"
@@ -298,8 +300,8 @@ async def _echo(stream: FramedStream) -> None:
 async def test_p1_a_malformed_rpc_costs_one_stream_not_the_host() -> None:
     """Bytes that are not an RPC protobuf on a pubsub stream: that stream is dropped and
     counted (per host), the host goes on (0.8.1 let ``DecodeError`` end its network service)."""
-    async with open_host(Ed25519PrivateKey.generate()) as a, \
-            open_host(Ed25519PrivateKey.generate()) as b:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
         b.set_stream_handler(ECHO, _echo)
         await b.subscribe("compat")
         await a.connect(b.listen_addrs[0])
@@ -308,9 +310,7 @@ async def test_p1_a_malformed_rpc_costs_one_stream_not_the_host() -> None:
         raw = await a._streams.open_raw(b.peer_id, PROTOCOL_ID_V11)
         garbage = b"\x0a\xff\xff\xff\x0f"  # field 1, a length far past the end
         await raw.write(bytes([len(garbage)]) + garbage)
-        with trio.fail_after(30):
-            while pubsub.bad_rpc_streams == 0:
-                await trio.sleep(0.05)
+        await until(lambda: pubsub.bad_rpc_streams != 0, 30, "no bad RPC stream counted")
         stream = await a.open_stream(b.peer_id, ECHO)
         await stream.send(b"still up")
         assert await stream.receive() == b"still up"
@@ -323,21 +323,23 @@ async def test_p6_two_hosts_keep_their_own_peer_queue_size() -> None:
     each build their peers' outbound queues with their own (0.8.1's is 32; the patch once
     kept the largest any host asked for, process-wide)."""
     sizes = {}
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(gossip_peer_queue_size=64)) \
-            as small, open_host(Ed25519PrivateKey.generate(),
-                                P2PConfig(gossip_peer_queue_size=50_000)) as big, \
-            open_host(Ed25519PrivateKey.generate()) as hub:
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(gossip_peer_queue_size=64),
+                         clock=SystemClock()) as small, \
+            open_host(Ed25519PrivateKey.generate(), P2PConfig(gossip_peer_queue_size=50_000),
+                      clock=SystemClock()) as big, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as hub:
         await hub.subscribe("compat")
         for host in (small, big):
             await host.subscribe("compat")
             await host.connect(hub.listen_addrs[0])
-        with trio.fail_after(30):
-            while len(sizes) < 2:
-                for host in (small, big):
-                    queue = host._gossip._pubsub.peer_queues.get(ID.from_base58(hub.peer_id))
-                    if queue is not None:
-                        sizes[host.peer_id] = queue._queue.max_size
-                await trio.sleep(0.05)
+        def both_sized() -> bool:
+            for host in (small, big):
+                queue = host._gossip._pubsub.peer_queues.get(ID.from_base58(hub.peer_id))
+                if queue is not None:
+                    sizes[host.peer_id] = queue._queue.max_size
+            return len(sizes) == 2
+
+        await until(both_sized, 30, "no queue to the hub")
         assert sizes == {small.peer_id: 64, big.peer_id: 50_000}
 
 
@@ -357,8 +359,8 @@ async def test_y2_frames_are_written_whole_without_debug_text(
 
     monkeypatch.setattr(compat_yamux, "_original_write_frame", counted)
     logger = logging.getLogger(yamux_module.logger.name)
-    async with open_host(Ed25519PrivateKey.generate()) as a, \
-            open_host(Ed25519PrivateKey.generate()) as b:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
         b.set_stream_handler(ECHO, _echo)
         await a.connect(b.listen_addrs[0])
         stream = await a.open_stream(b.peer_id, ECHO)
@@ -419,16 +421,16 @@ async def test_t2_two_hosts_keep_their_own_reuse_flags() -> None:
     in either order (the flags were once a process-wide function set by the last host built,
     so the first host's punches left from another port)."""
     plain, punching = P2PConfig(), P2PConfig(reachability=ReachabilityConfig(hole_punch=True))
-    async with open_host(Ed25519PrivateKey.generate(), punching) as first, \
-            open_host(Ed25519PrivateKey.generate(), punching) as other, \
-            open_host(Ed25519PrivateKey.generate(), plain) as last:
+    async with open_host(Ed25519PrivateKey.generate(), punching, clock=SystemClock()) as first, \
+            open_host(Ed25519PrivateKey.generate(), punching, clock=SystemClock()) as other, \
+            open_host(Ed25519PrivateKey.generate(), plain, clock=SystemClock()) as last:
         assert _reuseport(first) == _reuseport(other) == {1}
         assert _reuseport(last) == {0}
         first_port = int(first.listen_addrs[0].split("/")[4])
         last_port = int(last.listen_addrs[0].split("/")[4])
         assert await _punch_source_port(first, other) == first_port
         assert await _punch_source_port(last, other) != last_port
-    async with open_host(Ed25519PrivateKey.generate(), plain) as alone:
+    async with open_host(Ed25519PrivateKey.generate(), plain, clock=SystemClock()) as alone:
         assert _reuseport(alone) == {0}
 
 
@@ -480,8 +482,8 @@ async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.Monk
 
     reads = _Calls(monkeypatch, NetStream, "read",
                    which=lambda s: str(s.get_protocol()).startswith("/meshsub/"))
-    async with open_host(Ed25519PrivateKey.generate()) as a, \
-            open_host(Ed25519PrivateKey.generate()) as b:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
         inbox = await b.subscribe("compat")
         await a.subscribe("compat")
         await a.connect(b.listen_addrs[0])
@@ -504,8 +506,8 @@ async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.Monk
 async def test_b1_an_rpc_cut_anywhere_across_writes_is_read_whole() -> None:
     """RPCs whose varint and body arrive split across many writes (one byte of the length
     at a time) are read whole; a length above the limit ends that reader, not the host."""
-    async with open_host(Ed25519PrivateKey.generate()) as a, \
-            open_host(Ed25519PrivateKey.generate()) as b:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
         await b.subscribe("compat")
         await a.connect(b.listen_addrs[0])
         pubsub = b._gossip._pubsub
@@ -549,8 +551,8 @@ async def test_w1_frames_written_together_share_one_socket_write(
         async for frame in stream:
             received.append(frame)
 
-    async with open_host(Ed25519PrivateKey.generate()) as a, \
-            open_host(Ed25519PrivateKey.generate()) as b:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
         b.set_stream_handler(ECHO, collect)
         await a.connect(b.listen_addrs[0])
         streams = [await a.open_stream(b.peer_id, ECHO) for _ in range(20)]
@@ -583,8 +585,8 @@ async def test_k1_a_connections_free_locks_are_taken_without_a_yield() -> None:
     """The locks a message passes on its way (the connection's socket, write and stream locks,
     a stream's window lock) are taken without going back to the scheduler when free (0.8.1's
     ``trio.Lock`` yields even then), and queue in order when held."""
-    async with open_host(Ed25519PrivateKey.generate()) as a, \
-            open_host(Ed25519PrivateKey.generate()) as b:
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
         b.set_stream_handler(ECHO, _echo)
         await a.connect(b.listen_addrs[0])
         async with await a.open_stream(b.peer_id, ECHO) as stream:

@@ -9,9 +9,9 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.metrics import Metrics
 from node.p2p.run import open_host
 from node.replication import ChannelService
@@ -20,6 +20,7 @@ from node.store import EventStore
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
+from tests.harness.cluster import until
 
 T0 = 1_000_000.0
 
@@ -40,14 +41,12 @@ async def test_node_gives_channels_its_member_estimate(tmp_path: Path) -> None:
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([40 + i]) * 32) for i in range(3)]
     topic = topic_of(1, "c")
     async with AsyncExitStack() as stack:
-        hosts = [await stack.enter_async_context(open_host(k)) for k in keys]
+        hosts = [await stack.enter_async_context(open_host(k, clock=SystemClock())) for k in keys]
         for host in hosts:
             await host.subscribe(topic)
         for other in hosts[1:]:
             await hosts[0].connect(other.listen_addrs[0])
-        with trio.fail_after(30):
-            while len(hosts[0].gossip_peers(topic)) < 2:
-                await trio.sleep(0.05)
+        await until(lambda: len(hosts[0].gossip_peers(topic)) >= 2, 30, "fewer than 2 gossip peers")
         # Automatic: the peers subscribed to the topic, and us.
         auto = _service(hosts[0], keys[0], tmp_path)
         ch = auto.channels["c"]

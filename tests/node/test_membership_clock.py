@@ -36,6 +36,7 @@ from storage import make_engine, upgrade
 from storage.schema import node_state
 from sync.peerscore import ScoreConfig
 from sync.reachability import ReachabilityConfig
+from tests.harness.cluster import until
 
 T0 = 1_700_000_000.0  # the wall clock's reading when the mock clock is at 0
 AUTOJUMP_S = 0.002  # real seconds every task must wait before the mock clock jumps
@@ -56,12 +57,12 @@ async def _hosts(clock: TrioWallClock, count: int,
                  config: P2PConfig | None = None) -> AsyncIterator[list[P2PHost]]:
     config = config or P2PConfig(dial_timeout=5.0)
     async with AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(open_host(_key(60 + i), config, clock))
+        yield [await stack.enter_async_context(open_host(_key(60 + i), config, clock=clock))
                for i in range(count)]
 
 
 def _membership(host: P2PHost, engine: Engine, metrics: Metrics, section: MembershipSection,
-                clock: TrioWallClock | None) -> Membership:
+                clock: TrioWallClock) -> Membership:
     """The driver on a real store, nobody in a Recon session."""
     return Membership(host, EventStore(engine), metrics, section,
                       in_session=lambda _peer: False, clock=clock)
@@ -69,9 +70,7 @@ def _membership(host: P2PHost, engine: Engine, metrics: Metrics, section: Member
 
 async def _until(done: Callable[[], bool], within_s: float) -> float:
     """Wait (virtual seconds) until ``done()``; returns the clock's time then."""
-    with trio.move_on_after(within_s):
-        while not done():
-            await trio.sleep(0.5)
+    await until(done, within_s, "not done")
     return trio.current_time()
 
 
@@ -274,13 +273,14 @@ def test_a_ban_ends_on_virtual_time(tmp_path: Path) -> None:
 
 def test_the_host_clock_is_the_one_membership_reads(tmp_path: Path) -> None:
     """One clock object from the host to the drivers: membership, its peer exchange and
-    activity, and the connection manager's host all read it (so their instants compare)."""
+    activity, and the connection manager's host all read the one they are given (so their
+    instants compare)."""
     section, engine = MembershipSection(), _engine(tmp_path)
 
     async def main() -> None:
         clock = TrioWallClock(T0)
         async with _hosts(clock, 1) as (host,):
-            membership = _membership(host, engine, Metrics(), section, None)  # the host's
+            membership = _membership(host, engine, Metrics(), section, clock)
             assert membership.clock is host.clock is host.guard.clock is host.bans.clock \
                 is clock
             assert membership.px.clock is clock and membership.activity.clock is clock

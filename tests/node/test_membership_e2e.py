@@ -14,13 +14,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
 from node.replication.px import PX_PROTOCOL
 from sync.membership import encode_records
-from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 PER_SOURCE = 16
@@ -54,7 +55,7 @@ async def _serve_fakes(stream: FramedStream) -> None:
 
 async def _hostile_host(task_status: trio.TaskStatus[P2PHost]) -> None:
     config = P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))
-    async with open_host(Ed25519PrivateKey.generate(), config) as host:
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
         host.set_stream_handler(PX_PROTOCOL, _serve_fakes)
         task_status.started(host)
         await trio.sleep_forever()

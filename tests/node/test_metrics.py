@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 from pathlib import Path
 
 import httpx
@@ -16,8 +15,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.identity import peer_id_of
 from tests.conftest import ROOT
-from tests.node.cluster import start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import start_inproc, wait_for
+from tests.harness.inproc import InProcessNode
+from tests.harness.procs import NodeApi
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -46,15 +46,16 @@ def total(values: dict[str, float], family: str) -> float:
     return sum(v for k, v in values.items() if k == family or k.startswith(family + "{"))
 
 
-def scrape(node: NodeProcess) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
+def scrape(node: NodeApi) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
     return parse(node.get("/metrics"))
 
 
 def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
     env = {"SYNCNODE_API_MAX_FOLLOWS": "1"}
-    a = start_node(tmp_path, "a", env=env)
+    a = start_inproc(tmp_path, "a", env=env)
     # b hears no gossip: a's events reach it by Recon, and a resends them meanwhile.
-    b = start_node(tmp_path, "b", env={**env, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
+    b = start_inproc(tmp_path, "b",
+                         env={**env, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0"})
     try:
         families, before = scrape(a)
         # -- conventions ------------------------------------------------------------------
@@ -122,10 +123,7 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
             return ([m for m in want_a if total(after, m) <= total(before, m)]
                     + [f"b:{m}" for m in want_b if total(after_b, m) <= 0])
 
-        deadline = time.monotonic() + 60
-        while (still := moved()) and time.monotonic() < deadline:
-            time.sleep(1)
-        assert not still, f"these metrics did not move: {still}"
+        wait_for(lambda: not moved(), 60, lambda: f"these metrics did not move: {moved()}")
         _f, final = scrape(a)
         buckets = [k for k in final if k.startswith("syncnode_publish_commit_seconds_bucket")]
         assert any('le="+Inf"' in k for k in buckets)
@@ -141,7 +139,7 @@ def test_exposition_conventions_and_every_metric_moves(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """The metric families of a node with every optional part on (the blocks application)."""
-    node = NodeProcess(tmp_path_factory.mktemp("served") / "n", env=BLOCKS_ON).start()
+    node = InProcessNode(tmp_path_factory.mktemp("served") / "n", env=BLOCKS_ON).start()
     try:
         families, _values = scrape(node)
     finally:

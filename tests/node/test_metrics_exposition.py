@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.metrics import Metrics
-from tests.node.procs import NodeProcess
+from tests.harness.inproc import InProcessNode
 
 # A sample line's value: the last field (no timestamps are written).
 _VALUE = re.compile(r"^[^#].* (\S+)$", re.M)
@@ -111,7 +111,7 @@ def test_a_name_keeps_one_kind() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_real_nodes_metrics_parse_with_prometheus_client(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "n").start()
+    node = InProcessNode(tmp_path / "n").start()
     try:
         for i in range(3):  # publishes: commit latency and API latency histograms
             assert node.cli("publish", "general", f"m{i}").returncode == 0

@@ -24,6 +24,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.run import open_host
 from node.replication import topic_of
@@ -35,9 +36,16 @@ from sync.sds import SdsChannel, SdsConfig, SignedEvent
 from sync.sds.message import decode_event, decode_transmission
 from sync.stored_event import record_of_event
 from sync.transfer import encode_request, parse_request
-from tests.node.cluster import metric, preset_identity, start_node, wait_for
-from tests.node.hostile import recon_and_answer
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import (
+    metric,
+    preset_identity,
+    start_inproc,
+    start_node,
+    until,
+    wait_for,
+)
+from tests.harness.hostile import recon_and_answer
+from tests.harness.procs import NodeApi, NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 READ_TIMEOUT_S = 5
@@ -104,20 +112,20 @@ class CraftedPeer:
 
 def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
     a_id = preset_identity(tmp_path / "a")
-    closed = start_node(tmp_path, "closed", env={
+    closed = start_inproc(tmp_path, "closed", env={
         "SYNCNODE_P2P_ALLOWED_PEERS": a_id,
         # No sync messages: they would acknowledge a's probe below before the crafted peer can.
         "SYNCNODE_SDS_SYNC_INTERVAL_S": "600",
         # Room for no gossip message at all: each one overflows this node's queue.
         "SYNCNODE_P2P_GOSSIP_QUEUE_BYTES": "16"})
-    a = start_node(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
-                   env={"SYNCNODE_P2P_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
-                        "SYNCNODE_P2P_CHANNELS": "general,wk",
-                        "SYNCNODE_SDS_CHANNEL_PROFILES": "wk=waku",
-                        "SYNCNODE_RECON_CLAIM_TIMEOUT_S": str(CLAIM_TIMEOUT_S),
-                        # Fresh events are fetched at once, and one key per session.
-                        "SYNCNODE_RECON_GOSSIP_GRACE_S": "0",
-                        "SYNCNODE_RECON_MAX_MISSING_KEYS": "1"})
+    a = start_inproc(tmp_path, "a", "--bootstrap", dead_address(), bootstrap=[closed],
+                         env={"SYNCNODE_P2P_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
+                              "SYNCNODE_P2P_CHANNELS": "general,wk",
+                              "SYNCNODE_SDS_CHANNEL_PROFILES": "wk=waku",
+                              "SYNCNODE_RECON_CLAIM_TIMEOUT_S": str(CLAIM_TIMEOUT_S),
+                              # Fresh events are fetched at once, and one key per session.
+                              "SYNCNODE_RECON_GOSSIP_GRACE_S": "0",
+                              "SYNCNODE_RECON_MAX_MISSING_KEYS": "1"})
     nodes = {"a": a, "closed": closed}
     try:
         wait_for(lambda: closed.peer_id in [p["peer_id"] for p in a.get("/v1/peers")["connected"]],
@@ -131,10 +139,7 @@ def test_peer_behaviour_moves_its_metrics(tmp_path: Path) -> None:
             return [f"{n}:{m}" for n, node in nodes.items() for m in WATCHED[n]
                     if metric(node, m) <= before[(n, m)]]
 
-        deadline = time.monotonic() + 30
-        while (left := still()) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not left, f"these metrics did not move: {left}"
+        wait_for(lambda: not still(), 30, lambda: f"these metrics did not move: {still()}")
         # Dialled at start-up (before any baseline could be read) and again with back-off.
         assert metric(a, "peer_dial_failures_total") >= 1
         assert metric(a, "peer_scores_tracked") >= 1  # the wrong answer cost the peer
@@ -154,22 +159,18 @@ WATCHED = {
 }
 
 
-def _sql(node: NodeProcess, statement: str) -> None:
+def _sql(node: NodeApi, statement: str) -> None:
     with sqlite3.connect(node.data_dir / "syncnode.db", timeout=30) as conn:
         conn.execute(statement)
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    with trio.move_on_after(timeout):
-        while not await trio.to_thread.run_sync(check):
-            await trio.sleep(0.2)
-        return
-    raise AssertionError(f"{what} within {timeout} s")
+    await until(lambda: trio.to_thread.run_sync(check), timeout, what)
 
 
-async def _drive(a: NodeProcess, seed: str) -> None:
+async def _drive(a: NodeApi, seed: str) -> None:
     key = Ed25519PrivateKey.generate()
-    async with open_host(key, P2PConfig(read_timeout=10)) as host:
+    async with open_host(key, P2PConfig(read_timeout=10), clock=SystemClock()) as host:
         peer = CraftedPeer(host, key)
         target = await host.connect(a.listen_addrs[0])
         await trio.sleep(1.5)  # subscriptions exchanged: our gossip reaches a
@@ -316,7 +317,8 @@ async def _connection_bursts(node: NodeProcess, rounds: int) -> None:
             return
 
         async def visit() -> None:
-            async with open_host(Ed25519PrivateKey.generate(), P2PConfig()) as host:
+            async with open_host(Ed25519PrivateKey.generate(), P2PConfig(),
+                                 clock=SystemClock()) as host:
                 await host.connect(node.listen_addrs[0])
                 await trio.sleep(0.3)
         async with trio.open_nursery() as nursery:

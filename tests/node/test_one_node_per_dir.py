@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 from tests.node.test_cli_errors import assert_one_error
 
 

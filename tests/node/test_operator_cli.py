@@ -17,7 +17,7 @@ import pytest
 
 from node.api_token import TOKEN_ENV
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 SECRET = "s3cret-token-value-XYZ"
 API_URL_FILE = "api_url"  # node.api_address.API_URL_FILE, spelled out to run on old code too

@@ -3,9 +3,9 @@ only uses metric names that real nodes export."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import time
 from pathlib import Path
 
 import httpx
@@ -13,13 +13,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import wait_for
+from tests.harness.inproc import InProcessNode, start_all
+from tests.harness.procs import NodeApi
 
 DASHBOARD = ROOT / "docs" / "ops" / "grafana-dashboard.json"
 DEAD_PEER = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWNd8DXeVtTXwf8i8RpqKKr16e9W8eLnefWP4s6VvHaNLf"
 
 
-def _probe(node: NodeProcess, path: str) -> httpx.Response:
+def _probe(node: NodeApi, path: str) -> httpx.Response:
     # No token: probes (systemd, load balancers, kubelets) do not have one.
     return httpx.get(node.api_url + path, timeout=30)
 
@@ -39,20 +41,17 @@ def _metric_names(text: str) -> dict[str, set[str]]:
     return names
 
 
-def _wait_ready(node: NodeProcess, timeout: float = 40.0) -> httpx.Response:
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = _probe(node, "/readyz")
-        if answer.status_code == 200 or time.monotonic() > deadline:
-            return answer
-        time.sleep(0.5)
+def _wait_ready(node: NodeApi, timeout: float = 40.0) -> httpx.Response:
+    with contextlib.suppress(AssertionError):  # the caller shows the last answer
+        wait_for(lambda: _probe(node, "/readyz").status_code == 200, timeout, "not ready")
+    return _probe(node, "/readyz")
 
 
 @pytest.mark.timeout(240)
 def test_health_readiness_and_dashboard_metric_names(tmp_path: Path) -> None:
-    a = NodeProcess(tmp_path / "a").start()
-    b: NodeProcess | None = None
-    cut_off = NodeProcess(tmp_path / "c", "--bootstrap", DEAD_PEER).start()
+    a, cut_off = start_all([InProcessNode(tmp_path / "a"),
+                            InProcessNode(tmp_path / "c", "--bootstrap", DEAD_PEER)])
+    b: InProcessNode | None = None
     try:
         health = _probe(a, "/healthz")
         assert health.status_code == 200 and health.json()["status"] == "ok"
@@ -67,7 +66,7 @@ def test_health_readiness_and_dashboard_metric_names(tmp_path: Path) -> None:
         assert not_ready.json()["ready"] is False
         assert "no peer connected" in not_ready.json()["error"]
         # Bootstrapping from A: ready once connected.
-        b = NodeProcess(tmp_path / "b", "--bootstrap", a.listen_addrs[0]).start()
+        b = InProcessNode(tmp_path / "b", "--bootstrap", a.listen_addrs[0]).start()
         ready_b = _wait_ready(b)
         assert ready_b.status_code == 200, ready_b.text
         assert ready_b.json()["checks"]["peers"] == 1
@@ -75,15 +74,22 @@ def test_health_readiness_and_dashboard_metric_names(tmp_path: Path) -> None:
         for node in (a, b):
             for i in range(3):
                 assert node.cli("publish", "general", f"ops {i}").returncode == 0
-        time.sleep(2.0)
-        exported = _metric_names(a.get("/metrics"))
-        for name, labels in _metric_names(b.get("/metrics")).items():
-            exported.setdefault(name, set()).update(labels)
         dashboard = json.loads(DASHBOARD.read_text())
         exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
         assert len(exprs) >= 10
         used = {m for e in exprs for m in re.findall(r"\b((?:syncnode|process)_[a-z0-9_]+)", e)}
-        assert used and used <= set(exported), sorted(used - set(exported))
+        assert used
+
+        def exported_by_both() -> dict[str, set[str]]:
+            names = _metric_names(a.get("/metrics"))
+            assert b is not None
+            for name, labels in _metric_names(b.get("/metrics")).items():
+                names.setdefault(name, set()).update(labels)
+            return names
+
+        wait_for(lambda: used <= set(exported_by_both()), 30,
+                 lambda: f"not exported: {sorted(used - set(exported_by_both()))}")
+        exported = exported_by_both()
         # The labels a query groups by (besides the scrape's own) are on its series.
         for expr in exprs:
             grouped = {label.strip() for group in re.findall(r"\bby \(([^)]*)\)", expr)

@@ -15,6 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 
+from node.clock import Clock, SystemClock
 from node.p2p import (
     BanList,
     DialError,
@@ -33,7 +34,8 @@ from node.p2p.frames import encode_frame
 from node.p2p.run import open_host
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
-from tests.node.clocks import ManualClock
+from tests.harness.clocks import ManualClock
+from tests.harness.cluster import until
 
 ECHO = "/test/echo/1.0.0"
 MIB = 1024 * 1024
@@ -44,10 +46,14 @@ def _key(n: int) -> Ed25519PrivateKey:
 
 
 @asynccontextmanager
-async def _hosts(*configs: P2PConfig, first_key: int = 1) -> AsyncIterator[list[P2PHost]]:
+async def _hosts(*configs: P2PConfig, first_key: int = 1,
+                 first_clock: Clock | None = None) -> AsyncIterator[list[P2PHost]]:
+    """Hosts on the system clock (the first on ``first_clock`` when given)."""
+    clocks = [first_clock or SystemClock()] + [SystemClock() for _ in configs[1:]]
     async with AsyncExitStack() as stack:
         hosts = [
-            await stack.enter_async_context(open_host(_key(first_key + i), config))
+            await stack.enter_async_context(open_host(_key(first_key + i), config,
+                                                      clock=clocks[i]))
             for i, config in enumerate(configs)
         ]
         yield hosts
@@ -59,9 +65,7 @@ async def _echo(stream: FramedStream) -> None:
 
 
 async def _wait_for(predicate: object, timeout: float = 10.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():  # type: ignore[operator]
-            await trio.sleep(0.02)
+    await until(predicate, timeout, "the predicate did not hold")  # type: ignore[arg-type]
 
 
 def test_config_validation_names_the_key() -> None:
@@ -85,7 +89,7 @@ async def test_peer_id_is_stable_and_matches_sync_identity() -> None:
     key = _key(7)
     ids = []
     for _ in range(2):
-        async with open_host(key) as host:
+        async with open_host(key, clock=SystemClock()) as host:
             ids.append(host.peer_id)
             [addr] = host.listen_addrs
             assert addr.startswith("/ip4/127.0.0.1/tcp/")
@@ -143,11 +147,12 @@ async def test_three_hosts_form_a_full_mesh() -> None:
 _CHILD = """
 import sys, trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from node.clock import SystemClock
 from node.p2p.run import open_host
 
 async def main():
     key = Ed25519PrivateKey.from_private_bytes(bytes([int(sys.argv[1])]) * 32)
-    async with open_host(key) as host:
+    async with open_host(key, clock=SystemClock()) as host:
         print(host.listen_addrs[0], flush=True)
         await trio.sleep_forever()
 
@@ -248,7 +253,9 @@ async def test_allowed_peers_refuses_outsider_and_accepts_member() -> None:
 @pytest.mark.trio
 @pytest.mark.timeout(30)
 async def test_banned_peer_is_disconnected_and_refused_both_ways_until_the_ban_ends() -> None:
-    async with _hosts(P2PConfig(dial_timeout=5.0), P2PConfig(), P2PConfig()) as (
+    clock = ManualClock()  # the ban ends on the host's clock, not after a real wait
+    async with _hosts(P2PConfig(dial_timeout=5.0), P2PConfig(), P2PConfig(),
+                      first_clock=clock) as (
             host, bad, good):
         host.set_stream_handler(ECHO, _echo)
         await bad.connect(host.listen_addrs[0])
@@ -258,8 +265,14 @@ async def test_banned_peer_is_disconnected_and_refused_both_ways_until_the_ban_e
         await _wait_for(lambda: host.connected_peers() == [good.peer_id])
         await _wait_for(lambda: host.peer_id not in bad.connected_peers())
         assert host.is_banned(bad.peer_id) and len(host.bans) == 1
-        with pytest.raises(DialError):  # inbound: refused after the Noise handshake
+        refused = host.stats.refused_banned
+        # Inbound: refused after the Noise handshake. The dialler sees a DialError when the
+        # close reaches it before its dial returns; on a loaded machine it may come just after.
+        with contextlib.suppress(DialError):
             await bad.connect(host.listen_addrs[0])
+        await _wait_for(lambda: host.stats.refused_banned > refused)
+        await _wait_for(lambda: host.peer_id not in bad.connected_peers())
+        assert bad.peer_id not in host.connected_peers()
         with pytest.raises(PeerRefusedError):  # outbound: never dialled
             await host.connect(bad.listen_addrs[0])
         assert host.stats.refused_banned >= 2
@@ -267,7 +280,9 @@ async def test_banned_peer_is_disconnected_and_refused_both_ways_until_the_ban_e
         async with await good.open_stream(host.peer_id, ECHO) as stream:
             await stream.send(b"unaffected")
             assert await stream.receive() == b"unaffected"
-        await trio.sleep(1.6)
+        clock.advance(1.4)
+        assert host.is_banned(bad.peer_id)
+        clock.advance(0.2)
         assert not host.is_banned(bad.peer_id)
         await bad.connect(host.listen_addrs[0])
         async with await bad.open_stream(host.peer_id, ECHO) as stream:
@@ -689,7 +704,7 @@ async def test_an_error_in_the_body_comes_out_unwrapped_and_the_host_is_closed()
         pass
 
     with pytest.raises(Boom):
-        async with open_host(_key(30)) as host:
+        async with open_host(_key(30), clock=SystemClock()) as host:
             address = host.listen_addrs[0]
             raise Boom
     # The listener is gone: nobody answers on that address any more.
@@ -709,7 +724,8 @@ async def test_malformed_pubsub_rpc_drops_one_stream_not_the_host() -> None:
         # DecodeError escape its reader and stop the network service; ours must not.
         raw = await attacker._streams.open_raw(victim.peer_id, PROTOCOL_ID_V11)
         await raw.write(b"\x05\xff\xff\xff\xff\xff")
-        await trio.sleep(1)
+        pubsub = victim._gossip._pubsub
+        await until(lambda: pubsub.bad_rpc_streams > 0, 20, "the garbage was not read")
         await honest.publish("chan", b"still alive")
         with trio.fail_after(20):
             msg = await queues[0].receive()

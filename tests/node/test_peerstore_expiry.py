@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import libp2p.pubsub.pubsub as pubsub_module
 import pytest
-import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 from libp2p.peer.peerstore import issue_and_cache_local_record
 from libp2p.pubsub.pb.rpc_pb2 import RPC
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.run import open_host
+from tests.harness.cluster import until
 
 
 def _key(n: int) -> Ed25519PrivateKey:
@@ -29,7 +30,8 @@ def _key(n: int) -> Ed25519PrivateKey:
 @pytest.mark.trio
 @pytest.mark.timeout(60)
 async def test_redial_after_the_peerstore_entry_expired() -> None:
-    async with open_host(_key(71), P2PConfig()) as a, open_host(_key(72), P2PConfig()) as b:
+    async with open_host(_key(71), P2PConfig(), clock=SystemClock()) as a, \
+            open_host(_key(72), P2PConfig(), clock=SystemClock()) as b:
         b_id = ID.from_base58(b.peer_id)
         address = b.listen_addrs[0]
         assert await a.connect(address) == b.peer_id
@@ -40,9 +42,7 @@ async def test_redial_after_the_peerstore_entry_expired() -> None:
         store = a._host.get_peerstore()
         assert b_id in store.peer_record_map  # type: ignore[attr-defined]
         await a.disconnect(b.peer_id)
-        with trio.fail_after(10):
-            while a.connected_peers():
-                await trio.sleep(0.02)
+        await until(lambda: not a.connected_peers(), 10, "still connected")
         entry = store.peer_data_map[b_id]  # type: ignore[attr-defined]
         entry.last_identified -= entry.get_ttl() + 60  # the entry's TTL ran out a minute ago
         assert entry.is_expired()

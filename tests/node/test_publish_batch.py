@@ -4,9 +4,9 @@ the bounds with clear errors, and no answered event of a batch lost to SIGKILL."
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.node.cluster import channel_log, metric
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.cluster import channel_log, metric, wait_for
+from tests.harness.procs import NodeApi, NodeProcess, running_node
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -25,20 +25,20 @@ PATH = "/v1/channels/general/events"
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    yield from running_node(tmp_path_factory.mktemp("batch"), env=ENV)
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeApi]:
+    yield from running_node(tmp_path_factory.mktemp("batch"), env=ENV, in_process=True)
 
 
-def _post(node: NodeProcess, body: object, **headers: str) -> httpx.Response:
+def _post(node: NodeApi, body: object, **headers: str) -> httpx.Response:
     return httpx.post(node.api_url + PATH, json=body, headers={**node.headers, **headers},
                       timeout=60)
 
 
-def _contents(node: NodeProcess) -> list[str]:
+def _contents(node: NodeApi) -> list[str]:
     return [content for _, _, content in channel_log(node, "general")]
 
 
-def test_a_batch_is_one_commit_answered_in_order(node: NodeProcess) -> None:
+def test_a_batch_is_one_commit_answered_in_order(node: NodeApi) -> None:
     batches = metric(node, "store_batches_total")
     items = [{"content": f"batch-{i}"} for i in range(250)]
     items[7] = {"content_b64": "AP8="}  # bytes, not UTF-8
@@ -66,7 +66,7 @@ def test_a_batch_is_one_commit_answered_in_order(node: NodeProcess) -> None:
     ({"events": [{"content": "ok"}, "ok"]}, 400, "events[1]: body must be"),
 ])
 def test_a_bad_batch_is_refused_whole_with_a_clear_error(
-        node: NodeProcess, body: object, status: int, says: str) -> None:
+        node: NodeApi, body: object, status: int, says: str) -> None:
     before = len(_contents(node))
     errors = metric(node, "api_errors_total")
     answer = _post(node, body)
@@ -75,13 +75,13 @@ def test_a_bad_batch_is_refused_whole_with_a_clear_error(
     assert metric(node, "api_errors_total") == errors + 1
 
 
-def test_a_batch_takes_no_idempotency_key(node: NodeProcess) -> None:
+def test_a_batch_takes_no_idempotency_key(node: NodeApi) -> None:
     answer = _post(node, {"events": [{"content": "keyed"}]}, **{"Idempotency-Key": "k1"})
     assert answer.status_code == 400 and "Idempotency-Key" in answer.json()["error"]
     assert "keyed" not in _contents(node)
 
 
-def test_concurrent_publishers_share_commits(node: NodeProcess) -> None:
+def test_concurrent_publishers_share_commits(node: NodeApi) -> None:
     """Group commit: 60 single publishes from 20 threads, each answered after its commit, in
     fewer transactions than publishes."""
     batches = metric(node, "store_batches_total")
@@ -95,7 +95,7 @@ def test_concurrent_publishers_share_commits(node: NodeProcess) -> None:
     assert {f"group-{i}" for i in range(60)} <= stored
 
 
-def test_cli_publishes_lines_in_batches(node: NodeProcess) -> None:
+def test_cli_publishes_lines_in_batches(node: NodeApi) -> None:
     lines = b"".join(f"line-{i}\n".encode() for i in range(7)) + b"\xff\xfe raw\r\n"
     result = subprocess.run(node.cli_command("publish", "general", "--lines", "-", "--batch", "3"),
                             input=lines, capture_output=True, timeout=60, env=node.cli_env())
@@ -108,7 +108,7 @@ def test_cli_publishes_lines_in_batches(node: NodeProcess) -> None:
 
 
 def test_cli_refuses_a_file_with_an_empty_line_before_publishing(
-        node: NodeProcess, tmp_path: Path) -> None:
+        node: NodeApi, tmp_path: Path) -> None:
     before = len(_contents(node))
     source = tmp_path / "events.txt"
     source.write_text("first\n\nthird\n")
@@ -142,9 +142,8 @@ def test_sigkill_loses_no_answered_event_of_a_batch(tmp_path: Path) -> None:
     try:
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 60
-        while len(answered) < 600 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with contextlib.suppress(AssertionError):  # killed after 60 s at the latest
+            wait_for(lambda: len(answered) >= 600, 60, "fewer than 600 answers")
         victim.kill()  # SIGKILL with batches in flight
     finally:
         stop.set()

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.burst import events_held, start_on_defaults
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.burst import events_held, start_on_defaults
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeProcess
 
 pytestmark = pytest.mark.slow
 

@@ -24,9 +24,11 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.stream_muxer.exceptions import MuxedStreamError
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig, P2PHost
 from node.p2p.compat import GuardedPubsub
 from node.p2p.run import open_host
+from tests.harness.cluster import until
 
 TOPIC = "framing-test"
 
@@ -57,12 +59,11 @@ async def test_concurrent_rpc_writes_to_one_peer_arrive_whole(
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([70 + i]) * 32) for i in range(2)]
     # Unsigned test messages (the framing, not the signing, is under test).
     config = P2PConfig(gossip_strict_signing=False)
-    async with open_host(keys[0], config) as sender, \
-            open_host(keys[1], config) as receiver:
+    async with open_host(keys[0], config, clock=SystemClock()) as sender, \
+            open_host(keys[1], config, clock=SystemClock()) as receiver:
         inbox, pubsub, peer = await _linked(sender, receiver)
-        with trio.fail_after(60):
-            while peer not in pubsub.peers or peer not in pubsub.peer_topics.get(TOPIC, set()):
-                await trio.sleep(0.05)
+        await until(lambda: peer in pubsub.peers and peer in pubsub.peer_topics.get(TOPIC, set()),
+                    60, "the peer is not subscribed")
         stream = pubsub.peers[peer]
         # Each RPC is larger than Yamux's initial 256 KiB window, so every write waits for
         # credit mid-RPC: the moment another task's write could cut in.
@@ -94,12 +95,10 @@ async def test_gossip_to_a_live_peer_goes_on_after_its_stream_died() -> None:
     the peer is still connected. 0.8.1 also forgot the peer's subscriptions, which came on the
     peer's own stream (alive, never repeated): we never sent that peer gossip again."""
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([80 + i]) * 32) for i in range(2)]
-    async with open_host(keys[0], P2PConfig()) as sender, \
-            open_host(keys[1], P2PConfig()) as receiver:
+    async with open_host(keys[0], P2PConfig(), clock=SystemClock()) as sender, \
+            open_host(keys[1], P2PConfig(), clock=SystemClock()) as receiver:
         inbox, pubsub, peer = await _linked(sender, receiver)
-        with trio.fail_after(60):
-            while receiver.peer_id not in sender.mesh_peers(TOPIC):
-                await trio.sleep(0.05)
+        await until(lambda: receiver.peer_id in sender.mesh_peers(TOPIC), 60, "not in the mesh")
         pubsub._handle_dead_peer(peer)  # as after a failed write
         await _published_until_received(sender, inbox, b"after the dead stream")
         assert receiver.peer_id in sender.gossip_peers(TOPIC)
@@ -122,8 +121,8 @@ async def test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host(
     window credit does on a connection whose peer went silent; the host must retry and gossip
     must flow (both cases fail on the code before this test)."""
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([90 + i]) * 32) for i in range(2)]
-    async with open_host(keys[0], P2PConfig()) as sender, \
-            open_host(keys[1], P2PConfig()) as receiver:
+    async with open_host(keys[0], P2PConfig(), clock=SystemClock()) as sender, \
+            open_host(keys[1], P2PConfig(), clock=SystemClock()) as receiver:
         reset: list[str] = []
 
         async def cut_first(stream: Any) -> None:
@@ -151,8 +150,8 @@ async def test_a_subscription_made_while_the_hello_is_written_reaches_the_peer(
     the hello before, and lists the peer for announcements only after) reaches that peer
     (0.8.1: neither carried nor announced; the peer never learnt it)."""
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([95 + i]) * 32) for i in range(2)]
-    async with open_host(keys[0], P2PConfig()) as sender, \
-            open_host(keys[1], P2PConfig()) as receiver:
+    async with open_host(keys[0], P2PConfig(), clock=SystemClock()) as sender, \
+            open_host(keys[1], P2PConfig(), clock=SystemClock()) as receiver:
         during: list[str] = []
 
         async def subscribe_during_hello(stream: Any) -> None:

@@ -20,7 +20,7 @@ from multiaddr import Multiaddr
 
 from node.p2p.compat import SUPPORTED_LIBP2P_VERSION
 from node.p2p.compat.records import patch_record_verification
-from tests.node.clocks import ManualClock
+from tests.harness.clocks import ManualClock
 
 
 @pytest.fixture

@@ -14,12 +14,14 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.dialback import parse_answer
 from node.p2p.frames import P2PError
 from node.p2p.relay import RelayLayer
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
+from tests.harness.cluster import until
 
 SINK = "/test/sink/1.0.0"
 KIB = 1024
@@ -33,7 +35,7 @@ def _key(n: int) -> Ed25519PrivateKey:
 async def _three(rate: int, count: int = 3) -> AsyncIterator[list[P2PHost]]:
     config = P2PConfig(reachability=ReachabilityConfig(circuit_rate_bytes_s=rate))
     async with AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(open_host(_key(40 + i), config))
+        yield [await stack.enter_async_context(open_host(_key(40 + i), config, clock=SystemClock()))
                for i in range(count)]
 
 
@@ -114,9 +116,7 @@ async def test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open()
         assert await b.connect(address) == a.peer_id  # the newest circuit to a
         assert b.path(a.peer_id) == "relayed" and c.path(a.peer_id) == "relayed"
         await a.disconnect(c.peer_id)  # c's circuit ends, from a's side
-        with trio.fail_after(30):
-            while c.path(a.peer_id) is not None:
-                await trio.sleep(0.05)
+        await until(lambda: c.path(a.peer_id) is None, 30, "c still has a path to a")
         for round_trip in range(3):
             await trio.sleep(0.5)  # the relay's clean-up of c's circuit runs meanwhile
             assert b.path(a.peer_id) == "relayed", round_trip
@@ -191,9 +191,9 @@ async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
         conns = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
         assert len(conns) == 2
         await b.drop(a.peer_id, 5, opened_before=between)  # the relayed one only
-        with trio.fail_after(10):
-            while len(b._host.get_network().get_connections(ID.from_base58(a.peer_id))) > 1:
-                await trio.sleep(0.05)
+        network = b._host.get_network()
+        await until(lambda: len(network.get_connections(ID.from_base58(a.peer_id))) <= 1, 10,
+                    "the relayed connection was not dropped")
         assert b.path(a.peer_id) == "direct"
         async with await b.open_stream(a.peer_id, SINK) as stream:
             await stream.send(b"direct")
@@ -219,7 +219,7 @@ async def test_a_wildcard_listener_tells_a_punch_no_wildcard_address() -> None:
     and the other side dialled itself. Nor does our record list one (``sync.own_addrs``)."""
     config = P2PConfig(listen_addrs=("/ip4/0.0.0.0/tcp/0",),
                        reachability=ReachabilityConfig())
-    async with open_host(_key(60), config) as host:
+    async with open_host(_key(60), config, clock=SystemClock()) as host:
         observed = await _relay(host).dcutr._get_observed_addrs()
         sent = [str(multiaddr.Multiaddr(a)) for a in observed]
         assert not any("/0.0.0.0/" in a for a in sent), sent

@@ -74,9 +74,10 @@ def test_redials_back_off_on_the_mock_clock(tmp_path: Path) -> None:
     absent = peer_id_of(Ed25519PrivateKey.from_private_bytes(b"\x05" * 32))
 
     async def main() -> None:
+        clock = TrioWallClock(T0)
         async with open_host(Ed25519PrivateKey.from_private_bytes(b"\x06" * 32),
-                             P2PConfig(dial_timeout=5.0)) as host:
-            peers = PeerManager(host, EventStore(engine), metrics, clock=TrioWallClock(T0))
+                             P2PConfig(dial_timeout=5.0), clock=clock) as host:
+            peers = PeerManager(host, EventStore(engine), metrics, clock=clock)
             peers.schedule.remember(f"/ip4/127.0.0.1/tcp/{port}/p2p/{absent}")
             with trio.move_on_after(150.0):  # virtual
                 await peers._dial_loop()

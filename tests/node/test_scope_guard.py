@@ -12,11 +12,12 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.pubsub.pb import rpc_pb2
 
+from node.clock import SystemClock
 from node.p2p import P2PConfig
 from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
 from sync.reachability import ReachabilityConfig
-from tests.node.hostile_px import lan_ip
+from tests.harness.hostile_px import lan_ip
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,8 +38,9 @@ async def test_a_remote_peer_cannot_aim_punches_observations_or_gossip_px_inward
     victim_config = P2PConfig(reachability=ReachabilityConfig())
     stranger_config = P2PConfig(listen_addrs=(f"/ip4/{ip}/tcp/0",))
     hits: list[int] = []
-    async with open_host(Ed25519PrivateKey.generate(), victim_config) as victim, \
-            open_host(Ed25519PrivateKey.generate(), stranger_config) as stranger, \
+    clock = SystemClock()
+    async with open_host(Ed25519PrivateKey.generate(), victim_config, clock=clock) as victim, \
+            open_host(Ed25519PrivateKey.generate(), stranger_config, clock=clock) as stranger, \
             trio.open_nursery() as nursery:
         port = await _canary(nursery, hits)
         await victim.connect(stranger.listen_addrs[0])  # we reach it at the LAN address

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.node.procs import NodeProcess
+from tests.harness.procs import NodeProcess
 
 
 @pytest.mark.slow

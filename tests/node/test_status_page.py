@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.node.cluster import start_node, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import start_inproc, wait_for
+from tests.harness.procs import NodeApi
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -107,20 +107,20 @@ def evil_site(tmp_path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         server.server_close()
 
 
-def publish(node: NodeProcess, channel: str, count: int) -> None:
+def publish(node: NodeApi, channel: str, count: int) -> None:
     with node.client() as client:
         for i in range(count):
             client.post(f"/v1/channels/{channel}/events",
                         json={"content": f"{channel} {i}"}).raise_for_status()
 
 
-def link_of(node: NodeProcess) -> str:
+def link_of(node: NodeApi) -> str:
     result = node.cli("ui", "--json")
     assert result.returncode == 0, result.stderr
     return str(json.loads(result.stdout)["url"])
 
 
-def labelled(node: NodeProcess, name: str, **labels: str) -> float:
+def labelled(node: NodeApi, name: str, **labels: str) -> float:
     """The value of one labelled series of ``name`` on ``node`` (0 if absent)."""
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     series = f"syncnode_{name}{{{want}}}" if want else f"syncnode_{name}"
@@ -141,8 +141,8 @@ def test_status_page_in_a_real_browser(tmp_path: Path,
     assert CHROMIUM.exists(), "chromium missing: run `make setup` (scripts/setup_chromium.sh)"
     from playwright.sync_api import sync_playwright
 
-    first = start_node(tmp_path, "n1", env=ENV)
-    second = start_node(tmp_path, "n2", env=ENV, bootstrap=[first])
+    first = start_inproc(tmp_path, "n1", env=ENV)
+    second = start_inproc(tmp_path, "n2", env=ENV, bootstrap=[first])
     try:
         wait_for(lambda: len(first.get("/v1/peers")["connected"]) == 1, 60, "no peer")
         wait_for(lambda: len(first.get("/v1/db")["tables"]) == 2, 60, "tables not declared")
@@ -170,7 +170,7 @@ def test_status_page_in_a_real_browser(tmp_path: Path,
         first.kill()
 
 
-def check_page(context: Any, node: NodeProcess, link: str, tmp_path: Path) -> None:
+def check_page(context: Any, node: NodeApi, link: str, tmp_path: Path) -> None:
     page = context.new_page()
     page.goto(link)
     # The redirect left only "/" in the address bar (and so in the history).
@@ -232,7 +232,7 @@ def check_page(context: Any, node: NodeProcess, link: str, tmp_path: Path) -> No
     bare.close()
 
 
-def check_sync_and_times(page: Any, node: NodeProcess) -> None:
+def check_sync_and_times(page: Any, node: NodeApi) -> None:
     """The sync status (in total and per peer), Lamport times as raw numbers, times in UTC ISO
     like the CLI. Every check runs and each failure is listed."""
     from playwright.sync_api import Error as PageError
@@ -268,7 +268,7 @@ def check_sync_and_times(page: Any, node: NodeProcess) -> None:
     assert not problems, problems
 
 
-def check_cross_origin(context: Any, node: NodeProcess, node_origin: str, port: int,
+def check_cross_origin(context: Any, node: NodeApi, node_origin: str, port: int,
                        pages: dict[str, str]) -> None:
     # Sign in again (the previous check cleared the cookies), then visit the other origins.
     page = context.new_page()

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.node.cluster import wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import wait_for
+from tests.harness.procs import NodeProcess
 
 EVENTS = 10_000  # enough that the catch-up lasts longer than a few polls
 GAUGE = "syncnode_sync_behind_events"

@@ -12,22 +12,27 @@ import pytest
 from node.config import UiSection
 from node.metrics import Metrics
 from node.ui import UiSessions, cookie_name
-from tests.node.procs import NodeProcess, running_node
+from tests.harness.procs import NodeApi, running_node
 
 pytestmark = pytest.mark.timeout(120)
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+    """A fixed clock (``node.clock.Clock``) the test moves by hand."""
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wall(self) -> float:
+        return self.t
 
 
 def sessions(**section: float) -> tuple[UiSessions, Clock]:
     clock = Clock()
-    return UiSessions(UiSection(**section), Metrics(), clock), clock  # type: ignore[arg-type]
+    return UiSessions(UiSection(**section), Metrics(), clock), clock
 
 
 def test_a_link_works_once_and_only_within_its_ttl() -> None:
@@ -36,7 +41,7 @@ def test_a_link_works_once_and_only_within_its_ttl() -> None:
     assert ui.redeem(nonce) is not None
     assert ui.redeem(nonce) is None  # spent
     late = ui.issue_link()
-    clock.now += 60
+    clock.t += 60
     assert ui.redeem(late) is None  # expired
     assert ui.redeem("made-up") is None
     assert ui.metrics.value("ui_links_total", outcome="refused") == 3
@@ -53,7 +58,7 @@ def test_links_and_sessions_are_bounded_oldest_first() -> None:
     assert c is not None
     assert ui.admit(a) == "session"  # the oldest session was signed out
     assert ui.admit(b) is None and ui.admit(c) is None
-    clock.now += 100
+    clock.t += 100
     assert ui.admit(b) == "session"  # expired
 
 
@@ -62,19 +67,19 @@ def test_a_session_gets_burst_requests_then_its_rate() -> None:
     session = ui.redeem(ui.issue_link())
     assert session is not None
     assert [ui.admit(session) for _ in range(6)] == [None] * 5 + ["rate"]
-    clock.now += 1.0  # two more tokens
+    clock.t += 1.0  # two more tokens
     assert [ui.admit(session) for _ in range(3)] == [None, None, "rate"]
-    clock.now += 100  # refills up to the burst, not beyond
+    clock.t += 100  # refills up to the burst, not beyond
     assert [ui.admit(session) for _ in range(6)].count(None) == 5
     assert ui.metrics.value("ui_requests_refused_total", reason="rate") == 3
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    yield from running_node(tmp_path_factory.mktemp("ui"))
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeApi]:
+    yield from running_node(tmp_path_factory.mktemp("ui"), in_process=True)
 
 
-def sign_in(node: NodeProcess) -> tuple[str, str]:
+def sign_in(node: NodeApi) -> tuple[str, str]:
     """(the session cookie's name, its value) after trading a fresh link."""
     link = httpx.post(node.api_url + "/v1/ui/links", headers=node.headers).json()["url"]
     answer = httpx.get(link, follow_redirects=False)
@@ -91,7 +96,7 @@ def sign_in(node: NodeProcess) -> tuple[str, str]:
 PAGE = {"X-Syncnode-UI": "1"}
 
 
-def test_the_session_reads_the_page_data_only(node: NodeProcess) -> None:
+def test_the_session_reads_the_page_data_only(node: NodeApi) -> None:
     name, value = sign_in(node)
     jar = {name: value}
 
@@ -127,7 +132,7 @@ def test_the_session_reads_the_page_data_only(node: NodeProcess) -> None:
     assert fake.status_code == 401 and "syncnode ui" in fake.json()["error"]
 
 
-def test_the_page_files_are_open_and_locked_down(node: NodeProcess) -> None:
+def test_the_page_files_are_open_and_locked_down(node: NodeApi) -> None:
     page = httpx.get(node.api_url + "/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     policy = page.headers["content-security-policy"]

@@ -14,6 +14,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, YamuxStream
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig
 from node.p2p.run import open_host
 
@@ -44,8 +45,8 @@ async def _echo(stream: FramedStream) -> None:
 async def test_small_messages_cost_no_window_update_each_and_bulk_still_flows(
         updates: list[int]) -> None:
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([60 + i]) * 32) for i in range(2)]
-    async with open_host(keys[0], P2PConfig()) as server, \
-            open_host(keys[1], P2PConfig()) as client:
+    async with open_host(keys[0], P2PConfig(), clock=SystemClock()) as server, \
+            open_host(keys[1], P2PConfig(), clock=SystemClock()) as client:
         server.set_stream_handler(ECHO, _echo)
         await client.connect(server.listen_addrs[0])
         async with await client.open_stream(server.peer_id, ECHO) as stream:

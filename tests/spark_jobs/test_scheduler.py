@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import trio
+from trio.testing import MockClock
 
 from node.api.app import ApiError
 from node.cli.snapshot import progress_bar
+from node.clock import SystemClock, TrioWallClock
 from node.snapshots.job_process import JobCommand
 from node.snapshots.routes import SNAPSHOT_ROUTES
 from node.snapshots.scheduler import SnapshotJobConfig, SnapshotScheduler, job_commands
@@ -41,7 +43,7 @@ def _failing() -> JobCommand:
 
 @pytest.mark.trio
 async def test_trigger_runs_jobs_and_tracks_progress() -> None:
-    scheduler = SnapshotScheduler([_job(0.15), _job(name="second")])
+    scheduler = SnapshotScheduler([_job(0.15), _job(name="second")], clock=SystemClock())
     seen: list[dict[str, Any]] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(scheduler.run)
@@ -63,7 +65,7 @@ async def test_trigger_runs_jobs_and_tracks_progress() -> None:
 
 @pytest.mark.trio
 async def test_failures_are_recorded_and_the_scheduler_carries_on() -> None:
-    scheduler = SnapshotScheduler([_failing(), _job()])
+    scheduler = SnapshotScheduler([_failing(), _job()], clock=SystemClock())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(scheduler.run)
         with trio.fail_after(60):
@@ -86,7 +88,7 @@ async def test_failures_are_recorded_and_the_scheduler_carries_on() -> None:
 
 @pytest.mark.trio
 async def test_new_events_and_interval_start_runs() -> None:
-    scheduler = SnapshotScheduler([_job()], every_events=100, interval_s=0.3)
+    scheduler = SnapshotScheduler([_job()], every_events=100, interval_s=0.3, clock=SystemClock())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(scheduler.run)
         with trio.fail_after(60):
@@ -101,9 +103,27 @@ async def test_new_events_and_interval_start_runs() -> None:
     assert by_interval is not None and by_interval["reason"] == "interval"
 
 
+def test_hourly_runs_on_the_mock_clock() -> None:
+    """``interval_s`` counts on the scheduler's clock, and the run times it reports are that
+    clock's wall time: three hourly runs pass in an instant of real time."""
+    t0 = 1_700_000_000.0
+
+    async def main() -> list[dict[str, Any] | None]:
+        scheduler = SnapshotScheduler([], interval_s=3600.0, clock=TrioWallClock(t0))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(scheduler.run)
+            runs = [await scheduler.wait_finished() for _ in range(3)]
+            nursery.cancel_scope.cancel()
+        return runs
+
+    runs = trio.run(main, clock=MockClock(autojump_threshold=0))
+    assert [(r or {}).get("reason") for r in runs] == ["interval"] * 3
+    assert [(r or {}).get("started_at") for r in runs] == [t0 + 3600, t0 + 7200, t0 + 10800]
+
+
 @pytest.mark.trio
 async def test_a_hung_job_is_killed_after_its_timeout() -> None:
-    scheduler = SnapshotScheduler([_job(delay=30)], timeout_s=0.5)
+    scheduler = SnapshotScheduler([_job(delay=30)], timeout_s=0.5, clock=SystemClock())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(scheduler.run)
         with trio.fail_after(30):
@@ -115,7 +135,7 @@ async def test_a_hung_job_is_killed_after_its_timeout() -> None:
 
 @pytest.mark.trio
 async def test_routes_trigger_and_report() -> None:
-    scheduler = SnapshotScheduler([_job()])
+    scheduler = SnapshotScheduler([_job()], clock=SystemClock())
     post, get = SNAPSHOT_ROUTES
     assert (post.method, post.path, get.method, get.path) == (
         "POST", "/v1/snapshots", "GET", "/v1/snapshots/status")
@@ -172,7 +192,7 @@ async def test_scheduler_runs_the_real_snapshot_job(tmp_path: Path, template_db:
                             network_id=NETWORK_ID, snapshot_dir=str(tmp_path / "snap"),
                             master="local[2]", partitions=2, period_ms=PERIOD_MS, settle_ms=0,
                             rehash=True)
-    scheduler = SnapshotScheduler(job_commands(cfg))
+    scheduler = SnapshotScheduler(job_commands(cfg), clock=SystemClock())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(scheduler.run)
         with trio.fail_after(280):
@@ -194,12 +214,12 @@ def test_scheduler_from_config(tmp_path: Path) -> None:
     from node.snapshots.scheduler import scheduler_from_config
 
     disabled = load_config(overrides={"node.data_dir": str(tmp_path), "spark.enabled": False})
-    assert scheduler_from_config(disabled) is None
+    assert scheduler_from_config(disabled, SystemClock()) is None
     config = load_config(overrides={
         "node.data_dir": str(tmp_path), "spark.master": "local[2]",
         "spark.snapshot_interval_s": 3600.0, "spark.snapshot_every_events": 10_000,
     })
-    scheduler = scheduler_from_config(config)
+    scheduler = scheduler_from_config(config, SystemClock())
     assert scheduler is not None
     assert scheduler.interval_s == 3600.0 and scheduler.every_events == 10_000
     (job,) = scheduler.jobs

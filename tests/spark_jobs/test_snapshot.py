@@ -183,7 +183,7 @@ def test_bootstrapped_node_pulls_only_the_rest_through_recon(
     import shutil
 
     from node.cli import snapshot as cli_snapshot
-    from tests.node.cluster import channel_log, metric, publish_many, start_node, wait_for
+    from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
 
     env = {"SYNCNODE_NODE_NETWORK_ID": str(NETWORK_ID),
            "SYNCNODE_P2P_CHANNELS": ",".join(SPEC.channels)}

@@ -15,13 +15,16 @@ of each, ready to send upstream). Kind: *replaced* = a libp2p name we set (by :f
 or on one host's own object), *overridden* = a method of our subclass, *read* = a private
 attribute we read.
 
-==== ========== =========================================================== ====================
+==== ========== =========================================================== ========================
 key  kind       libp2p name (0.8.1)                                         contract test
-==== ========== =========================================================== ====================
+==== ========== =========================================================== ========================
 S1   replaced   ``Swarm._do_handle_inbound_connection``                     test_conn_slots
 S2   replaced   ``PeerStore.maybe_delete_peer_record``                      test_peerstore_expiry
 R1   replaced   ``pubsub/gossipsub.maybe_consume_signed_record``            test_libp2p_compat
 R2   replaced   ``pubsub/gossipsub.env_to_send_in_RPC``                     test_record_once
+R3   replaced   the record on every RPC (in ``Pubsub.write_msg``)           test_gossip_receive_path
+V1   replaced   ``Pubsub.validation_cache`` (``ValidationCache``, per host) test_gossip_receive_path
+V2   replaced   ``pubsub.signature_validator``                              test_gossip_receive_path
 P1   overridden ``Pubsub.stream_handler``                                   test_libp2p_compat
 P2   overridden ``Pubsub.write_msg``                                        test_pubsub_framing
 P3   overridden ``Pubsub._handle_dead_peer`` (reads ``_peer_is_connected``,  test_pubsub_framing
@@ -31,6 +34,8 @@ P5   overridden ``Pubsub.counter`` (set at start)                           test
 P6   replaced   ``pubsub.RpcQueue``, ``pubsub.SUBSCRIPTION_CHANNEL_SIZE``   test_libp2p_compat
 P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test_gossip_degree
 B1   replaced   ``pubsub.read_varint_prefixed_bytes_limited`` (buffered)    test_libp2p_compat
+P8   overridden ``Pubsub.continuously_read_stream`` (no task per message)   test_gossip_receive_path
+G1   replaced   ``GossipSub.recent_message_deliveries`` (per router)        test_gossip_receive_path
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
 W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat
@@ -51,7 +56,7 @@ D5   overridden ``DCUtRProtocol._dial_peer``                                 tes
 D6   read       ``DCUtRProtocol._direct_connections``, ``_hole_punch_attempts`` test_libp2p_compat
 A1   replaced   ``BasicHost._observed_addr_manager.record_observation``      test_scope_guard
 A2   replaced   ``GossipSub._do_px`` (per router)                            test_scope_guard
-==== ========== =========================================================== ====================
+==== ========== =========================================================== ========================
 
 All checked against py-libp2p 0.8.1 (:data:`SUPPORTED_LIBP2P_VERSION`).
 """
@@ -65,6 +70,7 @@ from node.p2p.compat.records import patch_record_sending, patch_record_verificat
 from node.p2p.compat.rpc_reads import patch_rpc_reads
 from node.p2p.compat.sockets import patch_reuse_flags, share_port, tcp_socket_of
 from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slots
+from node.p2p.compat.validation import patch_signature_check
 from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.compat.yamux import patch_yamux
 
@@ -96,6 +102,7 @@ def apply() -> None:
     patch_record_sending()  # R2
     patch_gossip_queues()  # P6
     patch_rpc_reads()  # B1
+    patch_signature_check()  # V2
     patch_yamux()  # Y1, Y2, W1
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2

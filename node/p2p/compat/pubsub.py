@@ -49,7 +49,18 @@
    subscription channel room: it only feeds our drain task, which never blocks, so drops are
    counted in our bounded queues only.
 
-7. *A subscription made while a peer's hello is written is lost.* ``_handle_new_peer``
+7. *A list that only grows.* ``GossipSub.publish`` appends the time of every message (each
+   one received or published) to ``recent_message_deliveries[topic]``, which only the
+   adaptive-gossip health check prunes: with adaptive gossip off (ours), a float per message
+   for the process's life (~0.8 GB a day at 300 messages/s). Here, for a router without
+   adaptive gossip, those lists keep nothing (entry G1).
+
+8. *Per-message cost.* Its reader handles each message itself, no task each (P8,
+   ``receive.InlineReceive``, its base class); its validation cache is O(1) (V1) and its own
+   publishes are not verified again (V2, ``validation``); its signed record goes once per
+   stream (R3, ``records.drop_repeated_record`` in :meth:`GuardedPubsub.write_msg`).
+
+9. *A subscription made while a peer's hello is written is lost.* ``_handle_new_peer``
    builds the hello from our topics, writes it (an await), and only then lists the peer in
    ``peers``; ``subscribe`` announces a topic to the peers listed. A topic subscribed during
    that write is in neither, and the peer never learns it (no mesh with it for that topic:
@@ -57,13 +68,15 @@
    are noted (``get_hello_packet``, through a context variable set by our
    ``_handle_new_peer``) and, once the peer is listed, what changed since is sent to it.
 
-X
-``write_msg``/``stream_handler``/``_handle_new_peer``/``_handle_dead_peer`` and its
-``peer_topics`` bookkeeping, pinned by the version check of :func:`node.p2p.compat.apply`.
+These are entries P1-P8, G1, R3, V1, V2 of the table in ``node.p2p.compat`` (9 is part of
+P4); they rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_new_peer``/
+``_handle_dead_peer`` and its ``peer_topics`` bookkeeping, pinned by the version check of
+:func:`node.p2p.compat.apply`.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import logging
@@ -76,10 +89,13 @@ from libp2p.abc import INetStream
 from libp2p.network.exceptions import SwarmException
 from libp2p.network.stream.exceptions import StreamClosed
 from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
+from node.p2p.compat.receive import InlineReceive
+from node.p2p.compat.records import drop_repeated_record
+from node.p2p.compat.validation import BoundedValidationCache, publishing
 from node.p2p.compat.version import require
 from node.p2p.types import P2PStats
 
@@ -99,6 +115,13 @@ _hello_topics: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
     "libp2p_hello_topics", default=None)
 
 
+class _Unkept(list[float]):
+    """A list ``append`` leaves empty: the delivery times no one reads (fault 7)."""
+
+    def append(self, _item: float) -> None:
+        return None
+
+
 class _SizedRpcQueue(RpcQueue):
     """``RpcQueue`` whose default capacity is that of the host building it."""
 
@@ -115,7 +138,7 @@ def patch_gossip_queues() -> None:
     setattr(_pubsub_module, "SUBSCRIPTION_CHANNEL_SIZE", _LIBP2P_SUBSCRIPTION_BUFFER)  # noqa: B010
 
 
-class GuardedPubsub(Pubsub):
+class GuardedPubsub(InlineReceive):
     """``Pubsub`` whose readers survive a malformed RPC and whose writers never interleave."""
 
     stats: P2PStats | None = None
@@ -134,12 +157,24 @@ class GuardedPubsub(Pubsub):
         self.counter = time.time_ns()
         self._write_locks: weakref.WeakKeyDictionary[INetStream, trio.Lock] = (
             weakref.WeakKeyDictionary())
+        # The signed record last written on each stream (entry R3).
+        self._records_sent: weakref.WeakKeyDictionary[INetStream, bytes] = (
+            weakref.WeakKeyDictionary())
+        if isinstance(self.router, GossipSub) and not self.router.adaptive_gossip_enabled:
+            self.router.recent_message_deliveries = collections.defaultdict(_Unkept)
+        # O(1) per message (entry V1); same ttl and bound as libp2p's.
+        self.validation_cache = BoundedValidationCache(self.validation_cache.ttl,
+                                                       self.validation_cache.max_size)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        if msg_forwarder == self.my_id:  # our own publish, signed a moment ago (entry V2)
+            with publishing(msg):
+                await super().push_msg(msg_forwarder, msg)
+            return
         # Every mesh peer sends us each message once; all but the first copy are dropped by
         # libp2p's seen cache after Noise, Yamux and the RPC decode have been paid for: the
         # count shows what the mesh degree costs (docs/p2p.md "Mesh degree").
-        if self.stats is not None and msg_forwarder != self.my_id:
+        if self.stats is not None:
             self.stats.gossip_copies_received += 1
             if self._is_msg_seen(msg):
                 self.stats.gossip_duplicates_received += 1
@@ -200,6 +235,7 @@ class GuardedPubsub(Pubsub):
         if lock is None:
             lock = self._write_locks[stream] = trio.Lock()
         async with lock:
+            drop_repeated_record(self._records_sent, stream, rpc_msg)
             try:
                 return await super().write_msg(stream, rpc_msg)
             except BaseException as exc:

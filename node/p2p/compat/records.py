@@ -13,6 +13,11 @@ when the host's addresses do, so they are kept per host for ``REFRESH_S`` of the
 reaches peers' records at most that much later (the record is advisory there: certified
 addresses for dialling, never a check on our messages).
 
+R3, sending again: libp2p attaches the record to every RPC (each publish, forward and control
+message), a few hundred bytes encrypted, sent and compared on the other side per RPC for
+bytes that peer already holds. ``GuardedPubsub.write_msg`` calls :func:`drop_repeated_record`:
+the record goes on a stream's first RPC (the hello) and again only when it changed.
+
 The patched names are module globals that the pubsub modules look up at call time.
 """
 
@@ -26,12 +31,14 @@ import libp2p.pubsub.pubsub as _pubsub_module
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerstore import env_to_send_in_RPC as _original_env_to_send
+from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.utils import maybe_consume_signed_record as _original_consume_record
 
 from node.clock import Clock
 from node.p2p.compat.version import require
 
-__all__ = ["REFRESH_S", "patch_record_sending", "patch_record_verification", "use_clock"]
+__all__ = ["REFRESH_S", "drop_repeated_record", "patch_record_sending",
+           "patch_record_verification", "use_clock"]
 
 #: How long the marshalled record of a host is reused.
 REFRESH_S = 1.0
@@ -91,3 +98,17 @@ def patch_record_verification() -> None:
     for module in (_pubsub_module, _gossipsub_module):
         require(module, "maybe_consume_signed_record")
         setattr(module, "maybe_consume_signed_record", _consume_record_once)  # noqa: B010
+
+
+def drop_repeated_record(sent: weakref.WeakKeyDictionary[Any, bytes], stream: Any,
+                         rpc: rpc_pb2.RPC) -> None:
+    """Clear ``rpc``'s sender record when ``stream`` carried the same bytes already
+    (``sent``: stream -> the record last written on it; the caller holds the stream's write
+    lock, so records go out in this order)."""
+    if not rpc.HasField("senderRecord"):
+        return
+    record = rpc.senderRecord
+    if sent.get(stream) == record:
+        rpc.ClearField("senderRecord")
+    else:
+        sent[stream] = record

@@ -50,6 +50,32 @@ ENTRIES: tuple[Entry, ...] = (
           "our signed record is rebuilt and marshalled for every RPC sent; kept per host for "
           "REFRESH_S of the host's clock",
           "tests/node/test_record_once.py::test_the_sent_record_is_built_once_per_refresh"),
+    Entry("R3", "records", "replaced",
+          ("libp2p.pubsub.pubsub:Pubsub.write_msg", "libp2p.pubsub.gossipsub:env_to_send_in_RPC"),
+          "the signed record rides on every RPC sent (publish, forward, control): a few hundred "
+          "bytes encrypted, sent and compared per RPC; sent once per stream and when it changes",
+          "tests/node/test_gossip_receive_path.py::test_r3_the_signed_record_goes_once_per_stream"),
+    Entry("V1", "validation", "replaced",
+          ("libp2p.pubsub.pubsub:Pubsub.validation_cache",
+           "libp2p.pubsub.pubsub:ValidationCache.put", "libp2p.pubsub.pubsub:ValidationCache.get"),
+          "the cache's LRU order is a list scanned on every put (~50 µs per message at its "
+          "1,000 entries); an OrderedDict per host, same bound and TTL",
+          "tests/node/test_gossip_receive_path.py::"
+          "test_v1_validation_cache_is_constant_time_and_bounded"),
+    Entry("V2", "validation", "replaced", ("libp2p.pubsub.pubsub:signature_validator",),
+          "strict signing verifies the messages this host has just signed (an Ed25519 check "
+          "per publish) and rebuilds the sender's key per message",
+          "tests/node/test_gossip_receive_path.py::"
+          "test_v2_each_message_is_verified_once_by_its_receiver"),
+    Entry("P8", "receive", "overridden",
+          ("libp2p.pubsub.pubsub:Pubsub.continuously_read_stream",
+           "libp2p.pubsub.pubsub:read_varint_prefixed_bytes_limited",
+           "libp2p.pubsub.pubsub:Pubsub._is_subscribed_to_msg",
+           "libp2p.pubsub.pubsub:GossipsubEvent"),
+          "a task spawned per received message (unbounded when a peer outpaces them) and a "
+          "metrics event with a base58 peer id per RPC, metrics channel or not",
+          "tests/node/test_gossip_receive_path.py::"
+          "test_p8_no_task_and_no_base58_work_per_received_message"),
     Entry("P1", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub.stream_handler",),
           "bytes that are not an RPC protobuf raise DecodeError out of the reader and stop the "
           "network service (the node)",
@@ -97,6 +123,12 @@ ENTRIES: tuple[Entry, ...] = (
           "each RPC's varint length is read one stream.read(1) per byte, then the body: three "
           "or four reads (each three locks) per RPC; read in chunks into a per-stream buffer",
           _T + "test_b1_pubsub_reads_rpcs_in_chunks_not_bytes"),
+    Entry("G1", "pubsub", "replaced",
+          ("libp2p.pubsub.gossipsub:GossipSub.recent_message_deliveries",
+           "libp2p.pubsub.gossipsub:GossipSub.adaptive_gossip_enabled"),
+          "every message's time is appended to a list only adaptive gossip's health check "
+          "prunes: with adaptive gossip off it grows for the process's life",
+          "tests/node/test_gossip_receive_path.py::test_g1_no_list_grows_with_every_message"),
     Entry("Y1", "yamux", "replaced",
           ("libp2p.stream_muxer.yamux.yamux:YamuxStream._auto_tune_and_send_window_update",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream._grow_to_delta",

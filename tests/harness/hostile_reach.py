@@ -4,7 +4,7 @@ Every host here is a real py-libp2p host with Noise, on 127.0.0.1, with a fresh 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import trio
@@ -12,13 +12,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.abc import INetStream
 from libp2p.host.ping import ID as PING_PROTOCOL_ID
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
 from node.p2p.dialback import DIALBACK_PROTOCOL
 from node.p2p.run import open_host
 from node.replication import topic_of
 from sync.reachability import ReachabilityConfig
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeApi
 
 __all__ = ["SQUAT_HONEST_ENV", "SQUAT_VICTIM_ENV", "dialback_liars", "dialled_by",
            "grab_reservations", "honest_connected", "late_pingers", "lie_to", "mesh_squatters",
@@ -35,7 +36,7 @@ async def _hosts(target: str, count: int, config: P2PConfig | None = None
         hosts: list[P2PHost] = []
         for _ in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), config or P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), config or P2PConfig(), clock=SystemClock()))
             await host.connect(target)
             hosts.append(host)
         yield hosts
@@ -58,7 +59,7 @@ async def dialback_liars(target: str, count: int, claim: str = "198.18.0.99"
     async with AsyncExitStack() as stack:
         for i in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()))
             # Served before connecting: the node asks as soon as it sees the connection.
             host.set_stream_handler(DIALBACK_PROTOCOL, liar(i))
             await host.connect(target)
@@ -101,7 +102,7 @@ async def late_pingers(target: str, count: int, delay_s: float | None
         hosts: list[P2PHost] = []
         for _ in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()))
             host._host.set_stream_handler(PING_PROTOCOL_ID, stall)
             await host.connect(target)
             hosts.append(host)
@@ -117,7 +118,7 @@ async def mesh_squatters(target: str, count: int, topics: list[str]
         hosts: list[P2PHost] = []
         for _ in range(count):
             host = await stack.enter_async_context(
-                open_host(Ed25519PrivateKey.generate(), P2PConfig()))
+                open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()))
             for topic in topics:
                 await host.subscribe(topic)
             try:
@@ -133,7 +134,7 @@ async def _poll(condition: Callable[[], bool], timeout: float, message: str) -> 
     await trio.to_thread.run_sync(wait_for, condition, timeout, message)
 
 
-async def lie_to(node: NodeProcess, liars: int) -> dict[str, float]:
+async def lie_to(node: NodeApi, liars: int) -> dict[str, float]:
     """``liars`` dial-back liars connect to ``node``; once it weighed every answer (counted
     lies or, on d9bdd2e, believed them), its reachability gauges and the charges."""
     async with dialback_liars(node.listen_addrs[0], liars) as answered:
@@ -147,7 +148,7 @@ async def lie_to(node: NodeProcess, liars: int) -> dict[str, float]:
         return seen
 
 
-def honest_connected(node: NodeProcess, honest: set[str]) -> int:
+def honest_connected(node: NodeApi, honest: set[str]) -> int:
     return len(honest & {p["peer_id"] for p in node.get("/v1/peers")["connected"]})
 
 
@@ -159,7 +160,7 @@ SQUAT_VICTIM_ENV = {"SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "2",
 SQUAT_HONEST_ENV = {"SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1"}
 
 
-def dialled_by(victim: NodeProcess, honest: list[NodeProcess]) -> set[str]:
+def dialled_by(victim: NodeApi, honest: Sequence[NodeApi]) -> set[str]:
     """The honest nodes join the first of them and ``victim`` dials each; their ids once it
     holds them all."""
     for h in honest[1:]:
@@ -171,7 +172,7 @@ def dialled_by(victim: NodeProcess, honest: list[NodeProcess]) -> set[str]:
     return ids
 
 
-async def _watch(victim: NodeProcess, honest: set[str], window_s: float) -> tuple[int, int]:
+async def _watch(victim: NodeApi, honest: set[str], window_s: float) -> tuple[int, int]:
     """(the fewest of ``honest`` the victim held, how often one of them dropped) over
     ``window_s``, sampled twice a second."""
     held = fewest = await trio.to_thread.run_sync(honest_connected, victim, honest)
@@ -185,7 +186,7 @@ async def _watch(victim: NodeProcess, honest: set[str], window_s: float) -> tupl
     return fewest, drops
 
 
-async def squat(victim: NodeProcess, honest: set[str], identities: int,
+async def squat(victim: NodeApi, honest: set[str], identities: int,
                 window_s: float) -> tuple[int, int]:
     """``identities`` join the victim's GossipSub mesh of ``general`` while it holds
     ``honest`` (peers it dialled); returns (the fewest honest peers it held over ``window_s``
@@ -198,7 +199,7 @@ async def squat(victim: NodeProcess, honest: set[str], identities: int,
         return fewest, len(squatters)
 
 
-async def stall_pings(victim: NodeProcess, honest: set[str], identities: int,
+async def stall_pings(victim: NodeApi, honest: set[str], identities: int,
                       window_s: float, late_s: float) -> tuple[int, int]:
     """Half of ``identities`` never answer the victim's pings, half answer ``late_s`` late;
     returns (how often an honest connection dropped over ``window_s``, liveness closes)."""

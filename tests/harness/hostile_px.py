@@ -20,13 +20,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost
 from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
 from node.replication.px import PX_PROTOCOL
 from sync.membership import encode_records
-from tests.node.cluster import metric, wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, wait_for
+from tests.harness.procs import NodeApi
 
 __all__ = ["book_share_of_one_source", "lan_ip", "px_internal_dials"]
 
@@ -58,7 +59,7 @@ async def _px_server(listen_ip: str, records: Callable[[], list[bytes]]
         await stream.send(encode_records(records()))
 
     config = P2PConfig(listen_addrs=(f"/ip4/{listen_ip}/tcp/0",))
-    async with open_host(Ed25519PrivateKey.generate(), config) as host:
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
         host.set_stream_handler(PX_PROTOCOL, serve)
         yield host
 
@@ -81,11 +82,11 @@ class _Canaries:
         await stream.aclose()
 
 
-def _attacker_entries(victim: NodeProcess, attacker: str) -> list[dict[str, object]]:
+def _attacker_entries(victim: NodeApi, attacker: str) -> list[dict[str, object]]:
     return [e for e in victim.get("/v1/peers/book")["entries"] if e["source"] == attacker]
 
 
-async def px_internal_dials(victim: NodeProcess, canaries: int = 8) -> tuple[int, float]:
+async def px_internal_dials(victim: NodeApi, canaries: int = 8) -> tuple[int, float]:
     """(connections the victim opened to loopback canaries, addresses it refused) after a
     peer at this machine's LAN address handed it records of ``canaries`` loopback listeners,
     of its own API port, and of one LAN listener (the control: a dial that may happen, so
@@ -115,7 +116,7 @@ async def px_internal_dials(victim: NodeProcess, canaries: int = 8) -> tuple[int
     return inside.hits, refused
 
 
-async def book_share_of_one_source(victim: NodeProcess, identities: int, bound: int,
+async def book_share_of_one_source(victim: NodeApi, identities: int, bound: int,
                                    rounds: int = 4) -> int:
     """How many of one source's records the victim's book holds after it dialled (and
     reached) some of them (4, or ``bound`` if fewer: it dials up to its low watermark only)
@@ -125,7 +126,8 @@ async def book_share_of_one_source(victim: NodeProcess, identities: int, bound: 
         # the one that stops them.
         live = [await stack.enter_async_context(open_host(
                     Ed25519PrivateKey.generate(),
-                    P2PConfig(listen_addrs=(f"/ip4/127.{1 + i % 4}.0.1/tcp/0",))))
+                    P2PConfig(listen_addrs=(f"/ip4/127.{1 + i % 4}.0.1/tcp/0",)),
+                    clock=SystemClock()))
                 for i in range(identities)]
         records = [h.local_record.envelope for h in live]
         ids = {h.peer_id for h in live}

@@ -4,14 +4,13 @@ go through when it dies mid-burst and comes back (issue 37)."""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.node.cluster import wait_for
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import wait_for
+from tests.harness.procs import NodeProcess
 
 
 def start_on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
@@ -41,8 +40,8 @@ def burst_and_kill(node: NodeProcess, count: int, kill_after: int, workdir: Path
     SIGKILL as soon as its log holds ``kill_after`` events (or the burst ended first)."""
     publisher = _publish(node, count, workdir / "burst.txt", channel)
     try:
-        while events_held(node) < kill_after and publisher.poll() is None:
-            time.sleep(0.02)
+        wait_for(lambda: events_held(node) >= kill_after or publisher.poll() is not None, 300,
+                 f"{kill_after} events not held", pause_max=0.02)
         node.kill()
     finally:
         publisher.kill()

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Engine, delete
 
 from node.apps.db_app import DbApplication
+from node.clock import SystemClock
 from node.config_apps import DbSection
 from node.metrics import Metrics
 from storage import (
@@ -92,7 +93,7 @@ class Replica:
                  declared: bool = True) -> None:
         self.engine = engine
         self.metrics = Metrics()
-        self.app = DbApplication(section, self.metrics)
+        self.app = DbApplication(section, self.metrics, clock=SystemClock())
         self.cursor = 0
         if declared:
             self.feed(DECLARED)

@@ -11,9 +11,9 @@ import time
 import httpx
 import trio
 
-from tests.node.cluster import metric, wait_for
-from tests.node.hostile import recon_flood, recon_flood_frame
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import metric, wait_for
+from tests.harness.hostile import recon_flood, recon_flood_frame
+from tests.harness.procs import NodeProcess
 
 __all__ = ["Flood", "percentile_ms", "publish_latencies", "wait_flood_started"]
 

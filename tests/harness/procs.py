@@ -20,8 +20,10 @@ from node.api_token import TOKEN_ENV, read_token
 from tests.conftest import ROOT
 
 
-class NodeProcess:
-    """One node in its own process, on loopback, with a private data dir and free ports."""
+class NodeApi:
+    """A running node as its tests reach it: its peer id, p2p addresses, HTTP API (with the
+    token) and the CLI pointed at that API. ``NodeProcess`` runs the node in a process of its
+    own, ``tests.harness.inproc.InProcessNode`` in this one; the cluster helpers take either."""
 
     def __init__(self, data_dir: Path, *extra_args: str, config: Path | None = None,
                  env: dict[str, str] | None = None) -> None:
@@ -29,24 +31,80 @@ class NodeProcess:
         self.extra_args = list(extra_args)
         self.config = config
         self.env = env or {}
-        self.proc: subprocess.Popen[str] | None = None
         self.peer_id = ""
         self.api_url = ""
         self.token = ""
         self.listen_addrs: list[str] = []
+        self.listen = "/ip4/127.0.0.1/tcp/0"
+
+    def run_args(self) -> list[str]:
+        """``syncnode run``'s arguments for this node."""
+        args = ["run", "--data-dir", str(self.data_dir), "--api", "127.0.0.1:0",
+                "--listen", self.listen, *self.extra_args]
+        if self.config is not None:
+            args += ["--config", str(self.config)]
+        return args
+
+    def cli(
+        self, *args: str, input: str | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.cli_command(*args),
+            cwd=ROOT, capture_output=True, text=True, input=input, timeout=timeout,
+            env=self.cli_env(),
+        )
+
+    def cli_command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "node.cli", *args, "--api", self.api_url]
+
+    def cli_env(self) -> dict[str, str]:
+        """The environment a CLI subprocess needs to reach this node (its API token)."""
+        return {**os.environ, "PYTHONPATH": str(ROOT), TOKEN_ENV: self.token}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, timeout: float = 30) -> httpx.Client:
+        """An HTTP client of this node's API that sends its token."""
+        return httpx.Client(base_url=self.api_url, headers=self.headers, timeout=timeout)
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = httpx.get(self.api_url + path, params=params, headers=self.headers, timeout=30)
+        response.raise_for_status()
+        if "json" in response.headers.get("content-type", ""):
+            return response.json()
+        return response.text
+
+    def post(self, path: str, body: Any) -> Any:
+        response = httpx.post(self.api_url + path, json=body, headers=self.headers, timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+    def status(self) -> dict[str, Any]:
+        result = self.cli("status", "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+
+class NodeProcess(NodeApi):
+    """One node in its own process, on loopback, with a private data dir and free ports."""
+
+    def __init__(self, data_dir: Path, *extra_args: str, config: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(data_dir, *extra_args, config=config, env=env)
+        self.proc: subprocess.Popen[str] | None = None
         self.stderr_path = data_dir / "node.log"
         self._lines: queue.Queue[str | None] = queue.Queue()
         # Subclasses run the node elsewhere (tests.net.nodes: inside a network namespace).
         self.wrap: list[str] = []
-        self.listen = "/ip4/127.0.0.1/tcp/0"
 
     def start(self, timeout: float = 60.0) -> NodeProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [*self.wrap, sys.executable, "-m", "node.cli", "run", "--data-dir",
-               str(self.data_dir), "--api", "127.0.0.1:0", "--listen", self.listen,
-               *self.extra_args]
-        if self.config is not None:
-            cmd += ["--config", str(self.config)]
+        cmd = [*self.wrap, sys.executable, "-m", "node.cli", *self.run_args()]
         stderr = self.stderr_path.open("a")
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
@@ -91,47 +149,6 @@ class NodeProcess:
         except FileNotFoundError:
             return "(no log)"
 
-    def cli(
-        self, *args: str, input: str | None = None, timeout: float = 60.0
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.cli_command(*args),
-            cwd=ROOT, capture_output=True, text=True, input=input, timeout=timeout,
-            env=self.cli_env(),
-        )
-
-    def cli_command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "node.cli", *args, "--api", self.api_url]
-
-    def cli_env(self) -> dict[str, str]:
-        """The environment a CLI subprocess needs to reach this node (its API token)."""
-        return {**os.environ, "PYTHONPATH": str(ROOT), TOKEN_ENV: self.token}
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    def client(self, timeout: float = 30) -> httpx.Client:
-        """An HTTP client of this node's API that sends its token."""
-        return httpx.Client(base_url=self.api_url, headers=self.headers, timeout=timeout)
-
-    def get(self, path: str, **params: Any) -> Any:
-        response = httpx.get(self.api_url + path, params=params, headers=self.headers, timeout=30)
-        response.raise_for_status()
-        if "json" in response.headers.get("content-type", ""):
-            return response.json()
-        return response.text
-
-    def post(self, path: str, body: Any) -> Any:
-        response = httpx.post(self.api_url + path, json=body, headers=self.headers, timeout=30)
-        response.raise_for_status()
-        return response.json()
-
-    def status(self) -> dict[str, Any]:
-        result = self.cli("status", "--json")
-        assert result.returncode == 0, result.stderr
-        return dict(json.loads(result.stdout))
-
     def terminate(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
@@ -143,10 +160,15 @@ class NodeProcess:
             self.proc.wait(timeout=10)
 
 
-def running_node(base: Path, env: dict[str, str] | None = None) -> Iterator[NodeProcess]:
-    """A started node for a fixture to yield; killed when the fixture is torn down."""
-    proc = NodeProcess(base / "n", env=env).start()
+def running_node(base: Path, env: dict[str, str] | None = None, *,
+                 in_process: bool = False) -> Iterator[NodeApi]:
+    """A started node for a fixture to yield (``in_process``: in this process,
+    tests.harness.inproc); stopped when the fixture is torn down."""
+    from tests.harness.inproc import InProcessNode  # it builds on this module
+
+    runner = InProcessNode if in_process else NodeProcess
+    node = runner(base / "n", env=env).start()
     try:
-        yield proc
+        yield node
     finally:
-        proc.kill()
+        node.kill()

@@ -11,10 +11,12 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
 from node.p2p.run import open_host
 from node.replication.fetch import FETCH_PROTOCOL
@@ -33,7 +35,8 @@ from sync.recon import MemoryKeyStore
 from sync.recon.eventid import channel_bounds
 from sync.recon.session import MissingKeys, ReconConfig, ReconSession
 from sync.recon.wire import KEYS, Limits, MessageWriter
-from tests.node.procs import NodeProcess
+from tests.harness.cluster import until
+from tests.harness.procs import NodeProcess
 
 __all__ = [
     "amplify",
@@ -59,7 +62,7 @@ async def hostile(target: str) -> AsyncIterator[tuple[P2PHost, str]]:
     key = Ed25519PrivateKey.generate()
     # Our side allows huge frames so that it can send one the node must refuse.
     config = P2PConfig(max_frame_bytes=16 << 20, read_timeout=10)
-    async with open_host(key, config) as host:
+    async with open_host(key, config, clock=SystemClock()) as host:
         yield host, await host.connect(target)
 
 
@@ -67,9 +70,7 @@ async def meshed(host: P2PHost, peer: str, topic: str, timeout: float = 30.0) ->
     """Wait until ``peer`` is in our GossipSub mesh of ``topic``: from then on a publish reaches
     it as a full message (a fixed pause for the mesh to form cost seconds per hostile host, and
     was still a guess on a loaded machine). Fails after ``timeout``."""
-    with trio.fail_after(timeout):
-        while peer not in host.mesh_peers(topic):
-            await trio.sleep(0.05)
+    await until(lambda: peer in host.mesh_peers(topic), timeout, f"{peer} not in our {topic} mesh")
 
 
 def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:
@@ -87,6 +88,9 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM in /proc status")
+
+
+T = TypeVar("T")
 
 
 class Busy(Exception):
@@ -129,11 +133,20 @@ async def recon_and_answer(host: P2PHost, peer: str, keys: list[bytes],
     """A whole Recon session advertising ``keys`` and wanting nothing; each want list of the
     peer is answered with the event wires ``await answer(keys wanted)`` returns (taking as long
     as it takes). Returns the peer's keys we lack."""
-    for _ in range(20):
-        try:
-            return await _answer_once(host, peer, keys, answer, channel)
-        except Busy:
-            await trio.sleep(0.5)
+    return await while_busy(lambda: _answer_once(host, peer, keys, answer, channel))
+
+
+async def while_busy(attempt: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+    """``attempt()`` again while the node declines with BUSY (it is starting a session with us
+    at the same moment), a little later each time; fails if it stays busy ``timeout`` s."""
+    pause = 0.1
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                return await attempt()
+            except Busy:
+                await trio.sleep(pause)
+                pause = min(pause * 2, 0.5)
     raise RuntimeError("the node stayed busy")
 
 
@@ -175,25 +188,21 @@ async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
 async def recon_first_message(host: P2PHost, peer: str, frame: bytes) -> bytes:
     """Open a Recon session with ``frame`` and return the node's reply (retried while the
     node declines with BUSY because it is starting a session with us at the same moment)."""
-    for _ in range(20):
+    async def once() -> bytes:
         async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
             await stream.send(frame)
             reply = await stream.receive()
-        if reply != bytes([BUSY]):
-            return reply
-        await trio.sleep(0.5)
-    raise RuntimeError("the node stayed busy")
+        if reply == bytes([BUSY]):
+            raise Busy
+        return reply
+
+    return await while_busy(once)
 
 
 async def want_and_stall(host: P2PHost, peer: str, seconds: float,
                          channel: str = "general") -> int:
     """Reconcile with nothing, WANT everything the peer has, and never read the answer."""
-    for _ in range(20):
-        try:
-            return await _want_once(host, peer, seconds, channel)
-        except Busy:
-            await trio.sleep(0.5)
-    raise RuntimeError("the node stayed busy")
+    return await while_busy(lambda: _want_once(host, peer, seconds, channel))
 
 
 async def _want_once(host: P2PHost, peer: str, seconds: float, channel: str) -> int:
