@@ -14,6 +14,7 @@ import ast
 import importlib
 import inspect
 import logging
+import os
 import re
 import socket
 import subprocess
@@ -24,6 +25,8 @@ from typing import Any
 import libp2p.network.connection.swarm_connection as swarm_connection_module
 import libp2p.stream_muxer.yamux.yamux as yamux_module
 import pytest
+import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -31,6 +34,7 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerstore import issue_and_cache_local_record
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 from libp2p.pubsub.pb.rpc_pb2 import RPC
+from libp2p.utils.varint import encode_uvarint
 from multiaddr import Multiaddr
 
 from node.clock import SystemClock
@@ -441,3 +445,187 @@ def test_d1_d6_the_dcutr_names_we_drive_are_still_used_by_the_library() -> None:
     assert "self._hole_punch_attempts[peer_id] = attempts + 1" in source
     assert "peer_id in self._direct_connections" in source
     assert "attempts >= MAX_HOLE_PUNCH_ATTEMPTS" in source
+
+
+class _Calls:
+    """Counts the calls of one libp2p method (wrapped, still run) while ``on``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str,
+                 which: Any = None) -> None:
+        self.count = 0
+        self.on = False
+        original = getattr(owner, name)
+
+        def count(obj: Any) -> None:
+            if self.on and (which is None or which(obj)):
+                self.count += 1
+
+        async def counted(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            count(obj)
+            return await original(obj, *args, **kwargs)
+
+        def counted_sync(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            count(obj)
+            return original(obj, *args, **kwargs)
+
+        monkeypatch.setattr(owner, name,
+                            counted if inspect.iscoroutinefunction(original) else counted_sync)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pubsub reader takes each RPC from a per-stream buffer: about one stream read per RPC
+    or fewer (0.8.1: one per byte of each varint length, then the body: three per 1.7 KB
+    message), and every message is delivered whole."""
+    from libp2p.network.stream.net_stream import NetStream
+
+    reads = _Calls(monkeypatch, NetStream, "read",
+                   which=lambda s: str(s.get_protocol()).startswith("/meshsub/"))
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
+        inbox = await b.subscribe("compat")
+        await a.subscribe("compat")
+        await a.connect(b.listen_addrs[0])
+        with trio.fail_after(30):
+            while b.peer_id not in a.mesh_peers("compat"):
+                await trio.sleep(0.05)
+        reads.on = True
+        payloads = [os.urandom(1_700) for _ in range(50)]
+        for payload in payloads:
+            await a.publish("compat", payload)
+        with trio.fail_after(30):
+            got = [(await inbox.receive()).data for _ in payloads]
+        reads.on = False
+    assert got == payloads
+    assert reads.count <= 75, reads.count
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_b1_an_rpc_cut_anywhere_across_writes_is_read_whole() -> None:
+    """RPCs whose varint and body arrive split across many writes (one byte of the length
+    at a time) are read whole; a length above the limit ends that reader, not the host."""
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
+        await b.subscribe("compat")
+        await a.connect(b.listen_addrs[0])
+        pubsub = b._gossip._pubsub
+        raw = await a._streams.open_raw(b.peer_id, PROTOCOL_ID_V11)
+        rpcs = []
+        for i in range(3):
+            rpc = RPC()
+            sub = rpc.subscriptions.add()
+            sub.subscribe, sub.topicid = True, f"split-{i}-" + "t" * 200
+            rpcs.append(rpc.SerializeToString())
+        wire = b"".join(encode_uvarint(len(r)) + r for r in rpcs)
+        for cut in (1, 2, 3, 150, 260, len(wire)):
+            await raw.write(wire[:cut])
+            wire = wire[cut:]
+            await trio.sleep(0.01)
+        a_id = ID.from_base58(a.peer_id)
+        with trio.fail_after(30):
+            while not all(a_id in pubsub.peer_topics.get(f"split-{i}-" + "t" * 200, ())
+                          for i in range(3)):
+                await trio.sleep(0.05)
+        assert pubsub.bad_rpc_streams == 0
+        await raw.write(encode_uvarint(pubsub.max_inbound_rpc_size + 1) + b"x" * 100)
+        b.set_stream_handler(ECHO, _echo)
+        async with await a.open_stream(b.peer_id, ECHO) as stream:
+            await stream.send(b"still up")
+            assert await stream.receive() == b"still up"
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_w1_frames_written_together_share_one_socket_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames of many streams written at once on one connection go out in fewer socket writes
+    than frames (0.8.1: one Noise message and one send per frame), each arriving whole."""
+    from libp2p.io.trio import TrioTCPStream
+
+    writes = _Calls(monkeypatch, TrioTCPStream, "write")
+    received: list[bytes] = []
+
+    async def collect(stream: FramedStream) -> None:
+        async for frame in stream:
+            received.append(frame)
+
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
+        b.set_stream_handler(ECHO, collect)
+        await a.connect(b.listen_addrs[0])
+        streams = [await a.open_stream(b.peer_id, ECHO) for _ in range(20)]
+        for stream in streams:  # each stream's opening frames are out of the way
+            await stream.send(b"")
+        with trio.fail_after(30):
+            while len(received) < len(streams):
+                await trio.sleep(0.01)
+        sent: list[bytes] = []
+        writes.on = True
+        for round_ in range(5):
+            async with trio.open_nursery() as nursery:
+                for i, stream in enumerate(streams):
+                    payload = f"{round_}:{i}:".encode() + b"x" * 500
+                    sent.append(payload)
+                    nursery.start_soon(stream.send, payload)
+        writes.on = False
+        with trio.fail_after(30):
+            while len(received) < len(streams) + len(sent):
+                await trio.sleep(0.01)
+        for stream in streams:
+            await stream.close()
+    assert sorted(received[len(streams):]) == sorted(sent)
+    assert writes.count < len(sent), writes.count
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_k1_a_connections_free_locks_are_taken_without_a_yield() -> None:
+    """The locks a message passes on its way (the connection's socket, write and stream locks,
+    a stream's window lock) are taken without going back to the scheduler when free (0.8.1's
+    ``trio.Lock`` yields even then), and queue in order when held."""
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
+        b.set_stream_handler(ECHO, _echo)
+        await a.connect(b.listen_addrs[0])
+        async with await a.open_stream(b.peer_id, ECHO) as stream:
+            await stream.send(b"up")
+            assert await stream.receive() == b"up"
+            conn = a._host.get_network().get_connections(ID.from_base58(b.peer_id))[0]
+            muxed = conn.muxed_conn
+            tcp = muxed.secured_conn.conn.read_writer.read_write_closer.stream
+            yamux_stream = next(iter(muxed.streams.values()))
+            locks = [muxed._write_lock, muxed.streams_lock, tcp.write_lock, tcp.read_lock,
+                     yamux_stream.window_lock]
+            ran: list[str] = []
+
+            async def sibling() -> None:
+                ran.append("sibling")
+
+            for lock in locks[:3] + locks[4:]:  # the socket's read lock is held by its reader
+                with trio.fail_after(30):
+                    while lock.locked():  # a connection task (a ping, a window update) has it
+                        await trio.sleep(0.01)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sibling)
+                    await lock.acquire()  # the sibling is runnable: a yield would run it
+                    ran.append("held")
+                    lock.release()
+                assert ran == ["held", "sibling"], (lock, ran)
+                ran.clear()
+
+            lock = locks[0]
+            order: list[int] = []
+
+            async def waiter(i: int) -> None:
+                async with lock:
+                    order.append(i)
+
+            await lock.acquire()
+            async with trio.open_nursery() as nursery:
+                for i in range(3):
+                    nursery.start_soon(waiter, i)
+                    await trio.testing.wait_all_tasks_blocked()
+                lock.release()
+            assert order == [0, 1, 2]

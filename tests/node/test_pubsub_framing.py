@@ -14,6 +14,7 @@ RPC under a per-stream lock
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -122,23 +123,66 @@ async def test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host(
     keys = [Ed25519PrivateKey.from_private_bytes(bytes([90 + i]) * 32) for i in range(2)]
     async with open_host(keys[0], P2PConfig(), clock=SystemClock()) as sender, \
             open_host(keys[1], P2PConfig(), clock=SystemClock()) as receiver:
-        libp2p_host = sender._gossip._pubsub.host
-        real_new_stream = libp2p_host.new_stream
         reset: list[str] = []
 
-        async def new_stream(peer_id: ID, protocols: list[Any]) -> Any:
-            stream = await real_new_stream(peer_id, protocols)
-            if not reset and any("meshsub" in str(p) for p in protocols):
-                reset.append(str(stream.get_protocol()))
-                if cut == "reset":
-                    await stream.reset()  # the hello write now raises StreamReset
-                else:
-                    monkeypatch.setattr(stream.muxed_stream, "write", _window_timeout)
-            return stream
+        async def cut_first(stream: Any) -> None:
+            if reset:
+                return
+            reset.append(str(stream.get_protocol()))
+            if cut == "reset":
+                await stream.reset()  # the hello write now raises StreamReset
+            else:
+                monkeypatch.setattr(stream.muxed_stream, "write", _window_timeout)
 
-        monkeypatch.setattr(libp2p_host, "new_stream", new_stream)
+        _on_pubsub_streams(monkeypatch, sender, cut_first)
         inbox, pubsub, _ = await _linked(sender, receiver)
         assert isinstance(pubsub, GuardedPubsub)
         await _published_until_received(sender, inbox, b"after the reset hello")
         assert reset, "the pubsub stream was never opened"
         assert pubsub.failed_registrations == 1  # this host's count
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_a_subscription_made_while_the_hello_is_written_reaches_the_peer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A topic subscribed while the pubsub hello to a new peer is being written (0.8.1 built
+    the hello before, and lists the peer for announcements only after) reaches that peer
+    (0.8.1: neither carried nor announced; the peer never learnt it)."""
+    keys = [Ed25519PrivateKey.from_private_bytes(bytes([95 + i]) * 32) for i in range(2)]
+    async with open_host(keys[0], P2PConfig(), clock=SystemClock()) as sender, \
+            open_host(keys[1], P2PConfig(), clock=SystemClock()) as receiver:
+        during: list[str] = []
+
+        async def subscribe_during_hello(stream: Any) -> None:
+            real_write = stream.write
+
+            async def write(data: bytes) -> None:
+                if not during:  # the hello: subscribe while it is on its way
+                    during.append("late")
+                    await sender.subscribe("late")
+                await real_write(data)
+
+            monkeypatch.setattr(stream, "write", write)
+
+        _on_pubsub_streams(monkeypatch, sender, subscribe_during_hello)
+        await sender.connect(receiver.listen_addrs[0])
+        with trio.fail_after(30):
+            while sender.peer_id not in receiver._gossip.gossip_peers("late"):
+                await trio.sleep(0.05)
+        assert during == ["late"]
+
+
+def _on_pubsub_streams(monkeypatch: pytest.MonkeyPatch, host: P2PHost,
+                       touch: Callable[[Any], Awaitable[None]]) -> None:
+    """Run ``touch`` on each pubsub stream ``host`` opens, before libp2p writes to it."""
+    libp2p_host = host._gossip._pubsub.host
+    real_new_stream = libp2p_host.new_stream
+
+    async def new_stream(peer_id: ID, protocols: list[Any]) -> Any:
+        stream = await real_new_stream(peer_id, protocols)
+        if any("meshsub" in str(p) for p in protocols):
+            await touch(stream)
+        return stream
+
+    monkeypatch.setattr(libp2p_host, "new_stream", new_stream)

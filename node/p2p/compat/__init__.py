@@ -33,13 +33,17 @@ P4   overridden ``Pubsub._handle_new_peer``                                 test
 P5   overridden ``Pubsub.counter`` (set at start)                           test_gossip_seqno
 P6   replaced   ``pubsub.RpcQueue``, ``pubsub.SUBSCRIPTION_CHANNEL_SIZE``   test_libp2p_compat
 P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test_gossip_degree
+B1   replaced   ``pubsub.read_varint_prefixed_bytes_limited`` (buffered)    test_libp2p_compat
 P8   overridden ``Pubsub.continuously_read_stream`` (no task per message)   test_gossip_receive_path
 G1   replaced   ``GossipSub.recent_message_deliveries`` (per router)        test_gossip_receive_path
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
+W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
+K1   replaced   the locks of ``TrioTCPStream``, ``Yamux``, ``YamuxStream``      test_libp2p_compat
+                (``__init__`` wrapped: no yield when free)
 C1   overridden ``CircuitV2Protocol._read_stream_with_retry`` (pacing)       test_relay_layer
 C2   overridden ``CircuitV2Protocol._relay_data``, ``_active_relays``        test_relay_layer
 C3   overridden ``CircuitV2Protocol._handle_reserve``, ``_handle_connect``   test_hostile_reach
@@ -59,9 +63,11 @@ All checked against py-libp2p 0.8.1 (:data:`SUPPORTED_LIBP2P_VERSION`).
 
 from __future__ import annotations
 
+from node.p2p.compat.locks import patch_quick_locks
 from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
 from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
 from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
+from node.p2p.compat.rpc_reads import patch_rpc_reads
 from node.p2p.compat.sockets import patch_reuse_flags, share_port, tcp_socket_of
 from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slots
 from node.p2p.compat.validation import patch_signature_check
@@ -95,10 +101,12 @@ def apply() -> None:
     patch_record_verification()  # R1
     patch_record_sending()  # R2
     patch_gossip_queues()  # P6
+    patch_rpc_reads()  # B1
     patch_signature_check()  # V2
-    patch_yamux()  # Y1, Y2
+    patch_yamux()  # Y1, Y2, W1
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
+    patch_quick_locks()  # K1
     _applied = True
 
 

@@ -95,9 +95,12 @@ ENTRIES: tuple[Entry, ...] = (
           "not repeat: that peer is never sent gossip again",
           "tests/node/test_pubsub_framing.py::"
           "test_gossip_to_a_live_peer_goes_on_after_its_stream_died"),
-    Entry("P4", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub._handle_new_peer",),
+    Entry("P4", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub._handle_new_peer",
+                                         "libp2p.pubsub.pubsub:Pubsub.get_hello_packet",
+                                         "libp2p.pubsub.pubsub:Pubsub.topic_ids"),
           "the registration retry catches only SwarmException/StreamClosed: a reset or broken "
-          "socket during the hello ends it, and the peer is never registered",
+          "socket during the hello ends it, and the peer is never registered; a topic "
+          "subscribed while the hello is written is never told to that peer",
           "tests/node/test_pubsub_framing.py::"
           "test_a_pubsub_hello_cut_by_a_dying_connection_does_not_stop_the_host"),
     Entry("P5", "pubsub", "overridden", ("libp2p.pubsub.pubsub:Pubsub.counter",),
@@ -114,6 +117,12 @@ ENTRIES: tuple[Entry, ...] = (
           "not a defect: counts every copy received and the duplicates (the mesh degree's cost)",
           "tests/node/test_gossip_degree.py::"
           "test_every_copy_read_is_counted_and_every_message_delivered_once"),
+    Entry("B1", "rpc_reads", "replaced",
+          ("libp2p.pubsub.pubsub:read_varint_prefixed_bytes_limited",
+           "libp2p.pubsub.pubsub:Pubsub.continuously_read_stream"),
+          "each RPC's varint length is read one stream.read(1) per byte, then the body: three "
+          "or four reads (each three locks) per RPC; read in chunks into a per-stream buffer",
+          _T + "test_b1_pubsub_reads_rpcs_in_chunks_not_bytes"),
     Entry("G1", "pubsub", "replaced",
           ("libp2p.pubsub.gossipsub:GossipSub.recent_message_deliveries",
            "libp2p.pubsub.gossipsub:GossipSub.adaptive_gossip_enabled"),
@@ -135,6 +144,22 @@ ENTRIES: tuple[Entry, ...] = (
           "each frame's header is unpacked and a debug f-string built before every write, "
           "debug logging on or off",
           _T + "test_y2_frames_are_written_whole_without_debug_text"),
+    Entry("W1", "yamux", "replaced",
+          ("libp2p.stream_muxer.yamux.yamux:Yamux._write_frame",
+           "libp2p.stream_muxer.yamux.yamux:Yamux._write_lock",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.secured_conn"),
+          "every frame is its own Noise message and socket send, also when other writers "
+          "wait for the connection; the lock holder sends the frames queued behind it as one",
+          _T + "test_w1_frames_written_together_share_one_socket_write"),
+    Entry("K1", "locks", "replaced",
+          ("libp2p.io.trio:TrioTCPStream.read_lock", "libp2p.io.trio:TrioTCPStream.write_lock",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.streams_lock",
+           "libp2p.stream_muxer.yamux.yamux:Yamux._write_lock",
+           "libp2p.stream_muxer.yamux.yamux:YamuxStream.window_lock"),
+          "a free trio.Lock still yields to the scheduler: ~9 locks per message, each a "
+          "scheduler pass; these five (each followed by a checkpoint of its own) do not yield "
+          "when free",
+          _T + "test_k1_a_connections_free_locks_are_taken_without_a_yield"),
     Entry("L1", "logs", "replaced", ("libp2p.network.connection.swarm_connection:logging",),
           "that module logs on the root logger: logging.basicConfig() runs on its first "
           "record, installing a stderr handler and voiding the daemon's logging setup",
