@@ -8,7 +8,7 @@ interfaces (``NodeViews``), so none of them imports the runtime or this module b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
 from typing import NamedTuple
 
 from sqlalchemy.engine import make_url
@@ -27,12 +27,13 @@ from node.httpkit import ApiRoute
 from node.p2p.standing import PeerStanding, score_config
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
-from node.replication.fetch import Fetcher
+from node.replication.driver import ReplicationDriver
+from node.replication.fetch import Fetcher, gap_planner
 from node.replication.ingest import IngestPool
 from node.replication.membership import Membership
 from node.replication.peers import PeerManager
 from node.replication.reachability import ReachabilityService
-from node.replication.recon import ReconService
+from node.replication.recon import ReconService, recon_interests, recon_lifecycle
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
@@ -42,7 +43,6 @@ from node.ui import UiSessions
 from storage import weaker_level
 from sync.gossip import GossipLimits
 from sync.ingest import IngestSpec
-from sync.sds import MissingEntry
 
 __all__ = [
     "NodeViews", "api_routes", "build_services", "channel_names", "channel_profiles",
@@ -88,30 +88,36 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     config, store, metrics, clock = runtime.config, runtime.store, runtime.metrics, runtime.clock
     host = runtime.require_host()  # opened on the same clock
     allowed = frozenset(config.p2p.allowed_peers) or None
+    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers), clock)
+    rng = random.Random()
+    names = channel_names(config)
+    driver = ReplicationDriver(
+        lifecycle=recon_lifecycle(runtime.peer_id, recon_interests(
+            config.node.network_id, names, runtime.peer_id, allowed), config.recon, rng),
+        gaps=gap_planner(config.fetch, rng), host=host, store=store, metrics=metrics,
+        standing=standing, clock=clock)
     channels = ChannelService(
         host=host, store=store, metrics=metrics, key=runtime.key, peer_id=runtime.peer_id,
-        network_id=config.node.network_id, channels=channel_names(config),
+        network_id=config.node.network_id, channels=names,
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
         event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
         writers=channel_writers(config), member_estimate=config.sds.member_estimate,
         gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
                                    peer_burst=config.p2p.gossip_peer_burst),
-        clock=clock,
+        on_missing=driver.missing, on_penalty=standing.penalise, clock=clock,
     )
     await channels.load()
-    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers), clock)
-    channels.on_penalty = standing.penalise
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
-    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
-                      standing=standing, limits=config.fetch, work=work, clock=clock)
+    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing, driver,
+                      config.fetch, standing=standing, work=work)
     peers = PeerManager(host, store, metrics, clock=clock)
     await peers.load(config.p2p.bootstrap)
     ingest = None
     if config.recon.ingest_workers:
         ingest = IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
                                        channel_profiles(config), MAX_EVENT_BYTES),
-                            config.recon.ingest_workers, metrics, clock=clock)
+                            config.recon.ingest_workers, metrics, clock)
         if config.recon.ingest_workers_write and not _in_memory(config.database_url):
             # The workers write only fetched events: the relayed durability level.
             store.set_remote_writer(ingest.remote_writer(
@@ -120,16 +126,9 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        allowed_senders=allowed, standing=standing, ingest=ingest, work=work, clock=clock,
+        driver=driver, clock=clock, ingest=ingest, work=work,
     )
     await recon.load()
-    fetcher.reconcile_soon = recon.poke  # gaps fetch by id cannot close are Recon's
-
-    def missing(channel: str, entries: Sequence[MissingEntry]) -> None:
-        fetcher.want(channel, entries)  # the few ids a gap names, by id
-        recon.gap(channel, entries)  # the rest of it (a burst lost on a restart), from them
-
-    channels.on_missing = missing
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, activity=recon.activity,
                             penalise=standing.penalise, clock=clock)
