@@ -12,6 +12,7 @@ from node.api.guard import ApiGuard, HostPolicy
 from node.api.node_metrics import register_node_metrics
 from node.api_address import clear_api_url, remove_api_url, write_api_url
 from node.api_token import load_or_create_token
+from node.clock import SystemClock
 from node.config import Config
 from node.config_combined import check_combined_keys
 from node.config_fields import parse_host_port
@@ -19,6 +20,7 @@ from node.config_membership import conn_limits
 from node.config_net import reachability_config
 from node.httpkit import ApiRoute
 from node.logs import kv
+from node.metrics import Metrics
 from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.identity import load_or_create_identity
@@ -26,7 +28,7 @@ from node.p2p.run import open_host
 from node.replication.recon import ReconService
 from node.repo_lock import DataDirLocked, RepoLock
 from node.runtime import NodeInfo, NodeRuntime, Service
-from node.services import api_routes, build_services, node_views
+from node.services import api_routes, build_services, fetched_writer, ingest_pool, node_views
 from node.store import EventStore
 from node.supervisor import supervise
 from node.ui import UiSessions
@@ -150,13 +152,17 @@ async def _serve_locked(
     api_url = ""
     try:
         await trio.to_thread.run_sync(upgrade, engine)
+        metrics, clock = Metrics(), SystemClock()
+        ingest = ingest_pool(config, metrics, clock)
         store = EventStore(
             engine,
             max_batch=config.storage.batch_max_events,
             max_delay_ms=config.storage.batch_max_delay_ms,
             relayed_delay_ms=config.storage.relayed_batch_delay_ms,
+            remote_writer=fetched_writer(config, ingest),
         )
-        runtime = NodeRuntime(config=config, key=key, store=store)
+        runtime = NodeRuntime(config=config, key=key, store=store, metrics=metrics, clock=clock,
+                              ingest=ingest)
         api_host, api_port = parse_host_port(config.api.listen)
         async with open_host(key, p2p_config(config), runtime.clock) as host, \
                 trio.open_nursery() as nursery:

@@ -21,9 +21,12 @@ from node.api.routes import NODE_ROUTES, EventsNode
 from node.api.ui_routes import ui_routes
 from node.apps.plugins import PLUGINS
 from node.apps.runner import AppHost, AppRunner
+from node.clock import Clock
+from node.config import Config
 from node.config_channels import channel_names, channel_profiles, channel_writers
 from node.config_combined import recon_config, sds_config
 from node.httpkit import ApiRoute
+from node.metrics import Metrics
 from node.p2p.standing import PeerStanding, score_config
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
@@ -39,6 +42,7 @@ from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
 from node.snapshots.routes import SNAPSHOT_ROUTES, SnapshotsNode
 from node.snapshots.scheduler import scheduler_from_config
+from node.store_commits import RemoteWriter
 from node.ui import UiSessions
 from storage import weaker_level
 from sync.gossip import GossipLimits
@@ -46,7 +50,7 @@ from sync.ingest import IngestSpec
 
 __all__ = [
     "NodeViews", "api_routes", "build_services", "channel_names", "channel_profiles",
-    "channel_writers", "node_views", "sds_config",
+    "channel_writers", "fetched_writer", "ingest_pool", "node_views", "sds_config",
 ]
 
 
@@ -83,6 +87,25 @@ def _in_memory(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
+def ingest_pool(config: Config, metrics: Metrics, clock: Clock) -> IngestPool | None:
+    """The ingest worker processes (``recon.ingest_workers``; 0: verify in threads)."""
+    if not config.recon.ingest_workers:
+        return None
+    return IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
+                                 channel_profiles(config), MAX_EVENT_BYTES),
+                      config.recon.ingest_workers, metrics, clock)
+
+
+def fetched_writer(config: Config, pool: IngestPool | None) -> RemoteWriter | None:
+    """The store's writer of fetched events: the ingest workers when they write
+    (``recon.ingest_workers_write``; never an in-memory database, which only this process
+    sees), at the relayed durability level; None: the store commits them itself."""
+    if pool is None or not config.recon.ingest_workers_write or _in_memory(config.database_url):
+        return None
+    return pool.remote_writer(config.database_url, weaker_level(
+        config.storage.sqlite_synchronous, config.storage.relayed_synchronous))
+
+
 async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiRoute]]:
     """Create (and load from the database) every service; returns them and the apps' routes."""
     config, store, metrics, clock = runtime.config, runtime.store, runtime.metrics, runtime.clock
@@ -113,16 +136,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
                       config.fetch, standing=standing, work=work)
     peers = PeerManager(host, store, metrics, clock=clock)
     await peers.load(config.p2p.bootstrap)
-    ingest = None
-    if config.recon.ingest_workers:
-        ingest = IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
-                                       channel_profiles(config), MAX_EVENT_BYTES),
-                            config.recon.ingest_workers, metrics, clock)
-        if config.recon.ingest_workers_write and not _in_memory(config.database_url):
-            # The workers write only fetched events: the relayed durability level.
-            store.set_remote_writer(ingest.remote_writer(
-                config.database_url, weaker_level(config.storage.sqlite_synchronous,
-                                         config.storage.relayed_synchronous)))
+    ingest = runtime.ingest
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
