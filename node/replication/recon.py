@@ -31,7 +31,7 @@ from node.replication.driver import ReplicationDriver
 from node.replication.ingest import IngestPool
 from node.replication.peer_activity import PeerActivity
 from node.replication.recon_metrics import describe_recon_metrics
-from node.replication.recon_session import RECON_PROTOCOL, ReconSessions
+from node.replication.recon_session import RECON_PROTOCOL, SessionRunner
 from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import Transfer
 from node.replication.recon_work import KeyStoreWork
@@ -42,7 +42,7 @@ from storage import AppendResult, EventRecord, SqlKeySource
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.peers import Range
 from sync.recon.session import ReconConfig
-from sync.replication import Action, LifecycleConfig, ReconLifecycle
+from sync.replication import LifecycleConfig, ReconLifecycle
 from sync.transfer import ClaimTable, RangeBacklog
 
 __all__ = ["RECON_PROTOCOL", "ReconService", "recon_interests", "recon_lifecycle"]
@@ -66,7 +66,7 @@ def recon_lifecycle(peer_id: str, interests: Sequence[Range], section: ReconSect
         max_missing_keys=section.max_missing_keys, prompt_min_s=section.prompt_interval_s))
 
 
-class ReconService(ReconSessions):
+class ReconService:
     def __init__(
         self,
         *,
@@ -85,35 +85,31 @@ class ReconService(ReconSessions):
         self.host = host
         self.clock = clock
         self.store = store
-        self.channels = channels
         self.metrics = metrics
-        self.network_id = network_id
         self.section = section
-        self.session_timeout_s = section.session_timeout_s
-        self.fetch_batch = section.fetch_batch
-        self.max_missing_keys = section.max_missing_keys
-        self.config = config
         load, max_buckets, cache_keys = keystore_limits(section)
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
         # Session work runs in one worker thread at a time, charged to the peer first.
         self.keywork = KeyStoreWork(self.keys)
-        self.work = work
         self.saver = SummarySaver(store, metrics, section.summary_save_interval_s, self.clock)
         self.driver = driver
         self.core = driver.lifecycle
-        self.interests = self.core.interests
         # Each peer's last session, for peers/status/metrics.
         self.activity = PeerActivity(clock=self.clock)
         self.sync = SyncStatus(store, metrics, self.clock, host.connected_peers)
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
-            fetch_batch=self.fetch_batch, driver=driver,
+            fetch_batch=section.fetch_batch, driver=driver,
             max_frame_bytes=host.config.max_frame_bytes,
             serve_batch_bytes=section.serve_batch_bytes, work=work, clock=self.clock,
             event_id_layout=section.event_id_layout, profiles=channels.profiles, ingest=ingest,
         )
-        host.set_stream_handler(RECON_PROTOCOL, self._respond)
+        self.sessions = SessionRunner(
+            host=host, driver=driver, keywork=self.keywork, transfer=self.transfer,
+            activity=self.activity, sync=self.sync, metrics=metrics, config=config,
+            section=section, clock=clock, work=work)
+        host.set_stream_handler(RECON_PROTOCOL, self.sessions.respond)
         store.on_commit(self._on_commit)
         # Fetched events in the store's queue stay claimed until their commit, however slow.
         store.on_queued(driver.queued)
@@ -132,9 +128,6 @@ class ReconService(ReconSessions):
     @property
     def backlog(self) -> RangeBacklog:
         return self.core.backlog
-
-    def _carry_out(self, actions: Sequence[Action]) -> None:
-        self.driver.carry_out(actions)
 
     async def load(self) -> None:
         """Open the key store: the saved summary plus newer keys, else one scan of the key
@@ -171,7 +164,7 @@ class ReconService(ReconSessions):
 
     async def _session(self, peer: str) -> None:
         try:
-            await self.sync_with(peer)
+            await self.sessions.sync_with(peer)
         finally:  # a prompt that waited for this session's end may start now
             self.driver.wake()
 
