@@ -132,7 +132,7 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     )
     await channels.load()
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
-    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing, driver,
+    fetcher = Fetcher(host, store, metrics, channels.fetched.ingest, channels.is_missing, driver,
                       config.fetch, standing=standing, work=work)
     peers = PeerManager(host, store, metrics, clock=clock)
     await peers.load(config.p2p.bootstrap)

@@ -7,7 +7,7 @@ fed and carried out by the one driver (``ReplicationDriver``: ``claim`` answers 
 ``ReadStored``);
 the WANT/EVENTS state machine is ``sync.transfer.WantFetcher``. Batches are verified in worker
 processes or threads (a driver choice: both produce a ``sync.ingest.VerifiedBatch``) and take
-the one ingest path (``sync.replication.screen`` then ``ChannelService.ingest_verified``).
+the one ingest path (``sync.replication.screen`` then ``FetchedIngest.ingest_verified``).
 
 Serving: ``recon_serve.py``.
 """
@@ -169,7 +169,7 @@ class Transfer:
                                batch: VerifiedBatch, peer: str, stats: SessionStats) -> None:
         """One verified batch: invalid events end the session (``screen``), unrequested ones
         too (``WantFetcher.accept``); the claims learn what was delivered; the events go to
-        SDS in causal order (``ChannelService.ingest_verified``)."""
+        SDS in causal order (``FetchedIngest.ingest_verified``)."""
         rejected, error = screen(batch, peer)
         if error is not None:
             stats.rejected += error.count
@@ -181,7 +181,7 @@ class Transfer:
         if not keys:
             return
         self.core.delivered(sid, keys, self.clock.now())
-        refused = await self.channels.ingest_verified(batch, wires, None, peer)
+        refused = await self.channels.fetched.ingest_verified(batch, wires, None, peer)
         stats.rejected += refused
         stats.fetched += len(keys) - refused
         self.metrics.inc("recon_events_fetched_total", len(keys))

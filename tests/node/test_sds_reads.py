@@ -56,7 +56,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         ch = service.channels["c"]
         now = T0 + 20
         for wire in wires:
-            assert await service.ingest(wire, "peer", now=now) is not None
+            assert await service.fetched.ingest(wire, "peer", now=now) is not None
         await store.append([])  # what was queued is committed
         assert ch.delivered_in_memory == CONFIG.delivered_window
         asked = metrics.total("sds_store_lookups_total")
@@ -64,7 +64,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         assert delivered == 150
         # The oldest, long out of memory: only the database knows them; not delivered again.
         for wire in wires[:10]:
-            await service.ingest(wire, "peer", now=now)
+            await service.fetched.ingest(wire, "peer", now=now)
         await store.append([])
         assert metrics.total("sds_store_lookups_total") > asked
         assert metrics.total("events_delivered_total") == delivered
@@ -76,7 +76,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         again = _service(store, fresh)
         await again.load()
         assert again.channels["c"].delivered_in_memory == CONFIG.delivered_window
-        await again.ingest(wires[0], "peer", now=now)
+        await again.fetched.ingest(wires[0], "peer", now=now)
         assert fresh.total("events_delivered_total") == 0
         assert fresh.total("sds_store_lookups_total") > 0
         await store.close()
