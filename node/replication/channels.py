@@ -23,7 +23,7 @@ from node.p2p import P2PHost
 from node.replication.channel_ingest import FetchedIngest
 from node.replication.channel_metrics import EVENT_COUNTERS, describe_channel_metrics
 from node.replication.channel_state import ChannelMaker
-from node.replication.clock import Clock, SystemClock
+from node.replication.clock import Clock
 from node.replication.delivered_reads import DeliveredReads
 from node.replication.gossip_outbox import GossipOutbox, topic_of
 from node.store import EventStore
@@ -77,6 +77,7 @@ class ChannelService:
         network_id: int,
         channels: Sequence[str],
         sds_config: SdsConfig,
+        clock: Clock,
         on_missing: MissingHandler | None = None,
         allowed_senders: frozenset[str] | None = None,
         gossip_linger_s: float = 0.0,
@@ -85,11 +86,10 @@ class ChannelService:
         writers: Mapping[str, frozenset[str]] | None = None,
         gossip_limits: GossipLimits | None = None,
         on_penalty: PenaltyHandler | None = None,
-        clock: Clock | None = None,
         member_estimate: int = 0,
     ) -> None:
         self.host = host
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.outbox = GossipOutbox(host, network_id, metrics, gossip_linger_s)
         self.store = store
         self.metrics = metrics

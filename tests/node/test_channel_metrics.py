@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.metrics import Metrics
 from node.replication import CHANNEL_METRICS, ChannelService
 from node.store import EventStore
@@ -30,7 +31,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
     metrics = Metrics()
     service = ChannelService(host=None, store=EventStore(engine), metrics=metrics,  # type: ignore[arg-type]
                              key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                             sds_config=CONFIG)
+                             sds_config=CONFIG, clock=SystemClock())
     ours = service.channels["c"] = SdsChannel("c", service.peer_id, key, CONFIG,
                                               random.Random(1), T0)
     peer = SdsChannel("c", peer_id_of(other), other, CONFIG, random.Random(2), T0)

@@ -15,6 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import event
 
+from node.clock import SystemClock
 from node.metrics import Metrics
 from node.replication import ChannelService
 from node.store import EventStore
@@ -30,7 +31,7 @@ def _service(store: EventStore, metrics: Metrics) -> ChannelService:
     key = Ed25519PrivateKey.from_private_bytes(b"\x07" * 32)
     return ChannelService(host=None, store=store, metrics=metrics,  # type: ignore[arg-type]
                           key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                          sds_config=CONFIG)
+                          sds_config=CONFIG, clock=SystemClock())
 
 
 @pytest.mark.trio
