@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 import trio
 
@@ -57,22 +58,22 @@ _COUNTERS = {
 }
 
 
+@dataclass(kw_only=True, eq=False)
 class ReplicationDriver:
-    def __init__(self, *, lifecycle: ReconLifecycle, gaps: GapPlanner, host: P2PHost,
-                 store: EventStore, metrics: Metrics, standing: PeerStanding | None,
-                 clock: Clock) -> None:
-        self.lifecycle = lifecycle
-        self.gaps = gaps
-        self.host = host
-        self.store = store
-        self.metrics = metrics
-        self.standing = standing
-        self.clock = clock
-        self._recon_wake = trio.Event()
-        self._fetch_wake = trio.Event()
+    lifecycle: ReconLifecycle
+    gaps: GapPlanner
+    host: P2PHost
+    store: EventStore
+    metrics: Metrics
+    standing: PeerStanding | None
+    clock: Clock
+    _recon_wake: trio.Event = field(default_factory=trio.Event, init=False)
+    _fetch_wake: trio.Event = field(default_factory=trio.Event, init=False)
+
+    def __post_init__(self) -> None:
         for name, text in _COUNTERS.items():
-            metrics.describe(name, "counter", text)
-            metrics.inc(name, 0)
+            self.metrics.describe(name, "counter", text)
+            self.metrics.inc(name, 0)
 
     # -- actions -------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -27,7 +28,7 @@ from node.replication.sync_status import SyncStatus
 from node.replication.work import OverBudget, WorkGate
 from sync.errors import RemoteProtocolError
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
-from sync.replication import Role, SessionPlan
+from sync.replication import ReconLifecycle, Role, SessionPlan
 from sync.transfer import BUSY_FRAME, ReconExchange
 
 __all__ = ["FAILURES", "RECON_PROTOCOL", "SessionRunner"]
@@ -38,25 +39,23 @@ RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 FAILURES = (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable, OverBudget)
 
 
+@dataclass(kw_only=True)
 class SessionRunner:
-    def __init__(self, *, host: P2PHost, driver: ReplicationDriver, keywork: KeyStoreWork,
-                 transfer: Transfer, activity: PeerActivity, sync: SyncStatus,
-                 metrics: Metrics, config: ReconConfig, section: ReconSection, clock: Clock,
-                 work: WorkGate | None = None) -> None:
-        self.host = host
-        self.driver = driver
-        self.core = driver.lifecycle
-        self.keywork = keywork
-        self.transfer = transfer
-        self.activity = activity
-        self.sync = sync
-        self.metrics = metrics
-        self.config = config
-        self.session_timeout_s = section.session_timeout_s
-        self.max_missing_keys = section.max_missing_keys
-        self.fetch_batch = section.fetch_batch
-        self.clock = clock
-        self.work = work
+    host: P2PHost
+    driver: ReplicationDriver
+    keywork: KeyStoreWork
+    transfer: Transfer
+    activity: PeerActivity
+    sync: SyncStatus
+    metrics: Metrics
+    config: ReconConfig
+    section: ReconSection
+    clock: Clock
+    work: WorkGate | None = None
+
+    @property
+    def core(self) -> ReconLifecycle:
+        return self.driver.lifecycle
 
     async def sync_with(self, peer: str) -> SessionStats | None:
         """Sessions with ``peer`` while a long catch-up has more to do: each next one at once
@@ -135,7 +134,7 @@ class SessionRunner:
         plan = self.core.begin(peer, Role.RESPONDER, self.clock.now())
         if plan is None:
             async with stream:
-                with trio.move_on_after(self.session_timeout_s):
+                with trio.move_on_after(self.section.session_timeout_s):
                     await stream.send(BUSY_FRAME)
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
@@ -160,8 +159,8 @@ class SessionRunner:
     def _exchange(self, make: Callable[..., ReconSession], plan: SessionPlan) -> ReconExchange:
         session = make(self.keywork.keys, plan.interests, self.config, peer=plan.peer)
         # The driver's clock is trio's: the exchange's timer is a cancel scope's deadline.
-        return ReconExchange(session, self.max_missing_keys, plan.peer, scope=plan.scope,
-                             timeout_s=self.session_timeout_s, started=self.clock.now())
+        return ReconExchange(session, self.section.max_missing_keys, plan.peer, scope=plan.scope,
+                             timeout_s=self.section.session_timeout_s, started=self.clock.now())
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange, plan: SessionPlan,
                          stats: SessionStats, first: bytes | None = None) -> None:
@@ -179,4 +178,4 @@ class SessionRunner:
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
         await self.transfer.serve(
-            stream, self.core.serve_budget(len(self.keywork.keys), self.fetch_batch), stats)
+            stream, self.core.serve_budget(len(self.keywork.keys), self.section.fetch_batch), stats)

@@ -18,7 +18,7 @@ from sync.sim import SWEEP, Simulation
 
 
 def test_the_node_driver_and_the_simulator_run_the_same_cores() -> None:
-    hints = typing.get_type_hints(ReplicationDriver.__init__)
+    hints = typing.get_type_hints(ReplicationDriver)
     assert hints["lifecycle"] is ReconLifecycle and hints["gaps"] is GapPlanner
 
     config = Config()
