@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from node.clock import Clock, SystemClock
+from node.clock import Clock
 from node.metrics import Metrics
 from node.p2p import ConnectedPeer
 
@@ -44,9 +44,8 @@ class LastSession:
 
 
 class PeerActivity:
-    def __init__(self, max_peers: int = 4096, max_series: int = 32,
-                 clock: Clock | None = None) -> None:
-        self.clock = clock or SystemClock()  # wall(): Unix times, shown to people
+    def __init__(self, max_peers: int = 4096, max_series: int = 32, *, clock: Clock) -> None:
+        self.clock = clock  # wall(): Unix times, shown to people
         self.max_peers = max_peers
         self.max_series = max_series
         self.sessions: dict[str, LastSession] = {}
