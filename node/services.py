@@ -134,8 +134,6 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
     fetcher = Fetcher(host, store, metrics, channels.fetched.ingest, channels.is_missing, driver,
                       config.fetch, standing=standing, work=work)
-    peers = PeerManager(host, store, metrics, clock=clock)
-    await peers.load(config.p2p.bootstrap)
     ingest = runtime.ingest
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
@@ -146,8 +144,10 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, activity=recon.activity,
                             penalise=standing.penalise, clock=clock)
+    peers = PeerManager(host, store, metrics, clock=clock, on_joined=membership.learn,
+                        on_forgotten=membership.forget)
+    await peers.load(config.p2p.bootstrap)
     await membership.load([k.addr for k in peers.known.values()])
-    peers.on_joined, peers.on_forgotten = membership.learn, membership.forget
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
     runtime.membership = membership
     apps = node_views(runtime).apps
@@ -165,11 +165,10 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         store.on_commit(snapshots.on_commit)
         services.append(snapshots)
     if host.relay is not None:
-        runtime.reachability = ReachabilityService(host, host.relay, metrics, clock)
-        if config.membership.px:
-            runtime.reachability.announce = membership.px.ask
-        runtime.reachability.direct_addrs = membership.direct_addrs
-        runtime.reachability.penalise = standing.penalise
+        runtime.reachability = ReachabilityService(
+            host, host.relay, metrics, clock,
+            announce=membership.px.ask if config.membership.px else None,
+            direct_addrs=membership.direct_addrs, penalise=standing.penalise)
         services.append(runtime.reachability)
     if config.p2p.dht:
         services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,
