@@ -41,10 +41,13 @@ Invariants and figures (the JSON keys):
   over a life of at least ``rss_min_s`` after a warm-up (target <= 20);
 - ``direct_fraction_end``: of the pairs of homes, the fraction connected directly at the end
   (target >= 0.9);
-- ``faults``: the schedule as applied (kind, target, start and end seconds).
+- ``faults``: the schedule as applied (kind, target, start and end seconds), each with its
+  convergence, its probe's slowest arrival (``gossip_s``) and its burst's slowest catch-up rate
+  (``catchup_per_s``), also printed as a table; ``rss_lives``: each judged process life's RSS at
+  its ends, peak and slope.
 
-When an invariant fails, the run directory (every node's log) is kept and its path printed;
-otherwise it is removed. ``--quick`` runs 10 minutes; ``--smoke`` (for ``make test``) runs a
+When an invariant fails, or a full or quick run misses a target (``targets_missed``), the run
+directory (every node's log) is kept and its path printed; otherwise it is removed. ``--quick`` runs 10 minutes; ``--smoke`` (for ``make test``) runs a
 miniature (2 public nodes, 2 homes, under a minute of faults) whose JSON goes to a temp file.
 Full size writes docs/bench/chaos.json. Needs root and nftables (scripts/setup_net.sh).
 """
@@ -120,6 +123,8 @@ class Fault:
     converge_s: float | None = None
     restart_wall_ms: int = 0  # when the restarted node's API answered again
     probe: str = ""  # the message id published after a restart
+    gossip_s: float | None = None  # the probe's slowest arrival at a peer
+    catchup_per_s: float | None = None  # the slowest peer's rate of taking in the burst
     note: str = ""
 
 
@@ -332,6 +337,7 @@ def restart_gossip(chaos: Chaos) -> float | None:
             continue
         arrivals = [m.seen.get(fault.probe) for m in others]
         s = max((a - t0) / 1000 if a is not None else float("inf") for a in arrivals)
+        fault.gossip_s = round(s, 2)
         worst = s if worst is None else max(worst, s)
     return None if worst is None else round(worst, 2)
 
@@ -355,26 +361,38 @@ def catchup_rate(chaos: Chaos) -> float | None:
             active_s = len({t // ACTIVE_BIN_MS for t in late}) * ACTIVE_BIN_MS / 1000
             rate = len(late) / active_s
             slowest = rate if slowest is None else min(slowest, rate)
+            fault.catchup_per_s = round(min(rate, fault.catchup_per_s or rate))
             start = (late[0] - fault.restart_wall_ms) / 1000
             chaos.catchup_start_s = max(chaos.catchup_start_s or 0.0, round(start, 2))
     return None if slowest is None else round(slowest)
 
 
-def rss_slope(group: Group, plan: Plan) -> float | None:
-    steepest: float | None = None
+def rss_lives(group: Group, plan: Plan) -> list[dict[str, Any]]:
+    """Each process life long enough to judge: its node, span and RSS at the ends, MiB."""
+    out = []
     for member in group.members.values():
         for life in member.rss:
-            if not life:
-                continue
-            points = [(t, v) for t, v in life if t >= life[0][0] + plan.rss_warmup_s]
+            points = [(t, v) for t, v in life if life and t >= life[0][0] + plan.rss_warmup_s]
             if len(points) < 3 or points[-1][0] - points[0][0] < plan.rss_min_s:
                 continue
-            n = len(points)
-            mt = sum(t for t, _ in points) / n
-            mv = sum(v for _, v in points) / n
-            var = sum((t - mt) ** 2 for t, _ in points)
-            slope = sum((t - mt) * (v - mv) for t, v in points) / var * 3600
-            steepest = slope if steepest is None else max(steepest, slope)
+            out.append({"node": member.name, "from_s": round(points[0][0]),
+                        "to_s": round(points[-1][0]), "first_mib": round(points[0][1], 1),
+                        "last_mib": round(points[-1][1], 1),
+                        "max_mib": round(max(v for _, v in points), 1), "points": points})
+    return out
+
+
+def rss_slope(lives: list[dict[str, Any]]) -> float | None:
+    steepest: float | None = None
+    for life in lives:
+        points = life.pop("points")  # (the JSON keeps the summary only)
+        n = len(points)
+        mt = sum(t for t, _ in points) / n
+        mv = sum(v for _, v in points) / n
+        var = sum((t - mt) ** 2 for t, _ in points)
+        slope = sum((t - mt) * (v - mv) for t, v in points) / var * 3600
+        life["slope_mib_per_h"] = round(slope, 1)
+        steepest = slope if steepest is None else max(steepest, slope)
     return None if steepest is None else round(steepest, 1)
 
 
@@ -412,6 +430,7 @@ def measure(chaos: Chaos, plan: Plan) -> dict[str, Any]:
     lost = {i for m in group.live() for i in acked - m.seen.keys()}
     converged = [f.converge_s for f in chaos.faults]
     unexpected = group.unexpected_log_lines()
+    lives = rss_lives(group, plan)
     return {
         "acked_lost": len(lost),
         "unexpected_exits": len(group.exits) + len(unexpected),
@@ -420,13 +439,14 @@ def measure(chaos: Chaos, plan: Plan) -> dict[str, Any]:
         "live_p99_ms": live_p99(chaos),
         "restart_gossip_s_max": restart_gossip(chaos),
         "catchup_after_restart_per_s": catchup_rate(chaos),
-        "rss_slope_mib_per_h": rss_slope(group, plan),
+        "rss_slope_mib_per_h": rss_slope(lives),
         "direct_fraction_end": direct_fraction(group, plan.direct_wait_s),
         "faults": [asdict(f) for f in chaos.faults],
         "catchup_start_s": chaos.catchup_start_s,
         "acked": len(acked),
         "live_deliveries": len(live_latencies(chaos)),
         "live_slow_pairs": slow_pairs(chaos),
+        "rss_lives": lives,
         "exits": [asdict(e) for e in group.exits],
         "unexpected_lines": unexpected[:20],
         "nodes": len(group.members),
@@ -434,8 +454,24 @@ def measure(chaos: Chaos, plan: Plan) -> dict[str, Any]:
     }
 
 
+TARGETS: dict[str, tuple[str, float]] = {  # key: (at most / at least, bound) at full size
+    "converge_s_max": ("<=", 60), "live_p99_ms": ("<=", 2000), "restart_gossip_s_max": ("<=", 2),
+    "catchup_after_restart_per_s": (">=", 5000), "rss_slope_mib_per_h": ("<=", 20),
+    "direct_fraction_end": (">=", 0.9)}
+
+
+def missed(result: dict[str, Any]) -> list[str]:
+    """The targets a full or quick run missed (a smoke is too small to judge them)."""
+    out = []
+    for key, (op, bound) in TARGETS.items():
+        value = result.get(key)
+        if value is None or (value > bound if op == "<=" else value < bound):
+            out.append(f"{key}={value} (target {op} {bound})")
+    return out
+
+
 def violated(result: dict[str, Any]) -> list[str]:
-    """The invariants a run must hold (the targets of the issue, not asserted by the smoke)."""
+    """The invariants every run must hold, whatever its size."""
     bad = []
     if result["acked_lost"]:
         bad.append(f"acked_lost={result['acked_lost']}")
@@ -444,6 +480,10 @@ def violated(result: dict[str, Any]) -> list[str]:
     if result["converge_s_max"] is None:
         bad.append("a fault's convergence never came")
     return bad
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,11 +524,21 @@ def main(argv: list[str] | None = None) -> int:
     result.update(seed=args.seed, seconds=round(time.monotonic() - started),
                   load_avg_start=round(load_start, 2), cores=os.cpu_count())
     bad = violated(result)
+    short = [] if args.smoke else missed(result)
+    result["targets_missed"] = short
+    print(f"{'fault':<14}{'node':<6}{'start s':>9}{'took s':>8}{'converge s':>11}"
+          f"{'gossip s':>10}{'catch-up/s':>11}", file=sys.stderr)
+    for f in result["faults"]:
+        print(f"{f['kind']:<14}{f['target']:<6}{f['start_s']:>9}"
+              f"{f['end_s'] - f['start_s']:>8.1f}{_cell(f['converge_s']):>11}"
+              f"{_cell(f['gossip_s']):>10}{_cell(f['catchup_per_s']):>11}", file=sys.stderr)
     print(f"{'seed':<28}{args.seed}", file=sys.stderr)
     for key in JSON_KEYS[:-1]:
         print(f"{key:<28}{result[key]}", file=sys.stderr)
     print(f"{'faults':<28}{len(result['faults'])}", file=sys.stderr)
-    if bad or args.keep:
+    if short:
+        print(f"targets missed: {'; '.join(short)}", file=sys.stderr)
+    if bad or short or args.keep:
         print(f"invariants violated: {', '.join(bad) or 'none'}; logs kept in {base}",
               file=sys.stderr)
     else:
