@@ -20,6 +20,7 @@ from node.config_membership import conn_limits
 from node.config_net import reachability_config
 from node.httpkit import ApiRoute
 from node.logs import kv
+from node.metrics import Metrics
 from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.identity import load_or_create_identity
@@ -27,7 +28,7 @@ from node.p2p.run import open_host
 from node.replication.recon import ReconService
 from node.repo_lock import DataDirLocked, RepoLock
 from node.runtime import NodeInfo, NodeRuntime, Service
-from node.services import api_routes, build_services, node_views
+from node.services import api_routes, build_services, fetched_writer, ingest_pool, node_views
 from node.store import EventStore
 from node.supervisor import supervise
 from node.ui import UiSessions
@@ -156,13 +157,17 @@ async def _serve_locked(
     api_url = ""
     try:
         await trio.to_thread.run_sync(upgrade, engine)
+        metrics = Metrics()
+        ingest = ingest_pool(config, metrics, clock)
         store = EventStore(
             engine,
             max_batch=config.storage.batch_max_events,
             max_delay_ms=config.storage.batch_max_delay_ms,
             relayed_delay_ms=config.storage.relayed_batch_delay_ms,
+            remote_writer=fetched_writer(config, ingest),
         )
-        runtime = NodeRuntime(config=config, key=key, store=store, clock=clock)
+        runtime = NodeRuntime(config=config, key=key, store=store, metrics=metrics, clock=clock,
+                              ingest=ingest)
         api_host, api_port = parse_host_port(config.api.listen)
         async with open_host(key, p2p_config(config), clock=clock) as host, \
                 trio.open_nursery() as nursery:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle 
     from node.p2p import P2PHost
     from node.p2p.standing import PeerStanding
     from node.replication.channels import ChannelService
+    from node.replication.ingest import IngestPool
     from node.replication.membership import Membership
     from node.replication.peers import PeerManager
     from node.replication.reachability import ReachabilityService
@@ -74,6 +75,9 @@ class NodeRuntime:
     # them all on trio's MockClock).
     clock: Clock
     metrics: Metrics = field(default_factory=Metrics)
+    # The ingest worker processes (recon.ingest_workers), built with the store (they may be
+    # its writer of fetched events); None: fetched events are verified in threads.
+    ingest: IngestPool | None = None
     # Filled in by the daemon as the node comes up (None before, and in tools without a host).
     host: P2PHost | None = None
     channels: ChannelService | None = None

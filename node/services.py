@@ -8,7 +8,7 @@ interfaces (``NodeViews``), so none of them imports the runtime or this module b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
 from typing import NamedTuple
 
 from sqlalchemy.engine import make_url
@@ -21,32 +21,36 @@ from node.api.routes import NODE_ROUTES, EventsNode
 from node.api.ui_routes import ui_routes
 from node.apps.plugins import PLUGINS
 from node.apps.runner import AppHost, AppRunner
+from node.clock import Clock
+from node.config import Config
 from node.config_channels import channel_names, channel_profiles, channel_writers
 from node.config_combined import recon_config, sds_config
 from node.httpkit import ApiRoute
+from node.metrics import Metrics
 from node.p2p.standing import PeerStanding, score_config
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
-from node.replication.fetch import Fetcher
+from node.replication.driver import ReplicationDriver
+from node.replication.fetch import Fetcher, gap_planner
 from node.replication.ingest import IngestPool
 from node.replication.membership import Membership
 from node.replication.peers import PeerManager
 from node.replication.reachability import ReachabilityService
-from node.replication.recon import ReconService
+from node.replication.recon import ReconService, recon_interests, recon_lifecycle
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
 from node.snapshots.routes import SNAPSHOT_ROUTES, SnapshotsNode
 from node.snapshots.scheduler import scheduler_from_config
+from node.store_commits import RemoteWriter
 from node.ui import UiSessions
 from storage import weaker_level
 from sync.gossip import GossipLimits
 from sync.ingest import IngestSpec
-from sync.sds import MissingEntry
 
 __all__ = [
     "NodeViews", "api_routes", "build_services", "channel_names", "channel_profiles",
-    "channel_writers", "node_views", "sds_config",
+    "channel_writers", "fetched_writer", "ingest_pool", "node_views", "sds_config",
 ]
 
 
@@ -83,58 +87,67 @@ def _in_memory(url: str) -> bool:
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
+def ingest_pool(config: Config, metrics: Metrics, clock: Clock) -> IngestPool | None:
+    """The ingest worker processes (``recon.ingest_workers``; 0: verify in threads)."""
+    if not config.recon.ingest_workers:
+        return None
+    return IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
+                                 channel_profiles(config), MAX_EVENT_BYTES),
+                      config.recon.ingest_workers, metrics, clock)
+
+
+def fetched_writer(config: Config, pool: IngestPool | None) -> RemoteWriter | None:
+    """The store's writer of fetched events: the ingest workers when they write
+    (``recon.ingest_workers_write``; never an in-memory database, which only this process
+    sees), at the relayed durability level; None: the store commits them itself."""
+    if pool is None or not config.recon.ingest_workers_write or _in_memory(config.database_url):
+        return None
+    return pool.remote_writer(config.database_url, weaker_level(
+        config.storage.sqlite_synchronous, config.storage.relayed_synchronous))
+
+
 async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiRoute]]:
     """Create (and load from the database) every service; returns them and the apps' routes."""
     config, store, metrics, clock = runtime.config, runtime.store, runtime.metrics, runtime.clock
     host = runtime.require_host()  # opened on the same clock
     allowed = frozenset(config.p2p.allowed_peers) or None
+    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers), clock)
+    rng = random.Random()
+    names = channel_names(config)
+    driver = ReplicationDriver(
+        lifecycle=recon_lifecycle(runtime.peer_id, recon_interests(
+            config.node.network_id, names, runtime.peer_id, allowed), config.recon, rng),
+        gaps=gap_planner(config.fetch, rng), host=host, store=store, metrics=metrics,
+        standing=standing, clock=clock)
     channels = ChannelService(
         host=host, store=store, metrics=metrics, key=runtime.key, peer_id=runtime.peer_id,
-        network_id=config.node.network_id, channels=channel_names(config),
+        network_id=config.node.network_id, channels=names,
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
         event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
         writers=channel_writers(config), member_estimate=config.sds.member_estimate,
         gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
                                    peer_burst=config.p2p.gossip_peer_burst),
-        clock=clock,
+        on_missing=driver.missing, on_penalty=standing.penalise, clock=clock,
     )
     await channels.load()
-    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers), clock)
-    channels.on_penalty = standing.penalise
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
-    fetcher = Fetcher(host, store, metrics, channels.ingest, channels.is_missing,
-                      standing=standing, limits=config.fetch, work=work, clock=clock)
-    peers = PeerManager(host, store, metrics, clock=clock)
-    await peers.load(config.p2p.bootstrap)
-    ingest = None
-    if config.recon.ingest_workers:
-        ingest = IngestPool(IngestSpec(config.node.network_id, config.recon.event_id_layout,
-                                       channel_profiles(config), MAX_EVENT_BYTES),
-                            config.recon.ingest_workers, metrics, clock=clock)
-        if config.recon.ingest_workers_write and not _in_memory(config.database_url):
-            # The workers write only fetched events: the relayed durability level.
-            store.set_remote_writer(ingest.remote_writer(
-                config.database_url, weaker_level(config.storage.sqlite_synchronous,
-                                         config.storage.relayed_synchronous)))
+    fetcher = Fetcher(host, store, metrics, channels.fetched.ingest, channels.is_missing, driver,
+                      config.fetch, standing=standing, work=work)
+    ingest = runtime.ingest
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        allowed_senders=allowed, standing=standing, ingest=ingest, work=work, clock=clock,
+        driver=driver, clock=clock, ingest=ingest, work=work,
     )
     await recon.load()
-    fetcher.reconcile_soon = recon.poke  # gaps fetch by id cannot close are Recon's
-
-    def missing(channel: str, entries: Sequence[MissingEntry]) -> None:
-        fetcher.want(channel, entries)  # the few ids a gap names, by id
-        recon.gap(channel, entries)  # the rest of it (a burst lost on a restart), from them
-
-    channels.on_missing = missing
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, activity=recon.activity,
                             penalise=standing.penalise, clock=clock)
+    peers = PeerManager(host, store, metrics, clock=clock, on_joined=membership.learn,
+                        on_forgotten=membership.forget)
+    await peers.load(config.p2p.bootstrap)
     await membership.load([k.addr for k in peers.known.values()])
-    peers.on_joined, peers.on_forgotten = membership.learn, membership.forget
     runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
     runtime.membership = membership
     apps = node_views(runtime).apps
@@ -153,11 +166,10 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
         store.on_commit(snapshots.on_commit)
         services.append(snapshots)
     if host.relay is not None:
-        runtime.reachability = ReachabilityService(host, host.relay, metrics, clock)
-        if config.membership.px:
-            runtime.reachability.announce = membership.px.ask
-        runtime.reachability.direct_addrs = membership.direct_addrs
-        runtime.reachability.penalise = standing.penalise
+        runtime.reachability = ReachabilityService(
+            host, host.relay, metrics, clock,
+            announce=membership.px.ask if config.membership.px else None,
+            direct_addrs=membership.direct_addrs, penalise=standing.penalise)
         services.append(runtime.reachability)
     if config.p2p.dht:
         services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,

@@ -5,10 +5,11 @@ them in batches (``storage.batch_max_events`` / ``batch_max_delay_ms``) and only
 each caller, so an event is acknowledged only after its transaction committed.
 
 Fetched events (``submit_fetched``) can be written by an ingest worker process instead
-(``set_remote_writer``; docs/bench/cluster.md, "the ingest worker as writer"): they stay items
-of the same queue, committed in queue order by the writer task, which hands them to the worker
-and waits for its commit. The writer task is thus the one write token: a worker never races
-the daemon for SQLite's lock, and the log keeps the order in which SDS delivered.
+(``remote_writer``; docs/bench/cluster.md, "the ingest worker as writer"): they stay items
+of the same queue, committed in queue order by the writer task, which hands each run to its
+writer (``node.store_commits.CommitWriter``: ``LocalWriter`` or ``WorkerWriter``) and waits for
+its commit. The writer task is thus the one write token: a worker never races the daemon for
+SQLite's lock, and the log keeps the order in which SDS delivered.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from sqlalchemy import Connection, Engine
 
 from node.logs import kv
 from node.store_commits import (
+    CommitRun,
+    CommitWriter,
+    LocalWriter,
     RemoteWriter,
-    commit_remote,
+    WorkerWriter,
     gather,
-    insert_one_by_one,
-    insert_records,
     runs_by,
     split_result,
 )
@@ -36,7 +38,6 @@ from node.store_thread import CommitThread
 from storage import (
     AppendResult,
     EventRecord,
-    max_seq,
     stored_message_ids,
     write_transaction,
 )
@@ -82,7 +83,10 @@ def _waited_for(pending: _Pending) -> bool:
 
 class EventStore:
     def __init__(self, engine: Engine, *, max_batch: int = 512, max_delay_ms: int = 5,
-                 relayed_delay_ms: int | None = None) -> None:
+                 relayed_delay_ms: int | None = None,
+                 remote_writer: RemoteWriter | None = None) -> None:
+        """``remote_writer``: commits ``submit_fetched`` runs in an ingest worker
+        (``IngestPool.remote_writer``); None: every run is committed here."""
         self.engine = engine
         self.max_batch = max_batch
         self.max_delay = max_delay_ms / 1000
@@ -109,18 +113,20 @@ class EventStore:
         self._queued: dict[str, int] = {}
         #: Questions ``stored_ids`` sent to the database.
         self.id_lookups = 0
-        self._remote: RemoteWriter | None = None
-        # The highest seq this store committed (read at the first remote append): rows above
-        # it after a remote writer died are that writer's (this store is the only writer).
-        self._high_seq: int | None = None
-        #: Runs of fetched events appended by the remote writer, and those whose writer died
-        #: (settled by reading the log).
-        self.remote_appends = 0
-        self.remote_settled = 0
+        self._local = LocalWriter(engine, self._thread.run)
+        self._worker = (WorkerWriter(remote_writer, self.read) if remote_writer is not None
+                        else None)
+        self._fetched: CommitWriter = self._worker or self._local
 
-    def set_remote_writer(self, writer: RemoteWriter | None) -> None:
-        """Write ``submit_fetched`` batches through ``writer`` (an ingest worker)."""
-        self._remote = writer
+    @property
+    def remote_appends(self) -> int:
+        """Runs of fetched events appended by the remote writer."""
+        return self._worker.appends if self._worker is not None else 0
+
+    @property
+    def remote_settled(self) -> int:
+        """Runs whose remote writer died with them (settled by reading the log)."""
+        return self._worker.settled if self._worker is not None else 0
 
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
         """Call ``listener`` (in the trio thread) after each commit with what was new."""
@@ -250,7 +256,7 @@ class EventStore:
                 # Fetched events go to a worker in runs of several store batches: one round
                 # trip and one COMMIT (fsync) for each, during a catch-up whose queue is long.
                 cap = self.max_batch
-                if first.fetched and self._remote is not None:
+                if first.fetched and self._worker is not None:
                     cap *= FETCHED_RUN_BATCHES
                 await self._commit(await gather(
                     self._recv, first, lambda p: len(p.records), cap, self.max_delay,
@@ -261,47 +267,32 @@ class EventStore:
         await self._send.aclose()
 
     async def _commit(self, batch: list[_Pending]) -> None:
-        # Runs of fetched items go to the remote writer, the rest is committed here; in queue
+        # Runs of fetched items go to the fetched writer, the rest is committed here; in queue
         # order either way (the order of the log).
-        remote = self._remote is not None
+        remote = self._worker is not None
         for run in runs_by(batch, lambda pending: pending.fetched and remote):
             records = [r for pending in run for r in pending.records]
             try:
-                await self._commit_records(run, records)
+                await self._commit_run(run, records)
             finally:
                 self._note_queued(records, -1)
                 self._drained.set()
                 self._drained = trio.Event()
 
-    async def _commit_records(self, batch: list[_Pending], records: list[EventRecord]) -> None:
-        errors: dict[str, BaseException] = {}
-        if self._remote is not None and batch[0].fetched:
-            # As ``insert_records``: a commit once started is finished and reported, even when the
-            # node stops (the pool then kills the worker, and the log settles what it wrote).
-            with trio.CancelScope(shield=True):
-                combined, errors = await self._commit_remote(self._remote, records)
-            self._finish(batch, records, combined, errors)
-            return
-        try:
-            # One statement for the whole batch (during a catch-up a batch is hundreds of
-            # single-event submissions); the result is split per caller below.
-            durable = any(p.durable for p in batch)
-            combined = await insert_records(self.engine, records,
-                                            [p.also for p in batch if p.also], durable=durable,
-                                            run=self._thread.run)
-        except Exception as exc:
-            log.error("batch commit failed; retrying its events one by one", exc_info=True)
-            # A caller's extra write goes with its last record (a publish's own event).
-            also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
-            combined, errors = await insert_one_by_one(self.engine, records, exc, also_of,
-                                                       durable=any(p.durable for p in batch),
-                                                       run=self._thread.run)
+    async def _commit_run(self, batch: list[_Pending], records: list[EventRecord]) -> None:
+        writer = self._fetched if batch[0].fetched else self._local
+        # A caller's extra write goes with its last record (a publish's own event).
+        also_of = {p.records[-1].message_id: p.also for p in batch if p.also and p.records}
+        run = CommitRun(records, [p.also for p in batch if p.also], also_of,
+                        durable=any(p.durable for p in batch))
+        # A commit once started is finished and reported, even when the node stops (a worker
+        # writer is then killed by its pool, and the log settles what it wrote).
+        with trio.CancelScope(shield=True):
+            combined, errors = await writer.commit(run)
         self._finish(batch, records, combined, errors)
 
     def _finish(self, batch: list[_Pending], records: list[EventRecord],
                 combined: AppendResult, errors: dict[str, BaseException]) -> None:
-        if combined.inserted and self._high_seq is not None:
-            self._high_seq = max(self._high_seq, max(seq for seq, _ in combined.inserted))
         for mid, why in combined.rejected:
             errors.setdefault(mid, StoreRejected(why))
         self.batches += 1
@@ -321,15 +312,3 @@ class EventStore:
         # Listeners see the batch once, as one commit.
         for listener in self._listeners:
             listener(combined, records)
-
-    async def _commit_remote(self, writer: RemoteWriter, records: list[EventRecord]
-                             ) -> tuple[AppendResult, dict[str, BaseException]]:
-        if self._high_seq is None:
-            self._high_seq = await self.read(max_seq)
-        combined, errors, settled = await commit_remote(self.read, writer, records,
-                                                        self._high_seq)
-        if settled:
-            self.remote_settled += 1
-        else:
-            self.remote_appends += 1
-        return combined, errors

@@ -1,8 +1,9 @@
-"""The store's commits: gathering a batch from the queue, cutting it into the remote writer's
-runs and local ones, one transaction for a whole batch or one per event to isolate the events
-that fail (in the store's writer thread, ``node.store_thread``, never cancelled once started),
-a run of fetched events appended by a remote writer (and what it stored when it died), and the
-result split per caller.
+"""The store's commits: gathering a batch from the queue, cutting it into the fetched writer's
+runs and local ones, and the one writer interface (:class:`CommitWriter`) over both commit
+paths: :class:`LocalWriter` (one transaction for a whole batch, or one per event to isolate the
+events that fail, in the store's writer thread, ``node.store_thread``, never cancelled once
+started) and :class:`WorkerWriter` (a run of fetched events appended by an ingest worker, and
+what it stored when it died); the result split per caller.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import trio
 from sqlalchemy import Connection, Engine
@@ -20,13 +22,18 @@ from storage import (
     AppendResult,
     EventRecord,
     append_events,
+    max_seq,
     seqs_of_message_ids,
     write_transaction,
 )
 
 __all__ = [
+    "CommitRun",
+    "CommitWriter",
+    "LocalWriter",
     "RemoteWriter",
     "StoreFailed",
+    "WorkerWriter",
     "commit_remote",
     "gather",
     "insert_one_by_one",
@@ -47,6 +54,8 @@ RemoteWriter = Callable[[Sequence[EventRecord], int], Awaitable[tuple[AppendResu
 Reader = Callable[..., Awaitable[Any]]
 #: Runs a blocking function in a thread: ``CommitThread.run`` (the store's writer thread).
 Runner = Callable[[Callable[[], AppendResult]], Awaitable[AppendResult]]
+#: A caller's extra write in the transaction of its records (an idempotency key's answer).
+Extra = Callable[[Connection], None]
 
 
 async def _in_worker_thread(fn: Callable[[], AppendResult]) -> AppendResult:
@@ -193,3 +202,66 @@ def split_result(callers: Sequence[Sequence[EventRecord]], combined: AppendResul
                 inserted.append((seq, record.message_id))
         out.append((AppendResult(tuple(inserted), tuple(duplicates)), failed))
     return out
+
+
+@dataclass(frozen=True)
+class CommitRun:
+    """One run of the writer task's batch, for one writer: its records in queue order, the
+    callers' extra writes (``also_of``: each by the message id of its caller's last record,
+    for the one-by-one retry), and whether it holds our own events (committed at the full
+    durability level)."""
+
+    records: list[EventRecord]
+    extras: list[Extra]
+    also_of: dict[str, Extra]
+    durable: bool
+
+
+class CommitWriter(Protocol):
+    """Commits one run for the store's writer task (the one write token): what was stored
+    and, per message id, why not. Never cancelled once started."""
+
+    async def commit(self, run: CommitRun) -> tuple[AppendResult, dict[str, BaseException]]: ...
+
+
+class LocalWriter:
+    """Commits in the daemon (the store's writer thread): the whole run in one transaction,
+    or, when that fails, one per event to isolate the failing ones."""
+
+    def __init__(self, engine: Engine, run: Runner = _in_worker_thread) -> None:
+        self.engine = engine
+        self.run = run
+
+    async def commit(self, run: CommitRun) -> tuple[AppendResult, dict[str, BaseException]]:
+        try:
+            # One statement for the whole run (during a catch-up a run is hundreds of
+            # single-event submissions); the result is split per caller by the store.
+            return await insert_records(self.engine, run.records, run.extras,
+                                        durable=run.durable, run=self.run), {}
+        except Exception as exc:
+            log.error("batch commit failed; retrying its events one by one", exc_info=True)
+            return await insert_one_by_one(self.engine, run.records, exc, run.also_of,
+                                           durable=run.durable, run=self.run)
+
+
+class WorkerWriter:
+    """Commits fetched events in an ingest worker process (``remote``). Rows above the highest
+    seq committed before the run (read first: the store's writer task holds the one write
+    token) are the run's, which settles what a worker that died with the run stored."""
+
+    def __init__(self, remote: RemoteWriter, read: Reader) -> None:
+        self.remote = remote
+        self.read = read
+        #: Runs appended by the worker, and those whose worker died (settled from the log).
+        self.appends = 0
+        self.settled = 0
+
+    async def commit(self, run: CommitRun) -> tuple[AppendResult, dict[str, BaseException]]:
+        high_seq: int = await self.read(max_seq)
+        combined, errors, settled = await commit_remote(self.read, self.remote, run.records,
+                                                        high_seq)
+        if settled:
+            self.settled += 1
+        else:
+            self.appends += 1
+        return combined, errors

@@ -22,6 +22,7 @@ from node.replication.discovery import (
     channel_rendezvous,
     network_rendezvous,
 )
+from node.replication.driver import ReplicationDriver
 from node.replication.fetch import (
     FETCH_PROTOCOL,
     MAX_IDS,
@@ -80,6 +81,7 @@ __all__ = [
     "PeerManager",
     "PendingBatch",
     "ReconService",
+    "ReplicationDriver",
     "SessionStats",
     "SummarySaver",
     "SystemClock",

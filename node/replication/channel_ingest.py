@@ -5,15 +5,15 @@ channels will ask of their logs for the batch (``sync.replication.ingest_reads``
 store before the steps run, never inside one), then stores what they delivered, counts and
 charges what they refused.
 
-:class:`FetchedIngest` is a part of :class:`node.replication.channels.ChannelService`, kept
-apart because it is the one path fetched events take; it uses the service's channels, sender
-policy, store and counters.
+:class:`ChannelService` holds one :class:`FetchedIngest`, built with the service's channels,
+sender policy, store and counters, and the service's steps it shares with gossip input
+(:class:`ChannelSteps`).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Protocol
 
 from node.metrics import Metrics
 from node.replication.clock import Clock
@@ -23,49 +23,51 @@ from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
 from sync.ingest import IngestSpec, VerifiedBatch, verify_wires
 from sync.replication import Penalize, Rejected, ingest_batch, ingest_reads, order, screen
-from sync.sds import SdsChannel, SdsConfig
+from sync.sds import SdsChannel
 
-__all__ = ["FetchedIngest"]
+__all__ = ["ChannelSteps", "FetchedIngest"]
 
 
-class FetchedIngest(ABC):
-    channels: dict[str, SdsChannel]
-    policy: SenderPolicy
-    store: EventStore
-    metrics: Metrics
-    sds_config: SdsConfig
-    network_id: int
-    event_id_layout: str
-    profiles: dict[str, str]
-    clock: Clock
-    reads: DeliveredReads
-    _dirty: set[str]
+class ChannelSteps(Protocol):
+    """The channel service's steps fetched events share with gossip input."""
 
-    # The service's own steps, which fetched events share with gossip input (ChannelService).
-    @abstractmethod
-    def _reject(self, exc: RemoteProtocolError, peer: str | None,
-                penalty: str | None = None, *, penalise: bool = True) -> None:
+    def reject(self, exc: RemoteProtocolError, peer: str | None,
+               penalty: str | None = None, *, penalise: bool = True) -> None:
         """Count a refused input and charge ``peer``."""
 
-    @abstractmethod
-    def _penalise(self, peer: str, penalty: str) -> None:
-        """Charge ``peer`` (``on_penalty``)."""
+    def penalise(self, peer: str, penalty: str) -> None:
+        """Charge ``peer``."""
 
-    @abstractmethod
-    def _after_input(self, name: str) -> None:
+    def after_input(self, name: str) -> None:
         """Store what channel ``name`` delivered after an input."""
+
+    def mark_dirty(self, name: str) -> None:
+        """Channel ``name``'s state changed."""
+
+
+class FetchedIngest:
+    def __init__(self, *, channels: dict[str, SdsChannel], policy: SenderPolicy,
+                 store: EventStore, metrics: Metrics, reads: DeliveredReads, spec: IngestSpec,
+                 max_lamport_ahead_ms: int, clock: Clock, steps: ChannelSteps) -> None:
+        self.channels = channels
+        self.policy = policy
+        self.store = store
+        self.metrics = metrics
+        self.reads = reads
+        self.spec = spec
+        self.max_lamport_ahead_ms = max_lamport_ahead_ms
+        self.clock = clock
+        self.steps = steps
 
     async def ingest(self, wire: bytes, peer: str | None, now: float | None = None
                      ) -> str | None:
         """Feed one event fetched by id; its message id, or None if rejected. Verified here
         (it is one event) and then the same path as a Recon batch."""
-        spec = IngestSpec(self.network_id, self.event_id_layout, self.profiles,
-                          self.sds_config.max_message_size)
-        batch = verify_wires(spec, [wire])
+        batch = verify_wires(self.spec, [wire])
         actions, error = screen(batch, peer or "")
         if error is not None:
             kind = next(a.kind for a in actions if isinstance(a, Rejected))
-            self._reject(RemoteProtocolError(error.reason, peer, kind), peer)
+            self.steps.reject(RemoteProtocolError(error.reason, peer, kind), peer)
             return None
         refused = await self.ingest_verified(batch, [wire], [0], peer, now)
         return None if refused else batch.message_ids[0]
@@ -82,16 +84,16 @@ class FetchedIngest(ABC):
                                     lambda: ingest_reads(batch, taken, self.channels))
         when = self.clock.wall() if now is None else now
         out = ingest_batch(batch, wires, taken, peer, self.channels, self.policy, when,
-                           self.sds_config.max_lamport_ahead_ms)
+                           self.max_lamport_ahead_ms)
         for action in out.actions:
             if isinstance(action, Rejected):
-                self._reject(RemoteProtocolError(action.reason, peer, action.kind), peer,
+                self.steps.reject(RemoteProtocolError(action.reason, peer, action.kind), peer,
                              penalise=False)
             elif isinstance(action, Penalize):
-                self._penalise(action.peer, action.penalty)
+                self.steps.penalise(action.peer, action.penalty)
         for name, count in out.bulk.items():
             self.metrics.inc("events_delivered_total", count, channel=name)
-            self._dirty.add(name)
+            self.steps.mark_dirty(name)
         if out.records:
             self.store.submit_fetched(out.records)
         for name, count in out.stepped.items():
@@ -99,5 +101,5 @@ class FetchedIngest(ABC):
             if self.channels[name].profile.is_waku:
                 self.metrics.inc("sds_unsigned_accepted_total", count, channel=name)
         for name in sorted(out.touched):
-            self._after_input(name)
+            self.steps.after_input(name)
         return out.refused

@@ -23,7 +23,7 @@ from node.p2p import P2PHost
 from node.replication.channel_ingest import FetchedIngest
 from node.replication.channel_metrics import EVENT_COUNTERS, describe_channel_metrics
 from node.replication.channel_state import ChannelMaker
-from node.replication.clock import Clock, SystemClock
+from node.replication.clock import Clock
 from node.replication.delivered_reads import DeliveredReads
 from node.replication.gossip_outbox import GossipOutbox, topic_of
 from node.store import EventStore
@@ -35,6 +35,7 @@ from sync.gossip import (
     SenderPolicy,
     publisher_pays,
 )
+from sync.ingest import IngestSpec
 from sync.peerscore import penalty_of
 from sync.recon.eventid import CIP124_DRAFT
 from sync.replication import sds_penalty
@@ -66,7 +67,7 @@ MissingHandler = Callable[[str, Sequence[MissingEntry]], None]
 PenaltyHandler = Callable[[str, str], object]
 
 
-class ChannelService(FetchedIngest):
+class ChannelService:
     def __init__(
         self,
         *,
@@ -78,6 +79,7 @@ class ChannelService(FetchedIngest):
         network_id: int,
         channels: Sequence[str],
         sds_config: SdsConfig,
+        clock: Clock,
         on_missing: MissingHandler | None = None,
         allowed_senders: frozenset[str] | None = None,
         gossip_linger_s: float = 0.0,
@@ -86,11 +88,10 @@ class ChannelService(FetchedIngest):
         writers: Mapping[str, frozenset[str]] | None = None,
         gossip_limits: GossipLimits | None = None,
         on_penalty: PenaltyHandler | None = None,
-        clock: Clock | None = None,
         member_estimate: int = 0,
     ) -> None:
         self.host = host
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.outbox = GossipOutbox(host, network_id, metrics, self.clock, gossip_linger_s,
                                    gossip_limits)
         self.store = store
@@ -119,6 +120,13 @@ class ChannelService(FetchedIngest):
             max_peers=limits.max_peers, max_item_bytes=sds_config.max_message_size))
         self.channels: dict[str, SdsChannel] = {}
         self._dirty: set[str] = set()
+        #: The one path of events fetched by Recon or by id into the channels.
+        self.fetched = FetchedIngest(
+            channels=self.channels, policy=self.policy, store=store, metrics=metrics,
+            reads=self.reads, spec=IngestSpec(network_id, event_id_layout, self.profiles,
+                                              sds_config.max_message_size),
+            max_lamport_ahead_ms=sds_config.max_lamport_ahead_ms, clock=self.clock,
+            steps=self)
         self._wake = trio.Event()
         describe_channel_metrics(metrics, self.channels, store)
         store.on_failure(self._undeliver)
@@ -228,16 +236,16 @@ class ChannelService(FetchedIngest):
                 # GossipSub forwards before we validate (sync.gossip).
                 admitted = self.gate.admit(data, forwarder or peer, now, publisher=peer)
                 for exc, penalty in admitted.rejected:
-                    self._reject(exc, peer, penalty, penalise=direct and penalty is not None)
+                    self.reject(exc, peer, penalty, penalise=direct and penalty is not None)
                 for item in admitted.items:
                     try:
                         # A question only the store answers (an old id): read, run again.
                         if await self.reads.step(name, ch, partial(ch.receive, item, now, peer)):
                             self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
-                        self._reject(exc, peer, penalise=direct)
+                        self.reject(exc, peer, penalise=direct)
                 if admitted.items:
-                    self._after_input(name)
+                    self.after_input(name)
 
     def _undeliver(self, records: Sequence[EventRecord]) -> None:
         for record in records:
@@ -245,19 +253,25 @@ class ChannelService(FetchedIngest):
             if ch is not None and ch.forget(record.message_id):
                 self.metrics.inc("events_store_failed_total", channel=record.channel)
 
-    def _reject(self, exc: RemoteProtocolError, peer: str | None,
+    def reject(self, exc: RemoteProtocolError, peer: str | None,
                 penalty: str | None = None, *, penalise: bool = True) -> None:
+        """Count a refused input and charge ``peer``."""
         # The label and the penalty follow from the error's kind (sync.errors.ErrorKind).
         self.metrics.inc("events_rejected_total", reason=exc.kind.value)
         log.info("rejected event", extra=kv(peer=peer or "?", reason=exc.reason))
         if penalise and peer is not None:
-            self._penalise(peer, penalty or penalty_of(exc.kind))
+            self.penalise(peer, penalty or penalty_of(exc.kind))
 
-    def _penalise(self, peer: str, penalty: str) -> None:
+    def penalise(self, peer: str, penalty: str) -> None:
         if self.on_penalty is not None:
             self.on_penalty(peer, penalty)
 
-    def _after_input(self, name: str) -> None:
+    def mark_dirty(self, name: str) -> None:
+        """Channel ``name``'s state changed: saved with the next round."""
+        self._dirty.add(name)
+
+    def after_input(self, name: str) -> None:
+        """Store what channel ``name`` delivered after an input, send what it queued."""
         records, _ = self._process(name)
         if records:
             self.store.submit(records)
@@ -274,7 +288,7 @@ class ChannelService(FetchedIngest):
             elif isinstance(ev, RepairRequested):
                 self.metrics.inc("sds_repairs_requested_total", len(ev.message_ids))
             elif (penalty := sds_penalty(ev)) is not None:
-                self._penalise(penalty.peer, penalty.penalty)
+                self.penalise(penalty.peer, penalty.penalty)
             elif isinstance(ev, Evicted):
                 self.metrics.inc("sds_evicted_total", buffer=ev.buffer)
             elif isinstance(ev, MissingDependencies):
@@ -299,7 +313,7 @@ class ChannelService(FetchedIngest):
                 due = ch.get_timer()
                 if due is not None and due <= now:
                     ch.handle_timer(now)
-                    self._after_input(name)
+                    self.after_input(name)
                     due = ch.get_timer()
                 if due is not None:
                     next_at = min(next_at, due)

@@ -1,7 +1,9 @@
 """Fetch events by message id (``/syncnode/fetch/1.0.0``) to close SDS gaps in seconds.
 
 The protocol (request format, answer checks) is :mod:`sync.transfer.fetch`; when to fetch, whom
-to ask and what is left to Recon is :class:`sync.replication.GapPlanner`'s; this is the glue.
+to ask and what is left to Recon is :class:`sync.replication.GapPlanner`'s, driven with the
+rest of replication by ``ReplicationDriver`` (its timer, gaps in, actions out); this runs the
+requests it plans and serves those of peers.
 Answers are read from the database in byte-bounded batches and sent as they are read, and each
 peer has at most ``max_streams_per_peer`` requests served at once, so requests that are never
 read cannot make the node hold their events. Everything fetched goes through
@@ -12,33 +14,22 @@ anything is stored.
 from __future__ import annotations
 
 import logging
-import math
 import random
-from collections.abc import Awaitable, Callable, Sequence
-
-import trio
+from collections.abc import Awaitable, Callable
 
 from node.config import FetchSection
 from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
-from node.replication.clock import Clock, SystemClock
+from node.replication.driver import ReplicationDriver
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import OverBudget, WorkGate
 from node.store import EventStore
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
 from sync.peerscore import penalty_of
-from sync.replication import (
-    FETCH_GRACE_S,
-    Action,
-    FetchPlan,
-    GapPlanner,
-    Penalize,
-    ReconcileSoon,
-)
-from sync.sds import MissingEntry
+from sync.replication import FETCH_GRACE_S, FetchPlan, GapPlanner
 from sync.transfer import (
     REFUSED_PENALTY,
     FetchReader,
@@ -49,13 +40,19 @@ from sync.transfer import (
 )
 from sync.workbudget import fetch_units
 
-__all__ = ["FETCH_PROTOCOL", "MAX_IDS", "Fetcher"]
+__all__ = ["FETCH_PROTOCOL", "MAX_IDS", "Fetcher", "gap_planner"]
 
 log = logging.getLogger("syncnode.fetch")
 FETCH_PROTOCOL = "/syncnode/fetch/1.0.0"
 MAX_IDS = 256
 PEERS_PER_ID = 3
 GRACE_S = FETCH_GRACE_S
+
+
+def gap_planner(limits: FetchSection, rng: random.Random, grace_s: float = GRACE_S
+                ) -> GapPlanner:
+    """The fetch-by-id core on the node's settings (``[fetch]``)."""
+    return GapPlanner(grace_s, min(limits.max_ids, MAX_IDS), rng, PEERS_PER_ID)
 
 
 class Fetcher:
@@ -68,29 +65,22 @@ class Fetcher:
         metrics: Metrics,
         ingest: Callable[[bytes, str | None], Awaitable[str | None]],
         still_missing: Callable[[str], bool],
-        grace_s: float = GRACE_S,
+        driver: ReplicationDriver,
+        limits: FetchSection,
         standing: PeerStanding | None = None,
-        limits: FetchSection | None = None,
-        rng: random.Random | None = None,
         work: WorkGate | None = None,
-        clock: Clock | None = None,
     ) -> None:
         self.host = host
-        self.clock = clock or SystemClock()
         self.store = store
         self.metrics = metrics
         self.ingest = ingest
         self.still_missing = still_missing
-        self.grace_s = grace_s
-        self._wake = trio.Event()
+        self.driver = driver
+        self.core = driver.gaps
         self.standing = standing
         self.work = work
-        self.rng = rng or random.Random()
-        self.limits = limits or FetchSection()
+        self.limits = limits
         self.max_ids = min(self.limits.max_ids, MAX_IDS)
-        self.core = GapPlanner(grace_s, self.max_ids, self.rng, PEERS_PER_ID)
-        #: Gaps fetch by id could not close are left to Recon (``ReconService.poke``).
-        self.reconcile_soon: Callable[[], None] | None = None
         self._serving = InFlight(self.limits.max_streams_per_peer,
                                  max(self.limits.max_streams, self.limits.max_streams_per_peer))
         host.set_stream_handler(FETCH_PROTOCOL, self._serve)
@@ -105,17 +95,6 @@ class Fetcher:
     def _penalise(self, peer: str, reason: str) -> None:
         if self.standing is not None:
             self.standing.penalise(peer, reason)
-
-    def want(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
-        self.core.missing(entries, self.clock.now())
-        self._wake.set()
-
-    def _carry_out(self, actions: Sequence[Action]) -> None:
-        for action in actions:
-            if isinstance(action, Penalize):
-                self._penalise(action.peer, action.penalty)
-            elif isinstance(action, ReconcileSoon) and self.reconcile_soon is not None:
-                self.reconcile_soon()
 
     async def _serve(self, stream: FramedStream) -> None:
         peer = stream.peer_id
@@ -157,22 +136,7 @@ class Fetcher:
         self.metrics.inc("fetch_served_total", served)
 
     async def run(self) -> None:
-        while True:
-            timer = self.core.get_timer()
-            if timer is None or timer > self.clock.now():
-                self._wake = trio.Event()
-                with trio.move_on_at(math.inf if timer is None else timer):
-                    await self._wake.wait()
-                continue
-            connected = self.host.connected_peers()
-            plan = self.core.handle_timer(self.clock.now(), self.still_missing, connected,
-                                          {p for p in connected if self.host.is_banned(p)})
-            if plan is None:
-                continue
-            try:
-                await self._fetch(plan)
-            finally:
-                self._carry_out(self.core.done(plan))
+        await self.driver.fetch_rounds(self._fetch, self.still_missing)
 
     async def _fetch(self, plan: FetchPlan) -> None:
         for peer in plan.peers:
@@ -186,7 +150,7 @@ class Fetcher:
                 continue
             except RemoteProtocolError as exc:
                 self.metrics.inc("fetch_bad_answers_total")
-                self._carry_out(self.core.bad_answer(peer, exc))
+                self.driver.carry_out(self.core.bad_answer(peer, exc))
                 log.info("bad fetch answer", extra=kv(peer=peer, error=exc.reason))
                 continue
             for wire in got:

@@ -34,7 +34,7 @@ import trio
 from node.ingest_worker import AppendRequest
 from node.logs import kv
 from node.metrics import Metrics
-from node.replication.clock import Clock, SystemClock
+from node.replication.clock import Clock
 from node.store_commits import RemoteWriter
 from storage import AppendResult, EventRecord
 from sync.ingest import IngestSpec, VerifiedBatch
@@ -74,11 +74,10 @@ class _Worker:
 
 
 class IngestPool:
-    def __init__(self, spec: IngestSpec, workers: int, metrics: Metrics,
-                 clock: Clock | None = None) -> None:
+    def __init__(self, spec: IngestSpec, workers: int, metrics: Metrics, clock: Clock) -> None:
         if workers < 1:
             raise ValueError("an ingest pool needs at least one worker")
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.spec = spec
         self.size = workers
         self.metrics = metrics
@@ -212,7 +211,8 @@ class IngestPool:
         return out
 
     def remote_writer(self, db_url: str, sqlite_synchronous: str) -> RemoteWriter:
-        """The store's remote writer (``EventStore.set_remote_writer``): appends on a worker."""
+        """The store's writer of fetched events (``EventStore(remote_writer=...)``): appends on
+        a worker."""
 
         async def write(records: Sequence[EventRecord], received_at: int
                         ) -> tuple[AppendResult, dict[str, str]]:

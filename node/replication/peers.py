@@ -29,7 +29,9 @@ class PeerManager:
     """Keeps a connection to every known peer; ``join`` adds one for good."""
 
     def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics,
-                 clock: Clock) -> None:
+                 clock: Clock, *,
+                 on_joined: Callable[[str, str], None] | None = None,
+                 on_forgotten: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.host = host
         # Backoff and redial times on the injected clock (trio's: MockClock in tests).
         self.clock = clock
@@ -39,8 +41,8 @@ class PeerManager:
         self._wake = trio.Event()
         # Told of each address ``join`` proved (the address book keeps it too), and of each
         # peer forgotten (the address book drops it too).
-        self.on_joined: Callable[[str, str], None] | None = None
-        self.on_forgotten: Callable[[str], Awaitable[None]] | None = None
+        self.on_joined = on_joined
+        self.on_forgotten = on_forgotten
 
     @property
     def known(self) -> dict[str, KnownPeer]:

@@ -50,7 +50,10 @@ def _ip_of(address: str | None) -> str | None:
 
 class ReachabilityService:
     def __init__(self, host: P2PHost, relay: RelayLayer, metrics: Metrics,
-                 clock: Clock) -> None:
+                 clock: Clock, *,
+                 announce: Callable[[str], Awaitable[object]] | None = None,
+                 direct_addrs: Callable[[str], list[str]] | None = None,
+                 penalise: Callable[[str, str], object] | None = None) -> None:
         self.host, self.relay = host, relay
         self.clock = clock
         self.metrics = metrics
@@ -69,11 +72,11 @@ class ReachabilityService:
         self._register(metrics)
         # Hands our freshly signed record to a peer (membership's peer exchange), so that the
         # peers we joined pass our relayed addresses on without waiting for their next round.
-        self.announce: Callable[[str], Awaitable[object]] | None = None
+        self.announce = announce
         # A peer's advertised direct (non-relayed) addresses (membership's address book).
-        self.direct_addrs: Callable[[str], list[str]] | None = None
+        self.direct_addrs = direct_addrs
         # Charges a peer's standing (node.p2p.standing) for a dial-back lie.
-        self.penalise: Callable[[str, str], object] | None = None
+        self.penalise = penalise
 
     def _port(self) -> int:
         for address in self.host.listen_addrs:

@@ -10,8 +10,8 @@ the SDS channel before anything is stored.
 Every rule of the session lifecycle (when the next session starts and with whom, backoff, the
 backlog range a session owns and gives back when it fails, which side fetches first, whether
 another follows at once, claims, penalties) is the sans-IO ``sync.replication.ReconLifecycle``'s;
-this module is its driver: it reads the injected clock, opens streams, runs the phases and
-carries out the actions (``_carry_out``).
+``ReplicationDriver`` drives it (its timer, connections, commits in; actions out); this module
+opens the streams and runs the sessions it starts (``recon_session``).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import trio
 from node.config import ReconSection
 from node.metrics import Metrics
 from node.p2p import P2PHost
-from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
-from node.replication.clock import Clock, SystemClock
+from node.replication.clock import Clock
+from node.replication.driver import ReplicationDriver
 from node.replication.ingest import IngestPool
 from node.replication.peer_activity import PeerActivity
 from node.replication.recon_metrics import describe_recon_metrics
-from node.replication.recon_session import RECON_PROTOCOL, ReconSessions
+from node.replication.recon_session import RECON_PROTOCOL, SessionRunner
 from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
 from node.replication.recon_transfer import Transfer
 from node.replication.recon_work import KeyStoreWork
@@ -40,25 +40,33 @@ from node.replication.work import WorkGate
 from node.store import EventStore
 from storage import AppendResult, EventRecord, SqlKeySource
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
+from sync.recon.peers import Range
 from sync.recon.session import ReconConfig
-from sync.replication import (
-    Action,
-    ClaimsLapsed,
-    LifecycleConfig,
-    Penalize,
-    ReconLifecycle,
-    SessionFailed,
-    StartSession,
-)
-from sync.sds import MissingEntry
+from sync.replication import LifecycleConfig, ReconLifecycle
 from sync.transfer import ClaimTable, RangeBacklog
 
-__all__ = ["RECON_PROTOCOL", "ReconService"]
+__all__ = ["RECON_PROTOCOL", "ReconService", "recon_interests", "recon_lifecycle"]
 
 log = logging.getLogger("syncnode.recon")
 
 
-class ReconService(ReconSessions):
+def recon_interests(network_id: int, channels: Sequence[str], peer_id: str,
+                    allowed_senders: frozenset[str] | None) -> list[Range]:
+    """What the node reconciles: its channels' streams; a closed group only its members'."""
+    members = allowed_senders | {peer_id} if allowed_senders else None
+    return node_interests(network_id, channels, members)
+
+
+def recon_lifecycle(peer_id: str, interests: Sequence[Range], section: ReconSection,
+                    rng: random.Random) -> ReconLifecycle:
+    """The Recon lifecycle core on the node's settings (``[recon]``)."""
+    return ReconLifecycle(peer_id, interests, rng, LifecycleConfig.of(
+        interval_s=section.interval_s, gossip_grace_s=section.gossip_grace_s,
+        max_sessions=section.max_sessions, claim_timeout_s=section.claim_timeout_s,
+        max_missing_keys=section.max_missing_keys, prompt_min_s=section.prompt_interval_s))
+
+
+class ReconService:
     def __init__(
         self,
         *,
@@ -69,55 +77,42 @@ class ReconService(ReconSessions):
         network_id: int,
         section: ReconSection,
         config: ReconConfig,
-        allowed_senders: frozenset[str] | None = None,
-        standing: PeerStanding | None = None,
+        driver: ReplicationDriver,
+        clock: Clock,
         ingest: IngestPool | None = None,
-        rng: random.Random | None = None,
         work: WorkGate | None = None,
-        clock: Clock | None = None,
     ) -> None:
         self.host = host
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.store = store
-        self.channels = channels
         self.metrics = metrics
-        self.network_id = network_id
         self.section = section
-        self.session_timeout_s = section.session_timeout_s
-        self.fetch_batch = section.fetch_batch
-        self.max_missing_keys = section.max_missing_keys
-        self.config = config
         load, max_buckets, cache_keys = keystore_limits(section)
         self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
                                     max_buckets=max_buckets, cache_keys=cache_keys)
         # Session work runs in one worker thread at a time, charged to the peer first.
         self.keywork = KeyStoreWork(self.keys)
-        self.work = work
         self.saver = SummarySaver(store, metrics, section.summary_save_interval_s, self.clock)
-        # A closed group is only interested in its members' streams.
-        members = allowed_senders | {channels.peer_id} if allowed_senders else None
-        self.interests = node_interests(network_id, channels.names, members)
-        self.core = ReconLifecycle(channels.peer_id, self.interests, rng or random.Random(),
-                                   LifecycleConfig.of(
-            interval_s=section.interval_s, gossip_grace_s=section.gossip_grace_s,
-            max_sessions=section.max_sessions, claim_timeout_s=section.claim_timeout_s,
-            max_missing_keys=self.max_missing_keys, prompt_min_s=section.prompt_interval_s))
-        self._wake = trio.Event()
+        self.driver = driver
+        self.core = driver.lifecycle
         # Each peer's last session, for peers/status/metrics.
         self.activity = PeerActivity(clock=self.clock)
         self.sync = SyncStatus(store, metrics, self.clock, host.connected_peers)
-        self.standing = standing
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
-            fetch_batch=self.fetch_batch, core=self.core, carry_out=self._carry_out,
+            fetch_batch=section.fetch_batch, driver=driver,
             max_frame_bytes=host.config.max_frame_bytes,
             serve_batch_bytes=section.serve_batch_bytes, work=work, clock=self.clock,
             event_id_layout=section.event_id_layout, profiles=channels.profiles, ingest=ingest,
         )
-        host.set_stream_handler(RECON_PROTOCOL, self._respond)
+        self.sessions = SessionRunner(
+            host=host, driver=driver, keywork=self.keywork, transfer=self.transfer,
+            activity=self.activity, sync=self.sync, metrics=metrics, config=config,
+            section=section, clock=clock, work=work)
+        host.set_stream_handler(RECON_PROTOCOL, self.sessions.respond)
         store.on_commit(self._on_commit)
         # Fetched events in the store's queue stay claimed until their commit, however slow.
-        store.on_queued(lambda records: self.core.queued(r.recon_key for r in records))
+        store.on_queued(driver.queued)
         describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys,
                                lambda: self.backlog)
 
@@ -134,21 +129,6 @@ class ReconService(ReconSessions):
     def backlog(self) -> RangeBacklog:
         return self.core.backlog
 
-    def _carry_out(self, actions: Sequence[Action]) -> None:
-        """Do what the core decided (sessions to start are the caller's)."""
-        for action in actions:
-            if isinstance(action, Penalize):
-                if self.standing is not None:
-                    self.standing.penalise(action.peer, action.penalty, action.count)
-            elif isinstance(action, ClaimsLapsed):
-                self.metrics.inc("recon_claims_lapsed_total", action.count)
-            elif isinstance(action, SessionFailed):
-                if action.kind is not None:
-                    self.metrics.inc("recon_protocol_errors_total", reason=action.kind.value)
-            elif not isinstance(action, StartSession):
-                self.transfer.carry_out(action)
-        self._wake.set()
-
     async def load(self) -> None:
         """Open the key store: the saved summary plus newer keys, else one scan of the key
         index (``recon_summary.open_keys``); memory bounded either way."""
@@ -161,36 +141,17 @@ class ReconService(ReconSessions):
         return await self.saver.save(self.keys, self.keywork.try_locked)
 
     def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
-        # Every record the store was given ends its claim's hold here: stored, a duplicate,
-        # or not stored at all (then it may be fetched again). A new event pokes the core.
-        new = {m for _, m in result.inserted}
-        stored, fetched = self.core.committed(
-            [r.recon_key for r in records],
-            {r.recon_key for r in records if r.message_id in new})
+        stored, fetched = self.driver.committed(result, records)
         if not stored:
             return
         self.keywork.insert_many(stored)
         self.saver.committed(result)
         # Fetched vs stored: each event should be fetched once (docs/bench/cluster.md).
         self.metrics.inc("recon_events_stored_total", fetched)
-        self._wake.set()
 
     def poke(self) -> None:
         """Reconcile soon (e.g. after a new peer connected or a gap was seen)."""
-        self.core.poke()
-        self._wake.set()
-
-    def gap(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
-        """SDS found events' dependencies missing: reconcile with their senders at once."""
-        at_once, deferred = self.core.gap((e.sender_id for e in entries),
-                                          self.host.connected_peers(), self.clock.now())
-        self._prompted("gap", at_once, deferred)
-
-    def _prompted(self, reason: str, at_once: int, deferred: int) -> None:
-        for outcome, count in (("at_once", at_once), ("deferred", deferred)):
-            if count:
-                self.metrics.inc("recon_prompts_total", count, reason=reason, outcome=outcome)
-        self._wake.set()
+        self.driver.poke()
 
     # -- initiating ----------------------------------------------------------------------------
 
@@ -199,39 +160,17 @@ class ReconService(ReconSessions):
             nursery.start_soon(self._watch_peers)
             if self.saver.interval_s > 0:
                 nursery.start_soon(self.saver.run, lambda: self.keys, self.keywork.try_locked)
-            while True:
-                now = self.clock.now()
-                if now >= self.core.get_timer():
-                    actions = self.core.handle_timer(now, self.host.connected_peers(),
-                                                     self._latency)
-                    self._carry_out(actions)
-                    for action in actions:
-                        if isinstance(action, StartSession):
-                            nursery.start_soon(self._session, action.peer)
-                    continue
-                self._wake = trio.Event()
-                with trio.move_on_after(self.core.get_timer() - now):
-                    await self._wake.wait()
+            await self.driver.recon_rounds(self._session)
 
     async def _session(self, peer: str) -> None:
         try:
-            await self.sync_with(peer)
+            await self.sessions.sync_with(peer)
         finally:  # a prompt that waited for this session's end may start now
-            self._wake.set()
-
-    def _latency(self, peer: str) -> float | None:
-        info = self.host.peer_info(peer)
-        return info.latency_s if info is not None else None
+            self.driver.wake()
 
     async def _watch_peers(self) -> None:
         async for event in self.host.peer_events():
             if event.kind == "disconnected":
-                self.core.disconnected(event.peer_id, self.clock.now())
+                self.driver.disconnected(event.peer_id)
             if event.kind == "connected":
-                at_once = self.core.connected(event.peer_id, self.host.connected_peers(),
-                                              self.clock.now(),
-                                              dialled=event.direction != "inbound")
-                if at_once is None:
-                    self._wake.set()  # a stranger's connection: the round, not a prompt
-                else:
-                    self._prompted("connected", int(at_once), int(not at_once))
+                self.driver.connected(event.peer_id, inbound=event.direction == "inbound")

@@ -28,7 +28,7 @@ async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
 async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes | None,
                     on_dropped: Callable[[int], None], *, work: Work = _inline,
                     charge: Charge | None = None,
-                    now: Callable[[], float] = trio.current_time) -> None:
+                    now: Callable[[], float]) -> None:
     """Run the exchange to its end (``first``: the initiator's opening frame). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
     missing keys beyond the bound. Each frame from the peer is ``charge``d to it (by its

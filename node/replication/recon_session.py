@@ -1,14 +1,15 @@
-"""One Recon session over a libp2p stream, as :class:`ReconService` runs it: begin it with the
-lifecycle core, reconcile (``recon_phase``), run the transfer phases in the order the core says,
-and report the end (``finished`` or ``failed``) back to the core. A part of ``ReconService``
-(kept apart for size), using its core, clock, stores and counters.
+"""One Recon session over a libp2p stream: begin it with the lifecycle core, reconcile
+(``recon_phase``), run the transfer phases in the order the core says, and report the end
+(``finished`` or ``failed``) back to the core; what the core returns goes to the one driver
+(``ReplicationDriver.carry_out``). ``ReconService`` holds one :class:`SessionRunner`, which the
+driver's Recon loop starts sessions on and the stream handler answers peers' sessions with.
 """
 
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -17,6 +18,7 @@ from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.replication.clock import Clock
+from node.replication.driver import ReplicationDriver
 from node.replication.ingest import IngestUnavailable
 from node.replication.peer_activity import PeerActivity
 from node.replication.recon_phase import reconcile
@@ -25,12 +27,11 @@ from node.replication.recon_work import KeyStoreWork
 from node.replication.sync_status import SyncStatus
 from node.replication.work import OverBudget, WorkGate
 from sync.errors import RemoteProtocolError
-from sync.recon import SummaryKeyStore
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
-from sync.replication import Action, ReconLifecycle, Role, SessionPlan
+from sync.replication import ReconLifecycle, Role, SessionPlan
 from sync.transfer import BUSY_FRAME, ReconExchange
 
-__all__ = ["FAILURES", "RECON_PROTOCOL", "ReconSessions"]
+__all__ = ["FAILURES", "RECON_PROTOCOL", "SessionRunner"]
 
 log = logging.getLogger("syncnode.recon")
 RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
@@ -38,26 +39,23 @@ RECON_PROTOCOL = PROTOCOL_ID  # the stream protocol id is the sans-IO session's
 FAILURES = (P2PError, trio.TooSlowError, RemoteProtocolError, IngestUnavailable, OverBudget)
 
 
-class ReconSessions(ABC):
+@dataclass(kw_only=True)
+class SessionRunner:
     host: P2PHost
-    core: ReconLifecycle
-    clock: Clock
-    metrics: Metrics
-    keys: SummaryKeyStore
+    driver: ReplicationDriver
     keywork: KeyStoreWork
-    config: ReconConfig
-    section: ReconSection
-    session_timeout_s: float
-    max_missing_keys: int
-    fetch_batch: int
     transfer: Transfer
     activity: PeerActivity
     sync: SyncStatus
-    work: WorkGate | None
+    metrics: Metrics
+    config: ReconConfig
+    section: ReconSection
+    clock: Clock
+    work: WorkGate | None = None
 
-    @abstractmethod
-    def _carry_out(self, actions: Sequence[Action]) -> None:
-        """Do what the core decided."""
+    @property
+    def core(self) -> ReconLifecycle:
+        return self.driver.lifecycle
 
     async def sync_with(self, peer: str) -> SessionStats | None:
         """Sessions with ``peer`` while a long catch-up has more to do: each next one at once
@@ -123,20 +121,20 @@ class ReconSessions(ABC):
                              role=role)
 
     def _failed(self, plan: SessionPlan, peer: str, role: Role, exc: Exception) -> None:
-        self._carry_out(self.core.failed(plan, peer, role, exc, self.clock.now()))
+        self.driver.carry_out(self.core.failed(plan, peer, role, exc, self.clock.now()))
         self.activity.session(peer, role.value, type(exc).__name__)
         self.metrics.inc("recon_errors_total", kind=type(exc).__name__)
         log.info("recon session failed", extra=kv(peer=peer, error=str(exc) or type(exc).__name__))
 
     # -- responding ----------------------------------------------------------------------------
 
-    async def _respond(self, stream: FramedStream) -> None:
+    async def respond(self, stream: FramedStream) -> None:
         peer = stream.peer_id
         stats = SessionStats()
         plan = self.core.begin(peer, Role.RESPONDER, self.clock.now())
         if plan is None:
             async with stream:
-                with trio.move_on_after(self.session_timeout_s):
+                with trio.move_on_after(self.section.session_timeout_s):
                     await stream.send(BUSY_FRAME)
             self.metrics.inc("recon_sessions_declined_total", role="responder")
             return
@@ -159,10 +157,10 @@ class ReconSessions(ABC):
     # -- shared phases ---------------------------------------------------------------------------
 
     def _exchange(self, make: Callable[..., ReconSession], plan: SessionPlan) -> ReconExchange:
-        session = make(self.keys, plan.interests, self.config, peer=plan.peer)
+        session = make(self.keywork.keys, plan.interests, self.config, peer=plan.peer)
         # The driver's clock is trio's: the exchange's timer is a cancel scope's deadline.
-        return ReconExchange(session, self.max_missing_keys, plan.peer, scope=plan.scope,
-                             timeout_s=self.session_timeout_s, started=self.clock.now())
+        return ReconExchange(session, self.section.max_missing_keys, plan.peer, scope=plan.scope,
+                             timeout_s=self.section.session_timeout_s, started=self.clock.now())
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange, plan: SessionPlan,
                          stats: SessionStats, first: bytes | None = None) -> None:
@@ -180,4 +178,4 @@ class ReconSessions(ABC):
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
         await self.transfer.serve(
-            stream, self.core.serve_budget(len(self.keys), self.fetch_batch), stats)
+            stream, self.core.serve_budget(len(self.keywork.keys), self.section.fetch_batch), stats)

@@ -21,7 +21,7 @@ import trio
 from node.config import ReconSection
 from node.logs import kv
 from node.metrics import Metrics
-from node.replication.clock import Clock, SystemClock
+from node.replication.clock import Clock
 from node.store import EventStore
 from storage import AppendResult, OpenedKeyStore, log_matches, open_key_store, save_summary
 from sync.recon import SummaryKeyStore, encode_summary
@@ -64,9 +64,9 @@ class SummarySaver:
     """Keeps the watermark of a ``SummaryKeyStore`` and saves it with the summary."""
 
     def __init__(self, store: EventStore, metrics: Metrics, interval_s: float,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock) -> None:
         self.store = store
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.metrics = metrics
         self.interval_s = interval_s
         self.watermark = 0

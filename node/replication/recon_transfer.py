@@ -2,10 +2,12 @@
 :mod:`sync.transfer` (read a frame, call the core, write what it says).
 
 Fetching: what to fetch, the claims and what a short answer costs are the lifecycle core's
-(``sync.replication.ReconLifecycle``: ``want``, ``stored``, ``delivered``, ``answer_done``);
+(``sync.replication.ReconLifecycle``: ``want``, ``stored``, ``delivered``, ``answer_done``),
+fed and carried out by the one driver (``ReplicationDriver``: ``claim`` answers the core's
+``ReadStored``);
 the WANT/EVENTS state machine is ``sync.transfer.WantFetcher``. Batches are verified in worker
 processes or threads (a driver choice: both produce a ``sync.ingest.VerifiedBatch``) and take
-the one ingest path (``sync.replication.screen`` then ``ChannelService.ingest_verified``).
+the one ingest path (``sync.replication.screen`` then ``FetchedIngest.ingest_verified``).
 
 Serving: ``recon_serve.py``.
 """
@@ -13,34 +15,25 @@ Serving: ``recon_serve.py``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import trio
 
-from node.logs import kv
 from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError
 from node.replication.channels import ChannelService
 from node.replication.clock import Clock
+from node.replication.driver import ReplicationDriver
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_serve import serve_wants
 from node.replication.verify import MAX_EVENT_BYTES, PendingBatch, verify_batch
 from node.replication.work import WorkGate
 from node.store import EventStore
-from storage import existing_keys
 from sync.errors import RemoteProtocolError
 from sync.ingest import IngestSpec, VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT
-from sync.replication import (
-    Action,
-    KeysWithheld,
-    ReadStored,
-    ReconLifecycle,
-    Rejected,
-    SessionPlan,
-    screen,
-)
+from sync.replication import SessionPlan, screen
 from sync.transfer import WantFetcher
 
 __all__ = ["SessionStats", "Transfer"]
@@ -68,7 +61,6 @@ class SessionStats:
 
 
 _Batch = tuple[list[bytes], PendingBatch, bool]
-CarryOut = Callable[[Sequence[Action]], None]
 
 
 class Transfer:
@@ -80,8 +72,7 @@ class Transfer:
         metrics: Metrics,
         network_id: int,
         fetch_batch: int,
-        core: ReconLifecycle,
-        carry_out: CarryOut,
+        driver: ReplicationDriver,
         max_frame_bytes: int,
         serve_batch_bytes: int,
         clock: Clock,
@@ -97,43 +88,22 @@ class Transfer:
         self.channels = channels
         self.metrics = metrics
         self.fetch_batch = fetch_batch
-        self.core = core
-        self._carry_out = carry_out
+        self.driver = driver
+        self.core = driver.lifecycle
+        self._carry_out = driver.carry_out
         self.clock = clock
         self.max_frame_bytes = max_frame_bytes
         self.serve_batch_bytes = serve_batch_bytes
         # Fetched events are checked under their channel's SDS profile (sync.sds.profile).
         self.spec = IngestSpec(network_id, event_id_layout, dict(profiles or {}), MAX_EVENT_BYTES)
-        for name, text in (
-            ("recon_keys_withheld_total", "Keys a peer advertised and left out of its answer"),
-            ("recon_claims_lapsed_total", "Claimed keys released because the peer stalled"),
-        ):
-            metrics.describe(name, "counter", text)
-            metrics.inc(name, 0)
-
-    def carry_out(self, action: Action) -> None:
-        """The transfer's share of the core's actions (``ReconService._carry_out``)."""
-        if isinstance(action, KeysWithheld):
-            self.metrics.inc("recon_keys_withheld_total", action.count)
-            log.info("peer withheld advertised events",
-                     extra=kv(peer=action.peer, keys=action.count))
-        elif isinstance(action, Rejected):
-            self.metrics.inc("events_rejected_total", reason=action.kind.value)
-        # Released: the caller wakes its loop. ReadStored is answered in ``fetch``.
 
     # -- fetching ------------------------------------------------------------------------------
 
     async def fetch(self, stream: FramedStream, plan: SessionPlan, stats: SessionStats) -> None:
         """Ask for the events of our missing keys, validate and ingest what arrives."""
         try:
-            actions = self.core.want(plan, stats.missing, self.clock.now(),
-                                     int(self.clock.wall() * 1000))
-            self._carry_out(actions)
-            read = actions[-1]
-            assert isinstance(read, ReadStored)
-            held = await self.store.read(existing_keys, list(read.keys)) if read.keys else set()
-            keys = self.core.stored(read.ticket, held)
-            await self._fetch_claimed(stream, read.ticket, keys, stats)
+            ticket, keys = await self.driver.claim(plan, stats.missing)
+            await self._fetch_claimed(stream, ticket, keys, stats)
         finally:
             self._carry_out(self.core.close(plan))
 
@@ -199,7 +169,7 @@ class Transfer:
                                batch: VerifiedBatch, peer: str, stats: SessionStats) -> None:
         """One verified batch: invalid events end the session (``screen``), unrequested ones
         too (``WantFetcher.accept``); the claims learn what was delivered; the events go to
-        SDS in causal order (``ChannelService.ingest_verified``)."""
+        SDS in causal order (``FetchedIngest.ingest_verified``)."""
         rejected, error = screen(batch, peer)
         if error is not None:
             stats.rejected += error.count
@@ -211,7 +181,7 @@ class Transfer:
         if not keys:
             return
         self.core.delivered(sid, keys, self.clock.now())
-        refused = await self.channels.ingest_verified(batch, wires, None, peer)
+        refused = await self.channels.fetched.ingest_verified(batch, wires, None, peer)
         stats.rejected += refused
         stats.fetched += len(keys) - refused
         self.metrics.inc("recon_events_fetched_total", len(keys))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.clock import SystemClock
 from node.metrics import Metrics
 from node.replication import CHANNEL_METRICS, ChannelService
 from node.store import EventStore
@@ -30,7 +31,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
     metrics = Metrics()
     service = ChannelService(host=None, store=EventStore(engine), metrics=metrics,  # type: ignore[arg-type]
                              key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                             sds_config=CONFIG)
+                             sds_config=CONFIG, clock=SystemClock())
     ours = service.channels["c"] = SdsChannel("c", service.peer_id, key, CONFIG,
                                               random.Random(1), T0)
     peer = SdsChannel("c", peer_id_of(other), other, CONFIG, random.Random(2), T0)
@@ -38,7 +39,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
 
     def to_us(data: bytes) -> None:
         ours.receive(data, now, peer="peer")
-        service._after_input("c")
+        service.after_input("c")
 
     def run_until(end: float, *, deliver_to_peer: bool, deliver_to_us: bool) -> None:
         nonlocal now
@@ -48,7 +49,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
                 due = ch.get_timer()
                 if due is not None and due <= now:
                     ch.handle_timer(now)
-            service._after_input("c")
+            service.after_input("c")
             for data in peer.datagrams_to_send():
                 if deliver_to_us:
                     to_us(data)
@@ -70,20 +71,20 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
     run_until(T0 + 10, deliver_to_peer=False, deliver_to_us=False)
     # B: our message never reaches the peer: resent, then given up.
     ours.send(b"own1", now)  # the returned wire is never gossiped
-    service._after_input("c")
+    service.after_input("c")
     run_until(now + 6, deliver_to_peer=False, deliver_to_us=False)
     # C: the peer gets our third message but not the second: it asks for a repair, we answer,
     # and its next messages acknowledge ours.
     ours.send(b"own2", now)  # lost on the way
-    service._after_input("c")
+    service.after_input("c")
     peer.receive(ours.send(b"own3", now), now, peer="us")
-    service._after_input("c")
+    service.after_input("c")
     run_until(now + 8, deliver_to_peer=True, deliver_to_us=True)
     peer.send(b"p3", now)
     run_until(now + 3, deliver_to_peer=True, deliver_to_us=True)
 
     # D: garbage from a peer is refused and counted by reason.
-    assert await service.ingest(b"\x00 not an event", "peer", now=now) is None
+    assert await service.fetched.ingest(b"\x00 not an event", "peer", now=now) is None
 
     moved = {name: metrics.total(name) for name in CHANNEL_METRICS}
     moved["sds_resends_total"] = metrics.value("sds_resends_total")

@@ -44,18 +44,6 @@ ALLOWED: dict[tuple[str, str], int] = {
     ("store_commits.py", "trio.current_time"): 1,
     # Worker threads: trio's clock cannot be read there (their pacing is real time).
     ("apps/db_app.py", "time.monotonic"): 4,
-    # Files another change is rewriting (the fetched-event path): lowered to 0 when it lands.
-    ("replication/recon_summary.py", "SystemClock"): 1,
-    ("replication/recon_summary.py", "clock or ..."): 1,
-    ("replication/ingest.py", "SystemClock"): 1,
-    ("replication/ingest.py", "clock or ..."): 1,
-    ("replication/channels.py", "SystemClock"): 1,
-    ("replication/channels.py", "clock or ..."): 1,
-    ("replication/recon.py", "SystemClock"): 1,
-    ("replication/recon.py", "clock or ..."): 1,
-    ("replication/fetch.py", "SystemClock"): 1,
-    ("replication/fetch.py", "clock or ..."): 1,
-    ("replication/recon_phase.py", "trio.current_time"): 1,
 }
 
 

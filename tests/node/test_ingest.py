@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from node.api.node_metrics import register_store_metrics
+from node.clock import SystemClock
 from node.ingest_worker import AppendRequest
 from node.metrics import Metrics
 from node.replication.ingest import IngestPool, IngestUnavailable, IngestWorkerFailed
@@ -77,7 +78,7 @@ def test_workers_verify_and_report_each_bad_event() -> None:
     wires[200] = b"\x08garbage"
 
     async def main() -> None:
-        pool = IngestPool(SPEC, 2, Metrics())
+        pool = IngestPool(SPEC, 2, Metrics(), SystemClock())
         async with trio.open_nursery() as nursery:
             await _started(pool, nursery)
             batch = await pool.verify(wires)
@@ -96,7 +97,7 @@ def test_a_crashed_worker_is_restarted_and_a_crashing_one_stops_the_daemon() -> 
 
     async def main() -> None:
         metrics = Metrics()
-        pool = IngestPool(SPEC, 1, metrics)
+        pool = IngestPool(SPEC, 1, metrics, SystemClock())
         failed = False
         try:
             async with trio.open_nursery() as nursery:
@@ -127,12 +128,13 @@ def test_a_crashed_worker_is_restarted_and_a_crashing_one_stops_the_daemon() -> 
 
 DAEMON = """
 import sys, trio
+from node.clock import SystemClock
 from node.replication.ingest import IngestPool
 from node.metrics import Metrics
 from sync.ingest import IngestSpec
 
 async def main():
-    pool = IngestPool(IngestSpec(1), 2, Metrics())
+    pool = IngestPool(IngestSpec(1), 2, Metrics(), SystemClock())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pool.run)
         while len([w for w in pool._workers if w is not None]) < 2:
@@ -176,7 +178,7 @@ def test_idle_workers_stay_up() -> None:
 
     async def main() -> None:
         metrics = Metrics()
-        pool = IngestPool(SPEC, 2, metrics)
+        pool = IngestPool(SPEC, 2, metrics, SystemClock())
         async with trio.open_nursery() as nursery:
             await _started(pool, nursery)
             pids = _worker_pids(pool)
@@ -216,7 +218,7 @@ def test_a_worker_appends_what_it_verified_in_the_order_given(tmp_path: Path) ->
         upgrade(engine)
 
         async def main(url: str = url) -> None:
-            pool = IngestPool(SPEC, 2, Metrics())
+            pool = IngestPool(SPEC, 2, Metrics(), SystemClock())
             async with trio.open_nursery() as nursery:
                 await _started(pool, nursery)
                 batch = await pool.verify(wires)
@@ -261,18 +263,17 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
     upgrade(engine)
     records = [EventRecord(hashlib.sha256(b"k%d" % i).digest() * 2, f"{i:064x}", CHANNEL,
                            "sender", i, b"wire-%d" % i) for i in range(50_000)]
-    store = EventStore(engine, max_batch=100_000, max_delay_ms=5)
+    metrics = Metrics()
+    pool = IngestPool(SPEC, 1, metrics, SystemClock())
+    store = EventStore(engine, max_batch=100_000, max_delay_ms=5,
+                       remote_writer=pool.remote_writer(url, "NORMAL"))
     committed: list[str] = []
     failed: list[str] = []
     store.on_commit(lambda result, _: committed.extend(m for _, m in result.inserted))
     store.on_failure(lambda rs: failed.extend(r.message_id for r in rs))
-
-    metrics = Metrics()
     register_store_metrics(metrics, store)
 
     async def main() -> None:
-        pool = IngestPool(SPEC, 1, metrics)
-        store.set_remote_writer(pool.remote_writer(url, "NORMAL"))
         async with trio.open_nursery() as nursery:
             await _started(pool, nursery)
             await nursery.start(store.run_writer)

@@ -30,7 +30,7 @@ def _service(host: object, key: Ed25519PrivateKey, tmp: Path, **kw: object) -> C
     upgrade(engine)
     service = ChannelService(host=host, store=EventStore(engine), metrics=Metrics(),  # type: ignore[arg-type]
                              key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                             sds_config=SdsConfig(), **kw)  # type: ignore[arg-type]
+                             sds_config=SdsConfig(), clock=SystemClock(), **kw)  # type: ignore[arg-type]
     service.channels["c"] = SdsChannel("c", service.peer_id, key, SdsConfig(),
                                        random.Random(1), T0)
     return service

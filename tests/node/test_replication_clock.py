@@ -43,7 +43,7 @@ def test_the_sds_timer_loop_runs_on_a_mock_clock(tmp_path: Path) -> None:
         ch = service.channels["c"] = SdsChannel("c", service.peer_id, key, CONFIG,
                                                 random.Random(1), clock.wall())
         sent.append(ch.send(b"nobody acknowledges this", clock.wall()))
-        service._after_input("c")
+        service.after_input("c")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(service._timer_loop)
             await trio.sleep(20.0)  # virtual: the mock clock jumps whenever all tasks wait

@@ -15,6 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import event
 
+from node.clock import SystemClock
 from node.metrics import Metrics
 from node.replication import ChannelService
 from node.store import EventStore
@@ -30,7 +31,7 @@ def _service(store: EventStore, metrics: Metrics) -> ChannelService:
     key = Ed25519PrivateKey.from_private_bytes(b"\x07" * 32)
     return ChannelService(host=None, store=store, metrics=metrics,  # type: ignore[arg-type]
                           key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                          sds_config=CONFIG)
+                          sds_config=CONFIG, clock=SystemClock())
 
 
 @pytest.mark.trio
@@ -56,7 +57,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         ch = service.channels["c"]
         now = T0 + 20
         for wire in wires:
-            assert await service.ingest(wire, "peer", now=now) is not None
+            assert await service.fetched.ingest(wire, "peer", now=now) is not None
         await store.append([])  # what was queued is committed
         assert len(ch.log) == CONFIG.delivered_window
         asked = metrics.total("sds_store_lookups_total")
@@ -64,7 +65,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         assert delivered == 150
         # The oldest, long out of memory: only the database knows them; not delivered again.
         for wire in wires[:10]:
-            await service.ingest(wire, "peer", now=now)
+            await service.fetched.ingest(wire, "peer", now=now)
         await store.append([])
         assert metrics.total("sds_store_lookups_total") > asked
         assert metrics.total("events_delivered_total") == delivered
@@ -76,7 +77,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         again = _service(store, fresh)
         await again.load()
         assert len(again.channels["c"].log) == CONFIG.delivered_window
-        await again.ingest(wires[0], "peer", now=now)
+        await again.fetched.ingest(wires[0], "peer", now=now)
         assert fresh.total("events_delivered_total") == 0
         assert fresh.total("sds_store_lookups_total") > 0
         await store.close()

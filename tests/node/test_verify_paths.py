@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import trio
 
+from node.clock import SystemClock
 from node.metrics import Metrics
 from node.replication.ingest import IngestPool
 from node.replication.verify import MAX_EVENT_BYTES, verify_in_threads
@@ -31,7 +32,7 @@ def test_threads_and_a_worker_process_verify_alike() -> None:
 
     async def main() -> tuple[VerifiedBatch, VerifiedBatch]:
         threaded = await verify_in_threads(wires, SPEC)
-        pool = IngestPool(SPEC, 1, Metrics())
+        pool = IngestPool(SPEC, 1, Metrics(), SystemClock())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pool.run)
             in_process = await pool.verify(wires)

@@ -48,9 +48,8 @@ def _run(store: EventStore, body: object) -> None:
 
 
 def test_fetched_batches_go_to_the_remote_writer_in_queue_order(engine: Engine) -> None:
-    store = EventStore(engine, max_batch=64, max_delay_ms=50)
     writer = _Writer(engine)
-    store.set_remote_writer(writer)
+    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer)
     committed: list[str] = []
     store.on_commit(lambda result, _: committed.extend(m for _, m in result.inserted))
     local_a, local_b = [make_record(i) for i in range(3)], [make_record(i) for i in range(3, 5)]
@@ -79,9 +78,8 @@ def test_fetched_batches_go_to_the_remote_writer_in_queue_order(engine: Engine) 
 
 def test_a_writer_that_died_after_its_commit_is_settled_from_the_log(engine: Engine) -> None:
     stored_before = [make_record(i) for i in range(2)]
-    store = EventStore(engine, max_batch=64, max_delay_ms=50)
     writer = _Writer(engine, die="after")
-    store.set_remote_writer(writer)
+    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer)
     committed: list[tuple[int, str]] = []
     failed: list[str] = []
     store.on_commit(lambda result, _: committed.extend(result.inserted))
@@ -102,8 +100,8 @@ def test_a_writer_that_died_after_its_commit_is_settled_from_the_log(engine: Eng
 
 
 def test_a_writer_that_died_before_its_commit_fails_its_events(engine: Engine) -> None:
-    store = EventStore(engine, max_batch=64, max_delay_ms=50)
-    store.set_remote_writer(_Writer(engine, die="before"))
+    store = EventStore(engine, max_batch=64, max_delay_ms=50,
+                       remote_writer=_Writer(engine, die="before"))
     failed: list[str] = []
     store.on_failure(lambda records: failed.extend(r.message_id for r in records))
     fetched = [make_record(i) for i in range(4)]

@@ -1,0 +1,214 @@
+"""The one driver of the replication cores: it reads the clock, feeds the cores their inputs
+and carries out every action they return.
+
+The cores are sans-IO (``sync.replication``): :class:`~sync.replication.ReconLifecycle` (Recon
+sessions, their claims and backlog) and :class:`~sync.replication.GapPlanner` (fetch by id).
+Everything the node learns that concerns them comes in here: timers (``recon_rounds``,
+``fetch_rounds``), gaps SDS reports (``missing``), connections, the store's queue and commits
+(``queued``, ``committed``), and the answer to a core's read request (``claim`` answers
+``ReadStored`` from the store and hands the result back as the core's next input). What
+comes out is carried out in one place, ``carry_out``: penalties, counters, wake-ups.
+
+The sessions themselves (streams, the WANT/EVENTS phases) and the fetch requests are run by
+``ReconService`` and ``Fetcher``; each is given this driver when it is built (no callback is
+set on anything after construction), and the loops that start them take their starter as an
+argument.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from node.logs import kv
+from node.metrics import Metrics
+from node.p2p import P2PHost
+from node.p2p.standing import PeerStanding
+from node.replication.clock import Clock
+from node.store import EventStore
+from storage import AppendResult, EventRecord, existing_keys
+from sync.replication import (
+    Action,
+    ClaimsLapsed,
+    FetchPlan,
+    GapPlanner,
+    KeysWithheld,
+    Penalize,
+    ReadStored,
+    ReconcileSoon,
+    ReconLifecycle,
+    Rejected,
+    SessionFailed,
+    SessionPlan,
+    StartSession,
+)
+from sync.sds import MissingEntry
+
+__all__ = ["ReplicationDriver"]
+
+log = logging.getLogger("syncnode.recon")
+
+_COUNTERS = {
+    "recon_keys_withheld_total": "Keys a peer advertised and left out of its answer",
+    "recon_claims_lapsed_total": "Claimed keys released because the peer stalled",
+}
+
+
+@dataclass(kw_only=True, eq=False)
+class ReplicationDriver:
+    lifecycle: ReconLifecycle
+    gaps: GapPlanner
+    host: P2PHost
+    store: EventStore
+    metrics: Metrics
+    standing: PeerStanding | None
+    clock: Clock
+    _recon_wake: trio.Event = field(default_factory=trio.Event, init=False)
+    _fetch_wake: trio.Event = field(default_factory=trio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        for name, text in _COUNTERS.items():
+            self.metrics.describe(name, "counter", text)
+            self.metrics.inc(name, 0)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def carry_out(self, actions: Sequence[Action]) -> None:
+        """Do what a core decided (``StartSession`` is the Recon loop's: ``recon_rounds``)."""
+        for action in actions:
+            if isinstance(action, Penalize):
+                if self.standing is not None:
+                    self.standing.penalise(action.peer, action.penalty, action.count)
+            elif isinstance(action, ClaimsLapsed):
+                self.metrics.inc("recon_claims_lapsed_total", action.count)
+            elif isinstance(action, SessionFailed):
+                if action.kind is not None:
+                    self.metrics.inc("recon_protocol_errors_total", reason=action.kind.value)
+            elif isinstance(action, KeysWithheld):
+                self.metrics.inc("recon_keys_withheld_total", action.count)
+                log.info("peer withheld advertised events",
+                         extra=kv(peer=action.peer, keys=action.count))
+            elif isinstance(action, Rejected):
+                self.metrics.inc("events_rejected_total", reason=action.kind.value)
+            elif isinstance(action, ReconcileSoon):
+                self.lifecycle.poke()  # gaps fetch by id could not close are Recon's
+            # Released: the core poked its scheduler; the wake-up below lets the loop see it.
+            # ReadStored: answered by ``claim``, the one place a core asks for a read.
+        self._recon_wake.set()
+
+    def wake(self) -> None:
+        """Let the Recon loop look at the core's timer again (a session ended)."""
+        self._recon_wake.set()
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def poke(self) -> None:
+        """Reconcile soon (e.g. after a new peer connected or a gap was seen)."""
+        self.lifecycle.poke()
+        self._recon_wake.set()
+
+    def missing(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
+        """SDS found events' dependencies missing: the few ids a gap names are fetched by id,
+        and its senders are prompted for a Recon session at once (a burst lost on a restart
+        is more than fetch by id asks for)."""
+        now = self.clock.now()
+        self.gaps.missing(entries, now)
+        self._fetch_wake.set()
+        at_once, deferred = self.lifecycle.gap((e.sender_id for e in entries),
+                                               self.host.connected_peers(), now)
+        self.prompted("gap", at_once, deferred)
+
+    def prompted(self, reason: str, at_once: int, deferred: int) -> None:
+        for outcome, count in (("at_once", at_once), ("deferred", deferred)):
+            if count:
+                self.metrics.inc("recon_prompts_total", count, reason=reason, outcome=outcome)
+        self._recon_wake.set()
+
+    def connected(self, peer: str, inbound: bool) -> None:
+        at_once = self.lifecycle.connected(peer, self.host.connected_peers(), self.clock.now(),
+                                           dialled=not inbound)
+        if at_once is None:
+            self._recon_wake.set()  # a stranger's connection: the round, not a prompt
+        else:
+            self.prompted("connected", int(at_once), int(not at_once))
+
+    def disconnected(self, peer: str) -> None:
+        self.lifecycle.disconnected(peer, self.clock.now())
+
+    def queued(self, records: Sequence[EventRecord]) -> None:
+        """Records entered the store's queue: fetched keys among them stay claimed until
+        their commit, however slow."""
+        self.lifecycle.queued(r.recon_key for r in records)
+
+    def committed(self, result: AppendResult, records: Sequence[EventRecord]
+                  ) -> tuple[list[bytes], int]:
+        """The store committed ``records`` (``result``: what was new). Every record ends its
+        claim's hold here: stored, a duplicate, or not stored at all (then it may be fetched
+        again). Returns (the new keys, how many of them Recon fetched)."""
+        new = {m for _, m in result.inserted}
+        stored, fetched = self.lifecycle.committed(
+            [r.recon_key for r in records],
+            {r.recon_key for r in records if r.message_id in new})
+        if stored:
+            self._recon_wake.set()
+        return stored, fetched
+
+    async def claim(self, plan: SessionPlan, missing: Iterable[bytes]) -> tuple[int, list[bytes]]:
+        """A session's fetch phase begins: claim ``missing``, answer the core's
+        ``ReadStored`` from the store, and return (the claim ticket, the keys to fetch)."""
+        actions = self.lifecycle.want(plan, missing, self.clock.now(),
+                                      int(self.clock.wall() * 1000))
+        self.carry_out(actions)
+        read = actions[-1]
+        assert isinstance(read, ReadStored)
+        held: set[bytes] = (await self.store.read(existing_keys, list(read.keys))
+                            if read.keys else set())
+        return read.ticket, self.lifecycle.stored(read.ticket, held)
+
+    # -- timer loops ---------------------------------------------------------------------------
+
+    async def recon_rounds(self, start: Callable[[str], Awaitable[None]]) -> None:
+        """The lifecycle's timer: lapsed claims, prompt sessions and rounds; each session it
+        starts runs ``start(peer)`` in a task of its own."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                now = self.clock.now()
+                if now >= self.lifecycle.get_timer():
+                    actions = self.lifecycle.handle_timer(now, self.host.connected_peers(),
+                                                          self._latency)
+                    self.carry_out(actions)
+                    for action in actions:
+                        if isinstance(action, StartSession):
+                            nursery.start_soon(start, action.peer)
+                    continue
+                self._recon_wake = trio.Event()
+                with trio.move_on_after(self.lifecycle.get_timer() - now):
+                    await self._recon_wake.wait()
+
+    def _latency(self, peer: str) -> float | None:
+        info = self.host.peer_info(peer)
+        return info.latency_s if info is not None else None
+
+    async def fetch_rounds(self, fetch: Callable[[FetchPlan], Awaitable[None]],
+                           still_missing: Callable[[str], bool]) -> None:
+        """The gap planner's timer: each fetch it plans runs ``fetch(plan)``, one at a time."""
+        while True:
+            timer = self.gaps.get_timer()
+            if timer is None or timer > self.clock.now():
+                self._fetch_wake = trio.Event()
+                with trio.move_on_at(math.inf if timer is None else timer):
+                    await self._fetch_wake.wait()
+                continue
+            connected = self.host.connected_peers()
+            plan = self.gaps.handle_timer(self.clock.now(), still_missing, connected,
+                                          {p for p in connected if self.host.is_banned(p)})
+            if plan is None:
+                continue
+            try:
+                await fetch(plan)
+            finally:
+                self.carry_out(self.gaps.done(plan))

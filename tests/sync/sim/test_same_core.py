@@ -1,0 +1,41 @@
+"""The simulator and the node drive the same replication cores: the node's one driver
+(``node.replication.driver.ReplicationDriver``) is built on ``sync.replication``'s
+``ReconLifecycle`` and ``GapPlanner``, on the node's default settings, and a simulated run
+drives those very classes, on the same settings, through sessions and fetches."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import typing
+
+from node.config import Config
+from node.replication.driver import ReplicationDriver
+from node.replication.fetch import gap_planner
+from node.replication.recon import recon_interests, recon_lifecycle
+from sync.replication import GapPlanner, ReconLifecycle
+from sync.sim import SWEEP, Simulation
+
+
+def test_the_node_driver_and_the_simulator_run_the_same_cores() -> None:
+    hints = typing.get_type_hints(ReplicationDriver)
+    assert hints["lifecycle"] is ReconLifecycle and hints["gaps"] is GapPlanner
+
+    config = Config()
+    rng = random.Random(1)
+    node_core = recon_lifecycle("me", recon_interests(1, ["general"], "me", None),
+                                config.recon, rng)
+    node_gaps = gap_planner(config.fetch, rng)
+
+    scenario = dataclasses.replace(SWEEP["recon"], seed=1)
+    assert scenario.recon and scenario.fetch
+    sim = Simulation(scenario)
+    stats = sim.run()
+    assert stats.replication["recon_sessions"] > 0
+    for state in sim.repl.state:
+        assert type(state.core) is type(node_core) and type(state.gaps) is type(node_gaps)
+        # The node's defaults, but for the scenario's own round interval.
+        assert state.core.config == dataclasses.replace(
+            node_core.config, interval_s=scenario.recon_interval)
+        assert state.gaps.queue.max_ids == node_gaps.queue.max_ids
+        assert state.gaps.extra_peers == node_gaps.extra_peers
