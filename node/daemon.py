@@ -10,27 +10,27 @@ import trio
 from node.api.app import create_app, serve_api
 from node.api.guard import ApiGuard, HostPolicy
 from node.api.node_metrics import register_node_metrics
-from node.api_address import clear_api_url, remove_api_url, write_api_url
-from node.api_token import load_or_create_token
 from node.clock import Clock
-from node.config import Config
-from node.config_combined import check_combined_keys
-from node.config_fields import parse_host_port
-from node.config_membership import conn_limits
-from node.config_net import reachability_config
+from node.config.combined import check_combined_keys
+from node.config.fields import parse_host_port
+from node.config.membership import conn_limits
+from node.config.net import reachability_config
+from node.config.settings import Config
+from node.datadir.api_address import clear_api_url, remove_api_url, write_api_url
+from node.datadir.api_token import load_or_create_token
+from node.datadir.lock import DataDirLocked, RepoLock
 from node.httpkit import ApiRoute
-from node.logs import kv
-from node.metrics import Metrics
 from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.identity import load_or_create_identity
 from node.p2p.run import open_host
 from node.replication.recon import ReconService
-from node.repo_lock import DataDirLocked, RepoLock
 from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import api_routes, build_services, fetched_writer, ingest_pool, node_views
-from node.store import EventStore
+from node.store.events import EventStore
 from node.supervisor import supervise
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from node.ui import UiSessions
 from storage import make_engine, upgrade
 
@@ -193,7 +193,7 @@ async def _serve_locked(
             )
             runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
                                                   config.api)
-            # For client commands given only --data-dir (node.api_address).
+            # For client commands given only --data-dir (node.datadir.api_address).
             api_url = runtime.api_url
             write_api_url(config.data_path, api_url)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)

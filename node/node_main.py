@@ -8,8 +8,8 @@ import signal
 import trio
 
 from node.clock import SystemClock
-from node.config import Config
-from node.config_fields import ConfigError
+from node.config.fields import ConfigError
+from node.config.settings import Config
 from node.daemon import StartupError, serve
 from node.leaves import leaf_exceptions
 from node.p2p.frames import P2PError

@@ -12,10 +12,10 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import Clock
-from node.config import Config
-from node.disk_usage import DiskUsage
-from node.metrics import Metrics
-from node.store import EventStore
+from node.config.settings import Config
+from node.datadir.disk_usage import DiskUsage
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import AppendResult, EventRecord, count_events, redacted_url
 from sync.identity import peer_id_of
 

@@ -22,11 +22,10 @@ from node.api.ui_routes import ui_routes
 from node.apps.plugins import PLUGINS
 from node.apps.runner import AppHost, AppRunner
 from node.clock import Clock
-from node.config import Config
-from node.config_channels import channel_names, channel_profiles, channel_writers
-from node.config_combined import recon_config, sds_config
+from node.config.channels import channel_names, channel_profiles, channel_writers
+from node.config.combined import recon_config, sds_config
+from node.config.settings import Config
 from node.httpkit import ApiRoute
-from node.metrics import Metrics
 from node.p2p.standing import PeerStanding, score_config
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
@@ -42,7 +41,8 @@ from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
 from node.snapshots.routes import SNAPSHOT_ROUTES, SnapshotsNode
 from node.snapshots.scheduler import scheduler_from_config
-from node.store_commits import RemoteWriter
+from node.store.commits import RemoteWriter
+from node.telemetry.metrics import Metrics
 from node.ui import UiSessions
 from storage import weaker_level
 from sync.gossip import GossipLimits

@@ -17,8 +17,8 @@ import trio
 
 from node.clock import Clock
 from node.leaves import format_leaves, summarise_leaves
-from node.logs import kv
-from node.metrics import Metrics
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 
 __all__ = ["FIRST_BACKOFF_S", "MAX_BACKOFF_S", "TASK_FAILURES", "supervise"]
 

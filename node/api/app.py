@@ -40,8 +40,8 @@ from node.httpkit import (
 )
 
 if TYPE_CHECKING:
-    from node.config import ApiConfig
-    from node.metrics import Metrics
+    from node.config.settings import ApiConfig
+    from node.telemetry.metrics import Metrics
 
 __all__ = [
     "ApiError", "ApiNode", "ApiRoute", "RouteDoc", "create_app", "follow_rows", "follow_stream",

@@ -29,9 +29,9 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from node.clock import Clock
-from node.config_fields import is_loopback_host
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.fields import is_loopback_host
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from node.ui.sessions import READ_PATHS, UiSessions, cookie_name
 
 __all__ = ["OPEN_PATHS", "UI_HEADER", "UI_PATHS", "ApiGuard", "HostPolicy", "is_loopback_host"]

@@ -20,9 +20,9 @@ from node.httpkit import ApiRoute
 from node.httpkit.openapi import RouteDoc, obj
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.settings import Config
     from node.p2p import P2PHost
-    from node.store import EventStore
+    from node.store.events import EventStore
 
 __all__ = ["HEALTH_ROUTES", "HealthNode"]
 

@@ -23,8 +23,8 @@ from sqlalchemy import Connection
 
 from node.clock import Clock
 from node.httpkit import ApiError
-from node.metrics import Metrics
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import count_state, delete_oldest_state, delete_state_before, get_state, put_state
 from sync.sds import Delivered
 

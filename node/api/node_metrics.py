@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from storage import AppendResult, EventRecord
 
 if TYPE_CHECKING:
-    from node.metrics import Metrics
     from node.p2p import P2PHost
-    from node.store import EventStore
+    from node.store.events import EventStore
+    from node.telemetry.metrics import Metrics
 
 __all__ = ["P2P_HELP", "MetricsNode", "register_node_metrics", "register_store_metrics"]
 

@@ -25,10 +25,10 @@ from sync.sds.profile import peek_event
 if TYPE_CHECKING:
     import trio
 
-    from node.config import Config
-    from node.metrics import Metrics
+    from node.config.settings import Config
     from node.replication.channels import ChannelService
-    from node.store import EventStore
+    from node.store.events import EventStore
+    from node.telemetry.metrics import Metrics
 
 __all__ = ["NODE_ROUTES", "EventsNode", "event_json"]
 

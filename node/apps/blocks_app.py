@@ -19,10 +19,10 @@ import trio
 from sqlalchemy import Connection
 
 from node.clock import Clock
-from node.config_apps import BlocksSection
-from node.config_channels import blocks_router as router_of
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.apps import BlocksSection
+from node.config.channels import blocks_router as router_of
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import StoredEvent, get_state, put_state, read_channels_after
 from storage.blocks import BlockRow, get_head, log_changes, put_head, set_canonical, store_blocks
 from sync.cardinal import (

@@ -18,8 +18,8 @@ from starlette.responses import JSONResponse, Response
 
 from node.apps.blocks_app import APP_NAME, BlocksApplication
 from node.apps.runner import AppHost, LogApplication
-from node.config import Config
-from node.config_channels import blocks_channels
+from node.config.channels import blocks_channels
+from node.config.settings import Config
 from node.httpkit import (
     ApiError,
     ApiRoute,

@@ -34,9 +34,9 @@ from node.apps.db_log import (
 from node.apps.db_metrics import metric_of
 from node.apps.db_owners import restore_owners, save_owners
 from node.clock import Clock
-from node.config_apps import DbSection
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.apps import DbSection
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import StoredEvent, get_state, put_state
 from storage.crdt import (
     EntityKey,

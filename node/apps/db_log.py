@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from google.protobuf.message import DecodeError
 from sqlalchemy import Connection, func, select
 
-from node.logs import kv
+from node.telemetry.logs import kv
 from storage import StoredEvent, get_state, read_channel
 from storage.crdt import EntityKey, load_states, tombstoned_before, write_states
 from storage.schema import events

@@ -27,8 +27,8 @@ from node.apps.db_json import history_json, row_json, schema_json, typed_values
 from node.apps.db_metrics import METRICS
 from node.apps.db_publish import SchemaSeeder, publish_and_wait
 from node.apps.runner import AppHost, LogApplication
-from node.config import Config
-from node.config_channels import db_channels
+from node.config.channels import db_channels
+from node.config.settings import Config
 from node.httpkit import ApiError, ApiRoute, RouteDoc, read_json
 from node.httpkit.openapi import Param, arr, obj
 from storage.crdt import count_rows, get_row, load_states, query_rows

@@ -17,9 +17,9 @@ import trio
 from sqlalchemy import Connection
 
 from node.clock import Clock
-from node.logs import kv
-from node.metrics import Metrics
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import (
     AppendResult,
     StoredEvent,
@@ -31,7 +31,7 @@ from storage import (
 from sync.stored_event import EventRecord
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.settings import Config
     from node.httpkit import ApiRoute
     from node.p2p.standing import PeerStanding
     from node.replication.channels import ChannelService

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
-from node.api_address import API_URL_FILE, read_api_url
-from node.api_token import TOKEN_ENV, TOKEN_FILE, read_token
-from node.repo_lock import stale_holder
+from node.datadir.api_address import API_URL_FILE, read_api_url
+from node.datadir.api_token import TOKEN_ENV, TOKEN_FILE, read_token
+from node.datadir.lock import stale_holder
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.settings import Config
 
 __all__ = [
     "EXIT_FAILED",
@@ -73,14 +73,14 @@ class CliError(Exception):
 def config_from(args: argparse.Namespace, overrides: dict[str, Any] | None = None, *,
                 combined: bool = False) -> Config:
     """The configuration, or a usage error; ``combined`` also checks that the keys work
-    together (``node.config_combined``: costs the protocol modules' import)."""
-    from node.config import load_config
-    from node.config_fields import ConfigError
+    together (``node.config.combined``: costs the protocol modules' import)."""
+    from node.config.fields import ConfigError
+    from node.config.settings import load_config
 
     try:
         config = load_config(getattr(args, "config", None), overrides=overrides)
         if combined:
-            from node.config_combined import check_combined_keys
+            from node.config.combined import check_combined_keys
 
             check_combined_keys(config)
         return config
@@ -266,9 +266,9 @@ def api_url_for(args: argparse.Namespace) -> tuple[str, str, Config | None]:
     """The node's API URL, where it came from (for error messages), and the config if read.
 
     ``--api``, else the URL the node wrote into its data dir (``--data-dir``, else
-    ``node.data_dir`` of ``--config``; see ``node.api_address``), else ``api.listen``. A data
-    dir that does not exist, or an ``api_url`` a killed node left behind (``repo.lock`` names
-    a process that is gone), is an error: no node runs there, whatever answers elsewhere.
+    ``node.data_dir`` of ``--config``; see ``node.datadir.api_address``), else ``api.listen``.
+    A data dir that does not exist, or an ``api_url`` a killed node left behind (``repo.lock``
+    names a process that is gone), is an error: no node runs there, whatever answers elsewhere.
     """
     if args.api:
         return parse_api_url(args.api), "--api", None

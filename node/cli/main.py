@@ -60,7 +60,7 @@ def redact_secrets(message: str, argv: Sequence[str]) -> str:
     """``message`` without the API token: the value of ``--token`` (or of an abbreviation of
     it, which argparse accepts) and ``$SYNCNODE_API_TOKEN``. argparse echoes arguments it does
     not take ("unrecognized arguments: --token SECRET"), and error lines end up in logs."""
-    from node.api_token import TOKEN_ENV
+    from node.datadir.api_token import TOKEN_ENV
 
     secrets = {os.environ.get(TOKEN_ENV, "")}
     for i, arg in enumerate(argv):
@@ -145,8 +145,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = config_from(args, run_overrides(args), combined=True)
     import trio
 
-    from node.logs import configure_logging
     from node.node_main import run_node, startup_problem
+    from node.telemetry.logs import configure_logging
 
     configure_logging(config.node.log_level, config.node.log_format)
     try:

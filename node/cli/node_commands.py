@@ -175,7 +175,7 @@ def _offline_id(data_dir: str) -> str:
 
 
 def _cmd_join(args: argparse.Namespace) -> int:
-    from node.config_checks import multiaddr_problem
+    from node.config.checks import multiaddr_problem
 
     if problem := multiaddr_problem(args.multiaddr, need_peer=True, allow_dns=True):
         raise CliError(problem, code=EXIT_USAGE)
@@ -249,7 +249,7 @@ def peer_summary(peer: dict[str, Any]) -> str:
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
-    from node.config_checks import peer_id_problem
+    from node.config.checks import peer_id_problem
 
     if problem := peer_id_problem(args.peer_id):
         raise CliError(problem, code=EXIT_USAGE)

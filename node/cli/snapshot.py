@@ -189,7 +189,7 @@ def _local_database(args: argparse.Namespace
     On failure, a SQLite database (and data dir) this command created is removed again: a
     failed bootstrap must not leave an empty database that a later bootstrap would refuse.
     """
-    from node.repo_lock import DataDirLocked, RepoLock
+    from node.datadir.lock import DataDirLocked, RepoLock
     from storage import make_engine, upgrade
 
     overrides = {"node.data_dir": args.data_dir} if args.data_dir else {}
@@ -216,7 +216,7 @@ def _local_database(args: argparse.Namespace
                              sqlite_synchronous=config.storage.sqlite_synchronous)
         try:
             upgrade(engine)
-            from node.config_channels import channel_profiles
+            from node.config.channels import channel_profiles
 
             yield (engine, config.node.network_id, config.recon.event_id_layout,
                    channel_profiles(config), rules, config)

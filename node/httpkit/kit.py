@@ -59,7 +59,7 @@ class ApiRoute:
 
 
 class Counters(Protocol):
-    """What the toolkit counts with (``node.metrics.Metrics``)."""
+    """What the toolkit counts with (``node.telemetry.metrics.Metrics``)."""
 
     def inc(self, name: str, amount: float = 1, **labels: str) -> None: ...
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 
 from node.clock import Clock
-from node.config import PeersSection
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.settings import PeersSection
 from node.p2p.host import P2PHost
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from sync.peerscore import PeerScores, ScoreConfig
 
 __all__ = ["PeerStanding", "score_config"]

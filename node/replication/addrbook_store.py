@@ -9,9 +9,9 @@ import json
 import logging
 from typing import Any
 
-from node.logs import kv
 from node.p2p.records import RecordError, open_record
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
 from storage import get_state, put_state
 from sync.membership import AddressBook, BookEntry
 

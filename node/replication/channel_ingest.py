@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from node.metrics import Metrics
 from node.replication.clock import Clock
 from node.replication.delivered_reads import DeliveredReads
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
 from sync.ingest import IngestSpec, VerifiedBatch, verify_wires

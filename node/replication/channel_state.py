@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.logs import kv
-from node.metrics import Metrics
 from node.replication.delivered_reads import DeliveredReads
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import events_by_message_ids, get_state, read_channel_newest
 from sync.errors import RemoteProtocolError
 from sync.sds import (

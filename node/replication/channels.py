@@ -17,8 +17,6 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Connection
 
-from node.logs import kv
-from node.metrics import Metrics
 from node.p2p import P2PHost
 from node.replication.channel_ingest import FetchedIngest
 from node.replication.channel_metrics import EVENT_COUNTERS, describe_channel_metrics
@@ -26,7 +24,9 @@ from node.replication.channel_state import ChannelMaker
 from node.replication.clock import Clock
 from node.replication.delivered_reads import DeliveredReads
 from node.replication.gossip_outbox import GossipOutbox, topic_of
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import EventRecord, put_state
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.gossip import (

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from node.logs import kv
-from node.metrics import Metrics
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from sync.sds import DeliveredNeeded, ReadDelivered, SdsChannel
 
 __all__ = ["DeliveredReads"]

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import trio
 
-from node.logs import kv
-from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
 from node.replication.peers import PeerManager
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from sync.membership.scope import addr_refusal
 from sync.varint import uvarint
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import trio
 
-from node.logs import kv
-from node.metrics import Metrics
 from node.p2p import P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.clock import Clock
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import AppendResult, EventRecord, existing_keys
 from sync.replication import (
     Action,

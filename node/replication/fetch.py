@@ -17,15 +17,15 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from node.config import FetchSection
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.settings import FetchSection
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.driver import ReplicationDriver
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import OverBudget, WorkGate
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import events_by_message_ids, wire_sizes_by_message_ids
 from sync.errors import RemoteProtocolError
 from sync.peerscore import penalty_of

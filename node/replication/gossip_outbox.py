@@ -12,9 +12,9 @@ import math
 import trio
 
 from node.clock import Clock
-from node.logs import kv
-from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from sync.gossip import GossipLimits, GossipPace, OutgoingBatch, batch_would_fill
 from sync.linger import Linger
 

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 
 import trio
 
-from node.ingest_worker import AppendRequest
-from node.logs import kv
-from node.metrics import Metrics
 from node.replication.clock import Clock
-from node.store_commits import RemoteWriter
+from node.store.commits import RemoteWriter
+from node.store.worker import AppendRequest
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import AppendResult, EventRecord
 from sync.ingest import IngestSpec, VerifiedBatch
 
@@ -119,7 +119,7 @@ class IngestPool:
     async def _run_one(self, index: int) -> int | None:
         """Start worker ``index`` and serve its answers until it exits; its exit code."""
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "node.ingest_worker", str(os.getpid())],
+            [sys.executable, "-m", "node.store.worker", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         worker = _Worker(proc)
         try:

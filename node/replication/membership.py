@@ -18,15 +18,15 @@ from collections.abc import Callable
 import trio
 
 from node.clock import Clock
-from node.config_membership import MembershipSection, book_limits
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.membership import MembershipSection, book_limits
 from node.p2p import P2PError, P2PHost
 from node.replication.addrbook_store import load_book, save_book
 from node.replication.peer_activity import PEER_SERIES, PeerActivity
 from node.replication.pings import PingRounds
 from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from sync.membership import AddressBook, BookEntry, Liveness, NetworkBack
 from sync.reachability import address_scope
 

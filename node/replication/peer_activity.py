@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from node.clock import Clock
-from node.metrics import Metrics
 from node.p2p import ConnectedPeer
+from node.telemetry.metrics import Metrics
 
 __all__ = ["PEER_SERIES", "LastSession", "PeerActivity", "path_of"]
 

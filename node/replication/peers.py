@@ -11,11 +11,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from node.logs import kv
-from node.metrics import Metrics
 from node.p2p import P2PError, P2PHost
 from node.replication.clock import Clock
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import delete_state, list_state, put_state
 from sync.dialing import MIN_BACKOFF_S, DialSchedule, KnownPeer, peer_id_of_addr
 

@@ -18,11 +18,11 @@ from collections.abc import Callable
 import trio
 
 from node.clock import Clock
-from node.config_membership import MembershipSection
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.membership import MembershipSection
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.p2p.records import RecordError, open_record
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from sync.errors import RemoteProtocolError
 from sync.membership import AddressBook, decode_records, encode_records
 from sync.membership.scope import addr_refusal

@@ -14,11 +14,11 @@ from typing import Any
 import trio
 
 from node.clock import Clock
-from node.metrics import Metrics
 from node.p2p.dialback import DIALBACK_PROTOCOL, parse_answer
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost
 from node.p2p.relay import RelayLayer, connection_is_relayed
+from node.telemetry.metrics import Metrics
 from sync.reachability import (
     PUBLIC,
     PunchPlanner,

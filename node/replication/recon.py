@@ -22,8 +22,7 @@ from collections.abc import Sequence
 
 import trio
 
-from node.config import ReconSection
-from node.metrics import Metrics
+from node.config.settings import ReconSection
 from node.p2p import P2PHost
 from node.replication.channels import ChannelService
 from node.replication.clock import Clock
@@ -37,7 +36,8 @@ from node.replication.recon_transfer import Transfer
 from node.replication.recon_work import KeyStoreWork
 from node.replication.sync_status import SyncStatus
 from node.replication.work import WorkGate
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import AppendResult, EventRecord, SqlKeySource
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.peers import Range

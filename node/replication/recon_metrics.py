@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from node.metrics import Metrics
+from node.telemetry.metrics import Metrics
 from sync.recon import SummaryKeyStore
 from sync.transfer import ClaimTable, RangeBacklog
 

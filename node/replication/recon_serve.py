@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from node.p2p import FramedStream
-from node.store import EventStore
+from node.store.events import EventStore
 from storage import events_by_keys, wire_sizes_by_keys
 from sync.transfer import EventsPacker, WantServer, byte_batches
 from sync.workbudget import want_units

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 import trio
 
-from node.config import ReconSection
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.settings import ReconSection
 from node.p2p import FramedStream, P2PError, P2PHost
 from node.replication.clock import Clock
 from node.replication.driver import ReplicationDriver
@@ -26,6 +24,8 @@ from node.replication.recon_transfer import SessionStats, Transfer
 from node.replication.recon_work import KeyStoreWork
 from node.replication.sync_status import SyncStatus
 from node.replication.work import OverBudget, WorkGate
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from sync.errors import RemoteProtocolError
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
 from sync.replication import ReconLifecycle, Role, SessionPlan

@@ -18,11 +18,11 @@ from contextlib import AbstractContextManager, nullcontext
 
 import trio
 
-from node.config import ReconSection
-from node.logs import kv
-from node.metrics import Metrics
+from node.config.settings import ReconSection
 from node.replication.clock import Clock
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.logs import kv
+from node.telemetry.metrics import Metrics
 from storage import AppendResult, OpenedKeyStore, log_matches, open_key_store, save_summary
 from sync.recon import SummaryKeyStore, encode_summary
 

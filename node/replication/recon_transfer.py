@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import trio
 
-from node.metrics import Metrics
 from node.p2p import FramedStream, P2PError
 from node.replication.channels import ChannelService
 from node.replication.clock import Clock
@@ -29,7 +28,8 @@ from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_serve import serve_wants
 from node.replication.verify import MAX_EVENT_BYTES, PendingBatch, verify_batch
 from node.replication.work import WorkGate
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from sync.errors import RemoteProtocolError
 from sync.ingest import IngestSpec, VerifiedBatch
 from sync.recon.eventid import CIP124_DRAFT

@@ -11,8 +11,8 @@ from typing import Any
 import trio
 
 from node.clock import Clock
-from node.metrics import Metrics
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import AppendResult, EventRecord
 from sync.syncstatus import IN_SYNC, PeerSync, SyncEstimator, SyncView
 

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from node.config import PeersSection
-from node.metrics import Metrics
+from node.config.settings import PeersSection
 from node.p2p.standing import PeerStanding
 from node.replication.clock import Clock
+from node.telemetry.metrics import Metrics
 from sync.workbudget import Refuse, Wait, WorkBudget, WorkLimits
 
 __all__ = ["OverBudget", "WorkGate", "work_limits"]

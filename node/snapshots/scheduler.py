@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from node.clock import Clock
-from node.config_channels import channel_profiles
+from node.config.channels import channel_profiles
 from node.snapshots.job_process import JobCommand, JobProgress, run_job
 from storage import AppendResult, EventRecord
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.settings import Config
 
 __all__ = [
     "RunState",

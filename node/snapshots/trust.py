@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.config import Config
-from node.config_channels import channel_names, channel_writers
+from node.config.channels import channel_names, channel_writers
+from node.config.settings import Config
 from node.snapshots.verify import BootstrapError
 from storage import EventRecord
 from sync.errors import RemoteProtocolError
@@ -104,7 +104,7 @@ def _own_peer_id(data_dir: Path) -> str | None:
 def load_rules(config: Config, flags: Iterable[str], now: float) -> LoadRules:
     """The rules for a load into ``config``'s data dir: trusted signers from ``flags``, else
     the config key, else the defaults; ``BootstrapError`` when that leaves nobody."""
-    from node.config_checks import check_peer_ids
+    from node.config.checks import check_peer_ids
 
     own = _own_peer_id(config.data_path)
     flagged = tuple(flags)

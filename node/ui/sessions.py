@@ -20,8 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from node.clock import Clock
-from node.config import UiSection
-from node.metrics import Metrics
+from node.config.settings import UiSection
+from node.telemetry.metrics import Metrics
 
 __all__ = ["READ_PATHS", "UiSessions", "cookie_name"]
 # What a session may GET: the page's data, nothing that writes, no stream, no secret.

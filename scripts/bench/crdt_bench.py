@@ -39,9 +39,9 @@ from benchjson import finish, smoke_path  # noqa: E402
 from node.apps.db_app import DbApplication  # noqa: E402
 from node.apps.runner import AppRunner  # noqa: E402
 from node.clock import SystemClock  # noqa: E402
-from node.config_apps import DbSection  # noqa: E402
-from node.metrics import Metrics  # noqa: E402
-from node.store import EventStore  # noqa: E402
+from node.config.apps import DbSection  # noqa: E402
+from node.store.events import EventStore  # noqa: E402
+from node.telemetry.metrics import Metrics  # noqa: E402
 from storage import EventRecord, append_events, make_engine, node_state, upgrade  # noqa: E402
 from storage.schema import crdt_cells, crdt_changes, crdt_entities, crdt_schemas  # noqa: E402
 from sync.crdt import CrdtMessage, Operation, SchemaDeclaration, TableSchema, Value  # noqa: E402

@@ -36,7 +36,7 @@ from sync.recon import BucketSummary, SummaryKeyStore, wide_of  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "keystore_insert.json"
 KEY_BYTES = 70
-# The node's defaults ([recon] keystore_*, node/config.py).
+# The node's defaults ([recon] keystore_*, node/config/settings.py).
 LOAD, MAX_BUCKETS, CACHE_KEYS = 256, 32768, 131_072
 
 

@@ -1,11 +1,11 @@
 """Metrics hot path: the cost of one counter ``inc``, gauge ``set`` and histogram ``observe``.
 
-The per-event paths (ingest, publish, Recon, the API guard) call ``node.metrics.Metrics`` many
-times per event, so these calls must stay cheap. Each figure is the least CPU time over
-``--repeat`` timings of ``--calls`` calls, in nanoseconds per call (the machine's load shows in
-``loadavg_1m``). ``render_ms``: the median wall time of one scrape of a registry holding
-``--series`` labelled series. Prints a table; the last line is a JSON object; a full run also writes
-docs/bench/metrics.json.
+The per-event paths (ingest, publish, Recon, the API guard) call
+``node.telemetry.metrics.Metrics`` many times per event, so these calls must stay cheap. Each
+figure is the least CPU time over ``--repeat`` timings of ``--calls`` calls, in nanoseconds per
+call (the machine's load shows in ``loadavg_1m``). ``render_ms``: the median wall time of one
+scrape of a registry holding ``--series`` labelled series. Prints a table; the last line is a
+JSON object; a full run also writes docs/bench/metrics.json.
 
     python scripts/bench/metrics_bench.py [--quick] [--no-save] [--smoke]
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchjson import finish, smoke_path  # noqa: E402
 
-from node.metrics import Metrics  # noqa: E402  (after the path set-up above)
+from node.telemetry.metrics import Metrics  # noqa: E402  (after the path set-up above)
 
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
 JSON_KEYS = ("calls", "inc_ns", "inc_labelled_ns", "set_labelled_ns", "observe_ns",

@@ -47,7 +47,7 @@ KEY_BYTES = 70
 OUT = Path(__file__).resolve().parents[2] / "docs" / "bench" / "recon.json"
 GRID_N = (10_000, 100_000, 1_000_000)
 GRID_D = (0, 1, 100, 1_000, 10_000)
-# The node's defaults ([recon] keystore_*, node/config.py).
+# The node's defaults ([recon] keystore_*, node/config/settings.py).
 LOAD, MAX_BUCKETS, CACHE_KEYS = 256, 32768, 131_072
 
 

@@ -95,7 +95,7 @@ _IMPORT_ALL = """
 import json, os, runpy, sys, traceback
 root, bench, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path[:0] = [root, bench]
-import httpx, libp2p, node.replication, node.store, storage, sync.sds, trio  # shared by most
+import httpx, libp2p, node.replication, node.store.events, storage, sync.sds, trio  # shared by most
 errors = {}
 for path in paths:
     read, write = os.pipe()

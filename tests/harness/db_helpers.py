@@ -13,8 +13,8 @@ from sqlalchemy import Engine, delete
 
 from node.apps.db_app import DbApplication
 from node.clock import SystemClock
-from node.config_apps import DbSection
-from node.metrics import Metrics
+from node.config.apps import DbSection
+from node.telemetry.metrics import Metrics
 from storage import (
     EventRecord,
     append_events,

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import trio
 
-from node.api_token import read_token
 from node.cli.main import build_parser, run_overrides
 from node.clock import SystemClock
-from node.config import Config, load_config
+from node.config.settings import Config, load_config
 from node.daemon import serve
+from node.datadir.api_token import read_token
 from node.runtime import NodeInfo
 from tests.harness.procs import NodeApi
 

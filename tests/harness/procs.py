@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from node.api_token import TOKEN_ENV, read_token
+from node.datadir.api_token import TOKEN_ENV, read_token
 from tests.conftest import ROOT
 
 

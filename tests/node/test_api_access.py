@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from node.api.guard import HostPolicy
-from node.config import load_config
-from node.config_fields import ConfigError
+from node.config.fields import ConfigError
+from node.config.settings import load_config
 from tests.conftest import ROOT
 from tests.harness.procs import NodeApi, running_node
 

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from node.api.app import internal_error, serve_api
 from node.api.guard import ApiGuard, HostPolicy
 from node.clock import SystemClock
-from node.metrics import Metrics
+from node.telemetry.metrics import Metrics
 
 
 async def _boom(_request: Request) -> Response:

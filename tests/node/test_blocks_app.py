@@ -23,11 +23,11 @@ from node.apps.blocks_app import BlocksApplication, router_of
 from node.apps.blocks_plugin import BlocksPlugin
 from node.apps.runner import AppRunner
 from node.clock import SystemClock
-from node.config import Config, load_config
-from node.config_apps import BlocksSection
-from node.config_fields import ConfigError
-from node.metrics import Metrics
-from node.store import EventStore
+from node.config.apps import BlocksSection
+from node.config.fields import ConfigError
+from node.config.settings import Config, load_config
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import EventRecord, append_events, get_state, make_engine, put_state, upgrade
 from storage.blocks import block_at, block_by_hash, get_head, read_changes
 from sync.cardinal import (

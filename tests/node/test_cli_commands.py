@@ -20,9 +20,9 @@ from tests.conftest import ROOT
 from tests.harness.procs import NodeProcess
 
 # What a client command must never load: the node runtime and everything heavy behind it.
-FORBIDDEN = ("sqlalchemy", "trio", "libp2p", "node.runtime", "node.daemon", "node.store",
+FORBIDDEN = ("sqlalchemy", "trio", "libp2p", "node.runtime", "node.daemon", "node.store.events",
              "httpx", "starlette", "hypercorn", "cryptography", "google.protobuf", "pyspark",
-             "prometheus_client", "node.metrics")
+             "prometheus_client", "node.telemetry.metrics")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from node.config_fields import ConfigError
+from node.config.fields import ConfigError
 from node.node_main import startup_problem
 from tests.conftest import ROOT
 
@@ -76,7 +76,7 @@ CONFIGS = [
     ("[node]\nnetwork_id = 18446744073709551616\n", "must be in [0, 2^63)"),
     ("[node\n", "invalid TOML"),
     ("[node]\nbogus = 1\n", "node.bogus: unknown key"),
-    # Each key in range, the combination not (node.config_combined).
+    # Each key in range, the combination not (node.config.combined).
     ("[sds]\nbloom_capacity = 1000000\n",
      "sds.delivered_window: must be >= sds.bloom_capacity"),
     ("[sds]\nmax_waiting = 10\nmax_waiting_per_sender = 20\n",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from node.config import Config, load_config
-from node.config_fields import ConfigError
+from node.config.fields import ConfigError
+from node.config.settings import Config, load_config
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "config.example.toml"
@@ -136,7 +136,7 @@ def test_cli_reports_bad_config_on_one_line_with_exit_2(tmp_path: Path) -> None:
 def test_channel_profiles_default_override_and_applications() -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from node.config_channels import channel_profiles
+    from node.config.channels import channel_profiles
     from sync.identity import peer_id_of
 
     producer = peer_id_of(Ed25519PrivateKey.generate())
@@ -153,12 +153,12 @@ def test_channel_profiles_default_override_and_applications() -> None:
 
 
 def test_every_hosted_application_channel_is_a_configured_one() -> None:
-    """``node.config_channels.app_channels`` (read without importing the applications) names
+    """``node.config.channels.app_channels`` (read without importing the applications) names
     what every plugin of ``PLUGINS`` asks for, in order: a new plugin must be added there."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from node.apps.plugins import PLUGINS
-    from node.config_channels import app_channels, channel_names
+    from node.config.channels import app_channels, channel_names
     from sync.identity import peer_id_of
 
     producer = peer_id_of(Ed25519PrivateKey.generate())

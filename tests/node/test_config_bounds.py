@@ -8,8 +8,8 @@ import typing
 
 import pytest
 
-from node.config import Config, load_config
-from node.config_fields import ConfigError
+from node.config.fields import ConfigError
+from node.config.settings import Config, load_config
 
 
 def numeric_keys() -> list[tuple[str, type, dataclasses.Field[typing.Any]]]:

@@ -17,10 +17,10 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from node.api_token import read_token
 from node.clock import TrioWallClock
-from node.config import Config, load_config
+from node.config.settings import Config, load_config
 from node.daemon import serve
+from node.datadir.api_token import read_token
 from node.runtime import NodeInfo
 
 pytestmark = pytest.mark.timeout(120)

@@ -18,11 +18,11 @@ from node.apps.db_app import DbApplication
 from node.apps.db_plugin import DbPlugin
 from node.apps.runner import AppRunner
 from node.clock import SystemClock
-from node.config import Config, load_config
-from node.config_apps import DbSection
-from node.config_fields import ConfigError
-from node.metrics import Metrics
-from node.store import EventStore
+from node.config.apps import DbSection
+from node.config.fields import ConfigError
+from node.config.settings import Config, load_config
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import EventRecord, append_events, get_state, make_engine, upgrade
 from sync.crdt import TableSchema, Value
 from tests.harness.db_helpers import (

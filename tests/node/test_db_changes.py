@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from node.config_apps import DbSection
+from node.config.apps import DbSection
 from storage.crdt import query_rows
 from storage.crdt_changes import StoredChange, change_horizon, newest_change, read_row_changes
 from sync.crdt import TableSchema, Value

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from sqlalchemy import Engine, make_url, text
 
-from node.config_apps import DbSection
+from node.config.apps import DbSection
 from storage import EventRecord, append_events, make_engine
 from sync.crdt import decode_content
 from sync.errors import RemoteProtocolError

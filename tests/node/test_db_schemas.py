@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, delete
 
 from node.apps.db_owners import OWNERS_KEY
-from node.config_apps import DbSection
+from node.config.apps import DbSection
 from storage import EventRecord, append_events, read_channel
 from storage.schema import node_state
 from sync.crdt import TableSchema

@@ -17,9 +17,9 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
-from node.config import Config, load_config
-from node.config_combined import check_combined_keys
-from node.config_fields import ConfigError
+from node.config.combined import check_combined_keys
+from node.config.fields import ConfigError
+from node.config.settings import Config, load_config
 from node.daemon import p2p_config
 from node.p2p import P2PConfig, P2PHost
 from node.p2p.run import open_host

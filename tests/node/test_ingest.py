@@ -19,10 +19,10 @@ import trio
 
 from node.api.node_metrics import register_store_metrics
 from node.clock import SystemClock
-from node.ingest_worker import AppendRequest
-from node.metrics import Metrics
 from node.replication.ingest import IngestPool, IngestUnavailable, IngestWorkerFailed
-from node.store import EventStore
+from node.store.events import EventStore
+from node.store.worker import AppendRequest
+from node.telemetry.metrics import Metrics
 from storage import EventRecord, make_engine, read_channel, upgrade
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec, VerifiedBatch
@@ -130,7 +130,7 @@ DAEMON = """
 import sys, trio
 from node.clock import SystemClock
 from node.replication.ingest import IngestPool
-from node.metrics import Metrics
+from node.telemetry.metrics import Metrics
 from sync.ingest import IngestSpec
 
 async def main():

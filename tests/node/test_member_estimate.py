@@ -12,11 +12,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
-from node.metrics import Metrics
 from node.p2p.run import open_host
 from node.replication import ChannelService
 from node.replication.gossip_outbox import topic_of
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig

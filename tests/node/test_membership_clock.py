@@ -25,13 +25,13 @@ from sqlalchemy.engine import Engine
 from trio.testing import MockClock
 
 from node.clock import TrioWallClock
-from node.config_membership import MembershipSection
-from node.metrics import Metrics
+from node.config.membership import MembershipSection
 from node.p2p import DialError, P2PConfig, P2PHost
 from node.p2p.run import open_host
 from node.p2p.standing import PeerStanding
 from node.replication.membership import Membership
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from storage.schema import node_state
 from sync.peerscore import ScoreConfig

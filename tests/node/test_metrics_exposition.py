@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.metrics import Metrics
+from node.telemetry.metrics import Metrics
 from tests.harness.inproc import InProcessNode
 
 # A sample line's value: the last field (no timestamps are written).

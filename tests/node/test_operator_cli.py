@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from node.api_token import TOKEN_ENV
+from node.datadir.api_token import TOKEN_ENV
 from tests.conftest import ROOT
 from tests.harness.procs import NodeProcess
 
 SECRET = "s3cret-token-value-XYZ"
-API_URL_FILE = "api_url"  # node.api_address.API_URL_FILE, spelled out to run on old code too
+# node.datadir.api_address.API_URL_FILE, spelled out to run on old code too
+API_URL_FILE = "api_url"
 
 
 def syncnode(*args: str, env: dict[str, str] | None = None,

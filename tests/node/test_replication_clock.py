@@ -13,12 +13,12 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from trio.testing import MockClock
 
-from node.metrics import Metrics
 from node.p2p import P2PConfig
 from node.p2p.run import open_host
 from node.replication import ChannelService, PeerManager
 from node.replication.clock import TrioWallClock
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig

@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import event
 
 from node.clock import SystemClock
-from node.metrics import Metrics
 from node.replication import ChannelService
-from node.store import EventStore
+from node.store.events import EventStore
+from node.telemetry.metrics import Metrics
 from storage import count_events, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig

@@ -17,14 +17,14 @@ import trio.testing
 from libp2p.peer.peerstore import PeerStoreError
 
 import node.p2p.dialer as dialer_module
-from node.api_token import read_token
 from node.clock import SystemClock
-from node.config import load_config
+from node.config.settings import load_config
 from node.daemon import serve
+from node.datadir.api_token import read_token
 from node.leaves import format_leaves, summarise_leaves
-from node.metrics import Metrics
 from node.runtime import NodeInfo
 from node.supervisor import FIRST_BACKOFF_S, TASK_FAILURES, supervise
+from node.telemetry.metrics import Metrics
 from tests.harness.cluster import until
 
 UNREACHABLE = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWGRYZDHBembyGJQqQ6WgLqJWtyVtZNCpnWqZNmRuZw9HW"

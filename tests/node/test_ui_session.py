@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from node.config import UiSection
-from node.metrics import Metrics
+from node.config.settings import UiSection
+from node.telemetry.metrics import Metrics
 from node.ui import UiSessions, cookie_name
 from tests.harness.procs import NodeApi, running_node
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import trio
 
 from node.clock import SystemClock
-from node.metrics import Metrics
 from node.replication.ingest import IngestPool
 from node.replication.verify import MAX_EVENT_BYTES, verify_in_threads
+from node.telemetry.metrics import Metrics
 from sync.errors import ErrorKind
 from sync.ingest import IngestSpec, VerifiedBatch, verify_wires
 from sync.sds import encode_event

@@ -210,7 +210,7 @@ async def test_scheduler_runs_the_real_snapshot_job(tmp_path: Path, template_db:
 
 
 def test_scheduler_from_config(tmp_path: Path) -> None:
-    from node.config import load_config
+    from node.config.settings import load_config
     from node.snapshots.scheduler import scheduler_from_config
 
     disabled = load_config(overrides={"node.data_dir": str(tmp_path), "spark.enabled": False})

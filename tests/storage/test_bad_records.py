@@ -8,7 +8,7 @@ import pytest
 import trio
 from sqlalchemy import Engine
 
-from node.store import EventStore, StoreRejected
+from node.store.events import EventStore, StoreRejected
 from storage import (
     EventRecord,
     append_events,

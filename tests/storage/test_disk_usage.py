@@ -1,5 +1,5 @@
-"""The database and snapshot sizes ``GET /v1/status`` reports (``node.disk_usage``), on SQLite
-and, with SYNCNODE_TEST_PG, PostgreSQL."""
+"""The database and snapshot sizes ``GET /v1/status`` reports (``node.datadir.disk_usage``), on
+SQLite and, with SYNCNODE_TEST_PG, PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from node.disk_usage import DiskUsage, tree_bytes
+from node.datadir.disk_usage import DiskUsage, tree_bytes
 
 
 def test_database_and_snapshot_bytes(engine: Engine, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 import trio
 from sqlalchemy import Connection, Engine, event
 
-from node.store import EventStore
+from node.store.events import EventStore
 from storage import append_events, make_engine, upgrade, weaker_level, write_transaction
 from tests.storage.conftest import make_record
 

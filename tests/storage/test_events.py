@@ -9,7 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine
 
-from node.store import EventStore
+from node.store.events import EventStore
 from storage import (
     append_events,
     count_events,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import trio
 from sqlalchemy import Engine
 
-from node.store import EventStore
+from node.store.events import EventStore
 from storage import AppendResult, EventRecord, append_isolating, read_channel
 from tests.storage.conftest import make_record
 

@@ -1,4 +1,4 @@
-"""The store's writer thread (node/store_thread.py): every local commit of ``EventStore`` runs
+"""The store's writer thread (node/store/thread.py): every local commit of ``EventStore`` runs
 in one long-lived thread fed by a queue, and the contract the thread pool gave holds: a caller
 is answered only after its transaction committed (a fresh connection sees its rows), commits
 run in queue order (seqs follow the order of the appends), a commit once started is finished
@@ -15,8 +15,8 @@ import pytest
 import trio
 from sqlalchemy import Connection, Engine
 
-from node.store import EventStore
-from node.store_thread import CommitThread
+from node.store.events import EventStore
+from node.store.thread import CommitThread
 from storage import seqs_of_message_ids
 from tests.storage.conftest import make_record
 

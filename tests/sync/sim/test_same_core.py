@@ -9,7 +9,7 @@ import dataclasses
 import random
 import typing
 
-from node.config import Config
+from node.config.settings import Config
 from node.replication.driver import ReplicationDriver
 from node.replication.fetch import gap_planner
 from node.replication.recon import recon_interests, recon_lifecycle

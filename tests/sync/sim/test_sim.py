@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from node.config import Config
-from node.config_combined import sds_config
+from node.config.combined import sds_config
+from node.config.settings import Config
 from sync.sds import SdsConfig
 from sync.sim import SWEEP, Scenario, SimFailure, Simulation, run
 from sync.sim.__main__ import parse

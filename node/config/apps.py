@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from node.config_checks import check_dir, check_peer_id, check_peer_ids
-from node.config_fields import (
+from node.config.checks import check_dir, check_peer_id, check_peer_ids
+from node.config.fields import (
     DAY,
     ConfigError,
     channel_names,

@@ -1,7 +1,7 @@
 """Configuration: a TOML file, then ``SYNCNODE_<SECTION>_<KEY>`` variables, then CLI flags.
 
-Every key is declared once, here (the applications' sections in ``node.config_apps``), with its
-type, default and check (``node.config_fields.opt``); ``config.example.toml`` shows
+Every key is declared once, here (the applications' sections in ``node.config.apps``), with its
+type, default and check (``node.config.fields.opt``); ``config.example.toml`` shows
 them all. Anything wrong is a ``ConfigError`` naming the key, which the CLI prints on one line
 before exiting with status 2.
 """
@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from node.config_apps import BlocksSection, DbSection, SparkSection
-from node.config_checks import (
+from node.config.apps import BlocksSection, DbSection, SparkSection
+from node.config.checks import (
     check_database_url,
     check_dir,
     check_listen_multiaddrs,
     check_peer_ids,
     check_peer_multiaddrs,
 )
-from node.config_fields import (
+from node.config.fields import (
     DAY,
     GIB,
     HOUR,
@@ -40,9 +40,9 @@ from node.config_fields import (
     positive,
     shown,
 )
-from node.config_load import ENV_PREFIX, load
-from node.config_membership import MembershipSection
-from node.config_net import ReachabilitySection
+from node.config.load import ENV_PREFIX, load
+from node.config.membership import MembershipSection
+from node.config.net import ReachabilitySection
 from sync.recon.eventid import CIP124_DRAFT, LAYOUTS
 from sync.replication import FETCH_GRACE_S
 
@@ -314,7 +314,7 @@ def load_config(
 ) -> Config:
     """Load and validate configuration; ``overrides`` maps ``"section.key"`` to CLI values.
 
-    The loader (``node.config_load``) reads the sections declared here.
+    The loader (``node.config.load``) reads the sections declared here.
     """
     config = load(Config, path, env=env, overrides=overrides)
     _check_relations(config)

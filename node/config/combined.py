@@ -5,8 +5,8 @@ before anything is opened."""
 
 from __future__ import annotations
 
-from node.config import Config, SdsSection
-from node.config_fields import ConfigError
+from node.config.fields import ConfigError
+from node.config.settings import Config, SdsSection
 from sync.errors import LocalProtocolError
 from sync.recon.session import ReconConfig
 from sync.sds import SdsConfig

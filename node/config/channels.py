@@ -8,8 +8,8 @@ The hosted applications (``node.apps.plugins.PLUGINS``) report their channels fr
 
 from __future__ import annotations
 
-from node.config import Config
-from node.config_apps import BlocksSection
+from node.config.apps import BlocksSection
+from node.config.settings import Config
 from sync.cardinal import PrefixRouter
 
 __all__ = [

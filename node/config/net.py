@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from node.config_fields import DAY, non_negative, one_of, opt, positive
+from node.config.fields import DAY, non_negative, one_of, opt, positive
 from sync.reachability import ReachabilityConfig
 
 __all__ = ["ReachabilitySection", "reachability_config"]

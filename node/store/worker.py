@@ -1,4 +1,4 @@
-"""The ingest worker process (``python -m node.ingest_worker``), started by
+"""The ingest worker process (``python -m node.store.worker``), started by
 ``node.replication.ingest``.
 
 It reads length-prefixed pickled frames on stdin: first an ``IngestSpec``, then requests,

@@ -1,7 +1,7 @@
 """The store's commits: gathering a batch from the queue, cutting it into the fetched writer's
 runs and local ones, and the one writer interface (:class:`CommitWriter`) over both commit
 paths: :class:`LocalWriter` (one transaction for a whole batch, or one per event to isolate the
-events that fail, in the store's writer thread, ``node.store_thread``, never cancelled once
+events that fail, in the store's writer thread, ``node.store.thread``, never cancelled once
 started) and :class:`WorkerWriter` (a run of fetched events appended by an ingest worker, and
 what it stored when it died); the result split per caller.
 """
@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 from sqlalchemy import Connection, Engine
 
-from node.logs import kv
+from node.telemetry.logs import kv
 from storage import (
     AppendResult,
     EventRecord,

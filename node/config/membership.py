@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from node.config_fields import DAY, HOUR, ConfigError, opt, positive
+from node.config.fields import DAY, HOUR, ConfigError, opt, positive
 from sync.membership import BookLimits, ConnLimits
 
 __all__ = ["MembershipSection", "book_limits", "conn_limits"]

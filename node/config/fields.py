@@ -1,7 +1,7 @@
 """How a config key is declared (``opt``: its default and check), the checks several sections
 share, and :class:`ConfigError`.
 
-Stdlib only, like ``node.config_checks``: loading a config stays cheap for client commands.
+Stdlib only, like ``node.config.checks``: loading a config stays cheap for client commands.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ each caller, so an event is acknowledged only after its transaction committed.
 Fetched events (``submit_fetched``) can be written by an ingest worker process instead
 (``remote_writer``; docs/bench/cluster.md, "the ingest worker as writer"): they stay items
 of the same queue, committed in queue order by the writer task, which hands each run to its
-writer (``node.store_commits.CommitWriter``: ``LocalWriter`` or ``WorkerWriter``) and waits for
+writer (``node.store.commits.CommitWriter``: ``LocalWriter`` or ``WorkerWriter``) and waits for
 its commit. The writer task is thus the one write token: a worker never races the daemon for
 SQLite's lock, and the log keeps the order in which SDS delivered.
 """
@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 import trio
 from sqlalchemy import Connection, Engine
 
-from node.logs import kv
-from node.store_commits import (
+from node.store.commits import (
     CommitRun,
     CommitWriter,
     LocalWriter,
@@ -34,7 +33,8 @@ from node.store_commits import (
     runs_by,
     split_result,
 )
-from node.store_thread import CommitThread
+from node.store.thread import CommitThread
+from node.telemetry.logs import kv
 from storage import (
     AppendResult,
     EventRecord,

@@ -1,5 +1,6 @@
 """Reading the configuration: TOML file, then ``SYNCNODE_<SECTION>_<KEY>`` variables, then CLI
-flags, each value coerced to its declared type and checked (``node.config`` declares them)."""
+flags, each value coerced to its declared type and checked (``node.config.settings`` declares
+them)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from node.api_token import TOKEN_ENV
-from node.config_apps import parse_tables
-from node.config_fields import ConfigError, shown
+from node.config.apps import parse_tables
+from node.config.fields import ConfigError, shown
+from node.datadir.api_token import TOKEN_ENV
 from sync.crdt import TableSchema
 
 __all__ = ["CLIENT_VARIABLES", "ENV_PREFIX", "load"]
@@ -142,7 +143,7 @@ def load(
 ) -> Root:
     """The dataclass ``root`` (one field per section, each a dataclass of keys) from defaults <
     the TOML file < ``SYNCNODE_*`` variables < ``overrides`` (``"section.key"`` to CLI values),
-    each key validated. ``root`` is given by ``node.config.load_config``: this module reads
+    each key validated. ``root`` is given by ``node.config.settings.load_config``: this module reads
     nothing of it by import, so the config does not import back the module that loads it."""
     sections = _sections(root)
     merged: dict[str, dict[str, Given]] = {name: {} for name in sections}

@@ -1,0 +1,1 @@
+"""What a node tells its operator: structured logs and Prometheus metrics."""
