@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from node.datadir.api_token import TOKEN_ENV, read_token
 from tests.conftest import ROOT
 
 
-class NodeApi:
+class NodeApi(ABC):
     """A running node as its tests reach it: its peer id, p2p addresses, HTTP API (with the
     token) and the CLI pointed at that API. ``NodeProcess`` runs the node in a process of its
     own, ``tests.harness.inproc.InProcessNode`` in this one; the cluster helpers take either."""
@@ -86,8 +87,9 @@ class NodeApi:
         assert result.returncode == 0, result.stderr
         return dict(json.loads(result.stdout))
 
+    @abstractmethod
     def kill(self) -> None:
-        raise NotImplementedError
+        """Stop the node (a process: SIGKILL; in-process: a clean shutdown)."""
 
 
 class NodeProcess(NodeApi):
