@@ -368,8 +368,18 @@ def catchup_rate(chaos: Chaos) -> float | None:
     return None if slowest is None else round(slowest)
 
 
+def _slope_per_h(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MiB) points, in MiB per hour."""
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return sum((t - mt) * (v - mv) for t, v in points) / var * 3600
+
+
 def rss_lives(group: Group, plan: Plan) -> list[dict[str, Any]]:
-    """Each process life long enough to judge: its node, span and RSS at the ends, MiB."""
+    """Each process life long enough to judge: its node, span, RSS at the ends and peak (MiB),
+    and its slope."""
     out = []
     for member in group.members.values():
         for life in member.rss:
@@ -379,22 +389,14 @@ def rss_lives(group: Group, plan: Plan) -> list[dict[str, Any]]:
             out.append({"node": member.name, "from_s": round(points[0][0]),
                         "to_s": round(points[-1][0]), "first_mib": round(points[0][1], 1),
                         "last_mib": round(points[-1][1], 1),
-                        "max_mib": round(max(v for _, v in points), 1), "points": points})
+                        "max_mib": round(max(v for _, v in points), 1),
+                        "slope_mib_per_h": round(_slope_per_h(points), 1)})
     return out
 
 
 def rss_slope(lives: list[dict[str, Any]]) -> float | None:
-    steepest: float | None = None
-    for life in lives:
-        points = life.pop("points")  # (the JSON keeps the summary only)
-        n = len(points)
-        mt = sum(t for t, _ in points) / n
-        mv = sum(v for _, v in points) / n
-        var = sum((t - mt) ** 2 for t, _ in points)
-        slope = sum((t - mt) * (v - mv) for t, v in points) / var * 3600
-        life["slope_mib_per_h"] = round(slope, 1)
-        steepest = slope if steepest is None else max(steepest, slope)
-    return None if steepest is None else round(steepest, 1)
+    """The steepest life's slope."""
+    return max((life["slope_mib_per_h"] for life in lives), default=None)
 
 
 def direct_fraction(group: Group, wait_s: float) -> float | None:
