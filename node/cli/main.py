@@ -218,8 +218,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def join_token_value(argv: Sequence[str]) -> list[str]:
+    """``--token VALUE`` as ``--token=VALUE``: argparse reads a value that starts with '-' as an
+    option, and tokens made before they were hex (base64url) can start with one."""
+    out: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--token":
+            value = next(args, None)
+            out.append("--token" if value is None else f"--token={value}")
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = join_token_value(sys.argv[1:] if argv is None else argv)
     _ARGV[:] = argv
     args = build_parser(argv).parse_args(argv)
     try:

@@ -33,7 +33,8 @@ def load_or_create_token(data_dir: str | Path) -> str:
         if path.stat().st_mode & 0o077:
             path.chmod(0o600)
         return existing
-    token = secrets.token_urlsafe(32)
+    # Hex, not urlsafe base64: a token that starts with '-' reads as an option to `--token`.
+    token = secrets.token_hex(32)
     tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

@@ -41,6 +41,7 @@ def test_token_is_created_private_and_required(node: NodeApi) -> None:
     path = node.data_dir / "api_token"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(node.token) >= 32
+    int(node.token, 16)  # hex: never a leading '-' that `--token` would read as an option
     bare = httpx.get(node.api_url + "/v1/status")
     assert bare.status_code == 401
     assert bare.headers["www-authenticate"].startswith("Bearer")
@@ -106,6 +107,10 @@ def test_cli_finds_the_token(node: NodeApi, tmp_path: Path) -> None:
 
     assert run("--data-dir", str(node.data_dir)).returncode == 0
     assert run("--token", node.token).returncode == 0
+    # A token that starts with '-' (older nodes made base64url ones) is read as the value of
+    # --token, not as an unknown option: the node refuses it (1), argparse does not (2).
+    dashed = run("--token", "-" + node.token[1:])
+    assert dashed.returncode == 1 and "HTTP 401" in dashed.stderr, dashed.stderr
     assert run(SYNCNODE_API_TOKEN=node.token).returncode == 0
     missing = run()  # ./data under tmp_path holds no token
     assert missing.returncode == 1
