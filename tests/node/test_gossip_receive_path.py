@@ -201,3 +201,27 @@ async def test_g1_no_list_grows_with_every_message() -> None:
         for host in (sender, receiver):
             kept = host._gossip._router.recent_message_deliveries
             assert sum(len(times) for times in kept.values()) == 0
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_g2_equivocation_check_keeps_no_message() -> None:
+    """0.8.1 kept the first message of every id (up to 1,000, each holding the received RPC's
+    upb arena) for its equivocation check: tens of MiB under load. Now a fingerprint each, and
+    a second message under a known id with other data or topics is still refused."""
+    async with _meshed() as (sender, receiver, inbox):
+        await _send(sender, inbox, 50)
+        for host in (sender, receiver):
+            router = host._gossip._router
+            kept = router.equivocation_detection
+            assert len(kept) == 50
+            assert not any(isinstance(v, rpc_pb2.Message) for v in kept.values())
+            key, seen = next(iter(kept.items()))
+            first = rpc_pb2.Message(from_id=key[:-8], seqno=key[-8:], data=b"m0" + bytes(1_700),
+                                    topicIDs=[TOPIC])
+            assert router._check_equivocation(first)  # the same message again: no equivocation
+            for other in (rpc_pb2.Message(from_id=first.from_id, seqno=first.seqno,
+                                          data=b"forged", topicIDs=[TOPIC]),
+                          rpc_pb2.Message(from_id=first.from_id, seqno=first.seqno,
+                                          data=first.data, topicIDs=[TOPIC, "other"])):
+                assert not router._check_equivocation(other)

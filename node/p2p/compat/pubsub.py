@@ -53,7 +53,9 @@
    one received or published) to ``recent_message_deliveries[topic]``, which only the
    adaptive-gossip health check prunes: with adaptive gossip off (ours), a float per message
    for the process's life (~0.8 GB a day at 300 messages/s). Here, for a router without
-   adaptive gossip, those lists keep nothing (entry G1).
+   adaptive gossip, those lists keep nothing (entry G1). ``equivocation_detection`` keeps
+   up to 1,000 whole messages (each holding its received RPC's frame); here it keeps a
+   fingerprint of each (entry G2, ``equivocation.Fingerprints``).
 
 8. *Per-message cost.* Its reader handles each message itself, no task each (P8,
    ``receive.InlineReceive``, its base class); its validation cache is O(1) (V1) and its own
@@ -68,7 +70,7 @@
    are noted (``get_hello_packet``, through a context variable set by our
    ``_handle_new_peer``) and, once the peer is listed, what changed since is sent to it.
 
-These are entries P1-P8, G1, R3, V1, V2 of the table in ``node.p2p.compat`` (9 is part of
+These are entries P1-P8, G1, G2, R3, V1, V2 of the table in ``node.p2p.compat`` (9 is part of
 P4); they rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_new_peer``/
 ``_handle_dead_peer`` and its ``peer_topics`` bookkeeping, pinned by the version check of
 :func:`node.p2p.compat.apply`.
@@ -93,6 +95,7 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
+from node.p2p.compat.equivocation import Fingerprints
 from node.p2p.compat.receive import InlineReceive
 from node.p2p.compat.records import drop_repeated_record
 from node.p2p.compat.validation import BoundedValidationCache, publishing
@@ -162,6 +165,10 @@ class GuardedPubsub(InlineReceive):
             weakref.WeakKeyDictionary())
         if isinstance(self.router, GossipSub) and not self.router.adaptive_gossip_enabled:
             self.router.recent_message_deliveries = collections.defaultdict(_Unkept)
+        if isinstance(self.router, GossipSub):
+            # Fingerprints, not the messages (and the received frames they share an arena
+            # with): entry G2.
+            self.router.equivocation_detection = Fingerprints()
         # O(1) per message (entry V1); same ttl and bound as libp2p's.
         self.validation_cache = BoundedValidationCache(self.validation_cache.ttl,
                                                        self.validation_cache.max_size)

@@ -129,6 +129,15 @@ ENTRIES: tuple[Entry, ...] = (
           "every message's time is appended to a list only adaptive gossip's health check "
           "prunes: with adaptive gossip off it grows for the process's life",
           "tests/node/test_gossip_receive_path.py::test_g1_no_list_grows_with_every_message"),
+    Entry("G2", "equivocation", "replaced",
+          ("libp2p.pubsub.gossipsub:GossipSub.equivocation_detection",
+           "libp2p.pubsub.gossipsub:GossipSub._check_equivocation",
+           "libp2p.pubsub.gossipsub:GossipSub._periodic_security_cleanup"),
+          "the first message of every id is kept (up to 1,000, with the received RPC frame "
+          "its upb arena holds) only to compare data and topics: tens of MiB under load, "
+          "~1 GB of 1 MB frames",
+          "tests/node/test_gossip_receive_path.py::"
+          "test_g2_equivocation_check_keeps_no_message"),
     Entry("Y1", "yamux", "replaced",
           ("libp2p.stream_muxer.yamux.yamux:YamuxStream._auto_tune_and_send_window_update",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream._grow_to_delta",
