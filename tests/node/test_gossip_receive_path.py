@@ -216,7 +216,7 @@ async def test_g2_equivocation_check_keeps_no_message() -> None:
             kept = router.equivocation_detection
             assert len(kept) == 50
             assert not any(isinstance(v, rpc_pb2.Message) for v in kept.values())
-            key, seen = next(iter(kept.items()))
+            key = next(iter(kept))
             first = rpc_pb2.Message(from_id=key[:-8], seqno=key[-8:], data=b"m0" + bytes(1_700),
                                     topicIDs=[TOPIC])
             assert router._check_equivocation(first)  # the same message again: no equivocation

@@ -168,7 +168,7 @@ class GuardedPubsub(InlineReceive):
         if isinstance(self.router, GossipSub):
             # Fingerprints, not the messages (and the received frames they share an arena
             # with): entry G2.
-            self.router.equivocation_detection = Fingerprints()
+            self.router.equivocation_detection = Fingerprints()  # type: ignore[assignment]
         # O(1) per message (entry V1); same ttl and bound as libp2p's.
         self.validation_cache = BoundedValidationCache(self.validation_cache.ttl,
                                                        self.validation_cache.max_size)
