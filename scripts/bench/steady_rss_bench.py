@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Memory of nodes under steady load, on the default settings: ``--nodes`` node processes
+joined on loopback, a steady publish load (``--rate`` events/s in batches of ``--batch``, on
+the nodes in turn) for ``--seconds``, each node's resident memory (VmRSS) sampled every
+``--sample`` seconds.
+
+What it judges: after the warm-up, a node's memory grows only while its bounded in-memory
+structures fill (docs/ops/README.md "Memory": the delivered-id window, the Recon key cache, the
+SDS repair cache), by about the bytes per event given there, and not at all once they are full
+(run it with a config that makes them small, ``--config``, to see the plateau in minutes).
+
+Keys: ``steady_rss_slope_mib_per_h`` (the steepest node's least-squares slope after the
+warm-up), ``steady_rss_bytes_per_event`` (the most a node grew after the warm-up, per event
+published meanwhile), ``steady_rss_start_mib`` / ``steady_rss_end_mib`` / ``steady_rss_peak_mib``
+(the most of any node: at the end of the warm-up, at the end, at most), ``steady_rss_events``,
+``steady_rss_seconds``, ``steady_rss_rate`` (events/s achieved), ``steady_rss_load`` (1-minute
+load average at the end), ``steady_rss_curves`` (per node: [seconds, MiB] samples). The last
+line is the JSON, also written to docs/bench/steady_rss.json (``--smoke``: 2 nodes, 20 s, a
+temporary file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+
+from benchjson import finish, smoke_path  # noqa: E402
+
+from tests.harness.cluster import join_all, wait_for  # noqa: E402
+from tests.harness.procs import NodeProcess  # noqa: E402
+
+JSON_KEYS = (
+    "steady_rss_slope_mib_per_h",
+    "steady_rss_bytes_per_event",
+    "steady_rss_start_mib",
+    "steady_rss_end_mib",
+    "steady_rss_peak_mib",
+    "steady_rss_events",
+    "steady_rss_seconds",
+    "steady_rss_rate",
+    "steady_rss_load",
+    "steady_rss_curves",
+)
+CHANNEL = "general"
+MIB = 1 << 20
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident memory (MiB), from /proc."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
+
+
+class Load:
+    """Publishes ``rate`` events/s in batches of ``batch`` on the nodes in turn, in a thread."""
+
+    def __init__(self, nodes: list[NodeProcess], rate: float, batch: int) -> None:
+        self.nodes, self.period, self.batch = nodes, batch / rate, batch
+        self.published = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        clients = [node.client(timeout=60) for node in self.nodes]
+        due, turn = time.monotonic(), 0
+        while not self.stop.is_set():
+            events = [{"content": f"steady {self.published + i} " + "x" * 40}
+                      for i in range(self.batch)]
+            response = clients[turn % len(clients)].post(f"/v1/channels/{CHANNEL}/events",
+                                                         json={"events": events})
+            response.raise_for_status()
+            self.published += self.batch
+            turn += 1
+            due += self.period
+            time.sleep(max(0.0, due - time.monotonic()))
+        for client in clients:
+            client.close()
+
+
+def judge(curves: list[list[tuple[float, float, int]]], warmup_s: float) -> dict[str, Any]:
+    """The figures of the samples (seconds, MiB, events published by then) of each node."""
+    slopes, per_event, starts, ends = [], [], [], []
+    for samples in curves:
+        kept = [s for s in samples if s[0] >= warmup_s] or samples[-1:]
+        (_, first, events0), (_, last, events1) = kept[0], kept[-1]
+        if len(kept) >= 3:
+            slope = statistics.linear_regression([s[0] for s in kept], [s[1] for s in kept])
+            slopes.append(slope.slope * 3600)
+        per_event.append((last - first) * MIB / max(1, events1 - events0))
+        starts.append(first)
+        ends.append(last)
+    return {
+        "steady_rss_slope_mib_per_h": round(max(slopes), 1) if slopes else None,
+        "steady_rss_bytes_per_event": round(max(per_event)),
+        "steady_rss_start_mib": round(max(starts), 1),
+        "steady_rss_end_mib": round(max(ends), 1),
+        "steady_rss_peak_mib": round(max(s[1] for c in curves for s in c), 1),
+    }
+
+
+def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, warmup_s: float,
+        config_toml: str = "") -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="syncnode-steady-rss-"))
+    config = None
+    if config_toml:
+        config = base / "node.toml"
+        config.write_text(config_toml)
+    group: list[NodeProcess] = []
+    try:
+        for i in range(nodes):
+            group.append(NodeProcess(base / f"n{i}", config=config).start(timeout=180))
+        join_all(group)
+        wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= nodes - 1 for n in group),
+                 60, "the nodes did not connect")
+        load = Load(group, rate, batch)
+        pids = [node.proc.pid for node in group if node.proc is not None]
+        curves: list[list[tuple[float, float, int]]] = [[] for _ in pids]
+        started = time.monotonic()
+        load.thread.start()
+        try:
+            while (elapsed := time.monotonic() - started) < seconds and load.thread.is_alive():
+                for curve, pid in zip(curves, pids, strict=True):
+                    curve.append((elapsed, rss_mib(pid), load.published))
+                time.sleep(sample_s)
+        finally:
+            load.stop.set()
+            load.thread.join(timeout=60)
+        if not curves[0] or elapsed < seconds:
+            raise RuntimeError("the load stopped before the end (a publish failed)")
+        result = judge(curves, warmup_s)
+        result.update({
+            "steady_rss_events": load.published,
+            "steady_rss_seconds": round(elapsed),
+            "steady_rss_rate": round(load.published / elapsed, 1),
+            "steady_rss_load": round(os.getloadavg()[0], 2),
+            "steady_rss_curves": [[[round(t), round(v, 1)] for t, v, _ in c] for c in curves],
+        })
+        return result
+    finally:
+        for node in group:
+            node.kill()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="2 nodes, 20 s")
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=60.0, help="events per second")
+    parser.add_argument("--batch", type=int, default=8, help="events per publish")
+    parser.add_argument("--seconds", type=float, default=420.0)
+    parser.add_argument("--sample", type=float, default=5.0)
+    parser.add_argument("--warmup", type=float, default=60.0)
+    parser.add_argument("--config", type=Path, help="a node config file (experiments)")
+    parser.add_argument("--out", type=Path, help="the JSON file (default docs/bench/)")
+    args = parser.parse_args()
+    if args.smoke:
+        result = run(2, 20.0, 4, 20.0, 2.0, 5.0)
+        out = smoke_path("steady_rss")
+    else:
+        toml = args.config.read_text() if args.config else ""
+        result = run(args.nodes, args.rate, args.batch, args.seconds, args.sample, args.warmup,
+                     toml)
+        out = args.out or ROOT / "docs" / "bench" / "steady_rss.json"
+    print(f"{'figure':<28} value")
+    for key in JSON_KEYS[:-1]:
+        print(f"{key:<28} {result[key]}")
+    for i, curve in enumerate(result["steady_rss_curves"]):
+        step = max(1, len(curve) // 8)
+        print(f"node {i}: " + "  ".join(f"{t}s {v}" for t, v in curve[::step]))
+    return finish(result, JSON_KEYS, out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
