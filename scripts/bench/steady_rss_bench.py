@@ -14,9 +14,11 @@ warm-up), ``steady_rss_bytes_per_event`` (the most a node grew after the warm-up
 published meanwhile), ``steady_rss_start_mib`` / ``steady_rss_end_mib`` / ``steady_rss_peak_mib``
 (the most of any node: at the end of the warm-up, at the end, at most), ``steady_rss_events``,
 ``steady_rss_seconds``, ``steady_rss_rate`` (events/s achieved), ``steady_rss_load`` (1-minute
-load average at the end), ``steady_rss_curves`` (per node: [seconds, MiB] samples). The last
-line is the JSON, also written to docs/bench/steady_rss.json (``--smoke``: 2 nodes, 20 s, a
-temporary file).
+load average at the end), ``steady_rss_store_lookups`` / ``steady_rss_keystore_reads`` (all
+nodes: SDS questions to the database about ids older than the delivered window, Recon bucket
+reads from the database: what smaller windows cost), ``steady_rss_curves`` (per node:
+[seconds, MiB] samples). The last line is the JSON, also written to docs/bench/steady_rss.json
+(``--smoke``: 2 nodes, 20 s, a temporary file).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
 
-from tests.harness.cluster import join_all, wait_for  # noqa: E402
+from tests.harness.cluster import join_all, metric, wait_for  # noqa: E402
 from tests.harness.procs import NodeProcess  # noqa: E402
 
 JSON_KEYS = (
@@ -50,6 +52,8 @@ JSON_KEYS = (
     "steady_rss_seconds",
     "steady_rss_rate",
     "steady_rss_load",
+    "steady_rss_store_lookups",
+    "steady_rss_keystore_reads",
     "steady_rss_curves",
 )
 CHANNEL = "general"
@@ -143,6 +147,10 @@ def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, wa
             "steady_rss_seconds": round(elapsed),
             "steady_rss_rate": round(load.published / elapsed, 1),
             "steady_rss_load": round(os.getloadavg()[0], 2),
+            # What smaller in-memory windows cost: reads of the database instead.
+            "steady_rss_store_lookups": sum(metric(n, "sds_store_lookups_total") for n in group),
+            "steady_rss_keystore_reads": sum(metric(n, "recon_keystore_reads_total")
+                                             for n in group),
             "steady_rss_curves": [[[round(t), round(v, 1)] for t, v, _ in c] for c in curves],
         })
         return result
