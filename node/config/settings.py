@@ -199,8 +199,9 @@ class SdsSection:
     max_outgoing_bytes: int = opt(64 << 20, positive, most=16 * GIB)
     resend_bytes_per_s: int = opt(8 << 20, positive, most=16 * GIB)
     ack_min_filters: int = opt(2, positive, most=1000)
-    # -- memory (docs/architecture.md "Memory independent of the log's length") --
-    delivered_window: int = opt(100_000, at_least(1000), most=100_000_000)
+    # -- memory (docs/architecture.md "Memory independent of the log's length"; the default:
+    # docs/ops/README.md "Memory") --
+    delivered_window: int = opt(10_000, at_least(1000), most=100_000_000)
     # -- large groups (docs/sds.md "Heads", "SDS-R at scale"; docs/security.md "SDS-R") --
     response_groups: int = opt(0, non_negative, most=1_000_000)
     member_window_s: float = opt(600.0, positive, most=DAY)
@@ -238,7 +239,7 @@ class ReconSection:
     keystore_bucket_keys: int = opt(256, lambda v: None if 16 <= v <= 65536 else
                                      "must be between 16 and 65536", most=65536)
     keystore_max_buckets: int = opt(32768, at_least(64), most=1 << 24)
-    keystore_cache_keys: int = opt(131_072, non_negative, most=1 << 30)
+    keystore_cache_keys: int = opt(16_384, non_negative, most=1 << 30)  # (docs/ops "Memory")
     # Saved summary: restart without rescanning every key (0: only at clean shutdown).
     summary_save_interval_s: float = opt(60.0, non_negative, most=DAY)
     # Processes verifying fetched events outside the daemon (docs/architecture.md "Ingest").

@@ -168,7 +168,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8, help="events per publish")
     parser.add_argument("--seconds", type=float, default=420.0)
     parser.add_argument("--sample", type=float, default=5.0)
-    parser.add_argument("--warmup", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=120.0)
     parser.add_argument("--config", type=Path, help="a node config file (experiments)")
     parser.add_argument("--out", type=Path, help="the JSON file (default docs/bench/)")
     args = parser.parse_args()
