@@ -10,15 +10,17 @@ SDS repair cache), by about the bytes per event given there, and not at all once
 (run it with a config that makes them small, ``--config``, to see the plateau in minutes).
 
 Keys: ``steady_rss_slope_mib_per_h`` (the steepest node's least-squares slope after the
-warm-up), ``steady_rss_bytes_per_event`` (the most a node grew after the warm-up, per event
-published meanwhile), ``steady_rss_start_mib`` / ``steady_rss_end_mib`` / ``steady_rss_peak_mib``
-(the most of any node: at the end of the warm-up, at the end, at most), ``steady_rss_events``,
-``steady_rss_seconds``, ``steady_rss_rate`` (events/s achieved), ``steady_rss_load`` (1-minute
-load average at the end), ``steady_rss_store_lookups`` / ``steady_rss_keystore_reads`` (all
-nodes: SDS questions to the database about ids older than the delivered window, Recon bucket
-reads from the database: what smaller windows cost), ``steady_rss_curves`` (per node:
-[seconds, MiB] samples). The last line is the JSON, also written to docs/bench/steady_rss.json
-(``--smoke``: 2 nodes, 20 s, a temporary file).
+warm-up), ``steady_rss_late_slope_mib_per_h`` (the same over the run's second half: at the
+default rate, once the windows are full), ``steady_rss_bytes_per_event`` (the most a node
+grew after the warm-up, per event published meanwhile), ``steady_rss_start_mib`` /
+``steady_rss_end_mib`` / ``steady_rss_peak_mib`` (the most of any node: at the end of the
+warm-up, at the end, at most), ``steady_rss_events``, ``steady_rss_seconds``,
+``steady_rss_rate`` (events/s achieved), ``steady_rss_load`` (1-minute load average at the
+end), ``steady_rss_store_lookups`` / ``steady_rss_keystore_reads`` (all nodes: SDS questions
+to the database about ids older than the delivered window, Recon bucket reads from the
+database: what smaller windows cost), ``steady_rss_curves`` (per node: [seconds, MiB]
+samples). The last line is the JSON, also written to docs/bench/steady_rss.json (``--smoke``:
+2 nodes, 20 s, a temporary file).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from tests.harness.procs import NodeProcess  # noqa: E402
 
 JSON_KEYS = (
     "steady_rss_slope_mib_per_h",
+    "steady_rss_late_slope_mib_per_h",
     "steady_rss_bytes_per_event",
     "steady_rss_start_mib",
     "steady_rss_end_mib",
@@ -91,20 +94,32 @@ class Load:
             client.close()
 
 
+def slope_mib_per_h(samples: list[tuple[float, float, int]]) -> float | None:
+    """The least-squares slope of (seconds, MiB) samples, in MiB per hour."""
+    if len(samples) < 3:
+        return None
+    fit = statistics.linear_regression([s[0] for s in samples], [s[1] for s in samples])
+    return fit.slope * 3600
+
+
 def judge(curves: list[list[tuple[float, float, int]]], warmup_s: float) -> dict[str, Any]:
     """The figures of the samples (seconds, MiB, events published by then) of each node."""
-    slopes, per_event, starts, ends = [], [], [], []
+    slopes, late, per_event, starts, ends = [], [], [], [], []
     for samples in curves:
         kept = [s for s in samples if s[0] >= warmup_s] or samples[-1:]
         (_, first, events0), (_, last, events1) = kept[0], kept[-1]
-        if len(kept) >= 3:
-            slope = statistics.linear_regression([s[0] for s in kept], [s[1] for s in kept])
-            slopes.append(slope.slope * 3600)
+        slopes.append(slope_mib_per_h(kept))
+        late.append(slope_mib_per_h([s for s in samples if s[0] >= samples[-1][0] / 2]))
         per_event.append((last - first) * MIB / max(1, events1 - events0))
         starts.append(first)
         ends.append(last)
+    def steepest(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return round(max(known), 1) if known else None
+
     return {
-        "steady_rss_slope_mib_per_h": round(max(slopes), 1) if slopes else None,
+        "steady_rss_slope_mib_per_h": steepest(slopes),
+        "steady_rss_late_slope_mib_per_h": steepest(late),
         "steady_rss_bytes_per_event": round(max(per_event)),
         "steady_rss_start_mib": round(max(starts), 1),
         "steady_rss_end_mib": round(max(ends), 1),
