@@ -13,46 +13,28 @@ The only wrappers count calls and call through.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.rpc_queue import RpcQueue
 from libp2p.pubsub.score import PeerScorer
 
-from node.clock import SystemClock
 from node.p2p import P2PHost
-from node.p2p.run import open_host
-from tests.harness.cluster import until
+from tests.harness.gossip_pair import meshed_pair, send_one_by_one
 
 TOPIC = "send-path"
 
 
-@asynccontextmanager
-async def _meshed() -> AsyncIterator[tuple[P2PHost, P2PHost, Any]]:
-    """Sender and receiver on the default settings, in each other's mesh; the receiver's inbox."""
-    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as sender, \
-            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as receiver:
-        inbox = await receiver.subscribe(TOPIC)
-        await sender.subscribe(TOPIC)
-        await sender.connect(receiver.listen_addrs[0])
-        await until(lambda: receiver.peer_id in sender.mesh_peers(TOPIC), 30, "not meshed")
-        yield sender, receiver, inbox
+def _meshed() -> Any:
+    return meshed_pair(TOPIC)
 
 
 async def _send(sender: P2PHost, inbox: Any, count: int) -> None:
-    """Publish ``count`` messages, each once the previous one arrived."""
-    with trio.fail_after(60):
-        for i in range(count):
-            data = b"m%d" % i + bytes(1_700)
-            await sender.publish(TOPIC, data)
-            assert (await inbox.receive()).data == data
+    await send_one_by_one(sender, inbox, TOPIC, count)
 
 
 def _router(host: P2PHost) -> GossipSub:
