@@ -1,4 +1,4 @@
-"""GossipSub's equivocation check without whole messages in memory (entry G2 of the table in
+"""GossipSub's equivocation check without whole messages in memory (entry G5 of the table in
 ``node.p2p.compat``).
 
 0.8.1's ``GossipSub._check_equivocation`` keeps the first message seen under each id

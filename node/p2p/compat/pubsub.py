@@ -55,7 +55,7 @@
    for the process's life (~0.8 GB a day at 300 messages/s). Here, for a router without
    adaptive gossip, those lists keep nothing (entry G1). ``equivocation_detection`` keeps
    up to 1,000 whole messages (each holding its received RPC's frame); here it keeps a
-   fingerprint of each (entry G2, ``equivocation.Fingerprints``).
+   fingerprint of each (entry G5, ``equivocation.Fingerprints``).
 
 8. *Per-message cost.* Its reader handles each message itself, no task each (P8,
    ``receive.InlineReceive``, its base class); its validation cache is O(1) (V1) and its own
@@ -70,7 +70,7 @@
    are noted (``get_hello_packet``, through a context variable set by our
    ``_handle_new_peer``) and, once the peer is listed, what changed since is sent to it.
 
-These are entries P1-P8, G1, G2, R3, V1, V2 of the table in ``node.p2p.compat`` (9 is part of
+These are entries P1-P8, G1, G5, R3, V1, V2 of the table in ``node.p2p.compat`` (9 is part of
 P4); they rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_new_peer``/
 ``_handle_dead_peer`` and its ``peer_topics`` bookkeeping, pinned by the version check of
 :func:`node.p2p.compat.apply`.
@@ -98,6 +98,7 @@ from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 from node.p2p.compat.equivocation import Fingerprints
 from node.p2p.compat.receive import InlineReceive
 from node.p2p.compat.records import drop_repeated_record
+from node.p2p.compat.router import quicken_router
 from node.p2p.compat.validation import BoundedValidationCache, publishing
 from node.p2p.compat.version import require
 from node.p2p.types import P2PStats
@@ -163,11 +164,12 @@ class GuardedPubsub(InlineReceive):
         # The signed record last written on each stream (entry R3).
         self._records_sent: weakref.WeakKeyDictionary[INetStream, bytes] = (
             weakref.WeakKeyDictionary())
-        if isinstance(self.router, GossipSub) and not self.router.adaptive_gossip_enabled:
-            self.router.recent_message_deliveries = collections.defaultdict(_Unkept)
         if isinstance(self.router, GossipSub):
+            if not self.router.adaptive_gossip_enabled:
+                self.router.recent_message_deliveries = collections.defaultdict(_Unkept)
+            quicken_router(self.router)  # entries G2, G3, G4
             # Fingerprints, not the messages (and the received frames they share an arena
-            # with): entry G2.
+            # with): entry G5.
             self.router.equivocation_detection = Fingerprints()  # type: ignore[assignment]
         # O(1) per message (entry V1); same ttl and bound as libp2p's.
         self.validation_cache = BoundedValidationCache(self.validation_cache.ttl,
