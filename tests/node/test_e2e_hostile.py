@@ -10,7 +10,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p import P2PError
+from node.p2p import P2PError, P2PTimeoutError
 from node.replication import topic_of
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
@@ -27,6 +27,7 @@ from tests.harness.cluster import (
     preset_identity,
     publish_many,
     start_inproc,
+    until,
     wait_for,
 )
 from tests.harness.hostile import Busy, hostile, meshed, while_busy
@@ -92,7 +93,8 @@ async def attack(target: str) -> None:
         await meshed(host, peer, topic)
         for wire in forged_events(5):
             await host.publish(topic, wire)
-        await trio.sleep(1)  # bad signatures handed over directly: the forger is banned
+        # Bad signatures handed over directly: the forger is banned, and hung up on.
+        await until(lambda: peer not in host.connected_peers(), 30, "the forger was not banned")
     async with hostile(target) as (host, peer):
         await rejected(host, peer, b"\x01")  # the node is not busy with a session of its own
         # 5. A Recon session that never ends: a valid first message, then silence.
@@ -100,9 +102,10 @@ async def attack(target: str) -> None:
         async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
             await stream.send(b"\x01" + session.start())
             await stream.receive()  # the node's answer
-            await trio.sleep(6)  # longer than its session timeout
-            with pytest.raises(P2PError):
+            # The node hangs up at its session timeout (4 s), before our read timeout (10 s).
+            with pytest.raises(P2PError) as hung_up, trio.fail_after(30):
                 await stream.receive()
+            assert not isinstance(hung_up.value, P2PTimeoutError), hung_up.value
 
 
 def test_hostile_peer_is_rejected_counted_and_harmless(tmp_path: Path) -> None:
@@ -143,7 +146,11 @@ def test_allowed_peers_keeps_outsiders_out(tmp_path: Path) -> None:
         publish_many(outsider, "general", [f"intruder-{k}" for k in range(10)])
         publish_many(a, "general", [f"member-{k}" for k in range(10)])
         wait_for(lambda: len(channel_log(b, "general")) == 10, 30, "members did not sync")
-        time.sleep(5)  # redials, gossip and Recon rounds: still nothing from the outsider
+        # Two more Recon rounds on each member (and whatever redials and gossip meanwhile):
+        # still nothing from the outsider.
+        rounds = {n.peer_id: metric(n, "recon_sessions_total") for n in (a, b)}
+        wait_for(lambda: all(metric(n, "recon_sessions_total") >= rounds[n.peer_id] + 2
+                             for n in (a, b)), 30, "the members stopped reconciling")
         for node in (a, b):
             contents = {c for _, _, c in channel_log(node, "general")}
             assert contents == {f"member-{k}" for k in range(10)}
