@@ -769,7 +769,7 @@ async def test_drop_closes_a_connection_whose_writes_block() -> None:
             flooded.set()
 
         nursery.start_soon(flood)
-        await trio.testing.wait_all_tasks_blocked()  # the flood waits on a full connection
+        await trio.testing.wait_all_tasks_blocked(0.1)  # the flood waits on a full connection
         assert not flooded.is_set(), "a's writes were expected to block"
         with trio.fail_after(10):
             await a.drop(b.peer_id, timeout=5.0)

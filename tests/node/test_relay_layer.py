@@ -173,7 +173,7 @@ async def test_a_punch_dials_no_peerstore_address_before_the_exchange() -> None:
         assert await _relay(a).punch(b.peer_id)
         assert a.path(b.peer_id) == "direct"
         # A connection to the decoy would be accepted (and counted) before every task waits.
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.testing.wait_all_tasks_blocked(0.1)
         assert dialled == [], "the punch dialled a peerstore address"
         nursery.cancel_scope.cancel()
     decoy.close()

@@ -68,6 +68,6 @@ async def test_a_remote_peer_cannot_aim_punches_observations_or_gossip_px_inward
         await victim._gossip._router.handle_prune(prune, peer)
         assert victim.addr_refused["gossip_px", "ignored"] == 1
         # A dial to the canary would be accepted (and counted) before every task waits.
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.testing.wait_all_tasks_blocked(0.1)
         assert hits == []
         nursery.cancel_scope.cancel()
