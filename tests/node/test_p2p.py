@@ -605,7 +605,10 @@ async def test_closed_group_rejects_gossip_relayed_from_an_outsider() -> None:
         await relay.connect(gate.listen_addrs[0])
         await outsider.connect(relay.listen_addrs[0])
         gate_q, relay_q, _ = [await h.subscribe("g") for h in (gate, relay, outsider)]
-        await _wait_for(lambda: len(relay.mesh_peers("g")) == 2 and gate.mesh_peers("g"))
+        # Every mesh formed, the outsider's too: a publish before it knows the relay's
+        # subscription reaches nobody (this test once timed out waiting for it).
+        await _wait_for(lambda: len(relay.mesh_peers("g")) == 2 and gate.mesh_peers("g")
+                        and outsider.mesh_peers("g"))
         await outsider.publish("g", b"intruder")
         with trio.fail_after(10):
             assert (await relay_q.receive()).data == b"intruder"  # the open host takes it
