@@ -10,7 +10,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.p2p import P2PError, P2PTimeoutError
+from node.p2p import P2PError
 from node.replication import topic_of
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
@@ -97,15 +97,17 @@ async def attack(target: str) -> None:
         await until(lambda: peer not in host.connected_peers(), 30, "the forger was not banned")
     async with hostile(target) as (host, peer):
         await rejected(host, peer, b"\x01")  # the node is not busy with a session of its own
-        # 5. A Recon session that never ends: a valid first message, then silence.
+        # 5. A Recon session that never ends: a valid first message, then silence. The node
+        # hangs up (at its session timeout, 4 s, while the reconciliation waits for us) or
+        # our read times out (10 s: with both key sets empty, the reconciliation ends at once
+        # and the node waits in a transfer phase, which has only its read timeout; a node
+        # holding events hangs up: tests/node/test_hostile_transfer.py).
         session = ReconSession.initiator(MemoryKeyStore(), [channel_bounds(1, "general")])
         async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
             await stream.send(b"\x01" + session.start())
             await stream.receive()  # the node's answer
-            # The node hangs up at its session timeout (4 s), before our read timeout (10 s).
-            with pytest.raises(P2PError) as hung_up, trio.fail_after(30):
+            with pytest.raises(P2PError), trio.fail_after(30):
                 await stream.receive()
-            assert not isinstance(hung_up.value, P2PTimeoutError), hung_up.value
 
 
 def test_hostile_peer_is_rejected_counted_and_harmless(tmp_path: Path) -> None:

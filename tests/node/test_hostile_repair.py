@@ -79,7 +79,9 @@ async def ask_for(node: NodeProcess, ids: list[str], sender: str, messages: int)
             sent += len(wire)
             await host.publish(topic, wire)
             await trio.sleep(0.1)
-        await until(lambda: trio.to_thread.run_sync(
+        # Every message taken in, or we were banned for asking too much (hung up on: the
+        # rest goes nowhere).
+        await until(lambda: peer not in host.connected_peers() or trio.to_thread.run_sync(
             lambda: metric(node, "events_delivered_total") >= delivered + messages), 30,
             "our messages did not all arrive")
     return sent
