@@ -188,9 +188,11 @@ async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
         address = await _reserved(relay, a, b)
         assert await b.connect(address) == a.peer_id
         assert b.path(a.peer_id) == "relayed"
-        # An instant strictly after the relayed connection opened and before the direct one
-        # (the host's clock, as liveness's ping times are).
-        opened = b.clock.now()
+        # An instant strictly after the relayed connection opened (as b's notifee recorded
+        # it, on the host's clock, as liveness's ping times are) and before the direct one.
+        [relayed] = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
+        await until(lambda: relayed in b._opened_at, 10, "b did not record the connection")
+        opened = b._opened_at[relayed]
         await until(lambda: b.clock.now() > opened, 5, "the clock stood still")
         between = b.clock.now()
         await until(lambda: b.clock.now() > between, 5, "the clock stood still")
