@@ -1,9 +1,12 @@
-"""A clock for tests that run outside trio (node.clock's protocol): time moves only when the
-test says so."""
+"""Clocks for tests: a manual one for code that runs outside trio (node.clock's protocol: time
+moves only when the test says so), and ``let_pass`` for trio tests on a MockClock."""
 
 from __future__ import annotations
 
-__all__ = ["ManualClock"]
+import trio
+from trio.testing import MockClock
+
+__all__ = ["ManualClock", "let_pass"]
 
 
 class ManualClock:
@@ -20,3 +23,12 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         self._now += seconds
         self._wall += seconds
+
+
+async def let_pass(seconds: float) -> None:
+    """Let ``seconds`` of the run's clock pass, with every task running meanwhile: virtual time
+    only. On anything but trio's MockClock it raises, so that a test cannot lose real seconds
+    through it (tests/node/test_sleep_budget.py counts the real sleeps)."""
+    if not isinstance(trio.lowlevel.current_clock(), MockClock):
+        raise RuntimeError("let_pass is virtual time: run the test on trio.testing.MockClock")
+    await trio.sleep(seconds)

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
 from node.p2p.run import open_host
+from node.replication import topic_of
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
 
@@ -41,6 +42,7 @@ from tests.harness.procs import NodeProcess
 __all__ = [
     "amplify",
     "fetch_and_stall",
+    "gossip",
     "hostile",
     "key_list_bomb",
     "meshed",
@@ -71,6 +73,32 @@ async def meshed(host: P2PHost, peer: str, topic: str, timeout: float = 30.0) ->
     it as a full message (a fixed pause for the mesh to form cost seconds per hostile host, and
     was still a guess on a loaded machine). Fails after ``timeout``."""
     await until(lambda: peer in host.mesh_peers(topic), timeout, f"{peer} not in our {topic} mesh")
+
+
+async def gossip(target: str, channel: str, wires: list[bytes], *,
+                 arrived: Callable[[], bool] | None = None, timeout: float = 60.0,
+                 pace: float = 0.0, linger: float = 0.0,
+                 key: Ed25519PrivateKey | None = None) -> None:
+    """Publish ``wires`` on ``channel``'s topic from a fresh host (or one of ``key``) in
+    ``target``'s mesh, ``pace`` seconds apart (the attack's shape), and stay connected until
+    ``arrived()`` holds (asked in a thread: it may read the node's API), so that nothing queued
+    is lost when the host closes; fails if it does not hold within ``timeout``. ``linger``:
+    a fixed stay instead, for a caller with nothing to observe."""
+    async with open_host(key or Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
+                         clock=SystemClock()) as host:
+        peer = await host.connect(target)
+        topic = topic_of(1, channel)
+        await host.subscribe(topic)
+        await meshed(host, peer, topic)
+        for wire in wires:
+            await host.publish(topic, wire)
+            if pace:
+                await trio.sleep(pace)
+        if arrived is not None:
+            await until(lambda: trio.to_thread.run_sync(arrived), timeout,
+                        "the node did not show the gossip's effect")
+        if linger:
+            await trio.sleep(linger)
 
 
 def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:

@@ -44,7 +44,7 @@ def wait_declared(nodes: list[NodeApi]) -> None:
     wait_for(lambda: all(columns(n) for n in nodes), 60, "the table was not declared")
 
 
-def write_concurrently(node: NodeApi, index: int) -> int:
+def write_concurrently(node: NodeApi, index: int, writing: set[int] | None = None) -> int:
     """Random upserts, updates and deletes of the same five records from every node; once the
     node knows the column ``extra``, its writes fill it too."""
     rng = random.Random(index)
@@ -60,6 +60,8 @@ def write_concurrently(node: NodeApi, index: int) -> int:
                 body["values"] = {"v": f"n{index}-{i}", "n": i,
                                   **({"extra": index * 1000 + i} if "extra" in known else {})}
             client.post("/v1/db/kv", json=body).raise_for_status()
+            if writing is not None:
+                writing.add(index)
             time.sleep(0.02)  # spread the writes over the schema change
 
         with ThreadPoolExecutor(4) as pool:
@@ -86,8 +88,11 @@ def test_three_nodes_writing_the_same_cells_end_with_identical_tables(tmp_path: 
         started = threading.Event()
         with ThreadPoolExecutor(4) as pool:
             declared = pool.submit(add_column, nodes, started)
-            writers = [pool.submit(write_concurrently, n, i) for i, n in enumerate(nodes)]
-            time.sleep(0.5)
+            writing: set[int] = set()
+            writers = [pool.submit(write_concurrently, n, i, writing)
+                       for i, n in enumerate(nodes)]
+            # The schema change starts once every node has written.
+            wait_for(lambda: len(writing) == len(nodes), 60, "the writers did not start")
             started.set()
             written = sum(w.result() for w in writers)
             owner = declared.result()

@@ -67,7 +67,7 @@ def test_a_dht_peer_that_never_answers_fails_the_round_and_is_counted(tmp_path: 
         async with open_host(key, P2PConfig(), clock=SystemClock()) as host:
 
             async def never_answer(_stream: FramedStream) -> None:
-                await trio.sleep(60)
+                await trio.sleep_forever()  # until the host stops
             host.set_stream_handler(KAD_PROTOCOL, never_answer)
             await host.connect(node.listen_addrs[0])
             await until(lambda: trio.to_thread.run_sync(metric, node, "dht_errors_total"), 30,

@@ -27,6 +27,7 @@ from tests.harness.cluster import (
     preset_identity,
     publish_many,
     start_inproc,
+    until,
     wait_for,
 )
 from tests.harness.hostile import Busy, hostile, meshed, while_busy
@@ -92,16 +93,20 @@ async def attack(target: str) -> None:
         await meshed(host, peer, topic)
         for wire in forged_events(5):
             await host.publish(topic, wire)
-        await trio.sleep(1)  # bad signatures handed over directly: the forger is banned
+        # Bad signatures handed over directly: the forger is banned, and hung up on.
+        await until(lambda: peer not in host.connected_peers(), 30, "the forger was not banned")
     async with hostile(target) as (host, peer):
         await rejected(host, peer, b"\x01")  # the node is not busy with a session of its own
-        # 5. A Recon session that never ends: a valid first message, then silence.
+        # 5. A Recon session that never ends: a valid first message, then silence. The node
+        # hangs up (at its session timeout, 4 s, while the reconciliation waits for us) or
+        # our read times out (10 s: with both key sets empty, the reconciliation ends at once
+        # and the node waits in a transfer phase, which has only its read timeout; a node
+        # holding events hangs up: tests/node/test_hostile_transfer.py).
         session = ReconSession.initiator(MemoryKeyStore(), [channel_bounds(1, "general")])
         async with await host.open_stream(peer, RECON_PROTOCOL) as stream:
             await stream.send(b"\x01" + session.start())
             await stream.receive()  # the node's answer
-            await trio.sleep(6)  # longer than its session timeout
-            with pytest.raises(P2PError):
+            with pytest.raises(P2PError), trio.fail_after(30):
                 await stream.receive()
 
 
@@ -143,7 +148,11 @@ def test_allowed_peers_keeps_outsiders_out(tmp_path: Path) -> None:
         publish_many(outsider, "general", [f"intruder-{k}" for k in range(10)])
         publish_many(a, "general", [f"member-{k}" for k in range(10)])
         wait_for(lambda: len(channel_log(b, "general")) == 10, 30, "members did not sync")
-        time.sleep(5)  # redials, gossip and Recon rounds: still nothing from the outsider
+        # Two more Recon rounds on each member (and whatever redials and gossip meanwhile):
+        # still nothing from the outsider.
+        rounds = {n.peer_id: metric(n, "recon_sessions_total") for n in (a, b)}
+        wait_for(lambda: all(metric(n, "recon_sessions_total") >= rounds[n.peer_id] + 2
+                             for n in (a, b)), 30, "the members stopped reconciling")
         for node in (a, b):
             contents = {c for _, _, c in channel_log(node, "general")}
             assert contents == {f"member-{k}" for k in range(10)}

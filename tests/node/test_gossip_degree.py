@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
@@ -90,14 +91,14 @@ async def _copies_per_delivery(config: P2PConfig, settled: object) -> float:
         async def publish(k: int) -> None:
             for i in range(PER_HOST):
                 await hosts[k].publish(TOPIC, b"%d/%d" % (k, i))
-                await trio.sleep(0.01)
 
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 for k in range(HOSTS):
                     nursery.start_soon(collect, k)
                     nursery.start_soon(publish, k)
-        await trio.sleep(0.5)  # late copies of the last messages still count
+        # Late copies of the last messages still count: read once nothing moves any more.
+        await trio.testing.wait_all_tasks_blocked(0.1)
         copies = dups = 0
         for host, old in zip(hosts, before, strict=True):
             copies += host.stats.gossip_copies_received - old.gossip_copies_received

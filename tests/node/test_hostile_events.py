@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
@@ -43,9 +43,10 @@ from tests.harness.cluster import (
     preset_identity,
     publish_many,
     start_node,
+    until,
     wait_for,
 )
-from tests.harness.hostile import meshed
+from tests.harness.hostile import gossip, meshed
 from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -80,20 +81,6 @@ def signed_event(key: Ed25519PrivateKey, lamport: int, content: bytes,
     return encode_event(channel, peer_id_of(key), lamport, (), content, key).wire
 
 
-async def gossip(target: str, channel: str, wires: list[bytes], *, linger: float = 1.0,
-                 pace: float = 0.0) -> None:
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
-                         clock=SystemClock()) as host:
-        peer = await host.connect(target)
-        topic = topic_of(1, channel)
-        await host.subscribe(topic)
-        await meshed(host, peer, topic)
-        for wire in wires:
-            await host.publish(topic, wire)
-            await trio.sleep(pace)
-        await trio.sleep(linger)  # let the queued messages leave before the host closes
-
-
 def publish_ok(node: NodeProcess, content: str) -> bool:
     r = httpx.post(f"{node.api_url}/v1/channels/general/events", json={"content": content},
                    headers=node.headers, timeout=30)
@@ -115,8 +102,8 @@ def test_lamport_poisoning_stops_nobody(pair: list[NodeProcess]) -> None:
         signed_event(key, now_ms + 10 * 86_400_000, b"poison ten days ahead"),
         signed_event(key, now_ms, b"honest-looking event after the poison"),
     ]
-    trio.run(gossip, a.listen_addrs[0], "general", wires)
-    wait_for(lambda: metric(a, "events_rejected_total") >= 3, 20, "poison not counted")
+    trio.run(partial(gossip, arrived=lambda: metric(a, "events_rejected_total") >= 3),
+             a.listen_addrs[0], "general", wires)
     series = a.get("/metrics")
     assert 'reason="lamport out of range"' in series
     assert 'reason="lamport too far ahead"' in series
@@ -179,9 +166,10 @@ def test_waiting_and_missing_buffers_stay_bounded(pair: list[NodeProcess]) -> No
     # Attack 4: 150 messages of 900 KB waiting on a dependency that does not exist, then
     # 300 sync messages naming 64 fake ids each (19,200 "missing" ids).
     wires = orphans(150, 900 * 1024) + orphans(300, 0, deps=64)
-    trio.run(partial(gossip, linger=10, pace=0.02), a.listen_addrs[0], "general", wires)
-    wait_for(lambda: 'buffer="missing"' in a.get("/metrics"), 60, "no missing eviction")
-    assert metric(a, "sds_evicted_total") > 300  # waiting ones too
+    # The flooder stays until the buffers have evicted (waiting ones too).
+    trio.run(partial(gossip, pace=0.02, arrived=lambda: 'buffer="missing"' in a.get("/metrics")
+                     and metric(a, "sds_evicted_total") > 300), a.listen_addrs[0], "general",
+             wires)
     peak = rss_peak_mib(a)
     print(f"victim peak RSS {peak:.0f} MiB")
     assert peak <= 512, f"victim peak RSS {peak:.0f} MiB over its 512 MiB budget"
@@ -219,14 +207,17 @@ def test_block_messages_from_a_non_producer_are_dropped(pair: list[NodeProcess])
                    json={"blocks": [payload_to_json(chain[0])]}, timeout=30)
     assert r.status_code == 403
     # ... and a Reorg signed by anybody else moves no consumer.
-    before = metric(member, "events_rejected_total")
     wires = block_messages(Ed25519PrivateKey.generate())
-    for node in pair:
-        trio.run(gossip, node.listen_addrs[0], "blocks", wires)
     series = 'reason="sender not a writer of this channel"'
-    wait_for(lambda: all(series in n.get("/metrics") for n in pair), 20, "reorg not counted")
-    assert metric(member, "events_rejected_total") >= before + len(wires)
-    time.sleep(2)
+    for node in pair:
+        before = metric(node, "events_rejected_total")
+
+        def judged(node: NodeProcess = node, before: float = before) -> bool:
+            """Every message of the Reorg judged, and refused (none of them can move the
+            head once it is refused)."""
+            return (metric(node, "events_rejected_total") >= before + len(wires)
+                    and series in node.get("/metrics"))
+        trio.run(partial(gossip, arrived=judged), node.listen_addrs[0], "blocks", wires)
     for node in pair:
         assert node.get("/v1/blocks/head")["hash"] == tip
         assert metric(node, "blocks_reverted_total") == 0
@@ -242,17 +233,21 @@ def test_a_gossip_flood_costs_the_flooder_not_honest_publishers(
         flood.append(encode_event("general", peer_id_of(key), now_ms + i, (),
                                   f"flood-{i}".encode(), key).wire)
 
+    def honest_through() -> bool:
+        return {f"honest-{k}" for k in range(40)} <= log_contents(victim)
+
     async def attack_while_publishing() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(gossip, linger=3), victim.listen_addrs[0], "general",
-                               flood)
-            await trio.sleep(3.5)  # the flood is under way
+            # The flooder stays connected until the honest events are through.
+            nursery.start_soon(partial(gossip, arrived=honest_through), victim.listen_addrs[0],
+                               "general", flood)
+            await until(lambda: trio.to_thread.run_sync(
+                lambda: 'reason="over gossip budget"' in victim.get("/metrics")), 60,
+                "the flood did not reach the victim's gossip budget")
             await trio.to_thread.run_sync(
                 lambda: publish_many(honest, "general", [f"honest-{k}" for k in range(40)]))
 
     trio.run(attack_while_publishing)
-    wait_for(lambda: {f"honest-{k}" for k in range(40)} <= log_contents(victim), 30,
-             "honest events did not get through the flood")
     assert metric(victim, "events_rejected_total") > 0
     assert 'reason="over gossip budget"' in victim.get("/metrics")
     flooded = sum(c.startswith("flood-") for c in log_contents(victim))
@@ -269,8 +264,10 @@ def head_of(node: NodeProcess) -> str | None:
     return str(r.json()["hash"])
 
 
-async def gossip_on_channels(target: str, wires: list[tuple[str, bytes]]) -> None:
-    """Publish (channel, wire) pairs in order from one crafted host."""
+async def gossip_on_channels(target: str, wires: list[tuple[str, bytes]],
+                             arrived: Callable[[], bool]) -> None:
+    """Publish (channel, wire) pairs in order from one crafted host, connected until
+    ``arrived()``."""
     async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
                          clock=SystemClock()) as host:
         peer = await host.connect(target)
@@ -280,7 +277,7 @@ async def gossip_on_channels(target: str, wires: list[tuple[str, bytes]]) -> Non
             await meshed(host, peer, topic_of(1, channel))
         for channel, wire in wires:
             await host.publish(topic_of(1, channel), wire)
-        await trio.sleep(1.0)
+        await until(lambda: trio.to_thread.run_sync(arrived), 30, "the node did not show it")
 
 
 def test_a_sub_batch_from_more_producers_than_held_is_counted_then_completed(
@@ -313,16 +310,15 @@ def test_a_sub_batch_from_more_producers_than_held_is_counted_then_completed(
         first = [wire(keys[0], i, m) for i, m in enumerate(rest)]
         first += [wire(k, 100, items[0]) for k in keys]
         assert metric(node, "blocks_excess_producers") == 0
-        trio.run(gossip_on_channels, node.listen_addrs[0], first)
-        wait_for(lambda: metric(node, "blocks_excess_producers") == 2, 30,
-                 "the two producers beyond the bound were not counted")
+        # Connected until the two producers beyond the bound are counted.
+        trio.run(gossip_on_channels, node.listen_addrs[0], first,
+                 lambda: metric(node, "blocks_excess_producers") == 2)
         tip = "0x" + payload.hash.hex()
         assert head_of(node) is None  # no producer has sent its whole set yet
         # Producer 3 (held) sends the rest of its set: the block completes from it.
         trio.run(gossip_on_channels, node.listen_addrs[0],
-                 [wire(keys[3], 200 + i, m) for i, m in enumerate([*headers, *items[1:]])])
-        wait_for(lambda: head_of(node) == tip, 30,
-                 "the block did not complete from a held producer's set")
+                 [wire(keys[3], 200 + i, m) for i, m in enumerate([*headers, *items[1:]])],
+                 lambda: head_of(node) == tip)
         assert metric(node, "blocks_excess_producers") == 2
     finally:
         assert node.terminate() == 0, node.log_tail()

@@ -14,6 +14,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import httpx
 import pytest
@@ -26,8 +27,8 @@ from node.p2p.run import open_host
 from node.replication import topic_of
 from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event, transmission_suffix
-from tests.harness.cluster import cluster, metric, wait_for
-from tests.harness.hostile import meshed
+from tests.harness.cluster import cluster, metric, until
+from tests.harness.hostile import gossip, meshed
 from tests.harness.procs import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -55,14 +56,16 @@ def publish_big(node: NodeProcess, count: int, tag: str) -> list[str]:
     return ids
 
 
-async def ask_for(target: str, ids: list[str], sender: str, messages: int) -> int:
-    """Messages of our own, validly signed, each with signed repair requests for 3 of ``ids``;
-    returns the bytes we sent."""
+async def ask_for(node: NodeProcess, ids: list[str], sender: str, messages: int) -> int:
+    """Messages of our own, validly signed, each with signed repair requests for 3 of ``ids``,
+    a tenth of a second apart (so that the later ones meet the answers' cooldown); returns the
+    bytes we sent once ``node`` has taken every message in."""
+    delivered = await trio.to_thread.run_sync(metric, node, "events_delivered_total")
     key = Ed25519PrivateKey.generate()
     me = peer_id_of(key)
     sent = 0
     async with open_host(key, P2PConfig(read_timeout=10), clock=SystemClock()) as host:
-        peer = await host.connect(target)
+        peer = await host.connect(node.listen_addrs[0])
         topic = topic_of(1, "general")
         await host.subscribe(topic)
         await meshed(host, peer, topic)
@@ -76,7 +79,11 @@ async def ask_for(target: str, ids: list[str], sender: str, messages: int) -> in
             sent += len(wire)
             await host.publish(topic, wire)
             await trio.sleep(0.1)
-        await trio.sleep(1)
+        # Every message taken in, or we were banned for asking too much (hung up on: the
+        # rest goes nowhere).
+        await until(lambda: peer not in host.connected_peers() or trio.to_thread.run_sync(
+            lambda: metric(node, "events_delivered_total") >= delivered + messages), 30,
+            "our messages did not all arrive")
     return sent
 
 
@@ -99,22 +106,12 @@ def honest_wire(node: NodeProcess) -> bytes:
     return bytes(row[0])
 
 
-async def replay_with_requests(target: str, captured: bytes, ids: list[str],
-                               sender: str) -> None:
-    """Replay an honest member's message with repair requests attached (unsigned: we cannot
-    sign in its name)."""
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
-                         clock=SystemClock()) as host:
-        peer = await host.connect(target)
-        topic = topic_of(1, "general")
-        await host.subscribe(topic)
-        await meshed(host, peer, topic)
-        for n in range(10):
-            refs = tuple(HistoryRef(ids[(3 * n + k) % len(ids)], None, sender)
-                         for k in range(3))
-            await host.publish(topic, captured + transmission_suffix(None, None, refs))
-            await trio.sleep(0.1)
-        await trio.sleep(1)
+def replayed_with_requests(captured: bytes, ids: list[str], sender: str) -> list[bytes]:
+    """An honest member's message ten times over, each with repair requests attached
+    (unsigned: we cannot sign in its name)."""
+    return [captured + transmission_suffix(None, None, tuple(
+        HistoryRef(ids[(3 * n + k) % len(ids)], None, sender) for k in range(3)))
+        for n in range(10)]
 
 
 def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeProcess]) -> None:
@@ -123,8 +120,8 @@ def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeProcess]
     ids = publish_big(n0, 6, "phase1-")
     answered0 = metric(n0, "sds_repairs_answered_total")
     flood0 = _penalties(n0, "flood")
-    asked = trio.run(ask_for, n0.listen_addrs[0], ids, sender, 20)
-    time.sleep(5)
+    asked = trio.run(ask_for, n0, ids, sender, 20)
+    time.sleep(5)  # past the answers' timers (repair_t_max_s = 4 here)
     answered = metric(n0, "sds_repairs_answered_total") - answered0
     # The requester's budget (1 MiB per window) holds about five 200 KB events; on b4adb7a all
     # 60 requests were answered (~12 MB for ~20 KB of requests).
@@ -134,9 +131,9 @@ def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeProcess]
     assert metric(n0, "sds_repairs_refused_cooldown_total") >= 1
     assert _penalties(n0, "flood") > flood0
     # A second requester, within its own budget, meets the channel's: at most 1.5 MiB of
-    # answers per window in all.
-    time.sleep(1.5)  # past the answers' cooldown (repair_t_min_s = 1 here)
-    trio.run(ask_for, n0.listen_addrs[0], ids, sender, 10)
+    # answers per window in all. (The last answer went at most 4 s after the last request,
+    # and its cooldown, 1 s, has passed too.)
+    trio.run(ask_for, n0, ids, sender, 10)
     time.sleep(5)
     answered = metric(n0, "sds_repairs_answered_total") - answered0
     assert answered <= 8, f"{answered} rebroadcasts of {BIG}-byte events for two requesters"
@@ -149,11 +146,12 @@ def test_replayed_messages_carry_nobodys_repair_requests(pair: list[NodeProcess]
     ids2 = publish_big(n0, 6, "phase2-")
     answered0 = metric(n0, "sds_repairs_answered_total")
     ignored0 = _ignored(n0)
-    trio.run(replay_with_requests, n0.listen_addrs[0], honest_wire(n1), ids2, sender)
-    time.sleep(5)
+    wires = replayed_with_requests(honest_wire(n1), ids2, sender)
+    trio.run(partial(gossip, arrived=lambda: _ignored(n0) >= ignored0 + len(wires)),
+             n0.listen_addrs[0], "general", wires)
+    time.sleep(5)  # past the timers of answers that would have been scheduled (t_max 4 s)
     answered = metric(n0, "sds_repairs_answered_total") - answered0
     assert answered == 0, f"{answered} rebroadcasts for requests nobody signed"
-    wait_for(lambda: _ignored(n0) > ignored0, 30, "the replayed requests did not arrive")
 
 
 def _ignored(node: NodeProcess) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,10 @@ from tests.harness.cluster import (
     start_node,
     wait_for,
 )
+from tests.harness.hostile import gossip
 from tests.harness.procs import NodeApi, NodeProcess
 from tests.harness.snapshots import signed_snapshot
-from tests.node.test_hostile_events import gossip, signed_event
+from tests.node.test_hostile_events import signed_event
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -78,7 +80,6 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_lat
         early = SchemaDeclaration("users", {"name": "text"}, frozenset({attacker}), 5, attacker)
         wires = [signed_event(key, now_ms, takeover.encoded, channel="db"),
                  signed_event(key, now_ms + 1, early.encoded, channel="db")]
-        trio.run(gossip, a.listen_addrs[0], "db", wires)
         attack = {w.decode() for w in (takeover.encoded, early.encoded)}
 
         def judged(node: NodeApi) -> bool:
@@ -87,7 +88,8 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_lat
             stored = attack <= {c for _, _, c in channel_log(node, "db")}
             return stored and (_owner(node) != owner or 'outcome="takeover"' in node.get(
                 "/metrics"))
-        wait_for(lambda: judged(a) and judged(b), 60, "the attack did not reach both nodes")
+        trio.run(partial(gossip, arrived=lambda: judged(a) and judged(b)), a.listen_addrs[0],
+                 "db", wires)
         for node in nodes:
             assert _owner(node) == owner
             assert _rows(node) == 20
@@ -114,12 +116,12 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_lat
         nodes.append(late)
         wait_for(lambda: attack <= {c for _, _, c in channel_log(late, "db")}, 90,
                  "the late joiner did not catch up on the db log")
-        trio.run(gossip, late.listen_addrs[0], "db", wires[:1])
+        # Connected until the node has judged the gossiped claim (the rows may all be there
+        # by Recon before that).
+        trio.run(partial(gossip, arrived=lambda: 'outcome="not_owner"' in late.get("/metrics"),
+                         timeout=90), late.listen_addrs[0], "db", wires[:1])
         wait_for(lambda: _rows(late) == 21, 90, "the late joiner lost or lacks rows")
         assert _owner(late) == owner
-        # The rows may all be there (by Recon) before the node has judged the gossiped claim.
-        wait_for(lambda: 'outcome="not_owner"' in late.get("/metrics"), 60,
-                 "the late joiner did not refuse the gossiped takeover as not the owner's")
         assert _owner(late) == owner
     finally:
         for node in nodes:

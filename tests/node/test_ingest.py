@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from trio._core import _thread_cache
 
 from node.api.node_metrics import register_store_metrics
 from node.clock import SystemClock
@@ -104,20 +105,21 @@ def test_a_crashed_worker_is_restarted_and_a_crashing_one_stops_the_daemon() -> 
                 await _started(pool, nursery)
                 first = _worker_pids(pool)[0]
                 os.kill(first, signal.SIGKILL)
-                with pytest.raises(IngestUnavailable):
+                with pytest.raises(IngestUnavailable), trio.fail_after(30):
                     # Either the dead worker's pipe or "none running" until it is back.
-                    for _ in range(100):
+                    while True:
                         await pool.verify(wires)
-                        await trio.sleep(0.01)
                 await until(lambda: _worker_pids(pool) and _worker_pids(pool)[0] != first, 60,
                             "the killed worker was not replaced")
                 _check(await pool.verify(wires), wires, set())
                 assert metrics.value("ingest_worker_restarts_total") == 1
                 # Dying again and again: the pool gives up and raises out of run().
                 while True:
-                    for pid in _worker_pids(pool):
+                    pids = _worker_pids(pool)
+                    for pid in pids:
                         os.kill(pid, signal.SIGKILL)
-                    await trio.sleep(0.05)
+                    await until(lambda pids=pids: _worker_pids(pool) not in ([], pids), 60,
+                                "the killed worker was not replaced")
         except* IngestWorkerFailed:
             failed = True
         assert failed
@@ -132,13 +134,13 @@ from node.clock import SystemClock
 from node.replication.ingest import IngestPool
 from node.telemetry.metrics import Metrics
 from sync.ingest import IngestSpec
+from tests.harness.cluster import until
 
 async def main():
     pool = IngestPool(IngestSpec(1), 2, Metrics(), SystemClock())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pool.run)
-        while len([w for w in pool._workers if w is not None]) < 2:
-            await trio.sleep(0.05)
+        await until(lambda: all(w is not None for w in pool._workers), 60, "workers not up")
         print(" ".join(str(w.proc.pid) for w in pool._workers), flush=True)
         await trio.sleep_forever()
 
@@ -170,11 +172,12 @@ def test_workers_die_with_a_killed_daemon() -> None:
         daemon.kill()
 
 
-@pytest.mark.slow
-def test_idle_workers_stay_up() -> None:
+def test_idle_workers_stay_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """trio starts processes from its worker threads, which end after 10 idle seconds: the
-    workers must not be tied to that thread (a PR_SET_PDEATHSIG once killed them then)."""
+    workers must not be tied to that thread (a PR_SET_PDEATHSIG once killed them then). Here
+    the threads idle out after a tenth of a second, and the test waits until they have."""
     wires = _wires(100)
+    monkeypatch.setattr(_thread_cache, "IDLE_TIMEOUT", 0.1)
 
     async def main() -> None:
         metrics = Metrics()
@@ -182,7 +185,11 @@ def test_idle_workers_stay_up() -> None:
         async with trio.open_nursery() as nursery:
             await _started(pool, nursery)
             pids = _worker_pids(pool)
-            await trio.sleep(12)
+            # The threads that started the workers (idle now: their jobs are done).
+            starters = [w._thread for w in _thread_cache.THREAD_CACHE._idle_workers]
+            assert starters
+            await until(lambda: not any(t.is_alive() for t in starters), 30,
+                        "trio's idle worker threads did not end")
             assert _worker_pids(pool) == pids
             _check(await pool.verify(wires), wires, set())
             assert metrics.value("ingest_worker_restarts_total") == 0
@@ -272,17 +279,21 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
     store.on_commit(lambda result, _: committed.extend(m for _, m in result.inserted))
     store.on_failure(lambda rs: failed.extend(r.message_id for r in rs))
     register_store_metrics(metrics, store)
+    wal = tmp_path / "node.db-wal"
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             await _started(pool, nursery)
             await nursery.start(store.run_writer)
+            wal_before = wal.stat().st_size if wal.exists() else 0
             store.submit_fetched(records)
             worker = pool._workers[0]
             assert worker is not None
             # The request is on its way: the answer is not.
             await until(lambda: worker.pending, 30, "no request pending", pause_max=0.01)
-            await trio.sleep(0.2)
+            # Killed once it writes (its transaction's pages reach the WAL), or later.
+            await until(lambda: wal.exists() and wal.stat().st_size > wal_before, 30,
+                        "the worker did not write", pause_max=0.01)
             os.kill(worker.proc.pid, signal.SIGKILL)
             await until(lambda: len(committed) + len(failed) >= len(records), 60,
                         "not every record was committed or failed")

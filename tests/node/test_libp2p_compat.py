@@ -487,9 +487,7 @@ async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.Monk
         inbox = await b.subscribe("compat")
         await a.subscribe("compat")
         await a.connect(b.listen_addrs[0])
-        with trio.fail_after(30):
-            while b.peer_id not in a.mesh_peers("compat"):
-                await trio.sleep(0.05)
+        await until(lambda: b.peer_id in a.mesh_peers("compat"), 30, "b not in a's mesh")
         reads.on = True
         payloads = [os.urandom(1_700) for _ in range(50)]
         for payload in payloads:
@@ -522,12 +520,11 @@ async def test_b1_an_rpc_cut_anywhere_across_writes_is_read_whole() -> None:
         for cut in (1, 2, 3, 150, 260, len(wire)):
             await raw.write(wire[:cut])
             wire = wire[cut:]
-            await trio.sleep(0.01)
+            # b has read this piece (and waits for more) before the next is written.
+            await trio.testing.wait_all_tasks_blocked()
         a_id = ID.from_base58(a.peer_id)
-        with trio.fail_after(30):
-            while not all(a_id in pubsub.peer_topics.get(f"split-{i}-" + "t" * 200, ())
-                          for i in range(3)):
-                await trio.sleep(0.05)
+        await until(lambda: all(a_id in pubsub.peer_topics.get(f"split-{i}-" + "t" * 200, ())
+                                for i in range(3)), 30, "the split subscriptions were not read")
         assert pubsub.bad_rpc_streams == 0
         await raw.write(encode_uvarint(pubsub.max_inbound_rpc_size + 1) + b"x" * 100)
         b.set_stream_handler(ECHO, _echo)
@@ -558,9 +555,8 @@ async def test_w1_frames_written_together_share_one_socket_write(
         streams = [await a.open_stream(b.peer_id, ECHO) for _ in range(20)]
         for stream in streams:  # each stream's opening frames are out of the way
             await stream.send(b"")
-        with trio.fail_after(30):
-            while len(received) < len(streams):
-                await trio.sleep(0.01)
+        await until(lambda: len(received) >= len(streams), 30, "opening frames not received",
+                    pause_max=0.01)
         sent: list[bytes] = []
         writes.on = True
         for round_ in range(5):
@@ -570,9 +566,8 @@ async def test_w1_frames_written_together_share_one_socket_write(
                     sent.append(payload)
                     nursery.start_soon(stream.send, payload)
         writes.on = False
-        with trio.fail_after(30):
-            while len(received) < len(streams) + len(sent):
-                await trio.sleep(0.01)
+        await until(lambda: len(received) >= len(streams) + len(sent), 30,
+                    "frames not received", pause_max=0.01)
         for stream in streams:
             await stream.close()
     assert sorted(received[len(streams):]) == sorted(sent)
@@ -604,9 +599,9 @@ async def test_k1_a_connections_free_locks_are_taken_without_a_yield() -> None:
                 ran.append("sibling")
 
             for lock in locks[:3] + locks[4:]:  # the socket's read lock is held by its reader
-                with trio.fail_after(30):
-                    while lock.locked():  # a connection task (a ping, a window update) has it
-                        await trio.sleep(0.01)
+                # A connection task (a ping, a window update) may hold it for a moment.
+                await until(lambda lock=lock: not lock.locked(), 30, f"{lock} stayed held",
+                            pause_max=0.01)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(sibling)
                     await lock.acquire()  # the sibling is runnable: a yield would run it

@@ -36,6 +36,7 @@ from storage import make_engine, upgrade
 from storage.schema import node_state
 from sync.peerscore import ScoreConfig
 from sync.reachability import ReachabilityConfig
+from tests.harness.clocks import let_pass
 from tests.harness.cluster import until
 
 T0 = 1_700_000_000.0  # the wall clock's reading when the mock clock is at 0
@@ -104,7 +105,7 @@ def test_liveness_closes_a_silent_peer_after_virtual_minutes(tmp_path: Path) -> 
             membership = _membership(a, engine, metrics, section, clock)
             await a.connect(b.listen_addrs[0])
             nursery.start_soon(membership.run)
-            await trio.sleep(120.0)
+            await let_pass(120.0)
             marks["healthy"] = float(b.peer_id in a.connected_peers())
             marks["closed_while_healthy"] = metrics.value("membership_liveness_closed_total")
             b._host.set_stream_handler(PING_PROTOCOL_ID, _never_answer)
@@ -148,17 +149,17 @@ def test_an_outage_is_noticed_probed_and_ended_on_virtual_time(tmp_path: Path) -
             [address] = b.relay.relayed_addrs()
             membership = _membership(a, engine, metrics, section, clock)
             nursery.start_soon(membership.run)
-            await trio.sleep(1.0)
+            await let_pass(1.0)
             assert await a.connect(address) == b.peer_id and a.path(b.peer_id) == "relayed"
             membership.learn(b.peer_id, address)  # as join does
-            await trio.sleep(30.0)  # answered remote pings
+            await let_pass(30.0)  # answered remote pings
             seen["remote_ok"] = float(membership.liveness.last_remote_ok is not None)
             b._host.set_stream_handler(PING_PROTOCOL_ID, _never_answer)
             relay.relay.set_serving(False)
             seen["cut"] = trio.current_time()
             seen["began"] = await _until(lambda: membership.liveness.in_outage, 120.0)
             seen["closed"] = metrics.value("membership_liveness_closed_total")
-            await trio.sleep(60.0)
+            await let_pass(60.0)
             seen["still_out"] = float(membership.liveness.in_outage)
             seen["probe_dials_failed"] = metrics.value("membership_dials_total", kind="dial",
                                                        result="failed")
@@ -209,11 +210,11 @@ def test_peer_exchange_and_book_saves_run_on_virtual_time(tmp_path: Path) -> Non
             theirs = _membership(b, other_engine, other_metrics, section, clock)
             nursery.start_soon(ours.run)
             nursery.start_soon(theirs.run)
-            await trio.sleep(1.0)  # both listening to their host's peer events
+            await let_pass(1.0)  # both listening to their host's peer events
             await a.connect(b.listen_addrs[0])
-            await trio.sleep(149.0)
+            await let_pass(149.0)
             ends["saved_by_150"] = await trio.to_thread.run_sync(_saved_at, engine)
-            await trio.sleep(150.0)
+            await let_pass(150.0)
             ends["connected"] = float(b.peer_id in a.connected_peers())
             ends["wall"] = clock.wall()
             nursery.cancel_scope.cancel()
@@ -251,14 +252,14 @@ def test_a_ban_ends_on_virtual_time(tmp_path: Path) -> None:
             banned_at = trio.current_time()
             gone = await _until(lambda: bad.peer_id not in host.connected_peers(), 30.0)
             seen["disconnected"] = bad.peer_id not in host.connected_peers()
-            await trio.sleep(banned_at + 590.0 - gone)
+            await let_pass(banned_at + 590.0 - gone)
             try:
                 await bad.connect(host.listen_addrs[0])
                 seen["refused_at_590"] = False
             except DialError:
                 seen["refused_at_590"] = True
             seen["banned_at_590"] = host.is_banned(bad.peer_id)
-            await trio.sleep(banned_at + 601.0 - trio.current_time())
+            await let_pass(banned_at + 601.0 - trio.current_time())
             seen["banned_at_601"] = host.is_banned(bad.peer_id)
             await bad.connect(host.listen_addrs[0])
             await _until(lambda: bad.peer_id in host.connected_peers(), 10.0)
@@ -284,6 +285,6 @@ def test_the_host_clock_is_the_one_membership_reads(tmp_path: Path) -> None:
             assert membership.clock is host.clock is host.guard.clock is host.bans.clock \
                 is clock
             assert membership.px.clock is clock and membership.activity.clock is clock
-            await trio.sleep(5.0)
+            await let_pass(5.0)
 
     _run(main)

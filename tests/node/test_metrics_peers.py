@@ -30,8 +30,11 @@ from node.p2p.run import open_host
 from node.replication import topic_of
 from node.replication.fetch import FETCH_PROTOCOL
 from node.replication.recon import RECON_PROTOCOL
-from node.replication.recon_wire import BUSY
+from node.replication.recon_wire import BUSY, RECON
 from sync.identity import peer_id_of
+from sync.recon import MemoryKeyStore
+from sync.recon.eventid import channel_bounds
+from sync.recon.session import ReconSession
 from sync.sds import SdsChannel, SdsConfig, SignedEvent
 from sync.sds.message import decode_event, decode_transmission
 from sync.stored_event import record_of_event
@@ -173,7 +176,9 @@ async def _drive(a: NodeApi, seed: str) -> None:
     async with open_host(key, P2PConfig(read_timeout=10), clock=SystemClock()) as host:
         peer = CraftedPeer(host, key)
         target = await host.connect(a.listen_addrs[0])
-        await trio.sleep(1.5)  # subscriptions exchanged: our gossip reaches a
+        # Subscriptions exchanged: our gossip on both of a's channels reaches a.
+        await until(lambda: all(target in host.gossip_peers(topic_of(1, c))
+                                for c in ("general", "wk")), 30, "a's subscriptions not seen")
 
         def moved(name: str, base: float) -> Callable[[], bool]:
             return lambda: metric(a, name) > base
@@ -199,8 +204,9 @@ async def _drive(a: NodeApi, seed: str) -> None:
         _mid, once = peer.message(b"twice")
 
         async def twice() -> None:
+            delivered = await trio.to_thread.run_sync(metric, a, "events_delivered_total")
             await peer.gossip(once)
-            await trio.sleep(0.5)
+            await _until(moved("events_delivered_total", delivered), "the first copy was lost")
             await peer.gossip(once)
         await step("events_duplicate_total", twice)
 
@@ -277,14 +283,18 @@ async def _drive(a: NodeApi, seed: str) -> None:
 
         # A fetch request that never comes: a's read times out.
         async def stall() -> None:
+            timeouts = await trio.to_thread.run_sync(metric, a, "p2p_timeouts_total")
             async with await host.open_stream(target, FETCH_PROTOCOL):
-                await trio.sleep(READ_TIMEOUT_S + 1)
+                await _until(moved("p2p_timeouts_total", timeouts), "a's read did not time out",
+                             READ_TIMEOUT_S + 20)
         await step("p2p_timeouts_total", stall)
 
         # A second Recon session while the first is open is declined.
         async def second_session() -> None:
-            async with await host.open_stream(target, RECON_PROTOCOL):
-                await trio.sleep(0.3)
+            async with await host.open_stream(target, RECON_PROTOCOL) as first:
+                session = ReconSession.initiator(MemoryKeyStore(), [channel_bounds(1, "general")])
+                await first.send(bytes([RECON]) + session.start())
+                await first.receive()  # a answered: its session with us is open
                 async with await host.open_stream(target, RECON_PROTOCOL) as again:
                     assert await again.receive() == bytes([BUSY])
         await step("recon_sessions_declined_total", second_session)
@@ -315,12 +325,15 @@ async def _connection_bursts(node: NodeProcess, rounds: int) -> None:
     for _ in range(rounds):
         if await trio.to_thread.run_sync(metric, node, "p2p_peer_events_dropped_total") > 0:
             return
+        connected: list[str] = []
 
-        async def visit() -> None:
+        async def visit(connected: list[str] = connected) -> None:
             async with open_host(Ed25519PrivateKey.generate(), P2PConfig(),
                                  clock=SystemClock()) as host:
-                await host.connect(node.listen_addrs[0])
-                await trio.sleep(0.3)
+                connected.append(await host.connect(node.listen_addrs[0]))
+                # Everybody leaves together, once the last one is in.
+                await until(lambda: len(connected) == BURST_HOSTS, 30,
+                            "a visitor did not connect")
         async with trio.open_nursery() as nursery:
             for _ in range(BURST_HOSTS):
                 nursery.start_soon(visit)

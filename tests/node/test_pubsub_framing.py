@@ -167,9 +167,8 @@ async def test_a_subscription_made_while_the_hello_is_written_reaches_the_peer(
 
         _on_pubsub_streams(monkeypatch, sender, subscribe_during_hello)
         await sender.connect(receiver.listen_addrs[0])
-        with trio.fail_after(30):
-            while sender.peer_id not in receiver._gossip.gossip_peers("late"):
-                await trio.sleep(0.05)
+        await until(lambda: sender.peer_id in receiver._gossip.gossip_peers("late"), 30,
+                    "the subscription sent during the hello was not seen")
         assert during == ["late"]
 
 

@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import multiaddr
 import pytest
 import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.peer.id import ID
 
@@ -117,8 +118,10 @@ async def test_one_circuit_ending_leaves_another_circuit_to_the_same_peer_open()
         assert b.path(a.peer_id) == "relayed" and c.path(a.peer_id) == "relayed"
         await a.disconnect(c.peer_id)  # c's circuit ends, from a's side
         await until(lambda: c.path(a.peer_id) is None, 30, "c still has a path to a")
+        # The relay's clean-up of c's circuit has run: it holds b's circuit only.
+        await until(lambda: len(_relay(relay).protocol.circuits._holders) == 1, 30,
+                    "the relay did not end c's circuit")
         for round_trip in range(3):
-            await trio.sleep(0.5)  # the relay's clean-up of c's circuit runs meanwhile
             assert b.path(a.peer_id) == "relayed", round_trip
             async with await b.open_stream(a.peer_id, SINK) as stream:
                 await stream.send(b"still here")
@@ -169,7 +172,8 @@ async def test_a_punch_dials_no_peerstore_address_before_the_exchange() -> None:
             ID.from_base58(b.peer_id), [multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")], 600)
         assert await _relay(a).punch(b.peer_id)
         assert a.path(b.peer_id) == "direct"
-        await trio.sleep(0.5)
+        # A connection to the decoy would be accepted (and counted) before every task waits.
+        await trio.testing.wait_all_tasks_blocked(0.1)
         assert dialled == [], "the punch dialled a peerstore address"
         nursery.cancel_scope.cancel()
     decoy.close()
@@ -184,9 +188,14 @@ async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
         address = await _reserved(relay, a, b)
         assert await b.connect(address) == a.peer_id
         assert b.path(a.peer_id) == "relayed"
-        await trio.sleep(0.05)
-        between = b.clock.now()  # the host's clock, as liveness's ping times are
-        await trio.sleep(0.05)
+        # An instant strictly after the relayed connection opened (as b's notifee recorded
+        # it, on the host's clock, as liveness's ping times are) and before the direct one.
+        [relayed] = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
+        await until(lambda: relayed in b._opened_at, 10, "b did not record the connection")
+        opened = b._opened_at[relayed]
+        await until(lambda: b.clock.now() > opened, 5, "the clock stood still")
+        between = b.clock.now()
+        await until(lambda: b.clock.now() > between, 5, "the clock stood still")
         assert await _relay(b).dial_direct(a.listen_addrs[0], a.peer_id, 10)
         conns = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
         assert len(conns) == 2

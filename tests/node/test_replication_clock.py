@@ -22,6 +22,7 @@ from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
+from tests.harness.clocks import let_pass
 
 CONFIG = SdsConfig(resend_interval=1.0, possibly_acked_resend_interval=3.0, max_resends=2,
                    lost_timeout=6.0, sync_interval=1.0, sync_jitter=0.5, t_min=0.2, t_max=0.4)
@@ -46,7 +47,7 @@ def test_the_sds_timer_loop_runs_on_a_mock_clock(tmp_path: Path) -> None:
         service.after_input("c")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(service._timer_loop)
-            await trio.sleep(20.0)  # virtual: the mock clock jumps whenever all tasks wait
+            await let_pass(20.0)  # virtual: the mock clock jumps whenever all tasks wait
             nursery.cancel_scope.cancel()
         while True:
             try:
