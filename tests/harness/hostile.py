@@ -78,27 +78,31 @@ async def meshed(host: P2PHost, peer: str, topic: str, timeout: float = 30.0) ->
 async def gossip(target: str, channel: str, wires: list[bytes], *,
                  arrived: Callable[[], bool] | None = None, timeout: float = 60.0,
                  pace: float = 0.0, linger: float = 0.0,
-                 key: Ed25519PrivateKey | None = None) -> None:
+                 key: Ed25519PrivateKey | None = None) -> float:
     """Publish ``wires`` on ``channel``'s topic from a fresh host (or one of ``key``) in
     ``target``'s mesh, ``pace`` seconds apart (the attack's shape), and stay connected until
     ``arrived()`` holds (asked in a thread: it may read the node's API), so that nothing queued
     is lost when the host closes; fails if it does not hold within ``timeout``. ``linger``:
-    a fixed stay instead, for a caller with nothing to observe."""
+    a fixed stay instead, for a caller with nothing to observe. Returns the seconds the
+    publishing took (from the first publish to the last), what a rate limit is judged over."""
     async with open_host(key or Ed25519PrivateKey.generate(), P2PConfig(read_timeout=10),
                          clock=SystemClock()) as host:
         peer = await host.connect(target)
         topic = topic_of(1, channel)
         await host.subscribe(topic)
         await meshed(host, peer, topic)
+        started = trio.current_time()
         for wire in wires:
             await host.publish(topic, wire)
             if pace:
                 await trio.sleep(pace)
+        took = trio.current_time() - started
         if arrived is not None:
             await until(lambda: trio.to_thread.run_sync(arrived), timeout,
                         "the node did not show the gossip's effect")
         if linger:
             await trio.sleep(linger)
+        return took
 
 
 def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:
