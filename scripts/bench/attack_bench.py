@@ -56,7 +56,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +136,11 @@ SIZES = {"full": (20, 120, 100, 150, 300, 300, 12, 200),
          "smoke": (1, 6, 5, 5, 20, 30, 0.5, 20)}
 # Pauses: (seconds attack 3 holds its streams unread, seconds the victim gets to take in attack
 # 4's buffers before its peak is read, seconds a hostile host stays connected after its last
-# publish so that its writes are read before it closes). The smoke's are short: it runs each
-# step once, its figures are not asserted.
-PAUSES = {"full": (8.0, 3.0, 1.0), "quick": (8.0, 3.0, 1.0), "smoke": (2.0, 0.5, 0.3)}
+# publish so that its writes are read before it closes, seconds the honest publisher waits
+# after each answer). The smoke's are short, and its publisher leaves the cores to the
+# attacks: it runs each step once, its figures are not asserted.
+PAUSES = {"full": (8.0, 3.0, 1.0, 0.0), "quick": (8.0, 3.0, 1.0, 0.0),
+          "smoke": (2.0, 0.5, 0.3, 0.05)}
 
 
 def signed(key: Ed25519PrivateKey, lamport: int, content: bytes, channel: str = "general",
@@ -151,11 +153,13 @@ def fake_id(i: int) -> str:
 
 
 class Publisher(threading.Thread):
-    """Publishes on an honest node as fast as its API answers; remembers what was acked."""
+    """Publishes on an honest node as fast as its API answers (or, with ``gap_s``, pausing
+    that long after each answer); remembers what was acked."""
 
-    def __init__(self, node: NodeProcess, prefix: str, threads: int = 2) -> None:
+    def __init__(self, node: NodeProcess, prefix: str, threads: int = 2,
+                 gap_s: float = 0.0) -> None:
         super().__init__(daemon=True)
-        self.node, self.prefix, self.threads = node, prefix, threads
+        self.node, self.prefix, self.threads, self.gap_s = node, prefix, threads, gap_s
         self.acked: list[str] = []
         self.errors = 0
         self._halt = threading.Event()
@@ -184,14 +188,17 @@ class Publisher(threading.Thread):
                         self.acked.append(str(r.json()["message_id"]))
                     else:
                         self.errors += 1
+                if self.gap_s:
+                    self._halt.wait(self.gap_s)
 
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=60)
 
 
-def measure_rate(node: NodeProcess, seconds: float, prefix: str) -> tuple[float, list[str]]:
-    pub = Publisher(node, prefix)
+def measure_rate(node: NodeProcess, seconds: float, prefix: str,
+                 gap_s: float = 0.0) -> tuple[float, list[str]]:
+    pub = Publisher(node, prefix, gap_s=gap_s)
     started = time.monotonic()
     pub.start()
     time.sleep(seconds)
@@ -261,9 +268,11 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="syncnode-attack-"))
     rows: list[tuple[str, str, str]] = []
     nodes: list[NodeProcess] = []
+    beside: ThreadPoolExecutor | None = None
+    later: tuple[Future[tuple[dict[str, Any], list[tuple[str, str, str]]]], ...] = ()
     (baseline_s, big_count, fresh, waiting, sync_count, withheld_count, cache_s,
      flood_publishes) = SIZES[size]
-    hold_s, buffers_s, linger_s = PAUSES[size]
+    hold_s, buffers_s, linger_s, publish_gap_s = PAUSES[size]
     gossip = functools.partial(gossip_from, linger=linger_s)
     try:
         producer = preset_identity(base / "a")
@@ -275,6 +284,12 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         nodes += [f.result() for f in starting if f.exception() is None]  # killed in finally
         a, b, v = (f.result() for f in starting)  # raises a failed start's error
         b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]})
+        if size == "smoke":
+            # Attacks 12-17 use fresh nodes of their own, none of a, b and v: the smoke runs
+            # them beside the others (the full size after them, alone on the machine).
+            beside = ThreadPoolExecutor(2)
+            later = (beside.submit(px_attacks, base / "px", size),
+                     beside.submit(reach_attacks, base / "reach", size))
         peak = Peak(v)
         acked: list[str] = []
 
@@ -284,7 +299,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                                 spy_dir / phase if spy_dir is not None else None).start()
 
         baseline_profile = profile("baseline")
-        rate_before, ids = measure_rate(a, baseline_s, "baseline")
+        rate_before, ids = measure_rate(a, baseline_s, "baseline", publish_gap_s)
         cpu = {"baseline": baseline_profile.stop()}
         acked += ids
 
@@ -329,7 +344,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                      f"all {withheld_count} after {catchup:.1f} s" if catchup is not None
                      else "not in 120 s"))
 
-        during = Publisher(a, "during")
+        during = Publisher(a, "during", gap_s=publish_gap_s)
         during_profile = profile("during")
         during.start()
         attack_started = time.monotonic()
@@ -447,7 +462,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         flood_p99, flood_seen = recon_flood_p99_ms(v, 10, flood_publishes)
         rows.append(("11 recon flood, 10 identities", "60,000 made-up ranges a message",
                      flood_seen))
-        px, px_rows = px_attacks(base / "px", size)  # 12-13: issue 38's (attack_px.py)
+        # 12-13: issue 38's (attack_px.py)
+        px, px_rows = later[0].result() if later else px_attacks(base / "px", size)
         rows += px_rows
         peak.sample()  # before the restart (and before reading logs, which costs the node)
         # The victim's counters before the restart resets them.
@@ -468,7 +484,9 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         with contextlib.suppress(AssertionError):  # reported as acked_lost
             wait_for(lambda: lost() == 0, 60, "acked events missing")
         acked_lost = lost()
-        reach, reach_rows = reach_attacks(base / "reach", size)  # 14-17 (attack_reach.py)
+        # 14-17 (attack_reach.py)
+        reach, reach_rows = (later[1].result() if later
+                             else reach_attacks(base / "reach", size))
         rows += reach_rows
         result = {
             "size": size,
@@ -498,6 +516,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     finally:
         for node in nodes:
             node.kill()
+        if beside is not None:
+            beside.shutdown(wait=True)
         shutil.rmtree(base, ignore_errors=True)
     print(f"{'attack':<32} {'what':<48} outcome")
     for name, what, outcome in rows:
