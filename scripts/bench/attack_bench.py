@@ -41,7 +41,8 @@ pings, mesh squatters), each on fresh nodes of its own, at the end.
 ``peak_rss_mib`` is the victim's peak RSS (VmHWM) over all attacks, ``acked_lost`` the events
 whose publish was answered by an honest node's API and that are missing from any node's log at
 the end. The last line is the JSON result, also written to docs/bench/attack.json
-(``--smoke``: tiny sizes, to a temporary file instead).
+(``--smoke``: tiny sizes and short pauses, attacks 12-17 on in-process nodes beside the others,
+to a temporary file instead).
 """
 
 from __future__ import annotations
