@@ -58,6 +58,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,22 +127,35 @@ ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true
        "SYNCNODE_SDS_RESEND_INTERVAL_S": "10", "SYNCNODE_SDS_SYNC_INTERVAL_S": "30",
        "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120",
        "SYNCNODE_DB_TABLES": DB_TABLE, "SYNCNODE_DB_SETTLE_MS": "15000"}
-# db.settle_ms is 15 s (default 10 min): long enough for the pair, started a few seconds apart
-# on a loaded machine, to hear each other's declaration of the seeded table before either
-# settles (settled apart, they would keep different owners); attack 9 comes minutes later.
+# db.settle_ms is 15 s (default 10 min): long enough for the pair (b joins a once both answer,
+# seconds on a loaded machine) to hear each other's declaration of the seeded table before
+# either settles (settled apart, they would keep different owners); attack 9 comes later.
 SETTLE_S = 1.0
 # Sizes: (baseline seconds, big events, fresh ids, waiting events, sync messages, withheld
 # keys, gossip cache wait s, flood publishes).
 SIZES = {"full": (20, 120, 100, 150, 300, 300, 12, 200),
          "quick": (8, 60, 30, 60, 300, 300, 12, 100),
          "smoke": (1, 6, 5, 5, 20, 30, 0.5, 20)}
-# Pauses: (seconds attack 3 holds its streams unread, seconds the victim gets to take in attack
-# 4's buffers before its peak is read, seconds a hostile host stays connected after its last
-# publish so that its writes are read before it closes, seconds the honest publisher waits
-# after each answer). The smoke's are short, and its publisher leaves the cores to the
-# attacks: it runs each step once, its figures are not asserted.
-PAUSES = {"full": (8.0, 3.0, 1.0, 0.0), "quick": (8.0, 3.0, 1.0, 0.0),
-          "smoke": (2.0, 0.5, 0.3, 0.05)}
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """Seconds the attacks wait. The full size's are part of what it measures (the honest
+    publisher's rate is taken over the attacks with these pauses); the smoke's are short and
+    its publisher leaves the cores to the attacks: it runs each step once, its figures are
+    not asserted."""
+
+    hold: float  # attack 3 holds its streams unread
+    buffers: float  # the victim takes in attack 4's buffers before its peak is read
+    linger: float  # a hostile host stays connected after its last publish (writes get read)
+    settle: float  # at least, before a hostile host publishes (and until it is meshed)
+    reorg: float  # at least, before attack 7's rejections are read (and until one is)
+    publish_gap: float  # the honest publisher's pause after each answer
+
+
+PAUSES = {"full": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0),
+          "quick": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0),
+          "smoke": Pauses(2.0, 0.5, 0.3, 0.0, 0.0, 0.05)}
 
 
 def signed(key: Ed25519PrivateKey, lamport: int, content: bytes, channel: str = "general",
@@ -220,14 +234,16 @@ class Peak:
 
 
 async def gossip_from(target: str, wires: list[bytes], channel: str = "general",
-                      linger: float = 1.0) -> None:
+                      settle: float = 2.0, linger: float = 1.0) -> None:
     """Publish ``wires`` on ``channel`` as a fresh hostile host, once ``target`` is in its
-    mesh of the topic (a fixed 2 s pause for the mesh to form cost each attack that much and
-    was still a guess on a loaded machine); stays connected ``linger`` seconds after."""
+    mesh of the topic and at least ``settle`` seconds after connecting (a fixed pause alone was
+    a guess on a loaded machine); stays connected ``linger`` seconds after."""
     async with hostile(target) as (host, peer):
+        connected = trio.current_time()
         topic = topic_of(1, channel)
         await host.subscribe(topic)
         await meshed(host, peer, topic)
+        await trio.sleep_until(connected + settle)
         for wire in wires:
             await host.publish(topic, wire)
         await trio.sleep(linger)
@@ -273,8 +289,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     later: tuple[Future[tuple[dict[str, Any], list[tuple[str, str, str]]]], ...] = ()
     (baseline_s, big_count, fresh, waiting, sync_count, withheld_count, cache_s,
      flood_publishes) = SIZES[size]
-    hold_s, buffers_s, linger_s, publish_gap_s = PAUSES[size]
-    gossip = functools.partial(gossip_from, linger=linger_s)
+    pauses = PAUSES[size]
+    gossip = functools.partial(gossip_from, settle=pauses.settle, linger=pauses.linger)
     try:
         producer = preset_identity(base / "a")
         env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer}
@@ -284,7 +300,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
             starting = [pool.submit(start_node, base, name, env=env) for name in "abv"]
         nodes += [f.result() for f in starting if f.exception() is None]  # killed in finally
         a, b, v = (f.result() for f in starting)  # raises a failed start's error
-        b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]})
+        wait_for(lambda: b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]}) is not None, 60,
+                 "b could not join a")  # an HTTP error (a dial that failed) is asked again
         if size == "smoke":
             # Attacks 12-17 use fresh nodes of their own, none of a, b and v: the smoke runs
             # them beside the others (the full size after them, alone on the machine).
@@ -300,7 +317,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                                 spy_dir / phase if spy_dir is not None else None).start()
 
         baseline_profile = profile("baseline")
-        rate_before, ids = measure_rate(a, baseline_s, "baseline", publish_gap_s)
+        rate_before, ids = measure_rate(a, baseline_s, "baseline", pauses.publish_gap)
         cpu = {"baseline": baseline_profile.stop()}
         acked += ids
 
@@ -345,7 +362,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                      f"all {withheld_count} after {catchup:.1f} s" if catchup is not None
                      else "not in 120 s"))
 
-        during = Publisher(a, "during", gap_s=publish_gap_s)
+        during = Publisher(a, "during", gap_s=pauses.publish_gap)
         during_profile = profile("during")
         during.start()
         attack_started = time.monotonic()
@@ -371,7 +388,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         wait_for(lambda: set(big_ids) <= stored_ids(v), 90, "victim did not get the big events")
         peak.sample()
 
-        accepted, asked = trio.run(amplify, v.listen_addrs[0], big_ids, hold_s)
+        accepted, asked = trio.run(amplify, v.listen_addrs[0], big_ids, pauses.hold)
         rows.append(("3 memory amplification",
                      f"8 fetches x {len(big_ids)} big ids, WANT {asked} keys, unread",
                      f"{accepted} fetch streams served, peak {peak.sample():.0f} MiB"))
@@ -385,7 +402,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                                       for j in range(64)))
                  for k in range(sync_count)]
         trio.run(gossip, v.listen_addrs[0], wires + syncs)
-        time.sleep(buffers_s)
+        time.sleep(pauses.buffers)
         rows.append(("4 unbounded buffers",
                      f"{waiting} x 900 KB waiting, {sync_count} x 64 fake ids",
                      f"peak {peak.sample():.0f} MiB, "
@@ -420,9 +437,11 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
 
         before = rejected()
         trio.run(gossip, v.listen_addrs[0], [reorg], "blocks")
-        # Until it is rejected (a fixed 2 s before); a victim that takes it reports 0.
+        sent = time.monotonic()
+        # Until it is rejected; a victim that takes it reports 0.
         with contextlib.suppress(AssertionError):
             wait_for(lambda: rejected() > before, 10, "the Reorg was not rejected")
+        time.sleep(max(0.0, sent + pauses.reorg - time.monotonic()))
         after = rejected()
         rows.append(("7 reorg from a non-producer", "1 signed Reorg",
                      f"rejected {after - before:.0f}"))
@@ -438,7 +457,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                     await host.connect(v.listen_addrs[0])
 
         trio.run(bomb)
-        time.sleep(linger_s)
+        time.sleep(pauses.linger)
         rows.append((f"8 key-list bomb, {fresh} fresh ids",
                      "200,000 keys in one range",
                      f"protocol errors {metric(v, 'recon_protocol_errors_total'):.0f}, "
