@@ -126,10 +126,11 @@ RSS_TARGET_MIB = 512
 ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true",
        "SYNCNODE_SDS_RESEND_INTERVAL_S": "10", "SYNCNODE_SDS_SYNC_INTERVAL_S": "30",
        "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120",
-       "SYNCNODE_DB_TABLES": DB_TABLE, "SYNCNODE_DB_SETTLE_MS": "15000"}
-# db.settle_ms is 15 s (default 10 min): long enough for the pair (b joins a once both answer,
-# seconds on a loaded machine) to hear each other's declaration of the seeded table before
-# either settles (settled apart, they would keep different owners); attack 9 comes later.
+       "SYNCNODE_DB_TABLES": DB_TABLE}
+# db.settle_ms (Pauses.db_settle; default 10 min) is long enough for the pair (b joins a once
+# both answer) to hear each other's declaration of the seeded table before either settles
+# (settled apart, they would keep different owners); the victim joins them only after that,
+# so that the pair's owner is one of them (attack 9 writes as that owner).
 SETTLE_S = 1.0
 # Sizes: (baseline seconds, big events, fresh ids, waiting events, sync messages, withheld
 # keys, gossip cache wait s, flood publishes).
@@ -151,11 +152,12 @@ class Pauses:
     settle: float  # at least, before a hostile host publishes (and until it is meshed)
     reorg: float  # at least, before attack 7's rejections are read (and until one is)
     publish_gap: float  # the honest publisher's pause after each answer
+    db_settle: float  # db.settle_ms (seconds): the victim joins the pair after it at least
 
 
-PAUSES = {"full": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0),
-          "quick": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0),
-          "smoke": Pauses(2.0, 0.5, 0.3, 0.0, 0.0, 0.05)}
+PAUSES = {"full": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0, 15.0),
+          "quick": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0, 15.0),
+          "smoke": Pauses(2.0, 0.5, 0.3, 0.0, 0.0, 0.05, 8.0)}
 
 
 def signed(key: Ed25519PrivateKey, lamport: int, content: bytes, channel: str = "general",
@@ -293,13 +295,15 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     gossip = functools.partial(gossip_from, settle=pauses.settle, linger=pauses.linger)
     try:
         producer = preset_identity(base / "a")
-        env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer}
+        env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer,
+               "SYNCNODE_DB_SETTLE_MS": str(round(pauses.db_settle * 1000))}
         # The three start at once (a process's start-up is seconds of imports); b then joins
         # a, v stays isolated until attack 2 is over.
         with ThreadPoolExecutor(3) as pool:
             starting = [pool.submit(start_node, base, name, env=env) for name in "abv"]
         nodes += [f.result() for f in starting if f.exception() is None]  # killed in finally
         a, b, v = (f.result() for f in starting)  # raises a failed start's error
+        up = time.monotonic()  # each node saw the seeded table before its start returned
         wait_for(lambda: b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]}) is not None, 60,
                  "b could not join a")  # an HTTP error (a dial that failed) is asked again
         if size == "smoke":
@@ -347,6 +351,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         # Past libp2p's message cache (IHAVE/IWANT would hand the victim the fresh events):
         # from here on only Recon can deliver them.
         time.sleep(max(0.0, published + cache_s - time.monotonic()))
+        # The pair has settled its table's owner (the full size is long past it by now).
+        time.sleep(max(0.0, up + pauses.db_settle - time.monotonic()))
         joined = time.monotonic()
         v.cli("join", a.listen_addrs[0])
         v.cli("join", b.listen_addrs[0])
