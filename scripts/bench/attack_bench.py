@@ -41,13 +41,15 @@ pings, mesh squatters), each on fresh nodes of its own, at the end.
 ``peak_rss_mib`` is the victim's peak RSS (VmHWM) over all attacks, ``acked_lost`` the events
 whose publish was answered by an honest node's API and that are missing from any node's log at
 the end. The last line is the JSON result, also written to docs/bench/attack.json
-(``--smoke``: tiny sizes, to a temporary file instead).
+(``--smoke``: tiny sizes and short pauses, attacks 12-17 on in-process nodes beside the others,
+to a temporary file instead).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shutil
 import sqlite3
@@ -55,6 +57,8 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +103,7 @@ from tests.harness.hostile import (  # noqa: E402
     amplify,
     hostile,
     key_list_bomb,
+    meshed,
     peak_rss_mib,
     recon_and_answer,
     recon_and_withhold,
@@ -121,16 +126,38 @@ RSS_TARGET_MIB = 512
 ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true",
        "SYNCNODE_SDS_RESEND_INTERVAL_S": "10", "SYNCNODE_SDS_SYNC_INTERVAL_S": "30",
        "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120",
-       "SYNCNODE_DB_TABLES": DB_TABLE, "SYNCNODE_DB_SETTLE_MS": "15000"}
-# db.settle_ms is 15 s (default 10 min): long enough for the pair, started a few seconds apart
-# on a loaded machine, to hear each other's declaration of the seeded table before either
-# settles (settled apart, they would keep different owners); attack 9 comes minutes later.
+       "SYNCNODE_DB_TABLES": DB_TABLE}
+# db.settle_ms (Pauses.db_settle; default 10 min) is long enough for the pair (b joins a once
+# both answer) to hear each other's declaration of the seeded table before either settles
+# (settled apart, they would keep different owners); the victim joins them only after that,
+# so that the pair's owner is one of them (attack 9 writes as that owner).
 SETTLE_S = 1.0
 # Sizes: (baseline seconds, big events, fresh ids, waiting events, sync messages, withheld
 # keys, gossip cache wait s, flood publishes).
 SIZES = {"full": (20, 120, 100, 150, 300, 300, 12, 200),
          "quick": (8, 60, 30, 60, 300, 300, 12, 100),
-         "smoke": (3, 6, 5, 5, 20, 30, 2, 20)}
+         "smoke": (1, 6, 5, 5, 20, 30, 0.5, 20)}
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """Seconds the attacks wait. The full size's are part of what it measures (the honest
+    publisher's rate is taken over the attacks with these pauses); the smoke's are short and
+    its publisher leaves the cores to the attacks: it runs each step once, its figures are
+    not asserted."""
+
+    hold: float  # attack 3 holds its streams unread
+    buffers: float  # the victim takes in attack 4's buffers before its peak is read
+    linger: float  # a hostile host stays connected after its last publish (writes get read)
+    settle: float  # at least, before a hostile host publishes (and until it is meshed)
+    reorg: float  # at least, before attack 7's rejections are read (and until one is)
+    publish_gap: float  # the honest publisher's pause after each answer
+    db_settle: float  # db.settle_ms (seconds): the victim joins the pair after it at least
+
+
+PAUSES = {"full": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0, 15.0),
+          "quick": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0, 15.0),
+          "smoke": Pauses(2.0, 0.5, 0.3, 0.0, 0.0, 0.05, 8.0)}
 
 
 def signed(key: Ed25519PrivateKey, lamport: int, content: bytes, channel: str = "general",
@@ -143,11 +170,13 @@ def fake_id(i: int) -> str:
 
 
 class Publisher(threading.Thread):
-    """Publishes on an honest node as fast as its API answers; remembers what was acked."""
+    """Publishes on an honest node as fast as its API answers (or, with ``gap_s``, pausing
+    that long after each answer); remembers what was acked."""
 
-    def __init__(self, node: NodeProcess, prefix: str, threads: int = 2) -> None:
+    def __init__(self, node: NodeProcess, prefix: str, threads: int = 2,
+                 gap_s: float = 0.0) -> None:
         super().__init__(daemon=True)
-        self.node, self.prefix, self.threads = node, prefix, threads
+        self.node, self.prefix, self.threads, self.gap_s = node, prefix, threads, gap_s
         self.acked: list[str] = []
         self.errors = 0
         self._halt = threading.Event()
@@ -176,14 +205,17 @@ class Publisher(threading.Thread):
                         self.acked.append(str(r.json()["message_id"]))
                     else:
                         self.errors += 1
+                if self.gap_s:
+                    self._halt.wait(self.gap_s)
 
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=60)
 
 
-def measure_rate(node: NodeProcess, seconds: float, prefix: str) -> tuple[float, list[str]]:
-    pub = Publisher(node, prefix)
+def measure_rate(node: NodeProcess, seconds: float, prefix: str,
+                 gap_s: float = 0.0) -> tuple[float, list[str]]:
+    pub = Publisher(node, prefix, gap_s=gap_s)
     started = time.monotonic()
     pub.start()
     time.sleep(seconds)
@@ -204,15 +236,19 @@ class Peak:
 
 
 async def gossip_from(target: str, wires: list[bytes], channel: str = "general",
-                      settle: float = 2.0, pace: float = 0.0) -> None:
-    async with hostile(target) as (host, _peer):
-        await host.subscribe(topic_of(1, channel))
-        await trio.sleep(settle)  # let the mesh form
+                      settle: float = 2.0, linger: float = 1.0) -> None:
+    """Publish ``wires`` on ``channel`` as a fresh hostile host, once ``target`` is in its
+    mesh of the topic and at least ``settle`` seconds after connecting (a fixed pause alone was
+    a guess on a loaded machine); stays connected ``linger`` seconds after."""
+    async with hostile(target) as (host, peer):
+        connected = trio.current_time()
+        topic = topic_of(1, channel)
+        await host.subscribe(topic)
+        await meshed(host, peer, topic)
+        await trio.sleep_until(connected + settle)
         for wire in wires:
-            await host.publish(topic_of(1, channel), wire)
-            if pace:
-                await trio.sleep(pace)
-        await trio.sleep(1)
+            await host.publish(topic, wire)
+        await trio.sleep(linger)
 
 
 def lamport_of(node: NodeProcess, message_id: str) -> int:
@@ -251,15 +287,31 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="syncnode-attack-"))
     rows: list[tuple[str, str, str]] = []
     nodes: list[NodeProcess] = []
+    beside: ThreadPoolExecutor | None = None
+    later: tuple[Future[tuple[dict[str, Any], list[tuple[str, str, str]]]], ...] = ()
     (baseline_s, big_count, fresh, waiting, sync_count, withheld_count, cache_s,
      flood_publishes) = SIZES[size]
+    pauses = PAUSES[size]
+    gossip = functools.partial(gossip_from, settle=pauses.settle, linger=pauses.linger)
     try:
         producer = preset_identity(base / "a")
-        env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer}
-        a = start_node(base, "a", env=env)
-        b = start_node(base, "b", env=env, bootstrap=[a])
-        v = start_node(base, "v", env=env)  # isolated until attack 2 is over
-        nodes += [a, b, v]
+        env = {**ENV, "SYNCNODE_BLOCKS_PRODUCERS": producer,
+               "SYNCNODE_DB_SETTLE_MS": str(round(pauses.db_settle * 1000))}
+        # The three start at once (a process's start-up is seconds of imports); b then joins
+        # a, v stays isolated until attack 2 is over.
+        with ThreadPoolExecutor(3) as pool:
+            starting = [pool.submit(start_node, base, name, env=env) for name in "abv"]
+        nodes += [f.result() for f in starting if f.exception() is None]  # killed in finally
+        a, b, v = (f.result() for f in starting)  # raises a failed start's error
+        up = time.monotonic()  # each node saw the seeded table before its start returned
+        wait_for(lambda: b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]}) is not None, 60,
+                 "b could not join a")  # an HTTP error (a dial that failed) is asked again
+        if size == "smoke":
+            # Attacks 12-17 use fresh nodes of their own, none of a, b and v: the smoke runs
+            # them beside the others (the full size after them, alone on the machine).
+            beside = ThreadPoolExecutor(2)
+            later = (beside.submit(px_attacks, base / "px", size),
+                     beside.submit(reach_attacks, base / "reach", size))
         peak = Peak(v)
         acked: list[str] = []
 
@@ -269,7 +321,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                                 spy_dir / phase if spy_dir is not None else None).start()
 
         baseline_profile = profile("baseline")
-        rate_before, ids = measure_rate(a, baseline_s, "baseline")
+        rate_before, ids = measure_rate(a, baseline_s, "baseline", pauses.publish_gap)
         cpu = {"baseline": baseline_profile.stop()}
         acked += ids
 
@@ -299,6 +351,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         # Past libp2p's message cache (IHAVE/IWANT would hand the victim the fresh events):
         # from here on only Recon can deliver them.
         time.sleep(max(0.0, published + cache_s - time.monotonic()))
+        # The pair has settled its table's owner (the full size is long past it by now).
+        time.sleep(max(0.0, up + pauses.db_settle - time.monotonic()))
         joined = time.monotonic()
         v.cli("join", a.listen_addrs[0])
         v.cli("join", b.listen_addrs[0])
@@ -314,7 +368,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                      f"all {withheld_count} after {catchup:.1f} s" if catchup is not None
                      else "not in 120 s"))
 
-        during = Publisher(a, "during")
+        during = Publisher(a, "during", gap_s=pauses.publish_gap)
         during_profile = profile("during")
         during.start()
         attack_started = time.monotonic()
@@ -322,7 +376,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         # 1. Lamport poisoning.
         key = Ed25519PrivateKey.generate()
         now_ms = int(time.time() * 1000)
-        trio.run(gossip_from, v.listen_addrs[0], [
+        trio.run(gossip, v.listen_addrs[0], [
             signed(key, POISON, b"poison uint64"),
             signed(key, (1 << 63) - 1, b"poison int64 max"),
             signed(key, now_ms + 10 * 86_400_000, b"poison ten days ahead"),
@@ -340,7 +394,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         wait_for(lambda: set(big_ids) <= stored_ids(v), 90, "victim did not get the big events")
         peak.sample()
 
-        accepted, asked = trio.run(amplify, v.listen_addrs[0], big_ids, 8.0)
+        accepted, asked = trio.run(amplify, v.listen_addrs[0], big_ids, pauses.hold)
         rows.append(("3 memory amplification",
                      f"8 fetches x {len(big_ids)} big ids, WANT {asked} keys, unread",
                      f"{accepted} fetch streams served, peak {peak.sample():.0f} MiB"))
@@ -353,8 +407,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                         history=tuple(HistoryRef(fake_id(10_000 + 64 * k + j), None, None)
                                       for j in range(64)))
                  for k in range(sync_count)]
-        trio.run(gossip_from, v.listen_addrs[0], wires + syncs)
-        time.sleep(3)
+        trio.run(gossip, v.listen_addrs[0], wires + syncs)
+        time.sleep(pauses.buffers)
         rows.append(("4 unbounded buffers",
                      f"{waiting} x 900 KB waiting, {sync_count} x 64 fake ids",
                      f"peak {peak.sample():.0f} MiB, "
@@ -366,13 +420,13 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                   for k in range(20)]
         forged = [w + transmission_suffix(b"\xff" * ((params.bits + 7) // 8), params, ())
                   for w in honest]
-        trio.run(gossip_from, v.listen_addrs[0], forged)
+        trio.run(gossip, v.listen_addrs[0], forged)
         rows.append(("5 forged acknowledgements", "20 events with an all-ones filter",
                      f"acked (sds) {metric(v, 'sds_acknowledged_total'):.0f}"))
 
         # 6. Far-future Lamport times.
         year = 365 * 86_400_000
-        trio.run(gossip_from, v.listen_addrs[0],
+        trio.run(gossip, v.listen_addrs[0],
                  [signed(key, now_ms + year + k, b"far future") for k in range(5)])
         ok = publish_ok(v, "after-far-future")
         own = publish_many(v, "general", ["after-far-future-2"])[0]
@@ -384,10 +438,17 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         rk, rv = encode_message(Reorg(b"\x11" * 32, 2))
         reorg = signed(key, now_ms + 3000, encode_envelope(rk, rv, "reorg-1"), channel="blocks")
         # Dropped at the gossip gate (events_rejected_total), or by the consumer if stored.
-        before = metric(v, "blocks_rejected_total") + metric(v, "events_rejected_total")
-        trio.run(gossip_from, v.listen_addrs[0], [reorg], "blocks")
-        time.sleep(2)
-        after = metric(v, "blocks_rejected_total") + metric(v, "events_rejected_total")
+        def rejected() -> float:
+            return metric(v, "blocks_rejected_total") + metric(v, "events_rejected_total")
+
+        before = rejected()
+        trio.run(gossip, v.listen_addrs[0], [reorg], "blocks")
+        sent = time.monotonic()
+        # Until it is rejected; a victim that takes it reports 0.
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: rejected() > before, 10, "the Reorg was not rejected")
+        time.sleep(max(0.0, sent + pauses.reorg - time.monotonic()))
+        after = rejected()
         rows.append(("7 reorg from a non-producer", "1 signed Reorg",
                      f"rejected {after - before:.0f}"))
 
@@ -402,7 +463,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                     await host.connect(v.listen_addrs[0])
 
         trio.run(bomb)
-        time.sleep(1)
+        time.sleep(pauses.linger)
         rows.append((f"8 key-list bomb, {fresh} fresh ids",
                      "200,000 keys in one range",
                      f"protocol errors {metric(v, 'recon_protocol_errors_total'):.0f}, "
@@ -420,14 +481,15 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         # 9-11: issue 28's attacks.
         # On the honest pair: the victim was isolated for longer than db.settle_ms, so it
         # settled on its own declaration of the seeded table (its own owner).
-        taken, seen = table_takeover([a, b], 20, SETTLE_S, gossip_with(gossip_from))
+        taken, seen = table_takeover([a, b], 20, SETTLE_S, gossip_with(gossip))
         rows.append(("9 table takeover", "backdated declaration, since 0", seen))
         loaded, codes = poisoned_snapshot(base / "snapshots")
         rows.append(("10 poisoned snapshots", "untrusted signer; a year ahead", codes))
         flood_p99, flood_seen = recon_flood_p99_ms(v, 10, flood_publishes)
         rows.append(("11 recon flood, 10 identities", "60,000 made-up ranges a message",
                      flood_seen))
-        px, px_rows = px_attacks(base / "px", size)  # 12-13: issue 38's (attack_px.py)
+        # 12-13: issue 38's (attack_px.py)
+        px, px_rows = later[0].result() if later else px_attacks(base / "px", size)
         rows += px_rows
         peak.sample()  # before the restart (and before reading logs, which costs the node)
         # The victim's counters before the restart resets them.
@@ -448,7 +510,9 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         with contextlib.suppress(AssertionError):  # reported as acked_lost
             wait_for(lambda: lost() == 0, 60, "acked events missing")
         acked_lost = lost()
-        reach, reach_rows = reach_attacks(base / "reach", size)  # 14-17 (attack_reach.py)
+        # 14-17 (attack_reach.py)
+        reach, reach_rows = (later[1].result() if later
+                             else reach_attacks(base / "reach", size))
         rows += reach_rows
         result = {
             "size": size,
@@ -478,6 +542,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     finally:
         for node in nodes:
             node.kill()
+        if beside is not None:
+            beside.shutdown(wait=True)
         shutil.rmtree(base, ignore_errors=True)
     print(f"{'attack':<32} {'what':<48} outcome")
     for name, what, outcome in rows:

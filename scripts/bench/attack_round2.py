@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import trio
@@ -105,12 +106,12 @@ def poisoned_snapshot(work: Path, events: int = 30) -> tuple[bool, str]:
     untrusted = signed_snapshot(work, "untrusted", stranger, [now_ms - 60_000 + i
                                                          for i in range(events)])
     future = signed_snapshot(work, "future", trusted, [now_ms + YEAR_MS + i for i in range(events)])
-    codes = [
-        _cli("bootstrap", "--from-snapshot", str(untrusted), "--data-dir",
-             str(work / "victim-untrusted")).returncode,
-        _cli("bootstrap", "--from-snapshot", str(future), "--data-dir",
-             str(work / "victim-future"), "--signer", peer_id_of(trusted)).returncode,
-    ]
+    runs = [("bootstrap", "--from-snapshot", str(untrusted), "--data-dir",
+             str(work / "victim-untrusted")),
+            ("bootstrap", "--from-snapshot", str(future), "--data-dir",
+             str(work / "victim-future"), "--signer", peer_id_of(trusted))]
+    with ThreadPoolExecutor(len(runs)) as pool:  # two fresh data dirs: independent
+        codes = [done.returncode for done in pool.map(lambda args: _cli(*args), runs)]
     return any(code == 0 for code in codes), f"bootstrap exit codes {codes}"
 
 

@@ -44,7 +44,7 @@ def main() -> int:
     args = parser.parse_args()
     toml = args.config.read_text() if args.config else ""
     if args.smoke:
-        result = run(events=10, size=50_000, hold_s=6.0)
+        result = run(events=10, size=50_000, hold_s=1.0)  # every figure; the held ones tiny
         out = smoke_path("backlog_rss")
     else:
         result = run(events=args.events, size=args.size, hold_s=args.hold, config_toml=toml)

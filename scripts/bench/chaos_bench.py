@@ -3,9 +3,10 @@
 
 Real ``syncnode run`` processes in network namespaces (``tests/net``): public nodes on a shared
 bridge and homes of one node each behind their own nftables-masquerade router, every node on the
-default port 4001 with no tuned timer, everyone joined to the first public node. A seeded
-schedule (``--seed``; the same seed replays the same schedule) applies one fault at a time, with
-quiet gaps between them, while a steady load publishes on random live nodes:
+default port 4001 with no tuned timer, everyone joined to the first public node (the other
+public nodes first, then the homes). A seeded schedule (``--seed``; the same seed replays the
+same schedule) applies one fault at a time, with quiet gaps between them, while a steady load
+publishes on random live nodes:
 
 - ``term_restart`` / ``kill_restart``: SIGTERM (waited for) or SIGKILL, a few seconds down,
   started again;
@@ -49,7 +50,7 @@ Invariants and figures (the JSON keys):
 When an invariant fails, or a full or quick run misses a target (``targets_missed``), the run
 directory (every node's log) is kept and its path printed; otherwise it is removed.
 ``--quick`` runs 10 minutes; ``--smoke`` (for ``make test``) runs a miniature (2 public nodes,
-2 homes, under a minute of faults) whose JSON goes to a temp file.
+2 homes, the four faults above once each, seconds apart) whose JSON goes to a temp file.
 Full size writes docs/bench/chaos.json. Needs root and nftables (scripts/setup_net.sh).
 """
 
@@ -104,15 +105,23 @@ class Plan:
     first: tuple[str, ...] = KINDS  # faults applied before the seeded draws, in seeded order
     rss_warmup_s: float = 120.0
     rss_min_s: float = 600.0
+    # How often the observer reads the nodes' logs and a wait asks again: events are stamped
+    # by the nodes (received_at), so this only decides how soon a wait sees what happened.
+    poll_s: float = 1.0
+    # A steady event counts towards live_p99_ms if published this long before its quiet gap
+    # ended (its deliveries fall in the gap too).
+    live_margin_s: float = 5.0
 
 
 FULL = Plan()
 QUICK = Plan(duration_s=600.0, rss_min_s=300.0)
-SMOKE = Plan(publics=2, homes=2, duration_s=25.0, gap_s=(4.0, 8.0), down_s=(1.0, 2.0),
-             cut_s=(4.0, 6.0), kill_after_s=(0.3, 0.8), burst=400, batch=100,
-             steady_every_s=1.0, converge_wait_s=120.0, direct_wait_s=30.0,
-             catchup_min_events=50, rss_warmup_s=5.0, rss_min_s=20.0,
-             first=("burst_kill", "uplink_cut"))
+# The smoke: the two first faults, the public node leaving and one joining, once each (its
+# duration ends before any seeded draw), with gaps just long enough for a steady event.
+SMOKE = Plan(publics=2, homes=2, duration_s=8.0, gap_s=(2.0, 3.0), down_s=(0.5, 1.0),
+             cut_s=(2.0, 3.0), kill_after_s=(0.3, 0.8), burst=400, batch=100,
+             steady_every_s=0.5, converge_wait_s=120.0, direct_wait_s=30.0,
+             catchup_min_events=50, rss_warmup_s=2.0, rss_min_s=8.0,
+             first=("burst_kill", "uplink_cut"), poll_s=0.25, live_margin_s=1.0)
 
 
 @dataclass
@@ -147,7 +156,7 @@ class Chaos:
     def observer(self) -> None:
         while not self.stop.is_set():
             self.group.observe()
-            self.stop.wait(1.0)
+            self.stop.wait(self.plan.poll_s)
 
     def load(self) -> None:
         while not self.stop.wait(self.plan.steady_every_s):
@@ -186,7 +195,7 @@ class Chaos:
         self.group.start(member)
         fault.restart_wall_ms = int(time.time() * 1000)
         want = max(1, min(before, len(self.group.live()) - 1))
-        _wait(lambda: len(self.group.connections(member)) >= want, 60)
+        _wait(lambda: len(self.group.connections(member)) >= want, 60, self.plan.poll_s)
         time.sleep(2.0)
         acks = self.group.publish(member, [f"probe after {fault.kind} of {member.name}"])
         fault.probe = acks[0].message_id if acks else ""
@@ -238,7 +247,7 @@ class Chaos:
         with self.group.lock:
             ids = {a.message_id for a in self.group.acks}
         waited = _wait(lambda: self.group.holds(self.group.live(), ids),
-                       self.plan.converge_wait_s)
+                       self.plan.converge_wait_s, self.plan.poll_s)
         fault.converge_s = None if waited is None else round(
             self.group.elapsed() - fault.end_s, 1)
 
@@ -301,7 +310,9 @@ def live_latencies(chaos: Chaos) -> list[tuple[str, str, int, int]]:
     for message_id in chaos.steady:
         sender = group.members[publisher[message_id]]
         t0 = sender.seen.get(message_id)
-        window = next(((lo, hi) for lo, hi in chaos.quiet if lo <= (t0 or 0) <= hi - 5000), None)
+        margin_ms = chaos.plan.live_margin_s * 1000
+        window = next(((lo, hi) for lo, hi in chaos.quiet if lo <= (t0 or 0) <= hi - margin_ms),
+                      None)
         if t0 is None or window is None:
             continue
         # Receivers that ran through the whole gap (not one that joined or came back in it).
@@ -399,7 +410,7 @@ def rss_slope(lives: list[dict[str, Any]]) -> float | None:
     return max((life["slope_mib_per_h"] for life in lives), default=None)
 
 
-def direct_fraction(group: Group, wait_s: float) -> float | None:
+def direct_fraction(group: Group, wait_s: float, poll_s: float) -> float | None:
     homes = [m for m in group.homes() if m.up]
     pairs = [(a, b) for i, a in enumerate(homes) for b in homes[i + 1:]]
     if not pairs:
@@ -414,7 +425,7 @@ def direct_fraction(group: Group, wait_s: float) -> float | None:
                 direct += 1
         return direct / len(pairs)
 
-    _wait(lambda: fraction() == 1.0, wait_s, step=2.0)
+    _wait(lambda: fraction() == 1.0, wait_s, step=2 * poll_s)  # each pass asks every home
     return round(fraction(), 3)
 
 
@@ -429,7 +440,7 @@ def measure(chaos: Chaos, plan: Plan) -> dict[str, Any]:
                 group.read_new(member)
         return group.holds(group.live(), acked)
 
-    final_wait = _wait(caught_up, plan.converge_wait_s)
+    final_wait = _wait(caught_up, plan.converge_wait_s, plan.poll_s)
     lost = {i for m in group.live() for i in acked - m.seen.keys()}
     converged = [f.converge_s for f in chaos.faults]
     unexpected = group.unexpected_log_lines()
@@ -443,7 +454,7 @@ def measure(chaos: Chaos, plan: Plan) -> dict[str, Any]:
         "restart_gossip_s_max": restart_gossip(chaos),
         "catchup_after_restart_per_s": catchup_rate(chaos),
         "rss_slope_mib_per_h": rss_slope(lives),
-        "direct_fraction_end": direct_fraction(group, plan.direct_wait_s),
+        "direct_fraction_end": direct_fraction(group, plan.direct_wait_s, plan.poll_s),
         "faults": [asdict(f) for f in chaos.faults],
         "catchup_start_s": chaos.catchup_start_s,
         "acked": len(acked),
@@ -510,8 +521,13 @@ def main(argv: list[str] | None = None) -> int:
             with ThreadPoolExecutor(len(members)) as pool:
                 list(pool.map(group.start, members))
             first = group.members["p0"]
-            with ThreadPoolExecutor(len(members)) as pool:
-                list(pool.map(lambda m: group.join(m, first), members[1:]))
+            # The other public nodes join first, then the homes at once: a home's first peer
+            # exchange (on connecting) then names the public nodes, so that no home hangs on
+            # the first one alone until its next exchange (px_interval_s, 30 s) when it leaves.
+            for joining in ([m for m in members[1:] if m.host.public],
+                            [m for m in members[1:] if not m.host.public]):
+                with ThreadPoolExecutor(max(1, len(joining))) as pool:
+                    list(pool.map(lambda m: group.join(m, first), joining))
             threads = [threading.Thread(target=chaos.observer, daemon=True),
                        threading.Thread(target=chaos.load, daemon=True)]
             for thread in threads:

@@ -55,7 +55,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,10 @@ class Plan:
     batch_start_rate: float = 500.0
     batch_duration_s: float = 10.0
     batch_max_steps: int = 6
+    # Seconds a measurement waits after its last event arrived before it reads its counters
+    # (CPU time, fetches), for the work that follows an arrival (acknowledgements, sessions
+    # ending).
+    tail_s: float = 2.0
 
 
 # Quick climbs like the full plan, until a step fails (then bisects once), so both clusters
@@ -135,7 +139,8 @@ QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=10, se
 # One slow step pair and a tiny catch-up: only that every part still runs (make test).
 SMOKE = Plan(duration_s=2, start_rate=2, factor=2.0, refine=0, max_steps=1, settle_s=5,
              catchup_events=500, catchup_timeout_s=120, ramp_budget_s=1, cpu_duration_s=2,
-             cpu_rate=10, batch_start_rate=50, batch_duration_s=2, batch_max_steps=1)
+             cpu_rate=10, batch_start_rate=50, batch_duration_s=2, batch_max_steps=1,
+             tail_s=0.5)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
             catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20,
             settle_between_s=5, catchup_1m_events=1_000_000)
@@ -331,8 +336,8 @@ class RawCluster:
                     delivered, within, latencies, load)
 
     def stop(self) -> None:
-        for worker in self.workers:
-            worker.stop()
+        with ThreadPoolExecutor(max(1, len(self.workers))) as pool:  # each waits for its exit
+            list(pool.map(RawWorker.stop, self.workers))
 
 
 def sds_gossip_size() -> int:
@@ -444,14 +449,16 @@ class NodeCluster:
         return "\n".join(lines)
 
     def stop(self) -> list[int | None]:
-        codes: list[int | None] = []
-        for node in self.nodes:
+        """SIGTERM to every node at once; their exit codes (None: killed after 30 s)."""
+        def stop_one(node: NodeProcess) -> int | None:
             try:
-                codes.append(node.terminate(timeout=30))
+                return node.terminate(timeout=30)
             except subprocess.TimeoutExpired:
                 node.kill()
-                codes.append(None)
-        return codes
+                return None
+
+        with ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            return list(pool.map(stop_one, self.nodes))
 
 
 async def _publish_all(
@@ -523,6 +530,20 @@ def start_profile(node: NodeProcess, out: Path, duration: float) -> subprocess.P
     )
 
 
+def start_clusters(base: Path, payload: int) -> tuple[RawCluster, NodeCluster]:
+    """Both clusters, started side by side (ten processes importing for seconds each, before
+    any step); if one fails to start, the other is stopped."""
+    with ThreadPoolExecutor(2) as pool:
+        raw, node = pool.submit(RawCluster, base, payload), pool.submit(NodeCluster, base)
+    if raw.exception() is None and node.exception() is None:
+        return raw.result(), node.result()
+    if raw.exception() is None:
+        raw.result().stop()
+    if node.exception() is None:
+        node.result().stop()
+    raise (raw.exception() or node.exception())  # type: ignore[misc]
+
+
 def cpu_per_event_per_node(cluster: NodeCluster, plan: Plan) -> tuple[float, Step]:
     """``cpu_us_per_event_per_node``: CPU time (user + system, ingest workers included) of the
     5 node processes over one open-loop step at ``plan.cpu_rate`` (100/s), its delivery
@@ -530,7 +551,7 @@ def cpu_per_event_per_node(cluster: NodeCluster, plan: Plan) -> tuple[float, Ste
     depends on what else the machine runs."""
     before = sum(map(cpu_seconds, cluster.nodes))
     step = cluster.measure(plan.cpu_rate, plan.cpu_duration_s)
-    time.sleep(2)
+    time.sleep(plan.tail_s)
     spent = sum(map(cpu_seconds, cluster.nodes)) - before
     return spent / max(step.published, 1) / NODES * 1e6, step
 
@@ -691,7 +712,7 @@ def measure_cpu(rate: float, duration: float, base: Path, rounds: int,
     """CPU time per published message of both clusters at one fixed rate (both pass it), all
     processes included (for the node cluster, this process's HTTP client too): unlike the
     highest passing rate, nearly independent of what else the machine runs."""
-    raw, cluster = RawCluster(base, sds_gossip_size()), NodeCluster(base)
+    raw, cluster = start_clusters(base, sds_gossip_size())
     try:
         raw.measure(5, 1)
         cluster.measure(5, 1)
@@ -774,7 +795,7 @@ def measure_catchup(base: Path, plan: Plan, profile: Path | None,
         rss, rss_workers = peak_rss_mib(fresh)
         # Sessions still running may fetch a little more after the last event is stored:
         # that counts against the ratio too.
-        time.sleep(2)
+        time.sleep(plan.tail_s)
         fetched = metric(fresh, "recon_events_fetched_total")
         errors = metric(fresh, "recon_errors_total")
         for proc in spies:
@@ -934,14 +955,22 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} cores, load average at start {load_start:.2f}")
     raw: RawCluster | None = None
     cluster: NodeCluster | None = None
+    beside: ThreadPoolExecutor | None = None
+    later: tuple[Future[Catchup], Future[tuple[Catchup | None, Catchup | None]]] | None = None
     try:
         payload = sds_gossip_size()
         print(f"raw: plain GossipSub, {payload}-byte messages (a node's SDS message size); "
               f"node: syncnode, {CONTENT_SIZE}-byte contents via POST /v1/channels/{CHANNEL}"
               "/events; the two clusters run side by side and their steps alternate, so that "
               "both see the same machine load")
-        raw = RawCluster(base, payload)
-        cluster = NodeCluster(base)
+        if args.smoke and not args.live_only:
+            # The smoke's catch-ups start with the clusters (their nodes' start-up is CPU
+            # time either way) and are over about when the warm-up steps are: its figures are
+            # not judged. Measured ones run after the live steps, alone.
+            beside = ThreadPoolExecutor(2)
+            later = (beside.submit(measure_catchup, base, plan, args.profile),
+                     beside.submit(extra_catchups, base, plan, args.pg))
+        raw, cluster = start_clusters(base, payload)
         raw.measure(5, 1)  # warm-up: first messages on fresh connections and meshes
         cluster.measure(5, 1)
         print(HEADER)
@@ -980,9 +1009,13 @@ def main() -> int:
         catchup = catchup_pg = catchup_1m = None
         if not args.live_only:
             print(f"\ncatch-up: a fresh node fetches {plan.catchup_events} events through Recon")
-            catchup = measure_catchup(base, plan, args.profile)
-            print(f"  {catchup.summary()}")
-            catchup_pg, catchup_1m = extra_catchups(base, plan, args.pg)
+            if later:
+                catchup, (catchup_pg, catchup_1m) = later[0].result(), later[1].result()
+                print(f"  {catchup.summary()}")
+            else:  # one after the other, each alone on the machine
+                catchup = measure_catchup(base, plan, args.profile)
+                print(f"  {catchup.summary()}")
+                catchup_pg, catchup_1m = extra_catchups(base, plan, args.pg)
     except BaseException:
         # A step that failed with an error (a node's API refusing connections: issue 31) keeps
         # the work dir and says which node stopped and why, instead of losing its log.
@@ -996,6 +1029,8 @@ def main() -> int:
             raw.stop()
         if cluster is not None:
             cluster.stop()
+        if beside is not None:
+            beside.shutdown(wait=True)
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
 
