@@ -27,7 +27,7 @@ from node.replication.px import PX_METRICS, PX_PROTOCOL, PeerExchange
 from node.store.events import EventStore
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
-from sync.membership import AddressBook, BookEntry, Liveness, NetworkBack
+from sync.membership import PX_JITTER, AddressBook, BookEntry, Liveness, NetworkBack, px_delay
 from sync.reachability import address_scope
 
 __all__ = ["MEMBERSHIP_METRICS", "Membership"]
@@ -149,9 +149,12 @@ class Membership:
                 nursery.start_soon(self.px.ask, event.peer_id)
 
     async def _px_rounds(self) -> None:
-        """Now and then ask a random connected peer: records change as peers come and go."""
+        """Now and then ask a random connected peer: records change as peers come and go;
+        more often while we hold few connections (``sync.membership.px_schedule``)."""
         while True:
-            await trio.sleep(self.section.px_interval_s * self.rng.uniform(0.75, 1.25))
+            await trio.sleep(px_delay(len(self.host.connected_peers()),
+                                      self.section.low_watermark, self.section.px_interval_s,
+                                      self.rng.uniform(*PX_JITTER)))
             peers = self.host.connected_peers()
             if peers:
                 await self.px.ask(self.rng.choice(peers))

@@ -16,10 +16,13 @@ from sync.membership.connmanager import (
     Housekeeping,
 )
 from sync.membership.liveness import Liveness, NetworkBack
+from sync.membership.px_schedule import JITTER as PX_JITTER
+from sync.membership.px_schedule import px_delay
 from sync.membership.px_wire import decode_records, encode_records
 
 __all__ = [
     "OFFER_OUTCOMES",
+    "PX_JITTER",
     "AddressBook",
     "Admission",
     "BookEntry",
@@ -36,4 +39,5 @@ __all__ = [
     "encode_records",
     "is_relayed",
     "parse_addr",
+    "px_delay",
 ]
