@@ -4,6 +4,7 @@ Every host here is a real py-libp2p host with Noise, on 127.0.0.1, with a fresh 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -204,15 +205,23 @@ async def squat(victim: NodeApi, honest: set[str], identities: int,
 
 
 async def stall_pings(victim: NodeApi, honest: set[str], identities: int,
-                      window_s: float, late_s: float) -> tuple[int, int]:
+                      window_s: float, late_s: float, settle_s: float = 10.0
+                      ) -> tuple[int, int]:
     """Half of ``identities`` never answer the victim's pings, half answer ``late_s`` late;
-    returns (how often an honest connection dropped over ``window_s``, or until liveness
-    closed every one of them and the attack is over, liveness closes)."""
+    returns (how often an honest connection dropped over ``window_s``, liveness closes).
+    The window ends early once liveness closed every silent one and ``settle_s`` more passed
+    (a default ping round and its timeout: what the closes set off has happened by then)."""
     target = victim.listen_addrs[0]
+    silent = identities - identities // 2
     closes = "membership_liveness_closed_total"
     before = metric(victim, closes)
-    async with late_pingers(target, identities - identities // 2, None), \
-            late_pingers(target, identities // 2, late_s):
-        _fewest, drops = await _watch(victim, honest, window_s,
-                                      lambda: metric(victim, closes) - before >= identities)
+    closed_at: list[float] = []
+
+    def over() -> bool:
+        if not closed_at and metric(victim, closes) - before >= silent:
+            closed_at.append(time.monotonic())
+        return bool(closed_at) and time.monotonic() - closed_at[0] >= settle_s
+
+    async with late_pingers(target, silent, None), late_pingers(target, identities // 2, late_s):
+        _fewest, drops = await _watch(victim, honest, window_s, over)
         return drops, int(metric(victim, closes) - before)
