@@ -77,8 +77,9 @@ def join_all(nodes: Sequence[NodeApi]) -> None:
 def cluster(
     base: Path, size: int, *, env: dict[str, str] | None = None, in_process: bool = False
 ) -> Iterator[list[NodeApi]]:
-    """``size`` connected nodes on fast timers: processes, each bootstrapped from the ones
-    before it, or (``in_process``) nodes in this process started at once, then joined."""
+    """``size`` connected nodes on fast timers: processes (n0 first, the others side by side,
+    each bootstrapped from n0, then joined to each other), or (``in_process``) nodes in this
+    process started at once, then joined."""
     nodes: list[NodeApi] = []
     try:
         if in_process:
@@ -89,8 +90,10 @@ def cluster(
             join_all(nodes)
         else:
             nodes.append(start_node(base, "n0", env=env))
-            for i in range(1, size):
-                nodes.append(start_node(base, f"n{i}", env=env, bootstrap=nodes[:i]))
+            rest = [fast_node(base, f"n{i}", env=env, bootstrap=nodes[:1]) for i in range(1, size)]
+            nodes.extend(rest)
+            start_all(rest)
+            join_all(rest)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= size - 1 for n in nodes),
                  30, "cluster did not connect")
         yield nodes
