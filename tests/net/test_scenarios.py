@@ -11,8 +11,8 @@ here until the cut-off nodes' liveness closed every connection across it), both 
 the uplink returns: all logs converge, and the cut-off home's pairs are direct again within 60 s
 of the heal. Liveness (sync/membership/liveness.py) must close the dead connections during the
 outage (an outage of our own network: counted) and the cut-off nodes must notice the network
-back, redial and hole-punch again (pings every 3 s here, so the dead connections close 15-20 s
-in; the defaults notice an outage within 15-25 s).
+back, redial and hole-punch again (pings every 3 s here; the cut-off nodes closed theirs about
+30 s into the outage in the runs here; the defaults notice an outage within 15-25 s).
 On b4adb7a this fails at the first step: each node knows only the public node it joined (and
 on 9e1104c at the liveness check: no connection is closed for failed pings, the logs converge
 only after TCP's retransmission back-off; on 645de8f at the re-punch: the cut-off home tells
