@@ -14,8 +14,6 @@ The only wrappers count calls and call through.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import base58
@@ -31,31 +29,18 @@ from libp2p.pubsub.pubsub import ValidationResult
 from node.clock import SystemClock
 from node.p2p import P2PHost, compat
 from node.p2p.run import open_host
-from tests.harness.cluster import until
+from tests.harness.gossip_pair import meshed_pair, send_one_by_one
 
 TOPIC = "receive-path"
 SIGNED = b"libp2p-pubsub:"
 
 
-@asynccontextmanager
-async def _meshed() -> AsyncIterator[tuple[P2PHost, P2PHost, Any]]:
-    """Sender and receiver on the default settings, in each other's mesh; the receiver's inbox."""
-    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as sender, \
-            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as receiver:
-        inbox = await receiver.subscribe(TOPIC)
-        await sender.subscribe(TOPIC)
-        await sender.connect(receiver.listen_addrs[0])
-        await until(lambda: receiver.peer_id in sender.mesh_peers(TOPIC), 30, "not meshed")
-        yield sender, receiver, inbox
+def _meshed() -> Any:
+    return meshed_pair(TOPIC)
 
 
 async def _send(sender: P2PHost, inbox: Any, count: int) -> None:
-    """Publish ``count`` messages, each once the previous one arrived."""
-    with trio.fail_after(60):
-        for i in range(count):
-            data = b"m%d" % i + bytes(1_700)
-            await sender.publish(TOPIC, data)
-            assert (await inbox.receive()).data == data
+    await send_one_by_one(sender, inbox, TOPIC, count)
 
 
 class _Key:

@@ -36,6 +36,10 @@ P7   read       ``Pubsub._is_msg_seen`` (in ``push_msg``; a metric)         test
 B1   replaced   ``pubsub.read_varint_prefixed_bytes_limited`` (buffered)    test_libp2p_compat
 P8   overridden ``Pubsub.continuously_read_stream`` (no task per message)   test_gossip_receive_path
 G1   replaced   ``GossipSub.recent_message_deliveries`` (per router)        test_gossip_receive_path
+G2   replaced   ``PeerScorer`` gates (no score for ``-inf``; per scorer)    test_gossip_send_path
+G3   replaced   ``GossipSub.send_rpc`` (no split of a fitting publish)      test_gossip_send_path
+G4   replaced   ``GossipSub._emit_idontwant_for_message``,                  test_gossip_send_path
+                ``_notify_observers`` (skipped without v1.2+; per router)
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
 W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat

@@ -95,6 +95,7 @@ from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
 from node.p2p.compat.receive import InlineReceive
 from node.p2p.compat.records import drop_repeated_record
+from node.p2p.compat.router import quicken_router
 from node.p2p.compat.validation import BoundedValidationCache, publishing
 from node.p2p.compat.version import require
 from node.p2p.types import P2PStats
@@ -160,8 +161,10 @@ class GuardedPubsub(InlineReceive):
         # The signed record last written on each stream (entry R3).
         self._records_sent: weakref.WeakKeyDictionary[INetStream, bytes] = (
             weakref.WeakKeyDictionary())
-        if isinstance(self.router, GossipSub) and not self.router.adaptive_gossip_enabled:
-            self.router.recent_message_deliveries = collections.defaultdict(_Unkept)
+        if isinstance(self.router, GossipSub):
+            if not self.router.adaptive_gossip_enabled:
+                self.router.recent_message_deliveries = collections.defaultdict(_Unkept)
+            quicken_router(self.router)  # entries G2, G3, G4
         # O(1) per message (entry V1); same ttl and bound as libp2p's.
         self.validation_cache = BoundedValidationCache(self.validation_cache.ttl,
                                                        self.validation_cache.max_size)

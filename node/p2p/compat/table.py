@@ -129,6 +129,32 @@ ENTRIES: tuple[Entry, ...] = (
           "every message's time is appended to a list only adaptive gossip's health check "
           "prunes: with adaptive gossip off it grows for the process's life",
           "tests/node/test_gossip_receive_path.py::test_g1_no_list_grows_with_every_message"),
+    Entry("G2", "router", "replaced",
+          ("libp2p.pubsub.score:PeerScorer.allow_publish",
+           "libp2p.pubsub.score:PeerScorer.allow_gossip",
+           "libp2p.pubsub.score:PeerScorer.is_graylisted",
+           "libp2p.pubsub.score:PeerScorer.params"),
+          "every message computes each peer's score about seven times to compare it with "
+          "thresholds of -inf, which admit every score; answered without it (per scorer)",
+          "tests/node/test_gossip_send_path.py::"
+          "test_g2_no_score_is_computed_for_gates_that_admit_every_score"),
+    Entry("G3", "router", "replaced",
+          ("libp2p.pubsub.gossipsub:GossipSub.send_rpc",
+           "libp2p.pubsub.gossipsub:GossipSub._pending_control",
+           "libp2p.pubsub.gossipsub:GossipSub._handle_dropped_rpc",
+           "libp2p.pubsub.rpc_queue:RpcQueue.split_rpc",
+           "libp2p.pubsub.rpc_queue:RpcQueue.max_message_size"),
+          "each RPC sent is split to the queue's limit, four or more serializations of a "
+          "message that fits; a fitting publish-only RPC is queued unsplit (per router)",
+          "tests/node/test_gossip_send_path.py::"
+          "test_g3_publish_rpcs_are_queued_unsplit_and_others_still_split"),
+    Entry("G4", "router", "replaced",
+          ("libp2p.pubsub.gossipsub:GossipSub._emit_idontwant_for_message",
+           "libp2p.pubsub.gossipsub:GossipSub._notify_observers",
+           "libp2p.pubsub.gossipsub:GossipSub.protocols"),
+          "IDONTWANT and topic-observer peer scans per message on a router offering no v1.2+ "
+          "protocol, where both find no peer; skipped while it offers none (per router)",
+          "tests/node/test_gossip_send_path.py::test_g4_no_idontwant_or_observer_work_without_v12"),
     Entry("Y1", "yamux", "replaced",
           ("libp2p.stream_muxer.yamux.yamux:YamuxStream._auto_tune_and_send_window_update",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream._grow_to_delta",
