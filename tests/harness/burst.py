@@ -10,15 +10,20 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.harness.cluster import wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.procs import NodeProcess, start_all
 
 
-def start_on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
-    """A node on the default settings (no fast timers), bootstrapped from ``peers``."""
+def on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
+    """A node on the default settings (no fast timers), bootstrapped from ``peers``; not
+    started yet (``procs.start_all`` starts several at once)."""
     args: list[str] = []
     for peer in peers:
         args += ["--bootstrap", peer.listen_addrs[0]]
-    return NodeProcess(base / name, *args).start()
+    return NodeProcess(base / name, *args)
+
+
+def start_on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
+    return on_defaults(base, name, *peers).start()
 
 
 def events_held(node: NodeProcess) -> int:
@@ -50,9 +55,13 @@ def burst_and_kill(node: NodeProcess, count: int, kill_after: int, workdir: Path
 
 def start_three(base: Path, nodes: list[NodeProcess]) -> list[NodeProcess]:
     """Nodes a, b and c on the defaults, each connected to both others; each is appended to
-    ``nodes`` as it starts (the caller kills them)."""
-    for name in ("a", "b", "c"):
-        nodes.append(start_on_defaults(base, name, *nodes))
+    ``nodes`` as it starts (the caller kills them). b and c start side by side, bootstrapped
+    from a, and c joins b."""
+    nodes.append(start_on_defaults(base, "a"))
+    b, c = on_defaults(base, "b", nodes[0]), on_defaults(base, "c", nodes[0])
+    nodes += [b, c]
+    start_all([b, c])
+    c.post("/v1/peers", {"multiaddr": b.listen_addrs[0]})  # ``syncnode join``'s API call
     wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
              "the three nodes did not connect")
     return nodes[:3]

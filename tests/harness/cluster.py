@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from sync.identity import peer_id_of
-from tests.harness.inproc import InProcessNode, start_all
-from tests.harness.procs import NodeApi, NodeProcess
+from tests.harness.inproc import InProcessNode
+from tests.harness.procs import NodeApi, NodeProcess, start_all
 
 # Fast timers so that tests converge in seconds, not minutes.
 FAST_ENV = {
@@ -46,11 +46,17 @@ def _bootstrapped(args: Sequence[str], bootstrap: Sequence[NodeApi]) -> list[str
     return [*args, *(a for peer in bootstrap for a in ("--bootstrap", peer.listen_addrs[0]))]
 
 
+def fast_node(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
+              bootstrap: Sequence[NodeApi] = ()) -> NodeProcess:
+    """``start_node``'s node, not started yet (``procs.start_all`` starts several at once)."""
+    return NodeProcess(base / name, *_bootstrapped(args, bootstrap),
+                       env={**FAST_ENV, **(env or {})})
+
+
 def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
                bootstrap: Sequence[NodeApi] = ()) -> NodeProcess:
     """A node process on fast timers in ``base / name``, dialling ``bootstrap`` at start."""
-    return NodeProcess(base / name, *_bootstrapped(args, bootstrap),
-                       env={**FAST_ENV, **(env or {})}).start()
+    return fast_node(base, name, *args, env=env, bootstrap=bootstrap).start()
 
 
 def start_inproc(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
@@ -71,8 +77,9 @@ def join_all(nodes: Sequence[NodeApi]) -> None:
 def cluster(
     base: Path, size: int, *, env: dict[str, str] | None = None, in_process: bool = False
 ) -> Iterator[list[NodeApi]]:
-    """``size`` connected nodes on fast timers: processes, each bootstrapped from the ones
-    before it, or (``in_process``) nodes in this process started at once, then joined."""
+    """``size`` connected nodes on fast timers: processes (n0 first, the others side by side,
+    each bootstrapped from n0, then joined to each other), or (``in_process``) nodes in this
+    process started at once, then joined."""
     nodes: list[NodeApi] = []
     try:
         if in_process:
@@ -83,8 +90,10 @@ def cluster(
             join_all(nodes)
         else:
             nodes.append(start_node(base, "n0", env=env))
-            for i in range(1, size):
-                nodes.append(start_node(base, f"n{i}", env=env, bootstrap=nodes[:i]))
+            rest = [fast_node(base, f"n{i}", env=env, bootstrap=nodes[:1]) for i in range(1, size)]
+            nodes.extend(rest)
+            start_all(rest)
+            join_all(rest)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= size - 1 for n in nodes),
                  30, "cluster did not connect")
         yield nodes

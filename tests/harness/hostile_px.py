@@ -82,6 +82,11 @@ class _Canaries:
         await stream.aclose()
 
 
+async def _join(victim: NodeApi, host: P2PHost) -> None:
+    """The user joins ``host`` (``syncnode join``'s API call: no CLI process to start)."""
+    await trio.to_thread.run_sync(victim.post, "/v1/peers", {"multiaddr": host.listen_addrs[0]})
+
+
 def _attacker_entries(victim: NodeApi, attacker: str) -> list[dict[str, object]]:
     return [e for e in victim.get("/v1/peers/book")["entries"] if e["source"] == attacker]
 
@@ -101,8 +106,7 @@ async def px_internal_dials(victim: NodeApi, canaries: int = 8) -> tuple[int, fl
         records += [_record([f"/ip4/127.0.0.1/tcp/{api_port}"]),
                     _record([f"/ip4/{ip}/tcp/{control.ports[0]}"])]
         async with _px_server(ip, lambda: records) as host:
-            joined = await trio.to_thread.run_sync(victim.cli, "join", host.listen_addrs[0])
-            assert joined.returncode == 0, joined.stderr
+            await _join(victim, host)
 
             def dialled_all() -> bool:  # every entry it kept from us was dialled once
                 entries = _attacker_entries(victim, host.peer_id)
@@ -138,8 +142,7 @@ async def book_share_of_one_source(victim: NodeApi, identities: int, bound: int,
             return (records + records)[start:start + min(PX_BATCH, len(records))]
 
         host = await stack.enter_async_context(_px_server("127.0.0.1", batch))
-        joined = await trio.to_thread.run_sync(victim.cli, "join", host.listen_addrs[0])
-        assert joined.returncode == 0, joined.stderr
+        await _join(victim, host)
         dials = 'membership_dials_total{kind="dial",result="ok"}'
         reached = min(bound, 4)
         await trio.to_thread.run_sync(wait_for, lambda: metric(victim, dials) >= reached, 90,

@@ -13,8 +13,8 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 import trio
 
@@ -24,7 +24,7 @@ from node.config.settings import Config, load_config
 from node.daemon import serve
 from node.datadir.api_token import read_token
 from node.runtime import NodeInfo
-from tests.harness.procs import NodeApi
+from tests.harness.procs import NodeApi, start_all
 
 __all__ = ["InProcessNode", "start_all"]
 
@@ -55,7 +55,7 @@ class InProcessNode(NodeApi):
         return load_config(args.config, env={**os.environ, **self.env},
                            overrides=run_overrides(args))
 
-    def launch(self) -> InProcessNode:
+    def launch(self) -> Self:
         """Start the node's thread; ``wait_started`` returns once its API answers."""
         config = self.node_config()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ class InProcessNode(NodeApi):
         self._thread.start()
         return self
 
-    def wait_started(self, timeout: float = 60.0) -> InProcessNode:
+    def wait_started(self, timeout: float = 60.0) -> Self:
         try:
             got = self._started.get(timeout=timeout)
         except queue.Empty:
@@ -81,9 +81,6 @@ class InProcessNode(NodeApi):
         self.api_url = got.api_url
         self.token = read_token(self.data_dir) or ""
         return self
-
-    def start(self, timeout: float = 60.0) -> InProcessNode:
-        return self.launch().wait_started(timeout)
 
     def _run(self, config: Config) -> None:
         async def main() -> None:
@@ -123,9 +120,3 @@ class InProcessNode(NodeApi):
     def log_tail(self, lines: int = 40) -> str:
         return f"(in-process node: its log is the test's captured log; error: {self.error!r})"
 
-
-def start_all(nodes: Sequence[InProcessNode], timeout: float = 60.0) -> list[InProcessNode]:
-    """Start ``nodes`` at once (each in its thread); return them once every API answers."""
-    for node in nodes:
-        node.launch()
-    return [node.wait_started(timeout) for node in nodes]

@@ -11,9 +11,9 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -88,8 +88,36 @@ class NodeApi(ABC):
         return dict(json.loads(result.stdout))
 
     @abstractmethod
+    def launch(self) -> Self:
+        """Start the node without waiting for it; ``wait_started`` returns once it listens."""
+
+    @abstractmethod
+    def wait_started(self, timeout: float = 60.0) -> Self:
+        """Wait until the launched node listens and its API answers (its ids then known)."""
+
+    def start(self, timeout: float = 60.0) -> Self:
+        return self.launch().wait_started(timeout)
+
+    @abstractmethod
     def kill(self) -> None:
         """Stop the node (a process: SIGKILL; in-process: a clean shutdown)."""
+
+
+Node = TypeVar("Node", bound=NodeApi)
+
+
+def start_all(nodes: Sequence[Node], timeout: float = 60.0) -> list[Node]:
+    """Start ``nodes`` at once and return them once every one listens: node processes pay
+    their interpreter's start and imports side by side (on both cores), not one after the
+    other. One that fails to start stops them all."""
+    try:
+        for node in nodes:
+            node.launch()
+        return [node.wait_started(timeout) for node in nodes]
+    except BaseException:
+        for node in nodes:  # none left running: the caller's clean-up never got them
+            node.kill()
+        raise
 
 
 class NodeProcess(NodeApi):
@@ -104,7 +132,7 @@ class NodeProcess(NodeApi):
         # Subclasses run the node elsewhere (tests.net.nodes: inside a network namespace).
         self.wrap: list[str] = []
 
-    def start(self, timeout: float = 60.0) -> NodeProcess:
+    def launch(self) -> Self:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [*self.wrap, sys.executable, "-m", "node.cli", *self.run_args()]
         stderr = self.stderr_path.open("a")
@@ -119,6 +147,9 @@ class NodeProcess(NodeApi):
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
         self.listen_addrs = []
+        return self
+
+    def wait_started(self, timeout: float = 60.0) -> Self:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()

@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -107,8 +107,8 @@ class NetNode(NodeProcess):
         self.listen = f"/ip4/{'0.0.0.0' if wildcard else host.ip}/tcp/{port}"
         self.bridge: ApiBridge | None = None
 
-    def start(self, timeout: float = 60.0) -> NetNode:
-        super().start(timeout)
+    def wait_started(self, timeout: float = 60.0) -> Self:
+        super().wait_started(timeout)
         if self.bridge is not None:
             self.bridge.close()
         port = int(self.api_url.rsplit(":", 1)[1].strip("/"))

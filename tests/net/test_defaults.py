@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import channel_log, publish_many, wait_for
+from tests.harness.cluster import channel_log, metric, publish_many, wait_for
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
 from tests.net.world import World, build_world
@@ -33,6 +33,10 @@ def _book_addr(node: NetNode, peer: NetNode) -> bool:
     entries = node.get("/v1/peers/book")["entries"]
     return any(f"/ip4/{peer.host.ip}/tcp/{peer.port}" in e["addrs"]
                for e in entries if e["peer_id"] == peer.peer_id)
+
+
+def _failed_dials(node: NetNode) -> float:
+    return metric(node, 'membership_dials_total{kind="dial",result="failed"}')
 
 
 @pytest.mark.slow
@@ -61,16 +65,19 @@ def test_defaults_homes_direct_and_first_public_loss(internet: Internet, tmp_pat
         world.wait(lambda: all(_path(world, h, p) == "direct" for h in world.home
                                for p in world.public), 60,
                    "every home directly connected to both public nodes")
+        rest = (second, home1, home2)
+        failed = {n.peer_id: _failed_dials(n) for n in rest}
         first.terminate()
         lost = time.monotonic()
         publish_many(home1, "general", ["after-first-public-left"])
         world.wait(lambda: all(channel_log(n, "general") for n in (home2, second)), 10,
                    "home 1's event on home 2 and the second public node within 10 s")
         print(f"delivered {time.monotonic() - lost:.1f} s after the first public node left")
-        # A departure is no reason to exit: watch a while (the redial loop meets the
-        # departed peer's expired entries).
-        time.sleep(20)
-        for node in (second, home1, home2):
+        # A departure is no reason to exit: watch until the redial loop of every node met
+        # the departed peer's entry twice (a failed dial, then one after its back-off).
+        world.wait(lambda: all(_failed_dials(n) >= failed[n.peer_id] + 2 for n in rest), 60,
+                   "every node redialling the departed public node twice")
+        for node in rest:
             assert node.proc is not None and node.proc.poll() is None, (
                 f"{node.host.name} exited: {node.log_tail()}")
             assert "unexpected" not in node.stderr_path.read_text(), node.log_tail(80)

@@ -8,7 +8,6 @@ the routers' masquerade keeps it (hole punching predicts the external port from 
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +20,7 @@ from tests.harness.procs import NodeProcess
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
 
-__all__ = ["NET_ENV", "World", "build_world", "direct_group", "logs_identical",
-           "partition_seconds"]
+__all__ = ["NET_ENV", "World", "build_world", "direct_group", "logs_identical"]
 
 # Fast timers (tests/harness/cluster.py) plus quick reachability probing.
 NET_ENV = {
@@ -36,13 +34,6 @@ NET_ENV = {
     "SYNCNODE_REACHABILITY_NETWORK_PREFIX_V4": "32",
     "SYNCNODE_REACHABILITY_RELAY_SHARE_PREFIX_V4": "32",
 }
-
-
-def partition_seconds() -> float:
-    """How long scenario 3 keeps a home's uplink down: 60 s in the benchmark, shorter in
-    ``make test`` (``SYNCNODE_TEST_PARTITION_S``, default 30: with pings every 3 s the cut
-    nodes close their dead connections 15-20 s in, and a loaded machine may take longer)."""
-    return float(os.environ.get("SYNCNODE_TEST_PARTITION_S", "30"))
 
 
 @dataclass

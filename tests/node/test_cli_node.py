@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.harness.cluster import start_node, wait_for
+from tests.harness.cluster import fast_node, wait_for
+from tests.harness.procs import start_all
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def test_join_publish_and_log_through_the_cli(tmp_path: Path) -> None:
-    a = start_node(tmp_path, "a")
-    b = start_node(tmp_path, "b")
+    a, b = start_all([fast_node(tmp_path, "a"), fast_node(tmp_path, "b")])
     try:
         joined = b.cli("join", a.listen_addrs[0])
         assert joined.returncode == 0, joined.stderr

@@ -19,7 +19,7 @@ from node.p2p.compat import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.run import open_host
 from tests.harness.cluster import metric, until, wait_for
 from tests.harness.hostile_conns import churn, hold_idle
-from tests.harness.procs import NodeProcess
+from tests.harness.procs import NodeProcess, start_all
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -55,15 +55,21 @@ def _connected(node: NodeProcess) -> set[str]:
 
 
 def _honest_join(honest: NodeProcess, node: NodeProcess) -> None:
-    if node.peer_id in _connected(honest):
-        # Both sides forget: the node would otherwise dial the honest peer back from its own
-        # address book (its low watermark wants a connection), and the join below must be a
-        # new inbound connection at the node.
-        honest.cli("peers", "forget", node.peer_id)
-        node.cli("peers", "forget", honest.peer_id)
-        wait_for(lambda: node.peer_id not in _connected(honest), 30, "forget did not disconnect")
-    joined = honest.cli("join", node.listen_addrs[0])
-    assert joined.returncode == 0, (joined.stderr, node.log_tail())
+    # ``syncnode peers forget`` and ``syncnode join``'s API calls (a CLI process each would
+    # cost its start-up).
+    with honest.client() as by_honest, node.client() as by_node:
+        if node.peer_id in _connected(honest):
+            # Both sides forget: the node would otherwise dial the honest peer back from its
+            # own address book (its low watermark wants a connection), and the join below
+            # must be a new inbound connection at the node.
+            # (404 where a side does not know the other: nothing to forget there).
+            by_honest.delete(f"/v1/peers/{node.peer_id}")
+            by_node.delete(f"/v1/peers/{honest.peer_id}")
+            wait_for(lambda: node.peer_id not in _connected(honest), 30,
+                     "forget did not disconnect")
+        # On b4adb7a: HTTP 502, the node's inbound slots all held.
+        joined = by_honest.post("/v1/peers", json={"multiaddr": node.listen_addrs[0]})
+        assert joined.status_code == 200, (joined.text, node.log_tail())
     wait_for(lambda: honest.peer_id in _connected(node), 30, "the honest peer is not connected")
 
 
@@ -84,11 +90,10 @@ def test_honest_joins_work_after_idle_identities_and_churn(tmp_path: Path) -> No
     # is on 127.0.0.1) evicts the longest-idle connection for a newcomer, the high watermark
     # prunes silent connections before they are old enough to count as idle, and what stays
     # is closed as idle.
-    target = NodeProcess(tmp_path / "target", env={
+    target, honest = start_all([NodeProcess(tmp_path / "target", env={
         "SYNCNODE_MEMBERSHIP_IDLE_TIMEOUT_S": "5", "SYNCNODE_MEMBERSHIP_LOW_WATERMARK": "1",
         "SYNCNODE_MEMBERSHIP_HIGH_WATERMARK": "8", "SYNCNODE_MEMBERSHIP_GRACE_S": "1",
-        "SYNCNODE_MEMBERSHIP_MAX_INBOUND_PER_IP": "12"}).start()
-    honest = NodeProcess(tmp_path / "honest").start()
+        "SYNCNODE_MEMBERSHIP_MAX_INBOUND_PER_IP": "12"}), NodeProcess(tmp_path / "honest")])
     try:
         started = time.monotonic()
         # 300 identities connect and never speak: on b4adb7a 250 of them held every inbound

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.harness.cluster import channel_log, metric, wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.procs import NodeProcess, start_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 BURST = 3000
@@ -47,7 +48,26 @@ def _node(base: Path, name: str, *bootstrap: NodeProcess) -> NodeProcess:
     node.listen = f"/ip4/127.0.0.1/tcp/{_free_port()}"
     for peer in bootstrap:
         node.extra_args += ["--bootstrap", peer.listen_addrs[0]]
-    return node.start()
+    return node
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[tuple[NodeProcess, NodeProcess, NodeProcess]]:
+    """a, b and c, connected, for both tests: each restarts b (a burst then a restart is
+    what it checks, whatever came before); b and c start side by side, c then joins b."""
+    base = tmp_path_factory.mktemp("restart-gossip")
+    a = _node(base, "a").start()
+    nodes = [a]
+    try:
+        b, c = _node(base, "b", a), _node(base, "c", a)
+        nodes += [b, c]
+        start_all([b, c])
+        c.post("/v1/peers", {"multiaddr": b.listen_addrs[0]})
+        yield a, b, c
+    finally:
+        for node in nodes:
+            node.kill()
 
 
 def _connected(node: NodeProcess, *peers: NodeProcess) -> bool:
@@ -71,53 +91,45 @@ def _burst(b: NodeProcess, receivers: list[NodeProcess], base: Path) -> None:
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
-def test_restarted_node_is_heard_by_gossip_after_a_burst(stop: str, tmp_path: Path) -> None:
-    base = tmp_path
-    a = _node(base, "a")
-    nodes = [a]
-    try:
-        b = _node(base, "b", a)
-        nodes.append(b)
-        c = _node(base, "c", a, b)
-        nodes.append(c)
-        wait_for(lambda: _connected(b, a, c) and _connected(a, c), 30, "no cluster")
-        receivers = [a, c]
-        _burst(b, receivers, base)
+def test_restarted_node_is_heard_by_gossip_after_a_burst(
+        stop: str, tmp_path: Path, cluster3: tuple[NodeProcess, NodeProcess, NodeProcess]
+) -> None:
+    a, b, c = cluster3
+    wait_for(lambda: _connected(b, a, c) and _connected(a, c), 30, "no cluster")
+    receivers = [a, c]
+    _burst(b, receivers, tmp_path)
 
-        if stop == "sigterm":
-            assert b.terminate() == 0
-        else:
-            b.kill()
-        b.extra_args = ["--bootstrap", a.listen_addrs[0], "--bootstrap", c.listen_addrs[0]]
-        b.start()
-        wait_for(lambda: _connected(b, a, c) and _connected(a, b) and _connected(c, b), 60,
-                 "the restarted node did not reconnect")
-        # The subscriptions are exchanged as a connection opens; a few heartbeats (1 s)
-        # let the meshes settle (nothing is asserted about this pause).
-        time.sleep(3)
-        delivered = [_delivered(r) for r in receivers]
-        other_paths = [[metric(r, name) for name in NOT_GOSSIP] for r in receivers]
+    if stop == "sigterm":
+        assert b.terminate() == 0
+    else:
+        b.kill()
+    b.extra_args = ["--bootstrap", a.listen_addrs[0], "--bootstrap", c.listen_addrs[0]]
+    b.start()
+    wait_for(lambda: _connected(b, a, c) and _connected(a, b) and _connected(c, b), 60,
+             "the restarted node did not reconnect")
+    # The subscriptions are exchanged as a connection opens; a few heartbeats (1 s)
+    # let the meshes settle (nothing is asserted about this pause).
+    time.sleep(3)
+    delivered = [_delivered(r) for r in receivers]
+    other_paths = [[metric(r, name) for name in NOT_GOSSIP] for r in receivers]
 
-        started = time.monotonic()
-        answer = b.post("/v1/channels/general/events", {"content": "after the restart"})
-        arrival: dict[str, float] = {}
+    started = time.monotonic()
+    answer = b.post("/v1/channels/general/events", {"content": "after the restart"})
+    arrival: dict[str, float] = {}
 
-        def arrived() -> bool:
-            for receiver, count in zip(receivers, delivered, strict=True):
-                if receiver.peer_id not in arrival and _delivered(receiver) > count:
-                    arrival[receiver.peer_id] = time.monotonic() - started
-            return len(arrival) == len(receivers)
+    def arrived() -> bool:
+        for receiver, count in zip(receivers, delivered, strict=True):
+            if receiver.peer_id not in arrival and _delivered(receiver) > count:
+                arrival[receiver.peer_id] = time.monotonic() - started
+        return len(arrival) == len(receivers)
 
-        # A steady 20-ms poll (wait_for backs off to 0.5 s, too coarse for the 1-s bound).
-        wait_for(arrived, started + 30 - time.monotonic(),
-                 lambda: f"the event published after the restart did not arrive: {arrival}",
-                 pause_max=0.02)
-        for receiver, before in zip(receivers, other_paths, strict=True):
-            assert [metric(receiver, name) for name in NOT_GOSSIP] == before, \
-                "the event came by Recon or fetch-by-id, not by gossip"
-            assert answer["message_id"] in {m for _, m, _ in channel_log(receiver, "general")}
-        print(f"{stop}: the first event after the restart arrived after", arrival)
-        assert max(arrival.values()) <= RESTART_GOSSIP_S, arrival
-    finally:
-        for node in nodes:
-            node.kill()
+    # A steady 20-ms poll (wait_for backs off to 0.5 s, too coarse for the 1-s bound).
+    wait_for(arrived, started + 30 - time.monotonic(),
+             lambda: f"the event published after the restart did not arrive: {arrival}",
+             pause_max=0.02)
+    for receiver, before in zip(receivers, other_paths, strict=True):
+        assert [metric(receiver, name) for name in NOT_GOSSIP] == before, \
+            "the event came by Recon or fetch-by-id, not by gossip"
+        assert answer["message_id"] in {m for _, m, _ in channel_log(receiver, "general")}
+    print(f"{stop}: the first event after the restart arrived after", arrival)
+    assert max(arrival.values()) <= RESTART_GOSSIP_S, arrival

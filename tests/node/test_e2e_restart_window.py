@@ -13,7 +13,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.harness.cluster import channel_log, cluster, metric, wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.inproc import InProcessNode
 from tests.node.test_hostile_events import gossip, signed_event
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -21,28 +21,41 @@ WINDOW = 1000
 EVENTS = 1300
 
 
-def _restart(node: NodeProcess, peer: NodeProcess) -> None:
+def _restart(node: InProcessNode, peer: InProcessNode) -> None:
     node.terminate()
     node.extra_args = ["--bootstrap", peer.listen_addrs[0]]
     node.start()
     wait_for(lambda: len(node.get("/v1/peers")["connected"]) >= 1, 30, "no reconnect")
 
 
-def _in_memory(node: NodeProcess) -> int:
+def _in_memory(node: InProcessNode) -> int:
     (general,) = [c for c in node.get("/v1/channels")["channels"] if c["channel"] == "general"]
     assert general["delivered"] >= general["delivered_in_memory"]
     return int(general["delivered_in_memory"])
 
 
+async def _send(node: InProcessNode, wires: list[bytes], held: int, what: str) -> None:
+    """Gossip ``wires`` to ``node`` from a crafted host that stays until the node's log holds
+    ``held`` events (not a fixed linger: the queued messages must leave before it closes)."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(gossip, linger=120, pace=0.002),
+                           node.listen_addrs[0], "general", wires)
+        await trio.to_thread.run_sync(
+            wait_for, lambda: len(channel_log(node, "general")) == held, 60, what)
+        nursery.cancel_scope.cancel()
+
+
 def test_restart_reads_the_newest_window_and_recognises_old_events(tmp_path: Path) -> None:
-    with cluster(tmp_path, 2, env={"SYNCNODE_SDS_DELIVERED_WINDOW": str(WINDOW)}) as nodes:
+    # Nodes in this process (a restart here is a clean shutdown and a new start from the same
+    # data dir, as ``syncnode run`` after SIGTERM).
+    with cluster(tmp_path, 2, env={"SYNCNODE_SDS_DELIVERED_WINDOW": str(WINDOW)},
+                 in_process=True) as nodes:
         other, node = nodes
+        assert isinstance(node, InProcessNode) and isinstance(other, InProcessNode)
         key = Ed25519PrivateKey.generate()
         base = int(time.time() * 1000) - 200_000
         wires = [signed_event(key, base + i, f"w{i}".encode()) for i in range(EVENTS)]
-        send = partial(gossip, linger=5, pace=0.002)
-        trio.run(send, node.listen_addrs[0], "general", wires)
-        wait_for(lambda: len(channel_log(node, "general")) == EVENTS, 60, "events not stored")
+        trio.run(_send, node, wires, EVENTS, "events not stored")
         assert _in_memory(node) == WINDOW
 
         _restart(node, other)
@@ -50,9 +63,7 @@ def test_restart_reads_the_newest_window_and_recognises_old_events(tmp_path: Pat
         delivered = metric(node, "events_delivered_total")
         newest = signed_event(key, base + EVENTS, b"after restart")
         # The oldest events again (out of memory: only the database knows them), then a new one.
-        trio.run(send, node.listen_addrs[0], "general", [*wires[:200], newest])
-        wait_for(lambda: len(channel_log(node, "general")) == EVENTS + 1, 60,
-                 "new event not stored")
+        trio.run(_send, node, [*wires[:200], newest], EVENTS + 1, "new event not stored")
         time.sleep(1)
         log = channel_log(node, "general")
         assert len(log) == EVENTS + 1 and len({m for _, m, _ in log}) == EVENTS + 1

@@ -35,7 +35,7 @@ from tests.harness.hostile_reach import (
     stall_pings,
 )
 from tests.harness.inproc import InProcessNode
-from tests.harness.procs import NodeProcess
+from tests.harness.procs import NodeProcess, start_all
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -74,8 +74,9 @@ def test_one_source_gets_only_its_share_of_relay_reservations(tmp_path: Path) ->
 def test_mesh_squatters_do_not_prune_the_peers_a_node_dialled(tmp_path: Path) -> None:
     # GossipSub mesh members are protected from pruning, and a dozen squatters join the mesh
     # of a victim whose high watermark is 6 (SQUAT_VICTIM_ENV).
-    honest = [NodeProcess(tmp_path / f"h{i}", env=SQUAT_HONEST_ENV).start() for i in range(3)]
-    victim = NodeProcess(tmp_path / "victim", env=SQUAT_VICTIM_ENV).start()
+    *honest, victim = start_all([
+        *(NodeProcess(tmp_path / f"h{i}", env=SQUAT_HONEST_ENV) for i in range(3)),
+        NodeProcess(tmp_path / "victim", env=SQUAT_VICTIM_ENV)])
     try:
         ids = dialled_by(victim, honest)
         fewest, squatters = trio.run(squat, victim, ids, 12, 20.0)
@@ -89,8 +90,7 @@ def test_mesh_squatters_do_not_prune_the_peers_a_node_dialled(tmp_path: Path) ->
 @pytest.mark.slow
 def test_late_and_silent_pingers_close_no_honest_connection(tmp_path: Path) -> None:
     # Default liveness settings: a ping every 5 s, 5 s to answer, closed after 3 failures.
-    honest = NodeProcess(tmp_path / "honest").start()
-    victim = NodeProcess(tmp_path / "victim").start()
+    honest, victim = start_all([NodeProcess(tmp_path / "honest"), NodeProcess(tmp_path / "victim")])
     try:
         ids = dialled_by(victim, [honest])
         drops, closed = trio.run(stall_pings, victim, ids, 8, 40.0, 6.0)

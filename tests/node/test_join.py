@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.cluster import wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.procs import NodeProcess, start_all
 from tests.node.test_cli_errors import assert_one_error
 
 
@@ -28,9 +28,7 @@ def _wait_connected(node: NodeProcess, peer_id: str, timeout: float = 30.0) -> b
 
 @pytest.mark.timeout(240)
 def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> None:
-    a = NodeProcess(tmp_path / "a").start()
-    b = NodeProcess(tmp_path / "b").start()
-    c = NodeProcess(tmp_path / "c").start()
+    a, b, c = start_all([NodeProcess(tmp_path / name) for name in "abc"])
     try:
         a_port = a.listen_addrs[0].split("/")[4]
         c_port = c.listen_addrs[0].split("/")[4]

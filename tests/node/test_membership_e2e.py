@@ -20,8 +20,14 @@ from node.p2p.records import LocalRecord
 from node.p2p.run import open_host
 from node.replication.px import PX_PROTOCOL
 from sync.membership import encode_records
-from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.cluster import (
+    channel_log,
+    fast_node,
+    metric,
+    publish_many,
+    wait_for,
+)
+from tests.harness.procs import NodeProcess, start_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 PER_SOURCE = 16
@@ -81,8 +87,8 @@ async def _flood(target: NodeProcess, attackers: int) -> None:
 
 def _check_what_a_user_sees(node: NodeProcess, other: NodeProcess) -> None:
     """Path, round trip and the last Recon session per peer; the address book's size."""
-    def recon_done() -> bool:
-        listing = json.loads(node.cli("peers", "--json").stdout)
+    def recon_done() -> bool:  # polled through the API (a CLI process per poll costs seconds)
+        listing = node.get("/v1/peers")
         peer = next(p for p in listing["connected"] if p["peer_id"] == other.peer_id)
         return peer["last_recon"] is not None and peer["rtt_ms"] is not None
 
@@ -112,18 +118,19 @@ def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_
     flood_env = {"SYNCNODE_MEMBERSHIP_PX_INTERVAL_S": "0.5",
                  "SYNCNODE_MEMBERSHIP_ADDRESS_BOOK_PER_SOURCE": str(PER_SOURCE),
                  "SYNCNODE_MEMBERSHIP_ADDRESS_BOOK_SIZE": str(BOOK_SIZE)}
-    nodes = [start_node(tmp_path, "n1")]
+    # n5, the newcomer of the end, starts with the others and joins nobody until then.
+    every = start_all([fast_node(tmp_path, name, env=flood_env if name == "n2" else None)
+                       for name in ("n1", "n2", "n3", "n4", "n5")])
+    nodes, late = every[:4], every[4]
     try:
-        for name in ("n2", "n3", "n4"):
-            nodes.append(start_node(tmp_path, name, env=flood_env if name == "n2" else None))
-            joined = nodes[-1].cli("join", nodes[0].listen_addrs[0])
-            assert joined.returncode == 0, joined.stderr
+        for node in nodes[1:]:  # ``syncnode join``'s API call (the CLI: tests/node/test_join.py)
+            node.post("/v1/peers", {"multiaddr": nodes[0].listen_addrs[0]})
         started = time.monotonic()
         wait_for(lambda: all(_connected(n) >= {m.peer_id for m in nodes if m is not n}
                              for n in nodes), 30, "the four nodes did not all connect")
         meshed_s = time.monotonic() - started
         for node in nodes[1:]:  # each knows the others from peer exchange, not only n1
-            assert json.loads(node.cli("peers", "--json").stdout)["address_book"] >= 3
+            assert node.get("/v1/peers")["address_book"] >= 3
 
         # Scenario 4: n2 is flooded with fake records by two hostile peers.
         n2 = nodes[1]
@@ -144,9 +151,7 @@ def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_
         wait_for(lambda: all(event in {m for _, m, _ in channel_log(n, "general")}
                              for n in nodes[2:]), 60, "n3 and n4 did not get n2's event")
         # A newcomer joining n4 (not n2) still reaches n2 through peer exchange.
-        late = start_node(tmp_path, "n5")
-        nodes.append(late)
-        assert late.cli("join", nodes[3].listen_addrs[0]).returncode == 0
+        late.post("/v1/peers", {"multiaddr": nodes[3].listen_addrs[0]})
         wait_for(lambda: n2.peer_id in _connected(late), 30, "n5 did not reach n2")
         _check_what_a_user_sees(nodes[2], nodes[3])
         # The address book outlives a restart: n4 only ever joined n1 (gone), yet it finds
@@ -160,5 +165,5 @@ def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_
         assert metric(n4, 'membership_dials_total{kind="dial",result="ok"}') >= 2
         print(f"meshed in {meshed_s:.1f} s")
     finally:
-        for node in nodes:
+        for node in every:
             node.kill()

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.harness.burst import events_held, start_on_defaults
+from tests.harness.burst import events_held, on_defaults
 from tests.harness.cluster import metric, wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.procs import start_all
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +28,11 @@ BURSTS, BURST, GAP_S = 3, 5000, 12.0
 
 
 def test_a_burst_of_publishes_is_paced_not_banned(tmp_path: Path) -> None:
-    nodes: list[NodeProcess] = []
+    # Started side by side; b joins a (``syncnode join``'s API call).
+    nodes = start_all([on_defaults(tmp_path, "a"), on_defaults(tmp_path, "b")])
     try:
-        a = start_on_defaults(tmp_path, "a")
-        nodes.append(a)
-        b = start_on_defaults(tmp_path, "b", a)
-        nodes.append(b)
+        a, b = nodes
+        b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]})
         wait_for(lambda: len(b.get("/v1/peers")["connected"]) >= 1, 60, "b did not connect")
         for burst in range(BURSTS):
             if burst:

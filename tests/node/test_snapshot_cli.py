@@ -1,4 +1,5 @@
-"""``snapshot rebuild --wait`` and ``snapshot status`` explain what a build left out, and why."""
+"""``snapshot rebuild --wait`` and ``snapshot status`` explain what a build left out, and why.
+(The events are published through the API: the CLI under test is ``snapshot``'s.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness.cluster import publish_many
 from tests.harness.procs import NodeProcess
 
 
@@ -21,8 +23,7 @@ def test_rebuild_right_after_publishing_says_what_waits_and_until_when(tmp_path:
     config.write_text('[spark]\nmaster = "local[1]"\npartitions = 1\ndriver_memory = "512m"\n')
     node = NodeProcess(tmp_path / "n", config=config).start()
     try:
-        for i in range(3):
-            assert node.cli("publish", "general", f"event {i}").returncode == 0
+        publish_many(node, "general", [f"event {i}" for i in range(3)], threads=1)
         # Not a terminal: a line per phase, not one per poll.
         rebuilt = node.cli("snapshot", "rebuild", "--wait", timeout=300)
         assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
@@ -60,8 +61,7 @@ def test_rebuild_progress_follows_the_phases_and_an_unchanged_log_answers_at_onc
                       "period_ms = 1000\nsettle_ms = 0\n")
     node = NodeProcess(tmp_path / "n", config=config).start()
     try:
-        for i in range(5):
-            assert node.cli("publish", "general", f"event {i}").returncode == 0
+        publish_many(node, "general", [f"event {i}" for i in range(5)], threads=1)
         time.sleep(1.2)  # the events' one-second periods close (settle_ms = 0)
         seen: list[dict[str, Any]] = []
         done = threading.Event()
@@ -102,7 +102,7 @@ def test_rebuild_progress_follows_the_phases_and_an_unchanged_log_answers_at_onc
         assert status["runs"] == runs + 1 and not status["running"]
         assert status["last"]["unchanged"] is True
         # A new event makes the next rebuild a real one.
-        assert node.cli("publish", "general", "one more").returncode == 0
+        publish_many(node, "general", ["one more"])
         answer = node.post("/v1/snapshots", {})
         assert answer["unchanged"] is False
     finally:
