@@ -2,8 +2,9 @@
 finding 2): b is killed with SIGKILL in the middle of a publish burst and restarted (c, which
 holds b's first events, was stopped for the burst and comes back after b); its peers a and c
 then take in every event b holds, in one pass: none is evicted from SDS's dependency
-buffer and none is fetched twice (``recon_events_fetched_total`` equals
-``recon_events_stored_total``, the fetched events that were new to the database).
+buffer and none is fetched twice (``recon_events_fetched_total`` is
+``recon_events_stored_total``, the fetched events that were new to the database, but for a few
+that gossip brought while their fetch was in flight).
 
 Before the fix each Recon session fetched thousands of b's events out of causal order, SDS's
 bounded buffer evicted most of them and the next session (``recon.interval_s`` later) fetched
@@ -41,6 +42,11 @@ def test_peers_of_a_node_killed_mid_burst_take_in_its_events_once(tmp_path: Path
         for peer in (a, c):
             fetched = metric(peer, "recon_events_fetched_total")
             new = metric(peer, "recon_events_stored_total")
-            assert fetched == new, f"{fetched} fetched for {new} stored: fetched twice"
+            # The loop fetched most of b's events again. A fetched event can still be old news
+            # on arrival when another path stored it while its fetch was in flight (gossip:
+            # b's SDS resends its unacknowledged events 10 s after the restart); a loaded CI
+            # run saw 2 of 2,000.
+            assert fetched - new <= max(5, new // 100), \
+                f"{fetched} fetched for {new} stored: fetched twice"
             assert metric(peer, EVICTED) == 0, peer.log_tail()
         print(f"a and c held b's {stored} events {took:.1f} s after its restart")
