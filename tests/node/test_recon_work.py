@@ -14,7 +14,9 @@ import trio
 from node.replication import recon_work
 from node.replication.recon_work import KeyStoreWork
 from storage import SqlKeySource, append_events, make_engine, upgrade
-from sync.recon import MissingKeys, ReconConfig, ReconSession, SummaryKeyStore
+from sync.recon import ReconConfig, ReconSession, SummaryKeyStore
+from sync.transfer import ReconExchange, SendFrame
+from sync.transfer.exchange import Action
 from tests.storage.conftest import make_record
 from tests.sync.recon.helpers import FULL
 from tests.sync.recon.test_summary import CommittedFirst
@@ -116,7 +118,7 @@ class _GuardedSql(SqlKeySource):
 
 
 def _sql_side(tmp_path: Path, name: str, indexes: list[int]) -> tuple[
-        ReconSession, KeyStoreWork, _GuardedSql, set[bytes]]:
+        ReconExchange, KeyStoreWork, _GuardedSql, set[bytes]]:
     engine = make_engine(f"sqlite:///{tmp_path / name}.db")
     upgrade(engine)
     records = [make_record(i, sender=f"p{i % 5}") for i in indexes]
@@ -128,43 +130,44 @@ def _sql_side(tmp_path: Path, name: str, indexes: list[int]) -> tuple[
     work.insert_many(r.recon_key for r in records)
     config = ReconConfig(key_list_threshold=8)
     make = ReconSession.initiator if name == "a" else ReconSession.responder
-    return make(store, FULL, config), work, source, {r.recon_key for r in records}
+    exchange = ReconExchange(make(store, FULL, config), max_missing_keys=10_000)
+    return exchange, work, source, {r.recon_key for r in records}
 
 
 def _reconcile_sql(tmp_path: Path, *, guard: bool) -> tuple[KeyStoreWork, KeyStoreWork]:
-    """Two sessions over real SQLite event tables, each step run by the Recon worker; they
-    must reconcile (``guard``: and no step reads SQL)."""
+    """Two exchanges over real SQLite event tables, each step run by the Recon worker (which
+    makes the reads a step asks for, between steps); they must reconcile (``guard``: and no
+    step reads SQL)."""
     a, work_a, src_a, keys_a = _sql_side(tmp_path, "a", [*range(300), *range(1000, 1030)])
     b, work_b, src_b, keys_b = _sql_side(tmp_path, "b", [*range(300), *range(2000, 2020)])
-    missing: dict[int, set[bytes]] = {id(a): set(), id(b): set()}
 
-    def stepping(session: ReconSession, source: _GuardedSql,
-                 step: Callable[[], bytes | None]) -> Callable[[], bytes | None]:
-        def run() -> bytes | None:
-            source.in_step = guard
-            try:
-                return step()
-            finally:
-                source.in_step = False
-                for event in session.events():
-                    if isinstance(event, MissingKeys):
-                        missing[id(session)].update(event.keys)
-        return run
+    def stepping(source: _GuardedSql, step: Callable[[], list[Action]]) -> list[Action]:
+        source.in_step = guard
+        try:
+            return step()
+        finally:
+            source.in_step = False
+
+    for exchange, source in ((a, src_a), (b, src_b)):
+        # The exchange's input of reads runs the held step: guarded like the others.
+        exchange.keys_read = functools.partial(  # type: ignore[method-assign]
+            lambda answer, source, got: stepping(source, functools.partial(answer, got)),
+            exchange.keys_read, source)
 
     async def main() -> None:
-        data = await work_a.run(stepping(a, src_a, a.start))
+        actions = await work_a.step(a, functools.partial(stepping, src_a, a.start))
         sides = [(b, work_b, src_b), (a, work_a, src_a)]
         turn = 0
-        while data is not None:
-            session, work, source = sides[turn]
-            data = await work.run(stepping(session, source,
-                                           functools.partial(session.receive, data)))
+        while frames := [x.frame for x in actions if isinstance(x, SendFrame)]:
+            exchange, work, source = sides[turn]
+            actions = await work.step(exchange, functools.partial(
+                stepping, source, functools.partial(exchange.receive, frames[0], 0.0)))
             turn ^= 1
 
     trio.run(main)
     assert a.done and b.done
-    assert missing[id(a)] == keys_b - keys_a
-    assert missing[id(b)] == keys_a - keys_b
+    assert set(a.missing) == keys_b - keys_a
+    assert set(b.missing) == keys_a - keys_b
     return work_a, work_b
 
 
