@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -240,7 +239,7 @@ class ChannelService:
                 for item in admitted.items:
                     try:
                         # A question only the store answers (an old id): read, run again.
-                        if await self.reads.step(name, ch, partial(ch.receive, item, now, peer)):
+                        if await self.reads.received(name, ch, ch.receive(item, now, peer)):
                             self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
                         self.reject(exc, peer, penalise=direct)
