@@ -165,6 +165,7 @@ async def _serve_locked(
             max_delay_ms=config.storage.batch_max_delay_ms,
             relayed_delay_ms=config.storage.relayed_batch_delay_ms,
             remote_writer=fetched_writer(config, ingest),
+            reports=True,  # read by the replication driver (``ReconService.run``)
         )
         runtime = NodeRuntime(config=config, key=key, store=store, metrics=metrics, clock=clock,
                               ingest=ingest)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -25,6 +24,7 @@ from node.replication.clock import Clock
 from node.replication.delivered_reads import DeliveredReads
 from node.replication.gossip_outbox import GossipOutbox, topic_of
 from node.store.events import EventStore
+from node.store.reports import Failed
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
 from storage import EventRecord, put_state
@@ -129,7 +129,6 @@ class ChannelService:
             steps=self)
         self._wake = trio.Event()
         describe_channel_metrics(metrics, self.channels, store)
-        store.on_failure(self._undeliver)
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -240,15 +239,17 @@ class ChannelService:
                 for item in admitted.items:
                     try:
                         # A question only the store answers (an old id): read, run again.
-                        if await self.reads.step(name, ch, partial(ch.receive, item, now, peer)):
+                        if await self.reads.received(name, ch, ch.receive(item, now, peer)):
                             self._count_unsigned(ch, name)
                     except RemoteProtocolError as exc:
                         self.reject(exc, peer, penalise=direct)
                 if admitted.items:
                     self.after_input(name)
 
-    def _undeliver(self, records: Sequence[EventRecord]) -> None:
-        for record in records:
+    def undeliver(self, report: Failed) -> None:
+        """Records no backend could store (the store's report, read by the driver): no
+        longer delivered, so a resend, a repair or Recon may bring them again."""
+        for record in report.records:
             ch = self.channels.get(record.channel)
             if ch is not None and ch.forget(record.message_id):
                 self.metrics.inc("events_store_failed_total", channel=record.channel)

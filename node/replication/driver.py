@@ -4,10 +4,11 @@ and carries out every action they return.
 The cores are sans-IO (``sync.replication``): :class:`~sync.replication.ReconLifecycle` (Recon
 sessions, their claims and backlog) and :class:`~sync.replication.GapPlanner` (fetch by id).
 Everything the node learns that concerns them comes in here: timers (``recon_rounds``,
-``fetch_rounds``), gaps SDS reports (``missing``), connections, the store's queue and commits
-(``queued``, ``committed``), and the answer to a core's read request (``claim`` answers
-``ReadStored`` from the store and hands the result back as the core's next input). What
-comes out is carried out in one place, ``carry_out``: penalties, counters, wake-ups.
+``fetch_rounds``), gaps SDS reports (``missing``), connections, the store's reports of its queue
+and commits (``store_reports``: read from the store, never called by it), and the answer to a
+core's read request (``claim`` answers ``ReadStored`` from the store and hands the result back
+as the core's next input). What comes out is carried out in one place, ``carry_out``:
+penalties, counters, wake-ups.
 
 The sessions themselves (streams, the WANT/EVENTS phases) and the fetch requests are run by
 ``ReconService`` and ``Fetcher``; each is given this driver when it is built (no callback is
@@ -28,6 +29,7 @@ from node.p2p import P2PHost
 from node.p2p.standing import PeerStanding
 from node.replication.clock import Clock
 from node.store.events import EventStore
+from node.store.reports import Committed, Failed, Queued, StoreReport
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
 from storage import AppendResult, EventRecord, existing_keys
@@ -156,6 +158,37 @@ class ReplicationDriver:
         if stored:
             self._recon_wake.set()
         return stored, fetched
+
+    # -- the store's reports -------------------------------------------------------------------
+
+    async def store_reports(self, committed: Callable[[Committed], None],
+                            failed: Callable[[Failed], None]) -> None:
+        """Read the store's reports as they come (``node.store.reports``): a queued record's
+        claim is held (``queued``), a commit goes to ``committed`` (the key store's side, which
+        calls :meth:`committed`), records no backend could store to ``failed`` (the channels
+        undo their delivery)."""
+        async for report in self.store.reports:
+            self._take(report, committed, failed)
+
+    def drain_reports(self, committed: Callable[[Committed], None],
+                      failed: Callable[[Failed], None]) -> None:
+        """Take the reports already there (the last commits at shutdown, before the key store's
+        summary is saved), without waiting for more."""
+        while True:
+            try:
+                report = self.store.reports.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+            self._take(report, committed, failed)
+
+    def _take(self, report: StoreReport, committed: Callable[[Committed], None],
+              failed: Callable[[Failed], None]) -> None:
+        if isinstance(report, Queued):
+            self.queued(report.records)
+        elif isinstance(report, Committed):
+            committed(report)
+        else:
+            failed(report)
 
     async def claim(self, plan: SessionPlan, missing: Iterable[bytes]) -> tuple[int, list[bytes]]:
         """A session's fetch phase begins: claim ``missing``, answer the core's

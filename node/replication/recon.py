@@ -37,8 +37,9 @@ from node.replication.recon_work import KeyStoreWork
 from node.replication.sync_status import SyncStatus
 from node.replication.work import WorkGate
 from node.store.events import EventStore
+from node.store.reports import Committed
 from node.telemetry.metrics import Metrics
-from storage import AppendResult, EventRecord, SqlKeySource
+from storage import SqlKeySource
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.peers import Range
 from sync.recon.session import ReconConfig
@@ -97,7 +98,7 @@ class ReconService:
         self.core = driver.lifecycle
         # Each peer's last session, for peers/status/metrics.
         self.activity = PeerActivity(clock=self.clock)
-        self.sync = SyncStatus(store, metrics, self.clock, host.connected_peers)
+        self.sync = SyncStatus(metrics, self.clock, host.connected_peers)
         self.transfer = Transfer(
             store=store, channels=channels, metrics=metrics, network_id=network_id,
             fetch_batch=section.fetch_batch, driver=driver,
@@ -110,9 +111,7 @@ class ReconService:
             activity=self.activity, sync=self.sync, metrics=metrics, config=config,
             section=section, clock=clock, work=work)
         host.set_stream_handler(RECON_PROTOCOL, self.sessions.respond)
-        store.on_commit(self._on_commit)
-        # Fetched events in the store's queue stay claimed until their commit, however slow.
-        store.on_queued(driver.queued)
+        self.channels = channels
         describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys,
                                lambda: self.backlog)
 
@@ -137,12 +136,21 @@ class ReconService:
         self.saver.opened(opened)
 
     async def save_summary(self) -> bool:
-        """Save the key store's summary now (at clean shutdown, after the last commit)."""
+        """Save the key store's summary now (at clean shutdown, after the last commit: its
+        report is taken first)."""
+        self.driver.drain_reports(self.committed, self.channels.undeliver)
         return await self.saver.save(self.keys, self.keywork.try_locked)
 
-    def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
-        stored, fetched = self.driver.committed(result, records)
+    def committed(self, report: Committed) -> None:
+        """The store committed a batch (its report, read by the driver): the claims end,
+        the new keys enter the key store and the sync estimate."""
+        result = report.result
+        stored, fetched = self.driver.committed(result, report.records)
+        self.sync.stored(result)
         if not stored:
+            return
+        # Commits before the key store was loaded are in it already (its watermark).
+        if max(seq for seq, _ in result.inserted) <= self.saver.watermark:
             return
         self.keywork.insert_many(stored)
         self.saver.committed(result)
@@ -158,6 +166,8 @@ class ReconService:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_peers)
+            nursery.start_soon(self.driver.store_reports, self.committed,
+                               self.channels.undeliver)
             if self.saver.interval_s > 0:
                 nursery.start_soon(self.saver.run, lambda: self.keys, self.keywork.try_locked)
             await self.driver.recon_rounds(self._session)

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from node.p2p import FramedStream
+from sync.errors import LocalProtocolError
+from sync.recon import ReadKeys
 from sync.transfer import Abort, KeysDropped, ReconExchange, SendFrame
 from sync.transfer.exchange import Action
 from sync.workbudget import recon_units
@@ -25,17 +27,18 @@ async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
     return fn()
 
 
-async def reconcile(stream: FramedStream, exchange: ReconExchange, first: bytes | None,
+async def reconcile(stream: FramedStream, exchange: ReconExchange, first: list[Action] | None,
                     on_dropped: Callable[[int], None], *, work: Work = _inline,
                     charge: Charge | None = None,
                     now: Callable[[], float]) -> None:
-    """Run the exchange to its end (``first``: the initiator's opening frame). Raises
+    """Run the exchange to its end (``first``: the initiator's opening actions). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
     missing keys beyond the bound. Each frame from the peer is ``charge``d to it (by its
-    size, before it is decoded) and handled by ``work`` (the Recon worker thread). ``now``:
+    size, before it is decoded) and handled by ``work`` (the Recon worker thread, which carries out
+its key-store reads: ``KeyStoreWork.step``). ``now``:
     the driver's injected clock (``Clock.now``, trio's: the timer is a cancel scope's
     deadline)."""
-    actions: list[Action] = [] if first is None else [SendFrame(first)]
+    actions: list[Action] = first or []
     while True:
         # trio's clock is the exchange's: its timer is a cancel scope's deadline as it is.
         with trio.move_on_at(exchange.get_timer()):
@@ -60,3 +63,5 @@ async def _carry_out(stream: FramedStream, actions: list[Action],
             on_dropped(action.count)
         elif isinstance(action, Abort):
             raise trio.TooSlowError(action.reason)
+        elif isinstance(action, ReadKeys):  # ``work`` carries these out; never the stream
+            raise LocalProtocolError("a Recon step's key-store reads were left unanswered")

@@ -7,6 +7,7 @@ driver's Recon loop starts sessions on and the stream handler answers peers' ses
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from sync.errors import RemoteProtocolError
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
 from sync.replication import ReconLifecycle, Role, SessionPlan
 from sync.transfer import BUSY_FRAME, ReconExchange
+from sync.transfer.exchange import Action
 
 __all__ = ["FAILURES", "RECON_PROTOCOL", "SessionRunner"]
 
@@ -73,7 +75,7 @@ class SessionRunner:
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
                 exchange = self._exchange(ReconSession.initiator, plan)
-                first = await self.keywork.run(exchange.start)
+                first = await self.keywork.step(exchange, exchange.start)
                 await self._reconcile(stream, exchange, plan, stats, first=first)
                 if exchange.declined:
                     self.core.declined(plan)
@@ -163,11 +165,12 @@ class SessionRunner:
                              timeout_s=self.section.session_timeout_s, started=self.clock.now())
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange, plan: SessionPlan,
-                         stats: SessionStats, first: bytes | None = None) -> None:
+                         stats: SessionStats, first: list[Action] | None = None) -> None:
         charge = self.work.charger(stream.peer_id, "recon") if self.work else None
         await reconcile(stream, exchange, first,
                         lambda n: self.metrics.inc("recon_missing_dropped_total", n),
-                        work=self.keywork.run, charge=charge, now=self.clock.now)
+                        work=functools.partial(self.keywork.step, exchange), charge=charge,
+                        now=self.clock.now)
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated
         if not exchange.declined:

@@ -11,9 +11,9 @@ The summary saver takes the lock without waiting (``try_locked``): it skips a ro
 stall the node.
 
 No step reads SQL: the key store asks (``SummaryKeyStore.asks``, sync/recon/reads.py). A step
-that lacks reads raises ``KeysNeeded`` undone; the driver reads them here, between steps and
-with the lock still held (no insert comes between the answer and the step that uses it), and
-runs the step again.
+that lacks reads returns the action ``ReadKeys`` undone; the driver reads them here, between
+steps and with the lock still held (no insert comes between the answer and the step that uses
+it), and feeds them back to the exchange as its ``KeysRead`` input (:meth:`KeyStoreWork.step`).
 """
 
 from __future__ import annotations
@@ -25,15 +25,17 @@ from typing import TypeVar
 
 import trio
 
-from sync.recon import KeysNeeded, SummaryKeyStore, read_keys
+from sync.recon import ReadKeys, SummaryKeyStore, read_keys
+from sync.transfer import ReconExchange
+from sync.transfer.exchange import Action
 
 __all__ = ["KeyStoreWork"]
 
 T = TypeVar("T")
 
-# Each run of a step answers at least one more read; a step needs a handful at most (a split
-# reads a rank, then its successor). The bound only turns a bug into an error, not a hang.
-MAX_RUNS = 64
+# Each answer settles at least one more read; a step needs a handful at most (a split reads a
+# rank, then its successor). The bound only turns a bug into a direct step, not a hang.
+MAX_ANSWERS = 64
 # The answers one step may hold when the cache is smaller (tests use tiny caches).
 MIN_ANSWER_KEYS = 65_536
 
@@ -48,17 +50,24 @@ class KeyStoreWork:
         self._limiter = trio.CapacityLimiter(1)
 
     async def run(self, fn: Callable[[], T]) -> T:
-        """``fn()`` in the Recon worker thread, with the key store to itself."""
+        """``fn()`` in the Recon worker thread, with the key store to itself (no reads asked:
+        the store is left out of asking mode only by :meth:`step`)."""
 
         def locked() -> T:
             with self.lock:
                 self._apply()
-                result = self._answering(fn)
+                result = fn()
                 self._apply()
             self._catch_up()
             return result
 
         return await trio.to_thread.run_sync(locked, limiter=self._limiter)
+
+    async def step(self, exchange: ReconExchange, fn: Callable[[], list[Action]]
+                   ) -> list[Action]:
+        """``fn()`` (a step of ``exchange``) in the Recon worker thread; while its actions are
+        a ``ReadKeys``, the reads are made here and fed back (``exchange.keys_read``)."""
+        return await self.run(lambda: self._answering(exchange, fn()))
 
     @property
     def keys(self) -> SummaryKeyStore:
@@ -69,8 +78,8 @@ class KeyStoreWork:
         keys.asks = True
         self._keys = keys
 
-    def _answering(self, step: Callable[[], T]) -> T:
-        """``step()``, answering the reads it asks for (outside it) until it runs through.
+    def _answering(self, exchange: ReconExchange, actions: list[Action]) -> list[Action]:
+        """Carry out the ``ReadKeys`` of ``actions`` (a step's) until the step runs through.
 
         The answers of one step are all in memory at once, so they are bounded like the key
         store's cache (``max(cache_keys, MIN_ANSWER_KEYS)`` keys): a step that needs more (a
@@ -78,20 +87,21 @@ class KeyStoreWork:
         through the bounded cache as before, and is counted (``direct_steps``)."""
         keys = self._keys
         budget = max(keys.cache_keys, MIN_ANSWER_KEYS)
-        for _ in range(MAX_RUNS):
-            try:
-                return step()
-            except KeysNeeded as need:
-                got, held = read_keys(keys.source, need.reads)
-                keys.answer(need.reads, got, held)
-                self.answered_reads += len(need.reads.ranges) + bool(need.reads.present)
-                if keys.answered_keys > budget:
-                    break
+        for _ in range(MAX_ANSWERS):
+            if not (actions and isinstance(read := actions[0], ReadKeys)):
+                return actions
+            if keys.answered_keys > budget:
+                break
+            answer = read_keys(keys.source, read.reads)
+            self.answered_reads += len(answer.reads.ranges) + bool(answer.reads.present)
+            actions = exchange.keys_read(answer)
+        if not (actions and isinstance(actions[0], ReadKeys)):
+            return actions
         self.direct_steps += 1
         keys.forget_answers()
         keys.asks = False
         try:
-            return step()
+            return exchange.keys_read(None)
         finally:
             keys.asks = True
 

@@ -5,15 +5,14 @@ round learned (``ReconSessions._reconcile``) and every commit of new events, rea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import Any
 
 import trio
 
 from node.clock import Clock
-from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
-from storage import AppendResult, EventRecord
+from storage import AppendResult
 from sync.syncstatus import IN_SYNC, PeerSync, SyncEstimator, SyncView
 
 __all__ = ["SyncStatus"]
@@ -23,17 +22,17 @@ WAIT_POLL_S = 0.2
 
 
 class SyncStatus:
-    def __init__(self, store: EventStore, metrics: Metrics, clock: Clock,
+    def __init__(self, metrics: Metrics, clock: Clock,
                  connected: Callable[[], Collection[str]]) -> None:
         self.clock = clock
         self.connected = connected
         self.core = SyncEstimator(started=clock.now())
-        store.on_commit(self._on_commit)
         metrics.gauge_fn("sync_behind_events", lambda: float(self.view().behind),
                          "Events the node's connected peers hold that it lacks (estimated "
                          "from the last Recon round with each: the largest peer estimate)")
 
-    def _on_commit(self, result: AppendResult, _records: Sequence[EventRecord]) -> None:
+    def stored(self, result: AppendResult) -> None:
+        """A commit (``ReconService.committed``): what it stored counts toward the rate."""
         self.core.stored(len(result.inserted), self.clock.now())
 
     def reconciled(self, peer: str, missing: int, *, partial: bool) -> None:

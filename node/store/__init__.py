@@ -1,2 +1,3 @@
-"""The daemon's database access: the event store and its writer (``events``), batched commits
-(``commits``) on one long-lived thread (``thread``), and the ingest worker process (``worker``)."""
+"""The daemon's database access: the event store and its writer (``events``), what it reports to
+the replication driver (``reports``), batched commits (``commits``) on one long-lived thread
+(``thread``), and the ingest worker process (``worker``)."""

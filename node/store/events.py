@@ -10,6 +10,10 @@ of the same queue, committed in queue order by the writer task, which hands each
 writer (``node.store.commits.CommitWriter``: ``LocalWriter`` or ``WorkerWriter``) and waits for
 its commit. The writer task is thus the one write token: a worker never races the daemon for
 SQLite's lock, and the log keeps the order in which SDS delivered.
+
+What happens to each record is reported, in order, on ``reports`` (``node.store.reports``: queued,
+committed, failed), which the replication driver reads; ``on_commit`` observers (metrics,
+snapshots, applications) hear of each commit as it finishes and never call into a core.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from node.store.commits import (
     runs_by,
     split_result,
 )
+from node.store.reports import Committed, Failed, Queued, StoreReport
 from node.store.thread import CommitThread
 from node.telemetry.logs import kv
 from storage import (
@@ -84,9 +89,11 @@ def _waited_for(pending: _Pending) -> bool:
 class EventStore:
     def __init__(self, engine: Engine, *, max_batch: int = 512, max_delay_ms: int = 5,
                  relayed_delay_ms: int | None = None,
-                 remote_writer: RemoteWriter | None = None) -> None:
+                 remote_writer: RemoteWriter | None = None, reports: bool = False) -> None:
         """``remote_writer``: commits ``submit_fetched`` runs in an ingest worker
-        (``IngestPool.remote_writer``); None: every run is committed here."""
+        (``IngestPool.remote_writer``); None: every run is committed here. ``reports``: keep
+        the report channel (``node.store.reports``) for a driver that reads it (the daemon);
+        off, nothing is kept (a tool with no driver would only fill memory)."""
         self.engine = engine
         self.max_batch = max_batch
         self.max_delay = max_delay_ms / 1000
@@ -104,8 +111,10 @@ class EventStore:
         # Records that were in the log already (SDS drops received duplicates before this).
         self.duplicate_events = 0
         self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
-        self._failure_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
-        self._queue_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        # Unbounded like the write queue it mirrors (each queued record is reported once, and
+        # once more when committed); the driver reads it without awaiting anything else.
+        self._report_send, self.reports = trio.open_memory_channel[StoreReport](math.inf)
+        self._reporting = reports
         # Set (and replaced) after each commit: ``wait_room`` waits on it.
         self._drained = trio.Event()
         # Message ids queued and not yet committed (or failed): with the database they answer
@@ -129,17 +138,14 @@ class EventStore:
         return self._worker.settled if self._worker is not None else 0
 
     def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
-        """Call ``listener`` (in the trio thread) after each commit with what was new."""
+        """Call ``listener`` (in the trio thread) after each commit with what was new: for
+        observers (metrics, snapshots, applications); the replication driver reads
+        ``reports`` instead."""
         self._listeners.append(listener)
 
-    def on_queued(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
-        """Call ``listener`` with records as they enter the queue; each is then reported to
-        ``on_commit`` or ``on_failure`` listeners exactly once."""
-        self._queue_listeners.append(listener)
-
-    def on_failure(self, listener: Callable[[Sequence[EventRecord]], None]) -> None:
-        """Call ``listener`` (in the trio thread) with the records a commit could not store."""
-        self._failure_listeners.append(listener)
+    def _report(self, report: StoreReport) -> None:
+        if self._reporting:
+            self._report_send.send_nowait(report)
 
     async def append(
         self, records: Sequence[EventRecord], also: Callable[[Connection], None] | None = None
@@ -181,8 +187,7 @@ class EventStore:
 
     def _note_queued(self, records: Sequence[EventRecord], delta: int) -> None:
         if delta > 0:
-            for listener in self._queue_listeners:
-                listener(records)
+            self._report(Queued(records))
         queued = self._queued
         for record in records:
             mid = record.message_id
@@ -307,8 +312,8 @@ class EventStore:
             self.failed_events += len(failed)
             log.warning("events not stored", extra=kv(count=len(failed),
                                                       reason=str(errors[failed[0].message_id])))
-            for on_failure in self._failure_listeners:
-                on_failure(failed)
-        # Listeners see the batch once, as one commit.
+            self._report(Failed(failed))
+        # The batch is reported once, as one commit.
+        self._report(Committed(combined, records))
         for listener in self._listeners:
             listener(combined, records)

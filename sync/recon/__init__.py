@@ -17,7 +17,7 @@ from sync.recon.eventid import (
 from sync.recon.interests import Interests, intersect, normalize
 from sync.recon.pair import PairResult, reconcile_in_memory, shuttle
 from sync.recon.peers import PeerScheduler, PeerSyncState, node_interests
-from sync.recon.reads import KeyReads, KeysNeeded, read_keys
+from sync.recon.reads import KeyReads, KeysRead, ReadKeys, read_keys
 from sync.recon.session import (
     PROTOCOL_ID,
     MissingKeys,
@@ -42,13 +42,14 @@ __all__ = [
     "KeyReads",
     "KeySource",
     "KeyStore",
-    "KeysNeeded",
+    "KeysRead",
     "MemoryKeyStore",
     "MissingKeys",
     "PairResult",
     "PeerMissingKeys",
     "PeerScheduler",
     "PeerSyncState",
+    "ReadKeys",
     "ReconConfig",
     "ReconEvent",
     "ReconFinished",

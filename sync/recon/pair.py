@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sync.recon.session import MissingKeys, PeerMissingKeys, ReconConfig, ReconSession
+from sync.errors import LocalProtocolError
+from sync.recon.reads import ReadKeys
+from sync.recon.session import MissingKeys, PeerMissingKeys, ReconConfig, ReconSession, Step
 from sync.recon.store import KeyStore
 
 __all__ = ["PairResult", "reconcile_in_memory", "shuttle"]
@@ -36,17 +38,24 @@ def _collect(session: ReconSession, missing: list[bytes], peer_missing: list[byt
             peer_missing.extend(event.keys)
 
 
+def _sent(step: Step) -> bytes | None:
+    # Stores in memory answer every read themselves: a step never waits for reads here.
+    if isinstance(step, ReadKeys):
+        raise LocalProtocolError("shuttle() is for stores that read for themselves")
+    return step
+
+
 def shuttle(initiator: ReconSession, responder: ReconSession) -> PairResult:
     """Pass bytes between the two sessions until both are done (the link is perfect)."""
     result = PairResult()
-    data: bytes | None = initiator.start()
+    data = _sent(initiator.start())
     sides = (responder, initiator)
     turn = 0
     while data is not None:
         result.messages += 1
         result.bytes_total += len(data)
         result.largest_message = max(result.largest_message, len(data))
-        data = sides[turn].receive(data)
+        data = _sent(sides[turn].receive(data))
         turn ^= 1
         _collect(initiator, result.initiator_missing, result.initiator_peer_missing)
         _collect(responder, result.responder_missing, result.responder_peer_missing)

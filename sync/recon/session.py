@@ -27,11 +27,11 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, TypeVar, Union
+from typing import Any, Union
 
 from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.recon.interests import Interests, clip, intersect, normalize, within
-from sync.recon.reads import KeyReads, KeysNeeded
+from sync.recon.reads import KeyReads, KeysRead, ReadKeys
 from sync.recon.store import KeyStore
 from sync.recon.wire import DIFF, HASH, KEYS, Item, Limits, MessageWriter, decode_message, separator
 
@@ -43,6 +43,7 @@ __all__ = [
     "ReconEvent",
     "ReconFinished",
     "ReconSession",
+    "Step",
 ]
 
 # Not the spec's /ceramic/recon/1.0.0: our messages are a different, compact encoding.
@@ -124,7 +125,8 @@ class ReconFinished:
 
 ReconEvent = Union[MissingKeys, PeerMissingKeys, ReconFinished]  # noqa: UP007
 
-_T = TypeVar("_T")
+#: What a step returns: a message to send (None: none), or the reads it must have first.
+Step = Union[bytes, None, ReadKeys]  # noqa: UP007
 
 # Pending work, in key order: ("h", lo, hi, count, digest) | ("k", lo, hi, keys)
 # | ("d", lo, hi, keys the peer listed, those of them we lack).
@@ -171,6 +173,8 @@ class ReconSession:
         self._held: set[bytes] | None = None
         self._listed: list[_Action] = []
         self._listed_dirty = False
+        # The step that asked for reads (``ReadKeys``): run again by ``keys_read``.
+        self._asking: Callable[[], bytes | None] | None = None
 
     @classmethod
     def initiator(
@@ -196,12 +200,14 @@ class ReconSession:
 
     # -- API ---------------------------------------------------------------------------------
 
-    def start(self) -> bytes:
+    def start(self) -> bytes | ReadKeys:
         """The initiator's first message: its interests and the hashes of their first split.
-        Raises :class:`KeysNeeded` (nothing done) when an asking store lacks reads."""
+        ``ReadKeys`` (nothing done) when an asking store lacks reads: see :meth:`keys_read`."""
         if not self.is_initiator or self._started:
             raise LocalProtocolError("start() is for a fresh initiator only")
-        return self._atomic(self._start)
+        step = self._atomic(self._start)
+        assert step is not None  # the first message always exists
+        return step
 
     def _start(self) -> bytes:
         self._started = True
@@ -210,21 +216,35 @@ class ReconSession:
         data, _ = self._write()
         return data
 
-    def receive(self, data: bytes) -> bytes | None:
+    def receive(self, data: bytes) -> Step:
         """Process one message from the peer; returns the reply, or None when there is none.
-        Raises :class:`KeysNeeded` (nothing done: feed the same message again once the reads
-        are answered) when an asking store lacks reads (sync/recon/reads.py)."""
+        ``ReadKeys`` (nothing done) when an asking store lacks reads (sync/recon/reads.py):
+        the driver makes them and hands them back through :meth:`keys_read`."""
         if self.done:
             raise LocalProtocolError("session is finished")
         if self.is_initiator and not self._started:
             raise LocalProtocolError("initiator must start() first")
+        if self._asking is not None:
+            raise LocalProtocolError("a step waits for its reads (keys_read)")
         return self._atomic(lambda: self._receive_once(data))
 
-    def _atomic(self, step: Callable[[], _T]) -> _T:
+    def keys_read(self, answer: KeysRead | None) -> Step:
+        """The reads the last step asked for (``ReadKeys``): the step it held runs with them
+        and returns as it would have. ``None``: run it on what the store has (a store out of
+        asking mode reads its source itself). It may ask again (a read that depends on an
+        earlier one's result), in the same way."""
+        step, self._asking = self._asking, None
+        if step is None:
+            raise LocalProtocolError("no step waits for reads")
+        if answer is not None:
+            getattr(self.store, "answer")(answer)  # noqa: B009 (asking stores only)
+        return self._atomic(step)
+
+    def _atomic(self, step: Callable[[], bytes | None]) -> Step:
         """Run ``step``; undo it and ask when the store lacked reads for it (any outcome of a
         run on missing reads is void: it saw empty ranges)."""
         wanted: Callable[[], KeyReads | None] | None = getattr(self.store, "wanted", None)
-        if wanted is None:
+        if wanted is None or not getattr(self.store, "asks", False):
             return step()
         saved = self._state()
         try:
@@ -233,10 +253,12 @@ class ReconSession:
             if (reads := wanted()) is None:
                 raise
             self._restore(saved)
-            raise KeysNeeded(reads) from None
+            self._asking = step
+            return ReadKeys(reads)
         if (reads := wanted()) is not None:
             self._restore(saved)
-            raise KeysNeeded(reads)
+            self._asking = step
+            return ReadKeys(reads)
         return result
 
     def _state(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from sync.errors import LocalProtocolError
 from sync.recon.buckets import BucketSummary
-from sync.recon.reads import KeyReads, RangeRead
+from sync.recon.reads import KeyReads, KeysRead, RangeRead
 from sync.recon.sha256a import Sha256a, digest_of_wide, wide_of
 from sync.recon.store import EMPTY_HASH
 
@@ -195,13 +195,14 @@ class SummaryKeyStore:
         self._want_present.clear()
         return reads
 
-    def answer(self, reads: KeyReads, keys: Sequence[list[bytes]], held: set[bytes]) -> None:
-        """The driver's answers to ``reads`` (``keys`` in the order of ``reads.ranges``)."""
-        self._answers.update(zip(reads.ranges, keys, strict=True))
+    def answer(self, answer: KeysRead) -> None:
+        """The driver's answers to the reads a step asked for (``ReadKeys``)."""
+        reads = answer.reads
+        self._answers.update(zip(reads.ranges, answer.keys, strict=True))
         self.reads += len(reads.ranges)
-        self.answered_keys += sum(map(len, keys))
+        self.answered_keys += sum(map(len, answer.keys))
         for key in reads.present:
-            self._held[key] = key in held
+            self._held[key] = key in answer.held
 
     def forget_answers(self) -> None:
         """Drop the answers given (spent, or stale after an insert) and what was asked."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sync.sds.bloom import BloomParams, BloomView, RollingBloomFilter, bloom_indices
 from sync.sds.channel import LAMPORT_LIMIT, SdsChannel
 from sync.sds.config import LostPolicy, SdsConfig
-from sync.sds.delivered import DeliveredIndex, DeliveredNeeded, ReadDelivered
+from sync.sds.delivered import DeliveredIndex, DeliveredRead, ReadDelivered
 from sync.sds.events import (
     Acknowledged,
     Delivered,
@@ -60,7 +60,7 @@ __all__ = [
     "DecodeLimits",
     "Delivered",
     "DeliveredIndex",
-    "DeliveredNeeded",
+    "DeliveredRead",
     "DependencyLost",
     "EphemeralReceived",
     "Evicted",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -27,7 +27,13 @@ from sync.sds.acks import FilterEvidence
 from sync.sds.bloom import RollingBloomFilter
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
-from sync.sds.delivered import DeliveredIndex, ReadDelivered
+from sync.sds.delivered import (
+    STALE_ANSWERS,
+    DeliveredIndex,
+    DeliveredNeeded,
+    DeliveredRead,
+    ReadDelivered,
+)
 from sync.sds.events import (
     EphemeralReceived,
     RepairAnswered,
@@ -81,8 +87,9 @@ class SdsChannel:
         bounded: bool = False,
     ) -> None:
         """``bounded``: only the newest ``config.delivered_window`` delivered ids stay in
-        memory; a step that must know about an older one raises ``DeliveredNeeded`` (nothing
-        done) for its driver to read the store and answer (``log.answer``, docs/sds.md)."""
+        memory; a received message that must know about an older one is held (nothing done)
+        and ``receive`` returns the request (``ReadDelivered``) for its driver to read the
+        store and feed back (``delivered_read``, docs/sds.md)."""
         if signing_key is not None and peer_id_of(signing_key) != participant_id:
             raise LocalProtocolError("participant_id is not the peer id of signing_key")
         self.channel_id = channel_id
@@ -132,6 +139,9 @@ class SdsChannel:
         self._members = self.repair.members
         self._verified: dict[str, bytes] = {}
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
+        # The received message that asked for delivered ids: run by ``delivered_read``.
+        self._asking: Callable[[], None] | None = None
+        self._stale = 0  # stale answers in a row to its question
         self._schedule.arm(now)
 
     # ------------------------------------------------------------------ reading
@@ -255,8 +265,41 @@ class SdsChannel:
         return chosen
 
     # ------------------------------------------------------------------ receiving
-    def receive(self, data: bytes, now: float, peer: str | None = None) -> None:
-        """Process a received message; ``RemoteProtocolError`` (and no state change) if bad."""
+    def receive(self, data: bytes, now: float, peer: str | None = None) -> ReadDelivered | None:
+        """Process a received message; ``RemoteProtocolError`` (and no state change) if bad.
+        A ``ReadDelivered`` (nothing done) when only the store can say whether ids it names
+        were delivered: the channel holds the message until :meth:`delivered_read`."""
+        return self._held_if_asking(lambda: self._receive(data, now, peer))
+
+    def delivered_read(self, answer: DeliveredRead | None) -> ReadDelivered | None:
+        """The store's answer to the request ``receive`` returned: the message it holds runs
+        with it, and may ask again (then as ``receive`` does). An answer made stale by a whole
+        window of deliveries while the store was read is not used: the request comes back,
+        asked from now (the ``STALE_ANSWERS``-th stale answer in a row is used anyway).
+        ``None``: the driver gives the message up (a resend, a repair or Recon brings it
+        again)."""
+        step = self._asking
+        if answer is None:
+            self._asking, self._stale = None, 0
+            return None
+        if step is None:
+            raise LocalProtocolError("no received message waits for delivered ids")
+        read = answer.read
+        self._stale += 1
+        if not self.log.answer(read, answer.found, force=self._stale >= STALE_ANSWERS):
+            return read.again(self.log.added)
+        self._asking, self._stale = None, 0
+        return self._held_if_asking(step)
+
+    def _held_if_asking(self, step: Callable[[], None]) -> ReadDelivered | None:
+        try:
+            step()
+        except DeliveredNeeded as need:  # raised before the step changed anything
+            self._asking = step
+            return need.read
+        return None
+
+    def _receive(self, data: bytes, now: float, peer: str | None) -> None:
         try:
             tx = self.profile.decode(
                 data,
@@ -280,15 +323,22 @@ class SdsChannel:
             self._remember_signature(event.message_id, event.signature)
         self._accept(event, evidence, tx.repair_request, now, tx.repair_signature)
 
-    def receive_event(self, event: SignedEvent, now: float, peer: str | None = None) -> None:
+    def receive_event(self, event: SignedEvent, now: float, peer: str | None = None
+                      ) -> ReadDelivered | None:
         """Process an event its caller already decoded and checked (id and signature, say with
         ``decode_event`` in a worker thread): a fetched or stored event, which carries no
-        per-transmission fields. Saves decoding the wire a second time."""
+        per-transmission fields. Saves decoding the wire a second time. Its caller asks its
+        questions up front (``sync.replication.ingest_reads``): should one be left, the event
+        is not taken and the request is returned (nothing is held)."""
         try:
             self._check_event(event, now)
         except RemoteProtocolError as exc:
             raise exc.from_peer(peer) from None
-        self._accept(event, None, (), now)
+        try:
+            self._accept(event, None, (), now)
+        except DeliveredNeeded as need:
+            return need.read
+        return None
 
     def deliver_settled(self, mids: Sequence[str], senders: Sequence[str],
                         lamports: Sequence[int], histories: Sequence[Sequence[str]],

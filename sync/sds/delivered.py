@@ -5,12 +5,13 @@ the bloom filter and repairs name recent messages). ``DeliveredIndex`` keeps the
 newest ``window`` deliveries, in delivery order, and the *floor*: every delivered id with a
 Lamport timestamp above it is in memory. A question memory cannot answer (an id below the
 floor, or a history entry not in memory once something was evicted) is never put to storage
-from inside a step: the step raises :class:`DeliveredNeeded` with a :class:`ReadDelivered`
-request before it changes anything, the driver reads its store (the node: its database and
-its queue of uncommitted writes, off the protocol step) and hands the answer back with
-``answer``, then runs the same step again (as Recon's ``KeysNeeded``). Unbounded (the pure
-protocol tests, the simulator) nothing is evicted: the whole log stays in memory and nothing
-is ever asked.
+from inside a step: the channel's step stops before it changes anything (the internal
+:class:`DeliveredNeeded`, caught at the channel's edge) and the channel returns the action
+:class:`ReadDelivered`; the driver reads its store (the node: its database and its queue of
+uncommitted writes, off the protocol step) and feeds the input :class:`DeliveredRead` back
+(``SdsChannel.delivered_read``), which runs the held step (as Recon's ``ReadKeys`` and
+``KeysRead``). Unbounded (the pure protocol tests, the simulator) nothing is evicted: the whole
+log stays in memory and nothing is ever asked.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ from dataclasses import dataclass
 
 from sync.sds.message import SignedEvent
 
-__all__ = ["DeliveredIndex", "DeliveredNeeded", "ReadDelivered"]
+__all__ = ["STALE_ANSWERS", "DeliveredIndex", "DeliveredNeeded", "DeliveredRead", "ReadDelivered"]
+
+#: Stale answers to one question before the next is used whatever came in meanwhile (each
+#: stale one means a whole delivered window arrived while the store was read).
+STALE_ANSWERS = 3
 
 
 @dataclass(frozen=True)
@@ -39,9 +44,23 @@ class ReadDelivered:
     not_held: frozenset[str] = frozenset()
     epoch: int = 0
 
+    def again(self, epoch: int) -> ReadDelivered:
+        """The request once more, from ``epoch`` (its answer came back stale): what memory
+        held still is, what it lacked may not be."""
+        return ReadDelivered(self.ids + tuple(self.not_held), self.held, epoch=epoch)
+
+
+@dataclass(frozen=True)
+class DeliveredRead:
+    """The driver's answer to ``read``: those of its ids in the channel's log."""
+
+    read: ReadDelivered
+    found: frozenset[str]
+
 
 class DeliveredNeeded(Exception):
-    """Raised by a channel step that needs ``read`` answered; the step did nothing."""
+    """Inside ``sync.sds`` only: a step that needs ``read`` answered stops (having done
+    nothing); the channel's edge turns it into the returned ``ReadDelivered``."""
 
     def __init__(self, read: ReadDelivered) -> None:
         super().__init__(f"{len(read.ids)} delivered ids to read")

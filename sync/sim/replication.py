@@ -240,7 +240,7 @@ class Replication:
         eb = ReconExchange(ReconSession.responder(sb.keys, pb.interests, _RECON_CONFIG,
                                                   peer=a.peer_id), _MAX_MISSING_KEYS,
                            peer=a.peer_id, started=now)
-        frame: bytes | None = ea.start()
+        frame = next((x.frame for x in ea.start() if isinstance(x, SendFrame)), None)
         frames, size, turn = 0, 0, (eb, ea)
         #: Bytes and frames each side sent (a's frames are the odd ones).
         by_side = [[0, 0], [0, 0]]

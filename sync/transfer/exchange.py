@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
-from sync.recon.session import MissingKeys, ReconSession
+from sync.recon.reads import KeysRead, ReadKeys
+from sync.recon.session import MissingKeys, ReconSession, Step
 from sync.transfer.causal import causal_order, height_of
 from sync.transfer.frames import BUSY, RECON
 
@@ -65,7 +66,8 @@ class Abort:
     reason: str
 
 
-Action = SendFrame | Declined | KeysDropped | Abort
+#: ``ReadKeys``: the step waits for its key-store reads; feed them to ``keys_read``.
+Action = SendFrame | Declined | KeysDropped | Abort | ReadKeys
 
 
 @dataclass
@@ -107,14 +109,17 @@ class ReconExchange:
         self.aborted = True
         return [Abort(f"the reconciliation took longer than {self.timeout_s:g} s")]
 
-    def start(self) -> bytes:
-        """The initiator's first frame."""
-        return bytes([RECON]) + self.session.start()
+    def start(self) -> list[Action]:
+        """The initiator's first frame (``SendFrame``), or the reads it needs first."""
+        first = self.session.start()
+        if isinstance(first, ReadKeys):
+            return [first]
+        return [SendFrame(bytes([RECON]) + first)]
 
     def receive(self, frame: bytes, now: float) -> list[Action]:
         """Feed one frame; the actions to carry out, in order. A frame at or after the
-        deadline is not looked at: the exchange aborts. ``sync.recon.KeysNeeded`` (from an
-        asking key store) leaves the exchange as it was: answer it, feed the frame again."""
+        deadline is not looked at: the exchange aborts. ``[ReadKeys]`` (from an asking key
+        store) leaves the exchange as it was: make the reads, feed them to :meth:`keys_read`."""
         if self.done:
             raise LocalProtocolError("the reconciliation is over")
         if timed_out := self.handle_timer(now):
@@ -125,7 +130,18 @@ class ReconExchange:
             return [Declined()]
         if not frame or frame[0] != RECON:
             raise RemoteProtocolError("expected a Recon message", self.peer)
-        reply = session.receive(frame[1:])
+        return self._stepped(session.receive(frame[1:]))
+
+    def keys_read(self, answer: KeysRead | None) -> list[Action]:
+        """The reads a ``ReadKeys`` asked for: the step that asked runs with them (``None``:
+        on what the key store reads itself); the actions as :meth:`start` or :meth:`receive`
+        would have returned them."""
+        return self._stepped(self.session.keys_read(answer))
+
+    def _stepped(self, reply: Step) -> list[Action]:
+        if isinstance(reply, ReadKeys):
+            return [reply]
+        session = self.session
         actions: list[Action] = []
         dropped = sum(self._keep(event.keys) for event in session.events()
                       if isinstance(event, MissingKeys))

@@ -32,6 +32,7 @@ from sync.sds import SdsChannel, decode_event, sds_pb2
 from sync.stored_event import record_of_event
 from tests.harness.cluster import until, wait_for
 from tests.pg import reset_postgres
+from tests.storage.store_reports import Reports
 from tests.sync.sds.helpers import CHANNEL, T0, key
 
 SPEC = IngestSpec(network_id=1)
@@ -273,11 +274,8 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
     metrics = Metrics()
     pool = IngestPool(SPEC, 1, metrics, SystemClock())
     store = EventStore(engine, max_batch=100_000, max_delay_ms=5,
-                       remote_writer=pool.remote_writer(url, "NORMAL"))
-    committed: list[str] = []
-    failed: list[str] = []
-    store.on_commit(lambda result, _: committed.extend(m for _, m in result.inserted))
-    store.on_failure(lambda rs: failed.extend(r.message_id for r in rs))
+                       remote_writer=pool.remote_writer(url, "NORMAL"), reports=True)
+    reports = Reports(store)
     register_store_metrics(metrics, store)
     wal = tmp_path / "node.db-wal"
 
@@ -295,7 +293,8 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
             await until(lambda: wal.exists() and wal.stat().st_size > wal_before, 30,
                         "the worker did not write", pause_max=0.01)
             os.kill(worker.proc.pid, signal.SIGKILL)
-            await until(lambda: len(committed) + len(failed) >= len(records), 60,
+            await until(lambda: len((r := reports.take()).committed) + len(r.failed)
+                        >= len(records), 60,
                         "not every record was committed or failed")
             assert metrics.value("ingest_worker_restarts_total") == 1
             nursery.cancel_scope.cancel()
@@ -304,7 +303,7 @@ def test_a_worker_killed_while_appending_leaves_the_store_view_exact(tmp_path: P
     with engine.connect() as conn:
         stored = [e.message_id for e in read_channel(conn, CHANNEL, 0, 100_000)]
     engine.dispose()
-    assert sorted(committed) == sorted(stored)
-    assert sorted(committed + failed) == sorted(r.message_id for r in records)
+    assert sorted(reports.committed) == sorted(stored)
+    assert sorted(reports.committed + reports.failed) == sorted(r.message_id for r in records)
     assert metrics.value("store_remote_settled_total") == 1
     assert metrics.value("store_remote_appends_total") == 0

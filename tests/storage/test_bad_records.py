@@ -18,6 +18,7 @@ from storage import (
     record_problem,
 )
 from tests.storage.conftest import make_record
+from tests.storage.store_reports import Reports
 
 POISON = (1 << 64) - (1 << 32) - 1
 
@@ -54,9 +55,7 @@ def test_bad_events_are_left_out_and_the_rest_stored(engine: Engine) -> None:
 
 
 def test_event_store_fails_only_the_bad_event(engine: Engine) -> None:
-    store = EventStore(engine, max_batch=64, max_delay_ms=50)
-    failed: list[str] = []
-    store.on_failure(lambda records: failed.extend(r.message_id for r in records))
+    store = EventStore(engine, max_batch=64, max_delay_ms=50, reports=True)
     good = [make_record(i) for i in range(5)]
     poison = bad_records()[0]
 
@@ -82,7 +81,7 @@ def test_event_store_fails_only_the_bad_event(engine: Engine) -> None:
 
     _, results = trio.run(main)
     assert sum(isinstance(r, StoreRejected) for r in results) == 1
-    assert failed == [poison.message_id]
+    assert Reports(store).take().failed == [poison.message_id]
     with engine.connect() as conn:
         assert count_events(conn) == len(good)
 
@@ -104,11 +103,7 @@ def _refuse_in_database(engine: Engine, message_id: str) -> None:
 
 
 def test_a_failing_batch_is_retried_row_by_row(engine: Engine) -> None:
-    store = EventStore(engine, max_batch=64, max_delay_ms=50)
-    failed: list[str] = []
-    committed: list[str] = []
-    store.on_failure(lambda records: failed.extend(r.message_id for r in records))
-    store.on_commit(lambda result, _: committed.extend(m for _, m in result.inserted))
+    store = EventStore(engine, max_batch=64, max_delay_ms=50, reports=True)
     good = [make_record(i) for i in range(6)]
     refused = make_record(50)
     _refuse_in_database(engine, refused.message_id)
@@ -133,9 +128,10 @@ def test_a_failing_batch_is_retried_row_by_row(engine: Engine) -> None:
     trio.run(main)
     with engine.connect() as conn:
         assert count_events(conn) == len(good)
-    assert failed == [refused.message_id]
+    reports = Reports(store).take()
+    assert reports.failed == [refused.message_id]
     assert len(errors) == 1 and "refused" in str(errors[0])
-    assert sorted(committed) == sorted(r.message_id for r in good)
+    assert sorted(reports.committed) == sorted(r.message_id for r in good)
 
 
 @pytest.mark.parametrize("n", [1])

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from node.store.events import EventStore
 from storage import AppendResult, EventRecord, append_isolating, read_channel
 from tests.storage.conftest import make_record
+from tests.storage.store_reports import Reports
 
 
 class _Writer:
@@ -79,11 +80,10 @@ def test_fetched_batches_go_to_the_remote_writer_in_queue_order(engine: Engine) 
 def test_a_writer_that_died_after_its_commit_is_settled_from_the_log(engine: Engine) -> None:
     stored_before = [make_record(i) for i in range(2)]
     writer = _Writer(engine, die="after")
-    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer)
+    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer,
+                       reports=True)
     committed: list[tuple[int, str]] = []
-    failed: list[str] = []
     store.on_commit(lambda result, _: committed.extend(result.inserted))
-    store.on_failure(lambda records: failed.extend(r.message_id for r in records))
     fetched = [make_record(i) for i in range(6)]
 
     def body(s: EventStore) -> None:
@@ -93,7 +93,7 @@ def test_a_writer_that_died_after_its_commit_is_settled_from_the_log(engine: Eng
     _run(store, body)
     with engine.connect() as conn:
         rows = {e.message_id: e.seq for e in read_channel(conn, "general")}
-    assert len(rows) == 6 and failed == []
+    assert len(rows) == 6 and Reports(store).take().failed == []
     # Every stored row reported once, with its seq: the two local ones, then the four new.
     assert sorted(committed) == sorted((seq, mid) for mid, seq in rows.items())
     assert store.remote_settled == 1 and store.duplicate_events == 2
@@ -101,9 +101,7 @@ def test_a_writer_that_died_after_its_commit_is_settled_from_the_log(engine: Eng
 
 def test_a_writer_that_died_before_its_commit_fails_its_events(engine: Engine) -> None:
     store = EventStore(engine, max_batch=64, max_delay_ms=50,
-                       remote_writer=_Writer(engine, die="before"))
-    failed: list[str] = []
-    store.on_failure(lambda records: failed.extend(r.message_id for r in records))
+                       remote_writer=_Writer(engine, die="before"), reports=True)
     fetched = [make_record(i) for i in range(4)]
     errors: list[BaseException] = []
 
@@ -118,7 +116,7 @@ def test_a_writer_that_died_before_its_commit_fails_its_events(engine: Engine) -
             await store.close()
 
     trio.run(main)
-    assert failed == [r.message_id for r in fetched] and errors == []
+    assert Reports(store).take().failed == [r.message_id for r in fetched] and errors == []
     assert store.failed_events == 4 and store.committed_events == 1
     with engine.connect() as conn:
         assert [e.message_id for e in read_channel(conn, "general")] == [make_record(9).message_id]

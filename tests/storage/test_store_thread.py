@@ -19,6 +19,7 @@ from node.store.events import EventStore
 from node.store.thread import CommitThread
 from storage import seqs_of_message_ids
 from tests.storage.conftest import make_record
+from tests.storage.store_reports import Reports
 
 THREAD = "syncnode-store-writer"
 
@@ -33,11 +34,8 @@ def test_answered_after_commit_in_queue_order_in_one_thread(engine: Engine) -> N
     def note_thread(_conn: Connection) -> None:
         threads.add(threading.get_ident())
 
-    queued: list[str] = []
-
     async def main() -> None:
-        store = EventStore(engine, max_delay_ms=1)
-        store.on_queued(lambda records: queued.extend(r.message_id for r in records))
+        store = EventStore(engine, max_delay_ms=1, reports=True)
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run_writer)
             answers: list[tuple[int, dict[str, int]]] = []
@@ -61,6 +59,7 @@ def test_answered_after_commit_in_queue_order_in_one_thread(engine: Engine) -> N
         with engine.connect() as conn:
             seqs = seqs_of_message_ids(conn, [make_record(i).message_id for i in range(40)])
         # The log's order is the queue's (trio runs the publishing tasks in any order).
+        queued = Reports(store).take().queued
         assert [seqs[mid] for mid in queued] == sorted(seqs.values())
 
     trio.run(main)

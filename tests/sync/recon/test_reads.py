@@ -1,32 +1,33 @@
 """Key-store reads as requests (sync/recon/reads.py): no Recon step calls its key source.
 
 Sessions over asking ``SummaryKeyStore``s whose sources raise when called during a step
-reconcile exactly as sessions over memory stores do; the driver answers each ``KeysNeeded``
-between steps, and a step that asks has changed nothing.
+reconcile exactly as sessions over memory stores do; a step that lacks reads returns the
+action ``ReadKeys`` having changed nothing, and the driver feeds the reads back as the input
+``KeysRead`` (no step raises to ask).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from typing import TypeVar, cast
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sync.errors import LocalProtocolError
 from sync.recon import (
-    KeysNeeded,
     MemoryKeyStore,
+    ReadKeys,
     ReconConfig,
     ReconSession,
     SummaryKeyStore,
     read_keys,
     shuttle,
 )
+from sync.recon.session import Step
 from tests.sync.recon.helpers import FULL
-
-T = TypeVar("T")
 
 keys_st = st.lists(st.binary(min_size=1, max_size=3), max_size=200, unique=True)
 
@@ -75,19 +76,21 @@ class Driven:
     def __getattr__(self, name: str) -> object:
         return getattr(self.session, name)
 
-    def _run(self, step: Callable[[], T]) -> T:
-        while True:
-            self.source.in_step = True
-            try:
-                return step()
-            except KeysNeeded as need:
+    def _run(self, step: Callable[[], Step]) -> bytes | None:
+        self.source.in_step = True
+        try:
+            got = step()
+            while isinstance(got, ReadKeys):
                 self.asked += 1
                 self.source.in_step = False
-                self.store.answer(need.reads, *read_keys(self.source, need.reads))
-            finally:
-                self.source.in_step = False
+                answer = read_keys(self.source, got.reads)
+                self.source.in_step = True
+                got = self.session.keys_read(answer)
+            return got
+        finally:
+            self.source.in_step = False
 
-    def start(self) -> bytes:
+    def start(self) -> bytes | None:
         return self._run(self.session.start)
 
     def receive(self, data: bytes) -> bytes | None:
@@ -137,13 +140,20 @@ def test_a_step_that_asks_changes_nothing() -> None:
     b = _asking(keys[::2], config, initiator=False, cache_keys=0)
     first = a.start()
     before = dict(vars(b.session))
+    assert first is not None
     b.source.in_step = True
-    with pytest.raises(KeysNeeded) as asked:
-        b.session.receive(first)
+    asked = b.session.receive(first)
     b.source.in_step = False
-    assert asked.value.reads.ranges or asked.value.reads.present
-    assert vars(b.session) == before
-    assert b.receive(first) is not None  # answered: the same message now goes through
+    assert isinstance(asked, ReadKeys)
+    assert asked.reads.ranges or asked.reads.present
+    after = dict(vars(b.session))
+    assert after.pop("_asking") is not None and before.pop("_asking") is None
+    assert after == before  # only the step it holds for the answer
+    with pytest.raises(LocalProtocolError):  # one step at a time: the held one waits
+        b.session.receive(first)
+    answer = read_keys(b.source, asked.reads)
+    reply = b._run(lambda: b.session.keys_read(answer))
+    assert reply is not None  # answered: the held message now goes through
 
 
 def test_reads_outside_asking_mode_go_to_the_source() -> None:
@@ -158,6 +168,6 @@ def test_reads_outside_asking_mode_go_to_the_source() -> None:
     assert source.calls == calls
     reads = store.wanted()
     assert reads is not None and reads.ranges
-    store.answer(reads, *read_keys(source, reads))
+    store.answer(read_keys(source, reads))
     assert store.count(b"b", b"z") == 2
     assert store.wanted() is None

@@ -56,7 +56,7 @@ def burst() -> tuple[list[bytes], VerifiedBatch]:
 def reconcile(ours: ReconExchange, theirs: ReconExchange) -> list[bytes]:
     """Carry frames between the two sides of a reconciliation, as the stream driver does;
     the keys our side found missing (``ReconExchange.missing``)."""
-    to_theirs, to_ours = [ours.start()], []
+    to_theirs, to_ours = [a.frame for a in ours.start() if isinstance(a, SendFrame)], []
     while to_theirs or to_ours:
         for inbox, side, outbox in ((to_theirs, theirs, to_ours), (to_ours, ours, to_theirs)):
             for frame in inbox:

@@ -1,8 +1,9 @@
 """A bounded channel never reads storage inside a step: what only the store knows (is this old
-id in the log?) it asks with a typed request (``ReadDelivered``), raised as ``DeliveredNeeded``
-before the step changes anything, or named up front (``reads_for``, ``send_reads``,
-``state_reads``); the driver answers (``answer_delivered``) and runs the step again. On a
-fixed clock, with a dict for the store."""
+id in the log?) it asks with a typed request (``ReadDelivered``), returned by ``receive``
+before the step changes anything (the channel holds the message), or named up front
+(``reads_for``, ``send_reads``, ``state_reads``); the driver feeds the answer back
+(``DeliveredRead``: ``delivered_read`` runs the held message). On a fixed clock, with a dict
+for the store."""
 
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sync.errors import LocalProtocolError
 from sync.gossip import SenderPolicy
 from sync.ingest import IngestSpec, verify_wires
 from sync.replication import ingest_batch, ingest_reads, order
 from sync.sds import (
     Delivered,
-    DeliveredNeeded,
     ReadDelivered,
     SdsChannel,
     SdsConfig,
     decode_event,
 )
+from sync.sds.delivered import STALE_ANSWERS, DeliveredNeeded
 from sync.sds.state import encode_state
 from sync.sds.waku import send_reads
 from tests.sync.replication.test_ingest_core import history
@@ -51,12 +53,15 @@ def _filled(store: Store, wires: list[bytes], now: float = T0 + 5) -> SdsChannel
 def _asks_and_does_nothing(ch: SdsChannel, run: Callable[[], object]) -> ReadDelivered:
     before = (encode_state(ch.snapshot()), ch.log.entries(), ch.lamport,
               ch.stats.duplicates_received)
-    with pytest.raises(DeliveredNeeded) as need:
-        run()
+    try:  # a receive returns its request; a step asked up front only stops (a bug's guard)
+        read = run()
+    except DeliveredNeeded as need:
+        read = need.read
+    assert isinstance(read, ReadDelivered)
     assert (encode_state(ch.snapshot()), ch.log.entries(), ch.lamport,
             ch.stats.duplicates_received) == before
     assert ch.events() == [] and ch.datagrams_to_send() == []
-    return need.value.read
+    return read
 
 
 def test_an_old_duplicate_is_a_question_then_a_duplicate() -> None:
@@ -66,8 +71,7 @@ def test_an_old_duplicate_is_a_question_then_a_duplicate() -> None:
     old = decode_event(wires[0], verify_signature=False)
     read = _asks_and_does_nothing(ch, lambda: ch.receive(wires[0], T0 + 6))
     assert old.message_id in read.ids
-    store.answer(ch, read)
-    ch.receive(wires[0], T0 + 6)
+    assert ch.delivered_read(store.found(read)) is None  # the held message ran
     assert of_type(ch.events(), Delivered) == [] and ch.stats.duplicates_received == 1
 
 
@@ -86,8 +90,7 @@ def test_a_sync_naming_old_ids_asks_once_then_notes_nothing_missing() -> None:
     named = set(decode_event(sync, verify_signature=False, max_size=1 << 20).history_ids)
     read = _asks_and_does_nothing(ch, lambda: ch.receive(sync, T0 + 1000))
     assert named and named <= {e.message_id for e in olds} and named <= set(read.ids)
-    store.answer(ch, read)
-    ch.receive(sync, T0 + 1000)
+    assert ch.delivered_read(store.found(read)) is None
     assert ch.incoming.missing_ids == frozenset()
 
 
@@ -136,9 +139,34 @@ def test_an_answer_read_while_a_window_was_delivered_is_void() -> None:
         store.step(ch, lambda: ch.receive(wire, T0 + 6))  # noqa: B023
         store.keep(ch)
     assert not ch.log.answer(read, [])
-    with pytest.raises(DeliveredNeeded):
-        ch.receive(wires[0], T0 + 6)
+    assert isinstance(ch.receive(wires[0], T0 + 6), ReadDelivered)
     assert ch.log.answer(read, [], force=True)
+
+
+def test_a_held_message_asked_again_after_stale_answers_then_runs() -> None:
+    """Through the channel's input: a stale answer brings the request back (asked from now,
+    with what memory lacked added); the ``STALE_ANSWERS``-th in a row is used, and the held
+    message runs (a duplicate: the store holds it)."""
+    store = Store()
+    ch = _filled(store, group_wires(2, 200, 8))
+    wire = group_wires(2, 200, 8)[0]
+    read = _asks_and_does_nothing(ch, lambda: ch.receive(wire, T0 + 6))
+
+    def window_delivered(n: int) -> None:  # other inputs while the driver reads the store
+        for i in range(CFG.delivered_window):
+            ch.log.add(f"other-{n}-{i}", 10**9 * (n + 1) + i)
+
+    for n in range(1, STALE_ANSWERS):
+        window_delivered(n)
+        again = ch.delivered_read(store.found(read))
+        assert again is not None and again.epoch == ch.log.added
+        assert set(read.ids) <= set(again.ids)
+        read = again
+    window_delivered(STALE_ANSWERS)
+    assert ch.delivered_read(store.found(read)) is None  # used anyway: the message ran
+    assert ch.stats.duplicates_received == 1
+    with pytest.raises(LocalProtocolError):  # nothing is held any more
+        ch.delivered_read(store.found(read))
 
 
 def test_an_unbounded_channel_never_asks() -> None:

@@ -38,7 +38,7 @@ def _feed(ch: SdsChannel, batch: list[SignedEvent], now: float, store: Store | N
     channel's questions about its log for the whole batch are answered first
     (``reads_for``); then the bulk path's events are queued to the store, then each of the
     rest goes the full way and its deliveries are queued: no step asks anything more (a
-    ``DeliveredNeeded`` would fail the test). The ids delivered, in delivery order."""
+    ``ReadDelivered`` returned would fail the test). The ids delivered, in delivery order."""
     batch = sorted(batch, key=lambda e: (e.lamport or 0, e.message_id))
     if store is not None:
         store.answer(ch, ch.log.reads_for_steps((e.message_id, e.lamport, e.history_ids)
@@ -50,7 +50,7 @@ def _feed(ch: SdsChannel, batch: list[SignedEvent], now: float, store: Store | N
     if store is not None:
         store.ids.update(dict.fromkeys(order, 0))
     for i in full:
-        ch.receive_event(batch[i], now)
+        assert ch.receive_event(batch[i], now) is None
         new = [d.message_id for d in of_type(ch.events(), Delivered)]
         if store is not None:
             store.ids.update(dict.fromkeys(new, 0))

@@ -14,7 +14,7 @@ SDS = Path(__file__).resolve().parents[3] / "sync" / "sds"
 
 METHODS = {"send", "send_ephemeral", "receive", "receive_event", "deliver_settled",
            "handle_timer", "events", "datagrams_to_send", "get_timer", "trust", "forget",
-           "sizes", "snapshot", "restore"}
+           "sizes", "snapshot", "restore", "delivered_read"}
 DATA = {"lamport", "channel_id", "participant_id", "config", "profile", "stats",
         "log", "history", "incoming", "outgoing", "repair"}
 

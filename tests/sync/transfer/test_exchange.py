@@ -35,10 +35,17 @@ def pair(ours: list[bytes], theirs: list[bytes], max_missing: int = 1000
     return ReconExchange(a, max_missing, "b"), ReconExchange(b, max_missing, "a")
 
 
+def first(a: ReconExchange) -> bytes:
+    """The initiator's opening frame (a store in memory never waits for reads)."""
+    (action,) = a.start()
+    assert isinstance(action, SendFrame)
+    return action.frame
+
+
 def run(a: ReconExchange, b: ReconExchange) -> list[KeysDropped]:
     """Shuttle frames until both sides are done, as the stream driver does."""
     dropped: list[KeysDropped] = []
-    inbox_b: list[bytes] = [a.start()]
+    inbox_b: list[bytes] = [first(a)]
     inbox_a: list[bytes] = []
     while inbox_a or inbox_b:
         for frame_list, side, other in ((inbox_b, b, inbox_a), (inbox_a, a, inbox_b)):
@@ -111,7 +118,7 @@ def test_busy_later_or_to_a_responder_breaks_the_protocol() -> None:
     assert err.value.peer == "a"
     a, b = pair([i.to_bytes(2, "big") for i in range(200)],
                 [i.to_bytes(2, "big") for i in range(100, 300)])
-    reply = b.receive(a.start(), now=0.0)[-1]
+    reply = b.receive(first(a), now=0.0)[-1]
     assert isinstance(reply, SendFrame)
     a.receive(reply.frame, now=0.0)
     assert not a.done
@@ -140,7 +147,7 @@ def test_the_deadline_is_the_timer_and_aborts_the_phase() -> None:
     a, b = timed_pair(started=100.0, timeout_s=60.0)
     assert a.get_timer() == b.get_timer() == 160.0
     assert a.handle_timer(159.999) == []
-    reply = b.receive(a.start(), now=120.0)[-1]
+    reply = b.receive(first(a), now=120.0)[-1]
     assert isinstance(reply, SendFrame)
     a.receive(reply.frame, now=159.0)  # progress does not move the deadline
     assert not a.done and a.get_timer() == 160.0
@@ -154,8 +161,8 @@ def test_the_deadline_is_the_timer_and_aborts_the_phase() -> None:
 
 def test_a_frame_after_the_deadline_is_not_looked_at() -> None:
     a, b = timed_pair(started=0.0, timeout_s=5.0)
-    first = a.start()
-    assert b.receive(first, now=5.0) == [Abort("the reconciliation took longer than 5 s")]
+    opening = first(a)
+    assert b.receive(opening, now=5.0) == [Abort("the reconciliation took longer than 5 s")]
     assert b.missing == [] and b.session.messages_received == 0
     # Even a frame that would break the protocol: the deadline is checked first.
     _, late = timed_pair(started=0.0, timeout_s=5.0)

@@ -1,0 +1,81 @@
+"""The replication driver's shape (docs/architecture.md "Data flow"): the cores ask for data by
+returning an action, never by raising; the store reports to the driver, nothing is registered
+into it that calls a core.
+
+This scan fails when
+* an exception that asks for data (a name ending in ``Needed``) is caught anywhere in ``node/``
+  (the old ``except KeysNeeded`` / ``except DeliveredNeeded`` re-run loops), or leaves
+  ``sync.sds``'s channel (its one internal use) or is exported by a ``sync`` package;
+* a listener is registered into the store from the replication driver's side (``on_commit``,
+  ``on_queued``, ``on_failure`` called in ``node/replication`` or ``node/store``), or the store
+  offers ``on_queued`` / ``on_failure`` again;
+* a module of ``sync/`` imports SQL (also covered for every node-side name by
+  ``tests/sync/test_import_graph.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+from node.store.events import EventStore
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Where the one internal "needed" exception lives: raised deep in a step, caught at its edge.
+NEEDED_INSIDE = {"sync/sds/delivered.py", "sync/sds/channel.py"}
+DRIVER_SIDE = ("node/replication", "node/store")
+LISTENERS = {"on_commit", "on_queued", "on_failure"}
+
+
+def _sources(*parts: str) -> list[Path]:
+    return sorted(p for part in parts for p in (ROOT / part).rglob("*.py"))
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def test_no_exception_asks_for_data_outside_the_channel() -> None:
+    caught: list[str] = []
+    named: list[str] = []
+    for path in _sources("node", "sync"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                names = [n.id if isinstance(n, ast.Name) else getattr(n, "attr", "")
+                         for n in ast.walk(node.type)]
+                if any(n.endswith("Needed") for n in names) and _rel(path) not in NEEDED_INSIDE:
+                    caught.append(f"{_rel(path)}:{node.lineno}")
+            if (isinstance(node, ast.Name | ast.alias) and
+                    (node.id if isinstance(node, ast.Name) else node.name).endswith("Needed")
+                    and _rel(path) not in NEEDED_INSIDE):
+                named.append(f"{_rel(path)}:{getattr(node, 'lineno', '?')}")
+    assert caught == [], "a driver catches an exception that asks for data (return an action)"
+    assert named == [], "a 'Needed' exception is used outside sync.sds's channel"
+    for package in ("sync.recon", "sync.sds", "sync.replication", "sync.transfer"):
+        exported = getattr(importlib.import_module(package), "__all__", [])
+        assert not [n for n in exported if n.endswith("Needed")], package
+
+
+def test_nothing_is_registered_into_the_store_from_the_driver_side() -> None:
+    found: list[str] = []
+    for path in _sources(*DRIVER_SIDE):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in LISTENERS):
+                found.append(f"{_rel(path)}:{node.lineno} {node.func.attr}")
+    assert found == [], "the driver reads the store's reports; nothing registers into it"
+    assert not hasattr(EventStore, "on_queued") and not hasattr(EventStore, "on_failure")
+
+
+def test_sync_imports_no_sql() -> None:
+    found: list[str] = []
+    for path in _sources("sync"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{_rel(path)}: {m}" for m in modules
+                      if m.split(".")[0] in {"sqlalchemy", "sqlite3", "storage"}]
+    assert found == []
