@@ -64,7 +64,7 @@ class SummaryKeyStore:
         *,
         load: int = 256,
         max_buckets: int = 32768,
-        cache_keys: int = 131_072,
+        cache_keys: int = 16_384,
     ) -> None:
         if cache_keys < 0:
             raise LocalProtocolError("cache_keys must be >= 0")

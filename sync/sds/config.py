@@ -135,7 +135,7 @@ class SdsConfig:
     repair_cache_bytes: int = 64 << 20
     #: Delivered ids kept in memory (the newest deliveries) when the channel's driver answers
     #: for older ones (``SdsChannel(bounded=True)``); unbounded, the whole log is kept.
-    delivered_window: int = 100_000
+    delivered_window: int = 10_000
 
     def __post_init__(self) -> None:
         checks = [
