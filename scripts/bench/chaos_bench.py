@@ -522,8 +522,10 @@ def main(argv: list[str] | None = None) -> int:
                 list(pool.map(group.start, members))
             first = group.members["p0"]
             # The other public nodes join first, then the homes at once: a home's first peer
-            # exchange (on connecting) then names the public nodes, so that no home hangs on
-            # the first one alone until its next exchange (px_interval_s, 30 s) when it leaves.
+            # exchange (on connecting) then names the public nodes. Joined the other way, a
+            # home learns of them at its next exchange, a few seconds later while it holds
+            # few connections (sync.membership.px_schedule), which the smoke's faults, 2-3 s
+            # apart, may not wait for.
             for joining in ([m for m in members[1:] if m.host.public],
                             [m for m in members[1:] if not m.host.public]):
                 with ThreadPoolExecutor(max(1, len(joining))) as pool:
