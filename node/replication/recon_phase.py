@@ -34,10 +34,9 @@ async def reconcile(stream: FramedStream, exchange: ReconExchange, first: list[A
     """Run the exchange to its end (``first``: the initiator's opening actions). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
     missing keys beyond the bound. Each frame from the peer is ``charge``d to it (by its
-    size, before it is decoded) and handled by ``work`` (the Recon worker thread, which carries out
-its key-store reads: ``KeyStoreWork.step``). ``now``:
-    the driver's injected clock (``Clock.now``, trio's: the timer is a cancel scope's
-    deadline)."""
+    size, before it is decoded) and handled by ``work`` (the Recon worker thread, which carries
+    out its key-store reads: ``KeyStoreWork.step``). ``now``: the driver's injected clock
+    (``Clock.now``, trio's: the timer is a cancel scope's deadline)."""
     actions: list[Action] = first or []
     while True:
         # trio's clock is the exchange's: its timer is a cancel scope's deadline as it is.

@@ -50,8 +50,8 @@ class KeyStoreWork:
         self._limiter = trio.CapacityLimiter(1)
 
     async def run(self, fn: Callable[[], T]) -> T:
-        """``fn()`` in the Recon worker thread, with the key store to itself (no reads asked:
-        the store is left out of asking mode only by :meth:`step`)."""
+        """``fn()`` in the Recon worker thread, with the key store to itself. It answers no
+        key-store reads: a Recon step goes through :meth:`step`."""
 
         def locked() -> T:
             with self.lock:

@@ -111,10 +111,7 @@ class ReconExchange:
 
     def start(self) -> list[Action]:
         """The initiator's first frame (``SendFrame``), or the reads it needs first."""
-        first = self.session.start()
-        if isinstance(first, ReadKeys):
-            return [first]
-        return [SendFrame(bytes([RECON]) + first)]
+        return self._stepped(self.session.start())
 
     def receive(self, frame: bytes, now: float) -> list[Action]:
         """Feed one frame; the actions to carry out, in order. A frame at or after the
