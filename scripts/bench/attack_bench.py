@@ -93,10 +93,10 @@ from sync.sds import HistoryRef, encode_event  # noqa: E402
 from sync.sds.bloom import BloomParams  # noqa: E402
 from sync.sds.message import transmission_suffix  # noqa: E402
 from tests.harness.cluster import (  # noqa: E402
+    fast_node,
     metric,
     preset_identity,
     publish_many,
-    start_node,
     wait_for,
 )
 from tests.harness.hostile import (  # noqa: E402
@@ -110,7 +110,7 @@ from tests.harness.hostile import (  # noqa: E402
     recon_first_message,
     stored_ids,
 )
-from tests.harness.procs import NodeProcess  # noqa: E402
+from tests.harness.procs import NodeProcess, start_all  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "attack.json"
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
@@ -122,7 +122,7 @@ JSON_KEYS = ("poison_publish_ok", "withheld_catchup_s", "peak_rss_mib", "honest_
              "px_internal_dials", "addrbook_per_source_max")
 POISON = (1 << 64) - (1 << 32) - 1
 RSS_TARGET_MIB = 512
-# SDS timers at their config defaults (start_node would set the fast test timers).
+# SDS timers at their config defaults (fast_node would set the fast test timers).
 ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true",
        "SYNCNODE_SDS_RESEND_INTERVAL_S": "10", "SYNCNODE_SDS_SYNC_INTERVAL_S": "30",
        "SYNCNODE_SDS_REPAIR_T_MIN_S": "30", "SYNCNODE_SDS_REPAIR_T_MAX_S": "120",
@@ -299,10 +299,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
                "SYNCNODE_DB_SETTLE_MS": str(round(pauses.db_settle * 1000))}
         # The three start at once (a process's start-up is seconds of imports); b then joins
         # a, v stays isolated until attack 2 is over.
-        with ThreadPoolExecutor(3) as pool:
-            starting = [pool.submit(start_node, base, name, env=env) for name in "abv"]
-        nodes += [f.result() for f in starting if f.exception() is None]  # killed in finally
-        a, b, v = (f.result() for f in starting)  # raises a failed start's error
+        a, b, v = start_all([fast_node(base, name, env=env) for name in "abv"])
+        nodes += [a, b, v]
         up = time.monotonic()  # each node saw the seeded table before its start returned
         wait_for(lambda: b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]}) is not None, 60,
                  "b could not join a")  # an HTTP error (a dial that failed) is asked again

@@ -72,7 +72,7 @@ from raw_gossip import schedule  # noqa: E402
 
 from sync.sds import SdsChannel  # noqa: E402
 from tests.harness.cluster import metric  # noqa: E402
-from tests.harness.procs import NodeProcess  # noqa: E402
+from tests.harness.procs import NodeProcess, start_all  # noqa: E402
 
 NODES = 5
 WINDOW_S = 10.0
@@ -366,9 +366,7 @@ class NodeCluster:
         self.attempts = 0
         # Started in parallel (each takes seconds to import under load), then joined into a
         # full mesh through the API, as `syncnode join` does.
-        with ThreadPoolExecutor(NODES) as pool:
-            self.nodes = list(pool.map(lambda i: NodeProcess(base / f"n{i}").start(),
-                                       range(NODES)))
+        self.nodes = start_all([NodeProcess(base / f"n{i}") for i in range(NODES)])
         self.seen = [{} for _ in self.nodes]
         self.cursors = [0 for _ in self.nodes]
         for i, node in enumerate(self.nodes):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.harness.cluster import wait_for
-from tests.harness.inproc import InProcessNode, start_all
+from tests.harness.inproc import InProcessNode
 
 
 def asked(node: InProcessNode) -> float:
@@ -26,10 +26,10 @@ def asked(node: InProcessNode) -> float:
 
 
 def test_two_nodes_on_the_defaults_ask_each_other_every_few_seconds(tmp_path: Path) -> None:
-    (a,) = start_all([InProcessNode(tmp_path / "a")])
+    a = InProcessNode(tmp_path / "a").start()
     b = InProcessNode(tmp_path / "b", "--bootstrap", a.listen_addrs[0])
     try:
-        start_all([b])
+        b.start()
         started = time.monotonic()
         # b asks a when it dials it, then on its schedule; a (which b dialled) only on its
         # schedule. At 30 s apart neither would reach these counts within 20 s.
