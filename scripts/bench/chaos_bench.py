@@ -76,6 +76,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
 from chaos_group import Group, Member  # noqa: E402
+from rss_slope import slope_mib_per_h  # noqa: E402
 
 from tests.net.netns import Internet  # noqa: E402
 
@@ -379,15 +380,6 @@ def catchup_rate(chaos: Chaos) -> float | None:
     return None if slowest is None else round(slowest)
 
 
-def _slope_per_h(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, MiB) points, in MiB per hour."""
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (v - mv) for t, v in points) / var * 3600
-
-
 def rss_lives(group: Group, plan: Plan) -> list[dict[str, Any]]:
     """Each process life long enough to judge: its node, span, RSS at the ends and peak (MiB),
     and its slope."""
@@ -395,13 +387,14 @@ def rss_lives(group: Group, plan: Plan) -> list[dict[str, Any]]:
     for member in group.members.values():
         for life in member.rss:
             points = [(t, v) for t, v in life if life and t >= life[0][0] + plan.rss_warmup_s]
-            if len(points) < 3 or points[-1][0] - points[0][0] < plan.rss_min_s:
+            slope = slope_mib_per_h(points)
+            if slope is None or points[-1][0] - points[0][0] < plan.rss_min_s:
                 continue
             out.append({"node": member.name, "from_s": round(points[0][0]),
                         "to_s": round(points[-1][0]), "first_mib": round(points[0][1], 1),
                         "last_mib": round(points[-1][1], 1),
                         "max_mib": round(max(v for _, v in points), 1),
-                        "slope_mib_per_h": round(_slope_per_h(points), 1)})
+                        "slope_mib_per_h": round(slope, 1)})
     return out
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -40,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
+from rss_slope import slope_mib_per_h  # noqa: E402
 
 from tests.harness.cluster import join_all, metric, wait_for  # noqa: E402
 from tests.harness.procs import NodeProcess  # noqa: E402
@@ -94,12 +94,8 @@ class Load:
             client.close()
 
 
-def slope_mib_per_h(samples: list[tuple[float, float, int]]) -> float | None:
-    """The least-squares slope of (seconds, MiB) samples, in MiB per hour."""
-    if len(samples) < 3:
-        return None
-    fit = statistics.linear_regression([s[0] for s in samples], [s[1] for s in samples])
-    return fit.slope * 3600
+def _slope(samples: list[tuple[float, float, int]]) -> float | None:
+    return slope_mib_per_h([(t, mib) for t, mib, _ in samples])
 
 
 def judge(curves: list[list[tuple[float, float, int]]], warmup_s: float) -> dict[str, Any]:
@@ -108,8 +104,8 @@ def judge(curves: list[list[tuple[float, float, int]]], warmup_s: float) -> dict
     for samples in curves:
         kept = [s for s in samples if s[0] >= warmup_s] or samples[-1:]
         (_, first, events0), (_, last, events1) = kept[0], kept[-1]
-        slopes.append(slope_mib_per_h(kept))
-        late.append(slope_mib_per_h([s for s in samples if s[0] >= samples[-1][0] / 2]))
+        slopes.append(_slope(kept))
+        late.append(_slope([s for s in samples if s[0] >= samples[-1][0] / 2]))
         per_event.append((last - first) * MIB / max(1, events1 - events0))
         starts.append(first)
         ends.append(last)
