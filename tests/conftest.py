@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,31 +34,88 @@ def testdata() -> Path:
 
 
 # ``make test`` runs the suite on pytest-xdist workers (``--dist loadgroup``). Tests of one group
-# run on one worker, one after another; every other test goes to whichever worker is free. Two
-# kinds of tests must not overlap:
+# run on one worker, one after another; every other test file goes, whole, to whichever worker
+# is free (its module-scoped fixtures, a node or a cluster, are then set up once). Two kinds of
+# tests must not overlap:
 # - those on the one PostgreSQL database of ``SYNCNODE_TEST_PG`` (each resets it) and the
-#   Spark jobs (one local session per worker, a JVM each): group "shared-db";
-# - the network namespaces, benchmark smokes and every file with a ``slow`` test (several node
-#   processes each, timing-sensitive on 2 cores): group "processes", so at most one of them runs
-#   at a time, beside at most one lighter test.
-# xdist 3.8 groups by an ``xdist_group`` mark, through a node id attribute pytest 9 no longer
-# reads, so the scheduler below groups by the test's file instead (a benchmark smoke also by
-# the script it runs).
+#   Spark jobs (one local session per worker, a JVM each; the Spark benchmark's cluster):
+#   group "shared-db";
+# - the network namespaces, the benchmark smokes that start node processes and every ``slow``
+#   test (several node processes or real protocol time, timing-sensitive on 2 cores): group
+#   "processes", so at most one of them runs at a time, beside at most one lighter test.
+# A file's tests that are not ``slow`` (and a smoke that computes in its own process) are not
+# held back behind that group. xdist 3.8 groups by an ``xdist_group`` mark, through a node id
+# attribute pytest 9 no longer reads, so the scheduler below groups by the test's source (a
+# benchmark smoke by the script it runs and the helper modules that script imports).
 SHARED_DB_DIRS = ("storage", "spark_jobs")
 SHARED_DB_WORDS = ("SYNCNODE_TEST_PG", "PG_URL", "tests.pg", "db_helpers")
-PROCESS_DIRS = ("net", "bench")
+SPARK_WORDS = ("spark_jobs",)
+PROCESS_DIRS = ("net",)
+# What a benchmark script (or a helper it imports) uses when it runs node processes or
+# network namespaces.
+PROCESS_WORDS = ("NodeProcess", "netns", "node.cli", "start_all", "InProcessNode")
 BENCH_SCRIPTS = ROOT / "scripts" / "bench"
 
 
-def xdist_group(path: Path, source: str) -> str | None:
-    """The group of a test file whose text (with its script's) is ``source``; ``None``: any
-    worker, side by side with anything."""
+def xdist_group(path: Path, source: str, test: str = "") -> str | None:
+    """The group of test ``test`` (a function name; empty: any test of the file) of the file
+    at ``path`` whose text is ``source``; ``None``: any worker, side by side with anything."""
     directory = path.relative_to(ROOT / "tests").parts[0]
     if directory in SHARED_DB_DIRS or any(word in source for word in SHARED_DB_WORDS):
         return "shared-db"
-    if directory in PROCESS_DIRS or "mark.slow" in source:
+    if directory in PROCESS_DIRS or marked_slow(source, test):
         return "processes"
     return None
+
+
+def bench_group(script: Path) -> str | None:
+    """The group of the smoke run of the benchmark ``script``."""
+    text = _bench_text(script)
+    if any(word in text for word in (*SHARED_DB_WORDS, *SPARK_WORDS)):
+        return "shared-db"
+    if any(word in text for word in PROCESS_WORDS):
+        return "processes"
+    return None
+
+
+def marked_slow(source: str, test: str) -> bool:
+    """Whether test function ``test`` of a module whose text is ``source`` carries the
+    ``slow`` mark (its own, its class's or the module's ``pytestmark``); with ``test`` empty,
+    whether any test of the module does."""
+    if "mark.slow" not in source:
+        return False
+    slow = _slow_tests(source)
+    return slow is None or not test or test in slow
+
+
+@functools.cache
+def _slow_tests(source: str) -> frozenset[str] | None:
+    """The names of the slow-marked test functions of a module; ``None``: all of them (a
+    module-level ``pytestmark``, or a source the parser cannot read)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    slow: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            if _names_slow(node.value):
+                return None
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if any(_names_slow(d) for d in node.decorator_list):
+                slow.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            class_slow = any(_names_slow(d) for d in node.decorator_list) or any(
+                isinstance(n, ast.Assign) and _names_slow(n.value) for n in node.body)
+            slow.update(n.name for n in node.body
+                        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                        and (class_slow or any(_names_slow(d) for d in n.decorator_list)))
+    return frozenset(slow)
+
+
+def _names_slow(expr: ast.expr) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "slow" for n in ast.walk(expr))
 
 
 @functools.cache
@@ -64,14 +123,28 @@ def _source(path: Path) -> str:
     return path.read_text() if path.is_file() else ""
 
 
+def _bench_text(script: Path) -> str:
+    """A benchmark script's text with that of the ``scripts/bench`` modules it imports."""
+    text = _source(script)
+    imported = re.findall(r"^(?:from|import) (\w+)", text, re.MULTILINE)
+    return text + "".join(_source(BENCH_SCRIPTS / f"{name}.py") for name in imported)
+
+
 def group_of(nodeid: str) -> str | None:
     """The group of a test by its node id (``tests/x/test_y.py::test_z[param]``)."""
-    path = ROOT / nodeid.split("::", 1)[0]
-    text = _source(path)
+    file, _, rest = nodeid.partition("::")
+    path = ROOT / file
+    test = rest.rpartition("::")[2].partition("[")[0]
     param = nodeid.rpartition("[")[2].rstrip("]") if nodeid.endswith("]") else ""
-    if path.parent.name == "bench" and param.isidentifier():
-        text += _source(BENCH_SCRIPTS / f"{param}.py")  # a smoke: what its script uses counts
-    return xdist_group(path, text)
+    script = BENCH_SCRIPTS / f"{param}.py"
+    if path.parent.name == "bench" and param.endswith("_bench") and script.is_file():
+        return bench_group(script)  # a smoke: what its script runs decides
+    return xdist_group(path, _source(path), test)
+
+
+def work_unit(nodeid: str) -> str:
+    """What xdist hands a worker at once: a test's group, else its whole file."""
+    return group_of(nodeid) or nodeid.partition("::")[0]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -81,6 +154,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class FileGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return group_of(nodeid) or nodeid
+            return work_unit(nodeid)
 
     return FileGroupScheduling(config, log)

@@ -29,8 +29,6 @@ BENCHMARKS = sorted(BENCH.glob("*_bench.py"))
 HELPERS = sorted(p for p in BENCH.glob("*.py") if not p.name.endswith("_bench.py"))
 SMOKE_TIMEOUT_S = 600
 
-pytestmark = [pytest.mark.slow]
-
 
 def json_keys(script: Path) -> tuple[str, ...]:
     """The script's ``JSON_KEYS`` literal (a tuple of strings, or another name holding one)."""
@@ -61,6 +59,7 @@ def test_there_are_benchmarks() -> None:
     assert len(BENCHMARKS) >= 9, [p.name for p in BENCHMARKS]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(SMOKE_TIMEOUT_S + 60)
 @pytest.mark.parametrize("script", BENCHMARKS, ids=[p.stem for p in BENCHMARKS])
 def test_benchmark_runs_at_smoke_size(script: Path) -> None:
