@@ -41,12 +41,13 @@ def testdata() -> Path:
 #   Spark jobs (one local session per worker, a JVM each; the Spark benchmark's cluster):
 #   group "shared-db";
 # - the network namespaces, the benchmark smokes that start node processes and every ``slow``
-#   test (several node processes or real protocol time, timing-sensitive on 2 cores): group
-#   "processes", so at most one of them runs at a time, beside at most one lighter test.
-# A file's tests that are not ``slow`` (and a smoke that computes in its own process) are not
-# held back behind that group. xdist 3.8 groups by an ``xdist_group`` mark, through a node id
-# attribute pytest 9 no longer reads, so the scheduler below groups by the test's source (a
-# benchmark smoke by the script it runs and the helper modules that script imports).
+#   test that starts node processes (timing-sensitive on 2 cores): group "processes", so at
+#   most one of them runs at a time, beside at most one lighter test.
+# A ``slow`` test whose nodes all run in the test's process, a file's tests that are not
+# ``slow`` and a smoke that computes in its own process are not held back behind that group.
+# xdist 3.8 groups by an ``xdist_group`` mark, through a node id attribute pytest 9 no longer
+# reads, so the scheduler below groups by the test's source (a benchmark smoke by the script it
+# runs and the helper modules that script imports).
 SHARED_DB_DIRS = ("storage", "spark_jobs")
 SHARED_DB_WORDS = ("SYNCNODE_TEST_PG", "PG_URL", "tests.pg", "db_helpers")
 SPARK_WORDS = ("spark_jobs",)
@@ -54,6 +55,11 @@ PROCESS_DIRS = ("net",)
 # What a benchmark script (or a helper it imports) uses when it runs node processes or
 # network namespaces.
 PROCESS_WORDS = ("NodeProcess", "netns", "node.cli", "start_all", "InProcessNode")
+# What a test (or a function of its module it calls) names when it starts node processes: the
+# harness's process starters (tests/harness/cluster.py, burst.py); ``cluster(...)`` without
+# ``in_process=True`` is one too.
+TEST_PROCESS_WORDS = ("NodeProcess", "netns", "start_node", "fast_node", "on_defaults",
+                      "start_three", "killed_mid_burst", "burst_and_kill", "node.cli")
 BENCH_SCRIPTS = ROOT / "scripts" / "bench"
 
 
@@ -63,7 +69,8 @@ def xdist_group(path: Path, source: str, test: str = "") -> str | None:
     directory = path.relative_to(ROOT / "tests").parts[0]
     if directory in SHARED_DB_DIRS or any(word in source for word in SHARED_DB_WORDS):
         return "shared-db"
-    if directory in PROCESS_DIRS or marked_slow(source, test):
+    if directory in PROCESS_DIRS or (marked_slow(source, test)
+                                     and starts_processes(source, test)):
         return "processes"
     return None
 
@@ -112,6 +119,52 @@ def _slow_tests(source: str) -> frozenset[str] | None:
                         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
                         and (class_slow or any(_names_slow(d) for d in n.decorator_list)))
     return frozenset(slow)
+
+
+def starts_processes(source: str, test: str) -> bool:
+    """Whether test function ``test`` (empty: any test) of a module whose text is ``source``
+    starts node processes: its code, or that of the module's functions and fixtures it names
+    (and so on), names a process starter."""
+    return _starts_processes(source, test)
+
+
+@functools.cache
+def _starts_processes(source: str, test: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return True
+    defs: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defs[node.name] = node
+            if isinstance(node, ast.ClassDef):
+                defs.update((n.name, n) for n in node.body
+                            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+    if not test or test not in defs:
+        return any(word in source for word in TEST_PROCESS_WORDS) or _calls_cluster(tree)
+    todo, seen = [test], {test}
+    while todo:
+        called = defs[todo.pop()]
+        code = ast.get_source_segment(source, called) or ""
+        if any(word in code for word in TEST_PROCESS_WORDS) or _calls_cluster(called):
+            return True
+        for name in {n.id for n in ast.walk(called) if isinstance(n, ast.Name)} | {
+                a.arg for n in ast.walk(called) if isinstance(n, ast.arguments)
+                for a in n.args}:
+            if name in defs and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return False
+
+
+def _calls_cluster(tree: ast.AST) -> bool:
+    """A ``cluster(...)`` call that does not ask for ``in_process=True`` (processes)."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+               and n.func.id == "cluster"
+               and not any(k.arg == "in_process" and isinstance(k.value, ast.Constant)
+                           and k.value.value is True for k in n.keywords)
+               for n in ast.walk(tree))
 
 
 def _names_slow(expr: ast.expr) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import ROOT, group_of, marked_slow, work_unit
+from tests.conftest import ROOT, group_of, marked_slow, starts_processes, work_unit
 
 SMOKE = "tests/bench/test_bench_smoke.py::test_benchmark_runs_at_smoke_size[{}]"
 
@@ -44,10 +44,46 @@ def test_only_the_slow_tests_of_a_file_wait_for_the_processes_group() -> None:
     assert not marked_slow("def test_a(): ...\n", "test_a")
 
 
+STARTERS = '''
+import pytest
+from tests.harness.cluster import cluster, start_inproc, start_node
+
+
+@pytest.fixture
+def pair(tmp_path):
+    return [start_node(tmp_path, "a"), start_node(tmp_path, "b")]
+
+
+def two(tmp_path):
+    with cluster(tmp_path, 2) as nodes:
+        return nodes
+
+
+def test_a_fixture_starts_processes(pair): ...
+
+
+def test_a_helper_does(tmp_path):
+    two(tmp_path)
+
+
+def test_in_process(tmp_path):
+    with cluster(tmp_path, 3, in_process=True) as nodes:
+        start_inproc(tmp_path, "late", bootstrap=nodes)
+'''
+
+
+def test_a_test_starts_processes_through_what_it_names_in_its_module() -> None:
+    assert starts_processes(STARTERS, "test_a_fixture_starts_processes")
+    assert starts_processes(STARTERS, "test_a_helper_does")  # cluster() without in_process
+    assert not starts_processes(STARTERS, "test_in_process")
+    assert starts_processes(STARTERS, "")  # some test of the module does
+
+
 def test_real_files_are_grouped_by_what_their_tests_run() -> None:
     reach = "tests/node/test_hostile_reach.py::"
     assert group_of(reach + "test_late_and_silent_pingers_close_no_honest_connection") \
-        == "processes"
+        == "processes"  # slow, node processes
+    assert group_of(reach + "test_dialback_liars_do_not_make_a_node_public") is None  # in-process
     assert group_of(reach + "test_a_source_network_gets_only_its_share_of_circuits") is None
     assert group_of("tests/net/test_harness.py::test_anything") == "processes"
     assert group_of("tests/spark_jobs/test_cluster.py::test_anything") == "shared-db"
