@@ -20,7 +20,7 @@ end), ``steady_rss_store_lookups`` / ``steady_rss_keystore_reads`` (all nodes: S
 to the database about ids older than the delivered window, Recon bucket reads from the
 database: what smaller windows cost), ``steady_rss_curves`` (per node: [seconds, MiB]
 samples). The last line is the JSON, also written to docs/bench/steady_rss.json (``--smoke``:
-2 nodes, 20 s, a temporary file).
+2 nodes, 10 s, a temporary file).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from benchjson import finish, smoke_path  # noqa: E402
 from rss_slope import slope_mib_per_h  # noqa: E402
 
 from tests.harness.cluster import join_all, metric, wait_for  # noqa: E402
-from tests.harness.procs import NodeProcess  # noqa: E402
+from tests.harness.procs import NodeProcess, start_all  # noqa: E402
 
 JSON_KEYS = (
     "steady_rss_slope_mib_per_h",
@@ -132,8 +132,10 @@ def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, wa
         config.write_text(config_toml)
     group: list[NodeProcess] = []
     try:
-        for i in range(nodes):
-            group.append(NodeProcess(base / f"n{i}", config=config).start(timeout=180))
+        # Started side by side: their interpreters' start-ups overlap (start_all stops them
+        # all if one fails).
+        group += start_all([NodeProcess(base / f"n{i}", config=config) for i in range(nodes)],
+                           timeout=180)
         join_all(group)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= nodes - 1 for n in group),
                  60, "the nodes did not connect")
@@ -173,7 +175,7 @@ def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, wa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="2 nodes, 20 s")
+    parser.add_argument("--smoke", action="store_true", help="2 nodes, 10 s")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--rate", type=float, default=60.0, help="events per second")
     parser.add_argument("--batch", type=int, default=8, help="events per publish")
@@ -184,7 +186,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="the JSON file (default docs/bench/)")
     args = parser.parse_args()
     if args.smoke:
-        result = run(2, 20.0, 4, 20.0, 2.0, 5.0)
+        # Three samples after the warm-up: every figure has a value (a slope needs two).
+        result = run(2, 20.0, 4, 10.0, 2.0, 4.0)
         out = smoke_path("steady_rss")
     else:
         toml = args.config.read_text() if args.config else ""
