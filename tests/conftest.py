@@ -37,9 +37,9 @@ def testdata() -> Path:
 # run on one worker, one after another; every other test file goes, whole, to whichever worker
 # is free (its module-scoped fixtures, a node or a cluster, are then set up once). Two kinds of
 # tests must not overlap:
-# - those on the one PostgreSQL database of ``SYNCNODE_TEST_PG`` (each resets it) and the
-#   Spark jobs (one local session per worker, a JVM each; the Spark benchmark's cluster):
-#   group "shared-db";
+# - those on the one PostgreSQL database of ``SYNCNODE_TEST_PG`` (each resets it; the
+#   ``sqlite`` case of a test run on both backends does not) and the Spark jobs (one local
+#   session per worker, a JVM each; the Spark benchmark's cluster): group "shared-db";
 # - the network namespaces, the benchmark smokes that start node processes and every ``slow``
 #   test that starts node processes (timing-sensitive on 2 cores): group "processes", so at
 #   most one of them runs at a time, beside at most one lighter test.
@@ -48,7 +48,8 @@ def testdata() -> Path:
 # xdist 3.8 groups by an ``xdist_group`` mark, through a node id attribute pytest 9 no longer
 # reads, so the scheduler below groups by the test's source (a benchmark smoke by the script it
 # runs and the helper modules that script imports).
-SHARED_DB_DIRS = ("storage", "spark_jobs")
+SHARED_DB_DIRS = ("storage",)
+SPARK_DIRS = ("spark_jobs",)
 SHARED_DB_WORDS = ("SYNCNODE_TEST_PG", "PG_URL", "tests.pg", "db_helpers")
 SPARK_WORDS = ("spark_jobs",)
 PROCESS_DIRS = ("net",)
@@ -63,16 +64,25 @@ TEST_PROCESS_WORDS = ("NodeProcess", "netns", "start_node", "fast_node", "on_def
 BENCH_SCRIPTS = ROOT / "scripts" / "bench"
 
 
-def xdist_group(path: Path, source: str, test: str = "") -> str | None:
-    """The group of test ``test`` (a function name; empty: any test of the file) of the file
-    at ``path`` whose text is ``source``; ``None``: any worker, side by side with anything."""
+def xdist_group(path: Path, source: str, test: str = "", param: str = "") -> str | None:
+    """The group of test ``test`` (a function name; empty: any test of the file), of
+    parameters ``param``, of the file at ``path`` whose text is ``source``; ``None``: any
+    worker, side by side with anything."""
     directory = path.relative_to(ROOT / "tests").parts[0]
-    if directory in SHARED_DB_DIRS or any(word in source for word in SHARED_DB_WORDS):
+    if directory in SPARK_DIRS or (
+            (directory in SHARED_DB_DIRS or any(word in source for word in SHARED_DB_WORDS))
+            and not on_sqlite_only(param)):
         return "shared-db"
     if directory in PROCESS_DIRS or (marked_slow(source, test)
                                      and starts_processes(source, test)):
         return "processes"
     return None
+
+
+def on_sqlite_only(param: str) -> bool:
+    """Whether a test of those parameters runs on SQLite (its own file) and not on the shared
+    PostgreSQL database: the ``sqlite`` case of a test parametrized over both backends."""
+    return "sqlite" in param and "postgres" not in param
 
 
 def bench_group(script: Path) -> str | None:
@@ -192,7 +202,7 @@ def group_of(nodeid: str) -> str | None:
     script = BENCH_SCRIPTS / f"{param}.py"
     if path.parent.name == "bench" and param.endswith("_bench") and script.is_file():
         return bench_group(script)  # a smoke: what its script runs decides
-    return xdist_group(path, _source(path), test)
+    return xdist_group(path, _source(path), test, param)
 
 
 def work_unit(nodeid: str) -> str:

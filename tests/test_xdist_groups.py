@@ -87,7 +87,15 @@ def test_real_files_are_grouped_by_what_their_tests_run() -> None:
     assert group_of(reach + "test_a_source_network_gets_only_its_share_of_circuits") is None
     assert group_of("tests/net/test_harness.py::test_anything") == "processes"
     assert group_of("tests/spark_jobs/test_cluster.py::test_anything") == "shared-db"
+    assert group_of("tests/spark_jobs/test_rehash.py::test_anything[sqlite]") == "shared-db"
     assert group_of("tests/storage/test_events.py::test_anything") == "shared-db"
+    # The SQLite case of a test run on both backends shares no database.
+    assert group_of("tests/storage/test_events.py::test_anything[postgresql-1]") == "shared-db"
+    assert group_of("tests/storage/test_events.py::test_anything[sqlite-1]") is None
+    restart = ("tests/node/test_e2e_summary_restart.py::"
+               "test_restart_after_sigkill_between_saves_serves_the_right_keys[{}]")
+    assert group_of(restart.format("postgresql")) == "shared-db"
+    assert group_of(restart.format("sqlite")) == "processes"  # slow, node processes
     assert group_of("tests/sync/test_anything.py::test_anything") is None
 
 
