@@ -22,17 +22,12 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.harness.cluster import metric, wait_for
+from tests.harness.ports import reusable_port
 from tests.harness.procs import NodeProcess
 
 TABLES = {"kv": {"columns": {"v": "text", "n": "integer"}}}
 ENV = {"SYNCNODE_DB_TABLES": json.dumps(TABLES), "SYNCNODE_API_MAX_FOLLOWS": "2",
        "SYNCNODE_DB_CHANGES_RETAIN": "3"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
@@ -74,7 +69,7 @@ def first_line(node: NodeProcess, since: int, **params: str
 
 @pytest.mark.timeout(240)
 def test_db_watch_resumes_across_a_node_restart(tmp_path: Path) -> None:
-    port = free_port()
+    port = reusable_port()
     node = NodeProcess(tmp_path / "n", "--api", f"127.0.0.1:{port}", env=ENV).start()
     watch: subprocess.Popen[str] | None = None
     try:

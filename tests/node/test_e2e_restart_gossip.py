@@ -16,7 +16,6 @@ came 10 s later with SDS's resend, a new gossip message, or by Recon with the de
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.cluster import channel_log, metric, wait_for
+from tests.harness.ports import reusable_port
 from tests.harness.procs import NodeProcess, start_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -36,16 +36,10 @@ ENV = {"SYNCNODE_RECON_INTERVAL_S": "3600", "SYNCNODE_SDS_RESEND_INTERVAL_S": "3
 NOT_GOSSIP = ("recon_events_fetched_total", "fetch_received_total")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _node(base: Path, name: str, *bootstrap: NodeProcess) -> NodeProcess:
     node = NodeProcess(base / name, env=ENV)
     # A fixed port: the peers redial the restarted node where it was.
-    node.listen = f"/ip4/127.0.0.1/tcp/{_free_port()}"
+    node.listen = f"/ip4/127.0.0.1/tcp/{reusable_port()}"
     for peer in bootstrap:
         node.extra_args += ["--bootstrap", peer.listen_addrs[0]]
     return node

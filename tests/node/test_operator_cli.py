@@ -17,6 +17,7 @@ import pytest
 
 from node.datadir.api_token import TOKEN_ENV
 from tests.conftest import ROOT
+from tests.harness.ports import reusable_port
 from tests.harness.procs import NodeProcess
 
 SECRET = "s3cret-token-value-XYZ"
@@ -168,7 +169,10 @@ def test_an_api_url_left_by_a_killed_node_is_not_followed(tmp_path: Path) -> Non
     """kill -9 leaves <data dir>/api_url behind: a client must not take it for a running node
     (another process may serve that address by then), and a restarted node drops it before it
     answers."""
-    node = NodeProcess(tmp_path / "a", env={"SYNCNODE_SPARK_ENABLED": "false"}).start()
+    # Its API port is taken again by the second node once it is dead: one the kernel gives
+    # no other socket meanwhile (tests.harness.ports).
+    node = NodeProcess(tmp_path / "a", "--api", f"127.0.0.1:{reusable_port()}",
+                       env={"SYNCNODE_SPARK_ENABLED": "false"}).start()
     other: NodeProcess | None = None
     data_dir = str(node.data_dir)
     try:
@@ -185,7 +189,9 @@ def test_an_api_url_left_by_a_killed_node_is_not_followed(tmp_path: Path) -> Non
         other.terminate()
         other = None
         # Restarted (on another port): the file names the new address once it answers.
+        node.extra_args = []  # --api 127.0.0.1:0
         node.start()
+        assert node.api_url != old_url
         found = syncnode("id", "--data-dir", data_dir)
         assert found.returncode == 0, found.stderr
         assert found.stdout.splitlines()[0] == node.peer_id
