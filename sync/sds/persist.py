@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from sync.sds.buffers import OutgoingEntry
 from sync.sds.clock import LAMPORT_MAX, recovered_clock
+from sync.sds.config import SdsConfig
 from sync.sds.layers import ChannelLayers
 from sync.sds.message import HistoryRef, decode_event
 from sync.sds.state import (
@@ -97,6 +98,21 @@ def state_reads(snap: ChannelState, max_message_size: int) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
+def _restored_resend_at(saved: float | None, now: float, cfg: SdsConfig) -> float:
+    """When a restored outgoing entry is resent: at its saved deadline if that is still ahead;
+    one ``resend_interval`` after the restart if it fell due while the node was down.
+
+    Kept as saved, every deadline that passed meanwhile would fire at once: after a burst,
+    thousands of resends (most of them of messages the peers hold) would take the node's
+    gossip pace and its peers' links right when they reconcile with it (a restart prompts a
+    Recon session with each peer as it connects, which carries exactly what each lacks), and
+    the events they lack would reach them behind that flood (issue 37: a node stopped right
+    after a 5,000-event burst resent all 5,000, 8.7 MB, as it came back)."""
+    if saved is not None and saved > now:
+        return saved
+    return now + cfg.resend_interval
+
+
 def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
                outgoing_wires: Mapping[str, bytes]) -> None:
     """``outgoing_wires``: id -> canonical wire of our messages the state names by reference
@@ -127,8 +143,7 @@ def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
         entry = OutgoingEntry(event.message_id, event.wire, attempts=out.attempts,
                               possibly=out.possibly, bloom_senders=set(out.bloom_senders),
                               fp_product=out.fp_product, history=event.history_ids)
-        when = out.resend_at if out.resend_at is not None else now + cfg.resend_interval
-        if not layers.outgoing.restore(entry, when):
+        if not layers.outgoing.restore(entry, _restored_resend_at(out.resend_at, now, cfg)):
             stats.outgoing_unrestored += 1
             continue
         repair.remember(entry.message_id, event.sender_id, event.wire)
