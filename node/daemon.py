@@ -27,7 +27,9 @@ from node.p2p.run import open_host
 from node.replication.recon import ReconService
 from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import api_routes, build_services, fetched_writer, ingest_pool, node_views
+from node.snapshots.scheduler import scheduler_from_config
 from node.store.events import EventStore
+from node.store.signal import CommitSignal
 from node.supervisor import supervise
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
@@ -159,6 +161,9 @@ async def _serve_locked(
         await trio.to_thread.run_sync(upgrade, engine)
         metrics = Metrics()
         ingest = ingest_pool(config, metrics, clock)
+        # The store's commit observers, built first: it is complete once built.
+        commits = CommitSignal()
+        snapshots = scheduler_from_config(config, clock)
         store = EventStore(
             engine,
             max_batch=config.storage.batch_max_events,
@@ -166,9 +171,10 @@ async def _serve_locked(
             relayed_delay_ms=config.storage.relayed_batch_delay_ms,
             remote_writer=fetched_writer(config, ingest),
             reports=True,  # read by the replication driver (``ReconService.run``)
+            observers=[commits.committed, *([snapshots.committed] if snapshots else [])],
         )
         runtime = NodeRuntime(config=config, key=key, store=store, metrics=metrics, clock=clock,
-                              ingest=ingest)
+                              commits=commits, ingest=ingest, snapshots=snapshots)
         api_host, api_port = parse_host_port(config.api.listen)
         async with open_host(key, p2p_config(config), clock=clock) as host, \
                 trio.open_nursery() as nursery:

@@ -40,7 +40,6 @@ from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
 from node.snapshots.routes import SNAPSHOT_ROUTES, SnapshotsNode
-from node.snapshots.scheduler import scheduler_from_config
 from node.store.commits import RemoteWriter
 from node.telemetry.metrics import Metrics
 from node.ui import UiSessions
@@ -156,15 +155,12 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
                                *([ingest] if ingest else [])]
     # An application with no channels (disabled in config) costs nothing.
     services += [
-        AppRunner(b.app, store, metrics, runtime.commit_signal, clock)
+        AppRunner(b.app, store, metrics, runtime.commits, clock)
         for b in bundles if b.app.channels
     ]
     services += [s for b in bundles for s in getattr(b, "services", ())]
-    snapshots = scheduler_from_config(config, clock)
-    if snapshots is not None:
-        runtime.snapshots = snapshots
-        store.on_commit(snapshots.on_commit)
-        services.append(snapshots)
+    if runtime.snapshots is not None:  # built with the store, which counts commits into it
+        services.append(runtime.snapshots)
     if host.relay is not None:
         runtime.reachability = ReachabilityService(
             host, host.relay, metrics, clock,
