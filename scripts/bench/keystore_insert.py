@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Recon key store inserts: CPU per key of ``SummaryKeyStore.insert_many`` at N keys.
+"""Recon key store inserts: CPU per key of ``SummaryKeyStore`` inserts at N keys.
 
     .venv/bin/python scripts/bench/keystore_insert.py --n 100000 1000000
 
@@ -7,8 +7,9 @@ For each N: a SQLite events table of N random 70-byte keys (built once, kept und
 copied per run), a summary over it whose buckets hold a seeded random ``load+1 .. 2*load`` keys
 (what a node that grew by inserts holds, so splits come at the rate they do while catching up),
 then ``--m`` new keys written to the table in batches of ``--batch`` and handed to
-``insert_many`` after each, as the node does after each commit. Only ``insert_many`` is timed,
-with one summary walk after it (where a lazily rebuilt Fenwick tree pays its rebuild).
+``insert_keys`` after each, as the node does after each commit (the insert, then the SQL reads
+its bucket splits ask for). Only that is timed, with one summary walk after it (where a lazily
+rebuilt Fenwick tree pays its rebuild).
 
 Prints a table, then as its last line one JSON object; rows go to docs/bench/keystore_insert.json.
 """
