@@ -71,7 +71,7 @@ class NodeRuntime:
     key: Ed25519PrivateKey
     store: EventStore
     # The node's one clock (node.clock), built by the daemon's entry: the daemon hands it to the
-    # p2p host and build_services to every driver, so their instants compare (and a test runs
+    # p2p host and build_parts to every driver, so their instants compare (and a test runs
     # them all on trio's MockClock).
     clock: Clock
     # The store's commit observer the API's long polls and the applications pull from (the
@@ -81,7 +81,8 @@ class NodeRuntime:
     # The ingest worker processes (recon.ingest_workers), built with the store (they may be
     # its writer of fetched events); None: fetched events are verified in threads.
     ingest: IngestPool | None = None
-    # Filled in by the daemon as the node comes up (None before, and in tools without a host).
+    # The host and the services the daemon built before this runtime (``node.services``
+    # ``build_parts``); None in tools and tests without a host.
     host: P2PHost | None = None
     channels: ChannelService | None = None
     peers: PeerManager | None = None
@@ -91,7 +92,7 @@ class NodeRuntime:
     # When [spark] is enabled: built with the store (one of its commit observers).
     snapshots: SnapshotScheduler | None = None
     reachability: ReachabilityService | None = None  # when [reachability] is enabled
-    api_url: str = ""
+    api_url: str = ""  # set once the API listens (it serves this runtime)
     started_at: float = field(init=False)  # clock.now() when built
     version: str = field(default_factory=package_version)
 
