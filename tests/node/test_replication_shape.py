@@ -14,7 +14,9 @@ This scan fails when
 * the Recon key store (``SummaryKeyStore``) takes or holds a key source (anything that reads
   keys: its driver answers the reads it asks for);
 * the store can have an observer registered after it is built (``on_commit`` or any other
-  ``on_*`` / ``add_*`` / ``subscribe`` method), or anything in ``node/`` calls ``on_commit``.
+  ``on_*`` / ``add_*`` / ``subscribe`` method), or anything in ``node/`` calls ``on_commit``;
+* the composition root (``node/services.py``) sets an attribute on an object it did not just
+  build (``runtime.recon = ...``): the parts go to constructors.
 """
 
 from __future__ import annotations
@@ -116,3 +118,13 @@ def test_the_store_takes_its_observers_when_built() -> None:
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
              and node.func.attr == "on_commit"]
     assert calls == []
+
+
+def test_the_composition_root_sets_nothing_on_built_objects() -> None:
+    path = ROOT / "node" / "services.py"
+    found = [f"{_rel(path)}:{node.lineno}"
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+             for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+             for part in ast.walk(target) if isinstance(part, ast.Attribute)]
+    assert found == [], "build the parts first and hand them to the constructor"
