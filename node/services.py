@@ -3,9 +3,9 @@
 ``build_parts`` makes the replication services (``NodeParts``), the daemon hands them to the
 runtime's constructor, and ``build_services`` adds the applications built on that runtime: no
 part is set on a built object. Each service has an ``async run()``; the daemon runs them all in
-one nursery and cancels them together at shutdown. This is the one module that knows both the runtime and every
-part of the node: route tables and applications read the node through their own narrow
-interfaces (``NodeViews``), so none of them imports the runtime or this module back.
+one nursery and cancels them together at shutdown. This is the one module that knows both the
+runtime and every part of the node: route tables and applications read the node through their
+own narrow interfaces (``NodeViews``), so none of them imports the runtime or this module back.
 """
 
 from __future__ import annotations
