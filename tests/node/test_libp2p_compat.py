@@ -475,9 +475,9 @@ class _Calls:
 @pytest.mark.trio
 @pytest.mark.timeout(60)
 async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pubsub reader takes each RPC from a per-stream buffer: about one stream read per RPC
-    or fewer (0.8.1: one per byte of each varint length, then the body: three per 1.7 KB
-    message), and every message is delivered whole."""
+    """The pubsub reader takes each RPC from a per-stream buffer: one or two stream reads per
+    RPC (0.8.1: one per byte of each varint length, then the body: three per 1.7 KB message),
+    and every message is delivered whole."""
     from libp2p.network.stream.net_stream import NetStream
 
     reads = _Calls(monkeypatch, NetStream, "read",
@@ -496,7 +496,10 @@ async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.Monk
             got = [(await inbox.receive()).data for _ in payloads]
         reads.on = False
     assert got == payloads
-    assert reads.count <= 75, reads.count
+    # At most two reads per RPC (0.8.1's three fail it): one when the reader finds the whole
+    # RPC buffered, two when it wakes between the writes of its length and its body, as a
+    # loaded machine makes it do for every one (100 seen in a two-worker run).
+    assert reads.count <= 2 * len(payloads), reads.count
 
 
 @pytest.mark.trio
