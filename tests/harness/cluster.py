@@ -133,6 +133,18 @@ def wait_for(condition: Callable[[], bool], timeout: float,
     raise AssertionError(f"{said} within {timeout} s")
 
 
+def holds_for(condition: Callable[[], bool], seconds: float, message: str) -> None:
+    """Fail as soon as ``condition()`` stops holding within ``seconds`` (a window in which
+    something must not happen, with no event that would say it did)."""
+    deadline = time.monotonic() + seconds
+    for pause in _pauses():
+        assert condition(), message
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(pause, left))
+
+
 async def until(condition: Callable[[], object], timeout: float, message: str,
                 pause_max: float = POLL_MAX_S) -> None:
     """``wait_for`` inside trio: poll ``condition()`` (a value, or an awaitable of one) between

@@ -71,7 +71,7 @@ def test_rebuild_progress_follows_the_phases_and_an_unchanged_log_answers_at_onc
                 progress = node.get("/v1/snapshots/status").get("progress")
                 if progress and (not seen or progress != seen[-1]):
                     seen.append(progress)
-                time.sleep(0.1)
+                done.wait(0.1)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()

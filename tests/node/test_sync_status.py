@@ -51,7 +51,7 @@ class Watcher:
                     self.gauges.append(gauge(client.get("/metrics").text))
                 except Exception as exc:  # any: the story says why a state was missed
                     self.errors.append(repr(exc))
-                time.sleep(0.05)
+                self._stop.wait(0.05)
 
     def stop(self) -> list[dict[str, Any]]:
         self._stop.set()
