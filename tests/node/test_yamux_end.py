@@ -60,7 +60,7 @@ async def test_frames_written_before_the_peer_left_are_read_after_it_left() -> N
                     await stream.receive()
                 except StreamClosedError as exc:
                     outcome.append(str(exc))
-            except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            except Exception as exc:  # recorded for the assertion
                 outcome.append(repr(exc))
             finally:
                 done.set()
