@@ -200,6 +200,7 @@ ENTRIES: tuple[Entry, ...] = (
            "libp2p.stream_muxer.yamux.yamux:Yamux.close",
            "libp2p.stream_muxer.yamux.yamux:Yamux.stream_buffers",
            "libp2p.stream_muxer.yamux.yamux:Yamux.streams",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.event_shutting_down",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream.read",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream.recv_closed",
            "libp2p.stream_muxer.yamux.yamux:YamuxStream.reset_received",

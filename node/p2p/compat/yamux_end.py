@@ -113,24 +113,28 @@ def _from_kept(stream: Any, n: int | None) -> bytes:
 
 async def _read(self: Any, n: int | None = -1) -> bytes:
     """``YamuxStream.read``; after the connection's end, the kept bytes then EOF. A read
-    already waiting when the connection ends is woken by the end and answered the same way."""
-    if self in _kept:
+    already waiting when the connection ends is woken by the end and answered the same way.
+    Nothing is kept before ``event_shutting_down`` is set: a live connection's reads look up
+    no map."""
+    ended = self.conn.event_shutting_down
+    if ended.is_set() and self in _kept:
         return _from_kept(self, n)
     assert _original_read is not None
     try:
         data: bytes = await _original_read(self, n)
     except (MuxedStreamEOF, MuxedStreamReset):
-        if self in _kept:
+        if ended.is_set() and self in _kept:
             return _from_kept(self, n)
         raise
-    if not data and n != 0 and self in _kept:
+    if not data and n != 0 and ended.is_set() and self in _kept:
         return _from_kept(self, n)
     return data
 
 
 async def _reset(self: Any) -> None:
     """``NetStream.reset``: the application resetting a stream gives up its kept bytes."""
-    _kept.pop(self.muxed_stream, None)
+    if isinstance(self.muxed_stream, _Stream):
+        _kept.pop(self.muxed_stream, None)
     assert _original_reset is not None
     await _original_reset(self)
 
@@ -139,7 +143,7 @@ async def _swarm_cleanup(self: Any) -> None:
     """``SwarmConn._cleanup`` (it resets every stream of the ended connection), taking off
     the connection first, without a reset, each stream that keeps bytes to read."""
     for net_stream in self.get_streams():
-        if net_stream.muxed_stream in _kept:
+        if isinstance(net_stream.muxed_stream, _Stream) and net_stream.muxed_stream in _kept:
             await net_stream.remove()
     assert _original_swarm_cleanup is not None
     await _original_swarm_cleanup(self)
