@@ -8,9 +8,11 @@ the end, as in 0.8.1 and go-yamux; the kept bytes go with the stream."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
@@ -44,6 +46,66 @@ async def _write_and_leave(writer: P2PHost, reader: P2PHost, frames: list[bytes]
 async def test_frames_written_before_the_peer_left_are_read_after_it_left() -> None:
     """The writer writes, closes its stream, closes the connection; the reader starts reading
     only once the connection is gone: every frame, then EOF (0.8.1: a reset, no frame)."""
+    await _read_the_last_frames(after_the_end=True)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_a_reader_waiting_when_the_peer_leaves_gets_the_last_frames() -> None:
+    """The reader waits on the stream when the writer's last frames, its FIN and the end of
+    the connection arrive together: the writer runs in its own thread (its own trio loop)
+    while the reader's loop is held, so one socket read brings all of it and Yamux handles
+    the connection's end before the waiting read runs again (with the buffered Noise reader,
+    N1: without it each socket read is a checkpoint). It still gets the frames, then EOF
+    (without Y3: the read woke to a cleared connection, a reset: the hostile Recon peer's
+    lost last frame)."""
+    frames = [b"last" * 500, b"words" * 300]
+    outcome: list[object] = []
+    reading, done = trio.Event(), trio.Event()
+    opened, go, finished = threading.Event(), threading.Event(), threading.Event()
+    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
+            as reader:
+        async def read_at_once(stream: FramedStream) -> None:
+            try:
+                reading.set()
+                outcome.extend([frame async for frame in stream])
+                outcome.append("eof")
+            except Exception as exc:  # recorded for the assertion
+                outcome.append(repr(exc))
+            finally:
+                done.set()
+
+        reader.set_stream_handler(LAST, read_at_once)
+
+        async def write_and_leave() -> None:
+            async with open_host(Ed25519PrivateKey.generate(), P2PConfig(),
+                                 clock=SystemClock()) as writer:
+                await writer.connect(reader.listen_addrs[0])
+                stream = await writer.open_stream(reader.peer_id, LAST)
+                opened.set()
+                await trio.to_thread.run_sync(go.wait)
+                for frame in frames:
+                    await stream.send(frame)
+                await stream.close()
+                await writer.disconnect(reader.peer_id)
+            finished.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, trio.run, write_and_leave)
+            await trio.to_thread.run_sync(opened.wait)
+            with trio.fail_after(20):
+                await reading.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            go.set()
+            # Hold this loop (no checkpoint) until the writer is gone: its frames, its FIN
+            # and its GO_AWAY all wait in our socket for one read.
+            assert finished.wait(20)
+            with trio.fail_after(20):
+                await done.wait()
+    assert outcome == [*frames, "eof"], outcome[-1:]
+
+
+async def _read_the_last_frames(*, after_the_end: bool) -> None:
     frames = [bytes([i]) * (1_000 + 333 * i) for i in range(5)]
     outcome: list[object] = []
     done = trio.Event()
@@ -53,7 +115,8 @@ async def test_frames_written_before_the_peer_left_are_read_after_it_left() -> N
             as writer:
         async def read_after_the_end(stream: FramedStream) -> None:
             try:
-                await _ended(reader, writer.peer_id)
+                if after_the_end:
+                    await _ended(reader, writer.peer_id)
                 for _ in frames:
                     outcome.append(await stream.receive())
                 try:
