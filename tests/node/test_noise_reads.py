@@ -1,30 +1,23 @@
 """Noise messages cut from buffered socket reads (compat entry N1): py-libp2p 0.8.1 reads each
 Noise message with two exact socket reads (its 2-byte length, then its body); the buffered
-reader reads up to 64 KiB at a time and cuts messages from it. Here on real sockets: between
-two hosts (fewer socket reads than messages), and on a socket pair with the bytes split where
-a reader could trip (inside a length, inside a body, many messages per read, the largest and
-an empty message), and the connection's end told apart between messages and inside one."""
+reader reads up to 64 KiB at a time and cuts messages from it. Here on a real socket pair, the
+bytes split where a reader could trip (inside a length, inside a body, many messages per read,
+the largest and an empty message), and the connection's end told apart between messages and
+inside one. Between two hosts (fewer socket reads than messages):
+``test_libp2p_compat.py::test_n1_noise_messages_are_cut_from_buffered_socket_reads``."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.io.exceptions import IncompleteReadError
 from libp2p.io.trio import TrioTCPStream
 
-from node.clock import SystemClock
-from node.p2p import FramedStream
 from node.p2p.compat.noise import READ_CHUNK, RxBuffer, next_message
-from node.p2p.run import open_host
-
-ECHO = "/test/noise-echo/1.0.0"
 
 
 def _packet(body: bytes) -> bytes:
@@ -103,56 +96,3 @@ async def test_the_end_of_the_connection_is_told_apart(tail: bytes, clean: bool,
             await next_message(rx, reader.read)
     assert caught.value.is_clean_close is clean
     assert caught.value.received_bytes == received
-
-
-class _Calls:
-    """Counts the calls of one libp2p method (wrapped, still run) while ``on``."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
-        self.count = 0
-        self.on = False
-        original = getattr(owner, name)
-
-        async def counted(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            self.count += self.on
-            return await original(obj, *args, **kwargs)
-
-        def counted_sync(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            self.count += self.on
-            return original(obj, *args, **kwargs)
-
-        monkeypatch.setattr(owner, name,
-                            counted if inspect.iscoroutinefunction(original) else counted_sync)
-
-
-async def _echo(stream: FramedStream) -> None:
-    async for frame in stream:
-        await stream.send(frame)
-
-
-@pytest.mark.trio
-@pytest.mark.timeout(60)
-async def test_n1_noise_messages_are_cut_from_buffered_socket_reads(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Noise message costs at most one socket read (0.8.1: two exact reads each, its length
-    then its body), and a burst of messages fewer; every frame still arrives whole."""
-    from libp2p.security.noise.io import NoiseTransportReadWriter
-
-    reads = _Calls(monkeypatch, TrioTCPStream, "read")
-    messages = _Calls(monkeypatch, NoiseTransportReadWriter, "decrypt")
-    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
-            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
-        b.set_stream_handler(ECHO, _echo)
-        await a.connect(b.listen_addrs[0])
-        async with await a.open_stream(b.peer_id, ECHO) as stream:
-            await stream.send(b"warm")
-            assert await stream.receive() == b"warm"
-            reads.on = messages.on = True
-            payloads = [bytes([i]) * (100 + 37 * i) for i in range(100)]
-            for payload in payloads:
-                await stream.send(payload)
-            for payload in payloads:
-                assert await stream.receive() == payload
-            reads.on = messages.on = False
-    assert messages.count >= 100
-    assert reads.count <= messages.count + 2, (reads.count, messages.count)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 import trio
@@ -22,6 +23,10 @@ from node.p2p.run import open_host
 from tests.harness.cluster import until
 
 LAST = "/test/last-frame/1.0.0"
+
+
+def _host() -> AbstractAsyncContextManager[P2PHost]:
+    return open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock())
 
 
 async def _ended(reader: P2PHost, writer_id: str) -> None:
@@ -63,8 +68,7 @@ async def test_a_reader_waiting_when_the_peer_leaves_gets_the_last_frames() -> N
     outcome: list[object] = []
     reading, done = trio.Event(), trio.Event()
     opened, go, finished = threading.Event(), threading.Event(), threading.Event()
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as reader:
+    async with _host() as reader:
         async def read_at_once(stream: FramedStream) -> None:
             try:
                 reading.set()
@@ -78,8 +82,7 @@ async def test_a_reader_waiting_when_the_peer_leaves_gets_the_last_frames() -> N
         reader.set_stream_handler(LAST, read_at_once)
 
         async def write_and_leave() -> None:
-            async with open_host(Ed25519PrivateKey.generate(), P2PConfig(),
-                                 clock=SystemClock()) as writer:
+            async with _host() as writer:
                 await writer.connect(reader.listen_addrs[0])
                 stream = await writer.open_stream(reader.peer_id, LAST)
                 opened.set()
@@ -109,10 +112,7 @@ async def _read_the_last_frames(*, after_the_end: bool) -> None:
     frames = [bytes([i]) * (1_000 + 333 * i) for i in range(5)]
     outcome: list[object] = []
     done = trio.Event()
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as reader, \
-            open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as writer:
+    async with _host() as reader, _host() as writer:
         async def read_after_the_end(stream: FramedStream) -> None:
             try:
                 if after_the_end:
@@ -143,10 +143,7 @@ async def test_a_stream_its_peer_never_closed_is_reset_when_the_connection_ends(
     so a reader never takes a cut stream for a complete one."""
     outcome: list[str] = []
     done = trio.Event()
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as reader, \
-            open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as writer:
+    async with _host() as reader, _host() as writer:
         async def read_after_the_end(stream: FramedStream) -> None:
             try:
                 await _ended(reader, writer.peer_id)
@@ -174,12 +171,7 @@ async def test_kept_bytes_go_when_read_or_when_the_stream_is_dropped() -> None:
     gc.collect()
     before = kept_streams()
     handled = [trio.Event(), trio.Event()]
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as reader, \
-            open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as writer, \
-            open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) \
-            as other:
+    async with _host() as reader, _host() as writer, _host() as other:
         async def never_read(stream: FramedStream) -> None:
             await _ended(reader, writer.peer_id)
             assert kept_streams() == before + 1

@@ -49,7 +49,7 @@ Y3   replaced   ``Yamux._cleanup_on_error``, ``close``, ``YamuxStream.read``,  t
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
-N1   replaced   ``NoiseTransportReadWriter.read_msg`` (buffered)            test_noise_reads
+N1   replaced   ``NoiseTransportReadWriter.read_msg`` (buffered)            test_libp2p_compat
 K1   replaced   the locks of ``TrioTCPStream``, ``Yamux``, ``YamuxStream``      test_libp2p_compat
                 (``__init__`` wrapped: no yield when free)
 C1   overridden ``CircuitV2Protocol._read_stream_with_retry`` (pacing)       test_relay_layer

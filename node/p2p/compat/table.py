@@ -217,8 +217,7 @@ ENTRIES: tuple[Entry, ...] = (
            "libp2p.security.noise.io:SIZE_NOISE_MESSAGE_LEN"),
           "each Noise message is read with two exact socket reads (length, then body): two "
           "recv calls, locks and scheduler passes per message; cut from 64 KiB reads instead",
-          "tests/node/test_noise_reads.py::"
-          "test_n1_noise_messages_are_cut_from_buffered_socket_reads"),
+          _T + "test_n1_noise_messages_are_cut_from_buffered_socket_reads"),
     Entry("L1", "logs", "replaced", ("libp2p.network.connection.swarm_connection:logging",),
           "that module logs on the root logger: logging.basicConfig() runs on its first "
           "record, installing a stderr handler and voiding the daemon's logging setup",
