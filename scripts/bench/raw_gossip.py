@@ -2,8 +2,10 @@
 """One plain GossipSub peer for the cluster benchmark: no SDS, no storage, no HTTP.
 
 Started as a subprocess by ``cluster_bench.py``. It opens a host with ``node.p2p.open_host`` (the
-same hardened GossipSub settings as a node), subscribes to one topic and then obeys JSON
-commands, one per line on stdin, answering with one JSON line each on stdout:
+same hardened GossipSub settings and compat patches as a node), or with ``--stock`` a stock
+py-libp2p 0.8.1 host, ``Pubsub`` and ``GossipSub`` as shipped (``stock_gossip.py``: the process
+never imports ``node.p2p``), subscribes to one topic and then obeys JSON commands, one per line
+on stdin, answering with one JSON line each on stdout:
 
 * ``{"cmd": "connect", "addrs": [...]}`` -> ``{"connected": n}``
 * ``{"cmd": "peers"}`` -> ``{"peers": n, "gossip_peers": n, "mesh": n}``
@@ -25,14 +27,12 @@ import math
 import struct
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import trio
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from node.clock import SystemClock
-from node.p2p import GossipMessage, P2PConfig, P2PHost
-from node.p2p.run import open_host
 
 TOPIC = "/syncnode-bench/raw"
 _HEADER = struct.Struct(">II")
@@ -43,18 +43,28 @@ def schedule(rate: float, duration: float) -> int:
     return max(1, math.floor(rate * duration))
 
 
+@dataclass
+class Peer:
+    """What the worker needs of a GossipSub peer, ours or stock."""
+
+    addr: str
+    publish: Callable[[bytes], Awaitable[None]]
+    messages: AsyncIterator[bytes]
+    connect: Callable[[str], Awaitable[object]]
+    peers: Callable[[], dict[str, int]]
+
+
 class Worker:
-    def __init__(self, host: P2PHost, messages: trio.MemoryReceiveChannel[GossipMessage]) -> None:
-        self.host = host
-        self.messages = messages
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
         # step -> j -> receive time; filled by the receive loop for every step.
         self.recv: dict[int, dict[int, float]] = {}
         self._changed = trio.Event()
 
     async def receive_loop(self) -> None:
-        async for message in self.messages:
+        async for data in self.peer.messages:
             now = time.time()
-            step, j = _HEADER.unpack_from(message.data)
+            step, j = _HEADER.unpack_from(data)
             self.recv.setdefault(step, {}).setdefault(j, now)
             self._changed.set()
 
@@ -71,7 +81,7 @@ class Worker:
 
         async def publisher() -> None:
             async for data in receive:
-                await self.host.publish(TOPIC, data)
+                await self.peer.publish(data)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(publisher)
@@ -82,10 +92,11 @@ class Worker:
                         await trio.sleep(delay)
                     sent[j] = time.time()
                     send.send_nowait(_HEADER.pack(step, j) + padding)
-        others = total - len(mine)
+        # Stock GossipSub also hands a publisher its own messages: wait for the others' only.
+        others = set(range(total)) - set(mine)
         deadline = start_at + (total - 1) / rate + cmd["window_s"]
         got = self.recv.setdefault(step, {})
-        while len(got) < others and time.time() < deadline:
+        while not others <= got.keys() and time.time() < deadline:
             self._changed = trio.Event()
             with trio.move_on_after(max(0.0, min(0.5, deadline - time.time()))):
                 await self._changed.wait()
@@ -93,15 +104,61 @@ class Worker:
         return {"sent": sent, "recv": recv}
 
 
-async def main() -> None:
-    key = Ed25519PrivateKey.generate()
+@asynccontextmanager
+async def our_peer() -> AsyncIterator[Peer]:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from node.clock import SystemClock
+    from node.p2p import P2PConfig
+    from node.p2p.run import open_host
+
     config = P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))
-    async with open_host(key, config, clock=SystemClock()) as host:
-        messages = await host.subscribe(TOPIC)
-        worker = Worker(host, messages)
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
+        inbox = await host.subscribe(TOPIC)
+
+        async def messages() -> AsyncIterator[bytes]:
+            async for message in inbox:
+                yield message.data
+
+        async def publish(data: bytes) -> None:
+            await host.publish(TOPIC, data)
+
+        def peers() -> dict[str, int]:
+            return {"peers": len(host.connected_peers()),
+                    "gossip_peers": len(host.gossip_peers(TOPIC)),
+                    "mesh": len(host.mesh_peers(TOPIC))}
+
+        yield Peer(f"{host.listen_addrs[0]}", publish, messages(), host.connect, peers)
+
+
+@asynccontextmanager
+async def stock_peer() -> AsyncIterator[Peer]:
+    from stock_gossip import open_stock_gossip
+
+    async with open_stock_gossip("/ip4/127.0.0.1/tcp/0") as gossip:
+        inbox = await gossip.pubsub.subscribe(TOPIC)
+
+        async def messages() -> AsyncIterator[bytes]:
+            while True:
+                yield (await inbox.get()).data
+
+        async def publish(data: bytes) -> None:
+            await gossip.pubsub.publish(TOPIC, data)
+
+        def peers() -> dict[str, int]:
+            return {"peers": len(gossip.host.get_network().connections),
+                    "gossip_peers": len(gossip.pubsub.peer_topics.get(TOPIC, set())),
+                    "mesh": gossip.mesh_size(TOPIC)}
+
+        yield Peer(gossip.addr, publish, messages(), gossip.connect, peers)
+
+
+async def main(stock: bool) -> None:
+    async with (stock_peer() if stock else our_peer()) as peer:
+        worker = Worker(peer)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker.receive_loop)
-            _answer({"addr": host.listen_addrs[0], "peer_id": host.peer_id})
+            _answer({"addr": peer.addr})
             while True:
                 line = await trio.to_thread.run_sync(sys.stdin.readline)
                 if not line:
@@ -109,12 +166,10 @@ async def main() -> None:
                 cmd = json.loads(line)
                 if cmd["cmd"] == "connect":
                     for addr in cmd["addrs"]:
-                        await host.connect(addr)
-                    _answer({"connected": len(host.connected_peers())})
+                        await peer.connect(addr)
+                    _answer({"connected": peer.peers()["peers"]})
                 elif cmd["cmd"] == "peers":
-                    _answer({"peers": len(host.connected_peers()),
-                             "gossip_peers": len(host.gossip_peers(TOPIC)),
-                             "mesh": len(host.mesh_peers(TOPIC))})
+                    _answer(peer.peers())
                 elif cmd["cmd"] == "step":
                     _answer(await worker.step(cmd))
                 else:
@@ -128,4 +183,4 @@ def _answer(obj: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    trio.run(main, "--stock" in sys.argv[1:])

