@@ -26,8 +26,17 @@ from node.p2p.identity import load_or_create_identity
 from node.p2p.run import open_host
 from node.replication.recon import ReconService
 from node.runtime import NodeInfo, NodeRuntime, Service
-from node.services import api_routes, build_services, fetched_writer, ingest_pool, node_views
+from node.services import (
+    api_routes,
+    build_parts,
+    build_services,
+    fetched_writer,
+    ingest_pool,
+    node_views,
+)
+from node.snapshots.scheduler import scheduler_from_config
 from node.store.events import EventStore
+from node.store.signal import CommitSignal
 from node.supervisor import supervise
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
@@ -159,6 +168,9 @@ async def _serve_locked(
         await trio.to_thread.run_sync(upgrade, engine)
         metrics = Metrics()
         ingest = ingest_pool(config, metrics, clock)
+        # The store's commit observers, built first: it is complete once built.
+        commits = CommitSignal()
+        snapshots = scheduler_from_config(config, clock)
         store = EventStore(
             engine,
             max_batch=config.storage.batch_max_events,
@@ -166,21 +178,27 @@ async def _serve_locked(
             relayed_delay_ms=config.storage.relayed_batch_delay_ms,
             remote_writer=fetched_writer(config, ingest),
             reports=True,  # read by the replication driver (``ReconService.run``)
+            observers=[commits.committed, *([snapshots.committed] if snapshots else [])],
         )
-        runtime = NodeRuntime(config=config, key=key, store=store, metrics=metrics, clock=clock,
-                              ingest=ingest)
         api_host, api_port = parse_host_port(config.api.listen)
         async with open_host(key, p2p_config(config), clock=clock) as host, \
                 trio.open_nursery() as nursery:
-            runtime.host = host
             if len(host.listen_addrs) < len(config.p2p.listen):
                 # libp2p logs a failed bind and carries on: a node must not run half-deaf.
                 raise StartupError(f"cannot listen on every p2p.listen address "
                                    f"{list(config.p2p.listen)}; listening on {host.listen_addrs}")
-            register_base_metrics(runtime)
             await nursery.start(store.run_writer)
-            running, app_routes = await build_services(runtime)
-            recon = runtime.recon
+            parts = await build_parts(config, key, store, metrics, clock, host, ingest)
+            recon = parts.recon
+            # Built whole: every part it holds is a constructor argument.
+            runtime = NodeRuntime(
+                config=config, key=key, store=store, clock=clock, commits=commits,
+                metrics=metrics, ingest=ingest, host=host, channels=parts.channels,
+                peers=parts.peers, recon=parts.recon, standing=parts.standing,
+                membership=parts.membership, snapshots=snapshots,
+                reachability=parts.reachability)
+            register_base_metrics(runtime)
+            running, app_routes = build_services(runtime, parts)
             services = trio.CancelScope()
             nursery.start_soon(_run_services, services, runtime, *running)
             sessions = UiSessions(config.ui, runtime.metrics, runtime.clock)

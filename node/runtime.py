@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -15,8 +14,9 @@ from node.clock import Clock
 from node.config.settings import Config
 from node.datadir.disk_usage import DiskUsage
 from node.store.events import EventStore
+from node.store.signal import CommitSignal
 from node.telemetry.metrics import Metrics
-from storage import AppendResult, EventRecord, count_events, redacted_url
+from storage import count_events, redacted_url
 from sync.identity import peer_id_of
 
 if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle at run time
@@ -71,46 +71,44 @@ class NodeRuntime:
     key: Ed25519PrivateKey
     store: EventStore
     # The node's one clock (node.clock), built by the daemon's entry: the daemon hands it to the
-    # p2p host and build_services to every driver, so their instants compare (and a test runs
+    # p2p host and build_parts to every driver, so their instants compare (and a test runs
     # them all on trio's MockClock).
     clock: Clock
+    # The store's commit observer the API's long polls and the applications pull from (the
+    # daemon builds it before the store and hands it to both).
+    commits: CommitSignal
     metrics: Metrics = field(default_factory=Metrics)
     # The ingest worker processes (recon.ingest_workers), built with the store (they may be
     # its writer of fetched events); None: fetched events are verified in threads.
     ingest: IngestPool | None = None
-    # Filled in by the daemon as the node comes up (None before, and in tools without a host).
+    # The host and the services the daemon built before this runtime (``node.services``
+    # ``build_parts``); None in tools and tests without a host.
     host: P2PHost | None = None
     channels: ChannelService | None = None
     peers: PeerManager | None = None
     recon: ReconService | None = None
     standing: PeerStanding | None = None  # scores and bans of misbehaving peers
     membership: Membership | None = None  # address book, peer exchange, connection manager
-    snapshots: SnapshotScheduler | None = None  # when [spark] is enabled
+    # When [spark] is enabled: built with the store (one of its commit observers).
+    snapshots: SnapshotScheduler | None = None
     reachability: ReachabilityService | None = None  # when [reachability] is enabled
-    api_url: str = ""
+    api_url: str = ""  # set once the API listens (it serves this runtime)
     started_at: float = field(init=False)  # clock.now() when built
     version: str = field(default_factory=package_version)
 
-    _commit: trio.Event = field(default_factory=trio.Event)
     _disk: DiskUsage | None = None
 
     def __post_init__(self) -> None:
         self.started_at = self.clock.now()
-        self.store.on_commit(self._on_commit)
         spark = self.config.spark
         self._disk = DiskUsage(
             self.store.engine,
             Path(spark.snapshot_dir or self.config.data_path / "snapshots").expanduser()
             if spark.enabled else None)
 
-    def _on_commit(self, result: AppendResult, _records: Sequence[EventRecord]) -> None:
-        if result.inserted:
-            self._commit.set()
-            self._commit = trio.Event()
-
     def commit_signal(self) -> trio.Event:
         """An event set at the next commit that stores something new."""
-        return self._commit
+        return self.commits.next_commit()
 
     def uptime_s(self) -> float:
         return self.clock.now() - self.started_at

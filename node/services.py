@@ -1,16 +1,20 @@
 """The composition root: builds a node's long-running services and the routes of its API.
 
-Each returned service has an ``async run()``; the daemon runs them all in one nursery and
-cancels them together at shutdown. This is the one module that knows both the runtime and every
-part of the node: route tables and applications read the node through their own narrow
-interfaces (``NodeViews``), so none of them imports the runtime or this module back.
+``build_parts`` makes the replication services (``NodeParts``), the daemon hands them to the
+runtime's constructor, and ``build_services`` adds the applications built on that runtime: no
+part is set on a built object. Each service has an ``async run()``; the daemon runs them all in
+one nursery and cancels them together at shutdown. This is the one module that knows both the
+runtime and every part of the node: route tables and applications read the node through their
+own narrow interfaces (``NodeViews``), so none of them imports the runtime or this module back.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy.engine import make_url
 
 from node.api.app import ApiNode
@@ -26,6 +30,7 @@ from node.config.channels import channel_names, channel_profiles, channel_writer
 from node.config.combined import recon_config, sds_config
 from node.config.settings import Config
 from node.httpkit import ApiRoute
+from node.p2p import P2PHost
 from node.p2p.standing import PeerStanding, score_config
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
@@ -40,16 +45,18 @@ from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
 from node.snapshots.routes import SNAPSHOT_ROUTES, SnapshotsNode
-from node.snapshots.scheduler import scheduler_from_config
 from node.store.commits import RemoteWriter
+from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
 from node.ui import UiSessions
 from storage import weaker_level
 from sync.gossip import GossipLimits
+from sync.identity import peer_id_of
 from sync.ingest import IngestSpec
 
 __all__ = [
-    "NodeViews", "api_routes", "build_services", "channel_names", "channel_profiles",
+    "NodeParts", "NodeViews", "api_routes", "build_parts", "build_services", "channel_names",
+    "channel_profiles",
     "channel_writers", "fetched_writer", "ingest_pool", "node_views", "sds_config",
 ]
 
@@ -106,21 +113,37 @@ def fetched_writer(config: Config, pool: IngestPool | None) -> RemoteWriter | No
         config.storage.sqlite_synchronous, config.storage.relayed_synchronous))
 
 
-async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiRoute]]:
-    """Create (and load from the database) every service; returns them and the apps' routes."""
-    config, store, metrics, clock = runtime.config, runtime.store, runtime.metrics, runtime.clock
-    host = runtime.require_host()  # opened on the same clock
+@dataclass(frozen=True)
+class NodeParts:
+    """The node's replication services, built before the runtime that holds them
+    (``NodeRuntime``'s constructor takes each), so nothing is set on a built object."""
+
+    standing: PeerStanding
+    channels: ChannelService
+    fetcher: Fetcher
+    recon: ReconService
+    membership: Membership
+    peers: PeerManager
+    reachability: ReachabilityService | None
+    dht: DhtDiscovery | None
+
+
+async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
+                      metrics: Metrics, clock: Clock, host: P2PHost,
+                      ingest: IngestPool | None) -> NodeParts:
+    """Create (and load from the database) the replication services, on the node's clock."""
+    peer_id = peer_id_of(key)
     allowed = frozenset(config.p2p.allowed_peers) or None
-    standing = runtime.standing = PeerStanding(host, metrics, score_config(config.peers), clock)
+    standing = PeerStanding(host, metrics, score_config(config.peers), clock)
     rng = random.Random()
     names = channel_names(config)
     driver = ReplicationDriver(
-        lifecycle=recon_lifecycle(runtime.peer_id, recon_interests(
-            config.node.network_id, names, runtime.peer_id, allowed), config.recon, rng),
+        lifecycle=recon_lifecycle(peer_id, recon_interests(
+            config.node.network_id, names, peer_id, allowed), config.recon, rng),
         gaps=gap_planner(config.fetch, rng), host=host, store=store, metrics=metrics,
         standing=standing, clock=clock)
     channels = ChannelService(
-        host=host, store=store, metrics=metrics, key=runtime.key, peer_id=runtime.peer_id,
+        host=host, store=store, metrics=metrics, key=key, peer_id=peer_id,
         network_id=config.node.network_id, channels=names,
         sds_config=sds_config(config), allowed_senders=allowed,
         gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
@@ -134,7 +157,6 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
     fetcher = Fetcher(host, store, metrics, channels.fetched.ingest, channels.is_missing, driver,
                       config.fetch, standing=standing, work=work)
-    ingest = runtime.ingest
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
@@ -148,30 +170,29 @@ async def build_services(runtime: NodeRuntime) -> tuple[list[Service], list[ApiR
                         on_forgotten=membership.forget)
     await peers.load(config.p2p.bootstrap)
     await membership.load([k.addr for k in peers.known.values()])
-    runtime.channels, runtime.peers, runtime.recon = channels, peers, recon
-    runtime.membership = membership
+    reachability = None if host.relay is None else ReachabilityService(
+        host, host.relay, metrics, clock,
+        announce=membership.px.ask if config.membership.px else None,
+        direct_addrs=membership.direct_addrs, penalise=standing.penalise)
+    dht = DhtDiscovery(host, peers, metrics, config.node.network_id, channels.names,
+                       config.p2p.dht_interval_s) if config.p2p.dht else None
+    return NodeParts(standing, channels, fetcher, recon, membership, peers, reachability, dht)
+
+
+def build_services(runtime: NodeRuntime, parts: NodeParts) -> tuple[list[Service], list[ApiRoute]]:
+    """Every service the daemon runs, the applications' included (built on the runtime), and
+    the applications' routes."""
     apps = node_views(runtime).apps
     bundles = [plugin.build(apps) for plugin in PLUGINS]
-    services: list[Service] = [channels, fetcher, peers, recon, membership,
-                               *([ingest] if ingest else [])]
+    services: list[Service] = [parts.channels, parts.fetcher, parts.peers, parts.recon,
+                               parts.membership, *([runtime.ingest] if runtime.ingest else [])]
     # An application with no channels (disabled in config) costs nothing.
     services += [
-        AppRunner(b.app, store, metrics, runtime.commit_signal, clock)
+        AppRunner(b.app, runtime.store, runtime.metrics, runtime.commits, runtime.clock)
         for b in bundles if b.app.channels
     ]
     services += [s for b in bundles for s in getattr(b, "services", ())]
-    snapshots = scheduler_from_config(config, clock)
-    if snapshots is not None:
-        runtime.snapshots = snapshots
-        store.on_commit(snapshots.on_commit)
-        services.append(snapshots)
-    if host.relay is not None:
-        runtime.reachability = ReachabilityService(
-            host, host.relay, metrics, clock,
-            announce=membership.px.ask if config.membership.px else None,
-            direct_addrs=membership.direct_addrs, penalise=standing.penalise)
-        services.append(runtime.reachability)
-    if config.p2p.dht:
-        services.append(DhtDiscovery(host, peers, metrics, config.node.network_id,
-                                     channels.names, config.p2p.dht_interval_s))
+    if runtime.snapshots is not None:  # built with the store, which counts commits into it
+        services.append(runtime.snapshots)
+    services += [s for s in (parts.reachability, parts.dht) if s is not None]
     return services, [r for b in bundles for r in b.routes]

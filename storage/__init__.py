@@ -54,7 +54,7 @@ from storage.events import (
     wire_sizes_by_keys,
     wire_sizes_by_message_ids,
 )
-from storage.keystore import SqlKeySource, SqlKeyStore, open_summary_store, scan_buckets
+from storage.keystore import SqlKeyReader, SqlKeyStore, open_summary_store, scan_buckets
 from storage.migrate import current_revision, head_revision, upgrade
 from storage.recon_summary import OpenedKeyStore, log_matches, open_key_store, save_summary
 from storage.schema import (
@@ -86,7 +86,7 @@ __all__ = [
     "BlockRow",
     "EventRecord",
     "OpenedKeyStore",
-    "SqlKeySource",
+    "SqlKeyReader",
     "SqlKeyStore",
     "StoredEvent",
     "append_events",

@@ -3,9 +3,10 @@
 ``SqlKeyStore`` answers every query in SQL: range hashes are ``SUM`` over the stored Sha256a lanes
 (see ``storage.events.range_hash``), O(range) per query, fine for tools and tests.
 
-The node uses ``sync.recon.SummaryKeyStore`` over :class:`SqlKeySource` instead: the keys stay in
-the table, memory holds a bounded bucket summary (``open_summary_store``), and a range hash reads
-at most the two buckets its bounds fall in (docs/architecture.md, "Recon key store").
+The node uses ``sync.recon.SummaryKeyStore`` instead: the keys stay in the table, memory holds a
+bounded bucket summary (``open_summary_store``), a range hash reads at most the two buckets its
+bounds fall in (docs/architecture.md, "Recon key store"), and the store asks for those reads:
+its driver makes them with :class:`SqlKeyReader`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sync.recon.buckets import BucketSummary
 from sync.recon.sha256a import Sha256a, wide_of
 from sync.recon.summary import SummaryKeyStore
 
-__all__ = ["SqlKeySource", "SqlKeyStore", "open_summary_store", "scan_buckets"]
+__all__ = ["SqlKeyReader", "SqlKeyStore", "open_summary_store", "scan_buckets"]
 
 
 class SqlKeyStore:
@@ -63,20 +64,16 @@ class SqlKeyStore:
             return count_events(conn)
 
 
-class SqlKeySource:
-    """The events table as the ``sync.recon.summary.KeySource`` of a ``SummaryKeyStore``.
+class SqlKeyReader:
+    """The events table as the ``sync.recon.KeyReader`` with which a ``SummaryKeyStore``'s driver
+    answers its reads (``sync.recon.read_keys``).
 
-    Keys enter the table with their events (``append_events``), so :meth:`add` only confirms
-    what the caller reports: a key the store has just inserted (``AppendResult.inserted``).
     Reads run on the caller's thread, each in its own short connection: one indexed range scan
     of at most a bucket of keys, or one ``IN`` lookup per 500 keys.
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-
-    def add(self, key: bytes) -> bool:
-        return True
 
     def present(self, keys: Sequence[bytes]) -> set[bytes]:
         if not keys:
@@ -111,11 +108,11 @@ def scan_buckets(engine: Engine, load: int, page: int = 50_000) -> Iterator[tupl
     One ascending pass over the ``recon_key`` index in pages of ``page`` keys, so memory stays
     at one page whatever the log's length; the first bucket starts at ``b""``.
     """
-    source = SqlKeySource(engine)
+    reader = SqlKeyReader(engine)
     start, count, wide = b"", 0, 0
     cursor = b""
     while True:
-        keys = source.keys(cursor, None, page)
+        keys = reader.keys(cursor, None, page)
         for key in keys:
             if count == load:
                 yield start, count, wide
@@ -134,4 +131,4 @@ def open_summary_store(
     """A ``SummaryKeyStore`` over the events table, its summary rebuilt by one index scan."""
     summary = BucketSummary.restore(scan_buckets(engine, load), load=load,
                                     max_buckets=max_buckets)
-    return SummaryKeyStore(SqlKeySource(engine), summary, cache_keys=cache_keys)
+    return SummaryKeyStore(summary, cache_keys=cache_keys)

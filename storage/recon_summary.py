@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, delete, func, insert, select
 
 from storage.events import max_seq
-from storage.keystore import SqlKeySource, open_summary_store
+from storage.keystore import SqlKeyReader, open_summary_store
 from storage.schema import events, recon_summary
 from sync.errors import RemoteProtocolError
 from sync.recon.buckets import BucketSummary
+from sync.recon.reads import insert_keys
 from sync.recon.sha256a import wide_of
 from sync.recon.summary import SummaryKeyStore
 from sync.recon.summary_codec import decode_summary, max_summary_bytes
@@ -101,14 +102,16 @@ def _restore(engine: Engine, load: int, max_buckets: int, cache_keys: int,
         raise _Stale("tail")
     summary = BucketSummary.restore(saved.buckets, load=max(load, saved.load),
                                     max_buckets=max_buckets)
-    store = SummaryKeyStore(SqlKeySource(engine), summary, cache_keys=cache_keys)
-    watermark, replayed = _replay(engine, store, watermark)
-    if replayed != tail or not _samples_match(store, rng):
+    store = SummaryKeyStore(summary, cache_keys=cache_keys)
+    reader = SqlKeyReader(engine)
+    watermark, replayed = _replay(engine, store, reader, watermark)
+    if replayed != tail or not _samples_match(store, reader, rng):
         raise _Stale("sample" if replayed == tail else "tail")
     return OpenedKeyStore(store, watermark, len(store), "saved", replayed)
 
 
-def _replay(engine: Engine, store: SummaryKeyStore, watermark: int) -> tuple[int, int]:
+def _replay(engine: Engine, store: SummaryKeyStore, reader: SqlKeyReader,
+            watermark: int) -> tuple[int, int]:
     """Insert the keys above ``watermark``, in seq order; the new watermark and how many."""
     replayed = 0
     while True:
@@ -118,18 +121,18 @@ def _replay(engine: Engine, store: SummaryKeyStore, watermark: int) -> tuple[int
                                 .order_by(events.c.seq).limit(_TAIL_PAGE)).all()
         if not rows:
             return watermark, replayed
-        store.insert_many(bytes(k) for _, k in rows)
+        insert_keys(store, [bytes(k) for _, k in rows], reader)
         watermark = int(rows[-1][0])
         replayed += len(rows)
 
 
-def _samples_match(store: SummaryKeyStore, rng: random.Random) -> bool:
+def _samples_match(store: SummaryKeyStore, reader: SqlKeyReader, rng: random.Random) -> bool:
     """A few buckets (and the last, where new keys go) read back: count and hash sum agree."""
     summary = store.summary
     picks = {len(summary) - 1, *rng.sample(range(len(summary)), min(_SAMPLES, len(summary)))}
     for bucket in sorted(picks):
         count = summary.counts[bucket]
-        keys = store.source.keys(summary.starts[bucket], summary.end_of(bucket), count + 1)
+        keys = reader.keys(summary.starts[bucket], summary.end_of(bucket), count + 1)
         if len(keys) != count or sum(map(wide_of, keys)) != summary.wides[bucket]:
             return False
     return True

@@ -7,10 +7,8 @@ that every series on ``/metrics`` carries a help text that explains it. docs/nod
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
-
-from storage import AppendResult, EventRecord
 
 if TYPE_CHECKING:
     from node.p2p import P2PHost
@@ -37,7 +35,6 @@ class MetricsNode(Protocol):
     def require_host(self) -> P2PHost: ...
 
 OTHER_COUNTERS = {
-    "events_stored_total": "Events newly committed to the database (from any source)",
     "fetch_served_total": "Events sent to peers that asked for them by id",
     "fetch_received_total": "Missing events received from peers after asking by id",
     "fetch_failures_total": "Requests for missing events by id that failed or timed out",
@@ -83,6 +80,8 @@ def _p2p_reader(host: Any, name: str) -> Callable[[], float]:
 
 def register_store_metrics(metrics: Metrics, store: EventStore) -> None:
     """The event store's own counters (its writer task's commits, local and remote)."""
+    metrics.counter_fn("events_stored_total", lambda: float(store.committed_events),
+                       "Events newly committed to the database (from any source)")
     metrics.counter_fn("store_batches_total", lambda: float(store.batches),
                        "Write transactions committed by the event store (batches of events)")
     metrics.counter_fn("store_remote_appends_total", lambda: float(store.remote_appends),
@@ -102,10 +101,6 @@ def register_node_metrics(runtime: MetricsNode) -> None:
         if not name.startswith(("app_", "node_task_")):
             metrics.inc(name, 0)
 
-    def on_commit(result: AppendResult, _records: Sequence[EventRecord]) -> None:
-        metrics.inc("events_stored_total", len(result.inserted))
-
-    store.on_commit(on_commit)
     metrics.describe("build_info", "gauge",
                      "Always 1; the labels say which syncnode and Python this node runs")
     metrics.set("build_info", 1, version=runtime.version,

@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 from sqlalchemy import Connection
 
 from node.clock import Clock
 from node.store.events import EventStore
+from node.store.signal import CommitSignal
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
 from storage import (
-    AppendResult,
     StoredEvent,
     get_state,
     put_state,
     read_channels_after,
     write_transaction,
 )
-from sync.stored_event import EventRecord
 
 if TYPE_CHECKING:
     from node.config.settings import Config
@@ -99,26 +98,20 @@ class AppRunner:
     """Drives one application: after every commit, apply what is new."""
 
     def __init__(self, app: LogApplication, store: EventStore, metrics: Metrics,
-                 commit_signal: Any, clock: Clock) -> None:
+                 commits: CommitSignal, clock: Clock) -> None:
         self.app = app
         self.clock = clock
         self.store = store
         self.metrics = metrics
-        self.commit_signal = commit_signal  # () -> trio.Event set at the next commit
+        self.commits = commits  # the store's commit signal (one of its observers)
         self.cursor = 0
         self.applied = 0
-        # Whether a commit stored something on one of the application's channels since the
-        # last step. A step is a write transaction in a worker thread: taken after every
-        # commit of any channel (a hundred publishes a second on `general`), it contended
-        # with the publishes for SQLite's write lock and the GIL for nothing.
-        self._dirty = True
+        # The application's channels' stamp at the last step (``CommitSignal.stamp``; -1: step
+        # first). A step is a write transaction in a worker thread: taken after every commit
+        # of any channel (a hundred publishes a second on `general`), it contended with the
+        # publishes for SQLite's write lock and the GIL for nothing.
+        self._stamp = -1
         self._stepped_at = -float("inf")
-        store.on_commit(self._on_commit)
-
-    def _on_commit(self, result: AppendResult, records: Sequence[EventRecord]) -> None:
-        channels = self.app.channels
-        if result.inserted and any(r.channel in channels for r in records):
-            self._dirty = True
 
     async def run(self) -> None:
         raw = await self.store.read(get_state, _cursor_key(self.app.name))
@@ -129,10 +122,11 @@ class AppRunner:
             self.metrics.inc("app_errors_total", app=self.app.name)
             log.exception("application state not restored", extra=kv(app=self.app.name))
         while True:
-            signal = self.commit_signal()
-            # Once a second anyway: a write to the log that bypassed the store's listeners.
-            if self._dirty or self.clock.now() - self._stepped_at >= 1.0:
-                self._dirty = False
+            signal = self.commits.next_commit()
+            stamp = self.commits.stamp(self.app.channels)
+            # Once a second anyway: a write to the log that bypassed the store's writer.
+            if stamp != self._stamp or self.clock.now() - self._stepped_at >= 1.0:
+                self._stamp = stamp
                 self._stepped_at = self.clock.now()
                 while await self.step():
                     pass

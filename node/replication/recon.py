@@ -39,7 +39,7 @@ from node.replication.work import WorkGate
 from node.store.events import EventStore
 from node.store.reports import Committed
 from node.telemetry.metrics import Metrics
-from storage import SqlKeySource
+from storage import SqlKeyReader
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.peers import Range
 from sync.recon.session import ReconConfig
@@ -89,10 +89,10 @@ class ReconService:
         self.metrics = metrics
         self.section = section
         load, max_buckets, cache_keys = keystore_limits(section)
-        self.keys = SummaryKeyStore(SqlKeySource(store.engine), load=load,
-                                    max_buckets=max_buckets, cache_keys=cache_keys)
-        # Session work runs in one worker thread at a time, charged to the peer first.
-        self.keywork = KeyStoreWork(self.keys)
+        self.keys = SummaryKeyStore(load=load, max_buckets=max_buckets, cache_keys=cache_keys)
+        # Session work runs in one worker thread at a time, charged to the peer first; it
+        # answers the key store's reads from the events table.
+        self.keywork = KeyStoreWork(self.keys, SqlKeyReader(store.engine))
         self.saver = SummarySaver(store, metrics, section.summary_save_interval_s, self.clock)
         self.driver = driver
         self.core = driver.lifecycle

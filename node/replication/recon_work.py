@@ -10,10 +10,11 @@ lock it queues them instead of waiting, and whoever holds the lock next applies 
 The summary saver takes the lock without waiting (``try_locked``): it skips a round rather than
 stall the node.
 
-No step reads SQL: the key store asks (``SummaryKeyStore.asks``, sync/recon/reads.py). A step
-that lacks reads returns the action ``ReadKeys`` undone; the driver reads them here, between
-steps and with the lock still held (no insert comes between the answer and the step that uses
-it), and feeds them back to the exchange as its ``KeysRead`` input (:meth:`KeyStoreWork.step`).
+The key store reads no SQL (sync/recon/reads.py): a step that lacks reads returns the action
+``ReadKeys`` undone; the driver reads them here with its ``SqlKeyReader``, between steps and with
+the lock still held (no insert comes between the answer and the step that uses it), and feeds
+them back to the exchange as its ``KeysRead`` input (:meth:`KeyStoreWork.step`). The bucket
+splits after an insert ask the same way (``sync.recon.insert_keys``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import TypeVar
 
 import trio
 
-from sync.recon import ReadKeys, SummaryKeyStore, read_keys
+from sync.errors import LocalProtocolError
+from sync.recon import KeyReader, ReadKeys, SummaryKeyStore, insert_keys, read_keys
 from sync.transfer import ReconExchange
 from sync.transfer.exchange import Action
 
@@ -34,17 +36,15 @@ __all__ = ["KeyStoreWork"]
 T = TypeVar("T")
 
 # Each answer settles at least one more read; a step needs a handful at most (a split reads a
-# rank, then its successor). The bound only turns a bug into a direct step, not a hang.
+# rank, then its successor). The bound only turns a bug into an error, not a hang.
 MAX_ANSWERS = 64
-# The answers one step may hold when the cache is smaller (tests use tiny caches).
-MIN_ANSWER_KEYS = 65_536
 
 
 class KeyStoreWork:
-    def __init__(self, keys: SummaryKeyStore) -> None:
+    def __init__(self, keys: SummaryKeyStore, reader: KeyReader) -> None:
         self.keys = keys
+        self.reader = reader
         self.answered_reads = 0
-        self.direct_steps = 0
         self.lock = threading.Lock()
         self._queued: list[bytes] = []
         self._limiter = trio.CapacityLimiter(1)
@@ -69,41 +69,18 @@ class KeyStoreWork:
         a ``ReadKeys``, the reads are made here and fed back (``exchange.keys_read``)."""
         return await self.run(lambda: self._answering(exchange, fn()))
 
-    @property
-    def keys(self) -> SummaryKeyStore:
-        return self._keys
-
-    @keys.setter
-    def keys(self, keys: SummaryKeyStore) -> None:
-        keys.asks = True
-        self._keys = keys
-
     def _answering(self, exchange: ReconExchange, actions: list[Action]) -> list[Action]:
         """Carry out the ``ReadKeys`` of ``actions`` (a step's) until the step runs through.
-
-        The answers of one step are all in memory at once, so they are bounded like the key
-        store's cache (``max(cache_keys, MIN_ANSWER_KEYS)`` keys): a step that needs more (a
-        hostile message naming ranges all over a large log) runs once reading as it goes,
-        through the bounded cache as before, and is counted (``direct_steps``)."""
-        keys = self._keys
-        budget = max(keys.cache_keys, MIN_ANSWER_KEYS)
+        The key store bounds the answers it holds (``SummaryKeyStore.answer_keys``)."""
         for _ in range(MAX_ANSWERS):
             if not (actions and isinstance(read := actions[0], ReadKeys)):
                 return actions
-            if keys.answered_keys > budget:
-                break
-            answer = read_keys(keys.source, read.reads)
+            answer = read_keys(self.reader, read.reads)
             self.answered_reads += len(answer.reads.ranges) + bool(answer.reads.present)
             actions = exchange.keys_read(answer)
-        if not (actions and isinstance(actions[0], ReadKeys)):
-            return actions
-        self.direct_steps += 1
-        keys.forget_answers()
-        keys.asks = False
-        try:
-            return exchange.keys_read(None)
-        finally:
-            keys.asks = True
+        if actions and isinstance(actions[0], ReadKeys):
+            raise LocalProtocolError(f"a Recon step still asked for reads after {MAX_ANSWERS}")
+        return actions
 
     def insert_many(self, keys: Iterable[bytes]) -> None:
         """From the trio thread: insert now if the store is free, else queue for its holder."""
@@ -134,4 +111,4 @@ class KeyStoreWork:
     def _apply(self) -> None:
         queued, self._queued = self._queued, []
         if queued:
-            self.keys.insert_many(queued)
+            insert_keys(self.keys, queued, self.reader)

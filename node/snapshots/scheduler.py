@@ -2,11 +2,12 @@
 
 The daemon never runs Spark in its own process. A run is started by ``trigger()`` (the API), by
 the interval (``snapshot_interval_s``) or after enough new events (``snapshot_every_events``,
-counted through ``on_commit``). A run executes its jobs in order (the snapshot build, optionally
-the rehash); each job is ``python -m spark_jobs.<job> ...`` whose stdout lines
-``SYNCNODE_PROGRESS {json}`` update the progress and whose ``SYNCNODE_RESULT {json}`` line is kept
-as its result. A job that fails, cannot start or hangs past its timeout is recorded as failed
-(exit status, last lines of stderr) and the scheduler carries on: nothing escapes into the node.
+counted by :meth:`SnapshotScheduler.committed`, one of the store's commit observers). A run
+executes its jobs in order (the snapshot build, optionally the rehash); each job is
+``python -m spark_jobs.<job> ...`` whose stdout lines ``SYNCNODE_PROGRESS {json}`` update the
+progress and whose ``SYNCNODE_RESULT {json}`` line is kept as its result. A job that fails,
+cannot start or hangs past its timeout is recorded as failed (exit status, last lines of
+stderr) and the scheduler carries on: nothing escapes into the node.
 """
 
 from __future__ import annotations
@@ -159,8 +160,9 @@ class SnapshotScheduler:
         finished.set()
         log.info("snapshot up to date (%s): nothing new since %s", reason, built)
 
-    def on_commit(self, result: AppendResult, _records: Sequence[EventRecord]) -> None:
-        """``EventStore.on_commit`` listener: counts new events toward ``every_events``."""
+    def committed(self, result: AppendResult, _records: Sequence[EventRecord]) -> None:
+        """A commit observer of the store (given at its construction): counts new events
+        toward ``every_events``."""
         self._new_events += len(result.inserted)
         if self.every_events and self._new_events >= self.every_events and not self._running:
             self._pending = self._pending or "events"

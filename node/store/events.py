@@ -12,8 +12,9 @@ its commit. The writer task is thus the one write token: a worker never races th
 SQLite's lock, and the log keeps the order in which SDS delivered.
 
 What happens to each record is reported, in order, on ``reports`` (``node.store.reports``: queued,
-committed, failed), which the replication driver reads; ``on_commit`` observers (metrics,
-snapshots, applications) hear of each commit as it finishes and never call into a core.
+committed, failed), which the replication driver reads; the commit observers given at
+construction (``node.store.signal``: the commit signal the API and the applications pull from,
+the snapshot scheduler's count) hear of each commit as it finishes and never call into a core.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from node.store.commits import (
     split_result,
 )
 from node.store.reports import Committed, Failed, Queued, StoreReport
+from node.store.signal import CommitObserver
 from node.store.thread import CommitThread
 from node.telemetry.logs import kv
 from storage import (
@@ -89,11 +91,14 @@ def _waited_for(pending: _Pending) -> bool:
 class EventStore:
     def __init__(self, engine: Engine, *, max_batch: int = 512, max_delay_ms: int = 5,
                  relayed_delay_ms: int | None = None,
-                 remote_writer: RemoteWriter | None = None, reports: bool = False) -> None:
+                 remote_writer: RemoteWriter | None = None, reports: bool = False,
+                 observers: Sequence[CommitObserver] = ()) -> None:
         """``remote_writer``: commits ``submit_fetched`` runs in an ingest worker
         (``IngestPool.remote_writer``); None: every run is committed here. ``reports``: keep
         the report channel (``node.store.reports``) for a driver that reads it (the daemon);
-        off, nothing is kept (a tool with no driver would only fill memory)."""
+        off, nothing is kept (a tool with no driver would only fill memory). ``observers``:
+        called in the trio thread after each commit with what was new (``CommitObserver``);
+        the replication driver reads ``reports`` instead."""
         self.engine = engine
         self.max_batch = max_batch
         self.max_delay = max_delay_ms / 1000
@@ -110,7 +115,7 @@ class EventStore:
         self.failed_events = 0
         # Records that were in the log already (SDS drops received duplicates before this).
         self.duplicate_events = 0
-        self._listeners: list[Callable[[AppendResult, Sequence[EventRecord]], None]] = []
+        self._observers = tuple(observers)
         # Unbounded like the write queue it mirrors (each queued record is reported once, and
         # once more when committed); the driver reads it without awaiting anything else.
         self._report_send, self.reports = trio.open_memory_channel[StoreReport](math.inf)
@@ -136,12 +141,6 @@ class EventStore:
     def remote_settled(self) -> int:
         """Runs whose remote writer died with them (settled by reading the log)."""
         return self._worker.settled if self._worker is not None else 0
-
-    def on_commit(self, listener: Callable[[AppendResult, Sequence[EventRecord]], None]) -> None:
-        """Call ``listener`` (in the trio thread) after each commit with what was new: for
-        observers (metrics, snapshots, applications); the replication driver reads
-        ``reports`` instead."""
-        self._listeners.append(listener)
 
     def _report(self, report: StoreReport) -> None:
         if self._reporting:
@@ -315,5 +314,5 @@ class EventStore:
             self._report(Failed(failed))
         # The batch is reported once, as one commit.
         self._report(Committed(combined, records))
-        for listener in self._listeners:
-            listener(combined, records)
+        for observer in self._observers:
+            observer(combined, records)

@@ -37,7 +37,12 @@ Invariants and figures (the JSON keys):
   them in (50 ms bins in which one arrived, as ``restart_catchup_bench.py`` times it); the
   slowest peer (of those in the group before the restart) of the slowest such fault with at least
   ``catchup_min_events`` to take (target >= 5,000; null when no fault left that many). How long
-  the first took to arrive is ``catchup_start_s``;
+  the first took to arrive is ``catchup_start_s``. A peer stores what one fetch (or one gossip
+  message) brings in one commit, all with the same ``received_at``: a bin stands for a
+  delivery, so the figure counts deliveries of the lacked events more than it times them (616
+  events in 9 deliveries: 1,369/s; in one: 12,320/s, however long that fetch took). Each
+  fault's ``catchup_span_s`` (the longest first-to-last arrival at a peer, waits between
+  sessions included) is reported beside it;
 - ``rss_slope_mib_per_h``: the steepest least-squares slope of a node process's resident memory
   over a life of at least ``rss_min_s`` after a warm-up (target <= 20);
 - ``direct_fraction_end``: of the pairs of homes, the fraction connected directly at the end
@@ -136,6 +141,7 @@ class Fault:
     probe: str = ""  # the message id published after a restart
     gossip_s: float | None = None  # the probe's slowest arrival at a peer
     catchup_per_s: float | None = None  # the slowest peer's rate of taking in the burst
+    catchup_span_s: float | None = None  # the longest first-to-last arrival of it at a peer
     note: str = ""
 
 
@@ -375,6 +381,8 @@ def catchup_rate(chaos: Chaos) -> float | None:
             rate = len(late) / active_s
             slowest = rate if slowest is None else min(slowest, rate)
             fault.catchup_per_s = round(min(rate, fault.catchup_per_s or rate))
+            span = (late[-1] - late[0]) / 1000
+            fault.catchup_span_s = round(max(span, fault.catchup_span_s or 0.0), 2)
             start = (late[0] - fault.restart_wall_ms) / 1000
             chaos.catchup_start_s = max(chaos.catchup_start_s or 0.0, round(start, 2))
     return None if slowest is None else round(slowest)

@@ -41,6 +41,7 @@ from node.apps.runner import AppRunner  # noqa: E402
 from node.clock import SystemClock  # noqa: E402
 from node.config.apps import DbSection  # noqa: E402
 from node.store.events import EventStore  # noqa: E402
+from node.store.signal import CommitSignal  # noqa: E402
 from node.telemetry.metrics import Metrics  # noqa: E402
 from storage import EventRecord, append_events, make_engine, node_state, upgrade  # noqa: E402
 from storage.schema import crdt_cells, crdt_changes, crdt_entities, crdt_schemas  # noqa: E402
@@ -116,7 +117,7 @@ def run_live(engine: Engine, log: list[EventRecord],
     """Seconds of wall clock and of process CPU spent applying, and the app's metrics."""
     metrics = Metrics()
     app = DbApplication(section, metrics, clock=SystemClock())
-    runner = AppRunner(app, EventStore(engine), metrics, trio.Event, clock=SystemClock())
+    runner = AppRunner(app, EventStore(engine), metrics, CommitSignal(), clock=SystemClock())
     wall = cpu = 0.0
     for start in range(0, len(log), LIVE_COMMIT):
         with engine.begin() as conn:
@@ -134,7 +135,7 @@ def run_replay(engine: Engine, section: DbSection) -> tuple[float, float]:
     metrics = Metrics()
     clock = SystemClock()
     runner = AppRunner(DbApplication(section, metrics, clock=clock), EventStore(engine), metrics,
-                       trio.Event, clock=clock)
+                       CommitSignal(), clock=clock)
     began, began_cpu = time.perf_counter(), time.process_time()
     trio.run(drain, runner)
     wall, cpu = time.perf_counter() - began, time.process_time() - began_cpu

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Recon key store inserts: CPU per key of ``SummaryKeyStore.insert_many`` at N keys.
+"""Recon key store inserts: CPU per key of ``SummaryKeyStore`` inserts at N keys.
 
     .venv/bin/python scripts/bench/keystore_insert.py --n 100000 1000000
 
@@ -7,8 +7,9 @@ For each N: a SQLite events table of N random 70-byte keys (built once, kept und
 copied per run), a summary over it whose buckets hold a seeded random ``load+1 .. 2*load`` keys
 (what a node that grew by inserts holds, so splits come at the rate they do while catching up),
 then ``--m`` new keys written to the table in batches of ``--batch`` and handed to
-``insert_many`` after each, as the node does after each commit. Only ``insert_many`` is timed,
-with one summary walk after it (where a lazily rebuilt Fenwick tree pays its rebuild).
+``insert_keys`` after each, as the node does after each commit (the insert, then the SQL reads
+its bucket splits ask for). Only that is timed, with one summary walk after it (where a lazily
+rebuilt Fenwick tree pays its rebuild).
 
 Prints a table, then as its last line one JSON object; rows go to docs/bench/keystore_insert.json.
 """
@@ -31,8 +32,8 @@ sys.path[:0] = [str(ROOT)]
 
 from storage import EventRecord, event_row, insert_rows, make_engine  # noqa: E402
 from storage import upgrade as migrate  # noqa: E402
-from storage.keystore import SqlKeySource  # noqa: E402
-from sync.recon import BucketSummary, SummaryKeyStore, wide_of  # noqa: E402
+from storage.keystore import SqlKeyReader  # noqa: E402
+from sync.recon import BucketSummary, SummaryKeyStore, insert_keys, wide_of  # noqa: E402
 
 OUT = ROOT / "docs" / "bench" / "keystore_insert.json"
 KEY_BYTES = 70
@@ -82,7 +83,8 @@ def run(n: int, m: int, batch: int, cache: Path) -> dict[str, object]:
         shutil.copy(db, work / "db")
         engine = make_engine(f"sqlite:///{work / 'db'}", sqlite_synchronous="NORMAL")
         summary = BucketSummary.restore(_buckets(keys, n), load=LOAD, max_buckets=MAX_BUCKETS)
-        store = SummaryKeyStore(SqlKeySource(engine), summary, cache_keys=CACHE_KEYS)
+        store = SummaryKeyStore(summary, cache_keys=CACHE_KEYS)
+        reader = SqlKeyReader(engine)
         buckets_before = len(summary)
         rng = random.Random(n + 1)
         have = set(keys)
@@ -94,7 +96,7 @@ def run(n: int, m: int, batch: int, cache: Path) -> dict[str, object]:
             with engine.begin() as conn:
                 insert_rows(conn, _rows(part))
             t0, c0 = time.perf_counter(), time.process_time()
-            store.insert_many(part)
+            insert_keys(store, part, reader)  # the splits' reads answered, as the node does
             # The Fenwick rebuild a split leaves to the next query (sessions query between
             # commits): counted with the insert. A no-op walk when the trees are current.
             store.summary.before(len(store.summary) - 1)

@@ -16,6 +16,7 @@ results are also written to docs/bench/recon.json (merged by (n, d) with what is
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -33,10 +34,12 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[2])]
 from benchjson import finish, smoke_path  # noqa: E402
 
 from sync.recon import (  # noqa: E402
+    KeyReader,
     KeyStore,
     MemoryKeyStore,
     ReconConfig,
     SummaryKeyStore,
+    answered,
     reconcile_in_memory,
 )
 
@@ -65,13 +68,18 @@ def _keys(n: int, d: int, seed: int) -> tuple[list[bytes], list[bytes]]:
     return sorted(common + a_only), sorted(common + b_only)
 
 
-def _range_hash_us(store: KeyStore, seed: int, queries: int = 20_000) -> tuple[float, float]:
-    """Mean (wall, CPU) microseconds of one range hash between random bounds."""
+def _range_hash_us(store: KeyStore, seed: int, queries: int = 20_000,
+                   reader: KeyReader | None = None) -> tuple[float, float]:
+    """Mean (wall, CPU) microseconds of one range hash between random bounds (a store that
+    asks for its reads has them answered from ``reader``, as its driver would)."""
     rng = random.Random(seed)
     bounds = [sorted((rng.randbytes(4), rng.randbytes(4))) for _ in range(queries)]
     start, cpu_start = time.perf_counter(), time.process_time()
     for lo, hi in bounds:
-        store.range_hash(lo, hi)
+        if isinstance(store, SummaryKeyStore) and reader is not None:
+            answered(store, reader, functools.partial(store.range_hash, lo, hi))
+        else:
+            store.range_hash(lo, hi)
     wall = (time.perf_counter() - start) / queries * 1e6
     return wall, (time.process_time() - cpu_start) / queries * 1e6
 
@@ -91,9 +99,17 @@ def _summary_bytes(store: SummaryKeyStore) -> int:
     return total
 
 
-def _sql_store(keys: list[bytes], path: Path) -> tuple[SummaryKeyStore, float]:
-    """The keys written to a fresh SQLite node database; (store, seconds of its start-up scan)."""
-    from storage import EventRecord, event_row, insert_rows, make_engine, open_summary_store
+def _sql_store(keys: list[bytes], path: Path) -> tuple[SummaryKeyStore, KeyReader, float]:
+    """The keys written to a fresh SQLite node database; (store, the reader that answers its
+    reads, seconds of its start-up scan)."""
+    from storage import (
+        EventRecord,
+        SqlKeyReader,
+        event_row,
+        insert_rows,
+        make_engine,
+        open_summary_store,
+    )
     from storage import upgrade as migrate
 
     engine = make_engine(f"sqlite:///{path}", sqlite_synchronous="NORMAL")
@@ -105,7 +121,7 @@ def _sql_store(keys: list[bytes], path: Path) -> tuple[SummaryKeyStore, float]:
             insert_rows(conn, rows)
     t0 = time.perf_counter()
     store = open_summary_store(engine, load=LOAD, max_buckets=MAX_BUCKETS, cache_keys=CACHE_KEYS)
-    return store, time.perf_counter() - t0
+    return store, SqlKeyReader(engine), time.perf_counter() - t0
 
 
 def run(n: int, d: int, seed: int, config: ReconConfig, kind: str = "memory") -> dict[str, object]:
@@ -117,11 +133,11 @@ def run(n: int, d: int, seed: int, config: ReconConfig, kind: str = "memory") ->
     if kind == "summary":
         work = Path(tempfile.mkdtemp(prefix="recon-bench-"))
         try:
-            a, seconds_a = _sql_store(a_keys, work / "a.db")
-            b, seconds_b = _sql_store(b_keys, work / "b.db")
+            a, reader_a, seconds_a = _sql_store(a_keys, work / "a.db")
+            b, reader_b, seconds_b = _sql_store(b_keys, work / "b.db")
             build_seconds = (seconds_a + seconds_b) / 2
             del a_keys, b_keys
-            return _measure(a, b, n, d, seed, config, build_seconds, kind)
+            return _measure(a, b, n, d, seed, config, build_seconds, kind, (reader_a, reader_b))
         finally:
             shutil.rmtree(work, ignore_errors=True)
     t0 = time.perf_counter()
@@ -133,11 +149,13 @@ def run(n: int, d: int, seed: int, config: ReconConfig, kind: str = "memory") ->
 
 
 def _measure(a: MemoryKeyStore | SummaryKeyStore, b: MemoryKeyStore | SummaryKeyStore, n: int,
-             d: int, seed: int, config: ReconConfig, build_seconds: float,
-             kind: str) -> dict[str, object]:
+             d: int, seed: int, config: ReconConfig, build_seconds: float, kind: str,
+             readers: tuple[KeyReader | None, KeyReader | None] = (None, None),
+             ) -> dict[str, object]:
     everything = [(b"", b"\xff" * (KEY_BYTES + 1))]
     start, cpu_start = time.perf_counter(), time.process_time()
-    result = reconcile_in_memory(a, b, everything, everything, config, apply=False)
+    result = reconcile_in_memory(a, b, everything, everything, config, apply=False,
+                                 readers=readers)
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start
     if len(result.initiator_missing) != d or len(result.responder_missing) != d:
@@ -146,7 +164,7 @@ def _measure(a: MemoryKeyStore | SummaryKeyStore, b: MemoryKeyStore | SummaryKey
         )
     if sorted(result.initiator_peer_missing) != sorted(result.responder_missing):
         raise SystemExit("initiator's view of what the responder lacks is wrong")
-    rh_wall, rh_cpu = _range_hash_us(a, seed, 20_000 if kind == "memory" else 2_000)
+    rh_wall, rh_cpu = _range_hash_us(a, seed, 20_000 if kind == "memory" else 2_000, readers[0])
     if isinstance(a, SummaryKeyStore):
         overhead = _summary_bytes(a) / max(1, len(a))
     else:

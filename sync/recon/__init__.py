@@ -17,7 +17,15 @@ from sync.recon.eventid import (
 from sync.recon.interests import Interests, intersect, normalize
 from sync.recon.pair import PairResult, reconcile_in_memory, shuttle
 from sync.recon.peers import PeerScheduler, PeerSyncState, node_interests
-from sync.recon.reads import KeyReads, KeysRead, ReadKeys, read_keys
+from sync.recon.reads import (
+    KeyReader,
+    KeyReads,
+    KeysRead,
+    ReadKeys,
+    answered,
+    insert_keys,
+    read_keys,
+)
 from sync.recon.session import (
     PROTOCOL_ID,
     MissingKeys,
@@ -29,7 +37,7 @@ from sync.recon.session import (
 )
 from sync.recon.sha256a import LANES, MASK32, Sha256a, lanes_of, wide_of
 from sync.recon.store import KeyStore, MemoryKeyStore
-from sync.recon.summary import KeySource, SummaryKeyStore
+from sync.recon.summary import SummaryKeyStore
 from sync.recon.summary_codec import SavedBuckets, decode_summary, encode_summary
 
 __all__ = [
@@ -39,8 +47,8 @@ __all__ = [
     "BucketSummary",
     "EventId",
     "Interests",
+    "KeyReader",
     "KeyReads",
-    "KeySource",
     "KeyStore",
     "KeysRead",
     "MemoryKeyStore",
@@ -57,12 +65,14 @@ __all__ = [
     "SavedBuckets",
     "Sha256a",
     "SummaryKeyStore",
+    "answered",
     "channel_bounds",
     "decode_summary",
     "encode_summary",
     "event_cid",
     "event_key",
     "genesis_cid",
+    "insert_keys",
     "intersect",
     "lanes_of",
     "network_bounds",

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sync.errors import LocalProtocolError
-from sync.recon.reads import ReadKeys
+from sync.recon.reads import KeyReader, ReadKeys, read_keys
 from sync.recon.session import MissingKeys, PeerMissingKeys, ReconConfig, ReconSession, Step
 from sync.recon.store import KeyStore
 
@@ -38,24 +38,29 @@ def _collect(session: ReconSession, missing: list[bytes], peer_missing: list[byt
             peer_missing.extend(event.keys)
 
 
-def _sent(step: Step) -> bytes | None:
-    # Stores in memory answer every read themselves: a step never waits for reads here.
-    if isinstance(step, ReadKeys):
-        raise LocalProtocolError("shuttle() is for stores that read for themselves")
+def _sent(session: ReconSession, step: Step, reader: KeyReader | None) -> bytes | None:
+    """The step's message, its reads answered first (as the node's driver does)."""
+    while isinstance(step, ReadKeys):
+        if reader is None:
+            raise LocalProtocolError("a store that asks for reads needs a reader in shuttle()")
+        step = session.keys_read(read_keys(reader, step.reads))
     return step
 
 
-def shuttle(initiator: ReconSession, responder: ReconSession) -> PairResult:
-    """Pass bytes between the two sessions until both are done (the link is perfect)."""
+def shuttle(initiator: ReconSession, responder: ReconSession,
+            readers: tuple[KeyReader | None, KeyReader | None] = (None, None)) -> PairResult:
+    """Pass bytes between the two sessions until both are done (the link is perfect).
+    ``readers``: what answers the reads of each side's store (none for stores in memory)."""
     result = PairResult()
-    data = _sent(initiator.start())
-    sides = (responder, initiator)
+    data = _sent(initiator, initiator.start(), readers[0])
+    sides = ((responder, readers[1]), (initiator, readers[0]))
     turn = 0
     while data is not None:
         result.messages += 1
         result.bytes_total += len(data)
         result.largest_message = max(result.largest_message, len(data))
-        data = _sent(sides[turn].receive(data))
+        session, reader = sides[turn]
+        data = _sent(session, session.receive(data), reader)
         turn ^= 1
         _collect(initiator, result.initiator_missing, result.initiator_peer_missing)
         _collect(responder, result.responder_missing, result.responder_peer_missing)
@@ -72,12 +77,14 @@ def reconcile_in_memory(
     config: ReconConfig | None = None,
     *,
     apply: bool = True,
+    readers: tuple[KeyReader | None, KeyReader | None] = (None, None),
 ) -> PairResult:
     """Reconcile two stores; with ``apply`` each side then inserts the keys it was missing
-    (standing in for fetching and validating the events)."""
+    (standing in for fetching and validating the events). ``readers``: see :func:`shuttle`."""
     result = shuttle(
         ReconSession.initiator(initiator_store, initiator_interests, config),
         ReconSession.responder(responder_store, responder_interests, config),
+        readers,
     )
     if apply:
         for key in result.initiator_missing:

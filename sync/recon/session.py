@@ -228,23 +228,21 @@ class ReconSession:
             raise LocalProtocolError("a step waits for its reads (keys_read)")
         return self._atomic(lambda: self._receive_once(data))
 
-    def keys_read(self, answer: KeysRead | None) -> Step:
+    def keys_read(self, answer: KeysRead) -> Step:
         """The reads the last step asked for (``ReadKeys``): the step it held runs with them
-        and returns as it would have. ``None``: run it on what the store has (a store out of
-        asking mode reads its source itself). It may ask again (a read that depends on an
-        earlier one's result), in the same way."""
+        and returns as it would have. It may ask again (a read that depends on an earlier
+        one's result), in the same way."""
         step, self._asking = self._asking, None
         if step is None:
             raise LocalProtocolError("no step waits for reads")
-        if answer is not None:
-            getattr(self.store, "answer")(answer)  # noqa: B009 (asking stores only)
+        getattr(self.store, "answer")(answer)  # noqa: B009 (asking stores only)
         return self._atomic(step)
 
     def _atomic(self, step: Callable[[], bytes | None]) -> Step:
         """Run ``step``; undo it and ask when the store lacked reads for it (any outcome of a
         run on missing reads is void: it saw empty ranges)."""
         wanted: Callable[[], KeyReads | None] | None = getattr(self.store, "wanted", None)
-        if wanted is None or not getattr(self.store, "asks", False):
+        if wanted is None:  # a store in memory (the simulator's) has every key at hand
             return step()
         saved = self._state()
         try:

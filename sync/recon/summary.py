@@ -1,19 +1,31 @@
 """``SummaryKeyStore``: a Recon :class:`~sync.recon.store.KeyStore` with memory bounded by config.
 
-The keys live in a :class:`KeySource` (the events table in the node); in memory there is only a
+The keys live outside it (the events table in the node); in memory there is only a
 :class:`~sync.recon.buckets.BucketSummary` (count and hash sum per bucket of ``load`` to
 ``2 * load`` keys, at most ``max_buckets`` buckets) and a least-recently-used cache of the keys of
 a few buckets (at most ``cache_keys`` keys). The hash of the keys below a bound is the sum of the
 whole buckets before it (a Fenwick walk) plus the keys of its own bucket below it, so a range
 hash costs two bucket reads at most (none when cached), whatever the length of the range.
 Inserts keep cached buckets current (and a split caches both halves), so a bucket that is split
-again and again as the log grows is read from the source once.
+again and again as the log grows is read once.
 
-The source may hold keys the summary has not accounted yet (a database commit is visible before
+The store never reads the keys itself: a read it lacks is recorded and asked for (``wanted``,
+a :class:`~sync.recon.reads.KeyReads`), its driver makes it and hands the result back
+(``answer``); sync/recon/reads.py. That holds for a session step (run again with the answers)
+and for the bucket splits after an insert (``split_pending``, run again after each answer).
+Keys enter through :meth:`SummaryKeyStore.insert_many`: the driver's word that the log now
+holds them (after a commit), never a read.
+
+The log may hold keys the summary has not accounted yet (a database commit is visible before
 the store hears of it): a bucket read that does not match the summary is used once and not
 cached, and a split waits until it matches. Such a read can make one range hash differ from the
 peer's for a moment, which costs Recon one more round, never a wrong result: the keys themselves
-are always compared through the source.
+are always compared through the log.
+
+The answers of one step are bounded (``answer_keys``): past the bound the answers held are
+dropped before new ones are taken, and what the step computed from them is kept (the hash sum
+below each bound, key lists and ranks), so a step over the bound (a hostile message naming
+ranges all over a large log) still settles, holding at most the bound plus those results.
 """
 
 from __future__ import annotations
@@ -22,7 +34,6 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, pairwise
-from typing import Protocol
 
 from sync.errors import LocalProtocolError
 from sync.recon.buckets import BucketSummary
@@ -30,66 +41,60 @@ from sync.recon.reads import KeyReads, KeysRead, RangeRead
 from sync.recon.sha256a import Sha256a, digest_of_wide, wide_of
 from sync.recon.store import EMPTY_HASH
 
-__all__ = ["KeySource", "SummaryKeyStore"]
+__all__ = ["MIN_ANSWER_KEYS", "SummaryKeyStore"]
 
 # Added to every difference of two prefix sums: a multiple of 2^32 in each 64-bit lane slot, so
 # a transiently inconsistent bucket read (see the module docstring) can never borrow across
 # slots or go negative; the lanes, taken mod 2^32, are unchanged.
 _BIAS = sum(1 << (62 + 64 * i) for i in range(8))
 
-
-class KeySource(Protocol):
-    """Where the keys are: ascending range reads and membership, both answered exactly."""
-
-    def add(self, key: bytes) -> bool:
-        """Make ``key`` part of the source; True when it was not there before."""
-        ...
-
-    def present(self, keys: Sequence[bytes]) -> set[bytes]:
-        """Those of ``keys`` the source holds."""
-        ...
-
-    def keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes]:
-        """Up to ``limit`` keys of ``[lo, hi)`` (``hi`` None: to the end), ascending."""
-        ...
+#: The least ``answer_keys`` (keys held in the answers of one step) when the cache is smaller.
+MIN_ANSWER_KEYS = 65_536
 
 
 class SummaryKeyStore:
-    """Implements ``sync.recon.KeyStore`` (and ``range_fingerprints``) over a key source."""
+    """Implements ``sync.recon.KeyStore`` (and ``range_fingerprints``); reads are requests."""
 
     def __init__(
         self,
-        source: KeySource,
         summary: BucketSummary | None = None,
         *,
         load: int = 256,
         max_buckets: int = 32768,
         cache_keys: int = 16_384,
+        answer_keys: int | None = None,
     ) -> None:
         if cache_keys < 0:
             raise LocalProtocolError("cache_keys must be >= 0")
-        self.source = source
         self.summary = summary or BucketSummary(load=load, max_buckets=max_buckets)
         self.cache_keys = cache_keys
+        #: Keys the answers of one step may hold (see the module docstring).
+        self.answer_keys = max(cache_keys, MIN_ANSWER_KEYS) if answer_keys is None else answer_keys
         # bucket start -> (its keys, running wide sums); only reads that matched the summary.
         self._cache: OrderedDict[bytes, tuple[list[bytes], tuple[list[int], list[int]]]] = (
             OrderedDict())
         self._cached = 0
         # bucket start -> count the bucket must reach before a failed split is tried again.
         self._split_retry: dict[bytes, int] = {}
-        #: Bucket reads from the source, and those that did not match the summary.
+        # Start keys of buckets grown past 2 * load, to split once their reads are answered.
+        self._oversized: set[bytes] = set()
+        #: Bucket reads answered, and reads that did not match the summary.
         self.reads = 0
         self.mismatched_reads = 0
-        #: Asking mode (sync/recon/reads.py): queries never call the source; the reads they
-        #: lack are recorded for :meth:`wanted` and answered through :meth:`answer`.
-        self.asks = False
+        #: Times the answers held were dropped at the bound (``answer_keys``).
+        self.answers_dropped = 0
         self._answers: dict[RangeRead, list[bytes]] = {}
         self._held: dict[bytes, bool] = {}
         self._want_ranges: dict[RangeRead, None] = {}
         self._want_present: dict[bytes, None] = {}
-        #: Keys held in the answers of the step being run (its driver bounds them).
+        # Reads found unanswered so far (a query that found none computed from answers only).
+        self._misses = 0
+        #: Keys held in the answers of the step being run.
         self.answered_keys = 0
-        self._direct = False  # inserts read the source themselves (the driver's own work)
+        # What the step being run computed from answers (kept when answers are dropped).
+        self._below_memo: dict[bytes, tuple[int, int]] = {}
+        self._keys_memo: dict[tuple[bytes, bytes, int], tuple[list[bytes], bytes | None]] = {}
+        self._rank_memo: dict[tuple[bytes, bytes, int], bytes | None] = {}
 
     def __len__(self) -> int:
         return self.summary.total
@@ -100,43 +105,63 @@ class SummaryKeyStore:
         return self.insert_many([key]) == 1
 
     def insert_many(self, keys: Iterable[bytes]) -> int:
-        """Add ``keys``; the number that were new. Splits wait until all are accounted."""
-        # Inserts come from the driver, between steps: their splits read the source directly,
-        # and answers given before them may lack the new keys.
+        """Account ``keys``, which the log now holds and the store has not accounted (the
+        driver's word, after a commit); how many. Buckets grown too large are split now when
+        cached, else once their reads are answered (:meth:`split_pending`)."""
+        # Between steps: answers given before may lack the new keys.
         self.forget_answers()
-        self._direct = True
-        try:
-            return self._insert_many(keys)
-        finally:
-            self._direct = False
-
-    def _insert_many(self, keys: Iterable[bytes]) -> int:
         summary = self.summary
-        touched: set[int] = set()
         added = 0
         for key in keys:
-            if not self.source.add(key):
-                continue
             bucket = summary.bucket_of(key)
             summary.add(bucket, wide_of(key))
             self._cache_insert(summary.starts[bucket], key)
-            touched.add(bucket)
-            added += 1
-        # By start key, not index: a split shifts the indices after it, a merge halves them.
-        todo = [summary.starts[b] for b in touched]
-        while todo:
-            bucket = summary.bucket_of(todo.pop())
+            # By start key, not index: a split shifts the indices after it, a merge halves them.
             if summary.oversized(bucket):
-                todo += self._split(bucket)
+                self._oversized.add(summary.starts[bucket])
+            added += 1
+        self.split_pending()
         return added
 
-    def _split(self, bucket: int) -> list[bytes]:
-        """Split ``bucket``; the start keys of its two halves (none when it must wait)."""
+    def split_pending(self) -> None:
+        """Split the buckets grown past ``2 * load`` whose keys are cached or answered; the
+        others ask for their reads (:meth:`wanted`): answer them and call this again."""
+        summary = self.summary
+        todo, self._oversized = list(self._oversized), set()
+        asked = 0  # keys the reads asked for may hold: one round's answers stay bounded
+        while todo:
+            start = todo.pop()
+            bucket = summary.bucket_of(start)
+            if not summary.oversized(bucket):
+                continue
+            if asked > self.answer_keys and not self._readable(bucket):
+                self._oversized.add(start)
+                continue
+            halves = self._split(bucket)
+            if halves is None:
+                self._oversized.add(summary.starts[bucket])
+                asked += summary.counts[bucket] + summary.load
+            else:
+                todo += halves
+
+    def _readable(self, bucket: int) -> bool:
+        """Whether reading ``bucket`` needs no request (cached or answered)."""
+        summary = self.summary
+        start = summary.starts[bucket]
+        return start in self._cache or (
+            start, summary.end_of(bucket), summary.counts[bucket] + summary.load) in self._answers
+
+    def _split(self, bucket: int) -> list[bytes] | None:
+        """Split ``bucket``; the start keys of its two halves (none when it must wait for more
+        keys to be accounted; None when it waits for its read)."""
         summary = self.summary
         start = summary.starts[bucket]
         if summary.counts[bucket] < self._split_retry.get(start, 0):
             return []
+        asked = self._misses
         keys, sums, exact = self._read(bucket)
+        if self._misses > asked:
+            return None
         before = len(summary)
         # Only the left half's sum is needed (the right's is the bucket's less it), hashed from
         # the nearer end of what the read has computed already: an exact read holds exactly
@@ -161,32 +186,30 @@ class SummaryKeyStore:
             self._put(keys[half], keys[half:], ([0], back[: len(keys) - half + 1]))
         return [start, keys[half]]
 
-    # -- source reads, or requests for them ----------------------------------------------------
+    # -- requests for reads, and their answers -------------------------------------------------
 
-    def _source_keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes] | None:
-        """``source.keys``, or in asking mode its answer (None: not answered yet, recorded)."""
-        if not self.asks or self._direct:
-            return self.source.keys(lo, hi, limit)
+    def _answered(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes] | None:
+        """The answer to a range read (None: not answered yet, recorded as wanted)."""
         got = self._answers.get((lo, hi, limit))
         if got is None:
             self._want_ranges[lo, hi, limit] = None
+            self._misses += 1
         return got
 
-    def _source_present(self, keys: Sequence[bytes]) -> set[bytes]:
-        if not self.asks:
-            return self.source.present(keys)
+    def _present(self, keys: Sequence[bytes]) -> set[bytes]:
         out: set[bytes] = set()
         for key in keys:
             held = self._held.get(key)
             if held is None:
                 self._want_present[key] = None
+                self._misses += 1
             elif held:
                 out.add(key)
         return out
 
     def wanted(self) -> KeyReads | None:
-        """After a step in asking mode: the reads it lacked (the step must be run again once
-        they are answered), or None when it had every answer (they are spent then)."""
+        """After a step (or :meth:`split_pending`): the reads it lacked (it must be run again
+        once they are answered), or None when it had every answer (they are spent then)."""
         if not (self._want_ranges or self._want_present):
             self.forget_answers()
             return None
@@ -196,11 +219,17 @@ class SummaryKeyStore:
         return reads
 
     def answer(self, answer: KeysRead) -> None:
-        """The driver's answers to the reads a step asked for (``ReadKeys``)."""
+        """The driver's answers to the reads asked for (``ReadKeys``, or :meth:`wanted`)."""
         reads = answer.reads
+        size = sum(map(len, answer.keys))
+        if self._answers and self.answered_keys + size > self.answer_keys:
+            # Over the bound: what was computed from these answers is kept (the memos).
+            self._answers.clear()
+            self.answered_keys = 0
+            self.answers_dropped += 1
         self._answers.update(zip(reads.ranges, answer.keys, strict=True))
         self.reads += len(reads.ranges)
-        self.answered_keys += sum(map(len, answer.keys))
+        self.answered_keys += size
         for key in reads.present:
             self._held[key] = key in answer.held
 
@@ -210,6 +239,9 @@ class SummaryKeyStore:
         self._held.clear()
         self._want_ranges.clear()
         self._want_present.clear()
+        self._below_memo.clear()
+        self._keys_memo.clear()
+        self._rank_memo.clear()
         self.answered_keys = 0
 
     # -- bucket reads -------------------------------------------------------------------------
@@ -253,9 +285,9 @@ class SummaryKeyStore:
         self._evict()
 
     def _read(self, bucket: int) -> tuple[list[bytes], tuple[list[int], list[int]], bool]:
-        """The keys of ``bucket`` (from the cache or the source), their running wide sums as far
-        as computed yet (see :meth:`_partial`), and whether the read matches the summary (only
-        those are cached)."""
+        """The keys of ``bucket`` (from the cache or the answers), their running wide sums as
+        far as computed yet (see :meth:`_partial`), and whether the read matches the summary
+        (only those are cached). Not answered yet: no keys, and the read is asked for."""
         summary = self.summary
         start = summary.starts[bucket]
         entry = self._cache.get(start)
@@ -266,13 +298,11 @@ class SummaryKeyStore:
         sums: tuple[list[int], list[int]] = ([0], [0])
         keys: list[bytes] = []
         if count:
-            got = self._source_keys(start, summary.end_of(bucket), count + summary.load)
-            if got is None:  # asked for: this run of the step is undone
+            got = self._answered(start, summary.end_of(bucket), count + summary.load)
+            if got is None:  # asked for: this run is undone
                 return [], sums, False
             keys = got
-        if not self.asks or self._direct:  # asked reads are counted once, when answered
-            self.reads += 1
-        # The source only ever gains keys and holds every accounted one, so a read matching
+        # The log only ever gains keys and holds every accounted one, so a read matching
         # the count holds exactly the accounted ones (all a split relies on).
         if len(keys) != count:
             self.mismatched_reads += 1
@@ -314,19 +344,26 @@ class SummaryKeyStore:
         wide, count = summary.before(bucket)
         if key == summary.starts[bucket] or not summary.counts[bucket]:
             return wide, count
+        if (memo := self._below_memo.get(key)) is not None:
+            return memo
+        asked = self._misses
         keys, sums, exact = self._read(bucket)
         off = bisect_left(keys, key)
         total = summary.wides[bucket] if exact else None
-        return wide + self._partial(keys, sums, off, total), count + off
+        below = wide + self._partial(keys, sums, off, total), count + off
+        # Kept for the step's next runs: its bucket may be evicted and its answer dropped.
+        if self._misses == asked:
+            self._below_memo[key] = below
+        return below
 
     # -- queries ------------------------------------------------------------------------------
 
     def contains(self, key: bytes) -> bool:
-        return bool(self._source_present([key]))
+        return bool(self._present([key]))
 
     def contains_many(self, keys: Sequence[bytes]) -> set[bytes]:
-        """Those of ``keys`` in the store, in one pass over the source."""
-        return self._source_present(keys)
+        """Those of ``keys`` in the store, in one lookup."""
+        return self._present(keys)
 
     def range_fingerprints(self, bounds: list[bytes]) -> list[tuple[int, bytes]]:
         """(count, 32-byte digest) of the adjacent ranges ``[bounds[i], bounds[i+1])``."""
@@ -353,9 +390,23 @@ class SummaryKeyStore:
         if not lo < hi or limit <= 0:
             return out
         summary = self.summary
+        at = (lo, hi, limit)
         bucket = summary.bucket_of(lo)
+        # What the step's earlier runs read: the keys before the first bucket they lacked, and
+        # that bucket's start (None: all of it), so a walk over several buckets needs no answer
+        # twice (the answers of an earlier round may be gone).
+        if (memo := self._keys_memo.get(at)) is not None:
+            out = list(memo[0])
+            if memo[1] is None:
+                return out
+            bucket = summary.bucket_of(memo[1])
+        settled = True
         while len(out) < limit:
+            asked = self._misses
             keys = self._read(bucket)[0] if summary.counts[bucket] else []
+            if settled and self._misses > asked:
+                settled = False
+                self._keys_memo[at] = (list(out), summary.starts[bucket])
             i = bisect_left(keys, lo) if not out else 0
             j = bisect_left(keys, hi, i)
             out += keys[i : min(j, i + limit - len(out))]
@@ -363,24 +414,35 @@ class SummaryKeyStore:
             if j < len(keys) or end is None or end >= hi:
                 break
             bucket += 1
+        if settled:
+            self._keys_memo[at] = (list(out), None)
         return out
 
     def key_at(self, lo: bytes, hi: bytes, rank: int) -> bytes:
         if rank < 0:
             raise LocalProtocolError("key_at rank out of range")
-        mismatched, asked = self.mismatched_reads, len(self._want_ranges)
-        target = self._below(lo)[1] + rank
-        if target < self.summary.total:
-            bucket, within = self.summary.find(target)
-            keys = self._read(bucket)[0]
-            if within < len(keys) and lo <= keys[within] < hi:
-                return keys[within]
-        if self.mismatched_reads == mismatched and len(self._want_ranges) == asked:
-            raise LocalProtocolError("key_at rank out of range")
-        # A read did not match the summary (keys not accounted yet): ask the source. Far ranks
+        at = (lo, hi, rank)
+        if at in self._rank_memo:
+            if (memo := self._rank_memo[at]) is not None:
+                return memo
+        else:
+            mismatched, asked = self.mismatched_reads, self._misses
+            target = self._below(lo)[1] + rank
+            if target < self.summary.total:
+                bucket, within = self.summary.find(target)
+                keys = self._read(bucket)[0]
+                if within < len(keys) and lo <= keys[within] < hi:
+                    if self._misses == asked:
+                        self._rank_memo[at] = keys[within]
+                    return keys[within]
+            if self._misses == asked:
+                if self.mismatched_reads == mismatched:
+                    raise LocalProtocolError("key_at rank out of range")
+                self._rank_memo[at] = None  # the read below serves, even once this one is gone
+        # A read did not match the summary (keys not accounted yet): ask the log. Far ranks
         # get the range's first key, which serves a split as well, only less evenly; answers
         # are exact again once those keys are accounted.
-        near = self._source_keys(lo, hi, rank + 1 if rank <= 2 * self.summary.load else 1)
+        near = self._answered(lo, hi, rank + 1 if rank <= 2 * self.summary.load else 1)
         if near is None:  # asked for: any answer will do, this run is undone
             return lo
         if not near or (len(near) <= rank and rank <= 2 * self.summary.load):

@@ -101,7 +101,15 @@ def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
                outgoing_wires: Mapping[str, bytes]) -> None:
     """``outgoing_wires``: id -> canonical wire of our messages the state names by reference
     (version 2); one that is not given is not resent (it is in the log; Recon carries it) and
-    counted in ``stats.outgoing_unrestored``."""
+    counted in ``stats.outgoing_unrestored``.
+
+    One whose resend fell due while the node was down is not resent either (counted in
+    ``stats.outgoing_overdue``; it stays in the repair cache): a restart prompts a Recon
+    session with each peer as it connects, which carries exactly what that peer lacks. Kept,
+    every deadline that passed meanwhile fired at once: a node back after a 5,000-event burst
+    resent all 5,000 (8.7 MB of gossip, issue 37), most of them events its peers held, through
+    the gossip pace and the links its peers were catching up on (deferred one resend
+    interval, the same flood would meet the node's next events instead)."""
     cfg, log, stats = layers.config, layers.log, layers.stats
     incoming, repair, schedule = layers.incoming, layers.repair, layers.schedule
     # A clock persisted before the clock rule (or raised by a log entry accepted before it)
@@ -127,8 +135,11 @@ def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
         entry = OutgoingEntry(event.message_id, event.wire, attempts=out.attempts,
                               possibly=out.possibly, bloom_senders=set(out.bloom_senders),
                               fp_product=out.fp_product, history=event.history_ids)
-        when = out.resend_at if out.resend_at is not None else now + cfg.resend_interval
-        if not layers.outgoing.restore(entry, when):
+        overdue = out.resend_at is not None and out.resend_at <= now
+        if overdue:
+            stats.outgoing_overdue += 1
+        elif not layers.outgoing.restore(entry, out.resend_at if out.resend_at is not None
+                                         else now + cfg.resend_interval):
             stats.outgoing_unrestored += 1
             continue
         repair.remember(entry.message_id, event.sender_id, event.wire)

@@ -25,3 +25,6 @@ class ChannelStats:
     #: Set by ``restore``: our unacknowledged messages the saved state named whose wires were
     #: not given back (they stay in the log; they are just not resent).
     outgoing_unrestored: int = 0
+    #: Set by ``restore``: our unacknowledged messages whose resend fell due while the node
+    #: was down; not resent (the restart's Recon sessions carry them; ``sync.sds.persist``).
+    outgoing_overdue: int = 0

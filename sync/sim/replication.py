@@ -14,7 +14,8 @@ a round trip takes, what a hostile peer sends. The runner only calls ``add``, ``
 ``delivered``, ``missing``, ``reconnected``, ``arm`` and ``handle``.
 
 Timing: a reconciliation runs at once in memory, frame by frame through both exchanges
-(``ReconExchange`` around a ``ReconSession`` over each member's ``MemoryKeyStore``), and its
+(``ReconExchange`` around a ``ReconSession`` over each member's ``SummaryKeyStore``, its reads
+answered from the member's key log as the node's driver answers them: ``sync.sim.keylog``), and its
 outcome lands ``frames x link latency`` (plus the transfer's round trip and bytes at the link's
 bandwidth) later. A peer that went offline or across a partition meanwhile fails the session.
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
 from sync.ingest import VerifiedBatch
-from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, node_interests
+from sync.recon import ReconConfig, ReconSession, node_interests
 from sync.recon.eventid import event_key
 from sync.recon.sha256a import lanes_of
 from sync.replication import (
@@ -49,6 +50,7 @@ from sync.replication import (
 )
 from sync.sds import MissingEntry
 from sync.sim.fetch import FETCH, FETCHED, Fetching
+from sync.sim.keylog import KeyLog
 from sync.sim.world import Member, PeerState, World
 from sync.transfer import EventsPacker, ReconExchange, SendFrame
 
@@ -130,7 +132,7 @@ class Replication:
         # Streams of their own (a str seed hashes the same in every process): the run's main
         # generator is left as it was, so a run without Recon and fetch replays as before.
         seed = f"{self.sim.sc.seed} {m.index}"
-        keys = MemoryKeyStore()
+        keys = KeyLog()
         self.state.append(PeerState(
             keys, ReconLifecycle(m.peer_id, self.interests, random.Random(f"recon {seed}"),
                                  self._config),
@@ -139,7 +141,7 @@ class Replication:
         if self.recon and m.log:
             for no, held in enumerate(m.log[:len(self.key_of)]):
                 if held:
-                    keys.insert(self.key_of[no])
+                    keys.add(self.key_of[no])
         self.arm(m)
 
     def new_message(self, no: int, sender: str, lamport: int, mid: str) -> None:
@@ -151,7 +153,7 @@ class Replication:
     def delivered(self, m: Member, no: int) -> None:
         if self.recon:
             st = self.state[m.index]
-            st.keys.insert(self.key_of[no])
+            st.keys.add(self.key_of[no])
             st.core.poke()
 
     def missing(self, m: Member, entries: tuple[MissingEntry, ...]) -> None:
@@ -234,14 +236,15 @@ class Replication:
             sa.core.declined(pa)
             stats.declined += 1
             return
-        ea = ReconExchange(ReconSession.initiator(sa.keys, pa.interests, _RECON_CONFIG,
+        ea = ReconExchange(ReconSession.initiator(sa.keys.store, pa.interests, _RECON_CONFIG,
                                                   peer=b.peer_id), _MAX_MISSING_KEYS,
                            peer=b.peer_id, started=now)
-        eb = ReconExchange(ReconSession.responder(sb.keys, pb.interests, _RECON_CONFIG,
+        eb = ReconExchange(ReconSession.responder(sb.keys.store, pb.interests, _RECON_CONFIG,
                                                   peer=a.peer_id), _MAX_MISSING_KEYS,
                            peer=a.peer_id, started=now)
-        frame = next((x.frame for x in ea.start() if isinstance(x, SendFrame)), None)
-        frames, size, turn = 0, 0, (eb, ea)
+        frame = next((x.frame for x in sa.keys.step(ea, ea.start())
+                      if isinstance(x, SendFrame)), None)
+        frames, size, turn = 0, 0, ((eb, sb.keys), (ea, sa.keys))
         #: Bytes and frames each side sent (a's frames are the odd ones).
         by_side = [[0, 0], [0, 0]]
         ok = True
@@ -251,7 +254,8 @@ class Replication:
                 size += len(frame)
                 by_side[frames % 2 == 0][0] += 1
                 by_side[frames % 2 == 0][1] += len(frame)
-                actions = turn[frames % 2 == 0].receive(frame, now)
+                exchange, keys = turn[frames % 2 == 0]
+                actions = keys.step(exchange, exchange.receive(frame, now))
                 frame = next((x.frame for x in actions if isinstance(x, SendFrame)), None)
         except RemoteProtocolError:
             ok = False

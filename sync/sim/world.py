@@ -17,9 +17,9 @@ from typing import Protocol
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import RemoteProtocolError
-from sync.recon import MemoryKeyStore
 from sync.replication import GapPlanner, ReconLifecycle
 from sync.sds import SdsChannel
+from sync.sim.keylog import KeyLog
 from sync.sim.network import Mesh
 from sync.sim.scenario import Scenario
 from sync.sim.stats import Stats
@@ -56,7 +56,7 @@ class Member:
 class PeerState:
     """One member's replication state beside its SDS channel."""
 
-    keys: MemoryKeyStore
+    keys: KeyLog  # the member's log of Recon keys and its key store (``sync.sim.keylog``)
     core: ReconLifecycle
     gaps: GapPlanner
     recon_at: float | None = None

@@ -129,10 +129,9 @@ class ReconExchange:
             raise RemoteProtocolError("expected a Recon message", self.peer)
         return self._stepped(session.receive(frame[1:]))
 
-    def keys_read(self, answer: KeysRead | None) -> list[Action]:
-        """The reads a ``ReadKeys`` asked for: the step that asked runs with them (``None``:
-        on what the key store reads itself); the actions as :meth:`start` or :meth:`receive`
-        would have returned them."""
+    def keys_read(self, answer: KeysRead) -> list[Action]:
+        """The reads a ``ReadKeys`` asked for: the step that asked runs with them; the actions
+        as :meth:`start` or :meth:`receive` would have returned them."""
         return self._stepped(self.session.keys_read(answer))
 
     def _stepped(self, reply: Step) -> list[Action]:

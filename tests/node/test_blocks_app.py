@@ -27,6 +27,7 @@ from node.config.apps import BlocksSection
 from node.config.fields import ConfigError
 from node.config.settings import Config, load_config
 from node.store.events import EventStore
+from node.store.signal import CommitSignal
 from node.telemetry.metrics import Metrics
 from storage import EventRecord, append_events, get_state, make_engine, put_state, upgrade
 from storage.blocks import block_at, block_by_hash, get_head, read_changes
@@ -121,7 +122,7 @@ class Node:
         """A fresh application and runner, as after a process restart."""
         self.metrics = Metrics()
         self.app = BlocksApplication(self.section, self.metrics, clock=SystemClock())
-        self.runner = AppRunner(self.app, EventStore(self.engine), self.metrics, trio.Event,
+        self.runner = AppRunner(self.app, EventStore(self.engine), self.metrics, CommitSignal(),
                                 clock=SystemClock())
         with self.engine.connect() as conn:
             raw = get_state(conn, "app/blocks/cursor")
@@ -434,7 +435,8 @@ def api_client(engine: Engine, section: BlocksSection,
     if section.enabled and producer:
         section = dataclasses.replace(section, producers=(*section.producers, peer_id_of(key)))
     runtime = NodeRuntime(config=dataclasses.replace(Config(), blocks=section),
-                          key=key, store=EventStore(engine), clock=SystemClock())
+                          key=key, store=EventStore(engine), clock=SystemClock(),
+                          commits=CommitSignal())
     bundle = BlocksPlugin().build(runtime)
     transport = httpx.ASGITransport(app=create_app(runtime, bundle.routes))
     return httpx.AsyncClient(transport=transport, base_url="http://node")

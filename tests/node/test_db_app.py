@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
@@ -22,6 +21,7 @@ from node.config.apps import DbSection
 from node.config.fields import ConfigError
 from node.config.settings import Config, load_config
 from node.store.events import EventStore
+from node.store.signal import CommitSignal
 from node.telemetry.metrics import Metrics
 from storage import EventRecord, append_events, get_state, make_engine, upgrade
 from sync.crdt import TableSchema, Value
@@ -284,7 +284,7 @@ def log_events(n: int, seed: int) -> list[EventRecord]:
 
 
 async def run_app(engine: Engine, app: DbApplication) -> AppRunner:
-    runner = AppRunner(app, EventStore(engine), Metrics(), trio.Event, clock=SystemClock())
+    runner = AppRunner(app, EventStore(engine), Metrics(), CommitSignal(), clock=SystemClock())
     with engine.connect() as conn:
         raw = get_state(conn, "app/db/cursor")
     runner.cursor = int(raw) if raw else 0

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from node.config.settings import ReconSection
 from node.replication.recon_summary import keystore_limits
-from sync.recon import SummaryKeyStore
 from tests.harness.inproc import InProcessNode
-from tests.sync.recon.test_summary import ListSource
+from tests.sync.recon.helpers import Answered, ListReader
 
 MIB = 1 << 20
 
@@ -54,8 +53,7 @@ def test_a_node_on_the_defaults_keeps_at_most_ten_thousand_delivered_ids(tmp_pat
 
 def test_the_recon_key_cache_on_the_defaults_holds_a_few_mib() -> None:
     load, max_buckets, cache_keys = keystore_limits(ReconSection())
-    store = SummaryKeyStore(ListSource(), load=load, max_buckets=max_buckets,
-                            cache_keys=cache_keys)
+    store = Answered(ListReader(), load=load, max_buckets=max_buckets, cache_keys=cache_keys)
     rng = random.Random(7)
     keys = sorted({rng.randbytes(40) for _ in range(40_000)})
     store.insert_many(keys)

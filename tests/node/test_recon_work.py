@@ -8,32 +8,28 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.replication import recon_work
 from node.replication.recon_work import KeyStoreWork
-from storage import SqlKeySource, append_events, make_engine, upgrade
-from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, SummaryKeyStore
+from storage import SqlKeyReader, append_events, make_engine, upgrade
+from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, SummaryKeyStore, insert_keys
 from sync.transfer import ReconExchange, SendFrame
 from sync.transfer.exchange import Action
 from tests.storage.conftest import make_record
-from tests.sync.recon.helpers import FULL
+from tests.sync.recon.helpers import FULL, CommittedFirst
 from tests.sync.recon.test_reads import GuardedSource
-from tests.sync.recon.test_summary import CommittedFirst
 
 
 def _store() -> tuple[SummaryKeyStore, CommittedFirst]:
-    # Like the events table: a key is in the source (committed) before the store hears of it.
-    source = CommittedFirst()
-    return SummaryKeyStore(source, load=16, max_buckets=64, cache_keys=64), source
+    # Like the events table: a key is in the log (committed) before the store hears of it.
+    return SummaryKeyStore(load=16, max_buckets=64, cache_keys=64), CommittedFirst()
 
 
 def test_inserts_while_a_worker_holds_the_store_are_queued_then_applied() -> None:
     store, source = _store()
-    work = KeyStoreWork(store)
+    work = KeyStoreWork(store, source)
     started, release = threading.Event(), threading.Event()
     keys = [bytes([i]) * 4 for i in range(1, 50)]
     seen_in_worker: list[int] = []
@@ -66,8 +62,8 @@ def test_inserts_while_a_worker_holds_the_store_are_queued_then_applied() -> Non
 
 
 def test_work_runs_one_at_a_time_in_a_worker_thread() -> None:
-    store, _ = _store()
-    work = KeyStoreWork(store)
+    store, source = _store()
+    work = KeyStoreWork(store, source)
     running = 0
     most = 0
     threads: set[int] = set()
@@ -96,14 +92,14 @@ def test_work_runs_one_at_a_time_in_a_worker_thread() -> None:
 
 def test_inserts_apply_at_once_when_the_store_is_free() -> None:
     store, source = _store()
-    work = KeyStoreWork(store)
+    work = KeyStoreWork(store, source)
     for i in range(1, 20):
         source.model.insert(bytes([i]))
         work.insert_many([bytes([i])])
     assert len(store) == 19
 
 
-class _GuardedSql(SqlKeySource):
+class _GuardedSql(SqlKeyReader):
     """The events table as the key source, failing the test when read inside a step."""
 
     in_step = False
@@ -120,7 +116,7 @@ class _GuardedSql(SqlKeySource):
         return super().keys(lo, hi, limit)
 
 
-def _sql_side(tmp_path: Path, name: str, indexes: list[int]) -> tuple[
+def _sql_side(tmp_path: Path, name: str, indexes: list[int], budget: int | None) -> tuple[
         ReconExchange, KeyStoreWork, _GuardedSql, set[bytes]]:
     engine = make_engine(f"sqlite:///{tmp_path / name}.db")
     upgrade(engine)
@@ -128,8 +124,10 @@ def _sql_side(tmp_path: Path, name: str, indexes: list[int]) -> tuple[
     with engine.begin() as conn:
         append_events(conn, records, received_at=0)
     source = _GuardedSql(engine)
-    store = SummaryKeyStore(source, load=16, max_buckets=64, cache_keys=32)
-    work = KeyStoreWork(store)  # the driver puts the store in asking mode
+    store = SummaryKeyStore(load=16, max_buckets=64, cache_keys=32)
+    if budget is not None:
+        store.answer_keys = budget
+    work = KeyStoreWork(store, source)  # answers the store's reads from the table
     work.insert_many(r.recon_key for r in records)
     config = ReconConfig(key_list_threshold=8)
     make = ReconSession.initiator if name == "a" else ReconSession.responder
@@ -137,15 +135,18 @@ def _sql_side(tmp_path: Path, name: str, indexes: list[int]) -> tuple[
     return exchange, work, source, {r.recon_key for r in records}
 
 
-def _reconcile_sql(tmp_path: Path, *, guard: bool) -> tuple[KeyStoreWork, KeyStoreWork]:
+def _reconcile_sql(tmp_path: Path, budget: int | None = None
+                   ) -> tuple[KeyStoreWork, KeyStoreWork]:
     """Two exchanges over real SQLite event tables, each step run by the Recon worker (which
-    makes the reads a step asks for, between steps); they must reconcile (``guard``: and no
-    step reads SQL)."""
-    a, work_a, src_a, keys_a = _sql_side(tmp_path, "a", [*range(300), *range(1000, 1030)])
-    b, work_b, src_b, keys_b = _sql_side(tmp_path, "b", [*range(300), *range(2000, 2020)])
+    makes the reads a step asks for, between steps); they must reconcile, and no step reads
+    SQL (``budget``: the keys the answers of a step may hold)."""
+    a, work_a, src_a, keys_a = _sql_side(tmp_path, "a", [*range(300), *range(1000, 1030)],
+                                         budget)
+    b, work_b, src_b, keys_b = _sql_side(tmp_path, "b", [*range(300), *range(2000, 2020)],
+                                         budget)
 
     def stepping(source: _GuardedSql, step: Callable[[], list[Action]]) -> list[Action]:
-        source.in_step = guard
+        source.in_step = True
         try:
             return step()
         finally:
@@ -176,18 +177,17 @@ def _reconcile_sql(tmp_path: Path, *, guard: bool) -> tuple[KeyStoreWork, KeySto
 
 def test_no_sql_inside_a_step_on_the_events_table(tmp_path: Path) -> None:
     """Every read the sessions need is made by the driver between steps."""
-    work_a, work_b = _reconcile_sql(tmp_path, guard=True)
+    work_a, work_b = _reconcile_sql(tmp_path)
     assert work_a.answered_reads > 0 and work_b.answered_reads > 0
-    assert work_a.direct_steps == work_b.direct_steps == 0
+    assert work_a.keys.answers_dropped == work_b.keys.answers_dropped == 0
 
 
-def test_a_step_over_the_answer_budget_reads_as_it_goes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Answers are bounded like the cache (a hostile message may name ranges all over a large
-    log): past the bound the step runs once reading through the bounded cache, and counts."""
-    monkeypatch.setattr(recon_work, "MIN_ANSWER_KEYS", 0)
-    work_a, work_b = _reconcile_sql(tmp_path, guard=False)
-    assert work_a.direct_steps > 0 and work_b.direct_steps > 0
+def test_a_step_over_the_answer_budget_still_only_asks(tmp_path: Path) -> None:
+    """Answers are bounded (a hostile message may name ranges all over a large log): past the
+    bound the answers held are dropped, what the step computed from them is kept, and the
+    step settles on requests alone: no SQL inside it either."""
+    work_a, work_b = _reconcile_sql(tmp_path, budget=0)
+    assert work_a.keys.answers_dropped > 0 and work_b.keys.answers_dropped > 0
 
 
 keys_st = st.lists(st.binary(min_size=1, max_size=3), max_size=150, unique=True)
@@ -226,11 +226,11 @@ def test_the_worker_carries_out_reads_and_exchanges_agree_with_the_simulators(
     asking = []
     for keys, initiator in ((ours, True), (theirs, False)):
         source = GuardedSource([])
-        store = SummaryKeyStore(source, load=4, max_buckets=64, cache_keys=cache_keys)
-        store.insert_many(keys)
+        store = SummaryKeyStore(load=4, max_buckets=64, cache_keys=cache_keys)
+        insert_keys(store, [k for k in keys if source.add(k)], source)
         make = ReconSession.initiator if initiator else ReconSession.responder
         exchange = ReconExchange(make(store, FULL, config), max_missing_keys=10_000)
-        works[id(exchange)] = KeyStoreWork(store)  # puts the store in asking mode
+        works[id(exchange)] = KeyStoreWork(store, source)
         asking.append(exchange)
     _shuttle(asking[0], asking[1], lambda ex, acts: works[id(ex)]._answering(ex, acts))
     memory = [_memory_exchange(ours, True, config), _memory_exchange(theirs, False, config)]

@@ -1,6 +1,6 @@
 """The replication driver's shape (docs/architecture.md "Data flow"): the cores ask for data by
-returning an action, never by raising; the store reports to the driver, nothing is registered
-into it that calls a core.
+returning an action, never by raising, and hold nothing that reads it; the store reports to the
+driver, and its commit observers are fixed when it is built.
 
 This scan fails when
 * an exception that asks for data (a name ending in ``Needed``) is caught anywhere in ``node/``
@@ -10,16 +10,24 @@ This scan fails when
   ``on_queued``, ``on_failure`` called in ``node/replication`` or ``node/store``), or the store
   offers ``on_queued`` / ``on_failure`` again;
 * a module of ``sync/`` imports SQL (also covered for every node-side name by
-  ``tests/sync/test_import_graph.py``).
+  ``tests/sync/test_import_graph.py``);
+* the Recon key store (``SummaryKeyStore``) takes or holds a key source (anything that reads
+  keys: its driver answers the reads it asks for);
+* the store can have an observer registered after it is built (``on_commit`` or any other
+  ``on_*`` / ``add_*`` / ``subscribe`` method), or anything in ``node/`` calls ``on_commit``;
+* the composition root (``node/services.py``) sets an attribute on an object it did not just
+  build (``runtime.recon = ...``): the parts go to constructors.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 from pathlib import Path
 
 from node.store.events import EventStore
+from sync.recon import SummaryKeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Where the one internal "needed" exception lives: raised deep in a step, caught at its edge.
@@ -79,3 +87,44 @@ def test_sync_imports_no_sql() -> None:
             found += [f"{_rel(path)}: {m}" for m in modules
                       if m.split(".")[0] in {"sqlalchemy", "sqlite3", "storage"}]
     assert found == []
+
+
+def _reads_keys(value: object) -> bool:
+    return callable(getattr(value, "keys", None)) and callable(getattr(value, "present", None))
+
+
+def test_the_key_store_takes_and_holds_no_source() -> None:
+    params = inspect.signature(SummaryKeyStore).parameters
+    assert list(params)[:1] == ["summary"], "the key store's first argument is its summary"
+    assert not {"source", "reader"} & set(params)
+    from sync.recon import answered, insert_keys
+    from tests.sync.recon.helpers import ListReader
+
+    reader = ListReader(bytes([i, j]) for i in range(40) for j in range(0, 256, 8))
+    store = SummaryKeyStore(load=4, max_buckets=64, cache_keys=16)
+    insert_keys(store, reader.model.items, reader)
+    assert answered(store, reader, lambda: store.count(b"\x05", b"\x20")) == 27 * 32
+    assert not hasattr(store, "source")
+    assert not [name for name, value in vars(store).items() if _reads_keys(value)]
+
+
+def test_the_store_takes_its_observers_when_built() -> None:
+    assert "observers" in inspect.signature(EventStore).parameters
+    registering = [name for name, _ in inspect.getmembers(EventStore, callable)
+                   if name.startswith(("on_", "add_", "subscribe"))]
+    assert registering == [], "observers are given to the store's constructor"
+    calls = [f"{_rel(path)}:{node.lineno}" for path in _sources("node")
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr == "on_commit"]
+    assert calls == []
+
+
+def test_the_composition_root_sets_nothing_on_built_objects() -> None:
+    path = ROOT / "node" / "services.py"
+    found = [f"{_rel(path)}:{node.lineno}"
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+             for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+             for part in ast.walk(target) if isinstance(part, ast.Attribute)]
+    assert found == [], "build the parts first and hand them to the constructor"

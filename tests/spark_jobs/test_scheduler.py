@@ -92,10 +92,10 @@ async def test_new_events_and_interval_start_runs() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(scheduler.run)
         with trio.fail_after(60):
-            scheduler.on_commit(AppendResult(tuple((i, f"m{i}") for i in range(60)), ()), [])
+            scheduler.committed(AppendResult(tuple((i, f"m{i}") for i in range(60)), ()), [])
             await trio.sleep(0.1)
             assert scheduler.status()["runs"] == 0 and scheduler.status()["new_events"] == 60
-            scheduler.on_commit(AppendResult(tuple((i, f"n{i}") for i in range(40)), ()), [])
+            scheduler.committed(AppendResult(tuple((i, f"n{i}") for i in range(40)), ()), [])
             by_events = await scheduler.wait_finished()
             by_interval = await scheduler.wait_finished()
         nursery.cancel_scope.cancel()

@@ -6,11 +6,17 @@ import random
 
 from sqlalchemy import Engine
 
-from storage import SqlKeyStore, append_events, open_summary_store, scan_buckets
+from storage import SqlKeyReader, SqlKeyStore, append_events, open_summary_store, scan_buckets
 from sync.recon import MemoryKeyStore, wide_of
 from sync.recon.pair import reconcile_in_memory
 from tests.storage.conftest import make_record
-from tests.sync.recon.helpers import FULL, BruteForceStore, Query, check_store_against_model
+from tests.sync.recon.helpers import (
+    FULL,
+    Answered,
+    BruteForceStore,
+    Query,
+    check_store_against_model,
+)
 
 
 def _fill(engine: Engine, indexes: list[int]) -> list[bytes]:
@@ -53,7 +59,8 @@ def test_sql_and_memory_stores_reconcile_with_each_other(engine: Engine) -> None
 def test_summary_store_on_the_events_table(engine: Engine) -> None:
     """Start-up scan, then events committed in batches and reported after the commit."""
     keys = _fill(engine, list(range(700)))
-    store = open_summary_store(engine, load=16, max_buckets=32, cache_keys=64)
+    store = Answered(SqlKeyReader(engine),  # its reads answered from the table, as the node does
+                     store=open_summary_store(engine, load=16, max_buckets=32, cache_keys=64))
     memory = MemoryKeyStore.from_sorted(sorted(keys))
     assert len(store) == 700
     assert len(store.summary) <= 32

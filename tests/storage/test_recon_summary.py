@@ -12,6 +12,7 @@ from sqlalchemy import Engine, delete, select, update
 
 from storage import (
     OpenedKeyStore,
+    SqlKeyReader,
     append_events,
     events,
     log_matches,
@@ -22,9 +23,9 @@ from storage import (
     upgrade,
     write_transaction,
 )
-from sync.recon import BucketSummary, SummaryKeyStore, encode_summary
+from sync.recon import BucketSummary, SummaryKeyStore, encode_summary, insert_keys
 from tests.storage.conftest import make_record
-from tests.sync.recon.helpers import BruteForceStore, Query, check_store_against_model
+from tests.sync.recon.helpers import Answered, BruteForceStore, Query, check_store_against_model
 from tests.sync.recon.test_summary import buckets_of
 
 LIMITS = {"load": 16, "max_buckets": 64, "cache_keys": 64}
@@ -54,7 +55,7 @@ def _save(engine: Engine, opened: OpenedKeyStore, since: tuple[int, int] | None 
                             now_ms=1)
 
 
-def _check(store: SummaryKeyStore, keys: list[bytes]) -> None:
+def _check(engine: Engine, store: SummaryKeyStore, keys: list[bytes]) -> None:
     model = BruteForceStore()
     for key in keys:
         model.insert(key)
@@ -66,7 +67,8 @@ def _check(store: SummaryKeyStore, keys: list[bytes]) -> None:
         a, b = sorted(rng.sample(range(len(ordered)), 2))
         queries.append((ordered[a], ordered[b], ordered[rng.randrange(len(ordered))],
                         rng.randrange(0, 40)))
-    check_store_against_model(store, model, queries)
+    # Its reads answered from the table, as the node's driver answers them.
+    check_store_against_model(Answered(SqlKeyReader(engine), store=store), model, queries)
 
 
 def test_saved_summary_then_only_newer_keys(engine: Engine) -> None:
@@ -79,12 +81,12 @@ def test_saved_summary_then_only_newer_keys(engine: Engine) -> None:
     second = _open(engine)
     assert second.outcome == "saved"
     assert (second.watermark, second.total, second.replayed) == (950, 950, 150)
-    _check(second.store, keys)
+    _check(engine, second.store, keys)
     # The next save checks only the rows since the last one.
     assert _save(engine, second, since=(800, 800))
     third = _open(engine)
     assert (third.outcome, third.replayed, third.total) == ("saved", 0, 950)
-    _check(third.store, keys)
+    _check(engine, third.store, keys)
 
 
 def test_save_refused_when_the_log_disagrees(engine: Engine) -> None:
@@ -119,7 +121,7 @@ def test_damaged_row_falls_back_to_the_scan(engine: Engine, damage: str) -> None
                 "oversized": "too_large"}[damage]
     assert opened.outcome == f"scan_{expected}"
     assert opened.total == 500
-    _check(opened.store, keys)
+    _check(engine, opened.store, keys)
 
 
 def test_summary_of_another_key_set_fails_the_sample(engine: Engine) -> None:
@@ -133,7 +135,7 @@ def test_summary_of_another_key_set_fails_the_sample(engine: Engine) -> None:
             summary=encode_summary(s.load, s.starts, s.counts, s.wides)))
     opened = _open(engine)
     assert opened.outcome == "scan_sample"
-    _check(opened.store, keys)
+    _check(engine, opened.store, keys)
 
 
 def test_long_tail_and_deleted_events_fall_back_to_the_scan(engine: Engine) -> None:
@@ -142,7 +144,7 @@ def test_long_tail_and_deleted_events_fall_back_to_the_scan(engine: Engine) -> N
     keys += _fill(engine, range(1000, 1100))  # more than a quarter of the saved keys
     opened = _open(engine)
     assert opened.outcome == "scan_tail"
-    _check(opened.store, keys)
+    _check(engine, opened.store, keys)
     assert _save(engine, opened)
     with engine.begin() as conn:  # the trigger empties the saved summary
         conn.execute(delete(events).where(events.c.seq == 5))
@@ -158,7 +160,7 @@ def test_empty_log(engine: Engine) -> None:
     keys = _fill(engine, range(50))  # a bootstrap into the empty database
     after = _open(engine)
     assert after.outcome == "scan_tail"
-    _check(after.store, keys)
+    _check(engine, after.store, keys)
 
 
 @settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
@@ -177,7 +179,8 @@ def test_any_history_of_appends_saves_and_crashes_restores_the_log(
         since = (opened.watermark, opened.total)
         for n, save, restart in steps:
             keys += _fill(engine, range(len(keys), len(keys) + n))
-            opened.store.insert_many(keys[len(keys) - n :])  # as the node accounts a commit
+            # As the node accounts a commit.
+            insert_keys(opened.store, keys[len(keys) - n :], SqlKeyReader(engine))
             opened = OpenedKeyStore(opened.store, opened.watermark + n, opened.total + n, "")
             if save and _save(engine, opened, since):
                 since = (opened.watermark, opened.total)
@@ -187,6 +190,6 @@ def test_any_history_of_appends_saves_and_crashes_restores_the_log(
                 since = (opened.watermark, opened.total)
             assert (opened.total, opened.watermark) == (len(keys), len(keys))
             if keys:
-                _check(opened.store, keys)
+                _check(engine, opened.store, keys)
     finally:
         engine.dispose()

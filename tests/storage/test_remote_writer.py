@@ -50,9 +50,9 @@ def _run(store: EventStore, body: object) -> None:
 
 def test_fetched_batches_go_to_the_remote_writer_in_queue_order(engine: Engine) -> None:
     writer = _Writer(engine)
-    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer)
     committed: list[str] = []
-    store.on_commit(lambda result, _: committed.extend(m for _, m in result.inserted))
+    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer, observers=[
+        lambda result, _: committed.extend(m for _, m in result.inserted)])
     local_a, local_b = [make_record(i) for i in range(3)], [make_record(i) for i in range(3, 5)]
     fetched_1 = [make_record(i) for i in range(10, 14)]
     fetched_2 = [make_record(i) for i in range(14, 16)] + [make_record(10)]
@@ -80,10 +80,9 @@ def test_fetched_batches_go_to_the_remote_writer_in_queue_order(engine: Engine) 
 def test_a_writer_that_died_after_its_commit_is_settled_from_the_log(engine: Engine) -> None:
     stored_before = [make_record(i) for i in range(2)]
     writer = _Writer(engine, die="after")
-    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer,
-                       reports=True)
     committed: list[tuple[int, str]] = []
-    store.on_commit(lambda result, _: committed.extend(result.inserted))
+    store = EventStore(engine, max_batch=64, max_delay_ms=50, remote_writer=writer, reports=True,
+                       observers=[lambda result, _: committed.extend(result.inserted)])
     fetched = [make_record(i) for i in range(6)]
 
     def body(s: EventStore) -> None:

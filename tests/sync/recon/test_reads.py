@@ -1,9 +1,9 @@
-"""Key-store reads as requests (sync/recon/reads.py): no Recon step calls its key source.
+"""Key-store reads as requests (sync/recon/reads.py): the key store never reads, it asks.
 
-Sessions over asking ``SummaryKeyStore``s whose sources raise when called during a step
-reconcile exactly as sessions over memory stores do; a step that lacks reads returns the
-action ``ReadKeys`` having changed nothing, and the driver feeds the reads back as the input
-``KeysRead`` (no step raises to ask).
+Sessions over ``SummaryKeyStore``s whose logs fail the test when read during a step reconcile
+exactly as sessions over memory stores do; a step that lacks reads returns the action
+``ReadKeys`` having changed nothing, and the driver feeds the reads back as the input
+``KeysRead`` (no step raises to ask). The store holds no reader at all: the driver answers.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sync.recon import (
     ReconConfig,
     ReconSession,
     SummaryKeyStore,
+    insert_keys,
     read_keys,
     shuttle,
 )
@@ -33,7 +34,7 @@ keys_st = st.lists(st.binary(min_size=1, max_size=3), max_size=200, unique=True)
 
 
 class GuardedSource:
-    """A sorted list as the key source, which fails the test if read during a step."""
+    """A sorted list as the log the driver reads, which fails the test if read during a step."""
 
     def __init__(self, keys: list[bytes]) -> None:
         self.items = sorted(keys)
@@ -82,6 +83,7 @@ class Driven:
             got = step()
             while isinstance(got, ReadKeys):
                 self.asked += 1
+                assert self.asked < 10_000, "a step that never settles"
                 self.source.in_step = False
                 answer = read_keys(self.source, got.reads)
                 self.source.in_step = True
@@ -98,11 +100,11 @@ class Driven:
 
 
 def _asking(keys: list[bytes], config: ReconConfig, *, initiator: bool,
-            cache_keys: int) -> Driven:
+            cache_keys: int, answer_keys: int | None = None) -> Driven:
     source = GuardedSource([])
-    store = SummaryKeyStore(source, load=4, max_buckets=64, cache_keys=cache_keys)
-    store.insert_many(keys)
-    store.asks = True
+    store = SummaryKeyStore(load=4, max_buckets=64, cache_keys=cache_keys,
+                            answer_keys=answer_keys)
+    insert_keys(store, [k for k in keys if source.add(k)], source)
     make = ReconSession.initiator if initiator else ReconSession.responder
     return Driven(make(store, FULL, config), store, source)
 
@@ -115,14 +117,18 @@ def _memory(keys: list[bytes], config: ReconConfig, *, initiator: bool) -> Recon
     return make(store, FULL, config)
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=80)
 @given(ours=keys_st, theirs=keys_st, threshold=st.integers(2, 12),
-       cache_keys=st.sampled_from([0, 8, 1000]))
+       cache_keys=st.sampled_from([0, 8, 1000]), answer_keys=st.sampled_from([None, 0, 9]))
 def test_asking_sessions_reconcile_like_memory_ones(
-        ours: list[bytes], theirs: list[bytes], threshold: int, cache_keys: int) -> None:
+        ours: list[bytes], theirs: list[bytes], threshold: int, cache_keys: int,
+        answer_keys: int | None) -> None:
+    """Also when the answers a step may hold are bounded below what it reads (``answer_keys``
+    0: only the last round's): what it computed is kept, the step settles on requests."""
     config = ReconConfig(key_list_threshold=threshold)
-    a = _asking(ours, config, initiator=True, cache_keys=cache_keys)
-    b = _asking(theirs, config, initiator=False, cache_keys=cache_keys)
+    a = _asking(ours, config, initiator=True, cache_keys=cache_keys, answer_keys=answer_keys)
+    b = _asking(theirs, config, initiator=False, cache_keys=cache_keys,
+                answer_keys=answer_keys)
     got = shuttle(cast(ReconSession, a), cast(ReconSession, b))
     want = shuttle(_memory(ours, config, initiator=True),
                    _memory(theirs, config, initiator=False))
@@ -156,18 +162,31 @@ def test_a_step_that_asks_changes_nothing() -> None:
     assert reply is not None  # answered: the held message now goes through
 
 
-def test_reads_outside_asking_mode_go_to_the_source() -> None:
+def test_the_store_asks_for_every_read_and_holds_no_reader() -> None:
+    """Queries and the bucket splits after an insert ask (``wanted``); the driver answers."""
     source = GuardedSource([])
-    store = SummaryKeyStore(source, load=2, max_buckets=8, cache_keys=0)
-    store.insert_many([b"a", b"b", b"c"])
-    assert store.keys(b"", b"z", 10) == [b"a", b"b", b"c"]
-    assert source.calls > 0
-    calls = source.calls
-    store.asks = True
-    store.count(b"b", b"z")  # nothing answered: recorded, not read
-    assert source.calls == calls
+    store = SummaryKeyStore(load=2, max_buckets=8, cache_keys=0)
+    assert not any(isinstance(v, GuardedSource) for v in vars(store).values())
+    keys = [b"a", b"b", b"c", b"d", b"e", b"f"]
+    for key in keys:
+        source.add(key)
+    source.in_step = True  # the store never reads: an insert asks for its splits' reads
+    assert store.insert_many(keys) == len(keys)
+    source.in_step = False
+    splits = store.wanted()
+    assert splits is not None and splits.ranges
+    before = len(store.summary)
+    store.answer(read_keys(source, splits))
+    store.split_pending()
+    while (more := store.wanted()) is not None:
+        store.answer(read_keys(source, more))
+        store.split_pending()
+    assert len(store.summary) > before  # split with the answers
+    source.in_step = True
+    store.count(b"b", b"z")  # recorded, not read (what it returns is void)
+    source.in_step = False
     reads = store.wanted()
     assert reads is not None and reads.ranges
     store.answer(read_keys(source, reads))
-    assert store.count(b"b", b"z") == 2
+    assert store.count(b"b", b"z") == 5
     assert store.wanted() is None

@@ -1,9 +1,8 @@
-"""SummaryKeyStore (bucket summary + key source) answers exactly like MemoryKeyStore."""
+"""SummaryKeyStore (bucket summary, reads answered by its driver) answers exactly like
+MemoryKeyStore."""
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
 from itertools import pairwise
 
 import pytest
@@ -20,40 +19,20 @@ from sync.recon import (
     reconcile_in_memory,
     wide_of,
 )
-from tests.sync.recon.helpers import FULL, BruteForceStore, Query, check_store_against_model
+from tests.sync.recon.helpers import (
+    FULL,
+    Answered,
+    BruteForceStore,
+    CommittedFirst,
+    ListReader,
+    Query,
+    check_store_against_model,
+)
 
 keys_st = st.binary(min_size=0, max_size=3)
 query_st = st.lists(
     st.tuples(keys_st, keys_st, keys_st, st.integers(0, 20)), min_size=1, max_size=30
 )
-
-
-class ListSource:
-    """A sorted list (the brute-force model's) as the key source."""
-
-    def __init__(self) -> None:
-        self.model = BruteForceStore()
-        self.reads = 0
-
-    def add(self, key: bytes) -> bool:
-        return self.model.insert(key)
-
-    def present(self, keys: Sequence[bytes]) -> set[bytes]:
-        return {k for k in keys if self.model.contains(k)}
-
-    def keys(self, lo: bytes, hi: bytes | None, limit: int) -> list[bytes]:
-        self.reads += 1
-        items = self.model.items
-        i = bisect.bisect_left(items, lo)
-        j = len(items) if hi is None else bisect.bisect_left(items, hi)
-        return items[i : min(j, i + limit)]
-
-
-class CommittedFirst(ListSource):
-    """A database table: keys are already in it when the store hears of them."""
-
-    def add(self, key: bytes) -> bool:
-        return True
 
 
 def buckets_of(keys: list[bytes], load: int) -> list[tuple[bytes, int, int]]:
@@ -70,7 +49,7 @@ def buckets_of(keys: list[bytes], load: int) -> list[tuple[bytes, int, int]]:
     return out
 
 
-def _same(store: KeyStore, memory: MemoryKeyStore, model: BruteForceStore,
+def _same(store: KeyStore | Answered, memory: MemoryKeyStore, model: BruteForceStore,
           queries: list[Query]) -> None:
     check_store_against_model(store, model, queries)
     check_store_against_model(memory, model, queries)
@@ -90,8 +69,7 @@ def _same(store: KeyStore, memory: MemoryKeyStore, model: BruteForceStore,
 def test_inserts_match_memory_store(
     inserts: list[bytes], queries: list[Query], load: int, max_buckets: int, cache_keys: int
 ) -> None:
-    store = SummaryKeyStore(ListSource(), load=load, max_buckets=max_buckets,
-                            cache_keys=cache_keys)
+    store = Answered(ListReader(), load=load, max_buckets=max_buckets, cache_keys=cache_keys)
     memory = MemoryKeyStore(load=load)
     model = BruteForceStore()
     for key in inserts:
@@ -120,7 +98,7 @@ def test_restored_summary_then_batches_of_inserts(
     source = CommittedFirst()
     source.model.items = list(ordered)
     summary = BucketSummary.restore(buckets_of(ordered, load), load=load, max_buckets=max_buckets)
-    store = SummaryKeyStore(source, summary, cache_keys=16)
+    store = Answered(source, summary, cache_keys=16)
     memory = MemoryKeyStore.from_sorted(ordered, load=load)
     model = BruteForceStore()
     for key in ordered:
@@ -130,7 +108,7 @@ def test_restored_summary_then_batches_of_inserts(
     for i in range(0, len(fresh), 7):
         batch = fresh[i : i + 7]
         for key in batch:
-            ListSource.add(source, key)  # committed: visible in the table ...
+            ListReader.add(source, key)  # committed: visible in the table ...
         for lo, hi, _, _ in queries[:3]:  # ... and read by sessions before the store is told
             inside = store.count(lo, hi)
             assert inside >= 0
@@ -160,15 +138,15 @@ def test_many_splits_and_merges_between_queries(
 ) -> None:
     """Small buckets and few of them: every batch splits and merges buckets, and the store is
     queried between batches (the trees are rebuilt lazily, cached buckets kept across inserts)."""
-    source = CommittedFirst() if committed_first else ListSource()
-    store = SummaryKeyStore(source, load=load, max_buckets=max_buckets, cache_keys=cache_keys)
+    source = CommittedFirst() if committed_first else ListReader()
+    store = Answered(source, load=load, max_buckets=max_buckets, cache_keys=cache_keys)
     memory = MemoryKeyStore(load=load)
     model = BruteForceStore()
     for batch in batches:
         fresh = list(dict.fromkeys(k for k in batch if not model.contains(k)))
         if committed_first:
             for key in fresh:
-                ListSource.add(source, key)
+                ListReader.add(source, key)
         assert store.insert_many(fresh if committed_first else batch) == len(fresh)
         for key in fresh:
             model.insert(key)
@@ -192,7 +170,7 @@ def test_sessions_split_and_answer_as_with_the_memory_store(
 ) -> None:
     """Same store answers, same Recon exchange: every split, hash and key list is identical."""
     config = ReconConfig(key_list_threshold=4)
-    summary = SummaryKeyStore(ListSource(), load=load, max_buckets=6, cache_keys=8)
+    summary = Answered(ListReader(), load=load, max_buckets=6, cache_keys=8)
     summary.insert_many(sorted(ours))
     with_summary = reconcile_in_memory(summary, MemoryKeyStore.from_sorted(sorted(theirs)),
                                        FULL, FULL, config, apply=False)
@@ -206,7 +184,7 @@ def test_sessions_split_and_answer_as_with_the_memory_store(
 
 def test_memory_is_bounded_by_config_not_by_keys() -> None:
     keys = [i.to_bytes(4, "big") for i in range(0, 200_000, 7)]
-    store = SummaryKeyStore(ListSource(), load=16, max_buckets=64, cache_keys=100)
+    store = Answered(ListReader(), load=16, max_buckets=64, cache_keys=100)
     for i in range(0, len(keys), 1000):
         store.insert_many(keys[i : i + 1000])
     assert len(store) == len(keys)
@@ -218,8 +196,8 @@ def test_memory_is_bounded_by_config_not_by_keys() -> None:
 
 
 def test_range_hash_reads_at_most_two_buckets() -> None:
-    source = ListSource()
-    store = SummaryKeyStore(source, load=64, max_buckets=1024, cache_keys=0)
+    source = ListReader()
+    store = Answered(source, load=64, max_buckets=1024, cache_keys=0)
     keys = [i.to_bytes(4, "big") for i in range(50_000)]
     store.insert_many(keys)
     source.reads = 0
@@ -237,8 +215,8 @@ def test_bad_summaries_are_refused() -> None:
     with pytest.raises(LocalProtocolError):
         BucketSummary.restore([(b"", 1, 1), (b"", 1, 1)], load=4, max_buckets=4)
     with pytest.raises(LocalProtocolError):
-        SummaryKeyStore(ListSource(), cache_keys=-1)
-    store = SummaryKeyStore(ListSource())
+        SummaryKeyStore(cache_keys=-1)
+    store = SummaryKeyStore()
     assert isinstance(store, KeyStore)
     with pytest.raises(LocalProtocolError):
         store.key_at(b"", b"\xff", 0)

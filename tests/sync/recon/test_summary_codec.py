@@ -18,20 +18,20 @@ from sync.recon import (
     wide_of,
 )
 from sync.recon.summary_codec import max_summary_bytes
-from tests.sync.recon.helpers import BruteForceStore, Query
-from tests.sync.recon.test_summary import CommittedFirst, ListSource, _same, keys_st, query_st
+from tests.sync.recon.helpers import Answered, BruteForceStore, CommittedFirst, ListReader, Query
+from tests.sync.recon.test_summary import _same, keys_st, query_st
 
 
-def _export(store: SummaryKeyStore) -> bytes:
+def _export(store: SummaryKeyStore | Answered) -> bytes:
     s = store.summary
     return encode_summary(s.load, s.starts, s.counts, s.wides)
 
 
-def _import(blob: bytes, source: ListSource, *, load: int, max_buckets: int) -> SummaryKeyStore:
+def _import(blob: bytes, source: ListReader, *, load: int, max_buckets: int) -> Answered:
     saved = decode_summary(blob, max_buckets=max_buckets, max_key_bytes=8)
     summary = BucketSummary.restore(saved.buckets, load=max(load, saved.load),
                                     max_buckets=max_buckets)
-    return SummaryKeyStore(source, summary, cache_keys=16)
+    return Answered(source, summary, cache_keys=16)
 
 
 @settings(deadline=None, max_examples=120)
@@ -48,11 +48,11 @@ def test_export_import_gives_an_identical_store(
     """Saved after any inserts (splits, merges), restored, then more keys committed first and
     inserted as the node's start-up replays them: the same answers as MemoryKeyStore."""
     source = CommittedFirst()
-    saved = SummaryKeyStore(source, load=load, max_buckets=max_buckets, cache_keys=8)
+    saved = Answered(source, load=load, max_buckets=max_buckets, cache_keys=8)
     memory = MemoryKeyStore(load=load)
     model = BruteForceStore()
     for key in initial:
-        if ListSource.add(source, key):  # committed, then accounted (once) as the node does
+        if ListReader.add(source, key):  # committed, then accounted (once) as the node does
             saved.insert(key)
             memory.insert(key)
             model.insert(key)
@@ -65,7 +65,7 @@ def test_export_import_gives_an_identical_store(
     _same(restored, memory, model, queries)
     fresh = list(dict.fromkeys(k for k in later if not model.contains(k)))
     for key in fresh:
-        ListSource.add(source, key)
+        ListReader.add(source, key)
     restored.insert_many(fresh)
     for key in fresh:
         memory.insert(key)
@@ -76,8 +76,8 @@ def test_export_import_gives_an_identical_store(
                                                  max_buckets=max_buckets))
 
 
-def _store(n: int = 100) -> SummaryKeyStore:
-    store = SummaryKeyStore(ListSource(), load=4, max_buckets=64)
+def _store(n: int = 100) -> Answered:
+    store = Answered(ListReader(), load=4, max_buckets=64)
     store.insert_many(i.to_bytes(2, "big") for i in range(n))
     return store
 

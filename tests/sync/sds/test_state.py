@@ -189,3 +189,30 @@ def test_snapshot_is_a_public_value_that_round_trips_through_bytes() -> None:
     # Restoring gives back the same buffers (the clock may only move forward).
     restored = _restore(a, 0, a_log).snapshot()
     assert restored.outgoing == a.snapshot().outgoing and restored.heads == a.snapshot().heads
+
+
+def test_resends_due_while_down_are_left_to_recon() -> None:
+    """A restart after a burst's resend deadlines passed does not resend the burst (issue 37):
+    those messages are left to the restart's Recon sessions (and stay in the repair cache); a
+    deadline still ahead keeps its time."""
+    a = channel(0, config=CFG)
+    for i in range(3):
+        a.send(f"a{i}".encode(), T0)  # resends due at T0 + 10
+    a.send(b"late", T0 + 4)  # due at T0 + 14, still ahead at the restart
+    delivered = of_type(a.events(), Delivered)
+    restored = SdsChannel.restore(
+        encode_state(a.snapshot()), key(0),
+        log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
+        cached_wires=[d.wire for d in delivered], config=CFG, rng=random.Random(0), now=T0 + 12)
+    restored.handle_timer(T0 + 12)
+    assert restored.datagrams_to_send() == []
+    assert restored.stats.outgoing_overdue == 3
+    restored.handle_timer(T0 + 14)
+    assert [decode_transmission(d).event.content for d in restored.datagrams_to_send()] == [
+        b"late"]
+    restored.handle_timer(T0 + 40)  # (past the interval a deferred resend would wait)
+    assert {decode_transmission(d).event.content
+            for d in restored.datagrams_to_send()} <= {b"late", b""}
+    assert restored.outgoing.ids == {delivered[3].message_id}
+    # A peer that asks for one by SDS-R is still answered.
+    assert all(d.message_id in restored.repair.cache for d in delivered[:3])

@@ -1,7 +1,9 @@
 """The simulator and the node drive the same replication cores: the node's one driver
 (``node.replication.driver.ReplicationDriver``) is built on ``sync.replication``'s
 ``ReconLifecycle`` and ``GapPlanner``, on the node's default settings, and a simulated run
-drives those very classes, on the same settings, through sessions and fetches."""
+drives those very classes, on the same settings, through sessions and fetches; its sessions
+run over the node's Recon key store (``SummaryKeyStore``), whose reads the simulator answers
+from each member's key log as the node's Recon worker answers them from the events table."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from node.config.settings import Config
 from node.replication.driver import ReplicationDriver
 from node.replication.fetch import gap_planner
 from node.replication.recon import recon_interests, recon_lifecycle
+from node.replication.recon_work import KeyStoreWork
+from sync.recon import SummaryKeyStore
 from sync.replication import GapPlanner, ReconLifecycle
 from sync.sim import SWEEP, Simulation
 
@@ -32,8 +36,11 @@ def test_the_node_driver_and_the_simulator_run_the_same_cores() -> None:
     sim = Simulation(scenario)
     stats = sim.run()
     assert stats.replication["recon_sessions"] > 0
+    assert sum(state.keys.store.reads for state in sim.repl.state) > 0  # reads it asked for
+    assert typing.get_type_hints(KeyStoreWork.__init__)["keys"] is SummaryKeyStore
     for state in sim.repl.state:
         assert type(state.core) is type(node_core) and type(state.gaps) is type(node_gaps)
+        assert type(state.keys.store) is SummaryKeyStore
         # The node's defaults, but for the scenario's own round interval.
         assert state.core.config == dataclasses.replace(
             node_core.config, interval_s=scenario.recon_interval)
