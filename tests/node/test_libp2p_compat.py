@@ -19,6 +19,8 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +297,19 @@ async def _echo(stream: FramedStream) -> None:
         await stream.send(frame)
 
 
+@asynccontextmanager
+async def _echo_stream() -> AsyncIterator[tuple[P2PHost, P2PHost, FramedStream]]:
+    """Two hosts, ``b`` echoing, and a stream from ``a`` to it that has carried a frame."""
+    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
+            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
+        b.set_stream_handler(ECHO, _echo)
+        await a.connect(b.listen_addrs[0])
+        async with await a.open_stream(b.peer_id, ECHO) as stream:
+            await stream.send(b"warm")
+            assert await stream.receive() == b"warm"
+            yield a, b, stream
+
+
 @pytest.mark.trio
 @pytest.mark.timeout(60)
 async def test_p1_a_malformed_rpc_costs_one_stream_not_the_host() -> None:
@@ -474,6 +489,29 @@ class _Calls:
 
 @pytest.mark.trio
 @pytest.mark.timeout(60)
+async def test_n1_noise_messages_are_cut_from_buffered_socket_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Noise message costs at most one socket read (0.8.1: two exact reads each, its length
+    then its body), and a burst of messages fewer; every frame still arrives whole."""
+    from libp2p.io.trio import TrioTCPStream
+    from libp2p.security.noise.io import NoiseTransportReadWriter
+
+    reads = _Calls(monkeypatch, TrioTCPStream, "read")
+    messages = _Calls(monkeypatch, NoiseTransportReadWriter, "decrypt")
+    async with _echo_stream() as (_, _, stream):
+        reads.on = messages.on = True
+        payloads = [bytes([i]) * (100 + 37 * i) for i in range(100)]
+        for payload in payloads:
+            await stream.send(payload)
+        for payload in payloads:
+            assert await stream.receive() == payload
+        reads.on = messages.on = False
+    assert messages.count >= 100
+    assert reads.count <= messages.count + 2, (reads.count, messages.count)
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
 async def test_b1_pubsub_reads_rpcs_in_chunks_not_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pubsub reader takes each RPC from a per-stream buffer: one or two stream reads per
     RPC (0.8.1: one per byte of each varint length, then the body: three per 1.7 KB message),
@@ -583,47 +621,41 @@ async def test_k1_a_connections_free_locks_are_taken_without_a_yield() -> None:
     """The locks a message passes on its way (the connection's socket, write and stream locks,
     a stream's window lock) are taken without going back to the scheduler when free (0.8.1's
     ``trio.Lock`` yields even then), and queue in order when held."""
-    async with open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as a, \
-            open_host(Ed25519PrivateKey.generate(), clock=SystemClock()) as b:
-        b.set_stream_handler(ECHO, _echo)
-        await a.connect(b.listen_addrs[0])
-        async with await a.open_stream(b.peer_id, ECHO) as stream:
-            await stream.send(b"up")
-            assert await stream.receive() == b"up"
-            conn = a._host.get_network().get_connections(ID.from_base58(b.peer_id))[0]
-            muxed = conn.muxed_conn
-            tcp = muxed.secured_conn.conn.read_writer.read_write_closer.stream
-            yamux_stream = next(iter(muxed.streams.values()))
-            locks = [muxed._write_lock, muxed.streams_lock, tcp.write_lock, tcp.read_lock,
-                     yamux_stream.window_lock]
-            ran: list[str] = []
+    async with _echo_stream() as (a, b, _):
+        conn = a._host.get_network().get_connections(ID.from_base58(b.peer_id))[0]
+        muxed = conn.muxed_conn
+        tcp = muxed.secured_conn.conn.read_writer.read_write_closer.stream
+        yamux_stream = next(iter(muxed.streams.values()))
+        locks = [muxed._write_lock, muxed.streams_lock, tcp.write_lock, tcp.read_lock,
+                 yamux_stream.window_lock]
+        ran: list[str] = []
 
-            async def sibling() -> None:
-                ran.append("sibling")
+        async def sibling() -> None:
+            ran.append("sibling")
 
-            for lock in locks[:3] + locks[4:]:  # the socket's read lock is held by its reader
-                # A connection task (a ping, a window update) may hold it for a moment.
-                await until(lambda lock=lock: not lock.locked(), 30, f"{lock} stayed held",
-                            pause_max=0.01)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(sibling)
-                    await lock.acquire()  # the sibling is runnable: a yield would run it
-                    ran.append("held")
-                    lock.release()
-                assert ran == ["held", "sibling"], (lock, ran)
-                ran.clear()
-
-            lock = locks[0]
-            order: list[int] = []
-
-            async def waiter(i: int) -> None:
-                async with lock:
-                    order.append(i)
-
-            await lock.acquire()
+        for lock in locks[:3] + locks[4:]:  # the socket's read lock is held by its reader
+            # A connection task (a ping, a window update) may hold it for a moment.
+            await until(lambda lock=lock: not lock.locked(), 30, f"{lock} stayed held",
+                        pause_max=0.01)
             async with trio.open_nursery() as nursery:
-                for i in range(3):
-                    nursery.start_soon(waiter, i)
-                    await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(sibling)
+                await lock.acquire()  # the sibling is runnable: a yield would run it
+                ran.append("held")
                 lock.release()
-            assert order == [0, 1, 2]
+            assert ran == ["held", "sibling"], (lock, ran)
+            ran.clear()
+
+        lock = locks[0]
+        order: list[int] = []
+
+        async def waiter(i: int) -> None:
+            async with lock:
+                order.append(i)
+
+        await lock.acquire()
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(waiter, i)
+                await trio.testing.wait_all_tasks_blocked()
+            lock.release()
+        assert order == [0, 1, 2]

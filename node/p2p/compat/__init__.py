@@ -44,9 +44,12 @@ G5   replaced   ``GossipSub.equivocation_detection`` (per router)           test
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
 W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat
+Y3   replaced   ``Yamux._cleanup_on_error``, ``close``, ``YamuxStream.read``,  test_yamux_end
+                ``SwarmConn._cleanup`` (bytes readable after the end)
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
+N1   replaced   ``NoiseTransportReadWriter.read_msg`` (buffered)            test_libp2p_compat
 K1   replaced   the locks of ``TrioTCPStream``, ``Yamux``, ``YamuxStream``      test_libp2p_compat
                 (``__init__`` wrapped: no yield when free)
 C1   overridden ``CircuitV2Protocol._read_stream_with_retry`` (pacing)       test_relay_layer
@@ -70,6 +73,7 @@ from __future__ import annotations
 
 from node.p2p.compat.locks import patch_quick_locks
 from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
+from node.p2p.compat.noise import patch_noise_reads
 from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
 from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
 from node.p2p.compat.rpc_reads import patch_rpc_reads
@@ -78,6 +82,7 @@ from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slot
 from node.p2p.compat.validation import patch_signature_check
 from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.compat.yamux import patch_yamux
+from node.p2p.compat.yamux_end import patch_yamux_end
 
 __all__ = [
     "SUPPORTED_LIBP2P_VERSION",
@@ -109,8 +114,10 @@ def apply() -> None:
     patch_rpc_reads()  # B1
     patch_signature_check()  # V2
     patch_yamux()  # Y1, Y2, W1
+    patch_yamux_end()  # Y3
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
+    patch_noise_reads()  # N1
     patch_quick_locks()  # K1
     _applied = True
 

@@ -195,6 +195,29 @@ ENTRIES: tuple[Entry, ...] = (
           "scheduler pass; these five (each followed by a checkpoint of its own) do not yield "
           "when free",
           _T + "test_k1_a_connections_free_locks_are_taken_without_a_yield"),
+    Entry("Y3", "yamux_end", "replaced",
+          ("libp2p.stream_muxer.yamux.yamux:Yamux._cleanup_on_error",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.close",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.stream_buffers",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.streams",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.event_shutting_down",
+           "libp2p.stream_muxer.yamux.yamux:YamuxStream.read",
+           "libp2p.stream_muxer.yamux.yamux:YamuxStream.recv_closed",
+           "libp2p.stream_muxer.yamux.yamux:YamuxStream.reset_received",
+           "libp2p.network.stream.net_stream:NetStream.reset",
+           "libp2p.network.connection.swarm_connection:SwarmConn._cleanup"),
+          "when the connection ends (the peer's GO_AWAY or close) every stream's unread "
+          "received bytes are dropped and the stream reset: a peer's last frame before it "
+          "left is lost; a stream its peer closed keeps them, then EOF (go-yamux's rule)",
+          "tests/node/test_yamux_end.py::"
+          "test_frames_written_before_the_peer_left_are_read_after_it_left"),
+    Entry("N1", "noise", "replaced",
+          ("libp2p.security.noise.io:NoiseTransportReadWriter.read_msg",
+           "libp2p.security.noise.io:NoiseTransportReadWriter.decrypt",
+           "libp2p.security.noise.io:SIZE_NOISE_MESSAGE_LEN"),
+          "each Noise message is read with two exact socket reads (length, then body): two "
+          "recv calls, locks and scheduler passes per message; cut from 64 KiB reads instead",
+          _T + "test_n1_noise_messages_are_cut_from_buffered_socket_reads"),
     Entry("L1", "logs", "replaced", ("libp2p.network.connection.swarm_connection:logging",),
           "that module logs on the root logger: logging.basicConfig() runs on its first "
           "record, installing a stderr handler and voiding the daemon's logging setup",
