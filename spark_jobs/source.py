@@ -28,6 +28,7 @@ __all__ = [
     "PROGRESS_PREFIX",
     "RESULT_PREFIX",
     "JdbcSource",
+    "StageTally",
     "build_session",
     "emit_progress",
     "jdbc_source",
@@ -175,26 +176,55 @@ def emit_progress(phase: str, done: int, total: int, **extra: Any) -> None:
     print(PROGRESS_PREFIX + json.dumps(line, sort_keys=True), flush=True)
 
 
+class StageTally:
+    """Tasks done / tasks of every Spark stage a phase has run so far, reported only forward.
+
+    A phase can run several stages one after another, and Spark names a stage only once it
+    starts: counting the active stages alone went back from 1/1 to 0/1 when the next stage
+    began, and the progress bar with it. A stage that left the active set counts as finished,
+    and a tally whose share of done tasks would fall is not reported (the next stage's tasks
+    join the total at once, so 1/1 is followed by 2/2, not 1/2)."""
+
+    def __init__(self) -> None:
+        self.stages: dict[int, tuple[int, int]] = {}
+        self.last: tuple[int, int] | None = None
+
+    def update(self, active: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+        """``active``: stage id -> (completed, tasks); the (done, total) to report, or None."""
+        for stage, (_done, tasks) in self.stages.items():
+            if stage not in active:
+                self.stages[stage] = (tasks, tasks)
+        self.stages.update(active)
+        done = sum(d for d, _ in self.stages.values())
+        total = sum(t for _, t in self.stages.values())
+        if not total or (done, total) == self.last:
+            return None
+        if self.last is not None and done * self.last[1] < self.last[0] * total:
+            return None
+        self.last = (done, total)
+        return self.last
+
+
 @contextmanager
 def stage_progress(spark: SparkSession, phase: str, interval_s: float = 1.0,
                    **extra: Any) -> Iterator[None]:
-    """Report completed/total tasks of the running stages every ``interval_s`` while inside
-    (``extra``: more fields of each line, e.g. ``step``/``steps``)."""
+    """Report completed/total tasks of the phase's stages every ``interval_s`` while inside
+    (``extra``: more fields of each line, e.g. ``step``/``steps``), never backwards
+    (:class:`StageTally`)."""
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
 
     def poll() -> None:
-        last: tuple[int, int] | None = None
+        tally = StageTally()
         while not stop.wait(interval_s):
-            done = total = 0
+            active = {}
             for stage_id in tracker.getActiveStageIds():
                 info = tracker.getStageInfo(stage_id)
                 if info is not None:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
-            if total and (done, total) != last:
-                last = (done, total)
-                emit_progress(phase, done, total, **extra)
+                    active[stage_id] = (info.numCompletedTasks, info.numTasks)
+            report = tally.update(active)
+            if report is not None:
+                emit_progress(phase, *report, **extra)
 
     thread = threading.Thread(target=poll, name=f"progress-{phase}", daemon=True)
     thread.start()
