@@ -174,15 +174,20 @@ def publish_many(node: NodeApi, channel: str, contents: list[str],
             return list(pool.map(one, contents))
 
 
-def channel_log(node: NodeApi, channel: str) -> list[tuple[int, str, str]]:
-    out: list[tuple[int, str, str]] = []
+def channel_events(node: NodeApi, channel: str) -> list[dict[str, Any]]:
+    """Every event of ``channel`` as the API lists it, page by page."""
+    out: list[dict[str, Any]] = []
     params: dict[str, Any] = {"limit": 10_000}
     while True:
         answer = node.get(f"/v1/channels/{channel}/events", **params)
-        out.extend((e["lamport"], e["message_id"], e["content"]) for e in answer["events"])
+        out.extend(answer["events"])
         if not answer["more"]:
             return out
         params.update(answer["next"])
+
+
+def channel_log(node: NodeApi, channel: str) -> list[tuple[int, str, str]]:
+    return [(e["lamport"], e["message_id"], e["content"]) for e in channel_events(node, channel)]
 
 
 def metric(node: NodeApi, name: str) -> float:
