@@ -265,16 +265,21 @@ def test_a_gossip_flood_costs_the_flooder_not_honest_publishers(
     assert metric(victim, "events_rejected_total") > 0
     assert 'reason="over gossip budget"' in victim.get("/metrics")
     stored_at = flood_stored_at(victim)
-    flooded = len(stored_at)
+    # The flood events are valid (an open group): the flooder may also reach the honest node
+    # (run alone, this test's victim fetched 548 of them by Recon), whose own budget lets some
+    # through, and Recon then brings those to the victim. What the victim's budget let through
+    # is what it stored less what Recon brought (honest events that came by Recon would make
+    # it lower by at most 40).
+    by_gossip = len(stored_at) - int(metric(victim, "recon_events_stored_total"))
     # A token bucket lets through its burst plus its rate over the time between the first
-    # and the last event it let through, here the victim's commit times of the flood events
-    # it kept (a second more for commit batching): not a fixed count, nor the time the flood
+    # and the last event it let through; here the victim's commit times of the flood events
+    # it stored (a second more for commit batching): not a fixed count, nor the time the flood
     # took to send, both of which a loaded victim, reading the queued flood for seconds after
     # it was sent, would exceed without any fault of the node's.
     span_s = (max(stored_at) - min(stored_at)) / 1000 if stored_at else 0.0
     allowed = FLOOD_BURST + FLOOD_RATE * (span_s + 1.0)
-    assert flooded <= min(allowed, len(flood) - 1), (
-        f"{flooded} of {len(flood)} flood events got through a budget of {FLOOD_BURST} + "
+    assert by_gossip <= min(allowed, len(flood) - 1), (
+        f"{by_gossip} of {len(flood)} flood events got through a budget of {FLOOD_BURST} + "
         f"{FLOOD_RATE}/s over the {span_s:.1f} s between the first and the last the victim "
         f"stored (the flood took {flooding[0]:.1f} s to send)")
     # The flooder paid in standing.
