@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def dial_addr(host: Any) -> str:
+    """A stock host's first listen address with its ``/p2p/`` part (what ``connect`` takes)."""
+    addr = f"{host.get_addrs()[0]}"
+    return addr if "/p2p/" in addr else f"{addr}/p2p/{host.get_id()}"
+
+
 @dataclass
 class StockGossip:
     """A running stock host with its Pubsub and GossipSub router."""
@@ -25,9 +31,7 @@ class StockGossip:
 
     @property
     def addr(self) -> str:
-        """The host's first listen address with its ``/p2p/`` part."""
-        addr = f"{self.host.get_addrs()[0]}"
-        return addr if "/p2p/" in addr else f"{addr}/p2p/{self.host.get_id()}"
+        return dial_addr(self.host)
 
     async def connect(self, addr: str) -> None:
         import multiaddr

@@ -165,14 +165,12 @@ async def stock(case: str, warmup: int, n: int) -> tuple[float, float]:
     from libp2p.custom_types import TProtocol
     from libp2p.peer.peerinfo import info_from_p2p_addr
     from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes
+    from stock_gossip import dial_addr
 
     listen = [multiaddr.Multiaddr(LISTEN)]
     a, b = new_host(), new_host()
     got = Counter()
     async with a.run(listen_addrs=listen), b.run(listen_addrs=listen):
-        addr = f"{b.get_addrs()[0]}"
-        if "/p2p/" not in addr:
-            addr += f"/p2p/{b.get_id()}"
 
         async def serve(stream: INetStream) -> None:
             while True:
@@ -180,7 +178,7 @@ async def stock(case: str, warmup: int, n: int) -> tuple[float, float]:
                 got.add()
 
         b.set_stream_handler(TProtocol(PROTOCOL), serve)
-        await a.connect(info_from_p2p_addr(multiaddr.Multiaddr(addr)))
+        await a.connect(info_from_p2p_addr(multiaddr.Multiaddr(dial_addr(b))))
         stream = await a.new_stream(b.get_id(), [TProtocol(PROTOCOL)])
 
         async def send(data: bytes) -> None:
