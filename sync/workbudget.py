@@ -1,11 +1,15 @@
 """Per-peer work budgets: the Recon, fetch and transfer work a peer asks of us, charged to it.
 
 Every request a peer makes (a Recon message to answer, a fetch by id, a want list to serve)
-has a cost in *work units* that the node computes from the request's size before it does any of
-the work (:func:`recon_units`, :func:`fetch_units`, :func:`want_units`); one unit is about one
-range operation (a range hash, a key looked up, a key listed), some 5-10 µs of CPU here. The
-cost of one request is bounded by its size, and its size by our limits (``recon.max_message_*``,
-``fetch.max_ids``), so no single request can cost more than ``max_units``.
+has a cost in *work units*, charged before the work is done; one unit is about 10 µs of CPU
+here. A fetch or want list is charged by the ids it names (:func:`fetch_units`,
+:func:`want_units`). A Recon message is charged twice: by its size before it is read and
+decoded (:func:`recon_units`), then by what it asks, once decoded and before it is answered
+(:func:`recon_message_units`): a HASH range costs a range hash, a compare and perhaps a split
+(12-25 µs measured), a listed key a decode and a batched lookup (~2.3 µs). Charging by the
+bytes alone would have to price every byte as a range claim's (~1 µs): an honest catch-up's
+key lists, 40 MB for a million events, would cost ten times their work and stall on the budget.
+The cost of one request is bounded by our limits (``recon.max_message_*``, ``fetch.max_ids``).
 
 Two token buckets decide when the work may run: the peer's own (``peer_rate`` units/s up to
 ``peer_burst``) and the node's total over all peers (``total_rate`` up to ``total_burst``), so
@@ -30,8 +34,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.errors import LocalProtocolError
+from sync.recon.wire import HASH, Message
 
 __all__ = [
+    "HASH_UNITS",
+    "RANGES_PER_UNIT",
+    "RECON_BYTES_PER_UNIT",
     "Admit",
     "Decision",
     "Refuse",
@@ -39,22 +47,35 @@ __all__ = [
     "WorkBudget",
     "WorkLimits",
     "fetch_units",
+    "recon_message_units",
     "recon_units",
     "want_units",
 ]
 
-#: Bytes of a Recon message per work unit: an item (a range with its claim) takes 16-30 bytes
-#: and costs one range operation to answer (decode, hash, compare); splits are bounded by
-#: ``recon.max_message_ranges`` and by what we hold.
-RECON_BYTES_PER_UNIT = 16
+#: Bytes of a Recon message per work unit of reading and decoding it: a 4 MiB key list decodes
+#: in ~55 ms (0.013 µs/byte); what the ranges and keys in it cost comes on top, once decoded.
+RECON_BYTES_PER_UNIT = 1024
+#: Units per HASH range: a range hash, a compare and, when it differs, a split (12-25 µs).
+HASH_UNITS = 2
+#: Other ranges (SKIP, KEYS, DIFF) and listed keys per unit: each a decode and a batched lookup
+#: or a comparison (~2.3 µs).
+RANGES_PER_UNIT = 4
 #: Units per message id asked by fetch, and per key of a want list: a database lookup and the
 #: event sent (reads and sends run in worker threads and the network, hence cheap here).
 UNITS_PER_ID = 2
 
 
 def recon_units(nbytes: int) -> int:
-    """The cost of answering one Recon message of ``nbytes`` bytes."""
+    """The cost of reading and decoding one Recon message of ``nbytes`` bytes."""
     return 1 + max(nbytes, 0) // RECON_BYTES_PER_UNIT
+
+
+def recon_message_units(message: Message) -> int:
+    """The cost of answering one decoded Recon message: its HASH ranges, its other ranges and
+    the keys it lists (bounded by ``recon.max_message_ranges`` and ``max_message_keys``)."""
+    hashes = sum(1 for item in message.items if item.kind == HASH)
+    keys = sum(len(item.keys) for item in message.items)
+    return 1 + HASH_UNITS * hashes + (max(message.ranges - hashes, 0) + keys) // RANGES_PER_UNIT
 
 
 def fetch_units(ids: int) -> int:
@@ -161,20 +182,28 @@ class WorkBudget:
     def __len__(self) -> int:
         return len(self._peers)
 
-    def charge(self, peer: str, units: int, now: float) -> Decision:
+    def charge(self, peer: str, units: int, now: float, spent: bool = False) -> Decision:
+        """``spent``: part of the work is already done (a Recon message decoded before its
+        content could be priced): the units are taken from both buckets even when the rest
+        is refused, so that no refusal leaves done work unpaid."""
         limits = self.limits
         units = max(int(units), 1)
         bucket = self._bucket(peer, now)
         peer_wait = bucket.wait_after(units, now)
+        total_wait = self._total.wait_after(units, now)
         if peer_wait > limits.max_wait_s or units > limits.max_units:
+            if spent:
+                bucket.tokens -= units
+                self._total.tokens -= units
             self.refused["peer"] += 1
             return Refuse(units, "peer", peer_wait)
-        total_wait = self._total.wait_after(units, now)
         if total_wait > limits.max_wait_s:
             # What a peer asks for counts against its own budget even when the node as a whole
             # has no room for it: an identity that keeps asking while we are saturated (one of
             # many) ends up over its own budget, and pays for that.
             bucket.tokens -= units
+            if spent:
+                self._total.tokens -= units
             self.refused["total"] += 1
             return Refuse(units, "total", total_wait)
         bucket.tokens -= units

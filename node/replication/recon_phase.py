@@ -13,14 +13,14 @@ import trio
 from node.p2p import FramedStream
 from sync.errors import LocalProtocolError
 from sync.recon import ReadKeys
-from sync.transfer import Abort, KeysDropped, ReconExchange, SendFrame
+from sync.transfer import Abort, Charge, KeysDropped, ReconExchange, SendFrame
 from sync.transfer.exchange import Action
 from sync.workbudget import recon_units
 
 __all__ = ["reconcile"]
 
 Work = Callable[[Callable[[], list[Action]]], Awaitable[list[Action]]]
-Charge = Callable[[int], Awaitable[None]]
+Charger = Callable[[int], Awaitable[None]]
 
 
 async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
@@ -29,13 +29,15 @@ async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
 
 async def reconcile(stream: FramedStream, exchange: ReconExchange, first: list[Action] | None,
                     on_dropped: Callable[[int], None], *, work: Work = _inline,
-                    charge: Charge | None = None,
+                    charge: Charger | None = None, settle: Charger | None = None,
                     now: Callable[[], float]) -> None:
     """Run the exchange to its end (``first``: the initiator's opening actions). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
-    missing keys beyond the bound. Each frame from the peer is ``charge``d to it (by its
-    size, before it is decoded) and handled by ``work`` (the Recon worker thread, which carries
-    out its key-store reads: ``KeyStoreWork.step``). ``now``: the driver's injected clock
+    missing keys beyond the bound. Each frame from the peer is ``charge``d to it by its size
+    before it is read; a ``charging`` exchange's frame is then decoded and ``settle``d by the
+    work it asks before it is answered (paid even if refused: the decoding is done).
+    ``work`` runs each step in the Recon worker thread, which carries
+    out its key-store reads (``KeyStoreWork.step``). ``now``: the driver's injected clock
     (``Clock.now``, trio's: the timer is a cancel scope's deadline)."""
     actions: list[Action] = first or []
     while True:
@@ -49,6 +51,11 @@ async def reconcile(stream: FramedStream, exchange: ReconExchange, first: list[A
                 await charge(recon_units(await stream.next_size()))
             frame = await stream.receive()
             actions = await work(functools.partial(exchange.receive, frame, now()))
+            if actions and isinstance(charged := actions[0], Charge):
+                if settle is None:
+                    raise LocalProtocolError("a charging exchange needs a settle")
+                await settle(charged.units)
+                actions = await work(functools.partial(exchange.charged, now()))
             continue
         actions = exchange.handle_timer(now())
 
@@ -62,5 +69,5 @@ async def _carry_out(stream: FramedStream, actions: list[Action],
             on_dropped(action.count)
         elif isinstance(action, Abort):
             raise trio.TooSlowError(action.reason)
-        elif isinstance(action, ReadKeys):  # ``work`` carries these out; never the stream
+        elif isinstance(action, ReadKeys | Charge):  # handled before; never the stream
             raise LocalProtocolError("a Recon step's key-store reads were left unanswered")

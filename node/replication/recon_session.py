@@ -162,14 +162,17 @@ class SessionRunner:
         session = make(self.keywork.keys, plan.interests, self.config, peer=plan.peer)
         # The driver's clock is trio's: the exchange's timer is a cancel scope's deadline.
         return ReconExchange(session, self.section.max_missing_keys, plan.peer, scope=plan.scope,
-                             timeout_s=self.section.session_timeout_s, started=self.clock.now())
+                             timeout_s=self.section.session_timeout_s, started=self.clock.now(),
+                             charging=self.work is not None)
 
     async def _reconcile(self, stream: FramedStream, exchange: ReconExchange, plan: SessionPlan,
                          stats: SessionStats, first: list[Action] | None = None) -> None:
-        charge = self.work.charger(stream.peer_id, "recon") if self.work else None
+        work = self.work
         await reconcile(stream, exchange, first,
                         lambda n: self.metrics.inc("recon_missing_dropped_total", n),
-                        work=functools.partial(self.keywork.step, exchange), charge=charge,
+                        work=functools.partial(self.keywork.step, exchange),
+                        charge=work.charger(stream.peer_id, "recon") if work else None,
+                        settle=work.charger(stream.peer_id, "recon", spent=True) if work else None,
                         now=self.clock.now)
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated

@@ -56,13 +56,15 @@ class WorkGate:
         metrics.gauge_fn("work_budgets_tracked", lambda: float(len(self.budget)),
                          "Peers whose work budget is remembered")
 
-    def charger(self, peer: str, kind: str) -> Callable[[int], Awaitable[None]]:
+    def charger(self, peer: str, kind: str, spent: bool = False
+                ) -> Callable[[int], Awaitable[None]]:
         """``charge`` bound to one peer and kind (what a protocol driver is handed)."""
-        return functools.partial(self.charge, peer, kind)
+        return functools.partial(self.charge, peer, kind, spent=spent)
 
-    async def charge(self, peer: str, kind: str, units: int) -> None:
-        """Wait until ``units`` of work for ``peer`` may be done, or raise ``OverBudget``."""
-        decision = self.budget.charge(peer, units, self.clock.now())
+    async def charge(self, peer: str, kind: str, units: int, spent: bool = False) -> None:
+        """Wait until ``units`` of work for ``peer`` may be done, or raise ``OverBudget``
+        (``spent``: part of it is done, and paid for even when the rest is refused)."""
+        decision = self.budget.charge(peer, units, self.clock.now(), spent)
         if isinstance(decision, Refuse):
             self.metrics.inc("work_refused_total", kind=kind, scope=decision.scope)
             if decision.penalty is not None and self.standing is not None:

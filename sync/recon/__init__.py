@@ -28,6 +28,7 @@ from sync.recon.reads import (
 )
 from sync.recon.session import (
     PROTOCOL_ID,
+    Incoming,
     MissingKeys,
     PeerMissingKeys,
     ReconConfig,
@@ -46,6 +47,7 @@ __all__ = [
     "PROTOCOL_ID",
     "BucketSummary",
     "EventId",
+    "Incoming",
     "Interests",
     "KeyReader",
     "KeyReads",

@@ -27,16 +27,27 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.recon.interests import Interests, clip, intersect, normalize, within
 from sync.recon.reads import KeyReads, KeysRead, ReadKeys
 from sync.recon.store import KeyStore
-from sync.recon.wire import DIFF, HASH, KEYS, Item, Limits, MessageWriter, decode_message, separator
+from sync.recon.wire import (
+    DIFF,
+    HASH,
+    KEYS,
+    Item,
+    Limits,
+    Message,
+    MessageWriter,
+    decode_message,
+    separator,
+)
 
 __all__ = [
     "PROTOCOL_ID",
+    "Incoming",
     "MissingKeys",
     "PeerMissingKeys",
     "ReconConfig",
@@ -127,6 +138,15 @@ ReconEvent = Union[MissingKeys, PeerMissingKeys, ReconFinished]  # noqa: UP007
 
 #: What a step returns: a message to send (None: none), or the reads it must have first.
 Step = Union[bytes, None, ReadKeys]  # noqa: UP007
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A message from the peer, decoded (:meth:`ReconSession.decode`), and its size."""
+
+    message: Message
+    nbytes: int
 
 # Pending work, in key order: ("h", lo, hi, count, digest) | ("k", lo, hi, keys)
 # | ("d", lo, hi, keys the peer listed, those of them we lack).
@@ -216,17 +236,29 @@ class ReconSession:
         data, _ = self._write()
         return data
 
-    def receive(self, data: bytes) -> Step:
-        """Process one message from the peer; returns the reply, or None when there is none.
-        ``ReadKeys`` (nothing done) when an asking store lacks reads (sync/recon/reads.py):
-        the driver makes them and hands them back through :meth:`keys_read`."""
+    def decode(self, data: bytes) -> Incoming:
+        """One message from the peer, decoded and checked but not acted on, for
+        :meth:`receive`: a driver that charges the peer for the work a message asks
+        (``sync.workbudget.recon_message_units``) decodes first, charges, then receives.
+        A malformed message ends the session as :meth:`receive` would."""
+        self._receivable()
+        return self._failing(lambda: self._decode(data))
+
+    def receive(self, data: bytes | Incoming) -> Step:
+        """Process one message from the peer (its bytes, or what :meth:`decode` made of
+        them); returns the reply, or None when there is none. ``ReadKeys`` (nothing done)
+        when an asking store lacks reads (sync/recon/reads.py): the driver makes them and
+        hands them back through :meth:`keys_read`."""
+        self._receivable()
+        return self._atomic(lambda: self._failing(lambda: self._receive(data)))
+
+    def _receivable(self) -> None:
         if self.done:
             raise LocalProtocolError("session is finished")
         if self.is_initiator and not self._started:
             raise LocalProtocolError("initiator must start() first")
         if self._asking is not None:
             raise LocalProtocolError("a step waits for its reads (keys_read)")
-        return self._atomic(lambda: self._receive_once(data))
 
     def keys_read(self, answer: KeysRead) -> Step:
         """The reads the last step asked for (``ReadKeys``): the step it held runs with them
@@ -271,10 +303,10 @@ class ReconSession:
         vars(self).clear()
         vars(self).update(state)
 
-    def _receive_once(self, data: bytes) -> bytes | None:
-        self._started = True
+    def _failing(self, step: Callable[[], _T]) -> _T:
+        """Run ``step``; the peer's protocol error ends the session and drops its events."""
         try:
-            return self._receive(data)
+            return step()
         except RemoteProtocolError as exc:
             self.done = True
             self.error = exc.from_peer(self.peer)
@@ -289,15 +321,22 @@ class ReconSession:
 
     # -- receiving ---------------------------------------------------------------------------
 
-    def _receive(self, data: bytes) -> bytes | None:
+    def _decode(self, data: bytes) -> Incoming:
+        # The session's budgets are checked before a byte is decoded.
+        cfg = self.config
+        if self.messages_received + 1 > cfg.max_messages:
+            raise RemoteProtocolError("session round budget exceeded", kind=ErrorKind.OVER_LIMIT)
+        if self.bytes_received + len(data) > cfg.max_bytes_received:
+            raise RemoteProtocolError("session byte budget exceeded", kind=ErrorKind.OVER_LIMIT)
+        return Incoming(decode_message(data, self._limits), len(data))
+
+    def _receive(self, data: bytes | Incoming) -> bytes | None:
+        self._started = True
+        incoming = self._decode(data) if isinstance(data, bytes) else data
+        msg = incoming.message
         cfg = self.config
         self.messages_received += 1
-        self.bytes_received += len(data)
-        if self.messages_received > cfg.max_messages:
-            raise RemoteProtocolError("session round budget exceeded", kind=ErrorKind.OVER_LIMIT)
-        if self.bytes_received > cfg.max_bytes_received:
-            raise RemoteProtocolError("session byte budget exceeded", kind=ErrorKind.OVER_LIMIT)
-        msg = decode_message(data, self._limits)
+        self.bytes_received += incoming.nbytes
         first = self.messages_received == 1
         if first:
             if msg.interests is None:

@@ -78,6 +78,8 @@ class Message:
     interests: tuple[tuple[bytes, bytes], ...] | None
     more: bool
     items: tuple[Item, ...]
+    #: Ranges the message carried, SKIPs included (``items`` holds the others).
+    ranges: int = 0
 
     @property
     def demanding(self) -> bool:
@@ -346,4 +348,4 @@ def decode_message(data: bytes, limits: Limits) -> Message:
         lo = hi
     if r.pos != len(data):
         raise RemoteProtocolError("trailing bytes after message")
-    return Message(interests, bool(flags & FLAG_MORE), tuple(items))
+    return Message(interests, bool(flags & FLAG_MORE), tuple(items), count)

@@ -9,6 +9,7 @@ from sync.transfer.claims import ClaimTable, Lapsed
 from sync.transfer.exchange import (
     BUSY_FRAME,
     Abort,
+    Charge,
     Declined,
     KeysDropped,
     ReconExchange,
@@ -48,6 +49,7 @@ __all__ = [
     "WANT",
     "WANT_LAST",
     "Abort",
+    "Charge",
     "ClaimTable",
     "Declined",
     "EventsFrame",

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recon.reads import KeysRead, ReadKeys
-from sync.recon.session import MissingKeys, ReconSession, Step
+from sync.recon.session import Incoming, MissingKeys, ReconSession, Step
 from sync.transfer.causal import causal_order, height_of
 from sync.transfer.frames import BUSY, RECON
+from sync.workbudget import recon_message_units
 
-__all__ = ["BUSY_FRAME", "Abort", "Action", "Declined", "KeysDropped", "ReconExchange", "SendFrame",
-           "not_recent"]
+__all__ = ["BUSY_FRAME", "Abort", "Action", "Charge", "Declined", "KeysDropped", "ReconExchange",
+           "SendFrame", "not_recent"]
 
 BUSY_FRAME = bytes([BUSY])
 #: Cut points kept of the dropped keys (a 1,000-range backlog; more only make ranges larger).
@@ -60,6 +61,14 @@ class KeysDropped:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """Charge the peer ``units`` of work for the message just decoded (``charging``
+    exchanges only), then call :meth:`ReconExchange.charged`: it is answered only then."""
+
+    units: int
+
+
+@dataclass(frozen=True)
 class Abort:
     """The phase ran past its deadline: end the session (the peer is backed off)."""
 
@@ -67,7 +76,7 @@ class Abort:
 
 
 #: ``ReadKeys``: the step waits for its key-store reads; feed them to ``keys_read``.
-Action = SendFrame | Declined | KeysDropped | Abort | ReadKeys
+Action = SendFrame | Declined | KeysDropped | Abort | ReadKeys | Charge
 
 
 @dataclass
@@ -89,6 +98,9 @@ class ReconExchange:
     cuts: list[bytes] = field(default_factory=list)
     dropped: int = 0
     aborted: bool = False
+    #: Answer each frame only after the driver charged its sender for it (:class:`Charge`).
+    charging: bool = False
+    _held: Incoming | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -127,7 +139,19 @@ class ReconExchange:
             return [Declined()]
         if not frame or frame[0] != RECON:
             raise RemoteProtocolError("expected a Recon message", self.peer)
+        if self.charging:
+            self._held = session.decode(frame[1:])
+            return [Charge(recon_message_units(self._held.message))]
         return self._stepped(session.receive(frame[1:]))
+
+    def charged(self, now: float) -> list[Action]:
+        """The peer was charged for the frame :meth:`receive` decoded: answer it now."""
+        held, self._held = self._held, None
+        if held is None:
+            raise LocalProtocolError("no decoded frame waits for its charge")
+        if timed_out := self.handle_timer(now):
+            return timed_out
+        return self._stepped(self.session.receive(held))
 
     def keys_read(self, answer: KeysRead) -> list[Action]:
         """The reads a ``ReadKeys`` asked for: the step that asked runs with them; the actions

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sync.errors import LocalProtocolError
+from sync.recon.wire import KEYS, Limits, MessageWriter, decode_message
 from sync.workbudget import (
+    HASH_UNITS,
     Admit,
     Refuse,
     Wait,
     WorkBudget,
     WorkLimits,
     fetch_units,
+    recon_message_units,
     recon_units,
     want_units,
 )
@@ -82,8 +88,35 @@ def test_table_is_bounded_and_keeps_debtors() -> None:
 
 def test_costs_grow_with_size() -> None:
     assert recon_units(0) == 1
-    assert recon_units(3_300_000) == 1 + 3_300_000 // 16
+    assert recon_units(3_300_000) == 1 + 3_300_000 // 1024
     assert fetch_units(256) == want_units(256) == 513
+
+
+def _message(build: str, n: int) -> tuple[int, int]:
+    """(bytes, units) of a real message: ``n`` HASH ranges over short bounds (the hostile
+    flood's shape), or one KEYS range of ``n`` keys of an event id's size."""
+    limits = Limits()
+    writer = MessageWriter(limits, ((b"", b"\xff"),))
+    if build == "hash":
+        bounds = [b"\x01" + i.to_bytes(3, "big") for i in range(n + 1)]
+        for lo, hi in itertools.pairwise(bounds):
+            assert writer.try_hash(lo, hi, 3, bytes(16))
+    else:
+        rng = random.Random(7)
+        keys = sorted(b"\x01" + rng.randbytes(44) for _ in range(n))
+        assert writer.try_keys(KEYS, b"\x01", b"\x02", keys) == n
+    data = writer.finish(more=False)
+    return len(data), recon_message_units(decode_message(data, limits))
+
+
+def test_a_message_is_charged_by_the_work_it_asks_not_by_its_bytes() -> None:
+    """Range claims cost a range hash each (12-25 µs), listed keys a lookup (~2.3 µs): per byte
+    a flood of claims costs far more than an honest catch-up's key list, and is charged so."""
+    hash_bytes, hash_units = _message("hash", 10_000)
+    key_bytes, key_units = _message("keys", 10_000)
+    assert hash_units == 1 + HASH_UNITS * 10_000
+    assert key_units == 1 + (1 + 10_000) // 4  # one KEYS range and its keys
+    assert hash_units / hash_bytes > 10 * key_units / key_bytes
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -150,3 +183,19 @@ def test_only_a_refusal_for_the_peers_own_budget_costs_it() -> None:
 
     assert Refuse(5, "peer", 2.0).penalty == "over_budget"
     assert Refuse(5, "total", 2.0).penalty is None
+
+
+def test_spent_work_is_paid_even_when_the_rest_is_refused() -> None:
+    """A Recon message is decoded before its content can be priced: that charge (``spent``)
+    leaves both buckets in debt even when refused, so the next request waits or is refused
+    before any more work is done for it."""
+    budget = WorkBudget(LIMITS, now=0.0)
+    refused = budget.charge("a", 2000, 0.0, spent=True)  # more than max_units: refused
+    assert isinstance(refused, Refuse) and refused.scope == "peer"
+    assert budget.available("a", 0.0) == 1000 - 2000
+    assert isinstance(budget.charge("a", 1, 0.0), Refuse)  # 10 s of debt > max_wait_s
+    assert isinstance(budget.charge("b", 1, 0.0), Admit)  # total 3000 - 2000 - 1 left
+    # Without ``spent``, a refusal for the peer's own budget takes nothing.
+    fresh = WorkBudget(LIMITS, now=0.0)
+    assert isinstance(fresh.charge("a", 2000, 0.0), Refuse)
+    assert fresh.available("a", 0.0) == 1000

@@ -12,27 +12,31 @@ from hypothesis import strategies as st
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, event_key
 from sync.recon.eventid import CERAMIC_ONE
+from sync.recon.wire import decode_message
 from sync.transfer import (
     BUSY_FRAME,
     RECON,
     Abort,
+    Charge,
     Declined,
     KeysDropped,
     ReconExchange,
     SendFrame,
     not_recent,
 )
+from sync.workbudget import recon_message_units
 from tests.sync.recon.helpers import FULL
 
 CONFIG = ReconConfig(fanout=2, key_list_threshold=2, split_levels=1)
 
 
-def pair(ours: list[bytes], theirs: list[bytes], max_missing: int = 1000
-         ) -> tuple[ReconExchange, ReconExchange]:
+def pair(ours: list[bytes], theirs: list[bytes], max_missing: int = 1000,
+         charging: bool = False) -> tuple[ReconExchange, ReconExchange]:
     a = ReconSession.initiator(MemoryKeyStore.from_sorted(sorted(ours)), FULL, CONFIG, peer="b")
     b = ReconSession.responder(MemoryKeyStore.from_sorted(sorted(theirs)), FULL, CONFIG,
                                peer="a")
-    return ReconExchange(a, max_missing, "b"), ReconExchange(b, max_missing, "a")
+    return (ReconExchange(a, max_missing, "b", charging=charging),
+            ReconExchange(b, max_missing, "a", charging=charging))
 
 
 def first(a: ReconExchange) -> bytes:
@@ -42,15 +46,23 @@ def first(a: ReconExchange) -> bytes:
     return action.frame
 
 
-def run(a: ReconExchange, b: ReconExchange) -> list[KeysDropped]:
-    """Shuttle frames until both sides are done, as the stream driver does."""
+def run(a: ReconExchange, b: ReconExchange,
+        charges: list[tuple[bytes, int]] | None = None) -> list[KeysDropped]:
+    """Shuttle frames until both sides are done, as the stream driver does (a charging
+    side's ``Charge`` is noted in ``charges`` with its frame, then paid)."""
     dropped: list[KeysDropped] = []
     inbox_b: list[bytes] = [first(a)]
     inbox_a: list[bytes] = []
     while inbox_a or inbox_b:
         for frame_list, side, other in ((inbox_b, b, inbox_a), (inbox_a, a, inbox_b)):
             while frame_list and not side.done:
-                for action in side.receive(frame_list.pop(0), now=0.0):
+                frame = frame_list.pop(0)
+                actions = side.receive(frame, now=0.0)
+                if actions and isinstance(charge := actions[0], Charge):
+                    assert charges is not None and len(actions) == 1
+                    charges.append((frame, charge.units))
+                    actions = side.charged(now=0.0)
+                for action in actions:
                     if isinstance(action, SendFrame):
                         assert action.frame[0] == RECON
                         other.append(action.frame)
@@ -69,6 +81,40 @@ def test_missing_keys_found_both_ways(x: set[int], y: set[int]) -> None:
     assert a.done and b.done and not a.truncated
     assert sorted(a.missing) == sorted(set(theirs) - set(ours))
     assert sorted(b.missing) == sorted(set(ours) - set(theirs))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sets(st.integers(0, 300), max_size=120), st.sets(st.integers(0, 300), max_size=120))
+def test_a_charging_exchange_asks_for_each_frames_price_then_runs_as_before(
+        x: set[int], y: set[int]) -> None:
+    ours = [i.to_bytes(2, "big") for i in x]
+    theirs = [i.to_bytes(2, "big") for i in y]
+    plain = pair(ours, theirs)
+    run(*plain)
+    charges: list[tuple[bytes, int]] = []
+    charged = pair(ours, theirs, charging=True)
+    run(*charged, charges=charges)
+    assert [side.missing for side in charged] == [side.missing for side in plain]
+    assert [side.session.messages_received for side in charged] == [
+        side.session.messages_received for side in plain]
+    assert len(charges) == sum(side.session.messages_received for side in charged)
+    for frame, units in charges:  # the price of what the frame asks, as decoded
+        assert units == recon_message_units(decode_message(frame[1:], CONFIG.limits))
+
+
+def test_a_charging_exchange_answers_only_what_it_decoded() -> None:
+    a, b = pair([b"k"], [b"j"], charging=True)
+    with pytest.raises(LocalProtocolError):
+        b.charged(now=0.0)  # nothing decoded yet
+    (charge,) = b.receive(first(a), now=0.0)
+    assert isinstance(charge, Charge) and charge.units >= 1
+    assert isinstance(b.charged(now=0.0)[-1], SendFrame)
+    with pytest.raises(LocalProtocolError):
+        b.charged(now=0.0)  # answered once
+    _, c = pair([], [b"k"], charging=True)
+    with pytest.raises(RemoteProtocolError):  # a malformed frame fails as it is decoded
+        c.receive(bytes([RECON]) + b"\xff\xff\xff", now=0.0)
+    assert c.done and c.session.error is not None
 
 
 def test_missing_keys_bounded_and_counted() -> None:
