@@ -47,6 +47,7 @@ from node.runtime import NodeRuntime, Service
 from node.snapshots.routes import SNAPSHOT_ROUTES, SnapshotsNode
 from node.store.commits import RemoteWriter
 from node.store.events import EventStore
+from node.telemetry.memtrace import memtrace_from_env
 from node.telemetry.metrics import Metrics
 from node.ui import UiSessions
 from storage import weaker_level
@@ -194,5 +195,5 @@ def build_services(runtime: NodeRuntime, parts: NodeParts) -> tuple[list[Service
     services += [s for b in bundles for s in getattr(b, "services", ())]
     if runtime.snapshots is not None:  # built with the store, which counts commits into it
         services.append(runtime.snapshots)
-    services += [s for s in (parts.reachability, parts.dht) if s is not None]
+    services += [s for s in (parts.reachability, parts.dht, memtrace_from_env()) if s is not None]
     return services, [r for b in bundles for r in b.routes]

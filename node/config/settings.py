@@ -197,7 +197,7 @@ class SdsSection:
     max_missing_per_sender: int = opt(1_000, positive, most=10_000_000)
     repair_cache_bytes: int = opt(64 << 20, non_negative, most=16 * GIB)
     max_outgoing_bytes: int = opt(64 << 20, positive, most=16 * GIB)
-    resend_bytes_per_s: int = opt(8 << 20, positive, most=16 * GIB)
+    resend_bytes_per_s: int = opt(1 << 20, positive, most=16 * GIB)
     ack_min_filters: int = opt(2, positive, most=1000)
     # -- memory (docs/architecture.md "Memory independent of the log's length"; the default:
     # docs/ops/README.md "Memory") --

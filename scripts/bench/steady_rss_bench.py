@@ -69,10 +69,14 @@ def rss_mib(pid: int) -> float:
 
 
 class Load:
-    """Publishes ``rate`` events/s in batches of ``batch`` on the nodes in turn, in a thread."""
+    """Publishes ``rate`` events/s in batches of ``batch`` on the nodes in turn, in a thread;
+    every ``burst_every_s`` seconds (0: never) one node also publishes ``burst`` events at
+    once, in batches of 500 (as the chaos run's bursts do)."""
 
-    def __init__(self, nodes: list[NodeProcess], rate: float, batch: int) -> None:
+    def __init__(self, nodes: list[NodeProcess], rate: float, batch: int,
+                 burst: int = 0, burst_every_s: float = 0.0) -> None:
         self.nodes, self.period, self.batch = nodes, batch / rate, batch
+        self.burst, self.burst_every_s = burst, burst_every_s
         self.published = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -80,7 +84,11 @@ class Load:
     def _run(self) -> None:
         clients = [node.client(timeout=60) for node in self.nodes]
         due, turn = time.monotonic(), 0
+        burst_due = due + self.burst_every_s
         while not self.stop.is_set():
+            if self.burst and self.burst_every_s and time.monotonic() >= burst_due:
+                self._burst(clients[turn % len(clients)])
+                burst_due += self.burst_every_s
             events = [{"content": f"steady {self.published + i} " + "x" * 40}
                       for i in range(self.batch)]
             response = clients[turn % len(clients)].post(f"/v1/channels/{CHANNEL}/events",
@@ -92,6 +100,14 @@ class Load:
             time.sleep(max(0.0, due - time.monotonic()))
         for client in clients:
             client.close()
+
+    def _burst(self, client: Any) -> None:
+        for start in range(0, self.burst, 500):
+            events = [{"content": f"burst {self.published + i} " + "x" * 40}
+                      for i in range(min(500, self.burst - start))]
+            client.post(f"/v1/channels/{CHANNEL}/events", json={"events": events}
+                        ).raise_for_status()
+            self.published += len(events)
 
 
 def _slope(samples: list[tuple[float, float, int]]) -> float | None:
@@ -124,7 +140,8 @@ def judge(curves: list[list[tuple[float, float, int]]], warmup_s: float) -> dict
 
 
 def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, warmup_s: float,
-        config_toml: str = "") -> dict[str, Any]:
+        config_toml: str = "", burst: tuple[int, float] = (0, 0.0),
+        memtrace: Path | None = None) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="syncnode-steady-rss-"))
     config = None
     if config_toml:
@@ -134,12 +151,12 @@ def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, wa
     try:
         # Started side by side: their interpreters' start-ups overlap (start_all stops them
         # all if one fails).
-        group += start_all([NodeProcess(base / f"n{i}", config=config) for i in range(nodes)],
-                           timeout=180)
+        group += start_all([NodeProcess(base / f"n{i}", config=config, env=_memtrace_env(
+            memtrace, i)) for i in range(nodes)], timeout=180)
         join_all(group)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= nodes - 1 for n in group),
                  60, "the nodes did not connect")
-        load = Load(group, rate, batch)
+        load = Load(group, rate, batch, *burst)
         pids = [node.proc.pid for node in group if node.proc is not None]
         curves: list[list[tuple[float, float, int]]] = [[] for _ in pids]
         started = time.monotonic()
@@ -173,6 +190,14 @@ def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, wa
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _memtrace_env(directory: Path | None, node: int) -> dict[str, str] | None:
+    """Node ``node``'s environment for the memory debug hook (node/telemetry/memtrace.py):
+    samples every 60 s into ``directory``/n<node>, with tracemalloc keeping 8 frames."""
+    if directory is None:
+        return None
+    return {"SYNCNODE_MEMTRACE_DIR": str(directory / f"n{node}"), "PYTHONTRACEMALLOC": "8"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="2 nodes, 12 s")
@@ -183,6 +208,10 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=120.0)
     parser.add_argument("--config", type=Path, help="a node config file (experiments)")
+    parser.add_argument("--burst", type=int, default=0, help="events per burst (0: none)")
+    parser.add_argument("--burst-every", type=float, default=60.0, help="seconds between bursts")
+    parser.add_argument("--memtrace", type=Path,
+                        help="a directory for the nodes' gc/tracemalloc samples (slow: debug)")
     parser.add_argument("--out", type=Path, help="the JSON file (default docs/bench/)")
     args = parser.parse_args()
     if args.smoke:
@@ -193,7 +222,7 @@ def main() -> int:
     else:
         toml = args.config.read_text() if args.config else ""
         result = run(args.nodes, args.rate, args.batch, args.seconds, args.sample, args.warmup,
-                     toml)
+                     toml, (args.burst, args.burst_every), args.memtrace)
         out = args.out or ROOT / "docs" / "bench" / "steady_rss.json"
     print(f"{'figure':<28} value")
     for key in JSON_KEYS[:-1]:

@@ -576,7 +576,9 @@ class SdsChannel:
         self.stats.resends += 1
         # No repair requests on a resend: they would ride on an old message, which receivers
         # take for a replay (``_on_repair_requests``); our next sync carries them.
-        self._datagrams.append(wire + self._suffix(now, mid, requests=False))
+        suffix = self._suffix(now, mid, requests=False)
+        self.outgoing.spent(len(suffix))
+        self._datagrams.append(wire + suffix)
         self._schedule.last_activity = now
 
     def _answer_repair(self, mid: str, now: float) -> None:

@@ -125,8 +125,10 @@ class SdsConfig:
     #: Our unacknowledged messages held for resending, in wire bytes (``sync.sds.outgoing``:
     #: beyond, the oldest is no longer resent; it stays in the log).
     max_outgoing_bytes: int = 64 << 20
-    #: Resends per second, in wire bytes (one message larger than this still goes alone).
-    resend_bytes_per_s: int = 8 << 20
+    #: Resends per second, in bytes sent (wire and suffix; one message larger than this still
+    #: goes alone): ~590 small events a second, under our gossip pace (800 items/s), so that
+    #: a burst's resends are not queued at once (``sync.sds.outgoing``).
+    resend_bytes_per_s: int = 1 << 20
     #: Bounds of the missing set (ids named by messages but not received), per channel and
     #: per sender of the naming message.
     max_missing: int = 10_000

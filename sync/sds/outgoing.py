@@ -7,9 +7,11 @@ Memory (issue 31): an entry holds a reference to the message's canonical wire (t
 object the ``Delivered`` event, the repair cache and the node's store write were given, never
 a copy); the buffer holds at most ``max_outgoing_bytes`` of wires (beyond, the oldest entry
 leaves it, reported as ``Evicted("outgoing")``: it is in the log, and Recon carries it to
-peers; only SDS resends stop), and resends are paced to ``resend_bytes_per_s`` (a due resend
-beyond it waits for the next second) so that a backlog of large messages does not turn into
-one burst of transmissions held at once by the transport.
+peers; only SDS resends stop), and resends are paced to ``resend_bytes_per_s`` of
+transmissions, wire and suffix (a due resend beyond it waits for the next second), so that a
+backlog does not turn into one burst of transmissions held at once by the transport: a
+5,000-event burst nobody acknowledged falls due in one tick, and its resends were ~9 MB of
+datagrams queued at once when the pace counted only the wires.
 """
 
 from __future__ import annotations
@@ -195,3 +197,8 @@ class OutgoingBuffer:
                   else max(cfg.resend_interval, self.timeout()))
         self._timers.schedule(TimerKind.RESEND, mid, now + period)
         return entry.wire
+
+    def spent(self, nbytes: int) -> None:
+        """What a resend carried beyond its wire (our filter, signature and the rest of the
+        suffix: ~1.2 KB, most of a small event's transmission), counted in the pace."""
+        self._pace_bytes += nbytes

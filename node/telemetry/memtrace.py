@@ -1,0 +1,59 @@
+"""A debug hook to find what grows in a node's memory: with ``SYNCNODE_MEMTRACE_DIR`` set, the
+node writes, every ``SYNCNODE_MEMTRACE_S`` seconds (default 60), ``gc-<seconds>.json`` (live
+objects per type, from ``gc``) and, when ``tracemalloc`` is tracing (``PYTHONTRACEMALLOC=N``
+in the environment), ``tm-<seconds>.snap`` (a snapshot ``tracemalloc.Snapshot.load`` reads).
+``scripts/bench/steady_rss_bench.py --memtrace DIR`` starts nodes with it and
+``scripts/bench/memtrace_diff.py`` compares the files over time.
+Off (no task at all) unless the variable is set: it costs a full ``gc`` walk per sample.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+
+import trio
+
+__all__ = ["DIR_ENV", "PERIOD_ENV", "MemTrace", "memtrace_from_env"]
+
+DIR_ENV = "SYNCNODE_MEMTRACE_DIR"
+PERIOD_ENV = "SYNCNODE_MEMTRACE_S"
+
+
+def _type_counts() -> dict[str, int]:
+    counts = Counter(type(o).__qualname__ for o in gc.get_objects())
+    return dict(counts.most_common(300))
+
+
+class MemTrace:
+    """Writes the samples into ``directory`` every ``period_s`` seconds of the wall clock
+    (a debug tool: the node's clock is not needed here)."""
+
+    def __init__(self, directory: Path, period_s: float) -> None:
+        self.directory, self.period_s = directory, period_s
+
+    def sample(self) -> None:
+        """Write one sample now, named by seconds since the epoch."""
+        stamp = int(time.time())
+        (self.directory / f"gc-{stamp}.json").write_text(json.dumps(_type_counts()))
+        if tracemalloc.is_tracing():
+            tracemalloc.take_snapshot().dump(str(self.directory / f"tm-{stamp}.snap"))
+
+    async def run(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        while True:
+            self.sample()
+            await trio.sleep(self.period_s)
+
+
+def memtrace_from_env() -> MemTrace | None:
+    """The hook if ``SYNCNODE_MEMTRACE_DIR`` names a directory, else None."""
+    directory = os.environ.get(DIR_ENV)
+    if not directory:
+        return None
+    return MemTrace(Path(directory), float(os.environ.get(PERIOD_ENV, "60")))
