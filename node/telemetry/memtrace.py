@@ -1,7 +1,9 @@
 """A debug hook to find what grows in a node's memory: with ``SYNCNODE_MEMTRACE_DIR`` set, the
 node writes, every ``SYNCNODE_MEMTRACE_S`` seconds (default 60), ``gc-<seconds>.json`` (live
-objects per type, from ``gc``) and, when ``tracemalloc`` is tracing (``PYTHONTRACEMALLOC=N``
-in the environment), ``tm-<seconds>.snap`` (a snapshot ``tracemalloc.Snapshot.load`` reads).
+objects per type, from ``gc``), ``mem-<seconds>.json`` (the process's resident memory, what
+SQLite's allocator holds, and glibc's heap: in use, free but kept, mmapped) and, when
+``tracemalloc`` is tracing (``PYTHONTRACEMALLOC=N`` in the environment), ``tm-<seconds>.snap``
+(a snapshot ``tracemalloc.Snapshot.load`` reads).
 ``scripts/bench/steady_rss_bench.py --memtrace DIR`` starts nodes with it and
 ``scripts/bench/memtrace_diff.py`` compares the files over time.
 Off (no task at all) unless the variable is set: it costs a full ``gc`` walk per sample.
@@ -9,6 +11,8 @@ Off (no task at all) unless the variable is set: it costs a full ``gc`` walk per
 
 from __future__ import annotations
 
+import _sqlite3
+import ctypes
 import gc
 import json
 import os
@@ -23,6 +27,32 @@ __all__ = ["DIR_ENV", "PERIOD_ENV", "MemTrace", "memtrace_from_env"]
 
 DIR_ENV = "SYNCNODE_MEMTRACE_DIR"
 PERIOD_ENV = "SYNCNODE_MEMTRACE_S"
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _memory() -> dict[str, float]:
+    """MiB: resident, SQLite's allocator (page caches, statements: every connection), glibc's
+    heap in use, free but kept, and mmapped (large blocks); Python's own small-object arenas
+    are the rest of the resident memory."""
+    mib = float(1 << 20)
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    out = {"rss": pages * os.sysconf("SC_PAGE_SIZE") / mib}
+    sqlite_used = ctypes.CDLL(_sqlite3.__file__).sqlite3_memory_used
+    sqlite_used.restype = ctypes.c_int64
+    out["sqlite"] = sqlite_used() / mib
+    mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    out.update(malloc_in_use=info.uordblks / mib, malloc_free=info.fordblks / mib,
+               malloc_mmapped=info.hblkhd / mib)
+    if tracemalloc.is_tracing():
+        out["python_traced"] = tracemalloc.get_traced_memory()[0] / mib
+    return out
 
 
 def _type_counts() -> dict[str, int]:
@@ -40,6 +70,7 @@ class MemTrace:
     def sample(self) -> None:
         """Write one sample now, named by seconds since the epoch."""
         stamp = int(time.time())
+        (self.directory / f"mem-{stamp}.json").write_text(json.dumps(_memory()))
         (self.directory / f"gc-{stamp}.json").write_text(json.dumps(_type_counts()))
         if tracemalloc.is_tracing():
             tracemalloc.take_snapshot().dump(str(self.directory / f"tm-{stamp}.snap"))

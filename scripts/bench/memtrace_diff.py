@@ -49,6 +49,15 @@ def allocations(directory: Path, since_s: float, top: int, group: str) -> None:
             print("      " + line.strip())
 
 
+def memory(directory: Path) -> None:
+    """The process's memory by owner at every sample (MiB)."""
+    paths = sorted(directory.glob("mem-*.json"), key=_stamp)
+    for path in paths:
+        parts = json.loads(path.read_text())
+        print(f"{_stamp(path) - _stamp(paths[0]):5d}s " + "  ".join(
+            f"{name} {value:.1f}" for name, value in parts.items()))
+
+
 def objects(directory: Path, since_s: float, top: int) -> None:
     paths = _pick(sorted(directory.glob("gc-*.json"), key=_stamp), since_s)
     counts = [json.loads(p.read_text()) for p in paths]
@@ -67,6 +76,7 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--group", default="lineno", choices=("lineno", "filename", "traceback"))
     args = parser.parse_args()
+    memory(args.directory)
     objects(args.directory, args.since, args.top)
     allocations(args.directory, args.since, args.top, args.group)
     return 0

@@ -192,10 +192,13 @@ def run(nodes: int, rate: float, batch: int, seconds: float, sample_s: float, wa
 
 def _memtrace_env(directory: Path | None, node: int) -> dict[str, str] | None:
     """Node ``node``'s environment for the memory debug hook (node/telemetry/memtrace.py):
-    samples every 60 s into ``directory``/n<node>, with tracemalloc keeping 8 frames."""
+    samples every 30 s into ``directory``/n<node>, with tracemalloc keeping 8 frames unless
+    ``SYNCNODE_MEMTRACE_FRAMES`` is 0 (tracemalloc doubles the memory and slows the node)."""
     if directory is None:
         return None
-    return {"SYNCNODE_MEMTRACE_DIR": str(directory / f"n{node}"), "PYTHONTRACEMALLOC": "8"}
+    env = {"SYNCNODE_MEMTRACE_DIR": str(directory / f"n{node}"), "SYNCNODE_MEMTRACE_S": "30"}
+    frames = os.environ.get("SYNCNODE_MEMTRACE_FRAMES", "8")
+    return env | ({"PYTHONTRACEMALLOC": frames} if frames != "0" else {})
 
 
 def main() -> int:
