@@ -67,9 +67,9 @@ class MemTrace:
     def __init__(self, directory: Path, period_s: float) -> None:
         self.directory, self.period_s = directory, period_s
 
-    def sample(self) -> None:
-        """Write one sample now, named by seconds since the epoch."""
-        stamp = int(time.time())
+    def sample(self, stamp: int | None = None) -> None:
+        """Write one sample now, named by ``stamp`` (default: seconds since the epoch)."""
+        stamp = int(time.time()) if stamp is None else stamp
         (self.directory / f"mem-{stamp}.json").write_text(json.dumps(_memory()))
         (self.directory / f"gc-{stamp}.json").write_text(json.dumps(_type_counts()))
         if tracemalloc.is_tracing():
