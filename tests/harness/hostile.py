@@ -129,7 +129,7 @@ async def window_flood(target: str, total: int, timeout: float = 120.0) -> tuple
         await until(gossip_stream, 30, "the node opened no gossip stream to us")
         muxed = gossip_stream()
         muxed.send_window = 1 << 40
-        block, written = b"\x00" * (1 << 20), 0
+        block, written = b"\x00" * 65524, 0  # one frame each (libp2p's 64 KiB less header)
         with trio.fail_after(timeout):
             try:
                 while written < total:
