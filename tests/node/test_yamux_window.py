@@ -38,9 +38,11 @@ CHUNK = yamux_module.MAX_MESSAGE_SIZE - yamux_module.HEADER_SIZE  # libp2p's own
 
 @asynccontextmanager
 async def _pair() -> AsyncIterator[tuple[P2PHost, P2PHost, list[tuple[str, str]]]]:
-    """A server and a client host, connected; the server's misbehaviour reports."""
-    async with open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) as srv, \
-            open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()) as cli:
+    """A server and a client host, connected; the server's misbehaviour reports. libp2p logs
+    its errors (the client's "Received GO_AWAY ...: Protocol error")."""
+    config = P2PConfig(libp2p_log_level="ERROR")
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as srv, \
+            open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as cli:
         charged: list[tuple[str, str]] = []
         srv.on_misbehaved = lambda peer, reason: charged.append((peer, reason))
         await cli.connect(srv.listen_addrs[0])
@@ -80,6 +82,7 @@ def test_y4_every_data_frame_body_is_read_through_the_checked_method() -> None:
     tail = loop[loop.rindex("except trio.TooSlowError:"):]
     assert tail.index("await self._cleanup_on_error()") < tail.index("except Exception")
     assert loop.count(".recv_window -= len(") == 3  # what arrived, on each DATA path
+    assert "GO_AWAY_PROTOCOL_ERROR" in loop  # the peer knows the code it is sent
     body = inspect.getsource(yamux_window._original_read_data_body)  # type: ignore[arg-type]
     assert "read_exactly(self.secured_conn, length)" in body
     module = inspect.getsource(yamux_module)
@@ -87,6 +90,7 @@ def test_y4_every_data_frame_body_is_read_through_the_checked_method() -> None:
     # _grow_to_delta, _apply_autotune_epoch (Y1 sends what they return) and the replaced
     # _auto_tune_and_send_window_update's three branches.
     assert len(grants) == 5, grants
+    assert module.count(".send_window_update(") == 1  # the one grant, in the replaced method
     assert yamux_module.YamuxStream._auto_tune_and_send_window_update.__module__ == (
         "node.p2p.compat.yamux")
     assert issubclass(compat.WindowOverrun, trio.TooSlowError)
@@ -95,9 +99,10 @@ def test_y4_every_data_frame_body_is_read_through_the_checked_method() -> None:
 @pytest.mark.trio
 @pytest.mark.timeout(60)
 async def test_a_peer_writing_past_the_window_is_cut_off_and_nothing_beyond_is_buffered(
-        ) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
     """The peer uses the window to its last byte (accepted: an honest sender may), then
-    writes one more byte past it: refused unread, the connection ended, counted, charged."""
+    writes one more byte past it: refused unread, the connection ended with a GO_AWAY
+    (protocol error, which the peer's libp2p logs), counted, charged."""
     held: list[Any] = []
     gate = trio.Event()
 
@@ -126,6 +131,8 @@ async def test_a_peer_writing_past_the_window_is_cut_off_and_nothing_beyond_is_b
         await _cut_off(srv, cli, charged)
         assert len(buffer) == edge and b"x" not in buffer  # the frame was never read
         assert compat.window_overrun(theirs.conn)
+        await until(lambda: "GO_AWAY" in caplog.text and "Protocol error" in caplog.text, 20,
+                    "the peer got no GO_AWAY with the protocol error")
         gate.set()
 
 
