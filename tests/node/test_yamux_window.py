@@ -187,3 +187,16 @@ async def test_an_honest_bulk_transfer_of_many_windows_passes() -> None:
         assert srv.stats.yamux_window_overruns == 0 and charged == []
         await until(lambda: targets, 20, "the reader did not finish")
         print("receive window at the end:", targets[0])
+
+
+@pytest.mark.trio
+@pytest.mark.timeout(60)
+async def test_a_frame_for_a_stream_no_longer_open_is_dropped_not_refused() -> None:
+    """Frames still in flight to a stream we reset (its window may have grown past 256 KiB)
+    are read and dropped, as in 0.8.1: nothing is held, and the sender may be honest."""
+    async with _pair() as (srv, cli, charged):
+        conn = _muxed(cli, srv.peer_id)
+        await conn._write_frame(_frame(yamux_module.TYPE_DATA, 0, 1001, b"g" * (WINDOW + 1)))
+        ping = await cli.ping(srv.peer_id)  # the connection still serves
+        assert ping >= 0 and cli.peer_id in srv.connected_peers()
+        assert srv.stats.yamux_window_overruns == 0 and charged == []

@@ -13,7 +13,9 @@ remaining receive window (``readData``: ``length > recvWindow``) is not read, a 
 the protocol-error code is sent, and the session ends. Here the same, before the frame's body
 is read: ``Yamux._read_data_body`` (every DATA frame with a body, on a new stream, an ACK or an
 open stream, goes through it) compares the frame's length with the stream's ``recv_window``
-(a new stream's initial window when the frame opens it), one comparison per frame. The frame's
+(a new stream's initial window when the frame opens it), one comparison per frame. A frame
+for a stream no longer known (one we reset, the peer's frames still in flight) is read and
+dropped as in 0.8.1: nothing is held, and its sender may have been granted more than 256 KiB. The frame's
 header is what the connection read last: the module's ``read_exactly`` (the header read; the
 bodies go through it too) notes it on the secured connection.
 
@@ -52,6 +54,7 @@ _original_read_exactly = getattr(_yamux_module, "read_exactly", None)
 _original_read_data_body = getattr(_Yamux, "_read_data_body", None)
 #: A new stream's window (the Yamux spec's 256 KiB; what ``YamuxStream`` starts with).
 _INITIAL_WINDOW: int = getattr(_yamux_module, "DEFAULT_WINDOW_SIZE", 256 * 1024)
+_SYN: int = getattr(_yamux_module, "FLAG_SYN", 1)  # in the low byte of the 16-bit flags
 _GO_AWAY = struct.pack(getattr(_yamux_module, "YAMUX_HEADER_FORMAT", "!BBHII"), 0,
                        getattr(_yamux_module, "TYPE_GO_AWAY", 3), 0, 0,
                        getattr(_yamux_module, "GO_AWAY_PROTOCOL_ERROR", 1))
@@ -89,7 +92,12 @@ async def _read_data_body(self: Any, length: int) -> bytes:
     header: bytes = self.secured_conn.syncnode_yamux_last
     stream_id = int.from_bytes(header[4:8], "big")
     stream = self.streams.get(stream_id)
-    window = stream.recv_window if stream is not None else _INITIAL_WINDOW
+    if stream is not None:
+        window = stream.recv_window
+    elif header[3] & _SYN:  # it opens the stream: the initial window
+        window = _INITIAL_WINDOW
+    else:  # a stream gone (we reset it; frames in flight): read and dropped, as in 0.8.1
+        window = length
     if length > window:
         await _end_session(self, stream_id, length, window)
     assert _original_read_data_body is not None
@@ -109,7 +117,7 @@ async def _end_session(conn: Any, stream_id: int, length: int, window: int) -> N
 
 def patch_yamux_window() -> None:
     require(_yamux_module, "read_exactly", "DEFAULT_WINDOW_SIZE", "YAMUX_HEADER_FORMAT",
-            "TYPE_GO_AWAY", "GO_AWAY_PROTOCOL_ERROR")
+            "TYPE_GO_AWAY", "GO_AWAY_PROTOCOL_ERROR", "FLAG_SYN")
     require(_Yamux, "_read_data_body", "_write_frame", "handle_incoming")
     setattr(_yamux_module, "read_exactly", _read_noting_header)  # noqa: B010
     setattr(_Yamux, "_read_data_body", _read_data_body)  # noqa: B010
