@@ -15,9 +15,9 @@ is read: ``Yamux._read_data_body`` (every DATA frame with a body, on a new strea
 open stream, goes through it) compares the frame's length with the stream's ``recv_window``
 (a new stream's initial window when the frame opens it), one comparison per frame. A frame
 for a stream no longer known (one we reset, the peer's frames still in flight) is read and
-dropped as in 0.8.1: nothing is held, and its sender may have been granted more than 256 KiB. The frame's
-header is what the connection read last: the module's ``read_exactly`` (the header read; the
-bodies go through it too) notes it on the secured connection.
+dropped as in 0.8.1: nothing is held, and its sender may have been granted more than 256 KiB.
+The frame's header is what the connection read last: the module's ``read_exactly`` (the
+header read; the bodies go through it too) notes it on the secured connection.
 
 On an overrun the session ends as 0.8.1 ends it for a frame body that is too slow: the error
 raised is a ``trio.TooSlowError``, the one exception each of 0.8.1's three DATA paths passes to
