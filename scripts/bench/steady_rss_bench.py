@@ -8,6 +8,9 @@ What it judges: after the warm-up, a node's memory grows only while its bounded 
 structures fill (docs/ops/README.md "Memory": the delivered-id window, the Recon key cache, the
 SDS repair cache), by about the bytes per event given there, and not at all once they are full
 (run it with a config that makes them small, ``--config``, to see the plateau in minutes).
+``--burst N --burst-every S`` adds a burst of N events on one node every S seconds (as the
+chaos run's bursts); ``--memtrace DIR`` turns on the nodes' memory debug hook
+(node/telemetry/memtrace.py; ``scripts/bench/memtrace_diff.py DIR/n0`` reads it).
 
 Keys: ``steady_rss_slope_mib_per_h`` (the steepest node's least-squares slope after the
 warm-up), ``steady_rss_late_slope_mib_per_h`` (the same over the run's second half: at the
