@@ -124,7 +124,7 @@ class SessionRunner:
         what it stored before it failed). Its wall-clock span, in epoch ms like an event's
         ``received_at``, times a catch-up by the sessions that did the work: the events are
         handed to the store before the session ends and committed soon after
-        (scripts/bench/catchup_timing.py reads these lines)."""
+        (tests/harness/catchup_timing.py reads these lines)."""
         if not stats.fetched:
             return
         seconds = self.clock.now() - plan.started

@@ -34,11 +34,12 @@ Invariants and figures (the JSON keys):
 - ``restart_gossip_s_max`` (target <= 2);
 - ``catchup_after_restart_per_s``: after a burst cut short by SIGKILL (or ended by SIGTERM), the
   events a peer still lacked when the node came back, over the time the peer took to take them
-  in by its own records (``catchup_timing.py``, as ``restart_catchup_bench.py`` times it): from
-  the start of the Recon session that brought the first of them (or the first's arrival, had
-  gossip brought it) to the ``received_at`` of the last, waits between sessions included; the
-  slowest peer (of those in the group before the restart) of the slowest such fault with at
-  least ``catchup_min_events`` to take (target >= 5,000; null when no fault left that many).
+  in by its own records (``tests/harness/catchup_timing.py``, as ``restart_catchup_bench.py``
+  times it): from the start of the Recon session that brought the first of them (or the
+  first's arrival, had gossip brought it) to the ``received_at`` of the last, waits between
+  sessions included; the slowest peer (of those in the group before the restart) of the
+  slowest such fault with at least ``catchup_min_events`` to take (target >= 5,000; null when
+  no fault left that many).
   Each fault's ``catchup_span_s`` is the longest such time at a peer; ``catchup_start_s``, the
   longest wait from the node's return until a peer began taking the events in;
 - ``rss_slope_mib_per_h``: the steepest least-squares slope of a node process's resident memory
@@ -78,10 +79,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
-from catchup_timing import fetch_sessions, timed_catchup  # noqa: E402
 from chaos_group import Group, Member  # noqa: E402
 from rss_slope import slope_mib_per_h  # noqa: E402
 
+from tests.harness.catchup_timing import fetch_sessions, timed_catchup  # noqa: E402
 from tests.net.netns import Internet  # noqa: E402
 
 JSON_KEYS = ("acked_lost", "unexpected_exits", "converge_s_max", "live_p99_ms",
@@ -373,7 +374,7 @@ def catchup_rate(chaos: Chaos) -> float | None:
             if missing or len(late) < chaos.plan.catchup_min_events:
                 continue
             # By the peer's own records: from the start of the Recon session that brought the
-            # first to the last one's commit (catchup_timing.py).
+            # first to the last one's commit (tests.harness.catchup_timing).
             timed = timed_catchup(late, fetch_sessions(peer.node.stderr_path))
             if timed is None or timed.rate is None:
                 continue

@@ -10,12 +10,12 @@ a small machine two catching-up nodes share its cores.
 
 * ``catchup_after_restart_per_s`` (a and c) and ``catchup_fresh_per_s`` (d and e): the slower
   node's rate, each node's (``*_per_peer_per_s``) being the events it lacked over the time it
-  took them in, by its own records (``catchup_timing.py``): from the start of the Recon session
-  that brought the first of them (or the first's arrival, had gossip brought it) to the
-  ``received_at`` of the last. Waits between sessions after the first are in it (the first
-  session after a restart leaves b's newest events to gossip for ``recon.gossip_grace_s``;
-  b will not resend them, so a later session fetches them); the wait for the first session is
-  not (``catchup_*_start_s``: from b's return, or d's and e's start, until it began).
+  took them in, by its own records (``tests/harness/catchup_timing.py``): from the start of
+  the Recon session that brought the first of them (or the first's arrival, had gossip brought
+  it) to the ``received_at`` of the last, waits between sessions included (a session that left
+  b's newest events to the gossip grace, which b never resends, made a and c wait a round for
+  them); the wait for the first session is not (``catchup_*_start_s``: from b's return, or d's
+  and e's start, until it began), and each node's time is ``catchup_*_span_s``.
   Issue 37's crawl was this rate (~30-40 events/s: each Recon session fetched thousands and
   kept a few hundred).
 * ``catchup_after_restart_s`` and ``catchup_fresh_s``: wall time from b's restart (d's and e's
@@ -48,9 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
-from catchup_timing import fetch_sessions, timed_catchup  # noqa: E402
 
 from tests.harness.burst import events_held, killed_mid_burst, start_on_defaults  # noqa: E402
+from tests.harness.catchup_timing import fetch_sessions, timed_catchup  # noqa: E402
 from tests.harness.cluster import channel_events, metric  # noqa: E402
 from tests.harness.procs import NodeProcess  # noqa: E402
 
