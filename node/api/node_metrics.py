@@ -71,6 +71,9 @@ P2P_HELP = {
     "refused_banned": "Connections and streams refused because the peer is banned for "
                       "misbehaviour (see peer_bans_total)",
     "peer_events_dropped": "Peer connect/disconnect notices dropped (listener queue full)",
+    "yamux_window_overruns": "Connections ended because the peer sent more on a stream than "
+                             "the receive window granted to it (a protocol error; penalty "
+                             "protocol)",
 }
 
 

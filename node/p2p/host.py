@@ -33,6 +33,7 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
 from node.clock import Clock
+from node.p2p import compat
 from node.p2p.conns import InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.dialback import DialBackServer
@@ -106,6 +107,9 @@ class P2PHost:
         # Told each time a peer proves alive on its connection (a stream it opened or accepted:
         # the liveness rule's evidence, sync.membership.liveness); membership sets it.
         self.on_heard: Callable[[str], None] = lambda _peer: None
+        # Told when a peer broke the transport's rules (peer, penalty reason): a Yamux receive
+        # window overrun (compat entry Y4). The peer standing sets it (node.p2p.standing).
+        self.on_misbehaved: Callable[[str, str], object] = lambda _peer, _reason: None
         if relay is not None:
             relay.on_spoke = self._spoke
         self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
@@ -314,6 +318,9 @@ class P2PHost:
 
     def _on_disconnected(self, conn: INetConn) -> None:
         self._table.closed(conn)
+        if compat.window_overrun(conn.muxed_conn):  # the session was ended for it
+            self.stats.yamux_window_overruns += 1
+            self.on_misbehaved(conn.muxed_conn.peer_id.to_base58(), "protocol")
 
     async def _measure_latency(self, peer: str) -> None:
         try:

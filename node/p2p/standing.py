@@ -47,6 +47,7 @@ class PeerStanding:
                          "Peers refused right now for misbehaviour")
         metrics.gauge_fn("peer_scores_tracked", lambda: float(len(self.scores)),
                          "Peers whose score is remembered")
+        host.on_misbehaved = self.penalise  # the transport's own violations (Yamux windows)
 
     def penalise(self, peer: str, reason: str, count: float = 1.0) -> bool:
         """Lower ``peer``'s score; returns True when this banned it."""

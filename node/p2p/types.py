@@ -134,6 +134,7 @@ class P2PStats:
     gossip_dropped_overflow: int = 0  # a subscriber's queue was full
     gossip_refused_foreign: int = 0  # originated outside allowed_peers (relayed by someone)
     peer_events_dropped: int = 0  # a peer-event listener's queue was full
+    yamux_window_overruns: int = 0  # connections ended: the peer wrote past a stream's window
 
     def snapshot(self) -> P2PStats:
         return P2PStats(**{f.name: getattr(self, f.name) for f in fields(self)})

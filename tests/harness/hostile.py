@@ -11,10 +11,11 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.peer.id import ID
 
 from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PError, P2PHost
@@ -56,6 +57,7 @@ __all__ = [
     "recon_flood_frame",
     "stored_ids",
     "want_and_stall",
+    "window_flood",
 ]
 
 
@@ -104,6 +106,38 @@ async def gossip(target: str, channel: str, wires: list[bytes], *,
         if linger:
             await trio.sleep(linger)
         return took
+
+
+async def window_flood(target: str, total: int, timeout: float = 120.0) -> tuple[str, int]:
+    """Write ``total`` bytes, ignoring Yamux flow control, on the stream ``target`` opened to
+    us for its gossip (the node writes on it and never reads it: each byte past the window
+    it granted, 256 KiB, is the node's to hold). Libp2p's own ``write``, with the stream's
+    ``send_window`` set huge: 64 KiB frames as an honest sender's, only too many. Returns our
+    peer id and the bytes written until the node cut the connection (``total`` if it never
+    did)."""
+    async with hostile(target) as (host, peer):
+        network = host._host.get_network()
+
+        def gossip_stream() -> Any:
+            for conn in network.get_connections(ID.from_base58(peer)):
+                for stream in conn.get_streams():
+                    if "sub" in str(stream.get_protocol()) and (
+                            not stream.muxed_stream.is_initiator):
+                        return stream.muxed_stream
+            return None
+
+        await until(gossip_stream, 30, "the node opened no gossip stream to us")
+        muxed = gossip_stream()
+        muxed.send_window = 1 << 40
+        block, written = b"\x00" * 65524, 0  # one frame each (libp2p's 64 KiB less header)
+        with trio.fail_after(timeout):
+            try:
+                while written < total:
+                    await muxed.write(block)
+                    written += len(block)
+            except Exception:  # the node ended the connection: the attack's expected end
+                pass
+        return host.peer_id, written
 
 
 def stored_ids(node: NodeProcess, channel: str = "general") -> set[str]:

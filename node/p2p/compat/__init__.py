@@ -46,6 +46,8 @@ Y2   replaced   ``Yamux._write_frame``                                      test
 W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat
 Y3   replaced   ``Yamux._cleanup_on_error``, ``close``, ``YamuxStream.read``,  test_yamux_end
                 ``SwarmConn._cleanup`` (bytes readable after the end)
+Y4   replaced   ``Yamux._read_data_body``, the module's ``read_exactly``       test_yamux_window
+                (a frame beyond the receive window ends the session)
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
@@ -83,10 +85,12 @@ from node.p2p.compat.validation import patch_signature_check
 from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
 from node.p2p.compat.yamux import patch_yamux
 from node.p2p.compat.yamux_end import patch_yamux_end
+from node.p2p.compat.yamux_window import WindowOverrun, patch_yamux_window, window_overrun
 
 __all__ = [
     "SUPPORTED_LIBP2P_VERSION",
     "GuardedPubsub",
+    "WindowOverrun",
     "applied",
     "apply",
     "check_libp2p_version",
@@ -94,6 +98,7 @@ __all__ = [
     "share_port",
     "tcp_socket_of",
     "use_clock",
+    "window_overrun",
 ]
 
 _applied = False
@@ -115,6 +120,7 @@ def apply() -> None:
     patch_signature_check()  # V2
     patch_yamux()  # Y1, Y2, W1
     patch_yamux_end()  # Y3
+    patch_yamux_window()  # Y4
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
     patch_noise_reads()  # N1

@@ -211,6 +211,18 @@ ENTRIES: tuple[Entry, ...] = (
           "left is lost; a stream its peer closed keeps them, then EOF (go-yamux's rule)",
           "tests/node/test_yamux_end.py::"
           "test_frames_written_before_the_peer_left_are_read_after_it_left"),
+    Entry("Y4", "yamux_window", "replaced",
+          ("libp2p.stream_muxer.yamux.yamux:Yamux._read_data_body",
+           "libp2p.stream_muxer.yamux.yamux:read_exactly",
+           "libp2p.stream_muxer.yamux.yamux:Yamux.handle_incoming",
+           "libp2p.stream_muxer.yamux.yamux:YamuxStream.recv_window",
+           "libp2p.stream_muxer.yamux.yamux:DEFAULT_WINDOW_SIZE"),
+          "a DATA frame beyond the stream's receive window is buffered with a warning: a peer "
+          "ignoring flow control makes us hold any amount on a stream we do not read (8 MiB "
+          "past a 256 KiB window); the frame is refused unread and the session ended with a "
+          "GO_AWAY (protocol error), as go-yamux does",
+          "tests/node/test_yamux_window.py::"
+          "test_y4_every_data_frame_body_is_read_through_the_checked_method"),
     Entry("N1", "noise", "replaced",
           ("libp2p.security.noise.io:NoiseTransportReadWriter.read_msg",
            "libp2p.security.noise.io:NoiseTransportReadWriter.decrypt",
