@@ -86,16 +86,12 @@ class SessionRunner:
                 # timeout, and a stalled batch ends the session.
                 await self._phases(stream, plan, stats)
         except FAILURES as exc:
-            self._failed(plan, peer, Role.INITIATOR, exc)
+            self._failed(plan, peer, Role.INITIATOR, exc, stats)
             return None
         except BaseException:  # cancelled (shutdown): the core must not keep the pair busy
             self.core.abandoned(plan)
             raise
         self._done(plan, stats)
-        if stats.fetched:
-            log.info("recon fetched events", extra=kv(
-                peer=peer, events=stats.fetched,
-                seconds=round(self.clock.now() - plan.started, 3)))
         self._finished(plan, exchange, stats)
         return stats
 
@@ -117,12 +113,30 @@ class SessionRunner:
 
     def _done(self, plan: SessionPlan, stats: SessionStats) -> None:
         role = plan.role.value
+        seconds = self.clock.now() - plan.started
         self.activity.session(plan.peer, role, "ok", stats.fetched, stats.served)
         self.metrics.inc("recon_sessions_total", role=role)
-        self.metrics.observe("recon_session_seconds", self.clock.now() - plan.started,
-                             role=role)
+        self.metrics.observe("recon_session_seconds", seconds, role=role)
+        self._log_fetched(plan, stats)
 
-    def _failed(self, plan: SessionPlan, peer: str, role: Role, exc: Exception) -> None:
+    def _log_fetched(self, plan: SessionPlan, stats: SessionStats) -> None:
+        """One line per session that fetched (either side fetches; a failed session keeps
+        what it stored before it failed). Its wall-clock span, in epoch ms like an event's
+        ``received_at``, times a catch-up by the sessions that did the work: the events are
+        handed to the store before the session ends and committed soon after
+        (tests/harness/catchup_timing.py reads these lines)."""
+        if not stats.fetched:
+            return
+        seconds = self.clock.now() - plan.started
+        ended = self.clock.wall()
+        log.info("recon fetched events", extra=kv(
+            peer=plan.peer, role=plan.role.value, events=stats.fetched,
+            started_ms=round((ended - seconds) * 1000), ended_ms=round(ended * 1000),
+            seconds=round(seconds, 3)))
+
+    def _failed(self, plan: SessionPlan, peer: str, role: Role, exc: Exception,
+                stats: SessionStats) -> None:
+        self._log_fetched(plan, stats)
         self.driver.carry_out(self.core.failed(plan, peer, role, exc, self.clock.now()))
         self.activity.session(peer, role.value, type(exc).__name__)
         self.metrics.inc("recon_errors_total", kind=type(exc).__name__)
@@ -146,7 +160,7 @@ class SessionRunner:
                 await self._reconcile(stream, exchange, plan, stats)
                 await self._phases(stream, plan, stats)
         except FAILURES as exc:
-            self._failed(plan, peer, Role.RESPONDER, exc)
+            self._failed(plan, peer, Role.RESPONDER, exc, stats)
             return
         except BaseException:  # cancelled (shutdown): the core must not keep the pair busy
             self.core.abandoned(plan)

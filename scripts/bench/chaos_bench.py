@@ -33,16 +33,15 @@ Invariants and figures (the JSON keys):
   events published in quiet gaps, every live receiver (target <= 2,000);
 - ``restart_gossip_s_max`` (target <= 2);
 - ``catchup_after_restart_per_s``: after a burst cut short by SIGKILL (or ended by SIGTERM), the
-  events a peer still lacked when the node came back, per second of the time it was taking
-  them in (50 ms bins in which one arrived, as ``restart_catchup_bench.py`` times it); the
-  slowest peer (of those in the group before the restart) of the slowest such fault with at least
-  ``catchup_min_events`` to take (target >= 5,000; null when no fault left that many). How long
-  the first took to arrive is ``catchup_start_s``. A peer stores what one fetch (or one gossip
-  message) brings in one commit, all with the same ``received_at``: a bin stands for a
-  delivery, so the figure counts deliveries of the lacked events more than it times them (616
-  events in 9 deliveries: 1,369/s; in one: 12,320/s, however long that fetch took). Each
-  fault's ``catchup_span_s`` (the longest first-to-last arrival at a peer, waits between
-  sessions included) is reported beside it;
+  events a peer still lacked when the node came back, over the time the peer took to take them
+  in by its own records (``tests/harness/catchup_timing.py``, as ``restart_catchup_bench.py``
+  times it): from the start of the Recon session that brought the first of them (or the
+  first's arrival, had gossip brought it) to the ``received_at`` of the last, waits between
+  sessions included; the slowest peer (of those in the group before the restart) of the
+  slowest such fault with at least ``catchup_min_events`` to take (target >= 5,000; null when
+  no fault left that many).
+  Each fault's ``catchup_span_s`` is the longest such time at a peer; ``catchup_start_s``, the
+  longest wait from the node's return until a peer began taking the events in;
 - ``rss_slope_mib_per_h``: the steepest least-squares slope of a node process's resident memory
   over a life of at least ``rss_min_s`` after a warm-up (target <= 20);
 - ``direct_fraction_end``: of the pairs of homes, the fraction connected directly at the end
@@ -83,6 +82,7 @@ from benchjson import finish, smoke_path  # noqa: E402
 from chaos_group import Group, Member  # noqa: E402
 from rss_slope import slope_mib_per_h  # noqa: E402
 
+from tests.harness.catchup_timing import fetch_sessions, timed_catchup  # noqa: E402
 from tests.net.netns import Internet  # noqa: E402
 
 JSON_KEYS = ("acked_lost", "unexpected_exits", "converge_s_max", "live_p99_ms",
@@ -90,7 +90,6 @@ JSON_KEYS = ("acked_lost", "unexpected_exits", "converge_s_max", "live_p99_ms",
              "direct_fraction_end", "faults")
 OUT = ROOT / "docs" / "bench" / "chaos.json"
 KINDS = ("term_restart", "kill_restart", "burst_kill", "burst_term", "uplink_cut", "burst")
-ACTIVE_BIN_MS = 50
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ class Fault:
     probe: str = ""  # the message id published after a restart
     gossip_s: float | None = None  # the probe's slowest arrival at a peer
     catchup_per_s: float | None = None  # the slowest peer's rate of taking in the burst
-    catchup_span_s: float | None = None  # the longest first-to-last arrival of it at a peer
+    catchup_span_s: float | None = None  # the longest time a peer took to take it in
     note: str = ""
 
 
@@ -370,22 +369,21 @@ def catchup_rate(chaos: Chaos) -> float | None:
         for peer in chaos.group.live():
             if peer.name == fault.target or peer.joined_ms > fault.restart_wall_ms:
                 continue  # (one that joined later took the events in as a fresh node)
-            late = sorted(peer.seen[i] for i in ids if peer.seen.get(i, 0) >= fault.restart_wall_ms)
+            late = [peer.seen[i] for i in ids if peer.seen.get(i, 0) >= fault.restart_wall_ms]
             missing = sum(1 for i in ids if i not in peer.seen)
             if missing or len(late) < chaos.plan.catchup_min_events:
                 continue
-            # Over the time the peer was taking events in (50 ms bins with an arrival), as
-            # restart_catchup_bench times it: idle waits between Recon rounds are left out and
-            # reported as catchup_start_s (the wait for the first) instead.
-            active_s = len({t // ACTIVE_BIN_MS for t in late}) * ACTIVE_BIN_MS / 1000
-            rate = len(late) / active_s
-            slowest = rate if slowest is None else min(slowest, rate)
-            fault.catchup_per_s = round(min(rate, fault.catchup_per_s or rate))
-            span = (late[-1] - late[0]) / 1000
-            fault.catchup_span_s = round(max(span, fault.catchup_span_s or 0.0), 2)
-            start = (late[0] - fault.restart_wall_ms) / 1000
+            # By the peer's own records: from the start of the Recon session that brought the
+            # first to the last one's commit (tests.harness.catchup_timing).
+            timed = timed_catchup(late, fetch_sessions(peer.node.stderr_path))
+            if timed is None or timed.rate is None:
+                continue
+            slowest = timed.rate if slowest is None else min(slowest, timed.rate)
+            fault.catchup_per_s = min(timed.rate, fault.catchup_per_s or timed.rate)
+            fault.catchup_span_s = round(max(timed.seconds, fault.catchup_span_s or 0.0), 2)
+            start = (timed.start_ms - fault.restart_wall_ms) / 1000
             chaos.catchup_start_s = max(chaos.catchup_start_s or 0.0, round(start, 2))
-    return None if slowest is None else round(slowest)
+    return slowest
 
 
 def rss_lives(group: Group, plan: Plan) -> list[dict[str, Any]]:

@@ -89,8 +89,9 @@ class SessionPlan:
     #: The backlog range this session owns (None: all our interests).
     scope: KeyRange | None
     started: float
-    #: It answers a prompt (a new connection, a gap): nothing is left to the gossip grace
-    #: (gossip did not bring what the gap lacks; a restarted peer's lost gossip never comes).
+    #: It answers a prompt (a new connection, a gap), or is with a peer connected anew
+    #: (``ReconLifecycle.connected``): nothing is left to the gossip grace (gossip did not
+    #: bring what the gap lacks; a restarted peer's lost gossip never comes).
     prompt: bool = False
     #: The claim session of its fetch phase (``want``), if it reached it.
     ticket: int | None = None
@@ -123,6 +124,9 @@ class ReconLifecycle:
         self._wants: dict[int, _Want] = {}
         #: Peers our running prompt sessions are with (initiator side).
         self._prompting: set[str] = set()
+        #: Peers connected anew (either side dialled) with whom no session has finished since:
+        #: their sessions leave nothing to the gossip grace (``connected``).
+        self._fresh: set[str] = set()
 
     # -- timers and peers ----------------------------------------------------------------------
 
@@ -165,7 +169,16 @@ class ReconLifecycle:
                   dialled: bool = True) -> bool | None:
         """A new connection: a prompt session with ``peer`` when we dialled it (a restarted
         peer and we may each lack what the other holds). False: deferred by the per-peer
-        limit; None: an inbound connection, which only pokes the round."""
+        limit; None: an inbound connection, which only pokes the round.
+
+        Either way, the sessions with ``peer`` until one finishes (in either role) leave
+        nothing to the gossip grace: what it published before it went away, or while the link
+        was down, was never gossiped to us and never will be (a restarted node does not resend
+        it), so holding its newest events back would only delay them by a round. The restarted
+        side dials, so this is its peers' side: their first session with it (its prompt
+        session, whose fetch they make as the responder, or their own round's) takes in all it
+        holds (issue 37: each of a and c took b's last 1,000 events a round later)."""
+        self._fresh.add(peer)
         return self.schedule.connected(peer, connected, now, dialled)
 
     def gap(self, senders: Iterable[str | None], connected: Collection[str],
@@ -180,6 +193,7 @@ class ReconLifecycle:
         return at_once, min(len(peers), self.config.gap_peers) - at_once
 
     def disconnected(self, peer: str, now: float) -> None:
+        self._fresh.discard(peer)
         self.schedule.disconnected(peer, now)
 
     # -- a session -----------------------------------------------------------------------------
@@ -198,7 +212,8 @@ class ReconLifecycle:
             role is Role.RESPONDER and peer in self._prompting)
         if prompt and role is Role.INITIATOR:
             self._prompting.add(peer)
-        return SessionPlan(peer, role, interests, scope, now, prompt=prompt)
+        return SessionPlan(peer, role, interests, scope, now,
+                           prompt=prompt or peer in self._fresh)
 
     def reconciled(self, plan: SessionPlan, peer_interests: Sequence[Range] | None) -> None:
         self.schedule.learned(plan.peer, peer_interests)
@@ -238,6 +253,7 @@ class ReconLifecycle:
         returns whether the next session with this peer should start at once (each such step
         either fetched something or used up a backlog range, so the chain ends)."""
         self._end(plan)
+        self._fresh.discard(plan.peer)
         if plan.role is Role.INITIATOR:
             self.schedule.succeeded(plan.peer)
         self.backlog.finished(plan.scope, self.interests, truncated=truncated,

@@ -128,6 +128,7 @@ class NodeProcess(NodeApi):
         super().__init__(data_dir, *extra_args, config=config, env=env)
         self.proc: subprocess.Popen[str] | None = None
         self.stderr_path = data_dir / "node.log"
+        self.answered_ms = 0  # when its API last came up (epoch ms): a restart's return
         self._lines: queue.Queue[str | None] = queue.Queue()
         # Subclasses run the node elsewhere (tests.net.nodes: inside a network namespace).
         self.wrap: list[str] = []
@@ -167,6 +168,7 @@ class NodeProcess(NodeApi):
             elif line.startswith("api:"):
                 self.api_url = line.split()[-1]
                 self.token = read_token(self.data_dir) or ""
+                self.answered_ms = int(time.time() * 1000)
                 return self
 
     @staticmethod

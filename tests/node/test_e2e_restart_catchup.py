@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.burst import events_held, killed_mid_burst
+from tests.harness.catchup_timing import fetch_sessions
 from tests.harness.cluster import metric, wait_for
 
 pytestmark = [pytest.mark.slow]
@@ -49,4 +50,8 @@ def test_peers_of_a_node_killed_mid_burst_take_in_its_events_once(tmp_path: Path
             assert fetched - new <= max(5, new // 100), \
                 f"{fetched} fetched for {new} stored: fetched twice"
             assert metric(peer, EVICTED) == 0, peer.log_tail()
+        # a ran throughout: each session that fetched logged its span (the benchmarks time a
+        # catch-up by them), and together they name every event it fetched.
+        logged = sum(s.events for s in fetch_sessions(a.stderr_path))
+        assert logged == metric(a, "recon_events_fetched_total") > 0, a.log_tail()
         print(f"a and c held b's {stored} events {took:.1f} s after its restart")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import random
 
-from sync.replication import LifecycleConfig, ReconLifecycle, Role, StartSession
+from sync.recon.eventid import CIP124_DRAFT, event_key
+from sync.replication import LifecycleConfig, ReadStored, ReconLifecycle, Role, StartSession
 
 OURS = [(b"\x10", b"\x40")]
 T = 1000.0
@@ -151,3 +152,32 @@ def test_a_prompt_session_leaves_nothing_to_the_gossip_grace_on_either_side() ->
     plan = c.begin(start.peer, Role.INITIATOR, T)
     assert plan is not None and not plan.prompt
     assert list(getattr(c.want(plan, [recent], T, now_ms)[-1], "keys", ())) == []
+
+
+def _fetches_recent_key(c: ReconLifecycle, peer: str, role: Role, now: float) -> bool:
+    """A session with ``peer`` finds one key of an event stamped 0.5 s ago (within the 3 s
+    gossip grace): does its fetch take it? The session then finishes."""
+    plan = c.begin(peer, role, now)
+    assert plan is not None
+    now_ms = int(now * 1000)
+    key = event_key(1, "general", peer, now_ms - 500, b"\xab" * 32, CIP124_DRAFT)
+    read = c.want(plan, [key], now, now_ms)[-1]
+    assert isinstance(read, ReadStored)
+    c.close(plan)
+    c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
+    return list(read.keys) == [key]
+
+
+def test_the_first_session_with_a_peer_connected_anew_leaves_nothing_to_gossip() -> None:
+    """Issue 37: b restarts after a burst and dials a. b's newest events were never gossiped
+    and b will not resend them; a's first session with b, as the responder of b's prompt
+    session or its own round's initiator, fetches them all, not a round later. Sessions after
+    that one leave events within the grace to gossip again."""
+    for role in (Role.RESPONDER, Role.INITIATOR):
+        c = defaults()
+        after_a_round(c, ["a", "c", "d"])
+        assert c.connected("b", PEERS, T + 0.5, dialled=False) is None
+        assert _fetches_recent_key(c, "b", role, T + 1.0), role
+        assert not _fetches_recent_key(c, "b", role, T + 20.0), role
+        # Without a new connection, a session (a round's) leaves them to gossip.
+        assert not _fetches_recent_key(c, "c", role, T + 21.0), role
