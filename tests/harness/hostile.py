@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -121,9 +121,9 @@ async def window_flood(target: str, total: int, timeout: float = 120.0) -> tuple
         def gossip_stream() -> Any:
             for conn in network.get_connections(ID.from_base58(peer)):
                 for stream in conn.get_streams():
-                    if "sub" in str(stream.get_protocol()) and (
-                            not stream.muxed_stream.is_initiator):
-                        return stream.muxed_stream
+                    muxed = cast(Any, stream).muxed_stream  # NetStream's, not in INetStream
+                    if "sub" in str(stream.get_protocol()) and not muxed.is_initiator:
+                        return muxed
             return None
 
         await until(gossip_stream, 30, "the node opened no gossip stream to us")
