@@ -44,9 +44,8 @@ run: setup
 # --dist loadgroup keeps each group of tests/conftest.py (the shared PostgreSQL database and
 # Spark; the multi-process clusters, namespaces and benchmark smokes) on one worker, in turn.
 # --durations lists the slowest tests, so a CI log says where the time goes.
-# Default 0 (serial): two workers on CI's two cores are not yet proven free of timing failures
-# in the multi-process tests (docs/testing.md); TEST_WORKERS=2 runs them side by side.
-TEST_WORKERS ?= 0
+# Default 2, one per core of CI's machine (docs/testing.md); TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: setup
 	@$(PY) -m pytest -m "not bench" -n $(TEST_WORKERS) --dist loadgroup --durations=30 \
 	  $(PYTEST_ARGS); rc=$$?; \
