@@ -195,5 +195,6 @@ def build_services(runtime: NodeRuntime, parts: NodeParts) -> tuple[list[Service
     services += [s for b in bundles for s in getattr(b, "services", ())]
     if runtime.snapshots is not None:  # built with the store, which counts commits into it
         services.append(runtime.snapshots)
-    services += [s for s in (parts.reachability, parts.dht, memtrace_from_env()) if s is not None]
+    services += [s for s in (parts.reachability, parts.dht,
+                                   memtrace_from_env(runtime.clock)) if s is not None]
     return services, [r for b in bundles for r in b.routes]

@@ -16,12 +16,13 @@ import ctypes
 import gc
 import json
 import os
-import time
 import tracemalloc
 from collections import Counter
 from pathlib import Path
 
 import trio
+
+from node.clock import Clock
 
 __all__ = ["DIR_ENV", "PERIOD_ENV", "MemTrace", "memtrace_from_env"]
 
@@ -61,15 +62,15 @@ def _type_counts() -> dict[str, int]:
 
 
 class MemTrace:
-    """Writes the samples into ``directory`` every ``period_s`` seconds of the wall clock
-    (a debug tool: the node's clock is not needed here)."""
+    """Writes the samples into ``directory`` every ``period_s`` seconds, each named by the
+    node's wall clock (``clock.wall``)."""
 
-    def __init__(self, directory: Path, period_s: float) -> None:
-        self.directory, self.period_s = directory, period_s
+    def __init__(self, directory: Path, period_s: float, clock: Clock) -> None:
+        self.directory, self.period_s, self.clock = directory, period_s, clock
 
     def sample(self, stamp: int | None = None) -> None:
         """Write one sample now, named by ``stamp`` (default: seconds since the epoch)."""
-        stamp = int(time.time()) if stamp is None else stamp
+        stamp = int(self.clock.wall()) if stamp is None else stamp
         (self.directory / f"mem-{stamp}.json").write_text(json.dumps(_memory()))
         (self.directory / f"gc-{stamp}.json").write_text(json.dumps(_type_counts()))
         if tracemalloc.is_tracing():
@@ -82,9 +83,9 @@ class MemTrace:
             await trio.sleep(self.period_s)
 
 
-def memtrace_from_env() -> MemTrace | None:
+def memtrace_from_env(clock: Clock) -> MemTrace | None:
     """The hook if ``SYNCNODE_MEMTRACE_DIR`` names a directory, else None."""
     directory = os.environ.get(DIR_ENV)
     if not directory:
         return None
-    return MemTrace(Path(directory), float(os.environ.get(PERIOD_ENV, "60")))
+    return MemTrace(Path(directory), float(os.environ.get(PERIOD_ENV, "60")), clock)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from node.clock import SystemClock
 from node.telemetry.memtrace import DIR_ENV, MemTrace, memtrace_from_env
 from tests.conftest import ROOT
 
@@ -18,14 +19,14 @@ from tests.conftest import ROOT
 def test_off_unless_the_variable_names_a_directory(monkeypatch: pytest.MonkeyPatch,
                                                    tmp_path: Path) -> None:
     monkeypatch.delenv(DIR_ENV, raising=False)
-    assert memtrace_from_env() is None
+    assert memtrace_from_env(SystemClock()) is None
     monkeypatch.setenv(DIR_ENV, str(tmp_path))
-    hook = memtrace_from_env()
+    hook = memtrace_from_env(SystemClock())
     assert hook is not None and hook.directory == tmp_path and hook.period_s == 60
 
 
 def test_samples_say_what_grew(tmp_path: Path) -> None:
-    hook = MemTrace(tmp_path / "n0", 60)
+    hook = MemTrace(tmp_path / "n0", 60, SystemClock())
     hook.directory.mkdir()
     tracemalloc.start(4)
     try:
