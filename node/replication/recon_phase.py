@@ -70,4 +70,5 @@ async def _carry_out(stream: FramedStream, actions: list[Action],
         elif isinstance(action, Abort):
             raise trio.TooSlowError(action.reason)
         elif isinstance(action, ReadKeys | Charge):  # handled before; never the stream
-            raise LocalProtocolError("a Recon step's key-store reads were left unanswered")
+            raise LocalProtocolError(
+                f"a Recon step's {type(action).__name__} was left unanswered")
