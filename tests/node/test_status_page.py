@@ -239,8 +239,19 @@ def check_sync_and_times(page: Any, node: NodeApi) -> None:
 
     problems: list[str] = []
     iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
-    lamports = {c["channel"]: c["lamport"] for c in node.get("/v1/channels")["channels"]}
-    cell = page.locator("#channels tr[data-channel='ops'] td").nth(6).inner_text()
+    selector = "#channels tr[data-channel='ops'] td"
+    for _ in range(3):
+        # The other node's ops events may still be arriving (by gossip, or a Recon round
+        # later): give the page's refresh the time to show what the node holds now.
+        lamports = {c["channel"]: c["lamport"] for c in node.get("/v1/channels")["channels"]}
+        try:
+            page.wait_for_function(
+                "([sel, want]) => document.querySelectorAll(sel)[6]?.textContent === want",
+                arg=[selector, str(lamports["ops"])], timeout=10_000)
+            break
+        except PageError:
+            continue
+    cell = page.locator(selector).nth(6).inner_text()
     if not (cell == str(lamports["ops"]) and lamports["ops"] > 10**12):
         problems.append(f"Lamport time not the raw number: {cell!r} for {lamports['ops']}")
     live = page.locator("#live-text").inner_text()
