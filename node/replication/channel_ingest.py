@@ -38,8 +38,9 @@ class ChannelSteps(Protocol):
     def penalise(self, peer: str, penalty: str) -> None:
         """Charge ``peer``."""
 
-    def after_input(self, name: str) -> None:
-        """Store what channel ``name`` delivered after an input."""
+    def after_input(self, name: str, *, fetched: bool = False) -> None:
+        """Store what channel ``name`` delivered after an input (``fetched``: a fetched
+        batch's, committed without the relayed events' gathering delay)."""
 
     def mark_dirty(self, name: str) -> None:
         """Channel ``name``'s state changed."""
@@ -101,5 +102,5 @@ class FetchedIngest:
             if self.channels[name].profile.is_waku:
                 self.metrics.inc("sds_unsigned_accepted_total", count, channel=name)
         for name in sorted(out.touched):
-            self.steps.after_input(name)
+            self.steps.after_input(name, fetched=True)
         return out.refused

@@ -271,11 +271,17 @@ class ChannelService:
         """Channel ``name``'s state changed: saved with the next round."""
         self._dirty.add(name)
 
-    def after_input(self, name: str) -> None:
-        """Store what channel ``name`` delivered after an input, send what it queued."""
+    def after_input(self, name: str, *, fetched: bool = False) -> None:
+        """Store what channel ``name`` delivered after an input, send what it queued.
+
+        ``fetched``: the input was a fetched batch (Recon, fetch by id). What SDS's full step
+        delivered of it (recent events: the bulk path takes only old ones) is then committed
+        as soon as the store is free, like the bulk path's records: a relayed batch gathers
+        for ``storage.relayed_batch_delay_ms`` first, which a catch-up of recent events (a
+        restarted peer's burst) waited once per fetched batch, its last one included."""
         records, _ = self._process(name)
         if records:
-            self.store.submit(records)
+            self.store.submit(records, prompt=fetched)
 
     def _process(self, name: str) -> tuple[list[EventRecord], list[Delivered]]:
         ch = self.channels[name]

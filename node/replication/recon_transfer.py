@@ -26,7 +26,7 @@ from node.replication.clock import Clock
 from node.replication.driver import ReplicationDriver
 from node.replication.ingest import IngestPool, IngestUnavailable
 from node.replication.recon_serve import serve_wants
-from node.replication.verify import MAX_EVENT_BYTES, PendingBatch, verify_batch
+from node.replication.verify import MAX_EVENT_BYTES, MIN_THREADED, PendingBatch, verify_batch
 from node.replication.work import WorkGate
 from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
@@ -41,6 +41,11 @@ __all__ = ["SessionStats", "Transfer"]
 log = logging.getLogger("syncnode.recon")
 # Want lists in flight during a fetch: the peer prepares the next while we ingest one.
 FETCH_AHEAD = 4
+# The first want list's size; the next ones double up to ``recon.fetch_batch``. A small first
+# answer is verified at once on this thread (``verify_batch``) and ingested while the peer
+# reads the next: a catch-up of a few hundred events otherwise waited for one whole batch to
+# be read, sent and verified first.
+FIRST_WANT = MIN_THREADED // 2
 # A fetch asks for more only while fewer events than this wait for their commit: a fast
 # fetch in front of a slow store (PostgreSQL, a busy disk) would otherwise hold up to a whole
 # session's events (100,000, ~1.2 KB each) in the store's queue, and memory with them.
@@ -112,7 +117,8 @@ class Transfer:
         """Three stages overlap: the peer reads and sends the next want list while worker
         threads verify the batch before it and this task ingests the one before that."""
         core = WantFetcher(keys, batch=self.fetch_batch, ahead=FETCH_AHEAD,
-                           max_event_bytes=MAX_EVENT_BYTES, peer=stream.peer_id)
+                           max_event_bytes=MAX_EVENT_BYTES, peer=stream.peer_id,
+                           first=FIRST_WANT)
         send, recv = trio.open_memory_channel[_Batch](FETCH_AHEAD)
         failure: list[BaseException] = []
 

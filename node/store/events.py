@@ -77,6 +77,9 @@ class _Pending:
     error: BaseException | None = None
     #: Fetched events, for the remote writer when there is one.
     fetched: bool = False
+    #: Committed as soon as the writer is free (a fetch waits behind it), not gathered with
+    #: relayed events for ``relayed_delay``.
+    prompt: bool = False
     #: Our own events, acknowledged after the commit: committed at the full durability level
     #: (relayed and fetched events, which peers hold and Recon fetches again, may use the
     #: relayed level; docs/node.md "Durability contract").
@@ -85,7 +88,7 @@ class _Pending:
 
 def _waited_for(pending: _Pending) -> bool:
     """A caller waits for this item's commit (a publish), or a fetch's backlog is behind it."""
-    return pending.durable or pending.fetched or pending.also is not None
+    return pending.durable or pending.fetched or pending.prompt or pending.also is not None
 
 
 class EventStore:
@@ -165,10 +168,12 @@ class EventStore:
         assert pending.result is not None
         return pending.result
 
-    def submit(self, records: Sequence[EventRecord]) -> None:
-        """Queue records without waiting for the commit (used for relayed events)."""
+    def submit(self, records: Sequence[EventRecord], *, prompt: bool = False) -> None:
+        """Queue records without waiting for the commit (used for relayed events). ``prompt``:
+        a fetch's backlog waits behind them (events SDS delivered while it ingested a fetched
+        batch), so they are not gathered with relayed events for ``relayed_delay``."""
         try:
-            self._send.send_nowait(_Pending(records))
+            self._send.send_nowait(_Pending(records, prompt=prompt))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.warning("store closed; %d relayed events not stored (peers resend)", len(records))
             return

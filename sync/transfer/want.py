@@ -2,7 +2,10 @@
 
 The *fetcher* sends want lists (``WANT``, the last one ``WANT_LAST``) of at most ``batch`` keys,
 keeping ``ahead`` lists outstanding so that the peer prepares the next answer while we ingest
-one; each answer is one or more ``EVENTS`` frames ending with ``EVENTS_LAST``. Every event must
+one; with ``first``, the lists start at that size and double up to ``batch`` (the first answer
+is read, sent and verified in a fraction of a batch's time, so ingesting starts early: in a
+small catch-up a whole first batch was most of the session). Each answer is one or more
+``EVENTS`` frames ending with ``EVENTS_LAST``. Every event must
 be one we asked for; an answer that leaves out keys the peer advertised is a *short answer*:
 those keys are reported (to return to the pool and to cost the peer standing).
 
@@ -58,14 +61,15 @@ class WantFetcher:
     """The side that wants events: plans want lists and checks the answers."""
 
     def __init__(self, keys: Sequence[bytes], *, batch: int, ahead: int = 2,
-                 max_event_bytes: int = 1 << 20, peer: str | None = None) -> None:
-        if batch < 1 or ahead < 1:
-            raise LocalProtocolError("batch >= 1 and ahead >= 1 are required")
+                 max_event_bytes: int = 1 << 20, peer: str | None = None,
+                 first: int | None = None) -> None:
+        if batch < 1 or ahead < 1 or (first is not None and first < 1):
+            raise LocalProtocolError("batch >= 1, ahead >= 1 and first >= 1 are required")
         self.batch = batch
         self.ahead = ahead
         self.max_event_bytes = max_event_bytes
         self.peer = peer
-        self._chunks = [list(keys[i : i + batch]) for i in range(0, len(keys), batch)] or [[]]
+        self._chunks = _chunked(keys, batch, first or batch)
         self._sent = 0
         self._answered = 0  # answers whose EVENTS_LAST arrived
         self._settled = 0  # answers whose events were all accepted (answer_done)
@@ -133,6 +137,18 @@ class WantFetcher:
     def outstanding(self) -> list[bytes]:
         """Keys asked for and not delivered yet (to release when the session fails)."""
         return list(self._wanted)
+
+
+def _chunked(keys: Sequence[bytes], batch: int, first: int) -> list[list[bytes]]:
+    """``keys`` in lists of ``first``, twice that, ... up to ``batch`` each (one empty list
+    when there are none: the peer still gets a ``WANT_LAST``)."""
+    out: list[list[bytes]] = []
+    size, at = min(first, batch), 0
+    while at < len(keys):
+        out.append(list(keys[at : at + size]))
+        at += size
+        size = min(size * 2, batch)
+    return out or [[]]
 
 
 class WantServer:

@@ -351,3 +351,29 @@ def test_first_message_continued_over_a_narrower_common_interest(
     assert set(a.keys(b"", b"\xff" * 8, 10**6)) == a_keys | (inside & b_keys)
     assert set(b.keys(b"", b"\xff" * 8, 10**6)) == b_keys | (inside & a_keys)
     assert result.messages >= 3
+
+
+def test_a_run_of_keys_the_peer_lacks_reaches_it_in_the_third_message() -> None:
+    """A restarted peer's burst (issue 37): the initiator holds 976 keys after the 2,000 both
+    hold. A range where most of the keys are not the peer's is answered with the keys, not
+    split again: the responder learns every key it lacks from the initiator's second message
+    (it took the fifth), and four messages end the session."""
+    def keys(sender: str, lo: int, hi: int) -> list[bytes]:
+        return [event_key(1, "general", sender, n, bytes([n % 256]) * 32) for n in range(lo, hi)]
+
+    shared = keys("b", 0, 2000) + keys("x", 0, 500)
+    burst = keys("b", 2000, 2976)
+    ini = ReconSession.initiator(MemoryKeyStore.from_sorted(sorted(shared + burst)), FULL)
+    res = ReconSession.responder(MemoryKeyStore.from_sorted(sorted(shared)), FULL)
+    first = ini.start()
+    assert isinstance(first, bytes)
+    second = res.receive(first)
+    assert isinstance(second, bytes)
+    third = ini.receive(second)
+    assert isinstance(third, bytes)
+    res.receive(third)
+    learned = [k for e in res.events() if isinstance(e, MissingKeys) for k in e.keys]
+    assert sorted(learned) == burst
+    result = reconcile_in_memory(MemoryKeyStore.from_sorted(sorted(shared + burst)),
+                                 MemoryKeyStore.from_sorted(sorted(shared)), FULL, FULL)
+    assert result.messages <= 4 and sorted(result.responder_missing) == burst

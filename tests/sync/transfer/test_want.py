@@ -150,3 +150,22 @@ def test_every_asked_key_is_delivered_or_reported(
     assert core.done
     assert delivered | set(withheld) == set(keys)
     assert not delivered & set(withheld)
+
+
+def test_want_lists_start_small_and_double_up_to_the_batch() -> None:
+    """``first``: the first answer is small (verified and ingested while the peer reads the
+    next), the lists double up to ``batch``; every key is asked for once, in order."""
+    keys = [b"k%04d" % i for i in range(1000)]
+    core = WantFetcher(keys, batch=300, ahead=4, first=32)
+    sizes, asked = [], []
+    while True:
+        frames = core.next_frames()
+        for frame in frames:
+            got = unpack_items(frame[1:], max_items=300, max_item_bytes=64)
+            sizes.append(len(got))
+            asked += got
+        if not core.answers_pending:
+            break
+        core.receive(pack_items(EVENTS_LAST, []))
+    assert sizes == [32, 64, 128, 256, 300, 220]
+    assert asked == keys
