@@ -5,9 +5,12 @@ answers every claim about a range on its own:
 
 * HASH that matches ours: nothing more to do for that range;
 * HASH that differs: if we hold at most ``key_list_threshold`` keys there we answer with our key
-  list (KEYS), otherwise we split the range at our own keys into ``f`` parts and send their
-  hashes. ``f`` is at least ``fanout`` and grows so that a range of ``c`` keys reaches key-list
-  size after ``split_levels`` messages: ``f = ceil((c / threshold) ** (1 / levels_left))``;
+  list (KEYS); if at least half of our keys there cannot be the peer's (its count says so, the
+  spec's case being a count of 0) and they are at most ``_LIST_ALL``, with all of them, in key
+  lists of at most ``key_list_threshold``; otherwise we split the range at our own keys into
+  ``f`` parts and send their hashes. ``f`` is at least ``fanout`` and grows so that a range of
+  ``c`` keys reaches key-list size after ``split_levels`` messages:
+  ``f = ceil((c / threshold) ** (1 / levels_left))``;
 * KEYS: we now know both sides of the range: the keys listed that we lack are announced as
   :class:`MissingKeys`, ours that were not listed are sent back as DIFF and announced as
   :class:`PeerMissingKeys`;
