@@ -29,7 +29,11 @@ Recon (``recon_events_fetched_total``) beyond those new to the database
 ``sds_evicted_total{buffer="waiting"}`` (the fetch-evict-refetch loop of issue 37 showed both).
 
 Keys: see ``JSON_KEYS``; the last line of stdout is the JSON, also written to
-docs/bench/restart_catchup.json (not with ``--smoke``).
+docs/bench/restart_catchup.json (not with ``--smoke``; ``--out`` elsewhere).
+
+A small catch-up, where the fixed costs of a session dominate (the chaos run's restarts leave
+peers ~900 events behind): ``--burst 2000 --kill-after 1200 --out /tmp/small.json`` (a and c
+then lack the ~1,000-1,800 events gossip had not brought before the kill; about 25 s).
 """
 
 from __future__ import annotations
@@ -158,6 +162,7 @@ def main() -> int:
     parser.add_argument("--kill-after", type=int, default=6_000,
                         help="kill b once it stored this many events")
     parser.add_argument("--keep", type=Path, help="copy the nodes' directories here")
+    parser.add_argument("--out", type=Path, help=f"write the JSON here instead of {OUT.name}")
     args = parser.parse_args()
     burst, kill_after = (2_000, 1_000) if args.smoke else (args.burst, args.kill_after)
     result = run(burst, kill_after, args.keep)
@@ -172,7 +177,8 @@ def main() -> int:
     print(f"refetched {result['refetched']} {result['refetched_per_node']}, evicted from the "
           f"waiting buffer {result['evicted_waiting']} {result['evicted_waiting_per_node']}")
     # A smoke-size catch-up may come in one gossip delivery: no time passed, no rate.
-    return finish(result, JSON_KEYS, smoke_path("restart_catchup") if args.smoke else OUT,
+    out = smoke_path("restart_catchup") if args.smoke else args.out or OUT
+    return finish(result, JSON_KEYS, out,
                   optional=RATES if args.smoke else ())
 
 
