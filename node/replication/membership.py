@@ -106,13 +106,14 @@ class Membership:
 
     def learn(self, peer_id: str, addr: str) -> None:
         """An address proven to reach ``peer_id`` (``join`` succeeded on it)."""
+        self.book.remember(peer_id)
         self.book.learn(peer_id, addr, self.clock.wall())
 
     async def forget(self, peer_id: str) -> None:
-        """``peers forget``: out of the book, and the saved book, now. (Peer exchange may
-        teach it to us again later.)"""
-        if self.book.forget(peer_id):
-            await save_book(self.store, self.book, self.clock.wall())
+        """``peers forget``: out of the book, and the saved book, now; its records from peer
+        exchange are refused until the operator joins it again (it may still connect to us)."""
+        self.book.forget(peer_id, self.clock.wall())
+        await save_book(self.store, self.book, self.clock.wall())
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -252,6 +253,7 @@ class Membership:
         for (via, reason), count in host.addr_refused.items():
             self.metrics.set("peer_addrs_refused_total", count, via=via, reason=reason)
         host.note_gossip_speakers()
+        host.sweep_connections()
         connected = set(host.connected_peers()) - (exclude or set())
         protected = host.mesh_members() | {p for p in connected if self.in_session(p)}
         plan = host.guard.manager.housekeeping(self.clock.now(), protected)
@@ -286,6 +288,8 @@ class Membership:
     async def _dial(self, entry: BookEntry, verify: bool = False) -> None:
         try:
             for addr in entry.dial_addrs():
+                if entry.peer_id not in self.book.entries:
+                    return  # forgotten (``peers forget``) since this dial was planned
                 try:
                     if verify:
                         if "/p2p-circuit" in addr:
