@@ -7,11 +7,12 @@ order of deliveries, the number of senders (past the bound on kept floors) or a 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.sds import DeliveredIndex, SdsChannel, SignedEvent, decode_event
+from sync.sds import DeliveredIndex, SdsChannel, SdsConfig, SignedEvent, decode_event
 from tests.sync.sds.helpers import CHANNEL
 from tests.sync.sds.test_settled import CFG, LATER, _feed
 from tests.sync.sds.test_window import Store, group_wires
@@ -56,7 +57,15 @@ def test_floors_apply_only_where_ids_bind_sender_and_time() -> None:
     assert (index.floor_for("x"), index.floor_for("y"), index.floor) == (100, -1, 100)
     # Where it matters to the channel: a checked id binds both, a waku id (the payload's
     # hash) does not.
-    assert SdsChannel(CHANNEL, "me", None, CFG, bounded=True).log.floor_for("y") == -1
+    def evicted_floor(config: SdsConfig) -> int:
+        log = SdsChannel(CHANNEL, "me", None, config, bounded=True).log
+        for n in range(config.delivered_window + 1):
+            log.add(f"m{n}", 1000 + n, "x")
+        return log.floor_for("y")
+
+    assert evicted_floor(CFG) == -1
+    assert evicted_floor(replace(CFG, profile="waku")) == 1000
+    assert evicted_floor(replace(CFG, check_message_ids=False)) == 1000
 
 
 def _streams(senders: int, messages: int, seed: int) -> list[SignedEvent]:
