@@ -33,6 +33,7 @@ from node.api.idempotency import (
 from node.api.node_metrics import (
     P2P_HELP,
     register_node_metrics,
+    register_p2p_metrics,
     register_store_metrics,
 )
 from node.api.peer_routes import (
@@ -65,6 +66,7 @@ __all__ = [
     "read_body",
     "read_json",
     "register_node_metrics",
+    "register_p2p_metrics",
     "register_store_metrics",
     "serve_api",
 ]

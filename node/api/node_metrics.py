@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from node.store.events import EventStore
     from node.telemetry.metrics import Metrics
 
-__all__ = ["P2P_HELP", "MetricsNode", "register_node_metrics", "register_store_metrics"]
+__all__ = ["P2P_HELP", "MetricsNode", "register_node_metrics", "register_p2p_metrics",
+           "register_store_metrics"]
 
 
 class MetricsNode(Protocol):
@@ -52,6 +53,8 @@ OTHER_COUNTERS = {
 P2P_HELP = {
     "connections_opened": "libp2p connections opened (inbound and outbound)",
     "connections_closed": "libp2p connections closed",
+    "connections_unnoticed": "Connections found closed although libp2p sent no notice of it "
+                             "(they no longer hold their peer connected)",
     "refused_connections": "Connections refused because the peer is outside p2p.allowed_peers",
     "dial_failures": "Outbound libp2p dials that failed",
     "streams_opened": "Outbound streams opened and negotiated",
@@ -111,6 +114,11 @@ def register_node_metrics(runtime: MetricsNode) -> None:
     register_store_metrics(metrics, store)
     metrics.gauge_fn("uptime_seconds", runtime.uptime_s,
                      "Seconds since the node started")
+    register_p2p_metrics(metrics, host)
+
+
+def register_p2p_metrics(metrics: Metrics, host: P2PHost) -> None:
+    """The host's peer count and its ``P2PStats`` counters, as ``p2p_<name>_total``."""
     metrics.gauge_fn("peers_connected", lambda: float(len(host.connected_peers())),
                      "Peers with an open libp2p connection")
     for name in host.stats.as_dict():

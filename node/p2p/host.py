@@ -39,6 +39,7 @@ from node.p2p.dht import Discovery
 from node.p2p.dialback import DialBackServer
 from node.p2p.dialer import connect
 from node.p2p.frames import (
+    DialError,
     FramedStream,
     P2PError,
 )
@@ -48,6 +49,7 @@ from node.p2p.peer_table import PeerTable
 from node.p2p.records import LocalRecord
 from node.p2p.relay import RelayLayer
 from node.p2p.scope_guard import Refusals, conn_source_ip
+from node.p2p.setup import connection_direction
 from node.p2p.streams import StreamHandler, Streams
 from node.p2p.teardown import abort_socket
 from node.p2p.types import (
@@ -120,6 +122,11 @@ class P2PHost:
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
                                     peer_id=peer_id, stats=stats, nursery=nursery)
         self._closing = False
+        # Our dials in flight, per peer: the ``forget`` count when each began; and the peers
+        # ``forget`` came for while one was in flight (see ``forget``; both bounded by dials).
+        self._dials: dict[str, list[int]] = {}
+        self._forgotten: dict[str, int] = {}
+        self._forgets = 0
         self._opened_at: weakref.WeakKeyDictionary[INetConn, float] = weakref.WeakKeyDictionary()
 
     # -- addresses and connections --------------------------------------------------------
@@ -146,7 +153,31 @@ class P2PHost:
     async def connect(self, address: str, *, verify: bool = False) -> str:
         """Connect to ``/ip4|ip6|dns4|dns6/.../tcp/.../p2p/<peer id>`` or a relayed address;
         returns the peer id (:func:`node.p2p.dialer.connect`: errors, ``verify``)."""
-        return await connect(self, self._host, address, verify=verify)
+        peer = address.rsplit("/p2p/", 1)[-1]
+        began = self._forgets
+        self._dials.setdefault(peer, []).append(began)
+        try:
+            reached = await connect(self, self._host, address, verify=verify)
+        finally:
+            dials = self._dials[peer]
+            dials.remove(began)
+            doomed = self._forgotten.get(peer, -1) > began
+            if not dials:
+                del self._dials[peer]
+                self._forgotten.pop(peer, None)
+        if doomed:  # ``forget`` came while this dial was in flight: what it opened must go
+            await self.disconnect(reached)
+            raise DialError(f"{peer} was forgotten while this dial was in flight")
+        return reached
+
+    async def forget(self, peer_id: str) -> None:
+        """Close every connection to ``peer_id``, and those our dials in flight to it open
+        when they complete (``peers forget``: a redial that began before must not reconnect
+        it, nor teach its address back to the address book)."""
+        self._forgets += 1
+        if peer_id in self._dials:
+            self._forgotten[peer_id] = self._forgets
+        await self.disconnect(peer_id)
 
     def ban(self, peer_id: str, seconds: float) -> None:
         """Refuse ``peer_id`` (connections both ways, inbound streams) for ``seconds`` and drop
@@ -177,6 +208,12 @@ class P2PHost:
             await self._host.disconnect(ID.from_base58(peer_id))
         except Exception:
             logger.debug("disconnect from %s failed", peer_id, exc_info=True)
+        self._table.sweep(peer_id)
+
+    def sweep_connections(self) -> None:
+        """Let go of peers whose connections all closed without libp2p's notice
+        (:mod:`node.p2p.peer_table`); membership calls it on each housekeeping tick."""
+        self._table.sweep()
 
     async def drop(self, peer_id: str, timeout: float = 5.0, *,
                    opened_before: float | None = None) -> None:
@@ -308,6 +345,13 @@ class P2PHost:
 
     def _on_connected(self, conn: INetConn) -> None:
         self._opened_at[conn] = self.clock.now()
+        peer_id = conn.muxed_conn.peer_id.to_base58()
+        forgotten = self._forgotten.get(peer_id)
+        if (forgotten is not None and connection_direction(conn) == "outbound"
+                and all(began < forgotten for began in self._dials.get(peer_id, ()))):
+            # Opened by a dial that began before ``forget``: never announced (membership
+            # would learn the address back from it), closed by that dial's ``connect``.
+            return
         peer = self._table.opened(conn)
         if peer is None:
             return

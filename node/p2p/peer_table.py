@@ -4,6 +4,13 @@ One entry per peer however many connections it has (a relayed one and its direct
 verify probe beside the connection): the first connection makes the peer connected, the last
 one closing makes it gone, and each of those two moments is fanned out as a
 :class:`~node.p2p.types.PeerEvent` to every listener (membership, Recon, known peers).
+
+The table holds the connections themselves, not a count of notices: libp2p 0.8.1 sends a
+"disconnected" notice for a duplicate wrapper it never announced, and none for a connection
+whose close was cut short (its notice comes after a sleep that a cancellation can end). A count
+then drifted and held a peer "connected" for good after its last connection closed (``peers
+forget`` could not disconnect it). A connection that says it is closed counts as gone whether
+or not its notice came (``stats.connections_unnoticed``).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ class PeerTable:
         self.stats = stats
         self.guard = guard
         self.peers: dict[str, ConnectedPeer] = {}
-        self._conn_count: dict[str, int] = {}
+        self._conns: dict[str, set[INetConn]] = {}
         self._sinks: list[trio.MemorySendChannel[PeerEvent]] = []
         self.closing = False
 
@@ -50,9 +57,13 @@ class PeerTable:
         """A connection opened: the peer id when it is the peer's first (now connected)."""
         peer = conn.muxed_conn.peer_id.to_base58()
         self.stats.connections_opened += 1
-        count = self._conn_count.get(peer, 0) + 1
-        self._conn_count[peer] = count
-        if count > 1 or self.closing:
+        if conn.is_closed:  # closed before its "connected" notice ran (notices are tasks)
+            return None
+        if not self._live(peer) and peer in self.peers:
+            self.gone(peer)  # its connections all closed unnoticed: say so before the new one
+        conns = self._conns.setdefault(peer, set())
+        conns.add(conn)
+        if len(conns) > 1 or self.closing:
             return None
         address = remote_address(conn)
         direction = connection_direction(conn)
@@ -68,16 +79,34 @@ class PeerTable:
     def closed(self, conn: INetConn) -> None:
         peer = conn.muxed_conn.peer_id.to_base58()
         self.stats.connections_closed += 1
-        count = self._conn_count.get(peer, 0) - 1
-        if count > 0:
-            self._conn_count[peer] = count
+        conns = self._conns.get(peer)
+        if conns is None:  # a wrapper never announced, or the peer is gone already
             return
-        self.gone(peer)
+        conns.discard(conn)
+        if not self._live(peer):
+            self.gone(peer)
+
+    def sweep(self, peer: str | None = None) -> None:
+        """Let go of ``peer`` (None: every peer) if all its connections closed unnoticed."""
+        for each in [peer] if peer is not None else list(self._conns):
+            if each in self._conns and not self._live(each):
+                self.gone(each)
+
+    def _live(self, peer: str) -> set[INetConn]:
+        """``peer``'s open connections, forgetting those closed without a notice."""
+        conns = self._conns.get(peer, set())
+        stale = {conn for conn in conns if conn.is_closed}
+        if stale:
+            conns -= stale
+            self.stats.connections_unnoticed += len(stale)
+            logger.info("%d connection(s) to %s closed without libp2p's notice", len(stale),
+                        peer)
+        return conns
 
     def gone(self, peer: str) -> None:
         """Every connection to ``peer`` is closed (also when libp2p never said so: a polite
         close cut short leaves it without a notification)."""
-        self._conn_count.pop(peer, None)
+        self._conns.pop(peer, None)
         self.guard.closed(peer)
         if self.peers.pop(peer, None) is None:
             return

@@ -117,6 +117,7 @@ class P2PStats:
 
     connections_opened: int = 0
     connections_closed: int = 0
+    connections_unnoticed: int = 0  # found closed although libp2p never said so (peer_table)
     refused_connections: int = 0  # peers outside allowed_peers, inbound and outbound
     refused_banned: int = 0  # connections and inbound streams of peers banned for misbehaviour
     dial_failures: int = 0

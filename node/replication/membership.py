@@ -252,6 +252,7 @@ class Membership:
         for (via, reason), count in host.addr_refused.items():
             self.metrics.set("peer_addrs_refused_total", count, via=via, reason=reason)
         host.note_gossip_speakers()
+        host.sweep_connections()
         connected = set(host.connected_peers()) - (exclude or set())
         protected = host.mesh_members() | {p for p in connected if self.in_session(p)}
         plan = host.guard.manager.housekeeping(self.clock.now(), protected)
@@ -286,6 +287,8 @@ class Membership:
     async def _dial(self, entry: BookEntry, verify: bool = False) -> None:
         try:
             for addr in entry.dial_addrs():
+                if entry.peer_id not in self.book.entries:
+                    return  # forgotten (``peers forget``) since this dial was planned
                 try:
                     if verify:
                         if "/p2p-circuit" in addr:

@@ -88,7 +88,7 @@ class PeerManager:
             await self.on_forgotten(peer_id)
         saved = await self.store.read(list_state, _PREFIX + peer_id)
         await self.store.write(delete_state, _PREFIX + peer_id)
-        await self.host.disconnect(peer_id)
+        await self.host.forget(peer_id)
         return known or (_PREFIX + peer_id) in saved
 
     async def run(self) -> None:

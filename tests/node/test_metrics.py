@@ -262,6 +262,8 @@ DRIVEN: dict[str, str] = {
         "test_a_sub_batch_from_more_producers_than_held_is_counted_then_completed",
     "p2p_peer_events_dropped_total": "tests/node/test_metrics_peers.py::"
         "test_connection_notices_beyond_the_queue_are_dropped_and_counted",
+    "p2p_connections_unnoticed_total": "tests/node/test_peer_table.py::"
+        "test_a_connection_closed_without_libp2ps_notice_does_not_hold_its_peer",
     "p2p_yamux_window_overruns_total": "tests/node/test_hostile_yamux.py::"
         "test_a_peer_writing_far_past_the_window_is_cut_off_and_the_node_keeps_serving",
     "db_tombstones_compacted_total": "tests/node/test_db_schemas.py::"
