@@ -135,7 +135,8 @@ PEER_ROUTES: list[ApiRoute] = [
         response=obj({"peer_id": {"type": "string"}, "multiaddr": {"type": "string"}}),
         errors={502: "The peer could not be reached"})),
     ApiRoute("DELETE", "/v1/peers/{peer_id}", "Forget a known peer: no more redials, its "
-             "stored address dropped, disconnected (also by a dial in flight to it)",
+             "stored address dropped, disconnected (also by a dial in flight to it), its "
+             "records from peer exchange refused until it is joined again",
              _forget, RouteDoc(
                  params=(Param("peer_id", "path", {"type": "string", "minLength": 1,
                                                    "maxLength": 128}, "A known peer's id"),),

@@ -19,6 +19,7 @@ __all__ = ["load_book", "save_book"]
 
 log = logging.getLogger("syncnode.membership")
 _KEY = "membership/address_book"
+_FORGOTTEN_KEY = "membership/forgotten_peers"
 
 
 def _to_json(entry: BookEntry) -> dict[str, Any]:
@@ -31,10 +32,14 @@ async def save_book(store: EventStore, book: AddressBook, now: float) -> None:
     """Save ``book`` at ``now`` (Unix seconds: the driver's ``clock.wall()``)."""
     data = json.dumps([_to_json(e) for e in book.entries.values()]).encode()
     await store.write(put_state, _KEY, data, int(now * 1000))
+    forgotten = json.dumps(list(book.forgotten.items())).encode()
+    await store.write(put_state, _FORGOTTEN_KEY, forgotten, int(now * 1000))
 
 
 async def load_book(store: EventStore, book: AddressBook, max_record_bytes: int) -> int:
-    """Restore the saved entries into ``book``; returns how many were kept."""
+    """Restore the saved entries (and the forgotten peers) into ``book``; returns how many
+    entries were kept."""
+    await _load_forgotten(store, book)
     raw = await store.read(get_state, _KEY)
     if raw is None:
         return 0
@@ -59,3 +64,17 @@ async def load_book(store: EventStore, book: AddressBook, max_record_bytes: int)
             continue
         kept += book.restore(entry)
     return kept
+
+
+async def _load_forgotten(store: EventStore, book: AddressBook) -> None:
+    raw = await store.read(get_state, _FORGOTTEN_KEY)
+    if raw is None:
+        return
+    try:
+        items = json.loads(raw)
+        pairs = [(str(peer), float(at)) for peer, at in items]
+    except (ValueError, TypeError) as exc:
+        log.warning("ignoring unreadable saved forgotten peers", extra=kv(error=str(exc)))
+        return
+    for peer, at in pairs:
+        book.forget(peer, at)

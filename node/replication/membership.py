@@ -106,13 +106,14 @@ class Membership:
 
     def learn(self, peer_id: str, addr: str) -> None:
         """An address proven to reach ``peer_id`` (``join`` succeeded on it)."""
+        self.book.remember(peer_id)
         self.book.learn(peer_id, addr, self.clock.wall())
 
     async def forget(self, peer_id: str) -> None:
-        """``peers forget``: out of the book, and the saved book, now. (Peer exchange may
-        teach it to us again later.)"""
-        if self.book.forget(peer_id):
-            await save_book(self.store, self.book, self.clock.wall())
+        """``peers forget``: out of the book, and the saved book, now; its records from peer
+        exchange are refused until the operator joins it again (it may still connect to us)."""
+        self.book.forget(peer_id, self.clock.wall())
+        await save_book(self.store, self.book, self.clock.wall())
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:

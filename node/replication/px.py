@@ -37,7 +37,8 @@ log = logging.getLogger("syncnode.membership")
 PX_METRICS = {
     "px_records_total": "Signed peer records received through peer exchange, by outcome (the "
                         "address book's verdict; invalid: bad signature or key; out_of_scope: "
-                        "no address the sender may make us dial)",
+                        "no address the sender may make us dial; forgotten: a peer the "
+                        "operator forgot)",
     "peer_addrs_refused_total": "Addresses a peer told us that we will not dial, by via (px, "
                                 "dht, observed, punch, gossip_px) and reason (loopback, "
                                 "private, link_local, dns, invalid: outside the scope of the "

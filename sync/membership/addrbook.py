@@ -34,7 +34,7 @@ __all__ = ["OFFER_OUTCOMES", "AddressBook", "BookEntry", "BookLimits", "require_
 
 # What :meth:`AddressBook.offer` answers: the first three keep the record, the rest refuse it.
 OFFER_OUTCOMES = ("added", "updated", "unchanged", "self", "no_address", "stale",
-                  "bucket_full", "source_full", "book_full")
+                  "bucket_full", "source_full", "book_full", "forgotten")
 
 _MIN_BACKOFF_S = 2.0
 _MAX_BACKOFF_S = 300.0
@@ -48,10 +48,12 @@ class BookLimits:
     addrs_per_peer: int = 8
     max_failures: int = 5
     tried_max_failures: int = 20
+    #: Peers the operator forgot (``peers forget``) whose records are refused; the oldest go.
+    forgotten: int = 1024
 
     def __post_init__(self) -> None:
         require_counts(self, "capacity", "per_bucket", "per_source", "addrs_per_peer",
-                       "max_failures", "tried_max_failures")
+                       "max_failures", "tried_max_failures", "forgotten")
 
 
 def require_counts(limits: object, *names: str) -> None:
@@ -89,6 +91,9 @@ class AddressBook:
         self.own_peer_id = own_peer_id
         self.limits = limits or BookLimits()
         self.entries: dict[str, BookEntry] = {}
+        # Forgotten peer -> when (Unix seconds), oldest first: ``peers forget`` must outlast the
+        # forgotten peer's next connection to us, whose peer exchange would teach it back.
+        self.forgotten: dict[str, float] = {}
         self._per_source: Counter[str] = Counter()
         self._per_bucket: Counter[str] = Counter()
 
@@ -109,6 +114,8 @@ class AddressBook:
         knowledge); returns one of :data:`OFFER_OUTCOMES`."""
         if peer_id == self.own_peer_id:
             return "self"
+        if source and peer_id in self.forgotten:
+            return "forgotten"
         parsed = self._usable(peer_id, addrs)
         if not parsed:
             return "no_address"
@@ -128,7 +135,10 @@ class AddressBook:
         return "added"
 
     def learn(self, peer_id: str, addr: str, now: float) -> str:
-        """An address we know works (a dial to it succeeded, or the user joined it)."""
+        """An address we know works (a dial to it succeeded, or the user joined it: then
+        :meth:`remember` first)."""
+        if peer_id in self.forgotten:
+            return "forgotten"
         entry = self.entries.get(peer_id)
         if entry is not None and addr.removesuffix(f"/p2p/{peer_id}") in entry.addrs:
             self.connected(peer_id, now)
@@ -201,8 +211,18 @@ class AddressBook:
                     del counter[key]
         return entry
 
-    def forget(self, peer_id: str) -> bool:
+    def forget(self, peer_id: str, now: float) -> bool:
+        """``peers forget``: out of the book, and refused from peers' records and our own
+        connections until :meth:`remember`. Whether it was in the book."""
+        self.forgotten.pop(peer_id, None)
+        self.forgotten[peer_id] = now
+        while len(self.forgotten) > self.limits.forgotten:
+            del self.forgotten[next(iter(self.forgotten))]
         return self._remove(peer_id) is not None
+
+    def remember(self, peer_id: str) -> None:
+        """The operator joined ``peer_id`` (again): it may be learnt like any peer."""
+        self.forgotten.pop(peer_id, None)
 
     # -- dialling outcomes ----------------------------------------------------------------
 

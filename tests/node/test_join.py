@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import wait_for
+from tests.harness.cluster import metric, wait_for
 from tests.harness.procs import NodeProcess, start_all
 from tests.node.test_cli_errors import assert_one_error
 
@@ -57,6 +57,12 @@ def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> 
         assert a.peer_id not in json.loads(b2.cli("peers", "--json").stdout)["known"]
         again = b2.cli("peers", "forget", a.peer_id)
         assert_one_error(again, 1, "not a known peer")
+        # A may still connect to B (it joins B here, as its own redial did in a loaded CI
+        # run): its peer exchange offers its own record, which B refuses. B used to learn A
+        # back from it, save it, and dial A after its next start.
+        a.post("/v1/peers", {"multiaddr": b2.listen_addrs[0]})
+        wait_for(lambda: metric(b2, 'px_records_total{outcome="forgotten"}') >= 1, 30,
+                 "B did not refuse the forgotten peer's record")
     finally:
         b2.terminate()
     # Forgotten for good: after another restart B neither knows nor dials A.
@@ -66,6 +72,10 @@ def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> 
         peers = json.loads(b3.cli("peers", "--json").stdout)
         assert a.peer_id not in peers["known"]
         assert a.peer_id not in _connected(b3)
+        # The forgotten list was saved: A's record is still refused.
+        a.post("/v1/peers", {"multiaddr": b3.listen_addrs[0]})
+        wait_for(lambda: metric(b3, 'px_records_total{outcome="forgotten"}') >= 1, 30,
+                 "B forgot that it forgot A")
     finally:
         b3.terminate()
         a.terminate()

@@ -146,3 +146,27 @@ def test_a_source_share_holds_after_its_entries_are_dialled() -> None:
             book.learn(pid(i), addr(198, 19, 0, i + 1) + f"/p2p/{pid(i)}", i)  # a new address
     assert book.source_count("evil") == 4
     assert len(book) == 4 and all(e.source == "evil" and e.tried for e in book.entries.values())
+
+
+def test_a_forgotten_peer_is_refused_until_the_operator_joins_it_again() -> None:
+    # ``peers forget`` did not last: the forgotten peer dialled us back within seconds, its
+    # peer exchange offered its own record, and the next start dialled it from the saved book.
+    book = AddressBook(ME, BookLimits(forgotten=2))
+    assert book.offer(pid(1), [addr(1, 1)], 1, b"r", "src", 0) == "added"
+    assert book.forget(pid(1), 10.0)
+    assert pid(1) not in book
+    assert book.offer(pid(1), [addr(1, 1)], 2, b"r", pid(1), 11) == "forgotten"
+    assert book.offer(pid(1), [addr(1, 1)], 2, b"r", "other", 11) == "forgotten"
+    assert book.learn(pid(1), f"{addr(1, 1)}/p2p/{pid(1)}", 11) == "forgotten"
+    assert pid(1) not in book
+    # Our own knowledge (a configured bootstrap address) still counts.
+    assert book.offer(pid(1), [addr(1, 1)], 0, b"", "", 12) == "added"
+    # The operator joins it again: learnt as any peer.
+    book.remember(pid(1))
+    assert book.learn(pid(1), f"{addr(2, 2)}/p2p/{pid(1)}", 13) == "updated"
+    # Bounded: the oldest forgotten peers go first (forgetting again makes one the newest).
+    assert not book.forget(pid(2), 20) and not book.forget(pid(3), 21)
+    assert not book.forget(pid(2), 22)
+    assert not book.forget(pid(4), 23)
+    assert list(book.forgotten) == [pid(2), pid(4)]
+    assert book.offer(pid(3), [addr(3, 3)], 1, b"r", "src", 24) == "added"
