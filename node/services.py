@@ -111,7 +111,8 @@ def fetched_writer(config: Config, pool: IngestPool | None) -> RemoteWriter | No
     if pool is None or not config.recon.ingest_workers_write or _in_memory(config.database_url):
         return None
     return pool.remote_writer(config.database_url, weaker_level(
-        config.storage.sqlite_synchronous, config.storage.relayed_synchronous))
+        config.storage.sqlite_synchronous, config.storage.relayed_synchronous),
+        config.storage.sqlite_writer_cache_mib)
 
 
 @dataclass(frozen=True)

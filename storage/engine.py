@@ -38,12 +38,17 @@ def weaker_level(a: str, b: str) -> str:
 
 
 def make_engine(url: str, *, sqlite_synchronous: str = "FULL",
-                relayed_synchronous: str | None = None) -> Engine:
+                relayed_synchronous: str | None = None, sqlite_cache_mib: int = 0) -> Engine:
     """Create an engine; for SQLite: WAL, foreign keys on, the configured synchronous level.
 
     ``relayed_synchronous`` (NORMAL or FULL; default: ``sqlite_synchronous``) is the level of
     ``write_transaction(..., durable=False)``; it is never stronger than ``sqlite_synchronous``.
+    ``sqlite_cache_mib``: the page cache of each connection, at most (0: SQLite's 2 MiB). An
+    append touches a random leaf of the ``message_id`` index per event; once the index
+    outgrows the cache each is read again (``storage.sqlite_writer_cache_mib``).
     """
+    if sqlite_cache_mib < 0:
+        raise ValueError("sqlite_cache_mib must be >= 0")
     parsed = make_url(url)
     for name, level in (("sqlite_synchronous", sqlite_synchronous),
                         ("relayed_synchronous", relayed_synchronous or sqlite_synchronous)):
@@ -63,6 +68,8 @@ def make_engine(url: str, *, sqlite_synchronous: str = "FULL",
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute(f"PRAGMA synchronous={sqlite_synchronous}")
             cur.execute("PRAGMA busy_timeout=30000")
+            if sqlite_cache_mib:
+                cur.execute(f"PRAGMA cache_size=-{sqlite_cache_mib * 1024}")  # in KiB
             cur.close()
             _record.info["synchronous"] = sqlite_synchronous
 

@@ -132,6 +132,10 @@ class StorageConfig:
     # A batch that starts with relayed events (gossip; nobody waits for their commit) waits
     # this long for more (an own publish arriving ends it within batch_max_delay_ms).
     relayed_batch_delay_ms: int = opt(50, non_negative, most=60_000)
+    # Page cache (MiB, at most) of the ingest workers' SQLite connections that append fetched
+    # events: a catch-up's inserts into the random message_id index re-read each leaf once the
+    # index outgrows it (0: SQLite's 2 MiB).
+    sqlite_writer_cache_mib: int = opt(32, non_negative, most=4096)
 
 
 @dataclass(frozen=True)

@@ -210,9 +210,10 @@ class IngestPool:
             out.extend(slot.result)
         return out
 
-    def remote_writer(self, db_url: str, sqlite_synchronous: str) -> RemoteWriter:
+    def remote_writer(self, db_url: str, sqlite_synchronous: str, sqlite_cache_mib: int = 0
+                      ) -> RemoteWriter:
         """The store's writer of fetched events (``EventStore(remote_writer=...)``): appends on
-        a worker."""
+        a worker (its connection's page cache: ``sqlite_cache_mib``)."""
 
         async def write(records: Sequence[EventRecord], received_at: int
                         ) -> tuple[AppendResult, dict[str, str]]:
@@ -220,7 +221,7 @@ class IngestPool:
                 db_url, sqlite_synchronous, received_at, [r.recon_key for r in records],
                 [r.message_id for r in records], [r.channel for r in records],
                 [r.sender for r in records], [r.lamport for r in records],
-                [r.wire for r in records], [r.lanes or () for r in records]))
+                [r.wire for r in records], [r.lanes or () for r in records], sqlite_cache_mib))
 
         return write
 

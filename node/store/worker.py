@@ -71,6 +71,8 @@ class AppendRequest:
     lamports: Sequence[int]
     wires: Sequence[bytes]
     lanes: Sequence[tuple[int, ...]]
+    #: The writer connection's page cache (``storage.sqlite_writer_cache_mib``; 0: SQLite's).
+    sqlite_cache_mib: int = 0
 
 
 class _Writer:
@@ -78,15 +80,16 @@ class _Writer:
     never import SQLAlchemy)."""
 
     def __init__(self) -> None:
-        self._engines: dict[tuple[str, str], Any] = {}
+        self._engines: dict[tuple[str, str, int], Any] = {}
 
     def append(self, request: AppendRequest) -> tuple[Any, dict[str, str]]:
         from storage import EventRecord, append_isolating, make_engine
 
-        where = (request.db_url, request.sqlite_synchronous)
+        where = (request.db_url, request.sqlite_synchronous, request.sqlite_cache_mib)
         engine = self._engines.get(where)
         if engine is None:
-            engine = make_engine(request.db_url, sqlite_synchronous=request.sqlite_synchronous)
+            engine = make_engine(request.db_url, sqlite_synchronous=request.sqlite_synchronous,
+                                 sqlite_cache_mib=request.sqlite_cache_mib)
             self._engines[where] = engine
         records = [EventRecord(*row) for row in zip(
             request.keys, request.message_ids, request.channels, request.senders,

@@ -127,12 +127,12 @@ def ingest_reads(batch: VerifiedBatch, positions: Sequence[int],
     """channel -> the one request that settles every question ``ingest_batch`` of
     ``positions`` can put to that channel's log (whatever triage, bulk path and full steps
     decide; channels holding their whole log in memory ask nothing)."""
-    wanted: dict[str, list[tuple[str, int | None, Sequence[str]]]] = {}
+    wanted: dict[str, list[tuple[str, int | None, Sequence[str], str]]] = {}
     for i in positions:
         name = batch.channels[i]
         if name in channels and i not in batch.rejected:
             wanted.setdefault(name, []).append(
-                (batch.message_ids[i], batch.lamports[i], batch.histories[i]))
+                (batch.message_ids[i], batch.lamports[i], batch.histories[i], batch.senders[i]))
     out: dict[str, ReadDelivered] = {}
     for name, events in wanted.items():
         read = channels[name].log.reads_for_steps(events)

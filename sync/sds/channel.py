@@ -116,7 +116,9 @@ class SdsChannel:
         self._events: list[SdsEvent] = []
         self._datagrams: list[bytes] = []
         #: The delivered ids: the newest in memory (``sync.sds.delivered``).
-        self.log = DeliveredIndex(cfg.delivered_window, bounded)
+        # A floor per sender where the id binds sender and Lamport time (checked, not waku).
+        self.log = DeliveredIndex(cfg.delivered_window, bounded,
+                                  per_sender=cfg.check_message_ids and not self.profile.is_waku)
         #: Heads (the frontier of the causal DAG, bounded), the log's tail and hints.
         self.history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
                                      cfg.head_ttl, cfg.delivered_window)
@@ -361,16 +363,19 @@ class SdsChannel:
                                                 incoming.waiters, incoming.lost)
         own, outgoing = self.participant_id, self.outgoing.entries
         memory = log.memory
-        stored: set[str] = set()
+        # Those in memory now are delivered: the batch's own deliveries may evict them before
+        # their turn (a copy fetched again), and they must not look new then.
+        stored: set[str] = {m for m in mids if m in memory} if log.bounded else set()
         if not log.complete:
             # One store question for the dependencies memory cannot answer (in a catch-up in
             # Recon's key order they are mostly the same sender's previous events, in memory)
-            # and for events older than memory's floor (held ones are duplicates).
-            batch, floor = set(mids), log.floor
-            stored = log.known({h for hist in histories for h in hist
+            # and for events older than their sender's floor in memory (held ones are
+            # duplicates).
+            batch, floor_for = set(mids), log.floor_for
+            stored |= log.known({h for hist in histories for h in hist
                                 if h not in memory and h not in batch}
-                               | {m for m, lam in zip(mids, lamports, strict=True)
-                                  if lam <= floor and m not in memory})
+                               | {m for m, lam, s in zip(mids, lamports, senders, strict=True)
+                                  if lam <= floor_for(s) and m not in memory})
         delivered: list[int] = []
         full: list[int] = []
         for i, mid in enumerate(mids):
@@ -383,7 +388,7 @@ class SdsChannel:
                     or not all(h in memory or h in stored for h in hist)):
                 full.append(i)
                 continue
-            log.add(mid, lamport)
+            log.add(mid, lamport, sender)
             if lamport > incoming.lamport:
                 incoming.lamport = lamport
             if len(self._others_seen) < cfg.ack_min_filters:
@@ -497,7 +502,7 @@ class SdsChannel:
                if not log.in_memory(h.message_id) and h.message_id not in lost
                and h.message_id not in missing and h.message_id not in waiters]
         assert event.lamport is not None
-        if event.lamport <= log.floor:
+        if event.lamport <= log.floor_for(event.sender_id):
             ask.append(mid)
         return log.known(ask) if ask else set()
 

@@ -3,15 +3,20 @@
 A channel's log grows without bound, but SDS only needs recent ids in memory (causal histories,
 the bloom filter and repairs name recent messages). ``DeliveredIndex`` keeps the ids of the
 newest ``window`` deliveries, in delivery order, and the *floor*: every delivered id with a
-Lamport timestamp above it is in memory. A question memory cannot answer (an id below the
-floor, or a history entry not in memory once something was evicted) is never put to storage
-from inside a step: the channel's step stops before it changes anything (the internal
-:class:`DeliveredNeeded`, caught at the channel's edge) and the channel returns the action
-:class:`ReadDelivered`; the driver reads its store (the node: its database and its queue of
-uncommitted writes, off the protocol step) and feeds the input :class:`DeliveredRead` back
-(``SdsChannel.delivered_read``), which runs the held step (as Recon's ``ReadKeys`` and
-``KeysRead``). Unbounded (the pure protocol tests, the simulator) nothing is evicted: the whole
-log stays in memory and nothing is ever asked.
+Lamport timestamp above it is in memory. Where an id binds its sender and its Lamport time (a
+checked SDS id: the digest covers both) the index also keeps a floor per sender, the highest
+timestamp of that sender's ids it evicted: a catch-up that delivers one sender's stream after
+another's (Recon's key order is sender first) then finds the second sender's events above
+that sender's floor, though far below the channel's, and needs no store question for them.
+
+A question memory cannot answer (an id below its floor, or a history entry not in memory once
+something was evicted) is never put to storage from inside a step: the channel's step stops
+before it changes anything (the internal :class:`DeliveredNeeded`, caught at the channel's edge)
+and the channel returns the action :class:`ReadDelivered`; the driver reads its store (the node:
+its database and its queue of uncommitted writes, off the protocol step) and feeds the input
+:class:`DeliveredRead` back (``SdsChannel.delivered_read``), which runs the held step (as
+Recon's ``ReadKeys`` and ``KeysRead``). Unbounded (the pure protocol tests, the simulator)
+nothing is evicted: the whole log stays in memory and nothing is ever asked.
 """
 
 from __future__ import annotations
@@ -68,7 +73,9 @@ class DeliveredNeeded(Exception):
 
 
 class DeliveredIndex:
-    def __init__(self, window: int, bounded: bool = False) -> None:
+    def __init__(self, window: int, bounded: bool = False, per_sender: bool = False) -> None:
+        """``per_sender``: keep a floor per sender (only where an id binds its sender and its
+        Lamport time, else an id seen from one sender could be taken as new from another)."""
         if window < 1:
             raise ValueError("window must be >= 1")
         # Ordered by delivery, oldest first. An OrderedDict, not a dict: evicting the oldest of
@@ -80,6 +87,14 @@ class DeliveredIndex:
         self._bounded = bounded
         #: Every delivered id with a Lamport timestamp above this is in memory; -1: all are.
         self.floor = -1
+        # Per sender: every delivered id of that sender above max(its floor, ``_base``) is in
+        # memory. ``_base`` takes what has no sender's floor: ids evicted whose sender is not
+        # known (loaded from the persisted log), and the floors dropped to keep at most
+        # ``window`` senders (least recently raised first): an id below it is asked about.
+        self._per_sender = per_sender and bounded
+        self._senders: dict[str, str] = {}
+        self._floors: OrderedDict[str, int] = OrderedDict()
+        self._base = -1
         #: Requests made (``DeliveredNeeded`` raised or ``reads_for`` asked): for tests/metrics.
         self.lookups = 0
         #: Deliveries into memory so far (a request's ``epoch``).
@@ -117,16 +132,41 @@ class DeliveredIndex:
     def items(self) -> Iterable[tuple[str, int]]:
         return self._recent.items()
 
-    def add(self, mid: str, lamport: int) -> None:
+    def floor_for(self, sender: str | None) -> int:
+        """Every delivered id of ``sender`` (None: of anyone) with a Lamport timestamp above
+        this is in memory."""
+        if sender is None or not self._per_sender:
+            return self.floor
+        own = self._floors.get(sender, -1)
+        return own if own > self._base else self._base
+
+    def add(self, mid: str, lamport: int, sender: str | None = None) -> None:
         recent = self._recent
         recent[mid] = lamport
         self.added += 1
+        if self._per_sender and sender is not None:
+            self._senders[mid] = sender
         if self._bounded and len(recent) > self._window:
             # The oldest delivery leaves memory; the store holds it (or its write is queued).
             old, old_lamport = recent.popitem(last=False)
-            self.floor = max(self.floor, old_lamport)
+            self._evicted(old, old_lamport)
             if old in self._answers:
                 self._answers[old] = True  # an answer taken before it was delivered
+
+    def _evicted(self, mid: str, lamport: int) -> None:
+        self.floor = max(self.floor, lamport)
+        if not self._per_sender:
+            return
+        sender = self._senders.pop(mid, None)
+        if sender is None:
+            self._base = max(self._base, lamport)
+            return
+        floors = self._floors
+        # Re-inserted: the order is by the last raise, the least recently raised go first.
+        floors[sender] = max(floors.pop(sender, -1), lamport)
+        if len(floors) > self._window:
+            _, dropped = floors.popitem(last=False)
+            self._base = max(self._base, dropped)
 
     def load(self, entries: Sequence[tuple[int, str]], *, truncated: bool) -> None:
         """Fill from the persisted log: ``entries`` (lamport, id) in log order, the newest part
@@ -135,19 +175,21 @@ class DeliveredIndex:
         for lamport, mid in keep:
             self._recent[mid] = lamport
         if self._bounded and (truncated or len(keep) < len(entries)) and keep:
-            # Ids sharing the oldest loaded timestamp may be on disk only.
+            # Ids sharing the oldest loaded timestamp may be on disk only (of any sender).
             self.floor = max(self.floor, keep[0][0])
+            self._base = max(self._base, keep[0][0])
 
     def discard(self, mid: str) -> bool:
         self._answers.pop(mid, None)  # its write failed: no longer in the log
+        self._senders.pop(mid, None)
         return self._recent.pop(mid, None) is not None
 
-    def contains(self, mid: str, lamport: int | None = None) -> bool:
-        """Is ``mid`` delivered? ``lamport``, when known, lets memory answer above the floor.
-        Raises ``DeliveredNeeded`` when only the store can say."""
+    def contains(self, mid: str, lamport: int | None = None, sender: str | None = None) -> bool:
+        """Is ``mid`` delivered? ``lamport`` (and ``sender``), when known, let memory answer
+        above the floor. Raises ``DeliveredNeeded`` when only the store can say."""
         if mid in self._recent:
             return True
-        if self.complete or (lamport is not None and lamport > self.floor):
+        if self.complete or (lamport is not None and lamport > self.floor_for(sender)):
             return False
         return bool(self.known([mid]))
 
@@ -167,50 +209,58 @@ class DeliveredIndex:
         found.update(mid for mid in rest if answers[mid])
         return found
 
-    def reads_for(self, ids: Iterable[str], lamports: Mapping[str, int]) -> ReadDelivered | None:
+    def reads_for(self, ids: Iterable[str], lamports: Mapping[str, int],
+                  senders: Mapping[str, str] | None = None) -> ReadDelivered | None:
         """The request that settles every one of ``ids`` for the step about to run (None: the
-        index is not bounded). ``lamports``: the timestamps known for some of them (an id
-        above the floor not in memory is not delivered: no need to ask)."""
+        index is not bounded). ``lamports`` (and ``senders``): the timestamps (and senders)
+        known for some of them (an id above its floor not in memory is not delivered: no
+        need to ask)."""
         if not self._bounded:
             return None
         # While memory holds the whole log an id it lacks is not delivered; a long step may
         # evict some and raise the floor, so those answers are kept too.
         recent, floor = self._recent, self.floor
+        floor_for = self.floor_for
+        by = senders or {}
         ask: list[str] = []
         held: set[str] = set()
         not_held: set[str] = set()
         for mid in dict.fromkeys(ids):
             if mid in recent:
                 held.add(mid)
-            elif floor < 0 or ((lam := lamports.get(mid)) is not None and lam > floor):
+            elif floor < 0 or ((lam := lamports.get(mid)) is not None
+                               and lam > floor_for(by.get(mid))):
                 not_held.add(mid)
             else:
                 ask.append(mid)
         self.lookups += bool(ask)
         return ReadDelivered(tuple(ask), frozenset(held), frozenset(not_held), self.added)
 
-    def reads_for_steps(self, events: Iterable[tuple[str, int | None, Sequence[str]]]
+    def reads_for_steps(self, events: Iterable[tuple[str, int | None, Sequence[str], str]]
                         ) -> ReadDelivered | None:
         """One request that settles every delivered-id question the channel's steps for
-        ``events`` ((message id, lamport, history ids), say an ingest batch:
+        ``events`` ((message id, lamport, history ids, sender), say an ingest batch:
         ``deliver_settled``, then ``receive_event`` or ``takes_back`` for each in turn) can
         ask, however the batch goes; None when not bounded. Answer it, then run the steps."""
         if not self._bounded:
             return None
         ids: list[str] = []
         lamports: dict[str, int] = {}
-        for mid, lamport, history in events:
+        senders: dict[str, str] = {}
+        for mid, lamport, history, sender in events:
             ids.append(mid)
             ids.extend(history)
+            senders[mid] = sender
             if lamport is not None:
                 lamports[mid] = lamport
-        return self.reads_for(ids, lamports)
+        return self.reads_for(ids, lamports, senders)
 
     def takes_back(self, event: SignedEvent) -> bool:
         """Whether an echo of one of our own events, fetched from a peer, must be stored:
         ``receive`` ignores echoes of our own messages; one the log no longer holds (a wiped
         database, a restore from an older copy) is taken back so the log stays complete."""
-        return event.lamport is not None and not self.contains(event.message_id, event.lamport)
+        return event.lamport is not None and not self.contains(event.message_id, event.lamport,
+                                                               event.sender_id)
 
     def entries(self) -> list[tuple[int, str]]:
         """(lamport, message_id) in log order: when bounded, only the part in memory (the

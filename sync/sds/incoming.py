@@ -98,7 +98,7 @@ class Incoming:
         mid = ev.message_id
         lamport = ev.lamport
         assert lamport is not None
-        self._log.add(mid, lamport)
+        self._log.add(mid, lamport, ev.sender_id)
         if lamport > self.lamport:
             self.lamport = lamport
         # Not a head: a lost one (messages naming it were delivered already), nor one we knew

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from sync.errors import RemoteProtocolError
 from sync.recon.eventid import key_height
 
-__all__ = ["causal_order", "height_of"]
+__all__ = ["causal_order", "causal_rank", "height_of"]
 
 #: Sorts after every height (a CBOR unsigned integer is below 2**64).
 _NO_HEIGHT = 1 << 64
@@ -40,11 +40,12 @@ def height_of(key: bytes) -> int | None:
         return None
 
 
-def _rank(key: bytes) -> tuple[int, bytes]:
+def causal_rank(key: bytes) -> tuple[int, bytes]:
+    """A key's place in causal order: (height, key); a key without a height after all."""
     height = height_of(key)
     return (_NO_HEIGHT if height is None else height, key)
 
 
 def causal_order(keys: Iterable[bytes]) -> list[bytes]:
     """``keys`` by (height, key): every event after the events it can depend on."""
-    return sorted(keys, key=_rank)
+    return sorted(keys, key=causal_rank)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recon.reads import KeysRead, ReadKeys
 from sync.recon.session import Incoming, MissingKeys, ReconSession, Step
-from sync.transfer.causal import causal_order, height_of
+from sync.transfer.causal import causal_rank, height_of
 from sync.transfer.frames import BUSY, RECON
 from sync.workbudget import recon_message_units
 
@@ -101,6 +101,10 @@ class ReconExchange:
     #: Answer each frame only after the driver charged its sender for it (:class:`Charge`).
     charging: bool = False
     _held: Incoming | None = field(default=None, repr=False)
+    # ``missing`` with each key's causal rank, computed once as the key is announced: a
+    # session that finds N keys missing cuts them back ~N / max_missing_keys times, and
+    # parsing every kept key's height again at each cut cost more than the sort.
+    _ranks: list[tuple[int, bytes]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -185,6 +189,7 @@ class ReconExchange:
         back to the causally first (every key dropped ranks after every key kept, since the
         cut only moves down)."""
         self.missing.extend(keys)
+        self._ranks.extend(map(causal_rank, keys))
         if len(self.missing) < 2 * max(self.max_missing_keys, 1):
             return 0
         return self._trim()
@@ -192,12 +197,14 @@ class ReconExchange:
     def _trim(self) -> int:
         """Put ``missing`` in causal order and cut it back to its first ``max_missing_keys``;
         how many went."""
-        ranked = causal_order(self.missing)
+        ranked = self._ranks
+        ranked.sort()
         bound = self.max_missing_keys
-        self.missing = ranked[:bound]
+        self.missing = [key for _, key in ranked[:bound]]
         if len(ranked) <= bound:
             return 0
-        rest = sorted(ranked[bound:])
+        rest = sorted(key for _, key in ranked[bound:])
+        del ranked[bound:]
         self.truncated = True
         low = rest[0]
         if self.lowest_dropped is None or low < self.lowest_dropped:

@@ -104,7 +104,8 @@ def test_the_bulk_path_and_own_echo_check_ask_before_anything() -> None:
     _asks_and_does_nothing(ch, lambda: ch.deliver_settled(
         [e.message_id], [e.sender_id], [lamport], [e.history_ids], LATER))
     _asks_and_does_nothing(ch, lambda: ch.log.contains(e.message_id, e.lamport))
-    store.answer(ch, ch.log.reads_for_steps([(e.message_id, e.lamport, e.history_ids)]))
+    store.answer(ch, ch.log.reads_for_steps([(e.message_id, e.lamport, e.history_ids,
+                                              e.sender_id)]))
     assert ch.log.contains(e.message_id, e.lamport)
     done, full = ch.deliver_settled([e.message_id], [e.sender_id], [lamport],
                                     [e.history_ids], LATER)

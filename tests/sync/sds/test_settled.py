@@ -41,8 +41,8 @@ def _feed(ch: SdsChannel, batch: list[SignedEvent], now: float, store: Store | N
     ``ReadDelivered`` returned would fail the test). The ids delivered, in delivery order."""
     batch = sorted(batch, key=lambda e: (e.lamport or 0, e.message_id))
     if store is not None:
-        store.answer(ch, ch.log.reads_for_steps((e.message_id, e.lamport, e.history_ids)
-                                                for e in batch))
+        store.answer(ch, ch.log.reads_for_steps((e.message_id, e.lamport, e.history_ids,
+                                                 e.sender_id) for e in batch))
     done, full = ch.deliver_settled(
         [e.message_id for e in batch], [e.sender_id for e in batch],
         [e.lamport or 0 for e in batch], [e.history_ids for e in batch], now)
@@ -89,7 +89,7 @@ def test_bulk_path_delivers_each_event_once_after_its_dependencies(
     # A copy fetched again is neither delivered nor taken the full way again.
     if store is not None:
         store.answer(ch, ch.log.reads_for_steps([(events[-1].message_id, events[-1].lamport,
-                                        events[-1].history_ids)]))
+                                        events[-1].history_ids, events[-1].sender_id)]))
     done, full = ch.deliver_settled([events[-1].message_id], [events[-1].sender_id],
                                     [events[-1].lamport or 0], [events[-1].history_ids], LATER)
     if not bounded:

@@ -22,6 +22,7 @@ from sync.transfer import (
     KeysDropped,
     ReconExchange,
     SendFrame,
+    causal_order,
     not_recent,
 )
 from sync.workbudget import recon_message_units
@@ -257,3 +258,25 @@ def test_not_recent_holds_back_what_gossip_is_delivering() -> None:
     keys = recent + old + future + [ceramic, malformed]
     assert not_recent(keys, NOW_MS, 1000) == old + future + [ceramic, malformed]
     assert not_recent(keys, NOW_MS, 0) == keys
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 500), st.booleans()), min_size=1,
+                max_size=400, unique_by=lambda t: t[:2]),
+       st.integers(1, 120))
+def test_kept_keys_are_the_causally_first_whatever_the_senders_and_layouts(
+        events: list[tuple[int, int, bool]], bound: int) -> None:
+    # Several senders (key order: sender first, so heights jump back and forth as ranges
+    # settle), some keys in the ceramic-one layout (no height: after all others), cut back
+    # many times: the kept keys are always the causally first of all announced.
+    keys = sorted(event_key(1, "chan", f"s{s}", NOW_MS + h, h.to_bytes(32, "big"),
+                            CERAMIC_ONE if ceramic else "cip124-draft")
+                  for s, h, ceramic in events)
+    a = ReconExchange(ReconSession.initiator(MemoryKeyStore(), FULL, peer="b"), bound, "b")
+    b = ReconExchange(ReconSession.responder(MemoryKeyStore.from_sorted(keys), FULL,
+                                             peer="a"), bound, "a")
+    dropped = run(a, b)
+    assert a.missing == causal_order(keys)[:bound]
+    assert sum(d.count for d in dropped) == a.dropped == max(len(keys) - bound, 0)
+    if a.truncated:
+        assert a.lowest_dropped == min(causal_order(keys)[bound:])
