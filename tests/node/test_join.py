@@ -30,6 +30,14 @@ def _wait_connected(node: NodeProcess, peer_id: str, timeout: float = 30.0) -> b
 def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> None:
     a, b, c = start_all([NodeProcess(tmp_path / name) for name in "abc"])
     try:
+        _join_then_forget(tmp_path, a, b, c)
+    finally:  # whatever failed: no node left behind
+        for node in (a, b, c):
+            node.terminate()
+
+
+def _join_then_forget(tmp_path: Path, a: NodeProcess, b: NodeProcess, c: NodeProcess) -> None:
+    try:
         a_port = a.listen_addrs[0].split("/")[4]
         c_port = c.listen_addrs[0].split("/")[4]
         joined = b.cli("join", a.listen_addrs[0])
@@ -78,5 +86,3 @@ def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> 
                  "B forgot that it forgot A")
     finally:
         b3.terminate()
-        a.terminate()
-        c.terminate()
