@@ -23,6 +23,7 @@ from storage import count_events, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec, verify_wires
 from sync.sds import SdsChannel, SdsConfig, encode_event
+from tests.harness.cluster import until
 from tests.sync.sds.helpers import channel, key
 
 T0 = 1_700_000_000.0
@@ -54,13 +55,16 @@ def test_recent_fetched_events_are_committed_without_the_relayed_gathering(
             for wire in wires:
                 assert await service.fetched.ingest(wire, "peer", now=T0 + 1) is not None
             assert metrics.total("events_delivered_total") == len(wires)
-            with trio.fail_after(10):  # gathered like gossip: a minute
-                while await store.read(count_events, "c") < len(wires):
-                    await trio.sleep(0.01)
+            # Gathered like gossip, they would wait a minute.
+            await until(lambda: _all_stored(store, len(wires)), 10, "not committed")
             nursery.cancel_scope.cancel()
 
     trio.run(main)
     engine.dispose()
+
+
+async def _all_stored(store: EventStore, count: int) -> bool:
+    return bool(await store.read(count_events, "c") >= count)
 
 
 def test_a_small_answer_is_verified_without_waiting_for_a_worker() -> None:
