@@ -949,9 +949,12 @@ def main() -> int:
             result = json.loads(OUT.read_text()) if OUT.exists() else {}
             measured = catchup_keys(first, catchup_pg_only, catchup_1m_only)
             result.update({k: v for k, v in measured.items() if v is not None})
-            tag = "catchup_1m" if args.only_1m else "catchup"
-            result[f"{tag}_load_avg_1m"] = [round(load_start, 2), round(load_avg(), 2)]
-            result[f"{tag}_measured_utc"] = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
+            # Stamp each catch-up measured now (the 1M one too when it ran after the first).
+            tags = ["catchup_1m"] if args.only_1m else \
+                ["catchup", *(["catchup_1m"] if catchup_1m_only is not None else [])]
+            for tag in tags:
+                result[f"{tag}_load_avg_1m"] = [round(load_start, 2), round(load_avg(), 2)]
+                result[f"{tag}_measured_utc"] = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
             OUT.write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result))
         return 0
