@@ -240,7 +240,8 @@ async def _answer_once(host: P2PHost, peer: str, keys: list[bytes],
 async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
                           channel: str = "general") -> int:
     """A whole Recon session advertising the events ``wires`` (valid or not) and answering
-    every want list with them: returns how many the node asked for."""
+    every want list with them, until the node ends the session (it may stop asking once an
+    answer fails its checks): returns how many the node asked for."""
     from sync.sds import decode_event
     from sync.stored_event import record_of_event
 
@@ -252,7 +253,11 @@ async def recon_and_serve(host: P2PHost, peer: str, wires: list[bytes],
         wanted.extend(keys)
         return [by_key[k] for k in keys if k in by_key]
 
-    await recon_and_answer(host, peer, list(by_key), answer, channel)
+    try:
+        await recon_and_answer(host, peer, list(by_key), answer, channel)
+    except P2PError:
+        if not wanted:
+            raise  # ended before asking for anything: not the node's verdict on an answer
     return len(wanted)
 
 

@@ -221,8 +221,9 @@ def _signed_events(count: int, forged: int) -> list[bytes]:
 
 def test_forged_events_in_a_recon_answer_are_rejected_and_charged(
         pair: list[NodeProcess]) -> None:
-    """The ingest workers find the bad signature; the node counts the event, charges the peer
-    that served it, ends the session and stores nothing it did not verify."""
+    """The node finds the bad signature (in its ingest workers, or inline for a small
+    answer); it counts the event, charges the peer that served it, ends the session and
+    stores nothing it did not verify."""
     victim = pair[0]
     rejected = metric(victim, "events_rejected_total")
     penalties = metric(victim, "peer_penalties_total")
@@ -232,7 +233,9 @@ def test_forged_events_in_a_recon_answer_are_rejected_and_charged(
         async with hostile(victim.listen_addrs[0]) as (host, peer):
             return await recon_and_serve(host, peer, wires)
 
-    assert trio.run(attack) == 50
+    # The node asked for the forged event (the 11th) and stopped when its answer failed (its
+    # first want lists are small: it may end before asking for all 50).
+    assert 11 <= trio.run(attack) <= 50
     wait_for(lambda: metric(victim, "events_rejected_total") > rejected, 20,
              "the forged event was not counted")
     assert metric(victim, "peer_penalties_total") > penalties
