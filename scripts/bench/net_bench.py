@@ -69,6 +69,7 @@ from tests.net.netns import Internet  # noqa: E402
 from tests.net.nodes import NetNode  # noqa: E402
 from tests.net.world import (  # noqa: E402
     NET_ENV,
+    QUICK_DIAL,
     World,
     build_world,
     direct_group,
@@ -94,13 +95,16 @@ class Plan:
     # direct_fraction is read direct_wait_s after the start (a point in a node's life); the
     # smoke reads it as soon as every pair is direct instead (its figure is not judged).
     direct_early: bool = False
+    # The smoke's nodes dial with tests/net's shorter timeout (QUICK_DIAL): a home node finds
+    # itself private a dial timeout after asking.
+    quick_dial: bool = False
 
 
 FULL = Plan()
 QUICK = Plan(mesh_wait_s=40.0, converge_wait_s=90.0, relay_events=100)
 SMOKE = Plan(publics=1, homes=2, per_home=1, mesh_wait_s=15.0, direct_wait_s=10.0,
              partition_s=3.0, converge_wait_s=30.0, relay_events=10, churn_cycles=20,
-             mesh_target=2, direct_early=True)
+             mesh_target=2, direct_early=True, quick_dial=True)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.5) -> float | None:
@@ -158,7 +162,9 @@ def direct_fraction(world: World) -> tuple[float, int, int]:
 
 def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
     with Internet() as internet, build_world(internet, base / "inet", publics=plan.publics,
-                                             homes=plan.homes, per_home=plan.per_home) as world:
+                                             homes=plan.homes, per_home=plan.per_home,
+                                             env=QUICK_DIAL if plan.quick_dial else None
+                                             ) as world:
         started = time.monotonic()
         join_one_public(world)
         want = min(plan.mesh_target, len(world.nodes) - 1)

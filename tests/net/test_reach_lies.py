@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.harness.cluster import metric, wait_for
 from tests.net.netns import Host, Internet
-from tests.net.world import build_world, wait_all
+from tests.net.world import QUICK_DIAL, build_world, wait_all
 
 
 @contextmanager
@@ -51,7 +51,8 @@ def test_liars_on_the_internet_do_not_make_a_node_behind_nat_public(
     liar_hosts = [internet.add_public(), internet.add_public()]
     claim = internet.router_wan_ip(0)  # what a liar sees h0 on (home 0, built next): a lie
     with _liars(liar_hosts, claim) as liar_addresses, \
-            build_world(internet, tmp_path, publics=2, homes=1, per_home=1) as world:
+            build_world(internet, tmp_path, publics=2, homes=1, per_home=1,
+                        env=QUICK_DIAL) as world:
         p0, p1 = world.public
         [h0] = world.home
         liar0, liar1 = liar_addresses()

@@ -16,7 +16,7 @@ import pytest
 
 from tests.harness.cluster import metric, publish_many, wait_for
 from tests.net.netns import Internet
-from tests.net.world import build_world, logs_identical, wait_all
+from tests.net.world import QUICK_DIAL, build_world, logs_identical, wait_all
 
 
 def _relayed_addrs(node) -> list[str]:  # type: ignore[no-untyped-def]
@@ -33,7 +33,7 @@ def test_home_nodes_reserve_relay_and_punch_through_nat(
         internet: Internet, tmp_path: Path) -> None:
     # h2 never hole-punches: a connection it accepts through a relay stays relayed.
     no_punch = {"SYNCNODE_REACHABILITY_HOLE_PUNCH": "false"}
-    with build_world(internet, tmp_path, publics=2, homes=3, per_home=1,
+    with build_world(internet, tmp_path, publics=2, homes=3, per_home=1, env=QUICK_DIAL,
                      home_env={2: no_punch}) as world:
         p0, p1 = world.public
         h0, h1, h2 = world.home

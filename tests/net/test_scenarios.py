@@ -30,7 +30,7 @@ import pytest
 from tests.harness.cluster import channel_log, metric, publish_many
 from tests.net.netns import Internet
 from tests.net.nodes import NetNode
-from tests.net.world import World, build_world, logs_identical
+from tests.net.world import QUICK_DIAL, World, build_world, logs_identical
 
 # A dead connection is closed after 3 pings of 4 s each fail (sent 2 s apart; a stuck ping
 # counts again each 4 s); a loaded machine's slow answers (seconds, under make test) are
@@ -67,7 +67,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     internet = Internet()
     try:
         with build_world(internet, tmp_path_factory.mktemp("scenarios"), publics=2, homes=3,
-                         per_home=2, env=FAST_LIVENESS) as world:
+                         per_home=2, env={**QUICK_DIAL, **FAST_LIVENESS}) as world:
             _meshed(world)
             started = time.monotonic()
             pairs = world.home_pairs_across_nats()
