@@ -32,8 +32,8 @@ Measurements (docs/network.md "Measured"):
 
 ``--quick`` (under 5 minutes) shortens nothing that has a target except the waits; ``--smoke``
 (for ``make test``) runs the internet steps on a miniature (1 public node, 2 homes of one node,
-3 s partition, short waits, no newcomer) and 20 churn cycles beside them, leaves out steps 1
-and 5 (their keys, and ``mesh_s``, are null),
+3 s partition, short waits, no newcomer) and 20 churn cycles, leaves out steps 1 and 5 (their
+keys, and ``mesh_s``, are null),
 writes its JSON to a temp file and exits 1 when a step failed to run.
 The last line of stdout is the JSON result, also written to docs/bench/net.json (full/quick).
 Needs root (network namespaces) and nftables (scripts/setup_net.sh).
@@ -49,7 +49,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,6 @@ from tests.net.netns import Internet  # noqa: E402
 from tests.net.nodes import NetNode  # noqa: E402
 from tests.net.world import (  # noqa: E402
     NET_ENV,
-    QUICK_DIAL,
     World,
     build_world,
     direct_group,
@@ -95,16 +93,13 @@ class Plan:
     # direct_fraction is read direct_wait_s after the start (a point in a node's life); the
     # smoke reads it as soon as every pair is direct instead (its figure is not judged).
     direct_early: bool = False
-    # The smoke's nodes dial with tests/net's shorter timeout (QUICK_DIAL): a home node finds
-    # itself private a dial timeout after asking.
-    quick_dial: bool = False
 
 
 FULL = Plan()
 QUICK = Plan(mesh_wait_s=40.0, converge_wait_s=90.0, relay_events=100)
 SMOKE = Plan(publics=1, homes=2, per_home=1, mesh_wait_s=15.0, direct_wait_s=10.0,
              partition_s=3.0, converge_wait_s=30.0, relay_events=10, churn_cycles=20,
-             mesh_target=2, direct_early=True, quick_dial=True)
+             mesh_target=2, direct_early=True)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.5) -> float | None:
@@ -162,9 +157,7 @@ def direct_fraction(world: World) -> tuple[float, int, int]:
 
 def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
     with Internet() as internet, build_world(internet, base / "inet", publics=plan.publics,
-                                             homes=plan.homes, per_home=plan.per_home,
-                                             env=QUICK_DIAL if plan.quick_dial else None
-                                             ) as world:
+                                             homes=plan.homes, per_home=plan.per_home) as world:
         started = time.monotonic()
         join_one_public(world)
         want = min(plan.mesh_target, len(world.nodes) - 1)
@@ -309,28 +302,17 @@ def main() -> int:
         ("relay", lambda: result.update(relay_bytes_per_event=relay_cost(base, plan))),
         ("churn", lambda: result.update(churn_then_join(base, plan))),
     ]
-
-    def run_step(name: str, step: Callable[[], None]) -> None:
-        t0 = time.monotonic()
-        try:
-            step()
-        except Exception as exc:  # report and go on: the other figures still count
-            failed.append(name)
-            print(f"step {name} failed: {exc!r}", file=sys.stderr)
-        print(f"step {name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
-
-    beside: list[tuple[str, Callable[[], None]]] = []
     if args.smoke:
-        # The churn step shares no node and no namespace with the internet steps: the smoke
-        # runs it beside them (its figures are not judged); the full size runs each alone.
-        beside = [s for s in steps if s[0] == "churn"]
-        steps = [s for s in steps if s[0] == "internet"]
+        steps = [s for s in steps if s[0] in ("internet", "churn")]
     try:
-        with ThreadPoolExecutor(max(1, len(beside))) as pool:
-            for name, step in beside:
-                pool.submit(run_step, name, step)
-            for name, step in steps:
-                run_step(name, step)
+        for name, step in steps:
+            t0 = time.monotonic()
+            try:
+                step()
+            except Exception as exc:  # report and go on: the other figures still count
+                failed.append(name)
+                print(f"step {name} failed: {exc!r}", file=sys.stderr)
+            print(f"step {name}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     result.setdefault("survives_loopback_loss", None)
