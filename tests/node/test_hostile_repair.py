@@ -29,7 +29,7 @@ from sync.identity import peer_id_of
 from sync.sds import HistoryRef, encode_event, transmission_suffix
 from tests.harness.cluster import cluster, metric, until
 from tests.harness.hostile import gossip, meshed
-from tests.harness.procs import NodeProcess
+from tests.harness.procs import NodeApi
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -37,7 +37,7 @@ BIG = 200_000  # bytes of content per large event
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeApi]]:
     # All answers of a channel may cost 1.5 MiB per window here (default 16 MiB), so that a
     # second requester meets the channel's bound in seconds.
     with cluster(tmp_path_factory.mktemp("hostile-repair"), 2,
@@ -45,7 +45,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]
         yield nodes
 
 
-def publish_big(node: NodeProcess, count: int, tag: str) -> list[str]:
+def publish_big(node: NodeApi, count: int, tag: str) -> list[str]:
     ids = []
     for i in range(count):
         r = httpx.post(f"{node.api_url}/v1/channels/general/events",
@@ -56,7 +56,7 @@ def publish_big(node: NodeProcess, count: int, tag: str) -> list[str]:
     return ids
 
 
-async def ask_for(node: NodeProcess, ids: list[str], sender: str, messages: int) -> int:
+async def ask_for(node: NodeApi, ids: list[str], sender: str, messages: int) -> int:
     """Messages of our own, validly signed, each with signed repair requests for 3 of ``ids``,
     a tenth of a second apart (so that the later ones meet the answers' cooldown); returns the
     bytes we sent once ``node`` has taken every message in."""
@@ -93,7 +93,7 @@ def _bound(mid: str) -> dict[str, str]:
             if "message_id" in inspect.signature(transmission_suffix).parameters else {})
 
 
-def honest_wire(node: NodeProcess) -> bytes:
+def honest_wire(node: NodeApi) -> bytes:
     """An honest member's message as it signed it: published through its API, read back from
     its database (what a relay saw on the wire)."""
     r = httpx.post(f"{node.api_url}/v1/channels/general/events", json={"content": "honest"},
@@ -114,7 +114,7 @@ def replayed_with_requests(captured: bytes, ids: list[str], sender: str) -> list
         for n in range(10)]
 
 
-def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeProcess]) -> None:
+def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeApi]) -> None:
     n0 = pair[0]
     sender = n0.peer_id
     ids = publish_big(n0, 6, "phase1-")
@@ -140,7 +140,7 @@ def test_a_requesters_own_requests_cost_it_not_the_group(pair: list[NodeProcess]
     assert metric(n0, "sds_repairs_refused_total_total") >= 1
 
 
-def test_replayed_messages_carry_nobodys_repair_requests(pair: list[NodeProcess]) -> None:
+def test_replayed_messages_carry_nobodys_repair_requests(pair: list[NodeApi]) -> None:
     n0, n1 = pair
     sender = n0.peer_id
     ids2 = publish_big(n0, 6, "phase2-")
@@ -154,13 +154,13 @@ def test_replayed_messages_carry_nobodys_repair_requests(pair: list[NodeProcess]
     assert answered == 0, f"{answered} rebroadcasts for requests nobody signed"
 
 
-def _ignored(node: NodeProcess) -> float:
+def _ignored(node: NodeApi) -> float:
     """Repair requests ignored as unsigned (attached by a relay) or stale (a replay)."""
     return (metric(node, "sds_repair_requests_unsigned_total")
             + metric(node, "sds_repair_requests_stale_total"))
 
 
-def _penalties(node: NodeProcess, reason: str) -> float:
+def _penalties(node: NodeApi, reason: str) -> float:
     total = 0.0
     for line in node.get("/metrics").splitlines():
         if line.startswith("syncnode_peer_penalties_total{") and f'reason="{reason}"' in line:
