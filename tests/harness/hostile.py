@@ -80,10 +80,11 @@ async def meshed(host: P2PHost, peer: str, topic: str, timeout: float = 30.0) ->
 
 async def gossip(target: str, channel: str, wires: list[bytes], *,
                  arrived: Callable[[], bool] | None = None, timeout: float = 60.0,
-                 pace: float = 0.0, linger: float = 0.0,
+                 pace: float | Callable[[bytes], float] = 0.0, linger: float = 0.0,
                  key: Ed25519PrivateKey | None = None) -> float:
     """Publish ``wires`` on ``channel``'s topic from a fresh host (or one of ``key``) in
-    ``target``'s mesh, ``pace`` seconds apart (the attack's shape), and stay connected until
+    ``target``'s mesh, ``pace`` seconds apart (the attack's shape; a function of the wire
+    just sent: a pause for some only), and stay connected until
     ``arrived()`` holds (asked in a thread: it may read the node's API), so that nothing queued
     is lost when the host closes; fails if it does not hold within ``timeout``. ``linger``:
     a fixed stay instead, for a caller with nothing to observe. Returns the seconds the
@@ -97,8 +98,8 @@ async def gossip(target: str, channel: str, wires: list[bytes], *,
         started = trio.current_time()
         for wire in wires:
             await host.publish(topic, wire)
-            if pace:
-                await trio.sleep(pace)
+            if pause := pace(wire) if callable(pace) else pace:
+                await trio.sleep(pause)
         took = trio.current_time() - started
         if arrived is not None:
             await until(lambda: trio.to_thread.run_sync(arrived), timeout,
