@@ -69,10 +69,12 @@ PROCESS_DIRS = ("net",)
 # network namespaces.
 PROCESS_WORDS = ("NodeProcess", "netns", "node.cli", "start_all", "InProcessNode")
 # What a test (or a function of its module it calls) names when it starts node processes: the
-# harness's process starters (tests/harness/cluster.py, burst.py); ``cluster(...)`` without
-# ``in_process=True`` is one too.
+# harness's process starters (tests/harness/cluster.py, burst.py), and the CLI's module named
+# in a command line of its own (``-m node.cli run ...``); ``cluster(...)`` without
+# ``in_process=True`` is one too. (A CLI command sent to a node, ``node.cli("status")``, is a
+# short client process, not a node.)
 TEST_PROCESS_WORDS = ("NodeProcess", "netns", "start_node", "fast_node", "on_defaults",
-                      "start_three", "killed_mid_burst", "burst_and_kill", "node.cli")
+                      "start_three", "killed_mid_burst", "burst_and_kill", '"node.cli"')
 BENCH_SCRIPTS = ROOT / "scripts" / "bench"
 
 

@@ -69,6 +69,15 @@ def test_a_helper_does(tmp_path):
 def test_in_process(tmp_path):
     with cluster(tmp_path, 3, in_process=True) as nodes:
         start_inproc(tmp_path, "late", bootstrap=nodes)
+
+
+def test_cli_commands_to_an_in_process_node(tmp_path):
+    node = start_inproc(tmp_path, "n")
+    assert node.cli("status").returncode == 0
+
+
+def test_a_node_run_by_its_own_command_line(tmp_path):
+    subprocess.Popen([sys.executable, "-m", "node.cli", "run", "--data-dir", str(tmp_path)])
 '''
 
 
@@ -76,6 +85,8 @@ def test_a_test_starts_processes_through_what_it_names_in_its_module() -> None:
     assert starts_processes(STARTERS, "test_a_fixture_starts_processes")
     assert starts_processes(STARTERS, "test_a_helper_does")  # cluster() without in_process
     assert not starts_processes(STARTERS, "test_in_process")
+    assert not starts_processes(STARTERS, "test_cli_commands_to_an_in_process_node")
+    assert starts_processes(STARTERS, "test_a_node_run_by_its_own_command_line")
     assert starts_processes(STARTERS, "")  # some test of the module does
 
 
@@ -97,6 +108,9 @@ def test_real_files_are_grouped_by_what_their_tests_run() -> None:
     assert group_of(restart.format("postgresql")) == "shared-db"
     assert group_of(restart.format("sqlite")) == "processes"  # slow, node processes
     assert group_of("tests/sync/test_anything.py::test_anything") is None
+    # In-process nodes that the CLI under test talks to.
+    assert group_of("tests/node/test_snapshot_cli.py::"
+                    "test_rebuild_right_after_publishing_says_what_waits_and_until_when") is None
 
 
 def test_a_smoke_is_grouped_by_its_script_and_the_helpers_it_imports() -> None:

@@ -41,8 +41,8 @@ pings, mesh squatters), each on fresh nodes of its own, at the end.
 ``peak_rss_mib`` is the victim's peak RSS (VmHWM) over all attacks, ``acked_lost`` the events
 whose publish was answered by an honest node's API and that are missing from any node's log at
 the end. The last line is the JSON result, also written to docs/bench/attack.json
-(``--smoke``: tiny sizes and short pauses, attacks 12-17 on in-process nodes beside the others,
-to a temporary file instead).
+(``--smoke``: tiny sizes and short pauses, attack 10 and attacks 12-17 (on in-process nodes)
+beside the others, to a temporary file instead).
 """
 
 from __future__ import annotations
@@ -131,7 +131,6 @@ ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true
 # both answer) to hear each other's declaration of the seeded table before either settles
 # (settled apart, they would keep different owners); the victim joins them only after that,
 # so that the pair's owner is one of them (attack 9 writes as that owner).
-SETTLE_S = 1.0
 # Sizes: (baseline seconds, big events, fresh ids, waiting events, sync messages, withheld
 # keys, gossip cache wait s, flood publishes).
 SIZES = {"full": (20, 120, 100, 150, 300, 300, 12, 200),
@@ -289,6 +288,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     nodes: list[NodeProcess] = []
     beside: ThreadPoolExecutor | None = None
     later: tuple[Future[tuple[dict[str, Any], list[tuple[str, str, str]]]], ...] = ()
+    snapshots_later: Future[tuple[bool, str]] | None = None
     (baseline_s, big_count, fresh, waiting, sync_count, withheld_count, cache_s,
      flood_publishes) = SIZES[size]
     pauses = PAUSES[size]
@@ -305,11 +305,13 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         wait_for(lambda: b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]}) is not None, 60,
                  "b could not join a")  # an HTTP error (a dial that failed) is asked again
         if size == "smoke":
-            # Attacks 12-17 use fresh nodes of their own, none of a, b and v: the smoke runs
-            # them beside the others (the full size after them, alone on the machine).
-            beside = ThreadPoolExecutor(2)
+            # Attacks 12-17 use fresh nodes of their own, none of a, b and v, and attack 10
+            # bootstraps fresh data dirs: the smoke runs them beside the others (the full
+            # size after them, alone on the machine).
+            beside = ThreadPoolExecutor(3)
             later = (beside.submit(px_attacks, base / "px", size),
                      beside.submit(reach_attacks, base / "reach", size))
+            snapshots_later = beside.submit(poisoned_snapshot, base / "snapshots")
         peak = Peak(v)
         acked: list[str] = []
 
@@ -479,9 +481,13 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         # 9-11: issue 28's attacks.
         # On the honest pair: the victim was isolated for longer than db.settle_ms, so it
         # settled on its own declaration of the seeded table (its own owner).
-        taken, seen = table_takeover([a, b], 20, SETTLE_S, gossip_with(gossip))
+        # Attack 9 waits until db.settle_ms after the pair first saw the table (their start):
+        # long past by now at every size.
+        taken, seen = table_takeover([a, b], 20, max(0.0, up + pauses.db_settle
+                                                     - time.monotonic()), gossip_with(gossip))
         rows.append(("9 table takeover", "backdated declaration, since 0", seen))
-        loaded, codes = poisoned_snapshot(base / "snapshots")
+        loaded, codes = (snapshots_later.result() if snapshots_later is not None
+                         else poisoned_snapshot(base / "snapshots"))
         rows.append(("10 poisoned snapshots", "untrusted signer; a year ahead", codes))
         flood_p99, flood_seen = recon_flood_p99_ms(v, 10, flood_publishes)
         rows.append(("11 recon flood, 10 identities", "60,000 made-up ranges a message",

@@ -141,10 +141,11 @@ class Plan:
 # 10,240/s) and the time budget only bound a run where nothing fails.
 QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=10, settle_s=10,
              catchup_events=20_000, catchup_timeout_s=15, ramp_budget_s=150, cooldown_s=5)
-# One slow step pair and a tiny catch-up: only that every part still runs (make test).
-SMOKE = Plan(duration_s=2, start_rate=2, factor=2.0, refine=0, max_steps=1, settle_s=5,
-             catchup_events=500, catchup_timeout_s=120, ramp_budget_s=1, cpu_duration_s=2,
-             cpu_rate=10, batch_start_rate=50, batch_duration_s=2, batch_max_steps=1,
+# One slow step pair and a tiny catch-up: only that every part still runs (make test). Steps
+# of a second: each still publishes several events (2, 10 and 50 at their rates).
+SMOKE = Plan(duration_s=1, start_rate=2, factor=2.0, refine=0, max_steps=1, settle_s=5,
+             catchup_events=500, catchup_timeout_s=120, ramp_budget_s=1, cpu_duration_s=1,
+             cpu_rate=10, batch_start_rate=50, batch_duration_s=1, batch_max_steps=1,
              tail_s=0.5)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
             catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20,

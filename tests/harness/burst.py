@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 from tests.harness.cluster import wait_for
-from tests.harness.procs import NodeProcess, start_all
+from tests.harness.procs import NodeApi, NodeProcess, start_all
 
 
 def on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess:
@@ -26,7 +26,7 @@ def start_on_defaults(base: Path, name: str, *peers: NodeProcess) -> NodeProcess
     return on_defaults(base, name, *peers).start()
 
 
-def events_held(node: NodeProcess) -> int:
+def events_held(node: NodeApi) -> int:
     """How many events the node's log holds."""
     return int(node.get("/v1/status")["events"])
 
@@ -55,16 +55,19 @@ def burst_and_kill(node: NodeProcess, count: int, kill_after: int, workdir: Path
 
 def start_three(base: Path, nodes: list[NodeProcess]) -> list[NodeProcess]:
     """Nodes a, b and c on the defaults, each connected to both others; each is appended to
-    ``nodes`` as it starts (the caller kills them). b and c start side by side, bootstrapped
-    from a, and c joins b."""
-    nodes.append(start_on_defaults(base, "a"))
-    b, c = on_defaults(base, "b", nodes[0]), on_defaults(base, "c", nodes[0])
-    nodes += [b, c]
-    start_all([b, c])
-    c.post("/v1/peers", {"multiaddr": b.listen_addrs[0]})  # ``syncnode join``'s API call
+    ``nodes`` as it starts (the caller kills them). The three start side by side (their
+    interpreters' start-ups overlap), then b and c join a and c joins b (``syncnode join``'s
+    API call); b and c restart bootstrapped from a."""
+    trio_of = [on_defaults(base, name) for name in "abc"]
+    nodes += trio_of
+    a, b, c = start_all(trio_of)
+    for node in (b, c):
+        node.post("/v1/peers", {"multiaddr": a.listen_addrs[0]})
+        node.extra_args = ["--bootstrap", a.listen_addrs[0]]
+    c.post("/v1/peers", {"multiaddr": b.listen_addrs[0]})
     wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= 2 for n in nodes), 60,
              "the three nodes did not connect")
-    return nodes[:3]
+    return [a, b, c]
 
 
 @contextmanager

@@ -1,12 +1,15 @@
 """Clocks for tests: a manual one for code that runs outside trio (node.clock's protocol: time
-moves only when the test says so), and ``let_pass`` for trio tests on a MockClock."""
+moves only when the test says so), one whose wall clock runs ahead (a node started on it
+finds what it saved older than it is), and ``let_pass`` for trio tests on a MockClock."""
 
 from __future__ import annotations
 
 import trio
 from trio.testing import MockClock
 
-__all__ = ["ManualClock", "let_pass"]
+from node.clock import SystemClock
+
+__all__ = ["AheadClock", "ManualClock", "let_pass"]
 
 
 class ManualClock:
@@ -23,6 +26,19 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         self._now += seconds
         self._wall += seconds
+
+
+class AheadClock(SystemClock):
+    """The daemon's clock with its wall time ``ahead`` seconds later than the system's: a node
+    started again on it finds every wall-clock deadline it saved (SDS's resends) as far past
+    as after being down that much longer, without the test waiting for it. Its monotonic time
+    (timers, sessions, liveness) is the daemon's own."""
+
+    def __init__(self, ahead: float) -> None:
+        self.ahead = ahead
+
+    def wall(self) -> float:
+        return super().wall() + self.ahead
 
 
 async def let_pass(seconds: float) -> None:

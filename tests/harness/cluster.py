@@ -77,23 +77,17 @@ def join_all(nodes: Sequence[NodeApi]) -> None:
 def cluster(
     base: Path, size: int, *, env: dict[str, str] | None = None, in_process: bool = False
 ) -> Iterator[list[NodeApi]]:
-    """``size`` connected nodes on fast timers: processes (n0 first, the others side by side,
-    each bootstrapped from n0, then joined to each other), or (``in_process``) nodes in this
-    process started at once, then joined."""
+    """``size`` connected nodes on fast timers, started side by side (processes, or with
+    ``in_process`` nodes in this process), then each joined to every node before it."""
     nodes: list[NodeApi] = []
     try:
         if in_process:
-            inproc = [InProcessNode(base / f"n{i}", env={**FAST_ENV, **(env or {})})
-                      for i in range(size)]
-            nodes.extend(inproc)
-            start_all(inproc)
-            join_all(nodes)
+            nodes.extend(InProcessNode(base / f"n{i}", env={**FAST_ENV, **(env or {})})
+                         for i in range(size))
         else:
-            nodes.append(start_node(base, "n0", env=env))
-            rest = [fast_node(base, f"n{i}", env=env, bootstrap=nodes[:1]) for i in range(1, size)]
-            nodes.extend(rest)
-            start_all(rest)
-            join_all(rest)
+            nodes.extend(fast_node(base, f"n{i}", env=env) for i in range(size))
+        start_all(nodes)
+        join_all(nodes)
         wait_for(lambda: all(len(n.get("/v1/peers")["connected"]) >= size - 1 for n in nodes),
                  30, "cluster did not connect")
         yield nodes

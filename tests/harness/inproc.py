@@ -19,7 +19,7 @@ from typing import Self
 import trio
 
 from node.cli.main import build_parser, run_overrides
-from node.clock import SystemClock
+from node.clock import Clock, SystemClock
 from node.config.settings import Config, load_config
 from node.daemon import serve
 from node.datadir.api_token import read_token
@@ -48,6 +48,9 @@ class InProcessNode(NodeApi):
         # Set once the thread's trio run can be reached (its token known).
         self._reachable = threading.Event()
         self.error: BaseException | None = None
+        #: The node's one clock (node.clock), read at each start: a test may start the node
+        #: again on another (tests.harness.clocks.AheadClock: as if it had been down longer).
+        self.clock: Clock = SystemClock()
 
     def node_config(self) -> Config:
         argv = self.run_args()
@@ -63,7 +66,7 @@ class InProcessNode(NodeApi):
         self._shutdown = trio.Event()
         self._reachable = threading.Event()
         self.error = None
-        self._thread = threading.Thread(target=self._run, args=(config,),
+        self._thread = threading.Thread(target=self._run, args=(config, self.clock),
                                         name=f"node {self.data_dir.name}", daemon=True)
         self._thread.start()
         return self
@@ -82,12 +85,12 @@ class InProcessNode(NodeApi):
         self.token = read_token(self.data_dir) or ""
         return self
 
-    def _run(self, config: Config) -> None:
+    def _run(self, config: Config, clock: Clock) -> None:
         async def main() -> None:
             self._trio_token = trio.lowlevel.current_trio_token()
             self._reachable.set()
             async with trio.open_nursery() as nursery:
-                info = await nursery.start(serve, config, self._shutdown, SystemClock())
+                info = await nursery.start(serve, config, self._shutdown, clock)
                 self._started.put(info)
 
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -101,13 +102,12 @@ def test_bodies_are_counted_as_they_stream(node: NodeProcess) -> None:
     assert node.get("/v1/status")["peer_id"] == node.peer_id
 
 
-def test_slow_body_and_idle_clients_are_dropped(node: NodeProcess) -> None:
-    host, port = node.api_url.removeprefix("http://").rsplit(":", 1)
+def _slow_body(host: str, port: int, token: str) -> None:
     request = (f"POST /v1/channels/general/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
-               f"Authorization: Bearer {node.token}\r\nContent-Type: application/json\r\n"
+               f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
                "Content-Length: 100\r\n\r\n{").encode()
     started = time.monotonic()
-    with socket.create_connection((host, int(port)), timeout=20) as slow:
+    with socket.create_connection((host, port), timeout=20) as slow:
         slow.sendall(request)
         for _ in range(8):  # a byte a second: each read is in time, the body never is
             time.sleep(1)
@@ -118,12 +118,18 @@ def test_slow_body_and_idle_clients_are_dropped(node: NodeProcess) -> None:
         answer = slow.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert time.monotonic() - started < 10
-    with socket.create_connection((host, int(port)), timeout=20) as idle:
+
+
+def _idle(host: str, port: int) -> None:
+    with socket.create_connection((host, port), timeout=20) as idle:
         started = time.monotonic()
         assert idle.recv(4096) == b""  # closed by the node, not by our timeout
         assert time.monotonic() - started < 10
-    # Headers a byte a second never make a request: the idle timer closes the connection.
-    with socket.create_connection((host, int(port)), timeout=20) as slow_headers:
+
+
+def _slow_headers(host: str, port: int) -> None:
+    """Headers a byte a second never make a request: the idle timer closes the connection."""
+    with socket.create_connection((host, port), timeout=20) as slow_headers:
         started = time.monotonic()
         slow_headers.sendall(b"GET /v1/status HTTP/1.1\r\n")
         closed = False
@@ -136,6 +142,16 @@ def test_slow_body_and_idle_clients_are_dropped(node: NodeProcess) -> None:
                 break
         assert closed, "slow headers held the connection"
         assert time.monotonic() - started < 10
+
+
+def test_slow_body_and_idle_clients_are_dropped(node: NodeProcess) -> None:
+    host, port = node.api_url.removeprefix("http://").rsplit(":", 1)
+    # Three clients side by side: each one's timer runs on its own connection.
+    with ThreadPoolExecutor(3) as pool:
+        clients = [pool.submit(_slow_body, host, int(port), node.token),
+                   pool.submit(_idle, host, int(port)), pool.submit(_slow_headers, host, int(port))]
+        for client in clients:
+            client.result()
 
 
 def test_a_quiet_follow_stream_outlives_the_idle_timeout(node: NodeProcess) -> None:

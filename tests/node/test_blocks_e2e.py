@@ -1,10 +1,10 @@
-"""Block streams end to end: two producer nodes and two consumer nodes as real processes."""
+"""Block streams end to end: two producer nodes and two consumer nodes (in this process; the
+CLI under test runs as a process)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -138,11 +138,8 @@ def test_two_producers_two_consumers_end_with_the_same_head(tmp_path: Path) -> N
 
 def follow_chain(node: NodeApi, tip: str) -> list[str]:
     """The chain `blocks follow --from-start` replays, up to the moment it reaches ``tip``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "node.cli", "blocks", "follow", "--from-start", "--json",
-         "--api", node.api_url],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True, env=node.cli_env(),
-    )
+    proc = subprocess.Popen(node.cli_command("blocks", "follow", "--from-start", "--json"),
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True, env=node.cli_env())
     chain: list[str] = []
     deadline = time.monotonic() + 60
     try:

@@ -1,6 +1,7 @@
-"""The replicated database across real node processes: concurrent writes to the same cells from
-three nodes, while the table's owner adds a column, end with identical tables everywhere (no
-manual replay); the ``syncnode db`` commands end to end."""
+"""The replicated database across real nodes (in this process; the CLI runs as a process):
+concurrent writes to the same cells from three nodes, while the table's owner adds a column,
+end with identical tables everywhere (no manual replay); the ``syncnode db`` commands end to
+end."""
 
 from __future__ import annotations
 

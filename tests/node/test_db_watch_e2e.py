@@ -1,10 +1,10 @@
-"""Database subscriptions end to end against a real node process: ``syncnode db watch`` prints
-each change once, across a restart of the node (change ids persist, the watch reconnects and
-resumes after the last one it printed); ``?since=`` resumes; the feed is bounded like the other
-follows (api.max_follows, 429) and tells a subscriber it fell behind the changes kept (410)
-or asks for ids this node has not reached (409: ids are per node);
-``db query --limit --where`` is checked against the table's schema; a follow writes at most
-``api.follow_buffer_bytes`` at a time."""
+"""Database subscriptions end to end against a real node (in this process; the CLI under test
+runs as a process): ``syncnode db watch`` prints each change once, across a restart of the
+node (change ids persist, the watch reconnects and resumes after the last one it printed);
+``?since=`` resumes; the feed is bounded like the other follows (api.max_follows, 429) and
+tells a subscriber it fell behind the changes kept (410) or asks for ids this node has not
+reached (409: ids are per node); ``db query --limit --where`` is checked against the table's
+schema; a follow writes at most ``api.follow_buffer_bytes`` at a time."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.harness.cluster import metric, wait_for
+from tests.harness.inproc import InProcessNode
 from tests.harness.ports import reusable_port
-from tests.harness.procs import NodeProcess
 
 TABLES = {"kv": {"columns": {"v": "text", "n": "integer"}}}
 ENV = {"SYNCNODE_DB_TABLES": json.dumps(TABLES), "SYNCNODE_API_MAX_FOLLOWS": "2",
@@ -49,12 +49,12 @@ def next_change(lines: queue.Queue[str | None]) -> dict[str, Any]:
     return dict(json.loads(line))
 
 
-def write(node: NodeProcess, *args: str) -> None:
+def write(node: InProcessNode, *args: str) -> None:
     result = node.cli("db", *args)
     assert result.returncode == 0, result.stderr
 
 
-def first_line(node: NodeProcess, since: int, **params: str
+def first_line(node: InProcessNode, since: int, **params: str
                ) -> tuple[int, dict[str, Any] | None]:
     with httpx.stream("GET", f"{node.api_url}/v1/db/kv/changes",
                       params={"since": since, **params}, headers=node.headers,
@@ -70,7 +70,7 @@ def first_line(node: NodeProcess, since: int, **params: str
 @pytest.mark.timeout(240)
 def test_db_watch_resumes_across_a_node_restart(tmp_path: Path) -> None:
     port = reusable_port()
-    node = NodeProcess(tmp_path / "n", "--api", f"127.0.0.1:{port}", env=ENV).start()
+    node = InProcessNode(tmp_path / "n", "--api", f"127.0.0.1:{port}", env=ENV).start()
     watch: subprocess.Popen[str] | None = None
     try:
         wait_for(lambda: "kv" in node.get("/v1/db")["tables"], 60, "kv was not declared")
@@ -136,7 +136,7 @@ def test_db_watch_resumes_across_a_node_restart(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_db_query_limit_and_where_and_the_follow_buffer(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "n", env={**ENV, "SYNCNODE_DB_CHANGES_RETAIN": "1000",
+    node = InProcessNode(tmp_path / "n", env={**ENV, "SYNCNODE_DB_CHANGES_RETAIN": "1000",
                                              "SYNCNODE_API_FOLLOW_BUFFER_BYTES": "2048"}).start()
     try:
         wait_for(lambda: "kv" in node.get("/v1/db")["tables"], 60, "kv was not declared")

@@ -36,12 +36,10 @@ ENV = {"SYNCNODE_RECON_INTERVAL_S": "3600", "SYNCNODE_SDS_RESEND_INTERVAL_S": "3
 NOT_GOSSIP = ("recon_events_fetched_total", "fetch_received_total")
 
 
-def _node(base: Path, name: str, *bootstrap: NodeProcess) -> NodeProcess:
+def _node(base: Path, name: str) -> NodeProcess:
     node = NodeProcess(base / name, env=ENV)
     # A fixed port: the peers redial the restarted node where it was.
     node.listen = f"/ip4/127.0.0.1/tcp/{reusable_port()}"
-    for peer in bootstrap:
-        node.extra_args += ["--bootstrap", peer.listen_addrs[0]]
     return node
 
 
@@ -49,15 +47,14 @@ def _node(base: Path, name: str, *bootstrap: NodeProcess) -> NodeProcess:
 def cluster3(tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[tuple[NodeProcess, NodeProcess, NodeProcess]]:
     """a, b and c, connected, for both tests: each restarts b (a burst then a restart is
-    what it checks, whatever came before); b and c start side by side, c then joins b."""
+    what it checks, whatever came before); the three start side by side, then b and c join a
+    and c joins b (``syncnode join``'s API call)."""
     base = tmp_path_factory.mktemp("restart-gossip")
-    a = _node(base, "a").start()
-    nodes = [a]
+    nodes = start_all([_node(base, name) for name in "abc"])
     try:
-        b, c = _node(base, "b", a), _node(base, "c", a)
-        nodes += [b, c]
-        start_all([b, c])
-        c.post("/v1/peers", {"multiaddr": b.listen_addrs[0]})
+        a, b, c = nodes
+        for joiner, joined in ((b, a), (c, a), (c, b)):
+            joiner.post("/v1/peers", {"multiaddr": joined.listen_addrs[0]})
         yield a, b, c
     finally:
         for node in nodes:

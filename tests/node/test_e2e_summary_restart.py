@@ -1,6 +1,7 @@
 """A node restarts from its saved Recon key store summary (plus newer keys) and still serves
 the right keys: after a SIGKILL between saves, a peer that missed the newest events gets them
-through Recon, which it could not if the restored summary left them out (equal range hashes)."""
+through Recon, which it could not if the restored summary left them out (equal range hashes).
+(a, killed and read from its log, is a node process; its peer b runs in this process.)"""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.cluster import (
+    channel_log,
+    metric,
+    publish_many,
+    start_inproc,
+    start_node,
+    wait_for,
+)
+from tests.harness.procs import NodeApi
 from tests.pg import reset_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -38,11 +46,11 @@ def test_restart_after_sigkill_between_saves_serves_the_right_keys(
     if backend == "postgresql":  # the restarted node's database (the other stays on SQLite)
         reset_postgres(os.environ["SYNCNODE_TEST_PG"])
         a_env["SYNCNODE_STORAGE_URL"] = os.environ["SYNCNODE_TEST_PG"]
-    nodes: list[NodeProcess] = []
+    nodes: list[NodeApi] = []
     try:
         a = start_node(tmp_path, "n0", env=a_env)
         nodes.append(a)
-        b = start_node(tmp_path, "n1", env=NO_PERIODIC, bootstrap=[a])
+        b = start_inproc(tmp_path, "n1", env=NO_PERIODIC, bootstrap=[a])
         nodes.append(b)
         publish_many(a, "general", [f"first {i}" for i in range(FIRST)])
         wait_for(lambda: len(channel_log(b, "general")) == FIRST, 60, "b did not get them")
@@ -58,7 +66,7 @@ def test_restart_after_sigkill_between_saves_serves_the_right_keys(
                                               ("saved", LATER)]
         wait_for(lambda: metric(a, "recon_summary_saves_total") >= 1, 30, "no periodic save")
         # b held the first events only: its range hashes equal a's unless a counts the later.
-        b2 = start_node(tmp_path, "n1", env=NO_PERIODIC, bootstrap=[a])
+        b2 = start_inproc(tmp_path, "n1", env=NO_PERIODIC, bootstrap=[a])
         nodes.append(b2)
         wait_for(lambda: len(channel_log(b2, "general")) == FIRST + LATER, 60,
                  "b did not get the later events")

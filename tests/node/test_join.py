@@ -1,5 +1,7 @@
 """``join`` dials the address it is given, checks the peer id there, and stores only what worked;
-``/dns4`` addresses resolve; ``peers forget`` drops a peer for good."""
+``/dns4`` addresses resolve; ``peers forget`` drops a peer for good. (The CLI under test runs
+as a process; the nodes run in this process, B's restarts being clean stops and starts on its
+data dir.)"""
 
 from __future__ import annotations
 
@@ -10,15 +12,16 @@ from pathlib import Path
 import pytest
 
 from tests.harness.cluster import metric, wait_for
-from tests.harness.procs import NodeProcess, start_all
+from tests.harness.inproc import InProcessNode
+from tests.harness.procs import start_all
 from tests.node.test_cli_errors import assert_one_error
 
 
-def _connected(node: NodeProcess) -> set[str]:
+def _connected(node: InProcessNode) -> set[str]:
     return {p["peer_id"] for p in node.get("/v1/peers")["connected"]}
 
 
-def _wait_connected(node: NodeProcess, peer_id: str, timeout: float = 30.0) -> bool:
+def _wait_connected(node: InProcessNode, peer_id: str, timeout: float = 30.0) -> bool:
     try:
         wait_for(lambda: peer_id in _connected(node), timeout, "not connected")
     except AssertionError:
@@ -28,7 +31,7 @@ def _wait_connected(node: NodeProcess, peer_id: str, timeout: float = 30.0) -> b
 
 @pytest.mark.timeout(240)
 def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> None:
-    a, b, c = start_all([NodeProcess(tmp_path / name) for name in "abc"])
+    a, b, c = start_all([InProcessNode(tmp_path / name) for name in "abc"])
     try:
         _join_then_forget(tmp_path, a, b, c)
     finally:  # whatever failed: no node left behind
@@ -36,7 +39,7 @@ def test_join_checks_the_address_and_stores_only_what_worked(tmp_path: Path) -> 
             node.terminate()
 
 
-def _join_then_forget(tmp_path: Path, a: NodeProcess, b: NodeProcess, c: NodeProcess) -> None:
+def _join_then_forget(tmp_path: Path, a: InProcessNode, b: InProcessNode, c: InProcessNode) -> None:
     try:
         a_port = a.listen_addrs[0].split("/")[4]
         c_port = c.listen_addrs[0].split("/")[4]
@@ -57,7 +60,7 @@ def _join_then_forget(tmp_path: Path, a: NodeProcess, b: NodeProcess, c: NodePro
     finally:
         b.terminate()
     # After a restart B redials the last address that worked (the /dns4 one), not a bad one.
-    b2 = NodeProcess(tmp_path / "b").start()
+    b2 = InProcessNode(tmp_path / "b").start()
     try:
         assert _wait_connected(b2, a.peer_id), b2.log_tail()
         forget = b2.cli("peers", "forget", a.peer_id)
@@ -74,7 +77,7 @@ def _join_then_forget(tmp_path: Path, a: NodeProcess, b: NodeProcess, c: NodePro
     finally:
         b2.terminate()
     # Forgotten for good: after another restart B neither knows nor dials A.
-    b3 = NodeProcess(tmp_path / "b").start()
+    b3 = InProcessNode(tmp_path / "b").start()
     try:
         time.sleep(2.0)
         peers = json.loads(b3.cli("peers", "--json").stdout)

@@ -1,5 +1,5 @@
-"""The metrics a peer's behaviour moves, each driven over real libp2p against real node
-processes and read from their ``/metrics``. A crafted peer (a real py-libp2p host in this
+"""The metrics a peer's behaviour moves, each driven over real libp2p against real nodes
+(in this process) and read from their ``/metrics``. A crafted peer (a real py-libp2p host in this
 process that signs real SDS messages) asks the node for an event by id, sends an event twice,
 leaves gaps for the node to fetch by id and answers those fetches well, not at all, with a
 reset and with too much; holds a message of the node's in its bloom filter only; sends an
@@ -43,12 +43,11 @@ from tests.harness.cluster import (
     metric,
     preset_identity,
     start_inproc,
-    start_node,
     until,
     wait_for,
 )
 from tests.harness.hostile import recon_and_answer
-from tests.harness.procs import NodeApi, NodeProcess
+from tests.harness.procs import NodeApi
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 READ_TIMEOUT_S = 5
@@ -320,7 +319,7 @@ async def _drive(a: NodeApi, seed: str) -> None:
 BURST_HOSTS = 12
 
 
-async def _connection_bursts(node: NodeProcess, rounds: int) -> None:
+async def _connection_bursts(node: NodeApi, rounds: int) -> None:
     """Rounds of BURST_HOSTS real hosts that connect at once and leave together."""
     for _ in range(rounds):
         if await trio.to_thread.run_sync(metric, node, "p2p_peer_events_dropped_total") > 0:
@@ -341,7 +340,7 @@ async def _connection_bursts(node: NodeProcess, rounds: int) -> None:
 
 def test_connection_notices_beyond_the_queue_are_dropped_and_counted(tmp_path: Path) -> None:
     # A queue of one notice per watching service: a burst of connections overflows it.
-    node = start_node(tmp_path, "a", env={"SYNCNODE_P2P_PEER_EVENT_QUEUE": "1"})
+    node = start_inproc(tmp_path, "a", env={"SYNCNODE_P2P_PEER_EVENT_QUEUE": "1"})
     try:
         assert metric(node, "p2p_peer_events_dropped_total") == 0
         trio.run(_connection_bursts, node, 10)

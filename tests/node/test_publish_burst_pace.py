@@ -1,8 +1,9 @@
 """A local burst on the default settings does not read as a flood at the node's peers.
 
-Three ``syncnode publish --lines`` bursts of 5,000 events, 12 s apart, each as fast as the API
-takes it: the receiver's default gossip budget for one publisher is 1,000 events/s in bursts of
-5,000, and a publisher over its own budget is banned. The SDS resends of a burst (due after
+Three ``syncnode publish --lines`` bursts of 5,000 events, each as fast as the API takes it,
+the next one starting as the last one's resends fall due (at most 12 s after it): the
+receiver's default gossip budget for one publisher is 1,000 events/s in bursts of 5,000, and a
+publisher over its own budget is banned. The SDS resends of a burst (due after
 ``sds.resend_interval_s``, 10 s, while the receiver acknowledges by its sync messages every
 ~30 s) fall on the next burst: unpaced, the publisher went over and was banned for 60 s, then
 120 s. The publisher keeps all its gossip to 80 % of that budget (``sync.gossip.GossipPace``),
@@ -20,11 +21,24 @@ import pytest
 from tests.conftest import ROOT
 from tests.harness.burst import events_held, on_defaults
 from tests.harness.cluster import metric, wait_for
-from tests.harness.procs import start_all
+from tests.harness.procs import NodeApi, start_all
 
 pytestmark = pytest.mark.slow
 
 BURSTS, BURST, GAP_S = 3, 5000, 12.0
+RESEND_INTERVAL_S = 10.0  # sds.resend_interval_s's default
+
+
+def _until_the_resends(node: NodeApi, burst_started: float) -> None:
+    """Return once ``node`` resends, and the burst it started at ``burst_started`` is due for
+    resending (one resend interval after its first sends), or at the latest GAP_S from now
+    (its peer's sync message may have acknowledged the burst first)."""
+    resent, started = metric(node, "sds_resends_total"), time.monotonic()
+    wait_for(lambda: (metric(node, "sds_resends_total") > resent
+                      and time.monotonic() >= burst_started + RESEND_INTERVAL_S)
+             or time.monotonic() >= started + GAP_S, GAP_S + 30, "the gap did not end")
+    print(f"gap {time.monotonic() - started:.1f} s, "
+          f"resends: {metric(node, 'sds_resends_total') > resent}")
 
 
 def test_a_burst_of_publishes_is_paced_not_banned(tmp_path: Path) -> None:
@@ -34,11 +48,13 @@ def test_a_burst_of_publishes_is_paced_not_banned(tmp_path: Path) -> None:
         a, b = nodes
         b.post("/v1/peers", {"multiaddr": a.listen_addrs[0]})
         wait_for(lambda: len(b.get("/v1/peers")["connected"]) >= 1, 60, "b did not connect")
+        burst_started = 0.0
         for burst in range(BURSTS):
-            if burst:
-                time.sleep(GAP_S)  # the schedule under test: the next burst meets the resends
+            if burst:  # the schedule under test: the next burst meets the last one's resends
+                _until_the_resends(a, burst_started)
             lines = tmp_path / f"burst{burst}.txt"
             lines.write_text("".join(f"burst {burst} event {i:06d}\n" for i in range(BURST)))
+            burst_started = time.monotonic()
             subprocess.run(a.cli_command("publish", "general", "--lines", str(lines)), cwd=ROOT,
                            env=a.cli_env(), check=True, stdout=subprocess.DEVNULL, timeout=300)
         wait_for(lambda: events_held(b) >= BURSTS * BURST, 180, "b did not take in every burst")

@@ -1,5 +1,6 @@
 """``snapshot rebuild --wait`` and ``snapshot status`` explain what a build left out, and why.
-(The events are published through the API: the CLI under test is ``snapshot``'s.)"""
+(The events are published through the API: the CLI under test is ``snapshot``'s. The node runs
+in this process; its Spark jobs and the CLI run as processes.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness.cluster import publish_many
-from tests.harness.procs import NodeProcess
+from tests.harness.inproc import InProcessNode
 
 
 @pytest.mark.slow
@@ -21,7 +22,7 @@ from tests.harness.procs import NodeProcess
 def test_rebuild_right_after_publishing_says_what_waits_and_until_when(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[spark]\nmaster = "local[1]"\npartitions = 1\ndriver_memory = "512m"\n')
-    node = NodeProcess(tmp_path / "n", config=config).start()
+    node = InProcessNode(tmp_path / "n", config=config).start()
     try:
         publish_many(node, "general", [f"event {i}" for i in range(3)], threads=1)
         # Not a terminal: a line per phase, not one per poll.
@@ -59,7 +60,7 @@ def test_rebuild_progress_follows_the_phases_and_an_unchanged_log_answers_at_onc
     config = tmp_path / "c.toml"
     config.write_text('[spark]\nmaster = "local[1]"\npartitions = 1\ndriver_memory = "512m"\n'
                       "period_ms = 1000\nsettle_ms = 0\n")
-    node = NodeProcess(tmp_path / "n", config=config).start()
+    node = InProcessNode(tmp_path / "n", config=config).start()
     try:
         publish_many(node, "general", [f"event {i}" for i in range(5)], threads=1)
         time.sleep(1.2)  # the events' one-second periods close (settle_ms = 0)

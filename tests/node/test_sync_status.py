@@ -1,7 +1,9 @@
-"""Sync status with real node processes on the default settings: a node that was offline while
-its peer published a few thousand events restarts, says it is behind (per peer and in total,
-in ``/v1/status``, ``status`` and ``peers``), then in sync; ``status --wait-synced`` returns
-once it holds every event, and says what it waits for when it gives up."""
+"""Sync status with real nodes on the default settings: a node that was offline while its peer
+published a few thousand events restarts, says it is behind (per peer and in total, in
+``/v1/status``, ``status`` and ``peers``), then in sync; ``status --wait-synced`` returns once
+it holds every event, and says what it waits for when it gives up. (The nodes run in this
+process, a restart being a clean stop and start on the node's data dir; the CLI under test
+runs as a process.)"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.harness.cluster import wait_for
-from tests.harness.procs import NodeProcess
+from tests.harness.inproc import InProcessNode
 
 EVENTS = 10_000  # enough that the catch-up lasts longer than a few polls
 GAUGE = "syncnode_sync_behind_events"
@@ -27,14 +29,14 @@ def gauge(text: str) -> float | None:
                  if line.startswith(GAUGE + " ")), None)
 
 
-def sync_of(node: NodeProcess) -> dict[str, Any]:
+def sync_of(node: InProcessNode) -> dict[str, Any]:
     return dict(node.get("/v1/status")["sync"])
 
 
 class Watcher:
     """Polls a node's ``/v1/status`` in a thread and keeps every sync state it saw."""
 
-    def __init__(self, node: NodeProcess) -> None:
+    def __init__(self, node: InProcessNode) -> None:
         self.node = node
         self.seen: list[dict[str, Any]] = []
         self.gauges: list[float | None] = []
@@ -71,8 +73,8 @@ def test_a_restarted_node_says_it_is_behind_then_in_sync_and_wait_synced_returns
     # b, the node under test, runs the default settings (no fast timers). a does not resend
     # its unacknowledged events (SDS resends, a second way back for them, race b's first Recon
     # round: when they win, b holds everything before Recon could tell it was behind).
-    a = NodeProcess(tmp_path / "a", env={"SYNCNODE_SDS_MAX_RESENDS": "0"}).start()
-    b = NodeProcess(tmp_path / "b", "--bootstrap", a.listen_addrs[0])
+    a = InProcessNode(tmp_path / "a", env={"SYNCNODE_SDS_MAX_RESENDS": "0"}).start()
+    b = InProcessNode(tmp_path / "b", "--bootstrap", a.listen_addrs[0])
     try:
         b.start()
         wait_for(lambda: sync_of(b)["state"] == "in_sync", 60, "b never in sync with a")
