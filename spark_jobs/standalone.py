@@ -41,7 +41,7 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: flo
             raise RuntimeError(f"{proc.args!r} exited: {path.read_text(errors='replace')[-2000:]}")
         if path.read_text(errors="replace").count(text) >= count:
             return
-        time.sleep(0.5)
+        time.sleep(0.1)  # a few reads of a short log file: each wait ends near its line
     raise TimeoutError(f"{text!r} not seen {count} times in {path}")
 
 

@@ -24,6 +24,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 ROOT = Path(__file__).resolve().parent.parent
 TESTDATA = ROOT / "tests" / "testdata"
 
+# Every JVM a test starts (Spark sessions, the jobs' drivers, a standalone master, worker and
+# its executors, inherited through the environment) lives seconds on a few thousand events:
+# the C2 compiler and the parallel collector's threads only burn the 2 cores there. C1 alone
+# and the serial collector start and warm such a JVM faster (about 2 s of 11 per session
+# measured); results do not depend on them. Benchmarks run outside the tests keep the JVM's
+# defaults; ``SYNCNODE_TEST_JAVA_OPTIONS=""`` restores them in tests too.
+TEST_JAVA_OPTIONS = os.environ.get("SYNCNODE_TEST_JAVA_OPTIONS",
+                                   "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+if TEST_JAVA_OPTIONS:
+    os.environ["JDK_JAVA_OPTIONS"] = " ".join(
+        filter(None, (os.environ.get("JDK_JAVA_OPTIONS", ""), TEST_JAVA_OPTIONS)))
+
 
 @pytest.fixture(scope="session")
 def testdata() -> Path:

@@ -179,17 +179,18 @@ def test_bootstrap_and_pull_commands(built: Path, template_db: Path, tmp_path: P
 def test_bootstrapped_node_pulls_only_the_rest_through_recon(
         built: Path, template_db: Path, tmp_path: Path) -> None:
     """A node bootstrapped from the snapshot, started against a node that has moved on, fetches
-    exactly the events the snapshot lacks (it hears no gossip) and ends with the same log."""
+    exactly the events the snapshot lacks (it hears no gossip) and ends with the same log.
+    Both nodes run in this process (the test is about the snapshot and Recon, not processes)."""
     import shutil
 
     from node.cli import snapshot as cli_snapshot
-    from tests.harness.cluster import channel_log, metric, publish_many, start_node, wait_for
+    from tests.harness.cluster import channel_log, metric, publish_many, start_inproc, wait_for
 
     env = {"SYNCNODE_NODE_NETWORK_ID": str(NETWORK_ID),
            "SYNCNODE_P2P_CHANNELS": ",".join(SPEC.channels)}
     (tmp_path / "source").mkdir()
     shutil.copyfile(template_db, tmp_path / "source" / "syncnode.db")
-    source = start_node(tmp_path, "source", env=env)
+    source = start_inproc(tmp_path, "source", env=env)
     fresh = None
     try:
         extra = publish_many(source, "general", [f"after the snapshot {k}" for k in range(60)])
@@ -198,7 +199,7 @@ def test_bootstrapped_node_pulls_only_the_rest_through_recon(
         assert cli_snapshot.main(["bootstrap", "--from-snapshot", str(built),
                                   "--data-dir", str(tmp_path / "fresh"), "--config", str(config),
                                   "--signer", next(iter(snapshot_rules().signers))]) == 0
-        fresh = start_node(tmp_path, "fresh", bootstrap=[source], env={
+        fresh = start_inproc(tmp_path, "fresh", bootstrap=[source], env={
             **env, "SYNCNODE_P2P_TEST_DROP_INCOMING_GOSSIP": "1.0",
             "SYNCNODE_RECON_GOSSIP_GRACE_S": "0"})
 
