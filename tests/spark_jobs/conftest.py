@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from sqlalchemy import select
 
+from node.snapshots.scheduler import SnapshotScheduler
 from node.snapshots.trust import LoadRules
 from spark_jobs.source import build_session
 from spark_jobs.testlog import LogSpec, build_log, test_key
@@ -113,3 +115,15 @@ def snapshot_rules() -> LoadRules:
     node key of ``node_key_file`` and the plain writer's), this log's channels, now."""
     return LoadRules.open([peer_id_of(test_key("snapshot-node", 0))], SPEC.channels,
                           time.time())
+
+
+async def run_triggered(scheduler: SnapshotScheduler, timeout_s: float) -> dict[str, Any] | None:
+    """One run of ``scheduler``'s jobs, started by hand (``trigger``), as the API starts one:
+    its outcome, or ``TooSlowError`` after ``timeout_s``."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scheduler.run)
+        with trio.fail_after(timeout_s):
+            scheduler.trigger()
+            last = await scheduler.wait_finished()
+        nursery.cancel_scope.cancel()
+    return last

@@ -18,7 +18,7 @@ from node.snapshots.job_process import JobCommand
 from node.snapshots.scheduler import SnapshotJobConfig, SnapshotScheduler, job_commands
 from spark_jobs import rehash
 from spark_jobs.standalone import SPARK_HOME, standalone_cluster
-from tests.spark_jobs.conftest import NETWORK_ID
+from tests.spark_jobs.conftest import NETWORK_ID, run_triggered
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +51,7 @@ def test_rehash_on_a_standalone_cluster_matches_local(
         [JobCommand(job.name, (*job.argv, "--report", str(report_file)))],
         env={**os.environ, "SPARK_HOME": str(SPARK_HOME)}, clock=SystemClock())
 
-    async def run_once() -> dict[str, Any] | None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(scheduler.run)
-            with trio.fail_after(480):
-                scheduler.trigger()
-                last = await scheduler.wait_finished()
-            nursery.cancel_scope.cancel()
-        return last
-
-    last = trio.run(run_once)
+    last = trio.run(run_triggered, scheduler, 480)
     assert last is not None and last["ok"], last
     (outcome,) = last["jobs"]
     # The job's last stdout line is its result: ok, over every event of the log.

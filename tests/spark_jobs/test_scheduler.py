@@ -123,13 +123,10 @@ def test_hourly_runs_on_the_mock_clock() -> None:
 
 @pytest.mark.trio
 async def test_a_hung_job_is_killed_after_its_timeout() -> None:
+    from tests.spark_jobs.conftest import run_triggered
+
     scheduler = SnapshotScheduler([_job(delay=30)], timeout_s=0.5, clock=SystemClock())
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(scheduler.run)
-        with trio.fail_after(30):
-            scheduler.trigger()
-            last = await scheduler.wait_finished()
-        nursery.cancel_scope.cancel()
+    last = await run_triggered(scheduler, 30)
     assert last is not None and not last["ok"] and "killed" in last["jobs"][0]["error"]
 
 
@@ -189,18 +186,13 @@ async def test_scheduler_runs_the_real_snapshot_job(tmp_path: Path, template_db:
 
     db = tmp_path / "node.db"
     shutil.copyfile(template_db, db)
-    from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS
+    from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, run_triggered
 
     cfg = SnapshotJobConfig(db_url=f"sqlite:///{db}", data_dir=str(node_key_file.parent),
                             network_id=NETWORK_ID, snapshot_dir=str(tmp_path / "snap"),
                             master="local[2]", partitions=2, period_ms=PERIOD_MS, settle_ms=0)
     scheduler = SnapshotScheduler(job_commands(cfg), clock=SystemClock())
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(scheduler.run)
-        with trio.fail_after(280):
-            scheduler.trigger()
-            last = await scheduler.wait_finished()
-        nursery.cancel_scope.cancel()
+    last = await run_triggered(scheduler, 280)
     assert last is not None and last["ok"], last
     (snap,) = last["jobs"]
     # The template log is old and quiet: by the wall clock every period has settled.
