@@ -34,8 +34,10 @@ def test_nat_lets_out_and_drops_in(internet: Internet) -> None:
     inside = internet.add_home_host(home)
     neighbour = internet.add_home_host(home)
     other = internet.add_home_host(internet.add_home())
-    servers = [subprocess.Popen(["ip", "netns", "exec", h.ns, "python3", "-c", _SERVE])
-               for h in (pub, inside)]
+    # A listener on the router too: without one, a connection to its WAN address is refused
+    # whether or not the NAT drops it, and the two inbound checks below could not fail.
+    servers = [subprocess.Popen(["ip", "netns", "exec", ns, "python3", "-c", _SERVE])
+               for ns in (pub.ns, inside.ns, internet.routers[home])]
     try:
         time.sleep(0.5)
         # Side by side: a dropped connection attempt waits out its whole timeout (2 s).
