@@ -7,7 +7,7 @@ import pytest
 import trio
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from node.store.events import EventStore
 from storage import (
@@ -42,6 +42,24 @@ def test_migration_from_empty_matches_schema(db_url: str) -> None:
     assert current_revision(engine) == head_revision()
     upgrade(engine)  # idempotent
     with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(ctx, metadata) == []
+    engine.dispose()
+
+
+def test_a_database_stamped_with_0007s_first_id_is_restamped_not_migrated_again(
+        db_url: str) -> None:
+    # Revision 0007 first shipped as "0007_" plus a suffix; such a database holds 0007's schema.
+    engine = make_engine(db_url)
+    upgrade(engine, "0007")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0007_old'"))
+        conn.execute(text("INSERT INTO crdt_changes (table_name, entity_id, kind, lamport, "
+                          "sender, at) VALUES ('t', 'e', 'upsert', 1, 's', 1)"))
+    upgrade(engine)
+    assert current_revision(engine) == head_revision()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM crdt_changes")).scalar() == 1
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(ctx, metadata) == []
     engine.dispose()

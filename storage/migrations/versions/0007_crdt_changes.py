@@ -5,7 +5,7 @@ applies the writes, so a change id, once seen, survives a restart and ``?since=I
 exactly after it. SQLite's AUTOINCREMENT keeps ids from being reused after old ones are
 pruned (``db.changes_retain``).
 
-Revision ID: 0007_h29b
+Revision ID: 0007
 Revises: 0006
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_h29b"
+revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
