@@ -32,9 +32,9 @@ Measurements (docs/network.md "Measured"):
 
 ``--quick`` (under 5 minutes) shortens nothing that has a target except the waits; ``--smoke``
 (for ``make test``) runs the internet steps on a miniature (1 public node, 2 homes of one node,
-3 s partition, short waits polled every 0.1 s, a 5-s dial timeout, no newcomer) and 20 churn
-cycles, leaves out steps 1 and 5 (their keys, and ``mesh_s``, are null), writes its JSON to a
-temp file and exits 1 when a step failed to run.
+3 s partition, short waits, no newcomer) and 20 churn cycles, leaves out steps 1 and 5 (their
+keys, and ``mesh_s``, are null),
+writes its JSON to a temp file and exits 1 when a step failed to run.
 The last line of stdout is the JSON result, also written to docs/bench/net.json (full/quick).
 Needs root (network namespaces) and nftables (scripts/setup_net.sh).
 """
@@ -48,8 +48,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,6 @@ from tests.net.netns import Internet  # noqa: E402
 from tests.net.nodes import NetNode  # noqa: E402
 from tests.net.world import (  # noqa: E402
     NET_ENV,
-    QUICK_DIAL,
     World,
     build_world,
     direct_group,
@@ -94,18 +93,13 @@ class Plan:
     # direct_fraction is read direct_wait_s after the start (a point in a node's life); the
     # smoke reads it as soon as every pair is direct instead (its figure is not judged).
     direct_early: bool = False
-    # How often a wait asks the nodes again (the smoke: sooner, its steps are seconds long).
-    poll_s: float = 0.5
-    # Settings of the internet steps' nodes beyond NET_ENV (the smoke: a home finds itself
-    # private a 5-s dial timeout after asking, not the default 10 s).
-    env: Mapping[str, str] = field(default_factory=dict)
 
 
 FULL = Plan()
 QUICK = Plan(mesh_wait_s=40.0, converge_wait_s=90.0, relay_events=100)
 SMOKE = Plan(publics=1, homes=2, per_home=1, mesh_wait_s=15.0, direct_wait_s=10.0,
              partition_s=3.0, converge_wait_s=30.0, relay_events=10, churn_cycles=20,
-             mesh_target=2, direct_early=True, poll_s=0.1, env=QUICK_DIAL)
+             mesh_target=2, direct_early=True)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.5) -> float | None:
@@ -163,17 +157,15 @@ def direct_fraction(world: World) -> tuple[float, int, int]:
 
 def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
     with Internet() as internet, build_world(internet, base / "inet", publics=plan.publics,
-                                             homes=plan.homes, per_home=plan.per_home,
-                                             env=dict(plan.env)) as world:
+                                             homes=plan.homes, per_home=plan.per_home) as world:
         started = time.monotonic()
         join_one_public(world)
         want = min(plan.mesh_target, len(world.nodes) - 1)
         result["group_mesh_s"] = wait_until(
-            lambda: all(connections(n) >= want for n in world.nodes), plan.mesh_wait_s,
-            plan.poll_s)
+            lambda: all(connections(n) >= want for n in world.nodes), plan.mesh_wait_s)
         left = max(0.0, plan.direct_wait_s - (time.monotonic() - started))
         if plan.direct_early:
-            wait_until(lambda: direct_fraction(world)[0] == 1.0, left, plan.poll_s)
+            wait_until(lambda: direct_fraction(world)[0] == 1.0, left)
         else:
             time.sleep(left)
         fraction, direct, pairs = direct_fraction(world)
@@ -187,7 +179,7 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
             try:
                 newcomer.join(world.public[0].address)
                 result["mesh_s"] = wait_until(lambda: connections(newcomer) >= want,
-                                              plan.mesh_wait_s, plan.poll_s)
+                                              plan.mesh_wait_s)
             finally:
                 newcomer.kill()
         # Scenario 3 as the issue writes it: a home's uplink down while the public nodes run.
@@ -197,20 +189,18 @@ def internet_steps(base: Path, plan: Plan, result: dict[str, Any]) -> None:
                      if cut_home in (a.host.home, b.host.home)]
         again = wait_until(lambda: all(world.paths(a).get(b.peer_id) == "direct"
                                        for a, b in cut_pairs),
-                           plan.direct_wait_s + plan.converge_wait_s, plan.poll_s)
+                           plan.direct_wait_s + plan.converge_wait_s)
         result["direct_after_heal_s"] = (
             None if again is None else round(time.monotonic() - healed_at, 2))
         # Scenario 2's loss of every public node, once the home nodes' direct connections join
         # them all again (the cut-off home came back through relays: it must re-punch first).
         result["direct_again_s"] = wait_until(
-            lambda: direct_group(world), plan.direct_wait_s + plan.converge_wait_s,
-            plan.poll_s)
+            lambda: direct_group(world), plan.direct_wait_s + plan.converge_wait_s)
         for node in world.public:
             node.kill()
         publish_many(world.home[0], CHANNEL, ["after-public-loss"])
         result["survives_public_loss"] = wait_until(
-            lambda: logs_identical(world.home, CHANNEL, 11), plan.converge_wait_s,
-            plan.poll_s) is not None
+            lambda: logs_identical(world.home, CHANNEL, 11), plan.converge_wait_s) is not None
 
 
 def partition_heal(internet: Internet, world: World, plan: Plan, tag: str,
@@ -227,7 +217,7 @@ def partition_heal(internet: Internet, world: World, plan: Plan, tag: str,
     internet.set_uplink(cut.host.home or 0, up=True)
     healed_at = time.monotonic()
     return wait_until(lambda: logs_identical(world.home, CHANNEL, expected),
-                      plan.converge_wait_s, plan.poll_s), healed_at
+                      plan.converge_wait_s), healed_at
 
 
 def relay_cost(base: Path, plan: Plan) -> float | None:

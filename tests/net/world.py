@@ -34,10 +34,10 @@ NET_ENV = {
     "SYNCNODE_REACHABILITY_NETWORK_PREFIX_V4": "32",
     "SYNCNODE_REACHABILITY_RELAY_SHARE_PREFIX_V4": "32",
 }
-# For the tests and the net bench's smoke (its measured runs keep the default): a dial-back to
-# an address behind NAT fails only when its dial times out, so a home node finds itself private
-# a dial timeout after asking (10 s by default). A dial that gets through here takes
-# milliseconds (5 s leaves a loaded machine's handshakes a wide margin).
+# For the tests (the net bench keeps the default): a dial-back to an address
+# behind NAT fails only when its dial times out, so a home node finds itself private a dial
+# timeout after asking (10 s by default). A dial that gets through here takes milliseconds (5 s
+# leaves a loaded machine's handshakes a wide margin).
 QUICK_DIAL = {"SYNCNODE_P2P_DIAL_TIMEOUT_S": "5"}
 
 
