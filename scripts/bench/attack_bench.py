@@ -42,7 +42,7 @@ pings, mesh squatters), each on fresh nodes of its own, at the end.
 whose publish was answered by an honest node's API and that are missing from any node's log at
 the end. The last line is the JSON result, also written to docs/bench/attack.json
 (``--smoke``: tiny sizes and short pauses, attack 10 and attacks 12-17 (on in-process nodes)
-beside the others, to a temporary file instead).
+beside the others, attack 9 beside 11, to a temporary file instead).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import multiprocessing
 import os
 import shutil
 import sqlite3
@@ -57,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,7 @@ ENV = {"SYNCNODE_RECON_SESSION_TIMEOUT_S": "6", "SYNCNODE_BLOCKS_ENABLED": "true
 # keys, gossip cache wait s, flood publishes).
 SIZES = {"full": (20, 120, 100, 150, 300, 300, 12, 200),
          "quick": (8, 60, 30, 60, 300, 300, 12, 100),
-         "smoke": (1, 6, 5, 5, 20, 30, 0.5, 20)}
+         "smoke": (1, 6, 2, 5, 20, 30, 0.5, 20)}
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class Pauses:
 
 PAUSES = {"full": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0, 15.0),
           "quick": Pauses(8.0, 3.0, 1.0, 2.0, 2.0, 0.0, 15.0),
-          "smoke": Pauses(2.0, 0.5, 0.3, 0.0, 0.0, 0.05, 8.0)}
+          "smoke": Pauses(1.0, 0.5, 0.3, 0.0, 0.0, 0.2, 8.0)}
 
 
 def signed(key: Ed25519PrivateKey, lamport: int, content: bytes, channel: str = "general",
@@ -287,6 +288,7 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
     rows: list[tuple[str, str, str]] = []
     nodes: list[NodeProcess] = []
     beside: ThreadPoolExecutor | None = None
+    beside_procs: ProcessPoolExecutor | None = None
     later: tuple[Future[tuple[dict[str, Any], list[tuple[str, str, str]]]], ...] = ()
     snapshots_later: Future[tuple[bool, str]] | None = None
     (baseline_s, big_count, fresh, waiting, sync_count, withheld_count, cache_s,
@@ -307,10 +309,13 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         if size == "smoke":
             # Attacks 12-17 use fresh nodes of their own, none of a, b and v, and attack 10
             # bootstraps fresh data dirs: the smoke runs them beside the others (the full
-            # size after them, alone on the machine).
-            beside = ThreadPoolExecutor(3)
-            later = (beside.submit(px_attacks, base / "px", size),
-                     beside.submit(reach_attacks, base / "reach", size))
+            # size after them, alone on the machine). 12-17's nodes run in processes of their
+            # own: in this one they would share its GIL with the attacks driven from here.
+            beside_procs = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(
+                "forkserver"))
+            later = (beside_procs.submit(px_attacks, base / "px", size),
+                     beside_procs.submit(reach_attacks, base / "reach", size))
+            beside = ThreadPoolExecutor(1)
             snapshots_later = beside.submit(poisoned_snapshot, base / "snapshots")
         peak = Peak(v)
         acked: list[str] = []
@@ -354,8 +359,13 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         # The pair has settled its table's owner (the full size is long past it by now).
         time.sleep(max(0.0, up + pauses.db_settle - time.monotonic()))
         joined = time.monotonic()
-        v.cli("join", a.listen_addrs[0])
-        v.cli("join", b.listen_addrs[0])
+        joins = [functools.partial(v.cli, "join", n.listen_addrs[0]) for n in (a, b)]
+        if size == "smoke":  # both CLI processes at once (their start-ups overlap)
+            with ThreadPoolExecutor(len(joins)) as pool:
+                list(pool.map(lambda join: join(), joins))
+        else:
+            for join in joins:
+                join()
         catchup = None
         deadline = joined + 120
         while time.monotonic() < deadline:
@@ -483,13 +493,22 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
         # settled on its own declaration of the seeded table (its own owner).
         # Attack 9 waits until db.settle_ms after the pair first saw the table (their start):
         # long past by now at every size.
-        taken, seen = table_takeover([a, b], 20, max(0.0, up + pauses.db_settle
-                                                     - time.monotonic()), gossip_with(gossip))
+        takeover = functools.partial(
+            table_takeover, [a, b], 20, max(0.0, up + pauses.db_settle - time.monotonic()),
+            gossip_with(gossip))
+        flood = functools.partial(recon_flood_p99_ms, v, 10, flood_publishes)
+        if size == "smoke":  # 9 on the honest pair beside 11 on the victim
+            with ThreadPoolExecutor(2) as pool:
+                taking, flooding = pool.submit(takeover), pool.submit(flood)
+                (taken, seen), (flood_p99, flood_seen) = taking.result(), flooding.result()
+        else:
+            taken, seen = takeover()
         rows.append(("9 table takeover", "backdated declaration, since 0", seen))
         loaded, codes = (snapshots_later.result() if snapshots_later is not None
                          else poisoned_snapshot(base / "snapshots"))
         rows.append(("10 poisoned snapshots", "untrusted signer; a year ahead", codes))
-        flood_p99, flood_seen = recon_flood_p99_ms(v, 10, flood_publishes)
+        if size != "smoke":
+            flood_p99, flood_seen = flood()
         rows.append(("11 recon flood, 10 identities", "60,000 made-up ranges a message",
                      flood_seen))
         # 12-13: issue 38's (attack_px.py)
@@ -548,6 +567,8 @@ def run(size: str, spy_dir: Path | None = None) -> dict[str, Any]:
             node.kill()
         if beside is not None:
             beside.shutdown(wait=True)
+        if beside_procs is not None:
+            beside_procs.shutdown(wait=True)
         shutil.rmtree(base, ignore_errors=True)
     print(f"{'attack':<32} {'what':<48} outcome")
     for name, what, outcome in rows:

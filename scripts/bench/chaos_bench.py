@@ -17,11 +17,12 @@ publishes on random live nodes:
 - ``public_leave`` (once, at 45 % of the run): the first public node, the one everyone joined,
   stops for good; ``public_join`` (once, at 60 %): a new public node joins the second one.
 
-After each restart, once the node is connected again (and 2 s for GossipSub's heartbeat to graft
-it into the mesh), it publishes one probe event: the seconds until every other live node that was
-in the group then stored it are ``restart_gossip_s`` (a restarted node's gossip must not be taken
-for duplicates; a node that joined later took the probe in with its first catch-up). After
-every fault the run waits until every live node holds every acknowledged event.
+After each restart, once the node is connected again (and 2 s, the smoke 0.5 s, for GossipSub's
+heartbeat to graft it into the mesh), it publishes one probe event: the seconds until every other
+live node that was in the group then stored it are ``restart_gossip_s`` (a restarted node's
+gossip must not be taken for duplicates; a node that joined later took the probe in with its
+first catch-up). After every fault the run waits until every live node holds every acknowledged
+event.
 
 Invariants and figures (the JSON keys):
 - ``acked_lost``: acknowledged events missing from a live node's log at the end (target 0);
@@ -116,6 +117,9 @@ class Plan:
     # A steady event counts towards live_p99_ms if published this long before its quiet gap
     # ended (its deliveries fall in the gap too).
     live_margin_s: float = 5.0
+    # A restarted node publishes its probe this long after it holds its connections again
+    # (for GossipSub's heartbeat to graft it into the mesh).
+    probe_after_s: float = 2.0
 
 
 FULL = Plan()
@@ -128,7 +132,8 @@ SMOKE = Plan(publics=2, homes=2, duration_s=5.0, gap_s=(1.0, 1.5), down_s=(0.5, 
              cut_s=(1.0, 1.5), kill_after_s=(0.3, 0.8), burst=400, batch=100,
              steady_every_s=0.25, converge_wait_s=120.0, direct_wait_s=30.0,
              catchup_min_events=50, rss_warmup_s=2.0, rss_min_s=8.0,
-             first=("burst_kill", "uplink_cut"), poll_s=0.25, live_margin_s=0.5)
+             first=("burst_kill", "uplink_cut"), poll_s=0.25, live_margin_s=0.5,
+             probe_after_s=0.5)
 
 
 @dataclass
@@ -204,7 +209,7 @@ class Chaos:
         fault.restart_wall_ms = int(time.time() * 1000)
         want = max(1, min(before, len(self.group.live()) - 1))
         _wait(lambda: len(self.group.connections(member)) >= want, 60, self.plan.poll_s)
-        time.sleep(2.0)
+        time.sleep(self.plan.probe_after_s)
         acks = self.group.publish(member, [f"probe after {fault.kind} of {member.name}"])
         fault.probe = acks[0].message_id if acks else ""
 

@@ -133,6 +133,8 @@ class Plan:
     # (CPU time, fetches), for the work that follows an arrival (acknowledgements, sessions
     # ending).
     tail_s: float = 2.0
+    # Processes of each cluster (the smoke: fewer, each a start-up of seconds of imports).
+    nodes: int = NODES
 
 
 # Quick climbs like the full plan, until a step fails (then bisects once), so both clusters
@@ -146,7 +148,7 @@ QUICK = Plan(duration_s=3, start_rate=20, factor=2.0, refine=1, max_steps=10, se
 SMOKE = Plan(duration_s=1, start_rate=2, factor=2.0, refine=0, max_steps=1, settle_s=5,
              catchup_events=500, catchup_timeout_s=120, ramp_budget_s=1, cpu_duration_s=1,
              cpu_rate=10, batch_start_rate=50, batch_duration_s=1, batch_max_steps=1,
-             tail_s=0.5)
+             tail_s=0.5, nodes=3)
 FULL = Plan(duration_s=15, start_rate=10, factor=1.5, refine=2, max_steps=12, settle_s=60,
             catchup_events=100_000, catchup_timeout_s=300, cooldown_s=20,
             settle_between_s=5, catchup_1m_events=1_000_000)
@@ -163,10 +165,11 @@ class Step:
     within_window_pairs: int
     latencies: list[float] = field(repr=False)
     load: float
+    nodes: int = NODES  # the cluster's processes (each should store every message)
 
     @property
     def ok(self) -> bool:
-        pairs = self.published * NODES
+        pairs = self.published * self.nodes
         return (self.answered == self.published and self.within_window_pairs == pairs
                 and self.achieved >= 0.9 * self.target)
 
@@ -174,7 +177,7 @@ class Step:
         return percentile(self.latencies, q) * 1000
 
     def row(self) -> str:
-        pairs = self.published * NODES
+        pairs = self.published * self.nodes
         lat = (f"{self.pct(50):8.0f} {self.pct(99):8.0f} {max(self.latencies) * 1000:8.0f}"
                if self.latencies else f"{'-':>8} {'-':>8} {'-':>8}")
         return (f"{self.system:5} {self.target:8.1f} {self.achieved:8.1f} {self.published:6d} "
@@ -294,12 +297,12 @@ class RawWorker:
 
 
 class RawCluster:
-    def __init__(self, base: Path, payload: int, stock: bool) -> None:
+    def __init__(self, base: Path, payload: int, stock: bool, nodes: int = NODES) -> None:
         self.payload = payload
         self.workers: list[RawWorker] = []
         self.step_no = 0
         # All started at once (imports take seconds each under load), then linked up.
-        for i in range(NODES):
+        for i in range(nodes):
             self.workers.append(RawWorker(base / f"raw{i}.log", stock))
         for worker in self.workers:
             worker.wait_ready()
@@ -308,7 +311,7 @@ class RawCluster:
         deadline = time.monotonic() + 30
         while True:
             states = [w.ask({"cmd": "peers"}) for w in self.workers]
-            if all(s["mesh"] >= NODES - 1 for s in states):
+            if all(s["mesh"] >= nodes - 1 for s in states):
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"raw gossip mesh did not form: {states}")
@@ -320,7 +323,7 @@ class RawCluster:
         start_at = time.time() + 0.5
         for i, worker in enumerate(self.workers):
             worker.send({"cmd": "step", "step": self.step_no, "rate": rate, "duration": duration,
-                         "index": i, "nodes": NODES, "start_at": start_at,
+                         "index": i, "nodes": len(self.workers), "start_at": start_at,
                          "payload": self.payload, "window_s": WINDOW_S})
         answers = [w.read() for w in self.workers]
         load = load_avg()
@@ -332,7 +335,7 @@ class RawCluster:
         for i, answer in enumerate(answers):
             recv = {int(j): float(t) for j, t in answer["recv"].items()}
             for j, t_sent in sent.items():
-                t = t_sent if j % NODES == i else recv.get(j)
+                t = t_sent if j % len(self.workers) == i else recv.get(j)
                 if t is None:
                     continue
                 delivered += 1
@@ -340,7 +343,7 @@ class RawCluster:
                 within += t - t_sent <= WINDOW_S
         return Step("raw", rate, total, len(sent),
                     achieved_rate(list(sent.values()), start_at, rate),
-                    delivered, within, latencies, load)
+                    delivered, within, latencies, load, len(self.workers))
 
     def stop(self) -> None:
         with ThreadPoolExecutor(max(1, len(self.workers))) as pool:  # each waits for its exit
@@ -363,7 +366,7 @@ def sds_gossip_size() -> int:
 
 
 class NodeCluster:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, nodes: int = NODES) -> None:
         self.nodes: list[NodeProcess] = []
         self.step_no = 0
         # node index -> message id -> received_at (ms), everything seen so far.
@@ -373,14 +376,14 @@ class NodeCluster:
         self.attempts = 0
         # Started in parallel (each takes seconds to import under load), then joined into a
         # full mesh through the API, as `syncnode join` does.
-        self.nodes = start_all([NodeProcess(base / f"n{i}") for i in range(NODES)])
+        self.nodes = start_all([NodeProcess(base / f"n{i}") for i in range(nodes)])
         self.seen = [{} for _ in self.nodes]
         self.cursors = [0 for _ in self.nodes]
         for i, node in enumerate(self.nodes):
             for peer in self.nodes[:i]:
                 node.post("/v1/peers", {"multiaddr": peer.listen_addrs[0]})
         deadline = time.monotonic() + 60
-        while not all(len(n.get("/v1/peers")["connected"]) >= NODES - 1 for n in self.nodes):
+        while not all(len(n.get("/v1/peers")["connected"]) >= nodes - 1 for n in self.nodes):
             if time.monotonic() > deadline:
                 raise RuntimeError("node cluster did not connect")
             time.sleep(0.5)
@@ -436,7 +439,7 @@ class NodeCluster:
                 within += latency <= WINDOW_S
         return Step("node" if batch == 1 else "batch", rate, total, len(sends),
                     achieved_rate([r[0] for r in results], start_at, rate / batch),
-                    delivered, within, latencies, load)
+                    delivered, within, latencies, load, len(self.nodes))
 
     def delivered_fraction(self, settle_s: float) -> float:
         ids = list(self.published)
@@ -535,11 +538,13 @@ def start_profile(node: NodeProcess, out: Path, duration: float) -> subprocess.P
     )
 
 
-def start_clusters(base: Path, payload: int, stock: bool) -> tuple[RawCluster, NodeCluster]:
-    """Both clusters, started side by side (ten processes importing for seconds each, before
-    any step); if one fails to start, the other is stopped."""
+def start_clusters(base: Path, payload: int, stock: bool,
+                   nodes: int = NODES) -> tuple[RawCluster, NodeCluster]:
+    """Both clusters of ``nodes`` processes, started side by side (ten processes importing for
+    seconds each, before any step); if one fails to start, the other is stopped."""
     with ThreadPoolExecutor(2) as pool:
-        raw, node = pool.submit(RawCluster, base, payload, stock), pool.submit(NodeCluster, base)
+        raw = pool.submit(RawCluster, base, payload, stock, nodes)
+        node = pool.submit(NodeCluster, base, nodes)
     if raw.exception() is None and node.exception() is None:
         return raw.result(), node.result()
     if raw.exception() is None:
@@ -558,7 +563,7 @@ def cpu_per_event_per_node(cluster: NodeCluster, plan: Plan) -> tuple[float, Ste
     step = cluster.measure(plan.cpu_rate, plan.cpu_duration_s)
     time.sleep(plan.tail_s)
     spent = sum(map(cpu_seconds, cluster.nodes)) - before
-    return spent / max(step.published, 1) / NODES * 1e6, step
+    return spent / max(step.published, 1) / len(cluster.nodes) * 1e6, step
 
 
 def batch_ramp(cluster: NodeCluster, plan: Plan) -> list[Step]:
@@ -962,8 +967,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_start = load_avg()
     started = time.monotonic()
-    print(f"cluster benchmark: {NODES} processes on 127.0.0.1, {'quick' if args.quick else 'full'}"
-          f", steps of {plan.duration_s:g} s, window {WINDOW_S:g} s, work dir {base}")
+    print(f"cluster benchmark: {plan.nodes} processes on 127.0.0.1, "
+          f"{'quick' if args.quick else 'full'}, steps of {plan.duration_s:g} s, "
+          f"window {WINDOW_S:g} s, work dir {base}")
     print(f"machine: {os.cpu_count()} cores, load average at start {load_start:.2f}")
     raw: RawCluster | None = None
     cluster: NodeCluster | None = None
@@ -982,7 +988,7 @@ def main() -> int:
             beside = ThreadPoolExecutor(2)
             later = (beside.submit(measure_catchup, base, plan, args.profile),
                      beside.submit(extra_catchups, base, plan, args.pg))
-        raw, cluster = start_clusters(base, payload, args.raw == "stock")
+        raw, cluster = start_clusters(base, payload, args.raw == "stock", plan.nodes)
         raw.measure(5, 1)  # warm-up: first messages on fresh connections and meshes
         cluster.measure(5, 1)
         print(HEADER)
@@ -1059,7 +1065,7 @@ def main() -> int:
           + f"load average {load_start:.2f} -> {load_end:.2f}; "
           f"{time.monotonic() - started:.0f} s")
     result = {
-        "nodes": NODES,
+        "nodes": plan.nodes,
         "published": published,
         "delivered_fraction": round(fraction, 6),
         **live,

@@ -164,7 +164,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="copy the nodes' directories here")
     parser.add_argument("--out", type=Path, help=f"write the JSON here instead of {OUT.name}")
     args = parser.parse_args()
-    burst, kill_after = (2_000, 1_000) if args.smoke else (args.burst, args.kill_after)
+    burst, kill_after = (1_000, 500) if args.smoke else (args.burst, args.kill_after)
     result = run(burst, kill_after, args.keep)
     print(f"{'':24}{'lacked':>14}{'wall s':>8}{'events/s':>10}{'per node':>16}"
           f"{'span s':>18}{'wait s':>14}")

@@ -23,7 +23,7 @@ end), ``steady_rss_store_lookups`` / ``steady_rss_keystore_reads`` (all nodes: S
 to the database about ids older than the delivered window, Recon bucket reads from the
 database: what smaller windows cost), ``steady_rss_curves`` (per node: [seconds, MiB]
 samples). The last line is the JSON, also written to docs/bench/steady_rss.json (``--smoke``:
-2 nodes, 8 s, a temporary file).
+2 nodes, 6 s, a temporary file).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _memtrace_env(directory: Path | None, node: int) -> dict[str, str] | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="2 nodes, 8 s")
+    parser.add_argument("--smoke", action="store_true", help="2 nodes, 6 s")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--rate", type=float, default=60.0, help="events per second")
     parser.add_argument("--batch", type=int, default=8, help="events per publish")
@@ -221,9 +221,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="the JSON file (default docs/bench/)")
     args = parser.parse_args()
     if args.smoke:
-        # Two samples a second: the run's second half (4 s) holds the 3 points a slope needs
+        # Four samples a second: the run's second half (3 s) holds the 3 points a slope needs
         # even when a loaded machine stretches each sample to a second.
-        result = run(2, 20.0, 4, 8.0, 0.5, 3.0)
+        result = run(2, 20.0, 4, 6.0, 0.25, 2.5)
         out = smoke_path("steady_rss")
     else:
         toml = args.config.read_text() if args.config else ""

@@ -95,6 +95,7 @@ import json, os, runpy, sys, traceback
 root, bench, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path[:0] = [root, bench]
 import httpx, libp2p, node.replication, node.store.events, storage, sync.sds, trio  # shared by most
+import tests.harness.cluster, tests.net.nodes  # the attack helpers', backlog_rss's, chaos_group's
 errors = {}
 for path in paths:
     read, write = os.pipe()
