@@ -181,20 +181,24 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _local_database(args: argparse.Namespace
+def _local_database(args: argparse.Namespace, snapshot: str
                     ) -> Iterator[tuple[Any, int, str, dict[str, str], Any, Any]]:
-    """The stopped node's database (engine, network id, layout, profiles, load rules, config),
-    holding its data dir's ``repo.lock`` meanwhile.
+    """The stopped node's database (engine, network id, layout, profiles, load rules, config)
+    for a load from ``snapshot``, holding its data dir's ``repo.lock`` meanwhile.
 
-    On failure, a SQLite database (and data dir) this command created is removed again: a
-    failed bootstrap must not leave an empty database that a later bootstrap would refuse.
+    The signers and the manifest are checked first, before the loader's imports (seconds) and
+    before the data dir is touched. On a later failure, a SQLite database (and data dir) this
+    command created is removed again: a failed bootstrap must not leave an empty database that
+    a later bootstrap would refuse.
     """
-    from node.datadir.lock import DataDirLocked, RepoLock
-    from storage import make_engine, upgrade
+    from node.snapshots.precheck import check_before_load
 
     overrides = {"node.data_dir": args.data_dir} if args.data_dir else {}
     config = config_from(args, overrides)
+    check_before_load(config, args.signer or (), Path(snapshot))
+    from node.datadir.lock import DataDirLocked, RepoLock
     from node.snapshots.bootstrap import load_rules
+    from storage import make_engine, upgrade
 
     rules = load_rules(config, args.signer or (), time.time())  # before anything is created
     data_dir = config.data_path
@@ -242,10 +246,13 @@ def _bootstrap_failure(exc: Exception) -> CliError:
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> int:
-    from node.snapshots.bootstrap import BootstrapError, bootstrap
+    from node.snapshots.precheck import BootstrapError
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles, rules, config):
+        with _local_database(args, args.from_snapshot) as (
+                engine, network_id, layout, profiles, rules, config):
+            from node.snapshots.bootstrap import bootstrap
+
             result = bootstrap(engine, Path(args.from_snapshot), network_id, layout, profiles,
                                rules=rules, workers=args.workers)
     except (BootstrapError, OSError) as exc:
@@ -265,10 +272,13 @@ def _print_left_out(left_out: dict[str, int], config: Any, snapshot: str) -> Non
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
-    from node.snapshots.bootstrap import BootstrapError, pull
+    from node.snapshots.precheck import BootstrapError
 
     try:
-        with _local_database(args) as (engine, network_id, layout, profiles, rules, config):
+        with _local_database(args, args.directory) as (
+                engine, network_id, layout, profiles, rules, config):
+            from node.snapshots.bootstrap import pull
+
             result = pull(engine, Path(args.directory), network_id, layout, profiles,
                           rules=rules)
     except (BootstrapError, OSError) as exc:

@@ -18,10 +18,11 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
+from node.datadir import KEY_FILE
+
 __all__ = ["KEY_FILE", "IdentityError", "load_identity", "load_or_create_identity"]
 
 log = logging.getLogger("syncnode.identity")
-KEY_FILE = "identity.key"
 
 
 class IdentityError(ValueError):

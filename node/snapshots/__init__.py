@@ -1,47 +1,6 @@
-"""Spark snapshots: the scheduler that runs the jobs, bootstrap/pull from a snapshot, and its
-API routes.
+"""Spark snapshots: the scheduler that runs the jobs (``scheduler``, ``job_process``), bootstrap
+and pull from a snapshot (``bootstrap``), and its API routes (``routes``).
+
+Nothing is imported here: a command that needs one light module (``precheck``) does not pay for
+the others (libp2p, the database layer).
 """
-
-from __future__ import annotations
-
-from node.snapshots.bootstrap import (
-    BootstrapError,
-    BootstrapResult,
-    PullResult,
-    bootstrap,
-    pull,
-    verify_snapshot,
-)
-from node.snapshots.job_process import (
-    JobCommand,
-    JobProgress,
-    run_job,
-)
-from node.snapshots.routes import (
-    SNAPSHOT_ROUTES,
-)
-from node.snapshots.scheduler import (
-    RunState,
-    SnapshotJobConfig,
-    SnapshotScheduler,
-    job_commands,
-    scheduler_from_config,
-)
-
-__all__ = [
-    "SNAPSHOT_ROUTES",
-    "BootstrapError",
-    "BootstrapResult",
-    "JobCommand",
-    "JobProgress",
-    "PullResult",
-    "RunState",
-    "SnapshotJobConfig",
-    "SnapshotScheduler",
-    "bootstrap",
-    "job_commands",
-    "pull",
-    "run_job",
-    "scheduler_from_config",
-    "verify_snapshot",
-]

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from node.config.channels import channel_names, channel_writers
 from node.config.settings import Config
-from node.snapshots.verify import BootstrapError
+from node.datadir import KEY_FILE
+from node.snapshots.precheck import BootstrapError, trusted_signers
 from storage import EventRecord
 from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
@@ -90,11 +91,11 @@ def signer_problem(path: str, signers: frozenset[str]) -> str | None:
 
 
 def _own_peer_id(data_dir: Path) -> str | None:
-    from node.p2p.identity import KEY_FILE, IdentityError, load_identity
-    from sync.identity import peer_id_of
-
     if not (data_dir / KEY_FILE).is_file():
         return None
+    from node.p2p.identity import IdentityError, load_identity
+    from sync.identity import peer_id_of
+
     try:
         return peer_id_of(load_identity(data_dir / KEY_FILE))
     except IdentityError:
@@ -104,17 +105,8 @@ def _own_peer_id(data_dir: Path) -> str | None:
 def load_rules(config: Config, flags: Iterable[str], now: float) -> LoadRules:
     """The rules for a load into ``config``'s data dir: trusted signers from ``flags``, else
     the config key, else the defaults; ``BootstrapError`` when that leaves nobody."""
-    from node.config.checks import check_peer_ids
-
     own = _own_peer_id(config.data_path)
-    flagged = tuple(flags)
-    if flagged and (problem := check_peer_ids(flagged)):
-        raise BootstrapError(f"--signer: {problem}")
-    signers = frozenset(flagged or config.spark.snapshot_signers or (
-        *([own] if own else []), *config.p2p.allowed_peers))
-    if not signers:
-        raise BootstrapError("no trusted snapshot signer: pass --signer PEER_ID (the node "
-                             "that built the snapshot) or set spark.snapshot_signers")
+    signers = trusted_signers(config, flags, own)
     members = frozenset(config.p2p.allowed_peers) or None
     policy = SenderPolicy(own or "", members, channel_writers(config))
     events = EventRules(frozenset(channel_names(config)), policy,

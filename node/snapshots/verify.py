@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from node.snapshots.precheck import BootstrapError, open_manifest
 from storage import EventRecord, record_problem
-from storage.snapshot_files import load_manifest
 from sync.errors import RemoteProtocolError
 from sync.recordstream import (
     DEFAULT_LIMITS,
@@ -26,18 +26,6 @@ __all__ = ["BootstrapError", "entry_problems", "fail", "file_events", "manifest_
            "open_manifest", "read_entry", "verify_snapshot"]
 
 _MAX_FILES = 1_000_000
-
-
-class BootstrapError(Exception):
-    """The snapshot or the target database is unusable; the message says why.
-
-    ``input_error``: the snapshot itself is at fault (malformed, fails verification, another
-    network), as opposed to the database (not empty, unreachable).
-    """
-
-    def __init__(self, message: str, *, input_error: bool = True) -> None:
-        self.input_error = input_error
-        super().__init__(message)
 
 
 def read_entry(snapshot: Path, entry: FileEntry) -> dict[str, bytes]:
@@ -98,16 +86,6 @@ def manifest_problems(snapshot: Path, manifest: Manifest) -> list[str]:
 def fail(problems: list[str]) -> None:
     if problems:
         raise BootstrapError("snapshot verification failed: " + "; ".join(problems[:20]))
-
-
-def open_manifest(snapshot: Path) -> Manifest:
-    try:
-        manifest = load_manifest(snapshot)
-    except RemoteProtocolError as exc:
-        raise BootstrapError(f"{snapshot}: {exc}") from None
-    if manifest is None:
-        raise BootstrapError(f"{snapshot}: no manifest.json (not a snapshot directory)")
-    return manifest
 
 
 def verify_snapshot(snapshot: Path) -> Manifest:

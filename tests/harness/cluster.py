@@ -59,11 +59,17 @@ def start_node(base: Path, name: str, *args: str, env: dict[str, str] | None = N
     return fast_node(base, name, *args, env=env, bootstrap=bootstrap).start()
 
 
+def fast_inproc(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
+                bootstrap: Sequence[NodeApi] = ()) -> InProcessNode:
+    """``start_inproc``'s node, not started yet (``procs.start_all`` starts several at once)."""
+    return InProcessNode(base / name, *_bootstrapped(args, bootstrap),
+                         env={**FAST_ENV, **(env or {})})
+
+
 def start_inproc(base: Path, name: str, *args: str, env: dict[str, str] | None = None,
                      bootstrap: Sequence[NodeApi] = ()) -> InProcessNode:
     """``start_node``'s node, run in this process (tests.harness.inproc)."""
-    return InProcessNode(base / name, *_bootstrapped(args, bootstrap),
-                         env={**FAST_ENV, **(env or {})}).start()
+    return fast_inproc(base, name, *args, env=env, bootstrap=bootstrap).start()
 
 
 def join_all(nodes: Sequence[NodeApi]) -> None:
@@ -82,8 +88,7 @@ def cluster(
     nodes: list[NodeApi] = []
     try:
         if in_process:
-            nodes.extend(InProcessNode(base / f"n{i}", env={**FAST_ENV, **(env or {})})
-                         for i in range(size))
+            nodes.extend(fast_inproc(base, f"n{i}", env=env) for i in range(size))
         else:
             nodes.extend(fast_node(base, f"n{i}", env=env) for i in range(size))
         start_all(nodes)

@@ -1,5 +1,7 @@
 """Idempotent publishes against a real node: a repeated ``Idempotency-Key`` never makes a second
-event, across concurrent requests and a restart, and the CLI's retries rely on it."""
+event, across concurrent requests and a restart, and the CLI's retries rely on it. (The nodes run
+in the test's process, their restarts from the same data dir after a clean stop: the keys are
+the node's database's, not a process's; the CLI runs as a process.)"""
 
 from __future__ import annotations
 
@@ -16,22 +18,22 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.harness.procs import NodeProcess
+from tests.harness.inproc import InProcessNode
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _contents(node: NodeProcess) -> list[str]:
+def _contents(node: InProcessNode) -> list[str]:
     return [e["content"] for e in node.get("/v1/channels/general/events")["events"]]
 
 
-def _publish(node: NodeProcess, content: str, key: str) -> httpx.Response:
+def _publish(node: InProcessNode, content: str, key: str) -> httpx.Response:
     return httpx.post(node.api_url + "/v1/channels/general/events", json={"content": content},
                       headers={**node.headers, "Idempotency-Key": key}, timeout=30)
 
 
 def test_repeated_key_returns_the_first_answer(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "n").start()
+    node = InProcessNode(tmp_path / "n").start()
     try:
         first = _publish(node, "once", "key-1")
         again = _publish(node, "once", "key-1")
@@ -52,7 +54,7 @@ def test_repeated_key_returns_the_first_answer(tmp_path: Path) -> None:
         assert "different" not in _contents(node)
     finally:
         assert node.terminate() == 0, node.log_tail()
-    restarted = NodeProcess(tmp_path / "n").start()
+    restarted = InProcessNode(tmp_path / "n").start()
     try:
         after = _publish(restarted, "once", "key-1")
         assert after.status_code == 200 and after.json() == first.json()
@@ -111,15 +113,15 @@ class DroppingProxy:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[NodeProcess]:
-    proc = NodeProcess(tmp_path / "n").start()
+def node(tmp_path: Path) -> Iterator[InProcessNode]:
+    started = InProcessNode(tmp_path / "n").start()
     try:
-        yield proc
+        yield started
     finally:
-        proc.kill()
+        started.kill()
 
 
-def test_cli_retries_a_broken_publish_with_the_same_key(node: NodeProcess) -> None:
+def test_cli_retries_a_broken_publish_with_the_same_key(node: InProcessNode) -> None:
     proxy = DroppingProxy(node.api_url)
     try:
         result = subprocess.run(
@@ -136,7 +138,7 @@ def test_cli_retries_a_broken_publish_with_the_same_key(node: NodeProcess) -> No
         message_id]
 
 
-def _evicted(node: NodeProcess) -> float:
+def _evicted(node: InProcessNode) -> float:
     line = next(line for line in node.get("/metrics").splitlines()
                 if line.startswith("syncnode_api_idempotency_keys_evicted_total "))
     return float(line.split()[1])
@@ -144,7 +146,7 @@ def _evicted(node: NodeProcess) -> float:
 
 def test_at_most_max_keys_are_held_oldest_forgotten_first(tmp_path: Path) -> None:
     env = {"SYNCNODE_API_IDEMPOTENCY_MAX_KEYS": "10"}
-    node = NodeProcess(tmp_path / "n", env=env).start()
+    node = InProcessNode(tmp_path / "n", env=env).start()
     try:
         first = {i: _publish(node, f"c{i}", f"key-{i:02d}").json() for i in range(12)}
         assert _evicted(node) == 2
@@ -159,7 +161,7 @@ def test_at_most_max_keys_are_held_oldest_forgotten_first(tmp_path: Path) -> Non
     finally:
         assert node.terminate() == 0, node.log_tail()
     # After a restart the keys held are counted in the database before the cap is applied.
-    node = NodeProcess(tmp_path / "n", env=env).start()
+    node = InProcessNode(tmp_path / "n", env=env).start()
     try:
         assert _evicted(node) == 0
         _publish(node, "c12", "key-12")  # 11 held: key-04 goes

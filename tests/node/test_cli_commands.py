@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.harness.procs import NodeProcess
+from tests.harness.inproc import InProcessNode
 
 # What a client command must never load: the node runtime and everything heavy behind it.
 FORBIDDEN = ("sqlalchemy", "trio", "libp2p", "node.runtime", "node.daemon", "node.store.events",
@@ -26,15 +26,16 @@ FORBIDDEN = ("sqlalchemy", "trio", "libp2p", "node.runtime", "node.daemon", "nod
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    proc = NodeProcess(tmp_path_factory.mktemp("cmd") / "n").start()
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessNode]:
+    # In this process: the commands under test are the client processes.
+    started = InProcessNode(tmp_path_factory.mktemp("cmd") / "n").start()
     try:
-        yield proc
+        yield started
     finally:
-        proc.terminate()
+        started.terminate()
 
 
-def cli(node: NodeProcess, *args: str, input: bytes | None = None,
+def cli(node: InProcessNode, *args: str, input: bytes | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """The CLI as the README shows it: --api plus --data-dir (for the token)."""
     return subprocess.run(
@@ -54,7 +55,7 @@ def imported_modules(*args: str) -> set[str]:
                                               result.stderr, re.M)}
 
 
-def test_client_commands_import_only_what_they_need(node: NodeProcess, tmp_path: Path) -> None:
+def test_client_commands_import_only_what_they_need(node: InProcessNode, tmp_path: Path) -> None:
     api = ["--api", node.api_url, "--data-dir", str(node.data_dir)]
     for args in (["--version"], ["--help"], ["status", *api], ["publish", "general", "x", *api],
                  ["log", "general", "--limit", "1", *api], ["snapshot", "status", *api]):
@@ -64,7 +65,7 @@ def test_client_commands_import_only_what_they_need(node: NodeProcess, tmp_path:
         assert not heavy, (args, heavy)
 
 
-def test_proxies_are_ignored_for_the_local_api(node: NodeProcess) -> None:
+def test_proxies_are_ignored_for_the_local_api(node: InProcessNode) -> None:
     dead = "http://127.0.0.1:9"
     env = {"HTTP_PROXY": dead, "http_proxy": dead, "HTTPS_PROXY": dead, "ALL_PROXY": dead,
            "NO_PROXY": ""}
@@ -73,7 +74,7 @@ def test_proxies_are_ignored_for_the_local_api(node: NodeProcess) -> None:
     assert json.loads(result.stdout)["peer_id"] == node.peer_id
 
 
-def test_id_online_and_offline(node: NodeProcess) -> None:
+def test_id_online_and_offline(node: InProcessNode) -> None:
     online = cli(node, "id")
     assert online.returncode == 0, online.stderr
     lines = online.stdout.decode().split()
@@ -86,7 +87,7 @@ def test_id_online_and_offline(node: NodeProcess) -> None:
     assert offline.stdout.strip() == node.peer_id
 
 
-def test_publish_from_stdin_and_log_limit_since(node: NodeProcess) -> None:
+def test_publish_from_stdin_and_log_limit_since(node: InProcessNode) -> None:
     channel = "general"
     before = len(cli(node, "log", channel).stdout.splitlines())
     texts = [b"one\n", b"two\n\n", b"\x00\xffbinary\x80\n"]
@@ -136,12 +137,12 @@ def test_completion_scripts_complete_commands() -> None:
     assert zsh.startswith("#compdef syncnode\n") and "bashcompinit" in zsh
 
 
-def _publish_some(node: NodeProcess, count: int) -> None:
+def _publish_some(node: InProcessNode, count: int) -> None:
     for i in range(count):
         assert cli(node, "publish", "general", f"watch {i}").returncode == 0
 
 
-def test_status_watch_shows_rates_without_and_with_a_tty(node: NodeProcess) -> None:
+def test_status_watch_shows_rates_without_and_with_a_tty(node: InProcessNode) -> None:
     args = [sys.executable, "-m", "node.cli", "status", "--watch", "--interval", "1.5",
             "--count", "2", "--api", node.api_url, "--data-dir", str(node.data_dir)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -1,4 +1,5 @@
-"""The client commands against two real nodes: join, peers, publish, log (and --follow)."""
+"""The client commands against two real nodes: join, peers, publish, log (and --follow). (The
+nodes run in the test's process; the commands under test are processes of their own.)"""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.harness.cluster import fast_node, wait_for
+from tests.harness.cluster import fast_inproc, wait_for
 from tests.harness.procs import start_all
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def test_join_publish_and_log_through_the_cli(tmp_path: Path) -> None:
-    a, b = start_all([fast_node(tmp_path, "a"), fast_node(tmp_path, "b")])
+    a, b = start_all([fast_inproc(tmp_path, "a"), fast_inproc(tmp_path, "b")])
     try:
         joined = b.cli("join", a.listen_addrs[0])
         assert joined.returncode == 0, joined.stderr

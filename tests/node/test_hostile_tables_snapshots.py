@@ -1,4 +1,5 @@
-"""Hostile peers, round two (issue 28), with real node processes and a real hostile host:
+"""Hostile peers, round two (issue 28), with real nodes (run in the test's process) and a real
+hostile host:
 
 1. a member's backdated schema declaration does not take a seeded table over (default config,
    but a short ``db.settle_ms`` so that the owner settles in seconds), neither on the nodes that
@@ -27,11 +28,10 @@ from tests.harness.cluster import (
     metric,
     preset_identity,
     start_inproc,
-    start_node,
     wait_for,
 )
 from tests.harness.hostile import gossip
-from tests.harness.procs import NodeApi, NodeProcess
+from tests.harness.procs import NodeApi
 from tests.harness.snapshots import signed_snapshot
 from tests.node.test_hostile_events import signed_event
 
@@ -111,8 +111,8 @@ def test_a_backdated_declaration_does_not_take_a_seeded_table_over_even_on_a_lat
         # refused declarations included), and the hostile host sends it the takeover again.
         # The claim order alone must give it the honest owner: a claim is dated by its
         # signed event, and `since` dates only a version.
-        late = start_node(tmp_path, "late", env={**DB_ENV, "SYNCNODE_DB_SETTLE_MS": "600000"},
-                          bootstrap=[a, b])
+        late = start_inproc(tmp_path, "late", env={**DB_ENV, "SYNCNODE_DB_SETTLE_MS": "600000"},
+                            bootstrap=[a, b])
         nodes.append(late)
         wait_for(lambda: attack <= {c for _, _, c in channel_log(late, "db")}, 90,
                  "the late joiner did not catch up on the db log")
@@ -163,10 +163,10 @@ def test_snapshots_only_from_trusted_signers_and_never_from_the_future(
                       "--signer", signer_id)
     assert code == 2 and "lamport too far ahead" in err, err
 
-    nodes: list[NodeProcess] = []
+    nodes: list[NodeApi] = []
     try:
-        nodes.append(start_node(tmp_path, "victim"))
-        nodes.append(start_node(tmp_path, "peer", bootstrap=nodes))
+        nodes.append(start_inproc(tmp_path, "victim"))
+        nodes.append(start_inproc(tmp_path, "peer", bootstrap=nodes))
         victim, peer = nodes
         acked = victim.post("/v1/channels/general/events", {"content": "acknowledged"})
         contents = {e["content"] for e in peer.get("/v1/channels/general/events",

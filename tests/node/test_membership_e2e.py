@@ -1,6 +1,7 @@
-"""Finding 1 of issue 27 and scenario 4's fake records (real node processes on loopback):
-joining one member reaches the whole group, a flood of fake signed peer records cannot take
-over a member's address book, and losing the first member does not partition the rest."""
+"""Finding 1 of issue 27 and scenario 4's fake records (real nodes on loopback, run in the test's
+process: the test is about membership, not processes): joining one member reaches the whole
+group, a flood of fake signed peer records cannot take over a member's address book, and losing
+the first member does not partition the rest."""
 
 from __future__ import annotations
 
@@ -22,23 +23,23 @@ from node.replication.px import PX_PROTOCOL
 from sync.membership import encode_records
 from tests.harness.cluster import (
     channel_log,
-    fast_node,
+    fast_inproc,
     metric,
     publish_many,
     wait_for,
 )
-from tests.harness.procs import NodeProcess, start_all
+from tests.harness.procs import NodeApi, start_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 PER_SOURCE = 16
 BOOK_SIZE = 48
 
 
-def _connected(node: NodeProcess) -> set[str]:
+def _connected(node: NodeApi) -> set[str]:
     return {p["peer_id"] for p in node.get("/v1/peers")["connected"]}
 
 
-def _book(node: NodeProcess) -> dict[str, dict[str, object]]:
+def _book(node: NodeApi) -> dict[str, dict[str, object]]:
     return {e["peer_id"]: e for e in node.get("/v1/peers/book")["entries"]}
 
 
@@ -67,12 +68,12 @@ async def _hostile_host(task_status: trio.TaskStatus[P2PHost]) -> None:
         await trio.sleep_forever()
 
 
-def _refused(node: NodeProcess) -> float:
+def _refused(node: NodeApi) -> float:
     return sum(metric(node, f'px_records_total{{outcome="{o}"}}')
                for o in ("source_full", "bucket_full", "book_full"))
 
 
-async def _flood(target: NodeProcess, attackers: int) -> None:
+async def _flood(target: NodeApi, attackers: int) -> None:
     """Hostile peers the user joined answer every peer exchange with 16 fresh fake records."""
     async with trio.open_nursery() as nursery:
         for _ in range(attackers):
@@ -85,7 +86,7 @@ async def _flood(target: NodeProcess, attackers: int) -> None:
         nursery.cancel_scope.cancel()
 
 
-def _check_what_a_user_sees(node: NodeProcess, other: NodeProcess) -> None:
+def _check_what_a_user_sees(node: NodeApi, other: NodeApi) -> None:
     """Path, round trip and the last Recon session per peer; the address book's size."""
     def recon_done() -> bool:  # polled through the API (a CLI process per poll costs seconds)
         listing = node.get("/v1/peers")
@@ -119,7 +120,7 @@ def test_joined_to_the_first_the_group_meshes_resists_fake_records_and_survives_
                  "SYNCNODE_MEMBERSHIP_ADDRESS_BOOK_PER_SOURCE": str(PER_SOURCE),
                  "SYNCNODE_MEMBERSHIP_ADDRESS_BOOK_SIZE": str(BOOK_SIZE)}
     # n5, the newcomer of the end, starts with the others and joins nobody until then.
-    every = start_all([fast_node(tmp_path, name, env=flood_env if name == "n2" else None)
+    every = start_all([fast_inproc(tmp_path, name, env=flood_env if name == "n2" else None)
                        for name in ("n1", "n2", "n3", "n4", "n5")])
     nodes, late = every[:4], every[4]
     try:
