@@ -1,12 +1,11 @@
-"""The rehash job on a real standalone Spark cluster (master + worker on 127.0.0.1)."""
+"""The scheduled Spark jobs on a real standalone Spark cluster (master + worker on 127.0.0.1)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,78 +15,78 @@ import trio
 from node.clock import SystemClock
 from node.snapshots.job_process import JobCommand
 from node.snapshots.scheduler import SnapshotJobConfig, SnapshotScheduler, job_commands
-from spark_jobs import rehash
+from spark_jobs import rehash, snapshot
 from spark_jobs.standalone import SPARK_HOME, standalone_cluster
-from tests.spark_jobs.conftest import NETWORK_ID, run_triggered
+from sync.recordstream import verify_tree
+from sync.snapshot_manifest import MANIFEST_NAME, Manifest
+from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, run_triggered
+
+#: Record files split at 40 events: the log's 5 periods fill 14 files, so the
+#: executors write many files of one period.
+MAX_EVENTS_PER_FILE = 40
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``spark://127.0.0.1:PORT`` of a master with one registered 2-core worker, started once
-    for both tests (each job is its own Spark application; the cluster keeps no state between
-    them that a result depends on)."""
+    """``spark://127.0.0.1:PORT`` of a master with one registered 2-core worker."""
     with standalone_cluster(tmp_path_factory.mktemp("cluster")) as url:
         yield url
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_rehash_on_a_standalone_cluster_matches_local(
-    spark: Any, cluster: str, template_db: Path, tmp_path: Path
-) -> None:
-    """The scheduler runs its rehash job (the command line of ``job_commands``, plus
-    ``--report``) on the cluster: it reports success on all 480 events, and its report is
-    local[2]'s. (This is also the scheduler's run of the real rehash job: one Spark
-    application serves both checks; test_scheduler runs the real snapshot job.)"""
-    url = f"sqlite:///{template_db}"
-    local = rehash.run(spark, url, NETWORK_ID, partitions=3)
-    report_file = tmp_path / "cluster.json"
-    cfg = SnapshotJobConfig(db_url=url, data_dir=str(tmp_path), network_id=NETWORK_ID,
-                            snapshot_dir=str(tmp_path / "snap"), master=cluster, partitions=3,
-                            rehash=True)
-    _snapshot, job = job_commands(cfg)
-    assert job.name == "rehash"
-    scheduler = SnapshotScheduler(
-        [JobCommand(job.name, (*job.argv, "--report", str(report_file)))],
-        env={**os.environ, "SPARK_HOME": str(SPARK_HOME)}, clock=SystemClock())
-
-    last = trio.run(run_triggered, scheduler, 480)
-    assert last is not None and last["ok"], last
-    (outcome,) = last["jobs"]
-    # The job's last stdout line is its result: ok, over every event of the log.
-    assert outcome["result"]["ok"] is True and outcome["result"]["events"] == 480
-    on_cluster: dict[str, Any] = json.loads(report_file.read_text())
-    on_cluster.pop("seconds")
-    assert on_cluster == local and local["ok"]
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+            if p.is_file()}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_snapshot_on_a_standalone_cluster_matches_local(
+def test_scheduled_jobs_on_a_standalone_cluster_match_local(
     spark: Any, cluster: str, template_db: Path, tmp_path: Path, node_key_file: Path
 ) -> None:
-    """Executors of a real cluster write the files (the driver only signs): same snapshot,
-    byte for byte, as local[2], with a 1 GiB driver and files split at 40 events."""
-    from spark_jobs import snapshot
-    from tests.spark_jobs.conftest import PERIOD_MS
-
+    """The scheduler runs its real jobs, the command lines of ``job_commands`` (the rehash's
+    plus ``--report``), on the cluster with a 1 GiB driver, and reports both results. The
+    snapshot, written by the cluster's executors (the driver only signs), is local[2]'s byte
+    for byte and verifies; the rehash reports success on all 480 events, and its report is
+    local[2]'s. Each job is a Spark application of its own (seconds of JVM start), so this one
+    run is also the scheduler's run of the real jobs."""
     url = f"sqlite:///{template_db}"
-    options = ["--period-ms", str(PERIOD_MS), "--all", "--max-events-per-file", "40"]
-    snapshot.run(spark, url, tmp_path / "local", snapshot.load_node_key(node_key_file),
-                 NETWORK_ID, period_ms=PERIOD_MS, include_open=True, partitions=3,
-                 max_events_per_file=40)
-    proc = subprocess.run(
-        [sys.executable, "-m", "spark_jobs.snapshot", "--db", url, "--network-id",
-         str(NETWORK_ID), "--master", cluster, "--partitions", "3", "--driver-memory", "1g",
-         "--key", str(node_key_file), "--out", f"file://{tmp_path / 'cluster'}", *options],
-        capture_output=True, text=True, timeout=480,
-        env={**os.environ, "SPARK_HOME": str(SPARK_HOME)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = SnapshotJobConfig(db_url=url, data_dir=str(node_key_file.parent),
+                            network_id=NETWORK_ID, snapshot_dir=str(tmp_path / "cluster"),
+                            master=cluster, partitions=3, period_ms=PERIOD_MS, settle_ms=0,
+                            rehash=True, driver_memory="1g",
+                            max_events_per_file=MAX_EVENTS_PER_FILE)
+    snap_job, rehash_job = job_commands(cfg)
+    assert (snap_job.name, rehash_job.name) == ("snapshot", "rehash")
+    report_file = tmp_path / "rehash.json"
+    scheduler = SnapshotScheduler(
+        [snap_job, JobCommand(rehash_job.name, (*rehash_job.argv, "--report", str(report_file)))],
+        env={**os.environ, "SPARK_HOME": str(SPARK_HOME)}, clock=SystemClock())
 
-    def tree(root: Path) -> dict[str, bytes]:
-        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
-                if p.is_file()}
+    last = trio.run(run_triggered, scheduler, 540)
+    assert last is not None and last["ok"], last
+    snap_outcome, rehash_outcome = last["jobs"]
 
-    local = tree(tmp_path / "local")
-    assert tree(tmp_path / "cluster") == local and len(local) > 40
+    # The template log is old and quiet: by the wall clock every period has settled.
+    local = snapshot.run(spark, url, tmp_path / "local", snapshot.load_node_key(node_key_file),
+                         NETWORK_ID, period_ms=PERIOD_MS, settle_ms=0, partitions=3,
+                         max_events_per_file=MAX_EVENTS_PER_FILE)
+    assert local["new_files"] == 14 and local["pending_events"] == 0
+    assert snap_outcome["result"]["new_files"] == 14
+    assert snap_outcome["result"]["pending_events"] == 0
+    on_cluster, on_local = _tree(tmp_path / "cluster"), _tree(tmp_path / "local")
+    # The chain's last period is the last one settled by each build's own clock (the local
+    # build ran later); all else, every record file included, is the same bytes.
+    cluster_manifest, local_manifest = (Manifest.from_json(t.pop(MANIFEST_NAME))
+                                        for t in (on_cluster, on_local))
+    assert cluster_manifest.chain.last_period <= local_manifest.chain.last_period
+    assert replace(cluster_manifest, chain=replace(
+        cluster_manifest.chain, last_period=local_manifest.chain.last_period)) == local_manifest
+    assert on_cluster == on_local
+    assert verify_tree({k: v for k, v in on_cluster.items() if ".rcd" in k}, None).ok
+
+    # The job's last stdout line is its result: ok, over every event of the log.
+    assert rehash_outcome["result"]["ok"] is True and rehash_outcome["result"]["events"] == 480
+    report: dict[str, Any] = json.loads(report_file.read_text())
+    report.pop("seconds")
+    local_report = rehash.run(spark, url, NETWORK_ID, partitions=3)
+    assert report == local_report and local_report["ok"]

@@ -172,36 +172,6 @@ def test_job_commands(tmp_path: Path) -> None:
     assert parsed.max_events_per_file == cfg.max_events_per_file == 100_000
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(420)
-@pytest.mark.trio
-async def test_scheduler_runs_the_real_snapshot_job(tmp_path: Path, template_db: Path,
-                                                    node_key_file: Path) -> None:
-    """The scheduler runs the real snapshot job (local[2]) and reports its result. Its run of
-    the real rehash job is test_cluster's rehash test (on a standalone cluster): each Spark
-    application costs seconds of JVM start, so one application carries both checks."""
-    import shutil
-
-    from sync.recordstream import verify_tree
-
-    db = tmp_path / "node.db"
-    shutil.copyfile(template_db, db)
-    from tests.spark_jobs.conftest import NETWORK_ID, PERIOD_MS, run_triggered
-
-    cfg = SnapshotJobConfig(db_url=f"sqlite:///{db}", data_dir=str(node_key_file.parent),
-                            network_id=NETWORK_ID, snapshot_dir=str(tmp_path / "snap"),
-                            master="local[2]", partitions=2, period_ms=PERIOD_MS, settle_ms=0)
-    scheduler = SnapshotScheduler(job_commands(cfg), clock=SystemClock())
-    last = await run_triggered(scheduler, 280)
-    assert last is not None and last["ok"], last
-    (snap,) = last["jobs"]
-    # The template log is old and quiet: by the wall clock every period has settled.
-    assert snap["result"]["new_files"] == 5 and snap["result"]["pending_events"] == 0
-    files = {p.relative_to(tmp_path).as_posix(): p.read_bytes()
-             for p in (tmp_path / "snap").rglob("*.rcd*")}
-    assert verify_tree(files, None).ok
-
-
 def test_scheduler_from_config(tmp_path: Path) -> None:
     from node.config.settings import load_config
     from node.snapshots.scheduler import scheduler_from_config
