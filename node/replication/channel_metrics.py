@@ -76,6 +76,11 @@ def describe_channel_metrics(metrics: Metrics, channels: Mapping[str, SdsChannel
                        lambda: float(sum(ch.stats.resends for ch in channels.values())),
                        "Own messages sent again because no acknowledgement came in time")
     metrics.counter_fn(
+        "sds_fetched_waiting_total",
+        lambda: float(sum(ch.stats.fetched_waiting for ch in channels.values())),
+        "Fetched events (Recon, fetch by id) that had to wait in SDS's dependency buffer: "
+        "0 while fetches come in causal order")
+    metrics.counter_fn(
         "events_duplicate_total",
         lambda: float(store.duplicate_events
                       + sum(ch.stats.duplicates_received for ch in channels.values())),

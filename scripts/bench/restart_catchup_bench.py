@@ -25,8 +25,10 @@ a small machine two catching-up nodes share its cores.
 
 No event may be fetched twice: ``refetched`` sums, over a, c, d and e, the events fetched by
 Recon (``recon_events_fetched_total``) beyond those new to the database
-(``recon_events_stored_total``), and ``evicted_waiting`` the SDS
-``sds_evicted_total{buffer="waiting"}`` (the fetch-evict-refetch loop of issue 37 showed both).
+(``recon_events_stored_total``), ``fetched_waiting`` the fetched events SDS had to hold for
+a dependency (``sds_fetched_waiting_total``) and ``evicted_waiting`` the SDS
+``sds_evicted_total{buffer="waiting"}`` (the fetch-evict-refetch loop of issue 37 showed both;
+gossip copies of b's resends can still be evicted, ``docs/node.md``).
 
 Keys: see ``JSON_KEYS``; the last line of stdout is the JSON, also written to
 docs/bench/restart_catchup.json (not with ``--smoke``; ``--out`` elsewhere).
@@ -62,7 +64,7 @@ OUT = ROOT / "docs" / "bench" / "restart_catchup.json"
 JSON_KEYS = ("burst", "stored_on_b", "lacked", "fresh_lacked", "catchup_after_restart_s",
              "catchup_after_restart_per_s", "catchup_after_restart_per_peer_per_s",
              "catchup_fresh_s", "catchup_fresh_per_s", "catchup_fresh_per_peer_per_s",
-             "refetched", "evicted_waiting", "load_avg_1m")
+             "refetched", "fetched_waiting", "evicted_waiting", "load_avg_1m")
 RATES = ("catchup_after_restart_per_s", "catchup_fresh_per_s")
 EVICTED = 'sds_evicted_total{buffer="waiting"}'
 CHANNEL = "general"
@@ -125,6 +127,7 @@ def measure(base: Path, nodes: list[NodeProcess], stored: int, burst: int
                            - metric(n, "recon_events_stored_total"))
                  for name, n in takers.items()}
     evicted = {name: int(metric(n, EVICTED)) for name, n in takers.items()}
+    waited = {name: int(metric(n, "sds_fetched_waiting_total")) for name, n in takers.items()}
     return {
         "burst": burst, "stored_on_b": stored, "lacked": restart.lacked,
         "catchup_after_restart_s": restart.wall_s,
@@ -140,6 +143,7 @@ def measure(base: Path, nodes: list[NodeProcess], stored: int, burst: int
         "catchup_fresh_start_s": fresh.start_s,
         "refetched": sum(refetched.values()), "evicted_waiting": sum(evicted.values()),
         "refetched_per_node": refetched, "evicted_waiting_per_node": evicted,
+        "fetched_waiting": sum(waited.values()), "fetched_waiting_per_node": waited,
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
@@ -174,8 +178,10 @@ def main() -> int:
               f"{result[f'catchup_{tag}_per_s']!s:>10}"
               f"{result[f'catchup_{tag}_per_peer_per_s']!s:>16}"
               f"{result[f'catchup_{tag}_span_s']!s:>18}{result[f'catchup_{tag}_start_s']!s:>14}")
-    print(f"refetched {result['refetched']} {result['refetched_per_node']}, evicted from the "
-          f"waiting buffer {result['evicted_waiting']} {result['evicted_waiting_per_node']}")
+    print(f"refetched {result['refetched']} {result['refetched_per_node']}, fetched and left "
+          f"waiting {result['fetched_waiting']} {result['fetched_waiting_per_node']}, evicted "
+          f"from the waiting buffer {result['evicted_waiting']} "
+          f"{result['evicted_waiting_per_node']}")
     # A smoke-size catch-up may come in one gossip delivery: no time passed, no rate.
     out = smoke_path("restart_catchup") if args.smoke else args.out or OUT
     return finish(result, JSON_KEYS, out,

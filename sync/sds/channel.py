@@ -340,6 +340,8 @@ class SdsChannel:
             self._accept(event, None, (), now)
         except DeliveredNeeded as need:
             return need.read
+        if event.message_id in self.incoming.waiting:
+            self.stats.fetched_waiting += 1
         return None
 
     def deliver_settled(self, mids: Sequence[str], senders: Sequence[str],

@@ -15,6 +15,10 @@ class ChannelStats:
     #: Content messages received again after their delivery (resends, repairs, the same event
     #: by gossip and by Recon): dropped, counted for ``events_duplicate_total``.
     duplicates_received: int = 0
+    #: Fetched or stored events (``receive_event``) left waiting in the dependency buffer:
+    #: 0 while fetches come in causal order (``sync.transfer.causal``). Gossip copies that
+    #: wait are SDS's ordinary out-of-order case and are not counted here.
+    fetched_waiting: int = 0
     #: Repair requests ignored because their sender did not sign them (a relay or a replay
     #: attached them to someone else's message) ...
     repair_unsigned_ignored: int = 0

@@ -16,7 +16,7 @@ from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
-from sync.sds import SdsChannel, SdsConfig
+from sync.sds import SdsChannel, SdsConfig, decode_transmission
 
 CONFIG = SdsConfig(resend_interval=1.0, possibly_acked_resend_interval=3.0, max_resends=2,
                    lost_timeout=6.0, sync_interval=1.0, sync_jitter=0.5, t_min=0.2, t_max=0.4)
@@ -85,14 +85,20 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
 
     # D: garbage from a peer is refused and counted by reason.
     assert await service.fetched.ingest(b"\x00 not an event", "peer", now=now) is None
+    # E: an event fetched ahead of its dependency waits in the dependency buffer.
+    peer.send(b"p4", now)  # never reaches us
+    ahead = decode_transmission(peer.send(b"p5", now)).event
+    peer.datagrams_to_send()
+    assert await service.fetched.ingest(ahead.wire, "peer", now=now) == ahead.message_id
 
     moved = {name: metrics.total(name) for name in CHANNEL_METRICS}
-    moved["sds_resends_total"] = metrics.value("sds_resends_total")
+    for name in ("sds_resends_total", "sds_fetched_waiting_total"):
+        moved[name] = metrics.value(name)
     for name in ("sds_missing_total", "sds_repairs_requested_total",
                  "sds_dependencies_lost_total", "sds_resends_total",
                  "sds_resend_exhausted_total", "sds_acknowledged_total",
                  "sds_repairs_answered_total", "events_delivered_total",
-                 "events_rejected_total"):
+                 "events_rejected_total", "sds_fetched_waiting_total"):
         assert moved[name] > 0, (name, moved)
     # Repairs are counted per id asked for, not per message carrying the request.
     assert moved["sds_repairs_requested_total"] >= 1

@@ -243,7 +243,8 @@ DRIVEN: dict[str, str] = {
     **{name: _SDS for name in (
         "events_delivered_total", "events_rejected_total", "sds_acknowledged_total",
         "sds_dependencies_lost_total", "sds_missing_total", "sds_repairs_answered_total",
-        "sds_repairs_requested_total", "sds_resend_exhausted_total", "sds_resends_total")},
+        "sds_repairs_requested_total", "sds_resend_exhausted_total", "sds_resends_total",
+        "sds_fetched_waiting_total")},
     **{name: _DB for name in (
         "app_events_applied_total", "db_cells_set_total", "db_messages_reevaluated_total",
         "db_records_created_total", "db_records_deleted_total", "db_rejected_total",

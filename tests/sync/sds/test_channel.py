@@ -376,11 +376,27 @@ def test_receive_event_takes_a_decoded_event_and_checks_its_channel() -> None:
     second = decode_transmission(alice.send(b"two", T0 + 2)).event
     bob.receive_event(second, T0 + 3, peer="p")
     assert delivered_ids(bob) == []  # waits for its dependency, as with receive
+    assert bob.stats.fetched_waiting == 1
     bob.receive_event(first, T0 + 3, peer="p")
     assert delivered_ids(bob) == [first.message_id, second.message_id]
+    assert bob.stats.fetched_waiting == 1  # delivered at once: it did not wait
     with pytest.raises(RemoteProtocolError, match="another channel") as info:
         bob.receive_event(first._replace(channel_id="elsewhere"), T0 + 4, peer="p")
     assert info.value.peer == "p"
+
+
+def test_only_fetched_events_left_waiting_count_as_fetched_waiting() -> None:
+    alice, bob = channel(0), channel(1)
+    wires = [alice.send(f"m{i}".encode(), T0 + 1 + i) for i in range(3)]
+    events = [decode_transmission(w).event for w in wires]
+    bob.receive(wires[2], T0 + 5)  # a gossip copy ahead of its dependencies: not counted
+    assert delivered_ids(bob) == [] and bob.stats.fetched_waiting == 0
+    bob.receive_event(events[2], T0 + 5, peer="p")  # its fetched copy finds it waiting
+    assert bob.stats.fetched_waiting == 1
+    for event in events[:2]:  # in causal order: delivered at once, with the waiting one
+        bob.receive_event(event, T0 + 6, peer="p")
+    assert delivered_ids(bob) == [e.message_id for e in events]
+    assert bob.stats.fetched_waiting == 1
 
 
 def test_is_missing_follows_the_missing_set() -> None:
