@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+UV_VERSION := 0.13.9
 CONFIG ?= config.example.toml
 PYTEST_ARGS ?=
 
@@ -15,8 +16,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@# uv installs the same pinned set as pip in less than half the time on a fresh machine
+	@# (parallel downloads and builds: 39 s against 85 s without a cache, docs/testing.md).
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(VENV)/bin/uv pip install --quiet --python $(PY) \
+	  -c constraints.txt -e '.[dev]'
 	@# libp2p pulls in trio-typing, whose stale trio-stubs hide trio's own inline types from
 	@# mypy (no trio.TaskStatus, old to_thread signature); the runtime never imports them.
 	rm -rf $(VENV)/lib/python*/site-packages/trio-stubs
