@@ -122,12 +122,16 @@ def measure(base: Path, nodes: list[NodeProcess], stored: int, burst: int
     nodes += fresh_nodes
     fresh = watch(fresh_nodes, stored, since_ms)
     takers = {"a": a, "c": c, "d": fresh_nodes[0], "e": fresh_nodes[1]}
+
+    def per_node(name: str) -> dict[str, int]:
+        return {label: int(metric(n, name)) for label, n in takers.items()}
+
     # Nothing fetched twice: every fetched event was new to the database.
-    refetched = {name: int(metric(n, "recon_events_fetched_total")
-                           - metric(n, "recon_events_stored_total"))
-                 for name, n in takers.items()}
-    evicted = {name: int(metric(n, EVICTED)) for name, n in takers.items()}
-    waited = {name: int(metric(n, "sds_fetched_waiting_total")) for name, n in takers.items()}
+    fetched, stored_new = (per_node("recon_events_fetched_total"),
+                           per_node("recon_events_stored_total"))
+    refetched = {label: fetched[label] - stored_new[label] for label in takers}
+    evicted = per_node(EVICTED)
+    waited = per_node("sds_fetched_waiting_total")
     return {
         "burst": burst, "stored_on_b": stored, "lacked": restart.lacked,
         "catchup_after_restart_s": restart.wall_s,
