@@ -48,14 +48,14 @@ run: setup
 # --dist loadgroup keeps each group of tests/conftest.py (the shared PostgreSQL database and
 # Spark; the multi-process clusters, namespaces and benchmark smokes) on one worker, in turn.
 # --durations lists the slowest tests, so a CI log says where the time goes.
-# Default 2, one per core of CI's machine: three ran faster (635-813 s of pytest against 878 s)
-# but starved scenario 3's hole punches after the heal even on a quiet machine (docs/testing.md);
-# TEST_WORKERS=0 runs serially.
+# Default 3 on CI's 2 cores: two left a third of the cores idle on timers and node start-ups
+# (878-917 s of pytest against 635-813 s with three, docs/testing.md); TEST_WORKERS=0 runs
+# serially.
 # Bytecode: where PYTHONDONTWRITEBYTECODE is set (some CI images set it) Python keeps none, so
 # each of the hundreds of node and CLI processes the suite starts compiled node/ and sync/ from
 # source again (~0.4 s of CPU each) and each worker re-ran pytest's assertion rewriting (~7 s).
 # So the sources are compiled once, and the suite runs with Python's default of keeping it.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: setup
 	@$(PY) -m compileall -q -j 0 node sync storage spark_jobs scripts tests >/dev/null
 	@env -u PYTHONDONTWRITEBYTECODE \

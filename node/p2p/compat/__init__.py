@@ -64,6 +64,8 @@ D3   overridden ``DCUtRProtocol._have_direct_connection``                    tes
 D4   overridden ``DCUtRProtocol._get_observed_addrs``                        test_relay_layer
 D5   overridden ``DCUtRProtocol._dial_peer``                                 test_scope_guard
 D6   read       ``DCUtRProtocol._direct_connections``, ``_hole_punch_attempts`` test_libp2p_compat
+D7   overridden ``DCUtRProtocol._perform_hole_punch`` (wrapped), ``_dial_peer`` test_relay_layer
+                (one dial per address for the whole attempt)
 A1   replaced   ``BasicHost._observed_addr_manager.record_observation``      test_scope_guard
 A2   replaced   ``GossipSub._do_px`` (per router)                            test_scope_guard
 ==== ========== =========================================================== ========================

@@ -18,6 +18,9 @@ table in ``node.p2p.compat``; ``node.p2p.relay`` wires them, docs/upstream.md ha
   (``_dial_peer``) and lets us reset its per-peer cache and attempt count
   (:meth:`ResponderDCUtR.forget_direct`, :meth:`ResponderDCUtR.forget_attempts`:
   ``_direct_connections``, ``_hole_punch_attempts``).
+* D7 ``_perform_hole_punch`` (wrapped) and ``_dial_peer``: each address is dialled once per
+  attempt, and that dial lasts until the attempt ends (:class:`PunchAttempt`), not one dial
+  timeout per round.
 
 Checked by :func:`check_relay_library` (after the version check) when a relay layer is built.
 """
@@ -180,6 +183,14 @@ class SharedRelay(PacedRelay):
             self.circuits.release(stream)
 
 
+class PunchAttempt:
+    """The dials of one hole-punch attempt with one peer (``ResponderDCUtR``, D7)."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self.dialing: set[str] = set()  # addresses with a dial under way
+
+
 class ResponderDCUtR(DCUtRProtocol):
     """DCUtR that answers punches but never starts one by itself (we drive, one side only),
     and tells the other side our external addresses from our own evidence first
@@ -192,6 +203,26 @@ class ResponderDCUtR(DCUtRProtocol):
                 raise P2PError(f"libp2p DCUtRProtocol.{name} is gone: re-check {__name__}")
         self.punch_addrs: Callable[[], list[str]] = lambda: []
         self.refused = refused
+        self._attempts: dict[ID, PunchAttempt] = {}
+
+    async def _perform_hole_punch(self, peer_id: ID, addrs: list[multiaddr.Multiaddr],
+                                  as_responder: bool = False) -> bool:
+        # The punch dials of this attempt run in a nursery of its own that outlives the
+        # library's rounds (D7): each address is dialled once, and that dial stays in SYN-SENT
+        # until the attempt ends, so the other side's SYN, however late, meets it.
+        async with trio.open_nursery() as nursery:
+            attempt = PunchAttempt(nursery)
+            previous = self._attempts.get(peer_id)
+            self._attempts[peer_id] = attempt
+            try:
+                return bool(await super()._perform_hole_punch(peer_id, addrs, as_responder))
+            finally:
+                if self._attempts.get(peer_id) is attempt:
+                    if previous is None:
+                        del self._attempts[peer_id]
+                    else:
+                        self._attempts[peer_id] = previous
+                nursery.cancel_scope.cancel()
 
     async def _dial_peer(self, peer_id: ID, addr: multiaddr.Multiaddr,
                          source: tuple[str, int] | None = None,
@@ -202,7 +233,37 @@ class ResponderDCUtR(DCUtRProtocol):
             self.refused["punch", reason] += 1
             logger.debug("refused punch dial of %s at %s: %s", peer_id, addr, reason)
             return
-        await super()._dial_peer(peer_id, addr, source, as_responder)
+        attempt = self._attempts.get(peer_id)
+        if attempt is None:  # not inside an attempt: the library's own dial
+            await super()._dial_peer(peer_id, addr, source, as_responder)
+            return
+        if str(addr) not in attempt.dialing:
+            attempt.dialing.add(str(addr))
+            attempt.nursery.start_soon(self._lasting_dial, attempt, peer_id, addr, source,
+                                       as_responder)
+
+    async def _lasting_dial(self, attempt: PunchAttempt, peer_id: ID,
+                            addr: multiaddr.Multiaddr, source: tuple[str, int] | None,
+                            as_responder: bool) -> None:
+        """One punch dial with no timeout of its own: the attempt's end cancels it."""
+        store = self.host.get_peerstore()
+        known = list(store.addrs(peer_id))
+        network = self.host.get_network()
+        try:
+            if as_responder:
+                await network.dial_addr_as_responder(addr, peer_id, source)
+            else:
+                await network.dial_addr(addr, peer_id, source)
+        except Exception as exc:
+            logger.debug("punch dial of %s at %s failed: %s", peer_id, addr, exc)
+            # The swarm drops every address of a peer on an id mismatch (one wrong address
+            # the peer offered): keep the others for the rest of the attempt.
+            if "mismatch" in str(exc).lower() and known:
+                store.add_addrs(peer_id, known, 600)
+            attempt.dialing.discard(str(addr))  # a later round may dial it again
+            return
+        if await self._verify_direct_connection(peer_id):
+            self._direct_connections.add(peer_id)
 
     async def _auto_drive_loop(self) -> None:
         return None
@@ -268,7 +329,9 @@ def check_relay_library() -> None:
                       (DCUtRProtocol, "_auto_drive_loop"),
                       (DCUtRProtocol, "_get_observed_addrs"),
                       (DCUtRProtocol, "_try_unilateral_upgrade"),
-                      (DCUtRProtocol, "_dial_peer")):
+                      (DCUtRProtocol, "_dial_peer"),
+                      (DCUtRProtocol, "_perform_hole_punch"),
+                      (DCUtRProtocol, "_verify_direct_connection")):
         if not callable(getattr(cls, name, None)):
             raise P2PError(f"libp2p {cls.__name__}.{name} is gone: re-check {__name__}")
 

@@ -312,6 +312,15 @@ ENTRIES: tuple[Entry, ...] = (
           "a stale 'directly connected' entry makes our punch 'succeed' at once; attempts "
           "stop at 5 per peer for the process's life: both reset before/after our punches",
           _T + "test_d1_d6_the_dcutr_names_we_drive_are_still_used_by_the_library"),
+    Entry("D7", "relay", "overridden",
+          ("libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._perform_hole_punch",
+           "libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._dial_peer",
+           "libp2p.relay.circuit_v2.dcutr:DCUtRProtocol._verify_direct_connection"),
+          "each punch dial ends with its round (5 s) and the next round dials again 2 s later: "
+          "the other side's SYN arriving in between reaches our listener through the NAT, "
+          "whose answer the NAT drops, and the pair stays relayed; one dial per address now "
+          "lasts the whole attempt",
+          "tests/node/test_relay_layer.py::test_a_punch_dial_lasts_the_whole_attempt"),
     Entry("A1", "scope", "replaced",
           ("libp2p.host.basic_host:BasicHost._observed_addr_manager",
            "libp2p.host.observed_addr_manager:ObservedAddrManager.record_observation"),
