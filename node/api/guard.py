@@ -14,8 +14,10 @@ An ASGI wrapper around the routes, checked in this order before any handler runs
    send without a preflight this API never grants), within ``ui.requests_per_s``.
 4. A request body must be ``application/json``: a cross-site ``text/plain`` form post cannot be.
 
-Every response carries an ``X-Request-Id``; every 5xx, and every exception a handler did not turn
-into one, is logged with that id and counted in ``api_responses_total``.
+A response sent before the request's body was read in full (any refusal above, a 404 to a POST)
+says ``Connection: close``: the server ends that connection, and a client must not send its next
+request on it. Every response carries an ``X-Request-Id``; every 5xx, and every exception a
+handler did not turn into one, is logged with that id and counted in ``api_responses_total``.
 """
 
 from __future__ import annotations
@@ -148,12 +150,27 @@ class ApiGuard:
         started = self.clock.now()
         status = 0
 
+        # A response sent before the request's body was read in full (a refusal, a 404 to a
+        # POST) ends the connection: the server cannot read the next request past a body it
+        # never read. Said in the response (Connection: close), or a client that reuses the
+        # connection meets a close instead of its next answer.
+        body_read = not _has_body(scope)
+
+        async def tracked_receive() -> Message:
+            nonlocal body_read
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read = True
+            return message
+
         async def tracked_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 message["headers"] = [*message.get("headers", ()),
                                       (b"x-request-id", request_id.encode())]
+                if not body_read:
+                    message["headers"].append((b"connection", b"close"))
             await send(message)
 
         try:
@@ -163,7 +180,7 @@ class ApiGuard:
                 self.metrics.inc("api_refused_total", reason=reason)
                 await _send_error(tracked_send, code, text, extra)
             else:
-                await self.app(scope, receive, tracked_send)
+                await self.app(scope, tracked_receive, tracked_send)
         except Exception:
             log.exception("API request failed",
                           extra=kv(request_id=request_id, method=scope.get("method"),
