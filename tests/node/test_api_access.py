@@ -24,6 +24,7 @@ from node.config.fields import ConfigError
 from node.config.settings import load_config
 from tests.conftest import ROOT
 from tests.harness.procs import NodeApi, running_node
+from tests.harness.raw_http import read_message
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -176,21 +177,10 @@ def test_websocket_upgrade_is_refused(node: NodeApi) -> None:
 
 
 def _head(conn: socket.socket) -> bytes:
-    """One whole response read off ``conn`` (its body by its length); its status line and
-    headers, lower case."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(4096)
-        assert chunk, data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    head = head.lower()
-    length = int(head.partition(b"content-length:")[2].split(b"\r\n")[0] or 0)
-    while len(body) < length:
-        chunk = conn.recv(4096)
-        assert chunk, body
-        body += chunk
-    return head
+    """One whole response read off ``conn``: its status line and headers, lower case."""
+    message = read_message(conn)
+    assert message is not None, "the node closed the connection before a whole answer"
+    return message[0].lower()
 
 
 def test_a_refusal_before_the_body_says_the_connection_closes(node: NodeApi) -> None:

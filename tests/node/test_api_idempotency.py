@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.harness.inproc import InProcessNode
+from tests.harness.raw_http import read_message
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -85,16 +86,10 @@ class DroppingProxy:
 
     def _relay(self, client: socket.socket) -> None:
         with client:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = client.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
-            while len(body) < length:
-                body += client.recv(65536)
+            message = read_message(client)
+            if message is None:
+                return
+            head, body = message
             head = re.sub(rb"(?im)^host:.*$",
                           f"Host: {self.target_host}:{self.target_port}".encode(), head)
             head = re.sub(rb"(?im)^connection:.*\r\n", b"", head) + b"\r\nConnection: close"

@@ -245,7 +245,9 @@ class ResponderDCUtR(DCUtRProtocol):
     async def _lasting_dial(self, attempt: PunchAttempt, peer_id: ID,
                             addr: multiaddr.Multiaddr, source: tuple[str, int] | None,
                             as_responder: bool) -> None:
-        """One punch dial with no timeout of its own: the attempt's end cancels it."""
+        """One punch dial with no timeout of its own: the attempt's end cancels it. The
+        library's ``_dial_peer`` less its ``fail_after(dial_timeout)`` (the defect: it cannot
+        be called without one) and its 0.1-s pause before the check."""
         store = self.host.get_peerstore()
         known = list(store.addrs(peer_id))
         network = self.host.get_network()
