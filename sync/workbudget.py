@@ -11,6 +11,13 @@ bytes alone would have to price every byte as a range claim's (~1 µs): an hones
 key lists, 40 MB for a million events, would cost ten times their work and stall on the budget.
 The cost of one request is bounded by our limits (``recon.max_message_*``, ``fetch.max_ids``).
 
+A Recon frame's two charges go through :meth:`WorkBudget.charge_frame` (before it is read) and
+:meth:`WorkBudget.settle_frame` (once decoded). The first is an advance at the price per byte
+the peer's previous frames came to (at least the reading's 1 unit per KiB); the second charges
+or gives back the difference. Without the advance, a peer whose frames of made-up range claims
+cost ~90 units per KiB once decoded was asked 1 unit per KiB for each retry while the node's
+total budget refused it unread, so its own budget never ran out and it was never penalised.
+
 Two token buckets decide when the work may run: the peer's own (``peer_rate`` units/s up to
 ``peer_burst``) and the node's total over all peers (``total_rate`` up to ``total_burst``), so
 ten identities cannot get ten times the work of one. A bucket may go into debt: a request is
@@ -32,6 +39,7 @@ Sans-IO: ``now`` (seconds, any monotonic origin) is passed into every call.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil
 
 from sync.errors import LocalProtocolError
 from sync.recon.wire import HASH, Message
@@ -148,12 +156,14 @@ Decision = Admit | Wait | Refuse
 
 
 class _Bucket:
-    """Tokens refill at ``rate`` up to ``burst``; may be spent below zero (debt)."""
+    """Tokens refill at ``rate`` up to ``burst``; may be spent below zero (debt). ``price``:
+    what the peer's Recon frames cost per byte (the advance on its next one)."""
 
-    __slots__ = ("at", "burst", "rate", "tokens")
+    __slots__ = ("at", "burst", "price", "rate", "tokens")
 
     def __init__(self, rate: float, burst: float, now: float) -> None:
         self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
+        self.price = 0.0
 
     def level(self, now: float) -> float:
         if now > self.at:
@@ -214,6 +224,32 @@ class WorkBudget:
             return Admit(units)
         self.waits += 1
         return Wait(units, now + wait)
+
+    def charge_frame(self, peer: str, nbytes: int, now: float) -> Decision:
+        """A Recon frame of ``nbytes``, before it is read: its reading (:func:`recon_units`)
+        or, when more, its size at the price per byte of the peer's previous frames, up to
+        the most one request may cost (so a peer with a full bucket is never refused)."""
+        price = self._bucket(peer, now).price
+        units = max(recon_units(nbytes), ceil(price * max(nbytes, 0)))
+        return self.charge(peer, min(units, int(self.limits.max_units)), now)
+
+    def settle_frame(self, peer: str, nbytes: int, units: int, paid: int,
+                     now: float) -> Decision:
+        """The same frame once decoded, asking ``units`` of work (:func:`recon_message_units`)
+        after ``paid`` in advance: what is still owed for reading and answering it is charged
+        as ``spent`` (the decoding is done), an overpaid advance is given back. The peer's
+        price becomes this frame's, or half its former one when that is more, so that cheap
+        frames between dear ones do not reset it."""
+        bucket = self._bucket(peer, now)
+        due = recon_units(nbytes) + max(int(units), 0)
+        bucket.price = max(due / max(nbytes, 1), bucket.price / 2)
+        if due > paid:
+            return self.charge(peer, due - paid, now, spent=True)
+        refund = paid - due
+        bucket.tokens = min(bucket.burst, bucket.level(now) + refund)
+        self._total.tokens = min(self._total.burst, self._total.level(now) + refund)
+        self.granted_units -= refund
+        return Admit(0)
 
     def available(self, peer: str, now: float) -> float:
         """The peer's tokens now (negative: in debt)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import trio
 
@@ -15,12 +16,18 @@ from sync.errors import LocalProtocolError
 from sync.recon import ReadKeys
 from sync.transfer import Abort, Charge, KeysDropped, ReconExchange, SendFrame
 from sync.transfer.exchange import Action
-from sync.workbudget import recon_units
 
-__all__ = ["reconcile"]
+__all__ = ["FrameCharger", "reconcile"]
 
 Work = Callable[[Callable[[], list[Action]]], Awaitable[list[Action]]]
-Charger = Callable[[int], Awaitable[None]]
+
+
+class FrameCharger(Protocol):
+    """What the peer pays for each frame (``node.replication.work.FrameCharges``)."""
+
+    async def before(self, nbytes: int) -> None: ...
+
+    async def after(self, units: int) -> None: ...
 
 
 async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
@@ -29,13 +36,14 @@ async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
 
 async def reconcile(stream: FramedStream, exchange: ReconExchange, first: list[Action] | None,
                     on_dropped: Callable[[int], None], *, work: Work = _inline,
-                    charge: Charger | None = None, settle: Charger | None = None,
+                    charges: FrameCharger | None = None,
                     now: Callable[[], float]) -> None:
     """Run the exchange to its end (``first``: the initiator's opening actions). Raises
     ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
-    missing keys beyond the bound. Each frame from the peer is ``charge``d to it by its size
-    before it is read; a ``charging`` exchange's frame is then decoded and ``settle``d by the
-    work it asks before it is answered (paid even if refused: the decoding is done).
+    missing keys beyond the bound. Each frame from the peer is charged to it before it is read
+    (``charges.before``, by its size); a ``charging`` exchange's frame is then decoded and
+    settled by the work it asks before it is answered (``charges.after``: paid even if
+    refused, the decoding is done).
     ``work`` runs each step in the Recon worker thread, which carries
     out its key-store reads (``KeyStoreWork.step``). ``now``: the driver's injected clock
     (``Clock.now``, trio's: the timer is a cancel scope's deadline)."""
@@ -46,15 +54,15 @@ async def reconcile(stream: FramedStream, exchange: ReconExchange, first: list[A
             await _carry_out(stream, actions, on_dropped)
             if exchange.done:
                 return
-            # Charged by the frame's announced size, before its body is read or decoded.
-            if charge is not None:
-                await charge(recon_units(await stream.next_size()))
+            # Charged in advance by its announced size, before its body is read or decoded.
+            if charges is not None:
+                await charges.before(await stream.next_size())
             frame = await stream.receive()
             actions = await work(functools.partial(exchange.receive, frame, now()))
             if actions and isinstance(charged := actions[0], Charge):
-                if settle is None:
-                    raise LocalProtocolError("a charging exchange needs a settle")
-                await settle(charged.units)
+                if charges is None:
+                    raise LocalProtocolError("a charging exchange needs its frame charges")
+                await charges.after(charged.units)
                 actions = await work(functools.partial(exchange.charged, now()))
             continue
         actions = exchange.handle_timer(now())

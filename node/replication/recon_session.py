@@ -185,8 +185,7 @@ class SessionRunner:
         await reconcile(stream, exchange, first,
                         lambda n: self.metrics.inc("recon_missing_dropped_total", n),
                         work=functools.partial(self.keywork.step, exchange),
-                        charge=work.charger(stream.peer_id, "recon") if work else None,
-                        settle=work.charger(stream.peer_id, "recon", spent=True) if work else None,
+                        charges=work.frames(stream.peer_id, "recon") if work else None,
                         now=self.clock.now)
         stats.missing = exchange.missing
         stats.truncated = exchange.truncated

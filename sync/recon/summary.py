@@ -17,8 +17,9 @@ Keys enter through :meth:`SummaryKeyStore.insert_many`: the driver's word that t
 holds them (after a commit), never a read.
 
 The log may hold keys the summary has not accounted yet (a database commit is visible before
-the store hears of it): a bucket read that does not match the summary is used once and not
-cached, and a split waits until it matches. Such a read can make one range hash differ from the
+the store hears of it): a bucket read that does not match the summary is used for the step
+that asked for it and not cached (its running sums serve that step's every bound in the
+bucket), and a split waits until it matches. Such a read can make one range hash differ from the
 peer's for a moment, which costs Recon one more round, never a wrong result: the keys themselves
 are always compared through the log.
 
@@ -84,6 +85,11 @@ class SummaryKeyStore:
         #: Times the answers held were dropped at the bound (``answer_keys``).
         self.answers_dropped = 0
         self._answers: dict[RangeRead, list[bytes]] = {}
+        # bucket start -> (an answered read that did not match the summary, its running sums):
+        # not cached, but its sums serve the step's other bounds in that bucket (recomputed
+        # from the front for each, a 60,000-range message over a log with commits the store
+        # had not heard of yet hashed ~150 keys per bound).
+        self._loose: dict[bytes, tuple[list[bytes], tuple[list[int], list[int]]]] = {}
         self._held: dict[bytes, bool] = {}
         self._want_ranges: dict[RangeRead, None] = {}
         self._want_present: dict[bytes, None] = {}
@@ -207,6 +213,10 @@ class SummaryKeyStore:
                 out.add(key)
         return out
 
+    def lacking(self) -> bool:
+        """Whether the step being run has asked for a read yet (its run is void then)."""
+        return bool(self._want_ranges or self._want_present)
+
     def wanted(self) -> KeyReads | None:
         """After a step (or :meth:`split_pending`): the reads it lacked (it must be run again
         once they are answered), or None when it had every answer (they are spent then)."""
@@ -225,6 +235,7 @@ class SummaryKeyStore:
         if self._answers and self.answered_keys + size > self.answer_keys:
             # Over the bound: what was computed from these answers is kept (the memos).
             self._answers.clear()
+            self._loose.clear()
             self.answered_keys = 0
             self.answers_dropped += 1
         self._answers.update(zip(reads.ranges, answer.keys, strict=True))
@@ -236,6 +247,7 @@ class SummaryKeyStore:
     def forget_answers(self) -> None:
         """Drop the answers given (spent, or stale after an insert) and what was asked."""
         self._answers.clear()
+        self._loose.clear()
         self._held.clear()
         self._want_ranges.clear()
         self._want_present.clear()
@@ -306,7 +318,10 @@ class SummaryKeyStore:
         # the count holds exactly the accounted ones (all a split relies on).
         if len(keys) != count:
             self.mismatched_reads += 1
-            return keys, sums, False
+            loose = self._loose.get(start)
+            if loose is None or loose[0] is not keys:
+                loose = self._loose[start] = (keys, sums)
+            return keys, loose[1], False
         self._put(start, keys, sums)
         return keys, sums, True
 

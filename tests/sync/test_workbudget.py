@@ -199,3 +199,80 @@ def test_spent_work_is_paid_even_when_the_rest_is_refused() -> None:
     fresh = WorkBudget(LIMITS, now=0.0)
     assert isinstance(fresh.charge("a", 2000, 0.0), Refuse)
     assert fresh.available("a", 0.0) == 1000
+
+
+def test_a_frame_is_advanced_at_the_peers_last_price_and_settled() -> None:
+    """Before it is read, a Recon frame pays its reading (1 unit per KiB) or, when more, its
+    size at what the peer's last frame cost per byte; once decoded, the rest is charged or the
+    overpaid part given back."""
+    budget = WorkBudget(LIMITS, now=0.0)
+    size = 10 * 1024
+    first = budget.charge_frame("a", size, 0.0)
+    assert first == Admit(recon_units(size))  # no price learnt yet: the reading only
+    assert budget.settle_frame("a", size, 500, first.units, 0.0) == Admit(500)
+    assert budget.available("a", 0.0) == 1000 - recon_units(size) - 500
+    # The next frame of the same size is advanced at that price: 511 units, 0.22 s of debt.
+    second = budget.charge_frame("a", size, 0.0)
+    assert second == Wait(511, 0.22)
+    assert budget.settle_frame("a", size, 500, second.units, 0.0) == Admit(0)
+    # A cheap frame after a dear one gets its overpaid advance back.
+    third = budget.charge_frame("a", size, 10.0)
+    left = budget.available("a", 10.0)
+    assert budget.settle_frame("a", size, 0, third.units, 10.0) == Admit(0)
+    assert budget.available("a", 10.0) == left + third.units - recon_units(size)
+
+
+def test_retries_refused_unread_cost_the_peer_its_price() -> None:
+    """The Recon flood of the attack benchmark: a peer whose first frame asked much work keeps
+    sending the same frame while other identities keep the node's total budget spent. Each try
+    is refused unread (scope total, not penalised), but charged to the peer at its learnt price,
+    so it is refused for its own budget, and penalised, by its second try. Charged only the
+    reading (1 unit per KiB), it goes on for as long as its refill outpaces its tries."""
+    limits = WorkLimits(peer_rate=100.0, peer_burst=1000.0, total_rate=100.0,
+                        total_burst=1000.0, max_wait_s=5.0, max_peers=4)
+    size = 10 * 1024
+
+    def tries_until_penalised(priced: bool) -> int:
+        budget = WorkBudget(limits, now=0.0)
+        paid = budget.charge_frame("a", size, 0.0).units
+        assert isinstance(budget.settle_frame("a", size, 900, paid, 0.0), Admit)
+        # Others' decoded frames (spent) put the total 9 s into debt.
+        assert budget.charge("b", 1000, 0.0, spent=True) == Refuse(1000, "total", 9.11)
+        for k in range(1, 1000):
+            now = k * 0.05
+            decision = (budget.charge_frame("a", size, now) if priced
+                        else budget.charge("a", recon_units(size), now))
+            assert isinstance(decision, Refuse)
+            budget.charge("b", 5, now, spent=True)  # the others keep the total spent
+            if decision.penalty is not None:
+                return k
+        return 1000
+
+    assert tries_until_penalised(priced=True) == 1
+    assert tries_until_penalised(priced=False) > 50  # 5 s of tries, 20 a second
+
+
+def test_an_advance_never_refuses_a_peer_with_a_full_bucket() -> None:
+    budget = WorkBudget(LIMITS, now=0.0)
+    budget.settle_frame("a", 1024, 1400, budget.charge_frame("a", 1024, 0.0).units, 0.0)
+    # ~1.4 units per byte on a 1 MiB frame: capped at the most one request may cost, which
+    # a full bucket pays within work_max_wait_s.
+    decision = budget.charge_frame("a", 1 << 20, 100.0)
+    assert decision == Wait(int(LIMITS.max_units), 105.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 1 << 22), st.floats(0.0, 1.0)), max_size=30))
+def test_the_advance_changes_when_a_frame_is_paid_not_how_much(
+        shapes: list[tuple[int, float]]) -> None:
+    """Frames cost their reading plus their answer, whatever was advanced (a frame asks at
+    most ~0.05 units per byte, its HASH ranges; up to 1 is tried here)."""
+    frames = [(nbytes, int(nbytes * per_byte)) for nbytes, per_byte in shapes]
+    limits = WorkLimits(peer_rate=1.0, peer_burst=1e12, total_rate=1.0, total_burst=1e12,
+                        max_wait_s=1.0, max_peers=4)
+    budget = WorkBudget(limits, now=0.0)
+    for nbytes, units in frames:
+        paid = budget.charge_frame("a", nbytes, 0.0).units
+        budget.settle_frame("a", nbytes, units, paid, 0.0)
+    due = sum(recon_units(nbytes) + units for nbytes, units in frames)
+    assert budget.available("a", 0.0) == 1e12 - due

@@ -9,6 +9,7 @@ exactly as sessions over memory stores do; a step that lacks reads returns the a
 from __future__ import annotations
 
 import bisect
+import random
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -27,7 +28,10 @@ from sync.recon import (
     read_keys,
     shuttle,
 )
+from sync.recon.eventid import channel_bounds
 from sync.recon.session import Step
+from sync.recon.sha256a import wide_of
+from tests.harness.hostile import recon_flood_frame
 from tests.sync.recon.helpers import FULL
 
 keys_st = st.lists(st.binary(min_size=1, max_size=3), max_size=200, unique=True)
@@ -190,3 +194,68 @@ def test_the_store_asks_for_every_read_and_holds_no_reader() -> None:
     store.answer(read_keys(source, reads))
     assert store.count(b"b", b"z") == 5
     assert store.wanted() is None
+
+
+def _flood_store(extra: int, cache_keys: int = 1000
+                 ) -> tuple[SummaryKeyStore, GuardedSource, tuple[bytes, bytes]]:
+    """A store of 200 accounted keys of one channel (one bucket), over a log that also holds
+    ``extra`` keys committed but not yet accounted (its bucket reads do not match)."""
+    lo, hi = channel_bounds(1, "general")
+    rng = random.Random(7)
+    accounted = sorted(lo + rng.randbytes(8) for _ in range(200))
+    source = GuardedSource([])
+    store = SummaryKeyStore(load=256, max_buckets=64, cache_keys=cache_keys)
+    insert_keys(store, [k for k in accounted if source.add(k)], source)
+    for _ in range(extra):
+        source.add(lo + rng.randbytes(8))
+    return store, source, (lo, hi)
+
+
+def _answer(session: ReconSession, source: GuardedSource, frame: bytes) -> Step:
+    step = session.receive(frame[1:])  # the frame's first byte is the stream's type
+    while isinstance(step, ReadKeys):
+        step = session.keys_read(read_keys(source, step.reads))
+    return step
+
+
+def test_a_step_stops_once_its_batch_reads_missed() -> None:
+    """A message's range hashes are read in one batch before its ranges are handled; when that
+    batch asked for reads, the run is void and stops there, before any range is handled (the
+    run on answers does that work once)."""
+    store, source, bounds = _flood_store(extra=0, cache_keys=0)  # every run must ask
+    handled: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            if name in ("count", "keys", "key_at"):
+                handled.append(name)
+            return getattr(store, name)
+
+    session = ReconSession.responder(cast(SummaryKeyStore, Counting()), [bounds])
+    frame = recon_flood_frame(items=500)
+    step = session.receive(frame[1:])
+    assert isinstance(step, ReadKeys)
+    assert handled == []
+    reply = session.keys_read(read_keys(source, step.reads))
+    assert isinstance(reply, bytes) and handled  # answered: the ranges are handled now
+
+
+def test_a_read_that_does_not_match_hashes_each_key_once_a_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket read holding keys the store has not accounted yet (commits it has not heard
+    of) is not cached, but its running sums serve every bound of the step in that bucket:
+    each key is hashed at most twice (front and back sums), not once per bound."""
+    calls = 0
+
+    def counting(key: bytes) -> int:
+        nonlocal calls
+        calls += 1
+        return wide_of(key)
+
+    store, source, bounds = _flood_store(extra=3)
+    monkeypatch.setattr("sync.recon.summary.wide_of", counting)
+    frame = recon_flood_frame(items=2000)
+    reply = _answer(ReconSession.responder(store, [bounds]), source, frame)
+    assert isinstance(reply, bytes)
+    assert store.mismatched_reads > 0
+    assert calls <= 2 * len(source.items)
