@@ -8,8 +8,8 @@ the 10,000,000-event snapshot it built):
 
 1. ``bootstrap``: ``syncnode bootstrap --from-snapshot`` into ``<work>/fresh`` (every file,
    signature file and event signature verified, bulk insert); timed: ``bootstrap_events_per_s``.
-   It takes long (~20 min at 10M events) and runs alone, so it can run niced outside the
-   benchmark lock.
+   It takes long (~20 min at 10M events) and needs no quiet machine: niced, it can run beside
+   other work.
 2. ``catchup``: a source node on a copy of the log the snapshot was built from (cached by
    ``spark_bench.py``; ``--source-in-place``: on the cached file itself, the events the run
    adds are deleted again afterwards) takes ``--extra`` new events; the bootstrapped node

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-scale-snapshot", metavar="DIR",
                         help="move the first master's scale snapshot to DIR instead of "
                              "bootstrapping from it here (scripts/bench/snapshot_catchup.py "
-                             "does, outside the benchmark lock)")
+                             "does, niced, beside other work)")
     parser.add_argument("--no-bootstrap", action="store_true",
                         help="no bootstrap from the main run's snapshot (bootstrap_events_per_s "
                              "then comes from snapshot_catchup.py)")
