@@ -9,8 +9,8 @@ the input :class:`KeysRead` (``ReconSession.keys_read``), which runs the held st
 Each answer settles at least one more read, so a step settles after a few (most after none: a
 session reads buckets it has just cached). A session reads a message's range hashes and listed
 keys in one batch before it handles any range, and stops the run there when that batch asked
-for a read (``SummaryKeyStore.lacking``): the void run costs the batch only. The bucket splits after an insert ask the same way
-(:func:`insert_keys` is the driver's loop for them).
+for a read (``SummaryKeyStore.lacking``): the void run costs the batch only. The bucket splits
+after an insert ask the same way (:func:`insert_keys` is the driver's loop for them).
 """
 
 from __future__ import annotations
