@@ -105,9 +105,9 @@ class ChannelMaker:
         if ch.stats.outgoing_unrestored:
             log.warning("own unacknowledged events not in the log; not resent",
                         extra=kv(channel=name, count=ch.stats.outgoing_unrestored))
-        if ch.stats.outgoing_overdue:
-            log.info("own unacknowledged events due for resending while down; left to Recon",
-                     extra=kv(channel=name, count=ch.stats.outgoing_overdue))
+        if left := ch.stats.outgoing_overdue + ch.stats.outgoing_left:
+            log.info("own unacknowledged events left to Recon after the restart",
+                     extra=kv(channel=name, count=left))
         if ch.stats.clock_recovered:
             self.metrics.inc("sds_clock_recovered_total", channel=name)
             log.warning("persisted Lamport clock out of range; reset within the clock rule",

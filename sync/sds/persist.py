@@ -109,7 +109,13 @@ def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
     every deadline that passed meanwhile fired at once: a node back after a 5,000-event burst
     resent all 5,000 (8.7 MB of gossip, issue 37), most of them events its peers held, through
     the gossip pace and the links its peers were catching up on (deferred one resend
-    interval, the same flood would meet the node's next events instead)."""
+    interval, the same flood would meet the node's next events instead).
+
+    With ``resend_restored`` off (the node's setting) the ones still ahead are left to Recon
+    too (``stats.outgoing_left``): after a kill -9 mid-burst and a quick restart, thousands of
+    them fell due within seconds, most held by the peers already, and since a peer's filter
+    names only its newest ids, they were resent up to ``max_resends`` times, meeting the
+    peers' Recon fetches of the same events."""
     cfg, log, stats = layers.config, layers.log, layers.stats
     incoming, repair, schedule = layers.incoming, layers.repair, layers.schedule
     # A clock persisted before the clock rule (or raised by a log entry accepted before it)
@@ -138,6 +144,8 @@ def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
         overdue = out.resend_at is not None and out.resend_at <= now
         if overdue:
             stats.outgoing_overdue += 1
+        elif not cfg.resend_restored:
+            stats.outgoing_left += 1
         elif not layers.outgoing.restore(entry, out.resend_at if out.resend_at is not None
                                          else now + cfg.resend_interval):
             stats.outgoing_unrestored += 1

@@ -32,3 +32,6 @@ class ChannelStats:
     #: Set by ``restore``: our unacknowledged messages whose resend fell due while the node
     #: was down; not resent (the restart's Recon sessions carry them; ``sync.sds.persist``).
     outgoing_overdue: int = 0
+    #: Set by ``restore``: our unacknowledged messages whose resend was still ahead, left to
+    #: the restart's Recon sessions too (``SdsConfig.resend_restored`` off).
+    outgoing_left: int = 0

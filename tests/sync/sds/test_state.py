@@ -216,3 +216,35 @@ def test_resends_due_while_down_are_left_to_recon() -> None:
     assert restored.outgoing.ids == {delivered[3].message_id}
     # A peer that asks for one by SDS-R is still answered.
     assert all(d.message_id in restored.repair.cache for d in delivered[:3])
+
+
+def test_a_node_that_reconciles_leaves_every_restored_resend_to_recon() -> None:
+    """``resend_restored`` off (the node's setting): after a quick restart, the unacknowledged
+    messages whose resend is still ahead are not resent either; they stay in the repair cache
+    (a peer asking by SDS-R is answered) and the restart's Recon sessions carry them. Resent,
+    a burst cut short by kill -9 went out again to every peer, up to ``max_resends`` times,
+    while the peers fetched the same events by Recon."""
+    cfg = SdsConfig(resend_interval=10, t_min=30, t_max=120, resend_restored=False)
+    a = channel(0, config=cfg)
+    for i in range(3):
+        a.send(f"a{i}".encode(), T0)  # resends due at T0 + 10
+    delivered = of_type(a.events(), Delivered)
+    restored = SdsChannel.restore(
+        encode_state(a.snapshot()), key(0),
+        log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
+        cached_wires=[d.wire for d in delivered], config=cfg, rng=random.Random(0), now=T0 + 2)
+    assert restored.stats.outgoing_left == 3 and restored.stats.outgoing_overdue == 0
+    for t in (T0 + 10, T0 + 20, T0 + 60):
+        restored.handle_timer(t)
+        assert {decode_transmission(d).event.content
+                for d in restored.datagrams_to_send()} <= {b""}  # sync messages only
+    assert restored.outgoing.ids == set()
+    assert all(d.message_id in restored.repair.cache for d in delivered)
+    # SDS on its own (the default) resends them at their deadline.
+    kept = SdsChannel.restore(
+        encode_state(a.snapshot()), key(0),
+        log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
+        cached_wires=[d.wire for d in delivered], config=CFG, rng=random.Random(0), now=T0 + 2)
+    kept.handle_timer(T0 + 10)
+    assert {decode_transmission(d).event.content
+            for d in kept.datagrams_to_send()} == {b"a0", b"a1", b"a2"}
