@@ -261,6 +261,11 @@ class P2PHost:
         # liveness rule tells remote peers from LAN neighbours by it).
         return None if peer is None else self._current(peer)
 
+    def latencies(self) -> dict[str, float]:
+        """Each connected peer's measured round trip, in seconds (peers not yet measured are
+        left out): what Recon's rounds weigh their peers by."""
+        return {p: peer.latency_s for p, peer in self._peers.items() if peer.latency_s is not None}
+
     def peers(self) -> list[ConnectedPeer]:
         return [self._current(self._peers[p]) for p in sorted(self._peers)]
 
