@@ -41,6 +41,7 @@ from node.replication.membership import Membership
 from node.replication.peers import PeerManager
 from node.replication.reachability import ReachabilityService
 from node.replication.recon import ReconService, recon_interests, recon_lifecycle
+from node.replication.recon_summary import open_keys
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
@@ -162,9 +163,9 @@ async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        driver=driver, clock=clock, ingest=ingest, work=work,
+        driver=driver, clock=clock, keys=await open_keys(store, config.recon), ingest=ingest,
+        work=work,
     )
-    await recon.load()
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, activity=recon.activity,
                             penalise=standing.penalise, clock=clock)
