@@ -24,6 +24,9 @@ from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.identity import load_or_create_identity
 from node.p2p.run import open_host
+from node.p2p.scoring import PeerScoring
+from node.p2p.standing import score_config
+from node.replication.membership import membership_liveness
 from node.replication.recon import ReconService
 from node.runtime import NodeInfo, NodeRuntime, Service
 from node.services import (
@@ -181,14 +184,21 @@ async def _serve_locked(
             observers=[commits.committed, *([snapshots.committed] if snapshots else [])],
         )
         api_host, api_port = parse_host_port(config.api.listen)
-        async with open_host(key, p2p_config(config), clock=clock) as host, \
+        # What the host learns of peers, built before it: who proved alive (membership's
+        # liveness) and who broke the transport's rules (the peers' scores). The services that
+        # act on them need the running host, so they are handed these when built after it.
+        liveness = membership_liveness(config.membership)
+        scoring = PeerScoring(metrics, score_config(config.peers), clock)
+        async with open_host(key, p2p_config(config), clock=clock, heard=liveness.heard,
+                             scoring=scoring) as host, \
                 trio.open_nursery() as nursery:
             if len(host.listen_addrs) < len(config.p2p.listen):
                 # libp2p logs a failed bind and carries on: a node must not run half-deaf.
                 raise StartupError(f"cannot listen on every p2p.listen address "
                                    f"{list(config.p2p.listen)}; listening on {host.listen_addrs}")
             await nursery.start(store.run_writer)
-            parts = await build_parts(config, key, store, metrics, clock, host, ingest)
+            parts = await build_parts(config, key, store, metrics, clock, host, ingest,
+                                      liveness)
             recon = parts.recon
             # Built whole: every part it holds is a constructor argument.
             runtime = NodeRuntime(

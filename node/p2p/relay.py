@@ -61,7 +61,10 @@ class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
     def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float,
-                 clock: Clock, refused: Refusals | None = None) -> None:
+                 clock: Clock, refused: Refusals | None = None, *,
+                 spoke: Callable[[str], None] | None = None) -> None:
+        """``spoke``: told of each peer that reserves or opens a circuit through us (it uses
+        its connection: ``InboundGuard.heard_from``)."""
         check_relay_library()
         self.host = host
         self.config = config
@@ -85,9 +88,7 @@ class RelayLayer:
         self.serving = False
         self._nursery: trio.Nursery | None = None
         self._relay_addrs: dict[str, str] = {}  # relay peer -> our address through it
-        # Marks a peer as having spoken one of our protocols (the connection manager's
-        # idle rule); the host sets it.
-        self.on_spoke: Callable[[str], None] = lambda _peer: None
+        self._spoke = spoke
 
     def _punch_addrs(self) -> list[str]:
         """What a hole punch tells the other side to dial (``ReachabilityCore.punch_addrs``)."""
@@ -113,7 +114,8 @@ class RelayLayer:
 
     async def _serve_hop(self, stream: INetStream) -> None:
         # A peer reserving or opening a circuit uses the connection: it is not idle.
-        self.on_spoke(stream.muxed_conn.peer_id.to_base58())
+        if self._spoke is not None:
+            self._spoke(stream.muxed_conn.peer_id.to_base58())
         await self.protocol.serve_hop(stream)
 
     # -- paths ------------------------------------------------------------------------------
