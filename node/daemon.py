@@ -28,7 +28,7 @@ from node.p2p.scoring import PeerScoring
 from node.p2p.standing import score_config
 from node.replication.membership import membership_liveness
 from node.replication.recon import ReconService
-from node.runtime import NodeInfo, NodeRuntime, Service
+from node.runtime import ApiAddress, NodeInfo, NodeRuntime, Service
 from node.services import (
     api_routes,
     build_parts,
@@ -200,13 +200,15 @@ async def _serve_locked(
             parts = await build_parts(config, key, store, metrics, clock, host, ingest,
                                       liveness)
             recon = parts.recon
-            # Built whole: every part it holds is a constructor argument.
+            # Built whole: every part it holds is a constructor argument. The API's address
+            # is known only once the API that serves this runtime is up: see ApiAddress.
+            api_address = ApiAddress()
             runtime = NodeRuntime(
                 config=config, key=key, store=store, clock=clock, commits=commits,
                 metrics=metrics, ingest=ingest, host=host, channels=parts.channels,
                 peers=parts.peers, recon=parts.recon, standing=parts.standing,
                 membership=parts.membership, snapshots=snapshots,
-                reachability=parts.reachability)
+                reachability=parts.reachability, api_address=api_address)
             register_base_metrics(runtime)
             running, app_routes = build_services(runtime, parts)
             services = trio.CancelScope()
@@ -220,10 +222,10 @@ async def _serve_locked(
                 clock=runtime.clock,
                 ui=sessions,
             )
-            runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
-                                                  config.api)
+            api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
+                                          config.api)
+            api_address.bound(api_url)
             # For client commands given only --data-dir (node.datadir.api_address).
-            api_url = runtime.api_url
             write_api_url(config.data_path, api_url)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle 
     from node.replication.recon import ReconService
     from node.snapshots.scheduler import SnapshotScheduler
 
-__all__ = ["NodeInfo", "NodeNotReady", "NodeRuntime", "Service", "package_version"]
+__all__ = ["ApiAddress", "NodeInfo", "NodeNotReady", "NodeRuntime", "Service", "package_version"]
 
 
 # ``/v1/status``'s ``sync`` before Recon is up.
@@ -54,6 +54,19 @@ def package_version() -> str:
         return version("syncnode")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+class ApiAddress:
+    """The API's base URL, once its server is up (its port may be picked then). The API serves
+    the runtime, so the runtime is built first and cannot be given the URL: the daemon makes
+    this before both, hands it to the runtime (which reports it) and tells it the URL when the
+    server bound (:meth:`bound`). Empty until then."""
+
+    def __init__(self) -> None:
+        self.url = ""
+
+    def bound(self, url: str) -> None:
+        self.url = url
 
 
 @dataclass(frozen=True)
@@ -92,7 +105,7 @@ class NodeRuntime:
     # When [spark] is enabled: built with the store (one of its commit observers).
     snapshots: SnapshotScheduler | None = None
     reachability: ReachabilityService | None = None  # when [reachability] is enabled
-    api_url: str = ""  # set once the API listens (it serves this runtime)
+    api_address: ApiAddress = field(default_factory=ApiAddress)  # the API that serves this
     started_at: float = field(init=False)  # clock.now() when built
     version: str = field(default_factory=package_version)
 
@@ -105,6 +118,11 @@ class NodeRuntime:
             self.store.engine,
             Path(spark.snapshot_dir or self.config.data_path / "snapshots").expanduser()
             if spark.enabled else None)
+
+    @property
+    def api_url(self) -> str:
+        """The API's base URL ("" until it listens)."""
+        return self.api_address.url
 
     def commit_signal(self) -> trio.Event:
         """An event set at the next commit that stores something new."""
