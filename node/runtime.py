@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.api.idempotency import IdempotencyKeys
 from node.clock import Clock
 from node.config.settings import Config
 from node.datadir.disk_usage import DiskUsage
@@ -107,12 +108,17 @@ class NodeRuntime:
     reachability: ReachabilityService | None = None  # when [reachability] is enabled
     api_address: ApiAddress = field(default_factory=ApiAddress)  # the API that serves this
     started_at: float = field(init=False)  # clock.now() when built
+    # The Idempotency-Keys of publishes through the API (the event routes'), one per node.
+    idempotency: IdempotencyKeys = field(init=False)
     version: str = field(default_factory=package_version)
 
     _disk: DiskUsage | None = None
 
     def __post_init__(self) -> None:
         self.started_at = self.clock.now()
+        api = self.config.api
+        self.idempotency = IdempotencyKeys(self.store, self.metrics, self.clock,
+                                           api.idempotency_ttl_s, api.idempotency_max_keys)
         spark = self.config.spark
         self._disk = DiskUsage(
             self.store.engine,
