@@ -24,8 +24,11 @@ from node.p2p import P2PConfig
 from node.p2p.addrs import bind_problem, unbindable_listen_addr
 from node.p2p.identity import load_or_create_identity
 from node.p2p.run import open_host
+from node.p2p.scoring import PeerScoring
+from node.p2p.standing import score_config
+from node.replication.membership import membership_liveness
 from node.replication.recon import ReconService
-from node.runtime import NodeInfo, NodeRuntime, Service
+from node.runtime import ApiAddress, NodeInfo, NodeRuntime, Service
 from node.services import (
     api_routes,
     build_parts,
@@ -181,22 +184,31 @@ async def _serve_locked(
             observers=[commits.committed, *([snapshots.committed] if snapshots else [])],
         )
         api_host, api_port = parse_host_port(config.api.listen)
-        async with open_host(key, p2p_config(config), clock=clock) as host, \
+        # What the host learns of peers, built before it: who proved alive (membership's
+        # liveness) and who broke the transport's rules (the peers' scores). The services that
+        # act on them need the running host, so they are handed these when built after it.
+        liveness = membership_liveness(config.membership)
+        scoring = PeerScoring(metrics, score_config(config.peers), clock)
+        async with open_host(key, p2p_config(config), clock=clock, heard=liveness.heard,
+                             scoring=scoring) as host, \
                 trio.open_nursery() as nursery:
             if len(host.listen_addrs) < len(config.p2p.listen):
                 # libp2p logs a failed bind and carries on: a node must not run half-deaf.
                 raise StartupError(f"cannot listen on every p2p.listen address "
                                    f"{list(config.p2p.listen)}; listening on {host.listen_addrs}")
             await nursery.start(store.run_writer)
-            parts = await build_parts(config, key, store, metrics, clock, host, ingest)
+            parts = await build_parts(config, key, store, metrics, clock, host, ingest,
+                                      liveness)
             recon = parts.recon
-            # Built whole: every part it holds is a constructor argument.
+            # Built whole: every part it holds is a constructor argument. The API's address
+            # is known only once the API that serves this runtime is up: see ApiAddress.
+            api_address = ApiAddress()
             runtime = NodeRuntime(
                 config=config, key=key, store=store, clock=clock, commits=commits,
                 metrics=metrics, ingest=ingest, host=host, channels=parts.channels,
                 peers=parts.peers, recon=parts.recon, standing=parts.standing,
                 membership=parts.membership, snapshots=snapshots,
-                reachability=parts.reachability)
+                reachability=parts.reachability, api_address=api_address)
             register_base_metrics(runtime)
             running, app_routes = build_services(runtime, parts)
             services = trio.CancelScope()
@@ -210,10 +222,10 @@ async def _serve_locked(
                 clock=runtime.clock,
                 ui=sessions,
             )
-            runtime.api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
-                                                  config.api)
+            api_url = await nursery.start(serve_api, app, api_host, api_port, shutdown,
+                                          config.api)
+            api_address.bound(api_url)
             # For client commands given only --data-dir (node.datadir.api_address).
-            api_url = runtime.api_url
             write_api_url(config.data_path, api_url)
             info = NodeInfo(runtime.peer_id, runtime.listen_addrs, runtime.api_url)
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from node.api.idempotency import IdempotencyKeys
 from node.clock import Clock
 from node.config.settings import Config
 from node.datadir.disk_usage import DiskUsage
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # the services import the runtime's modules: no import cycle 
     from node.replication.recon import ReconService
     from node.snapshots.scheduler import SnapshotScheduler
 
-__all__ = ["NodeInfo", "NodeNotReady", "NodeRuntime", "Service", "package_version"]
+__all__ = ["ApiAddress", "NodeInfo", "NodeNotReady", "NodeRuntime", "Service", "package_version"]
 
 
 # ``/v1/status``'s ``sync`` before Recon is up.
@@ -54,6 +55,19 @@ def package_version() -> str:
         return version("syncnode")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+class ApiAddress:
+    """The API's base URL, once its server is up (its port may be picked then). The API serves
+    the runtime, so the runtime is built first and cannot be given the URL: the daemon makes
+    this before both, hands it to the runtime (which reports it) and tells it the URL when the
+    server bound (:meth:`bound`). Empty until then."""
+
+    def __init__(self) -> None:
+        self.url = ""
+
+    def bound(self, url: str) -> None:
+        self.url = url
 
 
 @dataclass(frozen=True)
@@ -92,19 +106,29 @@ class NodeRuntime:
     # When [spark] is enabled: built with the store (one of its commit observers).
     snapshots: SnapshotScheduler | None = None
     reachability: ReachabilityService | None = None  # when [reachability] is enabled
-    api_url: str = ""  # set once the API listens (it serves this runtime)
+    api_address: ApiAddress = field(default_factory=ApiAddress)  # the API that serves this
     started_at: float = field(init=False)  # clock.now() when built
+    # The Idempotency-Keys of publishes through the API (the event routes'), one per node.
+    idempotency: IdempotencyKeys = field(init=False)
     version: str = field(default_factory=package_version)
 
     _disk: DiskUsage | None = None
 
     def __post_init__(self) -> None:
         self.started_at = self.clock.now()
+        api = self.config.api
+        self.idempotency = IdempotencyKeys(self.store, self.metrics, self.clock,
+                                           api.idempotency_ttl_s, api.idempotency_max_keys)
         spark = self.config.spark
         self._disk = DiskUsage(
             self.store.engine,
             Path(spark.snapshot_dir or self.config.data_path / "snapshots").expanduser()
             if spark.enabled else None)
+
+    @property
+    def api_url(self) -> str:
+        """The API's base URL ("" until it listens)."""
+        return self.api_address.url
 
     def commit_signal(self) -> trio.Event:
         """An event set at the next commit that stores something new."""

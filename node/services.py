@@ -31,7 +31,7 @@ from node.config.combined import recon_config, sds_config
 from node.config.settings import Config
 from node.httpkit import ApiRoute
 from node.p2p import P2PHost
-from node.p2p.standing import PeerStanding, score_config
+from node.p2p.standing import PeerStanding
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
 from node.replication.driver import ReplicationDriver
@@ -41,6 +41,7 @@ from node.replication.membership import Membership
 from node.replication.peers import PeerManager
 from node.replication.reachability import ReachabilityService
 from node.replication.recon import ReconService, recon_interests, recon_lifecycle
+from node.replication.recon_summary import open_keys
 from node.replication.verify import MAX_EVENT_BYTES
 from node.replication.work import WorkGate, work_limits
 from node.runtime import NodeRuntime, Service
@@ -54,6 +55,7 @@ from storage import weaker_level
 from sync.gossip import GossipLimits
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec
+from sync.membership import Liveness
 
 __all__ = [
     "NodeParts", "NodeViews", "api_routes", "build_parts", "build_services", "channel_names",
@@ -132,11 +134,13 @@ class NodeParts:
 
 async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
                       metrics: Metrics, clock: Clock, host: P2PHost,
-                      ingest: IngestPool | None) -> NodeParts:
-    """Create (and load from the database) the replication services, on the node's clock."""
+                      ingest: IngestPool | None, liveness: Liveness) -> NodeParts:
+    """Create (and load from the database) the replication services, on the node's clock.
+    ``host`` was opened with ``liveness`` (``membership_liveness``) and with the peers' scores
+    (``PeerScoring``), which its standing charges."""
     peer_id = peer_id_of(key)
     allowed = frozenset(config.p2p.allowed_peers) or None
-    standing = PeerStanding(host, metrics, score_config(config.peers), clock)
+    standing = PeerStanding(host)
     rng = random.Random()
     names = channel_names(config)
     driver = ReplicationDriver(
@@ -162,11 +166,12 @@ async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        driver=driver, clock=clock, ingest=ingest, work=work,
+        driver=driver, clock=clock, keys=await open_keys(store, config.recon), ingest=ingest,
+        work=work,
     )
-    await recon.load()
     membership = Membership(host, store, metrics, config.membership,
-                            in_session=recon.schedule.in_session, activity=recon.activity,
+                            in_session=recon.schedule.in_session, liveness=liveness,
+                            activity=recon.activity,
                             penalise=standing.penalise, clock=clock)
     peers = PeerManager(host, store, metrics, clock=clock, on_joined=membership.learn,
                         on_forgotten=membership.forget)

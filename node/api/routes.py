@@ -55,6 +55,9 @@ class EventsNode(Protocol):
     @property
     def clock(self) -> Clock: ...
 
+    @property
+    def idempotency(self) -> IdempotencyKeys: ...
+
 
 MAX_PAGE = 10_000
 # Rows per storage read while a page fills: small enough that one read of the largest events
@@ -90,16 +93,6 @@ def _channel(node: EventsNode, request: Request) -> str:
     return str(name)
 
 
-def _idempotency(node: EventsNode, request: Request) -> IdempotencyKeys:
-    state = request.app.state
-    keys: IdempotencyKeys | None = getattr(state, "idempotency", None)
-    if keys is None:
-        api = node.config.api
-        keys = state.idempotency = IdempotencyKeys(node.store, node.metrics, node.clock,
-                                                   api.idempotency_ttl_s, api.idempotency_max_keys)
-    return keys
-
-
 async def _publish(node: EventsNode, request: Request) -> Response:
     channel = _channel(node, request)
     api = node.config.api
@@ -117,7 +110,7 @@ async def _publish(node: EventsNode, request: Request) -> Response:
     key = request.headers.get("idempotency-key")
     if key is None:
         return JSONResponse(answer(await _send(node, channel, content)))
-    keys = _idempotency(node, request)
+    keys = node.idempotency
     check_key(key)
     fingerprint = keys.fingerprint(channel, content)
     earlier = await keys.claim(key, fingerprint)

@@ -99,7 +99,7 @@ class DbApplication:
     """
 
     def __init__(self, section: DbSection, metrics: Metrics | None = None, *,
-                 clock: Clock) -> None:
+                 clock: Clock, on_takeover: Callable[[str], object] | None = None) -> None:
         self.name = APP_NAME
         self.section = section
         self.seeds = {s.name: s for s in section.tables}
@@ -110,7 +110,7 @@ class DbApplication:
         self.metrics = metrics
         self.clock = clock  # wall(), read in the worker thread (node.clock's clocks allow it)
         #: Called (trio thread) with the signer of each refused takeover, once committed.
-        self.on_takeover: Callable[[str], object] | None = None
+        self.on_takeover = on_takeover
         self.applied_seq = 0  # the last seq of the last committed batch
         self.high: dict[str, int] = {}  # table -> newest accepted write timestamp
         self._compacted: dict[str, int] = {}  # table -> horizon compacted up to (this run)

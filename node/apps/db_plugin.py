@@ -14,6 +14,7 @@ config's tables: db_publish.py.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -304,11 +305,12 @@ class DbPlugin:
         return db_channels(config)
 
     def build(self, runtime: AppHost) -> DbBundle:
-        app = DbApplication(runtime.config.db, runtime.metrics, clock=runtime.clock)
         standing = runtime.standing
-        if standing is not None:
-            # A signed takeover declaration is evidence about its signer (not its relay).
-            app.on_takeover = lambda sender: standing.penalise(sender, "takeover")
+        # A signed takeover declaration is evidence about its signer (not its relay).
+        charge = (None if standing is None
+                  else functools.partial(standing.penalise, reason="takeover"))
+        app = DbApplication(runtime.config.db, runtime.metrics, clock=runtime.clock,
+                            on_takeover=charge)
         metrics = runtime.metrics
         for name, help_text in METRICS.items():
             metrics.describe(name, "counter", help_text)

@@ -1,8 +1,9 @@
 """The host side of the connection manager (``sync.membership.ConnectionManager``): admits
 inbound connections after the Noise handshake, notes who speaks our protocols, and counts.
 
-The decisions are the sans-IO core's; this module feeds it libp2p's events and carries out
-evictions through a callback the host sets once it runs.
+The decisions are the sans-IO core's; this module feeds it libp2p's events. The peers it
+evicts go into a queue made before it (``open_host``): the host that disconnects them is built
+on the libp2p host this guard gates, so it cannot be given to the guard.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 
+import trio
+
 from node.clock import Clock
 from sync.membership import ConnectionManager, ConnLimits
 
-__all__ = ["InboundGuard", "ip_of"]
+__all__ = ["Heard", "InboundGuard", "ip_of"]
 
 logger = logging.getLogger("node.p2p")
 _MAX_HANDSHAKES = 1024
@@ -28,14 +31,23 @@ def ip_of(address: str | None) -> str | None:
     return parts[2] if len(parts) > 2 and parts[1] in ("ip4", "ip6") else None
 
 
-class InboundGuard:
-    """One per host. ``evict`` is set by the host: it disconnects a peer (without waiting).
-    ``clock`` is the host's: membership's housekeeping asks the manager with the same ``now``."""
+#: Told ``(peer, now)`` each time a peer proves alive on its connection: the liveness rule's
+#: evidence (``sync.membership.Liveness.heard``).
+Heard = Callable[[str, float], None]
 
-    def __init__(self, limits: ConnLimits | None, clock: Clock) -> None:
+
+class InboundGuard:
+    """One per host. ``evictions``: where the peers evicted for a newcomer go (the host reads
+    them and disconnects each); ``heard``: see :meth:`heard_from`. ``clock`` is the host's:
+    membership's housekeeping asks the manager with the same ``now``."""
+
+    def __init__(self, limits: ConnLimits | None, clock: Clock, *,
+                 evictions: trio.MemorySendChannel[str] | None = None,
+                 heard: Heard | None = None) -> None:
         self.manager = ConnectionManager(limits)
         self.clock = clock
-        self.evict: Callable[[str], None] | None = None
+        self._evictions = evictions
+        self._heard = heard
         self.refused: Counter[str] = Counter()  # by reason: peer_rate, ip_limit, inbound_limit
         self.evicted = 0
         # When each peer last completed a Noise handshake inbound (admitted or not): the
@@ -59,8 +71,8 @@ class InboundGuard:
         for victim in decision.evict:
             self.evicted += 1
             self.manager.closed(victim)
-            if self.evict is not None:
-                self.evict(victim)
+            if self._evictions is not None:
+                self._evictions.send_nowait(victim)  # unbounded: never blocks the handshake
         return None
 
     def opened(self, peer_id: str, address: str | None, inbound: bool) -> None:
@@ -70,4 +82,12 @@ class InboundGuard:
         self.manager.closed(peer_id)
 
     def spoke(self, peer_id: str) -> None:
+        """``peer_id`` speaks our protocols (the manager's idle rule spares it)."""
         self.manager.spoke(peer_id)
+
+    def heard_from(self, peer_id: str) -> None:
+        """``peer_id`` spoke to us on its connection (a stream it opened or accepted, a relay
+        reservation or circuit): it is not idle, and it is alive (``heard``)."""
+        self.manager.spoke(peer_id)
+        if self._heard is not None:
+            self._heard(peer_id, self.clock.now())

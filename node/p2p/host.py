@@ -49,6 +49,7 @@ from node.p2p.peer_table import PeerTable
 from node.p2p.records import LocalRecord
 from node.p2p.relay import RelayLayer
 from node.p2p.scope_guard import Refusals, conn_source_ip
+from node.p2p.scoring import PeerScoring
 from node.p2p.setup import connection_direction
 from node.p2p.streams import StreamHandler, Streams
 from node.p2p.teardown import abort_socket
@@ -83,11 +84,18 @@ class P2PHost:
         stats: P2PStats,
         nursery: trio.Nursery,
         clock: Clock,
+        guard: InboundGuard,
+        evictions: trio.MemoryReceiveChannel[str],
         bans: BanList | None = None,
         relay: RelayLayer | None = None,
-        guard: InboundGuard | None = None,
         addr_refused: Refusals | None = None,
+        scoring: PeerScoring | None = None,
     ) -> None:
+        """``guard`` and ``relay`` were built before this host (the libp2p host they serve is
+        under it), and report to it through what they were given: the guard puts the peers it
+        evicts into ``evictions``, which this host disconnects. ``scoring``: the peers' scores,
+        charged with the transport's own violations (and by ``PeerStanding``); without it
+        nothing is charged."""
         self._host = host
         # The node's one clock: bans, connection ages, the connection manager (membership's too).
         self.clock = clock
@@ -102,22 +110,15 @@ class P2PHost:
         self.stats = stats
         self.bans = bans if bans is not None else BanList(clock=self.clock)
         self._nursery = nursery
-        self.guard = guard if guard is not None else InboundGuard(config.conn_limits, self.clock)
+        self.guard = guard
+        self.scoring = scoring
         self._table = PeerTable(config, stats, self.guard, self.clock)
         self._peers = self._table.peers
-        self.guard.evict = self._evict
-        # Told each time a peer proves alive on its connection (a stream it opened or accepted:
-        # the liveness rule's evidence, sync.membership.liveness); membership sets it.
-        self.on_heard: Callable[[str], None] = lambda _peer: None
-        # Told when a peer broke the transport's rules (peer, penalty reason): a Yamux receive
-        # window overrun (compat entry Y4). The peer standing sets it (node.p2p.standing).
-        self.on_misbehaved: Callable[[str, str], object] = lambda _peer, _reason: None
-        if relay is not None:
-            relay.on_spoke = self._spoke
+        nursery.start_soon(self._evict, evictions)
         self.local_record = LocalRecord(host.get_id(), host.get_private_key(),
                                         self.advertised_addrs())
         self._streams = Streams(host=host, config=config, stats=stats, bans=self.bans,
-                                connected=self._peers.__contains__, spoke=self._spoke,
+                                connected=self._peers.__contains__, spoke=self.guard.heard_from,
                                 clock=self.clock)
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
                                     peer_id=peer_id, stats=stats, nursery=nursery)
@@ -186,13 +187,22 @@ class P2PHost:
         if peer_id in self._peers and not self._closing:
             self._nursery.start_soon(self.disconnect, peer_id)
 
-    def _spoke(self, peer_id: str) -> None:
-        self.guard.spoke(peer_id)
-        self.on_heard(peer_id)
+    def penalise(self, peer_id: str, reason: str, count: float = 1.0) -> bool:
+        """Lower ``peer_id``'s score (``scoring``); ban it when that says so. True when this
+        banned it."""
+        if self.scoring is None or not peer_id or peer_id == self.peer_id:
+            return False
+        seconds = self.scoring.charge(peer_id, reason, count)
+        if seconds is None:
+            return False
+        self.ban(peer_id, seconds)
+        return True
 
-    def _evict(self, peer_id: str) -> None:
-        if not self._closing:
-            self._nursery.start_soon(self.disconnect, peer_id)
+    async def _evict(self, evictions: trio.MemoryReceiveChannel[str]) -> None:
+        """Disconnect each peer the guard evicted for a newcomer (without waiting)."""
+        async for peer_id in evictions:
+            if not self._closing:
+                self._nursery.start_soon(self.disconnect, peer_id)
 
     def note_gossip_speakers(self) -> None:
         """Peers GossipSub negotiated with have spoken one of our protocols."""
@@ -260,6 +270,11 @@ class P2PHost:
         # The address of its direct connection once a relayed one was upgraded (membership's
         # liveness rule tells remote peers from LAN neighbours by it).
         return None if peer is None else self._current(peer)
+
+    def latencies(self) -> dict[str, float]:
+        """Each connected peer's measured round trip, in seconds (peers not yet measured are
+        left out): what Recon's rounds weigh their peers by."""
+        return {p: peer.latency_s for p, peer in self._peers.items() if peer.latency_s is not None}
 
     def peers(self) -> list[ConnectedPeer]:
         return [self._current(self._peers[p]) for p in sorted(self._peers)]
@@ -364,7 +379,8 @@ class P2PHost:
         self._table.closed(conn)
         if compat.window_overrun(conn.muxed_conn):  # the session was ended for it
             self.stats.yamux_window_overruns += 1
-            self.on_misbehaved(conn.muxed_conn.peer_id.to_base58(), "protocol")
+            # The peer broke the transport's rules (compat entry Y4).
+            self.penalise(conn.muxed_conn.peer_id.to_base58(), "protocol")
 
     async def _measure_latency(self, peer: str) -> None:
         try:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import multiaddr
@@ -33,11 +33,20 @@ from node.p2p.compat.relay import ResponderDCUtR, SharedRelay, check_relay_libra
 from node.p2p.frames import DialError
 from node.p2p.relay_stats import RelayStats
 from node.p2p.scope_guard import Refusals
-from sync.reachability import ReachabilityConfig
+from sync.reachability import ReachabilityConfig, ReachabilityCore
 
-__all__ = ["RelayLayer", "RelayStats", "connection_is_relayed"]
+__all__ = ["RelayLayer", "RelayStats", "connection_is_relayed", "listen_port"]
 
 logger = logging.getLogger("node.p2p.relay")
+
+
+def listen_port(addrs: Iterable[str]) -> int:
+    """The TCP port of the first of ``addrs`` (our listen multiaddrs) that has one, else 0."""
+    for address in addrs:
+        parts = address.split("/")
+        if len(parts) > 4 and parts[3] == "tcp" and parts[4].isdigit():
+            return int(parts[4])
+    return 0
 
 
 def connection_is_relayed(conn: INetConn) -> bool:
@@ -52,7 +61,10 @@ class RelayLayer:
     """The relay client, the relay service (when serving) and hole punching of one host."""
 
     def __init__(self, host: IHost, config: ReachabilityConfig, dial_timeout: float,
-                 clock: Clock, refused: Refusals | None = None) -> None:
+                 clock: Clock, refused: Refusals | None = None, *,
+                 spoke: Callable[[str], None] | None = None) -> None:
+        """``spoke``: told of each peer that reserves or opens a circuit through us (it uses
+        its connection: ``InboundGuard.heard_from``)."""
         check_relay_library()
         self.host = host
         self.config = config
@@ -65,14 +77,23 @@ class RelayLayer:
         self.protocol = SharedRelay(host, limits, config, self.stats, clock)
         self.transport = CircuitV2Transport(
             host, self.protocol, RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT))
+        self.clock = clock
+        # The reachability evidence (``sync.reachability``): built here, with the hole punching
+        # that reads it (``punch_addrs``), so that the reachability driver, which needs the
+        # running host and so comes after, feeds the same one (``ReachabilityService``).
+        self.core = ReachabilityCore(config)
         self.dcutr = ResponderDCUtR(host, int(max(1, dial_timeout)),
-                                     refused if refused is not None else Refusals())
+                                     refused if refused is not None else Refusals(),
+                                     punch_addrs=self._punch_addrs)
         self.serving = False
         self._nursery: trio.Nursery | None = None
         self._relay_addrs: dict[str, str] = {}  # relay peer -> our address through it
-        # Marks a peer as having spoken one of our protocols (the connection manager's
-        # idle rule); the host sets it.
-        self.on_spoke: Callable[[str], None] = lambda _peer: None
+        self._spoke = spoke
+
+    def _punch_addrs(self) -> list[str]:
+        """What a hole punch tells the other side to dial (``ReachabilityCore.punch_addrs``)."""
+        return self.core.punch_addrs(listen_port(str(a) for a in self.host.get_addrs()),
+                                     self.clock.now())
 
     def services(self) -> list[Any]:
         return [self.protocol, self.dcutr]
@@ -93,7 +114,8 @@ class RelayLayer:
 
     async def _serve_hop(self, stream: INetStream) -> None:
         # A peer reserving or opening a circuit uses the connection: it is not idle.
-        self.on_spoke(stream.muxed_conn.peer_id.to_base58())
+        if self._spoke is not None:
+            self._spoke(stream.muxed_conn.peer_id.to_base58())
         await self.protocol.serve_hop(stream)
 
     # -- paths ------------------------------------------------------------------------------

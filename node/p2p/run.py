@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -15,13 +16,14 @@ from node.clock import Clock
 from node.leaves import leaf_exceptions
 from node.p2p import compat
 from node.p2p.addrs import unbindable_listen_addr
-from node.p2p.conns import InboundGuard
+from node.p2p.conns import Heard, InboundGuard
 from node.p2p.dht import Discovery
 from node.p2p.dialer import count_refusal
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost
 from node.p2p.relay import RelayLayer
 from node.p2p.scope_guard import Refusals, guard_gossip_px, guard_observed_addrs
+from node.p2p.scoring import PeerScoring
 from node.p2p.setup import (
     ConnectionNotifee,
     build_host,
@@ -37,13 +39,18 @@ __all__ = ["open_host"]
 
 @asynccontextmanager
 async def open_host(
-    private_key: Ed25519PrivateKey, config: P2PConfig | None = None, *, clock: Clock
+    private_key: Ed25519PrivateKey, config: P2PConfig | None = None, *, clock: Clock,
+    heard: Heard | None = None, scoring: PeerScoring | None = None,
 ) -> AsyncIterator[P2PHost]:
     """Start a host with ``private_key``'s identity; stop it, releasing every socket, on exit.
 
     The host's background tasks run in a nursery owned by this context manager. Every part of
     it that keeps time (bans, the connection manager, connection ages, relay pacing, the record
     cache, ping round trips) reads ``clock``: the node's one clock (``node.clock``).
+
+    What the host learns of peers goes where it is told here, for the services built on it
+    after: ``heard`` is told ``(peer, now)`` each time a peer proves alive on its connection
+    (membership's liveness), ``scoring`` is charged with the transport's violations.
     """
     config = config or P2PConfig()
     compat.apply()
@@ -56,11 +63,15 @@ async def open_host(
         # Hole punching shares the listen port (SO_REUSEPORT), so the kernel would let a second
         # node bind a busy port: refuse it here, before listening.
         raise P2PError(f"cannot listen on {busy[0]}: {busy[1]}")
-    guard = InboundGuard(config.conn_limits, clock)
+    # The guard admits peers during the handshake of the libp2p host built on it, and evicts
+    # idle ones for newcomers: the host that disconnects those reads them from this queue.
+    evict, evictions = trio.open_memory_channel[str](math.inf)
+    guard = InboundGuard(config.conn_limits, clock, evictions=evict, heard=heard)
     host = build_host(key_pair, config, functools.partial(count_refusal, stats), bans, guard)
     refused = Refusals()  # addresses peers told us that were out of scope, by (via, reason)
     guard_observed_addrs(host, refused)
-    relay = (RelayLayer(host, config.reachability, config.dial_timeout, clock, refused)
+    relay = (RelayLayer(host, config.reachability, config.dial_timeout, clock, refused,
+                        spoke=guard.heard_from)
              if config.reachability is not None else None)
     pubsub, router = build_pubsub(host, config, clock, stats)
     guard_gossip_px(router, refused)
@@ -92,8 +103,10 @@ async def open_host(
                         bans=bans,
                         relay=relay,
                         guard=guard,
+                        evictions=evictions,
                         clock=clock,
                         addr_refused=refused,
+                        scoring=scoring,
                     )
                     host.get_network().register_notifee(
                         ConnectionNotifee(p2p._on_connected, p2p._on_disconnected)

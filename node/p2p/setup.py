@@ -193,9 +193,8 @@ def build_pubsub(host: IHost, config: P2PConfig, clock: Clock,
     router.max_ihave_messages_per_second = 10_000.0
     pubsub = GuardedPubsub(
         host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing,
-        peer_queue_size=config.gossip_peer_queue_size,
+        peer_queue_size=config.gossip_peer_queue_size, stats=stats,
     )
-    pubsub.stats = stats
     return pubsub, router
 
 

@@ -212,7 +212,7 @@ class ReplicationDriver:
                 now = self.clock.now()
                 if now >= self.lifecycle.get_timer():
                     actions = self.lifecycle.handle_timer(now, self.host.connected_peers(),
-                                                          self._latency)
+                                                          self.host.latencies())
                     self.carry_out(actions)
                     for action in actions:
                         if isinstance(action, StartSession):
@@ -221,10 +221,6 @@ class ReplicationDriver:
                 self._recon_wake = trio.Event()
                 with trio.move_on_after(self.lifecycle.get_timer() - now):
                     await self._recon_wake.wait()
-
-    def _latency(self, peer: str) -> float | None:
-        info = self.host.peer_info(peer)
-        return info.latency_s if info is not None else None
 
     async def fetch_rounds(self, fetch: Callable[[FetchPlan], Awaitable[None]],
                            still_missing: Callable[[str], bool]) -> None:
@@ -237,10 +233,12 @@ class ReplicationDriver:
                     await self._fetch_wake.wait()
                 continue
             connected = self.host.connected_peers()
-            plan = self.gaps.handle_timer(self.clock.now(), still_missing, connected,
-                                          {p for p in connected if self.host.is_banned(p)})
-            if plan is None:
+            batch = self.gaps.handle_timer(self.clock.now())
+            if not batch:
                 continue
+            plan = self.gaps.plan(batch, {e.message_id for e in batch
+                                          if still_missing(e.message_id)},
+                                  connected, {p for p in connected if self.host.is_banned(p)})
             try:
                 await fetch(plan)
             finally:

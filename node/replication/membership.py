@@ -30,7 +30,7 @@ from node.telemetry.metrics import Metrics
 from sync.membership import PX_JITTER, AddressBook, BookEntry, Liveness, NetworkBack, px_delay
 from sync.reachability import address_scope
 
-__all__ = ["MEMBERSHIP_METRICS", "Membership"]
+__all__ = ["MEMBERSHIP_METRICS", "Membership", "membership_liveness"]
 
 log = logging.getLogger("syncnode.membership")
 _VERIFY_PER_TICK = 4
@@ -54,12 +54,20 @@ MEMBERSHIP_METRICS = {
 }
 
 
+def membership_liveness(section: MembershipSection) -> Liveness:
+    """The liveness rule's state, built before the host that tells it which peers proved alive
+    (``open_host(heard=liveness.heard)``) and handed to ``Membership``, built on that host."""
+    return Liveness(section.ping_failures_close)
+
+
 class Membership:
     def __init__(self, host: P2PHost, store: EventStore, metrics: Metrics,
                  section: MembershipSection, *, in_session: Callable[[str], bool],
+                 liveness: Liveness,
                  activity: PeerActivity | None = None,
                  penalise: Callable[[str, str], object] | None = None,
                  clock: Clock) -> None:
+        """``liveness``: :func:`membership_liveness`'s, the one ``host`` was opened with."""
         self.host = host
         self.clock = clock
         self.store = store
@@ -69,8 +77,7 @@ class Membership:
         self.activity = activity or PeerActivity(clock=self.clock)
         self.book = AddressBook(host.peer_id, book_limits(section))
         self.rng = random.Random()
-        self.liveness = Liveness(section.ping_failures_close)
-        host.on_heard = lambda peer: self.liveness.heard(peer, self.clock.now())
+        self.liveness = liveness
         self._nursery: trio.Nursery | None = None
         self.px = PeerExchange(host, self.book, metrics, section, penalise, self.rng,
                                clock=self.clock)

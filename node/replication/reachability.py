@@ -17,13 +17,12 @@ from node.clock import Clock
 from node.p2p.dialback import DIALBACK_PROTOCOL, parse_answer
 from node.p2p.frames import P2PError
 from node.p2p.host import P2PHost
-from node.p2p.relay import RelayLayer, connection_is_relayed
+from node.p2p.relay import RelayLayer, connection_is_relayed, listen_port
 from node.telemetry.metrics import Metrics
 from sync.reachability import (
     PUBLIC,
     PunchPlanner,
     Reachability,
-    ReachabilityCore,
     RelayPlanner,
     address_scope,
 )
@@ -58,7 +57,8 @@ class ReachabilityService:
         self.clock = clock
         self.metrics = metrics
         self.config = relay.config
-        self.core = ReachabilityCore(self.config)
+        # The relay layer's, built with the host: its hole punches read this evidence.
+        self.core = relay.core
         self.relays = RelayPlanner(self.config)
         self.punches = PunchPlanner(self.config)
         self.verdict: Reachability = self.core.verdict(self.clock.now())
@@ -66,9 +66,7 @@ class ReachabilityService:
                                            min_gap_s=self.config.probe_interval_s / 2,
                                            clock=self.clock)
         host.set_stream_handler(DIALBACK_PROTOCOL, self.server.handle)
-        self._listen_port = self._port()
-        relay.dcutr.punch_addrs = lambda: self.core.punch_addrs(self._listen_port,
-                                                                self.clock.now())
+        self._listen_port = listen_port(host.listen_addrs)
         self._register(metrics)
         # Hands our freshly signed record to a peer (membership's peer exchange), so that the
         # peers we joined pass our relayed addresses on without waiting for their next round.
@@ -77,13 +75,6 @@ class ReachabilityService:
         self.direct_addrs = direct_addrs
         # Charges a peer's standing (node.p2p.standing) for a dial-back lie.
         self.penalise = penalise
-
-    def _port(self) -> int:
-        for address in self.host.listen_addrs:
-            parts = address.split("/")
-            if len(parts) > 4 and parts[3] == "tcp" and parts[4].isdigit():
-                return int(parts[4])
-        return 0
 
     def _direct_ip(self, peer: str) -> str | None:
         return _ip_of(self.relay.direct_address(peer))

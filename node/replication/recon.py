@@ -31,7 +31,7 @@ from node.replication.ingest import IngestPool
 from node.replication.peer_activity import PeerActivity
 from node.replication.recon_metrics import describe_recon_metrics
 from node.replication.recon_session import RECON_PROTOCOL, SessionRunner
-from node.replication.recon_summary import SummarySaver, keystore_limits, open_keys
+from node.replication.recon_summary import SummarySaver
 from node.replication.recon_transfer import Transfer
 from node.replication.recon_work import KeyStoreWork
 from node.replication.sync_status import SyncStatus
@@ -39,7 +39,7 @@ from node.replication.work import WorkGate
 from node.store.events import EventStore
 from node.store.reports import Committed
 from node.telemetry.metrics import Metrics
-from storage import SqlKeyReader
+from storage import OpenedKeyStore, SqlKeyReader
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.peers import Range
 from sync.recon.session import ReconConfig
@@ -80,20 +80,23 @@ class ReconService:
         config: ReconConfig,
         driver: ReplicationDriver,
         clock: Clock,
+        keys: OpenedKeyStore,
         ingest: IngestPool | None = None,
         work: WorkGate | None = None,
     ) -> None:
+        """``keys``: the key store as ``recon_summary.open_keys`` loaded it (``build_parts``
+        opens it first, so the service holds its one key store from the start)."""
         self.host = host
         self.clock = clock
         self.store = store
         self.metrics = metrics
         self.section = section
-        load, max_buckets, cache_keys = keystore_limits(section)
-        self.keys = SummaryKeyStore(load=load, max_buckets=max_buckets, cache_keys=cache_keys)
+        self.keys: SummaryKeyStore = keys.store
         # Session work runs in one worker thread at a time, charged to the peer first; it
         # answers the key store's reads from the events table.
         self.keywork = KeyStoreWork(self.keys, SqlKeyReader(store.engine))
-        self.saver = SummarySaver(store, metrics, section.summary_save_interval_s, self.clock)
+        self.saver = SummarySaver(store, metrics, section.summary_save_interval_s, self.clock,
+                                  keys)
         self.driver = driver
         self.core = driver.lifecycle
         # Each peer's last session, for peers/status/metrics.
@@ -127,13 +130,6 @@ class ReconService:
     @property
     def backlog(self) -> RangeBacklog:
         return self.core.backlog
-
-    async def load(self) -> None:
-        """Open the key store: the saved summary plus newer keys, else one scan of the key
-        index (``recon_summary.open_keys``); memory bounded either way."""
-        opened = await open_keys(self.store, self.section)
-        self.keys = self.keywork.keys = opened.store
-        self.saver.opened(opened)
 
     async def save_summary(self) -> bool:
         """Save the key store's summary now (at clean shutdown, after the last commit: its
@@ -169,7 +165,7 @@ class ReconService:
             nursery.start_soon(self.driver.store_reports, self.committed,
                                self.channels.undeliver)
             if self.saver.interval_s > 0:
-                nursery.start_soon(self.saver.run, lambda: self.keys, self.keywork.try_locked)
+                nursery.start_soon(self.saver.run, self.keys, self.keywork.try_locked)
             await self.driver.recon_rounds(self._session)
 
     async def _session(self, peer: str) -> None:

@@ -64,35 +64,31 @@ class SummarySaver:
     """Keeps the watermark of a ``SummaryKeyStore`` and saves it with the summary."""
 
     def __init__(self, store: EventStore, metrics: Metrics, interval_s: float,
-                 clock: Clock) -> None:
+                 clock: Clock, opened: OpenedKeyStore) -> None:
+        """``opened``: the key store as :func:`open_keys` loaded it (what it holds is saved)."""
         self.store = store
         self.clock = clock
         self.metrics = metrics
         self.interval_s = interval_s
-        self.watermark = 0
+        self.watermark = opened.watermark
         # (watermark, total) of the last save or load: the next save checks the log since;
         # and whether the saved row is that state (not after a scan or a replay at start-up).
-        self._saved = (0, 0)
-        self._row_current = False
-        for name, help_text in SUMMARY_METRICS.items():
-            metrics.describe(name, "counter", help_text)
-
-    def opened(self, opened: OpenedKeyStore) -> None:
-        self.watermark = opened.watermark
         self._saved = (opened.watermark, opened.total)
         self._row_current = opened.outcome == "saved" and not opened.replayed
-        self.metrics.inc("recon_summary_loads_total", outcome=opened.outcome)
+        for name, help_text in SUMMARY_METRICS.items():
+            metrics.describe(name, "counter", help_text)
+        metrics.inc("recon_summary_loads_total", outcome=opened.outcome)
 
     def committed(self, result: AppendResult) -> None:
         """Called with every commit, as its keys enter the key store."""
         if result.inserted:
             self.watermark = max(self.watermark, max(seq for seq, _ in result.inserted))
 
-    async def run(self, keys: Callable[[], SummaryKeyStore],
+    async def run(self, keys: SummaryKeyStore,
                   locked: Callable[[], AbstractContextManager[bool]] | None = None) -> None:
         while True:
             await trio.sleep(self.interval_s)
-            await self.save(keys(), locked)
+            await self.save(keys, locked)
 
     async def save(self, keys: SummaryKeyStore,
                    locked: Callable[[], AbstractContextManager[bool]] | None = None) -> bool:

@@ -20,7 +20,7 @@ with its network model)::
 
     core = ReconLifecycle(my_id, interests, random.Random(seed), LifecycleConfig())
     # whenever now >= core.get_timer():
-    for action in core.handle_timer(now, connected_peers, latency_of):
+    for action in core.handle_timer(now, connected_peers, latencies):  # peer -> round trip, s
         ...  # StartSession(peer) -> open a session; Penalize/ClaimsLapsed -> standing/metrics
     plan = core.begin(peer, Role.INITIATOR, now)        # None: not now (BUSY if responder)
     exchange = ReconExchange(ReconSession.initiator(keys, plan.interests, ...), ...)

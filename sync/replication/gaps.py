@@ -23,7 +23,7 @@ configuration.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from sync.errors import RemoteProtocolError
@@ -62,13 +62,15 @@ class GapPlanner:
     def get_timer(self) -> float | None:
         return self.queue.get_timer()
 
-    def handle_timer(self, now: float, still_missing: Callable[[str], bool],
-                     connected: Sequence[str], banned: Collection[str]) -> FetchPlan | None:
-        """The next fetch to run, if one is due: only ids SDS still misses (``still_missing``)."""
-        batch = self.queue.handle_timer(now)
-        if not batch:
-            return None
-        wanted = [e for e in batch if still_missing(e.message_id)]
+    def handle_timer(self, now: float) -> list[MissingEntry]:
+        """The batch due for a fetch at ``now`` (empty: none). Some may have arrived since SDS
+        reported them: the driver answers with those SDS still misses (:meth:`plan`)."""
+        return self.queue.handle_timer(now)
+
+    def plan(self, batch: list[MissingEntry], still_missing: Collection[str],
+             connected: Sequence[str], banned: Collection[str]) -> FetchPlan:
+        """The fetch of ``batch`` (:meth:`handle_timer`'s): only its ids in ``still_missing``."""
+        wanted = [e for e in batch if e.message_id in still_missing]
         up = set(connected)
         senders = [e.sender_id for e in wanted if e.sender_id in up]
         peers = plan_peers(senders, connected, self.extra_peers,

@@ -26,7 +26,7 @@ Rules it owns (each used to be inline in the node's Recon service):
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sync.errors import RemoteProtocolError
@@ -138,9 +138,10 @@ class ReconLifecycle:
         return min(self.schedule.get_timer(), self.claims.get_timer())
 
     def handle_timer(self, now: float, connected: Collection[str],
-                     latency: Callable[[str], float | None]) -> list[Action]:
+                     latencies: Mapping[str, float]) -> list[Action]:
         """Lapsed claims (their peers pay ``withheld``), the prompt sessions due, then at most
-        one round's session."""
+        one round's session (weighted by ``latencies``: each peer's measured round trip, a
+        peer missing from it counts as unmeasured)."""
         actions: list[Action] = []
         if now >= self.claims.get_timer():
             actions += self._lapse(now)
@@ -148,7 +149,7 @@ class ReconLifecycle:
             up = set(connected)
             prompts = [p for p in self.schedule.due_prompts(now) if p in up]
             actions += [StartSession(p) for p in prompts]
-            peer = self.schedule.handle_timer(now, connected, latency)
+            peer = self.schedule.handle_timer(now, connected, latencies.get)
             if peer is not None and peer not in prompts:
                 actions.append(StartSession(peer))
         return actions

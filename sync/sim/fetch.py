@@ -106,9 +106,10 @@ class Fetching:
         st.fetch_at = None
         if not m.online or st.fetching is not None:
             return  # armed again when the member is back / the fetch in flight ends
-        fetch = st.gaps.handle_timer(sim.now, m.channel.incoming.is_missing,
-                                     list(repl.connected(m)), ())
-        if fetch is not None:
+        if batch := st.gaps.handle_timer(sim.now):
+            fetch = st.gaps.plan(batch, {e.message_id for e in batch
+                                         if m.channel.incoming.is_missing(e.message_id)},
+                                 list(repl.connected(m)), ())
             self._runs.append(_Run(who, fetch, list(fetch.peers)))
             st.fetching = len(self._runs) - 1
             self._next(st.fetching)

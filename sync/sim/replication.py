@@ -217,8 +217,9 @@ class Replication:
         st.recon_at = None
         connected = self.connected(m)
         latency = sim.mesh.latency
-        actions = st.core.handle_timer(sim.now, connected,
-                                       lambda pid: latency.get((who, connected[pid])))
+        actions = st.core.handle_timer(sim.now, connected, {
+            pid: lat for pid, p in connected.items()
+            if (lat := latency.get((who, p))) is not None})
         self.carry_out(m, actions)
         for action in actions:
             if isinstance(action, StartSession):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -90,10 +90,12 @@ class Replica:
     dropped there, as on a node) and applies what is new, in batches of ``batch``."""
 
     def __init__(self, engine: Engine, section: DbSection = SECTION, *,
-                 declared: bool = True) -> None:
+                 declared: bool = True, on_takeover: Callable[[str], object] | None = None
+                 ) -> None:
         self.engine = engine
         self.metrics = Metrics()
-        self.app = DbApplication(section, self.metrics, clock=SystemClock())
+        self.app = DbApplication(section, self.metrics, clock=SystemClock(),
+                                 on_takeover=on_takeover)
         self.cursor = 0
         if declared:
             self.feed(DECLARED)

@@ -123,9 +123,8 @@ def test_a_takeover_after_the_owner_settled_is_refused_live_after_restart_and_on
     a restarted application and a replay of the log from scratch judge it the same way."""
     section = DbSection(tables=SCHEMAS, stability_window=0, settle_ms=1000)
     events = [ALICE.declare(5, ARTISTS), ALICE.write("upsert", "artists", "a", 6, name="Ana")]
-    replica = Replica(engine, section, declared=False)
     penalised: list[str] = []
-    replica.app.on_takeover = penalised.append
+    replica = Replica(engine, section, declared=False, on_takeover=penalised.append)
     replica.feed(events)
     takeover = BOB.declare(2, TableSchema("artists", {"name": "integer"}))
     replica.feed([takeover, BOB.declare(9, V2)], received_at=RECEIVED_AT + 1000)

@@ -11,7 +11,7 @@ saved with the real date, not the clock's.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -29,8 +29,9 @@ from node.clock import TrioWallClock
 from node.config.membership import MembershipSection
 from node.p2p import DialError, P2PConfig, P2PHost
 from node.p2p.run import open_host
+from node.p2p.scoring import PeerScoring
 from node.p2p.standing import PeerStanding
-from node.replication.membership import Membership
+from node.replication.membership import Membership, membership_liveness
 from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
@@ -54,20 +55,38 @@ def _engine(tmp_path: Path, name: str = "node") -> Engine:
     return engine
 
 
+class _Node:
+    """What a node builds before its host, as the daemon does: its liveness state (the host
+    tells it who proved alive) and its peers' scores."""
+
+    def __init__(self, section: MembershipSection, metrics: Metrics, clock: TrioWallClock,
+                 scores: ScoreConfig | None = None) -> None:
+        self.liveness = membership_liveness(section)
+        self.scoring = PeerScoring(metrics, scores or ScoreConfig(), clock)
+
+
 @asynccontextmanager
-async def _hosts(clock: TrioWallClock, count: int,
-                 config: P2PConfig | None = None) -> AsyncIterator[list[P2PHost]]:
+async def _hosts(clock: TrioWallClock, count: int, config: P2PConfig | None = None, *,
+                 nodes: Sequence[_Node | None] = ()) -> AsyncIterator[list[P2PHost]]:
+    """``count`` hosts, the i-th opened with ``nodes[i]``'s parts (if any)."""
     config = config or P2PConfig(dial_timeout=5.0)
     async with AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(open_host(_key(60 + i), config, clock=clock))
-               for i in range(count)]
+        hosts = []
+        for i in range(count):
+            node = nodes[i] if i < len(nodes) else None
+            hosts.append(await stack.enter_async_context(open_host(
+                _key(60 + i), config, clock=clock,
+                heard=node.liveness.heard if node else None,
+                scoring=node.scoring if node else None)))
+        yield hosts
 
 
 def _membership(host: P2PHost, engine: Engine, metrics: Metrics, section: MembershipSection,
-                clock: TrioWallClock) -> Membership:
-    """The driver on a real store, nobody in a Recon session."""
+                clock: TrioWallClock, node: _Node) -> Membership:
+    """The driver on a real store, nobody in a Recon session; ``host`` was opened with
+    ``node``."""
     return Membership(host, EventStore(engine), metrics, section,
-                      in_session=lambda _peer: False, clock=clock)
+                      in_session=lambda _peer: False, liveness=node.liveness, clock=clock)
 
 
 async def _until(done: Callable[[], bool], within_s: float) -> float:
@@ -102,8 +121,9 @@ def test_liveness_closes_a_silent_peer_after_virtual_minutes(tmp_path: Path) -> 
 
     async def main() -> None:
         clock = TrioWallClock(T0)
-        async with _hosts(clock, 2) as (a, b), trio.open_nursery() as nursery:
-            membership = _membership(a, engine, metrics, section, clock)
+        node = _Node(section, metrics, clock)
+        async with _hosts(clock, 2, nodes=[node]) as (a, b), trio.open_nursery() as nursery:
+            membership = _membership(a, engine, metrics, section, clock, node)
             await a.connect(b.listen_addrs[0])
             nursery.start_soon(membership.run)
             await let_pass(120.0)
@@ -141,14 +161,16 @@ def test_an_outage_is_noticed_probed_and_ended_on_virtual_time(tmp_path: Path) -
 
     async def main() -> None:
         clock = TrioWallClock(T0)
-        async with _hosts(clock, 3, config) as (relay, a, b), trio.open_nursery() as nursery:
+        node = _Node(section, metrics, clock)
+        async with _hosts(clock, 3, config, nodes=[None, node]) as (relay, a, b), \
+                trio.open_nursery() as nursery:
             assert relay.relay is not None and b.relay is not None
             for host in (a, b):
                 await host.connect(relay.listen_addrs[0])
             relay.relay.set_serving(True)
             assert await b.relay.reserve(relay.peer_id, 10)
             [address] = b.relay.relayed_addrs()
-            membership = _membership(a, engine, metrics, section, clock)
+            membership = _membership(a, engine, metrics, section, clock, node)
             nursery.start_soon(membership.run)
             await let_pass(1.0)
             assert await a.connect(address) == b.peer_id and a.path(b.peer_id) == "relayed"
@@ -212,9 +234,10 @@ def test_peer_exchange_and_book_saves_run_on_virtual_time(
 
     async def main() -> None:
         clock = TrioWallClock(T0)
-        async with _hosts(clock, 2) as (a, b), trio.open_nursery() as nursery:
-            ours = _membership(a, engine, metrics, section, clock)
-            theirs = _membership(b, other_engine, other_metrics, section, clock)
+        nodes = [_Node(section, metrics, clock), _Node(section, other_metrics, clock)]
+        async with _hosts(clock, 2, nodes=nodes) as (a, b), trio.open_nursery() as nursery:
+            ours = _membership(a, engine, metrics, section, clock, nodes[0])
+            theirs = _membership(b, other_engine, other_metrics, section, clock, nodes[1])
             nursery.start_soon(ours.run)
             nursery.start_soon(theirs.run)
             await let_pass(1.0)  # both listening to their host's peer events
@@ -251,8 +274,9 @@ def test_a_ban_ends_on_virtual_time(tmp_path: Path) -> None:
 
     async def main() -> None:
         clock = TrioWallClock(T0)
-        async with _hosts(clock, 2) as (host, bad):
-            standing = PeerStanding(host, metrics, config, clock)
+        node = _Node(MembershipSection(), metrics, clock, config)
+        async with _hosts(clock, 2, nodes=[node]) as (host, bad):
+            standing = PeerStanding(host)
             await bad.connect(host.listen_addrs[0])
             assert not standing.penalise(bad.peer_id, "protocol")  # -30: not yet
             assert standing.penalise(bad.peer_id, "protocol")  # -60: banned
@@ -287,8 +311,9 @@ def test_the_host_clock_is_the_one_membership_reads(tmp_path: Path) -> None:
 
     async def main() -> None:
         clock = TrioWallClock(T0)
-        async with _hosts(clock, 1) as (host,):
-            membership = _membership(host, engine, Metrics(), section, clock)
+        node = _Node(section, Metrics(), clock)
+        async with _hosts(clock, 1, nodes=[node]) as (host,):
+            membership = _membership(host, engine, Metrics(), section, clock, node)
             assert membership.clock is host.clock is host.guard.clock is host.bans.clock \
                 is clock
             assert membership.px.clock is clock and membership.activity.clock is clock

@@ -16,7 +16,8 @@ This scan fails when
 * the store can have an observer registered after it is built (``on_commit`` or any other
   ``on_*`` / ``add_*`` / ``subscribe`` method), or anything in ``node/`` calls ``on_commit``;
 * the composition root (``node/services.py``) sets an attribute on an object it did not just
-  build (``runtime.recon = ...``): the parts go to constructors.
+  build (``runtime.recon = ...``): the parts go to constructors (and nothing else in ``node/``
+  does either: ``tests/node/test_no_late_wiring.py``).
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ from node.clock import SystemClock
 from node.p2p import FramedStream, P2PConfig, P2PHost, compat
 from node.p2p.compat import yamux_window
 from node.p2p.run import open_host
+from node.p2p.scoring import PeerScoring
+from node.telemetry.metrics import Metrics
+from sync.peerscore import ScoreConfig
 from tests.harness.cluster import until
 
 STALL = "/test/window-stall/1.0.0"
@@ -37,14 +40,16 @@ CHUNK = yamux_module.MAX_MESSAGE_SIZE - yamux_module.HEADER_SIZE  # libp2p's own
 
 
 @asynccontextmanager
-async def _pair() -> AsyncIterator[tuple[P2PHost, P2PHost, list[tuple[str, str]]]]:
-    """A server and a client host, connected; the server's misbehaviour reports. libp2p logs
-    its errors (the client's "Received GO_AWAY ...: Protocol error")."""
+async def _pair() -> AsyncIterator[tuple[P2PHost, P2PHost, Metrics]]:
+    """A server and a client host, connected; the metrics of the server's peer scores (what it
+    charged, by reason). libp2p logs its errors (the client's "Received GO_AWAY ...: Protocol
+    error")."""
     config = P2PConfig(libp2p_log_level="ERROR")
-    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as srv, \
+    charged = Metrics()
+    scoring = PeerScoring(charged, ScoreConfig(), SystemClock())
+    async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock(),
+                         scoring=scoring) as srv, \
             open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as cli:
-        charged: list[tuple[str, str]] = []
-        srv.on_misbehaved = lambda peer, reason: charged.append((peer, reason))
         await cli.connect(srv.listen_addrs[0])
         yield srv, cli, charged
 
@@ -60,11 +65,14 @@ def _frame(kind: int, flags: int, stream_id: int, body: bytes) -> bytes:
                        len(body)) + body
 
 
-async def _cut_off(srv: P2PHost, cli: P2PHost, charged: list[tuple[str, str]]) -> None:
+async def _cut_off(srv: P2PHost, cli: P2PHost, charged: Metrics) -> None:
     await until(lambda: cli.peer_id not in srv.connected_peers(), 20,
                 "the connection was not ended")
     await until(lambda: srv.stats.yamux_window_overruns == 1, 20, "the overrun not counted")
-    assert charged == [(cli.peer_id, "protocol")]
+    # One charge, of the client, for breaking the protocol.
+    assert charged.value("peer_penalties_total", reason="protocol") == 1
+    assert charged.total("peer_penalties_total") == 1
+    assert srv.scoring is not None and srv.scoring.score(cli.peer_id) < 0
 
 
 def test_y4_every_data_frame_body_is_read_through_the_checked_method() -> None:
@@ -184,7 +192,7 @@ async def test_an_honest_bulk_transfer_of_many_windows_passes() -> None:
                 await stream._stream.muxed_stream.write(block)
             await until(lambda: received[0] == total, 60, "the transfer did not complete")
         assert cli.peer_id in srv.connected_peers()
-        assert srv.stats.yamux_window_overruns == 0 and charged == []
+        assert srv.stats.yamux_window_overruns == 0 and charged.total("peer_penalties_total") == 0
         await until(lambda: targets, 20, "the reader did not finish")
         print("receive window at the end:", targets[0])
 
@@ -199,4 +207,4 @@ async def test_a_frame_for_a_stream_no_longer_open_is_dropped_not_refused() -> N
         await conn._write_frame(_frame(yamux_module.TYPE_DATA, 0, 1001, b"g" * (WINDOW + 1)))
         ping = await cli.ping(srv.peer_id)  # the connection still serves
         assert ping >= 0 and cli.peer_id in srv.connected_peers()
-        assert srv.stats.yamux_window_overruns == 0 and charged == []
+        assert srv.stats.yamux_window_overruns == 0 and charged.total("peer_penalties_total") == 0

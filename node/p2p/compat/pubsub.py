@@ -145,11 +145,11 @@ def patch_gossip_queues() -> None:
 class GuardedPubsub(InlineReceive):
     """``Pubsub`` whose readers survive a malformed RPC and whose writers never interleave."""
 
-    stats: P2PStats | None = None
-
     def __init__(self, *args: object, peer_queue_size: int = LIBP2P_PEER_QUEUE_SIZE,
-                 **kwargs: object) -> None:
+                 stats: P2PStats | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        #: The host's counters of gossip copies and duplicates received (None: not counted).
+        self.stats = stats
         #: Outbound RPCs queued per peer before libp2p drops (``gossip_peer_queue_size``).
         self.peer_queue_size = peer_queue_size
         # This host's counts of faults 1, 2 and 4 (the module docstring).

@@ -196,12 +196,13 @@ class ResponderDCUtR(DCUtRProtocol):
     and tells the other side our external addresses from our own evidence first
     (``punch_addrs``: :meth:`sync.reachability.ReachabilityCore.punch_addrs`)."""
 
-    def __init__(self, host: IHost, dial_timeout: int, refused: Refusals) -> None:
+    def __init__(self, host: IHost, dial_timeout: int, refused: Refusals, *,
+                 punch_addrs: Callable[[], list[str]]) -> None:
         super().__init__(host, dial_timeout=dial_timeout)
         for name in ("_direct_connections", "_hole_punch_attempts"):  # forget_*
             if not hasattr(self, name):
                 raise P2PError(f"libp2p DCUtRProtocol.{name} is gone: re-check {__name__}")
-        self.punch_addrs: Callable[[], list[str]] = lambda: []
+        self.punch_addrs = punch_addrs
         self.refused = refused
         self._attempts: dict[ID, PunchAttempt] = {}
 

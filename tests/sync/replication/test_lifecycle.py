@@ -31,17 +31,17 @@ def core(**kw: float) -> ReconLifecycle:
     return ReconLifecycle("me", OURS, random.Random(1), cfg)
 
 
-def no_latency(_peer: str) -> float | None:
-    return None
+#: No peer's round trip measured yet.
+NO_LATENCY: dict[str, float] = {}
 
 
 def test_the_first_session_starts_at_once_and_the_next_after_a_round() -> None:
     c = core()
-    assert c.handle_timer(T, ["a"], no_latency) == [StartSession("a")]
-    assert c.handle_timer(T + 0.5, ["a"], no_latency) == []
+    assert c.handle_timer(T, ["a"], NO_LATENCY) == [StartSession("a")]
+    assert c.handle_timer(T + 0.5, ["a"], NO_LATENCY) == []
     assert T + 1.0 <= c.get_timer() < T + 11.0
     c.poke()
-    assert c.handle_timer(T + 1.0, ["a"], no_latency) == [StartSession("a")]
+    assert c.handle_timer(T + 1.0, ["a"], NO_LATENCY) == [StartSession("a")]
 
 
 def test_the_initiator_fetches_first_and_one_session_per_pair() -> None:
@@ -66,7 +66,7 @@ def test_a_protocol_fault_costs_by_its_kind_and_backs_the_peer_off() -> None:
     assert failed == [SessionFailed("a", Role.INITIATOR, ErrorKind.INVALID_EVENTS, 2.0)]
     # Backed off: the next round chooses nobody while "a" is the only peer.
     c.poke()
-    assert c.handle_timer(T + 1.0, ["a"], no_latency) == []
+    assert c.handle_timer(T + 1.0, ["a"], NO_LATENCY) == []
     # A timeout costs nothing but the backoff.
     plan = c.begin("b", Role.INITIATOR, T)
     actions = c.failed(plan, "b", Role.INITIATOR, TimeoutError(), T)
@@ -133,7 +133,7 @@ def test_claims_read_the_store_then_fetch_and_withheld_keys_cost_the_peer() -> N
     assert c.answer_done(read.ticket, [b"k3"]) == [
         KeysWithheld("a", 1), Penalize("a", "short_answer"), Released()]
     # The other session stops delivering: its claim lapses and the peer pays.
-    lapsed = c.handle_timer(T + 10.0, [], no_latency)
+    lapsed = c.handle_timer(T + 10.0, [], NO_LATENCY)
     assert ClaimsLapsed("b", 1) in lapsed and Penalize("b", "withheld") in lapsed
 
 
@@ -160,7 +160,7 @@ def test_keys_left_to_gossip_are_fetched_the_round_after_the_grace() -> None:
                              claim_timeout_s=15.0, max_missing_keys=1000)
     for recent, due in ((True, T + cfg.min_round_s), (False, T + cfg.min_round_s + 5.0)):
         c = ReconLifecycle("me", OURS, random.Random(1), cfg)
-        assert c.handle_timer(T, ["a"], no_latency) == [StartSession("a")]
+        assert c.handle_timer(T, ["a"], NO_LATENCY) == [StartSession("a")]
         plan = c.begin("a", Role.INITIATOR, T)
         assert plan is not None
         height = int(T * 1000) - (500 if recent else 60_000)

@@ -21,13 +21,13 @@ def defaults() -> ReconLifecycle:
     return ReconLifecycle("me", OURS, random.Random(7), cfg)
 
 
-def no_latency(_peer: str) -> float | None:
-    return None
+#: No peer's round trip measured yet.
+NO_LATENCY: dict[str, float] = {}
 
 
 def after_a_round(c: ReconLifecycle, peers: list[str]) -> None:
     """The first round has run and its session ended: the next round is seconds away."""
-    (start,) = c.handle_timer(T, peers, no_latency)
+    (start,) = c.handle_timer(T, peers, NO_LATENCY)
     assert isinstance(start, StartSession)
     plan = c.begin(start.peer, Role.INITIATOR, T)
     assert plan is not None
@@ -40,7 +40,7 @@ def test_a_peer_that_connects_is_reconciled_with_at_once() -> None:
     after_a_round(c, ["a", "c", "d"])
     assert c.connected("b", PEERS, T + 0.5)  # b restarted and came back
     assert c.get_timer() == T + 0.5
-    assert c.handle_timer(T + 0.5, PEERS, no_latency) == [StartSession("b")]
+    assert c.handle_timer(T + 0.5, PEERS, NO_LATENCY) == [StartSession("b")]
 
 
 def test_a_stranger_that_connects_to_us_gets_no_session_at_once() -> None:
@@ -49,7 +49,7 @@ def test_a_stranger_that_connects_to_us_gets_no_session_at_once() -> None:
     c = defaults()
     after_a_round(c, ["a", "c", "d"])
     assert c.connected("b", PEERS, T + 0.5, dialled=False) is None
-    assert c.handle_timer(T + 0.5, PEERS, no_latency) == []
+    assert c.handle_timer(T + 0.5, PEERS, NO_LATENCY) == []
 
 
 def test_a_gap_in_a_peers_events_reconciles_with_that_peer_at_once() -> None:
@@ -58,14 +58,14 @@ def test_a_gap_in_a_peers_events_reconciles_with_that_peer_at_once() -> None:
     # An event of b's names dependencies we lack (b's burst, lost to gossip by its restart);
     # a sender not connected and an unknown one are no one to ask.
     assert c.gap(["b", "b", "gone", None], PEERS, T + 1.0) == (1, 0)
-    assert c.handle_timer(T + 1.0, PEERS, no_latency) == [StartSession("b")]
+    assert c.handle_timer(T + 1.0, PEERS, NO_LATENCY) == [StartSession("b")]
 
 
 def test_prompts_with_one_peer_come_at_most_once_per_interval() -> None:
     c = defaults()
     after_a_round(c, PEERS)
     assert c.gap(["b"], PEERS, T + 1.0) == (1, 0)
-    assert c.handle_timer(T + 1.0, PEERS, no_latency) == [StartSession("b")]
+    assert c.handle_timer(T + 1.0, PEERS, NO_LATENCY) == [StartSession("b")]
     plan = c.begin("b", Role.INITIATOR, T + 1.0)
     assert plan is not None
     c.finished(plan, truncated=False, lowest_dropped=None, cuts=[])
@@ -73,9 +73,9 @@ def test_prompts_with_one_peer_come_at_most_once_per_interval() -> None:
     assert c.gap(["b"], PEERS, T + 2.0) == (0, 1)
     assert not c.connected("b", PEERS, T + 2.5)
     assert c.get_timer() == T + 3.0  # the round (poked by the connection); b's prompt: T + 6
-    assert c.handle_timer(T + 3.0, ["a"], no_latency) == [StartSession("a")]
+    assert c.handle_timer(T + 3.0, ["a"], NO_LATENCY) == [StartSession("a")]
     assert c.get_timer() == T + 6.0
-    assert c.handle_timer(T + 6.0, PEERS, no_latency) == [StartSession("b")]
+    assert c.handle_timer(T + 6.0, PEERS, NO_LATENCY) == [StartSession("b")]
 
 
 def test_a_peer_whose_events_always_show_gaps_gets_one_session_per_interval() -> None:
@@ -83,7 +83,7 @@ def test_a_peer_whose_events_always_show_gaps_gets_one_session_per_interval() ->
     now, started = T, 0
     while now < T + 60.0:
         c.gap(["b"], ["b"], now)
-        for action in c.handle_timer(now, ["b"], no_latency) if now >= c.get_timer() else []:
+        for action in c.handle_timer(now, ["b"], NO_LATENCY) if now >= c.get_timer() else []:
             assert action == StartSession("b")
             plan = c.begin("b", Role.INITIATOR, now)
             assert plan is not None
@@ -103,11 +103,11 @@ def test_a_prompt_waits_for_the_running_session_and_for_the_back_off() -> None:
     assert c.get_timer() > T + 1.0  # no busy loop while that session runs
     c.finished(running, truncated=False, lowest_dropped=None, cuts=[])
     assert c.get_timer() == T + 1.0
-    assert c.handle_timer(T + 1.2, PEERS, no_latency) == [StartSession("b")]
+    assert c.handle_timer(T + 1.2, PEERS, NO_LATENCY) == [StartSession("b")]
     plan = c.begin("b", Role.INITIATOR, T + 1.2)
     c.failed(plan, "b", Role.INITIATOR, TimeoutError(), T + 1.2)  # backed off 2 s
     c.gap(["b"], PEERS, T + 7.0)  # past the 5-s limit; the back-off has ended too
-    assert c.handle_timer(T + 7.0, PEERS, no_latency)[0] == StartSession("b")
+    assert c.handle_timer(T + 7.0, PEERS, NO_LATENCY)[0] == StartSession("b")
 
 
 def test_a_prompt_for_a_peer_that_left_is_dropped() -> None:
@@ -115,7 +115,7 @@ def test_a_prompt_for_a_peer_that_left_is_dropped() -> None:
     after_a_round(c, PEERS)
     c.gap(["b"], PEERS, T + 1.0)
     c.disconnected("b", T + 1.0)
-    assert StartSession("b") not in c.handle_timer(T + 10.0, ["a"], no_latency)
+    assert StartSession("b") not in c.handle_timer(T + 10.0, ["a"], NO_LATENCY)
 
 
 def test_a_prompt_session_leaves_nothing_to_the_gossip_grace_on_either_side() -> None:
@@ -129,7 +129,7 @@ def test_a_prompt_session_leaves_nothing_to_the_gossip_grace_on_either_side() ->
     for role in Role:
         c = defaults()
         assert c.connected("b", PEERS, T)
-        assert c.handle_timer(T, PEERS, no_latency)[0] == StartSession("b")
+        assert c.handle_timer(T, PEERS, NO_LATENCY)[0] == StartSession("b")
         ours = c.begin("b", Role.INITIATOR, T)
         assert ours is not None and ours.prompt
         plan = ours
@@ -148,7 +148,7 @@ def test_a_prompt_session_leaves_nothing_to_the_gossip_grace_on_either_side() ->
         assert later is not None and not later.prompt
     # A round's session still leaves it to gossip.
     c = defaults()
-    (start,) = c.handle_timer(T, ["a"], no_latency)
+    (start,) = c.handle_timer(T, ["a"], NO_LATENCY)
     plan = c.begin(start.peer, Role.INITIATOR, T)
     assert plan is not None and not plan.prompt
     assert list(getattr(c.want(plan, [recent], T, now_ms)[-1], "keys", ())) == []
