@@ -1,6 +1,6 @@
 """``SdsChannel``: SDS and SDS-R for one (channel, participant), sans-IO.
 
-Driven by ``send`` / ``send_ephemeral`` / ``receive`` / ``receive_event`` / ``deliver_settled``
+Driven by ``send`` / ``receive`` / ``receive_event`` / ``deliver_settled``
 / ``handle_timer``; read through ``events()``, ``datagrams_to_send()`` and ``get_timer()``;
 saved with ``snapshot()`` and rebuilt with ``restore``. ``now`` is always float seconds since
 the epoch; the Lamport clock works in epoch milliseconds.
@@ -201,8 +201,17 @@ class SdsChannel:
         self.incoming.lamport = lamport
         return lamport
 
-    def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None) -> bytes:
-        """Create, log and return a content message to broadcast."""
+    def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None,
+             ephemeral: bool = False) -> bytes:
+        """Create, log and return a content message to broadcast. ``ephemeral``: a message
+        with no lamport, history or filter, neither logged nor resent."""
+        if ephemeral:
+            if not content:
+                raise LocalProtocolError("ephemeral content must not be empty")
+            if retrieval_hint is not None:  # (it would name the id in histories: none does)
+                raise LocalProtocolError("an ephemeral message takes no retrieval hint")
+            return self.profile.encode(self.channel_id, self.participant_id, None, (), content,
+                                       self._key, self._rng).wire
         if not content:
             raise LocalProtocolError("content must not be empty (empty content is a sync)")
         if self.profile.is_waku and self.log.contains(waku_message_id(content)):
@@ -222,14 +231,6 @@ class SdsChannel:
         self.outgoing.add(mid, event.wire, now, self._events, history=event.history_ids)
         self._schedule.last_activity = now
         return event.wire + self._suffix(now, mid)
-
-    def send_ephemeral(self, content: bytes, now: float) -> bytes:
-        """An ephemeral message: no lamport, history or filter; not logged, not resent."""
-        if not content:
-            raise LocalProtocolError("ephemeral content must not be empty")
-        event = self.profile.encode(self.channel_id, self.participant_id, None, (), content,
-                                    self._key, self._rng)
-        return event.wire
 
     def _sync_message(self, now: float, *, periodic: bool = True) -> bytes:
         """A sync message: a periodic one names up to ``sync_history_size`` heads (a seeded

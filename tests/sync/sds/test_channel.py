@@ -285,7 +285,7 @@ def test_sync_back_off_is_random_per_rng() -> None:
 def test_ephemeral_messages() -> None:
     a, b = channel(0), channel(1)
     a.send(b"persistent", T0)
-    data = a.send_ephemeral(b"typing...", T0)
+    data = a.send(b"typing...", T0, ephemeral=True)
     msg = sds_pb2.Message()
     msg.ParseFromString(data)
     assert not msg.HasField("lamport_timestamp") and not msg.causal_history
@@ -296,6 +296,10 @@ def test_ephemeral_messages() -> None:
     [ev] = b.events()
     assert isinstance(ev, EphemeralReceived) and ev.content == b"typing..."
     assert b.log.entries() == [] and b.incoming.waiting_ids == frozenset()
+    with pytest.raises(LocalProtocolError):  # not logged: nothing could name it with a hint
+        a.send(b"typing...", T0, retrieval_hint=b"key", ephemeral=True)
+    with pytest.raises(LocalProtocolError):
+        a.send(b"", T0, ephemeral=True)
 
 
 def test_invalid_message_is_never_delivered_buffered_or_acknowledged() -> None:

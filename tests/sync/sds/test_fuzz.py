@@ -23,7 +23,7 @@ def _valid_transmissions() -> list[bytes]:
     out.append(b.send(b"b0", T0))
     b.handle_timer(T0 + 1000)
     out.extend(b.datagrams_to_send())
-    out.append(c.send_ephemeral(b"eph", T0))
+    out.append(c.send(b"eph", T0, ephemeral=True))
     return out
 
 

@@ -12,7 +12,7 @@ from tests.sync.sds.helpers import channel
 
 SDS = Path(__file__).resolve().parents[3] / "sync" / "sds"
 
-METHODS = {"send", "send_ephemeral", "receive", "receive_event", "deliver_settled",
+METHODS = {"send", "receive", "receive_event", "deliver_settled",
            "handle_timer", "events", "datagrams_to_send", "get_timer", "trust", "forget",
            "sizes", "snapshot", "restore", "delivered_read"}
 DATA = {"lamport", "channel_id", "participant_id", "config", "profile", "stats",
