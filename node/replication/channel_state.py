@@ -102,16 +102,16 @@ class ChannelMaker:
             log.exception("cannot restore channel state; starting it afresh from the log",
                           extra=kv(channel=name))
             ch = restore(encode_state(self.fresh(name, now).snapshot()), self.key)
-        if ch.stats.outgoing_unrestored:
+        if ch.layers.stats.outgoing_unrestored:
             log.warning("own unacknowledged events not in the log; not resent",
-                        extra=kv(channel=name, count=ch.stats.outgoing_unrestored))
-        if ch.stats.outgoing_overdue:
+                        extra=kv(channel=name, count=ch.layers.stats.outgoing_unrestored))
+        if ch.layers.stats.outgoing_overdue:
             log.info("own unacknowledged events due for resending while down; left to Recon",
-                     extra=kv(channel=name, count=ch.stats.outgoing_overdue))
-        if ch.stats.clock_recovered:
+                     extra=kv(channel=name, count=ch.layers.stats.outgoing_overdue))
+        if ch.layers.stats.clock_recovered:
             self.metrics.inc("sds_clock_recovered_total", channel=name)
             log.warning("persisted Lamport clock out of range; reset within the clock rule",
-                        extra=kv(channel=name, lamport=ch.lamport))
+                        extra=kv(channel=name, lamport=ch.layers.incoming.lamport))
         log.info("channel restored", extra=kv(channel=name, events_loaded=len(log_entries),
-                                              lamport=ch.lamport))
+                                              lamport=ch.layers.incoming.lamport))
         return ch

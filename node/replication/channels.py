@@ -140,7 +140,7 @@ class ChannelService:
 
     def _count_unsigned(self, ch: SdsChannel, name: str) -> None:
         # A waku channel took a message nobody signed (docs/interop.md, the trust trade-off).
-        if ch.profile.is_waku:
+        if ch.setup.profile.is_waku:
             self.metrics.inc("sds_unsigned_accepted_total", channel=name)
 
     async def run(self) -> None:
@@ -185,7 +185,7 @@ class ChannelService:
         """
         ch = self.channel(name)
         started = self.clock.now()
-        read = send_reads(ch.log, contents) if ch.profile.is_waku else None
+        read = send_reads(ch.layers.log, contents) if ch.setup.profile.is_waku else None
         if read is not None:  # a waku channel: were these payloads sent already?
             await self.reads.answer(name, ch, read)
         now = self.clock.wall()
@@ -215,7 +215,7 @@ class ChannelService:
         return own, error
 
     def is_missing(self, message_id: str) -> bool:
-        return any(ch.incoming.is_missing(message_id) for ch in self.channels.values())
+        return any(ch.layers.incoming.is_missing(message_id) for ch in self.channels.values())
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -336,7 +336,7 @@ class ChannelService:
             if not members:  # the closed group, else our neighbours on the topic and us
                 members = len(self.allowed_senders or ()) or len(self.host.gossip_peers(
                     topic_of(self.network_id, name))) + 1
-            ch.repair.members.set_external(members)
+            ch.layers.repair.members.set_external(members)
 
     async def _state_loop(self) -> None:
         try:

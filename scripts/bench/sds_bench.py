@@ -106,7 +106,7 @@ def run(n: int, *, signed: bool) -> dict[str, float]:
             for ch in chans:
                 ch.events()
     total = perf() - start
-    logs = [ch.log.entries() for ch in chans]
+    logs = [ch.layers.log.entries() for ch in chans]
     assert all(log == logs[0] for log in logs) and len(logs[0]) == n, "logs diverged"
     return {
         "messages": n,
@@ -121,7 +121,7 @@ def run(n: int, *, signed: bool) -> dict[str, float]:
         "end_to_end_per_s": n / total,
         "overhead_bytes": overhead / n,
         "extra_datagrams": extra,
-        "outgoing_left": sum(len(ch.outgoing.ids) for ch in chans),
+        "outgoing_left": sum(len(ch.layers.outgoing.ids) for ch in chans),
     }
 
 

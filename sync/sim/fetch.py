@@ -106,7 +106,7 @@ class Fetching:
         st.fetch_at = None
         if not m.online or st.fetching is not None:
             return  # armed again when the member is back / the fetch in flight ends
-        fetch = st.gaps.handle_timer(sim.now, m.channel.incoming.is_missing,
+        fetch = st.gaps.handle_timer(sim.now, m.channel.layers.incoming.is_missing,
                                      list(repl.connected(m)), ())
         if fetch is not None:
             self._runs.append(_Run(who, fetch, list(fetch.peers)))
@@ -146,7 +146,7 @@ class Fetching:
         numbers: list[int] = []
         if behaviour != "withhold":
             for mid in ids:
-                if peer.channel.log.contains(mid):
+                if peer.channel.layers.log.contains(mid):
                     wire = sim.wires[mid]
                     if behaviour == "junk":
                         # One bit flipped: its id or signature no longer checks out.

@@ -125,14 +125,15 @@ class Network:
             pass
 
     def quiet(self) -> bool:
-        logs = [n.ch.log.entries() for n in self.nodes]
+        logs = [n.ch.layers.log.entries() for n in self.nodes]
         return (
             not self._queue
             and all(log == logs[0] for log in logs)
             and all(
-                not (n.ch.outgoing.ids or n.ch.incoming.waiting_ids or n.ch.incoming.missing_ids)
-                and not (n.ch.repair.request_ids or n.ch.repair.response_ids)
-                for n in self.nodes
+                not (layers.outgoing.ids or layers.incoming.waiting_ids
+                     or layers.incoming.missing_ids)
+                and not (layers.repair.request_ids or layers.repair.response_ids)
+                for layers in (n.ch.layers for n in self.nodes)
             )
         )
 

@@ -51,4 +51,4 @@ def test_deferred_resends_go_in_later_seconds() -> None:
         assert sum(map(len, sent)) <= config.resend_bytes_per_s + 4096
         total += len(sent)
     assert total >= BURST  # every one resent, a pace's worth a second
-    assert ch.outgoing.deferred > 0
+    assert ch.layers.outgoing.deferred > 0

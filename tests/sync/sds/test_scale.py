@@ -37,11 +37,11 @@ def test_finding1_response_groups_follow_the_member_estimate() -> None:
     target = members[0].events()[-1].message_id  # type: ignore[attr-defined]
     for m in members[2:]:
         m.receive(wire, T0 + 1.5)
-    ask = transmission_suffix(None, None, (HistoryRef(target, None, sender.participant_id),))
+    ask = transmission_suffix(None, None, (HistoryRef(target, None, sender.setup.participant_id),))
     asking = requester.send(b"asking again", T0 + 2)
     for m in members[2:]:
         m.receive(asking + ask, T0 + 3)
-    responders = sum(1 for m in members[2:] if target in m.repair.response_ids)
+    responders = sum(1 for m in members[2:] if target in m.layers.repair.response_ids)
     holders = n - 2
     assert responders > 0
     assert responders <= holders / 2, f"{responders} of {holders} holders would answer"
@@ -119,7 +119,7 @@ def test_finding3_a_requester_cannot_make_us_rebroadcast_without_bound() -> None
     t = T0 + 100
     for n in range(40):
         # The attacker's channel signs its requests: craft them by asking for "missing" ids.
-        refs = tuple(HistoryRef(ids[(n * 3 + k) % len(ids)], None, victim.participant_id)
+        refs = tuple(HistoryRef(ids[(n * 3 + k) % len(ids)], None, victim.setup.participant_id)
                      for k in range(3))
         body = attacker.send(f"ask {n}".encode(), t)
         wire = body + transmission_suffix(None, None, refs, channel_id=CHANNEL,
@@ -154,9 +154,9 @@ def test_finding3_replayed_messages_cannot_carry_someone_elses_repair_requests()
     sent_total = 0
     t = T0 + 100
     for n in range(10):
-        refs = tuple(HistoryRef(i, None, victim.participant_id) for i in ids[n:n + 3])
+        refs = tuple(HistoryRef(i, None, victim.setup.participant_id) for i in ids[n:n + 3])
         victim.receive(honest_wire + transmission_suffix(None, None, refs), t)
         t += 40
         sent_total += _rebroadcast_bytes(victim, t)
     assert sent_total == 0, f"rebroadcast {sent_total} bytes for replayed, unsigned requests"
-    assert peer_id_of(key(6)) == honest.participant_id
+    assert peer_id_of(key(6)) == honest.setup.participant_id
