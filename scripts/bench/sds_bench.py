@@ -97,8 +97,7 @@ def run(n: int, *, signed: bool) -> dict[str, float]:
             seg_time = 0.0
         if k % 100 == 99:
             for i, ch in enumerate(chans):
-                ch.handle_timer(now)
-                for extra_data in ch.datagrams_to_send():
+                for extra_data in ch.handle_timer(now):
                     extra += 1
                     for dst in range(3):
                         if dst != i:

@@ -122,8 +122,7 @@ class Ours:
         return events
 
     def timer(self, now: float, name: str) -> list[bytes]:
-        self.channel.handle_timer(now)
-        wires = self.channel.datagrams_to_send()
+        wires = self.channel.handle_timer(now)
         self.steps.append({"op": "timer", "now": now, "name": name,
                            "wires": [pack(w) for w in wires]})
         self.log += self.channel.events()

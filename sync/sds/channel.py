@@ -2,9 +2,9 @@
 
 Its surface is the protocol's steps: ``send`` / ``receive`` / ``receive_event`` /
 ``deliver_settled`` / ``delivered_read`` / ``forget`` / ``handle_timer`` in, ``events()``,
-``datagrams_to_send()`` and ``get_timer()`` out; ``snapshot()`` and ``restore`` for persistence
-(a ``ChannelState``), and two read-only views: ``setup`` (what it was made with) and
-``layers``. ``now`` is always float seconds since the epoch; the Lamport clock works
+``get_timer()`` and the datagrams ``handle_timer`` returns out; ``snapshot()`` and ``restore``
+for persistence (a ``ChannelState``), and two read-only views: ``setup`` (what it was made
+with) and ``layers``. ``now`` is always float seconds since the epoch; the Lamport clock works
 in epoch milliseconds.
 
 The channel decides what a step does and builds the messages; its layers hold the state, each
@@ -126,7 +126,6 @@ class SdsChannel:
         self._stats = ChannelStats()
         self._timers = TimerQueue()
         self._events: list[SdsEvent] = []
-        self._datagrams: list[bytes] = []
         #: The delivered ids: the newest in memory (``sync.sds.delivered``).
         # A floor per sender where the id binds sender and Lamport time (checked, not waku).
         self._log = DeliveredIndex(cfg.delivered_window, bounded,
@@ -178,11 +177,6 @@ class SdsChannel:
     def events(self) -> list[SdsEvent]:
         out = self._events[:]
         self._events.clear()  # (the layers append to this very list)
-        return out
-
-    def datagrams_to_send(self) -> list[bytes]:
-        """Messages to broadcast produced by timers or by received repair requests."""
-        out, self._datagrams = self._datagrams, []
         return out
 
     def get_timer(self) -> float | None:
@@ -547,22 +541,26 @@ class SdsChannel:
         self._events.append(EphemeralReceived(event.message_id, event.sender_id, event.content))
 
     # ------------------------------------------------------------------ timers
-    def handle_timer(self, now: float) -> None:
-        """Run every timer due at ``now``; outgoing messages go to ``datagrams_to_send()``."""
+    def handle_timer(self, now: float) -> list[bytes]:
+        """Run every timer due at ``now``; returns the messages to broadcast that they made
+        (resends, syncs, repair answers), as ``send`` returns its message."""
         self._history.touch(now)
         schedule = self._schedule
+        sent: list[bytes] = []
         while True:
             due = self._timers.pop_due(now)
             if not due:
-                return
+                return sent
             want_sync = periodic = False
             for kind, key in due:
                 if kind is TimerKind.LOST:
                     self._incoming.declare_lost(key)
                 elif kind is TimerKind.RESEND:
-                    self._resend(key, now)
+                    if (wire := self._resend(key, now)) is not None:
+                        sent.append(wire)
                 elif kind is TimerKind.REPAIR_RESPONSE:
-                    self._answer_repair(key, now)
+                    if (wire := self._answer_repair(key, now)) is not None:
+                        sent.append(wire)
                 elif kind is TimerKind.REPAIR_REQUEST:
                     if key in self._repair.requests:
                         want_sync = want_sync or schedule.linger(now)
@@ -571,35 +569,36 @@ class SdsChannel:
                 elif kind is TimerKind.SYNC:
                     periodic = periodic or schedule.periodic_due(now, has_log=bool(self._log))
             if want_sync or periodic:
-                self._send_sync(now, periodic=periodic)
+                sent.append(self._send_sync(now, periodic=periodic))
 
-    def _send_sync(self, now: float, *, periodic: bool = True) -> None:
-        self._datagrams.append(self._sync_message(now, periodic=periodic))
+    def _send_sync(self, now: float, *, periodic: bool = True) -> bytes:
+        wire = self._sync_message(now, periodic=periodic)
         self._repair.pace_due(now)
         self._schedule.arm(now)
+        return wire
 
-    def _resend(self, mid: str, now: float) -> None:
+    def _resend(self, mid: str, now: float) -> bytes | None:
         wire = self._outgoing.due(mid, now, self._events)
         if wire is None:
-            return
+            return None
         self._stats.resends += 1
         # No repair requests on a resend: they would ride on an old message, which receivers
         # take for a replay (``_on_repair_requests``); our next sync carries them.
         suffix = self._suffix(now, mid, requests=False)
         self._outgoing.spent(len(suffix))
-        self._datagrams.append(wire + suffix)
         self._schedule.last_activity = now
+        return wire + suffix
 
-    def _answer_repair(self, mid: str, now: float) -> None:
+    def _answer_repair(self, mid: str, now: float) -> bytes | None:
         wire = self._repair.respond(mid, now)
         if wire is None:
-            return
+            return None
         # A signed channel's answer goes without our filter: its signature would be checked
         # against the message's sender, not us, so it could only cost bytes (most of them).
-        self._datagrams.append(wire if self._profile.signed
-                               else wire + self._suffix(now, mid, requests=False))
+        answer = wire if self._profile.signed else wire + self._suffix(now, mid, requests=False)
         self._schedule.last_activity = now
         self._events.append(RepairAnswered(mid))
+        return answer
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> ChannelState:

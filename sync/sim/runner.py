@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -231,9 +231,9 @@ class Simulation:
             if m.online and m.timer_at == self.now:
                 m.timer_at = None
                 t0 = self.cpu()
-                m.channel.handle_timer(self.now + m.clock)
+                sent = m.channel.handle_timer(self.now + m.clock)
                 self.stats.member_cpu += self.cpu() - t0
-                self._after(m)
+                self._after(m, sent=sent)
         elif kind == _PUBLISH:
             publisher = self._pick()
             if publisher is not None:
@@ -351,7 +351,8 @@ class Simulation:
             reached = len(flood.arrival)
             stats.unreached += sum(1 for x in self.members if x.online and not x.gone) - 1 - reached
 
-    def _after(self, m: Member, *, published: bool = False) -> None:
+    def _after(self, m: Member, *, published: bool = False, sent: Sequence[bytes] = ()) -> None:
+        """What a step of member ``m`` reported, and ``sent``: the messages its timers made."""
         self.steps += 1
         ch, stats = m.channel, self.stats
         for ev in ch.events():
@@ -370,7 +371,7 @@ class Simulation:
                 stats.repair_responses += 1
             elif isinstance(ev, RepairRefused):
                 stats.repair_refused += len(ev.message_ids)
-        for data in ch.datagrams_to_send():
+        for data in sent:
             self.broadcast(m, data)
         invariants.check_bounds(self, m)
         if self.on_step is not None:

@@ -141,8 +141,7 @@ def test_causal_order_under_loss_repaired_by_resend() -> None:
     assert missing == [ids[1]]
     assert b.layers.incoming.waiting_ids == {ids[2], ids[3]}
     # a's resend timer fires; b delivers a1 then the cascade a2, a3 in order.
-    a.handle_timer(T0 + 13)
-    resent = a.datagrams_to_send()
+    resent = a.handle_timer(T0 + 13)
     assert len(resent) == 4
     for data in resent:
         b.receive(data, T0 + 14)
@@ -202,10 +201,8 @@ def test_resend_periods_and_give_up() -> None:
     first = a.send(b"1", T0)
     second = a.send(b"2", T0)
     ids = delivered_ids(a)
-    a.handle_timer(T0 + 9.9)
-    assert a.datagrams_to_send() == []
-    a.handle_timer(T0 + 10)
-    resent = [decode_transmission(d).event.message_id for d in a.datagrams_to_send()]
+    assert a.handle_timer(T0 + 9.9) == []
+    resent = [decode_transmission(d).event.message_id for d in a.handle_timer(T0 + 10)]
     assert sorted(resent) == sorted(ids)
     # b has only the first: its filter makes the first possibly acknowledged, resent later.
     b.receive(first, T0 + 11)
@@ -215,8 +212,7 @@ def test_resend_periods_and_give_up() -> None:
     a_view = decode_transmission(sync)
     assert a_view.event.history_ids == (ids[0],)  # names it: acknowledged for sure
     a.receive(second, T0)  # no-op, own echo
-    a.handle_timer(T0 + 20)
-    assert {decode_transmission(d).event.message_id for d in a.datagrams_to_send()} == set(ids)
+    assert {decode_transmission(d).event.message_id for d in a.handle_timer(T0 + 20)} == set(ids)
     a.handle_timer(T0 + 30)
     events = a.events()
     assert {e.message_id for e in of_type(events, ResendExhausted)} == set(ids)
@@ -237,10 +233,8 @@ def test_possibly_acknowledged_uses_the_longer_resend_period() -> None:
     b.receive(m, T0)
     a.receive(b.send(b"x", T0 + 1), T0 + 1)
     assert of_type(a.events(), PossiblyAcknowledged)
-    a.handle_timer(T0 + 24.9)
-    assert a.datagrams_to_send() == []
-    a.handle_timer(T0 + 25)
-    assert len(a.datagrams_to_send()) == 1
+    assert a.handle_timer(T0 + 24.9) == []
+    assert len(a.handle_timer(T0 + 25)) == 1
 
 
 def test_sync_message_rules() -> None:
@@ -249,8 +243,7 @@ def test_sync_message_rules() -> None:
     # An empty channel has nothing to say: the timer fires, nothing is sent.
     first = a.get_timer()
     assert first is not None and T0 + 30 <= first <= T0 + 60
-    a.handle_timer(first)
-    assert a.datagrams_to_send() == []
+    assert a.handle_timer(first) == []
     m = b.send(b"m", first)
     a.receive(m, first)
     a.events()
@@ -259,12 +252,11 @@ def test_sync_message_rules() -> None:
     due = a.get_timer()
     assert due is not None and due >= first + 30
     lamport_before = a.layers.incoming.lamport
-    a.handle_timer(due)
+    sent = a.handle_timer(due)
     due2 = a.get_timer()
     assert due2 is not None
-    if not (sent := a.datagrams_to_send()):
-        a.handle_timer(due2)
-        sent = a.datagrams_to_send()
+    if not sent:
+        sent = a.handle_timer(due2)
     [sync] = sent
     tx = decode_transmission(sync)
     assert tx.event.content == b"" and tx.event.is_sync
@@ -334,11 +326,9 @@ def test_duplicates_do_not_suppress_the_sync_that_acknowledges_them() -> None:
     now, synced = T0, False
     while now < T0 + 20 and not synced:
         now += 1
-        a.handle_timer(now)
-        for data in a.datagrams_to_send():
+        for data in a.handle_timer(now):
             b.receive(data, now)
-        b.handle_timer(now)
-        for data in b.datagrams_to_send():
+        for data in b.handle_timer(now):
             synced = True
             a.receive(data, now)
     assert synced and a.layers.outgoing.ids == frozenset()
@@ -350,11 +340,9 @@ def test_activity_from_others_postpones_our_sync() -> None:
     b.receive(a.send(b"m", T0), T0)
     assert b.get_timer() == T0 + 30
     b.receive(a.send(b"n", T0 + 20), T0 + 20)  # new content: the sync backs off
-    b.handle_timer(T0 + 30)
-    assert b.datagrams_to_send() == []
+    assert b.handle_timer(T0 + 30) == []
     assert b.get_timer() == T0 + 50
-    b.handle_timer(T0 + 50)
-    assert len(b.datagrams_to_send()) == 1
+    assert len(b.handle_timer(T0 + 50)) == 1
 
 
 def test_trusted_signature_skips_verification_but_not_the_id_check() -> None:
@@ -461,8 +449,7 @@ def _sync_delays(scaled: bool, members: int) -> list[float]:
         ch.send(b"x", T0)
         first = ch.get_timer()
         assert first is not None
-        ch.handle_timer(first)
-        assert ch.datagrams_to_send()  # the periodic sync
+        assert ch.handle_timer(first)  # the periodic sync
         nxt = ch.get_timer()
         assert nxt is not None
         delays.append(nxt - first)

@@ -21,8 +21,7 @@ def _valid_transmissions() -> list[bytes]:
     out = [a.send(b"a0", T0), a.send(b"a1", T0)]
     b.receive(out[1], T0)  # b misses a0: its messages carry a repair request later
     out.append(b.send(b"b0", T0))
-    b.handle_timer(T0 + 1000)
-    out.extend(b.datagrams_to_send())
+    out.extend(b.handle_timer(T0 + 1000))
     out.append(c.send(b"eph", T0, ephemeral=True))
     return out
 

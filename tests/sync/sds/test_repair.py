@@ -54,8 +54,7 @@ def test_gap_repaired_by_original_sender_and_others_cancel() -> None:
     assert c.layers.repair.request_ids == {ids[1]}
     when = c.get_timer()
     assert when == t_req(T0 + 3, c.setup.participant_id, ids[1], 30, 120)
-    c.handle_timer(when)
-    [request] = c.datagrams_to_send()
+    [request] = c.handle_timer(when)
     assert of_type(c.events(), RepairRequested) == [RepairRequested((ids[1],))]
     tx = decode_transmission(request)
     assert tx.event.is_sync
@@ -65,8 +64,7 @@ def test_gap_repaired_by_original_sender_and_others_cancel() -> None:
     b.receive(request, when)
     assert a.layers.repair.response_ids == {ids[1]} and b.layers.repair.response_ids == {ids[1]}
     # The original sender's back-off is zero: it answers first.
-    a.handle_timer(when)
-    [answer] = a.datagrams_to_send()
+    [answer] = a.handle_timer(when)
     assert of_type(a.events(), RepairAnswered) == [RepairAnswered(ids[1])]
     b.receive(answer, when + 0.1)
     assert b.layers.repair.response_ids == frozenset()
@@ -81,14 +79,11 @@ def test_a_peer_answers_when_the_sender_is_silent() -> None:
     (_, b, c), _, ids = _gap()
     when = c.get_timer()
     assert when is not None
-    c.handle_timer(when)
-    [request] = c.datagrams_to_send()
+    [request] = c.handle_timer(when)
     b.receive(request, when)
     answer_at = t_resp(when, b.setup.participant_id, channel(0).setup.participant_id, ids[1], 120)
-    b.handle_timer(answer_at - 0.01)
-    assert b.datagrams_to_send() == []
-    b.handle_timer(answer_at)
-    [answer] = b.datagrams_to_send()
+    assert b.handle_timer(answer_at - 0.01) == []
+    [answer] = b.handle_timer(answer_at)
     c.receive(answer, answer_at)
     assert ids[1] in {e.message_id for e in of_type(c.events(), Delivered)}
 
@@ -100,8 +95,7 @@ def test_seeing_anothers_request_backs_off_our_own() -> None:
         d.receive(wires[i], T0 + 3)
     c_when = c.get_timer()
     assert c_when is not None
-    c.handle_timer(c_when)
-    [request] = c.datagrams_to_send()
+    [request] = c.handle_timer(c_when)
     d_due = d.get_timer()
     d.receive(request, c_when)
     assert d.get_timer() != d_due
@@ -117,8 +111,7 @@ def test_repair_requests_capped_at_three_lowest_t_req() -> None:
     ids = [e.message_id for e in of_type(a.events(), Delivered)]
     c.receive(wires[6], T0)  # names a0..a5, all missing
     assert c.layers.repair.request_ids == set(ids[:6])
-    c.handle_timer(T0 + 120)
-    sent = c.datagrams_to_send()
+    sent = c.handle_timer(T0 + 120)
     first = decode_transmission(sent[0]).repair_request
     by_t_req = sorted(ids[:6], key=lambda m: t_req(T0, c.setup.participant_id, m, 30, 120))
     assert [r.message_id for r in first] == by_t_req[:3]
@@ -139,8 +132,7 @@ def test_only_the_response_group_answers() -> None:
     requester = channel(20, config=cfg)
     requester.receive(wires[1], T0)
     when = t_req(T0, requester.setup.participant_id, ids[0], cfg.t_min, cfg.t_max)
-    requester.handle_timer(when)
-    [request] = requester.datagrams_to_send()
+    [request] = requester.handle_timer(when)
     members = set()
     for p in peers:
         p.receive(request, when)
@@ -177,11 +169,9 @@ def test_due_requests_linger_and_share_one_message() -> None:
     c.receive(wires[6], T0)  # names a0..a5, all missing
     due = sorted((t_req(T0, c.setup.participant_id, m, 30, 120), m) for m in ids[:6])
     first = due[0][0]
-    c.handle_timer(first)
-    assert c.datagrams_to_send() == []  # lingering
+    assert c.handle_timer(first) == []  # lingering
     together = [m for when, m in due if when <= first + 15][:3]
-    c.handle_timer(first + 15)
-    [sync] = c.datagrams_to_send()
+    [sync] = c.handle_timer(first + 15)
     tx = decode_transmission(sync)
     assert tx.event.is_sync
     assert [r.message_id for r in tx.repair_request] == together
@@ -203,8 +193,7 @@ def _lingering() -> tuple[SdsChannel, list[str], float]:
     (_, _, c), _, ids = _gap_with(LINGER_CFG)
     when = c.get_timer()
     assert when is not None
-    c.handle_timer(when)
-    assert c.datagrams_to_send() == []
+    assert c.handle_timer(when) == []
     return c, ids, when
 
 
@@ -212,8 +201,8 @@ def test_lingering_request_rides_on_a_content_message() -> None:
     c, ids, when = _lingering()
     carried = decode_transmission(c.send(b"c", when + 1)).repair_request
     assert [r.message_id for r in carried] == [ids[1]]
-    c.handle_timer(when + 15)  # the linger ends: nothing left to ask for
-    assert c.datagrams_to_send() == []
+    # the linger ends: nothing left to ask for
+    assert c.handle_timer(when + 15) == []
 
 
 def _gap_with(cfg: SdsConfig) -> tuple[list[SdsChannel], list[bytes], list[str]]:
@@ -233,9 +222,7 @@ def test_a_lingering_request_keeps_its_deadline_across_a_restart() -> None:
     again = SdsChannel.restore(encode_state(c.snapshot()), key(2), config=LINGER_CFG, now=due + 5,
                                log=[(d.message_id, d.lamport, d.sender_id) for d in delivered])
     again.events()
-    again.handle_timer(due + 5)
-    assert again.datagrams_to_send() == []
+    assert again.handle_timer(due + 5) == []
     assert again.get_timer() == due + 15
-    again.handle_timer(due + 15)
-    [sync] = again.datagrams_to_send()
+    [sync] = again.handle_timer(due + 15)
     assert [r.message_id for r in decode_transmission(sync).repair_request] == [ids[1]]

@@ -56,7 +56,6 @@ def _round(members: list[SdsChannel], now: float, rng: random.Random) -> None:
                 m.receive(wire, now + 0.05)
     for m in members:
         m.events()
-        m.datagrams_to_send()
 
 
 def test_finding2_heads_stay_bounded_and_fall_when_traffic_stops() -> None:
@@ -82,7 +81,6 @@ def test_finding2_heads_stay_bounded_and_fall_when_traffic_stops() -> None:
     for _ in range(8):
         later += SdsConfig().head_ttl + 1
         members[0].handle_timer(later)
-        members[0].datagrams_to_send()
     members[0].send(b"after the quiet", later)
     assert len(members[0].snapshot().heads) <= 2
 
@@ -104,8 +102,7 @@ def _rebroadcast_bytes(victim: SdsChannel, until: float) -> int:
     total = 0
     t = T0 + 100
     while t <= until:
-        victim.handle_timer(t)
-        total += sum(len(d) for d in victim.datagrams_to_send() if len(d) > 100_000)
+        total += sum(len(d) for d in victim.handle_timer(t) if len(d) > 100_000)
         t += 5
     return total
 

@@ -104,8 +104,7 @@ def test_a_replayed_request_costs_at_most_one_answer_per_cooldown_then_nothing()
     answers = 0
     for n in range(40):  # replayed every 5 s for 200 s
         victim.receive(wire, T0 + 11 + 5 * n)
-        victim.handle_timer(T0 + 11 + 5 * n + 0.01)
-        answers += sum(1 for d in victim.datagrams_to_send() if len(d) > 4000)
+        answers += sum(1 for d in victim.handle_timer(T0 + 11 + 5 * n + 0.01) if len(d) > 4000)
     # Fresh for t_min (30 s): one answer, then the cooldown; after that, stale.
     assert answers == 1
     assert victim.layers.stats.repair_stale_ignored > 30

@@ -59,8 +59,7 @@ def test_round_trip_keeps_clock_buffers_repairs_and_filter() -> None:
     assert before.event.message_id == after.event.message_id
     assert before.bloom_filter == after.bloom_filter
     # The restored receiver still completes the gap when the resend comes.
-    a2.handle_timer(T0 + 11)
-    for data in a2.datagrams_to_send():
+    for data in a2.handle_timer(T0 + 11):
         b2.receive(data, T0 + 12)
     assert b2.layers.log.entries() == a.layers.log.entries()[:3]
 
@@ -75,11 +74,9 @@ def test_restored_timers_and_repair_service() -> None:
     a2 = _restore(a, 0, a_log)
     when = c2.get_timer()
     assert when is not None
-    c2.handle_timer(when)
-    for req in c2.datagrams_to_send():
+    for req in c2.handle_timer(when):
         a2.receive(req, when)
-    a2.handle_timer(when)
-    for answer in a2.datagrams_to_send():
+    for answer in a2.handle_timer(when):
         c2.receive(answer, when)
     assert c2.layers.log.entries() == a.layers.log.entries()
 
@@ -130,8 +127,7 @@ def test_outgoing_messages_are_saved_by_reference() -> None:
                             config=CFG, now=T0 + 5)
     assert a3.layers.outgoing.ids == a.layers.outgoing.ids
     assert a3.layers.stats.outgoing_unrestored == 0
-    a3.handle_timer(T0 + 13)
-    resent = {decode_transmission(d).event.message_id for d in a3.datagrams_to_send()}
+    resent = {decode_transmission(d).event.message_id for d in a3.handle_timer(T0 + 13)}
     assert resent == a.layers.outgoing.ids
 
 
@@ -206,15 +202,13 @@ def test_resends_due_while_down_are_left_to_recon() -> None:
         encode_state(a.snapshot()), key(0),
         log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
         cached_wires=[d.wire for d in delivered], config=CFG, rng=random.Random(0), now=T0 + 12)
-    restored.handle_timer(T0 + 12)
-    assert restored.datagrams_to_send() == []
+    assert restored.handle_timer(T0 + 12) == []
     assert restored.layers.stats.outgoing_overdue == 3
-    restored.handle_timer(T0 + 14)
-    assert [decode_transmission(d).event.content for d in restored.datagrams_to_send()] == [
+    assert [decode_transmission(d).event.content for d in restored.handle_timer(T0 + 14)] == [
         b"late"]
-    restored.handle_timer(T0 + 40)  # (past the interval a deferred resend would wait)
+    # (Past the interval a deferred resend would wait.)
     assert {decode_transmission(d).event.content
-            for d in restored.datagrams_to_send()} <= {b"late", b""}
+            for d in restored.handle_timer(T0 + 40)} <= {b"late", b""}
     assert restored.layers.outgoing.ids == {delivered[3].message_id}
     # A peer that asks for one by SDS-R is still answered.
     assert all(d.message_id in restored.layers.repair.cache for d in delivered[:3])

@@ -17,7 +17,7 @@ SDS = Path(__file__).resolve().parents[3] / "sync" / "sds"
 
 #: The steps: inputs, then outputs, then persistence.
 METHODS = {"send", "receive", "receive_event", "deliver_settled", "delivered_read", "forget",
-           "handle_timer", "events", "datagrams_to_send", "get_timer", "snapshot", "restore"}
+           "handle_timer", "events", "get_timer", "snapshot", "restore"}
 #: The read-only views.
 VIEWS = {"setup", "layers"}
 #: What the layers record holds for callers and the state codec.

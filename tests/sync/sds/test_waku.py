@@ -83,8 +83,7 @@ def replay(steps: list[dict[str, Any]]) -> tuple[SdsChannel, dict[str, list[SdsE
             channel.receive(THEIRS[step["message"]], now)
             events[step["message"]] = channel.events()
         else:
-            channel.handle_timer(now)
-            wires = channel.datagrams_to_send()
+            wires = channel.handle_timer(now)
             assert wires == [unpack(w) for w in step["wires"]], step["name"]
             events[step["name"]] = channel.events()
     assert channel is not None
