@@ -228,13 +228,13 @@ async def _channels(node: EventsNode, _request: Request) -> Response:
     for name, ch in node.channels.channels.items():
         out.append({
             "channel": name,
-            "lamport": ch.lamport,
+            "lamport": ch.layers.incoming.lamport,
             # The log's length is the database's; memory holds only the newest ids.
             "delivered": await node.store.read(count_events, name),
-            "delivered_in_memory": len(ch.log),
-            "waiting": len(ch.incoming.waiting_ids),
-            "missing": len(ch.incoming.missing_ids),
-            "unacknowledged": len(ch.outgoing.ids),
+            "delivered_in_memory": len(ch.layers.log),
+            "waiting": len(ch.layers.incoming.waiting_ids),
+            "missing": len(ch.layers.incoming.missing_ids),
+            "unacknowledged": len(ch.layers.outgoing.ids),
         })
     return JSONResponse({"channels": out})
 

@@ -68,9 +68,6 @@ def _check_gossip_degrees(config: Config) -> None:
 
 def _sds_config(s: SdsSection) -> SdsConfig:
     return SdsConfig(
-        # The node reconciles with each peer after a restart: that carries what a peer lacks
-        # of our unacknowledged messages, and resending them raced it (sync.sds.persist).
-        resend_restored=False,
         causal_history_size=s.causal_history_size,
         bloom_capacity=s.bloom_capacity,
         bloom_small_max=s.bloom_small_max,

@@ -99,7 +99,7 @@ class FetchedIngest:
             self.store.submit_fetched(out.records)
         for name, count in out.stepped.items():
             # A waku channel took messages nobody signed (docs/interop.md, the trust trade-off).
-            if self.channels[name].profile.is_waku:
+            if self.channels[name].setup.profile.is_waku:
                 self.metrics.inc("sds_unsigned_accepted_total", count, channel=name)
         for name in sorted(out.touched):
             self.steps.after_input(name, fetched=True)

@@ -73,17 +73,17 @@ def describe_channel_metrics(metrics: Metrics, channels: Mapping[str, SdsChannel
         if name in UNLABELLED_FROM_ZERO:  # for rate() from the first scrape
             metrics.inc(name, 0)
     metrics.counter_fn("sds_resends_total",
-                       lambda: float(sum(ch.stats.resends for ch in channels.values())),
+                       lambda: float(sum(ch.layers.stats.resends for ch in channels.values())),
                        "Own messages sent again because no acknowledgement came in time")
     metrics.counter_fn(
         "sds_fetched_waiting_total",
-        lambda: float(sum(ch.stats.fetched_waiting for ch in channels.values())),
+        lambda: float(sum(ch.layers.stats.fetched_waiting for ch in channels.values())),
         "Fetched events (Recon, fetch by id) that had to wait in SDS's dependency buffer: "
         "0 while fetches come in causal order")
     metrics.counter_fn(
         "events_duplicate_total",
         lambda: float(store.duplicate_events
-                      + sum(ch.stats.duplicates_received for ch in channels.values())),
+                      + sum(ch.layers.stats.duplicates_received for ch in channels.values())),
         "Events received again after they were delivered (resends, repairs, one event by "
         "gossip and by Recon): dropped, not stored twice")
     for bound, what in (("requester", "the requester was over sds.repair_requester_bytes "
@@ -93,17 +93,17 @@ def describe_channel_metrics(metrics: Metrics, channels: Mapping[str, SdsChannel
                         ("total", "all answers were over sds.repair_total_bytes")):
         metrics.counter_fn(
             f"sds_repairs_refused_{bound}_total",
-            lambda bound=bound: float(sum(ch.repair.refusals[bound]  # type: ignore[misc]
+            lambda bound=bound: float(sum(ch.layers.repair.refusals[bound]  # type: ignore[misc]
                                           for ch in channels.values())),
             f"Repair requests (SDS-R) not answered because {what}")
     metrics.counter_fn(
         "sds_repair_requests_unsigned_total",
-        lambda: float(sum(ch.stats.repair_unsigned_ignored for ch in channels.values())),
+        lambda: float(sum(ch.layers.stats.repair_unsigned_ignored for ch in channels.values())),
         "Repair requests ignored because their message's sender did not sign them (attached "
         "by a relay or a replay)")
     metrics.counter_fn(
         "sds_repair_requests_stale_total",
-        lambda: float(sum(ch.stats.repair_stale_ignored for ch in channels.values())),
+        lambda: float(sum(ch.layers.stats.repair_stale_ignored for ch in channels.values())),
         "Repair requests ignored because they rode on a message older than "
         "sds.repair_t_min_s (a replay)")
     metrics.describe_histogram("publish_commit_seconds",

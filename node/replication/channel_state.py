@@ -95,6 +95,9 @@ class ChannelMaker:
             config=self.config(name),
             rng=random.Random(), now=now, bounded=True,
             log_truncated=len(log_entries) >= limit,
+            # The node reconciles with each peer after a restart, which carries what a peer
+            # lacks of our unacknowledged messages; resending them raced it (sync.sds.persist).
+            resend_restored=False,
         )
         try:
             ch = restore(snap, self.key, delivered=delivered)
@@ -102,16 +105,16 @@ class ChannelMaker:
             log.exception("cannot restore channel state; starting it afresh from the log",
                           extra=kv(channel=name))
             ch = restore(encode_state(self.fresh(name, now).snapshot()), self.key)
-        if ch.stats.outgoing_unrestored:
+        if ch.layers.stats.outgoing_unrestored:
             log.warning("own unacknowledged events not in the log; not resent",
-                        extra=kv(channel=name, count=ch.stats.outgoing_unrestored))
-        if left := ch.stats.outgoing_overdue + ch.stats.outgoing_left:
+                        extra=kv(channel=name, count=ch.layers.stats.outgoing_unrestored))
+        if left := ch.layers.stats.outgoing_overdue + ch.layers.stats.outgoing_left:
             log.info("own unacknowledged events left to Recon after the restart",
                      extra=kv(channel=name, count=left))
-        if ch.stats.clock_recovered:
+        if ch.layers.stats.clock_recovered:
             self.metrics.inc("sds_clock_recovered_total", channel=name)
             log.warning("persisted Lamport clock out of range; reset within the clock rule",
-                        extra=kv(channel=name, lamport=ch.lamport))
+                        extra=kv(channel=name, lamport=ch.layers.incoming.lamport))
         log.info("channel restored", extra=kv(channel=name, events_loaded=len(log_entries),
-                                              lamport=ch.lamport))
+                                              lamport=ch.layers.incoming.lamport))
         return ch

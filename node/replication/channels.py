@@ -140,7 +140,7 @@ class ChannelService:
 
     def _count_unsigned(self, ch: SdsChannel, name: str) -> None:
         # A waku channel took a message nobody signed (docs/interop.md, the trust trade-off).
-        if ch.profile.is_waku:
+        if ch.setup.profile.is_waku:
             self.metrics.inc("sds_unsigned_accepted_total", channel=name)
 
     async def run(self) -> None:
@@ -185,7 +185,7 @@ class ChannelService:
         """
         ch = self.channel(name)
         started = self.clock.now()
-        read = send_reads(ch.log, contents) if ch.profile.is_waku else None
+        read = send_reads(ch.layers.log, contents) if ch.setup.profile.is_waku else None
         if read is not None:  # a waku channel: were these payloads sent already?
             await self.reads.answer(name, ch, read)
         now = self.clock.wall()
@@ -215,7 +215,7 @@ class ChannelService:
         return own, error
 
     def is_missing(self, message_id: str) -> bool:
-        return any(ch.incoming.is_missing(message_id) for ch in self.channels.values())
+        return any(ch.layers.incoming.is_missing(message_id) for ch in self.channels.values())
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -272,7 +272,7 @@ class ChannelService:
         self._dirty.add(name)
 
     def after_input(self, name: str, *, fetched: bool = False) -> None:
-        """Store what channel ``name`` delivered after an input, send what it queued.
+        """Store what channel ``name`` delivered after an input, act on what else it reported.
 
         ``fetched``: the input was a fetched batch (Recon, fetch by id). What SDS's full step
         delivered of it (recent events: the bulk path takes only old ones) is then committed
@@ -282,6 +282,13 @@ class ChannelService:
         records, _ = self._process(name)
         if records:
             self.store.submit(records, prompt=fetched)
+
+    def run_timers(self, name: str, now: float) -> None:
+        """Run channel ``name``'s timers due at ``now``: send the messages they made, store
+        what they delivered."""
+        for datagram in self.channels[name].handle_timer(now):
+            self.outbox.queue(name, datagram)
+        self.after_input(name)
 
     def _process(self, name: str) -> tuple[list[EventRecord], list[Delivered]]:
         ch = self.channels[name]
@@ -306,8 +313,6 @@ class ChannelService:
                 counter = EVENT_COUNTERS.get(type(ev))
                 if counter:
                     self.metrics.inc(counter)
-        for datagram in ch.datagrams_to_send():
-            self.outbox.queue(name, datagram)
         self._dirty.add(name)
         self._wake.set()
         return records, delivered
@@ -319,8 +324,7 @@ class ChannelService:
             for name, ch in self.channels.items():
                 due = ch.get_timer()
                 if due is not None and due <= now:
-                    ch.handle_timer(now)
-                    self.after_input(name)
+                    self.run_timers(name, now)
                     due = ch.get_timer()
                 if due is not None:
                     next_at = min(next_at, due)
@@ -336,7 +340,7 @@ class ChannelService:
             if not members:  # the closed group, else our neighbours on the topic and us
                 members = len(self.allowed_senders or ()) or len(self.host.gossip_peers(
                     topic_of(self.network_id, name))) + 1
-            ch.repair.members.set_external(members)
+            ch.layers.repair.members.set_external(members)
 
     async def _state_loop(self) -> None:
         try:

@@ -1,7 +1,7 @@
 """The driver's side of an SDS channel's storage questions: a bounded channel keeps only its
 newest delivered ids in memory and, when a received message must know about an older one,
 holds it and returns the request ``sync.sds.ReadDelivered`` (or names its questions up front:
-``SdsChannel.log.reads_for_steps``, ``sync.sds.waku.send_reads``). Here the store answers
+``SdsChannel.layers.log.reads_for_steps``, ``sync.sds.waku.send_reads``). Here the store answers
 (its queue of uncommitted writes, then the database in a worker thread: never on the protocol
 step) and the answer goes back to the channel as its input ``DeliveredRead``, as Recon's
 key-store reads do (``ReadKeys`` and ``KeysRead``).
@@ -43,9 +43,9 @@ class DeliveredReads:
         """Read ``read`` and hand the answer to ``ch``; run the step right after (no await)."""
         for attempt in range(1, STALE_ANSWERS + 1):
             found = await self.read(name, read.ids)
-            if ch.log.answer(read, found, force=attempt == STALE_ANSWERS):
+            if ch.layers.log.answer(read, found, force=attempt == STALE_ANSWERS):
                 return
-            read = read.again(ch.log.added)
+            read = read.again(ch.layers.log.added)
 
     async def answer_all(self, channels: Mapping[str, SdsChannel],
                          requests: Callable[[], Mapping[str, ReadDelivered]]) -> None:
@@ -56,7 +56,7 @@ class DeliveredReads:
         for attempt in range(1, STALE_ANSWERS + 1):
             reads = requests()
             found = {name: await self.read(name, read.ids) for name, read in reads.items()}
-            fresh = [channels[name].log.answer(read, found[name],
+            fresh = [channels[name].layers.log.answer(read, found[name],
                                                      force=attempt == STALE_ANSWERS)
                      for name, read in reads.items()]
             if all(fresh):

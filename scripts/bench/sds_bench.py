@@ -97,8 +97,7 @@ def run(n: int, *, signed: bool) -> dict[str, float]:
             seg_time = 0.0
         if k % 100 == 99:
             for i, ch in enumerate(chans):
-                ch.handle_timer(now)
-                for extra_data in ch.datagrams_to_send():
+                for extra_data in ch.handle_timer(now):
                     extra += 1
                     for dst in range(3):
                         if dst != i:
@@ -106,7 +105,7 @@ def run(n: int, *, signed: bool) -> dict[str, float]:
             for ch in chans:
                 ch.events()
     total = perf() - start
-    logs = [ch.log.entries() for ch in chans]
+    logs = [ch.layers.log.entries() for ch in chans]
     assert all(log == logs[0] for log in logs) and len(logs[0]) == n, "logs diverged"
     return {
         "messages": n,
@@ -121,7 +120,7 @@ def run(n: int, *, signed: bool) -> dict[str, float]:
         "end_to_end_per_s": n / total,
         "overhead_bytes": overhead / n,
         "extra_datagrams": extra,
-        "outgoing_left": sum(len(ch.outgoing.ids) for ch in chans),
+        "outgoing_left": sum(len(ch.layers.outgoing.ids) for ch in chans),
     }
 
 

@@ -122,8 +122,7 @@ class Ours:
         return events
 
     def timer(self, now: float, name: str) -> list[bytes]:
-        self.channel.handle_timer(now)
-        wires = self.channel.datagrams_to_send()
+        wires = self.channel.handle_timer(now)
         self.steps.append({"op": "timer", "now": now, "name": name,
                            "wires": [pack(w) for w in wires]})
         self.log += self.channel.events()
@@ -238,7 +237,7 @@ def scenario(waku: Driver) -> dict[str, Any]:
     check(kinds(events, "delivered") == [waku_message_id(b"o5"), waku_message_id(b"o6")],
           f"our repair did not complete bob's log: {events}")
     keep("bob_ephemeral", waku("ephemeral", name="bob", payload=b"e0".hex())["wire"])
-    ours_ephemeral = us.channel.send_ephemeral(b"e1", now)
+    ours_ephemeral = us.channel.send(b"e1", now, ephemeral=True)
     got = waku("decode", wire=ours_ephemeral.hex())["decoded"]
     check(got is not None and got["kind"] == "ephemeral", f"our ephemeral decoded as {got}")
     missing = [e for e in us.log if isinstance(e, MissingDependencies)]

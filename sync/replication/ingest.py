@@ -24,8 +24,8 @@ In order, per event:
 
 Before ``ingest_batch``, ``ingest_reads`` names what the channels' steps may ask of the log that
 memory cannot answer (``sync.sds.ReadDelivered``, one per bounded channel); the driver reads its
-store and answers each (``SdsChannel.log.answer``), then runs ``ingest_batch``, which
-reads no storage.
+store and answers each (``SdsChannel.layers.log.answer``), then runs ``ingest_batch``,
+which reads no storage.
 
 Duplicates never get this far on Recon: claims and ``ReadStored`` keep stored keys from being
 fetched; a duplicate that still arrives is dropped by SDS (already delivered) and by the
@@ -135,7 +135,7 @@ def ingest_reads(batch: VerifiedBatch, positions: Sequence[int],
                 (batch.message_ids[i], batch.lamports[i], batch.histories[i], batch.senders[i]))
     out: dict[str, ReadDelivered] = {}
     for name, events in wanted.items():
-        read = channels[name].log.reads_for_steps(events)
+        read = channels[name].layers.log.reads_for_steps(events)
         if read is not None:
             out[name] = read
     return out
@@ -166,11 +166,11 @@ def ingest_batch(batch: VerifiedBatch, wires: Sequence[bytes], positions: Sequen
         ch = channels[name]
         try:
             # Verified already: decoded again only for the full protocol step.
-            event = decode_event_in(ch.profile.name, wire, max_size=len(wire),
+            event = decode_event_in(ch.setup.profile.name, wire, max_size=len(wire),
                                     verify_signature=False)
             if batch.senders[i] == policy.own_id:
                 # An echo of ours is never delivered again; stored when SDS no longer holds it.
-                if ch.log.takes_back(event):
+                if ch.layers.log.takes_back(event):
                     out.records.append(_record(batch, wires, i))
             else:
                 if ch.receive_event(event, now, peer=peer) is not None:

@@ -1,15 +1,18 @@
 """``SdsChannel``: SDS and SDS-R for one (channel, participant), sans-IO.
 
-Driven by ``send`` / ``send_ephemeral`` / ``receive`` / ``receive_event`` / ``deliver_settled``
-/ ``handle_timer``; read through ``events()``, ``datagrams_to_send()`` and ``get_timer()``;
-saved with ``snapshot()`` and rebuilt with ``restore``. ``now`` is always float seconds since
-the epoch; the Lamport clock works in epoch milliseconds.
+Its surface is the protocol's steps: ``send`` / ``receive`` / ``receive_event`` /
+``deliver_settled`` / ``delivered_read`` / ``forget`` / ``handle_timer`` in, ``events()``,
+``get_timer()`` and the datagrams ``handle_timer`` returns out; ``snapshot()`` and ``restore``
+for persistence (a ``ChannelState``), and two read-only views: ``setup`` (what it was made
+with) and ``layers``. ``now`` is always float seconds since the epoch; the Lamport clock works
+in epoch milliseconds.
 
 The channel decides what a step does and builds the messages; its layers hold the state, each
-an object of its own that the channel exposes for reading: ``log`` (the delivered ids,
+an object of its own (``sync.sds.layers``): ``log`` (the delivered ids,
 ``sync.sds.delivered``: also the driver's reads), ``history`` (heads and tail),
 ``incoming`` (delivery, the dependency buffer, the clock), ``outgoing`` (our unacknowledged
-messages), ``repair`` (SDS-R and the member estimate) and ``stats`` (counters).
+messages), ``repair`` (SDS-R and the member estimate), ``signatures`` (verified ones) and
+``stats`` (counters).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sync.identity import peer_id_of
 from sync.sds.ackfilter import AckFilter
 from sync.sds.acks import FilterEvidence
 from sync.sds.bloom import RollingBloomFilter
+from sync.sds.channel_setup import ChannelSetup
 from sync.sds.clock import LAMPORT_MAX, check_lamport
 from sync.sds.config import SdsConfig
 from sync.sds.delivered import (
@@ -53,8 +57,9 @@ from sync.sds.message import (
 )
 from sync.sds.outgoing import OutgoingBuffer
 from sync.sds.persist import load_log, load_state, snapshot_of
-from sync.sds.profile import profile_of
+from sync.sds.profile import SdsProfile, profile_of
 from sync.sds.repair_buffers import RepairBuffers
+from sync.sds.signatures import VerifiedSignatures
 from sync.sds.state import ChannelState, LogEntry, decode_state
 from sync.sds.stats import ChannelStats
 from sync.sds.sync_schedule import REPAIR_SYNC_KEY, SyncSchedule
@@ -69,7 +74,6 @@ _NOTHING_STORED: frozenset[str] = frozenset()
 #: Received timestamps at or above this are rejected whatever the clock (``sync.sds.clock``
 #: has the whole rule): ``lamport + 1`` never leaves what a signed 64-bit SQL integer holds.
 LAMPORT_LIMIT = LAMPORT_MAX + 1
-_SIGNATURE_CACHE = 4096
 
 
 class SdsChannel:
@@ -85,151 +89,149 @@ class SdsChannel:
         now: float = 0.0,
         verify_signatures: bool = True,
         bounded: bool = False,
+        profile: SdsProfile | None = None,
     ) -> None:
         """``bounded``: only the newest ``config.delivered_window`` delivered ids stay in
         memory; a received message that must know about an older one is held (nothing done)
         and ``receive`` returns the request (``ReadDelivered``) for its driver to read the
-        store and feed back (``delivered_read``, docs/sds.md)."""
+        store and feed back (``delivered_read``, docs/sds.md). ``profile``: the wire rules
+        (ids, signatures, filter shape and hashing, ``sync.sds.profile``), by default
+        ``profile_of(config)``; the simulator passes one that shares decoding among its
+        members."""
         if signing_key is not None and peer_id_of(signing_key) != participant_id:
             raise LocalProtocolError("participant_id is not the peer id of signing_key")
-        self.channel_id = channel_id
-        self.participant_id = participant_id
-        self.config = cfg = config or SdsConfig()
+        cfg = config or SdsConfig()
+        if profile is None:
+            profile = profile_of(cfg)
+        elif profile.name != cfg.profile:
+            raise LocalProtocolError("the profile is not the one config names")
+        self._setup = ChannelSetup(channel_id, participant_id, cfg, profile)
+        # The steps read these for every message: attributes of their own, not the setup's.
+        self._channel_id, self._participant_id = channel_id, participant_id
+        self._config, self._profile = cfg, profile
         self._verify = verify_signatures
         self._check_ids = cfg.check_message_ids
         self._key = signing_key
         self._rng = rng or random.Random(0)
-        # The wire rules (ids, signatures, filter shape and hashing): sync.sds.profile.
-        self.profile = profile_of(cfg)
-        self._bloom = RollingBloomFilter(self.profile.bloom_params, self.profile.bloom_window,
-                                         self.profile.indices)
+        self._bloom = RollingBloomFilter(profile.bloom_params, profile.bloom_window,
+                                         profile.indices)
         # What our transmissions carry: the unnamed ids, sized (a profile whose filter has
         # fixed parameters, waku's, always sends the full one).
         self._ack_filter = AckFilter(
             # A margin below the bound: a filter near its class capacity reads ~at its design
             # rate, and in a pair the one other member's filter must meet the bound alone.
             self._bloom, min(cfg.bloom_fp_rate, max(cfg.ack_fp_bound / 16, 1e-9)),
-            cfg.bloom_small_max if self.profile.announces_bloom_params else 0,
-            cfg.bloom_small_max_request_sync if self.profile.announces_bloom_params else 0)
-        self.stats = ChannelStats()
+            cfg.bloom_small_max if profile.announces_bloom_params else 0,
+            cfg.bloom_small_max_request_sync if profile.announces_bloom_params else 0)
+        self._stats = ChannelStats()
         self._timers = TimerQueue()
         self._events: list[SdsEvent] = []
-        self._datagrams: list[bytes] = []
         #: The delivered ids: the newest in memory (``sync.sds.delivered``).
         # A floor per sender where the id binds sender and Lamport time (checked, not waku).
-        self.log = DeliveredIndex(cfg.delivered_window, bounded,
-                                  per_sender=cfg.check_message_ids and not self.profile.is_waku)
+        self._log = DeliveredIndex(cfg.delivered_window, bounded,
+                                   per_sender=cfg.check_message_ids and not profile.is_waku)
         #: Heads (the frontier of the causal DAG, bounded), the log's tail and hints.
-        self.history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
-                                     cfg.head_ttl, cfg.delivered_window)
-        self.history.touch(now)
+        self._history = CausalHistory(max(64, 4 * cfg.sync_history_size), cfg.max_heads,
+                                      cfg.head_ttl, cfg.delivered_window)
+        self._history.touch(now)
         #: SDS-R buffers, the cache of messages we may have to rebroadcast, the members.
-        self.repair = RepairBuffers(participant_id, cfg, self._timers, self.profile.repair_hash)
+        self._repair = RepairBuffers(participant_id, cfg, self._timers, profile.repair_hash)
         #: Delivery, waiting messages, missing and lost ids (bounded, docs/security.md "SDS
         #: buffers"), the Lamport clock.
-        self.incoming = Incoming(cfg, self.log, self.history, self.repair, self._timers,
-                                 self._events, int(now * 1000))
+        self._incoming = Incoming(cfg, self._log, self._history, self._repair, self._timers,
+                                  self._events, int(now * 1000))
         #: Our unacknowledged messages and their resends.
-        self.outgoing = OutgoingBuffer(cfg, self._timers)
-        self._outgoing = self.outgoing.entries  # (read for every received message)
-        self._schedule = SyncSchedule(cfg, self._timers, self.repair, self._rng, now)
-        self._layers = ChannelLayers(cfg, self._timers, self.log, self.history, self._bloom,
-                                     self.incoming, self.outgoing, self.repair, self._schedule,
-                                     self.stats)
+        self._outgoing = OutgoingBuffer(cfg, self._timers)
+        self._unacked = self._outgoing.entries  # (read for every received message)
+        self._schedule = SyncSchedule(cfg, self._timers, self._repair, self._rng, now)
+        signatures = VerifiedSignatures()
+        self._verified = signatures.by_id  # (read for every received message)
+        self._layers = ChannelLayers(cfg, self._timers, self._log, self._history, self._bloom,
+                                     self._incoming, self._outgoing, self._repair,
+                                     self._schedule, signatures, self._stats)
         # Other participants heard from, up to ack_min_filters of them (see sync.sds.acks).
         self._others_seen: set[str] = set()
-        self._members = self.repair.members
-        self._verified: dict[str, bytes] = {}
+        self._members = self._repair.members
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
         # The received message that asked for delivered ids: run by ``delivered_read``.
         self._asking: Callable[[], None] | None = None
         self._stale = 0  # stale answers in a row to its question
+        # (At most 29 attributes: with more, CPython 3.11 gives the instance a dict of its own
+        # keys instead of the class's shared ones, and every attribute read of the steps is
+        # slower: ~1% of a reception. tests/sync/sds/test_surface.py checks.)
         self._schedule.arm(now)
 
     # ------------------------------------------------------------------ reading
     @property
-    def lamport(self) -> int:
-        return self.incoming.lamport
+    def setup(self) -> ChannelSetup:
+        """Which channel, whose view, the configuration and its wire profile."""
+        return self._setup
+
+    @property
+    def layers(self) -> ChannelLayers:
+        """The objects that hold the state (``sync.sds.layers``): what a driver reads (the
+        log, heads, buffers, clock, stats) and the few layer calls it makes (answers to its
+        reads, hints, the member estimate, trusted signatures: docs/sds.md)."""
+        return self._layers
 
     def events(self) -> list[SdsEvent]:
         out = self._events[:]
         self._events.clear()  # (the layers append to this very list)
         return out
 
-    def datagrams_to_send(self) -> list[bytes]:
-        """Messages to broadcast produced by timers or by received repair requests."""
-        out, self._datagrams = self._datagrams, []
-        return out
-
     def get_timer(self) -> float | None:
         return self._timers.next_deadline()
-
-    def sizes(self) -> dict[str, int]:
-        """How much each bounded structure holds now (no copies: cheap enough to check
-        after every step, as the simulator does)."""
-        repair, incoming = self.repair, self.incoming
-        return {"heads": len(self.history.heads), "waiting": len(incoming.waiting),
-                "missing": len(incoming.missing), "repair_cache": len(repair.cache),
-                "repair_requests": len(repair.requests),
-                "repair_responses": len(repair.responses), "members": len(repair.members),
-                "outgoing": len(self.outgoing.entries)}
-
-    def trust(self, event: SignedEvent) -> None:
-        """Note that ``event``'s signature was verified elsewhere (say, in a worker thread), so
-        that ``receive`` of its wire skips the check. Its id is still checked against the
-        content on receipt, so the trust cannot carry over to a different message."""
-        if event.signature is not None:
-            self._remember_signature(event.message_id, event.signature)
 
     def forget(self, message_id: str) -> bool:
         """Undo the delivery of a message its node could not store, so that it is neither
         named in our histories, served as a repair, resent nor counted as logged; a later copy
         is delivered afresh. (Its bit in the rolling bloom filter stays until it rolls out: a
         filter cannot remove an element.)"""
-        if not self.log.discard(message_id):
+        if not self._log.discard(message_id):
             return False
-        self.history.forget(message_id)
-        self.repair.forget(message_id)
-        self.outgoing.discard(message_id)
+        self._history.forget(message_id)
+        self._repair.forget(message_id)
+        self._outgoing.discard(message_id)
         return True
 
     # ------------------------------------------------------------------ sending
     def _tick(self, now: float) -> int:
-        lamport = max(int(now * 1000), self.incoming.lamport + 1)
+        lamport = max(int(now * 1000), self._incoming.lamport + 1)
         if lamport > LAMPORT_MAX:
             raise LocalProtocolError("lamport clock exhausted")
-        self.incoming.lamport = lamport
+        self._incoming.lamport = lamport
         return lamport
 
-    def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None) -> bytes:
-        """Create, log and return a content message to broadcast."""
+    def send(self, content: bytes, now: float, *, retrieval_hint: bytes | None = None,
+             ephemeral: bool = False) -> bytes:
+        """Create, log and return a content message to broadcast. ``ephemeral``: a message
+        with no lamport, history or filter, neither logged nor resent."""
+        if ephemeral:
+            if not content:
+                raise LocalProtocolError("ephemeral content must not be empty")
+            if retrieval_hint is not None:  # (it would name the id in histories: none does)
+                raise LocalProtocolError("an ephemeral message takes no retrieval hint")
+            return self._profile.encode(self._channel_id, self._participant_id, None, (),
+                                        content, self._key, self._rng).wire
         if not content:
             raise LocalProtocolError("content must not be empty (empty content is a sync)")
-        if self.profile.is_waku and self.log.contains(waku_message_id(content)):
+        if self._profile.is_waku and self._log.contains(waku_message_id(content)):
             # The id is the payload's hash: a second send would be the same message.
             raise LocalProtocolError("this payload was sent already (waku ids are its hash)")
         lamport = self._tick(now)
-        history = self.history.choose(self.config.causal_history_size, now, rng=self._rng)
-        event = self.profile.encode(
-            self.channel_id, self.participant_id, lamport, history, content, self._key, self._rng
+        history = self._history.choose(self._config.causal_history_size, now, rng=self._rng)
+        event = self._profile.encode(
+            self._channel_id, self._participant_id, lamport, history, content, self._key, self._rng
         )
         mid = event.message_id
         if retrieval_hint is not None:
-            self.history.set_hint(mid, retrieval_hint)
-        self._ack_filter.named((h.message_id for h in history), self.participant_id)
+            self._history.set_hint(mid, retrieval_hint)
+        self._ack_filter.named((h.message_id for h in history), self._participant_id)
         self._bloom.add(mid)
-        self.incoming.deliver(event, lost_dependency=False)
-        self.outgoing.add(mid, event.wire, now, self._events, history=event.history_ids)
+        self._incoming.deliver(event, lost_dependency=False)
+        self._outgoing.add(mid, event.wire, now, self._events, history=event.history_ids)
         self._schedule.last_activity = now
         return event.wire + self._suffix(now, mid)
-
-    def send_ephemeral(self, content: bytes, now: float) -> bytes:
-        """An ephemeral message: no lamport, history or filter; not logged, not resent."""
-        if not content:
-            raise LocalProtocolError("ephemeral content must not be empty")
-        event = self.profile.encode(self.channel_id, self.participant_id, None, (), content,
-                                    self._key, self._rng)
-        return event.wire
 
     def _sync_message(self, now: float, *, periodic: bool = True) -> bytes:
         """A sync message: a periodic one names up to ``sync_history_size`` heads (a seeded
@@ -237,12 +239,12 @@ class SdsChannel:
         would (its job is the requests; at scale these are most syncs, docs/sds.md)."""
         lamport = self._tick(now)
         if periodic:
-            history = self.history.choose(self.config.sync_history_size, now, rotate=True)
+            history = self._history.choose(self._config.sync_history_size, now, rotate=True)
         else:
-            history = self.history.choose(self.config.causal_history_size, now)
-        event = self.profile.encode(self.channel_id, self.participant_id, lamport, history, b"",
+            history = self._history.choose(self._config.causal_history_size, now)
+        event = self._profile.encode(self._channel_id, self._participant_id, lamport, history, b"",
                                     self._key, self._rng)
-        self._ack_filter.named((h.message_id for h in history), self.participant_id)
+        self._ack_filter.named((h.message_id for h in history), self._participant_id)
         self._schedule.last_activity = now
         return event.wire + self._suffix(now, event.message_id, request_sync=not periodic)
 
@@ -255,13 +257,13 @@ class SdsChannel:
         return transmission_suffix(
             bloom, params,
             self._take_repair_requests(now) if requests else (),
-            announce_params=self.profile.announces_bloom_params, channel_id=self.channel_id,
+            announce_params=self._profile.announces_bloom_params, channel_id=self._channel_id,
             # A waku channel's wire has no signatures (sync.sds.profile).
-            signing_key=self._key if self.profile.signed else None, message_id=mid,
+            signing_key=self._key if self._profile.signed else None, message_id=mid,
         )
 
     def _take_repair_requests(self, now: float) -> tuple[HistoryRef, ...]:
-        chosen = self.repair.take_due(now)
+        chosen = self._repair.take_due(now)
         if chosen:
             self._events.append(RepairRequested(tuple(r.message_id for r in chosen)))
         return chosen
@@ -288,8 +290,8 @@ class SdsChannel:
             raise LocalProtocolError("no received message waits for delivered ids")
         read = answer.read
         self._stale += 1
-        if not self.log.answer(read, answer.found, force=self._stale >= STALE_ANSWERS):
-            return read.again(self.log.added)
+        if not self._log.answer(read, answer.found, force=self._stale >= STALE_ANSWERS):
+            return read.again(self._log.added)
         self._asking, self._stale = None, 0
         return self._held_if_asking(step)
 
@@ -303,7 +305,7 @@ class SdsChannel:
 
     def _receive(self, data: bytes, now: float, peer: str | None) -> None:
         try:
-            tx = self.profile.decode(
+            tx = self._profile.decode(
                 data,
                 check_id=self._check_ids,
                 verify_signature=self._verify,
@@ -311,18 +313,18 @@ class SdsChannel:
             )
             self._check_event(tx.event, now)
             evidence = None
-            view = self.profile.view(tx, 8 * self.config.max_message_size)
+            view = self._profile.view(tx, 8 * self._config.max_message_size)
             if view is not None and tx.bloom_filter is not None:
                 # A waku channel's filters are never signed: taken as their sender's evidence
                 # (docs/interop.md, "Acknowledgements on a waku channel").
                 evidence = FilterEvidence(view, tx.bloom_filter, tx.bloom_signature,
                                           trusted=not self._verify
-                                          or not self.profile.signed)
+                                          or not self._profile.signed)
         except RemoteProtocolError as exc:
             raise exc.from_peer(peer) from None
         event = tx.event
         if event.signature is not None and self._verify:
-            self._remember_signature(event.message_id, event.signature)
+            self._layers.signatures.remember(event.message_id, event.signature)
         self._accept(event, evidence, tx.repair_request, now, tx.repair_signature)
 
     def receive_event(self, event: SignedEvent, now: float, peer: str | None = None
@@ -340,8 +342,8 @@ class SdsChannel:
             self._accept(event, None, (), now)
         except DeliveredNeeded as need:
             return need.read
-        if event.message_id in self.incoming.waiting:
-            self.stats.fetched_waiting += 1
+        if event.message_id in self._incoming.waiting:
+            self._stats.fetched_waiting += 1
         return None
 
     def deliver_settled(self, mids: Sequence[str], senders: Sequence[str],
@@ -356,14 +358,14 @@ class SdsChannel:
         positions that need the full step, ``receive_event``: recent, own, awaited, missing,
         naming our unacknowledged messages or an undelivered dependency); the rest were
         duplicates. The caller has checked the clock rule and the channel."""
-        cfg = self.config
+        cfg = self._config
         # Resends wait up to 3 intervals while acknowledgements are slow (sync.sds.outgoing).
         horizon = int(now * 1000) - int(1000 * max(
             cfg.lost_timeout, 3 * cfg.resend_interval * (cfg.max_resends + 1)))
-        incoming = self.incoming
-        log, waiting, missing, waiters, lost = (self.log, incoming.waiting, incoming.missing,
+        incoming = self._incoming
+        log, waiting, missing, waiters, lost = (self._log, incoming.waiting, incoming.missing,
                                                 incoming.waiters, incoming.lost)
-        own, outgoing = self.participant_id, self.outgoing.entries
+        own, outgoing = self._participant_id, self._outgoing.entries
         memory = log.memory
         # Those in memory now are delivered: the batch's own deliveries may evict them before
         # their turn (a copy fetched again), and they must not look new then.
@@ -395,15 +397,15 @@ class SdsChannel:
                 incoming.lamport = lamport
             if len(self._others_seen) < cfg.ack_min_filters:
                 self._others_seen.add(sender)
-            self.repair.seen(mid)
+            self._repair.seen(mid)
             delivered.append(i)
         return delivered, full
 
     def _check_event(self, event: SignedEvent, now: float) -> None:
-        if event.channel_id != self.channel_id:
+        if event.channel_id != self._channel_id:
             raise RemoteProtocolError("message for another channel", kind=ErrorKind.REFUSED)
         if event.lamport is not None:
-            check_lamport(event.lamport, now, self.config.max_lamport_ahead_ms)
+            check_lamport(event.lamport, now, self._config.max_lamport_ahead_ms)
 
     def _accept(self, event: SignedEvent, evidence: FilterEvidence | None,
                 repair_request: tuple[HistoryRef, ...], now: float,
@@ -412,39 +414,39 @@ class SdsChannel:
         what only the store knows (``DeliveredNeeded``, raised before anything changes)."""
         # While memory holds the whole log the store has nothing to add: no question, and no
         # call (issue 30: the receive path's per-step overhead).
-        log = self.log
+        log = self._log
         stored: Set[str] = _NOTHING_STORED if log.complete else self._stored_of(event)
         mid = event.message_id
         sender = event.sender_id
-        repair = self.repair
+        repair = self._repair
         if repair.requests or repair.responses:  # (nothing to forget otherwise: no call)
             repair.seen(mid)
-        if sender == self.participant_id:
+        if sender == self._participant_id:
             return
         self._members.heard(sender, now)
-        self.history.touch(now)
+        self._history.touch(now)
         # (``is_ephemeral`` and ``is_sync`` spelled out: this runs for every message.)
         if event.lamport is None:
             self._receive_ephemeral(event)
             return
         others = self._others_seen
-        if len(others) < self.config.ack_min_filters:
+        if len(others) < self._config.ack_min_filters:
             others.add(sender)
         # The named ids, built once for the ack filter, the heads and the Delivered event.
         hist = event.causal_history
         history_ids = tuple([h.message_id for h in hist]) if hist else ()
         if hist:
             self._ack_filter.named(history_ids, sender)
-        if self._outgoing:
-            needed = min(self.config.ack_min_filters, len(others))
-            self.outgoing.review(event, evidence, self.channel_id, needed,
-                                 self.profile.indices, self._events, now)
+        if self._unacked:
+            needed = min(self._config.ack_min_filters, len(others))
+            self._outgoing.review(event, evidence, self._channel_id, needed,
+                                 self._profile.indices, self._events, now)
         if repair_request:
             self._on_repair_requests(event, repair_request, repair_signature, now)
-        incoming = self.incoming
+        incoming = self._incoming
         if not event.content:  # a sync
             self._schedule.last_activity = now
-            self.history.named_by_others(history_ids)
+            self._history.named_by_others(history_ids)
             unknown = [h for h in event.causal_history
                        if incoming.is_unknown(h.message_id) and h.message_id not in stored]
             incoming.note_missing(unknown, now, charged_to=event.sender_id)
@@ -454,12 +456,12 @@ class SdsChannel:
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
             # waiting for exactly the acknowledgement our sync carries. (Not a sync, so its
             # sender has no acknowledgement yet: say we have it.)
-            self.stats.duplicates_received += 1
+            self._stats.duplicates_received += 1
             self._ack_filter.received(mid, sender, again=True)
             return
         lost_ids = incoming.lost
         if mid in stored:
-            self.stats.duplicates_received += 1
+            self._stats.duplicates_received += 1
             return
         self._schedule.last_activity = now
         self._ack_filter.received(mid, sender)
@@ -490,8 +492,8 @@ class SdsChannel:
         entries not in memory. Ids already known missing were not delivered when noted, and
         only a delivery (into memory) changes that: no question for them (a catch-up in
         Recon's key order names many). Asked before the step changes anything."""
-        log, incoming = self.log, self.incoming
-        if log.complete or event.sender_id == self.participant_id or event.is_ephemeral:
+        log, incoming = self._log, self._incoming
+        if log.complete or event.sender_id == self._participant_id or event.is_ephemeral:
             return set()
         if event.is_sync:
             return log.known(h.message_id for h in event.causal_history
@@ -514,96 +516,95 @@ class SdsChannel:
         a relay cannot make us answer in someone else's name, and each request is charged to
         whoever signed it. Requests ride on fresh messages only (new content and syncs, never
         resends), so on a message older than ``t_min`` they are a replay: ignored."""
-        if self.profile.signed and (event.lamport is None
-                                    or event.lamport < (now - self.config.t_min) * 1000):
+        if self._profile.signed and (event.lamport is None
+                                    or event.lamport < (now - self._config.t_min) * 1000):
             # (A waku channel's Lamport clock need not be epoch milliseconds: no such rule.)
-            self.stats.repair_stale_ignored += 1
+            self._stats.repair_stale_ignored += 1
             return
-        if (self._verify and self.profile.signed
-                and not verify_repair(event.sender_id, self.channel_id, event.message_id, refs,
+        if (self._verify and self._profile.signed
+                and not verify_repair(event.sender_id, self._channel_id, event.message_id, refs,
                                       signature)):
-            self.stats.repair_unsigned_ignored += 1
+            self._stats.repair_unsigned_ignored += 1
             return
-        self.repair.response_groups(now)
-        refused = self.repair.on_requests(refs, now, event.sender_id)
+        self._repair.response_groups(now)
+        refused = self._repair.on_requests(refs, now, event.sender_id)
         if refused:
             self._events.append(RepairRefused(event.sender_id, tuple(refused)))
-
-    def _remember_signature(self, mid: str, signature: bytes) -> None:
-        if mid not in self._verified:
-            if len(self._verified) >= _SIGNATURE_CACHE:
-                del self._verified[next(iter(self._verified))]
-            self._verified[mid] = signature
 
     def _receive_ephemeral(self, event: SignedEvent) -> None:
         seen = self._ephemeral_seen
         if event.message_id in seen:
             return
         seen[event.message_id] = None
-        if len(seen) > self.config.ephemeral_dedup_size:
+        if len(seen) > self._config.ephemeral_dedup_size:
             seen.popitem(last=False)
         self._events.append(EphemeralReceived(event.message_id, event.sender_id, event.content))
 
     # ------------------------------------------------------------------ timers
-    def handle_timer(self, now: float) -> None:
-        """Run every timer due at ``now``; outgoing messages go to ``datagrams_to_send()``."""
-        self.history.touch(now)
+    def handle_timer(self, now: float) -> list[bytes]:
+        """Run every timer due at ``now``; returns the messages to broadcast that they made
+        (resends, syncs, repair answers), as ``send`` returns its message."""
+        self._history.touch(now)
         schedule = self._schedule
+        sent: list[bytes] = []
         while True:
             due = self._timers.pop_due(now)
             if not due:
-                return
+                return sent
             want_sync = periodic = False
             for kind, key in due:
                 if kind is TimerKind.LOST:
-                    self.incoming.declare_lost(key)
+                    self._incoming.declare_lost(key)
                 elif kind is TimerKind.RESEND:
-                    self._resend(key, now)
+                    if (wire := self._resend(key, now)) is not None:
+                        sent.append(wire)
                 elif kind is TimerKind.REPAIR_RESPONSE:
-                    self._answer_repair(key, now)
+                    if (wire := self._answer_repair(key, now)) is not None:
+                        sent.append(wire)
                 elif kind is TimerKind.REPAIR_REQUEST:
-                    if key in self.repair.requests:
+                    if key in self._repair.requests:
                         want_sync = want_sync or schedule.linger(now)
                 elif kind is TimerKind.SYNC and key == REPAIR_SYNC_KEY:
-                    want_sync = want_sync or self.repair.has_due(now)
+                    want_sync = want_sync or self._repair.has_due(now)
                 elif kind is TimerKind.SYNC:
-                    periodic = periodic or schedule.periodic_due(now, has_log=bool(self.log))
+                    periodic = periodic or schedule.periodic_due(now, has_log=bool(self._log))
             if want_sync or periodic:
-                self._send_sync(now, periodic=periodic)
+                sent.append(self._send_sync(now, periodic=periodic))
 
-    def _send_sync(self, now: float, *, periodic: bool = True) -> None:
-        self._datagrams.append(self._sync_message(now, periodic=periodic))
-        self.repair.pace_due(now)
+    def _send_sync(self, now: float, *, periodic: bool = True) -> bytes:
+        wire = self._sync_message(now, periodic=periodic)
+        self._repair.pace_due(now)
         self._schedule.arm(now)
+        return wire
 
-    def _resend(self, mid: str, now: float) -> None:
-        wire = self.outgoing.due(mid, now, self._events)
+    def _resend(self, mid: str, now: float) -> bytes | None:
+        wire = self._outgoing.due(mid, now, self._events)
         if wire is None:
-            return
-        self.stats.resends += 1
+            return None
+        self._stats.resends += 1
         # No repair requests on a resend: they would ride on an old message, which receivers
         # take for a replay (``_on_repair_requests``); our next sync carries them.
         suffix = self._suffix(now, mid, requests=False)
-        self.outgoing.spent(len(suffix))
-        self._datagrams.append(wire + suffix)
+        self._outgoing.spent(len(suffix))
         self._schedule.last_activity = now
+        return wire + suffix
 
-    def _answer_repair(self, mid: str, now: float) -> None:
-        wire = self.repair.respond(mid, now)
+    def _answer_repair(self, mid: str, now: float) -> bytes | None:
+        wire = self._repair.respond(mid, now)
         if wire is None:
-            return
+            return None
         # A signed channel's answer goes without our filter: its signature would be checked
         # against the message's sender, not us, so it could only cost bytes (most of them).
-        self._datagrams.append(wire if self.profile.signed
-                               else wire + self._suffix(now, mid, requests=False))
+        answer = wire if self._profile.signed else wire + self._suffix(now, mid, requests=False)
         self._schedule.last_activity = now
         self._events.append(RepairAnswered(mid))
+        return answer
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> ChannelState:
         """What is persisted (``encode_state``): the clock, the buffers, the repair buffers,
         the heads and when each timer is due (``sync.sds.persist``)."""
-        return snapshot_of(self._layers, self.channel_id, self.participant_id)
+        return snapshot_of(self._layers, self._channel_id, self._participant_id)
 
     @classmethod
     def restore(
@@ -621,6 +622,8 @@ class SdsChannel:
         bounded: bool = False,
         log_truncated: bool = False,
         delivered: tuple[ReadDelivered, Collection[str]] | None = None,
+        profile: SdsProfile | None = None,
+        resend_restored: bool = True,
     ) -> SdsChannel:
         """Rebuild a channel from a ``snapshot()`` (or its ``encode_state`` bytes) and the
         persisted log.
@@ -632,30 +635,32 @@ class SdsChannel:
         rebuilt from its most recent entries. ``cached_wires``: canonical wires of recent
         messages, to serve repairs. ``outgoing_wires``: id -> canonical wire of our own
         unacknowledged messages, which the state names by id only; any missing here is
-        looked for in ``cached_wires``. A malformed state raises ``RemoteProtocolError``.
+        looked for in ``cached_wires``. ``resend_restored`` off: those whose resend is still
+        ahead are left, like the overdue ones, to the reconciliation a restart starts
+        (``sync.sds.persist.load_state``). A malformed state raises ``RemoteProtocolError``.
         """
         snap = decode_state(state) if isinstance(state, bytes) else state
         ch = cls(snap.channel_id, snap.participant_id, signing_key, config=config, rng=rng,
-                 now=now, verify_signatures=verify_signatures, bounded=bounded)
+                 now=now, verify_signatures=verify_signatures, bounded=bounded, profile=profile)
         try:
             load_log(ch._layers, log, truncated=log_truncated)
             if delivered is not None:
-                ch.log.answer(*delivered, force=True)
+                ch._log.answer(*delivered, force=True)
             wanted = {o.message_id for o in snap.outgoing if o.wire is None}
             wires = dict(outgoing_wires or {})
             cached: list[tuple[str, str, bytes]] = []
             for wire in cached_wires:
-                event = decode_event(wire, max_size=ch.config.max_message_size,
+                event = decode_event(wire, max_size=ch._config.max_message_size,
                                      verify_signature=False)
                 # (id, sender, wire) only: the decoded content would be a second copy.
                 cached.append((event.message_id, event.sender_id, event.wire))
                 if event.message_id in wanted:
                     wires.setdefault(event.message_id, event.wire)
                 del event
-            load_state(ch._layers, snap, now, wires)
+            load_state(ch._layers, snap, now, wires, resend_restored=resend_restored)
             for mid, sender, wire in cached:
-                if ch.log.in_memory(mid):
-                    ch.repair.remember(mid, sender, wire)
+                if ch._log.in_memory(mid):
+                    ch._repair.remember(mid, sender, wire)
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise RemoteProtocolError(f"bad channel state: {exc}") from None
         return ch

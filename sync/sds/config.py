@@ -106,11 +106,6 @@ class SdsConfig:
     check_message_ids: bool = True
     #: Ids remembered to drop duplicate ephemeral messages.
     ephemeral_dedup_size: int = 4096
-    #: After a restart, resend our unacknowledged messages whose resend deadline is still
-    #: ahead, as SDS alone must. Off, they are left (like those whose deadline passed while
-    #: down) to the reconciliation a restart starts with each peer (``sync.sds.persist``):
-    #: the node's setting, since it always reconciles.
-    resend_restored: bool = True
     #: Wire profile (``sync.sds.profile``): "syncnode" (signed, our ids and filters) or "waku"
     #: (@waku/sds 0.0.8's wire: unsigned, payload-hash ids, its fixed filter).
     profile: str = "syncnode"

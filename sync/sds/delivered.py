@@ -37,7 +37,7 @@ STALE_ANSWERS = 3
 @dataclass(frozen=True)
 class ReadDelivered:
     """A request to the driver: which of ``ids`` are in this channel's log (committed or
-    queued to be)? Answer with ``SdsChannel.log.answer(read, found)``.
+    queued to be)? Answer with ``SdsChannel.layers.log.answer(read, found)``.
 
     ``held`` / ``not_held``: what memory could say when the request was made (an ingest batch
     asks for every id it names up front: a long batch may evict some of them from memory

@@ -1,6 +1,6 @@
-"""The layers an ``SdsChannel`` is made of, as one record: what its persistence
-(``sync.sds.persist``) reads into a ``ChannelState`` and fills back from one, through each
-layer's own public members."""
+"""The layers an ``SdsChannel`` is made of, as one record: what its callers read
+(``SdsChannel.layers``) and its persistence (``sync.sds.persist``) reads into a
+``ChannelState`` and fills back from one, through each layer's own public members."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sync.sds.history import CausalHistory
 from sync.sds.incoming import Incoming
 from sync.sds.outgoing import OutgoingBuffer
 from sync.sds.repair_buffers import RepairBuffers
+from sync.sds.signatures import VerifiedSignatures
 from sync.sds.stats import ChannelStats
 from sync.sds.sync_schedule import SyncSchedule
 from sync.sds.timers import TimerQueue
@@ -39,4 +40,16 @@ class ChannelLayers:
     repair: RepairBuffers
     #: The sync timers (``sync.sds.sync_schedule``).
     schedule: SyncSchedule
+    #: Signatures known to be valid (``sync.sds.signatures``): ``trust`` one checked elsewhere.
+    signatures: VerifiedSignatures
     stats: ChannelStats
+
+    def sizes(self) -> dict[str, int]:
+        """How much each bounded structure holds now (no copies: cheap enough to check
+        after every step, as the simulator does)."""
+        repair, incoming = self.repair, self.incoming
+        return {"heads": len(self.history.heads), "waiting": len(incoming.waiting),
+                "missing": len(incoming.missing), "repair_cache": len(repair.cache),
+                "repair_requests": len(repair.requests),
+                "repair_responses": len(repair.responses), "members": len(repair.members),
+                "outgoing": len(self.outgoing.entries)}

@@ -98,7 +98,7 @@ def state_reads(snap: ChannelState, max_message_size: int) -> list[str]:
 
 
 def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
-               outgoing_wires: Mapping[str, bytes]) -> None:
+               outgoing_wires: Mapping[str, bytes], *, resend_restored: bool = True) -> None:
     """``outgoing_wires``: id -> canonical wire of our messages the state names by reference
     (version 2); one that is not given is not resent (it is in the log; Recon carries it) and
     counted in ``stats.outgoing_unrestored``.
@@ -111,11 +111,11 @@ def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
     the gossip pace and the links its peers were catching up on (deferred one resend
     interval, the same flood would meet the node's next events instead).
 
-    With ``resend_restored`` off (the node's setting) the ones still ahead are left to Recon
-    too (``stats.outgoing_left``): after a kill -9 mid-burst and a quick restart, thousands of
-    them fell due within seconds, most held by the peers already, and since a peer's filter
-    names only its newest ids, they were resent up to ``max_resends`` times, meeting the
-    peers' Recon fetches of the same events."""
+    With ``resend_restored`` off (the node's choice: it reconciles with each peer after a
+    restart) the ones still ahead are left to Recon too (``stats.outgoing_left``): after a
+    kill -9 mid-burst and a quick restart, thousands of them fell due within seconds, most
+    held by the peers already, and since a peer's filter names only its newest ids, they were
+    resent up to ``max_resends`` times, meeting the peers' Recon fetches of the same events."""
     cfg, log, stats = layers.config, layers.log, layers.stats
     incoming, repair, schedule = layers.incoming, layers.repair, layers.schedule
     # A clock persisted before the clock rule (or raised by a log entry accepted before it)
@@ -144,7 +144,7 @@ def load_state(layers: ChannelLayers, snap: ChannelState, now: float,
         overdue = out.resend_at is not None and out.resend_at <= now
         if overdue:
             stats.outgoing_overdue += 1
-        elif not cfg.resend_restored:
+        elif not resend_restored:
             stats.outgoing_left += 1
         elif not layers.outgoing.restore(entry, out.resend_at if out.resend_at is not None
                                          else now + cfg.resend_interval):

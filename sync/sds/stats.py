@@ -33,5 +33,5 @@ class ChannelStats:
     #: was down; not resent (the restart's Recon sessions carry them; ``sync.sds.persist``).
     outgoing_overdue: int = 0
     #: Set by ``restore``: our unacknowledged messages whose resend was still ahead, left to
-    #: the restart's Recon sessions too (``SdsConfig.resend_restored`` off).
+    #: the restart's Recon sessions too (``restore(..., resend_restored=False)``).
     outgoing_left: int = 0

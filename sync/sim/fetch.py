@@ -108,7 +108,7 @@ class Fetching:
             return  # armed again when the member is back / the fetch in flight ends
         if batch := st.gaps.handle_timer(sim.now):
             fetch = st.gaps.plan(batch, {e.message_id for e in batch
-                                         if m.channel.incoming.is_missing(e.message_id)},
+                                         if m.channel.layers.incoming.is_missing(e.message_id)},
                                  list(repl.connected(m)), ())
             self._runs.append(_Run(who, fetch, list(fetch.peers)))
             st.fetching = len(self._runs) - 1
@@ -147,7 +147,7 @@ class Fetching:
         numbers: list[int] = []
         if behaviour != "withhold":
             for mid in ids:
-                if peer.channel.log.contains(mid):
+                if peer.channel.layers.log.contains(mid):
                     wire = sim.wires[mid]
                     if behaviour == "junk":
                         # One bit flipped: its id or signature no longer checks out.

@@ -131,7 +131,7 @@ class Hostile:
 
     def _acks(self, m: Member) -> None:
         sim = self.sim
-        params: BloomParams = m.channel.profile.bloom_params
+        params: BloomParams = m.channel.setup.profile.bloom_params
         full = b"\xff" * ((params.bits + 7) // 8)
         ev = encode_event(sim.channel, m.peer_id, self._wall_ms(m), (), b"", m.key)
         self._send(m, ev.wire + transmission_suffix(full, params, (), channel_id=sim.channel,

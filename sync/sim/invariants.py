@@ -20,7 +20,8 @@ def check_ack(sim: World, m: Member, mid: str) -> None:
     no = sim.msg_no.get(mid)
     if no is not None and sim.honest_holders[no] >= 2:
         return  # the sender and at least one other honest member delivered it
-    if not any(o is not m and o.honest and o.channel.incoming.holds(mid) for o in sim.members):
+    if not any(o is not m and o.honest and o.channel.layers.incoming.holds(mid)
+               for o in sim.members):
         raise sim.fail(f"member {m.index} saw {mid[:12]} acknowledged while no other "
                         "honest member holds it")
 
@@ -38,7 +39,7 @@ def check_repair_budget(sim: World, m: Member, size: int) -> None:
 
 def check_bounds(sim: World, m: Member) -> None:
     cfg = sim.sc.sds
-    sizes = m.channel.sizes()
+    sizes = m.channel.layers.sizes()
     bounds = {"heads": cfg.max_heads, "waiting": cfg.max_waiting,
               "missing": cfg.max_missing, "repair_cache": cfg.repair_cache_size,
               "members": cfg.max_members_tracked}
@@ -48,8 +49,9 @@ def check_bounds(sim: World, m: Member) -> None:
     sim.stats.heads_peak = max(sim.stats.heads_peak, sizes["heads"])
     if m.honest:
         ceiling = int((sim.now + m.clock) * 1000) + cfg.max_lamport_ahead_ms + 1
-        if m.channel.lamport > ceiling:
-            raise sim.fail(f"member {m.index}: Lamport clock {m.channel.lamport} beyond "
+        lamport = m.channel.layers.incoming.lamport
+        if lamport > ceiling:
+            raise sim.fail(f"member {m.index}: Lamport clock {lamport} beyond "
                             f"wall clock + max_lamport_ahead_ms ({ceiling})")
 
 def full(sim: World) -> list[Member]:
@@ -65,7 +67,7 @@ def quiet(sim: World, *, answers: bool = True) -> bool:
             continue
         if not m.online:
             return False
-        s = m.channel.sizes()
+        s = m.channel.layers.sizes()
         if s["waiting"] or s["missing"] or s["repair_requests"] \
                 or (answers and s["repair_responses"]):
             return False

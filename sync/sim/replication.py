@@ -384,7 +384,7 @@ class Replication:
         positions = order(batch)
         triaged = plan(batch, positions, giver.peer_id, self._channels,
                        SenderPolicy(receiver.peer_id), sim.now + receiver.clock,
-                       receiver.channel.config.max_lamport_ahead_ms)
+                       receiver.channel.setup.config.max_lamport_ahead_ms)
         self.carry_out(receiver, triaged.actions)
         refused = set()
         for i, exc in triaged.refused_at:

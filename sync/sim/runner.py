@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -30,6 +30,7 @@ from sync.sds import (
     SdsChannel,
     decode_transmission,
 )
+from sync.sds.profile import profile_of
 from sync.sds.state import encode_state
 from sync.sim import invariants
 from sync.sim.hostile import HOSTILE, Hostile
@@ -93,7 +94,9 @@ class Simulation:
         #: member -> (time, bytes) of its repair rebroadcasts within the repair window
         self.repair_windows: dict[int, deque[tuple[float, int]]] = {}
         self.by_peer_id: dict[str, int] = {}
-        self._profile: SharedDecodeProfile | None = None
+        # Every member decodes with it: one decode cache for the group (sync.sim.shared).
+        self._profile = SharedDecodeProfile.of(profile_of(scenario.sds)) if scenario.shared \
+            else None
         self.repl = Replication(self)
         self.hostile = Hostile(self) if scenario.hostile else None
         for _ in range(scenario.members):
@@ -110,8 +113,7 @@ class Simulation:
         clock = EPOCH + (self.rng.uniform(-sc.skew, sc.skew) if sc.skew else 0.0)
         ch = SdsChannel(_CHANNEL, pid, key if sc.signed else None, config=sc.sds,
                         rng=random.Random(self.rng.getrandbits(64)), now=at + clock,
-                        verify_signatures=sc.signed)
-        self._share(ch)
+                        verify_signatures=sc.signed, profile=self._profile)
         member = Member(index, key, pid, ch, clock, at)
         self.members.append(member)
         self.by_peer_id[pid] = index
@@ -121,12 +123,6 @@ class Simulation:
         self._arm(member)
         self.repl.add(member)
         return member
-
-    def _share(self, ch: SdsChannel) -> None:
-        if self.sc.shared:
-            if self._profile is None:
-                self._profile = SharedDecodeProfile.of(ch.profile)
-            ch.profile = self._profile
 
     def reachable(self, a: int, b: int) -> bool:
         """Whether members ``a`` and ``b`` can talk now (both up, same side of a partition)."""
@@ -235,9 +231,9 @@ class Simulation:
             if m.online and m.timer_at == self.now:
                 m.timer_at = None
                 t0 = self.cpu()
-                m.channel.handle_timer(self.now + m.clock)
+                sent = m.channel.handle_timer(self.now + m.clock)
                 self.stats.member_cpu += self.cpu() - t0
-                self._after(m)
+                self._after(m, sent=sent)
         elif kind == _PUBLISH:
             publisher = self._pick()
             if publisher is not None:
@@ -336,7 +332,7 @@ class Simulation:
             # every member): members are told it is verified, as the node's worker does.
             for other in self.members:
                 if other is not m and other.online:
-                    other.channel.trust(tx.event)
+                    other.channel.layers.signatures.trust(tx.event)
         flood = self.mesh.flood(m.index, len(data), self.now, self._alive(), self.side)
         size = len(data)
         for member, copies in flood.sent.items():
@@ -355,7 +351,8 @@ class Simulation:
             reached = len(flood.arrival)
             stats.unreached += sum(1 for x in self.members if x.online and not x.gone) - 1 - reached
 
-    def _after(self, m: Member, *, published: bool = False) -> None:
+    def _after(self, m: Member, *, published: bool = False, sent: Sequence[bytes] = ()) -> None:
+        """What a step of member ``m`` reported, and ``sent``: the messages its timers made."""
         self.steps += 1
         ch, stats = m.channel, self.stats
         for ev in ch.events():
@@ -374,7 +371,7 @@ class Simulation:
                 stats.repair_responses += 1
             elif isinstance(ev, RepairRefused):
                 stats.repair_refused += len(ev.message_ids)
-        for data in ch.datagrams_to_send():
+        for data in sent:
             self.broadcast(m, data)
         invariants.check_bounds(self, m)
         if self.on_step is not None:
@@ -421,14 +418,16 @@ class Simulation:
         sc = self.sc
         ch = m.channel
         state = encode_state(ch.snapshot())
-        log = [(mid, lamport) for lamport, mid in ch.log.entries()]
+        log = [(mid, lamport) for lamport, mid in ch.layers.log.entries()]
         recent = [self.wires[mid] for mid, _ in log[-sc.sds.repair_cache_size:]
                   if mid in self.wires]
         m.channel = SdsChannel.restore(state, m.key if sc.signed else None, log=log,
                                        cached_wires=recent, config=sc.sds,
                                        rng=random.Random(self.rng.getrandbits(64)),
-                                       now=self.now + m.clock, verify_signatures=sc.signed)
-        self._share(m.channel)
+                                       now=self.now + m.clock, verify_signatures=sc.signed,
+                                       profile=self._profile,
+                                       # As the node: Recon carries what a restart left.
+                                       resend_restored=not sc.recon)
         m.online = True
         m.timer_at = None
         self.mesh.attach(m.index, self._alive())

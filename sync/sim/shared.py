@@ -4,7 +4,8 @@ In a group of N every broadcast is decoded N times and each filter or repair sig
 is checked by every member; the answers are the same at every member (the same bytes under
 the same settings). The node does this work once per node, so it is real CPU per member, but
 in one process simulating N members it is the whole cost of a 1,000-member run. So, as
-``SdsChannel.trust`` already shares an event's signature check (docs/sim.md "Speed"):
+``SdsChannel.layers.signatures.trust`` already shares an event's signature check (docs/sim.md
+"Speed"):
 
 - :class:`SharedDecodeProfile`: the channel's wire profile with a decode cache keyed by the
   received bytes (a decoded ``Transmission`` is frozen; only successful decodes are kept, so a

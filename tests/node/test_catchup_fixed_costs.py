@@ -71,7 +71,7 @@ def test_a_small_answer_is_verified_without_waiting_for_a_worker() -> None:
     """A pool whose workers never start: a batch below ``MIN_THREADED`` is verified all the
     same (on the trio thread), as the rules say (``verify_wires``); a larger one still goes
     to the workers."""
-    sender = channel(1).participant_id
+    sender = channel(1).setup.participant_id
     wires = [encode_event("general", sender, 1000 + i, (), f"e{i}".encode(), key(1)).wire
              for i in range(MIN_THREADED - 1)]
     spec = IngestSpec(network_id=7)

@@ -43,7 +43,7 @@ def test_peers_of_a_node_killed_mid_burst_take_in_its_events_once(tmp_path: Path
         took = time.monotonic() - started
         # After its restart b resends none of what its saved state held unacknowledged (when
         # a save caught the burst, thousands): the restart's Recon sessions carry it
-        # (SdsConfig.resend_restored off). Resent, those went out at once and five times
+        # (restore(..., resend_restored=False)). Resent, those went out at once and five times
         # over while c was still fetching them (a loaded run: 2,200), and copies that came
         # before their fetched twins waited in SDS's buffer and were evicted.
         resent = metric(b, "sds_resends_total")

@@ -50,17 +50,17 @@ async def test_node_gives_channels_its_member_estimate(tmp_path: Path) -> None:
         # Automatic: the peers subscribed to the topic, and us.
         auto = _service(hosts[0], keys[0], tmp_path)
         ch = auto.channels["c"]
-        assert ch.repair.members.count(T0) == 0
+        assert ch.layers.repair.members.count(T0) == 0
         auto.estimate_members()
-        assert ch.repair.members.count(T0) == 3
+        assert ch.layers.repair.members.count(T0) == 3
         # The configured override (sds.member_estimate): a group larger than our neighbours.
         fixed = _service(hosts[0], keys[0], tmp_path, member_estimate=500)
         fixed.estimate_members()
-        assert fixed.channels["c"].repair.members.count(T0) == 500
-        assert fixed.channels["c"].repair.response_groups(T0) == 500 // 128 + 1
+        assert fixed.channels["c"].layers.repair.members.count(T0) == 500
+        assert fixed.channels["c"].layers.repair.response_groups(T0) == 500 // 128 + 1
         # A closed group (p2p.allowed_peers): its size.
         members = frozenset(peer_id_of(Ed25519PrivateKey.generate()) for _ in range(299))
         closed = _service(hosts[0], keys[0], tmp_path, allowed_senders=members)
         closed.estimate_members()
-        assert closed.channels["c"].repair.members.count(T0) == 300
-        assert closed.channels["c"].repair.response_groups(T0) == 3
+        assert closed.channels["c"].layers.repair.members.count(T0) == 300
+        assert closed.channels["c"].layers.repair.response_groups(T0) == 3

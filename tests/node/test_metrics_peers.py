@@ -88,7 +88,6 @@ class CraftedPeer:
     def message(self, content: bytes) -> tuple[str, bytes]:
         """A new message: its id and what goes on the wire (gossiped or not)."""
         data = self.channel.send(content, time.time())
-        self.channel.datagrams_to_send()
         self.channel.events()
         event = decode_transmission(data).event
         self.wires[event.message_id] = event.wire

@@ -59,7 +59,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         for wire in wires:
             assert await service.fetched.ingest(wire, "peer", now=now) is not None
         await store.append([])  # what was queued is committed
-        assert len(ch.log) == CONFIG.delivered_window
+        assert len(ch.layers.log) == CONFIG.delivered_window
         asked = metrics.total("sds_store_lookups_total")
         delivered = metrics.total("events_delivered_total")
         assert delivered == 150
@@ -76,7 +76,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         fresh = Metrics()
         again = _service(store, fresh)
         await again.load()
-        assert len(again.channels["c"].log) == CONFIG.delivered_window
+        assert len(again.channels["c"].layers.log) == CONFIG.delivered_window
         await again.fetched.ingest(wires[0], "peer", now=now)
         assert fresh.total("events_delivered_total") == 0
         assert fresh.total("sds_store_lookups_total") > 0

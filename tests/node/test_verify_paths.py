@@ -24,7 +24,7 @@ def columns(b: VerifiedBatch) -> tuple[object, ...]:
 
 
 def test_threads_and_a_worker_process_verify_alike() -> None:
-    sender = channel(1).participant_id
+    sender = channel(1).setup.participant_id
     wires = [encode_event("general", sender, 1000 + i, (), f"e{i}".encode(), key(1)).wire
              for i in range(70)]  # over the threaded minimum
     wires[3] = wires[3].replace(b"e3", b"E3")  # no longer what was signed

@@ -38,7 +38,7 @@ def test_kind_and_count_survive_attribution_and_pickling() -> None:
 
 
 def test_verified_batches_carry_the_kind_of_each_rejection() -> None:
-    good = encode_event("general", channel(1).participant_id, 5, (), b"x", key(1)).wire
+    good = encode_event("general", channel(1).setup.participant_id, 5, (), b"x", key(1)).wire
     forged = bytearray(good)
     forged[-1] ^= 1
     out = verify_wires(IngestSpec(network_id=1), [good, bytes(forged), b"\xff\xff"])

@@ -29,7 +29,7 @@ from sync.peerscore import KIND_PENALTIES, penalty_of
 from sync.sds import encode_event
 from tests.sync.sds.helpers import T0, channel, key
 
-ME, A, B = (channel(i).participant_id for i in range(3))
+ME, A, B = (channel(i).setup.participant_id for i in range(3))
 
 
 def rejected(admitted: Admitted) -> list[tuple[str, str | None]]:
@@ -38,7 +38,7 @@ def rejected(admitted: Admitted) -> list[tuple[str, str | None]]:
 
 
 def event(i: int, content: bytes = b"x", ch: str = "general", lamport: int = 1) -> bytes:
-    return encode_event(ch, channel(i).participant_id, lamport, (), content, key(i)).wire
+    return encode_event(ch, channel(i).setup.participant_id, lamport, (), content, key(i)).wire
 
 
 @given(st.lists(st.binary(min_size=1, max_size=200), min_size=1, max_size=MAX_BATCH_ITEMS))

@@ -93,7 +93,7 @@ def catch_up(held: set[int], now: float) -> tuple[set[str], int, int]:
     assert isinstance(read, ReadStored)
     keys = core.stored(read.ticket, set())
     by_key = dict(zip(verified.keys, wires, strict=True))
-    policy = SenderPolicy(receiver.participant_id)
+    policy = SenderPolicy(receiver.setup.participant_id)
     delivered: set[str] = set()
     evicted = fetched = 0
     # The want lists, in the order they are sent (``sync.transfer.WantFetcher`` cuts the

@@ -46,7 +46,7 @@ def feed(receiver: SdsChannel, wires: list[bytes], chunks: list[list[int]]
     order the receiver delivered them, and every action."""
     delivered: list[str] = []
     actions: list[object] = []
-    policy = SenderPolicy(receiver.participant_id)
+    policy = SenderPolicy(receiver.setup.participant_id)
     for chunk in chunks:
         part = [wires[i] for i in chunk]
         batch = verify_wires(SPEC, part)
@@ -93,11 +93,11 @@ def test_policy_refusals_cost_the_least_and_the_rest_is_taken() -> None:
     wires = history(4, 2)
     receiver = channel(9)
     outsider = verify_wires(SPEC, wires).senders[0]
-    members = frozenset({receiver.participant_id} | {
+    members = frozenset({receiver.setup.participant_id} | {
         s for s in verify_wires(SPEC, wires).senders if s != outsider})
     batch = verify_wires(SPEC, wires)
     out = ingest_batch(batch, wires, order(batch), "peer", {CHANNEL: receiver},
-                       SenderPolicy(receiver.participant_id, members), LATER, AHEAD_MS)
+                       SenderPolicy(receiver.setup.participant_id, members), LATER, AHEAD_MS)
     refused = [i for i, s in enumerate(batch.senders) if s == outsider]
     assert out.refused == len(refused)
     assert Penalize("peer", "rejected_event") in out.actions
@@ -114,7 +114,7 @@ def test_own_echoes_are_stored_only_when_sds_no_longer_holds_them() -> None:
     wire = me.send(b"mine", T0)
     me.events()
     batch = verify_wires(SPEC, [wire])
-    policy = SenderPolicy(me.participant_id)
+    policy = SenderPolicy(me.setup.participant_id)
     held = ingest_batch(batch, [wire], [0], "peer", {CHANNEL: me}, policy, LATER, AHEAD_MS)
     assert held.records == [] and held.taken == [batch.message_ids[0]]
     wiped = channel(1)  # the same key, a fresh state (a wiped database)

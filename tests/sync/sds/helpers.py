@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -66,7 +66,8 @@ class Network:
         self._queue: list[tuple[float, int, int, bytes]] = []
         self._seq = 0
 
-    def _collect(self, i: int) -> None:
+    def _collect(self, i: int, sent: Sequence[bytes] = ()) -> None:
+        """Node ``i``'s events, then ``sent`` (what its timers made) broadcast."""
         node = self.nodes[i]
         for ev in node.ch.events():
             node.events.append(ev)
@@ -74,7 +75,7 @@ class Network:
                 node.delivered.append(ev)
             elif isinstance(ev, Acknowledged):
                 node.acked.add(ev.message_id)
-        for data in node.ch.datagrams_to_send():
+        for data in sent:
             self.broadcast(i, data)
 
     def broadcast(self, src: int, data: bytes) -> None:
@@ -115,8 +116,8 @@ class Network:
         else:
             assert next_timer is not None
             self.now = max(self.now, next_timer[0])
-            self.nodes[next_timer[1]].ch.handle_timer(self.now)
-            self._collect(next_timer[1])
+            sent = self.nodes[next_timer[1]].ch.handle_timer(self.now)
+            self._collect(next_timer[1], sent)
         return True
 
     def run_for(self, seconds: float) -> None:
@@ -125,14 +126,15 @@ class Network:
             pass
 
     def quiet(self) -> bool:
-        logs = [n.ch.log.entries() for n in self.nodes]
+        logs = [n.ch.layers.log.entries() for n in self.nodes]
         return (
             not self._queue
             and all(log == logs[0] for log in logs)
             and all(
-                not (n.ch.outgoing.ids or n.ch.incoming.waiting_ids or n.ch.incoming.missing_ids)
-                and not (n.ch.repair.request_ids or n.ch.repair.response_ids)
-                for n in self.nodes
+                not (layers.outgoing.ids or layers.incoming.waiting_ids
+                     or layers.incoming.missing_ids)
+                and not (layers.repair.request_ids or layers.repair.response_ids)
+                for layers in (n.ch.layers for n in self.nodes)
             )
         )
 

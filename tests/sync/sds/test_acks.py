@@ -24,7 +24,7 @@ from sync.sds.state import encode_state
 from tests.sync.sds.helpers import CHANNEL, T0, channel, key, of_type
 
 CONFIG = SdsConfig(bloom_capacity=100)
-PARAMS = channel(0, config=CONFIG).profile.bloom_params
+PARAMS = channel(0, config=CONFIG).setup.profile.bloom_params
 
 
 def sparse_filter(ids: list[str]) -> bytes:
@@ -64,8 +64,8 @@ def test_a_relay_cannot_attach_its_own_filter_to_another_senders_event() -> None
     us.receive(with_filter(heard[1], [mid], 3), T0 + 1)
     events = us.events()
     assert not of_type(events, Acknowledged)
-    assert mid in us.outgoing.ids
-    assert us.outgoing.entries[mid].bloom_senders == set()  # counted as nobody's evidence
+    assert mid in us.layers.outgoing.ids
+    assert us.layers.outgoing.entries[mid].bloom_senders == set()  # counted as nobody's evidence
     # At most a hint: possibly acknowledged (resent less often), never acknowledged.
     assert [e.message_id for e in of_type(events, PossiblyAcknowledged)] == [mid]
 
@@ -74,15 +74,15 @@ def test_one_signed_filter_is_not_enough_two_are() -> None:
     us, mid, heard = setup()
     us.receive(with_filter(heard[0], [mid], 1), T0 + 1)
     assert not of_type(us.events(), Acknowledged)
-    assert mid in us.outgoing.ids and us.outgoing.entries[mid].bloom_senders == {
-        channel(1).participant_id}
+    assert mid in us.layers.outgoing.ids and us.layers.outgoing.entries[mid].bloom_senders == {
+        channel(1).setup.participant_id}
     # The same member repeating itself adds nothing.
     us.receive(with_filter(heard[0], [mid], 1), T0 + 2)
-    assert mid in us.outgoing.ids
+    assert mid in us.layers.outgoing.ids
     us.receive(with_filter(heard[1], [mid], 2), T0 + 2)
     acked = of_type(us.events(), Acknowledged)
     assert [(a.message_id, a.by_bloom) for a in acked] == [(mid, True)]
-    assert mid not in us.outgoing.ids
+    assert mid not in us.layers.outgoing.ids
 
 
 def test_in_a_pair_the_one_peer_filter_acknowledges() -> None:
@@ -118,7 +118,7 @@ def test_a_resend_of_an_id_gone_from_the_rolling_filter_is_acknowledged_again() 
         receiver.receive(other.send(b"%d" % n, T0), T0)
     assert mid not in receiver._ack_filter.full
     receiver.receive(wire, T0 + 10)  # the resend: a duplicate
-    assert receiver.stats.duplicates_received == 1
+    assert receiver.layers.stats.duplicates_received == 1
     assert mid in receiver._ack_filter.full
     sent = decode_transmission(receiver.send(b"next", T0 + 10))
     assert sent.bloom_filter is not None and sent.bloom_params is not None
@@ -145,7 +145,7 @@ def test_naming_our_newest_message_acknowledges_its_causal_past() -> None:
     us.receive(reply.event.wire, T0 + 2)  # its event alone: no filter at all
     acked = {e.message_id: e.by_bloom for e in of_type(us.events(), Acknowledged)}
     assert acked == dict.fromkeys(ids, False)
-    assert not us.outgoing.ids & set(ids)
+    assert not us.layers.outgoing.ids & set(ids)
 
 
 def test_resends_back_off_while_acknowledgements_are_slow() -> None:
@@ -153,7 +153,7 @@ def test_resends_back_off_while_acknowledgements_are_slow() -> None:
     turned every event into 3-4 resends; the first resend now waits for the smoothed delay
     plus four deviations (TCP's RTO), between 1 and 3 intervals."""
     us, peer = channel(0), channel(1)
-    interval = us.config.resend_interval
+    interval = us.setup.config.resend_interval
     first = us.send(b"first", T0)
     peer.receive(first, T0)
     late = T0 + 2 * interval  # acknowledged by a history after two intervals, never resent
@@ -162,14 +162,14 @@ def test_resends_back_off_while_acknowledgements_are_slow() -> None:
     assert of_type(us.events(), Acknowledged)
     us.send(b"second", late)
     us.handle_timer(late + interval + 1)
-    assert us.stats.resends == 0  # before: resent here
+    assert us.layers.stats.resends == 0  # before: resent here
     us.handle_timer(late + 3 * interval + 1)
-    assert us.stats.resends == 1
+    assert us.layers.stats.resends == 1
     # With no acknowledgement delay measured yet, the first resend comes after one interval.
     quick = channel(0)
     quick.send(b"x", T0)
     quick.handle_timer(T0 + interval + 1)
-    assert quick.stats.resends == 1
+    assert quick.layers.stats.resends == 1
 
 
 def test_a_past_the_namer_may_have_declared_lost_is_not_acknowledged_with_it() -> None:
@@ -190,13 +190,13 @@ def test_a_past_the_namer_may_have_declared_lost_is_not_acknowledged_with_it() -
     assert lost in decode_transmission(second).event.history_ids
     peer.receive(second, T0 + 2)  # its dependency never arrives: declared lost at T0 + 7
     peer.handle_timer(T0 + 8)
-    assert not peer.incoming.holds(lost) and peer.incoming.holds(mid)
+    assert not peer.layers.incoming.holds(lost) and peer.layers.incoming.holds(mid)
     reply = decode_transmission(peer.send(b"reply", T0 + 8))
     assert mid in reply.event.history_ids
     us.receive(reply.event.wire, T0 + 8)
     acked = {e.message_id for e in of_type(us.events(), Acknowledged)}
     assert acked == {mid}
-    assert lost in us.outgoing.ids  # still resent: the peer asks for it (SDS-R) or Recon
+    assert lost in us.layers.outgoing.ids  # still resent: the peer asks for it (SDS-R) or Recon
 
 
 def test_the_causal_past_of_a_restored_entry_waits_for_its_own_acknowledgement() -> None:
@@ -212,7 +212,7 @@ def test_the_causal_past_of_a_restored_entry_waits_for_its_own_acknowledgement()
     again = SdsChannel.restore(encode_state(us.snapshot()), key(0), now=T0 + 2,
                                log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
                                cached_wires=[d.wire for d in delivered])
-    assert set(ids) <= again.outgoing.ids
+    assert set(ids) <= again.layers.outgoing.ids
     again.events()
     for wire in ours:
         peer.receive(wire, T0 + 2)
@@ -222,12 +222,11 @@ def test_the_causal_past_of_a_restored_entry_waits_for_its_own_acknowledgement()
     again.receive(reply.event.wire, T0 + 3)
     acked = {e.message_id for e in of_type(again.events(), Acknowledged)}
     assert acked == named
-    assert set(ids) - named == again.outgoing.ids
+    assert set(ids) - named == again.layers.outgoing.ids
 
 
 def _resent(ch: SdsChannel, mid: str, now: float) -> bool:
-    ch.handle_timer(now)
-    return any(decode_transmission(d).event.message_id == mid for d in ch.datagrams_to_send())
+    return any(decode_transmission(d).event.message_id == mid for d in ch.handle_timer(now))
 
 
 def test_a_possibly_acknowledged_message_waits_from_its_last_send_when_the_timeout_grew() -> None:
@@ -247,7 +246,7 @@ def test_a_possibly_acknowledged_message_waits_from_its_last_send_when_the_timeo
     ours = decode_transmission(us.send(b"ours too", T0 + 20)).event.message_id  # due T0 + 30
     reply = decode_transmission(late.send(b"reply", T0 + 25)).event.wire
     us.receive(reply, T0 + 25)  # "first" acknowledged after 25 s: the timeout grows to 30 s
-    assert us.outgoing.timeout() == 30.0
+    assert us.layers.outgoing.timeout() == 30.0
     us.receive(with_filter(heard[1], [ours], 2), T0 + 26)
     events = us.events()
     assert [e.message_id for e in of_type(events, PossiblyAcknowledged)] == [ours]
@@ -262,13 +261,13 @@ def test_a_burst_of_unacknowledged_entries_holds_few_filter_wide_integers() -> N
     burst of thousands, ~1.3 KB more per entry for as long as it waited. Now at most
     ``MASKED_ENTRIES`` entries hold one; the others keep their bit positions only."""
     us, other = channel(0), channel(1)  # the default geometry: 1,000 ids at 1 %
-    params = us.profile.bloom_params
+    params = us.setup.profile.bloom_params
     heard = decode_transmission(other.send(b"hello", T0)).event.wire
     us.receive(heard, T0)
     for n in range(3000):
         us.send(b"%d" % n, T0)
     us.events()
-    assert len(us.outgoing.entries) == 3000
+    assert len(us.layers.outgoing.entries) == 3000
     bloom = RollingBloomFilter(params, 1000)
     for n in range(100):  # a filter of other ids: every entry is tested, none acknowledged
         bloom.add(f"elsewhere {n}")
@@ -283,7 +282,7 @@ def test_a_burst_of_unacknowledged_entries_holds_few_filter_wide_integers() -> N
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    entries = us.outgoing.entries.values()
+    entries = us.layers.outgoing.entries.values()
     assert len(entries) == 3000 and all(params in e.indices for e in entries)
     assert sum(bool(e.masks) for e in entries) <= MASKED_ENTRIES
     assert held / 3000 < 800, f"{held / 3000:.0f} bytes held per entry after one review"
@@ -294,4 +293,4 @@ def test_a_small_buffer_keeps_the_one_and_test() -> None:
     test on a hit, in the review every received filter runs)."""
     us, mid, heard = setup()
     us.receive(with_filter(heard[0], [mid], 1), T0 + 1)
-    assert us.outgoing.entries[mid].masks
+    assert us.layers.outgoing.entries[mid].masks

@@ -25,7 +25,7 @@ def orphan(sender: int, i: int, size: int = 10, deps: int = 1) -> bytes:
     """A signed message waiting on dependencies nobody has."""
     history = tuple(HistoryRef(f"{'f' * 40}{sender:04d}{i:06d}{d:04d}") for d in range(deps))
     ch = channel(sender)
-    return encode_event(CHANNEL, ch.participant_id, NOW_MS + i, history,
+    return encode_event(CHANNEL, ch.setup.participant_id, NOW_MS + i, history,
                         bytes([65 + i % 26]) * size, key(sender)).wire
 
 
@@ -34,12 +34,12 @@ def test_waiting_buffer_is_bounded_per_sender_in_count() -> None:
     wires = [orphan(1, i) for i in range(10)]
     for wire in wires:
         victim.receive(wire, T0)
-    assert len(victim.incoming.waiting_ids) == 4
+    assert len(victim.layers.incoming.waiting_ids) == 4
     evicted = of_type(victim.events(), Evicted)
     assert [e.buffer for e in evicted].count("waiting") == 6
     # The newest stay: the flooder's own oldest went first.
-    assert victim.incoming.waiting_ids == {decode_event(w).message_id for w in wires[-4:]}
-    assert all(e.sender_id == channel(1).participant_id for e in evicted
+    assert victim.layers.incoming.waiting_ids == {decode_event(w).message_id for w in wires[-4:]}
+    assert all(e.sender_id == channel(1).setup.participant_id for e in evicted
                if e.buffer == "waiting")
 
 
@@ -48,12 +48,12 @@ def test_waiting_buffer_is_bounded_per_sender_in_bytes_and_other_senders_keep_th
     honest = [orphan(2, i) for i in range(2)]
     for wire in honest:
         victim.receive(wire, T0)
-    honest_ids = set(victim.incoming.waiting_ids)
+    honest_ids = set(victim.layers.incoming.waiting_ids)
     for i in range(6):  # 6 x 60 KB from one sender: over its 200 KB (wire + content)
         victim.receive(orphan(1, i, size=60 * 1024), T0)
-    assert honest_ids <= victim.incoming.waiting_ids
-    assert victim.incoming.buffer.waiting_quota.bytes <= CONFIG.max_waiting_bytes
-    flooder = len(victim.incoming.waiting_ids - honest_ids)
+    assert honest_ids <= victim.layers.incoming.waiting_ids
+    assert victim.layers.incoming.buffer.waiting_quota.bytes <= CONFIG.max_waiting_bytes
+    flooder = len(victim.layers.incoming.waiting_ids - honest_ids)
     assert flooder == 1  # two of them (wire + content ~ 2 x 60 KB each) do not fit in 200 KB
 
 
@@ -62,7 +62,7 @@ def test_waiting_buffer_is_bounded_per_channel() -> None:
     for sender in range(1, 6):
         for i in range(3):
             victim.receive(orphan(sender, i), T0)
-    assert len(victim.incoming.waiting_ids) == CONFIG.max_waiting
+    assert len(victim.layers.incoming.waiting_ids) == CONFIG.max_waiting
 
 
 def test_evicted_waiting_message_is_accepted_again_and_delivered() -> None:
@@ -74,7 +74,7 @@ def test_evicted_waiting_message_is_accepted_again_and_delivered() -> None:
     for i in range(10):  # push it out
         victim.receive(orphan(3, 100 + i), T0)
     dependant = of_type(author.events(), Delivered)[1].message_id
-    assert dependant not in victim.incoming.waiting_ids
+    assert dependant not in victim.layers.incoming.waiting_ids
     victim.events()
     victim.receive(first, T0)
     victim.receive(second, T0)
@@ -84,27 +84,28 @@ def test_evicted_waiting_message_is_accepted_again_and_delivered() -> None:
 def test_missing_set_is_bounded_per_sender_and_per_channel() -> None:
     victim = channel(0, config=CONFIG)
     for i in range(5):  # sync messages naming 8 fake ids each
-        wire = encode_event(CHANNEL, channel(1).participant_id, NOW_MS + i,
+        wire = encode_event(CHANNEL, channel(1).setup.participant_id, NOW_MS + i,
                             tuple(HistoryRef(f"{i:02d}{'e' * 60}{d:02d}") for d in range(8)),
                             b"", key(1)).wire
         victim.receive(wire, T0)
-    assert len(victim.incoming.missing_ids) == CONFIG.max_missing_per_sender
+    assert len(victim.layers.incoming.missing_ids) == CONFIG.max_missing_per_sender
     for sender in range(2, 6):
         victim.receive(orphan(sender, 0, deps=8), T0)
-    assert len(victim.incoming.missing_ids) <= CONFIG.max_missing
+    assert len(victim.layers.incoming.missing_ids) <= CONFIG.max_missing
     evicted = [e for e in of_type(victim.events(), Evicted) if e.buffer == "missing"]
-    assert len(evicted) == 5 * 8 + 4 * 8 - len(victim.incoming.missing_ids)
+    assert len(evicted) == 5 * 8 + 4 * 8 - len(victim.layers.incoming.missing_ids)
     # Evicted entries are no longer requested for repair.
-    assert victim.repair.request_ids <= victim.incoming.missing_ids
+    assert victim.layers.repair.request_ids <= victim.layers.incoming.missing_ids
 
 
 def test_repair_cache_is_bounded_in_bytes() -> None:
     author = channel(1, config=CONFIG)
     for i in range(10):
         author.send(bytes([i + 1]) * (30 * 1024), T0)
-    assert author.repair.cache_bytes <= CONFIG.repair_cache_bytes
-    assert len(author.repair.cache) == 3
-    assert author.repair.cache_bytes == sum(len(w) for _, w in author.repair.cache.values())
+    assert author.layers.repair.cache_bytes <= CONFIG.repair_cache_bytes
+    assert len(author.layers.repair.cache) == 3
+    repair = author.layers.repair
+    assert repair.cache_bytes == sum(len(w) for _, w in repair.cache.values())
 
 
 def test_bounds_survive_export_and_restore() -> None:
@@ -114,9 +115,9 @@ def test_bounds_survive_export_and_restore() -> None:
     state = encode_state(victim.snapshot())
     small = SdsConfig(**{**CONFIG.__dict__, "max_waiting": 2, "max_waiting_per_sender": 2})
     restored = type(victim).restore(state, key(0), config=small, now=T0)
-    assert len(restored.incoming.waiting_ids) == 2
-    assert restored.incoming.buffer.waiting_quota.bytes == sum(
-        len(w.event.wire) + len(w.event.content) for w in restored.incoming.waiting.values())
+    assert len(restored.layers.incoming.waiting_ids) == 2
+    assert restored.layers.incoming.buffer.waiting_quota.bytes == sum(
+        len(w.event.wire) + len(w.event.content) for w in restored.layers.incoming.waiting.values())
 
 
 @settings(max_examples=60, deadline=None)

@@ -33,7 +33,7 @@ def delivered_ids(ch: SdsChannel) -> list[str]:
 def test_constructor_checks_identity_and_initialises_lamport_to_epoch_ms() -> None:
     with pytest.raises(LocalProtocolError):
         SdsChannel(CHANNEL, "not-my-id", key(0))
-    assert channel(0).lamport == MS
+    assert channel(0).layers.incoming.lamport == MS
 
 
 def test_send_sets_lamport_max_of_now_and_previous_plus_one() -> None:
@@ -55,11 +55,11 @@ def test_send_delivers_locally_and_includes_history_hints_and_bloom() -> None:
     assert len(ids) == 3
     assert c.event.history_ids == tuple(ids[:2])  # the two preceding ids, in log order
     assert c.event.causal_history[0].retrieval_hint == b"hint-a"
-    assert {h.sender_id for h in c.event.causal_history} == {ch.participant_id}
-    assert c.bloom_params == ch.profile.bloom_params and c.bloom_filter is not None
-    view = BloomView(c.bloom_filter, ch.profile.bloom_params, max_bits=1 << 20)
-    assert all(view.contains_indices(bloom_indices(i, ch.profile.bloom_params)) for i in ids)
-    assert ch.outgoing.ids == set(ids)
+    assert {h.sender_id for h in c.event.causal_history} == {ch.setup.participant_id}
+    assert c.bloom_params == ch.setup.profile.bloom_params and c.bloom_filter is not None
+    view = BloomView(c.bloom_filter, ch.setup.profile.bloom_params, max_bits=1 << 20)
+    assert all(view.contains_indices(bloom_indices(i, ch.setup.profile.bloom_params)) for i in ids)
+    assert ch.layers.outgoing.ids == set(ids)
     assert decode_transmission(a).event.causal_history == ()
     assert len(decode_transmission(b).event.causal_history) == 1
 
@@ -71,13 +71,14 @@ def test_receive_delivers_raises_lamport_and_ignores_own_and_duplicates() -> Non
     b.receive(data, T0 - 99)
     [ev] = b.events()
     assert isinstance(ev, Delivered) and ev.content == b"hello" and ev.lamport == MS + 1
-    assert b.lamport == MS + 1
+    assert b.layers.incoming.lamport == MS + 1
     assert not ev.lost_dependency and ev.wire == decode_transmission(data).event.wire
-    assert b.stats.duplicates_received == 0
+    assert b.layers.stats.duplicates_received == 0
     b.receive(data, T0)
-    assert b.events() == [] and b.stats.duplicates_received == 1
+    assert b.events() == [] and b.layers.stats.duplicates_received == 1
     a.receive(data, T0)  # our own message echoed back: not received from anyone
-    assert a.events() == [] and len(a.log.entries()) == 1 and a.stats.duplicates_received == 0
+    assert (a.events() == [] and len(a.layers.log.entries()) == 1
+            and a.layers.stats.duplicates_received == 0)
 
 
 def test_conflicting_lamport_ordered_by_message_id() -> None:
@@ -85,7 +86,7 @@ def test_conflicting_lamport_ordered_by_message_id() -> None:
     ma, mb = a.send(b"x", T0), b.send(b"y", T0)
     c.receive(mb, T0)
     c.receive(ma, T0)
-    log = c.log.entries()
+    log = c.layers.log.entries()
     assert log[0][0] == log[1][0] == MS + 1
     assert [mid for _, mid in log] == sorted(mid for _, mid in log)
 
@@ -110,7 +111,7 @@ def test_history_acknowledges_and_bloom_possibly_acknowledges_then_promotes() ->
     assert of_type(a.events(), PossiblyAcknowledged) == []
     a.receive(c.send(b"from c", T0), T0)
     assert Acknowledged(mid, by_bloom=True) in a.events()
-    assert a.outgoing.ids == frozenset()
+    assert a.layers.outgoing.ids == frozenset()
     # With history, the reply names the message: a certain acknowledgement.
     x, y = channel(0), channel(1)
     mx = x.send(b"m", T0)
@@ -138,15 +139,15 @@ def test_causal_order_under_loss_repaired_by_resend() -> None:
     assert [e.message_id for e in of_type(events, Delivered)] == [ids[0]]
     missing = [e.message_id for m in of_type(events, MissingDependencies) for e in m.entries]
     assert missing == [ids[1]]
-    assert b.incoming.waiting_ids == {ids[2], ids[3]}
+    assert b.layers.incoming.waiting_ids == {ids[2], ids[3]}
     # a's resend timer fires; b delivers a1 then the cascade a2, a3 in order.
-    a.handle_timer(T0 + 13)
-    resent = a.datagrams_to_send()
+    resent = a.handle_timer(T0 + 13)
     assert len(resent) == 4
     for data in resent:
         b.receive(data, T0 + 14)
     assert delivered_ids(b) == ids[1:]
-    assert b.incoming.waiting_ids == frozenset() and b.incoming.missing_ids == frozenset()
+    assert b.layers.incoming.waiting_ids == frozenset()
+    assert b.layers.incoming.missing_ids == frozenset()
 
 
 def test_waiting_message_is_not_a_met_dependency() -> None:
@@ -158,10 +159,10 @@ def test_waiting_message_is_not_a_met_dependency() -> None:
     c.receive(wires[0], T0)
     c.receive(wires[3], T0)  # waits for a1, a2
     c.receive(wires[3], T0)  # again, while it waits
-    assert c.stats.duplicates_received == 1
+    assert c.layers.stats.duplicates_received == 1
     c.receive(reply, T0)  # waits for a2 (missing) and a3 (waiting, not delivered)
     assert delivered_ids(c) == [ids[0]]
-    assert len(c.incoming.waiting_ids) == 2
+    assert len(c.layers.incoming.waiting_ids) == 2
     c.receive(wires[1], T0)
     c.receive(wires[2], T0)
     assert delivered_ids(c)[-1] == decode_transmission(reply).event.message_id
@@ -188,8 +189,8 @@ def test_lost_dependency_policy(policy: str) -> None:
         assert [d.message_id for d in delivered] == ids[2:]
         assert all(d.lost_dependency for d in delivered)
     else:
-        assert delivered == [] and b.incoming.waiting_ids == frozenset()
-    assert b.incoming.missing_ids == frozenset()
+        assert delivered == [] and b.layers.incoming.waiting_ids == frozenset()
+    assert b.layers.incoming.missing_ids == frozenset()
 
 
 def test_resend_periods_and_give_up() -> None:
@@ -200,10 +201,8 @@ def test_resend_periods_and_give_up() -> None:
     first = a.send(b"1", T0)
     second = a.send(b"2", T0)
     ids = delivered_ids(a)
-    a.handle_timer(T0 + 9.9)
-    assert a.datagrams_to_send() == []
-    a.handle_timer(T0 + 10)
-    resent = [decode_transmission(d).event.message_id for d in a.datagrams_to_send()]
+    assert a.handle_timer(T0 + 9.9) == []
+    resent = [decode_transmission(d).event.message_id for d in a.handle_timer(T0 + 10)]
     assert sorted(resent) == sorted(ids)
     # b has only the first: its filter makes the first possibly acknowledged, resent later.
     b.receive(first, T0 + 11)
@@ -213,13 +212,12 @@ def test_resend_periods_and_give_up() -> None:
     a_view = decode_transmission(sync)
     assert a_view.event.history_ids == (ids[0],)  # names it: acknowledged for sure
     a.receive(second, T0)  # no-op, own echo
-    a.handle_timer(T0 + 20)
-    assert {decode_transmission(d).event.message_id for d in a.datagrams_to_send()} == set(ids)
+    assert {decode_transmission(d).event.message_id for d in a.handle_timer(T0 + 20)} == set(ids)
     a.handle_timer(T0 + 30)
     events = a.events()
     assert {e.message_id for e in of_type(events, ResendExhausted)} == set(ids)
     assert all(e.attempts == 2 for e in of_type(events, ResendExhausted))
-    assert a.outgoing.ids == frozenset()
+    assert a.layers.outgoing.ids == frozenset()
 
 
 def test_possibly_acknowledged_uses_the_longer_resend_period() -> None:
@@ -235,10 +233,8 @@ def test_possibly_acknowledged_uses_the_longer_resend_period() -> None:
     b.receive(m, T0)
     a.receive(b.send(b"x", T0 + 1), T0 + 1)
     assert of_type(a.events(), PossiblyAcknowledged)
-    a.handle_timer(T0 + 24.9)
-    assert a.datagrams_to_send() == []
-    a.handle_timer(T0 + 25)
-    assert len(a.datagrams_to_send()) == 1
+    assert a.handle_timer(T0 + 24.9) == []
+    assert len(a.handle_timer(T0 + 25)) == 1
 
 
 def test_sync_message_rules() -> None:
@@ -247,8 +243,7 @@ def test_sync_message_rules() -> None:
     # An empty channel has nothing to say: the timer fires, nothing is sent.
     first = a.get_timer()
     assert first is not None and T0 + 30 <= first <= T0 + 60
-    a.handle_timer(first)
-    assert a.datagrams_to_send() == []
+    assert a.handle_timer(first) == []
     m = b.send(b"m", first)
     a.receive(m, first)
     a.events()
@@ -256,24 +251,24 @@ def test_sync_message_rules() -> None:
     # Activity pushes the sync back; it fires after a quiet back-off.
     due = a.get_timer()
     assert due is not None and due >= first + 30
-    lamport_before = a.lamport
-    a.handle_timer(due)
+    lamport_before = a.layers.incoming.lamport
+    sent = a.handle_timer(due)
     due2 = a.get_timer()
     assert due2 is not None
-    if not (sent := a.datagrams_to_send()):
-        a.handle_timer(due2)
-        sent = a.datagrams_to_send()
+    if not sent:
+        sent = a.handle_timer(due2)
     [sync] = sent
     tx = decode_transmission(sync)
     assert tx.event.content == b"" and tx.event.is_sync
     assert tx.event.lamport is not None and tx.event.lamport > lamport_before
     assert tx.event.history_ids == (mid,) and tx.bloom_filter is not None
-    assert a.outgoing.ids == frozenset() and len(a.log.entries()) == 1
+    assert a.layers.outgoing.ids == frozenset() and len(a.layers.log.entries()) == 1
     # The receiver processes history (acknowledging m) but stores nothing.
     b.events()
     b.receive(sync, due2)
     assert b.events() == [Acknowledged(mid)]
-    assert len(b.log.entries()) == 1 and tx.event.message_id not in {m for _, m in b.log.entries()}
+    entries = b.layers.log.entries()
+    assert len(entries) == 1 and tx.event.message_id not in {m for _, m in entries}
 
 
 def test_sync_back_off_is_random_per_rng() -> None:
@@ -285,17 +280,21 @@ def test_sync_back_off_is_random_per_rng() -> None:
 def test_ephemeral_messages() -> None:
     a, b = channel(0), channel(1)
     a.send(b"persistent", T0)
-    data = a.send_ephemeral(b"typing...", T0)
+    data = a.send(b"typing...", T0, ephemeral=True)
     msg = sds_pb2.Message()
     msg.ParseFromString(data)
     assert not msg.HasField("lamport_timestamp") and not msg.causal_history
     assert not msg.HasField("bloom_filter")
-    assert len(a.outgoing.ids) == 1
+    assert len(a.layers.outgoing.ids) == 1
     b.receive(data, T0)
     b.receive(data, T0)
     [ev] = b.events()
     assert isinstance(ev, EphemeralReceived) and ev.content == b"typing..."
-    assert b.log.entries() == [] and b.incoming.waiting_ids == frozenset()
+    assert b.layers.log.entries() == [] and b.layers.incoming.waiting_ids == frozenset()
+    with pytest.raises(LocalProtocolError):  # not logged: nothing could name it with a hint
+        a.send(b"typing...", T0, retrieval_hint=b"key", ephemeral=True)
+    with pytest.raises(LocalProtocolError):
+        a.send(b"", T0, ephemeral=True)
 
 
 def test_invalid_message_is_never_delivered_buffered_or_acknowledged() -> None:
@@ -310,11 +309,11 @@ def test_invalid_message_is_never_delivered_buffered_or_acknowledged() -> None:
     with pytest.raises(RemoteProtocolError) as err:
         a.receive(forged.SerializeToString(), T0, peer="bad-peer")
     assert err.value.peer == "bad-peer"
-    assert a.events() == [] and len(a.outgoing.ids) == 1 and len(a.log.entries()) == 1
+    assert a.events() == [] and len(a.layers.outgoing.ids) == 1 and len(a.layers.log.entries()) == 1
     other = SdsChannel("other-channel", peer_id_of(key(2)), key(2))
     with pytest.raises(RemoteProtocolError, match="another channel"):
         a.receive(other.send(b"x", T0), T0)
-    assert a.events() == [] and len(a.log.entries()) == 1
+    assert a.events() == [] and len(a.layers.log.entries()) == 1
 
 
 def test_duplicates_do_not_suppress_the_sync_that_acknowledges_them() -> None:
@@ -327,14 +326,12 @@ def test_duplicates_do_not_suppress_the_sync_that_acknowledges_them() -> None:
     now, synced = T0, False
     while now < T0 + 20 and not synced:
         now += 1
-        a.handle_timer(now)
-        for data in a.datagrams_to_send():
+        for data in a.handle_timer(now):
             b.receive(data, now)
-        b.handle_timer(now)
-        for data in b.datagrams_to_send():
+        for data in b.handle_timer(now):
             synced = True
             a.receive(data, now)
-    assert synced and a.outgoing.ids == frozenset()
+    assert synced and a.layers.outgoing.ids == frozenset()
 
 
 def test_activity_from_others_postpones_our_sync() -> None:
@@ -343,11 +340,9 @@ def test_activity_from_others_postpones_our_sync() -> None:
     b.receive(a.send(b"m", T0), T0)
     assert b.get_timer() == T0 + 30
     b.receive(a.send(b"n", T0 + 20), T0 + 20)  # new content: the sync backs off
-    b.handle_timer(T0 + 30)
-    assert b.datagrams_to_send() == []
+    assert b.handle_timer(T0 + 30) == []
     assert b.get_timer() == T0 + 50
-    b.handle_timer(T0 + 50)
-    assert len(b.datagrams_to_send()) == 1
+    assert len(b.handle_timer(T0 + 50)) == 1
 
 
 def test_trusted_signature_skips_verification_but_not_the_id_check() -> None:
@@ -358,12 +353,12 @@ def test_trusted_signature_skips_verification_but_not_the_id_check() -> None:
     forged_sig = bytes(64)
     msg = sds_pb2.Message.FromString(wire)
     msg.signature = forged_sig
-    bob.trust(event._replace(signature=forged_sig))
+    bob.layers.signatures.trust(event._replace(signature=forged_sig))
     bob.receive(msg.SerializeToString(), T0 + 2)
     assert delivered_ids(bob) == [event.message_id]
     # ... but other content under the same id and signature is still refused.
     carol = channel(2)
-    carol.trust(event)
+    carol.layers.signatures.trust(event)
     msg = sds_pb2.Message.FromString(wire)
     msg.content = b"tampered"
     with pytest.raises(RemoteProtocolError, match="message id"):
@@ -376,10 +371,10 @@ def test_receive_event_takes_a_decoded_event_and_checks_its_channel() -> None:
     second = decode_transmission(alice.send(b"two", T0 + 2)).event
     bob.receive_event(second, T0 + 3, peer="p")
     assert delivered_ids(bob) == []  # waits for its dependency, as with receive
-    assert bob.stats.fetched_waiting == 1
+    assert bob.layers.stats.fetched_waiting == 1
     bob.receive_event(first, T0 + 3, peer="p")
     assert delivered_ids(bob) == [first.message_id, second.message_id]
-    assert bob.stats.fetched_waiting == 1  # delivered at once: it did not wait
+    assert bob.layers.stats.fetched_waiting == 1  # delivered at once: it did not wait
     with pytest.raises(RemoteProtocolError, match="another channel") as info:
         bob.receive_event(first._replace(channel_id="elsewhere"), T0 + 4, peer="p")
     assert info.value.peer == "p"
@@ -390,13 +385,13 @@ def test_only_fetched_events_left_waiting_count_as_fetched_waiting() -> None:
     wires = [alice.send(f"m{i}".encode(), T0 + 1 + i) for i in range(3)]
     events = [decode_transmission(w).event for w in wires]
     bob.receive(wires[2], T0 + 5)  # a gossip copy ahead of its dependencies: not counted
-    assert delivered_ids(bob) == [] and bob.stats.fetched_waiting == 0
+    assert delivered_ids(bob) == [] and bob.layers.stats.fetched_waiting == 0
     bob.receive_event(events[2], T0 + 5, peer="p")  # its fetched copy finds it waiting
-    assert bob.stats.fetched_waiting == 1
+    assert bob.layers.stats.fetched_waiting == 1
     for event in events[:2]:  # in causal order: delivered at once, with the waiting one
         bob.receive_event(event, T0 + 6, peer="p")
     assert delivered_ids(bob) == [e.message_id for e in events]
-    assert bob.stats.fetched_waiting == 1
+    assert bob.layers.stats.fetched_waiting == 1
 
 
 def test_is_missing_follows_the_missing_set() -> None:
@@ -405,18 +400,19 @@ def test_is_missing_follows_the_missing_set() -> None:
     second = alice.send(b"two", T0 + 2)
     first_id = decode_transmission(first).event.message_id
     bob.receive(second, T0 + 3)
-    assert bob.incoming.is_missing(first_id) and first_id in bob.incoming.missing_ids
+    assert bob.layers.incoming.is_missing(first_id) and first_id in bob.layers.incoming.missing_ids
     bob.receive(first, T0 + 4)
-    assert not bob.incoming.is_missing(first_id) and first_id not in bob.incoming.missing_ids
+    incoming = bob.layers.incoming
+    assert not incoming.is_missing(first_id) and first_id not in incoming.missing_ids
 
 
 def test_an_own_echo_is_stored_only_when_the_channel_no_longer_holds_it() -> None:
     a = channel(0)
     event = decode_transmission(a.send(b"mine", T0)).event
     a.events()
-    assert not a.log.takes_back(event)  # held: SDS ignores the echo
+    assert not a.layers.log.takes_back(event)  # held: SDS ignores the echo
     wiped = channel(0)  # same identity, empty log (a wiped database)
-    assert wiped.log.takes_back(event)
+    assert wiped.layers.log.takes_back(event)
 
 
 def test_filter_of_unnamed_ids_is_small_and_still_acknowledges() -> None:
@@ -430,7 +426,7 @@ def test_filter_of_unnamed_ids_is_small_and_still_acknowledges() -> None:
     b.receive(x, T0)
     tx = decode_transmission(b.send(b"y", T0))
     assert tx.bloom_filter is not None and tx.bloom_params is not None
-    assert len(tx.bloom_filter) < 64 < b.profile.bloom_params.nbytes
+    assert len(tx.bloom_filter) < 64 < b.setup.profile.bloom_params.nbytes
     view = BloomView(tx.bloom_filter, tx.bloom_params, max_bits=1 << 20)
     assert view.contains_indices(bloom_indices(x_id, tx.bloom_params))
     a.receive(b.send(b"z", T0), T0)
@@ -449,12 +445,11 @@ def _sync_delays(scaled: bool, members: int) -> list[float]:
     delays = []
     for i in range(40):
         ch = channel(i, config=cfg)
-        ch.repair.members.set_external(members)
+        ch.layers.repair.members.set_external(members)
         ch.send(b"x", T0)
         first = ch.get_timer()
         assert first is not None
-        ch.handle_timer(first)
-        assert ch.datagrams_to_send()  # the periodic sync
+        assert ch.handle_timer(first)  # the periodic sync
         nxt = ch.get_timer()
         assert nxt is not None
         delays.append(nxt - first)

@@ -28,7 +28,7 @@ def forged(lamport: int, content: bytes = b"x", sender: int = 1) -> bytes:
     """A validly signed event with any timestamp, as a hostile member would craft it."""
     k = key(sender)
     ch = channel(sender)
-    return encode_event(CHANNEL, ch.participant_id, lamport, (), content, k).wire
+    return encode_event(CHANNEL, ch.setup.participant_id, lamport, (), content, k).wire
 
 
 def test_bound_follows_wall_clock_and_stays_storable() -> None:
@@ -41,15 +41,15 @@ def test_bound_follows_wall_clock_and_stays_storable() -> None:
                                      LAMPORT_MAX + 1])
 def test_poisoned_timestamps_are_rejected_and_change_nothing(lamport: int) -> None:
     victim = channel(0)
-    before = victim.lamport
+    before = victim.layers.incoming.lamport
     with pytest.raises(RemoteProtocolError) as err:
         victim.receive(forged(lamport), T0)
     assert err.value.reason.startswith((REASON_RANGE, REASON_AHEAD))
-    assert victim.lamport == before
+    assert victim.layers.incoming.lamport == before
     assert victim.events() == []
     # The victim still publishes, at a storable timestamp.
     victim.send(b"after", T0 + 1)
-    assert victim.lamport <= int((T0 + 1) * 1000) + 1
+    assert victim.layers.incoming.lamport <= int((T0 + 1) * 1000) + 1
 
 
 def test_far_future_within_range_is_rejected_as_too_far_ahead() -> None:
@@ -67,7 +67,7 @@ def test_accepted_event_moves_the_clock_at_most_max_ahead() -> None:
     victim = channel(0)
     edge = int(T0 * 1000) + AHEAD
     victim.receive(forged(edge), T0)
-    assert victim.lamport == edge
+    assert victim.layers.incoming.lamport == edge
     victim.events()
 
 
@@ -76,7 +76,7 @@ def test_no_ratchet_through_a_chain_of_events() -> None:
     victim = channel(0)
     victim.receive(forged(int(T0 * 1000) + AHEAD), T0)
     with pytest.raises(RemoteProtocolError):
-        victim.receive(forged(victim.lamport + AHEAD, b"y"), T0)
+        victim.receive(forged(victim.layers.incoming.lamport + AHEAD, b"y"), T0)
 
 
 def test_fetched_events_obey_the_rule_too() -> None:
@@ -122,13 +122,13 @@ def test_restore_recovers_a_poisoned_persisted_clock() -> None:
     ch = channel(0)
     ch.send(b"hello", T0)
     state = dataclasses.replace(ch.snapshot(), lamport=(1 << 64) - (1 << 32) - 1)
-    log = [(mid, lamport) for lamport, mid in ch.log.entries()]
+    log = [(mid, lamport) for lamport, mid in ch.layers.log.entries()]
     restored = type(ch).restore(encode_state(state), key(0), log=log,
-                                config=ch.config, now=T0 + 5)
-    assert restored.stats.clock_recovered
-    assert restored.lamport == int((T0 + 5) * 1000)
+                                config=ch.setup.config, now=T0 + 5)
+    assert restored.layers.stats.clock_recovered
+    assert restored.layers.incoming.lamport == int((T0 + 5) * 1000)
     restored.send(b"after restart", T0 + 5)
-    assert restored.lamport <= LAMPORT_MAX
+    assert restored.layers.incoming.lamport <= LAMPORT_MAX
 
-    healthy = type(ch).restore(ch.snapshot(), key(0), log=log, config=ch.config, now=T0 + 5)
-    assert not healthy.stats.clock_recovered
+    healthy = type(ch).restore(ch.snapshot(), key(0), log=log, config=ch.setup.config, now=T0 + 5)
+    assert not healthy.layers.stats.clock_recovered

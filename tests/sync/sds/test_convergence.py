@@ -71,7 +71,7 @@ class Convergence(RuleBasedStateMachine):
         net = self.net
         net.drop = net.dup = 0.0
         assert net.run_until_quiet(max_seconds=3600.0), "did not converge"
-        logs = [node.ch.log.entries() for node in net.nodes]
+        logs = [node.ch.layers.log.entries() for node in net.nodes]
         assert all(log == logs[0] for log in logs)
         assert len(logs[0]) == self.count
         for node in net.nodes:

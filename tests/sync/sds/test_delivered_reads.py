@@ -46,21 +46,22 @@ def _filled(store: Store, wires: list[bytes], now: float = T0 + 5) -> SdsChannel
     for wire in wires:
         store.step(ch, lambda: ch.receive(wire, now))  # noqa: B023 (run at once)
         store.keep(ch)
-    assert len(ch.log) == CFG.delivered_window < len(store.ids)
+    assert len(ch.layers.log) == CFG.delivered_window < len(store.ids)
     return ch
 
 
 def _asks_and_does_nothing(ch: SdsChannel, run: Callable[[], object]) -> ReadDelivered:
-    before = (encode_state(ch.snapshot()), ch.log.entries(), ch.lamport,
-              ch.stats.duplicates_received)
+    before = (encode_state(ch.snapshot()), ch.layers.log.entries(), ch.layers.incoming.lamport,
+              ch.layers.stats.duplicates_received, ch.get_timer())
     try:  # a receive returns its request; a step asked up front only stops (a bug's guard)
         read = run()
     except DeliveredNeeded as need:
         read = need.read
     assert isinstance(read, ReadDelivered)
-    assert (encode_state(ch.snapshot()), ch.log.entries(), ch.lamport,
-            ch.stats.duplicates_received) == before
-    assert ch.events() == [] and ch.datagrams_to_send() == []
+    # (Nothing to send either: only ``handle_timer`` makes messages besides ``send``.)
+    assert (encode_state(ch.snapshot()), ch.layers.log.entries(), ch.layers.incoming.lamport,
+            ch.layers.stats.duplicates_received, ch.get_timer()) == before
+    assert ch.events() == []
     return read
 
 
@@ -72,7 +73,7 @@ def test_an_old_duplicate_is_a_question_then_a_duplicate() -> None:
     read = _asks_and_does_nothing(ch, lambda: ch.receive(wires[0], T0 + 6))
     assert old.message_id in read.ids
     assert ch.delivered_read(store.found(read)) is None  # the held message ran
-    assert of_type(ch.events(), Delivered) == [] and ch.stats.duplicates_received == 1
+    assert of_type(ch.events(), Delivered) == [] and ch.layers.stats.duplicates_received == 1
 
 
 def test_a_sync_naming_old_ids_asks_once_then_notes_nothing_missing() -> None:
@@ -84,14 +85,13 @@ def test_a_sync_naming_old_ids_asks_once_then_notes_nothing_missing() -> None:
     peer = channel(0, config=CFG, signed=False)
     for wire in wires[:3]:
         peer.receive(wire, T0 + 1)
-    peer.handle_timer(T0 + 1000)
-    sync = next(d for d in peer.datagrams_to_send()
+    sync = next(d for d in peer.handle_timer(T0 + 1000)
                 if decode_event(d, verify_signature=False, max_size=1 << 20).is_sync)
     named = set(decode_event(sync, verify_signature=False, max_size=1 << 20).history_ids)
     read = _asks_and_does_nothing(ch, lambda: ch.receive(sync, T0 + 1000))
     assert named and named <= {e.message_id for e in olds} and named <= set(read.ids)
     assert ch.delivered_read(store.found(read)) is None
-    assert ch.incoming.missing_ids == frozenset()
+    assert ch.layers.incoming.missing_ids == frozenset()
 
 
 def test_the_bulk_path_and_own_echo_check_ask_before_anything() -> None:
@@ -103,10 +103,10 @@ def test_the_bulk_path_and_own_echo_check_ask_before_anything() -> None:
     assert lamport is not None
     _asks_and_does_nothing(ch, lambda: ch.deliver_settled(
         [e.message_id], [e.sender_id], [lamport], [e.history_ids], LATER))
-    _asks_and_does_nothing(ch, lambda: ch.log.contains(e.message_id, e.lamport))
-    store.answer(ch, ch.log.reads_for_steps([(e.message_id, e.lamport, e.history_ids,
+    _asks_and_does_nothing(ch, lambda: ch.layers.log.contains(e.message_id, e.lamport))
+    store.answer(ch, ch.layers.log.reads_for_steps([(e.message_id, e.lamport, e.history_ids,
                                               e.sender_id)]))
-    assert ch.log.contains(e.message_id, e.lamport)
+    assert ch.layers.log.contains(e.message_id, e.lamport)
     done, full = ch.deliver_settled([e.message_id], [e.sender_id], [lamport],
                                     [e.history_ids], LATER)
     assert (done, full) == ([], [])  # held (the store said so): a duplicate
@@ -118,11 +118,11 @@ def test_a_waku_send_asks_whether_the_payload_was_sent() -> None:
     ch = _bounded(config=cfg)
     store = Store()
     for n in range(100):  # once the window is full, every send asks (as the node does)
-        store.answer(ch, send_reads(ch.log, [f"w{n}".encode()]))
+        store.answer(ch, send_reads(ch.layers.log, [f"w{n}".encode()]))
         ch.send(f"w{n}".encode(), T0 + n)
         store.keep(ch)
     _asks_and_does_nothing(ch, lambda: ch.send(b"w0", T0 + 200))
-    store.answer(ch, send_reads(ch.log, [b"w0", b"new"]))
+    store.answer(ch, send_reads(ch.layers.log, [b"w0", b"new"]))
     with pytest.raises(Exception, match="sent already"):
         ch.send(b"w0", T0 + 200)
     ch.send(b"new", T0 + 201)
@@ -139,9 +139,9 @@ def test_an_answer_read_while_a_window_was_delivered_is_void() -> None:
     for wire in wires[200:]:  # while the driver reads, the window fills again
         store.step(ch, lambda: ch.receive(wire, T0 + 6))  # noqa: B023
         store.keep(ch)
-    assert not ch.log.answer(read, [])
+    assert not ch.layers.log.answer(read, [])
     assert isinstance(ch.receive(wires[0], T0 + 6), ReadDelivered)
-    assert ch.log.answer(read, [], force=True)
+    assert ch.layers.log.answer(read, [], force=True)
 
 
 def test_a_held_message_asked_again_after_stale_answers_then_runs() -> None:
@@ -155,24 +155,25 @@ def test_a_held_message_asked_again_after_stale_answers_then_runs() -> None:
 
     def window_delivered(n: int) -> None:  # other inputs while the driver reads the store
         for i in range(CFG.delivered_window):
-            ch.log.add(f"other-{n}-{i}", 10**9 * (n + 1) + i)
+            ch.layers.log.add(f"other-{n}-{i}", 10**9 * (n + 1) + i)
 
     for n in range(1, STALE_ANSWERS):
         window_delivered(n)
         again = ch.delivered_read(store.found(read))
-        assert again is not None and again.epoch == ch.log.added
+        assert again is not None and again.epoch == ch.layers.log.added
         assert set(read.ids) <= set(again.ids)
         read = again
     window_delivered(STALE_ANSWERS)
     assert ch.delivered_read(store.found(read)) is None  # used anyway: the message ran
-    assert ch.stats.duplicates_received == 1
+    assert ch.layers.stats.duplicates_received == 1
     with pytest.raises(LocalProtocolError):  # nothing is held any more
         ch.delivered_read(store.found(read))
 
 
 def test_an_unbounded_channel_never_asks() -> None:
     ch = channel(9, config=CFG, signed=False)
-    assert ch.log.reads_for_steps([("x", 1, ("y",))]) is None and send_reads(ch.log, [b"x"]) is None
+    log = ch.layers.log
+    assert log.reads_for_steps([("x", 1, ("y",))]) is None and send_reads(log, [b"x"]) is None
 
 
 @functools.cache

@@ -21,9 +21,8 @@ def _valid_transmissions() -> list[bytes]:
     out = [a.send(b"a0", T0), a.send(b"a1", T0)]
     b.receive(out[1], T0)  # b misses a0: its messages carry a repair request later
     out.append(b.send(b"b0", T0))
-    b.handle_timer(T0 + 1000)
-    out.extend(b.datagrams_to_send())
-    out.append(c.send_ephemeral(b"eph", T0))
+    out.extend(b.handle_timer(T0 + 1000))
+    out.append(c.send(b"eph", T0, ephemeral=True))
     return out
 
 
@@ -31,8 +30,9 @@ VALID = _valid_transmissions()
 
 
 def _snapshot(ch: SdsChannel) -> tuple[object, ...]:
-    return (ch.log.entries(), ch.incoming.waiting_ids, ch.incoming.missing_ids, ch.outgoing.ids,
-            ch.lamport)
+    layers = ch.layers
+    return (layers.log.entries(), layers.incoming.waiting_ids, layers.incoming.missing_ids,
+            layers.outgoing.ids, layers.incoming.lamport)
 
 
 def _feed(ch: SdsChannel, data: bytes) -> None:
@@ -135,5 +135,5 @@ def test_mutated_state_only_raises_remote_protocol_error(pos: int, insert: bytes
         restored = SdsChannel.restore(state, None, verify_signatures=False)
     except RemoteProtocolError:
         return
-    assert 0 <= restored.lamport < 1 << 64
+    assert 0 <= restored.layers.incoming.lamport < 1 << 64
     restored.handle_timer(T0 + 10_000)  # whatever was restored runs

@@ -51,44 +51,39 @@ def _gap() -> tuple[list[SdsChannel], list[bytes], list[str]]:
 
 def test_gap_repaired_by_original_sender_and_others_cancel() -> None:
     (a, b, c), _, ids = _gap()
-    assert c.repair.request_ids == {ids[1]}
+    assert c.layers.repair.request_ids == {ids[1]}
     when = c.get_timer()
-    assert when == t_req(T0 + 3, c.participant_id, ids[1], 30, 120)
-    c.handle_timer(when)
-    [request] = c.datagrams_to_send()
+    assert when == t_req(T0 + 3, c.setup.participant_id, ids[1], 30, 120)
+    [request] = c.handle_timer(when)
     assert of_type(c.events(), RepairRequested) == [RepairRequested((ids[1],))]
     tx = decode_transmission(request)
     assert tx.event.is_sync
     assert [r.message_id for r in tx.repair_request] == [ids[1]]
-    assert tx.repair_request[0].sender_id == a.participant_id
+    assert tx.repair_request[0].sender_id == a.setup.participant_id
     a.receive(request, when)
     b.receive(request, when)
-    assert a.repair.response_ids == {ids[1]} and b.repair.response_ids == {ids[1]}
+    assert a.layers.repair.response_ids == {ids[1]} and b.layers.repair.response_ids == {ids[1]}
     # The original sender's back-off is zero: it answers first.
-    a.handle_timer(when)
-    [answer] = a.datagrams_to_send()
+    [answer] = a.handle_timer(when)
     assert of_type(a.events(), RepairAnswered) == [RepairAnswered(ids[1])]
     b.receive(answer, when + 0.1)
-    assert b.repair.response_ids == frozenset()
+    assert b.layers.repair.response_ids == frozenset()
     b.handle_timer(when + 200)
     assert of_type(b.events(), RepairAnswered) == []
     c.receive(answer, when + 0.1)
     assert [e.message_id for e in of_type(c.events(), Delivered)] == ids[1:]
-    assert c.repair.request_ids == frozenset()
+    assert c.layers.repair.request_ids == frozenset()
 
 
 def test_a_peer_answers_when_the_sender_is_silent() -> None:
     (_, b, c), _, ids = _gap()
     when = c.get_timer()
     assert when is not None
-    c.handle_timer(when)
-    [request] = c.datagrams_to_send()
+    [request] = c.handle_timer(when)
     b.receive(request, when)
-    answer_at = t_resp(when, b.participant_id, channel(0).participant_id, ids[1], 120)
-    b.handle_timer(answer_at - 0.01)
-    assert b.datagrams_to_send() == []
-    b.handle_timer(answer_at)
-    [answer] = b.datagrams_to_send()
+    answer_at = t_resp(when, b.setup.participant_id, channel(0).setup.participant_id, ids[1], 120)
+    assert b.handle_timer(answer_at - 0.01) == []
+    [answer] = b.handle_timer(answer_at)
     c.receive(answer, answer_at)
     assert ids[1] in {e.message_id for e in of_type(c.events(), Delivered)}
 
@@ -100,13 +95,12 @@ def test_seeing_anothers_request_backs_off_our_own() -> None:
         d.receive(wires[i], T0 + 3)
     c_when = c.get_timer()
     assert c_when is not None
-    c.handle_timer(c_when)
-    [request] = c.datagrams_to_send()
+    [request] = c.handle_timer(c_when)
     d_due = d.get_timer()
     d.receive(request, c_when)
     assert d.get_timer() != d_due
-    assert d.repair.request_ids == {ids[1]}  # still wanted, asked later if not repaired
-    assert b.repair.request_ids == frozenset()
+    assert d.layers.repair.request_ids == {ids[1]}  # still wanted, asked later if not repaired
+    assert b.layers.repair.request_ids == frozenset()
 
 
 def test_repair_requests_capped_at_three_lowest_t_req() -> None:
@@ -116,11 +110,10 @@ def test_repair_requests_capped_at_three_lowest_t_req() -> None:
     wires = [a.send(f"a{i}".encode(), T0) for i in range(7)]
     ids = [e.message_id for e in of_type(a.events(), Delivered)]
     c.receive(wires[6], T0)  # names a0..a5, all missing
-    assert c.repair.request_ids == set(ids[:6])
-    c.handle_timer(T0 + 120)
-    sent = c.datagrams_to_send()
+    assert c.layers.repair.request_ids == set(ids[:6])
+    sent = c.handle_timer(T0 + 120)
     first = decode_transmission(sent[0]).repair_request
-    by_t_req = sorted(ids[:6], key=lambda m: t_req(T0, c.participant_id, m, 30, 120))
+    by_t_req = sorted(ids[:6], key=lambda m: t_req(T0, c.setup.participant_id, m, 30, 120))
     assert [r.message_id for r in first] == by_t_req[:3]
     # a content message also carries due requests (the rest, paced a second later)
     carried = decode_transmission(c.send(b"c", T0 + 121)).repair_request
@@ -138,32 +131,31 @@ def test_only_the_response_group_answers() -> None:
         p.receive(wires[0], T0)
     requester = channel(20, config=cfg)
     requester.receive(wires[1], T0)
-    when = t_req(T0, requester.participant_id, ids[0], cfg.t_min, cfg.t_max)
-    requester.handle_timer(when)
-    [request] = requester.datagrams_to_send()
+    when = t_req(T0, requester.setup.participant_id, ids[0], cfg.t_min, cfg.t_max)
+    [request] = requester.handle_timer(when)
     members = set()
     for p in peers:
         p.receive(request, when)
-        member = in_response_group(p.participant_id, a.participant_id, ids[0], groups)
-        assert (p.repair.response_ids == {ids[0]}) == member
+        member = in_response_group(p.setup.participant_id, a.setup.participant_id, ids[0], groups)
+        assert (p.layers.repair.response_ids == {ids[0]}) == member
         members.add(member)
     assert members == {True, False}
     a.receive(request, when)
-    assert a.repair.response_ids == {ids[0]}  # the sender is always in its own group
+    assert a.layers.repair.response_ids == {ids[0]}  # the sender is always in its own group
 
 
 def test_retrieval_hints_travel_with_history_entries() -> None:
     a, b = channel(0, config=CFG), channel(1, config=CFG)
     first = a.send(b"a0", T0)
     [mid] = [e.message_id for e in of_type(a.events(), Delivered)]
-    a.history.set_hint(mid, b"recon-key")
+    a.layers.history.set_hint(mid, b"recon-key")
     second = decode_transmission(a.send(b"a1", T0))
     assert second.event.causal_history[0].retrieval_hint == b"recon-key"
     b.receive(second.event.wire, T0)  # a0 missing: the hint comes with the missing entry
     missing = [e for ev in b.events() if hasattr(ev, "entries") for e in ev.entries]
     assert [(m.message_id, m.retrieval_hint) for m in missing] == [(mid, b"recon-key")]
     b.receive(first, T0)
-    assert b.incoming.missing_ids == frozenset()
+    assert b.layers.incoming.missing_ids == frozenset()
 
 
 def test_due_requests_linger_and_share_one_message() -> None:
@@ -175,13 +167,11 @@ def test_due_requests_linger_and_share_one_message() -> None:
     wires = [a.send(f"a{i}".encode(), T0) for i in range(7)]
     ids = [e.message_id for e in of_type(a.events(), Delivered)]
     c.receive(wires[6], T0)  # names a0..a5, all missing
-    due = sorted((t_req(T0, c.participant_id, m, 30, 120), m) for m in ids[:6])
+    due = sorted((t_req(T0, c.setup.participant_id, m, 30, 120), m) for m in ids[:6])
     first = due[0][0]
-    c.handle_timer(first)
-    assert c.datagrams_to_send() == []  # lingering
+    assert c.handle_timer(first) == []  # lingering
     together = [m for when, m in due if when <= first + 15][:3]
-    c.handle_timer(first + 15)
-    [sync] = c.datagrams_to_send()
+    [sync] = c.handle_timer(first + 15)
     tx = decode_transmission(sync)
     assert tx.event.is_sync
     assert [r.message_id for r in tx.repair_request] == together
@@ -203,8 +193,7 @@ def _lingering() -> tuple[SdsChannel, list[str], float]:
     (_, _, c), _, ids = _gap_with(LINGER_CFG)
     when = c.get_timer()
     assert when is not None
-    c.handle_timer(when)
-    assert c.datagrams_to_send() == []
+    assert c.handle_timer(when) == []
     return c, ids, when
 
 
@@ -212,8 +201,8 @@ def test_lingering_request_rides_on_a_content_message() -> None:
     c, ids, when = _lingering()
     carried = decode_transmission(c.send(b"c", when + 1)).repair_request
     assert [r.message_id for r in carried] == [ids[1]]
-    c.handle_timer(when + 15)  # the linger ends: nothing left to ask for
-    assert c.datagrams_to_send() == []
+    # the linger ends: nothing left to ask for
+    assert c.handle_timer(when + 15) == []
 
 
 def _gap_with(cfg: SdsConfig) -> tuple[list[SdsChannel], list[bytes], list[str]]:
@@ -233,9 +222,7 @@ def test_a_lingering_request_keeps_its_deadline_across_a_restart() -> None:
     again = SdsChannel.restore(encode_state(c.snapshot()), key(2), config=LINGER_CFG, now=due + 5,
                                log=[(d.message_id, d.lamport, d.sender_id) for d in delivered])
     again.events()
-    again.handle_timer(due + 5)
-    assert again.datagrams_to_send() == []
+    assert again.handle_timer(due + 5) == []
     assert again.get_timer() == due + 15
-    again.handle_timer(due + 15)
-    [sync] = again.datagrams_to_send()
+    [sync] = again.handle_timer(due + 15)
     assert [r.message_id for r in decode_transmission(sync).repair_request] == [ids[1]]

@@ -37,11 +37,11 @@ def test_finding1_response_groups_follow_the_member_estimate() -> None:
     target = members[0].events()[-1].message_id  # type: ignore[attr-defined]
     for m in members[2:]:
         m.receive(wire, T0 + 1.5)
-    ask = transmission_suffix(None, None, (HistoryRef(target, None, sender.participant_id),))
+    ask = transmission_suffix(None, None, (HistoryRef(target, None, sender.setup.participant_id),))
     asking = requester.send(b"asking again", T0 + 2)
     for m in members[2:]:
         m.receive(asking + ask, T0 + 3)
-    responders = sum(1 for m in members[2:] if target in m.repair.response_ids)
+    responders = sum(1 for m in members[2:] if target in m.layers.repair.response_ids)
     holders = n - 2
     assert responders > 0
     assert responders <= holders / 2, f"{responders} of {holders} holders would answer"
@@ -56,7 +56,6 @@ def _round(members: list[SdsChannel], now: float, rng: random.Random) -> None:
                 m.receive(wire, now + 0.05)
     for m in members:
         m.events()
-        m.datagrams_to_send()
 
 
 def test_finding2_heads_stay_bounded_and_fall_when_traffic_stops() -> None:
@@ -82,7 +81,6 @@ def test_finding2_heads_stay_bounded_and_fall_when_traffic_stops() -> None:
     for _ in range(8):
         later += SdsConfig().head_ttl + 1
         members[0].handle_timer(later)
-        members[0].datagrams_to_send()
     members[0].send(b"after the quiet", later)
     assert len(members[0].snapshot().heads) <= 2
 
@@ -104,8 +102,7 @@ def _rebroadcast_bytes(victim: SdsChannel, until: float) -> int:
     total = 0
     t = T0 + 100
     while t <= until:
-        victim.handle_timer(t)
-        total += sum(len(d) for d in victim.datagrams_to_send() if len(d) > 100_000)
+        total += sum(len(d) for d in victim.handle_timer(t) if len(d) > 100_000)
         t += 5
     return total
 
@@ -119,7 +116,7 @@ def test_finding3_a_requester_cannot_make_us_rebroadcast_without_bound() -> None
     t = T0 + 100
     for n in range(40):
         # The attacker's channel signs its requests: craft them by asking for "missing" ids.
-        refs = tuple(HistoryRef(ids[(n * 3 + k) % len(ids)], None, victim.participant_id)
+        refs = tuple(HistoryRef(ids[(n * 3 + k) % len(ids)], None, victim.setup.participant_id)
                      for k in range(3))
         body = attacker.send(f"ask {n}".encode(), t)
         wire = body + transmission_suffix(None, None, refs, channel_id=CHANNEL,
@@ -154,9 +151,9 @@ def test_finding3_replayed_messages_cannot_carry_someone_elses_repair_requests()
     sent_total = 0
     t = T0 + 100
     for n in range(10):
-        refs = tuple(HistoryRef(i, None, victim.participant_id) for i in ids[n:n + 3])
+        refs = tuple(HistoryRef(i, None, victim.setup.participant_id) for i in ids[n:n + 3])
         victim.receive(honest_wire + transmission_suffix(None, None, refs), t)
         t += 40
         sent_total += _rebroadcast_bytes(victim, t)
     assert sent_total == 0, f"rebroadcast {sent_total} bytes for replayed, unsigned requests"
-    assert peer_id_of(key(6)) == honest.participant_id
+    assert peer_id_of(key(6)) == honest.setup.participant_id

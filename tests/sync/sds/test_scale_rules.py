@@ -68,7 +68,7 @@ def test_repair_requests_are_signed_and_bound_to_their_message() -> None:
                                  message_id=mid)
     tx = decode_transmission(ch.send(b"y", T0 + 1) + suffix)
     assert tx.repair_signature is not None
-    sender = ch.participant_id
+    sender = ch.setup.participant_id
     assert not verify_repair(sender, CHANNEL, tx.event.message_id, refs, tx.repair_signature)
     assert verify_repair(sender, CHANNEL, mid, refs, tx.repair_signature)
 
@@ -83,13 +83,13 @@ def test_an_over_budget_requester_is_reported_for_a_penalty() -> None:
     asker = channel(3)
     body = asker.send(b"asking", T0 + 10)
     mid = asker.events()[-1].message_id  # type: ignore[attr-defined]
-    refs = tuple(HistoryRef(i, None, victim.participant_id) for i in ids)
+    refs = tuple(HistoryRef(i, None, victim.setup.participant_id) for i in ids)
     victim.receive(body + transmission_suffix(None, None, refs, channel_id=CHANNEL,
                                               signing_key=key(3), message_id=mid), T0 + 11)
     refused = [e for e in victim.events() if isinstance(e, RepairRefused)]
-    assert refused and refused[0].requester == asker.participant_id
+    assert refused and refused[0].requester == asker.setup.participant_id
     assert len(refused[0].message_ids) == 3  # 2 x 4 KB fit in 10 KB, 3 do not
-    assert victim.repair.refusals["requester"] == 3
+    assert victim.layers.repair.refusals["requester"] == 3
 
 
 def test_a_replayed_request_costs_at_most_one_answer_per_cooldown_then_nothing() -> None:
@@ -104,11 +104,10 @@ def test_a_replayed_request_costs_at_most_one_answer_per_cooldown_then_nothing()
     answers = 0
     for n in range(40):  # replayed every 5 s for 200 s
         victim.receive(wire, T0 + 11 + 5 * n)
-        victim.handle_timer(T0 + 11 + 5 * n + 0.01)
-        answers += sum(1 for d in victim.datagrams_to_send() if len(d) > 4000)
+        answers += sum(1 for d in victim.handle_timer(T0 + 11 + 5 * n + 0.01) if len(d) > 4000)
     # Fresh for t_min (30 s): one answer, then the cooldown; after that, stale.
     assert answers == 1
-    assert victim.stats.repair_stale_ignored > 30
+    assert victim.layers.stats.repair_stale_ignored > 30
     assert not [e for e in victim.events() if isinstance(e, RepairRefused)]
 
 
@@ -122,7 +121,7 @@ def test_a_history_naming_our_message_twice_acknowledges_it_once() -> None:
     ours = channel(0)
     ours.send(b"ours", T0)
     mid = ours.events()[-1].message_id  # type: ignore[attr-defined]
-    ref = HistoryRef(mid, None, ours.participant_id)
+    ref = HistoryRef(mid, None, ours.setup.participant_id)
     hostile = encode_event(CHANNEL, peer_id_of(key(4)), int(T0 * 1000) + 5, (ref, ref),
                            b"twice", key(4))
     ours.receive(hostile.wire, T0 + 1)

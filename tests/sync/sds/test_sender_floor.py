@@ -58,7 +58,7 @@ def test_floors_apply_only_where_ids_bind_sender_and_time() -> None:
     # Where it matters to the channel: a checked id binds both, a waku id (the payload's
     # hash) does not.
     def evicted_floor(config: SdsConfig) -> int:
-        log = SdsChannel(CHANNEL, "me", None, config, bounded=True).log
+        log = SdsChannel(CHANNEL, "me", None, config, bounded=True).layers.log
         for n in range(config.delivered_window + 1):
             log.add(f"m{n}", 1000 + n, "x")
         return log.floor_for("y")
@@ -87,7 +87,7 @@ def test_a_catch_up_in_key_order_asks_the_store_nothing_about_later_senders() ->
     for start in range(0, len(fetched), 50):
         delivered += _feed(ch, fetched[start : start + 50], LATER, store)
     assert sorted(delivered) == sorted(e.message_id for e in events)
-    assert ch.log.floor > min(e.lamport or 0 for e in events)  # the window did move
+    assert ch.layers.log.floor > min(e.lamport or 0 for e in events)  # the window did move
     assert store.questions == 0
 
 

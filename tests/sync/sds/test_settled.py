@@ -41,7 +41,7 @@ def _feed(ch: SdsChannel, batch: list[SignedEvent], now: float, store: Store | N
     ``ReadDelivered`` returned would fail the test). The ids delivered, in delivery order."""
     batch = sorted(batch, key=lambda e: (e.lamport or 0, e.message_id))
     if store is not None:
-        store.answer(ch, ch.log.reads_for_steps((e.message_id, e.lamport, e.history_ids,
+        store.answer(ch, ch.layers.log.reads_for_steps((e.message_id, e.lamport, e.history_ids,
                                                  e.sender_id) for e in batch))
     done, full = ch.deliver_settled(
         [e.message_id for e in batch], [e.sender_id for e in batch],
@@ -88,7 +88,7 @@ def test_bulk_path_delivers_each_event_once_after_its_dependencies(
     assert {d.message_id for d in of_type(reference.events(), Delivered)} == set(delivered)
     # A copy fetched again is neither delivered nor taken the full way again.
     if store is not None:
-        store.answer(ch, ch.log.reads_for_steps([(events[-1].message_id, events[-1].lamport,
+        store.answer(ch, ch.layers.log.reads_for_steps([(events[-1].message_id, events[-1].lamport,
                                         events[-1].history_ids, events[-1].sender_id)]))
     done, full = ch.deliver_settled([events[-1].message_id], [events[-1].sender_id],
                                     [events[-1].lamport or 0], [events[-1].history_ids], LATER)
@@ -109,5 +109,5 @@ def test_recent_and_waited_for_events_take_the_full_step() -> None:
     # Old: all taken, in order, the clock moved past them, and nothing went to the bloom.
     done, full = ch.deliver_settled(mids, senders, lamports, histories, LATER)
     assert done == list(range(len(events))) and full == []
-    assert ch.lamport >= max(lamports)
-    assert all(ch.log.contains(m) for m in mids)
+    assert ch.layers.incoming.lamport >= max(lamports)
+    assert all(ch.layers.log.contains(m) for m in mids)

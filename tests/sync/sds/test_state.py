@@ -46,12 +46,12 @@ def test_round_trip_keeps_clock_buffers_repairs_and_filter() -> None:
         b.receive(wires[i], T0 + 3)
     b_log = of_type(b.events(), Delivered)
     a2, b2 = _restore(a, 0, a_log), _restore(b, 1, b_log)
-    assert a2.lamport == max(a.lamport, int((T0 + 5) * 1000))
-    assert a2.log.entries() == a.log.entries()
-    assert a2.outgoing.ids == a.outgoing.ids
-    assert b2.incoming.waiting_ids == b.incoming.waiting_ids
-    assert b2.incoming.missing_ids == b.incoming.missing_ids
-    assert b2.repair.request_ids == b.repair.request_ids
+    assert a2.layers.incoming.lamport == max(a.layers.incoming.lamport, int((T0 + 5) * 1000))
+    assert a2.layers.log.entries() == a.layers.log.entries()
+    assert a2.layers.outgoing.ids == a.layers.outgoing.ids
+    assert b2.layers.incoming.waiting_ids == b.layers.incoming.waiting_ids
+    assert b2.layers.incoming.missing_ids == b.layers.incoming.missing_ids
+    assert b2.layers.repair.request_ids == b.layers.repair.request_ids
     assert a2._bloom.to_bytes() == a._bloom.to_bytes()
     # The next message of the restored sender carries the same history and filter.
     before = decode_transmission(a.send(b"next", T0 + 6))
@@ -59,10 +59,9 @@ def test_round_trip_keeps_clock_buffers_repairs_and_filter() -> None:
     assert before.event.message_id == after.event.message_id
     assert before.bloom_filter == after.bloom_filter
     # The restored receiver still completes the gap when the resend comes.
-    a2.handle_timer(T0 + 11)
-    for data in a2.datagrams_to_send():
+    for data in a2.handle_timer(T0 + 11):
         b2.receive(data, T0 + 12)
-    assert b2.log.entries() == a.log.entries()[:3]
+    assert b2.layers.log.entries() == a.layers.log.entries()[:3]
 
 
 def test_restored_timers_and_repair_service() -> None:
@@ -75,13 +74,11 @@ def test_restored_timers_and_repair_service() -> None:
     a2 = _restore(a, 0, a_log)
     when = c2.get_timer()
     assert when is not None
-    c2.handle_timer(when)
-    for req in c2.datagrams_to_send():
+    for req in c2.handle_timer(when):
         a2.receive(req, when)
-    a2.handle_timer(when)
-    for answer in a2.datagrams_to_send():
+    for answer in a2.handle_timer(when):
         c2.receive(answer, when)
-    assert c2.log.entries() == a.log.entries()
+    assert c2.layers.log.entries() == a.layers.log.entries()
 
 
 @pytest.mark.parametrize(
@@ -124,14 +121,14 @@ def test_outgoing_messages_are_saved_by_reference() -> None:
     given = {d.message_id: d.wire for d in a_log[:2]}
     a2 = SdsChannel.restore(state, key(0), log=log, outgoing_wires=given, config=CFG,
                             now=T0 + 5)
-    assert a2.outgoing.ids == frozenset(given) and a2.stats.outgoing_unrestored == 1
+    assert a2.layers.outgoing.ids == frozenset(given) and a2.layers.stats.outgoing_unrestored == 1
     # ... found in cached_wires just as well.
     a3 = SdsChannel.restore(state, key(0), log=log, cached_wires=[d.wire for d in a_log],
                             config=CFG, now=T0 + 5)
-    assert a3.outgoing.ids == a.outgoing.ids and a3.stats.outgoing_unrestored == 0
-    a3.handle_timer(T0 + 13)
-    resent = {decode_transmission(d).event.message_id for d in a3.datagrams_to_send()}
-    assert resent == a.outgoing.ids
+    assert a3.layers.outgoing.ids == a.layers.outgoing.ids
+    assert a3.layers.stats.outgoing_unrestored == 0
+    resent = {decode_transmission(d).event.message_id for d in a3.handle_timer(T0 + 13)}
+    assert resent == a.layers.outgoing.ids
 
 
 def test_version_1_json_state_is_migrated() -> None:
@@ -144,18 +141,18 @@ def test_version_1_json_state_is_migrated() -> None:
         log = [tuple(e) for e in old["log"]]
         ch = SdsChannel.restore(old["state"].encode(), key(i), log=log, config=CFG, now=T0 + 5)
         assert [list(e) for e in sorted((lam, mid) for mid, lam, _ in log)] == [
-            list(e) for e in ch.log.entries()]
+            list(e) for e in ch.layers.log.entries()]
         if role == "sender":
-            assert sorted(ch.outgoing.ids) == old["outgoing"]
+            assert sorted(ch.layers.outgoing.ids) == old["outgoing"]
         else:
-            assert sorted(ch.incoming.waiting_ids) == old["waiting"]
-            assert sorted(ch.incoming.missing_ids) == old["missing"]
-            assert sorted(ch.repair.request_ids) == old["repair"]
+            assert sorted(ch.layers.incoming.waiting_ids) == old["waiting"]
+            assert sorted(ch.layers.incoming.missing_ids) == old["missing"]
+            assert sorted(ch.layers.repair.request_ids) == old["repair"]
         new = encode_state(ch.snapshot())
         assert new.startswith(STATE_MAGIC) and not new.startswith(b"{")
         again = SdsChannel.restore(new, key(i), log=log, config=CFG, now=T0 + 5,
-                                   outgoing_wires={mid: ch.outgoing.entries[mid].wire
-                                                   for mid in ch.outgoing.ids})
+                                   outgoing_wires={mid: ch.layers.outgoing.entries[mid].wire
+                                                   for mid in ch.layers.outgoing.ids})
         assert again.snapshot() == ch.snapshot()
 
 
@@ -168,8 +165,9 @@ def test_restore_delivers_waiting_messages_whose_dependencies_were_logged_meanwh
     # The node fetched a1 by id (e.g. over Recon) and logged it before restarting.
     b2 = _restore(b, 1, a_log[:2])
     assert [e.message_id for e in of_type(b2.events(), Delivered)] == [a_log[2].message_id]
-    assert b2.incoming.waiting_ids == frozenset() and b2.incoming.missing_ids == frozenset()
-    assert b2.log.entries() == a.log.entries()
+    assert b2.layers.incoming.waiting_ids == frozenset()
+    assert b2.layers.incoming.missing_ids == frozenset()
+    assert b2.layers.log.entries() == a.layers.log.entries()
 
 
 def test_snapshot_is_a_public_value_that_round_trips_through_bytes() -> None:
@@ -183,7 +181,7 @@ def test_snapshot_is_a_public_value_that_round_trips_through_bytes() -> None:
     snap_b = b.snapshot()
     a_log = of_type(a.events(), Delivered)
     assert [decode_event(w.wire).message_id for w in snap_b.waiting] == [a_log[2].message_id]
-    assert {m.ref.message_id for m in snap_b.missing} == b.incoming.missing_ids
+    assert {m.ref.message_id for m in snap_b.missing} == b.layers.incoming.missing_ids
     assert all(m.lost_at is not None for m in snap_b.missing)
     assert {e.attempts for e in a.snapshot().outgoing} == {0}
     # Restoring gives back the same buffers (the clock may only move forward).
@@ -204,47 +202,45 @@ def test_resends_due_while_down_are_left_to_recon() -> None:
         encode_state(a.snapshot()), key(0),
         log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
         cached_wires=[d.wire for d in delivered], config=CFG, rng=random.Random(0), now=T0 + 12)
-    restored.handle_timer(T0 + 12)
-    assert restored.datagrams_to_send() == []
-    assert restored.stats.outgoing_overdue == 3
-    restored.handle_timer(T0 + 14)
-    assert [decode_transmission(d).event.content for d in restored.datagrams_to_send()] == [
+    assert restored.handle_timer(T0 + 12) == []
+    assert restored.layers.stats.outgoing_overdue == 3
+    assert [decode_transmission(d).event.content for d in restored.handle_timer(T0 + 14)] == [
         b"late"]
-    restored.handle_timer(T0 + 40)  # (past the interval a deferred resend would wait)
+    # (Past the interval a deferred resend would wait.)
     assert {decode_transmission(d).event.content
-            for d in restored.datagrams_to_send()} <= {b"late", b""}
-    assert restored.outgoing.ids == {delivered[3].message_id}
+            for d in restored.handle_timer(T0 + 40)} <= {b"late", b""}
+    assert restored.layers.outgoing.ids == {delivered[3].message_id}
     # A peer that asks for one by SDS-R is still answered.
-    assert all(d.message_id in restored.repair.cache for d in delivered[:3])
+    assert all(d.message_id in restored.layers.repair.cache for d in delivered[:3])
 
 
 def test_a_node_that_reconciles_leaves_every_restored_resend_to_recon() -> None:
-    """``resend_restored`` off (the node's setting): after a quick restart, the unacknowledged
-    messages whose resend is still ahead are not resent either; they stay in the repair cache
+    """``restore(..., resend_restored=False)``, as the node restores: after a quick restart,
+    the unacknowledged messages whose resend is still ahead are not resent either; they stay
+    in the repair cache
     (a peer asking by SDS-R is answered) and the restart's Recon sessions carry them. Resent,
     a burst cut short by kill -9 went out again to every peer, up to ``max_resends`` times,
     while the peers fetched the same events by Recon."""
-    cfg = SdsConfig(resend_interval=10, t_min=30, t_max=120, resend_restored=False)
-    a = channel(0, config=cfg)
+    a = channel(0, config=CFG)
     for i in range(3):
         a.send(f"a{i}".encode(), T0)  # resends due at T0 + 10
     delivered = of_type(a.events(), Delivered)
     restored = SdsChannel.restore(
         encode_state(a.snapshot()), key(0),
         log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
-        cached_wires=[d.wire for d in delivered], config=cfg, rng=random.Random(0), now=T0 + 2)
-    assert restored.stats.outgoing_left == 3 and restored.stats.outgoing_overdue == 0
+        cached_wires=[d.wire for d in delivered], config=CFG, rng=random.Random(0), now=T0 + 2,
+        resend_restored=False)
+    stats = restored.layers.stats
+    assert stats.outgoing_left == 3 and stats.outgoing_overdue == 0
     for t in (T0 + 10, T0 + 20, T0 + 60):
-        restored.handle_timer(t)
         assert {decode_transmission(d).event.content
-                for d in restored.datagrams_to_send()} <= {b""}  # sync messages only
-    assert restored.outgoing.ids == set()
-    assert all(d.message_id in restored.repair.cache for d in delivered)
+                for d in restored.handle_timer(t)} <= {b""}  # sync messages only
+    assert restored.layers.outgoing.ids == set()
+    assert all(d.message_id in restored.layers.repair.cache for d in delivered)
     # SDS on its own (the default) resends them at their deadline.
     kept = SdsChannel.restore(
         encode_state(a.snapshot()), key(0),
         log=[(d.message_id, d.lamport, d.sender_id) for d in delivered],
         cached_wires=[d.wire for d in delivered], config=CFG, rng=random.Random(0), now=T0 + 2)
-    kept.handle_timer(T0 + 10)
     assert {decode_transmission(d).event.content
-            for d in kept.datagrams_to_send()} == {b"a0", b"a1", b"a2"}
+            for d in kept.handle_timer(T0 + 10)} == {b"a0", b"a1", b"a2"}

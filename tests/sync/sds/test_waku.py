@@ -83,8 +83,7 @@ def replay(steps: list[dict[str, Any]]) -> tuple[SdsChannel, dict[str, list[SdsE
             channel.receive(THEIRS[step["message"]], now)
             events[step["message"]] = channel.events()
         else:
-            channel.handle_timer(now)
-            wires = channel.datagrams_to_send()
+            wires = channel.handle_timer(now)
             assert wires == [unpack(w) for w in step["wires"]], step["name"]
             events[step["name"]] = channel.events()
     assert channel is not None
@@ -137,13 +136,13 @@ def test_their_messages_are_delivered_in_causal_order_when_a0_arrives_last() -> 
         events = ch.events()
         assert delivered(events) == []
     missing = [e for e in ch.events() if isinstance(e, MissingDependencies)]
-    assert ch.incoming.missing_ids == {mid("a0")} and not missing  # reported above, once
+    assert ch.layers.incoming.missing_ids == {mid("a0")} and not missing  # reported above, once
     # Their sync message names a0..a3: nothing to deliver, nothing new missing.
     ch.receive(THEIRS["alice_sync"], T0 + 5.0)
     assert delivered(ch.events()) == []
     ch.receive(THEIRS["a0"], T0 + 6.0)
     assert delivered(ch.events()) == [mid("a0"), mid("a1"), mid("a2"), mid("a3")]
-    lamports = [lamport for lamport, _ in ch.log.entries()]
+    lamports = [lamport for lamport, _ in ch.layers.log.entries()]
     assert lamports == sorted(lamports) and len(lamports) == 4
     # A copy (the repair answer) is a duplicate.
     ch.receive(THEIRS["a0_repair"], T0 + 7.0)
@@ -162,7 +161,7 @@ def test_their_sync_message_reveals_what_we_miss() -> None:
     ch.receive(THEIRS["alice_sync"], T0 + 1.0)
     events = ch.events()
     assert delivered(events) == []
-    assert ch.incoming.missing_ids == {mid(f"a{i}") for i in range(4)}
+    assert ch.layers.incoming.missing_ids == {mid(f"a{i}") for i in range(4)}
 
 
 # --------------------------------------------------------------------------- repair
@@ -198,7 +197,7 @@ def test_their_filter_and_history_acknowledge_ours() -> None:
     assert acks == {(mid("o4"), False), (mid("o3"), True)}
     # Bob's repair request names o6 in its history; o5, which bob lacked, is still ours to
     # resend (our repair answer reached bob, but nothing of bob's acknowledged it since).
-    assert ch.outgoing.ids == {mid("o5")}
+    assert ch.layers.outgoing.ids == {mid("o5")}
 
 
 def test_our_filter_holds_their_ids_the_way_the_package_reads_it() -> None:
@@ -237,7 +236,7 @@ def test_a_payload_that_does_not_match_its_id_is_rejected() -> None:
     ch = fresh()
     with pytest.raises(RemoteProtocolError, match="sha256 of the payload"):
         ch.receive(wire, T0 + 1.0)
-    assert ch.events() == [] and ch.log.entries() == []
+    assert ch.events() == [] and ch.layers.log.entries() == []
 
 
 def with_sender(wire: bytes, sender: str) -> bytes:
@@ -253,7 +252,7 @@ def test_a_sender_id_longer_than_the_events_table_holds_is_refused(length: int) 
     ch = fresh()
     with pytest.raises(RemoteProtocolError, match="sender id longer than 128 characters"):
         ch.receive(with_sender(THEIRS["a0"], "s" * length), T0 + 1.0)
-    assert ch.events() == [] and ch.log.entries() == []
+    assert ch.events() == [] and ch.layers.log.entries() == []
 
 
 def test_a_sender_id_of_128_characters_is_delivered() -> None:
@@ -271,7 +270,7 @@ def test_a_filter_of_another_shape_is_rejected_without_state_change() -> None:
     truncated = wire[:-1]  # the filter is the last field: one byte short
     with pytest.raises(RemoteProtocolError):
         other.receive(truncated, T0 + 2.0)
-    assert other.events() == [] and other.log.entries() == []
+    assert other.events() == [] and other.layers.log.entries() == []
 
 
 def test_sending_the_same_payload_twice_is_refused() -> None:

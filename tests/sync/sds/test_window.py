@@ -37,7 +37,7 @@ class Store:
     def answer(self, ch: SdsChannel, read: ReadDelivered | None) -> None:
         if read is not None:
             self.questions += bool(read.ids)
-            assert ch.log.answer(read, [m for m in read.ids if m in self.ids])
+            assert ch.layers.log.answer(read, [m for m in read.ids if m in self.ids])
 
     def found(self, read: ReadDelivered) -> DeliveredRead:
         """The answer to ``read``: which of its ids the log holds."""
@@ -46,9 +46,11 @@ class Store:
 
     def step(self, ch: SdsChannel, run: Callable[[], ReadDelivered | None]) -> None:
         """Run a receive; when it asks, check it did nothing and feed the answer back."""
+        timer = ch.get_timer()
         read = run()
         if read is not None:
-            assert ch.events() == [] and ch.datagrams_to_send() == []
+            # (Nothing to send either: only ``handle_timer`` makes messages besides ``send``.)
+            assert ch.events() == [] and ch.get_timer() == timer
             # A second question for the same message would fail the test.
             assert ch.delivered_read(self.found(read)) is None
 
@@ -106,9 +108,9 @@ def test_bounded_channel_delivers_like_the_whole_log(seed: int, reach: int) -> N
         reference.extend(d.message_id for d in of_type(whole.events(), Delivered))
         store.step(bounded, lambda: bounded.receive(wire, now))  # noqa: B023 (run at once)
         got.extend(d.message_id for d in store.keep(bounded))
-        assert len(bounded.log) <= CFG.delivered_window
+        assert len(bounded.layers.log) <= CFG.delivered_window
     assert got == reference and len(set(got)) == 220
-    assert bounded.incoming.waiting_ids == whole.incoming.waiting_ids == frozenset()
+    assert bounded.layers.incoming.waiting_ids == whole.layers.incoming.waiting_ids == frozenset()
 
 
 def test_old_duplicates_are_recognised_through_the_store() -> None:
@@ -118,15 +120,16 @@ def test_old_duplicates_are_recognised_through_the_store() -> None:
     for wire in wires:
         store.step(ch, lambda: ch.receive(wire, T0 + 5))  # noqa: B023
         store.keep(ch)
-    assert len(store.ids) == 300 and len(ch.log) == CFG.delivered_window
+    assert len(store.ids) == 300 and len(ch.layers.log) == CFG.delivered_window
     before = store.questions
     for wire in wires[:50]:  # long out of the window: only the store knows them
         store.step(ch, lambda: ch.receive(wire, T0 + 6))  # noqa: B023
         assert store.keep(ch) == []
     assert store.questions > before
     oldest = next(iter(store.ids))
-    store.answer(ch, ch.log.reads_for([oldest], {}))  # asked up front, as the ingest path does
-    assert ch.log.contains(oldest)
+    # Asked up front, as the ingest path does.
+    store.answer(ch, ch.layers.log.reads_for([oldest], {}))
+    assert ch.layers.log.contains(oldest)
     # A fresh message naming recent ids needs no question at all.
     more = group_wires(2, 301, 1)[-1]
     asked = store.questions
@@ -150,12 +153,13 @@ def test_restore_from_the_newest_part_of_the_log() -> None:
         log_truncated=True,
         delivered=(ReadDelivered(asked), [m for m in asked if m in store.ids]),
     )
-    assert len(restored.log) == CFG.delivered_window
+    assert len(restored.layers.log) == CFG.delivered_window
     assert restored._bloom.to_bytes() == ch._bloom.to_bytes()
     for wire in wires[:20]:  # old events: recognised, not delivered again
         store.step(restored, lambda: restored.receive(wire, T0 + 7))  # noqa: B023
         assert store.keep(restored) == []
-    assert restored.stats.duplicates_received == 20  # counted though only the store knew them
+    # Counted though only the store knew them.
+    assert restored.layers.stats.duplicates_received == 20
     store.step(restored, lambda: restored.receive(wires[299], T0 + 7))
     assert len(store.keep(restored)) == 1 and len(store.ids) == 300
 
@@ -165,7 +169,7 @@ def test_without_a_store_the_whole_log_stays_in_memory() -> None:
     ch = channel(9, config=CFG, signed=False)
     for wire in wires:
         ch.receive(wire, T0 + 5)
-    assert len(ch.log) == 150 and ch.log.lookups == 0
+    assert len(ch.layers.log) == 150 and ch.layers.log.lookups == 0
 
 
 def test_retrieval_hints_are_bounded_like_the_ids() -> None:
@@ -174,5 +178,5 @@ def test_retrieval_hints_are_bounded_like_the_ids() -> None:
     for n in range(300):
         wire = sender.send(f"h{n}".encode(), T0 + n / 100, retrieval_hint=f"hint{n}".encode())
         receiver.receive(wire, T0 + 3)  # in order: no question
-    assert 0 < len(receiver.history.hints) <= CFG.delivered_window
-    assert len(sender.history.hints) <= CFG.delivered_window
+    assert 0 < len(receiver.layers.history.hints) <= CFG.delivered_window
+    assert len(sender.layers.history.hints) <= CFG.delivered_window
