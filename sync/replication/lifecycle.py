@@ -90,9 +90,13 @@ class SessionPlan:
     scope: KeyRange | None
     started: float
     #: It answers a prompt (a new connection, a gap), or is with a peer connected anew
-    #: (``ReconLifecycle.connected``): nothing is left to the gossip grace (gossip did not
-    #: bring what the gap lacks; a restarted peer's lost gossip never comes).
+    #: (``ReconLifecycle.connected``): only events stamped after ``live_from`` are left to the
+    #: gossip grace (gossip did not bring what the gap lacks; a restarted peer's lost gossip
+    #: never comes; but what it published since the connection is gossip in flight).
     prompt: bool = False
+    #: For a prompt session: the moment (our clock) since which the peer's events travel by
+    #: live gossip: its connection, or for a gap the session's start.
+    live_from: float | None = None
     #: The claim session of its fetch phase (``want``), if it reached it.
     ticket: int | None = None
     fetched: int = 0
@@ -124,9 +128,10 @@ class ReconLifecycle:
         self._wants: dict[int, _Want] = {}
         #: Peers our running prompt sessions are with (initiator side).
         self._prompting: set[str] = set()
-        #: Peers connected anew (either side dialled) with whom no session has finished since:
-        #: their sessions leave nothing to the gossip grace (``connected``).
-        self._fresh: set[str] = set()
+        #: Peers connected anew (either side dialled) with whom no session has finished since,
+        #: and when: their sessions leave to the gossip grace only what was published after
+        #: the connection (``connected``).
+        self._fresh: dict[str, float] = {}
 
     # -- timers and peers ----------------------------------------------------------------------
 
@@ -173,13 +178,16 @@ class ReconLifecycle:
         limit; None: an inbound connection, which only pokes the round.
 
         Either way, the sessions with ``peer`` until one finishes (in either role) leave
-        nothing to the gossip grace: what it published before it went away, or while the link
-        was down, was never gossiped to us and never will be (a restarted node does not resend
-        it), so holding its newest events back would only delay them by a round. The restarted
-        side dials, so this is its peers' side: their first session with it (its prompt
-        session, whose fetch they make as the responder, or their own round's) takes in all it
-        holds (issue 37: each of a and c took b's last 1,000 events a round later)."""
-        self._fresh.add(peer)
+        to the gossip grace only what it published after this connection: what it published
+        before it went away, or while the link was down, was never gossiped to us and never
+        will be (a restarted node does not resend it), so holding its newest events back would
+        only delay them by a round. The restarted side dials, so this is its peers' side: their
+        first session with it (its prompt session, whose fetch they make as the responder, or
+        their own round's) takes in all it held (issue 37: each of a and c took b's last 1,000
+        events a round later). What it publishes once connected comes by gossip, and fetching
+        it too would count a live event as caught up (seen once on CI: the restarted node's
+        first new event was fetched by a session its publish poked)."""
+        self._fresh.setdefault(peer, now)
         return self.schedule.connected(peer, connected, now, dialled)
 
     def gap(self, senders: Iterable[str | None], connected: Collection[str],
@@ -194,7 +202,7 @@ class ReconLifecycle:
         return at_once, min(len(peers), self.config.gap_peers) - at_once
 
     def disconnected(self, peer: str, now: float) -> None:
-        self._fresh.discard(peer)
+        self._fresh.pop(peer, None)
         self.schedule.disconnected(peer, now)
 
     # -- a session -----------------------------------------------------------------------------
@@ -213,8 +221,11 @@ class ReconLifecycle:
             role is Role.RESPONDER and peer in self._prompting)
         if prompt and role is Role.INITIATOR:
             self._prompting.add(peer)
-        return SessionPlan(peer, role, interests, scope, now,
-                           prompt=prompt or peer in self._fresh)
+        since = self._fresh.get(peer)
+        if since is None and prompt:
+            since = now
+        return SessionPlan(peer, role, interests, scope, now, prompt=since is not None,
+                           live_from=since)
 
     def reconciled(self, plan: SessionPlan, peer_interests: Sequence[Range] | None) -> None:
         self.schedule.learned(plan.peer, peer_interests)
@@ -254,7 +265,7 @@ class ReconLifecycle:
         returns whether the next session with this peer should start at once (each such step
         either fetched something or used up a backlog range, so the chain ends)."""
         self._end(plan)
-        self._fresh.discard(plan.peer)
+        self._fresh.pop(plan.peer, None)
         if plan.role is Role.INITIATOR:
             self.schedule.succeeded(plan.peer)
         self.backlog.finished(plan.scope, self.interests, truncated=truncated,
@@ -278,9 +289,11 @@ class ReconLifecycle:
         SDS delivers what comes in causal order without buffering it). Returns a
         ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
         actions = self._lapse(now)
-        if self.config.gossip_grace_ms and not plan.prompt:
+        if self.config.gossip_grace_ms:
             found = list(missing)
-            missing = not_recent(found, wall_ms, self.config.gossip_grace_ms)
+            since_ms = (None if plan.live_from is None
+                        else wall_ms - int((now - plan.live_from) * 1000))
+            missing = not_recent(found, wall_ms, self.config.gossip_grace_ms, since_ms)
             if len(missing) < len(found):
                 # Left to gossip: if gossip does not bring them (their sender restarted and
                 # will not resend them), the round after the grace fetches them, not one a

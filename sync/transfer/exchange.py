@@ -218,16 +218,20 @@ class ReconExchange:
         return len(rest)
 
 
-def not_recent(keys: Iterable[bytes], now_ms: int, grace_ms: int) -> list[bytes]:
+def not_recent(keys: Iterable[bytes], now_ms: int, grace_ms: int,
+               since_ms: int | None = None) -> list[bytes]:
     """The keys to fetch now: those of events gossip is probably still delivering (height
     within ``grace_ms`` of ``now_ms``, our wall clock) are left out, since fetching them as
     well would move and verify them twice just when the node has least time to spare. A height
     far ahead of our clock (a sender's fast clock) is not held back, nor is a key without one
     (the ceramic-one layout has no event height) or a malformed key (fetched, and rejected on
-    validation)."""
+    validation). ``since_ms``: only events stamped after it are in flight (a prompt session:
+    what came before was not gossiped to us)."""
     if grace_ms <= 0:
         return list(keys)
     lo, hi = now_ms - grace_ms, now_ms + grace_ms
+    if since_ms is not None:
+        lo = max(lo, since_ms + 1)
     kept = []
     for key in keys:
         height = height_of(key)

@@ -181,3 +181,34 @@ def test_the_first_session_with_a_peer_connected_anew_leaves_nothing_to_gossip()
         assert not _fetches_recent_key(c, "b", role, T + 20.0), role
         # Without a new connection, a session (a round's) leaves them to gossip.
         assert not _fetches_recent_key(c, "c", role, T + 21.0), role
+
+
+def test_what_a_peer_connected_anew_publishes_after_the_connection_is_left_to_gossip() -> None:
+    """The restarted b publishes a new event once connected; its publish pokes a session
+    with a, the first since the connection. That event travels by gossip: the session fetches
+    what b held before the connection and leaves the new one to the grace (seen once on CI:
+    the fresh session fetched it as gossip delivered it, counting a live event as caught up).
+    A gap's prompt session likewise leaves what was published after it started."""
+    for role in (Role.RESPONDER, Role.INITIATOR):
+        c = defaults()
+        after_a_round(c, ["a", "c", "d"])
+        assert c.connected("b", PEERS, T + 0.5, dialled=False) is None
+        now = T + 4.0
+        now_ms = int(now * 1000)
+        old = event_key(1, "general", "b", int(T * 1000) + 200, b"\x01" * 32, CIP124_DRAFT)
+        new = event_key(1, "general", "b", now_ms - 100, b"\x02" * 32, CIP124_DRAFT)
+        plan = c.begin("b", role, now)
+        assert plan is not None and plan.prompt
+        read = c.want(plan, [old, new], now, now_ms)[-1]
+        assert isinstance(read, ReadStored) and list(read.keys) == [old], role
+    c = defaults()
+    after_a_round(c, ["a", "c", "d"])
+    c.gap(["b"], PEERS, T + 5.0)
+    assert StartSession("b") in c.handle_timer(T + 5.0, PEERS, NO_LATENCY)
+    plan = c.begin("b", Role.INITIATOR, T + 5.0)
+    assert plan is not None and plan.prompt
+    now, now_ms = T + 5.5, int((T + 5.5) * 1000)
+    lacked = event_key(1, "general", "b", now_ms - 1000, b"\x03" * 32, CIP124_DRAFT)
+    live = event_key(1, "general", "b", now_ms - 200, b"\x04" * 32, CIP124_DRAFT)
+    read = c.want(plan, [lacked, live], now, now_ms)[-1]
+    assert isinstance(read, ReadStored) and list(read.keys) == [lacked]
