@@ -133,6 +133,13 @@ class P2PHost:
     # -- addresses and connections --------------------------------------------------------
 
     @property
+    def libp2p_host(self) -> IHost:
+        """The py-libp2p host under this one, through its public interface only: for test
+        harnesses that misbehave below our stack (a hostile peer's raw streams and handlers).
+        The node itself goes through this class's methods."""
+        return self._host
+
+    @property
     def listen_addrs(self) -> list[str]:
         """Full multiaddrs we listen on, with actual bound ports and ``/p2p/<peer id>``."""
         return [str(a) for a in self._host.get_addrs()]

@@ -244,11 +244,16 @@ def worker(stack: str, n: int, profile: str | None) -> dict[str, float]:
     return out
 
 
-def spawn(stack: str, n: int) -> dict[str, float]:
+def spawn(stack: str, n: int, without: str = "") -> dict[str, float]:
+    # The steps left out apply to our stack only (the stock worker never imports it; nor does
+    # this driver at module level, since the workers are this file too).
+    from node.p2p.compat import WITHOUT_ENV
+
+    left_out = {WITHOUT_ENV: without} if without and stack == "ours" else {}
     done = subprocess.run(
         [sys.executable, __file__, "--worker", stack, "--messages", str(n)],
         capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        env={**os.environ, "PYTHONPATH": str(ROOT), **left_out})
     if done.returncode != 0:
         print(done.stderr[-3000:], file=sys.stderr)
         return {}
@@ -269,6 +274,10 @@ def main() -> int:
     parser.add_argument("--worker", choices=("ours", "stock"), help=argparse.SUPPRESS)
     parser.add_argument("--profile", choices=("raw", "gossip"),
                         help="with --worker: profile one case (top functions to stderr)")
+    parser.add_argument("--without", metavar="KEYS", default="",
+                        help="our stack without these compat steps (e.g. W1,B1: each step "
+                             "measured alone); the JSON goes to --out, never transport.json")
+    parser.add_argument("--out", type=Path, help="write the JSON here")
     args = parser.parse_args()
     n = args.messages or (200 if args.smoke else 5_000)
     if args.worker:
@@ -277,9 +286,12 @@ def main() -> int:
     rounds = args.rounds or (1 if args.smoke else 3)
     load = os.getloadavg()[0]
     runs: dict[str, list[dict[str, float]]] = {"ours": [], "stock": []}
+    from node.p2p.compat import steps_left_out
+
+    steps_left_out(args.without)  # a bad name fails here, not in every worker
     for _ in range(rounds):
         for stack in ("ours", "stock"):
-            runs[stack].append(spawn(stack, n))
+            runs[stack].append(spawn(stack, n, args.without))
     result: dict[str, Any] = {
         "hop_us": median(runs["ours"], "raw_cpu"),
         "hop_us_stock": median(runs["stock"], "raw_cpu"),
@@ -291,6 +303,7 @@ def main() -> int:
         "gossip_hop_wall_us_stock": median(runs["stock"], "gossip_wall"),
         "messages": n, "message_bytes": MESSAGE_BYTES, "rounds": rounds,
         "load_avg_1m": round(max(load, os.getloadavg()[0]), 2),
+        "without": args.without.upper(),
     }
     print(f"one hop, {MESSAGE_BYTES}-byte messages, {n} per case, median of {rounds} rounds, "
           f"load {load:.2f} -> {os.getloadavg()[0]:.2f}")
@@ -299,7 +312,10 @@ def main() -> int:
     for case, prefix in (("raw", "hop"), ("gossip", "gossip_hop")):
         print(f"{case:8} {result[prefix + '_us']!s:>12} {result[prefix + '_us_stock']!s:>13} "
               f"{result[prefix + '_wall_us']!s:>13} {result[prefix + '_wall_us_stock']!s:>14}")
-    return finish(result, JSON_KEYS, smoke_path("transport") if args.smoke else OUT)
+    if args.without and not (args.out or args.smoke):
+        parser.error("--without writes its JSON to --out (transport.json is every step's)")
+    out = smoke_path("transport") if args.smoke else (args.out or OUT)
+    return finish(result, JSON_KEYS, out)
 
 
 if __name__ == "__main__":

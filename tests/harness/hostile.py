@@ -117,7 +117,7 @@ async def window_flood(target: str, total: int, timeout: float = 120.0) -> tuple
     peer id and the bytes written until the node cut the connection (``total`` if it never
     did)."""
     async with hostile(target) as (host, peer):
-        network = host._host.get_network()
+        network = host.libp2p_host.get_network()
 
         def gossip_stream() -> Any:
             for conn in network.get_connections(ID.from_base58(peer)):

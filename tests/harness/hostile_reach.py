@@ -104,7 +104,7 @@ async def late_pingers(target: str, count: int, delay_s: float | None
         for _ in range(count):
             host = await stack.enter_async_context(
                 open_host(Ed25519PrivateKey.generate(), P2PConfig(), clock=SystemClock()))
-            host._host.set_stream_handler(PING_PROTOCOL_ID, stall)
+            host.libp2p_host.set_stream_handler(PING_PROTOCOL_ID, stall)
             await host.connect(target)
             hosts.append(host)
         yield hosts

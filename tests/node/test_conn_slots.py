@@ -34,7 +34,7 @@ def test_the_patch_is_for_the_pinned_libp2p() -> None:
 async def test_every_closed_inbound_connection_gives_its_slot_back() -> None:
     config = P2PConfig(listen_addrs=("/ip4/127.0.0.1/tcp/0",))
     async with open_host(Ed25519PrivateKey.generate(), config, clock=SystemClock()) as host:
-        swarm = host._host.get_network()
+        swarm = host.libp2p_host.get_network()
         limiter = swarm._inbound_limiter  # type: ignore[attr-defined]
         # libp2p's own per-peer rate limit refuses some cycles, the more the faster they come
         # (a quiet machine churns faster): go on, within a bound, until 30 were upgraded.

@@ -129,7 +129,7 @@ def test_liveness_closes_a_silent_peer_after_virtual_minutes(tmp_path: Path) -> 
             await let_pass(120.0)
             marks["healthy"] = float(b.peer_id in a.connected_peers())
             marks["closed_while_healthy"] = metrics.value("membership_liveness_closed_total")
-            b._host.set_stream_handler(PING_PROTOCOL_ID, _never_answer)
+            b.libp2p_host.set_stream_handler(PING_PROTOCOL_ID, _never_answer)
             marks["silenced"] = trio.current_time()
             marks["closed"] = await _until(lambda: b.peer_id not in a.connected_peers(), 600.0)
             nursery.cancel_scope.cancel()
@@ -177,7 +177,7 @@ def test_an_outage_is_noticed_probed_and_ended_on_virtual_time(tmp_path: Path) -
             membership.learn(b.peer_id, address)  # as join does
             await let_pass(30.0)  # answered remote pings
             seen["remote_ok"] = float(membership.liveness.last_remote_ok is not None)
-            b._host.set_stream_handler(PING_PROTOCOL_ID, _never_answer)
+            b.libp2p_host.set_stream_handler(PING_PROTOCOL_ID, _never_answer)
             relay.relay.set_serving(False)
             seen["cut"] = trio.current_time()
             seen["began"] = await _until(lambda: membership.liveness.in_outage, 120.0)
@@ -187,7 +187,7 @@ def test_an_outage_is_noticed_probed_and_ended_on_virtual_time(tmp_path: Path) -
             seen["probe_dials_failed"] = metrics.value("membership_dials_total", kind="dial",
                                                        result="failed")
             seen["failures_held"] = membership.book.entries[b.peer_id].failures
-            b._host.set_stream_handler(PING_PROTOCOL_ID, handle_ping)
+            b.libp2p_host.set_stream_handler(PING_PROTOCOL_ID, handle_ping)
             relay.relay.set_serving(True)
             seen["healed"] = trio.current_time()
             seen["ended"] = await _until(lambda: not membership.liveness.in_outage, 60.0)

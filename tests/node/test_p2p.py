@@ -753,10 +753,10 @@ async def test_drop_closes_a_connection_whose_writes_block() -> None:
         b.set_stream_handler(ECHO, _echo)
         events = a.peer_events()
         await a.connect(b.listen_addrs[0])
-        conn = a._host.get_network().get_connections(ID.from_base58(b.peer_id))[0]
+        conn = a.libp2p_host.get_network().get_connections(ID.from_base58(b.peer_id))[0]
         assert tcp_socket_of(conn) is not None
         # b stops reading its socket (as a peer behind a dead link does): a's writes block.
-        b_conn = b._host.get_network().get_connections(ID.from_base58(a.peer_id))[0]
+        b_conn = b.libp2p_host.get_network().get_connections(ID.from_base58(a.peer_id))[0]
         b_raw = b_conn.muxed_conn.secured_conn.conn.read_writer.read_write_closer.stream
         stream = await a.open_stream(b.peer_id, ECHO)
         await stream.send(b"hello")

@@ -58,7 +58,7 @@ async def test_a_connection_closed_without_libp2ps_notice_does_not_hold_its_peer
         seen = _Events(a)
         await a.connect(b.listen_addrs[0])
         await until(lambda: b.peer_id in a.connected_peers(), 10, "not connected")
-        [conn] = a._host.get_network().get_connections(ID.from_base58(b.peer_id))
+        [conn] = a.libp2p_host.get_network().get_connections(ID.from_base58(b.peer_id))
         with trio.move_on_after(0.05):
             await conn.close()  # cut short inside libp2p's close, before its notice
         assert conn.is_closed
@@ -79,7 +79,7 @@ async def test_the_housekeeping_sweep_lets_go_of_a_peer_closed_without_notice() 
     async with _two_hosts() as (a, b):
         await a.connect(b.listen_addrs[0])
         await until(lambda: b.peer_id in a.connected_peers(), 10, "not connected")
-        [conn] = a._host.get_network().get_connections(ID.from_base58(b.peer_id))
+        [conn] = a.libp2p_host.get_network().get_connections(ID.from_base58(b.peer_id))
         with trio.move_on_after(0.05):
             await conn.close()
         assert b.peer_id in a.connected_peers()  # no notice came
@@ -114,7 +114,7 @@ async def test_a_dial_in_flight_when_its_peer_is_forgotten_does_not_reconnect_it
                     "the forgotten peer still holds the dial's connection")
         assert b.peer_id not in a.connected_peers()
         assert seen.of(b.peer_id) == []
-        assert not a._host.get_network().get_connections(ID.from_base58(b.peer_id))
+        assert not a.libp2p_host.get_network().get_connections(ID.from_base58(b.peer_id))
         # A dial that begins after the forget is the user's own: it connects.
         await a.connect(b.listen_addrs[0])
         await until(lambda: b.peer_id in a.connected_peers(), 10, "not connected after")

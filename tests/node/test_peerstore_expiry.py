@@ -37,9 +37,9 @@ async def test_redial_after_the_peerstore_entry_expired() -> None:
         assert await a.connect(address) == b.peer_id
         # b's signed record as its pubsub RPCs carry it, taken the way a's pubsub takes it.
         rpc = RPC()
-        rpc.senderRecord = issue_and_cache_local_record(b._host)
-        assert pubsub_module.maybe_consume_signed_record(rpc, a._host, b_id)
-        store = a._host.get_peerstore()
+        rpc.senderRecord = issue_and_cache_local_record(b.libp2p_host)
+        assert pubsub_module.maybe_consume_signed_record(rpc, a.libp2p_host, b_id)
+        store = a.libp2p_host.get_peerstore()
         assert b_id in store.peer_record_map  # type: ignore[attr-defined]
         await a.disconnect(b.peer_id)
         await until(lambda: not a.connected_peers(), 10, "still connected")

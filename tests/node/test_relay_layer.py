@@ -169,7 +169,7 @@ async def test_a_punch_dials_no_peerstore_address_before_the_exchange() -> None:
         address = await _reserved(relay, a, b)
         assert await b.connect(address) == a.peer_id
         port = decoy.getsockname()[1]
-        a._host.get_peerstore().add_addrs(
+        a.libp2p_host.get_peerstore().add_addrs(
             ID.from_base58(b.peer_id), [multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")], 600)
         assert await _relay(a).punch(b.peer_id)
         assert a.path(b.peer_id) == "direct"
@@ -212,7 +212,7 @@ async def test_a_punch_dial_lasts_the_whole_attempt() -> None:
         assert await b.connect(address) == a.peer_id
         peer = ID.from_base58(a.peer_id)
         # Only the relayed address is left to dial a by, besides the hole.
-        store = b._host.get_peerstore()
+        store = b.libp2p_host.get_peerstore()
         store.clear_addrs(peer)
         store.add_addrs(peer, [multiaddr.Multiaddr(address)], 600)
         dials: set[int] = set()
@@ -250,17 +250,17 @@ async def test_drop_opened_before_leaves_a_newer_connection_up() -> None:
         assert b.path(a.peer_id) == "relayed"
         # An instant strictly after the relayed connection opened (as b's notifee recorded
         # it, on the host's clock, as liveness's ping times are) and before the direct one.
-        [relayed] = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
+        [relayed] = b.libp2p_host.get_network().get_connections(ID.from_base58(a.peer_id))
         await until(lambda: relayed in b._opened_at, 10, "b did not record the connection")
         opened = b._opened_at[relayed]
         await until(lambda: b.clock.now() > opened, 5, "the clock stood still")
         between = b.clock.now()
         await until(lambda: b.clock.now() > between, 5, "the clock stood still")
         assert await _relay(b).dial_direct(a.listen_addrs[0], a.peer_id, 10)
-        conns = b._host.get_network().get_connections(ID.from_base58(a.peer_id))
+        conns = b.libp2p_host.get_network().get_connections(ID.from_base58(a.peer_id))
         assert len(conns) == 2
         await b.drop(a.peer_id, 5, opened_before=between)  # the relayed one only
-        network = b._host.get_network()
+        network = b.libp2p_host.get_network()
         await until(lambda: len(network.get_connections(ID.from_base58(a.peer_id))) <= 1, 10,
                     "the relayed connection was not dropped")
         assert b.path(a.peer_id) == "direct"

@@ -53,10 +53,10 @@ async def test_a_remote_peer_cannot_aim_punches_observations_or_gossip_px_inward
         await dcutr._dial_peer(peer, multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}"))
         assert victim.addr_refused["punch", "loopback"] == 1
         # Identify: the stranger says it sees us at a private address: not recorded.
-        manager = victim._host._observed_addr_manager  # type: ignore[attr-defined]
-        [conn] = victim._host.get_network().get_connections(peer)
+        manager = victim.libp2p_host._observed_addr_manager  # type: ignore[attr-defined]
+        [conn] = victim.libp2p_host.get_network().get_connections(peer)
         manager.record_observation(conn, multiaddr.Multiaddr("/ip4/10.1.2.3/tcp/4001"),
-                                   victim._host.get_transport_addrs())
+                                   victim.libp2p_host.get_transport_addrs())
         assert victim.addr_refused["observed", "private"] == 1
         # GossipSub PX: a PRUNE listing a signed record of the canary is never dialled.
         key = create_new_key_pair()

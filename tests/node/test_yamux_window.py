@@ -56,7 +56,7 @@ async def _pair() -> AsyncIterator[tuple[P2PHost, P2PHost, Metrics]]:
 
 def _muxed(host: P2PHost, peer: str) -> Any:
     """``host``'s Yamux connection to ``peer``."""
-    (conn,) = host._host.get_network().get_connections(ID.from_base58(peer))
+    (conn,) = host.libp2p_host.get_network().get_connections(ID.from_base58(peer))
     return conn.muxed_conn
 
 

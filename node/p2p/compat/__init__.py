@@ -75,6 +75,9 @@ All checked against py-libp2p 0.8.1 (:data:`SUPPORTED_LIBP2P_VERSION`).
 
 from __future__ import annotations
 
+import logging
+import os
+
 from node.p2p.compat.locks import patch_quick_locks
 from node.p2p.compat.logs import patch_root_logging, set_libp2p_log_level
 from node.p2p.compat.noise import patch_noise_reads
@@ -90,7 +93,9 @@ from node.p2p.compat.yamux_end import patch_yamux_end
 from node.p2p.compat.yamux_window import WindowOverrun, patch_yamux_window, window_overrun
 
 __all__ = [
+    "MEASURED_STEPS",
     "SUPPORTED_LIBP2P_VERSION",
+    "WITHOUT_ENV",
     "GuardedPubsub",
     "WindowOverrun",
     "applied",
@@ -98,36 +103,60 @@ __all__ = [
     "check_libp2p_version",
     "set_libp2p_log_level",
     "share_port",
+    "steps_left_out",
     "tcp_socket_of",
     "use_clock",
     "window_overrun",
 ]
 
 _applied = False
+#: The per-message cost steps a benchmark may leave out, to measure each one alone (issue 40:
+#: each step tried and measured). The other entries fix defects and are never left out.
+MEASURED_STEPS = frozenset({"B1", "W1", "N1", "K1"})
+#: The environment variable that names them (comma-separated) for a process: read by
+#: :func:`apply` so that a benchmark's node processes can run without a step. Benchmarks only.
+WITHOUT_ENV = "SYNCNODE_COMPAT_WITHOUT"
 
 
 def apply() -> None:
     """Check the libp2p version, then install every replacement of the table; once per process
-    (later calls return at once). Raises ``P2PError`` on another version or a missing name."""
+    (later calls return at once). Raises ``P2PError`` on another version or a missing name.
+    ``$SYNCNODE_COMPAT_WITHOUT`` leaves steps of :data:`MEASURED_STEPS` out (benchmarks)."""
     global _applied
     if _applied:
         return
+    without = steps_left_out(os.environ.get(WITHOUT_ENV, ""))
     check_libp2p_version()
     patch_inbound_slots()  # S1
     patch_expired_peer_records()  # S2
     patch_record_verification()  # R1
     patch_record_sending()  # R2
     patch_gossip_queues()  # P6
-    patch_rpc_reads()  # B1
+    if "B1" not in without:
+        patch_rpc_reads()  # B1
     patch_signature_check()  # V2
-    patch_yamux()  # Y1, Y2, W1
+    patch_yamux(coalesce="W1" not in without)  # Y1, Y2, W1
     patch_yamux_end()  # Y3
     patch_yamux_window()  # Y4
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
-    patch_noise_reads()  # N1
-    patch_quick_locks()  # K1
+    if "N1" not in without:
+        patch_noise_reads()  # N1
+    if "K1" not in without:
+        patch_quick_locks()  # K1
+    if without:
+        logging.getLogger(__name__).warning(
+            "py-libp2p compat steps left out for a benchmark: %s", ", ".join(sorted(without)))
     _applied = True
+
+
+def steps_left_out(value: str) -> frozenset[str]:
+    """The steps named in ``value`` (``"W1,B1"``); ``ValueError`` for anything else."""
+    names = frozenset(v.strip().upper() for v in value.split(",") if v.strip())
+    if unknown := names - MEASURED_STEPS:
+        raise ValueError(f"{WITHOUT_ENV}: {', '.join(sorted(unknown))} cannot be left out "
+                         f"(only the measured steps {', '.join(sorted(MEASURED_STEPS))})")
+    return names
 
 
 def applied() -> bool:

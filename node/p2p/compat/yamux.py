@@ -38,6 +38,9 @@ __all__ = ["patch_yamux"]
 _Yamux = _yamux_module.Yamux
 _Stream = _yamux_module.YamuxStream
 _original_write_frame = getattr(_Yamux, "_write_frame", None)
+#: W1 on (the default); off only when a benchmark measures the other steps without it
+#: (``apply``'s ``without``): each frame is then written alone, as 0.8.1 does.
+_coalesce = True
 _yamux_logger = getattr(_yamux_module, "logger", logging.getLogger("libp2p.stream_muxer.yamux"))
 
 
@@ -58,6 +61,11 @@ async def _write_frame(self: Any, data: bytes) -> None:
     coalescing: the writer holding the lock sends every frame queued behind it as one write."""
     if _yamux_logger.isEnabledFor(logging.DEBUG) and _original_write_frame is not None:
         await _original_write_frame(self, data)
+        return
+    if not _coalesce:
+        async with self._write_lock:
+            await self.secured_conn.write(data)
+        await trio.lowlevel.checkpoint()
         return
     box: _Outbox | None = getattr(self, "_syncnode_outbox", None)
     if box is None:
@@ -123,7 +131,9 @@ async def _window_update_at_half(self: Any, *, bytes_read: int = 0) -> None:
         await self.send_window_update(total, skip_lock=True)
 
 
-def patch_yamux() -> None:
+def patch_yamux(*, coalesce: bool = True) -> None:
+    global _coalesce
+    _coalesce = coalesce
     require(_Stream, "_auto_tune_and_send_window_update", "_grow_to_delta",
             "_apply_autotune_epoch", "send_window_update")
     require(_Yamux, "_write_frame")
