@@ -97,6 +97,7 @@ def p2p_config(config: Config) -> P2PConfig:
         gossip_degree=config.p2p.gossip_degree,
         gossip_degree_low=config.p2p.gossip_degree_low,
         gossip_degree_high=config.p2p.gossip_degree_high,
+        gossip_idontwant=config.p2p.gossip_idontwant,
         peer_event_queue_size=config.p2p.peer_event_queue,
         drop_incoming_gossip_fraction=config.p2p.test_drop_incoming_gossip,
         enable_dht=config.p2p.dht,

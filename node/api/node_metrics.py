@@ -68,6 +68,10 @@ P2P_HELP = {
     "gossip_copies_received": "Gossip messages read from peers, duplicate copies included",
     "gossip_duplicates_received": "Gossip copies dropped as duplicates of a message already "
                                   "seen (one per extra mesh peer; p2p.gossip_degree)",
+    "gossip_idontwant_sent": "Message ids this node sent in IDONTWANT before validating the "
+                             "message (p2p.gossip_idontwant)",
+    "gossip_idontwant_rpcs": "RPCs started to carry IDONTWANT because none was queued for the "
+                             "peer (p2p.gossip_idontwant)",
     "gossip_dropped_test": "Gossip messages dropped on purpose (p2p.test_drop_incoming_gossip)",
     "gossip_dropped_overflow": "Gossip messages dropped because a subscriber's queue was full",
     "gossip_refused_foreign": "Gossip messages refused: originated outside p2p.allowed_peers",

@@ -159,6 +159,9 @@ class P2PSection:
     gossip_degree: int = opt(6, positive, most=64)
     gossip_degree_low: int = opt(4, positive, most=64)
     gossip_degree_high: int = opt(12, positive, most=64)
+    # GossipSub 1.2 with IDONTWANT sent on receipt, before validation (docs/p2p.md "Mesh
+    # degree"); off: 1.1.0 and 1.0.0, as measured best on py-libp2p 0.8.1.
+    gossip_idontwant: bool = opt(False)
     test_drop_incoming_gossip: float = opt(0.0, fraction, most=1.0)
     # -- gossip floods (docs/security.md "Gossip floods") --
     gossip_peer_rate: float = opt(1000.0, positive, most=1e6)

@@ -43,7 +43,7 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.exceptions import HandshakeFailure
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
@@ -170,8 +170,13 @@ def build_pubsub(host: IHost, config: P2PConfig, clock: Clock,
                  stats: P2PStats | None = None) -> tuple[Pubsub, GossipSub]:
     compat.apply()
     use_clock(host, clock)
+    # /meshsub/1.2.0 only with IDONTWANT sent early (compat G6): 0.8.1's own, after validation
+    # in an RPC of its own, doubles the CPU per message (docs/p2p.md "Mesh degree").
+    protocols = [PROTOCOL_ID_V11, PROTOCOL_ID]
+    if config.gossip_idontwant:
+        protocols.insert(0, PROTOCOL_ID_V12)
     router = GossipSub(
-        protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+        protocols=protocols,
         degree=config.gossip_degree,
         degree_low=config.gossip_degree_low,
         degree_high=config.gossip_degree_high,
@@ -195,6 +200,8 @@ def build_pubsub(host: IHost, config: P2PConfig, clock: Clock,
         host, router, seen_ttl=config.gossip_seen_ttl, strict_signing=config.gossip_strict_signing,
         peer_queue_size=config.gossip_peer_queue_size, stats=stats,
     )
+    if config.gossip_idontwant:
+        pubsub.send_idontwant_early()
     return pubsub, router
 
 

@@ -53,6 +53,9 @@ class P2PConfig:
     # payloads carry their own signatures (SDS does) can turn that off to halve crypto costs;
     # from_peer is then unauthenticated.
     gossip_strict_signing: bool = True
+    # GossipSub 1.2 with IDONTWANT sent on receipt, before validation, on the next RPC queued
+    # for each peer (compat entry G6); off: the router offers 1.1.0 and 1.0.0 only.
+    gossip_idontwant: bool = False
     peer_event_queue_size: int = 1024
     # Measure round-trip latency with libp2p ping right after each new connection.
     ping_on_connect: bool = True
@@ -131,6 +134,8 @@ class P2PStats:
     gossip_received: int = 0  # delivered to our subscription queues
     gossip_copies_received: int = 0  # messages read from peers, duplicates included
     gossip_duplicates_received: int = 0  # of them, copies of a message already seen
+    gossip_idontwant_sent: int = 0  # message ids sent in IDONTWANT (gossip_idontwant only)
+    gossip_idontwant_rpcs: int = 0  # RPCs started for them: no RPC to that peer was queued
     gossip_dropped_test: int = 0  # dropped by drop_incoming_gossip_fraction
     gossip_dropped_overflow: int = 0  # a subscriber's queue was full
     gossip_refused_foreign: int = 0  # originated outside allowed_peers (relayed by someone)

@@ -9,7 +9,7 @@ messages/s, which would measure the cap, not GossipSub. No subclass, no patch.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -44,17 +44,23 @@ class StockGossip:
 
 
 @asynccontextmanager
-async def open_stock_gossip(listen: str) -> AsyncIterator[StockGossip]:
-    """``libp2p.new_host()`` with its defaults, a stock ``Pubsub`` and ``GossipSub``, running."""
+async def open_stock_gossip(listen: str,
+                            protocols: Sequence[str] | None = None) -> AsyncIterator[StockGossip]:
+    """``libp2p.new_host()`` with its defaults, a stock ``Pubsub`` and ``GossipSub``, running.
+    ``protocols``: what the router offers, most preferred first (default: the node's, 1.1.0
+    and 1.0.0; ``/meshsub/1.2.0`` first turns on 0.8.1's own IDONTWANT)."""
     import multiaddr
     from libp2p import new_host
+    from libp2p.custom_types import TProtocol
     from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
     from libp2p.pubsub.pubsub import Pubsub
     from libp2p.tools.anyio_service import background_trio_service
 
     host = new_host()
+    offered = ([PROTOCOL_ID_V11, PROTOCOL_ID] if protocols is None
+               else [TProtocol(p) for p in protocols])
     router = GossipSub(
-        protocols=[PROTOCOL_ID_V11, PROTOCOL_ID], degree=6, degree_low=4, degree_high=12,
+        protocols=offered, degree=6, degree_low=4, degree_high=12,
         heartbeat_interval=1, gossip_window=3, gossip_history=4, spam_protection_enabled=False,
         adaptive_gossip_enabled=False, eclipse_protection_enabled=False)
     pubsub = Pubsub(host, router)

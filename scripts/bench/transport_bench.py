@@ -36,7 +36,6 @@ import json
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -49,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
+from workers import Counter, spawn_worker  # noqa: E402
 
 from node.clock import SystemClock  # noqa: E402
 
@@ -62,24 +62,6 @@ WINDOW = 32
 TOPIC = "/syncnode-bench/transport"
 PROTOCOL = "/syncnode-bench/transport/1"
 LISTEN = "/ip4/127.0.0.1/tcp/0"
-
-
-class Counter:
-    """Messages B received; the sender waits on it to keep ``WINDOW`` in flight."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._changed = trio.Event()
-
-    def add(self) -> None:
-        self.count += 1
-        self._changed.set()
-
-    async def reach(self, n: int) -> None:
-        while self.count < n:
-            self._changed = trio.Event()
-            with trio.move_on_after(1.0):
-                await self._changed.wait()
 
 
 async def timed(send: Callable[[bytes], Awaitable[None]], got: Counter, warmup: int,
@@ -249,16 +231,8 @@ def spawn(stack: str, n: int, without: str = "") -> dict[str, float]:
     # this driver at module level, since the workers are this file too).
     from node.p2p.compat import WITHOUT_ENV
 
-    left_out = {WITHOUT_ENV: without} if without and stack == "ours" else {}
-    done = subprocess.run(
-        [sys.executable, __file__, "--worker", stack, "--messages", str(n)],
-        capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **left_out})
-    if done.returncode != 0:
-        print(done.stderr[-3000:], file=sys.stderr)
-        return {}
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    env = {WITHOUT_ENV: without} if without and stack == "ours" else {}
+    return spawn_worker(__file__, stack, n, ROOT, env)
 
 
 def median(runs: list[dict[str, float]], key: str) -> float | None:

@@ -41,6 +41,9 @@ G3   replaced   ``GossipSub.send_rpc`` (no split of a fitting publish)      test
 G4   replaced   ``GossipSub._emit_idontwant_for_message``,                  test_gossip_send_path
                 ``_notify_observers`` (skipped without v1.2+; per router)
 G5   replaced   ``GossipSub.equivocation_detection`` (per router)           test_gossip_receive_path
+G6   replaced   ``GossipSub._emit_idontwant_for_message``, ``send_rpc``     test_gossip_idontwant
+                (opt-in: IDONTWANT on receipt, before validation, on the next
+                queued RPC; per router, ``gossip_idontwant``)
 Y1   replaced   ``YamuxStream._auto_tune_and_send_window_update``           test_yamux_tuning
 Y2   replaced   ``Yamux._write_frame``                                      test_libp2p_compat
 W1   replaced   ``Yamux._write_frame`` (queued frames sent as one write)     test_libp2p_compat

@@ -70,7 +70,11 @@
    are noted (``get_hello_packet``, through a context variable set by our
    ``_handle_new_peer``) and, once the peer is listed, what changed since is sent to it.
 
-These are entries P1-P8, G1, G5, R3, V1, V2 of the table in ``node.p2p.compat`` (9 is part of
+10. *IDONTWANT after validation* (opt-in, G6, ``idontwant``): with
+   :meth:`GuardedPubsub.send_idontwant_early` each message not seen before is handed to the
+   router's early IDONTWANT before it is validated.
+
+These are entries P1-P8, G1, G5, G6, R3, V1, V2 of the table in ``node.p2p.compat`` (9 is part of
 P4); they rely on 0.8.1's ``write_msg``/``stream_handler``/``_handle_new_peer``/
 ``_handle_dead_peer`` and its ``peer_topics`` bookkeeping, pinned by the version check of
 :func:`node.p2p.compat.apply`.
@@ -84,6 +88,7 @@ import contextvars
 import logging
 import time
 import weakref
+from collections.abc import Callable
 
 import libp2p.pubsub.pubsub as _pubsub_module
 import trio
@@ -96,6 +101,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.rpc_queue import DefaultMaxMessageSize, RpcQueue
 
 from node.p2p.compat.equivocation import Fingerprints
+from node.p2p.compat.idontwant import send_idontwant_early
 from node.p2p.compat.receive import InlineReceive
 from node.p2p.compat.records import drop_repeated_record
 from node.p2p.compat.router import quicken_router
@@ -174,6 +180,22 @@ class GuardedPubsub(InlineReceive):
         # O(1) per message (entry V1); same ttl and bound as libp2p's.
         self.validation_cache = BoundedValidationCache(self.validation_cache.ttl,
                                                        self.validation_cache.max_size)
+        # Told of each message not seen before, before it is validated (entry G6, opt-in).
+        self._on_receipt: Callable[[ID, rpc_pb2.Message], None] | None = None
+
+    def send_idontwant_early(self) -> None:
+        """Entry G6 on this host's router: IDONTWANT on receipt, before validation, carried
+        by the next RPC queued for each peer. For a router offering ``/meshsub/1.2.0``."""
+        if not isinstance(self.router, GossipSub):
+            raise TypeError("IDONTWANT needs a GossipSub router")
+        stats = self.stats
+
+        def count(ids: int, alone: bool) -> None:
+            if stats is not None:
+                stats.gossip_idontwant_sent += ids
+                stats.gossip_idontwant_rpcs += alone
+
+        self._on_receipt = send_idontwant_early(self.router, count).on_receipt
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         if msg_forwarder == self.my_id:  # our own publish, signed a moment ago (entry V2)
@@ -183,10 +205,14 @@ class GuardedPubsub(InlineReceive):
         # Every mesh peer sends us each message once; all but the first copy are dropped by
         # libp2p's seen cache after Noise, Yamux and the RPC decode have been paid for: the
         # count shows what the mesh degree costs (docs/p2p.md "Mesh degree").
-        if self.stats is not None:
-            self.stats.gossip_copies_received += 1
-            if self._is_msg_seen(msg):
-                self.stats.gossip_duplicates_received += 1
+        on_receipt = self._on_receipt
+        if self.stats is not None or on_receipt is not None:
+            seen = self._is_msg_seen(msg)
+            if self.stats is not None:
+                self.stats.gossip_copies_received += 1
+                self.stats.gossip_duplicates_received += seen
+            if on_receipt is not None and not seen:
+                on_receipt(msg_forwarder, msg)
         await super().push_msg(msg_forwarder, msg)
 
     async def stream_handler(self, stream: INetStream) -> None:

@@ -116,7 +116,7 @@ def quicken_sends(router: GossipSub) -> None:
     router.send_rpc = send_rpc  # type: ignore[method-assign]
 
 
-_V12_PLUS = frozenset((PROTOCOL_ID_V12, PROTOCOL_ID_V13, PROTOCOL_ID_V14, PROTOCOL_ID_V20))
+V12_PLUS = frozenset((PROTOCOL_ID_V12, PROTOCOL_ID_V13, PROTOCOL_ID_V14, PROTOCOL_ID_V20))
 
 
 def skip_unspoken_extensions(router: GossipSub) -> None:
@@ -126,7 +126,7 @@ def skip_unspoken_extensions(router: GossipSub) -> None:
     notify_observers = router._notify_observers
 
     def speaks_v12(protocols: Any) -> bool:
-        return any(p in _V12_PLUS for p in protocols)
+        return any(p in V12_PLUS for p in protocols)
 
     async def idontwant(msg_id: bytes, topic_ids: Any) -> None:
         if speaks_v12(router.protocols):

@@ -155,6 +155,25 @@ ENTRIES: tuple[Entry, ...] = (
           "IDONTWANT and topic-observer peer scans per message on a router offering no v1.2+ "
           "protocol, where both find no peer; skipped while it offers none (per router)",
           "tests/node/test_gossip_send_path.py::test_g4_no_idontwant_or_observer_work_without_v12"),
+    Entry("G6", "idontwant", "replaced",
+          ("libp2p.pubsub.gossipsub:GossipSub._emit_idontwant_for_message",
+           "libp2p.pubsub.gossipsub:GossipSub.send_rpc",
+           "libp2p.pubsub.gossipsub:GossipSub.max_idontwant_messages",
+           "libp2p.pubsub.gossipsub:GossipSub.dont_send_message_ids",
+           "libp2p.pubsub.gossipsub:GossipSub.peer_protocol",
+           "libp2p.pubsub.gossipsub:GossipSub._pending_control",
+           "libp2p.pubsub.rpc_queue:RpcQueue._queue",
+           "libp2p.pubsub.rpc_queue:RpcQueue.max_message_size",
+           "libp2p.pubsub.rpc_queue:PriorityQueue._priority",
+           "libp2p.pubsub.rpc_queue:PriorityQueue._non_priority",
+           "libp2p.pubsub.pubsub:Pubsub.push_msg",
+           "libp2p.pubsub.pubsub:Pubsub._is_msg_seen"),
+          "IDONTWANT is sent after validation, in a control RPC of its own per v1.2 mesh peer "
+          "(the sender included): it arrives with the copies it should stop and doubles the "
+          "CPU per message; opt-in, sent on receipt before validation on the next queued RPC "
+          "(per router, gossip_idontwant)",
+          "tests/node/test_gossip_idontwant.py::"
+          "test_g6_idontwant_goes_before_validation_and_rides_with_the_forward"),
     Entry("G5", "equivocation", "replaced",
           ("libp2p.pubsub.gossipsub:GossipSub.equivocation_detection",
            "libp2p.pubsub.gossipsub:GossipSub._check_equivocation",
