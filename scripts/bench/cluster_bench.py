@@ -1017,7 +1017,7 @@ def main() -> int:
         raw = None
         cpu_us, cpu_step = cpu_per_event_per_node(cluster, plan)
         print(f"{cpu_step.row()}  -> CPU {cpu_us:.0f} us per event per node at "
-              f"{plan.cpu_rate:g}/s (target <= 400)", flush=True)
+              f"{plan.cpu_rate:g}/s (target <= 500)", flush=True)
         batch_steps = batch_ramp(cluster, plan)
         fraction = cluster.delivered_fraction(plan.settle_s)
         published = cluster.attempts
