@@ -23,12 +23,14 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 
+from node.api import register_p2p_metrics
 from node.clock import SystemClock
 from node.config.settings import load_config
 from node.daemon import p2p_config
 from node.p2p import P2PConfig, P2PHost, compat
 from node.p2p.compat.idontwant import THRESHOLD_BYTES
 from node.p2p.run import open_host
+from node.telemetry.metrics import Metrics
 from tests.harness.cluster import until
 
 TOPIC = "idontwant"
@@ -136,6 +138,11 @@ async def test_g6_idontwant_goes_before_validation_and_rides_with_the_forward(
         assert delivered.data.startswith(b"slow")
         sent, alone = b.stats.gossip_idontwant_sent, b.stats.gossip_idontwant_rpcs
         assert (sent, alone) == (1, 1)
+        # Served under these names on /metrics.
+        metrics = Metrics()
+        register_p2p_metrics(metrics, b)
+        assert metrics.value("p2p_gossip_idontwant_sent_total") == 1.0
+        assert metrics.value("p2p_gossip_idontwant_rpcs_total") == 1.0
 
         # 2. Synchronous validation: the forward joins the queued IDONTWANT, one RPC.
         _pubsub(b).remove_topic_validator(TOPIC)

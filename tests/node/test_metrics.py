@@ -331,6 +331,9 @@ DRIVEN.update({name: "tests/node/test_gossip_degree.py::"
                       "test_every_copy_read_is_counted_and_every_message_delivered_once"
                for name in ("p2p_gossip_copies_received_total",
                             "p2p_gossip_duplicates_received_total")})
+DRIVEN.update({name: "tests/node/test_gossip_idontwant.py::"
+                      "test_g6_idontwant_goes_before_validation_and_rides_with_the_forward"
+               for name in ("p2p_gossip_idontwant_sent_total", "p2p_gossip_idontwant_rpcs_total")})
 DRIVEN["membership_liveness_closed_total"] = "tests/net/test_scenarios.py::test_scenario_3"
 DRIVEN["node_task_failures_total"] = ("tests/node/test_supervisor.py::"
                                       "test_a_node_whose_dial_loop_raises_keeps_serving")
