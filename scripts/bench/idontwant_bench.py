@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -47,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
-from workers import Counter, spawn_worker  # noqa: E402
+from workers import Counter, median, spawn_worker  # noqa: E402
 
 #: The keys of the JSON result (the smoke contract, docs/bench/README.md).
 JSON_KEYS = ("cpu_us_v11", "cpu_us_v12_early", "cpu_us_stock_v11", "cpu_us_stock_v12",
@@ -207,11 +206,6 @@ async def run_variant(variant: str, warmup: int, n: int) -> dict[str, float]:
 
 def spawn(variant: str, n: int) -> dict[str, float]:
     return spawn_worker(__file__, variant, n, ROOT)
-
-
-def median(runs: list[dict[str, float]], key: str, digits: int = 1) -> float | None:
-    values = [r[key] for r in runs if key in r]
-    return round(statistics.median(values), digits) if values else None
 
 
 def main() -> int:

@@ -35,7 +35,6 @@ import io
 import json
 import os
 import pstats
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -48,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
-from workers import Counter, spawn_worker  # noqa: E402
+from workers import Counter, median, spawn_worker  # noqa: E402
 
 from node.clock import SystemClock  # noqa: E402
 
@@ -235,11 +234,6 @@ def spawn(stack: str, n: int, without: str = "") -> dict[str, float]:
     return spawn_worker(__file__, stack, n, ROOT, env)
 
 
-def median(runs: list[dict[str, float]], key: str) -> float | None:
-    values = [r[key] for r in runs if key in r]
-    return round(statistics.median(values), 1) if values else None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny size, JSON to a temp file")
@@ -263,6 +257,8 @@ def main() -> int:
     from node.p2p.compat import steps_left_out
 
     steps_left_out(args.without)  # a bad name fails here, not in every worker
+    if args.without and not (args.out or args.smoke):
+        parser.error("--without writes its JSON to --out (transport.json is every step's)")
     for _ in range(rounds):
         for stack in ("ours", "stock"):
             runs[stack].append(spawn(stack, n, args.without))
@@ -286,8 +282,6 @@ def main() -> int:
     for case, prefix in (("raw", "hop"), ("gossip", "gossip_hop")):
         print(f"{case:8} {result[prefix + '_us']!s:>12} {result[prefix + '_us_stock']!s:>13} "
               f"{result[prefix + '_wall_us']!s:>13} {result[prefix + '_wall_us_stock']!s:>14}")
-    if args.without and not (args.out or args.smoke):
-        parser.error("--without writes its JSON to --out (transport.json is every step's)")
     out = smoke_path("transport") if args.smoke else (args.out or OUT)
     return finish(result, JSON_KEYS, out)
 

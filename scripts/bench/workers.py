@@ -1,18 +1,20 @@
 """Shared by the benchmarks that run each stack in a worker subprocess and keep a window of
 messages in flight (transport_bench, idontwant_bench): the delivery count a sender waits on,
-and the spawn of one worker. No node or libp2p import, so the stock workers can use it."""
+the spawn of one worker and the median of the workers' runs. No node or libp2p import, so the
+stock workers can use it."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import trio
 
-__all__ = ["Counter", "spawn_worker"]
+__all__ = ["Counter", "median", "spawn_worker"]
 
 
 class Counter:
@@ -48,3 +50,9 @@ def spawn_worker(script: str, worker: str, n: int, root: Path,
         return {}
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def median(runs: list[dict[str, float]], key: str, digits: int = 1) -> float | None:
+    """The median of ``key`` over the runs that have it (a failed worker's run is ``{}``)."""
+    values = [r[key] for r in runs if key in r]
+    return round(statistics.median(values), digits) if values else None

@@ -89,17 +89,20 @@ class SessionPlan:
     #: The backlog range this session owns (None: all our interests).
     scope: KeyRange | None
     started: float
-    #: It answers a prompt (a new connection, a gap), or is with a peer connected anew
-    #: (``ReconLifecycle.connected``): only events stamped after ``live_from`` are left to the
-    #: gossip grace (gossip did not bring what the gap lacks; a restarted peer's lost gossip
-    #: never comes; but what it published since the connection is gossip in flight).
-    prompt: bool = False
-    #: For a prompt session: the moment (our clock) since which the peer's events travel by
-    #: live gossip: its connection, or for a gap the session's start.
+    #: For a prompt session (see ``prompt``): the moment (our clock) since which the peer's
+    #: events travel by live gossip: its connection, or for a gap the session's start.
     live_from: float | None = None
     #: The claim session of its fetch phase (``want``), if it reached it.
     ticket: int | None = None
     fetched: int = 0
+
+    @property
+    def prompt(self) -> bool:
+        """It answers a prompt (a new connection, a gap), or is with a peer connected anew
+        (``ReconLifecycle.connected``): only events stamped after ``live_from`` are left to the
+        gossip grace (gossip did not bring what the gap lacks; a restarted peer's lost gossip
+        never comes; but what it published since the connection is gossip in flight)."""
+        return self.live_from is not None
 
     @property
     def fetch_first(self) -> bool:
@@ -224,8 +227,7 @@ class ReconLifecycle:
         since = self._fresh.get(peer)
         if since is None and prompt:
             since = now
-        return SessionPlan(peer, role, interests, scope, now, prompt=since is not None,
-                           live_from=since)
+        return SessionPlan(peer, role, interests, scope, now, live_from=since)
 
     def reconciled(self, plan: SessionPlan, peer_interests: Sequence[Range] | None) -> None:
         self.schedule.learned(plan.peer, peer_interests)
