@@ -13,10 +13,16 @@ The cost of one request is bounded by our limits (``recon.max_message_*``, ``fet
 
 A Recon frame's two charges go through :meth:`WorkBudget.charge_frame` (before it is read) and
 :meth:`WorkBudget.settle_frame` (once decoded). The first is an advance at the price per byte
-the peer's previous frames came to (at least the reading's 1 unit per KiB); the second charges
-or gives back the difference. Without the advance, a peer whose frames of made-up range claims
+the peer's previous frames came to (at least the reading's 1 unit per KiB), or, before the peer
+has one, at the dearest a byte can be (:data:`FIRST_FRAME_PRICE`); the second charges or gives
+back the difference. Without the advance, a peer whose frames of made-up range claims
 cost ~90 units per KiB once decoded was asked 1 unit per KiB for each retry while the node's
 total budget refused it unread, so its own budget never ran out and it was never penalised.
+Advanced at the reading's price, every fresh identity's first frame was read and decoded
+before it could be priced (ten of them at once: ~1.5 s of decoding, 153 ms each for 1.3 MB of
+made-up claims); at the dearest price, the node's total budget paces them before they are read.
+An honest peer's first frame in a session is small (a split of its key space), so it pays a
+few hundred units in advance and gets the overpaid part back once the frame is decoded.
 
 Two token buckets decide when the work may run: the peer's own (``peer_rate`` units/s up to
 ``peer_burst``) and the node's total over all peers (``total_rate`` up to ``total_burst``), so
@@ -42,9 +48,10 @@ from dataclasses import dataclass
 from math import ceil
 
 from sync.errors import LocalProtocolError
-from sync.recon.wire import HASH, Message
+from sync.recon.wire import HASH, Limits, Message
 
 __all__ = [
+    "FIRST_FRAME_PRICE",
     "HASH_UNITS",
     "RANGES_PER_UNIT",
     "RECON_BYTES_PER_UNIT",
@@ -65,6 +72,11 @@ __all__ = [
 RECON_BYTES_PER_UNIT = 1024
 #: Units per HASH range: a range hash, a compare and, when it differs, a split (12-25 µs).
 HASH_UNITS = 2
+#: Units per byte of a peer's first Recon frame, before its own frames gave it a price: the
+#: dearest a byte can be. A HASH item in its smallest encoding (a kind byte, a one-byte count,
+#: the fingerprint, a bound of one shared-length, one suffix-length and one suffix byte) asks
+#: ``HASH_UNITS`` for ``5 + fingerprint_bytes`` bytes; the reading's 1 unit per KiB comes on top.
+FIRST_FRAME_PRICE = HASH_UNITS / (5 + Limits().fingerprint_bytes) + 1 / RECON_BYTES_PER_UNIT
 #: Other ranges (SKIP, KEYS, DIFF) and listed keys per unit: each a decode and a batched lookup
 #: or a comparison (~2.3 µs).
 RANGES_PER_UNIT = 4
@@ -157,13 +169,14 @@ Decision = Admit | Wait | Refuse
 
 class _Bucket:
     """Tokens refill at ``rate`` up to ``burst``; may be spent below zero (debt). ``price``:
-    what the peer's Recon frames cost per byte (the advance on its next one)."""
+    what the peer's Recon frames cost per byte (the advance on its next one; none before its
+    first frame is settled)."""
 
     __slots__ = ("at", "burst", "price", "rate", "tokens")
 
     def __init__(self, rate: float, burst: float, now: float) -> None:
         self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
-        self.price = 0.0
+        self.price: float | None = None
 
     def level(self, now: float) -> float:
         if now > self.at:
@@ -227,10 +240,12 @@ class WorkBudget:
 
     def charge_frame(self, peer: str, nbytes: int, now: float) -> Decision:
         """A Recon frame of ``nbytes``, before it is read: its reading (:func:`recon_units`)
-        or, when more, its size at the price per byte of the peer's previous frames, up to
-        the most one request may cost (so a peer with a full bucket is never refused)."""
+        or, when more, its size at the price per byte of the peer's previous frames (before
+        it has one: :data:`FIRST_FRAME_PRICE`), up to the most one request may cost (so a
+        peer with a full bucket is never refused)."""
         price = self._bucket(peer, now).price
-        units = max(recon_units(nbytes), ceil(price * max(nbytes, 0)))
+        per_byte = FIRST_FRAME_PRICE if price is None else price
+        units = max(recon_units(nbytes), ceil(per_byte * max(nbytes, 0)))
         return self.charge(peer, min(units, int(self.limits.max_units)), now)
 
     def settle_frame(self, peer: str, nbytes: int, units: int, paid: int,
@@ -242,7 +257,7 @@ class WorkBudget:
         frames between dear ones do not reset it."""
         bucket = self._bucket(peer, now)
         due = recon_units(nbytes) + max(int(units), 0)
-        bucket.price = max(due / max(nbytes, 1), bucket.price / 2)
+        bucket.price = max(due / max(nbytes, 1), (bucket.price or 0.0) / 2)
         if due > paid:
             return self.charge(peer, due - paid, now, spent=True)
         refund = paid - due

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from math import ceil
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from sync.errors import LocalProtocolError
 from sync.recon.wire import KEYS, Limits, MessageWriter, decode_message
 from sync.workbudget import (
+    FIRST_FRAME_PRICE,
     HASH_UNITS,
     Admit,
     Refuse,
@@ -203,13 +205,13 @@ def test_spent_work_is_paid_even_when_the_rest_is_refused() -> None:
 
 def test_a_frame_is_advanced_at_the_peers_last_price_and_settled() -> None:
     """Before it is read, a Recon frame pays its reading (1 unit per KiB) or, when more, its
-    size at what the peer's last frame cost per byte; once decoded, the rest is charged or the
-    overpaid part given back."""
+    size at what the peer's last frame cost per byte (the dearest a byte can be before it has
+    a price); once decoded, the rest is charged or the overpaid part given back."""
     budget = WorkBudget(LIMITS, now=0.0)
     size = 10 * 1024
     first = budget.charge_frame("a", size, 0.0)
-    assert first == Admit(recon_units(size))  # no price learnt yet: the reading only
-    assert budget.settle_frame("a", size, 500, first.units, 0.0) == Admit(500)
+    assert first == Admit(ceil(FIRST_FRAME_PRICE * size)) == Admit(986)  # no price learnt yet
+    assert budget.settle_frame("a", size, 500, first.units, 0.0) == Admit(0)  # 475 given back
     assert budget.available("a", 0.0) == 1000 - recon_units(size) - 500
     # The next frame of the same size is advanced at that price: 511 units, 0.22 s of debt.
     second = budget.charge_frame("a", size, 0.0)
@@ -220,6 +222,41 @@ def test_a_frame_is_advanced_at_the_peers_last_price_and_settled() -> None:
     left = budget.available("a", 10.0)
     assert budget.settle_frame("a", size, 0, third.units, 10.0) == Admit(0)
     assert budget.available("a", 10.0) == left + third.units - recon_units(size)
+
+
+def test_fresh_identities_first_frames_are_paced_before_they_are_read() -> None:
+    """The attack benchmark's flood opens with ten fresh identities announcing a 1.3 MB frame of
+    60,000 made-up claims each, at once. Advanced at the reading's price (1 unit per KiB), all
+    ten were read and decoded at once (153 ms each here). Advanced at the dearest a byte can
+    be, 127,031 units each, the node's total budget (400,000, 30,000 a second) lets three be
+    read now and two in 3.6 and 7.8 s, and refuses five unread (not penalised: honest peers
+    may be among them)."""
+    nbytes = 1_320_283
+    budget = WorkBudget(WorkLimits(), now=0.0)
+    decisions = [budget.charge_frame(f"id{k}", nbytes, 0.0) for k in range(10)]
+    assert decisions[:3] == [Admit(127_031)] * 3
+    assert [round(d.until, 1) for d in decisions[3:5] if isinstance(d, Wait)] == [3.6, 7.8]
+    assert [type(d) for d in decisions[5:]] == [Refuse] * 5
+    assert {d.penalty for d in decisions[5:] if isinstance(d, Refuse)} == {None}
+    # The price of what the frame asks (HASH_UNITS per claim) is then about what was advanced.
+    due = recon_units(nbytes) + 1 + HASH_UNITS * 60_000
+    assert abs(due - 127_031) / due < 0.06
+    # Read at the reading's price instead, all ten go through at once.
+    cheap = WorkBudget(WorkLimits(), now=0.0)
+    assert all(isinstance(cheap.charge(f"id{k}", recon_units(nbytes), 0.0), Admit)
+               for k in range(10))
+
+
+def test_an_honest_first_frame_gets_its_overpaid_advance_back() -> None:
+    """An honest session opens with a split of the key space (a few KiB): advanced at the
+    dearest price, a few hundred units, given back once decoded; its next frames pay its own
+    price."""
+    budget = WorkBudget(LIMITS, now=0.0)
+    paid = budget.charge_frame("a", 2048, 0.0)
+    assert paid == Admit(198)
+    assert budget.settle_frame("a", 2048, 40, paid.units, 0.0) == Admit(0)
+    assert budget.available("a", 0.0) == 1000 - recon_units(2048) - 40
+    assert budget.charge_frame("a", 2048, 1.0) == Admit(recon_units(2048) + 40)
 
 
 def test_retries_refused_unread_cost_the_peer_its_price() -> None:

@@ -16,6 +16,7 @@ from sync.recon import (
     MemoryKeyStore,
     ReconConfig,
     SummaryKeyStore,
+    read_keys,
     reconcile_in_memory,
     wide_of,
 )
@@ -220,3 +221,34 @@ def test_bad_summaries_are_refused() -> None:
     assert isinstance(store, KeyStore)
     with pytest.raises(LocalProtocolError):
         store.key_at(b"", b"\xff", 0)
+
+
+def test_a_void_run_of_range_hashes_asks_every_read_in_one_round_and_stops_there() -> None:
+    """Once one bound's bucket must be read, the run is void: the bounds after it only ask for
+    their buckets (a bucket once) instead of being looked up one by one, so one round of
+    answers still settles the batch (a flood's 60,000-range message: 211 -> 14 ms of CPU for
+    the void run, ``scripts/bench`` figures in docs/security.md)."""
+    source = ListReader()
+    keys = [i.to_bytes(4, "big") for i in range(20_000)]
+    store = Answered(source, load=64, max_buckets=1024, cache_keys=0)
+    store.insert_many(keys)
+    inner = store.store
+    bounds = sorted({k + b"\x01" for k in keys[5::37]})  # ~540 bounds over every bucket
+    looked_up = 0
+    below = inner._below
+
+    def counting(key: bytes) -> tuple[int, int]:
+        nonlocal looked_up
+        looked_up += 1
+        return below(key)
+
+    inner._below = counting  # type: ignore[method-assign]
+    inner.range_fingerprints(bounds)  # void: the first bound's bucket is not cached
+    reads = inner.wanted()
+    assert reads is not None and looked_up == 1
+    touched = {inner.summary.bucket_of(b) for b in bounds}
+    assert len(reads.ranges) == len(touched)  # each bucket once, all in this round
+    inner.answer(read_keys(source, reads))
+    memory = MemoryKeyStore.from_sorted(keys)
+    assert inner.range_fingerprints(bounds) == memory.range_fingerprints(bounds)
+    assert inner.wanted() is None
