@@ -58,7 +58,7 @@ class EarlyIdontwant:
 
     def __init__(self, router: GossipSub, count: Callable[[int, bool], None]) -> None:
         require(router, "send_rpc", "mesh", "peer_protocol", "dont_send_message_ids",
-                "_pending_control", "_handle_dropped_rpc", "_emit_idontwant_for_message",
+                "_pending_control", "max_idontwant_messages", "_emit_idontwant_for_message",
                 "pubsub")
         self._router = router
         self._count = count
