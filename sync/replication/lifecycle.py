@@ -89,20 +89,23 @@ class SessionPlan:
     #: The backlog range this session owns (None: all our interests).
     scope: KeyRange | None
     started: float
-    #: For a prompt session (see ``prompt``): the moment (our clock) since which the peer's
-    #: events travel by live gossip: its connection, or for a gap the session's start.
+    #: For a gap's prompt session: the moment (our clock) since which the peer's events
+    #: travel by live gossip, the session's start.
     live_from: float | None = None
+    #: With a peer connected anew, begun within the gossip grace of the connection and before
+    #: any session with it finished (``ReconLifecycle.connected``): nothing is left to gossip.
+    fresh: bool = False
     #: The claim session of its fetch phase (``want``), if it reached it.
     ticket: int | None = None
     fetched: int = 0
 
     @property
     def prompt(self) -> bool:
-        """It answers a prompt (a new connection, a gap), or is with a peer connected anew
-        (``ReconLifecycle.connected``): only events stamped after ``live_from`` are left to the
-        gossip grace (gossip did not bring what the gap lacks; a restarted peer's lost gossip
-        never comes; but what it published since the connection is gossip in flight)."""
-        return self.live_from is not None
+        """It is with a peer connected anew (``fresh``: nothing is left to the gossip grace, a
+        restarted peer's lost gossip never comes), or answers a gap (only events stamped after
+        ``live_from`` are left to it: gossip did not bring what the gap lacks, but what the
+        peer published since is gossip in flight)."""
+        return self.fresh or self.live_from is not None
 
     @property
     def fetch_first(self) -> bool:
@@ -132,8 +135,8 @@ class ReconLifecycle:
         #: Peers our running prompt sessions are with (initiator side).
         self._prompting: set[str] = set()
         #: Peers connected anew (either side dialled) with whom no session has finished since,
-        #: and when: their sessions leave to the gossip grace only what was published after
-        #: the connection (``connected``).
+        #: and when: their sessions begun within the gossip grace of it leave nothing to gossip
+        #: (``connected``).
         self._fresh: dict[str, float] = {}
 
     # -- timers and peers ----------------------------------------------------------------------
@@ -180,16 +183,21 @@ class ReconLifecycle:
         peer and we may each lack what the other holds). False: deferred by the per-peer
         limit; None: an inbound connection, which only pokes the round.
 
-        Either way, the sessions with ``peer`` until one finishes (in either role) leave
-        to the gossip grace only what it published after this connection: what it published
-        before it went away, or while the link was down, was never gossiped to us and never
-        will be (a restarted node does not resend it), so holding its newest events back would
-        only delay them by a round. The restarted side dials, so this is its peers' side: their
-        first session with it (its prompt session, whose fetch they make as the responder, or
-        their own round's) takes in all it held (issue 37: each of a and c took b's last 1,000
-        events a round later). What it publishes once connected comes by gossip, and fetching
-        it too would count a live event as caught up (seen once on CI: the restarted node's
-        first new event was fetched by a session its publish poked)."""
+        Either way, the sessions with ``peer`` begun within the gossip grace of this
+        connection, until one finishes (in either role), leave nothing to the gossip grace:
+        what it published before it went away, or while the link was down, was never gossiped
+        to us and never will be (a restarted node does not resend it), so holding its newest
+        events back would only delay them by a round. The restarted side dials, so this is its
+        peers' side: their first session with it (its prompt session, whose fetch they make as
+        the responder, or their own round's) takes in all it held (issue 37: each of a and c
+        took b's last 1,000 events a round later). Its events' heights do not tell what it
+        published before the connection: a burst's Lamport heights run ahead of the wall clock
+        (``max(previous + 1, now)`` gains a millisecond per event above 1,000 a second), so the
+        tail of a burst cut by the restart is stamped after the reconnection (left to gossip by
+        that rule, 6 of b's 1,168 came 6 s later). What it publishes once the grace has passed
+        is gossip like any other: a later session leaves it to gossip (seen once on CI: the
+        restarted node's first new event, published 3 s after it reconnected, was fetched by
+        a session its publish poked while the peer was still counted as connected anew)."""
         self._fresh.setdefault(peer, now)
         return self.schedule.connected(peer, connected, now, dialled)
 
@@ -225,9 +233,11 @@ class ReconLifecycle:
         if prompt and role is Role.INITIATOR:
             self._prompting.add(peer)
         since = self._fresh.get(peer)
-        if since is None and prompt:
-            since = now
-        return SessionPlan(peer, role, interests, scope, now, live_from=since)
+        fresh = since is not None and (now - since) * 1000 <= self.config.gossip_grace_ms
+        if since is not None and not fresh:
+            del self._fresh[peer]
+        return SessionPlan(peer, role, interests, scope, now, fresh=fresh,
+                           live_from=now if prompt and not fresh else None)
 
     def reconciled(self, plan: SessionPlan, peer_interests: Sequence[Range] | None) -> None:
         self.schedule.learned(plan.peer, peer_interests)
@@ -291,7 +301,7 @@ class ReconLifecycle:
         SDS delivers what comes in causal order without buffering it). Returns a
         ``ReadStored`` request for the claimed keys (answer: ``stored``)."""
         actions = self._lapse(now)
-        if self.config.gossip_grace_ms:
+        if self.config.gossip_grace_ms and not plan.fresh:
             found = list(missing)
             since_ms = (None if plan.live_from is None
                         else wall_ms - int((now - plan.live_from) * 1000))
