@@ -192,17 +192,28 @@ def test_a_burst_cut_by_the_restart_is_fetched_whole_though_stamped_after_the_co
     were left to gossip, which never brings them (6 of 1,168 came 6 s later,
     ``restart_catchup_bench.py``)."""
     for role in (Role.RESPONDER, Role.INITIATOR):
-        c = defaults()
-        after_a_round(c, ["a", "c", "d"])
-        assert c.connected("b", PEERS, T + 0.5, dialled=False) is None
-        now = T + 0.55
-        now_ms = int(now * 1000)
-        before = event_key(1, "general", "b", int(T * 1000) - 300, b"\x01" * 32, CIP124_DRAFT)
-        tail = event_key(1, "general", "b", int(T * 1000) + 510, b"\x02" * 32, CIP124_DRAFT)
-        plan = c.begin("b", role, now)
-        assert plan is not None and plan.fresh and plan.prompt
-        read = c.want(plan, [before, tail], now, now_ms)[-1]
-        assert isinstance(read, ReadStored) and list(read.keys) == [before, tail], role
+        before, tail = _key_of_b(-300, 1), _key_of_b(510, 2)
+        fresh, fetched = _reconnected_b_fetches(role, T + 0.55, [before, tail])
+        assert fresh and fetched == [before, tail], role
+
+
+def _key_of_b(ms_after_t: int, tag: int) -> bytes:
+    return event_key(1, "general", "b", int(T * 1000) + ms_after_t, bytes([tag]) * 32,
+                     CIP124_DRAFT)
+
+
+def _reconnected_b_fetches(role: Role, now: float, keys: list[bytes]
+                           ) -> tuple[bool, list[bytes]]:
+    """b connects again at T + 0.5 (it dialled us); a session with it begins at ``now`` and
+    finds ``keys`` missing: (whether it is fresh, what its fetch takes)."""
+    c = defaults()
+    after_a_round(c, ["a", "c", "d"])
+    assert c.connected("b", PEERS, T + 0.5, dialled=False) is None
+    plan = c.begin("b", role, now)
+    assert plan is not None and plan.prompt == plan.fresh
+    read = c.want(plan, keys, now, int(now * 1000))[-1]
+    assert isinstance(read, ReadStored)
+    return plan.fresh, list(read.keys)
 
 
 def test_what_a_peer_connected_anew_publishes_once_the_grace_has_passed_is_left_to_gossip(
@@ -214,17 +225,8 @@ def test_what_a_peer_connected_anew_publishes_once_the_grace_has_passed_is_left_
     as gossip delivered it, counting a live event as caught up). A gap's prompt session
     likewise leaves what was published after it started."""
     for role in (Role.RESPONDER, Role.INITIATOR):
-        c = defaults()
-        after_a_round(c, ["a", "c", "d"])
-        assert c.connected("b", PEERS, T + 0.5, dialled=False) is None
-        now = T + 4.0
-        now_ms = int(now * 1000)
-        old = event_key(1, "general", "b", int(T * 1000) + 200, b"\x01" * 32, CIP124_DRAFT)
-        new = event_key(1, "general", "b", now_ms - 100, b"\x02" * 32, CIP124_DRAFT)
-        plan = c.begin("b", role, now)
-        assert plan is not None and not plan.fresh
-        read = c.want(plan, [old, new], now, now_ms)[-1]
-        assert isinstance(read, ReadStored) and list(read.keys) == [old], role
+        old, new = _key_of_b(200, 1), _key_of_b(3900, 2)
+        assert _reconnected_b_fetches(role, T + 4.0, [old, new]) == (False, [old]), role
     c = defaults()
     after_a_round(c, ["a", "c", "d"])
     c.gap(["b"], PEERS, T + 5.0)
