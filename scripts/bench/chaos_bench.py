@@ -42,7 +42,11 @@ Invariants and figures (the JSON keys):
   slowest such fault with at least ``catchup_min_events`` to take (target >= 5,000; null when
   no fault left that many).
   Each fault's ``catchup_span_s`` is the longest such time at a peer; ``catchup_start_s``, the
-  longest wait from the node's return until a peer began taking the events in;
+  longest wait from the node's return until a peer began taking the events in. The peers of a
+  restarted node take its burst in side by side on the same cores: each fault also says how
+  many did (``catchup_peers``), the events all of them took in over the time from the first
+  one's start to the last one's end (``catchup_group_per_s``) and the share of the machine's
+  CPU time that was busy meanwhile (``catchup_machine_busy``, from ``/proc/stat``);
 - ``rss_slope_mib_per_h``: the steepest least-squares slope of a node process's resident memory
   over a life of at least ``rss_min_s`` after a warm-up (target <= 20);
 - ``direct_fraction_end``: of the pairs of homes, the fraction connected directly at the end
@@ -81,9 +85,10 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from benchjson import finish, smoke_path  # noqa: E402
 from chaos_group import Group, Member  # noqa: E402
+from machine_cpu import MachineCpu  # noqa: E402
 from rss_slope import slope_mib_per_h  # noqa: E402
 
-from tests.harness.catchup_timing import fetch_sessions, timed_catchup  # noqa: E402
+from tests.harness.catchup_timing import Timed, fetch_sessions, timed_catchup  # noqa: E402
 from tests.net.netns import Internet  # noqa: E402
 
 JSON_KEYS = ("acked_lost", "unexpected_exits", "converge_s_max", "live_p99_ms",
@@ -148,6 +153,12 @@ class Fault:
     gossip_s: float | None = None  # the probe's slowest arrival at a peer
     catchup_per_s: float | None = None  # the slowest peer's rate of taking in the burst
     catchup_span_s: float | None = None  # the longest time a peer took to take it in
+    # The same burst taken in by every peer that lacked it, side by side: how many, the
+    # events all of them took in over the time from the first one's start to the last one's
+    # end, and how busy the machine's cores were meanwhile (1.0: all of them, all the time).
+    catchup_peers: int = 0
+    catchup_group_per_s: float | None = None
+    catchup_machine_busy: float | None = None
     note: str = ""
 
 
@@ -163,6 +174,7 @@ class Chaos:
         self.stop = threading.Event()
         self.counter = 0
         self.catchup_start_s: float | None = None  # slowest start of an after-restart catch-up
+        self.cpu = MachineCpu()
 
     # -- background work --------------------------------------------------------------------
 
@@ -373,6 +385,7 @@ def catchup_rate(chaos: Chaos) -> float | None:
         fault = chaos.faults[index]
         if not fault.restart_wall_ms:
             continue
+        group: list[Timed] = []
         for peer in chaos.group.live():
             if peer.name == fault.target or peer.joined_ms > fault.restart_wall_ms:
                 continue  # (one that joined later took the events in as a fresh node)
@@ -385,11 +398,18 @@ def catchup_rate(chaos: Chaos) -> float | None:
             timed = timed_catchup(late, fetch_sessions(peer.node.stderr_path))
             if timed is None or timed.rate is None:
                 continue
+            group.append(timed)
             slowest = timed.rate if slowest is None else min(slowest, timed.rate)
             fault.catchup_per_s = min(timed.rate, fault.catchup_per_s or timed.rate)
             fault.catchup_span_s = round(max(timed.seconds, fault.catchup_span_s or 0.0), 2)
             start = (timed.start_ms - fault.restart_wall_ms) / 1000
             chaos.catchup_start_s = max(chaos.catchup_start_s or 0.0, round(start, 2))
+        if group:
+            first, last = min(t.start_ms for t in group), max(t.last_ms for t in group)
+            fault.catchup_peers = len(group)
+            fault.catchup_group_per_s = round(sum(t.events for t in group)
+                                              / max((last - first) / 1000, 0.001))
+            fault.catchup_machine_busy = chaos.cpu.busy_fraction(first, last)
     return slowest
 
 
@@ -540,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                        threading.Thread(target=chaos.load, daemon=True)]
             for thread in threads:
                 thread.start()
+            chaos.cpu.start()
             chaos.run()
             chaos.stop.set()
             for thread in threads:
@@ -547,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             result = measure(chaos, plan)
         finally:
             chaos.stop.set()
+            chaos.cpu.stop()
             group.kill_all()
     result.update(seed=args.seed, seconds=round(time.monotonic() - started),
                   load_avg_start=round(load_start, 2), cores=os.cpu_count())
@@ -554,11 +576,14 @@ def main(argv: list[str] | None = None) -> int:
     short = [] if args.smoke else missed(result)
     result["targets_missed"] = short
     print(f"{'fault':<14}{'node':<6}{'start s':>9}{'took s':>8}{'converge s':>11}"
-          f"{'gossip s':>10}{'catch-up/s':>11}", file=sys.stderr)
+          f"{'gossip s':>10}{'catch-up/s':>11}{'peers':>6}{'group/s':>9}{'cpu busy':>9}",
+          file=sys.stderr)
     for f in result["faults"]:
         print(f"{f['kind']:<14}{f['target']:<6}{f['start_s']:>9}"
               f"{f['end_s'] - f['start_s']:>8.1f}{_cell(f['converge_s']):>11}"
-              f"{_cell(f['gossip_s']):>10}{_cell(f['catchup_per_s']):>11}", file=sys.stderr)
+              f"{_cell(f['gossip_s']):>10}{_cell(f['catchup_per_s']):>11}"
+              f"{f['catchup_peers'] or '':>6}{_cell(f['catchup_group_per_s']):>9}"
+              f"{_cell(f['catchup_machine_busy']):>9}", file=sys.stderr)
     print(f"{'seed':<28}{args.seed}", file=sys.stderr)
     for key in JSON_KEYS[:-1]:
         print(f"{key:<28}{result[key]}", file=sys.stderr)
