@@ -41,6 +41,7 @@ from node.snapshots.scheduler import scheduler_from_config
 from node.store.events import EventStore
 from node.store.signal import CommitSignal
 from node.supervisor import supervise
+from node.telemetry.gc_pauses import GcPauses
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
 from node.ui import UiSessions
@@ -168,9 +169,12 @@ async def _serve_locked(
                          relayed_synchronous=config.storage.relayed_synchronous)
     recon: ReconService | None = None
     api_url = ""
+    gc_pauses = GcPauses()
+    gc_pauses.install()
     try:
         await trio.to_thread.run_sync(upgrade, engine)
         metrics = Metrics()
+        gc_pauses.register(metrics)
         ingest = ingest_pool(config, metrics, clock)
         # The store's commit observers, built first: it is complete once built.
         commits = CommitSignal()
@@ -232,12 +236,17 @@ async def _serve_locked(
             log.info("node started", extra=kv(peer_id=info.peer_id, api=info.api_url,
                                                listen=",".join(info.listen_addrs)))
             task_status.started(info)
+            if config.node.gc_freeze:
+                # Start-up is done: what it built lives until exit (gc_pauses module).
+                log.info("start-up objects frozen out of garbage collection",
+                         extra=kv(objects=gc_pauses.freeze()))
             await shutdown.wait()
             log.info("shutting down")
             services.cancel()
             # The API stops on ``shutdown`` by itself; the writer drains its queue, then returns.
             await store.close()
     finally:
+        gc_pauses.uninstall()
         if api_url:
             remove_api_url(config.data_path, api_url)
         # After the writer's last commit (the nursery is done): the next start loads this.

@@ -55,8 +55,10 @@ class InProcessNode(NodeApi):
     def node_config(self) -> Config:
         argv = self.run_args()
         args = build_parser(argv).parse_args(argv)
-        return load_config(args.config, env={**os.environ, **self.env},
-                           overrides=run_overrides(args))
+        # Freezing is process-wide: an in-process node would freeze the test process, and the
+        # objects of the nodes it stops later would never be collected.
+        return load_config(args.config, env={"SYNCNODE_NODE_GC_FREEZE": "false", **os.environ,
+                                             **self.env}, overrides=run_overrides(args))
 
     def launch(self) -> Self:
         """Start the node's thread; ``wait_started`` returns once its API answers."""
