@@ -36,8 +36,8 @@ class GcPauses:
     """The collector's pauses since :meth:`install`."""
 
     def __init__(self) -> None:
-        self.seconds = [0.0, 0.0, 0.0]
-        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self.full_collections = 0
         self.longest = 0.0
         self._began = 0.0
 
@@ -53,9 +53,8 @@ class GcPauses:
             self._began = time.perf_counter()
             return
         took = time.perf_counter() - self._began
-        generation = info["generation"]
-        self.seconds[generation] += took
-        self.collections[generation] += 1
+        self.seconds += took
+        self.full_collections += info["generation"] == 2
         self.longest = max(self.longest, took)
 
     @staticmethod
@@ -67,9 +66,9 @@ class GcPauses:
         return gc.get_freeze_count()
 
     def register(self, metrics: Metrics) -> None:
-        metrics.counter_fn("gc_pause_seconds_total", lambda: sum(self.seconds),
+        metrics.counter_fn("gc_pause_seconds_total", lambda: self.seconds,
                            "Seconds cyclic garbage collections stopped the node's threads")
-        metrics.counter_fn("gc_full_collections_total", lambda: float(self.collections[2]),
+        metrics.counter_fn("gc_full_collections_total", lambda: float(self.full_collections),
                            "Full (generation 2) cyclic garbage collections")
         metrics.gauge_fn("gc_pause_max_seconds", lambda: self.longest,
                          "The longest cyclic garbage collection since the node started")
