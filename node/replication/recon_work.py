@@ -10,11 +10,12 @@ lock it queues them instead of waiting, and whoever holds the lock next applies 
 The summary saver takes the lock without waiting (``try_locked``): it skips a round rather than
 stall the node.
 
-The key store reads no SQL (sync/recon/reads.py): a step that lacks reads returns the action
-``ReadKeys`` undone; the driver reads them here with its ``SqlKeyReader``, between steps and with
-the lock still held (no insert comes between the answer and the step that uses it), and feeds
-them back to the exchange as its ``KeysRead`` input (:meth:`KeyStoreWork.step`). The bucket
-splits after an insert ask the same way (``sync.recon.insert_keys``).
+The key store reads no SQL (sync/recon/reads.py): a step that lacks reads waits where it must
+read and returns the action ``ReadKeys``; the driver reads them here with its ``SqlKeyReader``,
+with the lock still held (no insert comes between the answer and the step that uses it), and
+feeds them back to the exchange as its ``KeysRead`` input, on which the step goes on
+(:meth:`KeyStoreWork.step`). The bucket splits after an insert ask the same way
+(``sync.recon.insert_keys``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import TypeVar
 
 import trio
 
-from sync.errors import LocalProtocolError
 from sync.recon import KeyReader, ReadKeys, SummaryKeyStore, insert_keys, read_keys
 from sync.transfer import ReconExchange
 from sync.transfer.exchange import Action
@@ -34,10 +34,6 @@ from sync.transfer.exchange import Action
 __all__ = ["KeyStoreWork"]
 
 T = TypeVar("T")
-
-# Each answer settles at least one more read; a step needs a handful at most (a split reads a
-# rank, then its successor). The bound only turns a bug into an error, not a hang.
-MAX_ANSWERS = 64
 
 
 class KeyStoreWork:
@@ -71,15 +67,13 @@ class KeyStoreWork:
 
     def _answering(self, exchange: ReconExchange, actions: list[Action]) -> list[Action]:
         """Carry out the ``ReadKeys`` of ``actions`` (a step's) until the step runs through.
-        The key store bounds the answers it holds (``SummaryKeyStore.answer_keys``)."""
-        for _ in range(MAX_ANSWERS):
-            if not (actions and isinstance(read := actions[0], ReadKeys)):
-                return actions
+        Each answer lets the step go on; the session bounds the rounds one read may take
+        (``sync.recon.reads.MAX_ROUNDS``), the key store the answers it holds
+        (``SummaryKeyStore.answer_keys``)."""
+        while actions and isinstance(read := actions[0], ReadKeys):
             answer = read_keys(self.reader, read.reads)
             self.answered_reads += len(answer.reads.ranges) + bool(answer.reads.present)
             actions = exchange.keys_read(answer)
-        if actions and isinstance(actions[0], ReadKeys):
-            raise LocalProtocolError(f"a Recon step still asked for reads after {MAX_ANSWERS}")
         return actions
 
     def insert_many(self, keys: Iterable[bytes]) -> None:

@@ -2,15 +2,17 @@
 
 A :class:`~sync.recon.summary.SummaryKeyStore` answers a session's queries from its summary,
 its bucket cache and the answers given for the step being run. A read it has no answer for is
-recorded, not made; the session then undoes the step and returns the action :class:`ReadKeys`
-(the :class:`KeyReads` it must have) instead of a reply. The driver makes those reads with its
+recorded, not made (``SummaryKeyStore.misses`` grows: what that query returned is void). The
+session's step then waits where it asked: it returns the action :class:`ReadKeys` (the
+:class:`KeyReads` it must have) instead of a reply, the driver makes those reads with its
 :class:`KeyReader` (SQL in the node, outside the step: :func:`read_keys`) and feeds them back as
-the input :class:`KeysRead` (``ReconSession.keys_read``), which runs the held step with them.
-Each answer settles at least one more read, so a step settles after a few (most after none: a
-session reads buckets it has just cached). A session reads a message's range hashes and listed
-keys in one batch before it handles any range, and stops the run there when that batch asked
-for a read (``SummaryKeyStore.lacking``): the void run costs the batch only. The bucket splits
-after an insert ask the same way (:func:`insert_keys` is the driver's loop for them).
+the input :class:`KeysRead` (``ReconSession.keys_read``), and the step goes on from there:
+nothing is undone or done again but the query that lacked. A step asks for the reads of many
+ranges in one round: a message's range hashes and listed keys first, in one batch, then the
+reads of every range whose handling waits (a split's ranks, its successors, its hashes: each
+read depends on the one before). Most steps ask none (a session reads buckets it has just
+cached). The bucket splits after an insert ask the same way (:func:`insert_keys` is the
+driver's loop for them).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ __all__ = ["KeyReader", "KeyReads", "KeysRead", "RangeRead", "ReadKeys", "answer
 
 T = TypeVar("T")
 
-#: Rounds of answers one query may ask for (a rank, then its successor: a few); the bound
-#: turns a bug into an error, not a hang.
+#: Rounds of answers one query may ask for (a rank's bucket once its range's start is known: a
+#: few); the bound turns a bug into an error, not a hang.
 MAX_ROUNDS = 64
 
 #: One ascending range read: up to ``limit`` keys of ``[lo, hi)`` (``hi`` None: to the end).
@@ -44,7 +46,7 @@ class KeyReads:
 
 @dataclass(frozen=True)
 class ReadKeys:
-    """Action: the step did nothing and must have ``reads`` answered first."""
+    """Action: the step waits where it must have ``reads`` answered (``KeysRead``)."""
 
     reads: KeyReads
 
@@ -109,9 +111,9 @@ def insert_keys(store: _Asking, keys: Iterable[bytes], reader: KeyReader) -> int
 
 
 def answered(store: _Asking, reader: KeyReader, query: Callable[[], T]) -> T:
-    """Run ``query`` (a call into the store) as a driver runs a step: again with the reads it
-    asked for answered from ``reader``, until it asks no more. For tests, benchmarks and tools
-    that query a store outside a Recon session (a run on missing reads is void, as a step's)."""
+    """Make ``query`` (a call into the store), again once the reads it asked for are answered
+    from ``reader``, until it asks no more: what a session does for each query of a step. For
+    tests, benchmarks and tools that query a store outside a Recon session."""
     for _ in range(MAX_ROUNDS):
         try:
             got = query()

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
-from typing import Any, TypeVar, Union
+from typing import NoReturn, Protocol, TypeAlias, TypeVar, Union, cast
 
 from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.recon.interests import Interests, clip, intersect, normalize, within
-from sync.recon.reads import KeyReads, KeysRead, ReadKeys
+from sync.recon.reads import MAX_ROUNDS, KeyReads, KeysRead, ReadKeys
 from sync.recon.store import KeyStore
 from sync.recon.wire import (
     DIFF,
@@ -65,6 +66,11 @@ PROTOCOL_ID = "/syncnode/recon/1.0.0"
 _DIFF_CHUNK = 1024
 _SMALL_SPLIT = 4096
 _LIST_ALL = 1024
+#: Ranges of one message whose handling may wait for reads at once: their reads are asked in
+#: one round; more wait for the next (each waiting range holds a suspended run).
+_WAITING = 4096
+#: What :meth:`ReconSession._try` returns for a query that lacked a read.
+_LACKED = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +149,22 @@ ReconEvent = Union[MissingKeys, PeerMissingKeys, ReconFinished]  # noqa: UP007
 #: What a step returns: a message to send (None: none), or the reads it must have first.
 Step = Union[bytes, None, ReadKeys]  # noqa: UP007
 _T = TypeVar("_T")
+#: A step, or a part of one, that stops (yields) where it must have reads answered and goes on
+#: from there once they are (``ReconSession.keys_read``); it returns its result.
+_Run: TypeAlias = Generator[None, None, _T]
+
+
+class _AskingStore(Protocol):
+    """A key store that asks for its reads (``SummaryKeyStore``; sync/recon/reads.py)."""
+
+    @property
+    def misses(self) -> int: ...
+
+    def wanted(self) -> KeyReads | None: ...
+
+    def answer(self, answer: KeysRead) -> None: ...
+
+    def forget_answers(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +173,6 @@ class Incoming:
 
     message: Message
     nbytes: int
-
-
-class _ReadsLacking(Exception):
-    """A run stopped early: the store asked for reads, so what it would compute is void
-    (``ReconSession._atomic`` undoes it and returns ``ReadKeys``)."""
 
 
 # Pending work, in key order: ("h", lo, hi, count, digest) | ("k", lo, hi, keys)
@@ -203,8 +220,11 @@ class ReconSession:
         self._held: set[bytes] | None = None
         self._listed: list[_Action] = []
         self._listed_dirty = False
-        # The step that asked for reads (``ReadKeys``): run again by ``keys_read``.
-        self._asking: Callable[[], bytes | None] | None = None
+        # A store that asks for its reads, and the step waiting for them (``ReadKeys``), where
+        # it stopped: ``keys_read`` goes on with it.
+        self._asks: _AskingStore | None = (
+            cast(_AskingStore, store) if hasattr(store, "wanted") else None)
+        self._asking: _Run[bytes | None] | None = None
 
     @classmethod
     def initiator(
@@ -232,18 +252,21 @@ class ReconSession:
 
     def start(self) -> bytes | ReadKeys:
         """The initiator's first message: its interests and the hashes of their first split.
-        ``ReadKeys`` (nothing done) when an asking store lacks reads: see :meth:`keys_read`."""
+        ``ReadKeys`` when an asking store lacks reads: see :meth:`keys_read`."""
         if not self.is_initiator or self._started:
             raise LocalProtocolError("start() is for a fresh initiator only")
-        step = self._atomic(self._start)
+        self._started = True
+        step = self._step(self._start())
         assert step is not None  # the first message always exists
         return step
 
-    def _start(self) -> bytes:
-        self._started = True
-        for lo, hi in self.interests:
-            self._split(lo, hi, self.store.count(lo, hi), 1)
-        data, _ = self._write()
+    def _start(self) -> _Run[bytes | None]:
+        store = self.store
+        counts = yield from self._gather([partial(store.count, lo, hi)
+                                          for lo, hi in self.interests])
+        yield from self._each(self._split(lo, hi, n, 1)
+                              for (lo, hi), n in zip(self.interests, counts, strict=True))
+        data, _ = yield from self._write()
         return data
 
     def decode(self, data: bytes) -> Incoming:
@@ -252,15 +275,18 @@ class ReconSession:
         (``sync.workbudget.recon_message_units``) decodes first, charges, then receives.
         A malformed message ends the session as :meth:`receive` would."""
         self._receivable()
-        return self._failing(lambda: self._decode(data))
+        try:
+            return self._decode(data)
+        except RemoteProtocolError as exc:
+            self._fail(exc)
 
     def receive(self, data: bytes | Incoming) -> Step:
         """Process one message from the peer (its bytes, or what :meth:`decode` made of
-        them); returns the reply, or None when there is none. ``ReadKeys`` (nothing done)
-        when an asking store lacks reads (sync/recon/reads.py): the driver makes them and
-        hands them back through :meth:`keys_read`."""
+        them); returns the reply, or None when there is none. ``ReadKeys`` when an asking
+        store lacks reads (sync/recon/reads.py): the step waits where it must read, and the
+        driver makes the reads and hands them back through :meth:`keys_read`."""
         self._receivable()
-        return self._atomic(lambda: self._failing(lambda: self._receive(data)))
+        return self._step(self._receive(data))
 
     def _receivable(self) -> None:
         if self.done:
@@ -271,58 +297,137 @@ class ReconSession:
             raise LocalProtocolError("a step waits for its reads (keys_read)")
 
     def keys_read(self, answer: KeysRead) -> Step:
-        """The reads the last step asked for (``ReadKeys``): the step it held runs with them
-        and returns as it would have. It may ask again (a read that depends on an earlier
-        one's result), in the same way."""
-        step, self._asking = self._asking, None
-        if step is None:
+        """The reads the waiting step asked for (``ReadKeys``): it goes on from where it
+        stopped, and returns as :meth:`start` or :meth:`receive` would have. It may ask again
+        (a read that depends on an earlier one's result), in the same way."""
+        run, self._asking = self._asking, None
+        if run is None or self._asks is None:
             raise LocalProtocolError("no step waits for reads")
-        getattr(self.store, "answer")(answer)  # noqa: B009 (asking stores only)
-        return self._atomic(step)
+        self._asks.answer(answer)
+        return self._step(run)
 
-    def _atomic(self, step: Callable[[], bytes | None]) -> Step:
-        """Run ``step``; undo it and ask when the store lacked reads for it (any outcome of a
-        run on missing reads is void: it saw empty ranges)."""
-        wanted: Callable[[], KeyReads | None] | None = getattr(self.store, "wanted", None)
-        if wanted is None:  # a store in memory (the simulator's) has every key at hand
-            return step()
-        saved = self._state()
+    def _step(self, run: _Run[bytes | None]) -> Step:
+        """Advance ``run`` to its end, or to where it must have reads: it waits then (nothing
+        is undone or done again), and the reads go out as ``ReadKeys``."""
+        asks = self._asks
         try:
-            result = step()
+            run.send(None)
+        except StopIteration as end:
+            if asks is not None and asks.wanted() is not None:  # spends the step's answers
+                raise LocalProtocolError("a step ended with reads it did not wait for") from None
+            return cast("bytes | None", end.value)
+        except BaseException as exc:
+            if asks is not None:
+                asks.forget_answers()
+            if isinstance(exc, RemoteProtocolError):
+                self._fail(exc)
+            raise
+        assert asks is not None  # only an asking store's reads make a run wait
+        reads = asks.wanted()
+        if reads is None:
+            raise LocalProtocolError("a step waited for no read")
+        self._asking = run
+        return ReadKeys(reads)
+
+    def _fail(self, exc: RemoteProtocolError) -> NoReturn:
+        """The peer's protocol error ends the session and drops its events."""
+        self.done = True
+        self.error = exc.from_peer(self.peer)
+        self._events.clear()
+        self._pending.clear()
+        raise self.error from None
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _gather(self, reads: Sequence[Callable[[], _T]]) -> _Run[list[_T]]:
+        """The results of ``reads`` (queries of the store, nothing else), asked in one round:
+        a query during which an asking store lacked a read returned nothing of use (its run
+        was void), so it waits with the others that lacked and is made once they are
+        answered; one that did not lack is not made again."""
+        asks = self._asks
+        if asks is None:  # a store in memory (the simulator's) has every key at hand
+            return [read() for read in reads]
+        results: list[_T | None] = [None] * len(reads)
+        todo: Iterable[int] = range(len(reads))
+        for _ in range(MAX_ROUNDS):
+            lacking: list[int] = []
+            for i in todo:
+                before = asks.misses
+                try:
+                    value = reads[i]()
+                except Exception:
+                    if asks.misses == before:
+                        raise
+                    lacking.append(i)
+                    continue
+                if asks.misses == before:
+                    results[i] = value
+                else:
+                    lacking.append(i)
+            if not lacking:
+                return cast(list[_T], results)
+            todo = lacking
+            yield
+        raise LocalProtocolError(f"a read still lacked answers after {MAX_ROUNDS} rounds")
+
+    def _read(self, read: Callable[..., _T], *args: object, lacked: bool = False) -> _Run[_T]:
+        """``read(*args)`` (a query of the store), made again once answered while it lacks:
+        :meth:`_gather` of one query, lean (a range's handling makes one or two). ``lacked``:
+        the caller just tried it (:meth:`_try`), so the reads are asked for first."""
+        if lacked:
+            yield
+        for _ in range(MAX_ROUNDS):
+            if (value := self._try(read, *args)) is not _LACKED:
+                return cast(_T, value)
+            yield
+        raise LocalProtocolError(f"a read still lacked answers after {MAX_ROUNDS} rounds")
+
+    def _try(self, read: Callable[..., _T], *args: object) -> _T | object:
+        """``read(*args)``, or ``_LACKED`` when the store lacked a read for it (what it
+        returned was void). A handler tries its query at once and waits (:meth:`_read`) only
+        when it lacked: most ranges' reads are at hand, and a run per query costs."""
+        asks = self._asks
+        if asks is None:
+            return read(*args)
+        before = asks.misses
+        try:
+            value = read(*args)
         except Exception:
-            if (reads := wanted()) is None:
+            if asks.misses == before:
                 raise
-            self._restore(saved)
-            self._asking = step
-            return ReadKeys(reads)
-        if (reads := wanted()) is not None:
-            self._restore(saved)
-            self._asking = step
-            return ReadKeys(reads)
-        return result
+            return _LACKED
+        return value if asks.misses == before else _LACKED
 
-    def _state(self) -> dict[str, Any]:
-        # Lists and dicts a step changes in place are copied; their items never change.
-        state = dict(vars(self))
-        for name in ("_pending", "_events", "_listed"):
-            state[name] = list(state[name])
-        state["_hash_cache"] = dict(self._hash_cache)
-        return state
+    def _each(self, works: Iterable[_Run[None]]) -> _Run[None]:
+        """Run ``works`` (the handling of one range each) side by side: each runs until it
+        must read; the reads of all that wait are asked in one round, and each goes on where
+        it stopped once they are answered. At most ``_WAITING`` wait at a time."""
+        left = iter(works)
+        waiting: list[_Run[None]] = []
+        more = True
+        while True:
+            while more and len(waiting) < _WAITING:
+                work = next(left, None)
+                if work is None:
+                    more = False
+                elif self._waits(work):
+                    waiting.append(work)
+            if not waiting:
+                return
+            yield
+            waiting = [work for work in waiting if self._waits(work)]
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        vars(self).clear()
-        vars(self).update(state)
-
-    def _failing(self, step: Callable[[], _T]) -> _T:
-        """Run ``step``; the peer's protocol error ends the session and drops its events."""
+    def _waits(self, work: _Run[None]) -> bool:
+        """Advance ``work``; whether it waits for reads (False: it is done)."""
         try:
-            return step()
-        except RemoteProtocolError as exc:
-            self.done = True
-            self.error = exc.from_peer(self.peer)
-            self._events.clear()
-            self._pending.clear()
-            raise self.error from None
+            work.send(None)
+        except StopIteration:
+            waits = False
+        else:
+            waits = True
+        if len(self._pending) > self.config.max_pending_ranges:
+            raise RemoteProtocolError("message asks for too much work", kind=ErrorKind.OVER_LIMIT)
+        return waits
 
     def events(self) -> list[ReconEvent]:
         """Drain the events produced so far."""
@@ -340,11 +445,10 @@ class ReconSession:
             raise RemoteProtocolError("session byte budget exceeded", kind=ErrorKind.OVER_LIMIT)
         return Incoming(decode_message(data, self._limits), len(data))
 
-    def _receive(self, data: bytes | Incoming) -> bytes | None:
+    def _receive(self, data: bytes | Incoming) -> _Run[bytes | None]:
         self._started = True
         incoming = self._decode(data) if isinstance(data, bytes) else data
         msg = incoming.message
-        cfg = self.config
         self.messages_received += 1
         self.bytes_received += incoming.nbytes
         first = self.messages_received == 1
@@ -359,16 +463,28 @@ class ReconSession:
         common = self.common
         assert common is not None
         level = self.messages_sent + self.messages_received + 1
-        reclip = first and not self.is_initiator
         if first and self.is_initiator and self._pending:
-            self._clip_pending(common)
-        self._prehash(msg.items)
-        self._precheck(msg.items)
-        if self._lacking():
-            # The batch reads above missed: the rest of this run would be void (it would see
-            # empty ranges) and is done again once they are answered; stop here.
-            raise _ReadsLacking
-        for item in msg.items:
+            yield from self._clip_pending(common)
+        yield from self._prepare(msg.items)
+        yield from self._each(self._works(msg.items, first and not self.is_initiator, common,
+                                          level))
+        # The peer waits for an answer to a HASH/KEYS/MORE, to our first message, or for the end
+        # of what our last message announced as MORE (even if clipping left nothing to send).
+        peer_waiting = msg.demanding or (first and not self.is_initiator) or self._sent_more
+        if not (self._pending or peer_waiting):
+            self._finish()
+            return None
+        out, demanding = yield from self._write()
+        if not demanding and not msg.more:
+            self._finish()
+        return out
+
+    def _works(self, items: tuple[Item, ...], reclip: bool, common: Interests, level: int
+               ) -> Iterator[_Run[None]]:
+        """The handling of each range of a message that has work to do (a matching hash has
+        none), in order; a range the peer had no right to send ends the session here."""
+        cache = self._hash_cache
+        for item in items:
             if reclip:
                 assert self.peer_interests is not None
                 if item.kind == DIFF or not within(self.peer_interests, item.lo, item.hi):
@@ -376,74 +492,64 @@ class ReconSession:
                 # Inside one common range (a bisection) is the usual case; clipping every
                 # range of a 60,000-range message against each interest cost ~4 us apiece.
                 if not within(common, item.lo, item.hi):
-                    self._reclip(item, clip(item.lo, item.hi, common), level)
+                    yield self._reclip(item, clip(item.lo, item.hi, common), level)
                     continue
             elif not within(common, item.lo, item.hi):
                 raise RemoteProtocolError("range outside the common interest")
-            self._handle(item, level)
-            if len(self._pending) > cfg.max_pending_ranges:
-                raise RemoteProtocolError("message asks for too much work",
-                                          kind=ErrorKind.OVER_LIMIT)
-        # The peer waits for an answer to a HASH/KEYS/MORE, to our first message, or for the end
-        # of what our last message announced as MORE (even if clipping left nothing to send).
-        peer_waiting = msg.demanding or (first and not self.is_initiator) or self._sent_more
-        if not (self._pending or peer_waiting):
-            self._finish()
-            return None
-        out, demanding = self._write()
-        if not demanding and not msg.more:
-            self._finish()
-        return out
-
-    def _handle(self, item: Item, level: int) -> None:
-        if item.kind == HASH:
-            cached = self._hash_cache.pop(item.lo, None)
-            count, digest = cached or self._fingerprints([item.lo, item.hi])[0]
-            if count != item.count or digest[: len(item.fingerprint)] != item.fingerprint:
+            if item.kind == HASH:
+                cached = cache.pop(item.lo, None)
+                if cached is None:  # not hashed with the others (a range sent twice)
+                    yield self._on_hash(item, level)
+                    continue
+                count, digest = cached
+                if count == item.count and digest[: len(item.fingerprint)] == item.fingerprint:
+                    continue
                 if self._lists_all(count, item.count):
-                    self._list_all(item.lo, item.hi, count)
+                    yield self._list_all(item.lo, item.hi, count)
                 else:
-                    self._split(item.lo, item.hi, count, level)
-        elif item.kind == KEYS:
-            self._on_keys(item.lo, item.hi, item.keys)
-        else:
-            self._on_diff(item)
+                    yield self._split(item.lo, item.hi, count, level)
+            elif item.kind == KEYS:
+                yield self._on_keys(item.lo, item.hi, item.keys)
+            else:
+                self._on_diff(item)
 
-    def _lacking(self) -> bool:
-        lacking: Callable[[], bool] | None = getattr(self.store, "lacking", None)
-        return lacking is not None and lacking()
+    def _on_hash(self, item: Item, level: int) -> _Run[None]:
+        ((count, digest),) = yield from self._read(self._fingerprints, [item.lo, item.hi])
+        if count != item.count or digest[: len(item.fingerprint)] != item.fingerprint:
+            if self._lists_all(count, item.count):
+                yield from self._list_all(item.lo, item.hi, count)
+            else:
+                yield from self._split(item.lo, item.hi, count, level)
 
-    def _precheck(self, items: tuple[Item, ...]) -> None:
-        """Ask a store that can batch (one query on SQL) which listed keys it holds."""
-        self._held = None
-        batch = getattr(self.store, "contains_many", None)
-        if batch is not None:
-            listed = [k for item in items if item.kind != HASH for k in item.keys]
-            if listed:
-                self._held = batch(listed)
+    def _prepare(self, items: tuple[Item, ...]) -> _Run[None]:
+        """What a message's ranges read first, in one round: the hashes of its HASH ranges
+        (a run of adjacent ones together, each shared bound looked up once), and which of the
+        keys it lists the store holds when it can tell in one lookup (one query on SQL)."""
+        runs: list[list[bytes]] = []
+        for item in items:
+            if item.kind != HASH:
+                continue
+            if runs and runs[-1][-1] == item.lo:
+                runs[-1].append(item.hi)
+            else:
+                runs.append([item.lo, item.hi])
+        reads: list[Callable[[], object]] = [partial(self._fingerprints, run) for run in runs]
+        batch: Callable[[list[bytes]], set[bytes]] | None = getattr(
+            self.store, "contains_many", None)
+        listed = ([k for item in items if item.kind != HASH for k in item.keys]
+                  if batch is not None else [])
+        if batch is not None and listed:
+            reads.append(partial(batch, listed))
+        got = yield from self._gather(reads)
+        self._held = cast(set[bytes], got.pop()) if listed else None
+        cache: dict[bytes, tuple[int, bytes]] = {}
+        for run, values in zip(runs, got, strict=True):
+            cache.update(zip(run, cast(list[tuple[int, bytes]], values), strict=False))
+        self._hash_cache = cache
 
     def _has(self, key: bytes) -> bool:
         held = self._held
         return key in held if held is not None else self.store.contains(key)
-
-    def _prehash(self, items: tuple[Item, ...]) -> None:
-        """Hash runs of adjacent HASH items together: each shared bound is looked up once."""
-        self._hash_cache = {}
-        run: list[bytes] = []
-        for item in items:
-            if item.kind != HASH:
-                continue
-            if run and run[-1] == item.lo:
-                run.append(item.hi)
-            else:
-                self._hash_run(run)
-                run = [item.lo, item.hi]
-        self._hash_run(run)
-
-    def _hash_run(self, bounds: list[bytes]) -> None:
-        if len(bounds) > 2:
-            for lo, value in zip(bounds, self._fingerprints(bounds), strict=False):
-                self._hash_cache[lo] = value
 
     def _fingerprints(self, bounds: list[bytes]) -> list[tuple[int, bytes]]:
         """(count, digest) of adjacent ranges; a store may offer a faster batch for this."""
@@ -454,15 +560,16 @@ class ReconSession:
         hashes = (self.store.range_hash(lo, hi) for lo, hi in pairwise(bounds))
         return [(h.count, h.digest()) for h in hashes]
 
-    def _reclip(self, item: Item, pieces: list[tuple[bytes, bytes]], level: int) -> None:
+    def _reclip(self, item: Item, pieces: list[tuple[bytes, bytes]], level: int) -> _Run[None]:
         """Answer a first-message range that sticks out of the common interest, piece by piece."""
         for lo, hi in pieces:
             if item.kind == HASH:
-                self._split(lo, hi, self.store.count(lo, hi), level)
+                count = yield from self._read(self.store.count, lo, hi)
+                yield from self._split(lo, hi, count, level)
             else:
-                self._on_keys(lo, hi, tuple(k for k in item.keys if lo <= k < hi))
+                yield from self._on_keys(lo, hi, tuple(k for k in item.keys if lo <= k < hi))
 
-    def _clip_pending(self, common: Interests) -> None:
+    def _clip_pending(self, common: Interests) -> _Run[None]:
         """Our first message did not fit: keep only the parts of the rest inside ``common``."""
         kept: list[_Action] = []
         for action in self._pending:
@@ -471,22 +578,23 @@ class ReconSession:
                 if (p_lo, p_hi) == (lo, hi):
                     kept.append(action)
                 elif kind == "h":
-                    count, digest = self._fingerprints([p_lo, p_hi])[0]
+                    ((count, digest),) = yield from self._read(
+                        partial(self._fingerprints, [p_lo, p_hi]))
                     kept.append(("h", p_lo, p_hi, count, digest))
                 else:
                     assert isinstance(extra, list)
                     kept.append(("k", p_lo, p_hi, [k for k in extra if p_lo <= k < p_hi], None))
         self._pending = kept
 
-    def _on_keys(self, lo: bytes, hi: bytes, keys: tuple[bytes, ...]) -> None:
+    def _on_keys(self, lo: bytes, hi: bytes, keys: tuple[bytes, ...]) -> _Run[None]:
         if len(keys) > self.config.max_key_list:
             raise RemoteProtocolError("key list over the limit", kind=ErrorKind.OVER_LIMIT)
-        store = self.store
         missing = frozenset(k for k in keys if not self._has(k))
         if missing:
             self._events.append(MissingKeys(tuple(k for k in keys if k in missing)))
-        if missing or store.count(lo, hi) > len(keys):
-            self._pending.append(("d", lo, hi, keys, missing))
+        elif (yield from self._read(self.store.count, lo, hi)) <= len(keys):
+            return
+        self._pending.append(("d", lo, hi, keys, missing))
 
     def _on_diff(self, item: Item) -> None:
         """The peer's answer to our key list: its keys we lack, and which of ours it lacks."""
@@ -538,41 +646,42 @@ class ReconSession:
         parts: int = math.ceil(float((count / self._leaf()) ** (1 / levels_left)))
         return min(max(parts, cfg.fanout), cfg.max_fanout, count)
 
-    def _list_all(self, lo: bytes, hi: bytes, count: int) -> None:
+    def _list_all(self, lo: bytes, hi: bytes, count: int) -> _Run[None]:
         """All our ``count`` keys of [lo, hi), in key lists of at most ``key_list_threshold``
         (what an honest peer lists)."""
-        keys = self.store.keys(lo, hi, count)
+        keys = yield from self._read(self.store.keys, lo, hi, count)
         size = self.config.key_list_threshold
         cuts = [separator(keys[i - 1], keys[i]) for i in range(size, len(keys), size)]
         for i, (a, b) in enumerate(pairwise([lo, *cuts, hi])):
             self._pending.append(("k", a, b, keys[i * size : (i + 1) * size], None))
 
-    def _split(self, lo: bytes, hi: bytes, count: int, level: int) -> None:
+    def _split(self, lo: bytes, hi: bytes, count: int, level: int) -> _Run[None]:
         """Queue the claims that answer a differing range [lo, hi) holding ``count`` of our keys."""
         cfg = self.config
         store = self.store
         if count <= cfg.key_list_threshold:
-            self._pending.append(("k", lo, hi, store.keys(lo, hi, count), None))
+            if (keys := self._try(store.keys, lo, hi, count)) is _LACKED:
+                keys = yield from self._read(store.keys, lo, hi, count, lacked=True)
+            self._pending.append(("k", lo, hi, keys, None))
             return
         parts = self._parts(count, level)
         ranks = [i * count // parts for i in range(1, parts)]
         if count <= _SMALL_SPLIT:
-            keys = store.keys(lo, hi, count)
+            keys = yield from self._read(store.keys, lo, hi, count)
             cuts = [separator(keys[r - 1], keys[r]) for r in ranks]
         else:
             # one rank lookup per cut (an OFFSET query in SQL), then its successor by key order
-            cuts = []
-            for r in ranks:
-                below, key = store.keys(store.key_at(lo, hi, r - 1), hi, 2)
-                cuts.append(separator(below, key))
+            ats = yield from self._gather([partial(store.key_at, lo, hi, r - 1) for r in ranks])
+            pairs = yield from self._gather([partial(store.keys, at, hi, 2) for at in ats])
+            cuts = [separator(below, key) for below, key in pairs]
         bounds = [lo, *cuts, hi]
-        pending = self._pending
-        for a, b, (n, digest) in zip(bounds, bounds[1:], self._fingerprints(bounds), strict=False):
-            pending.append(("h", a, b, n, digest))
+        hashes = yield from self._read(self._fingerprints, bounds)
+        self._pending.extend(("h", a, b, n, digest) for a, b, (n, digest)
+                             in zip(bounds, bounds[1:], hashes, strict=False))
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _write(self) -> tuple[bytes, bool]:
+    def _write(self) -> _Run[tuple[bytes, bool]]:
         """Encode as much pending work as fits; returns (message, whether it needs an answer)."""
         writer = MessageWriter(self._limits, self.interests if self.messages_sent == 0 else None)
         pending = sorted(self._pending, key=_action_start)
@@ -594,7 +703,7 @@ class ReconSession:
                     self._listed_dirty = True
             else:
                 assert isinstance(extra, tuple) and isinstance(extra2, frozenset)
-                rest = self._write_diff(writer, lo, hi, extra, extra2)
+                rest = yield from self._write_diff(writer, lo, hi, extra, extra2)
                 fits = rest is None
                 if rest is not None:
                     pending[i] = ("d", rest, hi, extra, extra2)
@@ -614,12 +723,12 @@ class ReconSession:
         hi: bytes,
         theirs: tuple[bytes, ...],
         lacking: frozenset[bytes],
-    ) -> bytes | None:
+    ) -> _Run[bytes | None]:
         """Answer the peer's key list of [lo, hi); returns where to resume when cut short."""
         store = self.store
         listed = frozenset(theirs)
         while True:
-            batch = store.keys(lo, hi, _DIFF_CHUNK + 1)
+            batch = yield from self._read(store.keys, lo, hi, _DIFF_CHUNK + 1)
             end = hi if len(batch) <= _DIFF_CHUNK else separator(batch[-2], batch[-1])
             ours = [k for k in batch[:_DIFF_CHUNK] if k not in listed]
             if ours or any(lo <= k < end for k in lacking):

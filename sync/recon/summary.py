@@ -11,8 +11,9 @@ again and again as the log grows is read once.
 
 The store never reads the keys itself: a read it lacks is recorded and asked for (``wanted``,
 a :class:`~sync.recon.reads.KeyReads`), its driver makes it and hands the result back
-(``answer``); sync/recon/reads.py. That holds for a session step (run again with the answers)
-and for the bucket splits after an insert (``split_pending``, run again after each answer).
+(``answer``); sync/recon/reads.py. That holds for a session's queries (each made again once
+answered: :attr:`misses` tells it one lacked) and for the bucket splits after an insert
+(``split_pending``, called again after each answer).
 Keys enter through :meth:`SummaryKeyStore.insert_many`: the driver's word that the log now
 holds them (after a commit), never a read.
 
@@ -104,6 +105,12 @@ class SummaryKeyStore:
 
     def __len__(self) -> int:
         return self.summary.total
+
+    @property
+    def misses(self) -> int:
+        """Reads found unanswered so far: a query during which it grew lacked a read (what it
+        returned is void) and is made again once :meth:`wanted` has been answered."""
+        return self._misses
 
     # -- updates ------------------------------------------------------------------------------
 
@@ -213,12 +220,8 @@ class SummaryKeyStore:
                 out.add(key)
         return out
 
-    def lacking(self) -> bool:
-        """Whether the step being run has asked for a read yet (its run is void then)."""
-        return bool(self._want_ranges or self._want_present)
-
     def wanted(self) -> KeyReads | None:
-        """After a step (or :meth:`split_pending`): the reads it lacked (it must be run again
+        """After a query (or :meth:`split_pending`): the reads it lacked (it is made again
         once they are answered), or None when it had every answer (they are spent then)."""
         if not (self._want_ranges or self._want_present):
             self.forget_answers()
@@ -311,7 +314,7 @@ class SummaryKeyStore:
         keys: list[bytes] = []
         if count:
             got = self._answered(start, summary.end_of(bucket), count + summary.load)
-            if got is None:  # asked for: this run is undone
+            if got is None:  # asked for: this call is void
                 return [], sums, False
             keys = got
         # The log only ever gains keys and holds every accounted one, so a read matching
@@ -382,11 +385,11 @@ class SummaryKeyStore:
 
     def range_fingerprints(self, bounds: list[bytes]) -> list[tuple[int, bytes]]:
         """(count, 32-byte digest) of the adjacent ranges ``[bounds[i], bounds[i+1])``, which
-        ascend. Once a bound's bucket has to be read the run is void (the session stops it
-        after this batch and runs it again with the answers), so the bounds after it are only
-        walked, a bucket at a time, to ask for the rest of its reads, and what is returned
-        then means nothing (looked up one by one, the void run of a 60,000-range message cost
-        211 ms of CPU; walked, 14)."""
+        ascend. Once a bound's bucket has to be read the call is void (the session makes it
+        again once answered; the bounds before are kept in the step's memo), so the bounds
+        after it are only walked, a bucket at a time, to ask for the rest of its reads, and
+        what is returned then means nothing (looked up one by one, the void call for a
+        60,000-range message cost 211 ms of CPU; walked, 14)."""
         asked = self._misses
         below: list[tuple[int, int]] = []
         for i, bound in enumerate(bounds):
@@ -485,7 +488,7 @@ class SummaryKeyStore:
         # get the range's first key, which serves a split as well, only less evenly; answers
         # are exact again once those keys are accounted.
         near = self._answered(lo, hi, rank + 1 if rank <= 2 * self.summary.load else 1)
-        if near is None:  # asked for: any answer will do, this run is undone
+        if near is None:  # asked for: any answer will do, this call is void
             return lo
         if not near or (len(near) <= rank and rank <= 2 * self.summary.load):
             raise LocalProtocolError("key_at rank out of range")

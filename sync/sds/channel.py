@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
+from functools import partial
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -271,9 +272,10 @@ class SdsChannel:
     # ------------------------------------------------------------------ receiving
     def receive(self, data: bytes, now: float, peer: str | None = None) -> ReadDelivered | None:
         """Process a received message; ``RemoteProtocolError`` (and no state change) if bad.
-        A ``ReadDelivered`` (nothing done) when only the store can say whether ids it names
-        were delivered: the channel holds the message until :meth:`delivered_read`."""
-        return self._held_if_asking(lambda: self._receive(data, now, peer))
+        A ``ReadDelivered`` when only the store can say whether ids it names were delivered:
+        the message is decoded and checked, and its step waits for :meth:`delivered_read`
+        (the question is its first act: nothing was done yet)."""
+        return self._held_if_asking(self._decoded(data, now, peer))
 
     def delivered_read(self, answer: DeliveredRead | None) -> ReadDelivered | None:
         """The store's answer to the request ``receive`` returned: the message it holds runs
@@ -298,12 +300,13 @@ class SdsChannel:
     def _held_if_asking(self, step: Callable[[], None]) -> ReadDelivered | None:
         try:
             step()
-        except DeliveredNeeded as need:  # raised before the step changed anything
+        except DeliveredNeeded as need:  # the step's first act: nothing changed yet
             self._asking = step
             return need.read
         return None
 
-    def _receive(self, data: bytes, now: float, peer: str | None) -> None:
+    def _decoded(self, data: bytes, now: float, peer: str | None) -> Callable[[], None]:
+        """Decode and check a received message; its protocol step, to run (``_accept``)."""
         try:
             tx = self._profile.decode(
                 data,
@@ -325,7 +328,8 @@ class SdsChannel:
         event = tx.event
         if event.signature is not None and self._verify:
             self._layers.signatures.remember(event.message_id, event.signature)
-        self._accept(event, evidence, tx.repair_request, now, tx.repair_signature)
+        return partial(self._accept, event, evidence, tx.repair_request, now,
+                       tx.repair_signature)
 
     def receive_event(self, event: SignedEvent, now: float, peer: str | None = None
                       ) -> ReadDelivered | None:

@@ -14,7 +14,7 @@ something was evicted) is never put to storage from inside a step: the channel's
 before it changes anything (the internal :class:`DeliveredNeeded`, caught at the channel's edge)
 and the channel returns the action :class:`ReadDelivered`; the driver reads its store (the node:
 its database and its queue of uncommitted writes, off the protocol step) and feeds the input
-:class:`DeliveredRead` back (``SdsChannel.delivered_read``), which runs the held step (as
+:class:`DeliveredRead` back (``SdsChannel.delivered_read``), on which the waiting step runs (as
 Recon's ``ReadKeys`` and ``KeysRead``). Unbounded (the pure protocol tests, the simulator)
 nothing is evicted: the whole log stays in memory and nothing is ever asked.
 """

@@ -4,7 +4,7 @@ The node keeps its keys in the events table and its Recon core's ``SummaryKeySto
 driver for the reads it needs (sync/recon/reads.py); the simulator does the same in memory:
 :class:`KeyLog` holds the keys (a ``MemoryKeyStore`` standing in for the table) and answers the
 store's reads, a commit enters the log first and the store next (``insert_keys``), and every
-``ReadKeys`` of an exchange step is answered before the step runs again (:meth:`KeyLog.step`).
+``ReadKeys`` of an exchange step is answered, and the step goes on (:meth:`KeyLog.step`).
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def _reconcile_sql(tmp_path: Path, budget: int | None = None
             source.in_step = False
 
     for exchange, source in ((a, src_a), (b, src_b)):
-        # The exchange's input of reads runs the held step: guarded like the others.
+        # The exchange's input of reads lets the waiting step go on: guarded like the others.
         exchange.keys_read = functools.partial(  # type: ignore[method-assign]
             lambda answer, source, got: stepping(source, functools.partial(answer, got)),
             exchange.keys_read, source)

@@ -89,6 +89,10 @@ class CommittedFirst(ListReader):
         return True
 
 
+#: What makes a store one that asks for its reads (``ReconSession`` looks for ``wanted``).
+_ASKING = frozenset({"wanted", "misses", "answer", "forget_answers"})
+
+
 class Answered:
     """A ``SummaryKeyStore`` driven as the node drives it, as a plain :class:`KeyStore`: each
     query runs again with the reads it asked for answered from ``reader``; an insert commits to
@@ -102,6 +106,8 @@ class Answered:
                                               cache_keys=cache_keys)
 
     def __getattr__(self, name: str) -> object:
+        if name in _ASKING:  # it answers its own reads: a session sees a plain store
+            raise AttributeError(name)
         return getattr(self.store, name)
 
     def __len__(self) -> int:
