@@ -56,6 +56,7 @@ from sync.gossip import GossipLimits
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec
 from sync.membership import Liveness
+from sync.replication import ReplicationCore
 
 __all__ = [
     "NodeParts", "NodeViews", "api_routes", "build_parts", "build_services", "channel_names",
@@ -144,10 +145,11 @@ async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
     rng = random.Random()
     names = channel_names(config)
     driver = ReplicationDriver(
-        lifecycle=recon_lifecycle(peer_id, recon_interests(
-            config.node.network_id, names, peer_id, allowed), config.recon, rng),
-        gaps=gap_planner(config.fetch, rng), host=host, store=store, metrics=metrics,
-        standing=standing, clock=clock)
+        core=ReplicationCore(
+            recon_lifecycle(peer_id, recon_interests(config.node.network_id, names, peer_id,
+                                                     allowed), config.recon, rng),
+            gap_planner(config.fetch, rng)),
+        host=host, store=store, metrics=metrics, standing=standing, clock=clock)
     channels = ChannelService(
         host=host, store=store, metrics=metrics, key=key, peer_id=peer_id,
         network_id=config.node.network_id, channels=names,
@@ -161,13 +163,13 @@ async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
     )
     await channels.load()
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
-    fetcher = Fetcher(host, store, metrics, channels.fetched.ingest, channels.is_missing, driver,
-                      config.fetch, standing=standing, work=work)
+    fetcher = Fetcher(host, store, metrics, channels.fetched.ingest, driver, config.fetch,
+                      standing=standing, work=work)
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
         network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        driver=driver, clock=clock, keys=await open_keys(store, config.recon), ingest=ingest,
-        work=work,
+        driver=driver, clock=clock, keys=await open_keys(store, config.recon), fetcher=fetcher,
+        ingest=ingest, work=work,
     )
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, liveness=liveness,
@@ -191,7 +193,7 @@ def build_services(runtime: NodeRuntime, parts: NodeParts) -> tuple[list[Service
     the applications' routes."""
     apps = node_views(runtime).apps
     bundles = [plugin.build(apps) for plugin in PLUGINS]
-    services: list[Service] = [parts.channels, parts.fetcher, parts.peers, parts.recon,
+    services: list[Service] = [parts.channels, parts.peers, parts.recon,
                                parts.membership, *([runtime.ingest] if runtime.ingest else [])]
     # An application with no channels (disabled in config) costs nothing.
     services += [

@@ -1,25 +1,23 @@
-"""The one driver of the replication cores: it reads the clock, feeds the cores their inputs
-and carries out every action they return.
+"""The one driver of the replication core: it reads the clock, feeds the core its inputs and
+carries out every action it returns.
 
-The cores are sans-IO (``sync.replication``): :class:`~sync.replication.ReconLifecycle` (Recon
-sessions, their claims and backlog) and :class:`~sync.replication.GapPlanner` (fetch by id).
-Everything the node learns that concerns them comes in here: timers (``recon_rounds``,
-``fetch_rounds``), gaps SDS reports (``missing``), connections, the store's reports of its queue
-and commits (``store_reports``: read from the store, never called by it), and the answer to a
-core's read request (``claim`` answers ``ReadStored`` from the store and hands the result back
-as the core's next input). What comes out is carried out in one place, ``carry_out``:
-penalties, counters, wake-ups.
+The core is sans-IO (:class:`~sync.replication.ReplicationCore`: Recon sessions, their claims
+and backlog, and fetches by id, behind one timer). Everything the node learns that concerns it
+comes in here: its timer (``rounds``), gaps SDS reports (``missing``), connections, the
+store's reports of its queue and commits (``store_reports``: read from the store, never called
+by it), and the answers to the core's requests (``claim`` answers ``ReadStored`` from the store,
+``rounds`` answers ``FetchDue`` with what SDS still misses; each answer goes back as the core's
+next input). What comes out is carried out in one place, ``carry_out``: penalties, counters,
+wake-ups.
 
 The sessions themselves (streams, the WANT/EVENTS phases) and the fetch requests are run by
 ``ReconService`` and ``Fetcher``; each is given this driver when it is built (no callback is
-set on anything after construction), and the loops that start them take their starter as an
-argument.
+set on anything after construction), and the loop that starts them takes both as arguments.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -36,14 +34,13 @@ from storage import AppendResult, EventRecord, existing_keys
 from sync.replication import (
     Action,
     ClaimsLapsed,
+    FetchDue,
     FetchPlan,
-    GapPlanner,
     KeysWithheld,
     Penalize,
     ReadStored,
-    ReconcileSoon,
-    ReconLifecycle,
     Rejected,
+    ReplicationCore,
     SessionFailed,
     SessionPlan,
     StartSession,
@@ -62,15 +59,13 @@ _COUNTERS = {
 
 @dataclass(kw_only=True, eq=False)
 class ReplicationDriver:
-    lifecycle: ReconLifecycle
-    gaps: GapPlanner
+    core: ReplicationCore
     host: P2PHost
     store: EventStore
     metrics: Metrics
     standing: PeerStanding | None
     clock: Clock
-    _recon_wake: trio.Event = field(default_factory=trio.Event, init=False)
-    _fetch_wake: trio.Event = field(default_factory=trio.Event, init=False)
+    _wake: trio.Event = field(default_factory=trio.Event, init=False)
 
     def __post_init__(self) -> None:
         for name, text in _COUNTERS.items():
@@ -80,7 +75,8 @@ class ReplicationDriver:
     # -- actions -------------------------------------------------------------------------------
 
     def carry_out(self, actions: Sequence[Action]) -> None:
-        """Do what a core decided (``StartSession`` is the Recon loop's: ``recon_rounds``)."""
+        """Do what the core decided (``StartSession`` and ``FetchDue`` are the loop's:
+        ``rounds``)."""
         for action in actions:
             if isinstance(action, Penalize):
                 if self.standing is not None:
@@ -96,55 +92,51 @@ class ReplicationDriver:
                          extra=kv(peer=action.peer, keys=action.count))
             elif isinstance(action, Rejected):
                 self.metrics.inc("events_rejected_total", reason=action.kind.value)
-            elif isinstance(action, ReconcileSoon):
-                self.lifecycle.poke()  # gaps fetch by id could not close are Recon's
-            # Released: the core poked its scheduler; the wake-up below lets the loop see it.
-            # ReadStored: answered by ``claim``, the one place a core asks for a read.
-        self._recon_wake.set()
+            # Released, ReconcileSoon: the core poked its scheduler; the wake-up below lets the
+            # loop see it. ReadStored: answered by ``claim``, the one place the core asks for a
+            # read of the store.
+        self._wake.set()
 
     def wake(self) -> None:
-        """Let the Recon loop look at the core's timer again (a session ended)."""
-        self._recon_wake.set()
+        """Let the loop look at the core's timer again (a session ended)."""
+        self._wake.set()
 
     # -- inputs --------------------------------------------------------------------------------
 
     def poke(self) -> None:
         """Reconcile soon (e.g. after a new peer connected or a gap was seen)."""
-        self.lifecycle.poke()
-        self._recon_wake.set()
+        self.core.poke()
+        self._wake.set()
 
     def missing(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
         """SDS found events' dependencies missing: the few ids a gap names are fetched by id,
         and its senders are prompted for a Recon session at once (a burst lost on a restart
         is more than fetch by id asks for)."""
-        now = self.clock.now()
-        self.gaps.missing(entries, now)
-        self._fetch_wake.set()
-        at_once, deferred = self.lifecycle.gap((e.sender_id for e in entries),
-                                               self.host.connected_peers(), now)
+        at_once, deferred = self.core.missing(entries, self.host.connected_peers(),
+                                              self.clock.now())
         self.prompted("gap", at_once, deferred)
 
     def prompted(self, reason: str, at_once: int, deferred: int) -> None:
         for outcome, count in (("at_once", at_once), ("deferred", deferred)):
             if count:
                 self.metrics.inc("recon_prompts_total", count, reason=reason, outcome=outcome)
-        self._recon_wake.set()
+        self._wake.set()
 
     def connected(self, peer: str, inbound: bool) -> None:
-        at_once = self.lifecycle.connected(peer, self.host.connected_peers(), self.clock.now(),
-                                           dialled=not inbound)
+        at_once = self.core.connected(peer, self.host.connected_peers(), self.clock.now(),
+                                      dialled=not inbound)
         if at_once is None:
-            self._recon_wake.set()  # a stranger's connection: the round, not a prompt
+            self._wake.set()  # a stranger's connection: the round, not a prompt
         else:
             self.prompted("connected", int(at_once), int(not at_once))
 
     def disconnected(self, peer: str) -> None:
-        self.lifecycle.disconnected(peer, self.clock.now())
+        self.core.disconnected(peer, self.clock.now())
 
     def queued(self, records: Sequence[EventRecord]) -> None:
         """Records entered the store's queue: fetched keys among them stay claimed until
         their commit, however slow."""
-        self.lifecycle.queued(r.recon_key for r in records)
+        self.core.queued(r.recon_key for r in records)
 
     def committed(self, result: AppendResult, records: Sequence[EventRecord]
                   ) -> tuple[list[bytes], int]:
@@ -152,11 +144,11 @@ class ReplicationDriver:
         claim's hold here: stored, a duplicate, or not stored at all (then it may be fetched
         again). Returns (the new keys, how many of them Recon fetched)."""
         new = {m for _, m in result.inserted}
-        stored, fetched = self.lifecycle.committed(
+        stored, fetched = self.core.committed(
             [r.recon_key for r in records],
             {r.recon_key for r in records if r.message_id in new})
         if stored:
-            self._recon_wake.set()
+            self._wake.set()
         return stored, fetched
 
     # -- the store's reports -------------------------------------------------------------------
@@ -193,53 +185,48 @@ class ReplicationDriver:
     async def claim(self, plan: SessionPlan, missing: Iterable[bytes]) -> tuple[int, list[bytes]]:
         """A session's fetch phase begins: claim ``missing``, answer the core's
         ``ReadStored`` from the store, and return (the claim ticket, the keys to fetch)."""
-        actions = self.lifecycle.want(plan, missing, self.clock.now(),
-                                      int(self.clock.wall() * 1000))
+        sessions = self.core.sessions
+        actions = sessions.want(plan, missing, self.clock.now(), int(self.clock.wall() * 1000))
         self.carry_out(actions)
         read = actions[-1]
         assert isinstance(read, ReadStored)
         held: set[bytes] = (await self.store.read(existing_keys, list(read.keys))
                             if read.keys else set())
-        return read.ticket, self.lifecycle.stored(read.ticket, held)
+        return read.ticket, sessions.stored(read.ticket, held)
 
-    # -- timer loops ---------------------------------------------------------------------------
+    # -- the timer loop ------------------------------------------------------------------------
 
-    async def recon_rounds(self, start: Callable[[str], Awaitable[None]]) -> None:
-        """The lifecycle's timer: lapsed claims, prompt sessions and rounds; each session it
-        starts runs ``start(peer)`` in a task of its own."""
+    async def rounds(self, start: Callable[[str], Awaitable[None]],
+                     fetch: Callable[[FetchPlan], Awaitable[None]],
+                     still_missing: Callable[[str], bool]) -> None:
+        """The core's timer: lapsed claims, prompt sessions, rounds and fetches by id. Each
+        session it starts runs ``start(peer)`` in a task of its own; each fetch it makes due
+        runs ``fetch(plan)`` (one at a time: the core makes the next due once it is back),
+        planned on what SDS still misses (``still_missing(message_id)``)."""
         async with trio.open_nursery() as nursery:
             while True:
                 now = self.clock.now()
-                if now >= self.lifecycle.get_timer():
-                    actions = self.lifecycle.handle_timer(now, self.host.connected_peers(),
-                                                          self.host.latencies())
+                if now >= self.core.get_timer():
+                    actions = self.core.handle_timer(now, self.host.connected_peers(),
+                                                     self.host.latencies())
                     self.carry_out(actions)
                     for action in actions:
                         if isinstance(action, StartSession):
                             nursery.start_soon(start, action.peer)
+                        elif isinstance(action, FetchDue):
+                            nursery.start_soon(self._fetch, action, fetch, still_missing)
                     continue
-                self._recon_wake = trio.Event()
-                with trio.move_on_after(self.lifecycle.get_timer() - now):
-                    await self._recon_wake.wait()
+                self._wake = trio.Event()
+                with trio.move_on_at(self.core.get_timer()):
+                    await self._wake.wait()
 
-    async def fetch_rounds(self, fetch: Callable[[FetchPlan], Awaitable[None]],
-                           still_missing: Callable[[str], bool]) -> None:
-        """The gap planner's timer: each fetch it plans runs ``fetch(plan)``, one at a time."""
-        while True:
-            timer = self.gaps.get_timer()
-            if timer is None or timer > self.clock.now():
-                self._fetch_wake = trio.Event()
-                with trio.move_on_at(math.inf if timer is None else timer):
-                    await self._fetch_wake.wait()
-                continue
-            connected = self.host.connected_peers()
-            batch = self.gaps.handle_timer(self.clock.now())
-            if not batch:
-                continue
-            plan = self.gaps.plan(batch, {e.message_id for e in batch
+    async def _fetch(self, due: FetchDue, fetch: Callable[[FetchPlan], Awaitable[None]],
+                     still_missing: Callable[[str], bool]) -> None:
+        connected = self.host.connected_peers()
+        plan = self.core.plan_fetch(due, {e.message_id for e in due.batch
                                           if still_missing(e.message_id)},
-                                  connected, {p for p in connected if self.host.is_banned(p)})
-            try:
-                await fetch(plan)
-            finally:
-                self.carry_out(self.gaps.done(plan))
+                                    connected, {p for p in connected if self.host.is_banned(p)})
+        try:
+            await fetch(plan)
+        finally:
+            self.carry_out(self.core.fetched(plan))

@@ -1,9 +1,10 @@
 """Fetch events by message id (``/syncnode/fetch/1.0.0``) to close SDS gaps in seconds.
 
 The protocol (request format, answer checks) is :mod:`sync.transfer.fetch`; when to fetch, whom
-to ask and what is left to Recon is :class:`sync.replication.GapPlanner`'s, driven with the
-rest of replication by ``ReplicationDriver`` (its timer, gaps in, actions out); this runs the
-requests it plans and serves those of peers.
+to ask and what is left to Recon is the replication core's (:class:`sync.replication.GapPlanner`
+in ``ReplicationCore``), driven by ``ReplicationDriver`` (its timer makes a fetch due, gaps in,
+actions out); this runs the requests it plans (:meth:`Fetcher.fetch`) and serves those of
+peers.
 Answers are read from the database in byte-bounded batches and sent as they are read, and each
 peer has at most ``max_streams_per_peer`` requests served at once, so requests that are never
 read cannot make the node hold their events. Everything fetched goes through
@@ -64,7 +65,6 @@ class Fetcher:
         store: EventStore,
         metrics: Metrics,
         ingest: Callable[[bytes, str | None], Awaitable[str | None]],
-        still_missing: Callable[[str], bool],
         driver: ReplicationDriver,
         limits: FetchSection,
         standing: PeerStanding | None = None,
@@ -74,9 +74,8 @@ class Fetcher:
         self.store = store
         self.metrics = metrics
         self.ingest = ingest
-        self.still_missing = still_missing
         self.driver = driver
-        self.core = driver.gaps
+        self.core = driver.core.gaps
         self.standing = standing
         self.work = work
         self.limits = limits
@@ -135,10 +134,9 @@ class Fetcher:
         await stream.send(b"")
         self.metrics.inc("fetch_served_total", served)
 
-    async def run(self) -> None:
-        await self.driver.fetch_rounds(self._fetch, self.still_missing)
-
-    async def _fetch(self, plan: FetchPlan) -> None:
+    async def fetch(self, plan: FetchPlan) -> None:
+        """Ask the plan's peers in turn for what it still wants (the driver's loop makes each
+        fetch due: ``ReplicationDriver.rounds``)."""
         for peer in plan.peers:
             if not plan.ids:
                 return

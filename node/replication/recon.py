@@ -27,6 +27,7 @@ from node.p2p import P2PHost
 from node.replication.channels import ChannelService
 from node.replication.clock import Clock
 from node.replication.driver import ReplicationDriver
+from node.replication.fetch import Fetcher
 from node.replication.ingest import IngestPool
 from node.replication.peer_activity import PeerActivity
 from node.replication.recon_metrics import describe_recon_metrics
@@ -81,11 +82,14 @@ class ReconService:
         driver: ReplicationDriver,
         clock: Clock,
         keys: OpenedKeyStore,
+        fetcher: Fetcher,
         ingest: IngestPool | None = None,
         work: WorkGate | None = None,
     ) -> None:
         """``keys``: the key store as ``recon_summary.open_keys`` loaded it (``build_parts``
-        opens it first, so the service holds its one key store from the start)."""
+        opens it first, so the service holds its one key store from the start). ``fetcher``:
+        what runs the fetches by id the core's timer makes due (this service runs the
+        driver's one timer loop)."""
         self.host = host
         self.clock = clock
         self.store = store
@@ -98,7 +102,8 @@ class ReconService:
         self.saver = SummarySaver(store, metrics, section.summary_save_interval_s, self.clock,
                                   keys)
         self.driver = driver
-        self.core = driver.lifecycle
+        self.fetcher = fetcher
+        self.core = driver.core.sessions
         # Each peer's last session, for peers/status/metrics.
         self.activity = PeerActivity(clock=self.clock)
         self.sync = SyncStatus(metrics, self.clock, host.connected_peers)
@@ -166,7 +171,8 @@ class ReconService:
                                self.channels.undeliver)
             if self.saver.interval_s > 0:
                 nursery.start_soon(self.saver.run, self.keys, self.keywork.try_locked)
-            await self.driver.recon_rounds(self._session)
+            await self.driver.rounds(self._session, self.fetcher.fetch,
+                                     self.channels.is_missing)
 
     async def _session(self, peer: str) -> None:
         try:

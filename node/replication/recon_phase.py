@@ -14,8 +14,8 @@ import trio
 from node.p2p import FramedStream
 from sync.errors import LocalProtocolError
 from sync.recon import ReadKeys
-from sync.transfer import Abort, Charge, KeysDropped, ReconExchange, SendFrame
-from sync.transfer.exchange import Action
+from sync.replication import Abort, Action, Charge, KeysDropped, SendFrame
+from sync.transfer import ReconExchange
 
 __all__ = ["FrameCharger", "reconcile"]
 

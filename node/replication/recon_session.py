@@ -29,9 +29,8 @@ from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
 from sync.errors import RemoteProtocolError
 from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
-from sync.replication import ReconLifecycle, Role, SessionPlan
+from sync.replication import Action, ReconLifecycle, Role, SessionPlan
 from sync.transfer import BUSY_FRAME, ReconExchange
-from sync.transfer.exchange import Action
 
 __all__ = ["FAILURES", "RECON_PROTOCOL", "SessionRunner"]
 
@@ -57,7 +56,7 @@ class SessionRunner:
 
     @property
     def core(self) -> ReconLifecycle:
-        return self.driver.lifecycle
+        return self.driver.core.sessions
 
     async def sync_with(self, peer: str) -> SessionStats | None:
         """Sessions with ``peer`` while a long catch-up has more to do: each next one at once

@@ -94,7 +94,7 @@ class Transfer:
         self.metrics = metrics
         self.fetch_batch = fetch_batch
         self.driver = driver
-        self.core = driver.lifecycle
+        self.core = driver.core.sessions
         self._carry_out = driver.carry_out
         self.clock = clock
         self.max_frame_bytes = max_frame_bytes

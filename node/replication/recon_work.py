@@ -28,8 +28,8 @@ from typing import TypeVar
 import trio
 
 from sync.recon import KeyReader, ReadKeys, SummaryKeyStore, insert_keys, read_keys
+from sync.replication import Action
 from sync.transfer import ReconExchange
-from sync.transfer.exchange import Action
 
 __all__ = ["KeyStoreWork"]
 

@@ -1,27 +1,34 @@
 """The replication core: every rule of how a node replicates, sans-IO (no trio, libp2p, SQL or
 clock), so that the node (``node.replication``) and the simulator (``sync.sim``) run the same
-rules. Time comes in as ``now``; what to do comes back as typed actions (``actions``); what a
-rule must read from storage it asks for (``ReadStored``) and the driver answers.
+rules. Time comes in as ``now``; what to do comes back as typed actions (``sync.actions``, one
+vocabulary); what a rule must read from storage it asks for (``ReadStored``, ``FetchDue``) and
+the driver answers.
 
-Three small cores, each with its own module doc:
+:class:`ReplicationCore` (``core``) is the one core a node drives: one timer, every input of
+replication that is not a session's own, and the rules between its two parts (module doc):
 
-* :class:`ReconLifecycle` (``lifecycle``): Recon sessions — when the next starts and with whom,
-  backoff, which backlog range a session owns and giving it back when it fails, which side
-  fetches first, whether another follows at once; the claims of the transfer (what to fetch,
-  what the log already holds, what a peer withheld); a failed session's penalty by its kind.
-* ``ingest`` (:func:`screen`, :func:`order`, :func:`plan`): triage of verified events from
-  outside — invalid, refused by policy, own echo, settled (bulk) or the full SDS step — in
-  causal order, with counts and penalties. One path whoever verified the batch.
-* :class:`GapPlanner` (``gaps``): how SDS repair, fetch-by-id and Recon divide the work of
-  closing a gap.
+* :class:`ReconLifecycle` (``lifecycle``, the core's ``sessions``): Recon sessions — when the
+  next starts and with whom, backoff, which backlog range a session owns and giving it back
+  when it fails, which side fetches first, whether another follows at once; the claims of
+  the transfer (what to fetch, what the log already holds, what a peer withheld); a failed
+  session's penalty by its kind.
+* :class:`GapPlanner` (``gaps``, the core's ``gaps``): how SDS repair, fetch-by-id and Recon
+  divide the work of closing a gap.
 
-Driving a ``ReconLifecycle`` (what ``node.replication.recon`` does; a simulator does the same
-with its network model)::
+Beside it, ``ingest`` (:func:`screen`, :func:`order`, :func:`plan`): triage of verified events
+from outside — invalid, refused by policy, own echo, settled (bulk) or the full SDS step — in
+causal order, with counts and penalties. One path whoever verified the batch.
 
-    core = ReconLifecycle(my_id, interests, random.Random(seed), LifecycleConfig())
-    # whenever now >= core.get_timer():
-    for action in core.handle_timer(now, connected_peers, latencies):  # peer -> round trip, s
-        ...  # StartSession(peer) -> open a session; Penalize/ClaimsLapsed -> standing/metrics
+Driving it (what ``node.replication.driver`` does; a simulator does the same with its network
+model); a session's calls go to ``core.sessions``::
+
+    node = ReplicationCore(ReconLifecycle(my_id, interests, random.Random(seed),
+                                          LifecycleConfig()), GapPlanner(...))
+    # whenever now >= node.get_timer():
+    for action in node.handle_timer(now, connected_peers, latencies):  # peer -> round trip, s
+        ...  # StartSession(peer) -> open a session; FetchDue -> plan_fetch, fetch, fetched;
+             # Penalize/ClaimsLapsed -> standing/metrics
+    core = node.sessions
     plan = core.begin(peer, Role.INITIATOR, now)        # None: not now (BUSY if responder)
     exchange = ReconExchange(ReconSession.initiator(keys, plan.interests, ...), ...)
     ...  # reconcile; then core.reconciled(plan, peer_interests), or core.declined(plan)
@@ -39,19 +46,10 @@ Penalties and metric labels follow from ``sync.errors.ErrorKind`` by table looku
 
 from __future__ import annotations
 
-from sync.replication.actions import (
-    Action,
-    ClaimsLapsed,
-    KeysWithheld,
-    Penalize,
-    ReadStored,
-    ReconcileSoon,
-    Rejected,
-    Released,
-    Role,
-    SessionFailed,
-    StartSession,
-)
+# The action vocabulary (sync/actions.py), re-exported whole: one list of its names, there.
+from sync import actions as _actions
+from sync.actions import *  # noqa: F403
+from sync.replication.core import ReplicationCore
 from sync.replication.gaps import FETCH_GRACE_S, FetchPlan, GapPlanner
 from sync.replication.ingest import (
     IngestOutcome,
@@ -66,25 +64,16 @@ from sync.replication.ingest import (
 from sync.replication.lifecycle import LifecycleConfig, ReconLifecycle, SessionPlan
 
 __all__ = [
+    *_actions.__all__,
     "FETCH_GRACE_S",
-    "Action",
-    "ClaimsLapsed",
     "FetchPlan",
     "GapPlanner",
     "IngestOutcome",
     "IngestPlan",
-    "KeysWithheld",
     "LifecycleConfig",
-    "Penalize",
-    "ReadStored",
     "ReconLifecycle",
-    "ReconcileSoon",
-    "Rejected",
-    "Released",
-    "Role",
-    "SessionFailed",
+    "ReplicationCore",
     "SessionPlan",
-    "StartSession",
     "ingest_batch",
     "ingest_reads",
     "order",

@@ -26,9 +26,9 @@ import random
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from sync.actions import Action, Penalize, ReconcileSoon
 from sync.errors import RemoteProtocolError
 from sync.peerscore import penalty_of
-from sync.replication.actions import Action, Penalize, ReconcileSoon
 from sync.sds import MissingEntry
 from sync.transfer import FetchQueue, plan_peers
 

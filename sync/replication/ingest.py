@@ -37,11 +37,11 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sync.actions import Action, Penalize, Rejected
 from sync.errors import ErrorKind, LocalProtocolError, RemoteProtocolError
 from sync.gossip import SenderPolicy
 from sync.ingest import VerifiedBatch, triage
 from sync.peerscore import penalty_of
-from sync.replication.actions import Action, Penalize, Rejected
 from sync.sds import ReadDelivered, RepairRefused, SdsChannel, SdsEvent
 from sync.sds.profile import decode_event_in
 from sync.stored_event import EventRecord

@@ -29,10 +29,7 @@ import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sync.errors import RemoteProtocolError
-from sync.peerscore import penalty_of
-from sync.recon.peers import PeerScheduler, Range
-from sync.replication.actions import (
+from sync.actions import (
     Action,
     ClaimsLapsed,
     KeysWithheld,
@@ -43,6 +40,9 @@ from sync.replication.actions import (
     SessionFailed,
     StartSession,
 )
+from sync.errors import RemoteProtocolError
+from sync.peerscore import penalty_of
+from sync.recon.peers import PeerScheduler, Range
 from sync.transfer import ClaimTable, KeyRange, RangeBacklog, not_recent
 
 __all__ = ["LifecycleConfig", "ReconLifecycle", "SessionPlan"]

@@ -1,11 +1,12 @@
 """Fetch-by-id in the simulator, run as ``node/replication/fetch.py`` runs it around the same
 core (``sync.replication.GapPlanner``), over the simulated links:
 
-* ``grace_s`` after SDS reports a dependency missing (``MissingDependencies``), the planner's
-  timer gives a ``FetchPlan``: the ids SDS still misses, and whom to ask (the original senders
-  among the connected peers first, then 3 other connected peers in a random order);
-* **one fetch at a time per member** (the node's ``Fetcher.run`` awaits each plan before the
-  next): each peer in turn is asked, over its own link, only for what is still wanted (the
+* ``grace_s`` after SDS reports a dependency missing (``MissingDependencies``), the core's
+  timer makes a fetch due (``FetchDue``) and ``plan_fetch`` gives a ``FetchPlan``: the ids SDS
+  still misses, and whom to ask (the original senders among the connected peers first, then 3
+  other connected peers in a random order);
+* **one fetch at a time per member** (the core makes the next due once ``fetched`` has the
+  plan back): each peer in turn is asked, over its own link, only for what is still wanted (the
   request is ``sync.transfer.encode_request``); its answer comes back a round trip later
   (plus its bytes at the link's bandwidth), is read by ``sync.transfer.FetchReader`` (an
   answer holding more events than were asked breaks the protocol: ``GapPlanner.bad_answer``,
@@ -13,8 +14,8 @@ core (``sync.replication.GapPlanner``), over the simulated links:
   ``ChannelService.ingest`` (an invalid one is refused, counted and charged to the peer);
 * a peer that is offline or cut off when asked, or by the time its answer is due, fails like
   a broken stream (the next peer is asked); what nobody answered is left to Recon
-  (``GapPlanner.done`` -> ``ReconcileSoon``); SDS-R's own requests wait ``T_req`` (30-120 s),
-  so they go out only for what fetch-by-id and Recon did not close.
+  (``ReplicationCore.fetched`` -> ``ReconcileSoon``); SDS-R's own requests wait ``T_req``
+  (30-120 s), so they go out only for what fetch-by-id and Recon did not close.
 
 Every request and answer is counted as bytes and frames sent by one member and received by
 the other (kinds ``fetch_request`` and ``fetch_answer``): the frames' bytes (length prefix
@@ -35,14 +36,14 @@ from sync.errors import RemoteProtocolError
 from sync.framing import encode_frame
 from sync.ingest import IngestSpec, verify_wires
 from sync.peerscore import penalty_of
-from sync.replication import Action, FetchPlan, Penalize, Rejected, screen
+from sync.replication import Action, FetchDue, FetchPlan, Penalize, Rejected, screen
 from sync.sim.world import Member, PeerState, World
 from sync.transfer import FetchReader, encode_request
 
-__all__ = ["FETCH", "FETCHED", "STREAM_BYTES", "Fetching"]
+__all__ = ["FETCHED", "STREAM_BYTES", "Fetching"]
 
-#: Heap kinds (``sync.sim.replication``'s range, 20-29).
-FETCH, FETCHED = 22, 23
+#: Heap kind (``sync.sim.replication``'s range, 20-29).
+FETCHED = 23
 #: ``node.replication.verify.MAX_EVENT_BYTES``: the largest event a fetch answer may hold.
 MAX_EVENT_BYTES = 1 << 20
 #: Opening a stream: multistream-select's header and the protocol id, each a length-prefixed
@@ -97,23 +98,15 @@ class Fetching:
         self._spec = IngestSpec(repl.network_id, max_event_bytes=MAX_EVENT_BYTES)
         self._junk_answers = 0
 
-    def due(self, who: int) -> None:
-        """The member's fetch timer fired: start the plan the core gives, if any."""
-        sim, repl = self.sim, self.repl
-        m, st = sim.members[who], repl.state[who]
-        if st.fetch_at != sim.now:
-            return
-        st.fetch_at = None
-        if not m.online or st.fetching is not None:
-            return  # armed again when the member is back / the fetch in flight ends
-        if batch := st.gaps.handle_timer(sim.now):
-            fetch = st.gaps.plan(batch, {e.message_id for e in batch
+    def start(self, m: Member, due: FetchDue) -> None:
+        """The member's core made a fetch due: plan it on what SDS still misses, and ask."""
+        st = self.repl.state[m.index]
+        fetch = st.core.plan_fetch(due, {e.message_id for e in due.batch
                                          if m.channel.layers.incoming.is_missing(e.message_id)},
-                                 list(repl.connected(m)), ())
-            self._runs.append(_Run(who, fetch, list(fetch.peers)))
-            st.fetching = len(self._runs) - 1
-            self._next(st.fetching)
-        repl.arm(m)
+                                   list(self.repl.connected(m)), ())
+        self._runs.append(_Run(m.index, fetch, list(fetch.peers)))
+        st.fetching = len(self._runs) - 1
+        self._next(st.fetching)
 
     def _next(self, slot: int) -> None:
         """Ask the next peer of the plan for what is still wanted, or end the fetch."""
@@ -179,7 +172,7 @@ class Fetching:
                        if reader.receive(f) is not None]
             except RemoteProtocolError as exc:
                 repl.stats.fetch_bad_answers += 1
-                repl.carry_out(m, repl.state[m.index].gaps.bad_answer(peer.peer_id, exc))
+                repl.carry_out(m, repl.state[m.index].core.gaps.bad_answer(peer.peer_id, exc))
                 got = []
             for wire, no in got:
                 if no < 0:
@@ -187,7 +180,7 @@ class Fetching:
                     continue
                 repl.stats.fetch_answered += 1
                 for mid in repl.ingest(m, peer, [no]):
-                    repl.state[m.index].gaps.received(run.plan, mid)
+                    repl.state[m.index].core.gaps.received(run.plan, mid)
         self._next(slot)
 
     def _refuse(self, m: Member, peer: Member, wire: bytes) -> None:
@@ -206,6 +199,6 @@ class Fetching:
         repl = self.repl
         m, st = self.sim.members[run.member], repl.state[run.member]
         st.fetching = None
-        repl.carry_out(m, st.gaps.done(run.plan))
+        repl.carry_out(m, st.core.fetched(run.plan))
         if m.online:
             repl.arm(m)

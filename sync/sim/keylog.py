@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sync.recon import KeysRead, MemoryKeyStore, ReadKeys, SummaryKeyStore, insert_keys, read_keys
+from sync.replication import Action
 from sync.transfer import ReconExchange
-from sync.transfer.exchange import Action
 
 __all__ = ["KeyLog"]
 

@@ -34,14 +34,16 @@ from sync.recon.eventid import event_key
 from sync.recon.sha256a import lanes_of
 from sync.replication import (
     Action,
+    FetchDue,
     GapPlanner,
     KeysWithheld,
     LifecycleConfig,
     Penalize,
     ReadStored,
-    ReconcileSoon,
     ReconLifecycle,
+    ReplicationCore,
     Role,
+    SendFrame,
     SessionPlan,
     StartSession,
     order,
@@ -49,16 +51,16 @@ from sync.replication import (
     screen,
 )
 from sync.sds import MissingEntry
-from sync.sim.fetch import FETCH, FETCHED, Fetching
+from sync.sim.fetch import FETCHED, Fetching
 from sync.sim.keylog import KeyLog
 from sync.sim.world import Member, PeerState, World
-from sync.transfer import EventsPacker, ReconExchange, SendFrame
+from sync.transfer import EventsPacker, ReconExchange
 
 __all__ = ["NETWORK_ID", "Replication"]
 
 NETWORK_ID = 1
 #: Heap kinds of this module (the runner's are below 20).
-RECON, RECON_DONE = 20, 21  # fetch-by-id: FETCH, FETCHED (sync.sim.fetch)
+RECON, RECON_DONE = 20, 21  # the core's timer, a session's end; a fetch's answer: FETCHED
 _RECON_CONFIG = ReconConfig()
 #: Node defaults (config.example.toml [recon] / [fetch]; node.replication.fetch).
 _MAX_MISSING_KEYS = 100_000
@@ -133,11 +135,11 @@ class Replication:
         # generator is left as it was, so a run without Recon and fetch replays as before.
         seed = f"{self.sim.sc.seed} {m.index}"
         keys = KeyLog()
-        self.state.append(PeerState(
-            keys, ReconLifecycle(m.peer_id, self.interests, random.Random(f"recon {seed}"),
-                                 self._config),
+        self.state.append(PeerState(keys, ReplicationCore(
+            ReconLifecycle(m.peer_id, self.interests, random.Random(f"recon {seed}"),
+                           self._config),
             GapPlanner(self.sim.sc.fetch_delay, _FETCH_MAX_IDS,
-                       random.Random(f"fetch {seed}"), _FETCH_PEERS)))
+                       random.Random(f"fetch {seed}"), _FETCH_PEERS))))
         if self.recon and m.log:
             for no, held in enumerate(m.log[:len(self.key_of)]):
                 if held:
@@ -157,8 +159,10 @@ class Replication:
             st.core.poke()
 
     def missing(self, m: Member, entries: tuple[MissingEntry, ...]) -> None:
+        """SDS lacks these events' dependencies: the core queues their fetch by id and
+        prompts sessions with their senders (the node's ``ReplicationDriver.missing``)."""
         if self.fetch_on:
-            self.state[m.index].gaps.missing(entries, self.sim.now)
+            self.state[m.index].core.missing(entries, self.connected(m), self.sim.now)
 
     def reconnected(self, m: Member) -> None:
         """A member came back (restart) or joined: a fresh connection pokes Recon."""
@@ -167,41 +171,33 @@ class Replication:
         self.arm(m)
 
     def arm(self, m: Member) -> None:
+        """The member's core timer, as one heap event (the node's ``ReplicationDriver.rounds``
+        waits on it the same way)."""
+        if not (self.recon or self.fetch_on):
+            return
         st, now = self.state[m.index], self.sim.now
-        if self.recon:
-            due = max(st.core.get_timer(), now)
-            if st.recon_at is None or due < st.recon_at or st.recon_at < now:
-                st.recon_at = due
-                self.sim.push(due, RECON, m.index)
-        if self.fetch_on and st.fetching is None:
-            t = st.gaps.get_timer()
-            if t is not None:
-                due = max(t, now)
-                if st.fetch_at is None or due < st.fetch_at or st.fetch_at < now:
-                    st.fetch_at = due
-                    self.sim.push(due, FETCH, m.index)
+        due = max(st.core.get_timer(), now)
+        if st.timer_at is None or due < st.timer_at or st.timer_at < now:
+            st.timer_at = due
+            self.sim.push(due, RECON, m.index)
 
     def handle(self, kind: int, who: int, payload: int) -> None:
         if kind == RECON:
-            self._round(who)
+            self._timer(who)
         elif kind == RECON_DONE:
             self._finish(payload)
-        elif kind == FETCH:
-            self.fetching.due(who)
         elif kind == FETCHED:
             self.fetching.answered(payload)
 
     def carry_out(self, m: Member, actions: Sequence[Action]) -> None:
-        """What the node's drivers do with the cores' actions: penalties to standing (here:
-        counted), withheld keys counted, ``ReconcileSoon`` pokes Recon."""
+        """What the node's driver does with the core's actions: penalties to standing (here:
+        counted), withheld keys counted (``ReconcileSoon``: the core poked its sessions)."""
         stats = self.stats
         for action in actions:
             if isinstance(action, Penalize):
                 stats.penalties[action.penalty] = stats.penalties.get(action.penalty, 0) + 1
             elif isinstance(action, KeysWithheld):
                 stats.withheld += action.count
-            elif isinstance(action, ReconcileSoon) and self.recon:
-                self.state[m.index].core.poke()
 
     # -- Recon -------------------------------------------------------------------------------
     def connected(self, m: Member) -> dict[str, int]:
@@ -209,12 +205,12 @@ class Replication:
         return {sim.members[p].peer_id: p for p in sim.mesh.peers[m.index]
                 if sim.reachable(m.index, p)}
 
-    def _round(self, who: int) -> None:
+    def _timer(self, who: int) -> None:
         sim = self.sim
         m, st = sim.members[who], self.state[who]
-        if st.recon_at != sim.now or not m.online or m.gone:
-            return
-        st.recon_at = None
+        if st.timer_at != sim.now or not m.online or m.gone:
+            return  # armed again when the member is back
+        st.timer_at = None
         connected = self.connected(m)
         latency = sim.mesh.latency
         actions = st.core.handle_timer(sim.now, connected, {
@@ -222,19 +218,21 @@ class Replication:
             if (lat := latency.get((who, p))) is not None})
         self.carry_out(m, actions)
         for action in actions:
-            if isinstance(action, StartSession):
+            if isinstance(action, StartSession) and self.recon:
                 self._session(m, sim.members[connected[action.peer]])
+            elif isinstance(action, FetchDue):
+                self.fetching.start(m, action)
         self.arm(m)
 
     def _session(self, a: Member, b: Member) -> None:
         sim, stats, now = self.sim, self.stats, self.sim.now
         sa, sb = self.state[a.index], self.state[b.index]
-        pa = sa.core.begin(b.peer_id, Role.INITIATOR, now)
+        pa = sa.core.sessions.begin(b.peer_id, Role.INITIATOR, now)
         if pa is None:
             return
-        pb = sb.core.begin(a.peer_id, Role.RESPONDER, now)
+        pb = sb.core.sessions.begin(a.peer_id, Role.RESPONDER, now)
         if pb is None:
-            sa.core.declined(pa)
+            sa.core.sessions.declined(pa)
             stats.declined += 1
             return
         ea = ReconExchange(ReconSession.initiator(sa.keys.store, pa.interests, _RECON_CONFIG,
@@ -283,14 +281,15 @@ class Replication:
         """``want`` (gossip grace, claims), ``ReadStored`` answered from the key store."""
         m = self.sim.members[side.member]
         st = self.state[side.member]
-        st.core.reconciled(side.plan, side.exchange.session.peer_interests)
-        actions = st.core.want(side.plan, side.exchange.missing, self.sim.now, self._wall_ms(m))
+        sessions = st.core.sessions
+        sessions.reconciled(side.plan, side.exchange.session.peer_interests)
+        actions = sessions.want(side.plan, side.exchange.missing, self.sim.now, self._wall_ms(m))
         self.carry_out(m, actions)
         read = actions[-1]
         assert isinstance(read, ReadStored)
         held = {k for k in read.keys if st.keys.contains(k)}
         # Keys of events the simulator never published (none from honest peers) are not asked.
-        side.keys = [k for k in st.core.stored(read.ticket, held) if k in self.no_of_key]
+        side.keys = [k for k in sessions.stored(read.ticket, held) if k in self.no_of_key]
 
     def _wall_ms(self, m: Member) -> int:
         return int((self.sim.now + m.clock) * 1000)
@@ -307,7 +306,7 @@ class Replication:
             for side, giver in zip(p.sides, (b, a), strict=True):
                 self._transfer(side, giver)
             for side, peer in zip(p.sides, (b, a), strict=True):
-                core = self.state[side.member].core
+                core = self.state[side.member].core.sessions
                 self.carry_out(sim.members[side.member], core.close(side.plan))
                 ex = side.exchange
                 if core.finished(side.plan, truncated=ex.truncated,
@@ -316,7 +315,7 @@ class Replication:
         else:
             stats.sessions_failed += 1
             for side, peer in zip(p.sides, (b, a), strict=True):
-                actions = self.state[side.member].core.failed(
+                actions = self.state[side.member].core.sessions.failed(
                     side.plan, peer.peer_id, side.plan.role, None, sim.now)
                 self.carry_out(sim.members[side.member], actions)
         for m in (a, b):
@@ -337,7 +336,7 @@ class Replication:
         if ticket is None or not side.keys:
             return
         if not giver.honest and sim.hostile is not None and sim.hostile.withholds(giver):
-            self.carry_out(receiver, st.core.answer_done(ticket, side.keys))
+            self.carry_out(receiver, st.core.sessions.answer_done(ticket, side.keys))
             return
         if not receiver.online:
             return
@@ -353,8 +352,8 @@ class Replication:
         self.stats.recon_fetched += len(nos)
         sim.stats.unicast(receiver.index, giver.index, "transfer", 1, _WANT_KEY_BYTES * len(nos))
         sim.stats.unicast(giver.index, receiver.index, "transfer", 1, moved)
-        st.core.delivered(ticket, side.keys, sim.now)
-        self.carry_out(receiver, st.core.answer_done(ticket, []))
+        st.core.sessions.delivered(ticket, side.keys, sim.now)
+        self.carry_out(receiver, st.core.sessions.answer_done(ticket, []))
         self.ingest(receiver, giver, nos)
         # The store took them at once (a simulated member persists what it delivers).
         st.core.committed(side.keys, {k for k in side.keys if st.keys.contains(k)})

@@ -17,7 +17,7 @@ from typing import Protocol
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sync.errors import RemoteProtocolError
-from sync.replication import GapPlanner, ReconLifecycle
+from sync.replication import ReplicationCore
 from sync.sds import SdsChannel
 from sync.sim.keylog import KeyLog
 from sync.sim.network import Mesh
@@ -57,11 +57,9 @@ class PeerState:
     """One member's replication state beside its SDS channel."""
 
     keys: KeyLog  # the member's log of Recon keys and its key store (``sync.sim.keylog``)
-    core: ReconLifecycle
-    gaps: GapPlanner
-    recon_at: float | None = None
-    fetch_at: float | None = None
-    #: The fetch in flight (``sync.sim.fetch``): one at a time, as the node's ``Fetcher``.
+    core: ReplicationCore  # the node's: Recon sessions and fetches by id, one timer
+    timer_at: float | None = None
+    #: The fetch in flight (``sync.sim.fetch``): the core makes one due at a time.
     fetching: int | None = None
 
 

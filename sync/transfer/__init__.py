@@ -6,16 +6,7 @@ from __future__ import annotations
 from sync.transfer.backlog import KeyRange, RangeBacklog
 from sync.transfer.causal import causal_order
 from sync.transfer.claims import ClaimTable, Lapsed
-from sync.transfer.exchange import (
-    BUSY_FRAME,
-    Abort,
-    Charge,
-    Declined,
-    KeysDropped,
-    ReconExchange,
-    SendFrame,
-    not_recent,
-)
+from sync.transfer.exchange import BUSY_FRAME, ReconExchange, not_recent
 from sync.transfer.fetch import FetchQueue, FetchReader, encode_request, parse_request, plan_peers
 from sync.transfer.frames import (
     BUSY,
@@ -48,10 +39,7 @@ __all__ = [
     "REFUSED_PENALTY",
     "WANT",
     "WANT_LAST",
-    "Abort",
-    "Charge",
     "ClaimTable",
-    "Declined",
     "EventsFrame",
     "EventsPacker",
     "FetchQueue",
@@ -59,11 +47,9 @@ __all__ = [
     "FrameDecodeError",
     "InFlight",
     "KeyRange",
-    "KeysDropped",
     "Lapsed",
     "RangeBacklog",
     "ReconExchange",
-    "SendFrame",
     "WantFetcher",
     "WantList",
     "WantServer",

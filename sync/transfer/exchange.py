@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sync.actions import Abort, Action, Charge, Declined, KeysDropped, SendFrame
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recon.reads import KeysRead, ReadKeys
 from sync.recon.session import Incoming, MissingKeys, ReconSession, Step
@@ -33,50 +34,13 @@ from sync.transfer.causal import causal_rank, height_of
 from sync.transfer.frames import BUSY, RECON
 from sync.workbudget import recon_message_units
 
-__all__ = ["BUSY_FRAME", "Abort", "Action", "Charge", "Declined", "KeysDropped", "ReconExchange",
-           "SendFrame", "not_recent"]
+__all__ = ["BUSY_FRAME", "ReconExchange", "not_recent"]
 
 BUSY_FRAME = bytes([BUSY])
 #: Cut points kept of the dropped keys (a 1,000-range backlog; more only make ranges larger).
 MAX_CUTS = 1000
 
 
-@dataclass(frozen=True)
-class SendFrame:
-    """Write this frame to the stream."""
-
-    frame: bytes
-
-
-@dataclass(frozen=True)
-class Declined:
-    """The peer answered BUSY: the session ends, nobody is at fault."""
-
-
-@dataclass(frozen=True)
-class KeysDropped:
-    """Missing keys beyond the bound, left for a later session."""
-
-    count: int
-
-
-@dataclass(frozen=True)
-class Charge:
-    """Charge the peer ``units`` of work for the message just decoded (``charging``
-    exchanges only), then call :meth:`ReconExchange.charged`: it is answered only then."""
-
-    units: int
-
-
-@dataclass(frozen=True)
-class Abort:
-    """The phase ran past its deadline: end the session (the peer is backed off)."""
-
-    reason: str
-
-
-#: ``ReadKeys``: the step waits for its key-store reads; feed them to ``keys_read``.
-Action = SendFrame | Declined | KeysDropped | Abort | ReadKeys | Charge
 
 
 @dataclass

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from node.replication.recon_work import KeyStoreWork
 from storage import SqlKeyReader, append_events, make_engine, upgrade
 from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, SummaryKeyStore, insert_keys
-from sync.transfer import ReconExchange, SendFrame
-from sync.transfer.exchange import Action
+from sync.replication import Action, SendFrame
+from sync.transfer import ReconExchange
 from tests.storage.conftest import make_record
 from tests.sync.recon.helpers import FULL, CommittedFirst
 from tests.sync.recon.test_reads import GuardedSource

@@ -28,12 +28,13 @@ from sync.replication import (
     ReadStored,
     ReconLifecycle,
     Role,
+    SendFrame,
     ingest_batch,
     order,
     screen,
 )
 from sync.sds import Delivered, Evicted, SdsChannel
-from sync.transfer import ReconExchange, SendFrame
+from sync.transfer import ReconExchange
 from tests.sync.sds.helpers import CHANNEL, T0, channel
 
 SPEC = IngestSpec(network_id=1)

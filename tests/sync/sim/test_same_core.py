@@ -1,7 +1,8 @@
-"""The simulator and the node drive the same replication cores: the node's one driver
+"""The simulator and the node drive the same replication core: the node's one driver
 (``node.replication.driver.ReplicationDriver``) is built on ``sync.replication``'s
-``ReconLifecycle`` and ``GapPlanner``, on the node's default settings, and a simulated run
-drives those very classes, on the same settings, through sessions and fetches; its sessions
+``ReplicationCore`` (a ``ReconLifecycle`` and a ``GapPlanner`` behind one timer), on the node's
+default settings, and a simulated run drives that very class, on the same settings, through
+its timer, sessions and fetches; its sessions
 run over the node's Recon key store (``SummaryKeyStore``), whose reads the simulator answers
 from each member's key log as the node's Recon worker answers them from the events table."""
 
@@ -17,13 +18,12 @@ from node.replication.fetch import gap_planner
 from node.replication.recon import recon_interests, recon_lifecycle
 from node.replication.recon_work import KeyStoreWork
 from sync.recon import SummaryKeyStore
-from sync.replication import GapPlanner, ReconLifecycle
+from sync.replication import ReplicationCore
 from sync.sim import SWEEP, Simulation
 
 
 def test_the_node_driver_and_the_simulator_run_the_same_cores() -> None:
-    hints = typing.get_type_hints(ReplicationDriver)
-    assert hints["lifecycle"] is ReconLifecycle and hints["gaps"] is GapPlanner
+    assert typing.get_type_hints(ReplicationDriver)["core"] is ReplicationCore
 
     config = Config()
     rng = random.Random(1)
@@ -36,13 +36,16 @@ def test_the_node_driver_and_the_simulator_run_the_same_cores() -> None:
     sim = Simulation(scenario)
     stats = sim.run()
     assert stats.replication["recon_sessions"] > 0
+    assert stats.replication["fetch_requests"] > 0  # fetches the core's timer made due
     assert sum(state.keys.store.reads for state in sim.repl.state) > 0  # reads it asked for
     assert typing.get_type_hints(KeyStoreWork.__init__)["keys"] is SummaryKeyStore
     for state in sim.repl.state:
-        assert type(state.core) is type(node_core) and type(state.gaps) is type(node_gaps)
+        assert type(state.core) is ReplicationCore
+        core, gaps = state.core.sessions, state.core.gaps
+        assert type(core) is type(node_core) and type(gaps) is type(node_gaps)
         assert type(state.keys.store) is SummaryKeyStore
         # The node's defaults, but for the scenario's own round interval.
-        assert state.core.config == dataclasses.replace(
+        assert core.config == dataclasses.replace(
             node_core.config, interval_s=scenario.recon_interval)
-        assert state.gaps.queue.max_ids == node_gaps.queue.max_ids
-        assert state.gaps.extra_peers == node_gaps.extra_peers
+        assert gaps.queue.max_ids == node_gaps.queue.max_ids
+        assert gaps.extra_peers == node_gaps.extra_peers

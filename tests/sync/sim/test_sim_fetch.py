@@ -86,9 +86,11 @@ def test_hostile_fetch_answers_never_stop_convergence(
         members: int, seed: int, loss: float, recon: bool, hostile: tuple[str, ...]) -> None:
     """Forged or withheld fetch answers, with or without Recon: every honest member ends with
     every message (the invariants hold at every step: honest input never refused, nothing
-    acknowledged lost)."""
+    acknowledged lost). With Recon a gap also prompts a session with its senders at once (the
+    core's rule, as in the node), which often closes it before its fetch is due."""
     stats = run(Scenario(members=members, seed=seed, rate=10.0, duration=4.0, fetch=True,
                          recon=recon, hostile=hostile,
                          network=NetworkConfig(delivery_loss=loss)))
     assert stats.messages == stats.published > 0
-    assert stats.replication["fetch_requests"] > 0
+    r = stats.replication
+    assert r["recon_sessions"] > 0 if recon else r["fetch_requests"] > 0

@@ -13,15 +13,11 @@ from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, event_key
 from sync.recon.eventid import CERAMIC_ONE
 from sync.recon.wire import decode_message
+from sync.replication import Abort, Charge, Declined, KeysDropped, SendFrame
 from sync.transfer import (
     BUSY_FRAME,
     RECON,
-    Abort,
-    Charge,
-    Declined,
-    KeysDropped,
     ReconExchange,
-    SendFrame,
     causal_order,
     not_recent,
 )

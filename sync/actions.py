@@ -1,8 +1,11 @@
-"""The typed actions the replication cores return: what a driver must do, nothing it decides.
+"""The typed actions of replication: what a driver must do, nothing it decides. One vocabulary
+for every part of the core: the node's (``ReplicationCore``: sessions, gaps) and a session's
+stream (``sync.transfer.ReconExchange``: frames, charges, key-store reads).
 
 A driver carries each out in order (``node.replication`` does it with libp2p, SQL and trio; the
-simulator with its network model) and answers the requests (``ReadStored``) by calling the core
-back. Every rule lives in the core that returned the action.
+simulator with its network model) and answers the requests (``ReadStored``, ``ReadKeys``,
+``FetchDue``) by feeding the answer back as the core's next input. Every rule lives in the core
+that returned the action.
 """
 
 from __future__ import annotations
@@ -12,10 +15,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sync.errors import ErrorKind
+from sync.recon.reads import ReadKeys
+from sync.sds import MissingEntry
 
 __all__ = [
+    "Abort",
     "Action",
+    "Charge",
     "ClaimsLapsed",
+    "Declined",
+    "FetchDue",
+    "KeysDropped",
     "KeysWithheld",
     "Penalize",
     "ReadStored",
@@ -23,6 +33,7 @@ __all__ = [
     "Rejected",
     "Released",
     "Role",
+    "SendFrame",
     "SessionFailed",
     "StartSession",
 ]
@@ -110,5 +121,52 @@ class SessionFailed:
     backoff_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class FetchDue:
+    """Request: a fetch by id is due for ``batch``. Answer which of its ids SDS still misses
+    (``ReplicationCore.plan_fetch``), fetch what the plan names, then ``fetched(plan)``."""
+
+    batch: list[MissingEntry]
+
+
+# -- a session's stream (``sync.transfer.ReconExchange``) -------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SendFrame:
+    """Write this frame to the session's stream."""
+
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Declined:
+    """The peer answered BUSY: the session ends, nobody is at fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeysDropped:
+    """Missing keys beyond the bound, left for a later session."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """Charge the peer ``units`` of work for the message just decoded (``charging``
+    exchanges only), then call ``ReconExchange.charged``: it is answered only then."""
+
+    units: int
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """The reconciliation ran past its deadline: end the session (the peer is backed off)."""
+
+    reason: str
+
+
+#: ``ReadKeys`` (``sync.recon``): a session's step waits for its key-store reads; feed them to
+#: ``ReconExchange.keys_read``.
 Action = (StartSession | Penalize | Rejected | ReadStored | Released | ReconcileSoon
-          | ClaimsLapsed | KeysWithheld | SessionFailed)
+          | ClaimsLapsed | KeysWithheld | SessionFailed | FetchDue
+          | SendFrame | Declined | KeysDropped | Charge | Abort | ReadKeys)
