@@ -35,7 +35,6 @@ from sync.sds.config import SdsConfig
 from sync.sds.delivered import (
     STALE_ANSWERS,
     DeliveredIndex,
-    DeliveredNeeded,
     DeliveredRead,
     ReadDelivered,
 )
@@ -155,7 +154,7 @@ class SdsChannel:
         self._members = self._repair.members
         self._ephemeral_seen: OrderedDict[str, None] = OrderedDict()
         # The received message that asked for delivered ids: run by ``delivered_read``.
-        self._asking: Callable[[], None] | None = None
+        self._asking: Callable[[], ReadDelivered | None] | None = None
         self._stale = 0  # stale answers in a row to its question
         # (At most 29 attributes: with more, CPython 3.11 gives the instance a dict of its own
         # keys instead of the class's shared ones, and every attribute read of the steps is
@@ -297,15 +296,13 @@ class SdsChannel:
         self._asking, self._stale = None, 0
         return self._held_if_asking(step)
 
-    def _held_if_asking(self, step: Callable[[], None]) -> ReadDelivered | None:
-        try:
-            step()
-        except DeliveredNeeded as need:  # the step's first act: nothing changed yet
+    def _held_if_asking(self, step: Callable[[], ReadDelivered | None]) -> ReadDelivered | None:
+        if (read := step()) is not None:  # its first act, the question: nothing changed yet
             self._asking = step
-            return need.read
-        return None
+        return read
 
-    def _decoded(self, data: bytes, now: float, peer: str | None) -> Callable[[], None]:
+    def _decoded(self, data: bytes, now: float, peer: str | None
+                 ) -> Callable[[], ReadDelivered | None]:
         """Decode and check a received message; its protocol step, to run (``_accept``)."""
         try:
             tx = self._profile.decode(
@@ -342,10 +339,8 @@ class SdsChannel:
             self._check_event(event, now)
         except RemoteProtocolError as exc:
             raise exc.from_peer(peer) from None
-        try:
-            self._accept(event, None, (), now)
-        except DeliveredNeeded as need:
-            return need.read
+        if (read := self._accept(event, None, (), now)) is not None:
+            return read
         if event.message_id in self._incoming.waiting:
             self._stats.fetched_waiting += 1
         return None
@@ -413,26 +408,32 @@ class SdsChannel:
 
     def _accept(self, event: SignedEvent, evidence: FilterEvidence | None,
                 repair_request: tuple[HistoryRef, ...], now: float,
-                repair_signature: bytes | None = None) -> None:
+                repair_signature: bytes | None = None) -> ReadDelivered | None:
         """The protocol steps for a valid message: nothing here raises on peer input. First
-        what only the store knows (``DeliveredNeeded``, raised before anything changes)."""
+        what only the store knows: the question (``ReadDelivered``) is returned before
+        anything changes, and the step is taken once it is answered."""
         # While memory holds the whole log the store has nothing to add: no question, and no
         # call (issue 30: the receive path's per-step overhead).
         log = self._log
-        stored: Set[str] = _NOTHING_STORED if log.complete else self._stored_of(event)
+        stored: Set[str] = _NOTHING_STORED
+        if not log.complete:
+            got = self._stored_of(event)
+            if isinstance(got, ReadDelivered):
+                return got
+            stored = got
         mid = event.message_id
         sender = event.sender_id
         repair = self._repair
         if repair.requests or repair.responses:  # (nothing to forget otherwise: no call)
             repair.seen(mid)
         if sender == self._participant_id:
-            return
+            return None
         self._members.heard(sender, now)
         self._history.touch(now)
         # (``is_ephemeral`` and ``is_sync`` spelled out: this runs for every message.)
         if event.lamport is None:
             self._receive_ephemeral(event)
-            return
+            return None
         others = self._others_seen
         if len(others) < self._config.ack_min_filters:
             others.add(sender)
@@ -454,7 +455,7 @@ class SdsChannel:
             unknown = [h for h in event.causal_history
                        if incoming.is_unknown(h.message_id) and h.message_id not in stored]
             incoming.note_missing(unknown, now, charged_to=event.sender_id)
-            return
+            return None
         memory = log.memory
         if mid in incoming.waiting or mid in memory:
             # A duplicate (a resend or repair) does not hold back our sync: its sender may be
@@ -462,11 +463,11 @@ class SdsChannel:
             # sender has no acknowledgement yet: say we have it.)
             self._stats.duplicates_received += 1
             self._ack_filter.received(mid, sender, again=True)
-            return
+            return None
         lost_ids = incoming.lost
         if mid in stored:
             self._stats.duplicates_received += 1
-            return
+            return None
         self._schedule.last_activity = now
         self._ack_filter.received(mid, sender)
         unmet: list[HistoryRef] = []
@@ -482,16 +483,17 @@ class SdsChannel:
                 unmet.append(h)
         if not unmet:
             incoming.deliver(event, lost_dependency=lost, history_ids=history_ids)
-            return
+            return None
         if not incoming.wait(event, {h.message_id for h in unmet}, lost):
-            return
+            return None
         incoming.received(mid)
         incoming.note_missing([h for h in unmet if h.message_id not in incoming.waiting], now,
                               charged_to=event.sender_id)
+        return None
 
-    def _stored_of(self, event: SignedEvent) -> set[str]:
+    def _stored_of(self, event: SignedEvent) -> set[str] | ReadDelivered:
         """Those ids ``_accept`` of ``event`` must know about that memory cannot answer and
-        the log holds: one question (``DeliveredNeeded``) for a sync's unknown history
+        the log holds: one question (``ReadDelivered``) for a sync's unknown history
         entries; for content, the event itself when it is older than the window and history
         entries not in memory. Ids already known missing were not delivered when noted, and
         only a delivery (into memory) changes that: no question for them (a catch-up in
@@ -500,8 +502,8 @@ class SdsChannel:
         if log.complete or event.sender_id == self._participant_id or event.is_ephemeral:
             return set()
         if event.is_sync:
-            return log.known(h.message_id for h in event.causal_history
-                             if incoming.is_unknown(h.message_id))
+            return log.settle(h.message_id for h in event.causal_history
+                              if incoming.is_unknown(h.message_id))
         mid = event.message_id
         if mid in incoming.waiting or log.in_memory(mid):
             return set()  # a duplicate memory knows
@@ -512,7 +514,7 @@ class SdsChannel:
         assert event.lamport is not None
         if event.lamport <= log.floor_for(event.sender_id):
             ask.append(mid)
-        return log.known(ask) if ask else set()
+        return log.settle(ask) if ask else set()
 
     def _on_repair_requests(self, event: SignedEvent, refs: tuple[HistoryRef, ...],
                             signature: bytes | None, now: float) -> None:

@@ -10,12 +10,14 @@ another's (Recon's key order is sender first) then finds the second sender's eve
 that sender's floor, though far below the channel's, and needs no store question for them.
 
 A question memory cannot answer (an id below its floor, or a history entry not in memory once
-something was evicted) is never put to storage from inside a step: the channel's step stops
-before it changes anything (the internal :class:`DeliveredNeeded`, caught at the channel's edge)
-and the channel returns the action :class:`ReadDelivered`; the driver reads its store (the node:
-its database and its queue of uncommitted writes, off the protocol step) and feeds the input
+something was evicted) is never put to storage from inside a step: a received message's step
+asks it as its first act, before it changes anything (:meth:`DeliveredIndex.settle`), and the
+channel returns the action :class:`ReadDelivered`; the driver reads its store (the node: its
+database and its queue of uncommitted writes, off the protocol step) and feeds the input
 :class:`DeliveredRead` back (``SdsChannel.delivered_read``), on which the waiting step runs (as
-Recon's ``ReadKeys`` and ``KeysRead``). Unbounded (the pure protocol tests, the simulator)
+Recon's ``ReadKeys`` and ``KeysRead``). Steps whose questions their caller asks up front (an
+ingest batch: :meth:`DeliveredIndex.reads_for_steps`) raise the internal
+:class:`DeliveredNeeded` should one be left: a bug's guard, never the way to ask. Unbounded (the pure protocol tests, the simulator)
 nothing is evicted: the whole log stays in memory and nothing is ever asked.
 """
 
@@ -195,7 +197,16 @@ class DeliveredIndex:
 
     def known(self, ids: Iterable[str]) -> set[str]:
         """Those of ``ids`` that are delivered, from memory and the driver's answer; raises
-        ``DeliveredNeeded`` (nothing changed) for those neither can settle."""
+        ``DeliveredNeeded`` (nothing changed) for those neither can settle: for a caller that
+        asked up front (``reads_for_steps``), where a question left is a bug."""
+        got = self.settle(ids)
+        if isinstance(got, ReadDelivered):
+            raise DeliveredNeeded(got)
+        return got
+
+    def settle(self, ids: Iterable[str]) -> set[str] | ReadDelivered:
+        """Those of ``ids`` that are delivered, from memory and the driver's answer, or the
+        request for those neither can settle (a step asks it before it does anything)."""
         recent, answers = self._recent, self._answers
         wanted = list(dict.fromkeys(ids))
         found = {mid for mid in wanted if mid in recent}
@@ -205,7 +216,7 @@ class DeliveredIndex:
         if any(mid not in answers for mid in rest):
             # All of them: the answer replaces the one that settled some.
             self.lookups += 1
-            raise DeliveredNeeded(ReadDelivered(tuple(rest), epoch=self.added))
+            return ReadDelivered(tuple(rest), epoch=self.added)
         found.update(mid for mid in rest if answers[mid])
         return found
 
