@@ -17,8 +17,9 @@ database and its queue of uncommitted writes, off the protocol step) and feeds t
 :class:`DeliveredRead` back (``SdsChannel.delivered_read``), on which the waiting step runs (as
 Recon's ``ReadKeys`` and ``KeysRead``). Steps whose questions their caller asks up front (an
 ingest batch: :meth:`DeliveredIndex.reads_for_steps`) raise the internal
-:class:`DeliveredNeeded` should one be left: a bug's guard, never the way to ask. Unbounded (the pure protocol tests, the simulator)
-nothing is evicted: the whole log stays in memory and nothing is ever asked.
+:class:`DeliveredNeeded` should one be left: a bug's guard, never the way to ask. Unbounded
+(the pure protocol tests, the simulator) nothing is evicted: the whole log stays in memory and
+nothing is ever asked.
 """
 
 from __future__ import annotations
