@@ -222,11 +222,13 @@ class ReplicationDriver:
 
     async def _fetch(self, due: FetchDue, fetch: Callable[[FetchPlan], Awaitable[None]],
                      still_missing: Callable[[str], bool]) -> None:
-        connected = self.host.connected_peers()
-        plan = self.core.plan_fetch(due, {e.message_id for e in due.batch
-                                          if still_missing(e.message_id)},
-                                    connected, {p for p in connected if self.host.is_banned(p)})
+        ended: FetchDue | FetchPlan = due  # however it ends, the core hears of it
         try:
-            await fetch(plan)
+            connected = self.host.connected_peers()
+            ended = self.core.plan_fetch(due, {e.message_id for e in due.batch
+                                               if still_missing(e.message_id)},
+                                         connected, {p for p in connected
+                                                     if self.host.is_banned(p)})
+            await fetch(ended)
         finally:
-            self.carry_out(self.core.fetched(plan))
+            self.carry_out(self.core.fetched(ended))

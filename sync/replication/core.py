@@ -83,9 +83,13 @@ class ReplicationCore:
         """The fetch of ``due``: those of its ids SDS still misses, and whom to ask."""
         return self.gaps.plan(due.batch, still_missing, connected, banned)
 
-    def fetched(self, plan: FetchPlan) -> list[Action]:
-        """The fetch of ``plan`` ended (however): what nobody answered is left to Recon."""
+    def fetched(self, ended: FetchPlan | FetchDue) -> list[Action]:
+        """The fetch of ``ended`` ended, however (a ``FetchDue`` that never became a plan:
+        nothing of it was fetched): what nobody answered is left to Recon, and the next fetch
+        may come due."""
         self._fetching = False
+        plan = ended if isinstance(ended, FetchPlan) else FetchPlan(
+            ended.batch, {e.message_id for e in ended.batch}, [])
         actions = self.gaps.done(plan)
         if any(isinstance(a, ReconcileSoon) for a in actions):
             self.sessions.poke()

@@ -80,3 +80,17 @@ def test_a_fetch_that_closed_its_gap_leaves_recon_alone() -> None:
     c.gaps.received(plan, "m1")
     assert c.fetched(plan) == []
     assert c.get_timer() > T + 2.0  # no round was brought forward
+
+
+def test_a_fetch_that_never_became_a_plan_still_ends() -> None:
+    """Planning failed (the driver's answer raised): the core hears of the due fetch itself,
+    leaves its ids to Recon and makes the next fetch due."""
+    c = core()
+    c.missing([entry("m1", "b")], [], T)
+    (due,) = c.handle_timer(T + 1.0, PEERS, NO_LATENCY)
+    assert isinstance(due, FetchDue)
+    c.missing([entry("m2", "c")], [], T + 1.0)
+    assert c.fetched(due) == [ReconcileSoon(1)]
+    (next_due,) = [a for a in c.handle_timer(T + 2.0, PEERS, NO_LATENCY)
+                   if isinstance(a, FetchDue)]
+    assert [e.message_id for e in next_due.batch] == ["m2"]
