@@ -63,7 +63,9 @@ def _keys(n: int, d: int, seed: int) -> tuple[list[bytes], list[bytes]]:
     unique: set[bytes] = set()
     while len(unique) < n + d:
         unique.add(rng.randbytes(KEY_BYTES))
-    pool = list(unique)
+    # In the seeded stream's order: a set's own order follows the process's hash seed, and the
+    # two sides' keys (and so every byte figure) changed from run to run.
+    pool = rng.sample(sorted(unique), len(unique))
     common, a_only, b_only = pool[: n - d], pool[n - d : n], pool[n:]
     return sorted(common + a_only), sorted(common + b_only)
 
