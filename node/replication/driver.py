@@ -217,7 +217,7 @@ class ReplicationDriver:
                             nursery.start_soon(self._fetch, action, fetch, still_missing)
                     continue
                 self._wake = trio.Event()
-                with trio.move_on_at(self.core.get_timer()):
+                with trio.move_on_after(self.core.get_timer() - now):
                     await self._wake.wait()
 
     async def _fetch(self, due: FetchDue, fetch: Callable[[FetchPlan], Awaitable[None]],

@@ -344,26 +344,15 @@ class ReconSession:
         a query during which an asking store lacked a read returned nothing of use (its run
         was void), so it waits with the others that lacked and is made once they are
         answered; one that did not lack is not made again."""
-        asks = self._asks
-        if asks is None:  # a store in memory (the simulator's) has every key at hand
-            return [read() for read in reads]
-        results: list[_T | None] = [None] * len(reads)
+        results: list[object] = [None] * len(reads)
         todo: Iterable[int] = range(len(reads))
         for _ in range(MAX_ROUNDS):
             lacking: list[int] = []
             for i in todo:
-                before = asks.misses
-                try:
-                    value = reads[i]()
-                except Exception:
-                    if asks.misses == before:
-                        raise
+                if (value := self._try(reads[i])) is _LACKED:
                     lacking.append(i)
-                    continue
-                if asks.misses == before:
-                    results[i] = value
                 else:
-                    lacking.append(i)
+                    results[i] = value
             if not lacking:
                 return cast(list[_T], results)
             todo = lacking
@@ -578,8 +567,8 @@ class ReconSession:
                 if (p_lo, p_hi) == (lo, hi):
                     kept.append(action)
                 elif kind == "h":
-                    ((count, digest),) = yield from self._read(
-                        partial(self._fingerprints, [p_lo, p_hi]))
+                    ((count, digest),) = yield from self._read(self._fingerprints,
+                                                               [p_lo, p_hi])
                     kept.append(("h", p_lo, p_hi, count, digest))
                 else:
                     assert isinstance(extra, list)
