@@ -105,8 +105,7 @@ class Fetching:
                                          if m.channel.layers.incoming.is_missing(e.message_id)},
                                    list(self.repl.connected(m)), ())
         self._runs.append(_Run(m.index, fetch, list(fetch.peers)))
-        st.fetching = len(self._runs) - 1
-        self._next(st.fetching)
+        self._next(len(self._runs) - 1)
 
     def _next(self, slot: int) -> None:
         """Ask the next peer of the plan for what is still wanted, or end the fetch."""
@@ -198,7 +197,6 @@ class Fetching:
         self._runs[slot] = None
         repl = self.repl
         m, st = self.sim.members[run.member], repl.state[run.member]
-        st.fetching = None
         repl.carry_out(m, st.core.fetched(run.plan))
         if m.online:
             repl.arm(m)

@@ -59,8 +59,6 @@ class PeerState:
     keys: KeyLog  # the member's log of Recon keys and its key store (``sync.sim.keylog``)
     core: ReplicationCore  # the node's: Recon sessions and fetches by id, one timer
     timer_at: float | None = None
-    #: The fetch in flight (``sync.sim.fetch``): the core makes one due at a time.
-    fetching: int | None = None
 
 
 class HostileView(Protocol):
