@@ -72,6 +72,9 @@ class World:
             conns = " ".join(f"{names.get(p, p[-6:])}:{v[0]}" for p, v in sorted(paths.items()))
             lines.append(f"{node.host.name}: {net['reachability']} relays={len(net['relays'])} "
                          f"punch={net['punch']} conns={conns}")
+        names = {n.peer_id: n.host.name for n in self.nodes if n.peer_id}
+        for node in self.home:
+            lines.extend(f"  {node.host.name} log: {line}" for line in _events(node, names))
         return "\n".join(lines)
 
     def wait(self, condition: Callable[[], bool], timeout: float, message: str) -> float:
@@ -86,6 +89,25 @@ class World:
     def paths(self, node: NetNode) -> dict[str, str]:
         """Connected peer id -> "direct" or "relayed"."""
         return {p["peer_id"]: p.get("path", "direct") for p in node.get("/v1/peers")["connected"]}
+
+
+# The node log lines that tell what a home node's connections went through (a failed wait
+# prints them: CI keeps no node logs).
+_EVENTS = ("hole punch", "closing connection", "network back", "reserved a relay")
+
+
+def _events(node: NetNode, names: dict[str, str], last: int = 12) -> list[str]:
+    try:
+        text = node.stderr_path.read_text(errors="replace")
+    except OSError as exc:
+        return [repr(exc)]
+    out = []
+    for line in text.splitlines():
+        if any(event in line for event in _EVENTS):
+            for peer, name in names.items():
+                line = line.replace(peer, name)
+            out.append(line.removeprefix("ts=")[:160])
+    return out[-last:]
 
 
 @contextmanager

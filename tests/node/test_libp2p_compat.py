@@ -501,6 +501,31 @@ async def test_t2_two_hosts_keep_their_own_reuse_flags() -> None:
         assert _reuseport(alone) == {0}
 
 
+@pytest.mark.trio
+@pytest.mark.timeout(30)
+async def test_t3_a_closing_listener_has_no_addresses_rather_than_an_error() -> None:
+    """``TCPListener.close`` closes its sockets before it forgets them; asked for its addresses
+    in between (what identify does for a peer still connected while the host shuts down), the
+    listener raised EBADF out of ``getsockname``, and that ended the host's nursery."""
+    from libp2p.transport.tcp.tcp import TCP
+
+    async def _ignore(stream: Any) -> None:
+        await stream.aclose()
+
+    compat.apply()
+    listener = TCP().create_listener(_ignore)
+    await listener.listen(Multiaddr("/ip4/127.0.0.1/tcp/0"))
+    assert len(listener.get_addrs()) == 1
+    seen: list[int] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener.close)
+        while listener.listeners or not seen:
+            seen.append(len(listener.get_addrs()))  # raised EBADF without T3
+            await trio.lowlevel.checkpoint()
+    # The window was seen: a socket closed while the listener still listed it.
+    assert 0 in seen and listener.listeners == []
+
+
 def test_d1_d6_the_dcutr_names_we_drive_are_still_used_by_the_library() -> None:
     """D1: the service's ``run`` starts ``_auto_drive_loop`` (ours returns at once, so no
     punch starts by itself); D6: the attempt count we reset is the one the library counts

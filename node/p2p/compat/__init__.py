@@ -54,6 +54,7 @@ Y4   replaced   ``Yamux._read_data_body``, the module's ``read_exactly``       t
 L1   replaced   ``swarm_connection.logging``                                test_libp2p_compat
 T1   read       ``secured_conn.conn.read_writer.read_write_closer.stream``   test_p2p
 T2   replaced   ``tcp._set_reuse_flags``                                    test_libp2p_compat
+T3   replaced   ``TCPListener.get_addrs`` (closed sockets skipped)           test_libp2p_compat
 N1   replaced   ``NoiseTransportReadWriter.read_msg`` (buffered)            test_libp2p_compat
 K1   replaced   the locks of ``TrioTCPStream``, ``Yamux``, ``YamuxStream``      test_libp2p_compat
                 (``__init__`` wrapped: no yield when free)
@@ -87,7 +88,12 @@ from node.p2p.compat.noise import patch_noise_reads
 from node.p2p.compat.pubsub import GuardedPubsub, patch_gossip_queues
 from node.p2p.compat.records import patch_record_sending, patch_record_verification, use_clock
 from node.p2p.compat.rpc_reads import patch_rpc_reads
-from node.p2p.compat.sockets import patch_reuse_flags, share_port, tcp_socket_of
+from node.p2p.compat.sockets import (
+    patch_closing_listener,
+    patch_reuse_flags,
+    share_port,
+    tcp_socket_of,
+)
 from node.p2p.compat.swarm import patch_expired_peer_records, patch_inbound_slots
 from node.p2p.compat.validation import patch_signature_check
 from node.p2p.compat.version import SUPPORTED_LIBP2P_VERSION, check_libp2p_version
@@ -143,6 +149,7 @@ def apply() -> None:
     patch_yamux_window()  # Y4
     patch_root_logging()  # L1
     patch_reuse_flags()  # T2
+    patch_closing_listener()  # T3
     if "N1" not in without:
         patch_noise_reads()  # N1
     if "K1" not in without:

@@ -13,6 +13,12 @@ port to be a bind error. The module function is replaced by one that reads a con
 and :func:`share_port` wraps one host's TCP transport (its ``dial_with_source``, its listeners'
 ``listen``: the two paths to ``_set_reuse_flags``) so that the variable holds that host's
 choice for the length of each call: two hosts of a process keep their own flags.
+
+T3, a closing listener's addresses. ``TCPListener.close`` closes its sockets (concurrently)
+before it clears its list of them; an identify request answered meanwhile (a peer still
+connected while the host shuts down) asks the host for its addresses, ``getsockname`` of a
+closed socket raised ``EBADF``, and the exception ended the host's nursery: a clean shutdown
+failed. The listener's ``get_addrs`` is replaced by one that skips closed sockets.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from libp2p.abc import IHost, INetConn
 from node.p2p.compat.version import require
 
 __all__ = [
+    "patch_closing_listener",
     "patch_reuse_flags",
     "share_port",
     "tcp_socket_of",
@@ -85,6 +92,19 @@ def patch_reuse_flags() -> None:
     require(_tcp_module.TCP, "create_listener", "dial_with_source")
     require(_tcp_module.TCPListener, "listen")
     setattr(_tcp_module, "_set_reuse_flags", _set_reuse_flags)  # noqa: B010
+
+def _open_addrs(self: Any) -> tuple[Any, ...]:
+    """The listener's addresses, of its sockets still open (a closed trio socket's fileno is
+    -1): a listener closing has none to give, not an error."""
+    return tuple(_tcp_module._multiaddr_from_socket(listener.socket)
+                 for listener in self.listeners if listener.socket.fileno() != -1)
+
+
+def patch_closing_listener() -> None:
+    require(_tcp_module, "_multiaddr_from_socket")
+    require(_tcp_module.TCPListener, "get_addrs", "close")
+    setattr(_tcp_module.TCPListener, "get_addrs", _open_addrs)  # noqa: B010
+
 
 # The wrappers between a yamux connection and its trio socket, in libp2p 0.8.1: the secure
 # session (``secured_conn``), noise's reader-writer, the raw connection, the TCP stream.
