@@ -56,7 +56,7 @@ from sync.gossip import GossipLimits
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec
 from sync.membership import Liveness
-from sync.replication import ReplicationCore
+from sync.replication import ExchangeSetup, ReplicationCore
 
 __all__ = [
     "NodeParts", "NodeViews", "api_routes", "build_parts", "build_services", "channel_names",
@@ -144,11 +144,16 @@ async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
     standing = PeerStanding(host)
     rng = random.Random()
     names = channel_names(config)
+    keys = await open_keys(store, config.recon)
     driver = ReplicationDriver(
         core=ReplicationCore(
             recon_lifecycle(peer_id, recon_interests(config.node.network_id, names, peer_id,
                                                      allowed), config.recon, rng),
-            gap_planner(config.fetch, rng)),
+            gap_planner(config.fetch, rng),
+            # Every session's frames are charged to its peer before they are answered (the
+            # service's WorkGate below).
+            ExchangeSetup(keys.store, recon_config(config), config.recon.max_missing_keys,
+                          timeout_s=config.recon.session_timeout_s, charging=True)),
         host=host, store=store, metrics=metrics, standing=standing, clock=clock)
     channels = ChannelService(
         host=host, store=store, metrics=metrics, key=key, peer_id=peer_id,
@@ -167,9 +172,8 @@ async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
                       standing=standing, work=work)
     recon = ReconService(
         host=host, store=store, channels=channels, metrics=metrics,
-        network_id=config.node.network_id, section=config.recon, config=recon_config(config),
-        driver=driver, clock=clock, keys=await open_keys(store, config.recon), fetcher=fetcher,
-        ingest=ingest, work=work,
+        network_id=config.node.network_id, section=config.recon, driver=driver, clock=clock,
+        keys=keys, fetcher=fetcher, ingest=ingest, work=work,
     )
     membership = Membership(host, store, metrics, config.membership,
                             in_session=recon.schedule.in_session, liveness=liveness,

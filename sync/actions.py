@@ -30,6 +30,7 @@ __all__ = [
     "Penalize",
     "ReadStored",
     "ReconcileSoon",
+    "Reconciled",
     "Rejected",
     "Released",
     "Role",
@@ -153,7 +154,7 @@ class KeysDropped:
 @dataclass(frozen=True, slots=True)
 class Charge:
     """Charge the peer ``units`` of work for the message just decoded (``charging``
-    exchanges only), then call ``ReconExchange.charged``: it is answered only then."""
+    exchanges only), then call ``ReplicationCore.charged``: it is answered only then."""
 
     units: int
 
@@ -165,8 +166,19 @@ class Abort:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """The reconciliation is over (it comes after the frames of its last step): ``missing``
+    keys were found to fetch, ``dropped`` more beyond the bound (``truncated``). The driver
+    tells the core (``ReplicationCore.reconciled``) and runs the transfer phases."""
+
+    missing: int
+    dropped: int
+    truncated: bool
+
+
 #: ``ReadKeys`` (``sync.recon``): a session's step waits for its key-store reads; feed them to
-#: ``ReconExchange.keys_read``.
+#: ``ReplicationCore.keys_read``.
 Action = (StartSession | Penalize | Rejected | ReadStored | Released | ReconcileSoon
           | ClaimsLapsed | KeysWithheld | SessionFailed | FetchDue
-          | SendFrame | Declined | KeysDropped | Charge | Abort | ReadKeys)
+          | SendFrame | Declined | KeysDropped | Charge | Abort | Reconciled | ReadKeys)

@@ -18,7 +18,7 @@ set on anything after construction), and the loop that starts them takes both as
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -182,17 +182,17 @@ class ReplicationDriver:
         else:
             failed(report)
 
-    async def claim(self, plan: SessionPlan, missing: Iterable[bytes]) -> tuple[int, list[bytes]]:
-        """A session's fetch phase begins: claim ``missing``, answer the core's
-        ``ReadStored`` from the store, and return (the claim ticket, the keys to fetch)."""
-        sessions = self.core.sessions
-        actions = sessions.want(plan, missing, self.clock.now(), int(self.clock.wall() * 1000))
+    async def claim(self, plan: SessionPlan) -> tuple[int, list[bytes]]:
+        """A session's fetch phase begins: claim what its reconciliation found missing, answer
+        the core's ``ReadStored`` from the store, and return (the claim ticket, the keys to
+        fetch)."""
+        actions = self.core.want(plan, self.clock.now(), int(self.clock.wall() * 1000))
         self.carry_out(actions)
         read = actions[-1]
         assert isinstance(read, ReadStored)
         held: set[bytes] = (await self.store.read(existing_keys, list(read.keys))
                             if read.keys else set())
-        return read.ticket, sessions.stored(read.ticket, held)
+        return read.ticket, self.core.sessions.stored(read.ticket, held)
 
     # -- the timer loop ------------------------------------------------------------------------
 

@@ -43,7 +43,6 @@ from node.telemetry.metrics import Metrics
 from storage import OpenedKeyStore, SqlKeyReader
 from sync.recon import PeerScheduler, SummaryKeyStore, node_interests
 from sync.recon.peers import Range
-from sync.recon.session import ReconConfig
 from sync.replication import LifecycleConfig, ReconLifecycle
 from sync.transfer import ClaimTable, RangeBacklog
 
@@ -78,7 +77,6 @@ class ReconService:
         metrics: Metrics,
         network_id: int,
         section: ReconSection,
-        config: ReconConfig,
         driver: ReplicationDriver,
         clock: Clock,
         keys: OpenedKeyStore,
@@ -87,7 +85,9 @@ class ReconService:
         work: WorkGate | None = None,
     ) -> None:
         """``keys``: the key store as ``recon_summary.open_keys`` loaded it (``build_parts``
-        opens it first, so the service holds its one key store from the start). ``fetcher``:
+        opens it first: the driver's core builds every session's reconciliation on it, and the
+        service keeps it current and saved). ``work``: what each frame costs its peer, which a
+        core set up to charge (``ExchangeSetup.charging``) requires. ``fetcher``:
         what runs the fetches by id the core's timer makes due (this service runs the
         driver's one timer loop)."""
         self.host = host
@@ -116,8 +116,8 @@ class ReconService:
         )
         self.sessions = SessionRunner(
             host=host, driver=driver, keywork=self.keywork, transfer=self.transfer,
-            activity=self.activity, sync=self.sync, metrics=metrics, config=config,
-            section=section, clock=clock, work=work)
+            activity=self.activity, sync=self.sync, metrics=metrics, section=section,
+            clock=clock, work=work)
         host.set_stream_handler(RECON_PROTOCOL, self.sessions.respond)
         self.channels = channels
         describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys,

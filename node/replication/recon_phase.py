@@ -1,6 +1,7 @@
-"""Driving the reconciliation phase of a Recon stream: read a frame, let the sans-IO
-:class:`sync.transfer.ReconExchange` decide, write what it says, and wake at its timer (the
-phase's deadline, ``recon.session_timeout_s``) when no frame comes before it.
+"""Driving the reconciliation phase of a Recon stream: read a frame, let the sans-IO core
+decide (``ReplicationCore.receive``, which holds the session's reconciliation), write what it
+says, and wake at the session's timer (the phase's deadline, ``recon.session_timeout_s``) when
+no frame comes before it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,17 @@ import trio
 from node.p2p import FramedStream
 from sync.errors import LocalProtocolError
 from sync.recon import ReadKeys
-from sync.replication import Abort, Action, Charge, KeysDropped, SendFrame
-from sync.transfer import ReconExchange
+from sync.replication import (
+    Abort,
+    Action,
+    Charge,
+    Declined,
+    KeysDropped,
+    Reconciled,
+    ReplicationCore,
+    SendFrame,
+    SessionPlan,
+)
 
 __all__ = ["FrameCharger", "reconcile"]
 
@@ -34,42 +44,41 @@ async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
     return fn()
 
 
-async def reconcile(stream: FramedStream, exchange: ReconExchange, first: list[Action] | None,
-                    on_dropped: Callable[[int], None], *, work: Work = _inline,
-                    charges: FrameCharger | None = None,
-                    now: Callable[[], float]) -> None:
-    """Run the exchange to its end (``first``: the initiator's opening actions). Raises
-    ``trio.TooSlowError`` when the exchange aborts at its deadline; ``on_dropped`` hears of
-    missing keys beyond the bound. Each frame from the peer is charged to it before it is read
-    (``charges.before``, by its size); a ``charging`` exchange's frame is then decoded and
-    settled by the work it asks before it is answered (``charges.after``: paid even if
-    refused, the decoding is done).
-    ``work`` runs each step in the Recon worker thread, which carries
-    out its key-store reads (``KeyStoreWork.step``). ``now``: the driver's injected clock
-    (``Clock.now``, trio's: the timer is a cancel scope's deadline)."""
+async def reconcile(stream: FramedStream, core: ReplicationCore, plan: SessionPlan,
+                    first: list[Action] | None, on_dropped: Callable[[int], None], *,
+                    work: Work = _inline, charges: FrameCharger | None = None,
+                    now: Callable[[], float]) -> Reconciled | Declined:
+    """Run the session's reconciliation to its end (``first``: the initiator's opening
+    actions) and return how it ended. Raises ``trio.TooSlowError`` when it aborts at its
+    deadline; ``on_dropped`` hears of missing keys beyond the bound. Each frame from the peer is
+    charged to it before it is read (``charges.before``, by its size); with a charging setup
+    (``ExchangeSetup.charging``) the frame is then decoded and settled by the work it asks
+    before it is answered (``charges.after``: paid even if refused, the decoding is done).
+    ``work`` runs each step in the Recon worker thread, which carries out its key-store reads
+    (``KeyStoreWork.step``). ``now``: the driver's injected clock (``Clock.now``, trio's: the
+    timer is a cancel scope's deadline)."""
     actions: list[Action] = first or []
     while True:
-        # trio's clock is the exchange's: its timer is a cancel scope's deadline as it is.
-        with trio.move_on_at(exchange.get_timer()):
-            await _carry_out(stream, actions, on_dropped)
-            if exchange.done:
-                return
+        # trio's clock is the core's: the session's timer is a cancel scope's deadline as it is.
+        with trio.move_on_at(core.session_timer(plan)):
+            if (ended := await _carry_out(stream, actions, on_dropped)) is not None:
+                return ended
             # Charged in advance by its announced size, before its body is read or decoded.
             if charges is not None:
                 await charges.before(await stream.next_size())
             frame = await stream.receive()
-            actions = await work(functools.partial(exchange.receive, frame, now()))
+            actions = await work(functools.partial(core.receive, plan, frame, now()))
             if actions and isinstance(charged := actions[0], Charge):
                 if charges is None:
                     raise LocalProtocolError("a charging exchange needs its frame charges")
                 await charges.after(charged.units)
-                actions = await work(functools.partial(exchange.charged, now()))
+                actions = await work(functools.partial(core.charged, plan, now()))
             continue
-        actions = exchange.handle_timer(now())
+        actions = core.handle_session_timer(plan, now())
 
 
 async def _carry_out(stream: FramedStream, actions: list[Action],
-                     on_dropped: Callable[[int], None]) -> None:
+                     on_dropped: Callable[[int], None]) -> Reconciled | Declined | None:
     for action in actions:
         if isinstance(action, SendFrame):
             await stream.send(action.frame)
@@ -77,6 +86,9 @@ async def _carry_out(stream: FramedStream, actions: list[Action],
             on_dropped(action.count)
         elif isinstance(action, Abort):
             raise trio.TooSlowError(action.reason)
+        elif isinstance(action, Reconciled | Declined):
+            return action
         elif isinstance(action, ReadKeys | Charge):  # handled before; never the stream
             raise LocalProtocolError(
                 f"a Recon step's {type(action).__name__} was left unanswered")
+    return None

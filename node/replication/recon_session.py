@@ -1,6 +1,7 @@
-"""One Recon session over a libp2p stream: begin it with the lifecycle core, reconcile
-(``recon_phase``), run the transfer phases in the order the core says, and report the end
-(``finished`` or ``failed``) back to the core; what the core returns goes to the one driver
+"""One Recon session over a libp2p stream: begin it with the replication core (which builds and
+holds its reconciliation), reconcile (``recon_phase``: frames and reads go to the core), run the
+transfer phases in the order the core says, and report the end (``finished`` or ``failed``)
+back to the core; what the core returns goes to the one driver
 (``ReplicationDriver.carry_out``). ``ReconService`` holds one :class:`SessionRunner`, which the
 driver's Recon loop starts sessions on and the stream handler answers peers' sessions with.
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -28,9 +28,16 @@ from node.replication.work import OverBudget, WorkGate
 from node.telemetry.logs import kv
 from node.telemetry.metrics import Metrics
 from sync.errors import RemoteProtocolError
-from sync.recon.session import PROTOCOL_ID, ReconConfig, ReconSession
-from sync.replication import Action, ReconLifecycle, Role, SessionPlan
-from sync.transfer import BUSY_FRAME, ReconExchange
+from sync.recon.session import PROTOCOL_ID
+from sync.replication import (
+    Action,
+    Reconciled,
+    ReconLifecycle,
+    ReplicationCore,
+    Role,
+    SessionPlan,
+)
+from sync.transfer import BUSY_FRAME
 
 __all__ = ["FAILURES", "RECON_PROTOCOL", "SessionRunner"]
 
@@ -49,14 +56,13 @@ class SessionRunner:
     activity: PeerActivity
     sync: SyncStatus
     metrics: Metrics
-    config: ReconConfig
     section: ReconSection
     clock: Clock
     work: WorkGate | None = None
 
     @property
-    def core(self) -> ReconLifecycle:
-        return self.driver.core.sessions
+    def core(self) -> ReplicationCore:
+        return self.driver.core
 
     async def sync_with(self, peer: str) -> SessionStats | None:
         """Sessions with ``peer`` while a long catch-up has more to do: each next one at once
@@ -73,10 +79,9 @@ class SessionRunner:
         stats = SessionStats()
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
-                exchange = self._exchange(ReconSession.initiator, plan)
-                first = await self.keywork.step(exchange, exchange.start)
-                await self._reconcile(stream, exchange, plan, stats, first=first)
-                if exchange.declined:
+                first = await self.keywork.step(functools.partial(self.core.start, plan),
+                                                functools.partial(self.core.keys_read, plan))
+                if not await self._reconcile(stream, plan, stats, first=first):
                     self.core.declined(plan)
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
                     return None
@@ -91,7 +96,7 @@ class SessionRunner:
             self.core.abandoned(plan)
             raise
         self._done(plan, stats)
-        self._finished(plan, exchange, stats)
+        self._finished(plan, stats)
         return stats
 
     async def _phases(self, stream: FramedStream, plan: SessionPlan,
@@ -104,11 +109,9 @@ class SessionRunner:
             await self._serve(stream, stats)
             await self.transfer.fetch(stream, plan, stats)
 
-    def _finished(self, plan: SessionPlan, exchange: ReconExchange, stats: SessionStats) -> None:
+    def _finished(self, plan: SessionPlan, stats: SessionStats) -> None:
         plan.fetched = stats.fetched
-        stats.more = self.core.finished(plan, truncated=exchange.truncated,
-                                        lowest_dropped=exchange.lowest_dropped,
-                                        cuts=exchange.cuts)
+        stats.more = self.core.finished(plan)
 
     def _done(self, plan: SessionPlan, stats: SessionStats) -> None:
         role = plan.role.value
@@ -155,8 +158,7 @@ class SessionRunner:
             return
         try:
             async with stream:
-                exchange = self._exchange(ReconSession.responder, plan)
-                await self._reconcile(stream, exchange, plan, stats)
+                await self._reconcile(stream, plan, stats)
                 await self._phases(stream, plan, stats)
         except FAILURES as exc:
             self._failed(plan, peer, Role.RESPONDER, exc, stats)
@@ -165,35 +167,32 @@ class SessionRunner:
             self.core.abandoned(plan)
             raise
         self._done(plan, stats)
-        self._finished(plan, exchange, stats)
+        self._finished(plan, stats)
         if stats.more:
             await self.sync_with(peer)  # more to fetch: at once (see sync_with)
 
     # -- shared phases ---------------------------------------------------------------------------
 
-    def _exchange(self, make: Callable[..., ReconSession], plan: SessionPlan) -> ReconExchange:
-        session = make(self.keywork.keys, plan.interests, self.config, peer=plan.peer)
-        # The driver's clock is trio's: the exchange's timer is a cancel scope's deadline.
-        return ReconExchange(session, self.section.max_missing_keys, plan.peer, scope=plan.scope,
-                             timeout_s=self.section.session_timeout_s, started=self.clock.now(),
-                             charging=self.work is not None)
-
-    async def _reconcile(self, stream: FramedStream, exchange: ReconExchange, plan: SessionPlan,
-                         stats: SessionStats, first: list[Action] | None = None) -> None:
+    async def _reconcile(self, stream: FramedStream, plan: SessionPlan, stats: SessionStats,
+                         first: list[Action] | None = None) -> bool:
+        """The reconciliation phase; False: the peer declined (BUSY)."""
         work = self.work
-        await reconcile(stream, exchange, first,
-                        lambda n: self.metrics.inc("recon_missing_dropped_total", n),
-                        work=functools.partial(self.keywork.step, exchange),
-                        charges=work.frames(stream.peer_id, "recon") if work else None,
-                        now=self.clock.now)
-        stats.missing = exchange.missing
-        stats.truncated = exchange.truncated
-        if not exchange.declined:
-            self.core.reconciled(plan, exchange.session.peer_interests)
-            # All the peer holds that we lack: the keys kept and those beyond the bound.
-            self.sync.reconciled(plan.peer, len(exchange.missing) + exchange.dropped,
-                                 partial=plan.scope is not None)
+        core = self.core
+        ended = await reconcile(
+            stream, core, plan, first,
+            lambda n: self.metrics.inc("recon_missing_dropped_total", n),
+            work=lambda step: self.keywork.step(step, functools.partial(core.keys_read, plan)),
+            charges=work.frames(stream.peer_id, "recon") if work else None,
+            now=self.clock.now)
+        if not isinstance(ended, Reconciled):
+            return False
+        stats.truncated = ended.truncated
+        core.reconciled(plan)
+        # All the peer holds that we lack: the keys kept and those beyond the bound.
+        self.sync.reconciled(plan.peer, ended.missing + ended.dropped,
+                             partial=plan.scope is not None)
+        return True
 
     async def _serve(self, stream: FramedStream, stats: SessionStats) -> None:
-        await self.transfer.serve(
-            stream, self.core.serve_budget(len(self.keywork.keys), self.section.fetch_batch), stats)
+        await self.transfer.serve(stream, ReconLifecycle.serve_budget(
+            len(self.keywork.keys), self.section.fetch_batch), stats)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -58,7 +58,6 @@ class SessionStats:
     served: int = 0
     rejected: int = 0
     withheld: int = 0
-    missing: list[bytes] = field(default_factory=list)
     #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
     truncated: bool = False
     #: A long catch-up has more to do: the next session at once.
@@ -107,7 +106,7 @@ class Transfer:
     async def fetch(self, stream: FramedStream, plan: SessionPlan, stats: SessionStats) -> None:
         """Ask for the events of our missing keys, validate and ingest what arrives."""
         try:
-            ticket, keys = await self.driver.claim(plan, stats.missing)
+            ticket, keys = await self.driver.claim(plan)
             await self._fetch_claimed(stream, ticket, keys, stats)
         finally:
             self._carry_out(self.core.close(plan))

@@ -13,7 +13,7 @@ stall the node.
 The key store reads no SQL (sync/recon/reads.py): a step that lacks reads waits where it must
 read and returns the action ``ReadKeys``; the driver reads them here with its ``SqlKeyReader``,
 with the lock still held (no insert comes between the answer and the step that uses it), and
-feeds them back to the exchange as its ``KeysRead`` input, on which the step goes on
+feeds them back to the core as the session's ``KeysRead`` input, on which the step goes on
 (:meth:`KeyStoreWork.step`). The bucket splits after an insert ask the same way
 (``sync.recon.insert_keys``).
 """
@@ -27,9 +27,8 @@ from typing import TypeVar
 
 import trio
 
-from sync.recon import KeyReader, ReadKeys, SummaryKeyStore, insert_keys, read_keys
+from sync.recon import KeyReader, KeysRead, ReadKeys, SummaryKeyStore, insert_keys, read_keys
 from sync.replication import Action
-from sync.transfer import ReconExchange
 
 __all__ = ["KeyStoreWork"]
 
@@ -59,13 +58,15 @@ class KeyStoreWork:
 
         return await trio.to_thread.run_sync(locked, limiter=self._limiter)
 
-    async def step(self, exchange: ReconExchange, fn: Callable[[], list[Action]]
-                   ) -> list[Action]:
-        """``fn()`` (a step of ``exchange``) in the Recon worker thread; while its actions are
-        a ``ReadKeys``, the reads are made here and fed back (``exchange.keys_read``)."""
-        return await self.run(lambda: self._answering(exchange, fn()))
+    async def step(self, fn: Callable[[], list[Action]],
+                   keys_read: Callable[[KeysRead], list[Action]]) -> list[Action]:
+        """``fn()`` (a session's step: ``ReplicationCore.start``, ``receive``, ``charged``) in
+        the Recon worker thread; while its actions are a ``ReadKeys``, the reads are made here
+        and fed back (``keys_read``: ``ReplicationCore.keys_read`` for the session)."""
+        return await self.run(lambda: self._answering(fn(), keys_read))
 
-    def _answering(self, exchange: ReconExchange, actions: list[Action]) -> list[Action]:
+    def _answering(self, actions: list[Action],
+                   keys_read: Callable[[KeysRead], list[Action]]) -> list[Action]:
         """Carry out the ``ReadKeys`` of ``actions`` (a step's) until the step runs through.
         Each answer lets the step go on; the session bounds the rounds one read may take
         (``sync.recon.reads.MAX_ROUNDS``), the key store the answers it holds
@@ -73,7 +74,7 @@ class KeyStoreWork:
         while actions and isinstance(read := actions[0], ReadKeys):
             answer = read_keys(self.reader, read.reads)
             self.answered_reads += len(answer.reads.ranges) + bool(answer.reads.present)
-            actions = exchange.keys_read(answer)
+            actions = keys_read(answer)
         return actions
 
     def insert_many(self, keys: Iterable[bytes]) -> None:

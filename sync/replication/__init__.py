@@ -5,7 +5,8 @@ vocabulary); what a rule must read from storage it asks for (``ReadStored``, ``F
 the driver answers.
 
 :class:`ReplicationCore` (``core``) is the one core a node drives: one timer, every input of
-replication that is not a session's own, and the rules between its two parts (module doc):
+replication (a session's frames, charges and key-store reads among them: the core holds each
+session's reconciliation), and the rules between its two parts (module doc):
 
 * :class:`ReconLifecycle` (``lifecycle``, the core's ``sessions``): Recon sessions — when the
   next starts and with whom, backoff, which backlog range a session owns and giving it back
@@ -20,25 +21,27 @@ from outside — invalid, refused by policy, own echo, settled (bulk) or the ful
 causal order, with counts and penalties. One path whoever verified the batch.
 
 Driving it (what ``node.replication.driver`` does; a simulator does the same with its network
-model); a session's calls go to ``core.sessions``::
+model)::
 
     node = ReplicationCore(ReconLifecycle(my_id, interests, random.Random(seed),
-                                          LifecycleConfig()), GapPlanner(...))
+                                          LifecycleConfig()), GapPlanner(...),
+                           ExchangeSetup(keys, ReconConfig(), max_missing_keys=10_000))
     # whenever now >= node.get_timer():
     for action in node.handle_timer(now, connected_peers, latencies):  # peer -> round trip, s
         ...  # StartSession(peer) -> open a session; FetchDue -> plan_fetch, fetch, fetched;
              # Penalize/ClaimsLapsed -> standing/metrics
-    core = node.sessions
-    plan = core.begin(peer, Role.INITIATOR, now)        # None: not now (BUSY if responder)
-    exchange = ReconExchange(ReconSession.initiator(keys, plan.interests, ...), ...)
-    ...  # reconcile; then core.reconciled(plan, peer_interests), or core.declined(plan)
-    actions = core.want(plan, exchange.missing, now, wall_ms)   # ends with ReadStored(ticket)
-    keys = core.stored(ticket, held_keys)                       # what to fetch
-    ...  # per answer: core.delivered(ticket, keys, now); core.answer_done(ticket, withheld)
-    core.close(plan)                                            # end of the fetch phase
-    more = core.finished(plan, truncated=..., lowest_dropped=..., cuts=...)  # or:
-    actions = core.failed(plan, peer, role, error, now)        # range given back, backoff
-    # and from the store: core.queued(keys); stored, fetched = core.committed(keys, new)
+    plan = node.begin(peer, Role.INITIATOR, now)        # None: not now (BUSY if responder)
+    actions = node.start(plan)                          # then per frame of the peer:
+    actions = node.receive(plan, frame, now)            # SendFrame, Charge -> node.charged,
+                                                        # ReadKeys -> node.keys_read, ...
+    ...  # until Reconciled: node.reconciled(plan); or Declined: node.declined(plan)
+    actions = node.want(plan, now, wall_ms)             # ends with ReadStored(ticket)
+    keys = node.sessions.stored(ticket, held_keys)      # what to fetch
+    ...  # per answer: node.sessions.delivered(ticket, keys, now), .answer_done(ticket, withheld)
+    node.sessions.close(plan)                           # end of the fetch phase
+    more = node.finished(plan)                          # or:
+    actions = node.failed(plan, peer, role, error, now) # range given back, backoff
+    # and from the store: node.queued(keys); stored, fetched = node.committed(keys, new)
 
 Penalties and metric labels follow from ``sync.errors.ErrorKind`` by table lookup
 (``sync.peerscore.penalty_of``; the label is ``kind.value``). docs/replication.md has the design.
@@ -49,7 +52,7 @@ from __future__ import annotations
 # The action vocabulary (sync/actions.py), re-exported whole: one list of its names, there.
 from sync import actions as _actions
 from sync.actions import *  # noqa: F403
-from sync.replication.core import ReplicationCore
+from sync.replication.core import ExchangeSetup, ReplicationCore
 from sync.replication.gaps import FETCH_GRACE_S, FetchPlan, GapPlanner
 from sync.replication.ingest import (
     IngestOutcome,
@@ -65,6 +68,7 @@ from sync.replication.lifecycle import LifecycleConfig, ReconLifecycle, SessionP
 
 __all__ = [
     *_actions.__all__,
+    "ExchangeSetup",
     "FETCH_GRACE_S",
     "FetchPlan",
     "GapPlanner",

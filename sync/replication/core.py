@@ -1,14 +1,17 @@
 """``ReplicationCore``: the one replication core of a node, sans-IO.
 
-Every input of replication that is not a session's own goes in here with ``now``, and typed
-actions (``sync.actions``) come out: the timer (``get_timer`` / ``handle_timer``,
-one for Recon rounds, prompt sessions, lapsed claims and fetches by id), connections coming and
-going, gaps SDS reports (``missing``), and the store's reports of its queue and commits. The
-core holds two parts, each a rule set of its own and reachable for the calls of a session in
-flight: ``sessions`` (:class:`ReconLifecycle`: Recon sessions, their claims and backlog; a
-session's runner calls ``begin``, ``want``, ``stored``, ``finished``... on it) and ``gaps``
-(:class:`GapPlanner`: how repair, fetch by id and Recon divide a gap). What ties the two
-together is a rule of this core, not of a driver:
+Every input of replication goes in here with ``now``, and typed actions (``sync.actions``) come
+out: the timer (``get_timer`` / ``handle_timer``, one for Recon rounds, prompt sessions, lapsed
+claims and fetches by id), connections coming and going, gaps SDS reports (``missing``), the
+store's reports of its queue and commits, and each session's own inputs: its frames
+(``receive``), the charge for a frame (``charged``), its key-store reads (``keys_read``) and its
+deadline (``handle_session_timer``). The core files each session's reconciliation
+(``sync.transfer.ReconExchange``, built by ``begin`` on the core's :class:`ExchangeSetup`) under
+the session's number; a driver holds only the :class:`SessionPlan` it was given. The core holds
+two rule sets: ``sessions`` (:class:`ReconLifecycle`: Recon sessions, their claims and
+backlog; a session's transfer phases call ``stored``, ``delivered``, ``answer_done``... on it)
+and ``gaps`` (:class:`GapPlanner`: how repair, fetch by id and Recon divide a gap). What ties
+them together is a rule of this core, not of a driver:
 
 * a gap SDS reports is queued for a fetch by id and prompts a session with its senders at once
   (a burst lost on a restart is more than fetch by id asks for);
@@ -18,38 +21,70 @@ together is a rule of this core, not of a driver:
 * what a fetch could not close is Recon's: the core pokes its own session scheduler
   (``ReconcileSoon`` still comes out, for the driver to count and wake up).
 
+A session's steps (``start``, ``receive``, ``charged``, ``keys_read``) touch only that
+session's reconciliation and the key store, never the core's shared state: the node runs them
+in its Recon worker thread (``node.replication.recon_work``) while the event loop goes on with
+the rest.
+
 Driving it (``node.replication.driver.ReplicationDriver``; the simulator does the same with its
 network model)::
 
-    core = ReplicationCore(ReconLifecycle(...), GapPlanner(...))
+    core = ReplicationCore(ReconLifecycle(...), GapPlanner(...), ExchangeSetup(keys, ...))
     # whenever now >= core.get_timer():
     for action in core.handle_timer(now, connected, latencies):
         ...  # StartSession(peer): run a session; FetchDue(batch): plan_fetch, fetch, fetched
     core.connected(peer, connected, now, dialled=...); core.disconnected(peer, now)
     core.missing(entries, connected, now)       # SDS lacks these events' dependencies
     core.queued(keys); core.committed(keys, new)
+    # a session (StartSession, or a peer's stream):
+    plan = core.begin(peer, role, now)          # None: not now (a responder answers BUSY)
+    actions = core.start(plan)                  # the initiator's; a responder waits for a frame
+    actions = core.receive(plan, frame, now)    # ... SendFrame, Charge, ReadKeys, Reconciled
+    core.reconciled(plan); core.want(plan, now, wall_ms); ...; core.finished(plan)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-from sync.actions import Action, FetchDue, ReconcileSoon
+from sync.actions import Action, FetchDue, ReconcileSoon, Role
+from sync.errors import LocalProtocolError
+from sync.recon import KeysRead, KeyStore, ReconConfig, ReconSession
 from sync.replication.gaps import FetchPlan, GapPlanner
-from sync.replication.lifecycle import ReconLifecycle
+from sync.replication.lifecycle import ReconLifecycle, SessionPlan
 from sync.sds import MissingEntry
+from sync.transfer import ReconExchange
 
-__all__ = ["ReplicationCore"]
+__all__ = ["ExchangeSetup", "ReplicationCore"]
+
+
+@dataclass(frozen=True)
+class ExchangeSetup:
+    """What each session's reconciliation is built on: the node's key store, the Recon
+    settings, the bound on missing keys kept per session, the phase's deadline after its start
+    (``recon.session_timeout_s``) and whether each frame is answered only once its sender was
+    charged for it (``Charge``)."""
+
+    keys: KeyStore
+    config: ReconConfig
+    max_missing_keys: int
+    timeout_s: float = math.inf
+    charging: bool = False
 
 
 class ReplicationCore:
     """One node's replication core: Recon sessions (``sessions``) and gap fetches (``gaps``)
     behind one timer, with the rules between them (see the module doc)."""
 
-    def __init__(self, sessions: ReconLifecycle, gaps: GapPlanner) -> None:
+    def __init__(self, sessions: ReconLifecycle, gaps: GapPlanner,
+                 exchanges: ExchangeSetup) -> None:
         self.sessions = sessions
         self.gaps = gaps
+        self.setup = exchanges
         self._fetching = False
+        self._exchanges: dict[int, ReconExchange] = {}
 
     # -- the timer ----------------------------------------------------------------------------
 
@@ -125,3 +160,92 @@ class ReplicationCore:
         """The store committed ``keys`` (``new``: those it did not hold); (the new keys, how
         many of them Recon fetched)."""
         return self.sessions.committed(keys, new)
+
+    # -- a session ----------------------------------------------------------------------------
+
+    def begin(self, peer: str, role: Role, now: float) -> SessionPlan | None:
+        """A session with ``peer`` begins (None: not now; a responder answers BUSY): its
+        reconciliation is built and filed under the plan's number."""
+        plan = self.sessions.begin(peer, role, now)
+        if plan is None:
+            return None
+        setup = self.setup
+        make = ReconSession.initiator if role is Role.INITIATOR else ReconSession.responder
+        self._exchanges[plan.id] = ReconExchange(
+            make(setup.keys, plan.interests, setup.config, peer=peer), setup.max_missing_keys,
+            peer, scope=plan.scope, timeout_s=setup.timeout_s, started=now,
+            charging=setup.charging)
+        return plan
+
+    def start(self, plan: SessionPlan) -> list[Action]:
+        """The initiator's first frame (``SendFrame``), or the reads it needs first."""
+        return self._exchange(plan).start()
+
+    def receive(self, plan: SessionPlan, frame: bytes, now: float) -> list[Action]:
+        """A frame of the session's peer: what to do, in order (``SendFrame``; ``Charge``: charge
+        the peer, then :meth:`charged`; ``ReadKeys``: make the reads, then :meth:`keys_read`;
+        ``Declined``, ``Abort`` or, last, ``Reconciled``: the reconciliation is over)."""
+        return self._exchange(plan).receive(frame, now)
+
+    def charged(self, plan: SessionPlan, now: float) -> list[Action]:
+        """The peer was charged for the frame :meth:`receive` decoded: it is answered now."""
+        return self._exchange(plan).charged(now)
+
+    def keys_read(self, plan: SessionPlan, answer: KeysRead) -> list[Action]:
+        """The reads a ``ReadKeys`` asked for: the step that asked goes on with them."""
+        return self._exchange(plan).keys_read(answer)
+
+    def session_timer(self, plan: SessionPlan) -> float:
+        """The reconciliation's deadline (``math.inf`` once it is over)."""
+        return self._exchange(plan).get_timer()
+
+    def handle_session_timer(self, plan: SessionPlan, now: float) -> list[Action]:
+        """``[Abort]`` once the deadline passed with the reconciliation still running."""
+        return self._exchange(plan).handle_timer(now)
+
+    def reconciled(self, plan: SessionPlan) -> None:
+        """The reconciliation ended (``Reconciled``): what the peer said it is interested in
+        guides the choice of later sessions' peers."""
+        self.sessions.reconciled(plan, self._exchange(plan).session.peer_interests)
+
+    def want(self, plan: SessionPlan, now: float, wall_ms: int) -> list[Action]:
+        """The fetch phase begins with what the reconciliation found missing, in causal order
+        (``ReconLifecycle.want``: lapsed claims settled, gossip's keys left out, the rest
+        claimed; it ends with ``ReadStored``)."""
+        return self.sessions.want(plan, self._exchange(plan).missing, now, wall_ms)
+
+    def finished(self, plan: SessionPlan) -> bool:
+        """The session went through (``plan.fetched`` set); whether the next session with this
+        peer should start at once (what a truncated one left is cut into the backlog)."""
+        exchange = self._exchange(plan)
+        del self._exchanges[plan.id]
+        return self.sessions.finished(plan, truncated=exchange.truncated,
+                                      lowest_dropped=exchange.lowest_dropped, cuts=exchange.cuts)
+
+    def failed(self, plan: SessionPlan | None, peer: str, role: Role, error: Exception | None,
+               now: float) -> list[Action]:
+        """The session ended early (``ReconLifecycle.failed``: its range given back, the peer
+        backed off, a protocol fault charged)."""
+        if plan is not None:
+            self._exchanges.pop(plan.id, None)
+        return self.sessions.failed(plan, peer, role, error, now)
+
+    def declined(self, plan: SessionPlan) -> None:
+        """The peer answered BUSY: the range goes back first in line; no backoff."""
+        self._exchanges.pop(plan.id, None)
+        self.sessions.declined(plan)
+
+    def abandoned(self, plan: SessionPlan) -> None:
+        """The session was cancelled on our side (shutdown)."""
+        self._exchanges.pop(plan.id, None)
+        self.sessions.abandoned(plan)
+
+    def _exchange(self, plan: SessionPlan) -> ReconExchange:
+        exchange = self._exchanges.get(plan.id)
+        if exchange is None:
+            raise LocalProtocolError(f"session {plan.id} with {plan.peer} is not open")
+        return exchange
+
+    def sessions_open(self) -> int:
+        """Sessions begun and not yet ended (finished, failed, declined or abandoned)."""
+        return len(self._exchanges)

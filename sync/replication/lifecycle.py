@@ -25,6 +25,7 @@ Rules it owns (each used to be inline in the node's Recon service):
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ class SessionPlan:
     #: The claim session of its fetch phase (``want``), if it reached it.
     ticket: int | None = None
     fetched: int = 0
+    #: The session's number (``ReplicationCore`` files its exchange under it).
+    id: int = 0
 
     @property
     def prompt(self) -> bool:
@@ -132,6 +135,7 @@ class ReconLifecycle:
         self.claims = ClaimTable(cfg.claim_timeout_s, max_keys=cfg.max_claimed_keys,
                                  hold_s=cfg.hold_s)
         self._wants: dict[int, _Want] = {}
+        self._ids = itertools.count(1)
         #: Peers our running prompt sessions are with (initiator side).
         self._prompting: set[str] = set()
         #: Peers connected anew (either side dialled) with whom no session has finished since,
@@ -237,7 +241,7 @@ class ReconLifecycle:
         if since is not None and not fresh:
             del self._fresh[peer]
         return SessionPlan(peer, role, interests, scope, now, fresh=fresh,
-                           live_from=now if prompt and not fresh else None)
+                           live_from=now if prompt and not fresh else None, id=next(self._ids))
 
     def reconciled(self, plan: SessionPlan, peer_interests: Sequence[Range] | None) -> None:
         self.schedule.learned(plan.peer, peer_interests)

@@ -9,11 +9,10 @@ store's reads, a commit enters the log first and the store next (``insert_keys``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sync.recon import KeysRead, MemoryKeyStore, ReadKeys, SummaryKeyStore, insert_keys, read_keys
 from sync.replication import Action
-from sync.transfer import ReconExchange
 
 __all__ = ["KeyLog"]
 
@@ -44,9 +43,10 @@ class KeyLog:
     def contains(self, key: bytes) -> bool:
         return self.log.contains(key)
 
-    def step(self, exchange: ReconExchange, actions: list[Action]) -> list[Action]:
-        """A step's actions once its ``ReadKeys`` are answered (the node's Recon worker)."""
+    def step(self, actions: list[Action],
+             keys_read: Callable[[KeysRead], list[Action]]) -> list[Action]:
+        """A step's actions once its ``ReadKeys`` are answered (the node's Recon worker):
+        ``keys_read`` is the session's input for them (``ReplicationCore.keys_read``)."""
         while actions and isinstance(read := actions[0], ReadKeys):
-            answer: KeysRead = read_keys(self, read.reads)
-            actions = exchange.keys_read(answer)
+            actions = keys_read(read_keys(self, read.reads))
         return actions

@@ -13,9 +13,10 @@ What this module adds is the network model, nothing that decides: who is reachab
 a round trip takes, what a hostile peer sends. The runner only calls ``add``, ``new_message``,
 ``delivered``, ``missing``, ``reconnected``, ``arm`` and ``handle``.
 
-Timing: a reconciliation runs at once in memory, frame by frame through both exchanges
-(``ReconExchange`` around a ``ReconSession`` over each member's ``SummaryKeyStore``, its reads
-answered from the member's key log as the node's driver answers them: ``sync.sim.keylog``), and its
+Timing: a reconciliation runs at once in memory, frame by frame through both members' cores
+(``ReplicationCore.receive``: each core holds its side's reconciliation over the member's
+``SummaryKeyStore``, its reads answered from the member's key log as the node's driver answers
+them: ``sync.sim.keylog``), and its
 outcome lands ``frames x link latency`` (plus the transfer's round trip and bytes at the link's
 bandwidth) later. A peer that went offline or across a partition meanwhile fails the session.
 """
@@ -25,15 +26,17 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from sync.errors import RemoteProtocolError
 from sync.gossip import SenderPolicy
 from sync.ingest import VerifiedBatch
-from sync.recon import ReconConfig, ReconSession, node_interests
+from sync.recon import ReconConfig, node_interests
 from sync.recon.eventid import event_key
 from sync.recon.sha256a import lanes_of
 from sync.replication import (
     Action,
+    ExchangeSetup,
     FetchDue,
     GapPlanner,
     KeysWithheld,
@@ -54,7 +57,7 @@ from sync.sds import MissingEntry
 from sync.sim.fetch import FETCHED, Fetching
 from sync.sim.keylog import KeyLog
 from sync.sim.world import Member, PeerState, World
-from sync.transfer import EventsPacker, ReconExchange
+from sync.transfer import EventsPacker
 
 __all__ = ["NETWORK_ID", "Replication"]
 
@@ -80,7 +83,6 @@ class _Side:
 
     member: int
     plan: SessionPlan
-    exchange: ReconExchange
     keys: list[bytes] = field(default_factory=list)
 
 
@@ -139,7 +141,8 @@ class Replication:
             ReconLifecycle(m.peer_id, self.interests, random.Random(f"recon {seed}"),
                            self._config),
             GapPlanner(self.sim.sc.fetch_delay, _FETCH_MAX_IDS,
-                       random.Random(f"fetch {seed}"), _FETCH_PEERS))))
+                       random.Random(f"fetch {seed}"), _FETCH_PEERS),
+            ExchangeSetup(keys.store, _RECON_CONFIG, _MAX_MISSING_KEYS))))
         if self.recon and m.log:
             for no, held in enumerate(m.log[:len(self.key_of)]):
                 if held:
@@ -227,23 +230,18 @@ class Replication:
     def _session(self, a: Member, b: Member) -> None:
         sim, stats, now = self.sim, self.stats, self.sim.now
         sa, sb = self.state[a.index], self.state[b.index]
-        pa = sa.core.sessions.begin(b.peer_id, Role.INITIATOR, now)
+        pa = sa.core.begin(b.peer_id, Role.INITIATOR, now)
         if pa is None:
             return
-        pb = sb.core.sessions.begin(a.peer_id, Role.RESPONDER, now)
+        pb = sb.core.begin(a.peer_id, Role.RESPONDER, now)
         if pb is None:
-            sa.core.sessions.declined(pa)
+            sa.core.declined(pa)
             stats.declined += 1
             return
-        ea = ReconExchange(ReconSession.initiator(sa.keys.store, pa.interests, _RECON_CONFIG,
-                                                  peer=b.peer_id), _MAX_MISSING_KEYS,
-                           peer=b.peer_id, started=now)
-        eb = ReconExchange(ReconSession.responder(sb.keys.store, pb.interests, _RECON_CONFIG,
-                                                  peer=a.peer_id), _MAX_MISSING_KEYS,
-                           peer=a.peer_id, started=now)
-        frame = next((x.frame for x in sa.keys.step(ea, ea.start())
+        frame = next((x.frame for x in sa.keys.step(sa.core.start(pa),
+                                                    partial(sa.core.keys_read, pa))
                       if isinstance(x, SendFrame)), None)
-        frames, size, turn = 0, 0, ((eb, sb.keys), (ea, sa.keys))
+        frames, size, turn = 0, 0, ((sb, pb), (sa, pa))
         #: Bytes and frames each side sent (a's frames are the odd ones).
         by_side = [[0, 0], [0, 0]]
         ok = True
@@ -253,8 +251,9 @@ class Replication:
                 size += len(frame)
                 by_side[frames % 2 == 0][0] += 1
                 by_side[frames % 2 == 0][1] += len(frame)
-                exchange, keys = turn[frames % 2 == 0]
-                actions = keys.step(exchange, exchange.receive(frame, now))
+                st, plan = turn[frames % 2 == 0]
+                actions = st.keys.step(st.core.receive(plan, frame, now),
+                                       partial(st.core.keys_read, plan))
                 frame = next((x.frame for x in actions if isinstance(x, SendFrame)), None)
         except RemoteProtocolError:
             ok = False
@@ -263,7 +262,7 @@ class Replication:
         stats.recon_bytes += size
         sim.stats.unicast(a.index, b.index, "recon", *by_side[0])
         sim.stats.unicast(b.index, a.index, "recon", *by_side[1])
-        sides = (_Side(a.index, pa, ea), _Side(b.index, pb, eb))
+        sides = (_Side(a.index, pa), _Side(b.index, pb))
         if ok:
             # The fetch phase: the initiator's want first (``SessionPlan.fetch_first``).
             for side in sorted(sides, key=lambda s: not s.plan.fetch_first):
@@ -281,15 +280,15 @@ class Replication:
         """``want`` (gossip grace, claims), ``ReadStored`` answered from the key store."""
         m = self.sim.members[side.member]
         st = self.state[side.member]
-        sessions = st.core.sessions
-        sessions.reconciled(side.plan, side.exchange.session.peer_interests)
-        actions = sessions.want(side.plan, side.exchange.missing, self.sim.now, self._wall_ms(m))
+        st.core.reconciled(side.plan)
+        actions = st.core.want(side.plan, self.sim.now, self._wall_ms(m))
         self.carry_out(m, actions)
         read = actions[-1]
         assert isinstance(read, ReadStored)
         held = {k for k in read.keys if st.keys.contains(k)}
         # Keys of events the simulator never published (none from honest peers) are not asked.
-        side.keys = [k for k in sessions.stored(read.ticket, held) if k in self.no_of_key]
+        side.keys = [k for k in st.core.sessions.stored(read.ticket, held)
+                     if k in self.no_of_key]
 
     def _wall_ms(self, m: Member) -> int:
         return int((self.sim.now + m.clock) * 1000)
@@ -306,16 +305,14 @@ class Replication:
             for side, giver in zip(p.sides, (b, a), strict=True):
                 self._transfer(side, giver)
             for side, peer in zip(p.sides, (b, a), strict=True):
-                core = self.state[side.member].core.sessions
-                self.carry_out(sim.members[side.member], core.close(side.plan))
-                ex = side.exchange
-                if core.finished(side.plan, truncated=ex.truncated,
-                                 lowest_dropped=ex.lowest_dropped, cuts=ex.cuts):
+                core = self.state[side.member].core
+                self.carry_out(sim.members[side.member], core.sessions.close(side.plan))
+                if core.finished(side.plan):
                     more.append((sim.members[side.member], peer))
         else:
             stats.sessions_failed += 1
             for side, peer in zip(p.sides, (b, a), strict=True):
-                actions = self.state[side.member].core.sessions.failed(
+                actions = self.state[side.member].core.failed(
                     side.plan, peer.peer_id, side.plan.role, None, sim.now)
                 self.carry_out(sim.members[side.member], actions)
         for m in (a, b):

@@ -7,7 +7,8 @@ initiator's first message with a lone ``BUSY`` (it is already in a session with 
 exchange ends as *declined*, which is not a failure. Of the keys found missing the causally
 first ``max_missing_keys`` are kept (bounded memory for keys we do not have); the rest waits
 for a later session and the exchange is marked *truncated* (an honest catch-up just takes more
-sessions). Once the session is done, ``missing`` is in causal order (lowest height first), the
+sessions). The step that ends the session returns ``Reconciled`` last, after its frame. Once
+the session is done, ``missing`` is in causal order (lowest height first), the
 order they are claimed and fetched in, so that SDS can deliver each fetched event as it
 arrives (``sync.transfer.causal``). The order is put here, in the Recon worker thread where
 the driver runs the exchange, rather than in the event loop.
@@ -26,7 +27,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sync.actions import Abort, Action, Charge, Declined, KeysDropped, SendFrame
+from sync.actions import Abort, Action, Charge, Declined, KeysDropped, Reconciled, SendFrame
 from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recon.reads import KeysRead, ReadKeys
 from sync.recon.session import Incoming, MissingKeys, ReconSession, Step
@@ -140,6 +141,8 @@ class ReconExchange:
             actions.append(KeysDropped(dropped))
         if reply is not None:
             actions.append(SendFrame(bytes([RECON]) + reply))
+        if session.done:
+            actions.append(Reconciled(len(self.missing), self.dropped, self.truncated))
         return actions
 
     def _keep(self, keys: tuple[bytes, ...] | list[bytes]) -> int:

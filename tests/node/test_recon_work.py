@@ -159,13 +159,14 @@ def _reconcile_sql(tmp_path: Path, budget: int | None = None
             exchange.keys_read, source)
 
     async def main() -> None:
-        actions = await work_a.step(a, functools.partial(stepping, src_a, a.start))
+        actions = await work_a.step(functools.partial(stepping, src_a, a.start), a.keys_read)
         sides = [(b, work_b, src_b), (a, work_a, src_a)]
         turn = 0
         while frames := [x.frame for x in actions if isinstance(x, SendFrame)]:
             exchange, work, source = sides[turn]
-            actions = await work.step(exchange, functools.partial(
-                stepping, source, functools.partial(exchange.receive, frames[0], 0.0)))
+            actions = await work.step(functools.partial(
+                stepping, source, functools.partial(exchange.receive, frames[0], 0.0)),
+                exchange.keys_read)
             turn ^= 1
 
     trio.run(main)
@@ -232,7 +233,7 @@ def test_the_worker_carries_out_reads_and_exchanges_agree_with_the_simulators(
         exchange = ReconExchange(make(store, FULL, config), max_missing_keys=10_000)
         works[id(exchange)] = KeyStoreWork(store, source)
         asking.append(exchange)
-    _shuttle(asking[0], asking[1], lambda ex, acts: works[id(ex)]._answering(ex, acts))
+    _shuttle(asking[0], asking[1], lambda ex, acts: works[id(ex)]._answering(acts, ex.keys_read))
     memory = [_memory_exchange(ours, True, config), _memory_exchange(theirs, False, config)]
     _shuttle(memory[0], memory[1], lambda _ex, acts: acts)
     assert set(asking[0].missing) == set(memory[0].missing) == set(theirs) - set(ours)

@@ -13,7 +13,7 @@ from sync.errors import LocalProtocolError, RemoteProtocolError
 from sync.recon import MemoryKeyStore, ReconConfig, ReconSession, event_key
 from sync.recon.eventid import CERAMIC_ONE
 from sync.recon.wire import decode_message
-from sync.replication import Abort, Charge, Declined, KeysDropped, SendFrame
+from sync.replication import Abort, Action, Charge, Declined, KeysDropped, Reconciled, SendFrame
 from sync.transfer import (
     BUSY_FRAME,
     RECON,
@@ -105,7 +105,8 @@ def test_a_charging_exchange_answers_only_what_it_decoded() -> None:
         b.charged(now=0.0)  # nothing decoded yet
     (charge,) = b.receive(first(a), now=0.0)
     assert isinstance(charge, Charge) and charge.units >= 1
-    assert isinstance(b.charged(now=0.0)[-1], SendFrame)
+    answer = b.charged(now=0.0)  # the responder's last step: its frame, then the end
+    assert [type(x) for x in answer] == [SendFrame, Reconciled]
     with pytest.raises(LocalProtocolError):
         b.charged(now=0.0)  # answered once
     _, c = pair([], [b"k"], charging=True)
@@ -149,6 +150,35 @@ def test_missing_keys_come_in_causal_order_and_truncation_keeps_the_first(
 # lacks most of is answered with its keys at once, sync.recon.session).
 MOSTLY_SHARED = ([i.to_bytes(2, "big") for i in range(2000)],
                  [i.to_bytes(2, "big") for i in range(3, 2003)])
+
+
+def _noted(ends: list[Reconciled], actions: list[Action]) -> list[bytes]:
+    """The frames of a step; its ``Reconciled`` (last, if any) noted in ``ends``."""
+    at = [i for i, x in enumerate(actions) if isinstance(x, Reconciled)]
+    assert at in ([], [len(actions) - 1])
+    ends += [x for x in actions if isinstance(x, Reconciled)]
+    return [x.frame for x in actions if isinstance(x, SendFrame)]
+
+
+def test_the_step_that_ends_a_session_says_so_last_once_with_what_it_found() -> None:
+    """``Reconciled`` comes after the last step's frame (the driver writes it, then ends the
+    phase), once per side, with the keys kept, those dropped beyond the bound, and whether
+    any were."""
+    for ours, theirs, bound in ((*MOSTLY_SHARED, 1000), ([b"k"], [b"j"], 1000),
+                                ([b"a", b"b", b"c"], [b"x", b"y", b"z"], 2), ([], [], 10)):
+        a, b = pair(ours, theirs, max_missing=bound)
+        ended: dict[str, list[Reconciled]] = {"a": [], "b": []}
+        frames = _noted(ended["a"], a.start())
+        turn = 0
+        while frames:
+            name, side = (("b", b), ("a", a))[turn]
+            frames = _noted(ended[name], side.receive(frames[0], now=0.0))
+            turn ^= 1
+        assert a.done and b.done
+        for side, (end,) in ((a, ended["a"]), (b, ended["b"])):
+            assert (end.missing, end.dropped, end.truncated) == (
+                len(side.missing), side.dropped, side.truncated)
+        assert ended["a"][0].missing + ended["a"][0].dropped == len(set(theirs) - set(ours))
 
 
 def test_busy_first_answer_declines() -> None:
