@@ -121,7 +121,7 @@ class ReconService:
         host.set_stream_handler(RECON_PROTOCOL, self.sessions.respond)
         self.channels = channels
         describe_recon_metrics(metrics, lambda: self.claims, lambda: self.keys,
-                               lambda: self.backlog)
+                               lambda: self.backlog, driver.core.sessions_open)
 
     # The core's parts, by their old names (metrics, membership, the API read them).
     @property

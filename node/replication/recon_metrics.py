@@ -29,14 +29,18 @@ RECON_METRICS = {
 
 def describe_recon_metrics(metrics: Metrics, claims: Callable[[], ClaimTable],
                            keys: Callable[[], SummaryKeyStore],
-                           backlog: Callable[[], RangeBacklog]) -> None:
-    """Declare the series; the gauges read ``claims()``, ``keys()`` and ``backlog()`` when
-    scraped (the key store is replaced once it is loaded)."""
+                           backlog: Callable[[], RangeBacklog],
+                           open_sessions: Callable[[], int]) -> None:
+    """Declare the series; the gauges read ``claims()``, ``keys()``, ``backlog()`` and
+    ``open_sessions()`` when scraped (the key store is replaced once it is loaded)."""
     for name, help_text in RECON_METRICS.items():
         metrics.describe(name, "counter", help_text)
     metrics.describe_histogram(
         "recon_session_seconds",
         "Duration of completed Recon sessions (reconcile, fetch and serve), by role")
+    metrics.gauge_fn("recon_sessions_open", lambda: float(open_sessions()),
+                     "Recon sessions begun and not yet ended (the core holds each one's "
+                     "reconciliation until then)")
     metrics.gauge_fn("recon_claims", lambda: float(len(claims())),
                      "Missing keys claimed by a session fetching them")
     metrics.gauge_fn("recon_claims_held", lambda: float(claims().held),

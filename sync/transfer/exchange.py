@@ -14,11 +14,12 @@ arrives (``sync.transfer.causal``). The order is put here, in the Recon worker t
 the driver runs the exchange, rather than in the event loop.
 
 The phase has a deadline: ``timeout_s`` (``recon.session_timeout_s``) after ``started``, the
-driver's clock when the stream opened. ``get_timer()`` returns it while the phase runs; at or
-after it ``handle_timer(now)`` (and ``receive``, should a frame come in late) ends the exchange
-with :class:`Abort`: a peer that trickles frames cannot hold a session slot for longer. The
-transfer phases after it have no overall deadline (a large catch-up takes as long as it takes;
-their every read has a timeout and a stalled batch ends the session).
+driver's clock when the session began (``ReplicationCore.begin``). ``get_timer()`` returns it
+while the phase runs; at or after it ``handle_timer(now)`` (and ``receive``, should a frame
+come in late) ends the exchange with :class:`Abort`: a peer that trickles frames cannot hold a
+session slot for longer. The transfer phases after it have no overall deadline (a large
+catch-up takes as long as it takes; their every read has a timeout and a stalled batch ends
+the session).
 """
 
 from __future__ import annotations

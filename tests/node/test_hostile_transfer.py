@@ -141,6 +141,8 @@ def test_key_list_bomb_is_rejected_and_counted(pair: list[NodeProcess]) -> None:
              "key-list bomb not counted")
     assert metric(victim, "recon_missing_dropped_total") == 0  # rejected before any key held
     assert metric(victim, "recon_claims") == 0
+    wait_for(lambda: metric(victim, "recon_sessions_open") == 0, 10,
+             "the failed session is still open in the core")
 
 
 def test_a_stalled_reconciliation_ends_at_the_session_deadline(pair: list[NodeProcess]) -> None:
@@ -162,6 +164,8 @@ def test_a_stalled_reconciliation_ends_at_the_session_deadline(pair: list[NodePr
             # The victim's answer needs ours (there is one to send, even when it would end our
             # side of the session): it waits for a frame that never comes.
             assert session.receive(reply[1:]) is not None
+            # The victim's session waits for us: the core holds it open.
+            assert await trio.to_thread.run_sync(metric, victim, "recon_sessions_open") >= 1
             began = time.monotonic()
             with pytest.raises(P2PError) as hung_up:  # closed or reset, not timed out
                 await stream.receive()
@@ -177,6 +181,9 @@ def test_a_stalled_reconciliation_ends_at_the_session_deadline(pair: list[NodePr
     assert waited < 9, f"the victim held the stalled session {waited:.1f} s"
     wait_for(lambda: metric(victim, 'recon_errors_total{kind="TooSlowError"}') > before, 10,
              "session timeout not counted")
+    # The core forgot the session it aborted (the honest peer's sessions come and go).
+    wait_for(lambda: metric(victim, "recon_sessions_open") == 0, 10,
+             "the aborted session is still open in the core")
 
 
 def test_repeat_offender_is_banned_and_refused(pair: list[NodeProcess]) -> None:

@@ -253,6 +253,8 @@ DRIVEN: dict[str, str] = {
     **{name: _HOSTILE for name in (
         "fetch_bad_requests_total", "p2p_frame_errors_total", "recon_errors_total")},
     **{name: _BAN for name in ("p2p_refused_banned_total", "peer_bans_total", "peers_banned")},
+    "recon_sessions_open": ("tests/node/test_hostile_transfer.py::"
+                            "test_a_stalled_reconciliation_ends_at_the_session_deadline"),
     **{name: _REORG for name in (
         "blocks_applied_total", "blocks_reverted_total", "blocks_reorgs_total")},
     "blocks_failed_total":
