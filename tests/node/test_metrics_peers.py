@@ -222,7 +222,16 @@ async def _drive(a: NodeApi, seed: str) -> None:
 
             async def gap(later: bytes = later) -> None:
                 await peer.gossip(later)
+            failures = await trio.to_thread.run_sync(metric, a, "fetch_failures_total")
             await step(name, gap)
+            if mode == "refuse":
+                # The gap also prompts a Recon session with us at once, and we serve no Recon:
+                # that refused stream moves the counter too, before the fetch (which waits for
+                # its grace). The round ends with the refused fetch (a failed fetch), else it
+                # would run in the next round and answer that round's check in its place.
+                await _until(moved("fetch_failures_total", failures),
+                             "the refused fetch was not counted as failed")
+                assert not any(missed in ids for ids in peer.asked)
             assert mode == "refuse" or any(missed in ids for ids in peer.asked)
 
         # Possibly acknowledged: a has heard two other senders, so the bloom filter of one
