@@ -2,7 +2,7 @@
 (``node.replication.driver.ReplicationDriver``) is built on ``sync.replication``'s
 ``ReplicationCore`` (a ``ReconLifecycle`` and a ``GapPlanner`` behind one timer), on the node's
 default settings, and a simulated run drives that very class, on the same settings, through
-its timer, sessions and fetches; its sessions
+its timer, sessions (their frames and reads included) and fetches; its sessions
 run over the node's Recon key store (``SummaryKeyStore``), whose reads the simulator answers
 from each member's key log as the node's Recon worker answers them from the events table."""
 
@@ -12,6 +12,7 @@ import dataclasses
 import random
 import typing
 
+from node.config.combined import recon_config
 from node.config.settings import Config
 from node.replication.driver import ReplicationDriver
 from node.replication.fetch import gap_planner
@@ -41,6 +42,12 @@ def test_the_node_driver_and_the_simulator_run_the_same_cores() -> None:
     assert typing.get_type_hints(KeyStoreWork.__init__)["keys"] is SummaryKeyStore
     for state in sim.repl.state:
         assert type(state.core) is ReplicationCore
+        # Its sessions' frames and reads went in through the core, on the member's key store,
+        # and every session it began has ended (none left held by the core).
+        assert state.core.setup.keys is state.keys.store
+        assert state.core.setup.config == recon_config(config)  # the node's Recon settings
+        assert state.core.setup.max_missing_keys == config.recon.max_missing_keys
+        assert state.core.sessions_open() == 0
         core, gaps = state.core.sessions, state.core.gaps
         assert type(core) is type(node_core) and type(gaps) is type(node_gaps)
         assert type(state.keys.store) is SummaryKeyStore
