@@ -193,14 +193,19 @@ class ReachabilityService:
 
     async def _punch(self, peer: str) -> None:
         # A peer on our own LAN (or a public one) needs no punch: dial what it advertises.
+        began = self.clock.now()
         ok = False
         for address in self.direct_addrs(peer) if self.direct_addrs is not None else []:
             if await self.relay.dial_direct(address, peer, self.host.config.dial_timeout):
                 ok = True
                 break
         ok = ok or await self.relay.punch(peer)
-        self.punches.result(peer, ok, self.clock.now())
-        log.info("hole punch to %s: %s", peer, "direct" if ok else "failed")
+        now = self.clock.now()
+        self.punches.result(peer, ok, now)
+        # How long the attempt took tells a slow failure (the library's three dial rounds,
+        # about 19 s) from a quick one (refused, no stream) when a pair stays relayed.
+        log.info("hole punch to %s: %s after %.1f s", peer, "direct" if ok else "failed",
+                 now - began)
 
     def status(self) -> dict[str, Any]:
         now = self.clock.now()
