@@ -14,7 +14,7 @@ import trio
 
 from node.p2p import FramedStream
 from sync.errors import LocalProtocolError
-from sync.recon import ReadKeys
+from sync.recon import KeysRead, ReadKeys
 from sync.replication import (
     Abort,
     Action,
@@ -23,13 +23,17 @@ from sync.replication import (
     KeysDropped,
     Reconciled,
     ReplicationCore,
+    Role,
     SendFrame,
     SessionPlan,
 )
 
 __all__ = ["FrameCharger", "reconcile"]
 
-Work = Callable[[Callable[[], list[Action]]], Awaitable[list[Action]]]
+#: Runs a step of the session (``fn``), feeding its key-store reads back (``keys_read``) until
+#: it runs through: ``KeyStoreWork.step``, in the Recon worker thread.
+Work = Callable[[Callable[[], list[Action]], Callable[[KeysRead], list[Action]]],
+                Awaitable[list[Action]]]
 
 
 class FrameCharger(Protocol):
@@ -40,16 +44,12 @@ class FrameCharger(Protocol):
     async def after(self, units: int) -> None: ...
 
 
-async def _inline(fn: Callable[[], list[Action]]) -> list[Action]:
-    return fn()
-
-
 async def reconcile(stream: FramedStream, core: ReplicationCore, plan: SessionPlan,
-                    first: list[Action] | None, on_dropped: Callable[[int], None], *,
-                    work: Work = _inline, charges: FrameCharger | None = None,
+                    on_dropped: Callable[[int], None], *, work: Work,
+                    charges: FrameCharger | None = None,
                     now: Callable[[], float]) -> Reconciled | Declined:
-    """Run the session's reconciliation to its end (``first``: the initiator's opening
-    actions) and return how it ended. Raises ``trio.TooSlowError`` when it aborts at its
+    """Run the session's reconciliation to its end (the initiator opens it) and return how it
+    ended. Raises ``trio.TooSlowError`` when it aborts at its
     deadline; ``on_dropped`` hears of missing keys beyond the bound. Each frame from the peer is
     charged to it before it is read (``charges.before``, by its size); with a charging setup
     (``ExchangeSetup.charging``) the frame is then decoded and settled by the work it asks
@@ -57,7 +57,9 @@ async def reconcile(stream: FramedStream, core: ReplicationCore, plan: SessionPl
     ``work`` runs each step in the Recon worker thread, which carries out its key-store reads
     (``KeyStoreWork.step``). ``now``: the driver's injected clock (``Clock.now``, trio's: the
     timer is a cancel scope's deadline)."""
-    actions: list[Action] = first or []
+    keys_read = functools.partial(core.keys_read, plan)
+    actions: list[Action] = (await work(functools.partial(core.start, plan), keys_read)
+                             if plan.role is Role.INITIATOR else [])
     while True:
         # trio's clock is the core's: the session's timer is a cancel scope's deadline as it is.
         with trio.move_on_at(core.session_timer(plan)):
@@ -67,12 +69,12 @@ async def reconcile(stream: FramedStream, core: ReplicationCore, plan: SessionPl
             if charges is not None:
                 await charges.before(await stream.next_size())
             frame = await stream.receive()
-            actions = await work(functools.partial(core.receive, plan, frame, now()))
+            actions = await work(functools.partial(core.receive, plan, frame, now()), keys_read)
             if actions and isinstance(charged := actions[0], Charge):
                 if charges is None:
                     raise LocalProtocolError("a charging exchange needs its frame charges")
                 await charges.after(charged.units)
-                actions = await work(functools.partial(core.charged, plan, now()))
+                actions = await work(functools.partial(core.charged, plan, now()), keys_read)
             continue
         actions = core.handle_session_timer(plan, now())
 

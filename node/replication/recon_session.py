@@ -8,7 +8,6 @@ driver's Recon loop starts sessions on and the stream handler answers peers' ses
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 
@@ -30,7 +29,6 @@ from node.telemetry.metrics import Metrics
 from sync.errors import RemoteProtocolError
 from sync.recon.session import PROTOCOL_ID
 from sync.replication import (
-    Action,
     Reconciled,
     ReconLifecycle,
     ReplicationCore,
@@ -79,9 +77,7 @@ class SessionRunner:
         stats = SessionStats()
         try:
             async with await self.host.open_stream(peer, RECON_PROTOCOL) as stream:
-                first = await self.keywork.step(functools.partial(self.core.start, plan),
-                                                functools.partial(self.core.keys_read, plan))
-                if not await self._reconcile(stream, plan, stats, first=first):
+                if not await self._reconcile(stream, plan):
                     self.core.declined(plan)
                     self.metrics.inc("recon_sessions_declined_total", role="initiator")
                     return None
@@ -158,7 +154,7 @@ class SessionRunner:
             return
         try:
             async with stream:
-                await self._reconcile(stream, plan, stats)
+                await self._reconcile(stream, plan)
                 await self._phases(stream, plan, stats)
         except FAILURES as exc:
             self._failed(plan, peer, Role.RESPONDER, exc, stats)
@@ -173,21 +169,18 @@ class SessionRunner:
 
     # -- shared phases ---------------------------------------------------------------------------
 
-    async def _reconcile(self, stream: FramedStream, plan: SessionPlan, stats: SessionStats,
-                         first: list[Action] | None = None) -> bool:
+    async def _reconcile(self, stream: FramedStream, plan: SessionPlan) -> bool:
         """The reconciliation phase; False: the peer declined (BUSY)."""
         work = self.work
-        core = self.core
         ended = await reconcile(
-            stream, core, plan, first,
+            stream, self.core, plan,
             lambda n: self.metrics.inc("recon_missing_dropped_total", n),
-            work=lambda step: self.keywork.step(step, functools.partial(core.keys_read, plan)),
+            work=self.keywork.step,
             charges=work.frames(stream.peer_id, "recon") if work else None,
             now=self.clock.now)
         if not isinstance(ended, Reconciled):
             return False
-        stats.truncated = ended.truncated
-        core.reconciled(plan)
+        self.core.reconciled(plan)
         # All the peer holds that we lack: the keys kept and those beyond the bound.
         self.sync.reconciled(plan.peer, ended.missing + ended.dropped,
                              partial=plan.scope is not None)

@@ -58,8 +58,6 @@ class SessionStats:
     served: int = 0
     rejected: int = 0
     withheld: int = 0
-    #: Missing keys beyond ``recon.max_missing_keys`` were left for the next session.
-    truncated: bool = False
     #: A long catch-up has more to do: the next session at once.
     more: bool = False
 

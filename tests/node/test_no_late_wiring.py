@@ -71,7 +71,7 @@ ALLOWED = [
     _allow("node/replication/membership.py", "entry.last_seen",
            "an address-book record (BookEntry): data"),
     _allow("node/replication/pings.py", "flight.counted_at", "a ping in flight's record: data"),
-    _allow("node/replication/recon_session.py", "plan.fetched stats.more stats.truncated",
+    _allow("node/replication/recon_session.py", "plan.fetched stats.more",
            "a session's plan and stats records, filled in as it runs: data"),
     _allow("node/snapshots/scheduler.py", "self._state.state self._state.reason "
            "self._state.started_at",
