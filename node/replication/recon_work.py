@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import trio
 
-from sync.recon import KeyReader, KeysRead, ReadKeys, SummaryKeyStore, insert_keys, read_keys
+from sync.recon import KeyReader, KeysRead, SummaryKeyStore, carry_out_reads, insert_keys
 from sync.replication import Action
 
 __all__ = ["KeyStoreWork"]
@@ -71,11 +71,11 @@ class KeyStoreWork:
         Each answer lets the step go on; the session bounds the rounds one read may take
         (``sync.recon.reads.MAX_ROUNDS``), the key store the answers it holds
         (``SummaryKeyStore.answer_keys``)."""
-        while actions and isinstance(read := actions[0], ReadKeys):
-            answer = read_keys(self.reader, read.reads)
+        def counted(answer: KeysRead) -> list[Action]:
             self.answered_reads += len(answer.reads.ranges) + bool(answer.reads.present)
-            actions = keys_read(answer)
-        return actions
+            return keys_read(answer)
+
+        return carry_out_reads(actions, self.reader, counted)
 
     def insert_many(self, keys: Iterable[bytes]) -> None:
         """From the trio thread: insert now if the store is free, else queue for its holder."""

@@ -23,6 +23,7 @@ from sync.recon.reads import (
     KeysRead,
     ReadKeys,
     answered,
+    carry_out_reads,
     insert_keys,
     read_keys,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "Sha256a",
     "SummaryKeyStore",
     "answered",
+    "carry_out_reads",
     "channel_bounds",
     "decode_summary",
     "encode_summary",

@@ -24,9 +24,10 @@ from typing import Protocol, TypeVar
 from sync.errors import LocalProtocolError
 
 __all__ = ["KeyReader", "KeyReads", "KeysRead", "RangeRead", "ReadKeys", "answered",
-           "insert_keys", "read_keys"]
+           "carry_out_reads", "insert_keys", "read_keys"]
 
 T = TypeVar("T")
+A = TypeVar("A")  # a step's action (``sync.actions.Action``, which imports this module)
 
 #: Rounds of answers one query may ask for (a rank's bucket once its range's start is known: a
 #: few); the bound turns a bug into an error, not a hang.
@@ -89,6 +90,17 @@ def read_keys(reader: KeyReader, reads: KeyReads) -> KeysRead:
     """The driver's side: make ``reads`` with ``reader`` (one call per range, one lookup)."""
     return KeysRead(reads, [reader.keys(lo, hi, limit) for lo, hi, limit in reads.ranges],
                     reader.present(reads.present) if reads.present else set())
+
+
+def carry_out_reads(actions: list[A], reader: KeyReader,
+                    keys_read: Callable[[KeysRead], list[A]]) -> list[A]:
+    """The driver's side of a session's step: while its actions are a ``ReadKeys`` (the step
+    waits for them), make the reads with ``reader`` and feed the answer back (``keys_read``:
+    the session's input, ``ReplicationCore.keys_read``); the step's actions once it ran
+    through. The session bounds the rounds one read may take (:data:`MAX_ROUNDS`)."""
+    while actions and isinstance(read := actions[0], ReadKeys):
+        actions = keys_read(read_keys(reader, read.reads))
+    return actions
 
 
 def insert_keys(store: _Asking, keys: Iterable[bytes], reader: KeyReader) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from sync.recon import KeysRead, MemoryKeyStore, ReadKeys, SummaryKeyStore, insert_keys, read_keys
+from sync.recon import KeysRead, MemoryKeyStore, SummaryKeyStore, carry_out_reads, insert_keys
 from sync.replication import Action
 
 __all__ = ["KeyLog"]
@@ -47,6 +47,4 @@ class KeyLog:
              keys_read: Callable[[KeysRead], list[Action]]) -> list[Action]:
         """A step's actions once its ``ReadKeys`` are answered (the node's Recon worker):
         ``keys_read`` is the session's input for them (``ReplicationCore.keys_read``)."""
-        while actions and isinstance(read := actions[0], ReadKeys):
-            actions = keys_read(read_keys(self, read.reads))
-        return actions
+        return carry_out_reads(actions, self, keys_read)
