@@ -12,13 +12,13 @@ import pytest
 
 from sync.errors import LocalProtocolError
 from sync.recon import (
+    KeysRead,
     KeyStore,
     MemoryKeyStore,
-    ReadKeys,
     ReconConfig,
     SummaryKeyStore,
+    carry_out_reads,
     insert_keys,
-    read_keys,
 )
 from sync.replication import (
     Abort,
@@ -149,15 +149,16 @@ def test_a_sessions_frames_and_reads_go_in_through_the_core() -> None:
 
     def step(name: str, core: ReplicationCore, plan: SessionPlan, source: GuardedSource,
              actions: list[Action]) -> list[bytes]:
-        nonlocal reads
-        while actions and isinstance(read := actions[0], ReadKeys):
+        def guarded(answer: KeysRead) -> list[Action]:
+            nonlocal reads
             reads += 1
-            answer = read_keys(source, read.reads)
-            source.in_step = True
+            source.in_step = True  # the step the answer resumes must not read the source
             try:
-                actions = core.keys_read(plan, answer)
+                return core.keys_read(plan, answer)
             finally:
                 source.in_step = False
+
+        actions = carry_out_reads(actions, source, guarded)
         for action in actions:
             if isinstance(action, Reconciled):
                 ended[name] = action
