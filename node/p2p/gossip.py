@@ -21,6 +21,7 @@ from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 
+from node.clock import Clock
 from node.p2p.frames import P2PError
 from node.p2p.types import GossipMessage, P2PConfig, P2PStats
 
@@ -55,9 +56,10 @@ def fan_out(sinks: list[trio.MemorySendChannel[_T]], item: _T, stats: P2PStats,
 class GossipTopics:
     """The host's topics and their subscribers."""
 
-    def __init__(self, *, pubsub: Pubsub, router: GossipSub, config: P2PConfig, peer_id: str,
-                 stats: P2PStats, nursery: trio.Nursery) -> None:
+    def __init__(self, *, pubsub: Pubsub, router: GossipSub, config: P2PConfig, clock: Clock,
+                 peer_id: str, stats: P2PStats, nursery: trio.Nursery) -> None:
         self._pubsub = pubsub
+        self.clock = clock
         self._router = router
         self.config = config
         self.peer_id = peer_id
@@ -70,8 +72,9 @@ class GossipTopics:
         # Bytes held in each subscriber queue (keyed by the send channel's id).
         self._queued: dict[int, collections.deque[int]] = {}
         self._queued_bytes: dict[int, int] = {}
-        # (from, seqno) -> the neighbour that forwarded it, noted by the topic validator.
-        self._forwarders: dict[tuple[bytes, bytes], str] = {}
+        # (from, seqno) -> the neighbour that forwarded it and when (the host clock's wall
+        # time), noted by the topic validator as the message is read off the stream.
+        self._forwarders: dict[tuple[bytes, bytes], tuple[str, float]] = {}
 
     async def subscribe(self, topic: str) -> trio.MemoryReceiveChannel[GossipMessage]:
         """A new channel receiving every message on ``topic`` (one channel per call).
@@ -133,7 +136,7 @@ class GossipTopics:
     def _from_member(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
         if len(self._forwarders) >= _MAX_FORWARDERS:
             del self._forwarders[next(iter(self._forwarders))]
-        self._forwarders[(msg.from_id, msg.seqno)] = forwarder.to_base58()
+        self._forwarders[(msg.from_id, msg.seqno)] = (forwarder.to_base58(), self.clock.wall())
         allowed = self.config.allowed_peers
         if allowed is None:
             return True
@@ -152,7 +155,7 @@ class GossipTopics:
                 logger.exception("delivering a gossip message on %s failed", topic)
 
     def _deliver(self, topic: str, msg: rpc_pb2.Message) -> None:
-        forwarder = self._forwarders.pop((msg.from_id, msg.seqno), None)
+        forwarder, received_at = self._forwarders.pop((msg.from_id, msg.seqno), (None, None))
         from_peer = peer_b58(msg.from_id)
         if from_peer == self.peer_id and not self.config.deliver_own_messages:
             return
@@ -166,6 +169,7 @@ class GossipTopics:
             data=bytes(msg.data),
             seqno=int.from_bytes(msg.seqno, "big"),
             forwarder=forwarder,
+            received_at=received_at,
         )
         self.stats.gossip_received += 1
         sinks = self._topic_sinks.get(topic, [])

@@ -121,7 +121,8 @@ class P2PHost:
                                 connected=self._peers.__contains__, spoke=self.guard.heard_from,
                                 clock=self.clock)
         self._gossip = GossipTopics(pubsub=pubsub, router=router, config=config,
-                                    peer_id=peer_id, stats=stats, nursery=nursery)
+                                    clock=self.clock, peer_id=peer_id, stats=stats,
+                                    nursery=nursery)
         self._closing = False
         # Our dials in flight, per peer: the ``forget`` count when each began; and the peers
         # ``forget`` came for while one was in flight (see ``forget``; both bounded by dials).

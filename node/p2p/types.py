@@ -161,6 +161,9 @@ class GossipMessage:
     # its publisher (forwarder == from_peer) may count against that peer's standing: the
     # from field is not authenticated, and honest peers relay others' messages unchecked.
     forwarder: str | None = None
+    # When it was read off the neighbour's stream (the host clock's wall time), before it
+    # waited in the subscriber's queue: what a budget per neighbour is charged by.
+    received_at: float | None = None
 
 
 @dataclass(frozen=True)

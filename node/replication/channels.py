@@ -232,8 +232,12 @@ class ChannelService:
                 # The budget is the neighbour's that handed it to us: that one is authenticated
                 # by the connection, the publisher field is not (unsigned gossip). An honest
                 # neighbour relaying somebody's flood is throttled with it but not penalised:
-                # GossipSub forwards before we validate (sync.gossip).
-                admitted = self.gate.admit(data, forwarder or peer, now, publisher=peer)
+                # GossipSub forwards before we validate (sync.gossip). It is charged when the
+                # message came off its stream, not when this loop got to it: a loop that fell
+                # behind (a busy node storing a burst) would otherwise take a paced burst in
+                # clumps and charge our own delay to the peer.
+                arrived = getattr(message, "received_at", None) or now
+                admitted = self.gate.admit(data, forwarder or peer, arrived, publisher=peer)
                 for exc, penalty in admitted.rejected:
                     self.reject(exc, peer, penalty, penalise=direct and penalty is not None)
                 for item in admitted.items:
