@@ -11,6 +11,7 @@ own narrow interfaces (``NodeViews``), so none of them imports the runtime or th
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -32,10 +33,12 @@ from node.config.settings import Config
 from node.httpkit import ApiRoute
 from node.p2p import P2PHost
 from node.p2p.standing import PeerStanding
+from node.replication.channel_state import ChannelMaker
 from node.replication.channels import ChannelService
 from node.replication.discovery import DhtDiscovery
 from node.replication.driver import ReplicationDriver
 from node.replication.fetch import Fetcher, gap_planner
+from node.replication.gossip_outbox import GossipOutbox
 from node.replication.ingest import IngestPool
 from node.replication.membership import Membership
 from node.replication.peers import PeerManager
@@ -56,12 +59,15 @@ from sync.gossip import GossipLimits
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec
 from sync.membership import Liveness
-from sync.replication import ExchangeSetup, ReplicationCore
+from sync.recon import KeyStore
+from sync.replication import ChannelSet, ExchangeSetup, ReplicationCore
+from sync.sds import SdsChannel
 
 __all__ = [
     "NodeParts", "NodeViews", "api_routes", "build_parts", "build_services", "channel_names",
     "channel_profiles",
-    "channel_writers", "fetched_writer", "ingest_pool", "node_views", "sds_config",
+    "channel_writers", "fetched_writer", "ingest_pool", "node_views", "replication_driver",
+    "sds_config",
 ]
 
 
@@ -133,6 +139,33 @@ class NodeParts:
     dht: DhtDiscovery | None
 
 
+def replication_driver(config: Config, peer_id: str, channels: Mapping[str, SdsChannel],
+                       keys: KeyStore, *, host: P2PHost, store: EventStore, metrics: Metrics,
+                       standing: PeerStanding | None, clock: Clock,
+                       rng: random.Random) -> ReplicationDriver:
+    """The node's one replication core, over ``channels`` (restored) and the key store
+    ``keys``, and the one driver that carries out its actions, on the node's settings."""
+    network_id = config.node.network_id
+    allowed = frozenset(config.p2p.allowed_peers) or None
+    limits = GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
+                          peer_burst=config.p2p.gossip_peer_burst)
+    core = ReplicationCore(
+        recon_lifecycle(peer_id, recon_interests(network_id, list(channels), peer_id, allowed),
+                        config.recon, rng),
+        gap_planner(config.fetch, rng),
+        # Every session's frames are charged to its peer before they are answered (the
+        # service's WorkGate).
+        ExchangeSetup(keys, recon_config(config), config.recon.max_missing_keys,
+                      timeout_s=config.recon.session_timeout_s, charging=True),
+        ChannelSet.of(channels, peer_id, network_id, config=sds_config(config),
+                      event_id_layout=config.recon.event_id_layout, members=allowed,
+                      writers=channel_writers(config), gossip_limits=limits))
+    outbox = GossipOutbox(host, network_id, metrics, clock, config.p2p.gossip_linger_ms / 1000,
+                          limits)
+    return ReplicationDriver(core=core, host=host, store=store, metrics=metrics,
+                             standing=standing, clock=clock, outbox=outbox)
+
+
 async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
                       metrics: Metrics, clock: Clock, host: P2PHost,
                       ingest: IngestPool | None, liveness: Liveness) -> NodeParts:
@@ -140,33 +173,17 @@ async def build_parts(config: Config, key: Ed25519PrivateKey, store: EventStore,
     ``host`` was opened with ``liveness`` (``membership_liveness``) and with the peers' scores
     (``PeerScoring``), which its standing charges."""
     peer_id = peer_id_of(key)
-    allowed = frozenset(config.p2p.allowed_peers) or None
     standing = PeerStanding(host)
     rng = random.Random()
     names = channel_names(config)
     keys = await open_keys(store, config.recon)
-    driver = ReplicationDriver(
-        core=ReplicationCore(
-            recon_lifecycle(peer_id, recon_interests(config.node.network_id, names, peer_id,
-                                                     allowed), config.recon, rng),
-            gap_planner(config.fetch, rng),
-            # Every session's frames are charged to its peer before they are answered (the
-            # service's WorkGate below).
-            ExchangeSetup(keys.store, recon_config(config), config.recon.max_missing_keys,
-                          timeout_s=config.recon.session_timeout_s, charging=True)),
-        host=host, store=store, metrics=metrics, standing=standing, clock=clock)
-    channels = ChannelService(
-        host=host, store=store, metrics=metrics, key=key, peer_id=peer_id,
-        network_id=config.node.network_id, channels=names,
-        sds_config=sds_config(config), allowed_senders=allowed,
-        gossip_linger_s=config.p2p.gossip_linger_ms / 1000,
-        event_id_layout=config.recon.event_id_layout, profiles=channel_profiles(config),
-        writers=channel_writers(config), member_estimate=config.sds.member_estimate,
-        gossip_limits=GossipLimits(peer_rate=config.p2p.gossip_peer_rate,
-                                   peer_burst=config.p2p.gossip_peer_burst),
-        on_missing=driver.missing, on_penalty=standing.penalise, clock=clock,
-    )
-    await channels.load()
+    maker = ChannelMaker(peer_id, key, sds_config(config), channel_profiles(config), store,
+                         metrics)
+    now = clock.wall()
+    restored = {name: await maker.restore(name, now) for name in names}
+    driver = replication_driver(config, peer_id, restored, keys.store, host=host, store=store,
+                                metrics=metrics, standing=standing, clock=clock, rng=rng)
+    channels = ChannelService(driver, member_estimate=config.sds.member_estimate)
     work = WorkGate(work_limits(config.peers), metrics, standing, clock)
     fetcher = Fetcher(host, store, metrics, channels.fetched.ingest, driver, config.fetch,
                       standing=standing, work=work)

@@ -1,11 +1,12 @@
 """The typed actions of replication: what a driver must do, nothing it decides. One vocabulary
-for every part of the core: the node's (``ReplicationCore``: sessions, gaps) and a session's
-stream (``sync.transfer.ReconExchange``: frames, charges, key-store reads).
+for every part of the core: the node's (``ReplicationCore``: sessions, gaps), its SDS channels
+(``sync.replication.ChannelSet``: what to store, broadcast, count; the reads of a channel's log)
+and a session's stream (``sync.transfer.ReconExchange``: frames, charges, key-store reads).
 
 A driver carries each out in order (``node.replication`` does it with libp2p, SQL and trio; the
 simulator with its network model) and answers the requests (``ReadStored``, ``ReadKeys``,
-``FetchDue``) by feeding the answer back as the core's next input. Every rule lives in the core
-that returned the action.
+``ReadLog``, ``FetchDue``) by feeding the answer back as the core's next input. Every rule lives
+in the core that returned the action.
 """
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ from enum import StrEnum
 
 from sync.errors import ErrorKind
 from sync.recon.reads import ReadKeys
-from sync.sds import MissingEntry
+from sync.sds import Delivered, MissingEntry, ReadDelivered, SdsEvent
+from sync.stored_event import EventRecord
 
 __all__ = [
     "Abort",
     "Action",
+    "Broadcast",
+    "ChannelNote",
     "Charge",
     "ClaimsLapsed",
     "Declined",
     "FetchDue",
+    "GapFound",
     "KeysDropped",
     "KeysWithheld",
     "Penalize",
+    "ReadLog",
     "ReadStored",
     "ReconcileSoon",
     "Reconciled",
@@ -37,6 +43,10 @@ __all__ = [
     "SendFrame",
     "SessionFailed",
     "StartSession",
+    "StepDropped",
+    "StoreDelivered",
+    "StoreFetched",
+    "UnsignedAccepted",
 ]
 
 
@@ -177,8 +187,86 @@ class Reconciled:
     truncated: bool
 
 
+# -- the SDS channels (``sync.replication.channels.ChannelSet``) ------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ReadLog:
+    """Request: which of ``read.ids`` are in ``channel``'s log (committed or queued)? A step of
+    the channel waits for the answer: feed it to ``ReplicationCore.delivered_read``."""
+
+    channel: str
+    read: ReadDelivered
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDelivered:
+    """``channel`` delivered ``delivered`` (stored as ``records``, in log order); the channel's
+    state changed. ``prompt``: a fetched batch's, committed as soon as the store is free
+    (a relayed batch otherwise gathers for ``storage.relayed_batch_delay_ms``)."""
+
+    channel: str
+    records: tuple[EventRecord, ...]
+    delivered: tuple[Delivered, ...]
+    prompt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFetched:
+    """Fetched events SDS took on its bulk path (and own echoes it no longer held): store
+    ``records``; ``bulk``: channel -> how many were delivered so."""
+
+    records: tuple[EventRecord, ...]
+    bulk: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """Publish ``datagram`` (a resend, a sync message, a repair answer) on ``channel``'s
+    topic."""
+
+    channel: str
+    datagram: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GapFound:
+    """``channel`` lacks these events' dependencies: tell the core which peers are connected
+    (``ReplicationCore.missing``: fetch by id after the grace, prompt a session)."""
+
+    channel: str
+    entries: tuple[MissingEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelNote:
+    """``channel`` reported ``event`` (an acknowledgement, an eviction, a repair asked or
+    answered...): count it; nothing else follows from it."""
+
+    channel: str
+    event: SdsEvent
+
+
+@dataclass(frozen=True, slots=True)
+class UnsignedAccepted:
+    """A waku channel took ``count`` messages nobody signed (docs/interop.md: the trust
+    trade-off): count them."""
+
+    channel: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepDropped:
+    """A received message's step kept asking the store new questions and was given up (a
+    resend, a repair or Recon brings the message again)."""
+
+    channel: str
+
+
 #: ``ReadKeys`` (``sync.recon``): a session's step waits for its key-store reads; feed them to
 #: ``ReplicationCore.keys_read``.
 Action = (StartSession | Penalize | Rejected | ReadStored | Released | ReconcileSoon
           | ClaimsLapsed | KeysWithheld | SessionFailed | FetchDue
-          | SendFrame | Declined | KeysDropped | Charge | Abort | Reconciled | ReadKeys)
+          | SendFrame | Declined | KeysDropped | Charge | Abort | Reconciled | ReadKeys
+          | ReadLog | StoreDelivered | StoreFetched | Broadcast | GapFound | ChannelNote
+          | UnsignedAccepted | StepDropped)

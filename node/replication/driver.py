@@ -1,23 +1,26 @@
 """The one driver of the replication core: it reads the clock, feeds the core its inputs and
 carries out every action it returns.
 
-The core is sans-IO (:class:`~sync.replication.ReplicationCore`: Recon sessions, their claims
-and backlog, and fetches by id, behind one timer). Everything the node learns that concerns it
-comes in here: its timer (``rounds``), gaps SDS reports (``missing``), connections, the
-store's reports of its queue and commits (``store_reports``: read from the store, never called
-by it), and the answers to the core's requests (``claim`` answers ``ReadStored`` from the store,
-``rounds`` answers ``FetchDue`` with what SDS still misses; each answer goes back as the core's
-next input). What comes out is carried out in one place, ``carry_out``: penalties, counters,
-wake-ups.
+The core is sans-IO (:class:`~sync.replication.ReplicationCore`: the SDS channels, Recon
+sessions with their claims and backlog, and fetches by id). Everything the node learns that
+concerns it comes in here: its timer (``rounds``) and the channels' (``channel_timers``, on the
+wall clock), gaps SDS reports (``GapFound`` -> ``missing``), connections, the store's reports
+of its queue and commits (``store_reports``: read from the store, never called by it), and the
+answers to the core's requests (``step`` answers a channel's ``ReadLog`` from the store,
+``claim`` answers ``ReadStored``, ``rounds`` answers ``FetchDue`` with what SDS still misses;
+each answer goes back as the core's next input). What comes out is carried out in one place,
+``carry_out``: records stored, messages queued for gossip, penalties, counters, wake-ups.
 
-The sessions themselves (streams, the WANT/EVENTS phases) and the fetch requests are run by
-``ReconService`` and ``Fetcher``; each is given this driver when it is built (no callback is
-set on anything after construction), and the loop that starts them takes both as arguments.
+The sessions themselves (streams, the WANT/EVENTS phases), the fetch requests and the gossip
+subscriptions are run by ``ReconService``, ``Fetcher`` and ``ChannelService``; each is given
+this driver when it is built (no callback is set on anything after construction), and the
+loop that starts sessions and fetches takes both as arguments.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -25,7 +28,10 @@ import trio
 
 from node.p2p import P2PHost
 from node.p2p.standing import PeerStanding
+from node.replication.channel_metrics import EVENT_COUNTERS
 from node.replication.clock import Clock
+from node.replication.delivered_reads import DeliveredReads
+from node.replication.gossip_outbox import GossipOutbox
 from node.store.events import EventStore
 from node.store.reports import Committed, Failed, Queued, StoreReport
 from node.telemetry.logs import kv
@@ -33,19 +39,27 @@ from node.telemetry.metrics import Metrics
 from storage import AppendResult, EventRecord, existing_keys
 from sync.replication import (
     Action,
+    Broadcast,
+    ChannelNote,
     ClaimsLapsed,
     FetchDue,
     FetchPlan,
+    GapFound,
     KeysWithheld,
     Penalize,
+    ReadLog,
     ReadStored,
     Rejected,
     ReplicationCore,
     SessionFailed,
     SessionPlan,
     StartSession,
+    StepDropped,
+    StoreDelivered,
+    StoreFetched,
+    UnsignedAccepted,
 )
-from sync.sds import MissingEntry
+from sync.sds import Evicted, MissingEntry, RepairRequested
 
 __all__ = ["ReplicationDriver"]
 
@@ -65,20 +79,55 @@ class ReplicationDriver:
     metrics: Metrics
     standing: PeerStanding | None
     clock: Clock
+    #: Where the channels' messages go out (``Broadcast``, and what the API publishes).
+    outbox: GossipOutbox
+    #: Channels whose state changed since it was last saved (``ChannelService.save_state``).
+    dirty: set[str] = field(default_factory=set, init=False)
     _wake: trio.Event = field(default_factory=trio.Event, init=False)
+    _channel_wake: trio.Event = field(default_factory=trio.Event, init=False)
 
     def __post_init__(self) -> None:
         for name, text in _COUNTERS.items():
             self.metrics.describe(name, "counter", text)
             self.metrics.inc(name, 0)
+        #: Answers the channels' questions about old delivered ids between their steps.
+        self.reads = DeliveredReads(self.store, self.metrics)
 
     # -- actions -------------------------------------------------------------------------------
 
-    def carry_out(self, actions: Sequence[Action]) -> None:
+    def carry_out(self, actions: Sequence[Action], *, store: bool = True) -> None:
         """Do what the core decided (``StartSession`` and ``FetchDue`` are the loop's:
-        ``rounds``)."""
+        ``rounds``; ``ReadLog``, ``step``'s). ``store``: submit what ``StoreDelivered`` names
+        (False: the caller commits it itself, as publishing does)."""
         for action in actions:
-            if isinstance(action, Penalize):
+            if isinstance(action, StoreDelivered):
+                if action.records:
+                    if store:
+                        self.store.submit(list(action.records), prompt=action.prompt)
+                    self.metrics.inc("events_delivered_total", len(action.records),
+                                     channel=action.channel)
+                self.dirty.add(action.channel)
+                self._channel_wake.set()  # its timers may have moved
+            elif isinstance(action, Broadcast):
+                self.outbox.queue(action.channel, action.datagram)
+            elif isinstance(action, StoreFetched):
+                self.store.submit_fetched(list(action.records))
+                for channel, count in action.bulk:
+                    self.metrics.inc("events_delivered_total", count, channel=channel)
+                    self.dirty.add(channel)
+            elif isinstance(action, GapFound):
+                self.metrics.inc("sds_missing_total", len(action.entries))
+                self.missing(action.entries)
+            elif isinstance(action, ChannelNote):
+                self._count(action)
+            elif isinstance(action, UnsignedAccepted):
+                # docs/interop.md: the trust trade-off of a waku channel.
+                self.metrics.inc("sds_unsigned_accepted_total", action.count,
+                                 channel=action.channel)
+            elif isinstance(action, StepDropped):
+                log.warning("channel step dropped: its store questions kept changing",
+                            extra=kv(channel=action.channel))
+            elif isinstance(action, Penalize):
                 if self.standing is not None:
                     self.standing.penalise(action.peer, action.penalty, action.count)
             elif isinstance(action, ClaimsLapsed):
@@ -92,10 +141,47 @@ class ReplicationDriver:
                          extra=kv(peer=action.peer, keys=action.count))
             elif isinstance(action, Rejected):
                 self.metrics.inc("events_rejected_total", reason=action.kind.value)
+                log.info("rejected event", extra=kv(peer=action.peer or "?",
+                                                    reason=action.reason))
             # Released, ReconcileSoon: the core poked its scheduler; the wake-up below lets the
             # loop see it. ReadStored: answered by ``claim``, the one place the core asks for a
             # read of the store.
         self._wake.set()
+
+    def _count(self, note: ChannelNote) -> None:
+        event = note.event
+        if isinstance(event, RepairRequested):
+            self.metrics.inc("sds_repairs_requested_total", len(event.message_ids))
+        elif isinstance(event, Evicted):
+            self.metrics.inc("sds_evicted_total", buffer=event.buffer)
+        elif (counter := EVENT_COUNTERS.get(type(event))) is not None:
+            self.metrics.inc(counter)
+
+    async def step(self, actions: Sequence[Action]) -> None:
+        """Carry out a channel step's actions; while it waits for a read of the log
+        (``ReadLog``), read the store and feed the answer back."""
+        while True:
+            self.carry_out(actions)
+            read = next((a for a in actions if isinstance(a, ReadLog)), None)
+            if read is None:
+                return
+            found = await self.reads.read(read.channel, read.read.ids)
+            actions = self.core.channels.delivered_read(read.channel, found)
+
+    async def channel_timers(self) -> None:
+        """The SDS channels' timers, on the wall clock (SDS's timestamps are wall time)."""
+        channels = self.core.channels
+        while True:
+            now = self.clock.wall()
+            due = channels.get_timer()
+            if due is not None and due <= now:
+                self.carry_out(channels.handle_timer(now))
+                due = channels.get_timer()
+            self._channel_wake = trio.Event()
+            # At least 5 ms: a timer its own handling set again at once waits that long.
+            wait = (math.inf if due is None else due) - self.clock.wall()
+            with trio.move_on_after(min(max(wait, 0.005), 5.0)):
+                await self._channel_wake.wait()
 
     def wake(self) -> None:
         """Let the loop look at the core's timer again (a session ended)."""
@@ -108,7 +194,7 @@ class ReplicationDriver:
         self.core.poke()
         self._wake.set()
 
-    def missing(self, _channel: str, entries: Sequence[MissingEntry]) -> None:
+    def missing(self, entries: Sequence[MissingEntry]) -> None:
         """SDS found events' dependencies missing: the few ids a gap names are fetched by id,
         and its senders are prompted for a Recon session at once (a burst lost on a restart
         is more than fetch by id asks for)."""

@@ -8,7 +8,7 @@ peers.
 Answers are read from the database in byte-bounded batches and sent as they are read, and each
 peer has at most ``max_streams_per_peer`` requests served at once, so requests that are never
 read cannot make the node hold their events. Everything fetched goes through
-``ChannelService.ingest`` (the one ingest path), which verifies id and signature before
+``FetchedIngest.ingest`` (the one ingest path), which verifies id and signature before
 anything is stored.
 """
 

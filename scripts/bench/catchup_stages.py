@@ -6,7 +6,7 @@ that other jobs on the machine inflate it less than wall time) decoding, signatu
 the Recon key, ``SdsChannel.receive``, and three ways of storing the records:
 
 * ``append_events`` once per event: what ``EventStore._commit`` does during a catch-up, since
-  ``ChannelService.ingest`` submits each delivered event as its own pending write;
+  ``FetchedIngest.ingest`` submits each delivered event as its own pending write;
 * ``append_events`` once per 512 events (one call per writer batch);
 * one cached ``INSERT .. ON CONFLICT DO NOTHING RETURNING`` statement run with executemany
   (SQLAlchemy's insertmanyvalues), the proposed replacement for the multi-VALUES statement

@@ -6,8 +6,11 @@ the driver answers.
 
 :class:`ReplicationCore` (``core``) is the one core a node drives: one timer, every input of
 replication (a session's frames, charges and key-store reads among them: the core holds each
-session's reconciliation), and the rules between its two parts (module doc):
+session's reconciliation), and the rules between its parts (module doc):
 
+* :class:`ChannelSet` (``channels``, the core's ``channels``): the node's SDS channels and what
+  enters them — gossip on its neighbour's budget, each item's step (``ReadLog`` when it needs
+  the store), their timers, publishing, fetched events — and what they report, as actions.
 * :class:`ReconLifecycle` (``lifecycle``, the core's ``sessions``): Recon sessions — when the
   next starts and with whom, backoff, which backlog range a session owns and giving it back
   when it fails, which side fetches first, whether another follows at once; the claims of
@@ -25,7 +28,8 @@ model)::
 
     node = ReplicationCore(ReconLifecycle(my_id, interests, random.Random(seed),
                                           LifecycleConfig()), GapPlanner(...),
-                           ExchangeSetup(keys, ReconConfig(), max_missing_keys=10_000))
+                           ExchangeSetup(keys, ReconConfig(), max_missing_keys=10_000),
+                           ChannelSet.of({"chat": channel}, my_id, network_id))
     # whenever now >= node.get_timer():
     for action in node.handle_timer(now, connected_peers, latencies):  # peer -> round trip, s
         ...  # StartSession(peer) -> open a session; FetchDue -> plan_fetch, fetch, fetched;
@@ -52,6 +56,7 @@ from __future__ import annotations
 # The action vocabulary (sync/actions.py), re-exported whole: one list of its names, there.
 from sync import actions as _actions
 from sync.actions import *  # noqa: F403
+from sync.replication.channels import MAX_READS, ChannelSet, Published
 from sync.replication.core import ExchangeSetup, ReplicationCore
 from sync.replication.gaps import FETCH_GRACE_S, FetchPlan, GapPlanner
 from sync.replication.ingest import (
@@ -68,6 +73,7 @@ from sync.replication.lifecycle import LifecycleConfig, ReconLifecycle, SessionP
 
 __all__ = [
     *_actions.__all__,
+    "ChannelSet",
     "ExchangeSetup",
     "FETCH_GRACE_S",
     "FetchPlan",
@@ -75,6 +81,8 @@ __all__ = [
     "IngestOutcome",
     "IngestPlan",
     "LifecycleConfig",
+    "MAX_READS",
+    "Published",
     "ReconLifecycle",
     "ReplicationCore",
     "SessionPlan",

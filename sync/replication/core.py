@@ -1,16 +1,19 @@
 """``ReplicationCore``: the one replication core of a node, sans-IO.
 
 Every input of replication goes in here with ``now``, and typed actions (``sync.actions``) come
-out: the timer (``get_timer`` / ``handle_timer``, one for Recon rounds, prompt sessions, lapsed
-claims and fetches by id), connections coming and going, gaps SDS reports (``missing``), the
-store's reports of its queue and commits, and each session's own inputs: its frames
-(``receive``), the charge for a frame (``charged``), its key-store reads (``keys_read``) and its
-deadline (``handle_session_timer``). The core files each session's reconciliation
-(``sync.transfer.ReconExchange``, built by ``begin`` on the core's :class:`ExchangeSetup`) under
-the session's number; a driver holds only the :class:`SessionPlan` it was given. The core holds
-two rule sets: ``sessions`` (:class:`ReconLifecycle`: Recon sessions, their claims and
-backlog; a session's transfer phases call ``stored``, ``delivered``, ``answer_done``... on it)
-and ``gaps`` (:class:`GapPlanner`: how repair, fetch by id and Recon divide a gap). What ties
+out: the node's SDS channels (``channels``, a :class:`~sync.replication.ChannelSet`: gossip,
+the reads of a channel's log, the channels' timers on the wall clock, publishing and fetched
+events), the timer (``get_timer`` / ``handle_timer``, one for Recon rounds, prompt sessions,
+lapsed claims and fetches by id), connections coming and going, gaps SDS reports
+(``missing``), the store's reports of its queue and commits, and each session's own inputs: its
+frames (``receive``), the charge for a frame (``charged``), its key-store reads
+(``keys_read``) and its deadline (``handle_session_timer``). The core files each session's
+reconciliation (``sync.transfer.ReconExchange``, built by ``begin`` on the core's
+:class:`ExchangeSetup`) under the session's number; a driver holds only the
+:class:`SessionPlan` it was given. Beside its channels, the core holds two rule sets:
+``sessions`` (:class:`ReconLifecycle`: Recon sessions, their claims and backlog; a session's
+transfer phases call ``stored``, ``delivered``, ``answer_done``... on it) and ``gaps``
+(:class:`GapPlanner`: how repair, fetch by id and Recon divide a gap). What ties
 them together is a rule of this core, not of a driver:
 
 * a gap SDS reports is queued for a fetch by id and prompts a session with its senders at once
@@ -29,7 +32,10 @@ the rest.
 Driving it (``node.replication.driver.ReplicationDriver``; the simulator does the same with its
 network model)::
 
-    core = ReplicationCore(ReconLifecycle(...), GapPlanner(...), ExchangeSetup(keys, ...))
+    core = ReplicationCore(ReconLifecycle(...), GapPlanner(...), ExchangeSetup(keys, ...),
+                           ChannelSet.of(channels, own_id, network_id, config=sds_config))
+    # the channels: gossip, receive (-> ReadLog -> delivered_read), drain, handle_timer, publish
+    actions, items = core.channels.gossip(data, neighbour, publisher, arrived, direct=True)
     # whenever now >= core.get_timer():
     for action in core.handle_timer(now, connected, latencies):
         ...  # StartSession(peer): run a session; FetchDue(batch): plan_fetch, fetch, fetched
@@ -52,6 +58,7 @@ from dataclasses import dataclass
 from sync.actions import Action, FetchDue, ReconcileSoon, Role
 from sync.errors import LocalProtocolError
 from sync.recon import KeysRead, KeyStore, ReconConfig, ReconSession
+from sync.replication.channels import ChannelSet
 from sync.replication.gaps import FetchPlan, GapPlanner
 from sync.replication.lifecycle import ReconLifecycle, SessionPlan
 from sync.sds import MissingEntry
@@ -75,14 +82,16 @@ class ExchangeSetup:
 
 
 class ReplicationCore:
-    """One node's replication core: Recon sessions (``sessions``) and gap fetches (``gaps``)
-    behind one timer, with the rules between them (see the module doc)."""
+    """One node's replication core: its SDS channels (``channels``), Recon sessions
+    (``sessions``) and gap fetches (``gaps``) behind one timer, with the rules between them
+    (see the module doc)."""
 
-    def __init__(self, sessions: ReconLifecycle, gaps: GapPlanner,
-                 exchanges: ExchangeSetup) -> None:
+    def __init__(self, sessions: ReconLifecycle, gaps: GapPlanner, exchanges: ExchangeSetup,
+                 channels: ChannelSet) -> None:
         self.sessions = sessions
         self.gaps = gaps
         self.setup = exchanges
+        self.channels = channels
         self._fetching = False
         self._exchanges: dict[int, ReconExchange] = {}
 

@@ -11,7 +11,7 @@ core (``sync.replication.GapPlanner``), over the simulated links:
   (plus its bytes at the link's bandwidth), is read by ``sync.transfer.FetchReader`` (an
   answer holding more events than were asked breaks the protocol: ``GapPlanner.bad_answer``,
   the peer pays) and each event goes through the ingest core like the node's
-  ``ChannelService.ingest`` (an invalid one is refused, counted and charged to the peer);
+  ``FetchedIngest.ingest`` (an invalid one is refused, counted and charged to the peer);
 * a peer that is offline or cut off when asked, or by the time its answer is due, fails like
   a broken stream (the next peer is asked); what nobody answered is left to Recon
   (``ReplicationCore.fetched`` -> ``ReconcileSoon``); SDS-R's own requests wait ``T_req``
@@ -184,7 +184,7 @@ class Fetching:
 
     def _refuse(self, m: Member, peer: Member, wire: bytes) -> None:
         """A forged event: refused by verification, counted, and the peer pays (the node's
-        ``ChannelService.ingest``)."""
+        ``FetchedIngest.ingest``)."""
         actions, error = screen(verify_wires(self._spec, [wire]), peer.peer_id)
         assert error is not None, "a forged event passed verification"
         kind = next(a.kind for a in actions if isinstance(a, Rejected))

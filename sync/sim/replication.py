@@ -36,6 +36,7 @@ from sync.recon.eventid import event_key
 from sync.recon.sha256a import lanes_of
 from sync.replication import (
     Action,
+    ChannelSet,
     ExchangeSetup,
     FetchDue,
     GapPlanner,
@@ -142,7 +143,9 @@ class Replication:
                            self._config),
             GapPlanner(self.sim.sc.fetch_delay, _FETCH_MAX_IDS,
                        random.Random(f"fetch {seed}"), _FETCH_PEERS),
-            ExchangeSetup(keys.store, _RECON_CONFIG, _MAX_MISSING_KEYS))))
+            ExchangeSetup(keys.store, _RECON_CONFIG, _MAX_MISSING_KEYS),
+            ChannelSet.of({self.sim.channel: m.channel}, m.peer_id, NETWORK_ID,
+                          config=self.sim.sc.sds))))
         if self.recon and m.log:
             for no, held in enumerate(m.log[:len(self.key_of)]):
                 if held:

@@ -17,13 +17,14 @@ from collections.abc import Callable, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sync.actions import Action, Broadcast, ChannelNote, GapFound, Rejected, StoreDelivered
 from sync.errors import RemoteProtocolError
 from sync.identity import peer_id_of
+from sync.replication import ChannelSet
 from sync.sds import (
     Acknowledged,
     Delivered,
     DependencyLost,
-    MissingDependencies,
     RepairAnswered,
     RepairRefused,
     RepairRequested,
@@ -231,9 +232,9 @@ class Simulation:
             if m.online and m.timer_at == self.now:
                 m.timer_at = None
                 t0 = self.cpu()
-                sent = m.channel.handle_timer(self.now + m.clock)
+                actions = self.channels(m).handle_timer(self.now + m.clock)
                 self.stats.member_cpu += self.cpu() - t0
-                self._after(m, sent=sent)
+                self._after(m, actions)
         elif kind == _PUBLISH:
             publisher = self._pick()
             if publisher is not None:
@@ -267,11 +268,11 @@ class Simulation:
     def _publish(self, m: Member) -> None:
         content = self.rng.randbytes(self.sc.content_bytes)
         t0 = self.cpu()
-        wire = m.channel.send(content, self.now + m.clock)
+        sent = self.channels(m).publish(_CHANNEL, [content], self.now + m.clock)
         self.stats.member_cpu += self.cpu() - t0
         self.stats.published += 1
-        self._after(m, published=True)
-        self.broadcast(m, wire)
+        self._after(m, sent.actions, published=True)
+        self.broadcast(m, sent.wires[0])
 
     def _deliver(self, m: Member, payload: int) -> None:
         data, origin, _ = self.payloads[payload]
@@ -279,15 +280,17 @@ class Simulation:
 
     def _receive(self, m: Member, data: bytes, origin: int = -1) -> None:
         t0 = self.cpu()
-        try:
-            m.channel.receive(data, self.now + m.clock)
-        except RemoteProtocolError as exc:
+        channels = self.channels(m)
+        actions = channels.receive(_CHANNEL, data, self.now + m.clock, None)
+        refused = next((a for a in actions if isinstance(a, Rejected)), None)
+        if refused is not None:
             self.stats.member_cpu += self.cpu() - t0
-            self.rejected(m, origin, exc)
+            self.rejected(m, origin, RemoteProtocolError(refused.reason, None, refused.kind))
             return
+        actions += channels.drain(_CHANNEL)
         self.stats.member_cpu += self.cpu() - t0
         self.stats.receptions += 1
-        self._after(m)
+        self._after(m, actions)
 
     def receive_fetched(self, m: Member, wire: bytes) -> None:
         """An event Recon or fetch-by-id brought (its canonical wire), unless already held."""
@@ -351,26 +354,38 @@ class Simulation:
             reached = len(flood.arrival)
             stats.unreached += sum(1 for x in self.members if x.online and not x.gone) - 1 - reached
 
-    def _after(self, m: Member, *, published: bool = False, sent: Sequence[bytes] = ()) -> None:
-        """What a step of member ``m`` reported, and ``sent``: the messages its timers made."""
+    def channels(self, m: Member) -> ChannelSet:
+        """Member ``m``'s channels, held by its replication core: every input of its channel
+        goes in there, as the node's does."""
+        return self.repl.state[m.index].core.channels
+
+    def _after(self, m: Member, actions: Sequence[Action], *, published: bool = False) -> None:
+        """What a step of member ``m``'s core returned: deliveries, gaps, what SDS reported
+        and the messages its timers made (broadcast last)."""
         self.steps += 1
-        ch, stats = m.channel, self.stats
-        for ev in ch.events():
-            if isinstance(ev, Delivered):
-                self._on_delivered(m, ev)
-            elif isinstance(ev, Acknowledged) and m.honest:
-                invariants.check_ack(self, m, ev.message_id)
-            elif isinstance(ev, MissingDependencies):
-                self.repl.missing(m, ev.entries)
-            elif isinstance(ev, DependencyLost):
-                m.declared_lost.add(ev.message_id)
-                stats.declared_lost += 1
-            elif isinstance(ev, RepairRequested):
-                stats.repair_requests += len(ev.message_ids)
-            elif isinstance(ev, RepairAnswered):
-                stats.repair_responses += 1
-            elif isinstance(ev, RepairRefused):
-                stats.repair_refused += len(ev.message_ids)
+        stats = self.stats
+        sent: list[bytes] = []
+        for action in actions:
+            if isinstance(action, StoreDelivered):
+                for delivered in action.delivered:
+                    self._on_delivered(m, delivered)
+            elif isinstance(action, Broadcast):
+                sent.append(action.datagram)
+            elif isinstance(action, GapFound):
+                self.repl.missing(m, action.entries)
+            elif isinstance(action, ChannelNote):
+                ev = action.event
+                if isinstance(ev, Acknowledged) and m.honest:
+                    invariants.check_ack(self, m, ev.message_id)
+                elif isinstance(ev, DependencyLost):
+                    m.declared_lost.add(ev.message_id)
+                    stats.declared_lost += 1
+                elif isinstance(ev, RepairRequested):
+                    stats.repair_requests += len(ev.message_ids)
+                elif isinstance(ev, RepairAnswered):
+                    stats.repair_responses += 1
+                elif isinstance(ev, RepairRefused):
+                    stats.repair_refused += len(ev.message_ids)
         for data in sent:
             self.broadcast(m, data)
         invariants.check_bounds(self, m)
@@ -428,11 +443,15 @@ class Simulation:
                                        profile=self._profile,
                                        # As the node: Recon carries what a restart left.
                                        resend_restored=not sc.recon)
+        # The same core goes on with the restored channel (the node starts a new one: in the
+        # simulator a member's sessions and fetches outlive its channel's crash).
+        channels = self.channels(m)
+        channels.channels[_CHANNEL] = m.channel
         m.online = True
         m.timer_at = None
         self.mesh.attach(m.index, self._alive())
         self.stats.restarts += 1
-        self._after(m)
+        self._after(m, channels.drain(_CHANNEL))
         self.repl.reconnected(m)
 
 def run(scenario: Scenario, cpu_clock: Callable[[], float] = _no_clock) -> Stats:

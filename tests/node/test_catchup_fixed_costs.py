@@ -14,7 +14,6 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
-from node.replication import ChannelService
 from node.replication.ingest import IngestPool
 from node.replication.verify import MIN_THREADED, PendingBatch, verify_batch
 from node.store.events import EventStore
@@ -22,7 +21,8 @@ from node.telemetry.metrics import Metrics
 from storage import count_events, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.ingest import IngestSpec, verify_wires
-from sync.sds import SdsChannel, SdsConfig, encode_event
+from sync.sds import SdsChannel, encode_event
+from tests.harness.channels import restored_channel_service
 from tests.harness.cluster import until
 from tests.sync.sds.helpers import channel, key
 
@@ -45,11 +45,7 @@ def test_recent_fetched_events_are_committed_without_the_relayed_gathering(
         store = EventStore(engine, max_delay_ms=5, relayed_delay_ms=GATHER_MS)
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run_writer)
-            service = ChannelService(host=None, store=store,  # type: ignore[arg-type]
-                                     metrics=metrics, key=own, peer_id=peer_id_of(own),
-                                     network_id=1, channels=["c"], sds_config=SdsConfig(),
-                                     clock=SystemClock())
-            await service.load()
+            service = await restored_channel_service(store, metrics, own, SystemClock())
             # A second after they were sent: recent, so SDS's full step delivers them (its
             # bulk path takes only events older than its live window).
             for wire in wires:

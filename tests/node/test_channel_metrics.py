@@ -11,12 +11,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
+from node.p2p.run import open_host
 from node.replication import CHANNEL_METRICS, ChannelService
 from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig, decode_transmission
+from tests.harness.channels import channel_service
 
 CONFIG = SdsConfig(resend_interval=1.0, possibly_acked_resend_interval=3.0, max_resends=2,
                    lost_timeout=6.0, sync_interval=1.0, sync_jitter=0.5, t_min=0.2, t_max=0.4)
@@ -29,17 +31,21 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
     upgrade(engine)
     key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     metrics = Metrics()
-    service = ChannelService(host=None, store=EventStore(engine), metrics=metrics,  # type: ignore[arg-type]
-                             key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                             sds_config=CONFIG, clock=SystemClock())
-    ours = service.channels["c"] = SdsChannel("c", service.peer_id, key, CONFIG,
-                                              random.Random(1), T0)
+    ours = SdsChannel("c", peer_id_of(key), key, CONFIG, random.Random(1), T0)
+    async with open_host(key, clock=SystemClock()) as host:  # a gap asks whom it has
+        service = channel_service(EventStore(engine), metrics, peer_id_of(key), {"c": ours},
+                                  SystemClock(), host=host)
+        await _exercise(service, ours, other, metrics)
+
+
+async def _exercise(service: ChannelService, ours: SdsChannel, other: Ed25519PrivateKey,
+                    metrics: Metrics) -> None:
     peer = SdsChannel("c", peer_id_of(other), other, CONFIG, random.Random(2), T0)
     now = T0
 
     def to_us(data: bytes) -> None:
         ours.receive(data, now, peer="peer")
-        service.after_input("c")
+        service.driver.carry_out(service.core.drain("c"))
 
     def run_until(end: float, *, deliver_to_peer: bool, deliver_to_us: bool) -> None:
         nonlocal now
@@ -47,7 +53,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
             now += 0.1
             from_peer: list[bytes] = []
             if (due := ours.get_timer()) is not None and due <= now:
-                service.run_timers("c", now)
+                service.driver.carry_out(service.core.handle_timer(now))
             if (due := peer.get_timer()) is not None and due <= now:
                 from_peer = peer.handle_timer(now)
             for data in from_peer:
@@ -55,7 +61,7 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
                     to_us(data)
             while True:
                 try:
-                    _name, data = service.outbox._receive.receive_nowait()
+                    _name, data = service.driver.outbox._receive.receive_nowait()
                 except Exception:
                     break
                 if deliver_to_peer:
@@ -69,14 +75,14 @@ async def test_sds_events_move_their_counters(tmp_path: Path) -> None:
     run_until(T0 + 10, deliver_to_peer=False, deliver_to_us=False)
     # B: our message never reaches the peer: resent, then given up.
     ours.send(b"own1", now)  # the returned wire is never gossiped
-    service.after_input("c")
+    service.driver.carry_out(service.core.drain("c"))
     run_until(now + 6, deliver_to_peer=False, deliver_to_us=False)
     # C: the peer gets our third message but not the second: it asks for a repair, we answer,
     # and its next messages acknowledge ours.
     ours.send(b"own2", now)  # lost on the way
-    service.after_input("c")
+    service.driver.carry_out(service.core.drain("c"))
     peer.receive(ours.send(b"own3", now), now, peer="us")
-    service.after_input("c")
+    service.driver.carry_out(service.core.drain("c"))
     run_until(now + 8, deliver_to_peer=True, deliver_to_us=True)
     peer.send(b"p3", now)
     run_until(now + 3, deliver_to_peer=True, deliver_to_us=True)

@@ -22,7 +22,6 @@ from trio.testing import MockClock
 from node.clock import SystemClock
 from node.p2p import GossipMessage, P2PConfig
 from node.p2p.run import open_host
-from node.replication import ChannelService
 from node.replication.clock import TrioWallClock
 from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
@@ -30,6 +29,7 @@ from storage import make_engine, upgrade
 from sync.gossip import GossipLimits
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
+from tests.harness.channels import channel_service
 from tests.harness.cluster import until
 
 T0 = 1_000_000.0
@@ -53,11 +53,9 @@ def _received(tmp_path: Path, stamps: list[float]) -> Metrics:
 
     async def main() -> None:
         clock = TrioWallClock(T0)
-        service = ChannelService(host=None, store=EventStore(engine), metrics=metrics,  # type: ignore[arg-type]
-                                 key=key, peer_id=peer_id_of(key), network_id=1,
-                                 channels=["c"], sds_config=SdsConfig(), clock=clock)
-        service.channels["c"] = SdsChannel("c", service.peer_id, key, SdsConfig(),
-                                           random.Random(1), clock.wall())
+        service = channel_service(EventStore(engine), metrics, peer_id_of(key), {
+            "c": SdsChannel("c", peer_id_of(key), key, SdsConfig(), random.Random(1),
+                            clock.wall())}, clock)
         publisher = SdsChannel("c", publisher_id, publisher_key, SdsConfig(), random.Random(2),
                                T0)
         send, receive = trio.open_memory_channel[object](len(stamps))

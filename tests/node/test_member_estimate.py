@@ -12,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.clock import SystemClock
+from node.config.settings import Config, P2PSection
 from node.p2p.run import open_host
 from node.replication import ChannelService
 from node.replication.gossip_outbox import topic_of
@@ -20,6 +21,7 @@ from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
+from tests.harness.channels import channel_service
 from tests.harness.cluster import until
 
 T0 = 1_000_000.0
@@ -28,12 +30,9 @@ T0 = 1_000_000.0
 def _service(host: object, key: Ed25519PrivateKey, tmp: Path, **kw: object) -> ChannelService:
     engine = make_engine(f"sqlite:///{tmp / f'{peer_id_of(key)[-6:]}.db'}")
     upgrade(engine)
-    service = ChannelService(host=host, store=EventStore(engine), metrics=Metrics(),  # type: ignore[arg-type]
-                             key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                             sds_config=SdsConfig(), clock=SystemClock(), **kw)  # type: ignore[arg-type]
-    service.channels["c"] = SdsChannel("c", service.peer_id, key, SdsConfig(),
-                                       random.Random(1), T0)
-    return service
+    return channel_service(EventStore(engine), Metrics(), peer_id_of(key), {
+        "c": SdsChannel("c", peer_id_of(key), key, SdsConfig(), random.Random(1), T0)},
+        SystemClock(), host=host, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.trio
@@ -60,7 +59,8 @@ async def test_node_gives_channels_its_member_estimate(tmp_path: Path) -> None:
         assert fixed.channels["c"].layers.repair.response_groups(T0) == 500 // 128 + 1
         # A closed group (p2p.allowed_peers): its size.
         members = frozenset(peer_id_of(Ed25519PrivateKey.generate()) for _ in range(299))
-        closed = _service(hosts[0], keys[0], tmp_path, allowed_senders=members)
+        closed = _service(hosts[0], keys[0], tmp_path, config=Config(
+            p2p=P2PSection(allowed_peers=tuple(sorted(members)))))
         closed.estimate_members()
         assert closed.channels["c"].layers.repair.members.count(T0) == 300
         assert closed.channels["c"].layers.repair.response_groups(T0) == 3

@@ -15,13 +15,14 @@ from trio.testing import MockClock
 
 from node.p2p import P2PConfig
 from node.p2p.run import open_host
-from node.replication import ChannelService, PeerManager
+from node.replication import PeerManager
 from node.replication.clock import TrioWallClock
 from node.store.events import EventStore
 from node.telemetry.metrics import Metrics
 from storage import make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
+from tests.harness.channels import channel_service
 from tests.harness.clocks import let_pass
 
 CONFIG = SdsConfig(resend_interval=1.0, possibly_acked_resend_interval=3.0, max_resends=2,
@@ -38,20 +39,17 @@ def test_the_sds_timer_loop_runs_on_a_mock_clock(tmp_path: Path) -> None:
 
     async def main() -> float:
         clock = TrioWallClock(T0)
-        service = ChannelService(host=None, store=EventStore(engine), metrics=metrics,  # type: ignore[arg-type]
-                                 key=key, peer_id=peer_id_of(key), network_id=1,
-                                 channels=["c"], sds_config=CONFIG, clock=clock)
-        ch = service.channels["c"] = SdsChannel("c", service.peer_id, key, CONFIG,
-                                                random.Random(1), clock.wall())
+        ch = SdsChannel("c", peer_id_of(key), key, CONFIG, random.Random(1), clock.wall())
+        service = channel_service(EventStore(engine), metrics, peer_id_of(key), {"c": ch}, clock)
         sent.append(ch.send(b"nobody acknowledges this", clock.wall()))
-        service.after_input("c")
+        service.driver.carry_out(service.core.drain("c"))
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(service._timer_loop)
+            nursery.start_soon(service.driver.channel_timers)
             await let_pass(20.0)  # virtual: the mock clock jumps whenever all tasks wait
             nursery.cancel_scope.cancel()
         while True:
             try:
-                sent.append(service.outbox._receive.receive_nowait()[1])
+                sent.append(service.driver.outbox._receive.receive_nowait()[1])
             except trio.WouldBlock:
                 return clock.wall()
 

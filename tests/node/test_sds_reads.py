@@ -22,16 +22,15 @@ from node.telemetry.metrics import Metrics
 from storage import count_events, make_engine, upgrade
 from sync.identity import peer_id_of
 from sync.sds import SdsChannel, SdsConfig
+from tests.harness.channels import restored_channel_service
 
 CONFIG = SdsConfig(bloom_capacity=16, sync_history_size=4, delivered_window=64)
 T0 = 1_700_000_000.0
 
 
-def _service(store: EventStore, metrics: Metrics) -> ChannelService:
+async def _service(store: EventStore, metrics: Metrics) -> ChannelService:
     key = Ed25519PrivateKey.from_private_bytes(b"\x07" * 32)
-    return ChannelService(host=None, store=store, metrics=metrics,  # type: ignore[arg-type]
-                          key=key, peer_id=peer_id_of(key), network_id=1, channels=["c"],
-                          sds_config=CONFIG, clock=SystemClock())
+    return await restored_channel_service(store, metrics, key, SystemClock(), CONFIG)
 
 
 @pytest.mark.trio
@@ -52,8 +51,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
     event.listen(engine, "before_cursor_execute", note)
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run_writer)
-        service = _service(store, metrics)
-        await service.load()
+        service = await _service(store, metrics)
         ch = service.channels["c"]
         now = T0 + 20
         for wire in wires:
@@ -74,8 +72,7 @@ async def test_a_bounded_channel_is_answered_from_sqlite(tmp_path: Path) -> None
         await service.save_state(all_channels=True)
         # Restored from its state and the newest part of its log: still bounded, still right.
         fresh = Metrics()
-        again = _service(store, fresh)
-        await again.load()
+        again = await _service(store, fresh)
         assert len(again.channels["c"].layers.log) == CONFIG.delivered_window
         await again.fetched.ingest(wires[0], "peer", now=now)
         assert fresh.total("events_delivered_total") == 0

@@ -23,6 +23,7 @@ from sync.recon import (
 from sync.replication import (
     Abort,
     Action,
+    ChannelSet,
     ExchangeSetup,
     FetchDue,
     GapPlanner,
@@ -50,7 +51,8 @@ def core() -> ReplicationCore:
     sessions = defaults()
     after_a_round(sessions, PEERS)
     return ReplicationCore(sessions, GapPlanner(1.0, 256, random.Random(3), 3),
-                           ExchangeSetup(MemoryKeyStore.from_sorted([]), ReconConfig(), 100_000))
+                           ExchangeSetup(MemoryKeyStore.from_sorted([]), ReconConfig(), 100_000),
+                           ChannelSet.of({}, "a", 1))
 
 
 def entry(mid: str, sender: str) -> MissingEntry:
@@ -130,7 +132,8 @@ def _node(own: str, keys: list[bytes]) -> tuple[ReplicationCore, GuardedSource]:
     lifecycle = ReconLifecycle(own, FULL, random.Random(5), LifecycleConfig())
     return ReplicationCore(lifecycle, GapPlanner(1.0, 256, random.Random(3), 3),
                            ExchangeSetup(store, ReconConfig(key_list_threshold=4), 10_000,
-                                         timeout_s=60.0)), source
+                                         timeout_s=60.0),
+                           ChannelSet.of({}, own, 1)), source
 
 
 def test_a_sessions_frames_and_reads_go_in_through_the_core() -> None:
@@ -192,7 +195,8 @@ def test_a_session_that_fails_or_is_declined_is_forgotten() -> None:
     store: KeyStore = MemoryKeyStore.from_sorted([b"k"])
     c = ReplicationCore(ReconLifecycle("a", FULL, random.Random(5), LifecycleConfig()),
                         GapPlanner(1.0, 256, random.Random(3), 3),
-                        ExchangeSetup(store, ReconConfig(), 100, timeout_s=5.0))
+                        ExchangeSetup(store, ReconConfig(), 100, timeout_s=5.0),
+                        ChannelSet.of({}, "a", 1))
     declined = c.begin("b", Role.INITIATOR, T)
     failed = c.begin("c", Role.INITIATOR, T)
     cancelled = c.begin("d", Role.RESPONDER, T)

@@ -34,7 +34,7 @@ def _receiver(store: Store | None) -> SdsChannel:
 
 def _feed(ch: SdsChannel, batch: list[SignedEvent], now: float, store: Store | None
           ) -> list[str]:
-    """What the node does with one fetched batch (``ChannelService.ingest_verified``): the
+    """What the node does with one fetched batch (``FetchedIngest.ingest_verified``): the
     channel's questions about its log for the whole batch are answered first
     (``reads_for``); then the bulk path's events are queued to the store, then each of the
     rest goes the full way and its deliveries are queued: no step asks anything more (a
