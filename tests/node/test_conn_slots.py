@@ -54,6 +54,15 @@ def _connected(node: NodeProcess) -> set[str]:
     return {p["peer_id"] for p in node.get("/v1/peers")["connected"]}
 
 
+def _about(node: NodeProcess, other: NodeProcess) -> str:
+    """What ``node`` logged about ``other``, and its view of its connections to it."""
+    lines = [line for line in node.stderr_path.read_text().splitlines()
+             if other.peer_id in line][-15:]
+    peers = [p for p in node.get("/v1/peers")["connected"] if p["peer_id"] == other.peer_id]
+    return "\n".join([f"-- {node.stderr_path.parent.name} about {other.stderr_path.parent.name}:"
+                      f" {peers}", *lines])
+
+
 def _honest_join(honest: NodeProcess, node: NodeProcess) -> None:
     # ``syncnode peers forget`` and ``syncnode join``'s API calls (a CLI process each would
     # cost its start-up).
@@ -63,10 +72,11 @@ def _honest_join(honest: NodeProcess, node: NodeProcess) -> None:
             # own address book (its low watermark wants a connection), and the join below
             # must be a new inbound connection at the node.
             # (404 where a side does not know the other: nothing to forget there).
-            by_honest.delete(f"/v1/peers/{node.peer_id}")
-            by_node.delete(f"/v1/peers/{honest.peer_id}")
+            forgot = [by_honest.delete(f"/v1/peers/{node.peer_id}").status_code,
+                      by_node.delete(f"/v1/peers/{honest.peer_id}").status_code]
             wait_for(lambda: node.peer_id not in _connected(honest), 30,
-                     "forget did not disconnect")
+                     lambda: f"forget did not disconnect (DELETE: {forgot})\n"
+                             f"{_about(honest, node)}\n{_about(node, honest)}")
         # On b4adb7a: HTTP 502, the node's inbound slots all held.
         joined = by_honest.post("/v1/peers", json={"multiaddr": node.listen_addrs[0]})
         assert joined.status_code == 200, (joined.text, node.log_tail())
