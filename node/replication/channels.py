@@ -22,7 +22,7 @@ from node.store.reports import Failed
 from storage import put_state
 from sync.errors import LocalProtocolError
 from sync.gossip import publisher_pays
-from sync.replication import StoreDelivered
+from sync.replication import Broadcast, StoreDelivered
 from sync.sds import Delivered, SdsChannel
 from sync.sds.state import encode_state
 
@@ -109,8 +109,8 @@ class ChannelService:
         await self.store.append(
             records, None if also is None else (lambda conn: also(conn, own[-1])))
         self.metrics.observe("publish_commit_seconds", self.clock.now() - started)
-        for wire in out.wires:
-            self.driver.outbox.queue(name, wire)
+        # Gossiped only once committed: a peer never holds what we could still lose.
+        self.driver.carry_out([Broadcast(name, wire) for wire in out.wires])
         self.metrics.inc("events_published_total", len(out.wires), channel=name)
         error = out.error
         if error is not None and not isinstance(error, LocalProtocolError):

@@ -71,6 +71,12 @@ _COUNTERS = {
 }
 
 
+_ChannelAction = (StoreDelivered | Broadcast | StoreFetched | ChannelNote | UnsignedAccepted
+                  | StepDropped | ReadLog)
+_CHANNEL_ACTIONS = (StoreDelivered, Broadcast, StoreFetched, ChannelNote, UnsignedAccepted,
+                    StepDropped, ReadLog)
+
+
 @dataclass(kw_only=True, eq=False)
 class ReplicationDriver:
     core: ReplicationCore
@@ -99,34 +105,15 @@ class ReplicationDriver:
         """Do what the core decided (``StartSession`` and ``FetchDue`` are the loop's:
         ``rounds``; ``ReadLog``, ``step``'s). ``store``: submit what ``StoreDelivered`` names
         (False: the caller commits it itself, as publishing does)."""
+        wake = False
         for action in actions:
-            if isinstance(action, StoreDelivered):
-                if action.records:
-                    if store:
-                        self.store.submit(list(action.records), prompt=action.prompt)
-                    self.metrics.inc("events_delivered_total", len(action.records),
-                                     channel=action.channel)
-                self.dirty.add(action.channel)
-                self._channel_wake.set()  # its timers may have moved
-            elif isinstance(action, Broadcast):
-                self.outbox.queue(action.channel, action.datagram)
-            elif isinstance(action, StoreFetched):
-                self.store.submit_fetched(list(action.records))
-                for channel, count in action.bulk:
-                    self.metrics.inc("events_delivered_total", count, channel=channel)
-                    self.dirty.add(channel)
-            elif isinstance(action, GapFound):
+            if isinstance(action, _CHANNEL_ACTIONS):
+                self._carry_out_channel(action, store)
+                continue
+            wake = True
+            if isinstance(action, GapFound):
                 self.metrics.inc("sds_missing_total", len(action.entries))
                 self.missing(action.entries)
-            elif isinstance(action, ChannelNote):
-                self._count(action)
-            elif isinstance(action, UnsignedAccepted):
-                # docs/interop.md: the trust trade-off of a waku channel.
-                self.metrics.inc("sds_unsigned_accepted_total", action.count,
-                                 channel=action.channel)
-            elif isinstance(action, StepDropped):
-                log.warning("channel step dropped: its store questions kept changing",
-                            extra=kv(channel=action.channel))
             elif isinstance(action, Penalize):
                 if self.standing is not None:
                     self.standing.penalise(action.peer, action.penalty, action.count)
@@ -146,7 +133,37 @@ class ReplicationDriver:
             # Released, ReconcileSoon: the core poked its scheduler; the wake-up below lets the
             # loop see it. ReadStored: answered by ``claim``, the one place the core asks for a
             # read of the store.
-        self._wake.set()
+        if wake or not actions:
+            self._wake.set()
+
+    def _carry_out_channel(self, action: _ChannelAction, store: bool) -> None:
+        """What a channel's step reported (none of it moves the core's own timer: a gossip
+        message does not wake the session loop)."""
+        if isinstance(action, StoreDelivered):
+            if action.records:
+                if store:
+                    self.store.submit(list(action.records), prompt=action.prompt)
+                self.metrics.inc("events_delivered_total", len(action.records),
+                                 channel=action.channel)
+            self.dirty.add(action.channel)
+            self._channel_wake.set()  # its timers may have moved
+        elif isinstance(action, Broadcast):
+            self.outbox.queue(action.channel, action.datagram)
+        elif isinstance(action, StoreFetched):
+            self.store.submit_fetched(list(action.records))
+            for channel, count in action.bulk:
+                self.metrics.inc("events_delivered_total", count, channel=channel)
+                self.dirty.add(channel)
+        elif isinstance(action, ChannelNote):
+            self._count(action)
+        elif isinstance(action, UnsignedAccepted):
+            # docs/interop.md: the trust trade-off of a waku channel.
+            self.metrics.inc("sds_unsigned_accepted_total", action.count,
+                             channel=action.channel)
+        elif isinstance(action, StepDropped):
+            log.warning("channel step dropped: its store questions kept changing",
+                        extra=kv(channel=action.channel))
+        # ReadLog: answered by ``step``.
 
     def _count(self, note: ChannelNote) -> None:
         event = note.event
