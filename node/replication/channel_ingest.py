@@ -37,7 +37,7 @@ class FetchedIngest:
             refused: list[Rejected | Penalize] = [Rejected(peer, kind, error.reason)]
             if peer is not None:
                 refused.append(Penalize(peer, penalty_of(kind)))
-            self.driver.carry_out(refused)
+            self.driver.carry_out(refused, wake=False)
             return None
         count = await self.ingest_verified(batch, [wire], [0], peer, now)
         return None if count else batch.message_ids[0]
@@ -54,5 +54,5 @@ class FetchedIngest:
                                            lambda: self.channels.ingest_reads(batch, taken))
         when = self.driver.clock.wall() if now is None else now
         actions, refused = self.channels.ingest(batch, wires, taken, peer, when)
-        self.driver.carry_out(actions)
+        self.driver.carry_out(actions, wake=False)
         return refused

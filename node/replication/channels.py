@@ -104,13 +104,13 @@ class ChannelService:
         # Our own deliveries are committed here, in the caller's transaction: the rest of
         # what the step reported is carried out as any other.
         records = [r for a in out.actions if isinstance(a, StoreDelivered) for r in a.records]
-        self.driver.carry_out(out.actions, store=False)
+        self.driver.carry_out(out.actions, store=False, wake=False)
         own = out.own
         await self.store.append(
             records, None if also is None else (lambda conn: also(conn, own[-1])))
         self.metrics.observe("publish_commit_seconds", self.clock.now() - started)
         # Gossiped only once committed: a peer never holds what we could still lose.
-        self.driver.carry_out([Broadcast(name, wire) for wire in out.wires])
+        self.driver.carry_out([Broadcast(name, wire) for wire in out.wires], wake=False)
         self.metrics.inc("events_published_total", len(out.wires), channel=name)
         error = out.error
         if error is not None and not isinstance(error, LocalProtocolError):
@@ -139,12 +139,12 @@ class ChannelService:
                 direct = publisher_pays(peer, forwarder)
                 actions, items = self.core.gossip(data, forwarder or peer, peer, arrived,
                                                   direct=direct)
-                self.driver.carry_out(actions)
+                self.driver.carry_out(actions, wake=False)
                 for item in items:
                     await self.driver.step(self.core.receive(name, item, now, peer,
                                                              penalise=direct))
                 if items:  # what the items delivered, stored as one
-                    self.driver.carry_out(self.core.drain(name))
+                    self.driver.carry_out(self.core.drain(name), wake=False)
 
     def undeliver(self, report: Failed) -> None:
         """Records no backend could store (the store's report, read by the driver): no

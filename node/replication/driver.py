@@ -101,17 +101,18 @@ class ReplicationDriver:
 
     # -- actions -------------------------------------------------------------------------------
 
-    def carry_out(self, actions: Sequence[Action], *, store: bool = True) -> None:
+    def carry_out(self, actions: Sequence[Action], *, store: bool = True,
+                  wake: bool = True) -> None:
         """Do what the core decided (``StartSession`` and ``FetchDue`` are the loop's:
         ``rounds``; ``ReadLog``, ``step``'s). ``store``: submit what ``StoreDelivered`` names
-        (False: the caller commits it itself, as publishing does)."""
-        wake = False
+        (False: the caller commits it itself, as publishing does). ``wake``: let the session
+        loop look at the core's timer again (a channel's step leaves it alone: a gossip
+        message would otherwise run that loop once per message; a gap it reports prompts
+        sessions, which wakes it)."""
         for action in actions:
             if isinstance(action, _CHANNEL_ACTIONS):
                 self._carry_out_channel(action, store)
-                continue
-            wake = True
-            if isinstance(action, GapFound):
+            elif isinstance(action, GapFound):
                 self.metrics.inc("sds_missing_total", len(action.entries))
                 self.missing(action.entries)
             elif isinstance(action, Penalize):
@@ -133,12 +134,11 @@ class ReplicationDriver:
             # Released, ReconcileSoon: the core poked its scheduler; the wake-up below lets the
             # loop see it. ReadStored: answered by ``claim``, the one place the core asks for a
             # read of the store.
-        if wake or not actions:
+        if wake:
             self._wake.set()
 
     def _carry_out_channel(self, action: _ChannelAction, store: bool) -> None:
-        """What a channel's step reported (none of it moves the core's own timer: a gossip
-        message does not wake the session loop)."""
+        """What a channel's step reported (none of it moves the core's own timer)."""
         if isinstance(action, StoreDelivered):
             if action.records:
                 if store:
@@ -178,7 +178,7 @@ class ReplicationDriver:
         """Carry out a channel step's actions; while it waits for a read of the log
         (``ReadLog``), read the store and feed the answer back."""
         while True:
-            self.carry_out(actions)
+            self.carry_out(actions, wake=False)
             read = next((a for a in actions if isinstance(a, ReadLog)), None)
             if read is None:
                 return
@@ -192,7 +192,7 @@ class ReplicationDriver:
             now = self.clock.wall()
             due = channels.get_timer()
             if due is not None and due <= now:
-                self.carry_out(channels.handle_timer(now))
+                self.carry_out(channels.handle_timer(now), wake=False)
                 due = channels.get_timer()
             self._channel_wake = trio.Event()
             # At least 5 ms: a timer its own handling set again at once waits that long.
