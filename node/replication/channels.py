@@ -139,10 +139,11 @@ class ChannelService:
                 direct = publisher_pays(peer, forwarder)
                 actions, items = self.core.gossip(data, forwarder or peer, peer, arrived,
                                                   direct=direct)
-                self.driver.carry_out(actions, wake=False)
+                if actions:
+                    self.driver.carry_out(actions, wake=False)
                 for item in items:
-                    await self.driver.step(self.core.receive(name, item, now, peer,
-                                                             penalise=direct))
+                    if stepped := self.core.receive(name, item, now, peer, penalise=direct):
+                        await self.driver.step(stepped)
                 if items:  # what the items delivered, stored as one
                     self.driver.carry_out(self.core.drain(name), wake=False)
 

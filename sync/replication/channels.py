@@ -21,7 +21,7 @@ publish's, an ingest batch's: ``publish_reads``, ``ingest_reads``) are answered 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sync.actions import (
@@ -152,26 +152,31 @@ class ChannelSet:
         """One gossip item for channel ``name``; may end with ``ReadLog`` (the step waits for
         its answer). A refused item is counted and, if ``penalise``, charged to ``peer``. What
         the channel reported is left for :meth:`drain` (one for a message's items)."""
-        return self._step(name, lambda: self.channels[name].receive(data, now, peer),
-                          _Held(peer, penalise))
+        ch = self.channels[name]
+        try:
+            read = ch.receive(data, now, peer)
+        except RemoteProtocolError as exc:
+            return self._refused(exc, peer, penalise)
+        if read is None:  # the common case: nothing to ask, nothing made here
+            return [UnsignedAccepted(name, 1)] if ch.setup.profile.is_waku else []
+        return self._asked(name, read, _Held(peer, penalise))
 
     def delivered_read(self, name: str, found: Collection[str]) -> list[Action]:
         """The answer to channel ``name``'s ``ReadLog``: its held step goes on."""
         held = self._held.pop(name, None)
         if held is None or held.read is None:
             raise LocalProtocolError(f"channel {name} holds no step waiting for a read")
-        answer = DeliveredRead(held.read, frozenset(found))
-        return self._step(name, lambda: self.channels[name].delivered_read(answer), held)
-
-    def _step(self, name: str, step: Callable[[], ReadDelivered | None],
-              held: _Held) -> list[Action]:
+        ch = self.channels[name]
         try:
-            read = step()
+            read = ch.delivered_read(DeliveredRead(held.read, frozenset(found)))
         except RemoteProtocolError as exc:
             return self._refused(exc, held.peer, held.penalise)
         if read is None:
-            return ([UnsignedAccepted(name, 1)] if self.channels[name].setup.profile.is_waku
-                    else [])
+            return [UnsignedAccepted(name, 1)] if ch.setup.profile.is_waku else []
+        return self._asked(name, read, held)
+
+    def _asked(self, name: str, read: ReadDelivered, held: _Held) -> list[Action]:
+        """The step asks ``read``: held for its answer, or given up past ``MAX_READS``."""
         if held.reads >= MAX_READS:
             self.channels[name].delivered_read(None)
             return [StepDropped(name)]
