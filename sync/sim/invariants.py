@@ -90,8 +90,15 @@ def check_converged(sim: World) -> None:
     members = full(sim)
     total = len(sim.published_at)
     ids = sorted(sim.msg_no, key=sim.msg_no.__getitem__)
+    # A message whose every copy left with members that left for good (its sender among
+    # them, before anyone else got it) is gone from the group: no protocol can bring it
+    # back, and nobody may even know it existed. Counted, not required.
+    kept = {i for m in sim.members if not m.gone
+            for i in range(min(total, len(m.log))) if m.log[i]}
+    sim.stats.vanished = total - len(kept)
     for m in members:
-        missing = [i for i in range(total) if i >= len(m.log) or not m.log[i]]
+        missing = [i for i in range(total)
+                   if i in kept and (i >= len(m.log) or not m.log[i])]
         silent = [i for i in missing if ids[i] not in m.declared_lost]
         if silent or (missing and not sim.sc.allow_lost):
             first = (silent or missing)[0]

@@ -32,6 +32,9 @@ class Stats:
     fetched: int = 0
     #: DependencyLost events (SDS gave up on a message; Recon's job in the node).
     declared_lost: int = 0
+    #: Messages whose every copy left with members that left for good (not required of
+    #: the others: ``invariants.check_converged``).
+    vanished: int = 0
     heads_peak: int = 0
     #: Inputs refused (RemoteProtocolError), by reason: only ever hostile ones.
     rejected: dict[str, int] = field(default_factory=dict)
@@ -107,6 +110,7 @@ class Stats:
             "responses_per_loss": round(self.repair_responses / losses, 3) if losses else 0.0,
             "repair_refused": self.repair_refused,
             "declared_lost": self.declared_lost,
+            "vanished": self.vanished,
             "fetched": self.fetched,
             "delivery_p50_s": round(_percentile(self.latency, 0.50), 3),
             "delivery_p99_s": round(_percentile(self.latency, 0.99), 3),

@@ -41,6 +41,22 @@ def test_churn_seed_31_waits_for_the_joiners_gap_to_close() -> None:
     assert stats.quiet_at > 18.0
 
 
+def test_storm_seed_6_a_message_that_left_with_its_only_holder_is_not_required() -> None:
+    """Its sender left for good before any other member got message #98 (losses, churn):
+    nobody can fetch it or know it existed. Convergence is checked on every other message;
+    the vanished one is counted."""
+    sim = Simulation(dataclasses.replace(SWEEP["storm"], seed=6))
+    stats = sim.run()
+    assert stats.vanished == 1
+    ids = sorted(sim.msg_no, key=sim.msg_no.__getitem__)
+    vanished = [i for i in range(stats.messages)
+                if not any(len(m.log) > i and m.log[i] for m in sim.members if not m.gone)]
+    assert len(vanished) == 1
+    holders = [m for m in sim.members if len(m.log) > vanished[0] and m.log[vanished[0]]]
+    assert holders and all(m.gone for m in holders)
+    assert ids[vanished[0]]  # a message that was delivered (to its sender at least)
+
+
 def test_a_run_is_replayed_exactly_from_its_seed() -> None:
     sc = dataclasses.replace(SCENARIOS["loss"], seed=5, members=10)
     a, b = run(sc).summary(), run(sc).summary()
