@@ -25,12 +25,15 @@ class FetchedIngest:
     def __init__(self, driver: ReplicationDriver) -> None:
         self.driver = driver
         self.channels = driver.core.channels
+        # The channels are fixed once the node is built: their spec is made once, not per
+        # event fetched by id.
+        self.spec = self.channels.spec
 
     async def ingest(self, wire: bytes, peer: str | None, now: float | None = None
                      ) -> str | None:
         """Feed one event fetched by id; its message id, or None if rejected. Verified here
         (it is one event) and then the same path as a Recon batch."""
-        batch = verify_wires(self.channels.spec, [wire])
+        batch = verify_wires(self.spec, [wire])
         actions, error = screen(batch, peer or "")
         if error is not None:
             kind = next(a.kind for a in actions if isinstance(a, Rejected))
